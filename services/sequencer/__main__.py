@@ -1,0 +1,104 @@
+"""`python -m services.sequencer` (also `laneledger-sequencer`): run the sole writer.
+
+Every option also reads an environment variable, so a container needs no
+arguments. On SIGTERM or SIGINT it stops pulling, finishes the batch in hand,
+flushes the committed stream and drains its NATS connection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+import nats
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from laneledger.errors import LedgerError
+from laneledger.opsserver import ops_routes, start_http
+from laneledger.store import LedgerWriter, open_ledger
+from laneledger.subjects import Subjects
+
+from .metrics import SequencerMetrics
+from .service import Sequencer, SequencerSettings
+
+log = logging.getLogger("laneledger.sequencer")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    env = os.environ.get
+    p = argparse.ArgumentParser(prog="laneledger-sequencer", description=__doc__)
+    p.add_argument("--nats", default=env("LANELEDGER_NATS_URL", "nats://127.0.0.1:4222"))
+    p.add_argument("--db", default=env("LANELEDGER_DB", ".laneledger/ledger.db"))
+    p.add_argument("--prefix", default=env("LANELEDGER_PREFIX", "ledger"))
+    p.add_argument("--replicas", type=int, default=int(env("LANELEDGER_REPLICAS", "1")))
+    p.add_argument("--batch-size", type=int, default=int(env("LANELEDGER_BATCH_SIZE", "500")))
+    p.add_argument("--http-host", default=env("LANELEDGER_HTTP_HOST", "127.0.0.1"))
+    p.add_argument("--http-port", type=int, default=int(env("LANELEDGER_SEQUENCER_PORT", "8470")),
+                   help="port for /healthz, /readyz, /metrics (0 picks a free one)")
+    p.add_argument("--hmac-key-file", default=env("LANELEDGER_HMAC_KEY_FILE"),
+                   help="file holding the chain HMAC key; without it the chain is plain SHA-256")
+    return p.parse_args(argv)
+
+
+async def run(args: argparse.Namespace) -> None:
+    key = Path(args.hmac_key_file).read_bytes().strip() if args.hmac_key_file else None
+    Path(args.db).parent.mkdir(parents=True, exist_ok=True)
+    writer = LedgerWriter(open_ledger(args.db), hmac_key=key)
+    registry = CollectorRegistry()
+    metrics = SequencerMetrics(registry)
+    nc = await nats.connect(
+        args.nats, name="laneledger-sequencer", max_reconnect_attempts=-1, reconnect_time_wait=0.5
+    )
+    settings = SequencerSettings(
+        subjects=Subjects(args.prefix), replicas=args.replicas, batch_size=args.batch_size
+    )
+    sequencer = Sequencer(nc, writer, metrics, settings)
+    app = web.Application()
+    app.add_routes(ops_routes(registry, lambda: sequencer.ready and nc.is_connected))
+    runner, port = await start_http(app, args.http_host, args.http_port)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    await sequencer.start()
+    print(f"laneledger-sequencer ready http=http://{args.http_host}:{port} "
+          f"position={writer.last_position}", flush=True)
+    stopped = asyncio.create_task(stop.wait())
+    running = asyncio.create_task(sequencer.wait())
+    try:
+        await asyncio.wait([stopped, running], return_when=asyncio.FIRST_COMPLETED)
+        if running.done():
+            running.result()  # re-raise what killed it
+    finally:
+        await sequencer.stop()
+        await nc.drain()
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=os.environ.get("LANELEDGER_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = parse_args(argv)
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
+    try:
+        asyncio.run(run(args))
+    except LedgerError as err:
+        print(f"laneledger-sequencer: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""The sequencer's own operational metrics (served on its /metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class SequencerMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "laneledger_sequencer_append_requests_total",
+            "Append requests handled, by outcome and error code",
+            ["outcome", "code"],
+            registry=registry,
+        )
+        self.events = Counter(
+            "laneledger_sequencer_events_committed_total",
+            "Events committed to the ledger",
+            registry=registry,
+        )
+        self.batch_size = Histogram(
+            "laneledger_sequencer_batch_requests",
+            "Append requests per committed batch",
+            buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
+            registry=registry,
+        )
+        self.commit_seconds = Histogram(
+            "laneledger_sequencer_commit_seconds",
+            "Time to apply and commit one batch in SQLite",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=registry,
+        )
+        self.commands = Counter(
+            "laneledger_sequencer_commands_total",
+            "Request/reply commands handled, by op and outcome",
+            ["op", "outcome"],
+            registry=registry,
+        )
+        self.batch_failures = Counter(
+            "laneledger_sequencer_batch_failures_total",
+            "Batches whose commit failed (nothing written, messages redelivered)",
+            registry=registry,
+        )
+        self.last_position = Gauge(
+            "laneledger_sequencer_last_position",
+            "Last committed ledger position",
+            registry=registry,
+        )
+        self.mirror_backlog = Gauge(
+            "laneledger_sequencer_mirror_backlog_batches",
+            "Committed batches waiting to be published on the committed stream",
+            registry=registry,
+        )

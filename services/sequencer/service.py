@@ -1,0 +1,279 @@
+"""The sequencer: the only writer of the ledger.
+
+Pulls append requests from LEDGER_APPEND in batches, applies them with the
+``LedgerWriter`` in one dedicated thread (one SQLite transaction per batch),
+acks the inbound messages only after the commit, sends each producer its
+receipt, and hands the committed events to the mirror that publishes them on
+LEDGER_EVENTS. Structure commands and reads (``<prefix>.cmd.<op>``) run in the
+same writer thread, between batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+import nats.errors
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+
+from laneledger.append import PreparedAppend, prepare_append, readable_ids
+from laneledger.errors import InternalError, InvalidRequest, LedgerError, RequestError
+from laneledger.model import (
+    AppendRejected,
+    Command,
+    CreateAction,
+    CreateAttempt,
+    CreateLane,
+    CreateTurn,
+    EnsureActor,
+    ErrorBody,
+    GetLane,
+    GetReceipt,
+    LoadLane,
+    LoadRun,
+    LoadSession,
+    Receipt,
+    ReplyError,
+    ReplyOk,
+    decode,
+    encode,
+)
+from laneledger.store import LedgerWriter
+from laneledger.store.writer import rejection
+from laneledger.subjects import Subjects
+
+from .metrics import SequencerMetrics
+from .mirror import CommittedStreamMirror
+from .streams import (
+    SEQUENCER_CONSUMER,
+    append_stream_config,
+    ensure_stream,
+    events_stream_config,
+    sequencer_consumer_config,
+)
+
+log = logging.getLogger("laneledger.sequencer")
+
+REPLY_HEADER = "Ledger-Reply-To"
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class SequencerSettings:
+    subjects: Subjects = Subjects()
+    append_stream: str = "LEDGER_APPEND"
+    events_stream: str = "LEDGER_EVENTS"
+    replicas: int = 1
+    batch_size: int = 500
+    fetch_timeout_s: float = 0.5
+    max_request_bytes: int = 1024 * 1024
+
+
+class Sequencer:
+    def __init__(
+        self,
+        nc: NATS,
+        writer: LedgerWriter,
+        metrics: SequencerMetrics,
+        settings: SequencerSettings = SequencerSettings(),
+    ) -> None:
+        self._nc = nc
+        self._js = nc.jetstream()
+        self._writer = writer
+        self._metrics = metrics
+        self._settings = settings
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger-writer")
+        self._stopping = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._command_sub = None
+        self.ready = False
+        self.mirror = CommittedStreamMirror(
+            self._js,
+            settings.subjects,
+            settings.events_stream,
+            read_after=lambda pos, n: self._in_writer(writer.reader.events_after, pos, n),
+            ledger_last_position=lambda: writer.last_position,
+        )
+
+    async def _in_writer(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+
+    # ------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        s = self._settings
+        await ensure_stream(self._js, append_stream_config(s.append_stream, s.subjects, s.replicas))
+        await ensure_stream(self._js, events_stream_config(s.events_stream, s.subjects, s.replicas))
+        await self.mirror.catch_up()
+        self._metrics.last_position.set(self._writer.last_position)
+        pull = await self._js.pull_subscribe(
+            s.subjects.append_wildcard,
+            durable=SEQUENCER_CONSUMER,
+            stream=s.append_stream,
+            config=sequencer_consumer_config(),
+        )
+        self._command_sub = await self._nc.subscribe(
+            s.subjects.command_wildcard, queue="sequencer", cb=self._on_command
+        )
+        self._tasks = [
+            asyncio.create_task(self._pull_loop(pull), name="sequencer-pull"),
+            asyncio.create_task(self.mirror.run(), name="sequencer-mirror"),
+        ]
+        self.ready = True
+        log.info("sequencer ready at position %d", self._writer.last_position)
+
+    async def wait(self) -> None:
+        """Run until stopped; re-raise if a task died (e.g. an integrity fault)."""
+        stopped = asyncio.create_task(self._stopping.wait())
+        done, _ = await asyncio.wait([stopped, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task is not stopped and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+
+    async def stop(self, *, drain_timeout_s: float = 10.0) -> None:
+        """Stop pulling, let the current batch finish, flush the mirror."""
+        self.ready = False
+        self._stopping.set()
+        if self._command_sub is not None:
+            await self._command_sub.unsubscribe()
+        pull_task = self._tasks[0] if self._tasks else None
+        if pull_task is not None:
+            try:
+                await asyncio.wait_for(pull_task, timeout=drain_timeout_s)
+            except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - stopping anyway
+                pull_task.cancel()
+        deadline = time.monotonic() + drain_timeout_s
+        while self.mirror.backlog and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._thread.shutdown(wait=True)
+
+    # ----------------------------------------------------------------- appends
+
+    async def _pull_loop(self, pull) -> None:
+        s = self._settings
+        while not self._stopping.is_set():
+            try:
+                msgs = await pull.fetch(batch=s.batch_size, timeout=s.fetch_timeout_s)
+            except nats.errors.TimeoutError:
+                continue
+            except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError):
+                await asyncio.sleep(0.2)
+                continue
+            await self._handle_batch(msgs)
+
+    async def _handle_batch(self, msgs: list[Msg]) -> None:
+        outcomes: list[Receipt | None] = []
+        prepared: list[PreparedAppend] = []
+        for msg in msgs:
+            try:
+                prepared.append(self._prepare(msg))
+                outcomes.append(None)  # decided by the writer
+            except RequestError as err:
+                append_id, lane_id = readable_ids(msg.data)
+                outcomes.append(rejection(err, append_id=append_id, lane_id=lane_id))
+        started = time.perf_counter()
+        try:
+            result = await self._in_writer(self._writer.apply_batch, prepared)
+        except LedgerError as err:
+            # Nothing was written: hand every message back for redelivery.
+            log.error("batch of %d requests not committed: %s", len(msgs), err)
+            self._metrics.batch_failures.inc()
+            await asyncio.gather(*(m.nak(delay=1.0) for m in msgs), return_exceptions=True)
+            return
+        self._metrics.commit_seconds.observe(time.perf_counter() - started)
+        self._metrics.batch_size.observe(len(msgs))
+        decided = iter(result.receipts)
+        receipts = [o if o is not None else next(decided) for o in outcomes]
+
+        # Committed: only now may the inbound messages leave the work queue.
+        await asyncio.gather(*(m.ack() for m in msgs), return_exceptions=True)
+        for msg, receipt in zip(msgs, receipts):
+            await self._send_receipt(msg, receipt)
+        self._metrics.events.inc(len(result.committed))
+        self._metrics.last_position.set(self._writer.last_position)
+        await self.mirror.submit(result.committed)
+        self._metrics.mirror_backlog.set(self.mirror.backlog)
+
+    def _prepare(self, msg: Msg) -> PreparedAppend:
+        prefix = f"{self._settings.subjects.prefix}.append."
+        tokens = msg.subject[len(prefix):].split(".") if msg.subject.startswith(prefix) else []
+        if len(tokens) != 2:
+            raise InvalidRequest("not an append subject", subject=msg.subject)
+        return prepare_append(
+            msg.data,
+            tenant_token=tokens[0],
+            lane_token=tokens[1],
+            max_bytes=self._settings.max_request_bytes,
+        )
+
+    async def _send_receipt(self, msg: Msg, receipt: Receipt) -> None:
+        if isinstance(receipt, AppendRejected):
+            self._metrics.requests.labels("rejected", receipt.error.code).inc()
+        else:
+            self._metrics.requests.labels("replayed" if receipt.replayed else "committed", "").inc()
+        reply_to = (msg.headers or {}).get(REPLY_HEADER)
+        if not reply_to:
+            return
+        try:
+            await self._nc.publish(
+                reply_to, encode(receipt), headers={"Ledger-Append-Id": receipt.append_id or ""}
+            )
+        except (nats.errors.BadSubjectError, nats.errors.Error) as exc:
+            log.warning("could not send receipt to %r: %s", reply_to, exc)
+
+    # ----------------------------------------------------------------- commands
+
+    async def _on_command(self, msg: Msg) -> None:
+        op = msg.subject.rsplit(".", 1)[-1]
+        try:
+            cmd = decode(msg.data, Command)
+            tag = type(cmd).__struct_config__.tag
+            if tag != op:
+                raise InvalidRequest(
+                    "the body's op differs from the subject's", path="$.op", op=tag, subject_op=op
+                )
+            result = await self._in_writer(self._execute, cmd)
+            reply = encode(ReplyOk(result=result))
+            self._metrics.commands.labels(op, "ok").inc()
+        except LedgerError as err:
+            reply = encode(ReplyError(error=ErrorBody(**err.to_wire())))
+            self._metrics.commands.labels(op, err.code).inc()
+        except Exception as exc:  # noqa: BLE001 - a bug must answer, not hang the caller
+            log.exception("command %s failed", op)
+            err = InternalError(f"{type(exc).__name__}: {exc}")
+            reply = encode(ReplyError(error=ErrorBody(**err.to_wire())))
+            self._metrics.commands.labels(op, err.code).inc()
+        if msg.reply:
+            await self._nc.publish(msg.reply, reply)
+
+    def _execute(self, cmd: Command) -> Any:
+        w, r = self._writer, self._writer.reader
+        match cmd:
+            case EnsureActor():
+                return w.ensure_actor(cmd)
+            case CreateLane():
+                return w.create_lane(cmd)
+            case CreateTurn():
+                return w.create_turn(cmd)
+            case CreateAction():
+                return w.create_action(cmd)
+            case CreateAttempt():
+                return w.create_attempt(cmd)
+            case GetLane(lane_id=lane_id):
+                return r.get_lane(lane_id)
+            case LoadLane(lane_id=lane_id, after_seq=after_seq, limit=limit):
+                return r.load_lane(lane_id, after_seq, limit)
+            case LoadRun(session_id=session_id, run_id=run_id):
+                return r.load_run(session_id, run_id)
+            case LoadSession(session_id=session_id):
+                return r.load_session(session_id)
+            case GetReceipt(append_id=append_id):
+                return r.get_receipt(append_id)

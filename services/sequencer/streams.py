@@ -1,0 +1,115 @@
+"""The two JetStream streams, created if missing and checked if present
+(spec/wire.md, "Streams"). A stream whose settings differ in anything that
+matters is refused at start-up, never silently changed."""
+
+from __future__ import annotations
+
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import NotFoundError
+
+from laneledger.errors import InternalError
+from laneledger.subjects import Subjects
+
+DUPLICATE_WINDOW_S = 120.0
+SEQUENCER_CONSUMER = "sequencer"
+# Settings compared on an existing stream, and why: each one could lose,
+# drop or misroute a request or a committed event if it were different.
+_CHECKED = (
+    "subjects",
+    "retention",
+    "storage",
+    "num_replicas",
+    "max_msgs",
+    "max_bytes",
+    "max_age",
+    "discard",
+    "deny_delete",
+    "deny_purge",
+    "allow_rollup_hdrs",
+)
+
+
+def append_stream_config(name: str, subjects: Subjects, replicas: int) -> StreamConfig:
+    return StreamConfig(
+        name=name,
+        description="laneledger inbound append requests (work queue, acked after commit)",
+        subjects=[subjects.append_wildcard],
+        retention=RetentionPolicy.WORK_QUEUE,
+        storage=StorageType.FILE,
+        num_replicas=replicas,
+        max_msgs=-1,
+        max_bytes=-1,
+        max_age=0,
+        discard=DiscardPolicy.NEW,
+        duplicate_window=DUPLICATE_WINDOW_S,
+        deny_delete=False,
+        deny_purge=False,
+        allow_rollup_hdrs=False,
+    )
+
+
+def events_stream_config(name: str, subjects: Subjects, replicas: int) -> StreamConfig:
+    return StreamConfig(
+        name=name,
+        description="laneledger committed events (stream sequence == ledger position)",
+        subjects=[subjects.events_wildcard],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        num_replicas=replicas,
+        max_msgs=-1,
+        max_bytes=-1,
+        max_age=0,
+        discard=DiscardPolicy.NEW,
+        duplicate_window=DUPLICATE_WINDOW_S,
+        deny_delete=True,
+        deny_purge=True,
+        allow_rollup_hdrs=False,
+    )
+
+
+def sequencer_consumer_config() -> ConsumerConfig:
+    return ConsumerConfig(
+        durable_name=SEQUENCER_CONSUMER,
+        ack_policy=AckPolicy.EXPLICIT,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_wait=30.0,
+        max_deliver=-1,  # never give up on a request: it gets a receipt or stays
+        max_ack_pending=20_000,
+    )
+
+
+async def ensure_stream(js: JetStreamContext, wanted: StreamConfig) -> None:
+    try:
+        info = await js.stream_info(wanted.name)
+    except NotFoundError:
+        await js.add_stream(wanted)
+        return
+    differing = {
+        name: {"found": getattr(info.config, name), "wanted": getattr(wanted, name)}
+        for name in _CHECKED
+        if _normal(getattr(info.config, name)) != _normal(getattr(wanted, name))
+    }
+    if differing:
+        raise InternalError(
+            f"stream {wanted.name} exists with other settings; refusing to change it",
+            stream=wanted.name,
+            differing=differing,
+        )
+
+
+def _normal(value):
+    # The server reports "unlimited" as -1 or 0 and omits false flags.
+    if value in (None, 0, -1, 0.0, False):
+        return None
+    if isinstance(value, list):
+        return sorted(value)
+    return value

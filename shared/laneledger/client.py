@@ -1,0 +1,413 @@
+"""The Python SDK: ``LedgerClient`` for every store operation, and
+``LaneRecorder`` for writing one lane safely.
+
+An append is published to JetStream (the PubAck means "durably accepted"),
+and the sequencer answers on the client's inbox with a receipt ("committed",
+or a typed error). Resending the same append id is always safe: the ledger
+answers a resend with the original receipt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+import msgspec
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js.api import PubAck
+
+from .clock import system_clock
+from .errors import (
+    LedgerError,
+    LedgerTimeout,
+    LedgerUnavailable,
+    RequestTooLarge,
+    TransportError,
+    error_from_wire,
+)
+from .ids import new_id
+from .model import (
+    MAX_REQUEST_BYTES,
+    Action,
+    Actor,
+    AppendCommitted,
+    AppendRejected,
+    Attempt,
+    Command,
+    CreateAction,
+    CreateAttempt,
+    CreateLane,
+    CreateTurn,
+    EnsureActor,
+    GetLane,
+    GetReceipt,
+    Lane,
+    LanePage,
+    LoadLane,
+    LoadRun,
+    LoadSession,
+    Receipt,
+    Reply,
+    ReplyError,
+    RunView,
+    SessionView,
+    Turn,
+    decoder,
+    encode,
+)
+from .subjects import Subjects
+from .vocabulary import SCHEMA_VERSION
+
+T = TypeVar("T")
+Wait = Literal["commit", "accept"]
+REPLY_HEADER = "Ledger-Reply-To"
+
+
+def _transport_error(exc: Exception, what: str) -> LedgerError:
+    """The one place nats-py errors become ledger errors."""
+    if isinstance(exc, LedgerError):
+        return exc
+    if isinstance(exc, (nats.errors.TimeoutError, asyncio.TimeoutError)):
+        return LedgerTimeout(f"{what}: no answer in time")
+    if isinstance(exc, nats.errors.MaxPayloadError):
+        return RequestTooLarge(f"{what}: larger than the server's max_payload")
+    if isinstance(exc, nats.errors.NoRespondersError):
+        return LedgerUnavailable(f"{what}: no sequencer is answering")
+    if isinstance(exc, nats.js.errors.NoStreamResponseError):
+        return LedgerUnavailable(f"{what}: no JetStream stream took the request")
+    return LedgerUnavailable(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def make_event(
+    lane_id: str,
+    event_type: str,
+    *,
+    actor_id: str,
+    subject_id: str | None = None,
+    payload: Mapping[str, Any] | None = None,
+    causation_id: str | None = None,
+    extensions: Mapping[str, Any] | None = None,
+    occurred_at: str | None = None,
+    event_id: str | None = None,
+) -> dict[str, Any]:
+    """A proposed event as a plain JSON object, with a fresh UUIDv7 id."""
+    event: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "id": event_id or new_id(),
+        "lane_id": lane_id,
+        "subject_id": subject_id or lane_id,
+        "event_type": event_type,
+        "actor_id": actor_id,
+        "occurred_at": occurred_at or system_clock(),
+        "payload": dict(payload or {}),
+        "extensions": dict(extensions or {}),
+    }
+    if causation_id is not None:
+        event["causation_id"] = causation_id
+    return event
+
+
+@dataclass
+class AppendHandle:
+    """An append the stream has durably accepted; its receipt may follow."""
+
+    append_id: str
+    accepted: PubAck
+    _receipt: asyncio.Future
+    _client: LedgerClient
+
+    async def receipt(self, timeout: float | None = None) -> AppendCommitted:
+        """Wait for the commit. Raises the receipt's typed error when rejected,
+        ``LedgerTimeout`` when no receipt came (resend the same append: safe)."""
+        timeout = self._client.timeout if timeout is None else timeout
+        try:
+            found: Receipt = await asyncio.wait_for(asyncio.shield(self._receipt), timeout)
+        except asyncio.TimeoutError:
+            # The receipt itself may have been lost on the way; the ledger keeps
+            # the receipts of committed appends.
+            try:
+                return await self._client.get_receipt(self.append_id)
+            except LedgerError:
+                raise LedgerTimeout(
+                    "no receipt in time", append_id=self.append_id, timeout_s=timeout
+                ) from None
+        finally:
+            self._client._forget(self._receipt)
+        return raise_if_rejected(found)
+
+
+def raise_if_rejected(receipt: Receipt) -> AppendCommitted:
+    if isinstance(receipt, AppendRejected):
+        err = error_from_wire(receipt.error.code, receipt.error.message, receipt.error.details)
+        err.receipt = receipt  # type: ignore[attr-defined]
+        raise err
+    return receipt
+
+
+class LedgerClient:
+    def __init__(
+        self,
+        nc: NATS,
+        *,
+        subjects: Subjects = Subjects(),
+        timeout: float = 10.0,
+        owns_connection: bool = False,
+    ) -> None:
+        self.nc = nc
+        self.js = nc.jetstream()
+        self.subjects = subjects
+        self.timeout = timeout
+        self._owns = owns_connection
+        self._inbox: str | None = None
+        self._inbox_sub = None
+        self._waiting: dict[str, asyncio.Future] = {}
+        self._tokens = itertools.count(1)
+
+    @classmethod
+    async def connect(cls, url: str = "nats://127.0.0.1:4222", **kwargs: Any) -> LedgerClient:
+        try:
+            nc = await nats.connect(url, name="laneledger-client", max_reconnect_attempts=-1,
+                                    reconnect_time_wait=0.5)
+        except Exception as exc:  # noqa: BLE001 - translated below
+            raise _transport_error(exc, f"connect to {url}") from exc
+        return cls(nc, owns_connection=True, **kwargs)
+
+    async def __aenter__(self) -> LedgerClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._inbox_sub is not None:
+            await self._inbox_sub.unsubscribe()
+            self._inbox_sub = None
+        for future in self._waiting.values():
+            future.cancel()
+        self._waiting.clear()
+        if self._owns and not self.nc.is_closed:
+            await self.nc.flush()
+            await self.nc.close()
+
+    async def drain(self) -> None:
+        """Wait for outstanding receipts to arrive (bounded by the timeout)."""
+        pending = [f for f in self._waiting.values() if not f.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=self.timeout)
+
+    # ------------------------------------------------------------ commands
+
+    async def _command(self, cmd: Command, result_type: type[T]) -> T:
+        op = type(cmd).__struct_config__.tag
+        try:
+            msg = await self.nc.request(self.subjects.command(op), encode(cmd), timeout=self.timeout)
+        except Exception as exc:  # noqa: BLE001 - translated
+            raise _transport_error(exc, op) from exc
+        reply = decoder(Reply).decode(msg.data)
+        if isinstance(reply, ReplyError):
+            raise error_from_wire(reply.error.code, reply.error.message, reply.error.details)
+        return msgspec.convert(reply.result, result_type)
+
+    async def ensure_actor(self, tenant: str, key: str, kind: str, *,
+                           display_name: str | None = None,
+                           attributes: Mapping[str, Any] | None = None) -> Actor:
+        return await self._command(
+            EnsureActor(tenant=tenant, key=key, kind=kind, display_name=display_name,
+                        attributes=dict(attributes or {})), Actor)
+
+    async def create_lane(self, tenant: str, session_id: str, run_id: str, name: str, *,
+                          kind: str = "main", parent_lane_id: str | None = None,
+                          actor_id: str | None = None, lane_id: str | None = None) -> Lane:
+        return await self._command(
+            CreateLane(tenant=tenant, session_id=session_id, run_id=run_id, name=name, kind=kind,
+                       parent_lane_id=parent_lane_id, actor_id=actor_id, id=lane_id), Lane)
+
+    async def create_turn(self, lane_id: str, turn_no: int, *, turn_id: str | None = None) -> Turn:
+        return await self._command(
+            CreateTurn(lane_id=lane_id, turn_no=turn_no, id=turn_id or new_id()), Turn)
+
+    async def create_action(self, lane_id: str, turn_id: str, action_type: str, name: str, *,
+                            effect: str, idempotency: str, idempotency_key: str | None = None,
+                            action_id: str | None = None) -> Action:
+        return await self._command(
+            CreateAction(lane_id=lane_id, turn_id=turn_id, action_type=action_type, name=name,
+                         effect=effect, idempotency=idempotency, idempotency_key=idempotency_key,
+                         id=action_id or new_id()), Action)
+
+    async def create_attempt(self, lane_id: str, action_id: str, attempt_no: int, *,
+                             attempt_id: str | None = None) -> Attempt:
+        return await self._command(
+            CreateAttempt(lane_id=lane_id, action_id=action_id, attempt_no=attempt_no,
+                          id=attempt_id or new_id()), Attempt)
+
+    async def get_lane(self, lane_id: str) -> Lane:
+        return await self._command(GetLane(lane_id=lane_id), Lane)
+
+    async def load_lane(self, lane_id: str, after_seq: int = 0, limit: int = 1000) -> LanePage:
+        return await self._command(LoadLane(lane_id=lane_id, after_seq=after_seq, limit=limit), LanePage)
+
+    async def load_run(self, session_id: str, run_id: str) -> RunView:
+        return await self._command(LoadRun(session_id=session_id, run_id=run_id), RunView)
+
+    async def load_session(self, session_id: str) -> SessionView:
+        return await self._command(LoadSession(session_id=session_id), SessionView)
+
+    async def get_receipt(self, append_id: str) -> AppendCommitted:
+        return await self._command(GetReceipt(append_id=append_id), AppendCommitted)
+
+    # -------------------------------------------------------------- appends
+
+    async def submit(
+        self,
+        lane: Lane,
+        expected_last_seq: int,
+        events: Iterable[Mapping[str, Any]],
+        *,
+        append_id: str | None = None,
+    ) -> AppendHandle:
+        """Publish an append and return once JetStream has durably accepted it."""
+        append_id = append_id or new_id()
+        body = encode({
+            "lane_id": lane.id,
+            "expected_last_seq": expected_last_seq,
+            "append_id": append_id,
+            "events": list(events),
+        })
+        if len(body) > MAX_REQUEST_BYTES:
+            raise RequestTooLarge(
+                f"append is {len(body)} bytes, the limit is {MAX_REQUEST_BYTES}",
+                size_bytes=len(body), limit_bytes=MAX_REQUEST_BYTES, append_id=append_id,
+            )
+        reply_to, future = await self._expect_receipt()
+        try:
+            accepted = await self.js.publish(
+                self.subjects.append(lane.tenant, lane.id),
+                body,
+                timeout=self.timeout,
+                # No Nats-Msg-Id: JetStream would swallow a resend whose original
+                # was rejected, leaving no answer; the ledger's replay check
+                # makes every resend safe and answered (spec/wire.md).
+                headers={REPLY_HEADER: reply_to},
+            )
+        except Exception as exc:  # noqa: BLE001 - translated
+            self._forget(future)
+            err = _transport_error(exc, "append")
+            err.details.setdefault("append_id", append_id)
+            raise err from exc
+        return AppendHandle(append_id, accepted, future, self)
+
+    async def append(
+        self,
+        lane: Lane,
+        expected_last_seq: int,
+        events: Iterable[Mapping[str, Any]],
+        *,
+        append_id: str | None = None,
+        retries: int = 2,
+        timeout: float | None = None,
+    ) -> AppendCommitted:
+        """Append and wait for the commit. Transport failures are retried with
+        the same append id (safe: a resend gets the original receipt)."""
+        append_id = append_id or new_id()
+        events = list(events)
+        for attempt in itertools.count():
+            try:
+                handle = await self.submit(lane, expected_last_seq, events, append_id=append_id)
+                return await handle.receipt(timeout)
+            except TransportError:
+                if attempt >= retries:
+                    raise
+                await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
+        raise AssertionError("unreachable")
+
+    async def _expect_receipt(self) -> tuple[str, asyncio.Future]:
+        if self._inbox_sub is None:
+            self._inbox = self.nc.new_inbox()
+            self._inbox_sub = await self.nc.subscribe(f"{self._inbox}.*", cb=self._on_receipt)
+        token = f"{self._inbox}.{next(self._tokens)}"
+        future = asyncio.get_running_loop().create_future()
+        future.token = token  # type: ignore[attr-defined]
+        self._waiting[token] = future
+        return token, future
+
+    def _forget(self, future: asyncio.Future) -> None:
+        self._waiting.pop(getattr(future, "token", ""), None)
+
+    async def _on_receipt(self, msg: Msg) -> None:
+        future = self._waiting.get(msg.subject)
+        if future is None or future.done():
+            return
+        try:
+            future.set_result(decoder(Receipt).decode(msg.data))
+        except msgspec.DecodeError as exc:
+            future.set_exception(LedgerUnavailable(f"unreadable receipt: {exc}"))
+
+
+class LaneRecorder:
+    """Writes one lane: serializes concurrent appends, tracks the lane head and
+    advances it only on a newer receipt.
+
+    ``wait="commit"`` (default) returns the receipt. ``wait="accept"`` returns
+    once JetStream has the append and assumes it will commit (the recorder is
+    the lane's only writer); ``flush()`` then awaits every outstanding receipt
+    and raises the first rejection, after which the head is reloaded.
+    """
+
+    def __init__(self, client: LedgerClient, lane: Lane) -> None:
+        self.client = client
+        self.lane = lane
+        self.head = lane.last_seq
+        self._lock = asyncio.Lock()
+        self._outstanding: list[AppendHandle] = []
+
+    @classmethod
+    async def open(cls, client: LedgerClient, tenant: str, session_id: str, run_id: str,
+                   name: str, **lane_fields: Any) -> LaneRecorder:
+        """Create the lane (idempotent by session, run and name) and resume its head."""
+        lane = await client.create_lane(tenant, session_id, run_id, name, **lane_fields)
+        return cls(client, await client.get_lane(lane.id))
+
+    def event(self, event_type: str, *, actor_id: str, **fields: Any) -> dict[str, Any]:
+        return make_event(self.lane.id, event_type, actor_id=actor_id, **fields)
+
+    async def append(
+        self,
+        events: Iterable[Mapping[str, Any]],
+        *,
+        append_id: str | None = None,
+        wait: Wait = "commit",
+    ) -> AppendCommitted | AppendHandle:
+        events = list(events)
+        async with self._lock:
+            if wait == "accept":
+                handle = await self.client.submit(self.lane, self.head, events, append_id=append_id)
+                self.head += len(events)
+                self._outstanding.append(handle)
+                return handle
+            receipt = await self.client.append(self.lane, self.head, events, append_id=append_id)
+            self.head = max(self.head, receipt.last_seq)
+            return receipt
+
+    async def flush(self) -> list[AppendCommitted]:
+        async with self._lock:
+            handles, self._outstanding = self._outstanding, []
+            receipts: list[AppendCommitted] = []
+            try:
+                for handle in handles:
+                    receipts.append(await handle.receipt())
+            except LedgerError:
+                await self.reload()
+                raise
+            return receipts
+
+    async def reload(self) -> int:
+        self.lane = await self.client.get_lane(self.lane.id)
+        self.head = self.lane.last_seq
+        return self.head

@@ -1,0 +1,405 @@
+"""Wire messages and stored objects (normative text: ``spec/object-model.md``
+and ``spec/wire.md``).
+
+Every message is a frozen msgspec Struct. Messages that share a subject form
+a tagged union decoded by one prebuilt decoder and dispatched with ``match``.
+``decode()`` turns msgspec's errors into typed ledger errors that name the
+field path.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypeVar
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+from .errors import InvalidRequest, MalformedMessage, RequestTooLarge
+
+# -- limits (spec/wire.md) ---------------------------------------------------------
+MAX_REQUEST_BYTES = 1024 * 1024  # also NATS's default max_payload
+MAX_EVENTS_PER_APPEND = 1000
+MAX_ID_LENGTH = 256
+
+Id = Annotated[str, Meta(min_length=1, max_length=MAX_ID_LENGTH)]
+Seq = Annotated[int, Meta(ge=0)]
+Hash = Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")]
+# RFC 3339 with a 'T', seconds, optional fraction, and an explicit offset. Kept
+# as the producer's string: the ledger never re-renders it.
+Timestamp = Annotated[
+    str,
+    Meta(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$"),
+]
+EventType = Annotated[str, Meta(min_length=3, max_length=128)]
+JsonObject = dict[str, Any]
+
+
+class Frozen(Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """Base of every message: immutable, strict about unknown
+    fields (a typo must be an error, not silently dropped data)."""
+
+
+# -- events -------------------------------------------------------------------------
+
+
+class ProposedEvent(Frozen, kw_only=True):
+    """An event as a producer proposes it. The append digest and the hash
+    chain cover these fields exactly as sent.
+
+    Each event has exactly one JSON rendering of its fields: ``payload`` and
+    ``extensions`` are always present and ``causation_id`` is absent or a
+    string (never null). So decoding a committed event into this struct and
+    encoding it again gives back the hashed object, and verification can work
+    from typed events.
+    """
+
+    schema_version: str
+    id: Id
+    lane_id: Id
+    subject_id: Id
+    event_type: EventType
+    actor_id: Id
+    occurred_at: Timestamp
+    payload: JsonObject
+    extensions: JsonObject
+    causation_id: Id | UnsetType = UNSET
+
+
+class CommittedEvent(ProposedEvent, kw_only=True):
+    """An event as stored and published on the committed stream: the proposed
+    fields plus the ledger-owned ones, all inside the hash chain except
+    ``entry_hash`` itself."""
+
+    tenant: Id
+    session_id: Id
+    run_id: Id
+    seq: Annotated[int, Meta(ge=1)]
+    position: Annotated[int, Meta(ge=1)]
+    append_id: Id
+    committed_at: Timestamp
+    prev_hash: Hash
+    entry_hash: Hash
+
+
+LEDGER_OWNED_FIELDS = (
+    "tenant",
+    "session_id",
+    "run_id",
+    "seq",
+    "position",
+    "append_id",
+    "committed_at",
+    "prev_hash",
+    "entry_hash",
+)
+
+
+# -- appends and receipts -----------------------------------------------------------
+
+
+class AppendRequest(Frozen, kw_only=True):
+    """Published to ``<prefix>.append.<tenant>.<lane>``. ``events`` stay
+    generic JSON objects: they are hashed as sent, and checked one by one
+    against ``ProposedEvent``."""
+
+    lane_id: Id
+    expected_last_seq: Seq
+    append_id: Id
+    events: Annotated[list[JsonObject], Meta(min_length=1, max_length=MAX_EVENTS_PER_APPEND)]
+
+
+class ErrorBody(Frozen, kw_only=True):
+    code: str
+    message: str
+    retryable: bool = False
+    details: JsonObject = {}
+
+
+class AppendCommitted(Frozen, kw_only=True, tag="committed", tag_field="outcome"):
+    append_id: Id
+    lane_id: Id
+    digest: Hash
+    first_seq: int
+    last_seq: int
+    event_ids: list[str]
+    positions: list[int]
+    entry_hashes: list[str]
+    committed_at: Timestamp
+    replayed: bool = False
+
+
+class AppendRejected(Frozen, kw_only=True, tag="rejected", tag_field="outcome"):
+    error: ErrorBody
+    append_id: str | None = None
+    lane_id: str | None = None
+    digest: str | None = None
+
+
+Receipt = AppendCommitted | AppendRejected
+
+
+# -- structure ----------------------------------------------------------------------
+
+
+class Actor(Frozen, kw_only=True):
+    id: Id
+    tenant: Id
+    key: Id
+    kind: str
+    display_name: str | None = None
+    attributes: JsonObject = {}
+    created_at: Timestamp
+
+
+class Lane(Frozen, kw_only=True):
+    id: Id
+    tenant: Id
+    session_id: Id
+    run_id: Id
+    name: Id
+    kind: str = "main"
+    parent_lane_id: Id | None = None
+    actor_id: Id | None = None
+    created_at: Timestamp
+    last_seq: Seq = 0
+    head_hash: Hash = "0" * 64
+
+
+class Turn(Frozen, kw_only=True):
+    id: Id
+    lane_id: Id
+    turn_no: Annotated[int, Meta(ge=1)]
+    created_at: Timestamp
+
+
+class Action(Frozen, kw_only=True):
+    id: Id
+    lane_id: Id
+    turn_id: Id
+    action_type: str
+    name: str
+    effect: str
+    idempotency: str
+    idempotency_key: str | None = None
+    created_at: Timestamp
+
+
+class Attempt(Frozen, kw_only=True):
+    id: Id
+    lane_id: Id
+    action_id: Id
+    attempt_no: Annotated[int, Meta(ge=1)]
+    created_at: Timestamp
+
+
+# -- checkpoints ----------------------------------------------------------------------
+
+
+class Anchor(Frozen, kw_only=True):
+    """The last lane event a checkpoint has applied."""
+
+    lane_id: Id
+    seq: Annotated[int, Meta(ge=1)]
+    event_id: Id
+
+
+class ArtifactRef(Frozen, kw_only=True):
+    sha256: Hash
+    size_bytes: Annotated[int, Meta(ge=0)]
+    media_type: str
+
+
+class Checkpoint(Frozen, kw_only=True):
+    id: Id
+    key: Id
+    revision: Annotated[int, Meta(ge=1)]
+    format: str
+    digest: Hash
+    session_id: Id | None = None
+    run_id: Id | None = None
+    state: Any = None
+    artifact: ArtifactRef | None = None
+    anchor: Anchor | None = None
+    created_at: Timestamp
+
+
+# -- commands to the sequencer (request/reply on <prefix>.cmd.<op>) ------------------
+
+
+class EnsureActor(Frozen, kw_only=True, tag="ensure_actor", tag_field="op"):
+    tenant: Id
+    key: Id
+    kind: str
+    display_name: str | None = None
+    attributes: JsonObject = {}
+
+
+class CreateLane(Frozen, kw_only=True, tag="create_lane", tag_field="op"):
+    tenant: Id
+    session_id: Id
+    run_id: Id
+    name: Id
+    kind: str = "main"
+    parent_lane_id: Id | None = None
+    actor_id: Id | None = None
+    id: Id | None = None
+
+
+class CreateTurn(Frozen, kw_only=True, tag="create_turn", tag_field="op"):
+    lane_id: Id
+    turn_no: Annotated[int, Meta(ge=1)]
+    id: Id | None = None
+
+
+class CreateAction(Frozen, kw_only=True, tag="create_action", tag_field="op"):
+    lane_id: Id
+    turn_id: Id
+    action_type: str
+    name: str
+    effect: str
+    idempotency: str
+    idempotency_key: str | None = None
+    id: Id | None = None
+
+
+class CreateAttempt(Frozen, kw_only=True, tag="create_attempt", tag_field="op"):
+    lane_id: Id
+    action_id: Id
+    attempt_no: Annotated[int, Meta(ge=1)]
+    id: Id | None = None
+
+
+class GetLane(Frozen, kw_only=True, tag="get_lane", tag_field="op"):
+    lane_id: Id
+
+
+class LoadLane(Frozen, kw_only=True, tag="load_lane", tag_field="op"):
+    lane_id: Id
+    after_seq: Seq = 0
+    limit: Annotated[int, Meta(ge=1, le=10_000)] = 1000
+
+
+class LoadRun(Frozen, kw_only=True, tag="load_run", tag_field="op"):
+    session_id: Id
+    run_id: Id
+
+
+class LoadSession(Frozen, kw_only=True, tag="load_session", tag_field="op"):
+    session_id: Id
+
+
+class GetReceipt(Frozen, kw_only=True, tag="get_receipt", tag_field="op"):
+    append_id: Id
+
+
+Command = (
+    EnsureActor
+    | CreateLane
+    | CreateTurn
+    | CreateAction
+    | CreateAttempt
+    | GetLane
+    | LoadLane
+    | LoadRun
+    | LoadSession
+    | GetReceipt
+)
+
+
+class ReplyOk(Frozen, kw_only=True, tag="ok", tag_field="status"):
+    result: Any = None
+
+
+class ReplyError(Frozen, kw_only=True, tag="error", tag_field="status"):
+    error: ErrorBody
+
+
+Reply = ReplyOk | ReplyError
+
+
+# -- read views ---------------------------------------------------------------------
+
+
+class LanePage(Frozen, kw_only=True):
+    lane: Lane
+    events: list[CommittedEvent]
+    has_more: bool
+
+
+class RunView(Frozen, kw_only=True):
+    session_id: Id
+    run_id: Id
+    lanes: list[Lane]
+    turns: list[Turn]
+    actions: list[Action]
+    attempts: list[Attempt]
+    events: list[CommittedEvent]
+
+
+class SessionView(Frozen, kw_only=True):
+    session_id: Id
+    tenant: Id
+    run_ids: list[str]
+    lanes: list[Lane]
+    turns: list[Turn]
+    actions: list[Action]
+    attempts: list[Attempt]
+    events: list[CommittedEvent]
+
+
+# -- decoding -----------------------------------------------------------------------
+
+T = TypeVar("T")
+
+_decoders: dict[Any, msgspec.json.Decoder] = {}
+
+
+def decoder(kind: Any) -> msgspec.json.Decoder:
+    """The one prebuilt decoder for a message type (built on first use)."""
+    found = _decoders.get(kind)
+    if found is None:
+        found = _decoders[kind] = msgspec.json.Decoder(kind)
+    return found
+
+
+_encoder = msgspec.json.Encoder()
+encode = _encoder.encode
+
+
+def decode(data: bytes, kind: type[T], *, max_bytes: int = MAX_REQUEST_BYTES) -> T:
+    """Decode ``data`` as ``kind`` or raise a typed error naming what is wrong:
+    ``RequestTooLarge``, ``MalformedMessage`` (not JSON), ``InvalidRequest``
+    (JSON of the wrong shape; ``details['path']`` is the field path)."""
+    if len(data) > max_bytes:
+        raise RequestTooLarge(
+            f"message is {len(data)} bytes, the limit is {max_bytes}",
+            size_bytes=len(data),
+            limit_bytes=max_bytes,
+        )
+    try:
+        return decoder(kind).decode(data)
+    except msgspec.ValidationError as exc:
+        raise InvalidRequest(str(exc), path=_path_of(exc)) from exc
+    except msgspec.DecodeError as exc:
+        raise MalformedMessage(f"not valid JSON: {exc}") from exc
+
+
+def convert_event(obj: JsonObject, index: int) -> ProposedEvent:
+    """Check one generic event object of an append request."""
+    try:
+        return msgspec.convert(obj, ProposedEvent)
+    except msgspec.ValidationError as exc:
+        inner = _path_of(exc)
+        path = f"$.events[{index}]" + inner[1:] if inner.startswith("$") else f"$.events[{index}]"
+        message = str(exc).replace(f"`{inner}`", f"`{path}`") if inner else str(exc)
+        raise InvalidRequest(message, path=path) from exc
+
+
+def _path_of(exc: msgspec.ValidationError) -> str:
+    # msgspec ends its messages with " - at `$.field[0]`" when it knows where.
+    text = str(exc)
+    marker = " - at `"
+    at = text.rfind(marker)
+    if at < 0:
+        return "$"
+    return text[at + len(marker) : -1]

@@ -1,0 +1,39 @@
+"""The small HTTP surface every service has: /healthz, /readyz, /metrics.
+
+/healthz is answered by the event loop itself, so it says "the loop is not
+stuck"; /readyz asks the service whether it can do its job right now.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+
+def ops_routes(registry: CollectorRegistry, ready: Callable[[], bool]) -> list[web.RouteDef]:
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(_: web.Request) -> web.Response:
+        if ready():
+            return web.json_response({"status": "ready"})
+        return web.json_response({"status": "not ready"}, status=503)
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    return [web.get("/healthz", healthz), web.get("/readyz", readyz), web.get("/metrics", metrics)]
+
+
+async def start_http(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Start ``app``; returns the runner and the bound port (``port=0`` picks one)."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, bound

@@ -1,0 +1,138 @@
+"""Reads over a ledger database: structure, events, receipts.
+
+Events are returned as their stored bytes wrapped in ``msgspec.Raw``: the
+stored bytes are the canonical committed event, so a reply embeds them
+verbatim instead of decoding and re-encoding every event. Decoding the reply
+as the view type (``LanePage``, ``RunView``…) yields ``CommittedEvent``s.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator
+
+import msgspec
+
+from ..errors import EntityNotFound, InternalError
+from ..model import (
+    Action,
+    AppendCommitted,
+    Attempt,
+    Lane,
+    LanePage,
+    RunView,
+    SessionView,
+    Turn,
+    decoder,
+)
+
+
+def lane_from_row(body: str, last_seq: int, head_hash: str) -> Lane:
+    lane = decoder(Lane).decode(body)
+    return msgspec.structs.replace(lane, last_seq=last_seq, head_hash=head_hash)
+
+
+class LedgerReader:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._db = conn
+
+    def _rows(self, sql: str, params: Iterable = ()) -> list[tuple]:
+        try:
+            return self._db.execute(sql, tuple(params)).fetchall()
+        except sqlite3.Error as exc:
+            raise InternalError(f"ledger read failed: {exc}") from exc
+
+    # -- single objects ----------------------------------------------------------
+
+    def last_position(self) -> int:
+        return self._rows("SELECT coalesce(max(position), 0) FROM events")[0][0]
+
+    def get_lane(self, lane_id: str) -> Lane:
+        rows = self._rows(
+            "SELECT body, last_seq, head_hash FROM lanes WHERE id = ?", (lane_id,)
+        )
+        if not rows:
+            raise EntityNotFound("no such lane", kind="lane", id=lane_id)
+        return lane_from_row(*rows[0])
+
+    def get_receipt(self, append_id: str) -> AppendCommitted:
+        rows = self._rows("SELECT body FROM receipts WHERE append_id = ?", (append_id,))
+        if not rows:
+            raise EntityNotFound("no committed append with this id", kind="receipt", id=append_id)
+        return decoder(AppendCommitted).decode(rows[0][0])
+
+    # -- event streams -------------------------------------------------------------
+
+    def load_lane(self, lane_id: str, after_seq: int = 0, limit: int = 1000) -> LanePage:
+        lane = self.get_lane(lane_id)
+        rows = self._rows(
+            "SELECT body FROM events WHERE lane_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (lane_id, after_seq, limit + 1),
+        )
+        events = [msgspec.Raw(body) for (body,) in rows[:limit]]
+        return LanePage(lane=lane, events=events, has_more=len(rows) > limit)  # type: ignore[arg-type]
+
+    def events_after(self, position: int, limit: int = 1000) -> list[tuple[int, bytes]]:
+        """``(position, body)`` of committed events after ``position``, in order."""
+        return self._rows(
+            "SELECT position, body FROM events WHERE position > ? ORDER BY position LIMIT ?",
+            (position, limit),
+        )
+
+    def iter_events(self, batch: int = 5000) -> Iterator[tuple[int, bytes]]:
+        position = 0
+        while rows := self.events_after(position, batch):
+            yield from rows
+            position = rows[-1][0]
+
+    # -- sessions and runs -----------------------------------------------------------
+
+    def load_run(self, session_id: str, run_id: str) -> RunView:
+        lanes = self._lanes("session_id = ? AND run_id = ?", (session_id, run_id))
+        if not lanes:
+            raise EntityNotFound("no such run", kind="run", id=run_id, session_id=session_id)
+        return RunView(
+            session_id=session_id,
+            run_id=run_id,
+            lanes=lanes,
+            **self._structure([lane.id for lane in lanes]),
+            events=self._events("session_id = ? AND run_id = ?", (session_id, run_id)),
+        )
+
+    def load_session(self, session_id: str) -> SessionView:
+        found = self._rows("SELECT tenant FROM sessions WHERE id = ?", (session_id,))
+        if not found:
+            raise EntityNotFound("no such session", kind="session", id=session_id)
+        lanes = self._lanes("session_id = ?", (session_id,))
+        return SessionView(
+            session_id=session_id,
+            tenant=found[0][0],
+            run_ids=sorted({lane.run_id for lane in lanes}),
+            lanes=lanes,
+            **self._structure([lane.id for lane in lanes]),
+            events=self._events("session_id = ?", (session_id,)),
+        )
+
+    def _lanes(self, where: str, params: tuple) -> list[Lane]:
+        rows = self._rows(
+            f"SELECT body, last_seq, head_hash FROM lanes WHERE {where} ORDER BY rowid", params
+        )
+        return [lane_from_row(*row) for row in rows]
+
+    def _events(self, where: str, params: tuple) -> list:
+        rows = self._rows(f"SELECT body FROM events WHERE {where} ORDER BY position", params)
+        return [msgspec.Raw(body) for (body,) in rows]
+
+    def _structure(self, lane_ids: list[str]) -> dict[str, list]:
+        marks = ",".join("?" * len(lane_ids))
+        kinds = {"turns": Turn, "actions": Action, "attempts": Attempt}
+        return {
+            table: [
+                decoder(kind).decode(body)
+                for (body,) in self._rows(
+                    f"SELECT body FROM {table} WHERE lane_id IN ({marks}) ORDER BY rowid",
+                    lane_ids,
+                )
+            ]
+            for table, kind in kinds.items()
+        }

@@ -1,0 +1,121 @@
+"""The SQLite schema of the ledger and how a database file is opened.
+
+No foreign keys (as in Agent Ledger): the writer checks ownership in code,
+inside the same transaction, and the schema stays easy to move.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from ..errors import InternalError
+
+SCHEMA_VERSION = 1
+
+DDL = """
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS actors (
+    id           TEXT PRIMARY KEY,
+    tenant       TEXT NOT NULL,
+    key          TEXT NOT NULL,
+    body         TEXT NOT NULL,
+    UNIQUE (tenant, key)
+);
+CREATE TABLE IF NOT EXISTS sessions (
+    id         TEXT PRIMARY KEY,
+    tenant     TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS lanes (
+    id             TEXT PRIMARY KEY,
+    tenant         TEXT NOT NULL,
+    session_id     TEXT NOT NULL,
+    run_id         TEXT NOT NULL,
+    name           TEXT NOT NULL,
+    body           TEXT NOT NULL,
+    last_seq       INTEGER NOT NULL DEFAULT 0,
+    head_hash      TEXT NOT NULL,
+    UNIQUE (session_id, run_id, name)
+);
+CREATE TABLE IF NOT EXISTS turns (
+    id      TEXT PRIMARY KEY,
+    lane_id TEXT NOT NULL,
+    turn_no INTEGER NOT NULL,
+    body    TEXT NOT NULL,
+    UNIQUE (lane_id, turn_no)
+);
+CREATE TABLE IF NOT EXISTS actions (
+    id      TEXT PRIMARY KEY,
+    lane_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    body    TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS attempts (
+    id         TEXT PRIMARY KEY,
+    lane_id    TEXT NOT NULL,
+    action_id  TEXT NOT NULL,
+    attempt_no INTEGER NOT NULL,
+    body       TEXT NOT NULL,
+    UNIQUE (action_id, attempt_no)
+);
+CREATE TABLE IF NOT EXISTS events (
+    position     INTEGER PRIMARY KEY,
+    id           TEXT NOT NULL UNIQUE,
+    lane_id      TEXT NOT NULL,
+    seq          INTEGER NOT NULL,
+    tenant       TEXT NOT NULL,
+    session_id   TEXT NOT NULL,
+    run_id       TEXT NOT NULL,
+    event_type   TEXT NOT NULL,
+    append_id    TEXT NOT NULL,
+    body         BLOB NOT NULL,
+    UNIQUE (lane_id, seq)
+);
+CREATE INDEX IF NOT EXISTS events_by_session ON events (session_id, position);
+CREATE TABLE IF NOT EXISTS receipts (
+    append_id TEXT PRIMARY KEY,
+    lane_id   TEXT NOT NULL,
+    digest    TEXT NOT NULL,
+    body      BLOB NOT NULL
+);
+"""
+
+
+def open_ledger(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:
+    """Open (and for the writer, create) a ledger database.
+
+    The writer uses WAL with synchronous=FULL: a commit is on disk before any
+    receipt or ack leaves, so kill -9 or power loss never un-commits an event.
+    Readers open read-only and never block the writer.
+    """
+    try:
+        if readonly:
+            conn = sqlite3.connect(
+                f"file:{Path(path)}?mode=ro", uri=True, isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.execute("PRAGMA query_only = ON")
+            return conn
+        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA busy_timeout = 5000")
+        conn.executescript(DDL)
+        found = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if found is None:
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('schema_version', ?)",
+                (str(SCHEMA_VERSION),),
+            )
+        elif int(found[0]) != SCHEMA_VERSION:
+            raise InternalError(
+                "ledger database has another schema version",
+                path=str(path), found=int(found[0]), expected=SCHEMA_VERSION,
+            )
+        return conn
+    except sqlite3.Error as exc:
+        raise InternalError(f"cannot open ledger database: {exc}", path=str(path)) from exc

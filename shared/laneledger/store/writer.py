@@ -1,0 +1,575 @@
+"""The only code that writes a ledger: structure commands and the append
+algorithm of spec/object-model.md, steps 1–6.
+
+``LedgerWriter`` is synchronous and not thread-safe on purpose: the sequencer
+runs it in one dedicated thread, so a whole pulled batch is one unit of work
+in one SQLite transaction, and the in-memory caches (lane heads, actor
+tenants) are authoritative because nothing else writes the file.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+from msgspec import UNSET
+
+from ..canonical import canonicalize
+from ..chain import GENESIS_HASH, entry_hash
+from ..clock import Clock, system_clock
+from ..errors import (
+    CausationViolation,
+    DuplicateEvent,
+    EntityConflict,
+    EntityNotFound,
+    IdempotencyViolation,
+    InternalError,
+    InvalidRequest,
+    LaneConflict,
+    LedgerError,
+    SubjectMismatch,
+    TenantMismatch,
+)
+from ..append import PreparedAppend
+from ..ids import new_id
+from ..model import (
+    Action,
+    Actor,
+    AppendCommitted,
+    AppendRejected,
+    Attempt,
+    CreateAction,
+    CreateAttempt,
+    CreateLane,
+    CreateTurn,
+    EnsureActor,
+    ErrorBody,
+    Lane,
+    Receipt,
+    Turn,
+    decoder,
+    encode,
+)
+from ..subjects import token
+from ..vocabulary import (
+    EFFECT_KINDS,
+    IDEMPOTENCY_CLASSES,
+    SCHEMA_VERSION,
+    check_event_type,
+    check_payload,
+)
+from .reader import LedgerReader, lane_from_row
+
+
+@dataclass(slots=True)
+class LaneHead:
+    id: str
+    tenant: str
+    session_id: str
+    run_id: str
+    last_seq: int
+    head_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedRecord:
+    """One committed event, ready for the committed stream."""
+
+    position: int
+    event_id: str
+    event_type: str
+    tenant: str
+    session_id: str
+    run_id: str
+    lane_id: str
+    body: bytes
+
+
+@dataclass(slots=True)
+class BatchResult:
+    receipts: list[Receipt]  # one per request, in request order
+    committed: list[CommittedRecord]  # in position order
+
+
+def rejection(err: LedgerError, append: PreparedAppend | None = None, **ids: Any) -> AppendRejected:
+    if append is not None:
+        ids = {
+            "append_id": append.request.append_id,
+            "lane_id": append.request.lane_id,
+            "digest": append.digest,
+        }
+    return AppendRejected(
+        error=ErrorBody(
+            code=err.code, message=err.message, retryable=err.retryable, details=err.details
+        ),
+        **ids,
+    )
+
+
+@dataclass(slots=True)
+class _Batch:
+    """What the requests of one batch have done so far, not yet committed."""
+
+    receipts: dict[str, AppendCommitted] = field(default_factory=dict)
+    events: dict[str, tuple[str, int]] = field(default_factory=dict)  # id -> (session, position)
+    heads: dict[str, tuple[int, str]] = field(default_factory=dict)  # lane -> (seq, hash)
+    event_rows: list[tuple] = field(default_factory=list)
+    receipt_rows: list[tuple] = field(default_factory=list)
+    committed: list[CommittedRecord] = field(default_factory=list)
+
+
+class LedgerWriter:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        *,
+        clock: Clock = system_clock,
+        hmac_key: bytes | None = None,
+    ) -> None:
+        self._db = conn
+        self._clock = clock
+        self._key = hmac_key
+        self.reader = LedgerReader(conn)
+        self._lanes: dict[str, LaneHead] = {}
+        self._actor_tenants: dict[str, str] = {}
+        self.last_position = self.reader.last_position()
+
+    # ------------------------------------------------------------------ appends
+
+    def apply_batch(self, batch: list[PreparedAppend]) -> BatchResult:
+        """Apply every request in order and commit them all in one transaction.
+
+        Raises ``InternalError`` when SQLite fails; then nothing of the batch
+        is written and the caller must not ack any of its messages.
+        """
+        committed_at = self._clock()
+        stored = self._stored_receipts({a.request.append_id for a in batch})
+        known = self._known_events(
+            {e.id for a in batch for e in a.events}
+            | {e.causation_id for a in batch for e in a.events if e.causation_id is not UNSET}
+        )
+        self._load_lanes({a.request.lane_id for a in batch})
+        self._load_actors({e.actor_id for a in batch for e in a.events})
+        subjects = self._subject_lanes({e.subject_id for a in batch for e in a.events})
+
+        state = _Batch()
+        position = self.last_position
+        receipts: list[Receipt] = []
+        for append in batch:
+            try:
+                receipt, position = self._apply_one(
+                    append, state, stored, known, subjects, position, committed_at
+                )
+            except LedgerError as err:
+                receipt = rejection(err, append)
+            receipts.append(receipt)
+
+        if state.event_rows:
+            self._commit(state, position)
+        self.last_position = position
+        for lane_id, (seq, head) in state.heads.items():
+            lane = self._lanes[lane_id]
+            lane.last_seq, lane.head_hash = seq, head
+        return BatchResult(receipts, state.committed)
+
+    def _apply_one(
+        self,
+        append: PreparedAppend,
+        state: _Batch,
+        stored: dict[str, AppendCommitted],
+        known: dict[str, tuple[str, int]],
+        subjects: dict[str, str],
+        position: int,
+        committed_at: str,
+    ) -> tuple[Receipt, int]:
+        request = append.request
+        # 1. replay, 2. idempotency violation
+        previous = state.receipts.get(request.append_id) or stored.get(request.append_id)
+        if previous is not None:
+            if previous.digest == append.digest:
+                return msgspec.structs.replace(previous, replayed=True), position
+            raise IdempotencyViolation(
+                "append id already committed with other events",
+                append_id=request.append_id,
+                stored_digest=previous.digest,
+                digest=append.digest,
+            )
+        # 3. lane missing, tenant route
+        lane = self._lanes.get(request.lane_id)
+        if lane is None:
+            raise EntityNotFound("no such lane", kind="lane", id=request.lane_id)
+        if append.tenant_token is not None and append.tenant_token != token(lane.tenant):
+            raise TenantMismatch(
+                "append published under another tenant than the lane's",
+                what="subject",
+                expected_tenant=lane.tenant,
+                subject_tenant_token=append.tenant_token,
+            )
+        # 4. head conflict
+        last_seq, head_hash = state.heads.get(lane.id, (lane.last_seq, lane.head_hash))
+        if request.expected_last_seq != last_seq:
+            raise LaneConflict(
+                "lane head moved",
+                lane_id=lane.id,
+                expected_last_seq=request.expected_last_seq,
+                actual_last_seq=last_seq,
+            )
+        # 5. per-event checks
+        in_request: dict[str, int] = {}
+        request_ids = {event.id for event in append.events}
+        for index, event in enumerate(append.events):
+            self._check_event(event, index, lane, state, known, subjects, in_request, request_ids)
+            in_request[event.id] = index
+        # 6. commit (staged into the batch transaction)
+        event_ids, positions, hashes = [], [], []
+        rows, records = [], []
+        for raw, event in zip(append.request.events, append.events):
+            position += 1
+            last_seq += 1
+            record = dict(raw)
+            record.update(
+                tenant=lane.tenant,
+                session_id=lane.session_id,
+                run_id=lane.run_id,
+                seq=last_seq,
+                position=position,
+                append_id=request.append_id,
+                committed_at=committed_at,
+                prev_hash=head_hash,
+            )
+            head_hash = record["entry_hash"] = entry_hash(record, key=self._key)
+            body = canonicalize(record)
+            rows.append(
+                (position, event.id, lane.id, last_seq, lane.tenant, lane.session_id,
+                 lane.run_id, event.event_type, request.append_id, body)
+            )
+            records.append(
+                CommittedRecord(position, event.id, event.event_type, lane.tenant,
+                                lane.session_id, lane.run_id, lane.id, body)
+            )
+            event_ids.append(event.id)
+            positions.append(position)
+            hashes.append(head_hash)
+        receipt = AppendCommitted(
+            append_id=request.append_id,
+            lane_id=lane.id,
+            digest=append.digest,
+            first_seq=last_seq - len(rows) + 1,
+            last_seq=last_seq,
+            event_ids=event_ids,
+            positions=positions,
+            entry_hashes=hashes,
+            committed_at=committed_at,
+        )
+        state.event_rows.extend(rows)
+        state.committed.extend(records)
+        state.receipt_rows.append((request.append_id, lane.id, append.digest, encode(receipt)))
+        state.receipts[request.append_id] = receipt
+        state.heads[lane.id] = (last_seq, head_hash)
+        for event_id, pos in zip(event_ids, positions):
+            state.events[event_id] = (lane.session_id, pos)
+        return receipt, position
+
+    def _check_event(
+        self,
+        event,
+        index: int,
+        lane: LaneHead,
+        state: _Batch,
+        known: dict[str, tuple[str, int]],
+        subjects: dict[str, str],
+        in_request: dict[str, int],
+        request_ids: set[str],
+    ) -> None:
+        where = f"$.events[{index}]"
+        if event.schema_version != SCHEMA_VERSION:
+            raise InvalidRequest(
+                f"schema_version must be {SCHEMA_VERSION!r}",
+                path=f"{where}.schema_version",
+                found=event.schema_version,
+            )
+        if event.lane_id != lane.id:
+            raise SubjectMismatch(
+                "event names another lane than the append request",
+                event_id=event.id, event_lane_id=event.lane_id, lane_id=lane.id,
+            )
+        check_event_type(event.event_type)
+        check_payload(event.event_type, event.payload)
+        if event.id in known or event.id in state.events or event.id in in_request:
+            committed = known.get(event.id) or state.events.get(event.id)
+            raise DuplicateEvent(
+                "event id already used",
+                event_id=event.id,
+                position=committed[1] if committed else None,
+            )
+        actor_tenant = self._actor_tenants.get(event.actor_id)
+        if actor_tenant is None:
+            raise EntityNotFound("no such actor", kind="actor", id=event.actor_id)
+        if actor_tenant != lane.tenant:
+            raise TenantMismatch(
+                "actor belongs to another tenant",
+                what="actor", actor_id=event.actor_id,
+                expected_tenant=lane.tenant, tenant=actor_tenant,
+            )
+        subject = event.subject_id
+        if subject not in (lane.id, lane.session_id, lane.run_id):
+            owner = subjects.get(subject)
+            if owner != lane.id:
+                raise SubjectMismatch(
+                    "subject is not part of the target lane",
+                    event_id=event.id, subject_id=subject, lane_id=lane.id,
+                    reason="unknown_subject" if owner is None else "other_lane",
+                )
+        cause = event.causation_id
+        if cause is not UNSET:
+            if cause in in_request:
+                return  # an earlier event of this request: same lane, earlier
+            found = known.get(cause) or state.events.get(cause)
+            if found is None:
+                # itself or a later event of this request, or nothing at all
+                reason = "not_earlier" if cause in request_ids else "unknown"
+                raise CausationViolation(
+                    "causation names no earlier event",
+                    event_id=event.id, causation_id=cause, reason=reason,
+                )
+            if found[0] != lane.session_id:
+                raise CausationViolation(
+                    "causation crosses sessions",
+                    event_id=event.id, causation_id=cause, reason="other_session",
+                )
+
+    def _commit(self, state: _Batch, position: int) -> None:
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany(
+                "INSERT INTO events (position, id, lane_id, seq, tenant, session_id, run_id,"
+                " event_type, append_id, body) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                state.event_rows,
+            )
+            db.executemany(
+                "INSERT INTO receipts (append_id, lane_id, digest, body) VALUES (?,?,?,?)",
+                state.receipt_rows,
+            )
+            db.executemany(
+                "UPDATE lanes SET last_seq = ?, head_hash = ? WHERE id = ?",
+                [(seq, head, lane_id) for lane_id, (seq, head) in state.heads.items()],
+            )
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if db.in_transaction:
+                db.rollback()
+            raise InternalError(f"ledger commit failed: {exc}", position=position) from exc
+
+    # ---------------------------------------------------------------- lookups
+
+    def _in(self, sql: str, keys: set[str]) -> list[tuple]:
+        """Run ``sql`` (with one ``{marks}`` placeholder) over ``keys`` in chunks."""
+        keys_list, rows = list(keys), []
+        for start in range(0, len(keys_list), 500):
+            chunk = keys_list[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            try:
+                rows.extend(self._db.execute(sql.format(marks=marks), chunk).fetchall())
+            except sqlite3.Error as exc:
+                raise InternalError(f"ledger read failed: {exc}") from exc
+        return rows
+
+    def _stored_receipts(self, append_ids: set[str]) -> dict[str, AppendCommitted]:
+        rows = self._in("SELECT append_id, body FROM receipts WHERE append_id IN ({marks})", append_ids)
+        receipt = decoder(AppendCommitted)
+        return {append_id: receipt.decode(body) for append_id, body in rows}
+
+    def _known_events(self, ids: set[str]) -> dict[str, tuple[str, int]]:
+        rows = self._in("SELECT id, session_id, position FROM events WHERE id IN ({marks})", ids)
+        return {event_id: (session, position) for event_id, session, position in rows}
+
+    def _load_lanes(self, ids: set[str]) -> None:
+        missing = ids - self._lanes.keys()
+        for lane_id, tenant, session, run, last_seq, head in self._in(
+            "SELECT id, tenant, session_id, run_id, last_seq, head_hash FROM lanes"
+            " WHERE id IN ({marks})",
+            missing,
+        ):
+            self._lanes[lane_id] = LaneHead(lane_id, tenant, session, run, last_seq, head)
+
+    def _load_actors(self, ids: set[str]) -> None:
+        missing = ids - self._actor_tenants.keys()
+        for actor_id, tenant in self._in(
+            "SELECT id, tenant FROM actors WHERE id IN ({marks})", missing
+        ):
+            self._actor_tenants[actor_id] = tenant
+
+    def _subject_lanes(self, ids: set[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for table in ("turns", "actions", "attempts"):
+            found.update(self._in(f"SELECT id, lane_id FROM {table} WHERE id IN ({{marks}})", ids))
+        return found
+
+    # ------------------------------------------------------------- structure
+
+    def ensure_actor(self, cmd: EnsureActor) -> Actor:
+        rows = self._rows("SELECT body FROM actors WHERE tenant = ? AND key = ?", (cmd.tenant, cmd.key))
+        if rows:
+            actor = decoder(Actor).decode(rows[0][0])
+            self._same_or_conflict("actor", cmd.key, actor, cmd, ("kind", "display_name", "attributes"))
+            return actor
+        actor = Actor(
+            id=new_id(), tenant=cmd.tenant, key=cmd.key, kind=cmd.kind,
+            display_name=cmd.display_name, attributes=cmd.attributes, created_at=self._clock(),
+        )
+        self._insert("INSERT INTO actors (id, tenant, key, body) VALUES (?,?,?,?)",
+                     (actor.id, actor.tenant, actor.key, encode(actor)))
+        self._actor_tenants[actor.id] = actor.tenant
+        return actor
+
+    def create_lane(self, cmd: CreateLane) -> Lane:
+        rows = self._rows(
+            "SELECT body, last_seq, head_hash FROM lanes"
+            " WHERE session_id = ? AND run_id = ? AND name = ?",
+            (cmd.session_id, cmd.run_id, cmd.name),
+        )
+        if rows:
+            lane = lane_from_row(*rows[0])
+            fields = ("tenant", "kind", "parent_lane_id", "actor_id")
+            self._same_or_conflict("lane", cmd.name, lane, cmd, fields + (("id",) if cmd.id else ()))
+            return lane
+        if cmd.id is not None and self._rows("SELECT 1 FROM lanes WHERE id = ?", (cmd.id,)):
+            raise EntityConflict("lane id already names another lane", kind="lane", id=cmd.id)
+        session = self._rows("SELECT tenant FROM sessions WHERE id = ?", (cmd.session_id,))
+        if session and session[0][0] != cmd.tenant:
+            raise TenantMismatch(
+                "session belongs to another tenant", what="lane",
+                session_id=cmd.session_id, expected_tenant=session[0][0], tenant=cmd.tenant,
+            )
+        if cmd.parent_lane_id is not None:
+            parent = self.reader.get_lane(cmd.parent_lane_id)
+            if parent.session_id != cmd.session_id:
+                raise EntityConflict(
+                    "parent lane is in another session", kind="lane",
+                    parent_lane_id=cmd.parent_lane_id, parent_session_id=parent.session_id,
+                )
+        if cmd.actor_id is not None:
+            self._load_actors({cmd.actor_id})
+            tenant = self._actor_tenants.get(cmd.actor_id)
+            if tenant is None:
+                raise EntityNotFound("no such actor", kind="actor", id=cmd.actor_id)
+            if tenant != cmd.tenant:
+                raise TenantMismatch("actor belongs to another tenant", what="actor",
+                                     actor_id=cmd.actor_id, expected_tenant=cmd.tenant, tenant=tenant)
+        now = self._clock()
+        lane = Lane(
+            id=cmd.id or new_id(), tenant=cmd.tenant, session_id=cmd.session_id,
+            run_id=cmd.run_id, name=cmd.name, kind=cmd.kind, parent_lane_id=cmd.parent_lane_id,
+            actor_id=cmd.actor_id, created_at=now,
+        )
+        self._insert_many([
+            ("INSERT OR IGNORE INTO sessions (id, tenant, created_at) VALUES (?,?,?)",
+             (lane.session_id, lane.tenant, now)),
+            ("INSERT INTO lanes (id, tenant, session_id, run_id, name, body, last_seq, head_hash)"
+             " VALUES (?,?,?,?,?,?,0,?)",
+             (lane.id, lane.tenant, lane.session_id, lane.run_id, lane.name, encode(lane), GENESIS_HASH)),
+        ])
+        self._lanes[lane.id] = LaneHead(lane.id, lane.tenant, lane.session_id, lane.run_id, 0, GENESIS_HASH)
+        return lane
+
+    def create_turn(self, cmd: CreateTurn) -> Turn:
+        self.reader.get_lane(cmd.lane_id)
+        rows = self._rows("SELECT body FROM turns WHERE lane_id = ? AND turn_no = ?", (cmd.lane_id, cmd.turn_no))
+        if rows:
+            turn = decoder(Turn).decode(rows[0][0])
+            self._same_or_conflict("turn", turn.id, turn, cmd, ("id",) if cmd.id else ())
+            return turn
+        self._unused_id("turns", "turn", cmd.id)
+        turn = Turn(id=cmd.id or new_id(), lane_id=cmd.lane_id, turn_no=cmd.turn_no, created_at=self._clock())
+        self._insert("INSERT INTO turns (id, lane_id, turn_no, body) VALUES (?,?,?,?)",
+                     (turn.id, turn.lane_id, turn.turn_no, encode(turn)))
+        return turn
+
+    def create_action(self, cmd: CreateAction) -> Action:
+        if cmd.effect not in EFFECT_KINDS:
+            raise InvalidRequest(f"effect must be one of {EFFECT_KINDS}", path="$.effect", found=cmd.effect)
+        if cmd.idempotency not in IDEMPOTENCY_CLASSES:
+            raise InvalidRequest(f"idempotency must be one of {IDEMPOTENCY_CLASSES}",
+                                 path="$.idempotency", found=cmd.idempotency)
+        self._owned_by_lane("turns", "turn", cmd.turn_id, cmd.lane_id)
+        if cmd.id is not None:
+            rows = self._rows("SELECT body FROM actions WHERE id = ?", (cmd.id,))
+            if rows:
+                action = decoder(Action).decode(rows[0][0])
+                fields = ("lane_id", "turn_id", "action_type", "name", "effect", "idempotency", "idempotency_key")
+                self._same_or_conflict("action", cmd.id, action, cmd, fields)
+                return action
+        action = Action(
+            id=cmd.id or new_id(), lane_id=cmd.lane_id, turn_id=cmd.turn_id,
+            action_type=cmd.action_type, name=cmd.name, effect=cmd.effect,
+            idempotency=cmd.idempotency, idempotency_key=cmd.idempotency_key, created_at=self._clock(),
+        )
+        self._insert("INSERT INTO actions (id, lane_id, turn_id, body) VALUES (?,?,?,?)",
+                     (action.id, action.lane_id, action.turn_id, encode(action)))
+        return action
+
+    def create_attempt(self, cmd: CreateAttempt) -> Attempt:
+        self._owned_by_lane("actions", "action", cmd.action_id, cmd.lane_id)
+        rows = self._rows("SELECT body FROM attempts WHERE action_id = ? AND attempt_no = ?",
+                          (cmd.action_id, cmd.attempt_no))
+        if rows:
+            attempt = decoder(Attempt).decode(rows[0][0])
+            self._same_or_conflict("attempt", attempt.id, attempt, cmd, ("id",) if cmd.id else ())
+            return attempt
+        self._unused_id("attempts", "attempt", cmd.id)
+        attempt = Attempt(id=cmd.id or new_id(), lane_id=cmd.lane_id, action_id=cmd.action_id,
+                          attempt_no=cmd.attempt_no, created_at=self._clock())
+        self._insert("INSERT INTO attempts (id, lane_id, action_id, attempt_no, body) VALUES (?,?,?,?,?)",
+                     (attempt.id, attempt.lane_id, attempt.action_id, attempt.attempt_no, encode(attempt)))
+        return attempt
+
+    # -------------------------------------------------------- structure helpers
+
+    @staticmethod
+    def _same_or_conflict(kind: str, key: str, stored: Any, cmd: Any, fields: tuple[str, ...]) -> None:
+        differing = {
+            name: {"stored": getattr(stored, name), "requested": getattr(cmd, name)}
+            for name in fields
+            if getattr(stored, name) != getattr(cmd, name)
+        }
+        if differing:
+            raise EntityConflict(
+                f"{kind} exists with other attributes", kind=kind, key=key, differing=differing
+            )
+
+    def _owned_by_lane(self, table: str, kind: str, entity_id: str, lane_id: str) -> None:
+        self.reader.get_lane(lane_id)
+        rows = self._rows(f"SELECT lane_id FROM {table} WHERE id = ?", (entity_id,))
+        if not rows:
+            raise EntityNotFound(f"no such {kind}", kind=kind, id=entity_id)
+        if rows[0][0] != lane_id:
+            raise SubjectMismatch(f"{kind} belongs to another lane", kind=kind, id=entity_id,
+                                  lane_id=lane_id, owner_lane_id=rows[0][0])
+
+    def _unused_id(self, table: str, kind: str, entity_id: str | None) -> None:
+        if entity_id is not None and self._rows(f"SELECT 1 FROM {table} WHERE id = ?", (entity_id,)):
+            raise EntityConflict(f"{kind} id already names another {kind}", kind=kind, id=entity_id)
+
+    def _rows(self, sql: str, params: tuple) -> list[tuple]:
+        try:
+            return self._db.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise InternalError(f"ledger read failed: {exc}") from exc
+
+    def _insert(self, sql: str, params: tuple) -> None:
+        self._insert_many([(sql, params)])
+
+    def _insert_many(self, statements: list[tuple[str, tuple]]) -> None:
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            for sql, params in statements:
+                db.execute(sql, params)
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if db.in_transaction:
+                db.rollback()
+            raise InternalError(f"ledger write failed: {exc}") from exc
