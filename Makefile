@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/laneledger up --demo
+	$(BIN)/laneledger up
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -79,7 +79,10 @@ async def run(args: argparse.Namespace) -> None:
             running.result()  # re-raise what killed it
     finally:
         await sequencer.stop()
-        await nc.drain()
+        # flush + close rather than drain: nats-py's drain can wait out its
+        # whole timeout on a pull subscription whose last fetch expired.
+        await nc.flush()
+        await nc.close()
         await runner.cleanup()
 
 

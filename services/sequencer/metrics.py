@@ -7,6 +7,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 class SequencerMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
         self.requests = Counter(
             "laneledger_sequencer_append_requests_total",
             "Append requests handled, by outcome and error code",

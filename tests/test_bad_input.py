@@ -1,0 +1,192 @@
+"""Bad input never hurts: every malformed or refused request gets a typed
+rejection receipt and a counter, nothing is half-written, and the sequencer
+keeps serving good requests."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import msgspec
+import pytest
+from prometheus_client import CollectorRegistry
+
+from laneledger.client import LedgerClient, make_event
+from laneledger.model import AppendCommitted, AppendRejected, Receipt, decoder
+from laneledger.store import LedgerWriter, open_ledger
+from laneledger.subjects import Subjects, token
+from services.sequencer.metrics import SequencerMetrics
+from services.sequencer.service import Sequencer, SequencerSettings
+
+SMALL_LIMIT = 16 * 1024
+
+
+@pytest.fixture
+async def small_sequencer(nc, tmp_path: Path):
+    """A sequencer whose request size limit is small enough to exceed."""
+    writer = LedgerWriter(open_ledger(tmp_path / "ledger.db"))
+    service = Sequencer(nc, writer, SequencerMetrics(CollectorRegistry()),
+                        SequencerSettings(max_request_bytes=SMALL_LIMIT))
+    await service.start()
+    try:
+        yield service
+    finally:
+        await service.stop()
+
+
+@pytest.fixture
+async def ledger(nats_server, small_sequencer):
+    client = await LedgerClient.connect(nats_server.url, timeout=5.0)
+    actor = await client.ensure_actor("acme", "agent:bad-input@1", "agent")
+    lane = await client.create_lane("acme", "s1", "r1", "main", actor_id=actor.id)
+    try:
+        yield client, actor, lane
+    finally:
+        await client.close()
+
+
+class Inbox:
+    """Publishes raw append bytes and collects the receipts they get."""
+
+    def __init__(self, nc) -> None:
+        self.nc, self.js = nc, nc.jetstream()
+        self.receipts: asyncio.Queue[Receipt] = asyncio.Queue()
+        self.subject = nc.new_inbox()
+
+    async def __aenter__(self) -> "Inbox":
+        self.sub = await self.nc.subscribe(self.subject, cb=self._on)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.sub.unsubscribe()
+
+    async def _on(self, msg) -> None:
+        await self.receipts.put(decoder(Receipt).decode(msg.data))
+
+    async def send(self, subject: str, body: bytes, *, reply: bool = True) -> None:
+        headers = {"Ledger-Reply-To": self.subject} if reply else None
+        await self.js.publish(subject, body, headers=headers)
+
+    async def next(self) -> Receipt:
+        return await asyncio.wait_for(self.receipts.get(), timeout=5)
+
+
+def rejected_count(sequencer: Sequencer, code: str) -> float:
+    value = sequencer._metrics.registry.get_sample_value(
+        "laneledger_sequencer_append_requests_total", {"outcome": "rejected", "code": code}
+    )
+    return value or 0.0
+
+
+def request(lane, events, *, expected=0, append_id="a-1") -> dict:
+    return {"lane_id": lane.id, "expected_last_seq": expected, "append_id": append_id,
+            "events": events}
+
+
+async def test_each_kind_of_bad_input_gets_a_typed_receipt(nc, ledger, small_sequencer):
+    client, actor, lane = ledger
+    subject = Subjects().append("acme", lane.id)
+    good_event = make_event(lane.id, "stream.text_delta", actor_id=actor.id)
+    cases = [
+        ("malformed_message", subject, b"\xff\x00 not json", None),
+        ("invalid_request", subject, msgspec.json.encode(
+            {**request(lane, [good_event]), "expected_last_seq": "zero"}), "$.expected_last_seq"),
+        ("invalid_request", subject, msgspec.json.encode(
+            request(lane, [{**good_event, "occurred_at": "yesterday"}])), "$.events[0].occurred_at"),
+        ("invalid_request", subject, msgspec.json.encode(request(lane, [])), "$.events"),
+        ("invalid_request", subject, msgspec.json.encode(
+            request(lane, [{**good_event, "sneaky": 1}])), "$.events[0]"),
+        ("request_too_large", subject, msgspec.json.encode(
+            request(lane, [{**good_event, "payload": {"blob": "x" * SMALL_LIMIT}}])), None),
+        ("not_canonicalizable", subject, msgspec.json.encode(
+            request(lane, [{**good_event, "payload": {"n": 2**60}}])), None),
+        ("invalid_request", f"ledger.append.acme.{token('other-lane')}",
+         msgspec.json.encode(request(lane, [good_event])), "$.lane_id"),
+        ("invalid_request", "ledger.append.acme.too.many.tokens",
+         msgspec.json.encode(request(lane, [good_event])), None),
+        ("entity_not_found", Subjects().append("acme", "missing-lane"), msgspec.json.encode(
+            {**request(lane, [good_event]), "lane_id": "missing-lane"}), None),
+        ("entity_not_found", subject, msgspec.json.encode(
+            request(lane, [{**good_event, "actor_id": "nobody"}])), None),
+        ("tenant_mismatch", Subjects().append("globex", lane.id),
+         msgspec.json.encode(request(lane, [good_event])), None),
+        ("unknown_event_type", subject, msgspec.json.encode(
+            request(lane, [{**good_event, "event_type": "nonsense"}])), None),
+        ("invalid_payload", subject, msgspec.json.encode(request(lane, [{
+            **good_event, "event_type": "cost.recorded",
+            "payload": {"provider": "p", "model": "m", "currency": "USD", "amount": 0.1}}])), None),
+    ]
+    async with Inbox(nc) as inbox:
+        for code, subj, body, path in cases:
+            before = rejected_count(small_sequencer, code)
+            await inbox.send(subj, body)
+            receipt = await inbox.next()
+            assert isinstance(receipt, AppendRejected), (code, receipt)
+            assert receipt.error.code == code, (code, receipt.error)
+            if path is not None:
+                assert receipt.error.details["path"] == path
+            if code not in ("malformed_message", "request_too_large"):
+                assert receipt.append_id == "a-1"
+            assert rejected_count(small_sequencer, code) == before + 1
+    # Nothing was written, and the sequencer still commits a good append.
+    assert small_sequencer._writer.last_position == 0
+    receipt = await client.append(lane, 0, [good_event])
+    assert receipt.positions == [1]
+
+
+async def test_bad_and_good_requests_in_one_batch(nc, ledger, small_sequencer):
+    client, actor, lane = ledger
+    subject = Subjects().append("acme", lane.id)
+    async with Inbox(nc) as inbox:
+        bodies = []
+        for i in range(30):
+            if i % 3 == 0:
+                bodies.append(b"garbage")
+            else:
+                event = make_event(lane.id, "stream.text_delta", actor_id=actor.id)
+                bodies.append(msgspec.json.encode(
+                    request(lane, [event], expected=len([b for b in bodies if b != b"garbage"]),
+                            append_id=f"a-{i}")))
+        # In order on one connection: the stream keeps that order, and the
+        # sequencer pulls whatever has arrived as one batch.
+        for body in bodies:
+            await inbox.send(subject, body)
+        receipts = [await inbox.next() for _ in bodies]
+    committed = [r for r in receipts if isinstance(r, AppendCommitted)]
+    refused = [r for r in receipts if isinstance(r, AppendRejected)]
+    assert len(refused) == 10 and {r.error.code for r in refused} == {"malformed_message"}
+    page = await client.load_lane(lane.id)
+    assert [e.seq for e in page.events] == list(range(1, len(committed) + 1))
+    assert sorted(r.last_seq for r in committed) == list(range(1, len(committed) + 1))
+
+
+async def test_request_without_reply_subject_is_still_processed(nc, ledger, small_sequencer):
+    client, actor, lane = ledger
+    event = make_event(lane.id, "stream.text_delta", actor_id=actor.id)
+    inbox = Inbox(nc)
+    await inbox.send(Subjects().append("acme", lane.id),
+                     msgspec.json.encode(request(lane, [event], append_id="quiet")), reply=False)
+    await inbox.send(Subjects().append("acme", lane.id), b"{", reply=False)
+    for _ in range(100):
+        if small_sequencer._writer.last_position == 1:
+            break
+        await asyncio.sleep(0.05)
+    stored = await client.get_receipt("quiet")
+    assert stored.event_ids == [event["id"]]
+    for _ in range(100):
+        if rejected_count(small_sequencer, "malformed_message") == 1:
+            break
+        await asyncio.sleep(0.05)
+    assert rejected_count(small_sequencer, "malformed_message") == 1
+
+
+async def test_bad_commands_get_typed_error_replies(nc, ledger):
+    client, actor, lane = ledger
+    reply = await nc.request("ledger.cmd.create_lane", b"not json", timeout=5)
+    assert b'"code":"malformed_message"' in reply.data
+    reply = await nc.request("ledger.cmd.create_lane",
+                             msgspec.json.encode({"op": "get_lane", "lane_id": lane.id}), timeout=5)
+    assert b'"code":"invalid_request"' in reply.data and b"subject" in reply.data
+    reply = await nc.request("ledger.cmd.get_lane",
+                             msgspec.json.encode({"op": "get_lane", "lane_id": lane.id}), timeout=5)
+    assert b'"status":"ok"' in reply.data
