@@ -61,7 +61,8 @@ class Inbox:
         await self.sub.unsubscribe()
 
     async def _on(self, msg) -> None:
-        await self.receipts.put(decoder(Receipt).decode(msg.data))
+        for receipt in decoder(list[Receipt]).decode(msg.data):
+            await self.receipts.put(receipt)
 
     async def send(self, subject: str, body: bytes, *, reply: bool = True) -> None:
         headers = {"Ledger-Reply-To": self.subject} if reply else None

@@ -14,7 +14,7 @@ import pytest
 
 from laneledger import vocabulary as v
 from laneledger.errors import InvalidPayload, UnknownEventType
-from laneledger.model import convert_event
+from laneledger.model import ProposedEvent, decode, encode
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = json.loads((ROOT / "spec" / "vocabulary.json").read_text())
@@ -350,7 +350,7 @@ def test_the_doc_has_an_example_for_every_family() -> None:
 
 @pytest.mark.parametrize(("family", "event"), _examples(), ids=lambda x: x if isinstance(x, str) else x["event_type"])
 def test_doc_examples_are_valid_proposed_events_of_their_family(family: str, event: dict[str, Any]) -> None:
-    proposed = convert_event(event, 0)
+    proposed = decode(encode(event), ProposedEvent)
     assert proposed.schema_version == v.SCHEMA_VERSION
     v.check_event_type(proposed.event_type)
     v.check_payload(proposed.event_type, proposed.payload)

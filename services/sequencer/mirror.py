@@ -7,8 +7,8 @@ at start-up, after a crash between commit and publish, after a failed
 publish — the mirror reads the stream's last sequence and republishes what
 the ledger has beyond it.
 
-Publishes within a batch are pipelined (``publish_async``) and their acks
-awaited once per batch; batches are published one after another by a single
+Publishes within a batch are pipelined and only the last asks for an ack
+(see ``_publish``); batches are published one after another by a single
 task, in position order.
 """
 
@@ -18,11 +18,11 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from nats.js import JetStreamContext
-from nats.js.errors import APIError
+from nats.aio.client import Client as NATS
 
 from laneledger.errors import IntegrityError
 from laneledger.model import CommittedEvent, decoder
+from laneledger.pubacks import AckInbox
 from laneledger.store import CommittedRecord
 from laneledger.subjects import Subjects
 
@@ -34,33 +34,44 @@ WRONG_LAST_SEQUENCE = 10071
 ReadAfter = Callable[[int, int], Awaitable[list[tuple[int, bytes]]]]
 
 
-def event_headers(record_id: str, position: int, event_type: str) -> dict[str, str]:
-    return {
-        "Nats-Msg-Id": record_id,
-        "Nats-Expected-Last-Sequence": str(position - 1),
-        "Ledger-Position": str(position),
-        "Ledger-Event-Type": event_type,
-    }
+def event_headers(position: int) -> dict[str, str]:
+    # The only header: the stream sequence *is* the position, and the body
+    # carries everything else.
+    return {"Nats-Expected-Last-Sequence": str(position - 1)}
+
+
+def _raise_if_cancel_requested() -> None:
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
+class StreamPublishError(Exception):
+    """A committed event was not stored at its position (the mirror resyncs)."""
 
 
 class CommittedStreamMirror:
     def __init__(
         self,
-        js: JetStreamContext,
+        nc: NATS,
         subjects: Subjects,
         stream: str,
         read_after: ReadAfter,
         ledger_last_position: Callable[[], int],
         *,
         queue_batches: int = 64,
+        ack_timeout_s: float = 10.0,
     ) -> None:
-        self._js = js
+        self._nc = nc
+        self._js = nc.jetstream()
         self._subjects = subjects
         self._stream = stream
         self._read_after = read_after
         self._ledger_last = ledger_last_position
+        self._ack_timeout = ack_timeout_s
         self._queue: asyncio.Queue[list[CommittedRecord]] = asyncio.Queue(queue_batches)
         self.published = 0  # the stream's last sequence, as far as we know
+        self._acks = AckInbox(nc)
 
     async def submit(self, records: list[CommittedRecord]) -> None:
         """Queue one committed batch; waits when the mirror is far behind."""
@@ -72,8 +83,17 @@ class CommittedStreamMirror:
         return self._queue.qsize()
 
     async def run(self) -> None:
-        """Publish queued batches forever; resync on any failure."""
+        """Publish queued batches forever; resync on any failure.
+
+        A cancel can be swallowed on the way (Python 3.11's ``wait_for``
+        returns the result instead of raising when what it awaits completes
+        in the same loop iteration as the cancel; nats-py turns a cancelled
+        ``publish_async`` into another error), so the task also checks for a
+        pending cancel itself: otherwise ``Sequencer.stop()`` waits forever
+        on a mirror that went back to its queue.
+        """
         while True:
+            _raise_if_cancel_requested()
             records = await self._queue.get()
             while True:
                 try:
@@ -84,6 +104,7 @@ class CommittedStreamMirror:
                 except IntegrityError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - any NATS failure: resync and retry
+                    _raise_if_cancel_requested()
                     log.warning("committed-stream publish failed (%s); resyncing", exc)
                     await asyncio.sleep(0.2)
                     await self._resync_quietly()
@@ -127,43 +148,55 @@ class CommittedStreamMirror:
             fresh = [r for r in fresh if r.position > self.published]
             if not fresh:
                 return
-        futures = [
-            await self._js.publish_async(
-                self._subjects.events(r.tenant, r.session_id, r.run_id, r.lane_id),
-                r.body,
-                headers=event_headers(r.event_id, r.position, r.event_type),
-            )
+        await self._publish([
+            (r.position, self._subjects.events(r.tenant, r.session_id, r.run_id, r.lane_id),
+             r.body, event_headers(r.position))
             for r in fresh
-        ]
-        await self._settle(futures, [r.position for r in fresh])
+        ])
 
     async def _publish_rows(self, rows: list[tuple[int, bytes]]) -> None:
         """Republish stored events (catch-up path): decode what routing needs."""
-        futures, positions = [], []
+        items = []
         for position, body in rows:
             event = decoder(CommittedEvent).decode(body)
-            futures.append(
-                await self._js.publish_async(
-                    self._subjects.events(event.tenant, event.session_id, event.run_id, event.lane_id),
-                    bytes(body),
-                    headers=event_headers(event.id, position, event.event_type),
-                )
-            )
-            positions.append(position)
-        await self._settle(futures, positions)
+            items.append((
+                position,
+                self._subjects.events(event.tenant, event.session_id, event.run_id, event.lane_id),
+                bytes(body),
+                event_headers(position),
+            ))
+        await self._publish(items)
 
-    async def _settle(self, futures: list, positions: list[int]) -> None:
-        for future, position in zip(futures, positions):
-            try:
-                ack = await asyncio.wait_for(future, timeout=10)
-            except APIError as exc:
-                if exc.err_code == WRONG_LAST_SEQUENCE:
-                    log.info("stream sequence moved under us at position %d; resyncing", position)
-                raise
-            if ack.seq != position:
-                raise IntegrityError(
-                    "committed stream sequence differs from ledger position",
-                    position=position,
-                    stream_sequence=ack.seq,
-                )
-            self.published = position
+    async def _publish(self, items: list[tuple[int, str, bytes, dict[str, str]]]) -> None:
+        """Publish in position order, with an ack asked for the last one only.
+
+        Every message carries ``Nats-Expected-Last-Sequence``, so JetStream
+        stores message p only if the stream ends at p - 1. Published in order
+        on one connection, the last message can therefore be stored at its
+        position only if every earlier one was stored at its own: one ack per
+        batch proves the whole batch, and a failure anywhere shows up there.
+        """
+        last = items[-1][0]
+        for position, subject, body, headers in items[:-1]:
+            await self._nc.publish(subject, body, headers=headers)
+        _, subject, body, headers = items[-1]
+        waiting = await self._acks.publish(subject, body, headers)
+        try:
+            ack = await asyncio.wait_for(waiting, self._ack_timeout)
+        except asyncio.TimeoutError:
+            self._acks.forget(waiting)
+            raise StreamPublishError(f"no ack for position {last} after {self._ack_timeout}s") from None
+        if ack.error is not None:
+            if ack.error.err_code == WRONG_LAST_SEQUENCE:
+                log.info("stream is not where the ledger expects it before position %d", items[0][0])
+            raise StreamPublishError(
+                f"positions {items[0][0]}..{last}: {ack.error.description} "
+                f"(err_code {ack.error.err_code})"
+            )
+        if ack.seq != last:
+            raise IntegrityError(
+                "committed stream sequence differs from ledger position",
+                position=last,
+                stream_sequence=ack.seq,
+            )
+        self.published = last

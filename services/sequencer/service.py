@@ -49,9 +49,11 @@ from laneledger.subjects import Subjects
 
 from .metrics import SequencerMetrics
 from .mirror import CommittedStreamMirror
+from .pullfeed import PullFeed
 from .streams import (
     SEQUENCER_CONSUMER,
     append_stream_config,
+    ensure_consumer,
     ensure_stream,
     events_stream_config,
     sequencer_consumer_config,
@@ -61,6 +63,15 @@ log = logging.getLogger("laneledger.sequencer")
 
 REPLY_HEADER = "Ledger-Reply-To"
 T = TypeVar("T")
+_PIPELINE = 2  # batches committing or waiting to be finished
+
+
+@dataclass
+class _Batch:
+    msgs: list[Msg]
+    outcomes: list[Receipt | None]  # request errors; None where the writer decides
+    committing: asyncio.Future
+    started: float
 
 
 @dataclass(frozen=True)
@@ -93,7 +104,7 @@ class Sequencer:
         self._command_sub = None
         self.ready = False
         self.mirror = CommittedStreamMirror(
-            self._js,
+            nc,
             settings.subjects,
             settings.events_stream,
             read_after=lambda pos, n: self._in_writer(writer.reader.events_after, pos, n),
@@ -111,12 +122,9 @@ class Sequencer:
         await ensure_stream(self._js, events_stream_config(s.events_stream, s.subjects, s.replicas))
         await self.mirror.catch_up()
         self._metrics.last_position.set(self._writer.last_position)
-        pull = await self._js.pull_subscribe(
-            s.subjects.append_wildcard,
-            durable=SEQUENCER_CONSUMER,
-            stream=s.append_stream,
-            config=sequencer_consumer_config(),
-        )
+        await ensure_consumer(self._js, s.append_stream, sequencer_consumer_config())
+        pull = PullFeed(self._nc, s.append_stream, SEQUENCER_CONSUMER, credits=2 * s.batch_size)
+        await pull.start()
         self._command_sub = await self._nc.subscribe(
             s.subjects.command_wildcard, queue="sequencer", cb=self._on_command
         )
@@ -152,24 +160,42 @@ class Sequencer:
             await asyncio.sleep(0.05)
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        # Bounded: a task that swallowed its cancel must not hang shutdown.
+        await asyncio.wait(self._tasks, timeout=drain_timeout_s)
         self._thread.shutdown(wait=True)
 
     # ----------------------------------------------------------------- appends
 
     async def _pull_loop(self, pull) -> None:
-        s = self._settings
-        while not self._stopping.is_set():
-            try:
-                msgs = await pull.fetch(batch=s.batch_size, timeout=s.fetch_timeout_s)
-            except nats.errors.TimeoutError:
-                continue
-            except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError):
-                await asyncio.sleep(0.2)
-                continue
-            await self._handle_batch(msgs)
+        """Fetch and read batch N+1 while the writer commits batch N.
 
-    async def _handle_batch(self, msgs: list[Msg]) -> None:
+        Batches reach the writer thread in fetch order (one worker), and are
+        finished — acked, answered, mirrored — in that same order by
+        ``_finish_loop``. At most ``_PIPELINE`` batches are in flight.
+        """
+        s = self._settings
+        loop = asyncio.get_running_loop()
+        in_flight: asyncio.Queue[_Batch | None] = asyncio.Queue(maxsize=_PIPELINE)
+        finisher = asyncio.create_task(self._finish_loop(in_flight), name="sequencer-finish")
+        try:
+            while not self._stopping.is_set() and not finisher.done():
+                msgs = await pull.next_batch(s.batch_size, s.fetch_timeout_s)
+                if not msgs:
+                    continue
+                outcomes, prepared = self._prepare_batch(msgs)
+                committing = loop.run_in_executor(self._thread, self._writer.apply_batch, prepared)
+                await in_flight.put(_Batch(msgs, outcomes, committing, time.perf_counter()))
+        finally:
+            await pull.stop()
+            await in_flight.put(None)
+            await finisher
+
+    async def _finish_loop(self, in_flight: asyncio.Queue[_Batch | None]) -> None:
+        while (batch := await in_flight.get()) is not None:
+            await self._finish_batch(batch)
+
+    def _prepare_batch(self, msgs: list[Msg]) -> tuple[list[Receipt | None], list[PreparedAppend]]:
+        """Step 0 for every message; a request error is its final outcome."""
         outcomes: list[Receipt | None] = []
         prepared: list[PreparedAppend] = []
         for msg in msgs:
@@ -179,24 +205,28 @@ class Sequencer:
             except RequestError as err:
                 append_id, lane_id = readable_ids(msg.data)
                 outcomes.append(rejection(err, append_id=append_id, lane_id=lane_id))
-        started = time.perf_counter()
+        return outcomes, prepared
+
+    async def _finish_batch(self, batch: _Batch) -> None:
+        msgs = batch.msgs
         try:
-            result = await self._in_writer(self._writer.apply_batch, prepared)
+            result = await batch.committing
         except LedgerError as err:
             # Nothing was written: hand every message back for redelivery.
             log.error("batch of %d requests not committed: %s", len(msgs), err)
             self._metrics.batch_failures.inc()
             await asyncio.gather(*(m.nak(delay=1.0) for m in msgs), return_exceptions=True)
             return
-        self._metrics.commit_seconds.observe(time.perf_counter() - started)
+        self._metrics.commit_seconds.observe(time.perf_counter() - batch.started)
         self._metrics.batch_size.observe(len(msgs))
         decided = iter(result.receipts)
-        receipts = [o if o is not None else next(decided) for o in outcomes]
+        receipts = [o if o is not None else next(decided) for o in batch.outcomes]
 
         # Committed: only now may the inbound messages leave the work queue.
-        await asyncio.gather(*(m.ack() for m in msgs), return_exceptions=True)
-        for msg, receipt in zip(msgs, receipts):
-            await self._send_receipt(msg, receipt)
+        publish = self._nc.publish
+        for msg in msgs:  # plain publishes: no task, no future per message
+            await publish(msg.reply, b"+ACK")
+        await self._send_receipts(msgs, receipts)
         self._metrics.events.inc(len(result.committed))
         self._metrics.last_position.set(self._writer.last_position)
         await self.mirror.submit(result.committed)
@@ -214,20 +244,28 @@ class Sequencer:
             max_bytes=self._settings.max_request_bytes,
         )
 
-    async def _send_receipt(self, msg: Msg, receipt: Receipt) -> None:
-        if isinstance(receipt, AppendRejected):
-            self._metrics.requests.labels("rejected", receipt.error.code).inc()
-        else:
-            self._metrics.requests.labels("replayed" if receipt.replayed else "committed", "").inc()
-        reply_to = (msg.headers or {}).get(REPLY_HEADER)
-        if not reply_to:
-            return
-        try:
-            await self._nc.publish(
-                reply_to, encode(receipt), headers={"Ledger-Append-Id": receipt.append_id or ""}
-            )
-        except (nats.errors.BadSubjectError, nats.errors.Error) as exc:
-            log.warning("could not send receipt to %r: %s", reply_to, exc)
+    async def _send_receipts(self, msgs: list[Msg], receipts: list[Receipt]) -> None:
+        """One message per reply subject per batch: a JSON array of the
+        receipts addressed there, in request order (spec/wire.md)."""
+        by_inbox: dict[str, list[Receipt]] = {}
+        committed = replayed = 0
+        for msg, receipt in zip(msgs, receipts):
+            if isinstance(receipt, AppendRejected):
+                self._metrics.requests.labels("rejected", receipt.error.code).inc()
+            elif receipt.replayed:
+                replayed += 1
+            else:
+                committed += 1
+            reply_to = (msg.headers or {}).get(REPLY_HEADER)
+            if reply_to:
+                by_inbox.setdefault(reply_to, []).append(receipt)
+        self._metrics.requests.labels("committed", "").inc(committed)
+        self._metrics.requests.labels("replayed", "").inc(replayed)
+        for reply_to, batch in by_inbox.items():
+            try:
+                await self._nc.publish(reply_to, encode(batch))
+            except nats.errors.Error as exc:
+                log.warning("could not send receipts to %r: %s", reply_to, exc)
 
     # ----------------------------------------------------------------- commands
 

@@ -113,3 +113,12 @@ def _normal(value):
     if isinstance(value, list):
         return sorted(value)
     return value
+
+
+async def ensure_consumer(js: JetStreamContext, stream: str, wanted: ConsumerConfig) -> None:
+    """Create the durable consumer, or keep the one there (its delivery state
+    is the queue's progress; it must never be recreated from scratch)."""
+    try:
+        await js.consumer_info(stream, wanted.durable_name)
+    except NotFoundError:
+        await js.add_consumer(stream, wanted)

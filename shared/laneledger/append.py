@@ -11,17 +11,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+from msgspec import to_builtins
 
 from .chain import append_digest
 from .errors import InvalidRequest
-from .model import MAX_REQUEST_BYTES, AppendRequest, ProposedEvent, convert_event, decode
+from .model import MAX_REQUEST_BYTES, AppendRequest, decode
 from .subjects import token
 
 
 @dataclass(frozen=True, slots=True)
 class PreparedAppend:
     request: AppendRequest
-    events: tuple[ProposedEvent, ...]
+    # The events as the JSON objects the producer sent (what gets hashed).
+    sent: list[dict[str, Any]]
     digest: str
     # The tenant token of the subject it arrived on; None when it did not
     # come through a subject (the writer then skips the tenant-route check).
@@ -43,9 +45,8 @@ def prepare_append(
             lane_id=request.lane_id,
             subject_lane_token=lane_token,
         )
-    events = tuple(convert_event(obj, i) for i, obj in enumerate(request.events))
-    digest = append_digest(request.events)
-    return PreparedAppend(request, events, digest, tenant_token)
+    sent = [to_builtins(event) for event in request.events]
+    return PreparedAppend(request, sent, append_digest(sent), tenant_token)
 
 
 _ids_decoder = msgspec.json.Decoder(dict[str, Any])

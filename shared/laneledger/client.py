@@ -18,10 +18,8 @@ from typing import Any, Literal, TypeVar
 import msgspec
 import nats
 import nats.errors
-import nats.js.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
-from nats.js.api import PubAck
 
 from .clock import system_clock
 from .errors import (
@@ -62,6 +60,7 @@ from .model import (
     decoder,
     encode,
 )
+from .pubacks import AckInbox, PubAck
 from .subjects import Subjects
 from .vocabulary import SCHEMA_VERSION
 
@@ -80,8 +79,6 @@ def _transport_error(exc: Exception, what: str) -> LedgerError:
         return RequestTooLarge(f"{what}: larger than the server's max_payload")
     if isinstance(exc, nats.errors.NoRespondersError):
         return LedgerUnavailable(f"{what}: no sequencer is answering")
-    if isinstance(exc, nats.js.errors.NoStreamResponseError):
-        return LedgerUnavailable(f"{what}: no JetStream stream took the request")
     return LedgerUnavailable(f"{what}: {type(exc).__name__}: {exc}")
 
 
@@ -161,14 +158,14 @@ class LedgerClient:
         owns_connection: bool = False,
     ) -> None:
         self.nc = nc
-        self.js = nc.jetstream()
+        self._acks = AckInbox(nc)
         self.subjects = subjects
         self.timeout = timeout
         self._owns = owns_connection
         self._inbox: str | None = None
         self._inbox_sub = None
-        self._waiting: dict[str, asyncio.Future] = {}
-        self._tokens = itertools.count(1)
+        # Futures of appends waiting for their receipt, by append id.
+        self._waiting: dict[str, list[asyncio.Future]] = {}
 
     @classmethod
     async def connect(cls, url: str = "nats://127.0.0.1:4222", **kwargs: Any) -> LedgerClient:
@@ -186,11 +183,13 @@ class LedgerClient:
         await self.close()
 
     async def close(self) -> None:
+        await self._acks.close()
         if self._inbox_sub is not None:
             await self._inbox_sub.unsubscribe()
             self._inbox_sub = None
-        for future in self._waiting.values():
-            future.cancel()
+        for futures in self._waiting.values():
+            for future in futures:
+                future.cancel()
         self._waiting.clear()
         if self._owns and not self.nc.is_closed:
             await self.nc.flush()
@@ -198,7 +197,7 @@ class LedgerClient:
 
     async def drain(self) -> None:
         """Wait for outstanding receipts to arrive (bounded by the timeout)."""
-        pending = [f for f in self._waiting.values() if not f.done()]
+        pending = [f for futures in self._waiting.values() for f in futures if not f.done()]
         if pending:
             await asyncio.wait(pending, timeout=self.timeout)
 
@@ -285,17 +284,24 @@ class LedgerClient:
                 f"append is {len(body)} bytes, the limit is {MAX_REQUEST_BYTES}",
                 size_bytes=len(body), limit_bytes=MAX_REQUEST_BYTES, append_id=append_id,
             )
-        reply_to, future = await self._expect_receipt()
+        reply_to, future = await self._expect_receipt(append_id)
         try:
-            accepted = await self.js.publish(
-                self.subjects.append(lane.tenant, lane.id),
-                body,
-                timeout=self.timeout,
-                # No Nats-Msg-Id: JetStream would swallow a resend whose original
-                # was rejected, leaving no answer; the ledger's replay check
-                # makes every resend safe and answered (spec/wire.md).
-                headers={REPLY_HEADER: reply_to},
+            # No Nats-Msg-Id: JetStream would swallow a resend whose original
+            # was rejected, leaving no answer; the ledger's replay check makes
+            # every resend safe and answered (spec/wire.md).
+            waiting = await self._acks.publish(
+                self.subjects.append(lane.tenant, lane.id), body, {REPLY_HEADER: reply_to}
             )
+            try:
+                accepted = await asyncio.wait_for(waiting, self.timeout)
+            except asyncio.TimeoutError:
+                self._acks.forget(waiting)
+                raise LedgerTimeout("append: JetStream did not acknowledge in time") from None
+            if accepted.error is not None:
+                raise LedgerUnavailable(
+                    f"append: JetStream refused it: {accepted.error.description}",
+                    err_code=accepted.error.err_code,
+                )
         except Exception as exc:  # noqa: BLE001 - translated
             self._forget(future)
             err = _transport_error(exc, "append")
@@ -327,27 +333,36 @@ class LedgerClient:
                 await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
         raise AssertionError("unreachable")
 
-    async def _expect_receipt(self) -> tuple[str, asyncio.Future]:
+    async def _expect_receipt(self, append_id: str) -> tuple[str, asyncio.Future]:
         if self._inbox_sub is None:
             self._inbox = self.nc.new_inbox()
-            self._inbox_sub = await self.nc.subscribe(f"{self._inbox}.*", cb=self._on_receipt)
-        token = f"{self._inbox}.{next(self._tokens)}"
+            self._inbox_sub = await self.nc.subscribe(self._inbox, cb=self._on_receipts)
         future = asyncio.get_running_loop().create_future()
-        future.token = token  # type: ignore[attr-defined]
-        self._waiting[token] = future
-        return token, future
+        future.append_id = append_id  # type: ignore[attr-defined]
+        self._waiting.setdefault(append_id, []).append(future)
+        return self._inbox, future  # type: ignore[return-value]
 
     def _forget(self, future: asyncio.Future) -> None:
-        self._waiting.pop(getattr(future, "token", ""), None)
+        waiting = self._waiting.get(getattr(future, "append_id", ""), [])
+        if future in waiting:
+            waiting.remove(future)
+            if not waiting:
+                del self._waiting[future.append_id]  # type: ignore[attr-defined]
 
-    async def _on_receipt(self, msg: Msg) -> None:
-        future = self._waiting.get(msg.subject)
-        if future is None or future.done():
-            return
+    async def _on_receipts(self, msg: Msg) -> None:
         try:
-            future.set_result(decoder(Receipt).decode(msg.data))
-        except msgspec.DecodeError as exc:
-            future.set_exception(LedgerUnavailable(f"unreadable receipt: {exc}"))
+            receipts = _receipts_decoder.decode(msg.data)
+        except msgspec.DecodeError:
+            return  # not ours to answer; the waiting appends time out and resend
+        for receipt in receipts:
+            # Oldest waiter first: the same append id sent twice is answered in order.
+            for future in self._waiting.get(receipt.append_id or "", []):
+                if not future.done():
+                    future.set_result(receipt)
+                    break
+
+
+_receipts_decoder = msgspec.json.Decoder(list[Receipt])
 
 
 class LaneRecorder:

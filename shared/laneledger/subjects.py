@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 _VERBATIM = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 
@@ -22,6 +23,7 @@ EVENTS_STREAM = "LEDGER_EVENTS"
 DEFAULT_PREFIX = "ledger"
 
 
+@lru_cache(maxsize=65536)
 def token(value: str) -> str:
     if _VERBATIM.match(value):
         return value

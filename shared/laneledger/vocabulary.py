@@ -85,7 +85,7 @@ TERMINAL_EVENT_TYPES: dict[str, tuple[str, ...]] = {
     "attempt": ("attempt.completed", "attempt.failed"),
 }
 
-EXTENSION_PATTERN = re.compile(r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_-]*\.[a-z0-9_][a-z0-9_.-]*$")
+EXTENSION_PATTERN = re.compile(r"^[a-z][a-z0-9_]*\.[a-z][a-z0-9_-]*(\.[a-z0-9_][a-z0-9_-]*)+$")
 RESERVED_NAMESPACES = frozenset({"core", "laneledger"})
 
 # Amounts are decimal strings so a cost hashes the same in every language:
@@ -97,9 +97,7 @@ def check_event_type(event_type: str) -> None:
     """Refuse a type that is neither core nor a well-formed extension."""
     if event_type in CORE_EVENT_TYPES:
         return
-    # The pattern's last part may hold dots; an empty segment ("a.b.c..d",
-    # "a.b.c.") is still not a namespaced extension.
-    if EXTENSION_PATTERN.match(event_type) is None or "" in event_type.split("."):
+    if EXTENSION_PATTERN.match(event_type) is None:
         raise UnknownEventType(
             "event type is not in the core vocabulary and is not a namespaced "
             "extension <kind>.<namespace>.<name>",

@@ -1,0 +1,410 @@
+"""A producer as a real OS process, for multi-producer and crash tests (not a
+test module: pytest does not collect it).
+
+::
+
+    python tests/producer_proc.py --nats URL --tenant T --actor-id A \\
+        --lanes L1,L2,... --requests N --seed S --out FILE \\
+        [--hot H1,H2,...] [--hot-share 0.5] [--concurrency 4] \\
+        [--receipt-timeout 2] [--duration SECONDS] [--time-limit SECONDS] \\
+        [--stop-file PATH] [--name NAME]
+
+Each request picks a lane (one of ``--hot``, shared with other producers, with
+probability ``--hot-share``; otherwise any of ``--lanes``), proposes 1–5
+events at the head it believes the lane has, with a fresh append id, and
+waits for the receipt. A transport failure (no PubAck, no receipt in time,
+sequencer down) resends the SAME append id with the SAME events until a
+receipt comes; a ``lane_conflict`` reloads the head with ``get_lane`` and the
+producer goes on with its next request.
+
+FILE gets one JSON line per request, written when its outcome is known:
+``append_id``, ``lane_id``, ``outcome`` (``committed``, an error code, or
+``timeout`` when the time limit cut it off), ``first_seq``, ``last_seq``,
+``positions``, plus ``event_ids``, ``expected_last_seq``, ``sends``,
+``accepted`` (a PubAck was seen for it), ``replayed`` and ``producer``.
+
+Bounded: no new request starts after ``--requests`` requests, ``--duration``
+seconds or once ``--stop-file`` exists; requests still waiting give up at
+``--time-limit`` seconds (outcome ``timeout``). A summary goes to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from laneledger.client import LedgerClient, make_event
+from laneledger.errors import LaneConflict, LedgerError, TransportError
+from laneledger.ids import new_id
+from laneledger.model import Lane
+
+MAX_SENDS = 1000  # per request; the time limit normally ends a hopeless one first
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="producer_proc", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nats", required=True)
+    p.add_argument("--tenant", required=True)
+    p.add_argument("--actor-id", required=True)
+    p.add_argument("--lanes", required=True, help="comma-separated lane ids")
+    p.add_argument("--hot", default="", help="comma-separated lane ids shared by all producers")
+    p.add_argument("--hot-share", type=float, default=0.5)
+    p.add_argument("--requests", type=int, required=True)
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--name", default=None)
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--receipt-timeout", type=float, default=2.0)
+    p.add_argument("--duration", type=float, default=60.0, help="start no request after this")
+    p.add_argument("--time-limit", type=float, default=90.0, help="give up waiting after this")
+    p.add_argument("--stop-file", default=None)
+    return p.parse_args(argv)
+
+
+class Producer:
+    def __init__(self, args: argparse.Namespace, client: LedgerClient, out) -> None:
+        self.args = args
+        self.client = client
+        self.out = out
+        self.name = args.name or f"producer-{os.getpid()}"
+        self.rng = random.Random(args.seed)
+        self.lane_ids = [x for x in args.lanes.split(",") if x]
+        self.hot_ids = [x for x in args.hot.split(",") if x]
+        self.lanes: dict[str, Lane] = {}
+        self.heads: dict[str, int] = {}
+        self.started = time.monotonic()
+        self.soft_deadline = self.started + args.duration
+        self.hard_deadline = self.started + args.time_limit
+        self.counter = itertools.count()
+        self.outcomes: dict[str, int] = {}
+        self.sends = 0
+
+    # -- bounds ------------------------------------------------------------------
+
+    def may_start(self) -> bool:
+        if time.monotonic() > self.soft_deadline:
+            return False
+        return not (self.args.stop_file and os.path.exists(self.args.stop_file))
+
+    def out_of_time(self) -> bool:
+        return time.monotonic() > self.hard_deadline
+
+    # -- lanes ------------------------------------------------------------------------
+
+    async def load_lane(self, lane_id: str) -> Lane | None:
+        """get_lane, retried while the sequencer is away; None when out of time."""
+        for attempt in range(MAX_SENDS):
+            if self.out_of_time():
+                return None
+            try:
+                lane = await self.client.get_lane(lane_id)
+            except TransportError:
+                await asyncio.sleep(min(0.05 * 2**attempt, 0.5))
+                continue
+            self.lanes[lane_id] = lane
+            self.heads[lane_id] = max(self.heads.get(lane_id, 0), lane.last_seq)
+            return lane
+        return None
+
+    def pick(self) -> Lane:
+        if self.hot_ids and self.rng.random() < self.args.hot_share:
+            return self.lanes[self.rng.choice(self.hot_ids)]
+        return self.lanes[self.rng.choice(self.lane_ids)]
+
+    # -- requests -----------------------------------------------------------------------
+
+    async def worker(self) -> None:
+        for _ in range(self.args.requests):
+            if not self.may_start():
+                return
+            index = next(self.counter)
+            if index >= self.args.requests:
+                return
+            await self.request(index, self.pick())
+
+    async def request(self, index: int, lane: Lane) -> None:
+        expected = self.heads[lane.id]
+        events = [
+            make_event(lane.id, "stream.text_delta", actor_id=self.args.actor_id,
+                       payload={"text": f"{self.name} request {index} event {k}"})
+            for k in range(self.rng.randint(1, 5))
+        ]
+        line = {
+            "producer": self.name,
+            "request": index,
+            "append_id": new_id(),
+            "lane_id": lane.id,
+            "expected_last_seq": expected,
+            "event_ids": [e["id"] for e in events],
+            "outcome": "timeout",
+            "first_seq": None,
+            "last_seq": None,
+            "positions": [],
+            "replayed": False,
+            "accepted": False,
+            "sends": 0,
+            "error": None,
+        }
+        conflict = False
+        for attempt in range(MAX_SENDS):
+            if self.out_of_time():
+                break
+            line["sends"] += 1
+            self.sends += 1
+            try:
+                handle = await self.client.submit(lane, expected, events,
+                                                  append_id=line["append_id"])
+                line["accepted"] = True
+                receipt = await handle.receipt(self.args.receipt_timeout)
+            except TransportError as err:
+                # No PubAck, or no receipt in time: resend the same append.
+                line["error"] = str(err)
+                await asyncio.sleep(min(0.05 * 2**attempt, 0.5))
+                continue
+            except LaneConflict as err:
+                line.update(outcome=err.code, error=str(err))
+                conflict = True
+                break
+            except LedgerError as err:
+                line.update(outcome=err.code, error=str(err))
+                break
+            line.update(
+                outcome="committed", first_seq=receipt.first_seq, last_seq=receipt.last_seq,
+                positions=list(receipt.positions), replayed=receipt.replayed, error=None,
+                receipt_event_ids=list(receipt.event_ids),
+            )
+            self.heads[lane.id] = max(self.heads[lane.id], receipt.last_seq)
+            break
+        self.record(line)
+        if conflict:
+            await self.load_lane(lane.id)
+
+    def record(self, line: dict) -> None:
+        self.outcomes[line["outcome"]] = self.outcomes.get(line["outcome"], 0) + 1
+        self.out.write(json.dumps(line, separators=(",", ":")) + "\n")
+        self.out.flush()
+
+    async def run(self) -> int:
+        for lane_id in dict.fromkeys(self.lane_ids + self.hot_ids):
+            if await self.load_lane(lane_id) is None:
+                print(f"{self.name}: could not load lane {lane_id} in time", file=sys.stderr)
+                return 2
+        workers = [asyncio.create_task(self.worker()) for _ in range(max(1, self.args.concurrency))]
+        await asyncio.gather(*workers)
+        return 0
+
+
+async def amain(args: argparse.Namespace) -> int:
+    client = await LedgerClient.connect(args.nats, timeout=min(2.0, args.receipt_timeout))
+    try:
+        with open(args.out, "a", encoding="utf-8") as out:
+            producer = Producer(args, client, out)
+            code = await producer.run()
+        elapsed = time.monotonic() - producer.started
+        print(json.dumps({"producer": producer.name, "outcomes": producer.outcomes,
+                          "sends": producer.sends, "seconds": round(elapsed, 3)}), flush=True)
+        return code
+    finally:
+        await client.close()
+
+
+# -- for the tests that run producers (imported by them; not used by main) --------
+
+
+class ProducerProcess:
+    """One ``producer_proc.py`` run as an OS process (its own session, output
+    lines in ``out``, stdout/stderr in files next to it)."""
+
+    def __init__(self, nats_url: str, out: Path, *, tenant: str, actor_id: str,
+                 lanes: list[str], hot: list[str], requests: int, seed: int,
+                 name: str, **options: float | int | str) -> None:
+        self.out = Path(out)
+        self.name = name
+        self.log_path = self.out.with_suffix(".log")
+        self.args = [
+            sys.executable, str(Path(__file__).resolve()),
+            "--nats", nats_url, "--tenant", tenant, "--actor-id", actor_id,
+            "--lanes", ",".join(lanes), "--hot", ",".join(hot),
+            "--requests", str(requests), "--seed", str(seed), "--out", str(self.out),
+            "--name", name,
+        ]
+        for key, value in options.items():
+            self.args += [f"--{key.replace('_', '-')}", str(value)]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ProducerProcess:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.args, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=log, start_new_session=True)
+        return self
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+
+    def lines(self) -> list[dict]:
+        if not self.out.exists():
+            return []
+        with open(self.out, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+
+async def create_lanes(url: str, n: int, tenant: str = "acme") -> tuple[str, list[Lane]]:
+    """One actor and ``n`` lanes (spread over a few sessions and runs)."""
+    async with await LedgerClient.connect(url, timeout=5.0) as client:
+        actor = await client.ensure_actor(tenant, "agent:tests/producers@1", "agent")
+        lanes = [
+            await client.create_lane(tenant, f"session-{i % 7}", f"run-{i % 3}", f"lane-{i:03d}",
+                                     actor_id=actor.id)
+            for i in range(n)
+        ]
+    return actor.id, lanes
+
+
+def start_producers(url: str, out_dir: Path, actor_id: str, lanes: list[Lane], *, producers: int,
+                    hot: int, requests: int, seed: int, tenant: str = "acme",
+                    **options: float | int | str) -> list[ProducerProcess]:
+    """``producers`` processes that all share the first ``hot`` lanes; the
+    other lanes are dealt out, each to one producer."""
+    hot_ids = [lane.id for lane in lanes[:hot]]
+    rest = [lane.id for lane in lanes[hot:]]
+    started: list[ProducerProcess] = []
+    try:
+        for k in range(producers):
+            started.append(ProducerProcess(
+                url, Path(out_dir) / f"producer-{k}.jsonl", tenant=tenant, actor_id=actor_id,
+                lanes=rest[k::producers] or hot_ids, hot=hot_ids, requests=requests,
+                seed=seed * 100 + k, name=f"producer-{k}", **options,
+            ).start())
+    except BaseException:
+        for producer in started:
+            producer.kill()
+        raise
+    return started
+
+
+async def wait_for_producers(producers: list[ProducerProcess], timeout: float) -> None:
+    """Wait (bounded) for every producer to exit 0; kill them all otherwise."""
+    deadline = time.monotonic() + timeout
+    try:
+        while any(p.returncode is None for p in producers):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"producers still running after {timeout:g}s")
+            await asyncio.sleep(0.05)
+    finally:
+        for p in producers:
+            p.kill()
+    for p in producers:
+        assert p.returncode == 0, f"{p.name} exited with {p.returncode}:\n{p.log_text()[-3000:]}"
+
+
+def check_against_ledger(lines: list[dict], db_path: str | os.PathLike[str]) -> dict[str, int]:
+    """Every request line against the ledger file (read-only): one outcome per
+    append id, each ``committed`` or ``lane_conflict``; a committed append's
+    events are in the ledger exactly once, with the ids it sent, at the seqs
+    and positions its receipt named, under exactly one stored receipt; a
+    conflicted append left nothing; nothing else is in the ledger; every lane
+    is dense and its head is its last event; the committed event count equals
+    the last position. Returns counts."""
+    import sqlite3
+    from collections import Counter, defaultdict
+
+    from laneledger.store import open_ledger
+
+    ids = Counter(line["append_id"] for line in lines)
+    repeated = [a for a, n in ids.items() if n != 1]
+    assert not repeated, f"append ids with more than one outcome line: {repeated[:5]}"
+    bad = [line for line in lines if line["outcome"] not in ("committed", "lane_conflict")]
+    assert not bad, f"{len(bad)} requests neither committed nor lane_conflict, e.g. {bad[:3]}"
+
+    db = open_ledger(db_path, readonly=True)
+    try:
+        db.execute("BEGIN")
+        events = db.execute(
+            "SELECT position, id, lane_id, seq, append_id FROM events ORDER BY position"
+        ).fetchall()
+        receipts = Counter(a for (a,) in db.execute("SELECT append_id FROM receipts"))
+        heads = {lane: (last_seq, head) for lane, last_seq, head in
+                 db.execute("SELECT id, last_seq, head_hash FROM lanes")}
+        last_hash = {lane: body for lane, body in db.execute(
+            "SELECT e.lane_id, e.body FROM events e JOIN lanes l"
+            " ON l.id = e.lane_id AND e.seq = l.last_seq")}
+        db.execute("ROLLBACK")
+    except sqlite3.Error as exc:
+        raise AssertionError(f"cannot read {db_path}: {exc}") from exc
+    finally:
+        db.close()
+
+    by_append: dict[str, list[tuple]] = defaultdict(list)
+    seqs_by_lane: dict[str, list[int]] = defaultdict(list)
+    for row in events:
+        by_append[row[4]].append(row)
+        seqs_by_lane[row[2]].append(row[3])
+    committed = [line for line in lines if line["outcome"] == "committed"]
+    for line in lines:
+        rows = by_append.pop(line["append_id"], [])
+        if line["outcome"] != "committed":
+            assert not rows and line["append_id"] not in receipts, (
+                f"append {line['append_id']} ({line['outcome']}) left events or a receipt")
+            continue
+        assert receipts[line["append_id"]] == 1, f"append {line['append_id']}: no single receipt"
+        assert [r[1] for r in rows] == line["event_ids"], (
+            f"append {line['append_id']}: ledger holds {[r[1] for r in rows]}, "
+            f"the producer sent {line['event_ids']}")
+        assert line.get("receipt_event_ids", line["event_ids"]) == line["event_ids"]
+        assert all(r[2] == line["lane_id"] for r in rows)
+        assert [r[3] for r in rows] == list(range(line["first_seq"], line["last_seq"] + 1))
+        assert [r[0] for r in rows] == line["positions"]
+    assert not by_append, f"events of appends no producer reported: {list(by_append)[:5]}"
+    assert set(receipts) == {line["append_id"] for line in committed}, "receipts without requests"
+    for lane_id, seqs in seqs_by_lane.items():
+        assert sorted(seqs) == list(range(1, len(seqs) + 1)), f"lane {lane_id} is not dense"
+        assert heads[lane_id][0] == len(seqs), f"lane {lane_id}: head is not its last event"
+        body = json.loads(last_hash[lane_id])
+        assert heads[lane_id][1] == body["entry_hash"], f"lane {lane_id}: head hash differs"
+    n_events = sum(len(line["event_ids"]) for line in committed)
+    last_position = events[-1][0] if events else 0
+    assert n_events == len(events) == last_position, (n_events, len(events), last_position)
+    return {
+        "requests": len(lines),
+        "committed": len(committed),
+        "lane_conflict": len(lines) - len(committed),
+        "events": n_events,
+        "replayed": sum(1 for line in committed if line["replayed"]),
+        "resent": sum(1 for line in lines if line["sends"] > 1),
+        "lanes_used": len(seqs_by_lane),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    return asyncio.run(amain(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
