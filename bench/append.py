@@ -35,10 +35,9 @@ The last line of output is one JSON object with ``committed_per_s``,
 ``receipt_p99_ms_at_20pct`` and more. Exit status 1 when a consistency check
 failed (the figures are then not to be trusted).
 
-The sequencer is started through ``bench/sequencer_shim.py``, which works
-around a crash of its pull loop (see there); ``--no-workaround`` runs
-``python -m services.sequencer`` itself. ``PYTHONPATH=<tree>/shared:<tree>``
-measures another copy of the code (the output names which one it measured).
+The sequencer runs as ``python -m services.sequencer``, exactly as deployed.
+``PYTHONPATH=<tree>/shared:<tree>`` measures another copy of the code (the
+output names which one it measured).
 
 The run is bounded (a watchdog ends it) and leaves no process behind.
 """
@@ -235,8 +234,7 @@ class Bench:
 
     def start_sequencer(self) -> None:
         out, err = self.dir / "sequencer.out", self.dir / "sequencer.err"
-        launcher = ["-m", "services.sequencer"] if self.args.no_workaround else [str(BENCH_DIR / "sequencer_shim.py")]
-        cmd = [sys.executable, *launcher, "--nats", self.nats.url, "--db", str(self.db), "--http-port", "0"]
+        cmd = [sys.executable, "-m", "services.sequencer", "--nats", self.nats.url, "--db", str(self.db), "--http-port", "0"]
         if self.args.batch_size:
             cmd += ["--batch-size", str(self.args.batch_size)]
         env = dict(os.environ, LANELEDGER_LOG_LEVEL="WARNING")
@@ -293,10 +291,6 @@ class Bench:
                 raise RuntimeError(f"the sequencer died (exit code {self.sequencer.returncode})") from None
             raise RuntimeError(f"cannot read the sequencer's metrics: {exc}") from exc
         return parse_metrics(text), (t + time.monotonic()) / 2
-
-    def shim_count(self) -> int:
-        err = self.dir / "sequencer.err"
-        return err.read_text(errors="replace").count("bench shim: fetch raised") if err.exists() else 0
 
     def cpu_snapshot(self) -> CpuSnapshot:
         assert self.sequencer is not None and self.nats.pid is not None
@@ -632,13 +626,7 @@ class Bench:
             "checks_ok": ok,
             "code_sha256": self.code["code_sha256"],
             "git_head": self.code["git_head"],
-            "fetch_timeout_workaround": not args.no_workaround,
-            "fetch_timeouts_worked_around": self.shim_count(),
         }
-        if not args.no_workaround:
-            log(f"note: the sequencer ran with bench/sequencer_shim.py, which turned "
-                f"{result['fetch_timeouts_worked_around']} bare asyncio.TimeoutError(s) from fetch() into "
-                f"nats.errors.TimeoutError (without it the sequencer's pull loop dies; --no-workaround)")
         log(f"\ncommitted {committed_per_s:,.0f} events/s vs raw publish {raw_per_s:,.0f} events/s "
             f"(ratio {result['ratio']}); receipt p50 {p50:.2f} ms, p99 {p99:.2f} ms at "
             f"{100 * args.load_fraction:g} %{'' if ok else '  -- CONSISTENCY CHECKS FAILED'}")
@@ -675,8 +663,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="smoke run: 3 s phases, 1 s warm-up")
     p.add_argument("--wait-idle", type=float, default=30.0,
                    help="first wait up to this many seconds for the machine to be idle (default 30)")
-    p.add_argument("--no-workaround", action="store_true",
-                   help="run `python -m services.sequencer` itself, not bench/sequencer_shim.py")
     args = p.parse_args(argv)
     if args.seconds is None:
         args.seconds = 3.0 if args.quick else 10.0

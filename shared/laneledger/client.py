@@ -125,8 +125,9 @@ class AppendHandle:
         ``LedgerTimeout`` when no receipt came (resend the same append: safe)."""
         timeout = self._client.timeout if timeout is None else timeout
         try:
-            found: Receipt = await asyncio.wait_for(asyncio.shield(self._receipt), timeout)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(timeout):
+                found: Receipt = await self._receipt
+        except TimeoutError:
             # The receipt itself may have been lost on the way; the ledger keeps
             # the receipts of committed appends.
             try:
@@ -293,8 +294,9 @@ class LedgerClient:
                 self.subjects.append(lane.tenant, lane.id), body, {REPLY_HEADER: reply_to}
             )
             try:
-                accepted = await asyncio.wait_for(waiting, self.timeout)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(self.timeout):
+                    accepted = await waiting
+            except TimeoutError:
                 self._acks.forget(waiting)
                 raise LedgerTimeout("append: JetStream did not acknowledge in time") from None
             if accepted.error is not None:

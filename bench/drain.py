@@ -1,0 +1,118 @@
+"""The sequencer's own capacity, without producers competing for the CPU.
+
+Pre-loads N append requests into LEDGER_APPEND (the sequencer not running),
+then starts the sequencer in this process and times how long it takes until
+every request is committed in SQLite and every event is on LEDGER_EVENTS.
+Prints events/s and the sequencer's CPU per event (all threads, and the
+SQLite writer thread alone), then a JSON line.
+
+    .venv/bin/python bench/drain.py [--requests N] [--events-per-append E]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import nats
+from prometheus_client import CollectorRegistry
+
+from laneledger.client import make_event
+from laneledger.model import CreateLane, EnsureActor, encode
+from laneledger.natsserver import NatsServer
+from laneledger.store import LedgerWriter, open_ledger
+from laneledger.subjects import Subjects
+from services.sequencer.metrics import SequencerMetrics
+from services.sequencer.service import Sequencer
+from services.sequencer.streams import append_stream_config, ensure_stream, events_stream_config
+
+LANES = 64
+
+
+def payload(i: int) -> dict:
+    return {
+        "model": "claude-sonnet", "input_tokens": 1200 + i, "output_tokens": 300,
+        "stop_reason": "tool_use", "temperature": 0.25,
+        "tool": {"name": "Read", "args": {"file_path": f"/src/app/module_{i}.py"}},
+    }
+
+
+async def run(requests: int, per_append: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="laneledger-drain-") as tmp, NatsServer(Path(tmp) / "nats") as server:
+        nc = await nats.connect(server.url)
+        js, subjects = nc.jetstream(), Subjects()
+        await ensure_stream(js, append_stream_config("LEDGER_APPEND", subjects, 1))
+        await ensure_stream(js, events_stream_config("LEDGER_EVENTS", subjects, 1))
+        writer = LedgerWriter(open_ledger(Path(tmp) / "ledger.db"))
+        actor = writer.ensure_actor(EnsureActor(tenant="acme", key="agent:bench@1", kind="agent"))
+        lanes = [writer.create_lane(CreateLane(tenant="acme", session_id="s", run_id="r",
+                                               name=f"lane-{i}", actor_id=actor.id))
+                 for i in range(LANES)]
+        heads = {lane.id: 0 for lane in lanes}
+        inbox = nc.new_inbox()  # one producer inbox, as the SDK has
+        acks = []
+        for i in range(requests):
+            lane = lanes[i % LANES]
+            events = [make_event(lane.id, "action.started", actor_id=actor.id, payload=payload(i))
+                      for _ in range(per_append)]
+            body = encode({"lane_id": lane.id, "expected_last_seq": heads[lane.id],
+                           "append_id": f"a-{i}", "events": events})
+            heads[lane.id] += per_append
+            acks.append(await js.publish_async(subjects.append("acme", lane.id), body,
+                                               headers={"Ledger-Reply-To": inbox}))
+        await asyncio.gather(*acks)
+
+        writer_cpu = [0.0]
+        apply_batch = writer.apply_batch
+
+        def timed_apply(batch):
+            started = time.thread_time()
+            try:
+                return apply_batch(batch)
+            finally:
+                writer_cpu[0] += time.thread_time() - started
+
+        writer.apply_batch = timed_apply  # type: ignore[method-assign]
+        sequencer = Sequencer(nc, writer, SequencerMetrics(CollectorRegistry()))
+        total = requests * per_append
+        wall, cpu = time.perf_counter(), time.process_time()
+        await sequencer.start()
+        while writer.last_position < total or sequencer.mirror.published < total:
+            await asyncio.sleep(0.005)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        await sequencer.stop()
+        await nc.close()
+    return {
+        "requests": requests,
+        "events_per_append": per_append,
+        "events_per_s": round(total / wall),
+        "cpu_us_per_event": round(cpu / total * 1e6, 1),
+        "writer_thread_cpu_us_per_event": round(writer_cpu[0] / total * 1e6, 1),
+        "seconds": round(wall, 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=30_000)
+    parser.add_argument("--events-per-append", type=int, default=1)
+    args = parser.parse_args()
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
+    result = asyncio.run(run(args.requests, args.events_per_append))
+    print(f"drained {result['requests']} appends x {result['events_per_append']} event(s) in "
+          f"{result['seconds']} s: {result['events_per_s']:,} events/s; sequencer CPU "
+          f"{result['cpu_us_per_event']} µs/event ({result['writer_thread_cpu_us_per_event']} µs "
+          f"in the SQLite writer thread)")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
