@@ -49,7 +49,7 @@ from laneledger.subjects import Subjects
 
 from .metrics import SequencerMetrics
 from .mirror import CommittedStreamMirror
-from .pullfeed import PullFeed
+from laneledger.pullfeed import PullFeed
 from .streams import (
     SEQUENCER_CONSUMER,
     append_stream_config,
