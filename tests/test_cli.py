@@ -209,7 +209,6 @@ def test_verify_empty_file_is_genesis(tmp_path):
 @pytest.mark.parametrize(
     "args",
     [
-        ("verify", str(KORG / "basic-intact.jsonl")),  # --format is required
         ("verify", "--format", "nope", str(KORG / "basic-intact.jsonl")),
         ("verify", "--format", "korg-ledger-v1", "--hmac-key", "", str(KORG / "basic-intact.jsonl")),
         (),
@@ -221,6 +220,12 @@ def test_usage_errors_exit_2(args):
     assert result.returncode == 2
     assert b"Traceback" not in result.stderr
     assert b"usage: laneledger" in result.stderr
+
+
+def test_a_korg_file_read_as_a_laneledger_export_is_malformed_input():
+    result = run("verify", str(KORG / "basic-intact.jsonl"))  # --format defaults to laneledger
+    assert result.returncode == 2
+    assert result.stderr.decode().strip().endswith("basic-intact.jsonl:1: field position: missing or not int")
 
 
 def test_help_documents_the_tty_newline():

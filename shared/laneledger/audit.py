@@ -52,12 +52,16 @@ from typing import Any
 
 import msgspec
 
-from .chain import GENESIS_HASH, LANELEDGER, append_digest, entry_hash
-from .errors import ChainFault, IntegrityError, LedgerError
+from .chain import GENESIS_HASH, LaneChains, append_digest
+from .errors import ChainFault, IntegrityError, InvalidRequest, LedgerError
 from .model import LEDGER_OWNED_FIELDS, AppendCommitted, decoder
 from .store import open_ledger
+from .strictjson import decode_json
 
-__all__ = ["LedgerAudit", "audit_ledger", "compare_with_stream"]
+__all__ = [
+    "ExportAudit", "LedgerAudit", "audit_ledger", "compare_with_stream", "export_ledger",
+    "read_export", "verify_export",
+]
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _PAGE = 2000
@@ -161,6 +165,7 @@ def audit_ledger(
 
 def _audit(db: sqlite3.Connection, key: bytes | None, page: int) -> LedgerAudit:
     tips: dict[str, _Tip] = {}
+    chains = LaneChains(key=key)
     group: list[_Event] = []  # the events of the current append
     group_append: str | None = None
     groups = 0
@@ -198,26 +203,8 @@ def _audit(db: sqlite3.Connection, key: bytes | None, page: int) -> LedgerAudit:
             raise _chain_fault("not_chained", position, row_lane, row_seq, "body",
                                "a JSON object", type(record).__name__)
 
-        # The lane's chain, checked as verify_chain checks one record.
-        tip = tips.get(row_lane)
-        prev_seq, prev_hash = (tip.seq, tip.entry_hash) if tip else (0, GENESIS_HASH)
-        seq = record.get("seq")
-        if type(seq) is not int:
-            raise _chain_fault("not_chained", position, row_lane, None, "seq", "an integer", seq)
-        for name in ("prev_hash", "entry_hash"):
-            value = record.get(name)
-            if not isinstance(value, str) or not _HEX64.fullmatch(value):
-                raise _chain_fault("not_chained", position, row_lane, seq, name,
-                                   "64 lowercase hex", value)
-        if seq != prev_seq + 1:
-            raise _chain_fault("broken_link", position, row_lane, seq, "seq", prev_seq + 1, seq)
-        if record["prev_hash"] != prev_hash:
-            raise _chain_fault("broken_link", position, row_lane, seq, "prev_hash", prev_hash,
-                               record["prev_hash"])
-        recomputed = entry_hash(record, profile=LANELEDGER, key=key)
-        if recomputed != record["entry_hash"]:
-            raise _chain_fault("content_tampered", position, row_lane, seq, "entry_hash",
-                               recomputed, record["entry_hash"])
+        chains.check(record, position=position, lane=row_lane)
+        seq = record["seq"]
 
         # The row's index columns must say what the hashed body says.
         for name, column in (("position", row_position), ("id", row_id), ("lane_id", row_lane),
@@ -229,6 +216,7 @@ def _audit(db: sqlite3.Connection, key: bytes | None, page: int) -> LedgerAudit:
                                  position, row_lane, seq, field=name, expected=record.get(name),
                                  found=column)
 
+        tip = tips.get(row_lane)
         if tip is None:
             tips[row_lane] = _Tip(seq, record["entry_hash"], position, position)
         else:
@@ -484,3 +472,64 @@ async def compare_with_stream(
         except sqlite3.Error:
             pass
         db.close()
+
+
+# -- exports --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExportAudit:
+    events: int
+    lanes: int
+    last_position: int
+
+
+def export_ledger(db_path: str | Path, out: Any, *, page: int = _PAGE) -> int:
+    """Write every committed event of a ledger file, in position order, one
+    canonical JSON object per line (the stored bytes, chain fields included)
+    to the binary stream ``out``; returns the count. Read-only, one snapshot."""
+    db = open_ledger(db_path, readonly=True)
+    count = 0
+    try:
+        db.execute("BEGIN")
+        for _, body in _pages(db, "SELECT position, body FROM events WHERE position > ?"
+                              " ORDER BY position LIMIT ?", -(2**63), page):
+            out.write(bytes(body))
+            out.write(b"\n")
+            count += 1
+        db.execute("ROLLBACK")
+    finally:
+        db.close()
+    return count
+
+
+def read_export(path: str | Path) -> Iterator[dict]:
+    """The records of a laneledger JSONL export; a bad line raises a
+    ``RequestError`` naming ``file`` and ``line``."""
+    name = str(path)
+    with open(path, "rb") as lines:
+        for number, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
+            record = decode_json(raw, file=name, line=number)
+            if not isinstance(record, dict):
+                raise InvalidRequest("expected a JSON object", file=name, line=number)
+            for field, kind in (("position", int), ("lane_id", str)):
+                if not isinstance(record.get(field), kind) or isinstance(record.get(field), bool):
+                    raise InvalidRequest(f"field {field}: missing or not {kind.__name__}",
+                                         file=name, line=number, field=field)
+            yield record
+
+
+def verify_export(records: Iterator[dict], *, hmac_key: bytes | None = None) -> ExportAudit:
+    """Verify an export offline: positions 1..N with no gap, and every lane's
+    chain (seqs dense, links, recomputed hashes). Raises ``ChainFault``."""
+    chains = LaneChains(key=hmac_key)
+    position = 0
+    for record in records:
+        if record["position"] != position + 1:
+            raise _chain_fault("broken_link", position + 1, record["lane_id"], record.get("seq"),
+                               "position", position + 1, record["position"])
+        position = record["position"]
+        chains.check(record, position=position, lane=record["lane_id"])
+    return ExportAudit(events=position, lanes=len(chains.tips), last_position=position)

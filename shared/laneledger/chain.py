@@ -76,56 +76,81 @@ def link(
 def verify_chain(
     records: Iterable[dict], *, profile: ChainProfile = LANELEDGER, key: bytes | None = None
 ) -> str:
-    """Verify a chain from its first record; return the tip ``entry_hash``
-    (``GENESIS_HASH`` when empty) or raise ``ChainFault`` at the first bad record.
+    """Verify one chain from its first record; return the tip ``entry_hash``
+    (``GENESIS_HASH`` when empty) or raise ``ChainFault`` at the first bad
+    record (see ``LaneChains.check`` for the checks and their order)."""
+    chains = LaneChains(profile=profile, key=key)
+    for position, record in enumerate(records, start=1):
+        chains.check(record, position=position)
+    return chains.tip()
+
+
+class LaneChains:
+    """Verifies interleaved chains — one per lane — record by record, in the
+    order they were committed. Memory: one (seq, hash) tip per lane.
 
     Each record is checked in this order, and the first failing check names it:
 
     1. ``not_chained``: the order field is not an integer, or ``prev_hash`` /
        ``entry_hash`` is missing or not 64 lowercase hex digits.
-    2. ``broken_link``: the order field is not the previous one + 1 (1 first);
-       a deleted or reordered record is reported at the seq that appears in
-       its place.
-    3. ``broken_link``: ``prev_hash`` is not the previous ``entry_hash``.
+    2. ``broken_link``: the order field is not the lane's previous one + 1 (1
+       first); a deleted or reordered record is reported at the seq that
+       appears in its place.
+    3. ``broken_link``: ``prev_hash`` is not the lane's previous ``entry_hash``.
     4. ``content_tampered``: the recomputed hash differs from ``entry_hash``
        (also what a wrong or missing HMAC key looks like).
 
     Links go before content because a rewritten ``prev_hash`` also changes the
     record's own hash; "the link is broken here" is the more useful report.
-    The message reads ``seq N: <kind> (<field> expected X, found Y)``
-    (``position N: ...`` when the record has no integer seq); ``details`` hold
-    ``kind``, ``seq`` (None then), ``position`` (1-based), ``field``,
-    ``expected`` and ``found``.
+    The message reads ``seq N: <kind> (<field> expected X, found Y)`` for a
+    single chain, ``position P (lane L seq N): …`` when lanes are named;
+    ``details`` hold ``kind``, ``seq`` (None when not an integer),
+    ``position``, ``lane_id`` (when named), ``field``, ``expected``, ``found``.
     """
-    order = profile.order_field
-    prev = GENESIS_HASH
-    for position, record in enumerate(records, start=1):
+
+    def __init__(self, *, profile: ChainProfile = LANELEDGER, key: bytes | None = None) -> None:
+        self._profile = profile
+        self._key = key
+        self.tips: dict[Any, tuple[int, str]] = {}
+
+    def tip(self, lane: Any = None) -> str:
+        return self.tips.get(lane, (0, GENESIS_HASH))[1]
+
+    def check(self, record: dict, *, position: int, lane: Any = None) -> None:
+        order = self._profile.order_field
+        prev_seq, prev = self.tips.get(lane, (0, GENESIS_HASH))
         seq = record.get(order, _MISSING)
         if type(seq) is not int:  # bool is an int subclass; it is not a seq
-            raise _fault("not_chained", position, None, order, "an integer", seq)
+            raise _fault("not_chained", position, None, order, "an integer", seq, lane)
         for field in ("prev_hash", "entry_hash"):
             value = record.get(field, _MISSING)
             if not isinstance(value, str) or not _HEX64.fullmatch(value):
-                raise _fault("not_chained", position, seq, field, "64 lowercase hex", value)
-        if seq != position:
-            raise _fault("broken_link", position, seq, order, position, seq)
+                raise _fault("not_chained", position, seq, field, "64 lowercase hex", value, lane)
+        if seq != prev_seq + 1:
+            raise _fault("broken_link", position, seq, order, prev_seq + 1, seq, lane)
         if record["prev_hash"] != prev:
-            raise _fault("broken_link", position, seq, "prev_hash", prev, record["prev_hash"])
-        recomputed = entry_hash(record, profile=profile, key=key)
+            raise _fault("broken_link", position, seq, "prev_hash", prev, record["prev_hash"], lane)
+        recomputed = entry_hash(record, profile=self._profile, key=self._key)
         if recomputed != record["entry_hash"]:
-            raise _fault("content_tampered", position, seq, "entry_hash", recomputed, record["entry_hash"])
-        prev = record["entry_hash"]
-    return prev
+            raise _fault("content_tampered", position, seq, "entry_hash", recomputed,
+                         record["entry_hash"], lane)
+        self.tips[lane] = (seq, record["entry_hash"])
 
 
-def _fault(kind: str, position: int, seq: int | None, field: str, expected: Any, found: Any) -> ChainFault:
-    where = f"seq {seq}" if seq is not None else f"position {position}"
+def _fault(kind: str, position: int, seq: int | None, field: str, expected: Any, found: Any,
+           lane: Any = None) -> ChainFault:
+    if lane is not None:
+        where = f"position {position} (lane {lane}" + (f" seq {seq})" if seq is not None else ")")
+    else:
+        where = f"seq {seq}" if seq is not None else f"position {position}"
     message = f"{where}: {kind} ({field} expected {expected}, found {_show(found)})"
     if found is _MISSING:
         found = None
-    return ChainFault(
-        message, kind=kind, seq=seq, position=position, field=field, expected=expected, found=found
-    )
+    details: dict[str, Any] = dict(kind=kind, seq=seq, position=position, field=field,
+                                   expected=expected, found=found)
+    if lane is not None:
+        details["lane_id"] = lane
+    return ChainFault(message, **details)
 
 
 def _show(value: Any) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -66,6 +67,7 @@ from .vocabulary import SCHEMA_VERSION
 
 T = TypeVar("T")
 Wait = Literal["commit", "accept"]
+log = logging.getLogger("laneledger.client")
 REPLY_HEADER = "Ledger-Reply-To"
 
 
@@ -169,12 +171,27 @@ class LedgerClient:
         self._waiting: dict[str, list[asyncio.Future]] = {}
 
     @classmethod
-    async def connect(cls, url: str = "nats://127.0.0.1:4222", **kwargs: Any) -> LedgerClient:
+    async def connect(
+        cls, url: str = "nats://127.0.0.1:4222", *, connect_timeout: float = 5.0, **kwargs: Any
+    ) -> LedgerClient:
+        """Connect, failing within ``connect_timeout`` if no server answers;
+        once connected, reconnect for as long as it takes."""
+        errors: list[Exception] = []
+
+        async def remember(exc: Exception) -> None:  # instead of nats-py's logged traceback
+            errors.append(exc)
+            log.debug("NATS connection error: %s", exc)
+
         try:
-            nc = await nats.connect(url, name="laneledger-client", max_reconnect_attempts=-1,
-                                    reconnect_time_wait=0.5)
+            nc = await asyncio.wait_for(
+                nats.connect(url, name="laneledger-client", max_reconnect_attempts=-1,
+                             reconnect_time_wait=0.5, connect_timeout=connect_timeout,
+                             error_cb=remember),
+                connect_timeout,
+            )
         except Exception as exc:  # noqa: BLE001 - translated below
-            raise _transport_error(exc, f"connect to {url}") from exc
+            cause = errors[-1] if errors else exc
+            raise LedgerUnavailable(f"cannot connect to {url}: {cause}") from exc
         return cls(nc, owns_connection=True, **kwargs)
 
     async def __aenter__(self) -> LedgerClient:

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from laneledger.chain import ChainProfile
-from laneledger.errors import InvalidRequest, MalformedMessage, NotCanonicalizable
+from laneledger.strictjson import decode_json
+from laneledger.errors import InvalidRequest, NotCanonicalizable
 
 MAX_SAFE_INT = 2**53 - 1
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -85,32 +86,6 @@ def read_jsonl(path: str | Path) -> Iterator[dict]:
                 yield _parse_line(raw, name, number)
 
 
-def decode_json(data: bytes, *, file: str, line: int | None = None) -> Any:
-    """Strict I-JSON decode of UTF-8 ``data``: no duplicate object keys, no
-    NaN/Infinity. Raises ``MalformedMessage`` with ``file`` and ``line``
-    details: ``line`` as given (a JSONL line) or, for a whole document, the
-    line the error position falls on (unknown for duplicate keys and
-    constants, which the decoder reports without a position)."""
-    try:
-        return json.loads(
-            data.decode("utf-8"),
-            parse_float=float,
-            parse_int=int,
-            parse_constant=_no_constant,
-            object_pairs_hook=_unique_keys,
-        )
-    except UnicodeDecodeError as exc:
-        where = line or data.count(b"\n", 0, exc.start) + 1
-        raise MalformedMessage("not UTF-8", file=file, line=where) from None
-    except json.JSONDecodeError as exc:
-        where = line or exc.lineno
-        raise MalformedMessage(f"bad JSON: {exc.msg} (column {exc.colno})", file=file, line=where) from None
-    except ValueError as exc:  # from the hooks, or int() past Python's digit limit
-        raise MalformedMessage(f"bad JSON: {exc}", file=file, line=line) from None
-    except RecursionError:
-        raise MalformedMessage("bad JSON: nested too deeply", file=file, line=line) from None
-
-
 def _parse_line(raw: bytes, file: str, line: int) -> dict:
     record = decode_json(raw, file=file, line=line)
     if not isinstance(record, dict):
@@ -126,19 +101,6 @@ def _parse_line(raw: bytes, file: str, line: int) -> dict:
     except NotCanonicalizable as exc:
         raise NotCanonicalizable(exc.message, file=file, line=line, **exc.details) from None
     return record
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
-    record = dict(pairs)
-    if len(record) != len(pairs):
-        seen: set[str] = set()
-        duplicate = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-        raise ValueError(f"duplicate object key {json.dumps(duplicate)}")
-    return record
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
 
 
 def _child(path: str, key: str) -> str:

@@ -1,0 +1,58 @@
+"""The ``laneledger`` command line.
+
+Commands live in small modules, each adding its subcommands to the parser:
+``files`` (canonicalize, digest), ``verify`` (files, databases, a tail
+service), ``ledger`` (export, inspect), ``run`` (up). Every command is a
+function taking the parsed arguments and returning an exit status:
+
+    0  success
+    1  the check ran and failed (``verify`` found a bad record)
+    2  bad usage, malformed input, or a service that cannot be reached: one
+       line on stderr, ``laneledger: WHERE: PROBLEM``, never a traceback
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from laneledger import __version__
+from laneledger.errors import LedgerError, RequestError
+
+from . import files, ledger, run, verify
+from .report import PROG, display, fail, located
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="laneledger: an execution ledger for AI-agent harnesses.",
+        epilog="Exit status: 0 ok, 1 verification or check failed, 2 usage or input error "
+        "(or a service that cannot be reached).",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    for module in (files, verify, ledger, run):
+        module.add_commands(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except RequestError as exc:
+        return fail(located(exc, display(getattr(args, "file", None))))
+    except LedgerError as exc:  # a service answered with an error, or none answered
+        return fail(str(exc))
+    except BrokenPipeError:
+        # The reader went away (`| head`): not our error. Point stdout at devnull
+        # so the interpreter's final flush does not complain either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as exc:  # missing file, a directory, no permission
+        return fail(f"{exc.filename or display(getattr(args, 'file', None))}: {exc.strerror}")
+    except KeyboardInterrupt:
+        return 130

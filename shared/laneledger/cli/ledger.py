@@ -1,0 +1,105 @@
+"""``export`` and ``inspect``: read a ledger as files and as people."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections import Counter
+from decimal import Decimal
+
+import msgspec
+
+from laneledger.audit import export_ledger
+from laneledger.client import LedgerClient
+from laneledger.vocabulary import TERMINAL_EVENT_TYPES, cost_amount
+
+DEFAULT_NATS = "nats://127.0.0.1:4222"
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    sub = commands.add_parser(
+        "export",
+        help="write a ledger's committed events as JSONL (verifiable with `verify`)",
+        description="Write every committed event of a ledger database, in position order, one "
+        "canonical JSON object per line with its chain fields (seq, position, prev_hash, "
+        "entry_hash). `laneledger verify FILE` checks the result offline.",
+    )
+    sub.add_argument("--db", metavar="FILE", required=True, help="a ledger SQLite database")
+    sub.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    sub.set_defaults(run=cmd_export)
+
+    sub = commands.add_parser(
+        "inspect",
+        help="summarize a session or a run",
+        description="Read a session or a run from the sequencer over NATS and summarize it: "
+        "lanes (sub-agent lanes under their parents), events by type, cost, terminal events, "
+        "attempts without an outcome. --json prints the raw view.",
+    )
+    sub.add_argument("what", choices=("session", "run"))
+    sub.add_argument("session_id", metavar="SESSION")
+    sub.add_argument("run_id", metavar="RUN", nargs="?", help="the run (for `inspect run`)")
+    sub.add_argument("--nats", default=DEFAULT_NATS, help=f"NATS URL (default {DEFAULT_NATS})")
+    sub.add_argument("--json", action="store_true", help="print the view as JSON")
+    sub.set_defaults(run=cmd_inspect)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    if args.output:
+        with open(args.output, "wb") as out:
+            count = export_ledger(args.db, out)
+    else:
+        count = export_ledger(args.db, sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+    print(f"exported {count} events", file=sys.stderr)
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    if args.what == "run" and not args.run_id:
+        print("laneledger: inspect run needs SESSION and RUN", file=sys.stderr)
+        return 2
+    view = asyncio.run(_load(args))
+    if args.json:
+        sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(view)) + b"\n")
+        return 0
+    print(render(view))
+    return 0
+
+
+async def _load(args: argparse.Namespace):
+    async with await LedgerClient.connect(args.nats) as client:
+        if args.what == "session":
+            return await client.load_session(args.session_id)
+        return await client.load_run(args.session_id, args.run_id)
+
+
+def render(view) -> str:
+    """A short human summary of a SessionView or RunView."""
+    lines = [f"session {view.session_id}" + (f" run {view.run_id}" if hasattr(view, "run_id") else "")]
+    children: dict[str | None, list] = {}
+    for lane in view.lanes:
+        children.setdefault(lane.parent_lane_id, []).append(lane)
+
+    def walk(parent: str | None, depth: int) -> None:
+        for lane in children.get(parent, []):
+            lines.append(f"{'  ' * depth}- lane {lane.name} [{lane.kind}] run {lane.run_id}: "
+                         f"{lane.last_seq} events ({lane.id})")
+            walk(lane.id, depth + 1)
+
+    walk(None, 1)
+    types = Counter(e.event_type for e in view.events)
+    lines.append(f"{len(view.events)} events: " + ", ".join(f"{t} {n}" for t, n in types.most_common()))
+    cost = sum((cost_amount(e.payload) for e in view.events if e.event_type == "cost.recorded"),
+               Decimal(0))
+    lines.append(f"cost: {cost}")
+    terminal = {t for ts in TERMINAL_EVENT_TYPES.values() for t in ts}
+    ends = [e for e in view.events if e.event_type in terminal and e.event_type.split(".")[0] in ("run", "session")]
+    for e in ends:
+        lines.append(f"terminal: {e.event_type} ({e.subject_id}) at position {e.position}")
+    requested = {e.subject_id for e in view.events if e.event_type == "attempt.requested"}
+    resolved = {e.subject_id for e in view.events if e.event_type in ("attempt.completed", "attempt.failed")}
+    open_attempts = sorted(requested - resolved)
+    lines.append(f"attempts without an outcome: {len(open_attempts)}"
+                 + ("" if not open_attempts else " (" + ", ".join(open_attempts) + ")"))
+    return "\n".join(lines)
