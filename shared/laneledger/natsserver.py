@@ -178,8 +178,12 @@ class NatsServer:
         binary: str | os.PathLike[str] | None = None,
         log_path: str | os.PathLike[str] | None = None,
         extra_args: Sequence[str] = (),
+        config: str | os.PathLike[str] | None = None,
     ) -> None:
         self.store_dir = Path(store_dir)
+        # A config file (deploy/nats.conf) enables JetStream itself and names
+        # its store dir as $LANELEDGER_NATS_STORE_DIR, which we set to store_dir.
+        self.config = Path(config) if config is not None else None
         self.host = host
         self.port: int | None = port or None
         self.binary = find_nats_server(binary)
@@ -244,16 +248,17 @@ class NatsServer:
             self.binary,
             "-a", self.host,
             "-p", str(self.port if self.port is not None else -1),
-            "-js",
-            "-sd", str(self.store_dir),
+            *(["-c", str(self.config)] if self.config else ["-js", "-sd", str(self.store_dir)]),
             "-l", str(self.log_path),
             *self.extra_args,
         ]  # fmt: skip
+        env = dict(os.environ, LANELEDGER_NATS_STORE_DIR=str(self.store_dir))
         log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
             try:
                 self._proc = subprocess.Popen(
                     args,
+                    env=env,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=log,
