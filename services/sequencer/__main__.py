@@ -19,6 +19,7 @@ import nats
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from laneledger.config import Setting, common_settings, parse_settings, positive_int
 from laneledger.errors import LedgerError
 from laneledger.opsserver import ops_routes, start_http
 from laneledger.store import LedgerWriter, open_ledger
@@ -30,20 +31,18 @@ from .service import Sequencer, SequencerSettings
 log = logging.getLogger("laneledger.sequencer")
 
 
+SETTINGS = [
+    *common_settings("sequencer", 8470),
+    Setting("--db", "DB", ".laneledger/ledger.db", help="the ledger SQLite file"),
+    Setting("--replicas", "REPLICAS", 1, positive_int, help="JetStream stream replicas"),
+    Setting("--batch-size", "BATCH_SIZE", 500, positive_int, help="append requests per batch"),
+    Setting("--hmac-key-file", "HMAC_KEY_FILE", None,
+            help="file holding the chain HMAC key; without it the chain is plain SHA-256"),
+]
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    env = os.environ.get
-    p = argparse.ArgumentParser(prog="laneledger-sequencer", description=__doc__)
-    p.add_argument("--nats", default=env("LANELEDGER_NATS_URL", "nats://127.0.0.1:4222"))
-    p.add_argument("--db", default=env("LANELEDGER_DB", ".laneledger/ledger.db"))
-    p.add_argument("--prefix", default=env("LANELEDGER_PREFIX", "ledger"))
-    p.add_argument("--replicas", type=int, default=int(env("LANELEDGER_REPLICAS", "1")))
-    p.add_argument("--batch-size", type=int, default=int(env("LANELEDGER_BATCH_SIZE", "500")))
-    p.add_argument("--http-host", default=env("LANELEDGER_HTTP_HOST", "127.0.0.1"))
-    p.add_argument("--http-port", type=int, default=int(env("LANELEDGER_SEQUENCER_PORT", "8470")),
-                   help="port for /healthz, /readyz, /metrics (0 picks a free one)")
-    p.add_argument("--hmac-key-file", default=env("LANELEDGER_HMAC_KEY_FILE"),
-                   help="file holding the chain HMAC key; without it the chain is plain SHA-256")
-    return p.parse_args(argv)
+    return parse_settings("laneledger-sequencer", __doc__, SETTINGS, argv)
 
 
 async def run(args: argparse.Namespace) -> None:
