@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,15 +80,34 @@ async def _stop(service: RunningService, timeout: float = 15.0) -> None:
         await asyncio.gather(service.pump, return_exceptions=True)
 
 
+SERVICES = ("sequencer", "tail", "metrics", "checkpoint")
+DEFAULT_PORTS = {"sequencer": 8470, "tail": 8471, "metrics": 8472, "checkpoint": 8473}
+
+
+def service_specs(data_dir: Path, nats_url: str, host: str, ports: dict[str, int]) -> list[ServiceSpec]:
+    """The four services, each started exactly as its container starts it."""
+    common = ["--nats", nats_url, "--http-host", host]
+    return [
+        ServiceSpec("sequencer", "services.sequencer",
+                    [*common, "--http-port", str(ports["sequencer"]), "--db", str(data_dir / "ledger.db")]),
+        *(ServiceSpec(name, f"services.{name}",
+                      [*common, "--http-port", str(ports[name]), "--data", str(data_dir / name)])
+          for name in ("tail", "metrics", "checkpoint")),
+    ]
+
+
 async def run_up(
     data_dir: Path,
     *,
     nats_url: str | None,
     nats_port: int,
-    sequencer_port: int,
+    ports: dict[str, int],
     host: str = "127.0.0.1",
     ready_timeout: float = 30.0,
+    after_start: Callable[[str, dict[str, str]], Awaitable[None]] | None = None,
 ) -> int:
+    """Run until Ctrl-C/SIGTERM (or until ``after_start`` — e.g. the demo —
+    returns, when given). Returns the exit status."""
     data_dir.mkdir(parents=True, exist_ok=True)
     nats: NatsServer | None = None
     if nats_url is None:
@@ -95,12 +115,6 @@ async def run_up(
                           log_path=data_dir / "nats-server.log")
         await nats.astart()
         nats_url = nats.url
-    specs = [
-        ServiceSpec("sequencer", "services.sequencer", [
-            "--nats", nats_url, "--db", str(data_dir / "ledger.db"),
-            "--http-host", host, "--http-port", str(sequencer_port),
-        ]),
-    ]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -108,21 +122,33 @@ async def run_up(
     running: list[RunningService] = []
     code = 0
     try:
-        for spec in specs:
+        for spec in service_specs(data_dir, nats_url, host, ports):
             running.append(await _start(spec, ready_timeout))
+        urls = {service.spec.name: service.url or "" for service in running}
         print("\nlaneledger is up", flush=True)
-        print(f"  NATS       {nats_url}", flush=True)
-        for service in running:
-            print(f"  {service.spec.name:<10} {service.url}/metrics", flush=True)
-        print(f"  data       {data_dir}", flush=True)
+        for label, url in (
+            ("NATS", nats_url),
+            ("console", f"{urls['tail']}/"),
+            ("live tail", f"{urls['tail']}/api/v1/events"),
+            ("ledger metrics", f"{urls['metrics']}/metrics"),
+            *((f"{name} ops", f"{urls[name]}/metrics") for name in ("sequencer", "tail", "checkpoint")),
+            ("data", str(data_dir)),
+        ):
+            print(f"  {label:<16}{url}", flush=True)
         print("Ctrl-C stops everything.\n", flush=True)
-        exited = [asyncio.create_task(s.process.wait()) for s in running]
-        stopped = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait([stopped, *exited], return_when=asyncio.FIRST_COMPLETED)
-        if stopped not in done:
+        waits = [asyncio.create_task(s.process.wait()) for s in running]
+        waits.append(asyncio.create_task(stop.wait()))
+        if after_start is not None:
+            waits.append(asyncio.create_task(after_start(nats_url, urls)))
+        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finished = done.pop()
+        if finished in waits[: len(running)]:
             code = 1
             print("a service exited on its own; stopping the rest", file=sys.stderr, flush=True)
-        for task in [stopped, *exited]:
+        elif after_start is not None and finished is waits[-1] and finished.exception() is not None:
+            code = 1
+            print(f"laneledger up: {finished.exception()}", file=sys.stderr, flush=True)
+        for task in waits:
             task.cancel()
     except Exception as exc:  # noqa: BLE001 - reported, then everything is stopped
         print(f"laneledger up: {exc}", file=sys.stderr, flush=True)

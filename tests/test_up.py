@@ -1,0 +1,93 @@
+"""`laneledger up` as a user runs it: everything starts, answers, stops on
+SIGTERM leaving no process behind, and a restart continues the same ledger."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+
+from laneledger.client import LaneRecorder, LedgerClient
+
+UP_TIMEOUT_S = 60
+
+
+def processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+class Up:
+    def __init__(self, data: Path) -> None:
+        self.data = data
+        self.log = data.with_suffix(".log")
+
+    def start(self) -> dict[str, str]:
+        self.out = open(self.log, "ab")
+        self.proc = subprocess.Popen(
+            [str(Path(sys.executable).with_name("laneledger")), "up", "--data", str(self.data), "--free-ports"],
+            stdout=self.out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + UP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            text = self.log.read_text(errors="replace")
+            if text.count("laneledger is up") > getattr(self, "ups", 0):
+                self.ups = text.count("laneledger is up")
+                tail = text.rsplit("laneledger is up", 1)[1]
+                return dict(re.findall(r"^  (.+?)\s{2,}(\S+)$", tail, re.MULTILINE))
+            assert self.proc.poll() is None, text
+            time.sleep(0.1)
+        raise AssertionError(f"not up in {UP_TIMEOUT_S}s:\n{self.log.read_text()}")
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=60)
+        self.out.close()
+        return code
+
+
+async def test_up_runs_everything_and_leaves_nothing_behind(tmp_path):
+    up = Up(tmp_path / "data")
+    urls = up.start()
+    try:
+        assert {"NATS", "console", "live tail", "ledger metrics", "sequencer ops", "tail ops",
+                "checkpoint ops"} <= urls.keys()
+        async with aiohttp.ClientSession() as http:
+            for label in ("sequencer ops", "tail ops", "ledger metrics", "checkpoint ops"):
+                base = urls[label].rsplit("/metrics", 1)[0]
+                async with http.get(f"{base}/healthz") as response:
+                    assert response.status == 200, label
+        async with await LedgerClient.connect(urls["NATS"]) as client:
+            actor = await client.ensure_actor("acme", "agent:up@1", "agent")
+            lane = await LaneRecorder.open(client, "acme", "s", "r", "main", actor_id=actor.id)
+            await lane.append([lane.event("run.started", actor_id=actor.id, subject_id="r")])
+    finally:
+        assert up.stop() == 0
+    assert processes_mentioning(str(tmp_path / "data")) == []
+    assert "laneledger stopped" in up.log.read_text()
+
+    urls = up.start()  # the same data dir: the same ledger
+    try:
+        async with await LedgerClient.connect(urls["NATS"]) as client:
+            actor = await client.ensure_actor("acme", "agent:up@1", "agent")
+            lane = await LaneRecorder.open(client, "acme", "s", "r", "main", actor_id=actor.id)
+            assert lane.head == 1
+            receipt = await lane.append([lane.event("run.completed", actor_id=actor.id, subject_id="r")])
+            assert receipt.positions == [2]
+    finally:
+        assert up.stop() == 0
+    assert processes_mentioning(str(tmp_path / "data")) == []
