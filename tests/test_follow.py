@@ -47,3 +47,31 @@ async def test_resumes_exactly_after_a_position(nc, js):
     assert [p for p, _ in second] == list(range(21, 51))
     info = await js.consumers_info("LEDGER_EVENTS")
     assert info == []  # the ephemeral consumer is gone once the follower stops
+
+
+async def test_survives_a_nats_server_restart(nats_server, nc, js):
+    await js.add_stream(name="LEDGER_EVENTS", subjects=["ledger.events.>"])
+    await publish(js, 1, 10)
+    follower = StreamFollower(nc, name="restart", stall_check_s=0.5)
+    got: list[tuple[int, bytes]] = []
+
+    async def follow() -> None:
+        async with aclosing(follower.batches(after=0)) as batches:
+            async for batch in batches:
+                got.extend(batch)
+                if got[-1][0] >= 20:
+                    return
+
+    task = asyncio.create_task(follow())
+    for _ in range(100):
+        if len(got) >= 10:
+            break
+        await asyncio.sleep(0.05)
+    await nats_server.arestart()  # its consumer (in memory) is gone after this
+    for _ in range(200):
+        if nc.is_connected:
+            break
+        await asyncio.sleep(0.05)
+    await publish(js, 11, 20)
+    await asyncio.wait_for(task, 30)
+    assert [p for p, _ in got] == list(range(1, 21))

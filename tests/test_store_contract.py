@@ -268,3 +268,30 @@ async def test_receipt_by_append_id_and_unknown(client, actor):
     with pytest.raises(errors.EntityNotFound) as caught:
         await client.get_receipt("never")
     assert caught.value.details == {"kind": "receipt", "id": "never"}
+
+
+async def test_two_ledgers_share_one_nats_account(nc, client, actor, tmp_path):
+    """A second sequencer under another prefix has its own streams and lanes."""
+    from prometheus_client import CollectorRegistry
+
+    from laneledger.store import LedgerWriter, open_ledger
+    from laneledger.subjects import Subjects
+    from services.sequencer.metrics import SequencerMetrics
+    from services.sequencer.service import Sequencer, SequencerSettings
+
+    other = Sequencer(nc, LedgerWriter(open_ledger(tmp_path / "other.db")),
+                      SequencerMetrics(CollectorRegistry()),
+                      SequencerSettings(subjects=Subjects("staging.ledger")))
+    await other.start()
+    try:
+        staging = LedgerClient(nc, subjects=Subjects("staging.ledger"))
+        staging_actor = await staging.ensure_actor("acme", "agent:tests/main@1", "agent")
+        lane = await staging.create_lane("acme", "s1", "r1", "main", actor_id=staging_actor.id)
+        receipt = await staging.append(lane, 0, [ev(lane, staging_actor)])
+        assert receipt.positions == [1]
+        main_lane = await new_lane(client, actor)
+        assert (await client.append(main_lane, 0, [ev(main_lane, actor)])).positions == [1]
+        names = {info.config.name for info in await nc.jetstream().streams_info()}
+        assert {"LEDGER_APPEND", "LEDGER_EVENTS", "STAGING_LEDGER_APPEND", "STAGING_LEDGER_EVENTS"} <= names
+    finally:
+        await other.stop()

@@ -52,3 +52,21 @@ class SequencerMetrics:
             "Committed batches waiting to be published on the committed stream",
             registry=registry,
         )
+        # Also visible in append_requests_total by outcome/code; named on their
+        # own so dashboards and alerts (conflict rate) need no label matching.
+        self.lane_conflicts = Counter(
+            "laneledger_sequencer_lane_conflicts_total",
+            "Appends rejected because the lane head moved (lane_conflict)",
+            registry=registry,
+        )
+        self.replays = Counter(
+            "laneledger_sequencer_idempotent_replays_total",
+            "Appends answered with their stored receipt (same append id, same content)",
+            registry=registry,
+        )
+        self.inbound_backlog = Gauge(
+            "laneledger_sequencer_inbound_backlog_requests",
+            "Append requests on LEDGER_APPEND not yet committed (undelivered plus "
+            "delivered and unacked), refreshed periodically from the consumer info",
+            registry=registry,
+        )

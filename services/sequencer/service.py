@@ -77,12 +77,11 @@ class _Batch:
 @dataclass(frozen=True)
 class SequencerSettings:
     subjects: Subjects = Subjects()
-    append_stream: str = "LEDGER_APPEND"
-    events_stream: str = "LEDGER_EVENTS"
     replicas: int = 1
     batch_size: int = 500
     fetch_timeout_s: float = 0.5
     max_request_bytes: int = 1024 * 1024
+    backlog_refresh_s: float = 1.0  # how often the inbound backlog gauge is refreshed
 
 
 class Sequencer:
@@ -106,7 +105,7 @@ class Sequencer:
         self.mirror = CommittedStreamMirror(
             nc,
             settings.subjects,
-            settings.events_stream,
+            settings.subjects.events_stream,
             read_after=lambda pos, n: self._in_writer(writer.reader.events_after, pos, n),
             ledger_last_position=lambda: writer.last_position,
         )
@@ -118,12 +117,12 @@ class Sequencer:
 
     async def start(self) -> None:
         s = self._settings
-        await ensure_stream(self._js, append_stream_config(s.append_stream, s.subjects, s.replicas))
-        await ensure_stream(self._js, events_stream_config(s.events_stream, s.subjects, s.replicas))
+        await ensure_stream(self._js, append_stream_config(s.subjects.append_stream, s.subjects, s.replicas))
+        await ensure_stream(self._js, events_stream_config(s.subjects.events_stream, s.subjects, s.replicas))
         await self.mirror.catch_up()
         self._metrics.last_position.set(self._writer.last_position)
-        await ensure_consumer(self._js, s.append_stream, sequencer_consumer_config())
-        pull = PullFeed(self._nc, s.append_stream, SEQUENCER_CONSUMER, credits=2 * s.batch_size)
+        await ensure_consumer(self._js, s.subjects.append_stream, sequencer_consumer_config())
+        pull = PullFeed(self._nc, s.subjects.append_stream, SEQUENCER_CONSUMER, credits=2 * s.batch_size)
         await pull.start()
         self._command_sub = await self._nc.subscribe(
             s.subjects.command_wildcard, queue="sequencer", cb=self._on_command
@@ -131,6 +130,7 @@ class Sequencer:
         self._tasks = [
             asyncio.create_task(self._pull_loop(pull), name="sequencer-pull"),
             asyncio.create_task(self.mirror.run(), name="sequencer-mirror"),
+            asyncio.create_task(self._backlog_loop(), name="sequencer-backlog"),
         ]
         self.ready = True
         log.info("sequencer ready at position %d", self._writer.last_position)
@@ -163,6 +163,16 @@ class Sequencer:
         # Bounded: a task that swallowed its cancel must not hang shutdown.
         await asyncio.wait(self._tasks, timeout=drain_timeout_s)
         self._thread.shutdown(wait=True)
+
+    async def _backlog_loop(self) -> None:
+        """Refresh the inbound backlog gauge from the consumer's info."""
+        while True:
+            try:
+                info = await self._js.consumer_info(self._settings.subjects.append_stream, SEQUENCER_CONSUMER)
+                self._metrics.inbound_backlog.set(info.num_pending + info.num_ack_pending)
+            except Exception as exc:  # noqa: BLE001 - NATS away: keep the last value
+                log.debug("inbound backlog not refreshed: %s", exc)
+            await asyncio.sleep(self._settings.backlog_refresh_s)
 
     # ----------------------------------------------------------------- appends
 
@@ -252,6 +262,8 @@ class Sequencer:
         for msg, receipt in zip(msgs, receipts):
             if isinstance(receipt, AppendRejected):
                 self._metrics.requests.labels("rejected", receipt.error.code).inc()
+                if receipt.error.code == "lane_conflict":
+                    self._metrics.lane_conflicts.inc()
             elif receipt.replayed:
                 replayed += 1
             else:
@@ -261,6 +273,7 @@ class Sequencer:
                 by_inbox.setdefault(reply_to, []).append(receipt)
         self._metrics.requests.labels("committed", "").inc(committed)
         self._metrics.requests.labels("replayed", "").inc(replayed)
+        self._metrics.replays.inc(replayed)
         for reply_to, batch in by_inbox.items():
             try:
                 await self._nc.publish(reply_to, encode(batch))

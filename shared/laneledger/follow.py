@@ -39,6 +39,7 @@ class StreamFollower:
         name: str,
         batch_size: int = 500,
         idle_timeout_s: float = 0.5,
+        stall_check_s: float = 3.0,
     ) -> None:
         self._nc = nc
         self._js = nc.jetstream()
@@ -46,6 +47,7 @@ class StreamFollower:
         self._name = name  # consumer name; one per service instance
         self._batch_size = batch_size
         self._idle_timeout_s = idle_timeout_s
+        self._stall_check_s = stall_check_s
         self._feed: PullFeed | None = None
         self.stream_last = 0  # the stream's last sequence when last asked
 
@@ -54,11 +56,24 @@ class StreamFollower:
         ``after + 1``; waits for new events when caught up. Iterate it inside
         ``contextlib.aclosing`` so leaving the loop removes the consumer."""
         position = after
-        await self._open(position)
+        await self._open_until_done(position)
+        quiet_since = asyncio.get_running_loop().time()
         try:
             while True:
                 assert self._feed is not None
                 msgs = await self._feed.next_batch(self._batch_size, self._idle_timeout_s)
+                now = asyncio.get_running_loop().time()
+                if msgs:
+                    quiet_since = now
+                elif now - quiet_since > self._stall_check_s:
+                    # Quiet for a while: fine if caught up. If the stream is
+                    # ahead, our consumer is gone (a nats-server restart drops
+                    # it): make a new one from where we are.
+                    quiet_since = now
+                    if await self._stream_is_ahead_of(position):
+                        log.warning("stalled at position %d behind the stream; re-reading", position)
+                        await self._open_until_done(position)
+                    continue
                 batch: list[tuple[int, bytes]] = []
                 gap = False
                 for msg in msgs:
@@ -74,7 +89,7 @@ class StreamFollower:
                     yield batch
                 if gap:
                     log.warning("gap after position %d; re-reading from there", position)
-                    await self._open(position)
+                    await self._open_until_done(position)
         finally:
             await self._close()
 
@@ -83,6 +98,26 @@ class StreamFollower:
         info = await self._js.stream_info(self._stream)
         self.stream_last = info.state.last_seq
         return self.stream_last
+
+    async def _stream_is_ahead_of(self, position: int) -> bool:
+        try:
+            return await self.refresh_stream_last() > position
+        except Exception as exc:  # noqa: BLE001 - NATS away: look again later
+            log.debug("cannot read the stream's state: %s", exc)
+            return False
+
+    async def _open_until_done(self, after: int) -> None:
+        """Open the consumer, retrying while NATS or the stream is not there
+        yet (a service may start before the sequencer created the stream)."""
+        delay = 0.1
+        while True:
+            try:
+                await self._open(after)
+                return
+            except Exception as exc:  # noqa: BLE001 - retried; cancellation still ends it
+                log.info("cannot open a consumer on %s yet (%s); retrying", self._stream, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     async def _open(self, after: int) -> None:
         await self._close()

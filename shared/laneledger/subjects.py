@@ -18,9 +18,13 @@ from functools import lru_cache
 
 _VERBATIM = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 
-APPEND_STREAM = "LEDGER_APPEND"
-EVENTS_STREAM = "LEDGER_EVENTS"
 DEFAULT_PREFIX = "ledger"
+APPEND_STREAM = "LEDGER_APPEND"  # the streams of the default prefix
+EVENTS_STREAM = "LEDGER_EVENTS"
+
+
+def _stream_stem(prefix: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]", "_", prefix).upper()
 
 
 @lru_cache(maxsize=65536)
@@ -38,6 +42,16 @@ class Subjects:
     prefix: str = DEFAULT_PREFIX
 
     # -- streams ---------------------------------------------------------------
+    # Stream names follow the prefix too ("ledger" -> LEDGER_APPEND and
+    # LEDGER_EVENTS), so two ledgers on one account never share a stream.
+    @property
+    def append_stream(self) -> str:
+        return f"{_stream_stem(self.prefix)}_APPEND"
+
+    @property
+    def events_stream(self) -> str:
+        return f"{_stream_stem(self.prefix)}_EVENTS"
+
     @property
     def append_wildcard(self) -> str:
         return f"{self.prefix}.append.>"

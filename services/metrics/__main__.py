@@ -1,0 +1,141 @@
+"""`python -m services.metrics` (also `laneledger-metrics`): fold the committed
+ledger into Prometheus metrics, served on /metrics (spec/metrics.md).
+
+Every option also reads an environment variable, so a container needs no
+arguments. On SIGTERM or SIGINT it stops following, lets the batch in hand
+commit, and closes its NATS connection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+import nats
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from laneledger.opsserver import ops_routes, start_http
+from laneledger.subjects import EVENTS_STREAM
+
+from .fold import CAPPED_LABELS, LabelPolicy
+from .service import MetricsService, MetricsSettings
+from .store import MetricsStore
+
+log = logging.getLogger("laneledger.metrics")
+
+
+def _label_assignments(values: list[str], what: str) -> dict[str, str]:
+    """``LABEL=VALUE`` items (repeated options, or ``;``-separated in the env)."""
+    found: dict[str, str] = {}
+    for item in values:
+        label, sep, value = item.partition("=")
+        if not sep or label not in CAPPED_LABELS:
+            raise SystemExit(f"laneledger-metrics: {what} wants LABEL=..., LABEL one of "
+                             f"{', '.join(CAPPED_LABELS)}; got {item!r}")
+        found[label] = value
+    return found
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    env = os.environ.get
+    p = argparse.ArgumentParser(prog="laneledger-metrics", description=__doc__)
+    p.add_argument("--nats", default=env("LANELEDGER_NATS_URL", "nats://127.0.0.1:4222"))
+    p.add_argument("--data", default=env("LANELEDGER_METRICS_DATA", ".laneledger/metrics"),
+                   help="directory for the service's own SQLite file (metrics.db)")
+    p.add_argument("--prefix", default=env("LANELEDGER_PREFIX", "ledger"),
+                   help="subject prefix (accepted for uniformity: the service reads the "
+                        "whole committed stream, see --stream)")
+    p.add_argument("--stream", default=env("LANELEDGER_EVENTS_STREAM", EVENTS_STREAM))
+    p.add_argument("--consumer", default=env("LANELEDGER_METRICS_CONSUMER", "laneledger-metrics"),
+                   help="name of its (ephemeral) consumer; unique per running instance")
+    p.add_argument("--batch-size", type=int, default=int(env("LANELEDGER_METRICS_BATCH", "500")))
+    p.add_argument("--lag-interval", type=float,
+                   default=float(env("LANELEDGER_METRICS_LAG_INTERVAL", "1.0")),
+                   help="seconds between reads of the stream's last sequence (lag)")
+    p.add_argument("--http-host", default=env("LANELEDGER_HTTP_HOST", "127.0.0.1"))
+    p.add_argument("--http-port", type=int, default=int(env("LANELEDGER_METRICS_PORT", "8472")),
+                   help="port for /healthz, /readyz, /metrics (0 picks a free one)")
+    p.add_argument("--max-label-values", type=int,
+                   default=int(env("LANELEDGER_METRICS_MAX_LABEL_VALUES", "100")),
+                   help="distinct values kept per producer-supplied label; later ones become 'other'")
+    p.add_argument("--label-cap", action="append",
+                   default=[v for v in env("LANELEDGER_METRICS_LABEL_CAPS", "").split(";") if v],
+                   metavar="LABEL=N", help="per-label cap overriding --max-label-values (repeatable)")
+    p.add_argument("--allow", action="append",
+                   default=[v for v in env("LANELEDGER_METRICS_ALLOW", "").split(";") if v],
+                   metavar="LABEL=V1,V2",
+                   help="keep only these values of LABEL, the rest become 'other' (repeatable)")
+    args = p.parse_args(argv)
+    try:
+        caps = {k: int(v) for k, v in _label_assignments(args.label_cap, "--label-cap").items()}
+    except ValueError as exc:
+        raise SystemExit(f"laneledger-metrics: --label-cap wants LABEL=N: {exc}") from None
+    allow = {k: frozenset(filter(None, v.split(",")))
+             for k, v in _label_assignments(args.allow, "--allow").items()}
+    args.policy = LabelPolicy(max_values=args.max_label_values, caps=caps, allow=allow)
+    return args
+
+
+async def run(args: argparse.Namespace) -> None:
+    store = MetricsStore(Path(args.data) / "metrics.db")
+    registry = CollectorRegistry()
+    nc = await nats.connect(
+        args.nats, name="laneledger-metrics", max_reconnect_attempts=-1, reconnect_time_wait=0.5
+    )
+    settings = MetricsSettings(
+        stream=args.stream, consumer=args.consumer, batch_size=args.batch_size,
+        lag_refresh_s=args.lag_interval, policy=args.policy,
+    )
+    service = MetricsService(nc, store, registry, settings)
+    app = web.Application()
+    app.add_routes(ops_routes(registry, lambda: service.ready and nc.is_connected))
+    runner, port = await start_http(app, args.http_host, args.http_port)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    await service.start()
+    print(f"laneledger-metrics ready http=http://{args.http_host}:{port} "
+          f"position={service.position}", flush=True)
+    stopped = asyncio.create_task(stop.wait())
+    running = asyncio.create_task(service.wait())
+    try:
+        await asyncio.wait([stopped, running], return_when=asyncio.FIRST_COMPLETED)
+        if running.done():
+            running.result()  # re-raise what killed it
+    finally:
+        await service.stop()
+        if nc.is_connected:
+            await nc.flush()
+        await nc.close()
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=os.environ.get("LANELEDGER_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = parse_args(argv)
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
+    try:
+        asyncio.run(run(args))
+    except Exception as err:  # noqa: BLE001 - one line for the operator, then a non-zero exit
+        log.exception("laneledger-metrics stopped")
+        print(f"laneledger-metrics: {type(err).__name__}: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

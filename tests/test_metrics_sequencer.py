@@ -1,0 +1,71 @@
+"""The sequencer's operational metrics added for the metrics issue: lane
+conflicts, idempotent replays and the inbound backlog."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from laneledger import errors
+from laneledger.client import LedgerClient, make_event
+from laneledger.store import LedgerWriter, open_ledger
+from laneledger.subjects import Subjects
+from metrics_support import wait_for
+from services.sequencer.metrics import SequencerMetrics
+from services.sequencer.service import Sequencer, SequencerSettings
+
+SETTINGS = SequencerSettings(backlog_refresh_s=0.05)
+
+
+async def test_conflicts_replays_and_inbound_backlog(nats_server, nc, js, tmp_path: Path):
+    registry = CollectorRegistry()
+    metrics = SequencerMetrics(registry)
+    sample = registry.get_sample_value
+    sequencer = Sequencer(nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")), metrics, SETTINGS)
+    await sequencer.start()
+    try:
+        async with await LedgerClient.connect(nats_server.url, timeout=5.0) as client:
+            agent = await client.ensure_actor("acme", "agent:seq-metrics", "agent")
+            lane = await client.create_lane("acme", "s1", "r1", "main", actor_id=agent.id)
+            event = make_event(lane.id, "stream.text_delta", actor_id=agent.id, payload={"text": "a"})
+            await client.append(lane, 0, [event], append_id="once")
+            assert (await client.append(lane, 0, [event], append_id="once")).replayed
+            with pytest.raises(errors.LaneConflict):
+                await client.append(lane, 0, [make_event(lane.id, "stream.text_delta",
+                                                         actor_id=agent.id, payload={"text": "b"})])
+    finally:
+        await sequencer.stop()
+    assert sample("laneledger_sequencer_lane_conflicts_total") == 1
+    assert sample("laneledger_sequencer_idempotent_replays_total") == 1
+    assert sample("laneledger_sequencer_append_requests_total",
+                  {"outcome": "rejected", "code": "lane_conflict"}) == 1
+
+    # Requests arriving while nothing pulls are the backlog ...
+    subject = Subjects().append("acme", lane.id)
+    for _ in range(30):
+        await js.publish(subject, b"{}")
+    idle = Sequencer(nc, LedgerWriter(open_ledger(tmp_path / "other.db")), metrics, SETTINGS)
+    refreshing = asyncio.create_task(idle._backlog_loop())  # only its refresher runs
+
+    async def gauge_is(n: int):
+        return sample("laneledger_sequencer_inbound_backlog_requests") == n
+
+    try:
+        assert await wait_for(lambda: gauge_is(30), timeout=10)
+    finally:
+        refreshing.cancel()
+        await asyncio.gather(refreshing, return_exceptions=True)
+        idle._thread.shutdown()
+
+    # ... which a running sequencer drains (each gets a rejection) back to zero.
+    sequencer = Sequencer(nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")), metrics, SETTINGS)
+    await sequencer.start()
+    try:
+        assert await wait_for(lambda: gauge_is(0), timeout=10)
+    finally:
+        await sequencer.stop()
+    assert sample("laneledger_sequencer_append_requests_total",
+                  {"outcome": "rejected", "code": "invalid_request"}) == 30
