@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/laneledger up
+	$(BIN)/laneledger up --demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -33,15 +33,20 @@ def processes_mentioning(text: str) -> list[int]:
 
 
 class Up:
-    def __init__(self, data: Path) -> None:
+    def __init__(self, data: Path, *extra: str) -> None:
         self.data = data
+        self.extra = extra
         self.log = data.with_suffix(".log")
 
-    def start(self) -> dict[str, str]:
+    def launch(self) -> None:
         self.out = open(self.log, "ab")
         self.proc = subprocess.Popen(
-            [str(Path(sys.executable).with_name("laneledger")), "up", "--data", str(self.data), "--free-ports"],
+            [str(Path(sys.executable).with_name("laneledger")), "up", "--data", str(self.data),
+             "--free-ports", *self.extra],
             stdout=self.out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def start(self) -> dict[str, str]:
+        self.launch()
         deadline = time.monotonic() + UP_TIMEOUT_S
         while time.monotonic() < deadline:
             text = self.log.read_text(errors="replace")
@@ -90,4 +95,22 @@ async def test_up_runs_everything_and_leaves_nothing_behind(tmp_path):
             assert receipt.positions == [2]
     finally:
         assert up.stop() == 0
+    assert processes_mentioning(str(tmp_path / "data")) == []
+
+
+async def test_up_with_the_demo_ends_in_an_intact_summary(tmp_path):
+    up = Up(tmp_path / "data", "--demo", "--agents", "2", "--turns", "3", "--pace", "0")
+    up.launch()
+    deadline = time.monotonic() + 120
+    text = ""
+    while time.monotonic() < deadline and "the demo is done" not in text:
+        assert up.proc.poll() is None, text
+        time.sleep(0.2)
+        text = up.log.read_text(errors="replace")
+    summary = text.split("demo summary", 1)[1]
+    assert "chain verification           intact" in summary
+    assert re.search(r"events in the session\s+\d+ in 4 lanes", summary)  # 2 agents + 2 sub-agents
+    assert re.search(r"cost, claude-sonnet\s+0\.\d+ USD", summary)
+    assert "finished turn 3/3" in text
+    assert up.stop() == 0
     assert processes_mentioning(str(tmp_path / "data")) == []

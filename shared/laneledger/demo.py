@@ -20,9 +20,11 @@ import asyncio
 import json
 import random
 import sys
+import time
 from dataclasses import dataclass
 from decimal import Decimal
 
+from .checkpoints import CheckpointClient, complete_run
 from .client import LaneRecorder, LedgerClient
 from .ids import new_id
 
@@ -50,7 +52,7 @@ class Agent:
     model: str
     rng: random.Random
     last_inference: str | None = None  # the spine: the previous model call's event
-    turns: int = 0
+    pace: float = 0.0  # seconds a model call takes
 
     def event(self, event_type: str, subject_id: str, payload: dict | None = None,
               cause: str | None = None) -> dict:
@@ -65,6 +67,7 @@ class Agent:
 
     async def model_call(self, turn_id: str, prompt_tokens: int) -> str:
         """A model call on the spine; returns the event later events hang off."""
+        await asyncio.sleep(self.pace * self.rng.uniform(0.5, 1.5))  # the model thinks
         action = await self.client.create_action(
             self.recorder.lane.id, turn_id, "model_call", self.model,
             effect="none", idempotency="not_applicable")
@@ -116,14 +119,14 @@ class Agent:
 
 
 async def run_agent(nats_url: str, tenant: str, session_id: str, run_id: str, name: str,
-                    turns: int, seed: int) -> None:
+                    turns: int, seed: int, pace: float = 0.0) -> None:
     rng = random.Random(seed)
     async with await LedgerClient.connect(nats_url) as client:
         actor = await client.ensure_actor(tenant, f"agent:demo/{name}@1", "agent")
         operator = await client.ensure_actor(tenant, "human:demo-operator", "human")
         main = Agent(client, await LaneRecorder.open(client, tenant, session_id, run_id, name,
                                                      actor_id=actor.id),
-                     actor.id, "claude-sonnet", rng)
+                     actor.id, "claude-sonnet", rng, pace=pace)
         lane_id = main.recorder.lane.id
         await main.commit(main.event("run.started", run_id, {"agent": name}))
         for turn_no in range(1, turns + 1):
@@ -148,7 +151,14 @@ async def run_agent(nats_url: str, tenant: str, session_id: str, run_id: str, na
                     causation_id=paused["id"])])
             await main.commit(main.event("turn.completed", turn.id, cause=inference))
             print(json.dumps({"agent": name, "turn": turn_no, "head": main.recorder.head}), flush=True)
-        await main.commit(main.event("run.completed", run_id, {"turns": turns}, cause=main.last_inference))
+        # The terminal pattern: the run's final checkpoint, then the link and
+        # run.completed in one atomic append.
+        await complete_run(
+            main.recorder, CheckpointClient(client), key=f"{session_id}/{run_id}/{name}",
+            expected_revision=0, format="application/vnd.laneledger.demo-agent+json;version=1",
+            actor_id=actor.id, state={"agent": name, "turns": turns, "head": main.recorder.head},
+            run_payload={"turns": turns},
+        )
 
 
 async def spawn_subagent(parent: Agent, turn_id: str, tenant: str, session_id: str, run_id: str,
@@ -160,7 +170,8 @@ async def spawn_subagent(parent: Agent, turn_id: str, tenant: str, session_id: s
     actor = await client.ensure_actor(tenant, f"agent:demo/{sub_name}@1", "agent")
     lane = await LaneRecorder.open(client, tenant, session_id, run_id, sub_name, actor_id=actor.id,
                                    kind="subagent", parent_lane_id=parent.recorder.lane.id)
-    sub = Agent(client, lane, actor.id, "claude-haiku", rng, last_inference=parent.last_inference)
+    sub = Agent(client, lane, actor.id, "claude-haiku", rng, last_inference=parent.last_inference,
+                pace=parent.pace)
     await sub.commit(sub.event("lane.created", lane.lane.id, {"parent_lane_id": parent.recorder.lane.id},
                                cause=parent.last_inference))
     turn = await client.create_turn(lane.lane.id, 1)
@@ -168,6 +179,82 @@ async def spawn_subagent(parent: Agent, turn_id: str, tenant: str, session_id: s
     inference = await sub.model_call(turn.id, rng.randint(800, 4000))
     await sub.tool_call(turn.id, inference, rng.choice(READ_TOOLS))
     await sub.commit(sub.event("turn.completed", turn.id, cause=inference))
+
+
+async def run_demo(nats_url: str, tail_url: str, metrics_url: str, *, agents: int = 3,
+                   turns: int = 4, pace: float = 0.3, tenant: str = "demo") -> int:
+    """Run ``agents`` agent processes in one session, show their progress,
+    then summarize from the services: events, chain verification, cost."""
+    session_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{new_id()[-6:]}"
+    print(f"demo: {agents} agents in session {session_id} (tail it: "
+          f"{tail_url}/api/v1/events?session_id={session_id})", flush=True)
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "laneledger.demo", "agent", "--nats", nats_url,
+            "--tenant", tenant, "--session", session_id, "--run", f"run-{i + 1}",
+            "--name", f"agent-{i + 1}", "--turns", str(turns), "--seed", str(i), "--pace", str(pace),
+            stdout=asyncio.subprocess.PIPE)
+        for i in range(agents)
+    ]
+
+    async def progress(proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        async for line in proc.stdout:
+            step = json.loads(line)
+            print(f"demo: {step['agent']} finished turn {step['turn']}/{turns} "
+                  f"(lane head {step['head']})", flush=True)
+
+    await asyncio.gather(*(progress(p) for p in procs))
+    codes = [await p.wait() for p in procs]
+    if any(codes):
+        print(f"demo: an agent failed (exit codes {codes})", flush=True)
+        return 1
+    return await summarize(session_id, tenant, tail_url, metrics_url)
+
+
+async def summarize(session_id: str, tenant: str, tail_url: str, metrics_url: str) -> int:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as http:
+        # Both services follow the committed stream: wait until they have it all.
+        report: dict = {}
+        for _ in range(100):
+            async with http.get(f"{tail_url}/api/v1/verify") as response:
+                report = await response.json()
+            async with http.get(f"{metrics_url}/metrics") as response:
+                text = await response.text()
+            folded = _sample(text, "laneledger_metrics_folded_position")
+            if report.get("last_position") == report.get("applied_position") and \
+                    folded is not None and folded >= report.get("applied_position", 0):
+                break
+            await asyncio.sleep(0.2)
+        async with http.get(f"{tail_url}/api/v1/verify", params={"session_id": session_id}) as response:
+            session = await response.json()
+    costs = {labels: value for labels, value in _samples(text, "laneledger_cost_total")
+             if f'tenant="{tenant}"' in labels}
+    print("\ndemo summary", flush=True)
+    print(f"  events in the session        {session.get('events')} in {session.get('lanes')} lanes", flush=True)
+    print(f"  events in the ledger         {report.get('events')}", flush=True)
+    verdict = "intact" if report.get("intact") else f"BROKEN: {report.get('fault')}"
+    print(f"  chain verification           {verdict}", flush=True)
+    for labels, value in sorted(costs.items()):
+        model = labels.split('model="', 1)[1].split('"', 1)[0] if 'model="' in labels else "?"
+        print(f"  {'cost, ' + model:<29}{value:.6f} USD (tenant {tenant}, every demo so far)", flush=True)
+    return 0 if report.get("intact") and session.get("intact") else 1
+
+
+def _samples(text: str, name: str) -> list[tuple[str, float]]:
+    found = []
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            head, _, value = line.rpartition(" ")
+            found.append((head[len(name):], float(value)))
+    return found
+
+
+def _sample(text: str, name: str) -> float | None:
+    values = _samples(text, name)
+    return values[0][1] if values else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,9 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     agent.add_argument("--name", required=True)
     agent.add_argument("--turns", type=int, default=4)
     agent.add_argument("--seed", type=int, default=0)
+    agent.add_argument("--pace", type=float, default=0.0, help="seconds a model call takes")
     args = parser.parse_args(argv)
     asyncio.run(run_agent(args.nats, args.tenant, args.session, args.run, args.name,
-                          args.turns, args.seed))
+                          args.turns, args.seed, args.pace))
     return 0
 
 

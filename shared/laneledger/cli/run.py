@@ -6,6 +6,7 @@ import argparse
 import asyncio
 from pathlib import Path
 
+from laneledger.demo import run_demo
 from laneledger.up import DEFAULT_PORTS, SERVICES, run_up
 
 
@@ -26,12 +27,49 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                          help=f"{name} HTTP port (default {DEFAULT_PORTS[name]}; 0: pick a free one)")
     sub.add_argument("--free-ports", action="store_true",
                      help="let every service and the embedded nats-server pick a free port")
+    sub.add_argument("--demo", action="store_true",
+                     help="once everything is up, run the demo harness; keep running after it")
+    add_demo_options(sub)
     sub.set_defaults(run=cmd_up)
+
+    sub = commands.add_parser(
+        "demo",
+        help="run a simulated multi-agent harness against a running laneledger",
+        description="Run simulated agents, each its own OS process: main agents spawning "
+        "sub-agents on their own lanes, model calls with tokens and costs, tool calls with "
+        "retries and failures, a human-in-the-loop pause and its answer, a checkpoint linked "
+        "with run completion. Shows progress, then a summary read back from the services: "
+        "events committed, chain verification, cost totals. Exit 1 if the chain does not verify.",
+    )
+    sub.add_argument("--nats", default="nats://127.0.0.1:4222", help="NATS URL")
+    sub.add_argument("--tail", default=f"http://127.0.0.1:{DEFAULT_PORTS['tail']}", help="tail service URL")
+    sub.add_argument("--metrics", default=f"http://127.0.0.1:{DEFAULT_PORTS['metrics']}",
+                     help="metrics service URL")
+    add_demo_options(sub)
+    sub.set_defaults(run=cmd_demo)
+
+
+def add_demo_options(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--agents", type=int, default=3, help="agent processes (default 3)")
+    sub.add_argument("--turns", type=int, default=4, help="turns per agent (default 4)")
+    sub.add_argument("--pace", type=float, default=0.3, help="seconds a model call takes (default 0.3)")
 
 
 def cmd_up(args: argparse.Namespace) -> int:
     ports = {name: 0 if args.free_ports else getattr(args, f"{name}_port") for name in SERVICES}
+
+    async def demo(nats_url: str, urls: dict[str, str]) -> None:
+        await run_demo(nats_url, urls["tail"], urls["metrics"], agents=args.agents,
+                       turns=args.turns, pace=args.pace)
+        print("\nthe demo is done; laneledger keeps running (Ctrl-C stops it)", flush=True)
+        await asyncio.Event().wait()
+
     return asyncio.run(run_up(
         Path(args.data), nats_url=args.nats, nats_port=0 if args.free_ports else args.nats_port,
-        ports=ports,
+        ports=ports, after_start=demo if args.demo else None,
     ))
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    return asyncio.run(run_demo(args.nats, args.tail.rstrip("/"), args.metrics.rstrip("/"),
+                                agents=args.agents, turns=args.turns, pace=args.pace))
