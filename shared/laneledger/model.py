@@ -222,6 +222,10 @@ class Checkpoint(Frozen, kw_only=True):
     state: Any = None
     artifact: ArtifactRef | None = None
     anchor: Anchor | None = None
+    # Saved as the safe terminal boundary of its run: a
+    # lane.framework.checkpoint.linked event is expected to name it
+    # (spec/checkpoint.md, "The terminal pattern").
+    terminal: bool = False
     created_at: Timestamp
 
 
@@ -394,3 +398,187 @@ def _path_of(exc: msgspec.ValidationError) -> str:
     if at < 0:
         return "$"
     return text[at + len(marker) : -1]
+
+
+# =====================================================================================
+# APPEND-ONLY: the checkpoint service (normative text: spec/checkpoint.md).
+# Requests are served on <prefix>.checkpoint.<op>, answered by a Reply like the
+# sequencer's commands. Add new structs below; do not change the ones above.
+# =====================================================================================
+
+MediaType = Annotated[str, Meta(min_length=1, max_length=256)]
+
+
+class ProposedCheckpoint(Frozen, kw_only=True):
+    """A checkpoint as a producer saves it. The service adds ``revision``,
+    ``digest`` and ``created_at``. Its RFC 8785 bytes are its *content*: the
+    same id with other content is an idempotency violation."""
+
+    id: Id
+    key: Id
+    format: MediaType
+    session_id: Id | None = None
+    run_id: Id | None = None
+    state: Any = None  # inline state; leave it out when ``artifact`` is set
+    artifact: ArtifactRef | None = None
+    anchor: Anchor | None = None
+    terminal: bool = False
+
+
+class CheckpointInfo(Frozen, kw_only=True):
+    """A checkpoint without its inline state: what lists and inspection show."""
+
+    id: Id
+    key: Id
+    revision: Annotated[int, Meta(ge=1)]
+    format: str
+    digest: Hash
+    session_id: Id | None = None
+    run_id: Id | None = None
+    artifact: ArtifactRef | None = None
+    anchor: Anchor | None = None
+    terminal: bool = False
+    state_bytes: Annotated[int, Meta(ge=0)] = 0  # RFC 8785 size of the inline state
+    created_at: Timestamp
+
+
+class SaveCheckpoint(Frozen, kw_only=True, tag="save", tag_field="op"):
+    expected_revision: Seq
+    checkpoint: ProposedCheckpoint
+    # How long to wait for an anchor the service has not consumed yet; at most
+    # the service's own bound (its --anchor-wait-s), which is the default.
+    anchor_wait_s: Annotated[float, Meta(ge=0)] | None = None
+
+
+class GetCheckpoint(Frozen, kw_only=True, tag="get", tag_field="op"):
+    checkpoint_id: Id
+
+
+class LatestCheckpoint(Frozen, kw_only=True, tag="latest", tag_field="op"):
+    key: Id
+
+
+class ListRevisions(Frozen, kw_only=True, tag="revisions", tag_field="op"):
+    key: Id
+    after_revision: Seq = 0
+    limit: Annotated[int, Meta(ge=1, le=1000)] = 100
+
+
+class PlanRecovery(Frozen, kw_only=True, tag="recovery_plan", tag_field="op"):
+    """By ``key`` (its latest revision), or by ``lane_id`` (the latest saved
+    checkpoint anchored in that lane); ``session_id``/``run_id``, when given,
+    must be the lane's."""
+
+    key: Id | None = None
+    session_id: Id | None = None
+    run_id: Id | None = None
+    lane_id: Id | None = None
+    max_events: Annotated[int, Meta(ge=1, le=10_000)] = 1000
+
+
+class InspectRun(Frozen, kw_only=True, tag="inspect_run", tag_field="op"):
+    session_id: Id
+    run_id: Id
+
+
+class ReconcileCheckpoints(Frozen, kw_only=True, tag="reconcile", tag_field="op"):
+    session_id: Id | None = None
+    run_id: Id | None = None
+    key: Id | None = None
+    limit: Annotated[int, Meta(ge=1, le=1000)] = 100
+    # Read-your-writes: also wait for this ledger position (e.g. the last
+    # position of a link append's receipt), which may not be on the stream yet.
+    min_position: Seq = 0
+
+
+class CheckpointServiceStatus(Frozen, kw_only=True, tag="info", tag_field="op"):
+    pass
+
+
+CheckpointCommand = (
+    SaveCheckpoint
+    | GetCheckpoint
+    | LatestCheckpoint
+    | ListRevisions
+    | PlanRecovery
+    | InspectRun
+    | ReconcileCheckpoints
+    | CheckpointServiceStatus
+)
+
+
+class RevisionPage(Frozen, kw_only=True):
+    key: Id
+    revisions: list[CheckpointInfo]
+    has_more: bool
+
+
+class UnresolvedAttempt(Frozen, kw_only=True):
+    """An attempt with ``attempt.requested`` and no terminal event, with the
+    retry-safety verdict of spec/checkpoint.md."""
+
+    attempt_id: Id
+    attempt_no: int
+    action_id: Id
+    lane_id: Id
+    turn_id: Id | None = None
+    action_type: str | None = None
+    name: str | None = None
+    effect: str | None = None
+    idempotency: str | None = None
+    idempotency_key: str | None = None
+    requested_event_id: Id
+    requested_seq: int
+    requested_position: int
+    retry_safe: bool
+    reason: str
+
+
+class RecoveryPlan(Frozen, kw_only=True):
+    key: Id | None = None
+    checkpoint: Checkpoint | None = None
+    session_id: Id | None = None
+    run_id: Id | None = None
+    lane_id: Id | None = None
+    after_seq: Seq = 0  # the anchor's seq in this lane, 0 without one
+    head_seq: Seq = 0  # the lane's last seq when the plan was made
+    events: list[CommittedEvent] = []  # seq > after_seq, ascending
+    has_more: bool = False  # more events follow: page on with load_lane
+    unresolved_attempts: list[UnresolvedAttempt] = []
+
+
+class LinkedCheckpoint(Frozen, kw_only=True):
+    event_id: Id
+    lane_id: Id
+    seq: int
+    position: int
+    checkpoint_id: str | None = None
+    checkpoint: CheckpointInfo | None = None
+    # None when the event names a stored checkpoint and agrees with it;
+    # "unknown_checkpoint" or "mismatch" otherwise.
+    problem: str | None = None
+
+
+class RunInspection(Frozen, kw_only=True):
+    session_id: Id
+    run_id: Id
+    as_of_position: int
+    terminal_events: list[CommittedEvent]
+    linked_checkpoints: list[LinkedCheckpoint]
+    unresolved_attempts: list[UnresolvedAttempt]
+    unlinked_revisions: list[CheckpointInfo]
+
+
+class ReconcileReport(Frozen, kw_only=True):
+    as_of_position: int
+    caught_up: bool  # the service had applied the whole committed stream
+    unlinked: list[CheckpointInfo]
+    has_more: bool = False
+
+
+class CheckpointServiceInfo(Frozen, kw_only=True):
+    artifact_bucket: str
+    max_inline_bytes: int
+    anchor_wait_s: float
+    applied_position: int
+    stream_last_position: int

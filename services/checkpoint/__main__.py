@@ -1,0 +1,153 @@
+"""`python -m services.checkpoint` (also `laneledger-checkpoint`): the checkpoint store.
+
+Every option also reads an environment variable, so a container needs no
+arguments. Prints ``laneledger-checkpoint ready http=URL position=N`` once it
+serves requests (``position``: the ledger position its anchor index has
+applied). On SIGTERM or SIGINT it stops taking requests, lets those in hand
+finish (bounded), stops following the stream and closes NATS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
+import nats
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from laneledger.checkpoints import DEFAULT_ARTIFACT_BUCKET
+from laneledger.config import Setting, common_settings, parse_settings, positive_int
+from laneledger.errors import LedgerError
+from laneledger.opsserver import start_http
+from laneledger.subjects import Subjects
+
+from .http import checkpoint_routes
+from .metrics import CheckpointMetrics
+from .service import CheckpointService, CheckpointSettings
+from .store import CheckpointStore
+
+log = logging.getLogger("laneledger.checkpoint")
+
+MAX_INLINE_CEILING = 768 * 1024  # inline state must fit in one NATS reply with room to spare
+
+
+def inline_limit(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= MAX_INLINE_CEILING:
+        raise ValueError(f"must be 0..{MAX_INLINE_CEILING} (inline state must fit in one NATS reply)")
+    return value
+
+
+def seconds(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise ValueError("must be a number of seconds >= 0")
+    return value
+
+
+def count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("must be >= 0")
+    return value
+
+
+def bucket_name(text: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", text):
+        raise ValueError("a bucket name is letters, digits, '_' and '-'")
+    return text
+
+
+SETTINGS = [
+    *common_settings("checkpoint", 8473),
+    Setting("--data", "CHECKPOINT_DATA", ".laneledger/checkpoint",
+            help="directory for the service's SQLite file"),
+    Setting("--max-inline-bytes", "CHECKPOINT_MAX_INLINE_BYTES", 256 * 1024, inline_limit,
+            help="largest inline state (RFC 8785 bytes); larger state goes in an artifact"),
+    Setting("--anchor-wait-s", "CHECKPOINT_ANCHOR_WAIT_S", 5.0, seconds,
+            help="how long a save waits for an anchor the service has not consumed yet"),
+    Setting("--artifact-bucket", "CHECKPOINT_BUCKET", DEFAULT_ARTIFACT_BUCKET, bucket_name,
+            help="JetStream object store bucket for artifact blobs"),
+    Setting("--replicas", "REPLICAS", 1, positive_int, help="replicas of the artifact bucket's stream"),
+    Setting("--ready-max-lag", "CHECKPOINT_READY_MAX_LAG", 1000, count,
+            help="/readyz fails while the index is more events behind the committed stream"),
+]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    return parse_settings("laneledger-checkpoint", __doc__, SETTINGS, argv)
+
+
+async def run(args: argparse.Namespace) -> None:
+    data = Path(args.data)
+    data.mkdir(parents=True, exist_ok=True)
+    store = CheckpointStore.open(data / "checkpoints.db")
+    metrics = CheckpointMetrics(CollectorRegistry())
+    nc = await nats.connect(args.nats, name="laneledger-checkpoint", max_reconnect_attempts=-1,
+                            reconnect_time_wait=0.5)
+    settings = CheckpointSettings(
+        subjects=Subjects(args.prefix), artifact_bucket=args.artifact_bucket,
+        max_inline_bytes=args.max_inline_bytes, anchor_wait_s=args.anchor_wait_s,
+        replicas=args.replicas, ready_max_lag=args.ready_max_lag,
+    )
+    service = CheckpointService(nc, store, metrics, settings)
+    app = web.Application()
+    app.add_routes(checkpoint_routes(service))
+    runner = None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await service.start()
+        runner, port = await start_http(app, args.http_host, args.http_port)
+        print(f"laneledger-checkpoint ready http=http://{args.http_host}:{port} "
+              f"position={service.anchors.applied}", flush=True)
+        stopped = asyncio.create_task(stop.wait())
+        running = asyncio.create_task(service.wait())
+        await asyncio.wait([stopped, running], return_when=asyncio.FIRST_COMPLETED)
+        if running.done():
+            running.result()  # re-raise what killed it
+        for task in (stopped, running):
+            task.cancel()
+    finally:
+        await service.stop()
+        # flush + close, as the sequencer does: drain can wait out its whole
+        # timeout on a consumer whose last pull expired.
+        if not nc.is_closed:
+            try:
+                await nc.flush(timeout=2)
+            except Exception:  # noqa: BLE001 - NATS away: nothing left to flush to
+                pass
+            await nc.close()
+        if runner is not None:
+            await runner.cleanup()
+        store.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=os.environ.get("LANELEDGER_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = parse_args(argv)
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
+    try:
+        asyncio.run(run(args))
+    except LedgerError as err:
+        print(f"laneledger-checkpoint: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,423 @@
+"""The checkpoint service: saves and reads checkpoints, checks their anchors
+against the committed stream, and builds recovery plans and run inspections.
+
+Requests arrive on ``<prefix>.checkpoint.<op>`` (a tagged ``CheckpointCommand``,
+answered by a ``Reply``, like the sequencer's commands) and, for the reads,
+over HTTP (``http.py``); both go through ``execute``. Each NATS request is
+served in its own task: a save may wait for its anchor, and must not hold up
+the requests behind it. SQLite work runs on one database thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, TypeVar
+
+import msgspec
+import nats.errors
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+
+from laneledger.checkpoints import (
+    DEFAULT_ARTIFACT_BUCKET,
+    AnchorMismatch,
+    ArtifactMismatch,
+    RevisionConflict,
+    content_digest,
+    state_digest,
+)
+from laneledger.client import LedgerClient
+from laneledger.clock import Clock, system_clock
+from laneledger.errors import (
+    EntityNotFound,
+    IdempotencyViolation,
+    InternalError,
+    InvalidRequest,
+    LedgerError,
+    LedgerUnavailable,
+    NotCanonicalizable,
+    RequestTooLarge,
+)
+from laneledger.ids import new_id
+from laneledger.model import (
+    Checkpoint,
+    CheckpointCommand,
+    CheckpointServiceInfo,
+    CheckpointServiceStatus,
+    ErrorBody,
+    GetCheckpoint,
+    InspectRun,
+    LatestCheckpoint,
+    LinkedCheckpoint,
+    ListRevisions,
+    PlanRecovery,
+    ReconcileCheckpoints,
+    ReconcileReport,
+    RecoveryPlan,
+    ReplyError,
+    ReplyOk,
+    RevisionPage,
+    RunInspection,
+    SaveCheckpoint,
+    decode,
+    encode,
+)
+from laneledger.subjects import Subjects
+
+from .anchors import AnchorIndex
+from .artifacts import ArtifactStore
+from .metrics import CheckpointMetrics
+from .recovery import lane_events_page, link_problem, linked_events, terminal_events, unresolved_attempts
+from .store import CheckpointStore
+
+log = logging.getLogger("laneledger.checkpoint")
+
+T = TypeVar("T")
+OPS = frozenset(cls.__struct_config__.tag for cls in CheckpointCommand.__args__)  # type: ignore[attr-defined]
+_REPLY_MARGIN = 4096  # bytes kept free in a reply for the envelope
+
+
+@dataclass(frozen=True)
+class CheckpointSettings:
+    subjects: Subjects = Subjects()
+    artifact_bucket: str = DEFAULT_ARTIFACT_BUCKET
+    max_inline_bytes: int = 256 * 1024
+    anchor_wait_s: float = 5.0
+    replicas: int = 1
+    ready_max_lag: int = 1000  # /readyz: at most this many events behind the stream
+    consumer_name: str = field(default_factory=lambda: "checkpoint-" + new_id().replace("-", "")[-16:])
+    batch_size: int = 500
+    ledger_timeout_s: float = 10.0  # per call to the sequencer or the object store
+    refresh_interval_s: float = 1.0  # how often the stream's last sequence is asked for
+    drain_timeout_s: float = 5.0
+
+
+class CheckpointService:
+    def __init__(
+        self,
+        nc: NATS,
+        store: CheckpointStore,
+        metrics: CheckpointMetrics,
+        settings: CheckpointSettings = CheckpointSettings(),
+        *,
+        clock: Clock = system_clock,
+    ) -> None:
+        self._nc = nc
+        self._store = store
+        self.metrics = metrics
+        self.settings = settings
+        self._clock = clock
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-db")
+        self.anchors = AnchorIndex(nc, store, self._db, metrics, consumer_name=settings.consumer_name,
+                                   batch_size=settings.batch_size)
+        self.artifacts = ArtifactStore(nc.jetstream(), settings.artifact_bucket, store, self._db,
+                                       replicas=settings.replicas, timeout_s=settings.ledger_timeout_s)
+        self.ledger = LedgerClient(nc, subjects=settings.subjects, timeout=settings.ledger_timeout_s)
+        self._sub = None
+        self._tasks: list[asyncio.Task] = []
+        self._serving: set[asyncio.Task] = set()
+        metrics.applied_position.set(self.anchors.applied)
+
+    async def _db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, lambda: fn(*args, **kwargs))
+
+    # ------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        await self.artifacts.ensure()
+        self._sub = await self._nc.subscribe(self.settings.subjects.checkpoint_wildcard,
+                                             queue="checkpoint", cb=self._on_request)
+        self._tasks = [
+            asyncio.create_task(self.anchors.run(), name="checkpoint-follow"),
+            asyncio.create_task(self._refresh_loop(), name="checkpoint-refresh"),
+        ]
+        log.info("checkpoint service started at position %d", self.anchors.applied)
+
+    @property
+    def ready(self) -> bool:
+        """Connected, and caught up with the committed stream within the bound."""
+        lag = self.anchors.lag()
+        return (self._nc.is_connected and self.anchors.caught_up_once and lag is not None
+                and lag <= self.settings.ready_max_lag)
+
+    async def wait(self) -> None:
+        """Until a background task dies (re-raised) or the service is stopped."""
+        if self._tasks:
+            done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if not task.cancelled() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+
+    async def stop(self) -> None:
+        """Stop taking requests, give those in hand a bounded time, stop following."""
+        if self._sub is not None:
+            await self._sub.unsubscribe()
+            self._sub = None
+        if self._serving:
+            await asyncio.wait(set(self._serving), timeout=self.settings.drain_timeout_s)
+        for task in [*self._serving, *self._tasks]:
+            task.cancel()
+        pending = [*self._serving, *self._tasks]
+        if pending:
+            await asyncio.wait(pending, timeout=self.settings.drain_timeout_s)
+        self._tasks = []
+        await self.ledger.close()
+        self._thread.shutdown(wait=True)
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            try:
+                await self.anchors.refresh()
+            except Exception as exc:  # noqa: BLE001 - no stream yet, or NATS away: ask again
+                log.debug("cannot read the committed stream's state: %s", exc)
+            await asyncio.sleep(self.settings.refresh_interval_s)
+
+    # ------------------------------------------------------------- NATS requests
+
+    async def _on_request(self, msg: Msg) -> None:
+        task = asyncio.create_task(self._serve(msg))
+        self._serving.add(task)
+        task.add_done_callback(self._serving.discard)
+
+    async def _serve(self, msg: Msg) -> None:
+        op = msg.subject.rsplit(".", 1)[-1]
+        label = op if op in OPS else "unknown"
+        try:
+            cmd = decode(msg.data, CheckpointCommand)
+            tag = type(cmd).__struct_config__.tag
+            if tag != op:
+                raise InvalidRequest("the body's op differs from the subject's", path="$.op",
+                                     op=tag, subject_op=op)
+            reply = encode(ReplyOk(result=await self.execute(cmd)))
+            outcome = "ok"
+        except LedgerError as err:
+            reply, outcome = _error_reply(err), err.code
+        except Exception as exc:  # noqa: BLE001 - a bug must answer, not hang the caller
+            log.exception("checkpoint %s failed", op)
+            err = InternalError(f"{type(exc).__name__}: {exc}")
+            reply, outcome = _error_reply(err), err.code
+        self.metrics.requests.labels(label, outcome).inc()
+        if not msg.reply:
+            return
+        if len(reply) > self._nc.max_payload:
+            reply = _error_reply(RequestTooLarge(
+                "the reply is larger than the server's max_payload; ask for less",
+                size_bytes=len(reply), limit_bytes=self._nc.max_payload))
+        try:
+            await self._nc.publish(msg.reply, reply)
+        except nats.errors.Error as exc:
+            log.warning("could not answer %s: %s", op, exc)
+
+    async def execute(self, cmd: CheckpointCommand) -> Any:
+        match cmd:
+            case SaveCheckpoint():
+                return await self.save(cmd)
+            case GetCheckpoint(checkpoint_id=checkpoint_id):
+                return await self._db(self._store.get, checkpoint_id)
+            case LatestCheckpoint(key=key):
+                found = await self._db(self._store.latest, key)
+                if found is None:
+                    raise EntityNotFound("nothing saved under this key", kind="checkpoint", id=key, key=key)
+                return found
+            case ListRevisions(key=key, after_revision=after, limit=limit):
+                revisions, more = await self._db(self._store.revisions, key, after, limit)
+                return RevisionPage(key=key, revisions=revisions, has_more=more)
+            case PlanRecovery():
+                return await self.recovery_plan(cmd)
+            case InspectRun(session_id=session_id, run_id=run_id):
+                return await self.inspect_run(session_id, run_id)
+            case ReconcileCheckpoints():
+                return await self.reconcile(cmd)
+            case CheckpointServiceStatus():
+                return self.info()
+        raise InvalidRequest("unknown op", path="$.op")  # unreachable: the union is closed
+
+    def info(self) -> CheckpointServiceInfo:
+        s = self.settings
+        return CheckpointServiceInfo(
+            artifact_bucket=s.artifact_bucket, max_inline_bytes=s.max_inline_bytes,
+            anchor_wait_s=s.anchor_wait_s, applied_position=self.anchors.applied,
+            stream_last_position=self.anchors.stream_last or 0,
+        )
+
+    # ------------------------------------------------------------- save
+
+    async def save(self, cmd: SaveCheckpoint) -> Checkpoint:
+        try:
+            checkpoint, replayed = await self._save(cmd)
+        except LedgerError as err:
+            self.metrics.saves.labels(str(err.details.get("reason") or err.code)).inc()
+            kind = _conflict_kind(err)
+            if kind:
+                self.metrics.conflicts.labels(kind).inc()
+            raise
+        self.metrics.saves.labels("replayed" if replayed else "saved").inc()
+        return checkpoint
+
+    async def _save(self, cmd: SaveCheckpoint) -> tuple[Checkpoint, bool]:
+        """Spec order: the request's own checks; same id (replay or
+        idempotency violation) before the revision; the anchor (waiting at
+        most the bound); the artifact; then the write, which checks id and
+        revision again since another save may have won meanwhile."""
+        proposal = cmd.checkpoint
+        digest, state_bytes = self._check_proposal(proposal)
+        content = content_digest(proposal)
+        replay = await self._db(self._store.precheck, proposal, content, cmd.expected_revision)
+        if replay is not None:
+            return replay, True
+        if proposal.anchor is not None:
+            wait = self.settings.anchor_wait_s
+            if cmd.anchor_wait_s is not None:
+                wait = min(wait, cmd.anchor_wait_s)
+            await self.anchors.check(proposal.anchor, session_id=proposal.session_id,
+                                     run_id=proposal.run_id, wait_s=wait)
+        if proposal.artifact is not None:
+            await self.artifacts.verify(proposal.artifact)
+        return await self._db(
+            self._store.save, proposal, content=content, digest=digest, state_bytes=state_bytes,
+            expected_revision=cmd.expected_revision, created_at=self._clock(),
+        )
+
+    def _check_proposal(self, proposal) -> tuple[str, int]:
+        """The state digest and inline size, or the request error."""
+        if proposal.terminal and (proposal.session_id is None or proposal.run_id is None):
+            raise InvalidRequest("a terminal checkpoint names its session and run",
+                                 path="$.checkpoint.run_id")
+        if proposal.artifact is not None:
+            if proposal.state is not None:
+                raise InvalidRequest("inline state or an artifact, not both", path="$.checkpoint.state")
+            return proposal.artifact.sha256, 0
+        try:
+            digest, size = state_digest(proposal.state)
+        except NotCanonicalizable as err:
+            where = str(err.details.get("path", "$"))
+            details = {**err.details, "path": "$.checkpoint.state" + where[1:]}
+            raise NotCanonicalizable(err.message, **details) from err
+        limit = self.settings.max_inline_bytes
+        if size > limit:
+            raise RequestTooLarge(
+                f"inline state is {size} bytes, the limit is {limit}: save it as an artifact",
+                size_bytes=size, limit_bytes=limit, path="$.checkpoint.state",
+            )
+        return digest, size
+
+    # ------------------------------------------------------------- recovery
+
+    async def recovery_plan(self, cmd: PlanRecovery) -> RecoveryPlan:
+        checkpoint: Checkpoint | None = None
+        lane_id = cmd.lane_id
+        if cmd.key is not None:
+            checkpoint = await self._db(self._store.latest, cmd.key)
+            anchor = checkpoint.anchor if checkpoint else None
+            if anchor is not None:
+                if lane_id is not None and lane_id != anchor.lane_id:
+                    raise InvalidRequest("the key's latest checkpoint is anchored in another lane",
+                                         path="$.lane_id", anchor_lane_id=anchor.lane_id)
+                lane_id = anchor.lane_id
+        elif lane_id is not None:
+            checkpoint = await self._db(self._store.latest_anchored_in, lane_id)
+        else:
+            raise InvalidRequest("name a checkpoint key or a lane", path="$")
+        if lane_id is None:
+            # A key whose checkpoint anchors no lane: nothing to replay; the
+            # attempts of its run (when it names one) still matter.
+            unresolved = []
+            if checkpoint is not None and checkpoint.session_id and checkpoint.run_id:
+                view = await self.ledger.load_run(checkpoint.session_id, checkpoint.run_id)
+                unresolved = unresolved_attempts(view)
+            return RecoveryPlan(
+                key=cmd.key, checkpoint=checkpoint,
+                session_id=checkpoint.session_id if checkpoint else cmd.session_id,
+                run_id=checkpoint.run_id if checkpoint else cmd.run_id,
+                unresolved_attempts=unresolved,
+            )
+        after_seq = checkpoint.anchor.seq if checkpoint and checkpoint.anchor else 0
+        page = await self.ledger.load_lane(lane_id, after_seq, limit=cmd.max_events)
+        lane = page.lane
+        for name, wanted in (("session_id", cmd.session_id), ("run_id", cmd.run_id)):
+            if wanted is not None and getattr(lane, name) != wanted:
+                raise InvalidRequest(f"the lane belongs to another {name[:-3]}", path=f"$.{name}",
+                                     lane_id=lane_id, found=getattr(lane, name))
+        view = await self.ledger.load_run(lane.session_id, lane.run_id)
+        plan = RecoveryPlan(
+            key=checkpoint.key if checkpoint else cmd.key, checkpoint=checkpoint,
+            session_id=lane.session_id, run_id=lane.run_id, lane_id=lane_id, after_seq=after_seq,
+            head_seq=max(lane.last_seq, page.events[-1].seq if page.events else 0),
+            events=page.events, has_more=page.has_more,
+            unresolved_attempts=unresolved_attempts(view, lane_id),
+        )
+        return self._fit(plan)
+
+    def _fit(self, plan: RecoveryPlan) -> RecoveryPlan:
+        """Leave out trailing events so the reply fits in one NATS message
+        (``has_more`` tells the client to page on with ``load_lane``)."""
+        fixed = len(encode(msgspec.structs.replace(plan, events=[])))
+        n = lane_events_page(plan.events, self._nc.max_payload - _REPLY_MARGIN, fixed)
+        if n == len(plan.events):
+            return plan
+        return msgspec.structs.replace(plan, events=plan.events[:n], has_more=True)
+
+    # ------------------------------------------------------------- inspection
+
+    async def inspect_run(self, session_id: str, run_id: str) -> RunInspection:
+        """The run's terminal events, the checkpoints its events link, its
+        unresolved attempts, and its terminal revisions no event links."""
+        view = await self.ledger.load_run(session_id, run_id)
+        last = max((event.position for event in view.events), default=0)
+        # Links come from the run's own events; the wait lets the index see
+        # links made elsewhere (bounded: a lagging index only costs accuracy
+        # on those).
+        await self.anchors.wait_applied(last, self.settings.anchor_wait_s)
+        links = linked_events(view.events)
+        named = {cid for _, cid in links if cid}
+        stored = await self._db(self._store.infos, sorted(named))
+        linked = [
+            LinkedCheckpoint(
+                event_id=event.id, lane_id=event.lane_id, seq=event.seq, position=event.position,
+                checkpoint_id=cid, checkpoint=stored.get(cid) if cid else None,
+                problem=link_problem(event, stored.get(cid)) if cid else "unknown_checkpoint",
+            )
+            for event, cid in links
+        ]
+        unlinked, _ = await self._db(self._store.unlinked, session_id=session_id, run_id=run_id,
+                                     limit=1000)
+        return RunInspection(
+            session_id=session_id, run_id=run_id, as_of_position=last,
+            terminal_events=terminal_events(view), linked_checkpoints=linked,
+            unresolved_attempts=unresolved_attempts(view),
+            unlinked_revisions=[info for info in unlinked if info.id not in named],
+        )
+
+    async def reconcile(self, cmd: ReconcileCheckpoints) -> ReconcileReport:
+        """Terminal revisions never linked, once the index has read the stream
+        as far as it went when asked, and to ``min_position`` (bounded wait;
+        ``caught_up`` says whether it got there)."""
+        try:
+            target = max(await self.anchors.refresh(), cmd.min_position)
+        except Exception as exc:  # noqa: BLE001 - translated
+            raise LedgerUnavailable(f"cannot read the committed stream's state: {exc}") from exc
+        caught_up = await self.anchors.wait_applied(target, self.settings.anchor_wait_s)
+        unlinked, more = await self._db(self._store.unlinked, session_id=cmd.session_id,
+                                        run_id=cmd.run_id, key=cmd.key, limit=cmd.limit)
+        return ReconcileReport(as_of_position=self.anchors.applied, caught_up=caught_up,
+                               unlinked=unlinked, has_more=more)
+
+
+def _error_reply(err: LedgerError) -> bytes:
+    return encode(ReplyError(error=ErrorBody(**err.to_wire())))
+
+
+def _conflict_kind(err: LedgerError) -> str | None:
+    if isinstance(err, RevisionConflict):
+        return "revision"
+    if isinstance(err, IdempotencyViolation):
+        return "idempotency"
+    if isinstance(err, AnchorMismatch):
+        return "anchor"
+    if isinstance(err, ArtifactMismatch):
+        return "artifact"
+    return None

@@ -1,0 +1,302 @@
+"""The checkpoint service's SQLite store.
+
+Two kinds of data live here, each in its own tables:
+
+* the checkpoints themselves: revisions per key, immutable once written;
+* what the service derives from the committed stream to check anchors and
+  links: ``lane_events`` (lane, seq → event id), ``lanes`` (their run and the
+  last seq seen), ``links`` (which checkpoint each linked event names), and
+  the stream position they reflect, all written in one transaction per batch
+  so a restart neither skips nor repeats an event.
+
+Every method is synchronous and runs on the service's one database thread.
+sqlite3 errors become ``InternalError`` in ``_tx`` and ``_rows``, the only
+places they are caught.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import msgspec
+
+from laneledger.checkpoints import RevisionConflict
+from laneledger.errors import EntityNotFound, IdempotencyViolation, InternalError
+from laneledger.model import Checkpoint, CheckpointInfo, ProposedCheckpoint, decoder, encode
+
+SCHEMA_VERSION = 1
+
+DDL = """
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    id             TEXT PRIMARY KEY,
+    key            TEXT NOT NULL,
+    revision       INTEGER NOT NULL,
+    content_digest TEXT NOT NULL,
+    session_id     TEXT,
+    run_id         TEXT,
+    terminal       INTEGER NOT NULL,
+    anchor_lane_id TEXT,
+    state_bytes    INTEGER NOT NULL,
+    body           BLOB NOT NULL,
+    UNIQUE (key, revision)
+);
+CREATE INDEX IF NOT EXISTS checkpoints_by_run ON checkpoints (session_id, run_id);
+CREATE INDEX IF NOT EXISTS checkpoints_by_anchor_lane ON checkpoints (anchor_lane_id);
+CREATE TABLE IF NOT EXISTS lanes (
+    lane_id    TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    run_id     TEXT NOT NULL,
+    last_seq   INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS lane_events (
+    lane_id  TEXT NOT NULL,
+    seq      INTEGER NOT NULL,
+    event_id TEXT NOT NULL,
+    PRIMARY KEY (lane_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS links (
+    event_id      TEXT PRIMARY KEY,
+    checkpoint_id TEXT NOT NULL,
+    lane_id       TEXT NOT NULL,
+    seq           INTEGER NOT NULL,
+    position      INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS links_by_checkpoint ON links (checkpoint_id);
+CREATE TABLE IF NOT EXISTS artifacts (
+    sha256      TEXT PRIMARY KEY,
+    size_bytes  INTEGER NOT NULL,
+    nuid        TEXT NOT NULL,
+    verified_at TEXT NOT NULL
+);
+"""
+
+
+class LaneEvent(msgspec.Struct, frozen=True):
+    """What the store keeps of one committed event."""
+
+    position: int
+    lane_id: str
+    seq: int
+    event_id: str
+    session_id: str
+    run_id: str
+    linked_checkpoint_id: str | None = None  # set for lane.framework.checkpoint.linked
+
+
+def info_of(checkpoint: Checkpoint, state_bytes: int) -> CheckpointInfo:
+    fields = msgspec.structs.asdict(checkpoint)
+    del fields["state"]
+    return CheckpointInfo(**fields, state_bytes=state_bytes)
+
+
+class CheckpointStore:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._db = conn
+
+    @classmethod
+    def open(cls, path: str | Path) -> CheckpointStore:
+        """WAL with synchronous=FULL: a save is on disk before its reply leaves."""
+        try:
+            conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("PRAGMA busy_timeout = 5000")
+            conn.executescript(DDL)
+            found = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            if found is None:
+                conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                conn.execute("INSERT INTO meta VALUES ('applied_position', '0')")
+            elif int(found[0]) != SCHEMA_VERSION:
+                raise InternalError("checkpoint database has another schema version",
+                                    path=str(path), found=int(found[0]), expected=SCHEMA_VERSION)
+        except sqlite3.Error as exc:
+            raise InternalError(f"cannot open checkpoint database: {exc}", path=str(path)) from exc
+        return cls(conn)
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- plumbing ----------------------------------------------------------------
+
+    def _rows(self, sql: str, params: Iterable = ()) -> list[tuple]:
+        try:
+            return self._db.execute(sql, tuple(params)).fetchall()
+        except sqlite3.Error as exc:
+            raise InternalError(f"checkpoint store read failed: {exc}") from exc
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; rolled back on any error."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise InternalError(f"checkpoint store busy: {exc}") from exc
+        try:
+            yield self._db
+            self._db.execute("COMMIT")
+        except BaseException as exc:
+            try:
+                self._db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            if isinstance(exc, sqlite3.Error):
+                raise InternalError(f"checkpoint store write failed: {exc}") from exc
+            raise
+
+    # -- the committed stream ------------------------------------------------------
+
+    def applied_position(self) -> int:
+        return int(self._rows("SELECT value FROM meta WHERE key = 'applied_position'")[0][0])
+
+    def apply_events(self, last_position: int, events: list[LaneEvent]) -> None:
+        """Record a batch of committed events and the position they reach, in
+        one transaction (``last_position`` also covers bodies that were skipped)."""
+        with self._tx() as db:
+            db.executemany(
+                "INSERT INTO lane_events (lane_id, seq, event_id) VALUES (?, ?, ?)",
+                [(e.lane_id, e.seq, e.event_id) for e in events],
+            )
+            db.executemany(
+                "INSERT INTO lanes (lane_id, session_id, run_id, last_seq) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (lane_id) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq)",
+                [(e.lane_id, e.session_id, e.run_id, e.seq) for e in events],
+            )
+            db.executemany(
+                "INSERT INTO links (event_id, checkpoint_id, lane_id, seq, position)"
+                " VALUES (?, ?, ?, ?, ?)",
+                [(e.event_id, e.linked_checkpoint_id, e.lane_id, e.seq, e.position)
+                 for e in events if e.linked_checkpoint_id is not None],
+            )
+            db.execute("UPDATE meta SET value = ? WHERE key = 'applied_position'", (str(last_position),))
+
+    def event_at(self, lane_id: str, seq: int) -> str | None:
+        rows = self._rows("SELECT event_id FROM lane_events WHERE lane_id = ? AND seq = ?", (lane_id, seq))
+        return rows[0][0] if rows else None
+
+    def lane(self, lane_id: str) -> tuple[str, str, int] | None:
+        """``(session_id, run_id, last_seq)`` of a lane seen on the stream."""
+        rows = self._rows("SELECT session_id, run_id, last_seq FROM lanes WHERE lane_id = ?", (lane_id,))
+        return rows[0] if rows else None
+
+    # -- checkpoints: reads ------------------------------------------------------------
+
+    def _one(self, where: str, params: tuple) -> Checkpoint | None:
+        rows = self._rows(f"SELECT body FROM checkpoints WHERE {where}", params)
+        return decoder(Checkpoint).decode(rows[0][0]) if rows else None
+
+    def get(self, checkpoint_id: str) -> Checkpoint:
+        found = self._one("id = ?", (checkpoint_id,))
+        if found is None:
+            raise EntityNotFound("no such checkpoint", kind="checkpoint", id=checkpoint_id)
+        return found
+
+    def latest(self, key: str) -> Checkpoint | None:
+        return self._one("key = ? ORDER BY revision DESC LIMIT 1", (key,))
+
+    def latest_anchored_in(self, lane_id: str) -> Checkpoint | None:
+        """The most recently saved checkpoint anchored in ``lane_id``, any key."""
+        return self._one("anchor_lane_id = ? ORDER BY rowid DESC LIMIT 1", (lane_id,))
+
+    def _infos(self, where: str, params: tuple) -> list[CheckpointInfo]:
+        rows = self._rows(f"SELECT body, state_bytes FROM checkpoints WHERE {where}", params)
+        return [info_of(decoder(Checkpoint).decode(body), size) for body, size in rows]
+
+    def revisions(self, key: str, after_revision: int, limit: int) -> tuple[list[CheckpointInfo], bool]:
+        infos = self._infos("key = ? AND revision > ? ORDER BY revision LIMIT ?",
+                            (key, after_revision, limit + 1))
+        return infos[:limit], len(infos) > limit
+
+    def infos(self, checkpoint_ids: list[str]) -> dict[str, CheckpointInfo]:
+        if not checkpoint_ids:
+            return {}
+        marks = ",".join("?" * len(checkpoint_ids))
+        return {info.id: info for info in self._infos(f"id IN ({marks})", tuple(checkpoint_ids))}
+
+    def unlinked(self, *, session_id: str | None = None, run_id: str | None = None,
+                 key: str | None = None, limit: int = 100) -> tuple[list[CheckpointInfo], bool]:
+        """Terminal revisions no consumed linked event names, in save order."""
+        where = ["terminal = 1", "NOT EXISTS (SELECT 1 FROM links l WHERE l.checkpoint_id = checkpoints.id)"]
+        params: list = []
+        for column, value in (("session_id", session_id), ("run_id", run_id), ("key", key)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        infos = self._infos(" AND ".join(where) + " ORDER BY rowid LIMIT ?", (*params, limit + 1))
+        return infos[:limit], len(infos) > limit
+
+    # -- checkpoints: the save -----------------------------------------------------------
+
+    def precheck(self, proposal: ProposedCheckpoint, content: str, expected_revision: int) -> Checkpoint | None:
+        """The stored checkpoint when this save is a replay; raises when it is
+        an idempotency violation or a revision conflict; None when it may go on."""
+        stored = self._by_id(proposal.id)
+        if stored is not None:
+            stored_content, body = stored
+            if stored_content != content:
+                raise IdempotencyViolation(
+                    "this checkpoint id was saved with other content",
+                    id=proposal.id, stored_digest=stored_content, digest=content,
+                )
+            return decoder(Checkpoint).decode(body)
+        actual = self._latest_revision(proposal.key)
+        if actual != expected_revision:
+            raise RevisionConflict(
+                f"checkpoint key is at revision {actual}, the save expected {expected_revision}",
+                kind="checkpoint", key=proposal.key, fields=["revision"],
+                expected_revision=expected_revision, actual_revision=actual,
+                reason=RevisionConflict.reason,
+            )
+        return None
+
+    def save(self, proposal: ProposedCheckpoint, *, content: str, digest: str, state_bytes: int,
+             expected_revision: int, created_at: str) -> tuple[Checkpoint, bool]:
+        """Check again (another save may have won while this one waited for its
+        anchor) and write revision ``expected_revision + 1``. Returns the
+        checkpoint and whether it was a replay."""
+        with self._tx() as db:
+            replay = self.precheck(proposal, content, expected_revision)
+            if replay is not None:
+                return replay, True
+            checkpoint = Checkpoint(
+                id=proposal.id, key=proposal.key, revision=expected_revision + 1,
+                format=proposal.format, digest=digest, session_id=proposal.session_id,
+                run_id=proposal.run_id, state=proposal.state, artifact=proposal.artifact,
+                anchor=proposal.anchor, terminal=proposal.terminal, created_at=created_at,
+            )
+            db.execute(
+                "INSERT INTO checkpoints (id, key, revision, content_digest, session_id, run_id,"
+                " terminal, anchor_lane_id, state_bytes, body) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (checkpoint.id, checkpoint.key, checkpoint.revision, content, checkpoint.session_id,
+                 checkpoint.run_id, int(checkpoint.terminal),
+                 checkpoint.anchor.lane_id if checkpoint.anchor else None, state_bytes,
+                 encode(checkpoint)),
+            )
+        return checkpoint, False
+
+    def _by_id(self, checkpoint_id: str) -> tuple[str, bytes] | None:
+        rows = self._rows("SELECT content_digest, body FROM checkpoints WHERE id = ?", (checkpoint_id,))
+        return rows[0] if rows else None
+
+    def _latest_revision(self, key: str) -> int:
+        return self._rows("SELECT coalesce(max(revision), 0) FROM checkpoints WHERE key = ?", (key,))[0][0]
+
+    # -- artifacts already verified ------------------------------------------------------
+
+    def artifact_verified(self, sha256: str, nuid: str) -> bool:
+        return bool(self._rows("SELECT 1 FROM artifacts WHERE sha256 = ? AND nuid = ?", (sha256, nuid)))
+
+    def mark_artifact(self, sha256: str, size_bytes: int, nuid: str, verified_at: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO artifacts (sha256, size_bytes, nuid, verified_at) VALUES (?,?,?,?)"
+                " ON CONFLICT (sha256) DO UPDATE SET size_bytes = excluded.size_bytes,"
+                " nuid = excluded.nuid, verified_at = excluded.verified_at",
+                (sha256, size_bytes, nuid, verified_at),
+            )

@@ -1,0 +1,130 @@
+"""The checkpoint service and the SDK under deploy/nats.conf's least-privilege
+users: the service as ``checkpoint``, the harness as ``producer``.
+
+Artifacts live in a JetStream object store bucket, so both need a few
+JetStream subjects of that bucket's stream besides those nats.conf grants
+today. ``NEEDED`` is exactly that list: the test adds whatever of it the
+file lacks to a copy of it (a no-op once deploy/nats.conf carries them), then
+runs saves, artifacts, a recovery plan and an inspection with no permission
+violation on any connection.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nats
+import pytest
+from prometheus_client import CollectorRegistry
+
+from conftest import show_log_on_failure
+from laneledger.checkpoints import CheckpointClient, anchor_of, complete_run
+from laneledger.client import LaneRecorder, LedgerClient
+from laneledger.natsserver import NatsServer
+from laneledger.store import LedgerWriter, open_ledger
+from services.checkpoint.metrics import CheckpointMetrics
+from services.checkpoint.service import CheckpointService, CheckpointSettings
+from services.checkpoint.store import CheckpointStore
+from services.sequencer.metrics import SequencerMetrics
+from services.sequencer.service import Sequencer
+
+CONF = Path(__file__).resolve().parents[1] / "deploy" / "nats.conf"
+USERS = ("producer", "sequencer", "tail", "metrics", "checkpoint")
+OBJ = "OBJ_LEDGER_CHECKPOINT_ARTIFACTS"
+
+# What each user must be allowed to publish for artifacts (spec/checkpoint.md).
+NEEDED = {
+    "checkpoint": [
+        f"$JS.API.STREAM.INFO.{OBJ}", f"$JS.API.STREAM.CREATE.{OBJ}",  # open or create the bucket
+        f"$JS.API.STREAM.MSG.GET.{OBJ}",  # an object's metadata
+        # read its chunks: nats-py looks the stream up by subject, then
+        # reads with an ordered consumer and answers its flow control
+        "$JS.API.STREAM.NAMES", f"$JS.API.CONSUMER.CREATE.{OBJ}",
+        f"$JS.FC.{OBJ}.>",
+    ],
+    "producer": [
+        f"$JS.API.STREAM.INFO.{OBJ}", f"$JS.API.STREAM.MSG.GET.{OBJ}",
+        # upload: chunks and metadata. Not STREAM.PURGE, which would let a
+        # producer empty the whole bucket (nats-py only purges when replacing).
+        "$O.LEDGER_CHECKPOINT_ARTIFACTS.>",
+        "$JS.API.STREAM.NAMES", f"$JS.API.CONSUMER.CREATE.{OBJ}",
+        f"$JS.FC.{OBJ}.>",  # read an artifact back
+    ],
+}
+
+
+def conf_with_artifact_permissions(target: Path) -> Path:
+    """deploy/nats.conf plus what ``NEEDED`` names and it lacks."""
+    text = CONF.read_text()
+    for user, subjects in NEEDED.items():
+        block = re.search(rf"user: {user}\n(.*?)\n    }}", text, re.S)
+        assert block, f"no user {user} in {CONF}"
+        missing = [s for s in subjects if f'"{s}"' not in block.group(1)]
+        if missing:
+            allow = block.group(1).index("publish: { allow: [") + len("publish: { allow: [")
+            at = block.start(1) + allow
+            text = text[:at] + "".join(f'"{s}", ' for s in missing) + text[at:]
+    target.write_text(text)
+    return target
+
+
+@pytest.fixture
+def secured_server(tmp_path, monkeypatch, request):
+    passwords = {user: f"test-{user}-secret" for user in USERS}
+    for user, password in passwords.items():
+        monkeypatch.setenv(f"LANELEDGER_{user.upper()}_PASSWORD", password)
+    server = NatsServer(tmp_path / "nats", config=conf_with_artifact_permissions(tmp_path / "nats.conf"),
+                        extra_args=("-m", "-1"))
+    show_log_on_failure(request, server)
+    with server:
+        server.urls = {u: f"nats://{u}:{p}@127.0.0.1:{server.port}" for u, p in passwords.items()}
+        yield server
+
+
+async def test_artifacts_and_checkpoints_work_under_least_privilege_users(secured_server, tmp_path):
+    violations: list[Exception] = []
+
+    async def remember(exc: Exception) -> None:
+        violations.append(exc)
+
+    urls = secured_server.urls
+    seq_nc = await nats.connect(urls["sequencer"], error_cb=remember)
+    ckpt_nc = await nats.connect(urls["checkpoint"], error_cb=remember)
+    sequencer = Sequencer(seq_nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")),
+                          SequencerMetrics(CollectorRegistry()))
+    store = CheckpointStore.open(tmp_path / "checkpoints.db")
+    service = CheckpointService(ckpt_nc, store, CheckpointMetrics(CollectorRegistry()),
+                                CheckpointSettings(anchor_wait_s=10.0, max_inline_bytes=1024))
+    await sequencer.start()
+    await service.start()
+    try:
+        producer_nc = await nats.connect(urls["producer"], error_cb=remember)
+        async with LedgerClient(producer_nc, owns_connection=True, timeout=10.0) as client:
+            checkpoints = CheckpointClient(client)
+            actor = await client.ensure_actor("acme", "agent:secured@1", "agent")
+            lane = await LaneRecorder.open(client, "acme", "s", "r", "main", actor_id=actor.id)
+            receipt = await lane.append([lane.event("run.started", actor_id=actor.id, subject_id="r")])
+            inline = await checkpoints.save("k", expected_revision=0, format="application/json",
+                                            state={"n": 1}, anchor=anchor_of(receipt))
+            spilled = await checkpoints.save("k", expected_revision=1, format="application/json",
+                                             state={"text": "y" * 5000})  # larger than 1024: an artifact
+            assert inline.revision == 1 and spilled.artifact is not None
+            assert await checkpoints.load_state(spilled) == {"text": "y" * 5000}
+            blob = bytes(range(256)) * 12_000  # 3 MiB: many chunks, flow-controlled reads
+            big = await checkpoints.save("blob", expected_revision=0, format="application/x-tests",
+                                         data=blob, media_type="application/octet-stream")
+            assert await checkpoints.load_state(big) == blob
+            plan = await checkpoints.recovery_plan("k", lane_id=lane.lane.id)
+            assert plan.checkpoint == spilled
+            done = await complete_run(lane, checkpoints, key="k", expected_revision=2,
+                                      format="application/json", actor_id=actor.id, state={"n": 2})
+            inspection = await checkpoints.inspect_run("s", "r")
+            assert [c.checkpoint_id for c in inspection.linked_checkpoints] == [done.checkpoint.id]
+    finally:
+        await service.stop()
+        await sequencer.stop()
+        await ckpt_nc.close()
+        await seq_nc.close()
+        store.close()
+    assert not [v for v in violations if "permission" in str(v).lower()], violations
