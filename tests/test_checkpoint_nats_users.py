@@ -2,11 +2,10 @@
 users: the service as ``checkpoint``, the harness as ``producer``.
 
 Artifacts live in a JetStream object store bucket, so both need a few
-JetStream subjects of that bucket's stream besides those nats.conf grants
-today. ``NEEDED`` is exactly that list: the test adds whatever of it the
-file lacks to a copy of it (a no-op once deploy/nats.conf carries them), then
-runs saves, artifacts, a recovery plan and an inspection with no permission
-violation on any connection.
+JetStream subjects of that bucket's stream. ``NEEDED`` is exactly that list;
+the test checks deploy/nats.conf grants each of them, then runs saves,
+artifacts, a recovery plan and an inspection with no permission violation on
+any connection.
 """
 
 from __future__ import annotations
@@ -54,19 +53,12 @@ NEEDED = {
 }
 
 
-def conf_with_artifact_permissions(target: Path) -> Path:
-    """deploy/nats.conf plus what ``NEEDED`` names and it lacks."""
+def test_the_config_grants_what_artifacts_need():
     text = CONF.read_text()
     for user, subjects in NEEDED.items():
         block = re.search(rf"user: {user}\n(.*?)\n    }}", text, re.S)
         assert block, f"no user {user} in {CONF}"
-        missing = [s for s in subjects if f'"{s}"' not in block.group(1)]
-        if missing:
-            allow = block.group(1).index("publish: { allow: [") + len("publish: { allow: [")
-            at = block.start(1) + allow
-            text = text[:at] + "".join(f'"{s}", ' for s in missing) + text[at:]
-    target.write_text(text)
-    return target
+        assert [s for s in subjects if f'"{s}"' not in block.group(1)] == [], user
 
 
 @pytest.fixture
@@ -74,8 +66,7 @@ def secured_server(tmp_path, monkeypatch, request):
     passwords = {user: f"test-{user}-secret" for user in USERS}
     for user, password in passwords.items():
         monkeypatch.setenv(f"LANELEDGER_{user.upper()}_PASSWORD", password)
-    server = NatsServer(tmp_path / "nats", config=conf_with_artifact_permissions(tmp_path / "nats.conf"),
-                        extra_args=("-m", "-1"))
+    server = NatsServer(tmp_path / "nats", config=CONF, extra_args=("-m", "-1"))
     show_log_on_failure(request, server)
     with server:
         server.urls = {u: f"nats://{u}:{p}@127.0.0.1:{server.port}" for u, p in passwords.items()}

@@ -22,7 +22,13 @@ from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from laneledger.append import PreparedAppend, prepare_append, readable_ids
-from laneledger.errors import InternalError, InvalidRequest, LedgerError, RequestError
+from laneledger.errors import (
+    InternalError,
+    InvalidRequest,
+    LedgerError,
+    RequestError,
+    RequestTooLarge,
+)
 from laneledger.model import (
     AppendRejected,
     Command,
@@ -302,8 +308,18 @@ class Sequencer:
             err = InternalError(f"{type(exc).__name__}: {exc}")
             reply = encode(ReplyError(error=ErrorBody(**err.to_wire())))
             self._metrics.commands.labels(op, err.code).inc()
-        if msg.reply:
-            await self._nc.publish(msg.reply, reply)
+        if not msg.reply:
+            return
+        if len(reply) > self._nc.max_payload:
+            # A reply NATS would refuse: say so, rather than leave the caller
+            # waiting out its timeout.
+            err = RequestTooLarge(
+                f"the reply is {len(reply)} bytes, more than the server's max_payload "
+                f"({self._nc.max_payload}); read the lanes page by page with load_lane",
+                size_bytes=len(reply), limit_bytes=self._nc.max_payload, op=op,
+            )
+            reply = encode(ReplyError(error=ErrorBody(**err.to_wire())))
+        await self._nc.publish(msg.reply, reply)
 
     def _execute(self, cmd: Command) -> Any:
         w, r = self._writer, self._writer.reader
