@@ -21,7 +21,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from laneledger.opsserver import ops_routes, start_http
-from laneledger.subjects import EVENTS_STREAM
+from laneledger.config import Setting, common_settings, parse_settings, positive_float, positive_int
+from laneledger.subjects import Subjects
 
 from .fold import CAPPED_LABELS, LabelPolicy
 from .service import MetricsService, MetricsSettings
@@ -42,36 +43,34 @@ def _label_assignments(values: list[str], what: str) -> dict[str, str]:
     return found
 
 
+def _semicolon_list(text: str) -> list[str]:
+    return [item for item in text.split(";") if item]
+
+
+SETTINGS = [
+    *common_settings("metrics", 8472),
+    Setting("--data", "METRICS_DATA", ".laneledger/metrics",
+            help="directory for the service's own SQLite file (metrics.db)"),
+    Setting("--stream", "EVENTS_STREAM", None,
+            help="the committed stream (default: the prefix's, LEDGER_EVENTS for 'ledger')"),
+    Setting("--consumer", "METRICS_CONSUMER", "laneledger-metrics",
+            help="name of its (ephemeral) consumer; unique per running instance"),
+    Setting("--batch-size", "METRICS_BATCH", 500, positive_int, help="events per folded batch"),
+    Setting("--lag-interval", "METRICS_LAG_INTERVAL", 1.0, positive_float,
+            help="seconds between reads of the stream's last sequence (lag)"),
+    Setting("--max-label-values", "METRICS_MAX_LABEL_VALUES", 100, positive_int,
+            help="distinct values kept per producer-supplied label; later ones become 'other'"),
+    Setting("--label-caps", "METRICS_LABEL_CAPS", [], _semicolon_list,
+            help="per-label caps overriding --max-label-values, 'LABEL=N;LABEL=N'"),
+    Setting("--allow", "METRICS_ALLOW", [], _semicolon_list,
+            help="keep only these values of a label, the rest become 'other': 'LABEL=V1,V2;…'"),
+]
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    env = os.environ.get
-    p = argparse.ArgumentParser(prog="laneledger-metrics", description=__doc__)
-    p.add_argument("--nats", default=env("LANELEDGER_NATS_URL", "nats://127.0.0.1:4222"))
-    p.add_argument("--data", default=env("LANELEDGER_METRICS_DATA", ".laneledger/metrics"),
-                   help="directory for the service's own SQLite file (metrics.db)")
-    p.add_argument("--prefix", default=env("LANELEDGER_PREFIX", "ledger"),
-                   help="subject prefix (accepted for uniformity: the service reads the "
-                        "whole committed stream, see --stream)")
-    p.add_argument("--stream", default=env("LANELEDGER_EVENTS_STREAM", EVENTS_STREAM))
-    p.add_argument("--consumer", default=env("LANELEDGER_METRICS_CONSUMER", "laneledger-metrics"),
-                   help="name of its (ephemeral) consumer; unique per running instance")
-    p.add_argument("--batch-size", type=int, default=int(env("LANELEDGER_METRICS_BATCH", "500")))
-    p.add_argument("--lag-interval", type=float,
-                   default=float(env("LANELEDGER_METRICS_LAG_INTERVAL", "1.0")),
-                   help="seconds between reads of the stream's last sequence (lag)")
-    p.add_argument("--http-host", default=env("LANELEDGER_HTTP_HOST", "127.0.0.1"))
-    p.add_argument("--http-port", type=int, default=int(env("LANELEDGER_METRICS_PORT", "8472")),
-                   help="port for /healthz, /readyz, /metrics (0 picks a free one)")
-    p.add_argument("--max-label-values", type=int,
-                   default=int(env("LANELEDGER_METRICS_MAX_LABEL_VALUES", "100")),
-                   help="distinct values kept per producer-supplied label; later ones become 'other'")
-    p.add_argument("--label-cap", action="append",
-                   default=[v for v in env("LANELEDGER_METRICS_LABEL_CAPS", "").split(";") if v],
-                   metavar="LABEL=N", help="per-label cap overriding --max-label-values (repeatable)")
-    p.add_argument("--allow", action="append",
-                   default=[v for v in env("LANELEDGER_METRICS_ALLOW", "").split(";") if v],
-                   metavar="LABEL=V1,V2",
-                   help="keep only these values of LABEL, the rest become 'other' (repeatable)")
-    args = p.parse_args(argv)
+    args = parse_settings("laneledger-metrics", __doc__, SETTINGS, argv)
+    args.stream = args.stream or Subjects(args.prefix).events_stream
+    args.label_cap = args.label_caps
     try:
         caps = {k: int(v) for k, v in _label_assignments(args.label_cap, "--label-cap").items()}
     except ValueError as exc:
