@@ -1,16 +1,20 @@
-# The metrics service: folds the committed ledger into Prometheus metrics.
-# Its SQLite file (folded state + position) lives on the /data volume, so a
-# restarted container neither loses nor double-counts anything.
+# The metrics service: the committed ledger folded into Prometheus metrics (state and position on /data).
+# Built from the repository root: docker build -f deploy/metrics.Dockerfile .
 FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY shared ./shared
 COPY services ./services
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir . \
+ && useradd --system --uid 10001 --home-dir /data laneledger \
+ && mkdir -p /data && chown laneledger /data
+USER laneledger
 VOLUME ["/data"]
 ENV LANELEDGER_METRICS_DATA=/data \
     LANELEDGER_HTTP_HOST=0.0.0.0 \
     LANELEDGER_METRICS_PORT=8472
 EXPOSE 8472
 STOPSIGNAL SIGTERM
+HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
+  CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ['LANELEDGER_METRICS_PORT'] + '/healthz', timeout=2)"]
 CMD ["python", "-m", "services.metrics"]
