@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tail_support import start_tail  # noqa: F401 - a fixture
+
 from laneledger.client import LaneRecorder, make_event
 
 SCRIPT = Path(sys.executable).with_name("laneledger")
@@ -103,3 +105,32 @@ def test_unreachable_nats_is_a_clear_error():
     assert result.returncode == 2
     assert result.stderr.decode().startswith("laneledger: unavailable:")
     assert b"Traceback" not in result.stderr
+
+
+async def wait_applied(tail, position: int) -> None:
+    for _ in range(200):
+        if tail.feed.applied >= position:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the tail did not reach position {position}")
+
+
+async def test_tail_and_verify_through_a_tail_service(ledger_db, start_tail):
+    tail = await start_tail()
+    await wait_applied(tail, 5)
+    result = await acli("tail", "--url", tail.url, "--session-id", "s1", "--run-id", "r1", "--json")
+    assert result.returncode == 0, result.stderr  # the run ended: so does the tail
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [e["position"] for e in events] == [1, 2, 4, 5]  # s2's event at 3 filtered out
+    resumed = await acli("tail", "--url", tail.url, "--session-id", "s1", "--run-id", "r1", "--from-position", "2", "--json")
+    assert [json.loads(line)["position"] for line in resumed.stdout.splitlines()] == [4, 5]
+    readable = await acli("tail", "--url", tail.url, "--session-id", "s1", "--run-id", "r1", "--event-type", "cost.")
+    assert readable.returncode == 0
+    lines = readable.stdout.decode().splitlines()
+    assert len(lines) == 2 and all("cost.recorded" in line for line in lines)
+    assert "\033[" not in readable.stdout.decode()  # no colour when not on a terminal
+    verified = await acli("verify", "--url", tail.url)
+    assert verified.returncode == 0, verified
+    assert verified.stdout.decode().strip() == "intact: 5 events in 3 lanes, positions 1..5"
+    bad = await acli("tail", "--url", tail.url, "--from-position", "-4")
+    assert bad.returncode == 2 and b"from_position" in bad.stderr

@@ -2,7 +2,8 @@
 
 Commands live in small modules, each adding its subcommands to the parser:
 ``files`` (canonicalize, digest), ``verify`` (files, databases, a tail
-service), ``ledger`` (export, inspect), ``run`` (up). Every command is a
+service), ``ledger`` (export, inspect), ``tail`` (follow live), ``run`` (up,
+demo). Every command is a
 function taking the parsed arguments and returning an exit status:
 
     0  success
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from laneledger import __version__
 from laneledger.errors import LedgerError, RequestError
 
-from . import files, ledger, run, verify
+from . import files, ledger, run, tail, verify
 from .report import PROG, display, fail, located
 
 
@@ -34,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    for module in (files, verify, ledger, run):
+    for module in (files, verify, ledger, tail, run):
         module.add_commands(commands)
     return parser
 
