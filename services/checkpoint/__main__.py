@@ -12,9 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import re
-import signal
 import sys
 from pathlib import Path
 
@@ -24,7 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from laneledger.checkpoints import DEFAULT_ARTIFACT_BUCKET
 from laneledger.config import Setting, common_settings, parse_settings, positive_int
-from laneledger.errors import LedgerError
+from laneledger.servicemain import close_nats, run_main, stop_event
 from laneledger.opsserver import start_http
 from laneledger.subjects import Subjects
 
@@ -101,10 +99,7 @@ async def run(args: argparse.Namespace) -> None:
     app = web.Application()
     app.add_routes(checkpoint_routes(service))
     runner = None
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_event()
     try:
         await service.start()
         runner, port = await start_http(app, args.http_host, args.http_port)
@@ -119,34 +114,15 @@ async def run(args: argparse.Namespace) -> None:
             task.cancel()
     finally:
         await service.stop()
-        # flush + close, as the sequencer does: drain can wait out its whole
-        # timeout on a consumer whose last pull expired.
         if not nc.is_closed:
-            try:
-                await nc.flush(timeout=2)
-            except Exception:  # noqa: BLE001 - NATS away: nothing left to flush to
-                pass
-            await nc.close()
+            await close_nats(nc)
         if runner is not None:
             await runner.cleanup()
         store.close()
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=os.environ.get("LANELEDGER_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    args = parse_args(argv)
-    try:
-        import uvloop
-        uvloop.install()
-    except ImportError:
-        pass
-    try:
-        asyncio.run(run(args))
-    except LedgerError as err:
-        print(f"laneledger-checkpoint: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return run_main("laneledger-checkpoint", run, parse_args(argv))
 
 
 if __name__ == "__main__":

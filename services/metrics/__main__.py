@@ -11,8 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
-import signal
 import sys
 from pathlib import Path
 
@@ -20,6 +18,7 @@ import nats
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from laneledger.servicemain import close_nats, run_main, stop_event
 from laneledger.opsserver import ops_routes, start_http
 from laneledger.config import Setting, common_settings, parse_settings, positive_float, positive_int
 from laneledger.subjects import Subjects
@@ -96,10 +95,7 @@ async def run(args: argparse.Namespace) -> None:
     app.add_routes(ops_routes(registry, lambda: service.ready and nc.is_connected))
     runner, port = await start_http(app, args.http_host, args.http_port)
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_event()
 
     await service.start()
     print(f"laneledger-metrics ready http=http://{args.http_host}:{port} "
@@ -112,28 +108,12 @@ async def run(args: argparse.Namespace) -> None:
             running.result()  # re-raise what killed it
     finally:
         await service.stop()
-        if nc.is_connected:
-            await nc.flush()
-        await nc.close()
+        await close_nats(nc)
         await runner.cleanup()
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=os.environ.get("LANELEDGER_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    args = parse_args(argv)
-    try:
-        import uvloop
-        uvloop.install()
-    except ImportError:
-        pass
-    try:
-        asyncio.run(run(args))
-    except Exception as err:  # noqa: BLE001 - one line for the operator, then a non-zero exit
-        log.exception("laneledger-metrics stopped")
-        print(f"laneledger-metrics: {type(err).__name__}: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return run_main("laneledger-metrics", run, parse_args(argv))
 
 
 if __name__ == "__main__":

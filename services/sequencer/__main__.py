@@ -10,8 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
-import signal
 import sys
 from pathlib import Path
 
@@ -20,7 +18,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from laneledger.config import Setting, common_settings, parse_settings, positive_int
-from laneledger.errors import LedgerError
+from laneledger.servicemain import close_nats, run_main, stop_event
 from laneledger.opsserver import ops_routes, start_http
 from laneledger.store import LedgerWriter, open_ledger
 from laneledger.subjects import Subjects
@@ -62,10 +60,7 @@ async def run(args: argparse.Namespace) -> None:
     app.add_routes(ops_routes(registry, lambda: sequencer.ready and nc.is_connected))
     runner, port = await start_http(app, args.http_host, args.http_port)
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_event()
 
     await sequencer.start()
     print(f"laneledger-sequencer ready http=http://{args.http_host}:{port} "
@@ -78,28 +73,12 @@ async def run(args: argparse.Namespace) -> None:
             running.result()  # re-raise what killed it
     finally:
         await sequencer.stop()
-        # flush + close rather than drain: nats-py's drain can wait out its
-        # whole timeout on a pull subscription whose last fetch expired.
-        await nc.flush()
-        await nc.close()
+        await close_nats(nc)
         await runner.cleanup()
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=os.environ.get("LANELEDGER_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    args = parse_args(argv)
-    try:
-        import uvloop
-        uvloop.install()
-    except ImportError:
-        pass
-    try:
-        asyncio.run(run(args))
-    except LedgerError as err:
-        print(f"laneledger-sequencer: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return run_main("laneledger-sequencer", run, parse_args(argv))
 
 
 if __name__ == "__main__":

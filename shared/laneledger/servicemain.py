@@ -1,0 +1,53 @@
+"""What every service's ``python -m services.<name>`` shares: logging, the
+event loop, stop signals, a clean NATS close, and how a fatal error ends the
+process (exit status 2, one line naming it)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+
+from nats.aio.client import Client as NATS
+
+from .errors import LedgerError
+
+
+def run_main(prog: str, run: Callable[[argparse.Namespace], Awaitable[None]],
+             args: argparse.Namespace) -> int:
+    logging.basicConfig(level=os.environ.get("LANELEDGER_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:
+        pass
+    try:
+        asyncio.run(run(args))
+    except LedgerError as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def stop_event() -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT: the service finishes and stops."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def close_nats(nc: NATS) -> None:
+    """Flush, then close. Not drain: nats-py's drain can wait out its whole
+    timeout on a pull subscription whose last request expired."""
+    try:
+        await nc.flush(timeout=2)
+    except Exception:  # noqa: BLE001 - NATS away: nothing left to flush to
+        pass
+    await nc.close()
