@@ -66,8 +66,12 @@ class PullFeed:
         if not self._buffer:
             self._arrived.clear()
             try:
-                await asyncio.wait_for(self._arrived.wait(), timeout)
-            except asyncio.TimeoutError:
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a
+                # cancel that lands as its timeout fires, and a stopping
+                # service would then hang here.
+                async with asyncio.timeout(timeout):
+                    await self._arrived.wait()
+            except TimeoutError:
                 pass
             await self._ask_if_idle()
         take = min(max_msgs, len(self._buffer))

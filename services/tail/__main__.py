@@ -1,0 +1,95 @@
+"""`python -m services.tail` (also `laneledger-tail`): the live tail and HTTP API.
+
+Follows the committed stream into its own SQLite read model under ``--data``
+and serves SSE, history, blobs, verification, the Korg endpoints and a
+console (spec/tail.md). Every option also reads an environment variable, so
+a container needs no arguments. On SIGTERM or SIGINT it ends open tails,
+stops following, and flushes and closes its NATS connection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import nats
+
+from laneledger.config import Setting, common_settings, parse_settings, positive_float
+from laneledger.servicemain import close_nats, run_main, stop_event
+from laneledger.subjects import Subjects
+
+from .korg import KorgSettings
+from .service import TailService, TailSettings
+
+log = logging.getLogger("laneledger.tail")
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError("must be 0 or more")
+    return value
+
+
+SETTINGS = [
+    *common_settings("tail", 8471),
+    Setting("--data", "TAIL_DATA", ".laneledger/tail",
+            help="directory for the read model (tail.db) and blobs/"),
+    Setting("--stream", "EVENTS_STREAM", None,
+            help="the committed stream (default: the prefix's, LEDGER_EVENTS for 'ledger')"),
+    Setting("--heartbeat-s", "TAIL_HEARTBEAT_S", 15.0, positive_float,
+            help="seconds between keepalive comments on an idle SSE connection"),
+    Setting("--ready-max-lag", "TAIL_READY_MAX_LAG", 1000, non_negative_int,
+            help="/readyz is 503 while the read model is further behind the stream (events)"),
+    Setting("--ring-size", "TAIL_RING_SIZE", 4096, non_negative_int,
+            help="recent events held in memory for live subscribers (0: none)"),
+    Setting("--hmac-key-file", "HMAC_KEY_FILE", None,
+            help="file holding the chain's HMAC key, to verify a keyed ledger"),
+    Setting("--korg-tenant", "KORG_TENANT", "korg", help="tenant of Korg tool calls"),
+    Setting("--korg-session", "KORG_SESSION", "korg",
+            help="session of Korg tool calls that name none"),
+    Setting("--korg-run", "KORG_RUN", "korg", help="run of Korg tool calls"),
+]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    args = parse_settings("laneledger-tail", __doc__, SETTINGS, argv)
+    args.stream = args.stream or Subjects(args.prefix).events_stream
+    return args
+
+
+def settings_of(args: argparse.Namespace) -> TailSettings:
+    key = Path(args.hmac_key_file).read_bytes().strip() if args.hmac_key_file else None
+    return TailSettings(
+        data_dir=Path(args.data), subjects=Subjects(args.prefix), events_stream=args.stream,
+        heartbeat_s=args.heartbeat_s, ready_max_lag=args.ready_max_lag,
+        ring_size=args.ring_size, hmac_key=key,
+        korg=KorgSettings(args.korg_tenant, args.korg_session, args.korg_run),
+    )
+
+
+async def run(args: argparse.Namespace) -> None:
+    settings = settings_of(args)
+    nc = await nats.connect(
+        args.nats, name="laneledger-tail", max_reconnect_attempts=-1, reconnect_time_wait=0.5
+    )
+    service = TailService(nc, settings)
+    stop = stop_event()
+    try:
+        port = await service.start(args.http_host, args.http_port)
+        print(f"laneledger-tail ready http=http://{args.http_host}:{port} "
+              f"position={service.feed.applied}", flush=True)
+        await stop.wait()
+    finally:
+        await service.stop()
+        await close_nats(nc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main("laneledger-tail", run, parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

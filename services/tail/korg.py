@@ -1,0 +1,318 @@
+"""Korg compatibility: ``POST /api/agent/tool-call`` and ``GET /api/journal``.
+
+The mapping (normative text: ``spec/korg-mapping.md``):
+
+* one AgentToolCall (Korg spec §1) becomes one committed ledger event of type
+  ``ext.korg.agent_tool_call``, appended through the sequencer like any
+  other, on the lane of its ``source_agent`` (one lane per source agent and
+  session, named by the source agent) in the configured tenant and run, and
+  in the body's ``session_id`` or the configured Korg session;
+* the agent is the event's actor (``ensure_actor``, key = ``source_agent``);
+* ``seq_id`` is the ledger **position** of that event (dense and global, as
+  Korg's seq_id is; a lane seq would restart per agent);
+* ``triggered_by`` must name an existing, strictly earlier event: the event
+  at that position becomes the ``causation_id``; anything else is a 422
+  ``causation_violation``. The sequencer also keeps causation in the session.
+
+The journal renders those events back in the Korg §1.2 envelope shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+from aiohttp import web
+
+from laneledger.chain import GENESIS_HASH
+from laneledger.client import LaneRecorder, LedgerClient, make_event
+from laneledger.errors import (
+    CausationViolation,
+    EntityNotFound,
+    InvalidRequest,
+    LaneConflict,
+    LedgerTimeout,
+    RequestTooLarge,
+)
+from laneledger.model import MAX_REQUEST_BYTES, AppendCommitted, Hash, Id, decode
+
+from .api import Query, json_response
+from .feed import Feed
+from .readmodel import ReadModel
+
+EVENT_TYPE = "ext.korg.agent_tool_call"
+RECORDER = "korg:api"  # Korg §1.2.6: the recorder of every HTTP append
+SCHEMA_VERSION = "1.0"
+# Korg §1.2.7: fields the server derives; a client that sends them is ignored, not refused.
+SERVER_DERIVED = frozenset({
+    "seq_id", "event_id", "actor_id", "causation_id", "ledger_hash", "parent_hash",
+    "emitted_at", "recorded_at", "hlc_physical", "hlc_logical", "timestamp",
+})
+# Korg §1.1 prefixes -> laneledger actor kinds.
+ACTOR_KINDS = {"agent": "agent", "human": "human", "korg": "service", "mcp": "tool",
+               "import": "service"}
+MIRROR_GRACE_S = 1.0  # how long a seq_id may be committed but not yet on the stream
+WAIT_FOR_CAUSE_S = 5.0
+MAX_RECORDERS = 1024
+JOURNAL_PAGE = 500
+
+
+class PayloadRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    sha256: Hash
+    size_bytes: Annotated[int, msgspec.Meta(ge=0)]
+    label: str | None = None
+
+
+class ToolCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The Korg append shape (§1, §1.2.1), plus an optional ``session_id``."""
+
+    source_agent: Id
+    tool_name: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+    args: dict[str, Any]
+    result: dict[str, Any]
+    success: bool
+    duration_ms: Annotated[int, msgspec.Meta(ge=0)]
+    triggered_by: int | None = None
+    payload_refs: list[PayloadRef] = []
+    event_type: Literal["AgentToolCall"] = "AgentToolCall"
+    session_id: Id | None = None
+
+
+class _Body(msgspec.Struct):
+    """What the journal reads back from a committed event (lenient: an event
+    of this type appended by another producer renders with what it has)."""
+
+    id: str
+    session_id: str
+    occurred_at: str
+    committed_at: str
+    prev_hash: str
+    entry_hash: str
+    payload: dict[str, Any]
+    causation_id: str | None = None
+
+
+_body = msgspec.json.Decoder(_Body)
+
+
+@dataclass(frozen=True)
+class KorgSettings:
+    tenant: str = "korg"
+    session_id: str = "korg"
+    run_id: str = "korg"
+
+
+class Korg:
+    def __init__(self, settings: KorgSettings, ledger: LedgerClient, model: ReadModel, readers,
+                 feed: Feed, stream_last: Callable[[], Awaitable[int]]) -> None:
+        self._settings = settings
+        self._ledger = ledger
+        self._model = model
+        self._readers = readers
+        self._feed = feed
+        self._stream_last = stream_last
+        self._recorders: collections.OrderedDict[tuple[str, str], LaneRecorder] = \
+            collections.OrderedDict()
+        self._opening = asyncio.Lock()
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.post("/api/agent/tool-call", self.tool_call, name="korg_tool_call"),
+                web.get("/api/journal", self.journal, name="korg_journal")]
+
+    # -- POST /api/agent/tool-call --------------------------------------------------------
+
+    async def tool_call(self, request: web.Request) -> web.Response:
+        Query(request, ())
+        call = read_tool_call(await _body_bytes(request))
+        session_id = call.session_id or self._settings.session_id
+        causation_id = None
+        if call.triggered_by is not None:
+            causation_id = await self._cause(call.triggered_by, session_id)
+        recorder = await self._recorder(session_id, call.source_agent)
+        payload = {
+            "source_agent": call.source_agent, "tool_name": call.tool_name, "args": call.args,
+            "result": call.result, "success": call.success, "duration_ms": call.duration_ms,
+            "triggered_by": call.triggered_by,
+            "payload_refs": msgspec.to_builtins(call.payload_refs),
+        }
+        event = make_event(recorder.lane.id, EVENT_TYPE, actor_id=recorder.lane.actor_id or "",
+                           payload=payload, causation_id=causation_id)
+        receipt = await self._append(recorder, event)
+        return json_response({
+            "seq_id": receipt.positions[0], "event_id": receipt.event_ids[0],
+            "session_id": session_id, "lane_id": recorder.lane.id, "lane_seq": receipt.first_seq,
+            "entry_hash": receipt.entry_hashes[0],
+        })
+
+    async def _cause(self, triggered_by: int, session_id: str) -> str:
+        """The id of the event at position ``triggered_by``, which must exist
+        (it is then strictly earlier than the event about to be appended)."""
+        def refuse(reason: str, **details: Any) -> CausationViolation:
+            return CausationViolation(
+                f"triggered_by {triggered_by} does not name an existing, earlier event"
+                f" of this session ({reason})",
+                triggered_by=triggered_by, reason=reason, **details)
+
+        if triggered_by < 1:
+            raise refuse("unknown")
+        # A client chaining at once may name an event whose receipt it has but
+        # which is not on the committed stream yet (the sequencer answers
+        # before it mirrors), or not applied here yet: wait for it, bounded.
+        if not await self._feed.wait_for(triggered_by, MIRROR_GRACE_S):
+            if triggered_by > await self._stream_last():
+                raise refuse("unknown")
+            if not await self._feed.wait_for(triggered_by, WAIT_FOR_CAUSE_S):
+                raise LedgerTimeout("the read model has not caught up to triggered_by yet",
+                                    triggered_by=triggered_by, applied_position=self._feed.applied)
+        loop = asyncio.get_running_loop()
+        try:
+            row = await loop.run_in_executor(self._readers, self._model.event_at, triggered_by)
+        except EntityNotFound:
+            raise refuse("unknown") from None
+        if not row.event_type:
+            raise refuse("unknown")
+        if row.session_id != session_id:
+            raise refuse("other_session", causation_id=row.event_id,
+                         causation_session_id=row.session_id)
+        return row.event_id
+
+    async def _recorder(self, session_id: str, source_agent: str) -> LaneRecorder:
+        key = (session_id, source_agent)
+        async with self._opening:
+            recorder = self._recorders.get(key)
+            if recorder is None:
+                s = self._settings
+                actor = await self._ledger.ensure_actor(
+                    s.tenant, source_agent, ACTOR_KINDS[source_agent.split(":", 1)[0]],
+                    display_name=source_agent)
+                kind = "subagent" if "/sub-" in source_agent else "main"
+                recorder = await LaneRecorder.open(self._ledger, s.tenant, session_id, s.run_id,
+                                                   source_agent, kind=kind, actor_id=actor.id)
+                self._recorders[key] = recorder
+                if len(self._recorders) > MAX_RECORDERS:
+                    self._recorders.popitem(last=False)
+            self._recorders.move_to_end(key)
+            return recorder
+
+    async def _append(self, recorder: LaneRecorder, event: dict[str, Any]) -> AppendCommitted:
+        for attempt in range(3):
+            try:
+                receipt = await recorder.append([event])
+                assert isinstance(receipt, AppendCommitted)  # wait="commit"
+                return receipt
+            except LaneConflict:
+                if attempt == 2:
+                    raise
+                await recorder.reload()  # another writer moved the lane: append on its head
+        raise AssertionError("unreachable")
+
+    # -- GET /api/journal ---------------------------------------------------------------------
+
+    async def journal(self, request: web.Request) -> web.StreamResponse:
+        query = Query(request, ("session_id", "cursor", "limit"))
+        session_id = query.text("session_id")
+        cursor = query.integer("cursor", 0)
+        limit = query.integer("limit", None, low=1)
+        applied = self._feed.applied
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        loop = asyncio.get_running_loop()
+        sent = 0
+        while limit is None or sent < limit:
+            want = JOURNAL_PAGE if limit is None else min(JOURNAL_PAGE, limit - sent)
+            rows = await loop.run_in_executor(self._readers, self._page, session_id, cursor,
+                                              applied, want)
+            if not rows:
+                break
+            await response.write(b"".join(envelope_line(p, body) for p, body in rows))
+            sent += len(rows)
+            cursor = rows[-1][0]
+            if len(rows) < want:
+                break
+        await response.write_eof()
+        return response
+
+    def _page(self, session_id: str | None, cursor: int, applied: int,
+              limit: int) -> list[tuple[int, bytes]]:
+        where, params = "tenant = ? AND event_type = ?", [self._settings.tenant, EVENT_TYPE]
+        if session_id is not None:
+            where += " AND session_id = ?"
+            params.append(session_id)
+        return self._model.query(
+            f"SELECT position, body FROM events WHERE {where} AND position > ? AND position <= ?"
+            " ORDER BY position LIMIT ?", [*params, cursor, applied, limit])
+
+
+async def _body_bytes(request: web.Request) -> bytes:
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise RequestTooLarge("request body too large", limit_bytes=MAX_REQUEST_BYTES) from None
+
+
+def read_tool_call(data: bytes) -> ToolCall:
+    """Decode the append shape; server-derived fields are dropped (Korg §1.2.7),
+    any other unknown field is refused with its path."""
+    raw = decode(data, dict[str, Any])  # malformed or too large: typed errors
+    for name in SERVER_DERIVED & raw.keys():
+        del raw[name]
+    call = decode(msgspec.json.encode(raw), ToolCall)
+    prefix, _, rest = call.source_agent.partition(":")
+    if prefix not in ACTOR_KINDS or not rest:
+        raise InvalidRequest(
+            "source_agent must be agent:<name>@<version>, human:<id>, korg:<component>, "
+            "mcp:<server> or import:<source>@<version>", path="$.source_agent",
+            found=call.source_agent)
+    return call
+
+
+def envelope_line(position: int, body: bytes) -> bytes:
+    """One journal line: the Korg §1.2 envelope of a committed tool-call event."""
+    ev = _body.decode(body)
+    p = ev.payload
+    refs = p.get("payload_refs", [])
+    envelope = {
+        "schema_version": SCHEMA_VERSION,
+        "seq_id": position,
+        "metadata": {
+            "triggered_by": p.get("triggered_by"),
+            "causation_id": ev.causation_id,
+            "event_id": ev.id,
+            "actor_id": RECORDER,
+            "seq_id": position,
+            "ledger_hash": ev.entry_hash,
+            "parent_hash": None if ev.prev_hash == GENESIS_HASH else ev.prev_hash,
+            "emitted_at": ev.occurred_at,
+            "recorded_at": ev.committed_at,
+            "session_id": ev.session_id,
+            "hlc_physical": _millis(ev.occurred_at),
+            "hlc_logical": 0,
+            "rewind_of": None,
+            "payload_refs": refs,
+        },
+        "event": {
+            "event_type": "AgentToolCall",
+            "tool_name": p.get("tool_name"),
+            "source_agent": p.get("source_agent"),
+            "args": p.get("args", {}),
+            "result": p.get("result", {}),
+            "success": p.get("success"),
+            "duration_ms": p.get("duration_ms"),
+            "timestamp": ev.committed_at,
+            "payload_refs": refs,
+        },
+    }
+    return msgspec.json.encode(envelope) + b"\n"
+
+
+def _millis(timestamp: str) -> int:
+    # Python 3.11 reads at most 6 fraction digits; the ledger's own clock writes 6.
+    try:
+        return int(datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return 0

@@ -1,0 +1,357 @@
+"""The OpenAPI 3.1 document of the tail's HTTP API, served at
+``/api/v1/openapi.json``. ``tests/test_tail_openapi.py`` validates it and the
+tests check the tail's responses against it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from .api import json_response
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _obj(required: list[str], props: dict[str, Any], *, extra: bool = False) -> dict[str, Any]:
+    return {"type": "object", "required": required, "properties": props,
+            "additionalProperties": extra}
+
+
+_ID = {"type": "string", "minLength": 1, "maxLength": 256}
+_NULLABLE_ID = {"type": ["string", "null"], "minLength": 1, "maxLength": 256}
+_HASH = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+_TS = {"type": "string",
+       "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$"}
+_POS = {"type": "integer", "minimum": 1}
+_COUNT = {"type": "integer", "minimum": 0}
+_JSON = "application/json"
+
+SCHEMAS: dict[str, Any] = {
+    "ErrorBody": _obj(["code", "message", "retryable", "details"], {
+        "code": {"type": "string", "description": "stable code, spec/errors.md"},
+        "message": {"type": "string"},
+        "retryable": {"type": "boolean"},
+        "details": {"type": "object"},
+    }),
+    "Error": _obj(["error"], {"error": _ref("ErrorBody")}),
+    "Status": _obj(["status"], {"status": {"type": "string"}}),
+    "CommittedEvent": _obj(
+        ["schema_version", "id", "lane_id", "subject_id", "event_type", "actor_id", "occurred_at",
+         "payload", "extensions", "tenant", "session_id", "run_id", "seq", "position",
+         "append_id", "committed_at", "prev_hash", "entry_hash"],
+        {
+            "schema_version": {"type": "string"}, "id": _ID, "lane_id": _ID, "subject_id": _ID,
+            "event_type": {"type": "string"}, "actor_id": _ID, "occurred_at": _TS,
+            "payload": {"type": "object"}, "extensions": {"type": "object"},
+            "causation_id": _ID, "tenant": _ID, "session_id": _ID, "run_id": _ID,
+            "seq": _POS, "position": _POS, "append_id": _ID, "committed_at": _TS,
+            "prev_hash": _HASH, "entry_hash": _HASH,
+        }),
+    "Lane": _obj(
+        ["id", "tenant", "session_id", "run_id", "name", "kind", "created_at", "last_seq",
+         "head_hash"],
+        {"id": _ID, "tenant": _ID, "session_id": _ID, "run_id": _ID, "name": _ID,
+         "kind": {"type": "string"}, "parent_lane_id": _NULLABLE_ID, "actor_id": _NULLABLE_ID,
+         "created_at": _TS, "last_seq": _COUNT, "head_hash": _HASH}),
+    "Turn": _obj(["id", "lane_id", "turn_no", "created_at"],
+                 {"id": _ID, "lane_id": _ID, "turn_no": _POS, "created_at": _TS}),
+    "Action": _obj(
+        ["id", "lane_id", "turn_id", "action_type", "name", "effect", "idempotency", "created_at"],
+        {"id": _ID, "lane_id": _ID, "turn_id": _ID, "action_type": {"type": "string"},
+         "name": {"type": "string"},
+         "effect": {"type": "string", "description": "none, read, write, unknown"},
+         "idempotency": {"type": "string",
+                         "description": "not_applicable, inherent, keyed, none, unknown"},
+         "idempotency_key": {"type": ["string", "null"]}, "created_at": _TS}),
+    "Attempt": _obj(["id", "lane_id", "action_id", "attempt_no", "created_at"],
+                    {"id": _ID, "lane_id": _ID, "action_id": _ID, "attempt_no": _POS,
+                     "created_at": _TS}),
+    "Page": _obj(["direction", "events", "next_cursor", "has_more", "applied_position"], {
+        "direction": {"enum": ["forward", "backward"]},
+        "events": {"type": "array", "items": _ref("CommittedEvent")},
+        "next_cursor": {"type": ["integer", "null"],
+                        "description": "key of the page's last event; null for an empty page"},
+        "has_more": {"type": "boolean"},
+        "applied_position": _COUNT,
+    }, extra=True),
+    "LaneEvents": {"allOf": [_ref("Page"), _obj(["lane_id"], {"lane_id": _ID}, extra=True)]},
+    "Structure": _obj(["lanes", "turns", "actions", "attempts", "structure_complete"], {
+        "structure_complete": {
+            "type": "boolean",
+            "description": "false when the sequencer's view was too large for one reply: "
+                           "lanes only, turns/actions/attempts left empty"},
+        "lanes": {"type": "array", "items": _ref("Lane")},
+        "turns": {"type": "array", "items": _ref("Turn")},
+        "actions": {"type": "array", "items": _ref("Action")},
+        "attempts": {"type": "array", "items": _ref("Attempt")},
+    }, extra=True),
+    "Session": {"allOf": [_ref("Page"), _ref("Structure"), _obj(
+        ["session_id", "tenant", "run_ids"],
+        {"session_id": _ID, "tenant": _ID, "run_ids": {"type": "array", "items": _ID}},
+        extra=True)]},
+    "Run": {"allOf": [_ref("Page"), _ref("Structure"), _obj(
+        ["session_id", "run_id"], {"session_id": _ID, "run_id": _ID}, extra=True)]},
+    "UnresolvedAttempt": _obj(
+        ["attempt_id", "attempt", "action", "requested_position", "requested_event",
+         "reconcile_before_retry"],
+        {"attempt_id": _ID,
+         "attempt": {"oneOf": [_ref("Attempt"), {"type": "null"}]},
+         "action": {"oneOf": [_ref("Action"), {"type": "null"}]},
+         "requested_position": _POS,
+         "requested_event": _ref("CommittedEvent"),
+         "reconcile_before_retry": {
+             "type": "boolean",
+             "description": "true when the action may have had an effect that a retry would "
+                            "repeat (effect write/unknown, idempotency not inherent/keyed, "
+                            "or the action is unknown)"}}),
+    "Inspection": _obj(
+        ["session_id", "run_id", "applied_position", "structure_complete", "terminal_events",
+         "linked_checkpoints", "unresolved_attempts"],
+        {"session_id": _ID, "run_id": _ID, "applied_position": _COUNT,
+         "structure_complete": {"type": "boolean",
+                                "description": "false: attempts and actions unknown, every "
+                                               "unresolved attempt counts as side-effecting"},
+         "terminal_events": {"type": "array", "items": _ref("CommittedEvent")},
+         "linked_checkpoints": {"type": "array", "items": _ref("CommittedEvent")},
+         "unresolved_attempts": {"type": "array", "items": _ref("UnresolvedAttempt")}}),
+    "VerifyReport": _obj(
+        ["scope", "intact", "events", "lanes", "last_position", "applied_position", "keyed",
+         "fault"],
+        {"scope": {"enum": ["lane", "session", "ledger"]},
+         "lane_id": _ID, "session_id": _ID,
+         "intact": {"type": "boolean"},
+         "events": _COUNT, "lanes": _COUNT, "last_position": _COUNT, "applied_position": _COUNT,
+         "keyed": {"type": "boolean", "description": "verified with an HMAC key"},
+         "lane_tips": {"type": "object", "additionalProperties": _HASH},
+         "fault": {"oneOf": [{"type": "null"}, _ref("ErrorBody")],
+                   "description": "chain_fault (details: kind broken_link, content_tampered or "
+                                  "not_chained; position, lane_id, seq, field, expected, found) "
+                                  "or integrity_failure (kind row_mismatch)"}}),
+    "KorgPayloadRef": _obj(["sha256", "size_bytes"], {
+        "sha256": _HASH, "size_bytes": _COUNT, "label": {"type": "string"}}),
+    "KorgToolCall": {
+        "type": "object",
+        "required": ["source_agent", "tool_name", "args", "result", "success", "duration_ms"],
+        "properties": {
+            "event_type": {"const": "AgentToolCall"},
+            "source_agent": {"type": "string", "pattern": "^(agent|human|korg|mcp|import):.+"},
+            "tool_name": {"type": "string", "minLength": 1, "maxLength": 256},
+            "args": {"type": "object"}, "result": {"type": "object"},
+            "success": {"type": "boolean"},
+            "duration_ms": {"type": "integer", "minimum": 0},
+            "triggered_by": {"type": ["integer", "null"],
+                             "description": "seq_id (ledger position) of the parent event"},
+            "payload_refs": {"type": "array", "items": _ref("KorgPayloadRef")},
+            "session_id": _ID,
+        },
+        "description": "Korg AgentToolCall append shape. The server-derived fields of Korg "
+                       "§1.2.7 are ignored when present; any other field is refused.",
+    },
+    "KorgAppended": _obj(
+        ["seq_id", "event_id", "session_id", "lane_id", "lane_seq", "entry_hash"],
+        {"seq_id": _POS, "event_id": _ID, "session_id": _ID, "lane_id": _ID, "lane_seq": _POS,
+         "entry_hash": _HASH}),
+    "KorgEnvelope": _obj(["schema_version", "seq_id", "metadata", "event"], {
+        "schema_version": {"const": "1.0"},
+        "seq_id": _POS,
+        "metadata": _obj(
+            ["triggered_by", "causation_id", "event_id", "actor_id", "seq_id", "ledger_hash",
+             "parent_hash", "emitted_at", "recorded_at", "session_id", "hlc_physical",
+             "hlc_logical", "rewind_of", "payload_refs"],
+            {"triggered_by": {"type": ["integer", "null"]},
+             "causation_id": {"type": ["string", "null"]},
+             "event_id": _ID, "actor_id": {"const": "korg:api"}, "seq_id": _POS,
+             "ledger_hash": _HASH, "parent_hash": {"oneOf": [_HASH, {"type": "null"}]},
+             "emitted_at": {"type": "string"}, "recorded_at": {"type": "string"},
+             "session_id": {"type": ["string", "null"]},
+             "hlc_physical": {"type": "integer"}, "hlc_logical": {"type": "integer"},
+             "rewind_of": {"type": ["integer", "null"]},
+             "payload_refs": {"type": "array"}}),
+        "event": _obj(
+            ["event_type", "tool_name", "source_agent", "args", "result", "success",
+             "duration_ms", "timestamp", "payload_refs"],
+            {"event_type": {"const": "AgentToolCall"}, "tool_name": {"type": "string"},
+             "source_agent": {"type": "string"}, "args": {"type": "object"},
+             "result": {"type": "object"}, "success": {"type": "boolean"},
+             "duration_ms": {"type": "integer"}, "timestamp": {"type": "string"},
+             "payload_refs": {"type": "array"}}),
+    }),
+}
+
+
+def _param(name: str, where: str, schema: dict[str, Any], description: str,
+           required: bool = False) -> dict[str, Any]:
+    return {"name": name, "in": where, "required": required or where == "path",
+            "schema": schema, "description": description}
+
+
+def _json(schema_name: str, description: str) -> dict[str, Any]:
+    return {"description": description, "content": {_JSON: {"schema": _ref(schema_name)}}}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    found = {str(s): {"$ref": "#/components/responses/Error"} for s in statuses}
+    found["default"] = {"$ref": "#/components/responses/Error"}
+    return found
+
+
+_TEXT = {"type": "string", "minLength": 1, "maxLength": 256}
+_PAGE_PARAMS = [
+    _param("cursor", "query", {"type": "integer", "minimum": 0},
+           "exclusive start key: forward returns keys > cursor, backward keys < cursor"),
+    _param("direction", "query", {"enum": ["forward", "backward"], "default": "forward"},
+           "forward: oldest first; backward: newest first"),
+    _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+           "events per page"),
+]
+_SESSION = _param("session_id", "path", _TEXT, "host session id")
+_RUN = _param("run_id", "path", _TEXT, "host run id")
+
+PATHS: dict[str, Any] = {
+    "/": {"get": {"operationId": "console", "summary": "a one-page live console (HTML)",
+                  "responses": {"200": {"description": "the console",
+                                        "content": {"text/html": {"schema": {"type": "string"}}}}}}},
+    "/healthz": {"get": {"operationId": "healthz", "summary": "the event loop answers",
+                         "responses": {"200": _json("Status", "alive")}}},
+    "/readyz": {"get": {"operationId": "readyz",
+                        "summary": "connected to NATS and caught up within the configured lag",
+                        "responses": {"200": _json("Status", "ready"),
+                                      "503": _json("Status", "not ready")}}},
+    "/metrics": {"get": {"operationId": "metrics", "summary": "Prometheus metrics",
+                         "responses": {"200": {"description": "text exposition format",
+                                               "content": {"text/plain": {
+                                                   "schema": {"type": "string"}}}}}}},
+    "/api/v1/openapi.json": {"get": {
+        "operationId": "openapi", "summary": "this document",
+        "responses": {"200": {"description": "OpenAPI 3.1",
+                              "content": {_JSON: {"schema": {"type": "object"}}}}}}},
+    "/api/v1/events": {"get": {
+        "operationId": "tailEvents",
+        "summary": "live tail (server-sent events): backfill after the resume position, then live",
+        "description": (
+            "Frames: `id: <position>`, `event: ledger-event`, `data: <CommittedEvent JSON>`. "
+            "Idle connections get `: keepalive` comments. A tail that names run_id (or else "
+            "session_id) ends after that run's (session's) terminal event with an "
+            "`event: end` frame whose id is the terminal event's position."),
+        "parameters": [
+            _param("tenant", "query", _TEXT, "only this tenant"),
+            _param("session_id", "query", _TEXT, "only this session; follows it to its end"),
+            _param("run_id", "query", _TEXT, "only this run; follows it to its end"),
+            _param("lane_id", "query", _TEXT, "only this lane"),
+            _param("actor_id", "query", _TEXT, "only this actor"),
+            _param("event_type", "query", _TEXT, "event types starting with this prefix"),
+            _param("from_position", "query", {"type": "integer", "minimum": 0},
+                   "the last position the client has; delivery starts after it (default 0)"),
+            _param("Last-Event-ID", "header", {"type": "string", "pattern": "^[0-9]+$"},
+                   "as from_position, and wins over it"),
+        ],
+        "responses": {"200": {"description": "an event stream",
+                              "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                      **_errors(400)},
+    }},
+    "/api/v1/events/{position}": {"get": {
+        "operationId": "getEvent", "summary": "one committed event by ledger position",
+        "parameters": [_param("position", "path", _POS, "ledger position")],
+        "responses": {"200": _json("CommittedEvent", "the committed event"),
+                      **_errors(400, 404, 500)},
+    }},
+    "/api/v1/lanes/{lane_id}/events": {"get": {
+        "operationId": "laneEvents", "summary": "a lane's events; cursor is a lane seq",
+        "parameters": [_param("lane_id", "path", _TEXT, "lane id"), *_PAGE_PARAMS],
+        "responses": {"200": _json("LaneEvents", "one page"),
+                      **_errors(400, 404, 503, 504)},
+    }},
+    "/api/v1/sessions/{session_id}": {"get": {
+        "operationId": "getSession",
+        "summary": "a session: runs, lanes, structure, and its events; cursor is a position",
+        "parameters": [_SESSION, *_PAGE_PARAMS],
+        "responses": {"200": _json("Session", "the session and one page of its events"),
+                      **_errors(400, 404, 503, 504)},
+    }},
+    "/api/v1/sessions/{session_id}/runs/{run_id}": {"get": {
+        "operationId": "getRun",
+        "summary": "a run: lanes, structure, and its events; cursor is a position",
+        "parameters": [_SESSION, _RUN, *_PAGE_PARAMS],
+        "responses": {"200": _json("Run", "the run and one page of its events"),
+                      **_errors(400, 404, 503, 504)},
+    }},
+    "/api/v1/sessions/{session_id}/runs/{run_id}/inspection": {"get": {
+        "operationId": "inspectRun",
+        "summary": "terminal events, linked checkpoints and unresolved attempts of a run",
+        "parameters": [_SESSION, _RUN],
+        "responses": {"200": _json("Inspection", "the run's inspection"),
+                      **_errors(400, 404, 503, 504)},
+    }},
+    "/api/v1/blobs/{sha256}": {"get": {
+        "operationId": "getBlob", "summary": "a content-addressed blob, raw",
+        "parameters": [_param("sha256", "path",
+                              {"type": "string", "pattern": "^(sha256:)?[0-9a-f]{64}$"},
+                              "lowercase hex sha256 (a content ref's `sha256:` prefix allowed)")],
+        "responses": {"200": {"description": "the blob's bytes; content type sniffed",
+                              "content": {
+                                  "application/octet-stream": {"schema": {
+                                      "type": "string", "contentMediaType":
+                                          "application/octet-stream"}},
+                                  _JSON: {"schema": {}},
+                                  "text/plain": {"schema": {"type": "string"}}}},
+                      **_errors(400, 404, 500)},
+    }},
+    "/api/v1/verify": {"get": {
+        "operationId": "verify",
+        "summary": "recompute the hash chains of a lane, a session or (no parameter) the ledger",
+        "parameters": [_param("lane_id", "query", _TEXT, "verify this lane"),
+                       _param("session_id", "query", _TEXT, "verify this session's lanes")],
+        "responses": {"200": _json("VerifyReport", "intact, or the first fault"),
+                      **_errors(400, 404, 503, 504)},
+    }},
+    "/api/agent/tool-call": {"post": {
+        "operationId": "korgToolCall",
+        "summary": "Korg: append one AgentToolCall; answers its seq_id (the ledger position)",
+        "requestBody": {"required": True,
+                        "content": {_JSON: {"schema": _ref("KorgToolCall")}}},
+        "responses": {"200": _json("KorgAppended", "committed"),
+                      **_errors(400, 403, 409, 413, 422, 503, 504)},
+    }},
+    "/api/journal": {"get": {
+        "operationId": "korgJournal",
+        "summary": "Korg: the tool-call journal as NDJSON, one KorgEnvelope per line, "
+                   "oldest first",
+        "parameters": [
+            _param("session_id", "query", _TEXT, "only this session"),
+            _param("cursor", "query", {"type": "integer", "minimum": 0},
+                   "returns seq_id > cursor"),
+            _param("limit", "query", {"type": "integer", "minimum": 1}, "at most this many"),
+        ],
+        "responses": {"200": {"description": "NDJSON; each line a KorgEnvelope",
+                              "content": {"application/x-ndjson": {
+                                  "schema": {"type": "string"},
+                                  "x-line-schema": _ref("KorgEnvelope")}}},
+                      **_errors(400)},
+    }},
+}
+
+DOCUMENT: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {
+        "title": "laneledger tail",
+        "version": "1.0.0",
+        "description": "Live tail, history, blobs, verification and Korg compatibility over the "
+                       "laneledger committed stream. Every error is {\"error\": ErrorBody} "
+                       "(spec/errors.md); see spec/tail.md.",
+    },
+    "paths": PATHS,
+    "components": {
+        "schemas": SCHEMAS,
+        "responses": {"Error": _json("Error", "a typed error (spec/errors.md)")},
+    },
+}
+
+
+def openapi_route() -> web.RouteDef:
+    async def get_openapi(_: web.Request) -> web.Response:
+        return json_response(DOCUMENT)
+
+    return web.get("/api/v1/openapi.json", get_openapi, name="openapi")

@@ -1,0 +1,234 @@
+"""The tail's read model: its own SQLite file, fed from LEDGER_EVENTS.
+
+One row per committed event, keyed by ledger position, with the fields the
+tail filters and pages on copied out of the body into indexed columns, and
+``meta.applied_position``: the last position applied. Both are written in
+the same transaction, so after any stop or crash the tail resumes exactly
+after what it has: no position is skipped or stored twice.
+
+Durability is ``synchronous=NORMAL`` (WAL): a power loss may roll back the
+last transactions, but never splits rows from the position stored with them,
+and whatever was rolled back is read again from the stream.
+
+``ReadModel`` owns one writer connection (used from one thread, the apply
+thread) and a small pool of read-only connections, one per reader thread.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from laneledger.errors import EntityNotFound, InternalError
+
+DDL = """
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    position   INTEGER PRIMARY KEY,
+    event_id   TEXT NOT NULL,
+    tenant     TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    run_id     TEXT NOT NULL,
+    lane_id    TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    actor_id   TEXT NOT NULL,
+    subject_id TEXT NOT NULL,
+    event_type TEXT NOT NULL,
+    body       BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_session ON events (session_id, position);
+CREATE INDEX IF NOT EXISTS events_by_run ON events (run_id, position);
+CREATE INDEX IF NOT EXISTS events_by_lane ON events (lane_id, seq);
+CREATE INDEX IF NOT EXISTS events_by_actor ON events (actor_id, position);
+CREATE INDEX IF NOT EXISTS events_by_type ON events (event_type, position);
+CREATE INDEX IF NOT EXISTS events_by_event_id ON events (event_id);
+"""
+
+COLUMNS = "position, event_id, tenant, session_id, run_id, lane_id, seq, actor_id, subject_id, event_type, body"
+
+
+class Routing(msgspec.Struct, frozen=True):
+    """The fields of a committed event that become columns (the rest of the
+    body is skipped by the decoder)."""
+
+    id: str
+    tenant: str
+    session_id: str
+    run_id: str
+    lane_id: str
+    seq: int
+    actor_id: str
+    subject_id: str
+    event_type: str
+
+
+_routing = msgspec.json.Decoder(Routing)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    position: int
+    event_id: str
+    tenant: str
+    session_id: str
+    run_id: str
+    lane_id: str
+    seq: int
+    actor_id: str
+    subject_id: str
+    event_type: str
+    body: bytes
+
+
+def row_of(position: int, body: bytes) -> Row:
+    """The row for one stream message. A body that is not a committed event
+    (which only a foreign publisher could put on the stream) is still stored,
+    with empty columns, so positions stay dense and verification reports it."""
+    try:
+        r = _routing.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return Row(position, "", "", "", "", "", 0, "", "", "", bytes(body))
+    return Row(position, r.id, r.tenant, r.session_id, r.run_id, r.lane_id, r.seq,
+               r.actor_id, r.subject_id, r.event_type, bytes(body))
+
+
+class ReadModel:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            self._db.execute("PRAGMA busy_timeout = 5000")
+            self._db.executescript(DDL)
+            found = self._db.execute(
+                "SELECT value FROM meta WHERE key = 'applied_position'").fetchone()
+        except sqlite3.Error as exc:
+            raise InternalError(f"cannot open the tail's read model: {exc}", path=str(path)) from exc
+        # Authoritative: only the apply thread changes it, inside the transaction.
+        self.applied = found[0] if found else 0
+
+    def close(self) -> None:
+        with self._readers_lock:
+            for conn in self._readers:
+                conn.close()
+            self._readers.clear()
+        self._db.close()
+
+    # -- writing (the apply thread only) ------------------------------------------------
+
+    def apply(self, batch: list[tuple[int, bytes]]) -> list[Row]:
+        """Store a batch of ``(position, body)`` and the new applied position in
+        one transaction; returns the rows stored. Positions at or below the
+        applied one are skipped (a redelivery); a batch that does not continue
+        right after it is refused, since storing it would leave a gap."""
+        rows = [row_of(p, b) for p, b in batch if p > self.applied]
+        if not rows:
+            return []
+        if rows[0].position != self.applied + 1 or any(
+            b.position != a.position + 1 for a, b in zip(rows, rows[1:])
+        ):
+            raise InternalError("a batch would leave a gap in the read model",
+                                applied_position=self.applied, first=rows[0].position)
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany(
+                    f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    [(r.position, r.event_id, r.tenant, r.session_id, r.run_id, r.lane_id, r.seq,
+                      r.actor_id, r.subject_id, r.event_type, r.body) for r in rows],
+                )
+                self._db.execute(
+                    "INSERT INTO meta (key, value) VALUES ('applied_position', ?)"
+                    " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (rows[-1].position,),
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise InternalError(f"read model write failed: {exc}") from exc
+        self.applied = rows[-1].position
+        return rows
+
+    # -- reading (any reader thread) --------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            try:
+                conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+                conn.execute("PRAGMA query_only = ON")
+            except sqlite3.Error as exc:
+                raise InternalError(f"cannot open the tail's read model: {exc}") from exc
+            self._local.conn = conn
+            with self._readers_lock:
+                self._readers.append(conn)
+        return conn
+
+    def query(self, sql: str, params: tuple | list = ()) -> list[tuple]:
+        try:
+            return self._conn().execute(sql, tuple(params)).fetchall()
+        except sqlite3.Error as exc:
+            raise InternalError(f"read model read failed: {exc}") from exc
+
+    def scan(self, sql: str, params: tuple | list, *, max_rows: int, max_bytes: int,
+             body_column: int) -> tuple[list[tuple], bool]:
+        """Rows of ``sql`` up to ``max_rows``, or until their bodies reach
+        ``max_bytes`` (at least one row), so a page's memory is bounded even
+        when events are large; and whether more rows follow. The cursor is not
+        read past the page (and one row to tell whether there are more)."""
+        out: list[tuple] = []
+        size = 0
+        more = False
+        try:
+            cursor = self._conn().execute(sql, tuple(params))
+            try:
+                for row in cursor:
+                    if len(out) >= max_rows or (out and size >= max_bytes):
+                        more = True
+                        break
+                    out.append(row)
+                    size += len(row[body_column])
+            finally:
+                cursor.close()
+        except sqlite3.Error as exc:
+            raise InternalError(f"read model read failed: {exc}") from exc
+        return out, more
+
+    def iterate(self, sql: str, params: tuple | list, key_index: int = 0,
+                page: int = 2000) -> Iterator[tuple]:
+        """All rows of ``sql`` in pages (keyset pagination): ``sql`` ends with
+        ``AND <key> > ? ORDER BY <key> LIMIT ?`` and takes ``params`` + (key, page)."""
+        key: Any = -(2**63)
+        while True:
+            rows = self.query(sql, (*params, key, page))
+            yield from rows
+            if len(rows) < page:
+                return
+            key = rows[-1][key_index]
+
+    def event_at(self, position: int) -> Row:
+        rows = self.query(f"SELECT {COLUMNS} FROM events WHERE position = ?", (position,))
+        if not rows:
+            raise EntityNotFound("no committed event at this position (yet)", kind="event",
+                                 position=position)
+        return Row(*rows[0])
+
+    def stats(self) -> tuple[int, int]:
+        """(number of rows, highest position)."""
+        return self.query("SELECT count(*), coalesce(max(position), 0) FROM events")[0]

@@ -1,0 +1,227 @@
+"""The tail service: follows LEDGER_EVENTS into its read model and serves the
+HTTP API (live tail, history, blobs, verification, Korg compatibility,
+OpenAPI) next to /healthz, /readyz and /metrics.
+
+``TailService`` takes its NATS connection and settings from the caller
+(``__main__`` in production, the tests in-process), so the same object runs
+both ways.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+from nats.aio.client import Client as NATS
+from prometheus_client import CollectorRegistry
+
+from laneledger.client import LedgerClient
+from laneledger.follow import StreamFollower
+from laneledger.ids import new_id
+from laneledger.opsserver import ops_routes, start_http
+from laneledger.subjects import EVENTS_STREAM, Subjects
+
+from .api import errors_middleware
+from .blobs import BlobStore, blob_route
+from .console import console_route
+from .feed import Feed
+from .history import History
+from .korg import Korg, KorgSettings
+from .metrics import TailMetrics
+from .openapi import openapi_route
+from .readmodel import ReadModel
+from .sse import Tail, TerminalLookup
+from .verify import Verifier
+
+log = logging.getLogger("laneledger.tail")
+
+
+@dataclass(frozen=True)
+class TailSettings:
+    data_dir: Path
+    subjects: Subjects = Subjects()
+    events_stream: str = EVENTS_STREAM
+    heartbeat_s: float = 15.0
+    ready_max_lag: int = 1000       # /readyz is false while further behind than this
+    ring_size: int = 4096           # recent events kept in memory for live subscribers
+    batch_size: int = 500           # stream messages per applied batch, at most
+    hmac_key: bytes | None = None   # to verify HMAC-keyed chains
+    korg: KorgSettings = field(default_factory=KorgSettings)
+    ledger_timeout_s: float = 5.0   # sequencer commands (structure reads, Korg appends)
+    watch_interval_s: float = 1.0   # how often the stream's last sequence is asked
+    stall_s: float = 5.0            # behind without progress this long: re-open the follower
+    shutdown_grace_s: float = 1.0   # for subscribers to finish before they are cancelled
+
+
+class TailService:
+    def __init__(self, nc: NATS, settings: TailSettings,
+                 registry: CollectorRegistry | None = None) -> None:
+        self.nc = nc
+        self.settings = settings
+        self.registry = registry or CollectorRegistry()
+        self.metrics = TailMetrics(self.registry)
+        self.model = ReadModel(Path(settings.data_dir) / "tail.db")
+        self._apply_thread = ThreadPoolExecutor(1, thread_name_prefix="tail-apply")
+        self._readers = ThreadPoolExecutor(4, thread_name_prefix="tail-read")
+        self.feed = Feed(self.model, self._readers, capacity=settings.ring_size)
+        self.metrics.applied_position.set(self.feed.applied)
+        self.ledger = LedgerClient(nc, subjects=settings.subjects, timeout=settings.ledger_timeout_s)
+        self.tail = Tail(self.feed, self.metrics, heartbeat_s=settings.heartbeat_s,
+                         terminal_before=TerminalLookup(self.model, self._readers))
+        self._consumer = f"laneledger-tail-{new_id()[-12:]}"
+        self.stream_last: int | None = None  # None: not known right now
+        self._tasks: list[asyncio.Task] = []
+        self._follow_task: asyncio.Task | None = None
+        self._applying: asyncio.Task | None = None
+        self._runner: web.AppRunner | None = None
+        self.app = self._make_app()
+
+    def _make_app(self) -> web.Application:
+        s = self.settings
+        app = web.Application(middlewares=[self._count, errors_middleware])
+        app.add_routes(ops_routes(self.registry, self.ready))
+        app.add_routes([web.get("/api/v1/events", self.tail.handle, name="events")])
+        app.add_routes(History(self.model, self._readers, self.feed, self.ledger).routes())
+        self._verifier = Verifier(self.model, self._readers, self.feed, self.ledger, s.hmac_key)
+        app.add_routes([
+            blob_route(BlobStore(Path(s.data_dir) / "blobs"), self._readers),
+            self._verifier.route(),
+            openapi_route(),
+            console_route(),
+        ])
+        app.add_routes(Korg(s.korg, self.ledger, self.model, self._readers, self.feed,
+                            self.refresh_stream_last).routes())
+        return app
+
+    @web.middleware
+    async def _count(self, request: web.Request,
+                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+        response = await handler(request)
+        route = request.match_info.route.resource
+        name = route.canonical if route is not None else "unmatched"
+        self.metrics.requests.labels(name, str(response.status)).inc()
+        return response
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        """Start following and serving; returns the bound HTTP port."""
+        self._tasks = [asyncio.create_task(self._follow_forever(), name="tail-follow"),
+                       asyncio.create_task(self._watch(), name="tail-watch")]
+        self._runner, bound = await start_http(self.app, host, port)
+        return bound
+
+    async def stop(self) -> None:
+        self.feed.close()  # subscribers end at their next look at the feed
+        self._verifier.stopping.set()
+        open_tails = set(self.tail.tasks)
+        if open_tails:
+            _, stuck = await asyncio.wait(open_tails, timeout=self.settings.shutdown_grace_s)
+            for task in stuck:  # blocked writing to a client that does not read
+                task.cancel()
+        for task in self._tasks:
+            await _cancel(task)
+        if self._applying is not None:
+            await asyncio.gather(self._applying, return_exceptions=True)
+        if self._runner is not None:
+            await self._runner.cleanup()
+        await self.ledger.close()
+        self._apply_thread.shutdown(wait=True)
+        self._readers.shutdown(wait=True)
+        self.model.close()
+
+    def ready(self) -> bool:
+        """Connected, and the read model within ``ready_max_lag`` of the stream."""
+        return (self.nc.is_connected and self.stream_last is not None
+                and self.stream_last - self.feed.applied <= self.settings.ready_max_lag)
+
+    # -- following the committed stream ----------------------------------------------------
+
+    async def _follow_forever(self) -> None:
+        while True:
+            self._follow_task = asyncio.create_task(self._follow_once())
+            try:
+                await self._follow_task
+            except asyncio.CancelledError:
+                if asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                    raise  # the service is stopping
+                log.warning("the follower stalled at position %d; re-opening", self.feed.applied)
+            except Exception as exc:  # noqa: BLE001 - NATS away, stream missing: retry
+                log.warning("following %s failed (%s); retrying from position %d",
+                            self.settings.events_stream, exc, self.feed.applied)
+            self.metrics.follower_restarts.inc()
+            await asyncio.sleep(0.5)
+
+    async def _follow_once(self) -> None:
+        follower = StreamFollower(self.nc, stream=self.settings.events_stream,
+                                  name=self._consumer, batch_size=self.settings.batch_size)
+        async with aclosing(follower.batches(after=self.model.applied)) as batches:
+            async for batch in batches:
+                # Shielded: a cancel (stall watchdog, stop) must not separate
+                # a committed batch from its publication to subscribers.
+                self._applying = asyncio.ensure_future(self._apply(batch))
+                await asyncio.shield(self._applying)
+
+    async def _apply(self, batch: list[tuple[int, bytes]]) -> None:
+        started = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        rows = await loop.run_in_executor(self._apply_thread, self.model.apply, batch)
+        self.metrics.apply_seconds.observe(time.perf_counter() - started)
+        self.feed.publish(rows)
+        self.metrics.applied_position.set(self.feed.applied)
+        if self.stream_last is not None:
+            self.metrics.lag.set(max(self.stream_last - self.feed.applied, 0))
+
+    async def refresh_stream_last(self) -> int:
+        """The committed stream's last sequence, asked now."""
+        async with asyncio.timeout(2.0):
+            info = await self.nc.jetstream().stream_info(self.settings.events_stream)
+        self.stream_last = info.state.last_seq
+        self.metrics.stream_last.set(self.stream_last)
+        self.metrics.lag.set(max(self.stream_last - self.feed.applied, 0))
+        return self.stream_last
+
+    async def _watch(self) -> None:
+        """Keep the lag (and so readiness) current, and re-open a follower that
+        is behind but has stopped moving (e.g. its consumer vanished with a
+        nats-server restart)."""
+        interval = self.settings.watch_interval_s
+        seen, still = self.feed.applied, 0.0
+        while True:
+            try:
+                last = await self.refresh_stream_last()
+            except Exception as exc:  # noqa: BLE001 - NATS away or no stream: not ready
+                self.stream_last = None
+                log.debug("cannot read the committed stream's state: %s", exc)
+                await asyncio.sleep(interval)
+                continue
+            applied = self.feed.applied
+            if applied < last and applied == seen:
+                still += interval
+                if still >= self.settings.stall_s and self._follow_task is not None:
+                    self._follow_task.cancel()
+                    still = 0.0
+            else:
+                still = 0.0
+            seen = applied
+            await asyncio.sleep(interval)
+
+
+async def _cancel(task: asyncio.Task, attempts: int = 40) -> None:
+    """Cancel ``task`` and wait for it to end. Asked again while it runs on:
+    Python 3.11's ``asyncio.wait_for`` (used by the NATS pull feed under the
+    follower) can swallow a cancel that lands as its timeout fires."""
+    for _ in range(attempts):
+        if task.done():
+            break
+        task.cancel()
+        await asyncio.wait([task], timeout=0.25)
+    if task.done() and not task.cancelled() and task.exception() is not None:
+        log.debug("%s ended with %r", task.get_name(), task.exception())

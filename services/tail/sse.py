@@ -1,0 +1,166 @@
+"""``GET /api/v1/events``: the live tail over server-sent events.
+
+Frames: ``id: <position>`` / ``event: ledger-event`` / ``data: <committed
+event>``; ``: keepalive`` comments while idle; ``event: end`` (with the
+terminal event's position as ``id``) once the followed session or run has
+reached its terminal event, after which the response ends.
+
+The subscriber starts after ``Last-Event-ID`` or ``from_position`` (the last
+position it has; the header wins, since a reconnecting EventSource repeats
+the original query), backfills from the read model, then goes live: the
+same loop over the feed does both (see ``feed.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from aiohttp import web
+
+from laneledger.errors import LedgerError
+
+from .api import Query, parse_int
+from .feed import EventFilter, Feed
+from .metrics import TailMetrics
+
+log = logging.getLogger("laneledger.tail")
+
+PARAMETERS = ("tenant", "session_id", "run_id", "lane_id", "actor_id", "event_type", "from_position")
+
+
+def parse_subscription(request: web.Request) -> tuple[EventFilter, int]:
+    query = Query(request, PARAMETERS)
+    filt = EventFilter(**{name: query.text(name) for name in PARAMETERS[:-1]})
+    start = query.integer("from_position", 0)
+    header = request.headers.get("Last-Event-ID")
+    if header is not None and header.strip():
+        start = parse_int(header.strip(), "Last-Event-ID")
+    assert start is not None
+    return filt, start
+
+
+class Tail:
+    """The SSE handler and what it shares: the feed, heartbeat, metrics."""
+
+    def __init__(self, feed: Feed, metrics: TailMetrics, *, heartbeat_s: float,
+                 terminal_before: "TerminalLookup") -> None:
+        self._feed = feed
+        self._metrics = metrics
+        self._heartbeat_s = heartbeat_s
+        self._terminal_before = terminal_before
+        self.tasks: set[asyncio.Task] = set()  # open subscriptions, cancelled at shutdown
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        filt, cursor = parse_subscription(request)
+        response = web.StreamResponse(headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        })
+        await response.prepare(request)
+        task = asyncio.current_task()
+        assert task is not None
+        self.tasks.add(task)
+        self._metrics.subscribers.inc()
+        try:
+            await self._stream(request, response, filt, cursor)
+        except ConnectionError:
+            pass  # the client left
+        except LedgerError as err:
+            # The headers are out: end the stream; the client resumes with
+            # Last-Event-ID and loses nothing.
+            log.error("tail subscription ended: %s", err)
+        finally:
+            self._metrics.subscribers.dec()
+            self.tasks.discard(task)
+        return response
+
+    async def _stream(self, request: web.Request, response: web.StreamResponse,
+                      filt: EventFilter, cursor: int) -> None:
+        loop = asyncio.get_running_loop()
+        await response.write(b"retry: 1000\n\n")
+        if filt.follows:
+            # A reconnect after the end: the terminal event is behind the cursor.
+            ended = await self._terminal_before(filt, cursor)
+            if ended is not None:
+                await response.write(end_frame(filt, ended))
+                return
+        last_write = loop.time()
+        feed = self._feed
+        while not feed.closed:
+            if request.transport is None or request.transport.is_closing():
+                return  # the client left while we waited
+            changed = feed.changed()
+            entries, scanned = await feed.read(cursor, filt)
+            cursor = scanned
+            if entries:
+                frames = []
+                end = None
+                for entry in entries:
+                    if filt.matches(entry):
+                        frames.append(entry.frame)
+                    if filt.ends_with(entry):
+                        end = entry.position
+                        break
+                if end is not None:
+                    frames.append(end_frame(filt, end))
+                if frames:
+                    await response.write(b"".join(frames))  # waits while the client is slow
+                    self._metrics.frames.inc(len(frames) - (end is not None))
+                    last_write = loop.time()
+                if end is not None:
+                    return
+            if cursor < feed.applied:
+                continue  # more to read right away
+            idle = self._heartbeat_s - (loop.time() - last_write)
+            if idle <= 0:
+                await response.write(b": keepalive\n\n")
+                last_write = loop.time()
+                continue
+            try:
+                async with asyncio.timeout(idle):  # not wait_for: it can swallow a cancel
+                    await changed.wait()
+            except TimeoutError:
+                pass
+
+
+def end_frame(filt: EventFilter, position: int) -> bytes:
+    what = filt.follows
+    data = {"reason": f"{what}_ended", "position": position, "session_id": filt.session_id}
+    if what == "run":
+        data["run_id"] = filt.run_id
+    return b"id: %d\nevent: end\ndata: %s\n\n" % (position, json.dumps(data).encode())
+
+
+class TerminalLookup:
+    """Finds the followed session's or run's terminal event at or before a
+    position (``None`` if there is none yet)."""
+
+    def __init__(self, model, readers) -> None:
+        self._model = model
+        self._readers = readers
+
+    async def __call__(self, filt: EventFilter, cursor: int) -> int | None:
+        if cursor <= 0:
+            return None
+        return await asyncio.get_running_loop().run_in_executor(
+            self._readers, self._find, filt, cursor)
+
+    def _find(self, filt: EventFilter, cursor: int) -> int | None:
+        where, params = [], []
+        for column in ("tenant", "session_id", "run_id"):
+            value = getattr(filt, column)
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        types = filt.terminal_types
+        rows = self._model.query(
+            f"SELECT position FROM events WHERE {' AND '.join(where)}"
+            f" AND event_type IN ({','.join('?' * len(types))}) AND position <= ?"
+            " ORDER BY position LIMIT 1",
+            [*params, *types, cursor],
+        )
+        return rows[0][0] if rows else None
+

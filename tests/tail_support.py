@@ -1,0 +1,415 @@
+"""Helpers and fixtures for the tail service's tests.
+
+* ``start_tail``: a factory fixture running the real ``TailService`` in this
+  event loop on its own NATS connection, HTTP on 127.0.0.1 port 0, its data in
+  ``tmp_path``; every tail it started is stopped at teardown.
+* ``TailAPI``: real HTTP (aiohttp) to a tail; every JSON, NDJSON and SSE
+  answer is checked against the tail's own OpenAPI document.
+* ``SSEStream``: reads server-sent events frame by frame.
+* ``TailProcess``: the tail as an OS process (``python -m services.tail``).
+
+Test modules import the fixtures they use from here (``from tail_support
+import start_tail``), since ``conftest.py`` is shared with other services.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import jsonschema
+import nats
+import pytest_asyncio
+import referencing
+import referencing.jsonschema
+
+from laneledger.client import LedgerClient, make_event
+from laneledger.model import Actor, Lane
+from services.tail.openapi import DOCUMENT
+from services.tail.service import TailService, TailSettings
+
+REPO = Path(__file__).resolve().parent.parent
+DEADLINE_S = 30.0  # every wait below is bounded by this (or less)
+
+# -- ledger data ------------------------------------------------------------------------
+
+
+async def new_lane(client: LedgerClient, actor: Actor, session: str = "s1", run: str = "r1",
+                   name: str = "main", tenant: str = "acme", **fields: Any) -> Lane:
+    return await client.create_lane(tenant, session, run, name, actor_id=actor.id, **fields)
+
+
+def ev(lane: Lane, actor: Actor, event_type: str = "stream.text_delta", **fields: Any) -> dict:
+    fields.setdefault("payload", {"text": "hi"})
+    return make_event(lane.id, event_type, actor_id=actor.id, **fields)
+
+
+async def fill(client: LedgerClient, lane: Lane, actor: Actor, n: int, *, start_seq: int | None = None,
+               per_append: int = 100, **fields: Any) -> list[int]:
+    """Append ``n`` events to ``lane``; returns their positions."""
+    head = (await client.get_lane(lane.id)).last_seq if start_seq is None else start_seq
+    positions: list[int] = []
+    while len(positions) < n:
+        k = min(per_append, n - len(positions))
+        receipt = await client.append(lane, head, [ev(lane, actor, **fields) for _ in range(k)])
+        positions += receipt.positions
+        head = receipt.last_seq
+    return positions
+
+
+async def wait_applied(tail: TailService, position: int, timeout: float = DEADLINE_S) -> None:
+    deadline = time.monotonic() + timeout
+    while tail.feed.applied < position:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the tail applied {tail.feed.applied}, not {position}, "
+                                 f"within {timeout}s")
+        await asyncio.sleep(0.02)
+
+
+async def wait_ready(api: TailAPI, timeout: float = DEADLINE_S) -> None:
+    deadline = time.monotonic() + timeout
+    while (await api.get("/readyz")).status != 200:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the tail was not ready within {timeout}s")
+        await asyncio.sleep(0.05)
+
+
+# -- the OpenAPI contract ---------------------------------------------------------------
+
+_SPEC_URI = "urn:laneledger:tail-openapi"
+_REGISTRY = referencing.Registry().with_resource(
+    _SPEC_URI, referencing.Resource(contents=DOCUMENT, specification=referencing.jsonschema.DRAFT202012))
+
+
+def _pointer(*parts: str) -> str:
+    return "/".join(p.replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def validator(pointer: str) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator({"$ref": f"{_SPEC_URI}#/{pointer}"}, registry=_REGISTRY)
+
+
+def schema_validator(name: str) -> jsonschema.Draft202012Validator:
+    return validator(_pointer("components", "schemas", name))
+
+
+_TEMPLATES = [
+    (re.compile("^" + re.sub(r"\{[^}]+\}", "[^/]+", template) + "$"), template)
+    for template in DOCUMENT["paths"]
+]
+
+
+def template_of(path: str) -> str:
+    matches = [t for regex, t in _TEMPLATES if regex.match(path)]
+    assert matches, f"{path} is not in the OpenAPI document"
+    return min(matches, key=lambda t: t.count("{"))  # a literal segment beats a parameter
+
+
+def check_against_openapi(method: str, path: str, status: int, content_type: str, body: bytes) -> None:
+    """Check one response against the document: the status is listed (or
+    ``default``), the content type is declared, and a JSON/NDJSON body
+    validates against its schema."""
+    template = template_of(path)
+    operation = DOCUMENT["paths"][template].get(method.lower())
+    if operation is None:  # a documented path, another method
+        assert status == 405, f"{method} {template} answered {status}"
+        schema_validator("Error").validate(json.loads(body))
+        return
+    responses = operation["responses"]
+    key = str(status) if str(status) in responses else "default"
+    assert key in responses, f"{method} {template}: status {status} not in the document"
+    response = responses[key]
+    ref = response.get("$ref")
+    if ref:
+        response = DOCUMENT["components"]["responses"][ref.rsplit("/", 1)[-1]]
+    media = content_type.split(";")[0].strip()
+    content = response.get("content", {})
+    assert media in content, f"{method} {template} {status}: content type {media} not documented"
+    if media == "application/json" and body:
+        if ref:
+            pointer = _pointer("components", "responses", ref.rsplit("/", 1)[-1], "content",
+                               media, "schema")
+        else:
+            pointer = _pointer("paths", template, method.lower(), "responses", key, "content",
+                               media, "schema")
+        validator(pointer).validate(json.loads(body))
+    elif media == "application/x-ndjson":
+        line_schema = schema_validator("KorgEnvelope")
+        for line in body.splitlines():
+            line_schema.validate(json.loads(line))
+
+
+# -- HTTP --------------------------------------------------------------------------------
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: Any
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    @property
+    def error(self) -> dict:
+        return self.json()["error"]
+
+
+class TailAPI:
+    def __init__(self, base_url: str, session: aiohttp.ClientSession) -> None:
+        self.base_url = base_url
+        self.session = session
+
+    async def request(self, method: str, path: str, *, params: dict | None = None,
+                      json_body: Any = None, data: bytes | None = None,
+                      headers: dict | None = None, check: bool = True) -> Answer:
+        async with self.session.request(method, self.base_url + path, params=params,
+                                        json=json_body, data=data, headers=headers,
+                                        timeout=aiohttp.ClientTimeout(total=DEADLINE_S)) as resp:
+            body = await resp.read()
+            answer = Answer(resp.status, resp.headers, body)
+            if check and _documented(resp.url.raw_path):
+                check_against_openapi(method, resp.url.raw_path, resp.status,
+                                      resp.headers.get("Content-Type", ""), body)
+            elif check:  # an unknown route still answers with a typed error
+                assert resp.status >= 400
+                schema_validator("Error").validate(json.loads(body))
+        return answer
+
+    async def get(self, path: str, **kwargs: Any) -> Answer:
+        return await self.request("GET", path, **kwargs)
+
+    async def post(self, path: str, **kwargs: Any) -> Answer:
+        return await self.request("POST", path, **kwargs)
+
+    def stream(self, params: dict | None = None, headers: dict | None = None) -> SSEStream:
+        return SSEStream(self, params or {}, headers or {})
+
+
+def _documented(path: str) -> bool:
+    return any(regex.match(path) for regex, _ in _TEMPLATES)
+
+
+@dataclass
+class Frame:
+    event: str           # "ledger-event", "end", or "comment"
+    id: str | None
+    data: str
+
+    @property
+    def position(self) -> int:
+        assert self.id is not None
+        return int(self.id)
+
+    def json(self) -> Any:
+        return json.loads(self.data)
+
+
+class SSEStream:
+    """``async with api.stream(params) as s: frame = await s.next()``; event
+    frames' data are checked against the CommittedEvent schema."""
+
+    _event_schema = None
+
+    def __init__(self, api: TailAPI, params: dict, headers: dict) -> None:
+        self._api = api
+        self._params = params
+        self._headers = headers
+        self._cm = None
+        self.response: aiohttp.ClientResponse | None = None
+
+    async def __aenter__(self) -> SSEStream:
+        self._cm = self._api.session.get(
+            self._api.base_url + "/api/v1/events", params=self._params, headers=self._headers,
+            timeout=aiohttp.ClientTimeout(total=None, sock_read=None))
+        self.response = await self._cm.__aenter__()
+        check_against_openapi("GET", "/api/v1/events", self.response.status,
+                              self.response.headers.get("Content-Type", ""), b"")
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._cm is not None
+        await self._cm.__aexit__(*exc_info)
+
+    async def next(self, timeout: float = DEADLINE_S, comments: bool = False) -> Frame | None:
+        """The next frame (``None`` when the stream ended); comments are
+        returned only when asked for."""
+        async with asyncio.timeout(timeout):
+            while True:
+                frame = await self._read_frame()
+                if frame is None or frame.event != "comment" or comments:
+                    return frame
+
+    async def _read_frame(self) -> Frame | None:
+        assert self.response is not None
+        fields: dict[str, list[str]] = {}
+        while True:
+            raw = await self.response.content.readline()
+            if not raw:
+                return None
+            line = raw.decode().rstrip("\r\n")
+            if not line:
+                if not fields:
+                    continue
+                break
+            if line.startswith(":"):
+                if not fields:
+                    return Frame("comment", None, line[1:].strip())
+                continue
+            name, _, value = line.partition(":")
+            fields.setdefault(name, []).append(value[1:] if value.startswith(" ") else value)
+        if "retry" in fields and len(fields) == 1:
+            return await self._read_frame()
+        event = fields.get("event", ["message"])[-1]
+        frame = Frame(event, fields.get("id", [None])[-1], "\n".join(fields.get("data", [])))
+        if event == "ledger-event":
+            if SSEStream._event_schema is None:
+                SSEStream._event_schema = schema_validator("CommittedEvent")
+            SSEStream._event_schema.validate(frame.json())
+            assert frame.json()["position"] == frame.position
+        return frame
+
+    async def collect(self, n: int, timeout: float = DEADLINE_S) -> list[Frame]:
+        """The next ``n`` event frames (stops early at the end of the stream)."""
+        out: list[Frame] = []
+        deadline = time.monotonic() + timeout
+        while len(out) < n:
+            frame = await self.next(max(deadline - time.monotonic(), 0.001))
+            if frame is None:
+                break
+            out.append(frame)
+            if frame.event == "end":
+                break
+        return out
+
+
+# -- the tail in this process -------------------------------------------------------------
+
+
+@dataclass
+class RunningTail:
+    service: TailService
+    api: TailAPI
+    url: str
+    nc: Any
+
+    @property
+    def feed(self):
+        return self.service.feed
+
+
+@pytest_asyncio.fixture
+async def start_tail(nats_server, tmp_path) -> AsyncIterator[Callable[..., Any]]:
+    """``tail = await start_tail(**TailSettings overrides)``; data in
+    ``tmp_path / "tail"`` unless ``data_dir`` is given."""
+    running: list[RunningTail] = []
+    session = aiohttp.ClientSession(read_bufsize=1 << 21)
+
+    async def start(**overrides: Any) -> RunningTail:
+        overrides.setdefault("data_dir", tmp_path / "tail")
+        overrides.setdefault("watch_interval_s", 0.2)
+        nc = await nats.connect(nats_server.url, name="laneledger-tail-test",
+                                reconnect_time_wait=0.1, max_reconnect_attempts=-1)
+        service = TailService(nc, TailSettings(**overrides))
+        port = await service.start("127.0.0.1", 0)
+        url = f"http://127.0.0.1:{port}"
+        tail = RunningTail(service, TailAPI(url, session), url, nc)
+        running.append(tail)
+        return tail
+
+    start.stop = lambda tail: _stop(tail, running)  # type: ignore[attr-defined]
+    try:
+        yield start
+    finally:
+        for tail in list(running):
+            await _stop(tail, running)
+        await session.close()
+
+
+async def _stop(tail: RunningTail, running: list[RunningTail]) -> None:
+    if tail in running:
+        running.remove(tail)
+        await tail.service.stop()
+        await tail.nc.close()
+
+
+# -- the tail as a process -------------------------------------------------------------------
+
+_READY = re.compile(r"laneledger-tail ready http=(\S+) position=(\d+)")
+
+
+class TailProcess:
+    """``python -m services.tail`` in its own process group; output to log files."""
+
+    def __init__(self, nats_url: str, data_dir: Path, *extra_args: str) -> None:
+        self.nats_url = nats_url
+        self.data_dir = Path(data_dir)
+        self.extra_args = extra_args
+        self.stdout_path = self.data_dir.parent / "tail.stdout.log"
+        self.stderr_path = self.data_dir.parent / "tail.stderr.log"
+        self.proc: subprocess.Popen | None = None
+        self.url = ""
+
+    async def start(self, timeout: float = DEADLINE_S) -> TailProcess:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        offset = self.stdout_path.stat().st_size if self.stdout_path.exists() else 0
+        with open(self.stdout_path, "ab") as out, open(self.stderr_path, "ab") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "services.tail", "--nats", self.nats_url,
+                 "--data", str(self.data_dir), "--http-port", "0", *self.extra_args],
+                cwd=REPO, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                env=dict(os.environ, LANELEDGER_LOG_LEVEL="WARNING"), start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.stdout_path.read_bytes()[offset:].decode(errors="replace")
+            found = _READY.search(text)
+            if found:
+                self.url = found.group(1)
+                return self
+            if self.proc.poll() is not None:
+                break
+            await asyncio.sleep(0.05)
+        self.stop()
+        raise AssertionError("the tail did not start:\n" + self.stderr_path.read_text()[-3000:])
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def rss_bytes(self) -> int:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def terminate(self, timeout: float = 20.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.proc.returncode
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.terminate()

@@ -1,0 +1,91 @@
+"""The tail's OpenAPI document: a valid OpenAPI 3.1 document, describing
+exactly the routes the service serves, and the answers of every operation
+validate against it (``TailAPI`` checks every answer of every tail test)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from openapi_spec_validator import validate
+
+from services.tail.openapi import DOCUMENT
+from tail_support import fill, new_lane, start_tail, wait_applied, wait_ready  # noqa: F401
+
+pytestmark = pytest.mark.timeout(90)
+
+
+async def test_the_document_is_valid_openapi_and_served(client, start_tail):
+    tail = await start_tail()
+    answer = await tail.api.get("/api/v1/openapi.json")
+    assert answer.status == 200
+    served = answer.json()
+    assert served == DOCUMENT
+    validate(served)  # raises on any violation of the OpenAPI 3.1 schema
+
+
+async def test_it_describes_every_route_and_only_those(client, start_tail):
+    tail = await start_tail()
+    served = set()
+    for route in tail.service.app.router.routes():
+        if route.method == "HEAD":
+            continue  # aiohttp adds HEAD beside each GET
+        served.add((route.method.lower(), route.resource.canonical))
+    documented = {(method, path) for path, item in DOCUMENT["paths"].items() for method in item}
+    assert served == documented
+
+
+async def test_every_operation_answers_as_documented(client, actor, start_tail, tmp_path):
+    tail = await start_tail()
+    api = tail.api
+    lane = await new_lane(client, actor)
+    turn = await client.create_turn(lane.id, 1)
+    action = await client.create_action(lane.id, turn.id, "tool_call", "shell", effect="write",
+                                        idempotency="none")
+    attempt = await client.create_attempt(lane.id, action.id, 1)
+    positions = await fill(client, lane, actor, 3)
+    receipt = await client.append(lane, 3, [
+        {**_event(lane, actor, "attempt.requested", attempt.id)},
+        {**_event(lane, actor, "run.completed", "r1")},
+    ])
+    korg = await api.post("/api/agent/tool-call", json_body={
+        "source_agent": "agent:korgex@0.2.2", "tool_name": "user_prompt", "args": {},
+        "result": {}, "success": True, "duration_ms": 0})
+    assert korg.status == 200
+    await wait_applied(tail.service, korg.json()["seq_id"])
+    await wait_ready(api)
+    data = b'{"k":"v"}'
+    digest = hashlib.sha256(data).hexdigest()
+    (tmp_path / "tail" / "blobs" / digest[:2]).mkdir(parents=True)
+    (tmp_path / "tail" / "blobs" / digest[:2] / digest).write_bytes(data)
+
+    # Each answer is checked against the document by TailAPI.
+    expect = [
+        ("/", {}, 200), ("/healthz", {}, 200), ("/readyz", {}, 200), ("/metrics", {}, 200),
+        (f"/api/v1/events/{positions[0]}", {}, 200),
+        (f"/api/v1/lanes/{lane.id}/events", {"limit": "2"}, 200),
+        ("/api/v1/sessions/s1", {"direction": "backward"}, 200),
+        ("/api/v1/sessions/s1/runs/r1", {}, 200),
+        ("/api/v1/sessions/s1/runs/r1/inspection", {}, 200),
+        (f"/api/v1/blobs/{digest}", {}, 200),
+        ("/api/v1/verify", {}, 200), ("/api/v1/verify", {"lane_id": lane.id}, 200),
+        ("/api/journal", {}, 200),
+        ("/api/v1/events/99999", {}, 404), ("/api/v1/sessions/none", {}, 404),
+        ("/api/v1/lanes/x/events", {"bad": "1"}, 400),
+    ]
+    for path, params, status in expect:
+        answer = await api.get(path, params=params)
+        assert answer.status == status, (path, answer.body[:300])
+    console = await api.get("/")
+    assert b"new EventSource(\"/api/v1/events?\"" in console.body  # the console tails the API
+    inspection = (await api.get("/api/v1/sessions/s1/runs/r1/inspection")).json()
+    assert inspection["terminal_events"][0]["position"] == receipt.positions[1]
+    assert inspection["unresolved_attempts"][0]["attempt_id"] == attempt.id
+    async with api.stream({"session_id": "s1", "run_id": "r1"}) as stream:
+        frames = await stream.collect(10)  # event frames are checked against CommittedEvent
+    assert frames[-1].event == "end"
+
+
+def _event(lane, actor, event_type, subject):
+    from laneledger.client import make_event
+    return make_event(lane.id, event_type, actor_id=actor.id, subject_id=subject)
