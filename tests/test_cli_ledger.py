@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from checkpoint_support import checkpoint_service, checkpoints  # noqa: F401 - fixtures
 from tail_support import start_tail  # noqa: F401 - a fixture
 
 from laneledger.client import LaneRecorder, make_event
@@ -134,3 +135,16 @@ async def test_tail_and_verify_through_a_tail_service(ledger_db, start_tail):
     assert verified.stdout.decode().strip() == "intact: 5 events in 3 lanes, positions 1..5"
     bad = await acli("tail", "--url", tail.url, "--from-position", "-4")
     assert bad.returncode == 2 and b"from_position" in bad.stderr
+
+
+async def test_reconcile_lists_a_terminal_checkpoint_never_linked(client, actor, checkpoints, nats_server):
+    lane = await LaneRecorder.open(client, "acme", "s7", "r7", "main", actor_id=actor.id)
+    await lane.append([lane.event("run.started", actor_id=actor.id, subject_id="r7")])
+    clean = await acli("reconcile", "--session", "s7", "--nats", nats_server.url)
+    assert clean.returncode == 0 and clean.stdout == b""
+    saved = await checkpoints.save("s7/r7/main", expected_revision=0, format="application/json",
+                                   state={"done": True}, session_id="s7", run_id="r7", terminal=True)
+    # ... and the harness dies before linking it.
+    result = await acli("reconcile", "--session", "s7", "--nats", nats_server.url)
+    assert result.returncode == 1
+    assert result.stdout.decode().startswith(f"unlinked: checkpoint {saved.id} key s7/r7/main revision 1")

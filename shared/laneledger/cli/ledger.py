@@ -1,4 +1,4 @@
-"""``export`` and ``inspect``: read a ledger as files and as people."""
+"""``export``, ``inspect`` and ``reconcile``: read a ledger as files and as people."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from decimal import Decimal
 import msgspec
 
 from laneledger.audit import export_ledger
+from laneledger.checkpoints import reconcile
 from laneledger.client import LedgerClient
 from laneledger.vocabulary import TERMINAL_EVENT_TYPES, cost_amount
 
@@ -43,6 +44,20 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     sub.add_argument("--json", action="store_true", help="print the view as JSON")
     sub.set_defaults(run=cmd_inspect)
 
+    sub = commands.add_parser(
+        "reconcile",
+        help="list terminal checkpoints saved but never linked (a crash in between)",
+        description="Ask the checkpoint service for terminal checkpoint revisions that no "
+        "lane.framework.checkpoint.linked event links: the run's final state was saved but the "
+        "harness died before recording it. Exit 1 when there are any (each needs its harness "
+        "to link it or decide), 0 when there are none.",
+    )
+    sub.add_argument("--session", dest="session_id", metavar="SESSION")
+    sub.add_argument("--run", dest="run_id", metavar="RUN")
+    sub.add_argument("--key", metavar="KEY", help="one checkpoint key")
+    sub.add_argument("--nats", default=DEFAULT_NATS, help=f"NATS URL (default {DEFAULT_NATS})")
+    sub.set_defaults(run=cmd_reconcile)
+
 
 def cmd_export(args: argparse.Namespace) -> int:
     if args.output:
@@ -65,6 +80,20 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         return 0
     print(render(view))
     return 0
+
+
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    async def unlinked():
+        async with await LedgerClient.connect(args.nats) as client:
+            return await reconcile(client, session_id=args.session_id, run_id=args.run_id,
+                                   key=args.key)
+
+    found = asyncio.run(unlinked())
+    for info in found:
+        print(f"unlinked: checkpoint {info.id} key {info.key} revision {info.revision} "
+              f"session {info.session_id} run {info.run_id} saved {info.created_at}")
+    print(f"{len(found)} terminal checkpoint(s) saved but not linked", file=sys.stderr)
+    return 1 if found else 0
 
 
 async def _load(args: argparse.Namespace):
