@@ -42,7 +42,8 @@ from typing import Any
 
 import msgspec
 
-from laneledger.client import REPLY_HEADER, LedgerClient, make_event
+from laneledger.client import LedgerClient, make_event
+from laneledger.subjects import REPLY_HEADER
 from laneledger.errors import LedgerError, LedgerTimeout
 from laneledger.ids import new_id
 from laneledger.model import Lane, encode

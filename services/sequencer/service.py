@@ -51,7 +51,7 @@ from laneledger.model import (
 )
 from laneledger.store import LedgerWriter
 from laneledger.store.writer import rejection
-from laneledger.subjects import Subjects
+from laneledger.subjects import REPLY_HEADER, Subjects
 
 from .metrics import SequencerMetrics
 from .mirror import CommittedStreamMirror
@@ -67,7 +67,6 @@ from .streams import (
 
 log = logging.getLogger("laneledger.sequencer")
 
-REPLY_HEADER = "Ledger-Reply-To"
 T = TypeVar("T")
 _PIPELINE = 2  # batches committing or waiting to be finished
 
@@ -85,7 +84,7 @@ class SequencerSettings:
     subjects: Subjects = Subjects()
     replicas: int = 1
     batch_size: int = 500
-    fetch_timeout_s: float = 0.5
+    idle_wait_s: float = 0.5  # how long one wait for new requests lasts
     max_request_bytes: int = 1024 * 1024
     backlog_refresh_s: float = 1.0  # how often the inbound backlog gauge is refreshed
 
@@ -195,7 +194,7 @@ class Sequencer:
         finisher = asyncio.create_task(self._finish_loop(in_flight), name="sequencer-finish")
         try:
             while not self._stopping.is_set() and not finisher.done():
-                msgs = await pull.next_batch(s.batch_size, s.fetch_timeout_s)
+                msgs = await pull.next_batch(s.batch_size, s.idle_wait_s)
                 if not msgs:
                     continue
                 outcomes, prepared = self._prepare_batch(msgs)

@@ -62,13 +62,12 @@ from .model import (
     encode,
 )
 from .pubacks import AckInbox, PubAck
-from .subjects import Subjects
+from .subjects import REPLY_HEADER, Subjects
 from .vocabulary import SCHEMA_VERSION
 
 T = TypeVar("T")
 Wait = Literal["commit", "accept"]
 log = logging.getLogger("laneledger.client")
-REPLY_HEADER = "Ledger-Reply-To"
 
 
 def _transport_error(exc: Exception, what: str) -> LedgerError:

@@ -19,6 +19,9 @@ from functools import lru_cache
 _VERBATIM = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 
 DEFAULT_PREFIX = "ledger"
+# The header of an append request that names the producer's receipt inbox
+# (the NATS reply subject is taken by JetStream's PubAck).
+REPLY_HEADER = "Ledger-Reply-To"
 APPEND_STREAM = "LEDGER_APPEND"  # the streams of the default prefix
 EVENTS_STREAM = "LEDGER_EVENTS"
 
