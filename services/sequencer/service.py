@@ -189,21 +189,28 @@ class Sequencer:
         ``_finish_loop``. At most ``_PIPELINE`` batches are in flight.
         """
         s = self._settings
-        loop = asyncio.get_running_loop()
         in_flight: asyncio.Queue[_Batch | None] = asyncio.Queue(maxsize=_PIPELINE)
         finisher = asyncio.create_task(self._finish_loop(in_flight), name="sequencer-finish")
         try:
             while not self._stopping.is_set() and not finisher.done():
                 msgs = await pull.next_batch(s.batch_size, s.idle_wait_s)
-                if not msgs:
-                    continue
-                outcomes, prepared = self._prepare_batch(msgs)
-                committing = loop.run_in_executor(self._thread, self._writer.apply_batch, prepared)
-                await in_flight.put(_Batch(msgs, outcomes, committing, time.perf_counter()))
+                if msgs:
+                    await self._submit(msgs, in_flight)
+            # Stopping: take in what the open pull request still delivers and
+            # commit it, so no request is left delivered but unacked.
+            await pull.wind_down()
+            while not finisher.done() and (msgs := pull.take(s.batch_size)):
+                await self._submit(msgs, in_flight)
         finally:
             await pull.stop()
             await in_flight.put(None)
             await finisher
+
+    async def _submit(self, msgs: list[Msg], in_flight: asyncio.Queue[_Batch | None]) -> None:
+        outcomes, prepared = self._prepare_batch(msgs)
+        committing = asyncio.get_running_loop().run_in_executor(
+            self._thread, self._writer.apply_batch, prepared)
+        await in_flight.put(_Batch(msgs, outcomes, committing, time.perf_counter()))
 
     async def _finish_loop(self, in_flight: asyncio.Queue[_Batch | None]) -> None:
         while (batch := await in_flight.get()) is not None:

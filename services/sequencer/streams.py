@@ -81,7 +81,9 @@ def sequencer_consumer_config() -> ConsumerConfig:
         durable_name=SEQUENCER_CONSUMER,
         ack_policy=AckPolicy.EXPLICIT,
         deliver_policy=DeliverPolicy.ALL,
-        ack_wait=30.0,
+        # A request delivered to a sequencer that died unacked comes back after
+        # this; it must outlast one batch's commit even on a slow disk.
+        ack_wait=10.0,
         max_deliver=-1,  # never give up on a request: it gets a receipt or stays
         max_ack_pending=20_000,
     )

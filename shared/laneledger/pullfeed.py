@@ -48,6 +48,7 @@ class PullFeed:
         self._sub = None
         self._outstanding = 0  # messages the current pull request may still deliver
         self._asked_at = 0.0
+        self._winding_down = False
 
     async def start(self) -> None:
         self._inbox = self._nc.new_inbox()
@@ -56,9 +57,19 @@ class PullFeed:
         await self._ask()
 
     async def stop(self) -> None:
+        """Stop receiving, and hand back what arrived but was never taken:
+        a nak makes the server redeliver it at once, where otherwise it would
+        wait out the consumer's ack wait (ack-none consumers ignore naks)."""
         if self._sub is not None:
             await self._sub.unsubscribe()
             self._sub = None
+        while self._buffer:
+            msg = self._buffer.popleft()
+            if msg.reply:
+                try:
+                    await msg.nak()
+                except Exception:  # noqa: BLE001 - NATS away: the ack wait redelivers it
+                    break
 
     async def next_batch(self, max_msgs: int, timeout: float) -> list[Msg]:
         """Whatever has arrived, up to ``max_msgs``; waits up to ``timeout``
@@ -85,9 +96,25 @@ class PullFeed:
         request = json.dumps({"batch": self._credits, "expires": self._expires_ns}).encode()
         await self._nc.publish(self._next_subject, request, reply=self._inbox)
 
+    async def wind_down(self) -> None:
+        """Ask for nothing more and wait (bounded by the request's expiry) for
+        the open pull request to end, so nothing is delivered after we go:
+        a message delivered to a consumer that left would come back only after
+        the ack wait, behind later ones."""
+        self._winding_down = True
+        deadline = asyncio.get_running_loop().time() + self._expires_s + 1.0
+        while self._outstanding > 0 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+
+    def take(self, max_msgs: int) -> list[Msg]:
+        """What has arrived, up to ``max_msgs``, without waiting."""
+        return [self._buffer.popleft() for _ in range(min(max_msgs, len(self._buffer)))]
+
     async def _ask_if_idle(self) -> None:
         # A request whose messages have all come is done; one older than its
         # expiry is done too even if its closing status got lost (reconnect).
+        if self._winding_down:
+            return
         stale = asyncio.get_running_loop().time() - self._asked_at > self._expires_s * 2
         if (self._outstanding <= 0 or stale) and len(self._buffer) < self._max_buffered:
             await self._ask()
