@@ -32,11 +32,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 import msgspec
-import nats.errors
 from nats.js.errors import DigestMismatchError, NotFoundError, ObjectNotFoundError
 
 from .canonical import canonicalize
-from .client import LaneRecorder, LedgerClient
+from .client import LaneRecorder, LedgerClient, transport_error
 from .errors import (
     EntityConflict,
     EntityNotFound,
@@ -45,7 +44,6 @@ from .errors import (
     LedgerError,
     LedgerTimeout,
     LedgerUnavailable,
-    RequestTooLarge,
     TransportError,
     error_from_wire,
 )
@@ -207,16 +205,7 @@ async def object_call(what: str, sha256: str, call: Awaitable[T], timeout: float
 
 
 def _nats_error(exc: Exception, what: str) -> LedgerError:
-    """The one place this module turns nats-py errors into ledger errors."""
-    if isinstance(exc, LedgerError):
-        return exc
-    if isinstance(exc, (nats.errors.TimeoutError, asyncio.TimeoutError)):
-        return LedgerTimeout(f"{what}: no answer in time")
-    if isinstance(exc, nats.errors.MaxPayloadError):
-        return RequestTooLarge(f"{what}: larger than the server's max_payload")
-    if isinstance(exc, nats.errors.NoRespondersError):
-        return LedgerUnavailable(f"{what}: no checkpoint service is answering")
-    return LedgerUnavailable(f"{what}: {type(exc).__name__}: {exc}")
+    return transport_error(exc, what, service="checkpoint service")
 
 
 # -- the client ---------------------------------------------------------------------------------

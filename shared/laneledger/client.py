@@ -70,8 +70,9 @@ Wait = Literal["commit", "accept"]
 log = logging.getLogger("laneledger.client")
 
 
-def _transport_error(exc: Exception, what: str) -> LedgerError:
-    """The one place nats-py errors become ledger errors."""
+def transport_error(exc: Exception, what: str, *, service: str = "sequencer") -> LedgerError:
+    """The one place nats-py errors become ledger errors (``service`` names
+    who should have answered a request)."""
     if isinstance(exc, LedgerError):
         return exc
     if isinstance(exc, (nats.errors.TimeoutError, asyncio.TimeoutError)):
@@ -79,7 +80,7 @@ def _transport_error(exc: Exception, what: str) -> LedgerError:
     if isinstance(exc, nats.errors.MaxPayloadError):
         return RequestTooLarge(f"{what}: larger than the server's max_payload")
     if isinstance(exc, nats.errors.NoRespondersError):
-        return LedgerUnavailable(f"{what}: no sequencer is answering")
+        return LedgerUnavailable(f"{what}: no {service} is answering")
     return LedgerUnavailable(f"{what}: {type(exc).__name__}: {exc}")
 
 
@@ -225,7 +226,7 @@ class LedgerClient:
         try:
             msg = await self.nc.request(self.subjects.command(op), encode(cmd), timeout=self.timeout)
         except Exception as exc:  # noqa: BLE001 - translated
-            raise _transport_error(exc, op) from exc
+            raise transport_error(exc, op) from exc
         reply = decoder(Reply).decode(msg.data)
         if isinstance(reply, ReplyError):
             raise error_from_wire(reply.error.code, reply.error.message, reply.error.details)
@@ -322,7 +323,7 @@ class LedgerClient:
                 )
         except Exception as exc:  # noqa: BLE001 - translated
             self._forget(future)
-            err = _transport_error(exc, "append")
+            err = transport_error(exc, "append")
             err.details.setdefault("append_id", append_id)
             raise err from exc
         return AppendHandle(append_id, accepted, future, self)
