@@ -8,14 +8,12 @@ test then asserts on what it found (never on how long it took).
 from __future__ import annotations
 
 import asyncio
-import atexit
 import os
 import re
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -34,7 +32,8 @@ from laneledger.opsserver import ops_routes, start_http
 from services.metrics.service import MetricsService, MetricsSettings
 from services.metrics.store import MetricsStore
 
-REPO = Path(__file__).resolve().parent.parent
+from service_process import ServiceProcess
+
 
 # -- polling -----------------------------------------------------------------------
 
@@ -355,92 +354,13 @@ class MetricsRunner:
 
 # -- a service as an OS process ----------------------------------------------------
 
-_RUNNING: set[ServiceProcess] = set()
-
-
-class ServiceProcess:
-    """``python -m <module> <args>`` in its own process group, its output in
-    log files; ready once it prints ``laneledger-<name> ready http=URL``."""
-
-    def __init__(self, module: str, args: list[str], log_dir: Path, *,
-                 env: dict[str, str] | None = None, cwd: Path = REPO) -> None:
-        self.module = module
-        self.cwd = cwd
-        self.args = args
-        name = module.rsplit(".", 1)[-1]
-        self.stdout_path = log_dir / f"{name}.stdout.log"
-        self.stderr_path = log_dir / f"{name}.stderr.log"
-        self.env = env or {}
-        self.url: str | None = None
-        self.ready_line = ""
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def log_path(self) -> Path:
-        return self.stderr_path
-
-    def log_text(self) -> str:
-        return "\n".join(p.read_text(errors="replace") for p in (self.stdout_path, self.stderr_path)
-                         if p.exists())
-
-    def start(self, timeout: float = 15.0) -> ServiceProcess:
-        self.stdout_path.parent.mkdir(parents=True, exist_ok=True)
-        offset = self.stdout_path.stat().st_size if self.stdout_path.exists() else 0
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
-        with open(self.stdout_path, "ab") as out, open(self.stderr_path, "ab") as err:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", self.module, *self.args], cwd=self.cwd, env=env,
-                stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
-        _RUNNING.add(self)
-        ready = re.compile(r"^laneledger-\S+ ready http=(\S+).*$", re.MULTILINE)
-        deadline = time.monotonic() + timeout
-        for _ in range(int(timeout / 0.02) + 1):
-            text = self.stdout_path.read_bytes()[offset:].decode(errors="replace")
-            found = ready.search(text)
-            if found:
-                self.url, self.ready_line = found[1], found[0]
-                return self
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                break
-            time.sleep(0.02)
-        self.kill()
-        raise AssertionError(f"{self.module} not ready:\n{self.log_text()[-4000:]}")
-
-    def kill(self) -> None:
-        """SIGKILL the process group, like a crash. Idempotent."""
-        if self._proc is not None and self._proc.poll() is None:
-            try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self._proc.wait()
-        _RUNNING.discard(self)
-
-    def stop(self, timeout: float = 15.0) -> int | None:
-        """SIGTERM and wait; SIGKILL if it hangs. Returns the exit code."""
-        proc = self._proc
-        if proc is None:
-            return None
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        _RUNNING.discard(self)
-        return proc.returncode
-
-
 def metrics_process(nats_url: str, data_dir: Path, log_dir: Path, *extra: str) -> ServiceProcess:
     return ServiceProcess("services.metrics", [
         "--nats", nats_url, "--data", str(data_dir), "--http-host", "127.0.0.1",
         "--http-port", "0", "--lag-interval", "0.2", *extra], log_dir)
 
 
-@atexit.register
-def _stop_all() -> None:
-    for proc in list(_RUNNING):
-        proc.kill()
+
 
 
 # -- ports and Prometheus ----------------------------------------------------------

@@ -21,11 +21,9 @@ from conftest import show_log_on_failure
 from laneledger import errors
 from laneledger.client import LedgerClient, make_event
 from metrics_support import (
-    REPO,
     WORKLOAD_EVENTS,
     MetricsRunner,
     PrometheusProcess,
-    ServiceProcess,
     build_workload,
     free_port,
     prometheus_binary,
@@ -35,6 +33,7 @@ from metrics_support import (
     wait_for,
 )
 from sequencer_process import SequencerProcess
+from service_process import REPO, ServiceProcess
 from services.metrics.service import MetricsService
 from services.metrics.store import MetricsStore
 from services.sequencer.metrics import SequencerMetrics

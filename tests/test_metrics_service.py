@@ -100,7 +100,7 @@ async def test_killed_mid_stream_restarts_to_the_exact_fold(nats_server, client,
 
     after_restart = await wait_for(caught_up)
     assert after_restart, "the restarted service did not catch up"
-    assert proc.stop() == 0
+    assert proc.terminate() == 0  # a clean stop (SIGTERM)
 
     # The same ledger folded once, from scratch, by a fresh service.
     async with MetricsRunner(nats_server.url, tmp_path / "fresh",
