@@ -1,28 +1,34 @@
-"""A plain Python agent loop recorded with the SDK, for the kill -9 recovery
-test (not a test module: pytest does not collect it).
+"""A plain Python agent loop recorded with the attempt guard
+(``laneledger.guard``), for the kill -9 recovery test (not a test module:
+pytest does not collect it).
 
 ::
 
     python tests/plain_loop_harness.py --nats URL --session S --run R --key K \\
         --turns 6 --checkpoint-every 2 --out FILE --effects FILE [--hang-turn 4]
 
-Each turn: ``turn.started``; two tool actions, ``lookup`` (effect ``read``)
-and ``send_email`` (effect ``write``, no idempotency key); both attempts'
-``attempt.requested`` committed *before* the tools run; each tool's side
-effect is a line in ``--effects``; then ``attempt.completed`` with the
-outcome and ``turn.completed``. Every ``--checkpoint-every`` turns it saves
-its state (inline JSON) anchored at the last event it applied. After the
-last turn it ends with the terminal pattern (``complete_run``).
+It starts the run (``run.started`` carries the guard's guarantees) and its
+prompt. Each turn runs two tool calls concurrently, as siblings of one
+decision: ``lookup`` (effect ``read``) and ``send_email`` (effect ``write``,
+no idempotency key). The guard commits each attempt's ``attempt.requested``
+before its tool runs; each tool's side effect is a line in ``--effects``;
+then ``attempt.completed`` with the outcome and ``turn.completed``. Every
+``--checkpoint-every`` turns it saves its state (inline JSON) anchored at the
+last event it applied. After the last turn it ends with the terminal pattern
+(``complete_run``).
 
-``--hang-turn T`` makes turn T stop right after its requests are committed,
-print a ``hanging`` line and sleep: the test SIGKILLs it there.
+``--hang-turn T`` makes both tools of turn T hang mid-call, after their side
+effects happened and before they return (the email went out; its answer never
+came back): once both are in that state it prints a ``hanging`` line and
+sleeps, and the test SIGKILLs it.
 
 On every start the harness asks for a recovery plan: it restores the latest
 checkpoint's state, replays the lane events after the anchor (completed
 outcomes only), then handles the unresolved attempts: a retry-safe one is
-closed (``attempt.failed``) and tried again as a new attempt; an unsafe one
-is never run again, only reported, with ``hitl.paused`` asking a human to
-reconcile it. Then it finishes the interrupted turn and goes on.
+superseded by a new attempt (``guard.resume``: the old one closed as failed
+with ``outcome_unknown`` naming its successor); an unsafe one is never run
+again, only reported, with ``hitl.paused`` asking a human to reconcile it
+(``guard.hold``). Then it finishes the interrupted turn and goes on.
 
 ``--out`` gets one JSON line per step (``kind``: ``restored``, ``replayed``,
 ``unresolved``, ``turn_done``, ``checkpoint``, ``hanging``, ``done``), each
@@ -40,8 +46,8 @@ import time
 from typing import Any
 
 from laneledger.checkpoints import CheckpointClient, anchor_of, complete_run
-from laneledger.client import LaneRecorder, LedgerClient
-from laneledger.ids import new_id
+from laneledger.client import LedgerClient
+from laneledger.guard import Guard, TurnScope
 
 FORMAT = "application/vnd.laneledger.tests.plain-loop+json;version=1"
 TOOLS = (("lookup", "read"), ("send_email", "write"))
@@ -55,8 +61,8 @@ def initial_state() -> dict[str, Any]:
 
 
 def apply_event(state: dict[str, Any], event_type: str, payload: dict[str, Any]) -> None:
-    if event_type == "attempt.completed" and "key" in payload:
-        state["results"][payload["key"]] = payload["result"]
+    if event_type == "attempt.completed" and "key" in payload.get("outcome", {}):
+        state["results"][payload["outcome"]["key"]] = payload["outcome"]["result"]
     elif event_type == "turn.completed":
         state["turn"] = payload["turn_no"]
         state["notes"].append(payload["note"])
@@ -80,114 +86,106 @@ class Harness:
         self.out = out
         self.state = initial_state()
         self.revision = 0
-        self.recorder: LaneRecorder | None = None
-        self.actor_id = ""
+        self.guard: Guard | None = None
+        self.in_flight = 0  # tools of the hang turn that reached their hang point
 
     def emit(self, kind: str, **fields: Any) -> None:
         self.out.write(json.dumps({"kind": kind, "pid": os.getpid(), **fields}) + "\n")
         self.out.flush()
 
-    def effect(self, tool: str, turn_no: int, attempt_id: str) -> str:
+    async def tool(self, tool: str, turn_no: int, attempt_id: str) -> str:
         """The tool's side effect in the world: a line in the effects file."""
         with open(self.args.effects, "a", encoding="utf-8") as f:
             f.write(json.dumps({"tool": tool, "turn": turn_no, "attempt_id": attempt_id,
                                 "pid": os.getpid()}) + "\n")
+        if turn_no == self.args.hang_turn:
+            # The effect happened; the answer never comes back. Once both
+            # tools are here, tell the test, which kills us.
+            self.in_flight += 1
+            if self.in_flight == len(TOOLS):
+                assert self.guard is not None
+                self.emit("hanging", turn=turn_no, head=self.guard.recorder.head)
+            await asyncio.sleep(self.args.time_limit)
+            raise SystemExit(3)
         return f"{tool}-result-{turn_no}"
 
-    async def append(self, events: list[dict[str, Any]]):
-        assert self.recorder is not None
-        receipt = await self.recorder.append(events)
-        for event in events:
-            apply_event(self.state, event["event_type"], event["payload"])
-        return receipt
-
-    def event(self, event_type: str, subject_id: str, **payload: Any) -> dict[str, Any]:
-        assert self.recorder is not None
-        return self.recorder.event(event_type, actor_id=self.actor_id, subject_id=subject_id,
-                                   payload=payload)
+    def observe(self, event_type: str, payload: dict[str, Any]) -> None:
+        apply_event(self.state, event_type, payload)
 
     # -- recovery -----------------------------------------------------------------------
 
-    async def recover(self) -> int | None:
-        """Restore and replay; handle unresolved attempts. Returns the number of
-        a turn the crash interrupted (to be finished), or None."""
-        assert self.recorder is not None
-        plan = await self.checkpoints.recovery_plan(self.args.key, lane_id=self.recorder.lane.id)
+    async def recover(self) -> None:
+        """Restore and replay; handle unresolved attempts and finish the turn
+        a crash interrupted."""
+        guard = self.guard
+        assert guard is not None
+        plan = await self.checkpoints.recovery_plan(self.args.key, lane_id=guard.lane_id)
         if plan.checkpoint is not None:
             self.state = await self.checkpoints.load_state(plan.checkpoint)
             self.revision = plan.checkpoint.revision
             self.emit("restored", revision=self.revision, after_seq=plan.after_seq,
                       state=self.state)
         for event in plan.events:
-            apply_event(self.state, event.event_type, event.payload)
+            self.observe(event.event_type, event.payload)
         if plan.checkpoint is not None or plan.events:
             self.emit("replayed", seqs=[e.seq for e in plan.events], state=self.state)
-        interrupted = None
+        if not plan.unresolved_attempts:
+            return
+        turns = {t.id: t.turn_no for t in (await self.client.load_run(self.args.session,
+                                                                      self.args.run)).turns}
+        by_turn: dict[str, list] = {}
         for attempt in plan.unresolved_attempts:
-            requested = (await self.client.load_lane(self.recorder.lane.id, attempt.requested_seq - 1,
-                                                     limit=1)).events[0]
-            turn_no = requested.payload["turn_no"]
-            interrupted = turn_no if interrupted is None else min(interrupted, turn_no)
             self.emit("unresolved", attempt_id=attempt.attempt_id, name=attempt.name,
-                      turn=turn_no, retry_safe=attempt.retry_safe, reason=attempt.reason)
-            if attempt.retry_safe:
-                await self.append([self.event("attempt.failed", attempt.attempt_id,
-                                              reason="unresolved_after_crash")])
-                await self.run_tool(attempt.action_id, attempt.name or "", turn_no,
-                                    attempt.attempt_no + 1)
-            else:
-                # Never run again silently: the world may already have seen it.
-                await self.append([self.event(
-                    "hitl.paused", self.recorder.lane.id, pause_id=new_id(),
-                    trigger="unresolved_attempt",
-                    proposed_action={"attempt_id": attempt.attempt_id, "action_id": attempt.action_id,
-                                     "name": attempt.name, "reason": attempt.reason},
-                )])
-        return interrupted
+                      turn=turns[attempt.turn_id], retry_safe=attempt.retry_safe, reason=attempt.reason)
+            by_turn.setdefault(attempt.turn_id, []).append(attempt)
+        for turn_id, attempts in by_turn.items():
+            turn_no = turns[turn_id]
+            async with guard.turn(turn_no, turn_id=turn_id) as turn:
+                for attempt in attempts:
+                    if attempt.retry_safe:
+                        async with guard.resume(attempt) as call:
+                            await self.attempt(call, attempt.name or "", turn_no)
+                    else:
+                        # Never run again silently: the world may already have seen it.
+                        await guard.hold(attempt)
+                self.finish(turn, turn_no)
+            await self.turn_done(turn_no)
 
     # -- turns ----------------------------------------------------------------------------
 
-    async def run_tool(self, action_id: str, tool: str, turn_no: int, attempt_no: int) -> None:
-        assert self.recorder is not None
-        attempt = await self.client.create_attempt(self.recorder.lane.id, action_id, attempt_no)
-        await self.append([self.event("attempt.requested", attempt.id, attempt_no=attempt_no,
-                                      tool=tool, turn_no=turn_no)])
-        result = self.effect(tool, turn_no, attempt.id)
-        await self.append([self.event("attempt.completed", attempt.id, key=f"{turn_no}:{tool}",
-                                      result=result)])
+    async def attempt(self, call, tool: str, turn_no: int) -> None:
+        async with call.attempt() as attempt:  # attempt.requested is committed here
+            result = await self.tool(tool, turn_no, attempt.attempt_id)
+            outcome = {"key": f"{turn_no}:{tool}", "result": result}
+            attempt.complete(**outcome)
+        self.observe("attempt.completed", {"outcome": outcome})
+
+    async def call_tool(self, turn: TurnScope, tool: str, effect: str, turn_no: int) -> None:
+        async with turn.tool_call(tool, effect=effect, idempotency="none") as call:
+            await self.attempt(call, tool, turn_no)
+
+    def finish(self, turn: TurnScope, turn_no: int) -> None:
+        turn.complete(note=f"turn {turn_no} done")
+        self.observe("turn.completed", {"turn_no": turn_no, "note": f"turn {turn_no} done"})
 
     async def turn(self, turn_no: int) -> None:
-        assert self.recorder is not None
-        lane_id = self.recorder.lane.id
-        turn = await self.client.create_turn(lane_id, turn_no)
-        await self.append([self.event("turn.started", turn.id)])
-        attempts = []
-        for tool, effect in TOOLS:
-            action = await self.client.create_action(lane_id, turn.id, "tool_call", tool, effect=effect,
-                                                     idempotency="none")
-            attempts.append((tool, await self.client.create_attempt(lane_id, action.id, 1)))
-        # Requested events are committed before any external call is made.
-        await self.append([self.event("attempt.requested", attempt.id, attempt_no=1, tool=tool,
-                                      turn_no=turn_no) for tool, attempt in attempts])
-        if turn_no == self.args.hang_turn:
-            self.emit("hanging", turn=turn_no, head=self.recorder.head)
-            await asyncio.sleep(self.args.time_limit)  # the test kills us here
-            raise SystemExit(3)
-        for tool, attempt in attempts:
-            result = self.effect(tool, turn_no, attempt.id)
-            await self.append([self.event("attempt.completed", attempt.id, key=f"{turn_no}:{tool}",
-                                          result=result)])
-        await self.finish_turn(turn.id, turn_no)
+        assert self.guard is not None
+        async with self.guard.turn(turn_no) as turn:
+            # Parallel tool calls of one decision: siblings on the spine.
+            await asyncio.gather(*(self.call_tool(turn, tool, effect, turn_no) for tool, effect in TOOLS))
+            self.finish(turn, turn_no)
+        await self.turn_done(turn_no)
 
-    async def finish_turn(self, turn_id: str, turn_no: int) -> None:
-        assert self.recorder is not None
-        receipt = await self.append([self.event("turn.completed", turn_id, turn_no=turn_no,
-                                                note=f"turn {turn_no} done")])
-        self.emit("turn_done", turn=turn_no, state=self.state, head=self.recorder.head)
+    async def turn_done(self, turn_no: int) -> None:
+        assert self.guard is not None
+        recorder = self.guard.recorder
+        self.emit("turn_done", turn=turn_no, state=self.state, head=recorder.head)
         if turn_no % self.args.checkpoint_every == 0:
+            assert self.guard.last_receipt is not None  # the turn.completed just committed
             saved = await self.checkpoints.save(
                 self.args.key, expected_revision=self.revision, format=FORMAT, state=self.state,
-                anchor=anchor_of(receipt), session_id=self.args.session, run_id=self.args.run,
+                anchor=anchor_of(self.guard.last_receipt),
+                session_id=self.args.session, run_id=self.args.run,
             )
             self.revision = saved.revision
             self.emit("checkpoint", revision=saved.revision, anchor_seq=saved.anchor.seq, state=self.state)
@@ -195,23 +193,20 @@ class Harness:
     async def run(self) -> None:
         a = self.args
         actor = await self.client.ensure_actor(a.tenant, "agent:tests/plain-loop@1", "agent")
-        self.actor_id = actor.id
-        self.recorder = await LaneRecorder.open(self.client, a.tenant, a.session, a.run, a.lane,
-                                                actor_id=actor.id)
-        interrupted = await self.recover()
-        if interrupted is not None:
-            turn = next(t for t in (await self.client.load_run(a.session, a.run)).turns
-                        if t.lane_id == self.recorder.lane.id and t.turn_no == interrupted)
-            await self.finish_turn(turn.id, interrupted)
-        elif self.recorder.head == 0:
-            await self.append([self.event("run.started", a.run)])
+        self.guard = await Guard.open(self.client, a.tenant, a.session, a.run, a.lane, actor.id)
+        recorder = self.guard.recorder
+        if recorder.head == 0:
+            await self.guard.start_run({"turns": a.turns})
+            await self.guard.prompt("look things up and send the emails")
+        else:
+            await self.recover()
         for turn_no in range(self.state["turn"] + 1, a.turns + 1):
             await self.turn(turn_no)
-        done = await complete_run(self.recorder, self.checkpoints, key=a.key,
-                                  expected_revision=self.revision, format=FORMAT, actor_id=self.actor_id,
+        done = await complete_run(recorder, self.checkpoints, key=a.key,
+                                  expected_revision=self.revision, format=FORMAT, actor_id=actor.id,
                                   state=self.state, run_payload={"turns": a.turns})
         self.emit("done", revision=done.checkpoint.revision, checkpoint_id=done.checkpoint.id,
-                  state=self.state, head=self.recorder.head)
+                  state=self.state, head=recorder.head)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

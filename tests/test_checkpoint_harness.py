@@ -2,12 +2,14 @@
 process: nats-server, the sequencer, the checkpoint service and the harness
 (tests/plain_loop_harness.py).
 
-The harness records turns, actions and attempts with the SDK and snapshots
-its state every two turns. It is SIGKILLed in turn 4, after the requests of
-its two tool calls were committed and before either tool ran. Started again,
-it restores the latest checkpoint, replays the events after its anchor, and
-gets both attempts reported as unresolved: the read is retried, the write is
-not — it is held for a human — and the run still ends with the terminal
+The harness records turns, actions and attempts with the attempt guard
+(laneledger.guard) and snapshots its state every two turns. It is SIGKILLed
+in turn 4 mid-tool-call: the requests of its two tool calls committed, both
+side effects done, neither answer back. Started again, it restores the latest
+checkpoint, replays the events after its anchor, and gets both attempts
+reported as unresolved: the read is retried as a new attempt (the old one
+closed as failed, outcome unknown, naming its successor), the write is not
+re-run — it is held for a human — and the run still ends with the terminal
 pattern, which inspection then shows."""
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from checkpoint_support import CheckpointProcess
 from conftest import show_log_on_failure
 from laneledger.checkpoints import CheckpointClient
 from laneledger.client import LedgerClient
+from laneledger.guarantees import AdapterGuarantees
+from laneledger.guard import PLAIN_LOOP_GUARANTEES
 from plain_loop_harness import replay
 from sequencer_process import SequencerProcess
 
@@ -133,8 +137,8 @@ async def test_a_sigkilled_plain_loop_recovers_without_retrying_the_unsafe_call(
         assert unresolved["send_email"]["reason"] == "side_effect_not_idempotent"
         effects = Counter((e["tool"], e["turn"]) for e in map(json.loads, tmp_path.joinpath(
             "effects.jsonl").read_text().splitlines()))
-        assert effects[("send_email", 4)] == 0, "the unsafe call was retried"
-        assert effects[("lookup", 4)] == 1
+        assert effects[("send_email", 4)] == 1, "the unsafe call was run again"
+        assert effects[("lookup", 4)] == 2  # once before the kill, once as attempt 2
         for turn in (1, 2, 3, 5, 6):
             assert effects[("lookup", turn)] == effects[("send_email", turn)] == 1
 
@@ -157,3 +161,18 @@ async def test_a_sigkilled_plain_loop_recovers_without_retrying_the_unsafe_call(
         assert done["state"]["turn"] == 6 and "4:send_email" not in done["state"]["results"]
         paused = [e for e in events if e.event_type == "hitl.paused"]
         assert [e.payload["proposed_action"]["attempt_id"] for e in paused] == [still.attempt_id]
+
+        # The read's first attempt was closed as failed, outcome unknown,
+        # naming its successor, in the same append as the successor's request.
+        lookup_id = unresolved["lookup"]["attempt_id"]
+        [closed] = [e for e in events if e.subject_id == lookup_id and e.event_type == "attempt.failed"]
+        successor = closed.payload["error"]["superseded_by"]
+        assert closed.payload["error"]["code"] == "outcome_unknown"
+        retry, retry_done = [e for e in events if e.subject_id == successor]
+        assert retry.event_type == "attempt.requested" and retry.payload["attempt_no"] == 2
+        assert retry.append_id == closed.append_id and retry.causation_id == closed.id
+        assert retry_done.event_type == "attempt.completed"
+        assert retry_done.payload["outcome"] == {"key": "4:lookup", "result": "lookup-result-4"}
+        # The guarantees the harness ran under are on the record.
+        [started] = [e for e in events if e.event_type == "run.started"]
+        assert AdapterGuarantees.from_payload(started.payload["adapter"]) == PLAIN_LOOP_GUARANTEES
