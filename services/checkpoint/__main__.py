@@ -20,6 +20,7 @@ import nats
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from laneledger.access import access_settings, policy_of
 from laneledger.checkpoints import DEFAULT_ARTIFACT_BUCKET
 from laneledger.config import Setting, common_settings, parse_settings, positive_int
 from laneledger.servicemain import close_nats, run_main, stop_event
@@ -76,6 +77,7 @@ SETTINGS = [
     Setting("--replicas", "REPLICAS", 1, positive_int, help="replicas of the artifact bucket's stream"),
     Setting("--ready-max-lag", "CHECKPOINT_READY_MAX_LAG", 1000, count,
             help="/readyz fails while the index is more events behind the committed stream"),
+    *access_settings(),
 ]
 
 
@@ -84,6 +86,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 async def run(args: argparse.Namespace) -> None:
+    access = policy_of("laneledger-checkpoint", args, args.http_host)
     data = Path(args.data)
     data.mkdir(parents=True, exist_ok=True)
     store = CheckpointStore.open(data / "checkpoints.db")
@@ -97,7 +100,7 @@ async def run(args: argparse.Namespace) -> None:
     )
     service = CheckpointService(nc, store, metrics, settings)
     app = web.Application()
-    app.add_routes(checkpoint_routes(service))
+    app.add_routes(checkpoint_routes(service, access))
     runner = None
     stop = stop_event()
     try:

@@ -38,6 +38,7 @@ class _EventHead(msgspec.Struct):
     id: str
     lane_id: str
     seq: int
+    tenant: str
     session_id: str
     run_id: str
     event_type: str
@@ -64,7 +65,8 @@ def lane_event(position: int, body: bytes) -> LaneEvent | None:
     except (msgspec.DecodeError, msgspec.ValidationError):
         log.error("position %d is not a committed event; skipped", position)
         return None
-    return LaneEvent(position, head.lane_id, head.seq, head.id, head.session_id, head.run_id, linked)
+    return LaneEvent(position, head.lane_id, head.seq, head.id, head.session_id, head.run_id, linked,
+                     tenant=head.tenant)
 
 
 class AnchorIndex:

@@ -14,7 +14,9 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from laneledger.errors import InternalError, InvalidRequest, LedgerError
+from laneledger.access import AccessPolicy, Scope, bearer_token
+from laneledger.checkpoints import ArtifactMissing
+from laneledger.errors import InternalError, InvalidRequest, LedgerError, Unauthorized
 from laneledger.model import CheckpointCommand, encode
 from laneledger.opsserver import ops_routes
 
@@ -23,6 +25,7 @@ from .service import CheckpointService
 log = logging.getLogger("laneledger.checkpoint.http")
 
 _STATUS = {
+    "unauthorized": 401,
     "malformed_message": 400, "invalid_request": 400, "not_canonicalizable": 400, "request_error": 400,
     "tenant_mismatch": 403,
     "entity_not_found": 404,
@@ -44,6 +47,13 @@ def _json(value: Any, status: int = 200) -> web.Response:
     return web.Response(body=encode(value), status=status, content_type="application/json")
 
 
+def _error(err: LedgerError) -> web.Response:
+    response = _json({"error": err.to_wire()}, http_status(err))
+    if isinstance(err, Unauthorized):
+        response.headers["WWW-Authenticate"] = 'Bearer realm="laneledger"'
+    return response
+
+
 def _command(op: str, fields: dict[str, Any]) -> CheckpointCommand:
     """A command from path and query values (strings, converted as the
     command's field types say)."""
@@ -55,15 +65,24 @@ def _command(op: str, fields: dict[str, Any]) -> CheckpointCommand:
         raise InvalidRequest(text, path=text[at + 7:-1] if at >= 0 else "$") from exc
 
 
-def checkpoint_routes(service: CheckpointService) -> list[web.RouteDef]:
+def checkpoint_routes(service: CheckpointService,
+                      access: AccessPolicy | None = None) -> list[web.RouteDef]:
+    """The HTTP reads; each is scoped by the request's bearer token
+    (laneledger.access; no policy or no token configured: open)."""
+    policy = access or AccessPolicy()
+
+    def scope(request: web.Request) -> Scope:
+        return policy.scope_of(bearer_token(request, query_allowed=False))
+
     async def run(request: web.Request, op: str, fields: dict[str, Any]) -> web.Response:
         try:
-            result = await service.execute(_command(op, fields))
+            access = scope(request)  # first: no token, no word on the request itself
+            result = await service.execute(_command(op, fields), access)
             service.metrics.requests.labels(op, "ok").inc()
             return _json(result)
         except LedgerError as err:
             service.metrics.requests.labels(op, err.code).inc()
-            return _json({"error": err.to_wire()}, http_status(err))
+            return _error(err)
         except Exception as exc:  # noqa: BLE001 - answer, do not drop the connection
             log.exception("HTTP %s failed", request.path)
             err = InternalError(f"{type(exc).__name__}: {exc}")
@@ -80,9 +99,15 @@ def checkpoint_routes(service: CheckpointService) -> list[web.RouteDef]:
     async def get_artifact(request: web.Request) -> web.Response:
         sha = request.match_info["sha256"]
         try:
+            tenant = scope(request).tenant
+            # The bucket is shared: a tenant reads the artifacts its own
+            # checkpoints reference, and any other is "missing".
+            if tenant is not None and not await service.artifact_of_tenant(sha, tenant):
+                raise ArtifactMissing("no such artifact in the bucket", kind="artifact", id=sha,
+                                      reason=ArtifactMissing.reason)
             data = await service.artifacts.read(sha)
         except LedgerError as err:
-            return _json({"error": err.to_wire()}, http_status(err))
+            return _error(err)
         return web.Response(body=data, content_type="application/octet-stream",
                             headers={"ETag": f'"{sha}"', "Cache-Control": "public, max-age=31536000, immutable"})
 

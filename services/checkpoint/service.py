@@ -29,6 +29,7 @@ from laneledger.checkpoints import (
     content_digest,
     state_digest,
 )
+from laneledger.access import OPEN, Scope
 from laneledger.client import LedgerClient
 from laneledger.clock import Clock, system_clock
 from laneledger.errors import (
@@ -40,6 +41,7 @@ from laneledger.errors import (
     LedgerUnavailable,
     NotCanonicalizable,
     RequestTooLarge,
+    TenantMismatch,
 )
 from laneledger.ids import new_id
 from laneledger.model import (
@@ -212,29 +214,38 @@ class CheckpointService:
         except nats.errors.Error as exc:
             log.warning("could not answer %s: %s", op, exc)
 
-    async def execute(self, cmd: CheckpointCommand) -> Any:
+    async def execute(self, cmd: CheckpointCommand, scope: Scope = OPEN) -> Any:
+        """Run one command. ``scope``: what the HTTP caller's token may see
+        (laneledger.access); another tenant's checkpoint, run or lane is
+        "not found", exactly as if it did not exist."""
         match cmd:
             case SaveCheckpoint():
                 return await self.save(cmd)
             case GetCheckpoint(checkpoint_id=checkpoint_id):
-                return await self._db(self._store.get, checkpoint_id)
+                found = await self._db(self._store.get, checkpoint_id)
+                scope.not_found_unless(found.tenant, "checkpoint", id=checkpoint_id)
+                return found
             case LatestCheckpoint(key=key):
                 found = await self._db(self._store.latest, key)
-                if found is None:
+                if found is None or not scope.allows(found.tenant):
                     raise EntityNotFound("nothing saved under this key", kind="checkpoint", id=key, key=key)
                 return found
             case ListRevisions(key=key, after_revision=after, limit=limit):
-                revisions, more = await self._db(self._store.revisions, key, after, limit)
+                revisions, more = await self._db(self._store.revisions, key, after, limit,
+                                                 scope.tenant)
                 return RevisionPage(key=key, revisions=revisions, has_more=more)
             case PlanRecovery():
-                return await self.recovery_plan(cmd)
+                return await self.recovery_plan(cmd, scope)
             case InspectRun(session_id=session_id, run_id=run_id):
-                return await self.inspect_run(session_id, run_id)
+                return await self.inspect_run(session_id, run_id, scope)
             case ReconcileCheckpoints():
-                return await self.reconcile(cmd)
+                return await self.reconcile(cmd, scope)
             case CheckpointServiceStatus():
                 return self.info()
         raise InvalidRequest("unknown op", path="$.op")  # unreachable: the union is closed
+
+    async def artifact_of_tenant(self, sha256: str, tenant: str) -> bool:
+        return await self._db(self._store.artifact_of_tenant, sha256, tenant)
 
     def info(self) -> CheckpointServiceInfo:
         s = self.settings
@@ -277,9 +288,14 @@ class CheckpointService:
                                      run_id=proposal.run_id, wait_s=wait)
         if proposal.artifact is not None:
             await self.artifacts.verify(proposal.artifact)
+        tenant = await self._db(self._store.tenant_of, proposal)
+        if tenant is not None and proposal.tenant is not None and proposal.tenant != tenant:
+            raise TenantMismatch("the checkpoint names another tenant than its lane's",
+                                 what="checkpoint", expected_tenant=tenant, tenant=proposal.tenant)
         return await self._db(
             self._store.save, proposal, content=content, digest=digest, state_bytes=state_bytes,
             expected_revision=cmd.expected_revision, created_at=self._clock(),
+            tenant=tenant or proposal.tenant,
         )
 
     def _check_proposal(self, proposal) -> tuple[str, int]:
@@ -307,11 +323,13 @@ class CheckpointService:
 
     # ------------------------------------------------------------- recovery
 
-    async def recovery_plan(self, cmd: PlanRecovery) -> RecoveryPlan:
+    async def recovery_plan(self, cmd: PlanRecovery, scope: Scope = OPEN) -> RecoveryPlan:
         checkpoint: Checkpoint | None = None
         lane_id = cmd.lane_id
         if cmd.key is not None:
             checkpoint = await self._db(self._store.latest, cmd.key)
+            if checkpoint is not None and not scope.allows(checkpoint.tenant):
+                checkpoint = None  # another tenant's key: as if nothing were saved under it
             anchor = checkpoint.anchor if checkpoint else None
             if anchor is not None:
                 if lane_id is not None and lane_id != anchor.lane_id:
@@ -320,6 +338,8 @@ class CheckpointService:
                 lane_id = anchor.lane_id
         elif lane_id is not None:
             checkpoint = await self._db(self._store.latest_anchored_in, lane_id)
+            if checkpoint is not None and not scope.allows(checkpoint.tenant):
+                checkpoint = None
         else:
             raise InvalidRequest("name a checkpoint key or a lane", path="$")
         if lane_id is None:
@@ -338,6 +358,7 @@ class CheckpointService:
         after_seq = checkpoint.anchor.seq if checkpoint and checkpoint.anchor else 0
         page = await self.ledger.load_lane(lane_id, after_seq, limit=cmd.max_events)
         lane = page.lane
+        scope.not_found_unless(lane.tenant, "lane", id=lane_id)
         for name, wanted in (("session_id", cmd.session_id), ("run_id", cmd.run_id)):
             if wanted is not None and getattr(lane, name) != wanted:
                 raise InvalidRequest(f"the lane belongs to another {name[:-3]}", path=f"$.{name}",
@@ -363,10 +384,12 @@ class CheckpointService:
 
     # ------------------------------------------------------------- inspection
 
-    async def inspect_run(self, session_id: str, run_id: str) -> RunInspection:
+    async def inspect_run(self, session_id: str, run_id: str, scope: Scope = OPEN) -> RunInspection:
         """The run's terminal events, the checkpoints its events link, its
         unresolved attempts, and its terminal revisions no event links."""
         view = await self.ledger.load_run(session_id, run_id)
+        if view.lanes:  # a run lies in one session, and a session in one tenant
+            scope.not_found_unless(view.lanes[0].tenant, "run", id=run_id, session_id=session_id)
         last = max((event.position for event in view.events), default=0)
         # Links come from the run's own events; the wait lets the index see
         # links made elsewhere (bounded: a lagging index only costs accuracy
@@ -384,7 +407,7 @@ class CheckpointService:
             for event, cid in links
         ]
         unlinked, _ = await self._db(self._store.unlinked, session_id=session_id, run_id=run_id,
-                                     limit=1000)
+                                     limit=1000, tenant=scope.tenant)
         return RunInspection(
             session_id=session_id, run_id=run_id, as_of_position=last,
             terminal_events=terminal_events(view), linked_checkpoints=linked,
@@ -392,7 +415,7 @@ class CheckpointService:
             unlinked_revisions=[info for info in unlinked if info.id not in named],
         )
 
-    async def reconcile(self, cmd: ReconcileCheckpoints) -> ReconcileReport:
+    async def reconcile(self, cmd: ReconcileCheckpoints, scope: Scope = OPEN) -> ReconcileReport:
         """Terminal revisions never linked, once the index has read the stream
         as far as it went when asked, and to ``min_position`` (bounded wait;
         ``caught_up`` says whether it got there)."""
@@ -402,7 +425,8 @@ class CheckpointService:
             raise LedgerUnavailable(f"cannot read the committed stream's state: {exc}") from exc
         caught_up = await self.anchors.wait_applied(target, self.settings.anchor_wait_s)
         unlinked, more = await self._db(self._store.unlinked, session_id=cmd.session_id,
-                                        run_id=cmd.run_id, key=cmd.key, limit=cmd.limit)
+                                        run_id=cmd.run_id, key=cmd.key, limit=cmd.limit,
+                                        tenant=scope.tenant)
         return ReconcileReport(as_of_position=self.anchors.applied, caught_up=caught_up,
                                unlinked=unlinked, has_more=more)
 

@@ -24,10 +24,10 @@ from pathlib import Path
 import msgspec
 
 from laneledger.checkpoints import RevisionConflict
-from laneledger.errors import EntityNotFound, IdempotencyViolation, InternalError
+from laneledger.errors import EntityNotFound, IdempotencyViolation, InternalError, TenantMismatch
 from laneledger.model import Checkpoint, CheckpointInfo, ProposedCheckpoint, decoder, encode
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: tenants (checkpoints.tenant, checkpoints.artifact_sha256, lanes.tenant)
 
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -45,6 +45,8 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     anchor_lane_id TEXT,
     state_bytes    INTEGER NOT NULL,
     body           BLOB NOT NULL,
+    tenant          TEXT,
+    artifact_sha256 TEXT,
     UNIQUE (key, revision)
 );
 CREATE INDEX IF NOT EXISTS checkpoints_by_run ON checkpoints (session_id, run_id);
@@ -53,7 +55,8 @@ CREATE TABLE IF NOT EXISTS lanes (
     lane_id    TEXT PRIMARY KEY,
     session_id TEXT NOT NULL,
     run_id     TEXT NOT NULL,
-    last_seq   INTEGER NOT NULL
+    last_seq   INTEGER NOT NULL,
+    tenant     TEXT
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS lane_events (
     lane_id  TEXT NOT NULL,
@@ -78,6 +81,24 @@ CREATE TABLE IF NOT EXISTS artifacts (
 """
 
 
+def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
+    """Tenants. Checkpoints saved before them belong to no tenant (only the
+    operator token reads them); lanes indexed before them keep an unknown
+    tenant (the stream is not read again), so a later save anchored there
+    derives none and takes the tenant it names."""
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("ALTER TABLE checkpoints ADD COLUMN tenant TEXT")
+    conn.execute("ALTER TABLE checkpoints ADD COLUMN artifact_sha256 TEXT")
+    conn.execute("ALTER TABLE lanes ADD COLUMN tenant TEXT")
+    for rowid, body in conn.execute("SELECT rowid, body FROM checkpoints").fetchall():
+        artifact = decoder(Checkpoint).decode(body).artifact
+        if artifact is not None:
+            conn.execute("UPDATE checkpoints SET artifact_sha256 = ? WHERE rowid = ?",
+                         (artifact.sha256, rowid))
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+    conn.execute("COMMIT")
+
+
 class LaneEvent(msgspec.Struct, frozen=True):
     """What the store keeps of one committed event."""
 
@@ -88,6 +109,7 @@ class LaneEvent(msgspec.Struct, frozen=True):
     session_id: str
     run_id: str
     linked_checkpoint_id: str | None = None  # set for lane.framework.checkpoint.linked
+    tenant: str | None = None
 
 
 def info_of(checkpoint: Checkpoint, state_bytes: int) -> CheckpointInfo:
@@ -113,9 +135,13 @@ class CheckpointStore:
             if found is None:
                 conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
                 conn.execute("INSERT INTO meta VALUES ('applied_position', '0')")
+            elif int(found[0]) == 1:
+                _migrate_1_to_2(conn)
             elif int(found[0]) != SCHEMA_VERSION:
                 raise InternalError("checkpoint database has another schema version",
                                     path=str(path), found=int(found[0]), expected=SCHEMA_VERSION)
+            conn.execute("CREATE INDEX IF NOT EXISTS checkpoints_by_artifact"
+                         " ON checkpoints (artifact_sha256)")
         except sqlite3.Error as exc:
             raise InternalError(f"cannot open checkpoint database: {exc}", path=str(path)) from exc
         return cls(conn)
@@ -164,9 +190,9 @@ class CheckpointStore:
                 [(e.lane_id, e.seq, e.event_id) for e in events],
             )
             db.executemany(
-                "INSERT INTO lanes (lane_id, session_id, run_id, last_seq) VALUES (?, ?, ?, ?)"
+                "INSERT INTO lanes (lane_id, session_id, run_id, last_seq, tenant) VALUES (?, ?, ?, ?, ?)"
                 " ON CONFLICT (lane_id) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq)",
-                [(e.lane_id, e.session_id, e.run_id, e.seq) for e in events],
+                [(e.lane_id, e.session_id, e.run_id, e.seq, e.tenant) for e in events],
             )
             db.executemany(
                 "INSERT INTO links (event_id, checkpoint_id, lane_id, seq, position)"
@@ -184,6 +210,31 @@ class CheckpointStore:
         """``(session_id, run_id, last_seq)`` of a lane seen on the stream."""
         rows = self._rows("SELECT session_id, run_id, last_seq FROM lanes WHERE lane_id = ?", (lane_id,))
         return rows[0] if rows else None
+
+    def tenant_of(self, proposal: ProposedCheckpoint) -> str | None:
+        """The tenant a checkpoint belongs to by what it names: its anchor's
+        lane, else its session's lanes, as seen on the committed stream."""
+        if proposal.anchor is not None:
+            rows = self._rows("SELECT tenant FROM lanes WHERE lane_id = ?", (proposal.anchor.lane_id,))
+            if rows and rows[0][0]:
+                return rows[0][0]
+        if proposal.session_id is not None:
+            rows = self._rows("SELECT tenant FROM lanes WHERE session_id = ? AND tenant IS NOT NULL"
+                              " LIMIT 1", (proposal.session_id,))
+            if rows:
+                return rows[0][0]
+        return None
+
+    def key_tenant(self, key: str) -> tuple[bool, str | None]:
+        """(whether the key has revisions, the tenant of its latest)."""
+        rows = self._rows("SELECT tenant FROM checkpoints WHERE key = ? ORDER BY revision DESC LIMIT 1",
+                          (key,))
+        return (True, rows[0][0]) if rows else (False, None)
+
+    def artifact_of_tenant(self, sha256: str, tenant: str) -> bool:
+        """Whether a checkpoint of ``tenant`` references this artifact."""
+        return bool(self._rows("SELECT 1 FROM checkpoints WHERE artifact_sha256 = ? AND tenant = ?"
+                               " LIMIT 1", (sha256, tenant)))
 
     # -- checkpoints: reads ------------------------------------------------------------
 
@@ -208,9 +259,12 @@ class CheckpointStore:
         rows = self._rows(f"SELECT body, state_bytes FROM checkpoints WHERE {where}", params)
         return [info_of(decoder(Checkpoint).decode(body), size) for body, size in rows]
 
-    def revisions(self, key: str, after_revision: int, limit: int) -> tuple[list[CheckpointInfo], bool]:
-        infos = self._infos("key = ? AND revision > ? ORDER BY revision LIMIT ?",
-                            (key, after_revision, limit + 1))
+    def revisions(self, key: str, after_revision: int, limit: int,
+                  tenant: str | None = None) -> tuple[list[CheckpointInfo], bool]:
+        """``tenant``: only that tenant's revisions (None: every tenant's)."""
+        infos = self._infos("key = ? AND revision > ? AND (? IS NULL OR tenant = ?)"
+                            " ORDER BY revision LIMIT ?",
+                            (key, after_revision, tenant, tenant, limit + 1))
         return infos[:limit], len(infos) > limit
 
     def infos(self, checkpoint_ids: list[str]) -> dict[str, CheckpointInfo]:
@@ -220,11 +274,13 @@ class CheckpointStore:
         return {info.id: info for info in self._infos(f"id IN ({marks})", tuple(checkpoint_ids))}
 
     def unlinked(self, *, session_id: str | None = None, run_id: str | None = None,
-                 key: str | None = None, limit: int = 100) -> tuple[list[CheckpointInfo], bool]:
+                 key: str | None = None, limit: int = 100,
+                 tenant: str | None = None) -> tuple[list[CheckpointInfo], bool]:
         """Terminal revisions no consumed linked event names, in save order."""
         where = ["terminal = 1", "NOT EXISTS (SELECT 1 FROM links l WHERE l.checkpoint_id = checkpoints.id)"]
         params: list = []
-        for column, value in (("session_id", session_id), ("run_id", run_id), ("key", key)):
+        for column, value in (("session_id", session_id), ("run_id", run_id), ("key", key),
+                              ("tenant", tenant)):
             if value is not None:
                 where.append(f"{column} = ?")
                 params.append(value)
@@ -256,7 +312,8 @@ class CheckpointStore:
         return None
 
     def save(self, proposal: ProposedCheckpoint, *, content: str, digest: str, state_bytes: int,
-             expected_revision: int, created_at: str) -> tuple[Checkpoint, bool]:
+             expected_revision: int, created_at: str,
+             tenant: str | None = None) -> tuple[Checkpoint, bool]:
         """Check again (another save may have won while this one waited for its
         anchor) and write revision ``expected_revision + 1``. Returns the
         checkpoint and whether it was a replay."""
@@ -264,19 +321,30 @@ class CheckpointStore:
             replay = self.precheck(proposal, content, expected_revision)
             if replay is not None:
                 return replay, True
+            # A key's revisions stay in one tenant: a save that derives or
+            # names none takes the key's; one of another tenant is refused.
+            _, key_tenant = self.key_tenant(proposal.key)
+            if tenant is None:
+                tenant = key_tenant
+            elif key_tenant is not None and key_tenant != tenant:
+                raise TenantMismatch("this checkpoint key belongs to another tenant",
+                                     what="checkpoint_key", key=proposal.key, tenant=tenant)
             checkpoint = Checkpoint(
                 id=proposal.id, key=proposal.key, revision=expected_revision + 1,
                 format=proposal.format, digest=digest, session_id=proposal.session_id,
-                run_id=proposal.run_id, state=proposal.state, artifact=proposal.artifact,
-                anchor=proposal.anchor, terminal=proposal.terminal, created_at=created_at,
+                run_id=proposal.run_id, tenant=tenant, state=proposal.state,
+                artifact=proposal.artifact, anchor=proposal.anchor, terminal=proposal.terminal,
+                created_at=created_at,
             )
             db.execute(
                 "INSERT INTO checkpoints (id, key, revision, content_digest, session_id, run_id,"
-                " terminal, anchor_lane_id, state_bytes, body) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                " terminal, anchor_lane_id, state_bytes, body, tenant, artifact_sha256)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (checkpoint.id, checkpoint.key, checkpoint.revision, content, checkpoint.session_id,
                  checkpoint.run_id, int(checkpoint.terminal),
                  checkpoint.anchor.lane_id if checkpoint.anchor else None, state_bytes,
-                 encode(checkpoint)),
+                 encode(checkpoint), tenant,
+                 checkpoint.artifact.sha256 if checkpoint.artifact else None),
             )
         return checkpoint, False
 

@@ -1,0 +1,44 @@
+"""``nats-config``: deploy/nats.conf rendered with a producer user per tenant
+(``laneledger.natsconfig``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from laneledger.natsconfig import render
+
+from .report import fail
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    sub = commands.add_parser(
+        "nats-config",
+        help="render deploy/nats.conf with a least-privilege producer user per tenant",
+        description="Print the nats-server config TEMPLATE (default deploy/nats.conf) with, for "
+        "each --tenant, a user producer-<tenant> (password $LANELEDGER_PRODUCER_<TENANT>_PASSWORD) "
+        "that may append only to its tenant and read only its own inbox (_INBOX_<tenant>; "
+        "connect its clients with that inbox prefix), and the sequencer and checkpoint "
+        "service allowed to answer on those inboxes.",
+    )
+    sub.add_argument("--tenant", action="append", default=[], metavar="TENANT",
+                     help="a tenant (repeat for each); letters, digits, '_' and '-'")
+    sub.add_argument("--korg-tenant", default="korg",
+                     help="the tenant of the tail's Korg endpoint, its one append subject")
+    sub.add_argument("--template", default="deploy/nats.conf", help="the config to render")
+    sub.add_argument("-o", "--output", help="write here instead of stdout")
+    sub.set_defaults(run=cmd_nats_config)
+
+
+def cmd_nats_config(args: argparse.Namespace) -> int:
+    template = Path(args.template).read_text()
+    try:
+        text = render(template, args.tenant, korg_tenant=args.korg_tenant)
+    except ValueError as exc:
+        return fail(f"{args.template}: {exc}")
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0

@@ -1,0 +1,90 @@
+"""Checkpoints carry a tenant (spec/checkpoint.md, "Tenants"): derived from
+the anchor's lane or the session's lanes, checked against a named one, kept
+per key; a schema-1 database is migrated in place."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from checkpoint_support import checkpoint_service, checkpoints, wait_until  # noqa: F401
+from laneledger.checkpoints import anchor_of
+from laneledger.client import LaneRecorder
+from laneledger.errors import TenantMismatch
+from laneledger.model import ArtifactRef, Checkpoint, encode
+from services.checkpoint.store import SCHEMA_VERSION, CheckpointStore
+
+FORMAT = "application/vnd.tests.state+json;version=1"
+
+
+async def test_a_checkpoint_takes_its_tenant_from_what_it_names(client, actor, checkpoints):
+    lane = await LaneRecorder.open(client, "acme", "s1", "r1", "main", actor_id=actor.id)
+    receipt = await lane.append([lane.event("run.started", actor_id=actor.id, subject_id="r1")])
+
+    anchored = await checkpoints.save("k1", expected_revision=0, format=FORMAT, state={"n": 1},
+                                      anchor=anchor_of(receipt), session_id="s1", run_id="r1")
+    assert anchored.tenant == "acme"
+    by_session = await checkpoints.save("k2", expected_revision=0, format=FORMAT, state={},
+                                        session_id="s1")
+    assert by_session.tenant == "acme"
+    named = await checkpoints.save("k3", expected_revision=0, format=FORMAT, state={},
+                                   tenant="globex")  # nothing derives one: the named is kept
+    assert named.tenant == "globex"
+    nameless = await checkpoints.save("k4", expected_revision=0, format=FORMAT, state={})
+    assert nameless.tenant is None  # the operator's alone
+    inherited = await checkpoints.save("k1", expected_revision=1, format=FORMAT, state={"n": 2})
+    assert inherited.tenant == "acme"  # the key's tenant
+
+    with pytest.raises(TenantMismatch) as caught:  # names another tenant than its lane's
+        await checkpoints.save("k5", expected_revision=0, format=FORMAT, state={},
+                               anchor=anchor_of(receipt), tenant="globex")
+    assert caught.value.details["what"] == "checkpoint"
+    assert caught.value.details["expected_tenant"] == "acme"
+    with pytest.raises(TenantMismatch) as caught:  # another tenant's key
+        await checkpoints.save("k1", expected_revision=2, format=FORMAT, state={},
+                               tenant="globex")
+    assert caught.value.details["what"] == "checkpoint_key"
+    assert (await checkpoints.latest("k1")).revision == 2  # nothing was saved
+
+
+V1_DDL = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE checkpoints (
+    id TEXT PRIMARY KEY, key TEXT NOT NULL, revision INTEGER NOT NULL,
+    content_digest TEXT NOT NULL, session_id TEXT, run_id TEXT, terminal INTEGER NOT NULL,
+    anchor_lane_id TEXT, state_bytes INTEGER NOT NULL, body BLOB NOT NULL,
+    UNIQUE (key, revision));
+CREATE TABLE lanes (lane_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, run_id TEXT NOT NULL,
+                    last_seq INTEGER NOT NULL) WITHOUT ROWID;
+INSERT INTO meta VALUES ('schema_version', '1'), ('applied_position', '7');
+"""
+
+
+def test_a_schema_1_database_is_migrated_in_place(tmp_path):
+    path = tmp_path / "checkpoints.db"
+    old = sqlite3.connect(path)
+    old.executescript(V1_DDL)
+    sha = "ab" * 32
+    checkpoint = Checkpoint(id="c1", key="k", revision=1, format=FORMAT, digest=sha,
+                            artifact=ArtifactRef(sha256=sha, size_bytes=3, media_type="x/y"),
+                            created_at="2026-01-01T00:00:00Z")
+    old.execute("INSERT INTO checkpoints VALUES ('c1','k',1,'d',NULL,NULL,0,NULL,0,?)",
+                (encode(checkpoint),))
+    old.execute("INSERT INTO lanes VALUES ('l1','s1','r1',3)")
+    old.commit()
+    old.close()
+
+    store = CheckpointStore.open(path)
+    try:
+        assert store.get("c1").tenant is None  # saved before tenants: the operator's
+        assert store.applied_position() == 7
+        assert store.lane("l1") == ("s1", "r1", 3)
+        rows = store._rows("SELECT tenant, artifact_sha256 FROM checkpoints")
+        assert rows == [(None, sha)]  # backfilled from the body
+        assert not store.artifact_of_tenant(sha, "acme")
+        version = store._rows("SELECT value FROM meta WHERE key = 'schema_version'")[0][0]
+        assert int(version) == SCHEMA_VERSION == 2
+    finally:
+        store.close()
+    CheckpointStore.open(path).close()  # opening a migrated database again is a no-op
