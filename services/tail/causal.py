@@ -1,0 +1,189 @@
+"""``GET /api/v1/sessions/{session_id}/causal-tree``: a session's causal tree.
+
+Nodes are the session's events with their cause (``causation_id`` resolved
+to a position), role and a short summary (``laneledger.causality``), paged
+by position so a huge session is read in bounded pieces; spines are the
+session's lanes (main agent, each sub-agent, forks), each with the position
+its first event points at — where it hangs off its parent (Korg §2b). The
+session's rewinds say which events are invalidated; ``exclude_invalidated``
+leaves those out. Normative text: ``spec/tail.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from laneledger.access import scope_of
+from laneledger.causality import REWIND, REWOUND, Subject, node_of, subjects_of
+from laneledger.client import LedgerClient
+from laneledger.errors import EntityNotFound, RequestTooLarge
+from laneledger.rewind import Invalidation
+from laneledger.spine import spawned_by
+
+from . import rewinds
+from .api import Query, json_response
+from .feed import Feed
+from .history import scoped
+from .readmodel import ReadModel
+
+TREE_DEFAULT = 500
+TREE_MAX = 2000
+SCAN_CHUNK = 1000  # rows read per query while skipping invalidated events
+ID_CHUNK = 500  # ids per IN (...) lookup
+# Above this many events the sequencer's whole-session view is not fetched
+# for a page of the tree (structure_complete is then false).
+STRUCTURE_MAX_EVENTS = 5000
+
+
+class CausalTree:
+    def __init__(self, model: ReadModel, readers, feed: Feed, ledger: LedgerClient) -> None:
+        self._model = model
+        self._readers = readers
+        self._feed = feed
+        self._ledger = ledger
+
+    def route(self) -> web.RouteDef:
+        return web.get("/api/v1/sessions/{session_id}/causal-tree", self.get, name="causal_tree")
+
+    async def _read(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._readers, fn, *args)
+
+    async def get(self, request: web.Request) -> web.Response:
+        query = Query(request, ("cursor", "limit", rewinds.PARAMETER))
+        cursor = query.integer("cursor", 0)
+        limit = query.integer("limit", TREE_DEFAULT, low=1, high=TREE_MAX)
+        exclude = rewinds.exclude_requested(query)
+        session_id = request.match_info["session_id"]
+        applied = self._feed.applied
+        where, params = scoped("session_id = ?", [session_id], scope_of(request))
+        spines = await self._read(self._spines, where, params, applied)
+        if not spines:  # none, or another tenant's: the same answer
+            raise EntityNotFound("no such session", kind="session", id=session_id)
+        lanes, subjects, complete = await self._structure(
+            session_id, list(spines), sum(s["events"] for s in spines.values()))
+        rewound, nodes, more = await self._read(
+            self._nodes, where, params, applied, cursor, limit, exclude, subjects)
+        for lane_id, spine in spines.items():
+            lane = lanes.get(lane_id)
+            spine.update(
+                name=lane.name if lane else None, kind=lane.kind if lane else None,
+                parent_lane_id=lane.parent_lane_id if lane else None,
+                actor_id=lane.actor_id if lane else None,
+                forked_from=msgspec.to_builtins(lane.forked_from) if lane else None)
+        return json_response({
+            "session_id": session_id, "applied_position": applied,
+            "structure_complete": complete, "exclude_invalidated": exclude,
+            "spines": list(spines.values()),
+            "rewinds": rewound,
+            "roots": [n["position"] for n in nodes if n["cause"] is None and n["role"] != REWIND],
+            "nodes": nodes,
+            "next_cursor": nodes[-1]["position"] if nodes else None,
+            "has_more": more,
+        })
+
+    async def _structure(self, session_id: str, lane_ids: list[str],
+                         events: int) -> tuple[dict[str, Any], dict[str, Subject], bool]:
+        """Lanes by id, the subjects of actions and attempts, and whether the
+        structure is complete. A large session gets its lanes only (the
+        sequencer's session view carries every event: too much to fetch per
+        page); its events then take their role from their payload alone
+        (``laneledger.spine``), not from their action."""
+        if events <= STRUCTURE_MAX_EVENTS:
+            try:
+                view = await self._ledger.load_session(session_id)
+            except RequestTooLarge:
+                pass
+            else:
+                return ({lane.id: lane for lane in view.lanes},
+                        subjects_of(view.actions, view.attempts), True)
+        lanes = await asyncio.gather(*(self._ledger.get_lane(i) for i in lane_ids))
+        return {lane.id: lane for lane in lanes}, {}, False
+
+    # -- reader threads ----------------------------------------------------------------------
+
+    def _spines(self, where: str, params: list, applied: int) -> dict[str, dict[str, Any]]:
+        rows = self._model.query(
+            f"SELECT lane_id, count(*), min(position), max(position) FROM events WHERE {where}"
+            " AND event_type != ? AND event_type != '' AND position <= ?"
+            " GROUP BY lane_id ORDER BY min(position)", [*params, REWOUND, applied])
+        spines = {lane_id: {"lane_id": lane_id, "events": count, "first_position": first,
+                            "last_position": last}
+                  for lane_id, count, first, last in rows}
+        firsts = self._bodies([s["first_position"] for s in spines.values()])
+        links = {p: (b.get("causation_id"), spawned_by(b["event_type"], b.get("payload") or {}))
+                 for p, b in firsts.items()}
+        known = self._positions({i for pair in links.values() for i in pair} - {None})
+        for spine in spines.values():
+            cause, spawner = links[spine["first_position"]]
+            spine["first_cause"] = known.get(cause) if cause else None
+            spine["spawned_by"] = known.get(spawner) if spawner else None
+        return spines
+
+    def _nodes(self, where: str, params: list, applied: int, cursor: int, limit: int,
+               exclude: bool, subjects: dict[str, Subject]):
+        rewind_rows = self._model.query(
+            f"SELECT position, actor_id, body FROM events WHERE {where} AND event_type = ?"
+            " AND position <= ? ORDER BY position", [*params, REWOUND, applied])
+        rewinds, gone = [], Invalidation()
+        for position, actor_id, body in rewind_rows:
+            payload = msgspec.json.decode(body).get("payload", {})
+            gone.add(payload)
+            rewinds.append({"position": position, "actor_id": actor_id,
+                            "target_position": payload.get("target_position"),
+                            "invalidated": payload.get("invalidated", []),
+                            "invalidated_count": payload.get("invalidated_count", 0)})
+        bodies: list[dict[str, Any]] = []
+        more = False
+        while not more:
+            rows = self._model.query(
+                f"SELECT position, body FROM events WHERE {where} AND event_type != ''"
+                " AND position <= ? AND position > ? ORDER BY position LIMIT ?",
+                [*params, applied, cursor, SCAN_CHUNK])
+            for position, body in rows:
+                if exclude and position in gone:
+                    continue
+                if len(bodies) == limit:
+                    more = True
+                    break
+                bodies.append(msgspec.json.decode(body))
+            if len(rows) < SCAN_CHUNK:
+                break
+            cursor = rows[-1][0]
+        positions = self._positions({b.get("causation_id") for b in bodies} - {None})
+        nodes = []
+        for body in bodies:
+            node = node_of(body, subjects, positions)
+            nodes.append({
+                "position": node.position, "event_id": node.event_id, "lane_id": node.lane_id,
+                "seq": node.seq, "actor_id": node.actor_id, "event_type": node.event_type,
+                "role": node.role, "name": node.name, "summary": node.summary,
+                "cause": node.cause, "cause_id": node.cause_id,
+                "invalidated": node.position in gone,
+            })
+        return rewinds, nodes, more
+
+    def _bodies(self, positions: list[int]) -> dict[int, dict[str, Any]]:
+        found: dict[int, dict[str, Any]] = {}
+        for start in range(0, len(positions), ID_CHUNK):
+            chunk = positions[start:start + ID_CHUNK]
+            for position, body in self._model.query(
+                    f"SELECT position, body FROM events WHERE position IN"
+                    f" ({','.join('?' * len(chunk))})", chunk):
+                found[position] = msgspec.json.decode(body)
+        return found
+
+    def _positions(self, event_ids: set[str]) -> dict[str, int]:
+        """Event id -> position, for causes (the sequencer keeps them in the
+        session, so no tenant filter is needed here)."""
+        ids = sorted(event_ids)
+        found: dict[str, int] = {}
+        for start in range(0, len(ids), ID_CHUNK):
+            chunk = ids[start:start + ID_CHUNK]
+            found.update(self._model.query(
+                f"SELECT event_id, position FROM events WHERE event_id IN"
+                f" ({','.join('?' * len(chunk))})", chunk))
+        return found
