@@ -6,7 +6,11 @@ every request is committed in SQLite and every event is on LEDGER_EVENTS.
 Prints events/s and the sequencer's CPU per event (all threads, and the
 SQLite writer thread alone), then a JSON line.
 
-    .venv/bin/python bench/drain.py [--requests N] [--events-per-append E]
+    .venv/bin/python bench/drain.py [--requests N] [--events-per-append E] [--signed]
+
+``--signed``: the actor is registered with an ed25519 key and every event is
+signed, so the sequencer verifies every signature (spec/object-model.md,
+"Signed producers"); compare with the same run unsigned for the cost.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from prometheus_client import CollectorRegistry
 from laneledger.client import make_event
 from laneledger.model import CreateLane, EnsureActor, encode
 from laneledger.natsserver import NatsServer
+from laneledger.signing import generate_private_key, public_key_hex
 from laneledger.store import LedgerWriter, open_ledger
 from laneledger.subjects import Subjects
 from services.sequencer.metrics import SequencerMetrics
@@ -41,14 +46,16 @@ def payload(i: int) -> dict:
     }
 
 
-async def run(requests: int, per_append: int) -> dict:
+async def run(requests: int, per_append: int, signed: bool = False) -> dict:
     with tempfile.TemporaryDirectory(prefix="laneledger-drain-") as tmp, NatsServer(Path(tmp) / "nats") as server:
         nc = await nats.connect(server.url)
         js, subjects = nc.jetstream(), Subjects()
         await ensure_stream(js, append_stream_config("LEDGER_APPEND", subjects, 1))
         await ensure_stream(js, events_stream_config("LEDGER_EVENTS", subjects, 1))
         writer = LedgerWriter(open_ledger(Path(tmp) / "ledger.db"))
-        actor = writer.ensure_actor(EnsureActor(tenant="acme", key="agent:bench@1", kind="agent"))
+        key = generate_private_key() if signed else None
+        actor = writer.ensure_actor(EnsureActor(tenant="acme", key="agent:bench@1", kind="agent",
+                                                public_key=public_key_hex(key) if key else None))
         lanes = [writer.create_lane(CreateLane(tenant="acme", session_id="s", run_id="r",
                                                name=f"lane-{i}", actor_id=actor.id))
                  for i in range(LANES)]
@@ -57,7 +64,8 @@ async def run(requests: int, per_append: int) -> dict:
         acks = []
         for i in range(requests):
             lane = lanes[i % LANES]
-            events = [make_event(lane.id, "action.started", actor_id=actor.id, payload=payload(i))
+            events = [make_event(lane.id, "action.started", actor_id=actor.id, payload=payload(i),
+                                 private_key=key)
                       for _ in range(per_append)]
             body = encode({"lane_id": lane.id, "expected_last_seq": heads[lane.id],
                            "append_id": f"a-{i}", "events": events})
@@ -89,6 +97,7 @@ async def run(requests: int, per_append: int) -> dict:
     return {
         "requests": requests,
         "events_per_append": per_append,
+        "signed": signed,
         "events_per_s": round(total / wall),
         "cpu_us_per_event": round(cpu / total * 1e6, 1),
         "writer_thread_cpu_us_per_event": round(writer_cpu[0] / total * 1e6, 1),
@@ -100,13 +109,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=30_000)
     parser.add_argument("--events-per-append", type=int, default=1)
+    parser.add_argument("--signed", action="store_true",
+                        help="sign every event (an actor registered with an ed25519 key)")
     args = parser.parse_args()
     try:
         import uvloop
         uvloop.install()
     except ImportError:
         pass
-    result = asyncio.run(run(args.requests, args.events_per_append))
+    result = asyncio.run(run(args.requests, args.events_per_append, args.signed))
     print(f"drained {result['requests']} appends x {result['events_per_append']} event(s) in "
           f"{result['seconds']} s: {result['events_per_s']:,} events/s; sequencer CPU "
           f"{result['cpu_us_per_event']} µs/event ({result['writer_thread_cpu_us_per_event']} µs "

@@ -10,7 +10,10 @@ indexed columns against its body (``integrity_failure``, kind
 whole ledger, positions must also run 1, 2, … up to the applied position
 without a gap. The first fault ends the walk and is reported with its
 position, lane, seq and kind; a chain keyed with HMAC needs the same key
-(``--hmac-key-file``).
+(``--hmac-key-file``). These are the same checks, from the same code, as
+``laneledger verify --db``; what needs the sequencer's database (receipts,
+lane heads, actors and signatures, causation by id) or the blob bucket is
+only there (``spec/verify.md``).
 
 The answer is 200 either way: the request succeeded, the ledger may not have.
 """
@@ -18,15 +21,15 @@ The answer is 200 either way: the request succeeded, the ledger may not have.
 from __future__ import annotations
 
 import asyncio
-import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
 from aiohttp import web
 
-from laneledger.chain import GENESIS_HASH, LANELEDGER, entry_hash
+from laneledger.access import scope_of
+from laneledger.audit import decode_body, position_gap
+from laneledger.chain import LaneChains
 from laneledger.client import LedgerClient
 from laneledger.errors import (
     ChainFault,
@@ -40,7 +43,6 @@ from .api import Query, json_response
 from .feed import Feed
 from .readmodel import COLUMNS, ReadModel, Row
 
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 # Row column -> the body field it copies.
 _COPIED = (("event_id", "id"), ("tenant", "tenant"), ("session_id", "session_id"),
            ("run_id", "run_id"), ("lane_id", "lane_id"), ("seq", "seq"),
@@ -50,49 +52,32 @@ _COPIED = (("event_id", "id"), ("tenant", "tenant"), ("session_id", "session_id"
 
 @dataclass
 class Walk:
-    """The state of one verification walk."""
+    """The state of one verification walk. The chain checks are
+    ``laneledger.chain.LaneChains`` and the body/position checks
+    ``laneledger.audit``'s, the very ones ``laneledger verify --db`` runs;
+    only the read model's own columns are checked here."""
 
     key: bytes | None
     dense: bool  # positions must be 1, 2, …
     events: int = 0
     last_position: int = 0
-    tips: dict[str, tuple[int, str]] = field(default_factory=dict)  # lane -> (seq, entry_hash)
+    chains: LaneChains = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.chains = LaneChains(key=self.key)
+
+    @property
+    def tips(self) -> dict[str, tuple[int, str]]:  # lane -> (seq, entry_hash)
+        return self.chains.tips
 
     def check(self, row: Row) -> None:
         position = row.position
         if self.dense and position != self.last_position + 1:
-            raise _fault("broken_link", self.last_position + 1, row.lane_id, None, "position",
-                         self.last_position + 1, position)
-        try:
-            record = msgspec.json.decode(row.body)
-        except msgspec.DecodeError as exc:
-            raise _fault("not_chained", position, row.lane_id or None, None, "body",
-                         "a JSON object", f"undecodable: {exc}") from None
-        if not isinstance(record, dict):
-            raise _fault("not_chained", position, row.lane_id or None, None, "body",
-                         "a JSON object", type(record).__name__)
+            raise position_gap(self.last_position + 1, position, row.lane_id)
+        record = decode_body(row.body, position, row.lane_id or None)
         lane_id = record.get("lane_id") if isinstance(record.get("lane_id"), str) else row.lane_id
-        prev_seq, prev_hash = self.tips.get(lane_id, (0, GENESIS_HASH))
-        seq = record.get("seq")
-        if type(seq) is not int:
-            raise _fault("not_chained", position, lane_id, None, "seq", "an integer", seq)
-        for name in ("prev_hash", "entry_hash"):
-            value = record.get(name)
-            if not isinstance(value, str) or not _HEX64.fullmatch(value):
-                raise _fault("not_chained", position, lane_id, seq, name, "64 lowercase hex", value)
-        if seq != prev_seq + 1:
-            raise _fault("broken_link", position, lane_id, seq, "seq", prev_seq + 1, seq)
-        if record["prev_hash"] != prev_hash:
-            raise _fault("broken_link", position, lane_id, seq, "prev_hash", prev_hash,
-                         record["prev_hash"])
-        try:
-            recomputed = entry_hash(record, profile=LANELEDGER, key=self.key)
-        except LedgerError as exc:
-            raise _fault("content_tampered", position, lane_id, seq, "entry_hash",
-                         f"uncomputable: {exc}", record["entry_hash"]) from None
-        if recomputed != record["entry_hash"]:
-            raise _fault("content_tampered", position, lane_id, seq, "entry_hash", recomputed,
-                         record["entry_hash"])
+        self.chains.check(record, position=position, lane=lane_id)
+        seq = record["seq"]
         for column, name in _COPIED:
             if getattr(row, column) != record.get(name):
                 raise IntegrityError(
@@ -100,17 +85,8 @@ class Walk:
                     f"{getattr(row, column)!r}, the event says {record.get(name)!r}",
                     kind="row_mismatch", position=position, lane_id=lane_id, seq=seq,
                     field=column, expected=record.get(name), found=getattr(row, column))
-        self.tips[lane_id] = (seq, record["entry_hash"])
         self.events += 1
         self.last_position = max(self.last_position, position)
-
-
-def _fault(kind: str, position: int, lane_id: str | None, seq: int | None, fld: str,
-           expected: Any, found: Any) -> ChainFault:
-    where = f"position {position}" + (f" (lane {lane_id} seq {seq})" if seq is not None else "")
-    return ChainFault(f"{where}: {kind} ({fld} expected {expected!r}, found {found!r})",
-                      kind=kind, position=position, lane_id=lane_id, seq=seq, field=fld,
-                      expected=expected, found=found)
 
 
 class Verifier:
@@ -132,31 +108,41 @@ class Verifier:
         if lane_id is not None and session_id is not None:
             raise InvalidRequest("give lane_id or session_id, not both", parameter="lane_id")
         applied = self._feed.applied
+        access = scope_of(request)
         if lane_id is not None:
             scope, where, params, order = "lane", "lane_id = ?", [lane_id], "seq"
         elif session_id is not None:
             scope, where, params, order = "session", "session_id = ?", [session_id], "position"
         else:
             scope, where, params, order = "ledger", "1 = 1", [], "position"
+        if access.tenant is not None:
+            # A tenant verifies its own lanes: every chain whole, but its
+            # positions are not dense (other tenants' events sit between).
+            where, params = f"{where} AND tenant = ?", [*params, access.tenant]
+            if scope == "ledger":
+                scope = "tenant"
         walk = Walk(self._key, dense=scope == "ledger")
         loop = asyncio.get_running_loop()
         fault = await loop.run_in_executor(self._readers, self._walk, walk, where, params, order,
                                            applied)
         if scope == "ledger" and fault is None and walk.last_position != applied:
-            fault = _fault("broken_link", walk.last_position + 1, None, None, "position",
-                           walk.last_position + 1, None)
+            fault = position_gap(walk.last_position + 1, None)
         if walk.events == 0 and fault is None:
             # Nothing in the read model: an empty lane or session, or no such thing.
             if scope == "lane":
-                await self._ledger.get_lane(lane_id)  # type: ignore[arg-type]
+                lane = await self._ledger.get_lane(lane_id)  # type: ignore[arg-type]
+                access.not_found_unless(lane.tenant, "lane", id=lane_id)
             elif scope == "session":
-                await self._ledger.load_session(session_id)  # type: ignore[arg-type]
+                view = await self._ledger.load_session(session_id)  # type: ignore[arg-type]
+                access.not_found_unless(view.tenant, "session", id=session_id)
         report: dict[str, Any] = {
             "scope": scope, "intact": fault is None, "events": walk.events,
             "lanes": len(walk.tips), "last_position": walk.last_position,
             "applied_position": applied, "keyed": self._key is not None,
             "fault": fault.to_wire() if fault else None,
         }
+        if scope == "tenant":
+            report["tenant"] = access.tenant
         if lane_id is not None:
             report["lane_id"] = lane_id
         if session_id is not None:

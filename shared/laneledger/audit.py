@@ -17,21 +17,39 @@ position order, stopping at the first fault:
 4. the row's indexed columns (``position``, ``id``, ``lane_id``, ``seq``,
    ``append_id``) agree with the hashed body (``IntegrityError``, kind
    ``row_mismatch``);
-5. the events of one append are contiguous and match its stored receipt:
-   positions, event ids, seqs, entry hashes, lane, ``committed_at`` and the
-   append digest recomputed from the proposed part of the bodies
-   (``IntegrityError``, kinds ``receipt_missing`` / ``receipt_mismatch``);
-6. after the last event: every receipt has events (``receipt_without_events``),
+5. what the event says about the rest of the ledger (``IntegrityError``):
+   its actor exists (``unknown_actor``) in its tenant
+   (``actor_tenant_mismatch``); a keyed actor's event carries a signature
+   (``signature_missing``) that verifies (``signature_invalid``), an unkeyed
+   actor's carries none (``signature_unexpected``); its ``causation_id``
+   names an event (``causation_unknown``) at an earlier position
+   (``causation_not_earlier``) of the same session
+   (``causation_other_session``); with a ``blob_check``, every content
+   reference of its payload is stored for its tenant (``blob_missing``) with
+   those bytes (``blob_mismatch``). Actor keys against the identity
+   conventions (``laneledger.identity``): warnings, or errors under
+   ``strict_actors``;
+6. once an append's last event is read, its events are contiguous and match
+   its stored receipt: positions, event ids, seqs, entry hashes, lane,
+   ``committed_at`` and the append digest recomputed from the proposed part
+   of the bodies (``IntegrityError``, kinds ``receipt_missing`` /
+   ``receipt_mismatch``);
+7. after the last event: every receipt has events (``receipt_without_events``),
    every lane row's ``last_seq``/``head_hash`` equals its last event
    (``lane_head_mismatch``, reported at that event's position) and every event
    belongs to a lane row (``unknown_lane``).
+
+``spec/verify.md`` is the normative list of these fault kinds.
 
 ``ChainFault`` and ``IntegrityError`` details always hold ``kind`` and
 ``position`` (and ``lane_id``/``seq`` when the fault is in one lane); the
 message starts with ``position N``.
 
 Memory stays bounded: events are read in pages, and besides the per-lane tips
-only the events of the current append (at most 1000) are held.
+and one entry per actor seen, only the events of the current append (at most
+1000) and a bounded set of already-checked blob references are held. It grows
+with the number of lanes and actors, never with the number of events; a
+causation link is looked up through the events table's unique id index.
 
 :func:`compare_with_stream` checks that LEDGER_EVENTS is an exact copy of a
 (quiescent) ledger: stream sequence == position and message data
@@ -45,7 +63,7 @@ import re
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,18 +71,40 @@ from typing import Any
 import msgspec
 
 from .chain import GENESIS_HASH, LaneChains, append_digest
-from .errors import ChainFault, IntegrityError, InvalidRequest, LedgerError
-from .model import LEDGER_OWNED_FIELDS, AppendCommitted, decoder
+from .contentref import refs_in
+from .errors import ChainFault, IntegrityError, InvalidRequest, LedgerError, LedgerUnavailable
+from .identity import identity_findings
+from .model import LEDGER_OWNED_FIELDS, Actor, AppendCommitted, decoder
+from .signing import Ed25519PublicKey, check_signature, load_public_key
 from .store import open_ledger
 from .strictjson import decode_json
 
 __all__ = [
-    "ExportAudit", "LedgerAudit", "audit_ledger", "compare_with_stream", "export_ledger",
-    "read_export", "verify_export",
+    "BlobCheck", "ExportAudit", "Finding", "LedgerAudit", "audit_ledger", "compare_with_stream",
+    "decode_body", "export_ledger", "position_gap", "read_export", "verify_export",
 ]
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _PAGE = 2000
+MAX_WARNINGS = 1000  # findings kept in full; the rest are only counted
+
+# (tenant, "sha256:<hex>", size_bytes) -> None when that blob is stored with
+# those bytes, else (fault kind, message); called from the audit's thread.
+BlobCheck = Callable[[str, str, int], "tuple[str, str] | None"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A warning: a convention broken, not an integrity fault."""
+
+    kind: str
+    position: int
+    message: str
+    actor_id: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"kind": self.kind, "position": self.position, "message": self.message,
+                "actor_id": self.actor_id}
 
 
 @dataclass(frozen=True)
@@ -77,6 +117,12 @@ class LedgerAudit:
     # Every lane of the lanes table -> the entry_hash of its last event
     # (GENESIS_HASH, 64 zeros, for an empty lane).
     lane_tips: dict[str, str] = field(default_factory=dict)
+    actors: int = 0  # distinct actors of the events
+    signed_events: int = 0  # signatures checked and valid
+    causal_links: int = 0  # causation_ids checked
+    blob_refs: int = 0  # content references checked (0 without a blob check)
+    warnings: tuple[Finding, ...] = ()  # the first MAX_WARNINGS
+    warning_count: int = 0
 
 
 @dataclass(slots=True)
@@ -129,6 +175,28 @@ def _integrity(kind: str, text: str, position: int | None, lane_id: str | None =
     )
 
 
+def decode_body(body: bytes, position: int, lane_id: str | None = None,
+                seq: Any = None) -> dict:
+    """A stored committed event as a dict, or ``not_chained`` (field ``body``)
+    at ``position``. Shared with the tail's verify endpoint."""
+    try:
+        record = msgspec.json.decode(body)
+    except msgspec.DecodeError as exc:
+        raise _chain_fault("not_chained", position, lane_id, seq, "body",
+                           "a JSON object", f"undecodable: {exc}") from None
+    if not isinstance(record, dict):
+        raise _chain_fault("not_chained", position, lane_id, seq, "body",
+                           "a JSON object", type(record).__name__)
+    return record
+
+
+def position_gap(expected: int, found: Any, lane_id: str | None = None,
+                 seq: Any = None) -> ChainFault:
+    """Positions must run 1, 2, …: ``broken_link`` (field ``position``) at the
+    first missing one. Shared with the tail's verify endpoint."""
+    return _chain_fault("broken_link", expected, lane_id, seq, "position", expected, found)
+
+
 def _pages(db: sqlite3.Connection, sql: str, first_key: Any, page: int) -> Iterator[tuple]:
     """Keyset pagination: ``sql`` takes (last key, limit) and returns rows whose
     first column is the key, ascending."""
@@ -144,16 +212,18 @@ def _pages(db: sqlite3.Connection, sql: str, first_key: Any, page: int) -> Itera
 
 
 def audit_ledger(
-    db_path: str | Path, *, hmac_key: bytes | str | None = None, page: int = _PAGE
+    db_path: str | Path, *, hmac_key: bytes | str | None = None, page: int = _PAGE,
+    blob_check: BlobCheck | None = None, strict_actors: bool = False,
 ) -> LedgerAudit:
     """Verify a whole ledger file; raise ``ChainFault``/``IntegrityError`` at the
-    first fault (see the module docstring), or return what was seen."""
+    first fault (see the module docstring), or return what was seen. Blobs
+    are checked only with a ``blob_check`` (``laneledger.blobaudit``)."""
     key = hmac_key.encode() if isinstance(hmac_key, str) else hmac_key
     db = open_ledger(db_path, readonly=True)
     try:
         db.execute("BEGIN")  # one snapshot for every read below
         try:
-            return _audit(db, key, page)
+            return _audit(db, key, page, _EventChecks(db, blob_check, strict_actors))
         finally:
             db.execute("ROLLBACK")
     except sqlite3.Error as exc:
@@ -163,7 +233,8 @@ def audit_ledger(
         db.close()
 
 
-def _audit(db: sqlite3.Connection, key: bytes | None, page: int) -> LedgerAudit:
+def _audit(db: sqlite3.Connection, key: bytes | None, page: int,
+           checks: _EventChecks) -> LedgerAudit:
     tips: dict[str, _Tip] = {}
     chains = LaneChains(key=key)
     group: list[_Event] = []  # the events of the current append
@@ -185,25 +256,19 @@ def _audit(db: sqlite3.Connection, key: bytes | None, page: int) -> LedgerAudit:
         -(2**63), page,
     )
     for row_position, row_id, row_lane, row_seq, row_append, body in rows:
-        expected_position = position + 1
-        if row_position != expected_position:
-            raise _chain_fault("broken_link", expected_position, row_lane, row_seq, "position",
-                               expected_position, row_position)
+        if row_position != position + 1:
+            raise position_gap(position + 1, row_position, row_lane, row_seq)
         position = row_position
         if row_append != group_append:  # the previous append is complete: check its receipt
             close_group()
             group.clear()
             group_append = row_append
-        try:
-            record = msgspec.json.decode(body)
-        except msgspec.DecodeError as exc:
-            raise _chain_fault("not_chained", position, row_lane, row_seq, "body",
-                               "a JSON object", f"undecodable: {exc}") from None
-        if not isinstance(record, dict):
-            raise _chain_fault("not_chained", position, row_lane, row_seq, "body",
-                               "a JSON object", type(record).__name__)
-
-        chains.check(record, position=position, lane=row_lane)
+        record = decode_body(body, position, row_lane, row_seq)
+        # Chained by the lane the hashed body names: a row whose lane column
+        # alone was edited is then a row_mismatch, not a broken link.
+        body_lane = record.get("lane_id")
+        chains.check(record, position=position,
+                     lane=body_lane if isinstance(body_lane, str) else row_lane)
         seq = record["seq"]
 
         # The row's index columns must say what the hashed body says.
@@ -215,6 +280,7 @@ def _audit(db: sqlite3.Connection, key: bytes | None, page: int) -> LedgerAudit:
                                  f"{_show(record.get(name))}",
                                  position, row_lane, seq, field=name, expected=record.get(name),
                                  found=column)
+        checks.check(record, position, row_lane, seq)
 
         tip = tips.get(row_lane)
         if tip is None:
@@ -276,7 +342,104 @@ def _audit(db: sqlite3.Connection, key: bytes | None, page: int) -> LedgerAudit:
                          tip.first_position, lane_id, 1)
 
     return LedgerAudit(events=last_position, lanes=lanes, last_position=last_position,
-                       lane_tips=lane_tips)
+                       lane_tips=lane_tips, actors=len(checks.actors),
+                       signed_events=checks.signed, causal_links=checks.causal_links,
+                       blob_refs=checks.blob_refs, warnings=tuple(checks.warnings),
+                       warning_count=checks.warning_count)
+
+
+@dataclass(slots=True)
+class _ActorFacts:
+    tenant: str
+    public_key: Ed25519PublicKey | None
+
+
+class _EventChecks:
+    """Step 5 of the audit: one committed event against the rest of the ledger
+    (actors, causes, blobs). Holds one entry per actor; looks causes up by id."""
+
+    def __init__(self, db: sqlite3.Connection, blob_check: BlobCheck | None,
+                 strict_actors: bool) -> None:
+        self._db = db
+        self._blob_check = blob_check
+        self._strict = strict_actors
+        self.actors: dict[str, _ActorFacts | None] = {}
+        self.signed = self.causal_links = self.blob_refs = self.warning_count = 0
+        self.warnings: list[Finding] = []
+
+    def check(self, record: dict, position: int, lane_id: str, seq: int) -> None:
+        def fault(kind: str, text: str, **details: Any) -> IntegrityError:
+            return _integrity(kind, text, position, lane_id, seq, **details)
+
+        actor_id = record.get("actor_id")
+        actor = self._actor(actor_id, position) if isinstance(actor_id, str) else None
+        if actor is None:
+            raise fault("unknown_actor", f"the event's actor {_show(actor_id)} is not in the "
+                        "actors table", actor_id=actor_id)
+        if actor.tenant != record.get("tenant"):
+            raise fault("actor_tenant_mismatch", f"actor {actor_id} belongs to tenant "
+                        f"{_show(actor.tenant)}, the event to {_show(record.get('tenant'))}",
+                        actor_id=actor_id, expected=record.get("tenant"), found=actor.tenant)
+
+        signature = record.get("signature")
+        if actor.public_key is None:
+            if signature is not None:
+                raise fault("signature_unexpected", f"signed, but actor {actor_id} has no "
+                            "public key", actor_id=actor_id)
+        elif signature is None:
+            raise fault("signature_missing", f"actor {actor_id} signs its events; this one "
+                        "has no signature", actor_id=actor_id)
+        elif not check_signature(record, actor.public_key):
+            raise fault("signature_invalid", f"the signature does not verify under actor "
+                        f"{actor_id}'s public key", actor_id=actor_id)
+        else:
+            self.signed += 1
+
+        cause = record.get("causation_id")
+        if cause is not None:
+            self.causal_links += 1
+            found = self._db.execute("SELECT position, session_id FROM events WHERE id = ?",
+                                     (cause,)).fetchone() if isinstance(cause, str) else None
+            if found is None:
+                raise fault("causation_unknown", f"causation_id {_show(cause)} names no event",
+                            causation_id=cause)
+            if found[0] >= position:
+                raise fault("causation_not_earlier", f"causation_id {cause} is the event at "
+                            f"position {found[0]}, not an earlier one", causation_id=cause,
+                            cause_position=found[0])
+            if found[1] != record.get("session_id"):
+                raise fault("causation_other_session", f"causation_id {cause} is in session "
+                            f"{_show(found[1])}, this event in {_show(record.get('session_id'))}",
+                            causation_id=cause, cause_session_id=found[1])
+
+        if self._blob_check is not None:
+            for ref, size in refs_in(record.get("payload")):
+                self.blob_refs += 1
+                problem = self._blob_check(record["tenant"], ref, size)
+                if problem is not None:
+                    raise fault(problem[0], problem[1], ref=ref, size_bytes=size)
+
+    def _actor(self, actor_id: str, position: int) -> _ActorFacts | None:
+        if actor_id in self.actors:
+            return self.actors[actor_id]
+        row = self._db.execute("SELECT body FROM actors WHERE id = ?", (actor_id,)).fetchone()
+        facts = None
+        if row is not None:
+            try:
+                actor = decoder(Actor).decode(row[0])
+                key = load_public_key(actor.public_key) if actor.public_key else None
+            except (msgspec.DecodeError, msgspec.ValidationError, LedgerError) as exc:
+                raise _integrity("unknown_actor", f"actor {actor_id}'s stored row is "
+                                 f"unreadable: {exc}", position, actor_id=actor_id) from None
+            facts = _ActorFacts(actor.tenant, key)
+            for kind, text in identity_findings(actor.key, actor.kind):
+                if self._strict:
+                    raise _integrity(kind, text, position, actor_id=actor_id, key=actor.key)
+                self.warning_count += 1
+                if len(self.warnings) < MAX_WARNINGS:
+                    self.warnings.append(Finding(kind, position, text, actor_id))
+        self.actors[actor_id] = facts
+        return facts
 
 
 def _check_receipt(db: sqlite3.Cursor, append_id: str, events: list[_Event]) -> None:
@@ -374,6 +537,7 @@ async def compare_with_stream(
     ledger's stream legitimately lags its database for a moment.
     """
     from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+    from nats.js.errors import NotFoundError
 
     deadline = time.monotonic() + timeout
     db = open_ledger(db_path, readonly=True)
@@ -383,7 +547,11 @@ async def compare_with_stream(
         db.execute("BEGIN")
         (count,) = db.execute("SELECT count(*) FROM events").fetchone()
         (ledger_last,) = db.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()
-        info = await js.stream_info(stream)
+        try:
+            info = await js.stream_info(stream)
+        except NotFoundError:
+            raise LedgerUnavailable(f"no stream {stream} on this NATS server",
+                                    stream=stream) from None
         stream_count, stream_last = info.state.messages, info.state.last_seq
 
         config = ConsumerConfig(
@@ -405,16 +573,16 @@ async def compare_with_stream(
         while received < stream_count:
             if time.monotonic() > deadline:
                 raise IntegrityError(
-                    f"position {expected + 1}: the stream did not deliver in {timeout:g}s",
-                    kind="stream_timeout", position=expected + 1, stream=stream)
+                    f"position {expected + 1}: stream_timeout: the stream did not deliver in "
+                    f"{timeout:g}s", kind="stream_timeout", position=expected + 1, stream=stream)
             try:
                 msgs = await sub.fetch(batch=min(batch, stream_count - received), timeout=2.0)
             except asyncio.TimeoutError:  # nats.errors.TimeoutError is one
                 idle += 1
                 if idle >= 5:
                     raise IntegrityError(
-                        f"position {expected + 1}: the stream stopped delivering after "
-                        f"{received} of {stream_count} messages",
+                        f"position {expected + 1}: stream_stalled: the stream stopped delivering "
+                        f"after {received} of {stream_count} messages",
                         kind="stream_stalled", position=expected + 1, stream=stream) from None
                 continue
             idle = 0
@@ -425,34 +593,35 @@ async def compare_with_stream(
                 expected += 1
                 if row is None:
                     raise IntegrityError(
-                        f"position {expected}: on the stream (sequence {sequence}) but not in "
-                        f"the ledger, which ends at position {ledger_last}",
+                        f"position {expected}: stream_ahead: on the stream (sequence {sequence}) "
+                        f"but not in the ledger, which ends at position {ledger_last}",
                         kind="stream_ahead", position=expected, stream_sequence=sequence,
                         ledger_last_position=ledger_last)
                 position, body = row
                 if position != expected:
                     raise IntegrityError(
-                        f"position {expected}: missing from the ledger (next stored is "
-                        f"{position})", kind="ledger_gap", position=expected)
+                        f"position {expected}: ledger_gap: missing from the ledger (next stored "
+                        f"is {position})", kind="ledger_gap", position=expected)
                 if sequence != position:
                     raise IntegrityError(
-                        f"position {position}: the stream's message there has sequence "
-                        f"{sequence}", kind="sequence_mismatch", position=position,
+                        f"position {position}: sequence_mismatch: the stream's message there "
+                        f"has sequence {sequence}", kind="sequence_mismatch", position=position,
                         stream_sequence=sequence)
                 if bytes(msg.data) != bytes(body):
                     raise IntegrityError(
-                        f"position {position}: stream data differs from the stored body",
+                        f"position {position}: data_mismatch: stream data differs from the "
+                        "stored body",
                         kind="data_mismatch", position=position)
         row = next(rows, None)
         if row is not None:
             raise IntegrityError(
-                f"position {row[0]}: in the ledger but not on the stream, which ends at "
-                f"sequence {stream_last}", kind="stream_behind", position=row[0],
+                f"position {row[0]}: stream_behind: in the ledger but not on the stream, which "
+                f"ends at sequence {stream_last}", kind="stream_behind", position=row[0],
                 stream_last_sequence=stream_last, ledger_last_position=ledger_last)
         if received != count or stream_last != ledger_last:
             raise IntegrityError(
-                f"position {min(stream_last, ledger_last) + 1}: the stream has {stream_count} "
-                f"messages up to sequence {stream_last}, the ledger {count} events up to "
+                f"position {min(stream_last, ledger_last) + 1}: count_mismatch: the stream has "
+                f"{stream_count} messages up to sequence {stream_last}, the ledger {count} events up to "
                 f"position {ledger_last}", kind="count_mismatch",
                 position=min(stream_last, ledger_last) + 1)
         return count
@@ -528,8 +697,8 @@ def verify_export(records: Iterator[dict], *, hmac_key: bytes | None = None) -> 
     position = 0
     for record in records:
         if record["position"] != position + 1:
-            raise _chain_fault("broken_link", position + 1, record["lane_id"], record.get("seq"),
-                               "position", position + 1, record["position"])
+            raise position_gap(position + 1, record["position"], record["lane_id"],
+                               record.get("seq"))
         position = record["position"]
         chains.check(record, position=position, lane=record["lane_id"])
     return ExportAudit(events=position, lanes=len(chains.tips), last_position=position)

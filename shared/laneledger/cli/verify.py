@@ -1,33 +1,47 @@
-"""``verify``: check hash chains in a file, a ledger database, or through a
-running tail service. Intact prints a summary and exits 0; the first bad
-record prints ``FAIL <where>: <kind> (...)`` and exits 1."""
+"""``verify``: check a whole ledger — a database, an export file, or through a
+running tail service (normative text: ``spec/verify.md``). Intact prints a
+summary and exits 0; the first fault prints ``FAIL <where>: <kind> …`` and
+exits 1; warnings (broken conventions) print ``WARN …`` and do not fail."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 
-from laneledger.audit import audit_ledger, read_export, verify_export
+from laneledger.access import CLIENT_TOKEN_FILE_ENV, client_headers
+from laneledger.audit import LedgerAudit, audit_ledger, compare_with_stream, read_export, verify_export
 from laneledger.chain import verify_chain
-from laneledger.errors import ChainFault, IntegrityError, LedgerUnavailable
+from laneledger.errors import ChainFault, IntegrityError, InvalidRequest, LedgerUnavailable
 from laneledger.korg import KORG_LEDGER_V1, read_jsonl
+from laneledger.subjects import Subjects
+
+from .report import fail
 
 FILE_FORMATS = ("laneledger", "korg-ledger-v1")
+HMAC_KEY_FILE_ENV = "LANELEDGER_HMAC_KEY_FILE"  # the sequencer's and the tail's, too
+SHOWN_WARNINGS = 20
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
     sub = commands.add_parser(
         "verify",
-        help="verify the hash chains of an export file or a ledger database",
-        description="Verify hash chains from their first record. Sources: a JSONL file "
-        "(FILE or --file; --format laneledger for a `laneledger export`, korg-ledger-v1 for a "
-        "Korg chain) or a ledger database (--db, read-only: lane chains, dense seqs, gap-free "
-        "positions, receipts, lane heads). Intact: print a summary (for korg-ledger-v1, the "
-        "tip entry_hash) and exit 0. Broken: print 'FAIL <where>: KIND (FIELD expected X, "
-        "found Y)' for the first bad record, KIND one of not_chained, broken_link, "
-        "content_tampered (or an integrity kind for --db), and exit 1. Malformed input: exit 2.",
+        help="verify a ledger: a database, an export file, or through a tail service",
+        description="Verify a ledger from its first record (spec/verify.md). Sources: a JSONL "
+        "file (FILE or --file; --format laneledger for a `laneledger export`, korg-ledger-v1 "
+        "for a Korg chain: chains and positions), a ledger database (--db, read-only, one "
+        "snapshot, constant memory: chains, dense seqs, gap-free positions, receipts, lane "
+        "heads, actors and their identity conventions, signatures, causation; add --nats to "
+        "also check that LEDGER_EVENTS equals the database and that every referenced blob is "
+        "stored with its bytes), or a tail service (--url). Intact: print a summary and exit "
+        "0. Broken: print 'FAIL position N ...: KIND ...' for the first fault and exit 1. "
+        "Warnings ('WARN ...') do not fail unless --strict-actors. Malformed input or an "
+        "unreachable service: exit 2.",
     )
     source = sub.add_mutually_exclusive_group(required=True)
     source.add_argument("file", metavar="FILE", nargs="?", help="a JSONL file")
@@ -35,32 +49,126 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     source.add_argument("--db", metavar="FILE", help="a ledger SQLite database")
     source.add_argument("--url", metavar="URL",
                         help="a tail service: it verifies the whole ledger from its read model")
+    sub.add_argument("--token-file", metavar="FILE", default=os.environ.get(CLIENT_TOKEN_FILE_ENV),
+                     help="with --url: the bearer token to read it with (a tenant's token "
+                     f"verifies that tenant's lanes; env {CLIENT_TOKEN_FILE_ENV})")
     sub.add_argument("--format", choices=FILE_FORMATS, default="laneledger",
                      help="format of FILE (default laneledger)")
-    sub.add_argument("--hmac-key", metavar="KEY", type=hmac_key,
+    key = sub.add_mutually_exclusive_group()
+    key.add_argument("--hmac-key", metavar="KEY", type=hmac_key,
                      help="verify HMAC-SHA256 entry hashes under KEY (UTF-8) instead of plain SHA-256")
+    key.add_argument("--hmac-key-file", metavar="FILE", default=os.environ.get(HMAC_KEY_FILE_ENV),
+                     help="read the HMAC key from FILE, as the sequencer does (surrounding "
+                     f"whitespace stripped; env {HMAC_KEY_FILE_ENV})")
+    sub.add_argument("--nats", metavar="URL",
+                     help="with --db: also compare LEDGER_EVENTS with the database (the "
+                     "sequencer idle) and check every referenced blob in the blob bucket")
+    sub.add_argument("--prefix", default="ledger",
+                     help="with --nats: the subject prefix, naming the stream and the blob "
+                     "bucket (default ledger)")
+    sub.add_argument("--strict-actors", action="store_true",
+                     help="with --db: an actor key breaking the identity conventions is a fault, "
+                     "not a warning")
+    sub.add_argument("--json", action="store_true",
+                     help="print one JSON report instead of text (--db and export files)")
     sub.set_defaults(run=cmd_verify)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     args.file = args.file or args.file_option
+    if (args.nats or args.strict_actors) and not args.db:
+        return fail("verify: --nats and --strict-actors need --db")
+    key = args.hmac_key if args.hmac_key is not None else read_key_file(args.hmac_key_file)
     try:
         if args.url:
-            return verify_url(args.url)
+            return verify_url(args.url, args.token_file)
         if args.db:
-            audit = audit_ledger(args.db, hmac_key=args.hmac_key)
-            print(f"intact: {audit.events} events in {audit.lanes} lanes, "
-                  f"positions 1..{audit.last_position}")
+            report = verify_db(args.db, key, args.nats, Subjects(args.prefix), args.strict_actors)
         elif args.format == "korg-ledger-v1":
-            print(verify_chain(read_jsonl(args.file), profile=KORG_LEDGER_V1, key=args.hmac_key))
+            print(verify_chain(read_jsonl(args.file), profile=KORG_LEDGER_V1, key=key))
+            return 0
         else:
-            audit = verify_export(read_export(args.file), hmac_key=args.hmac_key)
-            print(f"intact: {audit.events} events in {audit.lanes} lanes, "
-                  f"positions 1..{audit.last_position}")
+            audit = verify_export(read_export(args.file), hmac_key=key)
+            report = {"intact": True, "events": audit.events, "lanes": audit.lanes,
+                      "last_position": audit.last_position}
     except (ChainFault, IntegrityError) as fault:
-        print(f"FAIL {fault.message}")
+        if args.json:
+            print(json.dumps({"intact": False, "fault": fault.to_wire()}, default=str))
+        else:
+            print(f"FAIL {fault.message}")
         return 1
+    if args.json:
+        print(json.dumps(report, default=str))
+    else:
+        print_report(report)
     return 0
+
+
+def read_key_file(path: str | None) -> bytes | None:
+    if not path:
+        return None
+    key = Path(path).read_bytes().strip()
+    if not key:
+        raise InvalidRequest("the HMAC key file is empty", file=path)
+    return key
+
+
+def verify_db(db: str, key: bytes | None, nats_url: str | None, subjects: Subjects,
+              strict_actors: bool) -> dict[str, Any]:
+    Path(db).stat()  # a missing file is named before anything connects
+    if nats_url is None:
+        return db_report(audit_ledger(db, hmac_key=key, strict_actors=strict_actors))
+    return asyncio.run(_verify_db_with_nats(db, key, nats_url, subjects, strict_actors))
+
+
+async def _verify_db_with_nats(db: str, key: bytes | None, nats_url: str, subjects: Subjects,
+                               strict_actors: bool) -> dict[str, Any]:
+    from laneledger.blobaudit import audit_ledger_with_blobs, open_blob_store
+    from laneledger.client import LedgerClient
+
+    async with await LedgerClient.connect(nats_url) as client:
+        js = client.nc.jetstream()
+        store = await open_blob_store(js, subjects)
+        audit = await audit_ledger_with_blobs(db, store, hmac_key=key,
+                                              strict_actors=strict_actors)
+        stream = subjects.events_stream
+        matched = await compare_with_stream(js, db, stream)
+    report = db_report(audit)
+    report["stream"] = {"name": stream, "identical": True, "messages": matched}
+    report["blob_bucket"] = store.bucket if store is not None else None
+    return report
+
+
+def db_report(audit: LedgerAudit) -> dict[str, Any]:
+    return {
+        "intact": True, "events": audit.events, "lanes": audit.lanes,
+        "last_position": audit.last_position, "actors": audit.actors,
+        "signed_events": audit.signed_events, "causal_links": audit.causal_links,
+        "blob_refs": audit.blob_refs, "warning_count": audit.warning_count,
+        "warnings": [w.to_wire() for w in audit.warnings],
+    }
+
+
+def print_report(report: dict[str, Any]) -> None:
+    warnings = report.get("warnings") or []
+    for warning in warnings[:SHOWN_WARNINGS]:
+        print(f"WARN position {warning['position']}: {warning['kind']}: {warning['message']}")
+    if report.get("warning_count", 0) > SHOWN_WARNINGS:
+        print(f"WARN … and {report['warning_count'] - SHOWN_WARNINGS} more (--json lists "
+              f"{len(warnings)})")
+    print(f"intact: {report['events']} events in {report['lanes']} lanes, "
+          f"positions 1..{report['last_position']}")
+    checked = []
+    if report.get("signed_events"):
+        checked.append(f"{report['signed_events']} signatures valid")
+    if report.get("causal_links"):
+        checked.append(f"{report['causal_links']} causation links earlier and in-session")
+    if "stream" in report:
+        checked.append(f"{report['blob_refs']} blob references stored and matching")
+        checked.append(f"{report['stream']['name']} identical ({report['stream']['messages']} "
+                       "messages)")
+    if checked:
+        print("checked: " + "; ".join(checked))
 
 
 def hmac_key(text: str) -> bytes:
@@ -69,16 +177,25 @@ def hmac_key(text: str) -> bytes:
     return text.encode("utf-8")
 
 
-def verify_url(url: str) -> int:
+def verify_url(url: str, token_file: str | None = None) -> int:
+    headers = client_headers(token_file)
+
     async def fetch() -> dict:
         async with aiohttp.ClientSession() as http, \
-                http.get(f"{url.rstrip('/')}/api/v1/verify") as response:
+                http.get(f"{url.rstrip('/')}/api/v1/verify", headers=headers) as response:
             return await response.json(content_type=None)
 
     try:
         report = asyncio.run(fetch())
     except aiohttp.ClientError as exc:
         raise LedgerUnavailable(f"cannot read {url}: {exc}") from exc
+    error = report.get("error")
+    if isinstance(error, dict):  # refused (no or a wrong token, …): not a verdict
+        return fail(f"{url}: {error.get('code')}: {error.get('message')}")
+    if report.get("intact") and report.get("scope") == "tenant":  # a tenant token's view
+        print(f"intact: {report['events']} events in {report['lanes']} lanes of tenant "
+              f"{report['tenant']}")
+        return 0
     if report.get("intact"):
         print(f"intact: {report['events']} events in {report['lanes']} lanes, "
               f"positions 1..{report['last_position']}")
