@@ -1,10 +1,12 @@
-"""``GET /api/v1/blobs/{sha256}``: content-addressed blobs, served raw.
+"""``GET /api/v1/blobs/{sha256}``: content-referenced blobs, served raw.
 
-A blob lives at ``<data>/blobs/<sha[:2]>/<sha>`` (the Korg layout). The tail
-only serves the directory; putting blobs there belongs to the content-reference
-machinery of a later issue. A blob is checked against its name before it is
-served: bytes that do not hash to their name are an integrity failure, never
-served as if they were the blob.
+Blobs live in the JetStream object store bucket of content references
+(``laneledger.blobstore``, ``spec/content.md``), one namespace per tenant: a
+read names its tenant, which comes from the request's token
+(``laneledger.access``; an operator or open tail names it with ``tenant=``),
+so one tenant never reads another's blob by its hash. A blob is checked
+against its name before it is served: bytes that do not hash to their name
+are an integrity failure, never served as if they were the blob.
 
 The content type is sniffed the way Korg's MCP layer does: JSON (what a
 structured value's canonical bytes are), else UTF-8 text, else octet-stream.
@@ -13,45 +15,41 @@ structured value's canonical bytes are), else UTF-8 text, else octet-stream.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import re
-from pathlib import Path
 
 from aiohttp import web
+from nats.js.client import JetStreamContext
 
-from laneledger.errors import EntityNotFound, IntegrityError, InvalidRequest
+from laneledger.access import scope_of
+from laneledger.blobstore import BlobStore
+from laneledger.errors import EntityNotFound, InvalidRequest
+from laneledger.subjects import Subjects
 
 from .api import Query
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-MAX_BLOB_BYTES = 64 << 20  # served from memory after the check; larger is refused
 
 
-class BlobStore:
-    def __init__(self, root: Path) -> None:
-        self.root = root
+class BlobReader:
+    """The blob bucket, opened on first read and never created by the tail:
+    until a producer has stored a blob there is none, and every read is 404."""
 
-    def path(self, sha256: str) -> Path:
-        return self.root / sha256[:2] / sha256
+    def __init__(self, js: JetStreamContext, subjects: Subjects, timeout_s: float) -> None:
+        self._js, self._subjects, self._timeout_s = js, subjects, timeout_s
+        self._store: BlobStore | None = None
+        self._opening = asyncio.Lock()
 
-    def read(self, sha256: str) -> tuple[bytes, str]:
-        path = self.path(sha256)
-        try:
-            size = path.stat().st_size
-            if size > MAX_BLOB_BYTES:
-                raise IntegrityError("blob larger than this service serves", kind="blob_too_large",
-                                     sha256=sha256, size_bytes=size, limit_bytes=MAX_BLOB_BYTES)
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise EntityNotFound("no such blob", kind="blob", sha256=sha256) from None
-        except OSError as exc:
-            raise IntegrityError(f"blob unreadable: {exc}", kind="blob_unreadable",
-                                 sha256=sha256) from exc
-        found = hashlib.sha256(data).hexdigest()
-        if found != sha256:
-            raise IntegrityError("blob content does not match its sha256", kind="blob_mismatch",
-                                 sha256=sha256, found=found)
+    async def read(self, tenant: str, sha256: str) -> tuple[bytes, str]:
+        async with self._opening:
+            if self._store is None:
+                try:
+                    self._store = await BlobStore.open(self._js, subjects=self._subjects,
+                                                       create=False, timeout_s=self._timeout_s)
+                except EntityNotFound:  # no bucket yet: no blob either
+                    raise EntityNotFound("no such blob", kind="blob",
+                                         ref=f"sha256:{sha256}") from None
+        data = await self._store.get(tenant, f"sha256:{sha256}")
         return data, content_type(data)
 
 
@@ -76,15 +74,19 @@ def parse_sha256(raw: str) -> str:
     return value
 
 
-def blob_route(store: BlobStore, readers) -> web.RouteDef:
+def blob_route(store: BlobReader) -> web.RouteDef:
     async def get_blob(request: web.Request) -> web.Response:
-        Query(request, ())
+        query = Query(request, ("tenant",))
         sha256 = parse_sha256(request.match_info["sha256"])
-        data, ctype = await asyncio.get_running_loop().run_in_executor(readers, store.read, sha256)
+        tenant = scope_of(request).narrow(query.text("tenant"))
+        if tenant is None:  # an operator (or open) read: blobs live per tenant
+            raise InvalidRequest("name the blob's tenant (tenant=)", parameter="tenant")
+        data, ctype = await store.read(tenant, sha256)
         return web.Response(body=data, headers={
             "Content-Type": ctype,
             "ETag": f'"{sha256}"',
-            "Cache-Control": "public, max-age=31536000, immutable",
+            # Immutable, but a tenant's own: shared caches must not keep it.
+            "Cache-Control": "private, max-age=31536000, immutable",
         })
 
     return web.get("/api/v1/blobs/{sha256}", get_blob, name="blob")

@@ -1,0 +1,64 @@
+"""CPU cost of redaction (spec/content.md) on the append benchmark's event mix.
+
+    .venv/bin/python bench/redaction.py [--events N]
+
+Times, in one process and without I/O, what redaction adds where it runs:
+the sequencer's append step 0 (``prepare_append`` with and without the
+redactor: decode, redact, digest) and the SDK's content step
+(``prepare_content``: redact, then check for values to externalize), per
+event, on ``bench/producer.py``'s events (~300-500 bytes each; model and tool
+calls, deltas, costs). Best of three passes of process CPU time. The last
+line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from producer import EventFactory, request_body  # noqa: E402
+
+from laneledger.append import prepare_append  # noqa: E402
+from laneledger.content import prepare_content  # noqa: E402
+from laneledger.model import Lane  # noqa: E402
+from laneledger.redaction import Redactor  # noqa: E402
+
+
+def best_of_three(fn) -> float:
+    best = float("inf")
+    for _ in range(3):
+        start = time.process_time()
+        fn()
+        best = min(best, time.process_time() - start)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=20_000)
+    n = parser.parse_args().events
+    lane = Lane(id="lane-1", tenant="acme", session_id="s", run_id="r", name="main",
+                created_at="2026-01-01T00:00:00Z")
+    events = EventFactory(lane, "actor-1").batch(n)
+    bodies = [request_body(lane, i, f"a-{i}", [e]) for i, e in enumerate(events)]
+    redactor = Redactor()
+    plain = best_of_three(lambda: [prepare_append(b) for b in bodies]) / n * 1e6
+    redacted = best_of_three(lambda: [prepare_append(b, redactor=redactor) for b in bodies]) / n * 1e6
+    sdk = best_of_three(lambda: [prepare_content(e, redactor) for e in events]) / n * 1e6
+    print(f"sequencer step 0 without redaction  {plain:6.1f} µs CPU/event")
+    print(f"sequencer step 0 with redaction     {redacted:6.1f} µs CPU/event "
+          f"(+{redacted - plain:.1f})")
+    print(f"SDK content step (redact, refs)     {sdk:6.1f} µs CPU/event")
+    print(json.dumps({"events": n, "step0_us": round(plain, 1),
+                      "step0_redacted_us": round(redacted, 1),
+                      "redaction_added_us": round(redacted - plain, 1),
+                      "sdk_content_us": round(sdk, 1)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""Append step 0, last part: every content blob an append references is stored.
+
+Runs on the event loop before a batch goes to the writer thread (the lookups
+are NATS I/O), once per batch: the distinct references of all its appends are
+looked up concurrently, and references seen present are remembered (blobs are
+immutable and never deleted by the ledger), so a hot blob costs one lookup.
+An append referencing an absent blob is refused ``blob_missing`` and never
+reaches the writer; when the store does not answer it is refused
+``unavailable`` (retryable: the producer resends the same append).
+Normative text: ``spec/content.md`` and ``spec/object-model.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+
+from laneledger.append import PreparedAppend
+from laneledger.blobstore import BlobStore
+from laneledger.contentref import REFS_FIELD, refs_in
+from laneledger.errors import BlobMissing, LedgerError, LedgerUnavailable, TransportError
+from laneledger.model import Receipt
+from laneledger.store.writer import rejection
+
+from .metrics import SequencerMetrics
+
+log = logging.getLogger("laneledger.sequencer")
+KNOWN_PRESENT_MAX = 100_000  # remembered (tenant token, ref, size) triples
+
+Need = tuple[str, str, int]  # (tenant token, ref, size_bytes)
+
+
+class BlobCheck:
+    def __init__(self, store: BlobStore, metrics: SequencerMetrics) -> None:
+        self.store = store
+        self._metrics = metrics
+        self._present: OrderedDict[Need, None] = OrderedDict()
+
+    async def apply(self, outcomes: list[Receipt | None], prepared: list[PreparedAppend]
+                    ) -> tuple[list[Receipt | None], list[PreparedAppend]]:
+        """``(outcomes, prepared)`` with each append whose blobs are not all
+        present turned from "the writer decides" (None) into its rejection."""
+        needs = [_needs(append) for append in prepared]
+        unknown = {n for per in needs for n, _ in per if n not in self._present}
+        if not unknown:
+            for per in needs:
+                for n, _ in per:
+                    self._present.move_to_end(n)
+            return outcomes, prepared
+        failures = await self._look_up(unknown)
+        kept: list[PreparedAppend] = []
+        decided = iter(zip(prepared, needs))
+        out: list[Receipt | None] = []
+        for outcome in outcomes:
+            if outcome is not None:
+                out.append(outcome)
+                continue
+            append, per = next(decided)
+            err = next((_refusal(append, n, path, failures[n]) for n, path in per
+                        if n in failures), None)
+            if err is None:
+                kept.append(append)
+                out.append(None)
+            else:
+                out.append(rejection(err, append))
+        return out, kept
+
+    async def _look_up(self, unknown: set[Need]) -> dict[Need, LedgerError | None]:
+        """Look ``unknown`` up; what is not present: None when missing, the
+        store's error when it did not answer."""
+        by_tenant: dict[str, list[tuple[str, int]]] = {}
+        for tenant_token, ref, size in unknown:
+            by_tenant.setdefault(tenant_token, []).append((ref, size))
+        failures: dict[Need, LedgerError | None] = {}
+        for tenant_token, refs in by_tenant.items():
+            try:
+                missing = set(await self.store.missing(tenant_token, refs))
+            except LedgerError as exc:
+                log.warning("blob lookups for %d references failed: %s", len(refs), exc)
+                self._metrics.blob_checks.labels("error").inc(len(refs))
+                for ref, size in refs:
+                    failures[(tenant_token, ref, size)] = exc
+                continue
+            self._metrics.blob_checks.labels("missing").inc(len(missing))
+            self._metrics.blob_checks.labels("present").inc(len(refs) - len(missing))
+            for ref, size in refs:
+                need = (tenant_token, ref, size)
+                if (ref, size) in missing:
+                    failures[need] = None
+                else:
+                    self._remember(need)
+        return failures
+
+    def _remember(self, need: Need) -> None:
+        self._present[need] = None
+        if len(self._present) > KNOWN_PRESENT_MAX:
+            self._present.popitem(last=False)
+
+
+def _needs(append: PreparedAppend) -> list[tuple[Need, str]]:
+    """The blobs one append references, with the path of the payload naming each."""
+    if append.tenant_token is None:
+        return []
+    found: list[tuple[Need, str]] = []
+    for i, event in enumerate(append.sent):
+        payload = event.get("payload")
+        if not isinstance(payload, dict) or not _may_reference(payload):
+            continue
+        for ref, size in refs_in(payload):
+            found.append(((append.tenant_token, ref, size), f"$.events[{i}].payload"))
+    return found
+
+
+def _may_reference(payload: dict) -> bool:
+    # Nearly every payload holds no reference: skip the Python walk unless a
+    # sentinel key or the descriptor list can be there (repr runs in C; a
+    # string that merely contains "_ref" only costs the walk).
+    return REFS_FIELD in payload or "_ref" in repr(payload)
+
+
+def _refusal(append: PreparedAppend, need: Need, path: str,
+             failure: LedgerError | None) -> LedgerError:
+    _, ref, size = need
+    if failure is None:
+        index = int(path[len("$.events["):].split("]", 1)[0])
+        return BlobMissing("the event references a blob its tenant has not stored: store the "
+                           "blob first, then resend", event_id=append.sent[index].get("id"),
+                           ref=ref, size_bytes=size, path=path)
+    if isinstance(failure, TransportError):
+        return failure
+    return LedgerUnavailable(f"the blob store did not answer: {failure}", ref=ref)

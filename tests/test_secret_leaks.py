@@ -1,0 +1,259 @@
+"""No secret survives: a corpus of secret-shaped values (tests/secret_corpus.py)
+is published through every way into the ledger — a raw NATS publish to the
+append subject (no SDK), the SDK (make_event, and hand-built events), the
+tail's Korg HTTP endpoint, and inside values big enough to become content
+references — and afterwards none of it is in any file under the test's
+directory (the sequencer's and the tail's SQLite files with their WAL, the
+nats-server's JetStream store with the blob bucket) nor in any HTTP response
+the test received (spec/content.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import msgspec
+import nats
+import pytest
+
+from laneledger.client import LaneRecorder, make_event
+from laneledger.contentref import refs_in
+from laneledger.model import AppendCommitted, Receipt, decoder
+from laneledger.subjects import Subjects
+from secret_corpus import KEYED_SECRETS, SHAPED_SECRETS, all_secret_texts, secret_payload
+from tail_support import start_tail, wait_applied  # noqa: F401
+
+pytestmark = pytest.mark.timeout(90)
+
+TAGS = ("via-raw-nats", "via-raw-nats-big", "via-make-event", "via-hand-built",
+        "via-sdk-big", "via-korg-http")
+
+
+def files_holding(root: Path, needles: list[bytes]) -> dict[str, list[str]]:
+    """``{needle: [files holding it]}`` over every file under ``root``."""
+    found: dict[str, list[str]] = {}
+    for path in root.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            for needle in needles:
+                if needle in data:
+                    found.setdefault(needle.decode(errors="replace"), []).append(
+                        str(path.relative_to(root)))
+    return found
+
+
+async def test_no_secret_reaches_a_file_or_a_response(nats_server, sequencer, client, actor,
+                                                      start_tail, tmp_path):
+    tail = await start_tail()
+    bodies: list[bytes] = []  # every HTTP response body the test got
+    big_tail = "build log line\n" * 120  # makes a value over 1 KiB
+
+    # 1. A raw NATS publish: the sequencer is the only one to redact.
+    lane = await client.create_lane("acme", "s1", "r1", "raw", actor_id=actor.id)
+    raw_events = [
+        {**make_event(lane.id, "ext.acme.leak", actor_id=actor.id),
+         "payload": secret_payload("via-raw-nats"),
+         "extensions": {"acme.trace": {"headers": dict(KEYED_SECRETS[7:8])}}},
+        {**make_event(lane.id, "ext.acme.leak", actor_id=actor.id),
+         "payload": {"stdout": big_tail + json.dumps(secret_payload("via-raw-nats-big"))}},
+    ]
+    nc = await nats.connect(nats_server.url)
+    receipts: asyncio.Queue[Receipt] = asyncio.Queue()
+
+    async def on_receipt(msg) -> None:
+        for receipt in decoder(list[Receipt]).decode(msg.data):
+            await receipts.put(receipt)
+
+    inbox = nc.new_inbox()
+    await nc.subscribe(inbox, cb=on_receipt)
+    body = {"lane_id": lane.id, "expected_last_seq": 0, "append_id": "leak-raw",
+            "events": raw_events}
+    await nc.jetstream().publish(Subjects().append("acme", lane.id), json.dumps(body).encode(),
+                                 headers={"Ledger-Reply-To": inbox})
+    raw_receipt = await asyncio.wait_for(receipts.get(), timeout=10)
+    assert isinstance(raw_receipt, AppendCommitted), raw_receipt
+    await nc.close()
+
+    # 2. The SDK: make_event, a hand-built event, and secrets inside big values.
+    recorder = await LaneRecorder.open(client, "acme", "s1", "r1", "sdk", actor_id=actor.id)
+    await recorder.append([recorder.event("ext.acme.leak", actor_id=actor.id,
+                                          payload=secret_payload("via-make-event"))])
+    # Straight through LedgerClient.append: its submit redacts.
+    await client.append(recorder.lane, recorder.head,
+                        [{**make_event(recorder.lane.id, "ext.acme.leak", actor_id=actor.id),
+                          "payload": secret_payload("via-hand-built")}])
+    await recorder.reload()
+    big = recorder.event("ext.acme.leak", actor_id=actor.id, payload={
+        "stdout": big_tail + json.dumps(secret_payload("via-sdk-big")),
+        "env": {**dict(KEYED_SECRETS), "padding": "p" * 1100},
+        "args": {"file_path": "deploy/.env", "content": big_tail + SHAPED_SECRETS[0][1]}})
+    last = await recorder.append([big])
+
+    # 3. The tail's Korg endpoint (appends through the SDK inside the tail).
+    korg = await tail.api.post("/api/agent/tool-call", json_body={
+        "source_agent": "agent:leaky@1.0", "tool_name": "Bash",
+        "args": secret_payload("via-korg-http"),
+        "result": {"stdout": big_tail + json.dumps(secret_payload("via-korg-http"))},
+        "success": True, "duration_ms": 12})
+    assert korg.status == 200, korg.body
+    bodies.append(korg.body)
+    last_position = max(korg.json()["seq_id"], last.positions[-1])
+    await wait_applied(tail.service, last_position)
+
+    # Every read surface that returns event content, and every referenced blob.
+    refs: list[tuple[str, str]] = []
+    for position in range(1, last_position + 1):
+        answer = await tail.api.get(f"/api/v1/events/{position}")
+        assert answer.status == 200
+        bodies.append(answer.body)
+        event = json.loads(answer.body)
+        refs += [(event["tenant"], ref) for ref, _ in refs_in(event["payload"])]
+    for lane_id in (lane.id, recorder.lane.id):
+        bodies.append((await tail.api.get(f"/api/v1/lanes/{lane_id}/events")).body)
+    for path in ("/api/v1/sessions/s1", "/api/v1/sessions/s1/runs/r1", "/api/journal",
+                 "/api/v1/verify"):
+        answer = await tail.api.get(path)
+        assert answer.status == 200, (path, answer.body[:200])
+        bodies.append(answer.body)
+    assert len({r for _, r in refs}) >= 4  # the big values did become references
+    for tenant, ref in refs:
+        blob = await tail.api.get(f"/api/v1/blobs/{ref}", params={"tenant": tenant})
+        assert blob.status == 200
+        bodies.append(blob.body)
+    assert any(b"[REDACTED:" in b for b in bodies[-len(refs):])  # blobs were redacted, not lost
+
+    secrets = [s.encode() for s in all_secret_texts()]
+    # The search reads what it should: the events' tags are there (each path
+    # wrote), so only the secrets are missing.
+    for data in (b"".join(bodies),):
+        for tag in TAGS:
+            assert tag.encode() in data, tag
+    assert {s.decode() for s in secrets if s in b"".join(bodies)} == set()
+
+    # The files: the SQLite ledger and read model, and the JetStream store
+    # (streams and the blob bucket). nats-server writes its store a little
+    # after a publish: wait until the committed events' tags are on disk.
+    deadline = time.monotonic() + 15
+    while True:
+        on_disk = files_holding(tmp_path, [t.encode() for t in TAGS])
+        in_store = {t for t, files in on_disk.items() if any(f.startswith("nats") for f in files)}
+        if in_store == set(TAGS) or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.2)
+    assert in_store == set(TAGS)
+    # Raw publishes are never externalized (the sequencer does not): inline in SQLite.
+    in_ledger = files_holding(tmp_path, [b"via-raw-nats", b"via-raw-nats-big",
+                                         b"[REDACTED:secret_key]"])
+    assert all(any("ledger.db" in f for f in files) for files in in_ledger.values())
+    assert len(in_ledger) == 3
+    assert files_holding(tmp_path, secrets) == {}
+
+    # The sequencer redacted the raw publish only: SDK producers redact themselves.
+    registry = sequencer._metrics.registry
+    def redactions(rule: str) -> float:
+        return registry.get_sample_value("laneledger_sequencer_redactions_total", {"rule": rule}) or 0
+    assert redactions("secret_key") == len(KEYED_SECRETS) + 1  # + the extension's header
+    assert redactions("pem_private_key") == 2 and redactions("github_token") == 2
+
+
+async def test_a_configured_pattern_is_redacted_by_the_sequencer(nats_server, tmp_path):
+    """``--redact-patterns`` reaches the sequencer's redactor (raw publish)."""
+    from prometheus_client import CollectorRegistry
+
+    from laneledger.client import LedgerClient
+    from laneledger.redaction import Redactor
+    from laneledger.store import LedgerWriter, open_ledger
+    from services.sequencer.metrics import SequencerMetrics
+    from services.sequencer.service import Sequencer, SequencerSettings
+
+    nc = await nats.connect(nats_server.url)
+    writer = LedgerWriter(open_ledger(tmp_path / "ledger.db"))
+    service = Sequencer(nc, writer, SequencerMetrics(CollectorRegistry()), SequencerSettings(
+        redactor=Redactor.from_config('{"acme_badge": "BADGE-[0-9]{6}"}', "pin")))
+    await service.start()
+    client = await LedgerClient.connect(nats_server.url, timeout=5.0,
+                                        redactor=Redactor())  # this producer knows no extras
+    try:
+        actor = await client.ensure_actor("acme", "agent:cfg@1", "agent")
+        lane = await client.create_lane("acme", "s1", "r1", "cfg", actor_id=actor.id)
+        event = make_event(lane.id, "ext.acme.x", actor_id=actor.id,
+                           payload={"note": "badge BADGE-123456 ok", "pin": "4321"})
+        assert event["payload"]["pin"] == "4321"  # the default redactor does not know "pin"
+        receipt = await client.append(lane, 0, [event])
+        page = await client.load_lane(lane.id)
+        assert msgspec.to_builtins(page.events[0])["payload"] == {
+            "note": "badge [REDACTED:acme_badge] ok", "pin": "[REDACTED:secret_key]"}
+        assert receipt.first_seq == 1
+    finally:
+        await client.close()
+        await service.stop()
+        await nc.close()
+
+
+
+async def test_a_request_that_held_secrets_is_erased_from_the_append_stream(nc, tmp_path):
+    """An ack only marks a work-queue message removed: while an earlier request
+    is still pending (a batch handed back for redelivery), the acked one's
+    bytes stay in the stream's block file. The sequencer erases a committed
+    request that held secrets before it acks it (spec/content.md)."""
+    from prometheus_client import CollectorRegistry
+
+    from laneledger.store import LedgerWriter, open_ledger
+    from services.sequencer.metrics import SequencerMetrics
+    from services.sequencer.service import Sequencer
+    from services.sequencer.streams import SEQUENCER_CONSUMER
+
+    service = Sequencer(nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")),
+                        SequencerMetrics(CollectorRegistry()))
+    await service.start()  # creates LEDGER_APPEND and its consumer
+    await service.stop()
+    js = nc.jetstream()
+    secret = SHAPED_SECRETS[4][1]  # a GitHub token
+    for body in (b"pending-first", f"holds {secret}".encode(), b"pending-last"):
+        await js.publish(Subjects().append("acme", "lane"), body)
+    pull = await js.pull_subscribe_bind(SEQUENCER_CONSUMER, Subjects().append_stream)
+    first, held, last = await pull.fetch(3, timeout=5)
+    await service._scrub([held])
+    await held.ack_sync()
+    deadline = time.monotonic() + 15
+    while not files_holding(tmp_path / "nats", [b"pending-last"]):
+        assert time.monotonic() < deadline, "the pending requests never reached the disk"
+        await asyncio.sleep(0.1)
+    assert files_holding(tmp_path / "nats", [secret.encode()]) == {}
+    assert files_holding(tmp_path / "nats", [b"pending-first"])  # the others are untouched
+
+
+async def test_a_signed_event_holding_a_secret_is_refused_not_stored(nats_server, sequencer,
+                                                                     client, tmp_path):
+    """The sequencer redacts before it checks signatures: a signature over a
+    secret does not cover the redacted event, so the event is refused, and
+    the secret is stored nowhere (spec/content.md, "Where it happens")."""
+    from laneledger.signing import generate_private_key, sign_event
+
+    key = generate_private_key()
+    signer = await client.ensure_actor("acme", "agent:signs-secrets@1", "agent", public_key=key)
+    lane = await client.create_lane("acme", "s1", "r1", "signed", actor_id=signer.id)
+    secret = SHAPED_SECRETS[1][1]
+    event = sign_event({**make_event(lane.id, "ext.acme.x", actor_id=signer.id),
+                        "payload": {"log": f"using {secret}"}}, key)
+    nc = await nats.connect(nats_server.url)
+    receipts: asyncio.Queue[Receipt] = asyncio.Queue()
+
+    async def on_receipt(msg) -> None:
+        for receipt in decoder(list[Receipt]).decode(msg.data):
+            await receipts.put(receipt)
+
+    inbox = nc.new_inbox()
+    await nc.subscribe(inbox, cb=on_receipt)
+    body = {"lane_id": lane.id, "expected_last_seq": 0, "append_id": "signed-secret",
+            "events": [event]}
+    await nc.jetstream().publish(Subjects().append("acme", lane.id), json.dumps(body).encode(),
+                                 headers={"Ledger-Reply-To": inbox})
+    refused = await asyncio.wait_for(receipts.get(), timeout=10)
+    await nc.close()
+    assert refused.error.code == "invalid_signature" and refused.error.details["reason"] == "forged"
+    assert secret not in json.dumps(msgspec.to_builtins(refused))
+    assert (await client.get_lane(lane.id)).last_seq == 0
+    assert files_holding(tmp_path, [secret.encode()]) == {}
