@@ -13,15 +13,21 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import aiohttp
+import msgspec
 import nats
 import pytest
+from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from conftest import show_log_on_failure
+from laneledger.access import AccessPolicy
 from laneledger.checkpoints import CheckpointClient, anchor_of, complete_run
 from laneledger.client import LaneRecorder, LedgerClient
 from laneledger.natsserver import NatsServer
+from laneledger.opsserver import start_http
 from laneledger.store import LedgerWriter, open_ledger
+from services.checkpoint.http import checkpoint_routes
 from services.checkpoint.metrics import CheckpointMetrics
 from services.checkpoint.service import CheckpointService, CheckpointSettings
 from services.checkpoint.store import CheckpointStore
@@ -108,6 +114,21 @@ async def test_artifacts_and_checkpoints_work_under_least_privilege_users(secure
             assert await checkpoints.load_state(big) == blob
             plan = await checkpoints.recovery_plan("k", lane_id=lane.lane.id)
             assert plan.checkpoint == spilled
+            # A tenant token reads its artifact over HTTP from the shared
+            # bucket: the service looks for acme's own bucket only through
+            # STREAM.NAMES, which this config (rendered for no tenant) allows.
+            app = web.Application()
+            app.add_routes(checkpoint_routes(service, AccessPolicy.from_tokens(
+                {"acme": "acme-token-0123456789"})))
+            runner, port = await start_http(app, "127.0.0.1", 0)
+            try:
+                async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http, http.get(
+                        f"/api/v1/artifacts/{spilled.artifact.sha256}",
+                        headers={"Authorization": "Bearer acme-token-0123456789"}) as response:
+                    assert response.status == 200, await response.text()
+                    assert msgspec.json.decode(await response.read()) == {"text": "y" * 5000}
+            finally:
+                await runner.cleanup()
             done = await complete_run(lane, checkpoints, key="k", expected_revision=2,
                                       format="application/json", actor_id=actor.id, state={"n": 2})
             inspection = await checkpoints.inspect_run("s", "r")

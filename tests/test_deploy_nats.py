@@ -7,13 +7,25 @@ import asyncio
 import subprocess
 from pathlib import Path
 
+import aiohttp
+import msgspec
 import nats
 import pytest
+from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from laneledger.access import AccessPolicy
+from laneledger.checkpoints import CheckpointClient, anchor_of
 from laneledger.client import LaneRecorder, LedgerClient
+from laneledger.errors import EntityNotFound, InvalidRequest, LedgerError, TenantMismatch
 from laneledger.natsserver import NatsServer, find_nats_server
+from laneledger.opsserver import start_http
 from laneledger.store import LedgerWriter, open_ledger
+from laneledger.subjects import TENANT_HEADER, RequestSubject, Subjects, tenant_headers, token
+from services.checkpoint.http import checkpoint_routes
+from services.checkpoint.metrics import CheckpointMetrics
+from services.checkpoint.service import CheckpointService, CheckpointSettings
+from services.checkpoint.store import CheckpointStore
 from services.sequencer.metrics import SequencerMetrics
 from services.sequencer.service import Sequencer
 
@@ -163,8 +175,6 @@ def refused(violations: list[str], subject: str) -> bool:
 
 async def test_a_tenant_producer_appends_for_its_tenant_and_reads_only_its_inbox(
         tenant_server, passwords, tmp_path):
-    from laneledger.subjects import inbox_prefix
-
     seq_nc = await nats.connect(url_for(tenant_server, "sequencer", passwords))
     sequencer = Sequencer(seq_nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")),
                           SequencerMetrics(CollectorRegistry()))
@@ -173,7 +183,7 @@ async def test_a_tenant_producer_appends_for_its_tenant_and_reads_only_its_inbox
         for tenant in TENANTS:  # each tenant's producer works end to end on its own inbox
             async with await LedgerClient.connect(
                     url_for(tenant_server, f"producer-{tenant}", passwords),
-                    inbox_prefix=inbox_prefix(tenant)) as client:
+                    tenant=tenant) as client:  # its commands, its inbox
                 actor = await client.ensure_actor(tenant, "agent:secured@1", "agent")
                 lane = await LaneRecorder.open(client, tenant, f"s-{tenant}", "r", "main",
                                                actor_id=actor.id)
@@ -238,3 +248,196 @@ def test_nats_config_renders_the_shipped_file_and_refuses_bad_tenants(tmp_path):
     for bad in ("a b", "acme.x", "*", ""):
         assert main(["nats-config", "--template", str(CONF), "--tenant", bad]) == 2, bad
     assert main(["nats-config", "--template", str(CONF), "--tenant", "a-b", "--tenant", "a_b"]) == 2
+
+
+# -- tenant-scoped commands, checkpoint requests and artifact buckets ------------------
+
+
+def not_found_shape(err: LedgerError) -> tuple:
+    """What a caller sees of a "not found", less the id it asked for."""
+    return type(err), err.code, err.message, sorted(err.details)
+
+
+async def test_a_tenant_producer_reads_nothing_of_another_tenant_over_nats(
+        tenant_server, passwords, tmp_path):
+    """globex's producer, on its own subjects, cannot load acme's session,
+    run, lane or receipt, touch acme's lanes, or read acme's checkpoints and
+    artifacts, by any command; acme's producer can (the control). Another
+    tenant's thing is answered exactly as a missing one."""
+    urls = {user: url_for(tenant_server, user, passwords)
+            for user in ("sequencer", "checkpoint", "producer-acme", "producer-globex", "producer")}
+    seq_nc = await nats.connect(urls["sequencer"])
+    ckpt_nc = await nats.connect(urls["checkpoint"])
+    sequencer = Sequencer(seq_nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")),
+                          SequencerMetrics(CollectorRegistry()))
+    store = CheckpointStore.open(tmp_path / "checkpoints.db")
+    service = CheckpointService(ckpt_nc, store, CheckpointMetrics(CollectorRegistry()),
+                                CheckpointSettings(anchor_wait_s=10.0, max_inline_bytes=1024))
+    await sequencer.start()
+    await service.start()
+    acme = await LedgerClient.connect(urls["producer-acme"], tenant="acme")
+    globex = await LedgerClient.connect(urls["producer-globex"], tenant="globex")
+    try:
+        # acme's data: a lane with an event, a turn, an action; an anchored
+        # checkpoint and one whose state is an artifact in acme's bucket.
+        actor = await acme.ensure_actor("acme", "agent:a@1", "agent")
+        lane = await LaneRecorder.open(acme, "acme", "s-acme", "r", "main", actor_id=actor.id)
+        receipt = await lane.append([lane.event("run.started", actor_id=actor.id, subject_id="r")])
+        turn = await acme.create_turn(lane.lane.id, 1)
+        action = await acme.create_action(lane.lane.id, turn.id, "tool", "ls", effect="read",
+                                          idempotency="inherent")
+        acme_ckpt = CheckpointClient(acme)
+        anchored = await acme_ckpt.save("k-acme", expected_revision=0, format="application/json",
+                                        state={"n": 1}, anchor=anchor_of(receipt))
+        secret = b"acme's artifact " * 200
+        spilled = await acme_ckpt.save("k-acme", expected_revision=1, format="application/x-tests",
+                                       data=secret, media_type="application/octet-stream")
+        assert (await acme_ckpt.info()).artifact_bucket == "LEDGER_CHECKPOINT_ARTIFACTS_acme"
+
+        # The control: acme reads all of it back over its own subjects.
+        assert (await acme.get_lane(lane.lane.id)).last_seq == 1
+        assert (await acme.load_session("s-acme")).tenant == "acme"
+        assert len((await acme.load_run("s-acme", "r")).events) == 1
+        assert (await acme.get_receipt(receipt.append_id)).positions == receipt.positions
+        assert (await acme_ckpt.get(anchored.id)).tenant == "acme"
+        assert (await acme_ckpt.latest("k-acme")).id == spilled.id
+        assert await acme_ckpt.load_state(spilled) == secret
+        assert (await acme_ckpt.recovery_plan(lane_id=lane.lane.id)).lane_id == lane.lane.id
+
+        # globex: every read of acme's things is "not found", exactly as a missing one.
+        reads = [
+            (lambda i: globex.get_lane(i), lane.lane.id),
+            (lambda i: globex.load_lane(i), lane.lane.id),
+            (lambda i: globex.load_session(i), "s-acme"),
+            (lambda i: globex.load_run(i, "r"), "s-acme"),
+            (lambda i: globex.get_receipt(i), receipt.append_id),
+            (lambda i: globex.create_turn(i, 2), lane.lane.id),
+            (lambda i: globex.create_action(lane.lane.id, i, "tool", "x", effect="read",
+                                            idempotency="inherent"), turn.id),
+        ]
+        for call, acme_id in reads:
+            with pytest.raises(EntityNotFound) as theirs:
+                await call(acme_id)
+            with pytest.raises(EntityNotFound) as missing:
+                await call("no-such-id-" + acme_id[-6:])
+            assert not_found_shape(theirs.value) == not_found_shape(missing.value)
+        # A turn of acme's lane, named from globex's own lane, is as missing.
+        own = await LaneRecorder.open(globex, "globex", "s-globex", "r", "main")
+        with pytest.raises(EntityNotFound):
+            await globex.create_action(own.lane.id, turn.id, "tool", "x", effect="read",
+                                       idempotency="inherent")
+        with pytest.raises(EntityNotFound):
+            await globex.create_attempt(own.lane.id, action.id, 1)
+        # Writes naming acme are refused; one in acme's session too, naming no tenant of acme's.
+        for call in (lambda: globex.ensure_actor("acme", "agent:x@1", "agent"),
+                     lambda: globex.create_lane("acme", "s-new", "r", "main")):
+            with pytest.raises(TenantMismatch) as named:
+                await call()
+            assert named.value.details["subject_tenant"] == "globex"
+        with pytest.raises(TenantMismatch) as by_session:
+            await globex.create_lane("globex", "s-acme", "r", "other")
+        assert "acme" not in [v for k, v in by_session.value.details.items() if k != "session_id"]
+
+        # Checkpoints: acme's are not there for globex, by any operation.
+        globex_ckpt = CheckpointClient(globex)
+        with pytest.raises(EntityNotFound) as theirs:
+            await globex_ckpt.get(anchored.id)
+        with pytest.raises(EntityNotFound) as missing:
+            await globex_ckpt.get("no-such-checkpoint")
+        assert not_found_shape(theirs.value) == not_found_shape(missing.value)
+        assert await globex_ckpt.latest("k-acme") is None
+        assert (await globex_ckpt.revisions("k-acme")).revisions == []
+        with pytest.raises(EntityNotFound):
+            await globex_ckpt.recovery_plan(lane_id=lane.lane.id)
+        with pytest.raises(EntityNotFound):
+            await globex_ckpt.inspect_run("s-acme", "r")
+        assert (await globex_ckpt.reconcile(session_id="s-acme")).unlinked == []
+        for save in (lambda: globex_ckpt.save("k-acme", expected_revision=2,
+                                              format="application/json", state={}),
+                     lambda: globex_ckpt.save("k-g", expected_revision=0, format="application/json",
+                                              state={}, anchor=anchor_of(receipt))):
+            with pytest.raises(TenantMismatch):
+                await save()
+        assert (await acme_ckpt.latest("k-acme")).revision == 2  # untouched
+        # Its artifact bucket is its own: acme's artifact is not in it.
+        assert (await globex_ckpt.info()).artifact_bucket == "LEDGER_CHECKPOINT_ARTIFACTS_globex"
+        with pytest.raises(EntityNotFound):
+            await globex_ckpt.read_artifact(spilled.artifact)
+
+        # Over HTTP the artifact is found in acme's bucket for acme's token
+        # and the operator's, and is "missing" for globex's.
+        tokens = {"acme": "acme-token-0123456789", "globex": "globex-token-0123456789"}
+        app = web.Application()
+        app.add_routes(checkpoint_routes(service, AccessPolicy.from_tokens(
+            tokens, operator="operator-token-0123456789")))
+        runner, port = await start_http(app, "127.0.0.1", 0)
+        try:
+            async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http:
+                for token_, expected in ((tokens["acme"], 200), ("operator-token-0123456789", 200),
+                                         (tokens["globex"], 404)):
+                    async with http.get(f"/api/v1/artifacts/{spilled.artifact.sha256}",
+                                        headers={"Authorization": f"Bearer {token_}"}) as response:
+                        body = await response.read()
+                        assert response.status == expected, (token_, body)
+                        assert (body == secret) == (expected == 200)
+        finally:
+            await runner.cleanup()
+
+        # A subject's tenant cannot be re-labelled by the header.
+        forged = await globex.nc.request(
+            "ledger.cmd.globex.get_lane", msgspec.json.encode({"op": "get_lane", "lane_id": lane.lane.id}),
+            timeout=10, headers={TENANT_HEADER: "acme"})
+        assert b'"invalid_request"' in forged.data and b"run.started" not in forged.data
+
+        # And on the wire: nothing else is open to globex's producer.
+        violations = await attempts(urls["producer-globex"], publish=[
+            "ledger.cmd.get_lane", "ledger.cmd.acme.get_lane", "ledger.checkpoint.get",
+            "ledger.checkpoint.acme.get", "ledger.cmd.globex.x.get_lane",
+            "$JS.API.STREAM.INFO.OBJ_LEDGER_CHECKPOINT_ARTIFACTS_acme",
+            "$JS.API.STREAM.MSG.GET.OBJ_LEDGER_CHECKPOINT_ARTIFACTS_acme",
+            "$JS.API.CONSUMER.CREATE.OBJ_LEDGER_CHECKPOINT_ARTIFACTS_acme",
+            "$JS.API.STREAM.MSG.GET.OBJ_LEDGER_CHECKPOINT_ARTIFACTS",
+            "$O.LEDGER_CHECKPOINT_ARTIFACTS_acme.M.x"])
+        for subject in ("ledger.cmd.get_lane", "ledger.cmd.acme.get_lane", "ledger.checkpoint.get",
+                        "ledger.checkpoint.acme.get", "ledger.cmd.globex.x.get_lane",
+                        "$JS.API.STREAM.INFO.OBJ_LEDGER_CHECKPOINT_ARTIFACTS_acme",
+                        "$JS.API.STREAM.MSG.GET.OBJ_LEDGER_CHECKPOINT_ARTIFACTS_acme",
+                        "$JS.API.CONSUMER.CREATE.OBJ_LEDGER_CHECKPOINT_ARTIFACTS_acme",
+                        "$JS.API.STREAM.MSG.GET.OBJ_LEDGER_CHECKPOINT_ARTIFACTS",
+                        "$O.LEDGER_CHECKPOINT_ARTIFACTS_acme.M.x"):
+            assert refused(violations, subject), (subject, violations)
+
+        # The shared producer stays trusted: it reads any tenant (ledger.cmd.<op>).
+        async with await LedgerClient.connect(urls["producer"]) as trusted:
+            assert (await trusted.load_session("s-acme")).tenant == "acme"
+            assert (await CheckpointClient(trusted).get(anchored.id)).id == anchored.id
+    finally:
+        await globex.close()
+        await acme.close()
+        await service.stop()
+        await sequencer.stop()
+        await ckpt_nc.close()
+        await seq_nc.close()
+        store.close()
+
+
+def test_a_request_subject_names_its_tenant_by_token_and_header():
+    """Hashed tenant tokens travel with the tenant in a header that must hash
+    to the subject's token; anything else is a typed invalid_request."""
+    base = Subjects().command_base
+    hashed = "acme corp/eu"
+    subject = Subjects().command("get_lane", hashed)
+    assert subject == f"ledger.cmd.{token(hashed)}.get_lane" and token(hashed).startswith("_")
+    assert RequestSubject.parse(subject, base, tenant_headers(hashed)) == \
+        RequestSubject(op="get_lane", tenant=hashed)
+    assert RequestSubject.parse("ledger.cmd.acme.get_lane", base, None).tenant == "acme"
+    assert tenant_headers("acme") is None  # the token is the tenant
+    assert RequestSubject.parse("ledger.cmd.get_lane", base, None) == \
+        RequestSubject(op="get_lane", tenant=None)
+    for bad_subject, headers in ((subject, None),  # a hash with no header
+                                 (subject, {TENANT_HEADER: "acme"}),  # a header of another token
+                                 ("ledger.cmd.acme.get_lane", {TENANT_HEADER: "globex"}),
+                                 (subject, {TENANT_HEADER: "%ff"}),  # not UTF-8
+                                 ("ledger.cmd.a.b.get_lane", None)):
+        with pytest.raises(InvalidRequest):
+            RequestSubject.parse(bad_subject, base, headers)

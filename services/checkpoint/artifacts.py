@@ -3,7 +3,11 @@
 Producers upload a blob under ``sha256/<hex>`` (``CheckpointClient.put_artifact``)
 before saving the checkpoint that references it. Living in JetStream, the
 blobs are reachable by every producer over the same NATS connection and
-survive the service's own disk. The bucket can be written by producers, so
+survive the service's own disk. A tenant-scoped producer
+(``<prefix>.checkpoint.<tenant>.<op>``) uses its tenant's own bucket,
+``<bucket>_<tenant token>`` (``subjects.tenant_bucket``), which the service
+creates on demand and NATS permissions confine it to; the trusted producer
+uses the shared bucket. The bucket can be written by producers, so
 the service never trusts a name: before a save references a blob it checks
 that it exists with the referenced size and that its bytes hash to the name
 (hashed once per stored version, remembered in the store by the object's
@@ -13,6 +17,7 @@ nuid, which changes whenever the object is replaced).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any, Awaitable, Callable
 
 from nats.js.api import ObjectStoreConfig, StorageType
@@ -21,6 +26,7 @@ from nats.js.errors import NotFoundError
 
 from laneledger.checkpoints import (
     ArtifactMismatch,
+    ArtifactMissing,
     artifact_name,
     artifact_timeout,
     object_call,
@@ -29,6 +35,7 @@ from laneledger.checkpoints import (
 from laneledger.clock import system_clock
 from laneledger.errors import IntegrityError, LedgerUnavailable
 from laneledger.model import ArtifactRef
+from laneledger.subjects import tenant_bucket
 
 from .store import CheckpointStore
 
@@ -57,29 +64,42 @@ class ArtifactStore:
         self._db = db
         self._replicas = replicas
         self._timeout_s = timeout_s  # per call, plus time for the blob's size
-        self._obs = None
+        self._open: dict[str, Any] = {}  # bucket name -> its object store
 
-    async def ensure(self) -> None:
-        """Open the bucket, creating it (file storage, no expiry) if missing."""
-        try:
-            self._obs = await self._js.object_store(self.bucket)
-        except NotFoundError:
-            self._obs = await self._js.create_object_store(
-                self.bucket,
-                ObjectStoreConfig(description="laneledger checkpoint artifacts, by sha256",
-                                  storage=StorageType.FILE, replicas=self._replicas),
-            )
+    def name_for(self, tenant: str | None) -> str:
+        """The bucket of a tenant's scoped requests; None: the shared one."""
+        return self.bucket if tenant is None else tenant_bucket(self.bucket, tenant)
 
-    def _bucket(self):
-        if self._obs is None:
+    async def ensure(self, tenant: str | None = None) -> str:
+        """Open a bucket, creating it (file storage, no expiry) if missing;
+        its name."""
+        name = self.name_for(tenant)
+        if name not in self._open:
+            try:
+                obs = await self._js.object_store(name)
+            except NotFoundError:
+                obs = await self._js.create_object_store(
+                    name,
+                    ObjectStoreConfig(description="laneledger checkpoint artifacts, by sha256",
+                                      storage=StorageType.FILE, replicas=self._replicas),
+                )
+            except Exception as exc:  # noqa: BLE001 - NATS away or refused
+                raise LedgerUnavailable(f"cannot open the artifact bucket: {exc}",
+                                        bucket=name) from exc
+            self._open[name] = obs
+        return name
+
+    async def _bucket(self, tenant: str | None):
+        if self.bucket not in self._open:
             raise LedgerUnavailable("the artifact bucket is not open yet", bucket=self.bucket)
-        return self._obs
+        return self._open[await self.ensure(tenant)]
 
-    async def verify(self, ref: ArtifactRef) -> None:
-        """Refuse a reference whose blob is absent (``ArtifactMissing``), of
-        another size (``ArtifactMismatch``), or whose bytes do not hash to its
-        name (``IntegrityError``: the bucket holds bad data)."""
-        obs = self._bucket()
+    async def verify(self, ref: ArtifactRef, tenant: str | None = None) -> None:
+        """Refuse a reference whose blob is absent from the bucket of
+        ``tenant`` (``ArtifactMissing``), of another size (``ArtifactMismatch``),
+        or whose bytes do not hash to its name (``IntegrityError``: the bucket
+        holds bad data)."""
+        obs = await self._bucket(tenant)
         name = artifact_name(ref.sha256)
         info = await object_call("artifact info", ref.sha256, obs.get_info(name), self._timeout_s)
         if info.size != ref.size_bytes:
@@ -101,10 +121,40 @@ class ArtifactStore:
                                  size_bytes=sink.size)
         await self._db(self._store.mark_artifact, ref.sha256, sink.size, info.nuid, system_clock())
 
-    async def read(self, sha256: str) -> bytes:
-        """The blob's bytes, checked against the name (for the HTTP API)."""
-        obs, name = self._bucket(), artifact_name(sha256)
-        info = await object_call("artifact info", sha256, obs.get_info(name), self._timeout_s)
+    async def _existing(self, tenant: str | None):
+        """A bucket to read from, or None when that tenant has none: a read
+        never creates one. Asked with STREAM.NAMES, which the service's user
+        may always publish, unlike STREAM.INFO of a tenant bucket that a
+        config rendered without that tenant grants no rights on."""
+        name = self.name_for(tenant)
+        if tenant is None or name in self._open:
+            return await self._bucket(tenant)
+        try:
+            await self._js.find_stream_name_by_subject(f"$O.{name}.M.>")
+        except NotFoundError:
+            return None
+        except Exception as exc:  # noqa: BLE001 - NATS away
+            raise LedgerUnavailable(f"cannot look up the artifact bucket: {exc}",
+                                    bucket=name) from exc
+        return await self._bucket(tenant)
+
+    async def read(self, sha256: str, tenants: Sequence[str | None] = (None,)) -> bytes:
+        """The blob's bytes from the first of these tenants' buckets that
+        holds it (None: the shared one), checked against the name (for the
+        HTTP API)."""
+        name = artifact_name(sha256)
+        for tenant in tenants:
+            obs = await self._existing(tenant)
+            if obs is None:
+                continue
+            try:
+                info = await object_call("artifact info", sha256, obs.get_info(name), self._timeout_s)
+                break
+            except ArtifactMissing:
+                continue
+        else:
+            raise ArtifactMissing("no such artifact in the bucket", kind="artifact", id=sha256,
+                                  reason=ArtifactMissing.reason)
         found = await object_call("read artifact", sha256, obs.get(name),
                                   artifact_timeout(self._timeout_s, info.size or 0))
         data = found.data or b""

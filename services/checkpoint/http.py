@@ -100,12 +100,13 @@ def checkpoint_routes(service: CheckpointService,
         sha = request.match_info["sha256"]
         try:
             tenant = scope(request).tenant
-            # The bucket is shared: a tenant reads the artifacts its own
-            # checkpoints reference, and any other is "missing".
+            # The shared bucket is every tenant's: a tenant reads the
+            # artifacts its own checkpoints reference, and any other is
+            # "missing". Its own bucket (tenant-scoped saves) comes first.
             if tenant is not None and not await service.artifact_of_tenant(sha, tenant):
                 raise ArtifactMissing("no such artifact in the bucket", kind="artifact", id=sha,
                                       reason=ArtifactMissing.reason)
-            data = await service.artifacts.read(sha)
+            data = await service.artifacts.read(sha, await service.artifact_buckets(sha, tenant))
         except LedgerError as err:
             return _error(err)
         return web.Response(body=data, content_type="application/octet-stream",

@@ -1,9 +1,11 @@
 """The checkpoint service: saves and reads checkpoints, checks their anchors
 against the committed stream, and builds recovery plans and run inspections.
 
-Requests arrive on ``<prefix>.checkpoint.<op>`` (a tagged ``CheckpointCommand``,
+Requests arrive on ``<prefix>.checkpoint.<op>`` or, scoped to one tenant,
+``<prefix>.checkpoint.<tenant>.<op>`` (a tagged ``CheckpointCommand``,
 answered by a ``Reply``, like the sequencer's commands) and, for the reads,
-over HTTP (``http.py``); both go through ``execute``. Each NATS request is
+over HTTP (``http.py``); both go through ``execute``, with the ``Scope`` of
+the subject's tenant or of the bearer token. Each NATS request is
 served in its own task: a save may wait for its anchor, and must not hold up
 the requests behind it. SQLite work runs on one database thread.
 """
@@ -67,7 +69,7 @@ from laneledger.model import (
     decode,
     encode,
 )
-from laneledger.subjects import Subjects
+from laneledger.subjects import RequestSubject, Subjects
 
 from .anchors import AnchorIndex
 from .artifacts import ArtifactStore
@@ -189,12 +191,22 @@ class CheckpointService:
         op = msg.subject.rsplit(".", 1)[-1]
         label = op if op in OPS else "unknown"
         try:
+            # <prefix>.checkpoint.<tenant>.<op>: answered as that tenant's
+            # bearer token would be over HTTP; <prefix>.checkpoint.<op>: open.
+            target = RequestSubject.parse(msg.subject, self.settings.subjects.checkpoint_base,
+                                          msg.headers)
             cmd = decode(msg.data, CheckpointCommand)
             tag = type(cmd).__struct_config__.tag
             if tag != op:
                 raise InvalidRequest("the body's op differs from the subject's", path="$.op",
                                      op=tag, subject_op=op)
-            reply = encode(ReplyOk(result=await self.execute(cmd)))
+            scope = OPEN if target.tenant is None else Scope(target.tenant)
+            result = await self.execute(cmd, scope)
+            if isinstance(cmd, CheckpointServiceStatus) and target.tenant is not None:
+                # A tenant's producer uses its own artifact bucket (artifacts.py).
+                result = msgspec.structs.replace(
+                    result, artifact_bucket=await self.artifacts.ensure(target.tenant))
+            reply = encode(ReplyOk(result=result))
             outcome = "ok"
         except LedgerError as err:
             reply, outcome = _error_reply(err), err.code
@@ -220,7 +232,7 @@ class CheckpointService:
         "not found", exactly as if it did not exist."""
         match cmd:
             case SaveCheckpoint():
-                return await self.save(cmd)
+                return await self.save(cmd, scope)
             case GetCheckpoint(checkpoint_id=checkpoint_id):
                 found = await self._db(self._store.get, checkpoint_id)
                 scope.not_found_unless(found.tenant, "checkpoint", id=checkpoint_id)
@@ -247,6 +259,14 @@ class CheckpointService:
     async def artifact_of_tenant(self, sha256: str, tenant: str) -> bool:
         return await self._db(self._store.artifact_of_tenant, sha256, tenant)
 
+    async def artifact_buckets(self, sha256: str, tenant: str | None) -> list[str | None]:
+        """Where an artifact may be, in the order to look: the buckets of the
+        tenants whose checkpoints reference it (only ``tenant``'s when one is
+        given), then the shared bucket (None)."""
+        tenants = [tenant] if tenant is not None else \
+            await self._db(self._store.artifact_tenants, sha256)
+        return [*tenants, None]
+
     def info(self) -> CheckpointServiceInfo:
         s = self.settings
         return CheckpointServiceInfo(
@@ -257,9 +277,9 @@ class CheckpointService:
 
     # ------------------------------------------------------------- save
 
-    async def save(self, cmd: SaveCheckpoint) -> Checkpoint:
+    async def save(self, cmd: SaveCheckpoint, scope: Scope = OPEN) -> Checkpoint:
         try:
-            checkpoint, replayed = await self._save(cmd)
+            checkpoint, replayed = await self._save(cmd, scope)
         except LedgerError as err:
             self.metrics.saves.labels(str(err.details.get("reason") or err.code)).inc()
             kind = _conflict_kind(err)
@@ -269,13 +289,16 @@ class CheckpointService:
         self.metrics.saves.labels("replayed" if replayed else "saved").inc()
         return checkpoint
 
-    async def _save(self, cmd: SaveCheckpoint) -> tuple[Checkpoint, bool]:
-        """Spec order: the request's own checks; same id (replay or
-        idempotency violation) before the revision; the anchor (waiting at
-        most the bound); the artifact; then the write, which checks id and
-        revision again since another save may have won meanwhile."""
+    async def _save(self, cmd: SaveCheckpoint, scope: Scope) -> tuple[Checkpoint, bool]:
+        """Spec order: the request's own checks; a tenant-scoped save's
+        tenant; same id (replay or idempotency violation) before the
+        revision; the anchor (waiting at most the bound); the artifact; then
+        the write, which checks id and revision again since another save may
+        have won meanwhile."""
         proposal = cmd.checkpoint
         digest, state_bytes = self._check_proposal(proposal)
+        if scope.tenant is not None:
+            await self._db(self._store.check_tenant_save, proposal, scope.tenant)
         content = content_digest(proposal)
         replay = await self._db(self._store.precheck, proposal, content, cmd.expected_revision)
         if replay is not None:
@@ -287,7 +310,7 @@ class CheckpointService:
             await self.anchors.check(proposal.anchor, session_id=proposal.session_id,
                                      run_id=proposal.run_id, wait_s=wait)
         if proposal.artifact is not None:
-            await self.artifacts.verify(proposal.artifact)
+            await self.artifacts.verify(proposal.artifact, scope.tenant)
         tenant = await self._db(self._store.tenant_of, proposal)
         if tenant is not None and proposal.tenant is not None and proposal.tenant != tenant:
             raise TenantMismatch("the checkpoint names another tenant than its lane's",
@@ -295,7 +318,7 @@ class CheckpointService:
         return await self._db(
             self._store.save, proposal, content=content, digest=digest, state_bytes=state_bytes,
             expected_revision=cmd.expected_revision, created_at=self._clock(),
-            tenant=tenant or proposal.tenant,
+            tenant=tenant or proposal.tenant or scope.tenant,
         )
 
     def _check_proposal(self, proposal) -> tuple[str, int]:

@@ -236,6 +236,12 @@ class CheckpointStore:
         return bool(self._rows("SELECT 1 FROM checkpoints WHERE artifact_sha256 = ? AND tenant = ?"
                                " LIMIT 1", (sha256, tenant)))
 
+    def artifact_tenants(self, sha256: str) -> list[str]:
+        """The tenants whose checkpoints reference this artifact."""
+        return [tenant for (tenant,) in self._rows(
+            "SELECT DISTINCT tenant FROM checkpoints WHERE artifact_sha256 = ? AND tenant IS NOT NULL"
+            " ORDER BY tenant", (sha256,))]
+
     # -- checkpoints: reads ------------------------------------------------------------
 
     def _one(self, where: str, params: tuple) -> Checkpoint | None:
@@ -288,6 +294,25 @@ class CheckpointStore:
         return infos[:limit], len(infos) > limit
 
     # -- checkpoints: the save -----------------------------------------------------------
+
+    def check_tenant_save(self, proposal: ProposedCheckpoint, tenant: str) -> None:
+        """A save on ``tenant``'s subject: what it names (tenant, anchor lane,
+        session, key, id) is that tenant's or no one's yet; else
+        ``tenant_mismatch``, naming no other tenant, before any replay,
+        revision or anchor check could tell it about another's checkpoints."""
+        def refuse(message: str, **details: object) -> None:
+            raise TenantMismatch(message, what="checkpoint", tenant=tenant, **details)
+
+        if proposal.tenant is not None and proposal.tenant != tenant:
+            refuse("the checkpoint names another tenant than its subject",
+                   checkpoint_tenant=proposal.tenant)
+        if self.tenant_of(proposal) not in (None, tenant):
+            refuse("the checkpoint's lane or session belongs to another tenant")
+        if self.key_tenant(proposal.key)[1] not in (None, tenant):
+            refuse("this checkpoint key belongs to another tenant", key=proposal.key)
+        stored = self._by_id(proposal.id)
+        if stored is not None and decoder(Checkpoint).decode(stored[1]).tenant not in (None, tenant):
+            refuse("this checkpoint id names another tenant's checkpoint", id=proposal.id)
 
     def precheck(self, proposal: ProposedCheckpoint, content: str, expected_revision: int) -> Checkpoint | None:
         """The stored checkpoint when this save is a replay; raises when it is

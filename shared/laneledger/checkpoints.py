@@ -75,6 +75,7 @@ from .model import (
     decoder,
     encode,
 )
+from .subjects import tenant_headers
 
 T = TypeVar("T")
 
@@ -240,7 +241,11 @@ class CheckpointClient:
         timeout = self.timeout if timeout is None else timeout
         for attempt in itertools.count():
             try:
-                msg = await self.nc.request(self.subjects.checkpoint(op), body, timeout=timeout)
+                # On the ledger client's tenant's subject when it has one
+                # (spec/checkpoint.md, "Tenants").
+                msg = await self.nc.request(self.subjects.checkpoint(op, self.ledger.tenant), body,
+                                            timeout=timeout,
+                                            headers=tenant_headers(self.ledger.tenant))
                 break
             except Exception as exc:  # noqa: BLE001 - translated
                 err = _nats_error(exc, f"checkpoint {op}")
@@ -330,12 +335,14 @@ class CheckpointClient:
         terminal: bool = False,
         checkpoint_id: str | None = None,
         anchor_wait_s: float | None = None,
+        tenant: str | None = None,
     ) -> Checkpoint:
         """Save a revision of ``key``: ``state`` (inline JSON; spilled to a JSON
         artifact when larger than the service's inline limit), or ``data``
         bytes (uploaded as an artifact of ``media_type``), or an ``artifact``
         already uploaded. ``expected_revision`` is the key's latest revision
-        (0 for a new key)."""
+        (0 for a new key). ``tenant``: needed only when neither an anchor nor
+        the session names one (spec/checkpoint.md, "Tenants")."""
         given = [state is not _NO_STATE, data is not None, artifact is not None]
         if sum(given) != 1:
             raise InvalidRequest("give exactly one of state, data or artifact", path="$.checkpoint")
@@ -348,7 +355,7 @@ class CheckpointClient:
         proposal = ProposedCheckpoint(
             id=checkpoint_id or new_id(), key=key, format=format, session_id=session_id,
             run_id=run_id, state=None if state is _NO_STATE else state, artifact=artifact,
-            anchor=anchor, terminal=terminal,
+            anchor=anchor, terminal=terminal, tenant=tenant,
         )
         wait = anchor_wait_s
         if anchor is not None and wait is None:

@@ -11,6 +11,13 @@ permissions narrowed to that tenant:
 * it publishes append requests on ``<prefix>.append.<tenant>.>`` only, so it
   cannot append as another tenant (the sequencer also refuses a lane or
   actor of another tenant, ``tenant_mismatch``);
+* it sends commands on ``<prefix>.cmd.<tenant>.*`` and checkpoint requests
+  on ``<prefix>.checkpoint.<tenant>.*`` only, which the sequencer and the
+  checkpoint service answer for that tenant alone (another tenant's lane,
+  session, run, receipt or checkpoint is "not found");
+* its checkpoint artifacts live in its own bucket,
+  ``LEDGER_CHECKPOINT_ARTIFACTS_<tenant>`` (``subjects.tenant_bucket``), the
+  only one it may touch; the checkpoint service may create and read it;
 * it subscribes to ``_INBOX_<tenant>.>`` only, the inbox prefix its client
   must use (``LedgerClient.connect(inbox_prefix=inbox_prefix(tenant))``), so
   it cannot read another tenant's receipts and replies, which travel on the
@@ -28,11 +35,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from .subjects import inbox_prefix, token
+from .subjects import inbox_prefix, tenant_bucket, token
 
 _TENANT = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _INBOX_ALLOW = '"_INBOX.>"'
 RESPONDERS = ("sequencer", "checkpoint")  # they publish on producers' inboxes
+ARTIFACTS = "LEDGER_CHECKPOINT_ARTIFACTS"  # the shared bucket; a tenant's is ARTIFACTS_<tenant>
+# A permission on the artifact bucket: its stream OBJ_<bucket> or its $O.<bucket> subjects.
+_ARTIFACT_PERMISSION = re.compile(r'"[^"]*(?:OBJ_|\$O\.)' + ARTIFACTS + r'(?:\.[^"]*)?"')
 
 
 class TemplateError(ValueError):
@@ -60,6 +70,8 @@ def render(template: str, tenants: Sequence[str] = (), *, korg_tenant: str = "ko
     if len(set(variables)) != len(variables):
         raise ValueError("two tenants map to the same password variable")
     append_all = f'"{prefix}.append.>"'
+    # The shared producer's requests for any tenant; producer-T's for T only.
+    requests_all = [f'"{prefix}.{kind}.>"' for kind in ("cmd", "checkpoint")]
     text = template
     tail = _user_block(text, "tail")
     korg = f'"{prefix}.append.{token(korg_tenant)}.>"'
@@ -72,18 +84,37 @@ def render(template: str, tenants: Sequence[str] = (), *, korg_tenant: str = "ko
         inboxes = ", ".join([_INBOX_ALLOW] + [f'"{inbox_prefix(t)}.>"' for t in tenants])
         text = text[:block.start()] + block.group(0).replace(_INBOX_ALLOW, inboxes, 1) + \
             text[block.end():]
+    # The checkpoint service creates and reads each tenant's artifact bucket.
+    block = _user_block(text, "checkpoint")
+    shared = _ARTIFACT_PERMISSION.findall(block.group(0))
+    if not shared:
+        raise TemplateError(f"user 'checkpoint' has no permission on the bucket {ARTIFACTS}")
+    own = [_rename_bucket(perm, t) for t in tenants for perm in shared]
+    if own:
+        text = text[:block.start()] + block.group(0).replace(
+            shared[-1], ", ".join([shared[-1], *own]), 1) + text[block.end():]
     producer = _user_block(text, "producer").group(0)
-    if append_all not in producer or f"subscribe: {{ allow: [{_INBOX_ALLOW}] }}" not in producer:
+    if (any(subject not in producer for subject in (append_all, *requests_all))
+            or f"subscribe: {{ allow: [{_INBOX_ALLOW}] }}" not in producer):
         raise TemplateError("the producer user must publish "
-                            f"{append_all} and subscribe to {_INBOX_ALLOW} only")
+                            f"{', '.join([append_all, *requests_all])} and subscribe to "
+                            f"{_INBOX_ALLOW} only")
     added = []
     for tenant, variable in zip(tenants, variables):
         block = (producer
                  .replace("      user: producer\n", f"      user: producer-{tenant}\n", 1)
                  .replace("$LANELEDGER_PRODUCER_PASSWORD", f"${variable}", 1)
                  .replace(append_all, f'"{prefix}.append.{token(tenant)}.>"', 1)
+                 .replace(requests_all[0], f'"{prefix}.cmd.{token(tenant)}.*"', 1)
+                 .replace(requests_all[1], f'"{prefix}.checkpoint.{token(tenant)}.*"', 1)
                  .replace(f"subscribe: {{ allow: [{_INBOX_ALLOW}] }}",
                           f'subscribe: {{ allow: ["{inbox_prefix(tenant)}.>"] }}', 1))
+        block = _ARTIFACT_PERMISSION.sub(lambda m: _rename_bucket(m.group(0), tenant), block)
         added.append(block)
     end = _user_block(text, "producer").end()
     return text[:end] + "".join(added) + text[end:]
+
+
+def _rename_bucket(permission: str, tenant: str) -> str:
+    """A permission on the shared artifact bucket, on the tenant's own instead."""
+    return permission.replace(ARTIFACTS, tenant_bucket(ARTIFACTS, tenant), 1)

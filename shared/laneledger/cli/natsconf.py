@@ -18,8 +18,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         help="render deploy/nats.conf with a least-privilege producer user per tenant",
         description="Print the nats-server config TEMPLATE (default deploy/nats.conf) with, for "
         "each --tenant, a user producer-<tenant> (password $LANELEDGER_PRODUCER_<TENANT>_PASSWORD) "
-        "that may append only to its tenant and read only its own inbox (_INBOX_<tenant>; "
-        "connect its clients with that inbox prefix), and the sequencer and checkpoint "
+        "that may append, send commands and checkpoint requests only for its tenant, read only "
+        "its own inbox (_INBOX_<tenant>) and use only its own artifact bucket (connect its "
+        "clients with LedgerClient.connect(url, tenant=...)), and the sequencer and checkpoint "
         "service allowed to answer on those inboxes.",
     )
     sub.add_argument("--tenant", action="append", default=[], metavar="TENANT",

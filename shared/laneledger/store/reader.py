@@ -55,6 +55,22 @@ class LedgerReader:
             raise EntityNotFound("no such lane", kind="lane", id=lane_id)
         return lane_from_row(*rows[0])
 
+    _OWNER = {  # the tenant of what a command names (``tenant_of``)
+        "actor": "SELECT tenant FROM actors WHERE id = ?",
+        "session": "SELECT tenant FROM sessions WHERE id = ?",
+        "lane": "SELECT tenant FROM lanes WHERE id = ?",
+        "receipt": "SELECT l.tenant FROM receipts r JOIN lanes l ON l.id = r.lane_id"
+                   " WHERE r.append_id = ?",
+        "turn": "SELECT l.tenant FROM turns t JOIN lanes l ON l.id = t.lane_id WHERE t.id = ?",
+        "action": "SELECT l.tenant FROM actions a JOIN lanes l ON l.id = a.lane_id WHERE a.id = ?",
+    }
+
+    def tenant_of(self, kind: str, entity_id: str) -> str | None:
+        """The tenant of an actor, session, lane, committed append, turn or
+        action (None: no such thing): what a tenant-scoped command is checked against."""
+        rows = self._rows(self._OWNER[kind], (entity_id,))
+        return rows[0][0] if rows else None
+
     def get_receipt(self, append_id: str) -> AppendCommitted:
         rows = self._rows("SELECT body FROM receipts WHERE append_id = ?", (append_id,))
         if not rows:
