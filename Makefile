@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: run test bench install clean
+.PHONY: run test fault bench install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,8 +20,12 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# The fault suite's long form (tests/fault/; `make test` runs its short form).
+fault: $(STAMP)
+	LANELEDGER_FAULT_LONG=1 $(BIN)/python -m pytest -q -s tests/fault
+
 bench: $(STAMP)
-	$(BIN)/python bench/canonical.py
+	$(BIN)/python bench/report.py
 
 clean:
 	rm -rf $(VENV) .laneledger .pytest_cache

@@ -7,7 +7,8 @@ test module: pytest does not collect it).
         --lanes L1,L2,... --requests N --seed S --out FILE \\
         [--hot H1,H2,...] [--hot-share 0.5] [--concurrency 4] \\
         [--receipt-timeout 2] [--duration SECONDS] [--time-limit SECONDS] \\
-        [--stop-file PATH] [--name NAME]
+        [--stop-file PATH] [--name NAME] [--cost-share 0.2] \\
+        [--die-after-accepts K] [--resume]
 
 Each request picks a lane (one of ``--hot``, shared with other producers, with
 probability ``--hot-share``; otherwise any of ``--lanes``), proposes 1–5
@@ -22,6 +23,20 @@ FILE gets one JSON line per request, written when its outcome is known:
 ``timeout`` when the time limit cut it off), ``first_seq``, ``last_seq``,
 ``positions``, plus ``event_ids``, ``expected_last_seq``, ``sends``,
 ``accepted`` (a PubAck was seen for it), ``replayed`` and ``producer``.
+
+``--cost-share`` makes that share of the events ``cost.recorded`` (with a
+decimal amount and token counts) instead of ``stream.text_delta``, so
+consumers that fold costs have something to fold.
+
+A producer that dies between the durable accept of an append and its
+receipt, then retries: every request's intent (append id, lane, expected
+head, the events exactly as sent) goes to ``FILE.intents`` before it is
+published. ``--die-after-accepts K`` makes the process SIGKILL itself right
+after the K-th PubAck of an append to one of its own (not hot) lanes, having
+noted that append id in ``FILE.intents`` as ``{"killed_after_accept": id}``.
+``--resume`` (same ``--out``) first resends every intent with no outcome line
+in FILE — same append id, same events — and records its outcome, then goes on
+as usual.
 
 Bounded: no new request starts after ``--requests`` requests, ``--duration``
 seconds or once ``--stop-file`` exists; requests still waiting give up at
@@ -68,14 +83,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=60.0, help="start no request after this")
     p.add_argument("--time-limit", type=float, default=90.0, help="give up waiting after this")
     p.add_argument("--stop-file", default=None)
+    p.add_argument("--cost-share", type=float, default=0.0)
+    p.add_argument("--die-after-accepts", type=int, default=0)
+    p.add_argument("--resume", action="store_true")
     return p.parse_args(argv)
 
 
 class Producer:
-    def __init__(self, args: argparse.Namespace, client: LedgerClient, out) -> None:
+    def __init__(self, args: argparse.Namespace, client: LedgerClient, out, intents) -> None:
         self.args = args
         self.client = client
         self.out = out
+        self.intents = intents
+        self.own_accepts = 0
+        self.busy: dict[str, int] = {}  # lane id -> this producer's requests in flight on it
+        self.resuming = False
         self.name = args.name or f"producer-{os.getpid()}"
         self.rng = random.Random(args.seed)
         self.lane_ids = [x for x in args.lanes.split(",") if x]
@@ -123,6 +145,31 @@ class Producer:
 
     # -- requests -----------------------------------------------------------------------
 
+    def new_events(self, lane_id: str, index: int) -> list[dict]:
+        events = []
+        for k in range(self.rng.randint(1, 5)):
+            if self.rng.random() < self.args.cost_share:
+                events.append(make_event(lane_id, "cost.recorded", actor_id=self.args.actor_id, payload={
+                    "provider": "anthropic", "model": self.rng.choice(["claude-a", "claude-b"]),
+                    "currency": "USD", "amount": f"0.{self.rng.randint(1, 99999):05d}",
+                    "input_tokens": self.rng.randint(1, 5000),
+                    "output_tokens": self.rng.randint(1, 2000)}))
+            else:
+                events.append(make_event(lane_id, "stream.text_delta", actor_id=self.args.actor_id,
+                                         payload={"text": f"{self.name} request {index} event {k}"}))
+        return events
+
+    async def resume(self) -> None:
+        """Resend, unchanged, every request whose intent was noted but whose
+        outcome was not (the previous incarnation died waiting for it)."""
+        done = {json.loads(x)["append_id"] for x in _read_lines(self.args.out)}
+        pending = [i for i in map(json.loads, _read_lines(self.intents.name))
+                   if "append_id" in i and i["append_id"] not in done]
+        self.resuming = True
+        await asyncio.gather(*(self.request(i["request"], self.lanes[i["lane_id"]], intent=i)
+                               for i in pending))
+        self.resuming = False
+
     async def worker(self) -> None:
         for _ in range(self.args.requests):
             if not self.may_start():
@@ -132,17 +179,25 @@ class Producer:
                 return
             await self.request(index, self.pick())
 
-    async def request(self, index: int, lane: Lane) -> None:
-        expected = self.heads[lane.id]
-        events = [
-            make_event(lane.id, "stream.text_delta", actor_id=self.args.actor_id,
-                       payload={"text": f"{self.name} request {index} event {k}"})
-            for k in range(self.rng.randint(1, 5))
-        ]
+    async def request(self, index: int, lane: Lane, intent: dict | None = None) -> None:
+        if intent is None:
+            expected, events = self.heads[lane.id], self.new_events(lane.id, index)
+            intent = {"request": index, "append_id": new_id(), "lane_id": lane.id,
+                      "expected_last_seq": expected, "events": events}
+            self.note(intent)
+        expected, events = intent["expected_last_seq"], intent["events"]
+        self.busy[lane.id] = self.busy.get(lane.id, 0) + 1
+        try:
+            await self._request(index, lane, intent, expected, events)
+        finally:
+            self.busy[lane.id] -= 1
+
+    async def _request(self, index: int, lane: Lane, intent: dict, expected: int,
+                       events: list[dict]) -> None:
         line = {
             "producer": self.name,
             "request": index,
-            "append_id": new_id(),
+            "append_id": intent["append_id"],
             "lane_id": lane.id,
             "expected_last_seq": expected,
             "event_ids": [e["id"] for e in events],
@@ -165,6 +220,7 @@ class Producer:
                 handle = await self.client.submit(lane, expected, events,
                                                   append_id=line["append_id"])
                 line["accepted"] = True
+                self.maybe_die(lane.id, expected, line["append_id"])
                 receipt = await handle.receipt(self.args.receipt_timeout)
             except TransportError as err:
                 # No PubAck, or no receipt in time: resend the same append.
@@ -189,6 +245,24 @@ class Producer:
         if conflict:
             await self.load_lane(lane.id)
 
+    def note(self, intent: dict) -> None:
+        self.intents.write(json.dumps(intent, separators=(",", ":")) + "\n")
+        self.intents.flush()
+
+    def maybe_die(self, lane_id: str, expected: int, append_id: str) -> None:
+        """``--die-after-accepts``: SIGKILL this process between a durable
+        accept and its receipt, for an append that cannot conflict: on an own
+        lane (no other producer writes it), not a resend of an older intent,
+        no other request of ours in flight on the lane, and none committed on
+        it since this one read the head it expects."""
+        if (not self.args.die_after_accepts or self.resuming or lane_id in self.hot_ids
+                or self.busy[lane_id] != 1 or self.heads[lane_id] != expected):
+            return
+        self.own_accepts += 1
+        if self.own_accepts >= self.args.die_after_accepts:
+            self.note({"killed_after_accept": append_id})
+            os.kill(os.getpid(), signal.SIGKILL)
+
     def record(self, line: dict) -> None:
         self.outcomes[line["outcome"]] = self.outcomes.get(line["outcome"], 0) + 1
         self.out.write(json.dumps(line, separators=(",", ":")) + "\n")
@@ -199,6 +273,8 @@ class Producer:
             if await self.load_lane(lane_id) is None:
                 print(f"{self.name}: could not load lane {lane_id} in time", file=sys.stderr)
                 return 2
+        if self.args.resume:
+            await self.resume()
         workers = [asyncio.create_task(self.worker()) for _ in range(max(1, self.args.concurrency))]
         await asyncio.gather(*workers)
         return 0
@@ -207,8 +283,11 @@ class Producer:
 async def amain(args: argparse.Namespace) -> int:
     client = await LedgerClient.connect(args.nats, timeout=min(2.0, args.receipt_timeout))
     try:
-        with open(args.out, "a", encoding="utf-8") as out:
-            producer = Producer(args, client, out)
+        for path in (args.out, intents_path(args.out)):
+            _drop_torn_line(path)
+        with open(args.out, "a", encoding="utf-8") as out, \
+                open(intents_path(args.out), "a", encoding="utf-8") as intents:
+            producer = Producer(args, client, out, intents)
             code = await producer.run()
         elapsed = time.monotonic() - producer.started
         print(json.dumps({"producer": producer.name, "outcomes": producer.outcomes,
@@ -216,6 +295,30 @@ async def amain(args: argparse.Namespace) -> int:
         return code
     finally:
         await client.close()
+
+
+def intents_path(out: str | os.PathLike[str]) -> str:
+    return f"{out}.intents"
+
+
+def _drop_torn_line(path: str | os.PathLike[str]) -> None:
+    """Cut a last line a SIGKILL left unfinished, so the next one starts clean."""
+    try:
+        with open(path, "r+b") as f:
+            data = f.read()
+            if data and not data.endswith(b"\n"):
+                f.truncate(data.rfind(b"\n") + 1)
+    except FileNotFoundError:
+        pass
+
+
+def _read_lines(path: str | os.PathLike[str]) -> list[str]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            # A line cut short by a SIGKILL is not an intent or an outcome.
+            return [line for line in f if line.endswith("\n") and line.strip()]
+    except FileNotFoundError:
+        return []
 
 
 # -- for the tests that run producers (imported by them; not used by main) --------
@@ -242,10 +345,11 @@ class ProducerProcess:
             self.args += [f"--{key.replace('_', '-')}", str(value)]
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> ProducerProcess:
+    def start(self, *extra_args: str) -> ProducerProcess:
+        """Start it (again: on the same output file), with ``extra_args`` added."""
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.args, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=log, start_new_session=True)
+            self.proc = subprocess.Popen([*self.args, *extra_args], stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=log, start_new_session=True)
         return self
 
     @property
@@ -261,10 +365,12 @@ class ProducerProcess:
             self.proc.wait()
 
     def lines(self) -> list[dict]:
-        if not self.out.exists():
-            return []
-        with open(self.out, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
+        return [json.loads(line) for line in _read_lines(self.out)]
+
+    def intents(self) -> list[dict]:
+        """What ``FILE.intents`` noted: requests before they were sent, and
+        ``{"killed_after_accept": id}`` markers."""
+        return [json.loads(line) for line in _read_lines(intents_path(self.out))]
 
     def log_text(self) -> str:
         try:
@@ -285,18 +391,20 @@ async def create_lanes(url: str, n: int, tenant: str = "acme") -> tuple[str, lis
     return actor.id, lanes
 
 
-def start_producers(url: str, out_dir: Path, actor_id: str, lanes: list[Lane], *, producers: int,
-                    hot: int, requests: int, seed: int, tenant: str = "acme",
+def start_producers(url: str | list[str], out_dir: Path, actor_id: str, lanes: list[Lane], *,
+                    producers: int, hot: int, requests: int, seed: int, tenant: str = "acme",
                     **options: float | int | str) -> list[ProducerProcess]:
     """``producers`` processes that all share the first ``hot`` lanes; the
-    other lanes are dealt out, each to one producer."""
+    other lanes are dealt out, each to one producer. Given several URLs (the
+    nodes of a cluster), producer ``k`` connects to ``url[k % len(url)]``."""
+    urls = [url] if isinstance(url, str) else list(url)
     hot_ids = [lane.id for lane in lanes[:hot]]
     rest = [lane.id for lane in lanes[hot:]]
     started: list[ProducerProcess] = []
     try:
         for k in range(producers):
             started.append(ProducerProcess(
-                url, Path(out_dir) / f"producer-{k}.jsonl", tenant=tenant, actor_id=actor_id,
+                urls[k % len(urls)], Path(out_dir) / f"producer-{k}.jsonl", tenant=tenant, actor_id=actor_id,
                 lanes=rest[k::producers] or hot_ids, hot=hot_ids, requests=requests,
                 seed=seed * 100 + k, name=f"producer-{k}", **options,
             ).start())

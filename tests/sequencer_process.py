@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import time
 from pathlib import Path
 
@@ -41,6 +42,15 @@ class SequencerProcess(ServiceProcess):
              "--http-port", "0", *extra_args],
             log_dir if log_dir is not None else self.db_path.parent,
         )
+
+
+def ledger_last_position(db: str | os.PathLike[str]) -> int:
+    """The last committed position in a ledger file (read-only; 0 if empty)."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
+    finally:
+        conn.close()
 
 
 async def wait_for_stream(js, last_position: int, *, stream: str = "LEDGER_EVENTS",

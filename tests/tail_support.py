@@ -16,11 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -36,6 +32,7 @@ import referencing.jsonschema
 
 from laneledger.client import LedgerClient, make_event
 from laneledger.model import Actor, Lane
+from service_process import ServiceProcess
 from services.tail.openapi import DOCUMENT
 from services.tail.service import TailService, TailSettings
 
@@ -347,69 +344,35 @@ async def _stop(tail: RunningTail, running: list[RunningTail]) -> None:
 
 # -- the tail as a process -------------------------------------------------------------------
 
-_READY = re.compile(r"laneledger-tail ready http=(\S+) position=(\d+)")
 
-
-class TailProcess:
-    """``python -m services.tail`` in its own process group; output to log files."""
+class TailProcess(ServiceProcess):
+    """``python -m services.tail --http-port 0`` on ``data_dir`` (its logs
+    beside it), so its memory is its own. ``start`` is awaitable: it waits for
+    the ready line in a thread, so a sequencer in the test's event loop keeps
+    serving meanwhile."""
 
     def __init__(self, nats_url: str, data_dir: Path, *extra_args: str) -> None:
         self.nats_url = nats_url
         self.data_dir = Path(data_dir)
-        self.extra_args = extra_args
-        self.stdout_path = self.data_dir.parent / "tail.stdout.log"
-        self.stderr_path = self.data_dir.parent / "tail.stderr.log"
-        self.proc: subprocess.Popen | None = None
-        self.url = ""
+        super().__init__(
+            "services.tail",
+            ["--nats", nats_url, "--data", str(self.data_dir), "--http-port", "0", *extra_args],
+            self.data_dir.parent, env={"LANELEDGER_LOG_LEVEL": "WARNING"},
+        )
 
-    async def start(self, timeout: float = DEADLINE_S) -> TailProcess:
+    async def start(self, timeout: float = DEADLINE_S) -> TailProcess:  # type: ignore[override]
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        offset = self.stdout_path.stat().st_size if self.stdout_path.exists() else 0
-        with open(self.stdout_path, "ab") as out, open(self.stderr_path, "ab") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "services.tail", "--nats", self.nats_url,
-                 "--data", str(self.data_dir), "--http-port", "0", *self.extra_args],
-                cwd=REPO, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                env=dict(os.environ, LANELEDGER_LOG_LEVEL="WARNING"), start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            text = self.stdout_path.read_bytes()[offset:].decode(errors="replace")
-            found = _READY.search(text)
-            if found:
-                self.url = found.group(1)
-                return self
-            if self.proc.poll() is not None:
-                break
-            await asyncio.sleep(0.05)
-        self.stop()
-        raise AssertionError("the tail did not start:\n" + self.stderr_path.read_text()[-3000:])
+        await asyncio.to_thread(ServiceProcess.start, self, timeout)
+        return self
 
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+    async def restart(self, timeout: float = DEADLINE_S) -> TailProcess:  # type: ignore[override]
+        if self.running:
+            await asyncio.to_thread(self.terminate, timeout)
+        return await self.start(timeout)
 
     def rss_bytes(self) -> int:
+        """Its resident memory now (VmRSS from /proc)."""
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
         raise AssertionError("no VmRSS")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-
-    def terminate(self, timeout: float = 20.0) -> int:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        return self.proc.returncode
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.terminate()

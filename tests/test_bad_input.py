@@ -96,6 +96,11 @@ async def test_each_kind_of_bad_input_gets_a_typed_receipt(nc, ledger, small_seq
             request(lane, [{**good_event, "occurred_at": "yesterday"}])), "$.events[0].occurred_at"),
         ("invalid_request", subject, msgspec.json.encode(request(lane, [])), "$.events"),
         ("invalid_request", subject, msgspec.json.encode(
+            {**request(lane, [good_event]), "expected_last_seq": 2**53}), "$.expected_last_seq"),
+        # Deeper than MAX_NESTING: refused before decoding (spec/wire.md).
+        ("invalid_request", subject, msgspec.json.encode(request(lane, [good_event])).replace(
+            b'"payload":{}', b'"payload":{"a":' + b"[" * 200 + b"]" * 200 + b"}"), "$"),
+        ("invalid_request", subject, msgspec.json.encode(
             request(lane, [{**good_event, "sneaky": 1}])), "$.events[0]"),
         ("request_too_large", subject, msgspec.json.encode(
             request(lane, [{**good_event, "payload": {"blob": "x" * SMALL_LIMIT}}])), None),
@@ -179,9 +184,12 @@ async def test_request_without_reply_subject_is_still_processed(nc, ledger, smal
             break
         await asyncio.sleep(0.05)
     assert rejected_count(small_sequencer, "malformed_message") == 1
+    # Refused with nobody to tell: counted on its own as well.
+    assert small_sequencer._metrics.registry.get_sample_value(
+        "laneledger_sequencer_rejections_unanswered_total", {"code": "malformed_message"}) == 1
 
 
-async def test_bad_commands_get_typed_error_replies(nc, ledger):
+async def test_bad_commands_get_typed_error_replies(nc, ledger, small_sequencer):
     client, actor, lane = ledger
     reply = await nc.request("ledger.cmd.create_lane", b"not json", timeout=5)
     assert b'"code":"malformed_message"' in reply.data
@@ -191,3 +199,11 @@ async def test_bad_commands_get_typed_error_replies(nc, ledger):
     reply = await nc.request("ledger.cmd.get_lane",
                              msgspec.json.encode({"op": "get_lane", "lane_id": lane.id}), timeout=5)
     assert b'"status":"ok"' in reply.data
+    reply = await nc.request("ledger.cmd.create_turn", msgspec.json.encode(
+        {"op": "create_turn", "lane_id": lane.id, "turn_no": 2**63}), timeout=5)
+    assert b'"code":"invalid_request"' in reply.data and b"$.turn_no" in reply.data
+    # A subject no command has: refused, and counted under one label.
+    reply = await nc.request("ledger.cmd.made_up", b"{}", timeout=5)
+    assert b'"code":"invalid_request"' in reply.data
+    assert small_sequencer._metrics.registry.get_sample_value(
+        "laneledger_sequencer_commands_total", {"op": "other", "outcome": "invalid_request"}) == 1

@@ -421,6 +421,116 @@ async def test_a_tenant_producer_reads_nothing_of_another_tenant_over_nats(
         store.close()
 
 
+async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(
+        tenant_server, passwords, tmp_path):
+    """Content references under the rendered config: each tenant's blobs live
+    in its own bucket, which the sequencer creates on the tenant's first
+    command. acme's producer stores, appends with a reference, and reads its
+    blob raw; the tail serves it to acme's token only; globex's producer can
+    neither read, list nor write acme's bucket (nor the shared one) by raw
+    JetStream object store calls."""
+    from nats.js.object_store import ObjectStore
+
+    from laneledger.blobstore import object_name
+    from laneledger.contentref import hex_of, refs_in
+    from laneledger.errors import BlobMissing
+    from laneledger.subjects import inbox_prefix
+    from services.tail.service import TailService, TailSettings
+
+    urls = {user: url_for(tenant_server, user, passwords)
+            for user in ("sequencer", "tail", "producer-acme", "producer-globex")}
+    seq_nc = await nats.connect(urls["sequencer"])
+    sequencer = Sequencer(seq_nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")),
+                          SequencerMetrics(CollectorRegistry()))
+    await sequencer.start()
+    tokens = {"acme": "acme-token-0123456789", "globex": "globex-token-0123456789"}
+    tail_nc = await nats.connect(urls["tail"])
+    tail = TailService(tail_nc, TailSettings(data_dir=tmp_path / "tail",
+                                             access=AccessPolicy.from_tokens(tokens)))
+    tail_port = await tail.start("127.0.0.1", 0)
+    globex_errors: list[str] = []
+
+    async def remember(exc: Exception) -> None:
+        globex_errors.append(str(exc).lower())
+
+    acme = await LedgerClient.connect(urls["producer-acme"], tenant="acme")
+    globex = await LedgerClient.connect(urls["producer-globex"], tenant="globex")
+    # globex's producer user on a bare connection, its violations reported here
+    raw_globex = await nats.connect(urls["producer-globex"], error_cb=remember,
+                                    inbox_prefix=inbox_prefix("globex"))
+    try:
+        big = {"text": "acme's private tool output " * 100}  # over 1 KiB: a blob
+        # Before acme's first command it has no bucket, and may not create one.
+        with pytest.raises(EntityNotFound) as no_bucket:
+            await acme.blob_store("acme")
+        assert no_bucket.value.details == {"kind": "blob_bucket", "bucket": "LEDGER_BLOBS_acme"}
+
+        actor = await acme.ensure_actor("acme", "agent:a@1", "agent")  # creates LEDGER_BLOBS_acme
+        lane = await LaneRecorder.open(acme, "acme", "s-acme", "r", "main", actor_id=actor.id)
+        event = lane.event("stream.text_delta", actor_id=actor.id, payload=big)
+        [(ref, size)] = refs_in(event["payload"])
+        receipt = await lane.append([event])  # the SDK stores the blob; the sequencer finds it
+        assert receipt.last_seq == 1
+        name = object_name(token("acme"), ref)
+
+        # acme's producer, raw: gets its blob and puts another in its own bucket.
+        acme_obs = await acme.nc.jetstream().object_store("LEDGER_BLOBS_acme")
+        assert len((await acme_obs.get(name)).data) == size
+        await acme_obs.put(object_name(token("acme"), "sha256:" + "0" * 64), b"acme's own")
+
+        # The tail serves it to acme's token, and to globex's it is missing.
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{tail_port}") as http:
+            for who, status in (("acme", 200), ("globex", 404)):
+                async with http.get(f"/api/v1/blobs/{hex_of(ref)}", headers={
+                        "Authorization": f"Bearer {tokens[who]}"}) as response:
+                    body = await response.read()
+                    assert response.status == status, (who, body)
+                    assert (b"acme's private tool output" in body) == (who == "acme")
+
+        # globex's producer: its first command creates its own bucket; acme's
+        # reference is not a blob of globex's (refused before it is sent).
+        own = await LaneRecorder.open(globex, "globex", "s-g", "r", "main")
+        stolen = own.event("stream.text_delta", actor_id=actor.id,
+                           payload={"text": {"_ref": ref, "size_bytes": size}})
+        with pytest.raises(BlobMissing):
+            await own.append([stolen])
+        assert (await globex.blob_store("globex")).bucket == "LEDGER_BLOBS_globex"
+
+        # Raw JetStream calls on acme's bucket and the shared one: refused.
+        js = raw_globex.jetstream(timeout=1.0)
+        for bucket in ("LEDGER_BLOBS_acme", "LEDGER_BLOBS"):
+            with pytest.raises(Exception):
+                await js.object_store(bucket)
+            raw = ObjectStore(bucket, f"OBJ_{bucket}", js)  # skip the stream lookup
+            with pytest.raises(Exception):
+                await raw.get(name)
+            with pytest.raises(Exception):
+                await raw.list()
+        assert any("permissions violation" in e for e in globex_errors), globex_errors
+        subjects = [f"{api}.OBJ_LEDGER_BLOBS_acme" for api in (
+            "$JS.API.STREAM.INFO", "$JS.API.STREAM.MSG.GET", "$JS.API.DIRECT.GET",
+            "$JS.API.CONSUMER.CREATE", "$JS.API.STREAM.PURGE")]
+        subjects += ["$O.LEDGER_BLOBS_acme.C.x", "$O.LEDGER_BLOBS_acme.M.x",
+                     "$JS.API.STREAM.MSG.GET.OBJ_LEDGER_BLOBS", "$O.LEDGER_BLOBS.M.x",
+                     "$JS.API.STREAM.CREATE.OBJ_LEDGER_BLOBS_globex",
+                     "$JS.API.STREAM.PURGE.OBJ_LEDGER_BLOBS_globex",
+                     "$JS.API.STREAM.DELETE.OBJ_LEDGER_BLOBS_globex"]
+        violations = await attempts(urls["producer-globex"], publish=subjects)
+        for subject in subjects:
+            assert refused(violations, subject), (subject, violations)
+        # The control: its own bucket's subjects are open to it.
+        assert await attempts(urls["producer-globex"], publish=[
+            "$JS.API.STREAM.INFO.OBJ_LEDGER_BLOBS_globex", "$O.LEDGER_BLOBS_globex.M.x"]) == []
+    finally:
+        await raw_globex.close()
+        await globex.close()
+        await acme.close()
+        await tail.stop()
+        await tail_nc.close()
+        await sequencer.stop()
+        await seq_nc.close()
+
+
 def test_a_request_subject_names_its_tenant_by_token_and_header():
     """Hashed tenant tokens travel with the tenant in a header that must hash
     to the subject's token; anything else is a typed invalid_request."""

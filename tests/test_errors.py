@@ -32,7 +32,7 @@ RETRYABLE = {"transport_error", "timeout", "unavailable", "internal"}
 
 
 def test_the_tree_has_the_classes_the_contract_names() -> None:
-    assert len(CLASSES) == 23
+    assert len(CLASSES) == 27
     assert set(CLASSES) == set(ERRORS_BY_CODE.values())
 
 
@@ -53,9 +53,11 @@ def test_retryable_is_true_only_for_transport_and_internal() -> None:
 def test_the_branches_hold_their_leaves() -> None:
     branches = {
         e.RequestError: {"malformed_message", "invalid_request", "request_too_large",
-                         "not_canonicalizable", "unknown_event_type", "invalid_payload"},
+                         "not_canonicalizable", "unknown_event_type", "invalid_payload",
+                         "unauthorized"},
         e.StoreError: {"lane_conflict", "idempotency_violation", "entity_not_found", "duplicate_event",
-                       "subject_mismatch", "entity_conflict", "causation_violation", "tenant_mismatch"},
+                       "subject_mismatch", "entity_conflict", "causation_violation", "tenant_mismatch",
+                       "signature_required", "invalid_signature", "blob_missing"},
         e.IntegrityError: {"chain_fault"},
         e.TransportError: {"timeout", "unavailable"},
     }

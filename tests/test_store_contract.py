@@ -122,6 +122,11 @@ async def test_causation_stays_in_session_and_points_earlier(client, actor):
     with pytest.raises(errors.CausationViolation) as caught:
         await client.append(lane, 1, [first, second])
     assert caught.value.details["reason"] == "not_earlier"
+    itself = ev(lane, actor)
+    itself["causation_id"] = itself["id"]  # its own cause
+    with pytest.raises(errors.CausationViolation) as caught:
+        await client.append(lane, 1, [itself])
+    assert caught.value.details["reason"] == "not_earlier"
     with pytest.raises(errors.CausationViolation) as caught:
         await client.append(other, 0, [ev(other, actor, causation_id=root["id"])])
     assert caught.value.details["reason"] == "other_session"

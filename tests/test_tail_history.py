@@ -11,7 +11,9 @@ import json
 import msgspec
 import pytest
 
-from laneledger.subjects import Subjects
+from laneledger import errors
+from laneledger.blobstore import BlobStore, object_name
+from laneledger.subjects import Subjects, token
 from tail_support import ev, fill, new_lane, start_tail, wait_applied  # noqa: F401
 
 pytestmark = pytest.mark.timeout(90)
@@ -200,34 +202,39 @@ async def test_one_event_by_position(client, actor, start_tail):
         assert answer.status == 400 and answer.error["details"]["parameter"] == "position", bad
 
 
-async def test_blobs(start_tail, tmp_path):
+async def test_blobs(start_tail, js):
     tail = await start_tail()
-    root = tmp_path / "tail" / "blobs"
     blobs = {"json": json.dumps({"a": 1}).encode(), "text": "plain text ✓".encode(),
              "binary": bytes(range(256))}
-    digests = {}
-    for name, data in blobs.items():
-        digest = hashlib.sha256(data).hexdigest()
-        (root / digest[:2]).mkdir(parents=True, exist_ok=True)
-        (root / digest[:2] / digest).write_bytes(data)
-        digests[name] = digest
+    # Before any producer stored a blob there is no bucket: 404, not an error.
+    early = await tail.api.get("/api/v1/blobs/" + hashlib.sha256(blobs["json"]).hexdigest(),
+                               params={"tenant": "acme"})
+    assert early.status == 404 and early.error["details"]["kind"] == "blob"
+    store = await BlobStore.open(js)  # what a producer's SDK stores into, per tenant
+    digests = {name: (await store.put("acme", data))[len("sha256:"):]
+               for name, data in blobs.items()}
     types = {"json": "application/json", "text": "text/plain",
              "binary": "application/octet-stream"}
     for name, digest in digests.items():
-        answer = await tail.api.get(f"/api/v1/blobs/{digest}")
+        answer = await tail.api.get(f"/api/v1/blobs/{digest}", params={"tenant": "acme"})
         assert answer.status == 200 and answer.body == blobs[name]
         assert answer.headers["Content-Type"].startswith(types[name])
-    by_ref = await tail.api.get(f"/api/v1/blobs/sha256:{digests['json']}")
+    by_ref = await tail.api.get(f"/api/v1/blobs/sha256:{digests['json']}", params={"tenant": "acme"})
     assert by_ref.body == blobs["json"]
 
-    absent = await tail.api.get("/api/v1/blobs/" + "ab" * 32)
+    other_tenant = await tail.api.get(f"/api/v1/blobs/{digests['json']}", params={"tenant": "globex"})
+    assert other_tenant.status == 404 and other_tenant.error["details"]["kind"] == "blob"
+    untold = await tail.api.get(f"/api/v1/blobs/{digests['json']}")  # an open tail: name it
+    assert untold.status == 400 and untold.error["details"]["parameter"] == "tenant"
+    absent = await tail.api.get("/api/v1/blobs/" + "ab" * 32, params={"tenant": "acme"})
     assert absent.status == 404 and absent.error["details"]["kind"] == "blob"
     for bad in ("xyz", "AB" * 32, "ab" * 31):
-        answer = await tail.api.get(f"/api/v1/blobs/{bad}")
+        answer = await tail.api.get(f"/api/v1/blobs/{bad}", params={"tenant": "acme"})
         assert answer.status == 400 and answer.error["details"]["parameter"] == "sha256", bad
     # Bytes that do not hash to their name are never served as the blob.
-    (root / digests["text"][:2] / digests["text"]).write_bytes(b"tampered")
-    corrupt = await tail.api.get(f"/api/v1/blobs/{digests['text']}")
+    bucket = await js.object_store(store.bucket)
+    await bucket.put(object_name(token("acme"), digests["text"]), b"tampered")
+    corrupt = await tail.api.get(f"/api/v1/blobs/{digests['text']}", params={"tenant": "acme"})
     assert corrupt.status == 500 and corrupt.error["code"] == "integrity_failure"
     assert corrupt.error["details"]["kind"] == "blob_mismatch"
 
@@ -295,9 +302,9 @@ async def test_structure_reads_without_a_sequencer_are_503(client, actor, start_
 
 
 async def test_a_session_too_large_for_one_sequencer_reply(client, actor, start_tail):
-    """The sequencer's session view carries every event; past NATS's
-    max_payload it refuses it. The tail still answers, from its own events and
-    the lanes' heads, and says the structure is incomplete."""
+    """The sequencer's whole-session view carries every event; past NATS's
+    max_payload it refuses it. The tail reads the structure page by page
+    (load_structure) and its own events: the views stay complete."""
     tail = await start_tail()
     main = await new_lane(client, actor, "big", "r1", "main")
     side = await new_lane(client, actor, "big", "r1", "side")
@@ -310,17 +317,23 @@ async def test_a_session_too_large_for_one_sequencer_reply(client, actor, start_
     positions = await fill(client, main, actor, 1500, start_seq=1, payload={"text": "w" * 700})
     await fill(client, side, actor, 2)
     await wait_applied(tail.service, positions[-1] + 2)
+    with pytest.raises(errors.RequestTooLarge):
+        await client.load_session("big")
     session = (await tail.api.get("/api/v1/sessions/big", params={"limit": "3"})).json()
-    assert session["structure_complete"] is False
+    assert session["structure_complete"] is True
     assert session["tenant"] == "acme" and session["run_ids"] == ["r1"]
     assert [(lane["id"], lane["last_seq"]) for lane in session["lanes"]] == [
         (main.id, 1501), (side.id, 2)]
-    assert session["turns"] == session["actions"] == session["attempts"] == []
+    assert [t["id"] for t in session["turns"]] == [turn.id]
+    assert [(a["id"], a["name"]) for a in session["actions"]] == [(action.id, "read_file")]
+    assert [a["id"] for a in session["attempts"]] == [attempt.id]
     assert [e["position"] for e in session["events"]] == [requested.positions[0], *positions[:2]]
     run = (await tail.api.get("/api/v1/sessions/big/runs/r1")).json()
-    assert run["structure_complete"] is False and len(run["lanes"]) == 2
+    assert run["structure_complete"] is True and len(run["lanes"]) == 2
+    assert [a["id"] for a in run["attempts"]] == [attempt.id]
     inspection = (await tail.api.get("/api/v1/sessions/big/runs/r1/inspection")).json()
-    assert inspection["structure_complete"] is False
+    assert inspection["structure_complete"] is True
     (open_attempt,) = inspection["unresolved_attempts"]
-    assert open_attempt["attempt_id"] == attempt.id and open_attempt["action"] is None
-    assert open_attempt["reconcile_before_retry"] is True  # unknown: treated as side-effecting
+    assert open_attempt["attempt_id"] == attempt.id
+    assert open_attempt["action"]["name"] == "read_file"
+    assert open_attempt["reconcile_before_retry"] is False  # a read, inherently idempotent

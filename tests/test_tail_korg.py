@@ -3,6 +3,7 @@ shape, through the sequencer) and GET /api/journal (NDJSON envelopes)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import msgspec
@@ -130,7 +131,11 @@ async def test_journal_envelopes_cursor_limit_and_session(client, actor, start_t
     lane = await new_lane(client, actor)
     await fill(client, lane, actor, 3)  # ordinary ledger events: not in the journal
     big = {"content": "x" * 10}
-    refs = [{"sha256": "ab" * 32, "size_bytes": 2048, "label": "Edit.args.new_string"}]
+    # A descriptor names a blob the client stored first (Korg §7.3 blob-first).
+    new_string = b"n" * 2048
+    await (await client.blob_store()).put("korg", new_string)
+    refs = [{"sha256": hashlib.sha256(new_string).hexdigest(), "size_bytes": 2048,
+             "label": "Edit.args.new_string"}]
     edit = await post(tail, call(MAIN, "Edit", root["seq_id"], result=big, payload_refs=refs))
     other = await post(tail, call(MAIN, "user_prompt", session_id="second"))
     await wait_applied(tail.service, other["seq_id"])

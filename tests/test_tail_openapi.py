@@ -56,8 +56,7 @@ async def test_every_operation_answers_as_documented(client, actor, start_tail, 
     await wait_ready(api)
     data = b'{"k":"v"}'
     digest = hashlib.sha256(data).hexdigest()
-    (tmp_path / "tail" / "blobs" / digest[:2]).mkdir(parents=True)
-    (tmp_path / "tail" / "blobs" / digest[:2] / digest).write_bytes(data)
+    await (await client.blob_store()).put("acme", data)
 
     # Each answer is checked against the document by TailAPI.
     expect = [
@@ -67,7 +66,12 @@ async def test_every_operation_answers_as_documented(client, actor, start_tail, 
         ("/api/v1/sessions/s1", {"direction": "backward"}, 200),
         ("/api/v1/sessions/s1/runs/r1", {}, 200),
         ("/api/v1/sessions/s1/runs/r1/inspection", {}, 200),
-        (f"/api/v1/blobs/{digest}", {}, 200),
+        ("/api/v1/sessions/s1/activity", {}, 200), ("/api/v1/costs", {"bucket_s": "60"}, 200),
+        ("/console/app.js", {}, 200), ("/console/app.css", {}, 200),
+        ("/console/nope.js", {}, 404), ("/api/v1/costs", {"bucket_s": "0"}, 400),
+        ("/api/v1/sessions/s1/causal-tree", {"limit": "2"}, 200),
+        ("/api/v1/sessions/s1/causal-tree", {"exclude_invalidated": "yes"}, 400),
+        (f"/api/v1/blobs/{digest}", {"tenant": "acme"}, 200),
         ("/api/v1/verify", {}, 200), ("/api/v1/verify", {"lane_id": lane.id}, 200),
         ("/api/journal", {}, 200),
         ("/api/v1/events/99999", {}, 404), ("/api/v1/sessions/none", {}, 404),
@@ -77,7 +81,9 @@ async def test_every_operation_answers_as_documented(client, actor, start_tail, 
         answer = await api.get(path, params=params)
         assert answer.status == status, (path, answer.body[:300])
     console = await api.get("/")
-    assert b"new EventSource(\"/api/v1/events?\"" in console.body  # the console tails the API
+    assert b'<script src="/console/app.js"' in console.body
+    script = await api.get("/console/app.js")
+    assert b'new EventSource("/api/v1/events?"' in script.body  # the console tails the API
     inspection = (await api.get("/api/v1/sessions/s1/runs/r1/inspection")).json()
     assert inspection["terminal_events"][0]["position"] == receipt.positions[1]
     assert inspection["unresolved_attempts"][0]["attempt_id"] == attempt.id

@@ -62,10 +62,10 @@ def test_spec_has_no_keys_the_constants_do_not_cover() -> None:
 
 def test_core_event_types_are_the_two_lists_without_overlap() -> None:
     assert len(v.AGENT_LEDGER_EVENT_TYPES) == 18
-    assert len(v.LANELEDGER_EVENT_TYPES) == 16
+    assert len(v.LANELEDGER_EVENT_TYPES) == 17
     assert not set(v.AGENT_LEDGER_EVENT_TYPES) & set(v.LANELEDGER_EVENT_TYPES)
     assert v.CORE_EVENT_TYPES == frozenset(SPEC["event_types"]) | frozenset(SPEC["laneledger_event_types"])
-    assert len(v.CORE_EVENT_TYPES) == 34
+    assert len(v.CORE_EVENT_TYPES) == 35
 
 
 def test_agent_ledger_part_equals_the_public_vector_exactly() -> None:
@@ -290,6 +290,7 @@ _GOOD = {
     "integer>=1": 1,
     "object": {},
     "approved|rejected|edited": "approved",
+    "position-ranges": [],
 }
 _BAD = {
     "string": [5, None, {}],
@@ -298,6 +299,7 @@ _BAD = {
     "integer>=1": [0, -1, False, "1"],
     "object": ["x", [], None],
     "approved|rejected|edited": ["maybe", 1],
+    "position-ranges": ["1-2", [[1]], [[2, 1]], [[1.5, 2]], [[0, 1]], None],
 }
 
 

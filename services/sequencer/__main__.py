@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 from laneledger.config import Setting, common_settings, parse_settings, positive_int
 from laneledger.servicemain import close_nats, run_main, stop_event
 from laneledger.opsserver import ops_routes, start_http
+from laneledger.redaction import Redactor, checked_keys, checked_patterns
 from laneledger.store import LedgerWriter, open_ledger
 from laneledger.subjects import Subjects
 
@@ -36,6 +37,10 @@ SETTINGS = [
     Setting("--batch-size", "BATCH_SIZE", 500, positive_int, help="append requests per batch"),
     Setting("--hmac-key-file", "HMAC_KEY_FILE", None,
             help="file holding the chain HMAC key; without it the chain is plain SHA-256"),
+    Setting("--redact-patterns", "REDACT_PATTERNS", None, checked_patterns,
+            help='extra secret shapes to redact: JSON {"name": "regex"} or ["regex", …]'),
+    Setting("--redact-keys", "REDACT_KEYS", None, checked_keys,
+            help="extra secret key words to redact, comma-separated (e.g. 'pin,otp_code')"),
 ]
 
 
@@ -53,11 +58,12 @@ async def run(args: argparse.Namespace) -> None:
         args.nats, name="laneledger-sequencer", max_reconnect_attempts=-1, reconnect_time_wait=0.5
     )
     settings = SequencerSettings(
-        subjects=Subjects(args.prefix), replicas=args.replicas, batch_size=args.batch_size
+        subjects=Subjects(args.prefix), replicas=args.replicas, batch_size=args.batch_size,
+        redactor=Redactor.from_config(args.redact_patterns, args.redact_keys),
     )
     sequencer = Sequencer(nc, writer, metrics, settings)
     app = web.Application()
-    app.add_routes(ops_routes(registry, lambda: sequencer.ready and nc.is_connected))
+    app.add_routes(ops_routes(registry, lambda: sequencer.accepting and nc.is_connected))
     runner, port = await start_http(app, args.http_host, args.http_port)
 
     stop = stop_event()

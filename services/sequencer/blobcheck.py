@@ -4,6 +4,10 @@ Runs on the event loop before a batch goes to the writer thread (the lookups
 are NATS I/O), once per batch: the distinct references of all its appends are
 looked up concurrently, and references seen present are remembered (blobs are
 immutable and never deleted by the ledger), so a hot blob costs one lookup.
+A tenant's blobs are looked up in its own bucket, then in the shared one
+(``BlobBuckets``). The sequencer creates a tenant's bucket when the tenant's
+producer first sends it a command (``<prefix>.cmd.<tenant>.<op>``, see
+``tenant_seen``): producers may not create streams.
 An append referencing an absent blob is refused ``blob_missing`` and never
 reaches the writer; when the store does not answer it is refused
 ``unavailable`` (retryable: the producer resends the same append).
@@ -16,7 +20,7 @@ import logging
 from collections import OrderedDict
 
 from laneledger.append import PreparedAppend
-from laneledger.blobstore import BlobStore
+from laneledger.blobstore import BlobBuckets
 from laneledger.contentref import REFS_FIELD, refs_in
 from laneledger.errors import BlobMissing, LedgerError, LedgerUnavailable, TransportError
 from laneledger.model import Receipt
@@ -31,10 +35,25 @@ Need = tuple[str, str, int]  # (tenant token, ref, size_bytes)
 
 
 class BlobCheck:
-    def __init__(self, store: BlobStore, metrics: SequencerMetrics) -> None:
+    def __init__(self, store: BlobBuckets, metrics: SequencerMetrics) -> None:
         self.store = store
         self._metrics = metrics
         self._present: OrderedDict[Need, None] = OrderedDict()
+        self._buckets: set[str] = set()  # tenant tokens whose bucket is known to exist
+
+    async def tenant_seen(self, tenant_token: str) -> None:
+        """Make sure the tenant has its blob bucket, before the command that
+        named it is answered: its producer stores blobs there, and cannot
+        create it. A failure is logged, not the command's: the next retries."""
+        if tenant_token in self._buckets:
+            return
+        try:
+            await self.store.ensure(tenant_token)
+        except LedgerError as exc:
+            log.warning("could not create the blob bucket of tenant token %r: %s",
+                        tenant_token, exc)
+            return
+        self._buckets.add(tenant_token)
 
     async def apply(self, outcomes: list[Receipt | None], prepared: list[PreparedAppend]
                     ) -> tuple[list[Receipt | None], list[PreparedAppend]]:

@@ -54,6 +54,15 @@ class SequencerMetrics:
         )
         # Also visible in append_requests_total by outcome/code; named on their
         # own so dashboards and alerts (conflict rate) need no label matching.
+        # Also in append_requests_total; named on its own because nobody was
+        # told: the producer sees only a receipt that never comes.
+        self.unanswered_rejections = Counter(
+            "laneledger_sequencer_rejections_unanswered_total",
+            "Append requests refused that named no reply inbox (no Ledger-Reply-To "
+            "header), by error code: counted and dropped",
+            ["code"],
+            registry=registry,
+        )
         self.lane_conflicts = Counter(
             "laneledger_sequencer_lane_conflicts_total",
             "Appends rejected because the lane head moved (lane_conflict)",
@@ -62,6 +71,20 @@ class SequencerMetrics:
         self.replays = Counter(
             "laneledger_sequencer_idempotent_replays_total",
             "Appends answered with their stored receipt (same append id, same content)",
+            registry=registry,
+        )
+        self.redactions = Counter(
+            "laneledger_sequencer_redactions_total",
+            "Secret-shaped values the sequencer replaced in append requests before "
+            "hashing, by rule (spec/content.md); 0 while producers redact themselves",
+            ["rule"],
+            registry=registry,
+        )
+        self.blob_checks = Counter(
+            "laneledger_sequencer_blob_lookups_total",
+            "Blob-store lookups for content references, by result (present, missing, "
+            "error); references already known present are not looked up again",
+            ["result"],
             registry=registry,
         )
         self.inbound_backlog = Gauge(

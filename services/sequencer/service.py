@@ -4,8 +4,9 @@ Pulls append requests from LEDGER_APPEND in batches, applies them with the
 ``LedgerWriter`` in one dedicated thread (one SQLite transaction per batch),
 acks the inbound messages only after the commit, sends each producer its
 receipt, and hands the committed events to the mirror that publishes them on
-LEDGER_EVENTS. Structure commands and reads (``<prefix>.cmd.<op>``) run in the
-same writer thread, between batches.
+LEDGER_EVENTS. Structure commands and reads (``<prefix>.cmd.<op>``, or
+``<prefix>.cmd.<tenant>.<op>`` scoped to a tenant) run in the same writer
+thread, between batches.
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ import asyncio
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Callable, TypeVar, get_args
 
 import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
 from laneledger.append import PreparedAppend, prepare_append, readable_ids
+from laneledger.blobstore import BlobBuckets
 from laneledger.errors import (
     InternalError,
     InvalidRequest,
@@ -43,19 +45,23 @@ from laneledger.model import (
     LoadLane,
     LoadRun,
     LoadSession,
+    LoadStructure,
     Receipt,
     ReplyError,
     ReplyOk,
     decode,
     encode,
 )
+from laneledger.redaction import DEFAULT_REDACTOR, Redactor
 from laneledger.store import LedgerWriter
 from laneledger.store.writer import rejection
-from laneledger.subjects import REPLY_HEADER, Subjects
+from laneledger.subjects import REPLY_HEADER, RequestSubject, Subjects, token
 
+from .blobcheck import BlobCheck
 from .metrics import SequencerMetrics
 from .mirror import CommittedStreamMirror
 from laneledger.pullfeed import PullFeed
+from .tenancy import check_command_tenant
 from .streams import (
     SEQUENCER_CONSUMER,
     append_stream_config,
@@ -68,6 +74,7 @@ from .streams import (
 log = logging.getLogger("laneledger.sequencer")
 
 T = TypeVar("T")
+COMMAND_OPS = frozenset(kind.__struct_config__.tag for kind in get_args(Command))
 _PIPELINE = 2  # batches committing or waiting to be finished
 
 
@@ -77,6 +84,9 @@ class _Batch:
     outcomes: list[Receipt | None]  # request errors; None where the writer decides
     committing: asyncio.Future
     started: float
+    # Requests that held secrets: securely erased from LEDGER_APPEND once
+    # committed (an ack alone leaves their bytes in the stream's files).
+    scrub: list[Msg] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -87,6 +97,9 @@ class SequencerSettings:
     idle_wait_s: float = 0.5  # how long one wait for new requests lasts
     max_request_bytes: int = 1024 * 1024
     backlog_refresh_s: float = 1.0  # how often the inbound backlog gauge is refreshed
+    # Secrets replaced before hashing (spec/content.md); the defaults plus
+    # LANELEDGER_REDACT_* extras in the service.
+    redactor: Redactor = DEFAULT_REDACTOR
 
 
 class Sequencer:
@@ -105,8 +118,13 @@ class Sequencer:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger-writer")
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
+        self._blob_check: BlobCheck  # opened by start(), before any append is pulled
         self._command_sub = None
         self.ready = False
+        # The last commit's failure (a full disk, a read-only file), None once
+        # a commit succeeds: while set, /readyz says not ready (``accepting``).
+        self.store_error: LedgerError | None = None
+        self._failed_batches = 0
         self.mirror = CommittedStreamMirror(
             nc,
             settings.subjects,
@@ -114,6 +132,11 @@ class Sequencer:
             read_after=lambda pos, n: self._in_writer(writer.reader.events_after, pos, n),
             ledger_last_position=lambda: writer.last_position,
         )
+
+    @property
+    def accepting(self) -> bool:
+        """Ready, and the ledger database took the last commit: what /readyz says."""
+        return self.ready and self.store_error is None
 
     async def _in_writer(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
@@ -124,6 +147,9 @@ class Sequencer:
         s = self._settings
         await ensure_stream(self._js, append_stream_config(s.subjects.append_stream, s.subjects, s.replicas))
         await ensure_stream(self._js, events_stream_config(s.subjects.events_stream, s.subjects, s.replicas))
+        blobs = BlobBuckets(self._js, subjects=s.subjects, replicas=s.replicas)
+        await blobs.ensure()  # the shared bucket; a tenant's on its first command
+        self._blob_check = BlobCheck(blobs, self._metrics)
         await self.mirror.catch_up()
         self._metrics.last_position.set(self._writer.last_position)
         await ensure_consumer(self._js, s.subjects.append_stream, sequencer_consumer_config())
@@ -207,44 +233,71 @@ class Sequencer:
             await finisher
 
     async def _submit(self, msgs: list[Msg], in_flight: asyncio.Queue[_Batch | None]) -> None:
-        outcomes, prepared = self._prepare_batch(msgs)
+        outcomes, prepared, scrub = self._prepare_batch(msgs)
+        outcomes, prepared = await self._blob_check.apply(outcomes, prepared)
         committing = asyncio.get_running_loop().run_in_executor(
             self._thread, self._writer.apply_batch, prepared)
-        await in_flight.put(_Batch(msgs, outcomes, committing, time.perf_counter()))
+        await in_flight.put(_Batch(msgs, outcomes, committing, time.perf_counter(), scrub))
 
     async def _finish_loop(self, in_flight: asyncio.Queue[_Batch | None]) -> None:
         while (batch := await in_flight.get()) is not None:
             await self._finish_batch(batch)
 
-    def _prepare_batch(self, msgs: list[Msg]) -> tuple[list[Receipt | None], list[PreparedAppend]]:
-        """Step 0 for every message; a request error is its final outcome."""
+    def _prepare_batch(self, msgs: list[Msg]
+                       ) -> tuple[list[Receipt | None], list[PreparedAppend], list[Msg]]:
+        """Step 0 for every message; a request error is its final outcome.
+        Also the messages that held secrets (see ``_Batch.scrub``)."""
         outcomes: list[Receipt | None] = []
         prepared: list[PreparedAppend] = []
+        scrub: list[Msg] = []
         for msg in msgs:
             try:
-                prepared.append(self._prepare(msg))
-                outcomes.append(None)  # decided by the writer
+                append = self._prepare(msg)
+                prepared.append(append)
+                outcomes.append(None)  # decided by the writer (or the blob check)
+                if append.redactions:
+                    scrub.append(msg)
+                    for rule, n in append.redactions.items():
+                        self._metrics.redactions.labels(rule).inc(n)
             except RequestError as err:
                 append_id, lane_id = readable_ids(msg.data)
                 outcomes.append(rejection(err, append_id=append_id, lane_id=lane_id))
-        return outcomes, prepared
+            except Exception as exc:  # noqa: BLE001 - a bug refuses one request, not the sequencer
+                log.exception("append request on %s could not be prepared", msg.subject)
+                append_id, lane_id = readable_ids(msg.data)
+                err = InternalError(f"{type(exc).__name__}: {exc}")
+                outcomes.append(rejection(err, append_id=append_id, lane_id=lane_id))
+        return outcomes, prepared, scrub
 
     async def _finish_batch(self, batch: _Batch) -> None:
         msgs = batch.msgs
         try:
             result = await batch.committing
         except LedgerError as err:
-            # Nothing was written: hand every message back for redelivery.
-            log.error("batch of %d requests not committed: %s", len(msgs), err)
+            # Nothing was written: hand every message back for redelivery, and
+            # go not-ready until a commit succeeds. No receipt is sent: the
+            # requests stay queued and commit once the disk takes writes again
+            # (a rejection here would end them while their producers wait).
+            self.store_error = err
+            self._failed_batches += 1
+            log.error("the ledger database refused a commit; not ready, %d requests held "
+                      "for redelivery (%d batches failed so far): %s",
+                      len(msgs), self._failed_batches, err)
             self._metrics.batch_failures.inc()
             await asyncio.gather(*(m.nak(delay=1.0) for m in msgs), return_exceptions=True)
             return
+        if self.store_error is not None and result.committed:  # a write went through
+            log.warning("the ledger database takes commits again after %d failed batches; ready",
+                        self._failed_batches)
+            self.store_error, self._failed_batches = None, 0
         self._metrics.commit_seconds.observe(time.perf_counter() - batch.started)
         self._metrics.batch_size.observe(len(msgs))
         decided = iter(result.receipts)
         receipts = [o if o is not None else next(decided) for o in batch.outcomes]
 
         # Committed: only now may the inbound messages leave the work queue.
+        if batch.scrub:
+            await self._scrub(batch.scrub)
         publish = self._nc.publish
         for msg in msgs:  # plain publishes: no task, no future per message
             await publish(msg.reply, b"+ACK")
@@ -253,6 +306,18 @@ class Sequencer:
         self._metrics.last_position.set(self._writer.last_position)
         await self.mirror.submit(result.committed)
         self._metrics.mirror_backlog.set(self.mirror.backlog)
+
+    async def _scrub(self, msgs: list[Msg]) -> None:
+        """Erase committed requests that held secrets from LEDGER_APPEND:
+        a JetStream message delete overwrites the stored bytes (an ack in a
+        work queue only marks them removed). Best effort: a failure is logged,
+        the request still commits and is acked."""
+        stream = self._settings.subjects.append_stream
+        for msg in msgs:
+            try:
+                await self._js.delete_msg(stream, msg.metadata.sequence.stream)
+            except Exception as exc:  # noqa: BLE001 - logged; the commit stands
+                log.warning("could not erase a redacted request from %s: %s", stream, exc)
 
     def _prepare(self, msg: Msg) -> PreparedAppend:
         prefix = f"{self._settings.subjects.prefix}.append."
@@ -264,6 +329,10 @@ class Sequencer:
             tenant_token=tokens[0],
             lane_token=tokens[1],
             max_bytes=self._settings.max_request_bytes,
+            # Signatures of actors the writer already knows are checked here,
+            # overlapping the writer's commit of the previous batch.
+            actor_keys=self._writer.actor_keys,
+            redactor=self._settings.redactor,
         )
 
     async def _send_receipts(self, msgs: list[Msg], receipts: list[Receipt]) -> None:
@@ -283,6 +352,9 @@ class Sequencer:
             reply_to = (msg.headers or {}).get(REPLY_HEADER)
             if reply_to:
                 by_inbox.setdefault(reply_to, []).append(receipt)
+            elif isinstance(receipt, AppendRejected):
+                # Nobody to tell: counted on its own, so the refusal is not silent.
+                self._metrics.unanswered_rejections.labels(receipt.error.code).inc()
         self._metrics.requests.labels("committed", "").inc(committed)
         self._metrics.requests.labels("replayed", "").inc(replayed)
         self._metrics.replays.inc(replayed)
@@ -296,24 +368,33 @@ class Sequencer:
 
     async def _on_command(self, msg: Msg) -> None:
         op = msg.subject.rsplit(".", 1)[-1]
+        # Any subject under cmd.> arrives here: an unknown op is one label
+        # value, so the metric stays bounded whatever is published.
+        label = op if op in COMMAND_OPS else "other"
         try:
+            # <prefix>.cmd.<tenant>.<op> is answered for that tenant only
+            # (tenancy.py); <prefix>.cmd.<op> for any (trusted users).
+            target = RequestSubject.parse(msg.subject, self._settings.subjects.command_base,
+                                          msg.headers)
             cmd = decode(msg.data, Command)
             tag = type(cmd).__struct_config__.tag
             if tag != op:
                 raise InvalidRequest(
                     "the body's op differs from the subject's", path="$.op", op=tag, subject_op=op
                 )
-            result = await self._in_writer(self._execute, cmd)
+            if target.tenant is not None:
+                await self._blob_check.tenant_seen(token(target.tenant))
+            result = await self._in_writer(self._execute, cmd, target.tenant)
             reply = encode(ReplyOk(result=result))
-            self._metrics.commands.labels(op, "ok").inc()
+            self._metrics.commands.labels(label, "ok").inc()
         except LedgerError as err:
             reply = encode(ReplyError(error=ErrorBody(**err.to_wire())))
-            self._metrics.commands.labels(op, err.code).inc()
+            self._metrics.commands.labels(label, err.code).inc()
         except Exception as exc:  # noqa: BLE001 - a bug must answer, not hang the caller
             log.exception("command %s failed", op)
             err = InternalError(f"{type(exc).__name__}: {exc}")
             reply = encode(ReplyError(error=ErrorBody(**err.to_wire())))
-            self._metrics.commands.labels(op, err.code).inc()
+            self._metrics.commands.labels(label, err.code).inc()
         if not msg.reply:
             return
         if len(reply) > self._nc.max_payload:
@@ -327,8 +408,10 @@ class Sequencer:
             reply = encode(ReplyError(error=ErrorBody(**err.to_wire())))
         await self._nc.publish(msg.reply, reply)
 
-    def _execute(self, cmd: Command) -> Any:
+    def _execute(self, cmd: Command, tenant: str | None = None) -> Any:
         w, r = self._writer, self._writer.reader
+        if tenant is not None:
+            check_command_tenant(cmd, tenant, r)
         match cmd:
             case EnsureActor():
                 return w.ensure_actor(cmd)
@@ -348,5 +431,10 @@ class Sequencer:
                 return r.load_run(session_id, run_id)
             case LoadSession(session_id=session_id):
                 return r.load_session(session_id)
+            case LoadStructure():
+                # Half the reply limit for the rows: their encoding in the
+                # reply differs a little from the stored text.
+                return r.load_structure(cmd.session_id, cmd.run_id, cmd.after, cmd.limit,
+                                        max_bytes=self._nc.max_payload // 2)
             case GetReceipt(append_id=append_id):
                 return r.get_receipt(append_id)

@@ -34,6 +34,7 @@ from laneledger.model import (
     LoadLane,
     LoadRun,
     LoadSession,
+    LoadStructure,
 )
 from laneledger.store.reader import LedgerReader
 
@@ -74,6 +75,8 @@ def check_command_tenant(cmd: Command, tenant: str, reader: LedgerReader) -> Non
         case LoadRun(session_id=session_id, run_id=run_id) if elsewhere("session", session_id):
             raise EntityNotFound("no such run", kind="run", id=run_id, session_id=session_id)
         case LoadSession(session_id=session_id) if elsewhere("session", session_id):
+            raise EntityNotFound("no such session", kind="session", id=session_id)
+        case LoadStructure(session_id=session_id) if elsewhere("session", session_id):
             raise EntityNotFound("no such session", kind="session", id=session_id)
         case GetReceipt(append_id=append_id) if elsewhere("receipt", append_id):
             raise EntityNotFound("no committed append with this id", kind="receipt", id=append_id)

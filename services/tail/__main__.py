@@ -16,6 +16,7 @@ from pathlib import Path
 
 import nats
 
+from laneledger.access import access_settings, policy_of
 from laneledger.config import Setting, common_settings, parse_settings, positive_float
 from laneledger.servicemain import close_nats, run_main, stop_event
 from laneledger.subjects import Subjects
@@ -51,6 +52,7 @@ SETTINGS = [
     Setting("--korg-session", "KORG_SESSION", "korg",
             help="session of Korg tool calls that name none"),
     Setting("--korg-run", "KORG_RUN", "korg", help="run of Korg tool calls"),
+    *access_settings(),
 ]
 
 
@@ -67,6 +69,7 @@ def settings_of(args: argparse.Namespace) -> TailSettings:
         heartbeat_s=args.heartbeat_s, ready_max_lag=args.ready_max_lag,
         ring_size=args.ring_size, hmac_key=key,
         korg=KorgSettings(args.korg_tenant, args.korg_session, args.korg_run),
+        access=policy_of("laneledger-tail", args, args.http_host),
     )
 
 

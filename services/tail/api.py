@@ -17,30 +17,36 @@ import msgspec
 from aiohttp import web
 
 from laneledger.errors import (
+    BlobMissing,
     CausationViolation,
     EntityNotFound,
     InternalError,
     InvalidPayload,
     InvalidRequest,
+    InvalidSignature,
     LedgerError,
     LedgerTimeout,
     RequestError,
     RequestTooLarge,
+    SignatureRequired,
     StoreError,
     SubjectMismatch,
     TenantMismatch,
     TransportError,
+    Unauthorized,
     UnknownEventType,
 )
+from laneledger.access import ACCESS_TOKEN_PARAMETER
 
 log = logging.getLogger("laneledger.tail")
 
 # spec/errors.md, "HTTP status": most specific class first.
 _STATUS: tuple[tuple[tuple[type[LedgerError], ...], int], ...] = (
+    ((Unauthorized,), 401),
     ((RequestTooLarge,), 413),
-    ((UnknownEventType, InvalidPayload, SubjectMismatch, CausationViolation), 422),
+    ((UnknownEventType, InvalidPayload, SubjectMismatch, CausationViolation, BlobMissing), 422),
     ((RequestError,), 400),
-    ((TenantMismatch,), 403),
+    ((TenantMismatch, SignatureRequired, InvalidSignature), 403),
     ((EntityNotFound,), 404),
     ((StoreError,), 409),
     ((LedgerTimeout,), 504),
@@ -60,6 +66,9 @@ def error_response(err: LedgerError, status: int | None = None) -> web.Response:
         body=msgspec.json.encode({"error": err.to_wire()}),
         status=status or status_of(err),
         content_type="application/json",
+        # RFC 6750: a 401 names the scheme it wants
+        headers={"WWW-Authenticate": 'Bearer realm="laneledger"'}
+        if isinstance(err, Unauthorized) else None,
     )
 
 
@@ -101,6 +110,8 @@ class Query:
     def __init__(self, request: web.Request, allowed: tuple[str, ...]) -> None:
         self._values: dict[str, str] = {}
         for name in request.query:
+            if name == ACCESS_TOKEN_PARAMETER:
+                continue  # the bearer token, read (and checked) by the access middleware
             if name not in allowed:
                 raise InvalidRequest(f"unknown query parameter {name!r}", parameter=name,
                                      allowed=list(allowed))

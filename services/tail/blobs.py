@@ -1,10 +1,10 @@
 """``GET /api/v1/blobs/{sha256}``: content-referenced blobs, served raw.
 
-Blobs live in the JetStream object store bucket of content references
-(``laneledger.blobstore``, ``spec/content.md``), one namespace per tenant: a
-read names its tenant, which comes from the request's token
-(``laneledger.access``; an operator or open tail names it with ``tenant=``),
-so one tenant never reads another's blob by its hash. A blob is checked
+Blobs live in JetStream object store buckets (``laneledger.blobstore``,
+``spec/content.md``): the tenant's own, then the shared one. A read names its
+tenant, which comes from the request's token (``laneledger.access``; an
+operator or open tail names it with ``tenant=``), so one tenant never reads
+another's blob by its hash. A blob is checked
 against its name before it is served: bytes that do not hash to their name
 are an integrity failure, never served as if they were the blob.
 
@@ -14,7 +14,6 @@ structured value's canonical bytes are), else UTF-8 text, else octet-stream.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 
@@ -22,8 +21,8 @@ from aiohttp import web
 from nats.js.client import JetStreamContext
 
 from laneledger.access import scope_of
-from laneledger.blobstore import BlobStore
-from laneledger.errors import EntityNotFound, InvalidRequest
+from laneledger.blobstore import BlobBuckets
+from laneledger.errors import InvalidRequest
 from laneledger.subjects import Subjects
 
 from .api import Query
@@ -32,24 +31,14 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 class BlobReader:
-    """The blob bucket, opened on first read and never created by the tail:
-    until a producer has stored a blob there is none, and every read is 404."""
+    """The blob buckets, never created by the tail: a tenant without one
+    (and no blob in the shared bucket) reads 404."""
 
     def __init__(self, js: JetStreamContext, subjects: Subjects, timeout_s: float) -> None:
-        self._js, self._subjects, self._timeout_s = js, subjects, timeout_s
-        self._store: BlobStore | None = None
-        self._opening = asyncio.Lock()
+        self._buckets = BlobBuckets(js, subjects=subjects, timeout_s=timeout_s)
 
     async def read(self, tenant: str, sha256: str) -> tuple[bytes, str]:
-        async with self._opening:
-            if self._store is None:
-                try:
-                    self._store = await BlobStore.open(self._js, subjects=self._subjects,
-                                                       create=False, timeout_s=self._timeout_s)
-                except EntityNotFound:  # no bucket yet: no blob either
-                    raise EntityNotFound("no such blob", kind="blob",
-                                         ref=f"sha256:{sha256}") from None
-        data = await self._store.get(tenant, f"sha256:{sha256}")
+        data = await self._buckets.get(tenant, f"sha256:{sha256}")
         return data, content_type(data)
 
 

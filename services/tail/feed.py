@@ -203,13 +203,17 @@ class Feed:
         if cap and cursor + 1 >= self._ring_low and ring[(cursor + 1) % cap] is not None:
             last = min(applied, cursor + RING_SCAN)
             out = []
+            size = 0
             for position in range(cursor + 1, last + 1):
                 entry = ring[position % cap]
                 if entry is None:
                     return out, position - 1  # a large event: the next read goes to SQLite
                 if filt.matches(entry) or filt.ends_with(entry):
                     out.append(entry)
-                    if len(out) >= PAGE_ROWS:
+                    size += len(entry.frame or b"")
+                    # The same page bound as SQLite reads: what one subscriber
+                    # holds at a time, however far behind it is.
+                    if len(out) >= PAGE_ROWS or size >= PAGE_BYTES:
                         return out, position
             return out, last
         loop = asyncio.get_running_loop()

@@ -5,7 +5,7 @@ Events come from the read model, so every answer is as of one applied
 position (``applied_position`` in the body) and pages through a stable,
 append-only sequence. Structure (lanes with their heads, turns, actions,
 attempts with their effect and idempotency class) is not on the committed
-stream; it is read from the sequencer with ``load_session`` / ``load_run``
+stream; it is read from the sequencer page by page with ``load_structure``
 over NATS, and when the sequencer does not answer the endpoint answers 503
 (``unavailable``) or 504 (``timeout``) rather than half a view.
 
@@ -21,29 +21,38 @@ direction; ``has_more`` tells whether one exists now.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 from aiohttp import web
 
+from laneledger.access import Scope, scope_of
 from laneledger.client import LedgerClient
-from laneledger.errors import IntegrityError, RequestTooLarge
+from laneledger.errors import EntityNotFound, IntegrityError
 from laneledger.vocabulary import TERMINAL_EVENT_TYPES
 
 from .api import Query, json_response, parse_int
 from .feed import Feed
 from .readmodel import ReadModel
+from . import rewinds
 
 PAGE_DEFAULT = 100
 PAGE_MAX = 1000
 PAGE_BYTES = 8 << 20
 _END = 2**62  # "no cursor" going backward: newer than any key
 PAGE_PARAMETERS = ("cursor", "direction", "limit")
+WITH_ORIGIN = "with_origin"  # a lane's events with those it was forked from
 ATTEMPT_TYPES = ("attempt.requested",) + TERMINAL_EVENT_TYPES["attempt"]
 CHECKPOINT_LINKED = "lane.framework.checkpoint.linked"
 SAFE_TO_RETRY = ("inherent", "keyed")
+
+
+def scoped(where: str, params: list, scope: Scope) -> tuple[str, list]:
+    """A read-model condition limited to the scope's tenant."""
+    if scope.tenant is None:
+        return where, params
+    return f"{where} AND tenant = ?", [*params, scope.tenant]
 
 
 def full(obj: msgspec.Struct | None) -> dict[str, Any] | None:
@@ -64,8 +73,8 @@ class Structure:
     attempts: list
     tenant: str | None = None
     run_ids: list[str] = field(default_factory=list)
-    # False when the sequencer's view was too large for one NATS reply and
-    # only the lanes (with their heads) could be read.
+    # Always true since the structure is read page by page (load_structure);
+    # kept in the answers for the clients that check it.
     complete: bool = True
 
     def body(self) -> dict[str, Any]:
@@ -112,40 +121,93 @@ class History:
     # -- one event -------------------------------------------------------------------------
 
     async def event(self, request: web.Request) -> web.Response:
-        Query(request, ())
+        query = Query(request, (rewinds.PARAMETER,))
         position = parse_int(request.match_info["position"], "position", low=1)
         row = await self._read(self._model.event_at, position)
+        if not scope_of(request).allows(row.tenant):  # as if it were not there
+            raise EntityNotFound("no committed event at this position (yet)", kind="event",
+                                 position=position)
         if not row.event_type:
             raise IntegrityError("the stream message at this position is not a committed event",
                                  kind="not_an_event", position=position)
+        if rewinds.exclude_requested(query):
+            gone = await self._read(rewinds.invalidation, self._model, row.session_id,
+                                    self._feed.applied)
+            if position in gone:  # left out, like every read that excludes it
+                raise EntityNotFound("the event at this position is invalidated by a rewind",
+                                     kind="event", position=position, invalidated=True)
         return web.Response(body=row.body, content_type="application/json")
 
     # -- a lane ----------------------------------------------------------------------------
 
     async def lane_events(self, request: web.Request) -> web.Response:
-        page = PageRequest.read(Query(request, PAGE_PARAMETERS))
+        query = Query(request, PAGE_PARAMETERS + (rewinds.PARAMETER, WITH_ORIGIN))
+        page = PageRequest.read(query)
         lane_id = request.match_info["lane_id"]
+        scope = scope_of(request)
         applied = self._feed.applied
+        where, params = scoped("lane_id = ?", [lane_id], scope)
+        if query.choice(WITH_ORIGIN, ("false", "true")) == "true":
+            return await self._fork_history(query, page, lane_id, applied, scope)
+        if rewinds.exclude_requested(query):
+            # A lane is in one session: its rewinds are the ones that apply.
+            session_id = await self._read(self._session_of, lane_id)
+            if session_id is not None:
+                where, params = await self._excluding(True, session_id, applied, where, params)
         events, next_cursor, more = await self._read(
-            self._page, "lane_id = ?", [lane_id], "seq", page, applied)
-        if not events and not await self._read(self._any, "lane_id = ?", [lane_id]):
-            await self._ledger.get_lane(lane_id)  # EntityNotFound (404) unless it is just empty
+            self._page, where, params, "seq", page, applied)
+        if not events and not await self._read(self._any, where, params):
+            lane = await self._ledger.get_lane(lane_id)  # 404 unless it is just empty
+            scope.not_found_unless(lane.tenant, "lane", id=lane_id)
         return json_response({
             "lane_id": lane_id, "direction": page.direction, "events": events,
             "next_cursor": next_cursor, "has_more": more, "applied_position": applied,
         })
 
+    async def _fork_history(self, query: Query, page: PageRequest, lane_id: str,
+                            applied: int, access: Scope) -> web.Response:
+        """A lane with the history it was forked from: its origin's events up
+        to the fork point (and so on up the origins), then its own, keyed by
+        position. The segments follow each other in position order, and a
+        page holds events of one segment only (it may be short at a fork
+        point; ``has_more`` says whether more follow)."""
+        lane = await self._ledger.get_lane(lane_id)
+        access.not_found_unless(lane.tenant, "lane", id=lane_id)
+        origins = []
+        segments = [scoped("lane_id = ?", [lane_id], access)]
+        fork = lane.forked_from
+        while fork is not None:  # a fork of a fork: each origin is older than its fork
+            origins.append(full(fork))
+            segments.append(scoped("lane_id = ? AND seq <= ?", [fork.lane_id, fork.seq], access))
+            fork = (await self._ledger.get_lane(fork.lane_id)).forked_from
+        if page.direction == "forward":
+            segments.reverse()
+        if rewinds.exclude_requested(query):  # forks stay in their origin's session
+            gone = await self._read(rewinds.invalidation, self._model, lane.session_id, applied)
+            segments = [rewinds.excluding(where, params, gone) for where, params in segments]
+        events, next_cursor, more = await self._read(self._segments_page, segments, page,
+                                                     applied)
+        return json_response({
+            "lane_id": lane_id, "with_origin": True, "origins": origins,
+            "direction": page.direction, "events": events, "next_cursor": next_cursor,
+            "has_more": more, "applied_position": applied,
+        })
+
     # -- a session and a run ----------------------------------------------------------------
 
     async def session(self, request: web.Request) -> web.Response:
-        page = PageRequest.read(Query(request, PAGE_PARAMETERS))
+        query = Query(request, PAGE_PARAMETERS + (rewinds.PARAMETER,))
+        page = PageRequest.read(query)
         session_id = request.match_info["session_id"]
         applied = self._feed.applied
-        scope = ("session_id = ?", [session_id])
+        access = scope_of(request)
+        scope = await self._excluding(rewinds.exclude_requested(query), session_id, applied,
+                                      *scoped("session_id = ?", [session_id], access))
         known, (events, next_cursor, more) = await asyncio.gather(
-            self._structure(self._ledger.load_session(session_id), *scope),
+            self._structure(session_id),
             self._read(self._page, *scope, "position", page, applied),
         )
+        access.not_found_unless(known.tenant, "session", id=session_id)
         return json_response({
             "session_id": session_id, "tenant": known.tenant, "run_ids": known.run_ids,
             **known.body(), "direction": page.direction, "events": events,
@@ -153,14 +215,19 @@ class History:
         })
 
     async def run(self, request: web.Request) -> web.Response:
-        page = PageRequest.read(Query(request, PAGE_PARAMETERS))
+        query = Query(request, PAGE_PARAMETERS + (rewinds.PARAMETER,))
+        page = PageRequest.read(query)
         session_id, run_id = request.match_info["session_id"], request.match_info["run_id"]
         applied = self._feed.applied
-        scope = ("run_id = ? AND session_id = ?", [run_id, session_id])
+        access = scope_of(request)
+        scope = await self._excluding(
+            rewinds.exclude_requested(query), session_id, applied,
+            *scoped("run_id = ? AND session_id = ?", [run_id, session_id], access))
         known, (events, next_cursor, more) = await asyncio.gather(
-            self._structure(self._ledger.load_run(session_id, run_id), *scope),
+            self._structure(session_id, run_id),
             self._read(self._page, *scope, "position", page, applied),
         )
+        access.not_found_unless(known.tenant, "run", id=run_id, session_id=session_id)
         return json_response({
             "session_id": session_id, "run_id": run_id, **known.body(),
             "direction": page.direction, "events": events, "next_cursor": next_cursor, "has_more": more,
@@ -173,11 +240,12 @@ class History:
         Query(request, ())
         session_id, run_id = request.match_info["session_id"], request.match_info["run_id"]
         applied = self._feed.applied
+        access = scope_of(request)
         view, rows = await asyncio.gather(
-            self._structure(self._ledger.load_run(session_id, run_id),
-                            "run_id = ? AND session_id = ?", [run_id, session_id]),
+            self._structure(session_id, run_id),
             self._read(self._run_facts, session_id, run_id, applied),
         )
+        access.not_found_unless(view.tenant, "run", id=run_id, session_id=session_id)
         terminal = [msgspec.Raw(body) for _, t, _, body in rows if t in TERMINAL_EVENT_TYPES["run"]]
         linked = [msgspec.Raw(body) for _, t, _, body in rows if t == CHECKPOINT_LINKED]
         requested: dict[str, tuple[int, bytes]] = {}
@@ -213,18 +281,20 @@ class History:
             "linked_checkpoints": linked, "unresolved_attempts": unresolved,
         })
 
-    async def _structure(self, load: Awaitable[Any], where: str, params: list) -> Structure:
-        try:
-            view = await load
-        except RequestTooLarge:
-            # The sequencer's view carries every event of the session (run)
-            # and no longer fits in one NATS reply: show the lanes, read one
-            # by one, and say that turns, actions and attempts are left out.
-            tenant, lane_ids, run_ids = await self._read(self._scope_summary, where, params)
-            lanes = await asyncio.gather(*(self._ledger.get_lane(lane_id) for lane_id in lane_ids))
-            return Structure(list(lanes), [], [], [], tenant, run_ids, complete=False)
-        return Structure(view.lanes, view.turns, view.actions, view.attempts,
-                         getattr(view, "tenant", None), getattr(view, "run_ids", []))
+    async def _excluding(self, exclude: bool, session_id: str, applied: int, where: str,
+                         params: list) -> tuple[str, list]:
+        """``where`` without the events the session's rewinds invalidated, when asked."""
+        if not exclude:
+            return where, params
+        gone = await self._read(rewinds.invalidation, self._model, session_id, applied)
+        return rewinds.excluding(where, params, gone)
+
+    async def _structure(self, session_id: str, run_id: str | None = None) -> Structure:
+        # Paged (load_structure), without the events the tail reads itself:
+        # complete however large the session is.
+        view = await self._ledger.load_structure(session_id, run_id)
+        return Structure(view.lanes, view.turns, view.actions, view.attempts, view.tenant,
+                         sorted({lane.run_id for lane in view.lanes}))
 
     # -- queries (reader threads) ----------------------------------------------------------
 
@@ -242,12 +312,24 @@ class History:
         events = [msgspec.Raw(body) for _, body in rows]
         return events, (rows[-1][0] if rows else None), more
 
-    def _scope_summary(self, where: str, params: list) -> tuple[str | None, list[str], list[str]]:
-        """(tenant, lane ids in order of first event, run ids) from the read model."""
-        rows = self._model.query(
-            f"SELECT lane_id, min(position), tenant, run_id FROM events WHERE {where}"
-            " AND event_type != '' GROUP BY lane_id ORDER BY min(position)", params)
-        return (rows[0][2] if rows else None, [r[0] for r in rows], sorted({r[3] for r in rows}))
+    def _segments_page(self, segments: list[tuple[str, list]], page: PageRequest,
+                       applied: int) -> tuple[list[msgspec.Raw], int | None, bool]:
+        """A page of the first segment with events past the cursor (by
+        position), and whether it or a later segment has more."""
+        for at, (where, params) in enumerate(segments):
+            events, next_cursor, more = self._page(where, params, "position", page, applied)
+            if events:
+                if not more:
+                    probe = PageRequest(next_cursor, page.direction, 1)
+                    more = any(self._page(w, p, "position", probe, applied)[0]
+                               for w, p in segments[at + 1:])
+                return events, next_cursor, more
+        return [], None, False
+
+    def _session_of(self, lane_id: str) -> str | None:
+        rows = self._model.query("SELECT session_id FROM events WHERE lane_id = ? LIMIT 1",
+                                 [lane_id])
+        return rows[0][0] if rows else None
 
     def _any(self, where: str, params: list) -> bool:
         return bool(self._model.query(f"SELECT 1 FROM events WHERE {where} LIMIT 1", params))

@@ -29,6 +29,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from aiohttp import web
 
+from laneledger.access import scope_of
 from laneledger.chain import GENESIS_HASH
 from laneledger.client import LaneRecorder, LedgerClient, make_event
 from laneledger.errors import (
@@ -66,6 +67,7 @@ class PayloadRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_d
     sha256: Hash
     size_bytes: Annotated[int, msgspec.Meta(ge=0)]
     label: str | None = None
+    media_type: str | None = None  # laneledger's descriptors carry it (spec/content.md)
 
 
 class ToolCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -128,6 +130,9 @@ class Korg:
 
     async def tool_call(self, request: web.Request) -> web.Response:
         Query(request, ())
+        # Korg calls are appended in the configured tenant: only its token
+        # (or the operator's) may write there.
+        scope_of(request).narrow(self._settings.tenant)
         call = read_tool_call(await _body_bytes(request))
         session_id = call.session_id or self._settings.session_id
         causation_id = None
@@ -219,6 +224,8 @@ class Korg:
         cursor = query.integer("cursor", 0)
         limit = query.integer("limit", None, low=1)
         applied = self._feed.applied
+        if not scope_of(request).allows(self._settings.tenant):
+            limit = 0  # the journal is the Korg tenant's: another tenant's token sees none of it
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
         loop = asyncio.get_running_loop()

@@ -8,6 +8,8 @@ from typing import Any
 
 from aiohttp import web
 
+from laneledger.access import ACCESS_TOKEN_PARAMETER, guarded
+
 from .api import json_response
 
 
@@ -28,6 +30,14 @@ _TS = {"type": "string",
 _POS = {"type": "integer", "minimum": 1}
 _COUNT = {"type": "integer", "minimum": 0}
 _JSON = "application/json"
+_DECIMAL = {"type": "string", "pattern": r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$"}
+
+def _tally(**keys: dict[str, Any]) -> dict[str, Any]:
+    """A cost sum in one currency, keyed by ``keys`` (costs.py)."""
+    return _obj([*keys, "amount", "events", "input_tokens", "output_tokens"], {
+        **keys, "amount": _DECIMAL, "events": _COUNT, "input_tokens": _COUNT,
+        "output_tokens": _COUNT})
+
 
 SCHEMAS: dict[str, Any] = {
     "ErrorBody": _obj(["code", "message", "retryable", "details"], {
@@ -49,13 +59,67 @@ SCHEMAS: dict[str, Any] = {
             "causation_id": _ID, "tenant": _ID, "session_id": _ID, "run_id": _ID,
             "seq": _POS, "position": _POS, "append_id": _ID, "committed_at": _TS,
             "prev_hash": _HASH, "entry_hash": _HASH,
+            # present when the actor signs (spec/object-model.md, "Signed producers")
+            "signature": {"type": "string", "pattern": "^[0-9a-f]{128}$"},
         }),
     "Lane": _obj(
         ["id", "tenant", "session_id", "run_id", "name", "kind", "created_at", "last_seq",
          "head_hash"],
         {"id": _ID, "tenant": _ID, "session_id": _ID, "run_id": _ID, "name": _ID,
          "kind": {"type": "string"}, "parent_lane_id": _NULLABLE_ID, "actor_id": _NULLABLE_ID,
-         "created_at": _TS, "last_seq": _COUNT, "head_hash": _HASH}),
+         "created_at": _TS, "last_seq": _COUNT, "head_hash": _HASH,
+         "forked_from": {"oneOf": [_ref("ForkOrigin"), {"type": "null"}]}}),
+    "ForkOrigin": _obj(
+        ["lane_id", "seq", "position", "event_id", "entry_hash"],
+        {"lane_id": _ID, "seq": _POS, "position": _POS, "event_id": _ID, "entry_hash": _HASH}),
+    "CausalNode": _obj(
+        ["position", "event_id", "lane_id", "seq", "actor_id", "event_type", "role", "name",
+         "summary", "cause", "cause_id", "invalidated"],
+        {"position": _POS, "event_id": _ID, "lane_id": _ID, "seq": _POS, "actor_id": _ID,
+         "event_type": {"type": "string"},
+         "role": {"enum": ["prompt", "inference", "tool", "rewind", "other"]},
+         "name": {"type": "string", "description": "tool or model name, else the event type"},
+         "summary": {"type": "string", "maxLength": 120},
+         "cause": {"type": ["integer", "null"], "minimum": 1,
+                   "description": "position of the event causation_id names; null: a root"},
+         "cause_id": _NULLABLE_ID,
+         "invalidated": {"type": "boolean",
+                         "description": "a session.rewound event of the session covers it"}}),
+    "CausalSpine": _obj(
+        ["lane_id", "events", "first_position", "last_position", "first_cause", "spawned_by",
+         "name", "kind", "parent_lane_id", "actor_id", "forked_from"],
+        {"lane_id": _ID, "events": _COUNT, "first_position": _POS, "last_position": _POS,
+         "first_cause": {"type": ["integer", "null"], "minimum": 1,
+                         "description": "position the spine's first event points at: where a "
+                                        "sub-agent hangs off its parent (Korg §2b)"},
+         "spawned_by": {"type": ["integer", "null"], "minimum": 1,
+                        "description": "position of the spawning tool call, when the "
+                                       "spine's first event names it (laneledger.spine)"},
+         "name": _NULLABLE_ID, "kind": {"type": ["string", "null"]},
+         "parent_lane_id": _NULLABLE_ID, "actor_id": _NULLABLE_ID,
+         "forked_from": {"oneOf": [_ref("ForkOrigin"), {"type": "null"}]}}),
+    "CausalRewind": _obj(
+        ["position", "actor_id", "target_position", "invalidated", "invalidated_count"],
+        {"position": _POS, "actor_id": _ID, "target_position": _POS,
+         "invalidated": {"type": "array", "items": {
+             "type": "array", "items": _POS, "minItems": 2, "maxItems": 2}},
+         "invalidated_count": _COUNT}),
+    "CausalTree": _obj(
+        ["session_id", "applied_position", "structure_complete", "exclude_invalidated", "spines",
+         "rewinds", "roots", "nodes", "next_cursor", "has_more"],
+        {"session_id": _ID, "applied_position": _COUNT,
+         "structure_complete": {"type": "boolean",
+                                "description": "false: a session of more than 5000 "
+                                               "events; native events get roles from "
+                                               "their payload only"},
+         "exclude_invalidated": {"type": "boolean"},
+         "spines": {"type": "array", "items": _ref("CausalSpine")},
+         "rewinds": {"type": "array", "items": _ref("CausalRewind")},
+         "roots": {"type": "array", "items": _POS,
+                   "description": "this page's nodes without a cause"},
+         "nodes": {"type": "array", "items": _ref("CausalNode")},
+         "next_cursor": {"type": ["integer", "null"]},
+         "has_more": {"type": "boolean"}}),
     "Turn": _obj(["id", "lane_id", "turn_no", "created_at"],
                  {"id": _ID, "lane_id": _ID, "turn_no": _POS, "created_at": _TS}),
     "Action": _obj(
@@ -77,12 +141,17 @@ SCHEMAS: dict[str, Any] = {
         "has_more": {"type": "boolean"},
         "applied_position": _COUNT,
     }, extra=True),
-    "LaneEvents": {"allOf": [_ref("Page"), _obj(["lane_id"], {"lane_id": _ID}, extra=True)]},
+    "LaneEvents": {"allOf": [_ref("Page"), _obj(["lane_id"], {
+        "lane_id": _ID,
+        "with_origin": {"const": True, "description": "present when with_origin=true"},
+        "origins": {"type": "array", "items": _ref("ForkOrigin"),
+                    "description": "with_origin: the fork points, the lane's own first"},
+    }, extra=True)]},
     "Structure": _obj(["lanes", "turns", "actions", "attempts", "structure_complete"], {
         "structure_complete": {
             "type": "boolean",
-            "description": "false when the sequencer's view was too large for one reply: "
-                           "lanes only, turns/actions/attempts left empty"},
+            "description": "always true: the structure is read page by page "
+                           "(load_structure); kept for the clients that check it"},
         "lanes": {"type": "array", "items": _ref("Lane")},
         "turns": {"type": "array", "items": _ref("Turn")},
         "actions": {"type": "array", "items": _ref("Action")},
@@ -112,16 +181,17 @@ SCHEMAS: dict[str, Any] = {
          "linked_checkpoints", "unresolved_attempts"],
         {"session_id": _ID, "run_id": _ID, "applied_position": _COUNT,
          "structure_complete": {"type": "boolean",
-                                "description": "false: attempts and actions unknown, every "
-                                               "unresolved attempt counts as side-effecting"},
+                                "description": "always true: the structure is read page "
+                                               "by page (load_structure)"},
          "terminal_events": {"type": "array", "items": _ref("CommittedEvent")},
          "linked_checkpoints": {"type": "array", "items": _ref("CommittedEvent")},
          "unresolved_attempts": {"type": "array", "items": _ref("UnresolvedAttempt")}}),
     "VerifyReport": _obj(
         ["scope", "intact", "events", "lanes", "last_position", "applied_position", "keyed",
          "fault"],
-        {"scope": {"enum": ["lane", "session", "ledger"]},
-         "lane_id": _ID, "session_id": _ID,
+        {"scope": {"enum": ["lane", "session", "ledger", "tenant"],
+                   "description": "tenant: a tenant token's whole-ledger verify, its own lanes"},
+         "lane_id": _ID, "session_id": _ID, "tenant": _ID,
          "intact": {"type": "boolean"},
          "events": _COUNT, "lanes": _COUNT, "last_position": _COUNT, "applied_position": _COUNT,
          "keyed": {"type": "boolean", "description": "verified with an HMAC key"},
@@ -130,6 +200,53 @@ SCHEMAS: dict[str, Any] = {
                    "description": "chain_fault (details: kind broken_link, content_tampered or "
                                   "not_chained; position, lane_id, seq, field, expected, found) "
                                   "or integrity_failure (kind row_mismatch)"}}),
+    "CostReport": _obj(
+        ["applied_position", "tenant", "session_id", "run_id", "events", "bucket_s", "totals",
+         "by_model", "by_tenant", "series"],
+        {"applied_position": _COUNT, "tenant": _NULLABLE_ID, "session_id": _NULLABLE_ID,
+         "run_id": _NULLABLE_ID, "events": _COUNT,
+         "bucket_s": {"type": "integer", "minimum": 1,
+                      "description": "width of a series bucket, as asked or chosen"},
+         "totals": {"type": "array", "items": _tally(currency={"type": "string"})},
+         "by_model": {"type": "array", "items": _tally(
+             provider={"type": "string"}, model={"type": "string"},
+             currency={"type": "string"})},
+         "by_tenant": {"type": "array", "items": _tally(
+             tenant=_ID, currency={"type": "string"})},
+         "series": {"type": "array", "items": _obj(
+             ["start", "model", "tenant", "currency", "amount"],
+             {"start": _TS, "model": {"type": "string"}, "tenant": _ID,
+              "currency": {"type": "string"}, "amount": _DECIMAL}),
+             "description": "one point per (bucket, model, tenant, currency), by bucket start"}}),
+    "Money": _obj(["currency", "amount"], {"currency": {"type": "string"}, "amount": _DECIMAL}),
+    "Span": _obj(
+        ["id", "lane_id", "run_id", "started_position", "started_at", "outcome",
+         "ended_position", "ended_at", "duration_ms", "cost"],
+        {"id": _ID, "lane_id": _NULLABLE_ID, "run_id": _NULLABLE_ID,
+         "started_position": {"type": ["integer", "null"], "minimum": 1},
+         "started_at": {"oneOf": [_TS, {"type": "null"}]},
+         "outcome": {"enum": ["completed", "failed", None],
+                     "description": "null while open (an unresolved attempt)"},
+         "ended_position": {"type": ["integer", "null"], "minimum": 1},
+         "ended_at": {"oneOf": [_TS, {"type": "null"}]},
+         "duration_ms": {"type": ["integer", "null"],
+                         "description": "between the two events' occurred_at"},
+         "cost": {"type": "array", "items": _ref("Money")}}),
+    "Pause": _obj(
+        ["pause_id", "lane_id", "run_id", "position", "paused_at", "trigger", "decision",
+         "responded_position"],
+        {"pause_id": {"type": "string"}, "lane_id": _ID, "run_id": _ID, "position": _POS,
+         "paused_at": _TS, "trigger": {"type": ["string", "null"]},
+         "decision": {"type": ["string", "null"], "description": "null: pending"},
+         "responded_position": {"type": ["integer", "null"], "minimum": 1}}),
+    "Activity": _obj(
+        ["session_id", "applied_position", "turns", "actions", "attempts", "pauses", "cost"],
+        {"session_id": _ID, "applied_position": _COUNT,
+         "turns": {"type": "array", "items": _ref("Span")},
+         "actions": {"type": "array", "items": _ref("Span")},
+         "attempts": {"type": "array", "items": _ref("Span")},
+         "pauses": {"type": "array", "items": _ref("Pause")},
+         "cost": {"type": "array", "items": _ref("Money")}}),
     "KorgPayloadRef": _obj(["sha256", "size_bytes"], {
         "sha256": _HASH, "size_bytes": _COUNT, "label": {"type": "string"}}),
     "KorgToolCall": {
@@ -208,10 +325,13 @@ _PAGE_PARAMS = [
            "events per page"),
 ]
 _SESSION = _param("session_id", "path", _TEXT, "host session id")
+_EXCLUDE = _param("exclude_invalidated", "query", {"enum": ["false", "true"], "default": "false"},
+                  "true: leave out the session's events its session.rewound events invalidate")
 _RUN = _param("run_id", "path", _TEXT, "host run id")
 
 PATHS: dict[str, Any] = {
-    "/": {"get": {"operationId": "console", "summary": "a one-page live console (HTML)",
+    "/": {"get": {"operationId": "console",
+                  "summary": "the web console (HTML): live tail, session view, costs",
                   "responses": {"200": {"description": "the console",
                                         "content": {"text/html": {"schema": {"type": "string"}}}}}}},
     "/healthz": {"get": {"operationId": "healthz", "summary": "the event loop answers",
@@ -247,6 +367,10 @@ PATHS: dict[str, Any] = {
                    "the last position the client has; delivery starts after it (default 0)"),
             _param("Last-Event-ID", "header", {"type": "string", "pattern": "^[0-9]+$"},
                    "as from_position, and wins over it"),
+            _param("exclude_invalidated", "query", {"enum": ["false", "true"],
+                                                    "default": "false"},
+                   "true: leave out events the rewinds of the sessions in scope "
+                   "invalidated, including rewinds committed while the tail is open"),
         ],
         "responses": {"200": {"description": "an event stream",
                               "content": {"text/event-stream": {"schema": {"type": "string"}}}},
@@ -254,27 +378,52 @@ PATHS: dict[str, Any] = {
     }},
     "/api/v1/events/{position}": {"get": {
         "operationId": "getEvent", "summary": "one committed event by ledger position",
-        "parameters": [_param("position", "path", _POS, "ledger position")],
+        "parameters": [_param("position", "path", _POS, "ledger position"),
+                       _param("exclude_invalidated", "query",
+                              {"enum": ["false", "true"], "default": "false"},
+                              "true: 404 (details.invalidated) for an event a rewind "
+                              "of its session invalidated")],
         "responses": {"200": _json("CommittedEvent", "the committed event"),
                       **_errors(400, 404, 500)},
     }},
     "/api/v1/lanes/{lane_id}/events": {"get": {
-        "operationId": "laneEvents", "summary": "a lane's events; cursor is a lane seq",
-        "parameters": [_param("lane_id", "path", _TEXT, "lane id"), *_PAGE_PARAMS],
+        "operationId": "laneEvents",
+        "summary": "a lane's events; cursor is a lane seq (a position with with_origin)",
+        "parameters": [_param("lane_id", "path", _TEXT, "lane id"), *_PAGE_PARAMS, _EXCLUDE,
+                       _param("with_origin", "query",
+                              {"enum": ["false", "true"], "default": "false"},
+                              "true: a fork's full history, keyed by position: the origin "
+                              "lane's events up to the fork point (recursively), then the "
+                              "lane's own; a page holds one lane's events")],
         "responses": {"200": _json("LaneEvents", "one page"),
                       **_errors(400, 404, 503, 504)},
     }},
     "/api/v1/sessions/{session_id}": {"get": {
         "operationId": "getSession",
         "summary": "a session: runs, lanes, structure, and its events; cursor is a position",
-        "parameters": [_SESSION, *_PAGE_PARAMS],
+        "parameters": [_SESSION, *_PAGE_PARAMS, _EXCLUDE],
         "responses": {"200": _json("Session", "the session and one page of its events"),
+                      **_errors(400, 404, 503, 504)},
+    }},
+    "/api/v1/sessions/{session_id}/causal-tree": {"get": {
+        "operationId": "causalTree",
+        "summary": "a session's causal tree: nodes (paged by position) with their cause, "
+                   "spines (main agent, sub-agents, forks) and rewinds",
+        "parameters": [
+            _SESSION,
+            _param("cursor", "query", {"type": "integer", "minimum": 0},
+                   "nodes with position > cursor (default 0)"),
+            _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 2000,
+                                      "default": 500}, "nodes per page"),
+            _EXCLUDE,
+        ],
+        "responses": {"200": _json("CausalTree", "one page of the tree"),
                       **_errors(400, 404, 503, 504)},
     }},
     "/api/v1/sessions/{session_id}/runs/{run_id}": {"get": {
         "operationId": "getRun",
         "summary": "a run: lanes, structure, and its events; cursor is a position",
-        "parameters": [_SESSION, _RUN, *_PAGE_PARAMS],
+        "parameters": [_SESSION, _RUN, *_PAGE_PARAMS, _EXCLUDE],
         "responses": {"200": _json("Run", "the run and one page of its events"),
                       **_errors(400, 404, 503, 504)},
     }},
@@ -289,7 +438,10 @@ PATHS: dict[str, Any] = {
         "operationId": "getBlob", "summary": "a content-addressed blob, raw",
         "parameters": [_param("sha256", "path",
                               {"type": "string", "pattern": "^(sha256:)?[0-9a-f]{64}$"},
-                              "lowercase hex sha256 (a content ref's `sha256:` prefix allowed)")],
+                              "lowercase hex sha256 (a content ref's `sha256:` prefix allowed)"),
+                       _param("tenant", "query", _TEXT,
+                              "the blob's tenant: the token's own by default; required with "
+                              "the operator token or on an open tail")],
         "responses": {"200": {"description": "the blob's bytes; content type sniffed",
                               "content": {
                                   "application/octet-stream": {"schema": {
@@ -306,6 +458,34 @@ PATHS: dict[str, Any] = {
                        _param("session_id", "query", _TEXT, "verify this session's lanes")],
         "responses": {"200": _json("VerifyReport", "intact, or the first fault"),
                       **_errors(400, 404, 503, 504)},
+    }},
+    "/console/{asset}": {"get": {
+        "operationId": "consoleAsset", "summary": "a static file of the web console",
+        "parameters": [_param("asset", "path", {"enum": ["app.js", "app.css"]}, "file name")],
+        "responses": {"200": {"description": "the file",
+                              "content": {"text/javascript": {"schema": {"type": "string"}},
+                                          "text/css": {"schema": {"type": "string"}}}},
+                      **_errors(404)},
+    }},
+    "/api/v1/costs": {"get": {
+        "operationId": "costs",
+        "summary": "cost.recorded totals by currency, model and tenant, and a series over time",
+        "parameters": [
+            _param("tenant", "query", _TEXT, "only this tenant"),
+            _param("session_id", "query", _TEXT, "only this session"),
+            _param("run_id", "query", _TEXT, "only this run"),
+            _param("bucket_s", "query", {"type": "integer", "minimum": 1, "maximum": 2678400},
+                   "series bucket width in seconds (default: chosen for at most 120 buckets)"),
+        ],
+        "responses": {"200": _json("CostReport", "the report"), **_errors(400, 403, 500)},
+    }},
+    "/api/v1/sessions/{session_id}/activity": {"get": {
+        "operationId": "sessionActivity",
+        "summary": "a session's turns, actions and attempts with outcome, duration and cost, "
+                   "and its human-in-the-loop pauses, from its events",
+        "parameters": [_SESSION],
+        "responses": {"200": _json("Activity", "the session's activity"),
+                      **_errors(400, 404, 500)},
     }},
     "/api/agent/tool-call": {"post": {
         "operationId": "korgToolCall",
@@ -333,6 +513,30 @@ PATHS: dict[str, Any] = {
     }},
 }
 
+
+
+def _secure(paths: dict[str, Any]) -> None:
+    """Every guarded path (``laneledger.access.guarded``: all but the probes,
+    /metrics, this document and the console's files) takes a bearer token and may answer 401, and 403 for a tenant its token
+    does not grant; the live tail also takes ``access_token`` (EventSource
+    cannot set headers)."""
+    for path, operations in paths.items():
+        if not guarded(path):
+            continue
+        for operation in operations.values():
+            operation["security"] = [{"bearerToken": []}]
+            if path in QUERY_TOKEN_PATHS:
+                operation["security"].append({"accessTokenQuery": []})
+                operation["parameters"].append(_param(
+                    ACCESS_TOKEN_PARAMETER, "query", {"type": "string", "minLength": 1},
+                    "the bearer token, for clients that cannot set Authorization"))
+            for status in ("401", "403"):
+                operation["responses"].setdefault(status, {"$ref": "#/components/responses/Error"})
+
+
+QUERY_TOKEN_PATHS = ("/api/v1/events",)
+_secure(PATHS)
+
 DOCUMENT: dict[str, Any] = {
     "openapi": "3.1.0",
     "info": {
@@ -346,6 +550,13 @@ DOCUMENT: dict[str, Any] = {
     "components": {
         "schemas": SCHEMAS,
         "responses": {"Error": _json("Error", "a typed error (spec/errors.md)")},
+        "securitySchemes": {
+            "bearerToken": {"type": "http", "scheme": "bearer",
+                            "description": "a tenant's token (sees that tenant only) or the "
+                                           "operator's (every tenant); spec/tail.md, Access"},
+            "accessTokenQuery": {"type": "apiKey", "in": "query", "name": ACCESS_TOKEN_PARAMETER,
+                                 "description": "the same token, on the live tail only"},
+        },
     },
 }
 

@@ -43,21 +43,66 @@ def excluding(where: str, params: list, gone: Invalidation) -> tuple[str, list]:
     return where, params
 
 
-def require_session(session_id: str | None) -> str:
-    """The live tail excludes invalidated events of one followed session only."""
-    if session_id is None:
-        raise InvalidRequest(f"{PARAMETER}=true needs session_id (rewinds are per session)",
-                             parameter=PARAMETER)
-    return session_id
+MAX_TRACKED_SPANS = 100_000  # what one live tail without session_id may hold
+
+
+class ScopeInvalidation:
+    """What the rewinds of every session in a live tail's scope invalidate.
+
+    Without ``session_id`` the tail keeps one ``Invalidation`` per session
+    that has a rewind: memory grows with the merged invalidated ranges of
+    the rewinds in scope (rewinds are rare; events are not), capped at
+    ``MAX_TRACKED_SPANS``; past it the subscriber is told to name a session."""
+
+    def __init__(self) -> None:
+        self.as_of = 0  # rewinds committed up to here are in
+        self._sessions: dict[str, Invalidation] = {}
+        self.spans = 0
+
+    def add(self, rewound: list[tuple[str, dict]], as_of: int) -> None:
+        for session_id, payload in rewound:
+            gone = self._sessions.setdefault(session_id, Invalidation())
+            before = len(gone.spans())
+            gone.add(payload)
+            self.spans += len(gone.spans()) - before
+        self.as_of = max(self.as_of, as_of)
+        if self.spans > MAX_TRACKED_SPANS:
+            raise InvalidRequest(
+                f"{PARAMETER}=true without session_id follows every rewind in scope, and "
+                f"these invalidate more than {MAX_TRACKED_SPANS} ranges: name session_id",
+                parameter=PARAMETER, ranges=self.spans)
+
+    def covers(self, session_id: str, position: int) -> bool:
+        gone = self._sessions.get(session_id)
+        return gone is not None and position in gone
+
+
+def rewinds_between(model: ReadModel, tenant: str | None, session_id: str | None,
+                    after: int, upto: int) -> list[tuple[str, dict]]:
+    """``(session_id, payload)`` of the rewinds committed in ``(after, upto]``
+    in scope, in order (reader thread; the event-type index serves it)."""
+    where, params = "event_type = ? AND position > ? AND position <= ?", [REWOUND, after, upto]
+    for column, value in (("tenant", tenant), ("session_id", session_id)):
+        if value is not None:
+            where += f" AND {column} = ?"
+            params.append(value)
+    rows = model.query(f"SELECT session_id, body FROM events WHERE {where} ORDER BY position",
+                       params)
+    return [(sid, msgspec.json.decode(body).get("payload", {})) for sid, body in rows]
 
 
 class InvalidationLookup:
-    """``invalidation`` for the live tail, off the event loop."""
+    """Keeps a live tail's ``ScopeInvalidation`` up to date, off the event loop."""
 
     def __init__(self, model: ReadModel, readers) -> None:
         self._model = model
         self._readers = readers
 
-    async def __call__(self, session_id: str, applied: int) -> Invalidation:
-        return await asyncio.get_running_loop().run_in_executor(
-            self._readers, invalidation, self._model, session_id, applied)
+    async def refresh(self, gone: ScopeInvalidation, tenant: str | None,
+                      session_id: str | None, applied: int) -> None:
+        """Add the rewinds committed since ``gone.as_of``, up to ``applied``."""
+        if applied <= gone.as_of:
+            return
+        rewound = await asyncio.get_running_loop().run_in_executor(
+            self._readers, rewinds_between, self._model, tenant, session_id, gone.as_of, applied)
+        gone.add(rewound, applied)

@@ -22,21 +22,26 @@ from aiohttp import web
 from nats.aio.client import Client as NATS
 from prometheus_client import CollectorRegistry
 
+from laneledger.access import AccessPolicy, access_middleware
 from laneledger.client import LedgerClient
 from laneledger.follow import StreamFollower
 from laneledger.ids import new_id
 from laneledger.opsserver import ops_routes, start_http
 from laneledger.subjects import EVENTS_STREAM, Subjects
 
+from .activity import Activity
 from .api import errors_middleware
-from .blobs import BlobStore, blob_route
-from .console import console_route
+from .blobs import BlobReader, blob_route
+from .causal import CausalTree
+from .console import console_routes
+from .costs import Costs
 from .feed import Feed
 from .history import History
 from .korg import Korg, KorgSettings
 from .metrics import TailMetrics
-from .openapi import openapi_route
+from .openapi import QUERY_TOKEN_PATHS, openapi_route
 from .readmodel import ReadModel
+from .rewinds import InvalidationLookup
 from .sse import Tail, TerminalLookup
 from .verify import Verifier
 
@@ -54,6 +59,7 @@ class TailSettings:
     batch_size: int = 500           # stream messages per applied batch, at most
     hmac_key: bytes | None = None   # to verify HMAC-keyed chains
     korg: KorgSettings = field(default_factory=KorgSettings)
+    access: AccessPolicy = field(default_factory=AccessPolicy)  # no tokens: open (access.py)
     ledger_timeout_s: float = 5.0   # sequencer commands (structure reads, Korg appends)
     watch_interval_s: float = 1.0   # how often the stream's last sequence is asked
     stall_s: float = 5.0            # behind without progress this long: re-open the follower
@@ -74,7 +80,8 @@ class TailService:
         self.metrics.applied_position.set(self.feed.applied)
         self.ledger = LedgerClient(nc, subjects=settings.subjects, timeout=settings.ledger_timeout_s)
         self.tail = Tail(self.feed, self.metrics, heartbeat_s=settings.heartbeat_s,
-                         terminal_before=TerminalLookup(self.model, self._readers))
+                         terminal_before=TerminalLookup(self.model, self._readers),
+                         invalidated=InvalidationLookup(self.model, self._readers))
         self._consumer = f"laneledger-tail-{new_id()[-12:]}"
         self.stream_last: int | None = None  # None: not known right now
         self._tasks: list[asyncio.Task] = []
@@ -85,16 +92,21 @@ class TailService:
 
     def _make_app(self) -> web.Application:
         s = self.settings
-        app = web.Application(middlewares=[self._count, errors_middleware])
+        app = web.Application(middlewares=[
+            self._count, errors_middleware,
+            access_middleware(s.access, query_token_paths=QUERY_TOKEN_PATHS)])
         app.add_routes(ops_routes(self.registry, self.ready))
         app.add_routes([web.get("/api/v1/events", self.tail.handle, name="events")])
         app.add_routes(History(self.model, self._readers, self.feed, self.ledger).routes())
+        app.add_routes([CausalTree(self.model, self._readers, self.feed, self.ledger).route()])
         self._verifier = Verifier(self.model, self._readers, self.feed, self.ledger, s.hmac_key)
         app.add_routes([
-            blob_route(BlobStore(Path(s.data_dir) / "blobs"), self._readers),
+            blob_route(BlobReader(self.nc.jetstream(), s.subjects, s.ledger_timeout_s)),
             self._verifier.route(),
             openapi_route(),
-            console_route(),
+            Costs(self.model, self._readers, self.feed).route(),
+            Activity(self.model, self._readers, self.feed).route(),
+            *console_routes(),
         ])
         app.add_routes(Korg(s.korg, self.ledger, self.model, self._readers, self.feed,
                             self.refresh_stream_last).routes())

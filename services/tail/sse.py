@@ -19,8 +19,10 @@ import logging
 
 from aiohttp import web
 
-from laneledger.errors import LedgerError
+from laneledger.access import scope_of
+from laneledger.errors import InvalidRequest, LedgerError
 
+from . import rewinds
 from .api import Query, parse_int
 from .feed import EventFilter, Feed
 from .metrics import TailMetrics
@@ -30,30 +32,47 @@ log = logging.getLogger("laneledger.tail")
 PARAMETERS = ("tenant", "session_id", "run_id", "lane_id", "actor_id", "event_type", "from_position")
 
 
-def parse_subscription(request: web.Request) -> tuple[EventFilter, int]:
-    query = Query(request, PARAMETERS)
-    filt = EventFilter(**{name: query.text(name) for name in PARAMETERS[:-1]})
+def parse_subscription(request: web.Request) -> tuple[EventFilter, int, bool]:
+    """The filter, the start position, and whether to leave out what the
+    rewinds of the sessions in scope invalidate (``rewinds.py``)."""
+    query = Query(request, PARAMETERS + (rewinds.PARAMETER,))
+    fields = {name: query.text(name) for name in PARAMETERS[:-1]}
+    # The token's tenant is always part of the filter (access.py): another
+    # tenant named in ``tenant=`` is 403, never a view of it.
+    fields["tenant"] = scope_of(request).narrow(fields["tenant"])
+    filt = EventFilter(**fields)
     start = query.integer("from_position", 0)
     header = request.headers.get("Last-Event-ID")
     if header is not None and header.strip():
         start = parse_int(header.strip(), "Last-Event-ID")
     assert start is not None
-    return filt, start
+    return filt, start, rewinds.exclude_requested(query)
 
 
 class Tail:
     """The SSE handler and what it shares: the feed, heartbeat, metrics."""
 
     def __init__(self, feed: Feed, metrics: TailMetrics, *, heartbeat_s: float,
-                 terminal_before: "TerminalLookup") -> None:
+                 terminal_before: "TerminalLookup",
+                 invalidated: rewinds.InvalidationLookup | None = None) -> None:
         self._feed = feed
+        self._invalidated = invalidated
         self._metrics = metrics
         self._heartbeat_s = heartbeat_s
         self._terminal_before = terminal_before
         self.tasks: set[asyncio.Task] = set()  # open subscriptions, cancelled at shutdown
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        filt, cursor = parse_subscription(request)
+        filt, cursor, exclude = parse_subscription(request)
+        gone = None
+        if exclude:
+            if self._invalidated is None:
+                raise InvalidRequest(f"{rewinds.PARAMETER} is not served here",
+                                     parameter=rewinds.PARAMETER)
+            # Before the headers, so too many rewinds in scope is a plain 400.
+            gone = rewinds.ScopeInvalidation()
+            await self._invalidated.refresh(gone, filt.tenant, filt.session_id,
+                                            self._feed.applied)
         response = web.StreamResponse(headers={
             "Content-Type": "text/event-stream",
             "Cache-Control": "no-cache",
@@ -65,7 +84,7 @@ class Tail:
         self.tasks.add(task)
         self._metrics.subscribers.inc()
         try:
-            await self._stream(request, response, filt, cursor)
+            await self._stream(request, response, filt, cursor, gone)
         except ConnectionError:
             pass  # the client left
         except LedgerError as err:
@@ -78,7 +97,8 @@ class Tail:
         return response
 
     async def _stream(self, request: web.Request, response: web.StreamResponse,
-                      filt: EventFilter, cursor: int) -> None:
+                      filt: EventFilter, cursor: int,
+                      gone: rewinds.ScopeInvalidation | None = None) -> None:
         loop = asyncio.get_running_loop()
         await response.write(b"retry: 1000\n\n")
         if filt.follows:
@@ -96,10 +116,17 @@ class Tail:
             entries, scanned = await feed.read(cursor, filt)
             cursor = scanned
             if entries:
+                if gone is not None:
+                    # Rewinds committed since the last look (whether or not the
+                    # filter lets them through) apply to what is sent from now on.
+                    assert self._invalidated is not None
+                    await self._invalidated.refresh(gone, filt.tenant, filt.session_id,
+                                                    feed.applied)
                 frames = []
                 end = None
                 for entry in entries:
-                    if filt.matches(entry):
+                    if filt.matches(entry) and not (
+                            gone is not None and gone.covers(entry.session_id, entry.position)):
                         frames.append(entry.frame)
                     if filt.ends_with(entry):
                         end = entry.position

@@ -7,15 +7,18 @@ algorithm"). A failure raises a typed ``RequestError``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
-from msgspec import to_builtins
+from msgspec import UNSET, to_builtins
 
 from .chain import append_digest
 from .errors import InvalidRequest
 from .model import MAX_REQUEST_BYTES, AppendRequest, decode
+from .redaction import Redactor, redact_event
+from .signing import Ed25519PublicKey, check_signature
 from .subjects import token
 
 
@@ -28,6 +31,13 @@ class PreparedAppend:
     # The tenant token of the subject it arrived on; None when it did not
     # come through a subject (the writer then skips the tenant-route check).
     tenant_token: str | None = None
+    # Per event: whether its signature verified under its actor's key, checked
+    # here when the key was already known (CPU work kept off the writer
+    # thread); None where the writer must check (or nothing to check).
+    signatures: tuple[bool | None, ...] = ()
+    # Secrets the sequencer redacted from this request, per rule (counted in
+    # its metrics); the digest and everything after it see the redacted events.
+    redactions: Mapping[str, int] = field(default_factory=dict)
 
 
 def prepare_append(
@@ -36,6 +46,8 @@ def prepare_append(
     tenant_token: str | None = None,
     lane_token: str | None = None,
     max_bytes: int = MAX_REQUEST_BYTES,
+    actor_keys: Mapping[str, Ed25519PublicKey] | None = None,
+    redactor: Redactor | None = None,
 ) -> PreparedAppend:
     request = decode(data, AppendRequest, max_bytes=max_bytes)
     if lane_token is not None and token(request.lane_id) != lane_token:
@@ -46,7 +58,41 @@ def prepare_append(
             subject_lane_token=lane_token,
         )
     sent = [to_builtins(event) for event in request.events]
-    return PreparedAppend(request, sent, append_digest(sent), tenant_token)
+    redactions: dict[str, int] = {}
+    if redactor is not None:
+        request, sent, redactions = _redacted(request, sent, redactor)
+    signatures: tuple[bool | None, ...] = ()
+    if actor_keys and any(event.signature is not UNSET for event in request.events):
+        signatures = tuple(
+            check_signature(raw, key)
+            if event.signature is not UNSET and (key := actor_keys.get(event.actor_id))
+            else None
+            for event, raw in zip(request.events, sent)
+        )
+    return PreparedAppend(request, sent, append_digest(sent), tenant_token, signatures,
+                          redactions)
+
+
+def _redacted(request: AppendRequest, sent: list[dict[str, Any]], redactor: Redactor
+              ) -> tuple[AppendRequest, list[dict[str, Any]], dict[str, int]]:
+    """Redaction, before anything is hashed or checked (spec/content.md):
+    the events' payload and extensions, in both the sent JSON and the decoded
+    request, so no later step sees a secret."""
+    counts: dict[str, int] = {}
+    events = list(request.events)
+    for i, raw in enumerate(sent):
+        clean, rules = redact_event(raw, redactor)
+        if not rules:
+            continue
+        sent[i] = clean
+        events[i] = msgspec.structs.replace(
+            events[i], payload=clean["payload"],
+            **({"extensions": clean["extensions"]} if "extensions" in clean else {}))
+        for rule, n in rules.items():
+            counts[rule] = counts.get(rule, 0) + n
+    if counts:
+        request = msgspec.structs.replace(request, events=events)
+    return request, sent, counts
 
 
 _ids_decoder = msgspec.json.Decoder(dict[str, Any])
@@ -57,7 +103,7 @@ def readable_ids(data: bytes) -> tuple[str | None, str | None]:
     can still be read, so its rejection receipt can name them."""
     try:
         obj = _ids_decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None, None
     append_id, lane_id = obj.get("append_id"), obj.get("lane_id")
     return (

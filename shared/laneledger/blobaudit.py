@@ -4,7 +4,8 @@ and have its size (``spec/verify.md``; Korg §6.4: a missing blob is an
 integrity failure).
 
 The audit is synchronous and streams SQLite in a worker thread; the blob
-store (``laneledger.blobstore``, a JetStream object store) is asynchronous.
+store (``laneledger.blobstore``: the tenant's bucket, then the shared one)
+is asynchronous.
 :class:`BlobChecks` is the bridge: the audit thread calls it, and it runs the
 store's coroutine on the caller's event loop and waits for the answer. A blob
 is read once per (tenant, ref, size): verified ones are remembered, up to a
@@ -18,10 +19,8 @@ from collections import OrderedDict
 from pathlib import Path
 
 from nats.js.client import JetStreamContext
-from nats.js.errors import NotFoundError
-
 from .audit import LedgerAudit, audit_ledger
-from .blobstore import BlobStore, bucket_name
+from .blobstore import BlobBuckets
 from .errors import EntityNotFound, IntegrityError
 from .subjects import Subjects
 
@@ -29,9 +28,9 @@ REMEMBERED = 100_000  # verified (tenant, ref, size) kept, least recently used o
 
 
 class BlobChecks:
-    def __init__(self, store: BlobStore | None, loop: asyncio.AbstractEventLoop, *,
+    def __init__(self, store: BlobBuckets, loop: asyncio.AbstractEventLoop, *,
                  remembered: int = REMEMBERED) -> None:
-        self._store = store  # None: there is no blob bucket at all
+        self._store = store
         self._loop = loop
         self._remembered = remembered
         self._verified: OrderedDict[tuple[str, str, int], None] = OrderedDict()
@@ -51,8 +50,6 @@ class BlobChecks:
         return problem
 
     async def _check(self, tenant: str, ref: str, size_bytes: int) -> tuple[str, str] | None:
-        if self._store is None:
-            return "blob_missing", f"blob {ref} is referenced, and there is no blob bucket"
         try:
             data = await self._store.get(tenant, ref)
         except EntityNotFound:
@@ -66,18 +63,13 @@ class BlobChecks:
         return None
 
 
-async def open_blob_store(js: JetStreamContext, subjects: Subjects = Subjects()) -> BlobStore | None:
-    """The ledger's blob bucket, or None when it was never created (then any
-    reference is a missing blob). Read-only: a verifier creates nothing."""
-    bucket = bucket_name(subjects)
-    try:
-        await js.stream_info(f"OBJ_{bucket}")  # an object store bucket is this stream
-    except NotFoundError:
-        return None
-    return await BlobStore.open(js, subjects=subjects, create=False)
+async def open_blob_store(js: JetStreamContext, subjects: Subjects = Subjects()) -> BlobBuckets:
+    """The ledger's blob buckets, read-only: a verifier creates nothing (a
+    tenant with no bucket, and no blob in the shared one, misses its blobs)."""
+    return BlobBuckets(js, subjects=subjects)
 
 
-async def audit_ledger_with_blobs(db_path: str | Path, store: BlobStore | None, *,
+async def audit_ledger_with_blobs(db_path: str | Path, store: BlobBuckets, *,
                                   hmac_key: bytes | None = None,
                                   strict_actors: bool = False) -> LedgerAudit:
     """``audit_ledger`` in a worker thread, checking blobs against ``store``

@@ -1,12 +1,19 @@
-"""The blob store of content references: a JetStream object store bucket.
+"""The blob store of content references: JetStream object store buckets.
 
-Normative text: ``spec/content.md``. One bucket (``LEDGER_BLOBS`` for the
-default prefix; file storage, replicas like the streams), created on first
-use by whoever opens it. A blob is named ``<tenant token>/<hex sha256>``
-(``subjects.token``), so the same bytes of two tenants are two objects and a
-read names its tenant: one tenant can never read another's blob by its hash.
-Within a tenant, blobs are content-addressed and deduplicated: ``put`` skips
-the upload when an object of that name already holds those bytes.
+Normative text: ``spec/content.md``. Each tenant has its own bucket,
+``LEDGER_BLOBS_<tenant token>`` (``subjects.tenant_bucket``), created by the
+sequencer when the tenant's producer first sends it a command, never by a
+producer (creating streams would let it capture other subjects): NATS
+permissions cannot restrict an object store by object name, so only separate
+buckets keep one tenant's producer from reading another's blobs over raw
+JetStream. The shared bucket ``LEDGER_BLOBS`` (for the default prefix;
+created by the sequencer at start) holds the blobs of the trusted producer
+(no tenant-scoped client) and those written before tenant buckets existed.
+Either way an object is named ``<tenant token>/<hex sha256>`` (a read names
+its tenant even in the shared bucket); within a tenant blobs are
+content-addressed and deduplicated: ``put`` skips the upload when an object
+of that name already holds those bytes. Readers (:class:`BlobBuckets`) look
+in the tenant's bucket, then in the shared one.
 
 The object store keeps a SHA-256 of the bytes it stored (``ObjectInfo.digest``),
 so presence (``has``) is checked against the name without reading the blob;
@@ -33,7 +40,7 @@ from nats.js.errors import (
 
 from .errors import EntityNotFound, IntegrityError, LedgerError, LedgerTimeout, LedgerUnavailable
 from .contentref import hex_of
-from .subjects import Subjects, token
+from .subjects import Subjects, token, token_bucket
 
 T = TypeVar("T")
 BYTES_PER_S = 1024 * 1024  # the slowest transfer a blob call's time bound allows for
@@ -43,6 +50,11 @@ MAX_BLOB_BYTES = 64 << 20  # read into memory; larger is refused
 def bucket_name(subjects: Subjects = Subjects()) -> str:
     """``LEDGER_BLOBS`` for the default prefix (follows the stream names)."""
     return subjects.events_stream.removesuffix("_EVENTS") + "_BLOBS"
+
+
+def tenant_bucket_name(tenant_token: str, subjects: Subjects = Subjects()) -> str:
+    """``LEDGER_BLOBS_<tenant token>``: the bucket of one tenant's blobs."""
+    return token_bucket(bucket_name(subjects), tenant_token)
 
 
 def object_name(tenant_token: str, ref: str) -> str:
@@ -186,3 +198,82 @@ class BlobStore:
             return await self._obs.list(ignore_deletes=True)
         except NotFoundError:  # nats-py lists an empty bucket as "not found"
             return []
+
+
+class BlobBuckets:
+    """A tenant's blobs as readers see them: its own bucket, then the shared
+    one (the trusted producer's, and blobs stored before tenant buckets).
+
+    A bucket is looked up by ``$JS.API.STREAM.NAMES`` before it is opened:
+    that a reader may always ask, while a tenant bucket's own API subjects
+    are granted only for the tenants its NATS config was rendered for. An
+    absent bucket is looked up again on the next read (it may be created
+    meanwhile); an opened one is kept. Only ``ensure`` creates (the
+    sequencer's)."""
+
+    def __init__(self, js: JetStreamContext, *, subjects: Subjects = Subjects(),
+                 replicas: int = 1, timeout_s: float = 10.0) -> None:
+        self._js = js
+        self._subjects = subjects
+        self._replicas = replicas
+        self.timeout_s = timeout_s
+        self.shared = bucket_name(subjects)
+        self._open: dict[str, BlobStore] = {}
+
+    async def ensure(self, tenant_token: str | None = None) -> BlobStore:
+        """Open a tenant's bucket (None: the shared one), creating it if missing."""
+        name = self.shared if tenant_token is None else tenant_bucket_name(tenant_token,
+                                                                           self._subjects)
+        if name not in self._open:
+            self._open[name] = await BlobStore.open(
+                self._js, bucket=name, replicas=self._replicas, timeout_s=self.timeout_s)
+        return self._open[name]
+
+    async def _existing(self, name: str) -> BlobStore | None:
+        if name in self._open:
+            return self._open[name]
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await self._js.find_stream_name_by_subject(f"$O.{name}.M.>")
+        except NotFoundError:
+            return None
+        except TimeoutError:
+            raise LedgerTimeout(f"look up blob bucket {name}: no answer in "
+                                f"{self.timeout_s:g}s", bucket=name) from None
+        except Exception as exc:  # noqa: BLE001 - translated
+            raise LedgerUnavailable(f"look up blob bucket {name}: {type(exc).__name__}: {exc}",
+                                    bucket=name) from exc
+        try:
+            store = await BlobStore.open(self._js, bucket=name, create=False,
+                                         timeout_s=self.timeout_s)
+        except EntityNotFound:  # deleted between the two calls
+            return None
+        self._open[name] = store
+        return store
+
+    async def stores(self, tenant_token: str) -> list[BlobStore]:
+        """The buckets that may hold this tenant's blobs, in reading order."""
+        found = []
+        for name in (tenant_bucket_name(tenant_token, self._subjects), self.shared):
+            store = await self._existing(name)
+            if store is not None:
+                found.append(store)
+        return found
+
+    async def missing(self, tenant_token: str,
+                      refs: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """The ``(ref, size_bytes)`` of ``refs`` in none of the tenant's buckets."""
+        for store in await self.stores(tenant_token):
+            if not refs:
+                break
+            refs = await store.missing(tenant_token, refs)
+        return refs
+
+    async def get(self, tenant: str, ref: str) -> bytes:
+        """The blob's bytes from the first bucket holding it (``BlobStore.get``)."""
+        for store in await self.stores(token(tenant)):
+            try:
+                return await store.get(tenant, ref)
+            except EntityNotFound:
+                continue
+        raise EntityNotFound("no such blob", kind="blob", ref=f"sha256:{hex_of(ref)}")

@@ -9,6 +9,7 @@ references, rather than copies, the events before it (spec/object-model.md,
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ import msgspec
 from laneledger.causality import REWOUND, Graph, nodes_of, subjects_of
 from laneledger.client import LedgerClient, make_event
 from laneledger.errors import EntityNotFound, LaneConflict
-from laneledger.model import AppendCommitted, ForkPoint, Lane, SessionView
+from laneledger.model import AppendCommitted, CommittedEvent, ForkPoint, Lane, SessionView
 from laneledger.rewind import rewind_payload
 
 APPEND_TRIES = 3  # a lane head that keeps moving under us is someone else's busy lane
@@ -104,3 +105,28 @@ async def fork_lane(client: LedgerClient, lane_id: str, at_seq: int, name: str, 
         except LaneConflict:
             pass  # a concurrent retry of this fork recorded it first
     return await client.get_lane(lane.id)
+
+
+async def fork_history(client: LedgerClient, lane_id: str, *,
+                       page: int = 1000) -> AsyncIterator[CommittedEvent]:
+    """A lane's full history, oldest first: the events of the lane it was
+    forked from up to the fork point (recursively, for a fork of a fork),
+    then its own. For a lane that is not a fork, just its events. Read page
+    by page (``load_lane``), so any length streams in bounded memory."""
+    segments: list[tuple[str, int | None]] = [(lane_id, None)]
+    fork = (await client.get_lane(lane_id)).forked_from
+    while fork is not None:
+        segments.append((fork.lane_id, fork.seq))
+        fork = (await client.get_lane(fork.lane_id)).forked_from
+    for segment, last in reversed(segments):
+        after = 0
+        while True:
+            limit = page if last is None else min(page, last - after)
+            if limit <= 0:
+                break
+            got = await client.load_lane(segment, after_seq=after, limit=limit)
+            for event in got.events:
+                yield event
+            if not got.events or not got.has_more:
+                break
+            after = got.events[-1].seq

@@ -22,8 +22,14 @@ import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from .blobstore import BlobStore, tenant_bucket_name
 from .clock import system_clock
+from .content import PENDING, default_redactor, prepare_content, prepared
+from .contentref import refs_in
 from .errors import (
+    BlobMissing,
+    EntityNotFound,
+    InvalidRequest,
     LedgerError,
     LedgerTimeout,
     LedgerUnavailable,
@@ -45,6 +51,7 @@ from .model import (
     CreateLane,
     CreateTurn,
     EnsureActor,
+    ForkPoint,
     GetLane,
     GetReceipt,
     Lane,
@@ -52,17 +59,23 @@ from .model import (
     LoadLane,
     LoadRun,
     LoadSession,
+    LoadStructure,
     Receipt,
     Reply,
     ReplyError,
     RunView,
     SessionView,
+    StructureCursor,
+    StructurePage,
     Turn,
     decoder,
     encode,
 )
 from .pubacks import AckInbox, PubAck
-from .subjects import REPLY_HEADER, Subjects
+from .redaction import Redactor
+from .signing import Ed25519PrivateKey, public_key_hex, sign_event
+from .subjects import REPLY_HEADER, Subjects, tenant_headers, token
+from .subjects import inbox_prefix as tenant_inbox_prefix
 from .vocabulary import SCHEMA_VERSION
 
 T = TypeVar("T")
@@ -95,8 +108,10 @@ def make_event(
     extensions: Mapping[str, Any] | None = None,
     occurred_at: str | None = None,
     event_id: str | None = None,
+    private_key: Ed25519PrivateKey | None = None,
 ) -> dict[str, Any]:
-    """A proposed event as a plain JSON object, with a fresh UUIDv7 id."""
+    """A proposed event as a plain JSON object, with a fresh UUIDv7 id;
+    signed (``signature``) when the actor's ``private_key`` is given."""
     event: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "id": event_id or new_id(),
@@ -110,7 +125,9 @@ def make_event(
     }
     if causation_id is not None:
         event["causation_id"] = causation_id
-    return event
+    # Redact and externalize before signing: the signature covers what is sent.
+    event = prepared(event)
+    return sign_event(event, private_key) if private_key is not None else event
 
 
 @dataclass
@@ -159,8 +176,17 @@ class LedgerClient:
         subjects: Subjects = Subjects(),
         timeout: float = 10.0,
         owns_connection: bool = False,
+        redactor: Redactor | None = None,
+        tenant: str | None = None,
     ) -> None:
         self.nc = nc
+        # Commands go on this tenant's subjects (<prefix>.cmd.<tenant>.<op>),
+        # answered for it alone: what a tenant's producer user may publish.
+        # None: <prefix>.cmd.<op>, any tenant (the shared producer, services).
+        self.tenant = tenant
+        self.redactor = redactor or default_redactor()
+        self._blobs: dict[str, BlobStore] = {}  # by bucket name
+        self._stored: set[tuple[str, str, int]] = set()  # (tenant, ref, size) known stored
         self._acks = AckInbox(nc)
         self.subjects = subjects
         self.timeout = timeout
@@ -172,10 +198,18 @@ class LedgerClient:
 
     @classmethod
     async def connect(
-        cls, url: str = "nats://127.0.0.1:4222", *, connect_timeout: float = 5.0, **kwargs: Any
+        cls, url: str = "nats://127.0.0.1:4222", *, connect_timeout: float = 5.0,
+        inbox_prefix: str | None = None, tenant: str | None = None, **kwargs: Any
     ) -> LedgerClient:
         """Connect, failing within ``connect_timeout`` if no server answers;
-        once connected, reconnect for as long as it takes."""
+        once connected, reconnect for as long as it takes. ``inbox_prefix``:
+        where receipts and replies come back; a tenant's producer user under
+        deploy/nats.conf must use ``subjects.inbox_prefix(tenant)``, the
+        default when ``tenant`` is given. ``tenant``: send commands and
+        checkpoint requests on that tenant's subjects (spec/wire.md, "NATS
+        users and tenants")."""
+        if inbox_prefix is None and tenant is not None:
+            inbox_prefix = tenant_inbox_prefix(tenant)
         errors: list[Exception] = []
 
         async def remember(exc: Exception) -> None:  # instead of nats-py's logged traceback
@@ -186,13 +220,14 @@ class LedgerClient:
             nc = await asyncio.wait_for(
                 nats.connect(url, name="laneledger-client", max_reconnect_attempts=-1,
                              reconnect_time_wait=0.5, connect_timeout=connect_timeout,
-                             error_cb=remember),
+                             error_cb=remember,
+                             **({"inbox_prefix": inbox_prefix} if inbox_prefix else {})),
                 connect_timeout,
             )
         except Exception as exc:  # noqa: BLE001 - translated below
             cause = errors[-1] if errors else exc
             raise LedgerUnavailable(f"cannot connect to {url}: {cause}") from exc
-        return cls(nc, owns_connection=True, **kwargs)
+        return cls(nc, owns_connection=True, tenant=tenant, **kwargs)
 
     async def __aenter__(self) -> LedgerClient:
         return self
@@ -224,7 +259,8 @@ class LedgerClient:
     async def _command(self, cmd: Command, result_type: type[T]) -> T:
         op = type(cmd).__struct_config__.tag
         try:
-            msg = await self.nc.request(self.subjects.command(op), encode(cmd), timeout=self.timeout)
+            msg = await self.nc.request(self.subjects.command(op, self.tenant), encode(cmd),
+                                        timeout=self.timeout, headers=tenant_headers(self.tenant))
         except Exception as exc:  # noqa: BLE001 - translated
             raise transport_error(exc, op) from exc
         reply = decoder(Reply).decode(msg.data)
@@ -234,17 +270,27 @@ class LedgerClient:
 
     async def ensure_actor(self, tenant: str, key: str, kind: str, *,
                            display_name: str | None = None,
-                           attributes: Mapping[str, Any] | None = None) -> Actor:
+                           attributes: Mapping[str, Any] | None = None,
+                           public_key: str | Ed25519PrivateKey | None = None) -> Actor:
+        """Register (or find) an actor. With ``public_key`` (hex, or the
+        private key whose public half to register) its events must be signed;
+        the key is part of the actor: another key for the same ``key`` is an
+        ``entity_conflict``."""
+        if isinstance(public_key, Ed25519PrivateKey):
+            public_key = public_key_hex(public_key)
         return await self._command(
             EnsureActor(tenant=tenant, key=key, kind=kind, display_name=display_name,
-                        attributes=dict(attributes or {})), Actor)
+                        attributes=dict(attributes or {}), public_key=public_key), Actor)
 
     async def create_lane(self, tenant: str, session_id: str, run_id: str, name: str, *,
                           kind: str = "main", parent_lane_id: str | None = None,
-                          actor_id: str | None = None, lane_id: str | None = None) -> Lane:
+                          actor_id: str | None = None, lane_id: str | None = None,
+                          fork_of: ForkPoint | None = None) -> Lane:
+        """``fork_of``: fork that lane at that seq (``laneledger.branching.fork_lane``)."""
         return await self._command(
             CreateLane(tenant=tenant, session_id=session_id, run_id=run_id, name=name, kind=kind,
-                       parent_lane_id=parent_lane_id, actor_id=actor_id, id=lane_id), Lane)
+                       parent_lane_id=parent_lane_id, actor_id=actor_id, id=lane_id,
+                       fork_of=fork_of), Lane)
 
     async def create_turn(self, lane_id: str, turn_no: int, *, turn_id: str | None = None) -> Turn:
         return await self._command(
@@ -276,6 +322,23 @@ class LedgerClient:
     async def load_session(self, session_id: str) -> SessionView:
         return await self._command(LoadSession(session_id=session_id), SessionView)
 
+    async def load_structure_page(self, session_id: str, run_id: str | None = None,
+                                  after: StructureCursor = StructureCursor(),
+                                  limit: int = 1000) -> StructurePage:
+        return await self._command(LoadStructure(session_id=session_id, run_id=run_id,
+                                                 after=after, limit=limit), StructurePage)
+
+    async def load_structure(self, session_id: str, run_id: str | None = None) -> StructurePage:
+        """A session's (run's) whole structure, read page by page: what
+        ``load_session`` holds but its events, for sessions of any size."""
+        page = await self.load_structure_page(session_id, run_id)
+        whole = {kind: list(getattr(page, kind)) for kind in ("lanes", "turns", "actions", "attempts")}
+        while page.has_more:
+            page = await self.load_structure_page(session_id, run_id, page.next)
+            for kind, rows in whole.items():
+                rows.extend(getattr(page, kind))
+        return msgspec.structs.replace(page, **whole)
+
     async def get_receipt(self, append_id: str) -> AppendCommitted:
         return await self._command(GetReceipt(append_id=append_id), AppendCommitted)
 
@@ -289,13 +352,14 @@ class LedgerClient:
         *,
         append_id: str | None = None,
     ) -> AppendHandle:
-        """Publish an append and return once JetStream has durably accepted it."""
+        """Publish an append and return once JetStream has durably accepted it
+        (its content redacted and its blobs stored first)."""
         append_id = append_id or new_id()
         body = encode({
             "lane_id": lane.id,
             "expected_last_seq": expected_last_seq,
             "append_id": append_id,
-            "events": list(events),
+            "events": await self.store_content(lane.tenant, events),
         })
         if len(body) > MAX_REQUEST_BYTES:
             raise RequestTooLarge(
@@ -352,6 +416,75 @@ class LedgerClient:
                 await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
         raise AssertionError("unreachable")
 
+    # ------------------------------------------------------------- content
+
+    async def blob_store(self, tenant: str | None = None) -> BlobStore:
+        """The bucket this client stores ``tenant``'s blobs in (``spec/content.md``).
+        A tenant-scoped client (``tenant=`` at connect: a ``producer-<tenant>``
+        user) uses the tenant's own ``LEDGER_BLOBS_<token>``, which the
+        sequencer creates on the tenant's first command and a producer may
+        not: missing, it is ``EntityNotFound`` (kind ``blob_bucket``). A
+        trusted client uses the shared bucket (opened, or created, on first use)."""
+        scoped = self.tenant is not None
+        name = tenant_bucket_name(token(tenant or self.tenant), self.subjects) if scoped else None
+        key = name or ""
+        if key not in self._blobs:
+            try:
+                self._blobs[key] = await BlobStore.open(
+                    self.nc.jetstream(), subjects=self.subjects, bucket=name, create=not scoped,
+                    timeout_s=self.timeout)
+            except EntityNotFound as exc:
+                raise EntityNotFound(
+                    f"tenant {tenant or self.tenant!r} has no blob bucket yet: the sequencer "
+                    "creates it when the tenant's producer sends its first command "
+                    "(ensure_actor, create_lane, …); send one, then store the blob again",
+                    kind="blob_bucket", bucket=name) from exc
+        return self._blobs[key]
+
+    async def store_content(self, tenant: str,
+                            events: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """The events redacted and externalized (``spec/content.md``), once
+        every blob they reference is in ``tenant``'s blob store: uploaded from
+        this process, or already there. ``blob_missing`` when neither."""
+        out: list[Mapping[str, Any]] = []
+        uploads: dict[str, bytes] = {}
+        needed: dict[tuple[str, int], str] = {}  # (ref, size) -> path naming it
+        for i, event in enumerate(events):
+            done, blobs, rules = prepare_content(dict(event), self.redactor)
+            if (rules or blobs) and "signature" in event:
+                raise InvalidRequest(
+                    "a signed event holds a secret or a value over 1 KiB: its signature would "
+                    "not cover what is sent; build it with make_event (or LaneRecorder.event), "
+                    "which redacts and externalizes before signing",
+                    path=f"$.events[{i}]", event_id=event.get("id"), redactions=rules,
+                    blobs=len(blobs))
+            out.append(done if (rules or blobs) else event)
+            uploads.update(blobs)
+            payload = done.get("payload")
+            if isinstance(payload, dict):
+                for ref_size in refs_in(payload):
+                    needed.setdefault(ref_size, f"$.events[{i}].payload")
+        todo = [(r, s, p) for (r, s), p in needed.items() if (tenant, r, s) not in self._stored]
+        if todo:
+            store = await self.blob_store(tenant)
+            await asyncio.gather(*(self._store_blob(store, tenant, ref, size, path, uploads)
+                                   for ref, size, path in todo))
+        return out
+
+    async def _store_blob(self, store: BlobStore, tenant: str, ref: str, size: int, path: str,
+                          uploads: dict[str, bytes]) -> None:
+        data = uploads.get(ref) or PENDING.get(ref)
+        if data is not None and len(data) == size:
+            await store.put(tenant, data)
+            PENDING.discard(ref)
+        elif not await store.has(tenant, ref, size):
+            raise BlobMissing("the event references a blob that is neither stored nor held by "
+                              "this process: store it first (BlobStore.put)",
+                              ref=ref, size_bytes=size, path=path)
+        if len(self._stored) > 100_000:
+            self._stored.clear()
+        self._stored.add((tenant, ref, size))
+
     async def _expect_receipt(self, append_id: str) -> tuple[str, asyncio.Future]:
         if self._inbox_sub is None:
             self._inbox = self.nc.new_inbox()
@@ -394,22 +527,31 @@ class LaneRecorder:
     and raises the first rejection, after which the head is reloaded.
     """
 
-    def __init__(self, client: LedgerClient, lane: Lane) -> None:
+    def __init__(self, client: LedgerClient, lane: Lane, *,
+                 signers: Mapping[str, Ed25519PrivateKey] | None = None) -> None:
         self.client = client
         self.lane = lane
+        # actor id -> private key: events of these actors are signed on append
+        self.signers = dict(signers or {})
         self.head = lane.last_seq
         self._lock = asyncio.Lock()
         self._outstanding: list[AppendHandle] = []
 
     @classmethod
     async def open(cls, client: LedgerClient, tenant: str, session_id: str, run_id: str,
-                   name: str, **lane_fields: Any) -> LaneRecorder:
+                   name: str, *, signers: Mapping[str, Ed25519PrivateKey] | None = None,
+                   **lane_fields: Any) -> LaneRecorder:
         """Create the lane (idempotent by session, run and name) and resume its head."""
         lane = await client.create_lane(tenant, session_id, run_id, name, **lane_fields)
-        return cls(client, await client.get_lane(lane.id))
+        return cls(client, await client.get_lane(lane.id), signers=signers)
 
     def event(self, event_type: str, *, actor_id: str, **fields: Any) -> dict[str, Any]:
+        fields.setdefault("private_key", self.signers.get(actor_id))
         return make_event(self.lane.id, event_type, actor_id=actor_id, **fields)
+
+    def _signed(self, event: Mapping[str, Any]) -> Mapping[str, Any]:
+        key = self.signers.get(event.get("actor_id"))  # type: ignore[arg-type]
+        return sign_event(event, key) if key is not None and "signature" not in event else event
 
     async def append(
         self,
@@ -418,7 +560,11 @@ class LaneRecorder:
         append_id: str | None = None,
         wait: Wait = "commit",
     ) -> AppendCommitted | AppendHandle:
-        events = list(events)
+        # Content first (redact, externalize), then sign what will be sent; an
+        # event signed already is left to submit's check.
+        events = [event if "signature" in event
+                  else self._signed(prepared(dict(event), self.client.redactor))
+                  for event in events]
         async with self._lock:
             if wait == "accept":
                 handle = await self.client.submit(self.lane, self.head, events, append_id=append_id)

@@ -14,7 +14,8 @@ The tree::
     │   ├── RequestTooLarge             request_too_large      over the size or event-count limit
     │   ├── NotCanonicalizable          not_canonicalizable    a value RFC 8785 cannot encode
     │   ├── UnknownEventType            unknown_event_type     not core, not a namespaced extension
-    │   └── InvalidPayload              invalid_payload        a core payload of the wrong shape
+    │   ├── InvalidPayload              invalid_payload        a core payload of the wrong shape
+    │   └── Unauthorized                unauthorized           no valid bearer token (HTTP reads)
     ├── StoreError                      the store refused; the ledger is unchanged
     │   ├── LaneConflict                lane_conflict          expected head != actual head
     │   ├── IdempotencyViolation        idempotency_violation  same id, other content
@@ -23,7 +24,10 @@ The tree::
     │   ├── SubjectMismatch             subject_mismatch       subject not in the target lane
     │   ├── EntityConflict              entity_conflict        same key, other attributes
     │   ├── CausationViolation          causation_violation    causation outside session / not earlier
-    │   └── TenantMismatch              tenant_mismatch        a cross-tenant write
+    │   ├── TenantMismatch              tenant_mismatch        a cross-tenant write
+    │   ├── SignatureRequired           signature_required     a keyed actor's event is unsigned
+    │   ├── InvalidSignature            invalid_signature      a signature that does not verify
+    │   └── BlobMissing                 blob_missing           a referenced blob is not stored yet
     ├── IntegrityError                  integrity_failure      a chain or blob check failed
     │   └── ChainFault                  chain_fault            first bad position/seq and fault kind
     ├── TransportError                  the request may or may not have arrived
@@ -97,6 +101,13 @@ class InvalidPayload(RequestError):
     code = "invalid_payload"
 
 
+class Unauthorized(RequestError):
+    """No bearer token, or one no tenant or operator is configured with
+    (HTTP 401; ``laneledger.access``)."""
+
+    code = "unauthorized"
+
+
 # -- the store refused --------------------------------------------------------
 
 
@@ -136,6 +147,29 @@ class CausationViolation(StoreError):
 
 class TenantMismatch(StoreError):
     code = "tenant_mismatch"
+
+
+class SignatureRequired(StoreError):
+    """The event's actor is registered with a public key; the event has no
+    ``signature``."""
+
+    code = "signature_required"
+
+
+class InvalidSignature(StoreError):
+    """``details['reason']``: ``forged`` (does not verify under the actor's
+    key) or ``unregistered_key`` (the actor has no key to check it with)."""
+
+    code = "invalid_signature"
+
+
+class BlobMissing(StoreError):
+    """An event references a content blob (``{"_ref": …}`` or a
+    ``payload_refs`` descriptor) that the lane's tenant has not stored, or
+    stored with another size. ``details``: ``event_id``, ``ref``,
+    ``size_bytes``, ``path``. Store the blob, then resend."""
+
+    code = "blob_missing"
 
 
 # -- integrity ----------------------------------------------------------------

@@ -9,6 +9,7 @@ field path.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, TypeVar
 
 import msgspec
@@ -20,9 +21,16 @@ from .errors import InvalidRequest, MalformedMessage, RequestTooLarge
 MAX_REQUEST_BYTES = 1024 * 1024  # also NATS's default max_payload
 MAX_EVENTS_PER_APPEND = 1000
 MAX_ID_LENGTH = 256
+# Integers on the wire are I-JSON's exact range (RFC 7493), which is also what
+# SQLite and every JSON reader can hold: a larger seq or count is invalid_request.
+MAX_WIRE_INT = 2**53 - 1
+# Arrays and objects inside one another, the message itself counting as one.
+# Far past what agents send, and well inside the recursion every reader of a
+# committed event (decoders, canonical form, redaction) can afford.
+MAX_NESTING = 128
 
 Id = Annotated[str, Meta(min_length=1, max_length=MAX_ID_LENGTH)]
-Seq = Annotated[int, Meta(ge=0)]
+Seq = Annotated[int, Meta(ge=0, le=MAX_WIRE_INT)]
 Hash = Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")]
 # RFC 3339 with a 'T', seconds, optional fraction, and an explicit offset. Kept
 # as the producer's string: the ledger never re-renders it.
@@ -31,6 +39,9 @@ Timestamp = Annotated[
     Meta(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$"),
 ]
 EventType = Annotated[str, Meta(min_length=3, max_length=128)]
+# ed25519 in lowercase hex (laneledger.signing): a 32-byte public key, a 64-byte signature.
+PublicKey = Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")]
+Signature = Annotated[str, Meta(pattern=r"^[0-9a-f]{128}$")]
 JsonObject = dict[str, Any]
 
 
@@ -63,6 +74,9 @@ class ProposedEvent(Frozen, kw_only=True):
     payload: JsonObject
     extensions: JsonObject
     causation_id: Id | UnsetType = UNSET
+    # Absent unless the actor signs (spec/object-model.md, "Signed producers");
+    # never null, so an unsigned event renders as it did before signatures.
+    signature: Signature | UnsetType = UNSET
 
 
 class CommittedEvent(ProposedEvent, kw_only=True):
@@ -73,8 +87,8 @@ class CommittedEvent(ProposedEvent, kw_only=True):
     tenant: Id
     session_id: Id
     run_id: Id
-    seq: Annotated[int, Meta(ge=1)]
-    position: Annotated[int, Meta(ge=1)]
+    seq: Annotated[int, Meta(ge=1, le=MAX_WIRE_INT)]
+    position: Annotated[int, Meta(ge=1, le=MAX_WIRE_INT)]
     append_id: Id
     committed_at: Timestamp
     prev_hash: Hash
@@ -150,7 +164,29 @@ class Actor(Frozen, kw_only=True):
     kind: str
     display_name: str | None = None
     attributes: JsonObject = {}
+    # Set: every event of this actor must carry a valid signature. Part of the
+    # actor's identity: it never changes (a new key is a new actor).
+    public_key: PublicKey | None = None
     created_at: Timestamp
+
+
+class ForkPoint(Frozen, kw_only=True):
+    """Where a fork starts: the origin lane and the seq of its last event the
+    fork keeps (``CreateLane.fork_of``)."""
+
+    lane_id: Id
+    seq: Annotated[int, Meta(ge=1, le=MAX_WIRE_INT)]
+
+
+class ForkOrigin(Frozen, kw_only=True):
+    """A forked lane's origin as the ledger resolved it: the fork references
+    the origin's events up to ``seq`` instead of copying them."""
+
+    lane_id: Id
+    seq: Annotated[int, Meta(ge=1, le=MAX_WIRE_INT)]
+    position: Annotated[int, Meta(ge=1, le=MAX_WIRE_INT)]
+    event_id: Id
+    entry_hash: Hash
 
 
 class Lane(Frozen, kw_only=True):
@@ -163,6 +199,7 @@ class Lane(Frozen, kw_only=True):
     parent_lane_id: Id | None = None
     actor_id: Id | None = None
     created_at: Timestamp
+    forked_from: ForkOrigin | None = None
     last_seq: Seq = 0
     head_hash: Hash = "0" * 64
 
@@ -170,7 +207,7 @@ class Lane(Frozen, kw_only=True):
 class Turn(Frozen, kw_only=True):
     id: Id
     lane_id: Id
-    turn_no: Annotated[int, Meta(ge=1)]
+    turn_no: Annotated[int, Meta(ge=1, le=MAX_WIRE_INT)]
     created_at: Timestamp
 
 
@@ -190,7 +227,7 @@ class Attempt(Frozen, kw_only=True):
     id: Id
     lane_id: Id
     action_id: Id
-    attempt_no: Annotated[int, Meta(ge=1)]
+    attempt_no: Annotated[int, Meta(ge=1, le=MAX_WIRE_INT)]
     created_at: Timestamp
 
 
@@ -201,24 +238,25 @@ class Anchor(Frozen, kw_only=True):
     """The last lane event a checkpoint has applied."""
 
     lane_id: Id
-    seq: Annotated[int, Meta(ge=1)]
+    seq: Annotated[int, Meta(ge=1, le=MAX_WIRE_INT)]
     event_id: Id
 
 
 class ArtifactRef(Frozen, kw_only=True):
     sha256: Hash
-    size_bytes: Annotated[int, Meta(ge=0)]
+    size_bytes: Annotated[int, Meta(ge=0, le=MAX_WIRE_INT)]
     media_type: str
 
 
 class Checkpoint(Frozen, kw_only=True):
     id: Id
     key: Id
-    revision: Annotated[int, Meta(ge=1)]
+    revision: Annotated[int, Meta(ge=1, le=MAX_WIRE_INT)]
     format: str
     digest: Hash
     session_id: Id | None = None
     run_id: Id | None = None
+    tenant: Id | None = None
     state: Any = None
     artifact: ArtifactRef | None = None
     anchor: Anchor | None = None
@@ -238,6 +276,7 @@ class EnsureActor(Frozen, kw_only=True, tag="ensure_actor", tag_field="op"):
     kind: str
     display_name: str | None = None
     attributes: JsonObject = {}
+    public_key: PublicKey | None = None
 
 
 class CreateLane(Frozen, kw_only=True, tag="create_lane", tag_field="op"):
@@ -249,11 +288,13 @@ class CreateLane(Frozen, kw_only=True, tag="create_lane", tag_field="op"):
     parent_lane_id: Id | None = None
     actor_id: Id | None = None
     id: Id | None = None
+    # Fork an existing lane of the same session and run at one of its events.
+    fork_of: ForkPoint | None = None
 
 
 class CreateTurn(Frozen, kw_only=True, tag="create_turn", tag_field="op"):
     lane_id: Id
-    turn_no: Annotated[int, Meta(ge=1)]
+    turn_no: Annotated[int, Meta(ge=1, le=MAX_WIRE_INT)]
     id: Id | None = None
 
 
@@ -271,7 +312,7 @@ class CreateAction(Frozen, kw_only=True, tag="create_action", tag_field="op"):
 class CreateAttempt(Frozen, kw_only=True, tag="create_attempt", tag_field="op"):
     lane_id: Id
     action_id: Id
-    attempt_no: Annotated[int, Meta(ge=1)]
+    attempt_no: Annotated[int, Meta(ge=1, le=MAX_WIRE_INT)]
     id: Id | None = None
 
 
@@ -294,6 +335,26 @@ class LoadSession(Frozen, kw_only=True, tag="load_session", tag_field="op"):
     session_id: Id
 
 
+class StructureCursor(Frozen, kw_only=True):
+    """Where a ``load_structure`` page ends: the last row read of each kind."""
+
+    lanes: Annotated[int, Meta(ge=0, le=MAX_WIRE_INT)] = 0
+    turns: Annotated[int, Meta(ge=0, le=MAX_WIRE_INT)] = 0
+    actions: Annotated[int, Meta(ge=0, le=MAX_WIRE_INT)] = 0
+    attempts: Annotated[int, Meta(ge=0, le=MAX_WIRE_INT)] = 0
+
+
+class LoadStructure(Frozen, kw_only=True, tag="load_structure", tag_field="op"):
+    """A session's (or one run's) lanes, turns, actions and attempts, page by
+    page and without events: ``load_session`` for sessions too large for
+    one reply."""
+
+    session_id: Id
+    run_id: Id | None = None
+    after: StructureCursor = StructureCursor()
+    limit: Annotated[int, Meta(ge=1, le=10_000)] = 1000
+
+
 class GetReceipt(Frozen, kw_only=True, tag="get_receipt", tag_field="op"):
     append_id: Id
 
@@ -308,6 +369,7 @@ Command = (
     | LoadLane
     | LoadRun
     | LoadSession
+    | LoadStructure
     | GetReceipt
 )
 
@@ -340,6 +402,21 @@ class RunView(Frozen, kw_only=True):
     actions: list[Action]
     attempts: list[Attempt]
     events: list[CommittedEvent]
+
+
+class StructurePage(Frozen, kw_only=True):
+    """One ``load_structure`` page: up to ``limit`` rows of each kind after
+    the cursor; ``next`` is the cursor of the following page."""
+
+    session_id: Id
+    tenant: Id
+    run_id: Id | None = None
+    lanes: list[Lane]
+    turns: list[Turn]
+    actions: list[Action]
+    attempts: list[Attempt]
+    next: StructureCursor
+    has_more: bool
 
 
 class SessionView(Frozen, kw_only=True):
@@ -382,12 +459,41 @@ def decode(data: bytes, kind: type[T], *, max_bytes: int = MAX_REQUEST_BYTES) ->
             size_bytes=len(data),
             limit_bytes=max_bytes,
         )
+    # Counting brackets is nearly free; only a message with more of them than
+    # the limit is scanned for its real depth.
+    if data.count(b"[") + data.count(b"{") > MAX_NESTING and nesting_depth(data) > MAX_NESTING:
+        raise _too_deep()
     try:
         return decoder(kind).decode(data)
     except msgspec.ValidationError as exc:
         raise InvalidRequest(str(exc), path=_path_of(exc)) from exc
     except msgspec.DecodeError as exc:
         raise MalformedMessage(f"not valid JSON: {exc}") from exc
+    except RecursionError:  # unreachable below MAX_NESTING; kept so it can never escape
+        raise _too_deep() from None
+
+
+def _too_deep() -> InvalidRequest:
+    return InvalidRequest(f"arrays and objects nest deeper than {MAX_NESTING} levels",
+                          path="$", limit=MAX_NESTING)
+
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_A_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def nesting_depth(data: bytes) -> int:
+    """How deep arrays and objects nest in JSON ``data``, strings skipped
+    (for bytes that are not JSON, a number that is never too small)."""
+    depth = deepest = 0
+    for byte in _JSON_STRING.sub(b"", data).translate(None, _NOT_A_BRACKET):
+        if byte == 0x5B or byte == 0x7B:  # [ {
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+        else:
+            depth -= 1
+    return deepest
 
 
 def _path_of(exc: msgspec.ValidationError) -> str:
@@ -419,6 +525,10 @@ class ProposedCheckpoint(Frozen, kw_only=True):
     format: MediaType
     session_id: Id | None = None
     run_id: Id | None = None
+    # The tenant whose tokens may read it; the service derives it from the
+    # anchor's lane or the session's lanes and refuses a different one
+    # (spec/checkpoint.md, "Tenants").
+    tenant: Id | None = None
     state: Any = None  # inline state; leave it out when ``artifact`` is set
     artifact: ArtifactRef | None = None
     anchor: Anchor | None = None
@@ -430,15 +540,16 @@ class CheckpointInfo(Frozen, kw_only=True):
 
     id: Id
     key: Id
-    revision: Annotated[int, Meta(ge=1)]
+    revision: Annotated[int, Meta(ge=1, le=MAX_WIRE_INT)]
     format: str
     digest: Hash
     session_id: Id | None = None
     run_id: Id | None = None
+    tenant: Id | None = None
     artifact: ArtifactRef | None = None
     anchor: Anchor | None = None
     terminal: bool = False
-    state_bytes: Annotated[int, Meta(ge=0)] = 0  # RFC 8785 size of the inline state
+    state_bytes: Annotated[int, Meta(ge=0, le=MAX_WIRE_INT)] = 0  # RFC 8785 size of the inline state
     created_at: Timestamp
 
 

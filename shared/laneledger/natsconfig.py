@@ -18,6 +18,9 @@ permissions narrowed to that tenant:
 * its checkpoint artifacts live in its own bucket,
   ``LEDGER_CHECKPOINT_ARTIFACTS_<tenant>`` (``subjects.tenant_bucket``), the
   only one it may touch; the checkpoint service may create and read it;
+* its content-reference blobs likewise live in ``LEDGER_BLOBS_<tenant>``, the
+  only blob bucket it may touch (put and get, no purge, no delete); the
+  sequencer creates it (it may manage every stream) and the tail may read it;
 * it subscribes to ``_INBOX_<tenant>.>`` only, the inbox prefix its client
   must use (``LedgerClient.connect(inbox_prefix=inbox_prefix(tenant))``), so
   it cannot read another tenant's receipts and replies, which travel on the
@@ -41,8 +44,16 @@ _TENANT = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _INBOX_ALLOW = '"_INBOX.>"'
 RESPONDERS = ("sequencer", "checkpoint")  # they publish on producers' inboxes
 ARTIFACTS = "LEDGER_CHECKPOINT_ARTIFACTS"  # the shared bucket; a tenant's is ARTIFACTS_<tenant>
-# A permission on the artifact bucket: its stream OBJ_<bucket> or its $O.<bucket> subjects.
-_ARTIFACT_PERMISSION = re.compile(r'"[^"]*(?:OBJ_|\$O\.)' + ARTIFACTS + r'(?:\.[^"]*)?"')
+BLOBS = "LEDGER_BLOBS"  # likewise for content-reference blobs
+
+
+def _bucket_permission(bucket: str) -> re.Pattern:
+    """A permission on a shared bucket: its stream OBJ_<bucket> or its $O.<bucket> subjects."""
+    return re.compile(r'"[^"]*(?:OBJ_|\$O\.)' + bucket + r'(?:\.[^"]*)?"')
+
+
+_ARTIFACT_PERMISSION = _bucket_permission(ARTIFACTS)
+_BLOB_PERMISSION = _bucket_permission(BLOBS)
 
 
 class TemplateError(ValueError):
@@ -93,6 +104,16 @@ def render(template: str, tenants: Sequence[str] = (), *, korg_tenant: str = "ko
     if own:
         text = text[:block.start()] + block.group(0).replace(
             shared[-1], ", ".join([shared[-1], *own]), 1) + text[block.end():]
+    # The tail reads each tenant's blob bucket (it stores only in the shared one).
+    block = _user_block(text, "tail")
+    shared = _BLOB_PERMISSION.findall(block.group(0))
+    if not shared:
+        raise TemplateError(f"user 'tail' has no permission on the bucket {BLOBS}")
+    own = [_rename_bucket(perm, t, BLOBS) for t in tenants for perm in shared
+           if "$O." not in perm]
+    if own:
+        text = text[:block.start()] + block.group(0).replace(
+            shared[-1], ", ".join([shared[-1], *own]), 1) + text[block.end():]
     producer = _user_block(text, "producer").group(0)
     if (any(subject not in producer for subject in (append_all, *requests_all))
             or f"subscribe: {{ allow: [{_INBOX_ALLOW}] }}" not in producer):
@@ -110,11 +131,12 @@ def render(template: str, tenants: Sequence[str] = (), *, korg_tenant: str = "ko
                  .replace(f"subscribe: {{ allow: [{_INBOX_ALLOW}] }}",
                           f'subscribe: {{ allow: ["{inbox_prefix(tenant)}.>"] }}', 1))
         block = _ARTIFACT_PERMISSION.sub(lambda m: _rename_bucket(m.group(0), tenant), block)
+        block = _BLOB_PERMISSION.sub(lambda m: _rename_bucket(m.group(0), tenant, BLOBS), block)
         added.append(block)
     end = _user_block(text, "producer").end()
     return text[:end] + "".join(added) + text[end:]
 
 
-def _rename_bucket(permission: str, tenant: str) -> str:
-    """A permission on the shared artifact bucket, on the tenant's own instead."""
-    return permission.replace(ARTIFACTS, tenant_bucket(ARTIFACTS, tenant), 1)
+def _rename_bucket(permission: str, tenant: str, bucket: str = ARTIFACTS) -> str:
+    """A permission on a shared bucket, on the tenant's own instead."""
+    return permission.replace(bucket, tenant_bucket(bucket, tenant), 1)

@@ -29,9 +29,16 @@ def ops_routes(registry: CollectorRegistry, ready: Callable[[], bool]) -> list[w
     return [web.get("/healthz", healthz), web.get("/readyz", readyz), web.get("/metrics", metrics)]
 
 
+# The longest request line a documented request can need: a handful of query
+# parameters of up to 256 characters, each up to 12 bytes percent-encoded
+# (aiohttp's default, 8190, is less). Longer is refused by aiohttp's parser
+# with a plain-text 400, before any route or middleware sees it.
+MAX_REQUEST_LINE = 64 * 1024
+
+
 async def start_http(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
     """Start ``app``; returns the runner and the bound port (``port=0`` picks one)."""
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, access_log=None, max_line_size=MAX_REQUEST_LINE)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()

@@ -61,6 +61,7 @@ LANELEDGER_EVENT_TYPES = (
     "context.compaction_applied",
     "context.tool_resolved",
     "verification.preflight",
+    "session.rewound",
 )
 
 CORE_EVENT_TYPES = frozenset(AGENT_LEDGER_EVENT_TYPES + LANELEDGER_EVENT_TYPES)
@@ -180,8 +181,36 @@ def check_payload(event_type: str, payload: dict[str, Any]) -> None:
         case "attempt.requested":
             if "attempt_no" in payload and _need(payload, "attempt_no", int, event_type) < 1:
                 raise InvalidPayload("attempt_no must be >= 1", field="payload.attempt_no")
+        case "session.rewound":
+            _check_rewound(payload, event_type)
         case _:
             return
+
+
+def _check_rewound(payload: dict[str, Any], event_type: str) -> None:
+    _need(payload, "target_event_id", str, event_type)
+    target = _need(payload, "target_position", int, event_type)
+    as_of = _need(payload, "as_of_position", int, event_type)
+    for field, value, low in (("target_position", target, 1), ("as_of_position", as_of, target)):
+        if value < low:
+            raise InvalidPayload(f"{field} must be >= {low}", field=f"payload.{field}", found=value)
+    spans = _need(payload, "invalidated", list, event_type)
+    floor = target
+    for index, span in enumerate(spans):
+        # Ascending, disjoint [first, last] ranges after the target, up to as_of_position.
+        if not (isinstance(span, list) and len(span) == 2
+                and all(type(bound) is int for bound in span)
+                and floor < span[0] <= span[1] <= as_of):
+            raise InvalidPayload(
+                "invalidated must be ascending, disjoint [first, last] position ranges"
+                " after target_position and up to as_of_position",
+                field="payload.invalidated", index=index, found=repr(span))
+        floor = span[1]
+    count = _need(payload, "invalidated_count", int, event_type)
+    if not len(spans) <= count <= sum(last - first + 1 for first, last in spans):
+        raise InvalidPayload("invalidated_count does not fit the invalidated ranges",
+                             field="payload.invalidated_count", found=count)
+    _optional(payload, "reason", str, event_type)
 
 
 def cost_amount(payload: dict[str, Any]) -> Decimal:

@@ -2,8 +2,9 @@
 
 Commands live in small modules, each adding its subcommands to the parser:
 ``files`` (canonicalize, digest), ``verify`` (files, databases, a tail
-service), ``ledger`` (export, inspect), ``tail`` (follow live), ``run`` (up,
-demo). Every command is a
+service), ``ledger`` (export, inspect), ``branching`` (rewind, fork),
+``tail`` (follow live), ``imports`` (import claude-code),
+``run`` (up, demo), ``natsconf`` (nats-config). Every command is a
 function taking the parsed arguments and returning an exit status:
 
     0  success
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 from laneledger import __version__
 from laneledger.errors import LedgerError, RequestError
 
-from . import files, ledger, run, tail, verify
+from . import branching, files, imports, ledger, natsconf, run, tail, verify
 from .report import PROG, display, fail, located
 
 
@@ -35,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    for module in (files, verify, ledger, tail, run):
+    for module in (files, verify, ledger, branching, imports, tail, run, natsconf):
         module.add_commands(commands)
     return parser
 

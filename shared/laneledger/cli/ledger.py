@@ -13,9 +13,13 @@ import msgspec
 from laneledger.audit import export_ledger
 from laneledger.checkpoints import reconcile
 from laneledger.client import LedgerClient
+from laneledger.korg_export import export_session_from_db
 from laneledger.vocabulary import TERMINAL_EVENT_TYPES, cost_amount
 
+from .verify import hmac_key
+
 DEFAULT_NATS = "nats://127.0.0.1:4222"
+EXPORT_FORMATS = ("laneledger", "korg-ledger-v1")
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -24,10 +28,19 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         help="write a ledger's committed events as JSONL (verifiable with `verify`)",
         description="Write every committed event of a ledger database, in position order, one "
         "canonical JSON object per line with its chain fields (seq, position, prev_hash, "
-        "entry_hash). `laneledger verify FILE` checks the result offline.",
+        "entry_hash). `laneledger verify FILE` checks the result offline. With --format "
+        "korg-ledger-v1, write one session (--session) as a Korg journal instead: flat "
+        "AgentToolCall records with seq_id, triggered_by, rewind_of and a korg-ledger-v1 "
+        "prev_hash/entry_hash chain (`laneledger verify --format korg-ledger-v1 FILE`).",
     )
     sub.add_argument("--db", metavar="FILE", required=True, help="a ledger SQLite database")
     sub.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    sub.add_argument("--format", choices=EXPORT_FORMATS, default="laneledger",
+                     help="laneledger (default: the whole ledger) or korg-ledger-v1 (one session)")
+    sub.add_argument("--session", dest="session_id", metavar="SESSION",
+                     help="the session to export (korg-ledger-v1 only, and required there)")
+    sub.add_argument("--hmac-key", metavar="KEY", type=hmac_key,
+                     help="korg-ledger-v1: chain with HMAC-SHA256 under KEY (UTF-8)")
     sub.set_defaults(run=cmd_export)
 
     sub = commands.add_parser(
@@ -60,11 +73,26 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.format == "korg-ledger-v1":
+        if not args.session_id:
+            print("laneledger: export --format korg-ledger-v1 needs --session", file=sys.stderr)
+            return 2
+
+        def write(out) -> int:
+            return export_session_from_db(args.db, args.session_id, out, key=args.hmac_key)
+    else:
+        if args.session_id or args.hmac_key:
+            print("laneledger: --session and --hmac-key are for --format korg-ledger-v1",
+                  file=sys.stderr)
+            return 2
+
+        def write(out) -> int:
+            return export_ledger(args.db, out)
     if args.output:
         with open(args.output, "wb") as out:
-            count = export_ledger(args.db, out)
+            count = write(out)
     else:
-        count = export_ledger(args.db, sys.stdout.buffer)
+        count = write(sys.stdout.buffer)
         sys.stdout.buffer.flush()
     print(f"exported {count} events", file=sys.stderr)
     return 0

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from typing import Any
 
 import aiohttp
 
+from laneledger.access import CLIENT_TOKEN_FILE_ENV, client_headers
 from laneledger.errors import LedgerUnavailable
 from laneledger.vocabulary import family_of
 
@@ -27,6 +29,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "Readable lines (coloured on a terminal) or, with --json, one committed event per line.",
     )
     sub.add_argument("--url", default="http://127.0.0.1:8471", help="tail service URL")
+    sub.add_argument("--token-file", metavar="FILE", default=os.environ.get(CLIENT_TOKEN_FILE_ENV),
+                     help=f"the bearer token to read it with (env {CLIENT_TOKEN_FILE_ENV})")
     for name in FILTERS:
         sub.add_argument(f"--{name.replace('_', '-')}", dest=name, metavar="VALUE")
     sub.add_argument("--from-position", type=int, default=0, metavar="N",
@@ -46,7 +50,8 @@ async def follow(args: argparse.Namespace) -> int:
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=5)
     try:
         async with aiohttp.ClientSession(timeout=timeout) as http, \
-                http.get(f"{args.url.rstrip('/')}/api/v1/events", params=params) as response:
+                http.get(f"{args.url.rstrip('/')}/api/v1/events", params=params,
+                         headers=client_headers(args.token_file)) as response:
             if response.status != 200:
                 body = await response.json(content_type=None)
                 error = body.get("error", {}) if isinstance(body, dict) else {}

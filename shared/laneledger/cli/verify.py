@@ -135,7 +135,7 @@ async def _verify_db_with_nats(db: str, key: bytes | None, nats_url: str, subjec
         matched = await compare_with_stream(js, db, stream)
     report = db_report(audit)
     report["stream"] = {"name": stream, "identical": True, "messages": matched}
-    report["blob_bucket"] = store.bucket if store is not None else None
+    report["blob_bucket"] = store.shared  # and each tenant's <shared>_<tenant token>
     return report
 
 

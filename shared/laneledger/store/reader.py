@@ -22,6 +22,8 @@ from ..model import (
     LanePage,
     RunView,
     SessionView,
+    StructureCursor,
+    StructurePage,
     Turn,
     decoder,
 )
@@ -128,6 +130,51 @@ class LedgerReader:
             **self._structure([lane.id for lane in lanes]),
             events=self._events("session_id = ?", (session_id,)),
         )
+
+    def load_structure(self, session_id: str, run_id: str | None = None,
+                       after: StructureCursor = StructureCursor(), limit: int = 1000,
+                       max_bytes: int = 512 * 1024) -> StructurePage:
+        """One page of a session's (or run's) lanes, turns, actions and
+        attempts, each kind in creation order after its cursor: up to
+        ``limit`` rows of each, and no more stored bytes than ``max_bytes``
+        in all (at least one row, so paging always advances)."""
+        found = self._rows("SELECT tenant FROM sessions WHERE id = ?", (session_id,))
+        if not found:
+            raise EntityNotFound("no such session", kind="session", id=session_id)
+        scope, params = "session_id = ?", (session_id,)
+        if run_id is not None:
+            scope, params = "session_id = ? AND run_id = ?", (session_id, run_id)
+            if not self._rows(f"SELECT 1 FROM lanes WHERE {scope} LIMIT 1", params):
+                raise EntityNotFound("no such run", kind="run", id=run_id, session_id=session_id)
+        budget, more = max_bytes, False
+        page: dict[str, list] = {}
+        cursor: dict[str, int] = {}
+        lane_ids = f"SELECT id FROM lanes WHERE {scope}"
+        for table, columns, where in (
+                ("lanes", "body, last_seq, head_hash", scope),
+                ("turns", "body", f"lane_id IN ({lane_ids})"),
+                ("actions", "body", f"lane_id IN ({lane_ids})"),
+                ("attempts", "body", f"lane_id IN ({lane_ids})")):
+            last = getattr(after, table)
+            rows = self._rows(
+                f"SELECT rowid, {columns} FROM {table} WHERE {where} AND rowid > ?"
+                " ORDER BY rowid LIMIT ?", (*params, last, limit + 1))
+            kept = []
+            for row in rows[:limit]:
+                size = len(row[1]) + 100  # the head columns and the list's separators
+                if size > budget and (kept or any(page.values())):
+                    break
+                budget -= size
+                kept.append(row)
+            more = more or len(kept) < len(rows)
+            cursor[table] = kept[-1][0] if kept else last
+            if table == "lanes":
+                page[table] = [lane_from_row(*row[1:]) for row in kept]
+            else:
+                kind = {"turns": Turn, "actions": Action, "attempts": Attempt}[table]
+                page[table] = [decoder(kind).decode(row[1]) for row in kept]
+        return StructurePage(session_id=session_id, tenant=found[0][0], run_id=run_id,
+                             **page, next=StructureCursor(**cursor), has_more=more)
 
     def _lanes(self, where: str, params: tuple) -> list[Lane]:
         rows = self._rows(

@@ -19,6 +19,7 @@ import msgspec
 from msgspec import UNSET
 
 from ..canonical import canonicalize
+from ..causality import REWOUND
 from ..chain import GENESIS_HASH
 from ..clock import Clock, system_clock
 from ..errors import (
@@ -28,9 +29,12 @@ from ..errors import (
     EntityNotFound,
     IdempotencyViolation,
     InternalError,
+    InvalidPayload,
     InvalidRequest,
     LaneConflict,
+    InvalidSignature,
     LedgerError,
+    SignatureRequired,
     SubjectMismatch,
     TenantMismatch,
 )
@@ -48,12 +52,15 @@ from ..model import (
     CreateTurn,
     EnsureActor,
     ErrorBody,
+    ForkOrigin,
+    ForkPoint,
     Lane,
     Receipt,
     Turn,
     decoder,
     encode,
 )
+from ..signing import Ed25519PublicKey, check_signature, load_public_key
 from ..subjects import token
 from ..vocabulary import (
     EFFECT_KINDS,
@@ -70,16 +77,24 @@ from .reader import LedgerReader, lane_from_row
 # quote inside a string value is always escaped, so the first ',"event_type":'
 # is the key itself.
 _BEFORE_EVENT_TYPE = b',"event_type":'
+# "signature" sorts between "session_id" and "subject_id"; everything after it
+# is a string, and payload/extensions (where a nested "subject_id" key could
+# sit) come before, so the *last* ',"subject_id":' is the top-level key.
+_BEFORE_SUBJECT_ID = b',"subject_id":'
 
 
 def hashed_body(record: dict[str, Any], key: bytes | None) -> tuple[str, bytes]:
     """The entry hash of a committed event (``record`` has every field but
     ``entry_hash``) and its stored canonical bytes, with ``entry_hash`` in.
 
-    Canonicalizes once and splices the hash in, instead of canonicalizing the
-    record twice; ``tests/test_store_writer.py`` checks the result equals
+    Canonicalizes once and splices the hash (and a ``signature``, which is
+    outside the preimage: spec/canonical.md §3) in, instead of canonicalizing
+    the record twice; ``tests/test_store_writer.py`` checks the result equals
     ``canonicalize`` of the full record.
     """
+    signature = record.get("signature")
+    if signature is not None:
+        record = {k: v for k, v in record.items() if k != "signature"}
     preimage = canonicalize(record)
     digest = (
         hashlib.sha256(preimage).hexdigest()
@@ -88,6 +103,9 @@ def hashed_body(record: dict[str, Any], key: bytes | None) -> tuple[str, bytes]:
     )
     at = preimage.index(_BEFORE_EVENT_TYPE)
     body = b"%s,\"entry_hash\":\"%s\"%s" % (preimage[:at], digest.encode(), preimage[at:])
+    if signature is not None:  # 128 hex digits (model.Signature): nothing to escape
+        at = body.rindex(_BEFORE_SUBJECT_ID)
+        body = b"%s,\"signature\":\"%s\"%s" % (body[:at], signature.encode(), body[at:])
     return digest, body
 
 
@@ -162,6 +180,10 @@ class LedgerWriter:
         self.reader = LedgerReader(conn)
         self._lanes: dict[str, LaneHead] = {}
         self._actor_tenants: dict[str, str] = {}
+        # Actors registered with a public key. Keys never change, so the
+        # sequencer may read this from its event loop to check signatures
+        # before the batch reaches this thread (PreparedAppend.signatures).
+        self.actor_keys: dict[str, Ed25519PublicKey] = {}
         self.last_position = self.reader.last_position()
 
     # ------------------------------------------------------------------ appends
@@ -249,11 +271,14 @@ class LedgerWriter:
         request_ids = {event.id for event in request.events}
         for index, event in enumerate(request.events):
             self._check_event(event, index, lane, state, known, subjects, in_request, request_ids)
+            self._check_signature(append, index)
             in_request[event.id] = index
         # 6. commit (staged into the batch transaction)
         event_ids, positions, hashes = [], [], []
         rows, records = [], []
         for raw, event in zip(append.sent, request.events):
+            if event.event_type == REWOUND:  # nothing is staged yet: refusing here is clean
+                self._check_rewind(event, lane, state, position + 1)
             position += 1
             last_seq += 1
             record = dict(raw)
@@ -367,6 +392,52 @@ class LedgerWriter:
                     event_id=event.id, causation_id=cause, reason="other_session",
                 )
 
+    def _check_signature(self, append: PreparedAppend, index: int) -> None:
+        """A keyed actor's event must carry its valid signature; an unkeyed
+        actor's event must carry none (spec/object-model.md, "Signed producers")."""
+        event = append.request.events[index]
+        key = self.actor_keys.get(event.actor_id)
+        if key is None and event.signature is UNSET:
+            return
+        where = dict(event_id=event.id, actor_id=event.actor_id,
+                     path=f"$.events[{index}].signature")
+        if key is None:
+            raise InvalidSignature("signed by an actor registered without a public key",
+                                   reason="unregistered_key", **where)
+        if event.signature is UNSET:
+            raise SignatureRequired("the actor is registered with a public key; the event "
+                                    "is not signed", **where)
+        ok = append.signatures[index] if append.signatures else None
+        if ok is None:  # not checked before the batch (key not cached then)
+            ok = check_signature(append.sent[index], key)
+        if not ok:
+            if append.redactions:  # it verifies over what is stored, which lost its secrets
+                where["redacted"] = True
+            raise InvalidSignature("the signature does not verify under the actor's key",
+                                   reason="forged", **where)
+
+    def _check_rewind(self, event, lane: LaneHead, state: _Batch, position: int) -> None:
+        """A ``session.rewound`` event (its shape is checked already) must name
+        an event of its own session at the position it says, and cover only
+        positions before its own: a rewind cannot reach future events."""
+        payload = event.payload
+        if payload["as_of_position"] >= position:
+            raise InvalidPayload("a rewind covers only events committed before it",
+                                 field="payload.as_of_position",
+                                 found=payload["as_of_position"], position=position)
+        target = payload["target_event_id"]
+        found = state.events.get(target)
+        if found is None:
+            rows = self._rows("SELECT session_id, position FROM events WHERE id = ?", (target,))
+            found = rows[0] if rows else None
+        if found is None or found[0] != lane.session_id:
+            raise InvalidPayload("the rewind target is not an event of this session",
+                                 field="payload.target_event_id", found=target)
+        if found[1] != payload["target_position"]:
+            raise InvalidPayload("the rewind target is at another position",
+                                 field="payload.target_position",
+                                 found=payload["target_position"], expected=found[1])
+
     def _commit(self, state: _Batch, position: int) -> None:
         db = self._db
         try:
@@ -424,10 +495,15 @@ class LedgerWriter:
 
     def _load_actors(self, ids: set[str]) -> None:
         missing = ids - self._actor_tenants.keys()
-        for actor_id, tenant in self._in(
-            "SELECT id, tenant FROM actors WHERE id IN ({marks})", missing
+        for actor_id, tenant, body in self._in(
+            "SELECT id, tenant, body FROM actors WHERE id IN ({marks})", missing
         ):
-            self._actor_tenants[actor_id] = tenant
+            self._remember_actor(decoder(Actor).decode(body))
+
+    def _remember_actor(self, actor: Actor) -> None:
+        self._actor_tenants[actor.id] = actor.tenant
+        if actor.public_key is not None:
+            self.actor_keys[actor.id] = load_public_key(actor.public_key)
 
     def _subject_lanes(self, ids: set[str]) -> dict[str, str]:
         found: dict[str, str] = {}
@@ -441,18 +517,28 @@ class LedgerWriter:
         rows = self._rows("SELECT body FROM actors WHERE tenant = ? AND key = ?", (cmd.tenant, cmd.key))
         if rows:
             actor = decoder(Actor).decode(rows[0][0])
-            self._same_or_conflict("actor", cmd.key, actor, cmd, ("kind", "display_name", "attributes"))
+            self._same_or_conflict("actor", cmd.key, actor, cmd,
+                                   ("kind", "display_name", "attributes", "public_key"))
             return actor
+        if cmd.public_key is not None:
+            load_public_key(cmd.public_key)  # a valid curve point, or InvalidRequest now
         actor = Actor(
             id=new_id(), tenant=cmd.tenant, key=cmd.key, kind=cmd.kind,
-            display_name=cmd.display_name, attributes=cmd.attributes, created_at=self._clock(),
+            display_name=cmd.display_name, attributes=cmd.attributes,
+            public_key=cmd.public_key, created_at=self._clock(),
         )
         self._insert("INSERT INTO actors (id, tenant, key, body) VALUES (?,?,?,?)",
                      (actor.id, actor.tenant, actor.key, encode(actor)))
-        self._actor_tenants[actor.id] = actor.tenant
+        self._remember_actor(actor)
         return actor
 
     def create_lane(self, cmd: CreateLane) -> Lane:
+        if cmd.fork_of is not None:  # a fork's parent is its origin lane
+            if cmd.parent_lane_id not in (None, cmd.fork_of.lane_id):
+                raise InvalidRequest("a fork's parent lane is the lane it forks",
+                                     path="$.parent_lane_id", found=cmd.parent_lane_id,
+                                     expected=cmd.fork_of.lane_id)
+            cmd = msgspec.structs.replace(cmd, parent_lane_id=cmd.fork_of.lane_id)
         rows = self._rows(
             "SELECT body, last_seq, head_hash FROM lanes"
             " WHERE session_id = ? AND run_id = ? AND name = ?",
@@ -462,6 +548,13 @@ class LedgerWriter:
             lane = lane_from_row(*rows[0])
             fields = ("tenant", "kind", "parent_lane_id", "actor_id")
             self._same_or_conflict("lane", cmd.name, lane, cmd, fields + (("id",) if cmd.id else ()))
+            stored_fork = lane.forked_from and ForkPoint(lane_id=lane.forked_from.lane_id,
+                                                         seq=lane.forked_from.seq)
+            if stored_fork != cmd.fork_of:
+                raise EntityConflict("lane exists with other attributes", kind="lane", key=cmd.name,
+                                     differing={"fork_of": {
+                                         "stored": msgspec.to_builtins(stored_fork),
+                                         "requested": msgspec.to_builtins(cmd.fork_of)}})
             return lane
         if cmd.id is not None and self._rows("SELECT 1 FROM lanes WHERE id = ?", (cmd.id,)):
             raise EntityConflict("lane id already names another lane", kind="lane", id=cmd.id)
@@ -486,11 +579,12 @@ class LedgerWriter:
             if tenant != cmd.tenant:
                 raise TenantMismatch("actor belongs to another tenant", what="actor",
                                      actor_id=cmd.actor_id, expected_tenant=cmd.tenant, tenant=tenant)
+        origin = self._fork_origin(cmd.fork_of) if cmd.fork_of is not None else None
         now = self._clock()
         lane = Lane(
             id=cmd.id or new_id(), tenant=cmd.tenant, session_id=cmd.session_id,
             run_id=cmd.run_id, name=cmd.name, kind=cmd.kind, parent_lane_id=cmd.parent_lane_id,
-            actor_id=cmd.actor_id, created_at=now,
+            actor_id=cmd.actor_id, created_at=now, forked_from=origin,
         )
         self._insert_many([
             ("INSERT OR IGNORE INTO sessions (id, tenant, created_at) VALUES (?,?,?)",
@@ -501,6 +595,19 @@ class LedgerWriter:
         ])
         self._lanes[lane.id] = LaneHead(lane.id, lane.tenant, lane.session_id, lane.run_id, 0, GENESIS_HASH)
         return lane
+
+    def _fork_origin(self, point: ForkPoint) -> ForkOrigin:
+        """Resolve a fork point (its lane was checked as the parent: it exists,
+        in this session) to the committed event the fork references."""
+        rows = self._rows("SELECT position, id, body FROM events WHERE lane_id = ? AND seq = ?",
+                          (point.lane_id, point.seq))
+        if not rows:
+            raise EntityNotFound("the origin lane has no event at this seq", kind="event",
+                                 lane_id=point.lane_id, seq=point.seq,
+                                 last_seq=self.reader.get_lane(point.lane_id).last_seq)
+        position, event_id, body = rows[0]
+        return ForkOrigin(lane_id=point.lane_id, seq=point.seq, position=position,
+                          event_id=event_id, entry_hash=msgspec.json.decode(body)["entry_hash"])
 
     def create_turn(self, cmd: CreateTurn) -> Turn:
         self.reader.get_lane(cmd.lane_id)

@@ -1,0 +1,175 @@
+"""Run the benchmarks and write the README's performance table from what they print.
+
+    .venv/bin/python bench/report.py            # run every benchmark, store results, rewrite the table
+    .venv/bin/python bench/report.py --only rss # run some of them (names below), then rewrite
+    .venv/bin/python bench/report.py --render   # rewrite the table from the stored results only
+
+Each benchmark ends by printing one JSON line; that line, with the command,
+the time and a description of the machine, is stored in
+``bench/results/<name>.json`` (committed, so every figure in the README can
+be traced to a run). The table between the ``bench-table`` markers in
+README.md is generated from those files and nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+README = ROOT / "README.md"
+BEGIN, END = "<!-- bench-table:begin -->", "<!-- bench-table:end -->"
+
+
+@dataclass(frozen=True)
+class Bench:
+    name: str
+    args: list[str]  # after `python`
+    rows: Callable[[dict], list[tuple[str, str]]]  # (what, figure) rows from its JSON line
+
+
+def _n(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def _append_rows(r: dict) -> list[tuple[str, str]]:
+    return [
+        (f"committed appends, max load, {r['producers']} producer processes, {r['events_per_append']} event "
+         f"of ~{r['mean_event_bytes']:.0f} bytes per append, every guarantee on", f"{_n(r['committed_per_s'])} events/s"),
+        ("raw JetStream `publish_async` of the same request bodies, same run", f"{_n(r['raw_publish_per_s'])} events/s"),
+        ("ratio committed / raw (target 0.6)", f"{r['ratio']:.2f}"),
+        (f"receipt latency at {r['load_fraction'] * 100:g} % of max load (submit → receipt; target p99 ≤ 20 ms)",
+         f"p50 {r['receipt_p50_ms_at_20pct']:.1f} ms, p99 {r['receipt_p99_ms_at_20pct']:.1f} ms"),
+    ]
+
+
+def _tail_rows(r: dict) -> list[tuple[str, str]]:
+    return [(f"SSE delivery, commit → frame, {r['subscribers']} subscribers, at "
+             f"{r['load_fraction'] * 100:g} % of max append load ({_n(r['offered_events_per_s'])} events/s)",
+             f"p50 {r['sse_p50_ms']:.1f} ms, p99 {r['sse_p99_ms']:.1f} ms, every frame in order: "
+             f"{'yes' if r['lossless'] else 'NO'}")]
+
+
+def _drain_rows(r: dict) -> list[tuple[str, str]]:
+    return [(f"the sequencer alone, draining a pre-loaded backlog ({r['events_per_append']} event per append)",
+             f"{_n(r['events_per_s'])} events/s, {r['cpu_us_per_event']:.0f} µs CPU/event")]
+
+
+def _canonical_rows(r: dict) -> list[tuple[str, str]]:
+    return [(f"RFC 8785 encoding of a {r['event_bytes']}-byte event",
+             f"{r['ours_us']:.1f} µs (the `rfc8785` package: {r['rfc8785_us']:.0f} µs)")]
+
+
+def _verify_rows(r: dict) -> list[tuple[str, str]]:
+    events = r.get("events")
+    what = f"`laneledger verify --db` over {_n(events)} events" if events else "`laneledger verify --db`"
+    return [(what, f"{_n(r['events_per_s'])} events/s" + (f", peak RSS {r['peak_rss_mib']:.0f} MiB"
+                                                          if "peak_rss_mib" in r else ""))]
+
+
+def _rss_rows(r: dict) -> list[tuple[str, str]]:
+    return [(f"sequencer RSS across {_n(r['events'])} events ({r['events_per_append']} per append, {r['lanes']} lanes)",
+             f"{r['rss_mib_at_10pct']:.1f} MiB at 10 % → {r['rss_mib_at_end']:.1f} MiB at the end "
+             f"({r['rss_growth_mib_10pct_to_end']:+.1f} MiB)")]
+
+
+BENCHES = [
+    Bench("canonical", ["bench/canonical.py"], _canonical_rows),
+    Bench("append", ["bench/append.py"], _append_rows),
+    Bench("tail", ["bench/tail.py"], _tail_rows),
+    Bench("drain", ["bench/drain.py"], _drain_rows),
+    Bench("verify", ["bench/verify.py"], _verify_rows),
+    Bench("rss", ["bench/rss.py"], _rss_rows),
+]
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (f"{os.cpu_count()} cores ({cpu}), {mem_gib:.0f} GiB, Linux {platform.release()}, "
+            f"Python {platform.python_version()}")
+
+
+def last_json_line(text: str) -> dict:
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                continue
+    raise ValueError("the benchmark printed no JSON line")
+
+
+def run(bench: Bench) -> None:
+    cmd = [sys.executable, *bench.args]
+    print(f"\n=== {bench.name}: {' '.join(['.venv/bin/python', *bench.args])}", flush=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:  # shown as it comes: these run for minutes
+        sys.stdout.write(line)
+        lines.append(line)
+    if proc.wait() != 0:
+        raise SystemExit(f"{bench.name} failed (exit code {proc.returncode}); its result is not stored")
+    RESULTS.mkdir(exist_ok=True)
+    record = {"command": " ".join([".venv/bin/python", *bench.args]), "at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+              time.gmtime()), "machine": machine(), "result": last_json_line("".join(lines))}
+    (RESULTS / f"{bench.name}.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
+def table() -> str:
+    rows, machines, missing = [], set(), []
+    for bench in BENCHES:
+        path = RESULTS / f"{bench.name}.json"
+        if not path.exists():
+            missing.append(bench.name)
+            continue
+        record = json.loads(path.read_text())
+        machines.add(record["machine"])
+        for what, figure in bench.rows(record["result"]):
+            rows.append(f"| {what} | {figure} | `{record['command']}` ({record['at'][:10]}) |")
+    head = [f"Measured on: {'; '.join(sorted(machines))}. Generated by `bench/report.py` from `bench/results/`."]
+    if missing:
+        head.append(f"Not yet run: {', '.join(missing)}.")
+    return "\n".join([*head, "", "| what | figure | command (run on) |", "|---|---|---|", *rows])
+
+
+def render() -> None:
+    text = README.read_text()
+    pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"README.md has no {BEGIN} … {END} block")
+    README.write_text(pattern.sub(lambda _: f"{BEGIN}\n{table()}\n{END}", text))
+    print("README.md performance table rewritten")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="+", choices=[b.name for b in BENCHES])
+    parser.add_argument("--render", action="store_true", help="only rewrite the table from stored results")
+    args = parser.parse_args()
+    if not args.render:
+        for bench in BENCHES:
+            if args.only is None or bench.name in args.only:
+                run(bench)
+    render()
+
+
+if __name__ == "__main__":
+    main()
