@@ -1,0 +1,110 @@
+"""The fault suite's checker can fail: consumer files derived from a real
+ledger pass, and each kind of damage a crash could leave — a missing or
+altered read-model row, an event folded twice, a lost label or lane index
+entry, a consumer that stopped short — is reported."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from laneledger.client import make_event
+from ledger_invariants import (
+    Consumers,
+    check_checkpoint_index,
+    check_metrics,
+    check_tail,
+    ledger_events,
+    wait_for_consumers,
+)
+from services.checkpoint.store import CheckpointStore, LaneEvent
+from services.metrics.fold import State, fold_message
+from services.metrics.store import MetricsStore, rows_of
+from services.tail.readmodel import ReadModel
+
+
+@pytest.fixture
+async def events(client, actor, tmp_path: Path) -> list[tuple[int, bytes]]:
+    """A small real ledger: three lanes, a text delta and a cost each."""
+    for i in range(3):
+        lane = await client.create_lane("acme", f"s{i}", "r", "main", actor_id=actor.id)
+        await client.append(lane, 0, [
+            make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload={"text": "x"}),
+            make_event(lane.id, "cost.recorded", actor_id=actor.id, payload={
+                "provider": "anthropic", "model": "claude", "currency": "USD", "amount": "0.125",
+                "input_tokens": 10, "output_tokens": 5})])
+    found = ledger_events(tmp_path / "ledger.db")
+    assert len(found) == 6
+    return found
+
+
+def consumer_files(events: list[tuple[int, bytes]], where: Path) -> dict[str, Path]:
+    """The three consumers' files for ``events``, written by their own store code."""
+    model = ReadModel(where / "tail" / "tail.db")
+    model.apply(events)
+    model.close()
+    state = State()
+    for position, body in events:
+        fold_message(state, position, body)
+    store = MetricsStore(where / "metrics" / "metrics.db")
+    store.save(rows_of(state, state.take_changes()))
+    store.close()
+    (where / "checkpoint").mkdir()
+    index = CheckpointStore.open(where / "checkpoint" / "checkpoints.db")
+    index.apply_events(events[-1][0], [
+        LaneEvent(position=p, lane_id=e["lane_id"], seq=e["seq"], event_id=e["id"],
+                  session_id=e["session_id"], run_id=e["run_id"])
+        for p, b in events for e in (json.loads(b),)])
+    index.close()
+    return Consumers(where / "tail", where / "metrics", where / "checkpoint").files
+
+
+def tamper(path: Path, sql: str) -> None:
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute(sql).rowcount == 1, sql
+        conn.commit()
+    finally:
+        conn.close()
+
+
+DAMAGE = {
+    "tail": (check_tail, "tail", [
+        "DELETE FROM events WHERE position = 3",
+        "UPDATE events SET body = CAST(replace(CAST(body AS TEXT), '\"x\"', '\"y\"') AS BLOB)"
+        " WHERE position = 1",
+        "UPDATE events SET seq = 9 WHERE position = 2",
+    ]),
+    "metrics": (check_metrics, "metrics", [
+        "UPDATE series SET value = CAST(value AS INTEGER) + 1"  # an event folded twice
+        " WHERE metric = 'laneledger_events' AND labels LIKE '%text_delta%'",
+        "UPDATE series SET value = '0.250' WHERE metric = 'laneledger_cost'",
+        "DELETE FROM label_values WHERE label = 'model'",
+    ]),
+    "checkpoint": (check_checkpoint_index, "checkpoint lane index", [
+        "DELETE FROM lane_events WHERE (lane_id, seq) ="
+        " (SELECT lane_id, seq FROM lane_events WHERE seq = 2 LIMIT 1)",
+    ]),
+}
+
+
+async def test_each_consumer_check_passes_the_fold_and_reports_damage(events, tmp_path: Path):
+    intact = consumer_files(events, tmp_path / "intact")
+    for name, (check, _, _) in DAMAGE.items():
+        check(events, intact[name])
+    for name, (check, message, statements) in DAMAGE.items():
+        for k, sql in enumerate(statements):
+            files = consumer_files(events, tmp_path / f"{name}-{k}")
+            tamper(files[name], sql)
+            with pytest.raises(AssertionError, match=message):
+                check(events, files[name])
+
+
+async def test_a_consumer_that_stops_short_is_reported(events, tmp_path: Path):
+    files = consumer_files(events, tmp_path / "c")
+    await wait_for_consumers(Consumers(tail=files["tail"].parent), events[-1][0], timeout=0.3)
+    with pytest.raises(AssertionError, match="the tail consumer is at position 6, not 7"):
+        await wait_for_consumers(Consumers(tail=files["tail"].parent), events[-1][0] + 1, timeout=0.3)
