@@ -71,10 +71,25 @@ def _canonical_rows(r: dict) -> list[tuple[str, str]]:
 
 
 def _verify_rows(r: dict) -> list[tuple[str, str]]:
-    events = r.get("events")
-    what = f"`laneledger verify --db` over {_n(events)} events" if events else "`laneledger verify --db`"
-    return [(what, f"{_n(r['events_per_s'])} events/s" + (f", peak RSS {r['peak_rss_mib']:.0f} MiB"
-                                                          if "peak_rss_mib" in r else ""))]
+    return [(f"`laneledger verify --db` over {_n(r['events'])} events in {r['lanes']} lanes, every event causally "
+             f"linked, every {r['signed_every']}th append signed",
+             f"{_n(r['events_per_s'])} events/s; Python heap peak {r['heap_peak_mib']:.2f} MiB "
+             f"(at {_n(r['runs'][0]['events'])} events: {r['runs'][0]['heap_peak_mib']:.2f} MiB)")]
+
+
+def _drain_signed_rows(r: dict) -> list[tuple[str, str]]:
+    return [("the same, every append signed by an ed25519-registered actor (every signature verified)",
+             f"{_n(r['events_per_s'])} events/s, {r['cpu_us_per_event']:.0f} µs CPU/event")]
+
+
+def _drain_batched_rows(r: dict) -> list[tuple[str, str]]:
+    return [(f"the same with {r['events_per_append']} events per append",
+             f"{_n(r['events_per_s'])} events/s, {r['cpu_us_per_event']:.0f} µs CPU/event")]
+
+
+def _redaction_rows(r: dict) -> list[tuple[str, str]]:
+    return [("redaction in the sequencer's step 0 / the SDK's content step (redact, content references)",
+             f"+{r['redaction_added_us']:.1f} µs CPU/event / {r['sdk_content_us']:.1f} µs CPU/event")]
 
 
 def _rss_rows(r: dict) -> list[tuple[str, str]]:
@@ -88,6 +103,9 @@ BENCHES = [
     Bench("append", ["bench/append.py"], _append_rows),
     Bench("tail", ["bench/tail.py"], _tail_rows),
     Bench("drain", ["bench/drain.py"], _drain_rows),
+    Bench("drain-batched", ["bench/drain.py", "--events-per-append", "10", "--requests", "5000"], _drain_batched_rows),
+    Bench("drain-signed", ["bench/drain.py", "--requests", "10000", "--signed"], _drain_signed_rows),
+    Bench("redaction", ["bench/redaction.py"], _redaction_rows),
     Bench("verify", ["bench/verify.py"], _verify_rows),
     Bench("rss", ["bench/rss.py"], _rss_rows),
 ]

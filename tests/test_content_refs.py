@@ -60,6 +60,54 @@ async def test_the_bucket_is_per_tenant_deduplicated_and_checked(js):
         await store.get("acme", "sha256:XYZ")
 
 
+async def test_a_tenant_scoped_producer_stores_in_its_own_bucket_which_readers_read_first(
+        nats_server, client, actor, js):
+    """The sequencer creates LEDGER_BLOBS_<token> on the tenant's first scoped
+    command; the tenant's producer stores there; readers look there first and
+    fall back to the shared bucket (blobs written before tenant buckets)."""
+    from nats.js.errors import NotFoundError
+
+    from laneledger.blobstore import BlobBuckets, tenant_bucket_name
+
+    tenant = "acme corp/eu"  # not a verbatim token: the bucket is named by its hash
+    name = tenant_bucket_name(token(tenant))
+    assert name == "LEDGER_BLOBS_" + token(tenant)
+    await client.ensure_actor(tenant, "agent:unscoped@1", "agent")  # the trusted client's: no bucket
+    with pytest.raises(NotFoundError):
+        await js.stream_info(f"OBJ_{name}")
+    scoped = await LedgerClient.connect(nats_server.url, tenant=tenant, timeout=5.0)
+    try:
+        with pytest.raises(EntityNotFound) as missing:
+            await scoped.blob_store()
+        assert missing.value.details == {"kind": "blob_bucket", "bucket": name}
+        own = await scoped.ensure_actor(tenant, "agent:scoped@1", "agent")
+        recorder = await LaneRecorder.open(scoped, tenant, "s1", "r1", "main", actor_id=own.id)
+        content = "tenant-bucket content " * 100
+        receipt = await recorder.append([recorder.event(
+            "ext.acme.file_written", actor_id=own.id, payload={"content": content})])
+        ref = (await committed_payload(scoped, recorder.lane.id, receipt.first_seq))["content"]["_ref"]
+        assert (await scoped.blob_store()).bucket == name
+        shared = await BlobStore.open(js)
+        assert not await shared.has(tenant, ref)  # only in the tenant's bucket
+        readers = BlobBuckets(js)
+        assert (await readers.get(tenant, ref)).decode() == content
+        assert await readers.missing(token(tenant), [(ref, len(content))]) == []
+        # A blob stored before tenant buckets (in the shared bucket) still reads.
+        old = await shared.put(tenant, b"o" * 2000)
+        assert await readers.get(tenant, old) == b"o" * 2000
+        # The tenant's bucket is read first: a good copy in the shared bucket
+        # does not mask a tampered one there.
+        await shared.put(tenant, content.encode())
+        await (await js.object_store(name)).put(object_name(token(tenant), ref), b"tampered")
+        with pytest.raises(IntegrityError):
+            await readers.get(tenant, ref)
+        # Another tenant reads neither.
+        with pytest.raises(EntityNotFound):
+            await readers.get("globex", ref)
+    finally:
+        await scoped.close()
+
+
 async def test_the_sdk_stores_the_blob_first_and_the_event_carries_the_reference(client, actor):
     recorder = await LaneRecorder.open(client, "acme", "s1", "r1", "main", actor_id=actor.id)
     content = "def main():\n    pass\n" * 100  # 2100 bytes
