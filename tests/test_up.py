@@ -111,6 +111,12 @@ async def test_up_with_the_demo_ends_in_an_intact_summary(tmp_path):
     assert "chain verification           intact" in summary
     assert re.search(r"events in the session\s+\d+ in 4 lanes", summary)  # 2 agents + 2 sub-agents
     assert re.search(r"cost, claude-sonnet\s+0\.\d+ USD", summary)
+    # Recorded through the attempt guard: every attempt resolved, each run
+    # shows a read retried and a failed write left alone, and the human's answer.
+    assert re.search(r"attempts\s+\d+ \([1-9]\d* failed, 0 unresolved\)", summary)
+    assert int(re.search(r"reads retried\s+(\d+)", summary).group(1)) >= 2
+    assert int(re.search(r"writes failed, not retried\s+(\d+)", summary).group(1)) >= 2
+    assert "human-in-the-loop pauses     2 answered, 0 pending" in summary
     assert "finished turn 3/3" in text
     assert up.stop() == 0
     assert processes_mentioning(str(tmp_path / "data")) == []

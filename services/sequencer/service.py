@@ -402,7 +402,8 @@ class Sequencer:
             # waiting out its timeout.
             err = RequestTooLarge(
                 f"the reply is {len(reply)} bytes, more than the server's max_payload "
-                f"({self._nc.max_payload}); read the lanes page by page with load_lane",
+                f"({self._nc.max_payload}); read the structure with load_structure and "
+                f"the lanes' events page by page with load_lane",
                 size_bytes=len(reply), limit_bytes=self._nc.max_payload, op=op,
             )
             reply = encode(ReplyError(error=ErrorBody(**err.to_wire())))

@@ -1,13 +1,15 @@
 """`laneledger demo`: a simulated multi-agent harness writing a realistic ledger.
 
 Each agent runs in its own OS process (``python -m laneledger.demo agent …``)
-as a harness would: a main agent works through turns on its lane — a model
-call (tokens and cost), tool calls (reads that sometimes fail and are retried
-on a new attempt, writes that are never retried silently), a sub-agent
-spawned on its own lane, a human-in-the-loop pause and the operator's answer
-— and finishes its run. Causation follows the Korg spine rules: each model
-call is caused by the previous one, tool calls hang off the model call that
-asked for them, and a sub-agent's first event points at the spawning call.
+as a harness would, and records itself the recommended way: through the
+attempt guard (``laneledger.guard``, spec/adapters.md), so every external
+call's request is committed before the call runs. A main agent works through
+turns on its lane — a model call (tokens and cost), tool calls (reads that
+sometimes fail and are retried on a new attempt, writes that are never
+retried silently), a sub-agent spawned by an ``Agent`` tool call on its own
+lane, a human-in-the-loop pause and the operator's answer — and finishes its
+run with the terminal checkpoint pattern. Causation follows the Korg spine
+rules (``laneledger.spine``, kept by the guard).
 
 The agents print one JSON progress line per turn on stdout; the parent
 process shows them and ends with a summary.
@@ -21,11 +23,11 @@ import json
 import random
 import sys
 import time
-from dataclasses import dataclass
 from decimal import Decimal
 
 from .checkpoints import CheckpointClient, complete_run
-from .client import LaneRecorder, LedgerClient
+from .client import LedgerClient
+from .guard import Guard, TurnScope
 from .ids import new_id
 
 MODELS = {  # price per million input / output tokens, USD
@@ -34,6 +36,11 @@ MODELS = {  # price per million input / output tokens, USD
 }
 READ_TOOLS = ("Read", "Grep", "Glob")
 WRITE_TOOLS = ("Edit", "Write")
+READ_TRIES = 3
+
+
+class ToolTimeout(Exception):
+    """The simulated tool did not answer: the attempt fails with this error."""
 
 
 def cost_of(model: str, input_tokens: int, output_tokens: int) -> str:
@@ -42,80 +49,42 @@ def cost_of(model: str, input_tokens: int, output_tokens: int) -> str:
     return str(amount.quantize(Decimal("0.000001")))
 
 
-@dataclass
-class Agent:
-    """One agent's lane, with the ids it needs to chain its events."""
+async def model_call(turn: TurnScope, model: str, prompt_tokens: int, rng: random.Random,
+                     pace: float) -> None:
+    """One inference on the spine: tokens and its cost."""
+    async with turn.model_call(model, provider="anthropic") as call:
+        async with call.attempt() as attempt:
+            await asyncio.sleep(pace * rng.uniform(0.5, 1.5))  # the model thinks
+            output_tokens = rng.randint(80, 900)
+            attempt.inference(text=f"(simulated reply, {output_tokens} tokens)",
+                              input_tokens=prompt_tokens, output_tokens=output_tokens,
+                              cost=cost_of(model, prompt_tokens, output_tokens))
 
-    client: LedgerClient
-    recorder: LaneRecorder
-    actor_id: str
-    model: str
-    rng: random.Random
-    last_inference: str | None = None  # the spine: the previous model call's event
-    pace: float = 0.0  # seconds a model call takes
 
-    def event(self, event_type: str, subject_id: str, payload: dict | None = None,
-              cause: str | None = None) -> dict:
-        return self.recorder.event(event_type, actor_id=self.actor_id, subject_id=subject_id,
-                                   payload=payload or {}, causation_id=cause)
-
-    async def commit(self, *events: dict) -> None:
-        await self.recorder.append(list(events))
-
-    async def attempt(self, action_id: str, attempt_no: int):
-        return await self.client.create_attempt(self.recorder.lane.id, action_id, attempt_no)
-
-    async def model_call(self, turn_id: str, prompt_tokens: int) -> str:
-        """A model call on the spine; returns the event later events hang off."""
-        await asyncio.sleep(self.pace * self.rng.uniform(0.5, 1.5))  # the model thinks
-        action = await self.client.create_action(
-            self.recorder.lane.id, turn_id, "model_call", self.model,
-            effect="none", idempotency="not_applicable")
-        attempt = await self.attempt(action.id, 1)
-        requested = self.event("attempt.requested", attempt.id, {"model": self.model},
-                               cause=self.last_inference)
-        await self.commit(self.event("action.started", action.id, cause=self.last_inference), requested)
-        output_tokens = self.rng.randint(80, 900)
-        completed = self.event("attempt.completed", attempt.id, {
-            "model": self.model, "input_tokens": prompt_tokens, "output_tokens": output_tokens,
-            "duration_ms": self.rng.randint(300, 4000)}, cause=requested["id"])
-        await self.commit(
-            completed,
-            self.event("cost.recorded", attempt.id, {
-                "provider": "anthropic", "model": self.model, "currency": "USD",
-                "amount": cost_of(self.model, prompt_tokens, output_tokens),
-                "input_tokens": prompt_tokens, "output_tokens": output_tokens,
-                "action_id": action.id, "attempt_id": attempt.id}, cause=completed["id"]),
-            self.event("action.completed", action.id, cause=completed["id"]),
-        )
-        self.last_inference = completed["id"]
-        return completed["id"]
-
-    async def tool_call(self, turn_id: str, inference: str, tool: str) -> bool:
-        """A tool call caused by ``inference``. Reads may fail and are retried
-        on a new attempt; a failed write is reported, never retried."""
-        write = tool in WRITE_TOOLS
-        action = await self.client.create_action(
-            self.recorder.lane.id, turn_id, "tool_call", tool,
-            effect="write" if write else "read", idempotency="none" if write else "inherent")
-        path = f"src/module_{self.rng.randint(1, 40)}.py"
-        await self.commit(self.event("action.started", action.id, {"args": {"file_path": path}}, cause=inference))
-        for attempt_no in (1, 2, 3):
-            attempt = await self.attempt(action.id, attempt_no)
-            requested = self.event("attempt.requested", attempt.id, {"tool": tool}, cause=inference)
-            await self.commit(requested)  # committed before the (simulated) call
-            failed = self.rng.random() < (0.1 if write else 0.25)
-            outcome = "attempt.failed" if failed else "attempt.completed"
-            await self.commit(self.event(outcome, attempt.id, {
-                "tool": tool, "duration_ms": self.rng.randint(2, 300),
-                **({"error": "timeout"} if failed else {})}, cause=requested["id"]))
-            if not failed:
-                await self.commit(self.event("action.completed", action.id, cause=inference))
+async def tool_call(turn: TurnScope, tool: str, rng: random.Random, *,
+                    times_out: bool | None = None) -> bool:
+    """A tool call off the latest inference. A read may time out and is
+    retried on a new attempt of the same action; a write that fails may have
+    had its effect, so it is never retried (its action fails). ``times_out``
+    forces the first attempt's fate (default: by chance)."""
+    write = tool in WRITE_TOOLS
+    path = f"src/module_{rng.randint(1, 40)}.py"
+    async with turn.tool_call(tool, effect="write" if write else "read",
+                              idempotency="none" if write else "inherent",
+                              args={"file_path": path}) as call:
+        for _ in range(1 if write else READ_TRIES):
+            try:
+                async with call.attempt() as attempt:  # committed before the call
+                    await asyncio.sleep(rng.uniform(0, 0.002))  # the (simulated) call
+                    chance = rng.random() < (0.1 if write else 0.25)
+                    if chance if times_out is None else times_out:
+                        times_out = None  # a retry's fate is chance again
+                        raise ToolTimeout("timeout")
+                    attempt.complete(file_path=path, bytes=rng.randint(100, 9000))
                 return True
-            if write:
-                break  # a side effect may have happened: the harness must reconcile
-        await self.commit(self.event("action.failed", action.id, {"tool": tool}, cause=inference))
-        return False
+            except ToolTimeout:
+                continue  # recorded as attempt.failed by the guard
+    return False
 
 
 async def run_agent(nats_url: str, tenant: str, session_id: str, run_id: str, name: str,
@@ -124,61 +93,66 @@ async def run_agent(nats_url: str, tenant: str, session_id: str, run_id: str, na
     async with await LedgerClient.connect(nats_url) as client:
         actor = await client.ensure_actor(tenant, f"agent:demo/{name}@1", "agent")
         operator = await client.ensure_actor(tenant, "human:demo-operator", "human")
-        main = Agent(client, await LaneRecorder.open(client, tenant, session_id, run_id, name,
-                                                     actor_id=actor.id),
-                     actor.id, "claude-sonnet", rng, pace=pace)
-        lane_id = main.recorder.lane.id
-        await main.commit(main.event("run.started", run_id, {"agent": name}))
+        guard = await Guard.open(client, tenant, session_id, run_id, name, actor.id)
+        await guard.start_run({"agent": name})
+        await guard.prompt(f"work through {turns} turns of the demo task", agent=name)
         for turn_no in range(1, turns + 1):
-            turn = await client.create_turn(lane_id, turn_no)
-            await main.commit(main.event("turn.started", turn.id))
-            inference = await main.model_call(turn.id, rng.randint(1500, 12000))
-            for tool in rng.sample(READ_TOOLS + WRITE_TOOLS, k=rng.randint(1, 3)):
-                await main.tool_call(turn.id, inference, tool)
-            if turn_no == 2:
-                await spawn_subagent(main, turn.id, tenant, session_id, run_id, name, rng)
-            if turn_no == 3:
-                pause = new_id()
-                paused = main.event("hitl.paused", turn.id, {
-                    "pause_id": pause, "trigger": "write outside the workspace",
-                    "proposed_action": {"tool": "Write", "args": {"file_path": "/etc/hosts"}}},
-                    cause=inference)
-                await main.commit(paused)
-                await asyncio.sleep(rng.uniform(0.05, 0.2))  # a person thinks
-                await main.recorder.append([main.recorder.event(
-                    "hitl.responded", actor_id=operator.id, subject_id=turn.id,
-                    payload={"pause_id": pause, "decision": "rejected", "comment": "not there"},
-                    causation_id=paused["id"])])
-            await main.commit(main.event("turn.completed", turn.id, cause=inference))
-            print(json.dumps({"agent": name, "turn": turn_no, "head": main.recorder.head}), flush=True)
+            async with guard.turn() as turn:
+                await model_call(turn, "claude-sonnet", rng.randint(1500, 12000), rng, pace)
+                for tool in rng.sample(READ_TOOLS + WRITE_TOOLS, k=rng.randint(1, 3)):
+                    await tool_call(turn, tool, rng)
+                if turn_no == 1:  # so every run shows both: a retried read, a write not retried
+                    await tool_call(turn, "Read", rng, times_out=True)
+                    await tool_call(turn, "Write", rng, times_out=True)
+                if turn_no == 2:
+                    await spawn_subagent(guard, turn, tenant, name, rng, pace)
+                if turn_no == 3:
+                    await ask_a_human(guard, turn, operator.id, rng)
+            print(json.dumps({"agent": name, "turn": turn_no, "head": guard.recorder.head}),
+                  flush=True)
         # The terminal pattern: the run's final checkpoint, then the link and
         # run.completed in one atomic append.
         await complete_run(
-            main.recorder, CheckpointClient(client), key=f"{session_id}/{run_id}/{name}",
+            guard.recorder, CheckpointClient(client), key=f"{session_id}/{run_id}/{name}",
             expected_revision=0, format="application/vnd.laneledger.demo-agent+json;version=1",
-            actor_id=actor.id, state={"agent": name, "turns": turns, "head": main.recorder.head},
+            actor_id=actor.id, state={"agent": name, "turns": turns, "head": guard.recorder.head},
             run_payload={"turns": turns},
         )
 
 
-async def spawn_subagent(parent: Agent, turn_id: str, tenant: str, session_id: str, run_id: str,
-                         name: str, rng: random.Random) -> None:
-    """A sub-agent on its own lane; its first event is caused by the parent's
-    spawning model call (Korg §2b)."""
-    client = parent.client
+async def spawn_subagent(parent: Guard, turn: TurnScope, tenant: str, name: str,
+                         rng: random.Random, pace: float) -> None:
+    """An ``Agent`` tool call that runs a sub-agent on its own lane and actor;
+    the sub-agent's prompt points at the parent's latest inference and names
+    the spawning attempt (Korg §2b)."""
     sub_name = f"{name}/sub-{rng.randint(1000, 9999)}"
-    actor = await client.ensure_actor(tenant, f"agent:demo/{sub_name}@1", "agent")
-    lane = await LaneRecorder.open(client, tenant, session_id, run_id, sub_name, actor_id=actor.id,
-                                   kind="subagent", parent_lane_id=parent.recorder.lane.id)
-    sub = Agent(client, lane, actor.id, "claude-haiku", rng, last_inference=parent.last_inference,
-                pace=parent.pace)
-    await sub.commit(sub.event("lane.created", lane.lane.id, {"parent_lane_id": parent.recorder.lane.id},
-                               cause=parent.last_inference))
-    turn = await client.create_turn(lane.lane.id, 1)
-    await sub.commit(sub.event("turn.started", turn.id))
-    inference = await sub.model_call(turn.id, rng.randint(800, 4000))
-    await sub.tool_call(turn.id, inference, rng.choice(READ_TOOLS))
-    await sub.commit(sub.event("turn.completed", turn.id, cause=inference))
+    actor = await parent.client.ensure_actor(tenant, f"agent:demo/{sub_name}@1", "agent")
+    task = "read the module the last edit touched"
+    async with turn.tool_call("Agent", effect="none", idempotency="not_applicable",
+                              args={"description": task}) as call:
+        async with call.attempt() as attempt:
+            sub = await parent.spawn(sub_name, actor.id, task, spawned_by=attempt)
+            async with sub.turn() as sub_turn:
+                await model_call(sub_turn, "claude-haiku", rng.randint(800, 4000), rng, pace)
+                await tool_call(sub_turn, rng.choice(READ_TOOLS), rng)
+            attempt.complete(lane_id=sub.lane_id, result="done")
+
+
+async def ask_a_human(guard: Guard, turn: TurnScope, operator_id: str,
+                      rng: random.Random) -> None:
+    """A human-in-the-loop pause on a risky write, and the operator's answer
+    (recorded by the operator's actor on the agent's lane)."""
+    pause = new_id()
+    paused = guard.event("hitl.paused", turn.turn_id, {
+        "pause_id": pause, "trigger": "write outside the workspace",
+        "proposed_action": {"tool": "Write", "args": {"file_path": "/etc/hosts"}}},
+        guard.spine.last_inference_id)
+    await guard.commit(paused)
+    await asyncio.sleep(rng.uniform(0.05, 0.2))  # a person thinks
+    await guard.commit(guard.recorder.event(
+        "hitl.responded", actor_id=operator_id, subject_id=turn.turn_id,
+        payload={"pause_id": pause, "decision": "rejected", "comment": "not there"},
+        causation_id=paused["id"]))
 
 
 async def run_demo(nats_url: str, tail_url: str, metrics_url: str, *, agents: int = 3,
@@ -230,6 +204,10 @@ async def summarize(session_id: str, tenant: str, tail_url: str, metrics_url: st
             await asyncio.sleep(0.2)
         async with http.get(f"{tail_url}/api/v1/verify", params={"session_id": session_id}) as response:
             session = await response.json()
+        async with http.get(f"{tail_url}/api/v1/sessions/{session_id}", params={"limit": "1"}) as response:
+            structure = await response.json()
+        async with http.get(f"{tail_url}/api/v1/sessions/{session_id}/activity") as response:
+            activity = await response.json()
     costs = {labels: value for labels, value in _samples(text, "laneledger_cost_total")
              if f'tenant="{tenant}"' in labels}
     print("\ndemo summary", flush=True)
@@ -237,10 +215,38 @@ async def summarize(session_id: str, tenant: str, tail_url: str, metrics_url: st
     print(f"  events in the ledger         {report.get('events')}", flush=True)
     verdict = "intact" if report.get("intact") else f"BROKEN: {report.get('fault')}"
     print(f"  chain verification           {verdict}", flush=True)
+    work = attempt_summary(structure, activity)
+    print(f"  attempts                     {work['attempts']} ({work['failed']} failed, "
+          f"{work['unresolved']} unresolved)", flush=True)
+    print(f"  reads retried                {work['reads_retried']}", flush=True)
+    print(f"  writes failed, not retried   {work['writes_not_retried']}", flush=True)
+    print(f"  human-in-the-loop pauses     {work['pauses_answered']} answered, "
+          f"{work['pauses'] - work['pauses_answered']} pending", flush=True)
     for labels, value in sorted(costs.items()):
         model = labels.split('model="', 1)[1].split('"', 1)[0] if 'model="' in labels else "?"
         print(f"  {'cost, ' + model:<29}{value:.6f} USD (tenant {tenant}, every demo so far)", flush=True)
     return 0 if report.get("intact") and session.get("intact") else 1
+
+
+def attempt_summary(structure: dict, activity: dict) -> dict[str, int]:
+    """What the session's attempts show, from the tail: the structure
+    (which action, what effect) joined with the activity (how each went)."""
+    outcome = {a["id"]: a["outcome"] for a in activity.get("attempts", [])}
+    effect = {a["id"]: a["effect"] for a in structure.get("actions", [])}
+    tries: dict[str, list[str | None]] = {}
+    for attempt in structure.get("attempts", []):
+        tries.setdefault(attempt["action_id"], []).append(outcome.get(attempt["id"]))
+    pauses = activity.get("pauses", [])
+    return {
+        "attempts": sum(len(t) for t in tries.values()),
+        "failed": sum(t.count("failed") for t in tries.values()),
+        "unresolved": sum(t.count(None) for t in tries.values()),
+        "reads_retried": sum(1 for a, t in tries.items() if effect.get(a) == "read" and len(t) > 1),
+        "writes_not_retried": sum(1 for a, t in tries.items()
+                                  if effect.get(a) == "write" and t == ["failed"]),
+        "pauses": len(pauses),
+        "pauses_answered": sum(1 for p in pauses if p.get("responded_position") is not None),
+    }
 
 
 def _samples(text: str, name: str) -> list[tuple[str, float]]:

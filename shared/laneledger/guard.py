@@ -96,7 +96,7 @@ class Guard:
         ``actor_id``; after a restart its turn numbers continue after the
         lane's last turn."""
         recorder = await LaneRecorder.open(client, tenant, session_id, run_id, name, actor_id=actor_id)
-        turns = [t.turn_no for t in (await client.load_run(session_id, run_id)).turns
+        turns = [t.turn_no for t in (await client.load_structure(session_id, run_id)).turns
                  if t.lane_id == recorder.lane.id]
         return cls(recorder, actor_id, next_turn_no=max(turns, default=0) + 1, **options)
 
