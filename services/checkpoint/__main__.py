@@ -16,14 +16,14 @@ import re
 import sys
 from pathlib import Path
 
-import nats
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from laneledger.access import access_settings, policy_of
 from laneledger.checkpoints import DEFAULT_ARTIFACT_BUCKET
 from laneledger.config import Setting, common_settings, parse_settings, positive_int
-from laneledger.servicemain import close_nats, run_main, stop_event
+from laneledger.natsconnect import connect_nats
+from laneledger.servicemain import check_sdk_environment, close_nats, run_main, stop_event
 from laneledger.opsserver import start_http
 from laneledger.subjects import Subjects
 
@@ -82,7 +82,9 @@ SETTINGS = [
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    return parse_settings("laneledger-checkpoint", __doc__, SETTINGS, argv)
+    args = parse_settings("laneledger-checkpoint", __doc__, SETTINGS, argv)
+    check_sdk_environment("laneledger-checkpoint")  # it commands the sequencer through the SDK
+    return args
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -91,8 +93,7 @@ async def run(args: argparse.Namespace) -> None:
     data.mkdir(parents=True, exist_ok=True)
     store = CheckpointStore.open(data / "checkpoints.db")
     metrics = CheckpointMetrics(CollectorRegistry())
-    nc = await nats.connect(args.nats, name="laneledger-checkpoint", max_reconnect_attempts=-1,
-                            reconnect_time_wait=0.5)
+    nc = await connect_nats(args.nats, name="laneledger-checkpoint")
     settings = CheckpointSettings(
         subjects=Subjects(args.prefix), artifact_bucket=args.artifact_bucket,
         max_inline_bytes=args.max_inline_bytes, anchor_wait_s=args.anchor_wait_s,

@@ -14,13 +14,13 @@ import logging
 import sys
 from pathlib import Path
 
-import nats
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from laneledger.servicemain import close_nats, run_main, stop_event
 from laneledger.opsserver import ops_routes, start_http
 from laneledger.config import Setting, common_settings, parse_settings, positive_float, positive_int
+from laneledger.natsconnect import connect_nats
 from laneledger.subjects import Subjects
 
 from .fold import CAPPED_LABELS, LabelPolicy
@@ -30,14 +30,21 @@ from .store import MetricsStore
 log = logging.getLogger("laneledger.metrics")
 
 
+def _refuse(message: str) -> None:
+    """A value that does not parse: exit status 2 naming it, like every other
+    setting (``laneledger.config``)."""
+    print(f"laneledger-metrics: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def _label_assignments(values: list[str], what: str) -> dict[str, str]:
     """``LABEL=VALUE`` items (repeated options, or ``;``-separated in the env)."""
     found: dict[str, str] = {}
     for item in values:
         label, sep, value = item.partition("=")
         if not sep or label not in CAPPED_LABELS:
-            raise SystemExit(f"laneledger-metrics: {what} wants LABEL=..., LABEL one of "
-                             f"{', '.join(CAPPED_LABELS)}; got {item!r}")
+            _refuse(f"{what} wants LABEL=..., LABEL one of "
+                    f"{', '.join(CAPPED_LABELS)}; got {item!r}")
         found[label] = value
     return found
 
@@ -71,9 +78,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.stream = args.stream or Subjects(args.prefix).events_stream
     args.label_cap = args.label_caps
     try:
-        caps = {k: int(v) for k, v in _label_assignments(args.label_cap, "--label-cap").items()}
+        caps = {k: int(v) for k, v in _label_assignments(args.label_cap, "--label-caps").items()}
     except ValueError as exc:
-        raise SystemExit(f"laneledger-metrics: --label-cap wants LABEL=N: {exc}") from None
+        _refuse(f"--label-caps wants LABEL=N: {exc}")
     allow = {k: frozenset(filter(None, v.split(",")))
              for k, v in _label_assignments(args.allow, "--allow").items()}
     args.policy = LabelPolicy(max_values=args.max_label_values, caps=caps, allow=allow)
@@ -83,9 +90,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 async def run(args: argparse.Namespace) -> None:
     store = MetricsStore(Path(args.data) / "metrics.db")
     registry = CollectorRegistry()
-    nc = await nats.connect(
-        args.nats, name="laneledger-metrics", max_reconnect_attempts=-1, reconnect_time_wait=0.5
-    )
+    nc = await connect_nats(args.nats, name="laneledger-metrics")
     settings = MetricsSettings(
         stream=args.stream, consumer=args.consumer, batch_size=args.batch_size,
         lag_refresh_s=args.lag_interval, policy=args.policy,

@@ -13,11 +13,11 @@ import logging
 import sys
 from pathlib import Path
 
-import nats
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from laneledger.config import Setting, common_settings, parse_settings, positive_int
+from laneledger.natsconnect import connect_nats
 from laneledger.servicemain import close_nats, run_main, stop_event
 from laneledger.opsserver import ops_routes, start_http
 from laneledger.redaction import Redactor, checked_keys, checked_patterns
@@ -54,9 +54,7 @@ async def run(args: argparse.Namespace) -> None:
     writer = LedgerWriter(open_ledger(args.db), hmac_key=key)
     registry = CollectorRegistry()
     metrics = SequencerMetrics(registry)
-    nc = await nats.connect(
-        args.nats, name="laneledger-sequencer", max_reconnect_attempts=-1, reconnect_time_wait=0.5
-    )
+    nc = await connect_nats(args.nats, name="laneledger-sequencer")
     settings = SequencerSettings(
         subjects=Subjects(args.prefix), replicas=args.replicas, batch_size=args.batch_size,
         redactor=Redactor.from_config(args.redact_patterns, args.redact_keys),

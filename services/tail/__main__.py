@@ -14,11 +14,10 @@ import logging
 import sys
 from pathlib import Path
 
-import nats
-
 from laneledger.access import access_settings, policy_of
 from laneledger.config import Setting, common_settings, parse_settings, positive_float
-from laneledger.servicemain import close_nats, run_main, stop_event
+from laneledger.natsconnect import connect_nats
+from laneledger.servicemain import check_sdk_environment, close_nats, run_main, stop_event
 from laneledger.subjects import Subjects
 
 from .korg import KorgSettings
@@ -37,7 +36,7 @@ def non_negative_int(text: str) -> int:
 SETTINGS = [
     *common_settings("tail", 8471),
     Setting("--data", "TAIL_DATA", ".laneledger/tail",
-            help="directory for the read model (tail.db) and blobs/"),
+            help="directory for the read model (tail.db)"),
     Setting("--stream", "EVENTS_STREAM", None,
             help="the committed stream (default: the prefix's, LEDGER_EVENTS for 'ledger')"),
     Setting("--heartbeat-s", "TAIL_HEARTBEAT_S", 15.0, positive_float,
@@ -59,6 +58,7 @@ SETTINGS = [
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parse_settings("laneledger-tail", __doc__, SETTINGS, argv)
     args.stream = args.stream or Subjects(args.prefix).events_stream
+    check_sdk_environment("laneledger-tail")  # its Korg endpoint appends through the SDK
     return args
 
 
@@ -75,9 +75,7 @@ def settings_of(args: argparse.Namespace) -> TailSettings:
 
 async def run(args: argparse.Namespace) -> None:
     settings = settings_of(args)
-    nc = await nats.connect(
-        args.nats, name="laneledger-tail", max_reconnect_attempts=-1, reconnect_time_wait=0.5
-    )
+    nc = await connect_nats(args.nats, name="laneledger-tail")
     service = TailService(nc, settings)
     stop = stop_event()
     try:

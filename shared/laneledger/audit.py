@@ -51,9 +51,10 @@ and one entry per actor seen, only the events of the current append (at most
 with the number of lanes and actors, never with the number of events; a
 causation link is looked up through the events table's unique id index.
 
-:func:`compare_with_stream` checks that LEDGER_EVENTS is an exact copy of a
-(quiescent) ledger: stream sequence == position and message data
-byte-identical to the stored body, for every event, and nothing more.
+:func:`check_stream` checks that LEDGER_EVENTS is an exact copy of the
+ledger: stream sequence == position and message data byte-identical to the
+stored body, for every event, and nothing more; on a live ledger it tells
+the stream's normal lag (it catches up within a wait) from a fault.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ from .store import open_ledger
 from .strictjson import decode_json
 
 __all__ = [
-    "BlobCheck", "ExportAudit", "Finding", "LedgerAudit", "audit_ledger", "compare_with_stream",
+    "BlobCheck", "ExportAudit", "Finding", "LedgerAudit", "StreamCheck", "audit_ledger",
+    "check_stream", "compare_with_stream",
     "decode_body", "export_ledger", "position_gap", "read_export", "verify_export",
 ]
 
@@ -519,27 +521,58 @@ def _check_receipt(db: sqlite3.Cursor, append_id: str, events: list[_Event]) -> 
 # -- the committed stream ---------------------------------------------------------
 
 
-async def compare_with_stream(
+@dataclass(frozen=True)
+class StreamCheck:
+    """What a clean stream comparison saw."""
+
+    messages: int  # positions 1..messages compared, byte for byte
+    lag: int = 0  # events the stream was behind the database when first read
+    caught_up_s: float = 0.0  # how long the stream took to catch up with them
+
+
+async def compare_with_stream(js: Any, db_path: str | Path, stream: str = "LEDGER_EVENTS",
+                              **options: Any) -> int:
+    """:func:`check_stream` of a quiescent ledger (no wait for lag); returns
+    the number of events compared."""
+    return (await check_stream(js, db_path, stream, **options)).messages
+
+
+async def check_stream(
     js: Any,
     db_path: str | Path,
     stream: str = "LEDGER_EVENTS",
     *,
+    wait_s: float = 0.0,
     batch: int = 500,
     timeout: float = 60.0,
-) -> int:
+) -> StreamCheck:
     """Check that ``stream`` holds exactly the ledger's events: message ``k``
     has stream sequence ``k`` == position and data byte-identical to the
-    stored body, and the stream has no more and no fewer messages. Returns
-    the number of events; raises ``IntegrityError`` naming the first differing
-    position.
+    stored body, and no message lies beyond the ledger. Raises
+    ``IntegrityError`` naming the first differing position.
 
-    Meant for a quiescent ledger (the sequencer idle or stopped): a live
-    ledger's stream legitimately lags its database for a moment.
+    Works on a live ledger. The stream's last sequence is read *before* the
+    database snapshot: the sequencer publishes an event only after SQLite
+    committed it, so a stream ending past the snapshot is a fault
+    (``stream_ahead``), while one ending short of it may be the normal lag.
+    Positions 1..min(both) are compared strictly; then, if the stream is
+    behind, its last sequence is re-read until it reaches the snapshot's last
+    position — within ``wait_s`` it is lag (``StreamCheck.lag``) and the rest
+    is compared too; otherwise ``stream_behind``.
     """
     from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
     from nats.js.errors import NotFoundError
 
+    async def stream_state() -> Any:
+        try:
+            return (await js.stream_info(stream)).state
+        except NotFoundError:
+            raise LedgerUnavailable(f"no stream {stream} on this NATS server",
+                                    stream=stream) from None
+
     deadline = time.monotonic() + timeout
+    state = await stream_state()
+    stream_last, available = state.last_seq, state.messages
     db = open_ledger(db_path, readonly=True)
     sub = None
     consumer = None
@@ -547,12 +580,12 @@ async def compare_with_stream(
         db.execute("BEGIN")
         (count,) = db.execute("SELECT count(*) FROM events").fetchone()
         (ledger_last,) = db.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()
-        try:
-            info = await js.stream_info(stream)
-        except NotFoundError:
-            raise LedgerUnavailable(f"no stream {stream} on this NATS server",
-                                    stream=stream) from None
-        stream_count, stream_last = info.state.messages, info.state.last_seq
+        if stream_last > ledger_last:
+            raise IntegrityError(
+                f"position {ledger_last + 1}: stream_ahead: on the stream (up to sequence "
+                f"{stream_last}) but not in the ledger, which ends at position {ledger_last}",
+                kind="stream_ahead", position=ledger_last + 1, stream_sequence=stream_last,
+                ledger_last_position=ledger_last)
 
         config = ConsumerConfig(
             deliver_policy=DeliverPolicy.ALL,
@@ -567,64 +600,81 @@ async def compare_with_stream(
 
         rows = _pages(db, "SELECT position, body FROM events WHERE position > ?"
                           " ORDER BY position LIMIT ?", -(2**63), 1000)
-        expected = 0  # the last position compared
-        received = 0
-        idle = 0
-        while received < stream_count:
-            if time.monotonic() > deadline:
-                raise IntegrityError(
-                    f"position {expected + 1}: stream_timeout: the stream did not deliver in "
-                    f"{timeout:g}s", kind="stream_timeout", position=expected + 1, stream=stream)
-            try:
-                msgs = await sub.fetch(batch=min(batch, stream_count - received), timeout=2.0)
-            except asyncio.TimeoutError:  # nats.errors.TimeoutError is one
-                idle += 1
-                if idle >= 5:
-                    raise IntegrityError(
-                        f"position {expected + 1}: stream_stalled: the stream stopped delivering "
-                        f"after {received} of {stream_count} messages",
-                        kind="stream_stalled", position=expected + 1, stream=stream) from None
-                continue
+        compared = 0  # the last position compared
+
+        async def compare_through(last: int) -> None:
+            """Compare the stream's next messages up to position ``last``."""
+            nonlocal compared
             idle = 0
-            for msg in msgs:
-                received += 1
-                sequence = msg.metadata.sequence.stream
-                row = next(rows, None)
-                expected += 1
-                if row is None:
+            while compared < last:
+                if time.monotonic() > deadline:
                     raise IntegrityError(
-                        f"position {expected}: stream_ahead: on the stream (sequence {sequence}) "
-                        f"but not in the ledger, which ends at position {ledger_last}",
-                        kind="stream_ahead", position=expected, stream_sequence=sequence,
-                        ledger_last_position=ledger_last)
-                position, body = row
-                if position != expected:
+                        f"position {compared + 1}: stream_timeout: the stream did not deliver in "
+                        f"{timeout:g}s", kind="stream_timeout", position=compared + 1,
+                        stream=stream)
+                try:
+                    msgs = await sub.fetch(batch=min(batch, last - compared), timeout=2.0)
+                except asyncio.TimeoutError:  # nats.errors.TimeoutError is one
+                    idle += 1
+                    if idle >= 5:
+                        raise IntegrityError(
+                            f"position {compared + 1}: stream_stalled: the stream stopped "
+                            f"delivering after {compared} messages",
+                            kind="stream_stalled", position=compared + 1, stream=stream) from None
+                    continue
+                idle = 0
+                for msg in msgs:
+                    expected = compared + 1
+                    sequence = msg.metadata.sequence.stream
+                    row = next(rows, None)
+                    if row is None or row[0] != expected:
+                        raise IntegrityError(
+                            f"position {expected}: ledger_gap: missing from the ledger (next "
+                            f"stored is {row[0] if row else 'none'})",
+                            kind="ledger_gap", position=expected)
+                    if sequence != expected:
+                        raise IntegrityError(
+                            f"position {expected}: sequence_mismatch: the stream's message there "
+                            f"has sequence {sequence}", kind="sequence_mismatch",
+                            position=expected, stream_sequence=sequence)
+                    if bytes(msg.data) != bytes(row[1]):
+                        raise IntegrityError(
+                            f"position {expected}: data_mismatch: stream data differs from the "
+                            "stored body", kind="data_mismatch", position=expected)
+                    compared = expected
+
+        def check_counts(stream_last: int, available: int) -> None:
+            # Messages deleted from the stream's end: fewer than its sequences.
+            # (A gap in either within what was compared is named above.)
+            if available < min(stream_last, ledger_last):
+                at = available + 1
+                raise IntegrityError(
+                    f"position {at}: count_mismatch: the stream has {available} messages up "
+                    f"to sequence {stream_last}, the ledger {count} events up to position "
+                    f"{ledger_last}", kind="count_mismatch", position=at)
+
+        await compare_through(min(stream_last, available))
+        check_counts(stream_last, available)
+        lag, caught_up_s = ledger_last - stream_last, 0.0
+        if lag:
+            started = time.monotonic()
+            while stream_last < ledger_last:
+                waited = time.monotonic() - started
+                if waited >= wait_s:
                     raise IntegrityError(
-                        f"position {expected}: ledger_gap: missing from the ledger (next stored "
-                        f"is {position})", kind="ledger_gap", position=expected)
-                if sequence != position:
-                    raise IntegrityError(
-                        f"position {position}: sequence_mismatch: the stream's message there "
-                        f"has sequence {sequence}", kind="sequence_mismatch", position=position,
-                        stream_sequence=sequence)
-                if bytes(msg.data) != bytes(body):
-                    raise IntegrityError(
-                        f"position {position}: data_mismatch: stream data differs from the "
-                        "stored body",
-                        kind="data_mismatch", position=position)
-        row = next(rows, None)
-        if row is not None:
-            raise IntegrityError(
-                f"position {row[0]}: stream_behind: in the ledger but not on the stream, which "
-                f"ends at sequence {stream_last}", kind="stream_behind", position=row[0],
-                stream_last_sequence=stream_last, ledger_last_position=ledger_last)
-        if received != count or stream_last != ledger_last:
-            raise IntegrityError(
-                f"position {min(stream_last, ledger_last) + 1}: count_mismatch: the stream has "
-                f"{stream_count} messages up to sequence {stream_last}, the ledger {count} events up to "
-                f"position {ledger_last}", kind="count_mismatch",
-                position=min(stream_last, ledger_last) + 1)
-        return count
+                        f"position {stream_last + 1}: stream_behind: in the ledger but not on "
+                        f"the stream, which ends at sequence {stream_last} "
+                        f"({ledger_last - stream_last} behind after waiting {waited:.1f}s)",
+                        kind="stream_behind", position=stream_last + 1,
+                        stream_last_sequence=stream_last, ledger_last_position=ledger_last,
+                        waited_s=round(waited, 3))
+                await asyncio.sleep(min(0.02, wait_s - waited))
+                state = await stream_state()
+                stream_last, available = state.last_seq, state.messages
+            caught_up_s = time.monotonic() - started
+            await compare_through(min(ledger_last, available))
+            check_counts(ledger_last, available)
+        return StreamCheck(messages=compared, lag=lag, caught_up_s=caught_up_s)
     finally:
         if sub is not None:
             try:

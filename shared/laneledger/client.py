@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -71,6 +71,7 @@ from .model import (
     decoder,
     encode,
 )
+from .natsconnect import DEFAULT_NATS, connect_nats, nats_servers
 from .pubacks import AckInbox, PubAck
 from .redaction import Redactor
 from .signing import Ed25519PrivateKey, public_key_hex, sign_event
@@ -198,11 +199,14 @@ class LedgerClient:
 
     @classmethod
     async def connect(
-        cls, url: str = "nats://127.0.0.1:4222", *, connect_timeout: float = 5.0,
+        cls, url: str | Sequence[str] = DEFAULT_NATS, *, connect_timeout: float = 5.0,
         inbox_prefix: str | None = None, tenant: str | None = None, **kwargs: Any
     ) -> LedgerClient:
         """Connect, failing within ``connect_timeout`` if no server answers;
-        once connected, reconnect for as long as it takes. ``inbox_prefix``:
+        once connected, reconnect for as long as it takes. ``url``: one
+        server, or several (a list, or comma-separated: a cluster's nodes),
+        tried in turn until one answers; a malformed one is ``InvalidRequest``
+        naming it. ``inbox_prefix``:
         where receipts and replies come back; a tenant's producer user under
         deploy/nats.conf must use ``subjects.inbox_prefix(tenant)``, the
         default when ``tenant`` is given. ``tenant``: send commands and
@@ -210,6 +214,10 @@ class LedgerClient:
         users and tenants")."""
         if inbox_prefix is None and tenant is not None:
             inbox_prefix = tenant_inbox_prefix(tenant)
+        try:
+            servers = nats_servers(url)
+        except ValueError as exc:
+            raise InvalidRequest(f"NATS URL: {exc}", url=url) from None
         errors: list[Exception] = []
 
         async def remember(exc: Exception) -> None:  # instead of nats-py's logged traceback
@@ -218,15 +226,16 @@ class LedgerClient:
 
         try:
             nc = await asyncio.wait_for(
-                nats.connect(url, name="laneledger-client", max_reconnect_attempts=-1,
-                             reconnect_time_wait=0.5, connect_timeout=connect_timeout,
-                             error_cb=remember,
+                connect_nats(servers, name="laneledger-client", error_cb=remember,
+                             # each server its share, so an unanswering first
+                             # one leaves time for the next
+                             connect_timeout=connect_timeout / len(servers),
                              **({"inbox_prefix": inbox_prefix} if inbox_prefix else {})),
                 connect_timeout,
             )
         except Exception as exc:  # noqa: BLE001 - translated below
             cause = errors[-1] if errors else exc
-            raise LedgerUnavailable(f"cannot connect to {url}: {cause}") from exc
+            raise LedgerUnavailable(f"cannot connect to {','.join(servers)}: {cause}") from exc
         return cls(nc, owns_connection=True, tenant=tenant, **kwargs)
 
     async def __aenter__(self) -> LedgerClient:

@@ -13,6 +13,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .natsconnect import DEFAULT_NATS, checked_nats
+
 PREFIX = "LANELEDGER_"
 
 
@@ -53,7 +55,8 @@ def common_settings(service: str, default_port: int) -> list[Setting]:
     """What every service has: where NATS is, the subject prefix, its HTTP port."""
     name = service.upper()
     return [
-        Setting("--nats", "NATS_URL", "nats://127.0.0.1:4222", help="NATS server URL"),
+        Setting("--nats", "NATS_URL", DEFAULT_NATS, checked_nats,
+                help="NATS server URL, or several comma-separated (the nodes of a cluster)"),
         Setting("--prefix", "PREFIX", "ledger", help="subject prefix"),
         Setting("--http-host", "HTTP_HOST", "127.0.0.1", help="address for /healthz, /readyz, /metrics"),
         Setting("--http-port", f"{name}_PORT", default_port, port, help="HTTP port (0: pick a free one)"),

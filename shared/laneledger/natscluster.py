@@ -19,7 +19,8 @@ already in use" and is retried with new ports. Once started, the ports stay,
 so a node restarts where its peers expect it.
 
 Clients connect to any node; nats-py learns the others from the cluster and
-fails over to them when its node goes away.
+fails over to them when its node goes away. Given all of ``urls`` (for
+``--nats``: comma-joined) a process also starts while a node is down.
 
 ``python -m laneledger.natscluster [--dir DIR] [--size 3]`` runs one in the
 foreground and prints the nodes' URLs.

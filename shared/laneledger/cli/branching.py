@@ -11,7 +11,7 @@ import msgspec
 from laneledger.branching import fork_lane, rewind_session
 from laneledger.client import LedgerClient
 
-from .ledger import DEFAULT_NATS
+from .natsoption import add_nats_option
 
 # Korg §1.1 prefixes -> actor kinds (as the tail's Korg endpoint registers them).
 ACTOR_KINDS = {"agent": "agent", "human": "human", "korg": "service", "mcp": "tool",
@@ -36,7 +36,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                      help="record on this lane of the session (default: the target's lane)")
     sub.add_argument("--reason", help="why, recorded in the event")
     sub.add_argument("--dry-run", action="store_true", help="compute and print, record nothing")
-    sub.add_argument("--nats", default=DEFAULT_NATS, help=f"NATS URL (default {DEFAULT_NATS})")
+    add_nats_option(sub)
     sub.set_defaults(run=cmd_rewind)
 
     sub = commands.add_parser(
@@ -51,7 +51,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     sub.add_argument("seq", metavar="SEQ", type=int)
     sub.add_argument("name", metavar="NAME")
     sub.add_argument("--actor", required=True, metavar="KEY", help="the fork's owner, e.g. agent:x@1")
-    sub.add_argument("--nats", default=DEFAULT_NATS, help=f"NATS URL (default {DEFAULT_NATS})")
+    add_nats_option(sub)
     sub.set_defaults(run=cmd_fork)
 
 

@@ -13,9 +13,9 @@ from typing import IO
 from laneledger.claudecode import ClaudeCodeImport
 from laneledger.client import LedgerClient
 
+from .natsoption import add_nats_option
 from .report import STDIN
 
-DEFAULT_NATS = "nats://127.0.0.1:4222"
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -37,7 +37,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "line; what came before it stays committed. Mapping: spec/claude-code.md.",
     )
     cc.add_argument("file", metavar="FILE", help="the capture, or - for standard input")
-    cc.add_argument("--nats", default=DEFAULT_NATS, help=f"NATS URL (default {DEFAULT_NATS})")
+    add_nats_option(cc)
     cc.add_argument("--tenant", default="default", help="tenant of the session (default: default)")
     cc.add_argument("--session", dest="session_id", metavar="ID",
                     help="session id (default: the capture's session_id)")

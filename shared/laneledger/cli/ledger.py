@@ -16,9 +16,9 @@ from laneledger.client import LedgerClient
 from laneledger.korg_export import export_session_from_db
 from laneledger.vocabulary import TERMINAL_EVENT_TYPES, cost_amount
 
+from .natsoption import add_nats_option
 from .verify import hmac_key
 
-DEFAULT_NATS = "nats://127.0.0.1:4222"
 EXPORT_FORMATS = ("laneledger", "korg-ledger-v1")
 
 
@@ -53,7 +53,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     sub.add_argument("what", choices=("session", "run"))
     sub.add_argument("session_id", metavar="SESSION")
     sub.add_argument("run_id", metavar="RUN", nargs="?", help="the run (for `inspect run`)")
-    sub.add_argument("--nats", default=DEFAULT_NATS, help=f"NATS URL (default {DEFAULT_NATS})")
+    add_nats_option(sub)
     sub.add_argument("--json", action="store_true", help="print the view as JSON")
     sub.set_defaults(run=cmd_inspect)
 
@@ -68,7 +68,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     sub.add_argument("--session", dest="session_id", metavar="SESSION")
     sub.add_argument("--run", dest="run_id", metavar="RUN")
     sub.add_argument("--key", metavar="KEY", help="one checkpoint key")
-    sub.add_argument("--nats", default=DEFAULT_NATS, help=f"NATS URL (default {DEFAULT_NATS})")
+    add_nats_option(sub)
     sub.set_defaults(run=cmd_reconcile)
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 from laneledger.demo import run_demo
 from laneledger.up import DEFAULT_PORTS, SERVICES, run_up
 
+from .natsoption import add_nats_option
+
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
     sub = commands.add_parser(
@@ -19,7 +21,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "SIGTERM. Restarting on the same --data continues the same ledger.",
     )
     sub.add_argument("--data", default=".laneledger", help="data directory (default ./.laneledger)")
-    sub.add_argument("--nats", metavar="URL", help="use this nats-server instead of an embedded one")
+    add_nats_option(sub, default=None,
+                    help="use this nats-server (or these, comma-separated) instead of an embedded one")
     sub.add_argument("--nats-port", type=int, default=4222,
                      help="port of the embedded nats-server (0: let it choose)")
     for name in SERVICES:
@@ -41,7 +44,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "with run completion. Shows progress, then a summary read back from the services: "
         "events committed, chain verification, cost totals. Exit 1 if the chain does not verify.",
     )
-    sub.add_argument("--nats", default="nats://127.0.0.1:4222", help="NATS URL")
+    add_nats_option(sub)
     sub.add_argument("--tail", default=f"http://127.0.0.1:{DEFAULT_PORTS['tail']}", help="tail service URL")
     sub.add_argument("--metrics", default=f"http://127.0.0.1:{DEFAULT_PORTS['metrics']}",
                      help="metrics service URL")

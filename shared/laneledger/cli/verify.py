@@ -15,17 +15,20 @@ from typing import Any
 import aiohttp
 
 from laneledger.access import CLIENT_TOKEN_FILE_ENV, client_headers
-from laneledger.audit import LedgerAudit, audit_ledger, compare_with_stream, read_export, verify_export
+from laneledger.audit import LedgerAudit, StreamCheck, audit_ledger, check_stream, read_export, verify_export
 from laneledger.chain import verify_chain
 from laneledger.errors import ChainFault, IntegrityError, InvalidRequest, LedgerUnavailable
 from laneledger.korg import KORG_LEDGER_V1, read_jsonl
 from laneledger.subjects import Subjects
 
+from .natsoption import add_nats_option
 from .report import fail
 
 FILE_FORMATS = ("laneledger", "korg-ledger-v1")
 HMAC_KEY_FILE_ENV = "LANELEDGER_HMAC_KEY_FILE"  # the sequencer's and the tail's, too
 SHOWN_WARNINGS = 20
+STREAM_WAIT_ENV = "LANELEDGER_VERIFY_STREAM_WAIT_S"
+DEFAULT_STREAM_WAIT_S = 5.0
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -60,12 +63,16 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     key.add_argument("--hmac-key-file", metavar="FILE", default=os.environ.get(HMAC_KEY_FILE_ENV),
                      help="read the HMAC key from FILE, as the sequencer does (surrounding "
                      f"whitespace stripped; env {HMAC_KEY_FILE_ENV})")
-    sub.add_argument("--nats", metavar="URL",
-                     help="with --db: also compare LEDGER_EVENTS with the database (the "
-                     "sequencer idle) and check every referenced blob in the blob bucket")
+    add_nats_option(sub, default=None,
+                    help="with --db: also compare LEDGER_EVENTS with the database and check "
+                    "every referenced blob in the blob bucket (URL, or several comma-separated)")
     sub.add_argument("--prefix", default="ledger",
                      help="with --nats: the subject prefix, naming the stream and the blob "
                      "bucket (default ledger)")
+    sub.add_argument("--stream-wait-s", metavar="SECONDS", type=float,
+                     help="with --nats: how long a stream behind the database may take to catch "
+                     "up before it is a fault, not lag (a live ledger's stream trails SQLite "
+                     f"by a moment; env {STREAM_WAIT_ENV}, default {DEFAULT_STREAM_WAIT_S:g})")
     sub.add_argument("--strict-actors", action="store_true",
                      help="with --db: an actor key breaking the identity conventions is a fault, "
                      "not a warning")
@@ -80,10 +87,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return fail("verify: --nats and --strict-actors need --db")
     key = args.hmac_key if args.hmac_key is not None else read_key_file(args.hmac_key_file)
     try:
+        stream_wait_s = stream_wait(args.stream_wait_s)
+    except ValueError as exc:
+        return fail(f"verify: {exc}")
+    try:
         if args.url:
             return verify_url(args.url, args.token_file)
         if args.db:
-            report = verify_db(args.db, key, args.nats, Subjects(args.prefix), args.strict_actors)
+            report = verify_db(args.db, key, args.nats, Subjects(args.prefix), args.strict_actors,
+                               stream_wait_s)
         elif args.format == "korg-ledger-v1":
             print(verify_chain(read_jsonl(args.file), profile=KORG_LEDGER_V1, key=key))
             return 0
@@ -113,16 +125,31 @@ def read_key_file(path: str | None) -> bytes | None:
     return key
 
 
+def stream_wait(given: float | None) -> float:
+    """``--stream-wait-s``, else its variable, else the default; >= 0."""
+    source, value = "--stream-wait-s", given
+    if value is None:
+        source, text = STREAM_WAIT_ENV, os.environ.get(STREAM_WAIT_ENV)
+        try:
+            value = DEFAULT_STREAM_WAIT_S if text is None else float(text)
+        except ValueError:
+            raise ValueError(f"{source}={text!r}: not a number of seconds") from None
+    if not 0 <= value < float("inf"):
+        raise ValueError(f"{source}={value!r}: must be a number of seconds >= 0")
+    return value
+
+
 def verify_db(db: str, key: bytes | None, nats_url: str | None, subjects: Subjects,
-              strict_actors: bool) -> dict[str, Any]:
+              strict_actors: bool, stream_wait_s: float = DEFAULT_STREAM_WAIT_S) -> dict[str, Any]:
     Path(db).stat()  # a missing file is named before anything connects
     if nats_url is None:
         return db_report(audit_ledger(db, hmac_key=key, strict_actors=strict_actors))
-    return asyncio.run(_verify_db_with_nats(db, key, nats_url, subjects, strict_actors))
+    return asyncio.run(_verify_db_with_nats(db, key, nats_url, subjects, strict_actors,
+                                            stream_wait_s))
 
 
 async def _verify_db_with_nats(db: str, key: bytes | None, nats_url: str, subjects: Subjects,
-                               strict_actors: bool) -> dict[str, Any]:
+                               strict_actors: bool, stream_wait_s: float) -> dict[str, Any]:
     from laneledger.blobaudit import audit_ledger_with_blobs, open_blob_store
     from laneledger.client import LedgerClient
 
@@ -132,11 +159,24 @@ async def _verify_db_with_nats(db: str, key: bytes | None, nats_url: str, subjec
         audit = await audit_ledger_with_blobs(db, store, hmac_key=key,
                                               strict_actors=strict_actors)
         stream = subjects.events_stream
-        matched = await compare_with_stream(js, db, stream)
+        # After the walk, on its own (later) snapshot: a live ledger has grown.
+        checked = await check_stream(js, db, stream, wait_s=stream_wait_s)
     report = db_report(audit)
-    report["stream"] = {"name": stream, "identical": True, "messages": matched}
+    report["stream"] = {"name": stream, "identical": True, "messages": checked.messages,
+                        "lag": checked.lag, "caught_up_s": round(checked.caught_up_s, 3)}
+    if checked.lag:
+        report["warnings"].insert(0, stream_lag_warning(stream, checked))
+        report["warning_count"] += 1
     report["blob_bucket"] = store.shared  # and each tenant's <shared>_<tenant token>
     return report
+
+
+def stream_lag_warning(stream: str, checked: StreamCheck) -> dict[str, Any]:
+    """The stream trailed the database and caught up: lag, not a fault."""
+    first = checked.messages - checked.lag + 1
+    return {"kind": "stream_lag", "position": first, "actor_id": None,
+            "message": f"{stream} was {checked.lag} events behind the database (positions "
+                       f"{first}..{checked.messages}) and caught up in {checked.caught_up_s:.2f}s"}
 
 
 def db_report(audit: LedgerAudit) -> dict[str, Any]:
