@@ -12,9 +12,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from laneledger.client import LedgerClient, make_event
-from laneledger.model import AppendCommitted, AppendRejected, Receipt, decoder
+from laneledger.model import AppendCommitted, AppendRejected
 from laneledger.store import LedgerWriter, open_ledger
 from laneledger.subjects import Subjects, token
+from raw_appends import Inbox
 from services.sequencer.metrics import SequencerMetrics
 from services.sequencer.service import Sequencer, SequencerSettings
 
@@ -43,33 +44,6 @@ async def ledger(nats_server, small_sequencer):
         yield client, actor, lane
     finally:
         await client.close()
-
-
-class Inbox:
-    """Publishes raw append bytes and collects the receipts they get."""
-
-    def __init__(self, nc) -> None:
-        self.nc, self.js = nc, nc.jetstream()
-        self.receipts: asyncio.Queue[Receipt] = asyncio.Queue()
-        self.subject = nc.new_inbox()
-
-    async def __aenter__(self) -> "Inbox":
-        self.sub = await self.nc.subscribe(self.subject, cb=self._on)
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        await self.sub.unsubscribe()
-
-    async def _on(self, msg) -> None:
-        for receipt in decoder(list[Receipt]).decode(msg.data):
-            await self.receipts.put(receipt)
-
-    async def send(self, subject: str, body: bytes, *, reply: bool = True) -> None:
-        headers = {"Ledger-Reply-To": self.subject} if reply else None
-        await self.js.publish(subject, body, headers=headers)
-
-    async def next(self) -> Receipt:
-        return await asyncio.wait_for(self.receipts.get(), timeout=5)
 
 
 def rejected_count(sequencer: Sequencer, code: str) -> float:
