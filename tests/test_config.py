@@ -45,6 +45,29 @@ def test_the_sequencer_refuses_a_bad_variable():
         "laneledger-sequencer: LANELEDGER_REPLICAS='three': invalid literal for int() with base 10: 'three'")
 
 
+def test_a_service_refuses_a_bad_log_level():
+    env = dict(os.environ, LANELEDGER_LOG_LEVEL="loud")
+    result = subprocess.run([sys.executable, "-m", "services.metrics"], env=env,
+                            capture_output=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.decode().strip() == (
+        "laneledger-metrics: LANELEDGER_LOG_LEVEL='loud': not a log level "
+        "(DEBUG, INFO, WARNING, ERROR, CRITICAL)")
+
+
+@pytest.mark.parametrize("service", ["tail", "checkpoint"])
+def test_services_using_the_sdk_refuse_a_bad_redaction_pattern(service):
+    # They have no redaction flags, but the SDK they append and command
+    # through reads the variables; a bad one stops them at start.
+    env = dict(os.environ, LANELEDGER_REDACT_PATTERNS='{"x": "("}')
+    result = subprocess.run([sys.executable, "-m", f"services.{service}"], env=env,
+                            capture_output=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.decode().startswith(
+        f"laneledger-{service}: LANELEDGER_REDACT_PATTERNS='{{\"x\": \"(\"}}', ")
+    assert "Traceback" not in result.stderr.decode()
+
+
 def test_port_parser():
     assert port("0") == 0 and port("65535") == 65535
     with pytest.raises(ValueError):

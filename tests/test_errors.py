@@ -194,3 +194,24 @@ def test_errors_md_http_table_maps_every_code_once() -> None:
     assert len(seen) == len(set(seen))
     # The root has no row of its own: an unknown code is a 500.
     assert set(seen) == set(ERRORS_BY_CODE) - {"ledger_error"}
+
+
+def _doc_http_statuses() -> dict[str, int]:
+    section = ERRORS_MD.split("\n## HTTP status\n", 1)[1].split("\n## ", 1)[0]
+    return {code: int(row[2:5])
+            for row in section.splitlines() if re.match(r"\| \d{3} ", row)
+            for code in re.findall(r"`([a-z_]+)`", row)}
+
+
+def test_every_http_service_answers_each_code_with_the_documented_status() -> None:
+    # The tail and the checkpoint service each map codes to statuses; both
+    # must follow the one table, including codes a service rarely raises.
+    from services.checkpoint.http import http_status
+    from services.tail.api import status_of
+
+    documented = _doc_http_statuses()
+    for code, cls in ERRORS_BY_CODE.items():
+        expected = documented.get(code, 500)  # the root, like an unknown code, is a 500
+        err = cls("x")
+        assert (status_of(err), http_status(err)) == (expected, expected), code
+    assert status_of(LedgerError("x")) == http_status(error_from_wire("brand_new", "x")) == 500

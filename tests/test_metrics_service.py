@@ -175,6 +175,8 @@ def test_options_and_environment(monkeypatch):
     assert args.policy == LabelPolicy(
         max_values=7, caps={"model": 20},
         allow={"tenant": frozenset({"acme", "globex"}), "provider": frozenset({"anthropic"})})
-    with pytest.raises(SystemExit):
-        parse_args(["--label-cap", "colour=3"])
+    for bad in (["--label-caps", "colour=3"], ["--label-caps", "model=many"], ["--allow", "tenant"]):
+        with pytest.raises(SystemExit) as refused:
+            parse_args(bad)
+        assert refused.value.code == 2, bad  # like every setting that does not parse
     assert WORKLOAD_EVENTS == 29

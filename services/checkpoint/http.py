@@ -27,12 +27,13 @@ log = logging.getLogger("laneledger.checkpoint.http")
 _STATUS = {
     "unauthorized": 401,
     "malformed_message": 400, "invalid_request": 400, "not_canonicalizable": 400, "request_error": 400,
-    "tenant_mismatch": 403,
+    "tenant_mismatch": 403, "signature_required": 403, "invalid_signature": 403,
     "entity_not_found": 404,
     "lane_conflict": 409, "idempotency_violation": 409, "entity_conflict": 409, "duplicate_event": 409,
     "store_error": 409,
     "request_too_large": 413,
     "unknown_event_type": 422, "invalid_payload": 422, "subject_mismatch": 422, "causation_violation": 422,
+    "blob_missing": 422,
     "unavailable": 503, "transport_error": 503,
     "timeout": 504,
 }

@@ -52,8 +52,6 @@ class SequencerMetrics:
             "Committed batches waiting to be published on the committed stream",
             registry=registry,
         )
-        # Also visible in append_requests_total by outcome/code; named on their
-        # own so dashboards and alerts (conflict rate) need no label matching.
         # Also in append_requests_total; named on its own because nobody was
         # told: the producer sees only a receipt that never comes.
         self.unanswered_rejections = Counter(
@@ -63,6 +61,8 @@ class SequencerMetrics:
             ["code"],
             registry=registry,
         )
+        # Also visible in append_requests_total by outcome/code; named on their
+        # own so dashboards and alerts (conflict rate) need no label matching.
         self.lane_conflicts = Counter(
             "laneledger_sequencer_lane_conflicts_total",
             "Appends rejected because the lane head moved (lane_conflict)",

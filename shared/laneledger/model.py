@@ -288,7 +288,7 @@ class CreateLane(Frozen, kw_only=True, tag="create_lane", tag_field="op"):
     parent_lane_id: Id | None = None
     actor_id: Id | None = None
     id: Id | None = None
-    # Fork an existing lane of the same session and run at one of its events.
+    # Fork an existing lane of the same session (any run) at one of its events.
     fork_of: ForkPoint | None = None
 
 

@@ -19,7 +19,12 @@ from .errors import LedgerError
 
 def run_main(prog: str, run: Callable[[argparse.Namespace], Awaitable[None]],
              args: argparse.Namespace) -> int:
-    logging.basicConfig(level=os.environ.get("LANELEDGER_LOG_LEVEL", "INFO"),
+    level = os.environ.get("LANELEDGER_LOG_LEVEL", "INFO")
+    if not isinstance(logging.getLevelName(level.upper()), int):
+        print(f"{prog}: LANELEDGER_LOG_LEVEL={level!r}: not a log level "
+              "(DEBUG, INFO, WARNING, ERROR, CRITICAL)", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         import uvloop
@@ -32,6 +37,19 @@ def run_main(prog: str, run: Callable[[argparse.Namespace], Awaitable[None]],
         print(f"{prog}: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def check_sdk_environment(prog: str) -> None:
+    """For a service that appends or commands through the SDK (tail,
+    checkpoint): the SDK reads ``LANELEDGER_REDACT_*`` itself, so a bad value
+    must stop the service at start like any setting (exit 2, naming it), not
+    later with a traceback."""
+    from .content import default_redactor
+    try:
+        default_redactor()
+    except ValueError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def stop_event() -> asyncio.Event:

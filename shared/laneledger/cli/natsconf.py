@@ -19,7 +19,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         description="Print the nats-server config TEMPLATE (default deploy/nats.conf) with, for "
         "each --tenant, a user producer-<tenant> (password $LANELEDGER_PRODUCER_<TENANT>_PASSWORD) "
         "that may append, send commands and checkpoint requests only for its tenant, read only "
-        "its own inbox (_INBOX_<tenant>) and use only its own artifact bucket (connect its "
+        "its own inbox (_INBOX_<tenant>) and use only its own blob and artifact buckets (connect its "
         "clients with LedgerClient.connect(url, tenant=...)), and the sequencer and checkpoint "
         "service allowed to answer on those inboxes.",
     )
