@@ -262,7 +262,8 @@ SCHEMAS: dict[str, Any] = {
             "triggered_by": {"type": ["integer", "null"],
                              "description": "seq_id (ledger position) of the parent event"},
             "payload_refs": {"type": "array", "items": _ref("KorgPayloadRef")},
-            "session_id": _ID,
+            "session_id": {**_NULLABLE_ID,
+                           "description": "null or absent: the --korg-session default"},
         },
         "description": "Korg AgentToolCall append shape. The server-derived fields of Korg "
                        "§1.2.7 are ignored when present; any other field is refused.",
