@@ -102,6 +102,7 @@ BENCHES = [
     Bench("canonical", ["bench/canonical.py"], _canonical_rows),
     Bench("append", ["bench/append.py"], _append_rows),
     Bench("tail", ["bench/tail.py"], _tail_rows),
+    Bench("tail-1", ["bench/tail.py", "--subscribers", "1", "--subscriber-procs", "1"], _tail_rows),
     Bench("drain", ["bench/drain.py"], _drain_rows),
     Bench("drain-batched", ["bench/drain.py", "--events-per-append", "10", "--requests", "5000"], _drain_batched_rows),
     Bench("drain-signed", ["bench/drain.py", "--requests", "10000", "--signed"], _drain_signed_rows),
