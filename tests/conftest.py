@@ -26,9 +26,11 @@ from nats.js import JetStreamContext
 
 from laneledger.client import LedgerClient
 from laneledger.model import Actor
+from laneledger.natscluster import NatsCluster
 from laneledger.natsserver import NatsServer
 from laneledger.store import LedgerWriter, open_ledger
 from prometheus_client import CollectorRegistry
+from sequencer_process import SequencerProcess
 from services.sequencer.metrics import SequencerMetrics
 from services.sequencer.service import Sequencer
 
@@ -67,6 +69,20 @@ def nats_server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Nats
     show_log_on_failure(request, server)
     with server:
         yield server
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[NatsCluster]:
+    """A three-node nats-server cluster with JetStream on loopback, stored in
+    this test's ``tmp_path``; every node's log is shown if the test fails."""
+    nodes = NatsCluster(tmp_path / "cluster", size=3)
+    nodes.start()
+    for node in nodes.nodes:
+        show_log_on_failure(request, node)
+    try:
+        yield nodes
+    finally:
+        nodes.stop()
 
 
 @pytest_asyncio.fixture
@@ -113,6 +129,19 @@ async def sequencer(nc: NATS, tmp_path: Path) -> AsyncIterator[Sequencer]:
         yield service
     finally:
         await service.stop()
+
+
+@pytest.fixture
+def sequencer_proc(nats_server: NatsServer, tmp_path: Path,
+                   request: pytest.FixtureRequest) -> Iterator[SequencerProcess]:
+    """The sequencer as a real process on ``tmp_path/ledger.db``; stopped (no
+    process left) at teardown, before the nats-server."""
+    seq = SequencerProcess(nats_server.url, tmp_path / "ledger.db", log_dir=tmp_path)
+    show_log_on_failure(request, seq)  # duck-typed: log_path + log_text()
+    try:
+        yield seq.start()
+    finally:
+        seq.stop()
 
 
 @pytest_asyncio.fixture

@@ -5,6 +5,7 @@ exit status 2 naming it). The HTTP behaviour is in test_tenant_isolation.py."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -53,10 +54,14 @@ def test_a_bad_token_file_is_refused_naming_the_line(tmp_path, text, where):
         AccessPolicy.from_files(write(tmp_path, "tokens", text), None)
 
 
-def test_no_file_means_open_and_open_is_loopback_only():
+def test_no_file_means_open_and_open_is_loopback_only(caplog):
     policy = AccessPolicy.from_files(None, None)
     assert policy.open and policy.scope_of(None) is OPEN and policy.scope_of("anything") is OPEN
-    announce(policy, "laneledger-tail", "127.0.0.1")  # a warning, not a refusal
+    with caplog.at_level(logging.WARNING, logger="laneledger.access"):
+        announce(policy, "laneledger-tail", "127.0.0.1")  # a warning, not a refusal
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        "laneledger-tail: NO ACCESS TOKENS CONFIGURED - every reader on 127.0.0.1 sees every "
+        "tenant (set LANELEDGER_TOKENS_FILE / LANELEDGER_OPERATOR_TOKEN_FILE)"]
     for host in ("0.0.0.0", "10.1.2.3", "tail.example"):
         assert not is_loopback(host)
         with pytest.raises(ValueError, match="LANELEDGER_TOKENS_FILE"):

@@ -87,4 +87,9 @@ def test_a_schema_1_database_is_migrated_in_place(tmp_path):
         assert int(version) == SCHEMA_VERSION == 2
     finally:
         store.close()
-    CheckpointStore.open(path).close()  # opening a migrated database again is a no-op
+    again = CheckpointStore.open(path)  # opening a migrated database again changes nothing
+    try:
+        assert again._rows("SELECT tenant, artifact_sha256 FROM checkpoints") == [(None, sha)]
+        assert again.applied_position() == 7 and again.lane("l1") == ("s1", "r1", 3)
+    finally:
+        again.close()

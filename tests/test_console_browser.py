@@ -328,6 +328,12 @@ async def test_costs_view_totals_and_plot(client, actor, start_tail, browser):
     await form.get_by_role("textbox", name="Tenant").fill("beta")
     await form.get_by_role("radio", name="Tenant").check()  # plot by tenant
     await page.get_by_role("button", name="Load costs").click()
+    await expect(page.locator("#costs-status")).to_contain_text("1 cost events")
+    await expect(page.locator("#costs-totals tr")).to_have_text(["USD2110010"])
+    await expect(page.locator("#costs-tenants tr")).to_have_text(["betaUSD21"])
+    by_tenant = page.get_by_role("img", name=re.compile(r"^Cost in USD per \d+ s bucket, by tenant"))
+    await expect(by_tenant.locator("rect")).to_have_count(1)
+    await expect(page.locator(".legend li")).to_have_text(["beta"])
     await expect(page.locator("#costs-totals tr")).to_have_text(["USD2110010"])
     await expect(page.locator(".legend li")).to_have_text(["beta"])
 

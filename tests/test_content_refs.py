@@ -4,7 +4,6 @@ sequencer refusing an event whose blob is absent."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 
@@ -15,9 +14,10 @@ import pytest
 from laneledger.blobstore import BlobStore, bucket_name, object_name
 from laneledger.client import LaneRecorder, LedgerClient, make_event
 from laneledger.errors import BlobMissing, EntityNotFound, IntegrityError, InvalidRequest
-from laneledger.model import AppendCommitted, AppendRejected, Receipt, decoder
+from laneledger.model import AppendCommitted, AppendRejected
 from laneledger.signing import generate_private_key, sign_event
 from laneledger.subjects import Subjects, token
+from raw_appends import Inbox
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -178,27 +178,6 @@ async def test_a_reference_the_sdk_cannot_satisfy_is_refused_before_sending(clie
     assert (await client.get_lane(recorder.lane.id)).last_seq == 0
 
 
-class Receipts:
-    """Raw appends published to JetStream, and the receipts they get."""
-
-    def __init__(self, nc) -> None:
-        self.nc, self.js = nc, nc.jetstream()
-        self.inbox = nc.new_inbox()
-        self.queue: asyncio.Queue[Receipt] = asyncio.Queue()
-
-    async def start(self) -> Receipts:
-        async def on(msg) -> None:
-            for receipt in decoder(list[Receipt]).decode(msg.data):
-                await self.queue.put(receipt)
-        self.sub = await self.nc.subscribe(self.inbox, cb=on)
-        return self
-
-    async def send(self, tenant: str, lane_id: str, body: dict) -> Receipt:
-        await self.js.publish(Subjects().append(tenant, lane_id), json.dumps(body).encode(),
-                              headers={"Ledger-Reply-To": self.inbox})
-        return await asyncio.wait_for(self.queue.get(), timeout=10)
-
-
 async def test_the_sequencer_refuses_an_event_whose_blob_is_absent(nats_server, sequencer, client,
                                                                    actor):
     lane = await client.create_lane("acme", "s1", "r1", "raw", actor_id=actor.id)
@@ -206,28 +185,29 @@ async def test_the_sequencer_refuses_an_event_whose_blob_is_absent(nats_server, 
     ref = {"_ref": "sha256:" + sha(data), "size_bytes": len(data)}
     event = make_event(lane.id, "ext.acme.x", actor_id=actor.id, payload={"v": ref})
     body = {"lane_id": lane.id, "expected_last_seq": 0, "append_id": "raw-1", "events": [event]}
+    subject, request = Subjects().append("acme", lane.id), json.dumps(body).encode()
     nc = await nats.connect(nats_server.url)
     try:
-        raw = await Receipts(nc).start()
-        refused = await raw.send("acme", lane.id, body)
-        assert isinstance(refused, AppendRejected)
-        assert refused.error.code == "blob_missing" and not refused.error.retryable
-        assert refused.error.details == {"event_id": event["id"], "ref": ref["_ref"],
-                                         "size_bytes": len(data), "path": "$.events[0].payload"}
-        assert (await client.get_lane(lane.id)).last_seq == 0
-        # Stored under another tenant, or with another size, it is still absent.
-        store = await client.blob_store()
-        await store.put("globex", data)
-        assert (await raw.send("acme", lane.id, body)).error.code == "blob_missing"
-        # A descriptor in payload_refs is a reference too (Korg §6.4).
-        described = {**event, "id": make_event(lane.id, "x.y.z", actor_id="a")["id"],
-                     "payload": {"payload_refs": [{"sha256": sha(data), "size_bytes": 1}]}}
-        wrong_size = {**body, "append_id": "raw-2", "events": [described]}
-        assert (await raw.send("acme", lane.id, wrong_size)).error.code == "blob_missing"
-        # Blob first: the same append now commits.
-        await store.put("acme", data)
-        committed = await raw.send("acme", lane.id, body)
-        assert isinstance(committed, AppendCommitted) and committed.first_seq == 1
+        async with Inbox(nc) as raw:
+            refused = await raw.ask(subject, request)
+            assert isinstance(refused, AppendRejected)
+            assert refused.error.code == "blob_missing" and not refused.error.retryable
+            assert refused.error.details == {"event_id": event["id"], "ref": ref["_ref"],
+                                             "size_bytes": len(data), "path": "$.events[0].payload"}
+            assert (await client.get_lane(lane.id)).last_seq == 0
+            # Stored under another tenant, or with another size, it is still absent.
+            store = await client.blob_store()
+            await store.put("globex", data)
+            assert (await raw.ask(subject, request)).error.code == "blob_missing"
+            # A descriptor in payload_refs is a reference too (Korg §6.4).
+            described = {**event, "id": make_event(lane.id, "x.y.z", actor_id="a")["id"],
+                         "payload": {"payload_refs": [{"sha256": sha(data), "size_bytes": 1}]}}
+            wrong_size = json.dumps({**body, "append_id": "raw-2", "events": [described]})
+            assert (await raw.ask(subject, wrong_size.encode())).error.code == "blob_missing"
+            # Blob first: the same append now commits.
+            await store.put("acme", data)
+            committed = await raw.ask(subject, request)
+            assert isinstance(committed, AppendCommitted) and committed.first_seq == 1
     finally:
         await nc.close()
     registry = sequencer._metrics.registry

@@ -5,34 +5,15 @@ lane_conflict — and a ledger that audits clean and equals LEDGER_EVENTS."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-
-from conftest import show_log_on_failure
 from laneledger.audit import audit_ledger, compare_with_stream
-from laneledger.natsserver import NatsServer
 from producer_proc import check_against_ledger, create_lanes, start_producers, wait_for_producers
-from sequencer_process import SequencerProcess, wait_for_stream
+from sequencer_process import wait_for_stream
 
 N_LANES = 100
 N_HOT = 10
 N_PRODUCERS = 4
 REQUESTS_PER_PRODUCER = 250
-
-
-@pytest.fixture
-def sequencer_proc(nats_server: NatsServer, tmp_path: Path,
-                   request: pytest.FixtureRequest) -> Iterator[SequencerProcess]:
-    """The sequencer as a real process on ``tmp_path/ledger.db``; stopped (no
-    process left) at teardown, before the nats-server."""
-    seq = SequencerProcess(nats_server.url, tmp_path / "ledger.db", log_dir=tmp_path)
-    show_log_on_failure(request, seq)  # duck-typed: log_path + log_text()
-    try:
-        yield seq.start()
-    finally:
-        seq.stop()
 
 
 async def test_many_producers_contend_and_every_append_has_one_outcome(

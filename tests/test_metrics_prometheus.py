@@ -52,16 +52,6 @@ def promtool(*args: str, stdin: str | None = None, cwd: Path = DEPLOY) -> subpro
                           timeout=60)
 
 
-@pytest.fixture
-def sequencer_proc(nats_server, tmp_path: Path, request: pytest.FixtureRequest):
-    seq = SequencerProcess(nats_server.url, tmp_path / "ledger.db", log_dir=tmp_path)
-    show_log_on_failure(request, seq)
-    try:
-        yield seq.start()
-    finally:
-        seq.stop()
-
-
 async def drive(nats_url: str) -> int:
     """The known workload, plus one lane conflict and one idempotent replay
     (so the sequencer's labelled series exist); returns the last position."""

@@ -18,7 +18,6 @@ import pytest
 from conftest import show_log_on_failure
 from laneledger.client import LaneRecorder, LedgerClient
 from laneledger.errors import InvalidRequest, LedgerUnavailable
-from laneledger.natscluster import NatsCluster
 from laneledger.natsconnect import nats_servers
 from sequencer_process import SequencerProcess, ledger_last_position
 
@@ -56,18 +55,6 @@ async def test_a_bad_url_in_the_list_stops_every_entry_point_naming_it():
     assert command.returncode == 2 and f"argument --nats: {named}" in command.stderr
     with pytest.raises(InvalidRequest, match="htp://127.0.0.1:4223"):
         await LedgerClient.connect(setting)
-
-
-@pytest.fixture
-def cluster(tmp_path, request):
-    nodes = NatsCluster(tmp_path / "cluster", size=3)
-    nodes.start()
-    for node in nodes.nodes:
-        show_log_on_failure(request, node)
-    try:
-        yield nodes
-    finally:
-        nodes.stop()
 
 
 async def wait_for_jetstream(urls: list[str], timeout: float = 30.0) -> None:

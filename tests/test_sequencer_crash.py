@@ -7,35 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from prometheus_client import CollectorRegistry
 
-from conftest import show_log_on_failure
 from laneledger.audit import audit_ledger, compare_with_stream
 from laneledger.client import LedgerClient, make_event
-from laneledger.natsserver import NatsServer
 from laneledger.store import LedgerWriter, open_ledger
 from producer_proc import create_lanes
-from sequencer_process import SequencerProcess, ledger_last_position, wait_for_stream
+from sequencer_process import ledger_last_position, wait_for_stream
 from services.sequencer.metrics import SequencerMetrics
 from services.sequencer.mirror import CommittedStreamMirror
 from services.sequencer.service import Sequencer
 
 N_LANES = 100
-
-
-@pytest.fixture
-def sequencer_proc(nats_server: NatsServer, tmp_path: Path,
-                   request: pytest.FixtureRequest) -> Iterator[SequencerProcess]:
-    seq = SequencerProcess(nats_server.url, tmp_path / "ledger.db", log_dir=tmp_path)
-    show_log_on_failure(request, seq)  # duck-typed: log_path + log_text()
-    try:
-        yield seq.start()
-    finally:
-        seq.stop()
 
 
 # -- stopping cleanly under load ------------------------------------------------------

@@ -144,6 +144,20 @@ async def test_session_activity_outcomes_durations_costs_and_pauses(client, acto
         ("p1", "approved", p[8]), ("p2", None, None)]
     assert got["cost"] == [{"currency": "USD", "amount": "0.5"}]
 
+    # Sums stay exact past Decimal's default 28 significant digits (here 29).
+    exact = [{"currency": "USD", "amount": "0.5"},
+             {"currency": "XAU", "amount": "10000000000.000000000000000001"}]
+    more = await client.append(lane, receipt.last_seq, [
+        e("cost.recorded", action.id, "07.000", provider="p", model="m", amount=amount,
+          currency="XAU", action_id=action.id) for amount in ("10000000000", "0.000000000000000001")])
+    await wait_applied(tail.service, more.positions[-1])
+    got = (await tail.api.get("/api/v1/sessions/s1/activity")).json()
+    assert got["cost"] == got["actions"][0]["cost"] == exact
+    costs = (await tail.api.get("/api/v1/costs", params={"session_id": "s1"})).json()
+    assert [{"currency": t["currency"], "amount": t["amount"]} for t in costs["totals"]] == exact
+    assert [m["amount"] for m in costs["by_model"]] == [t["amount"] for t in exact]
+    assert [p["amount"] for p in costs["series"] if p["currency"] == "XAU"] == [exact[1]["amount"]]
+
     missing = await tail.api.get("/api/v1/sessions/nope/activity")
     assert missing.status == 404 and missing.error["details"] == {"kind": "session", "id": "nope"}
     bad = await tail.api.get("/api/v1/sessions/s1/activity", params={"limit": "3"})

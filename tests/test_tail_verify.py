@@ -75,6 +75,9 @@ async def test_intact_ledger_session_and_lane(client: LedgerClient, actor, start
     empty = await new_lane(client, actor, "s1", "r1", "empty")
     report = await _verify(tail, lane_id=empty.id)
     assert report["intact"] and report["events"] == 0
+    await new_lane(client, actor, "s-empty", "r1", "main")  # a session with no events yet
+    report = await _verify(tail, session_id="s-empty")
+    assert report["intact"] and report["events"] == 0 and report["session_id"] == "s-empty"
     for params in ({"lane_id": "no-such-lane"}, {"session_id": "no-such-session"}):
         missing = await tail.api.get("/api/v1/verify", params=params)
         assert missing.status == 404 and missing.error["code"] == "entity_not_found"

@@ -9,7 +9,6 @@ import asyncio
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,8 +26,10 @@ from laneledger.identity import identity_findings
 from laneledger.signing import generate_private_key, sign_event
 from laneledger.store import LedgerWriter, open_ledger
 from laneledger.subjects import token
+from sequencer_process import wait_for_stream
 from services.sequencer.metrics import SequencerMetrics
 from services.sequencer.service import Sequencer
+from test_audit import copy_db
 
 SCRIPT = Path(sys.executable).with_name("laneledger")
 KEY = generate_private_key()
@@ -75,21 +76,6 @@ async def build(client: LedgerClient) -> dict[str, str]:
     assert r7.positions == [7]
     return {"signer": signer.id, "plain": plain.id, "human": human.id, "bot": bot.id,
             "last_main": r6.event_ids[0], "first": r1.event_ids[0]}
-
-
-async def wait_for_stream(js, last_position: int) -> None:
-    deadline = time.monotonic() + 10
-    while (await js.stream_info("LEDGER_EVENTS")).state.last_seq < last_position:
-        assert time.monotonic() < deadline, "LEDGER_EVENTS did not catch up in 10 s"
-        await asyncio.sleep(0.02)
-
-
-def copy_db(src: Path, dst: Path) -> Path:
-    with sqlite3.connect(src) as source, sqlite3.connect(dst) as target:
-        source.backup(target)
-    source.close()
-    target.close()
-    return dst
 
 
 def sql(db: Path, *statements: tuple[str, tuple]) -> None:
@@ -277,9 +263,11 @@ async def test_cli_verify_with_nats_checks_blobs_and_the_stream(built, nats_serv
     forged = copy_db(db, tmp_path / "forged.db")
     append_forgery(forged, with_receipt=True)
     assert (await acli("verify", "--db", str(forged))).returncode == 0
-    caught = await acli("verify", "--db", str(forged), "--nats", nats_server.url)
+    caught = await acli("verify", "--db", str(forged), "--nats", nats_server.url,
+                        "--stream-wait-s", "0.3")  # it never catches up: not lag
     assert caught.returncode == 1
     assert caught.stdout.startswith("FAIL position 8: stream_behind")
+    assert "(1 behind after waiting " in caught.stdout
 
     # Blobs: replaced bytes, then a missing blob, both at position 2.
     ref = body_at(db, 2)["payload"]["text"]["_ref"]

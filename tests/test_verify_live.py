@@ -12,30 +12,16 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import show_log_on_failure
 from laneledger.audit import check_stream
-from laneledger.natsserver import NatsServer
 from producer_proc import create_lanes, start_producers, wait_for_producers
-from sequencer_process import SequencerProcess, ledger_last_position, wait_for_stream
+from sequencer_process import ledger_last_position, wait_for_stream
 
 SCRIPT = Path(sys.executable).with_name("laneledger")
 LAG_TRIES_S = 20.0  # how long to look for a moment the stream trails SQLite
-
-
-@pytest.fixture
-def sequencer_proc(nats_server: NatsServer, tmp_path: Path,
-                   request: pytest.FixtureRequest) -> Iterator[SequencerProcess]:
-    seq = SequencerProcess(nats_server.url, tmp_path / "ledger.db", log_dir=tmp_path)
-    show_log_on_failure(request, seq)
-    try:
-        yield seq.start()
-    finally:
-        seq.stop()
 
 
 async def wait_for_position(db: Path, position: int, timeout: float = 30.0) -> None:

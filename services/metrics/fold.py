@@ -12,12 +12,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from decimal import Context, Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
 
 import msgspec
 
-from laneledger.vocabulary import ACTION_TYPES, CORE_EVENT_TYPES, family_of
+from laneledger.vocabulary import ACTION_TYPES, CORE_EVENT_TYPES, COST_SUM, family_of
 
 OTHER = "other"  # what a label value beyond its cap (or off its allow-list) becomes
 UNKNOWN = "unknown"  # an action whose type or name no event carried
@@ -27,10 +27,6 @@ UNKNOWN = "unknown"  # an action whose type or name no event carried
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                     60.0, 120.0, 300.0, 600.0, 1800.0)
 _BUCKET_NS = tuple(int(b * 1_000_000_000) for b in DURATION_BUCKETS)
-
-# Decimal's default context keeps 28 significant digits; a sum of amounts with
-# 18 fractional digits outgrows that quickly, so cost sums use a wide context.
-_EXACT = Context(prec=200)
 
 TOKEN_DIRECTIONS = {
     "input_tokens": "input",
@@ -163,7 +159,7 @@ class State:
     def add(self, metric: str, labels: tuple[str, ...], amount: int | Decimal = 1) -> None:
         series = self.values[metric]
         old = series.get(labels, 0)
-        series[labels] = _EXACT.add(old, amount) if isinstance(amount, Decimal) else old + amount
+        series[labels] = COST_SUM.add(old, amount) if isinstance(amount, Decimal) else old + amount
         self.changes.values.add((metric, labels))
 
     def observe(self, metric: str, labels: tuple[str, ...], ns: int) -> None:

@@ -2,10 +2,10 @@
 events say about its turns, actions and attempts — outcome, duration, cost —
 and its human-in-the-loop pauses, for the console's session view.
 
-It is read from the read model alone, so it stays available when the
-sequencer's structure of a large session does not fit one NATS reply
-(``structure_complete: false`` on the session endpoint): the structure says
-which attempt belongs to which action and turn, this says how each one went.
+It is read from the read model alone, without the sequencer: the structure
+(session endpoint) says which attempt belongs to which action and turn, this
+says how each one went, also for attempts whose events were appended without
+the structure behind them.
 
 A span is opened by ``<kind>.started`` (``attempt.requested`` for an
 attempt) and closed by the kind's terminal event (``vocabulary.json``);
@@ -31,7 +31,7 @@ from aiohttp import web
 
 from laneledger.access import scope_of
 from laneledger.errors import EntityNotFound, IntegrityError
-from laneledger.vocabulary import TERMINAL_EVENT_TYPES
+from laneledger.vocabulary import COST_SUM, TERMINAL_EVENT_TYPES
 
 from .api import Query, json_response
 from .feed import Feed
@@ -159,12 +159,12 @@ class Activity:
         except (KeyError, InvalidOperation):
             raise IntegrityError("a cost.recorded event does not read as a cost",
                                  kind="cost_unreadable", position=e.position) from None
-        totals[currency] += amount
+        totals[currency] = COST_SUM.add(totals[currency], amount)
         for kind, key in (("attempt", "attempt_id"), ("action", "action_id")):
             subject = p.get(key)
             if isinstance(subject, str):
                 span = spans[kind].setdefault(subject, Span(subject, None))
-                span.cost[currency] += amount
+                span.cost[currency] = COST_SUM.add(span.cost[currency], amount)
 
     @staticmethod
     def _hitl(e: Event, pauses: dict[str, dict[str, Any]]) -> None:

@@ -3,7 +3,7 @@ to — totals, by model, by tenant, and a series over time — for the console's
 cost view and anyone else who wants the figures without folding the stream.
 
 Everything comes from the read model as of one applied position (in the
-body). Amounts are decimal strings summed exactly (``Decimal``), never mixed
+body). Amounts are decimal strings summed exactly (``COST_SUM``), never mixed
 across currencies: each total is per currency. The series is keyed by the
 event's ``occurred_at`` (when the producer incurred the cost; a batch
 recorded late still lands where it was spent) cut into buckets of
@@ -24,6 +24,7 @@ from aiohttp import web
 
 from laneledger.access import scope_of
 from laneledger.errors import IntegrityError
+from laneledger.vocabulary import COST_SUM
 
 from .api import Query, json_response
 from .feed import Feed
@@ -70,7 +71,7 @@ class Tally:
         self.output_tokens = 0
 
     def add(self, amount: Decimal, p: CostPayload) -> None:
-        self.amount += amount
+        self.amount = COST_SUM.add(self.amount, amount)
         self.events += 1
         self.input_tokens += p.input_tokens
         self.output_tokens += p.output_tokens
@@ -159,7 +160,8 @@ class Costs:
             width = bucket_for(span)
         series: dict[tuple[int, str, str, str], Decimal] = defaultdict(Decimal)
         for epoch, model, tenant, currency, amount, _ in records:
-            series[(int(epoch // width) * width, model, tenant, currency)] += amount
+            key = (int(epoch // width) * width, model, tenant, currency)
+            series[key] = COST_SUM.add(series[key], amount)
 
         return {
             "applied_position": applied,

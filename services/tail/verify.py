@@ -133,8 +133,12 @@ class Verifier:
                 lane = await self._ledger.get_lane(lane_id)  # type: ignore[arg-type]
                 access.not_found_unless(lane.tenant, "lane", id=lane_id)
             elif scope == "session":
-                view = await self._ledger.load_session(session_id)  # type: ignore[arg-type]
-                access.not_found_unless(view.tenant, "session", id=session_id)
+                # One structure row, not load_session: that carries every event
+                # and is refused past 1 MiB (a large session the tail has not
+                # applied yet).
+                page = await self._ledger.load_structure_page(session_id,  # type: ignore[arg-type]
+                                                              limit=1)
+                access.not_found_unless(page.tenant, "session", id=session_id)
         report: dict[str, Any] = {
             "scope": scope, "intact": fault is None, "events": walk.events,
             "lanes": len(walk.tips), "last_position": walk.last_position,

@@ -202,6 +202,9 @@ async def summarize(session_id: str, tenant: str, tail_url: str, metrics_url: st
                     folded is not None and folded >= report.get("applied_position", 0):
                 break
             await asyncio.sleep(0.2)
+        else:
+            print("demo: the tail or the metrics service had not caught up with the ledger "
+                  "after 20 s: the summary below may be partial", file=sys.stderr, flush=True)
         async with http.get(f"{tail_url}/api/v1/verify", params={"session_id": session_id}) as response:
             session = await response.json()
         async with http.get(f"{tail_url}/api/v1/sessions/{session_id}", params={"limit": "1"}) as response:

@@ -9,7 +9,7 @@ these constants equal to ``spec/vocabulary.json``.
 from __future__ import annotations
 
 import re
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import Any
 
 from .errors import InvalidPayload, UnknownEventType
@@ -92,6 +92,10 @@ RESERVED_NAMESPACES = frozenset({"core", "laneledger"})
 # Amounts are decimal strings so a cost hashes the same in every language:
 # a binary float would render differently (0.1 vs 0.1000000000000000055…).
 DECIMAL_AMOUNT = re.compile(r"^-?(0|[1-9][0-9]*)(\.[0-9]{1,18})?$")
+# Decimal's default context keeps 28 significant digits: a sum of amounts with
+# 18 fractional digits outgrows that past 10**10 and would round. Every cost
+# sum adds in this context instead (``COST_SUM.add(total, amount)``).
+COST_SUM = Context(prec=200)
 
 
 def check_event_type(event_type: str) -> None:

@@ -14,13 +14,15 @@ The sequencer (``SequencerProcess``), tail, metrics and checkpoint services
 existing test helpers; this module only puts them together and sizes the
 run. ``LANELEDGER_FAULT_LONG=1`` (``make fault``) selects the long form of
 every scenario (more kills, longer load); the default is the short form that
-runs in ``make test``.
+runs in ``make test``. ``LANELEDGER_FAULT_SEED=<n>`` replays a run's random
+timing (when each kill and restart happens; the interleaving stays the OS's).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import random
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -45,6 +47,14 @@ N_HOT = 8  # lanes every producer writes to: contention, hence lane_conflict out
 def scaled(short: Any, long: Any) -> Any:
     """The short form's value, or the long form's under ``make fault``."""
     return long if LONG else short
+
+
+def seeded_rng() -> tuple[random.Random, int]:
+    """A scenario's source of random timing, and its seed. The seed is printed
+    first thing, so a failing run's captured output names it."""
+    seed = int(os.environ.get("LANELEDGER_FAULT_SEED") or random.randrange(1 << 30))
+    print(f"fault seed {seed} (LANELEDGER_FAULT_SEED={seed} replays this timing)")
+    return random.Random(seed), seed
 
 
 # The long form runs for minutes: lift pytest's per-test timeout (120 s) for it.

@@ -8,9 +8,8 @@ Short form: each service killed twice. Long form: six times each."""
 from __future__ import annotations
 
 import asyncio
-import random
 
-from fault_harness import FaultRig, fault_timeout, scaled
+from fault_harness import FaultRig, fault_timeout, scaled, seeded_rng
 
 ROUNDS = scaled(2, 6)
 
@@ -18,9 +17,7 @@ ROUNDS = scaled(2, 6)
 @fault_timeout
 async def test_sigkilled_consumers_resume_to_the_fold_of_the_ledger(nats_server, js, tmp_path,
                                                                    request):
-    rng = random.Random()
-    seed = rng.randrange(1 << 30)
-    rng.seed(seed)
+    rng, seed = seeded_rng()
     async with FaultRig(nats_server.url, tmp_path, request) as rig:
         await rig.start_load()
         victims = [rig.tail, rig.metrics, rig.checkpoint]

@@ -19,11 +19,8 @@ import time
 import nats
 import nats.errors
 import nats.js.errors
-import pytest
 
-from conftest import show_log_on_failure
 from fault_harness import FaultRig, fault_timeout, scaled
-from laneledger.natscluster import NatsCluster
 from ledger_invariants import ledger_events
 
 KILLS = scaled(1, 5)
@@ -68,18 +65,6 @@ async def make_leader(nc, js, stream: str, node: str, timeout: float = 30.0) -> 
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
             pass  # an election under way: ask again
         await asyncio.sleep(0.3)
-
-
-@pytest.fixture
-def cluster(tmp_path, request):
-    nodes = NatsCluster(tmp_path / "cluster", size=3)
-    nodes.start()
-    for node in nodes.nodes:
-        show_log_on_failure(request, node)
-    try:
-        yield nodes
-    finally:
-        nodes.stop()
 
 
 @fault_timeout

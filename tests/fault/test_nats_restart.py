@@ -8,18 +8,15 @@ Short form: 2 rounds. Long form: 8."""
 from __future__ import annotations
 
 import asyncio
-import random
 
-from fault_harness import FaultRig, fault_timeout, scaled
+from fault_harness import FaultRig, fault_timeout, scaled, seeded_rng
 
 ROUNDS = scaled(2, 8)
 
 
 @fault_timeout
 async def test_nats_server_restarts_under_load_lose_nothing(nats_server, js, tmp_path, request):
-    rng = random.Random()
-    seed = rng.randrange(1 << 30)
-    rng.seed(seed)
+    rng, seed = seeded_rng()
     async with FaultRig(nats_server.url, tmp_path, request) as rig:
         await rig.start_load()
         for round_no in range(ROUNDS):

@@ -8,9 +8,8 @@ Short form (``make test``): 3 kills. Long form (``make fault``): 20."""
 from __future__ import annotations
 
 import asyncio
-import random
 
-from fault_harness import FaultRig, fault_timeout, scaled
+from fault_harness import FaultRig, fault_timeout, scaled, seeded_rng
 from sequencer_process import ledger_last_position
 
 KILLS = scaled(3, 20)
@@ -18,9 +17,7 @@ KILLS = scaled(3, 20)
 
 @fault_timeout
 async def test_sigkilled_sequencer_loses_no_accepted_append(nats_server, js, tmp_path, request):
-    rng = random.Random()
-    seed = rng.randrange(1 << 30)
-    rng.seed(seed)
+    rng, seed = seeded_rng()
     stream_behind_at_kill = 0
     async with FaultRig(nats_server.url, tmp_path, request) as rig:
         await rig.start_load()

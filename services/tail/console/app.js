@@ -362,9 +362,7 @@ function renderSummary(data, activity) {
   const cost = formatCost(activity.cost) || "none recorded";
   $("session-summary").textContent =
     `Tenant ${data.tenant ?? "?"}; runs ${data.run_ids.join(", ") || "none"}; ${lanes} lanes; ` +
-    `${attempts} attempts (${open} unresolved); cost ${cost}.` +
-    (data.structure_complete ? "" :
-      " The session is too large for the sequencer's structure reply: turns and actions are not shown, attempts are listed by lane.");
+    `${attempts} attempts (${open} unresolved); cost ${cost}.`;
 }
 
 // Lanes by run, sub-agent lanes under the lane that spawned them.
@@ -471,12 +469,14 @@ function renderPauses(data, activity) {
 }
 
 // One row per attempt (or per action without an attempt), joined from the
-// sequencer's structure and the activity read from the events.
+// sequencer's structure and the activity read from the events; with no
+// structure recorded (events appended without the attempt guard), one row
+// per attempt span the events show, by lane.
 function workRows(data, activity) {
   const outcome = new Map(activity.attempts.map((a) => [a.id, a]));
   const actionSpan = new Map(activity.actions.map((a) => [a.id, a]));
   const rows = [];
-  if (data.structure_complete && data.turns.length + data.actions.length + data.attempts.length) {
+  if (data.turns.length + data.actions.length + data.attempts.length) {
     const turns = new Map(data.turns.map((t) => [t.id, t]));
     const attemptsOf = new Map();
     for (const a of data.attempts) {
