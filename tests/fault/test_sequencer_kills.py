@@ -12,6 +12,8 @@ import asyncio
 from fault_harness import FaultRig, fault_timeout, scaled, seeded_rng
 from sequencer_process import ledger_last_position
 
+from laneledger.audit import compare_with_stream
+
 KILLS = scaled(3, 20)
 
 
@@ -35,7 +37,11 @@ async def test_sigkilled_sequencer_loses_no_accepted_append(nats_server, js, tmp
             assert (await js.stream_info("LEDGER_EVENTS")).state.last_seq >= db_last
         await rig.wait_for_outcomes(more=20)
         summary = await rig.finish(js)
-    assert rig.sequencer.starts == KILLS + 1
+        # Restarting once more on the same database changes nothing.
+        await asyncio.to_thread(rig.sequencer.restart, 30.0)
+        assert rig.sequencer.position == summary["events"]
+        assert await compare_with_stream(js, rig.db) == summary["events"]
+    assert rig.sequencer.starts == KILLS + 2
     assert summary["resent"] > 0, "no request was ever resent: the kills missed the traffic"
     print(f"sequencer kills (seed {seed}): {KILLS} kills, stream behind SQLite at "
           f"{stream_behind_at_kill}, {summary}")
