@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from laneledger.client import LedgerClient, make_event
-from laneledger.model import AppendCommitted, AppendRejected
+from laneledger.model import AppendCommitted, AppendRejected, timestamp_problem
 from laneledger.store import LedgerWriter, open_ledger
 from laneledger.subjects import Subjects, token
 from raw_appends import Inbox
@@ -68,6 +68,9 @@ async def test_each_kind_of_bad_input_gets_a_typed_receipt(nc, ledger, small_seq
             {**request(lane, [good_event]), "expected_last_seq": "zero"}), "$.expected_last_seq"),
         ("invalid_request", subject, msgspec.json.encode(
             request(lane, [{**good_event, "occurred_at": "yesterday"}])), "$.events[0].occurred_at"),
+        # The right shape, but no real instant (the costs read would choke on it later).
+        ("invalid_request", subject, msgspec.json.encode(request(lane, [
+            {**good_event, "occurred_at": "2026-02-30T10:00:00Z"}])), "$.events[0].occurred_at"),
         ("invalid_request", subject, msgspec.json.encode(request(lane, [])), "$.events"),
         ("invalid_request", subject, msgspec.json.encode(
             {**request(lane, [good_event]), "expected_last_seq": 2**53}), "$.expected_last_seq"),
@@ -181,3 +184,16 @@ async def test_bad_commands_get_typed_error_replies(nc, ledger, small_sequencer)
     assert b'"code":"invalid_request"' in reply.data
     assert small_sequencer._metrics.registry.get_sample_value(
         "laneledger_sequencer_commands_total", {"op": "other", "outcome": "invalid_request"}) == 1
+
+
+@pytest.mark.parametrize("value, real", [
+    ("2026-01-02T03:04:05Z", True),
+    ("2026-01-02T03:04:05.123456789+05:30", True),
+    ("2016-12-31T23:59:60Z", True),  # a leap second
+    ("2026-02-29T00:00:00Z", False),  # not a leap year
+    ("2026-13-01T00:00:00Z", False),
+    ("2026-01-01T24:00:00Z", False),
+    ("2026-01-01T00:00:00+25:00", False),
+])
+def test_timestamps_must_name_real_instants(value, real):
+    assert (timestamp_problem(value) is None) is real

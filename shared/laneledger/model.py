@@ -10,6 +10,7 @@ field path.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Annotated, Any, TypeVar
 
 import msgspec
@@ -39,6 +40,20 @@ Timestamp = Annotated[
     Meta(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$"),
 ]
 EventType = Annotated[str, Meta(min_length=3, max_length=128)]
+
+
+def timestamp_problem(value: str) -> str | None:
+    """Why a string of ``Timestamp``'s shape names no real instant (a 30
+    February, hour 99, offset +25:00), or None. The pattern checks only the
+    shape; a leap second (``:60``) is a real instant and is accepted."""
+    text = value[:17] + "59" + value[19:] if value[17:19] == "60" else value
+    try:
+        datetime.fromisoformat(text)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 # ed25519 in lowercase hex (laneledger.signing): a 32-byte public key, a 64-byte signature.
 PublicKey = Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")]
 Signature = Annotated[str, Meta(pattern=r"^[0-9a-f]{128}$")]

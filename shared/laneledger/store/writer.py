@@ -59,6 +59,7 @@ from ..model import (
     Turn,
     decoder,
     encode,
+    timestamp_problem,
 )
 from ..signing import Ed25519PublicKey, check_signature, load_public_key
 from ..subjects import token
@@ -341,6 +342,12 @@ class LedgerWriter:
                 f"schema_version must be {SCHEMA_VERSION!r}",
                 path=f"{where}.schema_version",
                 found=event.schema_version,
+            )
+        problem = timestamp_problem(event.occurred_at)
+        if problem is not None:
+            raise InvalidRequest(
+                f"occurred_at is not a real instant: {problem}",
+                path=f"{where}.occurred_at", found=event.occurred_at,
             )
         if event.lane_id != lane.id:
             raise SubjectMismatch(
