@@ -131,6 +131,25 @@ def test_matches_rfc8785(value):
     assert both(value) == rfc8785.dumps(value)
 
 
+@settings(max_examples=300, deadline=None)
+@given(wild_values.filter(lambda v: isinstance(v, (dict, list))))
+def test_admitted_values_skip_only_the_walk(value):
+    """``admits_fast`` says yes only where the fast path is exact, so the
+    sequencer may pass ``admitted=True`` for what it walked before: same
+    bytes, or the same refusal (keys and lone surrogates are the encoder's
+    to refuse, not the walk's)."""
+    if not canonical.admits_fast(value):
+        return
+    try:
+        expected = canonicalize(value)
+    except NotCanonicalizable as refused:
+        with pytest.raises(NotCanonicalizable) as again:
+            canonicalize(value, admitted=True)
+        assert again.value.details == refused.details
+        return
+    assert canonicalize(value, admitted=True) == expected == rfc8785.dumps(value)
+
+
 @pytest.mark.parametrize("x", [2.0**53, 1e16, 1e20, -1e20, math.nextafter(1e21, 0)])
 def test_whole_floats_that_would_read_back_as_big_integers_are_refused(x):
     text = rfc8785.dumps(x)

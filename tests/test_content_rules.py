@@ -187,3 +187,40 @@ def test_the_sdk_reads_its_extras_from_the_environment():
         "pin": "[REDACTED:secret_key]", "t": "[REDACTED:badge]"}
     with pytest.raises(ValueError, match="LANELEDGER_REDACT_PATTERNS='nope'"):
         Redactor.from_env({"LANELEDGER_REDACT_PATTERNS": "nope"})
+
+
+# The fast path (``Redactor.surely_clean``) must never wave through what the
+# full walk would change: each secret, alone and nested deep in lists and
+# objects among clean values, is refused by it and redacted by ``redact``.
+def _nestings(value: object) -> list[object]:
+    return [value, [1, "plain words here", value], {"a": {"b": [None, 2.5, {"c": value}]}}]
+
+
+@pytest.mark.parametrize("rule, secret", SHAPED_SECRETS)
+def test_the_fast_path_never_skips_a_shaped_secret(rule, secret):
+    redactor = Redactor()
+    for payload in _nestings({"log": f"calling with {secret} now", "n": 3}):
+        assert not redactor.surely_clean(payload)
+        assert needle(rule, secret) not in json.dumps(redactor.redact(payload).value)
+
+
+@pytest.mark.parametrize("key, secret", KEYED_SECRETS)
+def test_the_fast_path_never_skips_a_secret_key(key, secret):
+    redactor = Redactor()
+    for payload in _nestings({key: secret}) + _nestings({key: [secret]}):
+        assert not redactor.surely_clean(payload)
+        assert secret not in json.dumps(redactor.redact(payload).value)
+
+
+def test_the_fast_path_passes_clean_payloads_unchanged_and_defers_to_configured_patterns():
+    clean = {"model": "claude-sonnet", "input_tokens": 1200, "stop_reason": "tool_use",
+             "tool": {"name": "Read", "args": {"file_path": "/src/app/module_1.py"}},
+             "password": "", "token": 7, "tags": ["alpha", "beta", None, True]}
+    redactor = Redactor()
+    assert redactor.surely_clean(clean)
+    out = redactor.redact(clean)
+    assert out.value is clean and out.count == 0
+    # A configured pattern has no literal hint: the walk always runs.
+    custom = Redactor.from_config('{"acme_key": "ACME-[0-9]{6}"}', None)
+    assert not custom.surely_clean({"note": "use ACME-123456"})
+    assert custom.redact({"note": "use ACME-123456"}).value == {"note": "use [REDACTED:acme_key]"}

@@ -132,6 +132,9 @@ class Sequencer:
             read_after=lambda pos, n: self._in_writer(writer.reader.events_after, pos, n),
             ledger_last_position=lambda: writer.last_position,
         )
+        # Read at scrape time: a value set when a batch is queued would stay
+        # at 1 once the mirror drains the last batch of a burst.
+        metrics.mirror_backlog.set_function(lambda: self.mirror.backlog)
 
     @property
     def accepting(self) -> bool:
@@ -305,7 +308,6 @@ class Sequencer:
         self._metrics.events.inc(len(result.committed))
         self._metrics.last_position.set(self._writer.last_position)
         await self.mirror.submit(result.committed)
-        self._metrics.mirror_backlog.set(self.mirror.backlog)
 
     async def _scrub(self, msgs: list[Msg]) -> None:
         """Erase committed requests that held secrets from LEDGER_APPEND:

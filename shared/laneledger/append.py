@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, to_builtins
 
+from .canonical import admits_fast
 from .chain import append_digest
 from .errors import InvalidRequest
 from .model import MAX_REQUEST_BYTES, AppendRequest, decode
@@ -38,6 +39,9 @@ class PreparedAppend:
     # Secrets the sequencer redacted from this request, per rule (counted in
     # its metrics); the digest and everything after it see the redacted events.
     redactions: Mapping[str, int] = field(default_factory=dict)
+    # Whether ``sent`` takes the canonical fast path (``admits_fast``): walked
+    # once here, so the writer hashes each event without walking it again.
+    admitted: bool = False
 
 
 def prepare_append(
@@ -69,8 +73,9 @@ def prepare_append(
             else None
             for event, raw in zip(request.events, sent)
         )
-    return PreparedAppend(request, sent, append_digest(sent), tenant_token, signatures,
-                          redactions)
+    admitted = admits_fast(sent)
+    return PreparedAppend(request, sent, append_digest(sent, admitted=admitted), tenant_token,
+                          signatures, redactions, admitted)
 
 
 def _redacted(request: AppendRequest, sent: list[dict[str, Any]], redactor: Redactor

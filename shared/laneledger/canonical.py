@@ -38,7 +38,7 @@ import msgspec
 
 from laneledger.errors import NotCanonicalizable
 
-__all__ = ["MAX_SAFE_INTEGER", "canonicalize"]
+__all__ = ["MAX_SAFE_INTEGER", "admits_fast", "canonicalize"]
 
 MAX_SAFE_INTEGER = 2**53 - 1
 # [2^53, 1e21): floats whose RFC 8785 form has no exponent and no fraction.
@@ -56,13 +56,18 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INF = float("inf")
 
 
-def canonicalize(value: Any) -> bytes:
+def canonicalize(value: Any, *, admitted: bool = False) -> bytes:
     """The RFC 8785 canonical bytes of ``value``; ``NotCanonicalizable`` if
-    it has none."""
+    it has none.
+
+    ``admitted=True`` skips the fast path's walk: the caller knows
+    ``admits_fast`` holds for ``value`` (the sequencer walks an append's
+    events once, for its digest, and hashes each event again with only
+    plain ``str`` fields and small ints added)."""
     kind = type(value)
     if kind is dict or kind is list:
         try:
-            if _msgspec_is_canonical(value):
+            if admitted or _msgspec_is_canonical(value):
                 out = _msgspec_encode(value)
                 if out.isascii() or not _utf16_order_may_differ(out):
                     return out
@@ -97,6 +102,15 @@ def _msgspec_is_canonical(container: dict | list | tuple, _max: int = MAX_SAFE_I
             continue
         return False
     return True
+
+
+def admits_fast(value: dict | list) -> bool:
+    """Whether the fast path writes the dict or list ``value`` exactly as
+    RFC 8785 does (see ``_msgspec_is_canonical``)."""
+    try:
+        return _msgspec_is_canonical(value)
+    except RecursionError:
+        return False
 
 
 def _utf16_order_may_differ(out: bytes) -> bool:

@@ -47,10 +47,10 @@ LANELEDGER = ChainProfile(
 )
 
 
-def append_digest(events: list) -> str:
+def append_digest(events: list, *, admitted: bool = False) -> str:
     """Lowercase hex SHA-256 of the RFC 8785 bytes of a proposed-event batch,
-    exactly as sent (a JSON array)."""
-    return hashlib.sha256(canonicalize(events)).hexdigest()
+    exactly as sent (a JSON array). ``admitted``: see ``canonicalize``."""
+    return hashlib.sha256(canonicalize(events, admitted=admitted)).hexdigest()
 
 
 def entry_hash(record: dict, *, profile: ChainProfile = LANELEDGER, key: bytes | None = None) -> str:

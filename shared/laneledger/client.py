@@ -26,6 +26,7 @@ from .blobstore import BlobStore, tenant_bucket_name
 from .clock import system_clock
 from .content import PENDING, default_redactor, prepare_content, prepared
 from .contentref import refs_in
+from .deadline import within
 from .errors import (
     BlobMissing,
     EntityNotFound,
@@ -145,8 +146,7 @@ class AppendHandle:
         ``LedgerTimeout`` when no receipt came (resend the same append: safe)."""
         timeout = self._client.timeout if timeout is None else timeout
         try:
-            async with asyncio.timeout(timeout):
-                found: Receipt = await self._receipt
+            found: Receipt = await within(self._receipt, timeout)
         except TimeoutError:
             # The receipt itself may have been lost on the way; the ledger keeps
             # the receipts of committed appends.
@@ -384,8 +384,7 @@ class LedgerClient:
                 self.subjects.append(lane.tenant, lane.id), body, {REPLY_HEADER: reply_to}
             )
             try:
-                async with asyncio.timeout(self.timeout):
-                    accepted = await waiting
+                accepted = await within(waiting, self.timeout)
             except TimeoutError:
                 self._acks.forget(waiting)
                 raise LedgerTimeout("append: JetStream did not acknowledge in time") from None

@@ -84,19 +84,20 @@ _BEFORE_EVENT_TYPE = b',"event_type":'
 _BEFORE_SUBJECT_ID = b',"subject_id":'
 
 
-def hashed_body(record: dict[str, Any], key: bytes | None) -> tuple[str, bytes]:
+def hashed_body(record: dict[str, Any], key: bytes | None, *, admitted: bool = False
+                ) -> tuple[str, bytes]:
     """The entry hash of a committed event (``record`` has every field but
     ``entry_hash``) and its stored canonical bytes, with ``entry_hash`` in.
 
     Canonicalizes once and splices the hash (and a ``signature``, which is
     outside the preimage: spec/canonical.md §3) in, instead of canonicalizing
     the record twice; ``tests/test_store_writer.py`` checks the result equals
-    ``canonicalize`` of the full record.
+    ``canonicalize`` of the full record. ``admitted``: see ``canonicalize``.
     """
     signature = record.get("signature")
     if signature is not None:
         record = {k: v for k, v in record.items() if k != "signature"}
-    preimage = canonicalize(record)
+    preimage = canonicalize(record, admitted=admitted)
     digest = (
         hashlib.sha256(preimage).hexdigest()
         if key is None
@@ -293,7 +294,9 @@ class LedgerWriter:
                 committed_at=committed_at,
                 prev_hash=head_hash,
             )
-            head_hash, body = hashed_body(record, self._key)
+            # The event was walked for the digest; the fields added here are
+            # str and ints far below 2^53, which the fast path writes exactly.
+            head_hash, body = hashed_body(record, self._key, admitted=append.admitted)
             rows.append(
                 (position, event.id, lane.id, last_seq, lane.tenant, lane.session_id,
                  lane.run_id, event.event_type, request.append_id, body)
