@@ -54,7 +54,8 @@ def _append_rows(r: dict) -> list[tuple[str, str]]:
 
 
 def _tail_rows(r: dict) -> list[tuple[str, str]]:
-    return [(f"SSE delivery, commit → frame, {r['subscribers']} subscribers, at "
+    plural = "s" if r["subscribers"] != 1 else ""
+    return [(f"SSE delivery, commit → frame, {r['subscribers']} subscriber{plural}, at "
              f"{r['load_fraction'] * 100:g} % of max append load ({_n(r['offered_events_per_s'])} events/s)",
              f"p50 {r['sse_p50_ms']:.1f} ms, p99 {r['sse_p99_ms']:.1f} ms, every frame in order: "
              f"{'yes' if r['lossless'] else 'NO'}")]
