@@ -64,7 +64,7 @@ def test_services_using_the_sdk_refuse_a_bad_redaction_pattern(service):
                             capture_output=True, timeout=60)
     assert result.returncode == 2
     assert result.stderr.decode().startswith(
-        f"laneledger-{service}: LANELEDGER_REDACT_PATTERNS='{{\"x\": \"(\"}}', ")
+        f"laneledger-{service}: LANELEDGER_REDACT_PATTERNS='{{\"x\": \"(\"}}': ")
     assert "Traceback" not in result.stderr.decode()
 
 

@@ -185,8 +185,40 @@ def test_the_sdk_reads_its_extras_from_the_environment():
                                   "LANELEDGER_REDACT_PATTERNS": '{"badge": "BADGE-[0-9]+"}'})
     assert redactor.redact({"pin": "12", "t": "BADGE-9"}).value == {
         "pin": "[REDACTED:secret_key]", "t": "[REDACTED:badge]"}
-    with pytest.raises(ValueError, match="LANELEDGER_REDACT_PATTERNS='nope'"):
-        Redactor.from_env({"LANELEDGER_REDACT_PATTERNS": "nope"})
+
+
+@pytest.mark.parametrize("variable, value, problem", [
+    ("LANELEDGER_REDACT_PATTERNS", "nope", "not JSON"),
+    ("LANELEDGER_REDACT_PATTERNS", '{"acme": "(unclosed"}', "'acme' is not a regex"),
+    ("LANELEDGER_REDACT_PATTERNS", '["a*"]', "matches the empty string"),
+    ("LANELEDGER_REDACT_PATTERNS", '{"bad name!": "X-[0-9]+"}', "rule name 'bad name!'"),
+    ("LANELEDGER_REDACT_KEYS", ", ,-", "comma-separated key words"),
+])
+def test_a_bad_sdk_redaction_variable_is_a_typed_error_naming_it(variable, value, problem):
+    other = {"LANELEDGER_REDACT_KEYS": "pin"} if variable.endswith("PATTERNS") else \
+        {"LANELEDGER_REDACT_PATTERNS": '["ACME-[0-9]+"]'}  # a good neighbour is not blamed
+    with pytest.raises(InvalidRequest) as caught:
+        Redactor.from_env({variable: value, **other})
+    err = caught.value
+    assert err.details["variable"] == variable and err.details["value"] == value
+    assert problem in err.details["problem"] and err.message.startswith(f"{variable}={value!r}: ")
+
+
+async def test_an_sdk_client_refuses_a_bad_redaction_variable(nc, monkeypatch):
+    from laneledger.client import LedgerClient
+    from laneledger.content import default_redactor
+
+    monkeypatch.setenv("LANELEDGER_REDACT_PATTERNS", '{"acme": "(unclosed"}')
+    default_redactor.cache_clear()  # read once per process: read this environment
+    try:
+        with pytest.raises(InvalidRequest) as caught:
+            LedgerClient(nc)
+        assert caught.value.details["variable"] == "LANELEDGER_REDACT_PATTERNS"
+        monkeypatch.setenv("LANELEDGER_REDACT_PATTERNS", '["ACME-[0-9]+"]')
+        client = LedgerClient(nc)
+        assert client.redactor.redact({"n": "ACME-7"}).value == {"n": "[REDACTED:custom_1]"}
+    finally:
+        default_redactor.cache_clear()  # not this test's environment for the next ones
 
 
 # The fast path (``Redactor.surely_clean``) must never wave through what the

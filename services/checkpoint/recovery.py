@@ -1,23 +1,73 @@
 """Recovery and inspection, derived from a run as the sequencer reports it.
 
-Pure functions over a ``RunView`` (``load_run``: lanes, turns, actions,
-attempts and events): which attempts are unresolved and whether retrying
-each is safe, which events end the run, which events link checkpoints.
+A ``RunFacts`` holds a run's structure (lanes, actions, attempts) and, of its
+events, only what recovery looks at, folded in as they are read
+(``runread.py`` reads them page by page). Pure functions over it: which
+attempts are unresolved and whether retrying each is safe, which events end
+the run, which events link checkpoints.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 import msgspec
 
 from laneledger.checkpoints import LINKED_EVENT
-from laneledger.model import Action, CheckpointInfo, CommittedEvent, RunView, UnresolvedAttempt
+from laneledger.model import (
+    Action,
+    Attempt,
+    CheckpointInfo,
+    CommittedEvent,
+    Lane,
+    UnresolvedAttempt,
+)
 from laneledger.vocabulary import TERMINAL_EVENT_TYPES
 
 ATTEMPT_REQUESTED = "attempt.requested"
 ATTEMPT_TERMINAL = frozenset(TERMINAL_EVENT_TYPES["attempt"])
 RUN_TERMINAL = frozenset(TERMINAL_EVENT_TYPES["run"])
+
+
+@dataclass
+class RunFacts:
+    """A run's structure, and what recovery needs of its events: kept
+    instead of the events themselves, so a run of any length costs memory
+    in proportion to its attempts and its terminal and link events."""
+
+    session_id: str
+    run_id: str
+    tenant: str
+    lanes: list[Lane]
+    actions: list[Action]
+    attempts: list[Attempt]
+    requested: dict[str, CommittedEvent] = field(default_factory=dict)  # attempt id: first request
+    ended: set[str] = field(default_factory=set)  # attempts completed or failed
+    terminal: list[CommittedEvent] = field(default_factory=list)  # run.completed/failed/cancelled
+    links: list[CommittedEvent] = field(default_factory=list)  # checkpoint.linked
+    last_position: int = 0  # of the events read
+
+    def fold(self, event: CommittedEvent) -> None:
+        """Take in one event of the run (lanes are read one after another,
+        so events arrive in position order within a lane only)."""
+        self.last_position = max(self.last_position, event.position)
+        kind = event.event_type
+        if kind == ATTEMPT_REQUESTED:
+            first = self.requested.get(event.subject_id)
+            if first is None or event.position < first.position:
+                self.requested[event.subject_id] = event
+        elif kind in ATTEMPT_TERMINAL:
+            self.ended.add(event.subject_id)
+        elif kind in RUN_TERMINAL:
+            self.terminal.append(event)
+        elif kind == LINKED_EVENT:
+            self.links.append(event)
+
+    def settle(self) -> None:
+        """Once every lane is read: the collected events in position order."""
+        self.terminal.sort(key=lambda event: event.position)
+        self.links.sort(key=lambda event: event.position)
 
 
 def retry_safety(action: Action | None) -> tuple[bool, str]:
@@ -43,22 +93,15 @@ def retry_safety(action: Action | None) -> tuple[bool, str]:
     return False, "side_effect_not_idempotent"
 
 
-def unresolved_attempts(view: RunView, lane_id: str | None = None) -> list[UnresolvedAttempt]:
+def unresolved_attempts(run: RunFacts, lane_id: str | None = None) -> list[UnresolvedAttempt]:
     """Attempts with ``attempt.requested`` and no ``attempt.completed`` or
     ``attempt.failed`` (attempt events name the attempt as their subject), in
     the order they were requested; only ``lane_id``'s when given."""
-    requested: dict[str, CommittedEvent] = {}
-    ended: set[str] = set()
-    for event in view.events:
-        if event.event_type == ATTEMPT_REQUESTED:
-            requested.setdefault(event.subject_id, event)
-        elif event.event_type in ATTEMPT_TERMINAL:
-            ended.add(event.subject_id)
-    actions = {action.id: action for action in view.actions}
+    actions = {action.id: action for action in run.actions}
     found = []
-    for attempt in view.attempts:
-        event = requested.get(attempt.id)
-        if event is None or attempt.id in ended:
+    for attempt in run.attempts:
+        event = run.requested.get(attempt.id)
+        if event is None or attempt.id in run.ended:
             continue
         if lane_id is not None and attempt.lane_id != lane_id:
             continue
@@ -78,11 +121,6 @@ def unresolved_attempts(view: RunView, lane_id: str | None = None) -> list[Unres
         ))
     found.sort(key=lambda u: u.requested_position)
     return found
-
-
-def terminal_events(view: RunView) -> list[CommittedEvent]:
-    """The events that end the run: run.completed, run.failed, run.cancelled."""
-    return [event for event in view.events if event.event_type in RUN_TERMINAL]
 
 
 def linked_events(events: Iterable[CommittedEvent]) -> list[tuple[CommittedEvent, str | None]]:

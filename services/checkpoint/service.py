@@ -74,7 +74,8 @@ from laneledger.subjects import RequestSubject, Subjects
 from .anchors import AnchorIndex
 from .artifacts import ArtifactStore
 from .metrics import CheckpointMetrics
-from .recovery import lane_events_page, link_problem, linked_events, terminal_events, unresolved_attempts
+from .recovery import lane_events_page, link_problem, linked_events, unresolved_attempts
+from .runread import read_run
 from .store import CheckpointStore
 
 log = logging.getLogger("laneledger.checkpoint")
@@ -370,8 +371,8 @@ class CheckpointService:
             # attempts of its run (when it names one) still matter.
             unresolved = []
             if checkpoint is not None and checkpoint.session_id and checkpoint.run_id:
-                view = await self.ledger.load_run(checkpoint.session_id, checkpoint.run_id)
-                unresolved = unresolved_attempts(view)
+                run = await read_run(self.ledger, checkpoint.session_id, checkpoint.run_id, scope)
+                unresolved = unresolved_attempts(run)
             return RecoveryPlan(
                 key=cmd.key, checkpoint=checkpoint,
                 session_id=checkpoint.session_id if checkpoint else cmd.session_id,
@@ -379,20 +380,24 @@ class CheckpointService:
                 unresolved_attempts=unresolved,
             )
         after_seq = checkpoint.anchor.seq if checkpoint and checkpoint.anchor else 0
-        page = await self.ledger.load_lane(lane_id, after_seq, limit=cmd.max_events)
+        # The first page only (made shorter when max_events of them would not
+        # fit one reply); has_more sends the client on with load_lane.
+        pages = self.ledger.lane_pages(lane_id, after_seq, limit=cmd.max_events)
+        page = await anext(pages)
+        await pages.aclose()
         lane = page.lane
         scope.not_found_unless(lane.tenant, "lane", id=lane_id)
         for name, wanted in (("session_id", cmd.session_id), ("run_id", cmd.run_id)):
             if wanted is not None and getattr(lane, name) != wanted:
                 raise InvalidRequest(f"the lane belongs to another {name[:-3]}", path=f"$.{name}",
                                      lane_id=lane_id, found=getattr(lane, name))
-        view = await self.ledger.load_run(lane.session_id, lane.run_id)
+        run = await read_run(self.ledger, lane.session_id, lane.run_id, scope)
         plan = RecoveryPlan(
             key=checkpoint.key if checkpoint else cmd.key, checkpoint=checkpoint,
             session_id=lane.session_id, run_id=lane.run_id, lane_id=lane_id, after_seq=after_seq,
             head_seq=max(lane.last_seq, page.events[-1].seq if page.events else 0),
             events=page.events, has_more=page.has_more,
-            unresolved_attempts=unresolved_attempts(view, lane_id),
+            unresolved_attempts=unresolved_attempts(run, lane_id),
         )
         return self._fit(plan)
 
@@ -410,15 +415,13 @@ class CheckpointService:
     async def inspect_run(self, session_id: str, run_id: str, scope: Scope = OPEN) -> RunInspection:
         """The run's terminal events, the checkpoints its events link, its
         unresolved attempts, and its terminal revisions no event links."""
-        view = await self.ledger.load_run(session_id, run_id)
-        if view.lanes:  # a run lies in one session, and a session in one tenant
-            scope.not_found_unless(view.lanes[0].tenant, "run", id=run_id, session_id=session_id)
-        last = max((event.position for event in view.events), default=0)
+        run = await read_run(self.ledger, session_id, run_id, scope)
+        last = run.last_position
         # Links come from the run's own events; the wait lets the index see
         # links made elsewhere (bounded: a lagging index only costs accuracy
         # on those).
         await self.anchors.wait_applied(last, self.settings.anchor_wait_s)
-        links = linked_events(view.events)
+        links = linked_events(run.links)
         named = {cid for _, cid in links if cid}
         stored = await self._db(self._store.infos, sorted(named))
         linked = [
@@ -433,8 +436,8 @@ class CheckpointService:
                                      limit=1000, tenant=scope.tenant)
         return RunInspection(
             session_id=session_id, run_id=run_id, as_of_position=last,
-            terminal_events=terminal_events(view), linked_checkpoints=linked,
-            unresolved_attempts=unresolved_attempts(view),
+            terminal_events=run.terminal, linked_checkpoints=linked,
+            unresolved_attempts=unresolved_attempts(run),
             unlinked_revisions=[info for info in unlinked if info.id not in named],
         )
 

@@ -405,13 +405,19 @@ class CheckpointClient:
             return plan
         events = list(plan.events)
         has_more = True
-        for _ in range(max_pages):
-            page = await self.ledger.load_lane(plan.lane_id, events[-1].seq if events else plan.after_seq,
-                                               limit=10_000)
-            events.extend(page.events)
-            has_more = page.has_more
-            if not has_more:
-                break
+        pages = self.ledger.lane_pages(plan.lane_id, events[-1].seq if events else plan.after_seq)
+        try:
+            for _ in range(max_pages):
+                page = await anext(pages, None)
+                if page is None:
+                    has_more = False
+                    break
+                events.extend(page.events)
+                has_more = page.has_more
+                if not has_more:
+                    break
+        finally:
+            await pages.aclose()
         return msgspec.structs.replace(plan, events=events, has_more=has_more)
 
     async def inspect_run(self, session_id: str, run_id: str) -> RunInspection:

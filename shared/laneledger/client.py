@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -324,6 +324,31 @@ class LedgerClient:
 
     async def load_lane(self, lane_id: str, after_seq: int = 0, limit: int = 1000) -> LanePage:
         return await self._command(LoadLane(lane_id=lane_id, after_seq=after_seq, limit=limit), LanePage)
+
+    async def lane_pages(self, lane_id: str, after_seq: int = 0, *, limit: int = 1000,
+                         through_seq: int | None = None) -> AsyncIterator[LanePage]:
+        """A lane's events after ``after_seq`` (through ``through_seq`` when
+        given), page by page to the end, for lanes of any size. ``load_lane``
+        counts events, not bytes: a page whose reply would be over the
+        server's max_payload (``request_too_large``) is asked again at half
+        the length, down to one event; the pages after it grow back."""
+        size = limit
+        while through_seq is None or after_seq < through_seq:
+            want = size if through_seq is None else min(size, through_seq - after_seq)
+            try:
+                page = await self.load_lane(lane_id, after_seq, limit=want)
+            except RequestTooLarge:
+                if want == 1:
+                    raise
+                size = max(1, want // 2)
+                continue
+            if through_seq is not None and page.events and page.events[-1].seq >= through_seq:
+                page = msgspec.structs.replace(page, has_more=False)
+            yield page
+            if not page.events or not page.has_more:
+                return
+            after_seq = page.events[-1].seq
+            size = min(limit, size * 2)
 
     async def load_run(self, session_id: str, run_id: str) -> RunView:
         return await self._command(LoadRun(session_id=session_id, run_id=run_id), RunView)

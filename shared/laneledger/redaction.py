@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import InvalidRequest
+
 MARKER_PREFIX = "[REDACTED:"
 _MARKER = re.compile(r"^\[REDACTED:[A-Za-z0-9_.-]{1,64}\]$")
 KEY_RULE = "secret_key"
@@ -169,14 +171,21 @@ class Redactor:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Redactor:
         """What the SDK uses by default: the same ``LANELEDGER_REDACT_*``
-        variables the services read."""
-        patterns = environ.get("LANELEDGER_REDACT_PATTERNS")
-        keys = environ.get("LANELEDGER_REDACT_KEYS")
-        try:
-            return cls.from_config(patterns, keys)
-        except ValueError as exc:
-            raise ValueError(f"LANELEDGER_REDACT_PATTERNS={patterns!r}, "
-                             f"LANELEDGER_REDACT_KEYS={keys!r}: {exc}") from None
+        variables the services read, checked as their settings check them. A
+        bad value raises ``InvalidRequest`` naming the variable (details
+        ``variable``, ``value``, ``problem``)."""
+        texts: dict[str, str | None] = {}
+        for variable, check in (("LANELEDGER_REDACT_PATTERNS", checked_patterns),
+                                ("LANELEDGER_REDACT_KEYS", checked_keys)):
+            text = texts[variable] = environ.get(variable)
+            if text is None:
+                continue
+            try:
+                check(text)
+            except ValueError as exc:
+                raise InvalidRequest(f"{variable}={text!r}: {exc}", variable=variable,
+                                     value=text, problem=str(exc)) from None
+        return cls.from_config(texts["LANELEDGER_REDACT_PATTERNS"], texts["LANELEDGER_REDACT_KEYS"])
 
     # -------------------------------------------------------------- the rule
 

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client as NATS
 
-from .errors import LedgerError
+from .errors import InvalidRequest, LedgerError
 
 
 def run_main(prog: str, run: Callable[[argparse.Namespace], Awaitable[None]],
@@ -47,8 +47,8 @@ def check_sdk_environment(prog: str) -> None:
     from .content import default_redactor
     try:
         default_redactor()
-    except ValueError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
+    except InvalidRequest as err:  # the same line as a bad setting (config.py)
+        print(f"{prog}: {err.message}", file=sys.stderr)
         raise SystemExit(2) from None
 
 
