@@ -8,22 +8,20 @@ from collections.abc import AsyncIterator
 import aiohttp
 import msgspec
 import pytest_asyncio
-from aiohttp import web
 
 from checkpoint_support import checkpoint_service, checkpoints, wait_until  # noqa: F401
 from laneledger.checkpoints import CheckpointClient, RevisionConflict, anchor_of, complete_run
 from laneledger.client import LaneRecorder
 from laneledger.model import Checkpoint, RecoveryPlan, RevisionPage, RunInspection
 from laneledger.opsserver import start_http
-from services.checkpoint.http import checkpoint_routes
+from services.checkpoint.http import checkpoint_app
 
 FORMAT = "application/vnd.tests.loop-state+json;version=1"
 
 
 @pytest_asyncio.fixture
 async def http(checkpoint_service) -> AsyncIterator[tuple[aiohttp.ClientSession, str]]:
-    app = web.Application()
-    app.add_routes(checkpoint_routes(checkpoint_service))
+    app = checkpoint_app(checkpoint_service)
     runner, port = await start_http(app, "127.0.0.1", 0)
     try:
         async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as session:
@@ -85,8 +83,23 @@ async def test_errors_over_http(http, checkpoints: CheckpointClient):
     assert status == 400 and msgspec.json.decode(body)["error"]["details"]["path"] == "$.limit"
     status, _ = await get(session, f"/api/v1/artifacts/{'0' * 64}")
     assert status == 404
-    status, _ = await get(session, "/api/v1/artifacts/not-a-sha")
-    assert status == 404  # no such route
+    status, body = await get(session, "/api/v1/artifacts/not-a-sha")
+    error = msgspec.json.decode(body)["error"]
+    assert status == 400 and error["details"]["parameter"] == "sha256", error
+    # Typed answers where aiohttp alone would answer in plain text, and no
+    # query parameter may change the operation a route runs.
+    status, body = await get(session, "/api/v1/no-such-route")
+    assert status == 404 and msgspec.json.decode(body)["error"]["details"]["kind"] == "route"
+    async with session.post("/api/v1/info") as response:
+        assert response.status == 405
+        assert (await response.json())["error"]["details"]["allowed"] == ["GET", "HEAD"]
+    for params in ({"op": "latest", "key": "k"}, {"checkpoint_id": "other"}):
+        status, body = await get(session, "/api/v1/checkpoints/nope", **params)
+        error = msgspec.json.decode(body)["error"]
+        assert status == 400 and error["details"]["parameter"] in params, error
+    async with session.get("/api/v1/latest", params=[("key", "a"), ("key", "b")]) as response:
+        assert response.status == 400
+        assert (await response.json())["error"]["details"]["parameter"] == "key"
 
 
 async def test_ops_endpoints_and_save_metrics(http, checkpoints: CheckpointClient, checkpoint_service):

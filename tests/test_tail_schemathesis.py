@@ -2,96 +2,24 @@
 real sequencer, some committed events, and the tail as its own OS process.
 
 Every operation of the OpenAPI document the tail serves at
-``/api/v1/openapi.json`` gets generated requests (valid and invalid by the
-document; path parameters sometimes swapped for ids that exist, so reads hit
-data). Every answer must be something other than a 5xx and conform to the
-document: a listed status, a declared content type, a body matching its
-schema; and a request the document calls invalid (schemathesis's negative
-cases) must be refused with a 4xx.
-
-It runs twice, with the operator's bearer token and with a tenant's
-(``bearer`` below is the one place that says how a request authenticates).
-``LANELEDGER_FUZZ_EXAMPLES`` sets the examples per operation for a long run.
+``/api/v1/openapi.json`` is fuzzed by ``schemathesis_support`` (no 5xx,
+answers conform to the document, invalid requests refused with a 4xx),
+twice: with the operator's bearer token and with a tenant's.
 """
 
 from __future__ import annotations
 
-import asyncio
 import secrets
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 import requests
 import schemathesis
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from schemathesis import GenerationMode
-from schemathesis import checks as sc
 
-from bad_input_strategies import fuzz_examples
 from laneledger.client import LedgerClient
+from schemathesis_support import bearer, fuzz_every_operation, wait_until
 from tail_support import TailProcess, ev, fill, new_lane, start_tail  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.timeout(300)
-
-CHECKS = [sc.not_a_server_error, sc.status_code_conformance, sc.content_type_conformance,
-          sc.response_schema_conformance, sc.response_headers_conformance,
-          sc.negative_data_rejection]
-SSE = "text/event-stream"
-
-
-def bearer(token: str) -> dict[str, str]:
-    """The headers every request carries (the tail's access, spec/tail.md)."""
-    return {"Authorization": f"Bearer {token}"}
-
-
-def fuzz_operation(operation, base_url: str, headers: dict[str, str], known: dict[str, Any],
-                   examples: int) -> set[int]:
-    """Generated cases of one operation against the running tail; raises on
-    the first that fails a check (after hypothesis has shrunk it). Returns
-    the statuses seen."""
-    session = requests.Session()
-    statuses: set[int] = set()
-
-    def with_known_ids(case, use: list[bool]):
-        # Some cases name things that exist, so reads get past 404.
-        for params, use_it in zip((case.path_parameters, case.query), use):
-            if params and use_it:
-                for name in list(params):
-                    if name in known:
-                        params[name] = known[name]
-        return case
-
-    # The token is fixed, not generated: every case is authenticated, so a
-    # negative case is refused for what is wrong with it, not for a lost token.
-    valid = operation.as_strategy(GenerationMode.POSITIVE, headers=headers)
-    invalid = operation.as_strategy(GenerationMode.NEGATIVE, headers=headers)
-    strategy = st.builds(with_known_ids, valid, st.lists(st.booleans(), min_size=2, max_size=2)) \
-        | invalid
-
-    @settings(max_examples=examples, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @given(strategy)
-    def each(case) -> None:
-        # Sent with requests directly, streaming: schemathesis's own call
-        # reads a whole event stream, which for a live tail never ends.
-        kwargs = case.as_transport_kwargs(base_url=base_url)
-        response = session.request(**kwargs, timeout=30, stream=True)
-        statuses.add(response.status_code)
-        try:
-            if response.status_code == 200 and response.headers.get(
-                    "Content-Type", "").startswith(SSE):
-                # A live tail never ends by itself: its headers and first
-                # line are what can be checked.
-                assert next(response.iter_lines()) == b"retry: 1000", case
-                return
-            case.validate_response(response, checks=CHECKS, headers=headers)
-        finally:
-            response.close()
-
-    each()
-    return statuses
 
 
 async def test_the_tail_api_survives_schemathesis(client: LedgerClient, actor, nats_server,
@@ -127,34 +55,6 @@ async def test_the_tail_api_survives_schemathesis(client: LedgerClient, actor, n
         assert report["intact"] is True, report
     finally:
         tail.stop()
-
-
-async def fuzz_every_operation(schema, base_url: str, headers: dict[str, str],
-                               known: dict[str, Any]) -> list[str]:
-    """Fuzz every operation of the served document; fail listing every
-    operation that failed a check. Returns the operations that never
-    answered 2xx, with the statuses they gave."""
-    failures: dict[str, BaseException] = {}
-    never_ok = []
-    for result in schema.get_all_operations():
-        operation = result.ok()
-        try:
-            statuses = await asyncio.to_thread(fuzz_operation, operation, base_url, headers,
-                                               known, fuzz_examples(40))
-        except Exception as exc:  # noqa: BLE001 - collected: every operation is reported
-            failures[operation.label] = exc
-            continue
-        if not any(200 <= status < 300 for status in statuses):
-            never_ok.append(f"{operation.label}: {sorted(statuses)}")
-    assert not failures, "\n\n".join(f"{label}: {exc}" for label, exc in failures.items())
-    return never_ok
-
-
-async def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await asyncio.to_thread(predicate):
-        assert asyncio.get_running_loop().time() < deadline, "not reached in time"
-        await asyncio.sleep(0.1)
 
 
 async def test_a_long_documented_request_line_gets_a_typed_answer(client, start_tail):

@@ -16,7 +16,6 @@ import re
 import sys
 from pathlib import Path
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from laneledger.access import access_settings, policy_of
@@ -27,7 +26,7 @@ from laneledger.servicemain import check_sdk_environment, close_nats, run_main, 
 from laneledger.opsserver import start_http
 from laneledger.subjects import Subjects
 
-from .http import checkpoint_routes
+from .http import checkpoint_app
 from .metrics import CheckpointMetrics
 from .service import CheckpointService, CheckpointSettings
 from .store import CheckpointStore
@@ -100,8 +99,7 @@ async def run(args: argparse.Namespace) -> None:
         replicas=args.replicas, ready_max_lag=args.ready_max_lag,
     )
     service = CheckpointService(nc, store, metrics, settings)
-    app = web.Application()
-    app.add_routes(checkpoint_routes(service, access))
+    app = checkpoint_app(service, access)
     runner = None
     stop = stop_event()
     try:

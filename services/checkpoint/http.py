@@ -3,12 +3,14 @@
 Each endpoint builds the same ``CheckpointCommand`` a NATS request would
 carry, from the path and query string, and runs it through
 ``CheckpointService.execute``: one code path, one set of answers. Errors are
-``{"error": ErrorBody}`` with the status spec/errors.md gives the code.
+``{"error": ErrorBody}`` with the status spec/errors.md gives the code. The
+routes are described by the OpenAPI document of ``openapi.py``, served here.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import msgspec
@@ -16,13 +18,15 @@ from aiohttp import web
 
 from laneledger.access import AccessPolicy, Scope, bearer_token
 from laneledger.checkpoints import ArtifactMissing
-from laneledger.errors import InternalError, InvalidRequest, LedgerError, Unauthorized
+from laneledger.errors import EntityNotFound, InternalError, InvalidRequest, LedgerError, Unauthorized
 from laneledger.model import CheckpointCommand, encode
 from laneledger.opsserver import ops_routes
 
+from .openapi import DOCUMENT, OPENAPI_PATH
 from .service import CheckpointService
 
 log = logging.getLogger("laneledger.checkpoint.http")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 _STATUS = {
     "unauthorized": 401,
@@ -55,11 +59,46 @@ def _error(err: LedgerError) -> web.Response:
     return response
 
 
+@web.middleware
+async def _route_errors(request: web.Request, handler) -> web.StreamResponse:
+    """aiohttp's own refusals (no such route, wrong method) as typed bodies,
+    like every other answer (the handlers answer their errors themselves)."""
+    try:
+        return await handler(request)
+    except web.HTTPMethodNotAllowed as exc:
+        return _json({"error": InvalidRequest("method not allowed", method=request.method,
+                                              path=request.path,
+                                              allowed=sorted(exc.allowed_methods)).to_wire()},
+                     405)
+    except web.HTTPNotFound:
+        return _error(EntityNotFound("no such route", kind="route", path=request.path))
+
+
+def checkpoint_app(service: CheckpointService, access: AccessPolicy | None = None) -> web.Application:
+    """The service's HTTP application: its routes behind typed route errors."""
+    app = web.Application(middlewares=[_route_errors])
+    app.add_routes(checkpoint_routes(service, access))
+    return app
+
+
+def _fields(request: web.Request) -> dict[str, str]:
+    """The command's fields: the query string's, then the path's. A repeated
+    query name is refused rather than read as one of its values, and so is
+    one that would override the operation or a path value."""
+    for name in request.query:
+        if name == "op" or name in request.match_info:
+            raise InvalidRequest(f"unknown query parameter {name!r}", parameter=name)
+        if len(request.query.getall(name)) > 1:
+            raise InvalidRequest(f"query parameter {name!r} given more than once",
+                                 parameter=name)
+    return {**request.query, **request.match_info}
+
+
 def _command(op: str, fields: dict[str, Any]) -> CheckpointCommand:
     """A command from path and query values (strings, converted as the
     command's field types say)."""
     try:
-        return msgspec.convert({"op": op, **fields}, CheckpointCommand, strict=False)
+        return msgspec.convert({**fields, "op": op}, CheckpointCommand, strict=False)
     except msgspec.ValidationError as exc:
         text = str(exc)
         at = text.rfind(" - at `")
@@ -75,10 +114,10 @@ def checkpoint_routes(service: CheckpointService,
     def scope(request: web.Request) -> Scope:
         return policy.scope_of(bearer_token(request, query_allowed=False))
 
-    async def run(request: web.Request, op: str, fields: dict[str, Any]) -> web.Response:
+    async def run(request: web.Request, op: str) -> web.Response:
         try:
             access = scope(request)  # first: no token, no word on the request itself
-            result = await service.execute(_command(op, fields), access)
+            result = await service.execute(_command(op, _fields(request)), access)
             service.metrics.requests.labels(op, "ok").inc()
             return _json(result)
         except LedgerError as err:
@@ -89,18 +128,21 @@ def checkpoint_routes(service: CheckpointService,
             err = InternalError(f"{type(exc).__name__}: {exc}")
             return _json({"error": err.to_wire()}, 500)
 
-    def query_op(op: str):
+    def read(op: str):
         async def handler(request: web.Request) -> web.Response:
-            return await run(request, op, dict(request.query))
+            return await run(request, op)
         return handler
-
-    async def get_checkpoint(request: web.Request) -> web.Response:
-        return await run(request, "get", {"checkpoint_id": request.match_info["checkpoint_id"]})
 
     async def get_artifact(request: web.Request) -> web.Response:
         sha = request.match_info["sha256"]
         try:
             tenant = scope(request).tenant
+            if not _SHA256.fullmatch(sha):
+                raise InvalidRequest("an artifact is named by its lowercase hex sha256",
+                                     parameter="sha256", value=sha[:80])
+            if request.query:
+                name = next(iter(request.query))
+                raise InvalidRequest(f"unknown query parameter {name!r}", parameter=name)
             # The shared bucket is every tenant's: a tenant reads the
             # artifacts its own checkpoints reference, and any other is
             # "missing". Its own bucket (tenant-scoped saves) comes first.
@@ -113,14 +155,18 @@ def checkpoint_routes(service: CheckpointService,
         return web.Response(body=data, content_type="application/octet-stream",
                             headers={"ETag": f'"{sha}"', "Cache-Control": "public, max-age=31536000, immutable"})
 
+    async def openapi(_: web.Request) -> web.Response:
+        return _json(DOCUMENT)
+
     return [
         *ops_routes(service.metrics.registry, lambda: service.ready),
-        web.get("/api/v1/checkpoints/{checkpoint_id}", get_checkpoint),
-        web.get("/api/v1/latest", query_op("latest")),
-        web.get("/api/v1/revisions", query_op("revisions")),
-        web.get("/api/v1/recovery-plan", query_op("recovery_plan")),
-        web.get("/api/v1/inspect-run", query_op("inspect_run")),
-        web.get("/api/v1/reconcile", query_op("reconcile")),
-        web.get("/api/v1/info", query_op("info")),
-        web.get("/api/v1/artifacts/{sha256:[0-9a-f]{64}}", get_artifact),
+        web.get("/api/v1/checkpoints/{checkpoint_id}", read("get")),
+        web.get("/api/v1/latest", read("latest")),
+        web.get("/api/v1/revisions", read("revisions")),
+        web.get("/api/v1/recovery-plan", read("recovery_plan")),
+        web.get("/api/v1/inspect-run", read("inspect_run")),
+        web.get("/api/v1/reconcile", read("reconcile")),
+        web.get("/api/v1/info", read("info")),
+        web.get("/api/v1/artifacts/{sha256}", get_artifact),
+        web.get(OPENAPI_PATH, openapi),
     ]
