@@ -21,6 +21,7 @@ from laneledger.errors import InvalidRequest, MalformedMessage
 from laneledger.guarantees import AdapterGuarantees
 from laneledger.spine import spawned_by, spine_role
 from services.checkpoint.recovery import unresolved_attempts
+from services.checkpoint.runread import read_run
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "claude-code"
 CAPTURE = FIXTURES / "session.jsonl"
@@ -103,7 +104,7 @@ async def test_a_capture_becomes_a_session_with_its_spines(client):
     for name, done in tools.items():
         assert done.causation_id == tool_requests[name].id and done.subject_id == tool_requests[name].subject_id
     assert tools["Grep"].lane_id == sub.id and tools["Task"].lane_id == main.id
-    assert unresolved_attempts(run) == []
+    assert unresolved_attempts(await read_run(client, run.session_id, run.run_id)) == []
 
     # The sub-agent (§2b): its first event is its prompt, caused by the
     # spawning inference; then its own spine.

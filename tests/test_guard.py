@@ -16,6 +16,7 @@ from laneledger.guarantees import HOOKS, AdapterGuarantees
 from laneledger.guard import OUTCOME_UNKNOWN, PLAIN_LOOP_GUARANTEES, Guard
 from laneledger.spine import spine_role
 from services.checkpoint.recovery import unresolved_attempts
+from services.checkpoint.runread import read_run
 
 
 class Crash(BaseException):
@@ -123,7 +124,7 @@ async def test_a_failed_attempt_records_the_error_and_a_retry_is_the_next_attemp
     assert sorted(a.attempt_no for a in run.attempts) == [1, 2]
     assert len({a.action_id for a in run.attempts}) == 1
     assert events[-2].event_type == "action.completed" and events[-1].event_type == "turn.completed"
-    assert unresolved_attempts(run) == []
+    assert unresolved_attempts(await read_run(client, run.session_id, run.run_id)) == []
 
 
 async def test_no_external_call_runs_when_the_request_cannot_be_committed(client, actor, nats_server):
@@ -169,7 +170,7 @@ async def test_a_crashed_attempt_is_superseded_by_a_retry_or_held(client, actor)
                 async with write.attempt():
                     raise Crash()
     run = await client.load_run("s-crash", "r1")
-    read_u, write_u = unresolved_attempts(run)
+    read_u, write_u = unresolved_attempts(await read_run(client, run.session_id, run.run_id))
     assert (read_u.name, read_u.retry_safe) == ("lookup", True)
     assert (write_u.name, write_u.retry_safe) == ("charge_card", False)
 
@@ -201,11 +202,11 @@ async def test_a_crashed_attempt_is_superseded_by_a_retry_or_held(client, actor)
     assert pause.id == paused["id"] and pause.payload["proposed_action"]["attempt_id"] == write_u.attempt_id
 
     run = await client.load_run("s-crash", "r1")
-    assert [u.attempt_id for u in unresolved_attempts(run)] == [write_u.attempt_id]
+    assert [u.attempt_id for u in unresolved_attempts(await read_run(client, run.session_id, run.run_id))] == [write_u.attempt_id]
     # A human decided not to retry it: closed as unknown, with no successor.
     await again.close_unknown(write_u, reason="operator: do not charge twice")
     run = await client.load_run("s-crash", "r1")
-    assert unresolved_attempts(run) == []
+    assert unresolved_attempts(await read_run(client, run.session_id, run.run_id)) == []
     last = [e for e in run.events if e.subject_id == write_u.attempt_id][-1]
     assert last.payload["error"] == {"code": OUTCOME_UNKNOWN, "message": "operator: do not charge twice",
                                      "superseded_by": None}
