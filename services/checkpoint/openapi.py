@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from laneledger.access import guarded
+from laneledger.apidoc import JSON_MEDIA, SCHEMA_REF, error_responses, json_body, schema_ref
 from laneledger.model import (
     Checkpoint,
     CheckpointServiceInfo,
@@ -32,17 +33,10 @@ from laneledger.model import (
 )
 
 OPENAPI_PATH = "/api/v1/openapi.json"
-_JSON = "application/json"
-_REF = "#/components/schemas/{name}"
-
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": _REF.format(name=name)}
-
 
 _, SCHEMAS = msgspec.json.schema_components(
     (Checkpoint, RevisionPage, RecoveryPlan, RunInspection, ReconcileReport,
-     CheckpointServiceInfo), ref_template=_REF)
+     CheckpointServiceInfo), ref_template=SCHEMA_REF)
 # What every error is over HTTP: ``LedgerError.to_wire`` always carries all four.
 SCHEMAS["ErrorBody"] = {
     "type": "object", "required": ["code", "message", "retryable", "details"],
@@ -51,7 +45,7 @@ SCHEMAS["ErrorBody"] = {
                    "message": {"type": "string"}, "retryable": {"type": "boolean"},
                    "details": {"type": "object"}}}
 SCHEMAS["Error"] = {"type": "object", "required": ["error"], "additionalProperties": False,
-                    "properties": {"error": _ref("ErrorBody")}}
+                    "properties": {"error": schema_ref("ErrorBody")}}
 SCHEMAS["Status"] = {"type": "object", "required": ["status"],
                      "properties": {"status": {"type": "string"}}}
 
@@ -77,16 +71,6 @@ def _query_params(command: type[msgspec.Struct]) -> list[dict[str, Any]]:
     return params
 
 
-def _ok(schema_name: str, description: str) -> dict[str, Any]:
-    return {"description": description, "content": {_JSON: {"schema": _ref(schema_name)}}}
-
-
-def _errors(*statuses: int) -> dict[str, Any]:
-    found = {str(s): {"$ref": "#/components/responses/Error"} for s in statuses}
-    found["default"] = {"$ref": "#/components/responses/Error"}
-    return found
-
-
 # A read runs the service's command: 400 for a parameter the command refuses,
 # 404 for what is absent (or another tenant's), 503/504 when NATS or the
 # sequencer does not answer.
@@ -99,25 +83,25 @@ def _read(operation_id: str, summary: str, command: type[msgspec.Struct], answer
     path_names = {p["name"] for p in params}
     params += [p for p in _query_params(command) if p["name"] not in path_names]
     return {"get": {"operationId": operation_id, "summary": summary, "parameters": params,
-                    "responses": {"200": _ok(answer, answer), **_errors(*_READ_ERRORS)}}}
+                    "responses": {"200": json_body(answer, answer), **error_responses(*_READ_ERRORS)}}}
 
 
 _PLAIN = {"schema": {"type": "string"}}
 PATHS: dict[str, Any] = {
     "/healthz": {"get": {"operationId": "healthz", "summary": "the event loop answers",
-                         "responses": {"200": _ok("Status", "alive")}}},
+                         "responses": {"200": json_body("Status", "alive")}}},
     "/readyz": {"get": {"operationId": "readyz",
                         "summary": "connected to NATS and at most --ready-max-lag events "
                                    "behind the committed stream",
-                        "responses": {"200": _ok("Status", "ready"),
-                                      "503": _ok("Status", "not ready")}}},
+                        "responses": {"200": json_body("Status", "ready"),
+                                      "503": json_body("Status", "not ready")}}},
     "/metrics": {"get": {"operationId": "metrics", "summary": "Prometheus metrics",
                          "responses": {"200": {"description": "text exposition format",
                                                "content": {"text/plain": _PLAIN}}}}},
     OPENAPI_PATH: {"get": {
         "operationId": "openapi", "summary": "this document",
         "responses": {"200": {"description": "OpenAPI 3.1",
-                              "content": {_JSON: {"schema": {"type": "object"}}}}}}},
+                              "content": {JSON_MEDIA: {"schema": {"type": "object"}}}}}}},
     "/api/v1/checkpoints/{checkpoint_id}": _read(
         "getCheckpoint", "one checkpoint by id, with its inline state", GetCheckpoint,
         "Checkpoint", [{"name": "checkpoint_id", "in": "path", "required": True,
@@ -151,7 +135,7 @@ PATHS: dict[str, Any] = {
                               "content": {"application/octet-stream": {"schema": {
                                   "type": "string",
                                   "contentMediaType": "application/octet-stream"}}}},
-                      **_errors(400, 404, 500, 503, 504)},
+                      **error_responses(400, 404, 500, 503, 504)},
     }},
 }
 
@@ -176,7 +160,7 @@ DOCUMENT: dict[str, Any] = {
     "paths": PATHS,
     "components": {
         "schemas": SCHEMAS,
-        "responses": {"Error": _ok("Error", "a typed error (spec/errors.md)")},
+        "responses": {"Error": json_body("Error", "a typed error (spec/errors.md)")},
         "securitySchemes": {
             "bearerToken": {"type": "http", "scheme": "bearer",
                             "description": "a tenant's token (its own checkpoints only) or the "

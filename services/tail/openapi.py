@@ -9,12 +9,9 @@ from typing import Any
 from aiohttp import web
 
 from laneledger.access import ACCESS_TOKEN_PARAMETER, guarded
+from laneledger.apidoc import JSON_MEDIA, error_responses, json_body, schema_ref
 
 from .api import json_response
-
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
 
 
 def _obj(required: list[str], props: dict[str, Any], *, extra: bool = False) -> dict[str, Any]:
@@ -29,8 +26,8 @@ _TS = {"type": "string",
        "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$"}
 _POS = {"type": "integer", "minimum": 1}
 _COUNT = {"type": "integer", "minimum": 0}
-_JSON = "application/json"
 _DECIMAL = {"type": "string", "pattern": r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$"}
+
 
 def _tally(**keys: dict[str, Any]) -> dict[str, Any]:
     """A cost sum in one currency, keyed by ``keys`` (costs.py)."""
@@ -46,7 +43,7 @@ SCHEMAS: dict[str, Any] = {
         "retryable": {"type": "boolean"},
         "details": {"type": "object"},
     }),
-    "Error": _obj(["error"], {"error": _ref("ErrorBody")}),
+    "Error": _obj(["error"], {"error": schema_ref("ErrorBody")}),
     "Status": _obj(["status"], {"status": {"type": "string"}}),
     "CommittedEvent": _obj(
         ["schema_version", "id", "lane_id", "subject_id", "event_type", "actor_id", "occurred_at",
@@ -68,7 +65,7 @@ SCHEMAS: dict[str, Any] = {
         {"id": _ID, "tenant": _ID, "session_id": _ID, "run_id": _ID, "name": _ID,
          "kind": {"type": "string"}, "parent_lane_id": _NULLABLE_ID, "actor_id": _NULLABLE_ID,
          "created_at": _TS, "last_seq": _COUNT, "head_hash": _HASH,
-         "forked_from": {"oneOf": [_ref("ForkOrigin"), {"type": "null"}]}}),
+         "forked_from": {"oneOf": [schema_ref("ForkOrigin"), {"type": "null"}]}}),
     "ForkOrigin": _obj(
         ["lane_id", "seq", "position", "event_id", "entry_hash"],
         {"lane_id": _ID, "seq": _POS, "position": _POS, "event_id": _ID, "entry_hash": _HASH}),
@@ -97,7 +94,7 @@ SCHEMAS: dict[str, Any] = {
                                        "spine's first event names it (laneledger.spine)"},
          "name": _NULLABLE_ID, "kind": {"type": ["string", "null"]},
          "parent_lane_id": _NULLABLE_ID, "actor_id": _NULLABLE_ID,
-         "forked_from": {"oneOf": [_ref("ForkOrigin"), {"type": "null"}]}}),
+         "forked_from": {"oneOf": [schema_ref("ForkOrigin"), {"type": "null"}]}}),
     "CausalRewind": _obj(
         ["position", "actor_id", "target_position", "invalidated", "invalidated_count"],
         {"position": _POS, "actor_id": _ID, "target_position": _POS,
@@ -113,11 +110,11 @@ SCHEMAS: dict[str, Any] = {
                                                "events; native events get roles from "
                                                "their payload only"},
          "exclude_invalidated": {"type": "boolean"},
-         "spines": {"type": "array", "items": _ref("CausalSpine")},
-         "rewinds": {"type": "array", "items": _ref("CausalRewind")},
+         "spines": {"type": "array", "items": schema_ref("CausalSpine")},
+         "rewinds": {"type": "array", "items": schema_ref("CausalRewind")},
          "roots": {"type": "array", "items": _POS,
                    "description": "this page's nodes without a cause"},
-         "nodes": {"type": "array", "items": _ref("CausalNode")},
+         "nodes": {"type": "array", "items": schema_ref("CausalNode")},
          "next_cursor": {"type": ["integer", "null"]},
          "has_more": {"type": "boolean"}}),
     "Turn": _obj(["id", "lane_id", "turn_no", "created_at"],
@@ -135,16 +132,16 @@ SCHEMAS: dict[str, Any] = {
                      "created_at": _TS}),
     "Page": _obj(["direction", "events", "next_cursor", "has_more", "applied_position"], {
         "direction": {"enum": ["forward", "backward"]},
-        "events": {"type": "array", "items": _ref("CommittedEvent")},
+        "events": {"type": "array", "items": schema_ref("CommittedEvent")},
         "next_cursor": {"type": ["integer", "null"],
                         "description": "key of the page's last event; null for an empty page"},
         "has_more": {"type": "boolean"},
         "applied_position": _COUNT,
     }, extra=True),
-    "LaneEvents": {"allOf": [_ref("Page"), _obj(["lane_id"], {
+    "LaneEvents": {"allOf": [schema_ref("Page"), _obj(["lane_id"], {
         "lane_id": _ID,
         "with_origin": {"const": True, "description": "present when with_origin=true"},
-        "origins": {"type": "array", "items": _ref("ForkOrigin"),
+        "origins": {"type": "array", "items": schema_ref("ForkOrigin"),
                     "description": "with_origin: the fork points, the lane's own first"},
     }, extra=True)]},
     "Structure": _obj(["lanes", "turns", "actions", "attempts", "structure_complete"], {
@@ -152,25 +149,25 @@ SCHEMAS: dict[str, Any] = {
             "type": "boolean",
             "description": "always true: the structure is read page by page "
                            "(load_structure); kept for the clients that check it"},
-        "lanes": {"type": "array", "items": _ref("Lane")},
-        "turns": {"type": "array", "items": _ref("Turn")},
-        "actions": {"type": "array", "items": _ref("Action")},
-        "attempts": {"type": "array", "items": _ref("Attempt")},
+        "lanes": {"type": "array", "items": schema_ref("Lane")},
+        "turns": {"type": "array", "items": schema_ref("Turn")},
+        "actions": {"type": "array", "items": schema_ref("Action")},
+        "attempts": {"type": "array", "items": schema_ref("Attempt")},
     }, extra=True),
-    "Session": {"allOf": [_ref("Page"), _ref("Structure"), _obj(
+    "Session": {"allOf": [schema_ref("Page"), schema_ref("Structure"), _obj(
         ["session_id", "tenant", "run_ids"],
         {"session_id": _ID, "tenant": _ID, "run_ids": {"type": "array", "items": _ID}},
         extra=True)]},
-    "Run": {"allOf": [_ref("Page"), _ref("Structure"), _obj(
+    "Run": {"allOf": [schema_ref("Page"), schema_ref("Structure"), _obj(
         ["session_id", "run_id"], {"session_id": _ID, "run_id": _ID}, extra=True)]},
     "UnresolvedAttempt": _obj(
         ["attempt_id", "attempt", "action", "requested_position", "requested_event",
          "reconcile_before_retry"],
         {"attempt_id": _ID,
-         "attempt": {"oneOf": [_ref("Attempt"), {"type": "null"}]},
-         "action": {"oneOf": [_ref("Action"), {"type": "null"}]},
+         "attempt": {"oneOf": [schema_ref("Attempt"), {"type": "null"}]},
+         "action": {"oneOf": [schema_ref("Action"), {"type": "null"}]},
          "requested_position": _POS,
-         "requested_event": _ref("CommittedEvent"),
+         "requested_event": schema_ref("CommittedEvent"),
          "reconcile_before_retry": {
              "type": "boolean",
              "description": "true when the action may have had an effect that a retry would "
@@ -183,9 +180,9 @@ SCHEMAS: dict[str, Any] = {
          "structure_complete": {"type": "boolean",
                                 "description": "always true: the structure is read page "
                                                "by page (load_structure)"},
-         "terminal_events": {"type": "array", "items": _ref("CommittedEvent")},
-         "linked_checkpoints": {"type": "array", "items": _ref("CommittedEvent")},
-         "unresolved_attempts": {"type": "array", "items": _ref("UnresolvedAttempt")}}),
+         "terminal_events": {"type": "array", "items": schema_ref("CommittedEvent")},
+         "linked_checkpoints": {"type": "array", "items": schema_ref("CommittedEvent")},
+         "unresolved_attempts": {"type": "array", "items": schema_ref("UnresolvedAttempt")}}),
     "VerifyReport": _obj(
         ["scope", "intact", "events", "lanes", "last_position", "applied_position", "keyed",
          "fault"],
@@ -196,7 +193,7 @@ SCHEMAS: dict[str, Any] = {
          "events": _COUNT, "lanes": _COUNT, "last_position": _COUNT, "applied_position": _COUNT,
          "keyed": {"type": "boolean", "description": "verified with an HMAC key"},
          "lane_tips": {"type": "object", "additionalProperties": _HASH},
-         "fault": {"oneOf": [{"type": "null"}, _ref("ErrorBody")],
+         "fault": {"oneOf": [{"type": "null"}, schema_ref("ErrorBody")],
                    "description": "chain_fault (details: kind broken_link, content_tampered or "
                                   "not_chained; position, lane_id, seq, field, expected, found) "
                                   "or integrity_failure (kind row_mismatch)"}}),
@@ -231,7 +228,7 @@ SCHEMAS: dict[str, Any] = {
          "ended_at": {"oneOf": [_TS, {"type": "null"}]},
          "duration_ms": {"type": ["integer", "null"],
                          "description": "between the two events' occurred_at"},
-         "cost": {"type": "array", "items": _ref("Money")}}),
+         "cost": {"type": "array", "items": schema_ref("Money")}}),
     "Pause": _obj(
         ["pause_id", "lane_id", "run_id", "position", "paused_at", "trigger", "decision",
          "responded_position"],
@@ -242,11 +239,11 @@ SCHEMAS: dict[str, Any] = {
     "Activity": _obj(
         ["session_id", "applied_position", "turns", "actions", "attempts", "pauses", "cost"],
         {"session_id": _ID, "applied_position": _COUNT,
-         "turns": {"type": "array", "items": _ref("Span")},
-         "actions": {"type": "array", "items": _ref("Span")},
-         "attempts": {"type": "array", "items": _ref("Span")},
-         "pauses": {"type": "array", "items": _ref("Pause")},
-         "cost": {"type": "array", "items": _ref("Money")}}),
+         "turns": {"type": "array", "items": schema_ref("Span")},
+         "actions": {"type": "array", "items": schema_ref("Span")},
+         "attempts": {"type": "array", "items": schema_ref("Span")},
+         "pauses": {"type": "array", "items": schema_ref("Pause")},
+         "cost": {"type": "array", "items": schema_ref("Money")}}),
     "KorgPayloadRef": _obj(["sha256", "size_bytes"], {
         "sha256": _HASH, "size_bytes": _COUNT, "label": {"type": "string"}}),
     "KorgToolCall": {
@@ -261,7 +258,7 @@ SCHEMAS: dict[str, Any] = {
             "duration_ms": {"type": "integer", "minimum": 0},
             "triggered_by": {"type": ["integer", "null"],
                              "description": "seq_id (ledger position) of the parent event"},
-            "payload_refs": {"type": "array", "items": _ref("KorgPayloadRef")},
+            "payload_refs": {"type": "array", "items": schema_ref("KorgPayloadRef")},
             "session_id": {**_NULLABLE_ID,
                            "description": "null or absent: the --korg-session default"},
         },
@@ -306,16 +303,6 @@ def _param(name: str, where: str, schema: dict[str, Any], description: str,
             "schema": schema, "description": description}
 
 
-def _json(schema_name: str, description: str) -> dict[str, Any]:
-    return {"description": description, "content": {_JSON: {"schema": _ref(schema_name)}}}
-
-
-def _errors(*statuses: int) -> dict[str, Any]:
-    found = {str(s): {"$ref": "#/components/responses/Error"} for s in statuses}
-    found["default"] = {"$ref": "#/components/responses/Error"}
-    return found
-
-
 _TEXT = {"type": "string", "minLength": 1, "maxLength": 256}
 _PAGE_PARAMS = [
     _param("cursor", "query", {"type": "integer", "minimum": 0},
@@ -336,11 +323,11 @@ PATHS: dict[str, Any] = {
                   "responses": {"200": {"description": "the console",
                                         "content": {"text/html": {"schema": {"type": "string"}}}}}}},
     "/healthz": {"get": {"operationId": "healthz", "summary": "the event loop answers",
-                         "responses": {"200": _json("Status", "alive")}}},
+                         "responses": {"200": json_body("Status", "alive")}}},
     "/readyz": {"get": {"operationId": "readyz",
                         "summary": "connected to NATS and caught up within the configured lag",
-                        "responses": {"200": _json("Status", "ready"),
-                                      "503": _json("Status", "not ready")}}},
+                        "responses": {"200": json_body("Status", "ready"),
+                                      "503": json_body("Status", "not ready")}}},
     "/metrics": {"get": {"operationId": "metrics", "summary": "Prometheus metrics",
                          "responses": {"200": {"description": "text exposition format",
                                                "content": {"text/plain": {
@@ -348,7 +335,7 @@ PATHS: dict[str, Any] = {
     "/api/v1/openapi.json": {"get": {
         "operationId": "openapi", "summary": "this document",
         "responses": {"200": {"description": "OpenAPI 3.1",
-                              "content": {_JSON: {"schema": {"type": "object"}}}}}}},
+                              "content": {JSON_MEDIA: {"schema": {"type": "object"}}}}}}},
     "/api/v1/events": {"get": {
         "operationId": "tailEvents",
         "summary": "live tail (server-sent events): backfill after the resume position, then live",
@@ -375,7 +362,7 @@ PATHS: dict[str, Any] = {
         ],
         "responses": {"200": {"description": "an event stream",
                               "content": {"text/event-stream": {"schema": {"type": "string"}}}},
-                      **_errors(400)},
+                      **error_responses(400)},
     }},
     "/api/v1/events/{position}": {"get": {
         "operationId": "getEvent", "summary": "one committed event by ledger position",
@@ -384,8 +371,8 @@ PATHS: dict[str, Any] = {
                               {"enum": ["false", "true"], "default": "false"},
                               "true: 404 (details.invalidated) for an event a rewind "
                               "of its session invalidated")],
-        "responses": {"200": _json("CommittedEvent", "the committed event"),
-                      **_errors(400, 404, 500)},
+        "responses": {"200": json_body("CommittedEvent", "the committed event"),
+                      **error_responses(400, 404, 500)},
     }},
     "/api/v1/lanes/{lane_id}/events": {"get": {
         "operationId": "laneEvents",
@@ -396,15 +383,15 @@ PATHS: dict[str, Any] = {
                               "true: a fork's full history, keyed by position: the origin "
                               "lane's events up to the fork point (recursively), then the "
                               "lane's own; a page holds one lane's events")],
-        "responses": {"200": _json("LaneEvents", "one page"),
-                      **_errors(400, 404, 503, 504)},
+        "responses": {"200": json_body("LaneEvents", "one page"),
+                      **error_responses(400, 404, 503, 504)},
     }},
     "/api/v1/sessions/{session_id}": {"get": {
         "operationId": "getSession",
         "summary": "a session: runs, lanes, structure, and its events; cursor is a position",
         "parameters": [_SESSION, *_PAGE_PARAMS, _EXCLUDE],
-        "responses": {"200": _json("Session", "the session and one page of its events"),
-                      **_errors(400, 404, 503, 504)},
+        "responses": {"200": json_body("Session", "the session and one page of its events"),
+                      **error_responses(400, 404, 503, 504)},
     }},
     "/api/v1/sessions/{session_id}/causal-tree": {"get": {
         "operationId": "causalTree",
@@ -418,22 +405,22 @@ PATHS: dict[str, Any] = {
                                       "default": 500}, "nodes per page"),
             _EXCLUDE,
         ],
-        "responses": {"200": _json("CausalTree", "one page of the tree"),
-                      **_errors(400, 404, 503, 504)},
+        "responses": {"200": json_body("CausalTree", "one page of the tree"),
+                      **error_responses(400, 404, 503, 504)},
     }},
     "/api/v1/sessions/{session_id}/runs/{run_id}": {"get": {
         "operationId": "getRun",
         "summary": "a run: lanes, structure, and its events; cursor is a position",
         "parameters": [_SESSION, _RUN, *_PAGE_PARAMS, _EXCLUDE],
-        "responses": {"200": _json("Run", "the run and one page of its events"),
-                      **_errors(400, 404, 503, 504)},
+        "responses": {"200": json_body("Run", "the run and one page of its events"),
+                      **error_responses(400, 404, 503, 504)},
     }},
     "/api/v1/sessions/{session_id}/runs/{run_id}/inspection": {"get": {
         "operationId": "inspectRun",
         "summary": "terminal events, linked checkpoints and unresolved attempts of a run",
         "parameters": [_SESSION, _RUN],
-        "responses": {"200": _json("Inspection", "the run's inspection"),
-                      **_errors(400, 404, 503, 504)},
+        "responses": {"200": json_body("Inspection", "the run's inspection"),
+                      **error_responses(400, 404, 503, 504)},
     }},
     "/api/v1/blobs/{sha256}": {"get": {
         "operationId": "getBlob", "summary": "a content-addressed blob, raw",
@@ -448,17 +435,17 @@ PATHS: dict[str, Any] = {
                                   "application/octet-stream": {"schema": {
                                       "type": "string", "contentMediaType":
                                           "application/octet-stream"}},
-                                  _JSON: {"schema": {}},
+                                  JSON_MEDIA: {"schema": {}},
                                   "text/plain": {"schema": {"type": "string"}}}},
-                      **_errors(400, 404, 500)},
+                      **error_responses(400, 404, 500)},
     }},
     "/api/v1/verify": {"get": {
         "operationId": "verify",
         "summary": "recompute the hash chains of a lane, a session or (no parameter) the ledger",
         "parameters": [_param("lane_id", "query", _TEXT, "verify this lane"),
                        _param("session_id", "query", _TEXT, "verify this session's lanes")],
-        "responses": {"200": _json("VerifyReport", "intact, or the first fault"),
-                      **_errors(400, 404, 503, 504)},
+        "responses": {"200": json_body("VerifyReport", "intact, or the first fault"),
+                      **error_responses(400, 404, 503, 504)},
     }},
     "/console/{asset}": {"get": {
         "operationId": "consoleAsset", "summary": "a static file of the web console",
@@ -466,7 +453,7 @@ PATHS: dict[str, Any] = {
         "responses": {"200": {"description": "the file",
                               "content": {"text/javascript": {"schema": {"type": "string"}},
                                           "text/css": {"schema": {"type": "string"}}}},
-                      **_errors(404)},
+                      **error_responses(404)},
     }},
     "/api/v1/costs": {"get": {
         "operationId": "costs",
@@ -478,23 +465,23 @@ PATHS: dict[str, Any] = {
             _param("bucket_s", "query", {"type": "integer", "minimum": 1, "maximum": 2678400},
                    "series bucket width in seconds (default: chosen for at most 120 buckets)"),
         ],
-        "responses": {"200": _json("CostReport", "the report"), **_errors(400, 403, 500)},
+        "responses": {"200": json_body("CostReport", "the report"), **error_responses(400, 403, 500)},
     }},
     "/api/v1/sessions/{session_id}/activity": {"get": {
         "operationId": "sessionActivity",
         "summary": "a session's turns, actions and attempts with outcome, duration and cost, "
                    "and its human-in-the-loop pauses, from its events",
         "parameters": [_SESSION],
-        "responses": {"200": _json("Activity", "the session's activity"),
-                      **_errors(400, 404, 500)},
+        "responses": {"200": json_body("Activity", "the session's activity"),
+                      **error_responses(400, 404, 500)},
     }},
     "/api/agent/tool-call": {"post": {
         "operationId": "korgToolCall",
         "summary": "Korg: append one AgentToolCall; answers its seq_id (the ledger position)",
         "requestBody": {"required": True,
-                        "content": {_JSON: {"schema": _ref("KorgToolCall")}}},
-        "responses": {"200": _json("KorgAppended", "committed"),
-                      **_errors(400, 403, 409, 413, 422, 503, 504)},
+                        "content": {JSON_MEDIA: {"schema": schema_ref("KorgToolCall")}}},
+        "responses": {"200": json_body("KorgAppended", "committed"),
+                      **error_responses(400, 403, 409, 413, 422, 503, 504)},
     }},
     "/api/journal": {"get": {
         "operationId": "korgJournal",
@@ -509,11 +496,10 @@ PATHS: dict[str, Any] = {
         "responses": {"200": {"description": "NDJSON; each line a KorgEnvelope",
                               "content": {"application/x-ndjson": {
                                   "schema": {"type": "string"},
-                                  "x-line-schema": _ref("KorgEnvelope")}}},
-                      **_errors(400)},
+                                  "x-line-schema": schema_ref("KorgEnvelope")}}},
+                      **error_responses(400)},
     }},
 }
-
 
 
 def _secure(paths: dict[str, Any]) -> None:
@@ -550,7 +536,7 @@ DOCUMENT: dict[str, Any] = {
     "paths": PATHS,
     "components": {
         "schemas": SCHEMAS,
-        "responses": {"Error": _json("Error", "a typed error (spec/errors.md)")},
+        "responses": {"Error": json_body("Error", "a typed error (spec/errors.md)")},
         "securitySchemes": {
             "bearerToken": {"type": "http", "scheme": "bearer",
                             "description": "a tenant's token (sees that tenant only) or the "
