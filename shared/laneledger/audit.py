@@ -561,7 +561,7 @@ async def check_stream(
     is compared too; otherwise ``stream_behind``.
     """
     from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-    from nats.js.errors import NotFoundError
+    from nats.js.errors import NotFoundError, ServiceUnavailableError
 
     async def stream_state() -> Any:
         try:
@@ -614,6 +614,12 @@ async def check_stream(
                         stream=stream)
                 try:
                     msgs = await sub.fetch(batch=min(batch, last - compared), timeout=2.0)
+                except ServiceUnavailableError:
+                    # The consumer has no leader right now (a cluster electing
+                    # one after a node restart): transient, retried until the
+                    # deadline above.
+                    await asyncio.sleep(0.25)
+                    continue
                 except asyncio.TimeoutError:  # nats.errors.TimeoutError is one
                     idle += 1
                     if idle >= 5:
