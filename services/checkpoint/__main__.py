@@ -10,7 +10,6 @@ finish (bounded), stops following the stream and closes NATS.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import re
 import sys
@@ -22,7 +21,13 @@ from laneledger.access import access_settings, policy_of
 from laneledger.checkpoints import DEFAULT_ARTIFACT_BUCKET
 from laneledger.config import Setting, common_settings, parse_settings, positive_int
 from laneledger.natsconnect import connect_nats
-from laneledger.servicemain import check_sdk_environment, close_nats, run_main, stop_event
+from laneledger.servicemain import (
+    check_sdk_environment,
+    close_nats,
+    run_main,
+    stop_event,
+    until_stopped,
+)
 from laneledger.opsserver import start_http
 from laneledger.subjects import Subjects
 
@@ -107,13 +112,7 @@ async def run(args: argparse.Namespace) -> None:
         runner, port = await start_http(app, args.http_host, args.http_port)
         print(f"laneledger-checkpoint ready http=http://{args.http_host}:{port} "
               f"position={service.anchors.applied}", flush=True)
-        stopped = asyncio.create_task(stop.wait())
-        running = asyncio.create_task(service.wait())
-        await asyncio.wait([stopped, running], return_when=asyncio.FIRST_COMPLETED)
-        if running.done():
-            running.result()  # re-raise what killed it
-        for task in (stopped, running):
-            task.cancel()
+        await until_stopped(stop, service.wait())
     finally:
         await service.stop()
         if not nc.is_closed:

@@ -9,7 +9,6 @@ commit, and closes its NATS connection.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from laneledger.servicemain import close_nats, run_main, stop_event
+from laneledger.servicemain import close_nats, run_main, stop_event, until_stopped
 from laneledger.opsserver import ops_routes, start_http
 from laneledger.config import Setting, common_settings, parse_settings, positive_float, positive_int
 from laneledger.natsconnect import connect_nats
@@ -105,12 +104,8 @@ async def run(args: argparse.Namespace) -> None:
     await service.start()
     print(f"laneledger-metrics ready http=http://{args.http_host}:{port} "
           f"position={service.position}", flush=True)
-    stopped = asyncio.create_task(stop.wait())
-    running = asyncio.create_task(service.wait())
     try:
-        await asyncio.wait([stopped, running], return_when=asyncio.FIRST_COMPLETED)
-        if running.done():
-            running.result()  # re-raise what killed it
+        await until_stopped(stop, service.wait())
     finally:
         await service.stop()
         await close_nats(nc)

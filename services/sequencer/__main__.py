@@ -8,7 +8,6 @@ flushes the committed stream and drains its NATS connection.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from laneledger.config import Setting, common_settings, parse_settings, positive_int
 from laneledger.natsconnect import connect_nats
-from laneledger.servicemain import close_nats, run_main, stop_event
+from laneledger.servicemain import close_nats, run_main, stop_event, until_stopped
 from laneledger.opsserver import ops_routes, start_http
 from laneledger.redaction import Redactor, checked_keys, checked_patterns
 from laneledger.store import LedgerWriter, open_ledger
@@ -69,12 +68,8 @@ async def run(args: argparse.Namespace) -> None:
     await sequencer.start()
     print(f"laneledger-sequencer ready http=http://{args.http_host}:{port} "
           f"position={writer.last_position}", flush=True)
-    stopped = asyncio.create_task(stop.wait())
-    running = asyncio.create_task(sequencer.wait())
     try:
-        await asyncio.wait([stopped, running], return_when=asyncio.FIRST_COMPLETED)
-        if running.done():
-            running.result()  # re-raise what killed it
+        await until_stopped(stop, sequencer.wait())
     finally:
         await sequencer.stop()
         await close_nats(nc)

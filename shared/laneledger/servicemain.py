@@ -61,6 +61,23 @@ def stop_event() -> asyncio.Event:
     return stop
 
 
+async def until_stopped(stop: asyncio.Event, service_wait: Awaitable[None]) -> None:
+    """Return once ``stop`` is set, or re-raise what ended the service early
+    (``service_wait``: its ``wait()``, which returns or raises only when a
+    task of the service ends). Both waits are cancelled on the way out; a
+    service's ``wait`` only waits on its tasks, so its tasks run on until
+    the service's own ``stop()``."""
+    stopped = asyncio.create_task(stop.wait())
+    running = asyncio.ensure_future(service_wait)
+    try:
+        await asyncio.wait([stopped, running], return_when=asyncio.FIRST_COMPLETED)
+        if running.done():
+            running.result()  # re-raise what killed it
+    finally:
+        for task in (stopped, running):
+            task.cancel()
+
+
 async def close_nats(nc: NATS) -> None:
     """Flush, then close. Not drain: nats-py's drain can wait out its whole
     timeout on a pull subscription whose last request expired."""
