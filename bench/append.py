@@ -24,6 +24,12 @@ SQLite file, and P producer processes (``bench/producer.py``). Phases:
    committed throughput of phase 1, spread over the producers with steady
    inter-arrival times; the time from ``submit`` to receipt of every append in
    the window gives p50 and p99.
+4. **ceiling** - the sequencer is replaced by ``bench/null_sequencer.py``,
+   which does the sequencer's NATS traffic (pull, ack, one event published per
+   event with one ack per batch, one receipt message per producer per batch)
+   and none of the ledger's work, and phase 1 runs again against it. What the
+   producers reach then is the most this architecture's processes commit on
+   this machine whatever the ledger costs: ``ceiling_per_s``, ``ceiling_ratio``.
 
 Each phase also reports where the CPU went (from /proc: the sequencer's
 event-loop and writer threads, nats-server, producers, and everything else on
@@ -229,12 +235,21 @@ class Bench:
         self.metrics_url = ""
         self.readers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="bench-io")
         self.checks: list[tuple[str, bool, str]] = []
+        self.null_sequencer = False  # the ceiling phase's stand-in runs in the sequencer's place
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def start_sequencer(self) -> None:
+    def start_sequencer(self, null: bool = False) -> None:
+        """The real sequencer, or (``null``) the stand-in of the ceiling phase
+        (bench/null_sequencer.py), which takes the real one's place."""
         out, err = self.dir / "sequencer.out", self.dir / "sequencer.err"
-        cmd = [sys.executable, "-m", "services.sequencer", "--nats", self.nats.url, "--db", str(self.db), "--http-port", "0"]
+        if null:
+            cmd = [sys.executable, str(BENCH_DIR / "null_sequencer.py"), "--nats", self.nats.url]
+            ready = "null-sequencer ready"
+        else:
+            cmd = [sys.executable, "-m", "services.sequencer", "--nats", self.nats.url, "--db", str(self.db),
+                   "--http-port", "0"]
+            ready = "laneledger-sequencer ready"
         if self.args.batch_size:
             cmd += ["--batch-size", str(self.args.batch_size)]
         env = dict(os.environ, LANELEDGER_LOG_LEVEL="WARNING")
@@ -245,13 +260,24 @@ class Bench:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             text = out.read_text(errors="replace")
-            if "laneledger-sequencer ready" in text:
-                self.metrics_url = text.split("http=", 1)[1].split()[0] + "/metrics"
+            if ready in text:
+                if not null:
+                    self.metrics_url = text.split("http=", 1)[1].split()[0] + "/metrics"
                 return
             if self.sequencer.poll() is not None:
                 break
             time.sleep(0.05)
         raise RuntimeError("sequencer did not start:\n" + err.read_text(errors="replace")[-3000:])
+
+    def stop_sequencer(self) -> None:
+        assert self.sequencer is not None
+        self.sequencer.send_signal(signal.SIGTERM)
+        try:
+            self.sequencer.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.sequencer.pid, signal.SIGKILL)
+            self.sequencer.wait()
+        self.sequencer = None
 
     def cleanup(self, failed: bool = False) -> None:
         """Synchronous, idempotent; runs whatever happened before."""
@@ -265,14 +291,7 @@ class Bench:
             proc.wait()
         self.producers.clear()
         if self.sequencer is not None:
-            if self.sequencer.poll() is None:
-                self.sequencer.send_signal(signal.SIGTERM)
-                try:
-                    self.sequencer.wait(20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(self.sequencer.pid, signal.SIGKILL)
-                    self.sequencer.wait()
-            self.sequencer = None
+            self.stop_sequencer()
         self.nats.stop()
         self.readers.shutdown(wait=False, cancel_futures=True)
         self.tmp.cleanup()
@@ -433,9 +452,11 @@ class Bench:
         threads = {tid: (b.seq_threads.get(tid, 0.0) - a.seq_threads.get(tid, 0.0)) / wall for tid in b.seq_threads}
         loop_thread = threads.pop(main_tid, 0.0)
         others = sorted(threads.values(), reverse=True)
-        log(f"  CPU (cores, of {os.cpu_count()}): machine busy {busy:.2f}; sequencer {cores['sequencer']:.2f} "
+        writer = "" if self.null_sequencer else " = the SQLite writer"
+        log(f"  CPU (cores, of {os.cpu_count()}): machine busy {busy:.2f}; "
+            f"{'null sequencer' if self.null_sequencer else 'sequencer'} {cores['sequencer']:.2f} "
             f"(event-loop thread {loop_thread:.2f}, busiest other thread {others[0] if others else 0:.2f}"
-            f" = the SQLite writer); nats-server {cores['nats-server']:.2f}; producers {producers:.2f} "
+            f"{writer}); nats-server {cores['nats-server']:.2f}; producers {producers:.2f} "
             f"({', '.join(f'{v:.2f}' for k, v in cores.items() if k.startswith('producer'))}); "
             f"bench {cores['bench (this process)']:.2f}; everything else on the machine {other:.2f}")
         return {"machine_busy": busy, "sequencer": cores["sequencer"], "sequencer_loop_thread": loop_thread,
@@ -513,7 +534,7 @@ class Bench:
             f"append request body ~{body} bytes")
 
         # 1. max load -------------------------------------------------------------------------
-        log(f"\n[1/3] max load: {P} producers, submit + receipts, {args.seconds:g} s after {args.warmup:g} s warm-up")
+        log(f"\n[1/4] max load: {P} producers, submit + receipts, {args.seconds:g} s after {args.warmup:g} s warm-up")
         db0 = await self.db_counts()
         mx = await self.run_phase("max", "ledger", args.seconds)
         r = mx.results
@@ -546,7 +567,7 @@ class Bench:
                    f"{committed_per_s:,.0f} vs {metric_rate:,.0f} events/s")
 
         # 2. raw baseline ----------------------------------------------------------------------
-        log(f"\n[2/3] raw JetStream baseline: {P} producers, publish_async of the same bodies to {RAW_STREAM} "
+        log(f"\n[2/4] raw JetStream baseline: {P} producers, publish_async of the same bodies to {RAW_STREAM} "
             f"(file storage, same settings as LEDGER_APPEND), window {args.window} acks/producer")
         cfg = append_stream_config(RAW_STREAM, Subjects(RAW_PREFIX), 1)
         cfg.description = "laneledger benchmark: raw publish baseline"
@@ -566,7 +587,7 @@ class Bench:
 
         # 3. latency at a fraction of max -------------------------------------------------------
         rate = max(args.load_fraction * committed_per_s / E, 1.0)  # appends/s, all producers together
-        log(f"\n[3/3] latency: open-loop {100 * args.load_fraction:g} % load = {rate * E:,.0f} events/s "
+        log(f"\n[3/4] latency: open-loop {100 * args.load_fraction:g} % load = {rate * E:,.0f} events/s "
             f"({rate:,.0f} appends/s, {rate / P:,.1f}/s per producer, steady inter-arrival), {args.seconds:g} s "
             f"after {args.warmup:g} s warm-up")
         db2 = await self.db_counts()
@@ -599,6 +620,24 @@ class Bench:
                    and len(lats) == offered,
                    f"rejected {rejected}, timeouts {timeouts}, latencies {len(lats)} of {offered} offered")
 
+        # 4. ceiling: the same producers against a sequencer that does only its NATS traffic --
+        log(f"\n[4/4] ceiling: the same max load against bench/null_sequencer.py in the sequencer's place "
+            f"(its NATS traffic only: pull, ack, publish each event, receipts; no ledger work)")
+        await asyncio.to_thread(self.stop_sequencer)
+        await asyncio.to_thread(self.start_sequencer, True)
+        self.null_sequencer = True
+        ceil = await self.run_phase("ceiling", "ledger", args.seconds, monitor_ledger=False,
+                                    extra=[{"heads_known": True}] * P)
+        r = ceil.results
+        ceiling_per_s = sum(x["events_committed_window"] for x in r) / args.seconds
+        log(f"  answered {sum(x['events_committed_window'] for x in r)} events in the {args.seconds:g} s window "
+            f"= {ceiling_per_s:,.0f} events/s (ratio to raw {ceiling_per_s / raw_per_s:.2f})")
+        cpu_ceil = self.report_cpu(ceil)
+        self.check("ceiling: every append answered", sum(x["receipt_timeouts"] for x in r) == 0
+                   and sum(x["appends_rejected"] for x in r) == 0,
+                   f"timeouts {sum(x['receipt_timeouts'] for x in r)}, "
+                   f"rejected {sum(x['appends_rejected'] for x in r)}")
+
         ok = all(c[1] for c in self.checks)
         result = {
             "committed_per_s": round(committed_per_s, 1),
@@ -623,6 +662,9 @@ class Bench:
             "cpu_cores_max": {k: round(v, 2) for k, v in cpu_max.items()},
             "cpu_cores_raw": {k: round(v, 2) for k, v in cpu_raw.items()},
             "cpu_cores_20pct": {k: round(v, 2) for k, v in cpu_lat.items()},
+            "ceiling_per_s": round(ceiling_per_s, 1),
+            "ceiling_ratio": round(ceiling_per_s / raw_per_s, 4) if raw_per_s else None,
+            "cpu_cores_ceiling": {k: round(v, 2) for k, v in cpu_ceil.items()},
             "checks_ok": ok,
             "code_sha256": self.code["code_sha256"],
             "git_head": self.code["git_head"],
@@ -675,7 +717,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    budget = int(args.wait_idle + 3 * (args.seconds + args.warmup) + 3 * 30 + 240)
+    budget = int(args.wait_idle + 4 * (args.seconds + args.warmup) + 4 * 30 + 240)
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(f"stopped by signal {signum}" + (" (watchdog)" if signum == signal.SIGALRM else ""))

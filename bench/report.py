@@ -50,6 +50,9 @@ def _append_rows(r: dict) -> list[tuple[str, str]]:
         ("ratio committed / raw (target 0.6)", f"{r['ratio']:.2f}"),
         (f"receipt latency at {r['load_fraction'] * 100:g} % of max load (submit → receipt; target p99 ≤ 20 ms)",
          f"p50 {r['receipt_p50_ms_at_20pct']:.1f} ms, p99 {r['receipt_p99_ms_at_20pct']:.1f} ms"),
+        *([("ceiling: the same producers against a stand-in sequencer that does only its NATS traffic "
+            "(`bench/null_sequencer.py`), same run",
+            f"{_n(r['ceiling_per_s'])} events/s, ratio {r['ceiling_ratio']:.2f}")] if "ceiling_per_s" in r else []),
     ]
 
 
