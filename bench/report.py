@@ -56,6 +56,14 @@ def _append_rows(r: dict) -> list[tuple[str, str]]:
     ]
 
 
+def _latency_rows(r: dict) -> list[tuple[str, str]]:
+    """A run of bench/append.py for its latency phase at another load."""
+    return [(f"the same receipt latency at {r['load_fraction'] * 100:g} % of max load "
+             f"({_n(r['offered_per_s_latency_phase'])} events/s; the machine "
+             f"{r['cpu_cores_20pct']['machine_busy']:.2f} of {r['cpu_count']} cores busy)",
+             f"p50 {r['receipt_p50_ms_at_20pct']:.1f} ms, p99 {r['receipt_p99_ms_at_20pct']:.1f} ms")]
+
+
 def _tail_rows(r: dict) -> list[tuple[str, str]]:
     plural = "s" if r["subscribers"] != 1 else ""
     return [(f"SSE delivery, commit → frame, {r['subscribers']} subscriber{plural}, at "
@@ -105,6 +113,8 @@ def _rss_rows(r: dict) -> list[tuple[str, str]]:
 BENCHES = [
     Bench("canonical", ["bench/canonical.py"], _canonical_rows),
     Bench("append", ["bench/append.py"], _append_rows),
+    Bench("append-10pct", ["bench/append.py", "--load-fraction", "0.1"], _latency_rows),
+    Bench("append-2pct", ["bench/append.py", "--load-fraction", "0.02"], _latency_rows),
     Bench("tail", ["bench/tail.py"], _tail_rows),
     Bench("tail-1", ["bench/tail.py", "--subscribers", "1", "--subscriber-procs", "1"], _tail_rows),
     Bench("drain", ["bench/drain.py"], _drain_rows),
