@@ -69,6 +69,7 @@ from laneledger.model import (
     decode,
     encode,
 )
+from laneledger.servicemain import first_task_end
 from laneledger.subjects import RequestSubject, Subjects
 
 from .anchors import AnchorIndex
@@ -151,11 +152,7 @@ class CheckpointService:
 
     async def wait(self) -> None:
         """Until a background task dies (re-raised) or the service is stopped."""
-        if self._tasks:
-            done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                if not task.cancelled() and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
+        await first_task_end(self._tasks)
 
     async def stop(self) -> None:
         """Stop taking requests, give those in hand a bounded time, stop following."""

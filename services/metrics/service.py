@@ -20,6 +20,7 @@ from nats.aio.client import Client as NATS
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from laneledger.follow import StreamFollower
+from laneledger.servicemain import first_task_end
 from laneledger.subjects import EVENTS_STREAM
 
 from .collector import LedgerCollector, Progress
@@ -94,10 +95,7 @@ class MetricsService:
 
     async def wait(self) -> None:
         """Run until stopped; re-raise what killed the fold (a failed write)."""
-        done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            if not task.cancelled() and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
+        await first_task_end(self._tasks)
 
     async def stop(self) -> None:
         self.ready = False

@@ -17,7 +17,13 @@ from pathlib import Path
 from laneledger.access import access_settings, policy_of
 from laneledger.config import Setting, common_settings, parse_settings, positive_float
 from laneledger.natsconnect import connect_nats
-from laneledger.servicemain import check_sdk_environment, close_nats, run_main, stop_event
+from laneledger.servicemain import (
+    check_sdk_environment,
+    close_nats,
+    run_main,
+    stop_event,
+    until_stopped,
+)
 from laneledger.subjects import Subjects
 
 from .korg import KorgSettings
@@ -82,7 +88,7 @@ async def run(args: argparse.Namespace) -> None:
         port = await service.start(args.http_host, args.http_port)
         print(f"laneledger-tail ready http=http://{args.http_host}:{port} "
               f"position={service.feed.applied}", flush=True)
-        await stop.wait()
+        await until_stopped(stop, service.wait())
     finally:
         await service.stop()
         await close_nats(nc)

@@ -27,6 +27,7 @@ from laneledger.client import LedgerClient
 from laneledger.follow import StreamFollower
 from laneledger.ids import new_id
 from laneledger.opsserver import ops_routes, start_http
+from laneledger.servicemain import first_task_end
 from laneledger.subjects import EVENTS_STREAM, Subjects
 
 from .activity import Activity
@@ -129,6 +130,12 @@ class TailService:
                        asyncio.create_task(self._watch(), name="tail-watch")]
         self._runner, bound = await start_http(self.app, host, port)
         return bound
+
+    async def wait(self) -> None:
+        """Until the follower or the watcher dies (re-raised) or the service is
+        stopped: both retry what NATS throws at them, so an end is a bug the
+        process must not outlive while serving a read model that stopped."""
+        await first_task_end(self._tasks)
 
     async def stop(self) -> None:
         self.feed.close()  # subscribers end at their next look at the feed

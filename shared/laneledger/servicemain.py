@@ -86,3 +86,15 @@ async def close_nats(nc: NATS) -> None:
     except Exception:  # noqa: BLE001 - NATS away: nothing left to flush to
         pass
     await nc.close()
+
+
+async def first_task_end(tasks: list[asyncio.Task]) -> None:
+    """What a service's ``wait()`` does: return when one of its background
+    tasks ends, re-raising what killed it. (They run until ``stop()``, so an
+    end before that is a failure the process must not outlive.)"""
+    if not tasks:
+        return
+    done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for task in done:
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]

@@ -1,0 +1,48 @@
+"""A service's background tasks run until its ``stop()``; one that ends
+before that must end the process (``servicemain.first_task_end`` behind each
+service's ``wait()``, ``until_stopped`` in each entry point) rather than leave
+it serving from a loop that stopped."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from laneledger.servicemain import first_task_end, until_stopped
+from tail_support import start_tail  # noqa: F401
+
+
+class Boom(BaseException):
+    """Not an ``Exception``: what the services' retry loops do not catch."""
+
+
+async def test_the_first_task_to_fail_is_re_raised():
+    async def fail_soon():
+        await asyncio.sleep(0.01)
+        raise ValueError("the fold's write failed")
+
+    forever = asyncio.create_task(asyncio.sleep(3600))
+    with pytest.raises(ValueError, match="write failed"):
+        await first_task_end([forever, asyncio.create_task(fail_soon())])
+    assert not forever.done()  # the others are the service's stop() to end
+    forever.cancel()
+
+
+async def test_a_cancelled_task_ends_the_wait_and_no_tasks_return_at_once():
+    task = asyncio.create_task(asyncio.sleep(3600))
+    asyncio.get_running_loop().call_later(0.01, task.cancel)
+    await asyncio.wait_for(first_task_end([task]), 5)
+    await asyncio.wait_for(first_task_end([]), 1)
+
+
+async def test_a_dead_tail_watcher_ends_the_tail_instead_of_serving_on(start_tail, monkeypatch):  # noqa: F811
+    tail = await start_tail()
+    stop = asyncio.Event()  # never set: no signal comes
+
+    async def broken() -> int:
+        raise Boom("the watcher broke")
+
+    monkeypatch.setattr(tail.service, "refresh_stream_last", broken)
+    with pytest.raises(Boom):
+        await asyncio.wait_for(until_stopped(stop, tail.service.wait()), 10)
