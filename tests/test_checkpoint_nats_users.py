@@ -53,10 +53,14 @@ NEEDED = {
         # upload: chunks and metadata. Not STREAM.PURGE, which would let a
         # producer empty the whole bucket (nats-py only purges when replacing).
         "$O.LEDGER_CHECKPOINT_ARTIFACTS.>",
-        "$JS.API.STREAM.NAMES", f"$JS.API.CONSUMER.CREATE.{OBJ}",
-        f"$JS.FC.{OBJ}.>",  # read an artifact back
+        # read an artifact back, from a store bound to its stream
+        # (laneledger.objectstores): no STREAM.NAMES lookup
+        f"$JS.API.CONSUMER.CREATE.{OBJ}", f"$JS.FC.{OBJ}.>",
     ],
 }
+# What a producer must not be allowed: STREAM.NAMES lists every stream, other
+# tenants' buckets among them.
+DENIED = {"producer": ["$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST", f"$JS.API.STREAM.PURGE.{OBJ}"]}
 
 
 def test_the_config_grants_what_artifacts_need():
@@ -65,6 +69,7 @@ def test_the_config_grants_what_artifacts_need():
         block = re.search(rf"user: {user}\n(.*?)\n    }}", text, re.S)
         assert block, f"no user {user} in {CONF}"
         assert [s for s in subjects if f'"{s}"' not in block.group(1)] == [], user
+        assert [s for s in DENIED.get(user, []) if f'"{s}"' in block.group(1)] == [], user
 
 
 @pytest.fixture

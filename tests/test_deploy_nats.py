@@ -196,11 +196,14 @@ async def test_a_tenant_producer_appends_for_its_tenant_and_reads_only_its_inbox
             url,
             subscribe=["_INBOX.>", "_INBOX_globex.>", "ledger.append.>", "ledger.append.globex.>"],
             publish=["ledger.append.globex.l1", "ledger.events.acme.s.r.l",
-                     "$JS.API.CONSUMER.CREATE.LEDGER_APPEND", "$JS.API.STREAM.PURGE.LEDGER_EVENTS"])
+                     "$JS.API.CONSUMER.CREATE.LEDGER_APPEND", "$JS.API.STREAM.PURGE.LEDGER_EVENTS",
+                     # listing streams would name every tenant's buckets
+                     "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST"])
         for subject in ("_INBOX.>", "_INBOX_globex.>", "ledger.append.>", "ledger.append.globex.>",
                         "ledger.append.globex.l1", "ledger.events.acme.s.r.l",
                         "$JS.API.CONSUMER.CREATE.LEDGER_APPEND",
-                        "$JS.API.STREAM.PURGE.LEDGER_EVENTS"):
+                        "$JS.API.STREAM.PURGE.LEDGER_EVENTS",
+                        "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST"):
             assert refused(violations, subject), (subject, violations)
         # What it may do, it may: no violation for its own subjects.
         allowed = await attempts(url, subscribe=["_INBOX_acme.x.>"],
@@ -441,6 +444,7 @@ async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(
     from laneledger.blobstore import object_name
     from laneledger.contentref import hex_of, refs_in
     from laneledger.errors import BlobMissing
+    from laneledger.objectstores import open_object_store
     from laneledger.subjects import inbox_prefix
     from services.tail.service import TailService, TailSettings
 
@@ -480,8 +484,10 @@ async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(
         assert receipt.last_seq == 1
         name = object_name(token("acme"), ref)
 
-        # acme's producer, raw: gets its blob and puts another in its own bucket.
-        acme_obs = await acme.nc.jetstream().object_store("LEDGER_BLOBS_acme")
+        # acme's producer, raw: gets its blob and puts another in its own
+        # bucket, opened bound to its stream (laneledger.objectstores): nats-py's
+        # own read would first ask STREAM.NAMES, which producers are not granted.
+        acme_obs = await open_object_store(acme.nc.jetstream(), "LEDGER_BLOBS_acme")
         assert len((await acme_obs.get(name)).data) == size
         await acme_obs.put(object_name(token("acme"), "sha256:" + "0" * 64), b"acme's own")
 

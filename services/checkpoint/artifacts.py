@@ -35,6 +35,7 @@ from laneledger.checkpoints import (
 from laneledger.clock import system_clock
 from laneledger.errors import IntegrityError, LedgerUnavailable
 from laneledger.model import ArtifactRef
+from laneledger.objectstores import create_object_store, open_object_store
 from laneledger.subjects import tenant_bucket
 
 from .store import CheckpointStore
@@ -76,10 +77,10 @@ class ArtifactStore:
         name = self.name_for(tenant)
         if name not in self._open:
             try:
-                obs = await self._js.object_store(name)
+                obs = await open_object_store(self._js, name)
             except NotFoundError:
-                obs = await self._js.create_object_store(
-                    name,
+                obs = await create_object_store(
+                    self._js, name,
                     ObjectStoreConfig(description="laneledger checkpoint artifacts, by sha256",
                                       storage=StorageType.FILE, replicas=self._replicas),
                 )

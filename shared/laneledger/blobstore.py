@@ -40,6 +40,7 @@ from nats.js.errors import (
 
 from .errors import EntityNotFound, IntegrityError, LedgerError, LedgerTimeout, LedgerUnavailable
 from .contentref import hex_of
+from .objectstores import create_object_store, open_object_store
 from .subjects import Subjects, token, token_bucket
 
 T = TypeVar("T")
@@ -87,12 +88,12 @@ class BlobStore:
         try:
             async with asyncio.timeout(timeout_s):
                 try:
-                    obs = await js.object_store(name)
+                    obs = await open_object_store(js, name)
                 except (NotFoundError, BucketNotFoundError):
                     if not create:
                         raise EntityNotFound("no blob bucket", kind="blob_bucket",
                                              bucket=name) from None
-                    obs = await js.create_object_store(name, ObjectStoreConfig(
+                    obs = await create_object_store(js, name, ObjectStoreConfig(
                         description="laneledger content-referenced payload values, by tenant and sha256",
                         storage=StorageType.FILE, replicas=replicas))
         except LedgerError:

@@ -75,6 +75,7 @@ from .model import (
     decoder,
     encode,
 )
+from .objectstores import open_object_store
 from .subjects import tenant_headers
 
 T = TypeVar("T")
@@ -269,7 +270,7 @@ class CheckpointClient:
         if self._store is None:
             name = self._bucket_name or (await self.info()).artifact_bucket
             try:
-                self._store = await self.nc.jetstream().object_store(name)
+                self._store = await open_object_store(self.nc.jetstream(), name)
             except NotFoundError as exc:
                 raise LedgerUnavailable(f"no artifact bucket {name!r}: is the checkpoint service up?",
                                         bucket=name) from exc

@@ -1,0 +1,56 @@
+"""JetStream object stores opened bound to their stream.
+
+nats-py reads an object's chunks through ``JetStreamContext.subscribe``
+without naming the stream, so every read first asks
+``$JS.API.STREAM.NAMES`` which stream holds the chunks. A producer that may
+ask that may ask it without a filter, too, and get every stream's name,
+tenants' bucket names (``LEDGER_BLOBS_<tenant>``) among them. Bound here,
+reads name their stream (``OBJ_<bucket>``) and never ask; ``deploy/nats.conf``
+does not grant ``STREAM.NAMES`` to producers (spec/wire.md, "NATS users and
+tenants").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nats.js.api import ObjectStoreConfig
+from nats.js.client import JetStreamContext
+from nats.js.object_store import ObjectStore
+
+
+def stream_of(bucket: str) -> str:
+    return f"OBJ_{bucket}"
+
+
+class _StreamBound:
+    """``js`` with ``subscribe`` bound to one stream; everything else as is."""
+
+    def __init__(self, js: JetStreamContext, stream: str) -> None:
+        self._js = js
+        self._stream = stream
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._js, name)
+
+    async def subscribe(self, subject: str, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("stream", self._stream)
+        return await self._js.subscribe(subject, *args, **kwargs)
+
+
+def bound(js: JetStreamContext, bucket: str) -> ObjectStore:
+    stream = stream_of(bucket)
+    return ObjectStore(name=bucket, stream=stream, js=_StreamBound(js, stream))  # type: ignore[arg-type]
+
+
+async def open_object_store(js: JetStreamContext, bucket: str) -> ObjectStore:
+    """An existing bucket (nats-py's ``BucketNotFoundError``/``NotFoundError``
+    when absent), bound to its stream."""
+    await js.object_store(bucket)  # the existence check (STREAM.INFO)
+    return bound(js, bucket)
+
+
+async def create_object_store(js: JetStreamContext, bucket: str,
+                              config: ObjectStoreConfig) -> ObjectStore:
+    await js.create_object_store(bucket, config)
+    return bound(js, bucket)
