@@ -32,8 +32,9 @@ async def test_the_first_task_to_fail_is_re_raised():
 async def test_a_cancelled_task_ends_the_wait_and_no_tasks_return_at_once():
     task = asyncio.create_task(asyncio.sleep(3600))
     asyncio.get_running_loop().call_later(0.01, task.cancel)
-    await asyncio.wait_for(first_task_end([task]), 5)
-    await asyncio.wait_for(first_task_end([]), 1)
+    assert await asyncio.wait_for(first_task_end([task]), 5) is None  # no error raised
+    assert task.cancelled()
+    assert await asyncio.wait_for(first_task_end([]), 1) is None
 
 
 async def test_a_dead_tail_watcher_ends_the_tail_instead_of_serving_on(start_tail, monkeypatch):  # noqa: F811
