@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from laneledger.branching import fork_lane, rewind_session
 from laneledger.client import LedgerClient, make_event
-from services.tail import causal
+from laneledger.model import StructureCursor
 from tail_support import start_tail, wait_applied  # noqa: F401 - a fixture
 from worked_example import SPINES, TENANT, record_worked_example
 
@@ -145,9 +145,17 @@ async def test_native_events_get_roles_from_their_actions(client: LedgerClient, 
     assert (spine["first_cause"], spine["spawned_by"]) == tuple(receipt.positions[1:3])
     assert spine["parent_lane_id"] == lane.id and tree["nodes"][-1]["role"] == "prompt"
 
-    # a session too large to fetch its structure per page: lanes only, and
-    # roles from payloads alone
-    monkeypatch.setattr(causal, "STRUCTURE_MAX_EVENTS", 3)
+    # the structure is read page by page (load_structure), so however large the
+    # session, every role still comes from its action: here one row per page
+    real_page = tail.service.ledger.load_structure_page
+    pages = []
+
+    async def one_row_pages(session_id, run_id=None, after=StructureCursor(), limit=1000):
+        pages.append(after)
+        return await real_page(session_id, run_id, after, 1)
+
+    monkeypatch.setattr(tail.service.ledger, "load_structure_page", one_row_pages)
     tree = (await tail.api.get(TREE.format("native"))).json()
-    assert not tree["structure_complete"] and tree["spines"][0]["name"] == "main"
-    assert [n["role"] for n in tree["nodes"]] == ["other", "other", "other", "tool", "prompt"]
+    assert len(pages) == 2  # one lane, turn, action and attempt a page: two pages
+    assert tree["structure_complete"] and tree["spines"][0]["name"] == "main"
+    assert [n["role"] for n in tree["nodes"]] == ["other", "inference", "tool", "tool", "prompt"]

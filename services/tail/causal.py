@@ -20,7 +20,7 @@ from aiohttp import web
 from laneledger.access import scope_of
 from laneledger.causality import REWIND, REWOUND, Subject, node_of, subjects_of
 from laneledger.client import LedgerClient
-from laneledger.errors import EntityNotFound, RequestTooLarge
+from laneledger.errors import EntityNotFound
 from laneledger.rewind import Invalidation
 from laneledger.spine import spawned_by
 
@@ -34,9 +34,6 @@ TREE_DEFAULT = 500
 TREE_MAX = 2000
 SCAN_CHUNK = 1000  # rows read per query while skipping invalidated events
 ID_CHUNK = 500  # ids per IN (...) lookup
-# Above this many events the sequencer's whole-session view is not fetched
-# for a page of the tree (structure_complete is then false).
-STRUCTURE_MAX_EVENTS = 5000
 
 
 class CausalTree:
@@ -63,8 +60,7 @@ class CausalTree:
         spines = await self._read(self._spines, where, params, applied)
         if not spines:  # none, or another tenant's: the same answer
             raise EntityNotFound("no such session", kind="session", id=session_id)
-        lanes, subjects, complete = await self._structure(
-            session_id, list(spines), sum(s["events"] for s in spines.values()))
+        lanes, subjects = await self._structure(session_id)
         rewound, nodes, more = await self._read(
             self._nodes, where, params, applied, cursor, limit, exclude, subjects)
         for lane_id, spine in spines.items():
@@ -76,7 +72,7 @@ class CausalTree:
                 forked_from=msgspec.to_builtins(lane.forked_from) if lane else None)
         return json_response({
             "session_id": session_id, "applied_position": applied,
-            "structure_complete": complete, "exclude_invalidated": exclude,
+            "structure_complete": True, "exclude_invalidated": exclude,
             "spines": list(spines.values()),
             "rewinds": rewound,
             "roots": [n["position"] for n in nodes if n["cause"] is None and n["role"] != REWIND],
@@ -85,23 +81,12 @@ class CausalTree:
             "has_more": more,
         })
 
-    async def _structure(self, session_id: str, lane_ids: list[str],
-                         events: int) -> tuple[dict[str, Any], dict[str, Subject], bool]:
-        """Lanes by id, the subjects of actions and attempts, and whether the
-        structure is complete. A large session gets its lanes only (the
-        sequencer's session view carries every event: too much to fetch per
-        page); its events then take their role from their payload alone
-        (``laneledger.spine``), not from their action."""
-        if events <= STRUCTURE_MAX_EVENTS:
-            try:
-                view = await self._ledger.load_session(session_id)
-            except RequestTooLarge:
-                pass
-            else:
-                return ({lane.id: lane for lane in view.lanes},
-                        subjects_of(view.actions, view.attempts), True)
-        lanes = await asyncio.gather(*(self._ledger.get_lane(i) for i in lane_ids))
-        return {lane.id: lane for lane in lanes}, {}, False
+    async def _structure(self, session_id: str) -> tuple[dict[str, Any], dict[str, Subject]]:
+        """Lanes by id, and the subjects of actions and attempts: read page by
+        page (``load_structure``, no events), so complete however large the
+        session is."""
+        view = await self._ledger.load_structure(session_id)
+        return {lane.id: lane for lane in view.lanes}, subjects_of(view.actions, view.attempts)
 
     # -- reader threads ----------------------------------------------------------------------
 

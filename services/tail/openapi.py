@@ -106,9 +106,9 @@ SCHEMAS: dict[str, Any] = {
          "rewinds", "roots", "nodes", "next_cursor", "has_more"],
         {"session_id": _ID, "applied_position": _COUNT,
          "structure_complete": {"type": "boolean",
-                                "description": "false: a session of more than 5000 "
-                                               "events; native events get roles from "
-                                               "their payload only"},
+                                "description": "always true: the structure is read page by "
+                                               "page (load_structure); kept for the clients "
+                                               "that check it"},
          "exclude_invalidated": {"type": "boolean"},
          "spines": {"type": "array", "items": schema_ref("CausalSpine")},
          "rewinds": {"type": "array", "items": schema_ref("CausalRewind")},
