@@ -15,7 +15,15 @@ from typing import Any
 import msgspec
 
 from laneledger.access import guarded
-from laneledger.apidoc import JSON_MEDIA, SCHEMA_REF, error_responses, json_body, schema_ref
+from laneledger.apidoc import (
+    JSON_MEDIA,
+    SCHEMA_REF,
+    document,
+    error_response,
+    error_responses,
+    json_body,
+    schema_ref,
+)
 from laneledger.model import (
     Checkpoint,
     CheckpointServiceInfo,
@@ -146,25 +154,15 @@ for _path, _operations in PATHS.items():
     if guarded(_path):
         for _operation in _operations.values():
             _operation["security"] = [{"bearerToken": []}]
-            _operation["responses"]["401"] = {"$ref": "#/components/responses/Error"}
+            _operation["responses"]["401"] = error_response()
 
-DOCUMENT: dict[str, Any] = {
-    "openapi": "3.1.0",
-    "info": {
-        "title": "laneledger checkpoint service",
-        "version": "1.0.0",
-        "description": "Reads of saved checkpoints, recovery plans, run inspection and "
-                       "artifacts (writes go over NATS only). Every error is "
-                       "{\"error\": ErrorBody} (spec/errors.md); see spec/checkpoint.md.",
-    },
-    "paths": PATHS,
-    "components": {
-        "schemas": SCHEMAS,
-        "responses": {"Error": json_body("Error", "a typed error (spec/errors.md)")},
-        "securitySchemes": {
-            "bearerToken": {"type": "http", "scheme": "bearer",
-                            "description": "a tenant's token (its own checkpoints only) or the "
-                                           "operator's (every tenant); spec/checkpoint.md"},
-        },
-    },
-}
+DOCUMENT: dict[str, Any] = document(
+    title="laneledger checkpoint service",
+    description="Reads of saved checkpoints, recovery plans, run inspection and "
+                "artifacts (writes go over NATS only). Every error is "
+                "{\"error\": ErrorBody} (spec/errors.md); see spec/checkpoint.md.",
+    paths=PATHS,
+    schemas=SCHEMAS,
+    bearer_description="a tenant's token (its own checkpoints only) or the "
+                       "operator's (every tenant); spec/checkpoint.md",
+)

@@ -9,7 +9,14 @@ from typing import Any
 from aiohttp import web
 
 from laneledger.access import ACCESS_TOKEN_PARAMETER, guarded
-from laneledger.apidoc import JSON_MEDIA, error_responses, json_body, schema_ref
+from laneledger.apidoc import (
+    JSON_MEDIA,
+    document,
+    error_response,
+    error_responses,
+    json_body,
+    schema_ref,
+)
 
 from .api import json_response
 
@@ -518,34 +525,26 @@ def _secure(paths: dict[str, Any]) -> None:
                     ACCESS_TOKEN_PARAMETER, "query", {"type": "string", "minLength": 1},
                     "the bearer token, for clients that cannot set Authorization"))
             for status in ("401", "403"):
-                operation["responses"].setdefault(status, {"$ref": "#/components/responses/Error"})
+                operation["responses"].setdefault(status, error_response())
 
 
 QUERY_TOKEN_PATHS = ("/api/v1/events",)
 _secure(PATHS)
 
-DOCUMENT: dict[str, Any] = {
-    "openapi": "3.1.0",
-    "info": {
-        "title": "laneledger tail",
-        "version": "1.0.0",
-        "description": "Live tail, history, blobs, verification and Korg compatibility over the "
-                       "laneledger committed stream. Every error is {\"error\": ErrorBody} "
-                       "(spec/errors.md); see spec/tail.md.",
+DOCUMENT: dict[str, Any] = document(
+    title="laneledger tail",
+    description="Live tail, history, blobs, verification and Korg compatibility over the "
+                "laneledger committed stream. Every error is {\"error\": ErrorBody} "
+                "(spec/errors.md); see spec/tail.md.",
+    paths=PATHS,
+    schemas=SCHEMAS,
+    bearer_description="a tenant's token (sees that tenant only) or the "
+                       "operator's (every tenant); spec/tail.md, Access",
+    security_schemes={
+        "accessTokenQuery": {"type": "apiKey", "in": "query", "name": ACCESS_TOKEN_PARAMETER,
+                             "description": "the same token, on the live tail only"},
     },
-    "paths": PATHS,
-    "components": {
-        "schemas": SCHEMAS,
-        "responses": {"Error": json_body("Error", "a typed error (spec/errors.md)")},
-        "securitySchemes": {
-            "bearerToken": {"type": "http", "scheme": "bearer",
-                            "description": "a tenant's token (sees that tenant only) or the "
-                                           "operator's (every tenant); spec/tail.md, Access"},
-            "accessTokenQuery": {"type": "apiKey", "in": "query", "name": ACCESS_TOKEN_PARAMETER,
-                                 "description": "the same token, on the live tail only"},
-        },
-    },
-}
+)
 
 
 def openapi_route() -> web.RouteDef:

@@ -19,8 +19,34 @@ def json_body(schema_name: str, description: str) -> dict[str, Any]:
     return {"description": description, "content": {JSON_MEDIA: {"schema": schema_ref(schema_name)}}}
 
 
+def error_response() -> dict[str, str]:
+    """A reference to the shared typed error response (spec/errors.md)."""
+    return {"$ref": "#/components/responses/Error"}
+
+
 def error_responses(*statuses: int) -> dict[str, Any]:
     """The shared typed error response for each status, and as the default."""
-    found = {str(s): {"$ref": "#/components/responses/Error"} for s in statuses}
-    found["default"] = {"$ref": "#/components/responses/Error"}
+    found = {str(s): error_response() for s in statuses}
+    found["default"] = error_response()
     return found
+
+
+def document(*, title: str, description: str, paths: dict[str, Any], schemas: dict[str, Any],
+             bearer_description: str, security_schemes: dict[str, Any] | None = None
+             ) -> dict[str, Any]:
+    """A service's whole document: its paths and schemas, the typed error
+    response, the bearer token scheme (``bearerToken``) and any other schemes."""
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": title, "version": "1.0.0", "description": description},
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "responses": {"Error": json_body("Error", "a typed error (spec/errors.md)")},
+            "securitySchemes": {
+                "bearerToken": {"type": "http", "scheme": "bearer",
+                                "description": bearer_description},
+                **(security_schemes or {}),
+            },
+        },
+    }
