@@ -44,6 +44,11 @@ def token(value: str) -> str:
     return "_" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
+def _request_subject(base: str, op: str, tenant: str | None) -> str:
+    """``<base>.<op>``, or ``<base>.<token(tenant)>.<op>`` scoped to a tenant."""
+    return f"{base}.{op}" if tenant is None else f"{base}.{token(tenant)}.{op}"
+
+
 def inbox_prefix(tenant: str) -> str:
     """The reply inbox prefix of a tenant's producers (``_INBOX_<token>``):
     deploy/nats.conf lets a tenant's producer user subscribe to it alone, so
@@ -168,8 +173,7 @@ class Subjects:
 
     def command(self, op: str, tenant: str | None = None) -> str:
         """Structure writes and reads served by the sequencer."""
-        scope = "" if tenant is None else f"{token(tenant)}."
-        return f"{self.prefix}.cmd.{scope}{op}"
+        return _request_subject(self.command_base, op, tenant)
 
     @property
     def command_wildcard(self) -> str:
@@ -180,8 +184,7 @@ class Subjects:
         return f"{self.prefix}.checkpoint"
 
     def checkpoint(self, op: str, tenant: str | None = None) -> str:
-        scope = "" if tenant is None else f"{token(tenant)}."
-        return f"{self.prefix}.checkpoint.{scope}{op}"
+        return _request_subject(self.checkpoint_base, op, tenant)
 
     @property
     def checkpoint_wildcard(self) -> str:
