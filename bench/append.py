@@ -235,7 +235,7 @@ class Bench:
         self.metrics_url = ""
         self.readers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="bench-io")
         self.checks: list[tuple[str, bool, str]] = []
-        self.null_sequencer = False  # the ceiling phase's stand-in runs in the sequencer's place
+        self.null_sequencer = False  # set by start_sequencer: the ceiling phase's stand-in runs
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -243,6 +243,7 @@ class Bench:
         """The real sequencer, or (``null``) the stand-in of the ceiling phase
         (bench/null_sequencer.py), which takes the real one's place."""
         out, err = self.dir / "sequencer.out", self.dir / "sequencer.err"
+        self.null_sequencer = null
         if null:
             cmd = [sys.executable, str(BENCH_DIR / "null_sequencer.py"), "--nats", self.nats.url]
             ready = "null-sequencer ready"
@@ -625,7 +626,6 @@ class Bench:
             f"(its NATS traffic only: pull, ack, publish each event, receipts; no ledger work)")
         await asyncio.to_thread(self.stop_sequencer)
         await asyncio.to_thread(self.start_sequencer, True)
-        self.null_sequencer = True
         ceil = await self.run_phase("ceiling", "ledger", args.seconds, monitor_ledger=False,
                                     extra=[{"heads_known": True}] * P)
         r = ceil.results

@@ -53,6 +53,7 @@ from laneledger.model import (
     encode,
 )
 from laneledger.redaction import DEFAULT_REDACTOR, Redactor
+from laneledger.servicemain import first_task_end
 from laneledger.store import LedgerWriter
 from laneledger.store.writer import rejection
 from laneledger.subjects import REPLY_HEADER, RequestSubject, Subjects, token
@@ -171,11 +172,7 @@ class Sequencer:
 
     async def wait(self) -> None:
         """Run until stopped; re-raise if a task died (e.g. an integrity fault)."""
-        stopped = asyncio.create_task(self._stopping.wait())
-        done, _ = await asyncio.wait([stopped, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            if task is not stopped and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
+        await first_task_end(self._tasks)
 
     async def stop(self, *, drain_timeout_s: float = 10.0) -> None:
         """Stop pulling, let the current batch finish, flush the mirror."""
