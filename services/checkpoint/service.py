@@ -137,6 +137,7 @@ class CheckpointService:
         await self.artifacts.ensure()
         self._sub = await self._nc.subscribe(self.settings.subjects.checkpoint_wildcard,
                                              queue="checkpoint", cb=self._on_request)
+        await self._nc.flush()  # the server has it before start() returns (see the sequencer)
         self._tasks = [
             asyncio.create_task(self.anchors.run(), name="checkpoint-follow"),
             asyncio.create_task(self._refresh_loop(), name="checkpoint-refresh"),

@@ -162,6 +162,9 @@ class Sequencer:
         self._command_sub = await self._nc.subscribe(
             s.subjects.command_wildcard, queue="sequencer", cb=self._on_command
         )
+        # Once start() returns the server has the subscription: a command sent
+        # right away (another connection) must not find "no responders".
+        await self._nc.flush()
         self._tasks = [
             asyncio.create_task(self._pull_loop(pull), name="sequencer-pull"),
             asyncio.create_task(self.mirror.run(), name="sequencer-mirror"),
