@@ -3,6 +3,7 @@ JetStream publishing of the same bytes.
 
     .venv/bin/python bench/append.py [--seconds S] [--producers P] [--lanes L]
                                      [--events-per-append E] [--quick]
+                                     [--latency-at EVENTS_PER_S]
 
 Everything runs on 127.0.0.1 in a temporary directory: its own nats-server,
 the sequencer as a subprocess (``python -m services.sequencer``) on a fresh
@@ -30,6 +31,9 @@ SQLite file, and P producer processes (``bench/producer.py``). Phases:
    and none of the ledger's work, and phase 1 runs again against it. What the
    producers reach then is the most this architecture's processes commit on
    this machine whatever the ledger costs: ``ceiling_per_s``, ``ceiling_ratio``.
+
+``--latency-at N`` runs phase 3 alone, at N events/s, for comparing two copies
+of the code at the same load without the other phases' minutes.
 
 Each phase also reports where the CPU went (from /proc: the sequencer's
 event-loop and writer threads, nats-server, producers, and everything else on
@@ -90,6 +94,7 @@ RAW_STREAM = "BENCH_RAW"
 RAW_PREFIX = "benchraw"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 M = "laneledger_sequencer_"
+HEADLINE = ("committed_per_s", "raw_publish_per_s", "ratio", "receipt_p50_ms_at_20pct", "receipt_p99_ms_at_20pct")
 
 
 def log(text: str = "") -> None:
@@ -534,7 +539,46 @@ class Bench:
         log(f"events: canonical JSON {sizes[0]}-{sizes[-1]} bytes (mean {sum(sizes) / len(sizes):.0f}); "
             f"append request body ~{body} bytes")
 
-        # 1. max load -------------------------------------------------------------------------
+        if args.latency_at is None:
+            result = await self._phase_max()
+            result |= await self._phase_raw()
+            result["ratio"] = (round(result["committed_per_s"] / result["raw_publish_per_s"], 4)
+                               if result["raw_publish_per_s"] else None)
+            rate = max(args.load_fraction * result["committed_per_s"] / E, 1.0)  # appends/s
+            result |= await self._phase_latency(rate, f"{100 * args.load_fraction:g} % load")
+            result |= await self._phase_ceiling(result["raw_publish_per_s"])
+        else:
+            result = await self._phase_latency(args.latency_at / E, "fixed load")
+        ok = all(c[1] for c in self.checks)
+        result |= {
+            "load_fraction": None if args.latency_at else args.load_fraction,
+            "events_per_append": E,
+            "producers": P,
+            "lanes": args.lanes,
+            "window": args.window,
+            "seconds": args.seconds,
+            "warmup_s": args.warmup,
+            "cpu_count": os.cpu_count(),
+            "mean_event_bytes": round(sum(sizes) / len(sizes), 1),
+            "checks_ok": ok,
+            "code_sha256": self.code["code_sha256"],
+            "git_head": self.code["git_head"],
+        }
+        # The issue's five figures first, then the rest in the order measured.
+        result = {k: result[k] for k in HEADLINE if k in result} | result
+        p50, p99 = result["receipt_p50_ms_at_20pct"], result["receipt_p99_ms_at_20pct"]
+        at = "the fixed load" if args.latency_at else f"{100 * args.load_fraction:g} %"
+        throughput = ("" if args.latency_at else
+                      f"committed {result['committed_per_s']:,.0f} events/s vs raw publish "
+                      f"{result['raw_publish_per_s']:,.0f} events/s (ratio {result['ratio']}); ")
+        log(f"\n{throughput}receipt p50 {p50:.2f} ms, p99 {p99:.2f} ms at {at}"
+            f"{'' if ok else '  -- CONSISTENCY CHECKS FAILED'}")
+        print(json.dumps(result), flush=True)
+        return 0 if ok else 1
+
+    async def _phase_max(self) -> dict[str, Any]:
+        """1. max load: committed events/s, checked against the sequencer and the database."""
+        args, P, E = self.args, self.P, self.E
         log(f"\n[1/4] max load: {P} producers, submit + receipts, {args.seconds:g} s after {args.warmup:g} s warm-up")
         db0 = await self.db_counts()
         mx = await self.run_phase("max", "ledger", args.seconds)
@@ -566,8 +610,17 @@ class Bench:
         self.check("window count agrees with the sequencer's metric",
                    abs(metric_rate - committed_per_s) <= 0.05 * committed_per_s,
                    f"{committed_per_s:,.0f} vs {metric_rate:,.0f} events/s")
+        return {
+            "committed_per_s": round(committed_per_s, 1),
+            "committed_per_s_metric": round(metric_rate, 1),
+            "sequencer_mean_batch_requests_max": round(seq_max["mean_batch_requests"], 1),
+            "sequencer_mean_commit_ms_max": round(seq_max["mean_commit_ms"], 3),
+            "cpu_cores_max": {k: round(v, 2) for k, v in cpu_max.items()},
+        }
 
-        # 2. raw baseline ----------------------------------------------------------------------
+    async def _phase_raw(self) -> dict[str, Any]:
+        """2. the raw baseline: the same bodies publish_async-ed to a stream like LEDGER_APPEND."""
+        args, P, E = self.args, self.P, self.E
         log(f"\n[2/4] raw JetStream baseline: {P} producers, publish_async of the same bodies to {RAW_STREAM} "
             f"(file storage, same settings as LEDGER_APPEND), window {args.window} acks/producer")
         cfg = append_stream_config(RAW_STREAM, Subjects(RAW_PREFIX), 1)
@@ -585,10 +638,13 @@ class Bench:
         self.check("raw: acks = messages stored, no errors", stored == raw_acked and not raw_errors,
                    f"acked {raw_acked}, stream holds {stored}, errors {raw_errors}")
         await self.js.delete_stream(RAW_STREAM)
+        return {"raw_publish_per_s": round(raw_per_s, 1),
+                "cpu_cores_raw": {k: round(v, 2) for k, v in cpu_raw.items()}}
 
-        # 3. latency at a fraction of max -------------------------------------------------------
-        rate = max(args.load_fraction * committed_per_s / E, 1.0)  # appends/s, all producers together
-        log(f"\n[3/4] latency: open-loop {100 * args.load_fraction:g} % load = {rate * E:,.0f} events/s "
+    async def _phase_latency(self, rate: float, load: str) -> dict[str, Any]:
+        """3. receipt latency under an open-loop load of ``rate`` appends/s."""
+        args, P, E = self.args, self.P, self.E
+        log(f"\n[3/4] latency: open-loop {load} = {rate * E:,.0f} events/s "
             f"({rate:,.0f} appends/s, {rate / P:,.1f}/s per producer, steady inter-arrival), {args.seconds:g} s "
             f"after {args.warmup:g} s warm-up")
         db2 = await self.db_counts()
@@ -620,8 +676,19 @@ class Bench:
         self.check("no rejected appends, no lost receipts", rejected == 0 and timeouts == 0
                    and len(lats) == offered,
                    f"rejected {rejected}, timeouts {timeouts}, latencies {len(lats)} of {offered} offered")
+        # The keys keep their "_at_20pct" names whatever the load; load_fraction says which.
+        return {
+            "receipt_p50_ms_at_20pct": round(p50, 3),
+            "receipt_p99_ms_at_20pct": round(p99, 3),
+            "offered_per_s_latency_phase": round(rate * E, 1),
+            "sequencer_batch_requests_at_20pct": round(seq_lat["mean_batch_requests"], 1),
+            "sequencer_mean_commit_ms_at_20pct": round(seq_lat["mean_commit_ms"], 3),
+            "cpu_cores_20pct": {k: round(v, 2) for k, v in cpu_lat.items()},
+        }
 
-        # 4. ceiling: the same producers against a sequencer that does only its NATS traffic --
+    async def _phase_ceiling(self, raw_per_s: float) -> dict[str, Any]:
+        """4. the same producers against a sequencer that does only its NATS traffic."""
+        args, P = self.args, self.P
         log(f"\n[4/4] ceiling: the same max load against bench/null_sequencer.py in the sequencer's place "
             f"(its NATS traffic only: pull, ack, publish each event, receipts; no ledger work)")
         await asyncio.to_thread(self.stop_sequencer)
@@ -637,43 +704,11 @@ class Bench:
                    and sum(x["appends_rejected"] for x in r) == 0,
                    f"timeouts {sum(x['receipt_timeouts'] for x in r)}, "
                    f"rejected {sum(x['appends_rejected'] for x in r)}")
-
-        ok = all(c[1] for c in self.checks)
-        result = {
-            "committed_per_s": round(committed_per_s, 1),
-            "raw_publish_per_s": round(raw_per_s, 1),
-            "ratio": round(committed_per_s / raw_per_s, 4) if raw_per_s else None,
-            "receipt_p50_ms_at_20pct": round(p50, 3),
-            "receipt_p99_ms_at_20pct": round(p99, 3),
-            "committed_per_s_metric": round(metric_rate, 1),
-            "load_fraction": args.load_fraction,
-            "offered_per_s_latency_phase": round(rate * E, 1),
-            "events_per_append": E,
-            "producers": P,
-            "lanes": args.lanes,
-            "window": args.window,
-            "seconds": args.seconds,
-            "warmup_s": args.warmup,
-            "cpu_count": os.cpu_count(),
-            "mean_event_bytes": round(sum(sizes) / len(sizes), 1),
-            "sequencer_mean_batch_requests_max": round(seq_max["mean_batch_requests"], 1),
-            "sequencer_mean_commit_ms_max": round(seq_max["mean_commit_ms"], 3),
-            "sequencer_batch_requests_at_20pct": round(seq_lat["mean_batch_requests"], 1),
-            "cpu_cores_max": {k: round(v, 2) for k, v in cpu_max.items()},
-            "cpu_cores_raw": {k: round(v, 2) for k, v in cpu_raw.items()},
-            "cpu_cores_20pct": {k: round(v, 2) for k, v in cpu_lat.items()},
+        return {
             "ceiling_per_s": round(ceiling_per_s, 1),
             "ceiling_ratio": round(ceiling_per_s / raw_per_s, 4) if raw_per_s else None,
             "cpu_cores_ceiling": {k: round(v, 2) for k, v in cpu_ceil.items()},
-            "checks_ok": ok,
-            "code_sha256": self.code["code_sha256"],
-            "git_head": self.code["git_head"],
         }
-        log(f"\ncommitted {committed_per_s:,.0f} events/s vs raw publish {raw_per_s:,.0f} events/s "
-            f"(ratio {result['ratio']}); receipt p50 {p50:.2f} ms, p99 {p99:.2f} ms at "
-            f"{100 * args.load_fraction:g} %{'' if ok else '  -- CONSISTENCY CHECKS FAILED'}")
-        print(json.dumps(result), flush=True)
-        return 0 if ok else 1
 
 
 def merge(dicts) -> dict[str, int]:
@@ -700,6 +735,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="appends (or raw acks) outstanding per producer at most (default 1024)")
     p.add_argument("--warmup", type=float, default=None, help="warm-up before each phase (default 2 s; 1 s quick)")
     p.add_argument("--load-fraction", type=float, default=0.2, help="latency phase load, of max (default 0.2)")
+    p.add_argument("--latency-at", type=float, default=None, metavar="EVENTS_PER_S",
+                   help="run only the latency phase, at this many events/s (skips max, raw and ceiling)")
     p.add_argument("--batch-size", type=int, default=None, help="the sequencer's --batch-size (default: its own)")
     p.add_argument("--dir", default=None, help="where to make the temporary store dir (default: system temp)")
     p.add_argument("--quick", action="store_true", help="smoke run: 3 s phases, 1 s warm-up")
@@ -712,6 +749,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.warmup = 1.0 if args.quick else 2.0
     if args.producers < 1 or args.lanes < args.producers or not 1 <= args.events_per_append <= 1000:
         p.error("need producers >= 1, lanes >= producers, 1 <= events-per-append <= 1000")
+    if args.latency_at is not None and args.latency_at <= 0:
+        p.error("--latency-at takes a rate above 0 events/s")
     return args
 
 

@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry
 from laneledger.client import make_event
 from laneledger.model import CreateLane, EnsureActor, encode
 from laneledger.natsserver import NatsServer
+from laneledger.servicemain import tune_gc_after_start
 from laneledger.signing import generate_private_key, public_key_hex
 from laneledger.store import LedgerWriter, open_ledger
 from laneledger.subjects import Subjects
@@ -73,6 +74,7 @@ async def run(requests: int, per_append: int, signed: bool = False) -> dict:
             acks.append(await js.publish_async(subjects.append("acme", lane.id), body,
                                                headers={"Ledger-Reply-To": inbox}))
         await asyncio.gather(*acks)
+        del acks  # not part of a deployed sequencer's heap (tune_gc_after_start freezes it)
 
         writer_cpu = [0.0]
         apply_batch = writer.apply_batch
@@ -89,6 +91,7 @@ async def run(requests: int, per_append: int, signed: bool = False) -> dict:
         total = requests * per_append
         wall, cpu = time.perf_counter(), time.process_time()
         await sequencer.start()
+        tune_gc_after_start()  # as python -m services.sequencer does
         while writer.last_position < total or sequencer.mirror.published < total:
             await asyncio.sleep(0.005)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu

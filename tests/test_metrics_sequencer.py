@@ -58,7 +58,7 @@ async def test_conflicts_replays_and_inbound_backlog(nats_server, nc, js, tmp_pa
     finally:
         refreshing.cancel()
         await asyncio.gather(refreshing, return_exceptions=True)
-        idle._thread.shutdown()
+        idle._writer_thread.shutdown()
 
     # ... which a running sequencer drains (each gets a rejection) back to zero.
     sequencer = Sequencer(nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")), metrics, SETTINGS)

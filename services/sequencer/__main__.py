@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from laneledger.config import Setting, common_settings, parse_settings, positive_int
 from laneledger.natsconnect import connect_nats
-from laneledger.servicemain import close_nats, run_main, stop_event, until_stopped
+from laneledger.servicemain import close_nats, run_main, stop_event, tune_gc_after_start, until_stopped
 from laneledger.opsserver import ops_routes, start_http
 from laneledger.redaction import Redactor, checked_keys, checked_patterns
 from laneledger.store import LedgerWriter, open_ledger
@@ -66,6 +66,7 @@ async def run(args: argparse.Namespace) -> None:
     stop = stop_event()
 
     await sequencer.start()
+    tune_gc_after_start()
     print(f"laneledger-sequencer ready http=http://{args.http_host}:{port} "
           f"position={writer.last_position}", flush=True)
     try:

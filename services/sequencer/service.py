@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar, get_args
 
@@ -63,6 +62,7 @@ from .metrics import SequencerMetrics
 from .mirror import CommittedStreamMirror
 from laneledger.pullfeed import PullFeed
 from .tenancy import check_command_tenant
+from .writerthread import WriterThread
 from .streams import (
     SEQUENCER_CONSUMER,
     append_stream_config,
@@ -95,6 +95,10 @@ class SequencerSettings:
     subjects: Subjects = Subjects()
     replicas: int = 1
     batch_size: int = 500
+    # A batch of at most this many requests commits on the event loop when
+    # the writer thread is idle (writerthread.py: cheaper than the hand-off);
+    # a larger one on the thread, while the loop prepares the next batch.
+    inline_commit_max: int = 32
     idle_wait_s: float = 0.5  # how long one wait for new requests lasts
     max_request_bytes: int = 1024 * 1024
     backlog_refresh_s: float = 1.0  # how often the inbound backlog gauge is refreshed
@@ -116,7 +120,7 @@ class Sequencer:
         self._writer = writer
         self._metrics = metrics
         self._settings = settings
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger-writer")
+        self._writer_thread = WriterThread()
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._blob_check: BlobCheck  # opened by start(), before any append is pulled
@@ -143,7 +147,7 @@ class Sequencer:
         return self.ready and self.store_error is None
 
     async def _in_writer(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+        return await self._writer_thread.run(fn, *args)
 
     # ------------------------------------------------------------- lifecycle
 
@@ -196,7 +200,7 @@ class Sequencer:
             task.cancel()
         # Bounded: a task that swallowed its cancel must not hang shutdown.
         await asyncio.wait(self._tasks, timeout=drain_timeout_s)
-        self._thread.shutdown(wait=True)
+        self._writer_thread.shutdown()
 
     async def _backlog_loop(self) -> None:
         """Refresh the inbound backlog gauge from the consumer's info."""
@@ -238,8 +242,10 @@ class Sequencer:
     async def _submit(self, msgs: list[Msg], in_flight: asyncio.Queue[_Batch | None]) -> None:
         outcomes, prepared, scrub = self._prepare_batch(msgs)
         outcomes, prepared = await self._blob_check.apply(outcomes, prepared)
-        committing = asyncio.get_running_loop().run_in_executor(
-            self._thread, self._writer.apply_batch, prepared)
+        if len(prepared) <= self._settings.inline_commit_max and self._writer_thread.idle:
+            committing = self._writer_thread.run_here(self._writer.apply_batch, prepared)
+        else:  # the loop pulls and prepares the next batch meanwhile
+            committing = self._writer_thread.run(self._writer.apply_batch, prepared)
         await in_flight.put(_Batch(msgs, outcomes, committing, time.perf_counter(), scrub))
 
     async def _finish_loop(self, in_flight: asyncio.Queue[_Batch | None]) -> None:

@@ -1,0 +1,138 @@
+"""Where the ledger's connection is used (services/sequencer/writerthread.py):
+calls keep their order and the connection never has two users; small batches
+commit on the event loop, large ones on the writer thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import msgspec
+import pytest
+from prometheus_client import CollectorRegistry
+
+from laneledger.client import LedgerClient, make_event
+from laneledger.errors import InternalError
+from laneledger.model import encode
+from laneledger.store import LedgerWriter, open_ledger
+from laneledger.subjects import REPLY_HEADER, Subjects
+from services.sequencer.metrics import SequencerMetrics
+from services.sequencer.service import Sequencer, SequencerSettings
+from services.sequencer.writerthread import WriterThread
+
+
+async def test_calls_run_in_order_and_the_thread_is_busy_until_they_return():
+    thread = WriterThread()
+    release = threading.Event()
+    order: list[str] = []
+
+    def blocked() -> str:
+        release.wait(10)
+        order.append("first")
+        return "first"
+
+    try:
+        first = thread.run(blocked)
+        second = thread.run(order.append, "second")
+        assert not thread.idle
+        with pytest.raises(RuntimeError, match="overtake"):
+            thread.run_here(order.append, "here")
+        release.set()
+        assert await first == "first"
+        await second
+        assert order == ["first", "second"]
+        await asyncio.sleep(0)  # the count-down is delivered through the loop
+        assert thread.idle
+    finally:
+        release.set()
+        thread.shutdown()
+
+
+async def test_a_cancelled_waiter_does_not_make_the_thread_look_idle():
+    """An awaiting task that gives up does not stop the call: the thread stays
+    busy until the call itself returns."""
+    thread = WriterThread()
+    started, release = threading.Event(), threading.Event()
+
+    def blocked() -> None:
+        started.set()
+        release.wait(10)
+
+    try:
+        waiter = asyncio.ensure_future(thread.run(blocked))
+        await asyncio.to_thread(started.wait, 10)
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+        await asyncio.sleep(0.05)
+        assert not thread.idle
+        release.set()
+        for _ in range(200):
+            if thread.idle:
+                break
+            await asyncio.sleep(0.01)
+        assert thread.idle
+    finally:
+        release.set()
+        thread.shutdown()
+
+
+async def test_run_here_runs_on_the_loop_thread_and_delivers_errors_as_run_does():
+    thread = WriterThread()
+    try:
+        here = thread.run_here(threading.get_ident)
+        assert here.done() and await here == threading.get_ident()
+
+        def refuse() -> None:
+            raise InternalError("ledger commit failed: disk I/O error")
+
+        for outcome in (thread.run_here(refuse), thread.run(refuse)):
+            with pytest.raises(InternalError, match="disk I/O error"):
+                await outcome
+    finally:
+        thread.shutdown()
+
+
+async def test_small_batches_commit_on_the_loop_large_ones_on_the_writer_thread(
+        nats_server, nc, js, tmp_path: Path):
+    writer = LedgerWriter(open_ledger(tmp_path / "ledger.db"))
+    committed_on: list[tuple[int, bool]] = []  # (requests, on the loop thread)
+    apply_batch = writer.apply_batch
+    loop_thread = threading.get_ident()
+
+    def recording(batch):
+        committed_on.append((len(batch), threading.get_ident() == loop_thread))
+        return apply_batch(batch)
+
+    writer.apply_batch = recording  # type: ignore[method-assign]
+    settings = SequencerSettings(inline_commit_max=4)
+    sequencer = Sequencer(nc, writer, SequencerMetrics(CollectorRegistry()), settings)
+    await sequencer.start()
+    try:
+        async with await LedgerClient.connect(nats_server.url, timeout=5.0) as client:
+            agent = await client.ensure_actor("acme", "agent:writer-thread", "agent")
+            lane = await client.create_lane("acme", "s1", "r1", "main", actor_id=agent.id)
+            await client.append(lane, 0, [make_event(lane.id, "stream.text_delta", actor_id=agent.id,
+                                                     payload={"text": "alone"})])
+            await sequencer.stop()
+            # Fifty requests queued while nothing pulls: batches over the limit.
+            inbox = nc.new_inbox()
+            receipts = await nc.subscribe(inbox)
+            for seq in range(1, 51):
+                event = make_event(lane.id, "stream.text_delta", actor_id=agent.id,
+                                   payload={"text": f"queued {seq}"})
+                body = encode({"lane_id": lane.id, "expected_last_seq": seq, "append_id": f"q{seq}",
+                               "events": [event]})
+                await js.publish(Subjects().append("acme", lane.id), body, headers={REPLY_HEADER: inbox})
+            sequencer = Sequencer(nc, writer, SequencerMetrics(CollectorRegistry()), settings)
+            await sequencer.start()
+            answered = 0
+            while answered < 50:
+                answered += len(msgspec.json.decode((await receipts.next_msg(timeout=10)).data))
+            head = await client.get_lane(lane.id)
+    finally:
+        await sequencer.stop()
+    assert head.last_seq == 51
+    assert committed_on[0] == (1, True)  # the thread was idle
+    large = [on_loop for n, on_loop in committed_on if n > 4]
+    assert large and not any(large)
