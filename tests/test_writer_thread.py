@@ -1,6 +1,6 @@
 """Where the ledger's connection is used (services/sequencer/writerthread.py):
 calls keep their order and the connection never has two users; small batches
-commit on the event loop, large ones on the writer thread."""
+commit on the event loop once the writer thread is idle, large ones on it."""
 
 from __future__ import annotations
 
@@ -44,6 +44,24 @@ async def test_calls_run_in_order_and_the_thread_is_busy_until_they_return():
         assert order == ["first", "second"]
         await asyncio.sleep(0)  # the count-down is delivered through the loop
         assert thread.idle
+    finally:
+        release.set()
+        thread.shutdown()
+
+
+async def test_until_idle_waits_for_every_call_in_hand():
+    thread = WriterThread()
+    release = threading.Event()
+    try:
+        await asyncio.wait_for(thread.until_idle(), 1)  # nothing in hand: at once
+        calls = [thread.run(release.wait, 10), thread.run(release.wait, 10)]
+        waiting = asyncio.ensure_future(thread.until_idle())
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        release.set()
+        await asyncio.wait_for(waiting, 5)
+        assert thread.idle and all(call.done() for call in calls)
+        thread.run_here(len, [])  # allowed now
     finally:
         release.set()
         thread.shutdown()
@@ -133,6 +151,7 @@ async def test_small_batches_commit_on_the_loop_large_ones_on_the_writer_thread(
     finally:
         await sequencer.stop()
     assert head.last_seq == 51
-    assert committed_on[0] == (1, True)  # the thread was idle
+    # Small batches wait for the thread to finish and commit on the loop.
+    assert all(on_loop for n, on_loop in committed_on if n <= 4)
     large = [on_loop for n, on_loop in committed_on if n > 4]
     assert large and not any(large)

@@ -95,7 +95,7 @@ class SequencerSettings:
     subjects: Subjects = Subjects()
     replicas: int = 1
     batch_size: int = 500
-    # A batch of at most this many requests commits on the event loop when
+    # A batch of at most this many requests commits on the event loop, once
     # the writer thread is idle (writerthread.py: cheaper than the hand-off);
     # a larger one on the thread, while the loop prepares the next batch.
     inline_commit_max: int = 32
@@ -242,7 +242,11 @@ class Sequencer:
     async def _submit(self, msgs: list[Msg], in_flight: asyncio.Queue[_Batch | None]) -> None:
         outcomes, prepared, scrub = self._prepare_batch(msgs)
         outcomes, prepared = await self._blob_check.apply(outcomes, prepared)
-        if len(prepared) <= self._settings.inline_commit_max and self._writer_thread.idle:
+        if len(prepared) <= self._settings.inline_commit_max:
+            # Waiting for the thread costs nothing (commits are in order anyway)
+            # and keeps small batches off it; what arrives meanwhile makes the
+            # next batch larger.
+            await self._writer_thread.until_idle()
             committing = self._writer_thread.run_here(self._writer.apply_batch, prepared)
         else:  # the loop pulls and prepares the next batch meanwhile
             committing = self._writer_thread.run(self._writer.apply_batch, prepared)

@@ -28,15 +28,23 @@ class WriterThread:
         # Calls handed to the thread that have not returned (or been cancelled
         # before starting). Changed on the event loop only.
         self._in_hand = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     @property
     def idle(self) -> bool:
         return self._in_hand == 0
 
+    async def until_idle(self) -> None:
+        """Return once the thread has nothing in hand (at once if so now)."""
+        while not self.idle:
+            await self._idle.wait()
+
     def run(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """``fn(*args)`` on the thread, after every call handed over before it."""
         loop = asyncio.get_running_loop()
         self._in_hand += 1
+        self._idle.clear()
         handed = self._pool.submit(fn, *args)
         # Counted down when fn has returned, not when an awaiting task gives up
         # (a cancelled asyncio wrapper says done while fn still runs).
@@ -45,6 +53,8 @@ class WriterThread:
 
     def _returned(self) -> None:
         self._in_hand -= 1
+        if self._in_hand == 0:
+            self._idle.set()
 
     def run_here(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """``fn(*args)`` now, on the calling (event-loop) thread, its outcome
