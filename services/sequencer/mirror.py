@@ -94,7 +94,13 @@ class CommittedStreamMirror:
         """
         while True:
             _raise_if_cancel_requested()
-            records = await self._queue.get()
+            # Whatever else is queued goes in the same round: one ack wait per
+            # round, not per batch, or small batches arriving faster than the
+            # server answers would queue up behind each other.
+            batches = [await self._queue.get()]
+            while not self._queue.empty():
+                batches.append(self._queue.get_nowait())
+            records = [record for batch in batches for record in batch]
             while True:
                 try:
                     await self._publish_new(records)

@@ -242,6 +242,7 @@ class Sequencer:
     async def _submit(self, msgs: list[Msg], in_flight: asyncio.Queue[_Batch | None]) -> None:
         outcomes, prepared, scrub = self._prepare_batch(msgs)
         outcomes, prepared = await self._blob_check.apply(outcomes, prepared)
+        started = time.perf_counter()  # commit_seconds: from here, waiting for the writer included
         if len(prepared) <= self._settings.inline_commit_max:
             # Waiting for the thread costs nothing (commits are in order anyway)
             # and keeps small batches off it; what arrives meanwhile makes the
@@ -250,7 +251,7 @@ class Sequencer:
             committing = self._writer_thread.run_here(self._writer.apply_batch, prepared)
         else:  # the loop pulls and prepares the next batch meanwhile
             committing = self._writer_thread.run(self._writer.apply_batch, prepared)
-        await in_flight.put(_Batch(msgs, outcomes, committing, time.perf_counter(), scrub))
+        await in_flight.put(_Batch(msgs, outcomes, committing, started, scrub))
 
     async def _finish_loop(self, in_flight: asyncio.Queue[_Batch | None]) -> None:
         while (batch := await in_flight.get()) is not None:

@@ -1,0 +1,60 @@
+"""The committed-stream mirror publishes every batch queued while it waited
+for the server in one round, with one ack wait: small batches arriving faster
+than an ack round trip must not queue up behind each other (the tail would
+see every commit late)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from laneledger.store import CommittedRecord
+from laneledger.subjects import Subjects
+from services.sequencer.mirror import CommittedStreamMirror
+from services.sequencer.streams import ensure_stream, events_stream_config
+
+
+def record(position: int) -> CommittedRecord:
+    return CommittedRecord(position=position, event_id=f"e{position}", event_type="stream.text_delta",
+                           tenant="acme", session_id="s", run_id="r", lane_id="lane",
+                           body=b'{"position": %d}' % position)
+
+
+async def test_batches_queued_during_a_round_go_out_in_the_next_one(nc, js):
+    subjects = Subjects()
+    await ensure_stream(js, events_stream_config(subjects.events_stream, subjects, 1))
+    mirror = CommittedStreamMirror(nc, subjects, subjects.events_stream,
+                                   read_after=lambda pos, n: asyncio.sleep(0, []),
+                                   ledger_last_position=lambda: 0)
+    await mirror.catch_up()
+    rounds: list[int] = []  # the position each ack was asked for
+    ask = mirror._acks.publish
+
+    async def counting(subject, body, headers):
+        rounds.append(int(headers["Nats-Expected-Last-Sequence"]) + 1)
+        return await ask(subject, body, headers)
+
+    mirror._acks.publish = counting  # type: ignore[method-assign]
+    for first in range(1, 11, 2):  # five batches of two, queued before the mirror runs
+        await mirror.submit([record(first), record(first + 1)])
+    running = asyncio.create_task(mirror.run())
+    try:
+        for _ in range(200):
+            if mirror.published == 10:
+                break
+            await asyncio.sleep(0.01)
+        assert mirror.published == 10
+        assert rounds == [10]
+        # And a batch queued later is its own round, in order after them.
+        await mirror.submit([record(11)])
+        for _ in range(200):
+            if mirror.published == 11:
+                break
+            await asyncio.sleep(0.01)
+        assert rounds == [10, 11]
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+    info = await js.stream_info(subjects.events_stream)
+    assert (info.state.messages, info.state.first_seq, info.state.last_seq) == (11, 1, 11)
+    stored = await js.get_msg(subjects.events_stream, 7)
+    assert stored.data == b'{"position": 7}'
