@@ -3,10 +3,11 @@ loop when that thread has nothing in hand.
 
 A connection must never be used from two threads at once, and the writer's
 calls must run in the order they were made; one worker thread gives both.
-Handing a small call to it costs more than the call, though: at a few
-requests per batch the hand-off and the two threads taking turns with the GIL
-held each commit for ~5 ms, where the commit itself takes ~1 ms
-(``bench/append.py --latency-at``). ``run_here`` lets such a call run on the
+Handing a small call to it costs more than the call, though: with two
+requests per batch at 20 % of max load, the hand-off and the two threads
+taking turns with the GIL made a commit take 4.9 ms on average, where on the
+event loop it takes 0.6 ms (the sequencer's ``commit_seconds``, from
+``bench/append.py``; README, "Performance"). ``run_here`` lets such a call run on the
 event loop instead, which is safe exactly when the thread is idle: nothing
 handed to it is still running or waiting, so the order holds and the
 connection has one user.
