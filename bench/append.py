@@ -644,7 +644,8 @@ class Bench:
     async def _phase_latency(self, rate: float, load: str) -> dict[str, Any]:
         """3. receipt latency under an open-loop load of ``rate`` appends/s."""
         args, P, E = self.args, self.P, self.E
-        log(f"\n[3/4] latency: open-loop {load} = {rate * E:,.0f} events/s "
+        step = "[1/1]" if args.latency_at else "[3/4]"
+        log(f"\n{step} latency: open-loop {load} = {rate * E:,.0f} events/s "
             f"({rate:,.0f} appends/s, {rate / P:,.1f}/s per producer, steady inter-arrival), {args.seconds:g} s "
             f"after {args.warmup:g} s warm-up")
         db2 = await self.db_counts()
