@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from pathlib import Path
 
 import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
 
+from laneledger.audit import audit_ledger
 from laneledger.client import LedgerClient, make_event
 from laneledger.errors import InternalError
 from laneledger.model import encode
@@ -155,3 +157,56 @@ async def test_small_batches_commit_on_the_loop_large_ones_on_the_writer_thread(
     assert all(on_loop for n, on_loop in committed_on if n <= 4)
     large = [on_loop for n, on_loop in committed_on if n > 4]
     assert large and not any(large)
+
+
+async def test_commands_and_reads_interleaved_with_appends_never_share_the_connection(
+        nats_server, nc, tmp_path: Path):
+    """Commands and reads go to the writer thread while appends commit on the
+    loop or on the thread: the writer is never in two calls at once (a slow
+    command widens the window), every call is answered, the chains are sound."""
+    db = tmp_path / "ledger.db"
+    writer = LedgerWriter(open_ledger(db))
+    in_use = threading.Lock()
+    overlaps: list[str] = []
+
+    def one_user(name: str, fn, pause: float = 0.0):
+        def guarded(*args, **kwargs):
+            if not in_use.acquire(blocking=False):
+                overlaps.append(name)
+                return fn(*args, **kwargs)
+            try:
+                time.sleep(pause)
+                return fn(*args, **kwargs)
+            finally:
+                in_use.release()
+        return guarded
+
+    writer.apply_batch = one_user("apply_batch", writer.apply_batch)  # type: ignore[method-assign]
+    writer.create_lane = one_user("create_lane", writer.create_lane, 0.02)  # type: ignore[method-assign]
+    sequencer = Sequencer(nc, writer, SequencerMetrics(CollectorRegistry()))
+    await sequencer.start()
+    try:
+        async with await LedgerClient.connect(nats_server.url, timeout=10.0) as client:
+            agent = await client.ensure_actor("acme", "agent:interleave", "agent")
+            lanes = [await client.create_lane("acme", "s1", "r1", f"lane-{i}", actor_id=agent.id)
+                     for i in range(8)]
+
+            async def write(lane, n: int) -> None:
+                for seq in range(n):
+                    await client.append(lane, seq, [make_event(
+                        lane.id, "stream.text_delta", actor_id=agent.id, payload={"text": f"{seq}"})])
+
+            async def command(i: int) -> None:
+                actor = await client.ensure_actor("acme", f"agent:interleave-{i}", "agent")
+                lane = await client.create_lane("acme", "s2", "r2", f"side-{i}", actor_id=actor.id)
+                assert (await client.get_lane(lane.id)).last_seq == 0
+                await client.load_lane(lanes[i % len(lanes)].id)
+
+            await asyncio.gather(*(write(lane, 25) for lane in lanes),
+                                 *(command(i) for i in range(20)))
+            heads = [(await client.get_lane(lane.id)).last_seq for lane in lanes]
+    finally:
+        await sequencer.stop()
+    assert overlaps == []
+    assert heads == [25] * len(lanes)
+    assert audit_ledger(db).events == 25 * len(lanes)
