@@ -14,15 +14,14 @@ from typing import Any
 
 import msgspec
 
-from laneledger.access import guarded
 from laneledger.apidoc import (
     JSON_MEDIA,
     SCHEMA_REF,
     document,
-    error_response,
     error_responses,
     json_body,
     schema_ref,
+    secure_guarded,
 )
 from laneledger.model import (
     Checkpoint,
@@ -147,14 +146,9 @@ PATHS: dict[str, Any] = {
     }},
 }
 
-# Every guarded path (laneledger.access.guarded: all but the probes, /metrics
-# and this document) takes a bearer token and may answer 401. No 403: another
+# Every guarded path takes a bearer token and may answer 401. No 403: another
 # tenant's checkpoint, run, lane or artifact is 404, as if absent.
-for _path, _operations in PATHS.items():
-    if guarded(_path):
-        for _operation in _operations.values():
-            _operation["security"] = [{"bearerToken": []}]
-            _operation["responses"]["401"] = error_response()
+secure_guarded(PATHS, "401")
 
 DOCUMENT: dict[str, Any] = document(
     title="laneledger checkpoint service",

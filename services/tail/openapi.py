@@ -8,14 +8,14 @@ from typing import Any
 
 from aiohttp import web
 
-from laneledger.access import ACCESS_TOKEN_PARAMETER, guarded
+from laneledger.access import ACCESS_TOKEN_PARAMETER
 from laneledger.apidoc import (
     JSON_MEDIA,
     document,
-    error_response,
     error_responses,
     json_body,
     schema_ref,
+    secure_guarded,
 )
 
 from .api import json_response
@@ -510,22 +510,15 @@ PATHS: dict[str, Any] = {
 
 
 def _secure(paths: dict[str, Any]) -> None:
-    """Every guarded path (``laneledger.access.guarded``: all but the probes,
-    /metrics, this document and the console's files) takes a bearer token and may answer 401, and 403 for a tenant its token
-    does not grant; the live tail also takes ``access_token`` (EventSource
-    cannot set headers)."""
-    for path, operations in paths.items():
-        if not guarded(path):
-            continue
-        for operation in operations.values():
-            operation["security"] = [{"bearerToken": []}]
-            if path in QUERY_TOKEN_PATHS:
-                operation["security"].append({"accessTokenQuery": []})
-                operation["parameters"].append(_param(
-                    ACCESS_TOKEN_PARAMETER, "query", {"type": "string", "minLength": 1},
-                    "the bearer token, for clients that cannot set Authorization"))
-            for status in ("401", "403"):
-                operation["responses"].setdefault(status, error_response())
+    """Every guarded path takes a bearer token and may answer 401, and 403 for
+    a tenant its token does not grant (``apidoc.secure_guarded``); the live
+    tail also takes ``access_token`` (EventSource cannot set headers)."""
+    for path, operation in secure_guarded(paths, "401", "403"):
+        if path in QUERY_TOKEN_PATHS:
+            operation["security"].append({"accessTokenQuery": []})
+            operation["parameters"].append(_param(
+                ACCESS_TOKEN_PARAMETER, "query", {"type": "string", "minLength": 1},
+                "the bearer token, for clients that cannot set Authorization"))
 
 
 QUERY_TOKEN_PATHS = ("/api/v1/events",)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .access import guarded
+
 JSON_MEDIA = "application/json"
 SCHEMA_REF = "#/components/schemas/{name}"  # also msgspec's ref_template
 
@@ -29,6 +31,23 @@ def error_responses(*statuses: int) -> dict[str, Any]:
     found = {str(s): error_response() for s in statuses}
     found["default"] = error_response()
     return found
+
+
+def secure_guarded(paths: dict[str, Any], *statuses: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every operation of every guarded path (``laneledger.access.guarded``:
+    all but the probes, /metrics, the documents and the console's files)
+    takes the bearer token and may answer each of ``statuses`` with the typed
+    error. Returns those ``(path, operation)`` for what a service adds."""
+    secured = []
+    for path, operations in paths.items():
+        if not guarded(path):
+            continue
+        for operation in operations.values():
+            operation["security"] = [{"bearerToken": []}]
+            for status in statuses:
+                operation["responses"].setdefault(status, error_response())
+            secured.append((path, operation))
+    return secured
 
 
 def document(*, title: str, description: str, paths: dict[str, Any], schemas: dict[str, Any],
