@@ -9,6 +9,7 @@ import asyncio
 
 from laneledger.store import CommittedRecord
 from laneledger.subjects import Subjects
+from metrics_support import wait_for
 from services.sequencer.mirror import CommittedStreamMirror
 from services.sequencer.streams import ensure_stream, events_stream_config
 
@@ -36,20 +37,17 @@ async def test_batches_queued_during_a_round_go_out_in_the_next_one(nc, js):
     mirror._acks.publish = counting  # type: ignore[method-assign]
     for first in range(1, 11, 2):  # five batches of two, queued before the mirror runs
         await mirror.submit([record(first), record(first + 1)])
+
+    async def published(position: int) -> bool:
+        return mirror.published == position
+
     running = asyncio.create_task(mirror.run())
     try:
-        for _ in range(200):
-            if mirror.published == 10:
-                break
-            await asyncio.sleep(0.01)
-        assert mirror.published == 10
+        assert await wait_for(lambda: published(10), timeout=2, interval=0.01)
         assert rounds == [10]
         # And a batch queued later is its own round, in order after them.
         await mirror.submit([record(11)])
-        for _ in range(200):
-            if mirror.published == 11:
-                break
-            await asyncio.sleep(0.01)
+        assert await wait_for(lambda: published(11), timeout=2, interval=0.01)
         assert rounds == [10, 11]
     finally:
         running.cancel()

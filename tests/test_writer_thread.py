@@ -19,14 +19,24 @@ from laneledger.errors import InternalError
 from laneledger.model import encode
 from laneledger.store import LedgerWriter, open_ledger
 from laneledger.subjects import REPLY_HEADER, Subjects
+from metrics_support import wait_for
 from services.sequencer.metrics import SequencerMetrics
 from services.sequencer.service import Sequencer, SequencerSettings
 from services.sequencer.writerthread import WriterThread
 
 
-async def test_calls_run_in_order_and_the_thread_is_busy_until_they_return():
-    thread = WriterThread()
-    release = threading.Event()
+@pytest.fixture
+def thread_and_release():
+    """A writer thread, and an event its blocked test calls wait on: set at
+    the end, so the thread's shutdown never waits on a call a failed test left."""
+    thread, release = WriterThread(), threading.Event()
+    yield thread, release
+    release.set()
+    thread.shutdown()
+
+
+async def test_calls_run_in_order_and_the_thread_is_busy_until_they_return(thread_and_release):
+    thread, release = thread_and_release
     order: list[str] = []
 
     def blocked() -> str:
@@ -34,83 +44,66 @@ async def test_calls_run_in_order_and_the_thread_is_busy_until_they_return():
         order.append("first")
         return "first"
 
-    try:
-        first = thread.run(blocked)
-        second = thread.run(order.append, "second")
-        assert not thread.idle
-        with pytest.raises(RuntimeError, match="overtake"):
-            thread.run_here(order.append, "here")
-        release.set()
-        assert await first == "first"
-        await second
-        assert order == ["first", "second"]
-        await asyncio.sleep(0)  # the count-down is delivered through the loop
-        assert thread.idle
-    finally:
-        release.set()
-        thread.shutdown()
+    first = thread.run(blocked)
+    second = thread.run(order.append, "second")
+    assert not thread.idle
+    with pytest.raises(RuntimeError, match="overtake"):
+        thread.run_here(order.append, "here")
+    release.set()
+    assert await first == "first"
+    await second
+    assert order == ["first", "second"]
+    await asyncio.sleep(0)  # the count-down is delivered through the loop
+    assert thread.idle
 
 
-async def test_until_idle_waits_for_every_call_in_hand():
-    thread = WriterThread()
-    release = threading.Event()
-    try:
-        await asyncio.wait_for(thread.until_idle(), 1)  # nothing in hand: at once
-        calls = [thread.run(release.wait, 10), thread.run(release.wait, 10)]
-        waiting = asyncio.ensure_future(thread.until_idle())
-        await asyncio.sleep(0.05)
-        assert not waiting.done()
-        release.set()
-        await asyncio.wait_for(waiting, 5)
-        assert thread.idle and all(call.done() for call in calls)
-        thread.run_here(len, [])  # allowed now
-    finally:
-        release.set()
-        thread.shutdown()
+async def test_until_idle_waits_for_every_call_in_hand(thread_and_release):
+    thread, release = thread_and_release
+    await asyncio.wait_for(thread.until_idle(), 1)  # nothing in hand: at once
+    calls = [thread.run(release.wait, 10), thread.run(release.wait, 10)]
+    waiting = asyncio.ensure_future(thread.until_idle())
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    release.set()
+    await asyncio.wait_for(waiting, 5)
+    assert thread.idle and all(call.done() for call in calls)
+    thread.run_here(len, [])  # allowed now
 
 
-async def test_a_cancelled_waiter_does_not_make_the_thread_look_idle():
+async def test_a_cancelled_waiter_does_not_make_the_thread_look_idle(thread_and_release):
     """An awaiting task that gives up does not stop the call: the thread stays
     busy until the call itself returns."""
-    thread = WriterThread()
-    started, release = threading.Event(), threading.Event()
+    thread, release = thread_and_release
+    started = threading.Event()
 
     def blocked() -> None:
         started.set()
         release.wait(10)
 
-    try:
-        waiter = asyncio.ensure_future(thread.run(blocked))
-        await asyncio.to_thread(started.wait, 10)
-        waiter.cancel()
-        await asyncio.gather(waiter, return_exceptions=True)
-        await asyncio.sleep(0.05)
-        assert not thread.idle
-        release.set()
-        for _ in range(200):
-            if thread.idle:
-                break
-            await asyncio.sleep(0.01)
-        assert thread.idle
-    finally:
-        release.set()
-        thread.shutdown()
+    async def idle() -> bool:
+        return thread.idle
+
+    waiter = asyncio.ensure_future(thread.run(blocked))
+    await asyncio.to_thread(started.wait, 10)
+    waiter.cancel()
+    await asyncio.gather(waiter, return_exceptions=True)
+    await asyncio.sleep(0.05)
+    assert not thread.idle
+    release.set()
+    assert await wait_for(idle, timeout=2, interval=0.01)
 
 
-async def test_run_here_runs_on_the_loop_thread_and_delivers_errors_as_run_does():
-    thread = WriterThread()
-    try:
-        here = thread.run_here(threading.get_ident)
-        assert here.done() and await here == threading.get_ident()
+async def test_run_here_runs_on_the_loop_thread_and_delivers_errors_as_run_does(thread_and_release):
+    thread, _ = thread_and_release
+    here = thread.run_here(threading.get_ident)
+    assert here.done() and await here == threading.get_ident()
 
-        def refuse() -> None:
-            raise InternalError("ledger commit failed: disk I/O error")
+    def refuse() -> None:
+        raise InternalError("ledger commit failed: disk I/O error")
 
-        for outcome in (thread.run_here(refuse), thread.run(refuse)):
-            with pytest.raises(InternalError, match="disk I/O error"):
-                await outcome
-    finally:
-        thread.shutdown()
+    for outcome in (thread.run_here(refuse), thread.run(refuse)):
+        with pytest.raises(InternalError, match="disk I/O error"):
+            await outcome
 
 
 async def test_small_batches_commit_on_the_loop_large_ones_on_the_writer_thread(
