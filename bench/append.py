@@ -505,7 +505,6 @@ class Bench:
                 return
 
     async def run(self) -> int:
-        args, P, E = self.args, self.P, self.E
         await self.wait_idle()
         await self.nats.astart()
         await asyncio.to_thread(self.start_sequencer)
@@ -690,8 +689,8 @@ class Bench:
     async def _phase_ceiling(self, raw_per_s: float) -> dict[str, Any]:
         """4. the same producers against a sequencer that does only its NATS traffic."""
         args, P = self.args, self.P
-        log(f"\n[4/4] ceiling: the same max load against bench/null_sequencer.py in the sequencer's place "
-            f"(its NATS traffic only: pull, ack, publish each event, receipts; no ledger work)")
+        log("\n[4/4] ceiling: the same max load against bench/null_sequencer.py in the sequencer's place "
+            "(its NATS traffic only: pull, ack, publish each event, receipts; no ledger work)")
         await asyncio.to_thread(self.stop_sequencer)
         await asyncio.to_thread(self.start_sequencer, True)
         ceil = await self.run_phase("ceiling", "ledger", args.seconds, monitor_ledger=False,
