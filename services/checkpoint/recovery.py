@@ -140,8 +140,8 @@ def link_problem(event: CommittedEvent, stored: CheckpointInfo | None) -> str | 
     if stored is None:
         return "unknown_checkpoint"
     said = event.payload
-    for field in ("key", "revision", "digest"):
-        if field in said and said[field] != getattr(stored, field):
+    for name in ("key", "revision", "digest"):
+        if name in said and said[name] != getattr(stored, name):
             return "mismatch"
     return None
 

@@ -739,10 +739,10 @@ def read_export(path: str | Path) -> Iterator[dict]:
             record = decode_json(raw, file=name, line=number)
             if not isinstance(record, dict):
                 raise InvalidRequest("expected a JSON object", file=name, line=number)
-            for field, kind in (("position", int), ("lane_id", str)):
-                if not isinstance(record.get(field), kind) or isinstance(record.get(field), bool):
-                    raise InvalidRequest(f"field {field}: missing or not {kind.__name__}",
-                                         file=name, line=number, field=field)
+            for key, kind in (("position", int), ("lane_id", str)):
+                if not isinstance(record.get(key), kind) or isinstance(record.get(key), bool):
+                    raise InvalidRequest(f"field {key}: missing or not {kind.__name__}",
+                                         file=name, line=number, field=key)
             yield record
 
 
