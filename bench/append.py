@@ -3,7 +3,7 @@ JetStream publishing of the same bytes.
 
     .venv/bin/python bench/append.py [--seconds S] [--producers P] [--lanes L]
                                      [--events-per-append E] [--quick]
-                                     [--latency-at EVENTS_PER_S]
+                                     [--latency-at EVENTS_PER_S] [--no-bare]
 
 Everything runs on 127.0.0.1 in a temporary directory: its own nats-server,
 the sequencer as a subprocess (``python -m services.sequencer``) on a fresh
@@ -25,12 +25,19 @@ SQLite file, and P producer processes (``bench/producer.py``). Phases:
    committed throughput of phase 1, spread over the producers with steady
    inter-arrival times; the time from ``submit`` to receipt of every append in
    the window gives p50 and p99.
-4. **ceiling** - the sequencer is replaced by ``bench/null_sequencer.py``,
+4. **bare max load** - phase 1 again, but the producers publish the raw
+   phase's way (pre-built bodies, ``js.publish_async``, no SDK) to the
+   ledger's subjects and count receipts on one subscription: what the ledger
+   commits when its producers cost no more than raw ones (``bare_*``).
+5. **ceiling** - the sequencer is replaced by ``bench/null_sequencer.py``,
    which does the sequencer's NATS traffic (pull, ack, one event published per
    event with one ack per batch, one receipt message per producer per batch)
    and none of the ledger's work, and phase 1 runs again against it. What the
    producers reach then is the most this architecture's processes commit on
    this machine whatever the ledger costs: ``ceiling_per_s``, ``ceiling_ratio``.
+6. **bare ceiling** - phase 4's producers against the stand-in: the most any
+   sequencer could commit here with producers as cheap as the baseline's
+   (``bare_ceiling_*``). ``--no-bare`` skips phases 4 and 6.
 
 ``--latency-at N`` runs phase 3 alone, at N events/s, for comparing two copies
 of the code at the same load without the other phases' minutes.
@@ -517,8 +524,15 @@ class Bench:
             await self.http.close()
             await self.client.close()
 
+    def step(self) -> str:
+        """The next phase's "[i/n]"."""
+        self.steps_done += 1
+        return f"[{self.steps_done}/{self.steps}]"
+
     async def _run(self) -> int:
         args, P, E = self.args, self.P, self.E
+        self.steps_done = 0
+        self.steps = 1 if args.latency_at is not None else 4 if args.no_bare else 6
         log(f"laneledger append benchmark: {P} producer processes, {args.lanes} lanes, {E} event(s) per "
             f"append, window {args.window} appends/producer, warm-up {args.warmup:g} s, phases "
             f"{args.seconds:g} s, {os.cpu_count()} CPUs; store in {self.dir} "
@@ -545,7 +559,13 @@ class Bench:
                                if result["raw_publish_per_s"] else None)
             rate = max(args.load_fraction * result["committed_per_s"] / E, 1.0)  # appends/s
             result |= await self._phase_latency(rate, f"{100 * args.load_fraction:g} % load")
+            if not args.no_bare:
+                result |= await self._phase_bare()
+                result["bare_ratio"] = (round(result["bare_committed_per_s"] / result["raw_publish_per_s"], 4)
+                                        if result["raw_publish_per_s"] else None)
             result |= await self._phase_ceiling(result["raw_publish_per_s"])
+            if not args.no_bare:
+                result |= await self._phase_ceiling(result["raw_publish_per_s"], "bare")
         else:
             result = await self._phase_latency(args.latency_at / E, "fixed load")
         ok = all(c[1] for c in self.checks)
@@ -577,10 +597,30 @@ class Bench:
 
     async def _phase_max(self) -> dict[str, Any]:
         """1. max load: committed events/s, checked against the sequencer and the database."""
-        args, P, E = self.args, self.P, self.E
-        log(f"\n[1/4] max load: {P} producers, submit + receipts, {args.seconds:g} s after {args.warmup:g} s warm-up")
+        args, P = self.args, self.P
+        log(f"\n{self.step()} max load: {P} producers, submit + receipts, {args.seconds:g} s after "
+            f"{args.warmup:g} s warm-up")
+        out = await self._max_load("max", "ledger")
+        return {"committed_per_s": out["committed_per_s"],
+                "committed_per_s_metric": out["committed_per_s_metric"],
+                "sequencer_mean_batch_requests_max": out["sequencer_mean_batch_requests"],
+                "sequencer_mean_commit_ms_max": out["sequencer_mean_commit_ms"],
+                "cpu_cores_max": out["cpu_cores"]}
+
+    async def _phase_bare(self) -> dict[str, Any]:
+        """5. max load from producers that cost what raw ones do (no SDK)."""
+        args, P = self.args, self.P
+        log(f"\n{self.step()} bare max load: {P} producers publishing the same bodies as the raw phase, "
+            f"its way (publish_async), to the ledger's subjects, counting receipts on one subscription; "
+            f"window {args.window} appends/producer without a receipt")
+        return {f"bare_{k}": v for k, v in (await self._max_load("bare", "bare")).items()}
+
+    async def _max_load(self, name: str, mode: str) -> dict[str, Any]:
+        """Producers in ``mode`` offer all they can to the real sequencer: committed
+        events/s, checked against the sequencer's metric and the database."""
+        args, E = self.args, self.E
         db0 = await self.db_counts()
-        mx = await self.run_phase("max", "ledger", args.seconds)
+        mx = await self.run_phase(name, mode, args.seconds)
         r = mx.results
         ev_window = sum(x["events_committed_window"] for x in r)
         ev_total = sum(x["events_committed"] for x in r)
@@ -592,8 +632,8 @@ class Bench:
             f"{committed_per_s:,.0f} events/s = {committed_per_s / E:,.0f} appends/s")
         log(f"  sequencer metric over the window: {metric_rate:,.0f} events/s; per second: "
             f"{', '.join(f'{v:,.0f}' for v in mx.per_second)}")
-        cpu_max = self.report_cpu(mx)
-        seq_max = self.report_sequencer(mx)
+        cpu = self.report_cpu(mx)
+        seq = self.report_sequencer(mx)
         m_end = await self.settle(ev_total, mx.m_before)
         db1 = await self.db_counts()
         metric_total = mdiff(m_end, mx.m_before, M + "events_committed_total")
@@ -612,15 +652,15 @@ class Bench:
         return {
             "committed_per_s": round(committed_per_s, 1),
             "committed_per_s_metric": round(metric_rate, 1),
-            "sequencer_mean_batch_requests_max": round(seq_max["mean_batch_requests"], 1),
-            "sequencer_mean_commit_ms_max": round(seq_max["mean_commit_ms"], 3),
-            "cpu_cores_max": {k: round(v, 2) for k, v in cpu_max.items()},
+            "sequencer_mean_batch_requests": round(seq["mean_batch_requests"], 1),
+            "sequencer_mean_commit_ms": round(seq["mean_commit_ms"], 3),
+            "cpu_cores": {k: round(v, 2) for k, v in cpu.items()},
         }
 
     async def _phase_raw(self) -> dict[str, Any]:
         """2. the raw baseline: the same bodies publish_async-ed to a stream like LEDGER_APPEND."""
         args, P, E = self.args, self.P, self.E
-        log(f"\n[2/4] raw JetStream baseline: {P} producers, publish_async of the same bodies to {RAW_STREAM} "
+        log(f"\n{self.step()} raw JetStream baseline: {P} producers, publish_async of the same bodies to {RAW_STREAM} "
             f"(file storage, same settings as LEDGER_APPEND), window {args.window} acks/producer")
         cfg = append_stream_config(RAW_STREAM, Subjects(RAW_PREFIX), 1)
         cfg.description = "laneledger benchmark: raw publish baseline"
@@ -643,8 +683,7 @@ class Bench:
     async def _phase_latency(self, rate: float, load: str) -> dict[str, Any]:
         """3. receipt latency under an open-loop load of ``rate`` appends/s."""
         args, P, E = self.args, self.P, self.E
-        step = "[1/1]" if args.latency_at else "[3/4]"
-        log(f"\n{step} latency: open-loop {load} = {rate * E:,.0f} events/s "
+        log(f"\n{self.step()} latency: open-loop {load} = {rate * E:,.0f} events/s "
             f"({rate:,.0f} appends/s, {rate / P:,.1f}/s per producer, steady inter-arrival), {args.seconds:g} s "
             f"after {args.warmup:g} s warm-up")
         db2 = await self.db_counts()
@@ -686,14 +725,17 @@ class Bench:
             "cpu_cores_20pct": {k: round(v, 2) for k, v in cpu_lat.items()},
         }
 
-    async def _phase_ceiling(self, raw_per_s: float) -> dict[str, Any]:
-        """4. the same producers against a sequencer that does only its NATS traffic."""
+    async def _phase_ceiling(self, raw_per_s: float, mode: str = "ledger") -> dict[str, Any]:
+        """4. (and 6.) the same producers against a sequencer that does only its NATS traffic."""
         args, P = self.args, self.P
-        log("\n[4/4] ceiling: the same max load against bench/null_sequencer.py in the sequencer's place "
-            "(its NATS traffic only: pull, ack, publish each event, receipts; no ledger work)")
-        await asyncio.to_thread(self.stop_sequencer)
-        await asyncio.to_thread(self.start_sequencer, True)
-        ceil = await self.run_phase("ceiling", "ledger", args.seconds, monitor_ledger=False,
+        who = "SDK" if mode == "ledger" else "bare"
+        log(f"\n{self.step()} ceiling, {who} producers: their max load against bench/null_sequencer.py in "
+            "the sequencer's place (its NATS traffic only: pull, ack, publish each event, receipts; no "
+            "ledger work)")
+        if not self.null_sequencer:
+            await asyncio.to_thread(self.stop_sequencer)
+            await asyncio.to_thread(self.start_sequencer, True)
+        ceil = await self.run_phase(f"ceiling-{mode}", mode, args.seconds, monitor_ledger=False,
                                     extra=[{"heads_known": True}] * P)
         r = ceil.results
         ceiling_per_s = sum(x["events_committed_window"] for x in r) / args.seconds
@@ -704,10 +746,11 @@ class Bench:
                    and sum(x["appends_rejected"] for x in r) == 0,
                    f"timeouts {sum(x['receipt_timeouts'] for x in r)}, "
                    f"rejected {sum(x['appends_rejected'] for x in r)}")
+        prefix = "" if mode == "ledger" else "bare_"
         return {
-            "ceiling_per_s": round(ceiling_per_s, 1),
-            "ceiling_ratio": round(ceiling_per_s / raw_per_s, 4) if raw_per_s else None,
-            "cpu_cores_ceiling": {k: round(v, 2) for k, v in cpu_ceil.items()},
+            f"{prefix}ceiling_per_s": round(ceiling_per_s, 1),
+            f"{prefix}ceiling_ratio": round(ceiling_per_s / raw_per_s, 4) if raw_per_s else None,
+            f"cpu_cores_{prefix}ceiling": {k: round(v, 2) for k, v in cpu_ceil.items()},
         }
 
 
@@ -737,6 +780,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--load-fraction", type=float, default=0.2, help="latency phase load, of max (default 0.2)")
     p.add_argument("--latency-at", type=float, default=None, metavar="EVENTS_PER_S",
                    help="run only the latency phase, at this many events/s (skips max, raw and ceiling)")
+    p.add_argument("--no-bare", action="store_true",
+                   help="skip the two phases with bare producers (4: max load, 6: ceiling)")
     p.add_argument("--batch-size", type=int, default=None, help="the sequencer's --batch-size (default: its own)")
     p.add_argument("--dir", default=None, help="where to make the temporary store dir (default: system temp)")
     p.add_argument("--quick", action="store_true", help="smoke run: 3 s phases, 1 s warm-up")
@@ -756,7 +801,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    budget = int(args.wait_idle + 4 * (args.seconds + args.warmup) + 4 * 30 + 240)
+    budget = int(args.wait_idle + 6 * (args.seconds + args.warmup) + 6 * 30 + 240)
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(f"stopped by signal {signum}" + (" (watchdog)" if signum == signal.SIGALRM else ""))

@@ -20,6 +20,13 @@ Modes:
 * ``raw`` - the baseline: the same append-request bodies (built by the same
   code), with the same header, ``js.publish_async``-ed to a separate stream with
   the same settings, with up to ``window`` acks outstanding.
+* ``bare`` - max load with no SDK: the same append-request bodies, published
+  the way ``raw`` publishes them (``js.publish_async``, the same header) but to
+  the ledger's append subjects, with one subscription on the reply inbox
+  counting receipts and up to ``window`` appends per producer without a
+  receipt. The producers then cost what raw ones do, plus reading receipts,
+  so the run shows what the ledger commits when its producers are as cheap
+  as they can be.
 * ``paced`` - open-loop load at a fixed rate (appends/s) with steady
   inter-arrival times, round-robin over the lanes; the latency of every append
   from ``submit`` to its receipt is recorded.
@@ -179,12 +186,13 @@ class Producer:
 
     async def prepare(self) -> None:
         self.client = await LedgerClient.connect(self.cfg["url"], timeout=30.0)
+        if self.mode in ("raw", "bare"):
+            self.js = self.client.nc.jetstream(publish_async_max_pending=max(self.window, 1))
+            self.inbox = self.client.nc.new_inbox()
         if self.mode == "raw":
             for lane in self.lanes:
                 self.heads[lane.id] = lane.last_seq
             self.raw_subjects = Subjects(self.cfg["raw_prefix"])
-            self.js = self.client.nc.jetstream(publish_async_max_pending=max(self.window, 1))
-            self.inbox = self.client.nc.new_inbox()
         elif self.cfg.get("heads_known"):  # the ceiling phase: its stand-in answers no reads
             for lane in self.lanes:
                 self.heads[lane.id] = lane.last_seq
@@ -304,6 +312,58 @@ class Producer:
         if futures:
             await asyncio.wait(list(futures), timeout=self.drain_s)
 
+    # -- bare: max load without the SDK ----------------------------------------------------
+
+    async def run_bare(self) -> None:
+        assert self.client is not None
+        nc = self.client.nc
+        unanswered = asyncio.Semaphore(self.window)  # appends sent, receipt not yet in
+        self.pub_errors: dict[str, int] = {}
+
+        def on_receipts(msg) -> None:
+            arrived = time.monotonic()
+            try:
+                answers = _decode_answers(msg.data)
+            except msgspec.DecodeError:
+                self.submit_errors["unreadable_receipt"] = self.submit_errors.get("unreadable_receipt", 0) + 1
+                return
+            for answer in answers:
+                unanswered.release()
+                if answer.outcome == "committed":
+                    self._count_receipt(answer, arrived)
+                else:
+                    code = answer.error.get("code", "?") if answer.error else "?"
+                    self.appends_rejected += 1
+                    self.rejected_codes[code] = self.rejected_codes.get(code, 0) + 1
+
+        async def on_msg(msg) -> None:
+            on_receipts(msg)
+
+        def acked(fut: asyncio.Future) -> None:
+            if fut.cancelled() or fut.exception() is not None:
+                name = "cancelled" if fut.cancelled() else type(fut.exception()).__name__
+                self.pub_errors[name] = self.pub_errors.get(name, 0) + 1
+
+        sub = await nc.subscribe(self.inbox, cb=on_msg)
+        await _sleep_until(self.t0)
+        lanes = itertools.cycle(self.lanes)
+        subjects = self.client.subjects
+        while time.monotonic() < self.w1:
+            await unanswered.acquire()
+            lane = next(lanes)
+            body = request_body(lane, self.heads[lane.id], new_id(), self.factories[lane.id].batch(self.E))
+            fut = await self.js.publish_async(subjects.append(lane.tenant, lane.id), body,
+                                              headers={REPLY_HEADER: self.inbox})
+            fut.add_done_callback(acked)
+            self.heads[lane.id] += self.E
+            self.appends_submitted += 1
+        deadline = time.monotonic() + self.drain_s
+        while self.appends_committed + self.appends_rejected < self.appends_submitted \
+                and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        self.receipt_timeouts = self.appends_submitted - self.appends_committed - self.appends_rejected
+        await sub.unsubscribe()
+
     # -- paced: latency at a fixed offered load --------------------------------------------
 
     async def run_paced(self) -> None:
@@ -379,10 +439,23 @@ class Producer:
             first_position=self.first_position,
             last_position=self.last_position,
         )
+        if self.mode == "bare":
+            out["submit_errors"] = {**self.submit_errors, **self.pub_errors}
         if self.mode == "paced":
             out.update(latencies_ms=self.latencies_ms, latencies_sched_ms=self.latencies_sched_ms,
                        offered_window=self.offered_window, max_pacer_lag_ms=self.max_pacer_lag_ms)
         return out
+
+
+class _Answer(msgspec.Struct):
+    """What the bare producer reads of a receipt (``laneledger.model.Receipt``)."""
+
+    outcome: str
+    positions: list[int] = []
+    error: dict[str, Any] | None = None
+
+
+_decode_answers = msgspec.json.Decoder(list[_Answer]).decode
 
 
 async def _sleep_until(t: float) -> None:
@@ -408,7 +481,8 @@ async def main() -> None:
     if not line or line[0] != "go":
         return
     producer.set_start(float(line[1]))
-    run = {"ledger": producer.run_ledger, "raw": producer.run_raw, "paced": producer.run_paced}[producer.mode]
+    run = {"ledger": producer.run_ledger, "raw": producer.run_raw, "bare": producer.run_bare,
+           "paced": producer.run_paced}[producer.mode]
     await asyncio.wait_for(run(), timeout=hard_limit)
     print(json.dumps(producer.result()), flush=True)
     assert producer.client is not None

@@ -53,6 +53,11 @@ def _append_rows(r: dict) -> list[tuple[str, str]]:
         *([("ceiling: the same producers against a stand-in sequencer that does only its NATS traffic "
             "(`bench/null_sequencer.py`), same run",
             f"{_n(r['ceiling_per_s'])} events/s, ratio {r['ceiling_ratio']:.2f}")] if "ceiling_per_s" in r else []),
+        *([("committed appends, max load, bare producers (the raw phase's publishing, no SDK), same run",
+            f"{_n(r['bare_committed_per_s'])} events/s, ratio {r['bare_ratio']:.2f}"),
+           ("ceiling with bare producers, same run",
+            f"{_n(r['bare_ceiling_per_s'])} events/s, ratio {r['bare_ceiling_ratio']:.2f}")]
+          if "bare_ceiling_per_s" in r else []),
     ]
 
 
@@ -113,8 +118,8 @@ def _rss_rows(r: dict) -> list[tuple[str, str]]:
 BENCHES = [
     Bench("canonical", ["bench/canonical.py"], _canonical_rows),
     Bench("append", ["bench/append.py"], _append_rows),
-    Bench("append-10pct", ["bench/append.py", "--load-fraction", "0.1"], _latency_rows),
-    Bench("append-2pct", ["bench/append.py", "--load-fraction", "0.02"], _latency_rows),
+    Bench("append-10pct", ["bench/append.py", "--load-fraction", "0.1", "--no-bare"], _latency_rows),
+    Bench("append-2pct", ["bench/append.py", "--load-fraction", "0.02", "--no-bare"], _latency_rows),
     Bench("tail", ["bench/tail.py"], _tail_rows),
     Bench("tail-1", ["bench/tail.py", "--subscribers", "1", "--subscriber-procs", "1"], _tail_rows),
     Bench("drain", ["bench/drain.py"], _drain_rows),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import sqlite3
 
 import msgspec
 import pytest
@@ -80,6 +81,41 @@ def test_failed_commit_writes_nothing_and_keeps_heads(ledger):
     assert [seq for seq in (msgspec.json.decode(b)["seq"] for _, b in writer.reader.events_after(0))] == [1, 2]
     # The same requests, delivered again, commit with the seqs they would have had.
     result = writer.apply_batch([append(lane, actor, 2, 2, "a2"), append(lane, actor, 4, 1, "a3")])
+    assert [r.last_seq for r in result.receipts] == [4, 5]
+    assert verify_chain(lane_records(writer, lane.id)) == result.receipts[1].entry_hashes[-1]
+
+
+class CommitRefused:
+    """The writer's connection, except that COMMIT fails as a dying disk's would."""
+
+    def __init__(self, conn) -> None:
+        self._conn = conn
+
+    def execute(self, sql, *args):
+        if sql == "COMMIT":
+            raise sqlite3.OperationalError("disk I/O error")
+        return self._conn.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+
+def test_a_staged_batch_whose_commit_fails_leaves_nothing(ledger):
+    """The sequencer stages a large batch on its loop and commits it on its
+    thread (services/sequencer/service.py): a COMMIT refused after staging
+    rolls the batch back and moves no head."""
+    writer, actor, lane = ledger()
+    writer.apply_batch([append(lane, actor, 0, 2, "a1")])
+    batch = [append(lane, actor, 2, 2, "a2"), append(lane, actor, 4, 1, "a3")]
+    staged = writer.stage_batch(batch)
+    assert writer._db.in_transaction and writer.last_position == 2
+    conn, writer._db = writer._db, CommitRefused(writer._db)
+    with pytest.raises(errors.InternalError, match="disk I/O error"):
+        writer.commit_staged(staged)
+    writer._db = conn
+    assert not conn.in_transaction and writer.last_position == 2
+    assert [msgspec.json.decode(b)["seq"] for _, b in writer.reader.events_after(0)] == [1, 2]
+    result = writer.commit_staged(writer.stage_batch(batch))
     assert [r.last_seq for r in result.receipts] == [4, 5]
     assert verify_chain(lane_records(writer, lane.id)) == result.receipts[1].entry_hashes[-1]
 

@@ -1,6 +1,7 @@
 """Where the ledger's connection is used (services/sequencer/writerthread.py):
 calls keep their order and the connection never has two users; small batches
-commit on the event loop once the writer thread is idle, large ones on it."""
+commit on the event loop once the writer thread is idle; large ones are
+written on the loop and committed (the fsync) on the thread."""
 
 from __future__ import annotations
 
@@ -106,18 +107,22 @@ async def test_run_here_runs_on_the_loop_thread_and_delivers_errors_as_run_does(
             await outcome
 
 
-async def test_small_batches_commit_on_the_loop_large_ones_on_the_writer_thread(
+async def test_small_batches_commit_on_the_loop_large_ones_commit_on_the_writer_thread(
         nats_server, nc, js, tmp_path: Path):
     writer = LedgerWriter(open_ledger(tmp_path / "ledger.db"))
-    committed_on: list[tuple[int, bool]] = []  # (requests, on the loop thread)
-    apply_batch = writer.apply_batch
+    calls: list[tuple[str, int, bool]] = []  # (step, requests, on the loop thread)
     loop_thread = threading.get_ident()
 
-    def recording(batch):
-        committed_on.append((len(batch), threading.get_ident() == loop_thread))
-        return apply_batch(batch)
+    def recording(step: str, fn, size):
+        def call(arg):
+            calls.append((step, size(arg), threading.get_ident() == loop_thread))
+            return fn(arg)
+        return call
 
-    writer.apply_batch = recording  # type: ignore[method-assign]
+    # apply_batch stages then commits through these attributes, as the sequencer does.
+    writer.stage_batch = recording("stage", writer.stage_batch, len)  # type: ignore[method-assign]
+    writer.commit_staged = recording(  # type: ignore[method-assign]
+        "commit", writer.commit_staged, lambda staged: len(staged.receipts))
     settings = SequencerSettings(inline_commit_max=4)
     sequencer = Sequencer(nc, writer, SequencerMetrics(CollectorRegistry()), settings)
     await sequencer.start()
@@ -146,37 +151,72 @@ async def test_small_batches_commit_on_the_loop_large_ones_on_the_writer_thread(
     finally:
         await sequencer.stop()
     assert head.last_seq == 51
-    # Small batches wait for the thread to finish and commit on the loop.
-    assert all(on_loop for n, on_loop in committed_on if n <= 4)
-    large = [on_loop for n, on_loop in committed_on if n > 4]
+    # Every batch is written on the loop; small ones commit there too, once
+    # the thread is idle, large ones on the thread.
+    assert all(on_loop for step, n, on_loop in calls if step == "stage")
+    assert all(on_loop for step, n, on_loop in calls if step == "commit" and n <= 4)
+    large = [on_loop for step, n, on_loop in calls if step == "commit" and n > 4]
     assert large and not any(large)
 
 
 async def test_commands_and_reads_interleaved_with_appends_never_share_the_connection(
         nats_server, nc, tmp_path: Path):
     """Commands and reads go to the writer thread while appends commit on the
-    loop or on the thread: the writer is never in two calls at once (a slow
-    command widens the window), every call is answered, the chains are sound."""
+    loop or on the thread: the writer is never in two calls at once, nor in a
+    call while a staged batch's transaction is open (a slow command widens the
+    window), every call is answered, the chains are sound."""
     db = tmp_path / "ledger.db"
     writer = LedgerWriter(open_ledger(db))
-    in_use = threading.Lock()
+    users, counting = 0, threading.Lock()
     overlaps: list[str] = []
 
-    def one_user(name: str, fn, pause: float = 0.0):
-        def guarded(*args, **kwargs):
-            if not in_use.acquire(blocking=False):
+    def enter(name: str) -> None:
+        nonlocal users
+        with counting:
+            users += 1
+            if users > 1:
                 overlaps.append(name)
-                return fn(*args, **kwargs)
+
+    def leave() -> None:
+        nonlocal users
+        with counting:
+            users -= 1
+
+    def one_user(name: str, fn):
+        def guarded(*args, **kwargs):
+            enter(name)
             try:
-                time.sleep(pause)
                 return fn(*args, **kwargs)
             finally:
-                in_use.release()
+                leave()
         return guarded
 
-    writer.apply_batch = one_user("apply_batch", writer.apply_batch)  # type: ignore[method-assign]
-    writer.create_lane = one_user("create_lane", writer.create_lane, 0.02)  # type: ignore[method-assign]
-    sequencer = Sequencer(nc, writer, SequencerMetrics(CollectorRegistry()))
+    def opens(fn):  # the connection is the batch's until commit_staged returns
+        def guarded(batch):
+            enter("stage_batch")
+            try:
+                return fn(batch)
+            except BaseException:
+                leave()
+                raise
+        return guarded
+
+    def closes(fn):
+        def guarded(staged):
+            try:
+                return fn(staged)
+            finally:
+                leave()
+        return guarded
+
+    writer.stage_batch = opens(writer.stage_batch)  # type: ignore[method-assign]
+    writer.commit_staged = closes(writer.commit_staged)  # type: ignore[method-assign]
+    # Batches of two or more are staged on the loop and committed on the thread.
+    settings = SequencerSettings(inline_commit_max=1)
+    sequencer = Sequencer(nc, writer, SequencerMetrics(CollectorRegistry()), settings)
+    # Every command and read; creating a lane is slow.
+    writer.create_lane = lambda cmd, create=writer.create_lane: (time.sleep(0.02), create(cmd))[1]
+    sequencer._execute = one_user("command", sequencer._execute)  # type: ignore[method-assign]
     await sequencer.start()
     try:
         async with await LedgerClient.connect(nats_server.url, timeout=10.0) as client:

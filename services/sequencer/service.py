@@ -97,7 +97,8 @@ class SequencerSettings:
     batch_size: int = 500
     # A batch of at most this many requests commits on the event loop, once
     # the writer thread is idle (writerthread.py: cheaper than the hand-off);
-    # a larger one on the thread, while the loop prepares the next batch.
+    # a larger one is written on the loop too and only its COMMIT (the
+    # fsync) runs on the thread, while the loop prepares the next batch.
     inline_commit_max: int = 32
     idle_wait_s: float = 0.5  # how long one wait for new requests lasts
     max_request_bytes: int = 1024 * 1024
@@ -243,14 +244,19 @@ class Sequencer:
         outcomes, prepared, scrub = self._prepare_batch(msgs)
         outcomes, prepared = await self._blob_check.apply(outcomes, prepared)
         started = time.perf_counter()  # commit_seconds: from here, waiting for the writer included
+        # Waiting for the thread costs nothing (commits are in order anyway);
+        # what arrives meanwhile makes the next batch larger.
+        await self._writer_thread.until_idle()
         if len(prepared) <= self._settings.inline_commit_max:
-            # Waiting for the thread costs nothing (commits are in order anyway)
-            # and keeps small batches off it; what arrives meanwhile makes the
-            # next batch larger.
-            await self._writer_thread.until_idle()
             committing = self._writer_thread.run_here(self._writer.apply_batch, prepared)
-        else:  # the loop pulls and prepares the next batch meanwhile
-            committing = self._writer_thread.run(self._writer.apply_batch, prepared)
+        else:
+            # The batch's CPU work here, on the loop; only the COMMIT, which
+            # waits for the disk, on the thread, while the loop finishes the
+            # previous batch and prepares the next. No await in between: the
+            # open transaction is handed over before anything else can run.
+            staged = self._writer_thread.run_here(self._writer.stage_batch, prepared)
+            committing = (self._writer_thread.run(self._writer.commit_staged, staged.result())
+                          if staged.exception() is None else staged)
         await in_flight.put(_Batch(msgs, outcomes, committing, started, scrub))
 
     async def _finish_loop(self, in_flight: asyncio.Queue[_Batch | None]) -> None:

@@ -10,7 +10,8 @@ event loop it takes 0.6 ms (the sequencer's ``commit_seconds``, from
 ``bench/append.py``; README, "Performance"). ``run_here`` lets such a call run on the
 event loop instead, which is safe exactly when the thread is idle: nothing
 handed to it is still running or waiting, so the order holds and the
-connection has one user.
+connection has one user. The sequencer writes a large batch that way too
+and hands the thread only its COMMIT, the wait for the disk (service.py).
 """
 
 from __future__ import annotations

@@ -141,6 +141,15 @@ class BatchResult:
     committed: list[CommittedRecord]  # in position order
 
 
+@dataclass(frozen=True, slots=True)
+class StagedBatch:
+    """A batch written in an open transaction (``LedgerWriter.stage_batch``)."""
+
+    receipts: list[Receipt]
+    state: _Batch
+    position: int  # the last position it takes
+
+
 def rejection(err: LedgerError, append: PreparedAppend | None = None, **ids: Any) -> AppendRejected:
     if append is not None:
         ids = {
@@ -196,6 +205,15 @@ class LedgerWriter:
         Raises ``InternalError`` when SQLite fails; then nothing of the batch
         is written and the caller must not ack any of its messages.
         """
+        return self.commit_staged(self.stage_batch(batch))
+
+    def stage_batch(self, batch: list[PreparedAppend]) -> StagedBatch:
+        """``apply_batch`` up to its ``COMMIT``: every request applied and the
+        rows written in an open transaction. Until ``commit_staged`` ends it,
+        nothing else may use the connection (it would read, or commit, the
+        batch's uncommitted rows). The split lets the sequencer run the CPU
+        work on its event loop and only the durable commit (the fsync) on
+        another thread."""
         committed_at = self._clock()
         stored = self._stored_receipts({a.request.append_id for a in batch})
         known = self._known_events(
@@ -217,14 +235,20 @@ class LedgerWriter:
             except LedgerError as err:
                 receipt = rejection(err, append)
             receipts.append(receipt)
-
         if state.event_rows:
-            self._commit(state, position)
-        self.last_position = position
+            self._write(state, position)
+        return StagedBatch(receipts, state, position)
+
+    def commit_staged(self, staged: StagedBatch) -> BatchResult:
+        """Commit what ``stage_batch`` wrote, then advance the heads it moved."""
+        state = staged.state
+        if state.event_rows:
+            self._end(staged.position)
+        self.last_position = staged.position
         for lane_id, (seq, head) in state.heads.items():
             lane = self._lanes[lane_id]
             lane.last_seq, lane.head_hash = seq, head
-        return BatchResult(receipts, state.committed)
+        return BatchResult(staged.receipts, state.committed)
 
     def _apply_one(
         self,
@@ -448,7 +472,7 @@ class LedgerWriter:
                                  field="payload.target_position",
                                  found=payload["target_position"], expected=found[1])
 
-    def _commit(self, state: _Batch, position: int) -> None:
+    def _write(self, state: _Batch, position: int) -> None:
         db = self._db
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -465,11 +489,20 @@ class LedgerWriter:
                 "UPDATE lanes SET last_seq = ?, head_hash = ? WHERE id = ?",
                 [(seq, head, lane_id) for lane_id, (seq, head) in state.heads.items()],
             )
-            db.execute("COMMIT")
         except sqlite3.Error as exc:
-            if db.in_transaction:
-                db.rollback()
+            self._roll_back()
             raise InternalError(f"ledger commit failed: {exc}", position=position) from exc
+
+    def _end(self, position: int) -> None:
+        try:
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._roll_back()
+            raise InternalError(f"ledger commit failed: {exc}", position=position) from exc
+
+    def _roll_back(self) -> None:
+        if self._db.in_transaction:
+            self._db.rollback()
 
     # ---------------------------------------------------------------- lookups
 
