@@ -91,6 +91,21 @@ def test_refs_in_ignores_lookalikes():
     assert refs_in(payload) == [("sha256:" + "0" * 64, 3)]
 
 
+def test_refs_in_skips_the_walk_only_where_no_reference_can_be():
+    """Its fast path (no '"_ref":' in the JSON, no descriptor list) must not
+    hide a reference: deep ones, ones in lists, ones beside odd leaves or a
+    value the encoder refuses are all found; text that mentions "_ref" is not one."""
+    ref = {"_ref": "sha256:" + "2" * 64, "size_bytes": 7}
+    assert refs_in({"a": [{"b": {"c": [1, ref]}}]}) == [(ref["_ref"], 7)]
+    assert refs_in([ref]) == [(ref["_ref"], 7)]
+    assert refs_in({"when": float("inf"), "blob": b"\x00", "x": ref}) == [(ref["_ref"], 7)]
+    assert refs_in({"odd": object(), "x": ref}) == [(ref["_ref"], 7)]  # unencodable: walked
+    assert refs_in({"text": 'a "_ref": "sha256:…" b', "n": 1}) == []
+    assert refs_in({"payload_refs": [{"sha256": "3" * 64, "size_bytes": 9}]}) == [
+        ("sha256:" + "3" * 64, 9)]
+    assert refs_in({"model": "claude", "tokens": 12}) == []
+
+
 # -- redaction -------------------------------------------------------------------------------
 
 

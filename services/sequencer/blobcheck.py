@@ -19,11 +19,9 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 
-import msgspec
-
 from laneledger.append import PreparedAppend
 from laneledger.blobstore import BlobBuckets
-from laneledger.contentref import REFS_FIELD, refs_in
+from laneledger.contentref import refs_in
 from laneledger.errors import BlobMissing, LedgerError, LedgerUnavailable, TransportError
 from laneledger.model import Receipt
 from laneledger.store.writer import rejection
@@ -125,28 +123,11 @@ def _needs(append: PreparedAppend) -> list[tuple[Need, str]]:
     found: list[tuple[Need, str]] = []
     for i, event in enumerate(append.sent):
         payload = event.get("payload")
-        if not isinstance(payload, dict) or not _may_reference(payload):
+        if not isinstance(payload, dict):
             continue
         for ref, size in refs_in(payload):
             found.append(((append.tenant_token, ref, size), f"$.events[{i}].payload"))
     return found
-
-
-def _may_reference(payload: dict) -> bool:
-    # Nearly every payload holds no reference: skip the Python walk unless a
-    # sentinel key or the descriptor list can be there. A "_ref" key is
-    # always written exactly '"_ref":' by the JSON encoder (C, twice as fast
-    # as repr); a string that merely contains it only costs the walk.
-    if REFS_FIELD in payload:
-        return True
-    try:
-        return _REF_KEY in _encode(payload)
-    except (TypeError, ValueError, OverflowError):  # not plain JSON: let the walk decide
-        return True
-
-
-_REF_KEY = b'"_ref":'
-_encode = msgspec.json.encode
 
 
 def _refusal(append: PreparedAppend, need: Need, path: str,
