@@ -126,7 +126,8 @@ def _mutation(draw: st.DrawFn, world: World, request: dict[str, Any]) -> str:
         event["lane_id"] = world.foreign_lane_id
     elif kind == "causation":
         event["causation_id"] = draw(st.sampled_from(
-            [event["id"], draw(st.text(min_size=1, max_size=40)), *world.other_session_ids]))
+            # Its own id (absent when an earlier mutation dropped it: no id at all).
+            [event.get("id"), draw(st.text(min_size=1, max_size=40)), *world.other_session_ids]))
     elif kind == "duplicate_in_append":
         events.append(dict(event, payload=dict(event["payload"])))
     elif kind == "duplicate_committed":
