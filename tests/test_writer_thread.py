@@ -214,8 +214,14 @@ async def test_commands_and_reads_interleaved_with_appends_never_share_the_conne
     # Batches of two or more are staged on the loop and committed on the thread.
     settings = SequencerSettings(inline_commit_max=1)
     sequencer = Sequencer(nc, writer, SequencerMetrics(CollectorRegistry()), settings)
-    # Every command and read; creating a lane is slow.
-    writer.create_lane = lambda cmd, create=writer.create_lane: (time.sleep(0.02), create(cmd))[1]
+    create_lane = writer.create_lane
+
+    def slow_create_lane(cmd):
+        time.sleep(0.02)  # widens the window for an overlap
+        return create_lane(cmd)
+
+    writer.create_lane = slow_create_lane  # type: ignore[method-assign]
+    # Every command and read goes through _execute.
     sequencer._execute = one_user("command", sequencer._execute)  # type: ignore[method-assign]
     await sequencer.start()
     try:
