@@ -555,14 +555,12 @@ class Bench:
         if args.latency_at is None:
             result = await self._phase_max()
             result |= await self._phase_raw()
-            result["ratio"] = (round(result["committed_per_s"] / result["raw_publish_per_s"], 4)
-                               if result["raw_publish_per_s"] else None)
+            result["ratio"] = ratio(result["committed_per_s"], result["raw_publish_per_s"])
             rate = max(args.load_fraction * result["committed_per_s"] / E, 1.0)  # appends/s
             result |= await self._phase_latency(rate, f"{100 * args.load_fraction:g} % load")
             if not args.no_bare:
                 result |= await self._phase_bare()
-                result["bare_ratio"] = (round(result["bare_committed_per_s"] / result["raw_publish_per_s"], 4)
-                                        if result["raw_publish_per_s"] else None)
+                result["bare_ratio"] = ratio(result["bare_committed_per_s"], result["raw_publish_per_s"])
             result |= await self._phase_ceiling(result["raw_publish_per_s"])
             if not args.no_bare:
                 result |= await self._phase_ceiling(result["raw_publish_per_s"], "bare")
@@ -608,7 +606,7 @@ class Bench:
                 "cpu_cores_max": out["cpu_cores"]}
 
     async def _phase_bare(self) -> dict[str, Any]:
-        """5. max load from producers that cost what raw ones do (no SDK)."""
+        """4. max load from producers that cost what raw ones do (no SDK)."""
         args, P = self.args, self.P
         log(f"\n{self.step()} bare max load: {P} producers publishing the same bodies as the raw phase, "
             f"its way (publish_async), to the ledger's subjects, counting receipts on one subscription; "
@@ -726,7 +724,7 @@ class Bench:
         }
 
     async def _phase_ceiling(self, raw_per_s: float, mode: str = "ledger") -> dict[str, Any]:
-        """4. (and 6.) the same producers against a sequencer that does only its NATS traffic."""
+        """5. (and 6.) the same producers against a sequencer that does only its NATS traffic."""
         args, P = self.args, self.P
         who = "SDK" if mode == "ledger" else "bare"
         log(f"\n{self.step()} ceiling, {who} producers: their max load against bench/null_sequencer.py in "
@@ -749,9 +747,14 @@ class Bench:
         prefix = "" if mode == "ledger" else "bare_"
         return {
             f"{prefix}ceiling_per_s": round(ceiling_per_s, 1),
-            f"{prefix}ceiling_ratio": round(ceiling_per_s / raw_per_s, 4) if raw_per_s else None,
+            f"{prefix}ceiling_ratio": ratio(ceiling_per_s, raw_per_s),
             f"cpu_cores_{prefix}ceiling": {k: round(v, 2) for k, v in cpu_ceil.items()},
         }
+
+
+def ratio(events_per_s: float, raw_per_s: float) -> float | None:
+    """A phase's events/s as a fraction of the raw baseline's."""
+    return round(events_per_s / raw_per_s, 4) if raw_per_s else None
 
 
 def merge(dicts) -> dict[str, int]:
@@ -779,7 +782,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=float, default=None, help="warm-up before each phase (default 2 s; 1 s quick)")
     p.add_argument("--load-fraction", type=float, default=0.2, help="latency phase load, of max (default 0.2)")
     p.add_argument("--latency-at", type=float, default=None, metavar="EVENTS_PER_S",
-                   help="run only the latency phase, at this many events/s (skips max, raw and ceiling)")
+                   help="run only the latency phase, at this many events/s (skips every other phase)")
     p.add_argument("--no-bare", action="store_true",
                    help="skip the two phases with bare producers (4: max load, 6: ceiling)")
     p.add_argument("--batch-size", type=int, default=None, help="the sequencer's --batch-size (default: its own)")
