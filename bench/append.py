@@ -6,7 +6,7 @@ JetStream publishing of the same bytes.
                                      [--latency-at EVENTS_PER_S] [--no-bare]
 
 Everything runs on 127.0.0.1 in a temporary directory: its own nats-server,
-the sequencer as a subprocess (``python -m services.sequencer``) on a fresh
+the sequencer as a subprocess (``python -m laneledger.services.sequencer``) on a fresh
 SQLite file, and P producer processes (``bench/producer.py``). Phases:
 
 1. **max load** - P producers append realistic events (~300-500 bytes of
@@ -52,7 +52,7 @@ The last line of output is one JSON object with ``committed_per_s``,
 ``receipt_p99_ms_at_20pct`` and more. Exit status 1 when a consistency check
 failed (the figures are then not to be trusted).
 
-The sequencer runs as ``python -m services.sequencer``, exactly as deployed.
+The sequencer runs as ``python -m laneledger.services.sequencer``, exactly as deployed.
 ``PYTHONPATH=<tree>/shared:<tree>`` measures another copy of the code (the
 output names which one it measured).
 
@@ -88,13 +88,13 @@ sys.path.insert(0, str(BENCH_DIR))
 
 from producer import EventFactory, request_body  # noqa: E402
 
-from laneledger.canonical import canonicalize  # noqa: E402
-from laneledger.client import LedgerClient  # noqa: E402
-from laneledger.ids import new_id  # noqa: E402
-from laneledger.model import Lane  # noqa: E402
-from laneledger.natsserver import NatsServer  # noqa: E402
-from laneledger.subjects import Subjects  # noqa: E402
-from services.sequencer.streams import append_stream_config  # noqa: E402
+from laneledger.contract.canonical import canonicalize  # noqa: E402
+from laneledger.sdk.client import LedgerClient  # noqa: E402
+from laneledger.contract.ids import new_id  # noqa: E402
+from laneledger.contract.model import Lane  # noqa: E402
+from laneledger.devtools.natsserver import NatsServer  # noqa: E402
+from laneledger.contract.subjects import Subjects  # noqa: E402
+from laneledger.services.sequencer.streams import append_stream_config  # noqa: E402
 
 TENANT = "bench"
 RAW_STREAM = "BENCH_RAW"
@@ -180,10 +180,10 @@ def code_fingerprint() -> dict[str, str]:
     import hashlib
 
     import laneledger
-    import services.sequencer
+    import laneledger.services.sequencer
 
     digest = hashlib.sha256()
-    roots = [Path(services.sequencer.__file__).parent, Path(laneledger.__file__).parent]
+    roots = [Path(laneledger.services.sequencer.__file__).parent, Path(laneledger.__file__).parent]
     for root in roots:
         for path in sorted(root.rglob("*.py")):
             digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
@@ -260,7 +260,7 @@ class Bench:
             cmd = [sys.executable, str(BENCH_DIR / "null_sequencer.py"), "--nats", self.nats.url]
             ready = "null-sequencer ready"
         else:
-            cmd = [sys.executable, "-m", "services.sequencer", "--nats", self.nats.url, "--db", str(self.db),
+            cmd = [sys.executable, "-m", "laneledger.services.sequencer", "--nats", self.nats.url, "--db", str(self.db),
                    "--http-port", "0"]
             ready = "laneledger-sequencer ready"
         if self.args.batch_size:

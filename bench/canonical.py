@@ -1,4 +1,4 @@
-"""Benchmark: laneledger.canonical.canonicalize against rfc8785.dumps.
+"""Benchmark: laneledger.contract.canonical.canonicalize against rfc8785.dumps.
 
 Run: .venv/bin/python bench/canonical.py
 
@@ -15,7 +15,7 @@ import time
 
 import rfc8785
 
-from laneledger.canonical import canonicalize
+from laneledger.contract.canonical import canonicalize
 
 EVENT = {
     "schema_version": "1.0",
@@ -61,7 +61,7 @@ def main() -> None:
             fn(EVENT)
     ours = best_us(canonicalize, 100_000)
     theirs = best_us(rfc8785.dumps, 5_000)
-    print(f"{'laneledger.canonical.canonicalize':<36}{ours:>8.2f} µs/event")
+    print(f"{'laneledger.contract.canonical.canonicalize':<36}{ours:>8.2f} µs/event")
     print(f"{'rfc8785.dumps':<36}{theirs:>8.2f} µs/event   ({theirs / ours:.0f}x)")
     print(json.dumps({"ours_us": round(ours, 3), "rfc8785_us": round(theirs, 3), "event_bytes": len(out)}))
 

@@ -26,16 +26,16 @@ from pathlib import Path
 import nats
 from prometheus_client import CollectorRegistry
 
-from laneledger.client import make_event
-from laneledger.model import CreateLane, EnsureActor, encode
-from laneledger.natsserver import NatsServer
-from laneledger.servicemain import tune_gc_after_start
-from laneledger.signing import generate_private_key, public_key_hex
+from laneledger.sdk.client import make_event
+from laneledger.contract.model import CreateLane, EnsureActor, encode
+from laneledger.devtools.natsserver import NatsServer
+from laneledger.runtime.servicemain import tune_gc_after_start
+from laneledger.contract.signing import generate_private_key, public_key_hex
 from laneledger.store import LedgerWriter, open_ledger
-from laneledger.subjects import Subjects
-from services.sequencer.metrics import SequencerMetrics
-from services.sequencer.service import Sequencer
-from services.sequencer.streams import append_stream_config, ensure_stream, events_stream_config
+from laneledger.contract.subjects import Subjects
+from laneledger.services.sequencer.metrics import SequencerMetrics
+from laneledger.services.sequencer.service import Sequencer
+from laneledger.services.sequencer.streams import append_stream_config, ensure_stream, events_stream_config
 
 LANES = 64
 
@@ -97,7 +97,7 @@ async def run(requests: int, per_append: int, signed: bool = False) -> dict:
         total = requests * per_append
         wall, cpu = time.perf_counter(), time.process_time()
         await sequencer.start()
-        tune_gc_after_start()  # as python -m services.sequencer does
+        tune_gc_after_start()  # as python -m laneledger.services.sequencer does
         while writer.last_position < total or sequencer.mirror.published < total:
             await asyncio.sleep(0.005)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu

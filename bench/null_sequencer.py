@@ -3,7 +3,7 @@
 
 Per append request it does what the real sequencer does on the wire, with the
 same code where there is code to share: one credit-fed pull
-(``laneledger.pullfeed``), one ``+ACK``, one event published to LEDGER_EVENTS
+(``laneledger.runtime.pullfeed``), one ``+ACK``, one event published to LEDGER_EVENTS
 with ``Nats-Expected-Last-Sequence`` and one ack awaited per batch (the real
 ``CommittedStreamMirror``), and one receipt message per producer inbox per
 batch. It does *none* of the ledger's work: no validation, no redaction, no
@@ -30,13 +30,13 @@ import nats
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "shared"), str(ROOT)]
 
-from laneledger.clock import system_clock  # noqa: E402
-from laneledger.model import AppendCommitted, encode  # noqa: E402
-from laneledger.pullfeed import PullFeed  # noqa: E402
+from laneledger.contract.clock import system_clock  # noqa: E402
+from laneledger.contract.model import AppendCommitted, encode  # noqa: E402
+from laneledger.runtime.pullfeed import PullFeed  # noqa: E402
 from laneledger.store import CommittedRecord  # noqa: E402
-from laneledger.subjects import REPLY_HEADER, Subjects  # noqa: E402
-from services.sequencer.mirror import CommittedStreamMirror  # noqa: E402
-from services.sequencer.streams import SEQUENCER_CONSUMER, ensure_consumer, sequencer_consumer_config  # noqa: E402
+from laneledger.contract.subjects import REPLY_HEADER, Subjects  # noqa: E402
+from laneledger.services.sequencer.mirror import CommittedStreamMirror  # noqa: E402
+from laneledger.services.sequencer.streams import SEQUENCER_CONSUMER, ensure_consumer, sequencer_consumer_config  # noqa: E402
 
 PLACEHOLDER_HASH = "0" * 64  # a valid Hash (64 hex digits) that hashes nothing
 

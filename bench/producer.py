@@ -49,12 +49,12 @@ from typing import Any
 
 import msgspec
 
-from laneledger.client import LedgerClient, make_event
-from laneledger.subjects import REPLY_HEADER
-from laneledger.errors import LedgerError, LedgerTimeout
-from laneledger.ids import new_id
-from laneledger.model import Lane, encode
-from laneledger.subjects import Subjects
+from laneledger.sdk.client import LedgerClient, make_event
+from laneledger.contract.subjects import REPLY_HEADER
+from laneledger.contract.errors import LedgerError, LedgerTimeout
+from laneledger.contract.ids import new_id
+from laneledger.contract.model import Lane, encode
+from laneledger.contract.subjects import Subjects
 
 # -- realistic events ------------------------------------------------------------------
 
@@ -449,7 +449,7 @@ class Producer:
 
 
 class _Answer(msgspec.Struct):
-    """What the bare producer reads of a receipt (``laneledger.model.Receipt``)."""
+    """What the bare producer reads of a receipt (``laneledger.contract.model.Receipt``)."""
 
     outcome: str
     positions: list[int] = []

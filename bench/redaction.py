@@ -23,10 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from producer import EventFactory, request_body  # noqa: E402
 
-from laneledger.append import prepare_append  # noqa: E402
-from laneledger.content import prepare_content  # noqa: E402
-from laneledger.model import Lane  # noqa: E402
-from laneledger.redaction import Redactor  # noqa: E402
+from laneledger.store.append import prepare_append  # noqa: E402
+from laneledger.sdk.content import prepare_content  # noqa: E402
+from laneledger.contract.model import Lane  # noqa: E402
+from laneledger.contract.redaction import Redactor  # noqa: E402
 
 
 def best_of_three(fn) -> float:

@@ -4,7 +4,7 @@ not grow with the number of committed events.
     .venv/bin/python bench/rss.py [--events N] [--events-per-append E] [--lanes L]
 
 Everything runs on 127.0.0.1 in a temporary directory: its own nats-server
-and the sequencer as a subprocess (``python -m services.sequencer``, as
+and the sequencer as a subprocess (``python -m laneledger.services.sequencer``, as
 deployed) on a fresh SQLite file. This process appends N events (default one
 million) through the SDK (``LedgerClient.submit``), E events per append over
 L lanes with a bounded window of appends in flight, and reads the
@@ -28,8 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from laneledger.client import LedgerClient, make_event  # noqa: E402
-from laneledger.natsserver import NatsServer  # noqa: E402
+from laneledger.sdk.client import LedgerClient, make_event  # noqa: E402
+from laneledger.devtools.natsserver import NatsServer  # noqa: E402
 
 WINDOW = 64  # appends in flight
 
@@ -44,7 +44,7 @@ def rss_kib(pid: int) -> int:
 
 def start_sequencer(nats_url: str, db: Path, logs: Path) -> subprocess.Popen:
     out, err = logs / "sequencer.out", logs / "sequencer.err"
-    cmd = [sys.executable, "-m", "services.sequencer", "--nats", nats_url, "--db", str(db), "--http-port", "0"]
+    cmd = [sys.executable, "-m", "laneledger.services.sequencer", "--nats", nats_url, "--db", str(db), "--http-port", "0"]
     env = dict(os.environ, LANELEDGER_LOG_LEVEL="WARNING")
     with open(out, "wb") as o, open(err, "wb") as e:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=o, stderr=e, env=env,

@@ -6,7 +6,7 @@ of the maximum append load, with many concurrent subscribers.
 
 Everything runs on 127.0.0.1 in a temporary directory: its own nats-server,
 the sequencer and the tail as subprocesses, exactly as deployed
-(``python -m services.sequencer``, ``python -m services.tail``), producer
+(``python -m laneledger.services.sequencer``, ``python -m laneledger.services.tail``), producer
 processes (``bench/producer.py``) and subscriber processes (this file, run
 as ``--child``). Phases:
 
@@ -148,7 +148,7 @@ async def child_main(cfg: dict) -> None:
 
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
-        from laneledger.natsserver import NatsServer
+        from laneledger.devtools.natsserver import NatsServer
 
         self.args = args
         self.tmp = tempfile.TemporaryDirectory(prefix="laneledger-tail-bench-")
@@ -254,13 +254,13 @@ class Bench:
         return results
 
     async def run(self) -> int:
-        from laneledger.client import LedgerClient
+        from laneledger.sdk.client import LedgerClient
 
         a = self.args
         self.nats.start()
-        self.spawn_service("sequencer", "services.sequencer", "--nats", self.nats.url,
+        self.spawn_service("sequencer", "laneledger.services.sequencer", "--nats", self.nats.url,
                            "--db", str(self.dir / "ledger.db"), "--http-port", "0")
-        tail_url = self.spawn_service("tail", "services.tail", "--nats", self.nats.url,
+        tail_url = self.spawn_service("tail", "laneledger.services.tail", "--nats", self.nats.url,
                                       "--data", str(self.dir / "tail"), "--http-port", "0")
         client = await LedgerClient.connect(self.nats.url, timeout=30)
         try:

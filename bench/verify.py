@@ -23,11 +23,11 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from laneledger.append import prepare_append
-from laneledger.audit import audit_ledger
-from laneledger.client import make_event
-from laneledger.model import CreateLane, EnsureActor, encode
-from laneledger.signing import generate_private_key, public_key_hex
+from laneledger.store.append import prepare_append
+from laneledger.audit.ledger import audit_ledger
+from laneledger.sdk.client import make_event
+from laneledger.contract.model import CreateLane, EnsureActor, encode
+from laneledger.contract.signing import generate_private_key, public_key_hex
 from laneledger.store import LedgerWriter, open_ledger
 
 PER_APPEND = 10

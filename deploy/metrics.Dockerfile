@@ -17,4 +17,4 @@ EXPOSE 8472
 STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
   CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ['LANELEDGER_METRICS_PORT'] + '/healthz', timeout=2)"]
-CMD ["python", "-m", "services.metrics"]
+CMD ["python", "-m", "laneledger.services.metrics"]

@@ -18,8 +18,8 @@ from typing import Any
 import msgspec
 from hypothesis import strategies as st
 
-from laneledger.client import make_event
-from laneledger.subjects import Subjects, token
+from laneledger.sdk.client import make_event
+from laneledger.contract.subjects import Subjects, token
 
 
 def fuzz_examples(default: int) -> int:

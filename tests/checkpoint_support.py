@@ -9,7 +9,7 @@ Test modules import the fixtures they use by name, which registers them::
   in ``tmp_path``.
 * ``checkpoints``: a ``CheckpointClient`` over conftest's ``client``.
 * ``CheckpointProcess``: the service as a real OS process
-  (``python -m services.checkpoint``), with ``kill()`` (SIGKILL) and ``restart()``.
+  (``python -m laneledger.services.checkpoint``), with ``kill()`` (SIGKILL) and ``restart()``.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
-from laneledger.checkpoints import CheckpointClient
-from laneledger.client import LedgerClient
-from services.checkpoint.metrics import CheckpointMetrics
-from services.checkpoint.service import CheckpointService, CheckpointSettings
-from services.checkpoint.store import CheckpointStore
+from laneledger.sdk.checkpoints import CheckpointClient
+from laneledger.sdk.client import LedgerClient
+from laneledger.services.checkpoint.metrics import CheckpointMetrics
+from laneledger.services.checkpoint.service import CheckpointService, CheckpointSettings
+from laneledger.services.checkpoint.store import CheckpointStore
 
 from service_process import ServiceProcess
 
@@ -69,14 +69,14 @@ async def wait_until(predicate, timeout: float = 15.0, what: str = "condition") 
 
 
 class CheckpointProcess(ServiceProcess):
-    """``python -m services.checkpoint`` on ``data_dir``; its logs beside it."""
+    """``python -m laneledger.services.checkpoint`` on ``data_dir``; its logs beside it."""
 
     def __init__(self, nats_url: str, data_dir: str | os.PathLike[str], *,
                  extra_args: tuple[str, ...] = ()) -> None:
         self.nats_url = nats_url
         self.data_dir = Path(data_dir)
         super().__init__(
-            "services.checkpoint",
+            "laneledger.services.checkpoint",
             ["--nats", nats_url, "--data", str(self.data_dir), "--http-host", "127.0.0.1",
              "--http-port", "0", *extra_args],
             self.data_dir.parent, log_name=self.data_dir.name,

@@ -24,15 +24,15 @@ import pytest_asyncio
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from laneledger.client import LedgerClient
-from laneledger.model import Actor
-from laneledger.natscluster import NatsCluster
-from laneledger.natsserver import NatsServer
+from laneledger.sdk.client import LedgerClient
+from laneledger.contract.model import Actor
+from laneledger.devtools.natscluster import NatsCluster
+from laneledger.devtools.natsserver import NatsServer
 from laneledger.store import LedgerWriter, open_ledger
 from prometheus_client import CollectorRegistry
 from sequencer_process import SequencerProcess
-from services.sequencer.metrics import SequencerMetrics
-from services.sequencer.service import Sequencer
+from laneledger.services.sequencer.metrics import SequencerMetrics
+from laneledger.services.sequencer.service import Sequencer
 
 # -- reporting hooks ------------------------------------------------------------
 

@@ -26,11 +26,11 @@ import nats
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from laneledger.client import LedgerClient, make_event
-from laneledger.model import CommittedEvent, Lane
-from laneledger.opsserver import ops_routes, start_http
-from services.metrics.service import MetricsService, MetricsSettings
-from services.metrics.store import MetricsStore
+from laneledger.sdk.client import LedgerClient, make_event
+from laneledger.contract.model import CommittedEvent, Lane
+from laneledger.runtime.opsserver import ops_routes, start_http
+from laneledger.services.metrics.service import MetricsService, MetricsSettings
+from laneledger.services.metrics.store import MetricsStore
 
 from service_process import ServiceProcess
 
@@ -355,7 +355,7 @@ class MetricsRunner:
 # -- a service as an OS process ----------------------------------------------------
 
 def metrics_process(nats_url: str, data_dir: Path, log_dir: Path, *extra: str) -> ServiceProcess:
-    return ServiceProcess("services.metrics", [
+    return ServiceProcess("laneledger.services.metrics", [
         "--nats", nats_url, "--data", str(data_dir), "--http-host", "127.0.0.1",
         "--http-port", "0", "--lag-interval", "0.2", *extra], log_dir)
 

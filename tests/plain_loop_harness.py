@@ -1,5 +1,5 @@
 """A plain Python agent loop recorded with the attempt guard
-(``laneledger.guard``), for the kill -9 recovery test (not a test module:
+(``laneledger.sdk.guard``), for the kill -9 recovery test (not a test module:
 pytest does not collect it).
 
 ::
@@ -45,9 +45,9 @@ import sys
 import time
 from typing import Any
 
-from laneledger.checkpoints import CheckpointClient, anchor_of, complete_run
-from laneledger.client import LedgerClient
-from laneledger.guard import Guard, TurnScope
+from laneledger.sdk.checkpoints import CheckpointClient, anchor_of, complete_run
+from laneledger.sdk.client import LedgerClient
+from laneledger.sdk.guard import Guard, TurnScope
 
 FORMAT = "application/vnd.laneledger.tests.plain-loop+json;version=1"
 TOOLS = (("lookup", "read"), ("send_email", "write"))

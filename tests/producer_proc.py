@@ -57,10 +57,10 @@ import sys
 import time
 from pathlib import Path
 
-from laneledger.client import LedgerClient, make_event
-from laneledger.errors import LaneConflict, LedgerError, TransportError
-from laneledger.ids import new_id
-from laneledger.model import Lane
+from laneledger.sdk.client import LedgerClient, make_event
+from laneledger.contract.errors import LaneConflict, LedgerError, TransportError
+from laneledger.contract.ids import new_id
+from laneledger.contract.model import Lane
 
 MAX_SENDS = 1000  # per request; the time limit normally ends a hopeless one first
 

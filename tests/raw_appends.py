@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from laneledger.model import Receipt, decoder
+from laneledger.contract.model import Receipt, decoder
 
 RECEIPT_WAIT_S = 10.0  # only a failing test waits this long
 

@@ -24,7 +24,7 @@ SequencerProcessError = ServiceProcessError
 
 
 class SequencerProcess(ServiceProcess):
-    """``python -m services.sequencer --http-port 0`` on ``db_path``."""
+    """``python -m laneledger.services.sequencer --http-port 0`` on ``db_path``."""
 
     def __init__(
         self,
@@ -37,7 +37,7 @@ class SequencerProcess(ServiceProcess):
         self.nats_url = nats_url
         self.db_path = Path(db_path)
         super().__init__(
-            "services.sequencer",
+            "laneledger.services.sequencer",
             ["--nats", nats_url, "--db", str(self.db_path), "--http-host", "127.0.0.1",
              "--http-port", "0", *extra_args],
             log_dir if log_dir is not None else self.db_path.parent,

@@ -2,7 +2,7 @@
 
 ::
 
-    proc = ServiceProcess("services.sequencer", [...args], log_dir)
+    proc = ServiceProcess("laneledger.services.sequencer", [...args], log_dir)
     proc.start()                # waits for "laneledger-<name> ready http=URL [position=N]"
     proc.pid, proc.http_url, proc.position, proc.ready_line
     proc.kill()                 # SIGKILL its process group, like a crash

@@ -6,7 +6,7 @@
 * ``TailAPI``: real HTTP (aiohttp) to a tail; every JSON, NDJSON and SSE
   answer is checked against the tail's own OpenAPI document.
 * ``SSEStream``: reads server-sent events frame by frame.
-* ``TailProcess``: the tail as an OS process (``python -m services.tail``).
+* ``TailProcess``: the tail as an OS process (``python -m laneledger.services.tail``).
 
 Test modules import the fixtures they use from here (``from tail_support
 import start_tail``), since ``conftest.py`` is shared with other services.
@@ -30,11 +30,11 @@ import pytest_asyncio
 import referencing
 import referencing.jsonschema
 
-from laneledger.client import LedgerClient, make_event
-from laneledger.model import Actor, Lane
+from laneledger.sdk.client import LedgerClient, make_event
+from laneledger.contract.model import Actor, Lane
 from service_process import ServiceProcess
-from services.tail.openapi import DOCUMENT
-from services.tail.service import TailService, TailSettings
+from laneledger.services.tail.openapi import DOCUMENT
+from laneledger.services.tail.service import TailService, TailSettings
 
 REPO = Path(__file__).resolve().parent.parent
 DEADLINE_S = 30.0  # every wait below is bounded by this (or less)
@@ -346,7 +346,7 @@ async def _stop(tail: RunningTail, running: list[RunningTail]) -> None:
 
 
 class TailProcess(ServiceProcess):
-    """``python -m services.tail --http-port 0`` on ``data_dir`` (its logs
+    """``python -m laneledger.services.tail --http-port 0`` on ``data_dir`` (its logs
     beside it), so its memory is its own. ``start`` is awaitable: it waits for
     the ready line in a thread, so a sequencer in the test's event loop keeps
     serving meanwhile."""
@@ -355,7 +355,7 @@ class TailProcess(ServiceProcess):
         self.nats_url = nats_url
         self.data_dir = Path(data_dir)
         super().__init__(
-            "services.tail",
+            "laneledger.services.tail",
             ["--nats", nats_url, "--data", str(self.data_dir), "--http-port", "0", *extra_args],
             self.data_dir.parent, env={"LANELEDGER_LOG_LEVEL": "WARNING"},
         )

@@ -1,4 +1,4 @@
-"""laneledger.access: token files, token → scope, the open mode and its
+"""laneledger.runtime.access: token files, token → scope, the open mode and its
 refusal off loopback, and the services' options (a bad file stops them with
 exit status 2 naming it). The HTTP behaviour is in test_tenant_isolation.py."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from laneledger.access import OPEN, AccessPolicy, Scope, announce, is_loopback
-from laneledger.errors import EntityNotFound, TenantMismatch, Unauthorized
+from laneledger.runtime.access import OPEN, AccessPolicy, Scope, announce, is_loopback
+from laneledger.contract.errors import EntityNotFound, TenantMismatch, Unauthorized
 
 REPO = Path(__file__).resolve().parent.parent
 ACME = "acme-token-0123456789abcdef"
@@ -57,7 +57,7 @@ def test_a_bad_token_file_is_refused_naming_the_line(tmp_path, text, where):
 def test_no_file_means_open_and_open_is_loopback_only(caplog):
     policy = AccessPolicy.from_files(None, None)
     assert policy.open and policy.scope_of(None) is OPEN and policy.scope_of("anything") is OPEN
-    with caplog.at_level(logging.WARNING, logger="laneledger.access"):
+    with caplog.at_level(logging.WARNING, logger="laneledger.runtime.access"):
         announce(policy, "laneledger-tail", "127.0.0.1")  # a warning, not a refusal
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
         "laneledger-tail: NO ACCESS TOKENS CONFIGURED - every reader on 127.0.0.1 sees every "
@@ -87,10 +87,10 @@ def test_a_scope_narrows_filters_and_hides_other_tenants():
 
 def test_services_refuse_a_bad_token_file_or_an_open_public_address(tmp_path):
     bad = write(tmp_path, "tokens", "acme short\n")
-    cases = [("services.tail", ["--tokens-file", str(bad)], "tokens:1"),
-             ("services.tail", ["--operator-token-file", str(tmp_path / "absent")], "cannot read"),
-             ("services.tail", ["--http-host", "0.0.0.0"], "no access token configured"),
-             ("services.checkpoint", ["--http-host", "0.0.0.0"], "no access token configured")]
+    cases = [("laneledger.services.tail", ["--tokens-file", str(bad)], "tokens:1"),
+             ("laneledger.services.tail", ["--operator-token-file", str(tmp_path / "absent")], "cannot read"),
+             ("laneledger.services.tail", ["--http-host", "0.0.0.0"], "no access token configured"),
+             ("laneledger.services.checkpoint", ["--http-host", "0.0.0.0"], "no access token configured")]
     for service, args, message in cases:
         # No NATS is needed: the options are checked before anything connects.
         result = subprocess.run(

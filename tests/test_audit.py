@@ -1,4 +1,4 @@
-"""Whole-ledger audit (laneledger.audit) over a ledger the real sequencer wrote,
+"""Whole-ledger audit (laneledger.audit.ledger) over a ledger the real sequencer wrote,
 and over copies of it tampered with through sqlite3."""
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
 
-from laneledger import errors
-from laneledger.audit import audit_ledger, compare_with_stream
-from laneledger.canonical import canonicalize
-from laneledger.chain import GENESIS_HASH, entry_hash
-from laneledger.client import LedgerClient, make_event
-from laneledger.model import Actor, Lane
+from laneledger.contract import errors
+from laneledger.audit.ledger import audit_ledger, compare_with_stream
+from laneledger.contract.canonical import canonicalize
+from laneledger.contract.chain import GENESIS_HASH, entry_hash
+from laneledger.sdk.client import LedgerClient, make_event
+from laneledger.contract.model import Actor, Lane
 from laneledger.store import LedgerWriter, open_ledger
-from services.sequencer.metrics import SequencerMetrics
-from services.sequencer.service import Sequencer
+from laneledger.services.sequencer.metrics import SequencerMetrics
+from laneledger.services.sequencer.service import Sequencer
 
 
 async def wait_for_stream(js, last_position: int, stream: str = "LEDGER_EVENTS") -> None:

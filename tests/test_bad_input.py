@@ -11,13 +11,13 @@ import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
 
-from laneledger.client import LedgerClient, make_event
-from laneledger.model import AppendCommitted, AppendRejected, timestamp_problem
+from laneledger.sdk.client import LedgerClient, make_event
+from laneledger.contract.model import AppendCommitted, AppendRejected, timestamp_problem
 from laneledger.store import LedgerWriter, open_ledger
-from laneledger.subjects import Subjects, token
+from laneledger.contract.subjects import Subjects, token
 from raw_appends import Inbox
-from services.sequencer.metrics import SequencerMetrics
-from services.sequencer.service import Sequencer, SequencerSettings
+from laneledger.services.sequencer.metrics import SequencerMetrics
+from laneledger.services.sequencer.service import Sequencer, SequencerSettings
 
 SMALL_LIMIT = 16 * 1024
 

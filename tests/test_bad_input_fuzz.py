@@ -28,12 +28,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bad_input_strategies import World, bad_appends, command_messages, fuzz_examples
-from laneledger.audit import audit_ledger, compare_with_stream
-from laneledger.client import make_event
-from laneledger.errors import ERRORS_BY_CODE, RequestError, StoreError
-from laneledger.model import AppendCommitted, AppendRejected, ReplyError, ReplyOk, decoder
-from laneledger.subjects import Subjects
-from services.sequencer.service import COMMAND_OPS
+from laneledger.audit.ledger import audit_ledger, compare_with_stream
+from laneledger.sdk.client import make_event
+from laneledger.contract.errors import ERRORS_BY_CODE, RequestError, StoreError
+from laneledger.contract.model import AppendCommitted, AppendRejected, ReplyError, ReplyOk, decoder
+from laneledger.contract.subjects import Subjects
+from laneledger.services.sequencer.service import COMMAND_OPS
 from test_bad_input import Inbox, ledger, small_sequencer  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.timeout(300)

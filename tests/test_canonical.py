@@ -1,4 +1,4 @@
-"""laneledger.canonical against the reference: rfc8785.dumps.
+"""laneledger.contract.canonical against the reference: rfc8785.dumps.
 
 Every value is checked on both paths: ``canonicalize`` (msgspec where it is
 exact, else the slow encoder) and the slow encoder on its own.
@@ -23,9 +23,9 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from laneledger import canonical
-from laneledger.canonical import MAX_SAFE_INTEGER, canonicalize
-from laneledger.errors import NotCanonicalizable, RequestError
+from laneledger.contract import canonical
+from laneledger.contract.canonical import MAX_SAFE_INTEGER, canonicalize
+from laneledger.contract.errors import NotCanonicalizable, RequestError
 
 MAX = MAX_SAFE_INTEGER
 REPO = Path(__file__).resolve().parents[1]

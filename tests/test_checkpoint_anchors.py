@@ -9,11 +9,11 @@ import asyncio
 import pytest
 
 from checkpoint_support import checkpoint_service, checkpoints, wait_until  # noqa: F401
-from laneledger import errors
-from laneledger.checkpoints import AnchorMismatch, AnchorNotCommitted, CheckpointClient, anchor_of
-from laneledger.client import LaneRecorder, LedgerClient, make_event
-from laneledger.ids import new_id
-from laneledger.model import Actor, Anchor
+from laneledger.contract import errors
+from laneledger.sdk.checkpoints import AnchorMismatch, AnchorNotCommitted, CheckpointClient, anchor_of
+from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
+from laneledger.contract.ids import new_id
+from laneledger.contract.model import Actor, Anchor
 
 FORMAT = "application/vnd.tests.state+json;version=1"
 

@@ -11,15 +11,15 @@ import os
 import pytest
 
 from checkpoint_support import checkpoint_service, checkpoints  # noqa: F401
-from laneledger import errors
-from laneledger.checkpoints import (
+from laneledger.contract import errors
+from laneledger.sdk.checkpoints import (
     DEFAULT_ARTIFACT_BUCKET,
     ArtifactMismatch,
     ArtifactMissing,
     CheckpointClient,
     artifact_name,
 )
-from laneledger.model import ArtifactRef
+from laneledger.contract.model import ArtifactRef
 
 FORMAT = "application/vnd.tests.model-weights;version=1"
 
@@ -79,8 +79,8 @@ async def test_a_blob_that_does_not_hash_to_its_name_is_an_integrity_failure(
 
 
 async def test_inline_state_and_an_artifact_together_are_refused(checkpoints: CheckpointClient, nc):
-    from laneledger.ids import new_id
-    from laneledger.model import ProposedCheckpoint, SaveCheckpoint, encode
+    from laneledger.contract.ids import new_id
+    from laneledger.contract.model import ProposedCheckpoint, SaveCheckpoint, encode
 
     ref = await checkpoints.put_artifact(b"x", "text/plain")
     proposal = ProposedCheckpoint(id=new_id(), key="art6", format=FORMAT, state={"a": 1}, artifact=ref)

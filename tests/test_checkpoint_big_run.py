@@ -10,11 +10,11 @@ import asyncio
 import pytest
 
 from checkpoint_support import checkpoint_service, checkpoints  # noqa: F401
-from laneledger import errors
-from laneledger.checkpoints import CheckpointClient, complete_run
-from laneledger.access import Scope
-from laneledger.client import LaneRecorder
-from laneledger.model import InspectRun
+from laneledger.contract import errors
+from laneledger.sdk.checkpoints import CheckpointClient, complete_run
+from laneledger.runtime.access import Scope
+from laneledger.sdk.client import LaneRecorder
+from laneledger.contract.model import InspectRun
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -3,7 +3,7 @@ process: nats-server, the sequencer, the checkpoint service and the harness
 (tests/plain_loop_harness.py).
 
 The harness records turns, actions and attempts with the attempt guard
-(laneledger.guard) and snapshots its state every two turns. It is SIGKILLed
+(laneledger.sdk.guard) and snapshots its state every two turns. It is SIGKILLed
 in turn 4 mid-tool-call: the requests of its two tool calls committed, both
 side effects done, neither answer back. Started again, it restores the latest
 checkpoint, replays the events after its anchor, and gets both attempts
@@ -28,10 +28,10 @@ import pytest
 
 from checkpoint_support import CheckpointProcess
 from conftest import show_log_on_failure
-from laneledger.checkpoints import CheckpointClient
-from laneledger.client import LedgerClient
-from laneledger.guarantees import AdapterGuarantees
-from laneledger.guard import PLAIN_LOOP_GUARANTEES
+from laneledger.sdk.checkpoints import CheckpointClient
+from laneledger.sdk.client import LedgerClient
+from laneledger.sdk.guarantees import AdapterGuarantees
+from laneledger.sdk.guard import PLAIN_LOOP_GUARANTEES
 from plain_loop_harness import replay
 from sequencer_process import SequencerProcess
 

@@ -10,11 +10,11 @@ import msgspec
 import pytest_asyncio
 
 from checkpoint_support import checkpoint_service, checkpoints, wait_until  # noqa: F401
-from laneledger.checkpoints import CheckpointClient, RevisionConflict, anchor_of, complete_run
-from laneledger.client import LaneRecorder
-from laneledger.model import Checkpoint, RecoveryPlan, RevisionPage, RunInspection
-from laneledger.opsserver import start_http
-from services.checkpoint.http import checkpoint_app
+from laneledger.sdk.checkpoints import CheckpointClient, RevisionConflict, anchor_of, complete_run
+from laneledger.sdk.client import LaneRecorder
+from laneledger.contract.model import Checkpoint, RecoveryPlan, RevisionPage, RunInspection
+from laneledger.runtime.opsserver import start_http
+from laneledger.services.checkpoint.http import checkpoint_app
 
 FORMAT = "application/vnd.tests.loop-state+json;version=1"
 

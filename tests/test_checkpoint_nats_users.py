@@ -21,18 +21,18 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from conftest import show_log_on_failure
-from laneledger.access import AccessPolicy
-from laneledger.checkpoints import CheckpointClient, anchor_of, complete_run
-from laneledger.client import LaneRecorder, LedgerClient
-from laneledger.natsserver import NatsServer
-from laneledger.opsserver import start_http
+from laneledger.runtime.access import AccessPolicy
+from laneledger.sdk.checkpoints import CheckpointClient, anchor_of, complete_run
+from laneledger.sdk.client import LaneRecorder, LedgerClient
+from laneledger.devtools.natsserver import NatsServer
+from laneledger.runtime.opsserver import start_http
 from laneledger.store import LedgerWriter, open_ledger
-from services.checkpoint.http import checkpoint_routes
-from services.checkpoint.metrics import CheckpointMetrics
-from services.checkpoint.service import CheckpointService, CheckpointSettings
-from services.checkpoint.store import CheckpointStore
-from services.sequencer.metrics import SequencerMetrics
-from services.sequencer.service import Sequencer
+from laneledger.services.checkpoint.http import checkpoint_routes
+from laneledger.services.checkpoint.metrics import CheckpointMetrics
+from laneledger.services.checkpoint.service import CheckpointService, CheckpointSettings
+from laneledger.services.checkpoint.store import CheckpointStore
+from laneledger.services.sequencer.metrics import SequencerMetrics
+from laneledger.services.sequencer.service import Sequencer
 
 CONF = Path(__file__).resolve().parents[1] / "deploy" / "nats.conf"
 USERS = ("producer", "sequencer", "tail", "metrics", "checkpoint")
@@ -54,7 +54,7 @@ NEEDED = {
         # producer empty the whole bucket (nats-py only purges when replacing).
         "$O.LEDGER_CHECKPOINT_ARTIFACTS.>",
         # read an artifact back, from a store bound to its stream
-        # (laneledger.objectstores): no STREAM.NAMES lookup
+        # (laneledger.sdk.objectstores): no STREAM.NAMES lookup
         f"$JS.API.CONSUMER.CREATE.{OBJ}", f"$JS.FC.{OBJ}.>",
     ],
 }

@@ -11,11 +11,11 @@ import pytest
 from openapi_spec_validator import validate
 
 from checkpoint_support import checkpoint_service  # noqa: F401 - fixture
-from laneledger.access import guarded
-from laneledger.model import ListRevisions
-from laneledger.opsserver import start_http
-from services.checkpoint.http import checkpoint_app
-from services.checkpoint.openapi import DOCUMENT
+from laneledger.runtime.access import guarded
+from laneledger.contract.model import ListRevisions
+from laneledger.runtime.opsserver import start_http
+from laneledger.services.checkpoint.http import checkpoint_app
+from laneledger.services.checkpoint.openapi import DOCUMENT
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -1,4 +1,4 @@
-"""`python -m services.checkpoint` as a real process: the ready line, /readyz,
+"""`python -m laneledger.services.checkpoint` as a real process: the ready line, /readyz,
 SIGKILL and restart on the same data (nothing saved is lost, the anchor index
 resumes exactly where it was), SIGTERM as a clean stop."""
 
@@ -8,8 +8,8 @@ import aiohttp
 
 from checkpoint_support import CheckpointProcess, wait_until
 from conftest import show_log_on_failure
-from laneledger.checkpoints import CheckpointClient, anchor_of
-from laneledger.client import LaneRecorder
+from laneledger.sdk.checkpoints import CheckpointClient, anchor_of
+from laneledger.sdk.client import LaneRecorder
 
 FORMAT = "application/vnd.tests.state+json;version=1"
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from checkpoint_support import checkpoint_service, checkpoints  # noqa: F401
-from laneledger import errors
-from laneledger.checkpoints import CheckpointClient, anchor_of
-from laneledger.client import LaneRecorder
+from laneledger.contract import errors
+from laneledger.sdk.checkpoints import CheckpointClient, anchor_of
+from laneledger.sdk.client import LaneRecorder
 
 FORMAT = "application/vnd.tests.loop-state+json;version=1"
 

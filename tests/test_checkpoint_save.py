@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from checkpoint_support import checkpoint_service, checkpoints  # noqa: F401
-from laneledger import errors
-from laneledger.checkpoints import CheckpointClient, RevisionConflict, content_digest, state_digest
-from laneledger.ids import new_id
-from laneledger.model import ProposedCheckpoint, SaveCheckpoint, encode
+from laneledger.contract import errors
+from laneledger.sdk.checkpoints import CheckpointClient, RevisionConflict, content_digest, state_digest
+from laneledger.contract.ids import new_id
+from laneledger.contract.model import ProposedCheckpoint, SaveCheckpoint, encode
 
 FORMAT = "application/vnd.tests.loop-state+json;version=1"
 
@@ -141,8 +141,8 @@ def test_content_digest_covers_everything_sent():
 def test_checkpoint_errors_round_trip_as_their_subclass_and_keep_the_parent_code():
     import msgspec
 
-    from laneledger.checkpoints import CHECKPOINT_ERRORS, checkpoint_error
-    from laneledger.model import ErrorBody
+    from laneledger.sdk.checkpoints import CHECKPOINT_ERRORS, checkpoint_error
+    from laneledger.contract.model import ErrorBody
 
     assert len(CHECKPOINT_ERRORS) == 5
     for (code, reason), cls in CHECKPOINT_ERRORS.items():

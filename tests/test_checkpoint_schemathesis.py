@@ -19,8 +19,8 @@ import requests
 import schemathesis
 
 from checkpoint_support import CheckpointProcess
-from laneledger.checkpoints import CheckpointClient, anchor_of, complete_run
-from laneledger.client import LaneRecorder, LedgerClient
+from laneledger.sdk.checkpoints import CheckpointClient, anchor_of, complete_run
+from laneledger.sdk.client import LaneRecorder, LedgerClient
 from schemathesis_support import bearer, fuzz_every_operation, wait_until
 
 pytestmark = pytest.mark.timeout(300)

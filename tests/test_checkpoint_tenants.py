@@ -9,11 +9,11 @@ import sqlite3
 import pytest
 
 from checkpoint_support import checkpoint_service, checkpoints, wait_until  # noqa: F401
-from laneledger.checkpoints import anchor_of
-from laneledger.client import LaneRecorder
-from laneledger.errors import TenantMismatch
-from laneledger.model import ArtifactRef, Checkpoint, encode
-from services.checkpoint.store import SCHEMA_VERSION, CheckpointStore
+from laneledger.sdk.checkpoints import anchor_of
+from laneledger.sdk.client import LaneRecorder
+from laneledger.contract.errors import TenantMismatch
+from laneledger.contract.model import ArtifactRef, Checkpoint, encode
+from laneledger.services.checkpoint.store import SCHEMA_VERSION, CheckpointStore
 
 FORMAT = "application/vnd.tests.state+json;version=1"
 

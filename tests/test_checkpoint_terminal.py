@@ -9,14 +9,14 @@ from __future__ import annotations
 import pytest
 
 from checkpoint_support import checkpoint_service, checkpoints  # noqa: F401
-from laneledger.checkpoints import (
+from laneledger.sdk.checkpoints import (
     CheckpointClient,
     complete_run,
     link_checkpoint,
     reconcile,
 )
-from laneledger.client import LaneRecorder, LedgerClient
-from laneledger.model import Actor
+from laneledger.sdk.client import LaneRecorder, LedgerClient
+from laneledger.contract.model import Actor
 
 FORMAT = "application/vnd.tests.loop-state+json;version=1"
 
@@ -103,7 +103,7 @@ async def test_a_link_to_an_unknown_or_misdescribed_checkpoint_is_flagged(client
 
 
 async def test_inspection_of_an_unknown_run_is_not_found(checkpoints):
-    from laneledger import errors
+    from laneledger.contract import errors
 
     with pytest.raises(errors.EntityNotFound) as caught:
         await checkpoints.inspect_run("s1", "no-such-run")

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from msgspec import UNSET
 
-from laneledger.claudecode import IMPORT_GUARANTEES, ClaudeCodeImport
-from laneledger.errors import InvalidRequest, MalformedMessage
-from laneledger.guarantees import AdapterGuarantees
-from laneledger.spine import spawned_by, spine_role
-from services.checkpoint.recovery import unresolved_attempts
-from services.checkpoint.runread import read_run
+from laneledger.compat.claudecode import IMPORT_GUARANTEES, ClaudeCodeImport
+from laneledger.contract.errors import InvalidRequest, MalformedMessage
+from laneledger.sdk.guarantees import AdapterGuarantees
+from laneledger.sdk.spine import spawned_by, spine_role
+from laneledger.services.checkpoint.recovery import unresolved_attempts
+from laneledger.services.checkpoint.runread import read_run
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "claude-code"
 CAPTURE = FIXTURES / "session.jsonl"
@@ -204,7 +204,7 @@ async def test_the_cli_imports_a_pipe_then_the_file_idempotently(client, nats_se
 def test_derived_ids_are_deterministic_uuidv7_shaped_and_distinct():
     import uuid
 
-    from laneledger.ids import derived_id, is_uuid
+    from laneledger.contract.ids import derived_id, is_uuid
 
     one = derived_id("claude-code", "s", "r", "event", "msg/1", at_ms=1_767_323_045_123)
     assert one == derived_id("claude-code", "s", "r", "event", "msg/1", at_ms=1_767_323_045_123)

@@ -15,7 +15,7 @@ import pytest
 from checkpoint_support import checkpoint_service, checkpoints  # noqa: F401 - fixtures
 from tail_support import start_tail  # noqa: F401 - a fixture
 
-from laneledger.client import LaneRecorder, make_event
+from laneledger.sdk.client import LaneRecorder, make_event
 
 SCRIPT = Path(sys.executable).with_name("laneledger")
 

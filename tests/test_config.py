@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from laneledger.config import Setting, common_settings, parse_settings, port, positive_int
+from laneledger.runtime.config import Setting, common_settings, parse_settings, port, positive_int
 
 SETTINGS = [*common_settings("demo", 9000), Setting("--batch-size", "BATCH_SIZE", 5, positive_int)]
 
@@ -38,7 +38,7 @@ def test_a_bad_value_exits_2_naming_the_variable(monkeypatch, capsys, env, value
 
 def test_the_sequencer_refuses_a_bad_variable():
     env = dict(os.environ, LANELEDGER_REPLICAS="three")
-    result = subprocess.run([sys.executable, "-m", "services.sequencer"], env=env,
+    result = subprocess.run([sys.executable, "-m", "laneledger.services.sequencer"], env=env,
                             capture_output=True, timeout=60)
     assert result.returncode == 2
     assert result.stderr.decode().strip() == (
@@ -47,7 +47,7 @@ def test_the_sequencer_refuses_a_bad_variable():
 
 def test_a_service_refuses_a_bad_log_level():
     env = dict(os.environ, LANELEDGER_LOG_LEVEL="loud")
-    result = subprocess.run([sys.executable, "-m", "services.metrics"], env=env,
+    result = subprocess.run([sys.executable, "-m", "laneledger.services.metrics"], env=env,
                             capture_output=True, timeout=60)
     assert result.returncode == 2
     assert result.stderr.decode().strip() == (
@@ -60,7 +60,7 @@ def test_services_using_the_sdk_refuse_a_bad_redaction_pattern(service):
     # They have no redaction flags, but the SDK they append and command
     # through reads the variables; a bad one stops them at start.
     env = dict(os.environ, LANELEDGER_REDACT_PATTERNS='{"x": "("}')
-    result = subprocess.run([sys.executable, "-m", f"services.{service}"], env=env,
+    result = subprocess.run([sys.executable, "-m", f"laneledger.services.{service}"], env=env,
                             capture_output=True, timeout=60)
     assert result.returncode == 2
     assert result.stderr.decode().startswith(

@@ -18,10 +18,10 @@ import pytest
 from playwright.async_api import Page, expect
 
 from browser_support import browser, screenshot  # noqa: F401
-from laneledger.access import AccessPolicy
-from laneledger.client import LedgerClient, make_event
+from laneledger.runtime.access import AccessPolicy
+from laneledger.sdk.client import LedgerClient, make_event
 from sequencer_process import SequencerProcess
-from services.tail.service import TailService, TailSettings
+from laneledger.services.tail.service import TailService, TailSettings
 from tail_support import fill, new_lane, start_tail, wait_applied  # noqa: F401
 
 pytestmark = pytest.mark.timeout(120)

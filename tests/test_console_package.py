@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from services.tail.console import ASSETS, DIRECTORY, PAGE
+from laneledger.services.tail.console import ASSETS, DIRECTORY, PAGE
 from tail_support import REPO, start_tail  # noqa: F401
 
 pytestmark = pytest.mark.timeout(90)
@@ -36,7 +36,7 @@ def test_a_build_of_the_package_carries_the_console(tmp_path):
          "--build-lib", str(out)], cwd=src, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-3000:]
     for name in FILES:
-        built = out / "services" / "tail" / "console" / name
+        built = out / "laneledger" / "services" / "tail" / "console" / name
         assert built.read_bytes() == (DIRECTORY / name).read_bytes(), name
 
 

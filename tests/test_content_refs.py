@@ -11,12 +11,12 @@ import msgspec
 import nats
 import pytest
 
-from laneledger.blobstore import BlobStore, bucket_name, object_name
-from laneledger.client import LaneRecorder, LedgerClient, make_event
-from laneledger.errors import BlobMissing, EntityNotFound, IntegrityError, InvalidRequest
-from laneledger.model import AppendCommitted, AppendRejected
-from laneledger.signing import generate_private_key, sign_event
-from laneledger.subjects import Subjects, token
+from laneledger.sdk.blobstore import BlobStore, bucket_name, object_name
+from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
+from laneledger.contract.errors import BlobMissing, EntityNotFound, IntegrityError, InvalidRequest
+from laneledger.contract.model import AppendCommitted, AppendRejected
+from laneledger.contract.signing import generate_private_key, sign_event
+from laneledger.contract.subjects import Subjects, token
 from raw_appends import Inbox
 
 pytestmark = pytest.mark.timeout(60)
@@ -67,7 +67,7 @@ async def test_a_tenant_scoped_producer_stores_in_its_own_bucket_which_readers_r
     fall back to the shared bucket (blobs written before tenant buckets)."""
     from nats.js.errors import NotFoundError
 
-    from laneledger.blobstore import BlobBuckets, tenant_bucket_name
+    from laneledger.sdk.blobstore import BlobBuckets, tenant_bucket_name
 
     tenant = "acme corp/eu"  # not a verbatim token: the bucket is named by its hash
     name = tenant_bucket_name(token(tenant))

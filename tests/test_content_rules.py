@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from laneledger.canonical import canonicalize
-from laneledger.content import prepare_content
-from laneledger.contentref import THRESHOLD_BYTES, externalize, is_ref, refs_in
-from laneledger.errors import InvalidRequest
-from laneledger.redaction import DEFAULT_PATTERNS, Redactor, checked_keys, checked_patterns
+from laneledger.contract.canonical import canonicalize
+from laneledger.sdk.content import prepare_content
+from laneledger.contract.contentref import THRESHOLD_BYTES, externalize, is_ref, refs_in
+from laneledger.contract.errors import InvalidRequest
+from laneledger.contract.redaction import DEFAULT_PATTERNS, Redactor, checked_keys, checked_patterns
 
 from secret_corpus import KEYED_SECRETS, SHAPED_SECRETS, needle
 
@@ -179,7 +179,7 @@ def test_producers_redact_before_they_externalize():
 
 
 def test_the_sequencer_settings_refuse_a_bad_pattern_naming_the_variable(monkeypatch, capsys):
-    from services.sequencer.__main__ import parse_args
+    from laneledger.services.sequencer.__main__ import parse_args
 
     monkeypatch.setenv("LANELEDGER_REDACT_PATTERNS", '{"acme": "(unclosed"}')
     with pytest.raises(SystemExit) as stopped:
@@ -220,8 +220,8 @@ def test_a_bad_sdk_redaction_variable_is_a_typed_error_naming_it(variable, value
 
 
 async def test_an_sdk_client_refuses_a_bad_redaction_variable(nc, monkeypatch):
-    from laneledger.client import LedgerClient
-    from laneledger.content import default_redactor
+    from laneledger.sdk.client import LedgerClient
+    from laneledger.sdk.content import default_redactor
 
     monkeypatch.setenv("LANELEDGER_REDACT_PATTERNS", '{"acme": "(unclosed"}')
     default_redactor.cache_clear()  # read once per process: read this environment

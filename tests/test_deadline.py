@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from laneledger.deadline import within
+from laneledger.sdk.deadline import within
 
 
 async def test_returns_the_result_and_leaves_no_timer_behind():

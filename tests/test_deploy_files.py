@@ -28,7 +28,7 @@ def dockerfile(service: str) -> str:
 
 def variables_read_by(service: str) -> set[str]:
     """What the service documents in --help: every option's LANELEDGER_* variable."""
-    result = subprocess.run([sys.executable, "-m", f"services.{service}", "--help"],
+    result = subprocess.run([sys.executable, "-m", f"laneledger.services.{service}", "--help"],
                             capture_output=True, timeout=60, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     return set(re.findall(r"env\s+(LANELEDGER_[A-Z0-9_]+)", result.stdout.decode()))
@@ -43,7 +43,7 @@ def dockerfile_env(text: str) -> dict[str, str]:
 @pytest.mark.parametrize("service", SERVICES)
 def test_container_file_runs_the_service_as_a_user_with_a_healthcheck(service):
     text = dockerfile(service)
-    assert f'CMD ["python", "-m", "services.{service}"]' in text
+    assert f'CMD ["python", "-m", "laneledger.services.{service}"]' in text
     assert (ROOT / "services" / service / "__main__.py").exists()
     assert re.search(r"^USER (?!root)\w+", text, re.M), "runs as root"
     assert "HEALTHCHECK" in text and "/healthz" in text

@@ -14,20 +14,20 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from laneledger.access import AccessPolicy
-from laneledger.checkpoints import CheckpointClient, anchor_of
-from laneledger.client import LaneRecorder, LedgerClient
-from laneledger.errors import EntityNotFound, InvalidRequest, LedgerError, TenantMismatch
-from laneledger.natsserver import NatsServer, find_nats_server
-from laneledger.opsserver import start_http
+from laneledger.runtime.access import AccessPolicy
+from laneledger.sdk.checkpoints import CheckpointClient, anchor_of
+from laneledger.sdk.client import LaneRecorder, LedgerClient
+from laneledger.contract.errors import EntityNotFound, InvalidRequest, LedgerError, TenantMismatch
+from laneledger.devtools.natsserver import NatsServer, find_nats_server
+from laneledger.runtime.opsserver import start_http
 from laneledger.store import LedgerWriter, open_ledger
-from laneledger.subjects import TENANT_HEADER, RequestSubject, Subjects, tenant_headers, token
-from services.checkpoint.http import checkpoint_routes
-from services.checkpoint.metrics import CheckpointMetrics
-from services.checkpoint.service import CheckpointService, CheckpointSettings
-from services.checkpoint.store import CheckpointStore
-from services.sequencer.metrics import SequencerMetrics
-from services.sequencer.service import Sequencer
+from laneledger.contract.subjects import TENANT_HEADER, RequestSubject, Subjects, tenant_headers, token
+from laneledger.services.checkpoint.http import checkpoint_routes
+from laneledger.services.checkpoint.metrics import CheckpointMetrics
+from laneledger.services.checkpoint.service import CheckpointService, CheckpointSettings
+from laneledger.services.checkpoint.store import CheckpointStore
+from laneledger.services.sequencer.metrics import SequencerMetrics
+from laneledger.services.sequencer.service import Sequencer
 
 from conftest import show_log_on_failure
 
@@ -132,7 +132,7 @@ TENANTS = ("acme", "globex")
 @pytest.fixture
 def tenant_server(tmp_path, passwords, monkeypatch, request):
     """A real nats-server on deploy/nats.conf rendered for two tenants."""
-    from laneledger.natsconfig import password_variable, render
+    from laneledger.runtime.natsconfig import password_variable, render
 
     for tenant in TENANTS:
         passwords[f"producer-{tenant}"] = f"test-{tenant}-secret"
@@ -238,7 +238,7 @@ async def test_only_the_sequencer_writes_events_and_consumers_append_as_no_one_e
 
 def test_nats_config_renders_the_shipped_file_and_refuses_bad_tenants(tmp_path):
     from laneledger.cli import main
-    from laneledger.natsconfig import render
+    from laneledger.runtime.natsconfig import render
 
     template = CONF.read_text()
     assert render(template, []) == template  # the shipped file is the template, unchanged
@@ -441,12 +441,12 @@ async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(
     JetStream object store calls."""
     from nats.js.object_store import ObjectStore
 
-    from laneledger.blobstore import object_name
-    from laneledger.contentref import hex_of, refs_in
-    from laneledger.errors import BlobMissing
-    from laneledger.objectstores import open_object_store
-    from laneledger.subjects import inbox_prefix
-    from services.tail.service import TailService, TailSettings
+    from laneledger.sdk.blobstore import object_name
+    from laneledger.contract.contentref import hex_of, refs_in
+    from laneledger.contract.errors import BlobMissing
+    from laneledger.sdk.objectstores import open_object_store
+    from laneledger.contract.subjects import inbox_prefix
+    from laneledger.services.tail.service import TailService, TailSettings
 
     urls = {user: url_for(tenant_server, user, passwords)
             for user in ("sequencer", "tail", "producer-acme", "producer-globex")}
@@ -485,7 +485,7 @@ async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(
         name = object_name(token("acme"), ref)
 
         # acme's producer, raw: gets its blob and puts another in its own
-        # bucket, opened bound to its stream (laneledger.objectstores): nats-py's
+        # bucket, opened bound to its stream (laneledger.sdk.objectstores): nats-py's
         # own read would first ask STREAM.NAMES, which producers are not granted.
         acme_obs = await open_object_store(acme.nc.jetstream(), "LEDGER_BLOBS_acme")
         assert len((await acme_obs.get(name)).data) == size

@@ -10,9 +10,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from laneledger import errors as e
-from laneledger.errors import ERRORS_BY_CODE, LedgerError, error_from_wire
-from laneledger.model import AppendRejected, ErrorBody, Receipt, Reply, ReplyError
+from laneledger.contract import errors as e
+from laneledger.contract.errors import ERRORS_BY_CODE, LedgerError, error_from_wire
+from laneledger.contract.model import AppendRejected, ErrorBody, Receipt, Reply, ReplyError
 
 ROOT = Path(__file__).resolve().parent.parent
 ERRORS_MD = (ROOT / "spec" / "errors.md").read_text()
@@ -206,8 +206,8 @@ def _doc_http_statuses() -> dict[str, int]:
 def test_every_http_service_answers_each_code_with_the_documented_status() -> None:
     # The tail and the checkpoint service each map codes to statuses; both
     # must follow the one table, including codes a service rarely raises.
-    from services.checkpoint.http import http_status
-    from services.tail.api import status_of
+    from laneledger.services.checkpoint.http import http_status
+    from laneledger.services.tail.api import status_of
 
     documented = _doc_http_statuses()
     for code, cls in ERRORS_BY_CODE.items():

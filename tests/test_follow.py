@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from contextlib import aclosing
 
-from laneledger.follow import StreamFollower
+from laneledger.runtime.follow import StreamFollower
 
 
 async def publish(js, first: int, last: int) -> None:

@@ -10,13 +10,13 @@ import asyncio
 
 import pytest
 
-from laneledger.client import LaneRecorder, LedgerClient
-from laneledger.errors import InvalidRequest, LaneConflict, LedgerUnavailable
-from laneledger.guarantees import HOOKS, AdapterGuarantees
-from laneledger.guard import OUTCOME_UNKNOWN, PLAIN_LOOP_GUARANTEES, Guard
-from laneledger.spine import spine_role
-from services.checkpoint.recovery import unresolved_attempts
-from services.checkpoint.runread import read_run
+from laneledger.sdk.client import LaneRecorder, LedgerClient
+from laneledger.contract.errors import InvalidRequest, LaneConflict, LedgerUnavailable
+from laneledger.sdk.guarantees import HOOKS, AdapterGuarantees
+from laneledger.sdk.guard import OUTCOME_UNKNOWN, PLAIN_LOOP_GUARANTEES, Guard
+from laneledger.sdk.spine import spine_role
+from laneledger.services.checkpoint.recovery import unresolved_attempts
+from laneledger.services.checkpoint.runread import read_run
 
 
 class Crash(BaseException):

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from laneledger.branching import rewind_session
-from laneledger.chain import verify_chain
+from laneledger.history.branching import rewind_session
+from laneledger.contract.chain import verify_chain
 from laneledger.cli import main
-from laneledger.client import LedgerClient, make_event
-from laneledger.errors import ChainFault
-from laneledger.korg import KORG_LEDGER_V1, read_jsonl
+from laneledger.sdk.client import LedgerClient, make_event
+from laneledger.contract.errors import ChainFault
+from laneledger.compat.korg import KORG_LEDGER_V1, read_jsonl
 from worked_example import TENANT, record_worked_example
 
 SCRIPT = Path(sys.executable).with_name("laneledger")
@@ -145,7 +145,7 @@ async def test_the_rewind_and_fork_commands(client: LedgerClient, nats_server, s
 
 async def test_a_claude_code_import_exports_as_a_verifiable_korg_journal(
         client: LedgerClient, sequencer, tmp_path: Path) -> None:
-    from laneledger.claudecode import ClaudeCodeImport
+    from laneledger.compat.claudecode import ClaudeCodeImport
     from test_claude_code_import import CAPTURE, SESSION
 
     await ClaudeCodeImport(client, tenant=TENANT).run(CAPTURE.read_bytes().splitlines(keepends=True))

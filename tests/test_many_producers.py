@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from laneledger.audit import audit_ledger, compare_with_stream
+from laneledger.audit.ledger import audit_ledger, compare_with_stream
 from producer_proc import check_against_ledger, create_lanes, start_producers, wait_for_producers
 from sequencer_process import wait_for_stream
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 
 from metrics_support import committed, parse, total, value
-from services.metrics.collector import LedgerCollector, Progress
-from services.metrics.fold import OTHER, LabelPolicy, State, fold_message
-from services.metrics.store import MetricsStore, rows_of
+from laneledger.services.metrics.collector import LedgerCollector, Progress
+from laneledger.services.metrics.fold import OTHER, LabelPolicy, State, fold_message
+from laneledger.services.metrics.store import MetricsStore, rows_of
 
 
 def render(state: State, stream_last: int | None = None) -> str:

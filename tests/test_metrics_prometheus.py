@@ -18,8 +18,8 @@ from nats.aio.client import Client as NATS
 from prometheus_client import CollectorRegistry
 
 from conftest import show_log_on_failure
-from laneledger import errors
-from laneledger.client import LedgerClient, make_event
+from laneledger.contract import errors
+from laneledger.sdk.client import LedgerClient, make_event
 from metrics_support import (
     WORKLOAD_EVENTS,
     MetricsRunner,
@@ -34,9 +34,9 @@ from metrics_support import (
 )
 from sequencer_process import SequencerProcess
 from service_process import REPO, ServiceProcess
-from services.metrics.service import MetricsService
-from services.metrics.store import MetricsStore
-from services.sequencer.metrics import SequencerMetrics
+from laneledger.services.metrics.service import MetricsService
+from laneledger.services.metrics.store import MetricsStore
+from laneledger.services.sequencer.metrics import SequencerMetrics
 
 DEPLOY = REPO / "deploy"
 _INSTALL = "install Debian's prometheus package (`apt-get install prometheus`; .ci/run does)"
@@ -92,7 +92,7 @@ async def test_promtool_check_metrics_passes_on_every_service(service: str, nats
         # The conventions every service keeps: --nats, --data, --http-host, --http-port,
         # and a "laneledger-<name> ready http=URL" line. Run in tmp_path so
         # relative data defaults land there.
-        proc = ServiceProcess(f"services.{service}", [
+        proc = ServiceProcess(f"laneledger.services.{service}", [
             "--nats", nats_server.url, "--data", str(tmp_path / service),
             "--http-host", "127.0.0.1", "--http-port", "0"],
             tmp_path, cwd=tmp_path, env={"LANELEDGER_DB": str(tmp_path / "ledger.db")})

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from laneledger import errors
-from laneledger.client import LedgerClient, make_event
+from laneledger.contract import errors
+from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.store import LedgerWriter, open_ledger
-from laneledger.subjects import Subjects
+from laneledger.contract.subjects import Subjects
 from metrics_support import wait_for
-from services.sequencer.metrics import SequencerMetrics
-from services.sequencer.service import Sequencer, SequencerSettings
+from laneledger.services.sequencer.metrics import SequencerMetrics
+from laneledger.services.sequencer.service import Sequencer, SequencerSettings
 
 SETTINGS = SequencerSettings(backlog_refresh_s=0.05)
 

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from conftest import show_log_on_failure
-from laneledger.client import LedgerClient, make_event
+from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.store import LedgerWriter, open_ledger
 from metrics_support import (
     EXPECTED_GAUGES,
@@ -32,11 +32,11 @@ from metrics_support import (
     value,
     wait_for,
 )
-from services.metrics.__main__ import parse_args
-from services.metrics.fold import OTHER, LabelPolicy
-from services.metrics.service import MetricsSettings
-from services.sequencer.metrics import SequencerMetrics
-from services.sequencer.service import Sequencer
+from laneledger.services.metrics.__main__ import parse_args
+from laneledger.services.metrics.fold import OTHER, LabelPolicy
+from laneledger.services.metrics.service import MetricsSettings
+from laneledger.services.sequencer.metrics import SequencerMetrics
+from laneledger.services.sequencer.service import Sequencer
 
 
 async def test_known_workload_folds_stage_by_stage(nats_server, client, tmp_path: Path):

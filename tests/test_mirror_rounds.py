@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 
 from laneledger.store import CommittedRecord
-from laneledger.subjects import Subjects
+from laneledger.contract.subjects import Subjects
 from metrics_support import wait_for
-from services.sequencer.mirror import CommittedStreamMirror
-from services.sequencer.streams import ensure_stream, events_stream_config
+from laneledger.services.sequencer.mirror import CommittedStreamMirror
+from laneledger.services.sequencer.streams import ensure_stream, events_stream_config
 
 
 def record(position: int) -> CommittedRecord:

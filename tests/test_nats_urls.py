@@ -1,4 +1,4 @@
-"""Several NATS URLs (`laneledger/natsconnect.py`): every entry point takes a
+"""Several NATS URLs (`laneledger/sdk/natsconnect.py`): every entry point takes a
 comma-separated list — the nodes of a cluster — so a process starting while
 one node is down connects to another; a malformed entry is refused up front,
 naming it (exit 2 for services and the CLI, InvalidRequest in the SDK)."""
@@ -16,9 +16,9 @@ import nats
 import pytest
 
 from conftest import show_log_on_failure
-from laneledger.client import LaneRecorder, LedgerClient
-from laneledger.errors import InvalidRequest, LedgerUnavailable
-from laneledger.natsconnect import nats_servers
+from laneledger.sdk.client import LaneRecorder, LedgerClient
+from laneledger.contract.errors import InvalidRequest, LedgerUnavailable
+from laneledger.sdk.natsconnect import nats_servers
 from sequencer_process import SequencerProcess, ledger_last_position
 
 SCRIPT = Path(sys.executable).with_name("laneledger")
@@ -45,7 +45,7 @@ def test_a_list_parses_to_its_urls():
 async def test_a_bad_url_in_the_list_stops_every_entry_point_naming_it():
     setting = "nats://127.0.0.1:4222,htp://127.0.0.1:4223"
     named = "'htp://127.0.0.1:4223' is not a nats:// or tls:// URL"
-    service = subprocess.run([sys.executable, "-m", "services.tail"], capture_output=True,
+    service = subprocess.run([sys.executable, "-m", "laneledger.services.tail"], capture_output=True,
                              text=True, timeout=60,
                              env={**os.environ, "LANELEDGER_NATS_URL": setting})
     assert service.returncode == 2

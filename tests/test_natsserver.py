@@ -1,4 +1,4 @@
-"""The embedded nats-server (laneledger.natsserver) and the conftest fixtures on it."""
+"""The embedded nats-server (laneledger.devtools.natsserver) and the conftest fixtures on it."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import nats
 import pytest
 from nats.js.api import StreamConfig
 
-from laneledger.errors import LedgerUnavailable
-from laneledger.natsserver import (
+from laneledger.contract.errors import LedgerUnavailable
+from laneledger.devtools.natsserver import (
     ENV_VAR,
     NatsServer,
     NatsServerError,

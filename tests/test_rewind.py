@@ -6,13 +6,13 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from laneledger.branching import fork_lane, rewind_session
-from laneledger.causality import Graph, Node, Subject, nodes_of, role_of
-from laneledger.client import LedgerClient, make_event
-from laneledger.errors import EntityConflict, EntityNotFound, InvalidPayload, InvalidRequest
-from laneledger.model import ForkPoint
-from laneledger.rewind import Invalidation, invalidated, ranges
-from laneledger.vocabulary import check_payload
+from laneledger.history.branching import fork_lane, rewind_session
+from laneledger.history.causality import Graph, Node, Subject, nodes_of, role_of
+from laneledger.sdk.client import LedgerClient, make_event
+from laneledger.contract.errors import EntityConflict, EntityNotFound, InvalidPayload, InvalidRequest
+from laneledger.contract.model import ForkPoint
+from laneledger.history.rewind import Invalidation, invalidated, ranges
+from laneledger.contract.vocabulary import check_payload
 from worked_example import TENANT, record_worked_example
 
 
@@ -237,7 +237,7 @@ def _body(position: int, lane: str, event_type: str, payload: dict, cause: int |
 
 
 def test_the_sdk_spine_shape_requests_outcomes_and_a_named_spawn() -> None:
-    # laneledger.spine: an inference or tool call is an attempt (request, then
+    # laneledger.sdk.spine: an inference or tool call is an attempt (request, then
     # outcome pointing at it); the next inference's request points at the
     # previous inference's outcome; a sub-agent's prompt names its spawn call.
     inf = {"action_type": "model_call", "name": "claude"}
@@ -264,11 +264,11 @@ def test_the_sdk_spine_shape_requests_outcomes_and_a_named_spawn() -> None:
 
 
 async def test_a_claude_code_import_rewinds_across_its_sub_agent(client: LedgerClient) -> None:
-    # The importer's spines (laneledger.spine) read back by the rewind rules:
+    # The importer's spines (laneledger.sdk.spine) read back by the rewind rules:
     # the sub-agent names its spawn call, so a rewind inside the sub-agent
     # reaches the spawn's result and the parent inference that consumed it.
-    from laneledger.branching import session_graph
-    from laneledger.claudecode import ClaudeCodeImport
+    from laneledger.history.branching import session_graph
+    from laneledger.compat.claudecode import ClaudeCodeImport
     from test_claude_code_import import CAPTURE, SESSION
 
     await ClaudeCodeImport(client, tenant=TENANT).run(CAPTURE.read_bytes().splitlines(keepends=True))

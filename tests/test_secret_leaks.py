@@ -18,11 +18,11 @@ import msgspec
 import nats
 import pytest
 
-from laneledger.client import LaneRecorder, make_event
-from laneledger.contentref import refs_in
-from laneledger.model import AppendCommitted, Receipt
-from laneledger.signing import generate_private_key, sign_event
-from laneledger.subjects import Subjects
+from laneledger.sdk.client import LaneRecorder, make_event
+from laneledger.contract.contentref import refs_in
+from laneledger.contract.model import AppendCommitted, Receipt
+from laneledger.contract.signing import generate_private_key, sign_event
+from laneledger.contract.subjects import Subjects
 from raw_appends import Inbox
 from secret_corpus import KEYED_SECRETS, SHAPED_SECRETS, all_secret_texts, secret_payload
 from tail_support import start_tail, wait_applied  # noqa: F401
@@ -162,11 +162,11 @@ async def test_a_configured_pattern_is_redacted_by_the_sequencer(nats_server, tm
     """``--redact-patterns`` reaches the sequencer's redactor (raw publish)."""
     from prometheus_client import CollectorRegistry
 
-    from laneledger.client import LedgerClient
-    from laneledger.redaction import Redactor
+    from laneledger.sdk.client import LedgerClient
+    from laneledger.contract.redaction import Redactor
     from laneledger.store import LedgerWriter, open_ledger
-    from services.sequencer.metrics import SequencerMetrics
-    from services.sequencer.service import Sequencer, SequencerSettings
+    from laneledger.services.sequencer.metrics import SequencerMetrics
+    from laneledger.services.sequencer.service import Sequencer, SequencerSettings
 
     nc = await nats.connect(nats_server.url)
     writer = LedgerWriter(open_ledger(tmp_path / "ledger.db"))
@@ -201,9 +201,9 @@ async def test_a_request_that_held_secrets_is_erased_from_the_append_stream(nc, 
     from prometheus_client import CollectorRegistry
 
     from laneledger.store import LedgerWriter, open_ledger
-    from services.sequencer.metrics import SequencerMetrics
-    from services.sequencer.service import Sequencer
-    from services.sequencer.streams import SEQUENCER_CONSUMER
+    from laneledger.services.sequencer.metrics import SequencerMetrics
+    from laneledger.services.sequencer.service import Sequencer
+    from laneledger.services.sequencer.streams import SEQUENCER_CONSUMER
 
     service = Sequencer(nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")),
                         SequencerMetrics(CollectorRegistry()))

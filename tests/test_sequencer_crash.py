@@ -11,14 +11,14 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from laneledger.audit import audit_ledger, compare_with_stream
-from laneledger.client import LedgerClient, make_event
+from laneledger.audit.ledger import audit_ledger, compare_with_stream
+from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.store import LedgerWriter, open_ledger
 from producer_proc import create_lanes
 from sequencer_process import ledger_last_position, wait_for_stream
-from services.sequencer.metrics import SequencerMetrics
-from services.sequencer.mirror import CommittedStreamMirror
-from services.sequencer.service import Sequencer
+from laneledger.services.sequencer.metrics import SequencerMetrics
+from laneledger.services.sequencer.mirror import CommittedStreamMirror
+from laneledger.services.sequencer.service import Sequencer
 
 N_LANES = 100
 

@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from laneledger.servicemain import first_task_end, until_stopped
+from laneledger.runtime.servicemain import first_task_end, until_stopped
 from tail_support import start_tail  # noqa: F401
 
 

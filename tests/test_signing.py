@@ -9,15 +9,15 @@ import msgspec
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from laneledger import errors
-from laneledger.append import prepare_append
-from laneledger.canonical import canonicalize
-from laneledger.chain import entry_hash
-from laneledger.client import LaneRecorder, LedgerClient, make_event
-from laneledger.content import default_redactor
-from laneledger.ids import new_id
-from laneledger.model import AppendCommitted, AppendRejected, CreateLane, EnsureActor, encode
-from laneledger.signing import (
+from laneledger.contract import errors
+from laneledger.store.append import prepare_append
+from laneledger.contract.canonical import canonicalize
+from laneledger.contract.chain import entry_hash
+from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
+from laneledger.sdk.content import default_redactor
+from laneledger.contract.ids import new_id
+from laneledger.contract.model import AppendCommitted, AppendRejected, CreateLane, EnsureActor, encode
+from laneledger.contract.signing import (
     check_signature,
     generate_private_key,
     load_private_key,

@@ -6,10 +6,10 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from laneledger import errors
-from laneledger.chain import verify_chain
-from laneledger.client import LaneRecorder, LedgerClient, make_event
-from laneledger.model import Actor, AppendCommitted, AppendRejected, Lane
+from laneledger.contract import errors
+from laneledger.contract.chain import verify_chain
+from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
+from laneledger.contract.model import Actor, AppendCommitted, AppendRejected, Lane
 
 
 async def new_lane(client: LedgerClient, actor: Actor, session: str = "s1", run: str = "r1",
@@ -280,9 +280,9 @@ async def test_two_ledgers_share_one_nats_account(nc, client, actor, tmp_path):
     from prometheus_client import CollectorRegistry
 
     from laneledger.store import LedgerWriter, open_ledger
-    from laneledger.subjects import Subjects
-    from services.sequencer.metrics import SequencerMetrics
-    from services.sequencer.service import Sequencer, SequencerSettings
+    from laneledger.contract.subjects import Subjects
+    from laneledger.services.sequencer.metrics import SequencerMetrics
+    from laneledger.services.sequencer.service import Sequencer, SequencerSettings
 
     other = Sequencer(nc, LedgerWriter(open_ledger(tmp_path / "other.db")),
                       SequencerMetrics(CollectorRegistry()),

@@ -10,12 +10,12 @@ import sqlite3
 import msgspec
 import pytest
 
-from laneledger import errors
-from laneledger.append import prepare_append
-from laneledger.canonical import canonicalize
-from laneledger.chain import verify_chain
-from laneledger.client import make_event
-from laneledger.model import AppendCommitted, CreateLane, EnsureActor, encode
+from laneledger.contract import errors
+from laneledger.store.append import prepare_append
+from laneledger.contract.canonical import canonicalize
+from laneledger.contract.chain import verify_chain
+from laneledger.sdk.client import make_event
+from laneledger.contract.model import AppendCommitted, CreateLane, EnsureActor, encode
 from laneledger.store import LedgerWriter, open_ledger
 from laneledger.store.writer import hashed_body
 

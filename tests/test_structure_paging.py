@@ -9,8 +9,8 @@ import asyncio
 import msgspec
 import pytest
 
-from laneledger import errors
-from laneledger.model import LoadStructure
+from laneledger.contract import errors
+from laneledger.contract.model import LoadStructure
 from tail_support import ev, new_lane
 
 pytestmark = pytest.mark.timeout(90)

@@ -4,9 +4,9 @@ against the tail's OpenAPI document by ``TailAPI``)."""
 
 from __future__ import annotations
 
-from laneledger.branching import fork_lane, rewind_session
-from laneledger.client import LedgerClient, make_event
-from laneledger.model import StructureCursor
+from laneledger.history.branching import fork_lane, rewind_session
+from laneledger.sdk.client import LedgerClient, make_event
+from laneledger.contract.model import StructureCursor
 from tail_support import start_tail, wait_applied  # noqa: F401 - a fixture
 from worked_example import SPINES, TENANT, record_worked_example
 
@@ -118,7 +118,7 @@ async def test_native_events_get_roles_from_their_actions(client: LedgerClient, 
                            causation_id=started["id"])
     call = make_event(lane.id, "attempt.requested", actor_id=actor.id, subject_id=attempt.id,
                       causation_id=inference["id"])
-    # laneledger.spine's shape: the attempt names its action type in its payload
+    # laneledger.sdk.spine's shape: the attempt names its action type in its payload
     done = make_event(lane.id, "attempt.completed", actor_id=actor.id, subject_id=attempt.id,
                       causation_id=call["id"], payload={"action_type": "tool_call", "name": "shell"})
     receipt = await client.append(lane, 0, [started, inference, call, done])
@@ -132,7 +132,7 @@ async def test_native_events_get_roles_from_their_actions(client: LedgerClient, 
         ("tool", "shell", "attempt.completed shell")]
     assert [n["cause"] for n in tree["nodes"]] == [None, *receipt.positions[:3]]
 
-    # a sub-agent whose prompt names its spawning call (laneledger.spine)
+    # a sub-agent whose prompt names its spawning call (laneledger.sdk.spine)
     sub = await client.create_lane(TENANT, "native", "r1", "sub-1", actor_id=actor.id,
                                    kind="subagent", parent_lane_id=lane.id)
     prompt = make_event(sub.id, "context.prompt_composed", actor_id=actor.id,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from laneledger.access import AccessPolicy
-from laneledger.client import make_event
+from laneledger.runtime.access import AccessPolicy
+from laneledger.sdk.client import make_event
 from tail_support import new_lane, start_tail, wait_applied  # noqa: F401
 
 pytestmark = pytest.mark.timeout(90)

@@ -11,9 +11,9 @@ import json
 import msgspec
 import pytest
 
-from laneledger import errors
-from laneledger.blobstore import BlobStore, object_name
-from laneledger.subjects import Subjects, token
+from laneledger.contract import errors
+from laneledger.sdk.blobstore import BlobStore, object_name
+from laneledger.contract.subjects import Subjects, token
 from tail_support import ev, fill, new_lane, start_tail, wait_applied  # noqa: F401
 
 pytestmark = pytest.mark.timeout(90)

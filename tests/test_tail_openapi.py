@@ -9,7 +9,7 @@ import hashlib
 import pytest
 from openapi_spec_validator import validate
 
-from services.tail.openapi import DOCUMENT
+from laneledger.services.tail.openapi import DOCUMENT
 from tail_support import fill, new_lane, start_tail, wait_applied, wait_ready  # noqa: F401
 
 pytestmark = pytest.mark.timeout(90)
@@ -93,5 +93,5 @@ async def test_every_operation_answers_as_documented(client, actor, start_tail, 
 
 
 def _event(lane, actor, event_type, subject):
-    from laneledger.client import make_event
+    from laneledger.sdk.client import make_event
     return make_event(lane.id, event_type, actor_id=actor.id, subject_id=subject)

@@ -5,9 +5,9 @@ event and the live tail without a session filter; a fork's full history
 
 from __future__ import annotations
 
-from laneledger.branching import fork_history, fork_lane, rewind_session
-from laneledger.client import LedgerClient
-from services.tail import rewinds
+from laneledger.history.branching import fork_history, fork_lane, rewind_session
+from laneledger.sdk.client import LedgerClient
+from laneledger.services.tail import rewinds
 from tail_support import start_tail, wait_applied  # noqa: F401 - a fixture
 from worked_example import TENANT, record_worked_example
 

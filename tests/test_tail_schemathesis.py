@@ -15,7 +15,7 @@ import pytest
 import requests
 import schemathesis
 
-from laneledger.client import LedgerClient
+from laneledger.sdk.client import LedgerClient
 from schemathesis_support import bearer, fuzz_every_operation, wait_until
 from tail_support import TailProcess, ev, fill, new_lane, start_tail  # noqa: F401 - fixture
 

@@ -20,7 +20,7 @@ import socket
 import aiohttp
 import pytest
 
-from laneledger.client import LedgerClient, make_event
+from laneledger.sdk.client import LedgerClient, make_event
 from tail_support import TailProcess, new_lane
 
 pytestmark = pytest.mark.timeout(180)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from laneledger.client import LedgerClient
+from laneledger.sdk.client import LedgerClient
 from tail_support import ev, fill, new_lane, start_tail, wait_applied  # noqa: F401
 
 pytestmark = pytest.mark.timeout(90)

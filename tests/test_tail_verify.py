@@ -10,10 +10,10 @@ import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
 
-from laneledger.client import LedgerClient
+from laneledger.sdk.client import LedgerClient
 from laneledger.store import LedgerWriter, open_ledger
-from services.sequencer.metrics import SequencerMetrics
-from services.sequencer.service import Sequencer
+from laneledger.services.sequencer.metrics import SequencerMetrics
+from laneledger.services.sequencer.service import Sequencer
 from tail_support import fill, new_lane, start_tail, wait_applied  # noqa: F401
 
 pytestmark = pytest.mark.timeout(90)

@@ -26,13 +26,13 @@ import aiohttp
 import pytest_asyncio
 
 from checkpoint_support import checkpoint_service, checkpoints  # noqa: F401
-from laneledger.access import AccessPolicy, guarded
-from laneledger.blobstore import BlobStore
-from laneledger.checkpoints import anchor_of
-from laneledger.client import LaneRecorder
-from laneledger.contentref import hex_of
-from laneledger.opsserver import start_http
-from services.checkpoint.http import checkpoint_app
+from laneledger.runtime.access import AccessPolicy, guarded
+from laneledger.sdk.blobstore import BlobStore
+from laneledger.sdk.checkpoints import anchor_of
+from laneledger.sdk.client import LaneRecorder
+from laneledger.contract.contentref import hex_of
+from laneledger.runtime.opsserver import start_http
+from laneledger.services.checkpoint.http import checkpoint_app
 from tail_support import start_tail, wait_applied  # noqa: F401
 
 TOKENS = {"acme": "acme-token-0123456789abcdef", "globex": "globex-token-0123456789abcdef"}

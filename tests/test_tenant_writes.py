@@ -10,8 +10,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from laneledger import errors
-from laneledger.client import make_event
+from laneledger.contract import errors
+from laneledger.sdk.client import make_event
 
 
 def rejected(sequencer, code: str) -> float:

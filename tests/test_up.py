@@ -13,7 +13,7 @@ from pathlib import Path
 
 import aiohttp
 
-from laneledger.client import LaneRecorder, LedgerClient
+from laneledger.sdk.client import LaneRecorder, LedgerClient
 
 UP_TIMEOUT_S = 60
 

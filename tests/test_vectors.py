@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from laneledger.canonical import canonicalize
-from laneledger.chain import GENESIS_HASH, LANELEDGER, append_digest, entry_hash, link, verify_chain
-from laneledger.errors import ChainFault, InvalidRequest, MalformedMessage, NotCanonicalizable
-from laneledger.korg import KORG_LEDGER_V1, korg_canonical, read_jsonl
+from laneledger.contract.canonical import canonicalize
+from laneledger.contract.chain import GENESIS_HASH, LANELEDGER, append_digest, entry_hash, link, verify_chain
+from laneledger.contract.errors import ChainFault, InvalidRequest, MalformedMessage, NotCanonicalizable
+from laneledger.compat.korg import KORG_LEDGER_V1, korg_canonical, read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 VECTORS = REPO / "spec" / "vectors"

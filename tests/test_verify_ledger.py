@@ -16,19 +16,19 @@ import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
 
-from laneledger import errors
-from laneledger.audit import audit_ledger
-from laneledger.blobstore import BlobStore, object_name
-from laneledger.canonical import canonicalize
-from laneledger.chain import append_digest, entry_hash
-from laneledger.client import LaneRecorder, LedgerClient
-from laneledger.identity import identity_findings
-from laneledger.signing import generate_private_key, sign_event
+from laneledger.contract import errors
+from laneledger.audit.ledger import audit_ledger
+from laneledger.sdk.blobstore import BlobStore, object_name
+from laneledger.contract.canonical import canonicalize
+from laneledger.contract.chain import append_digest, entry_hash
+from laneledger.sdk.client import LaneRecorder, LedgerClient
+from laneledger.audit.identity import identity_findings
+from laneledger.contract.signing import generate_private_key, sign_event
 from laneledger.store import LedgerWriter, open_ledger
-from laneledger.subjects import token
+from laneledger.contract.subjects import token
 from sequencer_process import wait_for_stream
-from services.sequencer.metrics import SequencerMetrics
-from services.sequencer.service import Sequencer
+from laneledger.services.sequencer.metrics import SequencerMetrics
+from laneledger.services.sequencer.service import Sequencer
 from test_audit import copy_db
 
 SCRIPT = Path(sys.executable).with_name("laneledger")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from laneledger.audit import check_stream
+from laneledger.audit.ledger import check_stream
 from producer_proc import create_lanes, start_producers, wait_for_producers
 from sequencer_process import ledger_last_position, wait_for_stream
 

@@ -14,9 +14,9 @@ import pytest
 from nats.js.client import JetStreamContext
 from nats.js.errors import ServiceUnavailableError
 
-from laneledger.audit import check_stream
-from laneledger.client import make_event
-from laneledger.errors import IntegrityError
+from laneledger.audit.ledger import check_stream
+from laneledger.sdk.client import make_event
+from laneledger.contract.errors import IntegrityError
 
 EVENTS = 40
 

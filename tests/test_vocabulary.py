@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from laneledger import vocabulary as v
-from laneledger.errors import InvalidPayload, UnknownEventType
-from laneledger.model import ProposedEvent, decode, encode
+from laneledger.contract import vocabulary as v
+from laneledger.contract.errors import InvalidPayload, UnknownEventType
+from laneledger.contract.model import ProposedEvent, decode, encode
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = json.loads((ROOT / "spec" / "vocabulary.json").read_text())

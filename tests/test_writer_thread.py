@@ -14,16 +14,16 @@ import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
 
-from laneledger.audit import audit_ledger
-from laneledger.client import LedgerClient, make_event
-from laneledger.errors import InternalError
-from laneledger.model import encode
+from laneledger.audit.ledger import audit_ledger
+from laneledger.sdk.client import LedgerClient, make_event
+from laneledger.contract.errors import InternalError
+from laneledger.contract.model import encode
 from laneledger.store import LedgerWriter, open_ledger
-from laneledger.subjects import REPLY_HEADER, Subjects
+from laneledger.contract.subjects import REPLY_HEADER, Subjects
 from metrics_support import wait_for
-from services.sequencer.metrics import SequencerMetrics
-from services.sequencer.service import Sequencer, SequencerSettings
-from services.sequencer.writerthread import WriterThread
+from laneledger.services.sequencer.metrics import SequencerMetrics
+from laneledger.services.sequencer.service import Sequencer, SequencerSettings
+from laneledger.services.sequencer.writerthread import WriterThread
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from laneledger.client import LedgerClient, make_event
-from laneledger.model import Lane
+from laneledger.sdk.client import LedgerClient, make_event
+from laneledger.contract.model import Lane
 
 TENANT = "acme"
 RUN = "r1"

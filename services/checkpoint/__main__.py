@@ -1,4 +1,4 @@
-"""`python -m services.checkpoint` (also `laneledger-checkpoint`): the checkpoint store.
+"""`python -m laneledger.services.checkpoint` (also `laneledger-checkpoint`): the checkpoint store.
 
 Every option also reads an environment variable, so a container needs no
 arguments. Prints ``laneledger-checkpoint ready http=URL position=N`` once it
@@ -17,19 +17,19 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from laneledger.access import access_settings, policy_of
-from laneledger.checkpoints import DEFAULT_ARTIFACT_BUCKET
-from laneledger.config import Setting, common_settings, parse_settings, positive_int
-from laneledger.natsconnect import connect_nats
-from laneledger.servicemain import (
+from laneledger.runtime.access import access_settings, policy_of
+from laneledger.sdk.checkpoints import DEFAULT_ARTIFACT_BUCKET
+from laneledger.runtime.config import Setting, common_settings, parse_settings, positive_int
+from laneledger.sdk.natsconnect import connect_nats
+from laneledger.runtime.servicemain import (
     check_sdk_environment,
     close_nats,
     run_main,
     stop_event,
     until_stopped,
 )
-from laneledger.opsserver import start_http
-from laneledger.subjects import Subjects
+from laneledger.runtime.opsserver import start_http
+from laneledger.contract.subjects import Subjects
 
 from .http import checkpoint_app
 from .metrics import CheckpointMetrics

@@ -19,10 +19,10 @@ from typing import Any, Awaitable, Callable
 import msgspec
 from nats.aio.client import Client as NATS
 
-from laneledger.checkpoints import LINKED_EVENT, AnchorMismatch, AnchorNotCommitted
-from laneledger.follow import StreamFollower
-from laneledger.model import Anchor
-from laneledger.subjects import EVENTS_STREAM
+from laneledger.sdk.checkpoints import LINKED_EVENT, AnchorMismatch, AnchorNotCommitted
+from laneledger.runtime.follow import StreamFollower
+from laneledger.contract.model import Anchor
+from laneledger.contract.subjects import EVENTS_STREAM
 
 from .metrics import CheckpointMetrics
 from .store import CheckpointStore, LaneEvent

@@ -24,7 +24,7 @@ from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from laneledger.checkpoints import (
+from laneledger.sdk.checkpoints import (
     ArtifactMismatch,
     ArtifactMissing,
     artifact_name,
@@ -32,11 +32,11 @@ from laneledger.checkpoints import (
     object_call,
     object_store_digest,
 )
-from laneledger.clock import system_clock
-from laneledger.errors import IntegrityError, LedgerUnavailable
-from laneledger.model import ArtifactRef
-from laneledger.objectstores import create_object_store, open_object_store
-from laneledger.subjects import tenant_bucket
+from laneledger.contract.clock import system_clock
+from laneledger.contract.errors import IntegrityError, LedgerUnavailable
+from laneledger.contract.model import ArtifactRef
+from laneledger.sdk.objectstores import create_object_store, open_object_store
+from laneledger.contract.subjects import tenant_bucket
 
 from .store import CheckpointStore
 

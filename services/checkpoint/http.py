@@ -16,11 +16,11 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from laneledger.access import AccessPolicy, Scope, bearer_token
-from laneledger.checkpoints import ArtifactMissing
-from laneledger.errors import EntityNotFound, InternalError, InvalidRequest, LedgerError, Unauthorized
-from laneledger.model import CheckpointCommand, encode
-from laneledger.opsserver import ops_routes
+from laneledger.runtime.access import AccessPolicy, Scope, bearer_token
+from laneledger.sdk.checkpoints import ArtifactMissing
+from laneledger.contract.errors import EntityNotFound, InternalError, InvalidRequest, LedgerError, Unauthorized
+from laneledger.contract.model import CheckpointCommand, encode
+from laneledger.runtime.opsserver import ops_routes
 
 from .openapi import DOCUMENT, OPENAPI_PATH
 from .service import CheckpointService
@@ -108,7 +108,7 @@ def _command(op: str, fields: dict[str, Any]) -> CheckpointCommand:
 def checkpoint_routes(service: CheckpointService,
                       access: AccessPolicy | None = None) -> list[web.RouteDef]:
     """The HTTP reads; each is scoped by the request's bearer token
-    (laneledger.access; no policy or no token configured: open)."""
+    (laneledger.runtime.access; no policy or no token configured: open)."""
     policy = access or AccessPolicy()
 
     def scope(request: web.Request) -> Scope:

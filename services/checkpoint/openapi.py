@@ -2,7 +2,7 @@
 ``/api/v1/openapi.json`` (``http.py``).
 
 The bodies and query parameters are generated from the msgspec structs the
-service answers with and reads its commands into (``laneledger.model``), so
+service answers with and reads its commands into (``laneledger.contract.model``), so
 the document cannot drift from the wire: a field added to ``RecoveryPlan`` or
 ``ListRevisions`` is documented by that change. ``tests/test_checkpoint_openapi.py``
 validates it and checks it names exactly the routes the service serves.
@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from laneledger.apidoc import (
+from laneledger.runtime.apidoc import (
     JSON_MEDIA,
     SCHEMA_REF,
     document,
@@ -23,7 +23,7 @@ from laneledger.apidoc import (
     schema_ref,
     secure_guarded,
 )
-from laneledger.model import (
+from laneledger.contract.model import (
     Checkpoint,
     CheckpointServiceInfo,
     CheckpointServiceStatus,

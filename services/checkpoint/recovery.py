@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from laneledger.checkpoints import LINKED_EVENT
-from laneledger.model import (
+from laneledger.sdk.checkpoints import LINKED_EVENT
+from laneledger.contract.model import (
     Action,
     Attempt,
     CheckpointInfo,
@@ -23,7 +23,7 @@ from laneledger.model import (
     Lane,
     UnresolvedAttempt,
 )
-from laneledger.vocabulary import TERMINAL_EVENT_TYPES
+from laneledger.contract.vocabulary import TERMINAL_EVENT_TYPES
 
 ATTEMPT_REQUESTED = "attempt.requested"
 ATTEMPT_TERMINAL = frozenset(TERMINAL_EVENT_TYPES["attempt"])

@@ -11,9 +11,9 @@ attempt pages that follow them.
 
 from __future__ import annotations
 
-from laneledger.access import OPEN, Scope
-from laneledger.client import LedgerClient
-from laneledger.errors import EntityNotFound
+from laneledger.runtime.access import OPEN, Scope
+from laneledger.sdk.client import LedgerClient
+from laneledger.contract.errors import EntityNotFound
 
 from .recovery import RunFacts
 

@@ -23,7 +23,7 @@ import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from laneledger.checkpoints import (
+from laneledger.sdk.checkpoints import (
     DEFAULT_ARTIFACT_BUCKET,
     AnchorMismatch,
     ArtifactMismatch,
@@ -31,10 +31,10 @@ from laneledger.checkpoints import (
     content_digest,
     state_digest,
 )
-from laneledger.access import OPEN, Scope
-from laneledger.client import LedgerClient
-from laneledger.clock import Clock, system_clock
-from laneledger.errors import (
+from laneledger.runtime.access import OPEN, Scope
+from laneledger.sdk.client import LedgerClient
+from laneledger.contract.clock import Clock, system_clock
+from laneledger.contract.errors import (
     EntityNotFound,
     IdempotencyViolation,
     InternalError,
@@ -45,8 +45,8 @@ from laneledger.errors import (
     RequestTooLarge,
     TenantMismatch,
 )
-from laneledger.ids import new_id
-from laneledger.model import (
+from laneledger.contract.ids import new_id
+from laneledger.contract.model import (
     Checkpoint,
     CheckpointCommand,
     CheckpointServiceInfo,
@@ -69,8 +69,8 @@ from laneledger.model import (
     decode,
     encode,
 )
-from laneledger.servicemain import first_task_end
-from laneledger.subjects import RequestSubject, Subjects
+from laneledger.runtime.servicemain import first_task_end
+from laneledger.contract.subjects import RequestSubject, Subjects
 
 from .anchors import AnchorIndex
 from .artifacts import ArtifactStore
@@ -227,7 +227,7 @@ class CheckpointService:
 
     async def execute(self, cmd: CheckpointCommand, scope: Scope = OPEN) -> Any:
         """Run one command. ``scope``: what the HTTP caller's token may see
-        (laneledger.access); another tenant's checkpoint, run or lane is
+        (laneledger.runtime.access); another tenant's checkpoint, run or lane is
         "not found", exactly as if it did not exist."""
         match cmd:
             case SaveCheckpoint():

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import msgspec
 
-from laneledger.checkpoints import RevisionConflict
-from laneledger.errors import EntityNotFound, IdempotencyViolation, InternalError, TenantMismatch
-from laneledger.model import Checkpoint, CheckpointInfo, ProposedCheckpoint, decoder, encode
+from laneledger.sdk.checkpoints import RevisionConflict
+from laneledger.contract.errors import EntityNotFound, IdempotencyViolation, InternalError, TenantMismatch
+from laneledger.contract.model import Checkpoint, CheckpointInfo, ProposedCheckpoint, decoder, encode
 
 SCHEMA_VERSION = 2  # 2: tenants (checkpoints.tenant, checkpoints.artifact_sha256, lanes.tenant)
 

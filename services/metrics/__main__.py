@@ -1,4 +1,4 @@
-"""`python -m services.metrics` (also `laneledger-metrics`): fold the committed
+"""`python -m laneledger.services.metrics` (also `laneledger-metrics`): fold the committed
 ledger into Prometheus metrics, served on /metrics (spec/metrics.md).
 
 Every option also reads an environment variable, so a container needs no
@@ -16,11 +16,11 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from laneledger.servicemain import close_nats, run_main, stop_event, until_stopped
-from laneledger.opsserver import ops_routes, start_http
-from laneledger.config import Setting, common_settings, parse_settings, positive_float, positive_int
-from laneledger.natsconnect import connect_nats
-from laneledger.subjects import Subjects
+from laneledger.runtime.servicemain import close_nats, run_main, stop_event, until_stopped
+from laneledger.runtime.opsserver import ops_routes, start_http
+from laneledger.runtime.config import Setting, common_settings, parse_settings, positive_float, positive_int
+from laneledger.sdk.natsconnect import connect_nats
+from laneledger.contract.subjects import Subjects
 
 from .fold import CAPPED_LABELS, LabelPolicy
 from .service import MetricsService, MetricsSettings
@@ -31,7 +31,7 @@ log = logging.getLogger("laneledger.metrics")
 
 def _refuse(message: str) -> None:
     """A value that does not parse: exit status 2 naming it, like every other
-    setting (``laneledger.config``)."""
+    setting (``laneledger.runtime.config``)."""
     print(f"laneledger-metrics: {message}", file=sys.stderr)
     raise SystemExit(2)
 

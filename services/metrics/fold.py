@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from laneledger.vocabulary import ACTION_TYPES, CORE_EVENT_TYPES, COST_SUM, family_of
+from laneledger.contract.vocabulary import ACTION_TYPES, CORE_EVENT_TYPES, COST_SUM, family_of
 
 OTHER = "other"  # what a label value beyond its cap (or off its allow-list) becomes
 UNKNOWN = "unknown"  # an action whose type or name no event carried

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from nats.aio.client import Client as NATS
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from laneledger.follow import StreamFollower
-from laneledger.servicemain import first_task_end
-from laneledger.subjects import EVENTS_STREAM
+from laneledger.runtime.follow import StreamFollower
+from laneledger.runtime.servicemain import first_task_end
+from laneledger.contract.subjects import EVENTS_STREAM
 
 from .collector import LedgerCollector, Progress
 from .fold import LabelPolicy, State, fold_message

@@ -1,4 +1,4 @@
-"""`python -m services.sequencer` (also `laneledger-sequencer`): run the sole writer.
+"""`python -m laneledger.services.sequencer` (also `laneledger-sequencer`): run the sole writer.
 
 Every option also reads an environment variable, so a container needs no
 arguments. On SIGTERM or SIGINT it stops pulling, finishes the batch in hand,
@@ -15,13 +15,13 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from laneledger.config import Setting, common_settings, parse_settings, positive_int
-from laneledger.natsconnect import connect_nats
-from laneledger.servicemain import close_nats, run_main, stop_event, tune_gc_after_start, until_stopped
-from laneledger.opsserver import ops_routes, start_http
-from laneledger.redaction import Redactor, checked_keys, checked_patterns
+from laneledger.runtime.config import Setting, common_settings, parse_settings, positive_int
+from laneledger.sdk.natsconnect import connect_nats
+from laneledger.runtime.servicemain import close_nats, run_main, stop_event, tune_gc_after_start, until_stopped
+from laneledger.runtime.opsserver import ops_routes, start_http
+from laneledger.contract.redaction import Redactor, checked_keys, checked_patterns
 from laneledger.store import LedgerWriter, open_ledger
-from laneledger.subjects import Subjects
+from laneledger.contract.subjects import Subjects
 
 from .metrics import SequencerMetrics
 from .service import Sequencer, SequencerSettings

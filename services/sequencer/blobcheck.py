@@ -19,11 +19,11 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 
-from laneledger.append import PreparedAppend
-from laneledger.blobstore import BlobBuckets
-from laneledger.contentref import refs_in
-from laneledger.errors import BlobMissing, LedgerError, LedgerUnavailable, TransportError
-from laneledger.model import Receipt
+from laneledger.store.append import PreparedAppend
+from laneledger.sdk.blobstore import BlobBuckets
+from laneledger.contract.contentref import refs_in
+from laneledger.contract.errors import BlobMissing, LedgerError, LedgerUnavailable, TransportError
+from laneledger.contract.model import Receipt
 from laneledger.store.writer import rejection
 
 from .metrics import SequencerMetrics

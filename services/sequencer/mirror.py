@@ -20,11 +20,11 @@ from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client as NATS
 
-from laneledger.errors import IntegrityError
-from laneledger.model import CommittedEvent, decoder
-from laneledger.pubacks import AckInbox
+from laneledger.contract.errors import IntegrityError
+from laneledger.contract.model import CommittedEvent, decoder
+from laneledger.sdk.pubacks import AckInbox
 from laneledger.store import CommittedRecord
-from laneledger.subjects import Subjects
+from laneledger.contract.subjects import Subjects
 
 log = logging.getLogger("laneledger.sequencer.mirror")
 

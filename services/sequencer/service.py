@@ -21,16 +21,16 @@ import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from laneledger.append import PreparedAppend, prepare_append, readable_ids
-from laneledger.blobstore import BlobBuckets
-from laneledger.errors import (
+from laneledger.store.append import PreparedAppend, prepare_append, readable_ids
+from laneledger.sdk.blobstore import BlobBuckets
+from laneledger.contract.errors import (
     InternalError,
     InvalidRequest,
     LedgerError,
     RequestError,
     RequestTooLarge,
 )
-from laneledger.model import (
+from laneledger.contract.model import (
     AppendRejected,
     Command,
     CreateAction,
@@ -51,16 +51,16 @@ from laneledger.model import (
     decode,
     encode,
 )
-from laneledger.redaction import DEFAULT_REDACTOR, Redactor
-from laneledger.servicemain import first_task_end
+from laneledger.contract.redaction import DEFAULT_REDACTOR, Redactor
+from laneledger.runtime.servicemain import first_task_end
 from laneledger.store import LedgerWriter
 from laneledger.store.writer import rejection
-from laneledger.subjects import REPLY_HEADER, RequestSubject, Subjects, token
+from laneledger.contract.subjects import REPLY_HEADER, RequestSubject, Subjects, token
 
 from .blobcheck import BlobCheck
 from .metrics import SequencerMetrics
 from .mirror import CommittedStreamMirror
-from laneledger.pullfeed import PullFeed
+from laneledger.runtime.pullfeed import PullFeed
 from .tenancy import check_command_tenant
 from .writerthread import WriterThread
 from .streams import (

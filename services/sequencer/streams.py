@@ -16,8 +16,8 @@ from nats.js.api import (
 )
 from nats.js.errors import NotFoundError
 
-from laneledger.errors import InternalError
-from laneledger.subjects import Subjects
+from laneledger.contract.errors import InternalError
+from laneledger.contract.subjects import Subjects
 
 DUPLICATE_WINDOW_S = 120.0
 SEQUENCER_CONSUMER = "sequencer"

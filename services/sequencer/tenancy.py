@@ -21,8 +21,8 @@ here; the writer still refuses a lane and actor of different tenants.
 
 from __future__ import annotations
 
-from laneledger.errors import EntityNotFound, TenantMismatch
-from laneledger.model import (
+from laneledger.contract.errors import EntityNotFound, TenantMismatch
+from laneledger.contract.model import (
     Command,
     CreateAction,
     CreateAttempt,

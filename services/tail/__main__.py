@@ -1,4 +1,4 @@
-"""`python -m services.tail` (also `laneledger-tail`): the live tail and HTTP API.
+"""`python -m laneledger.services.tail` (also `laneledger-tail`): the live tail and HTTP API.
 
 Follows the committed stream into its own SQLite read model under ``--data``
 and serves SSE, history, blobs, verification, the Korg endpoints and a
@@ -14,17 +14,17 @@ import logging
 import sys
 from pathlib import Path
 
-from laneledger.access import access_settings, policy_of
-from laneledger.config import Setting, common_settings, parse_settings, positive_float
-from laneledger.natsconnect import connect_nats
-from laneledger.servicemain import (
+from laneledger.runtime.access import access_settings, policy_of
+from laneledger.runtime.config import Setting, common_settings, parse_settings, positive_float
+from laneledger.sdk.natsconnect import connect_nats
+from laneledger.runtime.servicemain import (
     check_sdk_environment,
     close_nats,
     run_main,
     stop_event,
     until_stopped,
 )
-from laneledger.subjects import Subjects
+from laneledger.contract.subjects import Subjects
 
 from .korg import KorgSettings
 from .service import TailService, TailSettings

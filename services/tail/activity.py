@@ -29,9 +29,9 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from laneledger.access import scope_of
-from laneledger.errors import EntityNotFound, IntegrityError
-from laneledger.vocabulary import COST_SUM, TERMINAL_EVENT_TYPES
+from laneledger.runtime.access import scope_of
+from laneledger.contract.errors import EntityNotFound, IntegrityError
+from laneledger.contract.vocabulary import COST_SUM, TERMINAL_EVENT_TYPES
 
 from .api import Query, json_response
 from .feed import Feed

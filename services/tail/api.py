@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from laneledger.errors import (
+from laneledger.contract.errors import (
     BlobMissing,
     CausationViolation,
     EntityNotFound,
@@ -36,7 +36,7 @@ from laneledger.errors import (
     Unauthorized,
     UnknownEventType,
 )
-from laneledger.access import ACCESS_TOKEN_PARAMETER
+from laneledger.runtime.access import ACCESS_TOKEN_PARAMETER
 
 log = logging.getLogger("laneledger.tail")
 

@@ -1,8 +1,8 @@
 """``GET /api/v1/blobs/{sha256}``: content-referenced blobs, served raw.
 
-Blobs live in JetStream object store buckets (``laneledger.blobstore``,
+Blobs live in JetStream object store buckets (``laneledger.sdk.blobstore``,
 ``spec/content.md``): the tenant's own, then the shared one. A read names its
-tenant, which comes from the request's token (``laneledger.access``; an
+tenant, which comes from the request's token (``laneledger.runtime.access``; an
 operator or open tail names it with ``tenant=``), so one tenant never reads
 another's blob by its hash. A blob is checked
 against its name before it is served: bytes that do not hash to their name
@@ -20,10 +20,10 @@ import re
 from aiohttp import web
 from nats.js.client import JetStreamContext
 
-from laneledger.access import scope_of
-from laneledger.blobstore import BlobBuckets
-from laneledger.errors import InvalidRequest
-from laneledger.subjects import Subjects
+from laneledger.runtime.access import scope_of
+from laneledger.sdk.blobstore import BlobBuckets
+from laneledger.contract.errors import InvalidRequest
+from laneledger.contract.subjects import Subjects
 
 from .api import Query
 

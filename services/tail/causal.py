@@ -1,7 +1,7 @@
 """``GET /api/v1/sessions/{session_id}/causal-tree``: a session's causal tree.
 
 Nodes are the session's events with their cause (``causation_id`` resolved
-to a position), role and a short summary (``laneledger.causality``), paged
+to a position), role and a short summary (``laneledger.history.causality``), paged
 by position so a huge session is read in bounded pieces; spines are the
 session's lanes (main agent, each sub-agent, forks), each with the position
 its first event points at — where it hangs off its parent (Korg §2b). The
@@ -17,12 +17,12 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from laneledger.access import scope_of
-from laneledger.causality import REWIND, REWOUND, Subject, node_of, subjects_of
-from laneledger.client import LedgerClient
-from laneledger.errors import EntityNotFound
-from laneledger.rewind import Invalidation
-from laneledger.spine import spawned_by
+from laneledger.runtime.access import scope_of
+from laneledger.history.causality import REWIND, REWOUND, Subject, node_of, subjects_of
+from laneledger.sdk.client import LedgerClient
+from laneledger.contract.errors import EntityNotFound
+from laneledger.history.rewind import Invalidation
+from laneledger.sdk.spine import spawned_by
 
 from . import rewinds
 from .api import Query, json_response

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from laneledger.errors import EntityNotFound
+from laneledger.contract.errors import EntityNotFound
 
 DIRECTORY = Path(__file__).resolve().parent / "console"
 PAGE = "index.html"

@@ -22,9 +22,9 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from laneledger.access import scope_of
-from laneledger.errors import IntegrityError
-from laneledger.vocabulary import COST_SUM
+from laneledger.runtime.access import scope_of
+from laneledger.contract.errors import IntegrityError
+from laneledger.contract.vocabulary import COST_SUM
 
 from .api import Query, json_response
 from .feed import Feed

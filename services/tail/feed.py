@@ -20,7 +20,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from laneledger.vocabulary import TERMINAL_EVENT_TYPES
+from laneledger.contract.vocabulary import TERMINAL_EVENT_TYPES
 
 from .readmodel import ReadModel, Row
 

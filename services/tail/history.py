@@ -27,10 +27,10 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from laneledger.access import Scope, scope_of
-from laneledger.client import LedgerClient
-from laneledger.errors import EntityNotFound, IntegrityError
-from laneledger.vocabulary import TERMINAL_EVENT_TYPES
+from laneledger.runtime.access import Scope, scope_of
+from laneledger.sdk.client import LedgerClient
+from laneledger.contract.errors import EntityNotFound, IntegrityError
+from laneledger.contract.vocabulary import TERMINAL_EVENT_TYPES
 
 from .api import Query, json_response, parse_int
 from .feed import Feed

@@ -29,10 +29,10 @@ from typing import Annotated, Any, Literal
 import msgspec
 from aiohttp import web
 
-from laneledger.access import scope_of
-from laneledger.chain import GENESIS_HASH
-from laneledger.client import LaneRecorder, LedgerClient, make_event
-from laneledger.errors import (
+from laneledger.runtime.access import scope_of
+from laneledger.contract.chain import GENESIS_HASH
+from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
+from laneledger.contract.errors import (
     CausationViolation,
     EntityNotFound,
     InvalidRequest,
@@ -40,7 +40,7 @@ from laneledger.errors import (
     LedgerTimeout,
     RequestTooLarge,
 )
-from laneledger.model import MAX_REQUEST_BYTES, AppendCommitted, Hash, Id, decode
+from laneledger.contract.model import MAX_REQUEST_BYTES, AppendCommitted, Hash, Id, decode
 
 from .api import Query, json_response
 from .feed import Feed

@@ -8,8 +8,8 @@ from typing import Any
 
 from aiohttp import web
 
-from laneledger.access import ACCESS_TOKEN_PARAMETER
-from laneledger.apidoc import (
+from laneledger.runtime.access import ACCESS_TOKEN_PARAMETER
+from laneledger.runtime.apidoc import (
     JSON_MEDIA,
     document,
     error_responses,
@@ -98,7 +98,7 @@ SCHEMAS: dict[str, Any] = {
                                         "sub-agent hangs off its parent (Korg §2b)"},
          "spawned_by": {"type": ["integer", "null"], "minimum": 1,
                         "description": "position of the spawning tool call, when the "
-                                       "spine's first event names it (laneledger.spine)"},
+                                       "spine's first event names it (laneledger.sdk.spine)"},
          "name": _NULLABLE_ID, "kind": {"type": ["string", "null"]},
          "parent_lane_id": _NULLABLE_ID, "actor_id": _NULLABLE_ID,
          "forked_from": {"oneOf": [schema_ref("ForkOrigin"), {"type": "null"}]}}),

@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from laneledger.errors import EntityNotFound, InternalError
+from laneledger.contract.errors import EntityNotFound, InternalError
 
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (

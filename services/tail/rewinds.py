@@ -1,5 +1,5 @@
 """``exclude_invalidated``: reads that leave out what a session's rewinds
-invalidated (``session.rewound`` events, ``laneledger.rewind``).
+invalidated (``session.rewound`` events, ``laneledger.history.rewind``).
 
 Committed events are never deleted; a read with ``exclude_invalidated=true``
 skips the events of the session that a ``session.rewound`` event committed
@@ -13,9 +13,9 @@ import asyncio
 
 import msgspec
 
-from laneledger.causality import REWOUND
-from laneledger.errors import InvalidRequest
-from laneledger.rewind import Invalidation
+from laneledger.history.causality import REWOUND
+from laneledger.contract.errors import InvalidRequest
+from laneledger.history.rewind import Invalidation
 
 from .api import Query
 from .readmodel import ReadModel

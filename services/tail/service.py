@@ -22,13 +22,13 @@ from aiohttp import web
 from nats.aio.client import Client as NATS
 from prometheus_client import CollectorRegistry
 
-from laneledger.access import AccessPolicy, access_middleware
-from laneledger.client import LedgerClient
-from laneledger.follow import StreamFollower
-from laneledger.ids import new_id
-from laneledger.opsserver import ops_routes, start_http
-from laneledger.servicemain import first_task_end
-from laneledger.subjects import EVENTS_STREAM, Subjects
+from laneledger.runtime.access import AccessPolicy, access_middleware
+from laneledger.sdk.client import LedgerClient
+from laneledger.runtime.follow import StreamFollower
+from laneledger.contract.ids import new_id
+from laneledger.runtime.opsserver import ops_routes, start_http
+from laneledger.runtime.servicemain import first_task_end
+from laneledger.contract.subjects import EVENTS_STREAM, Subjects
 
 from .activity import Activity
 from .api import errors_middleware

@@ -19,8 +19,8 @@ import logging
 
 from aiohttp import web
 
-from laneledger.access import scope_of
-from laneledger.errors import InvalidRequest, LedgerError
+from laneledger.runtime.access import scope_of
+from laneledger.contract.errors import InvalidRequest, LedgerError
 
 from . import rewinds
 from .api import Query, parse_int

@@ -3,7 +3,7 @@ the whole ledger, as the tail holds them.
 
 What is verified is the tail's own copy: the committed events exactly as
 they came off LEDGER_EVENTS and are served by the tail's other endpoints.
-Each record is checked in the order ``laneledger.chain.verify_chain`` checks
+Each record is checked in the order ``laneledger.contract.chain.verify_chain`` checks
 it (``not_chained`` → ``broken_link`` → ``content_tampered``), and then its
 indexed columns against its body (``integrity_failure``, kind
 ``row_mismatch``), since the tail filters and pages on those columns. For the
@@ -27,11 +27,11 @@ from typing import Any
 
 from aiohttp import web
 
-from laneledger.access import scope_of
-from laneledger.audit import decode_body, position_gap
-from laneledger.chain import LaneChains
-from laneledger.client import LedgerClient
-from laneledger.errors import (
+from laneledger.runtime.access import scope_of
+from laneledger.audit.ledger import decode_body, position_gap
+from laneledger.contract.chain import LaneChains
+from laneledger.sdk.client import LedgerClient
+from laneledger.contract.errors import (
     ChainFault,
     IntegrityError,
     InvalidRequest,
@@ -53,8 +53,8 @@ _COPIED = (("event_id", "id"), ("tenant", "tenant"), ("session_id", "session_id"
 @dataclass
 class Walk:
     """The state of one verification walk. The chain checks are
-    ``laneledger.chain.LaneChains`` and the body/position checks
-    ``laneledger.audit``'s, the very ones ``laneledger verify --db`` runs;
+    ``laneledger.contract.chain.LaneChains`` and the body/position checks
+    ``laneledger.audit.ledger``'s, the very ones ``laneledger verify --db`` runs;
     only the read model's own columns are checked here."""
 
     key: bytes | None

@@ -62,7 +62,7 @@ fault_timeout = pytest.mark.timeout(scaled(120, 1800))
 
 
 def tail_process(nats_url: str, data_dir: Path, log_dir: Path) -> ServiceProcess:
-    return ServiceProcess("services.tail", [
+    return ServiceProcess("laneledger.services.tail", [
         "--nats", nats_url, "--data", str(data_dir), "--http-host", "127.0.0.1",
         "--http-port", "0"], log_dir)
 

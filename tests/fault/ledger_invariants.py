@@ -8,13 +8,13 @@ difference it finds:
    append is in the ledger exactly once where its receipt said, nothing else
    is, lanes are dense (``producer_proc.check_against_ledger``);
 2. every chain verifies and every receipt matches its events
-   (``laneledger.audit.audit_ledger``);
+   (``laneledger.audit.ledger.audit_ledger``);
 3. LEDGER_EVENTS equals SQLite: sequence == position, byte-identical bodies,
    nothing more (``compare_with_stream``);
 4. each consumer's derived state equals a fold of the ledger, once it has
    caught up (bounded wait): the tail's read model holds exactly the ledger's
    events with their columns read from the bodies; the metrics service's
-   stored state equals ``services.metrics.fold`` run over the ledger from
+   stored state equals ``laneledger.services.metrics.fold`` run over the ledger from
    scratch; the checkpoint service's lane index holds exactly every
    (lane, seq) -> event id and every lane's run and last seq.
 
@@ -32,11 +32,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from laneledger.audit import audit_ledger, compare_with_stream
+from laneledger.audit.ledger import audit_ledger, compare_with_stream
 from producer_proc import check_against_ledger
 from sequencer_process import wait_for_stream
-from services.metrics.fold import LabelPolicy, State, fold_message
-from services.metrics.store import rows_of
+from laneledger.services.metrics.fold import LabelPolicy, State, fold_message
+from laneledger.services.metrics.store import rows_of
 
 CATCH_UP_S = 60.0  # bounded wait for a consumer to reach the ledger's last position
 

@@ -35,11 +35,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from fault_harness import FaultRig, fault_timeout, scaled
-from laneledger.client import LedgerClient, make_event
-from laneledger.errors import EntityNotFound, LedgerTimeout
+from laneledger.sdk.client import LedgerClient, make_event
+from laneledger.contract.errors import EntityNotFound, LedgerTimeout
 from laneledger.store import LedgerWriter, open_ledger
-from services.sequencer.metrics import SequencerMetrics
-from services.sequencer.service import Sequencer
+from laneledger.services.sequencer.metrics import SequencerMetrics
+from laneledger.services.sequencer.service import Sequencer
 from sequencer_process import ledger_last_position as last_position
 
 CYCLES = scaled(1, 5)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from laneledger.client import make_event
+from laneledger.sdk.client import make_event
 from ledger_invariants import (
     Consumers,
     check_checkpoint_index,
@@ -20,10 +20,10 @@ from ledger_invariants import (
     ledger_events,
     wait_for_consumers,
 )
-from services.checkpoint.store import CheckpointStore, LaneEvent
-from services.metrics.fold import State, fold_message
-from services.metrics.store import MetricsStore, rows_of
-from services.tail.readmodel import ReadModel
+from laneledger.services.checkpoint.store import CheckpointStore, LaneEvent
+from laneledger.services.metrics.fold import State, fold_message
+from laneledger.services.metrics.store import MetricsStore, rows_of
+from laneledger.services.tail.readmodel import ReadModel
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import asyncio
 from fault_harness import FaultRig, fault_timeout, scaled, seeded_rng
 from sequencer_process import ledger_last_position
 
-from laneledger.audit import compare_with_stream
+from laneledger.audit.ledger import compare_with_stream
 
 KILLS = scaled(3, 20)
 

@@ -21,10 +21,10 @@ import sys
 from collections.abc import Sequence
 
 from laneledger import __version__
-from laneledger.errors import LedgerError, RequestError
+from laneledger.contract.errors import LedgerError, RequestError
 
-from . import branching, files, imports, ledger, natsconf, run, tail, verify
-from .report import PROG, display, fail, located
+from laneledger.cli import branching, files, imports, ledger, natsconf, run, tail, verify
+from laneledger.cli.report import PROG, display, fail, located
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,10 +8,10 @@ import sys
 
 import msgspec
 
-from laneledger.branching import fork_lane, rewind_session
-from laneledger.client import LedgerClient
+from laneledger.history.branching import fork_lane, rewind_session
+from laneledger.sdk.client import LedgerClient
 
-from .natsoption import add_nats_option
+from laneledger.cli.natsoption import add_nats_option
 
 # Korg §1.1 prefixes -> actor kinds (as the tail's Korg endpoint registers them).
 ACTOR_KINDS = {"agent": "agent", "human": "human", "korg": "service", "mcp": "tool",

@@ -6,12 +6,12 @@ import argparse
 import sys
 from typing import Any
 
-from laneledger.canonical import canonicalize
-from laneledger.chain import append_digest
-from laneledger.errors import InvalidRequest
-from laneledger.strictjson import decode_json
+from laneledger.contract.canonical import canonicalize
+from laneledger.contract.chain import append_digest
+from laneledger.contract.errors import InvalidRequest
+from laneledger.contract.strictjson import decode_json
 
-from .report import STDIN, display, json_type
+from laneledger.cli.report import STDIN, display, json_type
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:

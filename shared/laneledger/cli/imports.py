@@ -10,11 +10,11 @@ import sys
 from collections.abc import AsyncIterator
 from typing import IO
 
-from laneledger.claudecode import ClaudeCodeImport
-from laneledger.client import LedgerClient
+from laneledger.compat.claudecode import ClaudeCodeImport
+from laneledger.sdk.client import LedgerClient
 
-from .natsoption import add_nats_option
-from .report import STDIN
+from laneledger.cli.natsoption import add_nats_option
+from laneledger.cli.report import STDIN
 
 
 

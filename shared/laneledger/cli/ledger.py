@@ -10,14 +10,14 @@ from decimal import Decimal
 
 import msgspec
 
-from laneledger.audit import export_ledger
-from laneledger.checkpoints import reconcile
-from laneledger.client import LedgerClient
-from laneledger.korg_export import export_session_from_db
-from laneledger.vocabulary import TERMINAL_EVENT_TYPES, cost_amount
+from laneledger.audit.ledger import export_ledger
+from laneledger.sdk.checkpoints import reconcile
+from laneledger.sdk.client import LedgerClient
+from laneledger.compat.korg_export import export_session_from_db
+from laneledger.contract.vocabulary import TERMINAL_EVENT_TYPES, cost_amount
 
-from .natsoption import add_nats_option
-from .verify import hmac_key
+from laneledger.cli.natsoption import add_nats_option
+from laneledger.cli.verify import hmac_key
 
 EXPORT_FORMATS = ("laneledger", "korg-ledger-v1")
 

@@ -1,5 +1,5 @@
 """``nats-config``: deploy/nats.conf rendered with a producer user per tenant
-(``laneledger.natsconfig``)."""
+(``laneledger.runtime.natsconfig``)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from laneledger.natsconfig import render
+from laneledger.runtime.natsconfig import render
 
-from .report import fail
+from laneledger.cli.report import fail
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:

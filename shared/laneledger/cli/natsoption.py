@@ -1,5 +1,5 @@
 """``--nats``, as every command that talks to NATS takes it: one URL or
-several comma-separated (a cluster's nodes, ``laneledger/natsconnect.py``),
+several comma-separated (a cluster's nodes, ``laneledger/sdk/natsconnect.py``),
 checked before anything connects — a malformed one is a usage error (exit 2)
 naming it."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from laneledger.natsconnect import DEFAULT_NATS, checked_nats
+from laneledger.sdk.natsconnect import DEFAULT_NATS, checked_nats
 
 
 def nats_setting(text: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from laneledger.errors import RequestError
+from laneledger.contract.errors import RequestError
 
 PROG = "laneledger"
 STDIN = "-"

@@ -6,10 +6,10 @@ import argparse
 import asyncio
 from pathlib import Path
 
-from laneledger.demo import run_demo
-from laneledger.up import DEFAULT_PORTS, SERVICES, run_up
+from laneledger.devtools.demo import run_demo
+from laneledger.devtools.up import DEFAULT_PORTS, SERVICES, run_up
 
-from .natsoption import add_nats_option
+from laneledger.cli.natsoption import add_nats_option
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:

@@ -11,9 +11,9 @@ from typing import Any
 
 import aiohttp
 
-from laneledger.access import CLIENT_TOKEN_FILE_ENV, client_headers
-from laneledger.errors import LedgerUnavailable
-from laneledger.vocabulary import family_of
+from laneledger.runtime.access import CLIENT_TOKEN_FILE_ENV, client_headers
+from laneledger.contract.errors import LedgerUnavailable
+from laneledger.contract.vocabulary import family_of
 
 FILTERS = ("tenant", "session_id", "run_id", "lane_id", "actor_id", "event_type")
 COLOURS = {"lifecycle": "36", "cost": "33", "hitl": "35", "streaming": "2", "extension": "34"}

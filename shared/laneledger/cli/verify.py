@@ -14,15 +14,15 @@ from typing import Any
 
 import aiohttp
 
-from laneledger.access import CLIENT_TOKEN_FILE_ENV, client_headers
-from laneledger.audit import LedgerAudit, StreamCheck, audit_ledger, check_stream, read_export, verify_export
-from laneledger.chain import verify_chain
-from laneledger.errors import ChainFault, IntegrityError, InvalidRequest, LedgerUnavailable
-from laneledger.korg import KORG_LEDGER_V1, read_jsonl
-from laneledger.subjects import Subjects
+from laneledger.runtime.access import CLIENT_TOKEN_FILE_ENV, client_headers
+from laneledger.audit.ledger import LedgerAudit, StreamCheck, audit_ledger, check_stream, read_export, verify_export
+from laneledger.contract.chain import verify_chain
+from laneledger.contract.errors import ChainFault, IntegrityError, InvalidRequest, LedgerUnavailable
+from laneledger.compat.korg import KORG_LEDGER_V1, read_jsonl
+from laneledger.contract.subjects import Subjects
 
-from .natsoption import add_nats_option
-from .report import fail
+from laneledger.cli.natsoption import add_nats_option
+from laneledger.cli.report import fail
 
 FILE_FORMATS = ("laneledger", "korg-ledger-v1")
 HMAC_KEY_FILE_ENV = "LANELEDGER_HMAC_KEY_FILE"  # the sequencer's and the tail's, too
@@ -150,8 +150,8 @@ def verify_db(db: str, key: bytes | None, nats_url: str | None, subjects: Subjec
 
 async def _verify_db_with_nats(db: str, key: bytes | None, nats_url: str, subjects: Subjects,
                                strict_actors: bool, stream_wait_s: float) -> dict[str, Any]:
-    from laneledger.blobaudit import audit_ledger_with_blobs, open_blob_store
-    from laneledger.client import LedgerClient
+    from laneledger.audit.blobs import audit_ledger_with_blobs, open_blob_store
+    from laneledger.sdk.client import LedgerClient
 
     async with await LedgerClient.connect(nats_url) as client:
         js = client.nc.jetstream()

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Iterator
 
 import msgspec
 
-from ..errors import EntityNotFound, InternalError
-from ..model import (
+from laneledger.contract.errors import EntityNotFound, InternalError
+from laneledger.contract.model import (
     Action,
     AppendCommitted,
     Attempt,

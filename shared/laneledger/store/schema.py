@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from ..errors import InternalError
+from laneledger.contract.errors import InternalError
 
 SCHEMA_VERSION = 1
 

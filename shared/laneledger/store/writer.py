@@ -18,11 +18,11 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from ..canonical import canonicalize
-from ..causality import REWOUND
-from ..chain import GENESIS_HASH
-from ..clock import Clock, system_clock
-from ..errors import (
+from laneledger.contract.canonical import canonicalize
+from laneledger.history.causality import REWOUND
+from laneledger.contract.chain import GENESIS_HASH
+from laneledger.contract.clock import Clock, system_clock
+from laneledger.contract.errors import (
     CausationViolation,
     DuplicateEvent,
     EntityConflict,
@@ -38,9 +38,9 @@ from ..errors import (
     SubjectMismatch,
     TenantMismatch,
 )
-from ..append import PreparedAppend
-from ..ids import new_id
-from ..model import (
+from laneledger.store.append import PreparedAppend
+from laneledger.contract.ids import new_id
+from laneledger.contract.model import (
     Action,
     Actor,
     AppendCommitted,
@@ -61,16 +61,16 @@ from ..model import (
     encode,
     timestamp_problem,
 )
-from ..signing import Ed25519PublicKey, check_signature, load_public_key
-from ..subjects import token
-from ..vocabulary import (
+from laneledger.contract.signing import Ed25519PublicKey, check_signature, load_public_key
+from laneledger.contract.subjects import token
+from laneledger.contract.vocabulary import (
     EFFECT_KINDS,
     IDEMPOTENCY_CLASSES,
     SCHEMA_VERSION,
     check_event_type,
     check_payload,
 )
-from .reader import LedgerReader, lane_from_row
+from laneledger.store.reader import LedgerReader, lane_from_row
 
 
 # In the canonical bytes of a committed event, "entry_hash" is immediately

@@ -1,0 +1,3 @@
+"""Whole-ledger verification (``laneledger verify``; normative text:
+``spec/verify.md``).
+"""

@@ -1,0 +1,652 @@
+"""Claude Code stream-json captures as ledger sessions (spec/claude-code.md).
+
+``claude -p --output-format stream-json --verbose`` writes one JSON object
+per line. ``ClaudeCodeImport`` reads such lines (from a file or a live pipe),
+maps them to laneledger's objects and events, and appends them through the
+sequencer:
+
+- the ``system``/``init`` line starts the session (``session.started``,
+  ``run.started`` with the adapter's guarantees) and a synthesized root
+  prompt, labelled as synthesized (stream-json does not carry the prompt);
+- each assistant message — one ``message.id``, repeated on several lines, one
+  per content block — is one inference (a ``model_call`` attempt) with its
+  text, thinking and usage; its ``tool_use`` blocks are tool calls requested
+  by it, closed by the matching ``tool_result`` (``tool_use_id``);
+- lines with ``parent_tool_use_id`` belong to the sub-agent that tool call
+  spawned: its own lane, actor and spine (Korg §2b);
+- the ``result`` line completes the run, with cost, turns and duration;
+- hooks, task progress, rate limits, other system lines and unknown line
+  types are kept as ``ext.claude_code.*`` events; only ``stream_event``
+  (partial deltas of messages that follow in full) is dropped, and counted.
+
+Every id (lanes aside, which are keyed by name), every ``append_id`` and
+every ``occurred_at`` derive from the capture, so importing the same capture
+again gets the original receipts back instead of duplicates.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import AsyncIterable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from laneledger.sdk.client import LaneRecorder, LedgerClient
+from laneledger.contract.clock import system_clock
+from laneledger.contract.errors import InvalidRequest
+from laneledger.sdk.guarantees import AdapterGuarantees
+from laneledger.contract.ids import derived_id
+from laneledger.sdk.spine import PROMPT_EVENT, SPAWNED_BY, Spine
+from laneledger.contract.strictjson import decode_json
+
+ADAPTER = "laneledger.claude-code"
+ADAPTER_VERSION = "1"
+RUNTIME = "claude-code"
+
+IMPORT_GUARANTEES = AdapterGuarantees(
+    adapter=ADAPTER,
+    version=ADAPTER_VERSION,
+    hooks={
+        "run": "best_effort", "turn": "best_effort", "model_call": "best_effort",
+        "tool_call": "best_effort", "requested_before_call": "unsupported",
+        "outcome": "best_effort", "cost": "best_effort", "causation": "best_effort",
+        "subagent": "best_effort", "streaming": "unsupported", "hitl": "unsupported",
+    },
+    recovery="none",
+)
+
+# Tool names (verbatim, as Claude Code sends them) by effect; anything else
+# is "unknown". Spawning a sub-agent is "Task" on older versions, "Agent" on
+# newer ones (Korg §2b).
+READ_TOOLS = frozenset({"Read", "Grep", "Glob", "LS", "WebFetch", "WebSearch", "TodoRead",
+                        "NotebookRead", "BashOutput"})
+WRITE_TOOLS = frozenset({"Edit", "MultiEdit", "Write", "NotebookEdit", "TodoWrite"})
+SPAWN_TOOLS = frozenset({"Task", "Agent"})
+
+EXTENSION_TYPES = {
+    "hook": "ext.claude_code.hook",              # system hook_* lines
+    "task": "ext.claude_code.task",              # system task_* lines (sub-agent progress)
+    "rate_limit": "ext.claude_code.rate_limit",  # rate_limit_event lines
+    "system": "ext.claude_code.system",          # any other system subtype
+    "unknown": "ext.claude_code.unknown",        # a line type this importer does not know
+    "unmatched": "ext.claude_code.unmatched_tool_result",
+    "late": "ext.claude_code.late_message_block",  # a block of a message already recorded
+}
+# Lines before the init line (SessionStart hooks) are held until it comes; a
+# capture without one is refused rather than held without bound.
+MAX_LINES_BEFORE_INIT = 1000
+_TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$")
+_MAX_DECIMALS = Decimal(10) ** -18
+
+
+def parse_line(raw: str | bytes, line_no: int) -> dict[str, Any] | None:
+    """One capture line as an object; None for a blank line. A line that is
+    not strict JSON (``strictjson``: no NaN, no duplicate keys) is
+    ``MalformedMessage``, one that is not an object with a string ``type``
+    is ``InvalidRequest``; both name the line in ``details.line``."""
+    data = raw.encode() if isinstance(raw, str) else raw
+    if not data.strip():
+        return None
+    value = decode_json(data, file="", line=line_no)
+    if not isinstance(value, dict):
+        raise InvalidRequest("not a JSON object", line=line_no, path="$", reason="not_an_object")
+    if not isinstance(value.get("type"), str):
+        raise InvalidRequest("no string \"type\"", line=line_no, path="$.type", reason="no_type")
+    return value
+
+
+def decimal_string(value: Any, what: str, line_no: int) -> str:
+    """A JSON number (Claude Code writes costs as floats) as the decimal
+    string cost.recorded wants, rounded to 18 places."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise InvalidRequest(f"{what} is not a number", line=line_no, path=f"$.{what}")
+    try:
+        amount = Decimal(repr(value) if isinstance(value, float) else str(value))
+    except InvalidOperation:
+        raise InvalidRequest(f"{what} is not a number", line=line_no,
+                             path=f"$.{what}") from None
+    if not amount.is_finite():
+        raise InvalidRequest(f"{what} is not finite", line=line_no, path=f"$.{what}")
+    text = format(amount.quantize(_MAX_DECIMALS).normalize(), "f")
+    return "0" if text in ("-0", "") else text
+
+
+def tool_effect(name: str) -> str:
+    if name in READ_TOOLS:
+        return "read"
+    if name in WRITE_TOOLS:
+        return "write"
+    return "unknown"
+
+
+def _text_of(content: Any) -> str | None:
+    """A user message's or tool result's text: a string, or text blocks."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+        texts = [p for p in parts if isinstance(p, str)]
+        return "\n".join(texts) if texts else None
+    return None
+
+
+def _need(value: Any, kind: type | tuple[type, ...], path: str, line_no: int) -> Any:
+    if not isinstance(value, kind):
+        raise InvalidRequest(f"{path} is missing or of the wrong type",
+                             line=line_no, path=path, reason="wrong_shape")
+    return value
+
+
+@dataclass
+class Agent:
+    """One Claude Code agent (main or a sub-agent): its lane, actor and spine."""
+
+    key: str  # "main" or "sub-<ptuid[:8]>"
+    recorder: LaneRecorder
+    actor_id: str
+    turn_id: str
+    spine: Spine = field(default_factory=Spine)
+    appends: int = 0
+
+
+@dataclass
+class PendingTool:
+    agent: Agent
+    action_id: str
+    attempt_id: str
+    requested_id: str
+    inference_id: str
+    name: str
+    spawn_prompt: str | None
+    line_no: int
+
+
+@dataclass
+class Message:
+    """An assistant message being reassembled from its streaming repeats."""
+
+    agent_key: str
+    message_id: str
+    model: str
+    blocks: list[dict[str, Any]]
+    usage: dict[str, Any]
+    stop_reason: Any
+    line_no: int
+    timestamp: str | None
+
+
+@dataclass
+class ImportSummary:
+    session_id: str = ""
+    run_id: str = ""
+    lines: int = 0
+    by_kind: Counter = field(default_factory=Counter)
+    dropped: Counter = field(default_factory=Counter)
+    appends: int = 0
+    replayed: int = 0
+    events: int = 0
+    lanes: dict[str, str] = field(default_factory=dict)  # agent key -> lane id
+    unresolved_tools: list[str] = field(default_factory=list)
+
+
+class ClaudeCodeImport:
+    """Feed lines with ``await imp.line(raw, n)`` (or ``run(lines)``), then
+    ``await imp.finish()``."""
+
+    def __init__(self, client: LedgerClient, *, tenant: str, session_id: str | None = None,
+                 run_id: str | None = None) -> None:
+        self.client = client
+        self.tenant = tenant
+        self.summary = ImportSummary()
+        self._session_override = session_id
+        self._run_override = run_id
+        self._before_init: list[tuple[dict[str, Any], int]] = []
+        self._init: dict[str, Any] | None = None
+        self._version = "unknown"
+        self._anchor = ""
+        self._anchor_ms = 0
+        self._clock = ""  # occurred_at for lines without their own timestamp
+        self._agents: dict[str, Agent] = {}
+        self._pending: dict[str, PendingTool] = {}  # tool_use_id -> a call without its result
+        self._spawned: dict[str, PendingTool] = {}  # tool_use_id -> a Task/Agent call
+        self._messages: dict[str, Message] = {}  # agent key -> the message being assembled
+        self._flushed: dict[tuple[str, str], list[dict[str, Any]]] = {}  # (agent, message id) -> blocks
+
+    # -- driving ---------------------------------------------------------------------------
+
+    async def run(self, lines: Iterable[str | bytes] | AsyncIterable[str | bytes]) -> ImportSummary:
+        line_no = 0
+        if isinstance(lines, AsyncIterable):
+            async for raw in lines:
+                line_no += 1
+                await self.line(raw, line_no)
+        else:
+            for raw in lines:
+                line_no += 1
+                await self.line(raw, line_no)
+        return await self.finish()
+
+    async def line(self, raw: str | bytes, line_no: int) -> None:
+        obj = parse_line(raw, line_no)
+        if obj is None:
+            return
+        self.summary.lines += 1
+        kind = obj["type"] if obj["type"] != "system" else f"system/{obj.get('subtype')}"
+        self.summary.by_kind[kind] += 1
+        if self._init is None:
+            if obj["type"] == "system" and obj.get("subtype") == "init":
+                await self._start(obj, line_no)
+                for held, held_no in self._before_init:
+                    await self._dispatch(held, held_no)
+                self._before_init.clear()
+            elif len(self._before_init) >= MAX_LINES_BEFORE_INIT:
+                raise InvalidRequest(f"no system/init line in the first {MAX_LINES_BEFORE_INIT} lines",
+                                     line=line_no, reason="no_init")
+            else:
+                self._before_init.append((obj, line_no))
+            return
+        await self._dispatch(obj, line_no)
+
+    async def finish(self) -> ImportSummary:
+        if self._init is None:
+            raise InvalidRequest("the capture has no system/init line (is it `claude -p "
+                                 "--output-format stream-json --verbose` output?)",
+                                 line=None, reason="no_init", lines=self.summary.lines)
+        for key in list(self._messages):
+            await self._flush_message(key)
+        self.summary.unresolved_tools = sorted(self._pending)
+        return self.summary
+
+    # -- ids and events -------------------------------------------------------------------------
+
+    def _id(self, *parts: str) -> str:
+        return derived_id(RUNTIME, self.summary.session_id, self.summary.run_id, *parts,
+                          at_ms=self._anchor_ms)
+
+    def _at(self, obj: dict[str, Any]) -> str:
+        stamp = obj.get("timestamp")
+        if isinstance(stamp, str) and _TIMESTAMP.match(stamp):
+            self._clock = stamp
+        return self._clock
+
+    def _event(self, agent: Agent, event_type: str, subject_id: str, payload: dict[str, Any],
+               cause: str | None, at: str, key: str) -> dict[str, Any]:
+        return agent.recorder.event(event_type, actor_id=agent.actor_id, subject_id=subject_id,
+                                    payload=payload, causation_id=cause, occurred_at=at,
+                                    event_id=self._id("event", key))
+
+    async def _append(self, agent: Agent, events: list[dict[str, Any]]) -> None:
+        agent.appends += 1
+        receipt = await agent.recorder.append(
+            events, append_id=self._id("append", agent.key, str(agent.appends)))
+        self.summary.appends += 1
+        self.summary.events += len(events)
+        self.summary.replayed += int(bool(getattr(receipt, "replayed", False)))
+
+    # -- the session and its agents ----------------------------------------------------------------
+
+    async def _start(self, init: dict[str, Any], line_no: int) -> None:
+        self._init = init
+        session = self._session_override or init.get("session_id")
+        _need(session, str, "$.session_id", line_no)
+        self._version = str(init.get("claude_code_version") or init.get("version") or "unknown")
+        run = self._run_override or init.get("uuid")
+        if not isinstance(run, str) or not run:
+            run = "cc-" + derived_id(RUNTIME, json.dumps(init, sort_keys=True))
+        self.summary.session_id, self.summary.run_id = session, run
+        actor = await self._actor("main")
+        recorder = await LaneRecorder.open(self.client, self.tenant, session, run, "main",
+                                           actor_id=actor)
+        # occurred_at: the capture's own timestamps where it has them, else
+        # the time of the first import — read back from the session.started it
+        # committed, so a re-import produces the same bytes.
+        if recorder.head > 0:
+            first = (await self.client.load_lane(recorder.lane.id, 0, limit=1)).events[0]
+            self._anchor = first.occurred_at
+        else:
+            self._anchor = init["timestamp"] if _TIMESTAMP.match(str(init.get("timestamp"))) \
+                else system_clock()
+        self._clock = self._anchor
+        self._anchor_ms = _epoch_ms(self._anchor)
+        turn = await self.client.create_turn(recorder.lane.id, 1, turn_id=self._id("turn", "main"))
+        main = Agent("main", recorder, actor, turn.id)
+        self._agents["main"] = main
+        self.summary.lanes["main"] = recorder.lane.id
+        at = self._clock
+        init_fields = {k: init[k] for k in ("session_id", "model", "tools", "cwd", "permissionMode",
+                                             "mcp_servers", "agents", "slash_commands", "output_style",
+                                             "apiKeySource", "claude_code_version") if k in init}
+        started = self._event(main, "session.started", session, {
+            "source": "claude-code stream-json", "claude_code": init_fields,
+            "adapter": IMPORT_GUARANTEES.to_payload()}, None, at, "session.started")
+        run_started = self._event(main, "run.started", run, {
+            "model": init.get("model"), "version": self._version,
+            "adapter": IMPORT_GUARANTEES.to_payload()}, None, at, "run.started")
+        turn_started = self._event(main, "turn.started", turn.id, {"turn_no": 1}, None, at,
+                                   "turn.started/main")
+        prompt = self._event(main, PROMPT_EVENT, recorder.lane.id, {
+            "prompt_kind": "user", "synthesized": True,
+            "label": "synthesized by laneledger import claude-code: a stream-json capture does "
+                     "not carry the prompt the session was started with",
+        }, None, at, "prompt/main")
+        await self._append(main, [started, run_started, turn_started, prompt])
+        main.spine.prompted(prompt["id"])
+
+    async def _actor(self, key: str) -> str:
+        actor = await self.client.ensure_actor(
+            self.tenant, f"agent:{RUNTIME}/{key}@{self._version}", "agent",
+            attributes={"runtime": RUNTIME, "version": self._version})
+        return actor.id
+
+    async def _subagent(self, ptuid: str, obj: dict[str, Any], line_no: int,
+                        prompt_text: str | None) -> Agent:
+        """The sub-agent spawned by tool call ``ptuid``, started on first sight:
+        its lane under the spawning agent's, its actor, and its prompt caused
+        by the spawning inference (§2b)."""
+        key = f"sub-{ptuid[:8]}"
+        if key in self._agents:
+            return self._agents[key]
+        await self._flush_holding(ptuid)
+        spawn = self._pending.get(ptuid) or self._spawned.get(ptuid)
+        parent = spawn.agent if spawn is not None else self._agents["main"]
+        actor = await self._actor(key)
+        recorder = await LaneRecorder.open(
+            self.client, self.tenant, self.summary.session_id, self.summary.run_id, key,
+            kind="subagent", parent_lane_id=parent.recorder.lane.id, actor_id=actor)
+        turn = await self.client.create_turn(recorder.lane.id, 1, turn_id=self._id("turn", key))
+        agent = Agent(key, recorder, actor, turn.id)
+        self._agents[key] = agent
+        self.summary.lanes[key] = recorder.lane.id
+        at = self._at(obj)
+        cause = spawn.inference_id if spawn is not None else parent.spine.spawn_cause()
+        payload: dict[str, Any] = {"prompt_kind": "subagent", "parent_tool_use_id": ptuid}
+        if spawn is not None:
+            payload[SPAWNED_BY] = spawn.requested_id
+        if prompt_text is not None:
+            payload.update(synthesized=False, text=prompt_text)
+        else:
+            payload.update(synthesized=True, label="synthesized by laneledger import claude-code: "
+                           "the sub-agent's prompt line is not in the capture",
+                           text=spawn.spawn_prompt if spawn is not None else None)
+        prompt = self._event(agent, PROMPT_EVENT, recorder.lane.id, payload, cause, at, f"prompt/{key}")
+        lane_created = self._event(agent, "lane.created", recorder.lane.id, {
+            "name": key, "kind": "subagent", "parent_lane_id": parent.recorder.lane.id,
+            "parent_tool_use_id": ptuid}, prompt["id"], at, f"lane.created/{key}")
+        turn_started = self._event(agent, "turn.started", turn.id, {"turn_no": 1}, prompt["id"], at,
+                                   f"turn.started/{key}")
+        await self._append(agent, [prompt, lane_created, turn_started])
+        agent.spine.prompted(prompt["id"])
+        return agent
+
+    async def _agent_for(self, obj: dict[str, Any], line_no: int) -> Agent:
+        ptuid = obj.get("parent_tool_use_id")
+        if ptuid is None:
+            return self._agents["main"]
+        _need(ptuid, str, "$.parent_tool_use_id", line_no)
+        return await self._subagent(ptuid, obj, line_no, None)
+
+    # -- lines ------------------------------------------------------------------------------------
+
+    async def _dispatch(self, obj: dict[str, Any], line_no: int) -> None:
+        kind = obj["type"]
+        if kind == "assistant":
+            await self._assistant(obj, line_no)
+            return
+        # Any other line ends the message being assembled for its agent (and a
+        # result line, every one).
+        ptuid = obj.get("parent_tool_use_id")
+        agent_key = "main" if not isinstance(ptuid, str) else f"sub-{ptuid[:8]}"
+        for key in list(self._messages):
+            if kind == "result" or key == agent_key:
+                await self._flush_message(key)
+        if kind == "user":
+            await self._user(obj, line_no)
+        elif kind == "result":
+            await self._result(obj, line_no)
+        elif kind == "stream_event":
+            self.summary.dropped["stream_event"] += 1
+        elif kind == "system":
+            subtype = str(obj.get("subtype") or "")
+            group = "hook" if subtype.startswith("hook_") else "task" if subtype.startswith("task_") \
+                else "system"
+            await self._extension(EXTENSION_TYPES[group], obj, line_no)
+        elif kind == "rate_limit_event":
+            await self._extension(EXTENSION_TYPES["rate_limit"], obj, line_no)
+        else:
+            await self._extension(EXTENSION_TYPES["unknown"], obj, line_no)
+
+    async def _extension(self, event_type: str, obj: dict[str, Any], line_no: int) -> None:
+        """A line kept as it came, on its agent's lane, hanging off the spine."""
+        agent = await self._agent_for(obj, line_no)
+        event = self._event(agent, event_type, agent.recorder.lane.id,
+                            {"line_no": line_no, "line": obj}, agent.spine.inference_cause(),
+                            self._at(obj), f"line/{line_no}")
+        await self._append(agent, [event])
+
+    async def _assistant(self, obj: dict[str, Any], line_no: int) -> None:
+        message = _need(obj.get("message"), dict, "$.message", line_no)
+        message_id = _need(message.get("id"), str, "$.message.id", line_no)
+        content = _need(message.get("content"), list, "$.message.content", line_no)
+        agent = await self._agent_for(obj, line_no)
+        if (agent.key, message_id) in self._flushed:
+            # A repeat of a message already recorded: nothing new is dropped.
+            new = [b for b in content if isinstance(b, dict) and b not in self._flushed[agent.key, message_id]]
+            if new:
+                await self._extension(EXTENSION_TYPES["late"], obj, line_no)
+            else:
+                self.summary.dropped["repeat"] += 1
+            return
+        current = self._messages.get(agent.key)
+        if current is not None and current.message_id != message_id:
+            await self._flush_message(agent.key)
+            current = None
+        if current is None:
+            current = Message(agent.key, message_id, str(message.get("model") or "unknown"), [], {},
+                              None, line_no, None)
+            self._messages[agent.key] = current
+        # Streaming repeats: the same message id on several lines, each with
+        # one block (or the content so far). Keep each block once.
+        for block in content:
+            if isinstance(block, dict) and block not in current.blocks:
+                current.blocks.append(block)
+        if isinstance(message.get("usage"), dict):
+            current.usage = message["usage"]
+        if message.get("stop_reason") is not None:
+            current.stop_reason = message["stop_reason"]
+        current.timestamp = self._at(obj)
+
+    async def _flush_holding(self, tool_use_id: str) -> None:
+        """Record the message that asked for ``tool_use_id``, if it is still
+        being assembled: its result or its sub-agent is about to refer to it."""
+        for key, message in list(self._messages.items()):
+            if any(b.get("type") == "tool_use" and b.get("id") == tool_use_id for b in message.blocks):
+                await self._flush_message(key)
+
+    async def _flush_message(self, agent_key: str) -> None:
+        message = self._messages.pop(agent_key, None)
+        if message is None:
+            return
+        self._flushed[agent_key, message.message_id] = message.blocks
+        agent = self._agents[agent_key]
+        key = f"msg/{message.message_id}"
+        action_id, attempt_id = self._id("action", key), self._id("attempt", key)
+        lane_id = agent.recorder.lane.id
+        await self.client.create_action(lane_id, agent.turn_id, "model_call", message.model,
+                                        effect="none", idempotency="not_applicable", action_id=action_id)
+        await self.client.create_attempt(lane_id, action_id, 1, attempt_id=attempt_id)
+        at = message.timestamp or self._clock
+        base = {"action_type": "model_call", "name": message.model, "model": message.model,
+                "attempt_no": 1, "message_id": message.message_id}
+        requested = self._event(agent, "attempt.requested", attempt_id, base,
+                                agent.spine.inference_cause(), at, f"{key}/requested")
+        texts = [b.get("text") for b in message.blocks if b.get("type") == "text"]
+        thinking = [b.get("thinking") for b in message.blocks if b.get("type") == "thinking"]
+        outcome: dict[str, Any] = {
+            "text": "\n".join(t for t in texts if isinstance(t, str)),
+            "thinking": "\n".join(t for t in thinking if isinstance(t, str)),
+            "stop_reason": message.stop_reason,
+            "tool_uses": [b.get("id") for b in message.blocks if b.get("type") == "tool_use"],
+        }
+        if any(b.get("type") == "redacted_thinking" for b in message.blocks):
+            outcome["redacted_thinking"] = True
+        usage = message.usage
+        for ours, theirs in (("input_tokens", "input_tokens"), ("output_tokens", "output_tokens"),
+                             ("cache_read_tokens", "cache_read_input_tokens"),
+                             ("cache_write_tokens", "cache_creation_input_tokens")):
+            if isinstance(usage.get(theirs), int) and not isinstance(usage.get(theirs), bool):
+                outcome[ours] = usage[theirs]
+        completed = self._event(agent, "attempt.completed", attempt_id, {**base, "outcome": outcome},
+                                requested["id"], at, f"{key}/completed")
+        events = [requested, completed]
+        for block in message.blocks:
+            if block.get("type") != "tool_use":
+                continue
+            events.append(await self._tool_requested(agent, block, completed["id"], at, message.line_no))
+        await self._append(agent, events)
+        agent.spine.inferred(completed["id"])
+
+    async def _tool_requested(self, agent: Agent, block: dict[str, Any], inference_id: str, at: str,
+                              line_no: int) -> dict[str, Any]:
+        tool_use_id = _need(block.get("id"), str, "$.message.content[].id", line_no)
+        name = _need(block.get("name"), str, "$.message.content[].name", line_no)
+        key = f"tool/{tool_use_id}"
+        action_id, attempt_id = self._id("action", key), self._id("attempt", key)
+        lane_id = agent.recorder.lane.id
+        await self.client.create_action(lane_id, agent.turn_id, "tool_call", name,
+                                        effect=tool_effect(name), idempotency="unknown",
+                                        action_id=action_id)
+        await self.client.create_attempt(lane_id, action_id, 1, attempt_id=attempt_id)
+        tool_input = block.get("input") if isinstance(block.get("input"), dict) else {}
+        requested = self._event(agent, "attempt.requested", attempt_id, {
+            "action_type": "tool_call", "name": name, "attempt_no": 1, "tool_use_id": tool_use_id,
+            "input": tool_input}, inference_id, at, f"{key}/requested")
+        spawn_prompt = tool_input.get("prompt") if name in SPAWN_TOOLS else None
+        pending = PendingTool(agent, action_id, attempt_id, requested["id"], inference_id, name,
+                              spawn_prompt if isinstance(spawn_prompt, str) else None, line_no)
+        self._pending[tool_use_id] = pending
+        if name in SPAWN_TOOLS:
+            self._spawned[tool_use_id] = pending  # its sub-agent may outlive the pending call
+        return requested
+
+    async def _user(self, obj: dict[str, Any], line_no: int) -> None:
+        message = _need(obj.get("message"), dict, "$.message", line_no)
+        content = message.get("content")
+        ptuid = obj.get("parent_tool_use_id")
+        blocks = content if isinstance(content, list) else []
+        results = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
+        text = _text_of(content)
+        if text is not None and not results:
+            if isinstance(ptuid, str) and f"sub-{ptuid[:8]}" not in self._agents:
+                await self._subagent(ptuid, obj, line_no, text)  # §2b: the sub-agent's prompt
+                return
+            agent = await self._agent_for(obj, line_no)
+            prompt = self._event(agent, PROMPT_EVENT, agent.recorder.lane.id, {
+                "prompt_kind": "user", "synthesized": False, "text": text},
+                agent.spine.inference_cause(), self._at(obj), f"line/{line_no}")
+            await self._append(agent, [prompt])
+            return
+        if not results:
+            await self._extension(EXTENSION_TYPES["unknown"], obj, line_no)
+            return
+        tool_use_result = obj.get("tool_use_result")
+        for index, block in enumerate(results):
+            tool_use_id = block.get("tool_use_id")
+            if isinstance(tool_use_id, str):
+                await self._flush_holding(tool_use_id)
+            pending = self._pending.pop(tool_use_id, None) if isinstance(tool_use_id, str) else None
+            if pending is None:
+                agent = await self._agent_for(obj, line_no)
+                event = self._event(agent, EXTENSION_TYPES["unmatched"], agent.recorder.lane.id,
+                                    {"line_no": line_no, "block": block}, agent.spine.inference_cause(),
+                                    self._at(obj), f"line/{line_no}/{index}")
+                await self._append(agent, [event])
+                continue
+            failed = block.get("is_error") is True
+            payload: dict[str, Any] = {
+                "action_type": "tool_call", "name": pending.name, "attempt_no": 1,
+                "tool_use_id": tool_use_id, "success": not failed,
+            }
+            duration = _duration_ms(tool_use_result)
+            if duration is not None:
+                payload["duration_ms"] = duration
+            result = block.get("content")
+            if failed:
+                payload["error"] = {"code": "tool_error", "message": _text_of(result) or ""}
+            else:
+                payload["outcome"] = {"content": result}
+            event = self._event(pending.agent, "attempt.failed" if failed else "attempt.completed",
+                                pending.attempt_id, payload, pending.requested_id, self._at(obj),
+                                f"tool/{tool_use_id}/result")
+            await self._append(pending.agent, [event])
+        if text is not None:  # text next to tool results (e.g. an interruption notice)
+            agent = await self._agent_for(obj, line_no)
+            prompt = self._event(agent, PROMPT_EVENT, agent.recorder.lane.id, {
+                "prompt_kind": "user", "synthesized": False, "text": text},
+                agent.spine.inference_cause(), self._at(obj), f"line/{line_no}/text")
+            await self._append(agent, [prompt])
+
+    async def _result(self, obj: dict[str, Any], line_no: int) -> None:
+        main = self._agents["main"]
+        at = self._at(obj)
+        cause = main.spine.inference_cause()
+        events = []
+        model_usage = obj.get("modelUsage")
+        if isinstance(model_usage, dict) and model_usage:
+            for model, usage in sorted(model_usage.items()):
+                if not isinstance(usage, dict) or "costUSD" not in usage:
+                    continue
+                cost: dict[str, Any] = {
+                    "provider": "anthropic", "model": model, "currency": "USD",
+                    "amount": decimal_string(usage["costUSD"], f"modelUsage.{model}.costUSD", line_no)}
+                for ours, theirs in (("input_tokens", "inputTokens"), ("output_tokens", "outputTokens"),
+                                     ("cache_read_tokens", "cacheReadInputTokens"),
+                                     ("cache_write_tokens", "cacheCreationInputTokens")):
+                    if isinstance(usage.get(theirs), int) and not isinstance(usage.get(theirs), bool):
+                        cost[ours] = usage[theirs]
+                events.append(self._event(main, "cost.recorded", self.summary.run_id, cost, cause, at,
+                                          f"result/{line_no}/cost/{model}"))
+        elif obj.get("total_cost_usd") is not None:
+            events.append(self._event(main, "cost.recorded", self.summary.run_id, {
+                "provider": "anthropic", "model": str((self._init or {}).get("model") or "unknown"),
+                "currency": "USD",
+                "amount": decimal_string(obj["total_cost_usd"], "total_cost_usd", line_no)},
+                cause, at, f"result/{line_no}/cost"))
+        failed = obj.get("is_error") is True or obj.get("subtype") not in (None, "success")
+        summary: dict[str, Any] = {"subtype": obj.get("subtype"), "is_error": obj.get("is_error")}
+        if obj.get("total_cost_usd") is not None:
+            summary["total_cost_usd"] = decimal_string(obj["total_cost_usd"], "total_cost_usd", line_no)
+        for name in ("num_turns", "duration_ms", "duration_api_ms", "result", "usage",
+                     "permission_denials", "stop_reason"):
+            if name in obj:
+                summary[name] = obj[name]
+        if failed:
+            summary["error"] = {"code": str(obj.get("subtype") or "error"),
+                                "message": str(obj.get("result") or obj.get("subtype") or "")}
+        events.append(self._event(main, "turn.failed" if failed else "turn.completed", main.turn_id,
+                                  {"turn_no": 1}, cause, at, f"result/{line_no}/turn"))
+        events.append(self._event(main, "run.failed" if failed else "run.completed", self.summary.run_id,
+                                  summary, cause, at, f"result/{line_no}/run"))
+        await self._append(main, events)
+
+
+def _duration_ms(tool_use_result: Any) -> int | None:
+    """A tool's duration where the capture states one (Claude Code puts it on
+    some tools' ``tool_use_result``)."""
+    if not isinstance(tool_use_result, dict):
+        return None
+    for name in ("durationMs", "totalDurationMs", "duration_ms"):
+        value = tool_use_result.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return None
+
+
+def _epoch_ms(stamp: str) -> int:
+    """Milliseconds since the epoch of an RFC 3339 timestamp (the fraction
+    cut to microseconds, which is all ``datetime`` holds)."""
+    stamp = re.sub(r"(\.\d{6})\d+", r"\1", stamp).replace("Z", "+00:00")
+    return int(datetime.fromisoformat(stamp).timestamp() * 1000)

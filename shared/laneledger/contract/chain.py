@@ -1,0 +1,162 @@
+"""Hash chains: the append digest, entry hashes, linking and verification.
+
+A chained record carries ``prev_hash`` (the previous record's ``entry_hash``,
+or ``GENESIS_HASH`` for the first) and ``entry_hash``: lowercase hex SHA-256
+(HMAC-SHA256 when keyed) of the profile's canonical bytes of the record minus
+``entry_hash`` and any signature field. ``prev_hash`` is in the preimage, so
+rewriting a link also breaks that record's own hash.
+
+A ``ChainProfile`` says how a format canonicalizes and which field orders the
+records; ``LANELEDGER`` is ours, ``laneledger.compat.korg.KORG_LEDGER_V1`` is korg's.
+The verifier is the same for both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from laneledger.contract.canonical import canonicalize
+from laneledger.contract.errors import ChainFault
+
+GENESIS_HASH = "0" * 64
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_MISSING = object()  # tells an absent field from an explicit null in messages
+
+
+@dataclass(frozen=True)
+class ChainProfile:
+    name: str
+    canonical: Callable[[Any], bytes]
+    order_field: str
+    # Fields left out of the preimage: the hash itself and signatures over it.
+    excluded: frozenset[str]
+
+
+LANELEDGER = ChainProfile(
+    name="laneledger",
+    canonical=canonicalize,
+    order_field="seq",
+    excluded=frozenset({"entry_hash", "signature"}),
+)
+
+
+def append_digest(events: list, *, admitted: bool = False) -> str:
+    """Lowercase hex SHA-256 of the RFC 8785 bytes of a proposed-event batch,
+    exactly as sent (a JSON array). ``admitted``: see ``canonicalize``."""
+    return hashlib.sha256(canonicalize(events, admitted=admitted)).hexdigest()
+
+
+def entry_hash(record: dict, *, profile: ChainProfile = LANELEDGER, key: bytes | None = None) -> str:
+    """The entry hash of ``record`` under ``profile``; HMAC-SHA256 when ``key``
+    is given (an empty key still means HMAC)."""
+    preimage = profile.canonical({k: v for k, v in record.items() if k not in profile.excluded})
+    if key is None:
+        return hashlib.sha256(preimage).hexdigest()
+    return hmac.new(key, preimage, hashlib.sha256).hexdigest()
+
+
+def link(
+    record: dict, prev_hash: str, *, profile: ChainProfile = LANELEDGER, key: bytes | None = None
+) -> dict:
+    """A copy of ``record`` with ``prev_hash`` set and ``entry_hash`` computed.
+    The order field (``seq``) must already be set: it is part of the preimage."""
+    linked = {k: v for k, v in record.items() if k != "entry_hash"}
+    linked["prev_hash"] = prev_hash
+    linked["entry_hash"] = entry_hash(linked, profile=profile, key=key)
+    return linked
+
+
+def verify_chain(
+    records: Iterable[dict], *, profile: ChainProfile = LANELEDGER, key: bytes | None = None
+) -> str:
+    """Verify one chain from its first record; return the tip ``entry_hash``
+    (``GENESIS_HASH`` when empty) or raise ``ChainFault`` at the first bad
+    record (see ``LaneChains.check`` for the checks and their order)."""
+    chains = LaneChains(profile=profile, key=key)
+    for position, record in enumerate(records, start=1):
+        chains.check(record, position=position)
+    return chains.tip()
+
+
+class LaneChains:
+    """Verifies interleaved chains — one per lane — record by record, in the
+    order they were committed. Memory: one (seq, hash) tip per lane.
+
+    Each record is checked in this order, and the first failing check names it:
+
+    1. ``not_chained``: the order field is not an integer, or ``prev_hash`` /
+       ``entry_hash`` is missing or not 64 lowercase hex digits.
+    2. ``broken_link``: the order field is not the lane's previous one + 1 (1
+       first); a deleted or reordered record is reported at the seq that
+       appears in its place.
+    3. ``broken_link``: ``prev_hash`` is not the lane's previous ``entry_hash``.
+    4. ``content_tampered``: the recomputed hash differs from ``entry_hash``
+       (also what a wrong or missing HMAC key looks like).
+
+    Links go before content because a rewritten ``prev_hash`` also changes the
+    record's own hash; "the link is broken here" is the more useful report.
+    The message reads ``seq N: <kind> (<field> expected X, found Y)`` for a
+    single chain, ``position P (lane L seq N): …`` when lanes are named;
+    ``details`` hold ``kind``, ``seq`` (None when not an integer),
+    ``position``, ``lane_id`` (when named), ``field``, ``expected``, ``found``.
+    """
+
+    def __init__(self, *, profile: ChainProfile = LANELEDGER, key: bytes | None = None) -> None:
+        self._profile = profile
+        self._key = key
+        self.tips: dict[Any, tuple[int, str]] = {}
+
+    def tip(self, lane: Any = None) -> str:
+        return self.tips.get(lane, (0, GENESIS_HASH))[1]
+
+    def check(self, record: dict, *, position: int, lane: Any = None) -> None:
+        order = self._profile.order_field
+        prev_seq, prev = self.tips.get(lane, (0, GENESIS_HASH))
+        seq = record.get(order, _MISSING)
+        if type(seq) is not int:  # bool is an int subclass; it is not a seq
+            raise _fault("not_chained", position, None, order, "an integer", seq, lane)
+        for field in ("prev_hash", "entry_hash"):
+            value = record.get(field, _MISSING)
+            if not isinstance(value, str) or not _HEX64.fullmatch(value):
+                raise _fault("not_chained", position, seq, field, "64 lowercase hex", value, lane)
+        if seq != prev_seq + 1:
+            raise _fault("broken_link", position, seq, order, prev_seq + 1, seq, lane)
+        if record["prev_hash"] != prev:
+            raise _fault("broken_link", position, seq, "prev_hash", prev, record["prev_hash"], lane)
+        recomputed = entry_hash(record, profile=self._profile, key=self._key)
+        if recomputed != record["entry_hash"]:
+            raise _fault("content_tampered", position, seq, "entry_hash", recomputed,
+                         record["entry_hash"], lane)
+        self.tips[lane] = (seq, record["entry_hash"])
+
+
+def _fault(kind: str, position: int, seq: int | None, field: str, expected: Any, found: Any,
+           lane: Any = None) -> ChainFault:
+    if lane is not None:
+        where = f"position {position} (lane {lane}" + (f" seq {seq})" if seq is not None else ")")
+    else:
+        where = f"seq {seq}" if seq is not None else f"position {position}"
+    message = f"{where}: {kind} ({field} expected {expected}, found {_show(found)})"
+    if found is _MISSING:
+        found = None
+    details: dict[str, Any] = dict(kind=kind, seq=seq, position=position, field=field,
+                                   expected=expected, found=found)
+    if lane is not None:
+        details["lane_id"] = lane
+    return ChainFault(message, **details)
+
+
+def _show(value: Any) -> str:
+    if value is _MISSING:
+        return "nothing"
+    if type(value) is int or (isinstance(value, str) and _HEX64.fullmatch(value)):
+        return str(value)
+    shown = json.dumps(value, ensure_ascii=True, default=repr)  # JSON spelling: null, "x"
+    return shown if len(shown) <= 80 else shown[:77] + "..."

@@ -1,0 +1,241 @@
+"""Every error laneledger raises or puts on the wire.
+
+Each error has a stable ``code`` (snake_case, part of the contract in
+``spec/errors.md``), a human ``message``, ``details`` naming the fields and
+values involved, and ``retryable``: whether sending the same thing again can
+ever succeed without changing it.
+
+The tree::
+
+    LedgerError
+    ├── RequestError                    the request itself is wrong; do not resend it
+    │   ├── MalformedMessage            malformed_message      undecodable bytes
+    │   ├── InvalidRequest              invalid_request        wrong schema; names the field path
+    │   ├── RequestTooLarge             request_too_large      over the size or event-count limit
+    │   ├── NotCanonicalizable          not_canonicalizable    a value RFC 8785 cannot encode
+    │   ├── UnknownEventType            unknown_event_type     not core, not a namespaced extension
+    │   ├── InvalidPayload              invalid_payload        a core payload of the wrong shape
+    │   └── Unauthorized                unauthorized           no valid bearer token (HTTP reads)
+    ├── StoreError                      the store refused; the ledger is unchanged
+    │   ├── LaneConflict                lane_conflict          expected head != actual head
+    │   ├── IdempotencyViolation        idempotency_violation  same id, other content
+    │   ├── EntityNotFound              entity_not_found       lane, actor, turn, … does not exist
+    │   ├── DuplicateEvent              duplicate_event        event id already committed
+    │   ├── SubjectMismatch             subject_mismatch       subject not in the target lane
+    │   ├── EntityConflict              entity_conflict        same key, other attributes
+    │   ├── CausationViolation          causation_violation    causation outside session / not earlier
+    │   ├── TenantMismatch              tenant_mismatch        a cross-tenant write
+    │   ├── SignatureRequired           signature_required     a keyed actor's event is unsigned
+    │   ├── InvalidSignature            invalid_signature      a signature that does not verify
+    │   └── BlobMissing                 blob_missing           a referenced blob is not stored yet
+    ├── IntegrityError                  integrity_failure      a chain or blob check failed
+    │   └── ChainFault                  chain_fault            first bad position/seq and fault kind
+    ├── TransportError                  the request may or may not have arrived
+    │   ├── LedgerTimeout               timeout                no answer in time (resend same id)
+    │   └── LedgerUnavailable           unavailable            no server / stream (resend later)
+    └── InternalError                   internal               a bug or a broken disk; retryable
+
+Foreign errors (sqlite3, nats) are translated where they are caught, one place
+each, with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class LedgerError(Exception):
+    code: ClassVar[str] = "ledger_error"
+    retryable: ClassVar[bool] = False
+
+    def __init__(self, message: str, /, **details: Any) -> None:
+        # ``message`` is positional-only so a details key named "message" (or
+        # "self") from the wire cannot collide with it.
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def __str__(self) -> str:
+        if not self.details:
+            return f"{self.code}: {self.message}"
+        shown = ", ".join(f"{k}={v!r}" for k, v in sorted(self.details.items()))
+        return f"{self.code}: {self.message} ({shown})"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "message": self.message,
+            "retryable": self.retryable,
+            "details": self.details,
+        }
+
+
+# -- the request is wrong ---------------------------------------------------
+
+
+class RequestError(LedgerError):
+    code = "request_error"
+
+
+class MalformedMessage(RequestError):
+    code = "malformed_message"
+
+
+class InvalidRequest(RequestError):
+    code = "invalid_request"
+
+
+class RequestTooLarge(RequestError):
+    code = "request_too_large"
+
+
+class NotCanonicalizable(RequestError):
+    code = "not_canonicalizable"
+
+
+class UnknownEventType(RequestError):
+    code = "unknown_event_type"
+
+
+class InvalidPayload(RequestError):
+    code = "invalid_payload"
+
+
+class Unauthorized(RequestError):
+    """No bearer token, or one no tenant or operator is configured with
+    (HTTP 401; ``laneledger.runtime.access``)."""
+
+    code = "unauthorized"
+
+
+# -- the store refused --------------------------------------------------------
+
+
+class StoreError(LedgerError):
+    code = "store_error"
+
+
+class LaneConflict(StoreError):
+    """The lane head moved: reload the lane and decide again."""
+
+    code = "lane_conflict"
+
+
+class IdempotencyViolation(StoreError):
+    code = "idempotency_violation"
+
+
+class EntityNotFound(StoreError):
+    code = "entity_not_found"
+
+
+class DuplicateEvent(StoreError):
+    code = "duplicate_event"
+
+
+class SubjectMismatch(StoreError):
+    code = "subject_mismatch"
+
+
+class EntityConflict(StoreError):
+    code = "entity_conflict"
+
+
+class CausationViolation(StoreError):
+    code = "causation_violation"
+
+
+class TenantMismatch(StoreError):
+    code = "tenant_mismatch"
+
+
+class SignatureRequired(StoreError):
+    """The event's actor is registered with a public key; the event has no
+    ``signature``."""
+
+    code = "signature_required"
+
+
+class InvalidSignature(StoreError):
+    """``details['reason']``: ``forged`` (does not verify under the actor's
+    key) or ``unregistered_key`` (the actor has no key to check it with)."""
+
+    code = "invalid_signature"
+
+
+class BlobMissing(StoreError):
+    """An event references a content blob (``{"_ref": …}`` or a
+    ``payload_refs`` descriptor) that the lane's tenant has not stored, or
+    stored with another size. ``details``: ``event_id``, ``ref``,
+    ``size_bytes``, ``path``. Store the blob, then resend."""
+
+    code = "blob_missing"
+
+
+# -- integrity ----------------------------------------------------------------
+
+
+class IntegrityError(LedgerError):
+    code = "integrity_failure"
+
+
+class ChainFault(IntegrityError):
+    """A hash chain does not verify. ``details`` holds ``seq`` (or ``position``)
+    of the first bad record and ``kind``: one of ``broken_link``,
+    ``content_tampered``, ``not_chained``."""
+
+    code = "chain_fault"
+
+
+# -- transport ----------------------------------------------------------------
+
+
+class TransportError(LedgerError):
+    code = "transport_error"
+    retryable = True
+
+
+class LedgerTimeout(TransportError):
+    code = "timeout"
+
+
+class LedgerUnavailable(TransportError):
+    code = "unavailable"
+
+
+class InternalError(LedgerError):
+    code = "internal"
+    retryable = True
+
+
+def _all_subclasses(cls: type[LedgerError]) -> list[type[LedgerError]]:
+    found = []
+    for sub in cls.__subclasses__():
+        found.append(sub)
+        found.extend(_all_subclasses(sub))
+    return found
+
+
+ERRORS_BY_CODE: dict[str, type[LedgerError]] = {
+    cls.code: cls for cls in [LedgerError, *_all_subclasses(LedgerError)]
+}
+
+
+def error_from_wire(
+    code: str,
+    message: str,
+    details: dict[str, Any] | None = None,
+    retryable: bool | None = None,
+) -> LedgerError:
+    """Rebuild the typed exception a receipt or reply carries
+    (``error_from_wire(**body)`` for an ``ErrorBody``). An unknown code (from a
+    newer server) becomes a plain LedgerError that keeps the code and the
+    wire's ``retryable``; a known code takes ``retryable`` from its class."""
+    cls = ERRORS_BY_CODE.get(code)
+    if cls is None:
+        err = LedgerError(message, **(details or {}))
+        err.code = code  # type: ignore[misc]
+        if retryable is not None:
+            err.retryable = retryable  # type: ignore[misc]
+        return err
+    return cls(message, **(details or {}))

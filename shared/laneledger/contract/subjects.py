@@ -1,0 +1,191 @@
+"""NATS subjects and stream names (normative text: ``spec/wire.md``).
+
+Host-supplied ids (tenant, session, run) can hold any characters, but a NATS
+subject token must not contain ``.``, ``*``, ``>`` or whitespace. ``token()``
+maps an id to a safe token: ids made only of ``[A-Za-z0-9-]`` (at most 64)
+stay verbatim; anything else becomes ``_`` + the first 32 hex digits of the
+SHA-256 of its UTF-8 bytes. Verbatim tokens never contain ``_``, so the two
+forms cannot collide. The mapping is one-way: message bodies carry the real
+ids; tokens exist for routing and subject filters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from urllib.parse import quote, unquote
+
+from laneledger.contract.errors import InvalidRequest
+
+_VERBATIM = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+
+DEFAULT_PREFIX = "ledger"
+# The header of an append request that names the producer's receipt inbox
+# (the NATS reply subject is taken by JetStream's PubAck).
+REPLY_HEADER = "Ledger-Reply-To"
+# The tenant of a tenant-scoped request (``<prefix>.cmd.<tenant>.<op>``) when
+# its subject token is a hash (``token``): percent-encoded UTF-8.
+TENANT_HEADER = "Ledger-Tenant"
+APPEND_STREAM = "LEDGER_APPEND"  # the streams of the default prefix
+EVENTS_STREAM = "LEDGER_EVENTS"
+
+
+def _stream_stem(prefix: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]", "_", prefix).upper()
+
+
+@lru_cache(maxsize=65536)
+def token(value: str) -> str:
+    if _VERBATIM.match(value):
+        return value
+    return "_" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def _request_subject(base: str, op: str, tenant: str | None) -> str:
+    """``<base>.<op>``, or ``<base>.<token(tenant)>.<op>`` scoped to a tenant."""
+    return f"{base}.{op}" if tenant is None else f"{base}.{token(tenant)}.{op}"
+
+
+def inbox_prefix(tenant: str) -> str:
+    """The reply inbox prefix of a tenant's producers (``_INBOX_<token>``):
+    deploy/nats.conf lets a tenant's producer user subscribe to it alone, so
+    no tenant reads another's receipts (``laneledger.runtime.natsconfig``)."""
+    return f"_INBOX_{token(tenant)}"
+
+
+def tenant_bucket(bucket: str, tenant: str) -> str:
+    """A tenant's own object store bucket (``LEDGER_CHECKPOINT_ARTIFACTS_acme``):
+    an object store's subjects (``$O.<bucket>.…``) do not carry the tenant,
+    so only separate buckets let NATS permissions keep tenants apart."""
+    return token_bucket(bucket, token(tenant))
+
+
+def token_bucket(bucket: str, tenant_token: str) -> str:
+    """``tenant_bucket`` for a tenant known by its subject token (what the
+    sequencer knows of an append's tenant)."""
+    return f"{bucket}_{tenant_token}"
+
+
+def tenant_headers(tenant: str | None) -> dict[str, str] | None:
+    """The headers a request scoped to ``tenant`` carries: none when the
+    subject's token is the tenant itself, else its name (``TENANT_HEADER``)."""
+    if tenant is None or token(tenant) == tenant:
+        return None
+    return {TENANT_HEADER: quote(tenant, safe="")}
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSubject:
+    """A request to the sequencer or checkpoint service, as its subject names
+    it: ``<base>.<op>`` for any tenant (trusted users), or
+    ``<base>.<tenant>.<op>`` for that tenant only (``tenant`` is the real
+    id: the token itself, or the ``TENANT_HEADER`` that hashes to it)."""
+
+    op: str
+    tenant: str | None
+
+    @classmethod
+    def parse(cls, subject: str, base: str,
+              headers: Mapping[str, str] | None) -> RequestSubject:
+        parts = subject[len(base) + 1:].split(".") if subject.startswith(base + ".") else []
+        if len(parts) == 1:
+            return cls(op=parts[0], tenant=None)
+        if len(parts) != 2:
+            raise InvalidRequest(f"a request subject is {base}.<op> or {base}.<tenant>.<op>",
+                                 subject=subject)
+        scoped, op = parts
+        named = (headers or {}).get(TENANT_HEADER)
+        try:
+            tenant = scoped if named is None else unquote(named, errors="strict")
+        except UnicodeDecodeError:
+            raise InvalidRequest(f"the {TENANT_HEADER} header is not percent-encoded UTF-8",
+                                 subject=subject, header=TENANT_HEADER) from None
+        if token(tenant) != scoped:
+            raise InvalidRequest(
+                f"the subject's tenant token {scoped!r} is not the token of the tenant "
+                f"{'the ' + TENANT_HEADER + ' header names' if named is not None else 'it names'}"
+                f" (a hashed token needs the {TENANT_HEADER} header)",
+                subject=subject, header=TENANT_HEADER)
+        return cls(op=op, tenant=tenant)
+
+
+@dataclass(frozen=True, slots=True)
+class Subjects:
+    """Every subject laneledger uses, under one configurable prefix so several
+    ledgers can share a NATS account."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    # -- streams ---------------------------------------------------------------
+    # Stream names follow the prefix too ("ledger" -> LEDGER_APPEND and
+    # LEDGER_EVENTS), so two ledgers on one account never share a stream.
+    @property
+    def append_stream(self) -> str:
+        return f"{_stream_stem(self.prefix)}_APPEND"
+
+    @property
+    def events_stream(self) -> str:
+        return f"{_stream_stem(self.prefix)}_EVENTS"
+
+    @property
+    def append_wildcard(self) -> str:
+        return f"{self.prefix}.append.>"
+
+    @property
+    def events_wildcard(self) -> str:
+        return f"{self.prefix}.events.>"
+
+    def append(self, tenant: str, lane_id: str) -> str:
+        """Inbound append requests for one lane."""
+        return f"{self.prefix}.append.{token(tenant)}.{token(lane_id)}"
+
+    def events(self, tenant: str, session_id: str, run_id: str, lane_id: str) -> str:
+        """Committed events of one lane: tenant, session, run and lane tokens
+        so consumers can filter with NATS subject wildcards."""
+        return (
+            f"{self.prefix}.events.{token(tenant)}.{token(session_id)}"
+            f".{token(run_id)}.{token(lane_id)}"
+        )
+
+    def events_filter(
+        self,
+        tenant: str | None = None,
+        session_id: str | None = None,
+        run_id: str | None = None,
+        lane_id: str | None = None,
+    ) -> str:
+        parts = [
+            "*" if value is None else token(value)
+            for value in (tenant, session_id, run_id, lane_id)
+        ]
+        return f"{self.prefix}.events." + ".".join(parts)
+
+    # -- request/reply services -----------------------------------------------
+    # ``<base>.<op>`` is answered for any tenant (the shared producer user,
+    # the services); ``<base>.<tenant>.<op>`` only for that tenant, and a
+    # tenant's producer user may publish nothing else (spec/wire.md).
+    @property
+    def command_base(self) -> str:
+        return f"{self.prefix}.cmd"
+
+    def command(self, op: str, tenant: str | None = None) -> str:
+        """Structure writes and reads served by the sequencer."""
+        return _request_subject(self.command_base, op, tenant)
+
+    @property
+    def command_wildcard(self) -> str:
+        return f"{self.prefix}.cmd.>"
+
+    @property
+    def checkpoint_base(self) -> str:
+        return f"{self.prefix}.checkpoint"
+
+    def checkpoint(self, op: str, tenant: str | None = None) -> str:
+        return _request_subject(self.checkpoint_base, op, tenant)
+
+    @property
+    def checkpoint_wildcard(self) -> str:
+        return f"{self.prefix}.checkpoint.>"

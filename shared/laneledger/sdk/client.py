@@ -1,0 +1,626 @@
+"""The Python SDK: ``LedgerClient`` for every store operation, and
+``LaneRecorder`` for writing one lane safely.
+
+An append is published to JetStream (the PubAck means "durably accepted"),
+and the sequencer answers on the client's inbox with a receipt ("committed",
+or a typed error). Resending the same append id is always safe: the ledger
+answers a resend with the original receipt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+import msgspec
+import nats
+import nats.errors
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+
+from laneledger.sdk.blobstore import BlobStore, tenant_bucket_name
+from laneledger.contract.clock import system_clock
+from laneledger.sdk.content import PENDING, default_redactor, prepare_content, prepared
+from laneledger.contract.contentref import refs_in
+from laneledger.sdk.deadline import within
+from laneledger.contract.errors import (
+    BlobMissing,
+    EntityNotFound,
+    InvalidRequest,
+    LedgerError,
+    LedgerTimeout,
+    LedgerUnavailable,
+    RequestTooLarge,
+    TransportError,
+    error_from_wire,
+)
+from laneledger.contract.ids import new_id
+from laneledger.contract.model import (
+    MAX_REQUEST_BYTES,
+    Action,
+    Actor,
+    AppendCommitted,
+    AppendRejected,
+    Attempt,
+    Command,
+    CreateAction,
+    CreateAttempt,
+    CreateLane,
+    CreateTurn,
+    EnsureActor,
+    ForkPoint,
+    GetLane,
+    GetReceipt,
+    Lane,
+    LanePage,
+    LoadLane,
+    LoadRun,
+    LoadSession,
+    LoadStructure,
+    Receipt,
+    Reply,
+    ReplyError,
+    RunView,
+    SessionView,
+    StructureCursor,
+    StructurePage,
+    Turn,
+    decoder,
+    encode,
+)
+from laneledger.sdk.natsconnect import DEFAULT_NATS, connect_nats, nats_servers
+from laneledger.sdk.pubacks import AckInbox, PubAck
+from laneledger.contract.redaction import Redactor
+from laneledger.contract.signing import Ed25519PrivateKey, public_key_hex, sign_event
+from laneledger.contract.subjects import REPLY_HEADER, Subjects, tenant_headers, token
+from laneledger.contract.subjects import inbox_prefix as tenant_inbox_prefix
+from laneledger.contract.vocabulary import SCHEMA_VERSION
+
+T = TypeVar("T")
+Wait = Literal["commit", "accept"]
+log = logging.getLogger("laneledger.sdk.client")
+
+
+def transport_error(exc: Exception, what: str, *, service: str = "sequencer") -> LedgerError:
+    """The one place nats-py errors become ledger errors (``service`` names
+    who should have answered a request)."""
+    if isinstance(exc, LedgerError):
+        return exc
+    if isinstance(exc, (nats.errors.TimeoutError, asyncio.TimeoutError)):
+        return LedgerTimeout(f"{what}: no answer in time")
+    if isinstance(exc, nats.errors.MaxPayloadError):
+        return RequestTooLarge(f"{what}: larger than the server's max_payload")
+    if isinstance(exc, nats.errors.NoRespondersError):
+        return LedgerUnavailable(f"{what}: no {service} is answering")
+    return LedgerUnavailable(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def make_event(
+    lane_id: str,
+    event_type: str,
+    *,
+    actor_id: str,
+    subject_id: str | None = None,
+    payload: Mapping[str, Any] | None = None,
+    causation_id: str | None = None,
+    extensions: Mapping[str, Any] | None = None,
+    occurred_at: str | None = None,
+    event_id: str | None = None,
+    private_key: Ed25519PrivateKey | None = None,
+) -> dict[str, Any]:
+    """A proposed event as a plain JSON object, with a fresh UUIDv7 id;
+    signed (``signature``) when the actor's ``private_key`` is given."""
+    event: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "id": event_id or new_id(),
+        "lane_id": lane_id,
+        "subject_id": subject_id or lane_id,
+        "event_type": event_type,
+        "actor_id": actor_id,
+        "occurred_at": occurred_at or system_clock(),
+        "payload": dict(payload or {}),
+        "extensions": dict(extensions or {}),
+    }
+    if causation_id is not None:
+        event["causation_id"] = causation_id
+    # Redact and externalize before signing: the signature covers what is sent.
+    event = prepared(event)
+    return sign_event(event, private_key) if private_key is not None else event
+
+
+@dataclass
+class AppendHandle:
+    """An append the stream has durably accepted; its receipt may follow."""
+
+    append_id: str
+    accepted: PubAck
+    _receipt: asyncio.Future
+    _client: LedgerClient
+
+    async def receipt(self, timeout: float | None = None) -> AppendCommitted:
+        """Wait for the commit. Raises the receipt's typed error when rejected,
+        ``LedgerTimeout`` when no receipt came (resend the same append: safe)."""
+        timeout = self._client.timeout if timeout is None else timeout
+        try:
+            found: Receipt = await within(self._receipt, timeout)
+        except TimeoutError:
+            # The receipt itself may have been lost on the way; the ledger keeps
+            # the receipts of committed appends.
+            try:
+                return await self._client.get_receipt(self.append_id)
+            except LedgerError:
+                raise LedgerTimeout(
+                    "no receipt in time", append_id=self.append_id, timeout_s=timeout
+                ) from None
+        finally:
+            self._client._forget(self._receipt)
+        return raise_if_rejected(found)
+
+
+def raise_if_rejected(receipt: Receipt) -> AppendCommitted:
+    if isinstance(receipt, AppendRejected):
+        err = error_from_wire(receipt.error.code, receipt.error.message, receipt.error.details)
+        err.receipt = receipt  # type: ignore[attr-defined]
+        raise err
+    return receipt
+
+
+class LedgerClient:
+    def __init__(
+        self,
+        nc: NATS,
+        *,
+        subjects: Subjects = Subjects(),
+        timeout: float = 10.0,
+        owns_connection: bool = False,
+        redactor: Redactor | None = None,
+        tenant: str | None = None,
+    ) -> None:
+        self.nc = nc
+        # Commands go on this tenant's subjects (<prefix>.cmd.<tenant>.<op>),
+        # answered for it alone: what a tenant's producer user may publish.
+        # None: <prefix>.cmd.<op>, any tenant (the shared producer, services).
+        self.tenant = tenant
+        self.redactor = redactor or default_redactor()
+        self._blobs: dict[str, BlobStore] = {}  # by bucket name
+        self._stored: set[tuple[str, str, int]] = set()  # (tenant, ref, size) known stored
+        self._acks = AckInbox(nc)
+        self.subjects = subjects
+        self.timeout = timeout
+        self._owns = owns_connection
+        self._inbox: str | None = None
+        self._inbox_sub = None
+        # Futures of appends waiting for their receipt, by append id.
+        self._waiting: dict[str, list[asyncio.Future]] = {}
+
+    @classmethod
+    async def connect(
+        cls, url: str | Sequence[str] = DEFAULT_NATS, *, connect_timeout: float = 5.0,
+        inbox_prefix: str | None = None, tenant: str | None = None, **kwargs: Any
+    ) -> LedgerClient:
+        """Connect, failing within ``connect_timeout`` if no server answers;
+        once connected, reconnect for as long as it takes. ``url``: one
+        server, or several (a list, or comma-separated: a cluster's nodes),
+        tried in turn until one answers; a malformed one is ``InvalidRequest``
+        naming it. ``inbox_prefix``:
+        where receipts and replies come back; a tenant's producer user under
+        deploy/nats.conf must use ``subjects.inbox_prefix(tenant)``, the
+        default when ``tenant`` is given. ``tenant``: send commands and
+        checkpoint requests on that tenant's subjects (spec/wire.md, "NATS
+        users and tenants")."""
+        if inbox_prefix is None and tenant is not None:
+            inbox_prefix = tenant_inbox_prefix(tenant)
+        try:
+            servers = nats_servers(url)
+        except ValueError as exc:
+            raise InvalidRequest(f"NATS URL: {exc}", url=url) from None
+        errors: list[Exception] = []
+
+        async def remember(exc: Exception) -> None:  # instead of nats-py's logged traceback
+            errors.append(exc)
+            log.debug("NATS connection error: %s", exc)
+
+        try:
+            nc = await asyncio.wait_for(
+                connect_nats(servers, name="laneledger-client", error_cb=remember,
+                             # each server its share, so an unanswering first
+                             # one leaves time for the next
+                             connect_timeout=connect_timeout / len(servers),
+                             **({"inbox_prefix": inbox_prefix} if inbox_prefix else {})),
+                connect_timeout,
+            )
+        except Exception as exc:  # noqa: BLE001 - translated below
+            cause = errors[-1] if errors else exc
+            raise LedgerUnavailable(f"cannot connect to {','.join(servers)}: {cause}") from exc
+        return cls(nc, owns_connection=True, tenant=tenant, **kwargs)
+
+    async def __aenter__(self) -> LedgerClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._acks.close()
+        if self._inbox_sub is not None:
+            await self._inbox_sub.unsubscribe()
+            self._inbox_sub = None
+        for futures in self._waiting.values():
+            for future in futures:
+                future.cancel()
+        self._waiting.clear()
+        if self._owns and not self.nc.is_closed:
+            await self.nc.flush()
+            await self.nc.close()
+
+    async def drain(self) -> None:
+        """Wait for outstanding receipts to arrive (bounded by the timeout)."""
+        pending = [f for futures in self._waiting.values() for f in futures if not f.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=self.timeout)
+
+    # ------------------------------------------------------------ commands
+
+    async def _command(self, cmd: Command, result_type: type[T]) -> T:
+        op = type(cmd).__struct_config__.tag
+        try:
+            msg = await self.nc.request(self.subjects.command(op, self.tenant), encode(cmd),
+                                        timeout=self.timeout, headers=tenant_headers(self.tenant))
+        except Exception as exc:  # noqa: BLE001 - translated
+            raise transport_error(exc, op) from exc
+        reply = decoder(Reply).decode(msg.data)
+        if isinstance(reply, ReplyError):
+            raise error_from_wire(reply.error.code, reply.error.message, reply.error.details)
+        return msgspec.convert(reply.result, result_type)
+
+    async def ensure_actor(self, tenant: str, key: str, kind: str, *,
+                           display_name: str | None = None,
+                           attributes: Mapping[str, Any] | None = None,
+                           public_key: str | Ed25519PrivateKey | None = None) -> Actor:
+        """Register (or find) an actor. With ``public_key`` (hex, or the
+        private key whose public half to register) its events must be signed;
+        the key is part of the actor: another key for the same ``key`` is an
+        ``entity_conflict``."""
+        if isinstance(public_key, Ed25519PrivateKey):
+            public_key = public_key_hex(public_key)
+        return await self._command(
+            EnsureActor(tenant=tenant, key=key, kind=kind, display_name=display_name,
+                        attributes=dict(attributes or {}), public_key=public_key), Actor)
+
+    async def create_lane(self, tenant: str, session_id: str, run_id: str, name: str, *,
+                          kind: str = "main", parent_lane_id: str | None = None,
+                          actor_id: str | None = None, lane_id: str | None = None,
+                          fork_of: ForkPoint | None = None) -> Lane:
+        """``fork_of``: fork that lane at that seq (``laneledger.history.branching.fork_lane``)."""
+        return await self._command(
+            CreateLane(tenant=tenant, session_id=session_id, run_id=run_id, name=name, kind=kind,
+                       parent_lane_id=parent_lane_id, actor_id=actor_id, id=lane_id,
+                       fork_of=fork_of), Lane)
+
+    async def create_turn(self, lane_id: str, turn_no: int, *, turn_id: str | None = None) -> Turn:
+        return await self._command(
+            CreateTurn(lane_id=lane_id, turn_no=turn_no, id=turn_id or new_id()), Turn)
+
+    async def create_action(self, lane_id: str, turn_id: str, action_type: str, name: str, *,
+                            effect: str, idempotency: str, idempotency_key: str | None = None,
+                            action_id: str | None = None) -> Action:
+        return await self._command(
+            CreateAction(lane_id=lane_id, turn_id=turn_id, action_type=action_type, name=name,
+                         effect=effect, idempotency=idempotency, idempotency_key=idempotency_key,
+                         id=action_id or new_id()), Action)
+
+    async def create_attempt(self, lane_id: str, action_id: str, attempt_no: int, *,
+                             attempt_id: str | None = None) -> Attempt:
+        return await self._command(
+            CreateAttempt(lane_id=lane_id, action_id=action_id, attempt_no=attempt_no,
+                          id=attempt_id or new_id()), Attempt)
+
+    async def get_lane(self, lane_id: str) -> Lane:
+        return await self._command(GetLane(lane_id=lane_id), Lane)
+
+    async def load_lane(self, lane_id: str, after_seq: int = 0, limit: int = 1000) -> LanePage:
+        return await self._command(LoadLane(lane_id=lane_id, after_seq=after_seq, limit=limit), LanePage)
+
+    async def lane_pages(self, lane_id: str, after_seq: int = 0, *, limit: int = 1000,
+                         through_seq: int | None = None) -> AsyncIterator[LanePage]:
+        """A lane's events after ``after_seq`` (through ``through_seq`` when
+        given), page by page to the end, for lanes of any size. ``load_lane``
+        counts events, not bytes: a page whose reply would be over the
+        server's max_payload (``request_too_large``) is asked again at half
+        the length, down to one event; the pages after it grow back."""
+        size = limit
+        while through_seq is None or after_seq < through_seq:
+            want = size if through_seq is None else min(size, through_seq - after_seq)
+            try:
+                page = await self.load_lane(lane_id, after_seq, limit=want)
+            except RequestTooLarge:
+                if want == 1:
+                    raise
+                size = max(1, want // 2)
+                continue
+            if through_seq is not None and page.events and page.events[-1].seq >= through_seq:
+                page = msgspec.structs.replace(page, has_more=False)
+            yield page
+            if not page.events or not page.has_more:
+                return
+            after_seq = page.events[-1].seq
+            size = min(limit, size * 2)
+
+    async def load_run(self, session_id: str, run_id: str) -> RunView:
+        return await self._command(LoadRun(session_id=session_id, run_id=run_id), RunView)
+
+    async def load_session(self, session_id: str) -> SessionView:
+        return await self._command(LoadSession(session_id=session_id), SessionView)
+
+    async def load_structure_page(self, session_id: str, run_id: str | None = None,
+                                  after: StructureCursor = StructureCursor(),
+                                  limit: int = 1000) -> StructurePage:
+        return await self._command(LoadStructure(session_id=session_id, run_id=run_id,
+                                                 after=after, limit=limit), StructurePage)
+
+    async def load_structure(self, session_id: str, run_id: str | None = None) -> StructurePage:
+        """A session's (run's) whole structure, read page by page: what
+        ``load_session`` holds but its events, for sessions of any size."""
+        page = await self.load_structure_page(session_id, run_id)
+        whole = {kind: list(getattr(page, kind)) for kind in ("lanes", "turns", "actions", "attempts")}
+        while page.has_more:
+            page = await self.load_structure_page(session_id, run_id, page.next)
+            for kind, rows in whole.items():
+                rows.extend(getattr(page, kind))
+        return msgspec.structs.replace(page, **whole)
+
+    async def get_receipt(self, append_id: str) -> AppendCommitted:
+        return await self._command(GetReceipt(append_id=append_id), AppendCommitted)
+
+    # -------------------------------------------------------------- appends
+
+    async def submit(
+        self,
+        lane: Lane,
+        expected_last_seq: int,
+        events: Iterable[Mapping[str, Any]],
+        *,
+        append_id: str | None = None,
+    ) -> AppendHandle:
+        """Publish an append and return once JetStream has durably accepted it
+        (its content redacted and its blobs stored first)."""
+        append_id = append_id or new_id()
+        body = encode({
+            "lane_id": lane.id,
+            "expected_last_seq": expected_last_seq,
+            "append_id": append_id,
+            "events": await self.store_content(lane.tenant, events),
+        })
+        if len(body) > MAX_REQUEST_BYTES:
+            raise RequestTooLarge(
+                f"append is {len(body)} bytes, the limit is {MAX_REQUEST_BYTES}",
+                size_bytes=len(body), limit_bytes=MAX_REQUEST_BYTES, append_id=append_id,
+            )
+        reply_to, future = await self._expect_receipt(append_id)
+        try:
+            # No Nats-Msg-Id: JetStream would swallow a resend whose original
+            # was rejected, leaving no answer; the ledger's replay check makes
+            # every resend safe and answered (spec/wire.md).
+            waiting = await self._acks.publish(
+                self.subjects.append(lane.tenant, lane.id), body, {REPLY_HEADER: reply_to}
+            )
+            try:
+                accepted = await within(waiting, self.timeout)
+            except TimeoutError:
+                self._acks.forget(waiting)
+                raise LedgerTimeout("append: JetStream did not acknowledge in time") from None
+            if accepted.error is not None:
+                raise LedgerUnavailable(
+                    f"append: JetStream refused it: {accepted.error.description}",
+                    err_code=accepted.error.err_code,
+                )
+        except Exception as exc:  # noqa: BLE001 - translated
+            self._forget(future)
+            err = transport_error(exc, "append")
+            err.details.setdefault("append_id", append_id)
+            raise err from exc
+        return AppendHandle(append_id, accepted, future, self)
+
+    async def append(
+        self,
+        lane: Lane,
+        expected_last_seq: int,
+        events: Iterable[Mapping[str, Any]],
+        *,
+        append_id: str | None = None,
+        retries: int = 2,
+        timeout: float | None = None,
+    ) -> AppendCommitted:
+        """Append and wait for the commit. Transport failures are retried with
+        the same append id (safe: a resend gets the original receipt)."""
+        append_id = append_id or new_id()
+        events = list(events)
+        for attempt in itertools.count():
+            try:
+                handle = await self.submit(lane, expected_last_seq, events, append_id=append_id)
+                return await handle.receipt(timeout)
+            except TransportError:
+                if attempt >= retries:
+                    raise
+                await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
+        raise AssertionError("unreachable")
+
+    # ------------------------------------------------------------- content
+
+    async def blob_store(self, tenant: str | None = None) -> BlobStore:
+        """The bucket this client stores ``tenant``'s blobs in (``spec/content.md``).
+        A tenant-scoped client (``tenant=`` at connect: a ``producer-<tenant>``
+        user) uses the tenant's own ``LEDGER_BLOBS_<token>``, which the
+        sequencer creates on the tenant's first command and a producer may
+        not: missing, it is ``EntityNotFound`` (kind ``blob_bucket``). A
+        trusted client uses the shared bucket (opened, or created, on first use)."""
+        scoped = self.tenant is not None
+        name = tenant_bucket_name(token(tenant or self.tenant), self.subjects) if scoped else None
+        key = name or ""
+        if key not in self._blobs:
+            try:
+                self._blobs[key] = await BlobStore.open(
+                    self.nc.jetstream(), subjects=self.subjects, bucket=name, create=not scoped,
+                    timeout_s=self.timeout)
+            except EntityNotFound as exc:
+                raise EntityNotFound(
+                    f"tenant {tenant or self.tenant!r} has no blob bucket yet: the sequencer "
+                    "creates it when the tenant's producer sends its first command "
+                    "(ensure_actor, create_lane, …); send one, then store the blob again",
+                    kind="blob_bucket", bucket=name) from exc
+        return self._blobs[key]
+
+    async def store_content(self, tenant: str,
+                            events: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """The events redacted and externalized (``spec/content.md``), once
+        every blob they reference is in ``tenant``'s blob store: uploaded from
+        this process, or already there. ``blob_missing`` when neither."""
+        out: list[Mapping[str, Any]] = []
+        uploads: dict[str, bytes] = {}
+        needed: dict[tuple[str, int], str] = {}  # (ref, size) -> path naming it
+        for i, event in enumerate(events):
+            done, blobs, rules = prepare_content(dict(event), self.redactor)
+            if (rules or blobs) and "signature" in event:
+                raise InvalidRequest(
+                    "a signed event holds a secret or a value over 1 KiB: its signature would "
+                    "not cover what is sent; build it with make_event (or LaneRecorder.event), "
+                    "which redacts and externalizes before signing",
+                    path=f"$.events[{i}]", event_id=event.get("id"), redactions=rules,
+                    blobs=len(blobs))
+            out.append(done if (rules or blobs) else event)
+            uploads.update(blobs)
+            payload = done.get("payload")
+            if isinstance(payload, dict):
+                for ref_size in refs_in(payload):
+                    needed.setdefault(ref_size, f"$.events[{i}].payload")
+        todo = [(r, s, p) for (r, s), p in needed.items() if (tenant, r, s) not in self._stored]
+        if todo:
+            store = await self.blob_store(tenant)
+            await asyncio.gather(*(self._store_blob(store, tenant, ref, size, path, uploads)
+                                   for ref, size, path in todo))
+        return out
+
+    async def _store_blob(self, store: BlobStore, tenant: str, ref: str, size: int, path: str,
+                          uploads: dict[str, bytes]) -> None:
+        data = uploads.get(ref) or PENDING.get(ref)
+        if data is not None and len(data) == size:
+            await store.put(tenant, data)
+            PENDING.discard(ref)
+        elif not await store.has(tenant, ref, size):
+            raise BlobMissing("the event references a blob that is neither stored nor held by "
+                              "this process: store it first (BlobStore.put)",
+                              ref=ref, size_bytes=size, path=path)
+        if len(self._stored) > 100_000:
+            self._stored.clear()
+        self._stored.add((tenant, ref, size))
+
+    async def _expect_receipt(self, append_id: str) -> tuple[str, asyncio.Future]:
+        if self._inbox_sub is None:
+            self._inbox = self.nc.new_inbox()
+            self._inbox_sub = await self.nc.subscribe(self._inbox, cb=self._on_receipts)
+        future = asyncio.get_running_loop().create_future()
+        future.append_id = append_id  # type: ignore[attr-defined]
+        self._waiting.setdefault(append_id, []).append(future)
+        return self._inbox, future  # type: ignore[return-value]
+
+    def _forget(self, future: asyncio.Future) -> None:
+        waiting = self._waiting.get(getattr(future, "append_id", ""), [])
+        if future in waiting:
+            waiting.remove(future)
+            if not waiting:
+                del self._waiting[future.append_id]  # type: ignore[attr-defined]
+
+    async def _on_receipts(self, msg: Msg) -> None:
+        try:
+            receipts = _receipts_decoder.decode(msg.data)
+        except msgspec.DecodeError:
+            return  # not ours to answer; the waiting appends time out and resend
+        for receipt in receipts:
+            # Oldest waiter first: the same append id sent twice is answered in order.
+            for future in self._waiting.get(receipt.append_id or "", []):
+                if not future.done():
+                    future.set_result(receipt)
+                    break
+
+
+_receipts_decoder = msgspec.json.Decoder(list[Receipt])
+
+
+class LaneRecorder:
+    """Writes one lane: serializes concurrent appends, tracks the lane head and
+    advances it only on a newer receipt.
+
+    ``wait="commit"`` (default) returns the receipt. ``wait="accept"`` returns
+    once JetStream has the append and assumes it will commit (the recorder is
+    the lane's only writer); ``flush()`` then awaits every outstanding receipt
+    and raises the first rejection, after which the head is reloaded.
+    """
+
+    def __init__(self, client: LedgerClient, lane: Lane, *,
+                 signers: Mapping[str, Ed25519PrivateKey] | None = None) -> None:
+        self.client = client
+        self.lane = lane
+        # actor id -> private key: events of these actors are signed on append
+        self.signers = dict(signers or {})
+        self.head = lane.last_seq
+        self._lock = asyncio.Lock()
+        self._outstanding: list[AppendHandle] = []
+
+    @classmethod
+    async def open(cls, client: LedgerClient, tenant: str, session_id: str, run_id: str,
+                   name: str, *, signers: Mapping[str, Ed25519PrivateKey] | None = None,
+                   **lane_fields: Any) -> LaneRecorder:
+        """Create the lane (idempotent by session, run and name) and resume its head."""
+        lane = await client.create_lane(tenant, session_id, run_id, name, **lane_fields)
+        return cls(client, await client.get_lane(lane.id), signers=signers)
+
+    def event(self, event_type: str, *, actor_id: str, **fields: Any) -> dict[str, Any]:
+        fields.setdefault("private_key", self.signers.get(actor_id))
+        return make_event(self.lane.id, event_type, actor_id=actor_id, **fields)
+
+    def _signed(self, event: Mapping[str, Any]) -> Mapping[str, Any]:
+        key = self.signers.get(event.get("actor_id"))  # type: ignore[arg-type]
+        return sign_event(event, key) if key is not None and "signature" not in event else event
+
+    async def append(
+        self,
+        events: Iterable[Mapping[str, Any]],
+        *,
+        append_id: str | None = None,
+        wait: Wait = "commit",
+    ) -> AppendCommitted | AppendHandle:
+        # Content first (redact, externalize), then sign what will be sent; an
+        # event signed already is left to submit's check.
+        events = [event if "signature" in event
+                  else self._signed(prepared(dict(event), self.client.redactor))
+                  for event in events]
+        async with self._lock:
+            if wait == "accept":
+                handle = await self.client.submit(self.lane, self.head, events, append_id=append_id)
+                self.head += len(events)
+                self._outstanding.append(handle)
+                return handle
+            receipt = await self.client.append(self.lane, self.head, events, append_id=append_id)
+            self.head = max(self.head, receipt.last_seq)
+            return receipt
+
+    async def flush(self) -> list[AppendCommitted]:
+        async with self._lock:
+            handles, self._outstanding = self._outstanding, []
+            receipts: list[AppendCommitted] = []
+            try:
+                for handle in handles:
+                    receipts.append(await handle.receipt())
+            except LedgerError:
+                await self.reload()
+                raise
+            return receipts
+
+    async def reload(self) -> int:
+        self.lane = await self.client.get_lane(self.lane.id)
+        self.head = self.lane.last_seq
+        return self.head

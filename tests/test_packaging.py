@@ -1,0 +1,66 @@
+"""What a wheel of laneledger installs: one top-level package, ``laneledger``
+(the services as ``laneledger.services``), every package of the source tree,
+``py.typed``, and console scripts that name importable functions."""
+
+from __future__ import annotations
+
+import configparser
+import importlib
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    out = tmp_path_factory.mktemp("wheel")
+    # No build isolation: the venv's setuptools, no download.
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(out), str(REPO)], capture_output=True, text=True, timeout=170)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (built,) = out.glob("laneledger-*.whl")
+    return zipfile.ZipFile(built)
+
+
+def source_packages() -> set[str]:
+    """Every package directory of the source tree, by its installed name."""
+    found = {".".join(("laneledger", *p.parent.relative_to(REPO / "shared" / "laneledger").parts))
+             for p in (REPO / "shared" / "laneledger").rglob("__init__.py")}
+    found |= {".".join(("laneledger", "services", *p.parent.relative_to(REPO / "services").parts))
+              for p in (REPO / "services").rglob("__init__.py")}
+    return {name.rstrip(".") for name in found}
+
+
+def test_the_wheel_installs_only_laneledger(wheel):
+    tops = {name.split("/", 1)[0] for name in wheel.namelist()}
+    assert {top for top in tops if not top.endswith(".dist-info")} == {"laneledger"}
+
+
+def test_the_wheel_holds_every_package_and_py_typed(wheel):
+    names = set(wheel.namelist())
+    packages = {name.rsplit("/", 1)[0].replace("/", ".") for name in names
+                if name.endswith("/__init__.py")}
+    assert packages == source_packages()
+    assert "laneledger/py.typed" in names
+    assert "laneledger/services/tail/console/index.html" in names
+
+
+def test_console_scripts_name_importable_functions(wheel):
+    (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
+    parser = configparser.ConfigParser()
+    parser.read_string(wheel.read(entry_points).decode())
+    scripts = dict(parser["console_scripts"])
+    assert set(scripts) == {"laneledger", "laneledger-sequencer", "laneledger-tail",
+                            "laneledger-metrics", "laneledger-checkpoint"}
+    for target in scripts.values():
+        module, _, function = target.partition(":")
+        assert module.startswith("laneledger.")
+        assert callable(getattr(importlib.import_module(module), function)), target
