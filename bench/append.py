@@ -89,11 +89,11 @@ sys.path.insert(0, str(BENCH_DIR))
 from producer import EventFactory, request_body  # noqa: E402
 
 from laneledger.contract.canonical import canonicalize  # noqa: E402
-from laneledger.sdk.client import LedgerClient  # noqa: E402
 from laneledger.contract.ids import new_id  # noqa: E402
 from laneledger.contract.model import Lane  # noqa: E402
-from laneledger.devtools.natsserver import NatsServer  # noqa: E402
 from laneledger.contract.subjects import Subjects  # noqa: E402
+from laneledger.devtools.natsserver import NatsServer  # noqa: E402
+from laneledger.sdk.client import LedgerClient  # noqa: E402
 from laneledger.services.sequencer.streams import append_stream_config  # noqa: E402
 
 TENANT = "bench"
@@ -101,7 +101,13 @@ RAW_STREAM = "BENCH_RAW"
 RAW_PREFIX = "benchraw"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 M = "laneledger_sequencer_"
-HEADLINE = ("committed_per_s", "raw_publish_per_s", "ratio", "receipt_p50_ms_at_20pct", "receipt_p99_ms_at_20pct")
+HEADLINE = (
+    "committed_per_s",
+    "raw_publish_per_s",
+    "ratio",
+    "receipt_p50_ms_at_20pct",
+    "receipt_p99_ms_at_20pct",
+)
 
 
 def log(text: str = "") -> None:
@@ -117,7 +123,7 @@ def _proc_ticks(path: str) -> int:
             stat = f.read()
     except OSError:
         return 0
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     return int(fields[11]) + int(fields[12])  # utime + stime
 
 
@@ -188,17 +194,27 @@ def code_fingerprint() -> dict[str, str]:
         for path in sorted(root.rglob("*.py")):
             digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     try:
-        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=5).stdout.strip()
+        head = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         head = ""
-    return {"code_sha256": digest.hexdigest()[:12], "git_head": head,
-            "sequencer_from": str(roots[0]), "laneledger_from": str(roots[1])}
+    return {
+        "code_sha256": digest.hexdigest()[:12],
+        "git_head": head,
+        "sequencer_from": str(roots[0]),
+        "laneledger_from": str(roots[1]),
+    }
 
 
 def histogram(m0: dict[str, float], m1: dict[str, float], prefix: str, scale: float = 1.0) -> list[str]:
     """A Prometheus histogram's counts between two scrapes, per bucket, non-empty ones."""
-    buckets = sorted((float(k.split("le=")[1].rstrip("}")), mdiff(m1, m0, k)) for k in m1 if k.startswith(prefix))
+    buckets = sorted(
+        (float(k.split("le=")[1].rstrip("}")), mdiff(m1, m0, k)) for k in m1 if k.startswith(prefix)
+    )
     out, prev = [], 0.0
     for le, cum in buckets:  # cumulative counts -> per bucket
         if cum - prev > 0:
@@ -260,16 +276,32 @@ class Bench:
             cmd = [sys.executable, str(BENCH_DIR / "null_sequencer.py"), "--nats", self.nats.url]
             ready = "null-sequencer ready"
         else:
-            cmd = [sys.executable, "-m", "laneledger.services.sequencer", "--nats", self.nats.url, "--db", str(self.db),
-                   "--http-port", "0"]
+            cmd = [
+                sys.executable,
+                "-m",
+                "laneledger.services.sequencer",
+                "--nats",
+                self.nats.url,
+                "--db",
+                str(self.db),
+                "--http-port",
+                "0",
+            ]
             ready = "laneledger-sequencer ready"
         if self.args.batch_size:
             cmd += ["--batch-size", str(self.args.batch_size)]
         env = dict(os.environ, LANELEDGER_LOG_LEVEL="WARNING")
         with open(out, "wb") as o, open(err, "wb") as e:
             self.sequencer = subprocess.Popen(
-                cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=o, stderr=e, env=env,
-                start_new_session=True, preexec_fn=_die_with_parent)
+                cmd,
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=o,
+                stderr=e,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             text = out.read_text(errors="replace")
@@ -326,8 +358,11 @@ class Bench:
 
     def cpu_snapshot(self) -> CpuSnapshot:
         assert self.sequencer is not None and self.nats.pid is not None
-        procs = {"sequencer": cpu_seconds(self.sequencer.pid), "nats-server": cpu_seconds(self.nats.pid),
-                 "bench (this process)": cpu_seconds(os.getpid())}
+        procs = {
+            "sequencer": cpu_seconds(self.sequencer.pid),
+            "nats-server": cpu_seconds(self.nats.pid),
+            "bench (this process)": cpu_seconds(os.getpid()),
+        }
         for i, p in enumerate(self.producers):
             procs[f"producer {i}"] = cpu_seconds(p.pid)
         busy, total = system_busy_seconds()
@@ -345,6 +380,7 @@ class Bench:
                 return n, top, heads
             finally:
                 conn.close()
+
         return await asyncio.to_thread(read)
 
     def check(self, name: str, ok: bool, detail: str) -> None:
@@ -358,16 +394,24 @@ class Bench:
         assert proc.stdout is not None
         line = await asyncio.wait_for(loop.run_in_executor(self.readers, proc.stdout.readline), timeout)
         if not line:
-            raise RuntimeError(f"producer {proc.pid} exited early (code {proc.poll()}); "
-                               f"see its log:\n{self._producer_log_tail(proc)}")
+            raise RuntimeError(
+                f"producer {proc.pid} exited early (code {proc.poll()}); "
+                f"see its log:\n{self._producer_log_tail(proc)}"
+            )
         return line.decode()
 
     def _producer_log_tail(self, proc: subprocess.Popen) -> str:
         path = self.dir / f"producer-{proc.pid}.err"
         return path.read_text(errors="replace")[-3000:] if path.exists() else ""
 
-    async def run_phase(self, name: str, mode: str, seconds: float, extra: list[dict[str, Any]] | None = None,
-                        monitor_ledger: bool = True) -> Phase:
+    async def run_phase(
+        self,
+        name: str,
+        mode: str,
+        seconds: float,
+        extra: list[dict[str, Any]] | None = None,
+        monitor_ledger: bool = True,
+    ) -> Phase:
         args, P = self.args, self.P
         phase = Phase(name)
         if monitor_ledger:
@@ -375,16 +419,27 @@ class Bench:
         drain_s = 30.0
         for i in range(P):
             cfg = {
-                "mode": mode, "url": self.nats.url, "actor_id": self.actor.id,
+                "mode": mode,
+                "url": self.nats.url,
+                "actor_id": self.actor.id,
                 "lanes": [msgspec.to_builtins(lane) for lane in self.lanes[i::P]],
-                "events_per_append": self.E, "window": args.window,
-                "warmup_s": args.warmup, "seconds": seconds, "drain_s": drain_s,
-                "raw_prefix": RAW_PREFIX, **(extra[i] if extra else {}),
+                "events_per_append": self.E,
+                "window": args.window,
+                "warmup_s": args.warmup,
+                "seconds": seconds,
+                "drain_s": drain_s,
+                "raw_prefix": RAW_PREFIX,
+                **(extra[i] if extra else {}),
             }
             err = open(self.dir / "producer-tmp.err", "wb")
-            proc = subprocess.Popen([sys.executable, str(BENCH_DIR / "producer.py")], cwd=ROOT,
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                    preexec_fn=_die_with_parent)
+            proc = subprocess.Popen(
+                [sys.executable, str(BENCH_DIR / "producer.py")],
+                cwd=ROOT,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                preexec_fn=_die_with_parent,
+            )
             err.close()
             os.replace(self.dir / "producer-tmp.err", self.dir / f"producer-{proc.pid}.err")
             assert proc.stdin is not None
@@ -441,12 +496,18 @@ class Bench:
             committed = mdiff(m, before, M + "events_committed_total")
             backlog = await self.stream_msgs("LEDGER_APPEND")
             mirrored = (await self.js.stream_info("LEDGER_EVENTS")).state.last_seq
-            if (committed >= expected_events and backlog == 0 and m.get(M + "mirror_backlog_batches", 0) == 0
-                    and mirrored == m.get(M + "last_position")):
+            if (
+                committed >= expected_events
+                and backlog == 0
+                and m.get(M + "mirror_backlog_batches", 0) == 0
+                and mirrored == m.get(M + "last_position")
+            ):
                 return m
             if time.monotonic() > deadline:
-                log(f"  (not settled after 60 s: committed {committed:.0f}/{expected_events:.0f}, "
-                    f"append backlog {backlog}, events stream at {mirrored})")
+                log(
+                    f"  (not settled after 60 s: committed {committed:.0f}/{expected_events:.0f}, "
+                    f"append backlog {backlog}, events stream at {mirrored})"
+                )
                 return m
             await asyncio.sleep(0.2)
 
@@ -462,19 +523,29 @@ class Bench:
         other = max(0.0, busy - sum(cores.values()))
         assert self.sequencer is not None
         main_tid = self.sequencer.pid
-        threads = {tid: (b.seq_threads.get(tid, 0.0) - a.seq_threads.get(tid, 0.0)) / wall for tid in b.seq_threads}
+        threads = {
+            tid: (b.seq_threads.get(tid, 0.0) - a.seq_threads.get(tid, 0.0)) / wall for tid in b.seq_threads
+        }
         loop_thread = threads.pop(main_tid, 0.0)
         others = sorted(threads.values(), reverse=True)
         writer = "" if self.null_sequencer else " = the SQLite writer"
-        log(f"  CPU (cores, of {os.cpu_count()}): machine busy {busy:.2f}; "
+        log(
+            f"  CPU (cores, of {os.cpu_count()}): machine busy {busy:.2f}; "
             f"{'null sequencer' if self.null_sequencer else 'sequencer'} {cores['sequencer']:.2f} "
             f"(event-loop thread {loop_thread:.2f}, busiest other thread {others[0] if others else 0:.2f}"
             f"{writer}); nats-server {cores['nats-server']:.2f}; producers {producers:.2f} "
             f"({', '.join(f'{v:.2f}' for k, v in cores.items() if k.startswith('producer'))}); "
-            f"bench {cores['bench (this process)']:.2f}; everything else on the machine {other:.2f}")
-        return {"machine_busy": busy, "sequencer": cores["sequencer"], "sequencer_loop_thread": loop_thread,
-                "sequencer_writer_thread": others[0] if others else 0.0, "nats_server": cores["nats-server"],
-                "producers": producers, "other_processes": other}
+            f"bench {cores['bench (this process)']:.2f}; everything else on the machine {other:.2f}"
+        )
+        return {
+            "machine_busy": busy,
+            "sequencer": cores["sequencer"],
+            "sequencer_loop_thread": loop_thread,
+            "sequencer_writer_thread": others[0] if others else 0.0,
+            "nats_server": cores["nats-server"],
+            "producers": producers,
+            "other_processes": other,
+        }
 
     def report_sequencer(self, phase: Phase) -> dict[str, float]:
         m0, m1 = phase.m0, phase.m1
@@ -489,10 +560,12 @@ class Bench:
         }
         hist = histogram(m0, m1, M + "batch_requests_bucket")
         commit_hist = histogram(m0, m1, M + "commit_seconds_bucket", scale=1000)
-        log(f"  sequencer: {out['batches_per_s']:.0f} batches/s, mean {out['mean_batch_requests']:.1f} "
+        log(
+            f"  sequencer: {out['batches_per_s']:.0f} batches/s, mean {out['mean_batch_requests']:.1f} "
             f"requests/batch; batch sizes [{'; '.join(hist)}]; its commit_seconds metric: mean "
             f"{out['mean_commit_ms']:.2f} ms/batch [{'; '.join(commit_hist)}]; "
-            f"LEDGER_APPEND backlog at the window's end: {phase.append_backlog_at_end} messages")
+            f"LEDGER_APPEND backlog at the window's end: {phase.append_backlog_at_end} messages"
+        )
         return out
 
     # -- the run ---------------------------------------------------------------------------------
@@ -508,7 +581,9 @@ class Bench:
                 return
             if time.monotonic() >= deadline:
                 if self.args.wait_idle > 0:
-                    log(f"(the machine is still busy, {busy:.2f} cores in use by other processes; starting anyway)")
+                    log(
+                        f"(the machine is still busy, {busy:.2f} cores in use by other processes; starting anyway)"
+                    )
                 return
 
     async def run(self) -> int:
@@ -533,24 +608,34 @@ class Bench:
         args, P, E = self.args, self.P, self.E
         self.steps_done = 0
         self.steps = 1 if args.latency_at is not None else 4 if args.no_bare else 6
-        log(f"laneledger append benchmark: {P} producer processes, {args.lanes} lanes, {E} event(s) per "
+        log(
+            f"laneledger append benchmark: {P} producer processes, {args.lanes} lanes, {E} event(s) per "
             f"append, window {args.window} appends/producer, warm-up {args.warmup:g} s, phases "
             f"{args.seconds:g} s, {os.cpu_count()} CPUs; store in {self.dir} "
-            f"(nats-server {self.nats.url}, sequencer pid {self.sequencer.pid})")  # type: ignore[union-attr]
+            f"(nats-server {self.nats.url}, sequencer pid {self.sequencer.pid})"
+        )  # type: ignore[union-attr]
         self.code = code_fingerprint()
-        log(f"code: sequencer from {self.code['sequencer_from']}, laneledger from {self.code['laneledger_from']}; "
-            f"sources sha256 {self.code['code_sha256']} (git HEAD {self.code['git_head'] or '?'})")
-        self.actor = await self.client.ensure_actor(TENANT, "agent:bench/append@1", "agent",
-                                                    display_name="append benchmark")
+        log(
+            f"code: sequencer from {self.code['sequencer_from']}, laneledger from {self.code['laneledger_from']}; "
+            f"sources sha256 {self.code['code_sha256']} (git HEAD {self.code['git_head'] or '?'})"
+        )
+        self.actor = await self.client.ensure_actor(
+            TENANT, "agent:bench/append@1", "agent", display_name="append benchmark"
+        )
         self.lanes: list[Lane] = []
         for i in range(args.lanes):
-            self.lanes.append(await self.client.create_lane(
-                TENANT, f"session-{i // 8}", f"run-{i // 8}", f"lane-{i}", actor_id=self.actor.id))
+            self.lanes.append(
+                await self.client.create_lane(
+                    TENANT, f"session-{i // 8}", f"run-{i // 8}", f"lane-{i}", actor_id=self.actor.id
+                )
+            )
         factory = EventFactory(self.lanes[0], self.actor.id)
         sizes = sorted(len(canonicalize(factory.next())) for _ in range(800))
         body = len(request_body(self.lanes[0], 0, new_id(), factory.batch(E)))
-        log(f"events: canonical JSON {sizes[0]}-{sizes[-1]} bytes (mean {sum(sizes) / len(sizes):.0f}); "
-            f"append request body ~{body} bytes")
+        log(
+            f"events: canonical JSON {sizes[0]}-{sizes[-1]} bytes (mean {sum(sizes) / len(sizes):.0f}); "
+            f"append request body ~{body} bytes"
+        )
 
         if args.latency_at is None:
             result = await self._phase_max()
@@ -585,32 +670,43 @@ class Bench:
         result = {k: result[k] for k in HEADLINE if k in result} | result
         p50, p99 = result["receipt_p50_ms_at_20pct"], result["receipt_p99_ms_at_20pct"]
         at = "the fixed load" if args.latency_at else f"{100 * args.load_fraction:g} %"
-        throughput = ("" if args.latency_at else
-                      f"committed {result['committed_per_s']:,.0f} events/s vs raw publish "
-                      f"{result['raw_publish_per_s']:,.0f} events/s (ratio {result['ratio']}); ")
-        log(f"\n{throughput}receipt p50 {p50:.2f} ms, p99 {p99:.2f} ms at {at}"
-            f"{'' if ok else '  -- CONSISTENCY CHECKS FAILED'}")
+        throughput = (
+            ""
+            if args.latency_at
+            else f"committed {result['committed_per_s']:,.0f} events/s vs raw publish "
+            f"{result['raw_publish_per_s']:,.0f} events/s (ratio {result['ratio']}); "
+        )
+        log(
+            f"\n{throughput}receipt p50 {p50:.2f} ms, p99 {p99:.2f} ms at {at}"
+            f"{'' if ok else '  -- CONSISTENCY CHECKS FAILED'}"
+        )
         print(json.dumps(result), flush=True)
         return 0 if ok else 1
 
     async def _phase_max(self) -> dict[str, Any]:
         """1. max load: committed events/s, checked against the sequencer and the database."""
         args, P = self.args, self.P
-        log(f"\n{self.step()} max load: {P} producers, submit + receipts, {args.seconds:g} s after "
-            f"{args.warmup:g} s warm-up")
+        log(
+            f"\n{self.step()} max load: {P} producers, submit + receipts, {args.seconds:g} s after "
+            f"{args.warmup:g} s warm-up"
+        )
         out = await self._max_load("max", "ledger")
-        return {"committed_per_s": out["committed_per_s"],
-                "committed_per_s_metric": out["committed_per_s_metric"],
-                "sequencer_mean_batch_requests_max": out["sequencer_mean_batch_requests"],
-                "sequencer_mean_commit_ms_max": out["sequencer_mean_commit_ms"],
-                "cpu_cores_max": out["cpu_cores"]}
+        return {
+            "committed_per_s": out["committed_per_s"],
+            "committed_per_s_metric": out["committed_per_s_metric"],
+            "sequencer_mean_batch_requests_max": out["sequencer_mean_batch_requests"],
+            "sequencer_mean_commit_ms_max": out["sequencer_mean_commit_ms"],
+            "cpu_cores_max": out["cpu_cores"],
+        }
 
     async def _phase_bare(self) -> dict[str, Any]:
         """4. max load from producers that cost what raw ones do (no SDK)."""
         args, P = self.args, self.P
-        log(f"\n{self.step()} bare max load: {P} producers publishing the same bodies as the raw phase, "
+        log(
+            f"\n{self.step()} bare max load: {P} producers publishing the same bodies as the raw phase, "
             f"its way (publish_async), to the ledger's subjects, counting receipts on one subscription; "
-            f"window {args.window} appends/producer without a receipt")
+            f"window {args.window} appends/producer without a receipt"
+        )
         return {f"bare_{k}": v for k, v in (await self._max_load("bare", "bare")).items()}
 
     async def _max_load(self, name: str, mode: str) -> dict[str, Any]:
@@ -626,27 +722,38 @@ class Bench:
         timeouts = sum(x["receipt_timeouts"] for x in r)
         committed_per_s = ev_window / args.seconds
         metric_rate = mdiff(mx.m1, mx.m0, M + "events_committed_total") / (mx.m1_at - mx.m0_at)
-        log(f"  committed {ev_window} events in the {args.seconds:g} s window (from receipts) = "
-            f"{committed_per_s:,.0f} events/s = {committed_per_s / E:,.0f} appends/s")
-        log(f"  sequencer metric over the window: {metric_rate:,.0f} events/s; per second: "
-            f"{', '.join(f'{v:,.0f}' for v in mx.per_second)}")
+        log(
+            f"  committed {ev_window} events in the {args.seconds:g} s window (from receipts) = "
+            f"{committed_per_s:,.0f} events/s = {committed_per_s / E:,.0f} appends/s"
+        )
+        log(
+            f"  sequencer metric over the window: {metric_rate:,.0f} events/s; per second: "
+            f"{', '.join(f'{v:,.0f}' for v in mx.per_second)}"
+        )
         cpu = self.report_cpu(mx)
         seq = self.report_sequencer(mx)
         m_end = await self.settle(ev_total, mx.m_before)
         db1 = await self.db_counts()
         metric_total = mdiff(m_end, mx.m_before, M + "events_committed_total")
         metric_rejected = rejected_total(m_end) - rejected_total(mx.m_before)
-        self.check("receipts = sequencer metric = database", ev_total == metric_total == db1[0] - db0[0]
-                   == db1[1] - db0[1] == db1[2] - db0[2],
-                   f"receipts {ev_total}, events_committed_total +{metric_total:.0f}, DB rows +{db1[0] - db0[0]}, "
-                   f"DB max position +{db1[1] - db0[1]}, sum of lane heads +{db1[2] - db0[2]}")
-        self.check("no rejected appends, no lost receipts", rejected == 0 and timeouts == 0 and metric_rejected == 0,
-                   f"rejected by receipt {rejected} {merge(x['rejected_codes'] for x in r)}, by metric "
-                   f"{metric_rejected:.0f}; receipt timeouts {timeouts}; submit errors "
-                   f"{merge(x['submit_errors'] for x in r)}")
-        self.check("window count agrees with the sequencer's metric",
-                   abs(metric_rate - committed_per_s) <= 0.05 * committed_per_s,
-                   f"{committed_per_s:,.0f} vs {metric_rate:,.0f} events/s")
+        self.check(
+            "receipts = sequencer metric = database",
+            ev_total == metric_total == db1[0] - db0[0] == db1[1] - db0[1] == db1[2] - db0[2],
+            f"receipts {ev_total}, events_committed_total +{metric_total:.0f}, DB rows +{db1[0] - db0[0]}, "
+            f"DB max position +{db1[1] - db0[1]}, sum of lane heads +{db1[2] - db0[2]}",
+        )
+        self.check(
+            "no rejected appends, no lost receipts",
+            rejected == 0 and timeouts == 0 and metric_rejected == 0,
+            f"rejected by receipt {rejected} {merge(x['rejected_codes'] for x in r)}, by metric "
+            f"{metric_rejected:.0f}; receipt timeouts {timeouts}; submit errors "
+            f"{merge(x['submit_errors'] for x in r)}",
+        )
+        self.check(
+            "window count agrees with the sequencer's metric",
+            abs(metric_rate - committed_per_s) <= 0.05 * committed_per_s,
+            f"{committed_per_s:,.0f} vs {metric_rate:,.0f} events/s",
+        )
         return {
             "committed_per_s": round(committed_per_s, 1),
             "committed_per_s_metric": round(metric_rate, 1),
@@ -658,8 +765,10 @@ class Bench:
     async def _phase_raw(self) -> dict[str, Any]:
         """2. the raw baseline: the same bodies publish_async-ed to a stream like LEDGER_APPEND."""
         args, P, E = self.args, self.P, self.E
-        log(f"\n{self.step()} raw JetStream baseline: {P} producers, publish_async of the same bodies to {RAW_STREAM} "
-            f"(file storage, same settings as LEDGER_APPEND), window {args.window} acks/producer")
+        log(
+            f"\n{self.step()} raw JetStream baseline: {P} producers, publish_async of the same bodies to {RAW_STREAM} "
+            f"(file storage, same settings as LEDGER_APPEND), window {args.window} acks/producer"
+        )
         cfg = append_stream_config(RAW_STREAM, Subjects(RAW_PREFIX), 1)
         cfg.description = "laneledger benchmark: raw publish baseline"
         await self.js.add_stream(cfg)
@@ -668,22 +777,31 @@ class Bench:
         raw_acked = sum(x["acked"] for x in raw.results)
         raw_errors = merge(x["errors"] for x in raw.results)
         raw_per_s = raw_events / args.seconds
-        log(f"  acked {raw_events} events in the {args.seconds:g} s window = {raw_per_s:,.0f} events/s "
-            f"({raw_per_s / E:,.0f} messages/s)")
+        log(
+            f"  acked {raw_events} events in the {args.seconds:g} s window = {raw_per_s:,.0f} events/s "
+            f"({raw_per_s / E:,.0f} messages/s)"
+        )
         cpu_raw = self.report_cpu(raw)
         stored = await self.stream_msgs(RAW_STREAM)
-        self.check("raw: acks = messages stored, no errors", stored == raw_acked and not raw_errors,
-                   f"acked {raw_acked}, stream holds {stored}, errors {raw_errors}")
+        self.check(
+            "raw: acks = messages stored, no errors",
+            stored == raw_acked and not raw_errors,
+            f"acked {raw_acked}, stream holds {stored}, errors {raw_errors}",
+        )
         await self.js.delete_stream(RAW_STREAM)
-        return {"raw_publish_per_s": round(raw_per_s, 1),
-                "cpu_cores_raw": {k: round(v, 2) for k, v in cpu_raw.items()}}
+        return {
+            "raw_publish_per_s": round(raw_per_s, 1),
+            "cpu_cores_raw": {k: round(v, 2) for k, v in cpu_raw.items()},
+        }
 
     async def _phase_latency(self, rate: float, load: str) -> dict[str, Any]:
         """3. receipt latency under an open-loop load of ``rate`` appends/s."""
         args, P, E = self.args, self.P, self.E
-        log(f"\n{self.step()} latency: open-loop {load} = {rate * E:,.0f} events/s "
+        log(
+            f"\n{self.step()} latency: open-loop {load} = {rate * E:,.0f} events/s "
             f"({rate:,.0f} appends/s, {rate / P:,.1f}/s per producer, steady inter-arrival), {args.seconds:g} s "
-            f"after {args.warmup:g} s warm-up")
+            f"after {args.warmup:g} s warm-up"
+        )
         db2 = await self.db_counts()
         extra = [{"rate": rate / P, "phase": i / P} for i in range(P)]
         lat = await self.run_phase("paced", "paced", args.seconds, extra=extra)
@@ -696,23 +814,32 @@ class Bench:
         rejected = sum(x["appends_rejected"] for x in r)
         timeouts = sum(x["receipt_timeouts"] for x in r)
         p50, p99 = percentile(lats, 50), percentile(lats, 99)
-        log(f"  {len(lats)} appends offered in the window ({offered} scheduled), committed "
-            f"{ev_window / args.seconds:,.0f} events/s")
-        log(f"  receipt latency submit->receipt: p50 {p50:.2f} ms, p90 {percentile(lats, 90):.2f}, "
+        log(
+            f"  {len(lats)} appends offered in the window ({offered} scheduled), committed "
+            f"{ev_window / args.seconds:,.0f} events/s"
+        )
+        log(
+            f"  receipt latency submit->receipt: p50 {p50:.2f} ms, p90 {percentile(lats, 90):.2f}, "
             f"p99 {p99:.2f}, p99.9 {percentile(lats, 99.9):.2f}, max {lats[-1] if lats else float('nan'):.2f} ms; "
             f"from the scheduled time: p50 {percentile(sched, 50):.2f}, p99 {percentile(sched, 99):.2f} ms; "
-            f"worst pacer lag {max(x['max_pacer_lag_ms'] for x in r):.1f} ms")
+            f"worst pacer lag {max(x['max_pacer_lag_ms'] for x in r):.1f} ms"
+        )
         cpu_lat = self.report_cpu(lat)
         seq_lat = self.report_sequencer(lat)
         m_end2 = await self.settle(ev_total, lat.m_before)
         db3 = await self.db_counts()
         metric_total = mdiff(m_end2, lat.m_before, M + "events_committed_total")
-        self.check("receipts = sequencer metric = database", ev_total == metric_total == db3[0] - db2[0]
-                   == db3[1] - db2[1], f"receipts {ev_total}, metric +{metric_total:.0f}, DB rows "
-                   f"+{db3[0] - db2[0]}, DB max position +{db3[1] - db2[1]}")
-        self.check("no rejected appends, no lost receipts", rejected == 0 and timeouts == 0
-                   and len(lats) == offered,
-                   f"rejected {rejected}, timeouts {timeouts}, latencies {len(lats)} of {offered} offered")
+        self.check(
+            "receipts = sequencer metric = database",
+            ev_total == metric_total == db3[0] - db2[0] == db3[1] - db2[1],
+            f"receipts {ev_total}, metric +{metric_total:.0f}, DB rows "
+            f"+{db3[0] - db2[0]}, DB max position +{db3[1] - db2[1]}",
+        )
+        self.check(
+            "no rejected appends, no lost receipts",
+            rejected == 0 and timeouts == 0 and len(lats) == offered,
+            f"rejected {rejected}, timeouts {timeouts}, latencies {len(lats)} of {offered} offered",
+        )
         # The keys keep their "_at_20pct" names whatever the load; load_fraction says which.
         return {
             "receipt_p50_ms_at_20pct": round(p50, 3),
@@ -727,23 +854,30 @@ class Bench:
         """5. (and 6.) the same producers against a sequencer that does only its NATS traffic."""
         args, P = self.args, self.P
         who = "SDK" if mode == "ledger" else "bare"
-        log(f"\n{self.step()} ceiling, {who} producers: their max load against bench/null_sequencer.py in "
+        log(
+            f"\n{self.step()} ceiling, {who} producers: their max load against bench/null_sequencer.py in "
             "the sequencer's place (its NATS traffic only: pull, ack, publish each event, receipts; no "
-            "ledger work)")
+            "ledger work)"
+        )
         if not self.null_sequencer:
             await asyncio.to_thread(self.stop_sequencer)
             await asyncio.to_thread(self.start_sequencer, True)
-        ceil = await self.run_phase(f"ceiling-{mode}", mode, args.seconds, monitor_ledger=False,
-                                    extra=[{"heads_known": True}] * P)
+        ceil = await self.run_phase(
+            f"ceiling-{mode}", mode, args.seconds, monitor_ledger=False, extra=[{"heads_known": True}] * P
+        )
         r = ceil.results
         ceiling_per_s = sum(x["events_committed_window"] for x in r) / args.seconds
-        log(f"  answered {sum(x['events_committed_window'] for x in r)} events in the {args.seconds:g} s window "
-            f"= {ceiling_per_s:,.0f} events/s (ratio to raw {ceiling_per_s / raw_per_s:.2f})")
+        log(
+            f"  answered {sum(x['events_committed_window'] for x in r)} events in the {args.seconds:g} s window "
+            f"= {ceiling_per_s:,.0f} events/s (ratio to raw {ceiling_per_s / raw_per_s:.2f})"
+        )
         cpu_ceil = self.report_cpu(ceil)
-        self.check("ceiling: every append answered", sum(x["receipt_timeouts"] for x in r) == 0
-                   and sum(x["appends_rejected"] for x in r) == 0,
-                   f"timeouts {sum(x['receipt_timeouts'] for x in r)}, "
-                   f"rejected {sum(x['appends_rejected'] for x in r)}")
+        self.check(
+            "ceiling: every append answered",
+            sum(x["receipt_timeouts"] for x in r) == 0 and sum(x["appends_rejected"] for x in r) == 0,
+            f"timeouts {sum(x['receipt_timeouts'] for x in r)}, "
+            f"rejected {sum(x['appends_rejected'] for x in r)}",
+        )
         prefix = "" if mode == "ledger" else "bare_"
         return {
             f"{prefix}ceiling_per_s": round(ceiling_per_s, 1),
@@ -767,8 +901,9 @@ def merge(dicts) -> dict[str, int]:
 
 def rejected_total(m: dict[str, float]) -> float:
     """Append requests the sequencer rejected, whatever the code."""
-    return sum(v for k, v in m.items()
-               if k.startswith(M + "append_requests_total{") and "outcome=rejected" in k)
+    return sum(
+        v for k, v in m.items() if k.startswith(M + "append_requests_total{") and "outcome=rejected" in k
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -777,19 +912,41 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--producers", type=int, default=3, help="producer processes (default 3)")
     p.add_argument("--lanes", type=int, default=64, help="lanes, shared out among the producers (default 64)")
     p.add_argument("--events-per-append", type=int, default=1, help="events per append request (default 1)")
-    p.add_argument("--window", type=int, default=1024,
-                   help="appends (or raw acks) outstanding per producer at most (default 1024)")
-    p.add_argument("--warmup", type=float, default=None, help="warm-up before each phase (default 2 s; 1 s quick)")
-    p.add_argument("--load-fraction", type=float, default=0.2, help="latency phase load, of max (default 0.2)")
-    p.add_argument("--latency-at", type=float, default=None, metavar="EVENTS_PER_S",
-                   help="run only the latency phase, at this many events/s (skips every other phase)")
-    p.add_argument("--no-bare", action="store_true",
-                   help="skip the two phases with bare producers (4: max load, 6: ceiling)")
-    p.add_argument("--batch-size", type=int, default=None, help="the sequencer's --batch-size (default: its own)")
+    p.add_argument(
+        "--window",
+        type=int,
+        default=1024,
+        help="appends (or raw acks) outstanding per producer at most (default 1024)",
+    )
+    p.add_argument(
+        "--warmup", type=float, default=None, help="warm-up before each phase (default 2 s; 1 s quick)"
+    )
+    p.add_argument(
+        "--load-fraction", type=float, default=0.2, help="latency phase load, of max (default 0.2)"
+    )
+    p.add_argument(
+        "--latency-at",
+        type=float,
+        default=None,
+        metavar="EVENTS_PER_S",
+        help="run only the latency phase, at this many events/s (skips every other phase)",
+    )
+    p.add_argument(
+        "--no-bare",
+        action="store_true",
+        help="skip the two phases with bare producers (4: max load, 6: ceiling)",
+    )
+    p.add_argument(
+        "--batch-size", type=int, default=None, help="the sequencer's --batch-size (default: its own)"
+    )
     p.add_argument("--dir", default=None, help="where to make the temporary store dir (default: system temp)")
     p.add_argument("--quick", action="store_true", help="smoke run: 3 s phases, 1 s warm-up")
-    p.add_argument("--wait-idle", type=float, default=30.0,
-                   help="first wait up to this many seconds for the machine to be idle (default 30)")
+    p.add_argument(
+        "--wait-idle",
+        type=float,
+        default=30.0,
+        help="first wait up to this many seconds for the machine to be idle (default 30)",
+    )
     args = p.parse_args(argv)
     if args.seconds is None:
         args.seconds = 3.0 if args.quick else 10.0
@@ -817,6 +974,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             import uvloop
+
             uvloop.install()
         except ImportError:
             pass

@@ -26,54 +26,79 @@ from pathlib import Path
 import nats
 from prometheus_client import CollectorRegistry
 
-from laneledger.sdk.client import make_event
 from laneledger.contract.model import CreateLane, EnsureActor, encode
+from laneledger.contract.signing import generate_private_key, public_key_hex
+from laneledger.contract.subjects import Subjects
 from laneledger.devtools.natsserver import NatsServer
 from laneledger.runtime.servicemain import tune_gc_after_start
-from laneledger.contract.signing import generate_private_key, public_key_hex
-from laneledger.store import LedgerWriter, open_ledger
-from laneledger.contract.subjects import Subjects
+from laneledger.sdk.client import make_event
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer
 from laneledger.services.sequencer.streams import append_stream_config, ensure_stream, events_stream_config
+from laneledger.store import LedgerWriter, open_ledger
 
 LANES = 64
 
 
 def payload(i: int) -> dict:
     return {
-        "model": "claude-sonnet", "input_tokens": 1200 + i, "output_tokens": 300,
-        "stop_reason": "tool_use", "temperature": 0.25,
+        "model": "claude-sonnet",
+        "input_tokens": 1200 + i,
+        "output_tokens": 300,
+        "stop_reason": "tool_use",
+        "temperature": 0.25,
         "tool": {"name": "Read", "args": {"file_path": f"/src/app/module_{i}.py"}},
     }
 
 
 async def run(requests: int, per_append: int, signed: bool = False) -> dict:
-    with tempfile.TemporaryDirectory(prefix="laneledger-drain-") as tmp, NatsServer(Path(tmp) / "nats") as server:
+    with (
+        tempfile.TemporaryDirectory(prefix="laneledger-drain-") as tmp,
+        NatsServer(Path(tmp) / "nats") as server,
+    ):
         nc = await nats.connect(server.url)
         js, subjects = nc.jetstream(), Subjects()
         await ensure_stream(js, append_stream_config("LEDGER_APPEND", subjects, 1))
         await ensure_stream(js, events_stream_config("LEDGER_EVENTS", subjects, 1))
         writer = LedgerWriter(open_ledger(Path(tmp) / "ledger.db"))
         key = generate_private_key() if signed else None
-        actor = writer.ensure_actor(EnsureActor(tenant="acme", key="agent:bench@1", kind="agent",
-                                                public_key=public_key_hex(key) if key else None))
-        lanes = [writer.create_lane(CreateLane(tenant="acme", session_id="s", run_id="r",
-                                               name=f"lane-{i}", actor_id=actor.id))
-                 for i in range(LANES)]
+        actor = writer.ensure_actor(
+            EnsureActor(
+                tenant="acme",
+                key="agent:bench@1",
+                kind="agent",
+                public_key=public_key_hex(key) if key else None,
+            )
+        )
+        lanes = [
+            writer.create_lane(
+                CreateLane(tenant="acme", session_id="s", run_id="r", name=f"lane-{i}", actor_id=actor.id)
+            )
+            for i in range(LANES)
+        ]
         heads = {lane.id: 0 for lane in lanes}
         inbox = nc.new_inbox()  # one producer inbox, as the SDK has
         acks = []
         for i in range(requests):
             lane = lanes[i % LANES]
-            events = [make_event(lane.id, "action.started", actor_id=actor.id, payload=payload(i),
-                                 private_key=key)
-                      for _ in range(per_append)]
-            body = encode({"lane_id": lane.id, "expected_last_seq": heads[lane.id],
-                           "append_id": f"a-{i}", "events": events})
+            events = [
+                make_event(lane.id, "action.started", actor_id=actor.id, payload=payload(i), private_key=key)
+                for _ in range(per_append)
+            ]
+            body = encode(
+                {
+                    "lane_id": lane.id,
+                    "expected_last_seq": heads[lane.id],
+                    "append_id": f"a-{i}",
+                    "events": events,
+                }
+            )
             heads[lane.id] += per_append
-            acks.append(await js.publish_async(subjects.append("acme", lane.id), body,
-                                               headers={"Ledger-Reply-To": inbox}))
+            acks.append(
+                await js.publish_async(
+                    subjects.append("acme", lane.id), body, headers={"Ledger-Reply-To": inbox}
+                )
+            )
         await asyncio.gather(*acks)
         del acks  # not part of a deployed sequencer's heap (tune_gc_after_start freezes it)
 
@@ -89,6 +114,7 @@ async def run(requests: int, per_append: int, signed: bool = False) -> dict:
                     return fn(arg)
                 finally:
                     writer_cpu[0] += time.thread_time() - started
+
             return call
 
         writer.stage_batch = timed(writer.stage_batch)  # type: ignore[method-assign]
@@ -118,19 +144,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=30_000)
     parser.add_argument("--events-per-append", type=int, default=1)
-    parser.add_argument("--signed", action="store_true",
-                        help="sign every event (an actor registered with an ed25519 key)")
+    parser.add_argument(
+        "--signed", action="store_true", help="sign every event (an actor registered with an ed25519 key)"
+    )
     args = parser.parse_args()
     try:
         import uvloop
+
         uvloop.install()
     except ImportError:
         pass
     result = asyncio.run(run(args.requests, args.events_per_append, args.signed))
-    print(f"drained {result['requests']} appends x {result['events_per_append']} event(s) in "
-          f"{result['seconds']} s: {result['events_per_s']:,} events/s; sequencer CPU "
-          f"{result['cpu_us_per_event']} µs/event ({result['writer_cpu_us_per_event']} µs "
-          f"of it in the ledger writer: the append algorithm and SQLite)")
+    print(
+        f"drained {result['requests']} appends x {result['events_per_append']} event(s) in "
+        f"{result['seconds']} s: {result['events_per_s']:,} events/s; sequencer CPU "
+        f"{result['cpu_us_per_event']} µs/event ({result['writer_cpu_us_per_event']} µs "
+        f"of it in the ledger writer: the append algorithm and SQLite)"
+    )
     print(json.dumps(result))
 
 

@@ -32,11 +32,15 @@ sys.path[:0] = [str(ROOT / "shared"), str(ROOT)]
 
 from laneledger.contract.clock import system_clock  # noqa: E402
 from laneledger.contract.model import AppendCommitted, encode  # noqa: E402
-from laneledger.runtime.pullfeed import PullFeed  # noqa: E402
-from laneledger.store import CommittedRecord  # noqa: E402
 from laneledger.contract.subjects import REPLY_HEADER, Subjects  # noqa: E402
+from laneledger.runtime.pullfeed import PullFeed  # noqa: E402
 from laneledger.services.sequencer.mirror import CommittedStreamMirror  # noqa: E402
-from laneledger.services.sequencer.streams import SEQUENCER_CONSUMER, ensure_consumer, sequencer_consumer_config  # noqa: E402
+from laneledger.services.sequencer.streams import (
+    SEQUENCER_CONSUMER,
+    ensure_consumer,
+    sequencer_consumer_config,
+)
+from laneledger.store import CommittedRecord  # noqa: E402
 
 PLACEHOLDER_HASH = "0" * 64  # a valid Hash (64 hex digits) that hashes nothing
 
@@ -62,8 +66,9 @@ async def run(url: str, batch_size: int) -> None:
     subjects = Subjects()
     js = nc.jetstream()
     position = (await js.stream_info(subjects.events_stream)).state.last_seq
-    mirror = CommittedStreamMirror(nc, subjects, subjects.events_stream,
-                                   read_after=_nothing_after, ledger_last_position=lambda: position)
+    mirror = CommittedStreamMirror(
+        nc, subjects, subjects.events_stream, read_after=_nothing_after, ledger_last_position=lambda: position
+    )
     await mirror.catch_up()
     mirror_task = asyncio.create_task(mirror.run())
     await ensure_consumer(js, subjects.append_stream, sequencer_consumer_config())
@@ -83,14 +88,21 @@ async def run(url: str, batch_size: int) -> None:
             ids = [e.id for e in request.events]
             for event_id in ids:
                 position += 1
-                records.append(CommittedRecord(position, event_id, "x", "bench", "s", "r",
-                                               request.lane_id, msg.data))
+                records.append(
+                    CommittedRecord(position, event_id, "x", "bench", "s", "r", request.lane_id, msg.data)
+                )
             seq = request.expected_last_seq
             receipt = AppendCommitted(
-                append_id=request.append_id, lane_id=request.lane_id, digest=PLACEHOLDER_HASH,
-                first_seq=seq + 1, last_seq=seq + len(ids), event_ids=ids,
+                append_id=request.append_id,
+                lane_id=request.lane_id,
+                digest=PLACEHOLDER_HASH,
+                first_seq=seq + 1,
+                last_seq=seq + len(ids),
+                event_ids=ids,
                 positions=list(range(first, position + 1)),
-                entry_hashes=[PLACEHOLDER_HASH] * len(ids), committed_at=committed_at)
+                entry_hashes=[PLACEHOLDER_HASH] * len(ids),
+                committed_at=committed_at,
+            )
             reply_to = (msg.headers or {}).get(REPLY_HEADER)
             if reply_to:
                 by_inbox.setdefault(reply_to, []).append(receipt)
@@ -113,6 +125,7 @@ def main() -> None:
     args = p.parse_args()
     try:
         import uvloop
+
         uvloop.install()
     except ImportError:
         pass

@@ -49,12 +49,11 @@ from typing import Any
 
 import msgspec
 
-from laneledger.sdk.client import LedgerClient, make_event
-from laneledger.contract.subjects import REPLY_HEADER
 from laneledger.contract.errors import LedgerError, LedgerTimeout
 from laneledger.contract.ids import new_id
 from laneledger.contract.model import Lane, encode
-from laneledger.contract.subjects import Subjects
+from laneledger.contract.subjects import REPLY_HEADER, Subjects
+from laneledger.sdk.client import LedgerClient, make_event
 
 # -- realistic events ------------------------------------------------------------------
 
@@ -97,36 +96,76 @@ class EventFactory:
         tool, args = _TOOLS[n % len(_TOOLS)]
         step = next(self._step)
         if step == 0:
-            ev = self._event("action.started", {
-                "action_type": "model_call", "name": "llm.generate", "model": model,
-                "prompt_tokens": 1200 + n % 900, "max_tokens": 4096,
-            }, extensions={"harness": {"node": "planner", "step": n}})
+            ev = self._event(
+                "action.started",
+                {
+                    "action_type": "model_call",
+                    "name": "llm.generate",
+                    "model": model,
+                    "prompt_tokens": 1200 + n % 900,
+                    "max_tokens": 4096,
+                },
+                extensions={"harness": {"node": "planner", "step": n}},
+            )
             self._started = ev["id"]
             return ev
         if step in (1, 2):
             return self._event("stream.text_delta", {"index": n, "text": _DELTAS[n % len(_DELTAS)]})
         if step == 3:
-            return self._event("action.completed", {
-                "action_type": "model_call", "name": "llm.generate", "status": "ok",
-                "finish_reason": "tool_use", "output_tokens": 180 + n % 300, "tool_calls": 1,
-            }, **self._cause())
+            return self._event(
+                "action.completed",
+                {
+                    "action_type": "model_call",
+                    "name": "llm.generate",
+                    "status": "ok",
+                    "finish_reason": "tool_use",
+                    "output_tokens": 180 + n % 300,
+                    "tool_calls": 1,
+                },
+                **self._cause(),
+            )
         if step == 4:
-            return self._event("cost.recorded", {
-                "provider": provider, "model": model, "currency": "USD", "amount": "0.0123",
-                "input_tokens": 1200 + n % 900, "output_tokens": 180 + n % 300,
-            }, subject_id=self.lane.run_id)
+            return self._event(
+                "cost.recorded",
+                {
+                    "provider": provider,
+                    "model": model,
+                    "currency": "USD",
+                    "amount": "0.0123",
+                    "input_tokens": 1200 + n % 900,
+                    "output_tokens": 180 + n % 300,
+                },
+                subject_id=self.lane.run_id,
+            )
         if step == 5:
-            ev = self._event("action.started", {
-                "action_type": "tool_call", "name": tool, "args": args, "effect": "read",
-            }, extensions={"harness": {"node": "executor", "step": n}})
+            ev = self._event(
+                "action.started",
+                {
+                    "action_type": "tool_call",
+                    "name": tool,
+                    "args": args,
+                    "effect": "read",
+                },
+                extensions={"harness": {"node": "executor", "step": n}},
+            )
             self._started = ev["id"]
             return ev
         if step == 6:
-            return self._event("action.completed", {
-                "action_type": "tool_call", "name": tool, "status": "ok", "exit_code": 0,
-                "duration_ms": 20 + n % 700, "result_bytes": 4000 + n % 9000,
-            }, **self._cause())
-        return self._event("stream.tool_call_delta", {"index": n, "tool": tool, "args_delta": json.dumps(args)[:40]})
+            return self._event(
+                "action.completed",
+                {
+                    "action_type": "tool_call",
+                    "name": tool,
+                    "status": "ok",
+                    "exit_code": 0,
+                    "duration_ms": 20 + n % 700,
+                    "result_bytes": 4000 + n % 9000,
+                },
+                **self._cause(),
+            )
+        return self._event(
+            "stream.tool_call_delta", {"index": n, "tool": tool, "args_delta": json.dumps(args)[:40]}
+        )
 
     def _cause(self) -> dict[str, Any]:
         cause, self._started = self._started, None
@@ -138,12 +177,14 @@ class EventFactory:
 
 def request_body(lane: Lane, expected_last_seq: int, append_id: str, events: list[dict[str, Any]]) -> bytes:
     """The append-request body exactly as ``LedgerClient.submit`` builds it."""
-    return encode({
-        "lane_id": lane.id,
-        "expected_last_seq": expected_last_seq,
-        "append_id": append_id,
-        "events": events,
-    })
+    return encode(
+        {
+            "lane_id": lane.id,
+            "expected_last_seq": expected_last_seq,
+            "append_id": append_id,
+            "events": events,
+        }
+    )
 
 
 # -- the producer ------------------------------------------------------------------------
@@ -160,15 +201,17 @@ class Producer:
         self.warmup_s: float = cfg["warmup_s"]
         self.seconds: float = cfg["seconds"]
         self.drain_s: float = cfg["drain_s"]
-        self.factories = {lane.id: EventFactory(lane, self.actor_id, seed=i * 1_000_003)
-                          for i, lane in enumerate(self.lanes)}
+        self.factories = {
+            lane.id: EventFactory(lane, self.actor_id, seed=i * 1_000_003)
+            for i, lane in enumerate(self.lanes)
+        }
         self.heads: dict[str, int] = {}
         self.client: LedgerClient | None = None
         # counters
         self.appends_submitted = 0
         self.appends_committed = 0
-        self.events_committed = 0          # from receipts, whole phase
-        self.events_committed_window = 0   # receipts that arrived inside the window
+        self.events_committed = 0  # from receipts, whole phase
+        self.events_committed_window = 0  # receipts that arrived inside the window
         self.appends_committed_window = 0
         self.appends_rejected = 0
         self.rejected_codes: dict[str, int] = {}
@@ -304,7 +347,8 @@ class Producer:
             subject = self.raw_subjects.append(lane.tenant, lane.id)
             # publish_async waits (on its semaphore) while `window` acks are outstanding.
             fut = await self.js.publish_async(
-                subject, body, headers={REPLY_HEADER: f"{self.inbox}.{next(tokens)}"})
+                subject, body, headers={REPLY_HEADER: f"{self.inbox}.{next(tokens)}"}
+            )
             self.heads[lane.id] += E
             self.appends_submitted += 1
             futures.add(fut)
@@ -353,14 +397,17 @@ class Producer:
                 break
             lane = next(lanes)
             body = request_body(lane, self.heads[lane.id], new_id(), self.factories[lane.id].batch(self.E))
-            fut = await self.js.publish_async(subjects.append(lane.tenant, lane.id), body,
-                                              headers={REPLY_HEADER: self.inbox})
+            fut = await self.js.publish_async(
+                subjects.append(lane.tenant, lane.id), body, headers={REPLY_HEADER: self.inbox}
+            )
             fut.add_done_callback(acked)
             self.heads[lane.id] += self.E
             self.appends_submitted += 1
         deadline = time.monotonic() + self.drain_s
-        while self.appends_committed + self.appends_rejected < self.appends_submitted \
-                and time.monotonic() < deadline:
+        while (
+            self.appends_committed + self.appends_rejected < self.appends_submitted
+            and time.monotonic() < deadline
+        ):
             await asyncio.sleep(0.05)
         self.receipt_timeouts = self.appends_submitted - self.appends_committed - self.appends_rejected
         await sub.unsubscribe()
@@ -426,8 +473,12 @@ class Producer:
             "submit_errors": self.submit_errors,
         }
         if self.mode == "raw":
-            out.update(acked=self.raw_acked, acked_window=self.raw_acked_window,
-                       events_window=self.raw_events_window, errors=self.raw_errors)
+            out.update(
+                acked=self.raw_acked,
+                acked_window=self.raw_acked_window,
+                events_window=self.raw_events_window,
+                errors=self.raw_errors,
+            )
             return out
         out.update(
             appends_committed=self.appends_committed,
@@ -443,8 +494,12 @@ class Producer:
         if self.mode == "bare":
             out["submit_errors"] = {**self.submit_errors, **self.pub_errors}
         if self.mode == "paced":
-            out.update(latencies_ms=self.latencies_ms, latencies_sched_ms=self.latencies_sched_ms,
-                       offered_window=self.offered_window, max_pacer_lag_ms=self.max_pacer_lag_ms)
+            out.update(
+                latencies_ms=self.latencies_ms,
+                latencies_sched_ms=self.latencies_sched_ms,
+                offered_window=self.offered_window,
+                max_pacer_lag_ms=self.max_pacer_lag_ms,
+            )
         return out
 
 
@@ -482,8 +537,12 @@ async def main() -> None:
     if not line or line[0] != "go":
         return
     producer.set_start(float(line[1]))
-    run = {"ledger": producer.run_ledger, "raw": producer.run_raw, "bare": producer.run_bare,
-           "paced": producer.run_paced}[producer.mode]
+    run = {
+        "ledger": producer.run_ledger,
+        "raw": producer.run_raw,
+        "bare": producer.run_bare,
+        "paced": producer.run_paced,
+    }[producer.mode]
     await asyncio.wait_for(run(), timeout=hard_limit)
     print(json.dumps(producer.result()), flush=True)
     assert producer.client is not None
@@ -494,6 +553,7 @@ async def main() -> None:
 if __name__ == "__main__":
     try:
         import uvloop
+
         uvloop.install()
     except ImportError:
         pass

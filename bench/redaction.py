@@ -21,12 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from producer import EventFactory, request_body  # noqa: E402
+from producer import EventFactory, request_body
 
-from laneledger.store.append import prepare_append  # noqa: E402
-from laneledger.sdk.content import prepare_content  # noqa: E402
-from laneledger.contract.model import Lane  # noqa: E402
-from laneledger.contract.redaction import Redactor  # noqa: E402
+from laneledger.contract.model import Lane
+from laneledger.contract.redaction import Redactor
+from laneledger.sdk.content import prepare_content
+from laneledger.store.append import prepare_append
 
 
 def best_of_three(fn) -> float:
@@ -42,8 +42,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=20_000)
     n = parser.parse_args().events
-    lane = Lane(id="lane-1", tenant="acme", session_id="s", run_id="r", name="main",
-                created_at="2026-01-01T00:00:00Z")
+    lane = Lane(
+        id="lane-1", tenant="acme", session_id="s", run_id="r", name="main", created_at="2026-01-01T00:00:00Z"
+    )
     events = EventFactory(lane, "actor-1").batch(n)
     bodies = [request_body(lane, i, f"a-{i}", [e]) for i, e in enumerate(events)]
     redactor = Redactor()
@@ -51,13 +52,19 @@ def main() -> None:
     redacted = best_of_three(lambda: [prepare_append(b, redactor=redactor) for b in bodies]) / n * 1e6
     sdk = best_of_three(lambda: [prepare_content(e, redactor) for e in events]) / n * 1e6
     print(f"sequencer step 0 without redaction  {plain:6.1f} µs CPU/event")
-    print(f"sequencer step 0 with redaction     {redacted:6.1f} µs CPU/event "
-          f"(+{redacted - plain:.1f})")
+    print(f"sequencer step 0 with redaction     {redacted:6.1f} µs CPU/event (+{redacted - plain:.1f})")
     print(f"SDK content step (redact, refs)     {sdk:6.1f} µs CPU/event")
-    print(json.dumps({"events": n, "step0_us": round(plain, 1),
-                      "step0_redacted_us": round(redacted, 1),
-                      "redaction_added_us": round(redacted - plain, 1),
-                      "sdk_content_us": round(sdk, 1)}))
+    print(
+        json.dumps(
+            {
+                "events": n,
+                "step0_us": round(plain, 1),
+                "step0_redacted_us": round(redacted, 1),
+                "redaction_added_us": round(redacted - plain, 1),
+                "sdk_content_us": round(sdk, 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

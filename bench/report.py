@@ -44,75 +44,136 @@ def _n(x: float) -> str:
 
 def _append_rows(r: dict) -> list[tuple[str, str]]:
     return [
-        (f"committed appends, max load, {r['producers']} producer processes, {r['events_per_append']} event "
-         f"of ~{r['mean_event_bytes']:.0f} bytes per append, every guarantee on", f"{_n(r['committed_per_s'])} events/s"),
-        ("raw JetStream `publish_async` of the same request bodies, same run", f"{_n(r['raw_publish_per_s'])} events/s"),
+        (
+            f"committed appends, max load, {r['producers']} producer processes, {r['events_per_append']} event "
+            f"of ~{r['mean_event_bytes']:.0f} bytes per append, every guarantee on",
+            f"{_n(r['committed_per_s'])} events/s",
+        ),
+        (
+            "raw JetStream `publish_async` of the same request bodies, same run",
+            f"{_n(r['raw_publish_per_s'])} events/s",
+        ),
         ("ratio committed / raw (target 0.6)", f"{r['ratio']:.2f}"),
-        (f"receipt latency at {r['load_fraction'] * 100:g} % of max load (submit → receipt; target p99 ≤ 20 ms)",
-         f"p50 {r['receipt_p50_ms_at_20pct']:.1f} ms, p99 {r['receipt_p99_ms_at_20pct']:.1f} ms"),
-        *([("ceiling: the same producers against a stand-in sequencer that does only its NATS traffic "
-            "(`bench/null_sequencer.py`), same run",
-            f"{_n(r['ceiling_per_s'])} events/s, ratio {r['ceiling_ratio']:.2f}")] if "ceiling_per_s" in r else []),
-        *([("committed appends, max load, bare producers (the raw phase's publishing, no SDK), same run",
-            f"{_n(r['bare_committed_per_s'])} events/s, ratio {r['bare_ratio']:.2f}"),
-           ("ceiling with bare producers, same run",
-            f"{_n(r['bare_ceiling_per_s'])} events/s, ratio {r['bare_ceiling_ratio']:.2f}")]
-          if "bare_ceiling_per_s" in r else []),
+        (
+            f"receipt latency at {r['load_fraction'] * 100:g} % of max load (submit → receipt; target p99 ≤ 20 ms)",
+            f"p50 {r['receipt_p50_ms_at_20pct']:.1f} ms, p99 {r['receipt_p99_ms_at_20pct']:.1f} ms",
+        ),
+        *(
+            [
+                (
+                    "ceiling: the same producers against a stand-in sequencer that does only its NATS traffic "
+                    "(`bench/null_sequencer.py`), same run",
+                    f"{_n(r['ceiling_per_s'])} events/s, ratio {r['ceiling_ratio']:.2f}",
+                )
+            ]
+            if "ceiling_per_s" in r
+            else []
+        ),
+        *(
+            [
+                (
+                    "committed appends, max load, bare producers (the raw phase's publishing, no SDK), same run",
+                    f"{_n(r['bare_committed_per_s'])} events/s, ratio {r['bare_ratio']:.2f}",
+                ),
+                (
+                    "ceiling with bare producers, same run",
+                    f"{_n(r['bare_ceiling_per_s'])} events/s, ratio {r['bare_ceiling_ratio']:.2f}",
+                ),
+            ]
+            if "bare_ceiling_per_s" in r
+            else []
+        ),
     ]
 
 
 def _latency_rows(r: dict) -> list[tuple[str, str]]:
     """A run of bench/append.py for its latency phase at another load."""
-    return [(f"the same receipt latency at {r['load_fraction'] * 100:g} % of max load "
-             f"({_n(r['offered_per_s_latency_phase'])} events/s; the machine "
-             f"{r['cpu_cores_20pct']['machine_busy']:.2f} of {r['cpu_count']} cores busy)",
-             f"p50 {r['receipt_p50_ms_at_20pct']:.1f} ms, p99 {r['receipt_p99_ms_at_20pct']:.1f} ms")]
+    return [
+        (
+            f"the same receipt latency at {r['load_fraction'] * 100:g} % of max load "
+            f"({_n(r['offered_per_s_latency_phase'])} events/s; the machine "
+            f"{r['cpu_cores_20pct']['machine_busy']:.2f} of {r['cpu_count']} cores busy)",
+            f"p50 {r['receipt_p50_ms_at_20pct']:.1f} ms, p99 {r['receipt_p99_ms_at_20pct']:.1f} ms",
+        )
+    ]
 
 
 def _tail_rows(r: dict) -> list[tuple[str, str]]:
     plural = "s" if r["subscribers"] != 1 else ""
-    return [(f"SSE delivery, commit → frame, {r['subscribers']} subscriber{plural}, at "
-             f"{r['load_fraction'] * 100:g} % of max append load ({_n(r['offered_events_per_s'])} events/s)",
-             f"p50 {r['sse_p50_ms']:.1f} ms, p99 {r['sse_p99_ms']:.1f} ms, every frame in order: "
-             f"{'yes' if r['lossless'] else 'NO'}")]
+    return [
+        (
+            f"SSE delivery, commit → frame, {r['subscribers']} subscriber{plural}, at "
+            f"{r['load_fraction'] * 100:g} % of max append load ({_n(r['offered_events_per_s'])} events/s)",
+            f"p50 {r['sse_p50_ms']:.1f} ms, p99 {r['sse_p99_ms']:.1f} ms, every frame in order: "
+            f"{'yes' if r['lossless'] else 'NO'}",
+        )
+    ]
 
 
 def _drain_rows(r: dict) -> list[tuple[str, str]]:
-    return [(f"the sequencer alone, draining a pre-loaded backlog ({r['events_per_append']} event per append)",
-             f"{_n(r['events_per_s'])} events/s, {r['cpu_us_per_event']:.0f} µs CPU/event")]
+    return [
+        (
+            f"the sequencer alone, draining a pre-loaded backlog ({r['events_per_append']} event per append)",
+            f"{_n(r['events_per_s'])} events/s, {r['cpu_us_per_event']:.0f} µs CPU/event",
+        )
+    ]
 
 
 def _canonical_rows(r: dict) -> list[tuple[str, str]]:
-    return [(f"RFC 8785 encoding of a {r['event_bytes']}-byte event",
-             f"{r['ours_us']:.1f} µs (the `rfc8785` package: {r['rfc8785_us']:.0f} µs)")]
+    return [
+        (
+            f"RFC 8785 encoding of a {r['event_bytes']}-byte event",
+            f"{r['ours_us']:.1f} µs (the `rfc8785` package: {r['rfc8785_us']:.0f} µs)",
+        )
+    ]
 
 
 def _verify_rows(r: dict) -> list[tuple[str, str]]:
-    return [(f"`laneledger verify --db` over {_n(r['events'])} events in {r['lanes']} lanes, every event causally "
-             f"linked, every {r['signed_every']}th append signed",
-             f"{_n(r['events_per_s'])} events/s; Python heap peak {r['heap_peak_mib']:.2f} MiB "
-             f"(at {_n(r['runs'][0]['events'])} events: {r['runs'][0]['heap_peak_mib']:.2f} MiB)")]
+    return [
+        (
+            f"`laneledger verify --db` over {_n(r['events'])} events in {r['lanes']} lanes, every event causally "
+            f"linked, every {r['signed_every']}th append signed",
+            f"{_n(r['events_per_s'])} events/s; Python heap peak {r['heap_peak_mib']:.2f} MiB "
+            f"(at {_n(r['runs'][0]['events'])} events: {r['runs'][0]['heap_peak_mib']:.2f} MiB)",
+        )
+    ]
 
 
 def _drain_signed_rows(r: dict) -> list[tuple[str, str]]:
-    return [("the same, every append signed by an ed25519-registered actor (every signature verified)",
-             f"{_n(r['events_per_s'])} events/s, {r['cpu_us_per_event']:.0f} µs CPU/event")]
+    return [
+        (
+            "the same, every append signed by an ed25519-registered actor (every signature verified)",
+            f"{_n(r['events_per_s'])} events/s, {r['cpu_us_per_event']:.0f} µs CPU/event",
+        )
+    ]
 
 
 def _drain_batched_rows(r: dict) -> list[tuple[str, str]]:
-    return [(f"the same with {r['events_per_append']} events per append",
-             f"{_n(r['events_per_s'])} events/s, {r['cpu_us_per_event']:.0f} µs CPU/event")]
+    return [
+        (
+            f"the same with {r['events_per_append']} events per append",
+            f"{_n(r['events_per_s'])} events/s, {r['cpu_us_per_event']:.0f} µs CPU/event",
+        )
+    ]
 
 
 def _redaction_rows(r: dict) -> list[tuple[str, str]]:
-    return [("redaction in the sequencer's step 0 / the SDK's content step (redact, content references)",
-             f"+{r['redaction_added_us']:.1f} µs CPU/event / {r['sdk_content_us']:.1f} µs CPU/event")]
+    return [
+        (
+            "redaction in the sequencer's step 0 / the SDK's content step (redact, content references)",
+            f"+{r['redaction_added_us']:.1f} µs CPU/event / {r['sdk_content_us']:.1f} µs CPU/event",
+        )
+    ]
 
 
 def _rss_rows(r: dict) -> list[tuple[str, str]]:
-    return [(f"sequencer RSS across {_n(r['events'])} events ({r['events_per_append']} per append, {r['lanes']} lanes)",
-             f"{r['rss_mib_at_10pct']:.1f} MiB at 10 % → {r['rss_mib_at_end']:.1f} MiB at the end "
-             f"({r['rss_growth_mib_10pct_to_end']:+.1f} MiB)")]
+    return [
+        (
+            f"sequencer RSS across {_n(r['events'])} events ({r['events_per_append']} per append, {r['lanes']} lanes)",
+            f"{r['rss_mib_at_10pct']:.1f} MiB at 10 % → {r['rss_mib_at_end']:.1f} MiB at the end "
+            f"({r['rss_growth_mib_10pct_to_end']:+.1f} MiB)",
+        )
+    ]
 
 
 BENCHES = [
@@ -123,7 +184,11 @@ BENCHES = [
     Bench("tail", ["bench/tail.py"], _tail_rows),
     Bench("tail-1", ["bench/tail.py", "--subscribers", "1", "--subscriber-procs", "1"], _tail_rows),
     Bench("drain", ["bench/drain.py"], _drain_rows),
-    Bench("drain-batched", ["bench/drain.py", "--events-per-append", "10", "--requests", "5000"], _drain_batched_rows),
+    Bench(
+        "drain-batched",
+        ["bench/drain.py", "--events-per-append", "10", "--requests", "5000"],
+        _drain_batched_rows,
+    ),
     Bench("drain-signed", ["bench/drain.py", "--requests", "10000", "--signed"], _drain_signed_rows),
     Bench("redaction", ["bench/redaction.py"], _redaction_rows),
     Bench("verify", ["bench/verify.py"], _verify_rows),
@@ -134,13 +199,18 @@ BENCHES = [
 def machine() -> str:
     cpu = "unknown CPU"
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (f"{os.cpu_count()} cores ({cpu}), {mem_gib:.0f} GiB, Linux {platform.release()}, "
-            f"Python {platform.python_version()}")
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {mem_gib:.0f} GiB, Linux {platform.release()}, "
+        f"Python {platform.python_version()}"
+    )
 
 
 def last_json_line(text: str) -> dict:
@@ -166,8 +236,12 @@ def run(bench: Bench) -> None:
     if proc.wait() != 0:
         raise SystemExit(f"{bench.name} failed (exit code {proc.returncode}); its result is not stored")
     RESULTS.mkdir(exist_ok=True)
-    record = {"command": " ".join([".venv/bin/python", *bench.args]), "at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-              time.gmtime()), "machine": machine(), "result": last_json_line("".join(lines))}
+    record = {
+        "command": " ".join([".venv/bin/python", *bench.args]),
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+        "result": last_json_line("".join(lines)),
+    }
     (RESULTS / f"{bench.name}.json").write_text(json.dumps(record, indent=1) + "\n")
 
 
@@ -182,7 +256,9 @@ def table() -> str:
         machines.add(record["machine"])
         for what, figure in bench.rows(record["result"]):
             rows.append(f"| {what} | {figure} | `{record['command']}` ({record['at'][:10]}) |")
-    head = [f"Measured on: {'; '.join(sorted(machines))}. Generated by `bench/report.py` from `bench/results/`."]
+    head = [
+        f"Measured on: {'; '.join(sorted(machines))}. Generated by `bench/report.py` from `bench/results/`."
+    ]
     if missing:
         head.append(f"Not yet run: {', '.join(missing)}.")
     return "\n".join([*head, "", "| what | figure | command (run on) |", "|---|---|---|", *rows])

@@ -28,8 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from laneledger.sdk.client import LedgerClient, make_event  # noqa: E402
 from laneledger.devtools.natsserver import NatsServer  # noqa: E402
+from laneledger.sdk.client import LedgerClient, make_event  # noqa: E402
 
 WINDOW = 64  # appends in flight
 
@@ -44,11 +44,22 @@ def rss_kib(pid: int) -> int:
 
 def start_sequencer(nats_url: str, db: Path, logs: Path) -> subprocess.Popen:
     out, err = logs / "sequencer.out", logs / "sequencer.err"
-    cmd = [sys.executable, "-m", "laneledger.services.sequencer", "--nats", nats_url, "--db", str(db), "--http-port", "0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "laneledger.services.sequencer",
+        "--nats",
+        nats_url,
+        "--db",
+        str(db),
+        "--http-port",
+        "0",
+    ]
     env = dict(os.environ, LANELEDGER_LOG_LEVEL="WARNING")
     with open(out, "wb") as o, open(err, "wb") as e:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=o, stderr=e, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=o, stderr=e, env=env, start_new_session=True
+        )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if "laneledger-sequencer ready" in out.read_text(errors="replace"):
@@ -64,8 +75,10 @@ async def drive(url: str, pid: int, events: int, per_append: int, lanes: int) ->
     samples: list[tuple[int, int]] = []  # (events committed, RSS KiB)
     async with await LedgerClient.connect(url) as ledger:
         actor = await ledger.ensure_actor("acme", "agent:bench-rss/main@1", "agent")
-        lane_list = [await ledger.create_lane("acme", "s-rss", "r-rss", f"lane-{i}", actor_id=actor.id)
-                     for i in range(lanes)]
+        lane_list = [
+            await ledger.create_lane("acme", "s-rss", "r-rss", f"lane-{i}", actor_id=actor.id)
+            for i in range(lanes)
+        ]
         heads = {lane.id: 0 for lane in lane_list}
         appends = events // per_append
         step = max(1, appends // 10)
@@ -73,9 +86,15 @@ async def drive(url: str, pid: int, events: int, per_append: int, lanes: int) ->
         started = time.perf_counter()
         for i in range(appends):
             lane = lane_list[i % lanes]
-            batch = [make_event(lane.id, "action.started", actor_id=actor.id,
-                                payload={"model": "claude-sonnet", "input_tokens": 1200 + i, "output_tokens": 300})
-                     for _ in range(per_append)]
+            batch = [
+                make_event(
+                    lane.id,
+                    "action.started",
+                    actor_id=actor.id,
+                    payload={"model": "claude-sonnet", "input_tokens": 1200 + i, "output_tokens": 300},
+                )
+                for _ in range(per_append)
+            ]
             handle = await ledger.submit(lane, heads[lane.id], batch)
             heads[lane.id] += per_append
             in_flight.add(asyncio.ensure_future(handle.receipt(timeout=60)))
@@ -87,7 +106,9 @@ async def drive(url: str, pid: int, events: int, per_append: int, lanes: int) ->
                 await asyncio.gather(*in_flight)
                 in_flight.clear()
                 samples.append(((i + 1) * per_append, rss_kib(pid)))
-                print(f"{samples[-1][0]:>9} events  sequencer RSS {samples[-1][1] / 1024:7.1f} MiB", flush=True)
+                print(
+                    f"{samples[-1][0]:>9} events  sequencer RSS {samples[-1][1] / 1024:7.1f} MiB", flush=True
+                )
         await asyncio.gather(*in_flight)
         seconds = time.perf_counter() - started
     first, last = samples[0][1], samples[-1][1]
@@ -112,21 +133,29 @@ def main() -> None:
     args = parser.parse_args()
     try:
         import uvloop
+
         uvloop.install()
     except ImportError:
         pass
-    with tempfile.TemporaryDirectory(prefix="laneledger-rss-") as tmp, NatsServer(Path(tmp) / "nats") as server:
+    with (
+        tempfile.TemporaryDirectory(prefix="laneledger-rss-") as tmp,
+        NatsServer(Path(tmp) / "nats") as server,
+    ):
         sequencer = start_sequencer(server.url, Path(tmp) / "ledger.db", Path(tmp))
         try:
-            result = asyncio.run(drive(server.url, sequencer.pid, args.events, args.events_per_append, args.lanes))
+            result = asyncio.run(
+                drive(server.url, sequencer.pid, args.events, args.events_per_append, args.lanes)
+            )
         finally:
             sequencer.send_signal(signal.SIGTERM)
             try:
                 sequencer.wait(30)
             except subprocess.TimeoutExpired:
                 sequencer.kill()
-    print(f"sequencer RSS {result['rss_mib_at_10pct']} MiB at 10 % -> {result['rss_mib_at_end']} MiB after "
-          f"{result['events']:,} events ({result['rss_growth_mib_10pct_to_end']:+} MiB)")
+    print(
+        f"sequencer RSS {result['rss_mib_at_10pct']} MiB at 10 % -> {result['rss_mib_at_end']} MiB after "
+        f"{result['events']:,} events ({result['rss_growth_mib_10pct_to_end']:+} MiB)"
+    )
     print(json.dumps({"bench": "rss", **result}))
 
 

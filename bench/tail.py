@@ -65,7 +65,7 @@ def cpu_seconds(pid: int) -> float:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return 0.0
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
@@ -115,13 +115,13 @@ async def child_main(cfg: dict) -> None:
                 for frame in parts:
                     if not frame.startswith(b"id: "):
                         continue  # retry / keepalive
-                    position = int(frame[4:frame.index(b"\n")])
+                    position = int(frame[4 : frame.index(b"\n")])
                     if position != expected:
                         gaps += 1
                     expected = position + 1
                     frames += 1
                     at = frame.find(b'"committed_at":"') + 16
-                    t = commit_time(frame[at:frame.index(b'"', at)])
+                    t = commit_time(frame[at : frame.index(b'"', at)])
                     if w0 <= t < w1:
                         lat.append((now - t) * 1000.0)
                 if now >= end:
@@ -163,9 +163,16 @@ class Bench:
         out, err = self.dir / f"{name}.out", self.dir / f"{name}.err"
         env = dict(os.environ, LANELEDGER_LOG_LEVEL="WARNING")
         with open(out, "wb") as o, open(err, "wb") as e:
-            proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT,
-                                    stdin=subprocess.DEVNULL, stdout=o, stderr=e, env=env,
-                                    start_new_session=True, preexec_fn=_die_with_parent)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", module, *args],
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=o,
+                stderr=e,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
         self.procs[name] = proc
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -179,8 +186,14 @@ class Bench:
 
     def spawn_child(self, argv: list[str], cfg: dict) -> subprocess.Popen:
         err = open(self.dir / f"child-{len(self.children)}.err", "wb")
-        proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=err, preexec_fn=_die_with_parent)
+        proc = subprocess.Popen(
+            [sys.executable, *argv],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            preexec_fn=_die_with_parent,
+        )
         err.close()
         assert proc.stdin is not None
         proc.stdin.write((json.dumps(cfg) + "\n").encode())
@@ -222,7 +235,9 @@ class Bench:
 
     # -- phases --------------------------------------------------------------------------
 
-    async def producers(self, mode: str, seconds: float, rate: float = 0.0) -> tuple[list[dict], float, float]:
+    async def producers(
+        self, mode: str, seconds: float, rate: float = 0.0
+    ) -> tuple[list[dict], float, float]:
         """Run the producers for one phase; returns their results and the
         window's (start, end) as wall-clock times."""
         import msgspec
@@ -231,10 +246,19 @@ class Bench:
         self.children = []
         procs = []
         for i in range(P):
-            cfg = {"mode": mode, "url": self.nats.url, "actor_id": self.actor.id,
-                   "lanes": [msgspec.to_builtins(lane) for lane in self.lanes[i::P]],
-                   "events_per_append": 1, "window": 1024, "warmup_s": a.warmup,
-                   "seconds": seconds, "drain_s": 20.0, "rate": rate / P, "phase": i / P}
+            cfg = {
+                "mode": mode,
+                "url": self.nats.url,
+                "actor_id": self.actor.id,
+                "lanes": [msgspec.to_builtins(lane) for lane in self.lanes[i::P]],
+                "events_per_append": 1,
+                "window": 1024,
+                "warmup_s": a.warmup,
+                "seconds": seconds,
+                "drain_s": 20.0,
+                "rate": rate / P,
+                "phase": i / P,
+            }
             procs.append(self.spawn_child([str(BENCH_DIR / "producer.py")], cfg))
         for proc in procs:
             assert (await self.line(proc, 60)).strip() == "ready"
@@ -258,19 +282,41 @@ class Bench:
 
         a = self.args
         self.nats.start()
-        self.spawn_service("sequencer", "laneledger.services.sequencer", "--nats", self.nats.url,
-                           "--db", str(self.dir / "ledger.db"), "--http-port", "0")
-        tail_url = self.spawn_service("tail", "laneledger.services.tail", "--nats", self.nats.url,
-                                      "--data", str(self.dir / "tail"), "--http-port", "0")
+        self.spawn_service(
+            "sequencer",
+            "laneledger.services.sequencer",
+            "--nats",
+            self.nats.url,
+            "--db",
+            str(self.dir / "ledger.db"),
+            "--http-port",
+            "0",
+        )
+        tail_url = self.spawn_service(
+            "tail",
+            "laneledger.services.tail",
+            "--nats",
+            self.nats.url,
+            "--data",
+            str(self.dir / "tail"),
+            "--http-port",
+            "0",
+        )
         client = await LedgerClient.connect(self.nats.url, timeout=30)
         try:
             self.actor = await client.ensure_actor("bench", "agent:bench/tail@1", "agent")
-            self.lanes = [await client.create_lane("bench", "bench-session", "run-1", f"lane-{i}",
-                                                   actor_id=self.actor.id) for i in range(a.lanes)]
+            self.lanes = [
+                await client.create_lane(
+                    "bench", "bench-session", "run-1", f"lane-{i}", actor_id=self.actor.id
+                )
+                for i in range(a.lanes)
+            ]
         finally:
             await client.close()
-        log(f"laneledger tail bench: {a.producers} producers, {a.lanes} lanes, "
-            f"{a.subscribers} subscribers, {os.cpu_count()} cores, dir {self.dir}")
+        log(
+            f"laneledger tail bench: {a.producers} producers, {a.lanes} lanes, "
+            f"{a.subscribers} subscribers, {os.cpu_count()} cores, dir {self.dir}"
+        )
 
         if a.max_rate:
             max_rate = a.max_rate
@@ -292,9 +338,15 @@ class Bench:
             left -= n
             if n <= 0:
                 break
-            cfg = {"url": tail_url, "from_position": last, "connections": n,
-                   "w0_wall": w0, "w1_wall": w1, "end_wall": w1 + a.drain,
-                   "out": str(self.dir / f"lat-{i}.bin")}
+            cfg = {
+                "url": tail_url,
+                "from_position": last,
+                "connections": n,
+                "w0_wall": w0,
+                "w1_wall": w1,
+                "end_wall": w1 + a.drain,
+                "out": str(self.dir / f"lat-{i}.bin"),
+            }
             subscribers.append(self.spawn_child([__file__, "--child"], cfg))
         for proc in subscribers:
             assert (await self.line(proc, 60)).strip() == "ready"
@@ -316,28 +368,50 @@ class Bench:
         committed = sum(r["events_committed_window"] for r in produced)
         receipts = sorted(x for r in produced for x in r.get("latencies_ms", []))
         lossless = all(s["gaps"] == 0 for s in subs) and len(subs) == a.subscribers
-        log(f"latency phase: offered {target:,.0f} events/s ({a.load_fraction:.0%} of max) for "
-            f"{a.seconds:.0f} s, committed {committed / a.seconds:,.0f} events/s")
-        log(f"  SSE delivery (commit -> frame received), {len(values):,} frames to "
+        log(
+            f"latency phase: offered {target:,.0f} events/s ({a.load_fraction:.0%} of max) for "
+            f"{a.seconds:.0f} s, committed {committed / a.seconds:,.0f} events/s"
+        )
+        log(
+            f"  SSE delivery (commit -> frame received), {len(values):,} frames to "
             f"{len(subs)} subscribers: p50 {percentile(values, 0.5):.1f} ms, "
             f"p90 {percentile(values, 0.9):.1f} ms, p99 {percentile(values, 0.99):.1f} ms, "
-            f"max {values[-1] if values else float('nan'):.1f} ms")
-        log(f"  receipt latency (submit -> receipt), same phase: p50 {percentile(receipts, 0.5):.1f} ms, "
-            f"p99 {percentile(receipts, 0.99):.1f} ms")
-        log(f"  every subscriber got every position in order: {'yes' if lossless else 'NO'} "
-            f"(frames per subscriber {min(s['frames'] for s in subs):,}..{max(s['frames'] for s in subs):,})")
+            f"max {values[-1] if values else float('nan'):.1f} ms"
+        )
+        log(
+            f"  receipt latency (submit -> receipt), same phase: p50 {percentile(receipts, 0.5):.1f} ms, "
+            f"p99 {percentile(receipts, 0.99):.1f} ms"
+        )
+        log(
+            f"  every subscriber got every position in order: {'yes' if lossless else 'NO'} "
+            f"(frames per subscriber {min(s['frames'] for s in subs):,}..{max(s['frames'] for s in subs):,})"
+        )
         span = t_cpu1 - t_cpu0
-        log("  CPU during the phase (cores): " + ", ".join(
-            f"{name} {(cpu1.get(name, 0) - cpu0.get(name, 0)) / span:.2f}"
-            for name in sorted(cpu1) if cpu1.get(name, 0) - cpu0.get(name, 0) > 0.01 * span))
-        log(json.dumps({
-            "max_append_events_per_s": round(max_rate), "load_fraction": a.load_fraction,
-            "offered_events_per_s": round(target), "subscribers": len(subs),
-            "frames": len(values), "sse_p50_ms": round(percentile(values, 0.5), 2),
-            "sse_p99_ms": round(percentile(values, 0.99), 2),
-            "sse_max_ms": round(values[-1], 2) if values else None,
-            "receipt_p50_ms": round(percentile(receipts, 0.5), 2),
-            "receipt_p99_ms": round(percentile(receipts, 0.99), 2), "lossless": lossless}))
+        log(
+            "  CPU during the phase (cores): "
+            + ", ".join(
+                f"{name} {(cpu1.get(name, 0) - cpu0.get(name, 0)) / span:.2f}"
+                for name in sorted(cpu1)
+                if cpu1.get(name, 0) - cpu0.get(name, 0) > 0.01 * span
+            )
+        )
+        log(
+            json.dumps(
+                {
+                    "max_append_events_per_s": round(max_rate),
+                    "load_fraction": a.load_fraction,
+                    "offered_events_per_s": round(target),
+                    "subscribers": len(subs),
+                    "frames": len(values),
+                    "sse_p50_ms": round(percentile(values, 0.5), 2),
+                    "sse_p99_ms": round(percentile(values, 0.99), 2),
+                    "sse_max_ms": round(values[-1], 2) if values else None,
+                    "receipt_p50_ms": round(percentile(receipts, 0.5), 2),
+                    "receipt_p99_ms": round(percentile(receipts, 0.99), 2),
+                    "lossless": lossless,
+                }
+            )
+        )
         return 0 if lossless else 1
 
     async def tail_position(self, url: str) -> int:
@@ -350,10 +424,16 @@ class Bench:
                     ready = resp.status == 200
                 async with http.get(url + "/metrics") as resp:
                     text = await resp.text()
-                applied = next(float(line.split()[1]) for line in text.splitlines()
-                               if line.startswith("laneledger_tail_applied_position "))
-                lag = next(float(line.split()[1]) for line in text.splitlines()
-                           if line.startswith("laneledger_tail_lag_events "))
+                applied = next(
+                    float(line.split()[1])
+                    for line in text.splitlines()
+                    if line.startswith("laneledger_tail_applied_position ")
+                )
+                lag = next(
+                    float(line.split()[1])
+                    for line in text.splitlines()
+                    if line.startswith("laneledger_tail_lag_events ")
+                )
                 if ready and lag == 0:
                     return int(applied)
                 if time.monotonic() > deadline:
@@ -370,8 +450,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--producers", type=int, default=3)
     p.add_argument("--lanes", type=int, default=24)
     p.add_argument("--load-fraction", type=float, default=0.2)
-    p.add_argument("--max-rate", type=float, default=None,
-                   help="skip phase 1 and take this as the max append load (events/s)")
+    p.add_argument(
+        "--max-rate",
+        type=float,
+        default=None,
+        help="skip phase 1 and take this as the max append load (events/s)",
+    )
     p.add_argument("--warmup", type=float, default=None, help="warm-up per phase (default 2 s)")
     p.add_argument("--drain", type=float, default=3.0, help="subscribers read this long after")
     p.add_argument("--quick", action="store_true", help="smoke run: 3 s windows, 1 s warm-up")
@@ -387,6 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         import uvloop
+
         uvloop.install()
     except ImportError:
         pass

@@ -18,8 +18,8 @@ from typing import Any
 import msgspec
 from hypothesis import strategies as st
 
-from laneledger.sdk.client import make_event
 from laneledger.contract.subjects import Subjects, token
+from laneledger.sdk.client import make_event
 
 
 def fuzz_examples(default: int) -> int:
@@ -32,14 +32,14 @@ def fuzz_examples(default: int) -> int:
 class World:
     subjects: Subjects
     tenant: str
-    lane_id: str            # the target lane (tenant, session s1)
-    other_lane_id: str      # same tenant, another session
-    foreign_lane_id: str    # another tenant
+    lane_id: str  # the target lane (tenant, session s1)
+    other_lane_id: str  # same tenant, another session
+    foreign_lane_id: str  # another tenant
     actor_id: str
-    foreign_actor_id: str   # an actor of the other tenant
-    committed_ids: tuple[str, ...]       # events committed on the target lane
-    other_session_ids: tuple[str, ...]   # events committed in the other session
-    committed_append_id: str             # an append id already used
+    foreign_actor_id: str  # an actor of the other tenant
+    committed_ids: tuple[str, ...]  # events committed on the target lane
+    other_session_ids: tuple[str, ...]  # events committed in the other session
+    committed_append_id: str  # an append id already used
 
 
 @dataclass(frozen=True)
@@ -57,23 +57,40 @@ class Message:
 
 
 JSON_SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=20))
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=20),
+)
 JSON_VALUES = st.recursive(
     JSON_SCALARS,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=12)
-BAD_IDS = st.one_of(st.just(""), st.text(min_size=257, max_size=300), JSON_SCALARS.filter(
-    lambda v: not isinstance(v, str)))
+    max_leaves=12,
+)
+BAD_IDS = st.one_of(
+    st.just(""), st.text(min_size=257, max_size=300), JSON_SCALARS.filter(lambda v: not isinstance(v, str))
+)
 
-EVENT_FIELDS = ("schema_version", "id", "lane_id", "subject_id", "event_type", "actor_id",
-                "occurred_at", "payload", "extensions")
+EVENT_FIELDS = (
+    "schema_version",
+    "id",
+    "lane_id",
+    "subject_id",
+    "event_type",
+    "actor_id",
+    "occurred_at",
+    "payload",
+    "extensions",
+)
 REQUEST_FIELDS = ("lane_id", "expected_last_seq", "append_id", "events")
 
 
 def _event(world: World, **fields: Any) -> dict[str, Any]:
-    return {**make_event(world.lane_id, "stream.text_delta", actor_id=world.actor_id,
-                         payload={"text": "hi"}), **fields}
+    return {
+        **make_event(world.lane_id, "stream.text_delta", actor_id=world.actor_id, payload={"text": "hi"}),
+        **fields,
+    }
 
 
 @st.composite
@@ -85,12 +102,36 @@ def _mutation(draw: st.DrawFn, world: World, request: dict[str, Any]) -> str:
     event = events[draw(st.integers(0, len(events) - 1))]
     if not isinstance(event.get("payload"), dict):
         event["payload"] = {}
-    kind = draw(st.sampled_from([
-        "request_type", "request_missing", "request_extra", "event_type", "event_missing",
-        "event_extra", "bad_id", "huge_int", "huge_string", "lane_other", "lane_unknown",
-        "lane_foreign", "causation", "duplicate_in_append", "duplicate_committed",
-        "append_id_reused", "expected_seq", "event_type_value", "core_payload", "actor",
-        "subject", "occurred_at", "events_empty", "deep_payload"]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "request_type",
+                "request_missing",
+                "request_extra",
+                "event_type",
+                "event_missing",
+                "event_extra",
+                "bad_id",
+                "huge_int",
+                "huge_string",
+                "lane_other",
+                "lane_unknown",
+                "lane_foreign",
+                "causation",
+                "duplicate_in_append",
+                "duplicate_committed",
+                "append_id_reused",
+                "expected_seq",
+                "event_type_value",
+                "core_payload",
+                "actor",
+                "subject",
+                "occurred_at",
+                "events_empty",
+                "deep_payload",
+            ]
+        )
+    )
     if kind == "request_type":
         name = draw(st.sampled_from(REQUEST_FIELDS))
         request[name] = draw(JSON_VALUES)
@@ -98,24 +139,37 @@ def _mutation(draw: st.DrawFn, world: World, request: dict[str, Any]) -> str:
         name = draw(st.sampled_from(REQUEST_FIELDS))
         request.pop(name, None)
     elif kind == "request_extra":
-        request[draw(st.text(min_size=1, max_size=10).filter(lambda k: k not in REQUEST_FIELDS))] = \
-            draw(JSON_VALUES)
+        request[draw(st.text(min_size=1, max_size=10).filter(lambda k: k not in REQUEST_FIELDS))] = draw(
+            JSON_VALUES
+        )
     elif kind == "event_type":
         name = draw(st.sampled_from(EVENT_FIELDS + ("causation_id",)))
         event[name] = draw(JSON_VALUES)
     elif kind == "event_missing":
         event.pop(draw(st.sampled_from(EVENT_FIELDS)), None)
     elif kind == "event_extra":
-        event[draw(st.text(min_size=1, max_size=10).filter(
-            lambda k: k not in EVENT_FIELDS + ("causation_id",)))] = draw(JSON_VALUES)
+        event[
+            draw(st.text(min_size=1, max_size=10).filter(lambda k: k not in EVENT_FIELDS + ("causation_id",)))
+        ] = draw(JSON_VALUES)
     elif kind == "bad_id":
-        target, name = draw(st.sampled_from([
-            (request, "append_id"), (request, "lane_id"), (event, "id"), (event, "actor_id"),
-            (event, "subject_id"), (event, "lane_id"), (event, "causation_id")]))
+        target, name = draw(
+            st.sampled_from(
+                [
+                    (request, "append_id"),
+                    (request, "lane_id"),
+                    (event, "id"),
+                    (event, "actor_id"),
+                    (event, "subject_id"),
+                    (event, "lane_id"),
+                    (event, "causation_id"),
+                ]
+            )
+        )
         target[name] = draw(BAD_IDS)
     elif kind == "huge_int":
         event["payload"]["n"] = draw(st.integers(min_value=2**53, max_value=2**80)) * draw(
-            st.sampled_from([1, -1]))
+            st.sampled_from([1, -1])
+        )
     elif kind == "huge_string":  # over the test sequencer's 16 KiB request limit
         event["payload"]["blob"] = "x" * draw(st.integers(16 * 1024, 40 * 1024))
     elif kind == "lane_other":
@@ -125,9 +179,12 @@ def _mutation(draw: st.DrawFn, world: World, request: dict[str, Any]) -> str:
     elif kind == "lane_foreign":
         event["lane_id"] = world.foreign_lane_id
     elif kind == "causation":
-        event["causation_id"] = draw(st.sampled_from(
-            # Its own id (absent when an earlier mutation dropped it: no id at all).
-            [event.get("id"), draw(st.text(min_size=1, max_size=40)), *world.other_session_ids]))
+        event["causation_id"] = draw(
+            st.sampled_from(
+                # Its own id (absent when an earlier mutation dropped it: no id at all).
+                [event.get("id"), draw(st.text(min_size=1, max_size=40)), *world.other_session_ids]
+            )
+        )
     elif kind == "duplicate_in_append":
         events.append(dict(event, payload=dict(event["payload"])))
     elif kind == "duplicate_committed":
@@ -137,23 +194,34 @@ def _mutation(draw: st.DrawFn, world: World, request: dict[str, Any]) -> str:
     elif kind == "expected_seq":
         request["expected_last_seq"] = draw(st.integers(min_value=-5, max_value=2**70))
     elif kind == "event_type_value":
-        event["event_type"] = draw(st.text(max_size=40) | st.sampled_from(
-            ["core", "run.nonsense", "stream.acme", "x.ledger.reserved", "lane.a.b.c"]))
+        event["event_type"] = draw(
+            st.text(max_size=40)
+            | st.sampled_from(["core", "run.nonsense", "stream.acme", "x.ledger.reserved", "lane.a.b.c"])
+        )
     elif kind == "core_payload":
-        event["event_type"] = draw(st.sampled_from(
-            ["cost.recorded", "hitl.paused", "hitl.responded", "attempt.requested"]))
-        event["payload"] = draw(st.dictionaries(st.sampled_from(
-            ["provider", "model", "currency", "amount", "attempt_id", "question", "answer"]),
-            JSON_VALUES, max_size=4))
+        event["event_type"] = draw(
+            st.sampled_from(["cost.recorded", "hitl.paused", "hitl.responded", "attempt.requested"])
+        )
+        event["payload"] = draw(
+            st.dictionaries(
+                st.sampled_from(
+                    ["provider", "model", "currency", "amount", "attempt_id", "question", "answer"]
+                ),
+                JSON_VALUES,
+                max_size=4,
+            )
+        )
     elif kind == "actor":
         event["actor_id"] = draw(st.sampled_from([world.foreign_actor_id, "nobody"]))
     elif kind == "subject":
-        event["subject_id"] = draw(st.sampled_from([world.other_lane_id, world.foreign_lane_id,
-                                                    "no-such-subject"]))
+        event["subject_id"] = draw(
+            st.sampled_from([world.other_lane_id, world.foreign_lane_id, "no-such-subject"])
+        )
     elif kind == "occurred_at":
-        event["occurred_at"] = draw(st.sampled_from(
-            ["yesterday", "2026-01-01", "2026-01-01T00:00:00", "2026-13-45T99:99:99Z", ""])
-            | st.text(max_size=30))
+        event["occurred_at"] = draw(
+            st.sampled_from(["yesterday", "2026-01-01", "2026-01-01T00:00:00", "2026-13-45T99:99:99Z", ""])
+            | st.text(max_size=30)
+        )
     elif kind == "events_empty":
         request["events"] = []
     elif kind == "deep_payload":
@@ -189,21 +257,30 @@ def _render(value: Any) -> bytes:
 def append_messages(draw: st.DrawFn, world: World) -> Message:
     """A valid request with one to three mutations, published on the target
     lane's subject (or, sometimes, on a wrong one)."""
-    request = {"lane_id": world.lane_id, "expected_last_seq": draw(st.integers(0, 3)),
-               "append_id": draw(st.uuids()).hex,
-               "events": [_event(world) for _ in range(draw(st.integers(1, 3)))]}
+    request = {
+        "lane_id": world.lane_id,
+        "expected_last_seq": draw(st.integers(0, 3)),
+        "append_id": draw(st.uuids()).hex,
+        "events": [_event(world) for _ in range(draw(st.integers(1, 3)))],
+    }
     kinds = [draw(_mutation(world, request)) for _ in range(draw(st.integers(1, 3)))]
     subject = world.subjects.append(world.tenant, world.lane_id)
     lane = request.get("lane_id")
     if isinstance(lane, str) and lane:
         subject = world.subjects.append(world.tenant, lane)
-    subject = draw(st.sampled_from([
-        subject, subject, subject,
-        world.subjects.append("globex", world.lane_id),
-        world.subjects.append(world.tenant, world.other_lane_id),
-        f"{world.subjects.prefix}.append.{token(world.tenant)}.a.b",
-        f"{world.subjects.prefix}.append.{token(world.tenant)}",
-    ]))
+    subject = draw(
+        st.sampled_from(
+            [
+                subject,
+                subject,
+                subject,
+                world.subjects.append("globex", world.lane_id),
+                world.subjects.append(world.tenant, world.other_lane_id),
+                f"{world.subjects.prefix}.append.{token(world.tenant)}.a.b",
+                f"{world.subjects.prefix}.append.{token(world.tenant)}",
+            ]
+        )
+    )
     return Message(subject, _render(request), draw(st.booleans()), "+".join(kinds))
 
 
@@ -211,21 +288,43 @@ def append_messages(draw: st.DrawFn, world: World) -> Message:
 def raw_messages(draw: st.DrawFn, world: World) -> Message:
     """Bytes that are not a request: random bytes, non-UTF-8, truncation,
     NaN/Infinity literals, duplicate keys, trailing garbage, deep nesting."""
-    good = _render({"lane_id": world.lane_id, "expected_last_seq": 0,
-                    "append_id": draw(st.uuids()).hex, "events": [_event(world)]})
-    kind = draw(st.sampled_from(["random", "not_utf8", "truncated", "nan", "duplicate_keys",
-                                 "trailing", "deep", "scalar", "empty"]))
+    good = _render(
+        {
+            "lane_id": world.lane_id,
+            "expected_last_seq": 0,
+            "append_id": draw(st.uuids()).hex,
+            "events": [_event(world)],
+        }
+    )
+    kind = draw(
+        st.sampled_from(
+            [
+                "random",
+                "not_utf8",
+                "truncated",
+                "nan",
+                "duplicate_keys",
+                "trailing",
+                "deep",
+                "scalar",
+                "empty",
+            ]
+        )
+    )
     if kind == "random":
         body = draw(st.binary(max_size=512))
     elif kind == "not_utf8":
         at = draw(st.integers(0, len(good)))
         body = good[:at] + draw(st.sampled_from([b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\x80"])) + good[at:]
     elif kind == "truncated":
-        body = good[:draw(st.integers(0, len(good) - 1))]
+        body = good[: draw(st.integers(0, len(good) - 1))]
     elif kind == "nan":
-        body = good.replace(b'"payload":{"text":"hi"}',
-                            b'"payload":{"v":' + draw(st.sampled_from(
-                                [b"NaN", b"Infinity", b"-Infinity", b"1e400", b"-0"])) + b"}")
+        body = good.replace(
+            b'"payload":{"text":"hi"}',
+            b'"payload":{"v":'
+            + draw(st.sampled_from([b"NaN", b"Infinity", b"-Infinity", b"1e400", b"-0"]))
+            + b"}",
+        )
     elif kind == "duplicate_keys":
         key = draw(st.sampled_from([b'"append_id":', b'"event_type":', b'"text":', b'"lane_id":']))
         body = good.replace(key, key + b'"dup",' + key, 1)
@@ -254,8 +353,14 @@ COMMAND_FIELDS: dict[str, dict[str, Any]] = {
     "ensure_actor": {"tenant": "acme", "key": "agent:fuzz@1", "kind": "agent"},
     "create_lane": {"tenant": "acme", "session_id": "s-fuzz", "run_id": "r-fuzz", "name": "main"},
     "create_turn": {"lane_id": "LANE", "turn_no": 1},
-    "create_action": {"lane_id": "LANE", "turn_id": "t-1", "action_type": "tool_call",
-                      "name": "read", "effect": "read", "idempotency": "inherent"},
+    "create_action": {
+        "lane_id": "LANE",
+        "turn_id": "t-1",
+        "action_type": "tool_call",
+        "name": "read",
+        "effect": "read",
+        "idempotency": "inherent",
+    },
     "create_attempt": {"lane_id": "LANE", "action_id": "x-1", "attempt_no": 1},
     "get_lane": {"lane_id": "LANE"},
     "load_lane": {"lane_id": "LANE", "after_seq": 0, "limit": 10},
@@ -274,18 +379,25 @@ def command_messages(draw: st.DrawFn, world: World) -> Message:
     op = draw(st.sampled_from(sorted(COMMAND_FIELDS)))
     body_obj: dict[str, Any] = {"op": op}
     for name, value in COMMAND_FIELDS[op].items():
-        body_obj[name] = {"LANE": world.lane_id, "APPEND": world.committed_append_id}.get(value, value) \
-            if isinstance(value, str) else value
-    kind = draw(st.sampled_from(["valid", "wrong_type", "missing", "extra", "bad_id", "huge_int",
-                                 "op_mismatch", "raw", "deep"]))
+        body_obj[name] = (
+            {"LANE": world.lane_id, "APPEND": world.committed_append_id}.get(value, value)
+            if isinstance(value, str)
+            else value
+        )
+    kind = draw(
+        st.sampled_from(
+            ["valid", "wrong_type", "missing", "extra", "bad_id", "huge_int", "op_mismatch", "raw", "deep"]
+        )
+    )
     fields = [k for k in body_obj if k != "op"]
     if kind == "wrong_type":
         body_obj[draw(st.sampled_from(fields + ["op"]))] = draw(JSON_VALUES)
     elif kind == "missing":
         body_obj.pop(draw(st.sampled_from(fields + ["op"])))
     elif kind == "extra":
-        body_obj[draw(st.text(min_size=1, max_size=8).filter(lambda k: k not in body_obj))] = \
-            draw(JSON_VALUES)
+        body_obj[draw(st.text(min_size=1, max_size=8).filter(lambda k: k not in body_obj))] = draw(
+            JSON_VALUES
+        )
     elif kind == "bad_id":
         body_obj[draw(st.sampled_from(fields))] = draw(BAD_IDS)
     elif kind == "huge_int":
@@ -297,6 +409,8 @@ def command_messages(draw: st.DrawFn, world: World) -> Message:
         body = draw(st.binary(max_size=256) | st.sampled_from([b"", b"null", b"[]", b"\xff{"]))
     elif kind == "deep":
         body = b'{"op":' * 5000 + b"1" + b"}" * 5000
-    subject_op = draw(st.sampled_from([op, op, op, "no_such_op", "get_lane"])
-                      | st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=12))
+    subject_op = draw(
+        st.sampled_from([op, op, op, "no_such_op", "get_lane"])
+        | st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=12)
+    )
     return Message(world.subjects.command(subject_op), body, draw(st.booleans()), f"cmd:{op}:{kind}")

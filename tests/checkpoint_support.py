@@ -22,14 +22,13 @@ from pathlib import Path
 
 import pytest_asyncio
 from prometheus_client import CollectorRegistry
+from service_process import ServiceProcess
 
 from laneledger.sdk.checkpoints import CheckpointClient
 from laneledger.sdk.client import LedgerClient
 from laneledger.services.checkpoint.metrics import CheckpointMetrics
 from laneledger.services.checkpoint.service import CheckpointService, CheckpointSettings
 from laneledger.services.checkpoint.store import CheckpointStore
-
-from service_process import ServiceProcess
 
 ANCHOR_WAIT_S = 10.0  # the service's bound; tests that want a timeout ask for less per save
 
@@ -38,7 +37,9 @@ ANCHOR_WAIT_S = 10.0  # the service's bound; tests that want a timeout ask for l
 async def checkpoint_service(nc, sequencer, tmp_path: Path) -> AsyncIterator[CheckpointService]:
     store = CheckpointStore.open(tmp_path / "checkpoints.db")
     service = CheckpointService(
-        nc, store, CheckpointMetrics(CollectorRegistry()),
+        nc,
+        store,
+        CheckpointMetrics(CollectorRegistry()),
         CheckpointSettings(anchor_wait_s=ANCHOR_WAIT_S, max_inline_bytes=4096, refresh_interval_s=0.2),
     )
     await service.start()
@@ -71,14 +72,24 @@ async def wait_until(predicate, timeout: float = 15.0, what: str = "condition") 
 class CheckpointProcess(ServiceProcess):
     """``python -m laneledger.services.checkpoint`` on ``data_dir``; its logs beside it."""
 
-    def __init__(self, nats_url: str, data_dir: str | os.PathLike[str], *,
-                 extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, nats_url: str, data_dir: str | os.PathLike[str], *, extra_args: tuple[str, ...] = ()
+    ) -> None:
         self.nats_url = nats_url
         self.data_dir = Path(data_dir)
         super().__init__(
             "laneledger.services.checkpoint",
-            ["--nats", nats_url, "--data", str(self.data_dir), "--http-host", "127.0.0.1",
-             "--http-port", "0", *extra_args],
-            self.data_dir.parent, log_name=self.data_dir.name,
+            [
+                "--nats",
+                nats_url,
+                "--data",
+                str(self.data_dir),
+                "--http-host",
+                "127.0.0.1",
+                "--http-port",
+                "0",
+                *extra_args,
+            ],
+            self.data_dir.parent,
+            log_name=self.data_dir.name,
         )
-

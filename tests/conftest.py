@@ -23,16 +23,16 @@ import pytest
 import pytest_asyncio
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
+from prometheus_client import CollectorRegistry
+from sequencer_process import SequencerProcess
 
-from laneledger.sdk.client import LedgerClient
 from laneledger.contract.model import Actor
 from laneledger.devtools.natscluster import NatsCluster
 from laneledger.devtools.natsserver import NatsServer
-from laneledger.store import LedgerWriter, open_ledger
-from prometheus_client import CollectorRegistry
-from sequencer_process import SequencerProcess
+from laneledger.sdk.client import LedgerClient
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer
+from laneledger.store import LedgerWriter, open_ledger
 
 # -- reporting hooks ------------------------------------------------------------
 
@@ -132,8 +132,9 @@ async def sequencer(nc: NATS, tmp_path: Path) -> AsyncIterator[Sequencer]:
 
 
 @pytest.fixture
-def sequencer_proc(nats_server: NatsServer, tmp_path: Path,
-                   request: pytest.FixtureRequest) -> Iterator[SequencerProcess]:
+def sequencer_proc(
+    nats_server: NatsServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[SequencerProcess]:
     """The sequencer as a real process on ``tmp_path/ledger.db``; stopped (no
     process left) at teardown, before the nats-server."""
     seq = SequencerProcess(nats_server.url, tmp_path / "ledger.db", log_dir=tmp_path)

@@ -25,21 +25,20 @@ import msgspec
 import nats
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
-
-from laneledger.sdk.client import LedgerClient, make_event
-from laneledger.contract.model import CommittedEvent, Lane
-from laneledger.runtime.opsserver import ops_routes, start_http
-from laneledger.services.metrics.service import MetricsService, MetricsSettings
-from laneledger.services.metrics.store import MetricsStore
-
 from service_process import ServiceProcess
 
+from laneledger.contract.model import CommittedEvent, Lane
+from laneledger.runtime.opsserver import ops_routes, start_http
+from laneledger.sdk.client import LedgerClient, make_event
+from laneledger.services.metrics.service import MetricsService, MetricsSettings
+from laneledger.services.metrics.store import MetricsStore
 
 # -- polling -----------------------------------------------------------------------
 
 
-async def wait_for(check: Callable[[], Awaitable[Any]], *, timeout: float = 20.0,
-                   interval: float = 0.05) -> Any:
+async def wait_for(
+    check: Callable[[], Awaitable[Any]], *, timeout: float = 20.0, interval: float = 0.05
+) -> Any:
     """Call ``check`` until it returns something truthy or ``timeout`` passes
     (at most ``timeout / interval`` + 1 calls); returns its last result."""
     deadline = time.monotonic() + timeout
@@ -85,23 +84,43 @@ async def scrape(url: str) -> str:
 def ledger_samples(samples: Samples) -> Samples:
     """The folded ledger metrics only (not the service's own process counters)."""
     own = ("laneledger_metrics_batches_folded", "laneledger_metrics_store_commit_seconds")
-    return {k: v for k, v in samples.items()
-            if k[0].startswith("laneledger_") and not k[0].startswith(own)}
+    return {k: v for k, v in samples.items() if k[0].startswith("laneledger_") and not k[0].startswith(own)}
 
 
 # -- committed events for pure fold tests ------------------------------------------
 
 
-def committed(position: int, event_type: str, *, tenant: str = "acme", subject_id: str = "lane-1",
-              payload: dict | None = None, occurred_at: str = "2026-01-01T00:00:00Z",
-              session_id: str = "s1", run_id: str = "r1") -> bytes:
+def committed(
+    position: int,
+    event_type: str,
+    *,
+    tenant: str = "acme",
+    subject_id: str = "lane-1",
+    payload: dict | None = None,
+    occurred_at: str = "2026-01-01T00:00:00Z",
+    session_id: str = "s1",
+    run_id: str = "r1",
+) -> bytes:
     """A committed event's bytes as the stream carries them (hashes are not checked)."""
     event = CommittedEvent(
-        schema_version="1.0", id=f"ev-{position}", lane_id="lane-1", subject_id=subject_id,
-        event_type=event_type, actor_id="actor-1", occurred_at=occurred_at,
-        payload=payload or {}, extensions={}, tenant=tenant, session_id=session_id,
-        run_id=run_id, seq=position, position=position, append_id=f"ap-{position}",
-        committed_at="2026-01-01T00:00:00Z", prev_hash="0" * 64, entry_hash="0" * 64,
+        schema_version="1.0",
+        id=f"ev-{position}",
+        lane_id="lane-1",
+        subject_id=subject_id,
+        event_type=event_type,
+        actor_id="actor-1",
+        occurred_at=occurred_at,
+        payload=payload or {},
+        extensions={},
+        tenant=tenant,
+        session_id=session_id,
+        run_id=run_id,
+        seq=position,
+        position=position,
+        append_id=f"ap-{position}",
+        committed_at="2026-01-01T00:00:00Z",
+        prev_hash="0" * 64,
+        entry_hash="0" * 64,
     )
     return msgspec.json.encode(event)
 
@@ -141,74 +160,137 @@ async def build_workload(client: LedgerClient) -> Workload:
     side = await c.create_lane("acme", "s1", "r2", "side", actor_id=agent.id)
     other = await c.create_lane("globex", "s2", "r1", "main", actor_id=bot.id)
     turn = await c.create_turn(main.id, 1)
-    shell = await c.create_action(main.id, turn.id, "tool_call", "shell", effect="write",
-                                  idempotency="none")
-    llm = await c.create_action(main.id, turn.id, "model_call", "claude-sonnet-4", effect="none",
-                                idempotency="not_applicable")
-    fetch = await c.create_action(main.id, turn.id, "tool_call", "fetch", effect="read",
-                                  idempotency="inherent")
+    shell = await c.create_action(main.id, turn.id, "tool_call", "shell", effect="write", idempotency="none")
+    llm = await c.create_action(
+        main.id, turn.id, "model_call", "claude-sonnet-4", effect="none", idempotency="not_applicable"
+    )
+    fetch = await c.create_action(
+        main.id, turn.id, "tool_call", "fetch", effect="read", idempotency="inherent"
+    )
     a1 = await c.create_attempt(main.id, shell.id, 1)
     a2 = await c.create_attempt(main.id, llm.id, 1)
     a3 = await c.create_attempt(main.id, fetch.id, 1)
 
-    def ev(lane: Lane, event_type: str, subject: str | None = None, payload: dict | None = None,
-           at: str | None = None, who: str | None = None) -> dict:
+    def ev(
+        lane: Lane,
+        event_type: str,
+        subject: str | None = None,
+        payload: dict | None = None,
+        at: str | None = None,
+        who: str | None = None,
+    ) -> dict:
         actor = who or (bot.id if lane is other else agent.id)
-        return make_event(lane.id, event_type, actor_id=actor, subject_id=subject or lane.id,
-                          payload=payload, occurred_at=at)
+        return make_event(
+            lane.id,
+            event_type,
+            actor_id=actor,
+            subject_id=subject or lane.id,
+            payload=payload,
+            occurred_at=at,
+        )
 
-    def cost(lane: Lane, provider: str, model: str, amount: str, currency: str = "USD",
-             **tokens: int) -> dict:
-        return ev(lane, "cost.recorded", payload={
-            "provider": provider, "model": model, "amount": amount, "currency": currency, **tokens})
+    def cost(
+        lane: Lane, provider: str, model: str, amount: str, currency: str = "USD", **tokens: int
+    ) -> dict:
+        return ev(
+            lane,
+            "cost.recorded",
+            payload={"provider": provider, "model": model, "amount": amount, "currency": currency, **tokens},
+        )
 
     w = Workload(client)
-    w.stages.append([(main, [
-        ev(main, "session.started", "s1"),
-        ev(main, "run.started", "r1"),
-        ev(main, "turn.started", turn.id),
-        ev(main, "action.started", shell.id, {"action_type": "tool_call", "name": "shell"},
-           at="2026-01-01T00:00:00Z"),
-        ev(main, "attempt.requested", a1.id, {"attempt_no": 1}),
-        ev(main, "hitl.paused", shell.id, {"pause_id": "pause-1", "trigger": "side_effect"}),
-    ])])
-    w.stages.append([(main, [
-        ev(main, "hitl.responded", shell.id, {"pause_id": "pause-1", "decision": "approved"},
-           who=human.id),
-        ev(main, "attempt.completed", a1.id),
-        ev(main, "action.completed", shell.id, at="2026-01-01T00:00:01.5Z"),
-    ])])
-    w.stages.append([
-        (main, [
-            ev(main, "action.started", llm.id, {"action_type": "model_call",
-                                                "name": "claude-sonnet-4"},
-               at="2026-01-01T00:00:02Z"),
-            ev(main, "attempt.requested", a2.id),
-            cost(main, "anthropic", "claude-sonnet-4", "0.0123", input_tokens=1520,
-                 output_tokens=310, cache_read_tokens=4096),
-            ev(main, "attempt.failed", a2.id),
-            ev(main, "action.failed", llm.id, at="2026-01-01T00:00:02.300000000+00:00"),
-            ev(main, "action.started", fetch.id, {"action_type": "tool_call", "name": "fetch"}),
-            ev(main, "attempt.requested", a3.id),
-            ev(main, "action.completed", fetch.id, {"duration_ms": 250}),
-            cost(main, "anthropic", "claude-sonnet-4", "0.1", input_tokens=100, output_tokens=20),
-            ev(main, "hitl.paused", fetch.id, {"pause_id": "pause-2", "trigger": "review"}),
-            ev(main, "lane.framework.checkpoint.linked", main.id, {"checkpoint_id": "cp-1"}),
-            ev(main, "ext.acme.round_audit", main.id, {"round": 2}),
-            ev(main, "run.completed", "r1"),
-        ]),
-        (side, [
-            ev(side, "run.started", "r2"),
-            cost(side, "openai", "gpt-4.1", "0.000000000000000001", output_tokens=7),
-            cost(side, "openai", "gpt-4.1", "-0.05"),
-            ev(side, "run.failed", "r2"),
-        ]),
-        (other, [
-            ev(other, "run.started", "r1"),
-            cost(other, "anthropic", "claude-haiku", "1.5", "EUR", input_tokens=10),
-            ev(other, "run.cancelled", "r1"),
-        ]),
-    ])
+    w.stages.append(
+        [
+            (
+                main,
+                [
+                    ev(main, "session.started", "s1"),
+                    ev(main, "run.started", "r1"),
+                    ev(main, "turn.started", turn.id),
+                    ev(
+                        main,
+                        "action.started",
+                        shell.id,
+                        {"action_type": "tool_call", "name": "shell"},
+                        at="2026-01-01T00:00:00Z",
+                    ),
+                    ev(main, "attempt.requested", a1.id, {"attempt_no": 1}),
+                    ev(main, "hitl.paused", shell.id, {"pause_id": "pause-1", "trigger": "side_effect"}),
+                ],
+            )
+        ]
+    )
+    w.stages.append(
+        [
+            (
+                main,
+                [
+                    ev(
+                        main,
+                        "hitl.responded",
+                        shell.id,
+                        {"pause_id": "pause-1", "decision": "approved"},
+                        who=human.id,
+                    ),
+                    ev(main, "attempt.completed", a1.id),
+                    ev(main, "action.completed", shell.id, at="2026-01-01T00:00:01.5Z"),
+                ],
+            )
+        ]
+    )
+    w.stages.append(
+        [
+            (
+                main,
+                [
+                    ev(
+                        main,
+                        "action.started",
+                        llm.id,
+                        {"action_type": "model_call", "name": "claude-sonnet-4"},
+                        at="2026-01-01T00:00:02Z",
+                    ),
+                    ev(main, "attempt.requested", a2.id),
+                    cost(
+                        main,
+                        "anthropic",
+                        "claude-sonnet-4",
+                        "0.0123",
+                        input_tokens=1520,
+                        output_tokens=310,
+                        cache_read_tokens=4096,
+                    ),
+                    ev(main, "attempt.failed", a2.id),
+                    ev(main, "action.failed", llm.id, at="2026-01-01T00:00:02.300000000+00:00"),
+                    ev(main, "action.started", fetch.id, {"action_type": "tool_call", "name": "fetch"}),
+                    ev(main, "attempt.requested", a3.id),
+                    ev(main, "action.completed", fetch.id, {"duration_ms": 250}),
+                    cost(main, "anthropic", "claude-sonnet-4", "0.1", input_tokens=100, output_tokens=20),
+                    ev(main, "hitl.paused", fetch.id, {"pause_id": "pause-2", "trigger": "review"}),
+                    ev(main, "lane.framework.checkpoint.linked", main.id, {"checkpoint_id": "cp-1"}),
+                    ev(main, "ext.acme.round_audit", main.id, {"round": 2}),
+                    ev(main, "run.completed", "r1"),
+                ],
+            ),
+            (
+                side,
+                [
+                    ev(side, "run.started", "r2"),
+                    cost(side, "openai", "gpt-4.1", "0.000000000000000001", output_tokens=7),
+                    cost(side, "openai", "gpt-4.1", "-0.05"),
+                    ev(side, "run.failed", "r2"),
+                ],
+            ),
+            (
+                other,
+                [
+                    ev(other, "run.started", "r1"),
+                    cost(other, "anthropic", "claude-haiku", "1.5", "EUR", input_tokens=10),
+                    ev(other, "run.cancelled", "r1"),
+                ],
+            ),
+        ]
+    )
     return w
 
 
@@ -230,11 +312,13 @@ EXPECTED: list[tuple[str, dict[str, str], float]] = [
     ("laneledger_events_total", dict(event_type="cost.recorded", family="cost", tenant="acme"), 4),
     ("laneledger_events_total", dict(event_type="cost.recorded", family="cost", tenant="globex"), 1),
     ("laneledger_events_total", dict(event_type="run.started", family="lifecycle", tenant="acme"), 2),
-    ("laneledger_events_total", dict(event_type="attempt.requested", family="lifecycle",
-                                     tenant="acme"), 3),
+    ("laneledger_events_total", dict(event_type="attempt.requested", family="lifecycle", tenant="acme"), 3),
     ("laneledger_events_total", dict(event_type="hitl.paused", family="hitl", tenant="acme"), 2),
-    ("laneledger_events_total", dict(event_type="ext.acme.round_audit", family="extension",
-                                     tenant="acme"), 1),
+    (
+        "laneledger_events_total",
+        dict(event_type="ext.acme.round_audit", family="extension", tenant="acme"),
+        1,
+    ),
     ("laneledger_cost_total", dict(**ACME_SONNET, currency="USD"), 0.1123),
     ("laneledger_cost_total", dict(**ACME_GPT, currency="USD"), 1e-18),
     ("laneledger_cost_credited_total", dict(**ACME_GPT, currency="USD"), 0.05),
@@ -253,18 +337,36 @@ EXPECTED: list[tuple[str, dict[str, str], float]] = [
     ("laneledger_hitl_responses_total", dict(tenant="acme", decision="approved"), 1),
     ("laneledger_hitl_waiting", dict(tenant="acme"), 1),
     ("laneledger_checkpoints_linked_total", dict(tenant="acme"), 1),
-    ("laneledger_action_duration_seconds_count",
-     dict(action_type="tool_call", name="shell", outcome="completed"), 1),
-    ("laneledger_action_duration_seconds_sum",
-     dict(action_type="tool_call", name="shell", outcome="completed"), 1.5),
-    ("laneledger_action_duration_seconds_bucket",
-     dict(action_type="tool_call", name="shell", outcome="completed", le="1.0"), 0),
-    ("laneledger_action_duration_seconds_bucket",
-     dict(action_type="tool_call", name="shell", outcome="completed", le="2.5"), 1),
-    ("laneledger_action_duration_seconds_sum",
-     dict(action_type="model_call", name="claude-sonnet-4", outcome="failed"), 0.3),
-    ("laneledger_action_duration_seconds_sum",
-     dict(action_type="tool_call", name="fetch", outcome="completed"), 0.25),
+    (
+        "laneledger_action_duration_seconds_count",
+        dict(action_type="tool_call", name="shell", outcome="completed"),
+        1,
+    ),
+    (
+        "laneledger_action_duration_seconds_sum",
+        dict(action_type="tool_call", name="shell", outcome="completed"),
+        1.5,
+    ),
+    (
+        "laneledger_action_duration_seconds_bucket",
+        dict(action_type="tool_call", name="shell", outcome="completed", le="1.0"),
+        0,
+    ),
+    (
+        "laneledger_action_duration_seconds_bucket",
+        dict(action_type="tool_call", name="shell", outcome="completed", le="2.5"),
+        1,
+    ),
+    (
+        "laneledger_action_duration_seconds_sum",
+        dict(action_type="model_call", name="claude-sonnet-4", outcome="failed"),
+        0.3,
+    ),
+    (
+        "laneledger_action_duration_seconds_sum",
+        dict(action_type="tool_call", name="fetch", outcome="completed"),
+        0.25,
+    ),
 ]
 
 
@@ -281,16 +383,17 @@ def check_expected(samples: Samples, *, extra_events: int = 0) -> list[str]:
     return wrong
 
 
-async def bulk(client: LedgerClient, tenant: str, appends: int, per_append: int,
-               name: str = "bulk") -> int:
+async def bulk(client: LedgerClient, tenant: str, appends: int, per_append: int, name: str = "bulk") -> int:
     """``appends`` appends of ``per_append`` stream.text_delta events on a new
     lane; returns the last position."""
     actor = await client.ensure_actor(tenant, f"agent:{name}", "agent")
     lane = await client.create_lane(tenant, f"s-{name}", "r1", name, actor_id=actor.id)
     last, head = 0, 0
     for _ in range(appends):
-        events = [make_event(lane.id, "stream.text_delta", actor_id=actor.id,
-                             payload={"text": "x"}) for _ in range(per_append)]
+        events = [
+            make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload={"text": "x"})
+            for _ in range(per_append)
+        ]
         receipt = await client.append(lane, head, events)
         head, last = receipt.last_seq, receipt.positions[-1]
     return last
@@ -313,8 +416,13 @@ class MetricsRunner:
     async def start(self) -> MetricsRunner:
         from aiohttp import web
 
-        self._nc = await nats.connect(self.nats_url, name="metrics-tests", connect_timeout=2,
-                                      reconnect_time_wait=0.1, max_reconnect_attempts=-1)
+        self._nc = await nats.connect(
+            self.nats_url,
+            name="metrics-tests",
+            connect_timeout=2,
+            reconnect_time_wait=0.1,
+            max_reconnect_attempts=-1,
+        )
         self.registry = CollectorRegistry()
         store = MetricsStore(self.data_dir / "metrics.db")
         self.service = MetricsService(self._nc, store, self.registry, self.settings)
@@ -354,13 +462,25 @@ class MetricsRunner:
 
 # -- a service as an OS process ----------------------------------------------------
 
+
 def metrics_process(nats_url: str, data_dir: Path, log_dir: Path, *extra: str) -> ServiceProcess:
-    return ServiceProcess("laneledger.services.metrics", [
-        "--nats", nats_url, "--data", str(data_dir), "--http-host", "127.0.0.1",
-        "--http-port", "0", "--lag-interval", "0.2", *extra], log_dir)
-
-
-
+    return ServiceProcess(
+        "laneledger.services.metrics",
+        [
+            "--nats",
+            nats_url,
+            "--data",
+            str(data_dir),
+            "--http-host",
+            "127.0.0.1",
+            "--http-port",
+            "0",
+            "--lag-interval",
+            "0.2",
+            *extra,
+        ],
+        log_dir,
+    )
 
 
 # -- ports and Prometheus ----------------------------------------------------------
@@ -413,11 +533,19 @@ class PrometheusProcess:
             port = free_port()
             with open(self.log_path, "ab") as log:
                 self._proc = subprocess.Popen(
-                    [binary, f"--config.file={self.config}",
-                     f"--storage.tsdb.path={self.work_dir / f'tsdb-{attempt}'}",
-                     f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                    cwd=self.work_dir, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                    start_new_session=True)
+                    [
+                        binary,
+                        f"--config.file={self.config}",
+                        f"--storage.tsdb.path={self.work_dir / f'tsdb-{attempt}'}",
+                        f"--web.listen-address=127.0.0.1:{port}",
+                        "--log.level=warn",
+                    ],
+                    cwd=self.work_dir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                )
             self.url = f"http://127.0.0.1:{port}"
             if await self._ready(timeout):
                 return self
@@ -431,8 +559,9 @@ class PrometheusProcess:
                 return True  # exited: stop waiting
             try:
                 async with aiohttp.ClientSession() as http:
-                    async with http.get(f"{self.url}/-/ready",
-                                        timeout=aiohttp.ClientTimeout(total=2)) as resp:
+                    async with http.get(
+                        f"{self.url}/-/ready", timeout=aiohttp.ClientTimeout(total=2)
+                    ) as resp:
                         return resp.status == 200
             except aiohttp.ClientError:
                 return False
@@ -442,8 +571,9 @@ class PrometheusProcess:
 
     async def query(self, expr: str) -> list[dict]:
         async with aiohttp.ClientSession() as http:
-            async with http.get(f"{self.url}/api/v1/query", params={"query": expr},
-                                timeout=aiohttp.ClientTimeout(total=5)) as resp:
+            async with http.get(
+                f"{self.url}/api/v1/query", params={"query": expr}, timeout=aiohttp.ClientTimeout(total=5)
+            ) as resp:
                 body = await resp.json()
         assert body["status"] == "success", body
         return body["data"]["result"]

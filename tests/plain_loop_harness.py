@@ -96,8 +96,10 @@ class Harness:
     async def tool(self, tool: str, turn_no: int, attempt_id: str) -> str:
         """The tool's side effect in the world: a line in the effects file."""
         with open(self.args.effects, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"tool": tool, "turn": turn_no, "attempt_id": attempt_id,
-                                "pid": os.getpid()}) + "\n")
+            f.write(
+                json.dumps({"tool": tool, "turn": turn_no, "attempt_id": attempt_id, "pid": os.getpid()})
+                + "\n"
+            )
         if turn_no == self.args.hang_turn:
             # The effect happened; the answer never comes back. Once both
             # tools are here, tell the test, which kills us.
@@ -123,20 +125,26 @@ class Harness:
         if plan.checkpoint is not None:
             self.state = await self.checkpoints.load_state(plan.checkpoint)
             self.revision = plan.checkpoint.revision
-            self.emit("restored", revision=self.revision, after_seq=plan.after_seq,
-                      state=self.state)
+            self.emit("restored", revision=self.revision, after_seq=plan.after_seq, state=self.state)
         for event in plan.events:
             self.observe(event.event_type, event.payload)
         if plan.checkpoint is not None or plan.events:
             self.emit("replayed", seqs=[e.seq for e in plan.events], state=self.state)
         if not plan.unresolved_attempts:
             return
-        turns = {t.id: t.turn_no for t in (await self.client.load_run(self.args.session,
-                                                                      self.args.run)).turns}
+        turns = {
+            t.id: t.turn_no for t in (await self.client.load_run(self.args.session, self.args.run)).turns
+        }
         by_turn: dict[str, list] = {}
         for attempt in plan.unresolved_attempts:
-            self.emit("unresolved", attempt_id=attempt.attempt_id, name=attempt.name,
-                      turn=turns[attempt.turn_id], retry_safe=attempt.retry_safe, reason=attempt.reason)
+            self.emit(
+                "unresolved",
+                attempt_id=attempt.attempt_id,
+                name=attempt.name,
+                turn=turns[attempt.turn_id],
+                retry_safe=attempt.retry_safe,
+                reason=attempt.reason,
+            )
             by_turn.setdefault(attempt.turn_id, []).append(attempt)
         for turn_id, attempts in by_turn.items():
             turn_no = turns[turn_id]
@@ -183,9 +191,13 @@ class Harness:
         if turn_no % self.args.checkpoint_every == 0:
             assert self.guard.last_receipt is not None  # the turn.completed just committed
             saved = await self.checkpoints.save(
-                self.args.key, expected_revision=self.revision, format=FORMAT, state=self.state,
+                self.args.key,
+                expected_revision=self.revision,
+                format=FORMAT,
+                state=self.state,
                 anchor=anchor_of(self.guard.last_receipt),
-                session_id=self.args.session, run_id=self.args.run,
+                session_id=self.args.session,
+                run_id=self.args.run,
             )
             self.revision = saved.revision
             self.emit("checkpoint", revision=saved.revision, anchor_seq=saved.anchor.seq, state=self.state)
@@ -202,16 +214,29 @@ class Harness:
             await self.recover()
         for turn_no in range(self.state["turn"] + 1, a.turns + 1):
             await self.turn(turn_no)
-        done = await complete_run(recorder, self.checkpoints, key=a.key,
-                                  expected_revision=self.revision, format=FORMAT, actor_id=actor.id,
-                                  state=self.state, run_payload={"turns": a.turns})
-        self.emit("done", revision=done.checkpoint.revision, checkpoint_id=done.checkpoint.id,
-                  state=self.state, head=recorder.head)
+        done = await complete_run(
+            recorder,
+            self.checkpoints,
+            key=a.key,
+            expected_revision=self.revision,
+            format=FORMAT,
+            actor_id=actor.id,
+            state=self.state,
+            run_payload={"turns": a.turns},
+        )
+        self.emit(
+            "done",
+            revision=done.checkpoint.revision,
+            checkpoint_id=done.checkpoint.id,
+            state=self.state,
+            head=recorder.head,
+        )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="plain_loop_harness", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="plain_loop_harness", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--nats", required=True)
     p.add_argument("--tenant", default="acme")
     p.add_argument("--session", required=True)

@@ -57,17 +57,18 @@ import sys
 import time
 from pathlib import Path
 
-from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.contract.errors import LaneConflict, LedgerError, TransportError
 from laneledger.contract.ids import new_id
 from laneledger.contract.model import Lane
+from laneledger.sdk.client import LedgerClient, make_event
 
 MAX_SENDS = 1000  # per request; the time limit normally ends a hopeless one first
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="producer_proc", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="producer_proc", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--nats", required=True)
     p.add_argument("--tenant", required=True)
     p.add_argument("--actor-id", required=True)
@@ -149,25 +150,45 @@ class Producer:
         events = []
         for k in range(self.rng.randint(1, 5)):
             if self.rng.random() < self.args.cost_share:
-                events.append(make_event(lane_id, "cost.recorded", actor_id=self.args.actor_id, payload={
-                    "provider": "anthropic", "model": self.rng.choice(["claude-a", "claude-b"]),
-                    "currency": "USD", "amount": f"0.{self.rng.randint(1, 99999):05d}",
-                    "input_tokens": self.rng.randint(1, 5000),
-                    "output_tokens": self.rng.randint(1, 2000)}))
+                events.append(
+                    make_event(
+                        lane_id,
+                        "cost.recorded",
+                        actor_id=self.args.actor_id,
+                        payload={
+                            "provider": "anthropic",
+                            "model": self.rng.choice(["claude-a", "claude-b"]),
+                            "currency": "USD",
+                            "amount": f"0.{self.rng.randint(1, 99999):05d}",
+                            "input_tokens": self.rng.randint(1, 5000),
+                            "output_tokens": self.rng.randint(1, 2000),
+                        },
+                    )
+                )
             else:
-                events.append(make_event(lane_id, "stream.text_delta", actor_id=self.args.actor_id,
-                                         payload={"text": f"{self.name} request {index} event {k}"}))
+                events.append(
+                    make_event(
+                        lane_id,
+                        "stream.text_delta",
+                        actor_id=self.args.actor_id,
+                        payload={"text": f"{self.name} request {index} event {k}"},
+                    )
+                )
         return events
 
     async def resume(self) -> None:
         """Resend, unchanged, every request whose intent was noted but whose
         outcome was not (the previous incarnation died waiting for it)."""
         done = {json.loads(x)["append_id"] for x in _read_lines(self.args.out)}
-        pending = [i for i in map(json.loads, _read_lines(self.intents.name))
-                   if "append_id" in i and i["append_id"] not in done]
+        pending = [
+            i
+            for i in map(json.loads, _read_lines(self.intents.name))
+            if "append_id" in i and i["append_id"] not in done
+        ]
         self.resuming = True
-        await asyncio.gather(*(self.request(i["request"], self.lanes[i["lane_id"]], intent=i)
-                               for i in pending))
+        await asyncio.gather(
+            *(self.request(i["request"], self.lanes[i["lane_id"]], intent=i) for i in pending)
+        )
         self.resuming = False
 
     async def worker(self) -> None:
@@ -182,8 +203,13 @@ class Producer:
     async def request(self, index: int, lane: Lane, intent: dict | None = None) -> None:
         if intent is None:
             expected, events = self.heads[lane.id], self.new_events(lane.id, index)
-            intent = {"request": index, "append_id": new_id(), "lane_id": lane.id,
-                      "expected_last_seq": expected, "events": events}
+            intent = {
+                "request": index,
+                "append_id": new_id(),
+                "lane_id": lane.id,
+                "expected_last_seq": expected,
+                "events": events,
+            }
             self.note(intent)
         expected, events = intent["expected_last_seq"], intent["events"]
         self.busy[lane.id] = self.busy.get(lane.id, 0) + 1
@@ -192,8 +218,7 @@ class Producer:
         finally:
             self.busy[lane.id] -= 1
 
-    async def _request(self, index: int, lane: Lane, intent: dict, expected: int,
-                       events: list[dict]) -> None:
+    async def _request(self, index: int, lane: Lane, intent: dict, expected: int, events: list[dict]) -> None:
         line = {
             "producer": self.name,
             "request": index,
@@ -217,8 +242,7 @@ class Producer:
             line["sends"] += 1
             self.sends += 1
             try:
-                handle = await self.client.submit(lane, expected, events,
-                                                  append_id=line["append_id"])
+                handle = await self.client.submit(lane, expected, events, append_id=line["append_id"])
                 line["accepted"] = True
                 self.maybe_die(lane.id, expected, line["append_id"])
                 receipt = await handle.receipt(self.args.receipt_timeout)
@@ -235,8 +259,12 @@ class Producer:
                 line.update(outcome=err.code, error=str(err))
                 break
             line.update(
-                outcome="committed", first_seq=receipt.first_seq, last_seq=receipt.last_seq,
-                positions=list(receipt.positions), replayed=receipt.replayed, error=None,
+                outcome="committed",
+                first_seq=receipt.first_seq,
+                last_seq=receipt.last_seq,
+                positions=list(receipt.positions),
+                replayed=receipt.replayed,
+                error=None,
                 receipt_event_ids=list(receipt.event_ids),
             )
             self.heads[lane.id] = max(self.heads[lane.id], receipt.last_seq)
@@ -255,8 +283,13 @@ class Producer:
         lane (no other producer writes it), not a resend of an older intent,
         no other request of ours in flight on the lane, and none committed on
         it since this one read the head it expects."""
-        if (not self.args.die_after_accepts or self.resuming or lane_id in self.hot_ids
-                or self.busy[lane_id] != 1 or self.heads[lane_id] != expected):
+        if (
+            not self.args.die_after_accepts
+            or self.resuming
+            or lane_id in self.hot_ids
+            or self.busy[lane_id] != 1
+            or self.heads[lane_id] != expected
+        ):
             return
         self.own_accepts += 1
         if self.own_accepts >= self.args.die_after_accepts:
@@ -285,13 +318,24 @@ async def amain(args: argparse.Namespace) -> int:
     try:
         for path in (args.out, intents_path(args.out)):
             _drop_torn_line(path)
-        with open(args.out, "a", encoding="utf-8") as out, \
-                open(intents_path(args.out), "a", encoding="utf-8") as intents:
+        with (
+            open(args.out, "a", encoding="utf-8") as out,
+            open(intents_path(args.out), "a", encoding="utf-8") as intents,
+        ):
             producer = Producer(args, client, out, intents)
             code = await producer.run()
         elapsed = time.monotonic() - producer.started
-        print(json.dumps({"producer": producer.name, "outcomes": producer.outcomes,
-                          "sends": producer.sends, "seconds": round(elapsed, 3)}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "producer": producer.name,
+                    "outcomes": producer.outcomes,
+                    "sends": producer.sends,
+                    "seconds": round(elapsed, 3),
+                }
+            ),
+            flush=True,
+        )
         return code
     finally:
         await client.close()
@@ -328,18 +372,44 @@ class ProducerProcess:
     """One ``producer_proc.py`` run as an OS process (its own session, output
     lines in ``out``, stdout/stderr in files next to it)."""
 
-    def __init__(self, nats_url: str, out: Path, *, tenant: str, actor_id: str,
-                 lanes: list[str], hot: list[str], requests: int, seed: int,
-                 name: str, **options: float | int | str) -> None:
+    def __init__(
+        self,
+        nats_url: str,
+        out: Path,
+        *,
+        tenant: str,
+        actor_id: str,
+        lanes: list[str],
+        hot: list[str],
+        requests: int,
+        seed: int,
+        name: str,
+        **options: float | int | str,
+    ) -> None:
         self.out = Path(out)
         self.name = name
         self.log_path = self.out.with_suffix(".log")
         self.args = [
-            sys.executable, str(Path(__file__).resolve()),
-            "--nats", nats_url, "--tenant", tenant, "--actor-id", actor_id,
-            "--lanes", ",".join(lanes), "--hot", ",".join(hot),
-            "--requests", str(requests), "--seed", str(seed), "--out", str(self.out),
-            "--name", name,
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--nats",
+            nats_url,
+            "--tenant",
+            tenant,
+            "--actor-id",
+            actor_id,
+            "--lanes",
+            ",".join(lanes),
+            "--hot",
+            ",".join(hot),
+            "--requests",
+            str(requests),
+            "--seed",
+            str(seed),
+            "--out",
+            str(self.out),
+            "--name",
+            name,
         ]
         for key, value in options.items():
             self.args += [f"--{key.replace('_', '-')}", str(value)]
@@ -348,8 +418,13 @@ class ProducerProcess:
     def start(self, *extra_args: str) -> ProducerProcess:
         """Start it (again: on the same output file), with ``extra_args`` added."""
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([*self.args, *extra_args], stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=log, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [*self.args, *extra_args],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
         return self
 
     @property
@@ -384,16 +459,27 @@ async def create_lanes(url: str, n: int, tenant: str = "acme") -> tuple[str, lis
     async with await LedgerClient.connect(url, timeout=5.0) as client:
         actor = await client.ensure_actor(tenant, "agent:tests/producers@1", "agent")
         lanes = [
-            await client.create_lane(tenant, f"session-{i % 7}", f"run-{i % 3}", f"lane-{i:03d}",
-                                     actor_id=actor.id)
+            await client.create_lane(
+                tenant, f"session-{i % 7}", f"run-{i % 3}", f"lane-{i:03d}", actor_id=actor.id
+            )
             for i in range(n)
         ]
     return actor.id, lanes
 
 
-def start_producers(url: str | list[str], out_dir: Path, actor_id: str, lanes: list[Lane], *,
-                    producers: int, hot: int, requests: int, seed: int, tenant: str = "acme",
-                    **options: float | int | str) -> list[ProducerProcess]:
+def start_producers(
+    url: str | list[str],
+    out_dir: Path,
+    actor_id: str,
+    lanes: list[Lane],
+    *,
+    producers: int,
+    hot: int,
+    requests: int,
+    seed: int,
+    tenant: str = "acme",
+    **options: float | int | str,
+) -> list[ProducerProcess]:
     """``producers`` processes that all share the first ``hot`` lanes; the
     other lanes are dealt out, each to one producer. Given several URLs (the
     nodes of a cluster), producer ``k`` connects to ``url[k % len(url)]``."""
@@ -403,11 +489,20 @@ def start_producers(url: str | list[str], out_dir: Path, actor_id: str, lanes: l
     started: list[ProducerProcess] = []
     try:
         for k in range(producers):
-            started.append(ProducerProcess(
-                urls[k % len(urls)], Path(out_dir) / f"producer-{k}.jsonl", tenant=tenant, actor_id=actor_id,
-                lanes=rest[k::producers] or hot_ids, hot=hot_ids, requests=requests,
-                seed=seed * 100 + k, name=f"producer-{k}", **options,
-            ).start())
+            started.append(
+                ProducerProcess(
+                    urls[k % len(urls)],
+                    Path(out_dir) / f"producer-{k}.jsonl",
+                    tenant=tenant,
+                    actor_id=actor_id,
+                    lanes=rest[k::producers] or hot_ids,
+                    hot=hot_ids,
+                    requests=requests,
+                    seed=seed * 100 + k,
+                    name=f"producer-{k}",
+                    **options,
+                ).start()
+            )
     except BaseException:
         for producer in started:
             producer.kill()
@@ -456,11 +551,17 @@ def check_against_ledger(lines: list[dict], db_path: str | os.PathLike[str]) -> 
             "SELECT position, id, lane_id, seq, append_id FROM events ORDER BY position"
         ).fetchall()
         receipts = Counter(a for (a,) in db.execute("SELECT append_id FROM receipts"))
-        heads = {lane: (last_seq, head) for lane, last_seq, head in
-                 db.execute("SELECT id, last_seq, head_hash FROM lanes")}
-        last_hash = {lane: body for lane, body in db.execute(
-            "SELECT e.lane_id, e.body FROM events e JOIN lanes l"
-            " ON l.id = e.lane_id AND e.seq = l.last_seq")}
+        heads = {
+            lane: (last_seq, head)
+            for lane, last_seq, head in db.execute("SELECT id, last_seq, head_hash FROM lanes")
+        }
+        last_hash = {
+            lane: body
+            for lane, body in db.execute(
+                "SELECT e.lane_id, e.body FROM events e JOIN lanes l"
+                " ON l.id = e.lane_id AND e.seq = l.last_seq"
+            )
+        }
         db.execute("ROLLBACK")
     except sqlite3.Error as exc:
         raise AssertionError(f"cannot read {db_path}: {exc}") from exc
@@ -477,12 +578,14 @@ def check_against_ledger(lines: list[dict], db_path: str | os.PathLike[str]) -> 
         rows = by_append.pop(line["append_id"], [])
         if line["outcome"] != "committed":
             assert not rows and line["append_id"] not in receipts, (
-                f"append {line['append_id']} ({line['outcome']}) left events or a receipt")
+                f"append {line['append_id']} ({line['outcome']}) left events or a receipt"
+            )
             continue
         assert receipts[line["append_id"]] == 1, f"append {line['append_id']}: no single receipt"
         assert [r[1] for r in rows] == line["event_ids"], (
             f"append {line['append_id']}: ledger holds {[r[1] for r in rows]}, "
-            f"the producer sent {line['event_ids']}")
+            f"the producer sent {line['event_ids']}"
+        )
         assert line.get("receipt_event_ids", line["event_ids"]) == line["event_ids"]
         assert all(r[2] == line["lane_id"] for r in rows)
         assert [r[3] for r in rows] == list(range(line["first_seq"], line["last_seq"] + 1))

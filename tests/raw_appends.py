@@ -19,7 +19,7 @@ class Inbox:
         self.receipts: asyncio.Queue[Receipt] = asyncio.Queue()
         self.subject = nc.new_inbox()
 
-    async def __aenter__(self) -> "Inbox":
+    async def __aenter__(self) -> Inbox:
         self.sub = await self.nc.subscribe(self.subject, cb=self._on)
         return self
 

@@ -19,16 +19,20 @@ from collections.abc import Callable
 from typing import Any
 
 import requests
+from bad_input_strategies import fuzz_examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis import checks as sc
 
-from bad_input_strategies import fuzz_examples
-
-CHECKS = [sc.not_a_server_error, sc.status_code_conformance, sc.content_type_conformance,
-          sc.response_schema_conformance, sc.response_headers_conformance,
-          sc.negative_data_rejection]
+CHECKS = [
+    sc.not_a_server_error,
+    sc.status_code_conformance,
+    sc.content_type_conformance,
+    sc.response_schema_conformance,
+    sc.response_headers_conformance,
+    sc.negative_data_rejection,
+]
 SSE = "text/event-stream"
 
 
@@ -38,8 +42,9 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def fuzz_operation(operation, base_url: str, headers: dict[str, str], known: dict[str, Any],
-                   examples: int) -> set[int]:
+def fuzz_operation(
+    operation, base_url: str, headers: dict[str, str], known: dict[str, Any], examples: int
+) -> set[int]:
     """Generated cases of one operation against the running service; raises on
     the first that fails a check (after hypothesis has shrunk it). Returns
     the statuses seen."""
@@ -59,8 +64,7 @@ def fuzz_operation(operation, base_url: str, headers: dict[str, str], known: dic
     # negative case is refused for what is wrong with it, not for a lost token.
     valid = operation.as_strategy(GenerationMode.POSITIVE, headers=headers)
     invalid = operation.as_strategy(GenerationMode.NEGATIVE, headers=headers)
-    strategy = st.builds(with_known_ids, valid, st.lists(st.booleans(), min_size=2, max_size=2)) \
-        | invalid
+    strategy = st.builds(with_known_ids, valid, st.lists(st.booleans(), min_size=2, max_size=2)) | invalid
 
     def send(case) -> None:
         # Sent with requests directly, streaming: schemathesis's own call
@@ -69,8 +73,7 @@ def fuzz_operation(operation, base_url: str, headers: dict[str, str], known: dic
         response = session.request(**kwargs, timeout=30, stream=True)
         statuses.add(response.status_code)
         try:
-            if response.status_code == 200 and response.headers.get(
-                    "Content-Type", "").startswith(SSE):
+            if response.status_code == 200 and response.headers.get("Content-Type", "").startswith(SSE):
                 # A live tail never ends by itself: its headers and first
                 # line are what can be checked.
                 assert next(response.iter_lines()) == b"retry: 1000", case
@@ -79,8 +82,7 @@ def fuzz_operation(operation, base_url: str, headers: dict[str, str], known: dic
         finally:
             response.close()
 
-    @settings(max_examples=examples, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(strategy)
     def each(case) -> None:
         send(case)
@@ -117,8 +119,9 @@ def _plainest_cases(operation, headers: dict[str, str], known: dict[str, Any]):
         yield operation.Case(path_parameters=required["path"], query=query, headers=headers)
 
 
-async def fuzz_every_operation(schema, base_url: str, headers: dict[str, str],
-                               known: dict[str, Any], examples: int = 40) -> list[str]:
+async def fuzz_every_operation(
+    schema, base_url: str, headers: dict[str, str], known: dict[str, Any], examples: int = 40
+) -> list[str]:
     """Fuzz every operation of the served document; fail listing every
     operation that failed a check. Returns the operations that never
     answered 2xx, with the statuses they gave."""
@@ -127,8 +130,9 @@ async def fuzz_every_operation(schema, base_url: str, headers: dict[str, str],
     for result in schema.get_all_operations():
         operation = result.ok()
         try:
-            statuses = await asyncio.to_thread(fuzz_operation, operation, base_url, headers,
-                                               known, fuzz_examples(examples))
+            statuses = await asyncio.to_thread(
+                fuzz_operation, operation, base_url, headers, known, fuzz_examples(examples)
+            )
         except Exception as exc:  # noqa: BLE001 - collected: every operation is reported
             failures[operation.label] = exc
             continue

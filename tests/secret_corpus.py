@@ -7,10 +7,12 @@ bytes anywhere — a file, a response — means it leaked.
 
 from __future__ import annotations
 
-PEM = ("-----BEGIN RSA PRIVATE KEY-----\n"
-       "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun\n"
-       "VTLw7onLRnrq0/IzW7yWR7QkrmBL7jTKEn5u+qKhbwKfBstIs+bMY2Zkp18gnTxK\n"
-       "-----END RSA PRIVATE KEY-----")
+PEM = (
+    "-----BEGIN RSA PRIVATE KEY-----\n"
+    "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun\n"
+    "VTLw7onLRnrq0/IzW7yWR7QkrmBL7jTKEn5u+qKhbwKfBstIs+bMY2Zkp18gnTxK\n"
+    "-----END RSA PRIVATE KEY-----"
+)
 
 # (rule, secret): one per default pattern.
 SHAPED_SECRETS: list[tuple[str, str]] = [
@@ -28,12 +30,12 @@ SHAPED_SECRETS: list[tuple[str, str]] = [
     ("url_credentials", "https://deploybot:pa55w0rdInUrl@git.example.com/repo.git"),
 ]
 # What of a shaped text is the secret (the whole text unless named here).
-NEEDLES = {"url_credentials": "deploybot:pa55w0rdInUrl",
-           "secret_assignment": "n0tAShapeJustAssigned9"}
+NEEDLES = {"url_credentials": "deploybot:pa55w0rdInUrl", "secret_assignment": "n0tAShapeJustAssigned9"}
 
 
 def needle(rule: str, text: str) -> str:
     return NEEDLES.get(rule, text)
+
 
 # (key, secret): values with no telltale shape, secret because of their key.
 KEYED_SECRETS: list[tuple[str, str]] = [
@@ -65,5 +67,6 @@ def secret_payload(tag: str) -> dict:
         "env": {k: v for k, v in KEYED_SECRETS[:6]},
         "calls": [{"headers": {k: v}} for k, v in KEYED_SECRETS[6:]],
         "url": SHAPED_SECRETS[-1][1],
-        "input_tokens": 1234, "max_tokens": 4096,
+        "input_tokens": 1234,
+        "max_tokens": 4096,
     }

@@ -38,8 +38,17 @@ class SequencerProcess(ServiceProcess):
         self.db_path = Path(db_path)
         super().__init__(
             "laneledger.services.sequencer",
-            ["--nats", nats_url, "--db", str(self.db_path), "--http-host", "127.0.0.1",
-             "--http-port", "0", *extra_args],
+            [
+                "--nats",
+                nats_url,
+                "--db",
+                str(self.db_path),
+                "--http-host",
+                "127.0.0.1",
+                "--http-port",
+                "0",
+                *extra_args,
+            ],
             log_dir if log_dir is not None else self.db_path.parent,
         )
 
@@ -53,8 +62,9 @@ def ledger_last_position(db: str | os.PathLike[str]) -> int:
         conn.close()
 
 
-async def wait_for_stream(js, last_position: int, *, stream: str = "LEDGER_EVENTS",
-                          timeout: float = 15.0) -> None:
+async def wait_for_stream(
+    js, last_position: int, *, stream: str = "LEDGER_EVENTS", timeout: float = 15.0
+) -> None:
     """Wait (bounded) until the committed stream reaches ``last_position``: the
     sequencer publishes to it after sending the receipts."""
     deadline = time.monotonic() + timeout

@@ -85,13 +85,17 @@ class ServiceProcess:
         return self.stderr_path
 
     def log_text(self) -> str:
-        return "\n".join(p.read_text(encoding="utf-8", errors="replace")
-                         for p in (self.stdout_path, self.stderr_path) if p.exists())
+        return "\n".join(
+            p.read_text(encoding="utf-8", errors="replace")
+            for p in (self.stdout_path, self.stderr_path)
+            if p.exists()
+        )
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(
             f"--- {p.name}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-lines:])
-            for p in (self.stdout_path, self.stderr_path) if p.exists()
+            for p in (self.stdout_path, self.stderr_path)
+            if p.exists()
         )
 
     def __repr__(self) -> str:
@@ -109,8 +113,13 @@ class ServiceProcess:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         with open(self.stdout_path, "ab") as out, open(self.stderr_path, "ab") as err:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", self.module, *self.args], cwd=self.cwd, env=env,
-                stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
+                [sys.executable, "-m", self.module, *self.args],
+                cwd=self.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
             )
         _RUNNING.add(self)
         self.starts += 1
@@ -135,7 +144,8 @@ class ServiceProcess:
             code = self._proc.poll()
             if code is not None:
                 raise ServiceProcessError(
-                    f"{self.name} exited with code {code} before it was ready\n{self.log_tail()}")
+                    f"{self.name} exited with code {code} before it was ready\n{self.log_tail()}"
+                )
             if time.monotonic() > deadline:
                 raise ServiceProcessError(f"{self.name} not ready within {timeout:g}s\n{self.log_tail()}")
             time.sleep(0.01)

@@ -29,10 +29,10 @@ import nats
 import pytest_asyncio
 import referencing
 import referencing.jsonschema
-
-from laneledger.sdk.client import LedgerClient, make_event
-from laneledger.contract.model import Actor, Lane
 from service_process import ServiceProcess
+
+from laneledger.contract.model import Actor, Lane
+from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.services.tail.openapi import DOCUMENT
 from laneledger.services.tail.service import TailService, TailSettings
 
@@ -42,8 +42,15 @@ DEADLINE_S = 30.0  # every wait below is bounded by this (or less)
 # -- ledger data ------------------------------------------------------------------------
 
 
-async def new_lane(client: LedgerClient, actor: Actor, session: str = "s1", run: str = "r1",
-                   name: str = "main", tenant: str = "acme", **fields: Any) -> Lane:
+async def new_lane(
+    client: LedgerClient,
+    actor: Actor,
+    session: str = "s1",
+    run: str = "r1",
+    name: str = "main",
+    tenant: str = "acme",
+    **fields: Any,
+) -> Lane:
     return await client.create_lane(tenant, session, run, name, actor_id=actor.id, **fields)
 
 
@@ -52,8 +59,16 @@ def ev(lane: Lane, actor: Actor, event_type: str = "stream.text_delta", **fields
     return make_event(lane.id, event_type, actor_id=actor.id, **fields)
 
 
-async def fill(client: LedgerClient, lane: Lane, actor: Actor, n: int, *, start_seq: int | None = None,
-               per_append: int = 100, **fields: Any) -> list[int]:
+async def fill(
+    client: LedgerClient,
+    lane: Lane,
+    actor: Actor,
+    n: int,
+    *,
+    start_seq: int | None = None,
+    per_append: int = 100,
+    **fields: Any,
+) -> list[int]:
     """Append ``n`` events to ``lane``; returns their positions."""
     head = (await client.get_lane(lane.id)).last_seq if start_seq is None else start_seq
     positions: list[int] = []
@@ -69,8 +84,7 @@ async def wait_applied(tail: TailService, position: int, timeout: float = DEADLI
     deadline = time.monotonic() + timeout
     while tail.feed.applied < position:
         if time.monotonic() > deadline:
-            raise AssertionError(f"the tail applied {tail.feed.applied}, not {position}, "
-                                 f"within {timeout}s")
+            raise AssertionError(f"the tail applied {tail.feed.applied}, not {position}, within {timeout}s")
         await asyncio.sleep(0.02)
 
 
@@ -86,7 +100,8 @@ async def wait_ready(api: TailAPI, timeout: float = DEADLINE_S) -> None:
 
 _SPEC_URI = "urn:laneledger:tail-openapi"
 _REGISTRY = referencing.Registry().with_resource(
-    _SPEC_URI, referencing.Resource(contents=DOCUMENT, specification=referencing.jsonschema.DRAFT202012))
+    _SPEC_URI, referencing.Resource(contents=DOCUMENT, specification=referencing.jsonschema.DRAFT202012)
+)
 
 
 def _pointer(*parts: str) -> str:
@@ -135,11 +150,11 @@ def check_against_openapi(method: str, path: str, status: int, content_type: str
     assert media in content, f"{method} {template} {status}: content type {media} not documented"
     if media == "application/json" and body:
         if ref:
-            pointer = _pointer("components", "responses", ref.rsplit("/", 1)[-1], "content",
-                               media, "schema")
+            pointer = _pointer("components", "responses", ref.rsplit("/", 1)[-1], "content", media, "schema")
         else:
-            pointer = _pointer("paths", template, method.lower(), "responses", key, "content",
-                               media, "schema")
+            pointer = _pointer(
+                "paths", template, method.lower(), "responses", key, "content", media, "schema"
+            )
         validator(pointer).validate(json.loads(body))
     elif media == "application/x-ndjson":
         line_schema = schema_validator("KorgEnvelope")
@@ -169,17 +184,32 @@ class TailAPI:
         self.base_url = base_url
         self.session = session
 
-    async def request(self, method: str, path: str, *, params: dict | None = None,
-                      json_body: Any = None, data: bytes | None = None,
-                      headers: dict | None = None, check: bool = True) -> Answer:
-        async with self.session.request(method, self.base_url + path, params=params,
-                                        json=json_body, data=data, headers=headers,
-                                        timeout=aiohttp.ClientTimeout(total=DEADLINE_S)) as resp:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict | None = None,
+        json_body: Any = None,
+        data: bytes | None = None,
+        headers: dict | None = None,
+        check: bool = True,
+    ) -> Answer:
+        async with self.session.request(
+            method,
+            self.base_url + path,
+            params=params,
+            json=json_body,
+            data=data,
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(total=DEADLINE_S),
+        ) as resp:
             body = await resp.read()
             answer = Answer(resp.status, resp.headers, body)
             if check and _documented(resp.url.raw_path):
-                check_against_openapi(method, resp.url.raw_path, resp.status,
-                                      resp.headers.get("Content-Type", ""), body)
+                check_against_openapi(
+                    method, resp.url.raw_path, resp.status, resp.headers.get("Content-Type", ""), body
+                )
             elif check:  # an unknown route still answers with a typed error
                 assert resp.status >= 400
                 schema_validator("Error").validate(json.loads(body))
@@ -201,7 +231,7 @@ def _documented(path: str) -> bool:
 
 @dataclass
 class Frame:
-    event: str           # "ledger-event", "end", or "comment"
+    event: str  # "ledger-event", "end", or "comment"
     id: str | None
     data: str
 
@@ -229,11 +259,15 @@ class SSEStream:
 
     async def __aenter__(self) -> SSEStream:
         self._cm = self._api.session.get(
-            self._api.base_url + "/api/v1/events", params=self._params, headers=self._headers,
-            timeout=aiohttp.ClientTimeout(total=None, sock_read=None))
+            self._api.base_url + "/api/v1/events",
+            params=self._params,
+            headers=self._headers,
+            timeout=aiohttp.ClientTimeout(total=None, sock_read=None),
+        )
         self.response = await self._cm.__aenter__()
-        check_against_openapi("GET", "/api/v1/events", self.response.status,
-                              self.response.headers.get("Content-Type", ""), b"")
+        check_against_openapi(
+            "GET", "/api/v1/events", self.response.status, self.response.headers.get("Content-Type", ""), b""
+        )
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -317,8 +351,9 @@ async def start_tail(nats_server, tmp_path) -> AsyncIterator[Callable[..., Any]]
     async def start(**overrides: Any) -> RunningTail:
         overrides.setdefault("data_dir", tmp_path / "tail")
         overrides.setdefault("watch_interval_s", 0.2)
-        nc = await nats.connect(nats_server.url, name="laneledger-tail-test",
-                                reconnect_time_wait=0.1, max_reconnect_attempts=-1)
+        nc = await nats.connect(
+            nats_server.url, name="laneledger-tail-test", reconnect_time_wait=0.1, max_reconnect_attempts=-1
+        )
         service = TailService(nc, TailSettings(**overrides))
         port = await service.start("127.0.0.1", 0)
         url = f"http://127.0.0.1:{port}"
@@ -357,7 +392,8 @@ class TailProcess(ServiceProcess):
         super().__init__(
             "laneledger.services.tail",
             ["--nats", nats_url, "--data", str(self.data_dir), "--http-port", "0", *extra_args],
-            self.data_dir.parent, env={"LANELEDGER_LOG_LEVEL": "WARNING"},
+            self.data_dir.parent,
+            env={"LANELEDGER_LOG_LEVEL": "WARNING"},
         )
 
     async def start(self, timeout: float = DEADLINE_S) -> TailProcess:  # type: ignore[override]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from laneledger.runtime.access import OPEN, AccessPolicy, Scope, announce, is_loopback
 from laneledger.contract.errors import EntityNotFound, TenantMismatch, Unauthorized
+from laneledger.runtime.access import OPEN, AccessPolicy, Scope, announce, is_loopback
 
 REPO = Path(__file__).resolve().parent.parent
 ACME = "acme-token-0123456789abcdef"
@@ -28,27 +28,37 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def test_a_token_file_maps_tokens_and_hashes_to_tenants(tmp_path):
-    tokens = write(tmp_path, "tokens", "# readers\n\nacme " + ACME + "\n"
-                   f"globex sha256:{hashlib.sha256(GLOBEX.encode()).hexdigest()}\n")
+    tokens = write(
+        tmp_path,
+        "tokens",
+        "# readers\n\nacme " + ACME + f"\nglobex sha256:{hashlib.sha256(GLOBEX.encode()).hexdigest()}\n",
+    )
     operator = write(tmp_path, "operator", OPERATOR + "\n")
     policy = AccessPolicy.from_files(tokens, operator)
     assert not policy.open and policy.tenants == ["acme", "globex"] and policy.has_operator
     assert policy.scope_of(ACME) == Scope("acme")
     assert policy.scope_of(GLOBEX) == Scope("globex")  # configured by its hash only
     assert policy.scope_of(OPERATOR) == Scope(None, operator=True)
-    for token, reason in ((None, "missing"), ("x" * 40, "invalid"), (ACME + "x", "invalid"),
-                          (f"sha256:{hashlib.sha256(GLOBEX.encode()).hexdigest()}", "invalid")):
+    for token, reason in (
+        (None, "missing"),
+        ("x" * 40, "invalid"),
+        (ACME + "x", "invalid"),
+        (f"sha256:{hashlib.sha256(GLOBEX.encode()).hexdigest()}", "invalid"),
+    ):
         with pytest.raises(Unauthorized) as caught:
             policy.scope_of(token)
         assert caught.value.details["reason"] == reason
 
 
-@pytest.mark.parametrize("text, where", [
-    ("acme\n", "tokens:1"),
-    ("acme short\n", "tokens:1"),
-    ("# ok\nacme " + ACME + "\nglobex a b c\n", "tokens:3"),
-    ("acme " + ACME + "\nglobex " + ACME + "\n", "twice"),
-])
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        ("acme\n", "tokens:1"),
+        ("acme short\n", "tokens:1"),
+        ("# ok\nacme " + ACME + "\nglobex a b c\n", "tokens:3"),
+        ("acme " + ACME + "\nglobex " + ACME + "\n", "twice"),
+    ],
+)
 def test_a_bad_token_file_is_refused_naming_the_line(tmp_path, text, where):
     with pytest.raises(ValueError, match=where):
         AccessPolicy.from_files(write(tmp_path, "tokens", text), None)
@@ -61,7 +71,8 @@ def test_no_file_means_open_and_open_is_loopback_only(caplog):
         announce(policy, "laneledger-tail", "127.0.0.1")  # a warning, not a refusal
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
         "laneledger-tail: NO ACCESS TOKENS CONFIGURED - every reader on 127.0.0.1 sees every "
-        "tenant (set LANELEDGER_TOKENS_FILE / LANELEDGER_OPERATOR_TOKEN_FILE)"]
+        "tenant (set LANELEDGER_TOKENS_FILE / LANELEDGER_OPERATOR_TOKEN_FILE)"
+    ]
     for host in ("0.0.0.0", "10.1.2.3", "tail.example"):
         assert not is_loopback(host)
         with pytest.raises(ValueError, match="LANELEDGER_TOKENS_FILE"):
@@ -87,15 +98,31 @@ def test_a_scope_narrows_filters_and_hides_other_tenants():
 
 def test_services_refuse_a_bad_token_file_or_an_open_public_address(tmp_path):
     bad = write(tmp_path, "tokens", "acme short\n")
-    cases = [("laneledger.services.tail", ["--tokens-file", str(bad)], "tokens:1"),
-             ("laneledger.services.tail", ["--operator-token-file", str(tmp_path / "absent")], "cannot read"),
-             ("laneledger.services.tail", ["--http-host", "0.0.0.0"], "no access token configured"),
-             ("laneledger.services.checkpoint", ["--http-host", "0.0.0.0"], "no access token configured")]
+    cases = [
+        ("laneledger.services.tail", ["--tokens-file", str(bad)], "tokens:1"),
+        ("laneledger.services.tail", ["--operator-token-file", str(tmp_path / "absent")], "cannot read"),
+        ("laneledger.services.tail", ["--http-host", "0.0.0.0"], "no access token configured"),
+        ("laneledger.services.checkpoint", ["--http-host", "0.0.0.0"], "no access token configured"),
+    ]
     for service, args, message in cases:
         # No NATS is needed: the options are checked before anything connects.
         result = subprocess.run(
-            [sys.executable, "-m", service, "--nats", "nats://127.0.0.1:1", "--data",
-             str(tmp_path / "data"), "--http-port", "0", *args],
-            cwd=REPO, capture_output=True, text=True, timeout=60)
+            [
+                sys.executable,
+                "-m",
+                service,
+                "--nats",
+                "nats://127.0.0.1:1",
+                "--data",
+                str(tmp_path / "data"),
+                "--http-port",
+                "0",
+                *args,
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert result.returncode == 2, (args, result.stderr[-2000:])
         assert message in result.stderr, (args, result.stderr[-2000:])

@@ -12,15 +12,15 @@ import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
 
-from laneledger.contract import errors
 from laneledger.audit.ledger import audit_ledger, compare_with_stream
+from laneledger.contract import errors
 from laneledger.contract.canonical import canonicalize
 from laneledger.contract.chain import GENESIS_HASH, entry_hash
-from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.contract.model import Actor, Lane
-from laneledger.store import LedgerWriter, open_ledger
+from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer
+from laneledger.store import LedgerWriter, open_ledger
 
 
 async def wait_for_stream(js, last_position: int, stream: str = "LEDGER_EVENTS") -> None:
@@ -42,8 +42,12 @@ async def build_ledger(client: LedgerClient, actor: Actor) -> tuple[list[Lane], 
     for round_no in range(4):
         for index, lane in enumerate(lanes[:3]):
             events = [
-                make_event(lane.id, "stream.text_delta", actor_id=actor.id,
-                           payload={"text": f"r{round_no} l{index} e{k}"})
+                make_event(
+                    lane.id,
+                    "stream.text_delta",
+                    actor_id=actor.id,
+                    payload={"text": f"r{round_no} l{index} e{k}"},
+                )
                 for k in range(1 + (round_no + index) % 3)
             ]
             receipt = await client.append(lane, heads[lane.id], events)
@@ -176,7 +180,10 @@ async def test_changed_lane_last_seq_is_an_integrity_error(ledger, tmp_path):
         audit_ledger(copy)
     details = caught.value.details
     assert (details["kind"], details["field"], details["lane_id"]) == (
-        "lane_head_mismatch", "last_seq", lanes[3].id)
+        "lane_head_mismatch",
+        "last_seq",
+        lanes[3].id,
+    )
     assert details["position"] is None  # the lane has no events
 
 
@@ -205,8 +212,11 @@ async def test_changed_receipt_is_an_integrity_error(ledger, tmp_path):
     copy = copy_db(db, tmp_path / "copy.db")
     target = receipts[3]
     forged = msgspec.structs.replace(target, event_ids=[*target.event_ids[:-1], "someone-else"])
-    tamper(copy, "UPDATE receipts SET body = ? WHERE append_id = ?",
-           (msgspec.json.encode(forged), target.append_id))
+    tamper(
+        copy,
+        "UPDATE receipts SET body = ? WHERE append_id = ?",
+        (msgspec.json.encode(forged), target.append_id),
+    )
     with pytest.raises(errors.IntegrityError) as caught:
         audit_ledger(copy)
     details = caught.value.details

@@ -10,14 +10,14 @@ from pathlib import Path
 import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
-
-from laneledger.sdk.client import LedgerClient, make_event
-from laneledger.contract.model import AppendCommitted, AppendRejected, timestamp_problem
-from laneledger.store import LedgerWriter, open_ledger
-from laneledger.contract.subjects import Subjects, token
 from raw_appends import Inbox
+
+from laneledger.contract.model import AppendCommitted, AppendRejected, timestamp_problem
+from laneledger.contract.subjects import Subjects, token
+from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer, SequencerSettings
+from laneledger.store import LedgerWriter, open_ledger
 
 SMALL_LIMIT = 16 * 1024
 
@@ -26,8 +26,9 @@ SMALL_LIMIT = 16 * 1024
 async def small_sequencer(nc, tmp_path: Path):
     """A sequencer whose request size limit is small enough to exceed."""
     writer = LedgerWriter(open_ledger(tmp_path / "ledger.db"))
-    service = Sequencer(nc, writer, SequencerMetrics(CollectorRegistry()),
-                        SequencerSettings(max_request_bytes=SMALL_LIMIT))
+    service = Sequencer(
+        nc, writer, SequencerMetrics(CollectorRegistry()), SequencerSettings(max_request_bytes=SMALL_LIMIT)
+    )
     await service.start()
     try:
         yield service
@@ -54,8 +55,7 @@ def rejected_count(sequencer: Sequencer, code: str) -> float:
 
 
 def request(lane, events, *, expected=0, append_id="a-1") -> dict:
-    return {"lane_id": lane.id, "expected_last_seq": expected, "append_id": append_id,
-            "events": events}
+    return {"lane_id": lane.id, "expected_last_seq": expected, "append_id": append_id, "events": events}
 
 
 async def test_each_kind_of_bad_input_gets_a_typed_receipt(nc, ledger, small_sequencer):
@@ -64,40 +64,112 @@ async def test_each_kind_of_bad_input_gets_a_typed_receipt(nc, ledger, small_seq
     good_event = make_event(lane.id, "stream.text_delta", actor_id=actor.id)
     cases = [
         ("malformed_message", subject, b"\xff\x00 not json", None),
-        ("invalid_request", subject, msgspec.json.encode(
-            {**request(lane, [good_event]), "expected_last_seq": "zero"}), "$.expected_last_seq"),
-        ("invalid_request", subject, msgspec.json.encode(
-            request(lane, [{**good_event, "occurred_at": "yesterday"}])), "$.events[0].occurred_at"),
+        (
+            "invalid_request",
+            subject,
+            msgspec.json.encode({**request(lane, [good_event]), "expected_last_seq": "zero"}),
+            "$.expected_last_seq",
+        ),
+        (
+            "invalid_request",
+            subject,
+            msgspec.json.encode(request(lane, [{**good_event, "occurred_at": "yesterday"}])),
+            "$.events[0].occurred_at",
+        ),
         # The right shape, but no real instant (the costs read would choke on it later).
-        ("invalid_request", subject, msgspec.json.encode(request(lane, [
-            {**good_event, "occurred_at": "2026-02-30T10:00:00Z"}])), "$.events[0].occurred_at"),
+        (
+            "invalid_request",
+            subject,
+            msgspec.json.encode(request(lane, [{**good_event, "occurred_at": "2026-02-30T10:00:00Z"}])),
+            "$.events[0].occurred_at",
+        ),
         ("invalid_request", subject, msgspec.json.encode(request(lane, [])), "$.events"),
-        ("invalid_request", subject, msgspec.json.encode(
-            {**request(lane, [good_event]), "expected_last_seq": 2**53}), "$.expected_last_seq"),
+        (
+            "invalid_request",
+            subject,
+            msgspec.json.encode({**request(lane, [good_event]), "expected_last_seq": 2**53}),
+            "$.expected_last_seq",
+        ),
         # Deeper than MAX_NESTING: refused before decoding (spec/wire.md).
-        ("invalid_request", subject, msgspec.json.encode(request(lane, [good_event])).replace(
-            b'"payload":{}', b'"payload":{"a":' + b"[" * 200 + b"]" * 200 + b"}"), "$"),
-        ("invalid_request", subject, msgspec.json.encode(
-            request(lane, [{**good_event, "sneaky": 1}])), "$.events[0]"),
-        ("request_too_large", subject, msgspec.json.encode(
-            request(lane, [{**good_event, "payload": {"blob": "x" * SMALL_LIMIT}}])), None),
-        ("not_canonicalizable", subject, msgspec.json.encode(
-            request(lane, [{**good_event, "payload": {"n": 2**60}}])), None),
-        ("invalid_request", f"ledger.append.acme.{token('other-lane')}",
-         msgspec.json.encode(request(lane, [good_event])), "$.lane_id"),
-        ("invalid_request", "ledger.append.acme.too.many.tokens",
-         msgspec.json.encode(request(lane, [good_event])), None),
-        ("entity_not_found", Subjects().append("acme", "missing-lane"), msgspec.json.encode(
-            {**request(lane, [good_event]), "lane_id": "missing-lane"}), None),
-        ("entity_not_found", subject, msgspec.json.encode(
-            request(lane, [{**good_event, "actor_id": "nobody"}])), None),
-        ("tenant_mismatch", Subjects().append("globex", lane.id),
-         msgspec.json.encode(request(lane, [good_event])), None),
-        ("unknown_event_type", subject, msgspec.json.encode(
-            request(lane, [{**good_event, "event_type": "nonsense"}])), None),
-        ("invalid_payload", subject, msgspec.json.encode(request(lane, [{
-            **good_event, "event_type": "cost.recorded",
-            "payload": {"provider": "p", "model": "m", "currency": "USD", "amount": 0.1}}])), None),
+        (
+            "invalid_request",
+            subject,
+            msgspec.json.encode(request(lane, [good_event])).replace(
+                b'"payload":{}', b'"payload":{"a":' + b"[" * 200 + b"]" * 200 + b"}"
+            ),
+            "$",
+        ),
+        (
+            "invalid_request",
+            subject,
+            msgspec.json.encode(request(lane, [{**good_event, "sneaky": 1}])),
+            "$.events[0]",
+        ),
+        (
+            "request_too_large",
+            subject,
+            msgspec.json.encode(request(lane, [{**good_event, "payload": {"blob": "x" * SMALL_LIMIT}}])),
+            None,
+        ),
+        (
+            "not_canonicalizable",
+            subject,
+            msgspec.json.encode(request(lane, [{**good_event, "payload": {"n": 2**60}}])),
+            None,
+        ),
+        (
+            "invalid_request",
+            f"ledger.append.acme.{token('other-lane')}",
+            msgspec.json.encode(request(lane, [good_event])),
+            "$.lane_id",
+        ),
+        (
+            "invalid_request",
+            "ledger.append.acme.too.many.tokens",
+            msgspec.json.encode(request(lane, [good_event])),
+            None,
+        ),
+        (
+            "entity_not_found",
+            Subjects().append("acme", "missing-lane"),
+            msgspec.json.encode({**request(lane, [good_event]), "lane_id": "missing-lane"}),
+            None,
+        ),
+        (
+            "entity_not_found",
+            subject,
+            msgspec.json.encode(request(lane, [{**good_event, "actor_id": "nobody"}])),
+            None,
+        ),
+        (
+            "tenant_mismatch",
+            Subjects().append("globex", lane.id),
+            msgspec.json.encode(request(lane, [good_event])),
+            None,
+        ),
+        (
+            "unknown_event_type",
+            subject,
+            msgspec.json.encode(request(lane, [{**good_event, "event_type": "nonsense"}])),
+            None,
+        ),
+        (
+            "invalid_payload",
+            subject,
+            msgspec.json.encode(
+                request(
+                    lane,
+                    [
+                        {
+                            **good_event,
+                            "event_type": "cost.recorded",
+                            "payload": {"provider": "p", "model": "m", "currency": "USD", "amount": 0.1},
+                        }
+                    ],
+                )
+            ),
+            None,
+        ),
     ]
     async with Inbox(nc) as inbox:
         for code, subj, body, path in cases:
@@ -127,9 +199,16 @@ async def test_bad_and_good_requests_in_one_batch(nc, ledger, small_sequencer):
                 bodies.append(b"garbage")
             else:
                 event = make_event(lane.id, "stream.text_delta", actor_id=actor.id)
-                bodies.append(msgspec.json.encode(
-                    request(lane, [event], expected=len([b for b in bodies if b != b"garbage"]),
-                            append_id=f"a-{i}")))
+                bodies.append(
+                    msgspec.json.encode(
+                        request(
+                            lane,
+                            [event],
+                            expected=len([b for b in bodies if b != b"garbage"]),
+                            append_id=f"a-{i}",
+                        )
+                    )
+                )
         # In order on one connection: the stream keeps that order, and the
         # sequencer pulls whatever has arrived as one batch.
         for body in bodies:
@@ -147,8 +226,11 @@ async def test_request_without_reply_subject_is_still_processed(nc, ledger, smal
     client, actor, lane = ledger
     event = make_event(lane.id, "stream.text_delta", actor_id=actor.id)
     inbox = Inbox(nc)
-    await inbox.send(Subjects().append("acme", lane.id),
-                     msgspec.json.encode(request(lane, [event], append_id="quiet")), reply=False)
+    await inbox.send(
+        Subjects().append("acme", lane.id),
+        msgspec.json.encode(request(lane, [event], append_id="quiet")),
+        reply=False,
+    )
     await inbox.send(Subjects().append("acme", lane.id), b"{", reply=False)
     for _ in range(100):
         if small_sequencer._writer.last_position == 1:
@@ -162,38 +244,54 @@ async def test_request_without_reply_subject_is_still_processed(nc, ledger, smal
         await asyncio.sleep(0.05)
     assert rejected_count(small_sequencer, "malformed_message") == 1
     # Refused with nobody to tell: counted on its own as well.
-    assert small_sequencer._metrics.registry.get_sample_value(
-        "laneledger_sequencer_rejections_unanswered_total", {"code": "malformed_message"}) == 1
+    assert (
+        small_sequencer._metrics.registry.get_sample_value(
+            "laneledger_sequencer_rejections_unanswered_total", {"code": "malformed_message"}
+        )
+        == 1
+    )
 
 
 async def test_bad_commands_get_typed_error_replies(nc, ledger, small_sequencer):
     client, actor, lane = ledger
     reply = await nc.request("ledger.cmd.create_lane", b"not json", timeout=5)
     assert b'"code":"malformed_message"' in reply.data
-    reply = await nc.request("ledger.cmd.create_lane",
-                             msgspec.json.encode({"op": "get_lane", "lane_id": lane.id}), timeout=5)
+    reply = await nc.request(
+        "ledger.cmd.create_lane", msgspec.json.encode({"op": "get_lane", "lane_id": lane.id}), timeout=5
+    )
     assert b'"code":"invalid_request"' in reply.data and b"subject" in reply.data
-    reply = await nc.request("ledger.cmd.get_lane",
-                             msgspec.json.encode({"op": "get_lane", "lane_id": lane.id}), timeout=5)
+    reply = await nc.request(
+        "ledger.cmd.get_lane", msgspec.json.encode({"op": "get_lane", "lane_id": lane.id}), timeout=5
+    )
     assert b'"status":"ok"' in reply.data
-    reply = await nc.request("ledger.cmd.create_turn", msgspec.json.encode(
-        {"op": "create_turn", "lane_id": lane.id, "turn_no": 2**63}), timeout=5)
+    reply = await nc.request(
+        "ledger.cmd.create_turn",
+        msgspec.json.encode({"op": "create_turn", "lane_id": lane.id, "turn_no": 2**63}),
+        timeout=5,
+    )
     assert b'"code":"invalid_request"' in reply.data and b"$.turn_no" in reply.data
     # A subject no command has: refused, and counted under one label.
     reply = await nc.request("ledger.cmd.made_up", b"{}", timeout=5)
     assert b'"code":"invalid_request"' in reply.data
-    assert small_sequencer._metrics.registry.get_sample_value(
-        "laneledger_sequencer_commands_total", {"op": "other", "outcome": "invalid_request"}) == 1
+    assert (
+        small_sequencer._metrics.registry.get_sample_value(
+            "laneledger_sequencer_commands_total", {"op": "other", "outcome": "invalid_request"}
+        )
+        == 1
+    )
 
 
-@pytest.mark.parametrize("value, real", [
-    ("2026-01-02T03:04:05Z", True),
-    ("2026-01-02T03:04:05.123456789+05:30", True),
-    ("2016-12-31T23:59:60Z", True),  # a leap second
-    ("2026-02-29T00:00:00Z", False),  # not a leap year
-    ("2026-13-01T00:00:00Z", False),
-    ("2026-01-01T24:00:00Z", False),
-    ("2026-01-01T00:00:00+25:00", False),
-])
+@pytest.mark.parametrize(
+    "value, real",
+    [
+        ("2026-01-02T03:04:05Z", True),
+        ("2026-01-02T03:04:05.123456789+05:30", True),
+        ("2016-12-31T23:59:60Z", True),  # a leap second
+        ("2026-02-29T00:00:00Z", False),  # not a leap year
+        ("2026-13-01T00:00:00Z", False),
+        ("2026-01-01T24:00:00Z", False),
+        ("2026-01-01T00:00:00+25:00", False),
+    ],
+)
 def test_timestamps_must_name_real_instants(value, real):
     assert (timestamp_problem(value) is None) is real

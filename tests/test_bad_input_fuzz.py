@@ -24,32 +24,36 @@ from typing import Any
 
 import msgspec
 import pytest
+from bad_input_strategies import World, bad_appends, command_messages, fuzz_examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_bad_input import Inbox, ledger, small_sequencer  # noqa: F401 - fixtures
 
-from bad_input_strategies import World, bad_appends, command_messages, fuzz_examples
 from laneledger.audit.ledger import audit_ledger, compare_with_stream
-from laneledger.sdk.client import make_event
 from laneledger.contract.errors import ERRORS_BY_CODE, RequestError, StoreError
 from laneledger.contract.model import AppendCommitted, AppendRejected, ReplyError, ReplyOk, decoder
 from laneledger.contract.subjects import Subjects
+from laneledger.sdk.client import make_event
 from laneledger.services.sequencer.service import COMMAND_OPS
-from test_bad_input import Inbox, ledger, small_sequencer  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.timeout(300)
 
 SENTINEL = b"end of example"  # a malformed request: its receipt closes an example
 
 
-def run_examples(strategy: st.SearchStrategy, check: Callable[[Any], Awaitable[None]],
-                 examples: int) -> Awaitable[None]:
+def run_examples(
+    strategy: st.SearchStrategy, check: Callable[[Any], Awaitable[None]], examples: int
+) -> Awaitable[None]:
     """Run ``check`` on ``examples`` drawn from ``strategy``: hypothesis in a
     thread, each check on the calling event loop."""
     loop = asyncio.get_running_loop()
 
-    @settings(max_examples=examples, deadline=None, print_blob=True,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                     HealthCheck.filter_too_much])
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    )
     @given(strategy)
     def each(example: Any) -> None:
         asyncio.run_coroutine_threadsafe(check(example), loop).result(timeout=20)
@@ -78,8 +82,10 @@ def sequencer_alive(sequencer) -> bool:
     """Ready, and none of its tasks has ended (raises with the one that did)."""
     for task in sequencer._tasks:
         if task.done():
-            raise AssertionError(f"the sequencer's {task.get_name()} ended: "
-                                 f"{task.exception() if not task.cancelled() else 'cancelled'!r}")
+            raise AssertionError(
+                f"the sequencer's {task.get_name()} ended: "
+                f"{task.exception() if not task.cancelled() else 'cancelled'!r}"
+            )
     return sequencer.ready
 
 
@@ -91,20 +97,33 @@ async def world(ledger) -> World:  # noqa: F811 - the imported fixture
     foreign = await client.ensure_actor("globex", "agent:fuzz@1", "agent")
     foreign_lane = await client.create_lane("globex", "g1", "r1", "main", actor_id=foreign.id)
     other = await client.create_lane("acme", "s2", "r1", "main", actor_id=actor.id)
-    committed = await client.append(lane, 0, [
-        make_event(lane.id, "stream.text_delta", actor_id=actor.id) for _ in range(3)])
-    other_receipt = await client.append(other, 0, [
-        make_event(other.id, "stream.text_delta", actor_id=actor.id)])
-    return World(Subjects(), "acme", lane.id, other.id, foreign_lane.id, actor.id, foreign.id,
-                 tuple(committed.event_ids), tuple(other_receipt.event_ids), committed.append_id)
+    committed = await client.append(
+        lane, 0, [make_event(lane.id, "stream.text_delta", actor_id=actor.id) for _ in range(3)]
+    )
+    other_receipt = await client.append(
+        other, 0, [make_event(other.id, "stream.text_delta", actor_id=actor.id)]
+    )
+    return World(
+        Subjects(),
+        "acme",
+        lane.id,
+        other.id,
+        foreign_lane.id,
+        actor.id,
+        foreign.id,
+        tuple(committed.event_ids),
+        tuple(other_receipt.event_ids),
+        committed.append_id,
+    )
 
 
 async def assert_ledger_valid(nc, small_sequencer, db: Path, client, world: World) -> None:  # noqa: F811
     assert sequencer_alive(small_sequencer)
     # Still serving: a good append commits.
     lane = await client.get_lane(world.lane_id)
-    receipt = await client.append(lane, lane.last_seq, [make_event(
-        world.lane_id, "stream.text_delta", actor_id=world.actor_id)])
+    receipt = await client.append(
+        lane, lane.last_seq, [make_event(world.lane_id, "stream.text_delta", actor_id=world.actor_id)]
+    )
     assert receipt.last_seq == lane.last_seq + 1
     audit = audit_ledger(db)
     assert audit.events == small_sequencer._writer.last_position
@@ -115,8 +134,7 @@ async def assert_ledger_valid(nc, small_sequencer, db: Path, client, world: Worl
     assert await compare_with_stream(nc.jetstream(), db) == audit.events
 
 
-async def test_fuzzed_appends_get_typed_receipts_or_are_counted(
-        nc, ledger, small_sequencer, world, tmp_path):  # noqa: F811
+async def test_fuzzed_appends_get_typed_receipts_or_are_counted(nc, ledger, small_sequencer, world, tmp_path):  # noqa: F811
     client = ledger[0]
     registry = small_sequencer._metrics.registry
     requests = "laneledger_sequencer_append_requests_total"
@@ -125,8 +143,10 @@ async def test_fuzzed_appends_get_typed_receipts_or_are_counted(
 
     async def check(messages) -> None:
         assert sequencer_alive(small_sequencer), "the sequencer died in an earlier example"
-        before = {k: sample_sum(registry, requests, **labels) for k, labels in
-                  (("all", {}), ("accepted", {"code": ""}))}
+        before = {
+            k: sample_sum(registry, requests, **labels)
+            for k, labels in (("all", {}), ("accepted", {"code": ""}))
+        }
         quiet_before = sample_sum(registry, unanswered)
         async with Inbox(nc) as inbox:  # one per example: nothing left over from another
             for message in messages:
@@ -146,8 +166,7 @@ async def test_fuzzed_appends_get_typed_receipts_or_are_counted(
                 assert isinstance(receipt, AppendCommitted), (message, receipt)
                 accepted_answered += 1
         assert sample_sum(registry, requests) - before["all"] == len(messages) + 1
-        accepted_quiet = (sample_sum(registry, requests, code="") - before["accepted"]
-                          - accepted_answered)
+        accepted_quiet = sample_sum(registry, requests, code="") - before["accepted"] - accepted_answered
         refused_quiet = len(messages) - len(answered) - accepted_quiet
         assert sample_sum(registry, unanswered) - quiet_before == refused_quiet, messages
         assert sequencer_alive(small_sequencer), messages
@@ -159,8 +178,7 @@ async def test_fuzzed_appends_get_typed_receipts_or_are_counted(
     await assert_ledger_valid(nc, small_sequencer, tmp_path / "ledger.db", client, world)
 
 
-async def test_fuzzed_commands_get_typed_replies_or_are_counted(
-        nc, ledger, small_sequencer, world, tmp_path):  # noqa: F811
+async def test_fuzzed_commands_get_typed_replies_or_are_counted(nc, ledger, small_sequencer, world, tmp_path):  # noqa: F811
     client = ledger[0]
     registry = small_sequencer._metrics.registry
     commands = "laneledger_sequencer_commands_total"
@@ -180,16 +198,22 @@ async def test_fuzzed_commands_get_typed_replies_or_are_counted(
             await nc.publish(message.subject, message.body)
             await nc.flush()
         # A sentinel request on the same connection: answered after the message above.
-        await nc.request(world.subjects.command("get_lane"),
-                         msgspec.json.encode({"op": "get_lane", "lane_id": world.lane_id}),
-                         timeout=10)
+        await nc.request(
+            world.subjects.command("get_lane"),
+            msgspec.json.encode({"op": "get_lane", "lane_id": world.lane_id}),
+            timeout=10,
+        )
         assert sample_sum(registry, commands) - before == 2, message
         assert sequencer_alive(small_sequencer), message
 
     await run_examples(command_messages(world), check, fuzz_examples(400))
     assert "invalid_request" in seen_codes and len(seen_codes) > 1, seen_codes
     # The op label stays bounded however many subjects a fuzzer invents.
-    ops = {sample.labels["op"] for metric in registry.collect() for sample in metric.samples
-           if sample.name == commands}
+    ops = {
+        sample.labels["op"]
+        for metric in registry.collect()
+        for sample in metric.samples
+        if sample.name == commands
+    }
     assert ops <= COMMAND_OPS | {"other"}, ops
     await assert_ledger_valid(nc, small_sequencer, tmp_path / "ledger.db", client, world)

@@ -37,8 +37,14 @@ EVENT = {
     "lane_id": "018f0c2a-0000-7000-8000-000000000002",
     "event_type": "tool.call.completed",
     "occurred_at": "2026-01-02T03:04:05.123456Z",
-    "payload": {"tool": "bash", "exit_code": 0, "temperature": 0.25, "ok": True, "note": None,
-                "output": {"summary": "ran 12 tests — all passed ✓", "lines": [1, 2, 3]}},
+    "payload": {
+        "tool": "bash",
+        "exit_code": 0,
+        "temperature": 0.25,
+        "ok": True,
+        "note": None,
+        "output": {"summary": "ran 12 tests — all passed ✓", "lines": [1, 2, 3]},
+    },
     "extensions": {},
 }
 
@@ -53,15 +59,39 @@ def both(value):
 # -- strategies -------------------------------------------------------------------
 
 SPECIAL_FLOATS = [
-    1.0, -1.0, 0.0, -0.0, 0.25, 0.1, 1 / 3, 1e21, 1e20, 1e16, 1e15, 1e-5, 1e-6, 1e-7,
-    5e-324, -5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, 9007199254740992.0,
-    9007199254740993.0, 123456789012345680.0, 4503599627370495.5, 1e-300, 1e300, -1.5e-9,
+    1.0,
+    -1.0,
+    0.0,
+    -0.0,
+    0.25,
+    0.1,
+    1 / 3,
+    1e21,
+    1e20,
+    1e16,
+    1e15,
+    1e-5,
+    1e-6,
+    1e-7,
+    5e-324,
+    -5e-324,
+    2.2250738585072014e-308,
+    1.7976931348623157e308,
+    9007199254740992.0,
+    9007199254740993.0,
+    123456789012345680.0,
+    4503599627370495.5,
+    1e-300,
+    1e300,
+    -1.5e-9,
 ]
 finite_floats = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False),
     st.sampled_from(SPECIAL_FLOATS),
     # decimal mantissas at every exponent, so each layout branch gets hit
-    st.builds(lambda m, e: float(f"{m}e{e}"), st.integers(1, 10**17), st.integers(-340, 308)).filter(math.isfinite),
+    st.builds(lambda m, e: float(f"{m}e{e}"), st.integers(1, 10**17), st.integers(-340, 308)).filter(
+        math.isfinite
+    ),
     st.floats(min_value=-1e6, max_value=1e6, allow_nan=False),
 )
 safe_ints = st.one_of(st.integers(-MAX, MAX), st.sampled_from([MAX, -MAX, 0, -1, 2**31, 2**32]))
@@ -70,13 +100,25 @@ any_ints = st.one_of(safe_ints, st.sampled_from([MAX + 1, -MAX - 1, 2**63, -(2**
 # Characters that matter: escapes, controls, DEL, the JS line terminators, and
 # the two ranges whose UTF-16 order differs from code-point order.
 TRICKY = list('"\\/aé\x00\x01\x1f\x7f\b\f\n\r\t\u2028\u2029') + [
-    "\ue000", "\uf8ff", "\ufb01", "\ufeff", "\ufffd", "\uffff",
-    "\U00010000", "\U0001f600", "\U0010ffff",
+    "\ue000",
+    "\uf8ff",
+    "\ufb01",
+    "\ufeff",
+    "\ufffd",
+    "\uffff",
+    "\U00010000",
+    "\U0001f600",
+    "\U0010ffff",
 ]
 chars = st.one_of(st.sampled_from(TRICKY), st.characters(codec="utf-8"), st.characters(max_codepoint=0x1F))
 texts = st.text(chars, max_size=10)
 # Short keys over a small alphabet so siblings differ at the interesting spot.
-keys = st.one_of(st.text(st.sampled_from(["a", "b", "\ue000", "\uffff", "\ufb01", "\U00010000", "\U0001f600"]), max_size=3), texts)
+keys = st.one_of(
+    st.text(
+        st.sampled_from(["a", "b", "\ue000", "\uffff", "\ufb01", "\U00010000", "\U0001f600"]), max_size=3
+    ),
+    texts,
+)
 lone_surrogates = st.characters(categories=["Cs"])
 
 
@@ -97,7 +139,11 @@ valid_values = json_values(st.one_of(st.none(), st.booleans(), safe_ints, finite
 # Anything at all: non-finite floats, big ints, lone surrogates, non-str keys,
 # non-JSON types. Both sides must refuse exactly the same values.
 wild_leaves = st.one_of(
-    st.none(), st.booleans(), any_ints, finite_floats, texts,
+    st.none(),
+    st.booleans(),
+    any_ints,
+    finite_floats,
+    texts,
     st.sampled_from([math.nan, math.inf, -math.inf]),
     st.builds(lambda a, s, b: a + s + b, texts, lone_surrogates, texts),
     st.sampled_from([b"x", {1, 2}, uuid.UUID(int=7), decimal.Decimal("1.5"), datetime.date(2026, 1, 2)]),
@@ -195,7 +241,10 @@ def test_float_layout(x):
 
 @settings(max_examples=200, deadline=None)
 @given(
-    st.lists(st.one_of(st.integers(0, 3), st.sampled_from(["payload", "items", "x", "a b", "x.y", "é", ""])), max_size=5),
+    st.lists(
+        st.one_of(st.integers(0, 3), st.sampled_from(["payload", "items", "x", "a b", "x.y", "é", ""])),
+        max_size=5,
+    ),
     st.one_of(st.integers(max_value=-MAX - 1), st.integers(min_value=MAX + 1)),
 )
 def test_big_integer_is_refused_with_its_path(steps, n):
@@ -244,11 +293,24 @@ def test_random_doubles_on_the_fast_path():
 @pytest.mark.parametrize(
     ("value", "text"),
     [
-        (1.0, "1"), (-0.0, "0"), (0.0, "0"), (1e21, "1e+21"), (1e-7, "1e-7"), (5e-324, "5e-324"),
-        (0.000001, "0.000001"), (1e-6 * 1.5, "0.0000015"),
-        (0.25, "0.25"), (-1.5e300, "-1.5e+300"), (123.0, "123"), (1e15, "1000000000000000"),
-        (MAX, "9007199254740991"), (-MAX, "-9007199254740991"),
-        (True, "true"), (False, "false"), (None, "null"), ([True, 1], "[true,1]"),
+        (1.0, "1"),
+        (-0.0, "0"),
+        (0.0, "0"),
+        (1e21, "1e+21"),
+        (1e-7, "1e-7"),
+        (5e-324, "5e-324"),
+        (0.000001, "0.000001"),
+        (1e-6 * 1.5, "0.0000015"),
+        (0.25, "0.25"),
+        (-1.5e300, "-1.5e+300"),
+        (123.0, "123"),
+        (1e15, "1000000000000000"),
+        (MAX, "9007199254740991"),
+        (-MAX, "-9007199254740991"),
+        (True, "true"),
+        (False, "false"),
+        (None, "null"),
+        ([True, 1], "[true,1]"),
         ("\u2028\u2029\x7f", '"\u2028\u2029\x7f"'),
         ('"\\\b\f\n\r\t\x00\x1f', r'"\"\\\b\f\n\r\t\u0000\u001f"'),
         ({"b": [], "a": {}, "c": ()}, '{"a":{},"b":[],"c":[]}'),
@@ -264,7 +326,9 @@ def test_keys_sort_by_utf16_not_code_point():
     assert sorted(value) == ["a", "\ue000", "\ufb01", "\U0001f600"]  # code point order
     expected = '{"a":3,"\U0001f600":2,"\ue000":4,"\ufb01":1}'.encode()
     assert both(value) == expected == rfc8785.dumps(value)
-    assert both([value, "emoji in a value only: \U0001f600\ufb01"]) == rfc8785.dumps([value, "emoji in a value only: \U0001f600\ufb01"])
+    assert both([value, "emoji in a value only: \U0001f600\ufb01"]) == rfc8785.dumps(
+        [value, "emoji in a value only: \U0001f600\ufb01"]
+    )
 
 
 def test_subclasses_are_written_as_their_plain_value():

@@ -7,21 +7,22 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from checkpoint_support import checkpoint_service, checkpoints, wait_until  # noqa: F401
+
 from laneledger.contract import errors
-from laneledger.sdk.checkpoints import AnchorMismatch, AnchorNotCommitted, CheckpointClient, anchor_of
-from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
 from laneledger.contract.ids import new_id
 from laneledger.contract.model import Actor, Anchor
+from laneledger.sdk.checkpoints import AnchorMismatch, AnchorNotCommitted, CheckpointClient, anchor_of
+from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
 
 FORMAT = "application/vnd.tests.state+json;version=1"
 
 
 async def lane_with_events(client: LedgerClient, actor: Actor, n: int, name: str = "main") -> LaneRecorder:
     recorder = await LaneRecorder.open(client, "acme", "s1", "r1", name, actor_id=actor.id)
-    await recorder.append([recorder.event("stream.text_delta", actor_id=actor.id, payload={"i": i})
-                           for i in range(n)])
+    await recorder.append(
+        [recorder.event("stream.text_delta", actor_id=actor.id, payload={"i": i}) for i in range(n)]
+    )
     return recorder
 
 
@@ -30,8 +31,15 @@ async def test_anchoring_a_committed_event(client, actor, checkpoints: Checkpoin
     receipt = await recorder.append([recorder.event("turn.started", actor_id=actor.id)])
     anchor = anchor_of(receipt)
     assert (anchor.seq, anchor.event_id) == (3, receipt.event_ids[0])
-    saved = await checkpoints.save("a1", expected_revision=0, format=FORMAT, state={"seen": 3},
-                                   anchor=anchor, session_id="s1", run_id="r1")
+    saved = await checkpoints.save(
+        "a1",
+        expected_revision=0,
+        format=FORMAT,
+        state={"seen": 3},
+        anchor=anchor,
+        session_id="s1",
+        run_id="r1",
+    )
     assert saved.anchor == anchor
     # An anchor further back in the lane is just as good.
     page = await client.load_lane(recorder.lane.id)
@@ -54,13 +62,21 @@ async def test_a_wrong_event_id_is_refused(client, actor, checkpoints: Checkpoin
 
 
 async def test_an_anchor_in_another_run_than_the_checkpoint_names_is_refused(
-        client, actor, checkpoints: CheckpointClient):
+    client, actor, checkpoints: CheckpointClient
+):
     recorder = await lane_with_events(client, actor, 1)
     page = await client.load_lane(recorder.lane.id)
     anchor = Anchor(lane_id=recorder.lane.id, seq=1, event_id=page.events[0].id)
     with pytest.raises(AnchorMismatch) as caught:
-        await checkpoints.save("a3", expected_revision=0, format=FORMAT, state=1, anchor=anchor,
-                               session_id="s1", run_id="another-run")
+        await checkpoints.save(
+            "a3",
+            expected_revision=0,
+            format=FORMAT,
+            state=1,
+            anchor=anchor,
+            session_id="s1",
+            run_id="another-run",
+        )
     assert caught.value.details["fields"] == ["run_id"]
     assert caught.value.details["committed"] == {"run_id": "r1"}
 
@@ -69,8 +85,9 @@ async def test_a_seq_never_committed_times_out_with_the_typed_error(client, acto
     recorder = await lane_with_events(client, actor, 3)
     ahead = Anchor(lane_id=recorder.lane.id, seq=9, event_id=new_id())
     with pytest.raises(AnchorNotCommitted) as caught:
-        await checkpoints.save("a4", expected_revision=0, format=FORMAT, state=1, anchor=ahead,
-                               anchor_wait_s=0.3)
+        await checkpoints.save(
+            "a4", expected_revision=0, format=FORMAT, state=1, anchor=ahead, anchor_wait_s=0.3
+        )
     err = caught.value
     assert isinstance(err, errors.EntityNotFound) and err.code == "entity_not_found"
     assert err.details["reason"] == "anchor_not_committed" and err.details["kind"] == "event"
@@ -83,19 +100,22 @@ async def test_an_unknown_lane_times_out_with_the_typed_error(client, actor, che
     await lane_with_events(client, actor, 1)
     nowhere = Anchor(lane_id=new_id(), seq=1, event_id=new_id())
     with pytest.raises(AnchorNotCommitted) as caught:
-        await checkpoints.save("a5", expected_revision=0, format=FORMAT, state=1, anchor=nowhere,
-                               anchor_wait_s=0.2)
+        await checkpoints.save(
+            "a5", expected_revision=0, format=FORMAT, state=1, anchor=nowhere, anchor_wait_s=0.2
+        )
     assert caught.value.details["lane_last_seq"] == 0
 
 
 async def test_an_anchor_ahead_succeeds_once_the_event_commits_within_the_wait(
-        client, actor, checkpoints: CheckpointClient, checkpoint_service):
+    client, actor, checkpoints: CheckpointClient, checkpoint_service
+):
     recorder = await lane_with_events(client, actor, 2)
     # Event ids are the producer's: the anchor can name the next event first.
     upcoming = make_event(recorder.lane.id, "turn.completed", actor_id=actor.id)
     anchor = Anchor(lane_id=recorder.lane.id, seq=3, event_id=upcoming["id"])
     saving = asyncio.create_task(
-        checkpoints.save("a6", expected_revision=0, format=FORMAT, state={"turns": 1}, anchor=anchor))
+        checkpoints.save("a6", expected_revision=0, format=FORMAT, state={"turns": 1}, anchor=anchor)
+    )
     try:
         await wait_until(lambda: checkpoint_service.anchors.waiting == 1, what="the save waiting")
         assert not saving.done()
@@ -106,17 +126,20 @@ async def test_an_anchor_ahead_succeeds_once_the_event_commits_within_the_wait(
         saving.cancel()
     assert saved.revision == 1 and saved.anchor == anchor
     # A replay of the same save no longer waits: it returns the original.
-    again = await checkpoints.save("a6", expected_revision=0, format=FORMAT, state={"turns": 1},
-                                   anchor=anchor, checkpoint_id=saved.id)
+    again = await checkpoints.save(
+        "a6", expected_revision=0, format=FORMAT, state={"turns": 1}, anchor=anchor, checkpoint_id=saved.id
+    )
     assert again == saved
 
 
 async def test_an_anchor_ahead_that_commits_as_another_event_is_a_mismatch(
-        client, actor, checkpoints: CheckpointClient, checkpoint_service):
+    client, actor, checkpoints: CheckpointClient, checkpoint_service
+):
     recorder = await lane_with_events(client, actor, 1)
     anchor = Anchor(lane_id=recorder.lane.id, seq=2, event_id=new_id())
     saving = asyncio.create_task(
-        checkpoints.save("a7", expected_revision=0, format=FORMAT, state=1, anchor=anchor))
+        checkpoints.save("a7", expected_revision=0, format=FORMAT, state=1, anchor=anchor)
+    )
     try:
         await wait_until(lambda: checkpoint_service.anchors.waiting == 1, what="the save waiting")
         receipt = await recorder.append([recorder.event("turn.started", actor_id=actor.id)])

@@ -9,9 +9,10 @@ import hashlib
 import os
 
 import pytest
-
 from checkpoint_support import checkpoint_service, checkpoints  # noqa: F401
+
 from laneledger.contract import errors
+from laneledger.contract.model import ArtifactRef
 from laneledger.sdk.checkpoints import (
     DEFAULT_ARTIFACT_BUCKET,
     ArtifactMismatch,
@@ -19,7 +20,6 @@ from laneledger.sdk.checkpoints import (
     CheckpointClient,
     artifact_name,
 )
-from laneledger.contract.model import ArtifactRef
 
 FORMAT = "application/vnd.tests.model-weights;version=1"
 
@@ -27,8 +27,9 @@ FORMAT = "application/vnd.tests.model-weights;version=1"
 async def test_referencing_an_uploaded_artifact(checkpoints: CheckpointClient):
     blob = os.urandom(300_000)  # several object store chunks
     ref = await checkpoints.put_artifact(blob, "application/octet-stream")
-    assert ref == ArtifactRef(sha256=hashlib.sha256(blob).hexdigest(), size_bytes=len(blob),
-                              media_type="application/octet-stream")
+    assert ref == ArtifactRef(
+        sha256=hashlib.sha256(blob).hexdigest(), size_bytes=len(blob), media_type="application/octet-stream"
+    )
     assert await checkpoints.put_artifact(blob, "application/octet-stream") == ref  # stored once
     saved = await checkpoints.save("art1", expected_revision=0, format=FORMAT, artifact=ref)
     assert saved.artifact == ref and saved.digest == ref.sha256 and saved.state is None
@@ -40,15 +41,19 @@ async def test_referencing_an_uploaded_artifact(checkpoints: CheckpointClient):
 
 
 async def test_saving_bytes_uploads_them_first(checkpoints: CheckpointClient):
-    saved = await checkpoints.save("art2", expected_revision=0, format=FORMAT, data=b"\x00\x01weights",
-                                   media_type="application/x-tests")
+    saved = await checkpoints.save(
+        "art2", expected_revision=0, format=FORMAT, data=b"\x00\x01weights", media_type="application/x-tests"
+    )
     assert saved.artifact.media_type == "application/x-tests"
     assert await checkpoints.read_artifact(saved.artifact) == b"\x00\x01weights"
 
 
 async def test_a_reference_to_an_absent_blob_is_refused(checkpoints: CheckpointClient):
-    absent = ArtifactRef(sha256=hashlib.sha256(b"never uploaded").hexdigest(), size_bytes=14,
-                         media_type="application/octet-stream")
+    absent = ArtifactRef(
+        sha256=hashlib.sha256(b"never uploaded").hexdigest(),
+        size_bytes=14,
+        media_type="application/octet-stream",
+    )
     with pytest.raises(ArtifactMissing) as caught:
         await checkpoints.save("art3", expected_revision=0, format=FORMAT, artifact=absent)
     assert isinstance(caught.value, errors.EntityNotFound)
@@ -66,7 +71,8 @@ async def test_a_reference_of_the_wrong_size_is_refused(checkpoints: CheckpointC
 
 
 async def test_a_blob_that_does_not_hash_to_its_name_is_an_integrity_failure(
-        checkpoints: CheckpointClient, js):
+    checkpoints: CheckpointClient, js
+):
     claimed = hashlib.sha256(b"the real content").hexdigest()
     bucket = await js.object_store(DEFAULT_ARTIFACT_BUCKET)
     await bucket.put(artifact_name(claimed), b"something else!!")  # same length, other bytes
@@ -84,8 +90,9 @@ async def test_inline_state_and_an_artifact_together_are_refused(checkpoints: Ch
 
     ref = await checkpoints.put_artifact(b"x", "text/plain")
     proposal = ProposedCheckpoint(id=new_id(), key="art6", format=FORMAT, state={"a": 1}, artifact=ref)
-    reply = await nc.request("ledger.checkpoint.save",
-                             encode(SaveCheckpoint(expected_revision=0, checkpoint=proposal)), timeout=5)
+    reply = await nc.request(
+        "ledger.checkpoint.save", encode(SaveCheckpoint(expected_revision=0, checkpoint=proposal)), timeout=5
+    )
     assert b'"invalid_request"' in reply.data and b'"$.checkpoint.state"' in reply.data
     with pytest.raises(errors.InvalidRequest):
         await checkpoints.save("art6", expected_revision=0, format=FORMAT, state=1, artifact=ref)

@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from checkpoint_support import checkpoint_service, checkpoints  # noqa: F401
+
 from laneledger.contract import errors
-from laneledger.sdk.checkpoints import CheckpointClient, complete_run
-from laneledger.runtime.access import Scope
-from laneledger.sdk.client import LaneRecorder
 from laneledger.contract.model import InspectRun
+from laneledger.runtime.access import Scope
+from laneledger.sdk.checkpoints import CheckpointClient, complete_run
+from laneledger.sdk.client import LaneRecorder
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -31,33 +31,42 @@ async def big_run(client, actor) -> tuple[LaneRecorder, list, list]:
     side = await LaneRecorder.open(client, "acme", "big", "r1", "side", actor_id=actor.id)
     turn = await client.create_turn(main.lane.id, 1)
     kinds = [("read", "inherent")] * (ACTIONS - 3) + [("write", "none"), ("write", "keyed"), ("read", "none")]
-    actions = await asyncio.gather(*(
-        client.create_action(main.lane.id, turn.id, "tool_call", f"{i:04d}" + "n" * 2500,
-                             effect=effect, idempotency=idem)
-        for i, (effect, idem) in enumerate(kinds)))
+    actions = await asyncio.gather(
+        *(
+            client.create_action(
+                main.lane.id, turn.id, "tool_call", f"{i:04d}" + "n" * 2500, effect=effect, idempotency=idem
+            )
+            for i, (effect, idem) in enumerate(kinds)
+        )
+    )
     attempts = await asyncio.gather(*(client.create_attempt(main.lane.id, a.id, 1) for a in actions))
     side_turn = await client.create_turn(side.lane.id, 1)
-    side_action = await client.create_action(side.lane.id, side_turn.id, "tool_call", "send_mail",
-                                             effect="write", idempotency="none")
+    side_action = await client.create_action(
+        side.lane.id, side_turn.id, "tool_call", "send_mail", effect="write", idempotency="none"
+    )
     side_attempt = await client.create_attempt(side.lane.id, side_action.id, 1)
     with pytest.raises(errors.RequestTooLarge):
         await client.load_session("big")  # the structure alone, no event yet, is too large
 
     await main.append([main.event("run.started", actor_id=actor.id, subject_id="r1")])
-    await main.append([main.event("attempt.requested", actor_id=actor.id, subject_id=a.id)
-                       for a in attempts])
+    await main.append([main.event("attempt.requested", actor_id=actor.id, subject_id=a.id) for a in attempts])
     for start in range(0, BULKY, 200):  # a path is never moved to a blob: the events stay big
-        await main.append([main.event("stream.text_delta", actor_id=actor.id,
-                                      payload={"path": f"{i:04d}" + "p" * 3500})
-                           for i in range(start, start + 200)])
-    await main.append([main.event("attempt.completed", actor_id=actor.id, subject_id=a.id)
-                       for a in attempts[:-3]])
+        await main.append(
+            [
+                main.event("stream.text_delta", actor_id=actor.id, payload={"path": f"{i:04d}" + "p" * 3500})
+                for i in range(start, start + 200)
+            ]
+        )
+    await main.append(
+        [main.event("attempt.completed", actor_id=actor.id, subject_id=a.id) for a in attempts[:-3]]
+    )
     await side.append([side.event("attempt.requested", actor_id=actor.id, subject_id=side_attempt.id)])
     return main, attempts, [side_attempt]
 
 
-async def test_a_run_larger_than_one_reply_is_planned_and_inspected(client, actor,
-                                                                    checkpoints: CheckpointClient):
+async def test_a_run_larger_than_one_reply_is_planned_and_inspected(
+    client, actor, checkpoints: CheckpointClient
+):
     main, attempts, [side_attempt] = await big_run(client, actor)
     with pytest.raises(errors.RequestTooLarge):
         await client.load_run("big", "r1")  # what the service used to read
@@ -74,33 +83,53 @@ async def test_a_run_larger_than_one_reply_is_planned_and_inspected(client, acto
     unresolved = plan.unresolved_attempts
     assert [u.attempt_id for u in unresolved] == [a.id for a in attempts[-3:]]
     assert [(u.retry_safe, u.reason) for u in unresolved] == [
-        (False, "side_effect_not_idempotent"), (False, "keyed_without_key"), (True, "effect_read")]
+        (False, "side_effect_not_idempotent"),
+        (False, "keyed_without_key"),
+        (True, "effect_read"),
+    ]
 
     # A checkpoint naming the run but anchored nowhere: the run's attempts, both lanes'.
-    await checkpoints.save("unanchored", expected_revision=0, format=FORMAT, state={"n": 1},
-                           session_id="big", run_id="r1")
+    await checkpoints.save(
+        "unanchored", expected_revision=0, format=FORMAT, state={"n": 1}, session_id="big", run_id="r1"
+    )
     loose = await checkpoints.recovery_plan("unanchored")
     assert loose.lane_id is None and loose.events == []
     assert [u.attempt_id for u in loose.unresolved_attempts] == [
-        *(a.id for a in attempts[-3:]), side_attempt.id]
+        *(a.id for a in attempts[-3:]),
+        side_attempt.id,
+    ]
 
     # The terminal pattern at the head, then inspection of the whole run.
-    done = await complete_run(main, checkpoints, key="big/r1", expected_revision=0, format=FORMAT,
-                              actor_id=actor.id, state={"answer": 42})
+    done = await complete_run(
+        main,
+        checkpoints,
+        key="big/r1",
+        expected_revision=0,
+        format=FORMAT,
+        actor_id=actor.id,
+        state={"answer": 42},
+    )
     inspection = await checkpoints.inspect_run("big", "r1")
     assert inspection.as_of_position == done.receipt.positions[-1]
     assert [e.id for e in inspection.terminal_events] == [done.completed_event_id]
     [linked] = inspection.linked_checkpoints
     assert (linked.event_id, linked.checkpoint_id, linked.problem) == (
-        done.linked_event_id, done.checkpoint.id, None)
+        done.linked_event_id,
+        done.checkpoint.id,
+        None,
+    )
     assert [u.attempt_id for u in inspection.unresolved_attempts] == [
-        *(a.id for a in attempts[-3:]), side_attempt.id]
+        *(a.id for a in attempts[-3:]),
+        side_attempt.id,
+    ]
     assert inspection.unlinked_revisions == []
 
     # By key: the events after the head anchor are the link and run.completed.
     after = await checkpoints.recovery_plan("big/r1")
     assert (after.after_seq, [e.id for e in after.events]) == (
-        head, [done.linked_event_id, done.completed_event_id])
+        head,
+        [done.linked_event_id, done.completed_event_id],
+    )
     assert len(after.unresolved_attempts) == 3
 
 

@@ -25,15 +25,15 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from checkpoint_support import CheckpointProcess
 from conftest import show_log_on_failure
+from plain_loop_harness import replay
+from sequencer_process import SequencerProcess
+
 from laneledger.sdk.checkpoints import CheckpointClient
 from laneledger.sdk.client import LedgerClient
 from laneledger.sdk.guarantees import AdapterGuarantees
 from laneledger.sdk.guard import PLAIN_LOOP_GUARANTEES
-from plain_loop_harness import replay
-from sequencer_process import SequencerProcess
 
 HARNESS = Path(__file__).resolve().parent / "plain_loop_harness.py"
 SESSION, RUN, KEY = "sess-crash", "run-crash", "plain-loop/sess-crash/run-crash"
@@ -42,12 +42,33 @@ SESSION, RUN, KEY = "sess-crash", "run-crash", "plain-loop/sess-crash/run-crash"
 class HarnessProcess:
     def __init__(self, nats_url: str, tmp: Path, *extra: str) -> None:
         self.out, self.effects, self.log = tmp / "harness.jsonl", tmp / "effects.jsonl", tmp / "harness.log"
-        args = [sys.executable, str(HARNESS), "--nats", nats_url, "--session", SESSION, "--run", RUN,
-                "--key", KEY, "--turns", "6", "--checkpoint-every", "2", "--out", str(self.out),
-                "--effects", str(self.effects), "--time-limit", "60", *extra]
+        args = [
+            sys.executable,
+            str(HARNESS),
+            "--nats",
+            nats_url,
+            "--session",
+            SESSION,
+            "--run",
+            RUN,
+            "--key",
+            KEY,
+            "--turns",
+            "6",
+            "--checkpoint-every",
+            "2",
+            "--out",
+            str(self.out),
+            "--effects",
+            str(self.effects),
+            "--time-limit",
+            "60",
+            *extra,
+        ]
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+            )
 
     def lines(self, kind: str | None = None) -> list[dict]:
         if not self.out.exists():
@@ -94,7 +115,8 @@ def services(nats_server, tmp_path, request):
 
 
 async def test_a_sigkilled_plain_loop_recovers_without_retrying_the_unsafe_call(
-        nats_server, services, tmp_path):
+    nats_server, services, tmp_path
+):
     first = HarnessProcess(nats_server.url, tmp_path, "--hang-turn", "4")
     try:
         hanging = await first.wait_for("hanging")
@@ -135,8 +157,10 @@ async def test_a_sigkilled_plain_loop_recovers_without_retrying_the_unsafe_call(
         assert unresolved["lookup"]["retry_safe"] and unresolved["lookup"]["turn"] == 4
         assert not unresolved["send_email"]["retry_safe"]
         assert unresolved["send_email"]["reason"] == "side_effect_not_idempotent"
-        effects = Counter((e["tool"], e["turn"]) for e in map(json.loads, tmp_path.joinpath(
-            "effects.jsonl").read_text().splitlines()))
+        effects = Counter(
+            (e["tool"], e["turn"])
+            for e in map(json.loads, tmp_path.joinpath("effects.jsonl").read_text().splitlines())
+        )
         assert effects[("send_email", 4)] == 1, "the unsafe call was run again"
         assert effects[("lookup", 4)] == 2  # once before the kill, once as attempt 2
         for turn in (1, 2, 3, 5, 6):

@@ -8,12 +8,12 @@ from collections.abc import AsyncIterator
 import aiohttp
 import msgspec
 import pytest_asyncio
-
 from checkpoint_support import checkpoint_service, checkpoints, wait_until  # noqa: F401
-from laneledger.sdk.checkpoints import CheckpointClient, RevisionConflict, anchor_of, complete_run
-from laneledger.sdk.client import LaneRecorder
+
 from laneledger.contract.model import Checkpoint, RecoveryPlan, RevisionPage, RunInspection
 from laneledger.runtime.opsserver import start_http
+from laneledger.sdk.checkpoints import CheckpointClient, RevisionConflict, anchor_of, complete_run
+from laneledger.sdk.client import LaneRecorder
 from laneledger.services.checkpoint.http import checkpoint_app
 
 FORMAT = "application/vnd.tests.loop-state+json;version=1"
@@ -39,11 +39,19 @@ async def test_reads_over_http(http, client, actor, checkpoints: CheckpointClien
     session = http
     recorder = await LaneRecorder.open(client, "acme", "s1", "r1", "main", actor_id=actor.id)
     receipt = await recorder.append([recorder.event("run.started", actor_id=actor.id, subject_id="r1")])
-    first = await checkpoints.save("s1/r1/main", expected_revision=0, format=FORMAT, state={"n": 1},
-                                   anchor=anchor_of(receipt))
+    first = await checkpoints.save(
+        "s1/r1/main", expected_revision=0, format=FORMAT, state={"n": 1}, anchor=anchor_of(receipt)
+    )
     await recorder.append([recorder.event("stream.text_delta", actor_id=actor.id, payload={"t": "x"})])
-    done = await complete_run(recorder, checkpoints, key="s1/r1/main", expected_revision=1, format=FORMAT,
-                              actor_id=actor.id, state={"n": 2})
+    done = await complete_run(
+        recorder,
+        checkpoints,
+        key="s1/r1/main",
+        expected_revision=1,
+        format=FORMAT,
+        actor_id=actor.id,
+        state={"n": 2},
+    )
 
     status, body = await get(session, f"/api/v1/checkpoints/{first.id}")
     assert status == 200 and msgspec.json.decode(body, type=Checkpoint) == first

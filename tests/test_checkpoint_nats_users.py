@@ -18,21 +18,21 @@ import msgspec
 import nats
 import pytest
 from aiohttp import web
+from conftest import show_log_on_failure
 from prometheus_client import CollectorRegistry
 
-from conftest import show_log_on_failure
+from laneledger.devtools.natsserver import NatsServer
 from laneledger.runtime.access import AccessPolicy
+from laneledger.runtime.opsserver import start_http
 from laneledger.sdk.checkpoints import CheckpointClient, anchor_of, complete_run
 from laneledger.sdk.client import LaneRecorder, LedgerClient
-from laneledger.devtools.natsserver import NatsServer
-from laneledger.runtime.opsserver import start_http
-from laneledger.store import LedgerWriter, open_ledger
 from laneledger.services.checkpoint.http import checkpoint_routes
 from laneledger.services.checkpoint.metrics import CheckpointMetrics
 from laneledger.services.checkpoint.service import CheckpointService, CheckpointSettings
 from laneledger.services.checkpoint.store import CheckpointStore
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer
+from laneledger.store import LedgerWriter, open_ledger
 
 CONF = Path(__file__).resolve().parents[1] / "deploy" / "nats.conf"
 USERS = ("producer", "sequencer", "tail", "metrics", "checkpoint")
@@ -41,21 +41,25 @@ OBJ = "OBJ_LEDGER_CHECKPOINT_ARTIFACTS"
 # What each user must be allowed to publish for artifacts (spec/checkpoint.md).
 NEEDED = {
     "checkpoint": [
-        f"$JS.API.STREAM.INFO.{OBJ}", f"$JS.API.STREAM.CREATE.{OBJ}",  # open or create the bucket
+        f"$JS.API.STREAM.INFO.{OBJ}",
+        f"$JS.API.STREAM.CREATE.{OBJ}",  # open or create the bucket
         f"$JS.API.STREAM.MSG.GET.{OBJ}",  # an object's metadata
         # read its chunks: nats-py looks the stream up by subject, then
         # reads with an ordered consumer and answers its flow control
-        "$JS.API.STREAM.NAMES", f"$JS.API.CONSUMER.CREATE.{OBJ}",
+        "$JS.API.STREAM.NAMES",
+        f"$JS.API.CONSUMER.CREATE.{OBJ}",
         f"$JS.FC.{OBJ}.>",
     ],
     "producer": [
-        f"$JS.API.STREAM.INFO.{OBJ}", f"$JS.API.STREAM.MSG.GET.{OBJ}",
+        f"$JS.API.STREAM.INFO.{OBJ}",
+        f"$JS.API.STREAM.MSG.GET.{OBJ}",
         # upload: chunks and metadata. Not STREAM.PURGE, which would let a
         # producer empty the whole bucket (nats-py only purges when replacing).
         "$O.LEDGER_CHECKPOINT_ARTIFACTS.>",
         # read an artifact back, from a store bound to its stream
         # (laneledger.sdk.objectstores): no STREAM.NAMES lookup
-        f"$JS.API.CONSUMER.CREATE.{OBJ}", f"$JS.FC.{OBJ}.>",
+        f"$JS.API.CONSUMER.CREATE.{OBJ}",
+        f"$JS.FC.{OBJ}.>",
     ],
 }
 # What a producer must not be allowed: STREAM.NAMES lists every stream, other
@@ -93,11 +97,16 @@ async def test_artifacts_and_checkpoints_work_under_least_privilege_users(secure
     urls = secured_server.urls
     seq_nc = await nats.connect(urls["sequencer"], error_cb=remember)
     ckpt_nc = await nats.connect(urls["checkpoint"], error_cb=remember)
-    sequencer = Sequencer(seq_nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")),
-                          SequencerMetrics(CollectorRegistry()))
+    sequencer = Sequencer(
+        seq_nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")), SequencerMetrics(CollectorRegistry())
+    )
     store = CheckpointStore.open(tmp_path / "checkpoints.db")
-    service = CheckpointService(ckpt_nc, store, CheckpointMetrics(CollectorRegistry()),
-                                CheckpointSettings(anchor_wait_s=10.0, max_inline_bytes=1024))
+    service = CheckpointService(
+        ckpt_nc,
+        store,
+        CheckpointMetrics(CollectorRegistry()),
+        CheckpointSettings(anchor_wait_s=10.0, max_inline_bytes=1024),
+    )
     await sequencer.start()
     await service.start()
     try:
@@ -107,15 +116,22 @@ async def test_artifacts_and_checkpoints_work_under_least_privilege_users(secure
             actor = await client.ensure_actor("acme", "agent:secured@1", "agent")
             lane = await LaneRecorder.open(client, "acme", "s", "r", "main", actor_id=actor.id)
             receipt = await lane.append([lane.event("run.started", actor_id=actor.id, subject_id="r")])
-            inline = await checkpoints.save("k", expected_revision=0, format="application/json",
-                                            state={"n": 1}, anchor=anchor_of(receipt))
-            spilled = await checkpoints.save("k", expected_revision=1, format="application/json",
-                                             state={"text": "y" * 5000})  # larger than 1024: an artifact
+            inline = await checkpoints.save(
+                "k", expected_revision=0, format="application/json", state={"n": 1}, anchor=anchor_of(receipt)
+            )
+            spilled = await checkpoints.save(
+                "k", expected_revision=1, format="application/json", state={"text": "y" * 5000}
+            )  # larger than 1024: an artifact
             assert inline.revision == 1 and spilled.artifact is not None
             assert await checkpoints.load_state(spilled) == {"text": "y" * 5000}
             blob = bytes(range(256)) * 12_000  # 3 MiB: many chunks, flow-controlled reads
-            big = await checkpoints.save("blob", expected_revision=0, format="application/x-tests",
-                                         data=blob, media_type="application/octet-stream")
+            big = await checkpoints.save(
+                "blob",
+                expected_revision=0,
+                format="application/x-tests",
+                data=blob,
+                media_type="application/octet-stream",
+            )
             assert await checkpoints.load_state(big) == blob
             plan = await checkpoints.recovery_plan("k", lane_id=lane.lane.id)
             assert plan.checkpoint == spilled
@@ -123,19 +139,31 @@ async def test_artifacts_and_checkpoints_work_under_least_privilege_users(secure
             # bucket: the service looks for acme's own bucket only through
             # STREAM.NAMES, which this config (rendered for no tenant) allows.
             app = web.Application()
-            app.add_routes(checkpoint_routes(service, AccessPolicy.from_tokens(
-                {"acme": "acme-token-0123456789"})))
+            app.add_routes(
+                checkpoint_routes(service, AccessPolicy.from_tokens({"acme": "acme-token-0123456789"}))
+            )
             runner, port = await start_http(app, "127.0.0.1", 0)
             try:
-                async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http, http.get(
+                async with (
+                    aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http,
+                    http.get(
                         f"/api/v1/artifacts/{spilled.artifact.sha256}",
-                        headers={"Authorization": "Bearer acme-token-0123456789"}) as response:
+                        headers={"Authorization": "Bearer acme-token-0123456789"},
+                    ) as response,
+                ):
                     assert response.status == 200, await response.text()
                     assert msgspec.json.decode(await response.read()) == {"text": "y" * 5000}
             finally:
                 await runner.cleanup()
-            done = await complete_run(lane, checkpoints, key="k", expected_revision=2,
-                                      format="application/json", actor_id=actor.id, state={"n": 2})
+            done = await complete_run(
+                lane,
+                checkpoints,
+                key="k",
+                expected_revision=2,
+                format="application/json",
+                actor_id=actor.id,
+                state={"n": 2},
+            )
             inspection = await checkpoints.inspect_run("s", "r")
             assert [c.checkpoint_id for c in inspection.linked_checkpoints] == [done.checkpoint.id]
     finally:

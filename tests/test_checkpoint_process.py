@@ -5,9 +5,9 @@ resumes exactly where it was), SIGTERM as a clean stop."""
 from __future__ import annotations
 
 import aiohttp
-
 from checkpoint_support import CheckpointProcess, wait_until
 from conftest import show_log_on_failure
+
 from laneledger.sdk.checkpoints import CheckpointClient, anchor_of
 from laneledger.sdk.client import LaneRecorder
 
@@ -27,10 +27,12 @@ async def test_the_service_process_survives_sigkill(nats_server, client, actor, 
         assert proc.position == 0
         checkpoints = CheckpointClient(client)
         recorder = await LaneRecorder.open(client, "acme", "s1", "r1", "main", actor_id=actor.id)
-        receipt = await recorder.append([recorder.event("stream.text_delta", actor_id=actor.id)
-                                         for _ in range(3)])
-        first = await checkpoints.save("p", expected_revision=0, format=FORMAT, state={"n": 1},
-                                       anchor=anchor_of(receipt))
+        receipt = await recorder.append(
+            [recorder.event("stream.text_delta", actor_id=actor.id) for _ in range(3)]
+        )
+        first = await checkpoints.save(
+            "p", expected_revision=0, format=FORMAT, state={"n": 1}, anchor=anchor_of(receipt)
+        )
 
         async def ready() -> bool:
             return await http_status(f"{proc.http_url}/readyz") == 200
@@ -44,8 +46,9 @@ async def test_the_service_process_survives_sigkill(nats_server, client, actor, 
         assert proc.position >= 3  # the index's position survived with what it derived
         assert await checkpoints.get(first.id) == first
         # Events committed while it was down are consumed after the restart.
-        second = await checkpoints.save("p", expected_revision=1, format=FORMAT, state={"n": 2},
-                                        anchor=anchor_of(receipt))
+        second = await checkpoints.save(
+            "p", expected_revision=1, format=FORMAT, state={"n": 2}, anchor=anchor_of(receipt)
+        )
         assert second.revision == 2 and second.anchor.seq == 4
         assert proc.terminate() == 0  # SIGTERM: a clean stop
     finally:

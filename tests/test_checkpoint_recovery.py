@@ -4,8 +4,8 @@ and the lane's unresolved attempts with their retry-safety verdict."""
 from __future__ import annotations
 
 import pytest
-
 from checkpoint_support import checkpoint_service, checkpoints  # noqa: F401
+
 from laneledger.contract import errors
 from laneledger.sdk.checkpoints import CheckpointClient, anchor_of
 from laneledger.sdk.client import LaneRecorder
@@ -17,24 +17,32 @@ async def recorded_lane(client, actor, name: str = "main", run: str = "r1") -> t
     """Six events; an attempt of a write tool requested and never finished."""
     recorder = await LaneRecorder.open(client, "acme", "s1", run, name, actor_id=actor.id)
     turn = await client.create_turn(recorder.lane.id, 1)
-    write = await client.create_action(recorder.lane.id, turn.id, "tool_call", "send_mail",
-                                       effect="write", idempotency="none")
+    write = await client.create_action(
+        recorder.lane.id, turn.id, "tool_call", "send_mail", effect="write", idempotency="none"
+    )
     attempt = await client.create_attempt(recorder.lane.id, write.id, 1)
-    receipts = [await recorder.append([recorder.event("stream.text_delta", actor_id=actor.id,
-                                                      payload={"i": i})]) for i in range(3)]
-    receipts.append(await recorder.append([
-        recorder.event("turn.started", actor_id=actor.id, subject_id=turn.id),
-        recorder.event("attempt.requested", actor_id=actor.id, subject_id=attempt.id),
-        recorder.event("stream.text_delta", actor_id=actor.id, payload={"i": 3}),
-    ]))
+    receipts = [
+        await recorder.append([recorder.event("stream.text_delta", actor_id=actor.id, payload={"i": i})])
+        for i in range(3)
+    ]
+    receipts.append(
+        await recorder.append(
+            [
+                recorder.event("turn.started", actor_id=actor.id, subject_id=turn.id),
+                recorder.event("attempt.requested", actor_id=actor.id, subject_id=attempt.id),
+                recorder.event("stream.text_delta", actor_id=actor.id, payload={"i": 3}),
+            ]
+        )
+    )
     return recorder, [attempt, receipts]
 
 
 async def test_plan_by_key_replays_the_events_after_the_anchor(client, actor, checkpoints: CheckpointClient):
     recorder, (attempt, receipts) = await recorded_lane(client, actor)
     anchor = anchor_of(receipts[2])  # seq 3
-    saved = await checkpoints.save("loop", expected_revision=0, format=FORMAT, state={"seen": 3},
-                                   anchor=anchor)
+    saved = await checkpoints.save(
+        "loop", expected_revision=0, format=FORMAT, state={"seen": 3}, anchor=anchor
+    )
     plan = await checkpoints.recovery_plan("loop")
     assert plan.checkpoint == saved and plan.key == "loop"
     assert (plan.lane_id, plan.session_id, plan.run_id) == (recorder.lane.id, "s1", "r1")

@@ -4,12 +4,12 @@ real nats-server: revisions, idempotency, reads, inline limits."""
 from __future__ import annotations
 
 import pytest
-
 from checkpoint_support import checkpoint_service, checkpoints  # noqa: F401
+
 from laneledger.contract import errors
-from laneledger.sdk.checkpoints import CheckpointClient, RevisionConflict, content_digest, state_digest
 from laneledger.contract.ids import new_id
 from laneledger.contract.model import ProposedCheckpoint, SaveCheckpoint, encode
+from laneledger.sdk.checkpoints import CheckpointClient, RevisionConflict, content_digest, state_digest
 
 FORMAT = "application/vnd.tests.loop-state+json;version=1"
 
@@ -49,12 +49,14 @@ async def test_a_stale_expected_revision_is_a_conflict_naming_both(checkpoints: 
 
 async def test_same_id_same_content_returns_the_original(checkpoints: CheckpointClient):
     cid = new_id()
-    original = await checkpoints.save("k3", expected_revision=0, format=FORMAT, state={"a": [1, 2]},
-                                      checkpoint_id=cid)
+    original = await checkpoints.save(
+        "k3", expected_revision=0, format=FORMAT, state={"a": [1, 2]}, checkpoint_id=cid
+    )
     await checkpoints.save("k3", expected_revision=1, format=FORMAT, state={"a": [3]})
     # A resend after the key moved on: the original, not a conflict.
-    again = await checkpoints.save("k3", expected_revision=0, format=FORMAT, state={"a": [1, 2]},
-                                   checkpoint_id=cid)
+    again = await checkpoints.save(
+        "k3", expected_revision=0, format=FORMAT, state={"a": [1, 2]}, checkpoint_id=cid
+    )
     assert again == original
     assert [r.revision for r in (await checkpoints.revisions("k3")).revisions] == [1, 2]
 
@@ -68,8 +70,9 @@ async def test_same_id_other_content_is_refused_before_the_revision(checkpoints:
     details = caught.value.details
     assert details["id"] == cid and details["stored_digest"] != details["digest"]
     with pytest.raises(errors.IdempotencyViolation):
-        await checkpoints.save("k4", expected_revision=1, format="text/plain", state={"v": 1},
-                               checkpoint_id=cid)
+        await checkpoints.save(
+            "k4", expected_revision=1, format="text/plain", state={"v": 1}, checkpoint_id=cid
+        )
     assert [r.revision for r in (await checkpoints.revisions("k4")).revisions] == [1]
 
 
@@ -95,8 +98,9 @@ async def test_get_of_an_unknown_id_is_not_found(checkpoints: CheckpointClient):
 async def test_inline_state_over_the_limit_is_refused_or_spilled(checkpoints: CheckpointClient, nc):
     big = {"text": "x" * 5000}  # the fixture's service allows 4096 inline bytes
     proposal = ProposedCheckpoint(id=new_id(), key="k6", format=FORMAT, state=big)
-    reply = await nc.request("ledger.checkpoint.save",
-                             encode(SaveCheckpoint(expected_revision=0, checkpoint=proposal)), timeout=5)
+    reply = await nc.request(
+        "ledger.checkpoint.save", encode(SaveCheckpoint(expected_revision=0, checkpoint=proposal)), timeout=5
+    )
     assert b'"request_too_large"' in reply.data and b'"limit_bytes":4096' in reply.data
     # The SDK moves state that is too large into a JSON artifact by itself.
     saved = await checkpoints.save("k6", expected_revision=0, format=FORMAT, state=big)
@@ -119,21 +123,24 @@ async def test_requests_are_checked(checkpoints: CheckpointClient, nc):
         await checkpoints.save("k7", expected_revision=0, format=FORMAT, state={"n": 2**60})
     assert caught.value.details["path"] == "$.n"  # refused by the SDK before sending
     proposal = ProposedCheckpoint(id=new_id(), key="k7", format=FORMAT, state={"n": [2**60]})
-    reply = await nc.request("ledger.checkpoint.save",
-                             encode(SaveCheckpoint(expected_revision=0, checkpoint=proposal)), timeout=5)
+    reply = await nc.request(
+        "ledger.checkpoint.save", encode(SaveCheckpoint(expected_revision=0, checkpoint=proposal)), timeout=5
+    )
     assert b'"not_canonicalizable"' in reply.data and b'"$.checkpoint.state.n[0]"' in reply.data
 
 
 def test_content_digest_covers_everything_sent():
     base = ProposedCheckpoint(id="c", key="k", format=FORMAT, state={"a": 1})
-    assert content_digest(base) == content_digest(ProposedCheckpoint(id="c", key="k", format=FORMAT,
-                                                                     state={"a": 1}))
+    assert content_digest(base) == content_digest(
+        ProposedCheckpoint(id="c", key="k", format=FORMAT, state={"a": 1})
+    )
     for other in (
         ProposedCheckpoint(id="c", key="k", format=FORMAT, state={"a": 2}),
         ProposedCheckpoint(id="c", key="k2", format=FORMAT, state={"a": 1}),
         ProposedCheckpoint(id="c", key="k", format="text/plain", state={"a": 1}),
-        ProposedCheckpoint(id="c", key="k", format=FORMAT, state={"a": 1}, terminal=True, session_id="s",
-                           run_id="r"),
+        ProposedCheckpoint(
+            id="c", key="k", format=FORMAT, state={"a": 1}, terminal=True, session_id="s", run_id="r"
+        ),
     ):
         assert content_digest(other) != content_digest(base)
 
@@ -141,8 +148,8 @@ def test_content_digest_covers_everything_sent():
 def test_checkpoint_errors_round_trip_as_their_subclass_and_keep_the_parent_code():
     import msgspec
 
-    from laneledger.sdk.checkpoints import CHECKPOINT_ERRORS, checkpoint_error
     from laneledger.contract.model import ErrorBody
+    from laneledger.sdk.checkpoints import CHECKPOINT_ERRORS, checkpoint_error
 
     assert len(CHECKPOINT_ERRORS) == 5
     for (code, reason), cls in CHECKPOINT_ERRORS.items():

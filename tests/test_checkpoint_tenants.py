@@ -7,12 +7,12 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-
 from checkpoint_support import checkpoint_service, checkpoints, wait_until  # noqa: F401
-from laneledger.sdk.checkpoints import anchor_of
-from laneledger.sdk.client import LaneRecorder
+
 from laneledger.contract.errors import TenantMismatch
 from laneledger.contract.model import ArtifactRef, Checkpoint, encode
+from laneledger.sdk.checkpoints import anchor_of
+from laneledger.sdk.client import LaneRecorder
 from laneledger.services.checkpoint.store import SCHEMA_VERSION, CheckpointStore
 
 FORMAT = "application/vnd.tests.state+json;version=1"
@@ -22,14 +22,21 @@ async def test_a_checkpoint_takes_its_tenant_from_what_it_names(client, actor, c
     lane = await LaneRecorder.open(client, "acme", "s1", "r1", "main", actor_id=actor.id)
     receipt = await lane.append([lane.event("run.started", actor_id=actor.id, subject_id="r1")])
 
-    anchored = await checkpoints.save("k1", expected_revision=0, format=FORMAT, state={"n": 1},
-                                      anchor=anchor_of(receipt), session_id="s1", run_id="r1")
+    anchored = await checkpoints.save(
+        "k1",
+        expected_revision=0,
+        format=FORMAT,
+        state={"n": 1},
+        anchor=anchor_of(receipt),
+        session_id="s1",
+        run_id="r1",
+    )
     assert anchored.tenant == "acme"
-    by_session = await checkpoints.save("k2", expected_revision=0, format=FORMAT, state={},
-                                        session_id="s1")
+    by_session = await checkpoints.save("k2", expected_revision=0, format=FORMAT, state={}, session_id="s1")
     assert by_session.tenant == "acme"
-    named = await checkpoints.save("k3", expected_revision=0, format=FORMAT, state={},
-                                   tenant="globex")  # nothing derives one: the named is kept
+    named = await checkpoints.save(
+        "k3", expected_revision=0, format=FORMAT, state={}, tenant="globex"
+    )  # nothing derives one: the named is kept
     assert named.tenant == "globex"
     nameless = await checkpoints.save("k4", expected_revision=0, format=FORMAT, state={})
     assert nameless.tenant is None  # the operator's alone
@@ -37,13 +44,13 @@ async def test_a_checkpoint_takes_its_tenant_from_what_it_names(client, actor, c
     assert inherited.tenant == "acme"  # the key's tenant
 
     with pytest.raises(TenantMismatch) as caught:  # names another tenant than its lane's
-        await checkpoints.save("k5", expected_revision=0, format=FORMAT, state={},
-                               anchor=anchor_of(receipt), tenant="globex")
+        await checkpoints.save(
+            "k5", expected_revision=0, format=FORMAT, state={}, anchor=anchor_of(receipt), tenant="globex"
+        )
     assert caught.value.details["what"] == "checkpoint"
     assert caught.value.details["expected_tenant"] == "acme"
     with pytest.raises(TenantMismatch) as caught:  # another tenant's key
-        await checkpoints.save("k1", expected_revision=2, format=FORMAT, state={},
-                               tenant="globex")
+        await checkpoints.save("k1", expected_revision=2, format=FORMAT, state={}, tenant="globex")
     assert caught.value.details["what"] == "checkpoint_key"
     assert (await checkpoints.latest("k1")).revision == 2  # nothing was saved
 
@@ -66,11 +73,16 @@ def test_a_schema_1_database_is_migrated_in_place(tmp_path):
     old = sqlite3.connect(path)
     old.executescript(V1_DDL)
     sha = "ab" * 32
-    checkpoint = Checkpoint(id="c1", key="k", revision=1, format=FORMAT, digest=sha,
-                            artifact=ArtifactRef(sha256=sha, size_bytes=3, media_type="x/y"),
-                            created_at="2026-01-01T00:00:00Z")
-    old.execute("INSERT INTO checkpoints VALUES ('c1','k',1,'d',NULL,NULL,0,NULL,0,?)",
-                (encode(checkpoint),))
+    checkpoint = Checkpoint(
+        id="c1",
+        key="k",
+        revision=1,
+        format=FORMAT,
+        digest=sha,
+        artifact=ArtifactRef(sha256=sha, size_bytes=3, media_type="x/y"),
+        created_at="2026-01-01T00:00:00Z",
+    )
+    old.execute("INSERT INTO checkpoints VALUES ('c1','k',1,'d',NULL,NULL,0,NULL,0,?)", (encode(checkpoint),))
     old.execute("INSERT INTO lanes VALUES ('l1','s1','r1',3)")
     old.commit()
     old.close()

@@ -7,8 +7,9 @@ between) is reported by inspection and by reconcile."""
 from __future__ import annotations
 
 import pytest
-
 from checkpoint_support import checkpoint_service, checkpoints  # noqa: F401
+
+from laneledger.contract.model import Actor
 from laneledger.sdk.checkpoints import (
     CheckpointClient,
     complete_run,
@@ -16,25 +17,35 @@ from laneledger.sdk.checkpoints import (
     reconcile,
 )
 from laneledger.sdk.client import LaneRecorder, LedgerClient
-from laneledger.contract.model import Actor
 
 FORMAT = "application/vnd.tests.loop-state+json;version=1"
 
 
 async def open_lane(client: LedgerClient, actor: Actor, run: str = "r1", name: str = "main") -> LaneRecorder:
     recorder = await LaneRecorder.open(client, "acme", "s1", run, name, actor_id=actor.id)
-    await recorder.append([
-        recorder.event("run.started", actor_id=actor.id, subject_id=run),
-        recorder.event("stream.text_delta", actor_id=actor.id, payload={"text": "working"}),
-    ])
+    await recorder.append(
+        [
+            recorder.event("run.started", actor_id=actor.id, subject_id=run),
+            recorder.event("stream.text_delta", actor_id=actor.id, payload={"text": "working"}),
+        ]
+    )
     return recorder
 
 
-async def test_link_and_run_completion_in_one_inspectable_append(client, actor, checkpoints: CheckpointClient):
+async def test_link_and_run_completion_in_one_inspectable_append(
+    client, actor, checkpoints: CheckpointClient
+):
     recorder = await open_lane(client, actor)
-    done = await complete_run(recorder, checkpoints, key="s1/r1/main", expected_revision=0,
-                              format=FORMAT, actor_id=actor.id, state={"answer": 42},
-                              run_payload={"outcome": "success"})
+    done = await complete_run(
+        recorder,
+        checkpoints,
+        key="s1/r1/main",
+        expected_revision=0,
+        format=FORMAT,
+        actor_id=actor.id,
+        state={"answer": 42},
+        run_payload={"outcome": "success"},
+    )
     # One append, two events: the link, then run.completed caused by it.
     assert (done.receipt.first_seq, done.receipt.last_seq) == (3, 4)
     assert done.receipt.event_ids == [done.linked_event_id, done.completed_event_id]
@@ -44,15 +55,25 @@ async def test_link_and_run_completion_in_one_inspectable_append(client, actor, 
     linked, completed = page.events
     assert {e.append_id for e in page.events} == {done.receipt.append_id}
     assert linked.event_type == "lane.framework.checkpoint.linked"
-    assert linked.payload == {"checkpoint_id": done.checkpoint.id, "key": "s1/r1/main", "revision": 1,
-                              "digest": done.checkpoint.digest, "format": FORMAT}
+    assert linked.payload == {
+        "checkpoint_id": done.checkpoint.id,
+        "key": "s1/r1/main",
+        "revision": 1,
+        "digest": done.checkpoint.digest,
+        "format": FORMAT,
+    }
     assert completed.event_type == "run.completed" and completed.subject_id == "r1"
     assert completed.causation_id == linked.id and completed.payload == {"outcome": "success"}
 
     inspection = await checkpoints.inspect_run("s1", "r1")
     assert [e.id for e in inspection.terminal_events] == [completed.id]
     [link] = inspection.linked_checkpoints
-    assert (link.event_id, link.seq, link.checkpoint_id, link.problem) == (linked.id, 3, done.checkpoint.id, None)
+    assert (link.event_id, link.seq, link.checkpoint_id, link.problem) == (
+        linked.id,
+        3,
+        done.checkpoint.id,
+        None,
+    )
     assert link.checkpoint.id == done.checkpoint.id and link.checkpoint.revision == 1
     assert inspection.unlinked_revisions == [] and inspection.unresolved_attempts == []
     assert inspection.as_of_position == completed.position
@@ -62,11 +83,19 @@ async def test_link_and_run_completion_in_one_inspectable_append(client, actor, 
 async def test_a_terminal_revision_saved_but_never_linked_is_reported(client, actor, checkpoints):
     recorder = await open_lane(client, actor)
     # The harness saved its terminal checkpoint and crashed before the link.
-    saved = await checkpoints.save("s1/r1/main", expected_revision=0, format=FORMAT, state={"final": True},
-                                   session_id="s1", run_id="r1", terminal=True)
+    saved = await checkpoints.save(
+        "s1/r1/main",
+        expected_revision=0,
+        format=FORMAT,
+        state={"final": True},
+        session_id="s1",
+        run_id="r1",
+        terminal=True,
+    )
     # Ordinary (non-terminal) snapshots are not expected to be linked.
-    await checkpoints.save("snapshots", expected_revision=0, format=FORMAT, state=1, session_id="s1",
-                           run_id="r1")
+    await checkpoints.save(
+        "snapshots", expected_revision=0, format=FORMAT, state=1, session_id="s1", run_id="r1"
+    )
     inspection = await checkpoints.inspect_run("s1", "r1")
     assert [c.id for c in inspection.unlinked_revisions] == [saved.id]
     assert inspection.terminal_events == [] and inspection.linked_checkpoints == []
@@ -89,16 +118,26 @@ async def test_a_terminal_revision_saved_but_never_linked_is_reported(client, ac
 async def test_a_link_to_an_unknown_or_misdescribed_checkpoint_is_flagged(client, actor, checkpoints):
     recorder = await open_lane(client, actor)
     saved = await checkpoints.save("k", expected_revision=0, format=FORMAT, state=1)
-    await recorder.append([
-        recorder.event("lane.framework.checkpoint.linked", actor_id=actor.id,
-                       payload={"checkpoint_id": "nothing-like-it"}),
-        recorder.event("lane.framework.checkpoint.linked", actor_id=actor.id,
-                       payload={"checkpoint_id": saved.id, "revision": 7}),
-        recorder.event("lane.framework.checkpoint.linked", actor_id=actor.id, payload={}),
-    ])
+    await recorder.append(
+        [
+            recorder.event(
+                "lane.framework.checkpoint.linked",
+                actor_id=actor.id,
+                payload={"checkpoint_id": "nothing-like-it"},
+            ),
+            recorder.event(
+                "lane.framework.checkpoint.linked",
+                actor_id=actor.id,
+                payload={"checkpoint_id": saved.id, "revision": 7},
+            ),
+            recorder.event("lane.framework.checkpoint.linked", actor_id=actor.id, payload={}),
+        ]
+    )
     inspection = await checkpoints.inspect_run("s1", "r1")
     assert [(link.checkpoint_id, link.problem) for link in inspection.linked_checkpoints] == [
-        ("nothing-like-it", "unknown_checkpoint"), (saved.id, "mismatch"), (None, "unknown_checkpoint"),
+        ("nothing-like-it", "unknown_checkpoint"),
+        (saved.id, "mismatch"),
+        (None, "unknown_checkpoint"),
     ]
 
 
@@ -132,24 +171,39 @@ async def test_unresolved_attempts_are_reported_with_retry_safety(client, actor,
     turn = await client.create_turn(recorder.lane.id, 1)
     expected = {}
     for i, (effect, idempotency, key, safe, reason) in enumerate(SAFETY):
-        action = await client.create_action(recorder.lane.id, turn.id, "tool_call", f"tool-{i}",
-                                            effect=effect, idempotency=idempotency, idempotency_key=key)
+        action = await client.create_action(
+            recorder.lane.id,
+            turn.id,
+            "tool_call",
+            f"tool-{i}",
+            effect=effect,
+            idempotency=idempotency,
+            idempotency_key=key,
+        )
         attempt = await client.create_attempt(recorder.lane.id, action.id, 1)
-        await recorder.append([recorder.event("attempt.requested", actor_id=actor.id, subject_id=attempt.id,
-                                              payload={"attempt_no": 1})])
+        await recorder.append(
+            [
+                recorder.event(
+                    "attempt.requested", actor_id=actor.id, subject_id=attempt.id, payload={"attempt_no": 1}
+                )
+            ]
+        )
         expected[attempt.id] = (action.id, f"tool-{i}", effect, idempotency, key, safe, reason)
     # Resolved, or never requested: not unresolved.
-    done_action = await client.create_action(recorder.lane.id, turn.id, "tool_call", "done",
-                                             effect="write", idempotency="none")
+    done_action = await client.create_action(
+        recorder.lane.id, turn.id, "tool_call", "done", effect="write", idempotency="none"
+    )
     done = await client.create_attempt(recorder.lane.id, done_action.id, 1)
     failed = await client.create_attempt(recorder.lane.id, done_action.id, 2)
     await client.create_attempt(recorder.lane.id, done_action.id, 3)
-    await recorder.append([
-        recorder.event("attempt.requested", actor_id=actor.id, subject_id=done.id),
-        recorder.event("attempt.completed", actor_id=actor.id, subject_id=done.id),
-        recorder.event("attempt.requested", actor_id=actor.id, subject_id=failed.id),
-        recorder.event("attempt.failed", actor_id=actor.id, subject_id=failed.id),
-    ])
+    await recorder.append(
+        [
+            recorder.event("attempt.requested", actor_id=actor.id, subject_id=done.id),
+            recorder.event("attempt.completed", actor_id=actor.id, subject_id=done.id),
+            recorder.event("attempt.requested", actor_id=actor.id, subject_id=failed.id),
+            recorder.event("attempt.failed", actor_id=actor.id, subject_id=failed.id),
+        ]
+    )
 
     inspection = await checkpoints.inspect_run("s1", "r1")
     found = {u.attempt_id: u for u in inspection.unresolved_attempts}
@@ -157,7 +211,12 @@ async def test_unresolved_attempts_are_reported_with_retry_safety(client, actor,
     for attempt_id, (action_id, name, effect, idempotency, key, safe, reason) in expected.items():
         u = found[attempt_id]
         assert (u.action_id, u.name, u.effect, u.idempotency, u.idempotency_key) == (
-            action_id, name, effect, idempotency, key)
+            action_id,
+            name,
+            effect,
+            idempotency,
+            key,
+        )
         assert (u.retry_safe, u.reason) == (safe, reason), name
         assert u.turn_id == turn.id and u.lane_id == recorder.lane.id and u.attempt_no == 1
     # Nothing that writes without a key the callee deduplicates on is ever safe.

@@ -56,17 +56,29 @@ async def test_a_capture_becomes_a_session_with_its_spines(client):
     # One actor per agent, named by the §2b convention.
     view = await client.load_session(SESSION)
     assert view.tenant == "acme"
-    main_actor = await client.ensure_actor("acme", f"agent:claude-code/main@{VERSION}", "agent",
-                                           attributes={"runtime": "claude-code", "version": VERSION})
-    sub_actor = await client.ensure_actor("acme", f"agent:claude-code/sub-toolu_03@{VERSION}", "agent",
-                                          attributes={"runtime": "claude-code", "version": VERSION})
+    main_actor = await client.ensure_actor(
+        "acme",
+        f"agent:claude-code/main@{VERSION}",
+        "agent",
+        attributes={"runtime": "claude-code", "version": VERSION},
+    )
+    sub_actor = await client.ensure_actor(
+        "acme",
+        f"agent:claude-code/sub-toolu_03@{VERSION}",
+        "agent",
+        attributes={"runtime": "claude-code", "version": VERSION},
+    )
     assert {e.actor_id for e in events if e.lane_id == main.id} == {main_actor.id}
     assert {e.actor_id for e in events if e.lane_id == sub.id} == {sub_actor.id}
 
     # The init line: the session's start, the run's start with the guarantees, a labelled root.
     main_events = [e for e in events if e.lane_id == main.id]
     assert [e.event_type for e in main_events[:4]] == [
-        "session.started", "run.started", "turn.started", "context.prompt_composed"]
+        "session.started",
+        "run.started",
+        "turn.started",
+        "context.prompt_composed",
+    ]
     init = main_events[0].payload["claude_code"]
     assert init["claude_code_version"] == VERSION and init["model"] == "claude-sonnet-4-5-20250929"
     assert init["tools"][:2] == ["Task", "Bash"] and init["cwd"] == "/home/dev/project"
@@ -78,8 +90,13 @@ async def test_a_capture_becomes_a_session_with_its_spines(client):
     # Inferences, deduplicated by message id, linked in a list (§2a).
     requests = [e for e in spine_nodes(events, main.id, "inference") if e.event_type == "attempt.requested"]
     inferences = [e for e in spine_nodes(events, main.id, "inference") if e.event_type == "attempt.completed"]
-    assert [e.payload["message_id"] for e in inferences] == ["msg_01A", "msg_02B", "msg_03C", "msg_04D",
-                                                             "msg_05E"]
+    assert [e.payload["message_id"] for e in inferences] == [
+        "msg_01A",
+        "msg_02B",
+        "msg_03C",
+        "msg_04D",
+        "msg_05E",
+    ]
     assert requests[0].causation_id == root.id
     for previous, request in zip(inferences, requests[1:]):
         assert request.causation_id == previous.id
@@ -90,10 +107,16 @@ async def test_a_capture_becomes_a_session_with_its_spines(client):
     assert first["tool_uses"] == ["toolu_01Read"]
 
     # Tool calls hang off the inference that asked for them, with success and duration.
-    tools = {e.payload["name"]: e for e in events if e.event_type != "attempt.requested"
-             and spine_role(e.event_type, e.payload) == "tool_call"}
-    tool_requests = {e.payload["name"]: e for e in events if e.event_type == "attempt.requested"
-                     and spine_role(e.event_type, e.payload) == "tool_call"}
+    tools = {
+        e.payload["name"]: e
+        for e in events
+        if e.event_type != "attempt.requested" and spine_role(e.event_type, e.payload) == "tool_call"
+    }
+    tool_requests = {
+        e.payload["name"]: e
+        for e in events
+        if e.event_type == "attempt.requested" and spine_role(e.event_type, e.payload) == "tool_call"
+    }
     assert set(tools) == set(tool_requests) == {"Read", "Bash", "Task", "Grep", "Edit"}
     assert tool_requests["Read"].causation_id == inferences[0].id
     assert tool_requests["Task"].causation_id == inferences[2].id
@@ -102,7 +125,9 @@ async def test_a_capture_becomes_a_session_with_its_spines(client):
     assert "Exit code 1" in tools["Bash"].payload["error"]["message"]
     assert tools["Grep"].payload["duration_ms"] == 37 and tools["Task"].payload["duration_ms"] == 4210
     for name, done in tools.items():
-        assert done.causation_id == tool_requests[name].id and done.subject_id == tool_requests[name].subject_id
+        assert (
+            done.causation_id == tool_requests[name].id and done.subject_id == tool_requests[name].subject_id
+        )
     assert tools["Grep"].lane_id == sub.id and tools["Task"].lane_id == main.id
     assert unresolved_attempts(await read_run(client, run.session_id, run.run_id)) == []
 
@@ -111,13 +136,21 @@ async def test_a_capture_becomes_a_session_with_its_spines(client):
     sub_events = [e for e in events if e.lane_id == sub.id]
     sub_prompt = sub_events[0]
     assert spine_role(sub_prompt.event_type, sub_prompt.payload) == "prompt"
-    assert sub_prompt.payload == {"prompt_kind": "subagent", "parent_tool_use_id": "toolu_03TaskSpawn",
-                                  "spawned_by": tool_requests["Task"].id,
-                                  "synthesized": False, "text": "Find where add() is defined"}
+    assert sub_prompt.payload == {
+        "prompt_kind": "subagent",
+        "parent_tool_use_id": "toolu_03TaskSpawn",
+        "spawned_by": tool_requests["Task"].id,
+        "synthesized": False,
+        "text": "Find where add() is defined",
+    }
     assert spawned_by(sub_prompt.event_type, sub_prompt.payload) == tool_requests["Task"].id
     assert sub_prompt.causation_id == inferences[2].id
-    sub_requests = [e for e in spine_nodes(events, sub.id, "inference") if e.event_type == "attempt.requested"]
-    sub_inferences = [e for e in spine_nodes(events, sub.id, "inference") if e.event_type == "attempt.completed"]
+    sub_requests = [
+        e for e in spine_nodes(events, sub.id, "inference") if e.event_type == "attempt.requested"
+    ]
+    sub_inferences = [
+        e for e in spine_nodes(events, sub.id, "inference") if e.event_type == "attempt.completed"
+    ]
     assert [e.payload["model"] for e in sub_inferences] == ["claude-haiku-4-5-20251001"] * 2
     assert sub_requests[0].causation_id == sub_prompt.id
     assert sub_requests[1].causation_id == sub_inferences[0].id
@@ -161,8 +194,12 @@ async def test_a_malformed_line_is_a_typed_error_naming_its_line(client):
     assert caught.value.details["line"] == 3
     # What came before the bad line is committed; the import stopped there.
     run = await client.load_run(SESSION, "6c9f2a1b-3d4e-4f5a-9b8c-1d2e3f4a5b6c")
-    assert [e.event_type for e in run.events] == ["session.started", "run.started", "turn.started",
-                                                  "context.prompt_composed"]
+    assert [e.event_type for e in run.events] == [
+        "session.started",
+        "run.started",
+        "turn.started",
+        "context.prompt_composed",
+    ]
     with pytest.raises(InvalidRequest, match="not a JSON object") as caught:
         await ClaudeCodeImport(client, tenant="acme").run(["[1, 2]\n"])
     assert caught.value.details["line"] == 1
@@ -172,32 +209,56 @@ async def test_a_malformed_line_is_a_typed_error_naming_its_line(client):
     with pytest.raises(InvalidRequest, match="no system/init line"):
         await ClaudeCodeImport(client, tenant="acme").run(['{"type": "assistant"}\n', "\n"])
     with pytest.raises(InvalidRequest, match="no system/init line in the first 1000") as caught:
-        await ClaudeCodeImport(client, tenant="acme").run(['{"type": "system", "subtype": "hook_started"}\n']
-                                                          * 1001)
+        await ClaudeCodeImport(client, tenant="acme").run(
+            ['{"type": "system", "subtype": "hook_started"}\n'] * 1001
+        )
     assert caught.value.details["line"] == 1001
 
 
 async def run_cli(*args: str, stdin: bytes | None = None) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "laneledger.cli", *args, stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "laneledger.cli",
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(stdin), 60)
     return proc.returncode, out.decode(), err.decode()
 
 
 async def test_the_cli_imports_a_pipe_then_the_file_idempotently(client, nats_server):
-    code, out, err = await run_cli("import", "claude-code", "-", "--nats", nats_server.url,
-                                   "--tenant", "acme", "--json", stdin=CAPTURE.read_bytes())
+    code, out, err = await run_cli(
+        "import",
+        "claude-code",
+        "-",
+        "--nats",
+        nats_server.url,
+        "--tenant",
+        "acme",
+        "--json",
+        stdin=CAPTURE.read_bytes(),
+    )
     assert code == 0, err
     piped = json.loads(out)
     assert piped["session_id"] == SESSION and piped["replayed_appends"] == 0
     assert piped["dropped"]["stream_event"] == 1 and piped["line_types"]["mystery_event"] == 1
-    code, out, err = await run_cli("import", "claude-code", str(CAPTURE), "--nats", nats_server.url,
-                                   "--tenant", "acme")
+    code, out, err = await run_cli(
+        "import", "claude-code", str(CAPTURE), "--nats", nats_server.url, "--tenant", "acme"
+    )
     assert code == 0, err
     assert f"({piped['appends']} already committed)" in out
-    code, out, err = await run_cli("import", "claude-code", str(FIXTURES / "malformed.jsonl"),
-                                   "--nats", nats_server.url, "--tenant", "acme")
+    code, out, err = await run_cli(
+        "import",
+        "claude-code",
+        str(FIXTURES / "malformed.jsonl"),
+        "--nats",
+        nats_server.url,
+        "--tenant",
+        "acme",
+    )
     assert code == 2 and "malformed.jsonl:3: bad JSON" in err and "Traceback" not in err
 
 

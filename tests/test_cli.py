@@ -119,7 +119,10 @@ def test_not_canonicalizable_names_file_and_path(tmp_path, document, text):
 
 
 def test_missing_file():
-    for args in (("canonicalize", "/nonexistent/x.json"), ("verify", "--format", "korg-ledger-v1", "/nonexistent/x.jsonl")):
+    for args in (
+        ("canonicalize", "/nonexistent/x.json"),
+        ("verify", "--format", "korg-ledger-v1", "/nonexistent/x.jsonl"),
+    ):
         line = one_error_line(run(*args))
         assert line.startswith(f"laneledger: {args[-1]}: ") and "No such file" in line
 
@@ -162,7 +165,10 @@ def test_verify_content_tampered_output():
 
 def test_verify_deletion_output():
     result = run("verify", "--format", "korg-ledger-v1", KORG / "tampered-deletion.jsonl")
-    assert (result.returncode, result.stdout.decode()) == (1, "FAIL seq 3: broken_link (seq_id expected 2, found 3)\n")
+    assert (result.returncode, result.stdout.decode()) == (
+        1,
+        "FAIL seq 3: broken_link (seq_id expected 2, found 3)\n",
+    )
 
 
 def intact_lines() -> list[str]:
@@ -173,9 +179,20 @@ def intact_lines() -> list[str]:
     ("edit", "expected"),
     [
         (lambda lines: lines.__setitem__(2, lines[2][:-5]), ":3: bad JSON: "),
-        (lambda lines: lines.__setitem__(1, lines[1].replace('"seq_id": 2', '"seq_id": "2"')), ":2: field seq_id: expected an integer"),
-        (lambda lines: lines.__setitem__(1, lines[1].replace('"duration_ms": 12', '"duration_ms": 12.5')), ":2: field $.duration_ms: 12.5: korg-ledger-v1 allows integers only"),
-        (lambda lines: lines.__setitem__(1, lines[1].replace('"prompt_tokens": 10', '"prompt_tokens": 9007199254740992')), ":2: field $.args.prompt_tokens: integer 9007199254740992 is outside"),
+        (
+            lambda lines: lines.__setitem__(1, lines[1].replace('"seq_id": 2', '"seq_id": "2"')),
+            ":2: field seq_id: expected an integer",
+        ),
+        (
+            lambda lines: lines.__setitem__(1, lines[1].replace('"duration_ms": 12', '"duration_ms": 12.5')),
+            ":2: field $.duration_ms: 12.5: korg-ledger-v1 allows integers only",
+        ),
+        (
+            lambda lines: lines.__setitem__(
+                1, lines[1].replace('"prompt_tokens": 10', '"prompt_tokens": 9007199254740992')
+            ),
+            ":2: field $.args.prompt_tokens: integer 9007199254740992 is outside",
+        ),
         (lambda lines: lines.__setitem__(0, "[]"), ":1: expected a JSON object"),
     ],
     ids=["bad-json-line-3", "string-seq_id", "float", "big-int", "not-an-object"],

@@ -11,11 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from checkpoint_support import checkpoint_service, checkpoints  # noqa: F401 - fixtures
 from tail_support import start_tail  # noqa: F401 - a fixture
 
-from laneledger.sdk.client import LaneRecorder, make_event
+from laneledger.sdk.client import LaneRecorder
 
 SCRIPT = Path(sys.executable).with_name("laneledger")
 
@@ -33,14 +32,28 @@ async def acli(*args: str) -> subprocess.CompletedProcess:
 async def ledger_db(client, actor, sequencer, tmp_path):
     """A small real ledger: two sessions, a sub-agent lane, costs; returns its file."""
     main = await LaneRecorder.open(client, "acme", "s1", "r1", "main", actor_id=actor.id)
-    sub = await LaneRecorder.open(client, "acme", "s1", "r1", "sub-1", actor_id=actor.id,
-                                  kind="subagent", parent_lane_id=main.lane.id)
+    sub = await LaneRecorder.open(
+        client, "acme", "s1", "r1", "sub-1", actor_id=actor.id, kind="subagent", parent_lane_id=main.lane.id
+    )
     other = await LaneRecorder.open(client, "acme", "s2", "r1", "main", actor_id=actor.id)
     await main.append([main.event("run.started", actor_id=actor.id, subject_id="r1")])
     for recorder in (sub, other, main):
-        await recorder.append([recorder.event("cost.recorded", actor_id=actor.id, payload={
-            "provider": "p", "model": "m", "currency": "USD", "amount": "0.5",
-            "input_tokens": 10, "output_tokens": 2})])
+        await recorder.append(
+            [
+                recorder.event(
+                    "cost.recorded",
+                    actor_id=actor.id,
+                    payload={
+                        "provider": "p",
+                        "model": "m",
+                        "currency": "USD",
+                        "amount": "0.5",
+                        "input_tokens": 10,
+                        "output_tokens": 2,
+                    },
+                )
+            ]
+        )
     await main.append([main.event("run.completed", actor_id=actor.id, subject_id="r1")])
     return tmp_path / "ledger.db"
 
@@ -66,11 +79,17 @@ async def test_tampered_export_names_the_first_bad_position(ledger_db, tmp_path)
     tampered.write_text("".join(json.dumps(r) + "\n" for r in records))
     result = cli("verify", str(tampered))
     assert result.returncode == 1
-    assert result.stdout.decode().startswith(f"FAIL position 3 (lane {records[2]['lane_id']} seq 1): content_tampered")
+    assert result.stdout.decode().startswith(
+        f"FAIL position 3 (lane {records[2]['lane_id']} seq 1): content_tampered"
+    )
     deleted = tmp_path / "deleted.jsonl"
     deleted.write_text("".join(json.dumps(r) + "\n" for r in records[:1] + records[2:]))
     result = cli("verify", str(deleted))
-    assert result.returncode == 1 and "position 2" in result.stdout.decode() and "broken_link" in result.stdout.decode()
+    assert (
+        result.returncode == 1
+        and "position 2" in result.stdout.decode()
+        and "broken_link" in result.stdout.decode()
+    )
 
 
 async def test_tampered_db_is_found(ledger_db, tmp_path):
@@ -123,9 +142,13 @@ async def test_tail_and_verify_through_a_tail_service(ledger_db, start_tail):
     assert result.returncode == 0, result.stderr  # the run ended: so does the tail
     events = [json.loads(line) for line in result.stdout.splitlines()]
     assert [e["position"] for e in events] == [1, 2, 4, 5]  # s2's event at 3 filtered out
-    resumed = await acli("tail", "--url", tail.url, "--session-id", "s1", "--run-id", "r1", "--from-position", "2", "--json")
+    resumed = await acli(
+        "tail", "--url", tail.url, "--session-id", "s1", "--run-id", "r1", "--from-position", "2", "--json"
+    )
     assert [json.loads(line)["position"] for line in resumed.stdout.splitlines()] == [4, 5]
-    readable = await acli("tail", "--url", tail.url, "--session-id", "s1", "--run-id", "r1", "--event-type", "cost.")
+    readable = await acli(
+        "tail", "--url", tail.url, "--session-id", "s1", "--run-id", "r1", "--event-type", "cost."
+    )
     assert readable.returncode == 0
     lines = readable.stdout.decode().splitlines()
     assert len(lines) == 2 and all("cost.recorded" in line for line in lines)
@@ -142,8 +165,15 @@ async def test_reconcile_lists_a_terminal_checkpoint_never_linked(client, actor,
     await lane.append([lane.event("run.started", actor_id=actor.id, subject_id="r7")])
     clean = await acli("reconcile", "--session", "s7", "--nats", nats_server.url)
     assert clean.returncode == 0 and clean.stdout == b""
-    saved = await checkpoints.save("s7/r7/main", expected_revision=0, format="application/json",
-                                   state={"done": True}, session_id="s7", run_id="r7", terminal=True)
+    saved = await checkpoints.save(
+        "s7/r7/main",
+        expected_revision=0,
+        format="application/json",
+        state={"done": True},
+        session_id="s7",
+        run_id="r7",
+        terminal=True,
+    )
     # ... and the harness dies before linking it.
     result = await acli("reconcile", "--session", "s7", "--nats", nats_server.url)
     assert result.returncode == 1

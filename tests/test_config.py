@@ -25,9 +25,10 @@ def test_defaults_env_and_flags(monkeypatch):
     assert parse_settings("x", None, SETTINGS, ["--http-port", "0"]).http_port == 0
 
 
-@pytest.mark.parametrize(("env", "value"), [("LANELEDGER_DEMO_PORT", "70000"),
-                                            ("LANELEDGER_BATCH_SIZE", "0"),
-                                            ("LANELEDGER_BATCH_SIZE", "many")])
+@pytest.mark.parametrize(
+    ("env", "value"),
+    [("LANELEDGER_DEMO_PORT", "70000"), ("LANELEDGER_BATCH_SIZE", "0"), ("LANELEDGER_BATCH_SIZE", "many")],
+)
 def test_a_bad_value_exits_2_naming_the_variable(monkeypatch, capsys, env, value):
     monkeypatch.setenv(env, value)
     with pytest.raises(SystemExit) as stopped:
@@ -38,21 +39,25 @@ def test_a_bad_value_exits_2_naming_the_variable(monkeypatch, capsys, env, value
 
 def test_the_sequencer_refuses_a_bad_variable():
     env = dict(os.environ, LANELEDGER_REPLICAS="three")
-    result = subprocess.run([sys.executable, "-m", "laneledger.services.sequencer"], env=env,
-                            capture_output=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "laneledger.services.sequencer"], env=env, capture_output=True, timeout=60
+    )
     assert result.returncode == 2
     assert result.stderr.decode().strip() == (
-        "laneledger-sequencer: LANELEDGER_REPLICAS='three': invalid literal for int() with base 10: 'three'")
+        "laneledger-sequencer: LANELEDGER_REPLICAS='three': invalid literal for int() with base 10: 'three'"
+    )
 
 
 def test_a_service_refuses_a_bad_log_level():
     env = dict(os.environ, LANELEDGER_LOG_LEVEL="loud")
-    result = subprocess.run([sys.executable, "-m", "laneledger.services.metrics"], env=env,
-                            capture_output=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "laneledger.services.metrics"], env=env, capture_output=True, timeout=60
+    )
     assert result.returncode == 2
     assert result.stderr.decode().strip() == (
         "laneledger-metrics: LANELEDGER_LOG_LEVEL='loud': not a log level "
-        "(DEBUG, INFO, WARNING, ERROR, CRITICAL)")
+        "(DEBUG, INFO, WARNING, ERROR, CRITICAL)"
+    )
 
 
 @pytest.mark.parametrize("service", ["tail", "checkpoint"])
@@ -60,11 +65,13 @@ def test_services_using_the_sdk_refuse_a_bad_redaction_pattern(service):
     # They have no redaction flags, but the SDK they append and command
     # through reads the variables; a bad one stops them at start.
     env = dict(os.environ, LANELEDGER_REDACT_PATTERNS='{"x": "("}')
-    result = subprocess.run([sys.executable, "-m", f"laneledger.services.{service}"], env=env,
-                            capture_output=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", f"laneledger.services.{service}"], env=env, capture_output=True, timeout=60
+    )
     assert result.returncode == 2
     assert result.stderr.decode().startswith(
-        f"laneledger-{service}: LANELEDGER_REDACT_PATTERNS='{{\"x\": \"(\"}}': ")
+        f'laneledger-{service}: LANELEDGER_REDACT_PATTERNS=\'{{"x": "("}}\': '
+    )
     assert "Traceback" not in result.stderr.decode()
 
 

@@ -15,14 +15,14 @@ import sqlite3
 import msgspec
 import nats
 import pytest
-from playwright.async_api import Page, expect
-
 from browser_support import browser, screenshot  # noqa: F401
+from playwright.async_api import Page, expect
+from sequencer_process import SequencerProcess
+from tail_support import fill, new_lane, start_tail, wait_applied  # noqa: F401
+
 from laneledger.runtime.access import AccessPolicy
 from laneledger.sdk.client import LedgerClient, make_event
-from sequencer_process import SequencerProcess
 from laneledger.services.tail.service import TailService, TailSettings
-from tail_support import fill, new_lane, start_tail, wait_applied  # noqa: F401
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -37,8 +37,10 @@ def at(seconds: float) -> str:
 
 
 async def tail_positions(page: Page) -> list[int]:
-    return [int(p) for p in await page.locator("#tail-rows tr").evaluate_all(
-        "rows => rows.map(r => r.dataset.position)")]
+    return [
+        int(p)
+        for p in await page.locator("#tail-rows tr").evaluate_all("rows => rows.map(r => r.dataset.position)")
+    ]
 
 
 async def start_live_tail(page: Page, **filters: str) -> None:
@@ -52,8 +54,7 @@ async def start_live_tail(page: Page, **filters: str) -> None:
 # -- live tail ------------------------------------------------------------------------------
 
 
-async def test_live_tail_shows_new_events_and_pause_resume_loses_nothing(
-        client, actor, start_tail, browser):
+async def test_live_tail_shows_new_events_and_pause_resume_loses_nothing(client, actor, start_tail, browser):
     tail = await start_tail()
     lane = await new_lane(client, actor, "s1")
     other = await new_lane(client, actor, "s2")
@@ -100,10 +101,10 @@ async def test_live_tail_shows_new_events_and_pause_resume_loses_nothing(
     await expect(page.locator("#tail-status")).to_contain_text("must be a whole number")
 
 
-async def test_live_tail_reconnects_after_the_tail_restarts(nats_server, client, actor, tmp_path,
-                                                            browser):
+async def test_live_tail_reconnects_after_the_tail_restarts(nats_server, client, actor, tmp_path, browser):
     """The tail process goes away and comes back on the same address: the open
     page resumes from its last position by itself."""
+
     async def run_tail(port: int) -> tuple[TailService, int, object]:
         nc = await nats.connect(nats_server.url, reconnect_time_wait=0.1)
         service = TailService(nc, TailSettings(data_dir=tmp_path / "tail", watch_interval_s=0.2))
@@ -143,60 +144,88 @@ async def workload(client, actor) -> dict:
     that was requested and never ended, and a read that failed and then
     succeeded; one human-in-the-loop pause was answered, one is pending."""
     main = await new_lane(client, actor, "s1", "r1", "main")
-    sub1 = await new_lane(client, actor, "s1", "r1", "researcher", kind="subagent",
-                          parent_lane_id=main.id)
-    sub1a = await new_lane(client, actor, "s1", "r1", "fetcher", kind="subagent",
-                           parent_lane_id=sub1.id)
-    sub2 = await new_lane(client, actor, "s1", "r1", "reviewer", kind="subagent",
-                          parent_lane_id=main.id)
+    sub1 = await new_lane(client, actor, "s1", "r1", "researcher", kind="subagent", parent_lane_id=main.id)
+    sub1a = await new_lane(client, actor, "s1", "r1", "fetcher", kind="subagent", parent_lane_id=sub1.id)
+    sub2 = await new_lane(client, actor, "s1", "r1", "reviewer", kind="subagent", parent_lane_id=main.id)
     r2 = await new_lane(client, actor, "s1", "r2", "main")
     turn = await client.create_turn(main.id, 1)
-    model = await client.create_action(main.id, turn.id, "model_call", "claude-sonnet",
-                                       effect="none", idempotency="not_applicable")
-    edit = await client.create_action(main.id, turn.id, "tool_call", "Edit", effect="write",
-                                      idempotency="none")
-    read = await client.create_action(main.id, turn.id, "tool_call", "Read", effect="read",
-                                      idempotency="inherent")
+    model = await client.create_action(
+        main.id, turn.id, "model_call", "claude-sonnet", effect="none", idempotency="not_applicable"
+    )
+    edit = await client.create_action(
+        main.id, turn.id, "tool_call", "Edit", effect="write", idempotency="none"
+    )
+    read = await client.create_action(
+        main.id, turn.id, "tool_call", "Read", effect="read", idempotency="inherent"
+    )
     a_model = await client.create_attempt(main.id, model.id, 1)
     a_edit = await client.create_attempt(main.id, edit.id, 1)
     a_read1 = await client.create_attempt(main.id, read.id, 1)
     a_read2 = await client.create_attempt(main.id, read.id, 2)
 
     def e(lane, event_type, subject, when, cause=None, **payload):
-        return make_event(lane.id, event_type, actor_id=actor.id, subject_id=subject,
-                          payload=payload, occurred_at=at(when), causation_id=cause)
+        return make_event(
+            lane.id,
+            event_type,
+            actor_id=actor.id,
+            subject_id=subject,
+            payload=payload,
+            occurred_at=at(when),
+            causation_id=cause,
+        )
 
     cost = {"provider": "anthropic", "currency": "USD"}
     spawn = e(main, "attempt.requested", a_model.id, 0.1, attempt_no=1)
-    receipt = await client.append(main, 0, [
-        e(main, "run.started", "r1", 0),
-        e(main, "turn.started", turn.id, 0),
-        e(main, "action.started", model.id, 0.1),
-        spawn,
-        e(main, "attempt.completed", a_model.id, 2.6),
-        e(main, "cost.recorded", model.id, 2.6, model="claude-sonnet", amount="0.0123",
-          input_tokens=1000, output_tokens=200, action_id=model.id, attempt_id=a_model.id, **cost),
-        e(main, "action.completed", model.id, 2.6),
-        e(main, "action.started", edit.id, 3),
-        e(main, "attempt.requested", a_edit.id, 3, attempt_no=1),
-        e(main, "action.started", read.id, 3),
-        e(main, "attempt.requested", a_read1.id, 3, attempt_no=1),
-        e(main, "attempt.failed", a_read1.id, 3.25),
-        e(main, "attempt.requested", a_read2.id, 3.5, attempt_no=2),
-        e(main, "attempt.completed", a_read2.id, 3.75),
-        e(main, "hitl.paused", main.id, 4, pause_id="p-approve", trigger="write to prod"),
-        e(main, "hitl.responded", main.id, 5, pause_id="p-approve", decision="approved"),
-        e(main, "hitl.paused", main.id, 6, pause_id="p-pending", trigger="delete files"),
-    ])
+    receipt = await client.append(
+        main,
+        0,
+        [
+            e(main, "run.started", "r1", 0),
+            e(main, "turn.started", turn.id, 0),
+            e(main, "action.started", model.id, 0.1),
+            spawn,
+            e(main, "attempt.completed", a_model.id, 2.6),
+            e(
+                main,
+                "cost.recorded",
+                model.id,
+                2.6,
+                model="claude-sonnet",
+                amount="0.0123",
+                input_tokens=1000,
+                output_tokens=200,
+                action_id=model.id,
+                attempt_id=a_model.id,
+                **cost,
+            ),
+            e(main, "action.completed", model.id, 2.6),
+            e(main, "action.started", edit.id, 3),
+            e(main, "attempt.requested", a_edit.id, 3, attempt_no=1),
+            e(main, "action.started", read.id, 3),
+            e(main, "attempt.requested", a_read1.id, 3, attempt_no=1),
+            e(main, "attempt.failed", a_read1.id, 3.25),
+            e(main, "attempt.requested", a_read2.id, 3.5, attempt_no=2),
+            e(main, "attempt.completed", a_read2.id, 3.75),
+            e(main, "hitl.paused", main.id, 4, pause_id="p-approve", trigger="write to prod"),
+            e(main, "hitl.responded", main.id, 5, pause_id="p-approve", decision="approved"),
+            e(main, "hitl.paused", main.id, 6, pause_id="p-pending", trigger="delete files"),
+        ],
+    )
     # The sub-agents' first events point at what spawned them (Korg §2b).
     causes = {}
     for lane, cause in ((sub1, spawn["id"]), (sub1a, "sub1"), (sub2, spawn["id"]), (r2, None)):
         first = e(lane, "stream.text_delta", lane.id, 1, cause=causes.get(cause, cause), text="hi")
         causes["sub1"] = causes.get("sub1") or first["id"]
         last = await client.append(lane, 0, [first])
-    return {"main": main, "sub1": sub1, "sub1a": sub1a, "sub2": sub2, "r2": r2,
-            "attempts": {"model": a_model, "edit": a_edit, "read1": a_read1, "read2": a_read2},
-            "last": max(receipt.positions[-1], last.positions[-1])}
+    return {
+        "main": main,
+        "sub1": sub1,
+        "sub1a": sub1a,
+        "sub2": sub2,
+        "r2": r2,
+        "attempts": {"model": a_model, "edit": a_edit, "read1": a_read1, "read2": a_read2},
+        "last": max(receipt.positions[-1], last.positions[-1]),
+    }
 
 
 async def test_session_view_shows_the_tree_and_what_is_open(client, actor, start_tail, browser):
@@ -206,10 +235,12 @@ async def test_session_view_shows_the_tree_and_what_is_open(client, actor, start
     page = await browser.page(tail.url + "/#/session/s1")
     await expect(page.locator("#session-status")).to_contain_text("Session s1 as of position")
     await expect(page.locator("#session-verify")).to_contain_text(
-        "Chain intact: 21 events on 5 lanes verified.")
+        "Chain intact: 21 events on 5 lanes verified."
+    )
     await expect(page.locator("#session-verify")).to_have_class(re.compile("intact"))
     await expect(page.locator("#session-summary")).to_contain_text(
-        "runs r1, r2; 5 lanes; 4 attempts (1 unresolved); cost 0.0123 USD")
+        "runs r1, r2; 5 lanes; 4 attempts (1 unresolved); cost 0.0123 USD"
+    )
 
     # The spawn tree: run r1 > main > (researcher > fetcher, reviewer); run r2 > main.
     tree = page.locator("#session-tree")
@@ -218,19 +249,20 @@ async def test_session_view_shows_the_tree_and_what_is_open(client, actor, start
     await expect(main).to_contain_text("main")
     children = main.locator(":scope > ul > li")
     await expect(children).to_have_count(2)
-    assert await children.evaluate_all("l => l.map(li => li.dataset.lane)") == [
-        w["sub1"].id, w["sub2"].id]
-    await expect(children.first.locator(":scope > ul > li")).to_have_attribute(
-        "data-lane", w["sub1a"].id)
+    assert await children.evaluate_all("l => l.map(li => li.dataset.lane)") == [w["sub1"].id, w["sub2"].id]
+    await expect(children.first.locator(":scope > ul > li")).to_have_attribute("data-lane", w["sub1a"].id)
     await expect(children.first).to_contain_text("subagent")
-    await expect(tree.locator("li[data-run=r2] > ul > li")).to_have_attribute(
-        "data-lane", w["r2"].id)
+    await expect(tree.locator("li[data-run=r2] > ul > li")).to_have_attribute("data-lane", w["r2"].id)
 
     # Turns, actions, attempts: outcome, duration, cost; the open write is marked.
     rows = page.locator("#work-rows tr")
     await expect(rows).to_have_count(4)
-    texts = [re.sub(r"\s+", " ", t) for t in await rows.evaluate_all(
-        "rows => rows.map(r => [...r.cells].map(c => c.textContent).join(' | '))")]
+    texts = [
+        re.sub(r"\s+", " ", t)
+        for t in await rows.evaluate_all(
+            "rows => rows.map(r => [...r.cells].map(c => c.textContent).join(' | '))"
+        )
+    ]
     assert texts == [
         "main | 1 | model_call claude-sonnet | none / not_applicable | #1 | completed | 2.50 s | 0.0123 USD",
         "main | 1 | tool_call Edit | write / none | #1 | unresolved | | ",
@@ -242,7 +274,8 @@ async def test_session_view_shows_the_tree_and_what_is_open(client, actor, start
     await expect(unresolved).to_have_attribute("data-attempt", w["attempts"]["edit"].id)
     await expect(page.locator("#session-pauses li.pending")).to_have_count(1)
     await expect(page.locator("#session-pauses li.pending")).to_contain_text(
-        "Pending: pause p-pending on lane main (trigger delete files)")
+        "Pending: pause p-pending on lane main (trigger delete files)"
+    )
     await expect(page.locator("#session-pauses")).to_contain_text("1 answered, 1 pending.")
     await expect(page.locator("#events-rows tr")).to_have_count(21)
 
@@ -252,8 +285,7 @@ async def test_session_view_shows_the_tree_and_what_is_open(client, actor, start
     await expect(causal).to_have_count(21)
     researcher = page.locator(f"li[data-lane='{w['sub1'].id}']")
     await expect(researcher.locator(":scope > .spawned")).to_have_text(" · spawned by position 4")
-    caused = await causal.evaluate_all(
-        "rows => rows.map(r => [r.dataset.position, r.cells[5].textContent])")
+    caused = await causal.evaluate_all("rows => rows.map(r => [r.dataset.position, r.cells[5].textContent])")
     assert caused[17:] == [["18", "#4"], ["19", "#18"], ["20", "#4"], ["21", "root"]]
     await screenshot(page, "session")
 
@@ -263,24 +295,27 @@ async def test_session_view_shows_the_tree_and_what_is_open(client, actor, start
     # An unknown session is a clear message, not a blank page.
     await page.get_by_label("Session id").fill("no-such-session")
     await page.get_by_role("button", name="Open session").click()
-    await expect(page.locator("#session-status")).to_contain_text(
-        "Cannot open session no-such-session")
+    await expect(page.locator("#session-status")).to_contain_text("Cannot open session no-such-session")
     await expect(page.locator("#session-status")).to_contain_text("HTTP 404")
 
 
-async def test_a_tampered_ledger_shows_the_verification_failure(client, actor, start_tail,
-                                                               browser):
+async def test_a_tampered_ledger_shows_the_verification_failure(client, actor, start_tail, browser):
     tail = await start_tail()
     w = await workload(client, actor)
     await wait_applied(tail.service, w["last"])
     db = sqlite3.connect(tail.service.model.path)
     try:
-        (position, body), = db.execute(
-            "SELECT position, body FROM events WHERE event_type = 'cost.recorded'").fetchall()
+        ((position, body),) = db.execute(
+            "SELECT position, body FROM events WHERE event_type = 'cost.recorded'"
+        ).fetchall()
         event = msgspec.json.decode(body)
         event["payload"]["amount"] = "0.0001"  # someone makes the bill smaller
-        assert db.execute("UPDATE events SET body = ? WHERE position = ?",
-                          (msgspec.json.encode(event), position)).rowcount == 1
+        assert (
+            db.execute(
+                "UPDATE events SET body = ? WHERE position = ?", (msgspec.json.encode(event), position)
+            ).rowcount
+            == 1
+        )
         db.commit()
     finally:
         db.close()
@@ -300,14 +335,34 @@ async def test_costs_view_totals_and_plot(client, actor, start_tail, browser):
     acme = await new_lane(client, actor, "s1", tenant="acme")
     beta_actor = await client.ensure_actor("beta", "agent:tests/beta@1", "agent")
     beta = await new_lane(client, beta_actor, "s2", tenant="beta")
-    spend = [(acme, actor, "claude-sonnet", "0.50", 0), (acme, actor, "claude-haiku", "0.25", 30),
-             (acme, actor, "claude-sonnet", "1.25", 90), (beta, beta_actor, "claude-haiku", "2", 150)]
+    spend = [
+        (acme, actor, "claude-sonnet", "0.50", 0),
+        (acme, actor, "claude-haiku", "0.25", 30),
+        (acme, actor, "claude-sonnet", "1.25", 90),
+        (beta, beta_actor, "claude-haiku", "2", 150),
+    ]
     heads: dict[str, int] = {}
     for lane, who, model, amount, second in spend:
-        receipt = await client.append(lane, heads.get(lane.id, 0), [make_event(
-            lane.id, "cost.recorded", actor_id=who.id, occurred_at=at(second), payload={
-                "provider": "anthropic", "model": model, "amount": amount, "currency": "USD",
-                "input_tokens": 100, "output_tokens": 10})])
+        receipt = await client.append(
+            lane,
+            heads.get(lane.id, 0),
+            [
+                make_event(
+                    lane.id,
+                    "cost.recorded",
+                    actor_id=who.id,
+                    occurred_at=at(second),
+                    payload={
+                        "provider": "anthropic",
+                        "model": model,
+                        "amount": amount,
+                        "currency": "USD",
+                        "input_tokens": 100,
+                        "output_tokens": 10,
+                    },
+                )
+            ],
+        )
         heads[lane.id] = receipt.last_seq
     await wait_applied(tail.service, receipt.positions[-1])
     page = await browser.page(tail.url + "/#/costs")
@@ -315,8 +370,9 @@ async def test_costs_view_totals_and_plot(client, actor, start_tail, browser):
     await expect(page.locator("#costs-status")).to_contain_text("4 cost events")
     await expect(page.locator("#costs-status")).to_contain_text("buckets of 5 s")
     await expect(page.locator("#costs-totals tr")).to_have_text(["USD4.00440040"])
-    await expect(page.locator("#costs-models tr")).to_have_text([
-        "anthropicclaude-haikuUSD2.25220020", "anthropicclaude-sonnetUSD1.75220020"])
+    await expect(page.locator("#costs-models tr")).to_have_text(
+        ["anthropicclaude-haikuUSD2.25220020", "anthropicclaude-sonnetUSD1.75220020"]
+    )
     await expect(page.locator("#costs-tenants tr")).to_have_text(["acmeUSD2.003", "betaUSD21"])
     plot = page.get_by_role("img", name=re.compile(r"^Cost in USD per \d+ s bucket, by model"))
     await expect(plot).to_be_visible()
@@ -353,9 +409,18 @@ async def test_token_keyboard_only_use_and_accessible_names(client, actor, start
     page = await browser.page(tail.url + "/")
 
     snapshot = await page.locator("body").aria_snapshot()
-    for line in ('navigation "Views"', 'link "Live tail"', 'link "Session"', 'link "Costs"',
-                 'textbox "Access token"', 'textbox "Session"', 'textbox "Event type prefix"',
-                 'button "Start tail"', 'button "Pause" [disabled]', 'table "Events received'):
+    for line in (
+        'navigation "Views"',
+        'link "Live tail"',
+        'link "Session"',
+        'link "Costs"',
+        'textbox "Access token"',
+        'textbox "Session"',
+        'textbox "Event type prefix"',
+        'button "Start tail"',
+        'button "Pause" [disabled]',
+        'table "Events received',
+    ):
         assert line in snapshot, (line, snapshot)
     unnamed = await page.evaluate("""() => [...document.querySelectorAll('input, button, a, select')]
         .filter(e => e.offsetParent !== null)
@@ -433,38 +498,36 @@ async def test_a_100k_event_session_stays_usable(nats_server, tmp_path, start_ta
 async def _big_session(client, tail, browser) -> None:
     actor = await client.ensure_actor("acme", "agent:tests/main@1", "agent")
     lane = await new_lane(client, actor, "big", "r1")
-    sub = await new_lane(client, actor, "big", "r1", "helper", kind="subagent",
-                         parent_lane_id=lane.id)
+    sub = await new_lane(client, actor, "big", "r1", "helper", kind="subagent", parent_lane_id=lane.id)
     turn = await client.create_turn(lane.id, 1)
     work, attempts = [], []
     for i in range(120):  # 120 attempts, every 6th left open
-        action = await client.create_action(lane.id, turn.id, "tool_call", f"Read{i}",
-                                            effect="read", idempotency="inherent")
+        action = await client.create_action(
+            lane.id, turn.id, "tool_call", f"Read{i}", effect="read", idempotency="inherent"
+        )
         attempt = await client.create_attempt(lane.id, action.id, 1)
         attempts.append(attempt)
-        work.append(make_event(lane.id, "attempt.requested", actor_id=actor.id,
-                               subject_id=attempt.id))
+        work.append(make_event(lane.id, "attempt.requested", actor_id=actor.id, subject_id=attempt.id))
         if i % 6:
-            work.append(make_event(lane.id, "attempt.completed", actor_id=actor.id,
-                                   subject_id=attempt.id))
+            work.append(make_event(lane.id, "attempt.completed", actor_id=actor.id, subject_id=attempt.id))
     head = (await client.append(lane, 0, work)).last_seq
-    await client.append(sub, 0, [make_event(sub.id, "stream.text_delta", actor_id=actor.id,
-                                            payload={"text": "sub"})])
-    positions = await fill(client, lane, actor, BIG - len(work) - 1, start_seq=head,
-                           per_append=1000)
+    await client.append(
+        sub, 0, [make_event(sub.id, "stream.text_delta", actor_id=actor.id, payload={"text": "sub"})]
+    )
+    positions = await fill(client, lane, actor, BIG - len(work) - 1, start_seq=head, per_append=1000)
     await wait_applied(tail.service, positions[-1], timeout=120)
     last = positions[-1]
 
     page = await browser.page(tail.url + "/#/session/big")
     await expect(page.locator("#session-status")).to_contain_text("Session big as of position")
-    await expect(page.locator("#session-summary")).to_contain_text(
-        "2 lanes; 120 attempts (20 unresolved)")
+    await expect(page.locator("#session-summary")).to_contain_text("2 lanes; 120 attempts (20 unresolved)")
     await expect(page.locator("#work-page")).to_have_text("Rows 1–50 of 120")
     await expect(page.locator("#work-rows tr")).to_have_count(50)
     await expect(page.locator("#events-rows tr")).to_have_count(100)
     await expect(page.locator("#causal-rows tr")).to_have_count(200)
     await expect(page.locator("#session-verify")).to_contain_text(
-        f"Chain intact: {BIG} events on 2 lanes verified.")
+        f"Chain intact: {BIG} events on 2 lanes verified."
+    )
     await page.get_by_role("button", name="Latest events").click()
     await expect(page.locator("#events-page")).to_have_text(f"Positions {last - 99}–{last}")
     await page.get_by_role("button", name="Earlier events").click()
@@ -483,6 +546,7 @@ async def _big_session(client, tail, browser) -> None:
     await page.evaluate("location.hash = '#/tail'")
     await start_live_tail(page, Session="big")
     await expect(page.locator("#tail-status")).to_contain_text(
-        f"{BIG} events received, last position {last}", timeout=90_000)
+        f"{BIG} events received, last position {last}", timeout=90_000
+    )
     await expect(page.locator("#tail-rows tr")).to_have_count(500)
     assert (await tail_positions(page))[:2] == [last, last - 1]

@@ -10,9 +10,9 @@ import subprocess
 import sys
 
 import pytest
+from tail_support import REPO, start_tail  # noqa: F401
 
 from laneledger.services.tail.console import ASSETS, DIRECTORY, PAGE
-from tail_support import REPO, start_tail  # noqa: F401
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -32,8 +32,20 @@ def test_a_build_of_the_package_carries_the_console(tmp_path):
         shutil.copytree(REPO / tree, src / tree, ignore=ignore)
     out = tmp_path / "lib"
     done = subprocess.run(
-        [sys.executable, "-c", "import setuptools; setuptools.setup()", "-q", "build_py",
-         "--build-lib", str(out)], cwd=src, capture_output=True, text=True, timeout=60)
+        [
+            sys.executable,
+            "-c",
+            "import setuptools; setuptools.setup()",
+            "-q",
+            "build_py",
+            "--build-lib",
+            str(out),
+        ],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     for name in FILES:
         built = out / "laneledger" / "services" / "tail" / "console" / name

@@ -10,14 +10,14 @@ import json
 import msgspec
 import nats
 import pytest
+from raw_appends import Inbox
 
-from laneledger.sdk.blobstore import BlobStore, bucket_name, object_name
-from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
 from laneledger.contract.errors import BlobMissing, EntityNotFound, IntegrityError, InvalidRequest
 from laneledger.contract.model import AppendCommitted, AppendRejected
 from laneledger.contract.signing import generate_private_key, sign_event
 from laneledger.contract.subjects import Subjects, token
-from raw_appends import Inbox
+from laneledger.sdk.blobstore import BlobStore, bucket_name, object_name
+from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -61,7 +61,8 @@ async def test_the_bucket_is_per_tenant_deduplicated_and_checked(js):
 
 
 async def test_a_tenant_scoped_producer_stores_in_its_own_bucket_which_readers_read_first(
-        nats_server, client, actor, js):
+    nats_server, client, actor, js
+):
     """The sequencer creates LEDGER_BLOBS_<token> on the tenant's first scoped
     command; the tenant's producer stores there; readers look there first and
     fall back to the shared bucket (blobs written before tenant buckets)."""
@@ -83,8 +84,9 @@ async def test_a_tenant_scoped_producer_stores_in_its_own_bucket_which_readers_r
         own = await scoped.ensure_actor(tenant, "agent:scoped@1", "agent")
         recorder = await LaneRecorder.open(scoped, tenant, "s1", "r1", "main", actor_id=own.id)
         content = "tenant-bucket content " * 100
-        receipt = await recorder.append([recorder.event(
-            "ext.acme.file_written", actor_id=own.id, payload={"content": content})])
+        receipt = await recorder.append(
+            [recorder.event("ext.acme.file_written", actor_id=own.id, payload={"content": content})]
+        )
         ref = (await committed_payload(scoped, recorder.lane.id, receipt.first_seq))["content"]["_ref"]
         assert (await scoped.blob_store()).bucket == name
         shared = await BlobStore.open(js)
@@ -111,16 +113,22 @@ async def test_a_tenant_scoped_producer_stores_in_its_own_bucket_which_readers_r
 async def test_the_sdk_stores_the_blob_first_and_the_event_carries_the_reference(client, actor):
     recorder = await LaneRecorder.open(client, "acme", "s1", "r1", "main", actor_id=actor.id)
     content = "def main():\n    pass\n" * 100  # 2100 bytes
-    event = recorder.event("ext.acme.file_written", actor_id=actor.id,
-                           payload={"file_path": "src/main.py", "content": content})
+    event = recorder.event(
+        "ext.acme.file_written", actor_id=actor.id, payload={"file_path": "src/main.py", "content": content}
+    )
     receipt = await recorder.append([event])
     payload = await committed_payload(client, recorder.lane.id, receipt.first_seq)
     ref = "sha256:" + sha(content.encode())
     assert payload["file_path"] == "src/main.py"  # paths stay verbatim
     assert payload["content"] == {"_ref": ref, "size_bytes": len(content)}
-    assert payload["payload_refs"] == [{"sha256": sha(content.encode()), "size_bytes": 2100,
-                                        "label": "content",
-                                        "media_type": "text/plain; charset=utf-8"}]
+    assert payload["payload_refs"] == [
+        {
+            "sha256": sha(content.encode()),
+            "size_bytes": 2100,
+            "label": "content",
+            "media_type": "text/plain; charset=utf-8",
+        }
+    ]
     store = await client.blob_store()
     assert (await store.get("acme", ref)).decode() == content
 
@@ -133,8 +141,10 @@ async def test_two_producers_with_the_same_bytes_make_the_same_reference(nats_se
         for producer, name in ((client, "one"), (other, "two")):
             recorder = await LaneRecorder.open(producer, "acme", "s1", "r1", name, actor_id=actor.id)
             # Built by hand (not make_event): submit externalizes it.
-            event = {**make_event(recorder.lane.id, "ext.acme.table", actor_id=actor.id),
-                     "payload": {"table": json.loads(json.dumps(value))}}
+            event = {
+                **make_event(recorder.lane.id, "ext.acme.table", actor_id=actor.id),
+                "payload": {"table": json.loads(json.dumps(value))},
+            }
             receipt = await recorder.append([event])
             payloads.append(await committed_payload(producer, recorder.lane.id, receipt.first_seq))
         assert payloads[0] == payloads[1]
@@ -148,19 +158,21 @@ async def test_two_producers_with_the_same_bytes_make_the_same_reference(nats_se
 async def test_a_signed_event_is_signed_after_its_content_is_externalized(client):
     key = generate_private_key()
     signer = await client.ensure_actor("acme", "agent:signed-blobs@1", "agent", public_key=key)
-    recorder = await LaneRecorder.open(client, "acme", "s1", "r1", "signed",
-                                       actor_id=signer.id, signers={signer.id: key})
+    recorder = await LaneRecorder.open(
+        client, "acme", "s1", "r1", "signed", actor_id=signer.id, signers={signer.id: key}
+    )
     big = {"report": "r" * 3000, "api_key": "plainApiKeyValue-73a1"}
-    by_hand = {**make_event(recorder.lane.id, "ext.acme.report", actor_id=signer.id),
-               "payload": big}
-    receipt = await recorder.append([recorder.event("ext.acme.report", actor_id=signer.id,
-                                                    payload=big), by_hand])
+    by_hand = {**make_event(recorder.lane.id, "ext.acme.report", actor_id=signer.id), "payload": big}
+    receipt = await recorder.append(
+        [recorder.event("ext.acme.report", actor_id=signer.id, payload=big), by_hand]
+    )
     for seq in (receipt.first_seq, receipt.last_seq):
         payload = await committed_payload(client, recorder.lane.id, seq)
         assert payload["api_key"] == "[REDACTED:secret_key]" and "_ref" in payload["report"]
     # Signed already, with content the SDK would change: refused before sending.
-    presigned = sign_event({**make_event(recorder.lane.id, "ext.acme.report",
-                                         actor_id=signer.id), "payload": big}, key)
+    presigned = sign_event(
+        {**make_event(recorder.lane.id, "ext.acme.report", actor_id=signer.id), "payload": big}, key
+    )
     with pytest.raises(InvalidRequest) as refused:
         await client.append(recorder.lane, receipt.last_seq, [presigned])
     assert refused.value.details["path"] == "$.events[0]"
@@ -172,14 +184,12 @@ async def test_a_reference_the_sdk_cannot_satisfy_is_refused_before_sending(clie
     recorder = await LaneRecorder.open(client, "acme", "s1", "r1", "main", actor_id=actor.id)
     ref = {"_ref": "sha256:" + "ab" * 32, "size_bytes": 10}
     with pytest.raises(BlobMissing) as missing:
-        await recorder.append([recorder.event("ext.acme.x", actor_id=actor.id,
-                                              payload={"v": ref})])
+        await recorder.append([recorder.event("ext.acme.x", actor_id=actor.id, payload={"v": ref})])
     assert missing.value.details["ref"] == ref["_ref"]
     assert (await client.get_lane(recorder.lane.id)).last_seq == 0
 
 
-async def test_the_sequencer_refuses_an_event_whose_blob_is_absent(nats_server, sequencer, client,
-                                                                   actor):
+async def test_the_sequencer_refuses_an_event_whose_blob_is_absent(nats_server, sequencer, client, actor):
     lane = await client.create_lane("acme", "s1", "r1", "raw", actor_id=actor.id)
     data = b"blob bytes " * 200
     ref = {"_ref": "sha256:" + sha(data), "size_bytes": len(data)}
@@ -192,16 +202,23 @@ async def test_the_sequencer_refuses_an_event_whose_blob_is_absent(nats_server, 
             refused = await raw.ask(subject, request)
             assert isinstance(refused, AppendRejected)
             assert refused.error.code == "blob_missing" and not refused.error.retryable
-            assert refused.error.details == {"event_id": event["id"], "ref": ref["_ref"],
-                                             "size_bytes": len(data), "path": "$.events[0].payload"}
+            assert refused.error.details == {
+                "event_id": event["id"],
+                "ref": ref["_ref"],
+                "size_bytes": len(data),
+                "path": "$.events[0].payload",
+            }
             assert (await client.get_lane(lane.id)).last_seq == 0
             # Stored under another tenant, or with another size, it is still absent.
             store = await client.blob_store()
             await store.put("globex", data)
             assert (await raw.ask(subject, request)).error.code == "blob_missing"
             # A descriptor in payload_refs is a reference too (Korg §6.4).
-            described = {**event, "id": make_event(lane.id, "x.y.z", actor_id="a")["id"],
-                         "payload": {"payload_refs": [{"sha256": sha(data), "size_bytes": 1}]}}
+            described = {
+                **event,
+                "id": make_event(lane.id, "x.y.z", actor_id="a")["id"],
+                "payload": {"payload_refs": [{"sha256": sha(data), "size_bytes": 1}]},
+            }
             wrong_size = json.dumps({**body, "append_id": "raw-2", "events": [described]})
             assert (await raw.ask(subject, wrong_size.encode())).error.code == "blob_missing"
             # Blob first: the same append now commits.
@@ -211,9 +228,11 @@ async def test_the_sequencer_refuses_an_event_whose_blob_is_absent(nats_server, 
     finally:
         await nc.close()
     registry = sequencer._metrics.registry
-    assert registry.get_sample_value("laneledger_sequencer_append_requests_total",
-                                     {"outcome": "rejected", "code": "blob_missing"}) == 3
-    assert registry.get_sample_value("laneledger_sequencer_blob_lookups_total",
-                                     {"result": "missing"}) == 3
-    assert registry.get_sample_value("laneledger_sequencer_blob_lookups_total",
-                                     {"result": "present"}) == 1
+    assert (
+        registry.get_sample_value(
+            "laneledger_sequencer_append_requests_total", {"outcome": "rejected", "code": "blob_missing"}
+        )
+        == 3
+    )
+    assert registry.get_sample_value("laneledger_sequencer_blob_lookups_total", {"result": "missing"}) == 3
+    assert registry.get_sample_value("laneledger_sequencer_blob_lookups_total", {"result": "present"}) == 1

@@ -7,14 +7,13 @@ import hashlib
 import json
 
 import pytest
+from secret_corpus import KEYED_SECRETS, SHAPED_SECRETS, needle
 
 from laneledger.contract.canonical import canonicalize
-from laneledger.sdk.content import prepare_content
 from laneledger.contract.contentref import THRESHOLD_BYTES, externalize, is_ref, refs_in
 from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.redaction import DEFAULT_PATTERNS, Redactor, checked_keys, checked_patterns
-
-from secret_corpus import KEYED_SECRETS, SHAPED_SECRETS, needle
+from laneledger.sdk.content import prepare_content
 
 # -- content references ---------------------------------------------------------------------
 
@@ -29,9 +28,17 @@ def test_a_large_string_becomes_a_reference_and_a_descriptor():
     raw = text.encode()
     ref = {"_ref": "sha256:" + sha(raw), "size_bytes": 1200}
     assert done.payload == {
-        "tool": "Write", "args": {"file_path": "src/a.py", "content": ref},
-        "payload_refs": [{"sha256": sha(raw), "size_bytes": 1200, "label": "args.content",
-                          "media_type": "text/plain; charset=utf-8"}]}
+        "tool": "Write",
+        "args": {"file_path": "src/a.py", "content": ref},
+        "payload_refs": [
+            {
+                "sha256": sha(raw),
+                "size_bytes": 1200,
+                "label": "args.content",
+                "media_type": "text/plain; charset=utf-8",
+            }
+        ],
+    }
     assert done.blobs == {"sha256:" + sha(raw): raw}
     assert refs_in(done.payload) == [("sha256:" + sha(raw), 1200)]
 
@@ -50,9 +57,14 @@ def test_the_threshold_is_exclusive_and_counts_canonical_bytes():
 
 def test_leaves_first_and_paths_stay_verbatim():
     many_small = {f"k{i}": "v" * 40 for i in range(40)}  # 2 KiB, no member over 1 KiB
-    done = externalize({"args": many_small, "kept": {"path": "p" * 2000, "n": 1},
-                        "file_path": "/" + "d" * 1500,
-                        "deep": {"edits": [{"filepath": "x.py", "text": "t" * 900}] * 2}})
+    done = externalize(
+        {
+            "args": many_small,
+            "kept": {"path": "p" * 2000, "n": 1},
+            "file_path": "/" + "d" * 1500,
+            "deep": {"edits": [{"filepath": "x.py", "text": "t" * 900}] * 2},
+        }
+    )
     # The object itself is what is over: it becomes one reference.
     assert is_ref(done.payload["args"])
     # A path is never referenced, nor a container that holds one.
@@ -84,10 +96,12 @@ def test_existing_descriptors_are_kept_and_must_be_an_array():
 
 
 def test_refs_in_ignores_lookalikes():
-    payload = {"a": {"_ref": "sha256:" + "0" * 64, "size_bytes": 3},
-               "b": {"_ref": "md5:abc", "size_bytes": 3},
-               "c": {"_ref": "sha256:" + "1" * 64, "size_bytes": 3, "extra": 1},
-               "payload_refs": [{"sha256": "nothex", "size_bytes": 1}, "text"]}
+    payload = {
+        "a": {"_ref": "sha256:" + "0" * 64, "size_bytes": 3},
+        "b": {"_ref": "md5:abc", "size_bytes": 3},
+        "c": {"_ref": "sha256:" + "1" * 64, "size_bytes": 3, "extra": 1},
+        "payload_refs": [{"sha256": "nothex", "size_bytes": 1}, "text"],
+    }
     assert refs_in(payload) == [("sha256:" + "0" * 64, 3)]
 
 
@@ -101,8 +115,7 @@ def test_refs_in_skips_the_walk_only_where_no_reference_can_be():
     assert refs_in({"when": float("inf"), "blob": b"\x00", "x": ref}) == [(ref["_ref"], 7)]
     assert refs_in({"odd": object(), "x": ref}) == [(ref["_ref"], 7)]  # unencodable: walked
     assert refs_in({"text": 'a "_ref": "sha256:…" b', "n": 1}) == []
-    assert refs_in({"payload_refs": [{"sha256": "3" * 64, "size_bytes": 9}]}) == [
-        ("sha256:" + "3" * 64, 9)]
+    assert refs_in({"payload_refs": [{"sha256": "3" * 64, "size_bytes": 9}]}) == [("sha256:" + "3" * 64, 9)]
     assert refs_in({"model": "claude", "tokens": 12}) == []
 
 
@@ -128,9 +141,23 @@ def test_secret_keys_are_redacted_whatever_the_value_looks_like(key, secret):
     assert out.rules == {"secret_key": 1}
 
 
-@pytest.mark.parametrize("key", ["input_tokens", "max_tokens", "output_tokens", "cache_read_tokens",
-                                 "token_count", "tokens", "auth_type", "password_required",
-                                 "secret_name", "tokenizer", "author", "tool_name"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "input_tokens",
+        "max_tokens",
+        "output_tokens",
+        "cache_read_tokens",
+        "token_count",
+        "tokens",
+        "auth_type",
+        "password_required",
+        "secret_name",
+        "tokenizer",
+        "author",
+        "tool_name",
+    ],
+)
 def test_token_counts_and_settings_are_not_secrets(key):
     payload = {key: "plain-value", "n": {key: 1200}}
     assert Redactor().redact(payload).value == payload
@@ -147,14 +174,16 @@ def test_numbers_under_secret_keys_are_kept_and_markers_are_final():
 def test_configured_patterns_and_keys():
     redactor = Redactor.from_config('{"acme_key": "ACME-[0-9]{6}"}', "pin, otp_code")
     out = redactor.redact({"note": "use ACME-123456", "pin": "1234", "otpCode": "999"})
-    assert out.value == {"note": "use [REDACTED:acme_key]", "pin": "[REDACTED:secret_key]",
-                         "otpCode": "[REDACTED:secret_key]"}
+    assert out.value == {
+        "note": "use [REDACTED:acme_key]",
+        "pin": "[REDACTED:secret_key]",
+        "otpCode": "[REDACTED:secret_key]",
+    }
     listed = Redactor.from_config('["zz[0-9]+"]', None)
     assert listed.redact("a zz12 b").value == "a [REDACTED:custom_1] b"
 
 
-@pytest.mark.parametrize("text", ["[not a regex", '{"e": ""}', '{"bad name": "x"}', "3", "[1]",
-                                  '{"k": 1}'])
+@pytest.mark.parametrize("text", ["[not a regex", '{"e": ""}', '{"bad name": "x"}', "3", "[1]", '{"k": 1}'])
 def test_bad_pattern_settings_are_refused_with_a_reason(text):
     with pytest.raises(ValueError):
         checked_patterns(text)
@@ -169,8 +198,10 @@ def test_bad_key_settings_are_refused():
 def test_producers_redact_before_they_externalize():
     """A secret inside a value big enough to become a blob is gone from the blob."""
     secret = SHAPED_SECRETS[0][1]
-    event = {"payload": {"output": ("line\n" * 300) + secret, "token": "tok-" + "9" * 20},
-             "extensions": {"x.acme": {"authorization": "Basic abc"}}}
+    event = {
+        "payload": {"output": ("line\n" * 300) + secret, "token": "tok-" + "9" * 20},
+        "extensions": {"x.acme": {"authorization": "Basic abc"}},
+    }
     done, blobs, rules = prepare_content(event)
     assert rules == {"pem_private_key": 1, "secret_key": 2}
     assert len(blobs) == 1 and all(secret.encode() not in b for b in blobs.values())
@@ -191,27 +222,36 @@ def test_the_sequencer_settings_refuse_a_bad_pattern_naming_the_variable(monkeyp
     monkeypatch.setenv("LANELEDGER_REDACT_KEYS", "pin")
     args = parse_args([])
     assert Redactor.from_config(args.redact_patterns, args.redact_keys).redact(
-        {"pin": "1", "n": "ACME-7"}).value == {"pin": "[REDACTED:secret_key]",
-                                               "n": "[REDACTED:custom_1]"}
+        {"pin": "1", "n": "ACME-7"}
+    ).value == {"pin": "[REDACTED:secret_key]", "n": "[REDACTED:custom_1]"}
 
 
 def test_the_sdk_reads_its_extras_from_the_environment():
-    redactor = Redactor.from_env({"LANELEDGER_REDACT_KEYS": "pin",
-                                  "LANELEDGER_REDACT_PATTERNS": '{"badge": "BADGE-[0-9]+"}'})
+    redactor = Redactor.from_env(
+        {"LANELEDGER_REDACT_KEYS": "pin", "LANELEDGER_REDACT_PATTERNS": '{"badge": "BADGE-[0-9]+"}'}
+    )
     assert redactor.redact({"pin": "12", "t": "BADGE-9"}).value == {
-        "pin": "[REDACTED:secret_key]", "t": "[REDACTED:badge]"}
+        "pin": "[REDACTED:secret_key]",
+        "t": "[REDACTED:badge]",
+    }
 
 
-@pytest.mark.parametrize("variable, value, problem", [
-    ("LANELEDGER_REDACT_PATTERNS", "nope", "not JSON"),
-    ("LANELEDGER_REDACT_PATTERNS", '{"acme": "(unclosed"}', "'acme' is not a regex"),
-    ("LANELEDGER_REDACT_PATTERNS", '["a*"]', "matches the empty string"),
-    ("LANELEDGER_REDACT_PATTERNS", '{"bad name!": "X-[0-9]+"}', "rule name 'bad name!'"),
-    ("LANELEDGER_REDACT_KEYS", ", ,-", "comma-separated key words"),
-])
+@pytest.mark.parametrize(
+    "variable, value, problem",
+    [
+        ("LANELEDGER_REDACT_PATTERNS", "nope", "not JSON"),
+        ("LANELEDGER_REDACT_PATTERNS", '{"acme": "(unclosed"}', "'acme' is not a regex"),
+        ("LANELEDGER_REDACT_PATTERNS", '["a*"]', "matches the empty string"),
+        ("LANELEDGER_REDACT_PATTERNS", '{"bad name!": "X-[0-9]+"}', "rule name 'bad name!'"),
+        ("LANELEDGER_REDACT_KEYS", ", ,-", "comma-separated key words"),
+    ],
+)
 def test_a_bad_sdk_redaction_variable_is_a_typed_error_naming_it(variable, value, problem):
-    other = {"LANELEDGER_REDACT_KEYS": "pin"} if variable.endswith("PATTERNS") else \
-        {"LANELEDGER_REDACT_PATTERNS": '["ACME-[0-9]+"]'}  # a good neighbour is not blamed
+    other = (
+        {"LANELEDGER_REDACT_KEYS": "pin"}
+        if variable.endswith("PATTERNS")
+        else {"LANELEDGER_REDACT_PATTERNS": '["ACME-[0-9]+"]'}
+    )  # a good neighbour is not blamed
     with pytest.raises(InvalidRequest) as caught:
         Redactor.from_env({variable: value, **other})
     err = caught.value
@@ -260,9 +300,15 @@ def test_the_fast_path_never_skips_a_secret_key(key, secret):
 
 
 def test_the_fast_path_passes_clean_payloads_unchanged_and_defers_to_configured_patterns():
-    clean = {"model": "claude-sonnet", "input_tokens": 1200, "stop_reason": "tool_use",
-             "tool": {"name": "Read", "args": {"file_path": "/src/app/module_1.py"}},
-             "password": "", "token": 7, "tags": ["alpha", "beta", None, True]}
+    clean = {
+        "model": "claude-sonnet",
+        "input_tokens": 1200,
+        "stop_reason": "tool_use",
+        "tool": {"name": "Read", "args": {"file_path": "/src/app/module_1.py"}},
+        "password": "",
+        "token": 7,
+        "tags": ["alpha", "beta", None, True],
+    }
     redactor = Redactor()
     assert redactor.surely_clean(clean)
     out = redactor.redact(clean)

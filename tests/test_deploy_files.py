@@ -28,8 +28,12 @@ def dockerfile(service: str) -> str:
 
 def variables_read_by(service: str) -> set[str]:
     """What the service documents in --help: every option's LANELEDGER_* variable."""
-    result = subprocess.run([sys.executable, "-m", f"laneledger.services.{service}", "--help"],
-                            capture_output=True, timeout=60, cwd=ROOT)
+    result = subprocess.run(
+        [sys.executable, "-m", f"laneledger.services.{service}", "--help"],
+        capture_output=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr
     return set(re.findall(r"env\s+(LANELEDGER_[A-Z0-9_]+)", result.stdout.decode()))
 
@@ -96,5 +100,5 @@ def test_the_readme_lists_every_variable(service):
 
 def test_the_readme_opens_with_the_two_commands():
     lines = (ROOT / "README.md").read_text().splitlines()
-    block = lines[lines.index("```sh") + 1: lines.index("```sh") + 3]
+    block = lines[lines.index("```sh") + 1 : lines.index("```sh") + 3]
     assert [line.split("#")[0].strip() for line in block] == ["make run", "make test"]

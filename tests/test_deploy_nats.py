@@ -12,24 +12,23 @@ import msgspec
 import nats
 import pytest
 from aiohttp import web
+from conftest import show_log_on_failure
 from prometheus_client import CollectorRegistry
 
+from laneledger.contract.errors import EntityNotFound, InvalidRequest, LedgerError, TenantMismatch
+from laneledger.contract.subjects import TENANT_HEADER, RequestSubject, Subjects, tenant_headers, token
+from laneledger.devtools.natsserver import NatsServer, find_nats_server
 from laneledger.runtime.access import AccessPolicy
+from laneledger.runtime.opsserver import start_http
 from laneledger.sdk.checkpoints import CheckpointClient, anchor_of
 from laneledger.sdk.client import LaneRecorder, LedgerClient
-from laneledger.contract.errors import EntityNotFound, InvalidRequest, LedgerError, TenantMismatch
-from laneledger.devtools.natsserver import NatsServer, find_nats_server
-from laneledger.runtime.opsserver import start_http
-from laneledger.store import LedgerWriter, open_ledger
-from laneledger.contract.subjects import TENANT_HEADER, RequestSubject, Subjects, tenant_headers, token
 from laneledger.services.checkpoint.http import checkpoint_routes
 from laneledger.services.checkpoint.metrics import CheckpointMetrics
 from laneledger.services.checkpoint.service import CheckpointService, CheckpointSettings
 from laneledger.services.checkpoint.store import CheckpointStore
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer
-
-from conftest import show_log_on_failure
+from laneledger.store import LedgerWriter, open_ledger
 
 CONF = Path(__file__).resolve().parents[1] / "deploy" / "nats.conf"
 USERS = ("producer", "sequencer", "tail", "metrics", "checkpoint")
@@ -71,8 +70,9 @@ async def test_services_run_under_their_users_and_producers_cannot_forge(secured
         violations.append(exc)
 
     seq_nc = await nats.connect(url_for(secured_server, "sequencer", passwords))
-    sequencer = Sequencer(seq_nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")),
-                          SequencerMetrics(CollectorRegistry()))
+    sequencer = Sequencer(
+        seq_nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")), SequencerMetrics(CollectorRegistry())
+    )
     await sequencer.start()
     try:
         async with await LedgerClient.connect(url_for(secured_server, "producer", passwords)) as client:
@@ -103,8 +103,12 @@ async def test_services_run_under_their_users_and_producers_cannot_forge(secured
 
 async def test_wrong_password_is_refused(secured_server, passwords):
     with pytest.raises(Exception):
-        await nats.connect(f"nats://producer:wrong@127.0.0.1:{secured_server.port}",
-                           max_reconnect_attempts=0, connect_timeout=2, allow_reconnect=False)
+        await nats.connect(
+            f"nats://producer:wrong@127.0.0.1:{secured_server.port}",
+            max_reconnect_attempts=0,
+            connect_timeout=2,
+            allow_reconnect=False,
+        )
 
 
 async def test_readers_cannot_publish_committed_events(secured_server, passwords):
@@ -139,8 +143,7 @@ def tenant_server(tmp_path, passwords, monkeypatch, request):
         monkeypatch.setenv(password_variable(tenant), passwords[f"producer-{tenant}"])
     rendered = tmp_path / "nats.conf"
     rendered.write_text(render(CONF.read_text(), TENANTS))
-    result = subprocess.run([find_nats_server(), "-t", "-c", str(rendered)], capture_output=True,
-                            timeout=30)
+    result = subprocess.run([find_nats_server(), "-t", "-c", str(rendered)], capture_output=True, timeout=30)
     assert result.returncode == 0, result.stderr
     server = NatsServer(tmp_path / "nats", config=rendered, extra_args=("-m", "-1"))
     show_log_on_failure(request, server)
@@ -174,40 +177,52 @@ def refused(violations: list[str], subject: str) -> bool:
 
 
 async def test_a_tenant_producer_appends_for_its_tenant_and_reads_only_its_inbox(
-        tenant_server, passwords, tmp_path):
+    tenant_server, passwords, tmp_path
+):
     seq_nc = await nats.connect(url_for(tenant_server, "sequencer", passwords))
-    sequencer = Sequencer(seq_nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")),
-                          SequencerMetrics(CollectorRegistry()))
+    sequencer = Sequencer(
+        seq_nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")), SequencerMetrics(CollectorRegistry())
+    )
     await sequencer.start()
     try:
         for tenant in TENANTS:  # each tenant's producer works end to end on its own inbox
             async with await LedgerClient.connect(
-                    url_for(tenant_server, f"producer-{tenant}", passwords),
-                    tenant=tenant) as client:  # its commands, its inbox
+                url_for(tenant_server, f"producer-{tenant}", passwords), tenant=tenant
+            ) as client:  # its commands, its inbox
                 actor = await client.ensure_actor(tenant, "agent:secured@1", "agent")
-                lane = await LaneRecorder.open(client, tenant, f"s-{tenant}", "r", "main",
-                                               actor_id=actor.id)
-                receipt = await lane.append([lane.event("run.started", actor_id=actor.id,
-                                                        subject_id="r")])
+                lane = await LaneRecorder.open(client, tenant, f"s-{tenant}", "r", "main", actor_id=actor.id)
+                receipt = await lane.append([lane.event("run.started", actor_id=actor.id, subject_id="r")])
                 assert receipt.last_seq == 1
 
         url = url_for(tenant_server, "producer-acme", passwords)
         violations = await attempts(
             url,
             subscribe=["_INBOX.>", "_INBOX_globex.>", "ledger.append.>", "ledger.append.globex.>"],
-            publish=["ledger.append.globex.l1", "ledger.events.acme.s.r.l",
-                     "$JS.API.CONSUMER.CREATE.LEDGER_APPEND", "$JS.API.STREAM.PURGE.LEDGER_EVENTS",
-                     # listing streams would name every tenant's buckets
-                     "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST"])
-        for subject in ("_INBOX.>", "_INBOX_globex.>", "ledger.append.>", "ledger.append.globex.>",
-                        "ledger.append.globex.l1", "ledger.events.acme.s.r.l",
-                        "$JS.API.CONSUMER.CREATE.LEDGER_APPEND",
-                        "$JS.API.STREAM.PURGE.LEDGER_EVENTS",
-                        "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST"):
+            publish=[
+                "ledger.append.globex.l1",
+                "ledger.events.acme.s.r.l",
+                "$JS.API.CONSUMER.CREATE.LEDGER_APPEND",
+                "$JS.API.STREAM.PURGE.LEDGER_EVENTS",
+                # listing streams would name every tenant's buckets
+                "$JS.API.STREAM.NAMES",
+                "$JS.API.STREAM.LIST",
+            ],
+        )
+        for subject in (
+            "_INBOX.>",
+            "_INBOX_globex.>",
+            "ledger.append.>",
+            "ledger.append.globex.>",
+            "ledger.append.globex.l1",
+            "ledger.events.acme.s.r.l",
+            "$JS.API.CONSUMER.CREATE.LEDGER_APPEND",
+            "$JS.API.STREAM.PURGE.LEDGER_EVENTS",
+            "$JS.API.STREAM.NAMES",
+            "$JS.API.STREAM.LIST",
+        ):
             assert refused(violations, subject), (subject, violations)
         # What it may do, it may: no violation for its own subjects.
-        allowed = await attempts(url, subscribe=["_INBOX_acme.x.>"],
-                                 publish=["ledger.append.acme.some-lane"])
+        allowed = await attempts(url, subscribe=["_INBOX_acme.x.>"], publish=["ledger.append.acme.some-lane"])
         assert allowed == [], allowed
 
         info = await seq_nc.jetstream().stream_info("LEDGER_EVENTS")
@@ -217,23 +232,27 @@ async def test_a_tenant_producer_appends_for_its_tenant_and_reads_only_its_inbox
         await seq_nc.close()
 
 
-async def test_only_the_sequencer_writes_events_and_consumers_append_as_no_one_else(
-        tenant_server, passwords):
-    forged_events = ["ledger.events.acme.s.r.l", "$JS.API.STREAM.PURGE.LEDGER_EVENTS",
-                     "$JS.API.STREAM.DELETE.LEDGER_EVENTS", "$JS.API.STREAM.MSG.DELETE.LEDGER_EVENTS"]
+async def test_only_the_sequencer_writes_events_and_consumers_append_as_no_one_else(tenant_server, passwords):
+    forged_events = [
+        "ledger.events.acme.s.r.l",
+        "$JS.API.STREAM.PURGE.LEDGER_EVENTS",
+        "$JS.API.STREAM.DELETE.LEDGER_EVENTS",
+        "$JS.API.STREAM.MSG.DELETE.LEDGER_EVENTS",
+    ]
     for user in ("producer", "producer-acme", "tail", "metrics", "checkpoint"):
         violations = await attempts(url_for(tenant_server, user, passwords), publish=forged_events)
         for subject in forged_events:
             assert refused(violations, subject), (user, subject, violations)
     for user in ("tail", "metrics", "checkpoint"):  # readers append as no tenant's producer
-        violations = await attempts(url_for(tenant_server, user, passwords),
-                                    publish=["ledger.append.acme.l1"],
-                                    subscribe=["ledger.append.>"])
+        violations = await attempts(
+            url_for(tenant_server, user, passwords),
+            publish=["ledger.append.acme.l1"],
+            subscribe=["ledger.append.>"],
+        )
         assert refused(violations, "ledger.append.acme.l1"), (user, violations)
         assert refused(violations, "ledger.append.>"), (user, violations)
     # The tail's Korg endpoint appends in its Korg tenant, and only there.
-    assert await attempts(url_for(tenant_server, "tail", passwords),
-                          publish=["ledger.append.korg.l1"]) == []
+    assert await attempts(url_for(tenant_server, "tail", passwords), publish=["ledger.append.korg.l1"]) == []
 
 
 def test_nats_config_renders_the_shipped_file_and_refuses_bad_tenants(tmp_path):
@@ -243,17 +262,31 @@ def test_nats_config_renders_the_shipped_file_and_refuses_bad_tenants(tmp_path):
     template = CONF.read_text()
     assert render(template, []) == template  # the shipped file is the template, unchanged
     out = tmp_path / "rendered.conf"
-    assert main(["nats-config", "--template", str(CONF), "--tenant", "acme",
-                 "--korg-tenant", "korg-tools", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "nats-config",
+                "--template",
+                str(CONF),
+                "--tenant",
+                "acme",
+                "--korg-tenant",
+                "korg-tools",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = out.read_text()
     assert "user: producer-acme" in text and '"ledger.append.korg-tools.>"' in text
     assert '"ledger.append.korg.>"' not in text  # the tail's one append subject moved
     # The tail reads acme's blob bucket and may not write it; producer-acme
     # has that bucket and no other blob bucket.
-    tail_block = text[text.index("user: tail\n"):text.index("user: metrics\n")]
+    tail_block = text[text.index("user: tail\n") : text.index("user: metrics\n")]
     assert '"$JS.API.STREAM.MSG.GET.OBJ_LEDGER_BLOBS_acme"' in tail_block
     assert '"$O.LEDGER_BLOBS_acme.>"' not in tail_block
-    acme_block = text[text.index("user: producer-acme\n"):text.index("user: sequencer\n")]
+    acme_block = text[text.index("user: producer-acme\n") : text.index("user: sequencer\n")]
     assert '"$O.LEDGER_BLOBS_acme.>"' in acme_block and '"$O.LEDGER_BLOBS.>"' not in acme_block
     for bad in ("a b", "acme.x", "*", ""):
         assert main(["nats-config", "--template", str(CONF), "--tenant", bad]) == 2, bad
@@ -269,20 +302,28 @@ def not_found_shape(err: LedgerError) -> tuple:
 
 
 async def test_a_tenant_producer_reads_nothing_of_another_tenant_over_nats(
-        tenant_server, passwords, tmp_path):
+    tenant_server, passwords, tmp_path
+):
     """globex's producer, on its own subjects, cannot load acme's session,
     run, lane or receipt, touch acme's lanes, or read acme's checkpoints and
     artifacts, by any command; acme's producer can (the control). Another
     tenant's thing is answered exactly as a missing one."""
-    urls = {user: url_for(tenant_server, user, passwords)
-            for user in ("sequencer", "checkpoint", "producer-acme", "producer-globex", "producer")}
+    urls = {
+        user: url_for(tenant_server, user, passwords)
+        for user in ("sequencer", "checkpoint", "producer-acme", "producer-globex", "producer")
+    }
     seq_nc = await nats.connect(urls["sequencer"])
     ckpt_nc = await nats.connect(urls["checkpoint"])
-    sequencer = Sequencer(seq_nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")),
-                          SequencerMetrics(CollectorRegistry()))
+    sequencer = Sequencer(
+        seq_nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")), SequencerMetrics(CollectorRegistry())
+    )
     store = CheckpointStore.open(tmp_path / "checkpoints.db")
-    service = CheckpointService(ckpt_nc, store, CheckpointMetrics(CollectorRegistry()),
-                                CheckpointSettings(anchor_wait_s=10.0, max_inline_bytes=1024))
+    service = CheckpointService(
+        ckpt_nc,
+        store,
+        CheckpointMetrics(CollectorRegistry()),
+        CheckpointSettings(anchor_wait_s=10.0, max_inline_bytes=1024),
+    )
     await sequencer.start()
     await service.start()
     acme = await LedgerClient.connect(urls["producer-acme"], tenant="acme")
@@ -294,14 +335,25 @@ async def test_a_tenant_producer_reads_nothing_of_another_tenant_over_nats(
         lane = await LaneRecorder.open(acme, "acme", "s-acme", "r", "main", actor_id=actor.id)
         receipt = await lane.append([lane.event("run.started", actor_id=actor.id, subject_id="r")])
         turn = await acme.create_turn(lane.lane.id, 1)
-        action = await acme.create_action(lane.lane.id, turn.id, "tool", "ls", effect="read",
-                                          idempotency="inherent")
+        action = await acme.create_action(
+            lane.lane.id, turn.id, "tool", "ls", effect="read", idempotency="inherent"
+        )
         acme_ckpt = CheckpointClient(acme)
-        anchored = await acme_ckpt.save("k-acme", expected_revision=0, format="application/json",
-                                        state={"n": 1}, anchor=anchor_of(receipt))
+        anchored = await acme_ckpt.save(
+            "k-acme",
+            expected_revision=0,
+            format="application/json",
+            state={"n": 1},
+            anchor=anchor_of(receipt),
+        )
         secret = b"acme's artifact " * 200
-        spilled = await acme_ckpt.save("k-acme", expected_revision=1, format="application/x-tests",
-                                       data=secret, media_type="application/octet-stream")
+        spilled = await acme_ckpt.save(
+            "k-acme",
+            expected_revision=1,
+            format="application/x-tests",
+            data=secret,
+            media_type="application/octet-stream",
+        )
         assert (await acme_ckpt.info()).artifact_bucket == "LEDGER_CHECKPOINT_ARTIFACTS_acme"
 
         # The control: acme reads all of it back over its own subjects.
@@ -322,8 +374,12 @@ async def test_a_tenant_producer_reads_nothing_of_another_tenant_over_nats(
             (lambda i: globex.load_run(i, "r"), "s-acme"),
             (lambda i: globex.get_receipt(i), receipt.append_id),
             (lambda i: globex.create_turn(i, 2), lane.lane.id),
-            (lambda i: globex.create_action(lane.lane.id, i, "tool", "x", effect="read",
-                                            idempotency="inherent"), turn.id),
+            (
+                lambda i: globex.create_action(
+                    lane.lane.id, i, "tool", "x", effect="read", idempotency="inherent"
+                ),
+                turn.id,
+            ),
         ]
         for call, acme_id in reads:
             with pytest.raises(EntityNotFound) as theirs:
@@ -334,13 +390,16 @@ async def test_a_tenant_producer_reads_nothing_of_another_tenant_over_nats(
         # A turn of acme's lane, named from globex's own lane, is as missing.
         own = await LaneRecorder.open(globex, "globex", "s-globex", "r", "main")
         with pytest.raises(EntityNotFound):
-            await globex.create_action(own.lane.id, turn.id, "tool", "x", effect="read",
-                                       idempotency="inherent")
+            await globex.create_action(
+                own.lane.id, turn.id, "tool", "x", effect="read", idempotency="inherent"
+            )
         with pytest.raises(EntityNotFound):
             await globex.create_attempt(own.lane.id, action.id, 1)
         # Writes naming acme are refused; one in acme's session too, naming no tenant of acme's.
-        for call in (lambda: globex.ensure_actor("acme", "agent:x@1", "agent"),
-                     lambda: globex.create_lane("acme", "s-new", "r", "main")):
+        for call in (
+            lambda: globex.ensure_actor("acme", "agent:x@1", "agent"),
+            lambda: globex.create_lane("acme", "s-new", "r", "main"),
+        ):
             with pytest.raises(TenantMismatch) as named:
                 await call()
             assert named.value.details["subject_tenant"] == "globex"
@@ -362,10 +421,12 @@ async def test_a_tenant_producer_reads_nothing_of_another_tenant_over_nats(
         with pytest.raises(EntityNotFound):
             await globex_ckpt.inspect_run("s-acme", "r")
         assert (await globex_ckpt.reconcile(session_id="s-acme")).unlinked == []
-        for save in (lambda: globex_ckpt.save("k-acme", expected_revision=2,
-                                              format="application/json", state={}),
-                     lambda: globex_ckpt.save("k-g", expected_revision=0, format="application/json",
-                                              state={}, anchor=anchor_of(receipt))):
+        for save in (
+            lambda: globex_ckpt.save("k-acme", expected_revision=2, format="application/json", state={}),
+            lambda: globex_ckpt.save(
+                "k-g", expected_revision=0, format="application/json", state={}, anchor=anchor_of(receipt)
+            ),
+        ):
             with pytest.raises(TenantMismatch):
                 await save()
         assert (await acme_ckpt.latest("k-acme")).revision == 2  # untouched
@@ -378,15 +439,21 @@ async def test_a_tenant_producer_reads_nothing_of_another_tenant_over_nats(
         # and the operator's, and is "missing" for globex's.
         tokens = {"acme": "acme-token-0123456789", "globex": "globex-token-0123456789"}
         app = web.Application()
-        app.add_routes(checkpoint_routes(service, AccessPolicy.from_tokens(
-            tokens, operator="operator-token-0123456789")))
+        app.add_routes(
+            checkpoint_routes(service, AccessPolicy.from_tokens(tokens, operator="operator-token-0123456789"))
+        )
         runner, port = await start_http(app, "127.0.0.1", 0)
         try:
             async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http:
-                for token_, expected in ((tokens["acme"], 200), ("operator-token-0123456789", 200),
-                                         (tokens["globex"], 404)):
-                    async with http.get(f"/api/v1/artifacts/{spilled.artifact.sha256}",
-                                        headers={"Authorization": f"Bearer {token_}"}) as response:
+                for token_, expected in (
+                    (tokens["acme"], 200),
+                    ("operator-token-0123456789", 200),
+                    (tokens["globex"], 404),
+                ):
+                    async with http.get(
+                        f"/api/v1/artifacts/{spilled.artifact.sha256}",
+                        headers={"Authorization": f"Bearer {token_}"},
+                    ) as response:
                         body = await response.read()
                         assert response.status == expected, (token_, body)
                         assert (body == secret) == (expected == 200)
@@ -395,26 +462,41 @@ async def test_a_tenant_producer_reads_nothing_of_another_tenant_over_nats(
 
         # A subject's tenant cannot be re-labelled by the header.
         forged = await globex.nc.request(
-            "ledger.cmd.globex.get_lane", msgspec.json.encode({"op": "get_lane", "lane_id": lane.lane.id}),
-            timeout=10, headers={TENANT_HEADER: "acme"})
+            "ledger.cmd.globex.get_lane",
+            msgspec.json.encode({"op": "get_lane", "lane_id": lane.lane.id}),
+            timeout=10,
+            headers={TENANT_HEADER: "acme"},
+        )
         assert b'"invalid_request"' in forged.data and b"run.started" not in forged.data
 
         # And on the wire: nothing else is open to globex's producer.
-        violations = await attempts(urls["producer-globex"], publish=[
-            "ledger.cmd.get_lane", "ledger.cmd.acme.get_lane", "ledger.checkpoint.get",
-            "ledger.checkpoint.acme.get", "ledger.cmd.globex.x.get_lane",
+        violations = await attempts(
+            urls["producer-globex"],
+            publish=[
+                "ledger.cmd.get_lane",
+                "ledger.cmd.acme.get_lane",
+                "ledger.checkpoint.get",
+                "ledger.checkpoint.acme.get",
+                "ledger.cmd.globex.x.get_lane",
+                "$JS.API.STREAM.INFO.OBJ_LEDGER_CHECKPOINT_ARTIFACTS_acme",
+                "$JS.API.STREAM.MSG.GET.OBJ_LEDGER_CHECKPOINT_ARTIFACTS_acme",
+                "$JS.API.CONSUMER.CREATE.OBJ_LEDGER_CHECKPOINT_ARTIFACTS_acme",
+                "$JS.API.STREAM.MSG.GET.OBJ_LEDGER_CHECKPOINT_ARTIFACTS",
+                "$O.LEDGER_CHECKPOINT_ARTIFACTS_acme.M.x",
+            ],
+        )
+        for subject in (
+            "ledger.cmd.get_lane",
+            "ledger.cmd.acme.get_lane",
+            "ledger.checkpoint.get",
+            "ledger.checkpoint.acme.get",
+            "ledger.cmd.globex.x.get_lane",
             "$JS.API.STREAM.INFO.OBJ_LEDGER_CHECKPOINT_ARTIFACTS_acme",
             "$JS.API.STREAM.MSG.GET.OBJ_LEDGER_CHECKPOINT_ARTIFACTS_acme",
             "$JS.API.CONSUMER.CREATE.OBJ_LEDGER_CHECKPOINT_ARTIFACTS_acme",
             "$JS.API.STREAM.MSG.GET.OBJ_LEDGER_CHECKPOINT_ARTIFACTS",
-            "$O.LEDGER_CHECKPOINT_ARTIFACTS_acme.M.x"])
-        for subject in ("ledger.cmd.get_lane", "ledger.cmd.acme.get_lane", "ledger.checkpoint.get",
-                        "ledger.checkpoint.acme.get", "ledger.cmd.globex.x.get_lane",
-                        "$JS.API.STREAM.INFO.OBJ_LEDGER_CHECKPOINT_ARTIFACTS_acme",
-                        "$JS.API.STREAM.MSG.GET.OBJ_LEDGER_CHECKPOINT_ARTIFACTS_acme",
-                        "$JS.API.CONSUMER.CREATE.OBJ_LEDGER_CHECKPOINT_ARTIFACTS_acme",
-                        "$JS.API.STREAM.MSG.GET.OBJ_LEDGER_CHECKPOINT_ARTIFACTS",
-                        "$O.LEDGER_CHECKPOINT_ARTIFACTS_acme.M.x"):
+            "$O.LEDGER_CHECKPOINT_ARTIFACTS_acme.M.x",
+        ):
             assert refused(violations, subject), (subject, violations)
 
         # The shared producer stays trusted: it reads any tenant (ledger.cmd.<op>).
@@ -431,8 +513,7 @@ async def test_a_tenant_producer_reads_nothing_of_another_tenant_over_nats(
         store.close()
 
 
-async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(
-        tenant_server, passwords, tmp_path):
+async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(tenant_server, passwords, tmp_path):
     """Content references under the rendered config: each tenant's blobs live
     in its own bucket, which the sequencer creates on the tenant's first
     command. acme's producer stores, appends with a reference, and reads its
@@ -441,23 +522,27 @@ async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(
     JetStream object store calls."""
     from nats.js.object_store import ObjectStore
 
-    from laneledger.sdk.blobstore import object_name
     from laneledger.contract.contentref import hex_of, refs_in
     from laneledger.contract.errors import BlobMissing
-    from laneledger.sdk.objectstores import open_object_store
     from laneledger.contract.subjects import inbox_prefix
+    from laneledger.sdk.blobstore import object_name
+    from laneledger.sdk.objectstores import open_object_store
     from laneledger.services.tail.service import TailService, TailSettings
 
-    urls = {user: url_for(tenant_server, user, passwords)
-            for user in ("sequencer", "tail", "producer-acme", "producer-globex")}
+    urls = {
+        user: url_for(tenant_server, user, passwords)
+        for user in ("sequencer", "tail", "producer-acme", "producer-globex")
+    }
     seq_nc = await nats.connect(urls["sequencer"])
-    sequencer = Sequencer(seq_nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")),
-                          SequencerMetrics(CollectorRegistry()))
+    sequencer = Sequencer(
+        seq_nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")), SequencerMetrics(CollectorRegistry())
+    )
     await sequencer.start()
     tokens = {"acme": "acme-token-0123456789", "globex": "globex-token-0123456789"}
     tail_nc = await nats.connect(urls["tail"])
-    tail = TailService(tail_nc, TailSettings(data_dir=tmp_path / "tail",
-                                             access=AccessPolicy.from_tokens(tokens)))
+    tail = TailService(
+        tail_nc, TailSettings(data_dir=tmp_path / "tail", access=AccessPolicy.from_tokens(tokens))
+    )
     tail_port = await tail.start("127.0.0.1", 0)
     globex_errors: list[str] = []
 
@@ -467,8 +552,9 @@ async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(
     acme = await LedgerClient.connect(urls["producer-acme"], tenant="acme")
     globex = await LedgerClient.connect(urls["producer-globex"], tenant="globex")
     # globex's producer user on a bare connection, its violations reported here
-    raw_globex = await nats.connect(urls["producer-globex"], error_cb=remember,
-                                    inbox_prefix=inbox_prefix("globex"))
+    raw_globex = await nats.connect(
+        urls["producer-globex"], error_cb=remember, inbox_prefix=inbox_prefix("globex")
+    )
     try:
         big = {"text": "acme's private tool output " * 100}  # over 1 KiB: a blob
         # Before acme's first command it has no bucket, and may not create one.
@@ -494,8 +580,9 @@ async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(
         # The tail serves it to acme's token, and to globex's it is missing.
         async with aiohttp.ClientSession(f"http://127.0.0.1:{tail_port}") as http:
             for who, status in (("acme", 200), ("globex", 404)):
-                async with http.get(f"/api/v1/blobs/{hex_of(ref)}", headers={
-                        "Authorization": f"Bearer {tokens[who]}"}) as response:
+                async with http.get(
+                    f"/api/v1/blobs/{hex_of(ref)}", headers={"Authorization": f"Bearer {tokens[who]}"}
+                ) as response:
                     body = await response.read()
                     assert response.status == status, (who, body)
                     assert (b"acme's private tool output" in body) == (who == "acme")
@@ -503,8 +590,9 @@ async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(
         # globex's producer: its first command creates its own bucket; acme's
         # reference is not a blob of globex's (refused before it is sent).
         own = await LaneRecorder.open(globex, "globex", "s-g", "r", "main")
-        stolen = own.event("stream.text_delta", actor_id=actor.id,
-                           payload={"text": {"_ref": ref, "size_bytes": size}})
+        stolen = own.event(
+            "stream.text_delta", actor_id=actor.id, payload={"text": {"_ref": ref, "size_bytes": size}}
+        )
         with pytest.raises(BlobMissing):
             await own.append([stolen])
         assert (await globex.blob_store("globex")).bucket == "LEDGER_BLOBS_globex"
@@ -521,20 +609,36 @@ async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(
             with pytest.raises(nats.errors.TimeoutError):
                 await raw.list()
         assert any("permissions violation" in e for e in globex_errors), globex_errors
-        subjects = [f"{api}.OBJ_LEDGER_BLOBS_acme" for api in (
-            "$JS.API.STREAM.INFO", "$JS.API.STREAM.MSG.GET", "$JS.API.DIRECT.GET",
-            "$JS.API.CONSUMER.CREATE", "$JS.API.STREAM.PURGE")]
-        subjects += ["$O.LEDGER_BLOBS_acme.C.x", "$O.LEDGER_BLOBS_acme.M.x",
-                     "$JS.API.STREAM.MSG.GET.OBJ_LEDGER_BLOBS", "$O.LEDGER_BLOBS.M.x",
-                     "$JS.API.STREAM.CREATE.OBJ_LEDGER_BLOBS_globex",
-                     "$JS.API.STREAM.PURGE.OBJ_LEDGER_BLOBS_globex",
-                     "$JS.API.STREAM.DELETE.OBJ_LEDGER_BLOBS_globex"]
+        subjects = [
+            f"{api}.OBJ_LEDGER_BLOBS_acme"
+            for api in (
+                "$JS.API.STREAM.INFO",
+                "$JS.API.STREAM.MSG.GET",
+                "$JS.API.DIRECT.GET",
+                "$JS.API.CONSUMER.CREATE",
+                "$JS.API.STREAM.PURGE",
+            )
+        ]
+        subjects += [
+            "$O.LEDGER_BLOBS_acme.C.x",
+            "$O.LEDGER_BLOBS_acme.M.x",
+            "$JS.API.STREAM.MSG.GET.OBJ_LEDGER_BLOBS",
+            "$O.LEDGER_BLOBS.M.x",
+            "$JS.API.STREAM.CREATE.OBJ_LEDGER_BLOBS_globex",
+            "$JS.API.STREAM.PURGE.OBJ_LEDGER_BLOBS_globex",
+            "$JS.API.STREAM.DELETE.OBJ_LEDGER_BLOBS_globex",
+        ]
         violations = await attempts(urls["producer-globex"], publish=subjects)
         for subject in subjects:
             assert refused(violations, subject), (subject, violations)
         # The control: its own bucket's subjects are open to it.
-        assert await attempts(urls["producer-globex"], publish=[
-            "$JS.API.STREAM.INFO.OBJ_LEDGER_BLOBS_globex", "$O.LEDGER_BLOBS_globex.M.x"]) == []
+        assert (
+            await attempts(
+                urls["producer-globex"],
+                publish=["$JS.API.STREAM.INFO.OBJ_LEDGER_BLOBS_globex", "$O.LEDGER_BLOBS_globex.M.x"],
+            )
+            == []
+        )
     finally:
         await raw_globex.close()
         await globex.close()
@@ -552,16 +656,20 @@ def test_a_request_subject_names_its_tenant_by_token_and_header():
     hashed = "acme corp/eu"
     subject = Subjects().command("get_lane", hashed)
     assert subject == f"ledger.cmd.{token(hashed)}.get_lane" and token(hashed).startswith("_")
-    assert RequestSubject.parse(subject, base, tenant_headers(hashed)) == \
-        RequestSubject(op="get_lane", tenant=hashed)
+    assert RequestSubject.parse(subject, base, tenant_headers(hashed)) == RequestSubject(
+        op="get_lane", tenant=hashed
+    )
     assert RequestSubject.parse("ledger.cmd.acme.get_lane", base, None).tenant == "acme"
     assert tenant_headers("acme") is None  # the token is the tenant
-    assert RequestSubject.parse("ledger.cmd.get_lane", base, None) == \
-        RequestSubject(op="get_lane", tenant=None)
-    for bad_subject, headers in ((subject, None),  # a hash with no header
-                                 (subject, {TENANT_HEADER: "acme"}),  # a header of another token
-                                 ("ledger.cmd.acme.get_lane", {TENANT_HEADER: "globex"}),
-                                 (subject, {TENANT_HEADER: "%ff"}),  # not UTF-8
-                                 ("ledger.cmd.a.b.get_lane", None)):
+    assert RequestSubject.parse("ledger.cmd.get_lane", base, None) == RequestSubject(
+        op="get_lane", tenant=None
+    )
+    for bad_subject, headers in (
+        (subject, None),  # a hash with no header
+        (subject, {TENANT_HEADER: "acme"}),  # a header of another token
+        ("ledger.cmd.acme.get_lane", {TENANT_HEADER: "globex"}),
+        (subject, {TENANT_HEADER: "%ff"}),  # not UTF-8
+        ("ledger.cmd.a.b.get_lane", None),
+    ):
         with pytest.raises(InvalidRequest):
             RequestSubject.parse(bad_subject, base, headers)

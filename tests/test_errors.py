@@ -52,12 +52,28 @@ def test_retryable_is_true_only_for_transport_and_internal() -> None:
 
 def test_the_branches_hold_their_leaves() -> None:
     branches = {
-        e.RequestError: {"malformed_message", "invalid_request", "request_too_large",
-                         "not_canonicalizable", "unknown_event_type", "invalid_payload",
-                         "unauthorized"},
-        e.StoreError: {"lane_conflict", "idempotency_violation", "entity_not_found", "duplicate_event",
-                       "subject_mismatch", "entity_conflict", "causation_violation", "tenant_mismatch",
-                       "signature_required", "invalid_signature", "blob_missing"},
+        e.RequestError: {
+            "malformed_message",
+            "invalid_request",
+            "request_too_large",
+            "not_canonicalizable",
+            "unknown_event_type",
+            "invalid_payload",
+            "unauthorized",
+        },
+        e.StoreError: {
+            "lane_conflict",
+            "idempotency_violation",
+            "entity_not_found",
+            "duplicate_event",
+            "subject_mismatch",
+            "entity_conflict",
+            "causation_violation",
+            "tenant_mismatch",
+            "signature_required",
+            "invalid_signature",
+            "blob_missing",
+        },
         e.IntegrityError: {"chain_fault"},
         e.TransportError: {"timeout", "unavailable"},
     }
@@ -126,8 +142,12 @@ def test_an_unknown_code_is_kept_as_a_generic_error() -> None:
     assert err.message == "over quota"
     assert err.details == {"limit": 10}
     assert err.retryable is True  # the wire's word, the only one there is
-    assert err.to_wire() == {"code": "quota_exceeded", "message": "over quota",
-                             "retryable": True, "details": {"limit": 10}}
+    assert err.to_wire() == {
+        "code": "quota_exceeded",
+        "message": "over quota",
+        "retryable": True,
+        "details": {"limit": 10},
+    }
     assert str(err).startswith("quota_exceeded: over quota")
     # The class attribute is untouched for everyone else.
     assert LedgerError.code == "ledger_error" and LedgerError.retryable is False
@@ -198,9 +218,12 @@ def test_errors_md_http_table_maps_every_code_once() -> None:
 
 def _doc_http_statuses() -> dict[str, int]:
     section = ERRORS_MD.split("\n## HTTP status\n", 1)[1].split("\n## ", 1)[0]
-    return {code: int(row[2:5])
-            for row in section.splitlines() if re.match(r"\| \d{3} ", row)
-            for code in re.findall(r"`([a-z_]+)`", row)}
+    return {
+        code: int(row[2:5])
+        for row in section.splitlines()
+        if re.match(r"\| \d{3} ", row)
+        for code in re.findall(r"`([a-z_]+)`", row)
+    }
 
 
 def test_every_http_service_answers_each_code_with_the_documented_status() -> None:

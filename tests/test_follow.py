@@ -28,8 +28,7 @@ async def test_backfills_then_goes_live_in_order(nc, js):
     await js.add_stream(name="LEDGER_EVENTS", subjects=["ledger.events.>"])
     await publish(js, 1, 1200)
     follower = StreamFollower(nc, name="test-follow", batch_size=300)
-    later = asyncio.get_running_loop().call_later(
-        0.3, lambda: asyncio.ensure_future(publish(js, 1201, 1300)))
+    later = asyncio.get_running_loop().call_later(0.3, lambda: asyncio.ensure_future(publish(js, 1201, 1300)))
     got = await asyncio.wait_for(collect(follower, after=100, until=1300), 20)
     later.cancel()
     assert [p for p, _ in got] == list(range(101, 1301))

@@ -10,8 +10,8 @@ import asyncio
 
 import pytest
 
-from laneledger.sdk.client import LaneRecorder, LedgerClient
 from laneledger.contract.errors import InvalidRequest, LaneConflict, LedgerUnavailable
+from laneledger.sdk.client import LaneRecorder, LedgerClient
 from laneledger.sdk.guarantees import HOOKS, AdapterGuarantees
 from laneledger.sdk.guard import OUTCOME_UNKNOWN, PLAIN_LOOP_GUARANTEES, Guard
 from laneledger.sdk.spine import spine_role
@@ -42,8 +42,13 @@ async def test_a_turn_commits_requests_before_the_calls_and_follows_the_spine(cl
             async with call.attempt() as attempt:
                 # The request is committed before the body runs.
                 seen_heads.append((await client.get_lane(guard.lane_id)).last_seq)
-                attempt.inference(text="I will read then write", thinking="plan", input_tokens=1200,
-                                  output_tokens=80, cost="0.0048")
+                attempt.inference(
+                    text="I will read then write",
+                    thinking="plan",
+                    input_tokens=1200,
+                    output_tokens=80,
+                    cost="0.0048",
+                )
 
         async def tool(name: str, effect: str) -> None:
             async with turn.tool_call(name, effect=effect, idempotency="none", args={"p": name}) as c:
@@ -55,8 +60,13 @@ async def test_a_turn_commits_requests_before_the_calls_and_follows_the_spine(cl
     events = await lane_events(client, guard)
     by_id = {e.id: e for e in events}
     types = [e.event_type for e in events]
-    assert types[:5] == ["run.started", "context.prompt_composed", "turn.started", "action.started",
-                         "attempt.requested"]
+    assert types[:5] == [
+        "run.started",
+        "context.prompt_composed",
+        "turn.started",
+        "action.started",
+        "attempt.requested",
+    ]
     assert seen_heads == [5]  # the model call's request was seq 5 when the body ran
     assert types[-1] == "turn.completed"
 
@@ -65,10 +75,12 @@ async def test_a_turn_commits_requests_before_the_calls_and_follows_the_spine(cl
     assert set(PLAIN_LOOP_GUARANTEES.hooks) == set(HOOKS)
 
     # The spine: model request <- prompt; tool requests <- the inference; outcomes <- requests.
-    inference_req = next(e for e in events if e.event_type == "attempt.requested"
-                         and e.payload["action_type"] == "model_call")
-    inference = next(e for e in events if e.event_type == "attempt.completed"
-                     and e.payload["action_type"] == "model_call")
+    inference_req = next(
+        e for e in events if e.event_type == "attempt.requested" and e.payload["action_type"] == "model_call"
+    )
+    inference = next(
+        e for e in events if e.event_type == "attempt.completed" and e.payload["action_type"] == "model_call"
+    )
     assert inference_req.causation_id == prompt["id"]
     assert inference.causation_id == inference_req.id
     assert inference.payload["outcome"]["text"] == "I will read then write"
@@ -76,15 +88,17 @@ async def test_a_turn_commits_requests_before_the_calls_and_follows_the_spine(cl
     [cost] = [e for e in events if e.event_type == "cost.recorded"]
     assert cost.payload["amount"] == "0.0048" and cost.causation_id == inference.id
     assert cost.subject_id == inference.subject_id
-    tool_reqs = [e for e in events if e.event_type == "attempt.requested"
-                 and e.payload["action_type"] == "tool_call"]
+    tool_reqs = [
+        e for e in events if e.event_type == "attempt.requested" and e.payload["action_type"] == "tool_call"
+    ]
     assert sorted(e.payload["name"] for e in tool_reqs) == ["Read", "Write"]
     assert all(e.causation_id == inference.id for e in tool_reqs)  # siblings
     for done in (e for e in events if e.event_type == "attempt.completed"):
         assert by_id[done.causation_id].event_type == "attempt.requested"
         assert by_id[done.causation_id].subject_id == done.subject_id
-    assert [spine_role(e.event_type, e.payload) for e in events if spine_role(e.event_type, e.payload)] \
-        .count("inference") == 2
+    assert [spine_role(e.event_type, e.payload) for e in events if spine_role(e.event_type, e.payload)].count(
+        "inference"
+    ) == 2
     assert spine_role(by_id[prompt["id"]].event_type, by_id[prompt["id"]].payload) == "prompt"
 
     # A second round's inference points at the first inference, not at a tool.
@@ -93,8 +107,9 @@ async def test_a_turn_commits_requests_before_the_calls_and_follows_the_spine(cl
             async with call.attempt() as attempt:
                 attempt.inference(text="done")
     events = await lane_events(client, guard)
-    second_req = [e for e in events if e.event_type == "attempt.requested"
-                  and e.payload["action_type"] == "model_call"][-1]
+    second_req = [
+        e for e in events if e.event_type == "attempt.requested" and e.payload["action_type"] == "model_call"
+    ][-1]
     assert second_req.causation_id == inference.id
 
 
@@ -115,7 +130,11 @@ async def test_a_failed_attempt_records_the_error_and_a_retry_is_the_next_attemp
     events = await lane_events(client, guard)
     attempts = [e for e in events if e.event_type.startswith("attempt.")]
     assert [(e.event_type, e.payload["attempt_no"]) for e in attempts] == [
-        ("attempt.requested", 1), ("attempt.failed", 1), ("attempt.requested", 2), ("attempt.completed", 2)]
+        ("attempt.requested", 1),
+        ("attempt.failed", 1),
+        ("attempt.requested", 2),
+        ("attempt.completed", 2),
+    ]
     failed = attempts[1]
     assert failed.payload["error"] == {"type": "TimeoutError", "message": "slow upstream"}
     assert attempts[2].causation_id == failed.id  # a retry points at the failure (Korg §2)
@@ -145,8 +164,9 @@ async def test_no_external_call_runs_when_the_request_cannot_be_committed(client
     # With the ledger unreachable (its connection gone), the same: the typed
     # error, no call.
     cut_off = await LedgerClient.connect(nats_server.url, timeout=2.0)
-    lone = Guard(await LaneRecorder.open(cut_off, "acme", "s-nocommit", "r1", "main",
-                                           actor_id=actor.id), actor.id)
+    lone = Guard(
+        await LaneRecorder.open(cut_off, "acme", "s-nocommit", "r1", "main", actor_id=actor.id), actor.id
+    )
     with pytest.raises(LedgerUnavailable, match="connection closed"):
         async with lone.turn(2) as turn:
             async with turn.tool_call("send_email", effect="write", idempotency="none") as call:
@@ -191,8 +211,9 @@ async def test_a_crashed_attempt_is_superseded_by_a_retry_or_held(client, actor)
     for e in events:
         by_subject.setdefault(e.subject_id, []).append(e)
     closed = next(e for e in by_subject[read_u.attempt_id] if e.event_type == "attempt.failed")
-    new_request = next(e for e in events if e.event_type == "attempt.requested"
-                       and e.payload["attempt_no"] == 2)
+    new_request = next(
+        e for e in events if e.event_type == "attempt.requested" and e.payload["attempt_no"] == 2
+    )
     assert closed.payload["error"]["code"] == OUTCOME_UNKNOWN
     assert closed.payload["error"]["superseded_by"] == new_request.subject_id
     assert closed.append_id == new_request.append_id  # one atomic append
@@ -202,21 +223,27 @@ async def test_a_crashed_attempt_is_superseded_by_a_retry_or_held(client, actor)
     assert pause.id == paused["id"] and pause.payload["proposed_action"]["attempt_id"] == write_u.attempt_id
 
     run = await client.load_run("s-crash", "r1")
-    assert [u.attempt_id for u in unresolved_attempts(await read_run(client, run.session_id, run.run_id))] == [write_u.attempt_id]
+    assert [
+        u.attempt_id for u in unresolved_attempts(await read_run(client, run.session_id, run.run_id))
+    ] == [write_u.attempt_id]
     # A human decided not to retry it: closed as unknown, with no successor.
     await again.close_unknown(write_u, reason="operator: do not charge twice")
     run = await client.load_run("s-crash", "r1")
     assert unresolved_attempts(await read_run(client, run.session_id, run.run_id)) == []
     last = [e for e in run.events if e.subject_id == write_u.attempt_id][-1]
-    assert last.payload["error"] == {"code": OUTCOME_UNKNOWN, "message": "operator: do not charge twice",
-                                     "superseded_by": None}
+    assert last.payload["error"] == {
+        "code": OUTCOME_UNKNOWN,
+        "message": "operator: do not charge twice",
+        "superseded_by": None,
+    }
 
 
 def test_guarantees_state_every_hook_with_a_known_level():
     hooks = dict(PLAIN_LOOP_GUARANTEES.hooks)
     with pytest.raises(InvalidRequest, match="every hook") as missing:
-        AdapterGuarantees(adapter="x", version="1", hooks={k: v for k, v in hooks.items() if k != "cost"},
-                          recovery="none")
+        AdapterGuarantees(
+            adapter="x", version="1", hooks={k: v for k, v in hooks.items() if k != "cost"}, recovery="none"
+        )
     assert missing.value.details["missing"] == ["cost"]
     with pytest.raises(InvalidRequest, match="strict, best_effort or unsupported"):
         AdapterGuarantees(adapter="x", version="1", hooks={**hooks, "cost": "mostly"}, recovery="none")
@@ -247,8 +274,13 @@ async def test_a_spawned_subagent_has_its_own_lane_actor_and_spine(client, actor
     assert lanes["helper"].kind == "subagent" and lanes["helper"].parent_lane_id == guard.lane_id
     assert lanes["helper"].actor_id == helper.id
     by_id = {e.id: e for e in run.events}
-    inference = next(e for e in run.events if e.lane_id == guard.lane_id
-                     and e.event_type == "attempt.completed" and e.payload["action_type"] == "model_call")
+    inference = next(
+        e
+        for e in run.events
+        if e.lane_id == guard.lane_id
+        and e.event_type == "attempt.completed"
+        and e.payload["action_type"] == "model_call"
+    )
     sub_events = [e for e in run.events if e.lane_id == lanes["helper"].id]
     first = sub_events[0]
     assert spine_role(first.event_type, first.payload) == "prompt"

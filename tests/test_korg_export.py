@@ -11,22 +11,21 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from laneledger.history.branching import rewind_session
-from laneledger.contract.chain import verify_chain
-from laneledger.cli import main
-from laneledger.sdk.client import LedgerClient, make_event
-from laneledger.contract.errors import ChainFault
-from laneledger.compat.korg import KORG_LEDGER_V1, read_jsonl
 from worked_example import TENANT, record_worked_example
+
+from laneledger.cli import main
+from laneledger.compat.korg import KORG_LEDGER_V1, read_jsonl
+from laneledger.contract.chain import verify_chain
+from laneledger.contract.errors import ChainFault
+from laneledger.history.branching import rewind_session
+from laneledger.sdk.client import LedgerClient, make_event
 
 SCRIPT = Path(sys.executable).with_name("laneledger")
 
 
 async def cli(*args: str) -> subprocess.CompletedProcess:
     """The CLI as a subprocess, without blocking the in-process sequencer's loop."""
-    return await asyncio.to_thread(subprocess.run, [str(SCRIPT), *args], capture_output=True,
-                                   timeout=60)
+    return await asyncio.to_thread(subprocess.run, [str(SCRIPT), *args], capture_output=True, timeout=60)
 
 
 def lines(path: Path) -> list[dict]:
@@ -34,26 +33,33 @@ def lines(path: Path) -> list[dict]:
 
 
 async def test_export_verifies_maps_causes_and_rewinds_and_names_a_tampered_line(
-        client: LedgerClient, sequencer, tmp_path: Path) -> None:
+    client: LedgerClient, sequencer, tmp_path: Path
+) -> None:
     ex = await record_worked_example(client)
     rewinder = (await client.ensure_actor(TENANT, "human:dusk", "human")).id
     await rewind_session(client, ex.session_id, ex.ids[5], actor_id=rewinder, reason="retry")
     db, out = tmp_path / "ledger.db", tmp_path / "s2b.jsonl"
 
-    done = await cli("export", "--db", str(db), "--format", "korg-ledger-v1",
-                     "--session", ex.session_id, "-o", str(out))
+    done = await cli(
+        "export", "--db", str(db), "--format", "korg-ledger-v1", "--session", ex.session_id, "-o", str(out)
+    )
     assert done.returncode == 0, done.stderr
     records = lines(out)
     assert [r["seq_id"] for r in records] == list(range(1, 9))
     # triggered_by is the cause's seq_id: §2b's worked example, exactly
     assert [r.get("triggered_by") for r in records[:7]] == [None, 1, 2, 3, 4, 2, 6]
     assert [r["tool_name"] for r in records[:7]] == [
-        "user_prompt", "llm_inference", "user_prompt", "llm_inference", "Read", "Agent",
-        "llm_inference"]
+        "user_prompt",
+        "llm_inference",
+        "user_prompt",
+        "llm_inference",
+        "Read",
+        "Agent",
+        "llm_inference",
+    ]
     assert records[4]["source_agent"] == "agent:claude-code/sub-toolu_01@2.1.150"
     assert records[4]["args"] == {"file_path": "README.md"}
-    assert all(r["event_type"] == "AgentToolCall" and r["schema_version"] == "1.0"
-               for r in records)
+    assert all(r["event_type"] == "AgentToolCall" and r["schema_version"] == "1.0" for r in records)
     assert all("rewind_of" not in r for r in records[:7])
     rewind = records[7]
     assert rewind["rewind_of"] == 5 and rewind["tool_name"] == "rewind"
@@ -83,23 +89,39 @@ async def test_export_verifies_maps_causes_and_rewinds_and_names_a_tampered_line
 
     # keyed: verifies with the key only
     keyed = tmp_path / "keyed.jsonl"
-    done = await cli("export", "--db", str(db), "--format", "korg-ledger-v1", "--session",
-                     ex.session_id, "--hmac-key", "k1", "-o", str(keyed))
+    done = await cli(
+        "export",
+        "--db",
+        str(db),
+        "--format",
+        "korg-ledger-v1",
+        "--session",
+        ex.session_id,
+        "--hmac-key",
+        "k1",
+        "-o",
+        str(keyed),
+    )
     assert done.returncode == 0, done.stderr
-    assert verify_chain(read_jsonl(keyed), profile=KORG_LEDGER_V1, key=b"k1") == \
-        lines(keyed)[-1]["entry_hash"]
+    assert (
+        verify_chain(read_jsonl(keyed), profile=KORG_LEDGER_V1, key=b"k1") == lines(keyed)[-1]["entry_hash"]
+    )
     with pytest.raises(ChainFault) as fault:
         verify_chain(read_jsonl(keyed), profile=KORG_LEDGER_V1)
     assert fault.value.details["kind"] == "content_tampered"
 
 
 async def test_export_refuses_what_korg_cannot_hash_and_bad_usage(
-        client: LedgerClient, sequencer, tmp_path: Path, capsys) -> None:
+    client: LedgerClient, sequencer, tmp_path: Path, capsys
+) -> None:
     ex = await record_worked_example(client)
     lane = ex.lanes["main"]
     head = (await client.get_lane(lane.id)).last_seq
-    receipt = await client.append(lane, head, [make_event(
-        lane.id, "ext.acme.score", actor_id=ex.actors["main"], payload={"score": 0.25})])
+    receipt = await client.append(
+        lane,
+        head,
+        [make_event(lane.id, "ext.acme.score", actor_id=ex.actors["main"], payload={"score": 0.25})],
+    )
     db = str(tmp_path / "ledger.db")
     done = await cli("export", "--db", db, "--format", "korg-ledger-v1", "--session", ex.session_id)
     assert done.returncode == 2
@@ -112,46 +134,68 @@ async def test_export_refuses_what_korg_cannot_hash_and_bad_usage(
     assert "no such session" in capsys.readouterr().err
 
 
-async def test_the_rewind_and_fork_commands(client: LedgerClient, nats_server, sequencer,
-                                            capsys) -> None:
+async def test_the_rewind_and_fork_commands(client: LedgerClient, nats_server, sequencer, capsys) -> None:
     ex = await record_worked_example(client)
-    done = await cli("rewind", ex.session_id, ex.ids[3], "--actor", "human:dusk", "--dry-run",
-                     "--nats", nats_server.url)
+    done = await cli(
+        "rewind", ex.session_id, ex.ids[3], "--actor", "human:dusk", "--dry-run", "--nats", nats_server.url
+    )
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)
     assert payload["invalidated"] == [[ex.positions[4], ex.positions[7]]]
     assert b"dry run" in done.stderr
     assert len((await client.load_session(ex.session_id)).events) == 7
 
-    done = await cli("rewind", ex.session_id, str(ex.positions[5]), "--actor", "human:dusk",
-                     "--reason", "bad read", "--nats", nats_server.url)
+    done = await cli(
+        "rewind",
+        ex.session_id,
+        str(ex.positions[5]),
+        "--actor",
+        "human:dusk",
+        "--reason",
+        "bad read",
+        "--nats",
+        nats_server.url,
+    )
     assert done.returncode == 0, done.stderr
     view = await client.load_session(ex.session_id)
     recorded = view.events[-1]
     assert recorded.event_type == "session.rewound" and recorded.payload["reason"] == "bad read"
     assert recorded.payload["invalidated"] == [[ex.positions[6], ex.positions[7]]]
 
-    done = await cli("fork", ex.lanes["main"].id, "1", "retry", "--actor", "agent:x@1",
-                     "--nats", nats_server.url)
+    done = await cli(
+        "fork", ex.lanes["main"].id, "1", "retry", "--actor", "agent:x@1", "--nats", nats_server.url
+    )
     assert done.returncode == 0, done.stderr
     fork = json.loads(done.stdout)
     assert fork["forked_from"]["event_id"] == ex.ids[2] and fork["last_seq"] == 1
 
     capsys.readouterr()
-    status = await asyncio.to_thread(main, ["rewind", ex.session_id, "999999", "--actor",
-                                            "human:dusk", "--nats", nats_server.url])
+    status = await asyncio.to_thread(
+        main, ["rewind", ex.session_id, "999999", "--actor", "human:dusk", "--nats", nats_server.url]
+    )
     assert status == 2 and "no event at this position" in capsys.readouterr().err
 
 
 async def test_a_claude_code_import_exports_as_a_verifiable_korg_journal(
-        client: LedgerClient, sequencer, tmp_path: Path) -> None:
-    from laneledger.compat.claudecode import ClaudeCodeImport
+    client: LedgerClient, sequencer, tmp_path: Path
+) -> None:
     from test_claude_code_import import CAPTURE, SESSION
+
+    from laneledger.compat.claudecode import ClaudeCodeImport
 
     await ClaudeCodeImport(client, tenant=TENANT).run(CAPTURE.read_bytes().splitlines(keepends=True))
     out = tmp_path / "claude.jsonl"
-    done = await cli("export", "--db", str(tmp_path / "ledger.db"), "--format", "korg-ledger-v1",
-                     "--session", SESSION, "-o", str(out))
+    done = await cli(
+        "export",
+        "--db",
+        str(tmp_path / "ledger.db"),
+        "--format",
+        "korg-ledger-v1",
+        "--session",
+        SESSION,
+        "-o",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     records = lines(out)
     assert verify_chain(read_jsonl(out), profile=KORG_LEDGER_V1) == records[-1]["entry_hash"]
@@ -159,4 +203,6 @@ async def test_a_claude_code_import_exports_as_a_verifiable_korg_journal(
     names = {r["tool_name"] for r in records}
     assert {"user_prompt", "llm_inference", "Read"} <= names
     assert {r["source_agent"] for r in records} == {
-        "agent:claude-code/main@2.1.150", "agent:claude-code/sub-toolu_03@2.1.150"}
+        "agent:claude-code/main@2.1.150",
+        "agent:claude-code/sub-toolu_03@2.1.150",
+    }

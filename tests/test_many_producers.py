@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import time
 
-from laneledger.audit.ledger import audit_ledger, compare_with_stream
 from producer_proc import check_against_ledger, create_lanes, start_producers, wait_for_producers
 from sequencer_process import wait_for_stream
+
+from laneledger.audit.ledger import audit_ledger, compare_with_stream
 
 N_LANES = 100
 N_HOT = 10
@@ -22,9 +23,19 @@ async def test_many_producers_contend_and_every_append_has_one_outcome(
     started = time.monotonic()
     actor_id, lanes = await create_lanes(nats_server.url, N_LANES)
     producers = start_producers(
-        nats_server.url, tmp_path, actor_id, lanes, producers=N_PRODUCERS, hot=N_HOT,
-        requests=REQUESTS_PER_PRODUCER, seed=7,
-        concurrency=4, hot_share=0.5, receipt_timeout=5.0, duration=20, time_limit=25,
+        nats_server.url,
+        tmp_path,
+        actor_id,
+        lanes,
+        producers=N_PRODUCERS,
+        hot=N_HOT,
+        requests=REQUESTS_PER_PRODUCER,
+        seed=7,
+        concurrency=4,
+        hot_share=0.5,
+        receipt_timeout=5.0,
+        duration=20,
+        time_limit=25,
     )
     try:
         await wait_for_producers(producers, timeout=30)

@@ -8,9 +8,9 @@ import sqlite3
 from decimal import Decimal
 from pathlib import Path
 
+from metrics_support import committed, parse, total, value
 from prometheus_client import CollectorRegistry, generate_latest
 
-from metrics_support import committed, parse, total, value
 from laneledger.services.metrics.collector import LedgerCollector, Progress
 from laneledger.services.metrics.fold import OTHER, LabelPolicy, State, fold_message
 from laneledger.services.metrics.store import MetricsStore, rows_of
@@ -45,20 +45,36 @@ def mixed_ledger(n: int) -> list[bytes]:
             case 1:
                 out.append(committed(p, "attempt.failed", subject_id=f"att-{i - 1}"))
             case 2:
-                out.append(committed(p, "cost.recorded", tenant=f"t{i % 4}",
-                                     payload=cost(f"0.{i:018d}", input_tokens=i)))
+                out.append(
+                    committed(
+                        p, "cost.recorded", tenant=f"t{i % 4}", payload=cost(f"0.{i:018d}", input_tokens=i)
+                    )
+                )
             case 3:
-                out.append(committed(p, "action.started", subject_id=f"act-{i}",
-                                     payload={"action_type": "tool_call", "name": f"tool{i % 3}"},
-                                     occurred_at="2026-01-01T00:00:00.000000001Z"))
+                out.append(
+                    committed(
+                        p,
+                        "action.started",
+                        subject_id=f"act-{i}",
+                        payload={"action_type": "tool_call", "name": f"tool{i % 3}"},
+                        occurred_at="2026-01-01T00:00:00.000000001Z",
+                    )
+                )
             case 4:
-                out.append(committed(p, "action.completed", subject_id=f"act-{i - 1}",
-                                     occurred_at=f"2026-01-01T00:00:0{i % 10}.25Z"))
+                out.append(
+                    committed(
+                        p,
+                        "action.completed",
+                        subject_id=f"act-{i - 1}",
+                        occurred_at=f"2026-01-01T00:00:0{i % 10}.25Z",
+                    )
+                )
             case 5:
                 out.append(committed(p, "hitl.paused", payload={"pause_id": f"p{i}", "trigger": "x"}))
             case 6:
-                out.append(committed(p, "hitl.responded",
-                                     payload={"pause_id": f"p{i - 1}", "decision": "edited"}))
+                out.append(
+                    committed(p, "hitl.responded", payload={"pause_id": f"p{i - 1}", "decision": "edited"})
+                )
             case 7:
                 out.append(committed(p, f"ext.acme.kind{i % 5}"))
             case _:
@@ -74,8 +90,10 @@ def test_folding_a_position_again_changes_nothing():
     fold_message(state, 1, body)  # a redelivery
     fold_message(state, 1, committed(1, "run.completed"))
     assert render(state) == before
-    assert value(parse(before), "laneledger_cost_total", tenant="acme", provider="p", model="m",
-                 currency="USD") == 0.5
+    assert (
+        value(parse(before), "laneledger_cost_total", tenant="acme", provider="p", model="m", currency="USD")
+        == 0.5
+    )
 
 
 def test_cost_sums_are_exact_decimals_at_rest(tmp_path: Path):
@@ -83,36 +101,57 @@ def test_cost_sums_are_exact_decimals_at_rest(tmp_path: Path):
     messages = [committed(p, "cost.recorded", payload=cost(a)) for p, a in enumerate(amounts, 1)]
     state = fold_all(messages)
     labels = ("acme", "p", "m", "USD")
-    assert state.values["laneledger_cost"][labels] == Decimal("123456789012345678901234567890.100000000000001")
+    assert state.values["laneledger_cost"][labels] == Decimal(
+        "123456789012345678901234567890.100000000000001"
+    )
     assert state.values["laneledger_cost_credited"][labels] == Decimal("0.25")
     store = MetricsStore(tmp_path / "m.db")
     store.save(rows_of(state, state.take_changes()))
     store.close()
     db = sqlite3.connect(tmp_path / "m.db")
-    stored = {metric: Decimal(text) for metric, text in db.execute(
-        "SELECT metric, value FROM series WHERE metric LIKE 'laneledger_cost%'")}
-    assert stored == {"laneledger_cost": Decimal("123456789012345678901234567890.100000000000001"),
-                      "laneledger_cost_credited": Decimal("0.25")}
+    stored = {
+        metric: Decimal(text)
+        for metric, text in db.execute(
+            "SELECT metric, value FROM series WHERE metric LIKE 'laneledger_cost%'"
+        )
+    }
+    assert stored == {
+        "laneledger_cost": Decimal("123456789012345678901234567890.100000000000001"),
+        "laneledger_cost_credited": Decimal("0.25"),
+    }
     reloaded = MetricsStore(tmp_path / "m.db").load(LabelPolicy())
     assert reloaded.values["laneledger_cost"] == state.values["laneledger_cost"]
 
 
 def test_durations_from_occurred_at_or_payload():
-    state = fold_all([
-        committed(1, "action.started", subject_id="a", payload={"action_type": "tool_call", "name": "sh"},
-                  occurred_at="2026-01-01T01:00:00.123456789+01:00"),
-        committed(2, "action.completed", subject_id="a", occurred_at="2026-01-01T00:00:00.623456789Z"),
-        committed(3, "action.started", subject_id="b", payload={"action_type": "model_call", "name": "m1"}),
-        committed(4, "action.failed", subject_id="b", payload={"duration_s": "42.5"}),
-        # no start and no measured duration: nothing to observe
-        committed(5, "action.completed", subject_id="c", payload={"name": "sh"}),
-        # a terminal event that says what it was and how long it took
-        committed(6, "action.completed", subject_id="d",
-                  payload={"action_type": "tool_call", "name": "sh", "duration_ms": 1500}),
-        # ended before it started (clock skew between producers): not observed
-        committed(7, "action.started", subject_id="e", occurred_at="2026-01-01T00:00:09Z"),
-        committed(8, "action.completed", subject_id="e", occurred_at="2026-01-01T00:00:01Z"),
-    ])
+    state = fold_all(
+        [
+            committed(
+                1,
+                "action.started",
+                subject_id="a",
+                payload={"action_type": "tool_call", "name": "sh"},
+                occurred_at="2026-01-01T01:00:00.123456789+01:00",
+            ),
+            committed(2, "action.completed", subject_id="a", occurred_at="2026-01-01T00:00:00.623456789Z"),
+            committed(
+                3, "action.started", subject_id="b", payload={"action_type": "model_call", "name": "m1"}
+            ),
+            committed(4, "action.failed", subject_id="b", payload={"duration_s": "42.5"}),
+            # no start and no measured duration: nothing to observe
+            committed(5, "action.completed", subject_id="c", payload={"name": "sh"}),
+            # a terminal event that says what it was and how long it took
+            committed(
+                6,
+                "action.completed",
+                subject_id="d",
+                payload={"action_type": "tool_call", "name": "sh", "duration_ms": 1500},
+            ),
+            # ended before it started (clock skew between producers): not observed
+            committed(7, "action.started", subject_id="e", occurred_at="2026-01-01T00:00:09Z"),
+            committed(8, "action.completed", subject_id="e", occurred_at="2026-01-01T00:00:01Z"),
+        ]
+    )
     samples = parse(render(state))
     sh = dict(action_type="tool_call", name="sh", outcome="completed")
     assert value(samples, "laneledger_action_duration_seconds_count", **sh) == 2
@@ -140,8 +179,7 @@ def test_open_items_rise_and_fall():
         ("hitl.responded", "l", {"pause_id": "p9", "decision": "approved"}, 0, 0),
     ]
     for position, (event_type, subject, payload, unresolved, waiting) in enumerate(steps, 1):
-        fold_message(state, position, committed(position, event_type, subject_id=subject,
-                                                payload=payload))
+        fold_message(state, position, committed(position, event_type, subject_id=subject, payload=payload))
         samples = parse(render(state))
         # A gauge series exists from its first rise on, and stays (at 0) after.
         assert (value(samples, "laneledger_attempts_unresolved", tenant="acme") or 0) == unresolved
@@ -218,16 +256,33 @@ def test_a_flood_of_distinct_label_values_stays_bounded():
     for i in range(3000):
         p = len(messages) + 1
         if i % 3 == 0:
-            messages.append(committed(p, "cost.recorded", tenant=f"tenant-{i}",
-                                      payload={"provider": f"prov-{i}", "model": f"model-{i}",
-                                               "amount": "1", "currency": f"C{i}",
-                                               "input_tokens": 1, "output_tokens": 1}))
+            messages.append(
+                committed(
+                    p,
+                    "cost.recorded",
+                    tenant=f"tenant-{i}",
+                    payload={
+                        "provider": f"prov-{i}",
+                        "model": f"model-{i}",
+                        "amount": "1",
+                        "currency": f"C{i}",
+                        "input_tokens": 1,
+                        "output_tokens": 1,
+                    },
+                )
+            )
         elif i % 3 == 1:
             messages.append(committed(p, f"ext.flood.kind{i}", tenant=f"tenant-{i}"))
         else:
-            messages.append(committed(p, "action.completed", subject_id=f"a{i}", tenant=f"tenant-{i}",
-                                      payload={"action_type": f"x.flood.type{i}", "name": f"tool-{i}",
-                                               "duration_ms": 5}))
+            messages.append(
+                committed(
+                    p,
+                    "action.completed",
+                    subject_id=f"a{i}",
+                    tenant=f"tenant-{i}",
+                    payload={"action_type": f"x.flood.type{i}", "name": f"tool-{i}", "duration_ms": 5},
+                )
+            )
     state = fold_all(messages, LabelPolicy(max_values=cap))
     text = render(state)
     counts = series_per_family(text)
@@ -249,30 +304,38 @@ def test_a_flood_of_distinct_label_values_stays_bounded():
 
 
 def test_allow_lists_and_per_label_caps():
-    policy = LabelPolicy(max_values=100, caps={"model": 1},
-                         allow={"tenant": frozenset({"acme"})})
-    state = fold_all([
-        committed(1, "cost.recorded", tenant="acme", payload=cost("1", model="a")),
-        committed(2, "cost.recorded", tenant="globex", payload=cost("2", model="b")),
-        committed(3, "cost.recorded", tenant="initech", payload=cost("4", model="a")),
-    ], policy)
+    policy = LabelPolicy(max_values=100, caps={"model": 1}, allow={"tenant": frozenset({"acme"})})
+    state = fold_all(
+        [
+            committed(1, "cost.recorded", tenant="acme", payload=cost("1", model="a")),
+            committed(2, "cost.recorded", tenant="globex", payload=cost("2", model="b")),
+            committed(3, "cost.recorded", tenant="initech", payload=cost("4", model="a")),
+        ],
+        policy,
+    )
     samples = parse(render(state))
-    assert value(samples, "laneledger_cost_total", tenant="acme", provider="p", model="a",
-                 currency="USD") == 1
-    assert value(samples, "laneledger_cost_total", tenant=OTHER, provider="p", model=OTHER,
-                 currency="USD") == 2
-    assert value(samples, "laneledger_cost_total", tenant=OTHER, provider="p", model="a",
-                 currency="USD") == 4
+    assert (
+        value(samples, "laneledger_cost_total", tenant="acme", provider="p", model="a", currency="USD") == 1
+    )
+    assert (
+        value(samples, "laneledger_cost_total", tenant=OTHER, provider="p", model=OTHER, currency="USD") == 2
+    )
+    assert value(samples, "laneledger_cost_total", tenant=OTHER, provider="p", model="a", currency="USD") == 4
     assert state.admitted["tenant"] == set()  # an allow-list admits nothing beyond itself
 
 
 def test_core_event_types_are_never_capped():
-    state = fold_all([committed(1, "ext.a.one"), committed(2, "ext.a.two"),
-                      committed(3, "run.started"), committed(4, "memory.proposed")],
-                     LabelPolicy(max_values=1))
+    state = fold_all(
+        [
+            committed(1, "ext.a.one"),
+            committed(2, "ext.a.two"),
+            committed(3, "run.started"),
+            committed(4, "memory.proposed"),
+        ],
+        LabelPolicy(max_values=1),
+    )
     samples = parse(render(state))
-    types = {dict(labels)["event_type"] for (name, labels) in samples
-             if name == "laneledger_events_total"}
+    types = {dict(labels)["event_type"] for (name, labels) in samples if name == "laneledger_events_total"}
     assert types == {"ext.a.one", OTHER, "run.started", "memory.proposed"}
 
 

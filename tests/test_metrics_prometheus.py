@@ -14,12 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from nats.aio.client import Client as NATS
-from prometheus_client import CollectorRegistry
-
 from conftest import show_log_on_failure
-from laneledger.contract import errors
-from laneledger.sdk.client import LedgerClient, make_event
 from metrics_support import (
     WORKLOAD_EVENTS,
     MetricsRunner,
@@ -32,8 +27,13 @@ from metrics_support import (
     scrape_config_for_test,
     wait_for,
 )
+from nats.aio.client import Client as NATS
+from prometheus_client import CollectorRegistry
 from sequencer_process import SequencerProcess
 from service_process import REPO, ServiceProcess
+
+from laneledger.contract import errors
+from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.services.metrics.service import MetricsService
 from laneledger.services.metrics.store import MetricsStore
 from laneledger.services.sequencer.metrics import SequencerMetrics
@@ -41,15 +41,13 @@ from laneledger.services.sequencer.metrics import SequencerMetrics
 DEPLOY = REPO / "deploy"
 _INSTALL = "install Debian's prometheus package (`apt-get install prometheus`; .ci/run does)"
 needs_promtool = pytest.mark.skipif(promtool_binary() is None, reason=f"no promtool: {_INSTALL}")
-needs_prometheus = pytest.mark.skipif(prometheus_binary() is None,
-                                      reason=f"no prometheus: {_INSTALL}")
+needs_prometheus = pytest.mark.skipif(prometheus_binary() is None, reason=f"no prometheus: {_INSTALL}")
 
 
 def promtool(*args: str, stdin: str | None = None, cwd: Path = DEPLOY) -> subprocess.CompletedProcess:
     binary = promtool_binary()
     assert binary is not None
-    return subprocess.run([binary, *args], input=stdin, cwd=cwd, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run([binary, *args], input=stdin, cwd=cwd, capture_output=True, text=True, timeout=60)
 
 
 async def drive(nats_url: str) -> int:
@@ -65,8 +63,9 @@ async def drive(nats_url: str) -> int:
         again = await client.append(lane, 0, [event], append_id="racy-1")
         assert again.replayed
         with pytest.raises(errors.LaneConflict):
-            await client.append(lane, 0, [make_event(lane.id, "stream.text_delta",
-                                                     actor_id=agent.id, payload={"text": "b"})])
+            await client.append(
+                lane, 0, [make_event(lane.id, "stream.text_delta", actor_id=agent.id, payload={"text": "b"})]
+            )
         return max(workload.last_position, first.positions[-1])
 
 
@@ -75,9 +74,9 @@ async def drive(nats_url: str) -> int:
 
 @needs_promtool
 @pytest.mark.parametrize("service", ["sequencer", "metrics", "tail", "checkpoint"])
-async def test_promtool_check_metrics_passes_on_every_service(service: str, nats_server,
-                                                              tmp_path: Path,
-                                                              request: pytest.FixtureRequest):
+async def test_promtool_check_metrics_passes_on_every_service(
+    service: str, nats_server, tmp_path: Path, request: pytest.FixtureRequest
+):
     if not (REPO / "services" / service / "__main__.py").exists():
         pytest.skip(f"services.{service} has no entry point yet")
     seq: SequencerProcess = request.getfixturevalue("sequencer_proc")
@@ -92,10 +91,22 @@ async def test_promtool_check_metrics_passes_on_every_service(service: str, nats
         # The conventions every service keeps: --nats, --data, --http-host, --http-port,
         # and a "laneledger-<name> ready http=URL" line. Run in tmp_path so
         # relative data defaults land there.
-        proc = ServiceProcess(f"laneledger.services.{service}", [
-            "--nats", nats_server.url, "--data", str(tmp_path / service),
-            "--http-host", "127.0.0.1", "--http-port", "0"],
-            tmp_path, cwd=tmp_path, env={"LANELEDGER_DB": str(tmp_path / "ledger.db")})
+        proc = ServiceProcess(
+            f"laneledger.services.{service}",
+            [
+                "--nats",
+                nats_server.url,
+                "--data",
+                str(tmp_path / service),
+                "--http-host",
+                "127.0.0.1",
+                "--http-port",
+                "0",
+            ],
+            tmp_path,
+            cwd=tmp_path,
+            env={"LANELEDGER_DB": str(tmp_path / "ledger.db")},
+        )
         show_log_on_failure(request, proc)
         proc.start()
         try:
@@ -116,8 +127,12 @@ def test_alert_rules_and_scrape_config_pass_promtool():
     config = promtool("check", "config", "prometheus.yml")
     assert config.returncode == 0, config.stdout + config.stderr
     rules = (DEPLOY / "alerts.yml").read_text()
-    for alert in ("LaneledgerSequencerDown", "LaneledgerMetricsConsumerLag",
-                  "LaneledgerUnresolvedAttemptsGrowing", "LaneledgerLaneConflictRateHigh"):
+    for alert in (
+        "LaneledgerSequencerDown",
+        "LaneledgerMetricsConsumerLag",
+        "LaneledgerUnresolvedAttemptsGrowing",
+        "LaneledgerLaneConflictRateHigh",
+    ):
         assert f"alert: {alert}" in rules
         assert f"alertname: {alert}" in (DEPLOY / "alerts.test.yml").read_text()
 
@@ -126,19 +141,22 @@ def test_alert_rules_and_scrape_config_pass_promtool():
 
 
 @needs_prometheus
-async def test_prometheus_scrapes_the_known_workload(nats_server, sequencer_proc: SequencerProcess,
-                                                     tmp_path: Path,
-                                                     request: pytest.FixtureRequest):
+async def test_prometheus_scrapes_the_known_workload(
+    nats_server, sequencer_proc: SequencerProcess, tmp_path: Path, request: pytest.FixtureRequest
+):
     async with MetricsRunner(nats_server.url, tmp_path / "metrics") as metrics:
         work = tmp_path / "prometheus"
         work.mkdir()
-        config = scrape_config_for_test((DEPLOY / "prometheus.yml").read_text(), {
-            "sequencer:8470": sequencer_proc.http_url.removeprefix("http://"),
-            "metrics:8472": metrics.url.removeprefix("http://"),
-            # Not running in this test: addresses where nothing listens.
-            "tail:8471": f"127.0.0.1:{free_port()}",
-            "checkpoint:8473": f"127.0.0.1:{free_port()}",
-        })
+        config = scrape_config_for_test(
+            (DEPLOY / "prometheus.yml").read_text(),
+            {
+                "sequencer:8470": sequencer_proc.http_url.removeprefix("http://"),
+                "metrics:8472": metrics.url.removeprefix("http://"),
+                # Not running in this test: addresses where nothing listens.
+                "tail:8471": f"127.0.0.1:{free_port()}",
+                "checkpoint:8473": f"127.0.0.1:{free_port()}",
+            },
+        )
         (work / "prometheus.yml").write_text(config)
         shutil.copy(DEPLOY / "alerts.yml", work / "alerts.yml")
         prometheus = PrometheusProcess(work / "prometheus.yml", work)
@@ -177,16 +195,26 @@ async def test_prometheus_scrapes_the_known_workload(nats_server, sequencer_proc
                 for expr in expected:
                     result = await prometheus.query(expr)
                     found[expr] = float(result[0]["value"][1]) if result else None
-                return all(found[e] == pytest.approx(v, rel=1e-9) for e, v in expected.items()
-                           if found[e] is not None) and None not in found.values()
+                return (
+                    all(
+                        found[e] == pytest.approx(v, rel=1e-9)
+                        for e, v in expected.items()
+                        if found[e] is not None
+                    )
+                    and None not in found.values()
+                )
 
             await wait_for(all_as_expected, timeout=30, interval=0.5)
             assert found == pytest.approx(expected, rel=1e-9)
 
             rules = await prometheus.get("/api/v1/rules")
             names = {r["name"] for g in rules["data"]["groups"] for r in g["rules"]}
-            assert {"LaneledgerSequencerDown", "LaneledgerMetricsConsumerLag",
-                    "LaneledgerUnresolvedAttemptsGrowing", "LaneledgerLaneConflictRateHigh"} <= names
+            assert {
+                "LaneledgerSequencerDown",
+                "LaneledgerMetricsConsumerLag",
+                "LaneledgerUnresolvedAttemptsGrowing",
+                "LaneledgerLaneConflictRateHigh",
+            } <= names
         finally:
             prometheus.stop()
 

@@ -7,15 +7,15 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from metrics_support import wait_for
 from prometheus_client import CollectorRegistry
 
 from laneledger.contract import errors
-from laneledger.sdk.client import LedgerClient, make_event
-from laneledger.store import LedgerWriter, open_ledger
 from laneledger.contract.subjects import Subjects
-from metrics_support import wait_for
+from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer, SequencerSettings
+from laneledger.store import LedgerWriter, open_ledger
 
 SETTINGS = SequencerSettings(backlog_refresh_s=0.05)
 
@@ -34,14 +34,19 @@ async def test_conflicts_replays_and_inbound_backlog(nats_server, nc, js, tmp_pa
             await client.append(lane, 0, [event], append_id="once")
             assert (await client.append(lane, 0, [event], append_id="once")).replayed
             with pytest.raises(errors.LaneConflict):
-                await client.append(lane, 0, [make_event(lane.id, "stream.text_delta",
-                                                         actor_id=agent.id, payload={"text": "b"})])
+                await client.append(
+                    lane,
+                    0,
+                    [make_event(lane.id, "stream.text_delta", actor_id=agent.id, payload={"text": "b"})],
+                )
     finally:
         await sequencer.stop()
     assert sample("laneledger_sequencer_lane_conflicts_total") == 1
     assert sample("laneledger_sequencer_idempotent_replays_total") == 1
-    assert sample("laneledger_sequencer_append_requests_total",
-                  {"outcome": "rejected", "code": "lane_conflict"}) == 1
+    assert (
+        sample("laneledger_sequencer_append_requests_total", {"outcome": "rejected", "code": "lane_conflict"})
+        == 1
+    )
 
     # Requests arriving while nothing pulls are the backlog ...
     subject = Subjects().append("acme", lane.id)
@@ -67,5 +72,9 @@ async def test_conflicts_replays_and_inbound_backlog(nats_server, nc, js, tmp_pa
         assert await wait_for(lambda: gauge_is(0), timeout=10)
     finally:
         await sequencer.stop()
-    assert sample("laneledger_sequencer_append_requests_total",
-                  {"outcome": "rejected", "code": "invalid_request"}) == 30
+    assert (
+        sample(
+            "laneledger_sequencer_append_requests_total", {"outcome": "rejected", "code": "invalid_request"}
+        )
+        == 30
+    )

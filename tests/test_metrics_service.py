@@ -12,11 +12,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
-
 from conftest import show_log_on_failure
-from laneledger.sdk.client import LedgerClient, make_event
-from laneledger.store import LedgerWriter, open_ledger
 from metrics_support import (
     EXPECTED_GAUGES,
     WORKLOAD_EVENTS,
@@ -32,11 +28,15 @@ from metrics_support import (
     value,
     wait_for,
 )
+from prometheus_client import CollectorRegistry
+
+from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.services.metrics.__main__ import parse_args
 from laneledger.services.metrics.fold import OTHER, LabelPolicy
 from laneledger.services.metrics.service import MetricsSettings
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer
+from laneledger.store import LedgerWriter, open_ledger
 
 
 async def test_known_workload_folds_stage_by_stage(nats_server, client, tmp_path: Path):
@@ -61,15 +61,18 @@ async def test_known_workload_folds_stage_by_stage(nats_server, client, tmp_path
 
     # At rest: exact decimal sums, and the position committed with them.
     db = sqlite3.connect(tmp_path / "metrics" / "metrics.db")
-    costs = {tuple(json.loads(labels)): Decimal(v) for labels, v in db.execute(
-        "SELECT labels, value FROM series WHERE metric = 'laneledger_cost'")}
+    costs = {
+        tuple(json.loads(labels)): Decimal(v)
+        for labels, v in db.execute("SELECT labels, value FROM series WHERE metric = 'laneledger_cost'")
+    }
     assert costs[("acme", "anthropic", "claude-sonnet-4", "USD")] == Decimal("0.1123")
     assert costs[("acme", "openai", "gpt-4.1", "USD")] == Decimal("0.000000000000000001")
     assert db.execute("SELECT value FROM meta WHERE key = 'position'").fetchone() == (str(last),)
 
 
-async def test_killed_mid_stream_restarts_to_the_exact_fold(nats_server, client, tmp_path: Path,
-                                                            request: pytest.FixtureRequest):
+async def test_killed_mid_stream_restarts_to_the_exact_fold(
+    nats_server, client, tmp_path: Path, request: pytest.FixtureRequest
+):
     workload = await build_workload(client)
     await workload.run()
     first_half = await bulk(client, "acme", 20, 25, name="bulk-1")
@@ -103,8 +106,7 @@ async def test_killed_mid_stream_restarts_to_the_exact_fold(nats_server, client,
     assert proc.terminate() == 0  # a clean stop (SIGTERM)
 
     # The same ledger folded once, from scratch, by a fresh service.
-    async with MetricsRunner(nats_server.url, tmp_path / "fresh",
-                             MetricsSettings(consumer="fresh")) as fresh:
+    async with MetricsRunner(nats_server.url, tmp_path / "fresh", MetricsSettings(consumer="fresh")) as fresh:
         assert await fresh.wait_position(last) == last
         once = await fresh.samples()
     assert ledger_samples(after_restart) == ledger_samples(once)
@@ -117,9 +119,20 @@ async def test_label_flood_through_the_service_stays_bounded(nats_server, client
     lane = await client.create_lane("acme", "s1", "r1", "flood", actor_id=agent.id)
     events = []
     for i in range(60):
-        events.append(make_event(lane.id, "cost.recorded", actor_id=agent.id, payload={
-            "provider": f"provider-{i}", "model": f"model-{i}", "amount": "0.01", "currency": "USD",
-            "input_tokens": 1}))
+        events.append(
+            make_event(
+                lane.id,
+                "cost.recorded",
+                actor_id=agent.id,
+                payload={
+                    "provider": f"provider-{i}",
+                    "model": f"model-{i}",
+                    "amount": "0.01",
+                    "currency": "USD",
+                    "input_tokens": 1,
+                },
+            )
+        )
         events.append(make_event(lane.id, f"ext.flood.kind-{i}", actor_id=agent.id))
     receipt = await client.append(lane, 0, events)
     settings = MetricsSettings(policy=LabelPolicy(max_values=3, caps={"currency": 1}))
@@ -128,10 +141,14 @@ async def test_label_flood_through_the_service_stays_bounded(nats_server, client
         samples = await metrics.samples()
     cost_series = [labels for (name, labels) in samples if name == "laneledger_cost_total"]
     assert len(cost_series) == 4  # 3 (provider, model) pairs kept + one (other, other)
-    assert value(samples, "laneledger_cost_total", tenant="acme", provider=OTHER, model=OTHER,
-                 currency="USD") == pytest.approx(0.57)
-    ext = [labels for (name, labels) in samples if name == "laneledger_events_total"
-           and ("family", "extension") in labels]
+    assert value(
+        samples, "laneledger_cost_total", tenant="acme", provider=OTHER, model=OTHER, currency="USD"
+    ) == pytest.approx(0.57)
+    ext = [
+        labels
+        for (name, labels) in samples
+        if name == "laneledger_events_total" and ("family", "extension") in labels
+    ]
     assert len(ext) == 4
     assert total(samples, "laneledger_events_total") == 120
 
@@ -141,8 +158,9 @@ async def test_starts_before_the_ledger_exists(nats_server, nc, tmp_path: Path):
     settings = MetricsSettings(retry_s=0.1, lag_refresh_s=0.1)
     async with MetricsRunner(nats_server.url, tmp_path / "metrics", settings) as metrics:
         await asyncio.sleep(0.3)  # let it fail to find the stream at least once
-        sequencer = Sequencer(nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")),
-                              SequencerMetrics(CollectorRegistry()))
+        sequencer = Sequencer(
+            nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")), SequencerMetrics(CollectorRegistry())
+        )
         await sequencer.start()
         try:
             async with await LedgerClient.connect(nats_server.url, timeout=5.0) as client:
@@ -173,8 +191,10 @@ def test_options_and_environment(monkeypatch):
     args = parse_args(["--max-label-values", "7", "--label-cap", "model=20"])
     assert (args.http_port, args.data) == (9999, "/tmp/somewhere")
     assert args.policy == LabelPolicy(
-        max_values=7, caps={"model": 20},
-        allow={"tenant": frozenset({"acme", "globex"}), "provider": frozenset({"anthropic"})})
+        max_values=7,
+        caps={"model": 20},
+        allow={"tenant": frozenset({"acme", "globex"}), "provider": frozenset({"anthropic"})},
+    )
     for bad in (["--label-caps", "colour=3"], ["--label-caps", "model=many"], ["--allow", "tenant"]):
         with pytest.raises(SystemExit) as refused:
             parse_args(bad)

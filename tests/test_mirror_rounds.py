@@ -7,25 +7,37 @@ from __future__ import annotations
 
 import asyncio
 
-from laneledger.store import CommittedRecord
-from laneledger.contract.subjects import Subjects
 from metrics_support import wait_for
+
+from laneledger.contract.subjects import Subjects
 from laneledger.services.sequencer.mirror import CommittedStreamMirror
 from laneledger.services.sequencer.streams import ensure_stream, events_stream_config
+from laneledger.store import CommittedRecord
 
 
 def record(position: int) -> CommittedRecord:
-    return CommittedRecord(position=position, event_id=f"e{position}", event_type="stream.text_delta",
-                           tenant="acme", session_id="s", run_id="r", lane_id="lane",
-                           body=b'{"position": %d}' % position)
+    return CommittedRecord(
+        position=position,
+        event_id=f"e{position}",
+        event_type="stream.text_delta",
+        tenant="acme",
+        session_id="s",
+        run_id="r",
+        lane_id="lane",
+        body=b'{"position": %d}' % position,
+    )
 
 
 async def test_batches_queued_during_a_round_go_out_in_the_next_one(nc, js):
     subjects = Subjects()
     await ensure_stream(js, events_stream_config(subjects.events_stream, subjects, 1))
-    mirror = CommittedStreamMirror(nc, subjects, subjects.events_stream,
-                                   read_after=lambda pos, n: asyncio.sleep(0, []),
-                                   ledger_last_position=lambda: 0)
+    mirror = CommittedStreamMirror(
+        nc,
+        subjects,
+        subjects.events_stream,
+        read_after=lambda pos, n: asyncio.sleep(0, []),
+        ledger_last_position=lambda: 0,
+    )
     await mirror.catch_up()
     rounds: list[int] = []  # the position each ack was asked for
     ask = mirror._acks.publish

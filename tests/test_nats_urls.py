@@ -14,23 +14,26 @@ from pathlib import Path
 
 import nats
 import pytest
-
 from conftest import show_log_on_failure
-from laneledger.sdk.client import LaneRecorder, LedgerClient
-from laneledger.contract.errors import InvalidRequest, LedgerUnavailable
-from laneledger.sdk.natsconnect import nats_servers
 from sequencer_process import SequencerProcess, ledger_last_position
+
+from laneledger.contract.errors import InvalidRequest, LedgerUnavailable
+from laneledger.sdk.client import LaneRecorder, LedgerClient
+from laneledger.sdk.natsconnect import nats_servers
 
 SCRIPT = Path(sys.executable).with_name("laneledger")
 
 
-@pytest.mark.parametrize(("setting", "bad"), [
-    ("nats://127.0.0.1:4222,http://127.0.0.1:4223", "'http://127.0.0.1:4223'"),
-    ("nats://127.0.0.1:4222, 127.0.0.1:4223", "'127.0.0.1:4223'"),
-    ("nats://127.0.0.1:4222,,nats://127.0.0.1:4223", "an empty entry"),
-    ("tls://127.0.0.1:99999", "'tls://127.0.0.1:99999' has an invalid port"),
-    ("nats://:4222", "'nats://:4222' names no host"),
-])
+@pytest.mark.parametrize(
+    ("setting", "bad"),
+    [
+        ("nats://127.0.0.1:4222,http://127.0.0.1:4223", "'http://127.0.0.1:4223'"),
+        ("nats://127.0.0.1:4222, 127.0.0.1:4223", "'127.0.0.1:4223'"),
+        ("nats://127.0.0.1:4222,,nats://127.0.0.1:4223", "an empty entry"),
+        ("tls://127.0.0.1:99999", "'tls://127.0.0.1:99999' has an invalid port"),
+        ("nats://:4222", "'nats://:4222' names no host"),
+    ],
+)
 def test_a_malformed_entry_is_named(setting, bad):
     with pytest.raises(ValueError, match=bad):
         nats_servers(setting)
@@ -38,20 +41,31 @@ def test_a_malformed_entry_is_named(setting, bad):
 
 def test_a_list_parses_to_its_urls():
     assert nats_servers(" nats://a:4222 ,tls://u:p@b:4223,nats://c") == [
-        "nats://a:4222", "tls://u:p@b:4223", "nats://c"]
+        "nats://a:4222",
+        "tls://u:p@b:4223",
+        "nats://c",
+    ]
     assert nats_servers(["nats://a:4222"]) == ["nats://a:4222"]
 
 
 async def test_a_bad_url_in_the_list_stops_every_entry_point_naming_it():
     setting = "nats://127.0.0.1:4222,htp://127.0.0.1:4223"
     named = "'htp://127.0.0.1:4223' is not a nats:// or tls:// URL"
-    service = subprocess.run([sys.executable, "-m", "laneledger.services.tail"], capture_output=True,
-                             text=True, timeout=60,
-                             env={**os.environ, "LANELEDGER_NATS_URL": setting})
+    service = subprocess.run(
+        [sys.executable, "-m", "laneledger.services.tail"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "LANELEDGER_NATS_URL": setting},
+    )
     assert service.returncode == 2
     assert service.stderr.strip() == f"laneledger-tail: LANELEDGER_NATS_URL={setting!r}: {named}"
-    command = subprocess.run([str(SCRIPT), "inspect", "session", "s1", "--nats", setting],
-                             capture_output=True, text=True, timeout=60)
+    command = subprocess.run(
+        [str(SCRIPT), "inspect", "session", "s1", "--nats", setting],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert command.returncode == 2 and f"argument --nats: {named}" in command.stderr
     with pytest.raises(InvalidRequest, match="htp://127.0.0.1:4223"):
         await LedgerClient.connect(setting)
@@ -73,8 +87,7 @@ async def wait_for_jetstream(urls: list[str], timeout: float = 30.0) -> None:
         await nc.close()
 
 
-async def test_a_service_starting_while_the_first_node_is_down_connects(cluster, tmp_path,
-                                                                        request):
+async def test_a_service_starting_while_the_first_node_is_down_connects(cluster, tmp_path, request):
     cluster.stop_node(0)
     await wait_for_jetstream(cluster.urls[1:])
     with pytest.raises(LedgerUnavailable):  # alone, the first node is no way in
@@ -87,8 +100,7 @@ async def test_a_service_starting_while_the_first_node_is_down_connects(cluster,
         async with await LedgerClient.connect(setting, timeout=10.0) as client:
             actor = await client.ensure_actor("acme", "agent:tests/urls@1", "agent")
             lane = await LaneRecorder.open(client, "acme", "s1", "r1", "main")
-            receipt = await lane.append([lane.event("run.started", actor_id=actor.id,
-                                                    subject_id="r1")])
+            receipt = await lane.append([lane.event("run.started", actor_id=actor.id, subject_id="r1")])
         assert receipt.positions == [1]
         assert ledger_last_position(tmp_path / "ledger.db") == 1
     finally:

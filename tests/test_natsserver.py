@@ -57,9 +57,7 @@ def processes_mentioning(text: str) -> list[int]:
 def fake_nats_server(path: Path, body: str, version: str = "2.10.0") -> Path:
     """A shell script that answers --version like nats-server and then runs ``body``."""
     path.write_text(
-        "#!/bin/sh\n"
-        f'if [ "$1" = "--version" ]; then echo "nats-server: v{version}"; exit 0; fi\n'
-        f"{body}\n"
+        f'#!/bin/sh\nif [ "$1" = "--version" ]; then echo "nats-server: v{version}"; exit 0; fi\n{body}\n'
     )
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     return path
@@ -79,9 +77,7 @@ async def test_stream_accepts_publishes_and_reads_back_in_order(js):
 
     sent = [(f"orders.{i % 2}", f"payload-{i}".encode(), f"msg-{i}") for i in range(5)]
     for i, (subject, payload, msg_id) in enumerate(sent, start=1):
-        ack = await js.publish(
-            subject, payload, headers={"Nats-Msg-Id": msg_id, "X-Index": str(i)}
-        )
+        ack = await js.publish(subject, payload, headers={"Nats-Msg-Id": msg_id, "X-Index": str(i)})
         assert (ack.stream, ack.seq) == ("ORDERS", i)
         assert not ack.duplicate
 

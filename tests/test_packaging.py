@@ -23,8 +23,22 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     out = tmp_path_factory.mktemp("wheel")
     # No build isolation: the venv's setuptools, no download.
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(out), str(REPO)], capture_output=True, text=True, timeout=170)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(out),
+            str(REPO),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     (built,) = out.glob("laneledger-*.whl")
     return zipfile.ZipFile(built)
@@ -32,10 +46,14 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
 
 def source_packages() -> set[str]:
     """Every package directory of the source tree, by its installed name."""
-    found = {".".join(("laneledger", *p.parent.relative_to(REPO / "shared" / "laneledger").parts))
-             for p in (REPO / "shared" / "laneledger").rglob("__init__.py")}
-    found |= {".".join(("laneledger", "services", *p.parent.relative_to(REPO / "services").parts))
-              for p in (REPO / "services").rglob("__init__.py")}
+    found = {
+        ".".join(("laneledger", *p.parent.relative_to(REPO / "shared" / "laneledger").parts))
+        for p in (REPO / "shared" / "laneledger").rglob("__init__.py")
+    }
+    found |= {
+        ".".join(("laneledger", "services", *p.parent.relative_to(REPO / "services").parts))
+        for p in (REPO / "services").rglob("__init__.py")
+    }
     return {name.rstrip(".") for name in found}
 
 
@@ -46,8 +64,7 @@ def test_the_wheel_installs_only_laneledger(wheel):
 
 def test_the_wheel_holds_every_package_and_py_typed(wheel):
     names = set(wheel.namelist())
-    packages = {name.rsplit("/", 1)[0].replace("/", ".") for name in names
-                if name.endswith("/__init__.py")}
+    packages = {name.rsplit("/", 1)[0].replace("/", ".") for name in names if name.endswith("/__init__.py")}
     assert packages == source_packages()
     assert "laneledger/py.typed" in names
     assert "laneledger/services/tail/console/index.html" in names
@@ -58,8 +75,13 @@ def test_console_scripts_name_importable_functions(wheel):
     parser = configparser.ConfigParser()
     parser.read_string(wheel.read(entry_points).decode())
     scripts = dict(parser["console_scripts"])
-    assert set(scripts) == {"laneledger", "laneledger-sequencer", "laneledger-tail",
-                            "laneledger-metrics", "laneledger-checkpoint"}
+    assert set(scripts) == {
+        "laneledger",
+        "laneledger-sequencer",
+        "laneledger-tail",
+        "laneledger-metrics",
+        "laneledger-checkpoint",
+    }
     for target in scripts.values():
         module, _, function = target.partition(":")
         assert module.startswith("laneledger.")

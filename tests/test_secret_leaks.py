@@ -17,20 +17,26 @@ from pathlib import Path
 import msgspec
 import nats
 import pytest
-
-from laneledger.sdk.client import LaneRecorder, make_event
-from laneledger.contract.contentref import refs_in
-from laneledger.contract.model import AppendCommitted, Receipt
-from laneledger.contract.signing import generate_private_key, sign_event
-from laneledger.contract.subjects import Subjects
 from raw_appends import Inbox
 from secret_corpus import KEYED_SECRETS, SHAPED_SECRETS, all_secret_texts, secret_payload
 from tail_support import start_tail, wait_applied  # noqa: F401
 
+from laneledger.contract.contentref import refs_in
+from laneledger.contract.model import AppendCommitted, Receipt
+from laneledger.contract.signing import generate_private_key, sign_event
+from laneledger.contract.subjects import Subjects
+from laneledger.sdk.client import LaneRecorder, make_event
+
 pytestmark = pytest.mark.timeout(90)
 
-TAGS = ("via-raw-nats", "via-raw-nats-big", "via-make-event", "via-hand-built",
-        "via-sdk-big", "via-korg-http")
+TAGS = (
+    "via-raw-nats",
+    "via-raw-nats-big",
+    "via-make-event",
+    "via-hand-built",
+    "via-sdk-big",
+    "via-korg-http",
+)
 
 
 async def raw_append(url: str, subject: str, body: dict) -> Receipt:
@@ -51,13 +57,13 @@ def files_holding(root: Path, needles: list[bytes]) -> dict[str, list[str]]:
             data = path.read_bytes()
             for needle in needles:
                 if needle in data:
-                    found.setdefault(needle.decode(errors="replace"), []).append(
-                        str(path.relative_to(root)))
+                    found.setdefault(needle.decode(errors="replace"), []).append(str(path.relative_to(root)))
     return found
 
 
-async def test_no_secret_reaches_a_file_or_a_response(nats_server, sequencer, client, actor,
-                                                      start_tail, tmp_path):
+async def test_no_secret_reaches_a_file_or_a_response(
+    nats_server, sequencer, client, actor, start_tail, tmp_path
+):
     tail = await start_tail()
     bodies: list[bytes] = []  # every HTTP response body the test got
     big_tail = "build log line\n" * 120  # makes a value over 1 KiB
@@ -65,38 +71,60 @@ async def test_no_secret_reaches_a_file_or_a_response(nats_server, sequencer, cl
     # 1. A raw NATS publish: the sequencer is the only one to redact.
     lane = await client.create_lane("acme", "s1", "r1", "raw", actor_id=actor.id)
     raw_events = [
-        {**make_event(lane.id, "ext.acme.leak", actor_id=actor.id),
-         "payload": secret_payload("via-raw-nats"),
-         "extensions": {"acme.trace": {"headers": dict(KEYED_SECRETS[7:8])}}},
-        {**make_event(lane.id, "ext.acme.leak", actor_id=actor.id),
-         "payload": {"stdout": big_tail + json.dumps(secret_payload("via-raw-nats-big"))}},
+        {
+            **make_event(lane.id, "ext.acme.leak", actor_id=actor.id),
+            "payload": secret_payload("via-raw-nats"),
+            "extensions": {"acme.trace": {"headers": dict(KEYED_SECRETS[7:8])}},
+        },
+        {
+            **make_event(lane.id, "ext.acme.leak", actor_id=actor.id),
+            "payload": {"stdout": big_tail + json.dumps(secret_payload("via-raw-nats-big"))},
+        },
     ]
-    body = {"lane_id": lane.id, "expected_last_seq": 0, "append_id": "leak-raw",
-            "events": raw_events}
+    body = {"lane_id": lane.id, "expected_last_seq": 0, "append_id": "leak-raw", "events": raw_events}
     raw_receipt = await raw_append(nats_server.url, Subjects().append("acme", lane.id), body)
     assert isinstance(raw_receipt, AppendCommitted), raw_receipt
 
     # 2. The SDK: make_event, a hand-built event, and secrets inside big values.
     recorder = await LaneRecorder.open(client, "acme", "s1", "r1", "sdk", actor_id=actor.id)
-    await recorder.append([recorder.event("ext.acme.leak", actor_id=actor.id,
-                                          payload=secret_payload("via-make-event"))])
+    await recorder.append(
+        [recorder.event("ext.acme.leak", actor_id=actor.id, payload=secret_payload("via-make-event"))]
+    )
     # Straight through LedgerClient.append: its submit redacts.
-    await client.append(recorder.lane, recorder.head,
-                        [{**make_event(recorder.lane.id, "ext.acme.leak", actor_id=actor.id),
-                          "payload": secret_payload("via-hand-built")}])
+    await client.append(
+        recorder.lane,
+        recorder.head,
+        [
+            {
+                **make_event(recorder.lane.id, "ext.acme.leak", actor_id=actor.id),
+                "payload": secret_payload("via-hand-built"),
+            }
+        ],
+    )
     await recorder.reload()
-    big = recorder.event("ext.acme.leak", actor_id=actor.id, payload={
-        "stdout": big_tail + json.dumps(secret_payload("via-sdk-big")),
-        "env": {**dict(KEYED_SECRETS), "padding": "p" * 1100},
-        "args": {"file_path": "deploy/.env", "content": big_tail + SHAPED_SECRETS[0][1]}})
+    big = recorder.event(
+        "ext.acme.leak",
+        actor_id=actor.id,
+        payload={
+            "stdout": big_tail + json.dumps(secret_payload("via-sdk-big")),
+            "env": {**dict(KEYED_SECRETS), "padding": "p" * 1100},
+            "args": {"file_path": "deploy/.env", "content": big_tail + SHAPED_SECRETS[0][1]},
+        },
+    )
     last = await recorder.append([big])
 
     # 3. The tail's Korg endpoint (appends through the SDK inside the tail).
-    korg = await tail.api.post("/api/agent/tool-call", json_body={
-        "source_agent": "agent:leaky@1.0", "tool_name": "Bash",
-        "args": secret_payload("via-korg-http"),
-        "result": {"stdout": big_tail + json.dumps(secret_payload("via-korg-http"))},
-        "success": True, "duration_ms": 12})
+    korg = await tail.api.post(
+        "/api/agent/tool-call",
+        json_body={
+            "source_agent": "agent:leaky@1.0",
+            "tool_name": "Bash",
+            "args": secret_payload("via-korg-http"),
+            "result": {"stdout": big_tail + json.dumps(secret_payload("via-korg-http"))},
+            "success": True,
+            "duration_ms": 12,
+        },
+    )
     assert korg.status == 200, korg.body
     bodies.append(korg.body)
     last_position = max(korg.json()["seq_id"], last.positions[-1])
@@ -112,8 +140,7 @@ async def test_no_secret_reaches_a_file_or_a_response(nats_server, sequencer, cl
         refs += [(event["tenant"], ref) for ref, _ in refs_in(event["payload"])]
     for lane_id in (lane.id, recorder.lane.id):
         bodies.append((await tail.api.get(f"/api/v1/lanes/{lane_id}/events")).body)
-    for path in ("/api/v1/sessions/s1", "/api/v1/sessions/s1/runs/r1", "/api/journal",
-                 "/api/v1/verify"):
+    for path in ("/api/v1/sessions/s1", "/api/v1/sessions/s1/runs/r1", "/api/journal", "/api/v1/verify"):
         answer = await tail.api.get(path)
         assert answer.status == 200, (path, answer.body[:200])
         bodies.append(answer.body)
@@ -122,7 +149,7 @@ async def test_no_secret_reaches_a_file_or_a_response(nats_server, sequencer, cl
         blob = await tail.api.get(f"/api/v1/blobs/{ref}", params={"tenant": tenant})
         assert blob.status == 200
         bodies.append(blob.body)
-    assert any(b"[REDACTED:" in b for b in bodies[-len(refs):])  # blobs were redacted, not lost
+    assert any(b"[REDACTED:" in b for b in bodies[-len(refs) :])  # blobs were redacted, not lost
 
     secrets = [s.encode() for s in all_secret_texts()]
     # The search reads what it should: the events' tags are there (each path
@@ -144,16 +171,17 @@ async def test_no_secret_reaches_a_file_or_a_response(nats_server, sequencer, cl
         await asyncio.sleep(0.2)
     assert in_store == set(TAGS)
     # Raw publishes are never externalized (the sequencer does not): inline in SQLite.
-    in_ledger = files_holding(tmp_path, [b"via-raw-nats", b"via-raw-nats-big",
-                                         b"[REDACTED:secret_key]"])
+    in_ledger = files_holding(tmp_path, [b"via-raw-nats", b"via-raw-nats-big", b"[REDACTED:secret_key]"])
     assert all(any("ledger.db" in f for f in files) for files in in_ledger.values())
     assert len(in_ledger) == 3
     assert files_holding(tmp_path, secrets) == {}
 
     # The sequencer redacted the raw publish only: SDK producers redact themselves.
     registry = sequencer._metrics.registry
+
     def redactions(rule: str) -> float:
         return registry.get_sample_value("laneledger_sequencer_redactions_total", {"rule": rule}) or 0
+
     assert redactions("secret_key") == len(KEYED_SECRETS) + 1  # + the extension's header
     assert redactions("pem_private_key") == 2 and redactions("github_token") == 2
 
@@ -162,35 +190,42 @@ async def test_a_configured_pattern_is_redacted_by_the_sequencer(nats_server, tm
     """``--redact-patterns`` reaches the sequencer's redactor (raw publish)."""
     from prometheus_client import CollectorRegistry
 
-    from laneledger.sdk.client import LedgerClient
     from laneledger.contract.redaction import Redactor
-    from laneledger.store import LedgerWriter, open_ledger
+    from laneledger.sdk.client import LedgerClient
     from laneledger.services.sequencer.metrics import SequencerMetrics
     from laneledger.services.sequencer.service import Sequencer, SequencerSettings
+    from laneledger.store import LedgerWriter, open_ledger
 
     nc = await nats.connect(nats_server.url)
     writer = LedgerWriter(open_ledger(tmp_path / "ledger.db"))
-    service = Sequencer(nc, writer, SequencerMetrics(CollectorRegistry()), SequencerSettings(
-        redactor=Redactor.from_config('{"acme_badge": "BADGE-[0-9]{6}"}', "pin")))
+    service = Sequencer(
+        nc,
+        writer,
+        SequencerMetrics(CollectorRegistry()),
+        SequencerSettings(redactor=Redactor.from_config('{"acme_badge": "BADGE-[0-9]{6}"}', "pin")),
+    )
     await service.start()
-    client = await LedgerClient.connect(nats_server.url, timeout=5.0,
-                                        redactor=Redactor())  # this producer knows no extras
+    client = await LedgerClient.connect(
+        nats_server.url, timeout=5.0, redactor=Redactor()
+    )  # this producer knows no extras
     try:
         actor = await client.ensure_actor("acme", "agent:cfg@1", "agent")
         lane = await client.create_lane("acme", "s1", "r1", "cfg", actor_id=actor.id)
-        event = make_event(lane.id, "ext.acme.x", actor_id=actor.id,
-                           payload={"note": "badge BADGE-123456 ok", "pin": "4321"})
+        event = make_event(
+            lane.id, "ext.acme.x", actor_id=actor.id, payload={"note": "badge BADGE-123456 ok", "pin": "4321"}
+        )
         assert event["payload"]["pin"] == "4321"  # the default redactor does not know "pin"
         receipt = await client.append(lane, 0, [event])
         page = await client.load_lane(lane.id)
         assert msgspec.to_builtins(page.events[0])["payload"] == {
-            "note": "badge [REDACTED:acme_badge] ok", "pin": "[REDACTED:secret_key]"}
+            "note": "badge [REDACTED:acme_badge] ok",
+            "pin": "[REDACTED:secret_key]",
+        }
         assert receipt.first_seq == 1
     finally:
         await client.close()
         await service.stop()
         await nc.close()
-
 
 
 async def test_a_request_that_held_secrets_is_erased_from_the_append_stream(nc, tmp_path):
@@ -200,13 +235,14 @@ async def test_a_request_that_held_secrets_is_erased_from_the_append_stream(nc, 
     request that held secrets before it acks it (spec/content.md)."""
     from prometheus_client import CollectorRegistry
 
-    from laneledger.store import LedgerWriter, open_ledger
     from laneledger.services.sequencer.metrics import SequencerMetrics
     from laneledger.services.sequencer.service import Sequencer
     from laneledger.services.sequencer.streams import SEQUENCER_CONSUMER
+    from laneledger.store import LedgerWriter, open_ledger
 
-    service = Sequencer(nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")),
-                        SequencerMetrics(CollectorRegistry()))
+    service = Sequencer(
+        nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")), SequencerMetrics(CollectorRegistry())
+    )
     await service.start()  # creates LEDGER_APPEND and its consumer
     await service.stop()
     js = nc.jetstream()
@@ -225,8 +261,9 @@ async def test_a_request_that_held_secrets_is_erased_from_the_append_stream(nc, 
     assert files_holding(tmp_path / "nats", [b"pending-first"])  # the others are untouched
 
 
-async def test_a_signed_event_holding_a_secret_is_refused_not_stored(nats_server, sequencer,
-                                                                     client, tmp_path):
+async def test_a_signed_event_holding_a_secret_is_refused_not_stored(
+    nats_server, sequencer, client, tmp_path
+):
     """The sequencer redacts before it checks signatures: a signature over a
     secret does not cover the redacted event, so the event is refused, and
     the secret is stored nowhere (spec/content.md, "Where it happens")."""
@@ -234,10 +271,10 @@ async def test_a_signed_event_holding_a_secret_is_refused_not_stored(nats_server
     signer = await client.ensure_actor("acme", "agent:signs-secrets@1", "agent", public_key=key)
     lane = await client.create_lane("acme", "s1", "r1", "signed", actor_id=signer.id)
     secret = SHAPED_SECRETS[1][1]
-    event = sign_event({**make_event(lane.id, "ext.acme.x", actor_id=signer.id),
-                        "payload": {"log": f"using {secret}"}}, key)
-    body = {"lane_id": lane.id, "expected_last_seq": 0, "append_id": "signed-secret",
-            "events": [event]}
+    event = sign_event(
+        {**make_event(lane.id, "ext.acme.x", actor_id=signer.id), "payload": {"log": f"using {secret}"}}, key
+    )
+    body = {"lane_id": lane.id, "expected_last_seq": 0, "append_id": "signed-secret", "events": [event]}
     refused = await raw_append(nats_server.url, Subjects().append("acme", lane.id), body)
     assert refused.error.code == "invalid_signature" and refused.error.details["reason"] == "forged"
     assert secret not in json.dumps(msgspec.to_builtins(refused))

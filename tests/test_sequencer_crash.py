@@ -9,16 +9,16 @@ import asyncio
 import time
 from pathlib import Path
 
+from producer_proc import create_lanes
 from prometheus_client import CollectorRegistry
+from sequencer_process import ledger_last_position, wait_for_stream
 
 from laneledger.audit.ledger import audit_ledger, compare_with_stream
 from laneledger.sdk.client import LedgerClient, make_event
-from laneledger.store import LedgerWriter, open_ledger
-from producer_proc import create_lanes
-from sequencer_process import ledger_last_position, wait_for_stream
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.mirror import CommittedStreamMirror
 from laneledger.services.sequencer.service import Sequencer
+from laneledger.store import LedgerWriter, open_ledger
 
 N_LANES = 100
 
@@ -39,9 +39,12 @@ async def test_sigterm_while_the_mirror_publishes_stops_promptly_and_flushes(
     async with await LedgerClient.connect(nats_server.url, timeout=5.0) as client:
         for n in range(rounds):
             for lane in lanes:
-                events = [make_event(lane.id, "stream.text_delta", actor_id=actor_id,
-                                     payload={"text": f"backlog {n}"})
-                          for _ in range(events_per_append)]
+                events = [
+                    make_event(
+                        lane.id, "stream.text_delta", actor_id=actor_id, payload={"text": f"backlog {n}"}
+                    )
+                    for _ in range(events_per_append)
+                ]
                 await client.submit(lane, n * events_per_append, events)  # PubAck only
 
     await asyncio.to_thread(sequencer_proc.start)
@@ -53,7 +56,7 @@ async def test_sigterm_while_the_mirror_publishes_stops_promptly_and_flushes(
 
     db = tmp_path / "ledger.db"
     audit = audit_ledger(db)
-    assert 0 < audit.last_position
+    assert audit.last_position > 0
     assert await compare_with_stream(js, db) == audit.events  # flushed before exiting
 
     # The rest of the backlog commits after a restart, nothing twice.
@@ -90,23 +93,25 @@ async def test_stop_ends_even_when_the_mirror_swallows_its_cancel(
             self.published = records[-1].position  # "the ack came at the same moment"
 
     monkeypatch.setattr(CommittedStreamMirror, "_publish_new", publish_swallowing_the_cancel)
-    service = Sequencer(nc, LedgerWriter(open_ledger(tmp_path / "swallow.db")),
-                        SequencerMetrics(CollectorRegistry()))
+    service = Sequencer(
+        nc, LedgerWriter(open_ledger(tmp_path / "swallow.db")), SequencerMetrics(CollectorRegistry())
+    )
     await service.start()
     stopped = False
     try:
         async with await LedgerClient.connect(nats_server.url, timeout=5.0) as client:
             actor = await client.ensure_actor("acme", "agent:tests/swallow@1", "agent")
             lane = await client.create_lane("acme", "s", "r", "main", actor_id=actor.id)
-            await client.append(lane, 0, [make_event(lane.id, "stream.text_delta",
-                                                     actor_id=actor.id, payload={"text": "x"})])
+            await client.append(
+                lane, 0, [make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload={"text": "x"})]
+            )
         await asyncio.wait_for(entered.wait(), 5)
         # Bounded: on a hang, wait_for cancels stop(), whose gather then cancels
         # the mirror a second time (now idle on its queue), which ends it.
         try:
             await asyncio.wait_for(service.stop(), 15)
             stopped = True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         assert stopped, "Sequencer.stop() hung on a mirror task that swallowed its cancel"
     finally:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from tail_support import start_tail  # noqa: F401
 
 from laneledger.runtime.servicemain import first_task_end, until_stopped
-from tail_support import start_tail  # noqa: F401
 
 
 class Boom(BaseException):

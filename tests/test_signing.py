@@ -10,11 +10,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from laneledger.contract import errors
-from laneledger.store.append import prepare_append
 from laneledger.contract.canonical import canonicalize
 from laneledger.contract.chain import entry_hash
-from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
-from laneledger.sdk.content import default_redactor
 from laneledger.contract.ids import new_id
 from laneledger.contract.model import AppendCommitted, AppendRejected, CreateLane, EnsureActor, encode
 from laneledger.contract.signing import (
@@ -26,7 +23,10 @@ from laneledger.contract.signing import (
     sign_event,
     signed_bytes,
 )
+from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
+from laneledger.sdk.content import default_redactor
 from laneledger.store import LedgerWriter, open_ledger
+from laneledger.store.append import prepare_append
 from laneledger.store.writer import hashed_body
 
 KEY = generate_private_key()
@@ -34,8 +34,9 @@ OTHER = generate_private_key()
 
 
 def test_signed_bytes_leave_out_the_signature_and_the_ledger_fields() -> None:
-    event = make_event("lane-1", "run.started", actor_id="a", occurred_at="2026-01-01T00:00:00Z",
-                       event_id="e1")
+    event = make_event(
+        "lane-1", "run.started", actor_id="a", occurred_at="2026-01-01T00:00:00Z", event_id="e1"
+    )
     signed = sign_event(event, KEY)
     assert set(signed) - set(event) == {"signature"} and len(signed["signature"]) == 128
     assert signed_bytes(signed) == signed_bytes(event) == canonicalize(event)
@@ -50,10 +51,12 @@ def test_signed_bytes_leave_out_the_signature_and_the_ledger_fields() -> None:
 
 
 def test_keys_load_from_pem_and_hex_and_bad_ones_are_named() -> None:
-    pem = KEY.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption())
-    raw = KEY.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-                            serialization.NoEncryption())
+    pem = KEY.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    raw = KEY.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
     for source in (pem, raw.hex(), raw.hex().encode()):
         assert public_key_hex(load_private_key(source)) == public_key_hex(KEY)
     assert public_key_hex(load_public_key(public_key_hex(KEY))) == public_key_hex(KEY)
@@ -65,10 +68,23 @@ def test_keys_load_from_pem_and_hex_and_bad_ones_are_named() -> None:
 
 
 def test_the_stored_body_holds_the_signature_outside_the_entry_hash() -> None:
-    event = sign_event(make_event("lane-1", "run.started", actor_id="a",
-                                  payload={"nested": {"subject_id": "x", "signature": "y"}}), KEY)
-    record = {**event, "tenant": "t", "session_id": "s", "run_id": "r", "seq": 1, "position": 1,
-              "append_id": "ap", "committed_at": "2026-01-01T00:00:00Z", "prev_hash": "0" * 64}
+    event = sign_event(
+        make_event(
+            "lane-1", "run.started", actor_id="a", payload={"nested": {"subject_id": "x", "signature": "y"}}
+        ),
+        KEY,
+    )
+    record = {
+        **event,
+        "tenant": "t",
+        "session_id": "s",
+        "run_id": "r",
+        "seq": 1,
+        "position": 1,
+        "append_id": "ap",
+        "committed_at": "2026-01-01T00:00:00Z",
+        "prev_hash": "0" * 64,
+    }
     for key in (None, b"k"):
         digest, body = hashed_body(record, key)
         assert body == canonicalize({**record, "entry_hash": digest})
@@ -78,15 +94,17 @@ def test_the_stored_body_holds_the_signature_outside_the_entry_hash() -> None:
 
 def writer_with_keyed_actor(tmp_path) -> tuple[LedgerWriter, str, str]:
     writer = LedgerWriter(open_ledger(tmp_path / "w.db"))
-    actor = writer.ensure_actor(EnsureActor(tenant="acme", key="agent:signer/main@1", kind="agent",
-                                            public_key=public_key_hex(KEY)))
+    actor = writer.ensure_actor(
+        EnsureActor(tenant="acme", key="agent:signer/main@1", kind="agent", public_key=public_key_hex(KEY))
+    )
     lane = writer.create_lane(CreateLane(tenant="acme", session_id="s", run_id="r", name="main"))
     return writer, actor.id, lane.id
 
 
 def request(lane_id: str, events: list[dict], last_seq: int = 0) -> bytes:
-    return encode({"lane_id": lane_id, "expected_last_seq": last_seq, "append_id": new_id(),
-                   "events": events})
+    return encode(
+        {"lane_id": lane_id, "expected_last_seq": last_seq, "append_id": new_id(), "events": events}
+    )
 
 
 def test_the_writer_checks_what_the_prepare_stage_did_not(tmp_path) -> None:
@@ -96,14 +114,17 @@ def test_the_writer_checks_what_the_prepare_stage_did_not(tmp_path) -> None:
     for head, keys in ((0, None), (1, writer.actor_keys)):
         good = make_event(lane_id, "run.started", actor_id=actor_id, private_key=KEY)
         forged = make_event(lane_id, "run.started", actor_id=actor_id, private_key=OTHER)
-        prepared = [prepare_append(request(lane_id, [e], head), actor_keys=keys)
-                    for e in (forged, good)]
+        prepared = [prepare_append(request(lane_id, [e], head), actor_keys=keys) for e in (forged, good)]
         assert [p.signatures for p in prepared] == ([(False,), (True,)] if keys else [(), ()])
         rejected, committed = writer.apply_batch(prepared).receipts
         assert isinstance(rejected, AppendRejected)
         assert rejected.error.code == "invalid_signature"
-        assert rejected.error.details == {"event_id": forged["id"], "actor_id": actor_id,
-                                          "path": "$.events[0].signature", "reason": "forged"}
+        assert rejected.error.details == {
+            "event_id": forged["id"],
+            "actor_id": actor_id,
+            "path": "$.events[0].signature",
+            "reason": "forged",
+        }
         assert isinstance(committed, AppendCommitted) and committed.last_seq == head + 1
 
 
@@ -114,13 +135,17 @@ def test_a_signature_over_a_secret_fails_after_the_sequencer_redacts(tmp_path) -
     raw = make_event(lane_id, "run.started", actor_id=actor_id)
     raw["payload"] = {"api_key": "sk-live-0123456789abcdefghijklmnop"}
     signed = sign_event(raw, KEY)  # signed over the secret, not via make_event
-    prepared = prepare_append(request(lane_id, [signed]), actor_keys=writer.actor_keys,
-                              redactor=default_redactor())
+    prepared = prepare_append(
+        request(lane_id, [signed]), actor_keys=writer.actor_keys, redactor=default_redactor()
+    )
     assert prepared.redactions and prepared.signatures == (False,)
     (rejected,) = writer.apply_batch([prepared]).receipts
     assert isinstance(rejected, AppendRejected)
-    assert (rejected.error.code, rejected.error.details["reason"],
-            rejected.error.details["redacted"]) == ("invalid_signature", "forged", True)
+    assert (rejected.error.code, rejected.error.details["reason"], rejected.error.details["redacted"]) == (
+        "invalid_signature",
+        "forged",
+        True,
+    )
 
 
 async def test_the_sequencer_refuses_unsigned_and_forged_events(client: LedgerClient, tmp_path):
@@ -128,34 +153,50 @@ async def test_the_sequencer_refuses_unsigned_and_forged_events(client: LedgerCl
     assert signer.public_key == public_key_hex(KEY)
     plain = await client.ensure_actor("acme", "agent:plain/main@1", "agent")
     assert plain.public_key is None
-    lane = await LaneRecorder.open(client, "acme", "s1", "r1", "main",
-                                   signers={signer.id: KEY})
+    lane = await LaneRecorder.open(client, "acme", "s1", "r1", "main", signers={signer.id: KEY})
 
     # Through the recorder: signed on append, committed, stored with the signature.
-    receipt = await lane.append([
-        lane.event("run.started", actor_id=signer.id),
-        make_event(lane.lane.id, "stream.text_delta", actor_id=signer.id, payload={"text": "hi"}),
-        lane.event("stream.text_delta", actor_id=plain.id, payload={"text": "unsigned, unkeyed"}),
-    ])
+    receipt = await lane.append(
+        [
+            lane.event("run.started", actor_id=signer.id),
+            make_event(lane.lane.id, "stream.text_delta", actor_id=signer.id, payload={"text": "hi"}),
+            lane.event("stream.text_delta", actor_id=plain.id, payload={"text": "unsigned, unkeyed"}),
+        ]
+    )
     assert receipt.last_seq == 3
     conn = sqlite3.connect(tmp_path / "ledger.db")
-    bodies = [msgspec.json.decode(b) for (b,) in conn.execute(
-        "SELECT body FROM events ORDER BY position")]
+    bodies = [msgspec.json.decode(b) for (b,) in conn.execute("SELECT body FROM events ORDER BY position")]
     conn.close()
     assert [("signature" in b) for b in bodies] == [True, True, False]
     assert all(check_signature(b, KEY.public_key()) for b in bodies[:2])
 
     head = receipt.last_seq
     cases = [
-        (make_event(lane.lane.id, "run.started", actor_id=signer.id), errors.SignatureRequired,
-         None),
-        (make_event(lane.lane.id, "run.started", actor_id=signer.id, private_key=OTHER),
-         errors.InvalidSignature, "forged"),
-        ({**make_event(lane.lane.id, "stream.text_delta", actor_id=signer.id, private_key=KEY,
-                       payload={"text": "signed"}), "payload": {"text": "changed after"}},
-         errors.InvalidSignature, "forged"),
-        (make_event(lane.lane.id, "run.started", actor_id=plain.id, private_key=KEY),
-         errors.InvalidSignature, "unregistered_key"),
+        (make_event(lane.lane.id, "run.started", actor_id=signer.id), errors.SignatureRequired, None),
+        (
+            make_event(lane.lane.id, "run.started", actor_id=signer.id, private_key=OTHER),
+            errors.InvalidSignature,
+            "forged",
+        ),
+        (
+            {
+                **make_event(
+                    lane.lane.id,
+                    "stream.text_delta",
+                    actor_id=signer.id,
+                    private_key=KEY,
+                    payload={"text": "signed"},
+                ),
+                "payload": {"text": "changed after"},
+            },
+            errors.InvalidSignature,
+            "forged",
+        ),
+        (
+            make_event(lane.lane.id, "run.started", actor_id=plain.id, private_key=KEY),
+            errors.InvalidSignature,
+            "unregistered_key",
+        ),
     ]
     for event, error, reason in cases:
         with pytest.raises(error) as caught:
@@ -167,14 +208,18 @@ async def test_the_sequencer_refuses_unsigned_and_forged_events(client: LedgerCl
 
     # A malformed signature is a schema error naming the field.
     with pytest.raises(errors.InvalidRequest) as caught:
-        await client.append(lane.lane, head, [
-            {**make_event(lane.lane.id, "run.started", actor_id=signer.id), "signature": "abc"}])
+        await client.append(
+            lane.lane,
+            head,
+            [{**make_event(lane.lane.id, "run.started", actor_id=signer.id), "signature": "abc"}],
+        )
     assert caught.value.details["path"] == "$.events[0].signature"
 
 
 async def test_the_key_is_part_of_the_actor(client: LedgerClient):
-    first = await client.ensure_actor("acme", "agent:rotating/main@1", "agent",
-                                      public_key=public_key_hex(KEY))
+    first = await client.ensure_actor(
+        "acme", "agent:rotating/main@1", "agent", public_key=public_key_hex(KEY)
+    )
     again = await client.ensure_actor("acme", "agent:rotating/main@1", "agent", public_key=KEY)
     assert again.id == first.id
     with pytest.raises(errors.EntityConflict) as caught:

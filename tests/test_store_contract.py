@@ -8,12 +8,13 @@ import pytest
 
 from laneledger.contract import errors
 from laneledger.contract.chain import verify_chain
-from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
 from laneledger.contract.model import Actor, AppendCommitted, AppendRejected, Lane
+from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
 
 
-async def new_lane(client: LedgerClient, actor: Actor, session: str = "s1", run: str = "r1",
-                   name: str = "main", **fields) -> Lane:
+async def new_lane(
+    client: LedgerClient, actor: Actor, session: str = "s1", run: str = "r1", name: str = "main", **fields
+) -> Lane:
     return await client.create_lane("acme", session, run, name, actor_id=actor.id, **fields)
 
 
@@ -71,9 +72,7 @@ async def test_lane_conflict_names_expected_and_actual_head(client, actor):
     await client.append(lane, 0, [ev(lane, actor), ev(lane, actor)])
     with pytest.raises(errors.LaneConflict) as caught:
         await client.append(lane, 1, [ev(lane, actor)])
-    assert caught.value.details == {
-        "lane_id": lane.id, "expected_last_seq": 1, "actual_last_seq": 2
-    }
+    assert caught.value.details == {"lane_id": lane.id, "expected_last_seq": 1, "actual_last_seq": 2}
     assert isinstance(caught.value.receipt, AppendRejected)
 
 
@@ -95,11 +94,15 @@ async def test_subjects_must_resolve_to_the_target_lane(client, actor):
     one = await new_lane(client, actor, name="one")
     two = await new_lane(client, actor, name="two")
     turn = await client.create_turn(one.id, 1)
-    ok = await client.append(one, 0, [
-        ev(one, actor, "turn.started", subject_id=turn.id),
-        ev(one, actor, "session.started", subject_id="s1"),
-        ev(one, actor, "run.started", subject_id="r1"),
-    ])
+    ok = await client.append(
+        one,
+        0,
+        [
+            ev(one, actor, "turn.started", subject_id=turn.id),
+            ev(one, actor, "session.started", subject_id="s1"),
+            ev(one, actor, "run.started", subject_id="r1"),
+        ],
+    )
     assert ok.last_seq == 3
     with pytest.raises(errors.SubjectMismatch) as caught:
         await client.append(two, 0, [ev(two, actor, "turn.started", subject_id=turn.id)])
@@ -148,8 +151,9 @@ async def test_null_causation_is_refused_not_rendered(client, actor):
 async def test_attempt_numbers_are_unique_per_action(client, actor):
     lane = await new_lane(client, actor)
     turn = await client.create_turn(lane.id, 1)
-    action = await client.create_action(lane.id, turn.id, "tool_call", "Write",
-                                        effect="write", idempotency="none")
+    action = await client.create_action(
+        lane.id, turn.id, "tool_call", "Write", effect="write", idempotency="none"
+    )
     attempt = await client.create_attempt(lane.id, action.id, 1)
     assert await client.create_attempt(lane.id, action.id, 1, attempt_id=attempt.id) == attempt
     with pytest.raises(errors.EntityConflict) as caught:
@@ -177,8 +181,14 @@ async def test_structure_is_idempotent_and_checked(client, actor):
     child = await new_lane(client, actor, name="child", kind="subagent", parent_lane_id=lane.id)
     assert child.parent_lane_id == lane.id
     with pytest.raises(errors.InvalidRequest):
-        await client.create_action(lane.id, (await client.create_turn(lane.id, 1)).id,
-                                   "tool_call", "x", effect="maybe", idempotency="none")
+        await client.create_action(
+            lane.id,
+            (await client.create_turn(lane.id, 1)).id,
+            "tool_call",
+            "x",
+            effect="maybe",
+            idempotency="none",
+        )
 
 
 async def test_tenants_stay_apart(client, actor):
@@ -246,16 +256,20 @@ async def test_recorder_serializes_and_tracks_head(client, actor):
     import asyncio
 
     recorder = await LaneRecorder.open(client, "acme", "s1", "r1", "rec", actor_id=actor.id)
-    receipts = await asyncio.gather(*(
-        recorder.append([recorder.event("stream.text_delta", actor_id=actor.id, payload={"i": i})])
-        for i in range(20)
-    ))
+    receipts = await asyncio.gather(
+        *(
+            recorder.append([recorder.event("stream.text_delta", actor_id=actor.id, payload={"i": i})])
+            for i in range(20)
+        )
+    )
     assert sorted(r.last_seq for r in receipts) == list(range(1, 21))
     assert recorder.head == 20
     resumed = await LaneRecorder.open(client, "acme", "s1", "r1", "rec", actor_id=actor.id)
     assert resumed.head == 20
-    handles = [await resumed.append([resumed.event("stream.text_delta", actor_id=actor.id)],
-                                    wait="accept") for _ in range(5)]
+    handles = [
+        await resumed.append([resumed.event("stream.text_delta", actor_id=actor.id)], wait="accept")
+        for _ in range(5)
+    ]
     assert all(h.accepted.stream == "LEDGER_APPEND" for h in handles)
     flushed = await resumed.flush()
     assert [r.last_seq for r in flushed] == [21, 22, 23, 24, 25]
@@ -279,14 +293,17 @@ async def test_two_ledgers_share_one_nats_account(nc, client, actor, tmp_path):
     """A second sequencer under another prefix has its own streams and lanes."""
     from prometheus_client import CollectorRegistry
 
-    from laneledger.store import LedgerWriter, open_ledger
     from laneledger.contract.subjects import Subjects
     from laneledger.services.sequencer.metrics import SequencerMetrics
     from laneledger.services.sequencer.service import Sequencer, SequencerSettings
+    from laneledger.store import LedgerWriter, open_ledger
 
-    other = Sequencer(nc, LedgerWriter(open_ledger(tmp_path / "other.db")),
-                      SequencerMetrics(CollectorRegistry()),
-                      SequencerSettings(subjects=Subjects("staging.ledger")))
+    other = Sequencer(
+        nc,
+        LedgerWriter(open_ledger(tmp_path / "other.db")),
+        SequencerMetrics(CollectorRegistry()),
+        SequencerSettings(subjects=Subjects("staging.ledger")),
+    )
     await other.start()
     try:
         staging = LedgerClient(nc, subjects=Subjects("staging.ledger"))

@@ -11,12 +11,12 @@ import msgspec
 import pytest
 
 from laneledger.contract import errors
-from laneledger.store.append import prepare_append
 from laneledger.contract.canonical import canonicalize
 from laneledger.contract.chain import verify_chain
-from laneledger.sdk.client import make_event
 from laneledger.contract.model import AppendCommitted, CreateLane, EnsureActor, encode
+from laneledger.sdk.client import make_event
 from laneledger.store import LedgerWriter, open_ledger
+from laneledger.store.append import prepare_append
 from laneledger.store.writer import hashed_body
 
 
@@ -31,30 +31,41 @@ def ledger(tmp_path):
         actor = writer.ensure_actor(EnsureActor(tenant="acme", key="agent:w@1", kind="agent"))
         lane = writer.create_lane(CreateLane(tenant="acme", session_id="s", run_id="r", name="main"))
         return writer, actor, lane
+
     return make
 
 
 def append(lane, actor, expected: int, n: int, append_id: str, **payload):
-    events = [make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload=payload)
-              for _ in range(n)]
-    body = encode({"lane_id": lane.id, "expected_last_seq": expected,
-                   "append_id": append_id, "events": events})
+    events = [make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload=payload) for _ in range(n)]
+    body = encode(
+        {"lane_id": lane.id, "expected_last_seq": expected, "append_id": append_id, "events": events}
+    )
     return prepare_append(body)
 
 
 def lane_records(writer, lane_id):
-    return [msgspec.json.decode(body) for _, body in writer.reader.events_after(0)
-            if msgspec.json.decode(body)["lane_id"] == lane_id]
+    return [
+        msgspec.json.decode(body)
+        for _, body in writer.reader.events_after(0)
+        if msgspec.json.decode(body)["lane_id"] == lane_id
+    ]
 
 
 @pytest.mark.parametrize("key", [None, b"secret"])
 def test_hashed_body_equals_canonical_record(key):
-    record = {"actor_id": "a", "append_id": "x\",\"event_type\":", "committed_at": "t",
-              "event_type": "e", "id": "i", "payload": {"event_type": 1}, "seq": 1}
+    record = {
+        "actor_id": "a",
+        "append_id": 'x","event_type":',
+        "committed_at": "t",
+        "event_type": "e",
+        "id": "i",
+        "payload": {"event_type": 1},
+        "seq": 1,
+    }
     digest, body = hashed_body(record, key)
     assert body == canonicalize({**record, "entry_hash": digest})
     preimage = canonicalize(record)
-    expected = (hashlib.sha256(preimage) if key is None else hmac.new(key, preimage, hashlib.sha256))
+    expected = hashlib.sha256(preimage) if key is None else hmac.new(key, preimage, hashlib.sha256)
     assert digest == expected.hexdigest()
 
 
@@ -78,7 +89,10 @@ def test_failed_commit_writes_nothing_and_keeps_heads(ledger):
         writer.apply_batch([append(lane, actor, 2, 2, "a2"), append(lane, actor, 4, 1, "a3")])
     writer._db.execute("ALTER TABLE receipts_gone RENAME TO receipts")
     assert writer.last_position == 2
-    assert [seq for seq in (msgspec.json.decode(b)["seq"] for _, b in writer.reader.events_after(0))] == [1, 2]
+    assert [seq for seq in (msgspec.json.decode(b)["seq"] for _, b in writer.reader.events_after(0))] == [
+        1,
+        2,
+    ]
     # The same requests, delivered again, commit with the seqs they would have had.
     result = writer.apply_batch([append(lane, actor, 2, 2, "a2"), append(lane, actor, 4, 1, "a3")])
     assert [r.last_seq for r in result.receipts] == [4, 5]
@@ -123,8 +137,9 @@ def test_a_staged_batch_whose_commit_fails_leaves_nothing(ledger):
 def test_appends_in_one_batch_see_each_other(ledger):
     writer, actor, lane = ledger()
     first = append(lane, actor, 0, 2, "a1")
-    result = writer.apply_batch([first, append(lane, actor, 2, 1, "a2"), first,
-                                 append(lane, actor, 2, 1, "a3")])
+    result = writer.apply_batch(
+        [first, append(lane, actor, 2, 1, "a2"), first, append(lane, actor, 2, 1, "a3")]
+    )
     committed, second, replay, conflict = result.receipts
     assert (committed.last_seq, second.last_seq) == (2, 3)
     assert replay.replayed and replay.positions == committed.positions

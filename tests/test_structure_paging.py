@@ -8,10 +8,10 @@ import asyncio
 
 import msgspec
 import pytest
+from tail_support import ev, new_lane
 
 from laneledger.contract import errors
 from laneledger.contract.model import LoadStructure
-from tail_support import ev, new_lane
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -23,10 +23,19 @@ async def test_a_structure_larger_than_one_reply_reads_in_pages(client, actor):
     await client.create_turn(other.id, 1)  # another session's rows are never in the pages
     turns = [await client.create_turn(lane.id, 1) for lane in (main, side)]
     # ~1.1 MB of action names: the structure alone is over the 1 MiB max_payload.
-    actions = await asyncio.gather(*(
-        client.create_action(main.id, turns[0].id, "tool_call", f"{i:04d}" + "n" * 2500,
-                             effect="read", idempotency="inherent")
-        for i in range(450)))
+    actions = await asyncio.gather(
+        *(
+            client.create_action(
+                main.id,
+                turns[0].id,
+                "tool_call",
+                f"{i:04d}" + "n" * 2500,
+                effect="read",
+                idempotency="inherent",
+            )
+            for i in range(450)
+        )
+    )
     attempts = await asyncio.gather(*(client.create_attempt(main.id, a.id, 1) for a in actions))
     await client.append(main, 0, [ev(main, actor)])
     with pytest.raises(errors.RequestTooLarge):

@@ -4,17 +4,19 @@ against the tail's OpenAPI document by ``TailAPI``)."""
 
 from __future__ import annotations
 
-from laneledger.history.branching import fork_lane, rewind_session
-from laneledger.sdk.client import LedgerClient, make_event
-from laneledger.contract.model import StructureCursor
 from tail_support import start_tail, wait_applied  # noqa: F401 - a fixture
 from worked_example import SPINES, TENANT, record_worked_example
+
+from laneledger.contract.model import StructureCursor
+from laneledger.history.branching import fork_lane, rewind_session
+from laneledger.sdk.client import LedgerClient, make_event
 
 TREE = "/api/v1/sessions/{}/causal-tree"
 
 
 async def test_the_causal_tree_of_the_worked_example_with_a_rewind_and_a_fork(
-        client: LedgerClient, start_tail) -> None:
+    client: LedgerClient, start_tail
+) -> None:
     tail = await start_tail()
     ex = await record_worked_example(client)
     pos = ex.positions
@@ -31,14 +33,27 @@ async def test_the_causal_tree_of_the_worked_example_with_a_rewind_and_a_fork(
     causes = {korg_seq[p]: korg_seq.get(n["cause"]) for p, n in nodes.items() if p in korg_seq}
     assert causes == {1: None, 2: 1, 3: 2, 4: 3, 5: 4, 6: 2, 7: 6}  # §2b, as committed
     assert [nodes[pos[s]]["role"] for s in range(1, 8)] == [
-        "prompt", "inference", "prompt", "inference", "tool", "tool", "inference"]
+        "prompt",
+        "inference",
+        "prompt",
+        "inference",
+        "tool",
+        "tool",
+        "inference",
+    ]
     assert nodes[pos[5]]["summary"] == "Read" and nodes[pos[5]]["cause_id"] == ex.ids[4]
     assert [p for p, n in nodes.items() if n["invalidated"]] == [pos[6], pos[7]]
     assert nodes[last]["cause"] == pos[2] and nodes[last]["event_type"] == "lane.created"
     assert tree["roots"] == [pos[1]]
-    assert tree["rewinds"] == [{"position": rewound.receipt.positions[0], "actor_id": rewinder,
-                                "target_position": pos[5], "invalidated": [[pos[6], pos[7]]],
-                                "invalidated_count": 2}]
+    assert tree["rewinds"] == [
+        {
+            "position": rewound.receipt.positions[0],
+            "actor_id": rewinder,
+            "target_position": pos[5],
+            "invalidated": [[pos[6], pos[7]]],
+            "invalidated_count": 2,
+        }
+    ]
     spines = {s["name"]: s for s in tree["spines"]}
     assert set(spines) == set(SPINES.values()) | {"main-retry"}
     sub = spines[SPINES["sub"]]
@@ -52,8 +67,12 @@ async def test_the_causal_tree_of_the_worked_example_with_a_rewind_and_a_fork(
     # excluding, and paged: the pages join up to the whole tree
     seen, cursor = [], 0
     while True:
-        page = (await tail.api.get(TREE.format(ex.session_id), params={
-            "exclude_invalidated": "true", "limit": "3", "cursor": str(cursor)})).json()
+        page = (
+            await tail.api.get(
+                TREE.format(ex.session_id),
+                params={"exclude_invalidated": "true", "limit": "3", "cursor": str(cursor)},
+            )
+        ).json()
         seen += [n["position"] for n in page["nodes"]]
         if not page["has_more"]:
             break
@@ -61,8 +80,9 @@ async def test_the_causal_tree_of_the_worked_example_with_a_rewind_and_a_fork(
     assert seen == [p for p in nodes if p not in (pos[6], pos[7])]
 
     # history and the live tail leave the same events out on request
-    session = (await tail.api.get(f"/api/v1/sessions/{ex.session_id}",
-                                  params={"exclude_invalidated": "true"})).json()
+    session = (
+        await tail.api.get(f"/api/v1/sessions/{ex.session_id}", params={"exclude_invalidated": "true"})
+    ).json()
     assert [e["position"] for e in session["events"]] == seen
     full = (await tail.api.get(f"/api/v1/sessions/{ex.session_id}/runs/r1")).json()
     assert len(full["events"]) == len(nodes)
@@ -71,8 +91,11 @@ async def test_the_causal_tree_of_the_worked_example_with_a_rewind_and_a_fork(
     assert [f.position for f in frames] == seen
 
     # bad requests are typed; another session is a 404
-    for params, parameter in (({"exclude_invalidated": "1"}, "exclude_invalidated"),
-                              ({"limit": "0"}, "limit"), ({"bogus": "x"}, "bogus")):
+    for params, parameter in (
+        ({"exclude_invalidated": "1"}, "exclude_invalidated"),
+        ({"limit": "0"}, "limit"),
+        ({"bogus": "x"}, "bogus"),
+    ):
         answer = await tail.api.get(TREE.format(ex.session_id), params=params)
         assert answer.status == 400 and answer.error["details"]["parameter"] == parameter
     answer = await tail.api.get(TREE.format("no-such-session"))
@@ -81,7 +104,8 @@ async def test_the_causal_tree_of_the_worked_example_with_a_rewind_and_a_fork(
 
 
 async def test_a_live_tail_leaves_out_what_a_rewind_committed_while_it_is_open(
-        client: LedgerClient, start_tail) -> None:
+    client: LedgerClient, start_tail
+) -> None:
     tail = await start_tail()
     ex = await record_worked_example(client)
     pos = ex.positions
@@ -91,11 +115,22 @@ async def test_a_live_tail_leaves_out_what_a_rewind_committed_while_it_is_open(
         assert [f.position for f in await s.collect(7)] == list(pos.values())
         rewound = await rewind_session(client, ex.session_id, ex.ids[3], actor_id=rewinder)
         main = ex.lanes["main"]
-        late = make_event(main.id, "ext.korg.agent_tool_call", actor_id=ex.actors["main"],
-                          causation_id=ex.ids[2], payload={
-                              "source_agent": SPINES["main"], "tool_name": "Bash",
-                              "args": {}, "result": {}, "success": True, "duration_ms": 1,
-                              "triggered_by": pos[2], "payload_refs": []})
+        late = make_event(
+            main.id,
+            "ext.korg.agent_tool_call",
+            actor_id=ex.actors["main"],
+            causation_id=ex.ids[2],
+            payload={
+                "source_agent": SPINES["main"],
+                "tool_name": "Bash",
+                "args": {},
+                "result": {},
+                "success": True,
+                "duration_ms": 1,
+                "triggered_by": pos[2],
+                "payload_refs": [],
+            },
+        )
         receipt = await client.append(main, (await client.get_lane(main.id)).last_seq, [late])
         frames = await s.collect(2)
     # the rewind frame itself, then the new event (which no rewind covers)
@@ -103,24 +138,35 @@ async def test_a_live_tail_leaves_out_what_a_rewind_committed_while_it_is_open(
     assert frames[0].json()["payload"]["invalidated"] == [[pos[4], pos[7]]]
 
 
-async def test_native_events_get_roles_from_their_actions(client: LedgerClient, actor,
-                                                         start_tail, monkeypatch) -> None:
+async def test_native_events_get_roles_from_their_actions(
+    client: LedgerClient, actor, start_tail, monkeypatch
+) -> None:
     tail = await start_tail()
     lane = await client.create_lane(TENANT, "native", "r1", "main", actor_id=actor.id)
     turn = await client.create_turn(lane.id, 1)
-    model = await client.create_action(lane.id, turn.id, "model_call", "claude-sonnet",
-                                       effect="none", idempotency="not_applicable")
-    tool = await client.create_action(lane.id, turn.id, "tool_call", "shell", effect="write",
-                                      idempotency="none")
+    model = await client.create_action(
+        lane.id, turn.id, "model_call", "claude-sonnet", effect="none", idempotency="not_applicable"
+    )
+    tool = await client.create_action(
+        lane.id, turn.id, "tool_call", "shell", effect="write", idempotency="none"
+    )
     attempt = await client.create_attempt(lane.id, tool.id, 1)
     started = make_event(lane.id, "run.started", actor_id=actor.id, subject_id="r1")
-    inference = make_event(lane.id, "action.completed", actor_id=actor.id, subject_id=model.id,
-                           causation_id=started["id"])
-    call = make_event(lane.id, "attempt.requested", actor_id=actor.id, subject_id=attempt.id,
-                      causation_id=inference["id"])
+    inference = make_event(
+        lane.id, "action.completed", actor_id=actor.id, subject_id=model.id, causation_id=started["id"]
+    )
+    call = make_event(
+        lane.id, "attempt.requested", actor_id=actor.id, subject_id=attempt.id, causation_id=inference["id"]
+    )
     # laneledger.sdk.spine's shape: the attempt names its action type in its payload
-    done = make_event(lane.id, "attempt.completed", actor_id=actor.id, subject_id=attempt.id,
-                      causation_id=call["id"], payload={"action_type": "tool_call", "name": "shell"})
+    done = make_event(
+        lane.id,
+        "attempt.completed",
+        actor_id=actor.id,
+        subject_id=attempt.id,
+        causation_id=call["id"],
+        payload={"action_type": "tool_call", "name": "shell"},
+    )
     receipt = await client.append(lane, 0, [started, inference, call, done])
     await wait_applied(tail.service, receipt.positions[-1])
     tree = (await tail.api.get(TREE.format("native"))).json()
@@ -129,15 +175,21 @@ async def test_native_events_get_roles_from_their_actions(client: LedgerClient, 
         ("other", "run.started", "run.started"),
         ("inference", "claude-sonnet", "action.completed claude-sonnet"),
         ("tool", "shell", "attempt.requested shell"),
-        ("tool", "shell", "attempt.completed shell")]
+        ("tool", "shell", "attempt.completed shell"),
+    ]
     assert [n["cause"] for n in tree["nodes"]] == [None, *receipt.positions[:3]]
 
     # a sub-agent whose prompt names its spawning call (laneledger.sdk.spine)
-    sub = await client.create_lane(TENANT, "native", "r1", "sub-1", actor_id=actor.id,
-                                   kind="subagent", parent_lane_id=lane.id)
-    prompt = make_event(sub.id, "context.prompt_composed", actor_id=actor.id,
-                        causation_id=inference["id"],
-                        payload={"prompt_kind": "subagent", "spawned_by": call["id"]})
+    sub = await client.create_lane(
+        TENANT, "native", "r1", "sub-1", actor_id=actor.id, kind="subagent", parent_lane_id=lane.id
+    )
+    prompt = make_event(
+        sub.id,
+        "context.prompt_composed",
+        actor_id=actor.id,
+        causation_id=inference["id"],
+        payload={"prompt_kind": "subagent", "spawned_by": call["id"]},
+    )
     sub_receipt = await client.append(sub, 0, [prompt])
     await wait_applied(tail.service, sub_receipt.positions[0])
     tree = (await tail.api.get(TREE.format("native"))).json()

@@ -8,18 +8,30 @@ against the OpenAPI document by ``TailAPI``."""
 from __future__ import annotations
 
 import pytest
+from tail_support import new_lane, start_tail, wait_applied  # noqa: F401
 
 from laneledger.runtime.access import AccessPolicy
 from laneledger.sdk.client import make_event
-from tail_support import new_lane, start_tail, wait_applied  # noqa: F401
 
 pytestmark = pytest.mark.timeout(90)
 
 
 def cost(lane, actor, model: str, amount: str, when: str, currency: str = "USD", **extra) -> dict:
-    return make_event(lane.id, "cost.recorded", actor_id=actor.id, occurred_at=when, payload={
-        "provider": "anthropic", "model": model, "amount": amount, "currency": currency,
-        "input_tokens": 10, "output_tokens": 2, **extra})
+    return make_event(
+        lane.id,
+        "cost.recorded",
+        actor_id=actor.id,
+        occurred_at=when,
+        payload={
+            "provider": "anthropic",
+            "model": model,
+            "amount": amount,
+            "currency": currency,
+            "input_tokens": 10,
+            "output_tokens": 2,
+            **extra,
+        },
+    )
 
 
 async def _costs(client, actor) -> int:
@@ -27,16 +39,25 @@ async def _costs(client, actor) -> int:
     a1 = await new_lane(client, actor, "s1", "r1")
     a2 = await new_lane(client, actor, "s2", "r1")
     b1 = await new_lane(client, beta_actor, "s3", "r1", tenant="beta")
-    await client.append(a1, 0, [
-        cost(a1, actor, "sonnet", "0.1", "2026-11-30T10:00:01Z"),
-        cost(a1, actor, "sonnet", "0.2", "2026-11-30T10:00:59Z"),
-        cost(a1, actor, "haiku", "0.003", "2026-11-30T10:01:30Z"),
-        cost(a1, actor, "sonnet", "5", "2026-11-30T10:02:31Z", currency="EUR"),
-    ])
+    await client.append(
+        a1,
+        0,
+        [
+            cost(a1, actor, "sonnet", "0.1", "2026-11-30T10:00:01Z"),
+            cost(a1, actor, "sonnet", "0.2", "2026-11-30T10:00:59Z"),
+            cost(a1, actor, "haiku", "0.003", "2026-11-30T10:01:30Z"),
+            cost(a1, actor, "sonnet", "5", "2026-11-30T10:02:31Z", currency="EUR"),
+        ],
+    )
     await client.append(a2, 0, [cost(a2, actor, "haiku", "1.000001", "2026-11-30T10:00:30Z")])
-    receipt = await client.append(b1, 0, [
-        cost(b1, beta_actor, "sonnet", "7", "2026-11-30T10:00:10Z"),
-        make_event(b1.id, "stream.text_delta", actor_id=beta_actor.id, payload={"text": "x"})])
+    receipt = await client.append(
+        b1,
+        0,
+        [
+            cost(b1, beta_actor, "sonnet", "7", "2026-11-30T10:00:10Z"),
+            make_event(b1.id, "stream.text_delta", actor_id=beta_actor.id, payload={"text": "x"}),
+        ],
+    )
     return receipt.positions[-1]
 
 
@@ -49,13 +70,20 @@ async def test_costs_totals_groups_and_series_are_exact(client, actor, start_tai
     assert report["events"] == 6 and report["bucket_s"] == 60
     assert report["tenant"] is None and report["session_id"] is None
     assert [(t["currency"], t["amount"], t["events"], t["input_tokens"]) for t in report["totals"]] == [
-        ("EUR", "5", 1, 10), ("USD", "8.303001", 5, 50)]
+        ("EUR", "5", 1, 10),
+        ("USD", "8.303001", 5, 50),
+    ]
     assert [(m["model"], m["currency"], m["amount"]) for m in report["by_model"]] == [
-        ("haiku", "USD", "1.003001"), ("sonnet", "EUR", "5"), ("sonnet", "USD", "7.3")]
+        ("haiku", "USD", "1.003001"),
+        ("sonnet", "EUR", "5"),
+        ("sonnet", "USD", "7.3"),
+    ]
     assert [(t["tenant"], t["currency"], t["amount"]) for t in report["by_tenant"]] == [
-        ("acme", "EUR", "5"), ("acme", "USD", "1.303001"), ("beta", "USD", "7")]
-    assert [(p["start"], p["model"], p["tenant"], p["currency"], p["amount"])
-            for p in report["series"]] == [
+        ("acme", "EUR", "5"),
+        ("acme", "USD", "1.303001"),
+        ("beta", "USD", "7"),
+    ]
+    assert [(p["start"], p["model"], p["tenant"], p["currency"], p["amount"]) for p in report["series"]] == [
         ("2026-11-30T10:00:00Z", "haiku", "acme", "USD", "1.000001"),
         ("2026-11-30T10:00:00Z", "sonnet", "acme", "USD", "0.3"),
         ("2026-11-30T10:00:00Z", "sonnet", "beta", "USD", "7"),
@@ -73,17 +101,20 @@ async def test_costs_totals_groups_and_series_are_exact(client, actor, start_tai
     none = (await tail.api.get("/api/v1/costs", params={"tenant": "nobody"})).json()
     assert none["events"] == 0 and none["totals"] == [] and none["series"] == []
 
-    for params, name in (({"bucket_s": "0"}, "bucket_s"), ({"bucket_s": "x"}, "bucket_s"),
-                         ({"bucket_s": str(31 * 86400 + 1)}, "bucket_s"), ({"model": "a"}, "model"),
-                         ({"tenant": ""}, "tenant")):
+    for params, name in (
+        ({"bucket_s": "0"}, "bucket_s"),
+        ({"bucket_s": "x"}, "bucket_s"),
+        ({"bucket_s": str(31 * 86400 + 1)}, "bucket_s"),
+        ({"model": "a"}, "model"),
+        ({"tenant": ""}, "tenant"),
+    ):
         bad = await tail.api.get("/api/v1/costs", params=params)
         assert bad.status == 400 and bad.error["details"]["parameter"] == name, params
 
 
 async def test_a_tenant_token_sees_its_own_costs_and_sessions_only(client, actor, start_tail):
     acme_token, beta_token = "acme-token-0123456789", "beta-token-0123456789"
-    tail = await start_tail(access=AccessPolicy.from_tokens({"acme": acme_token,
-                                                             "beta": beta_token}))
+    tail = await start_tail(access=AccessPolicy.from_tokens({"acme": acme_token, "beta": beta_token}))
     await wait_applied(tail.service, await _costs(client, actor))
     as_beta = {"Authorization": f"Bearer {beta_token}"}
     report = (await tail.api.get("/api/v1/costs", headers=as_beta)).json()
@@ -100,37 +131,67 @@ async def test_session_activity_outcomes_durations_costs_and_pauses(client, acto
     tail = await start_tail()
     lane = await new_lane(client, actor, "s1", "r1")
     turn = await client.create_turn(lane.id, 1)
-    action = await client.create_action(lane.id, turn.id, "tool_call", "Edit", effect="write",
-                                        idempotency="none")
+    action = await client.create_action(
+        lane.id, turn.id, "tool_call", "Edit", effect="write", idempotency="none"
+    )
     first = await client.create_attempt(lane.id, action.id, 1)
     second = await client.create_attempt(lane.id, action.id, 2)
 
     def e(event_type, subject, when, **payload):
-        return make_event(lane.id, event_type, actor_id=actor.id, subject_id=subject,
-                          occurred_at=f"2026-11-30T10:00:{when}Z", payload=payload)
+        return make_event(
+            lane.id,
+            event_type,
+            actor_id=actor.id,
+            subject_id=subject,
+            occurred_at=f"2026-11-30T10:00:{when}Z",
+            payload=payload,
+        )
 
-    receipt = await client.append(lane, 0, [
-        e("turn.started", turn.id, "00.000"),
-        e("action.started", action.id, "00.000"),
-        e("attempt.requested", first.id, "01.000"),
-        e("attempt.failed", first.id, "01.125"),
-        e("cost.recorded", action.id, "01.125", provider="p", model="m", amount="0.5",
-          currency="USD", attempt_id=first.id, action_id=action.id),
-        e("attempt.requested", second.id, "02.000"),
-        e("hitl.paused", lane.id, "03.000", pause_id="p1", trigger="approve edit"),
-        e("hitl.paused", lane.id, "04.000", pause_id="p2", trigger="approve delete"),
-        e("hitl.responded", lane.id, "05.000", pause_id="p1", decision="approved"),
-        e("turn.completed", turn.id, "06.500"),
-    ])
+    receipt = await client.append(
+        lane,
+        0,
+        [
+            e("turn.started", turn.id, "00.000"),
+            e("action.started", action.id, "00.000"),
+            e("attempt.requested", first.id, "01.000"),
+            e("attempt.failed", first.id, "01.125"),
+            e(
+                "cost.recorded",
+                action.id,
+                "01.125",
+                provider="p",
+                model="m",
+                amount="0.5",
+                currency="USD",
+                attempt_id=first.id,
+                action_id=action.id,
+            ),
+            e("attempt.requested", second.id, "02.000"),
+            e("hitl.paused", lane.id, "03.000", pause_id="p1", trigger="approve edit"),
+            e("hitl.paused", lane.id, "04.000", pause_id="p2", trigger="approve delete"),
+            e("hitl.responded", lane.id, "05.000", pause_id="p1", decision="approved"),
+            e("turn.completed", turn.id, "06.500"),
+        ],
+    )
     await wait_applied(tail.service, receipt.positions[-1])
     answer = await tail.api.get("/api/v1/sessions/s1/activity")
     assert answer.status == 200
     got = answer.json()
     p = receipt.positions
-    assert got["turns"] == [{
-        "id": turn.id, "lane_id": lane.id, "run_id": "r1", "started_position": p[0],
-        "started_at": "2026-11-30T10:00:00.000Z", "outcome": "completed", "ended_position": p[9],
-        "ended_at": "2026-11-30T10:00:06.500Z", "duration_ms": 6500, "cost": []}]
+    assert got["turns"] == [
+        {
+            "id": turn.id,
+            "lane_id": lane.id,
+            "run_id": "r1",
+            "started_position": p[0],
+            "started_at": "2026-11-30T10:00:00.000Z",
+            "outcome": "completed",
+            "ended_position": p[9],
+            "ended_at": "2026-11-30T10:00:06.500Z",
+            "duration_ms": 6500,
+            "cost": [],
+        }
+    ]
     (act,) = got["actions"]
     assert act["outcome"] is None and act["cost"] == [{"currency": "USD", "amount": "0.5"}]
     attempts = {a["id"]: a for a in got["attempts"]}
@@ -141,15 +202,33 @@ async def test_session_activity_outcomes_durations_costs_and_pauses(client, acto
     assert attempts[second.id]["started_position"] == p[5]
     assert attempts[second.id]["duration_ms"] is None
     assert [(x["pause_id"], x["decision"], x["responded_position"]) for x in got["pauses"]] == [
-        ("p1", "approved", p[8]), ("p2", None, None)]
+        ("p1", "approved", p[8]),
+        ("p2", None, None),
+    ]
     assert got["cost"] == [{"currency": "USD", "amount": "0.5"}]
 
     # Sums stay exact past Decimal's default 28 significant digits (here 29).
-    exact = [{"currency": "USD", "amount": "0.5"},
-             {"currency": "XAU", "amount": "10000000000.000000000000000001"}]
-    more = await client.append(lane, receipt.last_seq, [
-        e("cost.recorded", action.id, "07.000", provider="p", model="m", amount=amount,
-          currency="XAU", action_id=action.id) for amount in ("10000000000", "0.000000000000000001")])
+    exact = [
+        {"currency": "USD", "amount": "0.5"},
+        {"currency": "XAU", "amount": "10000000000.000000000000000001"},
+    ]
+    more = await client.append(
+        lane,
+        receipt.last_seq,
+        [
+            e(
+                "cost.recorded",
+                action.id,
+                "07.000",
+                provider="p",
+                model="m",
+                amount=amount,
+                currency="XAU",
+                action_id=action.id,
+            )
+            for amount in ("10000000000", "0.000000000000000001")
+        ],
+    )
     await wait_applied(tail.service, more.positions[-1])
     got = (await tail.api.get("/api/v1/sessions/s1/activity")).json()
     assert got["cost"] == got["actions"][0]["cost"] == exact

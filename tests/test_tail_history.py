@@ -10,11 +10,11 @@ import json
 
 import msgspec
 import pytest
+from tail_support import ev, fill, new_lane, start_tail, wait_applied  # noqa: F401
 
 from laneledger.contract import errors
-from laneledger.sdk.blobstore import BlobStore, object_name
 from laneledger.contract.subjects import Subjects, token
-from tail_support import ev, fill, new_lane, start_tail, wait_applied  # noqa: F401
+from laneledger.sdk.blobstore import BlobStore, object_name
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -45,14 +45,20 @@ async def test_lane_events_page_forward_and_backward(client, actor, start_tail):
 
     forward = await _pages(tail.api, path, limit=10)
     assert [[e["seq"] for e in p["events"]] for p in forward] == [
-        list(range(1, 11)), list(range(11, 21)), list(range(21, 26))]
+        list(range(1, 11)),
+        list(range(11, 21)),
+        list(range(21, 26)),
+    ]
     assert [p["next_cursor"] for p in forward] == [10, 20, 25]
     assert [e for p in forward for e in p["events"]] == committed
     assert all(p["direction"] == "forward" and p["lane_id"] == lane.id for p in forward)
 
     backward = await _pages(tail.api, path, limit=10, direction="backward")
     assert [[e["seq"] for e in p["events"]] for p in backward] == [
-        list(range(25, 15, -1)), list(range(15, 5, -1)), list(range(5, 0, -1))]
+        list(range(25, 15, -1)),
+        list(range(15, 5, -1)),
+        list(range(5, 0, -1)),
+    ]
     assert [p["next_cursor"] for p in backward] == [16, 6, 1]
 
     after = (await tail.api.get(path, params={"cursor": "20"})).json()
@@ -75,45 +81,73 @@ async def test_lane_events_page_forward_and_backward(client, actor, start_tail):
 async def _session(client, actor):
     """Session s1: run r1 (main + branch lanes, a turn, actions, attempts), run r2."""
     main = await new_lane(client, actor, "s1", "r1", "main")
-    branch = await new_lane(client, actor, "s1", "r1", "branch", kind="branch",
-                            parent_lane_id=main.id)
+    branch = await new_lane(client, actor, "s1", "r1", "branch", kind="branch", parent_lane_id=main.id)
     r2 = await new_lane(client, actor, "s1", "r2", "main")
     turn = await client.create_turn(main.id, 1)
-    write = await client.create_action(main.id, turn.id, "tool_call", "shell", effect="write",
-                                       idempotency="none")
-    read = await client.create_action(main.id, turn.id, "tool_call", "read_file", effect="read",
-                                      idempotency="inherent")
-    keyed = await client.create_action(main.id, turn.id, "tool_call", "charge", effect="write",
-                                       idempotency="keyed", idempotency_key="order-7")
-    model = await client.create_action(main.id, turn.id, "model_call", "claude", effect="none",
-                                       idempotency="not_applicable")
-    attempts = {name: await client.create_attempt(main.id, action.id, 1)
-                for name, action in (("write", write), ("read", read), ("keyed", keyed),
-                                     ("model", model))}
+    write = await client.create_action(
+        main.id, turn.id, "tool_call", "shell", effect="write", idempotency="none"
+    )
+    read = await client.create_action(
+        main.id, turn.id, "tool_call", "read_file", effect="read", idempotency="inherent"
+    )
+    keyed = await client.create_action(
+        main.id,
+        turn.id,
+        "tool_call",
+        "charge",
+        effect="write",
+        idempotency="keyed",
+        idempotency_key="order-7",
+    )
+    model = await client.create_action(
+        main.id, turn.id, "model_call", "claude", effect="none", idempotency="not_applicable"
+    )
+    attempts = {
+        name: await client.create_attempt(main.id, action.id, 1)
+        for name, action in (("write", write), ("read", read), ("keyed", keyed), ("model", model))
+    }
     retry = await client.create_attempt(main.id, model.id, 2)
     e = lambda t, subject, **kw: ev(main, actor, t, subject_id=subject, **kw)  # noqa: E731
-    first = await client.append(main, 0, [
-        e("run.started", "r1"),
-        e("turn.started", turn.id),
-        e("attempt.requested", attempts["model"].id, payload={"attempt_no": 1}),
-        e("attempt.failed", attempts["model"].id),
-        e("attempt.requested", retry.id, payload={"attempt_no": 2}),
-        e("attempt.completed", retry.id),
-        e("attempt.requested", attempts["write"].id),
-        e("attempt.requested", attempts["read"].id),
-        e("attempt.requested", attempts["keyed"].id),
-    ])
+    first = await client.append(
+        main,
+        0,
+        [
+            e("run.started", "r1"),
+            e("turn.started", turn.id),
+            e("attempt.requested", attempts["model"].id, payload={"attempt_no": 1}),
+            e("attempt.failed", attempts["model"].id),
+            e("attempt.requested", retry.id, payload={"attempt_no": 2}),
+            e("attempt.completed", retry.id),
+            e("attempt.requested", attempts["write"].id),
+            e("attempt.requested", attempts["read"].id),
+            e("attempt.requested", attempts["keyed"].id),
+        ],
+    )
     await client.append(branch, 0, [ev(branch, actor)])
     await client.append(r2, 0, [ev(r2, actor, "run.started", subject_id="r2")])
     # A safe terminal boundary: the checkpoint link and the run's end in one batch.
-    last = await client.append(main, first.last_seq, [
-        e("lane.framework.checkpoint.linked", main.id,
-          payload={"checkpoint_id": "cp-1", "key": "s1/r1/main", "revision": 3}),
-        e("run.completed", "r1"),
-    ])
-    return {"main": main, "branch": branch, "r2": r2, "turn": turn, "attempts": attempts,
-            "retry": retry, "actions": {"write": write, "read": read, "keyed": keyed,
-                                        "model": model}, "last": last}
+    last = await client.append(
+        main,
+        first.last_seq,
+        [
+            e(
+                "lane.framework.checkpoint.linked",
+                main.id,
+                payload={"checkpoint_id": "cp-1", "key": "s1/r1/main", "revision": 3},
+            ),
+            e("run.completed", "r1"),
+        ],
+    )
+    return {
+        "main": main,
+        "branch": branch,
+        "r2": r2,
+        "turn": turn,
+        "attempts": attempts,
+        "retry": retry,
+        "actions": {"write": write, "read": read, "keyed": keyed, "model": model},
+        "last": last,
+    }
 
 
 async def test_session_and_run_views(client, actor, start_tail):
@@ -133,8 +167,11 @@ async def test_session_and_run_views(client, actor, start_tail):
     assert session["lanes"][1]["parent_lane_id"] == s["main"].id
     assert [t["id"] for t in session["turns"]] == [s["turn"].id]
     assert {a["name"]: (a["effect"], a["idempotency"]) for a in session["actions"]} == {
-        "shell": ("write", "none"), "read_file": ("read", "inherent"),
-        "charge": ("write", "keyed"), "claude": ("none", "not_applicable")}
+        "shell": ("write", "none"),
+        "read_file": ("read", "inherent"),
+        "charge": ("write", "keyed"),
+        "claude": ("none", "not_applicable"),
+    }
     assert len(session["attempts"]) == 5
     assert [e for p in pages for e in p["events"]] == all_events
     assert [len(p["events"]) for p in pages] == [5, 5, 3]
@@ -150,8 +187,11 @@ async def test_session_and_run_views(client, actor, start_tail):
     assert [e["event_type"] for e in run2["events"]] == ["run.started"]
     assert run2["turns"] == [] and run2["actions"] == []
 
-    for path in ("/api/v1/sessions/nope", "/api/v1/sessions/s1/runs/nope",
-                 "/api/v1/sessions/nope/runs/r1/inspection"):
+    for path in (
+        "/api/v1/sessions/nope",
+        "/api/v1/sessions/s1/runs/nope",
+        "/api/v1/sessions/nope/runs/r1/inspection",
+    ):
         missing = await tail.api.get(path)
         assert missing.status == 404 and missing.error["code"] == "entity_not_found", path
 
@@ -204,17 +244,19 @@ async def test_one_event_by_position(client, actor, start_tail):
 
 async def test_blobs(start_tail, js):
     tail = await start_tail()
-    blobs = {"json": json.dumps({"a": 1}).encode(), "text": "plain text ✓".encode(),
-             "binary": bytes(range(256))}
+    blobs = {
+        "json": json.dumps({"a": 1}).encode(),
+        "text": "plain text ✓".encode(),
+        "binary": bytes(range(256)),
+    }
     # Before any producer stored a blob there is no bucket: 404, not an error.
-    early = await tail.api.get("/api/v1/blobs/" + hashlib.sha256(blobs["json"]).hexdigest(),
-                               params={"tenant": "acme"})
+    early = await tail.api.get(
+        "/api/v1/blobs/" + hashlib.sha256(blobs["json"]).hexdigest(), params={"tenant": "acme"}
+    )
     assert early.status == 404 and early.error["details"]["kind"] == "blob"
     store = await BlobStore.open(js)  # what a producer's SDK stores into, per tenant
-    digests = {name: (await store.put("acme", data))[len("sha256:"):]
-               for name, data in blobs.items()}
-    types = {"json": "application/json", "text": "text/plain",
-             "binary": "application/octet-stream"}
+    digests = {name: (await store.put("acme", data))[len("sha256:") :] for name, data in blobs.items()}
+    types = {"json": "application/json", "text": "text/plain", "binary": "application/octet-stream"}
     for name, digest in digests.items():
         answer = await tail.api.get(f"/api/v1/blobs/{digest}", params={"tenant": "acme"})
         assert answer.status == 200 and answer.body == blobs[name]
@@ -239,23 +281,26 @@ async def test_blobs(start_tail, js):
     assert corrupt.error["details"]["kind"] == "blob_mismatch"
 
 
-@pytest.mark.parametrize("path, params, parameter", [
-    ("/api/v1/events", {"from_position": "abc"}, "from_position"),
-    ("/api/v1/events", {"from_position": "-1"}, "from_position"),
-    ("/api/v1/events", {"session": "s1"}, "session"),
-    ("/api/v1/events", {"lane_id": ""}, "lane_id"),
-    ("/api/v1/lanes/x/events", {"limit": "0"}, "limit"),
-    ("/api/v1/lanes/x/events", {"limit": "1001"}, "limit"),
-    ("/api/v1/lanes/x/events", {"direction": "sideways"}, "direction"),
-    ("/api/v1/lanes/x/events", {"cursor": "1e3"}, "cursor"),
-    ("/api/v1/sessions/s1", {"cursor": "-5"}, "cursor"),
-    ("/api/v1/sessions/s1/runs/r1", {"limit": "many"}, "limit"),
-    ("/api/v1/sessions/s1/runs/r1/inspection", {"cursor": "1"}, "cursor"),
-    ("/api/v1/verify", {"lane_id": "a", "session_id": "b"}, "lane_id"),
-    ("/api/v1/verify", {"scope": "ledger"}, "scope"),
-    ("/api/journal", {"cursor": "x"}, "cursor"),
-    ("/api/journal", {"limit": "0"}, "limit"),
-])
+@pytest.mark.parametrize(
+    "path, params, parameter",
+    [
+        ("/api/v1/events", {"from_position": "abc"}, "from_position"),
+        ("/api/v1/events", {"from_position": "-1"}, "from_position"),
+        ("/api/v1/events", {"session": "s1"}, "session"),
+        ("/api/v1/events", {"lane_id": ""}, "lane_id"),
+        ("/api/v1/lanes/x/events", {"limit": "0"}, "limit"),
+        ("/api/v1/lanes/x/events", {"limit": "1001"}, "limit"),
+        ("/api/v1/lanes/x/events", {"direction": "sideways"}, "direction"),
+        ("/api/v1/lanes/x/events", {"cursor": "1e3"}, "cursor"),
+        ("/api/v1/sessions/s1", {"cursor": "-5"}, "cursor"),
+        ("/api/v1/sessions/s1/runs/r1", {"limit": "many"}, "limit"),
+        ("/api/v1/sessions/s1/runs/r1/inspection", {"cursor": "1"}, "cursor"),
+        ("/api/v1/verify", {"lane_id": "a", "session_id": "b"}, "lane_id"),
+        ("/api/v1/verify", {"scope": "ledger"}, "scope"),
+        ("/api/journal", {"cursor": "x"}, "cursor"),
+        ("/api/journal", {"limit": "0"}, "limit"),
+    ],
+)
 async def test_bad_query_parameters_are_named(client, start_tail, path, params, parameter):
     tail = await start_tail()
     answer = await tail.api.get(path, params=params)
@@ -287,14 +332,26 @@ async def test_structure_reads_without_a_sequencer_are_503(client, actor, start_
     lane = await new_lane(client, actor)
     positions = await fill(client, lane, actor, 2)
     await wait_applied(tail.service, positions[-1])
-    for path in ("/api/v1/sessions/s1", "/api/v1/sessions/s1/runs/r1",
-                 "/api/v1/sessions/s1/runs/r1/inspection", "/api/v1/lanes/unknown/events"):
+    for path in (
+        "/api/v1/sessions/s1",
+        "/api/v1/sessions/s1/runs/r1",
+        "/api/v1/sessions/s1/runs/r1/inspection",
+        "/api/v1/lanes/unknown/events",
+    ):
         answer = await tail.api.get(path)
         assert answer.status == 503, path
         assert answer.error["code"] == "unavailable" and answer.error["retryable"] is True
-    korg = await tail.api.post("/api/agent/tool-call", json_body={
-        "source_agent": "agent:korgex@0.2.2", "tool_name": "user_prompt", "args": {},
-        "result": {}, "success": True, "duration_ms": 0})
+    korg = await tail.api.post(
+        "/api/agent/tool-call",
+        json_body={
+            "source_agent": "agent:korgex@0.2.2",
+            "tool_name": "user_prompt",
+            "args": {},
+            "result": {},
+            "success": True,
+            "duration_ms": 0,
+        },
+    )
     assert korg.status == 503 and korg.error["code"] == "unavailable"
     # What the tail holds itself is still served.
     assert (await tail.api.get(f"/api/v1/lanes/{lane.id}/events")).status == 200
@@ -309,11 +366,11 @@ async def test_a_session_too_large_for_one_sequencer_reply(client, actor, start_
     main = await new_lane(client, actor, "big", "r1", "main")
     side = await new_lane(client, actor, "big", "r1", "side")
     turn = await client.create_turn(main.id, 1)
-    action = await client.create_action(main.id, turn.id, "tool_call", "read_file",
-                                        effect="read", idempotency="inherent")
+    action = await client.create_action(
+        main.id, turn.id, "tool_call", "read_file", effect="read", idempotency="inherent"
+    )
     attempt = await client.create_attempt(main.id, action.id, 1)
-    requested = await client.append(main, 0, [ev(main, actor, "attempt.requested",
-                                                 subject_id=attempt.id)])
+    requested = await client.append(main, 0, [ev(main, actor, "attempt.requested", subject_id=attempt.id)])
     positions = await fill(client, main, actor, 1500, start_seq=1, payload={"text": "w" * 700})
     await fill(client, side, actor, 2)
     await wait_applied(tail.service, positions[-1] + 2)
@@ -322,8 +379,7 @@ async def test_a_session_too_large_for_one_sequencer_reply(client, actor, start_
     session = (await tail.api.get("/api/v1/sessions/big", params={"limit": "3"})).json()
     assert session["structure_complete"] is True
     assert session["tenant"] == "acme" and session["run_ids"] == ["r1"]
-    assert [(lane["id"], lane["last_seq"]) for lane in session["lanes"]] == [
-        (main.id, 1501), (side.id, 2)]
+    assert [(lane["id"], lane["last_seq"]) for lane in session["lanes"]] == [(main.id, 1501), (side.id, 2)]
     assert [t["id"] for t in session["turns"]] == [turn.id]
     assert [(a["id"], a["name"]) for a in session["actions"]] == [(action.id, "read_file")]
     assert [a["id"] for a in session["attempts"]] == [attempt.id]

@@ -8,7 +8,6 @@ import json
 
 import msgspec
 import pytest
-
 from tail_support import fill, new_lane, start_tail, wait_applied  # noqa: F401
 
 pytestmark = pytest.mark.timeout(90)
@@ -18,9 +17,16 @@ SUB = "agent:claude-code/sub-0f3a9c21@2.1"
 
 
 def call(source: str, tool: str, triggered_by: int | None = None, **extra) -> dict:
-    body = {"source_agent": source, "tool_name": tool, "args": {"file_path": "src/app.py"},
-            "result": {"success": True}, "success": True, "duration_ms": 142,
-            "triggered_by": triggered_by, "payload_refs": []}
+    body = {
+        "source_agent": source,
+        "tool_name": tool,
+        "args": {"file_path": "src/app.py"},
+        "result": {"success": True},
+        "success": True,
+        "duration_ms": 142,
+        "triggered_by": triggered_by,
+        "payload_refs": [],
+    }
     body.update(extra)
     return body
 
@@ -50,8 +56,13 @@ async def test_tool_calls_become_ledger_events_with_causation(client, start_tail
     session = await client.load_session("korg")
     assert session.tenant == "korg"
     by_position = {e.position: e for e in session.events}
-    parents = {llm["seq_id"]: root, sub_prompt["seq_id"]: llm, sub_llm["seq_id"]: sub_prompt,
-               read["seq_id"]: sub_llm, spawn["seq_id"]: llm}
+    parents = {
+        llm["seq_id"]: root,
+        sub_prompt["seq_id"]: llm,
+        sub_llm["seq_id"]: sub_prompt,
+        read["seq_id"]: sub_llm,
+        spawn["seq_id"]: llm,
+    }
     for c in calls:
         event = by_position[c["seq_id"]]
         assert event.id == c["event_id"] and event.entry_hash == c["entry_hash"]
@@ -65,7 +76,7 @@ async def test_tool_calls_become_ledger_events_with_causation(client, start_tail
             assert event.payload["triggered_by"] == parent["seq_id"]
     lanes = {lane.name: lane for lane in session.lanes}
     assert lanes[SUB].kind == "subagent" and lanes[MAIN].kind == "main"
-    actor = (await client.ensure_actor("korg", SUB, "agent", display_name=SUB))
+    actor = await client.ensure_actor("korg", SUB, "agent", display_name=SUB)
     assert by_position[read["seq_id"]].actor_id == actor.id
 
 
@@ -77,8 +88,9 @@ async def test_a_chain_posted_back_to_back(client, start_tail):
         previous = answer["seq_id"]
     journal = await tail.api.get("/api/journal")
     lines = [json.loads(line) for line in journal.body.splitlines()]
-    assert [line["metadata"]["triggered_by"] for line in lines] == \
-        [None] + [line["seq_id"] for line in lines[:-1]]
+    assert [line["metadata"]["triggered_by"] for line in lines] == [None] + [
+        line["seq_id"] for line in lines[:-1]
+    ]
 
 
 async def test_triggered_by_must_name_an_existing_earlier_event(client, actor, start_tail):
@@ -87,11 +99,9 @@ async def test_triggered_by_must_name_an_existing_earlier_event(client, actor, s
     lane = await new_lane(client, actor, "elsewhere")
     (foreign,) = await fill(client, lane, actor, 1)
     await wait_applied(tail.service, foreign)
-    cases = [(first["seq_id"] + 1000, "unknown"), (0, "unknown"), (-3, "unknown"),
-             (foreign, "other_session")]
+    cases = [(first["seq_id"] + 1000, "unknown"), (0, "unknown"), (-3, "unknown"), (foreign, "other_session")]
     for triggered_by, reason in cases:
-        answer = await tail.api.post("/api/agent/tool-call",
-                                     json_body=call(MAIN, "Edit", triggered_by))
+        answer = await tail.api.post("/api/agent/tool-call", json_body=call(MAIN, "Edit", triggered_by))
         assert answer.status == 422, triggered_by
         error = answer.error
         assert error["code"] == "causation_violation" and error["retryable"] is False
@@ -116,12 +126,15 @@ async def test_bad_bodies_are_refused_with_the_field(client, start_tail):
         answer = await tail.api.post("/api/agent/tool-call", json_body=body)
         assert answer.status == 400, body
         assert answer.error["code"] == code and answer.error["details"]["path"] == path, body
-    malformed = await tail.api.post("/api/agent/tool-call", data=b"{not json",
-                                    headers={"Content-Type": "application/json"})
+    malformed = await tail.api.post(
+        "/api/agent/tool-call", data=b"{not json", headers={"Content-Type": "application/json"}
+    )
     assert malformed.status == 400 and malformed.error["code"] == "malformed_message"
     # Server-derived fields (Korg §1.2.7) are ignored, not refused.
-    ok = await post(tail, call(MAIN, "Edit", seq_id=7, event_id="x", actor_id="korg:api",
-                               recorded_at="2026-01-01T00:00:00Z"))
+    ok = await post(
+        tail,
+        call(MAIN, "Edit", seq_id=7, event_id="x", actor_id="korg:api", recorded_at="2026-01-01T00:00:00Z"),
+    )
     assert ok["seq_id"] != 7 and ok["event_id"] != "x"
 
 
@@ -134,8 +147,13 @@ async def test_journal_envelopes_cursor_limit_and_session(client, actor, start_t
     # A descriptor names a blob the client stored first (Korg §7.3 blob-first).
     new_string = b"n" * 2048
     await (await client.blob_store()).put("korg", new_string)
-    refs = [{"sha256": hashlib.sha256(new_string).hexdigest(), "size_bytes": 2048,
-             "label": "Edit.args.new_string"}]
+    refs = [
+        {
+            "sha256": hashlib.sha256(new_string).hexdigest(),
+            "size_bytes": 2048,
+            "label": "Edit.args.new_string",
+        }
+    ]
     edit = await post(tail, call(MAIN, "Edit", root["seq_id"], result=big, payload_refs=refs))
     other = await post(tail, call(MAIN, "user_prompt", session_id="second"))
     await wait_applied(tail.service, other["seq_id"])
@@ -154,10 +172,17 @@ async def test_journal_envelopes_cursor_limit_and_session(client, actor, start_t
     assert meta["parent_hash"] is None  # first event of its lane: genesis
     assert meta["session_id"] == "korg" and meta["rewind_of"] is None
     assert meta["payload_refs"] == refs == event["payload_refs"]
-    assert event == {"event_type": "AgentToolCall", "tool_name": "Edit", "source_agent": MAIN,
-                     "args": {"file_path": "src/app.py"}, "result": big, "success": True,
-                     "duration_ms": 142, "timestamp": meta["recorded_at"],
-                     "payload_refs": refs}
+    assert event == {
+        "event_type": "AgentToolCall",
+        "tool_name": "Edit",
+        "source_agent": MAIN,
+        "args": {"file_path": "src/app.py"},
+        "result": big,
+        "success": True,
+        "duration_ms": 142,
+        "timestamp": meta["recorded_at"],
+        "payload_refs": refs,
+    }
 
     page = await tail.api.get("/api/journal", params={"cursor": str(root["seq_id"]), "limit": "1"})
     assert [json.loads(line)["seq_id"] for line in page.body.splitlines()] == [edit["seq_id"]]

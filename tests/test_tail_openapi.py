@@ -8,9 +8,9 @@ import hashlib
 
 import pytest
 from openapi_spec_validator import validate
+from tail_support import fill, new_lane, start_tail, wait_applied, wait_ready  # noqa: F401
 
 from laneledger.services.tail.openapi import DOCUMENT
-from tail_support import fill, new_lane, start_tail, wait_applied, wait_ready  # noqa: F401
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -40,17 +40,30 @@ async def test_every_operation_answers_as_documented(client, actor, start_tail, 
     api = tail.api
     lane = await new_lane(client, actor)
     turn = await client.create_turn(lane.id, 1)
-    action = await client.create_action(lane.id, turn.id, "tool_call", "shell", effect="write",
-                                        idempotency="none")
+    action = await client.create_action(
+        lane.id, turn.id, "tool_call", "shell", effect="write", idempotency="none"
+    )
     attempt = await client.create_attempt(lane.id, action.id, 1)
     positions = await fill(client, lane, actor, 3)
-    receipt = await client.append(lane, 3, [
-        {**_event(lane, actor, "attempt.requested", attempt.id)},
-        {**_event(lane, actor, "run.completed", "r1")},
-    ])
-    korg = await api.post("/api/agent/tool-call", json_body={
-        "source_agent": "agent:korgex@0.2.2", "tool_name": "user_prompt", "args": {},
-        "result": {}, "success": True, "duration_ms": 0})
+    receipt = await client.append(
+        lane,
+        3,
+        [
+            {**_event(lane, actor, "attempt.requested", attempt.id)},
+            {**_event(lane, actor, "run.completed", "r1")},
+        ],
+    )
+    korg = await api.post(
+        "/api/agent/tool-call",
+        json_body={
+            "source_agent": "agent:korgex@0.2.2",
+            "tool_name": "user_prompt",
+            "args": {},
+            "result": {},
+            "success": True,
+            "duration_ms": 0,
+        },
+    )
     assert korg.status == 200
     await wait_applied(tail.service, korg.json()["seq_id"])
     await wait_ready(api)
@@ -60,21 +73,29 @@ async def test_every_operation_answers_as_documented(client, actor, start_tail, 
 
     # Each answer is checked against the document by TailAPI.
     expect = [
-        ("/", {}, 200), ("/healthz", {}, 200), ("/readyz", {}, 200), ("/metrics", {}, 200),
+        ("/", {}, 200),
+        ("/healthz", {}, 200),
+        ("/readyz", {}, 200),
+        ("/metrics", {}, 200),
         (f"/api/v1/events/{positions[0]}", {}, 200),
         (f"/api/v1/lanes/{lane.id}/events", {"limit": "2"}, 200),
         ("/api/v1/sessions/s1", {"direction": "backward"}, 200),
         ("/api/v1/sessions/s1/runs/r1", {}, 200),
         ("/api/v1/sessions/s1/runs/r1/inspection", {}, 200),
-        ("/api/v1/sessions/s1/activity", {}, 200), ("/api/v1/costs", {"bucket_s": "60"}, 200),
-        ("/console/app.js", {}, 200), ("/console/app.css", {}, 200),
-        ("/console/nope.js", {}, 404), ("/api/v1/costs", {"bucket_s": "0"}, 400),
+        ("/api/v1/sessions/s1/activity", {}, 200),
+        ("/api/v1/costs", {"bucket_s": "60"}, 200),
+        ("/console/app.js", {}, 200),
+        ("/console/app.css", {}, 200),
+        ("/console/nope.js", {}, 404),
+        ("/api/v1/costs", {"bucket_s": "0"}, 400),
         ("/api/v1/sessions/s1/causal-tree", {"limit": "2"}, 200),
         ("/api/v1/sessions/s1/causal-tree", {"exclude_invalidated": "yes"}, 400),
         (f"/api/v1/blobs/{digest}", {"tenant": "acme"}, 200),
-        ("/api/v1/verify", {}, 200), ("/api/v1/verify", {"lane_id": lane.id}, 200),
+        ("/api/v1/verify", {}, 200),
+        ("/api/v1/verify", {"lane_id": lane.id}, 200),
         ("/api/journal", {}, 200),
-        ("/api/v1/events/99999", {}, 404), ("/api/v1/sessions/none", {}, 404),
+        ("/api/v1/events/99999", {}, 404),
+        ("/api/v1/sessions/none", {}, 404),
         ("/api/v1/lanes/x/events", {"bad": "1"}, 400),
     ]
     for path, params, status in expect:
@@ -94,4 +115,5 @@ async def test_every_operation_answers_as_documented(client, actor, start_tail, 
 
 def _event(lane, actor, event_type, subject):
     from laneledger.sdk.client import make_event
+
     return make_event(lane.id, event_type, actor_id=actor.id, subject_id=subject)

@@ -14,36 +14,51 @@ import secrets
 import pytest
 import requests
 import schemathesis
-
-from laneledger.sdk.client import LedgerClient
 from schemathesis_support import bearer, fuzz_every_operation, wait_until
 from tail_support import TailProcess, ev, fill, new_lane, start_tail  # noqa: F401 - fixture
+
+from laneledger.sdk.client import LedgerClient
 
 pytestmark = pytest.mark.timeout(300)
 
 
-async def test_the_tail_api_survives_schemathesis(client: LedgerClient, actor, nats_server,
-                                                   tmp_path):
+async def test_the_tail_api_survives_schemathesis(client: LedgerClient, actor, nats_server, tmp_path):
     lane = await new_lane(client, actor)
     positions = await fill(client, lane, actor, 30, per_append=10)
     await client.append(lane, 30, [ev(lane, actor, "session.completed", subject_id=lane.id)])
     # A second tenant, so that the operator's reads span tenants.
-    await new_lane(client, await client.ensure_actor("globex", "agent:g@1", "agent"),
-                   session="g1", tenant="globex")
+    await new_lane(
+        client, await client.ensure_actor("globex", "agent:g@1", "agent"), session="g1", tenant="globex"
+    )
     token, tenant_token = secrets.token_hex(16), secrets.token_hex(16)
     (tmp_path / "operator.token").write_text(token + "\n")
     (tmp_path / "tokens").write_text(f"acme {tenant_token}\n")
-    tail = await TailProcess(nats_server.url, tmp_path / "tail", "--tokens-file",
-                             str(tmp_path / "tokens"), "--operator-token-file",
-                             str(tmp_path / "operator.token")).start()
+    tail = await TailProcess(
+        nats_server.url,
+        tmp_path / "tail",
+        "--tokens-file",
+        str(tmp_path / "tokens"),
+        "--operator-token-file",
+        str(tmp_path / "operator.token"),
+    ).start()
     try:
         headers = bearer(token)
-        await wait_until(lambda: requests.get(f"{tail.url}/api/v1/verify", headers=headers,
-                                              timeout=10).json().get("last_position", 0)
-                         > positions[-1])
+        await wait_until(
+            lambda: (
+                requests.get(f"{tail.url}/api/v1/verify", headers=headers, timeout=10)
+                .json()
+                .get("last_position", 0)
+                > positions[-1]
+            )
+        )
         schema = schemathesis.openapi.from_url(f"{tail.url}/api/v1/openapi.json")
-        known = {"lane_id": lane.id, "session_id": "s1", "run_id": "r1",
-                 "position": positions[5], "tenant": "acme"}
+        known = {
+            "lane_id": lane.id,
+            "session_id": "s1",
+            "run_id": "r1",
+            "position": positions[5],
+            "tenant": "acme",
+        }
         never_ok = await fuzz_every_operation(schema, tail.url, headers, known)
         # Authenticated, and aimed at data that exists: every read succeeded
         # at least once (there are no blobs to read).

@@ -11,13 +11,20 @@ import time
 import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry
+from tail_support import (  # noqa: F401
+    DEADLINE_S,
+    TailProcess,
+    fill,
+    new_lane,
+    start_tail,
+    wait_applied,
+    wait_ready,
+)
 
 from laneledger.sdk.client import LedgerClient
-from laneledger.store import LedgerWriter, open_ledger
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer
-from tail_support import (  # noqa: F401
-    DEADLINE_S, TailProcess, fill, new_lane, start_tail, wait_applied, wait_ready)
+from laneledger.store import LedgerWriter, open_ledger
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -51,8 +58,9 @@ async def test_ready_only_when_connected_and_caught_up(nats_server, nc, tmp_path
     tail = await start_tail(ready_max_lag=10)
     assert (await tail.api.get("/healthz")).status == 200
     assert (await tail.api.get("/readyz")).status == 503
-    sequencer = Sequencer(nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")),
-                          SequencerMetrics(CollectorRegistry()))
+    sequencer = Sequencer(
+        nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")), SequencerMetrics(CollectorRegistry())
+    )
     await sequencer.start()
     client = await LedgerClient.connect(nats_server.url, timeout=5.0)
     try:
@@ -63,8 +71,12 @@ async def test_ready_only_when_connected_and_caught_up(nats_server, nc, tmp_path
         await wait_ready(tail.api)
         metrics = (await tail.api.get("/metrics")).body.decode()
         assert "laneledger_tail_applied_position 40.0" in metrics
-        for name in ("laneledger_tail_subscribers", "laneledger_tail_frames_sent_total",
-                     "laneledger_tail_lag_events", "laneledger_tail_stream_last_sequence"):
+        for name in (
+            "laneledger_tail_subscribers",
+            "laneledger_tail_frames_sent_total",
+            "laneledger_tail_lag_events",
+            "laneledger_tail_stream_last_sequence",
+        ):
             assert name in metrics
         # Further behind than the bound: not ready (the bound is the service's own rule).
         tail.service.stream_last = tail.feed.applied + 11

@@ -19,9 +19,9 @@ import socket
 
 import aiohttp
 import pytest
+from tail_support import TailProcess, new_lane
 
 from laneledger.sdk.client import LedgerClient, make_event
-from tail_support import TailProcess, new_lane
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -52,7 +52,8 @@ async def read_positions(response: aiohttp.ClientResponse, n: int, on_frame=None
 
 
 async def test_slow_subscriber_gets_everything_in_order_with_bounded_memory(
-        client: LedgerClient, actor, nats_server, tmp_path):
+    client: LedgerClient, actor, nats_server, tmp_path
+):
     lane = await new_lane(client, actor)
     tail = await TailProcess(nats_server.url, tmp_path / "tail", "--ring-size", "1024").start()
     samples: list[int] = []
@@ -67,8 +68,10 @@ async def test_slow_subscriber_gets_everything_in_order_with_bounded_memory(
     async def write() -> None:
         head = 0
         for _ in range(N // PER_APPEND):
-            events = [make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload=PAYLOAD)
-                      for _ in range(PER_APPEND)]
+            events = [
+                make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload=PAYLOAD)
+                for _ in range(PER_APPEND)
+            ]
             receipt = await client.append(lane, head, events, timeout=60)
             head = receipt.last_seq
 
@@ -84,8 +87,10 @@ async def test_slow_subscriber_gets_everything_in_order_with_bounded_memory(
     sampler = asyncio.create_task(sample_memory())
     try:
         async with aiohttp.ClientSession(timeout=timeout) as http:
-            async with http.get(tail.url + "/api/v1/events") as slow, \
-                    http.get(tail.url + "/api/v1/events") as fast:
+            async with (
+                http.get(tail.url + "/api/v1/events") as slow,
+                http.get(tail.url + "/api/v1/events") as fast,
+            ):
                 writer = asyncio.create_task(write())
                 slow_reader = asyncio.create_task(read_positions(slow, N, slow_pace))
                 fast_positions = await read_positions(fast, N)
@@ -103,9 +108,8 @@ async def test_slow_subscriber_gets_everything_in_order_with_bounded_memory(
     growth = max(samples) - baseline[0]
     assert growth < RSS_GROWTH_LIMIT, (
         f"the tail's RSS grew by {growth / 2**20:.1f} MiB while a subscriber lagged "
-        f"(baseline {baseline[0] / 2**20:.1f} MiB, peak {max(samples) / 2**20:.1f} MiB)")
-
-
+        f"(baseline {baseline[0] / 2**20:.1f} MiB, peak {max(samples) / 2**20:.1f} MiB)"
+    )
 
 
 # -- many subscribers and one at a frame per second --------------------------------------
@@ -153,7 +157,8 @@ async def metric(http: aiohttp.ClientSession, url: str, name: str) -> float:
 
 
 async def test_200_subscribers_and_one_reading_a_frame_a_second(
-        client: LedgerClient, actor, nats_server, tmp_path):
+    client: LedgerClient, actor, nats_server, tmp_path
+):
     """200 subscribers follow the whole ledger while 1,500 events are
     appended, and one more reads a single frame per second, on a socket that
     buffers almost nothing, until the others have everything and a few
@@ -176,8 +181,10 @@ async def test_200_subscribers_and_one_reading_a_frame_a_second(
     async def write() -> None:
         head = 0
         for _ in range(MANY_N // 50):
-            events = [make_event(lane.id, "stream.text_delta", actor_id=actor.id,
-                                 payload=MANY_PAYLOAD) for _ in range(50)]
+            events = [
+                make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload=MANY_PAYLOAD)
+                for _ in range(50)
+            ]
             head = (await client.append(lane, head, events, timeout=60)).last_seq
 
     async def one_frame_a_second(read: int) -> None:
@@ -190,10 +197,14 @@ async def test_200_subscribers_and_one_reading_a_frame_a_second(
     unlimited = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=None, sock_read=120)
     try:
-        async with aiohttp.ClientSession(connector=unlimited, timeout=timeout) as http, \
-                aiohttp.ClientSession(connector=aiohttp.TCPConnector(
-                    socket_factory=small_receive_buffer), timeout=timeout,
-                    read_bufsize=4096) as slow_http:
+        async with (
+            aiohttp.ClientSession(connector=unlimited, timeout=timeout) as http,
+            aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(socket_factory=small_receive_buffer),
+                timeout=timeout,
+                read_bufsize=4096,
+            ) as slow_http,
+        ):
             responses = [await http.get(tail.url + "/api/v1/events") for _ in range(SUBSCRIBERS)]
             slow = await slow_http.get(tail.url + "/api/v1/events")
             while await metric(http, tail.url, "laneledger_tail_subscribers") < SUBSCRIBERS + 1:
@@ -219,8 +230,11 @@ async def test_200_subscribers_and_one_reading_a_frame_a_second(
     # One frame a second: it had read a few dozen at most when 200 others had all 1,500.
     assert slow_read_when_others_done[0] < MANY_N // 10, slow_read_when_others_done
     growth = max(samples) - baseline
-    print(f"tail RSS: {baseline / 2**20:.1f} MiB with {SUBSCRIBERS + 1} subscribers connected, "
-          f"peak {max(samples) / 2**20:.1f} MiB (+{growth / 2**20:.1f} MiB)")
+    print(
+        f"tail RSS: {baseline / 2**20:.1f} MiB with {SUBSCRIBERS + 1} subscribers connected, "
+        f"peak {max(samples) / 2**20:.1f} MiB (+{growth / 2**20:.1f} MiB)"
+    )
     assert growth < MANY_RSS_GROWTH_LIMIT, (
         f"the tail's RSS grew by {growth / 2**20:.1f} MiB with {SUBSCRIBERS} subscribers and "
-        f"a slow one (baseline {baseline / 2**20:.1f} MiB, peak {max(samples) / 2**20:.1f} MiB)")
+        f"a slow one (baseline {baseline / 2**20:.1f} MiB, peak {max(samples) / 2**20:.1f} MiB)"
+    )

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+from tail_support import ev, fill, new_lane, start_tail, wait_applied  # noqa: F401
 
 from laneledger.sdk.client import LedgerClient
-from tail_support import ev, fill, new_lane, start_tail, wait_applied  # noqa: F401
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -67,22 +67,36 @@ async def _dataset(client: LedgerClient, actor):
     cost = {"provider": "p", "model": "m", "amount": "0.01", "currency": "USD"}
     heads: dict[str, int] = {}
     plan = [
-        (main, actor, "run.started", {}), (main, actor, "stream.text_delta", {"text": "a"}),
+        (main, actor, "run.started", {}),
+        (main, actor, "stream.text_delta", {"text": "a"}),
         (side, human, "hitl.paused", {"pause_id": "p1", "trigger": "t"}),
-        (main, actor, "cost.recorded", cost), (r2, actor, "ext.acme.note", {"n": 1}),
+        (main, actor, "cost.recorded", cost),
+        (r2, actor, "ext.acme.note", {"n": 1}),
         (s2, actor, "stream.text_delta", {"text": "b"}),
         (foreign, other_actor, "stream.text_delta", {"text": "c"}),
         (side, human, "hitl.responded", {"pause_id": "p1", "decision": "approved"}),
-        (r2, actor, "cost.recorded", cost), (main, actor, "stream.thinking_delta", {"text": "d"}),
+        (r2, actor, "cost.recorded", cost),
+        (main, actor, "stream.thinking_delta", {"text": "d"}),
     ] * 3
     events = []
     for lane, who, event_type, payload in plan:
-        receipt = await client.append(lane, heads.get(lane.id, 0),
-                                      [ev(lane, who, event_type, payload=payload)])
+        receipt = await client.append(
+            lane, heads.get(lane.id, 0), [ev(lane, who, event_type, payload=payload)]
+        )
         heads[lane.id] = receipt.last_seq
-        events.append({"position": receipt.positions[0], "tenant": lane.tenant,
-                       "session_id": lane.session_id, "run_id": lane.run_id, "lane_id": lane.id,
-                       "actor_id": who.id, "event_type": event_type, "lane": lane, "who": who})
+        events.append(
+            {
+                "position": receipt.positions[0],
+                "tenant": lane.tenant,
+                "session_id": lane.session_id,
+                "run_id": lane.run_id,
+                "lane_id": lane.id,
+                "actor_id": who.id,
+                "event_type": event_type,
+                "lane": lane,
+                "who": who,
+            }
+        )
     lanes = {"main": main, "side": side, "r2": r2, "s2": s2, "foreign": foreign}
     return events, lanes, {"actor": actor, "human": human, "other": other_actor}, heads
 
@@ -100,30 +114,55 @@ async def test_filters(client, actor, start_tail, ring_size):
         ({"actor_id": actors["human"].id}, lanes["side"], actors["human"], "ext.acme.note"),
         ({"event_type": "cost."}, lanes["main"], actor, "cost.recorded"),
         ({"event_type": "stream"}, lanes["s2"], actor, "stream.text_delta"),
-        ({"event_type": "hitl.responded", "session_id": "s1"}, lanes["side"], actors["human"],
-         "hitl.responded"),
-        ({"session_id": "s1", "lane_id": lanes["main"].id, "actor_id": actor.id,
-          "event_type": "stream.t"}, lanes["main"], actor, "stream.text_delta"),
+        (
+            {"event_type": "hitl.responded", "session_id": "s1"},
+            lanes["side"],
+            actors["human"],
+            "hitl.responded",
+        ),
+        (
+            {"session_id": "s1", "lane_id": lanes["main"].id, "actor_id": actor.id, "event_type": "stream.t"},
+            lanes["main"],
+            actor,
+            "stream.text_delta",
+        ),
         ({"tenant": "nobody"}, None, None, None),
     ]
     cost = {"provider": "p", "model": "m", "amount": "0.01", "currency": "USD"}
     for params, lane, who, sentinel_type in cases:
-        expected = [e["position"] for e in events if all(
-            (e[k].startswith(v) if k == "event_type" else e[k] == v) for k, v in params.items())]
+        expected = [
+            e["position"]
+            for e in events
+            if all((e[k].startswith(v) if k == "event_type" else e[k] == v) for k, v in params.items())
+        ]
         async with tail.api.stream(params) as stream:
             got = await stream.collect(len(expected)) if expected else []
             assert [f.position for f in got] == expected, params
             if lane is None:
                 continue
             # Exactly these: the next frame is a new matching event, nothing in between.
-            payload = cost if sentinel_type == "cost.recorded" else {
-                "pause_id": "p1", "decision": "approved"} if sentinel_type == "hitl.responded" else {}
-            receipt = await client.append(lane, heads[lane.id],
-                                          [ev(lane, who, sentinel_type, payload=payload)])
+            payload = (
+                cost
+                if sentinel_type == "cost.recorded"
+                else {"pause_id": "p1", "decision": "approved"}
+                if sentinel_type == "hitl.responded"
+                else {}
+            )
+            receipt = await client.append(
+                lane, heads[lane.id], [ev(lane, who, sentinel_type, payload=payload)]
+            )
             heads[lane.id] = receipt.last_seq
-            events.append({"position": receipt.positions[0], "tenant": lane.tenant,
-                           "session_id": lane.session_id, "run_id": lane.run_id,
-                           "lane_id": lane.id, "actor_id": who.id, "event_type": sentinel_type})
+            events.append(
+                {
+                    "position": receipt.positions[0],
+                    "tenant": lane.tenant,
+                    "session_id": lane.session_id,
+                    "run_id": lane.run_id,
+                    "lane_id": lane.id,
+                    "actor_id": who.id,
+                    "event_type": sentinel_type,
+                }
+            )
             (sentinel,) = await stream.collect(1)
             assert sentinel.position == receipt.positions[0], params
 
@@ -143,8 +182,7 @@ async def test_a_session_tail_ends_after_session_completed(client, actor, start_
         assert [f.position for f in frames[:-1]] == mid + done.positions
         end = frames[-1]
         assert end.event == "end" and end.position == done.positions[0]
-        assert end.json() == {"reason": "session_ended", "position": done.positions[0],
-                              "session_id": "s1"}
+        assert end.json() == {"reason": "session_ended", "position": done.positions[0], "session_id": "s1"}
         assert await stream.next() is None  # the response is over
 
     # A late subscriber backfills and ends; a reconnect after the end ends at once.
@@ -158,13 +196,11 @@ async def test_a_session_tail_ends_after_session_completed(client, actor, start_
         assert await stream.next() is None
 
 
-async def test_a_run_tail_ends_after_its_terminal_event_even_when_filtered_out(
-        client, actor, start_tail):
+async def test_a_run_tail_ends_after_its_terminal_event_even_when_filtered_out(client, actor, start_tail):
     tail = await start_tail()
     r1 = await new_lane(client, actor, "s1", "r1")
     r2 = await new_lane(client, actor, "s1", "r2")
-    async with tail.api.stream({"session_id": "s1", "run_id": "r1",
-                                "event_type": "stream."}) as stream:
+    async with tail.api.stream({"session_id": "s1", "run_id": "r1", "event_type": "stream."}) as stream:
         deltas = await fill(client, r1, actor, 4)
         await client.append(r2, 0, [ev(r2, actor, "run.failed", subject_id="r2")])  # another run
         await client.append(r1, 4, [ev(r1, actor, "run.started", subject_id="r1")])  # filtered out
@@ -182,8 +218,7 @@ async def test_idle_connections_get_heartbeats(client, actor, start_tail):
     lane = await new_lane(client, actor)
     async with tail.api.stream({"lane_id": lane.id}) as stream:
         comments = [await stream.next(comments=True) for _ in range(3)]
-        assert all(f is not None and f.event == "comment" and f.data == "keepalive"
-                   for f in comments)
+        assert all(f is not None and f.event == "comment" and f.data == "keepalive" for f in comments)
         positions = await fill(client, lane, actor, 1)
         frame = await stream.next()  # events still flow between heartbeats
         assert frame is not None and frame.position == positions[0]
@@ -206,4 +241,5 @@ async def test_large_events_are_delivered_in_order_among_small_ones(client, acto
         frames = await stream.collect(len(expected))
     assert [f.position for f in frames] == expected
     assert [len(f.data) > 40_000 for f in frames] == [
-        k == "b" for k in ["s", "b", "s", "b", "b", "s", "s", "b", "s"]]
+        k == "b" for k in ["s", "b", "s", "b", "b", "s", "s", "b", "s"]
+    ]

@@ -9,12 +9,12 @@ import sqlite3
 import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
+from tail_support import fill, new_lane, start_tail, wait_applied  # noqa: F401
 
 from laneledger.sdk.client import LedgerClient
-from laneledger.store import LedgerWriter, open_ledger
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer
-from tail_support import fill, new_lane, start_tail, wait_applied  # noqa: F401
+from laneledger.store import LedgerWriter, open_ledger
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -70,7 +70,8 @@ async def test_intact_ledger_session_and_lane(client: LedgerClient, actor, start
         assert report["intact"] and report["events"] == head.last_seq
         assert report["lane_tips"] == {lane.id: head.head_hash}
     assert session["lane_tips"] == {
-        lanes[n][0].id: (await client.get_lane(lanes[n][0].id)).head_hash for n in ("a", "b")}
+        lanes[n][0].id: (await client.get_lane(lanes[n][0].id)).head_hash for n in ("a", "b")
+    }
 
     empty = await new_lane(client, actor, "s1", "r1", "empty")
     report = await _verify(tail, lane_id=empty.id)
@@ -90,8 +91,7 @@ async def test_tampered_content_is_found_at_its_position(client, actor, start_ta
     target = positions[1]  # lane b, seq 2
     body = _body(tail, target)
     body["payload"] = {"text": "edited afterwards"}
-    _tamper(tail, "UPDATE events SET body = ? WHERE position = ?",
-            (msgspec.json.encode(body), target))
+    _tamper(tail, "UPDATE events SET body = ? WHERE position = ?", (msgspec.json.encode(body), target))
     for params in ({}, {"session_id": "s1"}, {"lane_id": lane.id}):
         report = await _verify(tail, **params)
         assert report["intact"] is False
@@ -109,8 +109,7 @@ async def test_rewritten_link_is_a_broken_link(client, actor, start_tail):
     lane, positions = lanes["a"]
     body = _body(tail, positions[3])
     body["prev_hash"] = "f" * 64
-    _tamper(tail, "UPDATE events SET body = ? WHERE position = ?",
-            (msgspec.json.encode(body), positions[3]))
+    _tamper(tail, "UPDATE events SET body = ? WHERE position = ?", (msgspec.json.encode(body), positions[3]))
     fault = (await _verify(tail, lane_id=lane.id))["fault"]
     assert fault["details"]["kind"] == "broken_link" and fault["details"]["field"] == "prev_hash"
     assert fault["details"]["position"] == positions[3] and fault["details"]["seq"] == 4
@@ -130,8 +129,7 @@ async def test_a_deleted_event_is_a_broken_link(client, actor, start_tail):
     assert in_lane["details"]["expected"] == 3 and in_lane["details"]["found"] == 4
 
 
-async def test_a_row_that_disagrees_with_its_event_and_an_unreadable_body(
-        client, actor, start_tail):
+async def test_a_row_that_disagrees_with_its_event_and_an_unreadable_body(client, actor, start_tail):
     tail = await start_tail()
     lanes = await _ledger(client, actor, tail)
     _, positions = lanes["a"]
@@ -141,8 +139,9 @@ async def test_a_row_that_disagrees_with_its_event_and_an_unreadable_body(
     assert fault["details"]["kind"] == "row_mismatch" and fault["details"]["field"] == "session_id"
     assert fault["details"]["position"] == positions[0]
 
-    _tamper(tail, "UPDATE events SET session_id = 's1', body = ? WHERE position = ?",
-            (b"not json", positions[0]))
+    _tamper(
+        tail, "UPDATE events SET session_id = 's1', body = ? WHERE position = ?", (b"not json", positions[0])
+    )
     fault = (await _verify(tail))["fault"]
     assert fault["details"]["kind"] == "not_chained" and fault["details"]["field"] == "body"
     assert fault["details"]["position"] == positions[0]

@@ -24,16 +24,16 @@ import sys
 
 import aiohttp
 import pytest_asyncio
-
 from checkpoint_support import checkpoint_service, checkpoints  # noqa: F401
+from tail_support import start_tail, wait_applied  # noqa: F401
+
+from laneledger.contract.contentref import hex_of
 from laneledger.runtime.access import AccessPolicy, guarded
+from laneledger.runtime.opsserver import start_http
 from laneledger.sdk.blobstore import BlobStore
 from laneledger.sdk.checkpoints import anchor_of
 from laneledger.sdk.client import LaneRecorder
-from laneledger.contract.contentref import hex_of
-from laneledger.runtime.opsserver import start_http
 from laneledger.services.checkpoint.http import checkpoint_app
-from tail_support import start_tail, wait_applied  # noqa: F401
 
 TOKENS = {"acme": "acme-token-0123456789abcdef", "globex": "globex-token-0123456789abcdef"}
 OPERATOR = "operator-token-0123456789abcdef"
@@ -55,12 +55,18 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-async def fetch(session: aiohttp.ClientSession, method: str, url: str, *, params=None,
-                headers=None) -> tuple[int, bytes]:
+async def fetch(
+    session: aiohttp.ClientSession, method: str, url: str, *, params=None, headers=None
+) -> tuple[int, bytes]:
     """Status and body; an event stream is read for ``SSE_READ_S`` only."""
-    async with session.request(method, url, params=params, headers=headers, json={} if
-                               method == "POST" else None,
-                               timeout=aiohttp.ClientTimeout(total=30)) as resp:
+    async with session.request(
+        method,
+        url,
+        params=params,
+        headers=headers,
+        json={} if method == "POST" else None,
+        timeout=aiohttp.ClientTimeout(total=30),
+    ) as resp:
         if resp.content_type != "text/event-stream":
             return resp.status, await resp.read()
         body = b""
@@ -84,26 +90,47 @@ async def world(client, actor, sequencer, checkpoint_service, checkpoints, start
     for tenant, session in (("acme", ACME_SESSION), ("globex", "sess-globex-77")):
         who = await client.ensure_actor(tenant, "agent:iso/main@1", "agent")
         lane = await LaneRecorder.open(client, tenant, session, "r1", "main", actor_id=who.id)
-        receipt = await lane.append([
-            lane.event("run.started", actor_id=who.id, subject_id="r1"),
-            lane.event("stream.text_delta", actor_id=who.id, payload={"text": f"{tenant} says"}),
-        ])
+        receipt = await lane.append(
+            [
+                lane.event("run.started", actor_id=who.id, subject_id="r1"),
+                lane.event("stream.text_delta", actor_id=who.id, payload={"text": f"{tenant} says"}),
+            ]
+        )
         state = {"marker": f"{tenant}-state-marker"}
-        saved = await checkpoints.save(f"key-{tenant}", expected_revision=0, format=FORMAT,
-                                       state=state, anchor=anchor_of(receipt),
-                                       session_id=session, run_id="r1", terminal=True)
+        saved = await checkpoints.save(
+            f"key-{tenant}",
+            expected_revision=0,
+            format=FORMAT,
+            state=state,
+            anchor=anchor_of(receipt),
+            session_id=session,
+            run_id="r1",
+            terminal=True,
+        )
         assert saved.tenant == tenant  # derived from the anchor's lane
-        art = await checkpoints.save(f"art-{tenant}", expected_revision=0, format=FORMAT,
-                                     data=b"acme-state-marker" if tenant == "acme" else b"g" * 10,
-                                     media_type="application/octet-stream",
-                                     session_id=session, run_id="r1")
+        art = await checkpoints.save(
+            f"art-{tenant}",
+            expected_revision=0,
+            format=FORMAT,
+            data=b"acme-state-marker" if tenant == "acme" else b"g" * 10,
+            media_type="application/octet-stream",
+            session_id=session,
+            run_id="r1",
+        )
         if tenant == "acme":
             del MARKERS[3:]  # a previous test's world
             MARKERS.extend(event_id.encode() for event_id in receipt.event_ids)
-        ids[tenant] = {"session_id": session, "run_id": "r1", "lane_id": lane.lane.id,
-                       "position": str(receipt.positions[-1]), "checkpoint_id": saved.id,
-                       "key": saved.key, "artifact": art.artifact.sha256, "tenant": tenant,
-                       "actor_id": who.id}
+        ids[tenant] = {
+            "session_id": session,
+            "run_id": "r1",
+            "lane_id": lane.lane.id,
+            "position": str(receipt.positions[-1]),
+            "checkpoint_id": saved.id,
+            "key": saved.key,
+            "artifact": art.artifact.sha256,
+            "tenant": tenant,
+            "actor_id": who.id,
+        }
     blobs = await BlobStore.open(js)  # what a producer's SDK stores into, per tenant
     ids["acme"]["sha256"] = hex_of(await blobs.put("acme", ACME_BLOB))
     ids["acme"]["event_type"] = "stream."
@@ -112,19 +139,20 @@ async def world(client, actor, sequencer, checkpoint_service, checkpoints, start
     await wait_applied(tail.service, int(ids["globex"]["position"]))
     runner, port = await start_http(checkpoint_app(checkpoint_service, policy()), "127.0.0.1", 0)
     async with aiohttp.ClientSession() as session:
-        yield {"ids": ids, "tail": tail.url, "checkpoint": f"http://127.0.0.1:{port}",
-               "http": session}
+        yield {"ids": ids, "tail": tail.url, "checkpoint": f"http://127.0.0.1:{port}", "http": session}
     await runner.cleanup()
 
 
 def fill(template: str, values: dict[str, str]) -> str:
     """A route template with the values' ids in its path parameters (a
     checkpoint artifact's sha256 is the artifact's, the tail's the blob's)."""
+
     def value(match: re.Match) -> str:
         name = match.group(1)
         if name == "sha256" and "/artifacts/" in template:
             return values["artifact"]
         return values[name]
+
     return re.sub(r"\{(\w+)(?::[^{}]*(?:\{[^{}]*\}[^{}]*)*)?\}", value, template)
 
 
@@ -134,8 +162,12 @@ async def guarded_operations(world, service: str = "tail") -> list[tuple[str, st
     status, body = await fetch(world["http"], "GET", world[service] + "/api/v1/openapi.json")
     assert status == 200
     document = json.loads(body)
-    found = [(method.upper(), path, op) for path, ops in document["paths"].items()
-             if guarded(path) for method, op in ops.items()]
+    found = [
+        (method.upper(), path, op)
+        for path, ops in document["paths"].items()
+        if guarded(path)
+        for method, op in ops.items()
+    ]
     assert len(found) >= 8, found  # the document really was read
     return found
 
@@ -149,8 +181,9 @@ async def test_no_token_no_data(world):
         status, _ = await fetch(world["http"], method, url, headers=bearer("not-a-real-token-at-all"))
         assert status == 401, (method, path)
     for route in await checkpoint_paths(world):
-        status, body = await fetch(world["http"], "GET",
-                                   world["checkpoint"] + fill(route, world["ids"]["acme"]))
+        status, body = await fetch(
+            world["http"], "GET", world["checkpoint"] + fill(route, world["ids"]["acme"])
+        )
         assert status == 401 and not leaked(body), route
 
 
@@ -159,12 +192,14 @@ async def test_one_tenant_cannot_read_another_on_the_tail(world):
     controls = 0
     for method, path, op in await guarded_operations(world):
         url = world["tail"] + fill(path, acme)
-        names = [p["name"] for p in op.get("parameters", [])
-                 if p["in"] == "query" and p["name"] != "access_token"]
+        names = [
+            p["name"] for p in op.get("parameters", []) if p["in"] == "query" and p["name"] != "access_token"
+        ]
         variants = [{}] + [{name: acme[name]} for name in names if name in acme]
         for params in variants:
-            status, body = await fetch(world["http"], method, url, params=params,
-                                       headers=bearer(TOKENS["globex"]))
+            status, body = await fetch(
+                world["http"], method, url, params=params, headers=bearer(TOKENS["globex"])
+            )
             assert not leaked(body), (method, path, params, status, body[:300])
             if "tenant" in params:
                 assert status == 403, (path, params, status)  # naming another tenant
@@ -178,11 +213,13 @@ async def test_one_tenant_cannot_read_another_on_the_tail(world):
     # live tail, an event, a lane, a session, a run, a blob at least).
     assert controls >= 6, controls
     # The SSE tail also takes the token as a query parameter (EventSource).
-    status, body = await fetch(world["http"], "GET", world["tail"] + "/api/v1/events",
-                               params={"access_token": TOKENS["globex"]})
+    status, body = await fetch(
+        world["http"], "GET", world["tail"] + "/api/v1/events", params={"access_token": TOKENS["globex"]}
+    )
     assert status == 200 and b"sess-globex-77" in body and not leaked(body)
-    status, body = await fetch(world["http"], "GET", world["tail"] + "/api/v1/events",
-                               params={"access_token": OPERATOR})
+    status, body = await fetch(
+        world["http"], "GET", world["tail"] + "/api/v1/events", params={"access_token": OPERATOR}
+    )
     assert status == 200 and ACME_SESSION.encode() in body and b"sess-globex-77" in body
 
 
@@ -209,22 +246,30 @@ async def test_one_tenant_cannot_read_another_on_the_checkpoint_service(world):
         url = world["checkpoint"] + fill(path, acme)
         for query in QUERY_OF.get(path, [{}]):
             params = {name: acme[field] for name, field in query.items()}
-            status, body = await fetch(world["http"], "GET", url, params=params,
-                                       headers=bearer(TOKENS["globex"]))
+            status, body = await fetch(
+                world["http"], "GET", url, params=params, headers=bearer(TOKENS["globex"])
+            )
             assert not leaked(body), (path, params, status, body[:300])
             assert status in (200, 404), (path, params, status, body[:300])
-            status, body = await fetch(world["http"], "GET", url, params=params,
-                                       headers=bearer(TOKENS["acme"]))
+            status, body = await fetch(
+                world["http"], "GET", url, params=params, headers=bearer(TOKENS["acme"])
+            )
             if status == 200 and leaked(body):
                 controls += 1
     assert controls >= 6, controls
     # Not found means not found: the same answer as for an id nobody has.
-    status, theirs = await fetch(world["http"], "GET",
-                                 f"{world['checkpoint']}/api/v1/checkpoints/{acme['checkpoint_id']}",
-                                 headers=bearer(TOKENS["globex"]))
-    status_none, nobody = await fetch(world["http"], "GET",
-                                      f"{world['checkpoint']}/api/v1/checkpoints/no-such-id",
-                                      headers=bearer(TOKENS["globex"]))
+    status, theirs = await fetch(
+        world["http"],
+        "GET",
+        f"{world['checkpoint']}/api/v1/checkpoints/{acme['checkpoint_id']}",
+        headers=bearer(TOKENS["globex"]),
+    )
+    status_none, nobody = await fetch(
+        world["http"],
+        "GET",
+        f"{world['checkpoint']}/api/v1/checkpoints/no-such-id",
+        headers=bearer(TOKENS["globex"]),
+    )
     assert status == status_none == 404
     assert theirs.replace(acme["checkpoint_id"].encode(), b"X") == nobody.replace(b"no-such-id", b"X")
 
@@ -235,8 +280,13 @@ async def test_the_cli_reads_a_guarded_tail_with_a_token_file(world, tmp_path):
 
     async def cli(*args: str) -> tuple[int, str, str]:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "laneledger.cli", *args,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            sys.executable,
+            "-m",
+            "laneledger.cli",
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         out, err = await asyncio.wait_for(proc.communicate(), 60)
         return proc.returncode, out.decode(), err.decode()
 

@@ -16,13 +16,15 @@ from laneledger.sdk.client import make_event
 
 def rejected(sequencer, code: str) -> float:
     value = sequencer._metrics.registry.get_sample_value(
-        "laneledger_sequencer_append_requests_total", {"outcome": "rejected", "code": code})
+        "laneledger_sequencer_append_requests_total", {"outcome": "rejected", "code": code}
+    )
     return value or 0.0
 
 
 def refused_commands(sequencer, op: str) -> float:
     value = sequencer._metrics.registry.get_sample_value(
-        "laneledger_sequencer_commands_total", {"op": op, "outcome": "tenant_mismatch"})
+        "laneledger_sequencer_commands_total", {"op": op, "outcome": "tenant_mismatch"}
+    )
     return value or 0.0
 
 
@@ -31,8 +33,9 @@ async def test_cross_tenant_appends_are_typed_counted_and_change_nothing(client,
     stranger = await client.ensure_actor("globex", "agent:tests/main@1", "agent")
 
     with pytest.raises(errors.TenantMismatch) as caught:
-        await client.append(lane, 0, [make_event(lane.id, "stream.text_delta", actor_id=stranger.id,
-                                                 payload={"text": "x"})])
+        await client.append(
+            lane, 0, [make_event(lane.id, "stream.text_delta", actor_id=stranger.id, payload={"text": "x"})]
+        )
     assert caught.value.details["what"] == "actor"
     assert caught.value.details["expected_tenant"] == "acme"
     assert caught.value.details["tenant"] == "globex"
@@ -40,8 +43,9 @@ async def test_cross_tenant_appends_are_typed_counted_and_change_nothing(client,
 
     disguised = msgspec.structs.replace(lane, tenant="globex")  # published under globex's subject
     with pytest.raises(errors.TenantMismatch) as caught:
-        await client.append(disguised, 0, [make_event(lane.id, "stream.text_delta",
-                                                      actor_id=actor.id, payload={"text": "x"})])
+        await client.append(
+            disguised, 0, [make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload={"text": "x"})]
+        )
     assert caught.value.details["what"] == "subject"
     assert rejected(sequencer, "tenant_mismatch") == 2
 

@@ -41,9 +41,18 @@ class Up:
     def launch(self) -> None:
         self.out = open(self.log, "ab")
         self.proc = subprocess.Popen(
-            [str(Path(sys.executable).with_name("laneledger")), "up", "--data", str(self.data),
-             "--free-ports", *self.extra],
-            stdout=self.out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            [
+                str(Path(sys.executable).with_name("laneledger")),
+                "up",
+                "--data",
+                str(self.data),
+                "--free-ports",
+                *self.extra,
+            ],
+            stdout=self.out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
 
     def start(self) -> dict[str, str]:
         self.launch()
@@ -69,8 +78,15 @@ async def test_up_runs_everything_and_leaves_nothing_behind(tmp_path):
     up = Up(tmp_path / "data")
     urls = up.start()
     try:
-        assert {"NATS", "console", "live tail", "ledger metrics", "sequencer ops", "tail ops",
-                "checkpoint ops"} <= urls.keys()
+        assert {
+            "NATS",
+            "console",
+            "live tail",
+            "ledger metrics",
+            "sequencer ops",
+            "tail ops",
+            "checkpoint ops",
+        } <= urls.keys()
         async with aiohttp.ClientSession() as http:
             for label in ("sequencer ops", "tail ops", "ledger metrics", "checkpoint ops"):
                 base = urls[label].rsplit("/metrics", 1)[0]

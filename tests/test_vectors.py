@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from laneledger.compat.korg import KORG_LEDGER_V1, korg_canonical, read_jsonl
 from laneledger.contract.canonical import canonicalize
 from laneledger.contract.chain import GENESIS_HASH, LANELEDGER, append_digest, entry_hash, link, verify_chain
 from laneledger.contract.errors import ChainFault, InvalidRequest, MalformedMessage, NotCanonicalizable
-from laneledger.compat.korg import KORG_LEDGER_V1, korg_canonical, read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 VECTORS = REPO / "spec" / "vectors"
@@ -67,7 +67,9 @@ def test_korg_hmac_vector_without_key_fails_at_seq_1():
 
 
 def test_korg_plain_vector_with_a_key_fails():
-    fault = fault_of(read_jsonl(KORG / "basic-intact.jsonl"), profile=KORG_LEDGER_V1, key=b"korg-conformance-key")
+    fault = fault_of(
+        read_jsonl(KORG / "basic-intact.jsonl"), profile=KORG_LEDGER_V1, key=b"korg-conformance-key"
+    )
     assert (fault.details["kind"], fault.details["seq"]) == ("content_tampered", 1)
 
 
@@ -110,12 +112,42 @@ GOOD_LINE = '{"seq_id": 1, "prev_hash": "%s", "entry_hash": "%s"}' % (GENESIS_HA
         ('{"seq_id": 1,', MalformedMessage, None, "bad JSON"),
         ("[1, 2]", InvalidRequest, None, "expected a JSON object"),
         ('{"prev_hash": "", "entry_hash": ""}', InvalidRequest, "seq_id", "field seq_id: missing"),
-        ('{"seq_id": "3", "prev_hash": "", "entry_hash": ""}', InvalidRequest, "seq_id", "field seq_id: expected an integer"),
-        ('{"seq_id": true, "prev_hash": "", "entry_hash": ""}', InvalidRequest, "seq_id", "expected an integer"),
-        ('{"seq_id": 3, "prev_hash": null, "entry_hash": ""}', InvalidRequest, "prev_hash", "field prev_hash: expected a string"),
-        ('{"seq_id": 3, "prev_hash": "", "entry_hash": 7}', InvalidRequest, "entry_hash", "field entry_hash: expected a string"),
-        ('{"seq_id": 3, "prev_hash": "", "entry_hash": "", "a": 1.5}', NotCanonicalizable, None, "integers only, no floats"),
-        ('{"seq_id": 3, "seq_id": 3, "prev_hash": "", "entry_hash": ""}', MalformedMessage, None, 'duplicate object key "seq_id"'),
+        (
+            '{"seq_id": "3", "prev_hash": "", "entry_hash": ""}',
+            InvalidRequest,
+            "seq_id",
+            "field seq_id: expected an integer",
+        ),
+        (
+            '{"seq_id": true, "prev_hash": "", "entry_hash": ""}',
+            InvalidRequest,
+            "seq_id",
+            "expected an integer",
+        ),
+        (
+            '{"seq_id": 3, "prev_hash": null, "entry_hash": ""}',
+            InvalidRequest,
+            "prev_hash",
+            "field prev_hash: expected a string",
+        ),
+        (
+            '{"seq_id": 3, "prev_hash": "", "entry_hash": 7}',
+            InvalidRequest,
+            "entry_hash",
+            "field entry_hash: expected a string",
+        ),
+        (
+            '{"seq_id": 3, "prev_hash": "", "entry_hash": "", "a": 1.5}',
+            NotCanonicalizable,
+            None,
+            "integers only, no floats",
+        ),
+        (
+            '{"seq_id": 3, "seq_id": 3, "prev_hash": "", "entry_hash": ""}',
+            MalformedMessage,
+            None,
+            'duplicate object key "seq_id"',
+        ),
         ('{"seq_id": 3, "prev_hash": "", "entry_hash": "", "a": NaN}', MalformedMessage, None, "NaN"),
     ],
 )
@@ -145,7 +177,11 @@ def build_chain(n: int, *, key: bytes | None = None) -> list[dict]:
     records, prev = [], GENESIS_HASH
     for seq in range(1, n + 1):
         record = link(
-            {"seq": seq, "event_type": "attempt.requested", "payload": {"n": seq, "temperature": 0.25, "who": "é"}},
+            {
+                "seq": seq,
+                "event_type": "attempt.requested",
+                "payload": {"n": seq, "temperature": 0.25, "who": "é"},
+            },
             prev,
             key=key,
         )
@@ -282,7 +318,9 @@ def test_any_changed_payload_is_caught_where_it_was_changed(payloads, data):
         prev = chain[-1]["entry_hash"]
     assert verify_chain(chain) == prev
     victim = data.draw(st.integers(0, len(chain) - 1))
-    replacement = data.draw(json_values.filter(lambda v: canonicalize(v) != canonicalize(chain[victim]["payload"])))
+    replacement = data.draw(
+        json_values.filter(lambda v: canonicalize(v) != canonicalize(chain[victim]["payload"]))
+    )
     chain[victim]["payload"] = replacement
     check(chain, "content_tampered", victim + 1)
 

@@ -15,8 +15,8 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import ServiceUnavailableError
 
 from laneledger.audit.ledger import check_stream
-from laneledger.sdk.client import make_event
 from laneledger.contract.errors import IntegrityError
+from laneledger.sdk.client import make_event
 
 EVENTS = 40
 
@@ -26,8 +26,9 @@ async def mirrored_ledger(client, actor, sequencer, tmp_path):
     """A ledger of EVENTS events, all of them on LEDGER_EVENTS."""
     lane = await client.create_lane("acme", "session-1", "run-1", "main", actor_id=actor.id)
     for seq in range(0, EVENTS, 4):
-        await client.append(lane, seq, [make_event(lane.id, "action.started", actor_id=actor.id)
-                                        for _ in range(4)])
+        await client.append(
+            lane, seq, [make_event(lane.id, "action.started", actor_id=actor.id) for _ in range(4)]
+        )
     deadline = time.monotonic() + 10
     while sequencer.mirror.published < EVENTS:
         assert time.monotonic() < deadline, "the committed stream did not catch up"

@@ -27,7 +27,7 @@ VOCABULARY_MD = (ROOT / "spec" / "vocabulary.md").read_text()
 
 def test_versions_match_spec() -> None:
     assert v.SCHEMA_VERSION == SPEC["schema_version"] == "1.0"
-    assert v.VOCABULARY_VERSION == SPEC["vocabulary_version"]
+    assert SPEC["vocabulary_version"] == v.VOCABULARY_VERSION
 
 
 def test_lists_match_spec_in_order() -> None:
@@ -47,16 +47,24 @@ def test_dicts_match_spec() -> None:
 def test_extension_rule_matches_spec() -> None:
     rule = SPEC["extension_rule"]
     assert v.EXTENSION_PATTERN.pattern == rule["pattern"]
-    assert v.RESERVED_NAMESPACES == frozenset(rule["reserved_namespaces"])
+    assert frozenset(rule["reserved_namespaces"]) == v.RESERVED_NAMESPACES
     assert len(rule["reserved_namespaces"]) == len(v.RESERVED_NAMESPACES)
 
 
 def test_spec_has_no_keys_the_constants_do_not_cover() -> None:
     # A key added to vocabulary.json must get a constant (and a test) too.
     assert set(SPEC) == {
-        "schema_version", "vocabulary_version", "action_types", "effect_kinds",
-        "idempotency", "event_types", "laneledger_event_types", "families",
-        "terminal_event_types", "extension_rule", "payloads",
+        "schema_version",
+        "vocabulary_version",
+        "action_types",
+        "effect_kinds",
+        "idempotency",
+        "event_types",
+        "laneledger_event_types",
+        "families",
+        "terminal_event_types",
+        "extension_rule",
+        "payloads",
     }
 
 
@@ -64,12 +72,18 @@ def test_core_event_types_are_the_two_lists_without_overlap() -> None:
     assert len(v.AGENT_LEDGER_EVENT_TYPES) == 18
     assert len(v.LANELEDGER_EVENT_TYPES) == 17
     assert not set(v.AGENT_LEDGER_EVENT_TYPES) & set(v.LANELEDGER_EVENT_TYPES)
-    assert v.CORE_EVENT_TYPES == frozenset(SPEC["event_types"]) | frozenset(SPEC["laneledger_event_types"])
+    assert frozenset(SPEC["event_types"]) | frozenset(SPEC["laneledger_event_types"]) == v.CORE_EVENT_TYPES
     assert len(v.CORE_EVENT_TYPES) == 35
 
 
 def test_agent_ledger_part_equals_the_public_vector_exactly() -> None:
-    assert set(AGENT_LEDGER) == {"schema_version", "action_types", "effect_kinds", "idempotency", "event_types"}
+    assert set(AGENT_LEDGER) == {
+        "schema_version",
+        "action_types",
+        "effect_kinds",
+        "idempotency",
+        "event_types",
+    }
     for key, value in AGENT_LEDGER.items():
         assert SPEC[key] == value, key
     assert AGENT_LEDGER["schema_version"] == v.SCHEMA_VERSION
@@ -350,7 +364,9 @@ def test_the_doc_has_an_example_for_every_family() -> None:
     assert {family for family, _ in _examples()} == set(v.FAMILIES)
 
 
-@pytest.mark.parametrize(("family", "event"), _examples(), ids=lambda x: x if isinstance(x, str) else x["event_type"])
+@pytest.mark.parametrize(
+    ("family", "event"), _examples(), ids=lambda x: x if isinstance(x, str) else x["event_type"]
+)
 def test_doc_examples_are_valid_proposed_events_of_their_family(family: str, event: dict[str, Any]) -> None:
     proposed = decode(encode(event), ProposedEvent)
     assert proposed.schema_version == v.SCHEMA_VERSION

@@ -12,18 +12,18 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from metrics_support import wait_for
 from prometheus_client import CollectorRegistry
 
 from laneledger.audit.ledger import audit_ledger
-from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.contract.errors import InternalError
 from laneledger.contract.model import encode
-from laneledger.store import LedgerWriter, open_ledger
 from laneledger.contract.subjects import REPLY_HEADER, Subjects
-from metrics_support import wait_for
+from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer, SequencerSettings
 from laneledger.services.sequencer.writerthread import WriterThread
+from laneledger.store import LedgerWriter, open_ledger
 
 
 @pytest.fixture
@@ -108,7 +108,8 @@ async def test_run_here_runs_on_the_loop_thread_and_delivers_errors_as_run_does(
 
 
 async def test_small_batches_commit_on_the_loop_large_ones_commit_on_the_writer_thread(
-        nats_server, nc, js, tmp_path: Path):
+    nats_server, nc, js, tmp_path: Path
+):
     writer = LedgerWriter(open_ledger(tmp_path / "ledger.db"))
     calls: list[tuple[str, int, bool]] = []  # (step, requests, on the loop thread)
     loop_thread = threading.get_ident()
@@ -117,12 +118,14 @@ async def test_small_batches_commit_on_the_loop_large_ones_commit_on_the_writer_
         def call(arg):
             calls.append((step, size(arg), threading.get_ident() == loop_thread))
             return fn(arg)
+
         return call
 
     # apply_batch stages then commits through these attributes, as the sequencer does.
     writer.stage_batch = recording("stage", writer.stage_batch, len)  # type: ignore[method-assign]
     writer.commit_staged = recording(  # type: ignore[method-assign]
-        "commit", writer.commit_staged, lambda staged: len(staged.receipts))
+        "commit", writer.commit_staged, lambda staged: len(staged.receipts)
+    )
     settings = SequencerSettings(inline_commit_max=4)
     sequencer = Sequencer(nc, writer, SequencerMetrics(CollectorRegistry()), settings)
     await sequencer.start()
@@ -130,17 +133,22 @@ async def test_small_batches_commit_on_the_loop_large_ones_commit_on_the_writer_
         async with await LedgerClient.connect(nats_server.url, timeout=5.0) as client:
             agent = await client.ensure_actor("acme", "agent:writer-thread", "agent")
             lane = await client.create_lane("acme", "s1", "r1", "main", actor_id=agent.id)
-            await client.append(lane, 0, [make_event(lane.id, "stream.text_delta", actor_id=agent.id,
-                                                     payload={"text": "alone"})])
+            await client.append(
+                lane,
+                0,
+                [make_event(lane.id, "stream.text_delta", actor_id=agent.id, payload={"text": "alone"})],
+            )
             await sequencer.stop()
             # Fifty requests queued while nothing pulls: batches over the limit.
             inbox = nc.new_inbox()
             receipts = await nc.subscribe(inbox)
             for seq in range(1, 51):
-                event = make_event(lane.id, "stream.text_delta", actor_id=agent.id,
-                                   payload={"text": f"queued {seq}"})
-                body = encode({"lane_id": lane.id, "expected_last_seq": seq, "append_id": f"q{seq}",
-                               "events": [event]})
+                event = make_event(
+                    lane.id, "stream.text_delta", actor_id=agent.id, payload={"text": f"queued {seq}"}
+                )
+                body = encode(
+                    {"lane_id": lane.id, "expected_last_seq": seq, "append_id": f"q{seq}", "events": [event]}
+                )
                 await js.publish(Subjects().append("acme", lane.id), body, headers={REPLY_HEADER: inbox})
             sequencer = Sequencer(nc, writer, SequencerMetrics(CollectorRegistry()), settings)
             await sequencer.start()
@@ -160,7 +168,8 @@ async def test_small_batches_commit_on_the_loop_large_ones_commit_on_the_writer_
 
 
 async def test_commands_and_reads_interleaved_with_appends_never_share_the_connection(
-        nats_server, nc, tmp_path: Path):
+    nats_server, nc, tmp_path: Path
+):
     """Commands and reads go to the writer thread while appends commit on the
     loop or on the thread: the writer is never in two calls at once, nor in a
     call while a staged batch's transaction is open (a slow command widens the
@@ -189,6 +198,7 @@ async def test_commands_and_reads_interleaved_with_appends_never_share_the_conne
                 return fn(*args, **kwargs)
             finally:
                 leave()
+
         return guarded
 
     def opens(fn):  # the connection is the batch's until commit_staged returns
@@ -199,6 +209,7 @@ async def test_commands_and_reads_interleaved_with_appends_never_share_the_conne
             except BaseException:
                 leave()
                 raise
+
         return guarded
 
     def closes(fn):
@@ -207,6 +218,7 @@ async def test_commands_and_reads_interleaved_with_appends_never_share_the_conne
                 return fn(staged)
             finally:
                 leave()
+
         return guarded
 
     writer.stage_batch = opens(writer.stage_batch)  # type: ignore[method-assign]
@@ -227,13 +239,21 @@ async def test_commands_and_reads_interleaved_with_appends_never_share_the_conne
     try:
         async with await LedgerClient.connect(nats_server.url, timeout=10.0) as client:
             agent = await client.ensure_actor("acme", "agent:interleave", "agent")
-            lanes = [await client.create_lane("acme", "s1", "r1", f"lane-{i}", actor_id=agent.id)
-                     for i in range(8)]
+            lanes = [
+                await client.create_lane("acme", "s1", "r1", f"lane-{i}", actor_id=agent.id) for i in range(8)
+            ]
 
             async def write(lane, n: int) -> None:
                 for seq in range(n):
-                    await client.append(lane, seq, [make_event(
-                        lane.id, "stream.text_delta", actor_id=agent.id, payload={"text": f"{seq}"})])
+                    await client.append(
+                        lane,
+                        seq,
+                        [
+                            make_event(
+                                lane.id, "stream.text_delta", actor_id=agent.id, payload={"text": f"{seq}"}
+                            )
+                        ],
+                    )
 
             async def command(i: int) -> None:
                 actor = await client.ensure_actor("acme", f"agent:interleave-{i}", "agent")
@@ -241,8 +261,7 @@ async def test_commands_and_reads_interleaved_with_appends_never_share_the_conne
                 assert (await client.get_lane(lane.id)).last_seq == 0
                 await client.load_lane(lanes[i % len(lanes)].id)
 
-            await asyncio.gather(*(write(lane, 25) for lane in lanes),
-                                 *(command(i) for i in range(20)))
+            await asyncio.gather(*(write(lane, 25) for lane in lanes), *(command(i) for i in range(20)))
             heads = [(await client.get_lane(lane.id)).last_seq for lane in lanes]
     finally:
         await sequencer.stop()

@@ -19,13 +19,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.contract.model import Lane
+from laneledger.sdk.client import LedgerClient, make_event
 
 TENANT = "acme"
 RUN = "r1"
-SPINES = {"human": "human:dusk", "main": "agent:claude-code/main@2.1.150",
-          "sub": "agent:claude-code/sub-toolu_01@2.1.150"}
+SPINES = {
+    "human": "human:dusk",
+    "main": "agent:claude-code/main@2.1.150",
+    "sub": "agent:claude-code/sub-toolu_01@2.1.150",
+}
 # (spine, tool_name, triggered_by as a Korg seq, args)
 CALLS = [
     ("human", "user_prompt", None, {"prompt": "summarize the repo"}),
@@ -55,19 +58,29 @@ async def record_worked_example(client: LedgerClient, session_id: str = "s2b") -
         actor = await client.ensure_actor(TENANT, key, kind)
         actors[spine] = actor.id
         lanes[spine] = await client.create_lane(
-            TENANT, session_id, RUN, key, actor_id=actor.id,
-            kind="subagent" if spine == "sub" else "main")
+            TENANT, session_id, RUN, key, actor_id=actor.id, kind="subagent" if spine == "sub" else "main"
+        )
     ids: dict[int, str] = {}
     positions: dict[int, int] = {}
     heads = {spine: 0 for spine in SPINES}
     for seq, (spine, tool, cause, args) in enumerate(CALLS, start=1):
-        payload = {"source_agent": SPINES[spine], "tool_name": tool, "args": args,
-                   "result": {"ok": True}, "success": True, "duration_ms": 5,
-                   "triggered_by": None if cause is None else positions[cause],
-                   "payload_refs": []}
-        event = make_event(lanes[spine].id, "ext.korg.agent_tool_call", actor_id=actors[spine],
-                           payload=payload,
-                           causation_id=None if cause is None else ids[cause])
+        payload = {
+            "source_agent": SPINES[spine],
+            "tool_name": tool,
+            "args": args,
+            "result": {"ok": True},
+            "success": True,
+            "duration_ms": 5,
+            "triggered_by": None if cause is None else positions[cause],
+            "payload_refs": [],
+        }
+        event = make_event(
+            lanes[spine].id,
+            "ext.korg.agent_tool_call",
+            actor_id=actors[spine],
+            payload=payload,
+            causation_id=None if cause is None else ids[cause],
+        )
         receipt = await client.append(lanes[spine], heads[spine], [event])
         heads[spine] = receipt.last_seq
         ids[seq] = event["id"]

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from laneledger.contract.subjects import Subjects
 from laneledger.runtime.access import access_settings, policy_of
-from laneledger.sdk.checkpoints import DEFAULT_ARTIFACT_BUCKET
 from laneledger.runtime.config import Setting, common_settings, parse_settings, positive_int
-from laneledger.sdk.natsconnect import connect_nats
+from laneledger.runtime.opsserver import start_http
 from laneledger.runtime.servicemain import (
     check_sdk_environment,
     close_nats,
@@ -28,8 +28,8 @@ from laneledger.runtime.servicemain import (
     stop_event,
     until_stopped,
 )
-from laneledger.runtime.opsserver import start_http
-from laneledger.contract.subjects import Subjects
+from laneledger.sdk.checkpoints import DEFAULT_ARTIFACT_BUCKET
+from laneledger.sdk.natsconnect import connect_nats
 
 from .http import checkpoint_app
 from .metrics import CheckpointMetrics
@@ -70,17 +70,38 @@ def bucket_name(text: str) -> str:
 
 SETTINGS = [
     *common_settings("checkpoint", 8473),
-    Setting("--data", "CHECKPOINT_DATA", ".laneledger/checkpoint",
-            help="directory for the service's SQLite file"),
-    Setting("--max-inline-bytes", "CHECKPOINT_MAX_INLINE_BYTES", 256 * 1024, inline_limit,
-            help="largest inline state (RFC 8785 bytes); larger state goes in an artifact"),
-    Setting("--anchor-wait-s", "CHECKPOINT_ANCHOR_WAIT_S", 5.0, seconds,
-            help="how long a save waits for an anchor the service has not consumed yet"),
-    Setting("--artifact-bucket", "CHECKPOINT_BUCKET", DEFAULT_ARTIFACT_BUCKET, bucket_name,
-            help="JetStream object store bucket for artifact blobs"),
+    Setting(
+        "--data", "CHECKPOINT_DATA", ".laneledger/checkpoint", help="directory for the service's SQLite file"
+    ),
+    Setting(
+        "--max-inline-bytes",
+        "CHECKPOINT_MAX_INLINE_BYTES",
+        256 * 1024,
+        inline_limit,
+        help="largest inline state (RFC 8785 bytes); larger state goes in an artifact",
+    ),
+    Setting(
+        "--anchor-wait-s",
+        "CHECKPOINT_ANCHOR_WAIT_S",
+        5.0,
+        seconds,
+        help="how long a save waits for an anchor the service has not consumed yet",
+    ),
+    Setting(
+        "--artifact-bucket",
+        "CHECKPOINT_BUCKET",
+        DEFAULT_ARTIFACT_BUCKET,
+        bucket_name,
+        help="JetStream object store bucket for artifact blobs",
+    ),
     Setting("--replicas", "REPLICAS", 1, positive_int, help="replicas of the artifact bucket's stream"),
-    Setting("--ready-max-lag", "CHECKPOINT_READY_MAX_LAG", 1000, count,
-            help="/readyz fails while the index is more events behind the committed stream"),
+    Setting(
+        "--ready-max-lag",
+        "CHECKPOINT_READY_MAX_LAG",
+        1000,
+        count,
+        help="/readyz fails while the index is more events behind the committed stream",
+    ),
     *access_settings(),
 ]
 
@@ -99,9 +120,12 @@ async def run(args: argparse.Namespace) -> None:
     metrics = CheckpointMetrics(CollectorRegistry())
     nc = await connect_nats(args.nats, name="laneledger-checkpoint")
     settings = CheckpointSettings(
-        subjects=Subjects(args.prefix), artifact_bucket=args.artifact_bucket,
-        max_inline_bytes=args.max_inline_bytes, anchor_wait_s=args.anchor_wait_s,
-        replicas=args.replicas, ready_max_lag=args.ready_max_lag,
+        subjects=Subjects(args.prefix),
+        artifact_bucket=args.artifact_bucket,
+        max_inline_bytes=args.max_inline_bytes,
+        anchor_wait_s=args.anchor_wait_s,
+        replicas=args.replicas,
+        ready_max_lag=args.ready_max_lag,
     )
     service = CheckpointService(nc, store, metrics, settings)
     app = checkpoint_app(service, access)
@@ -110,8 +134,11 @@ async def run(args: argparse.Namespace) -> None:
     try:
         await service.start()
         runner, port = await start_http(app, args.http_host, args.http_port)
-        print(f"laneledger-checkpoint ready http=http://{args.http_host}:{port} "
-              f"position={service.anchors.applied}", flush=True)
+        print(
+            f"laneledger-checkpoint ready http=http://{args.http_host}:{port} "
+            f"position={service.anchors.applied}",
+            flush=True,
+        )
         await until_stopped(stop, service.wait())
     finally:
         await service.stop()

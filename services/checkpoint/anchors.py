@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from contextlib import aclosing
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
 
-from laneledger.sdk.checkpoints import LINKED_EVENT, AnchorMismatch, AnchorNotCommitted
-from laneledger.runtime.follow import StreamFollower
 from laneledger.contract.model import Anchor
 from laneledger.contract.subjects import EVENTS_STREAM
+from laneledger.runtime.follow import StreamFollower
+from laneledger.sdk.checkpoints import LINKED_EVENT, AnchorMismatch, AnchorNotCommitted
 
 from .metrics import CheckpointMetrics
 from .store import CheckpointStore, LaneEvent
@@ -65,8 +66,9 @@ def lane_event(position: int, body: bytes) -> LaneEvent | None:
     except (msgspec.DecodeError, msgspec.ValidationError):
         log.error("position %d is not a committed event; skipped", position)
         return None
-    return LaneEvent(position, head.lane_id, head.seq, head.id, head.session_id, head.run_id, linked,
-                     tenant=head.tenant)
+    return LaneEvent(
+        position, head.lane_id, head.seq, head.id, head.session_id, head.run_id, linked, tenant=head.tenant
+    )
 
 
 class AnchorIndex:
@@ -108,8 +110,7 @@ class AnchorIndex:
                 raise
             except Exception as exc:  # noqa: BLE001 - logged; the loop starts over
                 failures += 1
-                log.warning("following %s failed (%s: %s); retrying", self._stream,
-                            type(exc).__name__, exc)
+                log.warning("following %s failed (%s: %s); retrying", self._stream, type(exc).__name__, exc)
                 await asyncio.sleep(min(0.2 * 2 ** min(failures, 4), 3.0))
 
     async def _apply(self, batch: list[tuple[int, bytes]]) -> None:
@@ -138,7 +139,7 @@ class AnchorIndex:
     async def _wait(progress: asyncio.Event, timeout: float) -> None:
         try:
             await asyncio.wait_for(progress.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     async def wait_applied(self, position: int, timeout: float) -> bool:
@@ -154,8 +155,9 @@ class AnchorIndex:
 
     # -- anchors --------------------------------------------------------------------
 
-    async def check(self, anchor: Anchor, *, session_id: str | None, run_id: str | None,
-                    wait_s: float) -> None:
+    async def check(
+        self, anchor: Anchor, *, session_id: str | None, run_id: str | None, wait_s: float
+    ) -> None:
         """Refuse an anchor that does not name the committed event at its seq
         (``AnchorMismatch``), or whose event has not been consumed within
         ``wait_s`` (``AnchorNotCommitted``)."""
@@ -172,11 +174,15 @@ class AnchorIndex:
                 lane = await self._db(self._store.lane, anchor.lane_id)
                 self._metrics.anchor_wait.observe(loop.time() - started)
                 raise AnchorNotCommitted(
-                    f"lane {anchor.lane_id} has no committed event at seq {anchor.seq}"
-                    f" (waited {wait_s:g}s)",
-                    kind="event", id=anchor.event_id, lane_id=anchor.lane_id, seq=anchor.seq,
-                    lane_last_seq=lane[2] if lane else 0, applied_position=self.applied,
-                    waited_s=wait_s, reason=AnchorNotCommitted.reason,
+                    f"lane {anchor.lane_id} has no committed event at seq {anchor.seq} (waited {wait_s:g}s)",
+                    kind="event",
+                    id=anchor.event_id,
+                    lane_id=anchor.lane_id,
+                    seq=anchor.seq,
+                    lane_last_seq=lane[2] if lane else 0,
+                    applied_position=self.applied,
+                    waited_s=wait_s,
+                    reason=AnchorNotCommitted.reason,
                 )
             self.waiting += 1
             try:
@@ -195,10 +201,13 @@ class AnchorIndex:
                 fields["run_id"] = lane[1]
         if fields:
             raise AnchorMismatch(
-                f"the anchor does not match the committed event at seq {anchor.seq} of lane"
-                f" {anchor.lane_id}",
-                kind="anchor", lane_id=anchor.lane_id, seq=anchor.seq, fields=sorted(fields),
-                event_id=anchor.event_id, committed_event_id=found,
+                f"the anchor does not match the committed event at seq {anchor.seq} of lane {anchor.lane_id}",
+                kind="anchor",
+                lane_id=anchor.lane_id,
+                seq=anchor.seq,
+                fields=sorted(fields),
+                event_id=anchor.event_id,
+                committed_event_id=found,
                 committed={k: v for k, v in fields.items() if k != "event_id"},
                 reason=AnchorMismatch.reason,
             )

@@ -17,13 +17,17 @@ nuid, which changes whenever the object is replaced).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
+from laneledger.contract.clock import system_clock
+from laneledger.contract.errors import IntegrityError, LedgerUnavailable
+from laneledger.contract.model import ArtifactRef
+from laneledger.contract.subjects import tenant_bucket
 from laneledger.sdk.checkpoints import (
     ArtifactMismatch,
     ArtifactMissing,
@@ -32,11 +36,7 @@ from laneledger.sdk.checkpoints import (
     object_call,
     object_store_digest,
 )
-from laneledger.contract.clock import system_clock
-from laneledger.contract.errors import IntegrityError, LedgerUnavailable
-from laneledger.contract.model import ArtifactRef
 from laneledger.sdk.objectstores import create_object_store, open_object_store
-from laneledger.contract.subjects import tenant_bucket
 
 from .store import CheckpointStore
 
@@ -57,8 +57,16 @@ class _Hasher:
 
 
 class ArtifactStore:
-    def __init__(self, js: JetStreamContext, bucket: str, store: CheckpointStore, db: Db,
-                 *, replicas: int = 1, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        js: JetStreamContext,
+        bucket: str,
+        store: CheckpointStore,
+        db: Db,
+        *,
+        replicas: int = 1,
+        timeout_s: float = 10.0,
+    ) -> None:
         self._js = js
         self.bucket = bucket
         self._store = store
@@ -80,13 +88,16 @@ class ArtifactStore:
                 obs = await open_object_store(self._js, name)
             except NotFoundError:
                 obs = await create_object_store(
-                    self._js, name,
-                    ObjectStoreConfig(description="laneledger checkpoint artifacts, by sha256",
-                                      storage=StorageType.FILE, replicas=self._replicas),
+                    self._js,
+                    name,
+                    ObjectStoreConfig(
+                        description="laneledger checkpoint artifacts, by sha256",
+                        storage=StorageType.FILE,
+                        replicas=self._replicas,
+                    ),
                 )
-            except Exception as exc:  # noqa: BLE001 - NATS away or refused
-                raise LedgerUnavailable(f"cannot open the artifact bucket: {exc}",
-                                        bucket=name) from exc
+            except Exception as exc:
+                raise LedgerUnavailable(f"cannot open the artifact bucket: {exc}", bucket=name) from exc
             self._open[name] = obs
         return name
 
@@ -106,20 +117,32 @@ class ArtifactStore:
         if info.size != ref.size_bytes:
             raise ArtifactMismatch(
                 "the stored artifact has another size than the reference",
-                kind="artifact", id=ref.sha256, fields=["size_bytes"], size_bytes=ref.size_bytes,
-                stored_size_bytes=info.size, reason=ArtifactMismatch.reason,
+                kind="artifact",
+                id=ref.sha256,
+                fields=["size_bytes"],
+                size_bytes=ref.size_bytes,
+                stored_size_bytes=info.size,
+                reason=ArtifactMismatch.reason,
             )
         if info.digest != object_store_digest(ref.sha256):
-            raise IntegrityError("the artifact stored under this sha256 has another digest",
-                                 sha256=ref.sha256, stored_digest=info.digest)
+            raise IntegrityError(
+                "the artifact stored under this sha256 has another digest",
+                sha256=ref.sha256,
+                stored_digest=info.digest,
+            )
         if await self._db(self._store.artifact_verified, ref.sha256, info.nuid):
             return
         sink = _Hasher()
-        await object_call("read artifact", ref.sha256, obs.get(name, writeinto=sink),
-                          artifact_timeout(self._timeout_s, info.size))
+        await object_call(
+            "read artifact",
+            ref.sha256,
+            obs.get(name, writeinto=sink),
+            artifact_timeout(self._timeout_s, info.size),
+        )
         if sink.sha.hexdigest() != ref.sha256 or sink.size != ref.size_bytes:
-            raise IntegrityError("artifact bytes do not hash to their name", sha256=ref.sha256,
-                                 size_bytes=sink.size)
+            raise IntegrityError(
+                "artifact bytes do not hash to their name", sha256=ref.sha256, size_bytes=sink.size
+            )
         await self._db(self._store.mark_artifact, ref.sha256, sink.size, info.nuid, system_clock())
 
     async def _existing(self, tenant: str | None):
@@ -134,9 +157,8 @@ class ArtifactStore:
             await self._js.find_stream_name_by_subject(f"$O.{name}.M.>")
         except NotFoundError:
             return None
-        except Exception as exc:  # noqa: BLE001 - NATS away
-            raise LedgerUnavailable(f"cannot look up the artifact bucket: {exc}",
-                                    bucket=name) from exc
+        except Exception as exc:
+            raise LedgerUnavailable(f"cannot look up the artifact bucket: {exc}", bucket=name) from exc
         return await self._bucket(tenant)
 
     async def read(self, sha256: str, tenants: Sequence[str | None] = (None,)) -> bytes:
@@ -154,10 +176,12 @@ class ArtifactStore:
             except ArtifactMissing:
                 continue
         else:
-            raise ArtifactMissing("no such artifact in the bucket", kind="artifact", id=sha256,
-                                  reason=ArtifactMissing.reason)
-        found = await object_call("read artifact", sha256, obs.get(name),
-                                  artifact_timeout(self._timeout_s, info.size or 0))
+            raise ArtifactMissing(
+                "no such artifact in the bucket", kind="artifact", id=sha256, reason=ArtifactMissing.reason
+            )
+        found = await object_call(
+            "read artifact", sha256, obs.get(name), artifact_timeout(self._timeout_s, info.size or 0)
+        )
         data = found.data or b""
         if hashlib.sha256(data).hexdigest() != sha256:
             raise IntegrityError("artifact bytes do not hash to their name", sha256=sha256)

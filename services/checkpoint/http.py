@@ -16,11 +16,17 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from laneledger.runtime.access import AccessPolicy, Scope, bearer_token
-from laneledger.sdk.checkpoints import ArtifactMissing
-from laneledger.contract.errors import EntityNotFound, InternalError, InvalidRequest, LedgerError, Unauthorized
+from laneledger.contract.errors import (
+    EntityNotFound,
+    InternalError,
+    InvalidRequest,
+    LedgerError,
+    Unauthorized,
+)
 from laneledger.contract.model import CheckpointCommand, encode
+from laneledger.runtime.access import AccessPolicy, Scope, bearer_token
 from laneledger.runtime.opsserver import ops_routes
+from laneledger.sdk.checkpoints import ArtifactMissing
 
 from .openapi import DOCUMENT, OPENAPI_PATH
 from .service import CheckpointService
@@ -30,15 +36,27 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 _STATUS = {
     "unauthorized": 401,
-    "malformed_message": 400, "invalid_request": 400, "not_canonicalizable": 400, "request_error": 400,
-    "tenant_mismatch": 403, "signature_required": 403, "invalid_signature": 403,
+    "malformed_message": 400,
+    "invalid_request": 400,
+    "not_canonicalizable": 400,
+    "request_error": 400,
+    "tenant_mismatch": 403,
+    "signature_required": 403,
+    "invalid_signature": 403,
     "entity_not_found": 404,
-    "lane_conflict": 409, "idempotency_violation": 409, "entity_conflict": 409, "duplicate_event": 409,
+    "lane_conflict": 409,
+    "idempotency_violation": 409,
+    "entity_conflict": 409,
+    "duplicate_event": 409,
     "store_error": 409,
     "request_too_large": 413,
-    "unknown_event_type": 422, "invalid_payload": 422, "subject_mismatch": 422, "causation_violation": 422,
+    "unknown_event_type": 422,
+    "invalid_payload": 422,
+    "subject_mismatch": 422,
+    "causation_violation": 422,
     "blob_missing": 422,
-    "unavailable": 503, "transport_error": 503,
+    "unavailable": 503,
+    "transport_error": 503,
     "timeout": 504,
 }
 
@@ -66,10 +84,17 @@ async def _route_errors(request: web.Request, handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except web.HTTPMethodNotAllowed as exc:
-        return _json({"error": InvalidRequest("method not allowed", method=request.method,
-                                              path=request.path,
-                                              allowed=sorted(exc.allowed_methods)).to_wire()},
-                     405)
+        return _json(
+            {
+                "error": InvalidRequest(
+                    "method not allowed",
+                    method=request.method,
+                    path=request.path,
+                    allowed=sorted(exc.allowed_methods),
+                ).to_wire()
+            },
+            405,
+        )
     except web.HTTPNotFound:
         return _error(EntityNotFound("no such route", kind="route", path=request.path))
 
@@ -89,8 +114,7 @@ def _fields(request: web.Request) -> dict[str, str]:
         if name == "op" or name in request.match_info:
             raise InvalidRequest(f"unknown query parameter {name!r}", parameter=name)
         if len(request.query.getall(name)) > 1:
-            raise InvalidRequest(f"query parameter {name!r} given more than once",
-                                 parameter=name)
+            raise InvalidRequest(f"query parameter {name!r} given more than once", parameter=name)
     return {**request.query, **request.match_info}
 
 
@@ -102,11 +126,10 @@ def _command(op: str, fields: dict[str, Any]) -> CheckpointCommand:
     except msgspec.ValidationError as exc:
         text = str(exc)
         at = text.rfind(" - at `")
-        raise InvalidRequest(text, path=text[at + 7:-1] if at >= 0 else "$") from exc
+        raise InvalidRequest(text, path=text[at + 7 : -1] if at >= 0 else "$") from exc
 
 
-def checkpoint_routes(service: CheckpointService,
-                      access: AccessPolicy | None = None) -> list[web.RouteDef]:
+def checkpoint_routes(service: CheckpointService, access: AccessPolicy | None = None) -> list[web.RouteDef]:
     """The HTTP reads; each is scoped by the request's bearer token
     (laneledger.runtime.access; no policy or no token configured: open)."""
     policy = access or AccessPolicy()
@@ -123,7 +146,7 @@ def checkpoint_routes(service: CheckpointService,
         except LedgerError as err:
             service.metrics.requests.labels(op, err.code).inc()
             return _error(err)
-        except Exception as exc:  # noqa: BLE001 - answer, do not drop the connection
+        except Exception as exc:
             log.exception("HTTP %s failed", request.path)
             err = InternalError(f"{type(exc).__name__}: {exc}")
             return _json({"error": err.to_wire()}, 500)
@@ -131,6 +154,7 @@ def checkpoint_routes(service: CheckpointService,
     def read(op: str):
         async def handler(request: web.Request) -> web.Response:
             return await run(request, op)
+
         return handler
 
     async def get_artifact(request: web.Request) -> web.Response:
@@ -138,8 +162,9 @@ def checkpoint_routes(service: CheckpointService,
         try:
             tenant = scope(request).tenant
             if not _SHA256.fullmatch(sha):
-                raise InvalidRequest("an artifact is named by its lowercase hex sha256",
-                                     parameter="sha256", value=sha[:80])
+                raise InvalidRequest(
+                    "an artifact is named by its lowercase hex sha256", parameter="sha256", value=sha[:80]
+                )
             if request.query:
                 name = next(iter(request.query))
                 raise InvalidRequest(f"unknown query parameter {name!r}", parameter=name)
@@ -147,13 +172,17 @@ def checkpoint_routes(service: CheckpointService,
             # artifacts its own checkpoints reference, and any other is
             # "missing". Its own bucket (tenant-scoped saves) comes first.
             if tenant is not None and not await service.artifact_of_tenant(sha, tenant):
-                raise ArtifactMissing("no such artifact in the bucket", kind="artifact", id=sha,
-                                      reason=ArtifactMissing.reason)
+                raise ArtifactMissing(
+                    "no such artifact in the bucket", kind="artifact", id=sha, reason=ArtifactMissing.reason
+                )
             data = await service.artifacts.read(sha, await service.artifact_buckets(sha, tenant))
         except LedgerError as err:
             return _error(err)
-        return web.Response(body=data, content_type="application/octet-stream",
-                            headers={"ETag": f'"{sha}"', "Cache-Control": "public, max-age=31536000, immutable"})
+        return web.Response(
+            body=data,
+            content_type="application/octet-stream",
+            headers={"ETag": f'"{sha}"', "Cache-Control": "public, max-age=31536000, immutable"},
+        )
 
     async def openapi(_: web.Request) -> web.Response:
         return _json(DOCUMENT)

@@ -14,15 +14,6 @@ from typing import Any
 
 import msgspec
 
-from laneledger.runtime.apidoc import (
-    JSON_MEDIA,
-    SCHEMA_REF,
-    document,
-    error_responses,
-    json_body,
-    schema_ref,
-    secure_guarded,
-)
 from laneledger.contract.model import (
     Checkpoint,
     CheckpointServiceInfo,
@@ -33,28 +24,46 @@ from laneledger.contract.model import (
     ListRevisions,
     PlanRecovery,
     ReconcileCheckpoints,
-    RecoveryPlan,
     ReconcileReport,
+    RecoveryPlan,
     RevisionPage,
     RunInspection,
+)
+from laneledger.runtime.apidoc import (
+    JSON_MEDIA,
+    SCHEMA_REF,
+    document,
+    error_responses,
+    json_body,
+    schema_ref,
+    secure_guarded,
 )
 
 OPENAPI_PATH = "/api/v1/openapi.json"
 
 _, SCHEMAS = msgspec.json.schema_components(
-    (Checkpoint, RevisionPage, RecoveryPlan, RunInspection, ReconcileReport,
-     CheckpointServiceInfo), ref_template=SCHEMA_REF)
+    (Checkpoint, RevisionPage, RecoveryPlan, RunInspection, ReconcileReport, CheckpointServiceInfo),
+    ref_template=SCHEMA_REF,
+)
 # What every error is over HTTP: ``LedgerError.to_wire`` always carries all four.
 SCHEMAS["ErrorBody"] = {
-    "type": "object", "required": ["code", "message", "retryable", "details"],
+    "type": "object",
+    "required": ["code", "message", "retryable", "details"],
     "additionalProperties": False,
-    "properties": {"code": {"type": "string", "description": "stable code, spec/errors.md"},
-                   "message": {"type": "string"}, "retryable": {"type": "boolean"},
-                   "details": {"type": "object"}}}
-SCHEMAS["Error"] = {"type": "object", "required": ["error"], "additionalProperties": False,
-                    "properties": {"error": schema_ref("ErrorBody")}}
-SCHEMAS["Status"] = {"type": "object", "required": ["status"],
-                     "properties": {"status": {"type": "string"}}}
+    "properties": {
+        "code": {"type": "string", "description": "stable code, spec/errors.md"},
+        "message": {"type": "string"},
+        "retryable": {"type": "boolean"},
+        "details": {"type": "object"},
+    },
+}
+SCHEMAS["Error"] = {
+    "type": "object",
+    "required": ["error"],
+    "additionalProperties": False,
+    "properties": {"error": schema_ref("ErrorBody")},
+}
+SCHEMAS["Status"] = {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}}
 
 
 def _query_params(command: type[msgspec.Struct]) -> list[dict[str, Any]]:
@@ -73,8 +82,7 @@ def _query_params(command: type[msgspec.Struct]) -> list[dict[str, Any]]:
                 schema.update(branch)
         if schema.get("default", ...) is None:
             del schema["default"]
-        params.append({"name": name, "in": "query", "required": name in spec["required"],
-                       "schema": schema})
+        params.append({"name": name, "in": "query", "required": name in spec["required"], "schema": schema})
     return params
 
 
@@ -84,66 +92,132 @@ def _query_params(command: type[msgspec.Struct]) -> list[dict[str, Any]]:
 _READ_ERRORS = (400, 404, 503, 504)
 
 
-def _read(operation_id: str, summary: str, command: type[msgspec.Struct], answer: str,
-          path_params: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def _read(
+    operation_id: str,
+    summary: str,
+    command: type[msgspec.Struct],
+    answer: str,
+    path_params: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     params = path_params or []
     path_names = {p["name"] for p in params}
     params += [p for p in _query_params(command) if p["name"] not in path_names]
-    return {"get": {"operationId": operation_id, "summary": summary, "parameters": params,
-                    "responses": {"200": json_body(answer, answer), **error_responses(*_READ_ERRORS)}}}
+    return {
+        "get": {
+            "operationId": operation_id,
+            "summary": summary,
+            "parameters": params,
+            "responses": {"200": json_body(answer, answer), **error_responses(*_READ_ERRORS)},
+        }
+    }
 
 
 _PLAIN = {"schema": {"type": "string"}}
 PATHS: dict[str, Any] = {
-    "/healthz": {"get": {"operationId": "healthz", "summary": "the event loop answers",
-                         "responses": {"200": json_body("Status", "alive")}}},
-    "/readyz": {"get": {"operationId": "readyz",
-                        "summary": "connected to NATS and at most --ready-max-lag events "
-                                   "behind the committed stream",
-                        "responses": {"200": json_body("Status", "ready"),
-                                      "503": json_body("Status", "not ready")}}},
-    "/metrics": {"get": {"operationId": "metrics", "summary": "Prometheus metrics",
-                         "responses": {"200": {"description": "text exposition format",
-                                               "content": {"text/plain": _PLAIN}}}}},
-    OPENAPI_PATH: {"get": {
-        "operationId": "openapi", "summary": "this document",
-        "responses": {"200": {"description": "OpenAPI 3.1",
-                              "content": {JSON_MEDIA: {"schema": {"type": "object"}}}}}}},
+    "/healthz": {
+        "get": {
+            "operationId": "healthz",
+            "summary": "the event loop answers",
+            "responses": {"200": json_body("Status", "alive")},
+        }
+    },
+    "/readyz": {
+        "get": {
+            "operationId": "readyz",
+            "summary": "connected to NATS and at most --ready-max-lag events behind the committed stream",
+            "responses": {"200": json_body("Status", "ready"), "503": json_body("Status", "not ready")},
+        }
+    },
+    "/metrics": {
+        "get": {
+            "operationId": "metrics",
+            "summary": "Prometheus metrics",
+            "responses": {
+                "200": {"description": "text exposition format", "content": {"text/plain": _PLAIN}}
+            },
+        }
+    },
+    OPENAPI_PATH: {
+        "get": {
+            "operationId": "openapi",
+            "summary": "this document",
+            "responses": {
+                "200": {"description": "OpenAPI 3.1", "content": {JSON_MEDIA: {"schema": {"type": "object"}}}}
+            },
+        }
+    },
     "/api/v1/checkpoints/{checkpoint_id}": _read(
-        "getCheckpoint", "one checkpoint by id, with its inline state", GetCheckpoint,
-        "Checkpoint", [{"name": "checkpoint_id", "in": "path", "required": True,
-                        "schema": {"type": "string", "minLength": 1, "maxLength": 256}}]),
-    "/api/v1/latest": _read("latestCheckpoint", "a key's latest revision", LatestCheckpoint,
-                            "Checkpoint"),
-    "/api/v1/revisions": _read("listRevisions", "a key's revisions after after_revision, "
-                               "oldest first, without their state", ListRevisions,
-                               "RevisionPage"),
+        "getCheckpoint",
+        "one checkpoint by id, with its inline state",
+        GetCheckpoint,
+        "Checkpoint",
+        [
+            {
+                "name": "checkpoint_id",
+                "in": "path",
+                "required": True,
+                "schema": {"type": "string", "minLength": 1, "maxLength": 256},
+            }
+        ],
+    ),
+    "/api/v1/latest": _read("latestCheckpoint", "a key's latest revision", LatestCheckpoint, "Checkpoint"),
+    "/api/v1/revisions": _read(
+        "listRevisions",
+        "a key's revisions after after_revision, oldest first, without their state",
+        ListRevisions,
+        "RevisionPage",
+    ),
     "/api/v1/recovery-plan": _read(
-        "recoveryPlan", "where to resume: the checkpoint (by key, or the latest anchored in "
+        "recoveryPlan",
+        "where to resume: the checkpoint (by key, or the latest anchored in "
         "lane_id), the lane's events after its anchor and the unresolved attempts",
-        PlanRecovery, "RecoveryPlan"),
+        PlanRecovery,
+        "RecoveryPlan",
+    ),
     "/api/v1/inspect-run": _read(
-        "inspectRun", "a run's terminal events, linked checkpoints, unresolved attempts and "
-        "terminal revisions no event links", InspectRun, "RunInspection"),
+        "inspectRun",
+        "a run's terminal events, linked checkpoints, unresolved attempts and "
+        "terminal revisions no event links",
+        InspectRun,
+        "RunInspection",
+    ),
     "/api/v1/reconcile": _read(
-        "reconcile", "terminal revisions no lane.framework.checkpoint.linked event names",
-        ReconcileCheckpoints, "ReconcileReport"),
-    "/api/v1/info": _read("info", "the service's settings and positions",
-                          CheckpointServiceStatus, "CheckpointServiceInfo"),
-    "/api/v1/artifacts/{sha256}": {"get": {
-        "operationId": "getArtifact",
-        "summary": "an artifact's bytes, by sha256; readable when a checkpoint of the "
-                   "token's tenant references it",
-        "parameters": [{"name": "sha256", "in": "path", "required": True,
-                        "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
-                        "description": "lowercase hex sha256"}],
-        "responses": {"200": {"description": "the blob; ETag is its sha256",
-                              "headers": {"ETag": {"schema": {"type": "string"}}},
-                              "content": {"application/octet-stream": {"schema": {
-                                  "type": "string",
-                                  "contentMediaType": "application/octet-stream"}}}},
-                      **error_responses(400, 404, 500, 503, 504)},
-    }},
+        "reconcile",
+        "terminal revisions no lane.framework.checkpoint.linked event names",
+        ReconcileCheckpoints,
+        "ReconcileReport",
+    ),
+    "/api/v1/info": _read(
+        "info", "the service's settings and positions", CheckpointServiceStatus, "CheckpointServiceInfo"
+    ),
+    "/api/v1/artifacts/{sha256}": {
+        "get": {
+            "operationId": "getArtifact",
+            "summary": "an artifact's bytes, by sha256; readable when a checkpoint of the "
+            "token's tenant references it",
+            "parameters": [
+                {
+                    "name": "sha256",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                    "description": "lowercase hex sha256",
+                }
+            ],
+            "responses": {
+                "200": {
+                    "description": "the blob; ETag is its sha256",
+                    "headers": {"ETag": {"schema": {"type": "string"}}},
+                    "content": {
+                        "application/octet-stream": {
+                            "schema": {"type": "string", "contentMediaType": "application/octet-stream"}
+                        }
+                    },
+                },
+                **error_responses(400, 404, 500, 503, 504),
+            },
+        }
+    },
 }
 
 # Every guarded path takes a bearer token and may answer 401. No 403: another
@@ -153,10 +227,10 @@ secure_guarded(PATHS, "401")
 DOCUMENT: dict[str, Any] = document(
     title="laneledger checkpoint service",
     description="Reads of saved checkpoints, recovery plans, run inspection and "
-                "artifacts (writes go over NATS only). Every error is "
-                "{\"error\": ErrorBody} (spec/errors.md); see spec/checkpoint.md.",
+    "artifacts (writes go over NATS only). Every error is "
+    '{"error": ErrorBody} (spec/errors.md); see spec/checkpoint.md.',
     paths=PATHS,
     schemas=SCHEMAS,
     bearer_description="a tenant's token (its own checkpoints only) or the "
-                       "operator's (every tenant); spec/checkpoint.md",
+    "operator's (every tenant); spec/checkpoint.md",
 )

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from laneledger.sdk.checkpoints import LINKED_EVENT
 from laneledger.contract.model import (
     Action,
     Attempt,
@@ -24,6 +23,7 @@ from laneledger.contract.model import (
     UnresolvedAttempt,
 )
 from laneledger.contract.vocabulary import TERMINAL_EVENT_TYPES
+from laneledger.sdk.checkpoints import LINKED_EVENT
 
 ATTEMPT_REQUESTED = "attempt.requested"
 ATTEMPT_TERMINAL = frozenset(TERMINAL_EVENT_TYPES["attempt"])
@@ -107,18 +107,25 @@ def unresolved_attempts(run: RunFacts, lane_id: str | None = None) -> list[Unres
             continue
         action = actions.get(attempt.action_id)
         safe, reason = retry_safety(action)
-        found.append(UnresolvedAttempt(
-            attempt_id=attempt.id, attempt_no=attempt.attempt_no, action_id=attempt.action_id,
-            lane_id=attempt.lane_id,
-            turn_id=action.turn_id if action else None,
-            action_type=action.action_type if action else None,
-            name=action.name if action else None,
-            effect=action.effect if action else None,
-            idempotency=action.idempotency if action else None,
-            idempotency_key=action.idempotency_key if action else None,
-            requested_event_id=event.id, requested_seq=event.seq,
-            requested_position=event.position, retry_safe=safe, reason=reason,
-        ))
+        found.append(
+            UnresolvedAttempt(
+                attempt_id=attempt.id,
+                attempt_no=attempt.attempt_no,
+                action_id=attempt.action_id,
+                lane_id=attempt.lane_id,
+                turn_id=action.turn_id if action else None,
+                action_type=action.action_type if action else None,
+                name=action.name if action else None,
+                effect=action.effect if action else None,
+                idempotency=action.idempotency if action else None,
+                idempotency_key=action.idempotency_key if action else None,
+                requested_event_id=event.id,
+                requested_seq=event.seq,
+                requested_position=event.position,
+                retry_safe=safe,
+                reason=reason,
+            )
+        )
     found.sort(key=lambda u: u.requested_position)
     return found
 

@@ -11,17 +11,16 @@ attempt pages that follow them.
 
 from __future__ import annotations
 
+from laneledger.contract.errors import EntityNotFound
 from laneledger.runtime.access import OPEN, Scope
 from laneledger.sdk.client import LedgerClient
-from laneledger.contract.errors import EntityNotFound
 
 from .recovery import RunFacts
 
 LANE_PAGE = 1000  # events per load_lane request, halved while a reply is too large
 
 
-async def read_run(ledger: LedgerClient, session_id: str, run_id: str,
-                   scope: Scope = OPEN) -> RunFacts:
+async def read_run(ledger: LedgerClient, session_id: str, run_id: str, scope: Scope = OPEN) -> RunFacts:
     """The run's facts. ``EntityNotFound`` (kind ``run``) when the run has
     no lane, its session does not exist, or ``scope`` may not see it —
     checked before any event is read."""
@@ -32,8 +31,14 @@ async def read_run(ledger: LedgerClient, session_id: str, run_id: str,
             raise
         raise EntityNotFound("no such run", kind="run", id=run_id, session_id=session_id) from err
     scope.not_found_unless(structure.tenant, "run", id=run_id, session_id=session_id)
-    run = RunFacts(session_id=session_id, run_id=run_id, tenant=structure.tenant,
-                   lanes=structure.lanes, actions=structure.actions, attempts=structure.attempts)
+    run = RunFacts(
+        session_id=session_id,
+        run_id=run_id,
+        tenant=structure.tenant,
+        lanes=structure.lanes,
+        actions=structure.actions,
+        attempts=structure.attempts,
+    )
     for lane in structure.lanes:
         async for page in ledger.lane_pages(lane.id, limit=LANE_PAGE, through_seq=lane.last_seq):
             for event in page.events:

@@ -14,25 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from laneledger.sdk.checkpoints import (
-    DEFAULT_ARTIFACT_BUCKET,
-    AnchorMismatch,
-    ArtifactMismatch,
-    RevisionConflict,
-    content_digest,
-    state_digest,
-)
-from laneledger.runtime.access import OPEN, Scope
-from laneledger.sdk.client import LedgerClient
 from laneledger.contract.clock import Clock, system_clock
 from laneledger.contract.errors import (
     EntityNotFound,
@@ -69,8 +60,18 @@ from laneledger.contract.model import (
     decode,
     encode,
 )
-from laneledger.runtime.servicemain import first_task_end
 from laneledger.contract.subjects import RequestSubject, Subjects
+from laneledger.runtime.access import OPEN, Scope
+from laneledger.runtime.servicemain import first_task_end
+from laneledger.sdk.checkpoints import (
+    DEFAULT_ARTIFACT_BUCKET,
+    AnchorMismatch,
+    ArtifactMismatch,
+    RevisionConflict,
+    content_digest,
+    state_digest,
+)
+from laneledger.sdk.client import LedgerClient
 
 from .anchors import AnchorIndex
 from .artifacts import ArtifactStore
@@ -117,10 +118,17 @@ class CheckpointService:
         self.settings = settings
         self._clock = clock
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-db")
-        self.anchors = AnchorIndex(nc, store, self._db, metrics, consumer_name=settings.consumer_name,
-                                   batch_size=settings.batch_size)
-        self.artifacts = ArtifactStore(nc.jetstream(), settings.artifact_bucket, store, self._db,
-                                       replicas=settings.replicas, timeout_s=settings.ledger_timeout_s)
+        self.anchors = AnchorIndex(
+            nc, store, self._db, metrics, consumer_name=settings.consumer_name, batch_size=settings.batch_size
+        )
+        self.artifacts = ArtifactStore(
+            nc.jetstream(),
+            settings.artifact_bucket,
+            store,
+            self._db,
+            replicas=settings.replicas,
+            timeout_s=settings.ledger_timeout_s,
+        )
         self.ledger = LedgerClient(nc, subjects=settings.subjects, timeout=settings.ledger_timeout_s)
         self._sub = None
         self._tasks: list[asyncio.Task] = []
@@ -135,8 +143,9 @@ class CheckpointService:
 
     async def start(self) -> None:
         await self.artifacts.ensure()
-        self._sub = await self._nc.subscribe(self.settings.subjects.checkpoint_wildcard,
-                                             queue="checkpoint", cb=self._on_request)
+        self._sub = await self._nc.subscribe(
+            self.settings.subjects.checkpoint_wildcard, queue="checkpoint", cb=self._on_request
+        )
         await self._nc.flush()  # the server has it before start() returns (see the sequencer)
         self._tasks = [
             asyncio.create_task(self.anchors.run(), name="checkpoint-follow"),
@@ -148,8 +157,12 @@ class CheckpointService:
     def ready(self) -> bool:
         """Connected, and caught up with the committed stream within the bound."""
         lag = self.anchors.lag()
-        return (self._nc.is_connected and self.anchors.caught_up_once and lag is not None
-                and lag <= self.settings.ready_max_lag)
+        return (
+            self._nc.is_connected
+            and self.anchors.caught_up_once
+            and lag is not None
+            and lag <= self.settings.ready_max_lag
+        )
 
     async def wait(self) -> None:
         """Until a background task dies (re-raised) or the service is stopped."""
@@ -192,24 +205,25 @@ class CheckpointService:
         try:
             # <prefix>.checkpoint.<tenant>.<op>: answered as that tenant's
             # bearer token would be over HTTP; <prefix>.checkpoint.<op>: open.
-            target = RequestSubject.parse(msg.subject, self.settings.subjects.checkpoint_base,
-                                          msg.headers)
+            target = RequestSubject.parse(msg.subject, self.settings.subjects.checkpoint_base, msg.headers)
             cmd = decode(msg.data, CheckpointCommand)
             tag = type(cmd).__struct_config__.tag
             if tag != op:
-                raise InvalidRequest("the body's op differs from the subject's", path="$.op",
-                                     op=tag, subject_op=op)
+                raise InvalidRequest(
+                    "the body's op differs from the subject's", path="$.op", op=tag, subject_op=op
+                )
             scope = OPEN if target.tenant is None else Scope(target.tenant)
             result = await self.execute(cmd, scope)
             if isinstance(cmd, CheckpointServiceStatus) and target.tenant is not None:
                 # A tenant's producer uses its own artifact bucket (artifacts.py).
                 result = msgspec.structs.replace(
-                    result, artifact_bucket=await self.artifacts.ensure(target.tenant))
+                    result, artifact_bucket=await self.artifacts.ensure(target.tenant)
+                )
             reply = encode(ReplyOk(result=result))
             outcome = "ok"
         except LedgerError as err:
             reply, outcome = _error_reply(err), err.code
-        except Exception as exc:  # noqa: BLE001 - a bug must answer, not hang the caller
+        except Exception as exc:
             log.exception("checkpoint %s failed", op)
             err = InternalError(f"{type(exc).__name__}: {exc}")
             reply, outcome = _error_reply(err), err.code
@@ -217,9 +231,13 @@ class CheckpointService:
         if not msg.reply:
             return
         if len(reply) > self._nc.max_payload:
-            reply = _error_reply(RequestTooLarge(
-                "the reply is larger than the server's max_payload; ask for less",
-                size_bytes=len(reply), limit_bytes=self._nc.max_payload))
+            reply = _error_reply(
+                RequestTooLarge(
+                    "the reply is larger than the server's max_payload; ask for less",
+                    size_bytes=len(reply),
+                    limit_bytes=self._nc.max_payload,
+                )
+            )
         try:
             await self._nc.publish(msg.reply, reply)
         except nats.errors.Error as exc:
@@ -242,8 +260,7 @@ class CheckpointService:
                     raise EntityNotFound("nothing saved under this key", kind="checkpoint", id=key, key=key)
                 return found
             case ListRevisions(key=key, after_revision=after, limit=limit):
-                revisions, more = await self._db(self._store.revisions, key, after, limit,
-                                                 scope.tenant)
+                revisions, more = await self._db(self._store.revisions, key, after, limit, scope.tenant)
                 return RevisionPage(key=key, revisions=revisions, has_more=more)
             case PlanRecovery():
                 return await self.recovery_plan(cmd, scope)
@@ -262,15 +279,16 @@ class CheckpointService:
         """Where an artifact may be, in the order to look: the buckets of the
         tenants whose checkpoints reference it (only ``tenant``'s when one is
         given), then the shared bucket (None)."""
-        tenants = [tenant] if tenant is not None else \
-            await self._db(self._store.artifact_tenants, sha256)
+        tenants = [tenant] if tenant is not None else await self._db(self._store.artifact_tenants, sha256)
         return [*tenants, None]
 
     def info(self) -> CheckpointServiceInfo:
         s = self.settings
         return CheckpointServiceInfo(
-            artifact_bucket=s.artifact_bucket, max_inline_bytes=s.max_inline_bytes,
-            anchor_wait_s=s.anchor_wait_s, applied_position=self.anchors.applied,
+            artifact_bucket=s.artifact_bucket,
+            max_inline_bytes=s.max_inline_bytes,
+            anchor_wait_s=s.anchor_wait_s,
+            applied_position=self.anchors.applied,
             stream_last_position=self.anchors.stream_last or 0,
         )
 
@@ -306,25 +324,36 @@ class CheckpointService:
             wait = self.settings.anchor_wait_s
             if cmd.anchor_wait_s is not None:
                 wait = min(wait, cmd.anchor_wait_s)
-            await self.anchors.check(proposal.anchor, session_id=proposal.session_id,
-                                     run_id=proposal.run_id, wait_s=wait)
+            await self.anchors.check(
+                proposal.anchor, session_id=proposal.session_id, run_id=proposal.run_id, wait_s=wait
+            )
         if proposal.artifact is not None:
             await self.artifacts.verify(proposal.artifact, scope.tenant)
         tenant = await self._db(self._store.tenant_of, proposal)
         if tenant is not None and proposal.tenant is not None and proposal.tenant != tenant:
-            raise TenantMismatch("the checkpoint names another tenant than its lane's",
-                                 what="checkpoint", expected_tenant=tenant, tenant=proposal.tenant)
+            raise TenantMismatch(
+                "the checkpoint names another tenant than its lane's",
+                what="checkpoint",
+                expected_tenant=tenant,
+                tenant=proposal.tenant,
+            )
         return await self._db(
-            self._store.save, proposal, content=content, digest=digest, state_bytes=state_bytes,
-            expected_revision=cmd.expected_revision, created_at=self._clock(),
+            self._store.save,
+            proposal,
+            content=content,
+            digest=digest,
+            state_bytes=state_bytes,
+            expected_revision=cmd.expected_revision,
+            created_at=self._clock(),
             tenant=tenant or proposal.tenant or scope.tenant,
         )
 
     def _check_proposal(self, proposal) -> tuple[str, int]:
         """The state digest and inline size, or the request error."""
         if proposal.terminal and (proposal.session_id is None or proposal.run_id is None):
-            raise InvalidRequest("a terminal checkpoint names its session and run",
-                                 path="$.checkpoint.run_id")
+            raise InvalidRequest(
+                "a terminal checkpoint names its session and run", path="$.checkpoint.run_id"
+            )
         if proposal.artifact is not None:
             if proposal.state is not None:
                 raise InvalidRequest("inline state or an artifact, not both", path="$.checkpoint.state")
@@ -339,7 +368,9 @@ class CheckpointService:
         if size > limit:
             raise RequestTooLarge(
                 f"inline state is {size} bytes, the limit is {limit}: save it as an artifact",
-                size_bytes=size, limit_bytes=limit, path="$.checkpoint.state",
+                size_bytes=size,
+                limit_bytes=limit,
+                path="$.checkpoint.state",
             )
         return digest, size
 
@@ -355,8 +386,11 @@ class CheckpointService:
             anchor = checkpoint.anchor if checkpoint else None
             if anchor is not None:
                 if lane_id is not None and lane_id != anchor.lane_id:
-                    raise InvalidRequest("the key's latest checkpoint is anchored in another lane",
-                                         path="$.lane_id", anchor_lane_id=anchor.lane_id)
+                    raise InvalidRequest(
+                        "the key's latest checkpoint is anchored in another lane",
+                        path="$.lane_id",
+                        anchor_lane_id=anchor.lane_id,
+                    )
                 lane_id = anchor.lane_id
         elif lane_id is not None:
             checkpoint = await self._db(self._store.latest_anchored_in, lane_id)
@@ -372,7 +406,8 @@ class CheckpointService:
                 run = await read_run(self.ledger, checkpoint.session_id, checkpoint.run_id, scope)
                 unresolved = unresolved_attempts(run)
             return RecoveryPlan(
-                key=cmd.key, checkpoint=checkpoint,
+                key=cmd.key,
+                checkpoint=checkpoint,
                 session_id=checkpoint.session_id if checkpoint else cmd.session_id,
                 run_id=checkpoint.run_id if checkpoint else cmd.run_id,
                 unresolved_attempts=unresolved,
@@ -387,14 +422,23 @@ class CheckpointService:
         scope.not_found_unless(lane.tenant, "lane", id=lane_id)
         for name, wanted in (("session_id", cmd.session_id), ("run_id", cmd.run_id)):
             if wanted is not None and getattr(lane, name) != wanted:
-                raise InvalidRequest(f"the lane belongs to another {name[:-3]}", path=f"$.{name}",
-                                     lane_id=lane_id, found=getattr(lane, name))
+                raise InvalidRequest(
+                    f"the lane belongs to another {name[:-3]}",
+                    path=f"$.{name}",
+                    lane_id=lane_id,
+                    found=getattr(lane, name),
+                )
         run = await read_run(self.ledger, lane.session_id, lane.run_id, scope)
         plan = RecoveryPlan(
-            key=checkpoint.key if checkpoint else cmd.key, checkpoint=checkpoint,
-            session_id=lane.session_id, run_id=lane.run_id, lane_id=lane_id, after_seq=after_seq,
+            key=checkpoint.key if checkpoint else cmd.key,
+            checkpoint=checkpoint,
+            session_id=lane.session_id,
+            run_id=lane.run_id,
+            lane_id=lane_id,
+            after_seq=after_seq,
             head_seq=max(lane.last_seq, page.events[-1].seq if page.events else 0),
-            events=page.events, has_more=page.has_more,
+            events=page.events,
+            has_more=page.has_more,
             unresolved_attempts=unresolved_attempts(run, lane_id),
         )
         return self._fit(plan)
@@ -424,17 +468,25 @@ class CheckpointService:
         stored = await self._db(self._store.infos, sorted(named))
         linked = [
             LinkedCheckpoint(
-                event_id=event.id, lane_id=event.lane_id, seq=event.seq, position=event.position,
-                checkpoint_id=cid, checkpoint=stored.get(cid) if cid else None,
+                event_id=event.id,
+                lane_id=event.lane_id,
+                seq=event.seq,
+                position=event.position,
+                checkpoint_id=cid,
+                checkpoint=stored.get(cid) if cid else None,
                 problem=link_problem(event, stored.get(cid)) if cid else "unknown_checkpoint",
             )
             for event, cid in links
         ]
-        unlinked, _ = await self._db(self._store.unlinked, session_id=session_id, run_id=run_id,
-                                     limit=1000, tenant=scope.tenant)
+        unlinked, _ = await self._db(
+            self._store.unlinked, session_id=session_id, run_id=run_id, limit=1000, tenant=scope.tenant
+        )
         return RunInspection(
-            session_id=session_id, run_id=run_id, as_of_position=last,
-            terminal_events=run.terminal, linked_checkpoints=linked,
+            session_id=session_id,
+            run_id=run_id,
+            as_of_position=last,
+            terminal_events=run.terminal,
+            linked_checkpoints=linked,
             unresolved_attempts=unresolved_attempts(run),
             unlinked_revisions=[info for info in unlinked if info.id not in named],
         )
@@ -445,14 +497,20 @@ class CheckpointService:
         ``caught_up`` says whether it got there)."""
         try:
             target = max(await self.anchors.refresh(), cmd.min_position)
-        except Exception as exc:  # noqa: BLE001 - translated
+        except Exception as exc:
             raise LedgerUnavailable(f"cannot read the committed stream's state: {exc}") from exc
         caught_up = await self.anchors.wait_applied(target, self.settings.anchor_wait_s)
-        unlinked, more = await self._db(self._store.unlinked, session_id=cmd.session_id,
-                                        run_id=cmd.run_id, key=cmd.key, limit=cmd.limit,
-                                        tenant=scope.tenant)
-        return ReconcileReport(as_of_position=self.anchors.applied, caught_up=caught_up,
-                               unlinked=unlinked, has_more=more)
+        unlinked, more = await self._db(
+            self._store.unlinked,
+            session_id=cmd.session_id,
+            run_id=cmd.run_id,
+            key=cmd.key,
+            limit=cmd.limit,
+            tenant=scope.tenant,
+        )
+        return ReconcileReport(
+            as_of_position=self.anchors.applied, caught_up=caught_up, unlinked=unlinked, has_more=more
+        )
 
 
 def _error_reply(err: LedgerError) -> bytes:

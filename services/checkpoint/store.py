@@ -23,9 +23,9 @@ from pathlib import Path
 
 import msgspec
 
-from laneledger.sdk.checkpoints import RevisionConflict
 from laneledger.contract.errors import EntityNotFound, IdempotencyViolation, InternalError, TenantMismatch
 from laneledger.contract.model import Checkpoint, CheckpointInfo, ProposedCheckpoint, decoder, encode
+from laneledger.sdk.checkpoints import RevisionConflict
 
 SCHEMA_VERSION = 2  # 2: tenants (checkpoints.tenant, checkpoints.artifact_sha256, lanes.tenant)
 
@@ -93,8 +93,9 @@ def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
     for rowid, body in conn.execute("SELECT rowid, body FROM checkpoints").fetchall():
         artifact = decoder(Checkpoint).decode(body).artifact
         if artifact is not None:
-            conn.execute("UPDATE checkpoints SET artifact_sha256 = ? WHERE rowid = ?",
-                         (artifact.sha256, rowid))
+            conn.execute(
+                "UPDATE checkpoints SET artifact_sha256 = ? WHERE rowid = ?", (artifact.sha256, rowid)
+            )
     conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
     conn.execute("COMMIT")
 
@@ -138,10 +139,15 @@ class CheckpointStore:
             elif int(found[0]) == 1:
                 _migrate_1_to_2(conn)
             elif int(found[0]) != SCHEMA_VERSION:
-                raise InternalError("checkpoint database has another schema version",
-                                    path=str(path), found=int(found[0]), expected=SCHEMA_VERSION)
-            conn.execute("CREATE INDEX IF NOT EXISTS checkpoints_by_artifact"
-                         " ON checkpoints (artifact_sha256)")
+                raise InternalError(
+                    "checkpoint database has another schema version",
+                    path=str(path),
+                    found=int(found[0]),
+                    expected=SCHEMA_VERSION,
+                )
+            conn.execute(
+                "CREATE INDEX IF NOT EXISTS checkpoints_by_artifact ON checkpoints (artifact_sha256)"
+            )
         except sqlite3.Error as exc:
             raise InternalError(f"cannot open checkpoint database: {exc}", path=str(path)) from exc
         return cls(conn)
@@ -195,10 +201,12 @@ class CheckpointStore:
                 [(e.lane_id, e.session_id, e.run_id, e.seq, e.tenant) for e in events],
             )
             db.executemany(
-                "INSERT INTO links (event_id, checkpoint_id, lane_id, seq, position)"
-                " VALUES (?, ?, ?, ?, ?)",
-                [(e.event_id, e.linked_checkpoint_id, e.lane_id, e.seq, e.position)
-                 for e in events if e.linked_checkpoint_id is not None],
+                "INSERT INTO links (event_id, checkpoint_id, lane_id, seq, position) VALUES (?, ?, ?, ?, ?)",
+                [
+                    (e.event_id, e.linked_checkpoint_id, e.lane_id, e.seq, e.position)
+                    for e in events
+                    if e.linked_checkpoint_id is not None
+                ],
             )
             db.execute("UPDATE meta SET value = ? WHERE key = 'applied_position'", (str(last_position),))
 
@@ -219,28 +227,39 @@ class CheckpointStore:
             if rows and rows[0][0]:
                 return rows[0][0]
         if proposal.session_id is not None:
-            rows = self._rows("SELECT tenant FROM lanes WHERE session_id = ? AND tenant IS NOT NULL"
-                              " LIMIT 1", (proposal.session_id,))
+            rows = self._rows(
+                "SELECT tenant FROM lanes WHERE session_id = ? AND tenant IS NOT NULL LIMIT 1",
+                (proposal.session_id,),
+            )
             if rows:
                 return rows[0][0]
         return None
 
     def key_tenant(self, key: str) -> tuple[bool, str | None]:
         """(whether the key has revisions, the tenant of its latest)."""
-        rows = self._rows("SELECT tenant FROM checkpoints WHERE key = ? ORDER BY revision DESC LIMIT 1",
-                          (key,))
+        rows = self._rows(
+            "SELECT tenant FROM checkpoints WHERE key = ? ORDER BY revision DESC LIMIT 1", (key,)
+        )
         return (True, rows[0][0]) if rows else (False, None)
 
     def artifact_of_tenant(self, sha256: str, tenant: str) -> bool:
         """Whether a checkpoint of ``tenant`` references this artifact."""
-        return bool(self._rows("SELECT 1 FROM checkpoints WHERE artifact_sha256 = ? AND tenant = ?"
-                               " LIMIT 1", (sha256, tenant)))
+        return bool(
+            self._rows(
+                "SELECT 1 FROM checkpoints WHERE artifact_sha256 = ? AND tenant = ? LIMIT 1", (sha256, tenant)
+            )
+        )
 
     def artifact_tenants(self, sha256: str) -> list[str]:
         """The tenants whose checkpoints reference this artifact."""
-        return [tenant for (tenant,) in self._rows(
-            "SELECT DISTINCT tenant FROM checkpoints WHERE artifact_sha256 = ? AND tenant IS NOT NULL"
-            " ORDER BY tenant", (sha256,))]
+        return [
+            tenant
+            for (tenant,) in self._rows(
+                "SELECT DISTINCT tenant FROM checkpoints WHERE artifact_sha256 = ? AND tenant IS NOT NULL"
+                " ORDER BY tenant",
+                (sha256,),
+            )
+        ]
 
     # -- checkpoints: reads ------------------------------------------------------------
 
@@ -265,12 +284,14 @@ class CheckpointStore:
         rows = self._rows(f"SELECT body, state_bytes FROM checkpoints WHERE {where}", params)
         return [info_of(decoder(Checkpoint).decode(body), size) for body, size in rows]
 
-    def revisions(self, key: str, after_revision: int, limit: int,
-                  tenant: str | None = None) -> tuple[list[CheckpointInfo], bool]:
+    def revisions(
+        self, key: str, after_revision: int, limit: int, tenant: str | None = None
+    ) -> tuple[list[CheckpointInfo], bool]:
         """``tenant``: only that tenant's revisions (None: every tenant's)."""
-        infos = self._infos("key = ? AND revision > ? AND (? IS NULL OR tenant = ?)"
-                            " ORDER BY revision LIMIT ?",
-                            (key, after_revision, tenant, tenant, limit + 1))
+        infos = self._infos(
+            "key = ? AND revision > ? AND (? IS NULL OR tenant = ?) ORDER BY revision LIMIT ?",
+            (key, after_revision, tenant, tenant, limit + 1),
+        )
         return infos[:limit], len(infos) > limit
 
     def infos(self, checkpoint_ids: list[str]) -> dict[str, CheckpointInfo]:
@@ -279,14 +300,24 @@ class CheckpointStore:
         marks = ",".join("?" * len(checkpoint_ids))
         return {info.id: info for info in self._infos(f"id IN ({marks})", tuple(checkpoint_ids))}
 
-    def unlinked(self, *, session_id: str | None = None, run_id: str | None = None,
-                 key: str | None = None, limit: int = 100,
-                 tenant: str | None = None) -> tuple[list[CheckpointInfo], bool]:
+    def unlinked(
+        self,
+        *,
+        session_id: str | None = None,
+        run_id: str | None = None,
+        key: str | None = None,
+        limit: int = 100,
+        tenant: str | None = None,
+    ) -> tuple[list[CheckpointInfo], bool]:
         """Terminal revisions no consumed linked event names, in save order."""
         where = ["terminal = 1", "NOT EXISTS (SELECT 1 FROM links l WHERE l.checkpoint_id = checkpoints.id)"]
         params: list = []
-        for column, value in (("session_id", session_id), ("run_id", run_id), ("key", key),
-                              ("tenant", tenant)):
+        for column, value in (
+            ("session_id", session_id),
+            ("run_id", run_id),
+            ("key", key),
+            ("tenant", tenant),
+        ):
             if value is not None:
                 where.append(f"{column} = ?")
                 params.append(value)
@@ -300,12 +331,12 @@ class CheckpointStore:
         session, key, id) is that tenant's or no one's yet; else
         ``tenant_mismatch``, naming no other tenant, before any replay,
         revision or anchor check could tell it about another's checkpoints."""
+
         def refuse(message: str, **details: object) -> None:
             raise TenantMismatch(message, what="checkpoint", tenant=tenant, **details)
 
         if proposal.tenant is not None and proposal.tenant != tenant:
-            refuse("the checkpoint names another tenant than its subject",
-                   checkpoint_tenant=proposal.tenant)
+            refuse("the checkpoint names another tenant than its subject", checkpoint_tenant=proposal.tenant)
         if self.tenant_of(proposal) not in (None, tenant):
             refuse("the checkpoint's lane or session belongs to another tenant")
         if self.key_tenant(proposal.key)[1] not in (None, tenant):
@@ -314,7 +345,9 @@ class CheckpointStore:
         if stored is not None and decoder(Checkpoint).decode(stored[1]).tenant not in (None, tenant):
             refuse("this checkpoint id names another tenant's checkpoint", id=proposal.id)
 
-    def precheck(self, proposal: ProposedCheckpoint, content: str, expected_revision: int) -> Checkpoint | None:
+    def precheck(
+        self, proposal: ProposedCheckpoint, content: str, expected_revision: int
+    ) -> Checkpoint | None:
         """The stored checkpoint when this save is a replay; raises when it is
         an idempotency violation or a revision conflict; None when it may go on."""
         stored = self._by_id(proposal.id)
@@ -323,22 +356,35 @@ class CheckpointStore:
             if stored_content != content:
                 raise IdempotencyViolation(
                     "this checkpoint id was saved with other content",
-                    id=proposal.id, stored_digest=stored_content, digest=content,
+                    id=proposal.id,
+                    stored_digest=stored_content,
+                    digest=content,
                 )
             return decoder(Checkpoint).decode(body)
         actual = self._latest_revision(proposal.key)
         if actual != expected_revision:
             raise RevisionConflict(
                 f"checkpoint key is at revision {actual}, the save expected {expected_revision}",
-                kind="checkpoint", key=proposal.key, fields=["revision"],
-                expected_revision=expected_revision, actual_revision=actual,
+                kind="checkpoint",
+                key=proposal.key,
+                fields=["revision"],
+                expected_revision=expected_revision,
+                actual_revision=actual,
                 reason=RevisionConflict.reason,
             )
         return None
 
-    def save(self, proposal: ProposedCheckpoint, *, content: str, digest: str, state_bytes: int,
-             expected_revision: int, created_at: str,
-             tenant: str | None = None) -> tuple[Checkpoint, bool]:
+    def save(
+        self,
+        proposal: ProposedCheckpoint,
+        *,
+        content: str,
+        digest: str,
+        state_bytes: int,
+        expected_revision: int,
+        created_at: str,
+        tenant: str | None = None,
+    ) -> tuple[Checkpoint, bool]:
         """Check again (another save may have won while this one waited for its
         anchor) and write revision ``expected_revision + 1``. Returns the
         checkpoint and whether it was a replay."""
@@ -352,24 +398,45 @@ class CheckpointStore:
             if tenant is None:
                 tenant = key_tenant
             elif key_tenant is not None and key_tenant != tenant:
-                raise TenantMismatch("this checkpoint key belongs to another tenant",
-                                     what="checkpoint_key", key=proposal.key, tenant=tenant)
+                raise TenantMismatch(
+                    "this checkpoint key belongs to another tenant",
+                    what="checkpoint_key",
+                    key=proposal.key,
+                    tenant=tenant,
+                )
             checkpoint = Checkpoint(
-                id=proposal.id, key=proposal.key, revision=expected_revision + 1,
-                format=proposal.format, digest=digest, session_id=proposal.session_id,
-                run_id=proposal.run_id, tenant=tenant, state=proposal.state,
-                artifact=proposal.artifact, anchor=proposal.anchor, terminal=proposal.terminal,
+                id=proposal.id,
+                key=proposal.key,
+                revision=expected_revision + 1,
+                format=proposal.format,
+                digest=digest,
+                session_id=proposal.session_id,
+                run_id=proposal.run_id,
+                tenant=tenant,
+                state=proposal.state,
+                artifact=proposal.artifact,
+                anchor=proposal.anchor,
+                terminal=proposal.terminal,
                 created_at=created_at,
             )
             db.execute(
                 "INSERT INTO checkpoints (id, key, revision, content_digest, session_id, run_id,"
                 " terminal, anchor_lane_id, state_bytes, body, tenant, artifact_sha256)"
                 " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (checkpoint.id, checkpoint.key, checkpoint.revision, content, checkpoint.session_id,
-                 checkpoint.run_id, int(checkpoint.terminal),
-                 checkpoint.anchor.lane_id if checkpoint.anchor else None, state_bytes,
-                 encode(checkpoint), tenant,
-                 checkpoint.artifact.sha256 if checkpoint.artifact else None),
+                (
+                    checkpoint.id,
+                    checkpoint.key,
+                    checkpoint.revision,
+                    content,
+                    checkpoint.session_id,
+                    checkpoint.run_id,
+                    int(checkpoint.terminal),
+                    checkpoint.anchor.lane_id if checkpoint.anchor else None,
+                    state_bytes,
+                    encode(checkpoint),
+                    tenant,
+                    checkpoint.artifact.sha256 if checkpoint.artifact else None,
+                ),
             )
         return checkpoint, False
 

@@ -16,11 +16,11 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from laneledger.runtime.servicemain import close_nats, run_main, stop_event, until_stopped
-from laneledger.runtime.opsserver import ops_routes, start_http
-from laneledger.runtime.config import Setting, common_settings, parse_settings, positive_float, positive_int
-from laneledger.sdk.natsconnect import connect_nats
 from laneledger.contract.subjects import Subjects
+from laneledger.runtime.config import Setting, common_settings, parse_settings, positive_float, positive_int
+from laneledger.runtime.opsserver import ops_routes, start_http
+from laneledger.runtime.servicemain import close_nats, run_main, stop_event, until_stopped
+from laneledger.sdk.natsconnect import connect_nats
 
 from .fold import CAPPED_LABELS, LabelPolicy
 from .service import MetricsService, MetricsSettings
@@ -42,8 +42,7 @@ def _label_assignments(values: list[str], what: str) -> dict[str, str]:
     for item in values:
         label, sep, value = item.partition("=")
         if not sep or label not in CAPPED_LABELS:
-            _refuse(f"{what} wants LABEL=..., LABEL one of "
-                    f"{', '.join(CAPPED_LABELS)}; got {item!r}")
+            _refuse(f"{what} wants LABEL=..., LABEL one of {', '.join(CAPPED_LABELS)}; got {item!r}")
         found[label] = value
     return found
 
@@ -54,21 +53,53 @@ def _semicolon_list(text: str) -> list[str]:
 
 SETTINGS = [
     *common_settings("metrics", 8472),
-    Setting("--data", "METRICS_DATA", ".laneledger/metrics",
-            help="directory for the service's own SQLite file (metrics.db)"),
-    Setting("--stream", "EVENTS_STREAM", None,
-            help="the committed stream (default: the prefix's, LEDGER_EVENTS for 'ledger')"),
-    Setting("--consumer", "METRICS_CONSUMER", "laneledger-metrics",
-            help="name of its (ephemeral) consumer; unique per running instance"),
+    Setting(
+        "--data",
+        "METRICS_DATA",
+        ".laneledger/metrics",
+        help="directory for the service's own SQLite file (metrics.db)",
+    ),
+    Setting(
+        "--stream",
+        "EVENTS_STREAM",
+        None,
+        help="the committed stream (default: the prefix's, LEDGER_EVENTS for 'ledger')",
+    ),
+    Setting(
+        "--consumer",
+        "METRICS_CONSUMER",
+        "laneledger-metrics",
+        help="name of its (ephemeral) consumer; unique per running instance",
+    ),
     Setting("--batch-size", "METRICS_BATCH", 500, positive_int, help="events per folded batch"),
-    Setting("--lag-interval", "METRICS_LAG_INTERVAL", 1.0, positive_float,
-            help="seconds between reads of the stream's last sequence (lag)"),
-    Setting("--max-label-values", "METRICS_MAX_LABEL_VALUES", 100, positive_int,
-            help="distinct values kept per producer-supplied label; later ones become 'other'"),
-    Setting("--label-caps", "METRICS_LABEL_CAPS", [], _semicolon_list,
-            help="per-label caps overriding --max-label-values, 'LABEL=N;LABEL=N'"),
-    Setting("--allow", "METRICS_ALLOW", [], _semicolon_list,
-            help="keep only these values of a label, the rest become 'other': 'LABEL=V1,V2;…'"),
+    Setting(
+        "--lag-interval",
+        "METRICS_LAG_INTERVAL",
+        1.0,
+        positive_float,
+        help="seconds between reads of the stream's last sequence (lag)",
+    ),
+    Setting(
+        "--max-label-values",
+        "METRICS_MAX_LABEL_VALUES",
+        100,
+        positive_int,
+        help="distinct values kept per producer-supplied label; later ones become 'other'",
+    ),
+    Setting(
+        "--label-caps",
+        "METRICS_LABEL_CAPS",
+        [],
+        _semicolon_list,
+        help="per-label caps overriding --max-label-values, 'LABEL=N;LABEL=N'",
+    ),
+    Setting(
+        "--allow",
+        "METRICS_ALLOW",
+        [],
+        _semicolon_list,
+        help="keep only these values of a label, the rest become 'other': 'LABEL=V1,V2;…'",
+    ),
 ]
 
 
@@ -80,8 +111,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         caps = {k: int(v) for k, v in _label_assignments(args.label_cap, "--label-caps").items()}
     except ValueError as exc:
         _refuse(f"--label-caps wants LABEL=N: {exc}")
-    allow = {k: frozenset(filter(None, v.split(",")))
-             for k, v in _label_assignments(args.allow, "--allow").items()}
+    allow = {
+        k: frozenset(filter(None, v.split(","))) for k, v in _label_assignments(args.allow, "--allow").items()
+    }
     args.policy = LabelPolicy(max_values=args.max_label_values, caps=caps, allow=allow)
     return args
 
@@ -91,8 +123,11 @@ async def run(args: argparse.Namespace) -> None:
     registry = CollectorRegistry()
     nc = await connect_nats(args.nats, name="laneledger-metrics")
     settings = MetricsSettings(
-        stream=args.stream, consumer=args.consumer, batch_size=args.batch_size,
-        lag_refresh_s=args.lag_interval, policy=args.policy,
+        stream=args.stream,
+        consumer=args.consumer,
+        batch_size=args.batch_size,
+        lag_refresh_s=args.lag_interval,
+        policy=args.policy,
     )
     service = MetricsService(nc, store, registry, settings)
     app = web.Application()
@@ -102,8 +137,10 @@ async def run(args: argparse.Namespace) -> None:
     stop = stop_event()
 
     await service.start()
-    print(f"laneledger-metrics ready http=http://{args.http_host}:{port} "
-          f"position={service.position}", flush=True)
+    print(
+        f"laneledger-metrics ready http=http://{args.http_host}:{port} position={service.position}",
+        flush=True,
+    )
     try:
         await until_stopped(stop, service.wait())
     finally:

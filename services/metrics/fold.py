@@ -24,8 +24,25 @@ UNKNOWN = "unknown"  # an action whose type or name no event carried
 
 # Seconds. Tool calls run from milliseconds (a file read) to many minutes (a
 # build); model calls from a fraction of a second to a few minutes.
-DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-                    60.0, 120.0, 300.0, 600.0, 1800.0)
+DURATION_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    1800.0,
+)
 _BUCKET_NS = tuple(int(b * 1_000_000_000) for b in DURATION_BUCKETS)
 
 TOKEN_DIRECTIONS = {
@@ -50,38 +67,86 @@ class Metric:
     exact: bool = False  # values are Decimal (cost) rather than int
 
 
-METRICS: dict[str, Metric] = {m.name: m for m in (
-    Metric("laneledger_events", "counter", ("event_type", "family", "tenant"),
-           "Committed events, by event type, family and tenant"),
-    Metric("laneledger_cost", "counter", ("tenant", "provider", "model", "currency"),
-           "Cost recorded by cost.recorded events with a non-negative amount, in the currency unit",
-           exact=True),
-    Metric("laneledger_cost_credited", "counter", ("tenant", "provider", "model", "currency"),
-           "Absolute value of negative cost.recorded amounts (credits, refunds), in the currency unit",
-           exact=True),
-    Metric("laneledger_tokens", "counter", ("tenant", "provider", "model", "direction"),
-           "Tokens reported by cost.recorded events, by direction"),
-    Metric("laneledger_attempts_failed", "counter", ("tenant",),
-           "Attempts that ended with attempt.failed"),
-    Metric("laneledger_attempts_unresolved", "gauge", ("tenant",),
-           "Attempts with attempt.requested and no attempt.completed or attempt.failed yet"),
-    Metric("laneledger_runs", "counter", ("tenant", "outcome"),
-           "Runs that reached a terminal event, by outcome"),
-    Metric("laneledger_hitl_pauses", "counter", ("tenant",),
-           "Human-in-the-loop pauses (hitl.paused)"),
-    Metric("laneledger_hitl_responses", "counter", ("tenant", "decision"),
-           "Human-in-the-loop responses (hitl.responded), by decision"),
-    Metric("laneledger_hitl_waiting", "gauge", ("tenant",),
-           "Human-in-the-loop pauses with no response yet"),
-    Metric("laneledger_checkpoints_linked", "counter", ("tenant",),
-           "Checkpoints linked to a lane (lane.framework.checkpoint.linked)"),
-    Metric("laneledger_action_duration_seconds", "histogram", ("action_type", "name", "outcome"),
-           "Duration of finished actions (tool and model calls), by action type, name and outcome"),
-    Metric("laneledger_metrics_label_overflow", "counter", ("label",),
-           "Label values folded into 'other' because their label reached its cap or allow-list"),
-    Metric("laneledger_metrics_undecodable_events", "counter", (),
-           "Committed-stream messages that did not decode as a committed event (skipped)"),
-)}
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric(
+            "laneledger_events",
+            "counter",
+            ("event_type", "family", "tenant"),
+            "Committed events, by event type, family and tenant",
+        ),
+        Metric(
+            "laneledger_cost",
+            "counter",
+            ("tenant", "provider", "model", "currency"),
+            "Cost recorded by cost.recorded events with a non-negative amount, in the currency unit",
+            exact=True,
+        ),
+        Metric(
+            "laneledger_cost_credited",
+            "counter",
+            ("tenant", "provider", "model", "currency"),
+            "Absolute value of negative cost.recorded amounts (credits, refunds), in the currency unit",
+            exact=True,
+        ),
+        Metric(
+            "laneledger_tokens",
+            "counter",
+            ("tenant", "provider", "model", "direction"),
+            "Tokens reported by cost.recorded events, by direction",
+        ),
+        Metric(
+            "laneledger_attempts_failed", "counter", ("tenant",), "Attempts that ended with attempt.failed"
+        ),
+        Metric(
+            "laneledger_attempts_unresolved",
+            "gauge",
+            ("tenant",),
+            "Attempts with attempt.requested and no attempt.completed or attempt.failed yet",
+        ),
+        Metric(
+            "laneledger_runs",
+            "counter",
+            ("tenant", "outcome"),
+            "Runs that reached a terminal event, by outcome",
+        ),
+        Metric("laneledger_hitl_pauses", "counter", ("tenant",), "Human-in-the-loop pauses (hitl.paused)"),
+        Metric(
+            "laneledger_hitl_responses",
+            "counter",
+            ("tenant", "decision"),
+            "Human-in-the-loop responses (hitl.responded), by decision",
+        ),
+        Metric(
+            "laneledger_hitl_waiting", "gauge", ("tenant",), "Human-in-the-loop pauses with no response yet"
+        ),
+        Metric(
+            "laneledger_checkpoints_linked",
+            "counter",
+            ("tenant",),
+            "Checkpoints linked to a lane (lane.framework.checkpoint.linked)",
+        ),
+        Metric(
+            "laneledger_action_duration_seconds",
+            "histogram",
+            ("action_type", "name", "outcome"),
+            "Duration of finished actions (tool and model calls), by action type, name and outcome",
+        ),
+        Metric(
+            "laneledger_metrics_label_overflow",
+            "counter",
+            ("label",),
+            "Label values folded into 'other' because their label reached its cap or allow-list",
+        ),
+        Metric(
+            "laneledger_metrics_undecodable_events",
+            "counter",
+            (),
+            "Committed-stream messages that did not decode as a committed event (skipped)",
+        ),
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -139,9 +204,11 @@ class State:
     policy: LabelPolicy = field(default_factory=LabelPolicy)
     position: int = 0
     values: dict[str, dict[tuple[str, ...], int | Decimal]] = field(
-        default_factory=lambda: {m.name: {} for m in METRICS.values() if m.kind != "histogram"})
+        default_factory=lambda: {m.name: {} for m in METRICS.values() if m.kind != "histogram"}
+    )
     histograms: dict[str, dict[tuple[str, ...], Histogram]] = field(
-        default_factory=lambda: {m.name: {} for m in METRICS.values() if m.kind == "histogram"})
+        default_factory=lambda: {m.name: {} for m in METRICS.values() if m.kind == "histogram"}
+    )
     # Open items: what a later event closes. Keyed by the subject (attempt,
     # action) or by session + pause id.
     attempts: dict[str, str] = field(default_factory=dict)  # attempt id -> tenant label

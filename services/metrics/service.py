@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from nats.aio.client import Client as NATS
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from laneledger.contract.subjects import EVENTS_STREAM
 from laneledger.runtime.follow import StreamFollower
 from laneledger.runtime.servicemain import first_task_end
-from laneledger.contract.subjects import EVENTS_STREAM
 
 from .collector import LedgerCollector, Progress
 from .fold import LabelPolicy, State, fold_message
@@ -131,9 +131,11 @@ class MetricsService:
                     pending = asyncio.ensure_future(anext(batches))
                     while not (await asyncio.wait({pending}, timeout=self._settings.stall_s))[0]:
                         if self._stream_last > self.state.position:
-                            log.warning("no events for %gs while %d behind; re-opening",
-                                        self._settings.stall_s,
-                                        self._stream_last - self.state.position)
+                            log.warning(
+                                "no events for %gs while %d behind; re-opening",
+                                self._settings.stall_s,
+                                self._stream_last - self.state.position,
+                            )
                             return
                     try:
                         batch = pending.result()

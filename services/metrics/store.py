@@ -68,7 +68,7 @@ class MetricsStore:
     def _reset(self) -> None:
         self._db.execute("BEGIN IMMEDIATE")
         for table in _TABLES:
-            self._db.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed names
+            self._db.execute(f"DELETE FROM {table}")
         self._db.execute("INSERT OR REPLACE INTO meta VALUES ('fold_version', ?)", (FOLD_VERSION,))
         self._db.execute("INSERT OR REPLACE INTO meta VALUES ('position', '0')")
         self._db.execute("COMMIT")
@@ -85,10 +85,12 @@ class MetricsStore:
                 number = Decimal(value) if METRICS[metric].exact else int(value)
                 state.values[metric][tuple(msgspec.json.decode(labels))] = number
         for metric, labels, counts, sum_ns in db.execute(
-                "SELECT metric, labels, counts, sum_ns FROM histograms"):
+            "SELECT metric, labels, counts, sum_ns FROM histograms"
+        ):
             if metric in state.histograms:
                 state.histograms[metric][tuple(msgspec.json.decode(labels))] = Histogram(
-                    msgspec.json.decode(counts), sum_ns)
+                    msgspec.json.decode(counts), sum_ns
+                )
         for kind, key, value in db.execute("SELECT kind, key, value FROM open_items"):
             decoded = msgspec.json.decode(value)
             if kind == "attempt":
@@ -145,8 +147,10 @@ def rows_of(state: State, changes: Changes) -> SavedRows:
     return SavedRows(
         position=state.position,
         # Decimals in fixed notation ("0.000000000000000001", not "1E-18").
-        series=[(m, labels(k), format(state.values[m][k], "f") if METRICS[m].exact
-                 else str(state.values[m][k])) for m, k in sorted(changes.values)],
+        series=[
+            (m, labels(k), format(state.values[m][k], "f") if METRICS[m].exact else str(state.values[m][k]))
+            for m, k in sorted(changes.values)
+        ],
         histograms=[
             (m, labels(k), _json.encode(h.counts).decode(), h.sum_ns)
             for m, k in sorted(changes.histograms)

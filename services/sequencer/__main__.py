@@ -15,13 +15,19 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from laneledger.runtime.config import Setting, common_settings, parse_settings, positive_int
-from laneledger.sdk.natsconnect import connect_nats
-from laneledger.runtime.servicemain import close_nats, run_main, stop_event, tune_gc_after_start, until_stopped
-from laneledger.runtime.opsserver import ops_routes, start_http
 from laneledger.contract.redaction import Redactor, checked_keys, checked_patterns
-from laneledger.store import LedgerWriter, open_ledger
 from laneledger.contract.subjects import Subjects
+from laneledger.runtime.config import Setting, common_settings, parse_settings, positive_int
+from laneledger.runtime.opsserver import ops_routes, start_http
+from laneledger.runtime.servicemain import (
+    close_nats,
+    run_main,
+    stop_event,
+    tune_gc_after_start,
+    until_stopped,
+)
+from laneledger.sdk.natsconnect import connect_nats
+from laneledger.store import LedgerWriter, open_ledger
 
 from .metrics import SequencerMetrics
 from .service import Sequencer, SequencerSettings
@@ -34,12 +40,26 @@ SETTINGS = [
     Setting("--db", "DB", ".laneledger/ledger.db", help="the ledger SQLite file"),
     Setting("--replicas", "REPLICAS", 1, positive_int, help="JetStream stream replicas"),
     Setting("--batch-size", "BATCH_SIZE", 500, positive_int, help="append requests per batch"),
-    Setting("--hmac-key-file", "HMAC_KEY_FILE", None,
-            help="file holding the chain HMAC key; without it the chain is plain SHA-256"),
-    Setting("--redact-patterns", "REDACT_PATTERNS", None, checked_patterns,
-            help='extra secret shapes to redact: JSON {"name": "regex"} or ["regex", …]'),
-    Setting("--redact-keys", "REDACT_KEYS", None, checked_keys,
-            help="extra secret key words to redact, comma-separated (e.g. 'pin,otp_code')"),
+    Setting(
+        "--hmac-key-file",
+        "HMAC_KEY_FILE",
+        None,
+        help="file holding the chain HMAC key; without it the chain is plain SHA-256",
+    ),
+    Setting(
+        "--redact-patterns",
+        "REDACT_PATTERNS",
+        None,
+        checked_patterns,
+        help='extra secret shapes to redact: JSON {"name": "regex"} or ["regex", …]',
+    ),
+    Setting(
+        "--redact-keys",
+        "REDACT_KEYS",
+        None,
+        checked_keys,
+        help="extra secret key words to redact, comma-separated (e.g. 'pin,otp_code')",
+    ),
 ]
 
 
@@ -55,7 +75,9 @@ async def run(args: argparse.Namespace) -> None:
     metrics = SequencerMetrics(registry)
     nc = await connect_nats(args.nats, name="laneledger-sequencer")
     settings = SequencerSettings(
-        subjects=Subjects(args.prefix), replicas=args.replicas, batch_size=args.batch_size,
+        subjects=Subjects(args.prefix),
+        replicas=args.replicas,
+        batch_size=args.batch_size,
         redactor=Redactor.from_config(args.redact_patterns, args.redact_keys),
     )
     sequencer = Sequencer(nc, writer, metrics, settings)
@@ -67,8 +89,10 @@ async def run(args: argparse.Namespace) -> None:
 
     await sequencer.start()
     tune_gc_after_start()
-    print(f"laneledger-sequencer ready http=http://{args.http_host}:{port} "
-          f"position={writer.last_position}", flush=True)
+    print(
+        f"laneledger-sequencer ready http=http://{args.http_host}:{port} position={writer.last_position}",
+        flush=True,
+    )
     try:
         await until_stopped(stop, sequencer.wait())
     finally:

@@ -19,11 +19,11 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 
-from laneledger.store.append import PreparedAppend
-from laneledger.sdk.blobstore import BlobBuckets
 from laneledger.contract.contentref import refs_in
 from laneledger.contract.errors import BlobMissing, LedgerError, LedgerUnavailable, TransportError
 from laneledger.contract.model import Receipt
+from laneledger.sdk.blobstore import BlobBuckets
+from laneledger.store.append import PreparedAppend
 from laneledger.store.writer import rejection
 
 from .metrics import SequencerMetrics
@@ -50,13 +50,13 @@ class BlobCheck:
         try:
             await self.store.ensure(tenant_token)
         except LedgerError as exc:
-            log.warning("could not create the blob bucket of tenant token %r: %s",
-                        tenant_token, exc)
+            log.warning("could not create the blob bucket of tenant token %r: %s", tenant_token, exc)
             return
         self._buckets.add(tenant_token)
 
-    async def apply(self, outcomes: list[Receipt | None], prepared: list[PreparedAppend]
-                    ) -> tuple[list[Receipt | None], list[PreparedAppend]]:
+    async def apply(
+        self, outcomes: list[Receipt | None], prepared: list[PreparedAppend]
+    ) -> tuple[list[Receipt | None], list[PreparedAppend]]:
         """``(outcomes, prepared)`` with each append whose blobs are not all
         present turned from "the writer decides" (None) into its rejection."""
         needs = [_needs(append) for append in prepared]
@@ -75,8 +75,7 @@ class BlobCheck:
                 out.append(outcome)
                 continue
             append, per = next(decided)
-            err = next((_refusal(append, n, path, failures[n]) for n, path in per
-                        if n in failures), None)
+            err = next((_refusal(append, n, path, failures[n]) for n, path in per if n in failures), None)
             if err is None:
                 kept.append(append)
                 out.append(None)
@@ -130,14 +129,17 @@ def _needs(append: PreparedAppend) -> list[tuple[Need, str]]:
     return found
 
 
-def _refusal(append: PreparedAppend, need: Need, path: str,
-             failure: LedgerError | None) -> LedgerError:
+def _refusal(append: PreparedAppend, need: Need, path: str, failure: LedgerError | None) -> LedgerError:
     _, ref, size = need
     if failure is None:
-        index = int(path[len("$.events["):].split("]", 1)[0])
-        return BlobMissing("the event references a blob its tenant has not stored: store the "
-                           "blob first, then resend", event_id=append.sent[index].get("id"),
-                           ref=ref, size_bytes=size, path=path)
+        index = int(path[len("$.events[") :].split("]", 1)[0])
+        return BlobMissing(
+            "the event references a blob its tenant has not stored: store the blob first, then resend",
+            event_id=append.sent[index].get("id"),
+            ref=ref,
+            size_bytes=size,
+            path=path,
+        )
     if isinstance(failure, TransportError):
         return failure
     return LedgerUnavailable(f"the blob store did not answer: {failure}", ref=ref)

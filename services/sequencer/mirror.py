@@ -22,9 +22,9 @@ from nats.aio.client import Client as NATS
 
 from laneledger.contract.errors import IntegrityError
 from laneledger.contract.model import CommittedEvent, decoder
+from laneledger.contract.subjects import Subjects
 from laneledger.sdk.pubacks import AckInbox
 from laneledger.store import CommittedRecord
-from laneledger.contract.subjects import Subjects
 
 log = logging.getLogger("laneledger.sequencer.mirror")
 
@@ -154,23 +154,31 @@ class CommittedStreamMirror:
             fresh = [r for r in fresh if r.position > self.published]
             if not fresh:
                 return
-        await self._publish([
-            (r.position, self._subjects.events(r.tenant, r.session_id, r.run_id, r.lane_id),
-             r.body, event_headers(r.position))
-            for r in fresh
-        ])
+        await self._publish(
+            [
+                (
+                    r.position,
+                    self._subjects.events(r.tenant, r.session_id, r.run_id, r.lane_id),
+                    r.body,
+                    event_headers(r.position),
+                )
+                for r in fresh
+            ]
+        )
 
     async def _publish_rows(self, rows: list[tuple[int, bytes]]) -> None:
         """Republish stored events (catch-up path): decode what routing needs."""
         items = []
         for position, body in rows:
             event = decoder(CommittedEvent).decode(body)
-            items.append((
-                position,
-                self._subjects.events(event.tenant, event.session_id, event.run_id, event.lane_id),
-                bytes(body),
-                event_headers(position),
-            ))
+            items.append(
+                (
+                    position,
+                    self._subjects.events(event.tenant, event.session_id, event.run_id, event.lane_id),
+                    bytes(body),
+                    event_headers(position),
+                )
+            )
         await self._publish(items)
 
     async def _publish(self, items: list[tuple[int, str, bytes, dict[str, str]]]) -> None:
@@ -189,15 +197,14 @@ class CommittedStreamMirror:
         waiting = await self._acks.publish(subject, body, headers)
         try:
             ack = await asyncio.wait_for(waiting, self._ack_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._acks.forget(waiting)
             raise StreamPublishError(f"no ack for position {last} after {self._ack_timeout}s") from None
         if ack.error is not None:
             if ack.error.err_code == WRONG_LAST_SEQUENCE:
                 log.info("stream is not where the ledger expects it before position %d", items[0][0])
             raise StreamPublishError(
-                f"positions {items[0][0]}..{last}: {ack.error.description} "
-                f"(err_code {ack.error.err_code})"
+                f"positions {items[0][0]}..{last}: {ack.error.description} (err_code {ack.error.err_code})"
             )
         if ack.seq != last:
             raise IntegrityError(

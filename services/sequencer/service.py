@@ -14,15 +14,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar, get_args
+from typing import Any, TypeVar, get_args
 
 import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from laneledger.store.append import PreparedAppend, prepare_append, readable_ids
-from laneledger.sdk.blobstore import BlobBuckets
 from laneledger.contract.errors import (
     InternalError,
     InvalidRequest,
@@ -52,17 +51,17 @@ from laneledger.contract.model import (
     encode,
 )
 from laneledger.contract.redaction import DEFAULT_REDACTOR, Redactor
-from laneledger.runtime.servicemain import first_task_end
-from laneledger.store import LedgerWriter
-from laneledger.store.writer import rejection
 from laneledger.contract.subjects import REPLY_HEADER, RequestSubject, Subjects, token
+from laneledger.runtime.pullfeed import PullFeed
+from laneledger.runtime.servicemain import first_task_end
+from laneledger.sdk.blobstore import BlobBuckets
+from laneledger.store import LedgerWriter
+from laneledger.store.append import PreparedAppend, prepare_append, readable_ids
+from laneledger.store.writer import rejection
 
 from .blobcheck import BlobCheck
 from .metrics import SequencerMetrics
 from .mirror import CommittedStreamMirror
-from laneledger.runtime.pullfeed import PullFeed
-from .tenancy import check_command_tenant
-from .writerthread import WriterThread
 from .streams import (
     SEQUENCER_CONSUMER,
     append_stream_config,
@@ -71,6 +70,8 @@ from .streams import (
     events_stream_config,
     sequencer_consumer_config,
 )
+from .tenancy import check_command_tenant
+from .writerthread import WriterThread
 
 log = logging.getLogger("laneledger.sequencer")
 
@@ -192,7 +193,7 @@ class Sequencer:
         if pull_task is not None:
             try:
                 await asyncio.wait_for(pull_task, timeout=drain_timeout_s)
-            except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - stopping anyway
+            except (TimeoutError, Exception):  # noqa: BLE001 - stopping anyway
                 pull_task.cancel()
         deadline = time.monotonic() + drain_timeout_s
         while self.mirror.backlog and time.monotonic() < deadline:
@@ -255,16 +256,18 @@ class Sequencer:
             # previous batch and prepares the next. No await in between: the
             # open transaction is handed over before anything else can run.
             staged = self._writer_thread.run_here(self._writer.stage_batch, prepared)
-            committing = (self._writer_thread.run(self._writer.commit_staged, staged.result())
-                          if staged.exception() is None else staged)
+            committing = (
+                self._writer_thread.run(self._writer.commit_staged, staged.result())
+                if staged.exception() is None
+                else staged
+            )
         await in_flight.put(_Batch(msgs, outcomes, committing, started, scrub))
 
     async def _finish_loop(self, in_flight: asyncio.Queue[_Batch | None]) -> None:
         while (batch := await in_flight.get()) is not None:
             await self._finish_batch(batch)
 
-    def _prepare_batch(self, msgs: list[Msg]
-                       ) -> tuple[list[Receipt | None], list[PreparedAppend], list[Msg]]:
+    def _prepare_batch(self, msgs: list[Msg]) -> tuple[list[Receipt | None], list[PreparedAppend], list[Msg]]:
         """Step 0 for every message; a request error is its final outcome.
         Also the messages that held secrets (see ``_Batch.scrub``)."""
         outcomes: list[Receipt | None] = []
@@ -282,7 +285,7 @@ class Sequencer:
             except RequestError as err:
                 append_id, lane_id = readable_ids(msg.data)
                 outcomes.append(rejection(err, append_id=append_id, lane_id=lane_id))
-            except Exception as exc:  # noqa: BLE001 - a bug refuses one request, not the sequencer
+            except Exception as exc:
                 log.exception("append request on %s could not be prepared", msg.subject)
                 append_id, lane_id = readable_ids(msg.data)
                 err = InternalError(f"{type(exc).__name__}: {exc}")
@@ -300,15 +303,20 @@ class Sequencer:
             # (a rejection here would end them while their producers wait).
             self.store_error = err
             self._failed_batches += 1
-            log.error("the ledger database refused a commit; not ready, %d requests held "
-                      "for redelivery (%d batches failed so far): %s",
-                      len(msgs), self._failed_batches, err)
+            log.error(
+                "the ledger database refused a commit; not ready, %d requests held "
+                "for redelivery (%d batches failed so far): %s",
+                len(msgs),
+                self._failed_batches,
+                err,
+            )
             self._metrics.batch_failures.inc()
             await asyncio.gather(*(m.nak(delay=1.0) for m in msgs), return_exceptions=True)
             return
         if self.store_error is not None and result.committed:  # a write went through
-            log.warning("the ledger database takes commits again after %d failed batches; ready",
-                        self._failed_batches)
+            log.warning(
+                "the ledger database takes commits again after %d failed batches; ready", self._failed_batches
+            )
             self.store_error, self._failed_batches = None, 0
         self._metrics.commit_seconds.observe(time.perf_counter() - batch.started)
         self._metrics.batch_size.observe(len(msgs))
@@ -340,7 +348,7 @@ class Sequencer:
 
     def _prepare(self, msg: Msg) -> PreparedAppend:
         prefix = f"{self._settings.subjects.prefix}.append."
-        tokens = msg.subject[len(prefix):].split(".") if msg.subject.startswith(prefix) else []
+        tokens = msg.subject[len(prefix) :].split(".") if msg.subject.startswith(prefix) else []
         if len(tokens) != 2:
             raise InvalidRequest("not an append subject", subject=msg.subject)
         return prepare_append(
@@ -393,8 +401,7 @@ class Sequencer:
         try:
             # <prefix>.cmd.<tenant>.<op> is answered for that tenant only
             # (tenancy.py); <prefix>.cmd.<op> for any (trusted users).
-            target = RequestSubject.parse(msg.subject, self._settings.subjects.command_base,
-                                          msg.headers)
+            target = RequestSubject.parse(msg.subject, self._settings.subjects.command_base, msg.headers)
             cmd = decode(msg.data, Command)
             tag = type(cmd).__struct_config__.tag
             if tag != op:
@@ -409,7 +416,7 @@ class Sequencer:
         except LedgerError as err:
             reply = encode(ReplyError(error=ErrorBody(**err.to_wire())))
             self._metrics.commands.labels(label, err.code).inc()
-        except Exception as exc:  # noqa: BLE001 - a bug must answer, not hang the caller
+        except Exception as exc:
             log.exception("command %s failed", op)
             err = InternalError(f"{type(exc).__name__}: {exc}")
             reply = encode(ReplyError(error=ErrorBody(**err.to_wire())))
@@ -423,7 +430,9 @@ class Sequencer:
                 f"the reply is {len(reply)} bytes, more than the server's max_payload "
                 f"({self._nc.max_payload}); read the structure with load_structure and "
                 f"the lanes' events page by page with load_lane",
-                size_bytes=len(reply), limit_bytes=self._nc.max_payload, op=op,
+                size_bytes=len(reply),
+                limit_bytes=self._nc.max_payload,
+                op=op,
             )
             reply = encode(ReplyError(error=ErrorBody(**err.to_wire())))
         await self._nc.publish(msg.reply, reply)
@@ -454,7 +463,8 @@ class Sequencer:
             case LoadStructure():
                 # Half the reply limit for the rows: their encoding in the
                 # reply differs a little from the stored text.
-                return r.load_structure(cmd.session_id, cmd.run_id, cmd.after, cmd.limit,
-                                        max_bytes=self._nc.max_payload // 2)
+                return r.load_structure(
+                    cmd.session_id, cmd.run_id, cmd.after, cmd.limit, max_bytes=self._nc.max_payload // 2
+                )
             case GetReceipt(append_id=append_id):
                 return r.get_receipt(append_id)

@@ -52,12 +52,17 @@ def check_command_tenant(cmd: Command, tenant: str, reader: LedgerReader) -> Non
 
     match cmd:
         case EnsureActor() | CreateLane() if cmd.tenant != tenant:
-            raise TenantMismatch("the command names another tenant than its subject",
-                                 what="command", tenant=cmd.tenant, subject_tenant=tenant)
+            raise TenantMismatch(
+                "the command names another tenant than its subject",
+                what="command",
+                tenant=cmd.tenant,
+                subject_tenant=tenant,
+            )
         case CreateLane():
             if elsewhere("session", cmd.session_id):
-                raise TenantMismatch("session belongs to another tenant", what="lane",
-                                     session_id=cmd.session_id, tenant=tenant)
+                raise TenantMismatch(
+                    "session belongs to another tenant", what="lane", session_id=cmd.session_id, tenant=tenant
+                )
             for parent in {cmd.parent_lane_id, cmd.fork_of and cmd.fork_of.lane_id} - {None}:
                 lane(parent)
             if cmd.actor_id is not None and elsewhere("actor", cmd.actor_id):

@@ -14,9 +14,9 @@ import logging
 import sys
 from pathlib import Path
 
+from laneledger.contract.subjects import Subjects
 from laneledger.runtime.access import access_settings, policy_of
 from laneledger.runtime.config import Setting, common_settings, parse_settings, positive_float
-from laneledger.sdk.natsconnect import connect_nats
 from laneledger.runtime.servicemain import (
     check_sdk_environment,
     close_nats,
@@ -24,7 +24,7 @@ from laneledger.runtime.servicemain import (
     stop_event,
     until_stopped,
 )
-from laneledger.contract.subjects import Subjects
+from laneledger.sdk.natsconnect import connect_nats
 
 from .korg import KorgSettings
 from .service import TailService, TailSettings
@@ -41,21 +41,42 @@ def non_negative_int(text: str) -> int:
 
 SETTINGS = [
     *common_settings("tail", 8471),
-    Setting("--data", "TAIL_DATA", ".laneledger/tail",
-            help="directory for the read model (tail.db)"),
-    Setting("--stream", "EVENTS_STREAM", None,
-            help="the committed stream (default: the prefix's, LEDGER_EVENTS for 'ledger')"),
-    Setting("--heartbeat-s", "TAIL_HEARTBEAT_S", 15.0, positive_float,
-            help="seconds between keepalive comments on an idle SSE connection"),
-    Setting("--ready-max-lag", "TAIL_READY_MAX_LAG", 1000, non_negative_int,
-            help="/readyz is 503 while the read model is further behind the stream (events)"),
-    Setting("--ring-size", "TAIL_RING_SIZE", 4096, non_negative_int,
-            help="recent events held in memory for live subscribers (0: none)"),
-    Setting("--hmac-key-file", "HMAC_KEY_FILE", None,
-            help="file holding the chain's HMAC key, to verify a keyed ledger"),
+    Setting("--data", "TAIL_DATA", ".laneledger/tail", help="directory for the read model (tail.db)"),
+    Setting(
+        "--stream",
+        "EVENTS_STREAM",
+        None,
+        help="the committed stream (default: the prefix's, LEDGER_EVENTS for 'ledger')",
+    ),
+    Setting(
+        "--heartbeat-s",
+        "TAIL_HEARTBEAT_S",
+        15.0,
+        positive_float,
+        help="seconds between keepalive comments on an idle SSE connection",
+    ),
+    Setting(
+        "--ready-max-lag",
+        "TAIL_READY_MAX_LAG",
+        1000,
+        non_negative_int,
+        help="/readyz is 503 while the read model is further behind the stream (events)",
+    ),
+    Setting(
+        "--ring-size",
+        "TAIL_RING_SIZE",
+        4096,
+        non_negative_int,
+        help="recent events held in memory for live subscribers (0: none)",
+    ),
+    Setting(
+        "--hmac-key-file",
+        "HMAC_KEY_FILE",
+        None,
+        help="file holding the chain's HMAC key, to verify a keyed ledger",
+    ),
     Setting("--korg-tenant", "KORG_TENANT", "korg", help="tenant of Korg tool calls"),
-    Setting("--korg-session", "KORG_SESSION", "korg",
-            help="session of Korg tool calls that name none"),
+    Setting("--korg-session", "KORG_SESSION", "korg", help="session of Korg tool calls that name none"),
     Setting("--korg-run", "KORG_RUN", "korg", help="run of Korg tool calls"),
     *access_settings(),
 ]
@@ -71,9 +92,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def settings_of(args: argparse.Namespace) -> TailSettings:
     key = Path(args.hmac_key_file).read_bytes().strip() if args.hmac_key_file else None
     return TailSettings(
-        data_dir=Path(args.data), subjects=Subjects(args.prefix), events_stream=args.stream,
-        heartbeat_s=args.heartbeat_s, ready_max_lag=args.ready_max_lag,
-        ring_size=args.ring_size, hmac_key=key,
+        data_dir=Path(args.data),
+        subjects=Subjects(args.prefix),
+        events_stream=args.stream,
+        heartbeat_s=args.heartbeat_s,
+        ready_max_lag=args.ready_max_lag,
+        ring_size=args.ring_size,
+        hmac_key=key,
         korg=KorgSettings(args.korg_tenant, args.korg_session, args.korg_run),
         access=policy_of("laneledger-tail", args, args.http_host),
     )
@@ -86,8 +111,10 @@ async def run(args: argparse.Namespace) -> None:
     stop = stop_event()
     try:
         port = await service.start(args.http_host, args.http_port)
-        print(f"laneledger-tail ready http=http://{args.http_host}:{port} "
-              f"position={service.feed.applied}", flush=True)
+        print(
+            f"laneledger-tail ready http=http://{args.http_host}:{port} position={service.feed.applied}",
+            flush=True,
+        )
         await until_stopped(stop, service.wait())
     finally:
         await service.stop()

@@ -29,9 +29,9 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from laneledger.runtime.access import scope_of
 from laneledger.contract.errors import EntityNotFound, IntegrityError
 from laneledger.contract.vocabulary import COST_SUM, TERMINAL_EVENT_TYPES
+from laneledger.runtime.access import scope_of
 
 from .api import Query, json_response
 from .feed import Feed
@@ -67,8 +67,17 @@ def _ms_between(start: str, end: str) -> int | None:
 
 
 class Span:
-    __slots__ = ("id", "lane_id", "run_id", "started_position", "started_at", "outcome",
-                 "ended_position", "ended_at", "cost")
+    __slots__ = (
+        "cost",
+        "ended_at",
+        "ended_position",
+        "id",
+        "lane_id",
+        "outcome",
+        "run_id",
+        "started_at",
+        "started_position",
+    )
 
     def __init__(self, subject: str, e: Event | None) -> None:
         self.id = subject
@@ -89,13 +98,19 @@ class Span:
             self.lane_id, self.run_id = e.lane_id, e.run_id
 
     def body(self) -> dict[str, Any]:
-        duration = (_ms_between(self.started_at, self.ended_at)
-                    if self.started_at and self.ended_at else None)
-        return {"id": self.id, "lane_id": self.lane_id, "run_id": self.run_id,
-                "started_position": self.started_position, "started_at": self.started_at,
-                "outcome": self.outcome, "ended_position": self.ended_position,
-                "ended_at": self.ended_at, "duration_ms": duration,
-                "cost": [{"currency": c, "amount": str(a)} for c, a in sorted(self.cost.items())]}
+        duration = _ms_between(self.started_at, self.ended_at) if self.started_at and self.ended_at else None
+        return {
+            "id": self.id,
+            "lane_id": self.lane_id,
+            "run_id": self.run_id,
+            "started_position": self.started_position,
+            "started_at": self.started_at,
+            "outcome": self.outcome,
+            "ended_position": self.ended_position,
+            "ended_at": self.ended_at,
+            "duration_ms": duration,
+            "cost": [{"currency": c, "amount": str(a)} for c, a in sorted(self.cost.items())],
+        }
 
 
 class Activity:
@@ -113,7 +128,8 @@ class Activity:
         applied = self._feed.applied
         tenant = scope_of(request).tenant  # a session of another tenant is 404 (access.py)
         body = await asyncio.get_running_loop().run_in_executor(
-            self._readers, self._build, session_id, applied, tenant)
+            self._readers, self._build, session_id, applied, tenant
+        )
         return json_response(body)
 
     def _build(self, session_id: str, applied: int, tenant: str | None = None) -> dict[str, Any]:
@@ -121,14 +137,15 @@ class Activity:
         if tenant is not None:
             scope, params = f"{scope} AND tenant = ?", [*params, tenant]
         if not self._model.query(f"SELECT 1 FROM events WHERE {scope} LIMIT 1", params):
-            raise EntityNotFound("no events of this session (yet)", kind="session",
-                                 id=session_id)
+            raise EntityNotFound("no events of this session (yet)", kind="session", id=session_id)
         spans: dict[str, dict[str, Span]] = {"turn": {}, "action": {}, "attempt": {}}
         pauses: dict[str, dict[str, Any]] = {}
         totals: dict[str, Decimal] = defaultdict(Decimal)
         marks = ",".join("?" * len(TYPES))
-        sql = (f"SELECT position, body FROM events WHERE {scope}"
-               f" AND event_type IN ({marks}) AND position > ? ORDER BY position LIMIT ?")
+        sql = (
+            f"SELECT position, body FROM events WHERE {scope}"
+            f" AND event_type IN ({marks}) AND position > ? ORDER BY position LIMIT ?"
+        )
         for _, raw in self._model.iterate(sql, (*params, *TYPES)):
             e = _decode.decode(raw)
             kind = OPENERS.get(e.event_type)
@@ -143,7 +160,8 @@ class Activity:
             else:
                 self._hitl(e, pauses)
         return {
-            "session_id": session_id, "applied_position": applied,
+            "session_id": session_id,
+            "applied_position": applied,
             "turns": [s.body() for s in spans["turn"].values()],
             "actions": [s.body() for s in spans["action"].values()],
             "attempts": [s.body() for s in spans["attempt"].values()],
@@ -157,8 +175,9 @@ class Activity:
         try:  # the sequencer checked the payload (vocabulary.json)
             amount, currency = Decimal(str(p["amount"])), str(p["currency"])
         except (KeyError, InvalidOperation):
-            raise IntegrityError("a cost.recorded event does not read as a cost",
-                                 kind="cost_unreadable", position=e.position) from None
+            raise IntegrityError(
+                "a cost.recorded event does not read as a cost", kind="cost_unreadable", position=e.position
+            ) from None
         totals[currency] = COST_SUM.add(totals[currency], amount)
         for kind, key in (("attempt", "attempt_id"), ("action", "action_id")):
             subject = p.get(key)
@@ -172,11 +191,19 @@ class Activity:
         if not isinstance(pause_id, str):
             return
         if e.event_type == "hitl.paused":
-            pauses.setdefault(pause_id, {
-                "pause_id": pause_id, "lane_id": e.lane_id, "run_id": e.run_id,
-                "position": e.position, "paused_at": e.occurred_at,
-                "trigger": e.payload.get("trigger"), "decision": None,
-                "responded_position": None})
+            pauses.setdefault(
+                pause_id,
+                {
+                    "pause_id": pause_id,
+                    "lane_id": e.lane_id,
+                    "run_id": e.run_id,
+                    "position": e.position,
+                    "paused_at": e.occurred_at,
+                    "trigger": e.payload.get("trigger"),
+                    "decision": None,
+                    "responded_position": None,
+                },
+            )
         elif pause_id in pauses and pauses[pause_id]["decision"] is None:
             pauses[pause_id]["decision"] = e.payload.get("decision")
             pauses[pause_id]["responded_position"] = e.position

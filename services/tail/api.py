@@ -67,8 +67,7 @@ def error_response(err: LedgerError, status: int | None = None) -> web.Response:
         status=status or status_of(err),
         content_type="application/json",
         # RFC 6750: a 401 names the scheme it wants
-        headers={"WWW-Authenticate": 'Bearer realm="laneledger"'}
-        if isinstance(err, Unauthorized) else None,
+        headers={"WWW-Authenticate": 'Bearer realm="laneledger"'} if isinstance(err, Unauthorized) else None,
     )
 
 
@@ -81,9 +80,15 @@ async def errors_middleware(
     except LedgerError as err:
         return error_response(err)
     except web.HTTPMethodNotAllowed as exc:
-        return error_response(InvalidRequest(
-            "method not allowed", method=request.method, path=request.path,
-            allowed=sorted(exc.allowed_methods)), 405)
+        return error_response(
+            InvalidRequest(
+                "method not allowed",
+                method=request.method,
+                path=request.path,
+                allowed=sorted(exc.allowed_methods),
+            ),
+            405,
+        )
     except web.HTTPNotFound:
         return error_response(EntityNotFound("no such route", kind="route", path=request.path))
     except web.HTTPException as exc:
@@ -92,15 +97,14 @@ async def errors_middleware(
         return error_response(InvalidRequest(exc.reason, path=request.path), exc.status)
     except ConnectionError:
         raise  # the client went away mid-response: there is no one to answer
-    except Exception as exc:  # noqa: BLE001 - a bug must answer with a typed body
+    except Exception as exc:
         log.exception("%s %s failed", request.method, request.path)
         return error_response(InternalError(f"{type(exc).__name__}: {exc}"))
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:
     """``body`` encoded by msgspec (``msgspec.Raw`` values go out verbatim)."""
-    return web.Response(body=msgspec.json.encode(body), status=status,
-                        content_type="application/json")
+    return web.Response(body=msgspec.json.encode(body), status=status, content_type="application/json")
 
 
 class Query:
@@ -113,12 +117,12 @@ class Query:
             if name == ACCESS_TOKEN_PARAMETER:
                 continue  # the bearer token, read (and checked) by the access middleware
             if name not in allowed:
-                raise InvalidRequest(f"unknown query parameter {name!r}", parameter=name,
-                                     allowed=list(allowed))
+                raise InvalidRequest(
+                    f"unknown query parameter {name!r}", parameter=name, allowed=list(allowed)
+                )
             values = request.query.getall(name)
             if len(values) > 1:
-                raise InvalidRequest(f"query parameter {name!r} given more than once",
-                                     parameter=name)
+                raise InvalidRequest(f"query parameter {name!r} given more than once", parameter=name)
             self._values[name] = values[0]
 
     def text(self, name: str) -> str | None:
@@ -127,8 +131,9 @@ class Query:
             raise InvalidRequest(f"{name} must be 1 to 256 characters", parameter=name)
         return value
 
-    def integer(self, name: str, default: int | None = None, *, low: int = 0,
-                high: int | None = None) -> int | None:
+    def integer(
+        self, name: str, default: int | None = None, *, low: int = 0, high: int | None = None
+    ) -> int | None:
         raw = self._values.get(name)
         if raw is None:
             return default
@@ -137,8 +142,7 @@ class Query:
     def choice(self, name: str, choices: tuple[str, ...]) -> str:
         raw = self._values.get(name, choices[0])
         if raw not in choices:
-            raise InvalidRequest(f"{name} must be one of {', '.join(choices)}",
-                                 parameter=name, found=raw)
+            raise InvalidRequest(f"{name} must be one of {', '.join(choices)}", parameter=name, found=raw)
         return raw
 
 

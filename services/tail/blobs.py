@@ -20,10 +20,10 @@ import re
 from aiohttp import web
 from nats.js.client import JetStreamContext
 
-from laneledger.runtime.access import scope_of
-from laneledger.sdk.blobstore import BlobBuckets
 from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.subjects import Subjects
+from laneledger.runtime.access import scope_of
+from laneledger.sdk.blobstore import BlobBuckets
 
 from .api import Query
 
@@ -56,10 +56,9 @@ def content_type(data: bytes) -> str:
 
 def parse_sha256(raw: str) -> str:
     """A lowercase hex sha256, optionally written as a content ref's ``sha256:<hex>``."""
-    value = raw[len("sha256:"):] if raw.startswith("sha256:") else raw
+    value = raw[len("sha256:") :] if raw.startswith("sha256:") else raw
     if not _SHA256.match(value):
-        raise InvalidRequest("sha256 must be 64 lowercase hex digits", parameter="sha256",
-                             found=raw[:80])
+        raise InvalidRequest("sha256 must be 64 lowercase hex digits", parameter="sha256", found=raw[:80])
     return value
 
 
@@ -71,11 +70,14 @@ def blob_route(store: BlobReader) -> web.RouteDef:
         if tenant is None:  # an operator (or open) read: blobs live per tenant
             raise InvalidRequest("name the blob's tenant (tenant=)", parameter="tenant")
         data, ctype = await store.read(tenant, sha256)
-        return web.Response(body=data, headers={
-            "Content-Type": ctype,
-            "ETag": f'"{sha256}"',
-            # Immutable, but a tenant's own: shared caches must not keep it.
-            "Cache-Control": "private, max-age=31536000, immutable",
-        })
+        return web.Response(
+            body=data,
+            headers={
+                "Content-Type": ctype,
+                "ETag": f'"{sha256}"',
+                # Immutable, but a tenant's own: shared caches must not keep it.
+                "Cache-Control": "private, max-age=31536000, immutable",
+            },
+        )
 
     return web.get("/api/v1/blobs/{sha256}", get_blob, name="blob")

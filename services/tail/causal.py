@@ -17,11 +17,11 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from laneledger.runtime.access import scope_of
-from laneledger.history.causality import REWIND, REWOUND, Subject, node_of, subjects_of
-from laneledger.sdk.client import LedgerClient
 from laneledger.contract.errors import EntityNotFound
+from laneledger.history.causality import REWIND, REWOUND, Subject, node_of, subjects_of
 from laneledger.history.rewind import Invalidation
+from laneledger.runtime.access import scope_of
+from laneledger.sdk.client import LedgerClient
 from laneledger.sdk.spine import spawned_by
 
 from . import rewinds
@@ -62,24 +62,31 @@ class CausalTree:
             raise EntityNotFound("no such session", kind="session", id=session_id)
         lanes, subjects = await self._structure(session_id)
         rewound, nodes, more = await self._read(
-            self._nodes, where, params, applied, cursor, limit, exclude, subjects)
+            self._nodes, where, params, applied, cursor, limit, exclude, subjects
+        )
         for lane_id, spine in spines.items():
             lane = lanes.get(lane_id)
             spine.update(
-                name=lane.name if lane else None, kind=lane.kind if lane else None,
+                name=lane.name if lane else None,
+                kind=lane.kind if lane else None,
                 parent_lane_id=lane.parent_lane_id if lane else None,
                 actor_id=lane.actor_id if lane else None,
-                forked_from=msgspec.to_builtins(lane.forked_from) if lane else None)
-        return json_response({
-            "session_id": session_id, "applied_position": applied,
-            "structure_complete": True, "exclude_invalidated": exclude,
-            "spines": list(spines.values()),
-            "rewinds": rewound,
-            "roots": [n["position"] for n in nodes if n["cause"] is None and n["role"] != REWIND],
-            "nodes": nodes,
-            "next_cursor": nodes[-1]["position"] if nodes else None,
-            "has_more": more,
-        })
+                forked_from=msgspec.to_builtins(lane.forked_from) if lane else None,
+            )
+        return json_response(
+            {
+                "session_id": session_id,
+                "applied_position": applied,
+                "structure_complete": True,
+                "exclude_invalidated": exclude,
+                "spines": list(spines.values()),
+                "rewinds": rewound,
+                "roots": [n["position"] for n in nodes if n["cause"] is None and n["role"] != REWIND],
+                "nodes": nodes,
+                "next_cursor": nodes[-1]["position"] if nodes else None,
+                "has_more": more,
+            }
+        )
 
     async def _structure(self, session_id: str) -> tuple[dict[str, Any], dict[str, Subject]]:
         """Lanes by id, and the subjects of actions and attempts: read page by
@@ -94,13 +101,18 @@ class CausalTree:
         rows = self._model.query(
             f"SELECT lane_id, count(*), min(position), max(position) FROM events WHERE {where}"
             " AND event_type != ? AND event_type != '' AND position <= ?"
-            " GROUP BY lane_id ORDER BY min(position)", [*params, REWOUND, applied])
-        spines = {lane_id: {"lane_id": lane_id, "events": count, "first_position": first,
-                            "last_position": last}
-                  for lane_id, count, first, last in rows}
+            " GROUP BY lane_id ORDER BY min(position)",
+            [*params, REWOUND, applied],
+        )
+        spines = {
+            lane_id: {"lane_id": lane_id, "events": count, "first_position": first, "last_position": last}
+            for lane_id, count, first, last in rows
+        }
         firsts = self._bodies([s["first_position"] for s in spines.values()])
-        links = {p: (b.get("causation_id"), spawned_by(b["event_type"], b.get("payload") or {}))
-                 for p, b in firsts.items()}
+        links = {
+            p: (b.get("causation_id"), spawned_by(b["event_type"], b.get("payload") or {}))
+            for p, b in firsts.items()
+        }
         known = self._positions({i for pair in links.values() for i in pair} - {None})
         for spine in spines.values():
             cause, spawner = links[spine["first_position"]]
@@ -108,26 +120,42 @@ class CausalTree:
             spine["spawned_by"] = known.get(spawner) if spawner else None
         return spines
 
-    def _nodes(self, where: str, params: list, applied: int, cursor: int, limit: int,
-               exclude: bool, subjects: dict[str, Subject]):
+    def _nodes(
+        self,
+        where: str,
+        params: list,
+        applied: int,
+        cursor: int,
+        limit: int,
+        exclude: bool,
+        subjects: dict[str, Subject],
+    ):
         rewind_rows = self._model.query(
             f"SELECT position, actor_id, body FROM events WHERE {where} AND event_type = ?"
-            " AND position <= ? ORDER BY position", [*params, REWOUND, applied])
+            " AND position <= ? ORDER BY position",
+            [*params, REWOUND, applied],
+        )
         rewinds, gone = [], Invalidation()
         for position, actor_id, body in rewind_rows:
             payload = msgspec.json.decode(body).get("payload", {})
             gone.add(payload)
-            rewinds.append({"position": position, "actor_id": actor_id,
-                            "target_position": payload.get("target_position"),
-                            "invalidated": payload.get("invalidated", []),
-                            "invalidated_count": payload.get("invalidated_count", 0)})
+            rewinds.append(
+                {
+                    "position": position,
+                    "actor_id": actor_id,
+                    "target_position": payload.get("target_position"),
+                    "invalidated": payload.get("invalidated", []),
+                    "invalidated_count": payload.get("invalidated_count", 0),
+                }
+            )
         bodies: list[dict[str, Any]] = []
         more = False
         while not more:
             rows = self._model.query(
                 f"SELECT position, body FROM events WHERE {where} AND event_type != ''"
                 " AND position <= ? AND position > ? ORDER BY position LIMIT ?",
-                [*params, applied, cursor, SCAN_CHUNK])
+                [*params, applied, cursor, SCAN_CHUNK],
+            )
             for position, body in rows:
                 if exclude and position in gone:
                     continue
@@ -142,22 +170,31 @@ class CausalTree:
         nodes = []
         for body in bodies:
             node = node_of(body, subjects, positions)
-            nodes.append({
-                "position": node.position, "event_id": node.event_id, "lane_id": node.lane_id,
-                "seq": node.seq, "actor_id": node.actor_id, "event_type": node.event_type,
-                "role": node.role, "name": node.name, "summary": node.summary,
-                "cause": node.cause, "cause_id": node.cause_id,
-                "invalidated": node.position in gone,
-            })
+            nodes.append(
+                {
+                    "position": node.position,
+                    "event_id": node.event_id,
+                    "lane_id": node.lane_id,
+                    "seq": node.seq,
+                    "actor_id": node.actor_id,
+                    "event_type": node.event_type,
+                    "role": node.role,
+                    "name": node.name,
+                    "summary": node.summary,
+                    "cause": node.cause,
+                    "cause_id": node.cause_id,
+                    "invalidated": node.position in gone,
+                }
+            )
         return rewinds, nodes, more
 
     def _bodies(self, positions: list[int]) -> dict[int, dict[str, Any]]:
         found: dict[int, dict[str, Any]] = {}
         for start in range(0, len(positions), ID_CHUNK):
-            chunk = positions[start:start + ID_CHUNK]
+            chunk = positions[start : start + ID_CHUNK]
             for position, body in self._model.query(
-                    f"SELECT position, body FROM events WHERE position IN"
-                    f" ({','.join('?' * len(chunk))})", chunk):
+                f"SELECT position, body FROM events WHERE position IN ({','.join('?' * len(chunk))})", chunk
+            ):
                 found[position] = msgspec.json.decode(body)
         return found
 
@@ -167,8 +204,11 @@ class CausalTree:
         ids = sorted(event_ids)
         found: dict[str, int] = {}
         for start in range(0, len(ids), ID_CHUNK):
-            chunk = ids[start:start + ID_CHUNK]
-            found.update(self._model.query(
-                f"SELECT event_id, position FROM events WHERE event_id IN"
-                f" ({','.join('?' * len(chunk))})", chunk))
+            chunk = ids[start : start + ID_CHUNK]
+            found.update(
+                self._model.query(
+                    f"SELECT event_id, position FROM events WHERE event_id IN ({','.join('?' * len(chunk))})",
+                    chunk,
+                )
+            )
         return found

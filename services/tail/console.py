@@ -30,19 +30,19 @@ def console_routes() -> list[web.RouteDef]:
     files = _load()
     # Same-origin only: the console needs nothing from elsewhere, and a page
     # that shows a ledger should not be framed by another site.
-    headers = {"Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'",
-               "X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
+    headers = {
+        "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'",
+        "X-Content-Type-Options": "nosniff",
+        "Cache-Control": "no-cache",
+    }
 
     async def page(_: web.Request) -> web.Response:
-        return web.Response(body=files[PAGE], content_type="text/html", charset="utf-8",
-                            headers=headers)
+        return web.Response(body=files[PAGE], content_type="text/html", charset="utf-8", headers=headers)
 
     async def asset(request: web.Request) -> web.Response:
         name = request.match_info["asset"]
         if name not in ASSETS:
             raise EntityNotFound("no such console file", kind="console_asset", name=name[:64])
-        return web.Response(body=files[name], content_type=ASSETS[name], charset="utf-8",
-                            headers=headers)
+        return web.Response(body=files[name], content_type=ASSETS[name], charset="utf-8", headers=headers)
 
-    return [web.get("/", page, name="console"),
-            web.get("/console/{asset}", asset, name="console_asset")]
+    return [web.get("/", page, name="console"), web.get("/console/{asset}", asset, name="console_asset")]

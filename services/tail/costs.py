@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import msgspec
 from aiohttp import web
 
-from laneledger.runtime.access import scope_of
 from laneledger.contract.errors import IntegrityError
 from laneledger.contract.vocabulary import COST_SUM
+from laneledger.runtime.access import scope_of
 
 from .api import Query, json_response
 from .feed import Feed
@@ -34,8 +34,7 @@ PARAMETERS = ("tenant", "session_id", "run_id", "bucket_s")
 MAX_BUCKET_S = 31 * 86400
 MAX_BUCKETS = 120
 # Round bucket widths, so the plot's ticks fall on readable times.
-LADDER = (1, 5, 10, 30, 60, 300, 600, 1800, 3600, 3 * 3600, 6 * 3600, 86400, 7 * 86400,
-          MAX_BUCKET_S)
+LADDER = (1, 5, 10, 30, 60, 300, 600, 1800, 3600, 3 * 3600, 6 * 3600, 86400, 7 * 86400, MAX_BUCKET_S)
 
 
 class CostPayload(msgspec.Struct):
@@ -77,8 +76,12 @@ class Tally:
         self.output_tokens += p.output_tokens
 
     def body(self) -> dict[str, Any]:
-        return {"amount": str(self.amount), "events": self.events,
-                "input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+        return {
+            "amount": str(self.amount),
+            "events": self.events,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+        }
 
 
 def bucket_for(span_s: float) -> int:
@@ -94,13 +97,16 @@ def _epoch(timestamp: str, position: int) -> float:
     try:
         return datetime.fromisoformat(timestamp).timestamp()
     except ValueError:
-        raise IntegrityError("a cost.recorded event's occurred_at does not parse",
-                             kind="cost_unreadable", position=position,
-                             field="occurred_at") from None
+        raise IntegrityError(
+            "a cost.recorded event's occurred_at does not parse",
+            kind="cost_unreadable",
+            position=position,
+            field="occurred_at",
+        ) from None
 
 
 def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Costs:
@@ -119,31 +125,37 @@ class Costs:
         bucket_s = query.integer("bucket_s", None, low=1, high=MAX_BUCKET_S)
         applied = self._feed.applied
         report = await asyncio.get_running_loop().run_in_executor(
-            self._readers, self._report, filters, bucket_s, applied)
+            self._readers, self._report, filters, bucket_s, applied
+        )
         return json_response(report)
 
-    def _report(self, filters: dict[str, str | None], bucket_s: int | None,
-                applied: int) -> dict[str, Any]:
+    def _report(self, filters: dict[str, str | None], bucket_s: int | None, applied: int) -> dict[str, Any]:
         where = ["event_type = 'cost.recorded'", "position <= ?"]
         params: list[Any] = [applied]
         for column, value in filters.items():
             if value is not None:
                 where.append(f"{column} = ?")
                 params.append(value)
-        sql = (f"SELECT position, body FROM events WHERE {' AND '.join(where)}"
-               " AND position > ? ORDER BY position LIMIT ?")
+        sql = (
+            f"SELECT position, body FROM events WHERE {' AND '.join(where)}"
+            " AND position > ? ORDER BY position LIMIT ?"
+        )
         records: list[tuple[float, str, str, str, Decimal, CostPayload]] = []
         for position, body in self._model.iterate(sql, params):
             try:
                 event = _decode.decode(body)
                 amount = Decimal(event.payload.amount)
             except (msgspec.DecodeError, msgspec.ValidationError, InvalidOperation) as exc:
-                raise IntegrityError("a cost.recorded event does not read as a cost",
-                                     kind="cost_unreadable", position=position,
-                                     reason=str(exc)[:200]) from None
+                raise IntegrityError(
+                    "a cost.recorded event does not read as a cost",
+                    kind="cost_unreadable",
+                    position=position,
+                    reason=str(exc)[:200],
+                ) from None
             p = event.payload
-            records.append((_epoch(event.occurred_at, position), p.model, event.tenant,
-                            p.currency, amount, p))
+            records.append(
+                (_epoch(event.occurred_at, position), p.model, event.tenant, p.currency, amount, p)
+            )
 
         totals: dict[str, Tally] = defaultdict(Tally)
         models: dict[tuple[str, str, str], Tally] = defaultdict(Tally)
@@ -169,11 +181,15 @@ class Costs:
             "events": len(records),
             "bucket_s": width,
             "totals": [{"currency": c, **t.body()} for c, t in sorted(totals.items())],
-            "by_model": [{"provider": pr, "model": m, "currency": c, **t.body()}
-                         for (pr, m, c), t in sorted(models.items())],
-            "by_tenant": [{"tenant": te, "currency": c, **t.body()}
-                          for (te, c), t in sorted(tenants.items())],
-            "series": [{"start": _iso(start), "model": m, "tenant": te, "currency": c,
-                        "amount": str(amount)}
-                       for (start, m, te, c), amount in sorted(series.items())],
+            "by_model": [
+                {"provider": pr, "model": m, "currency": c, **t.body()}
+                for (pr, m, c), t in sorted(models.items())
+            ],
+            "by_tenant": [
+                {"tenant": te, "currency": c, **t.body()} for (te, c), t in sorted(tenants.items())
+            ],
+            "series": [
+                {"start": _iso(start), "model": m, "tenant": te, "currency": c, "amount": str(amount)}
+                for (start, m, te, c), amount in sorted(series.items())
+            ],
         }

@@ -55,8 +55,9 @@ def frame_of(position: int, body: bytes) -> bytes | None:
 
 def entry_of(row: Row) -> Entry:
     frame = frame_of(row.position, row.body) if row.event_type else None
-    return Entry(row.position, row.tenant, row.session_id, row.run_id, row.lane_id,
-                 row.actor_id, row.event_type, frame)
+    return Entry(
+        row.position, row.tenant, row.session_id, row.run_id, row.lane_id, row.actor_id, row.event_type, frame
+    )
 
 
 @dataclass(frozen=True)
@@ -88,16 +89,20 @@ class EventFilter:
         return TERMINAL_EVENT_TYPES[follows] if follows else ()
 
     def in_scope(self, e: Entry) -> bool:
-        return ((self.tenant is None or e.tenant == self.tenant)
-                and (self.session_id is None or e.session_id == self.session_id)
-                and (self.run_id is None or e.run_id == self.run_id))
+        return (
+            (self.tenant is None or e.tenant == self.tenant)
+            and (self.session_id is None or e.session_id == self.session_id)
+            and (self.run_id is None or e.run_id == self.run_id)
+        )
 
     def matches(self, e: Entry) -> bool:
-        return (self.in_scope(e)
-                and (self.lane_id is None or e.lane_id == self.lane_id)
-                and (self.actor_id is None or e.actor_id == self.actor_id)
-                and (self.event_type is None or e.event_type.startswith(self.event_type))
-                and e.frame is not None)
+        return (
+            self.in_scope(e)
+            and (self.lane_id is None or e.lane_id == self.lane_id)
+            and (self.actor_id is None or e.actor_id == self.actor_id)
+            and (self.event_type is None or e.event_type.startswith(self.event_type))
+            and e.frame is not None
+        )
 
     def ends_with(self, e: Entry) -> bool:
         """Whether ``e`` is the terminal event of what this tail follows."""
@@ -152,11 +157,12 @@ class Feed:
         if not rows:
             return
         if self._capacity:
-            for row in rows[-self._capacity:]:
+            for row in rows[-self._capacity :]:
                 # A large event is left to SQLite (None): the ring's memory
                 # stays under capacity x RING_MAX_BODY.
                 self._ring[row.position % self._capacity] = (
-                    entry_of(row) if len(row.body) <= RING_MAX_BODY else None)
+                    entry_of(row) if len(row.body) <= RING_MAX_BODY else None
+                )
         self.applied = rows[-1].position
         self._ring_low = max(self._ring_low, self.applied - self._capacity + 1)
         self._bump()
@@ -224,7 +230,10 @@ class Feed:
         rows, more = self._model.scan(
             "SELECT position, tenant, session_id, run_id, lane_id, actor_id, event_type, body"
             f" FROM events WHERE position > ?{where} ORDER BY position",
-            [cursor, *params], max_rows=PAGE_ROWS, max_bytes=PAGE_BYTES, body_column=7,
+            [cursor, *params],
+            max_rows=PAGE_ROWS,
+            max_bytes=PAGE_BYTES,
+            body_column=7,
         )
         out = []
         for position, tenant, session_id, run_id, lane_id, actor_id, event_type, body in rows:

@@ -27,15 +27,15 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from laneledger.runtime.access import Scope, scope_of
-from laneledger.sdk.client import LedgerClient
 from laneledger.contract.errors import EntityNotFound, IntegrityError
 from laneledger.contract.vocabulary import TERMINAL_EVENT_TYPES
+from laneledger.runtime.access import Scope, scope_of
+from laneledger.sdk.client import LedgerClient
 
+from . import rewinds
 from .api import Query, json_response, parse_int
 from .feed import Feed
 from .readmodel import ReadModel
-from . import rewinds
 
 PAGE_DEFAULT = 100
 PAGE_MAX = 1000
@@ -78,10 +78,13 @@ class Structure:
     complete: bool = True
 
     def body(self) -> dict[str, Any]:
-        return {"lanes": [full(o) for o in self.lanes], "turns": [full(o) for o in self.turns],
-                "actions": [full(o) for o in self.actions],
-                "attempts": [full(o) for o in self.attempts],
-                "structure_complete": self.complete}
+        return {
+            "lanes": [full(o) for o in self.lanes],
+            "turns": [full(o) for o in self.turns],
+            "actions": [full(o) for o in self.actions],
+            "attempts": [full(o) for o in self.attempts],
+            "structure_complete": self.complete,
+        }
 
 
 @dataclass(frozen=True)
@@ -94,8 +97,7 @@ class PageRequest:
     def read(cls, query: Query) -> PageRequest:
         limit = query.integer("limit", PAGE_DEFAULT, low=1, high=PAGE_MAX)
         assert limit is not None
-        return cls(query.integer("cursor"), query.choice("direction", ("forward", "backward")),
-                   limit)
+        return cls(query.integer("cursor"), query.choice("direction", ("forward", "backward")), limit)
 
 
 class History:
@@ -111,8 +113,9 @@ class History:
             web.get("/api/v1/lanes/{lane_id}/events", self.lane_events, name="lane_events"),
             web.get("/api/v1/sessions/{session_id}", self.session, name="session"),
             web.get("/api/v1/sessions/{session_id}/runs/{run_id}", self.run, name="run"),
-            web.get("/api/v1/sessions/{session_id}/runs/{run_id}/inspection", self.inspection,
-                    name="inspection"),
+            web.get(
+                "/api/v1/sessions/{session_id}/runs/{run_id}/inspection", self.inspection, name="inspection"
+            ),
         ]
 
     async def _read(self, fn, *args):
@@ -125,17 +128,22 @@ class History:
         position = parse_int(request.match_info["position"], "position", low=1)
         row = await self._read(self._model.event_at, position)
         if not scope_of(request).allows(row.tenant):  # as if it were not there
-            raise EntityNotFound("no committed event at this position (yet)", kind="event",
-                                 position=position)
+            raise EntityNotFound("no committed event at this position (yet)", kind="event", position=position)
         if not row.event_type:
-            raise IntegrityError("the stream message at this position is not a committed event",
-                                 kind="not_an_event", position=position)
+            raise IntegrityError(
+                "the stream message at this position is not a committed event",
+                kind="not_an_event",
+                position=position,
+            )
         if rewinds.exclude_requested(query):
-            gone = await self._read(rewinds.invalidation, self._model, row.session_id,
-                                    self._feed.applied)
+            gone = await self._read(rewinds.invalidation, self._model, row.session_id, self._feed.applied)
             if position in gone:  # left out, like every read that excludes it
-                raise EntityNotFound("the event at this position is invalidated by a rewind",
-                                     kind="event", position=position, invalidated=True)
+                raise EntityNotFound(
+                    "the event at this position is invalidated by a rewind",
+                    kind="event",
+                    position=position,
+                    invalidated=True,
+                )
         return web.Response(body=row.body, content_type="application/json")
 
     # -- a lane ----------------------------------------------------------------------------
@@ -154,18 +162,24 @@ class History:
             session_id = await self._read(self._session_of, lane_id)
             if session_id is not None:
                 where, params = await self._excluding(True, session_id, applied, where, params)
-        events, next_cursor, more = await self._read(
-            self._page, where, params, "seq", page, applied)
+        events, next_cursor, more = await self._read(self._page, where, params, "seq", page, applied)
         if not events and not await self._read(self._any, where, params):
             lane = await self._ledger.get_lane(lane_id)  # 404 unless it is just empty
             scope.not_found_unless(lane.tenant, "lane", id=lane_id)
-        return json_response({
-            "lane_id": lane_id, "direction": page.direction, "events": events,
-            "next_cursor": next_cursor, "has_more": more, "applied_position": applied,
-        })
+        return json_response(
+            {
+                "lane_id": lane_id,
+                "direction": page.direction,
+                "events": events,
+                "next_cursor": next_cursor,
+                "has_more": more,
+                "applied_position": applied,
+            }
+        )
 
-    async def _fork_history(self, query: Query, page: PageRequest, lane_id: str,
-                            applied: int, access: Scope) -> web.Response:
+    async def _fork_history(
+        self, query: Query, page: PageRequest, lane_id: str, applied: int, access: Scope
+    ) -> web.Response:
         """A lane with the history it was forked from: its origin's events up
         to the fork point (and so on up the origins), then its own, keyed by
         position. The segments follow each other in position order, and a
@@ -185,13 +199,19 @@ class History:
         if rewinds.exclude_requested(query):  # forks stay in their origin's session
             gone = await self._read(rewinds.invalidation, self._model, lane.session_id, applied)
             segments = [rewinds.excluding(where, params, gone) for where, params in segments]
-        events, next_cursor, more = await self._read(self._segments_page, segments, page,
-                                                     applied)
-        return json_response({
-            "lane_id": lane_id, "with_origin": True, "origins": origins,
-            "direction": page.direction, "events": events, "next_cursor": next_cursor,
-            "has_more": more, "applied_position": applied,
-        })
+        events, next_cursor, more = await self._read(self._segments_page, segments, page, applied)
+        return json_response(
+            {
+                "lane_id": lane_id,
+                "with_origin": True,
+                "origins": origins,
+                "direction": page.direction,
+                "events": events,
+                "next_cursor": next_cursor,
+                "has_more": more,
+                "applied_position": applied,
+            }
+        )
 
     # -- a session and a run ----------------------------------------------------------------
 
@@ -201,18 +221,30 @@ class History:
         session_id = request.match_info["session_id"]
         applied = self._feed.applied
         access = scope_of(request)
-        scope = await self._excluding(rewinds.exclude_requested(query), session_id, applied,
-                                      *scoped("session_id = ?", [session_id], access))
+        scope = await self._excluding(
+            rewinds.exclude_requested(query),
+            session_id,
+            applied,
+            *scoped("session_id = ?", [session_id], access),
+        )
         known, (events, next_cursor, more) = await asyncio.gather(
             self._structure(session_id),
             self._read(self._page, *scope, "position", page, applied),
         )
         access.not_found_unless(known.tenant, "session", id=session_id)
-        return json_response({
-            "session_id": session_id, "tenant": known.tenant, "run_ids": known.run_ids,
-            **known.body(), "direction": page.direction, "events": events,
-            "next_cursor": next_cursor, "has_more": more, "applied_position": applied,
-        })
+        return json_response(
+            {
+                "session_id": session_id,
+                "tenant": known.tenant,
+                "run_ids": known.run_ids,
+                **known.body(),
+                "direction": page.direction,
+                "events": events,
+                "next_cursor": next_cursor,
+                "has_more": more,
+                "applied_position": applied,
+            }
+        )
 
     async def run(self, request: web.Request) -> web.Response:
         query = Query(request, PAGE_PARAMETERS + (rewinds.PARAMETER,))
@@ -221,18 +253,28 @@ class History:
         applied = self._feed.applied
         access = scope_of(request)
         scope = await self._excluding(
-            rewinds.exclude_requested(query), session_id, applied,
-            *scoped("run_id = ? AND session_id = ?", [run_id, session_id], access))
+            rewinds.exclude_requested(query),
+            session_id,
+            applied,
+            *scoped("run_id = ? AND session_id = ?", [run_id, session_id], access),
+        )
         known, (events, next_cursor, more) = await asyncio.gather(
             self._structure(session_id, run_id),
             self._read(self._page, *scope, "position", page, applied),
         )
         access.not_found_unless(known.tenant, "run", id=run_id, session_id=session_id)
-        return json_response({
-            "session_id": session_id, "run_id": run_id, **known.body(),
-            "direction": page.direction, "events": events, "next_cursor": next_cursor, "has_more": more,
-            "applied_position": applied,
-        })
+        return json_response(
+            {
+                "session_id": session_id,
+                "run_id": run_id,
+                **known.body(),
+                "direction": page.direction,
+                "events": events,
+                "next_cursor": next_cursor,
+                "has_more": more,
+                "applied_position": applied,
+            }
+        )
 
     async def inspection(self, request: web.Request) -> web.Response:
         """What the run's events say about how it ended and what is left open,
@@ -263,26 +305,34 @@ class History:
                 continue
             attempt = attempts.get(attempt_id)
             action = actions.get(attempt.action_id) if attempt else None
-            unresolved.append({
-                "attempt_id": attempt_id,
-                "attempt": full(attempt),
-                "action": full(action),
-                "requested_position": position,
-                "requested_event": msgspec.Raw(body),
-                # spec/object-model.md: a side-effecting call is never retried
-                # silently; unknown structure counts as side-effecting.
-                "reconcile_before_retry": action is None or (
-                    action.effect in ("write", "unknown")
-                    and action.idempotency not in SAFE_TO_RETRY),
-            })
-        return json_response({
-            "session_id": session_id, "run_id": run_id, "applied_position": applied,
-            "structure_complete": view.complete, "terminal_events": terminal,
-            "linked_checkpoints": linked, "unresolved_attempts": unresolved,
-        })
+            unresolved.append(
+                {
+                    "attempt_id": attempt_id,
+                    "attempt": full(attempt),
+                    "action": full(action),
+                    "requested_position": position,
+                    "requested_event": msgspec.Raw(body),
+                    # spec/object-model.md: a side-effecting call is never retried
+                    # silently; unknown structure counts as side-effecting.
+                    "reconcile_before_retry": action is None
+                    or (action.effect in ("write", "unknown") and action.idempotency not in SAFE_TO_RETRY),
+                }
+            )
+        return json_response(
+            {
+                "session_id": session_id,
+                "run_id": run_id,
+                "applied_position": applied,
+                "structure_complete": view.complete,
+                "terminal_events": terminal,
+                "linked_checkpoints": linked,
+                "unresolved_attempts": unresolved,
+            }
+        )
 
-    async def _excluding(self, exclude: bool, session_id: str, applied: int, where: str,
-                         params: list) -> tuple[str, list]:
+    async def _excluding(
+        self, exclude: bool, session_id: str, applied: int, where: str, params: list
+    ) -> tuple[str, list]:
         """``where`` without the events the session's rewinds invalidated, when asked."""
         if not exclude:
             return where, params
@@ -293,13 +343,20 @@ class History:
         # Paged (load_structure), without the events the tail reads itself:
         # complete however large the session is.
         view = await self._ledger.load_structure(session_id, run_id)
-        return Structure(view.lanes, view.turns, view.actions, view.attempts, view.tenant,
-                         sorted({lane.run_id for lane in view.lanes}))
+        return Structure(
+            view.lanes,
+            view.turns,
+            view.actions,
+            view.attempts,
+            view.tenant,
+            sorted({lane.run_id for lane in view.lanes}),
+        )
 
     # -- queries (reader threads) ----------------------------------------------------------
 
-    def _page(self, where: str, params: list, key: str, page: PageRequest,
-              applied: int) -> tuple[list[msgspec.Raw], int | None, bool]:
+    def _page(
+        self, where: str, params: list, key: str, page: PageRequest, applied: int
+    ) -> tuple[list[msgspec.Raw], int | None, bool]:
         if page.direction == "forward":
             bound, order, cursor = ">", "ASC", page.cursor or 0
         else:
@@ -307,13 +364,17 @@ class History:
         rows, more = self._model.scan(
             f"SELECT {key}, body FROM events WHERE {where} AND event_type != ''"
             f" AND position <= ? AND {key} {bound} ? ORDER BY {key} {order}",
-            [*params, applied, cursor], max_rows=page.limit, max_bytes=PAGE_BYTES, body_column=1,
+            [*params, applied, cursor],
+            max_rows=page.limit,
+            max_bytes=PAGE_BYTES,
+            body_column=1,
         )
         events = [msgspec.Raw(body) for _, body in rows]
         return events, (rows[-1][0] if rows else None), more
 
-    def _segments_page(self, segments: list[tuple[str, list]], page: PageRequest,
-                       applied: int) -> tuple[list[msgspec.Raw], int | None, bool]:
+    def _segments_page(
+        self, segments: list[tuple[str, list]], page: PageRequest, applied: int
+    ) -> tuple[list[msgspec.Raw], int | None, bool]:
         """A page of the first segment with events past the cursor (by
         position), and whether it or a later segment has more."""
         for at, (where, params) in enumerate(segments):
@@ -321,14 +382,12 @@ class History:
             if events:
                 if not more:
                     probe = PageRequest(next_cursor, page.direction, 1)
-                    more = any(self._page(w, p, "position", probe, applied)[0]
-                               for w, p in segments[at + 1:])
+                    more = any(self._page(w, p, "position", probe, applied)[0] for w, p in segments[at + 1 :])
                 return events, next_cursor, more
         return [], None, False
 
     def _session_of(self, lane_id: str) -> str | None:
-        rows = self._model.query("SELECT session_id FROM events WHERE lane_id = ? LIMIT 1",
-                                 [lane_id])
+        rows = self._model.query("SELECT session_id FROM events WHERE lane_id = ? LIMIT 1", [lane_id])
         return rows[0][0] if rows else None
 
     def _any(self, where: str, params: list) -> bool:
@@ -342,4 +401,3 @@ class History:
             f" AND event_type IN ({','.join('?' * len(types))}) ORDER BY position",
             [run_id, session_id, applied, *types],
         )
-

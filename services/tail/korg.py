@@ -29,9 +29,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from aiohttp import web
 
-from laneledger.runtime.access import scope_of
 from laneledger.contract.chain import GENESIS_HASH
-from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
 from laneledger.contract.errors import (
     CausationViolation,
     EntityNotFound,
@@ -41,6 +39,8 @@ from laneledger.contract.errors import (
     RequestTooLarge,
 )
 from laneledger.contract.model import MAX_REQUEST_BYTES, AppendCommitted, Hash, Id, decode
+from laneledger.runtime.access import scope_of
+from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
 
 from .api import Query, json_response
 from .feed import Feed
@@ -50,13 +50,23 @@ EVENT_TYPE = "ext.korg.agent_tool_call"
 RECORDER = "korg:api"  # Korg §1.2.6: the recorder of every HTTP append
 SCHEMA_VERSION = "1.0"
 # Korg §1.2.7: fields the server derives; a client that sends them is ignored, not refused.
-SERVER_DERIVED = frozenset({
-    "seq_id", "event_id", "actor_id", "causation_id", "ledger_hash", "parent_hash",
-    "emitted_at", "recorded_at", "hlc_physical", "hlc_logical", "timestamp",
-})
+SERVER_DERIVED = frozenset(
+    {
+        "seq_id",
+        "event_id",
+        "actor_id",
+        "causation_id",
+        "ledger_hash",
+        "parent_hash",
+        "emitted_at",
+        "recorded_at",
+        "hlc_physical",
+        "hlc_logical",
+        "timestamp",
+    }
+)
 # Korg §1.1 prefixes -> laneledger actor kinds.
-ACTOR_KINDS = {"agent": "agent", "human": "human", "korg": "service", "mcp": "tool",
-               "import": "service"}
+ACTOR_KINDS = {"agent": "agent", "human": "human", "korg": "service", "mcp": "tool", "import": "service"}
 MIRROR_GRACE_S = 1.0  # how long a seq_id may be committed but not yet on the stream
 WAIT_FOR_CAUSE_S = 5.0
 MAX_RECORDERS = 1024
@@ -110,21 +120,29 @@ class KorgSettings:
 
 
 class Korg:
-    def __init__(self, settings: KorgSettings, ledger: LedgerClient, model: ReadModel, readers,
-                 feed: Feed, stream_last: Callable[[], Awaitable[int]]) -> None:
+    def __init__(
+        self,
+        settings: KorgSettings,
+        ledger: LedgerClient,
+        model: ReadModel,
+        readers,
+        feed: Feed,
+        stream_last: Callable[[], Awaitable[int]],
+    ) -> None:
         self._settings = settings
         self._ledger = ledger
         self._model = model
         self._readers = readers
         self._feed = feed
         self._stream_last = stream_last
-        self._recorders: collections.OrderedDict[tuple[str, str], LaneRecorder] = \
-            collections.OrderedDict()
+        self._recorders: collections.OrderedDict[tuple[str, str], LaneRecorder] = collections.OrderedDict()
         self._opening = asyncio.Lock()
 
     def routes(self) -> list[web.RouteDef]:
-        return [web.post("/api/agent/tool-call", self.tool_call, name="korg_tool_call"),
-                web.get("/api/journal", self.journal, name="korg_journal")]
+        return [
+            web.post("/api/agent/tool-call", self.tool_call, name="korg_tool_call"),
+            web.get("/api/journal", self.journal, name="korg_journal"),
+        ]
 
     # -- POST /api/agent/tool-call --------------------------------------------------------
 
@@ -140,28 +158,46 @@ class Korg:
             causation_id = await self._cause(call.triggered_by, session_id)
         recorder = await self._recorder(session_id, call.source_agent)
         payload = {
-            "source_agent": call.source_agent, "tool_name": call.tool_name, "args": call.args,
-            "result": call.result, "success": call.success, "duration_ms": call.duration_ms,
+            "source_agent": call.source_agent,
+            "tool_name": call.tool_name,
+            "args": call.args,
+            "result": call.result,
+            "success": call.success,
+            "duration_ms": call.duration_ms,
             "triggered_by": call.triggered_by,
             "payload_refs": msgspec.to_builtins(call.payload_refs),
         }
-        event = make_event(recorder.lane.id, EVENT_TYPE, actor_id=recorder.lane.actor_id or "",
-                           payload=payload, causation_id=causation_id)
+        event = make_event(
+            recorder.lane.id,
+            EVENT_TYPE,
+            actor_id=recorder.lane.actor_id or "",
+            payload=payload,
+            causation_id=causation_id,
+        )
         receipt = await self._append(recorder, event)
-        return json_response({
-            "seq_id": receipt.positions[0], "event_id": receipt.event_ids[0],
-            "session_id": session_id, "lane_id": recorder.lane.id, "lane_seq": receipt.first_seq,
-            "entry_hash": receipt.entry_hashes[0],
-        })
+        return json_response(
+            {
+                "seq_id": receipt.positions[0],
+                "event_id": receipt.event_ids[0],
+                "session_id": session_id,
+                "lane_id": recorder.lane.id,
+                "lane_seq": receipt.first_seq,
+                "entry_hash": receipt.entry_hashes[0],
+            }
+        )
 
     async def _cause(self, triggered_by: int, session_id: str) -> str:
         """The id of the event at position ``triggered_by``, which must exist
         (it is then strictly earlier than the event about to be appended)."""
+
         def refuse(reason: str, **details: Any) -> CausationViolation:
             return CausationViolation(
                 f"triggered_by {triggered_by} does not name an existing, earlier event"
                 f" of this session ({reason})",
-                triggered_by=triggered_by, reason=reason, **details)
+                triggered_by=triggered_by,
+                reason=reason,
+                **details,
+            )
 
         if triggered_by < 1:
             raise refuse("unknown")
@@ -172,8 +208,11 @@ class Korg:
             if triggered_by > await self._stream_last():
                 raise refuse("unknown")
             if not await self._feed.wait_for(triggered_by, WAIT_FOR_CAUSE_S):
-                raise LedgerTimeout("the read model has not caught up to triggered_by yet",
-                                    triggered_by=triggered_by, applied_position=self._feed.applied)
+                raise LedgerTimeout(
+                    "the read model has not caught up to triggered_by yet",
+                    triggered_by=triggered_by,
+                    applied_position=self._feed.applied,
+                )
         loop = asyncio.get_running_loop()
         try:
             row = await loop.run_in_executor(self._readers, self._model.event_at, triggered_by)
@@ -182,8 +221,7 @@ class Korg:
         if not row.event_type:
             raise refuse("unknown")
         if row.session_id != session_id:
-            raise refuse("other_session", causation_id=row.event_id,
-                         causation_session_id=row.session_id)
+            raise refuse("other_session", causation_id=row.event_id, causation_session_id=row.session_id)
         return row.event_id
 
     async def _recorder(self, session_id: str, source_agent: str) -> LaneRecorder:
@@ -193,11 +231,15 @@ class Korg:
             if recorder is None:
                 s = self._settings
                 actor = await self._ledger.ensure_actor(
-                    s.tenant, source_agent, ACTOR_KINDS[source_agent.split(":", 1)[0]],
-                    display_name=source_agent)
+                    s.tenant,
+                    source_agent,
+                    ACTOR_KINDS[source_agent.split(":", 1)[0]],
+                    display_name=source_agent,
+                )
                 kind = "subagent" if "/sub-" in source_agent else "main"
-                recorder = await LaneRecorder.open(self._ledger, s.tenant, session_id, s.run_id,
-                                                   source_agent, kind=kind, actor_id=actor.id)
+                recorder = await LaneRecorder.open(
+                    self._ledger, s.tenant, session_id, s.run_id, source_agent, kind=kind, actor_id=actor.id
+                )
                 self._recorders[key] = recorder
                 if len(self._recorders) > MAX_RECORDERS:
                     self._recorders.popitem(last=False)
@@ -232,8 +274,7 @@ class Korg:
         sent = 0
         while limit is None or sent < limit:
             want = JOURNAL_PAGE if limit is None else min(JOURNAL_PAGE, limit - sent)
-            rows = await loop.run_in_executor(self._readers, self._page, session_id, cursor,
-                                              applied, want)
+            rows = await loop.run_in_executor(self._readers, self._page, session_id, cursor, applied, want)
             if not rows:
                 break
             await response.write(b"".join(envelope_line(p, body) for p, body in rows))
@@ -244,15 +285,16 @@ class Korg:
         await response.write_eof()
         return response
 
-    def _page(self, session_id: str | None, cursor: int, applied: int,
-              limit: int) -> list[tuple[int, bytes]]:
+    def _page(self, session_id: str | None, cursor: int, applied: int, limit: int) -> list[tuple[int, bytes]]:
         where, params = "tenant = ? AND event_type = ?", [self._settings.tenant, EVENT_TYPE]
         if session_id is not None:
             where += " AND session_id = ?"
             params.append(session_id)
         return self._model.query(
             f"SELECT position, body FROM events WHERE {where} AND position > ? AND position <= ?"
-            " ORDER BY position LIMIT ?", [*params, cursor, applied, limit])
+            " ORDER BY position LIMIT ?",
+            [*params, cursor, applied, limit],
+        )
 
 
 async def _body_bytes(request: web.Request) -> bytes:
@@ -273,8 +315,10 @@ def read_tool_call(data: bytes) -> ToolCall:
     if prefix not in ACTOR_KINDS or not rest:
         raise InvalidRequest(
             "source_agent must be agent:<name>@<version>, human:<id>, korg:<component>, "
-            "mcp:<server> or import:<source>@<version>", path="$.source_agent",
-            found=call.source_agent)
+            "mcp:<server> or import:<source>@<version>",
+            path="$.source_agent",
+            found=call.source_agent,
+        )
     return call
 
 

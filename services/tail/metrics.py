@@ -7,27 +7,39 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 class TailMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.subscribers = Gauge(
-            "laneledger_tail_subscribers", "Open SSE subscriptions.", registry=registry)
+        self.subscribers = Gauge("laneledger_tail_subscribers", "Open SSE subscriptions.", registry=registry)
         self.frames = Counter(
-            "laneledger_tail_frames_sent_total", "SSE event frames written.", registry=registry)
+            "laneledger_tail_frames_sent_total", "SSE event frames written.", registry=registry
+        )
         self.applied_position = Gauge(
             "laneledger_tail_applied_position",
-            "Last ledger position committed to the read model.", registry=registry)
+            "Last ledger position committed to the read model.",
+            registry=registry,
+        )
         self.stream_last = Gauge(
             "laneledger_tail_stream_last_sequence",
-            "LEDGER_EVENTS' last sequence when last asked.", registry=registry)
+            "LEDGER_EVENTS' last sequence when last asked.",
+            registry=registry,
+        )
         self.lag = Gauge(
             "laneledger_tail_lag_events",
-            "Events on the committed stream not yet in the read model.", registry=registry)
+            "Events on the committed stream not yet in the read model.",
+            registry=registry,
+        )
         self.apply_seconds = Histogram(
-            "laneledger_tail_apply_seconds", "Time to commit one batch to the read model.",
+            "laneledger_tail_apply_seconds",
+            "Time to commit one batch to the read model.",
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
-            registry=registry)
+            registry=registry,
+        )
         self.follower_restarts = Counter(
             "laneledger_tail_follower_restarts_total",
             "Times the stream follower was re-opened (error, stall or stream missing).",
-            registry=registry)
+            registry=registry,
+        )
         self.requests = Counter(
-            "laneledger_tail_http_requests_total", "HTTP requests answered, by route and status.",
-            ["route", "status"], registry=registry)
+            "laneledger_tail_http_requests_total",
+            "HTTP requests answered, by route and status.",
+            ["route", "status"],
+            registry=registry,
+        )

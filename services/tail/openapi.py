@@ -22,15 +22,13 @@ from .api import json_response
 
 
 def _obj(required: list[str], props: dict[str, Any], *, extra: bool = False) -> dict[str, Any]:
-    return {"type": "object", "required": required, "properties": props,
-            "additionalProperties": extra}
+    return {"type": "object", "required": required, "properties": props, "additionalProperties": extra}
 
 
 _ID = {"type": "string", "minLength": 1, "maxLength": 256}
 _NULLABLE_ID = {"type": ["string", "null"], "minLength": 1, "maxLength": 256}
 _HASH = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
-_TS = {"type": "string",
-       "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$"}
+_TS = {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$"}
 _POS = {"type": "integer", "minimum": 1}
 _COUNT = {"type": "integer", "minimum": 0}
 _DECIMAL = {"type": "string", "pattern": r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$"}
@@ -38,221 +36,488 @@ _DECIMAL = {"type": "string", "pattern": r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)
 
 def _tally(**keys: dict[str, Any]) -> dict[str, Any]:
     """A cost sum in one currency, keyed by ``keys`` (costs.py)."""
-    return _obj([*keys, "amount", "events", "input_tokens", "output_tokens"], {
-        **keys, "amount": _DECIMAL, "events": _COUNT, "input_tokens": _COUNT,
-        "output_tokens": _COUNT})
+    return _obj(
+        [*keys, "amount", "events", "input_tokens", "output_tokens"],
+        {**keys, "amount": _DECIMAL, "events": _COUNT, "input_tokens": _COUNT, "output_tokens": _COUNT},
+    )
 
 
 SCHEMAS: dict[str, Any] = {
-    "ErrorBody": _obj(["code", "message", "retryable", "details"], {
-        "code": {"type": "string", "description": "stable code, spec/errors.md"},
-        "message": {"type": "string"},
-        "retryable": {"type": "boolean"},
-        "details": {"type": "object"},
-    }),
+    "ErrorBody": _obj(
+        ["code", "message", "retryable", "details"],
+        {
+            "code": {"type": "string", "description": "stable code, spec/errors.md"},
+            "message": {"type": "string"},
+            "retryable": {"type": "boolean"},
+            "details": {"type": "object"},
+        },
+    ),
     "Error": _obj(["error"], {"error": schema_ref("ErrorBody")}),
     "Status": _obj(["status"], {"status": {"type": "string"}}),
     "CommittedEvent": _obj(
-        ["schema_version", "id", "lane_id", "subject_id", "event_type", "actor_id", "occurred_at",
-         "payload", "extensions", "tenant", "session_id", "run_id", "seq", "position",
-         "append_id", "committed_at", "prev_hash", "entry_hash"],
+        [
+            "schema_version",
+            "id",
+            "lane_id",
+            "subject_id",
+            "event_type",
+            "actor_id",
+            "occurred_at",
+            "payload",
+            "extensions",
+            "tenant",
+            "session_id",
+            "run_id",
+            "seq",
+            "position",
+            "append_id",
+            "committed_at",
+            "prev_hash",
+            "entry_hash",
+        ],
         {
-            "schema_version": {"type": "string"}, "id": _ID, "lane_id": _ID, "subject_id": _ID,
-            "event_type": {"type": "string"}, "actor_id": _ID, "occurred_at": _TS,
-            "payload": {"type": "object"}, "extensions": {"type": "object"},
-            "causation_id": _ID, "tenant": _ID, "session_id": _ID, "run_id": _ID,
-            "seq": _POS, "position": _POS, "append_id": _ID, "committed_at": _TS,
-            "prev_hash": _HASH, "entry_hash": _HASH,
+            "schema_version": {"type": "string"},
+            "id": _ID,
+            "lane_id": _ID,
+            "subject_id": _ID,
+            "event_type": {"type": "string"},
+            "actor_id": _ID,
+            "occurred_at": _TS,
+            "payload": {"type": "object"},
+            "extensions": {"type": "object"},
+            "causation_id": _ID,
+            "tenant": _ID,
+            "session_id": _ID,
+            "run_id": _ID,
+            "seq": _POS,
+            "position": _POS,
+            "append_id": _ID,
+            "committed_at": _TS,
+            "prev_hash": _HASH,
+            "entry_hash": _HASH,
             # present when the actor signs (spec/object-model.md, "Signed producers")
             "signature": {"type": "string", "pattern": "^[0-9a-f]{128}$"},
-        }),
+        },
+    ),
     "Lane": _obj(
-        ["id", "tenant", "session_id", "run_id", "name", "kind", "created_at", "last_seq",
-         "head_hash"],
-        {"id": _ID, "tenant": _ID, "session_id": _ID, "run_id": _ID, "name": _ID,
-         "kind": {"type": "string"}, "parent_lane_id": _NULLABLE_ID, "actor_id": _NULLABLE_ID,
-         "created_at": _TS, "last_seq": _COUNT, "head_hash": _HASH,
-         "forked_from": {"oneOf": [schema_ref("ForkOrigin"), {"type": "null"}]}}),
+        ["id", "tenant", "session_id", "run_id", "name", "kind", "created_at", "last_seq", "head_hash"],
+        {
+            "id": _ID,
+            "tenant": _ID,
+            "session_id": _ID,
+            "run_id": _ID,
+            "name": _ID,
+            "kind": {"type": "string"},
+            "parent_lane_id": _NULLABLE_ID,
+            "actor_id": _NULLABLE_ID,
+            "created_at": _TS,
+            "last_seq": _COUNT,
+            "head_hash": _HASH,
+            "forked_from": {"oneOf": [schema_ref("ForkOrigin"), {"type": "null"}]},
+        },
+    ),
     "ForkOrigin": _obj(
         ["lane_id", "seq", "position", "event_id", "entry_hash"],
-        {"lane_id": _ID, "seq": _POS, "position": _POS, "event_id": _ID, "entry_hash": _HASH}),
+        {"lane_id": _ID, "seq": _POS, "position": _POS, "event_id": _ID, "entry_hash": _HASH},
+    ),
     "CausalNode": _obj(
-        ["position", "event_id", "lane_id", "seq", "actor_id", "event_type", "role", "name",
-         "summary", "cause", "cause_id", "invalidated"],
-        {"position": _POS, "event_id": _ID, "lane_id": _ID, "seq": _POS, "actor_id": _ID,
-         "event_type": {"type": "string"},
-         "role": {"enum": ["prompt", "inference", "tool", "rewind", "other"]},
-         "name": {"type": "string", "description": "tool or model name, else the event type"},
-         "summary": {"type": "string", "maxLength": 120},
-         "cause": {"type": ["integer", "null"], "minimum": 1,
-                   "description": "position of the event causation_id names; null: a root"},
-         "cause_id": _NULLABLE_ID,
-         "invalidated": {"type": "boolean",
-                         "description": "a session.rewound event of the session covers it"}}),
+        [
+            "position",
+            "event_id",
+            "lane_id",
+            "seq",
+            "actor_id",
+            "event_type",
+            "role",
+            "name",
+            "summary",
+            "cause",
+            "cause_id",
+            "invalidated",
+        ],
+        {
+            "position": _POS,
+            "event_id": _ID,
+            "lane_id": _ID,
+            "seq": _POS,
+            "actor_id": _ID,
+            "event_type": {"type": "string"},
+            "role": {"enum": ["prompt", "inference", "tool", "rewind", "other"]},
+            "name": {"type": "string", "description": "tool or model name, else the event type"},
+            "summary": {"type": "string", "maxLength": 120},
+            "cause": {
+                "type": ["integer", "null"],
+                "minimum": 1,
+                "description": "position of the event causation_id names; null: a root",
+            },
+            "cause_id": _NULLABLE_ID,
+            "invalidated": {
+                "type": "boolean",
+                "description": "a session.rewound event of the session covers it",
+            },
+        },
+    ),
     "CausalSpine": _obj(
-        ["lane_id", "events", "first_position", "last_position", "first_cause", "spawned_by",
-         "name", "kind", "parent_lane_id", "actor_id", "forked_from"],
-        {"lane_id": _ID, "events": _COUNT, "first_position": _POS, "last_position": _POS,
-         "first_cause": {"type": ["integer", "null"], "minimum": 1,
-                         "description": "position the spine's first event points at: where a "
-                                        "sub-agent hangs off its parent (Korg §2b)"},
-         "spawned_by": {"type": ["integer", "null"], "minimum": 1,
-                        "description": "position of the spawning tool call, when the "
-                                       "spine's first event names it (laneledger.sdk.spine)"},
-         "name": _NULLABLE_ID, "kind": {"type": ["string", "null"]},
-         "parent_lane_id": _NULLABLE_ID, "actor_id": _NULLABLE_ID,
-         "forked_from": {"oneOf": [schema_ref("ForkOrigin"), {"type": "null"}]}}),
+        [
+            "lane_id",
+            "events",
+            "first_position",
+            "last_position",
+            "first_cause",
+            "spawned_by",
+            "name",
+            "kind",
+            "parent_lane_id",
+            "actor_id",
+            "forked_from",
+        ],
+        {
+            "lane_id": _ID,
+            "events": _COUNT,
+            "first_position": _POS,
+            "last_position": _POS,
+            "first_cause": {
+                "type": ["integer", "null"],
+                "minimum": 1,
+                "description": "position the spine's first event points at: where a "
+                "sub-agent hangs off its parent (Korg §2b)",
+            },
+            "spawned_by": {
+                "type": ["integer", "null"],
+                "minimum": 1,
+                "description": "position of the spawning tool call, when the "
+                "spine's first event names it (laneledger.sdk.spine)",
+            },
+            "name": _NULLABLE_ID,
+            "kind": {"type": ["string", "null"]},
+            "parent_lane_id": _NULLABLE_ID,
+            "actor_id": _NULLABLE_ID,
+            "forked_from": {"oneOf": [schema_ref("ForkOrigin"), {"type": "null"}]},
+        },
+    ),
     "CausalRewind": _obj(
         ["position", "actor_id", "target_position", "invalidated", "invalidated_count"],
-        {"position": _POS, "actor_id": _ID, "target_position": _POS,
-         "invalidated": {"type": "array", "items": {
-             "type": "array", "items": _POS, "minItems": 2, "maxItems": 2}},
-         "invalidated_count": _COUNT}),
+        {
+            "position": _POS,
+            "actor_id": _ID,
+            "target_position": _POS,
+            "invalidated": {
+                "type": "array",
+                "items": {"type": "array", "items": _POS, "minItems": 2, "maxItems": 2},
+            },
+            "invalidated_count": _COUNT,
+        },
+    ),
     "CausalTree": _obj(
-        ["session_id", "applied_position", "structure_complete", "exclude_invalidated", "spines",
-         "rewinds", "roots", "nodes", "next_cursor", "has_more"],
-        {"session_id": _ID, "applied_position": _COUNT,
-         "structure_complete": {"type": "boolean",
-                                "description": "always true: the structure is read page by "
-                                               "page (load_structure); kept for the clients "
-                                               "that check it"},
-         "exclude_invalidated": {"type": "boolean"},
-         "spines": {"type": "array", "items": schema_ref("CausalSpine")},
-         "rewinds": {"type": "array", "items": schema_ref("CausalRewind")},
-         "roots": {"type": "array", "items": _POS,
-                   "description": "this page's nodes without a cause"},
-         "nodes": {"type": "array", "items": schema_ref("CausalNode")},
-         "next_cursor": {"type": ["integer", "null"]},
-         "has_more": {"type": "boolean"}}),
-    "Turn": _obj(["id", "lane_id", "turn_no", "created_at"],
-                 {"id": _ID, "lane_id": _ID, "turn_no": _POS, "created_at": _TS}),
+        [
+            "session_id",
+            "applied_position",
+            "structure_complete",
+            "exclude_invalidated",
+            "spines",
+            "rewinds",
+            "roots",
+            "nodes",
+            "next_cursor",
+            "has_more",
+        ],
+        {
+            "session_id": _ID,
+            "applied_position": _COUNT,
+            "structure_complete": {
+                "type": "boolean",
+                "description": "always true: the structure is read page by "
+                "page (load_structure); kept for the clients "
+                "that check it",
+            },
+            "exclude_invalidated": {"type": "boolean"},
+            "spines": {"type": "array", "items": schema_ref("CausalSpine")},
+            "rewinds": {"type": "array", "items": schema_ref("CausalRewind")},
+            "roots": {"type": "array", "items": _POS, "description": "this page's nodes without a cause"},
+            "nodes": {"type": "array", "items": schema_ref("CausalNode")},
+            "next_cursor": {"type": ["integer", "null"]},
+            "has_more": {"type": "boolean"},
+        },
+    ),
+    "Turn": _obj(
+        ["id", "lane_id", "turn_no", "created_at"],
+        {"id": _ID, "lane_id": _ID, "turn_no": _POS, "created_at": _TS},
+    ),
     "Action": _obj(
         ["id", "lane_id", "turn_id", "action_type", "name", "effect", "idempotency", "created_at"],
-        {"id": _ID, "lane_id": _ID, "turn_id": _ID, "action_type": {"type": "string"},
-         "name": {"type": "string"},
-         "effect": {"type": "string", "description": "none, read, write, unknown"},
-         "idempotency": {"type": "string",
-                         "description": "not_applicable, inherent, keyed, none, unknown"},
-         "idempotency_key": {"type": ["string", "null"]}, "created_at": _TS}),
-    "Attempt": _obj(["id", "lane_id", "action_id", "attempt_no", "created_at"],
-                    {"id": _ID, "lane_id": _ID, "action_id": _ID, "attempt_no": _POS,
-                     "created_at": _TS}),
-    "Page": _obj(["direction", "events", "next_cursor", "has_more", "applied_position"], {
-        "direction": {"enum": ["forward", "backward"]},
-        "events": {"type": "array", "items": schema_ref("CommittedEvent")},
-        "next_cursor": {"type": ["integer", "null"],
-                        "description": "key of the page's last event; null for an empty page"},
-        "has_more": {"type": "boolean"},
-        "applied_position": _COUNT,
-    }, extra=True),
-    "LaneEvents": {"allOf": [schema_ref("Page"), _obj(["lane_id"], {
-        "lane_id": _ID,
-        "with_origin": {"const": True, "description": "present when with_origin=true"},
-        "origins": {"type": "array", "items": schema_ref("ForkOrigin"),
-                    "description": "with_origin: the fork points, the lane's own first"},
-    }, extra=True)]},
-    "Structure": _obj(["lanes", "turns", "actions", "attempts", "structure_complete"], {
-        "structure_complete": {
-            "type": "boolean",
-            "description": "always true: the structure is read page by page "
-                           "(load_structure); kept for the clients that check it"},
-        "lanes": {"type": "array", "items": schema_ref("Lane")},
-        "turns": {"type": "array", "items": schema_ref("Turn")},
-        "actions": {"type": "array", "items": schema_ref("Action")},
-        "attempts": {"type": "array", "items": schema_ref("Attempt")},
-    }, extra=True),
-    "Session": {"allOf": [schema_ref("Page"), schema_ref("Structure"), _obj(
-        ["session_id", "tenant", "run_ids"],
-        {"session_id": _ID, "tenant": _ID, "run_ids": {"type": "array", "items": _ID}},
-        extra=True)]},
-    "Run": {"allOf": [schema_ref("Page"), schema_ref("Structure"), _obj(
-        ["session_id", "run_id"], {"session_id": _ID, "run_id": _ID}, extra=True)]},
+        {
+            "id": _ID,
+            "lane_id": _ID,
+            "turn_id": _ID,
+            "action_type": {"type": "string"},
+            "name": {"type": "string"},
+            "effect": {"type": "string", "description": "none, read, write, unknown"},
+            "idempotency": {
+                "type": "string",
+                "description": "not_applicable, inherent, keyed, none, unknown",
+            },
+            "idempotency_key": {"type": ["string", "null"]},
+            "created_at": _TS,
+        },
+    ),
+    "Attempt": _obj(
+        ["id", "lane_id", "action_id", "attempt_no", "created_at"],
+        {"id": _ID, "lane_id": _ID, "action_id": _ID, "attempt_no": _POS, "created_at": _TS},
+    ),
+    "Page": _obj(
+        ["direction", "events", "next_cursor", "has_more", "applied_position"],
+        {
+            "direction": {"enum": ["forward", "backward"]},
+            "events": {"type": "array", "items": schema_ref("CommittedEvent")},
+            "next_cursor": {
+                "type": ["integer", "null"],
+                "description": "key of the page's last event; null for an empty page",
+            },
+            "has_more": {"type": "boolean"},
+            "applied_position": _COUNT,
+        },
+        extra=True,
+    ),
+    "LaneEvents": {
+        "allOf": [
+            schema_ref("Page"),
+            _obj(
+                ["lane_id"],
+                {
+                    "lane_id": _ID,
+                    "with_origin": {"const": True, "description": "present when with_origin=true"},
+                    "origins": {
+                        "type": "array",
+                        "items": schema_ref("ForkOrigin"),
+                        "description": "with_origin: the fork points, the lane's own first",
+                    },
+                },
+                extra=True,
+            ),
+        ]
+    },
+    "Structure": _obj(
+        ["lanes", "turns", "actions", "attempts", "structure_complete"],
+        {
+            "structure_complete": {
+                "type": "boolean",
+                "description": "always true: the structure is read page by page "
+                "(load_structure); kept for the clients that check it",
+            },
+            "lanes": {"type": "array", "items": schema_ref("Lane")},
+            "turns": {"type": "array", "items": schema_ref("Turn")},
+            "actions": {"type": "array", "items": schema_ref("Action")},
+            "attempts": {"type": "array", "items": schema_ref("Attempt")},
+        },
+        extra=True,
+    ),
+    "Session": {
+        "allOf": [
+            schema_ref("Page"),
+            schema_ref("Structure"),
+            _obj(
+                ["session_id", "tenant", "run_ids"],
+                {"session_id": _ID, "tenant": _ID, "run_ids": {"type": "array", "items": _ID}},
+                extra=True,
+            ),
+        ]
+    },
+    "Run": {
+        "allOf": [
+            schema_ref("Page"),
+            schema_ref("Structure"),
+            _obj(["session_id", "run_id"], {"session_id": _ID, "run_id": _ID}, extra=True),
+        ]
+    },
     "UnresolvedAttempt": _obj(
-        ["attempt_id", "attempt", "action", "requested_position", "requested_event",
-         "reconcile_before_retry"],
-        {"attempt_id": _ID,
-         "attempt": {"oneOf": [schema_ref("Attempt"), {"type": "null"}]},
-         "action": {"oneOf": [schema_ref("Action"), {"type": "null"}]},
-         "requested_position": _POS,
-         "requested_event": schema_ref("CommittedEvent"),
-         "reconcile_before_retry": {
-             "type": "boolean",
-             "description": "true when the action may have had an effect that a retry would "
-                            "repeat (effect write/unknown, idempotency not inherent/keyed, "
-                            "or the action is unknown)"}}),
+        [
+            "attempt_id",
+            "attempt",
+            "action",
+            "requested_position",
+            "requested_event",
+            "reconcile_before_retry",
+        ],
+        {
+            "attempt_id": _ID,
+            "attempt": {"oneOf": [schema_ref("Attempt"), {"type": "null"}]},
+            "action": {"oneOf": [schema_ref("Action"), {"type": "null"}]},
+            "requested_position": _POS,
+            "requested_event": schema_ref("CommittedEvent"),
+            "reconcile_before_retry": {
+                "type": "boolean",
+                "description": "true when the action may have had an effect that a retry would "
+                "repeat (effect write/unknown, idempotency not inherent/keyed, "
+                "or the action is unknown)",
+            },
+        },
+    ),
     "Inspection": _obj(
-        ["session_id", "run_id", "applied_position", "structure_complete", "terminal_events",
-         "linked_checkpoints", "unresolved_attempts"],
-        {"session_id": _ID, "run_id": _ID, "applied_position": _COUNT,
-         "structure_complete": {"type": "boolean",
-                                "description": "always true: the structure is read page "
-                                               "by page (load_structure)"},
-         "terminal_events": {"type": "array", "items": schema_ref("CommittedEvent")},
-         "linked_checkpoints": {"type": "array", "items": schema_ref("CommittedEvent")},
-         "unresolved_attempts": {"type": "array", "items": schema_ref("UnresolvedAttempt")}}),
+        [
+            "session_id",
+            "run_id",
+            "applied_position",
+            "structure_complete",
+            "terminal_events",
+            "linked_checkpoints",
+            "unresolved_attempts",
+        ],
+        {
+            "session_id": _ID,
+            "run_id": _ID,
+            "applied_position": _COUNT,
+            "structure_complete": {
+                "type": "boolean",
+                "description": "always true: the structure is read page by page (load_structure)",
+            },
+            "terminal_events": {"type": "array", "items": schema_ref("CommittedEvent")},
+            "linked_checkpoints": {"type": "array", "items": schema_ref("CommittedEvent")},
+            "unresolved_attempts": {"type": "array", "items": schema_ref("UnresolvedAttempt")},
+        },
+    ),
     "VerifyReport": _obj(
-        ["scope", "intact", "events", "lanes", "last_position", "applied_position", "keyed",
-         "fault"],
-        {"scope": {"enum": ["lane", "session", "ledger", "tenant"],
-                   "description": "tenant: a tenant token's whole-ledger verify, its own lanes"},
-         "lane_id": _ID, "session_id": _ID, "tenant": _ID,
-         "intact": {"type": "boolean"},
-         "events": _COUNT, "lanes": _COUNT, "last_position": _COUNT, "applied_position": _COUNT,
-         "keyed": {"type": "boolean", "description": "verified with an HMAC key"},
-         "lane_tips": {"type": "object", "additionalProperties": _HASH},
-         "fault": {"oneOf": [{"type": "null"}, schema_ref("ErrorBody")],
-                   "description": "chain_fault (details: kind broken_link, content_tampered or "
-                                  "not_chained; position, lane_id, seq, field, expected, found) "
-                                  "or integrity_failure (kind row_mismatch)"}}),
+        ["scope", "intact", "events", "lanes", "last_position", "applied_position", "keyed", "fault"],
+        {
+            "scope": {
+                "enum": ["lane", "session", "ledger", "tenant"],
+                "description": "tenant: a tenant token's whole-ledger verify, its own lanes",
+            },
+            "lane_id": _ID,
+            "session_id": _ID,
+            "tenant": _ID,
+            "intact": {"type": "boolean"},
+            "events": _COUNT,
+            "lanes": _COUNT,
+            "last_position": _COUNT,
+            "applied_position": _COUNT,
+            "keyed": {"type": "boolean", "description": "verified with an HMAC key"},
+            "lane_tips": {"type": "object", "additionalProperties": _HASH},
+            "fault": {
+                "oneOf": [{"type": "null"}, schema_ref("ErrorBody")],
+                "description": "chain_fault (details: kind broken_link, content_tampered or "
+                "not_chained; position, lane_id, seq, field, expected, found) "
+                "or integrity_failure (kind row_mismatch)",
+            },
+        },
+    ),
     "CostReport": _obj(
-        ["applied_position", "tenant", "session_id", "run_id", "events", "bucket_s", "totals",
-         "by_model", "by_tenant", "series"],
-        {"applied_position": _COUNT, "tenant": _NULLABLE_ID, "session_id": _NULLABLE_ID,
-         "run_id": _NULLABLE_ID, "events": _COUNT,
-         "bucket_s": {"type": "integer", "minimum": 1,
-                      "description": "width of a series bucket, as asked or chosen"},
-         "totals": {"type": "array", "items": _tally(currency={"type": "string"})},
-         "by_model": {"type": "array", "items": _tally(
-             provider={"type": "string"}, model={"type": "string"},
-             currency={"type": "string"})},
-         "by_tenant": {"type": "array", "items": _tally(
-             tenant=_ID, currency={"type": "string"})},
-         "series": {"type": "array", "items": _obj(
-             ["start", "model", "tenant", "currency", "amount"],
-             {"start": _TS, "model": {"type": "string"}, "tenant": _ID,
-              "currency": {"type": "string"}, "amount": _DECIMAL}),
-             "description": "one point per (bucket, model, tenant, currency), by bucket start"}}),
+        [
+            "applied_position",
+            "tenant",
+            "session_id",
+            "run_id",
+            "events",
+            "bucket_s",
+            "totals",
+            "by_model",
+            "by_tenant",
+            "series",
+        ],
+        {
+            "applied_position": _COUNT,
+            "tenant": _NULLABLE_ID,
+            "session_id": _NULLABLE_ID,
+            "run_id": _NULLABLE_ID,
+            "events": _COUNT,
+            "bucket_s": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "width of a series bucket, as asked or chosen",
+            },
+            "totals": {"type": "array", "items": _tally(currency={"type": "string"})},
+            "by_model": {
+                "type": "array",
+                "items": _tally(
+                    provider={"type": "string"}, model={"type": "string"}, currency={"type": "string"}
+                ),
+            },
+            "by_tenant": {"type": "array", "items": _tally(tenant=_ID, currency={"type": "string"})},
+            "series": {
+                "type": "array",
+                "items": _obj(
+                    ["start", "model", "tenant", "currency", "amount"],
+                    {
+                        "start": _TS,
+                        "model": {"type": "string"},
+                        "tenant": _ID,
+                        "currency": {"type": "string"},
+                        "amount": _DECIMAL,
+                    },
+                ),
+                "description": "one point per (bucket, model, tenant, currency), by bucket start",
+            },
+        },
+    ),
     "Money": _obj(["currency", "amount"], {"currency": {"type": "string"}, "amount": _DECIMAL}),
     "Span": _obj(
-        ["id", "lane_id", "run_id", "started_position", "started_at", "outcome",
-         "ended_position", "ended_at", "duration_ms", "cost"],
-        {"id": _ID, "lane_id": _NULLABLE_ID, "run_id": _NULLABLE_ID,
-         "started_position": {"type": ["integer", "null"], "minimum": 1},
-         "started_at": {"oneOf": [_TS, {"type": "null"}]},
-         "outcome": {"enum": ["completed", "failed", None],
-                     "description": "null while open (an unresolved attempt)"},
-         "ended_position": {"type": ["integer", "null"], "minimum": 1},
-         "ended_at": {"oneOf": [_TS, {"type": "null"}]},
-         "duration_ms": {"type": ["integer", "null"],
-                         "description": "between the two events' occurred_at"},
-         "cost": {"type": "array", "items": schema_ref("Money")}}),
+        [
+            "id",
+            "lane_id",
+            "run_id",
+            "started_position",
+            "started_at",
+            "outcome",
+            "ended_position",
+            "ended_at",
+            "duration_ms",
+            "cost",
+        ],
+        {
+            "id": _ID,
+            "lane_id": _NULLABLE_ID,
+            "run_id": _NULLABLE_ID,
+            "started_position": {"type": ["integer", "null"], "minimum": 1},
+            "started_at": {"oneOf": [_TS, {"type": "null"}]},
+            "outcome": {
+                "enum": ["completed", "failed", None],
+                "description": "null while open (an unresolved attempt)",
+            },
+            "ended_position": {"type": ["integer", "null"], "minimum": 1},
+            "ended_at": {"oneOf": [_TS, {"type": "null"}]},
+            "duration_ms": {
+                "type": ["integer", "null"],
+                "description": "between the two events' occurred_at",
+            },
+            "cost": {"type": "array", "items": schema_ref("Money")},
+        },
+    ),
     "Pause": _obj(
-        ["pause_id", "lane_id", "run_id", "position", "paused_at", "trigger", "decision",
-         "responded_position"],
-        {"pause_id": {"type": "string"}, "lane_id": _ID, "run_id": _ID, "position": _POS,
-         "paused_at": _TS, "trigger": {"type": ["string", "null"]},
-         "decision": {"type": ["string", "null"], "description": "null: pending"},
-         "responded_position": {"type": ["integer", "null"], "minimum": 1}}),
+        [
+            "pause_id",
+            "lane_id",
+            "run_id",
+            "position",
+            "paused_at",
+            "trigger",
+            "decision",
+            "responded_position",
+        ],
+        {
+            "pause_id": {"type": "string"},
+            "lane_id": _ID,
+            "run_id": _ID,
+            "position": _POS,
+            "paused_at": _TS,
+            "trigger": {"type": ["string", "null"]},
+            "decision": {"type": ["string", "null"], "description": "null: pending"},
+            "responded_position": {"type": ["integer", "null"], "minimum": 1},
+        },
+    ),
     "Activity": _obj(
         ["session_id", "applied_position", "turns", "actions", "attempts", "pauses", "cost"],
-        {"session_id": _ID, "applied_position": _COUNT,
-         "turns": {"type": "array", "items": schema_ref("Span")},
-         "actions": {"type": "array", "items": schema_ref("Span")},
-         "attempts": {"type": "array", "items": schema_ref("Span")},
-         "pauses": {"type": "array", "items": schema_ref("Pause")},
-         "cost": {"type": "array", "items": schema_ref("Money")}}),
-    "KorgPayloadRef": _obj(["sha256", "size_bytes"], {
-        "sha256": _HASH, "size_bytes": _COUNT, "label": {"type": "string"}}),
+        {
+            "session_id": _ID,
+            "applied_position": _COUNT,
+            "turns": {"type": "array", "items": schema_ref("Span")},
+            "actions": {"type": "array", "items": schema_ref("Span")},
+            "attempts": {"type": "array", "items": schema_ref("Span")},
+            "pauses": {"type": "array", "items": schema_ref("Pause")},
+            "cost": {"type": "array", "items": schema_ref("Money")},
+        },
+    ),
+    "KorgPayloadRef": _obj(
+        ["sha256", "size_bytes"], {"sha256": _HASH, "size_bytes": _COUNT, "label": {"type": "string"}}
+    ),
     "KorgToolCall": {
         "type": "object",
         "required": ["source_agent", "tool_name", "args", "result", "success", "duration_ms"],
@@ -260,252 +525,466 @@ SCHEMAS: dict[str, Any] = {
             "event_type": {"const": "AgentToolCall"},
             "source_agent": {"type": "string", "pattern": "^(agent|human|korg|mcp|import):.+"},
             "tool_name": {"type": "string", "minLength": 1, "maxLength": 256},
-            "args": {"type": "object"}, "result": {"type": "object"},
+            "args": {"type": "object"},
+            "result": {"type": "object"},
             "success": {"type": "boolean"},
             "duration_ms": {"type": "integer", "minimum": 0},
-            "triggered_by": {"type": ["integer", "null"],
-                             "description": "seq_id (ledger position) of the parent event"},
+            "triggered_by": {
+                "type": ["integer", "null"],
+                "description": "seq_id (ledger position) of the parent event",
+            },
             "payload_refs": {"type": "array", "items": schema_ref("KorgPayloadRef")},
-            "session_id": {**_NULLABLE_ID,
-                           "description": "null or absent: the --korg-session default"},
+            "session_id": {**_NULLABLE_ID, "description": "null or absent: the --korg-session default"},
         },
         "description": "Korg AgentToolCall append shape. The server-derived fields of Korg "
-                       "§1.2.7 are ignored when present; any other field is refused.",
+        "§1.2.7 are ignored when present; any other field is refused.",
     },
     "KorgAppended": _obj(
         ["seq_id", "event_id", "session_id", "lane_id", "lane_seq", "entry_hash"],
-        {"seq_id": _POS, "event_id": _ID, "session_id": _ID, "lane_id": _ID, "lane_seq": _POS,
-         "entry_hash": _HASH}),
-    "KorgEnvelope": _obj(["schema_version", "seq_id", "metadata", "event"], {
-        "schema_version": {"const": "1.0"},
-        "seq_id": _POS,
-        "metadata": _obj(
-            ["triggered_by", "causation_id", "event_id", "actor_id", "seq_id", "ledger_hash",
-             "parent_hash", "emitted_at", "recorded_at", "session_id", "hlc_physical",
-             "hlc_logical", "rewind_of", "payload_refs"],
-            {"triggered_by": {"type": ["integer", "null"]},
-             "causation_id": {"type": ["string", "null"]},
-             "event_id": _ID, "actor_id": {"const": "korg:api"}, "seq_id": _POS,
-             "ledger_hash": _HASH, "parent_hash": {"oneOf": [_HASH, {"type": "null"}]},
-             "emitted_at": {"type": "string"}, "recorded_at": {"type": "string"},
-             "session_id": {"type": ["string", "null"]},
-             "hlc_physical": {"type": "integer"}, "hlc_logical": {"type": "integer"},
-             "rewind_of": {"type": ["integer", "null"]},
-             "payload_refs": {"type": "array"}}),
-        "event": _obj(
-            ["event_type", "tool_name", "source_agent", "args", "result", "success",
-             "duration_ms", "timestamp", "payload_refs"],
-            {"event_type": {"const": "AgentToolCall"}, "tool_name": {"type": "string"},
-             "source_agent": {"type": "string"}, "args": {"type": "object"},
-             "result": {"type": "object"}, "success": {"type": "boolean"},
-             "duration_ms": {"type": "integer"}, "timestamp": {"type": "string"},
-             "payload_refs": {"type": "array"}}),
-    }),
+        {
+            "seq_id": _POS,
+            "event_id": _ID,
+            "session_id": _ID,
+            "lane_id": _ID,
+            "lane_seq": _POS,
+            "entry_hash": _HASH,
+        },
+    ),
+    "KorgEnvelope": _obj(
+        ["schema_version", "seq_id", "metadata", "event"],
+        {
+            "schema_version": {"const": "1.0"},
+            "seq_id": _POS,
+            "metadata": _obj(
+                [
+                    "triggered_by",
+                    "causation_id",
+                    "event_id",
+                    "actor_id",
+                    "seq_id",
+                    "ledger_hash",
+                    "parent_hash",
+                    "emitted_at",
+                    "recorded_at",
+                    "session_id",
+                    "hlc_physical",
+                    "hlc_logical",
+                    "rewind_of",
+                    "payload_refs",
+                ],
+                {
+                    "triggered_by": {"type": ["integer", "null"]},
+                    "causation_id": {"type": ["string", "null"]},
+                    "event_id": _ID,
+                    "actor_id": {"const": "korg:api"},
+                    "seq_id": _POS,
+                    "ledger_hash": _HASH,
+                    "parent_hash": {"oneOf": [_HASH, {"type": "null"}]},
+                    "emitted_at": {"type": "string"},
+                    "recorded_at": {"type": "string"},
+                    "session_id": {"type": ["string", "null"]},
+                    "hlc_physical": {"type": "integer"},
+                    "hlc_logical": {"type": "integer"},
+                    "rewind_of": {"type": ["integer", "null"]},
+                    "payload_refs": {"type": "array"},
+                },
+            ),
+            "event": _obj(
+                [
+                    "event_type",
+                    "tool_name",
+                    "source_agent",
+                    "args",
+                    "result",
+                    "success",
+                    "duration_ms",
+                    "timestamp",
+                    "payload_refs",
+                ],
+                {
+                    "event_type": {"const": "AgentToolCall"},
+                    "tool_name": {"type": "string"},
+                    "source_agent": {"type": "string"},
+                    "args": {"type": "object"},
+                    "result": {"type": "object"},
+                    "success": {"type": "boolean"},
+                    "duration_ms": {"type": "integer"},
+                    "timestamp": {"type": "string"},
+                    "payload_refs": {"type": "array"},
+                },
+            ),
+        },
+    ),
 }
 
 
-def _param(name: str, where: str, schema: dict[str, Any], description: str,
-           required: bool = False) -> dict[str, Any]:
-    return {"name": name, "in": where, "required": required or where == "path",
-            "schema": schema, "description": description}
+def _param(
+    name: str, where: str, schema: dict[str, Any], description: str, required: bool = False
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": where,
+        "required": required or where == "path",
+        "schema": schema,
+        "description": description,
+    }
 
 
 _TEXT = {"type": "string", "minLength": 1, "maxLength": 256}
 _PAGE_PARAMS = [
-    _param("cursor", "query", {"type": "integer", "minimum": 0},
-           "exclusive start key: forward returns keys > cursor, backward keys < cursor"),
-    _param("direction", "query", {"enum": ["forward", "backward"], "default": "forward"},
-           "forward: oldest first; backward: newest first"),
-    _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
-           "events per page"),
+    _param(
+        "cursor",
+        "query",
+        {"type": "integer", "minimum": 0},
+        "exclusive start key: forward returns keys > cursor, backward keys < cursor",
+    ),
+    _param(
+        "direction",
+        "query",
+        {"enum": ["forward", "backward"], "default": "forward"},
+        "forward: oldest first; backward: newest first",
+    ),
+    _param(
+        "limit",
+        "query",
+        {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+        "events per page",
+    ),
 ]
 _SESSION = _param("session_id", "path", _TEXT, "host session id")
-_EXCLUDE = _param("exclude_invalidated", "query", {"enum": ["false", "true"], "default": "false"},
-                  "true: leave out the session's events its session.rewound events invalidate")
+_EXCLUDE = _param(
+    "exclude_invalidated",
+    "query",
+    {"enum": ["false", "true"], "default": "false"},
+    "true: leave out the session's events its session.rewound events invalidate",
+)
 _RUN = _param("run_id", "path", _TEXT, "host run id")
 
 PATHS: dict[str, Any] = {
-    "/": {"get": {"operationId": "console",
-                  "summary": "the web console (HTML): live tail, session view, costs",
-                  "responses": {"200": {"description": "the console",
-                                        "content": {"text/html": {"schema": {"type": "string"}}}}}}},
-    "/healthz": {"get": {"operationId": "healthz", "summary": "the event loop answers",
-                         "responses": {"200": json_body("Status", "alive")}}},
-    "/readyz": {"get": {"operationId": "readyz",
-                        "summary": "connected to NATS and caught up within the configured lag",
-                        "responses": {"200": json_body("Status", "ready"),
-                                      "503": json_body("Status", "not ready")}}},
-    "/metrics": {"get": {"operationId": "metrics", "summary": "Prometheus metrics",
-                         "responses": {"200": {"description": "text exposition format",
-                                               "content": {"text/plain": {
-                                                   "schema": {"type": "string"}}}}}}},
-    "/api/v1/openapi.json": {"get": {
-        "operationId": "openapi", "summary": "this document",
-        "responses": {"200": {"description": "OpenAPI 3.1",
-                              "content": {JSON_MEDIA: {"schema": {"type": "object"}}}}}}},
-    "/api/v1/events": {"get": {
-        "operationId": "tailEvents",
-        "summary": "live tail (server-sent events): backfill after the resume position, then live",
-        "description": (
-            "Frames: `id: <position>`, `event: ledger-event`, `data: <CommittedEvent JSON>`. "
-            "Idle connections get `: keepalive` comments. A tail that names run_id (or else "
-            "session_id) ends after that run's (session's) terminal event with an "
-            "`event: end` frame whose id is the terminal event's position."),
-        "parameters": [
-            _param("tenant", "query", _TEXT, "only this tenant"),
-            _param("session_id", "query", _TEXT, "only this session; follows it to its end"),
-            _param("run_id", "query", _TEXT, "only this run; follows it to its end"),
-            _param("lane_id", "query", _TEXT, "only this lane"),
-            _param("actor_id", "query", _TEXT, "only this actor"),
-            _param("event_type", "query", _TEXT, "event types starting with this prefix"),
-            _param("from_position", "query", {"type": "integer", "minimum": 0},
-                   "the last position the client has; delivery starts after it (default 0)"),
-            _param("Last-Event-ID", "header", {"type": "string", "pattern": "^[0-9]+$"},
-                   "as from_position, and wins over it"),
-            _param("exclude_invalidated", "query", {"enum": ["false", "true"],
-                                                    "default": "false"},
-                   "true: leave out events the rewinds of the sessions in scope "
-                   "invalidated, including rewinds committed while the tail is open"),
-        ],
-        "responses": {"200": {"description": "an event stream",
-                              "content": {"text/event-stream": {"schema": {"type": "string"}}}},
-                      **error_responses(400)},
-    }},
-    "/api/v1/events/{position}": {"get": {
-        "operationId": "getEvent", "summary": "one committed event by ledger position",
-        "parameters": [_param("position", "path", _POS, "ledger position"),
-                       _param("exclude_invalidated", "query",
-                              {"enum": ["false", "true"], "default": "false"},
-                              "true: 404 (details.invalidated) for an event a rewind "
-                              "of its session invalidated")],
-        "responses": {"200": json_body("CommittedEvent", "the committed event"),
-                      **error_responses(400, 404, 500)},
-    }},
-    "/api/v1/lanes/{lane_id}/events": {"get": {
-        "operationId": "laneEvents",
-        "summary": "a lane's events; cursor is a lane seq (a position with with_origin)",
-        "parameters": [_param("lane_id", "path", _TEXT, "lane id"), *_PAGE_PARAMS, _EXCLUDE,
-                       _param("with_origin", "query",
-                              {"enum": ["false", "true"], "default": "false"},
-                              "true: a fork's full history, keyed by position: the origin "
-                              "lane's events up to the fork point (recursively), then the "
-                              "lane's own; a page holds one lane's events")],
-        "responses": {"200": json_body("LaneEvents", "one page"),
-                      **error_responses(400, 404, 503, 504)},
-    }},
-    "/api/v1/sessions/{session_id}": {"get": {
-        "operationId": "getSession",
-        "summary": "a session: runs, lanes, structure, and its events; cursor is a position",
-        "parameters": [_SESSION, *_PAGE_PARAMS, _EXCLUDE],
-        "responses": {"200": json_body("Session", "the session and one page of its events"),
-                      **error_responses(400, 404, 503, 504)},
-    }},
-    "/api/v1/sessions/{session_id}/causal-tree": {"get": {
-        "operationId": "causalTree",
-        "summary": "a session's causal tree: nodes (paged by position) with their cause, "
-                   "spines (main agent, sub-agents, forks) and rewinds",
-        "parameters": [
-            _SESSION,
-            _param("cursor", "query", {"type": "integer", "minimum": 0},
-                   "nodes with position > cursor (default 0)"),
-            _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 2000,
-                                      "default": 500}, "nodes per page"),
-            _EXCLUDE,
-        ],
-        "responses": {"200": json_body("CausalTree", "one page of the tree"),
-                      **error_responses(400, 404, 503, 504)},
-    }},
-    "/api/v1/sessions/{session_id}/runs/{run_id}": {"get": {
-        "operationId": "getRun",
-        "summary": "a run: lanes, structure, and its events; cursor is a position",
-        "parameters": [_SESSION, _RUN, *_PAGE_PARAMS, _EXCLUDE],
-        "responses": {"200": json_body("Run", "the run and one page of its events"),
-                      **error_responses(400, 404, 503, 504)},
-    }},
-    "/api/v1/sessions/{session_id}/runs/{run_id}/inspection": {"get": {
-        "operationId": "inspectRun",
-        "summary": "terminal events, linked checkpoints and unresolved attempts of a run",
-        "parameters": [_SESSION, _RUN],
-        "responses": {"200": json_body("Inspection", "the run's inspection"),
-                      **error_responses(400, 404, 503, 504)},
-    }},
-    "/api/v1/blobs/{sha256}": {"get": {
-        "operationId": "getBlob", "summary": "a content-addressed blob, raw",
-        "parameters": [_param("sha256", "path",
-                              {"type": "string", "pattern": "^(sha256:)?[0-9a-f]{64}$"},
-                              "lowercase hex sha256 (a content ref's `sha256:` prefix allowed)"),
-                       _param("tenant", "query", _TEXT,
-                              "the blob's tenant: the token's own by default; required with "
-                              "the operator token or on an open tail")],
-        "responses": {"200": {"description": "the blob's bytes; content type sniffed",
-                              "content": {
-                                  "application/octet-stream": {"schema": {
-                                      "type": "string", "contentMediaType":
-                                          "application/octet-stream"}},
-                                  JSON_MEDIA: {"schema": {}},
-                                  "text/plain": {"schema": {"type": "string"}}}},
-                      **error_responses(400, 404, 500)},
-    }},
-    "/api/v1/verify": {"get": {
-        "operationId": "verify",
-        "summary": "recompute the hash chains of a lane, a session or (no parameter) the ledger",
-        "parameters": [_param("lane_id", "query", _TEXT, "verify this lane"),
-                       _param("session_id", "query", _TEXT, "verify this session's lanes")],
-        "responses": {"200": json_body("VerifyReport", "intact, or the first fault"),
-                      **error_responses(400, 404, 503, 504)},
-    }},
-    "/console/{asset}": {"get": {
-        "operationId": "consoleAsset", "summary": "a static file of the web console",
-        "parameters": [_param("asset", "path", {"enum": ["app.js", "app.css"]}, "file name")],
-        "responses": {"200": {"description": "the file",
-                              "content": {"text/javascript": {"schema": {"type": "string"}},
-                                          "text/css": {"schema": {"type": "string"}}}},
-                      **error_responses(404)},
-    }},
-    "/api/v1/costs": {"get": {
-        "operationId": "costs",
-        "summary": "cost.recorded totals by currency, model and tenant, and a series over time",
-        "parameters": [
-            _param("tenant", "query", _TEXT, "only this tenant"),
-            _param("session_id", "query", _TEXT, "only this session"),
-            _param("run_id", "query", _TEXT, "only this run"),
-            _param("bucket_s", "query", {"type": "integer", "minimum": 1, "maximum": 2678400},
-                   "series bucket width in seconds (default: chosen for at most 120 buckets)"),
-        ],
-        "responses": {"200": json_body("CostReport", "the report"), **error_responses(400, 403, 500)},
-    }},
-    "/api/v1/sessions/{session_id}/activity": {"get": {
-        "operationId": "sessionActivity",
-        "summary": "a session's turns, actions and attempts with outcome, duration and cost, "
-                   "and its human-in-the-loop pauses, from its events",
-        "parameters": [_SESSION],
-        "responses": {"200": json_body("Activity", "the session's activity"),
-                      **error_responses(400, 404, 500)},
-    }},
-    "/api/agent/tool-call": {"post": {
-        "operationId": "korgToolCall",
-        "summary": "Korg: append one AgentToolCall; answers its seq_id (the ledger position)",
-        "requestBody": {"required": True,
-                        "content": {JSON_MEDIA: {"schema": schema_ref("KorgToolCall")}}},
-        "responses": {"200": json_body("KorgAppended", "committed"),
-                      **error_responses(400, 403, 409, 413, 422, 503, 504)},
-    }},
-    "/api/journal": {"get": {
-        "operationId": "korgJournal",
-        "summary": "Korg: the tool-call journal as NDJSON, one KorgEnvelope per line, "
-                   "oldest first",
-        "parameters": [
-            _param("session_id", "query", _TEXT, "only this session"),
-            _param("cursor", "query", {"type": "integer", "minimum": 0},
-                   "returns seq_id > cursor"),
-            _param("limit", "query", {"type": "integer", "minimum": 1}, "at most this many"),
-        ],
-        "responses": {"200": {"description": "NDJSON; each line a KorgEnvelope",
-                              "content": {"application/x-ndjson": {
-                                  "schema": {"type": "string"},
-                                  "x-line-schema": schema_ref("KorgEnvelope")}}},
-                      **error_responses(400)},
-    }},
+    "/": {
+        "get": {
+            "operationId": "console",
+            "summary": "the web console (HTML): live tail, session view, costs",
+            "responses": {
+                "200": {
+                    "description": "the console",
+                    "content": {"text/html": {"schema": {"type": "string"}}},
+                }
+            },
+        }
+    },
+    "/healthz": {
+        "get": {
+            "operationId": "healthz",
+            "summary": "the event loop answers",
+            "responses": {"200": json_body("Status", "alive")},
+        }
+    },
+    "/readyz": {
+        "get": {
+            "operationId": "readyz",
+            "summary": "connected to NATS and caught up within the configured lag",
+            "responses": {"200": json_body("Status", "ready"), "503": json_body("Status", "not ready")},
+        }
+    },
+    "/metrics": {
+        "get": {
+            "operationId": "metrics",
+            "summary": "Prometheus metrics",
+            "responses": {
+                "200": {
+                    "description": "text exposition format",
+                    "content": {"text/plain": {"schema": {"type": "string"}}},
+                }
+            },
+        }
+    },
+    "/api/v1/openapi.json": {
+        "get": {
+            "operationId": "openapi",
+            "summary": "this document",
+            "responses": {
+                "200": {"description": "OpenAPI 3.1", "content": {JSON_MEDIA: {"schema": {"type": "object"}}}}
+            },
+        }
+    },
+    "/api/v1/events": {
+        "get": {
+            "operationId": "tailEvents",
+            "summary": "live tail (server-sent events): backfill after the resume position, then live",
+            "description": (
+                "Frames: `id: <position>`, `event: ledger-event`, `data: <CommittedEvent JSON>`. "
+                "Idle connections get `: keepalive` comments. A tail that names run_id (or else "
+                "session_id) ends after that run's (session's) terminal event with an "
+                "`event: end` frame whose id is the terminal event's position."
+            ),
+            "parameters": [
+                _param("tenant", "query", _TEXT, "only this tenant"),
+                _param("session_id", "query", _TEXT, "only this session; follows it to its end"),
+                _param("run_id", "query", _TEXT, "only this run; follows it to its end"),
+                _param("lane_id", "query", _TEXT, "only this lane"),
+                _param("actor_id", "query", _TEXT, "only this actor"),
+                _param("event_type", "query", _TEXT, "event types starting with this prefix"),
+                _param(
+                    "from_position",
+                    "query",
+                    {"type": "integer", "minimum": 0},
+                    "the last position the client has; delivery starts after it (default 0)",
+                ),
+                _param(
+                    "Last-Event-ID",
+                    "header",
+                    {"type": "string", "pattern": "^[0-9]+$"},
+                    "as from_position, and wins over it",
+                ),
+                _param(
+                    "exclude_invalidated",
+                    "query",
+                    {"enum": ["false", "true"], "default": "false"},
+                    "true: leave out events the rewinds of the sessions in scope "
+                    "invalidated, including rewinds committed while the tail is open",
+                ),
+            ],
+            "responses": {
+                "200": {
+                    "description": "an event stream",
+                    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                },
+                **error_responses(400),
+            },
+        }
+    },
+    "/api/v1/events/{position}": {
+        "get": {
+            "operationId": "getEvent",
+            "summary": "one committed event by ledger position",
+            "parameters": [
+                _param("position", "path", _POS, "ledger position"),
+                _param(
+                    "exclude_invalidated",
+                    "query",
+                    {"enum": ["false", "true"], "default": "false"},
+                    "true: 404 (details.invalidated) for an event a rewind of its session invalidated",
+                ),
+            ],
+            "responses": {
+                "200": json_body("CommittedEvent", "the committed event"),
+                **error_responses(400, 404, 500),
+            },
+        }
+    },
+    "/api/v1/lanes/{lane_id}/events": {
+        "get": {
+            "operationId": "laneEvents",
+            "summary": "a lane's events; cursor is a lane seq (a position with with_origin)",
+            "parameters": [
+                _param("lane_id", "path", _TEXT, "lane id"),
+                *_PAGE_PARAMS,
+                _EXCLUDE,
+                _param(
+                    "with_origin",
+                    "query",
+                    {"enum": ["false", "true"], "default": "false"},
+                    "true: a fork's full history, keyed by position: the origin "
+                    "lane's events up to the fork point (recursively), then the "
+                    "lane's own; a page holds one lane's events",
+                ),
+            ],
+            "responses": {"200": json_body("LaneEvents", "one page"), **error_responses(400, 404, 503, 504)},
+        }
+    },
+    "/api/v1/sessions/{session_id}": {
+        "get": {
+            "operationId": "getSession",
+            "summary": "a session: runs, lanes, structure, and its events; cursor is a position",
+            "parameters": [_SESSION, *_PAGE_PARAMS, _EXCLUDE],
+            "responses": {
+                "200": json_body("Session", "the session and one page of its events"),
+                **error_responses(400, 404, 503, 504),
+            },
+        }
+    },
+    "/api/v1/sessions/{session_id}/causal-tree": {
+        "get": {
+            "operationId": "causalTree",
+            "summary": "a session's causal tree: nodes (paged by position) with their cause, "
+            "spines (main agent, sub-agents, forks) and rewinds",
+            "parameters": [
+                _SESSION,
+                _param(
+                    "cursor",
+                    "query",
+                    {"type": "integer", "minimum": 0},
+                    "nodes with position > cursor (default 0)",
+                ),
+                _param(
+                    "limit",
+                    "query",
+                    {"type": "integer", "minimum": 1, "maximum": 2000, "default": 500},
+                    "nodes per page",
+                ),
+                _EXCLUDE,
+            ],
+            "responses": {
+                "200": json_body("CausalTree", "one page of the tree"),
+                **error_responses(400, 404, 503, 504),
+            },
+        }
+    },
+    "/api/v1/sessions/{session_id}/runs/{run_id}": {
+        "get": {
+            "operationId": "getRun",
+            "summary": "a run: lanes, structure, and its events; cursor is a position",
+            "parameters": [_SESSION, _RUN, *_PAGE_PARAMS, _EXCLUDE],
+            "responses": {
+                "200": json_body("Run", "the run and one page of its events"),
+                **error_responses(400, 404, 503, 504),
+            },
+        }
+    },
+    "/api/v1/sessions/{session_id}/runs/{run_id}/inspection": {
+        "get": {
+            "operationId": "inspectRun",
+            "summary": "terminal events, linked checkpoints and unresolved attempts of a run",
+            "parameters": [_SESSION, _RUN],
+            "responses": {
+                "200": json_body("Inspection", "the run's inspection"),
+                **error_responses(400, 404, 503, 504),
+            },
+        }
+    },
+    "/api/v1/blobs/{sha256}": {
+        "get": {
+            "operationId": "getBlob",
+            "summary": "a content-addressed blob, raw",
+            "parameters": [
+                _param(
+                    "sha256",
+                    "path",
+                    {"type": "string", "pattern": "^(sha256:)?[0-9a-f]{64}$"},
+                    "lowercase hex sha256 (a content ref's `sha256:` prefix allowed)",
+                ),
+                _param(
+                    "tenant",
+                    "query",
+                    _TEXT,
+                    "the blob's tenant: the token's own by default; required with "
+                    "the operator token or on an open tail",
+                ),
+            ],
+            "responses": {
+                "200": {
+                    "description": "the blob's bytes; content type sniffed",
+                    "content": {
+                        "application/octet-stream": {
+                            "schema": {"type": "string", "contentMediaType": "application/octet-stream"}
+                        },
+                        JSON_MEDIA: {"schema": {}},
+                        "text/plain": {"schema": {"type": "string"}},
+                    },
+                },
+                **error_responses(400, 404, 500),
+            },
+        }
+    },
+    "/api/v1/verify": {
+        "get": {
+            "operationId": "verify",
+            "summary": "recompute the hash chains of a lane, a session or (no parameter) the ledger",
+            "parameters": [
+                _param("lane_id", "query", _TEXT, "verify this lane"),
+                _param("session_id", "query", _TEXT, "verify this session's lanes"),
+            ],
+            "responses": {
+                "200": json_body("VerifyReport", "intact, or the first fault"),
+                **error_responses(400, 404, 503, 504),
+            },
+        }
+    },
+    "/console/{asset}": {
+        "get": {
+            "operationId": "consoleAsset",
+            "summary": "a static file of the web console",
+            "parameters": [_param("asset", "path", {"enum": ["app.js", "app.css"]}, "file name")],
+            "responses": {
+                "200": {
+                    "description": "the file",
+                    "content": {
+                        "text/javascript": {"schema": {"type": "string"}},
+                        "text/css": {"schema": {"type": "string"}},
+                    },
+                },
+                **error_responses(404),
+            },
+        }
+    },
+    "/api/v1/costs": {
+        "get": {
+            "operationId": "costs",
+            "summary": "cost.recorded totals by currency, model and tenant, and a series over time",
+            "parameters": [
+                _param("tenant", "query", _TEXT, "only this tenant"),
+                _param("session_id", "query", _TEXT, "only this session"),
+                _param("run_id", "query", _TEXT, "only this run"),
+                _param(
+                    "bucket_s",
+                    "query",
+                    {"type": "integer", "minimum": 1, "maximum": 2678400},
+                    "series bucket width in seconds (default: chosen for at most 120 buckets)",
+                ),
+            ],
+            "responses": {"200": json_body("CostReport", "the report"), **error_responses(400, 403, 500)},
+        }
+    },
+    "/api/v1/sessions/{session_id}/activity": {
+        "get": {
+            "operationId": "sessionActivity",
+            "summary": "a session's turns, actions and attempts with outcome, duration and cost, "
+            "and its human-in-the-loop pauses, from its events",
+            "parameters": [_SESSION],
+            "responses": {
+                "200": json_body("Activity", "the session's activity"),
+                **error_responses(400, 404, 500),
+            },
+        }
+    },
+    "/api/agent/tool-call": {
+        "post": {
+            "operationId": "korgToolCall",
+            "summary": "Korg: append one AgentToolCall; answers its seq_id (the ledger position)",
+            "requestBody": {
+                "required": True,
+                "content": {JSON_MEDIA: {"schema": schema_ref("KorgToolCall")}},
+            },
+            "responses": {
+                "200": json_body("KorgAppended", "committed"),
+                **error_responses(400, 403, 409, 413, 422, 503, 504),
+            },
+        }
+    },
+    "/api/journal": {
+        "get": {
+            "operationId": "korgJournal",
+            "summary": "Korg: the tool-call journal as NDJSON, one KorgEnvelope per line, oldest first",
+            "parameters": [
+                _param("session_id", "query", _TEXT, "only this session"),
+                _param("cursor", "query", {"type": "integer", "minimum": 0}, "returns seq_id > cursor"),
+                _param("limit", "query", {"type": "integer", "minimum": 1}, "at most this many"),
+            ],
+            "responses": {
+                "200": {
+                    "description": "NDJSON; each line a KorgEnvelope",
+                    "content": {
+                        "application/x-ndjson": {
+                            "schema": {"type": "string"},
+                            "x-line-schema": schema_ref("KorgEnvelope"),
+                        }
+                    },
+                },
+                **error_responses(400),
+            },
+        }
+    },
 }
 
 
@@ -516,9 +995,14 @@ def _secure(paths: dict[str, Any]) -> None:
     for path, operation in secure_guarded(paths, "401", "403"):
         if path in QUERY_TOKEN_PATHS:
             operation["security"].append({"accessTokenQuery": []})
-            operation["parameters"].append(_param(
-                ACCESS_TOKEN_PARAMETER, "query", {"type": "string", "minLength": 1},
-                "the bearer token, for clients that cannot set Authorization"))
+            operation["parameters"].append(
+                _param(
+                    ACCESS_TOKEN_PARAMETER,
+                    "query",
+                    {"type": "string", "minLength": 1},
+                    "the bearer token, for clients that cannot set Authorization",
+                )
+            )
 
 
 QUERY_TOKEN_PATHS = ("/api/v1/events",)
@@ -527,15 +1011,19 @@ _secure(PATHS)
 DOCUMENT: dict[str, Any] = document(
     title="laneledger tail",
     description="Live tail, history, blobs, verification and Korg compatibility over the "
-                "laneledger committed stream. Every error is {\"error\": ErrorBody} "
-                "(spec/errors.md); see spec/tail.md.",
+    'laneledger committed stream. Every error is {"error": ErrorBody} '
+    "(spec/errors.md); see spec/tail.md.",
     paths=PATHS,
     schemas=SCHEMAS,
     bearer_description="a tenant's token (sees that tenant only) or the "
-                       "operator's (every tenant); spec/tail.md, Access",
+    "operator's (every tenant); spec/tail.md, Access",
     security_schemes={
-        "accessTokenQuery": {"type": "apiKey", "in": "query", "name": ACCESS_TOKEN_PARAMETER,
-                             "description": "the same token, on the live tail only"},
+        "accessTokenQuery": {
+            "type": "apiKey",
+            "in": "query",
+            "name": ACCESS_TOKEN_PARAMETER,
+            "description": "the same token, on the live tail only",
+        },
     },
 )
 

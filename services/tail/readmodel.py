@@ -53,7 +53,9 @@ CREATE INDEX IF NOT EXISTS events_by_type ON events (event_type, position);
 CREATE INDEX IF NOT EXISTS events_by_event_id ON events (event_id);
 """
 
-COLUMNS = "position, event_id, tenant, session_id, run_id, lane_id, seq, actor_id, subject_id, event_type, body"
+COLUMNS = (
+    "position, event_id, tenant, session_id, run_id, lane_id, seq, actor_id, subject_id, event_type, body"
+)
 
 
 class Routing(msgspec.Struct, frozen=True):
@@ -97,8 +99,19 @@ def row_of(position: int, body: bytes) -> Row:
         r = _routing.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return Row(position, "", "", "", "", "", 0, "", "", "", bytes(body))
-    return Row(position, r.id, r.tenant, r.session_id, r.run_id, r.lane_id, r.seq,
-               r.actor_id, r.subject_id, r.event_type, bytes(body))
+    return Row(
+        position,
+        r.id,
+        r.tenant,
+        r.session_id,
+        r.run_id,
+        r.lane_id,
+        r.seq,
+        r.actor_id,
+        r.subject_id,
+        r.event_type,
+        bytes(body),
+    )
 
 
 class ReadModel:
@@ -114,8 +127,7 @@ class ReadModel:
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._db.execute("PRAGMA busy_timeout = 5000")
             self._db.executescript(DDL)
-            found = self._db.execute(
-                "SELECT value FROM meta WHERE key = 'applied_position'").fetchone()
+            found = self._db.execute("SELECT value FROM meta WHERE key = 'applied_position'").fetchone()
         except sqlite3.Error as exc:
             raise InternalError(f"cannot open the tail's read model: {exc}", path=str(path)) from exc
         # Authoritative: only the apply thread changes it, inside the transaction.
@@ -141,15 +153,32 @@ class ReadModel:
         if rows[0].position != self.applied + 1 or any(
             b.position != a.position + 1 for a, b in zip(rows, rows[1:])
         ):
-            raise InternalError("a batch would leave a gap in the read model",
-                                applied_position=self.applied, first=rows[0].position)
+            raise InternalError(
+                "a batch would leave a gap in the read model",
+                applied_position=self.applied,
+                first=rows[0].position,
+            )
         try:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._db.executemany(
                     f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                    [(r.position, r.event_id, r.tenant, r.session_id, r.run_id, r.lane_id, r.seq,
-                      r.actor_id, r.subject_id, r.event_type, r.body) for r in rows],
+                    [
+                        (
+                            r.position,
+                            r.event_id,
+                            r.tenant,
+                            r.session_id,
+                            r.run_id,
+                            r.lane_id,
+                            r.seq,
+                            r.actor_id,
+                            r.subject_id,
+                            r.event_type,
+                            r.body,
+                        )
+                        for r in rows
+                    ],
                 )
                 self._db.execute(
                     "INSERT INTO meta (key, value) VALUES ('applied_position', ?)"
@@ -186,8 +215,9 @@ class ReadModel:
         except sqlite3.Error as exc:
             raise InternalError(f"read model read failed: {exc}") from exc
 
-    def scan(self, sql: str, params: tuple | list, *, max_rows: int, max_bytes: int,
-             body_column: int) -> tuple[list[tuple], bool]:
+    def scan(
+        self, sql: str, params: tuple | list, *, max_rows: int, max_bytes: int, body_column: int
+    ) -> tuple[list[tuple], bool]:
         """Rows of ``sql`` up to ``max_rows``, or until their bodies reach
         ``max_bytes`` (at least one row), so a page's memory is bounded even
         when events are large; and whether more rows follow. The cursor is not
@@ -210,8 +240,9 @@ class ReadModel:
             raise InternalError(f"read model read failed: {exc}") from exc
         return out, more
 
-    def iterate(self, sql: str, params: tuple | list, key_index: int = 0,
-                page: int = 2000) -> Iterator[tuple]:
+    def iterate(
+        self, sql: str, params: tuple | list, key_index: int = 0, page: int = 2000
+    ) -> Iterator[tuple]:
         """All rows of ``sql`` in pages (keyset pagination): ``sql`` ends with
         ``AND <key> > ? ORDER BY <key> LIMIT ?`` and takes ``params`` + (key, page)."""
         key: Any = -(2**63)
@@ -225,8 +256,7 @@ class ReadModel:
     def event_at(self, position: int) -> Row:
         rows = self.query(f"SELECT {COLUMNS} FROM events WHERE position = ?", (position,))
         if not rows:
-            raise EntityNotFound("no committed event at this position (yet)", kind="event",
-                                 position=position)
+            raise EntityNotFound("no committed event at this position (yet)", kind="event", position=position)
         return Row(*rows[0])
 
     def stats(self) -> tuple[int, int]:

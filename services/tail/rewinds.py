@@ -13,8 +13,8 @@ import asyncio
 
 import msgspec
 
-from laneledger.history.causality import REWOUND
 from laneledger.contract.errors import InvalidRequest
+from laneledger.history.causality import REWOUND
 from laneledger.history.rewind import Invalidation
 
 from .api import Query
@@ -30,8 +30,9 @@ def exclude_requested(query: Query) -> bool:
 def invalidation(model: ReadModel, session_id: str, applied: int) -> Invalidation:
     """What the session's rewinds up to ``applied`` invalidate (reader thread)."""
     rows = model.query(
-        "SELECT body FROM events WHERE session_id = ? AND event_type = ? AND position <= ?"
-        " ORDER BY position", [session_id, REWOUND, applied])
+        "SELECT body FROM events WHERE session_id = ? AND event_type = ? AND position <= ? ORDER BY position",
+        [session_id, REWOUND, applied],
+    )
     return Invalidation(msgspec.json.decode(body).get("payload", {}) for (body,) in rows)
 
 
@@ -70,15 +71,18 @@ class ScopeInvalidation:
             raise InvalidRequest(
                 f"{PARAMETER}=true without session_id follows every rewind in scope, and "
                 f"these invalidate more than {MAX_TRACKED_SPANS} ranges: name session_id",
-                parameter=PARAMETER, ranges=self.spans)
+                parameter=PARAMETER,
+                ranges=self.spans,
+            )
 
     def covers(self, session_id: str, position: int) -> bool:
         gone = self._sessions.get(session_id)
         return gone is not None and position in gone
 
 
-def rewinds_between(model: ReadModel, tenant: str | None, session_id: str | None,
-                    after: int, upto: int) -> list[tuple[str, dict]]:
+def rewinds_between(
+    model: ReadModel, tenant: str | None, session_id: str | None, after: int, upto: int
+) -> list[tuple[str, dict]]:
     """``(session_id, payload)`` of the rewinds committed in ``(after, upto]``
     in scope, in order (reader thread; the event-type index serves it)."""
     where, params = "event_type = ? AND position > ? AND position <= ?", [REWOUND, after, upto]
@@ -86,8 +90,7 @@ def rewinds_between(model: ReadModel, tenant: str | None, session_id: str | None
         if value is not None:
             where += f" AND {column} = ?"
             params.append(value)
-    rows = model.query(f"SELECT session_id, body FROM events WHERE {where} ORDER BY position",
-                       params)
+    rows = model.query(f"SELECT session_id, body FROM events WHERE {where} ORDER BY position", params)
     return [(sid, msgspec.json.decode(body).get("payload", {})) for sid, body in rows]
 
 
@@ -98,11 +101,13 @@ class InvalidationLookup:
         self._model = model
         self._readers = readers
 
-    async def refresh(self, gone: ScopeInvalidation, tenant: str | None,
-                      session_id: str | None, applied: int) -> None:
+    async def refresh(
+        self, gone: ScopeInvalidation, tenant: str | None, session_id: str | None, applied: int
+    ) -> None:
         """Add the rewinds committed since ``gone.as_of``, up to ``applied``."""
         if applied <= gone.as_of:
             return
         rewound = await asyncio.get_running_loop().run_in_executor(
-            self._readers, rewinds_between, self._model, tenant, session_id, gone.as_of, applied)
+            self._readers, rewinds_between, self._model, tenant, session_id, gone.as_of, applied
+        )
         gone.add(rewound, applied)

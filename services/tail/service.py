@@ -22,13 +22,13 @@ from aiohttp import web
 from nats.aio.client import Client as NATS
 from prometheus_client import CollectorRegistry
 
-from laneledger.runtime.access import AccessPolicy, access_middleware
-from laneledger.sdk.client import LedgerClient
-from laneledger.runtime.follow import StreamFollower
 from laneledger.contract.ids import new_id
+from laneledger.contract.subjects import EVENTS_STREAM, Subjects
+from laneledger.runtime.access import AccessPolicy, access_middleware
+from laneledger.runtime.follow import StreamFollower
 from laneledger.runtime.opsserver import ops_routes, start_http
 from laneledger.runtime.servicemain import first_task_end
-from laneledger.contract.subjects import EVENTS_STREAM, Subjects
+from laneledger.sdk.client import LedgerClient
 
 from .activity import Activity
 from .api import errors_middleware
@@ -55,21 +55,20 @@ class TailSettings:
     subjects: Subjects = Subjects()
     events_stream: str = EVENTS_STREAM
     heartbeat_s: float = 15.0
-    ready_max_lag: int = 1000       # /readyz is false while further behind than this
-    ring_size: int = 4096           # recent events kept in memory for live subscribers
-    batch_size: int = 500           # stream messages per applied batch, at most
-    hmac_key: bytes | None = None   # to verify HMAC-keyed chains
+    ready_max_lag: int = 1000  # /readyz is false while further behind than this
+    ring_size: int = 4096  # recent events kept in memory for live subscribers
+    batch_size: int = 500  # stream messages per applied batch, at most
+    hmac_key: bytes | None = None  # to verify HMAC-keyed chains
     korg: KorgSettings = field(default_factory=KorgSettings)
     access: AccessPolicy = field(default_factory=AccessPolicy)  # no tokens: open (access.py)
-    ledger_timeout_s: float = 5.0   # sequencer commands (structure reads, Korg appends)
-    watch_interval_s: float = 1.0   # how often the stream's last sequence is asked
-    stall_s: float = 5.0            # behind without progress this long: re-open the follower
-    shutdown_grace_s: float = 1.0   # for subscribers to finish before they are cancelled
+    ledger_timeout_s: float = 5.0  # sequencer commands (structure reads, Korg appends)
+    watch_interval_s: float = 1.0  # how often the stream's last sequence is asked
+    stall_s: float = 5.0  # behind without progress this long: re-open the follower
+    shutdown_grace_s: float = 1.0  # for subscribers to finish before they are cancelled
 
 
 class TailService:
-    def __init__(self, nc: NATS, settings: TailSettings,
-                 registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, nc: NATS, settings: TailSettings, registry: CollectorRegistry | None = None) -> None:
         self.nc = nc
         self.settings = settings
         self.registry = registry or CollectorRegistry()
@@ -80,9 +79,13 @@ class TailService:
         self.feed = Feed(self.model, self._readers, capacity=settings.ring_size)
         self.metrics.applied_position.set(self.feed.applied)
         self.ledger = LedgerClient(nc, subjects=settings.subjects, timeout=settings.ledger_timeout_s)
-        self.tail = Tail(self.feed, self.metrics, heartbeat_s=settings.heartbeat_s,
-                         terminal_before=TerminalLookup(self.model, self._readers),
-                         invalidated=InvalidationLookup(self.model, self._readers))
+        self.tail = Tail(
+            self.feed,
+            self.metrics,
+            heartbeat_s=settings.heartbeat_s,
+            terminal_before=TerminalLookup(self.model, self._readers),
+            invalidated=InvalidationLookup(self.model, self._readers),
+        )
         self._consumer = f"laneledger-tail-{new_id()[-12:]}"
         self.stream_last: int | None = None  # None: not known right now
         self._tasks: list[asyncio.Task] = []
@@ -93,29 +96,37 @@ class TailService:
 
     def _make_app(self) -> web.Application:
         s = self.settings
-        app = web.Application(middlewares=[
-            self._count, errors_middleware,
-            access_middleware(s.access, query_token_paths=QUERY_TOKEN_PATHS)])
+        app = web.Application(
+            middlewares=[
+                self._count,
+                errors_middleware,
+                access_middleware(s.access, query_token_paths=QUERY_TOKEN_PATHS),
+            ]
+        )
         app.add_routes(ops_routes(self.registry, self.ready))
         app.add_routes([web.get("/api/v1/events", self.tail.handle, name="events")])
         app.add_routes(History(self.model, self._readers, self.feed, self.ledger).routes())
         app.add_routes([CausalTree(self.model, self._readers, self.feed, self.ledger).route()])
         self._verifier = Verifier(self.model, self._readers, self.feed, self.ledger, s.hmac_key)
-        app.add_routes([
-            blob_route(BlobReader(self.nc.jetstream(), s.subjects, s.ledger_timeout_s)),
-            self._verifier.route(),
-            openapi_route(),
-            Costs(self.model, self._readers, self.feed).route(),
-            Activity(self.model, self._readers, self.feed).route(),
-            *console_routes(),
-        ])
-        app.add_routes(Korg(s.korg, self.ledger, self.model, self._readers, self.feed,
-                            self.refresh_stream_last).routes())
+        app.add_routes(
+            [
+                blob_route(BlobReader(self.nc.jetstream(), s.subjects, s.ledger_timeout_s)),
+                self._verifier.route(),
+                openapi_route(),
+                Costs(self.model, self._readers, self.feed).route(),
+                Activity(self.model, self._readers, self.feed).route(),
+                *console_routes(),
+            ]
+        )
+        app.add_routes(
+            Korg(s.korg, self.ledger, self.model, self._readers, self.feed, self.refresh_stream_last).routes()
+        )
         return app
 
     @web.middleware
-    async def _count(self, request: web.Request,
-                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+    async def _count(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ):
         response = await handler(request)
         route = request.match_info.route.resource
         name = route.canonical if route is not None else "unmatched"
@@ -126,8 +137,10 @@ class TailService:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Start following and serving; returns the bound HTTP port."""
-        self._tasks = [asyncio.create_task(self._follow_forever(), name="tail-follow"),
-                       asyncio.create_task(self._watch(), name="tail-watch")]
+        self._tasks = [
+            asyncio.create_task(self._follow_forever(), name="tail-follow"),
+            asyncio.create_task(self._watch(), name="tail-watch"),
+        ]
         self._runner, bound = await start_http(self.app, host, port)
         return bound
 
@@ -158,8 +171,11 @@ class TailService:
 
     def ready(self) -> bool:
         """Connected, and the read model within ``ready_max_lag`` of the stream."""
-        return (self.nc.is_connected and self.stream_last is not None
-                and self.stream_last - self.feed.applied <= self.settings.ready_max_lag)
+        return (
+            self.nc.is_connected
+            and self.stream_last is not None
+            and self.stream_last - self.feed.applied <= self.settings.ready_max_lag
+        )
 
     # -- following the committed stream ----------------------------------------------------
 
@@ -173,14 +189,22 @@ class TailService:
                     raise  # the service is stopping
                 log.warning("the follower stalled at position %d; re-opening", self.feed.applied)
             except Exception as exc:  # noqa: BLE001 - NATS away, stream missing: retry
-                log.warning("following %s failed (%s); retrying from position %d",
-                            self.settings.events_stream, exc, self.feed.applied)
+                log.warning(
+                    "following %s failed (%s); retrying from position %d",
+                    self.settings.events_stream,
+                    exc,
+                    self.feed.applied,
+                )
             self.metrics.follower_restarts.inc()
             await asyncio.sleep(0.5)
 
     async def _follow_once(self) -> None:
-        follower = StreamFollower(self.nc, stream=self.settings.events_stream,
-                                  name=self._consumer, batch_size=self.settings.batch_size)
+        follower = StreamFollower(
+            self.nc,
+            stream=self.settings.events_stream,
+            name=self._consumer,
+            batch_size=self.settings.batch_size,
+        )
         async with aclosing(follower.batches(after=self.model.applied)) as batches:
             async for batch in batches:
                 # Shielded: a cancel (stall watchdog, stop) must not separate

@@ -19,8 +19,8 @@ import logging
 
 from aiohttp import web
 
-from laneledger.runtime.access import scope_of
 from laneledger.contract.errors import InvalidRequest, LedgerError
+from laneledger.runtime.access import scope_of
 
 from . import rewinds
 from .api import Query, parse_int
@@ -52,9 +52,15 @@ def parse_subscription(request: web.Request) -> tuple[EventFilter, int, bool]:
 class Tail:
     """The SSE handler and what it shares: the feed, heartbeat, metrics."""
 
-    def __init__(self, feed: Feed, metrics: TailMetrics, *, heartbeat_s: float,
-                 terminal_before: "TerminalLookup",
-                 invalidated: rewinds.InvalidationLookup | None = None) -> None:
+    def __init__(
+        self,
+        feed: Feed,
+        metrics: TailMetrics,
+        *,
+        heartbeat_s: float,
+        terminal_before: TerminalLookup,
+        invalidated: rewinds.InvalidationLookup | None = None,
+    ) -> None:
         self._feed = feed
         self._invalidated = invalidated
         self._metrics = metrics
@@ -67,17 +73,17 @@ class Tail:
         gone = None
         if exclude:
             if self._invalidated is None:
-                raise InvalidRequest(f"{rewinds.PARAMETER} is not served here",
-                                     parameter=rewinds.PARAMETER)
+                raise InvalidRequest(f"{rewinds.PARAMETER} is not served here", parameter=rewinds.PARAMETER)
             # Before the headers, so too many rewinds in scope is a plain 400.
             gone = rewinds.ScopeInvalidation()
-            await self._invalidated.refresh(gone, filt.tenant, filt.session_id,
-                                            self._feed.applied)
-        response = web.StreamResponse(headers={
-            "Content-Type": "text/event-stream",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-        })
+            await self._invalidated.refresh(gone, filt.tenant, filt.session_id, self._feed.applied)
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",
+            }
+        )
         await response.prepare(request)
         task = asyncio.current_task()
         assert task is not None
@@ -96,9 +102,14 @@ class Tail:
             self.tasks.discard(task)
         return response
 
-    async def _stream(self, request: web.Request, response: web.StreamResponse,
-                      filt: EventFilter, cursor: int,
-                      gone: rewinds.ScopeInvalidation | None = None) -> None:
+    async def _stream(
+        self,
+        request: web.Request,
+        response: web.StreamResponse,
+        filt: EventFilter,
+        cursor: int,
+        gone: rewinds.ScopeInvalidation | None = None,
+    ) -> None:
         loop = asyncio.get_running_loop()
         await response.write(b"retry: 1000\n\n")
         if filt.follows:
@@ -120,13 +131,13 @@ class Tail:
                     # Rewinds committed since the last look (whether or not the
                     # filter lets them through) apply to what is sent from now on.
                     assert self._invalidated is not None
-                    await self._invalidated.refresh(gone, filt.tenant, filt.session_id,
-                                                    feed.applied)
+                    await self._invalidated.refresh(gone, filt.tenant, filt.session_id, feed.applied)
                 frames = []
                 end = None
                 for entry in entries:
                     if filt.matches(entry) and not (
-                            gone is not None and gone.covers(entry.session_id, entry.position)):
+                        gone is not None and gone.covers(entry.session_id, entry.position)
+                    ):
                         frames.append(entry.frame)
                     if filt.ends_with(entry):
                         end = entry.position
@@ -172,8 +183,7 @@ class TerminalLookup:
     async def __call__(self, filt: EventFilter, cursor: int) -> int | None:
         if cursor <= 0:
             return None
-        return await asyncio.get_running_loop().run_in_executor(
-            self._readers, self._find, filt, cursor)
+        return await asyncio.get_running_loop().run_in_executor(self._readers, self._find, filt, cursor)
 
     def _find(self, filt: EventFilter, cursor: int) -> int | None:
         where, params = [], []
@@ -190,4 +200,3 @@ class TerminalLookup:
             [*params, *types, cursor],
         )
         return rows[0][0] if rows else None
-

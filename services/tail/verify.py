@@ -27,10 +27,8 @@ from typing import Any
 
 from aiohttp import web
 
-from laneledger.runtime.access import scope_of
 from laneledger.audit.ledger import decode_body, position_gap
 from laneledger.contract.chain import LaneChains
-from laneledger.sdk.client import LedgerClient
 from laneledger.contract.errors import (
     ChainFault,
     IntegrityError,
@@ -38,16 +36,26 @@ from laneledger.contract.errors import (
     LedgerError,
     LedgerUnavailable,
 )
+from laneledger.runtime.access import scope_of
+from laneledger.sdk.client import LedgerClient
 
 from .api import Query, json_response
 from .feed import Feed
 from .readmodel import COLUMNS, ReadModel, Row
 
 # Row column -> the body field it copies.
-_COPIED = (("event_id", "id"), ("tenant", "tenant"), ("session_id", "session_id"),
-           ("run_id", "run_id"), ("lane_id", "lane_id"), ("seq", "seq"),
-           ("actor_id", "actor_id"), ("subject_id", "subject_id"), ("event_type", "event_type"),
-           ("position", "position"))
+_COPIED = (
+    ("event_id", "id"),
+    ("tenant", "tenant"),
+    ("session_id", "session_id"),
+    ("run_id", "run_id"),
+    ("lane_id", "lane_id"),
+    ("seq", "seq"),
+    ("actor_id", "actor_id"),
+    ("subject_id", "subject_id"),
+    ("event_type", "event_type"),
+    ("position", "position"),
+)
 
 
 @dataclass
@@ -83,15 +91,22 @@ class Walk:
                 raise IntegrityError(
                     f"position {position}: row_mismatch: the read model's {column} is "
                     f"{getattr(row, column)!r}, the event says {record.get(name)!r}",
-                    kind="row_mismatch", position=position, lane_id=lane_id, seq=seq,
-                    field=column, expected=record.get(name), found=getattr(row, column))
+                    kind="row_mismatch",
+                    position=position,
+                    lane_id=lane_id,
+                    seq=seq,
+                    field=column,
+                    expected=record.get(name),
+                    found=getattr(row, column),
+                )
         self.events += 1
         self.last_position = max(self.last_position, position)
 
 
 class Verifier:
-    def __init__(self, model: ReadModel, readers, feed: Feed, ledger: LedgerClient,
-                 hmac_key: bytes | None) -> None:
+    def __init__(
+        self, model: ReadModel, readers, feed: Feed, ledger: LedgerClient, hmac_key: bytes | None
+    ) -> None:
         self._model = model
         self._readers = readers
         self._feed = feed
@@ -123,8 +138,7 @@ class Verifier:
                 scope = "tenant"
         walk = Walk(self._key, dense=scope == "ledger")
         loop = asyncio.get_running_loop()
-        fault = await loop.run_in_executor(self._readers, self._walk, walk, where, params, order,
-                                           applied)
+        fault = await loop.run_in_executor(self._readers, self._walk, walk, where, params, order, applied)
         if scope == "ledger" and fault is None and walk.last_position != applied:
             fault = position_gap(walk.last_position + 1, None)
         if walk.events == 0 and fault is None:
@@ -136,13 +150,19 @@ class Verifier:
                 # One structure row, not load_session: that carries every event
                 # and is refused past 1 MiB (a large session the tail has not
                 # applied yet).
-                page = await self._ledger.load_structure_page(session_id,  # type: ignore[arg-type]
-                                                              limit=1)
+                page = await self._ledger.load_structure_page(
+                    session_id,  # type: ignore[arg-type]
+                    limit=1,
+                )
                 access.not_found_unless(page.tenant, "session", id=session_id)
         report: dict[str, Any] = {
-            "scope": scope, "intact": fault is None, "events": walk.events,
-            "lanes": len(walk.tips), "last_position": walk.last_position,
-            "applied_position": applied, "keyed": self._key is not None,
+            "scope": scope,
+            "intact": fault is None,
+            "events": walk.events,
+            "lanes": len(walk.tips),
+            "last_position": walk.last_position,
+            "applied_position": applied,
+            "keyed": self._key is not None,
             "fault": fault.to_wire() if fault else None,
         }
         if scope == "tenant":
@@ -155,12 +175,12 @@ class Verifier:
             report["lane_tips"] = {lane: tip for lane, (_, tip) in walk.tips.items()}
         return json_response(report)
 
-    def _walk(self, walk: Walk, where: str, params: list, order: str,
-              applied: int) -> LedgerError | None:
+    def _walk(self, walk: Walk, where: str, params: list, order: str, applied: int) -> LedgerError | None:
         rows = self._model.iterate(
             f"SELECT {COLUMNS} FROM events WHERE {where} AND position <= ?"
             f" AND {order} > ? ORDER BY {order} LIMIT ?",
-            [*params, applied], key_index=0 if order == "position" else 6,
+            [*params, applied],
+            key_index=0 if order == "position" else 6,
         )
         try:
             for n, values in enumerate(rows):
@@ -170,4 +190,3 @@ class Verifier:
         except (ChainFault, IntegrityError) as fault:
             return fault
         return None
-

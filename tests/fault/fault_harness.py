@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from checkpoint_support import CheckpointProcess
 from conftest import show_log_on_failure
 from ledger_invariants import Consumers, check_invariants
@@ -62,9 +61,11 @@ fault_timeout = pytest.mark.timeout(scaled(120, 1800))
 
 
 def tail_process(nats_url: str, data_dir: Path, log_dir: Path) -> ServiceProcess:
-    return ServiceProcess("laneledger.services.tail", [
-        "--nats", nats_url, "--data", str(data_dir), "--http-host", "127.0.0.1",
-        "--http-port", "0"], log_dir)
+    return ServiceProcess(
+        "laneledger.services.tail",
+        ["--nats", nats_url, "--data", str(data_dir), "--http-host", "127.0.0.1", "--http-port", "0"],
+        log_dir,
+    )
 
 
 class FaultRig:
@@ -75,21 +76,30 @@ class FaultRig:
     ``replicas`` is what the sequencer and the checkpoint service create
     their streams with (3 on a cluster)."""
 
-    def __init__(self, nats_url: str, tmp_path: Path, request: pytest.FixtureRequest, *,
-                 db_path: Path | None = None, replicas: int = 1) -> None:
+    def __init__(
+        self,
+        nats_url: str,
+        tmp_path: Path,
+        request: pytest.FixtureRequest,
+        *,
+        db_path: Path | None = None,
+        replicas: int = 1,
+    ) -> None:
         self.nats_url = nats_url
         self.dir = Path(tmp_path)
         self.db = Path(db_path) if db_path is not None else self.dir / "ledger.db"
-        self.consumers = Consumers(tail=self.dir / "tail", metrics=self.dir / "metrics",
-                                   checkpoint=self.dir / "checkpoint")
-        self.sequencer = SequencerProcess(nats_url, self.db, log_dir=self.dir,
-                                          extra_args=("--replicas", str(replicas)))
+        self.consumers = Consumers(
+            tail=self.dir / "tail", metrics=self.dir / "metrics", checkpoint=self.dir / "checkpoint"
+        )
+        self.sequencer = SequencerProcess(
+            nats_url, self.db, log_dir=self.dir, extra_args=("--replicas", str(replicas))
+        )
         self.tail = tail_process(nats_url, self.consumers.tail, self.dir)
         self.metrics = metrics_process(nats_url, self.consumers.metrics, self.dir)
-        self.checkpoint = CheckpointProcess(nats_url, self.consumers.checkpoint,
-                                            extra_args=("--replicas", str(replicas)))
-        self.services: list[ServiceProcess] = [self.sequencer, self.tail, self.metrics,
-                                               self.checkpoint]
+        self.checkpoint = CheckpointProcess(
+            nats_url, self.consumers.checkpoint, extra_args=("--replicas", str(replicas))
+        )
+        self.services: list[ServiceProcess] = [self.sequencer, self.tail, self.metrics, self.checkpoint]
         for service in self.services:
             show_log_on_failure(request, service)  # duck-typed: log_path + log_text()
         self.request = request
@@ -122,19 +132,41 @@ class FaultRig:
 
     # -- load ----------------------------------------------------------------------------
 
-    async def start_load(self, *, producers: int = N_PRODUCERS, lanes: int = N_LANES,
-                         hot: int = N_HOT, urls: list[str] | None = None,
-                         **options: Any) -> list[ProducerProcess]:
+    async def start_load(
+        self,
+        *,
+        producers: int = N_PRODUCERS,
+        lanes: int = N_LANES,
+        hot: int = N_HOT,
+        urls: list[str] | None = None,
+        **options: Any,
+    ) -> list[ProducerProcess]:
         """Create ``lanes`` lanes and start ``producers`` producer processes that
         append to them until :meth:`finish` (1–5 events per append, a fifth of
         them cost events, 4 requests in flight each); ``urls``: the NATS
         servers the producers connect to, in turn (default: the services')."""
         self.actor_id, created = await create_lanes(self.nats_url, lanes)
-        options = {"concurrency": 4, "hot_share": 0.5, "receipt_timeout": 1.0, "cost_share": 0.2,
-                   "duration": 3600, "time_limit": 3600, "stop_file": self.stop_file, **options}
-        self.producers = start_producers(urls or self.nats_url, self.dir, self.actor_id, created,
-                                         producers=producers, hot=hot, requests=10_000_000,
-                                         seed=int(self.started), **options)
+        options = {
+            "concurrency": 4,
+            "hot_share": 0.5,
+            "receipt_timeout": 1.0,
+            "cost_share": 0.2,
+            "duration": 3600,
+            "time_limit": 3600,
+            "stop_file": self.stop_file,
+            **options,
+        }
+        self.producers = start_producers(
+            urls or self.nats_url,
+            self.dir,
+            self.actor_id,
+            created,
+            producers=producers,
+            hot=hot,
+            requests=10_000_000,
+            seed=int(self.started),
+            **options,
+        )
         for producer in self.producers:
             show_log_on_failure(self.request, producer)
         for producer in self.producers:  # each one connected and appending
@@ -145,8 +177,9 @@ class FaultRig:
     def outcomes(self) -> int:
         return sum(len(p.lines()) for p in self.producers)
 
-    async def wait_for_outcomes(self, *, more: int, timeout: float = 60.0,
-                                producers: Iterable[ProducerProcess] | None = None) -> int:
+    async def wait_for_outcomes(
+        self, *, more: int, timeout: float = 60.0, producers: Iterable[ProducerProcess] | None = None
+    ) -> int:
         """Wait (bounded) until the producers have recorded ``more`` outcomes
         than now: proof the whole write path works again. Returns the count."""
         watched = list(producers if producers is not None else self.producers)
@@ -154,7 +187,8 @@ class FaultRig:
         deadline = time.monotonic() + timeout
         while (found := sum(len(p.lines()) for p in watched)) < target:
             assert time.monotonic() < deadline, (
-                f"only {found - target + more} of {more} new outcomes in {timeout:g}s")
+                f"only {found - target + more} of {more} new outcomes in {timeout:g}s"
+            )
             for p in watched:
                 assert p.returncode is None, f"{p.name} exited early:\n{p.log_text()[-2000:]}"
             await asyncio.sleep(0.05)

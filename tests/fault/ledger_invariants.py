@@ -32,9 +32,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from laneledger.audit.ledger import audit_ledger, compare_with_stream
 from producer_proc import check_against_ledger
 from sequencer_process import wait_for_stream
+
+from laneledger.audit.ledger import audit_ledger, compare_with_stream
 from laneledger.services.metrics.fold import LabelPolicy, State, fold_message
 from laneledger.services.metrics.store import rows_of
 
@@ -51,8 +52,11 @@ class Consumers:
 
     @property
     def files(self) -> dict[str, Path]:
-        found = {"tail": (self.tail, "tail.db"), "metrics": (self.metrics, "metrics.db"),
-                 "checkpoint": (self.checkpoint, "checkpoints.db")}
+        found = {
+            "tail": (self.tail, "tail.db"),
+            "metrics": (self.metrics, "metrics.db"),
+            "checkpoint": (self.checkpoint, "checkpoints.db"),
+        }
         return {name: Path(d) / f for name, (d, f) in found.items() if d is not None}
 
 
@@ -84,14 +88,13 @@ def consumer_position(name: str, path: Path) -> int:
     return int(found[0][0]) if found else 0
 
 
-async def wait_for_consumers(consumers: Consumers, last_position: int,
-                             timeout: float = CATCH_UP_S) -> None:
+async def wait_for_consumers(consumers: Consumers, last_position: int, timeout: float = CATCH_UP_S) -> None:
     deadline = time.monotonic() + timeout
     for name, path in consumers.files.items():
         while (found := consumer_position(name, path)) < last_position:
             assert time.monotonic() < deadline, (
-                f"the {name} consumer is at position {found}, not {last_position}, "
-                f"after {timeout:g}s")
+                f"the {name} consumer is at position {found}, not {last_position}, after {timeout:g}s"
+            )
             await asyncio.sleep(0.1)
         assert found == last_position, f"the {name} consumer is past the ledger: {found}"
 
@@ -111,19 +114,38 @@ def check_tail(events: list[tuple[int, bytes]], tail_db: Path) -> None:
     want = []
     for position, body in events:
         e = json.loads(body)
-        want.append((position, e["id"], e["tenant"], e["session_id"], e["run_id"], e["lane_id"],
-                     e["seq"], e["actor_id"], e["subject_id"], e["event_type"], body))
-    found = [(*r[:-1], bytes(r[-1]) if not isinstance(r[-1], str) else r[-1].encode())
-             for r in _rows(tail_db, "SELECT position, event_id, tenant, session_id, run_id, lane_id,"
-                                     " seq, actor_id, subject_id, event_type, body FROM events"
-                                     " ORDER BY position")]
+        want.append(
+            (
+                position,
+                e["id"],
+                e["tenant"],
+                e["session_id"],
+                e["run_id"],
+                e["lane_id"],
+                e["seq"],
+                e["actor_id"],
+                e["subject_id"],
+                e["event_type"],
+                body,
+            )
+        )
+    found = [
+        (*r[:-1], bytes(r[-1]) if not isinstance(r[-1], str) else r[-1].encode())
+        for r in _rows(
+            tail_db,
+            "SELECT position, event_id, tenant, session_id, run_id, lane_id,"
+            " seq, actor_id, subject_id, event_type, body FROM events"
+            " ORDER BY position",
+        )
+    ]
     assert len(found) == len(want), f"the tail holds {len(found)} events, the ledger {len(want)}"
     for got, expected in zip(found, want):
         assert got == expected, f"tail row at position {expected[0]} differs from the ledger"
 
 
-def check_metrics(events: list[tuple[int, bytes]], metrics_db: Path,
-                  policy: LabelPolicy = LabelPolicy()) -> State:
+def check_metrics(
+    events: list[tuple[int, bytes]], metrics_db: Path, policy: LabelPolicy = LabelPolicy()
+) -> State:
     """The stored fold equals the fold of the whole ledger from scratch."""
     state = State(policy=policy)
     for position, body in events:
@@ -134,13 +156,18 @@ def check_metrics(events: list[tuple[int, bytes]], metrics_db: Path,
         return {tuple(str(x) for x in row) for row in rows}
 
     assert consumer_position("metrics", metrics_db) == state.position
-    for table, expected in (("series", want.series), ("histograms", want.histograms),
-                            ("open_items", want.open_put), ("label_values", want.admitted)):
-        found = as_set(_rows(metrics_db, f"SELECT * FROM {table}"))  # noqa: S608 - fixed names
+    for table, expected in (
+        ("series", want.series),
+        ("histograms", want.histograms),
+        ("open_items", want.open_put),
+        ("label_values", want.admitted),
+    ):
+        found = as_set(_rows(metrics_db, f"SELECT * FROM {table}"))
         missing, extra = as_set(expected) - found, found - as_set(expected)
         assert not missing and not extra, (
             f"metrics {table} differs from the fold of the ledger: missing {sorted(missing)[:3]}, "
-            f"extra {sorted(extra)[:3]}")
+            f"extra {sorted(extra)[:3]}"
+        )
     return state
 
 
@@ -151,22 +178,29 @@ def check_checkpoint_index(events: list[tuple[int, bytes]], checkpoint_db: Path)
     for _, body in events:
         e = json.loads(body)
         lane_events.add((e["lane_id"], e["seq"], e["id"]))
-        lanes[e["lane_id"]] = (e["session_id"], e["run_id"], max(e["seq"], lanes.get(
-            e["lane_id"], ("", "", 0))[2]))
+        lanes[e["lane_id"]] = (
+            e["session_id"],
+            e["run_id"],
+            max(e["seq"], lanes.get(e["lane_id"], ("", "", 0))[2]),
+        )
     found_events = set(_rows(checkpoint_db, "SELECT lane_id, seq, event_id FROM lane_events"))
     assert found_events == lane_events, (
         f"checkpoint lane index: {len(lane_events - found_events)} events missing, "
-        f"{len(found_events - lane_events)} not in the ledger")
-    found_lanes = {lane: (s, r, n) for lane, s, r, n in _rows(
-        checkpoint_db, "SELECT lane_id, session_id, run_id, last_seq FROM lanes")}
+        f"{len(found_events - lane_events)} not in the ledger"
+    )
+    found_lanes = {
+        lane: (s, r, n)
+        for lane, s, r, n in _rows(checkpoint_db, "SELECT lane_id, session_id, run_id, last_seq FROM lanes")
+    }
     assert found_lanes == lanes, "checkpoint lanes differ from the ledger's"
 
 
 # -- all of it ----------------------------------------------------------------------
 
 
-async def check_invariants(lines: list[dict], db: Path, js, consumers: Consumers = Consumers(),
-                           *, stream: str = "LEDGER_EVENTS") -> dict[str, int]:
+async def check_invariants(
+    lines: list[dict], db: Path, js, consumers: Consumers = Consumers(), *, stream: str = "LEDGER_EVENTS"
+) -> dict[str, int]:
     """Everything in the module docstring; returns counts for the test's summary line."""
     summary = check_against_ledger(lines, db)
     audit = audit_ledger(db)

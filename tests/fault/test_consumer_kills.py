@@ -15,8 +15,7 @@ ROUNDS = scaled(2, 6)
 
 
 @fault_timeout
-async def test_sigkilled_consumers_resume_to_the_fold_of_the_ledger(nats_server, js, tmp_path,
-                                                                   request):
+async def test_sigkilled_consumers_resume_to_the_fold_of_the_ledger(nats_server, js, tmp_path, request):
     rng, seed = seeded_rng()
     async with FaultRig(nats_server.url, tmp_path, request) as rig:
         await rig.start_load()

@@ -32,15 +32,15 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from prometheus_client import CollectorRegistry
-
 from fault_harness import FaultRig, fault_timeout, scaled
-from laneledger.sdk.client import LedgerClient, make_event
+from prometheus_client import CollectorRegistry
+from sequencer_process import ledger_last_position as last_position
+
 from laneledger.contract.errors import EntityNotFound, LedgerTimeout
-from laneledger.store import LedgerWriter, open_ledger
+from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer
-from sequencer_process import ledger_last_position as last_position
+from laneledger.store import LedgerWriter, open_ledger
 
 CYCLES = scaled(1, 5)
 DISK_MB = 64
@@ -59,8 +59,12 @@ class SmallDisk:
     def mount(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
         try:
-            done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.size_mb}m", "tmpfs",
-                                   str(self.path)], capture_output=True, text=True, check=False)
+            done = subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"size={self.size_mb}m", "tmpfs", str(self.path)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             problem = done.stderr.strip() if done.returncode != 0 else ""
         except OSError as exc:  # no mount(8) at all
             problem = str(exc)
@@ -156,13 +160,18 @@ async def test_a_ledger_at_its_size_limit_holds_the_append_until_it_has_room(nat
         async with await LedgerClient.connect(nats_server.url, timeout=5.0) as client:
             actor = await client.ensure_actor("acme", "agent:tests/full@1", "agent")
             lane = await client.create_lane("acme", "s", "r", "main", actor_id=actor.id)
-            await client.append(lane, 0, [make_event(lane.id, "stream.text_delta", actor_id=actor.id,
-                                                     payload={"text": "fits"})])
+            await client.append(
+                lane,
+                0,
+                [make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload={"text": "fits"})],
+            )
             pages = conn.execute("PRAGMA page_count").fetchone()[0]
             conn.execute(f"PRAGMA max_page_count = {pages}")  # the file may not grow
 
-            big = [make_event(lane.id, "stream.text_delta", actor_id=actor.id,
-                              payload={"text": "x" * 900}) for _ in range(50)]
+            big = [
+                make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload={"text": "x" * 900})
+                for _ in range(50)
+            ]
             handle = await client.submit(lane, 1, big)  # durably accepted...
             with pytest.raises(LedgerTimeout):
                 await handle.receipt(2.0)  # ...but not committed, and not answered

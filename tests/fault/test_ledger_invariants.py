@@ -10,8 +10,6 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
-from laneledger.sdk.client import make_event
 from ledger_invariants import (
     Consumers,
     check_checkpoint_index,
@@ -20,6 +18,8 @@ from ledger_invariants import (
     ledger_events,
     wait_for_consumers,
 )
+
+from laneledger.sdk.client import make_event
 from laneledger.services.checkpoint.store import CheckpointStore, LaneEvent
 from laneledger.services.metrics.fold import State, fold_message
 from laneledger.services.metrics.store import MetricsStore, rows_of
@@ -31,11 +31,26 @@ async def events(client, actor, tmp_path: Path) -> list[tuple[int, bytes]]:
     """A small real ledger: three lanes, a text delta and a cost each."""
     for i in range(3):
         lane = await client.create_lane("acme", f"s{i}", "r", "main", actor_id=actor.id)
-        await client.append(lane, 0, [
-            make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload={"text": "x"}),
-            make_event(lane.id, "cost.recorded", actor_id=actor.id, payload={
-                "provider": "anthropic", "model": "claude", "currency": "USD", "amount": "0.125",
-                "input_tokens": 10, "output_tokens": 5})])
+        await client.append(
+            lane,
+            0,
+            [
+                make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload={"text": "x"}),
+                make_event(
+                    lane.id,
+                    "cost.recorded",
+                    actor_id=actor.id,
+                    payload={
+                        "provider": "anthropic",
+                        "model": "claude",
+                        "currency": "USD",
+                        "amount": "0.125",
+                        "input_tokens": 10,
+                        "output_tokens": 5,
+                    },
+                ),
+            ],
+        )
     found = ledger_events(tmp_path / "ledger.db")
     assert len(found) == 6
     return found
@@ -54,10 +69,21 @@ def consumer_files(events: list[tuple[int, bytes]], where: Path) -> dict[str, Pa
     store.close()
     (where / "checkpoint").mkdir()
     index = CheckpointStore.open(where / "checkpoint" / "checkpoints.db")
-    index.apply_events(events[-1][0], [
-        LaneEvent(position=p, lane_id=e["lane_id"], seq=e["seq"], event_id=e["id"],
-                  session_id=e["session_id"], run_id=e["run_id"])
-        for p, b in events for e in (json.loads(b),)])
+    index.apply_events(
+        events[-1][0],
+        [
+            LaneEvent(
+                position=p,
+                lane_id=e["lane_id"],
+                seq=e["seq"],
+                event_id=e["id"],
+                session_id=e["session_id"],
+                run_id=e["run_id"],
+            )
+            for p, b in events
+            for e in (json.loads(b),)
+        ],
+    )
     index.close()
     return Consumers(where / "tail", where / "metrics", where / "checkpoint").files
 
@@ -72,22 +98,34 @@ def tamper(path: Path, sql: str) -> None:
 
 
 DAMAGE = {
-    "tail": (check_tail, "tail", [
-        "DELETE FROM events WHERE position = 3",
-        "UPDATE events SET body = CAST(replace(CAST(body AS TEXT), '\"x\"', '\"y\"') AS BLOB)"
-        " WHERE position = 1",
-        "UPDATE events SET seq = 9 WHERE position = 2",
-    ]),
-    "metrics": (check_metrics, "metrics", [
-        "UPDATE series SET value = CAST(value AS INTEGER) + 1"  # an event folded twice
-        " WHERE metric = 'laneledger_events' AND labels LIKE '%text_delta%'",
-        "UPDATE series SET value = '0.250' WHERE metric = 'laneledger_cost'",
-        "DELETE FROM label_values WHERE label = 'model'",
-    ]),
-    "checkpoint": (check_checkpoint_index, "checkpoint lane index", [
-        "DELETE FROM lane_events WHERE (lane_id, seq) ="
-        " (SELECT lane_id, seq FROM lane_events WHERE seq = 2 LIMIT 1)",
-    ]),
+    "tail": (
+        check_tail,
+        "tail",
+        [
+            "DELETE FROM events WHERE position = 3",
+            "UPDATE events SET body = CAST(replace(CAST(body AS TEXT), '\"x\"', '\"y\"') AS BLOB)"
+            " WHERE position = 1",
+            "UPDATE events SET seq = 9 WHERE position = 2",
+        ],
+    ),
+    "metrics": (
+        check_metrics,
+        "metrics",
+        [
+            "UPDATE series SET value = CAST(value AS INTEGER) + 1"  # an event folded twice
+            " WHERE metric = 'laneledger_events' AND labels LIKE '%text_delta%'",
+            "UPDATE series SET value = '0.250' WHERE metric = 'laneledger_cost'",
+            "DELETE FROM label_values WHERE label = 'model'",
+        ],
+    ),
+    "checkpoint": (
+        check_checkpoint_index,
+        "checkpoint lane index",
+        [
+            "DELETE FROM lane_events WHERE (lane_id, seq) ="
+            " (SELECT lane_id, seq FROM lane_events WHERE seq = 2 LIMIT 1)",
+        ],
+    ),
 }
 
 

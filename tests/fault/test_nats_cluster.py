@@ -19,7 +19,6 @@ import time
 import nats
 import nats.errors
 import nats.js.errors
-
 from fault_harness import FaultRig, fault_timeout, scaled
 from ledger_invariants import ledger_events
 
@@ -35,8 +34,11 @@ async def stream_info(js, stream: str, timeout: float = 60.0):
     while True:
         try:
             return await js.stream_info(stream)
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError,
-                nats.js.errors.ServiceUnavailableError) as exc:
+        except (
+            nats.errors.TimeoutError,
+            nats.errors.NoRespondersError,
+            nats.js.errors.ServiceUnavailableError,
+        ) as exc:
             assert time.monotonic() < deadline, f"no info on {stream} for {timeout:g}s: {exc!r}"
             await asyncio.sleep(0.2)
 
@@ -48,8 +50,9 @@ async def wait_for_replica(js, stream: str, node: str, timeout: float = 60.0) ->
         cluster = (await stream_info(js, stream)).cluster
         peers = {p.name: p for p in cluster.replicas or []}
         peer = peers.get(node)
-        if cluster.leader == node or (peer is not None and peer.current and not peer.offline
-                                      and not peer.lag):
+        if cluster.leader == node or (
+            peer is not None and peer.current and not peer.offline and not peer.lag
+        ):
             return
         assert time.monotonic() < deadline, f"{node}'s replica of {stream} did not catch up: {cluster}"
         await asyncio.sleep(0.1)
@@ -60,8 +63,11 @@ async def make_leader(nc, js, stream: str, node: str, timeout: float = 30.0) -> 
     while (await stream_info(js, stream)).cluster.leader != node:
         assert time.monotonic() < deadline, f"{node} did not become the leader of {stream}"
         try:
-            await nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}",
-                             json.dumps({"placement": {"preferred": node}}).encode(), timeout=5)
+            await nc.request(
+                f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}",
+                json.dumps({"placement": {"preferred": node}}).encode(),
+                timeout=5,
+            )
         except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
             pass  # an election under way: ask again
         await asyncio.sleep(0.3)

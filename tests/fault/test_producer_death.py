@@ -52,8 +52,9 @@ async def test_a_producer_killed_after_accept_gets_the_same_receipt_on_retry(
                 producer.kill()
                 producer.start("--resume", "--die-after-accepts", str(3 + 4 * k + death))
             await wait_until_dead(producers)
-            markers = [i["killed_after_accept"] for p in producers for i in p.intents()
-                       if "killed_after_accept" in i]
+            markers = [
+                i["killed_after_accept"] for p in producers for i in p.intents() if "killed_after_accept" in i
+            ]
             assert len(markers) == len(producers) * (death + 1)
             killed = markers
             for producer in producers:
@@ -69,5 +70,9 @@ async def test_a_producer_killed_after_accept_gets_the_same_receipt_on_retry(
         assert line["outcome"] == "committed" and line["replayed"], line
         original = stored_receipt(rig.db, append_id)
         assert (line["first_seq"], line["last_seq"], line["positions"], line["receipt_event_ids"]) == (
-            original["first_seq"], original["last_seq"], original["positions"], original["event_ids"])
+            original["first_seq"],
+            original["last_seq"],
+            original["positions"],
+            original["event_ids"],
+        )
     print(f"producer deaths: {len(killed)} killed after accept, all replayed; {summary}")

@@ -43,5 +43,7 @@ async def test_sigkilled_sequencer_loses_no_accepted_append(nats_server, js, tmp
         assert await compare_with_stream(js, rig.db) == summary["events"]
     assert rig.sequencer.starts == KILLS + 2
     assert summary["resent"] > 0, "no request was ever resent: the kills missed the traffic"
-    print(f"sequencer kills (seed {seed}): {KILLS} kills, stream behind SQLite at "
-          f"{stream_behind_at_kill}, {summary}")
+    print(
+        f"sequencer kills (seed {seed}): {KILLS} kills, stream behind SQLite at "
+        f"{stream_behind_at_kill}, {summary}"
+    )

@@ -19,17 +19,19 @@ from collections import OrderedDict
 from pathlib import Path
 
 from nats.js.client import JetStreamContext
+
 from laneledger.audit.ledger import LedgerAudit, audit_ledger
-from laneledger.sdk.blobstore import BlobBuckets
 from laneledger.contract.errors import EntityNotFound, IntegrityError
 from laneledger.contract.subjects import Subjects
+from laneledger.sdk.blobstore import BlobBuckets
 
 REMEMBERED = 100_000  # verified (tenant, ref, size) kept, least recently used out
 
 
 class BlobChecks:
-    def __init__(self, store: BlobBuckets, loop: asyncio.AbstractEventLoop, *,
-                 remembered: int = REMEMBERED) -> None:
+    def __init__(
+        self, store: BlobBuckets, loop: asyncio.AbstractEventLoop, *, remembered: int = REMEMBERED
+    ) -> None:
         self._store = store
         self._loop = loop
         self._remembered = remembered
@@ -41,8 +43,7 @@ class BlobChecks:
         if key in self._verified:
             self._verified.move_to_end(key)
             return None
-        problem = asyncio.run_coroutine_threadsafe(
-            self._check(tenant, ref, size_bytes), self._loop).result()
+        problem = asyncio.run_coroutine_threadsafe(self._check(tenant, ref, size_bytes), self._loop).result()
         if problem is None:
             self._verified[key] = None
             if len(self._verified) > self._remembered:
@@ -58,8 +59,7 @@ class BlobChecks:
             return "blob_mismatch", f"blob {ref}: {exc.message}"
         self.read += 1
         if len(data) != size_bytes:
-            return ("blob_mismatch", f"blob {ref} is {len(data)} bytes, the reference says "
-                    f"{size_bytes}")
+            return ("blob_mismatch", f"blob {ref} is {len(data)} bytes, the reference says {size_bytes}")
         return None
 
 
@@ -69,11 +69,12 @@ async def open_blob_store(js: JetStreamContext, subjects: Subjects = Subjects())
     return BlobBuckets(js, subjects=subjects)
 
 
-async def audit_ledger_with_blobs(db_path: str | Path, store: BlobBuckets, *,
-                                  hmac_key: bytes | None = None,
-                                  strict_actors: bool = False) -> LedgerAudit:
+async def audit_ledger_with_blobs(
+    db_path: str | Path, store: BlobBuckets, *, hmac_key: bytes | None = None, strict_actors: bool = False
+) -> LedgerAudit:
     """``audit_ledger`` in a worker thread, checking blobs against ``store``
     on this event loop."""
     checks = BlobChecks(store, asyncio.get_running_loop())
-    return await asyncio.to_thread(audit_ledger, db_path, hmac_key=hmac_key,
-                                   blob_check=checks, strict_actors=strict_actors)
+    return await asyncio.to_thread(
+        audit_ledger, db_path, hmac_key=hmac_key, blob_check=checks, strict_actors=strict_actors
+    )

@@ -41,8 +41,12 @@ def identity_findings(key: str, kind: str) -> list[tuple[str, str]]:
     ``(finding kind, message)``; empty when it conforms."""
     prefix, colon, rest = key.partition(":")
     if not colon or prefix not in PREFIXES or not rest:
-        return [(ACTOR_PREFIX, f"actor key {key!r} does not start with one of "
-                               + ", ".join(p + ":" for p in PREFIXES))]
+        return [
+            (
+                ACTOR_PREFIX,
+                f"actor key {key!r} does not start with one of " + ", ".join(p + ":" for p in PREFIXES),
+            )
+        ]
     found: list[tuple[str, str]] = []
     if prefix in ("agent", "import"):
         versioned = _VERSIONED.match(rest)
@@ -51,11 +55,20 @@ def identity_findings(key: str, kind: str) -> list[tuple[str, str]]:
         elif prefix == "agent" and "/" in versioned["name"]:
             _, _, role = versioned["name"].rpartition("/")
             if not _SPINE_ROLE.match(role):
-                found.append((ACTOR_SPINE, f"actor key {key!r}: a runtime's agent is "
-                                           "agent:<runtime>/main@<v> or "
-                                           "agent:<runtime>/sub-<id8>@<v>"))
+                found.append(
+                    (
+                        ACTOR_SPINE,
+                        f"actor key {key!r}: a runtime's agent is "
+                        "agent:<runtime>/main@<v> or "
+                        "agent:<runtime>/sub-<id8>@<v>",
+                    )
+                )
     expected_kind = KIND_OF_PREFIX.get(prefix)
     if expected_kind is not None and kind != expected_kind:
-        found.append((ACTOR_KIND, f"actor key {key!r} has kind {kind!r}, "
-                                  f"a {prefix}: actor is of kind {expected_kind!r}"))
+        found.append(
+            (
+                ACTOR_KIND,
+                f"actor key {key!r} has kind {kind!r}, a {prefix}: actor is of kind {expected_kind!r}",
+            )
+        )
     return found

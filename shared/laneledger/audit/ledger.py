@@ -71,19 +71,35 @@ from typing import Any
 
 import msgspec
 
+from laneledger.audit.identity import identity_findings
 from laneledger.contract.chain import GENESIS_HASH, LaneChains, append_digest
 from laneledger.contract.contentref import refs_in
-from laneledger.contract.errors import ChainFault, IntegrityError, InvalidRequest, LedgerError, LedgerUnavailable
-from laneledger.audit.identity import identity_findings
+from laneledger.contract.errors import (
+    ChainFault,
+    IntegrityError,
+    InvalidRequest,
+    LedgerError,
+    LedgerUnavailable,
+)
 from laneledger.contract.model import LEDGER_OWNED_FIELDS, Actor, AppendCommitted, decoder
 from laneledger.contract.signing import Ed25519PublicKey, check_signature, load_public_key
-from laneledger.store import open_ledger
 from laneledger.contract.strictjson import decode_json
+from laneledger.store import open_ledger
 
 __all__ = [
-    "BlobCheck", "ExportAudit", "Finding", "LedgerAudit", "StreamCheck", "audit_ledger",
-    "check_stream", "compare_with_stream",
-    "decode_body", "export_ledger", "position_gap", "read_export", "verify_export",
+    "BlobCheck",
+    "ExportAudit",
+    "Finding",
+    "LedgerAudit",
+    "StreamCheck",
+    "audit_ledger",
+    "check_stream",
+    "compare_with_stream",
+    "decode_body",
+    "export_ledger",
+    "position_gap",
+    "read_export",
+    "verify_export",
 ]
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -105,8 +121,12 @@ class Finding:
     actor_id: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {"kind": self.kind, "position": self.position, "message": self.message,
-                "actor_id": self.actor_id}
+        return {
+            "kind": self.kind,
+            "position": self.position,
+            "message": self.message,
+            "actor_id": self.actor_id,
+        }
 
 
 @dataclass(frozen=True)
@@ -158,42 +178,58 @@ def _show(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _chain_fault(kind: str, position: int, lane_id: str | None, seq: Any, fld: str,
-                 expected: Any, found: Any) -> ChainFault:
+def _chain_fault(
+    kind: str, position: int, lane_id: str | None, seq: Any, fld: str, expected: Any, found: Any
+) -> ChainFault:
     seq_detail = seq if type(seq) is int else None
     return ChainFault(
         f"{_where(position, lane_id, seq_detail)}: {kind} "
         f"({fld} expected {_show(expected)}, found {_show(found)})",
-        kind=kind, position=position, lane_id=lane_id, seq=seq_detail, field=fld,
-        expected=expected, found=found,
+        kind=kind,
+        position=position,
+        lane_id=lane_id,
+        seq=seq_detail,
+        field=fld,
+        expected=expected,
+        found=found,
     )
 
 
-def _integrity(kind: str, text: str, position: int | None, lane_id: str | None = None,
-               seq: int | None = None, **details: Any) -> IntegrityError:
+def _integrity(
+    kind: str,
+    text: str,
+    position: int | None,
+    lane_id: str | None = None,
+    seq: int | None = None,
+    **details: Any,
+) -> IntegrityError:
     return IntegrityError(
         f"{_where(position, lane_id, seq)}: {kind}: {text}",
-        kind=kind, position=position, lane_id=lane_id, seq=seq, **details,
+        kind=kind,
+        position=position,
+        lane_id=lane_id,
+        seq=seq,
+        **details,
     )
 
 
-def decode_body(body: bytes, position: int, lane_id: str | None = None,
-                seq: Any = None) -> dict:
+def decode_body(body: bytes, position: int, lane_id: str | None = None, seq: Any = None) -> dict:
     """A stored committed event as a dict, or ``not_chained`` (field ``body``)
     at ``position``. Shared with the tail's verify endpoint."""
     try:
         record = msgspec.json.decode(body)
     except msgspec.DecodeError as exc:
-        raise _chain_fault("not_chained", position, lane_id, seq, "body",
-                           "a JSON object", f"undecodable: {exc}") from None
+        raise _chain_fault(
+            "not_chained", position, lane_id, seq, "body", "a JSON object", f"undecodable: {exc}"
+        ) from None
     if not isinstance(record, dict):
-        raise _chain_fault("not_chained", position, lane_id, seq, "body",
-                           "a JSON object", type(record).__name__)
+        raise _chain_fault(
+            "not_chained", position, lane_id, seq, "body", "a JSON object", type(record).__name__
+        )
     return record
 
 
-def position_gap(expected: int, found: Any, lane_id: str | None = None,
-                 seq: Any = None) -> ChainFault:
+def position_gap(expected: int, found: Any, lane_id: str | None = None, seq: Any = None) -> ChainFault:
     """Positions must run 1, 2, …: ``broken_link`` (field ``position``) at the
     first missing one. Shared with the tail's verify endpoint."""
     return _chain_fault("broken_link", expected, lane_id, seq, "position", expected, found)
@@ -214,8 +250,12 @@ def _pages(db: sqlite3.Connection, sql: str, first_key: Any, page: int) -> Itera
 
 
 def audit_ledger(
-    db_path: str | Path, *, hmac_key: bytes | str | None = None, page: int = _PAGE,
-    blob_check: BlobCheck | None = None, strict_actors: bool = False,
+    db_path: str | Path,
+    *,
+    hmac_key: bytes | str | None = None,
+    page: int = _PAGE,
+    blob_check: BlobCheck | None = None,
+    strict_actors: bool = False,
 ) -> LedgerAudit:
     """Verify a whole ledger file; raise ``ChainFault``/``IntegrityError`` at the
     first fault (see the module docstring), or return what was seen. Blobs
@@ -229,14 +269,14 @@ def audit_ledger(
         finally:
             db.execute("ROLLBACK")
     except sqlite3.Error as exc:
-        raise IntegrityError(f"cannot read ledger database: {exc}", kind="unreadable",
-                             position=None, path=str(db_path)) from exc
+        raise IntegrityError(
+            f"cannot read ledger database: {exc}", kind="unreadable", position=None, path=str(db_path)
+        ) from exc
     finally:
         db.close()
 
 
-def _audit(db: sqlite3.Connection, key: bytes | None, page: int,
-           checks: _EventChecks) -> LedgerAudit:
+def _audit(db: sqlite3.Connection, key: bytes | None, page: int, checks: _EventChecks) -> LedgerAudit:
     tips: dict[str, _Tip] = {}
     chains = LaneChains(key=key)
     group: list[_Event] = []  # the events of the current append
@@ -255,7 +295,8 @@ def _audit(db: sqlite3.Connection, key: bytes | None, page: int,
         db,
         "SELECT position, id, lane_id, seq, append_id, body FROM events"
         " WHERE position > ? ORDER BY position LIMIT ?",
-        -(2**63), page,
+        -(2**63),
+        page,
     )
     for row_position, row_id, row_lane, row_seq, row_append, body in rows:
         if row_position != position + 1:
@@ -269,19 +310,28 @@ def _audit(db: sqlite3.Connection, key: bytes | None, page: int,
         # Chained by the lane the hashed body names: a row whose lane column
         # alone was edited is then a row_mismatch, not a broken link.
         body_lane = record.get("lane_id")
-        chains.check(record, position=position,
-                     lane=body_lane if isinstance(body_lane, str) else row_lane)
+        chains.check(record, position=position, lane=body_lane if isinstance(body_lane, str) else row_lane)
         seq = record["seq"]
 
         # The row's index columns must say what the hashed body says.
-        for name, column in (("position", row_position), ("id", row_id), ("lane_id", row_lane),
-                             ("seq", row_seq), ("append_id", row_append)):
+        for name, column in (
+            ("position", row_position),
+            ("id", row_id),
+            ("lane_id", row_lane),
+            ("seq", row_seq),
+            ("append_id", row_append),
+        ):
             if record.get(name) != column:
-                raise _integrity("row_mismatch",
-                                 f"the row's {name} is {_show(column)}, its body says "
-                                 f"{_show(record.get(name))}",
-                                 position, row_lane, seq, field=name, expected=record.get(name),
-                                 found=column)
+                raise _integrity(
+                    "row_mismatch",
+                    f"the row's {name} is {_show(column)}, its body says {_show(record.get(name))}",
+                    position,
+                    row_lane,
+                    seq,
+                    field=name,
+                    expected=record.get(name),
+                    found=column,
+                )
         checks.check(record, position, row_lane, seq)
 
         tip = tips.get(row_lane)
@@ -290,10 +340,17 @@ def _audit(db: sqlite3.Connection, key: bytes | None, page: int,
         else:
             tip.seq, tip.entry_hash, tip.last_position = seq, record["entry_hash"], position
 
-        group.append(_Event(
-            position, row_id, row_lane, seq, record["entry_hash"], record.get("committed_at"),
-            {k: v for k, v in record.items() if k not in LEDGER_OWNED_FIELDS},
-        ))
+        group.append(
+            _Event(
+                position,
+                row_id,
+                row_lane,
+                seq,
+                record["entry_hash"],
+                record.get("committed_at"),
+                {k: v for k, v in record.items() if k not in LEDGER_OWNED_FIELDS},
+            )
+        )
     close_group()
     last_position = position
 
@@ -311,11 +368,15 @@ def _audit(db: sqlite3.Connection, key: bytes | None, page: int,
                 first = named[0] if named else None
             except msgspec.DecodeError:
                 pass
-        raise _integrity("receipt_without_events",
-                         f"{receipts} stored receipts but {groups} committed appends"
-                         + (f"; append {orphan[0]} has a receipt and no events" if orphan else ""),
-                         first, append_id=orphan[0] if orphan else None,
-                         receipts=receipts, appends=groups)
+        raise _integrity(
+            "receipt_without_events",
+            f"{receipts} stored receipts but {groups} committed appends"
+            + (f"; append {orphan[0]} has a receipt and no events" if orphan else ""),
+            first,
+            append_id=orphan[0] if orphan else None,
+            receipts=receipts,
+            appends=groups,
+        )
 
     # The lanes table: each head equals its last event.
     lane_tips: dict[str, str] = {}
@@ -328,26 +389,47 @@ def _audit(db: sqlite3.Connection, key: bytes | None, page: int,
         seq, tip_hash = (tip.seq, tip.entry_hash) if tip else (0, GENESIS_HASH)
         where = tip.last_position if tip else None
         if last_seq != seq:
-            raise _integrity("lane_head_mismatch",
-                             f"the lanes table says last_seq {last_seq}, the lane's last event "
-                             f"has seq {seq}", where, lane_id, seq,
-                             field="last_seq", expected=seq, found=last_seq)
+            raise _integrity(
+                "lane_head_mismatch",
+                f"the lanes table says last_seq {last_seq}, the lane's last event has seq {seq}",
+                where,
+                lane_id,
+                seq,
+                field="last_seq",
+                expected=seq,
+                found=last_seq,
+            )
         if head_hash != tip_hash:
-            raise _integrity("lane_head_mismatch",
-                             f"the lanes table says head_hash {head_hash}, the lane's last event "
-                             f"has entry_hash {tip_hash}", where, lane_id, seq,
-                             field="head_hash", expected=tip_hash, found=head_hash)
+            raise _integrity(
+                "lane_head_mismatch",
+                f"the lanes table says head_hash {head_hash}, the lane's last event "
+                f"has entry_hash {tip_hash}",
+                where,
+                lane_id,
+                seq,
+                field="head_hash",
+                expected=tip_hash,
+                found=head_hash,
+            )
         lane_tips[lane_id] = tip_hash
     if tips:
         lane_id, tip = min(tips.items(), key=lambda item: item[1].first_position)
-        raise _integrity("unknown_lane", "the event's lane is not in the lanes table",
-                         tip.first_position, lane_id, 1)
+        raise _integrity(
+            "unknown_lane", "the event's lane is not in the lanes table", tip.first_position, lane_id, 1
+        )
 
-    return LedgerAudit(events=last_position, lanes=lanes, last_position=last_position,
-                       lane_tips=lane_tips, actors=len(checks.actors),
-                       signed_events=checks.signed, causal_links=checks.causal_links,
-                       blob_refs=checks.blob_refs, warnings=tuple(checks.warnings),
-                       warning_count=checks.warning_count)
+    return LedgerAudit(
+        events=last_position,
+        lanes=lanes,
+        last_position=last_position,
+        lane_tips=lane_tips,
+        actors=len(checks.actors),
+        signed_events=checks.signed,
+        causal_links=checks.causal_links,
+        blob_refs=checks.blob_refs,
+        warnings=tuple(checks.warnings),
+        warning_count=checks.warning_count,
+    )
 
 
 @dataclass(slots=True)
@@ -360,8 +442,7 @@ class _EventChecks:
     """Step 5 of the audit: one committed event against the rest of the ledger
     (actors, causes, blobs). Holds one entry per actor; looks causes up by id."""
 
-    def __init__(self, db: sqlite3.Connection, blob_check: BlobCheck | None,
-                 strict_actors: bool) -> None:
+    def __init__(self, db: sqlite3.Connection, blob_check: BlobCheck | None, strict_actors: bool) -> None:
         self._db = db
         self._blob_check = blob_check
         self._strict = strict_actors
@@ -376,43 +457,71 @@ class _EventChecks:
         actor_id = record.get("actor_id")
         actor = self._actor(actor_id, position) if isinstance(actor_id, str) else None
         if actor is None:
-            raise fault("unknown_actor", f"the event's actor {_show(actor_id)} is not in the "
-                        "actors table", actor_id=actor_id)
+            raise fault(
+                "unknown_actor",
+                f"the event's actor {_show(actor_id)} is not in the actors table",
+                actor_id=actor_id,
+            )
         if actor.tenant != record.get("tenant"):
-            raise fault("actor_tenant_mismatch", f"actor {actor_id} belongs to tenant "
-                        f"{_show(actor.tenant)}, the event to {_show(record.get('tenant'))}",
-                        actor_id=actor_id, expected=record.get("tenant"), found=actor.tenant)
+            raise fault(
+                "actor_tenant_mismatch",
+                f"actor {actor_id} belongs to tenant "
+                f"{_show(actor.tenant)}, the event to {_show(record.get('tenant'))}",
+                actor_id=actor_id,
+                expected=record.get("tenant"),
+                found=actor.tenant,
+            )
 
         signature = record.get("signature")
         if actor.public_key is None:
             if signature is not None:
-                raise fault("signature_unexpected", f"signed, but actor {actor_id} has no "
-                            "public key", actor_id=actor_id)
+                raise fault(
+                    "signature_unexpected",
+                    f"signed, but actor {actor_id} has no public key",
+                    actor_id=actor_id,
+                )
         elif signature is None:
-            raise fault("signature_missing", f"actor {actor_id} signs its events; this one "
-                        "has no signature", actor_id=actor_id)
+            raise fault(
+                "signature_missing",
+                f"actor {actor_id} signs its events; this one has no signature",
+                actor_id=actor_id,
+            )
         elif not check_signature(record, actor.public_key):
-            raise fault("signature_invalid", f"the signature does not verify under actor "
-                        f"{actor_id}'s public key", actor_id=actor_id)
+            raise fault(
+                "signature_invalid",
+                f"the signature does not verify under actor {actor_id}'s public key",
+                actor_id=actor_id,
+            )
         else:
             self.signed += 1
 
         cause = record.get("causation_id")
         if cause is not None:
             self.causal_links += 1
-            found = self._db.execute("SELECT position, session_id FROM events WHERE id = ?",
-                                     (cause,)).fetchone() if isinstance(cause, str) else None
+            found = (
+                self._db.execute("SELECT position, session_id FROM events WHERE id = ?", (cause,)).fetchone()
+                if isinstance(cause, str)
+                else None
+            )
             if found is None:
-                raise fault("causation_unknown", f"causation_id {_show(cause)} names no event",
-                            causation_id=cause)
+                raise fault(
+                    "causation_unknown", f"causation_id {_show(cause)} names no event", causation_id=cause
+                )
             if found[0] >= position:
-                raise fault("causation_not_earlier", f"causation_id {cause} is the event at "
-                            f"position {found[0]}, not an earlier one", causation_id=cause,
-                            cause_position=found[0])
+                raise fault(
+                    "causation_not_earlier",
+                    f"causation_id {cause} is the event at position {found[0]}, not an earlier one",
+                    causation_id=cause,
+                    cause_position=found[0],
+                )
             if found[1] != record.get("session_id"):
-                raise fault("causation_other_session", f"causation_id {cause} is in session "
-                            f"{_show(found[1])}, this event in {_show(record.get('session_id'))}",
-                            causation_id=cause, cause_session_id=found[1])
+                raise fault(
+                    "causation_other_session",
+                    f"causation_id {cause} is in session "
+                    f"{_show(found[1])}, this event in {_show(record.get('session_id'))}",
+                    causation_id=cause,
+                    cause_session_id=found[1],
+                )
 
         if self._blob_check is not None:
             for ref, size in refs_in(record.get("payload")):
@@ -431,8 +540,12 @@ class _EventChecks:
                 actor = decoder(Actor).decode(row[0])
                 key = load_public_key(actor.public_key) if actor.public_key else None
             except (msgspec.DecodeError, msgspec.ValidationError, LedgerError) as exc:
-                raise _integrity("unknown_actor", f"actor {actor_id}'s stored row is "
-                                 f"unreadable: {exc}", position, actor_id=actor_id) from None
+                raise _integrity(
+                    "unknown_actor",
+                    f"actor {actor_id}'s stored row is unreadable: {exc}",
+                    position,
+                    actor_id=actor_id,
+                ) from None
             facts = _ActorFacts(actor.tenant, key)
             for kind, text in identity_findings(actor.key, actor.kind):
                 if self._strict:
@@ -451,23 +564,39 @@ def _check_receipt(db: sqlite3.Cursor, append_id: str, events: list[_Event]) -> 
         "SELECT lane_id, digest, body FROM receipts WHERE append_id = ?", (append_id,)
     ).fetchone()
     if row is None:
-        raise _integrity("receipt_missing", f"append {append_id} committed events but has no "
-                         "stored receipt", first.position, first.lane_id, first.seq,
-                         append_id=append_id)
+        raise _integrity(
+            "receipt_missing",
+            f"append {append_id} committed events but has no stored receipt",
+            first.position,
+            first.lane_id,
+            first.seq,
+            append_id=append_id,
+        )
     lane_column, digest_column, body = row
     try:
         receipt = decoder(AppendCommitted).decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise _integrity("receipt_mismatch", f"the receipt of append {append_id} is unreadable: "
-                         f"{exc}", first.position, first.lane_id, first.seq,
-                         append_id=append_id) from None
+        raise _integrity(
+            "receipt_mismatch",
+            f"the receipt of append {append_id} is unreadable: {exc}",
+            first.position,
+            first.lane_id,
+            first.seq,
+            append_id=append_id,
+        ) from None
 
     def mismatch(what: str, at: _Event, expected: Any, found: Any) -> IntegrityError:
-        return _integrity("receipt_mismatch",
-                          f"the receipt of append {append_id} says {what} {_show(found)}, "
-                          f"the events say {_show(expected)}",
-                          at.position, at.lane_id, at.seq, append_id=append_id, field=what,
-                          expected=expected, found=found)
+        return _integrity(
+            "receipt_mismatch",
+            f"the receipt of append {append_id} says {what} {_show(found)}, the events say {_show(expected)}",
+            at.position,
+            at.lane_id,
+            at.seq,
+            append_id=append_id,
+            field=what,
+            expected=expected,
+            found=found,
+        )
 
     checks = (
         ("append_id", receipt.append_id, append_id),
@@ -499,13 +628,19 @@ def _check_receipt(db: sqlite3.Cursor, append_id: str, events: list[_Event]) -> 
     last = events[-1]
     if len(receipt.positions) > len(events):
         missing = receipt.positions[len(events)]
-        raise _integrity("receipt_mismatch",
-                         f"the receipt of append {append_id} names position {missing}, which "
-                         f"holds no event of that append ({len(events)} of "
-                         f"{len(receipt.positions)} found)",
-                         missing, first.lane_id, last.seq + 1, append_id=append_id,
-                         field="positions", expected=[e.position for e in events],
-                         found=receipt.positions)
+        raise _integrity(
+            "receipt_mismatch",
+            f"the receipt of append {append_id} names position {missing}, which "
+            f"holds no event of that append ({len(events)} of "
+            f"{len(receipt.positions)} found)",
+            missing,
+            first.lane_id,
+            last.seq + 1,
+            append_id=append_id,
+            field="positions",
+            expected=[e.position for e in events],
+            found=receipt.positions,
+        )
     if any(len(values) != len(events) for values in lists):
         raise mismatch("event counts", last, len(events), [len(values) for values in lists])
     if receipt.last_seq != last.seq:
@@ -530,8 +665,9 @@ class StreamCheck:
     caught_up_s: float = 0.0  # how long the stream took to catch up with them
 
 
-async def compare_with_stream(js: Any, db_path: str | Path, stream: str = "LEDGER_EVENTS",
-                              **options: Any) -> int:
+async def compare_with_stream(
+    js: Any, db_path: str | Path, stream: str = "LEDGER_EVENTS", **options: Any
+) -> int:
     """:func:`check_stream` of a quiescent ledger (no wait for lag); returns
     the number of events compared."""
     return (await check_stream(js, db_path, stream, **options)).messages
@@ -567,8 +703,7 @@ async def check_stream(
         try:
             return (await js.stream_info(stream)).state
         except NotFoundError:
-            raise LedgerUnavailable(f"no stream {stream} on this NATS server",
-                                    stream=stream) from None
+            raise LedgerUnavailable(f"no stream {stream} on this NATS server", stream=stream) from None
 
     deadline = time.monotonic() + timeout
     state = await stream_state()
@@ -584,8 +719,11 @@ async def check_stream(
             raise IntegrityError(
                 f"position {ledger_last + 1}: stream_ahead: on the stream (up to sequence "
                 f"{stream_last}) but not in the ledger, which ends at position {ledger_last}",
-                kind="stream_ahead", position=ledger_last + 1, stream_sequence=stream_last,
-                ledger_last_position=ledger_last)
+                kind="stream_ahead",
+                position=ledger_last + 1,
+                stream_sequence=stream_last,
+                ledger_last_position=ledger_last,
+            )
 
         config = ConsumerConfig(
             deliver_policy=DeliverPolicy.ALL,
@@ -598,8 +736,12 @@ async def check_stream(
         await js.add_consumer(stream, config=config)
         sub = await js.pull_subscribe_bind(consumer=consumer, stream=stream)
 
-        rows = _pages(db, "SELECT position, body FROM events WHERE position > ?"
-                          " ORDER BY position LIMIT ?", -(2**63), 1000)
+        rows = _pages(
+            db,
+            "SELECT position, body FROM events WHERE position > ? ORDER BY position LIMIT ?",
+            -(2**63),
+            1000,
+        )
         compared = 0  # the last position compared
 
         async def compare_through(last: int) -> None:
@@ -610,8 +752,11 @@ async def check_stream(
                 if time.monotonic() > deadline:
                     raise IntegrityError(
                         f"position {compared + 1}: stream_timeout: the stream did not deliver in "
-                        f"{timeout:g}s", kind="stream_timeout", position=compared + 1,
-                        stream=stream)
+                        f"{timeout:g}s",
+                        kind="stream_timeout",
+                        position=compared + 1,
+                        stream=stream,
+                    )
                 try:
                     msgs = await sub.fetch(batch=min(batch, last - compared), timeout=2.0)
                 except ServiceUnavailableError:
@@ -620,13 +765,16 @@ async def check_stream(
                     # deadline above.
                     await asyncio.sleep(0.25)
                     continue
-                except asyncio.TimeoutError:  # nats.errors.TimeoutError is one
+                except TimeoutError:  # nats.errors.TimeoutError is one
                     idle += 1
                     if idle >= 5:
                         raise IntegrityError(
                             f"position {compared + 1}: stream_stalled: the stream stopped "
                             f"delivering after {compared} messages",
-                            kind="stream_stalled", position=compared + 1, stream=stream) from None
+                            kind="stream_stalled",
+                            position=compared + 1,
+                            stream=stream,
+                        ) from None
                     continue
                 idle = 0
                 for msg in msgs:
@@ -637,16 +785,23 @@ async def check_stream(
                         raise IntegrityError(
                             f"position {expected}: ledger_gap: missing from the ledger (next "
                             f"stored is {row[0] if row else 'none'})",
-                            kind="ledger_gap", position=expected)
+                            kind="ledger_gap",
+                            position=expected,
+                        )
                     if sequence != expected:
                         raise IntegrityError(
                             f"position {expected}: sequence_mismatch: the stream's message there "
-                            f"has sequence {sequence}", kind="sequence_mismatch",
-                            position=expected, stream_sequence=sequence)
+                            f"has sequence {sequence}",
+                            kind="sequence_mismatch",
+                            position=expected,
+                            stream_sequence=sequence,
+                        )
                     if bytes(msg.data) != bytes(row[1]):
                         raise IntegrityError(
-                            f"position {expected}: data_mismatch: stream data differs from the "
-                            "stored body", kind="data_mismatch", position=expected)
+                            f"position {expected}: data_mismatch: stream data differs from the stored body",
+                            kind="data_mismatch",
+                            position=expected,
+                        )
                     compared = expected
 
         def check_counts(stream_last: int, available: int) -> None:
@@ -657,7 +812,10 @@ async def check_stream(
                 raise IntegrityError(
                     f"position {at}: count_mismatch: the stream has {available} messages up "
                     f"to sequence {stream_last}, the ledger {count} events up to position "
-                    f"{ledger_last}", kind="count_mismatch", position=at)
+                    f"{ledger_last}",
+                    kind="count_mismatch",
+                    position=at,
+                )
 
         await compare_through(min(stream_last, available))
         check_counts(stream_last, available)
@@ -671,9 +829,12 @@ async def check_stream(
                         f"position {stream_last + 1}: stream_behind: in the ledger but not on "
                         f"the stream, which ends at sequence {stream_last} "
                         f"({ledger_last - stream_last} behind after waiting {waited:.1f}s)",
-                        kind="stream_behind", position=stream_last + 1,
-                        stream_last_sequence=stream_last, ledger_last_position=ledger_last,
-                        waited_s=round(waited, 3))
+                        kind="stream_behind",
+                        position=stream_last + 1,
+                        stream_last_sequence=stream_last,
+                        ledger_last_position=ledger_last,
+                        waited_s=round(waited, 3),
+                    )
                 await asyncio.sleep(min(0.02, wait_s - waited))
                 state = await stream_state()
                 stream_last, available = state.last_seq, state.messages
@@ -717,8 +878,12 @@ def export_ledger(db_path: str | Path, out: Any, *, page: int = _PAGE) -> int:
     count = 0
     try:
         db.execute("BEGIN")
-        for _, body in _pages(db, "SELECT position, body FROM events WHERE position > ?"
-                              " ORDER BY position LIMIT ?", -(2**63), page):
+        for _, body in _pages(
+            db,
+            "SELECT position, body FROM events WHERE position > ? ORDER BY position LIMIT ?",
+            -(2**63),
+            page,
+        ):
             out.write(bytes(body))
             out.write(b"\n")
             count += 1
@@ -741,8 +906,9 @@ def read_export(path: str | Path) -> Iterator[dict]:
                 raise InvalidRequest("expected a JSON object", file=name, line=number)
             for key, kind in (("position", int), ("lane_id", str)):
                 if not isinstance(record.get(key), kind) or isinstance(record.get(key), bool):
-                    raise InvalidRequest(f"field {key}: missing or not {kind.__name__}",
-                                         file=name, line=number, field=key)
+                    raise InvalidRequest(
+                        f"field {key}: missing or not {kind.__name__}", file=name, line=number, field=key
+                    )
             yield record
 
 
@@ -753,8 +919,7 @@ def verify_export(records: Iterator[dict], *, hmac_key: bytes | None = None) -> 
     position = 0
     for record in records:
         if record["position"] != position + 1:
-            raise position_gap(position + 1, record["position"], record["lane_id"],
-                               record.get("seq"))
+            raise position_gap(position + 1, record["position"], record["lane_id"], record.get("seq"))
         position = record["position"]
         chains.check(record, position=position, lane=record["lane_id"])
     return ExportAudit(events=position, lanes=len(chains.tips), last_position=position)

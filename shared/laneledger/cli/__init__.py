@@ -21,10 +21,9 @@ import sys
 from collections.abc import Sequence
 
 from laneledger import __version__
-from laneledger.contract.errors import LedgerError, RequestError
-
 from laneledger.cli import branching, files, imports, ledger, natsconf, run, tail, verify
 from laneledger.cli.report import PROG, display, fail, located
+from laneledger.contract.errors import LedgerError, RequestError
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,14 +8,12 @@ import sys
 
 import msgspec
 
+from laneledger.cli.natsoption import add_nats_option
 from laneledger.history.branching import fork_lane, rewind_session
 from laneledger.sdk.client import LedgerClient
 
-from laneledger.cli.natsoption import add_nats_option
-
 # Korg §1.1 prefixes -> actor kinds (as the tail's Korg endpoint registers them).
-ACTOR_KINDS = {"agent": "agent", "human": "human", "korg": "service", "mcp": "tool",
-               "import": "service"}
+ACTOR_KINDS = {"agent": "agent", "human": "human", "korg": "service", "mcp": "tool", "import": "service"}
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -30,10 +28,18 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     )
     sub.add_argument("session_id", metavar="SESSION")
     sub.add_argument("target", metavar="TARGET", help="a ledger position or an event id")
-    sub.add_argument("--actor", required=True, metavar="KEY",
-                     help="who rewinds, e.g. human:dusk (created in the session's tenant if new)")
-    sub.add_argument("--lane", dest="lane_id", metavar="LANE",
-                     help="record on this lane of the session (default: the target's lane)")
+    sub.add_argument(
+        "--actor",
+        required=True,
+        metavar="KEY",
+        help="who rewinds, e.g. human:dusk (created in the session's tenant if new)",
+    )
+    sub.add_argument(
+        "--lane",
+        dest="lane_id",
+        metavar="LANE",
+        help="record on this lane of the session (default: the target's lane)",
+    )
     sub.add_argument("--reason", help="why, recorded in the event")
     sub.add_argument("--dry-run", action="store_true", help="compute and print, record nothing")
     add_nats_option(sub)
@@ -66,14 +72,23 @@ def cmd_rewind(args: argparse.Namespace) -> int:
         async with await LedgerClient.connect(args.nats) as client:
             view = await client.load_session(args.session_id)
             actor = await client.ensure_actor(view.tenant, args.actor, actor_kind(args.actor))
-            return await rewind_session(client, args.session_id, target, actor_id=actor.id,
-                                        lane_id=args.lane_id, reason=args.reason,
-                                        dry_run=args.dry_run)
+            return await rewind_session(
+                client,
+                args.session_id,
+                target,
+                actor_id=actor.id,
+                lane_id=args.lane_id,
+                reason=args.reason,
+                dry_run=args.dry_run,
+            )
 
     done = asyncio.run(run())
     sys.stdout.buffer.write(msgspec.json.encode(done.payload) + b"\n")
-    where = "not recorded (dry run)" if done.receipt is None else \
-        f"recorded at position {done.receipt.positions[0]} on lane {done.lane_id}"
+    where = (
+        "not recorded (dry run)"
+        if done.receipt is None
+        else f"recorded at position {done.receipt.positions[0]} on lane {done.lane_id}"
+    )
     print(f"invalidated {done.payload['invalidated_count']} events; {where}", file=sys.stderr)
     return 0
 

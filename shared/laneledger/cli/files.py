@@ -6,12 +6,11 @@ import argparse
 import sys
 from typing import Any
 
+from laneledger.cli.report import STDIN, display, json_type
 from laneledger.contract.canonical import canonicalize
 from laneledger.contract.chain import append_digest
 from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.strictjson import decode_json
-
-from laneledger.cli.report import STDIN, display, json_type
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -53,7 +52,9 @@ def cmd_digest(args: argparse.Namespace) -> int:
 
 
 def add_file(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("file", metavar="FILE", nargs="?", default=STDIN, help="input file; '-' or absent: stdin")
+    sub.add_argument(
+        "file", metavar="FILE", nargs="?", default=STDIN, help="input file; '-' or absent: stdin"
+    )
 
 
 def read_json(file: str) -> Any:

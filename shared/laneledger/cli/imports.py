@@ -10,12 +10,10 @@ import sys
 from collections.abc import AsyncIterator
 from typing import IO
 
-from laneledger.compat.claudecode import ClaudeCodeImport
-from laneledger.sdk.client import LedgerClient
-
 from laneledger.cli.natsoption import add_nats_option
 from laneledger.cli.report import STDIN
-
+from laneledger.compat.claudecode import ClaudeCodeImport
+from laneledger.sdk.client import LedgerClient
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -39,10 +37,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     cc.add_argument("file", metavar="FILE", help="the capture, or - for standard input")
     add_nats_option(cc)
     cc.add_argument("--tenant", default="default", help="tenant of the session (default: default)")
-    cc.add_argument("--session", dest="session_id", metavar="ID",
-                    help="session id (default: the capture's session_id)")
-    cc.add_argument("--run", dest="run_id", metavar="ID",
-                    help="run id (default: the init line's uuid)")
+    cc.add_argument(
+        "--session", dest="session_id", metavar="ID", help="session id (default: the capture's session_id)"
+    )
+    cc.add_argument("--run", dest="run_id", metavar="ID", help="run id (default: the init line's uuid)")
     cc.add_argument("--json", action="store_true", help="print the summary as JSON")
     cc.set_defaults(run=cmd_import_claude_code)
 
@@ -59,22 +57,30 @@ async def _lines(stream: IO[bytes]) -> AsyncIterator[bytes]:
 
 async def _import(args: argparse.Namespace, stream: IO[bytes]) -> int:
     async with await LedgerClient.connect(args.nats) as client:
-        importer = ClaudeCodeImport(client, tenant=args.tenant, session_id=args.session_id,
-                                    run_id=args.run_id)
+        importer = ClaudeCodeImport(
+            client, tenant=args.tenant, session_id=args.session_id, run_id=args.run_id
+        )
         summary = await importer.run(_lines(stream))
     report = {
-        "session_id": summary.session_id, "run_id": summary.run_id, "lines": summary.lines,
-        "events": summary.events, "appends": summary.appends, "replayed_appends": summary.replayed,
-        "lanes": summary.lanes, "line_types": dict(sorted(summary.by_kind.items())),
+        "session_id": summary.session_id,
+        "run_id": summary.run_id,
+        "lines": summary.lines,
+        "events": summary.events,
+        "appends": summary.appends,
+        "replayed_appends": summary.replayed,
+        "lanes": summary.lanes,
+        "line_types": dict(sorted(summary.by_kind.items())),
         "dropped": dict(sorted(summary.dropped.items())),
         "tool_calls_without_result": summary.unresolved_tools,
     }
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        print(f"imported {summary.lines} lines as session {summary.session_id} run {summary.run_id}: "
-              f"{summary.events} events in {summary.appends} appends "
-              f"({summary.replayed} already committed), {len(summary.lanes)} lanes")
+        print(
+            f"imported {summary.lines} lines as session {summary.session_id} run {summary.run_id}: "
+            f"{summary.events} events in {summary.appends} appends "
+            f"({summary.replayed} already committed), {len(summary.lanes)} lanes"
+        )
         for kind, count in report["dropped"].items():
             print(f"  dropped {count} {kind} line(s)")
         for tool_use_id in summary.unresolved_tools:

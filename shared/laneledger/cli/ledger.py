@@ -11,13 +11,12 @@ from decimal import Decimal
 import msgspec
 
 from laneledger.audit.ledger import export_ledger
-from laneledger.sdk.checkpoints import reconcile
-from laneledger.sdk.client import LedgerClient
-from laneledger.compat.korg_export import export_session_from_db
-from laneledger.contract.vocabulary import TERMINAL_EVENT_TYPES, cost_amount
-
 from laneledger.cli.natsoption import add_nats_option
 from laneledger.cli.verify import hmac_key
+from laneledger.compat.korg_export import export_session_from_db
+from laneledger.contract.vocabulary import TERMINAL_EVENT_TYPES, cost_amount
+from laneledger.sdk.checkpoints import reconcile
+from laneledger.sdk.client import LedgerClient
 
 EXPORT_FORMATS = ("laneledger", "korg-ledger-v1")
 
@@ -35,12 +34,24 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     )
     sub.add_argument("--db", metavar="FILE", required=True, help="a ledger SQLite database")
     sub.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
-    sub.add_argument("--format", choices=EXPORT_FORMATS, default="laneledger",
-                     help="laneledger (default: the whole ledger) or korg-ledger-v1 (one session)")
-    sub.add_argument("--session", dest="session_id", metavar="SESSION",
-                     help="the session to export (korg-ledger-v1 only, and required there)")
-    sub.add_argument("--hmac-key", metavar="KEY", type=hmac_key,
-                     help="korg-ledger-v1: chain with HMAC-SHA256 under KEY (UTF-8)")
+    sub.add_argument(
+        "--format",
+        choices=EXPORT_FORMATS,
+        default="laneledger",
+        help="laneledger (default: the whole ledger) or korg-ledger-v1 (one session)",
+    )
+    sub.add_argument(
+        "--session",
+        dest="session_id",
+        metavar="SESSION",
+        help="the session to export (korg-ledger-v1 only, and required there)",
+    )
+    sub.add_argument(
+        "--hmac-key",
+        metavar="KEY",
+        type=hmac_key,
+        help="korg-ledger-v1: chain with HMAC-SHA256 under KEY (UTF-8)",
+    )
     sub.set_defaults(run=cmd_export)
 
     sub = commands.add_parser(
@@ -82,12 +93,12 @@ def cmd_export(args: argparse.Namespace) -> int:
             return export_session_from_db(args.db, args.session_id, out, key=args.hmac_key)
     else:
         if args.session_id or args.hmac_key:
-            print("laneledger: --session and --hmac-key are for --format korg-ledger-v1",
-                  file=sys.stderr)
+            print("laneledger: --session and --hmac-key are for --format korg-ledger-v1", file=sys.stderr)
             return 2
 
         def write(out) -> int:
             return export_ledger(args.db, out)
+
     if args.output:
         with open(args.output, "wb") as out:
             count = write(out)
@@ -113,13 +124,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_reconcile(args: argparse.Namespace) -> int:
     async def unlinked():
         async with await LedgerClient.connect(args.nats) as client:
-            return await reconcile(client, session_id=args.session_id, run_id=args.run_id,
-                                   key=args.key)
+            return await reconcile(client, session_id=args.session_id, run_id=args.run_id, key=args.key)
 
     found = asyncio.run(unlinked())
     for info in found:
-        print(f"unlinked: checkpoint {info.id} key {info.key} revision {info.revision} "
-              f"session {info.session_id} run {info.run_id} saved {info.created_at}")
+        print(
+            f"unlinked: checkpoint {info.id} key {info.key} revision {info.revision} "
+            f"session {info.session_id} run {info.run_id} saved {info.created_at}"
+        )
     print(f"{len(found)} terminal checkpoint(s) saved but not linked", file=sys.stderr)
     return 1 if found else 0
 
@@ -140,23 +152,30 @@ def render(view) -> str:
 
     def walk(parent: str | None, depth: int) -> None:
         for lane in children.get(parent, []):
-            lines.append(f"{'  ' * depth}- lane {lane.name} [{lane.kind}] run {lane.run_id}: "
-                         f"{lane.last_seq} events ({lane.id})")
+            lines.append(
+                f"{'  ' * depth}- lane {lane.name} [{lane.kind}] run {lane.run_id}: "
+                f"{lane.last_seq} events ({lane.id})"
+            )
             walk(lane.id, depth + 1)
 
     walk(None, 1)
     types = Counter(e.event_type for e in view.events)
     lines.append(f"{len(view.events)} events: " + ", ".join(f"{t} {n}" for t, n in types.most_common()))
-    cost = sum((cost_amount(e.payload) for e in view.events if e.event_type == "cost.recorded"),
-               Decimal(0))
+    cost = sum((cost_amount(e.payload) for e in view.events if e.event_type == "cost.recorded"), Decimal(0))
     lines.append(f"cost: {cost}")
     terminal = {t for ts in TERMINAL_EVENT_TYPES.values() for t in ts}
-    ends = [e for e in view.events if e.event_type in terminal and e.event_type.split(".")[0] in ("run", "session")]
+    ends = [
+        e
+        for e in view.events
+        if e.event_type in terminal and e.event_type.split(".")[0] in ("run", "session")
+    ]
     for e in ends:
         lines.append(f"terminal: {e.event_type} ({e.subject_id}) at position {e.position}")
     requested = {e.subject_id for e in view.events if e.event_type == "attempt.requested"}
     resolved = {e.subject_id for e in view.events if e.event_type in ("attempt.completed", "attempt.failed")}
     open_attempts = sorted(requested - resolved)
-    lines.append(f"attempts without an outcome: {len(open_attempts)}"
-                 + ("" if not open_attempts else " (" + ", ".join(open_attempts) + ")"))
+    lines.append(
+        f"attempts without an outcome: {len(open_attempts)}"
+        + ("" if not open_attempts else " (" + ", ".join(open_attempts) + ")")
+    )
     return "\n".join(lines)

@@ -7,9 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from laneledger.runtime.natsconfig import render
-
 from laneledger.cli.report import fail
+from laneledger.runtime.natsconfig import render
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -23,10 +22,16 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "clients with LedgerClient.connect(url, tenant=...)), and the sequencer and checkpoint "
         "service allowed to answer on those inboxes.",
     )
-    sub.add_argument("--tenant", action="append", default=[], metavar="TENANT",
-                     help="a tenant (repeat for each); letters, digits, '_' and '-'")
-    sub.add_argument("--korg-tenant", default="korg",
-                     help="the tenant of the tail's Korg endpoint, its one append subject")
+    sub.add_argument(
+        "--tenant",
+        action="append",
+        default=[],
+        metavar="TENANT",
+        help="a tenant (repeat for each); letters, digits, '_' and '-'",
+    )
+    sub.add_argument(
+        "--korg-tenant", default="korg", help="the tenant of the tail's Korg endpoint, its one append subject"
+    )
     sub.add_argument("--template", default="deploy/nats.conf", help="the config to render")
     sub.add_argument("-o", "--output", help="write here instead of stdout")
     sub.set_defaults(run=cmd_nats_config)

@@ -17,8 +17,14 @@ def nats_setting(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def add_nats_option(parser: argparse.ArgumentParser, *, default: str | None = DEFAULT_NATS,
-                    help: str | None = None) -> None:
+def add_nats_option(
+    parser: argparse.ArgumentParser, *, default: str | None = DEFAULT_NATS, help: str | None = None
+) -> None:
     shown = f" (default {default})" if default else ""
-    parser.add_argument("--nats", metavar="URL[,URL…]", type=nats_setting, default=default,
-                        help=(help or "NATS server URL, or several comma-separated") + shown)
+    parser.add_argument(
+        "--nats",
+        metavar="URL[,URL…]",
+        type=nats_setting,
+        default=default,
+        help=(help or "NATS server URL, or several comma-separated") + shown,
+    )

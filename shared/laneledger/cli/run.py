@@ -6,10 +6,9 @@ import argparse
 import asyncio
 from pathlib import Path
 
+from laneledger.cli.natsoption import add_nats_option
 from laneledger.devtools.demo import run_demo
 from laneledger.devtools.up import DEFAULT_PORTS, SERVICES, run_up
-
-from laneledger.cli.natsoption import add_nats_option
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -21,17 +20,29 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "SIGTERM. Restarting on the same --data continues the same ledger.",
     )
     sub.add_argument("--data", default=".laneledger", help="data directory (default ./.laneledger)")
-    add_nats_option(sub, default=None,
-                    help="use this nats-server (or these, comma-separated) instead of an embedded one")
-    sub.add_argument("--nats-port", type=int, default=4222,
-                     help="port of the embedded nats-server (0: let it choose)")
+    add_nats_option(
+        sub, default=None, help="use this nats-server (or these, comma-separated) instead of an embedded one"
+    )
+    sub.add_argument(
+        "--nats-port", type=int, default=4222, help="port of the embedded nats-server (0: let it choose)"
+    )
     for name in SERVICES:
-        sub.add_argument(f"--{name}-port", type=int, default=DEFAULT_PORTS[name],
-                         help=f"{name} HTTP port (default {DEFAULT_PORTS[name]}; 0: pick a free one)")
-    sub.add_argument("--free-ports", action="store_true",
-                     help="let every service and the embedded nats-server pick a free port")
-    sub.add_argument("--demo", action="store_true",
-                     help="once everything is up, run the demo harness; keep running after it")
+        sub.add_argument(
+            f"--{name}-port",
+            type=int,
+            default=DEFAULT_PORTS[name],
+            help=f"{name} HTTP port (default {DEFAULT_PORTS[name]}; 0: pick a free one)",
+        )
+    sub.add_argument(
+        "--free-ports",
+        action="store_true",
+        help="let every service and the embedded nats-server pick a free port",
+    )
+    sub.add_argument(
+        "--demo",
+        action="store_true",
+        help="once everything is up, run the demo harness; keep running after it",
+    )
     add_demo_options(sub)
     sub.set_defaults(run=cmd_up)
 
@@ -46,8 +57,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     )
     add_nats_option(sub)
     sub.add_argument("--tail", default=f"http://127.0.0.1:{DEFAULT_PORTS['tail']}", help="tail service URL")
-    sub.add_argument("--metrics", default=f"http://127.0.0.1:{DEFAULT_PORTS['metrics']}",
-                     help="metrics service URL")
+    sub.add_argument(
+        "--metrics", default=f"http://127.0.0.1:{DEFAULT_PORTS['metrics']}", help="metrics service URL"
+    )
     add_demo_options(sub)
     sub.set_defaults(run=cmd_demo)
 
@@ -62,17 +74,31 @@ def cmd_up(args: argparse.Namespace) -> int:
     ports = {name: 0 if args.free_ports else getattr(args, f"{name}_port") for name in SERVICES}
 
     async def demo(nats_url: str, urls: dict[str, str]) -> None:
-        await run_demo(nats_url, urls["tail"], urls["metrics"], agents=args.agents,
-                       turns=args.turns, pace=args.pace)
+        await run_demo(
+            nats_url, urls["tail"], urls["metrics"], agents=args.agents, turns=args.turns, pace=args.pace
+        )
         print("\nthe demo is done; laneledger keeps running (Ctrl-C stops it)", flush=True)
         await asyncio.Event().wait()
 
-    return asyncio.run(run_up(
-        Path(args.data), nats_url=args.nats, nats_port=0 if args.free_ports else args.nats_port,
-        ports=ports, after_start=demo if args.demo else None,
-    ))
+    return asyncio.run(
+        run_up(
+            Path(args.data),
+            nats_url=args.nats,
+            nats_port=0 if args.free_ports else args.nats_port,
+            ports=ports,
+            after_start=demo if args.demo else None,
+        )
+    )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    return asyncio.run(run_demo(args.nats, args.tail.rstrip("/"), args.metrics.rstrip("/"),
-                                agents=args.agents, turns=args.turns, pace=args.pace))
+    return asyncio.run(
+        run_demo(
+            args.nats,
+            args.tail.rstrip("/"),
+            args.metrics.rstrip("/"),
+            agents=args.agents,
+            turns=args.turns,
+            pace=args.pace,
+        )
+    )

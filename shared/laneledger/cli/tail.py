@@ -11,9 +11,9 @@ from typing import Any
 
 import aiohttp
 
-from laneledger.runtime.access import CLIENT_TOKEN_FILE_ENV, client_headers
 from laneledger.contract.errors import LedgerUnavailable
 from laneledger.contract.vocabulary import family_of
+from laneledger.runtime.access import CLIENT_TOKEN_FILE_ENV, client_headers
 
 FILTERS = ("tenant", "session_id", "run_id", "lane_id", "actor_id", "event_type")
 COLOURS = {"lifecycle": "36", "cost": "33", "hitl": "35", "streaming": "2", "extension": "34"}
@@ -29,12 +29,21 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "Readable lines (coloured on a terminal) or, with --json, one committed event per line.",
     )
     sub.add_argument("--url", default="http://127.0.0.1:8471", help="tail service URL")
-    sub.add_argument("--token-file", metavar="FILE", default=os.environ.get(CLIENT_TOKEN_FILE_ENV),
-                     help=f"the bearer token to read it with (env {CLIENT_TOKEN_FILE_ENV})")
+    sub.add_argument(
+        "--token-file",
+        metavar="FILE",
+        default=os.environ.get(CLIENT_TOKEN_FILE_ENV),
+        help=f"the bearer token to read it with (env {CLIENT_TOKEN_FILE_ENV})",
+    )
     for name in FILTERS:
         sub.add_argument(f"--{name.replace('_', '-')}", dest=name, metavar="VALUE")
-    sub.add_argument("--from-position", type=int, default=0, metavar="N",
-                     help="deliver events after position N (resume where you stopped)")
+    sub.add_argument(
+        "--from-position",
+        type=int,
+        default=0,
+        metavar="N",
+        help="deliver events after position N (resume where you stopped)",
+    )
     sub.add_argument("--json", action="store_true", help="print each committed event as JSON")
     sub.set_defaults(run=cmd_tail)
 
@@ -49,14 +58,21 @@ async def follow(args: argparse.Namespace) -> int:
     colour = sys.stdout.isatty() and not args.json
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=5)
     try:
-        async with aiohttp.ClientSession(timeout=timeout) as http, \
-                http.get(f"{args.url.rstrip('/')}/api/v1/events", params=params,
-                         headers=client_headers(args.token_file)) as response:
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as http,
+            http.get(
+                f"{args.url.rstrip('/')}/api/v1/events",
+                params=params,
+                headers=client_headers(args.token_file),
+            ) as response,
+        ):
             if response.status != 200:
                 body = await response.json(content_type=None)
                 error = body.get("error", {}) if isinstance(body, dict) else {}
-                print(f"laneledger: {error.get('code', response.status)}: {error.get('message', body)}",
-                      file=sys.stderr)
+                print(
+                    f"laneledger: {error.get('code', response.status)}: {error.get('message', body)}",
+                    file=sys.stderr,
+                )
                 return 2
             async for kind, data in frames(response.content):
                 if kind == "end":
@@ -91,5 +107,7 @@ def line(event: dict[str, Any], colour: bool) -> str:
     kind = event["event_type"]
     if colour:
         kind = f"\033[{COLOURS.get(family_of(kind), '0')}m{kind}\033[0m"
-    return (f"{event['position']:>7}  {event['committed_at'][11:23]}  {event['session_id']}/"
-            f"{event['lane_id'][-6:]}#{event['seq']:<4} {kind}  {payload}")
+    return (
+        f"{event['position']:>7}  {event['committed_at'][11:23]}  {event['session_id']}/"
+        f"{event['lane_id'][-6:]}#{event['seq']:<4} {kind}  {payload}"
+    )

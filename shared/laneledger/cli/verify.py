@@ -14,15 +14,21 @@ from typing import Any
 
 import aiohttp
 
-from laneledger.runtime.access import CLIENT_TOKEN_FILE_ENV, client_headers
-from laneledger.audit.ledger import LedgerAudit, StreamCheck, audit_ledger, check_stream, read_export, verify_export
-from laneledger.contract.chain import verify_chain
-from laneledger.contract.errors import ChainFault, IntegrityError, InvalidRequest, LedgerUnavailable
-from laneledger.compat.korg import KORG_LEDGER_V1, read_jsonl
-from laneledger.contract.subjects import Subjects
-
+from laneledger.audit.ledger import (
+    LedgerAudit,
+    StreamCheck,
+    audit_ledger,
+    check_stream,
+    read_export,
+    verify_export,
+)
 from laneledger.cli.natsoption import add_nats_option
 from laneledger.cli.report import fail
+from laneledger.compat.korg import KORG_LEDGER_V1, read_jsonl
+from laneledger.contract.chain import verify_chain
+from laneledger.contract.errors import ChainFault, IntegrityError, InvalidRequest, LedgerUnavailable
+from laneledger.contract.subjects import Subjects
+from laneledger.runtime.access import CLIENT_TOKEN_FILE_ENV, client_headers
 
 FILE_FORMATS = ("laneledger", "korg-ledger-v1")
 HMAC_KEY_FILE_ENV = "LANELEDGER_HMAC_KEY_FILE"  # the sequencer's and the tail's, too
@@ -50,34 +56,60 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     source.add_argument("file", metavar="FILE", nargs="?", help="a JSONL file")
     source.add_argument("--file", dest="file_option", metavar="FILE", help="a JSONL file")
     source.add_argument("--db", metavar="FILE", help="a ledger SQLite database")
-    source.add_argument("--url", metavar="URL",
-                        help="a tail service: it verifies the whole ledger from its read model")
-    sub.add_argument("--token-file", metavar="FILE", default=os.environ.get(CLIENT_TOKEN_FILE_ENV),
-                     help="with --url: the bearer token to read it with (a tenant's token "
-                     f"verifies that tenant's lanes; env {CLIENT_TOKEN_FILE_ENV})")
-    sub.add_argument("--format", choices=FILE_FORMATS, default="laneledger",
-                     help="format of FILE (default laneledger)")
+    source.add_argument(
+        "--url", metavar="URL", help="a tail service: it verifies the whole ledger from its read model"
+    )
+    sub.add_argument(
+        "--token-file",
+        metavar="FILE",
+        default=os.environ.get(CLIENT_TOKEN_FILE_ENV),
+        help="with --url: the bearer token to read it with (a tenant's token "
+        f"verifies that tenant's lanes; env {CLIENT_TOKEN_FILE_ENV})",
+    )
+    sub.add_argument(
+        "--format", choices=FILE_FORMATS, default="laneledger", help="format of FILE (default laneledger)"
+    )
     key = sub.add_mutually_exclusive_group()
-    key.add_argument("--hmac-key", metavar="KEY", type=hmac_key,
-                     help="verify HMAC-SHA256 entry hashes under KEY (UTF-8) instead of plain SHA-256")
-    key.add_argument("--hmac-key-file", metavar="FILE", default=os.environ.get(HMAC_KEY_FILE_ENV),
-                     help="read the HMAC key from FILE, as the sequencer does (surrounding "
-                     f"whitespace stripped; env {HMAC_KEY_FILE_ENV})")
-    add_nats_option(sub, default=None,
-                    help="with --db: also compare LEDGER_EVENTS with the database and check "
-                    "every referenced blob in the blob bucket (URL, or several comma-separated)")
-    sub.add_argument("--prefix", default="ledger",
-                     help="with --nats: the subject prefix, naming the stream and the blob "
-                     "bucket (default ledger)")
-    sub.add_argument("--stream-wait-s", metavar="SECONDS", type=float,
-                     help="with --nats: how long a stream behind the database may take to catch "
-                     "up before it is a fault, not lag (a live ledger's stream trails SQLite "
-                     f"by a moment; env {STREAM_WAIT_ENV}, default {DEFAULT_STREAM_WAIT_S:g})")
-    sub.add_argument("--strict-actors", action="store_true",
-                     help="with --db: an actor key breaking the identity conventions is a fault, "
-                     "not a warning")
-    sub.add_argument("--json", action="store_true",
-                     help="print one JSON report instead of text (--db and export files)")
+    key.add_argument(
+        "--hmac-key",
+        metavar="KEY",
+        type=hmac_key,
+        help="verify HMAC-SHA256 entry hashes under KEY (UTF-8) instead of plain SHA-256",
+    )
+    key.add_argument(
+        "--hmac-key-file",
+        metavar="FILE",
+        default=os.environ.get(HMAC_KEY_FILE_ENV),
+        help="read the HMAC key from FILE, as the sequencer does (surrounding "
+        f"whitespace stripped; env {HMAC_KEY_FILE_ENV})",
+    )
+    add_nats_option(
+        sub,
+        default=None,
+        help="with --db: also compare LEDGER_EVENTS with the database and check "
+        "every referenced blob in the blob bucket (URL, or several comma-separated)",
+    )
+    sub.add_argument(
+        "--prefix",
+        default="ledger",
+        help="with --nats: the subject prefix, naming the stream and the blob bucket (default ledger)",
+    )
+    sub.add_argument(
+        "--stream-wait-s",
+        metavar="SECONDS",
+        type=float,
+        help="with --nats: how long a stream behind the database may take to catch "
+        "up before it is a fault, not lag (a live ledger's stream trails SQLite "
+        f"by a moment; env {STREAM_WAIT_ENV}, default {DEFAULT_STREAM_WAIT_S:g})",
+    )
+    sub.add_argument(
+        "--strict-actors",
+        action="store_true",
+        help="with --db: an actor key breaking the identity conventions is a fault, not a warning",
+    )
+    sub.add_argument(
+        "--json", action="store_true", help="print one JSON report instead of text (--db and export files)"
+    )
     sub.set_defaults(run=cmd_verify)
 
 
@@ -94,15 +126,20 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if args.url:
             return verify_url(args.url, args.token_file)
         if args.db:
-            report = verify_db(args.db, key, args.nats, Subjects(args.prefix), args.strict_actors,
-                               stream_wait_s)
+            report = verify_db(
+                args.db, key, args.nats, Subjects(args.prefix), args.strict_actors, stream_wait_s
+            )
         elif args.format == "korg-ledger-v1":
             print(verify_chain(read_jsonl(args.file), profile=KORG_LEDGER_V1, key=key))
             return 0
         else:
             audit = verify_export(read_export(args.file), hmac_key=key)
-            report = {"intact": True, "events": audit.events, "lanes": audit.lanes,
-                      "last_position": audit.last_position}
+            report = {
+                "intact": True,
+                "events": audit.events,
+                "lanes": audit.lanes,
+                "last_position": audit.last_position,
+            }
     except (ChainFault, IntegrityError) as fault:
         if args.json:
             print(json.dumps({"intact": False, "fault": fault.to_wire()}, default=str))
@@ -139,31 +176,41 @@ def stream_wait(given: float | None) -> float:
     return value
 
 
-def verify_db(db: str, key: bytes | None, nats_url: str | None, subjects: Subjects,
-              strict_actors: bool, stream_wait_s: float = DEFAULT_STREAM_WAIT_S) -> dict[str, Any]:
+def verify_db(
+    db: str,
+    key: bytes | None,
+    nats_url: str | None,
+    subjects: Subjects,
+    strict_actors: bool,
+    stream_wait_s: float = DEFAULT_STREAM_WAIT_S,
+) -> dict[str, Any]:
     Path(db).stat()  # a missing file is named before anything connects
     if nats_url is None:
         return db_report(audit_ledger(db, hmac_key=key, strict_actors=strict_actors))
-    return asyncio.run(_verify_db_with_nats(db, key, nats_url, subjects, strict_actors,
-                                            stream_wait_s))
+    return asyncio.run(_verify_db_with_nats(db, key, nats_url, subjects, strict_actors, stream_wait_s))
 
 
-async def _verify_db_with_nats(db: str, key: bytes | None, nats_url: str, subjects: Subjects,
-                               strict_actors: bool, stream_wait_s: float) -> dict[str, Any]:
+async def _verify_db_with_nats(
+    db: str, key: bytes | None, nats_url: str, subjects: Subjects, strict_actors: bool, stream_wait_s: float
+) -> dict[str, Any]:
     from laneledger.audit.blobs import audit_ledger_with_blobs, open_blob_store
     from laneledger.sdk.client import LedgerClient
 
     async with await LedgerClient.connect(nats_url) as client:
         js = client.nc.jetstream()
         store = await open_blob_store(js, subjects)
-        audit = await audit_ledger_with_blobs(db, store, hmac_key=key,
-                                              strict_actors=strict_actors)
+        audit = await audit_ledger_with_blobs(db, store, hmac_key=key, strict_actors=strict_actors)
         stream = subjects.events_stream
         # After the walk, on its own (later) snapshot: a live ledger has grown.
         checked = await check_stream(js, db, stream, wait_s=stream_wait_s)
     report = db_report(audit)
-    report["stream"] = {"name": stream, "identical": True, "messages": checked.messages,
-                        "lag": checked.lag, "caught_up_s": round(checked.caught_up_s, 3)}
+    report["stream"] = {
+        "name": stream,
+        "identical": True,
+        "messages": checked.messages,
+        "lag": checked.lag,
+        "caught_up_s": round(checked.caught_up_s, 3),
+    }
     if checked.lag:
         report["warnings"].insert(0, stream_lag_warning(stream, checked))
         report["warning_count"] += 1
@@ -174,17 +221,26 @@ async def _verify_db_with_nats(db: str, key: bytes | None, nats_url: str, subjec
 def stream_lag_warning(stream: str, checked: StreamCheck) -> dict[str, Any]:
     """The stream trailed the database and caught up: lag, not a fault."""
     first = checked.messages - checked.lag + 1
-    return {"kind": "stream_lag", "position": first, "actor_id": None,
-            "message": f"{stream} was {checked.lag} events behind the database (positions "
-                       f"{first}..{checked.messages}) and caught up in {checked.caught_up_s:.2f}s"}
+    return {
+        "kind": "stream_lag",
+        "position": first,
+        "actor_id": None,
+        "message": f"{stream} was {checked.lag} events behind the database (positions "
+        f"{first}..{checked.messages}) and caught up in {checked.caught_up_s:.2f}s",
+    }
 
 
 def db_report(audit: LedgerAudit) -> dict[str, Any]:
     return {
-        "intact": True, "events": audit.events, "lanes": audit.lanes,
-        "last_position": audit.last_position, "actors": audit.actors,
-        "signed_events": audit.signed_events, "causal_links": audit.causal_links,
-        "blob_refs": audit.blob_refs, "warning_count": audit.warning_count,
+        "intact": True,
+        "events": audit.events,
+        "lanes": audit.lanes,
+        "last_position": audit.last_position,
+        "actors": audit.actors,
+        "signed_events": audit.signed_events,
+        "causal_links": audit.causal_links,
+        "blob_refs": audit.blob_refs,
+        "warning_count": audit.warning_count,
         "warnings": [w.to_wire() for w in audit.warnings],
     }
 
@@ -194,10 +250,11 @@ def print_report(report: dict[str, Any]) -> None:
     for warning in warnings[:SHOWN_WARNINGS]:
         print(f"WARN position {warning['position']}: {warning['kind']}: {warning['message']}")
     if report.get("warning_count", 0) > SHOWN_WARNINGS:
-        print(f"WARN … and {report['warning_count'] - SHOWN_WARNINGS} more (--json lists "
-              f"{len(warnings)})")
-    print(f"intact: {report['events']} events in {report['lanes']} lanes, "
-          f"positions 1..{report['last_position']}")
+        print(f"WARN … and {report['warning_count'] - SHOWN_WARNINGS} more (--json lists {len(warnings)})")
+    print(
+        f"intact: {report['events']} events in {report['lanes']} lanes, "
+        f"positions 1..{report['last_position']}"
+    )
     checked = []
     if report.get("signed_events"):
         checked.append(f"{report['signed_events']} signatures valid")
@@ -205,8 +262,7 @@ def print_report(report: dict[str, Any]) -> None:
         checked.append(f"{report['causal_links']} causation links earlier and in-session")
     if "stream" in report:
         checked.append(f"{report['blob_refs']} blob references stored and matching")
-        checked.append(f"{report['stream']['name']} identical ({report['stream']['messages']} "
-                       "messages)")
+        checked.append(f"{report['stream']['name']} identical ({report['stream']['messages']} messages)")
     if checked:
         print("checked: " + "; ".join(checked))
 
@@ -221,8 +277,10 @@ def verify_url(url: str, token_file: str | None = None) -> int:
     headers = client_headers(token_file)
 
     async def fetch() -> dict:
-        async with aiohttp.ClientSession() as http, \
-                http.get(f"{url.rstrip('/')}/api/v1/verify", headers=headers) as response:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"{url.rstrip('/')}/api/v1/verify", headers=headers) as response,
+        ):
             return await response.json(content_type=None)
 
     try:
@@ -233,12 +291,13 @@ def verify_url(url: str, token_file: str | None = None) -> int:
     if isinstance(error, dict):  # refused (no or a wrong token, …): not a verdict
         return fail(f"{url}: {error.get('code')}: {error.get('message')}")
     if report.get("intact") and report.get("scope") == "tenant":  # a tenant token's view
-        print(f"intact: {report['events']} events in {report['lanes']} lanes of tenant "
-              f"{report['tenant']}")
+        print(f"intact: {report['events']} events in {report['lanes']} lanes of tenant {report['tenant']}")
         return 0
     if report.get("intact"):
-        print(f"intact: {report['events']} events in {report['lanes']} lanes, "
-              f"positions 1..{report['last_position']}")
+        print(
+            f"intact: {report['events']} events in {report['lanes']} lanes, "
+            f"positions 1..{report['last_position']}"
+        )
         return 0
     fault = report.get("fault") or {}
     print(f"FAIL {fault.get('message', report)}")

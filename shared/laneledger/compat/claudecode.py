@@ -35,13 +35,13 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from laneledger.sdk.client import LaneRecorder, LedgerClient
 from laneledger.contract.clock import system_clock
 from laneledger.contract.errors import InvalidRequest
-from laneledger.sdk.guarantees import AdapterGuarantees
 from laneledger.contract.ids import derived_id
-from laneledger.sdk.spine import PROMPT_EVENT, SPAWNED_BY, Spine
 from laneledger.contract.strictjson import decode_json
+from laneledger.sdk.client import LaneRecorder, LedgerClient
+from laneledger.sdk.guarantees import AdapterGuarantees
+from laneledger.sdk.spine import PROMPT_EVENT, SPAWNED_BY, Spine
 
 ADAPTER = "laneledger.claude-code"
 ADAPTER_VERSION = "1"
@@ -51,10 +51,17 @@ IMPORT_GUARANTEES = AdapterGuarantees(
     adapter=ADAPTER,
     version=ADAPTER_VERSION,
     hooks={
-        "run": "best_effort", "turn": "best_effort", "model_call": "best_effort",
-        "tool_call": "best_effort", "requested_before_call": "unsupported",
-        "outcome": "best_effort", "cost": "best_effort", "causation": "best_effort",
-        "subagent": "best_effort", "streaming": "unsupported", "hitl": "unsupported",
+        "run": "best_effort",
+        "turn": "best_effort",
+        "model_call": "best_effort",
+        "tool_call": "best_effort",
+        "requested_before_call": "unsupported",
+        "outcome": "best_effort",
+        "cost": "best_effort",
+        "causation": "best_effort",
+        "subagent": "best_effort",
+        "streaming": "unsupported",
+        "hitl": "unsupported",
     },
     recovery="none",
 )
@@ -62,17 +69,18 @@ IMPORT_GUARANTEES = AdapterGuarantees(
 # Tool names (verbatim, as Claude Code sends them) by effect; anything else
 # is "unknown". Spawning a sub-agent is "Task" on older versions, "Agent" on
 # newer ones (Korg §2b).
-READ_TOOLS = frozenset({"Read", "Grep", "Glob", "LS", "WebFetch", "WebSearch", "TodoRead",
-                        "NotebookRead", "BashOutput"})
+READ_TOOLS = frozenset(
+    {"Read", "Grep", "Glob", "LS", "WebFetch", "WebSearch", "TodoRead", "NotebookRead", "BashOutput"}
+)
 WRITE_TOOLS = frozenset({"Edit", "MultiEdit", "Write", "NotebookEdit", "TodoWrite"})
 SPAWN_TOOLS = frozenset({"Task", "Agent"})
 
 EXTENSION_TYPES = {
-    "hook": "ext.claude_code.hook",              # system hook_* lines
-    "task": "ext.claude_code.task",              # system task_* lines (sub-agent progress)
+    "hook": "ext.claude_code.hook",  # system hook_* lines
+    "task": "ext.claude_code.task",  # system task_* lines (sub-agent progress)
     "rate_limit": "ext.claude_code.rate_limit",  # rate_limit_event lines
-    "system": "ext.claude_code.system",          # any other system subtype
-    "unknown": "ext.claude_code.unknown",        # a line type this importer does not know
+    "system": "ext.claude_code.system",  # any other system subtype
+    "unknown": "ext.claude_code.unknown",  # a line type this importer does not know
     "unmatched": "ext.claude_code.unmatched_tool_result",
     "late": "ext.claude_code.late_message_block",  # a block of a message already recorded
 }
@@ -95,7 +103,7 @@ def parse_line(raw: str | bytes, line_no: int) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         raise InvalidRequest("not a JSON object", line=line_no, path="$", reason="not_an_object")
     if not isinstance(value.get("type"), str):
-        raise InvalidRequest("no string \"type\"", line=line_no, path="$.type", reason="no_type")
+        raise InvalidRequest('no string "type"', line=line_no, path="$.type", reason="no_type")
     return value
 
 
@@ -107,8 +115,7 @@ def decimal_string(value: Any, what: str, line_no: int) -> str:
     try:
         amount = Decimal(repr(value) if isinstance(value, float) else str(value))
     except InvalidOperation:
-        raise InvalidRequest(f"{what} is not a number", line=line_no,
-                             path=f"$.{what}") from None
+        raise InvalidRequest(f"{what} is not a number", line=line_no, path=f"$.{what}") from None
     if not amount.is_finite():
         raise InvalidRequest(f"{what} is not finite", line=line_no, path=f"$.{what}")
     text = format(amount.quantize(_MAX_DECIMALS).normalize(), "f")
@@ -136,8 +143,9 @@ def _text_of(content: Any) -> str | None:
 
 def _need(value: Any, kind: type | tuple[type, ...], path: str, line_no: int) -> Any:
     if not isinstance(value, kind):
-        raise InvalidRequest(f"{path} is missing or of the wrong type",
-                             line=line_no, path=path, reason="wrong_shape")
+        raise InvalidRequest(
+            f"{path} is missing or of the wrong type", line=line_no, path=path, reason="wrong_shape"
+        )
     return value
 
 
@@ -197,8 +205,9 @@ class ClaudeCodeImport:
     """Feed lines with ``await imp.line(raw, n)`` (or ``run(lines)``), then
     ``await imp.finish()``."""
 
-    def __init__(self, client: LedgerClient, *, tenant: str, session_id: str | None = None,
-                 run_id: str | None = None) -> None:
+    def __init__(
+        self, client: LedgerClient, *, tenant: str, session_id: str | None = None, run_id: str | None = None
+    ) -> None:
         self.client = client
         self.tenant = tenant
         self.summary = ImportSummary()
@@ -244,8 +253,11 @@ class ClaudeCodeImport:
                     await self._dispatch(held, held_no)
                 self._before_init.clear()
             elif len(self._before_init) >= MAX_LINES_BEFORE_INIT:
-                raise InvalidRequest(f"no system/init line in the first {MAX_LINES_BEFORE_INIT} lines",
-                                     line=line_no, reason="no_init")
+                raise InvalidRequest(
+                    f"no system/init line in the first {MAX_LINES_BEFORE_INIT} lines",
+                    line=line_no,
+                    reason="no_init",
+                )
             else:
                 self._before_init.append((obj, line_no))
             return
@@ -253,9 +265,13 @@ class ClaudeCodeImport:
 
     async def finish(self) -> ImportSummary:
         if self._init is None:
-            raise InvalidRequest("the capture has no system/init line (is it `claude -p "
-                                 "--output-format stream-json --verbose` output?)",
-                                 line=None, reason="no_init", lines=self.summary.lines)
+            raise InvalidRequest(
+                "the capture has no system/init line (is it `claude -p "
+                "--output-format stream-json --verbose` output?)",
+                line=None,
+                reason="no_init",
+                lines=self.summary.lines,
+            )
         for key in list(self._messages):
             await self._flush_message(key)
         self.summary.unresolved_tools = sorted(self._pending)
@@ -264,8 +280,9 @@ class ClaudeCodeImport:
     # -- ids and events -------------------------------------------------------------------------
 
     def _id(self, *parts: str) -> str:
-        return derived_id(RUNTIME, self.summary.session_id, self.summary.run_id, *parts,
-                          at_ms=self._anchor_ms)
+        return derived_id(
+            RUNTIME, self.summary.session_id, self.summary.run_id, *parts, at_ms=self._anchor_ms
+        )
 
     def _at(self, obj: dict[str, Any]) -> str:
         stamp = obj.get("timestamp")
@@ -273,16 +290,31 @@ class ClaudeCodeImport:
             self._clock = stamp
         return self._clock
 
-    def _event(self, agent: Agent, event_type: str, subject_id: str, payload: dict[str, Any],
-               cause: str | None, at: str, key: str) -> dict[str, Any]:
-        return agent.recorder.event(event_type, actor_id=agent.actor_id, subject_id=subject_id,
-                                    payload=payload, causation_id=cause, occurred_at=at,
-                                    event_id=self._id("event", key))
+    def _event(
+        self,
+        agent: Agent,
+        event_type: str,
+        subject_id: str,
+        payload: dict[str, Any],
+        cause: str | None,
+        at: str,
+        key: str,
+    ) -> dict[str, Any]:
+        return agent.recorder.event(
+            event_type,
+            actor_id=agent.actor_id,
+            subject_id=subject_id,
+            payload=payload,
+            causation_id=cause,
+            occurred_at=at,
+            event_id=self._id("event", key),
+        )
 
     async def _append(self, agent: Agent, events: list[dict[str, Any]]) -> None:
         agent.appends += 1
         receipt = await agent.recorder.append(
-            events, append_id=self._id("append", agent.key, str(agent.appends)))
+            events, append_id=self._id("append", agent.key, str(agent.appends))
+        )
         self.summary.appends += 1
         self.summary.events += len(events)
         self.summary.replayed += int(bool(getattr(receipt, "replayed", False)))
@@ -299,8 +331,7 @@ class ClaudeCodeImport:
             run = "cc-" + derived_id(RUNTIME, json.dumps(init, sort_keys=True))
         self.summary.session_id, self.summary.run_id = session, run
         actor = await self._actor("main")
-        recorder = await LaneRecorder.open(self.client, self.tenant, session, run, "main",
-                                           actor_id=actor)
+        recorder = await LaneRecorder.open(self.client, self.tenant, session, run, "main", actor_id=actor)
         # occurred_at: the capture's own timestamps where it has them, else
         # the time of the first import — read back from the session.started it
         # committed, so a re-import produces the same bytes.
@@ -308,8 +339,9 @@ class ClaudeCodeImport:
             first = (await self.client.load_lane(recorder.lane.id, 0, limit=1)).events[0]
             self._anchor = first.occurred_at
         else:
-            self._anchor = init["timestamp"] if _TIMESTAMP.match(str(init.get("timestamp"))) \
-                else system_clock()
+            self._anchor = (
+                init["timestamp"] if _TIMESTAMP.match(str(init.get("timestamp"))) else system_clock()
+            )
         self._clock = self._anchor
         self._anchor_ms = _epoch_ms(self._anchor)
         turn = await self.client.create_turn(recorder.lane.id, 1, turn_id=self._id("turn", "main"))
@@ -317,33 +349,77 @@ class ClaudeCodeImport:
         self._agents["main"] = main
         self.summary.lanes["main"] = recorder.lane.id
         at = self._clock
-        init_fields = {k: init[k] for k in ("session_id", "model", "tools", "cwd", "permissionMode",
-                                             "mcp_servers", "agents", "slash_commands", "output_style",
-                                             "apiKeySource", "claude_code_version") if k in init}
-        started = self._event(main, "session.started", session, {
-            "source": "claude-code stream-json", "claude_code": init_fields,
-            "adapter": IMPORT_GUARANTEES.to_payload()}, None, at, "session.started")
-        run_started = self._event(main, "run.started", run, {
-            "model": init.get("model"), "version": self._version,
-            "adapter": IMPORT_GUARANTEES.to_payload()}, None, at, "run.started")
-        turn_started = self._event(main, "turn.started", turn.id, {"turn_no": 1}, None, at,
-                                   "turn.started/main")
-        prompt = self._event(main, PROMPT_EVENT, recorder.lane.id, {
-            "prompt_kind": "user", "synthesized": True,
-            "label": "synthesized by laneledger import claude-code: a stream-json capture does "
-                     "not carry the prompt the session was started with",
-        }, None, at, "prompt/main")
+        init_fields = {
+            k: init[k]
+            for k in (
+                "session_id",
+                "model",
+                "tools",
+                "cwd",
+                "permissionMode",
+                "mcp_servers",
+                "agents",
+                "slash_commands",
+                "output_style",
+                "apiKeySource",
+                "claude_code_version",
+            )
+            if k in init
+        }
+        started = self._event(
+            main,
+            "session.started",
+            session,
+            {
+                "source": "claude-code stream-json",
+                "claude_code": init_fields,
+                "adapter": IMPORT_GUARANTEES.to_payload(),
+            },
+            None,
+            at,
+            "session.started",
+        )
+        run_started = self._event(
+            main,
+            "run.started",
+            run,
+            {"model": init.get("model"), "version": self._version, "adapter": IMPORT_GUARANTEES.to_payload()},
+            None,
+            at,
+            "run.started",
+        )
+        turn_started = self._event(
+            main, "turn.started", turn.id, {"turn_no": 1}, None, at, "turn.started/main"
+        )
+        prompt = self._event(
+            main,
+            PROMPT_EVENT,
+            recorder.lane.id,
+            {
+                "prompt_kind": "user",
+                "synthesized": True,
+                "label": "synthesized by laneledger import claude-code: a stream-json capture does "
+                "not carry the prompt the session was started with",
+            },
+            None,
+            at,
+            "prompt/main",
+        )
         await self._append(main, [started, run_started, turn_started, prompt])
         main.spine.prompted(prompt["id"])
 
     async def _actor(self, key: str) -> str:
         actor = await self.client.ensure_actor(
-            self.tenant, f"agent:{RUNTIME}/{key}@{self._version}", "agent",
-            attributes={"runtime": RUNTIME, "version": self._version})
+            self.tenant,
+            f"agent:{RUNTIME}/{key}@{self._version}",
+            "agent",
+            attributes={"runtime": RUNTIME, "version": self._version},
+        )
         return actor.id
 
-    async def _subagent(self, ptuid: str, obj: dict[str, Any], line_no: int,
-                        prompt_text: str | None) -> Agent:
+    async def _subagent(
+        self, ptuid: str, obj: dict[str, Any], line_no: int, prompt_text: str | None
+    ) -> Agent:
         """The sub-agent spawned by tool call ``ptuid``, started on first sight:
         its lane under the spawning agent's, its actor, and its prompt caused
         by the spawning inference (§2b)."""
@@ -355,8 +431,15 @@ class ClaudeCodeImport:
         parent = spawn.agent if spawn is not None else self._agents["main"]
         actor = await self._actor(key)
         recorder = await LaneRecorder.open(
-            self.client, self.tenant, self.summary.session_id, self.summary.run_id, key,
-            kind="subagent", parent_lane_id=parent.recorder.lane.id, actor_id=actor)
+            self.client,
+            self.tenant,
+            self.summary.session_id,
+            self.summary.run_id,
+            key,
+            kind="subagent",
+            parent_lane_id=parent.recorder.lane.id,
+            actor_id=actor,
+        )
         turn = await self.client.create_turn(recorder.lane.id, 1, turn_id=self._id("turn", key))
         agent = Agent(key, recorder, actor, turn.id)
         self._agents[key] = agent
@@ -369,15 +452,30 @@ class ClaudeCodeImport:
         if prompt_text is not None:
             payload.update(synthesized=False, text=prompt_text)
         else:
-            payload.update(synthesized=True, label="synthesized by laneledger import claude-code: "
-                           "the sub-agent's prompt line is not in the capture",
-                           text=spawn.spawn_prompt if spawn is not None else None)
+            payload.update(
+                synthesized=True,
+                label="synthesized by laneledger import claude-code: "
+                "the sub-agent's prompt line is not in the capture",
+                text=spawn.spawn_prompt if spawn is not None else None,
+            )
         prompt = self._event(agent, PROMPT_EVENT, recorder.lane.id, payload, cause, at, f"prompt/{key}")
-        lane_created = self._event(agent, "lane.created", recorder.lane.id, {
-            "name": key, "kind": "subagent", "parent_lane_id": parent.recorder.lane.id,
-            "parent_tool_use_id": ptuid}, prompt["id"], at, f"lane.created/{key}")
-        turn_started = self._event(agent, "turn.started", turn.id, {"turn_no": 1}, prompt["id"], at,
-                                   f"turn.started/{key}")
+        lane_created = self._event(
+            agent,
+            "lane.created",
+            recorder.lane.id,
+            {
+                "name": key,
+                "kind": "subagent",
+                "parent_lane_id": parent.recorder.lane.id,
+                "parent_tool_use_id": ptuid,
+            },
+            prompt["id"],
+            at,
+            f"lane.created/{key}",
+        )
+        turn_started = self._event(
+            agent, "turn.started", turn.id, {"turn_no": 1}, prompt["id"], at, f"turn.started/{key}"
+        )
         await self._append(agent, [prompt, lane_created, turn_started])
         agent.spine.prompted(prompt["id"])
         return agent
@@ -411,8 +509,9 @@ class ClaudeCodeImport:
             self.summary.dropped["stream_event"] += 1
         elif kind == "system":
             subtype = str(obj.get("subtype") or "")
-            group = "hook" if subtype.startswith("hook_") else "task" if subtype.startswith("task_") \
-                else "system"
+            group = (
+                "hook" if subtype.startswith("hook_") else "task" if subtype.startswith("task_") else "system"
+            )
             await self._extension(EXTENSION_TYPES[group], obj, line_no)
         elif kind == "rate_limit_event":
             await self._extension(EXTENSION_TYPES["rate_limit"], obj, line_no)
@@ -422,9 +521,15 @@ class ClaudeCodeImport:
     async def _extension(self, event_type: str, obj: dict[str, Any], line_no: int) -> None:
         """A line kept as it came, on its agent's lane, hanging off the spine."""
         agent = await self._agent_for(obj, line_no)
-        event = self._event(agent, event_type, agent.recorder.lane.id,
-                            {"line_no": line_no, "line": obj}, agent.spine.inference_cause(),
-                            self._at(obj), f"line/{line_no}")
+        event = self._event(
+            agent,
+            event_type,
+            agent.recorder.lane.id,
+            {"line_no": line_no, "line": obj},
+            agent.spine.inference_cause(),
+            self._at(obj),
+            f"line/{line_no}",
+        )
         await self._append(agent, [event])
 
     async def _assistant(self, obj: dict[str, Any], line_no: int) -> None:
@@ -434,7 +539,9 @@ class ClaudeCodeImport:
         agent = await self._agent_for(obj, line_no)
         if (agent.key, message_id) in self._flushed:
             # A repeat of a message already recorded: nothing new is dropped.
-            new = [b for b in content if isinstance(b, dict) and b not in self._flushed[agent.key, message_id]]
+            new = [
+                b for b in content if isinstance(b, dict) and b not in self._flushed[agent.key, message_id]
+            ]
             if new:
                 await self._extension(EXTENSION_TYPES["late"], obj, line_no)
             else:
@@ -445,8 +552,9 @@ class ClaudeCodeImport:
             await self._flush_message(agent.key)
             current = None
         if current is None:
-            current = Message(agent.key, message_id, str(message.get("model") or "unknown"), [], {},
-                              None, line_no, None)
+            current = Message(
+                agent.key, message_id, str(message.get("model") or "unknown"), [], {}, None, line_no, None
+            )
             self._messages[agent.key] = current
         # Streaming repeats: the same message id on several lines, each with
         # one block (or the content so far). Keep each block once.
@@ -475,14 +583,33 @@ class ClaudeCodeImport:
         key = f"msg/{message.message_id}"
         action_id, attempt_id = self._id("action", key), self._id("attempt", key)
         lane_id = agent.recorder.lane.id
-        await self.client.create_action(lane_id, agent.turn_id, "model_call", message.model,
-                                        effect="none", idempotency="not_applicable", action_id=action_id)
+        await self.client.create_action(
+            lane_id,
+            agent.turn_id,
+            "model_call",
+            message.model,
+            effect="none",
+            idempotency="not_applicable",
+            action_id=action_id,
+        )
         await self.client.create_attempt(lane_id, action_id, 1, attempt_id=attempt_id)
         at = message.timestamp or self._clock
-        base = {"action_type": "model_call", "name": message.model, "model": message.model,
-                "attempt_no": 1, "message_id": message.message_id}
-        requested = self._event(agent, "attempt.requested", attempt_id, base,
-                                agent.spine.inference_cause(), at, f"{key}/requested")
+        base = {
+            "action_type": "model_call",
+            "name": message.model,
+            "model": message.model,
+            "attempt_no": 1,
+            "message_id": message.message_id,
+        }
+        requested = self._event(
+            agent,
+            "attempt.requested",
+            attempt_id,
+            base,
+            agent.spine.inference_cause(),
+            at,
+            f"{key}/requested",
+        )
         texts = [b.get("text") for b in message.blocks if b.get("type") == "text"]
         thinking = [b.get("thinking") for b in message.blocks if b.get("type") == "thinking"]
         outcome: dict[str, Any] = {
@@ -494,13 +621,23 @@ class ClaudeCodeImport:
         if any(b.get("type") == "redacted_thinking" for b in message.blocks):
             outcome["redacted_thinking"] = True
         usage = message.usage
-        for ours, theirs in (("input_tokens", "input_tokens"), ("output_tokens", "output_tokens"),
-                             ("cache_read_tokens", "cache_read_input_tokens"),
-                             ("cache_write_tokens", "cache_creation_input_tokens")):
+        for ours, theirs in (
+            ("input_tokens", "input_tokens"),
+            ("output_tokens", "output_tokens"),
+            ("cache_read_tokens", "cache_read_input_tokens"),
+            ("cache_write_tokens", "cache_creation_input_tokens"),
+        ):
             if isinstance(usage.get(theirs), int) and not isinstance(usage.get(theirs), bool):
                 outcome[ours] = usage[theirs]
-        completed = self._event(agent, "attempt.completed", attempt_id, {**base, "outcome": outcome},
-                                requested["id"], at, f"{key}/completed")
+        completed = self._event(
+            agent,
+            "attempt.completed",
+            attempt_id,
+            {**base, "outcome": outcome},
+            requested["id"],
+            at,
+            f"{key}/completed",
+        )
         events = [requested, completed]
         for block in message.blocks:
             if block.get("type") != "tool_use":
@@ -509,24 +646,51 @@ class ClaudeCodeImport:
         await self._append(agent, events)
         agent.spine.inferred(completed["id"])
 
-    async def _tool_requested(self, agent: Agent, block: dict[str, Any], inference_id: str, at: str,
-                              line_no: int) -> dict[str, Any]:
+    async def _tool_requested(
+        self, agent: Agent, block: dict[str, Any], inference_id: str, at: str, line_no: int
+    ) -> dict[str, Any]:
         tool_use_id = _need(block.get("id"), str, "$.message.content[].id", line_no)
         name = _need(block.get("name"), str, "$.message.content[].name", line_no)
         key = f"tool/{tool_use_id}"
         action_id, attempt_id = self._id("action", key), self._id("attempt", key)
         lane_id = agent.recorder.lane.id
-        await self.client.create_action(lane_id, agent.turn_id, "tool_call", name,
-                                        effect=tool_effect(name), idempotency="unknown",
-                                        action_id=action_id)
+        await self.client.create_action(
+            lane_id,
+            agent.turn_id,
+            "tool_call",
+            name,
+            effect=tool_effect(name),
+            idempotency="unknown",
+            action_id=action_id,
+        )
         await self.client.create_attempt(lane_id, action_id, 1, attempt_id=attempt_id)
         tool_input = block.get("input") if isinstance(block.get("input"), dict) else {}
-        requested = self._event(agent, "attempt.requested", attempt_id, {
-            "action_type": "tool_call", "name": name, "attempt_no": 1, "tool_use_id": tool_use_id,
-            "input": tool_input}, inference_id, at, f"{key}/requested")
+        requested = self._event(
+            agent,
+            "attempt.requested",
+            attempt_id,
+            {
+                "action_type": "tool_call",
+                "name": name,
+                "attempt_no": 1,
+                "tool_use_id": tool_use_id,
+                "input": tool_input,
+            },
+            inference_id,
+            at,
+            f"{key}/requested",
+        )
         spawn_prompt = tool_input.get("prompt") if name in SPAWN_TOOLS else None
-        pending = PendingTool(agent, action_id, attempt_id, requested["id"], inference_id, name,
-                              spawn_prompt if isinstance(spawn_prompt, str) else None, line_no)
+        pending = PendingTool(
+            agent,
+            action_id,
+            attempt_id,
+            requested["id"],
+            inference_id,
+            name,
+            spawn_prompt if isinstance(spawn_prompt, str) else None,
+            line_no,
+        )
         self._pending[tool_use_id] = pending
         if name in SPAWN_TOOLS:
             self._spawned[tool_use_id] = pending  # its sub-agent may outlive the pending call
@@ -544,9 +708,15 @@ class ClaudeCodeImport:
                 await self._subagent(ptuid, obj, line_no, text)  # §2b: the sub-agent's prompt
                 return
             agent = await self._agent_for(obj, line_no)
-            prompt = self._event(agent, PROMPT_EVENT, agent.recorder.lane.id, {
-                "prompt_kind": "user", "synthesized": False, "text": text},
-                agent.spine.inference_cause(), self._at(obj), f"line/{line_no}")
+            prompt = self._event(
+                agent,
+                PROMPT_EVENT,
+                agent.recorder.lane.id,
+                {"prompt_kind": "user", "synthesized": False, "text": text},
+                agent.spine.inference_cause(),
+                self._at(obj),
+                f"line/{line_no}",
+            )
             await self._append(agent, [prompt])
             return
         if not results:
@@ -560,15 +730,24 @@ class ClaudeCodeImport:
             pending = self._pending.pop(tool_use_id, None) if isinstance(tool_use_id, str) else None
             if pending is None:
                 agent = await self._agent_for(obj, line_no)
-                event = self._event(agent, EXTENSION_TYPES["unmatched"], agent.recorder.lane.id,
-                                    {"line_no": line_no, "block": block}, agent.spine.inference_cause(),
-                                    self._at(obj), f"line/{line_no}/{index}")
+                event = self._event(
+                    agent,
+                    EXTENSION_TYPES["unmatched"],
+                    agent.recorder.lane.id,
+                    {"line_no": line_no, "block": block},
+                    agent.spine.inference_cause(),
+                    self._at(obj),
+                    f"line/{line_no}/{index}",
+                )
                 await self._append(agent, [event])
                 continue
             failed = block.get("is_error") is True
             payload: dict[str, Any] = {
-                "action_type": "tool_call", "name": pending.name, "attempt_no": 1,
-                "tool_use_id": tool_use_id, "success": not failed,
+                "action_type": "tool_call",
+                "name": pending.name,
+                "attempt_no": 1,
+                "tool_use_id": tool_use_id,
+                "success": not failed,
             }
             duration = _duration_ms(tool_use_result)
             if duration is not None:
@@ -578,15 +757,27 @@ class ClaudeCodeImport:
                 payload["error"] = {"code": "tool_error", "message": _text_of(result) or ""}
             else:
                 payload["outcome"] = {"content": result}
-            event = self._event(pending.agent, "attempt.failed" if failed else "attempt.completed",
-                                pending.attempt_id, payload, pending.requested_id, self._at(obj),
-                                f"tool/{tool_use_id}/result")
+            event = self._event(
+                pending.agent,
+                "attempt.failed" if failed else "attempt.completed",
+                pending.attempt_id,
+                payload,
+                pending.requested_id,
+                self._at(obj),
+                f"tool/{tool_use_id}/result",
+            )
             await self._append(pending.agent, [event])
         if text is not None:  # text next to tool results (e.g. an interruption notice)
             agent = await self._agent_for(obj, line_no)
-            prompt = self._event(agent, PROMPT_EVENT, agent.recorder.lane.id, {
-                "prompt_kind": "user", "synthesized": False, "text": text},
-                agent.spine.inference_cause(), self._at(obj), f"line/{line_no}/text")
+            prompt = self._event(
+                agent,
+                PROMPT_EVENT,
+                agent.recorder.lane.id,
+                {"prompt_kind": "user", "synthesized": False, "text": text},
+                agent.spine.inference_cause(),
+                self._at(obj),
+                f"line/{line_no}/text",
+            )
             await self._append(agent, [prompt])
 
     async def _result(self, obj: dict[str, Any], line_no: int) -> None:
@@ -600,36 +791,89 @@ class ClaudeCodeImport:
                 if not isinstance(usage, dict) or "costUSD" not in usage:
                     continue
                 cost: dict[str, Any] = {
-                    "provider": "anthropic", "model": model, "currency": "USD",
-                    "amount": decimal_string(usage["costUSD"], f"modelUsage.{model}.costUSD", line_no)}
-                for ours, theirs in (("input_tokens", "inputTokens"), ("output_tokens", "outputTokens"),
-                                     ("cache_read_tokens", "cacheReadInputTokens"),
-                                     ("cache_write_tokens", "cacheCreationInputTokens")):
+                    "provider": "anthropic",
+                    "model": model,
+                    "currency": "USD",
+                    "amount": decimal_string(usage["costUSD"], f"modelUsage.{model}.costUSD", line_no),
+                }
+                for ours, theirs in (
+                    ("input_tokens", "inputTokens"),
+                    ("output_tokens", "outputTokens"),
+                    ("cache_read_tokens", "cacheReadInputTokens"),
+                    ("cache_write_tokens", "cacheCreationInputTokens"),
+                ):
                     if isinstance(usage.get(theirs), int) and not isinstance(usage.get(theirs), bool):
                         cost[ours] = usage[theirs]
-                events.append(self._event(main, "cost.recorded", self.summary.run_id, cost, cause, at,
-                                          f"result/{line_no}/cost/{model}"))
+                events.append(
+                    self._event(
+                        main,
+                        "cost.recorded",
+                        self.summary.run_id,
+                        cost,
+                        cause,
+                        at,
+                        f"result/{line_no}/cost/{model}",
+                    )
+                )
         elif obj.get("total_cost_usd") is not None:
-            events.append(self._event(main, "cost.recorded", self.summary.run_id, {
-                "provider": "anthropic", "model": str((self._init or {}).get("model") or "unknown"),
-                "currency": "USD",
-                "amount": decimal_string(obj["total_cost_usd"], "total_cost_usd", line_no)},
-                cause, at, f"result/{line_no}/cost"))
+            events.append(
+                self._event(
+                    main,
+                    "cost.recorded",
+                    self.summary.run_id,
+                    {
+                        "provider": "anthropic",
+                        "model": str((self._init or {}).get("model") or "unknown"),
+                        "currency": "USD",
+                        "amount": decimal_string(obj["total_cost_usd"], "total_cost_usd", line_no),
+                    },
+                    cause,
+                    at,
+                    f"result/{line_no}/cost",
+                )
+            )
         failed = obj.get("is_error") is True or obj.get("subtype") not in (None, "success")
         summary: dict[str, Any] = {"subtype": obj.get("subtype"), "is_error": obj.get("is_error")}
         if obj.get("total_cost_usd") is not None:
             summary["total_cost_usd"] = decimal_string(obj["total_cost_usd"], "total_cost_usd", line_no)
-        for name in ("num_turns", "duration_ms", "duration_api_ms", "result", "usage",
-                     "permission_denials", "stop_reason"):
+        for name in (
+            "num_turns",
+            "duration_ms",
+            "duration_api_ms",
+            "result",
+            "usage",
+            "permission_denials",
+            "stop_reason",
+        ):
             if name in obj:
                 summary[name] = obj[name]
         if failed:
-            summary["error"] = {"code": str(obj.get("subtype") or "error"),
-                                "message": str(obj.get("result") or obj.get("subtype") or "")}
-        events.append(self._event(main, "turn.failed" if failed else "turn.completed", main.turn_id,
-                                  {"turn_no": 1}, cause, at, f"result/{line_no}/turn"))
-        events.append(self._event(main, "run.failed" if failed else "run.completed", self.summary.run_id,
-                                  summary, cause, at, f"result/{line_no}/run"))
+            summary["error"] = {
+                "code": str(obj.get("subtype") or "error"),
+                "message": str(obj.get("result") or obj.get("subtype") or ""),
+            }
+        events.append(
+            self._event(
+                main,
+                "turn.failed" if failed else "turn.completed",
+                main.turn_id,
+                {"turn_no": 1},
+                cause,
+                at,
+                f"result/{line_no}/turn",
+            )
+        )
+        events.append(
+            self._event(
+                main,
+                "run.failed" if failed else "run.completed",
+                self.summary.run_id,
+                summary,
+                cause,
+                at,
+                f"result/{line_no}/run",
+            )
+        )
         await self._append(main, events)
 
 

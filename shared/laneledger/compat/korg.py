@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from laneledger.contract.chain import ChainProfile
-from laneledger.contract.strictjson import decode_json
 from laneledger.contract.errors import InvalidRequest, NotCanonicalizable
+from laneledger.contract.strictjson import decode_json
 
 MAX_SAFE_INT = 2**53 - 1
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

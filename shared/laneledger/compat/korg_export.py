@@ -19,6 +19,10 @@ from typing import Any, BinaryIO
 
 import msgspec
 
+from laneledger.compat.korg import KORG_LEDGER_V1, check_value, korg_canonical
+from laneledger.contract.chain import GENESIS_HASH, link
+from laneledger.contract.errors import InternalError, NotCanonicalizable
+from laneledger.contract.model import SessionView, decoder, encode
 from laneledger.history.causality import (
     INFERENCE,
     KORG_TOOL_CALL,
@@ -29,10 +33,6 @@ from laneledger.history.causality import (
     nodes_of,
     subjects_of,
 )
-from laneledger.contract.chain import GENESIS_HASH, link
-from laneledger.contract.errors import InternalError, NotCanonicalizable
-from laneledger.compat.korg import KORG_LEDGER_V1, check_value, korg_canonical
-from laneledger.contract.model import SessionView, decoder, encode
 from laneledger.history.rewind import Invalidation
 from laneledger.store.reader import LedgerReader
 from laneledger.store.schema import open_ledger
@@ -40,8 +40,13 @@ from laneledger.store.schema import open_ledger
 SCHEMA_VERSION = "1.0"
 
 
-def korg_record(body: Mapping[str, Any], node: Node, source_agent: str,
-                seq_of: Mapping[int, int], session_positions: Iterable[int]) -> dict[str, Any]:
+def korg_record(
+    body: Mapping[str, Any],
+    node: Node,
+    source_agent: str,
+    seq_of: Mapping[int, int],
+    session_positions: Iterable[int],
+) -> dict[str, Any]:
     """The unchained record of one committed event (``seq_of``: position ->
     seq_id of every event of the session)."""
     payload = body.get("payload") or {}
@@ -51,42 +56,63 @@ def korg_record(body: Mapping[str, Any], node: Node, source_agent: str,
         "event_type": "AgentToolCall",
         "timestamp": body["committed_at"],
         "metadata": {
-            "event_id": node.event_id, "event_type": node.event_type,
-            "session_id": body["session_id"], "lane_id": node.lane_id, "lane_seq": node.seq,
-            "position": node.position, "laneledger_entry_hash": body["entry_hash"],
+            "event_id": node.event_id,
+            "event_type": node.event_type,
+            "session_id": body["session_id"],
+            "lane_id": node.lane_id,
+            "lane_seq": node.seq,
+            "position": node.position,
+            "laneledger_entry_hash": body["entry_hash"],
         },
     }
     if node.event_type == KORG_TOOL_CALL:  # a Korg call comes back as it was posted
         record.update(
             source_agent=payload.get("source_agent", source_agent),
-            tool_name=node.name, args=payload.get("args", {}), result=payload.get("result", {}),
-            success=payload.get("success", True), duration_ms=payload.get("duration_ms", 0),
-            payload_refs=payload.get("payload_refs", []))
+            tool_name=node.name,
+            args=payload.get("args", {}),
+            result=payload.get("result", {}),
+            success=payload.get("success", True),
+            duration_ms=payload.get("duration_ms", 0),
+            payload_refs=payload.get("payload_refs", []),
+        )
     elif node.role == REWIND:
         gone = Invalidation([payload])
         record.update(
-            source_agent=source_agent, tool_name="rewind",
-            args={"target_seq_id": seq_of.get(payload.get("target_position")),
-                  "invalidated_seq_ids": [seq_of[p] for p in session_positions if p in gone],
-                  **({"reason": payload["reason"]} if "reason" in payload else {})},
-            result={}, success=True, duration_ms=0, payload_refs=[],
-            rewind_of=seq_of.get(payload.get("target_position")))
+            source_agent=source_agent,
+            tool_name="rewind",
+            args={
+                "target_seq_id": seq_of.get(payload.get("target_position")),
+                "invalidated_seq_ids": [seq_of[p] for p in session_positions if p in gone],
+                **({"reason": payload["reason"]} if "reason" in payload else {}),
+            },
+            result={},
+            success=True,
+            duration_ms=0,
+            payload_refs=[],
+            rewind_of=seq_of.get(payload.get("target_position")),
+        )
     else:
-        tool = {PROMPT: "user_prompt", INFERENCE: "llm_inference",
-                TOOL: node.name}.get(node.role, node.event_type)
+        tool = {PROMPT: "user_prompt", INFERENCE: "llm_inference", TOOL: node.name}.get(
+            node.role, node.event_type
+        )
         duration = payload.get("duration_ms")
         record.update(
-            source_agent=source_agent, tool_name=tool, args=dict(payload), result={},
+            source_agent=source_agent,
+            tool_name=tool,
+            args=dict(payload),
+            result={},
             success=not node.event_type.endswith(".failed"),
             duration_ms=duration if type(duration) is int and duration >= 0 else 0,
-            payload_refs=[])
+            payload_refs=[],
+        )
     if node.cause is not None and node.cause in seq_of:
         record["triggered_by"] = seq_of[node.cause]
     return record
 
 
-def export_session(view: SessionView, actor_keys: Mapping[str, str], out: BinaryIO, *,
-                   key: bytes | None = None) -> int:
+def export_session(
+    view: SessionView, actor_keys: Mapping[str, str], out: BinaryIO, *, key: bytes | None = None
+) -> int:
     """Write ``view`` as korg-ledger-v1 JSON lines; returns the record count.
     ``NotCanonicalizable`` (naming the event's position and the value's path)
     for a value korg-ledger-v1 cannot hash, such as a float."""
@@ -96,22 +122,27 @@ def export_session(view: SessionView, actor_keys: Mapping[str, str], out: Binary
     seq_of = {n.position: seq for seq, n in enumerate(nodes, start=1)}
     prev = GENESIS_HASH
     for node in nodes:
-        record = korg_record(by_position[node.position], node,
-                             actor_keys.get(node.actor_id, node.actor_id), seq_of, seq_of)
+        record = korg_record(
+            by_position[node.position], node, actor_keys.get(node.actor_id, node.actor_id), seq_of, seq_of
+        )
         try:
             check_value(record)
         except NotCanonicalizable as exc:
             raise NotCanonicalizable(
-                f"position {node.position}: {exc.message}", position=node.position,
-                event_id=node.event_id, **exc.details) from None
+                f"position {node.position}: {exc.message}",
+                position=node.position,
+                event_id=node.event_id,
+                **exc.details,
+            ) from None
         record = link(record, prev, profile=KORG_LEDGER_V1, key=key)
         prev = record["entry_hash"]
         out.write(korg_canonical(record) + b"\n")
     return len(nodes)
 
 
-def export_session_from_db(db: str | Path, session_id: str, out: BinaryIO, *,
-                           key: bytes | None = None) -> int:
+def export_session_from_db(
+    db: str | Path, session_id: str, out: BinaryIO, *, key: bytes | None = None
+) -> int:
     """``export_session`` of a session read from a ledger database (read-only)."""
     conn = open_ledger(db, readonly=True)
     try:
@@ -120,11 +151,11 @@ def export_session_from_db(db: str | Path, session_id: str, out: BinaryIO, *,
         actor_ids = sorted({e.actor_id for e in view.events})
         keys: dict[str, str] = {}
         for start in range(0, len(actor_ids), 500):
-            chunk = actor_ids[start:start + 500]
+            chunk = actor_ids[start : start + 500]
             try:
                 rows = conn.execute(
-                    f"SELECT id, key FROM actors WHERE id IN ({','.join('?' * len(chunk))})",
-                    chunk).fetchall()
+                    f"SELECT id, key FROM actors WHERE id IN ({','.join('?' * len(chunk))})", chunk
+                ).fetchall()
             except sqlite3.Error as exc:
                 raise InternalError(f"ledger read failed: {exc}") from exc
             keys.update(rows)

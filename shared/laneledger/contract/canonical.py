@@ -179,9 +179,7 @@ def _write(value: Any, out: list[bytes]) -> None:
         members = []
         for key, item in value.items():
             if not isinstance(key, str):
-                raise _Refused(
-                    "non_string_key", f"object key {key!r} ({type(key).__name__}) is not a string"
-                )
+                raise _Refused("non_string_key", f"object key {key!r} ({type(key).__name__}) is not a string")
             members.append((_utf16_sort_key(key), key, item))
         members.sort(key=itemgetter(0))  # RFC 8785 3.2.3: by UTF-16 code units
         out.append(b"{")

@@ -132,13 +132,15 @@ class LaneChains:
             raise _fault("broken_link", position, seq, "prev_hash", prev, record["prev_hash"], lane)
         recomputed = entry_hash(record, profile=self._profile, key=self._key)
         if recomputed != record["entry_hash"]:
-            raise _fault("content_tampered", position, seq, "entry_hash", recomputed,
-                         record["entry_hash"], lane)
+            raise _fault(
+                "content_tampered", position, seq, "entry_hash", recomputed, record["entry_hash"], lane
+            )
         self.tips[lane] = (seq, record["entry_hash"])
 
 
-def _fault(kind: str, position: int, seq: int | None, field: str, expected: Any, found: Any,
-           lane: Any = None) -> ChainFault:
+def _fault(
+    kind: str, position: int, seq: int | None, field: str, expected: Any, found: Any, lane: Any = None
+) -> ChainFault:
     if lane is not None:
         where = f"position {position} (lane {lane}" + (f" seq {seq})" if seq is not None else ")")
     else:
@@ -146,8 +148,9 @@ def _fault(kind: str, position: int, seq: int | None, field: str, expected: Any,
     message = f"{where}: {kind} ({field} expected {expected}, found {_show(found)})"
     if found is _MISSING:
         found = None
-    details: dict[str, Any] = dict(kind=kind, seq=seq, position=position, field=field,
-                                   expected=expected, found=found)
+    details: dict[str, Any] = dict(
+        kind=kind, seq=seq, position=position, field=field, expected=expected, found=found
+    )
     if lane is not None:
         details["lane_id"] = lane
     return ChainFault(message, **details)

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
 
 Clock = Callable[[], str]
 
 
 def format_timestamp(moment: datetime) -> str:
     """RFC 3339 UTC with microseconds and a 'Z', the one form the ledger writes."""
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def system_clock() -> str:
-    return format_timestamp(datetime.now(timezone.utc))
+    return format_timestamp(datetime.now(UTC))

@@ -55,15 +55,21 @@ def hex_of(ref: str) -> str:
         return match.group(1)
     if _HEX.match(ref):
         return ref
-    raise InvalidRequest("a content reference is sha256:<64 lowercase hex digits>",
-                         parameter="ref", found=ref[:80])
+    raise InvalidRequest(
+        "a content reference is sha256:<64 lowercase hex digits>", parameter="ref", found=ref[:80]
+    )
 
 
 def is_ref(value: Any) -> bool:
     """A content-reference sentinel: exactly ``_ref`` and ``size_bytes``."""
-    return (isinstance(value, dict) and len(value) == 2 and isinstance(value.get("_ref"), str)
-            and _REF.match(value["_ref"]) is not None and type(value.get("size_bytes")) is int
-            and value["size_bytes"] >= 0)
+    return (
+        isinstance(value, dict)
+        and len(value) == 2
+        and isinstance(value.get("_ref"), str)
+        and _REF.match(value["_ref"]) is not None
+        and type(value.get("size_bytes")) is int
+        and value["size_bytes"] >= 0
+    )
 
 
 @dataclass(frozen=True)
@@ -89,14 +95,16 @@ def externalize(payload: dict[str, Any], threshold: int = THRESHOLD_BYTES) -> Ex
     if descriptors:
         existing = payload.get(REFS_FIELD, [])
         if not isinstance(existing, list):
-            raise InvalidRequest(f"payload.{REFS_FIELD} must be an array of descriptors",
-                                 path=f"$.payload.{REFS_FIELD}")
+            raise InvalidRequest(
+                f"payload.{REFS_FIELD} must be an array of descriptors", path=f"$.payload.{REFS_FIELD}"
+            )
         out[REFS_FIELD] = [*existing, *(d for d in descriptors if d not in existing)]
     return Externalized(out, blobs, descriptors)
 
 
-def _walk(value: Any, label: str, threshold: int, blobs: dict[str, bytes],
-          descriptors: list[dict[str, Any]]) -> tuple[Any, bool]:
+def _walk(
+    value: Any, label: str, threshold: int, blobs: dict[str, bytes], descriptors: list[dict[str, Any]]
+) -> tuple[Any, bool]:
     """``(new value, holds a path)``."""
     if is_ref(value):
         return value, False
@@ -127,8 +135,14 @@ def _walk(value: Any, label: str, threshold: int, blobs: dict[str, bytes],
         return value, holds_path
     ref = ref_of(raw)
     blobs.setdefault(ref, raw)
-    descriptors.append({"sha256": ref[len("sha256:"):], "size_bytes": len(raw), "label": label,
-                        "media_type": TEXT_MEDIA_TYPE if isinstance(value, str) else JSON_MEDIA_TYPE})
+    descriptors.append(
+        {
+            "sha256": ref[len("sha256:") :],
+            "size_bytes": len(raw),
+            "label": label,
+            "media_type": TEXT_MEDIA_TYPE if isinstance(value, str) else JSON_MEDIA_TYPE,
+        }
+    )
     return {"_ref": ref, "size_bytes": len(raw)}, False
 
 
@@ -162,8 +176,13 @@ def refs_in(payload: Any) -> list[tuple[str, int]]:
     walk(payload)
     if isinstance(payload, dict) and isinstance(payload.get(REFS_FIELD), list):
         for d in payload[REFS_FIELD]:
-            if (isinstance(d, dict) and isinstance(d.get("sha256"), str) and _HEX.match(d["sha256"])
-                    and type(d.get("size_bytes")) is int and d["size_bytes"] >= 0):
+            if (
+                isinstance(d, dict)
+                and isinstance(d.get("sha256"), str)
+                and _HEX.match(d["sha256"])
+                and type(d.get("size_bytes")) is int
+                and d["size_bytes"] >= 0
+            ):
                 found[("sha256:" + d["sha256"], d["size_bytes"])] = None
     return list(found)
 

@@ -489,8 +489,9 @@ def decode(data: bytes, kind: type[T], *, max_bytes: int = MAX_REQUEST_BYTES) ->
 
 
 def _too_deep() -> InvalidRequest:
-    return InvalidRequest(f"arrays and objects nest deeper than {MAX_NESTING} levels",
-                          path="$", limit=MAX_NESTING)
+    return InvalidRequest(
+        f"arrays and objects nest deeper than {MAX_NESTING} levels", path="$", limit=MAX_NESTING
+    )
 
 
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')

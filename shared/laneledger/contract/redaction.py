@@ -47,7 +47,8 @@ DEFAULT_PATTERNS: dict[str, str] = {
         r"(?i:(?:api[_-]?key|secrets?|passwords?|passwd|pwd|token|"
         r"credentials?|authorization|auth|cookie|private[_-]?key|access[_-]?key)"
         r"[\"']?\s*[:=]\s*[\"']?(?!\[REDACTED:)"
-        r"(?P<secret>(?:(?:basic|bearer|token)\s+)?[^\s\"',;&]{6,}))"),
+        r"(?P<secret>(?:(?:basic|bearer|token)\s+)?[^\s\"',;&]{6,}))"
+    ),
 }
 
 # Literal hints of the default shapes: a pattern runs only on a string that
@@ -65,30 +66,71 @@ _HINTS: dict[str, tuple[bool, tuple[str, ...]]] = {
     "jwt": (False, ("eyJ",)),
     "bearer_token": (True, ("bearer",)),
     "url_credentials": (False, ("://",)),
-    "secret_assignment": (True, ("key", "secret", "pass", "pwd", "token", "credential", "auth",
-                                 "cookie")),
+    "secret_assignment": (True, ("key", "secret", "pass", "pwd", "token", "credential", "auth", "cookie")),
 }
 
 # Key words that make a key secret. A key is split into words at ``_``, ``-``,
 # ``.``, spaces and camelCase humps; ``apiKey``/``api_key``/``x-api-key`` all
 # have the words ``api`` ``key``. Plural ``tokens`` is deliberately absent:
 # ``input_tokens``/``max_tokens`` are counts.
-DEFAULT_KEY_WORDS: frozenset[str] = frozenset({
-    "password", "passwd", "passphrase", "pwd", "secret", "secrets", "token", "apikey",
-    "authorization", "auth", "credential", "credentials", "cookie", "privatekey",
-    "accesskey", "secretkey", "sessionkey", "clientsecret",
-})
+DEFAULT_KEY_WORDS: frozenset[str] = frozenset(
+    {
+        "password",
+        "passwd",
+        "passphrase",
+        "pwd",
+        "secret",
+        "secrets",
+        "token",
+        "apikey",
+        "authorization",
+        "auth",
+        "credential",
+        "credentials",
+        "cookie",
+        "privatekey",
+        "accesskey",
+        "secretkey",
+        "sessionkey",
+        "clientsecret",
+    }
+)
 # Adjacent word pairs that join into one key word (``api_key`` -> ``apikey``).
-_JOINED = frozenset({"apikey", "privatekey", "accesskey", "secretkey", "sessionkey",
-                     "clientsecret"})
+_JOINED = frozenset({"apikey", "privatekey", "accesskey", "secretkey", "sessionkey", "clientsecret"})
 # A key holding one of these words names a number or a setting about tokens,
 # not a secret: ``token_count``, ``max_token``, ``token_limit``, ``auth_type``.
-_NOT_SECRET_WORDS = frozenset({
-    "count", "counts", "limit", "limits", "max", "min", "num", "number", "total",
-    "usage", "used", "budget", "length", "len", "type", "kind", "expires", "expiry",
-    "ttl", "url", "uri", "endpoint", "name", "required", "enabled", "method", "scheme",
-    "status",
-})
+_NOT_SECRET_WORDS = frozenset(
+    {
+        "count",
+        "counts",
+        "limit",
+        "limits",
+        "max",
+        "min",
+        "num",
+        "number",
+        "total",
+        "usage",
+        "used",
+        "budget",
+        "length",
+        "len",
+        "type",
+        "kind",
+        "expires",
+        "expiry",
+        "ttl",
+        "url",
+        "uri",
+        "endpoint",
+        "name",
+        "required",
+        "enabled",
+        "method",
+        "scheme",
+        "status",
+    }
+)
 _HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _SPLIT = re.compile(r"[^A-Za-z0-9]+")
 
@@ -115,8 +157,9 @@ class Redacted:
 class Redactor:
     """Default shapes and key words plus configured extras."""
 
-    def __init__(self, extra_patterns: Mapping[str, str] | Iterable[str] = (),
-                 extra_keys: Iterable[str] = ()) -> None:
+    def __init__(
+        self, extra_patterns: Mapping[str, str] | Iterable[str] = (), extra_keys: Iterable[str] = ()
+    ) -> None:
         if not isinstance(extra_patterns, Mapping):
             extra_patterns = {f"custom_{i}": p for i, p in enumerate(extra_patterns, 1)}
         patterns = {**DEFAULT_PATTERNS}
@@ -132,16 +175,22 @@ class Redactor:
             patterns[name] = pattern
         self.patterns = patterns
         # (name, compiled, hint): a configured pattern has no hint, it always runs.
-        self._shapes = [(name, re.compile(p), _HINTS.get(name) if name in DEFAULT_PATTERNS
-                         and p == DEFAULT_PATTERNS[name] else None)
-                        for name, p in patterns.items()]
+        self._shapes = [
+            (
+                name,
+                re.compile(p),
+                _HINTS.get(name) if name in DEFAULT_PATTERNS and p == DEFAULT_PATTERNS[name] else None,
+            )
+            for name, p in patterns.items()
+        ]
         # Every hint at once: a string holding none skips all the patterns.
         # None when a configured pattern (no hint) must always run.
         self._prefilter: tuple[tuple[str, ...], tuple[str, ...]] | None = None
         if all(hint is not None for _, _, hint in self._shapes):
             self._prefilter = (
                 tuple(s for _, _, h in self._shapes if not h[0] for s in h[1]),  # type: ignore[index]
-                tuple(s for _, _, h in self._shapes if h[0] for s in h[1]))  # type: ignore[index]
+                tuple(s for _, _, h in self._shapes if h[0] for s in h[1]),
+            )  # type: ignore[index]
         extra = {"".join(key_words(k)) for k in extra_keys if key_words(k)}
         self.key_words = DEFAULT_KEY_WORDS | extra
         self._key_cache: dict[str, bool] = {}
@@ -175,16 +224,19 @@ class Redactor:
         bad value raises ``InvalidRequest`` naming the variable (details
         ``variable``, ``value``, ``problem``)."""
         texts: dict[str, str | None] = {}
-        for variable, check in (("LANELEDGER_REDACT_PATTERNS", checked_patterns),
-                                ("LANELEDGER_REDACT_KEYS", checked_keys)):
+        for variable, check in (
+            ("LANELEDGER_REDACT_PATTERNS", checked_patterns),
+            ("LANELEDGER_REDACT_KEYS", checked_keys),
+        ):
             text = texts[variable] = environ.get(variable)
             if text is None:
                 continue
             try:
                 check(text)
             except ValueError as exc:
-                raise InvalidRequest(f"{variable}={text!r}: {exc}", variable=variable,
-                                     value=text, problem=str(exc)) from None
+                raise InvalidRequest(
+                    f"{variable}={text!r}: {exc}", variable=variable, value=text, problem=str(exc)
+                ) from None
         return cls.from_config(texts["LANELEDGER_REDACT_PATTERNS"], texts["LANELEDGER_REDACT_KEYS"])
 
     # -------------------------------------------------------------- the rule
@@ -268,8 +320,9 @@ class Redactor:
         lower: str | None = None
         if self._prefilter is not None:
             lower = text.lower()
-            if not (any(s in text for s in self._prefilter[0])
-                    or any(s in lower for s in self._prefilter[1])):
+            if not (
+                any(s in text for s in self._prefilter[0]) or any(s in lower for s in self._prefilter[1])
+            ):
                 return text
         if is_marker(text):
             return text
@@ -293,8 +346,13 @@ class Redactor:
         if isinstance(value, dict):
             out = {}
             for key, item in value.items():
-                if (isinstance(item, (str, dict, list)) and not is_marker(item)
-                        and isinstance(key, str) and self.is_secret_key(key) and item != ""):
+                if (
+                    isinstance(item, (str, dict, list))
+                    and not is_marker(item)
+                    and isinstance(key, str)
+                    and self.is_secret_key(key)
+                    and item != ""
+                ):
                     out[key] = marker(KEY_RULE)
                     rules[KEY_RULE] = rules.get(KEY_RULE, 0) + 1
                 else:
@@ -309,7 +367,8 @@ def _keep_around(group: int, replacement: str):
     def sub(match: re.Match[str]) -> str:
         start, end = match.span(group)
         whole = match.group(0)
-        return whole[:start - match.start()] + replacement + whole[end - match.start():]
+        return whole[: start - match.start()] + replacement + whole[end - match.start() :]
+
     return sub
 
 

@@ -29,8 +29,15 @@ from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.model import LEDGER_OWNED_FIELDS
 
 __all__ = [
-    "Ed25519PrivateKey", "Ed25519PublicKey", "check_signature", "generate_private_key",
-    "load_private_key", "load_public_key", "public_key_hex", "sign_event", "signed_bytes",
+    "Ed25519PrivateKey",
+    "Ed25519PublicKey",
+    "check_signature",
+    "generate_private_key",
+    "load_private_key",
+    "load_public_key",
+    "public_key_hex",
+    "sign_event",
+    "signed_bytes",
 ]
 
 SIGNATURE_FIELD = "signature"
@@ -40,8 +47,9 @@ def signed_bytes(event: Mapping[str, Any]) -> bytes:
     """The bytes a producer signs: the canonical form of the proposed event
     without ``signature``. A committed event also drops its ledger-owned
     fields, which the producer never saw."""
-    return canonicalize({k: v for k, v in event.items()
-                         if k != SIGNATURE_FIELD and k not in LEDGER_OWNED_FIELDS})
+    return canonicalize(
+        {k: v for k, v in event.items() if k != SIGNATURE_FIELD and k not in LEDGER_OWNED_FIELDS}
+    )
 
 
 def sign_event(event: Mapping[str, Any], private_key: Ed25519PrivateKey) -> dict[str, Any]:
@@ -82,8 +90,9 @@ def load_public_key(text: str) -> Ed25519PublicKey:
             raise ValueError(f"{len(raw)} bytes, not 32")
         return Ed25519PublicKey.from_public_bytes(raw)
     except ValueError as exc:
-        raise InvalidRequest(f"not an ed25519 public key in hex: {exc}",
-                             path="$.public_key", found=text) from None
+        raise InvalidRequest(
+            f"not an ed25519 public key in hex: {exc}", path="$.public_key", found=text
+        ) from None
 
 
 def load_private_key(source: str | bytes | Path) -> Ed25519PrivateKey:
@@ -100,5 +109,6 @@ def load_private_key(source: str | bytes | Path) -> Ed25519PrivateKey:
             return key
         return Ed25519PrivateKey.from_private_bytes(bytes.fromhex(data.decode().strip()))
     except (ValueError, TypeError, UnicodeDecodeError) as exc:
-        raise InvalidRequest(f"not an ed25519 private key (PEM or 64 hex digits): {exc}",
-                             path="private_key") from None
+        raise InvalidRequest(
+            f"not an ed25519 private key (PEM or 64 hex digits): {exc}", path="private_key"
+        ) from None

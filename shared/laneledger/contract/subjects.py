@@ -88,27 +88,30 @@ class RequestSubject:
     tenant: str | None
 
     @classmethod
-    def parse(cls, subject: str, base: str,
-              headers: Mapping[str, str] | None) -> RequestSubject:
-        parts = subject[len(base) + 1:].split(".") if subject.startswith(base + ".") else []
+    def parse(cls, subject: str, base: str, headers: Mapping[str, str] | None) -> RequestSubject:
+        parts = subject[len(base) + 1 :].split(".") if subject.startswith(base + ".") else []
         if len(parts) == 1:
             return cls(op=parts[0], tenant=None)
         if len(parts) != 2:
-            raise InvalidRequest(f"a request subject is {base}.<op> or {base}.<tenant>.<op>",
-                                 subject=subject)
+            raise InvalidRequest(f"a request subject is {base}.<op> or {base}.<tenant>.<op>", subject=subject)
         scoped, op = parts
         named = (headers or {}).get(TENANT_HEADER)
         try:
             tenant = scoped if named is None else unquote(named, errors="strict")
         except UnicodeDecodeError:
-            raise InvalidRequest(f"the {TENANT_HEADER} header is not percent-encoded UTF-8",
-                                 subject=subject, header=TENANT_HEADER) from None
+            raise InvalidRequest(
+                f"the {TENANT_HEADER} header is not percent-encoded UTF-8",
+                subject=subject,
+                header=TENANT_HEADER,
+            ) from None
         if token(tenant) != scoped:
             raise InvalidRequest(
                 f"the subject's tenant token {scoped!r} is not the token of the tenant "
                 f"{'the ' + TENANT_HEADER + ' header names' if named is not None else 'it names'}"
                 f" (a hashed token needs the {TENANT_HEADER} header)",
-                subject=subject, header=TENANT_HEADER)
+                subject=subject,
+                header=TENANT_HEADER,
+            )
         return cls(op=op, tenant=tenant)
 
 
@@ -145,10 +148,7 @@ class Subjects:
     def events(self, tenant: str, session_id: str, run_id: str, lane_id: str) -> str:
         """Committed events of one lane: tenant, session, run and lane tokens
         so consumers can filter with NATS subject wildcards."""
-        return (
-            f"{self.prefix}.events.{token(tenant)}.{token(session_id)}"
-            f".{token(run_id)}.{token(lane_id)}"
-        )
+        return f"{self.prefix}.events.{token(tenant)}.{token(session_id)}.{token(run_id)}.{token(lane_id)}"
 
     def events_filter(
         self,
@@ -157,10 +157,7 @@ class Subjects:
         run_id: str | None = None,
         lane_id: str | None = None,
     ) -> str:
-        parts = [
-            "*" if value is None else token(value)
-            for value in (tenant, session_id, run_id, lane_id)
-        ]
+        parts = ["*" if value is None else token(value) for value in (tenant, session_id, run_id, lane_id)]
         return f"{self.prefix}.events." + ".".join(parts)
 
     # -- request/reply services -----------------------------------------------

@@ -110,9 +110,7 @@ def check_event_type(event_type: str) -> None:
         )
     namespace = event_type.split(".", 2)[1]
     if namespace in RESERVED_NAMESPACES:
-        raise UnknownEventType(
-            f"namespace {namespace!r} is reserved", event_type=event_type
-        )
+        raise UnknownEventType(f"namespace {namespace!r} is reserved", event_type=event_type)
 
 
 def family_of(event_type: str) -> str:
@@ -158,7 +156,7 @@ def check_payload(event_type: str, payload: dict[str, Any]) -> None:
             amount = payload.get("amount")
             if not isinstance(amount, str) or DECIMAL_AMOUNT.match(amount) is None:
                 raise InvalidPayload(
-                    "cost amount must be a decimal string such as \"0.0123\" "
+                    'cost amount must be a decimal string such as "0.0123" '
                     "(no binary floats in hashed cost fields)",
                     field="payload.amount",
                     found=repr(amount),
@@ -202,18 +200,27 @@ def _check_rewound(payload: dict[str, Any], event_type: str) -> None:
     floor = target
     for index, span in enumerate(spans):
         # Ascending, disjoint [first, last] ranges after the target, up to as_of_position.
-        if not (isinstance(span, list) and len(span) == 2
-                and all(type(bound) is int for bound in span)
-                and floor < span[0] <= span[1] <= as_of):
+        if not (
+            isinstance(span, list)
+            and len(span) == 2
+            and all(type(bound) is int for bound in span)
+            and floor < span[0] <= span[1] <= as_of
+        ):
             raise InvalidPayload(
                 "invalidated must be ascending, disjoint [first, last] position ranges"
                 " after target_position and up to as_of_position",
-                field="payload.invalidated", index=index, found=repr(span))
+                field="payload.invalidated",
+                index=index,
+                found=repr(span),
+            )
         floor = span[1]
     count = _need(payload, "invalidated_count", int, event_type)
     if not len(spans) <= count <= sum(last - first + 1 for first, last in spans):
-        raise InvalidPayload("invalidated_count does not fit the invalidated ranges",
-                             field="payload.invalidated_count", found=count)
+        raise InvalidPayload(
+            "invalidated_count does not fit the invalidated ranges",
+            field="payload.invalidated_count",
+            found=count,
+        )
     _optional(payload, "reason", str, event_type)
 
 

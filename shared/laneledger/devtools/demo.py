@@ -25,10 +25,10 @@ import sys
 import time
 from decimal import Decimal
 
+from laneledger.contract.ids import new_id
 from laneledger.sdk.checkpoints import CheckpointClient, complete_run
 from laneledger.sdk.client import LedgerClient
 from laneledger.sdk.guard import Guard, TurnScope
-from laneledger.contract.ids import new_id
 
 MODELS = {  # price per million input / output tokens, USD
     "claude-sonnet": (Decimal("3"), Decimal("15")),
@@ -49,29 +49,35 @@ def cost_of(model: str, input_tokens: int, output_tokens: int) -> str:
     return str(amount.quantize(Decimal("0.000001")))
 
 
-async def model_call(turn: TurnScope, model: str, prompt_tokens: int, rng: random.Random,
-                     pace: float) -> None:
+async def model_call(
+    turn: TurnScope, model: str, prompt_tokens: int, rng: random.Random, pace: float
+) -> None:
     """One inference on the spine: tokens and its cost."""
     async with turn.model_call(model, provider="anthropic") as call:
         async with call.attempt() as attempt:
             await asyncio.sleep(pace * rng.uniform(0.5, 1.5))  # the model thinks
             output_tokens = rng.randint(80, 900)
-            attempt.inference(text=f"(simulated reply, {output_tokens} tokens)",
-                              input_tokens=prompt_tokens, output_tokens=output_tokens,
-                              cost=cost_of(model, prompt_tokens, output_tokens))
+            attempt.inference(
+                text=f"(simulated reply, {output_tokens} tokens)",
+                input_tokens=prompt_tokens,
+                output_tokens=output_tokens,
+                cost=cost_of(model, prompt_tokens, output_tokens),
+            )
 
 
-async def tool_call(turn: TurnScope, tool: str, rng: random.Random, *,
-                    times_out: bool | None = None) -> bool:
+async def tool_call(turn: TurnScope, tool: str, rng: random.Random, *, times_out: bool | None = None) -> bool:
     """A tool call off the latest inference. A read may time out and is
     retried on a new attempt of the same action; a write that fails may have
     had its effect, so it is never retried (its action fails). ``times_out``
     forces the first attempt's fate (default: by chance)."""
     write = tool in WRITE_TOOLS
     path = f"src/module_{rng.randint(1, 40)}.py"
-    async with turn.tool_call(tool, effect="write" if write else "read",
-                              idempotency="none" if write else "inherent",
-                              args={"file_path": path}) as call:
+    async with turn.tool_call(
+        tool,
+        effect="write" if write else "read",
+        idempotency="none" if write else "inherent",
+        args={"file_path": path},
+    ) as call:
         for _ in range(1 if write else READ_TRIES):
             try:
                 async with call.attempt() as attempt:  # committed before the call
@@ -87,8 +93,16 @@ async def tool_call(turn: TurnScope, tool: str, rng: random.Random, *,
     return False
 
 
-async def run_agent(nats_url: str, tenant: str, session_id: str, run_id: str, name: str,
-                    turns: int, seed: int, pace: float = 0.0) -> None:
+async def run_agent(
+    nats_url: str,
+    tenant: str,
+    session_id: str,
+    run_id: str,
+    name: str,
+    turns: int,
+    seed: int,
+    pace: float = 0.0,
+) -> None:
     rng = random.Random(seed)
     async with await LedgerClient.connect(nats_url) as client:
         actor = await client.ensure_actor(tenant, f"agent:demo/{name}@1", "agent")
@@ -108,28 +122,33 @@ async def run_agent(nats_url: str, tenant: str, session_id: str, run_id: str, na
                     await spawn_subagent(guard, turn, tenant, name, rng, pace)
                 if turn_no == 3:
                     await ask_a_human(guard, turn, operator.id, rng)
-            print(json.dumps({"agent": name, "turn": turn_no, "head": guard.recorder.head}),
-                  flush=True)
+            print(json.dumps({"agent": name, "turn": turn_no, "head": guard.recorder.head}), flush=True)
         # The terminal pattern: the run's final checkpoint, then the link and
         # run.completed in one atomic append.
         await complete_run(
-            guard.recorder, CheckpointClient(client), key=f"{session_id}/{run_id}/{name}",
-            expected_revision=0, format="application/vnd.laneledger.demo-agent+json;version=1",
-            actor_id=actor.id, state={"agent": name, "turns": turns, "head": guard.recorder.head},
+            guard.recorder,
+            CheckpointClient(client),
+            key=f"{session_id}/{run_id}/{name}",
+            expected_revision=0,
+            format="application/vnd.laneledger.demo-agent+json;version=1",
+            actor_id=actor.id,
+            state={"agent": name, "turns": turns, "head": guard.recorder.head},
             run_payload={"turns": turns},
         )
 
 
-async def spawn_subagent(parent: Guard, turn: TurnScope, tenant: str, name: str,
-                         rng: random.Random, pace: float) -> None:
+async def spawn_subagent(
+    parent: Guard, turn: TurnScope, tenant: str, name: str, rng: random.Random, pace: float
+) -> None:
     """An ``Agent`` tool call that runs a sub-agent on its own lane and actor;
     the sub-agent's prompt points at the parent's latest inference and names
     the spawning attempt (Korg §2b)."""
     sub_name = f"{name}/sub-{rng.randint(1000, 9999)}"
     actor = await parent.client.ensure_actor(tenant, f"agent:demo/{sub_name}@1", "agent")
     task = "read the module the last edit touched"
-    async with turn.tool_call("Agent", effect="none", idempotency="not_applicable",
-                              args={"description": task}) as call:
+    async with turn.tool_call(
+        "Agent", effect="none", idempotency="not_applicable", args={"description": task}
+    ) as call:
         async with call.attempt() as attempt:
             sub = await parent.spawn(sub_name, actor.id, task, spawned_by=attempt)
             async with sub.turn() as sub_turn:
@@ -138,36 +157,75 @@ async def spawn_subagent(parent: Guard, turn: TurnScope, tenant: str, name: str,
             attempt.complete(lane_id=sub.lane_id, result="done")
 
 
-async def ask_a_human(guard: Guard, turn: TurnScope, operator_id: str,
-                      rng: random.Random) -> None:
+async def ask_a_human(guard: Guard, turn: TurnScope, operator_id: str, rng: random.Random) -> None:
     """A human-in-the-loop pause on a risky write, and the operator's answer
     (recorded by the operator's actor on the agent's lane)."""
     pause = new_id()
-    paused = guard.event("hitl.paused", turn.turn_id, {
-        "pause_id": pause, "trigger": "write outside the workspace",
-        "proposed_action": {"tool": "Write", "args": {"file_path": "/etc/hosts"}}},
-        guard.spine.last_inference_id)
+    paused = guard.event(
+        "hitl.paused",
+        turn.turn_id,
+        {
+            "pause_id": pause,
+            "trigger": "write outside the workspace",
+            "proposed_action": {"tool": "Write", "args": {"file_path": "/etc/hosts"}},
+        },
+        guard.spine.last_inference_id,
+    )
     await guard.commit(paused)
     await asyncio.sleep(rng.uniform(0.05, 0.2))  # a person thinks
-    await guard.commit(guard.recorder.event(
-        "hitl.responded", actor_id=operator_id, subject_id=turn.turn_id,
-        payload={"pause_id": pause, "decision": "rejected", "comment": "not there"},
-        causation_id=paused["id"]))
+    await guard.commit(
+        guard.recorder.event(
+            "hitl.responded",
+            actor_id=operator_id,
+            subject_id=turn.turn_id,
+            payload={"pause_id": pause, "decision": "rejected", "comment": "not there"},
+            causation_id=paused["id"],
+        )
+    )
 
 
-async def run_demo(nats_url: str, tail_url: str, metrics_url: str, *, agents: int = 3,
-                   turns: int = 4, pace: float = 0.3, tenant: str = "demo") -> int:
+async def run_demo(
+    nats_url: str,
+    tail_url: str,
+    metrics_url: str,
+    *,
+    agents: int = 3,
+    turns: int = 4,
+    pace: float = 0.3,
+    tenant: str = "demo",
+) -> int:
     """Run ``agents`` agent processes in one session, show their progress,
     then summarize from the services: events, chain verification, cost."""
     session_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{new_id()[-6:]}"
-    print(f"demo: {agents} agents in session {session_id} (tail it: "
-          f"{tail_url}/api/v1/events?session_id={session_id})", flush=True)
+    print(
+        f"demo: {agents} agents in session {session_id} (tail it: "
+        f"{tail_url}/api/v1/events?session_id={session_id})",
+        flush=True,
+    )
     procs = [
         await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "laneledger.devtools.demo", "agent", "--nats", nats_url,
-            "--tenant", tenant, "--session", session_id, "--run", f"run-{i + 1}",
-            "--name", f"agent-{i + 1}", "--turns", str(turns), "--seed", str(i), "--pace", str(pace),
-            stdout=asyncio.subprocess.PIPE)
+            sys.executable,
+            "-m",
+            "laneledger.devtools.demo",
+            "agent",
+            "--nats",
+            nats_url,
+            "--tenant",
+            tenant,
+            "--session",
+            session_id,
+            "--run",
+            f"run-{i + 1}",
+            "--name",
+            f"agent-{i + 1}",
+            "--turns",
+            str(turns),
+            "--seed",
+            str(i),
+            "--pace",
+            str(pace),
+            stdout=asyncio.subprocess.PIPE,
+        )
         for i in range(agents)
     ]
 
@@ -175,8 +233,10 @@ async def run_demo(nats_url: str, tail_url: str, metrics_url: str, *, agents: in
         assert proc.stdout is not None
         async for line in proc.stdout:
             step = json.loads(line)
-            print(f"demo: {step['agent']} finished turn {step['turn']}/{turns} "
-                  f"(lane head {step['head']})", flush=True)
+            print(
+                f"demo: {step['agent']} finished turn {step['turn']}/{turns} (lane head {step['head']})",
+                flush=True,
+            )
 
     await asyncio.gather(*(progress(p) for p in procs))
     codes = [await p.wait() for p in procs]
@@ -198,33 +258,51 @@ async def summarize(session_id: str, tenant: str, tail_url: str, metrics_url: st
             async with http.get(f"{metrics_url}/metrics") as response:
                 text = await response.text()
             folded = _sample(text, "laneledger_metrics_folded_position")
-            if report.get("last_position") == report.get("applied_position") and \
-                    folded is not None and folded >= report.get("applied_position", 0):
+            if (
+                report.get("last_position") == report.get("applied_position")
+                and folded is not None
+                and folded >= report.get("applied_position", 0)
+            ):
                 break
             await asyncio.sleep(0.2)
         else:
-            print("demo: the tail or the metrics service had not caught up with the ledger "
-                  "after 20 s: the summary below may be partial", file=sys.stderr, flush=True)
+            print(
+                "demo: the tail or the metrics service had not caught up with the ledger "
+                "after 20 s: the summary below may be partial",
+                file=sys.stderr,
+                flush=True,
+            )
         async with http.get(f"{tail_url}/api/v1/verify", params={"session_id": session_id}) as response:
             session = await response.json()
         async with http.get(f"{tail_url}/api/v1/sessions/{session_id}", params={"limit": "1"}) as response:
             structure = await response.json()
         async with http.get(f"{tail_url}/api/v1/sessions/{session_id}/activity") as response:
             activity = await response.json()
-    costs = {labels: value for labels, value in _samples(text, "laneledger_cost_total")
-             if f'tenant="{tenant}"' in labels}
+    costs = {
+        labels: value
+        for labels, value in _samples(text, "laneledger_cost_total")
+        if f'tenant="{tenant}"' in labels
+    }
     print("\ndemo summary", flush=True)
-    print(f"  events in the session        {session.get('events')} in {session.get('lanes')} lanes", flush=True)
+    print(
+        f"  events in the session        {session.get('events')} in {session.get('lanes')} lanes", flush=True
+    )
     print(f"  events in the ledger         {report.get('events')}", flush=True)
     verdict = "intact" if report.get("intact") else f"BROKEN: {report.get('fault')}"
     print(f"  chain verification           {verdict}", flush=True)
     work = attempt_summary(structure, activity)
-    print(f"  attempts                     {work['attempts']} ({work['failed']} failed, "
-          f"{work['unresolved']} unresolved)", flush=True)
+    print(
+        f"  attempts                     {work['attempts']} ({work['failed']} failed, "
+        f"{work['unresolved']} unresolved)",
+        flush=True,
+    )
     print(f"  reads retried                {work['reads_retried']}", flush=True)
     print(f"  writes failed, not retried   {work['writes_not_retried']}", flush=True)
-    print(f"  human-in-the-loop pauses     {work['pauses_answered']} answered, "
-          f"{work['pauses'] - work['pauses_answered']} pending", flush=True)
+    print(
+        f"  human-in-the-loop pauses     {work['pauses_answered']} answered, "
+        f"{work['pauses'] - work['pauses_answered']} pending",
+        flush=True,
+    )
     for labels, value in sorted(costs.items()):
         model = labels.split('model="', 1)[1].split('"', 1)[0] if 'model="' in labels else "?"
         print(f"  {'cost, ' + model:<29}{value:.6f} USD (tenant {tenant}, every demo so far)", flush=True)
@@ -245,8 +323,9 @@ def attempt_summary(structure: dict, activity: dict) -> dict[str, int]:
         "failed": sum(t.count("failed") for t in tries.values()),
         "unresolved": sum(t.count(None) for t in tries.values()),
         "reads_retried": sum(1 for a, t in tries.items() if effect.get(a) == "read" and len(t) > 1),
-        "writes_not_retried": sum(1 for a, t in tries.items()
-                                  if effect.get(a) == "write" and t == ["failed"]),
+        "writes_not_retried": sum(
+            1 for a, t in tries.items() if effect.get(a) == "write" and t == ["failed"]
+        ),
         "pauses": len(pauses),
         "pauses_answered": sum(1 for p in pauses if p.get("responded_position") is not None),
     }
@@ -257,7 +336,7 @@ def _samples(text: str, name: str) -> list[tuple[str, float]]:
     for line in text.splitlines():
         if line.startswith(name + "{") or line.startswith(name + " "):
             head, _, value = line.rpartition(" ")
-            found.append((head[len(name):], float(value)))
+            found.append((head[len(name) :], float(value)))
     return found
 
 
@@ -279,8 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     agent.add_argument("--seed", type=int, default=0)
     agent.add_argument("--pace", type=float, default=0.0, help="seconds a model call takes")
     args = parser.parse_args(argv)
-    asyncio.run(run_agent(args.nats, args.tenant, args.session, args.run, args.name,
-                          args.turns, args.seed, args.pace))
+    asyncio.run(
+        run_agent(args.nats, args.tenant, args.session, args.run, args.name, args.turns, args.seed, args.pace)
+    )
     return 0
 
 

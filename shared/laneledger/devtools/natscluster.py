@@ -40,7 +40,9 @@ from laneledger.devtools.natsserver import NatsServer, NatsServerError
 
 __all__ = ["NatsCluster"]
 
-_META_LEADER = re.compile(r"JetStream cluster new metadata leader|Self is new JetStream cluster metadata leader")
+_META_LEADER = re.compile(
+    r"JetStream cluster new metadata leader|Self is new JetStream cluster metadata leader"
+)
 _START_ATTEMPTS = 3
 
 
@@ -62,8 +64,15 @@ class NatsCluster:
     """``size`` nats-servers with JetStream, clustered as ``name`` on ``host``,
     storing under ``base_dir/n<i>`` and logging to ``base_dir/n<i>.log``."""
 
-    def __init__(self, base_dir: str | os.PathLike[str], size: int = 3, *, name: str = "laneledger",
-                 host: str = "127.0.0.1", binary: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        base_dir: str | os.PathLike[str],
+        size: int = 3,
+        *,
+        name: str = "laneledger",
+        host: str = "127.0.0.1",
+        binary: str | os.PathLike[str] | None = None,
+    ) -> None:
         if size < 1:
             raise ValueError("a cluster has at least one node")
         self.base_dir = Path(base_dir)
@@ -108,10 +117,22 @@ class NatsCluster:
         routes = ",".join(f"nats://{self.host}:{p}" for p in route_ports)
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.nodes = [
-            NatsServer(self.base_dir / self.node_name(i), host=self.host, binary=self.binary,
-                       log_path=self.base_dir / f"{self.node_name(i)}.log",
-                       extra_args=("--name", self.node_name(i), "--cluster_name", self.name,
-                                   "--cluster", f"nats://{self.host}:{port}", "--routes", routes))
+            NatsServer(
+                self.base_dir / self.node_name(i),
+                host=self.host,
+                binary=self.binary,
+                log_path=self.base_dir / f"{self.node_name(i)}.log",
+                extra_args=(
+                    "--name",
+                    self.node_name(i),
+                    "--cluster_name",
+                    self.name,
+                    "--cluster",
+                    f"nats://{self.host}:{port}",
+                    "--routes",
+                    routes,
+                ),
+            )
             for i, port in enumerate(route_ports)
         ]
 
@@ -137,12 +158,16 @@ class NatsCluster:
         path = self.nodes[i].log_path
         return path.stat().st_size if path.exists() else 0
 
-    def wait_for_meta_leader(self, *, nodes: Sequence[int] | None = None,
-                             offsets: dict[int, int] | None = None, timeout: float = 30.0) -> None:
+    def wait_for_meta_leader(
+        self,
+        *,
+        nodes: Sequence[int] | None = None,
+        offsets: dict[int, int] | None = None,
+        timeout: float = 30.0,
+    ) -> None:
         """Wait until each of ``nodes`` (default: all running) has logged a
         JetStream meta leader (after ``offsets[i]`` in its log)."""
-        wanted = [i for i in (nodes if nodes is not None else range(self.size))
-                  if self.nodes[i].running]
+        wanted = [i for i in (nodes if nodes is not None else range(self.size)) if self.nodes[i].running]
         offsets = offsets or {}
         deadline = time.monotonic() + timeout
         while True:
@@ -158,7 +183,8 @@ class NatsCluster:
                 raise NatsServerError(
                     f"nodes {[self.node_name(i) for i in missing]} saw no JetStream meta leader "
                     f"within {timeout:g}s; last lines of {self.nodes[missing[0]].log_path}:\n"
-                    f"{self.nodes[missing[0]].log_tail()}")
+                    f"{self.nodes[missing[0]].log_tail()}"
+                )
             time.sleep(0.05)
 
     def __enter__(self) -> NatsCluster:
@@ -177,7 +203,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     import signal
     import sys
 
-    parser = argparse.ArgumentParser(prog="python -m laneledger.devtools.natscluster", description=main.__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m laneledger.devtools.natscluster", description=main.__doc__
+    )
     parser.add_argument("--dir", default=".laneledger/cluster", help="store dirs and logs go here")
     parser.add_argument("--size", type=int, default=3)
     args = parser.parse_args(argv)
@@ -192,8 +220,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(" ".join(cluster.urls), flush=True)
             while all(node.running for node in cluster.nodes):
                 time.sleep(0.5)
-            print(f"a node exited:\n{next(n for n in cluster.nodes if not n.running).log_tail()}",
-                  file=sys.stderr)
+            print(
+                f"a node exited:\n{next(n for n in cluster.nodes if not n.running).log_tail()}",
+                file=sys.stderr,
+            )
             return 1
     except KeyboardInterrupt:
         return 0

@@ -129,21 +129,17 @@ def _is_executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def nats_server_version(binary: str) -> tuple[int, int, int]:
     """``nats-server --version`` as a tuple; raises if it is older than 2.10."""
     try:
-        out = subprocess.run(
-            [binary, "--version"], capture_output=True, text=True, timeout=10, check=False
-        )
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise NatsServerError(f"cannot run {binary} --version: {exc}", binary=binary) from exc
     text = (out.stdout + out.stderr).strip()  # "nats-server: v2.15.1"
     match = _VERSION.search(text)
     if match is None:
-        raise NatsServerError(
-            f"cannot read a version from `{binary} --version`: {text!r}", binary=binary
-        )
+        raise NatsServerError(f"cannot read a version from `{binary} --version`: {text!r}", binary=binary)
     version = (int(match[1]), int(match[2]), int(match[3]))
     if version < MIN_VERSION:
         raise NatsServerError(
@@ -265,9 +261,7 @@ class NatsServer:
                     start_new_session=True,
                 )
             except OSError as exc:
-                raise NatsServerError(
-                    f"cannot run {self.binary}: {exc}", binary=self.binary
-                ) from exc
+                raise NatsServerError(f"cannot run {self.binary}: {exc}", binary=self.binary) from exc
         _RUNNING.add(self)
         try:
             self.port = self._wait_until_ready(log_offset, timeout)
@@ -387,7 +381,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one nats-server in the foreground until Ctrl-C or SIGTERM."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m laneledger.devtools.natsserver", description=main.__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m laneledger.devtools.natsserver", description=main.__doc__
+    )
     parser.add_argument("--store-dir", default=".laneledger/nats")
     parser.add_argument("--port", type=int, default=None, help="default: chosen by the server")
     parser.add_argument("--host", default="127.0.0.1")

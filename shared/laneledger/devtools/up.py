@@ -40,8 +40,12 @@ class RunningService:
 
 async def _start(spec: ServiceSpec, ready_timeout: float) -> RunningService:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", spec.module, *spec.args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        sys.executable,
+        "-m",
+        spec.module,
+        *spec.args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,  # our own signal handling decides when it stops
     )
     service = RunningService(spec, process)
@@ -73,7 +77,7 @@ async def _stop(service: RunningService, timeout: float = 15.0) -> None:
         process.send_signal(signal.SIGTERM)
         try:
             await asyncio.wait_for(process.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             os.killpg(process.pid, signal.SIGKILL)
             await process.wait()
     if service.pump is not None:
@@ -88,11 +92,19 @@ def service_specs(data_dir: Path, nats_url: str, host: str, ports: dict[str, int
     """The four services, each started exactly as its container starts it."""
     common = ["--nats", nats_url, "--http-host", host]
     return [
-        ServiceSpec("sequencer", "laneledger.services.sequencer",
-                    [*common, "--http-port", str(ports["sequencer"]), "--db", str(data_dir / "ledger.db")]),
-        *(ServiceSpec(name, f"services.{name}",
-                      [*common, "--http-port", str(ports[name]), "--data", str(data_dir / name)])
-          for name in ("tail", "metrics", "checkpoint")),
+        ServiceSpec(
+            "sequencer",
+            "laneledger.services.sequencer",
+            [*common, "--http-port", str(ports["sequencer"]), "--db", str(data_dir / "ledger.db")],
+        ),
+        *(
+            ServiceSpec(
+                name,
+                f"services.{name}",
+                [*common, "--http-port", str(ports[name]), "--data", str(data_dir / name)],
+            )
+            for name in ("tail", "metrics", "checkpoint")
+        ),
     ]
 
 
@@ -111,8 +123,7 @@ async def run_up(
     data_dir.mkdir(parents=True, exist_ok=True)
     nats: NatsServer | None = None
     if nats_url is None:
-        nats = NatsServer(data_dir / "nats", port=nats_port, host=host,
-                          log_path=data_dir / "nats-server.log")
+        nats = NatsServer(data_dir / "nats", port=nats_port, host=host, log_path=data_dir / "nats-server.log")
         await nats.astart()
         nats_url = nats.url
     stop = asyncio.Event()

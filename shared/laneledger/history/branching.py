@@ -15,11 +15,11 @@ from typing import Any
 
 import msgspec
 
-from laneledger.history.causality import REWOUND, Graph, nodes_of, subjects_of
-from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.contract.errors import EntityNotFound, LaneConflict
 from laneledger.contract.model import AppendCommitted, CommittedEvent, ForkPoint, Lane, SessionView
+from laneledger.history.causality import REWOUND, Graph, nodes_of, subjects_of
 from laneledger.history.rewind import rewind_payload
+from laneledger.sdk.client import LedgerClient, make_event
 
 APPEND_TRIES = 3  # a lane head that keeps moving under us is someone else's busy lane
 
@@ -41,8 +41,7 @@ def resolve_target(graph: Graph, target: int | str) -> int:
     """The position of ``target``: a position of the session, or an event id."""
     if isinstance(target, int):
         if target not in graph.nodes:
-            raise EntityNotFound("the session has no event at this position", kind="event",
-                                 position=target)
+            raise EntityNotFound("the session has no event at this position", kind="event", position=target)
         return target
     for position, node in graph.nodes.items():
         if node.event_id == target:
@@ -50,9 +49,16 @@ def resolve_target(graph: Graph, target: int | str) -> int:
     raise EntityNotFound("the session has no event with this id", kind="event", id=target)
 
 
-async def rewind_session(client: LedgerClient, session_id: str, target: int | str, *,
-                         actor_id: str, lane_id: str | None = None, reason: str | None = None,
-                         dry_run: bool = False) -> Rewound:
+async def rewind_session(
+    client: LedgerClient,
+    session_id: str,
+    target: int | str,
+    *,
+    actor_id: str,
+    lane_id: str | None = None,
+    reason: str | None = None,
+    dry_run: bool = False,
+) -> Rewound:
     """Rewind ``session_id`` to ``target`` (a position or an event id): compute
     the invalidation set (Korg §3, all four rules) and record it as a
     ``session.rewound`` event by ``actor_id`` on ``lane_id`` (default: the
@@ -68,10 +74,10 @@ async def rewind_session(client: LedgerClient, session_id: str, target: int | st
     for attempt in range(APPEND_TRIES):
         lane = await client.get_lane(lane_id)
         if lane.session_id != session_id:
-            raise EntityNotFound("no such lane in this session", kind="lane", id=lane_id,
-                                 session_id=session_id)
-        event = make_event(lane.id, REWOUND, actor_id=actor_id, subject_id=session_id,
-                           payload=payload)
+            raise EntityNotFound(
+                "no such lane in this session", kind="lane", id=lane_id, session_id=session_id
+            )
+        event = make_event(lane.id, REWOUND, actor_id=actor_id, subject_id=session_id, payload=payload)
         try:
             receipt = await client.append(lane, lane.last_seq, [event])
             return Rewound(payload, lane.id, receipt)
@@ -81,9 +87,17 @@ async def rewind_session(client: LedgerClient, session_id: str, target: int | st
     raise AssertionError("unreachable")
 
 
-async def fork_lane(client: LedgerClient, lane_id: str, at_seq: int, name: str, *,
-                    actor_id: str, kind: str = "branch", run_id: str | None = None,
-                    new_lane_id: str | None = None) -> Lane:
+async def fork_lane(
+    client: LedgerClient,
+    lane_id: str,
+    at_seq: int,
+    name: str,
+    *,
+    actor_id: str,
+    kind: str = "branch",
+    run_id: str | None = None,
+    new_lane_id: str | None = None,
+) -> Lane:
     """Fork lane ``lane_id`` at its event ``at_seq`` into a new lane ``name``
     of the same session (and run, unless ``run_id``). The ledger records the
     origin in the lane (``forked_from``); the fork's first event is
@@ -91,15 +105,30 @@ async def fork_lane(client: LedgerClient, lane_id: str, at_seq: int, name: str, 
     retry returns the same lane and records the first event once."""
     origin = await client.get_lane(lane_id)
     lane = await client.create_lane(
-        origin.tenant, origin.session_id, run_id or origin.run_id, name, kind=kind,
-        actor_id=actor_id, lane_id=new_lane_id, fork_of=ForkPoint(lane_id=lane_id, seq=at_seq))
+        origin.tenant,
+        origin.session_id,
+        run_id or origin.run_id,
+        name,
+        kind=kind,
+        actor_id=actor_id,
+        lane_id=new_lane_id,
+        fork_of=ForkPoint(lane_id=lane_id, seq=at_seq),
+    )
     if lane.last_seq == 0:
         fork = lane.forked_from
         assert fork is not None  # create_lane with fork_of always resolves it
-        event = make_event(lane.id, "lane.created", actor_id=actor_id, causation_id=fork.event_id,
-                           payload={"name": lane.name, "kind": lane.kind,
-                                    "parent_lane_id": lane.parent_lane_id,
-                                    "forked_from": msgspec.to_builtins(fork)})
+        event = make_event(
+            lane.id,
+            "lane.created",
+            actor_id=actor_id,
+            causation_id=fork.event_id,
+            payload={
+                "name": lane.name,
+                "kind": lane.kind,
+                "parent_lane_id": lane.parent_lane_id,
+                "forked_from": msgspec.to_builtins(fork),
+            },
+        )
         try:
             await client.append(lane, 0, [event])
         except LaneConflict:
@@ -107,8 +136,9 @@ async def fork_lane(client: LedgerClient, lane_id: str, at_seq: int, name: str, 
     return await client.get_lane(lane.id)
 
 
-async def fork_history(client: LedgerClient, lane_id: str, *,
-                       page: int = 1000) -> AsyncIterator[CommittedEvent]:
+async def fork_history(
+    client: LedgerClient, lane_id: str, *, page: int = 1000
+) -> AsyncIterator[CommittedEvent]:
     """A lane's full history, oldest first: the events of the lane it was
     forked from up to the fork point (recursively, for a fork of a fork),
     then its own. For a lane that is not a fork, just its events. Read page

@@ -78,8 +78,7 @@ def subjects_of(actions: Iterable[Any], attempts: Iterable[Any]) -> dict[str, Su
     return found
 
 
-def role_of(event_type: str, payload: Mapping[str, Any],
-            subject: Subject | None) -> tuple[str, str]:
+def role_of(event_type: str, payload: Mapping[str, Any], subject: Subject | None) -> tuple[str, str]:
     """``(role, name)`` of one event.
 
     * a Korg tool call (``ext.korg.agent_tool_call``): by its ``tool_name`` —
@@ -132,8 +131,7 @@ def summary_of(event_type: str, role: str, name: str, payload: Mapping[str, Any]
     return text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 1] + "…"
 
 
-def node_of(body: Mapping[str, Any], subjects: Mapping[str, Subject],
-            positions: Mapping[str, int]) -> Node:
+def node_of(body: Mapping[str, Any], subjects: Mapping[str, Subject], positions: Mapping[str, int]) -> Node:
     """The node of one committed event (a decoded body). ``positions`` maps
     event ids to positions, to resolve the cause; a cause it lacks (another
     session, which the sequencer refuses anyway) leaves ``cause`` None."""
@@ -143,9 +141,16 @@ def node_of(body: Mapping[str, Any], subjects: Mapping[str, Subject],
     cause_id = body.get("causation_id")
     spawner = spawned_by(event_type, payload)
     return Node(
-        position=body["position"], event_id=body["id"], lane_id=body["lane_id"],
-        seq=body["seq"], actor_id=body["actor_id"], event_type=event_type, role=role,
-        name=name, summary=summary_of(event_type, role, name, payload), cause_id=cause_id,
+        position=body["position"],
+        event_id=body["id"],
+        lane_id=body["lane_id"],
+        seq=body["seq"],
+        actor_id=body["actor_id"],
+        event_type=event_type,
+        role=role,
+        name=name,
+        summary=summary_of(event_type, role, name, payload),
+        cause_id=cause_id,
         cause=positions.get(cause_id) if cause_id else None,
         spawned_by=positions.get(spawner) if spawner else None,
     )
@@ -209,9 +214,11 @@ class Graph:
             return [parent.position]
         if parent.role != INFERENCE:
             return []
-        siblings = [self.nodes[p] for p in self.children.get(parent.position, ())
-                    if p > first.position and self.nodes[p].lane_id == parent.lane_id
-                    and self.nodes[p].role == TOOL]
+        siblings = [
+            self.nodes[p]
+            for p in self.children.get(parent.position, ())
+            if p > first.position and self.nodes[p].lane_id == parent.lane_id and self.nodes[p].role == TOOL
+        ]
         named = [n.position for n in siblings if n.spawn_named]
         return named or [n.position for n in siblings]
 

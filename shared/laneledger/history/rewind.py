@@ -28,8 +28,8 @@ import bisect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from laneledger.history.causality import INFERENCE, REWIND, TOOL, Graph
 from laneledger.contract.errors import EntityNotFound, InvalidRequest
+from laneledger.history.causality import INFERENCE, REWIND, TOOL, Graph
 
 
 def invalidated(graph: Graph, target: int) -> list[int]:
@@ -38,19 +38,16 @@ def invalidated(graph: Graph, target: int) -> list[int]:
     ``InvalidRequest`` when that event is itself a rewind."""
     node = graph.nodes.get(target)
     if node is None:
-        raise EntityNotFound("the session has no event at this position", kind="event",
-                             position=target)
+        raise EntityNotFound("the session has no event at this position", kind="event", position=target)
     if node.role == REWIND:
-        raise InvalidRequest("cannot rewind to a rewind event", path="$.target",
-                             position=target)
+        raise InvalidRequest("cannot rewind to a rewind event", path="$.target", position=target)
     down: set[int] = set()
     queue = [target]
     expanded: set[int] = set()
 
     def mark(position: int) -> None:
         found = graph.nodes.get(position)
-        if position > target and position not in down and found is not None \
-                and found.role != REWIND:
+        if position > target and position not in down and found is not None and found.role != REWIND:
             down.add(position)
             queue.append(position)
 
@@ -70,9 +67,11 @@ def invalidated(graph: Graph, target: int) -> list[int]:
             anchor = parent
         if anchor.cause is None:
             return ()
-        return [p for p in graph.children.get(anchor.cause, ())
-                if p > position and graph.nodes[p].role == INFERENCE
-                and graph.nodes[p].lane_id == tool.lane_id]
+        return [
+            p
+            for p in graph.children.get(anchor.cause, ())
+            if p > position and graph.nodes[p].role == INFERENCE and graph.nodes[p].lane_id == tool.lane_id
+        ]
 
     while queue:
         position = queue.pop()

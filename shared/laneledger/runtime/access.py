@@ -42,8 +42,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from laneledger.runtime.config import Setting
 from laneledger.contract.errors import EntityNotFound, InvalidRequest, TenantMismatch, Unauthorized
+from laneledger.runtime.config import Setting
 
 log = logging.getLogger("laneledger.runtime.access")
 
@@ -74,8 +74,9 @@ class Scope:
         if self.tenant is None:
             return requested
         if requested is not None and requested != self.tenant:
-            raise TenantMismatch("this token does not grant that tenant", what="token",
-                                 parameter=parameter, tenant=requested)
+            raise TenantMismatch(
+                "this token does not grant that tenant", what="token", parameter=parameter, tenant=requested
+            )
         return self.tenant
 
     def not_found_unless(self, tenant: str | None, kind: str, **ident: object) -> None:
@@ -95,10 +96,12 @@ def _digest(token: str) -> bytes:
 class AccessPolicy:
     """Token → scope; ``open`` when no token is configured."""
 
-    def __init__(self, tenant_tokens: Iterable[tuple[str, bytes]] = (),
-                 operator_digest: bytes | None = None) -> None:
+    def __init__(
+        self, tenant_tokens: Iterable[tuple[str, bytes]] = (), operator_digest: bytes | None = None
+    ) -> None:
         self._entries: list[tuple[bytes, Scope]] = [
-            (digest, Scope(tenant)) for tenant, digest in tenant_tokens]
+            (digest, Scope(tenant)) for tenant, digest in tenant_tokens
+        ]
         if operator_digest is not None:
             self._entries.append((operator_digest, Scope(None, operator=True)))
         digests = [digest for digest, _ in self._entries]
@@ -106,15 +109,17 @@ class AccessPolicy:
             raise ValueError("the same token is configured twice")
 
     @classmethod
-    def from_tokens(cls, tenants: dict[str, str] | None = None,
-                    operator: str | None = None) -> AccessPolicy:
+    def from_tokens(cls, tenants: dict[str, str] | None = None, operator: str | None = None) -> AccessPolicy:
         """From plain tokens (tenant → token), as a test or an embedding host has them."""
-        return cls([(tenant, _token_digest(tok, tenant)) for tenant, tok in (tenants or {}).items()],
-                   _token_digest(operator, "operator") if operator is not None else None)
+        return cls(
+            [(tenant, _token_digest(tok, tenant)) for tenant, tok in (tenants or {}).items()],
+            _token_digest(operator, "operator") if operator is not None else None,
+        )
 
     @classmethod
-    def from_files(cls, tokens_file: str | Path | None,
-                   operator_token_file: str | Path | None) -> AccessPolicy:
+    def from_files(
+        cls, tokens_file: str | Path | None, operator_token_file: str | Path | None
+    ) -> AccessPolicy:
         """Read the configured files; ``ValueError`` names the file and line."""
         tenants: list[tuple[str, bytes]] = []
         if tokens_file:
@@ -188,11 +193,19 @@ def _read(path: str | Path) -> str:
 def access_settings() -> list[Setting]:
     """The options of every service with an HTTP read surface."""
     return [
-        Setting("--tokens-file", "TOKENS_FILE", None,
-                help="file of '<tenant> <token>' (or '<tenant> sha256:<hex>') lines: per-tenant "
-                     "read tokens; with no token file at all reads are open (loopback only)"),
-        Setting("--operator-token-file", "OPERATOR_TOKEN_FILE", None,
-                help="file holding the operator token, which reads every tenant"),
+        Setting(
+            "--tokens-file",
+            "TOKENS_FILE",
+            None,
+            help="file of '<tenant> <token>' (or '<tenant> sha256:<hex>') lines: per-tenant "
+            "read tokens; with no token file at all reads are open (loopback only)",
+        ),
+        Setting(
+            "--operator-token-file",
+            "OPERATOR_TOKEN_FILE",
+            None,
+            help="file holding the operator token, which reads every tenant",
+        ),
     ]
 
 
@@ -221,16 +234,25 @@ def announce(policy: AccessPolicy, service: str, host: str) -> None:
     """Log how reads are scoped; refuse (``ValueError``) to serve every
     tenant's data to anyone on a non-loopback address."""
     if not policy.open:
-        log.info("%s: reads scoped by bearer token (%d tenants%s)", service,
-                 len(policy.tenants), ", operator token set" if policy.has_operator else "")
+        log.info(
+            "%s: reads scoped by bearer token (%d tenants%s)",
+            service,
+            len(policy.tenants),
+            ", operator token set" if policy.has_operator else "",
+        )
         return
     if not is_loopback(host):
         raise ValueError(
             f"no access token configured: {service} would serve every tenant's data to anyone "
             f"on {host}; set LANELEDGER_TOKENS_FILE and/or LANELEDGER_OPERATOR_TOKEN_FILE, "
-            "or bind to loopback")
-    log.warning("%s: NO ACCESS TOKENS CONFIGURED - every reader on %s sees every tenant "
-                "(set LANELEDGER_TOKENS_FILE / LANELEDGER_OPERATOR_TOKEN_FILE)", service, host)
+            "or bind to loopback"
+        )
+    log.warning(
+        "%s: NO ACCESS TOKENS CONFIGURED - every reader on %s sees every tenant "
+        "(set LANELEDGER_TOKENS_FILE / LANELEDGER_OPERATOR_TOKEN_FILE)",
+        service,
+        host,
+    )
 
 
 # -- HTTP -------------------------------------------------------------------------------
@@ -266,12 +288,16 @@ def bearer_token(request: web.Request, query_allowed: bool) -> str | None:
     if not values:
         return None
     if not query_allowed:
-        raise InvalidRequest(f"{ACCESS_TOKEN_PARAMETER} is only accepted where a header cannot "
-                             "be set (the live tail); send Authorization: Bearer",
-                             parameter=ACCESS_TOKEN_PARAMETER)
+        raise InvalidRequest(
+            f"{ACCESS_TOKEN_PARAMETER} is only accepted where a header cannot "
+            "be set (the live tail); send Authorization: Bearer",
+            parameter=ACCESS_TOKEN_PARAMETER,
+        )
     if len(values) > 1:
-        raise InvalidRequest(f"query parameter {ACCESS_TOKEN_PARAMETER!r} given more than once",
-                             parameter=ACCESS_TOKEN_PARAMETER)
+        raise InvalidRequest(
+            f"query parameter {ACCESS_TOKEN_PARAMETER!r} given more than once",
+            parameter=ACCESS_TOKEN_PARAMETER,
+        )
     return values[0]
 
 
@@ -281,11 +307,11 @@ def access_middleware(policy: AccessPolicy, *, query_token_paths: Collection[str
     error handling, which must run outside this middleware."""
 
     @web.middleware
-    async def middleware(request: web.Request,
-                         handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+    async def middleware(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ):
         if guarded(request.path):
-            request[SCOPE] = policy.scope_of(
-                bearer_token(request, request.path in query_token_paths))
+            request[SCOPE] = policy.scope_of(bearer_token(request, request.path in query_token_paths))
         return await handler(request)
 
     return middleware

@@ -50,9 +50,15 @@ def secure_guarded(paths: dict[str, Any], *statuses: str) -> list[tuple[str, dic
     return secured
 
 
-def document(*, title: str, description: str, paths: dict[str, Any], schemas: dict[str, Any],
-             bearer_description: str, security_schemes: dict[str, Any] | None = None
-             ) -> dict[str, Any]:
+def document(
+    *,
+    title: str,
+    description: str,
+    paths: dict[str, Any],
+    schemas: dict[str, Any],
+    bearer_description: str,
+    security_schemes: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """A service's whole document: its paths and schemas, the typed error
     response, the bearer token scheme (``bearerToken``) and any other schemes."""
     return {
@@ -63,8 +69,7 @@ def document(*, title: str, description: str, paths: dict[str, Any], schemas: di
             "schemas": schemas,
             "responses": {"Error": json_body("Error", "a typed error (spec/errors.md)")},
             "securitySchemes": {
-                "bearerToken": {"type": "http", "scheme": "bearer",
-                                "description": bearer_description},
+                "bearerToken": {"type": "http", "scheme": "bearer", "description": bearer_description},
                 **(security_schemes or {}),
             },
         },

@@ -21,8 +21,9 @@ PREFIX = "LANELEDGER_"
 class Setting:
     """One option: ``--flag`` with the environment variable ``LANELEDGER_<ENV>``."""
 
-    def __init__(self, flag: str, env: str, default: Any, parse: Callable[[str], Any] = str,
-                 help: str = "") -> None:
+    def __init__(
+        self, flag: str, env: str, default: Any, parse: Callable[[str], Any] = str, help: str = ""
+    ) -> None:
         self.flag, self.env, self.default, self.parse, self.help = flag, PREFIX + env, default, parse, help
 
     @property
@@ -55,26 +56,37 @@ def common_settings(service: str, default_port: int) -> list[Setting]:
     """What every service has: where NATS is, the subject prefix, its HTTP port."""
     name = service.upper()
     return [
-        Setting("--nats", "NATS_URL", DEFAULT_NATS, checked_nats,
-                help="NATS server URL, or several comma-separated (the nodes of a cluster)"),
+        Setting(
+            "--nats",
+            "NATS_URL",
+            DEFAULT_NATS,
+            checked_nats,
+            help="NATS server URL, or several comma-separated (the nodes of a cluster)",
+        ),
         Setting("--prefix", "PREFIX", "ledger", help="subject prefix"),
         Setting("--http-host", "HTTP_HOST", "127.0.0.1", help="address for /healthz, /readyz, /metrics"),
         Setting("--http-port", f"{name}_PORT", default_port, port, help="HTTP port (0: pick a free one)"),
     ]
 
 
-def parse_settings(prog: str, description: str | None, settings: Sequence[Setting],
-                   argv: Sequence[str] | None = None) -> argparse.Namespace:
+def parse_settings(
+    prog: str, description: str | None, settings: Sequence[Setting], argv: Sequence[str] | None = None
+) -> argparse.Namespace:
     """Flags win over environment variables, which win over defaults. Exits
     with status 2 naming the variable or flag when a value does not parse."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     for setting in settings:
-        parser.add_argument(setting.flag, default=None,
-                            help=f"{setting.help} (env {setting.env}, default {setting.default!r})")
+        parser.add_argument(
+            setting.flag,
+            default=None,
+            help=f"{setting.help} (env {setting.env}, default {setting.default!r})",
+        )
     args = parser.parse_args(argv)
     for setting in settings:
         given = getattr(args, setting.dest)
-        source, text = (setting.flag, given) if given is not None else (setting.env, os.environ.get(setting.env))
+        source, text = (
+            (setting.flag, given) if given is not None else (setting.env, os.environ.get(setting.env))
+        )
         if text is None:
             setattr(args, setting.dest, setting.default)
             continue

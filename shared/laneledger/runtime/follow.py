@@ -24,8 +24,8 @@ from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from laneledger.runtime.pullfeed import PullFeed
 from laneledger.contract.subjects import EVENTS_STREAM
+from laneledger.runtime.pullfeed import PullFeed
 
 log = logging.getLogger("laneledger.runtime.follow")
 

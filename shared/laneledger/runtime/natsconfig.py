@@ -71,8 +71,9 @@ def password_variable(tenant: str) -> str:
     return f"LANELEDGER_PRODUCER_{tenant.upper().replace('-', '_')}_PASSWORD"
 
 
-def render(template: str, tenants: Sequence[str] = (), *, korg_tenant: str = "korg",
-           prefix: str = "ledger") -> str:
+def render(
+    template: str, tenants: Sequence[str] = (), *, korg_tenant: str = "korg", prefix: str = "ledger"
+) -> str:
     """The template with a producer user per tenant (see the module text)."""
     for tenant in (*tenants, korg_tenant):
         if not _TENANT.match(tenant):
@@ -87,14 +88,13 @@ def render(template: str, tenants: Sequence[str] = (), *, korg_tenant: str = "ko
     tail = _user_block(text, "tail")
     korg = f'"{prefix}.append.{token(korg_tenant)}.>"'
     tail_text = re.sub(rf'"{re.escape(prefix)}\.append\.[^"]*"', korg, tail.group(0), count=1)
-    text = text[:tail.start()] + tail_text + text[tail.end():]
+    text = text[: tail.start()] + tail_text + text[tail.end() :]
     for user in RESPONDERS:
         block = _user_block(text, user)
         if _INBOX_ALLOW not in block.group(0):
             raise TemplateError(f"user {user!r} publishes on no inbox")
         inboxes = ", ".join([_INBOX_ALLOW] + [f'"{inbox_prefix(t)}.>"' for t in tenants])
-        text = text[:block.start()] + block.group(0).replace(_INBOX_ALLOW, inboxes, 1) + \
-            text[block.end():]
+        text = text[: block.start()] + block.group(0).replace(_INBOX_ALLOW, inboxes, 1) + text[block.end() :]
     # The checkpoint service creates and reads each tenant's artifact bucket.
     block = _user_block(text, "checkpoint")
     shared = _ARTIFACT_PERMISSION.findall(block.group(0))
@@ -102,34 +102,47 @@ def render(template: str, tenants: Sequence[str] = (), *, korg_tenant: str = "ko
         raise TemplateError(f"user 'checkpoint' has no permission on the bucket {ARTIFACTS}")
     own = [_rename_bucket(perm, t) for t in tenants for perm in shared]
     if own:
-        text = text[:block.start()] + block.group(0).replace(
-            shared[-1], ", ".join([shared[-1], *own]), 1) + text[block.end():]
+        text = (
+            text[: block.start()]
+            + block.group(0).replace(shared[-1], ", ".join([shared[-1], *own]), 1)
+            + text[block.end() :]
+        )
     # The tail reads each tenant's blob bucket (it stores only in the shared one).
     block = _user_block(text, "tail")
     shared = _BLOB_PERMISSION.findall(block.group(0))
     if not shared:
         raise TemplateError(f"user 'tail' has no permission on the bucket {BLOBS}")
-    own = [_rename_bucket(perm, t, BLOBS) for t in tenants for perm in shared
-           if "$O." not in perm]
+    own = [_rename_bucket(perm, t, BLOBS) for t in tenants for perm in shared if "$O." not in perm]
     if own:
-        text = text[:block.start()] + block.group(0).replace(
-            shared[-1], ", ".join([shared[-1], *own]), 1) + text[block.end():]
+        text = (
+            text[: block.start()]
+            + block.group(0).replace(shared[-1], ", ".join([shared[-1], *own]), 1)
+            + text[block.end() :]
+        )
     producer = _user_block(text, "producer").group(0)
-    if (any(subject not in producer for subject in (append_all, *requests_all))
-            or f"subscribe: {{ allow: [{_INBOX_ALLOW}] }}" not in producer):
-        raise TemplateError("the producer user must publish "
-                            f"{', '.join([append_all, *requests_all])} and subscribe to "
-                            f"{_INBOX_ALLOW} only")
+    if (
+        any(subject not in producer for subject in (append_all, *requests_all))
+        or f"subscribe: {{ allow: [{_INBOX_ALLOW}] }}" not in producer
+    ):
+        raise TemplateError(
+            "the producer user must publish "
+            f"{', '.join([append_all, *requests_all])} and subscribe to "
+            f"{_INBOX_ALLOW} only"
+        )
     added = []
     for tenant, variable in zip(tenants, variables):
-        block = (producer
-                 .replace("      user: producer\n", f"      user: producer-{tenant}\n", 1)
-                 .replace("$LANELEDGER_PRODUCER_PASSWORD", f"${variable}", 1)
-                 .replace(append_all, f'"{prefix}.append.{token(tenant)}.>"', 1)
-                 .replace(requests_all[0], f'"{prefix}.cmd.{token(tenant)}.*"', 1)
-                 .replace(requests_all[1], f'"{prefix}.checkpoint.{token(tenant)}.*"', 1)
-                 .replace(f"subscribe: {{ allow: [{_INBOX_ALLOW}] }}",
-                          f'subscribe: {{ allow: ["{inbox_prefix(tenant)}.>"] }}', 1))
+        block = (
+            producer.replace("      user: producer\n", f"      user: producer-{tenant}\n", 1)
+            .replace("$LANELEDGER_PRODUCER_PASSWORD", f"${variable}", 1)
+            .replace(append_all, f'"{prefix}.append.{token(tenant)}.>"', 1)
+            .replace(requests_all[0], f'"{prefix}.cmd.{token(tenant)}.*"', 1)
+            .replace(requests_all[1], f'"{prefix}.checkpoint.{token(tenant)}.*"', 1)
+            .replace(
+                f"subscribe: {{ allow: [{_INBOX_ALLOW}] }}",
+                f'subscribe: {{ allow: ["{inbox_prefix(tenant)}.>"] }}',
+                1,
+            )
+        )
         block = _ARTIFACT_PERMISSION.sub(lambda m: _rename_bucket(m.group(0), tenant), block)
         block = _BLOB_PERMISSION.sub(lambda m: _rename_bucket(m.group(0), tenant, BLOBS), block)
         added.append(block)

@@ -6,7 +6,7 @@ stuck"; /readyz asks the service whether it can do its job right now.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -22,9 +22,7 @@ def ops_routes(registry: CollectorRegistry, ready: Callable[[], bool]) -> list[w
         return web.json_response({"status": "not ready"}, status=503)
 
     async def metrics(_: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     return [web.get("/healthz", healthz), web.get("/readyz", readyz), web.get("/metrics", metrics)]
 

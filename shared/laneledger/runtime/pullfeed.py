@@ -52,8 +52,9 @@ class PullFeed:
 
     async def start(self) -> None:
         self._inbox = self._nc.new_inbox()
-        self._sub = await self._nc.subscribe(self._inbox, cb=self._on_msg, pending_msgs_limit=-1,
-                                             pending_bytes_limit=-1)
+        self._sub = await self._nc.subscribe(
+            self._inbox, cb=self._on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1
+        )
         await self._ask()
 
     async def stop(self) -> None:

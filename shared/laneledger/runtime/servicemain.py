@@ -18,17 +18,21 @@ from nats.aio.client import Client as NATS
 from laneledger.contract.errors import InvalidRequest, LedgerError
 
 
-def run_main(prog: str, run: Callable[[argparse.Namespace], Awaitable[None]],
-             args: argparse.Namespace) -> int:
+def run_main(
+    prog: str, run: Callable[[argparse.Namespace], Awaitable[None]], args: argparse.Namespace
+) -> int:
     level = os.environ.get("LANELEDGER_LOG_LEVEL", "INFO")
     if not isinstance(logging.getLevelName(level.upper()), int):
-        print(f"{prog}: LANELEDGER_LOG_LEVEL={level!r}: not a log level "
-              "(DEBUG, INFO, WARNING, ERROR, CRITICAL)", file=sys.stderr)
+        print(
+            f"{prog}: LANELEDGER_LOG_LEVEL={level!r}: not a log level "
+            "(DEBUG, INFO, WARNING, ERROR, CRITICAL)",
+            file=sys.stderr,
+        )
         return 2
-    logging.basicConfig(level=level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         import uvloop
+
         uvloop.install()
     except ImportError:
         pass
@@ -59,6 +63,7 @@ def check_sdk_environment(prog: str) -> None:
     must stop the service at start like any setting (exit 2, naming it), not
     later with a traceback."""
     from laneledger.sdk.content import default_redactor
+
     try:
         default_redactor()
     except InvalidRequest as err:  # the same line as a bad setting (config.py)

@@ -38,10 +38,16 @@ from nats.js.errors import (
     ObjectNotFoundError,
 )
 
-from laneledger.contract.errors import EntityNotFound, IntegrityError, LedgerError, LedgerTimeout, LedgerUnavailable
 from laneledger.contract.contentref import hex_of
-from laneledger.sdk.objectstores import create_object_store, open_object_store
+from laneledger.contract.errors import (
+    EntityNotFound,
+    IntegrityError,
+    LedgerError,
+    LedgerTimeout,
+    LedgerUnavailable,
+)
 from laneledger.contract.subjects import Subjects, token, token_bucket
+from laneledger.sdk.objectstores import create_object_store, open_object_store
 
 T = TypeVar("T")
 BYTES_PER_S = 1024 * 1024  # the slowest transfer a blob call's time bound allows for
@@ -78,9 +84,16 @@ class BlobStore:
         self.timeout_s = timeout_s  # per call, plus time for the blob's size
 
     @classmethod
-    async def open(cls, js: JetStreamContext, *, subjects: Subjects = Subjects(),
-                   bucket: str | None = None, replicas: int = 1, create: bool = True,
-                   timeout_s: float = 10.0) -> BlobStore:
+    async def open(
+        cls,
+        js: JetStreamContext,
+        *,
+        subjects: Subjects = Subjects(),
+        bucket: str | None = None,
+        replicas: int = 1,
+        create: bool = True,
+        timeout_s: float = 10.0,
+    ) -> BlobStore:
         """Open the bucket, creating it (file storage, no expiry) if missing
         and ``create``; otherwise a missing bucket is ``EntityNotFound``
         (kind ``blob_bucket``)."""
@@ -91,18 +104,24 @@ class BlobStore:
                     obs = await open_object_store(js, name)
                 except (NotFoundError, BucketNotFoundError):
                     if not create:
-                        raise EntityNotFound("no blob bucket", kind="blob_bucket",
-                                             bucket=name) from None
-                    obs = await create_object_store(js, name, ObjectStoreConfig(
-                        description="laneledger content-referenced payload values, by tenant and sha256",
-                        storage=StorageType.FILE, replicas=replicas))
+                        raise EntityNotFound("no blob bucket", kind="blob_bucket", bucket=name) from None
+                    obs = await create_object_store(
+                        js,
+                        name,
+                        ObjectStoreConfig(
+                            description="laneledger content-referenced payload values, by tenant and sha256",
+                            storage=StorageType.FILE,
+                            replicas=replicas,
+                        ),
+                    )
         except LedgerError:
             raise
         except TimeoutError:
             raise LedgerTimeout(f"open blob bucket {name}: no answer in {timeout_s:g}s") from None
-        except Exception as exc:  # noqa: BLE001 - translated
-            raise LedgerUnavailable(f"open blob bucket {name}: {type(exc).__name__}: {exc}",
-                                    bucket=name) from exc
+        except Exception as exc:
+            raise LedgerUnavailable(
+                f"open blob bucket {name}: {type(exc).__name__}: {exc}", bucket=name
+            ) from exc
         return cls(js, obs, name, timeout_s=timeout_s)
 
     async def _call(self, what: str, ref: str, call: Awaitable[T], size: int = 0) -> T:
@@ -115,19 +134,19 @@ class BlobStore:
         except (ObjectNotFoundError, ObjectDeletedError):
             raise EntityNotFound("no such blob", kind="blob", ref=ref) from None
         except DigestMismatchError as exc:
-            raise IntegrityError("blob chunks do not match the stored digest",
-                                 kind="blob_mismatch", ref=ref) from exc
+            raise IntegrityError(
+                "blob chunks do not match the stored digest", kind="blob_mismatch", ref=ref
+            ) from exc
         except TimeoutError:
             raise LedgerTimeout(f"{what}: no answer in {timeout:g}s", ref=ref) from None
         except LedgerError:
             raise
-        except Exception as exc:  # noqa: BLE001 - translated
+        except Exception as exc:
             raise LedgerUnavailable(f"{what}: {type(exc).__name__}: {exc}", ref=ref) from exc
 
     async def _info(self, tenant_token: str, ref: str) -> ObjectInfo | None:
         try:
-            info = await self._call("blob info", ref,
-                                    self._obs.get_info(object_name(tenant_token, ref)))
+            info = await self._call("blob info", ref, self._obs.get_info(object_name(tenant_token, ref)))
         except EntityNotFound:
             return None
         return None if info.deleted else info
@@ -140,11 +159,16 @@ class BlobStore:
         ref = "sha256:" + hex_sha
         if await self.has(tenant, ref, len(data)):
             return ref
-        info = await self._call("upload blob", ref,
-                                self._obs.put(object_name(token(tenant), ref), data), len(data))
+        info = await self._call(
+            "upload blob", ref, self._obs.put(object_name(token(tenant), ref), data), len(data)
+        )
         if info.digest != object_store_digest(hex_sha):
-            raise IntegrityError("the object store kept another digest for the uploaded blob",
-                                 kind="blob_mismatch", ref=ref, stored_digest=info.digest)
+            raise IntegrityError(
+                "the object store kept another digest for the uploaded blob",
+                kind="blob_mismatch",
+                ref=ref,
+                stored_digest=info.digest,
+            )
         return ref
 
     async def has(self, tenant: str, ref: str, size_bytes: int | None = None) -> bool:
@@ -154,11 +178,13 @@ class BlobStore:
 
     async def _has(self, tenant_token: str, ref: str, size_bytes: int | None) -> bool:
         info = await self._info(tenant_token, ref)
-        return (info is not None and info.digest == object_store_digest(hex_of(ref))
-                and (size_bytes is None or info.size == size_bytes))
+        return (
+            info is not None
+            and info.digest == object_store_digest(hex_of(ref))
+            and (size_bytes is None or info.size == size_bytes)
+        )
 
-    async def missing(self, tenant_token: str,
-                      refs: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    async def missing(self, tenant_token: str, refs: list[tuple[str, int]]) -> list[tuple[str, int]]:
         """The ``(ref, size_bytes)`` of ``refs`` that the tenant with this
         subject token (``subjects.token``) does not have, looked up
         concurrently. The sequencer's batch check."""
@@ -174,16 +200,25 @@ class BlobStore:
         if info is None:
             raise EntityNotFound("no such blob", kind="blob", ref=f"sha256:{hex_sha}")
         if (info.size or 0) > MAX_BLOB_BYTES:
-            raise IntegrityError("blob larger than this reader takes", kind="blob_too_large",
-                                 ref=f"sha256:{hex_sha}", size_bytes=info.size,
-                                 limit_bytes=MAX_BLOB_BYTES)
-        found = await self._call("read blob", ref, self._obs.get(object_name(token(tenant), ref)),
-                                 info.size or 0)
+            raise IntegrityError(
+                "blob larger than this reader takes",
+                kind="blob_too_large",
+                ref=f"sha256:{hex_sha}",
+                size_bytes=info.size,
+                limit_bytes=MAX_BLOB_BYTES,
+            )
+        found = await self._call(
+            "read blob", ref, self._obs.get(object_name(token(tenant), ref)), info.size or 0
+        )
         data = found.data or b""
         actual = hashlib.sha256(data).hexdigest()
         if actual != hex_sha:
-            raise IntegrityError("blob content does not match its sha256", kind="blob_mismatch",
-                                 ref=f"sha256:{hex_sha}", found=actual)
+            raise IntegrityError(
+                "blob content does not match its sha256",
+                kind="blob_mismatch",
+                ref=f"sha256:{hex_sha}",
+                found=actual,
+            )
         return data
 
     async def refs(self, tenant: str) -> AsyncIterator[tuple[str, int]]:
@@ -192,7 +227,7 @@ class BlobStore:
         infos = await self._call("list blobs", tenant, self._list())
         for info in infos:
             if info.name.startswith(prefix):
-                yield "sha256:" + info.name[len(prefix):], info.size or 0
+                yield "sha256:" + info.name[len(prefix) :], info.size or 0
 
     async def _list(self) -> list[ObjectInfo]:
         try:
@@ -212,8 +247,14 @@ class BlobBuckets:
     meanwhile); an opened one is kept. Only ``ensure`` creates (the
     sequencer's)."""
 
-    def __init__(self, js: JetStreamContext, *, subjects: Subjects = Subjects(),
-                 replicas: int = 1, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        js: JetStreamContext,
+        *,
+        subjects: Subjects = Subjects(),
+        replicas: int = 1,
+        timeout_s: float = 10.0,
+    ) -> None:
         self._js = js
         self._subjects = subjects
         self._replicas = replicas
@@ -223,11 +264,11 @@ class BlobBuckets:
 
     async def ensure(self, tenant_token: str | None = None) -> BlobStore:
         """Open a tenant's bucket (None: the shared one), creating it if missing."""
-        name = self.shared if tenant_token is None else tenant_bucket_name(tenant_token,
-                                                                           self._subjects)
+        name = self.shared if tenant_token is None else tenant_bucket_name(tenant_token, self._subjects)
         if name not in self._open:
             self._open[name] = await BlobStore.open(
-                self._js, bucket=name, replicas=self._replicas, timeout_s=self.timeout_s)
+                self._js, bucket=name, replicas=self._replicas, timeout_s=self.timeout_s
+            )
         return self._open[name]
 
     async def _existing(self, name: str) -> BlobStore | None:
@@ -239,14 +280,15 @@ class BlobBuckets:
         except NotFoundError:
             return None
         except TimeoutError:
-            raise LedgerTimeout(f"look up blob bucket {name}: no answer in "
-                                f"{self.timeout_s:g}s", bucket=name) from None
-        except Exception as exc:  # noqa: BLE001 - translated
-            raise LedgerUnavailable(f"look up blob bucket {name}: {type(exc).__name__}: {exc}",
-                                    bucket=name) from exc
+            raise LedgerTimeout(
+                f"look up blob bucket {name}: no answer in {self.timeout_s:g}s", bucket=name
+            ) from None
+        except Exception as exc:
+            raise LedgerUnavailable(
+                f"look up blob bucket {name}: {type(exc).__name__}: {exc}", bucket=name
+            ) from exc
         try:
-            store = await BlobStore.open(self._js, bucket=name, create=False,
-                                         timeout_s=self.timeout_s)
+            store = await BlobStore.open(self._js, bucket=name, create=False, timeout_s=self.timeout_s)
         except EntityNotFound:  # deleted between the two calls
             return None
         self._open[name] = store
@@ -261,8 +303,7 @@ class BlobBuckets:
                 found.append(store)
         return found
 
-    async def missing(self, tenant_token: str,
-                      refs: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    async def missing(self, tenant_token: str, refs: list[tuple[str, int]]) -> list[tuple[str, int]]:
         """The ``(ref, size_bytes)`` of ``refs`` in none of the tenant's buckets."""
         for store in await self.stores(tenant_token):
             if not refs:

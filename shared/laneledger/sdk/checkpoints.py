@@ -35,7 +35,6 @@ import msgspec
 from nats.js.errors import DigestMismatchError, NotFoundError, ObjectNotFoundError
 
 from laneledger.contract.canonical import canonicalize
-from laneledger.sdk.client import LaneRecorder, LedgerClient, transport_error
 from laneledger.contract.errors import (
     EntityConflict,
     EntityNotFound,
@@ -75,8 +74,9 @@ from laneledger.contract.model import (
     decoder,
     encode,
 )
-from laneledger.sdk.objectstores import open_object_store
 from laneledger.contract.subjects import tenant_headers
+from laneledger.sdk.client import LaneRecorder, LedgerClient, transport_error
+from laneledger.sdk.objectstores import open_object_store
 
 T = TypeVar("T")
 
@@ -194,15 +194,16 @@ async def object_call(what: str, sha256: str, call: Awaitable[T], timeout: float
         async with asyncio.timeout(timeout):
             return await call
     except ObjectNotFoundError:
-        raise ArtifactMissing("no such artifact in the bucket", kind="artifact", id=sha256,
-                              reason=ArtifactMissing.reason) from None
+        raise ArtifactMissing(
+            "no such artifact in the bucket", kind="artifact", id=sha256, reason=ArtifactMissing.reason
+        ) from None
     except DigestMismatchError as exc:
         raise IntegrityError("artifact chunks do not match their digest", sha256=sha256) from exc
     except TimeoutError:
         raise LedgerTimeout(f"{what}: no answer in {timeout:g}s", sha256=sha256) from None
     except LedgerError:
         raise
-    except Exception as exc:  # noqa: BLE001 - translated
+    except Exception as exc:
         raise _nats_error(exc, what) from exc
 
 
@@ -220,8 +221,14 @@ class CheckpointClient:
     that waits for its anchor gets the anchor wait on top.
     """
 
-    def __init__(self, ledger: LedgerClient, *, timeout: float | None = None,
-                 bucket: str | None = None, retries: int = 2) -> None:
+    def __init__(
+        self,
+        ledger: LedgerClient,
+        *,
+        timeout: float | None = None,
+        bucket: str | None = None,
+        retries: int = 2,
+    ) -> None:
         self.ledger = ledger
         self.nc = ledger.nc
         self.subjects = ledger.subjects
@@ -233,8 +240,9 @@ class CheckpointClient:
 
     # ------------------------------------------------------------------ requests
 
-    async def _request(self, cmd: CheckpointCommand, result_type: type[T], *,
-                       timeout: float | None = None) -> T:
+    async def _request(
+        self, cmd: CheckpointCommand, result_type: type[T], *, timeout: float | None = None
+    ) -> T:
         """One request; transport failures are retried with the same body
         (every checkpoint op is a read or an idempotent save)."""
         op = type(cmd).__struct_config__.tag
@@ -244,11 +252,14 @@ class CheckpointClient:
             try:
                 # On the ledger client's tenant's subject when it has one
                 # (spec/checkpoint.md, "Tenants").
-                msg = await self.nc.request(self.subjects.checkpoint(op, self.ledger.tenant), body,
-                                            timeout=timeout,
-                                            headers=tenant_headers(self.ledger.tenant))
+                msg = await self.nc.request(
+                    self.subjects.checkpoint(op, self.ledger.tenant),
+                    body,
+                    timeout=timeout,
+                    headers=tenant_headers(self.ledger.tenant),
+                )
                 break
-            except Exception as exc:  # noqa: BLE001 - translated
+            except Exception as exc:
                 err = _nats_error(exc, f"checkpoint {op}")
                 if not isinstance(err, TransportError) or attempt >= self.retries:
                     raise err from exc
@@ -272,9 +283,10 @@ class CheckpointClient:
             try:
                 self._store = await open_object_store(self.nc.jetstream(), name)
             except NotFoundError as exc:
-                raise LedgerUnavailable(f"no artifact bucket {name!r}: is the checkpoint service up?",
-                                        bucket=name) from exc
-            except Exception as exc:  # noqa: BLE001 - translated
+                raise LedgerUnavailable(
+                    f"no artifact bucket {name!r}: is the checkpoint service up?", bucket=name
+                ) from exc
+            except Exception as exc:
                 raise _nats_error(exc, "open the artifact bucket") from exc
         return self._store
 
@@ -291,8 +303,9 @@ class CheckpointClient:
                 return ref  # already there: do not replace chunks a reader may be reading
         except ArtifactMissing:
             pass
-        await object_call("upload artifact", sha, store.put(name, data),
-                          artifact_timeout(self.timeout, len(data)))
+        await object_call(
+            "upload artifact", sha, store.put(name, data), artifact_timeout(self.timeout, len(data))
+        )
         return ref
 
     async def read_artifact(self, ref: ArtifactRef | str) -> bytes:
@@ -301,8 +314,9 @@ class CheckpointClient:
         store = await self._bucket()
         name = artifact_name(sha)
         info = await object_call("artifact info", sha, store.get_info(name), self.timeout)
-        found = await object_call("read artifact", sha, store.get(name),
-                                  artifact_timeout(self.timeout, info.size or 0))
+        found = await object_call(
+            "read artifact", sha, store.get(name), artifact_timeout(self.timeout, info.size or 0)
+        )
         data = found.data or b""
         if hashlib.sha256(data).hexdigest() != sha or (
             not isinstance(ref, str) and len(data) != ref.size_bytes
@@ -354,15 +368,23 @@ class CheckpointClient:
             if len(raw) > (await self.info()).max_inline_bytes:
                 artifact, state = await self.put_artifact(raw, JSON_MEDIA_TYPE), _NO_STATE
         proposal = ProposedCheckpoint(
-            id=checkpoint_id or new_id(), key=key, format=format, session_id=session_id,
-            run_id=run_id, state=None if state is _NO_STATE else state, artifact=artifact,
-            anchor=anchor, terminal=terminal, tenant=tenant,
+            id=checkpoint_id or new_id(),
+            key=key,
+            format=format,
+            session_id=session_id,
+            run_id=run_id,
+            state=None if state is _NO_STATE else state,
+            artifact=artifact,
+            anchor=anchor,
+            terminal=terminal,
+            tenant=tenant,
         )
         wait = anchor_wait_s
         if anchor is not None and wait is None:
             wait = (await self.info()).anchor_wait_s
-        cmd = SaveCheckpoint(expected_revision=expected_revision, checkpoint=proposal,
-                             anchor_wait_s=anchor_wait_s)
+        cmd = SaveCheckpoint(
+            expected_revision=expected_revision, checkpoint=proposal, anchor_wait_s=anchor_wait_s
+        )
         return await self._request(cmd, Checkpoint, timeout=self.timeout + (wait or 0.0))
 
     async def get(self, checkpoint_id: str) -> Checkpoint:
@@ -379,7 +401,8 @@ class CheckpointClient:
 
     async def revisions(self, key: str, *, after_revision: int = 0, limit: int = 100) -> RevisionPage:
         return await self._request(
-            ListRevisions(key=key, after_revision=after_revision, limit=limit), RevisionPage)
+            ListRevisions(key=key, after_revision=after_revision, limit=limit), RevisionPage
+        )
 
     # ------------------------------------------------------------------ recovery and inspection
 
@@ -398,8 +421,9 @@ class CheckpointClient:
         unresolved attempts. With ``all_events`` the events the service left
         out (``has_more``) are paged in from the sequencer's ``load_lane``."""
         plan = await self._request(
-            PlanRecovery(key=key, session_id=session_id, run_id=run_id, lane_id=lane_id,
-                         max_events=max_events),
+            PlanRecovery(
+                key=key, session_id=session_id, run_id=run_id, lane_id=lane_id, max_events=max_events
+            ),
             RecoveryPlan,
         )
         if not (all_events and plan.has_more and plan.lane_id):
@@ -422,19 +446,30 @@ class CheckpointClient:
         return msgspec.structs.replace(plan, events=events, has_more=has_more)
 
     async def inspect_run(self, session_id: str, run_id: str) -> RunInspection:
-        return await self._request(InspectRun(session_id=session_id, run_id=run_id), RunInspection,
-                                   timeout=self.timeout + (await self.info()).anchor_wait_s)
+        return await self._request(
+            InspectRun(session_id=session_id, run_id=run_id),
+            RunInspection,
+            timeout=self.timeout + (await self.info()).anchor_wait_s,
+        )
 
-    async def reconcile(self, *, session_id: str | None = None, run_id: str | None = None,
-                        key: str | None = None, limit: int = 100,
-                        min_position: int = 0) -> ReconcileReport:
+    async def reconcile(
+        self,
+        *,
+        session_id: str | None = None,
+        run_id: str | None = None,
+        key: str | None = None,
+        limit: int = 100,
+        min_position: int = 0,
+    ) -> ReconcileReport:
         """``min_position``: a ledger position the answer must reflect, such as
         the last position of a receipt (its events may not be on the
         committed stream yet when the receipt arrives)."""
         return await self._request(
-            ReconcileCheckpoints(session_id=session_id, run_id=run_id, key=key, limit=limit,
-                                 min_position=min_position),
-            ReconcileReport, timeout=self.timeout + (await self.info()).anchor_wait_s,
+            ReconcileCheckpoints(
+                session_id=session_id, run_id=run_id, key=key, limit=limit, min_position=min_position
+            ),
+            ReconcileReport,
+            timeout=self.timeout + (await self.info()).anchor_wait_s,
         )
 
 
@@ -452,8 +487,9 @@ async def reconcile(
     the link), oldest first. For the CLI's ``reconcile`` command."""
     if isinstance(checkpoints, LedgerClient):
         checkpoints = CheckpointClient(checkpoints)
-    report = await checkpoints.reconcile(session_id=session_id, run_id=run_id, key=key, limit=limit,
-                                         min_position=min_position)
+    report = await checkpoints.reconcile(
+        session_id=session_id, run_id=run_id, key=key, limit=limit, min_position=min_position
+    )
     return list(report.unlinked)
 
 
@@ -485,8 +521,12 @@ async def head_anchor(recorder: LaneRecorder) -> Anchor | None:
         return None
     page = await recorder.client.load_lane(recorder.lane.id, recorder.head - 1, limit=1)
     if not page.events:
-        raise EntityNotFound("the recorder's head event is not in the lane", kind="event",
-                             lane_id=recorder.lane.id, seq=recorder.head)
+        raise EntityNotFound(
+            "the recorder's head event is not in the lane",
+            kind="event",
+            lane_id=recorder.lane.id,
+            seq=recorder.head,
+        )
     event = page.events[0]
     return Anchor(lane_id=event.lane_id, seq=event.seq, event_id=event.id)
 
@@ -504,13 +544,19 @@ async def link_checkpoint(
     with ``complete_run``, ``run.completed`` (caused by the link) in the same
     atomic batch. Also what reconciling an unlinked terminal revision does."""
     lane = recorder.lane
-    linked = recorder.event(LINKED_EVENT, actor_id=actor_id, subject_id=lane.id,
-                            payload=link_payload(checkpoint))
+    linked = recorder.event(
+        LINKED_EVENT, actor_id=actor_id, subject_id=lane.id, payload=link_payload(checkpoint)
+    )
     events = [linked]
     completed_id = None
     if complete_run:
-        completed = recorder.event(RUN_COMPLETED, actor_id=actor_id, subject_id=lane.run_id,
-                                   payload=dict(run_payload or {}), causation_id=linked["id"])
+        completed = recorder.event(
+            RUN_COMPLETED,
+            actor_id=actor_id,
+            subject_id=lane.run_id,
+            payload=dict(run_payload or {}),
+            causation_id=linked["id"],
+        )
         events.append(completed)
         completed_id = completed["id"]
     receipt = await recorder.append(events, append_id=append_id or new_id())
@@ -530,7 +576,7 @@ async def complete_run(
     data: bytes | None = None,
     media_type: str | None = None,
     artifact: ArtifactRef | None = None,
-    anchor: Anchor | None | str = "head",
+    anchor: Anchor | str | None = "head",
     run_payload: Mapping[str, Any] | None = None,
     checkpoint_id: str | None = None,
     append_id: str | None = None,
@@ -543,13 +589,25 @@ async def complete_run(
         anchor = await head_anchor(recorder)
     lane = recorder.lane
     checkpoint = await checkpoints.save(
-        key, expected_revision=expected_revision, format=format, state=state, data=data,
-        media_type=media_type, artifact=artifact, anchor=anchor,  # type: ignore[arg-type]
-        session_id=lane.session_id, run_id=lane.run_id, terminal=True,
+        key,
+        expected_revision=expected_revision,
+        format=format,
+        state=state,
+        data=data,
+        media_type=media_type,
+        artifact=artifact,
+        anchor=anchor,  # type: ignore[arg-type]
+        session_id=lane.session_id,
+        run_id=lane.run_id,
+        terminal=True,
         checkpoint_id=checkpoint_id,
     )
     receipt, linked_id, completed_id = await link_checkpoint(
-        recorder, checkpoint, actor_id=actor_id, complete_run=True, run_payload=run_payload,
+        recorder,
+        checkpoint,
+        actor_id=actor_id,
+        complete_run=True,
+        run_payload=run_payload,
         append_id=append_id,
     )
     return RunCompletion(checkpoint, receipt, linked_id, completed_id)

@@ -22,11 +22,8 @@ import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
-from laneledger.sdk.blobstore import BlobStore, tenant_bucket_name
 from laneledger.contract.clock import system_clock
-from laneledger.sdk.content import PENDING, default_redactor, prepare_content, prepared
 from laneledger.contract.contentref import refs_in
-from laneledger.sdk.deadline import within
 from laneledger.contract.errors import (
     BlobMissing,
     EntityNotFound,
@@ -72,13 +69,16 @@ from laneledger.contract.model import (
     decoder,
     encode,
 )
-from laneledger.sdk.natsconnect import DEFAULT_NATS, connect_nats, nats_servers
-from laneledger.sdk.pubacks import AckInbox, PubAck
 from laneledger.contract.redaction import Redactor
 from laneledger.contract.signing import Ed25519PrivateKey, public_key_hex, sign_event
 from laneledger.contract.subjects import REPLY_HEADER, Subjects, tenant_headers, token
 from laneledger.contract.subjects import inbox_prefix as tenant_inbox_prefix
 from laneledger.contract.vocabulary import SCHEMA_VERSION
+from laneledger.sdk.blobstore import BlobStore, tenant_bucket_name
+from laneledger.sdk.content import PENDING, default_redactor, prepare_content, prepared
+from laneledger.sdk.deadline import within
+from laneledger.sdk.natsconnect import DEFAULT_NATS, connect_nats, nats_servers
+from laneledger.sdk.pubacks import AckInbox, PubAck
 
 T = TypeVar("T")
 Wait = Literal["commit", "accept"]
@@ -199,8 +199,13 @@ class LedgerClient:
 
     @classmethod
     async def connect(
-        cls, url: str | Sequence[str] = DEFAULT_NATS, *, connect_timeout: float = 5.0,
-        inbox_prefix: str | None = None, tenant: str | None = None, **kwargs: Any
+        cls,
+        url: str | Sequence[str] = DEFAULT_NATS,
+        *,
+        connect_timeout: float = 5.0,
+        inbox_prefix: str | None = None,
+        tenant: str | None = None,
+        **kwargs: Any,
     ) -> LedgerClient:
         """Connect, failing within ``connect_timeout`` if no server answers;
         once connected, reconnect for as long as it takes. ``url``: one
@@ -226,14 +231,18 @@ class LedgerClient:
 
         try:
             nc = await asyncio.wait_for(
-                connect_nats(servers, name="laneledger-client", error_cb=remember,
-                             # each server its share, so an unanswering first
-                             # one leaves time for the next
-                             connect_timeout=connect_timeout / len(servers),
-                             **({"inbox_prefix": inbox_prefix} if inbox_prefix else {})),
+                connect_nats(
+                    servers,
+                    name="laneledger-client",
+                    error_cb=remember,
+                    # each server its share, so an unanswering first
+                    # one leaves time for the next
+                    connect_timeout=connect_timeout / len(servers),
+                    **({"inbox_prefix": inbox_prefix} if inbox_prefix else {}),
+                ),
                 connect_timeout,
             )
-        except Exception as exc:  # noqa: BLE001 - translated below
+        except Exception as exc:
             cause = errors[-1] if errors else exc
             raise LedgerUnavailable(f"cannot connect to {','.join(servers)}: {cause}") from exc
         return cls(nc, owns_connection=True, tenant=tenant, **kwargs)
@@ -268,19 +277,29 @@ class LedgerClient:
     async def _command(self, cmd: Command, result_type: type[T]) -> T:
         op = type(cmd).__struct_config__.tag
         try:
-            msg = await self.nc.request(self.subjects.command(op, self.tenant), encode(cmd),
-                                        timeout=self.timeout, headers=tenant_headers(self.tenant))
-        except Exception as exc:  # noqa: BLE001 - translated
+            msg = await self.nc.request(
+                self.subjects.command(op, self.tenant),
+                encode(cmd),
+                timeout=self.timeout,
+                headers=tenant_headers(self.tenant),
+            )
+        except Exception as exc:
             raise transport_error(exc, op) from exc
         reply = decoder(Reply).decode(msg.data)
         if isinstance(reply, ReplyError):
             raise error_from_wire(reply.error.code, reply.error.message, reply.error.details)
         return msgspec.convert(reply.result, result_type)
 
-    async def ensure_actor(self, tenant: str, key: str, kind: str, *,
-                           display_name: str | None = None,
-                           attributes: Mapping[str, Any] | None = None,
-                           public_key: str | Ed25519PrivateKey | None = None) -> Actor:
+    async def ensure_actor(
+        self,
+        tenant: str,
+        key: str,
+        kind: str,
+        *,
+        display_name: str | None = None,
+        attributes: Mapping[str, Any] | None = None,
+        public_key: str | Ed25519PrivateKey | None = None,
+    ) -> Actor:
         """Register (or find) an actor. With ``public_key`` (hex, or the
         private key whose public half to register) its events must be signed;
         the key is part of the actor: another key for the same ``key`` is an
@@ -288,36 +307,84 @@ class LedgerClient:
         if isinstance(public_key, Ed25519PrivateKey):
             public_key = public_key_hex(public_key)
         return await self._command(
-            EnsureActor(tenant=tenant, key=key, kind=kind, display_name=display_name,
-                        attributes=dict(attributes or {}), public_key=public_key), Actor)
+            EnsureActor(
+                tenant=tenant,
+                key=key,
+                kind=kind,
+                display_name=display_name,
+                attributes=dict(attributes or {}),
+                public_key=public_key,
+            ),
+            Actor,
+        )
 
-    async def create_lane(self, tenant: str, session_id: str, run_id: str, name: str, *,
-                          kind: str = "main", parent_lane_id: str | None = None,
-                          actor_id: str | None = None, lane_id: str | None = None,
-                          fork_of: ForkPoint | None = None) -> Lane:
+    async def create_lane(
+        self,
+        tenant: str,
+        session_id: str,
+        run_id: str,
+        name: str,
+        *,
+        kind: str = "main",
+        parent_lane_id: str | None = None,
+        actor_id: str | None = None,
+        lane_id: str | None = None,
+        fork_of: ForkPoint | None = None,
+    ) -> Lane:
         """``fork_of``: fork that lane at that seq (``laneledger.history.branching.fork_lane``)."""
         return await self._command(
-            CreateLane(tenant=tenant, session_id=session_id, run_id=run_id, name=name, kind=kind,
-                       parent_lane_id=parent_lane_id, actor_id=actor_id, id=lane_id,
-                       fork_of=fork_of), Lane)
+            CreateLane(
+                tenant=tenant,
+                session_id=session_id,
+                run_id=run_id,
+                name=name,
+                kind=kind,
+                parent_lane_id=parent_lane_id,
+                actor_id=actor_id,
+                id=lane_id,
+                fork_of=fork_of,
+            ),
+            Lane,
+        )
 
     async def create_turn(self, lane_id: str, turn_no: int, *, turn_id: str | None = None) -> Turn:
-        return await self._command(
-            CreateTurn(lane_id=lane_id, turn_no=turn_no, id=turn_id or new_id()), Turn)
+        return await self._command(CreateTurn(lane_id=lane_id, turn_no=turn_no, id=turn_id or new_id()), Turn)
 
-    async def create_action(self, lane_id: str, turn_id: str, action_type: str, name: str, *,
-                            effect: str, idempotency: str, idempotency_key: str | None = None,
-                            action_id: str | None = None) -> Action:
+    async def create_action(
+        self,
+        lane_id: str,
+        turn_id: str,
+        action_type: str,
+        name: str,
+        *,
+        effect: str,
+        idempotency: str,
+        idempotency_key: str | None = None,
+        action_id: str | None = None,
+    ) -> Action:
         return await self._command(
-            CreateAction(lane_id=lane_id, turn_id=turn_id, action_type=action_type, name=name,
-                         effect=effect, idempotency=idempotency, idempotency_key=idempotency_key,
-                         id=action_id or new_id()), Action)
+            CreateAction(
+                lane_id=lane_id,
+                turn_id=turn_id,
+                action_type=action_type,
+                name=name,
+                effect=effect,
+                idempotency=idempotency,
+                idempotency_key=idempotency_key,
+                id=action_id or new_id(),
+            ),
+            Action,
+        )
 
-    async def create_attempt(self, lane_id: str, action_id: str, attempt_no: int, *,
-                             attempt_id: str | None = None) -> Attempt:
+    async def create_attempt(
+        self, lane_id: str, action_id: str, attempt_no: int, *, attempt_id: str | None = None
+    ) -> Attempt:
         return await self._command(
-            CreateAttempt(lane_id=lane_id, action_id=action_id, attempt_no=attempt_no,
-                          id=attempt_id or new_id()), Attempt)
+            CreateAttempt(
+                lane_id=lane_id, action_id=action_id, attempt_no=attempt_no, id=attempt_id or new_id()
+            ),
+            Attempt,
+        )
 
     async def get_lane(self, lane_id: str) -> Lane:
         return await self._command(GetLane(lane_id=lane_id), Lane)
@@ -325,8 +392,9 @@ class LedgerClient:
     async def load_lane(self, lane_id: str, after_seq: int = 0, limit: int = 1000) -> LanePage:
         return await self._command(LoadLane(lane_id=lane_id, after_seq=after_seq, limit=limit), LanePage)
 
-    async def lane_pages(self, lane_id: str, after_seq: int = 0, *, limit: int = 1000,
-                         through_seq: int | None = None) -> AsyncIterator[LanePage]:
+    async def lane_pages(
+        self, lane_id: str, after_seq: int = 0, *, limit: int = 1000, through_seq: int | None = None
+    ) -> AsyncIterator[LanePage]:
         """A lane's events after ``after_seq`` (through ``through_seq`` when
         given), page by page to the end, for lanes of any size. ``load_lane``
         counts events, not bytes: a page whose reply would be over the
@@ -356,11 +424,16 @@ class LedgerClient:
     async def load_session(self, session_id: str) -> SessionView:
         return await self._command(LoadSession(session_id=session_id), SessionView)
 
-    async def load_structure_page(self, session_id: str, run_id: str | None = None,
-                                  after: StructureCursor = StructureCursor(),
-                                  limit: int = 1000) -> StructurePage:
-        return await self._command(LoadStructure(session_id=session_id, run_id=run_id,
-                                                 after=after, limit=limit), StructurePage)
+    async def load_structure_page(
+        self,
+        session_id: str,
+        run_id: str | None = None,
+        after: StructureCursor = StructureCursor(),
+        limit: int = 1000,
+    ) -> StructurePage:
+        return await self._command(
+            LoadStructure(session_id=session_id, run_id=run_id, after=after, limit=limit), StructurePage
+        )
 
     async def load_structure(self, session_id: str, run_id: str | None = None) -> StructurePage:
         """A session's (run's) whole structure, read page by page: what
@@ -389,16 +462,20 @@ class LedgerClient:
         """Publish an append and return once JetStream has durably accepted it
         (its content redacted and its blobs stored first)."""
         append_id = append_id or new_id()
-        body = encode({
-            "lane_id": lane.id,
-            "expected_last_seq": expected_last_seq,
-            "append_id": append_id,
-            "events": await self.store_content(lane.tenant, events),
-        })
+        body = encode(
+            {
+                "lane_id": lane.id,
+                "expected_last_seq": expected_last_seq,
+                "append_id": append_id,
+                "events": await self.store_content(lane.tenant, events),
+            }
+        )
         if len(body) > MAX_REQUEST_BYTES:
             raise RequestTooLarge(
                 f"append is {len(body)} bytes, the limit is {MAX_REQUEST_BYTES}",
-                size_bytes=len(body), limit_bytes=MAX_REQUEST_BYTES, append_id=append_id,
+                size_bytes=len(body),
+                limit_bytes=MAX_REQUEST_BYTES,
+                append_id=append_id,
             )
         reply_to, future = await self._expect_receipt(append_id)
         try:
@@ -418,7 +495,7 @@ class LedgerClient:
                     f"append: JetStream refused it: {accepted.error.description}",
                     err_code=accepted.error.err_code,
                 )
-        except Exception as exc:  # noqa: BLE001 - translated
+        except Exception as exc:
             self._forget(future)
             err = transport_error(exc, "append")
             err.details.setdefault("append_id", append_id)
@@ -464,18 +541,25 @@ class LedgerClient:
         if key not in self._blobs:
             try:
                 self._blobs[key] = await BlobStore.open(
-                    self.nc.jetstream(), subjects=self.subjects, bucket=name, create=not scoped,
-                    timeout_s=self.timeout)
+                    self.nc.jetstream(),
+                    subjects=self.subjects,
+                    bucket=name,
+                    create=not scoped,
+                    timeout_s=self.timeout,
+                )
             except EntityNotFound as exc:
                 raise EntityNotFound(
                     f"tenant {tenant or self.tenant!r} has no blob bucket yet: the sequencer "
                     "creates it when the tenant's producer sends its first command "
                     "(ensure_actor, create_lane, …); send one, then store the blob again",
-                    kind="blob_bucket", bucket=name) from exc
+                    kind="blob_bucket",
+                    bucket=name,
+                ) from exc
         return self._blobs[key]
 
-    async def store_content(self, tenant: str,
-                            events: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    async def store_content(
+        self, tenant: str, events: Iterable[Mapping[str, Any]]
+    ) -> list[Mapping[str, Any]]:
         """The events redacted and externalized (``spec/content.md``), once
         every blob they reference is in ``tenant``'s blob store: uploaded from
         this process, or already there. ``blob_missing`` when neither."""
@@ -489,8 +573,11 @@ class LedgerClient:
                     "a signed event holds a secret or a value over 1 KiB: its signature would "
                     "not cover what is sent; build it with make_event (or LaneRecorder.event), "
                     "which redacts and externalizes before signing",
-                    path=f"$.events[{i}]", event_id=event.get("id"), redactions=rules,
-                    blobs=len(blobs))
+                    path=f"$.events[{i}]",
+                    event_id=event.get("id"),
+                    redactions=rules,
+                    blobs=len(blobs),
+                )
             out.append(done if (rules or blobs) else event)
             uploads.update(blobs)
             payload = done.get("payload")
@@ -500,20 +587,26 @@ class LedgerClient:
         todo = [(r, s, p) for (r, s), p in needed.items() if (tenant, r, s) not in self._stored]
         if todo:
             store = await self.blob_store(tenant)
-            await asyncio.gather(*(self._store_blob(store, tenant, ref, size, path, uploads)
-                                   for ref, size, path in todo))
+            await asyncio.gather(
+                *(self._store_blob(store, tenant, ref, size, path, uploads) for ref, size, path in todo)
+            )
         return out
 
-    async def _store_blob(self, store: BlobStore, tenant: str, ref: str, size: int, path: str,
-                          uploads: dict[str, bytes]) -> None:
+    async def _store_blob(
+        self, store: BlobStore, tenant: str, ref: str, size: int, path: str, uploads: dict[str, bytes]
+    ) -> None:
         data = uploads.get(ref) or PENDING.get(ref)
         if data is not None and len(data) == size:
             await store.put(tenant, data)
             PENDING.discard(ref)
         elif not await store.has(tenant, ref, size):
-            raise BlobMissing("the event references a blob that is neither stored nor held by "
-                              "this process: store it first (BlobStore.put)",
-                              ref=ref, size_bytes=size, path=path)
+            raise BlobMissing(
+                "the event references a blob that is neither stored nor held by "
+                "this process: store it first (BlobStore.put)",
+                ref=ref,
+                size_bytes=size,
+                path=path,
+            )
         if len(self._stored) > 100_000:
             self._stored.clear()
         self._stored.add((tenant, ref, size))
@@ -560,8 +653,9 @@ class LaneRecorder:
     and raises the first rejection, after which the head is reloaded.
     """
 
-    def __init__(self, client: LedgerClient, lane: Lane, *,
-                 signers: Mapping[str, Ed25519PrivateKey] | None = None) -> None:
+    def __init__(
+        self, client: LedgerClient, lane: Lane, *, signers: Mapping[str, Ed25519PrivateKey] | None = None
+    ) -> None:
         self.client = client
         self.lane = lane
         # actor id -> private key: events of these actors are signed on append
@@ -571,9 +665,17 @@ class LaneRecorder:
         self._outstanding: list[AppendHandle] = []
 
     @classmethod
-    async def open(cls, client: LedgerClient, tenant: str, session_id: str, run_id: str,
-                   name: str, *, signers: Mapping[str, Ed25519PrivateKey] | None = None,
-                   **lane_fields: Any) -> LaneRecorder:
+    async def open(
+        cls,
+        client: LedgerClient,
+        tenant: str,
+        session_id: str,
+        run_id: str,
+        name: str,
+        *,
+        signers: Mapping[str, Ed25519PrivateKey] | None = None,
+        **lane_fields: Any,
+    ) -> LaneRecorder:
         """Create the lane (idempotent by session, run and name) and resume its head."""
         lane = await client.create_lane(tenant, session_id, run_id, name, **lane_fields)
         return cls(client, await client.get_lane(lane.id), signers=signers)
@@ -595,9 +697,10 @@ class LaneRecorder:
     ) -> AppendCommitted | AppendHandle:
         # Content first (redact, externalize), then sign what will be sent; an
         # event signed already is left to submit's check.
-        events = [event if "signature" in event
-                  else self._signed(prepared(dict(event), self.client.redactor))
-                  for event in events]
+        events = [
+            event if "signature" in event else self._signed(prepared(dict(event), self.client.redactor))
+            for event in events
+        ]
         async with self._lock:
             if wait == "accept":
                 handle = await self.client.submit(self.lane, self.head, events, append_id=append_id)

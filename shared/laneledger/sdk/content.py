@@ -68,8 +68,9 @@ def default_redactor() -> Redactor:
     return Redactor.from_env()
 
 
-def prepare_content(event: dict[str, Any], redactor: Redactor | None = None
-                    ) -> tuple[dict[str, Any], dict[str, bytes], dict[str, int]]:
+def prepare_content(
+    event: dict[str, Any], redactor: Redactor | None = None
+) -> tuple[dict[str, Any], dict[str, bytes], dict[str, int]]:
     """``(event, blobs, redactions per rule)``: ``event`` redacted and its
     payload externalized; ``event`` itself when nothing changed."""
     event, rules = redact_event(event, redactor or default_redactor())

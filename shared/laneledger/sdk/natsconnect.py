@@ -71,7 +71,9 @@ async def connect_nats(setting: str | Sequence[str], *, name: str, **options: An
     """Connect to the servers of ``setting`` as ``name``, reconnecting for as
     long as it takes (at start too: a service waits for NATS rather than
     exit). ``options`` go to ``nats.connect`` and override these."""
-    defaults: dict[str, Any] = {"max_reconnect_attempts": -1,
-                                "reconnect_time_wait": RECONNECT_WAIT_S,
-                                "error_cb": _log_error}
+    defaults: dict[str, Any] = {
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": RECONNECT_WAIT_S,
+        "error_cb": _log_error,
+    }
     return await nats.connect(servers=nats_servers(setting), name=name, **{**defaults, **options})

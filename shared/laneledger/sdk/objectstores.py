@@ -50,7 +50,6 @@ async def open_object_store(js: JetStreamContext, bucket: str) -> ObjectStore:
     return bound(js, bucket)
 
 
-async def create_object_store(js: JetStreamContext, bucket: str,
-                              config: ObjectStoreConfig) -> ObjectStore:
+async def create_object_store(js: JetStreamContext, bucket: str, config: ObjectStoreConfig) -> ObjectStore:
     await js.create_object_store(bucket, config)
     return bound(js, bucket)

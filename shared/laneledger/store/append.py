@@ -7,8 +7,8 @@ algorithm"). A failure raises a typed ``RequestError``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -74,12 +74,14 @@ def prepare_append(
             for event, raw in zip(request.events, sent)
         )
     admitted = admits_fast(sent)
-    return PreparedAppend(request, sent, append_digest(sent, admitted=admitted), tenant_token,
-                          signatures, redactions, admitted)
+    return PreparedAppend(
+        request, sent, append_digest(sent, admitted=admitted), tenant_token, signatures, redactions, admitted
+    )
 
 
-def _redacted(request: AppendRequest, sent: list[dict[str, Any]], redactor: Redactor
-              ) -> tuple[AppendRequest, list[dict[str, Any]], dict[str, int]]:
+def _redacted(
+    request: AppendRequest, sent: list[dict[str, Any]], redactor: Redactor
+) -> tuple[AppendRequest, list[dict[str, Any]], dict[str, int]]:
     """Redaction, before anything is hashed or checked (spec/content.md):
     the events' payload and extensions, in both the sent JSON and the decoded
     request, so no later step sees a secret."""
@@ -91,8 +93,10 @@ def _redacted(request: AppendRequest, sent: list[dict[str, Any]], redactor: Reda
             continue
         sent[i] = clean
         events[i] = msgspec.structs.replace(
-            events[i], payload=clean["payload"],
-            **({"extensions": clean["extensions"]} if "extensions" in clean else {}))
+            events[i],
+            payload=clean["payload"],
+            **({"extensions": clean["extensions"]} if "extensions" in clean else {}),
+        )
         for rule, n in rules.items():
             counts[rule] = counts.get(rule, 0) + n
     if counts:

@@ -50,9 +50,7 @@ class LedgerReader:
         return self._rows("SELECT coalesce(max(position), 0) FROM events")[0][0]
 
     def get_lane(self, lane_id: str) -> Lane:
-        rows = self._rows(
-            "SELECT body, last_seq, head_hash FROM lanes WHERE id = ?", (lane_id,)
-        )
+        rows = self._rows("SELECT body, last_seq, head_hash FROM lanes WHERE id = ?", (lane_id,))
         if not rows:
             raise EntityNotFound("no such lane", kind="lane", id=lane_id)
         return lane_from_row(*rows[0])
@@ -61,8 +59,7 @@ class LedgerReader:
         "actor": "SELECT tenant FROM actors WHERE id = ?",
         "session": "SELECT tenant FROM sessions WHERE id = ?",
         "lane": "SELECT tenant FROM lanes WHERE id = ?",
-        "receipt": "SELECT l.tenant FROM receipts r JOIN lanes l ON l.id = r.lane_id"
-                   " WHERE r.append_id = ?",
+        "receipt": "SELECT l.tenant FROM receipts r JOIN lanes l ON l.id = r.lane_id WHERE r.append_id = ?",
         "turn": "SELECT l.tenant FROM turns t JOIN lanes l ON l.id = t.lane_id WHERE t.id = ?",
         "action": "SELECT l.tenant FROM actions a JOIN lanes l ON l.id = a.lane_id WHERE a.id = ?",
     }
@@ -131,9 +128,14 @@ class LedgerReader:
             events=self._events("session_id = ?", (session_id,)),
         )
 
-    def load_structure(self, session_id: str, run_id: str | None = None,
-                       after: StructureCursor = StructureCursor(), limit: int = 1000,
-                       max_bytes: int = 512 * 1024) -> StructurePage:
+    def load_structure(
+        self,
+        session_id: str,
+        run_id: str | None = None,
+        after: StructureCursor = StructureCursor(),
+        limit: int = 1000,
+        max_bytes: int = 512 * 1024,
+    ) -> StructurePage:
         """One page of a session's (or run's) lanes, turns, actions and
         attempts, each kind in creation order after its cursor: up to
         ``limit`` rows of each, and no more stored bytes than ``max_bytes``
@@ -151,14 +153,16 @@ class LedgerReader:
         cursor: dict[str, int] = {}
         lane_ids = f"SELECT id FROM lanes WHERE {scope}"
         for table, columns, where in (
-                ("lanes", "body, last_seq, head_hash", scope),
-                ("turns", "body", f"lane_id IN ({lane_ids})"),
-                ("actions", "body", f"lane_id IN ({lane_ids})"),
-                ("attempts", "body", f"lane_id IN ({lane_ids})")):
+            ("lanes", "body, last_seq, head_hash", scope),
+            ("turns", "body", f"lane_id IN ({lane_ids})"),
+            ("actions", "body", f"lane_id IN ({lane_ids})"),
+            ("attempts", "body", f"lane_id IN ({lane_ids})"),
+        ):
             last = getattr(after, table)
             rows = self._rows(
-                f"SELECT rowid, {columns} FROM {table} WHERE {where} AND rowid > ?"
-                " ORDER BY rowid LIMIT ?", (*params, last, limit + 1))
+                f"SELECT rowid, {columns} FROM {table} WHERE {where} AND rowid > ? ORDER BY rowid LIMIT ?",
+                (*params, last, limit + 1),
+            )
             kept = []
             for row in rows[:limit]:
                 size = len(row[1]) + 100  # the head columns and the list's separators
@@ -173,13 +177,17 @@ class LedgerReader:
             else:
                 kind = {"turns": Turn, "actions": Action, "attempts": Attempt}[table]
                 page[table] = [decoder(kind).decode(row[1]) for row in kept]
-        return StructurePage(session_id=session_id, tenant=found[0][0], run_id=run_id,
-                             **page, next=StructureCursor(**cursor), has_more=more)
+        return StructurePage(
+            session_id=session_id,
+            tenant=found[0][0],
+            run_id=run_id,
+            **page,
+            next=StructureCursor(**cursor),
+            has_more=more,
+        )
 
     def _lanes(self, where: str, params: tuple) -> list[Lane]:
-        rows = self._rows(
-            f"SELECT body, last_seq, head_hash FROM lanes WHERE {where} ORDER BY rowid", params
-        )
+        rows = self._rows(f"SELECT body, last_seq, head_hash FROM lanes WHERE {where} ORDER BY rowid", params)
         return [lane_from_row(*row) for row in rows]
 
     def _events(self, where: str, params: tuple) -> list:

@@ -95,7 +95,9 @@ def open_ledger(path: str | Path, *, readonly: bool = False) -> sqlite3.Connecti
     try:
         if readonly:
             conn = sqlite3.connect(
-                f"file:{Path(path)}?mode=ro", uri=True, isolation_level=None,
+                f"file:{Path(path)}?mode=ro",
+                uri=True,
+                isolation_level=None,
                 check_same_thread=False,
             )
             conn.execute("PRAGMA query_only = ON")
@@ -114,7 +116,9 @@ def open_ledger(path: str | Path, *, readonly: bool = False) -> sqlite3.Connecti
         elif int(found[0]) != SCHEMA_VERSION:
             raise InternalError(
                 "ledger database has another schema version",
-                path=str(path), found=int(found[0]), expected=SCHEMA_VERSION,
+                path=str(path),
+                found=int(found[0]),
+                expected=SCHEMA_VERSION,
             )
         return conn
     except sqlite3.Error as exc:

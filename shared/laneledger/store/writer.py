@@ -19,7 +19,6 @@ import msgspec
 from msgspec import UNSET
 
 from laneledger.contract.canonical import canonicalize
-from laneledger.history.causality import REWOUND
 from laneledger.contract.chain import GENESIS_HASH
 from laneledger.contract.clock import Clock, system_clock
 from laneledger.contract.errors import (
@@ -31,14 +30,13 @@ from laneledger.contract.errors import (
     InternalError,
     InvalidPayload,
     InvalidRequest,
-    LaneConflict,
     InvalidSignature,
+    LaneConflict,
     LedgerError,
     SignatureRequired,
     SubjectMismatch,
     TenantMismatch,
 )
-from laneledger.store.append import PreparedAppend
 from laneledger.contract.ids import new_id
 from laneledger.contract.model import (
     Action,
@@ -70,8 +68,9 @@ from laneledger.contract.vocabulary import (
     check_event_type,
     check_payload,
 )
+from laneledger.history.causality import REWOUND
+from laneledger.store.append import PreparedAppend
 from laneledger.store.reader import LedgerReader, lane_from_row
-
 
 # In the canonical bytes of a committed event, "entry_hash" is immediately
 # followed by "event_type" (no allowed top-level key sorts between them), and a
@@ -84,8 +83,7 @@ _BEFORE_EVENT_TYPE = b',"event_type":'
 _BEFORE_SUBJECT_ID = b',"subject_id":'
 
 
-def hashed_body(record: dict[str, Any], key: bytes | None, *, admitted: bool = False
-                ) -> tuple[str, bytes]:
+def hashed_body(record: dict[str, Any], key: bytes | None, *, admitted: bool = False) -> tuple[str, bytes]:
     """The entry hash of a committed event (``record`` has every field but
     ``entry_hash``) and its stored canonical bytes, with ``entry_hash`` in.
 
@@ -104,10 +102,10 @@ def hashed_body(record: dict[str, Any], key: bytes | None, *, admitted: bool = F
         else hmac.new(key, preimage, hashlib.sha256).hexdigest()
     )
     at = preimage.index(_BEFORE_EVENT_TYPE)
-    body = b"%s,\"entry_hash\":\"%s\"%s" % (preimage[:at], digest.encode(), preimage[at:])
+    body = b'%s,"entry_hash":"%s"%s' % (preimage[:at], digest.encode(), preimage[at:])
     if signature is not None:  # 128 hex digits (model.Signature): nothing to escape
         at = body.rindex(_BEFORE_SUBJECT_ID)
-        body = b"%s,\"signature\":\"%s\"%s" % (body[:at], signature.encode(), body[at:])
+        body = b'%s,"signature":"%s"%s' % (body[:at], signature.encode(), body[at:])
     return digest, body
 
 
@@ -158,9 +156,7 @@ def rejection(err: LedgerError, append: PreparedAppend | None = None, **ids: Any
             "digest": append.digest,
         }
     return AppendRejected(
-        error=ErrorBody(
-            code=err.code, message=err.message, retryable=err.retryable, details=err.details
-        ),
+        error=ErrorBody(code=err.code, message=err.message, retryable=err.retryable, details=err.details),
         **ids,
     )
 
@@ -322,12 +318,30 @@ class LedgerWriter:
             # str and ints far below 2^53, which the fast path writes exactly.
             head_hash, body = hashed_body(record, self._key, admitted=append.admitted)
             rows.append(
-                (position, event.id, lane.id, last_seq, lane.tenant, lane.session_id,
-                 lane.run_id, event.event_type, request.append_id, body)
+                (
+                    position,
+                    event.id,
+                    lane.id,
+                    last_seq,
+                    lane.tenant,
+                    lane.session_id,
+                    lane.run_id,
+                    event.event_type,
+                    request.append_id,
+                    body,
+                )
             )
             records.append(
-                CommittedRecord(position, event.id, event.event_type, lane.tenant,
-                                lane.session_id, lane.run_id, lane.id, body)
+                CommittedRecord(
+                    position,
+                    event.id,
+                    event.event_type,
+                    lane.tenant,
+                    lane.session_id,
+                    lane.run_id,
+                    lane.id,
+                    body,
+                )
             )
             event_ids.append(event.id)
             positions.append(position)
@@ -374,12 +388,15 @@ class LedgerWriter:
         if problem is not None:
             raise InvalidRequest(
                 f"occurred_at is not a real instant: {problem}",
-                path=f"{where}.occurred_at", found=event.occurred_at,
+                path=f"{where}.occurred_at",
+                found=event.occurred_at,
             )
         if event.lane_id != lane.id:
             raise SubjectMismatch(
                 "event names another lane than the append request",
-                event_id=event.id, event_lane_id=event.lane_id, lane_id=lane.id,
+                event_id=event.id,
+                event_lane_id=event.lane_id,
+                lane_id=lane.id,
             )
         check_event_type(event.event_type)
         check_payload(event.event_type, event.payload)
@@ -396,8 +413,10 @@ class LedgerWriter:
         if actor_tenant != lane.tenant:
             raise TenantMismatch(
                 "actor belongs to another tenant",
-                what="actor", actor_id=event.actor_id,
-                expected_tenant=lane.tenant, tenant=actor_tenant,
+                what="actor",
+                actor_id=event.actor_id,
+                expected_tenant=lane.tenant,
+                tenant=actor_tenant,
             )
         subject = event.subject_id
         if subject not in (lane.id, lane.session_id, lane.run_id):
@@ -405,7 +424,9 @@ class LedgerWriter:
             if owner != lane.id:
                 raise SubjectMismatch(
                     "subject is not part of the target lane",
-                    event_id=event.id, subject_id=subject, lane_id=lane.id,
+                    event_id=event.id,
+                    subject_id=subject,
+                    lane_id=lane.id,
                     reason="unknown_subject" if owner is None else "other_lane",
                 )
         cause = event.causation_id
@@ -418,12 +439,16 @@ class LedgerWriter:
                 reason = "not_earlier" if cause in request_ids else "unknown"
                 raise CausationViolation(
                     "causation names no earlier event",
-                    event_id=event.id, causation_id=cause, reason=reason,
+                    event_id=event.id,
+                    causation_id=cause,
+                    reason=reason,
                 )
             if found[0] != lane.session_id:
                 raise CausationViolation(
                     "causation crosses sessions",
-                    event_id=event.id, causation_id=cause, reason="other_session",
+                    event_id=event.id,
+                    causation_id=cause,
+                    reason="other_session",
                 )
 
     def _check_signature(self, append: PreparedAppend, index: int) -> None:
@@ -433,22 +458,24 @@ class LedgerWriter:
         key = self.actor_keys.get(event.actor_id)
         if key is None and event.signature is UNSET:
             return
-        where = dict(event_id=event.id, actor_id=event.actor_id,
-                     path=f"$.events[{index}].signature")
+        where = dict(event_id=event.id, actor_id=event.actor_id, path=f"$.events[{index}].signature")
         if key is None:
-            raise InvalidSignature("signed by an actor registered without a public key",
-                                   reason="unregistered_key", **where)
+            raise InvalidSignature(
+                "signed by an actor registered without a public key", reason="unregistered_key", **where
+            )
         if event.signature is UNSET:
-            raise SignatureRequired("the actor is registered with a public key; the event "
-                                    "is not signed", **where)
+            raise SignatureRequired(
+                "the actor is registered with a public key; the event is not signed", **where
+            )
         ok = append.signatures[index] if append.signatures else None
         if ok is None:  # not checked before the batch (key not cached then)
             ok = check_signature(append.sent[index], key)
         if not ok:
             if append.redactions:  # it verifies over what is stored, which lost its secrets
                 where["redacted"] = True
-            raise InvalidSignature("the signature does not verify under the actor's key",
-                                   reason="forged", **where)
+            raise InvalidSignature(
+                "the signature does not verify under the actor's key", reason="forged", **where
+            )
 
     def _check_rewind(self, event, lane: LaneHead, state: _Batch, position: int) -> None:
         """A ``session.rewound`` event (its shape is checked already) must name
@@ -456,21 +483,30 @@ class LedgerWriter:
         positions before its own: a rewind cannot reach future events."""
         payload = event.payload
         if payload["as_of_position"] >= position:
-            raise InvalidPayload("a rewind covers only events committed before it",
-                                 field="payload.as_of_position",
-                                 found=payload["as_of_position"], position=position)
+            raise InvalidPayload(
+                "a rewind covers only events committed before it",
+                field="payload.as_of_position",
+                found=payload["as_of_position"],
+                position=position,
+            )
         target = payload["target_event_id"]
         found = state.events.get(target)
         if found is None:
             rows = self._rows("SELECT session_id, position FROM events WHERE id = ?", (target,))
             found = rows[0] if rows else None
         if found is None or found[0] != lane.session_id:
-            raise InvalidPayload("the rewind target is not an event of this session",
-                                 field="payload.target_event_id", found=target)
+            raise InvalidPayload(
+                "the rewind target is not an event of this session",
+                field="payload.target_event_id",
+                found=target,
+            )
         if found[1] != payload["target_position"]:
-            raise InvalidPayload("the rewind target is at another position",
-                                 field="payload.target_position",
-                                 found=payload["target_position"], expected=found[1])
+            raise InvalidPayload(
+                "the rewind target is at another position",
+                field="payload.target_position",
+                found=payload["target_position"],
+                expected=found[1],
+            )
 
     def _write(self, state: _Batch, position: int) -> None:
         db = self._db
@@ -530,8 +566,7 @@ class LedgerWriter:
     def _load_lanes(self, ids: set[str]) -> None:
         missing = ids - self._lanes.keys()
         for lane_id, tenant, session, run, last_seq, head in self._in(
-            "SELECT id, tenant, session_id, run_id, last_seq, head_hash FROM lanes"
-            " WHERE id IN ({marks})",
+            "SELECT id, tenant, session_id, run_id, last_seq, head_hash FROM lanes WHERE id IN ({marks})",
             missing,
         ):
             self._lanes[lane_id] = LaneHead(lane_id, tenant, session, run, last_seq, head)
@@ -560,59 +595,82 @@ class LedgerWriter:
         rows = self._rows("SELECT body FROM actors WHERE tenant = ? AND key = ?", (cmd.tenant, cmd.key))
         if rows:
             actor = decoder(Actor).decode(rows[0][0])
-            self._same_or_conflict("actor", cmd.key, actor, cmd,
-                                   ("kind", "display_name", "attributes", "public_key"))
+            self._same_or_conflict(
+                "actor", cmd.key, actor, cmd, ("kind", "display_name", "attributes", "public_key")
+            )
             return actor
         if cmd.public_key is not None:
             load_public_key(cmd.public_key)  # a valid curve point, or InvalidRequest now
         actor = Actor(
-            id=new_id(), tenant=cmd.tenant, key=cmd.key, kind=cmd.kind,
-            display_name=cmd.display_name, attributes=cmd.attributes,
-            public_key=cmd.public_key, created_at=self._clock(),
+            id=new_id(),
+            tenant=cmd.tenant,
+            key=cmd.key,
+            kind=cmd.kind,
+            display_name=cmd.display_name,
+            attributes=cmd.attributes,
+            public_key=cmd.public_key,
+            created_at=self._clock(),
         )
-        self._insert("INSERT INTO actors (id, tenant, key, body) VALUES (?,?,?,?)",
-                     (actor.id, actor.tenant, actor.key, encode(actor)))
+        self._insert(
+            "INSERT INTO actors (id, tenant, key, body) VALUES (?,?,?,?)",
+            (actor.id, actor.tenant, actor.key, encode(actor)),
+        )
         self._remember_actor(actor)
         return actor
 
     def create_lane(self, cmd: CreateLane) -> Lane:
         if cmd.fork_of is not None:  # a fork's parent is its origin lane
             if cmd.parent_lane_id not in (None, cmd.fork_of.lane_id):
-                raise InvalidRequest("a fork's parent lane is the lane it forks",
-                                     path="$.parent_lane_id", found=cmd.parent_lane_id,
-                                     expected=cmd.fork_of.lane_id)
+                raise InvalidRequest(
+                    "a fork's parent lane is the lane it forks",
+                    path="$.parent_lane_id",
+                    found=cmd.parent_lane_id,
+                    expected=cmd.fork_of.lane_id,
+                )
             cmd = msgspec.structs.replace(cmd, parent_lane_id=cmd.fork_of.lane_id)
         rows = self._rows(
-            "SELECT body, last_seq, head_hash FROM lanes"
-            " WHERE session_id = ? AND run_id = ? AND name = ?",
+            "SELECT body, last_seq, head_hash FROM lanes WHERE session_id = ? AND run_id = ? AND name = ?",
             (cmd.session_id, cmd.run_id, cmd.name),
         )
         if rows:
             lane = lane_from_row(*rows[0])
             fields = ("tenant", "kind", "parent_lane_id", "actor_id")
             self._same_or_conflict("lane", cmd.name, lane, cmd, fields + (("id",) if cmd.id else ()))
-            stored_fork = lane.forked_from and ForkPoint(lane_id=lane.forked_from.lane_id,
-                                                         seq=lane.forked_from.seq)
+            stored_fork = lane.forked_from and ForkPoint(
+                lane_id=lane.forked_from.lane_id, seq=lane.forked_from.seq
+            )
             if stored_fork != cmd.fork_of:
-                raise EntityConflict("lane exists with other attributes", kind="lane", key=cmd.name,
-                                     differing={"fork_of": {
-                                         "stored": msgspec.to_builtins(stored_fork),
-                                         "requested": msgspec.to_builtins(cmd.fork_of)}})
+                raise EntityConflict(
+                    "lane exists with other attributes",
+                    kind="lane",
+                    key=cmd.name,
+                    differing={
+                        "fork_of": {
+                            "stored": msgspec.to_builtins(stored_fork),
+                            "requested": msgspec.to_builtins(cmd.fork_of),
+                        }
+                    },
+                )
             return lane
         if cmd.id is not None and self._rows("SELECT 1 FROM lanes WHERE id = ?", (cmd.id,)):
             raise EntityConflict("lane id already names another lane", kind="lane", id=cmd.id)
         session = self._rows("SELECT tenant FROM sessions WHERE id = ?", (cmd.session_id,))
         if session and session[0][0] != cmd.tenant:
             raise TenantMismatch(
-                "session belongs to another tenant", what="lane",
-                session_id=cmd.session_id, expected_tenant=session[0][0], tenant=cmd.tenant,
+                "session belongs to another tenant",
+                what="lane",
+                session_id=cmd.session_id,
+                expected_tenant=session[0][0],
+                tenant=cmd.tenant,
             )
         if cmd.parent_lane_id is not None:
             parent = self.reader.get_lane(cmd.parent_lane_id)
             if parent.session_id != cmd.session_id:
                 raise EntityConflict(
-                    "parent lane is in another session", kind="lane",
-                    parent_lane_id=cmd.parent_lane_id, parent_session_id=parent.session_id,
+                    "parent lane is in another session",
+                    kind="lane",
+                    parent_lane_id=cmd.parent_lane_id,
+                    parent_session_id=parent.session_id,
                 )
         if cmd.actor_id is not None:
             self._load_actors({cmd.actor_id})
@@ -620,87 +678,155 @@ class LedgerWriter:
             if tenant is None:
                 raise EntityNotFound("no such actor", kind="actor", id=cmd.actor_id)
             if tenant != cmd.tenant:
-                raise TenantMismatch("actor belongs to another tenant", what="actor",
-                                     actor_id=cmd.actor_id, expected_tenant=cmd.tenant, tenant=tenant)
+                raise TenantMismatch(
+                    "actor belongs to another tenant",
+                    what="actor",
+                    actor_id=cmd.actor_id,
+                    expected_tenant=cmd.tenant,
+                    tenant=tenant,
+                )
         origin = self._fork_origin(cmd.fork_of) if cmd.fork_of is not None else None
         now = self._clock()
         lane = Lane(
-            id=cmd.id or new_id(), tenant=cmd.tenant, session_id=cmd.session_id,
-            run_id=cmd.run_id, name=cmd.name, kind=cmd.kind, parent_lane_id=cmd.parent_lane_id,
-            actor_id=cmd.actor_id, created_at=now, forked_from=origin,
+            id=cmd.id or new_id(),
+            tenant=cmd.tenant,
+            session_id=cmd.session_id,
+            run_id=cmd.run_id,
+            name=cmd.name,
+            kind=cmd.kind,
+            parent_lane_id=cmd.parent_lane_id,
+            actor_id=cmd.actor_id,
+            created_at=now,
+            forked_from=origin,
         )
-        self._insert_many([
-            ("INSERT OR IGNORE INTO sessions (id, tenant, created_at) VALUES (?,?,?)",
-             (lane.session_id, lane.tenant, now)),
-            ("INSERT INTO lanes (id, tenant, session_id, run_id, name, body, last_seq, head_hash)"
-             " VALUES (?,?,?,?,?,?,0,?)",
-             (lane.id, lane.tenant, lane.session_id, lane.run_id, lane.name, encode(lane), GENESIS_HASH)),
-        ])
+        self._insert_many(
+            [
+                (
+                    "INSERT OR IGNORE INTO sessions (id, tenant, created_at) VALUES (?,?,?)",
+                    (lane.session_id, lane.tenant, now),
+                ),
+                (
+                    "INSERT INTO lanes (id, tenant, session_id, run_id, name, body, last_seq, head_hash)"
+                    " VALUES (?,?,?,?,?,?,0,?)",
+                    (
+                        lane.id,
+                        lane.tenant,
+                        lane.session_id,
+                        lane.run_id,
+                        lane.name,
+                        encode(lane),
+                        GENESIS_HASH,
+                    ),
+                ),
+            ]
+        )
         self._lanes[lane.id] = LaneHead(lane.id, lane.tenant, lane.session_id, lane.run_id, 0, GENESIS_HASH)
         return lane
 
     def _fork_origin(self, point: ForkPoint) -> ForkOrigin:
         """Resolve a fork point (its lane was checked as the parent: it exists,
         in this session) to the committed event the fork references."""
-        rows = self._rows("SELECT position, id, body FROM events WHERE lane_id = ? AND seq = ?",
-                          (point.lane_id, point.seq))
+        rows = self._rows(
+            "SELECT position, id, body FROM events WHERE lane_id = ? AND seq = ?", (point.lane_id, point.seq)
+        )
         if not rows:
-            raise EntityNotFound("the origin lane has no event at this seq", kind="event",
-                                 lane_id=point.lane_id, seq=point.seq,
-                                 last_seq=self.reader.get_lane(point.lane_id).last_seq)
+            raise EntityNotFound(
+                "the origin lane has no event at this seq",
+                kind="event",
+                lane_id=point.lane_id,
+                seq=point.seq,
+                last_seq=self.reader.get_lane(point.lane_id).last_seq,
+            )
         position, event_id, body = rows[0]
-        return ForkOrigin(lane_id=point.lane_id, seq=point.seq, position=position,
-                          event_id=event_id, entry_hash=msgspec.json.decode(body)["entry_hash"])
+        return ForkOrigin(
+            lane_id=point.lane_id,
+            seq=point.seq,
+            position=position,
+            event_id=event_id,
+            entry_hash=msgspec.json.decode(body)["entry_hash"],
+        )
 
     def create_turn(self, cmd: CreateTurn) -> Turn:
         self.reader.get_lane(cmd.lane_id)
-        rows = self._rows("SELECT body FROM turns WHERE lane_id = ? AND turn_no = ?", (cmd.lane_id, cmd.turn_no))
+        rows = self._rows(
+            "SELECT body FROM turns WHERE lane_id = ? AND turn_no = ?", (cmd.lane_id, cmd.turn_no)
+        )
         if rows:
             turn = decoder(Turn).decode(rows[0][0])
             self._same_or_conflict("turn", turn.id, turn, cmd, ("id",) if cmd.id else ())
             return turn
         self._unused_id("turns", "turn", cmd.id)
         turn = Turn(id=cmd.id or new_id(), lane_id=cmd.lane_id, turn_no=cmd.turn_no, created_at=self._clock())
-        self._insert("INSERT INTO turns (id, lane_id, turn_no, body) VALUES (?,?,?,?)",
-                     (turn.id, turn.lane_id, turn.turn_no, encode(turn)))
+        self._insert(
+            "INSERT INTO turns (id, lane_id, turn_no, body) VALUES (?,?,?,?)",
+            (turn.id, turn.lane_id, turn.turn_no, encode(turn)),
+        )
         return turn
 
     def create_action(self, cmd: CreateAction) -> Action:
         if cmd.effect not in EFFECT_KINDS:
             raise InvalidRequest(f"effect must be one of {EFFECT_KINDS}", path="$.effect", found=cmd.effect)
         if cmd.idempotency not in IDEMPOTENCY_CLASSES:
-            raise InvalidRequest(f"idempotency must be one of {IDEMPOTENCY_CLASSES}",
-                                 path="$.idempotency", found=cmd.idempotency)
+            raise InvalidRequest(
+                f"idempotency must be one of {IDEMPOTENCY_CLASSES}",
+                path="$.idempotency",
+                found=cmd.idempotency,
+            )
         self._owned_by_lane("turns", "turn", cmd.turn_id, cmd.lane_id)
         if cmd.id is not None:
             rows = self._rows("SELECT body FROM actions WHERE id = ?", (cmd.id,))
             if rows:
                 action = decoder(Action).decode(rows[0][0])
-                fields = ("lane_id", "turn_id", "action_type", "name", "effect", "idempotency", "idempotency_key")
+                fields = (
+                    "lane_id",
+                    "turn_id",
+                    "action_type",
+                    "name",
+                    "effect",
+                    "idempotency",
+                    "idempotency_key",
+                )
                 self._same_or_conflict("action", cmd.id, action, cmd, fields)
                 return action
         action = Action(
-            id=cmd.id or new_id(), lane_id=cmd.lane_id, turn_id=cmd.turn_id,
-            action_type=cmd.action_type, name=cmd.name, effect=cmd.effect,
-            idempotency=cmd.idempotency, idempotency_key=cmd.idempotency_key, created_at=self._clock(),
+            id=cmd.id or new_id(),
+            lane_id=cmd.lane_id,
+            turn_id=cmd.turn_id,
+            action_type=cmd.action_type,
+            name=cmd.name,
+            effect=cmd.effect,
+            idempotency=cmd.idempotency,
+            idempotency_key=cmd.idempotency_key,
+            created_at=self._clock(),
         )
-        self._insert("INSERT INTO actions (id, lane_id, turn_id, body) VALUES (?,?,?,?)",
-                     (action.id, action.lane_id, action.turn_id, encode(action)))
+        self._insert(
+            "INSERT INTO actions (id, lane_id, turn_id, body) VALUES (?,?,?,?)",
+            (action.id, action.lane_id, action.turn_id, encode(action)),
+        )
         return action
 
     def create_attempt(self, cmd: CreateAttempt) -> Attempt:
         self._owned_by_lane("actions", "action", cmd.action_id, cmd.lane_id)
-        rows = self._rows("SELECT body FROM attempts WHERE action_id = ? AND attempt_no = ?",
-                          (cmd.action_id, cmd.attempt_no))
+        rows = self._rows(
+            "SELECT body FROM attempts WHERE action_id = ? AND attempt_no = ?",
+            (cmd.action_id, cmd.attempt_no),
+        )
         if rows:
             attempt = decoder(Attempt).decode(rows[0][0])
             self._same_or_conflict("attempt", attempt.id, attempt, cmd, ("id",) if cmd.id else ())
             return attempt
         self._unused_id("attempts", "attempt", cmd.id)
-        attempt = Attempt(id=cmd.id or new_id(), lane_id=cmd.lane_id, action_id=cmd.action_id,
-                          attempt_no=cmd.attempt_no, created_at=self._clock())
-        self._insert("INSERT INTO attempts (id, lane_id, action_id, attempt_no, body) VALUES (?,?,?,?,?)",
-                     (attempt.id, attempt.lane_id, attempt.action_id, attempt.attempt_no, encode(attempt)))
+        attempt = Attempt(
+            id=cmd.id or new_id(),
+            lane_id=cmd.lane_id,
+            action_id=cmd.action_id,
+            attempt_no=cmd.attempt_no,
+            created_at=self._clock(),
+        )
+        self._insert(
+            "INSERT INTO attempts (id, lane_id, action_id, attempt_no, body) VALUES (?,?,?,?,?)",
+            (attempt.id, attempt.lane_id, attempt.action_id, attempt.attempt_no, encode(attempt)),
+        )
         return attempt
 
     # -------------------------------------------------------- structure helpers
@@ -723,8 +849,13 @@ class LedgerWriter:
         if not rows:
             raise EntityNotFound(f"no such {kind}", kind=kind, id=entity_id)
         if rows[0][0] != lane_id:
-            raise SubjectMismatch(f"{kind} belongs to another lane", kind=kind, id=entity_id,
-                                  lane_id=lane_id, owner_lane_id=rows[0][0])
+            raise SubjectMismatch(
+                f"{kind} belongs to another lane",
+                kind=kind,
+                id=entity_id,
+                lane_id=lane_id,
+                owner_lane_id=rows[0][0],
+            )
 
     def _unused_id(self, table: str, kind: str, entity_id: str | None) -> None:
         if entity_id is not None and self._rows(f"SELECT 1 FROM {table} WHERE id = ?", (entity_id,)):
