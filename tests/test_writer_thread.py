@@ -1,7 +1,10 @@
-"""Where the ledger's connection is used (services/sequencer/writerthread.py):
+"""The one way to the sequencer's ledger writer (services/sequencer/writerthread.py):
 calls keep their order and the connection never has two users; small batches
 commit on the event loop once the writer thread is idle; large ones are
-written on the loop and committed (the fsync) on the thread."""
+written on the loop and committed (the fsync) on the thread; and the writer
+refuses every use of its connection while a staged batch's transaction is
+open, so a hand-off done wrong fails loudly instead of committing the wrong
+rows."""
 
 from __future__ import annotations
 
@@ -12,32 +15,74 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from metrics_support import wait_for
+from polling import eventually
 from prometheus_client import CollectorRegistry
 
 from laneledger.audit.ledger import audit_ledger
 from laneledger.contract.errors import InternalError
-from laneledger.contract.model import encode
+from laneledger.contract.model import AppendCommitted, CreateLane, EnsureActor, encode
 from laneledger.contract.subjects import REPLY_HEADER, Subjects
 from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer, SequencerSettings
 from laneledger.services.sequencer.writerthread import WriterThread
 from laneledger.store import LedgerWriter, open_ledger
+from laneledger.store.append import PreparedAppend, prepare_append
+
+INLINE_MAX = 2
+
+
+class Ledger:
+    """A ledger file with one actor and one lane, its writer, and the writer
+    thread in front of it (batches of up to ``INLINE_MAX`` commit inline)."""
+
+    def __init__(self, path: Path) -> None:
+        self.conn = open_ledger(path)
+        self.writer = LedgerWriter(self.conn)
+        self.actor = self.writer.ensure_actor(EnsureActor(tenant="acme", key="agent:wt@1", kind="agent"))
+        self.lane = self.writer.create_lane(
+            CreateLane(tenant="acme", session_id="s", run_id="r", name="main", actor_id=self.actor.id)
+        )
+        self.thread = WriterThread(self.writer, inline_commit_max=INLINE_MAX)
+        self.seq = 0  # the lane's head as far as the appends made so far expect
+
+    def appends(self, n: int, events: int = 1) -> list[PreparedAppend]:
+        """``n`` appends of ``events`` events, each expecting the previous one's head."""
+        batch = []
+        for _ in range(n):
+            body = encode(
+                {
+                    "lane_id": self.lane.id,
+                    "expected_last_seq": self.seq,
+                    "append_id": f"a{self.seq}",
+                    "events": [
+                        make_event(self.lane.id, "stream.text_delta", actor_id=self.actor.id, payload={})
+                        for _ in range(events)
+                    ],
+                }
+            )
+            batch.append(prepare_append(body))
+            self.seq += events
+        return batch
+
+    def stored_seqs(self) -> list[int]:
+        return [msgspec.json.decode(body)["seq"] for _, body in self.writer.reader.events_after(0)]
 
 
 @pytest.fixture
-def thread_and_release():
-    """A writer thread, and an event its blocked test calls wait on: set at
-    the end, so the thread's shutdown never waits on a call a failed test left."""
-    thread, release = WriterThread(), threading.Event()
-    yield thread, release
+def ledger(tmp_path: Path):
+    """A ``Ledger``, and an event its blocked test calls wait on: set at the
+    end, so the thread's shutdown never waits on a call a failed test left."""
+    ledger, release = Ledger(tmp_path / "ledger.db"), threading.Event()
+    yield ledger, release
     release.set()
-    thread.shutdown()
+    ledger.thread.shutdown()
+    ledger.conn.close()
 
 
-async def test_calls_run_in_order_and_the_thread_is_busy_until_they_return(thread_and_release):
-    thread, release = thread_and_release
+async def test_calls_run_in_order_and_the_thread_is_busy_until_they_return(ledger):
+    ledger, release = ledger
+    thread = ledger.thread
     order: list[str] = []
 
     def blocked() -> str:
@@ -45,69 +90,167 @@ async def test_calls_run_in_order_and_the_thread_is_busy_until_they_return(threa
         order.append("first")
         return "first"
 
-    first = thread.run(blocked)
-    second = thread.run(order.append, "second")
+    first = thread.call(blocked)
+    second = thread.call(order.append, "second")
     assert not thread.idle
-    with pytest.raises(RuntimeError, match="overtake"):
-        thread.run_here(order.append, "here")
     release.set()
     assert await first == "first"
     await second
     assert order == ["first", "second"]
-    await asyncio.sleep(0)  # the count-down is delivered through the loop
-    assert thread.idle
+    # the count-down is delivered through the loop
+    await eventually(lambda: thread.idle, what="the writer thread to be idle", timeout=2)
 
 
-async def test_until_idle_waits_for_every_call_in_hand(thread_and_release):
-    thread, release = thread_and_release
+async def test_until_idle_waits_for_every_call_in_hand(ledger):
+    ledger, release = ledger
+    thread = ledger.thread
     await asyncio.wait_for(thread.until_idle(), 1)  # nothing in hand: at once
-    calls = [thread.run(release.wait, 10), thread.run(release.wait, 10)]
+    calls = [thread.call(release.wait, 10), thread.call(release.wait, 10)]
     waiting = asyncio.ensure_future(thread.until_idle())
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # a negative check: a chance for the waiter to end too early
     assert not waiting.done()
     release.set()
     await asyncio.wait_for(waiting, 5)
     assert thread.idle and all(call.done() for call in calls)
-    thread.run_here(len, [])  # allowed now
 
 
-async def test_a_cancelled_waiter_does_not_make_the_thread_look_idle(thread_and_release):
+async def test_a_cancelled_waiter_does_not_make_the_thread_look_idle(ledger):
     """An awaiting task that gives up does not stop the call: the thread stays
     busy until the call itself returns."""
-    thread, release = thread_and_release
+    ledger, release = ledger
+    thread = ledger.thread
     started = threading.Event()
 
     def blocked() -> None:
         started.set()
         release.wait(10)
 
-    async def idle() -> bool:
-        return thread.idle
-
-    waiter = asyncio.ensure_future(thread.run(blocked))
+    waiter = asyncio.ensure_future(thread.call(blocked))
     await asyncio.to_thread(started.wait, 10)
     waiter.cancel()
     await asyncio.gather(waiter, return_exceptions=True)
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # a negative check: a chance for a wrong count-down to arrive
     assert not thread.idle
     release.set()
-    assert await wait_for(idle, timeout=2, interval=0.01)
+    await eventually(lambda: thread.idle, what="the writer thread to be idle", timeout=2)
 
 
-async def test_run_here_runs_on_the_loop_thread_and_delivers_errors_as_run_does(thread_and_release):
-    thread, _ = thread_and_release
-    here = thread.run_here(threading.get_ident)
-    assert here.done() and await here == threading.get_ident()
+@pytest.mark.parametrize("size", [INLINE_MAX, INLINE_MAX + 3], ids=["inline", "staged"])
+async def test_a_commit_waits_for_the_calls_in_hand_and_never_overtakes_them(ledger, size):
+    """A command in hand when a batch arrives runs first, and the batch does
+    not touch the writer until it returned, inline or staged."""
+    ledger, release = ledger
+    thread, writer = ledger.thread, ledger.writer
+    seen: list[int] = []
 
-    def refuse() -> None:
-        raise InternalError("ledger commit failed: disk I/O error")
+    def command() -> None:
+        release.wait(10)
+        seen.append(writer.reader.last_position())
 
-    for outcome in (thread.run_here(refuse), thread.run(refuse)):
-        with pytest.raises(InternalError, match="disk I/O error"):
-            await outcome
+    before = thread.call(command)
+    committing = asyncio.ensure_future(thread.commit(ledger.appends(size)))
+    await asyncio.sleep(0.05)  # a negative check: a chance for the batch to overtake the command
+    assert not committing.done() and writer.last_position == 0  # not written, not even staged
+    release.set()
+    result = await (await committing)
+    await before
+    assert seen == [0]  # the command saw the ledger as it was before the batch
+    assert [r.last_seq for r in result.receipts] == list(range(1, size + 1))
+    assert ledger.stored_seqs() == list(range(1, size + 1))
 
 
-async def test_small_batches_commit_on_the_loop_large_ones_commit_on_the_writer_thread(
+async def test_small_batches_commit_on_the_loop_large_ones_hand_only_their_commit_to_the_thread(ledger):
+    ledger, _ = ledger
+    thread, writer = ledger.thread, ledger.writer
+    loop_thread = threading.get_ident()
+    commits_on: list[bool] = []  # per commit_staged: on the loop thread
+    commit_staged = writer.commit_staged
+
+    def recorded(staged):
+        commits_on.append(threading.get_ident() == loop_thread)
+        return commit_staged(staged)
+
+    writer.commit_staged = recorded  # type: ignore[method-assign]
+    small = await thread.commit(ledger.appends(INLINE_MAX))
+    assert small.done()  # committed before commit() returned
+    assert all(isinstance(r, AppendCommitted) for r in small.result().receipts)
+    large = await (await thread.commit(ledger.appends(INLINE_MAX + 1)))
+    assert all(isinstance(r, AppendCommitted) for r in large.receipts)
+    assert commits_on == [True, False]
+    assert ledger.stored_seqs() == list(range(1, 2 * INLINE_MAX + 2))
+
+
+@pytest.mark.parametrize("size", [INLINE_MAX, INLINE_MAX + 3], ids=["inline", "staged"])
+async def test_a_failed_write_is_the_outcome_and_leaves_nothing_open(ledger, size):
+    """A file that may not grow (SQLite's own size limit, a real SQLITE_FULL):
+    the batch's outcome is ``InternalError``, nothing of it is stored, and
+    the writer takes the same requests once there is room."""
+    ledger, _ = ledger
+    pages = ledger.conn.execute("PRAGMA page_count").fetchone()[0]
+    ledger.conn.execute(f"PRAGMA max_page_count = {pages}")
+    batch = ledger.appends(size, events=50)  # more than the free space left in the file's pages
+    outcome = await ledger.thread.commit(batch)
+    with pytest.raises(InternalError, match="database or disk is full"):
+        await outcome
+    assert ledger.stored_seqs() == [] and ledger.writer.last_position == 0
+    ledger.conn.execute("PRAGMA max_page_count = 1073741823")
+    result = await (await ledger.thread.commit(batch))
+    assert [r.last_seq for r in result.receipts] == [50 * (i + 1) for i in range(size)]
+
+
+def test_while_a_batch_is_staged_every_other_use_of_the_writer_raises(ledger):
+    """The rules of the hand-off, enforced by the writer: between
+    ``stage_batch`` and ``commit_staged`` nothing else may read or write
+    through it (it would see, or commit, the open transaction's rows), and
+    only the staged batch itself, once, can be committed."""
+    ledger, _ = ledger
+    writer = ledger.writer
+    staged = writer.stage_batch(ledger.appends(2))
+    refused = "a staged batch holds the ledger connection"
+    with pytest.raises(RuntimeError, match=refused):
+        writer.reader.get_lane(ledger.lane.id)
+    with pytest.raises(RuntimeError, match=refused):
+        writer.reader.events_after(0)
+    with pytest.raises(RuntimeError, match=refused):
+        writer.ensure_actor(EnsureActor(tenant="acme", key="agent:other@1", kind="agent"))
+    with pytest.raises(RuntimeError, match=refused):
+        writer.stage_batch(ledger.appends(1))
+    with pytest.raises(RuntimeError, match=refused):
+        writer.apply_batch([])
+    other = LedgerWriter(ledger.conn)  # a staged batch ends only on the writer that staged it
+    with pytest.raises(RuntimeError, match="not the one staged"):
+        other.commit_staged(staged)
+    result = writer.commit_staged(staged)
+    assert [r.last_seq for r in result.receipts] == [1, 2]
+    with pytest.raises(RuntimeError, match="not the one staged"):
+        writer.commit_staged(staged)  # once
+    assert ledger.stored_seqs() == [1, 2]  # the connection is free again
+
+
+def test_a_staged_batch_rolled_back_leaves_nothing(ledger):
+    ledger, _ = ledger
+    writer = ledger.writer
+    batch = ledger.appends(3)
+    writer.roll_back_staged(writer.stage_batch(batch))
+    assert ledger.stored_seqs() == [] and writer.last_position == 0
+    assert writer.reader.get_lane(ledger.lane.id).last_seq == 0
+    result = writer.apply_batch(batch)  # the same requests commit with the seqs they would have had
+    assert [r.last_seq for r in result.receipts] == [1, 2, 3]
+
+
+async def test_after_shutdown_the_thread_takes_nothing_and_leaves_nothing_open(ledger):
+    ledger, _ = ledger
+    thread = ledger.thread
+    thread.shutdown()
+    for batch in (ledger.appends(INLINE_MAX), ledger.appends(INLINE_MAX + 1)):
+        with pytest.raises(RuntimeError, match="shut down"):
+            await thread.commit(batch)
+    with pytest.raises(RuntimeError, match="shut down"):
+        thread.call(len, [])
+    assert ledger.stored_seqs() == []  # nothing staged holds the writer
+
+
+async def test_the_sequencer_commits_small_batches_on_the_loop_and_large_ones_on_the_thread(
     nats_server, nc, js, tmp_path: Path
 ):
     writer = LedgerWriter(open_ledger(tmp_path / "ledger.db"))

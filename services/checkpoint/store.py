@@ -10,22 +10,32 @@ Two kinds of data live here, each in its own tables:
   so a restart neither skips nor repeats an event.
 
 Every method is synchronous and runs on the service's one database thread.
-sqlite3 errors become ``InternalError`` in ``_tx`` and ``_rows``, the only
-places they are caught.
+SQLite's failures leave as ``InternalError`` (laneledger.store.sqlite).
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
-from laneledger.contract.errors import EntityNotFound, IdempotencyViolation, InternalError, TenantMismatch
+from laneledger.contract.errors import EntityNotFound, IdempotencyViolation, TenantMismatch
 from laneledger.contract.model import Checkpoint, CheckpointInfo, ProposedCheckpoint, decoder, encode
 from laneledger.sdk.checkpoints import RevisionConflict
+from laneledger.store.sqlite import (
+    Durability,
+    applied_position,
+    check_schema_version,
+    failures_as,
+    fetch_all,
+    open_database,
+    record_applied_position,
+    transaction,
+)
 
 SCHEMA_VERSION = 2  # 2: tenants (checkpoints.tenant, checkpoints.artifact_sha256, lanes.tenant)
 
@@ -81,12 +91,14 @@ CREATE TABLE IF NOT EXISTS artifacts (
 """
 
 
+_APPLIED = "applied_position"  # the meta key of the last stream position indexed
+
+
 def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
     """Tenants. Checkpoints saved before them belong to no tenant (only the
     operator token reads them); lanes indexed before them keep an unknown
     tenant (the stream is not read again), so a later save anchored there
     derives none and takes the tenant it names."""
-    conn.execute("BEGIN IMMEDIATE")
     conn.execute("ALTER TABLE checkpoints ADD COLUMN tenant TEXT")
     conn.execute("ALTER TABLE checkpoints ADD COLUMN artifact_sha256 TEXT")
     conn.execute("ALTER TABLE lanes ADD COLUMN tenant TEXT")
@@ -96,8 +108,6 @@ def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
             conn.execute(
                 "UPDATE checkpoints SET artifact_sha256 = ? WHERE rowid = ?", (artifact.sha256, rowid)
             )
-    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
-    conn.execute("COMMIT")
 
 
 class LaneEvent(msgspec.Struct, frozen=True):
@@ -125,31 +135,26 @@ class CheckpointStore:
 
     @classmethod
     def open(cls, path: str | Path) -> CheckpointStore:
-        """WAL with synchronous=FULL: a save is on disk before its reply leaves."""
+        """``Durability.FULL``: a save is on disk before its reply leaves."""
+        what = "checkpoint database"
+        conn = open_database(path, durability=Durability.FULL, ddl=DDL, what=what)
         try:
-            conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = FULL")
-            conn.execute("PRAGMA busy_timeout = 5000")
-            conn.executescript(DDL)
-            found = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            if found is None:
-                conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-                conn.execute("INSERT INTO meta VALUES ('applied_position', '0')")
-            elif int(found[0]) == 1:
-                _migrate_1_to_2(conn)
-            elif int(found[0]) != SCHEMA_VERSION:
-                raise InternalError(
-                    "checkpoint database has another schema version",
-                    path=str(path),
-                    found=int(found[0]),
-                    expected=SCHEMA_VERSION,
-                )
-            conn.execute(
-                "CREATE INDEX IF NOT EXISTS checkpoints_by_artifact ON checkpoints (artifact_sha256)"
+            check_schema_version(
+                conn,
+                SCHEMA_VERSION,
+                what=what,
+                path=path,
+                migrations={1: _migrate_1_to_2},
+                on_create=lambda db: record_applied_position(db, _APPLIED, 0),
             )
-        except sqlite3.Error as exc:
-            raise InternalError(f"cannot open checkpoint database: {exc}", path=str(path)) from exc
+            with failures_as(f"cannot open {what}", path=str(path)):
+                # After any migration: version 1 had no artifact_sha256 column.
+                conn.execute(
+                    "CREATE INDEX IF NOT EXISTS checkpoints_by_artifact ON checkpoints (artifact_sha256)"
+                )
+        except BaseException:
+            conn.close()
+            raise
         return cls(conn)
 
     def close(self) -> None:
@@ -157,35 +162,17 @@ class CheckpointStore:
 
     # -- plumbing ----------------------------------------------------------------
 
-    def _rows(self, sql: str, params: Iterable = ()) -> list[tuple]:
-        try:
-            return self._db.execute(sql, tuple(params)).fetchall()
-        except sqlite3.Error as exc:
-            raise InternalError(f"checkpoint store read failed: {exc}") from exc
+    def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        return fetch_all(self._db, sql, params, what="checkpoint store read failed")
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
+    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
         """One write transaction; rolled back on any error."""
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise InternalError(f"checkpoint store busy: {exc}") from exc
-        try:
-            yield self._db
-            self._db.execute("COMMIT")
-        except BaseException as exc:
-            try:
-                self._db.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            if isinstance(exc, sqlite3.Error):
-                raise InternalError(f"checkpoint store write failed: {exc}") from exc
-            raise
+        return transaction(self._db, "checkpoint store write failed")
 
     # -- the committed stream ------------------------------------------------------
 
     def applied_position(self) -> int:
-        return int(self._rows("SELECT value FROM meta WHERE key = 'applied_position'")[0][0])
+        return applied_position(self._db, _APPLIED, what="checkpoint store read failed")
 
     def apply_events(self, last_position: int, events: list[LaneEvent]) -> None:
         """Record a batch of committed events and the position they reach, in
@@ -208,7 +195,7 @@ class CheckpointStore:
                     if e.linked_checkpoint_id is not None
                 ],
             )
-            db.execute("UPDATE meta SET value = ? WHERE key = 'applied_position'", (str(last_position),))
+            record_applied_position(db, _APPLIED, last_position)
 
     def event_at(self, lane_id: str, seq: int) -> str | None:
         rows = self._rows("SELECT event_id FROM lane_events WHERE lane_id = ? AND seq = ?", (lane_id, seq))
@@ -225,14 +212,14 @@ class CheckpointStore:
         if proposal.anchor is not None:
             rows = self._rows("SELECT tenant FROM lanes WHERE lane_id = ?", (proposal.anchor.lane_id,))
             if rows and rows[0][0]:
-                return rows[0][0]
+                return str(rows[0][0])
         if proposal.session_id is not None:
             rows = self._rows(
                 "SELECT tenant FROM lanes WHERE session_id = ? AND tenant IS NOT NULL LIMIT 1",
                 (proposal.session_id,),
             )
             if rows:
-                return rows[0][0]
+                return str(rows[0][0])
         return None
 
     def key_tenant(self, key: str) -> tuple[bool, str | None]:
@@ -263,7 +250,7 @@ class CheckpointStore:
 
     # -- checkpoints: reads ------------------------------------------------------------
 
-    def _one(self, where: str, params: tuple) -> Checkpoint | None:
+    def _one(self, where: str, params: tuple[Any, ...]) -> Checkpoint | None:
         rows = self._rows(f"SELECT body FROM checkpoints WHERE {where}", params)
         return decoder(Checkpoint).decode(rows[0][0]) if rows else None
 
@@ -280,7 +267,7 @@ class CheckpointStore:
         """The most recently saved checkpoint anchored in ``lane_id``, any key."""
         return self._one("anchor_lane_id = ? ORDER BY rowid DESC LIMIT 1", (lane_id,))
 
-    def _infos(self, where: str, params: tuple) -> list[CheckpointInfo]:
+    def _infos(self, where: str, params: tuple[Any, ...]) -> list[CheckpointInfo]:
         rows = self._rows(f"SELECT body, state_bytes FROM checkpoints WHERE {where}", params)
         return [info_of(decoder(Checkpoint).decode(body), size) for body, size in rows]
 
@@ -311,7 +298,7 @@ class CheckpointStore:
     ) -> tuple[list[CheckpointInfo], bool]:
         """Terminal revisions no consumed linked event names, in save order."""
         where = ["terminal = 1", "NOT EXISTS (SELECT 1 FROM links l WHERE l.checkpoint_id = checkpoints.id)"]
-        params: list = []
+        params: list[str] = []
         for column, value in (
             ("session_id", session_id),
             ("run_id", run_id),
@@ -360,7 +347,8 @@ class CheckpointStore:
                     stored_digest=stored_content,
                     digest=content,
                 )
-            return decoder(Checkpoint).decode(body)
+            replay: Checkpoint = decoder(Checkpoint).decode(body)
+            return replay
         actual = self._latest_revision(proposal.key)
         if actual != expected_revision:
             raise RevisionConflict(
@@ -445,7 +433,9 @@ class CheckpointStore:
         return rows[0] if rows else None
 
     def _latest_revision(self, key: str) -> int:
-        return self._rows("SELECT coalesce(max(revision), 0) FROM checkpoints WHERE key = ?", (key,))[0][0]
+        rows = self._rows("SELECT coalesce(max(revision), 0) FROM checkpoints WHERE key = ?", (key,))
+        latest: int = rows[0][0]
+        return latest
 
     # -- artifacts already verified ------------------------------------------------------
 

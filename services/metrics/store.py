@@ -4,17 +4,29 @@ reached, written together in one transaction per batch.
 That is the whole exactly-once argument: after any crash the file holds some
 batch's state *and* that batch's last position, never one without the other,
 so the service resumes from the position after it and folds nothing twice.
-(WAL with ``synchronous=NORMAL``: a power cut may lose the last transactions,
-but state and position together, and the stream still has those events.)
+(``Durability.NORMAL``: a power cut may lose the last transactions, but state
+and position together, and the stream still has those events.)
+
+SQLite's failures leave as ``InternalError`` naming the file.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from decimal import Decimal
 from pathlib import Path
 
 import msgspec
+
+from laneledger.store.sqlite import (
+    Durability,
+    applied_position,
+    failures_as,
+    meta_value,
+    open_database,
+    put_meta,
+    record_applied_position,
+    transaction,
+)
 
 from .fold import (
     CAPPED_LABELS,
@@ -45,6 +57,7 @@ CREATE TABLE IF NOT EXISTS label_values (
     label TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (label, value));
 """
 _TABLES = ("series", "histograms", "open_items", "label_values")
+_POSITION = "position"  # the meta key of the last position folded
 
 _json = msgspec.json.Encoder()
 
@@ -54,32 +67,36 @@ class MetricsStore:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # Used from one thread at a time (the service's writer thread).
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        found = self._db.execute("SELECT value FROM meta WHERE key = 'fold_version'").fetchone()
-        if found is None or found[0] != FOLD_VERSION:
-            self._reset()
+        self._db = open_database(
+            self.path, durability=Durability.NORMAL, ddl=_SCHEMA, what="metrics database"
+        )
+        try:
+            with transaction(self._db, "cannot open metrics database", path=str(self.path)) as db:
+                if meta_value(db, "fold_version") != FOLD_VERSION:
+                    # New, or folded with another meaning: fold again from 0.
+                    for table in _TABLES:
+                        db.execute(f"DELETE FROM {table}")
+                    put_meta(db, "fold_version", FOLD_VERSION)
+                    record_applied_position(db, _POSITION, 0)
+        except BaseException:
+            self._db.close()
+            raise
 
     def close(self) -> None:
         self._db.close()
-
-    def _reset(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
-        for table in _TABLES:
-            self._db.execute(f"DELETE FROM {table}")
-        self._db.execute("INSERT OR REPLACE INTO meta VALUES ('fold_version', ?)", (FOLD_VERSION,))
-        self._db.execute("INSERT OR REPLACE INTO meta VALUES ('position', '0')")
-        self._db.execute("COMMIT")
 
     # -- load -----------------------------------------------------------------------
 
     def load(self, policy: LabelPolicy) -> State:
         """The state as of the last committed batch."""
-        db = self._db
         state = State(policy=policy)
-        state.position = int(db.execute("SELECT value FROM meta WHERE key = 'position'").fetchone()[0])
+        state.position = applied_position(self._db, _POSITION, what="metrics database read failed")
+        with failures_as("metrics database read failed", path=str(self.path)):
+            self._load_rows(state)
+        return state
+
+    def _load_rows(self, state: State) -> None:
+        db = self._db
         for metric, labels, value in db.execute("SELECT metric, labels, value FROM series"):
             if metric in state.values:
                 number = Decimal(value) if METRICS[metric].exact else int(value)
@@ -102,25 +119,18 @@ class MetricsStore:
         for label, value in db.execute("SELECT label, value FROM label_values"):
             if label in CAPPED_LABELS:
                 state.admitted[label].add(value)
-        return state
 
     # -- save -----------------------------------------------------------------------
 
     def save(self, rows: SavedRows) -> None:
         """One transaction: a batch's changed rows and its last position."""
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with transaction(self._db, "metrics database write failed", position=rows.position) as db:
             db.executemany("INSERT OR REPLACE INTO series VALUES (?, ?, ?)", rows.series)
             db.executemany("INSERT OR REPLACE INTO histograms VALUES (?, ?, ?, ?)", rows.histograms)
             db.executemany("INSERT OR REPLACE INTO open_items VALUES (?, ?, ?)", rows.open_put)
             db.executemany("DELETE FROM open_items WHERE kind = ? AND key = ?", rows.open_del)
             db.executemany("INSERT OR IGNORE INTO label_values VALUES (?, ?)", rows.admitted)
-            db.execute("UPDATE meta SET value = ? WHERE key = 'position'", (str(rows.position),))
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
+            record_applied_position(db, _POSITION, rows.position)
 
 
 class SavedRows(msgspec.Struct, frozen=True):

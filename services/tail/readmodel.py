@@ -6,16 +6,18 @@ tail filters and pages on copied out of the body into indexed columns, and
 the same transaction, so after any stop or crash the tail resumes exactly
 after what it has: no position is skipped or stored twice.
 
-Durability is ``synchronous=NORMAL`` (WAL): a power loss may roll back the
+Durability is ``Durability.NORMAL`` (WAL): a power loss may roll back the
 last transactions, but never splits rows from the position stored with them,
 and whatever was rolled back is read again from the stream.
 
 ``ReadModel`` owns one writer connection (used from one thread, the apply
 thread) and a small pool of read-only connections, one per reader thread.
+SQLite's failures leave as ``InternalError`` (laneledger.store.sqlite).
 """
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -26,6 +28,16 @@ from typing import Any
 import msgspec
 
 from laneledger.contract.errors import EntityNotFound, InternalError
+from laneledger.store.sqlite import (
+    Durability,
+    applied_position,
+    failures_as,
+    fetch_all,
+    open_database,
+    open_readonly,
+    record_applied_position,
+    transaction,
+)
 
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -52,6 +64,9 @@ CREATE INDEX IF NOT EXISTS events_by_actor ON events (actor_id, position);
 CREATE INDEX IF NOT EXISTS events_by_type ON events (event_type, position);
 CREATE INDEX IF NOT EXISTS events_by_event_id ON events (event_id);
 """
+
+_APPLIED = "applied_position"  # the meta key of the last position stored
+_WHAT = "the tail's read model"
 
 COLUMNS = (
     "position, event_id, tenant, session_id, run_id, lane_id, seq, actor_id, subject_id, event_type, body"
@@ -121,17 +136,9 @@ class ReadModel:
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
-        try:
-            self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("PRAGMA synchronous = NORMAL")
-            self._db.execute("PRAGMA busy_timeout = 5000")
-            self._db.executescript(DDL)
-            found = self._db.execute("SELECT value FROM meta WHERE key = 'applied_position'").fetchone()
-        except sqlite3.Error as exc:
-            raise InternalError(f"cannot open the tail's read model: {exc}", path=str(path)) from exc
+        self._db = open_database(self.path, durability=Durability.NORMAL, ddl=DDL, what=_WHAT)
         # Authoritative: only the apply thread changes it, inside the transaction.
-        self.applied = found[0] if found else 0
+        self.applied = applied_position(self._db, _APPLIED, what=f"cannot open {_WHAT}")
 
     def close(self) -> None:
         with self._readers_lock:
@@ -151,46 +158,34 @@ class ReadModel:
         if not rows:
             return []
         if rows[0].position != self.applied + 1 or any(
-            b.position != a.position + 1 for a, b in zip(rows, rows[1:])
+            b.position != a.position + 1 for a, b in itertools.pairwise(rows)
         ):
             raise InternalError(
                 "a batch would leave a gap in the read model",
                 applied_position=self.applied,
                 first=rows[0].position,
             )
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.executemany(
-                    f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                    [
-                        (
-                            r.position,
-                            r.event_id,
-                            r.tenant,
-                            r.session_id,
-                            r.run_id,
-                            r.lane_id,
-                            r.seq,
-                            r.actor_id,
-                            r.subject_id,
-                            r.event_type,
-                            r.body,
-                        )
-                        for r in rows
-                    ],
-                )
-                self._db.execute(
-                    "INSERT INTO meta (key, value) VALUES ('applied_position', ?)"
-                    " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    (rows[-1].position,),
-                )
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as exc:
-            raise InternalError(f"read model write failed: {exc}") from exc
+        with transaction(self._db, "read model write failed") as db:
+            db.executemany(
+                f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                [
+                    (
+                        r.position,
+                        r.event_id,
+                        r.tenant,
+                        r.session_id,
+                        r.run_id,
+                        r.lane_id,
+                        r.seq,
+                        r.actor_id,
+                        r.subject_id,
+                        r.event_type,
+                        r.body,
+                    )
+                    for r in rows
+                ],
+            )
+            record_applied_position(db, _APPLIED, rows[-1].position)
         self.applied = rows[-1].position
         return rows
 
@@ -199,33 +194,32 @@ class ReadModel:
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            try:
-                conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
-                conn.execute("PRAGMA query_only = ON")
-            except sqlite3.Error as exc:
-                raise InternalError(f"cannot open the tail's read model: {exc}") from exc
+            conn = open_readonly(self.path, what=_WHAT)
             self._local.conn = conn
             with self._readers_lock:
                 self._readers.append(conn)
         return conn
 
-    def query(self, sql: str, params: tuple | list = ()) -> list[tuple]:
-        try:
-            return self._conn().execute(sql, tuple(params)).fetchall()
-        except sqlite3.Error as exc:
-            raise InternalError(f"read model read failed: {exc}") from exc
+    def query(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[tuple[Any, ...]]:
+        return fetch_all(self._conn(), sql, params, what="read model read failed")
 
     def scan(
-        self, sql: str, params: tuple | list, *, max_rows: int, max_bytes: int, body_column: int
-    ) -> tuple[list[tuple], bool]:
+        self,
+        sql: str,
+        params: tuple[Any, ...] | list[Any],
+        *,
+        max_rows: int,
+        max_bytes: int,
+        body_column: int,
+    ) -> tuple[list[tuple[Any, ...]], bool]:
         """Rows of ``sql`` up to ``max_rows``, or until their bodies reach
         ``max_bytes`` (at least one row), so a page's memory is bounded even
         when events are large; and whether more rows follow. The cursor is not
         read past the page (and one row to tell whether there are more)."""
-        out: list[tuple] = []
+        out: list[tuple[Any, ...]] = []
         size = 0
         more = False
-        try:
+        with failures_as("read model read failed"):
             cursor = self._conn().execute(sql, tuple(params))
             try:
                 for row in cursor:
@@ -236,13 +230,11 @@ class ReadModel:
                     size += len(row[body_column])
             finally:
                 cursor.close()
-        except sqlite3.Error as exc:
-            raise InternalError(f"read model read failed: {exc}") from exc
         return out, more
 
     def iterate(
-        self, sql: str, params: tuple | list, key_index: int = 0, page: int = 2000
-    ) -> Iterator[tuple]:
+        self, sql: str, params: tuple[Any, ...] | list[Any], key_index: int = 0, page: int = 2000
+    ) -> Iterator[tuple[Any, ...]]:
         """All rows of ``sql`` in pages (keyset pagination): ``sql`` ends with
         ``AND <key> > ? ORDER BY <key> LIMIT ?`` and takes ``params`` + (key, page)."""
         key: Any = -(2**63)

@@ -12,7 +12,6 @@ with ``rewind_of`` = the seq_id rewound to.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -21,7 +20,7 @@ import msgspec
 
 from laneledger.compat.korg import KORG_LEDGER_V1, check_value, korg_canonical
 from laneledger.contract.chain import GENESIS_HASH, link
-from laneledger.contract.errors import InternalError, NotCanonicalizable
+from laneledger.contract.errors import NotCanonicalizable
 from laneledger.contract.model import SessionView, decoder, encode
 from laneledger.history.causality import (
     INFERENCE,
@@ -36,6 +35,7 @@ from laneledger.history.causality import (
 from laneledger.history.rewind import Invalidation
 from laneledger.store.reader import LedgerReader
 from laneledger.store.schema import open_ledger
+from laneledger.store.sqlite import fetch_all
 
 SCHEMA_VERSION = "1.0"
 
@@ -77,11 +77,12 @@ def korg_record(
         )
     elif node.role == REWIND:
         gone = Invalidation([payload])
+        target_seq = seq_of.get(payload.get("target_position", 0))  # positions start at 1: 0 is none
         record.update(
             source_agent=source_agent,
             tool_name="rewind",
             args={
-                "target_seq_id": seq_of.get(payload.get("target_position")),
+                "target_seq_id": target_seq,
                 "invalidated_seq_ids": [seq_of[p] for p in session_positions if p in gone],
                 **({"reason": payload["reason"]} if "reason" in payload else {}),
             },
@@ -89,7 +90,7 @@ def korg_record(
             success=True,
             duration_ms=0,
             payload_refs=[],
-            rewind_of=seq_of.get(payload.get("target_position")),
+            rewind_of=target_seq,
         )
     else:
         tool = {PROMPT: "user_prompt", INFERENCE: "llm_inference", TOOL: node.name}.get(
@@ -152,12 +153,12 @@ def export_session_from_db(
         keys: dict[str, str] = {}
         for start in range(0, len(actor_ids), 500):
             chunk = actor_ids[start : start + 500]
-            try:
-                rows = conn.execute(
-                    f"SELECT id, key FROM actors WHERE id IN ({','.join('?' * len(chunk))})", chunk
-                ).fetchall()
-            except sqlite3.Error as exc:
-                raise InternalError(f"ledger read failed: {exc}") from exc
+            rows = fetch_all(
+                conn,
+                f"SELECT id, key FROM actors WHERE id IN ({','.join('?' * len(chunk))})",
+                chunk,
+                what="ledger read failed",
+            )
             keys.update(rows)
     finally:
         conn.close()

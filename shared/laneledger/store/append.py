@@ -71,7 +71,7 @@ def prepare_append(
             check_signature(raw, key)
             if event.signature is not UNSET and (key := actor_keys.get(event.actor_id))
             else None
-            for event, raw in zip(request.events, sent)
+            for event, raw in zip(request.events, sent, strict=True)
         )
     admitted = admits_fast(sent)
     return PreparedAppend(

@@ -9,11 +9,12 @@ as the view type (``LanePage``, ``RunView``…) yields ``CommittedEvent``s.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, ClassVar
 
 import msgspec
 
-from laneledger.contract.errors import EntityNotFound, InternalError
+from laneledger.contract.errors import EntityNotFound
 from laneledger.contract.model import (
     Action,
     AppendCommitted,
@@ -27,27 +28,39 @@ from laneledger.contract.model import (
     Turn,
     decoder,
 )
+from laneledger.store.sqlite import fetch_all
+
+_FIRST_PAGE = StructureCursor()  # a cursor before every row
+# The structure tables stored as one encoded object a row, in page order.
+_STRUCTURE_KINDS: dict[str, type[Turn | Action | Attempt]] = {
+    "turns": Turn,
+    "actions": Action,
+    "attempts": Attempt,
+}
 
 
 def lane_from_row(body: str, last_seq: int, head_hash: str) -> Lane:
-    lane = decoder(Lane).decode(body)
+    lane: Lane = decoder(Lane).decode(body)
     return msgspec.structs.replace(lane, last_seq=last_seq, head_hash=head_hash)
 
 
 class LedgerReader:
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, *, before_read: Callable[[], None] | None = None) -> None:
+        """``before_read``: called before every query; the writer's own reader
+        passes one that refuses while a staged batch holds the connection."""
         self._db = conn
+        self._before_read = before_read
 
-    def _rows(self, sql: str, params: Iterable = ()) -> list[tuple]:
-        try:
-            return self._db.execute(sql, tuple(params)).fetchall()
-        except sqlite3.Error as exc:
-            raise InternalError(f"ledger read failed: {exc}") from exc
+    def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        if self._before_read is not None:
+            self._before_read()
+        return fetch_all(self._db, sql, params, what="ledger read failed")
 
     # -- single objects ----------------------------------------------------------
 
     def last_position(self) -> int:
-        return self._rows("SELECT coalesce(max(position), 0) FROM events")[0][0]
+        position: int = self._rows("SELECT coalesce(max(position), 0) FROM events")[0][0]
+        return position
 
     def get_lane(self, lane_id: str) -> Lane:
         rows = self._rows("SELECT body, last_seq, head_hash FROM lanes WHERE id = ?", (lane_id,))
@@ -55,7 +68,7 @@ class LedgerReader:
             raise EntityNotFound("no such lane", kind="lane", id=lane_id)
         return lane_from_row(*rows[0])
 
-    _OWNER = {  # the tenant of what a command names (``tenant_of``)
+    _OWNER: ClassVar[dict[str, str]] = {  # the tenant of what a command names (``tenant_of``)
         "actor": "SELECT tenant FROM actors WHERE id = ?",
         "session": "SELECT tenant FROM sessions WHERE id = ?",
         "lane": "SELECT tenant FROM lanes WHERE id = ?",
@@ -74,7 +87,8 @@ class LedgerReader:
         rows = self._rows("SELECT body FROM receipts WHERE append_id = ?", (append_id,))
         if not rows:
             raise EntityNotFound("no committed append with this id", kind="receipt", id=append_id)
-        return decoder(AppendCommitted).decode(rows[0][0])
+        receipt: AppendCommitted = decoder(AppendCommitted).decode(rows[0][0])
+        return receipt
 
     # -- event streams -------------------------------------------------------------
 
@@ -132,7 +146,7 @@ class LedgerReader:
         self,
         session_id: str,
         run_id: str | None = None,
-        after: StructureCursor = StructureCursor(),
+        after: StructureCursor = _FIRST_PAGE,
         limit: int = 1000,
         max_bytes: int = 512 * 1024,
     ) -> StructurePage:
@@ -143,13 +157,14 @@ class LedgerReader:
         found = self._rows("SELECT tenant FROM sessions WHERE id = ?", (session_id,))
         if not found:
             raise EntityNotFound("no such session", kind="session", id=session_id)
-        scope, params = "session_id = ?", (session_id,)
+        scope: str = "session_id = ?"
+        params: tuple[str, ...] = (session_id,)
         if run_id is not None:
             scope, params = "session_id = ? AND run_id = ?", (session_id, run_id)
             if not self._rows(f"SELECT 1 FROM lanes WHERE {scope} LIMIT 1", params):
                 raise EntityNotFound("no such run", kind="run", id=run_id, session_id=session_id)
         budget, more = max_bytes, False
-        page: dict[str, list] = {}
+        page: dict[str, list[Any]] = {}
         cursor: dict[str, int] = {}
         lane_ids = f"SELECT id FROM lanes WHERE {scope}"
         for table, columns, where in (
@@ -163,7 +178,7 @@ class LedgerReader:
                 f"SELECT rowid, {columns} FROM {table} WHERE {where} AND rowid > ? ORDER BY rowid LIMIT ?",
                 (*params, last, limit + 1),
             )
-            kept = []
+            kept: list[tuple[Any, ...]] = []
             for row in rows[:limit]:
                 size = len(row[1]) + 100  # the head columns and the list's separators
                 if size > budget and (kept or any(page.values())):
@@ -175,8 +190,7 @@ class LedgerReader:
             if table == "lanes":
                 page[table] = [lane_from_row(*row[1:]) for row in kept]
             else:
-                kind = {"turns": Turn, "actions": Action, "attempts": Attempt}[table]
-                page[table] = [decoder(kind).decode(row[1]) for row in kept]
+                page[table] = [decoder(_STRUCTURE_KINDS[table]).decode(row[1]) for row in kept]
         return StructurePage(
             session_id=session_id,
             tenant=found[0][0],
@@ -186,17 +200,18 @@ class LedgerReader:
             has_more=more,
         )
 
-    def _lanes(self, where: str, params: tuple) -> list[Lane]:
+    def _lanes(self, where: str, params: tuple[str, ...]) -> list[Lane]:
         rows = self._rows(f"SELECT body, last_seq, head_hash FROM lanes WHERE {where} ORDER BY rowid", params)
         return [lane_from_row(*row) for row in rows]
 
-    def _events(self, where: str, params: tuple) -> list:
+    def _events(self, where: str, params: tuple[str, ...]) -> list[Any]:
+        """Stored bodies as ``msgspec.Raw``, standing in for ``CommittedEvent``s
+        (see the module docstring)."""
         rows = self._rows(f"SELECT body FROM events WHERE {where} ORDER BY position", params)
         return [msgspec.Raw(body) for (body,) in rows]
 
-    def _structure(self, lane_ids: list[str]) -> dict[str, list]:
+    def _structure(self, lane_ids: list[str]) -> dict[str, list[Any]]:
         marks = ",".join("?" * len(lane_ids))
-        kinds = {"turns": Turn, "actions": Action, "attempts": Attempt}
         return {
             table: [
                 decoder(kind).decode(body)
@@ -205,5 +220,5 @@ class LedgerReader:
                     lane_ids,
                 )
             ]
-            for table, kind in kinds.items()
+            for table, kind in _STRUCTURE_KINDS.items()
         }

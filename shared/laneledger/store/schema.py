@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from laneledger.contract.errors import InternalError
+from laneledger.store.sqlite import Durability, check_schema_version, open_database, open_readonly
 
 SCHEMA_VERSION = 1
 
@@ -88,38 +88,16 @@ CREATE TABLE IF NOT EXISTS receipts (
 def open_ledger(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:
     """Open (and for the writer, create) a ledger database.
 
-    The writer uses WAL with synchronous=FULL: a commit is on disk before any
-    receipt or ack leaves, so kill -9 or power loss never un-commits an event.
-    Readers open read-only and never block the writer.
+    The writer's connection is ``Durability.FULL``: a commit is on disk before
+    any receipt or ack leaves, so kill -9 or power loss never un-commits an
+    event. Readers open read-only and never block the writer.
     """
+    if readonly:
+        return open_readonly(path, what="ledger database")
+    conn = open_database(path, durability=Durability.FULL, ddl=DDL, what="ledger database")
     try:
-        if readonly:
-            conn = sqlite3.connect(
-                f"file:{Path(path)}?mode=ro",
-                uri=True,
-                isolation_level=None,
-                check_same_thread=False,
-            )
-            conn.execute("PRAGMA query_only = ON")
-            return conn
-        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = FULL")
-        conn.execute("PRAGMA busy_timeout = 5000")
-        conn.executescript(DDL)
-        found = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        if found is None:
-            conn.execute(
-                "INSERT INTO meta (key, value) VALUES ('schema_version', ?)",
-                (str(SCHEMA_VERSION),),
-            )
-        elif int(found[0]) != SCHEMA_VERSION:
-            raise InternalError(
-                "ledger database has another schema version",
-                path=str(path),
-                found=int(found[0]),
-                expected=SCHEMA_VERSION,
-            )
-        return conn
-    except sqlite3.Error as exc:
-        raise InternalError(f"cannot open ledger database: {exc}", path=str(path)) from exc
+        check_schema_version(conn, SCHEMA_VERSION, what="ledger database", path=path)
+    except BaseException:
+        conn.close()
+        raise
+    return conn

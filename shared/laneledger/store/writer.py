@@ -2,9 +2,16 @@
 algorithm of spec/object-model.md, steps 1–6.
 
 ``LedgerWriter`` is synchronous and not thread-safe on purpose: the sequencer
-runs it in one dedicated thread, so a whole pulled batch is one unit of work
-in one SQLite transaction, and the in-memory caches (lane heads, actor
-tenants) are authoritative because nothing else writes the file.
+gives it one user at a time (services/sequencer/writerthread.py), so a whole
+pulled batch is one unit of work in one SQLite transaction, and the in-memory
+caches (lane heads, actor tenants) are authoritative because nothing else
+writes the file.
+
+A batch may be split at its ``COMMIT`` (``stage_batch``, then
+``commit_staged``, maybe on another thread). While a staged batch's
+transaction is open the writer and its reader refuse every other use of the
+connection (``RuntimeError``): anything else would read, or commit, the
+batch's uncommitted rows.
 """
 
 from __future__ import annotations
@@ -27,7 +34,6 @@ from laneledger.contract.errors import (
     EntityConflict,
     EntityNotFound,
     IdempotencyViolation,
-    InternalError,
     InvalidPayload,
     InvalidRequest,
     InvalidSignature,
@@ -53,6 +59,7 @@ from laneledger.contract.model import (
     ForkOrigin,
     ForkPoint,
     Lane,
+    ProposedEvent,
     Receipt,
     Turn,
     decoder,
@@ -71,6 +78,7 @@ from laneledger.contract.vocabulary import (
 from laneledger.history.causality import REWOUND
 from laneledger.store.append import PreparedAppend
 from laneledger.store.reader import LedgerReader, lane_from_row
+from laneledger.store.sqlite import begin, commit, failures_as, fetch_all, roll_back, transaction
 
 # In the canonical bytes of a committed event, "entry_hash" is immediately
 # followed by "event_type" (no allowed top-level key sorts between them), and a
@@ -141,7 +149,9 @@ class BatchResult:
 
 @dataclass(frozen=True, slots=True)
 class StagedBatch:
-    """A batch written in an open transaction (``LedgerWriter.stage_batch``)."""
+    """A batch written in an open transaction (``LedgerWriter.stage_batch``):
+    only ``commit_staged`` (or ``roll_back_staged``) of the writer that
+    staged it ends it, and nothing else may use that writer until then."""
 
     receipts: list[Receipt]
     state: _Batch
@@ -168,8 +178,8 @@ class _Batch:
     receipts: dict[str, AppendCommitted] = field(default_factory=dict)
     events: dict[str, tuple[str, int]] = field(default_factory=dict)  # id -> (session, position)
     heads: dict[str, tuple[int, str]] = field(default_factory=dict)  # lane -> (seq, hash)
-    event_rows: list[tuple] = field(default_factory=list)
-    receipt_rows: list[tuple] = field(default_factory=list)
+    event_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    receipt_rows: list[tuple[str, str, str, bytes]] = field(default_factory=list)
     committed: list[CommittedRecord] = field(default_factory=list)
 
 
@@ -184,7 +194,10 @@ class LedgerWriter:
         self._db = conn
         self._clock = clock
         self._key = hmac_key
-        self.reader = LedgerReader(conn)
+        # The batch whose transaction is open, between stage_batch and
+        # commit_staged: while set, every other use of the connection raises.
+        self._staged: StagedBatch | None = None
+        self.reader = LedgerReader(conn, before_read=self._refuse_if_staged)
         self._lanes: dict[str, LaneHead] = {}
         self._actor_tenants: dict[str, str] = {}
         # Actors registered with a public key. Keys never change, so the
@@ -206,10 +219,11 @@ class LedgerWriter:
     def stage_batch(self, batch: list[PreparedAppend]) -> StagedBatch:
         """``apply_batch`` up to its ``COMMIT``: every request applied and the
         rows written in an open transaction. Until ``commit_staged`` ends it,
-        nothing else may use the connection (it would read, or commit, the
-        batch's uncommitted rows). The split lets the sequencer run the CPU
-        work on its event loop and only the durable commit (the fsync) on
-        another thread."""
+        any other use of this writer or its reader raises ``RuntimeError``
+        (it would read, or commit, the batch's uncommitted rows). The split
+        lets the sequencer run the CPU work on its event loop and only the
+        durable commit (the fsync) on another thread."""
+        self._refuse_if_staged()
         committed_at = self._clock()
         stored = self._stored_receipts({a.request.append_id for a in batch})
         known = self._known_events(
@@ -233,18 +247,46 @@ class LedgerWriter:
             receipts.append(receipt)
         if state.event_rows:
             self._write(state, position)
-        return StagedBatch(receipts, state, position)
+        self._staged = StagedBatch(receipts, state, position)
+        return self._staged
 
     def commit_staged(self, staged: StagedBatch) -> BatchResult:
-        """Commit what ``stage_batch`` wrote, then advance the heads it moved."""
+        """Commit what ``stage_batch`` wrote, then advance the heads it moved.
+        Raises ``InternalError`` when SQLite fails; then nothing of the batch
+        is written. Either way the connection is free again."""
+        self._check_staged(staged)
         state = staged.state
-        if state.event_rows:
-            self._end(staged.position)
+        try:
+            if state.event_rows:
+                self._end(staged.position)
+        finally:
+            self._staged = None
         self.last_position = staged.position
         for lane_id, (seq, head) in state.heads.items():
             lane = self._lanes[lane_id]
             lane.last_seq, lane.head_hash = seq, head
         return BatchResult(staged.receipts, state.committed)
+
+    def roll_back_staged(self, staged: StagedBatch) -> None:
+        """Undo what ``stage_batch`` wrote, when it cannot go on to its
+        commit: nothing of the batch stays, no head moves."""
+        self._check_staged(staged)
+        self._staged = None
+        with failures_as("ledger rollback failed", position=staged.position):
+            roll_back(self._db)
+
+    def _check_staged(self, staged: StagedBatch) -> None:
+        if staged is not self._staged:
+            raise RuntimeError(
+                "this batch is not the one staged on this writer (ended already, or staged elsewhere)"
+            )
+
+    def _refuse_if_staged(self) -> None:
+        if self._staged is not None:
+            raise RuntimeError(
+                "a staged batch holds the ledger connection in an open transaction;"
+                " nothing may use it before commit_staged ends that"
+            )
 
     def _apply_one(
         self,
@@ -298,7 +340,7 @@ class LedgerWriter:
         # 6. commit (staged into the batch transaction)
         event_ids, positions, hashes = [], [], []
         rows, records = [], []
-        for raw, event in zip(append.sent, request.events):
+        for raw, event in zip(append.sent, request.events, strict=True):
             if event.event_type == REWOUND:  # nothing is staged yet: refusing here is clean
                 self._check_rewind(event, lane, state, position + 1)
             position += 1
@@ -362,13 +404,13 @@ class LedgerWriter:
         state.receipt_rows.append((request.append_id, lane.id, append.digest, encode(receipt)))
         state.receipts[request.append_id] = receipt
         state.heads[lane.id] = (last_seq, head_hash)
-        for event_id, pos in zip(event_ids, positions):
+        for event_id, pos in zip(event_ids, positions, strict=True):
             state.events[event_id] = (lane.session_id, pos)
         return receipt, position
 
     def _check_event(
         self,
-        event,
+        event: ProposedEvent,
         index: int,
         lane: LaneHead,
         state: _Batch,
@@ -458,7 +500,9 @@ class LedgerWriter:
         key = self.actor_keys.get(event.actor_id)
         if key is None and event.signature is UNSET:
             return
-        where = dict(event_id=event.id, actor_id=event.actor_id, path=f"$.events[{index}].signature")
+        where: dict[str, Any] = dict(
+            event_id=event.id, actor_id=event.actor_id, path=f"$.events[{index}].signature"
+        )
         if key is None:
             raise InvalidSignature(
                 "signed by an actor registered without a public key", reason="unregistered_key", **where
@@ -477,7 +521,7 @@ class LedgerWriter:
                 "the signature does not verify under the actor's key", reason="forged", **where
             )
 
-    def _check_rewind(self, event, lane: LaneHead, state: _Batch, position: int) -> None:
+    def _check_rewind(self, event: ProposedEvent, lane: LaneHead, state: _Batch, position: int) -> None:
         """A ``session.rewound`` event (its shape is checked already) must name
         an event of its own session at the position it says, and cover only
         positions before its own: a rewind cannot reach future events."""
@@ -510,8 +554,8 @@ class LedgerWriter:
 
     def _write(self, state: _Batch, position: int) -> None:
         db = self._db
-        try:
-            db.execute("BEGIN IMMEDIATE")
+        with failures_as("ledger commit failed", roll_back=db, position=position):
+            begin(db)
             db.executemany(
                 "INSERT INTO events (position, id, lane_id, seq, tenant, session_id, run_id,"
                 " event_type, append_id, body) VALUES (?,?,?,?,?,?,?,?,?,?)",
@@ -525,33 +569,21 @@ class LedgerWriter:
                 "UPDATE lanes SET last_seq = ?, head_hash = ? WHERE id = ?",
                 [(seq, head, lane_id) for lane_id, (seq, head) in state.heads.items()],
             )
-        except sqlite3.Error as exc:
-            self._roll_back()
-            raise InternalError(f"ledger commit failed: {exc}", position=position) from exc
 
     def _end(self, position: int) -> None:
-        try:
-            self._db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._roll_back()
-            raise InternalError(f"ledger commit failed: {exc}", position=position) from exc
-
-    def _roll_back(self) -> None:
-        if self._db.in_transaction:
-            self._db.rollback()
+        with failures_as("ledger commit failed", roll_back=self._db, position=position):
+            commit(self._db)
 
     # ---------------------------------------------------------------- lookups
 
-    def _in(self, sql: str, keys: set[str]) -> list[tuple]:
+    def _in(self, sql: str, keys: set[str]) -> list[tuple[Any, ...]]:
         """Run ``sql`` (with one ``{marks}`` placeholder) over ``keys`` in chunks."""
+        self._refuse_if_staged()
         keys_list, rows = list(keys), []
         for start in range(0, len(keys_list), 500):
             chunk = keys_list[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            try:
-                rows.extend(self._db.execute(sql.format(marks=marks), chunk).fetchall())
-            except sqlite3.Error as exc:
-                raise InternalError(f"ledger read failed: {exc}") from exc
+            rows.extend(fetch_all(self._db, sql.format(marks=marks), chunk, what="ledger read failed"))
         return rows
 
     def _stored_receipts(self, append_ids: set[str]) -> dict[str, AppendCommitted]:
@@ -573,9 +605,7 @@ class LedgerWriter:
 
     def _load_actors(self, ids: set[str]) -> None:
         missing = ids - self._actor_tenants.keys()
-        for actor_id, tenant, body in self._in(
-            "SELECT id, tenant, body FROM actors WHERE id IN ({marks})", missing
-        ):
+        for (body,) in self._in("SELECT body FROM actors WHERE id IN ({marks})", missing):
             self._remember_actor(decoder(Actor).decode(body))
 
     def _remember_actor(self, actor: Actor) -> None:
@@ -594,7 +624,7 @@ class LedgerWriter:
     def ensure_actor(self, cmd: EnsureActor) -> Actor:
         rows = self._rows("SELECT body FROM actors WHERE tenant = ? AND key = ?", (cmd.tenant, cmd.key))
         if rows:
-            actor = decoder(Actor).decode(rows[0][0])
+            actor: Actor = decoder(Actor).decode(rows[0][0])
             self._same_or_conflict(
                 "actor", cmd.key, actor, cmd, ("kind", "display_name", "attributes", "public_key")
             )
@@ -752,7 +782,7 @@ class LedgerWriter:
             "SELECT body FROM turns WHERE lane_id = ? AND turn_no = ?", (cmd.lane_id, cmd.turn_no)
         )
         if rows:
-            turn = decoder(Turn).decode(rows[0][0])
+            turn: Turn = decoder(Turn).decode(rows[0][0])
             self._same_or_conflict("turn", turn.id, turn, cmd, ("id",) if cmd.id else ())
             return turn
         self._unused_id("turns", "turn", cmd.id)
@@ -776,7 +806,7 @@ class LedgerWriter:
         if cmd.id is not None:
             rows = self._rows("SELECT body FROM actions WHERE id = ?", (cmd.id,))
             if rows:
-                action = decoder(Action).decode(rows[0][0])
+                action: Action = decoder(Action).decode(rows[0][0])
                 fields = (
                     "lane_id",
                     "turn_id",
@@ -812,7 +842,7 @@ class LedgerWriter:
             (cmd.action_id, cmd.attempt_no),
         )
         if rows:
-            attempt = decoder(Attempt).decode(rows[0][0])
+            attempt: Attempt = decoder(Attempt).decode(rows[0][0])
             self._same_or_conflict("attempt", attempt.id, attempt, cmd, ("id",) if cmd.id else ())
             return attempt
         self._unused_id("attempts", "attempt", cmd.id)
@@ -861,23 +891,15 @@ class LedgerWriter:
         if entity_id is not None and self._rows(f"SELECT 1 FROM {table} WHERE id = ?", (entity_id,)):
             raise EntityConflict(f"{kind} id already names another {kind}", kind=kind, id=entity_id)
 
-    def _rows(self, sql: str, params: tuple) -> list[tuple]:
-        try:
-            return self._db.execute(sql, params).fetchall()
-        except sqlite3.Error as exc:
-            raise InternalError(f"ledger read failed: {exc}") from exc
+    def _rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        self._refuse_if_staged()
+        return fetch_all(self._db, sql, params, what="ledger read failed")
 
-    def _insert(self, sql: str, params: tuple) -> None:
+    def _insert(self, sql: str, params: tuple[Any, ...]) -> None:
         self._insert_many([(sql, params)])
 
-    def _insert_many(self, statements: list[tuple[str, tuple]]) -> None:
-        db = self._db
-        try:
-            db.execute("BEGIN IMMEDIATE")
+    def _insert_many(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+        self._refuse_if_staged()
+        with transaction(self._db, "ledger write failed") as db:
             for sql, params in statements:
                 db.execute(sql, params)
-            db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if db.in_transaction:
-                db.rollback()
-            raise InternalError(f"ledger write failed: {exc}") from exc
