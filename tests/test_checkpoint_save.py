@@ -4,7 +4,6 @@ real nats-server: revisions, idempotency, reads, inline limits."""
 from __future__ import annotations
 
 import pytest
-from checkpoint_support import checkpoint_service, checkpoints  # noqa: F401
 
 from laneledger.contract import errors
 from laneledger.contract.ids import new_id
@@ -143,24 +142,3 @@ def test_content_digest_covers_everything_sent():
         ),
     ):
         assert content_digest(other) != content_digest(base)
-
-
-def test_checkpoint_errors_round_trip_as_their_subclass_and_keep_the_parent_code():
-    import msgspec
-
-    from laneledger.contract.model import ErrorBody
-    from laneledger.sdk.checkpoints import CHECKPOINT_ERRORS, checkpoint_error
-
-    assert len(CHECKPOINT_ERRORS) == 5
-    for (code, reason), cls in CHECKPOINT_ERRORS.items():
-        err = cls("refused", kind="x", reason=reason)
-        assert err.code == code and code in ("entity_conflict", "entity_not_found")
-        assert not err.retryable
-        body = msgspec.json.decode(msgspec.json.encode(err.to_wire()), type=ErrorBody)
-        back = checkpoint_error(body)
-        assert type(back) is cls and back.details == {"kind": "x", "reason": reason}
-        assert isinstance(back, errors.ERRORS_BY_CODE[code])
-    # Without a known reason the plain class of the code comes back.
-    plain = checkpoint_error(ErrorBody(code="entity_conflict", message="m", details={"kind": "lane"}))
-    assert type(plain) is errors.EntityConflict
-    assert type(checkpoint_error(ErrorBody(code="timeout", message="m"))) is errors.LedgerTimeout

@@ -1,5 +1,6 @@
 """The error tree: unique stable codes, a lossless wire round trip, unknown
-codes kept, and spec/errors.md listing exactly the codes that exist."""
+codes kept, the checkpoint refusals picked by reason, and spec/errors.md
+listing exactly the codes that exist and the HTTP status of each."""
 
 from __future__ import annotations
 
@@ -11,15 +12,16 @@ import msgspec
 import pytest
 
 from laneledger.contract import errors as e
-from laneledger.contract.errors import ERRORS_BY_CODE, LedgerError, error_from_wire
+from laneledger.contract.errors import ERRORS_BY_CODE, ERRORS_BY_REASON, LedgerError, error_from_wire
 from laneledger.contract.model import AppendRejected, ErrorBody, Receipt, Reply, ReplyError
+from laneledger.runtime.httpjson import error_response
 
 ROOT = Path(__file__).resolve().parent.parent
 ERRORS_MD = (ROOT / "spec" / "errors.md").read_text()
 
 # Every exception class errors.py defines (not subclasses other modules add,
 # such as natsserver's NatsServerError, which shares its parent's code).
-CLASSES = sorted(
+DEFINED = sorted(
     (
         cls
         for _, cls in inspect.getmembers(e, inspect.isclass)
@@ -27,6 +29,10 @@ CLASSES = sorted(
     ),
     key=lambda cls: cls.__name__,
 )
+# The classes of the wire codes, and the checkpoint refusals that share
+# their parent's code (told apart by details["reason"]).
+CLASSES = [cls for cls in DEFINED if "reason" not in vars(cls)]
+BY_REASON = [cls for cls in DEFINED if "reason" in vars(cls)]
 
 RETRYABLE = {"transport_error", "timeout", "unavailable", "internal"}
 
@@ -34,6 +40,14 @@ RETRYABLE = {"transport_error", "timeout", "unavailable", "internal"}
 def test_the_tree_has_the_classes_the_contract_names() -> None:
     assert len(CLASSES) == 27
     assert set(CLASSES) == set(ERRORS_BY_CODE.values())
+    assert {cls.__name__ for cls in BY_REASON} == {
+        "RevisionConflict",
+        "AnchorNotCommitted",
+        "AnchorMismatch",
+        "ArtifactMissing",
+        "ArtifactMismatch",
+    }
+    assert set(BY_REASON) == set(ERRORS_BY_REASON.values())
 
 
 def test_every_class_has_its_own_code() -> None:
@@ -88,6 +102,8 @@ def test_the_docstring_tree_names_every_class_and_code() -> None:
         assert cls.__name__ in doc
         if cls not in (LedgerError, e.RequestError, e.StoreError, e.TransportError):
             assert re.search(rf"\b{cls.__name__}\s+{cls.code}\b", doc), cls
+    for cls in BY_REASON:
+        assert re.search(rf"\b{cls.__name__}\s+{vars(cls)['reason']}\b", doc), cls
 
 
 DETAILS = {
@@ -159,6 +175,28 @@ def test_a_known_code_takes_retryable_from_its_class() -> None:
     assert error_from_wire("timeout", "m", None, False).retryable is True
 
 
+@pytest.mark.parametrize("cls", BY_REASON, ids=lambda c: c.__name__)
+def test_a_checkpoint_refusal_comes_back_as_its_subclass_with_the_parent_code(cls: type[LedgerError]) -> None:
+    reason = vars(cls)["reason"]
+    err = cls("refused", kind="x", reason=reason)
+    assert err.code in ("entity_conflict", "entity_not_found") and "code" not in vars(cls)
+    assert not err.retryable
+    assert err.http_status == ERRORS_BY_CODE[err.code].http_status
+    assert ERRORS_BY_REASON[(err.code, reason)] is cls
+    body = msgspec.json.decode(msgspec.json.encode(err.to_wire()), type=ErrorBody)
+    back = error_from_wire(body.code, body.message, body.details, body.retryable)
+    assert type(back) is cls and back.details == {"kind": "x", "reason": reason}
+    assert isinstance(back, ERRORS_BY_CODE[err.code])  # `except EntityConflict` still catches it
+    # The reason alone picks nothing: under another code it is that code's class.
+    assert type(error_from_wire("lane_conflict", "m", {"reason": reason})) is e.LaneConflict
+
+
+def test_without_a_known_reason_the_class_of_the_code_comes_back() -> None:
+    for details in ({"kind": "lane"}, {"reason": "no_such_reason"}, {"reason": ["revision_conflict"]}):
+        assert type(error_from_wire("entity_conflict", "m", details)) is e.EntityConflict
+    assert type(error_from_wire("entity_not_found", "m")) is e.EntityNotFound
+
+
 def test_receipt_and_reply_carry_the_body() -> None:
     err = e.LaneConflict("head moved", lane_id="l", expected_last_seq=1, actual_last_seq=2)
     receipt = msgspec.json.decode(
@@ -226,15 +264,17 @@ def _doc_http_statuses() -> dict[str, int]:
     }
 
 
-def test_every_http_service_answers_each_code_with_the_documented_status() -> None:
-    # The tail and the checkpoint service each map codes to statuses; both
-    # must follow the one table, including codes a service rarely raises.
-    from laneledger.services.checkpoint.http import http_status
-    from laneledger.services.tail.api import status_of
-
+def test_every_code_has_the_documented_http_status() -> None:
+    # One home: the class's http_status, which both HTTP services answer
+    # with (laneledger.runtime.httpjson), including codes they rarely raise.
     documented = _doc_http_statuses()
+    assert set(documented) == set(ERRORS_BY_CODE) - {"ledger_error"}
     for code, cls in ERRORS_BY_CODE.items():
         expected = documented.get(code, 500)  # the root, like an unknown code, is a 500
-        err = cls("x")
-        assert (status_of(err), http_status(err)) == (expected, expected), code
-    assert status_of(LedgerError("x")) == http_status(error_from_wire("brand_new", "x")) == 500
+        assert cls.http_status == expected, code
+        response = error_response(cls("x"))
+        assert response.status == expected, code
+        assert msgspec.json.decode(response.body)["error"]["code"] == code
+        assert ("WWW-Authenticate" in response.headers) is (code == "unauthorized"), code
+    assert error_response(error_from_wire("brand_new", "x")).status == 500
+    assert error_response(e.Unauthorized("x")).headers["WWW-Authenticate"] == 'Bearer realm="laneledger"'

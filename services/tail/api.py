@@ -1,110 +1,19 @@
-"""HTTP conventions every tail route keeps: typed JSON error bodies and strict
-query parameters.
+"""Strict query parameters, which every tail route keeps (its JSON answers and
+typed error bodies: ``laneledger.runtime.httpjson``).
 
-Every error is ``{"error": {"code", "message", "retryable", "details"}}`` with
-the status ``spec/errors.md`` maps its code to. Query parameters are checked
-against the route's list: an unknown, repeated or malformed one is a 400
-``invalid_request`` whose ``details.parameter`` names it.
+Query parameters are checked against the route's list: an unknown, repeated
+or malformed one is a 400 ``invalid_request`` whose ``details.parameter``
+names it.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import overload
 
-import msgspec
 from aiohttp import web
 
-from laneledger.contract.errors import (
-    BlobMissing,
-    CausationViolation,
-    EntityNotFound,
-    InternalError,
-    InvalidPayload,
-    InvalidRequest,
-    InvalidSignature,
-    LedgerError,
-    LedgerTimeout,
-    RequestError,
-    RequestTooLarge,
-    SignatureRequired,
-    StoreError,
-    SubjectMismatch,
-    TenantMismatch,
-    TransportError,
-    Unauthorized,
-    UnknownEventType,
-)
+from laneledger.contract.errors import InvalidRequest
 from laneledger.runtime.access import ACCESS_TOKEN_PARAMETER
-
-log = logging.getLogger("laneledger.tail")
-
-# spec/errors.md, "HTTP status": most specific class first.
-_STATUS: tuple[tuple[tuple[type[LedgerError], ...], int], ...] = (
-    ((Unauthorized,), 401),
-    ((RequestTooLarge,), 413),
-    ((UnknownEventType, InvalidPayload, SubjectMismatch, CausationViolation, BlobMissing), 422),
-    ((RequestError,), 400),
-    ((TenantMismatch, SignatureRequired, InvalidSignature), 403),
-    ((EntityNotFound,), 404),
-    ((StoreError,), 409),
-    ((LedgerTimeout,), 504),
-    ((TransportError,), 503),
-)
-
-
-def status_of(err: LedgerError) -> int:
-    for classes, status in _STATUS:
-        if isinstance(err, classes):
-            return status
-    return 500  # internal, integrity_failure, chain_fault, unknown codes
-
-
-def error_response(err: LedgerError, status: int | None = None) -> web.Response:
-    return web.Response(
-        body=msgspec.json.encode({"error": err.to_wire()}),
-        status=status or status_of(err),
-        content_type="application/json",
-        # RFC 6750: a 401 names the scheme it wants
-        headers={"WWW-Authenticate": 'Bearer realm="laneledger"'} if isinstance(err, Unauthorized) else None,
-    )
-
-
-@web.middleware
-async def errors_middleware(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except LedgerError as err:
-        return error_response(err)
-    except web.HTTPMethodNotAllowed as exc:
-        return error_response(
-            InvalidRequest(
-                "method not allowed",
-                method=request.method,
-                path=request.path,
-                allowed=sorted(exc.allowed_methods),
-            ),
-            405,
-        )
-    except web.HTTPNotFound:
-        return error_response(EntityNotFound("no such route", kind="route", path=request.path))
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return error_response(InvalidRequest(exc.reason, path=request.path), exc.status)
-    except ConnectionError:
-        raise  # the client went away mid-response: there is no one to answer
-    except Exception as exc:
-        log.exception("%s %s failed", request.method, request.path)
-        return error_response(InternalError(f"{type(exc).__name__}: {exc}"))
-
-
-def json_response(body: Any, status: int = 200) -> web.Response:
-    """``body`` encoded by msgspec (``msgspec.Raw`` values go out verbatim)."""
-    return web.Response(body=msgspec.json.encode(body), status=status, content_type="application/json")
 
 
 class Query:
@@ -131,6 +40,12 @@ class Query:
             raise InvalidRequest(f"{name} must be 1 to 256 characters", parameter=name)
         return value
 
+    @overload
+    def integer(self, name: str, default: int, *, low: int = 0, high: int | None = None) -> int: ...
+    @overload
+    def integer(
+        self, name: str, default: None = None, *, low: int = 0, high: int | None = None
+    ) -> int | None: ...
     def integer(
         self, name: str, default: int | None = None, *, low: int = 0, high: int | None = None
     ) -> int | None:

@@ -16,6 +16,10 @@ is reached through its subpackage, by audience:
 """
 
 from laneledger.contract.errors import (
+    AnchorMismatch,
+    AnchorNotCommitted,
+    ArtifactMismatch,
+    ArtifactMissing,
     BlobMissing,
     CausationViolation,
     ChainFault,
@@ -36,6 +40,7 @@ from laneledger.contract.errors import (
     NotCanonicalizable,
     RequestError,
     RequestTooLarge,
+    RevisionConflict,
     SignatureRequired,
     StoreError,
     SubjectMismatch,
@@ -67,17 +72,13 @@ from laneledger.contract.model import (
     Turn,
 )
 from laneledger.sdk.checkpoints import (
-    AnchorMismatch,
-    AnchorNotCommitted,
-    ArtifactMismatch,
-    ArtifactMissing,
     CheckpointClient,
-    RevisionConflict,
     RunCompletion,
     complete_run,
     reconcile,
 )
 from laneledger.sdk.client import AppendHandle, LaneRecorder, LedgerClient, make_event
+from laneledger.sdk.content import PreparedEvent
 from laneledger.sdk.guarantees import AdapterGuarantees
 from laneledger.sdk.guard import Guard
 
@@ -123,6 +124,7 @@ __all__ = [
     "LedgerUnavailable",
     "MalformedMessage",
     "NotCanonicalizable",
+    "PreparedEvent",
     "ProposedCheckpoint",
     "ProposedEvent",
     "Receipt",

@@ -35,6 +35,20 @@ The tree::
     │   └── LedgerUnavailable           unavailable            no server / stream (resend later)
     └── InternalError                   internal               a bug or a broken disk; retryable
 
+The checkpoint refusals (``spec/checkpoint.md``) are subclasses that keep
+their parent's code and are told apart on the wire by ``details["reason"]``
+(their ``reason``); ``error_from_wire`` picks them by code, then reason::
+
+    EntityConflict   RevisionConflict     revision_conflict
+                     AnchorMismatch       anchor_mismatch
+                     ArtifactMismatch     artifact_mismatch
+    EntityNotFound   AnchorNotCommitted   anchor_not_committed
+                     ArtifactMissing      artifact_missing
+
+``http_status`` is the status of an error's code over HTTP (``spec/errors.md``,
+"HTTP status"), inherited from the branch unless a leaf has its own: 500 for
+the root (an unknown code), internal and integrity failures.
+
 Foreign errors (sqlite3, nats) are translated where they are caught, one place
 each, with ``raise ... from exc``.
 """
@@ -47,6 +61,7 @@ from typing import Any, ClassVar
 class LedgerError(Exception):
     code: ClassVar[str] = "ledger_error"
     retryable: ClassVar[bool] = False
+    http_status: ClassVar[int] = 500
 
     def __init__(self, message: str, /, **details: Any) -> None:
         # ``message`` is positional-only so a details key named "message" (or
@@ -75,6 +90,7 @@ class LedgerError(Exception):
 
 class RequestError(LedgerError):
     code = "request_error"
+    http_status = 400
 
 
 class MalformedMessage(RequestError):
@@ -87,6 +103,7 @@ class InvalidRequest(RequestError):
 
 class RequestTooLarge(RequestError):
     code = "request_too_large"
+    http_status = 413
 
 
 class NotCanonicalizable(RequestError):
@@ -95,10 +112,12 @@ class NotCanonicalizable(RequestError):
 
 class UnknownEventType(RequestError):
     code = "unknown_event_type"
+    http_status = 422
 
 
 class InvalidPayload(RequestError):
     code = "invalid_payload"
+    http_status = 422
 
 
 class Unauthorized(RequestError):
@@ -106,6 +125,7 @@ class Unauthorized(RequestError):
     (HTTP 401; ``laneledger.runtime.access``)."""
 
     code = "unauthorized"
+    http_status = 401
 
 
 # -- the store refused --------------------------------------------------------
@@ -113,6 +133,7 @@ class Unauthorized(RequestError):
 
 class StoreError(LedgerError):
     code = "store_error"
+    http_status = 409
 
 
 class LaneConflict(StoreError):
@@ -127,6 +148,7 @@ class IdempotencyViolation(StoreError):
 
 class EntityNotFound(StoreError):
     code = "entity_not_found"
+    http_status = 404
 
 
 class DuplicateEvent(StoreError):
@@ -135,6 +157,7 @@ class DuplicateEvent(StoreError):
 
 class SubjectMismatch(StoreError):
     code = "subject_mismatch"
+    http_status = 422
 
 
 class EntityConflict(StoreError):
@@ -143,10 +166,12 @@ class EntityConflict(StoreError):
 
 class CausationViolation(StoreError):
     code = "causation_violation"
+    http_status = 422
 
 
 class TenantMismatch(StoreError):
     code = "tenant_mismatch"
+    http_status = 403
 
 
 class SignatureRequired(StoreError):
@@ -154,6 +179,7 @@ class SignatureRequired(StoreError):
     ``signature``."""
 
     code = "signature_required"
+    http_status = 403
 
 
 class InvalidSignature(StoreError):
@@ -161,6 +187,7 @@ class InvalidSignature(StoreError):
     key) or ``unregistered_key`` (the actor has no key to check it with)."""
 
     code = "invalid_signature"
+    http_status = 403
 
 
 class BlobMissing(StoreError):
@@ -170,6 +197,7 @@ class BlobMissing(StoreError):
     ``size_bytes``, ``path``. Store the blob, then resend."""
 
     code = "blob_missing"
+    http_status = 422
 
 
 # -- integrity ----------------------------------------------------------------
@@ -193,10 +221,12 @@ class ChainFault(IntegrityError):
 class TransportError(LedgerError):
     code = "transport_error"
     retryable = True
+    http_status = 503
 
 
 class LedgerTimeout(TransportError):
     code = "timeout"
+    http_status = 504
 
 
 class LedgerUnavailable(TransportError):
@@ -208,6 +238,50 @@ class InternalError(LedgerError):
     retryable = True
 
 
+# -- checkpoint refusals (spec/checkpoint.md, "Errors") ---------------------
+
+
+class RevisionConflict(EntityConflict):
+    """``expected_revision`` is not the key's latest revision. Details:
+    ``kind`` ``checkpoint``, ``key``, ``expected_revision``, ``actual_revision``."""
+
+    reason: ClassVar[str] = "revision_conflict"
+
+
+class AnchorNotCommitted(EntityNotFound):
+    """The anchored lane event was not committed (as far as the service has
+    consumed the committed stream) within the bounded wait. Details: ``kind``
+    ``event``, ``id``, ``lane_id``, ``seq``, ``lane_last_seq``, ``waited_s``."""
+
+    reason: ClassVar[str] = "anchor_not_committed"
+
+
+class AnchorMismatch(EntityConflict):
+    """The anchored seq holds another event (or the lane is in another session
+    or run than the checkpoint says). Details: ``kind`` ``anchor``,
+    ``lane_id``, ``seq``, ``fields``, ``event_id``, ``committed_event_id``."""
+
+    reason: ClassVar[str] = "anchor_mismatch"
+
+
+class ArtifactMissing(EntityNotFound):
+    """The referenced blob is not in the artifact bucket. Details: ``kind``
+    ``artifact``, ``id`` (the sha256)."""
+
+    reason: ClassVar[str] = "artifact_missing"
+
+
+class ArtifactMismatch(EntityConflict):
+    """The blob stored under that sha256 has another size than the reference
+    says. Details: ``kind`` ``artifact``, ``id``, ``fields``, ``size_bytes``,
+    ``stored_size_bytes``."""
+
+    reason: ClassVar[str] = "artifact_mismatch"
+
+
+# -- from the wire ------------------------------------------------------------
+
+
 def _all_subclasses(cls: type[LedgerError]) -> list[type[LedgerError]]:
     found = []
     for sub in cls.__subclasses__():
@@ -216,8 +290,13 @@ def _all_subclasses(cls: type[LedgerError]) -> list[type[LedgerError]]:
     return found
 
 
-ERRORS_BY_CODE: dict[str, type[LedgerError]] = {
-    cls.code: cls for cls in [LedgerError, *_all_subclasses(LedgerError)]
+_TREE: list[type[LedgerError]] = [LedgerError, *_all_subclasses(LedgerError)]
+# The classes of the wire codes; a subclass without a code of its own (a
+# checkpoint refusal, natsserver's NatsServerError) is not one.
+ERRORS_BY_CODE: dict[str, type[LedgerError]] = {cls.code: cls for cls in _TREE if "code" in vars(cls)}
+# The subclasses one code covers, by (code, details["reason"]).
+ERRORS_BY_REASON: dict[tuple[str, str], type[LedgerError]] = {
+    (cls.code, vars(cls)["reason"]): cls for cls in _TREE if "reason" in vars(cls)
 }
 
 
@@ -228,14 +307,20 @@ def error_from_wire(
     retryable: bool | None = None,
 ) -> LedgerError:
     """Rebuild the typed exception a receipt or reply carries
-    (``error_from_wire(**body)`` for an ``ErrorBody``). An unknown code (from a
-    newer server) becomes a plain LedgerError that keeps the code and the
-    wire's ``retryable``; a known code takes ``retryable`` from its class."""
+    (``error_from_wire(**body)`` for an ``ErrorBody``): the class of the code,
+    or its subclass that ``details["reason"]`` names (``ERRORS_BY_REASON``).
+    An unknown code (from a newer server) becomes a plain LedgerError that
+    keeps the code and the wire's ``retryable``; a known code takes
+    ``retryable`` from its class."""
+    details = details or {}
     cls = ERRORS_BY_CODE.get(code)
+    reason = details.get("reason")
+    if isinstance(reason, str):
+        cls = ERRORS_BY_REASON.get((code, reason), cls)
     if cls is None:
-        err = LedgerError(message, **(details or {}))
+        err = LedgerError(message, **details)
         err.code = code  # type: ignore[misc]
         if retryable is not None:
             err.retryable = retryable  # type: ignore[misc]
         return err
-    return cls(message, **(details or {}))
+    return cls(message, **details)

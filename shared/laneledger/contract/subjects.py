@@ -116,6 +116,16 @@ class RequestSubject:
 
 
 @dataclass(frozen=True, slots=True)
+class AppendSubject:
+    """An append request's subject (``Subjects.append``) read back: the
+    tenant and lane tokens. Tokens only: ``token()`` is one-way, the request
+    body carries the real ids."""
+
+    tenant_token: str
+    lane_token: str
+
+
+@dataclass(frozen=True, slots=True)
 class Subjects:
     """Every subject laneledger uses, under one configurable prefix so several
     ledgers can share a NATS account."""
@@ -144,6 +154,15 @@ class Subjects:
     def append(self, tenant: str, lane_id: str) -> str:
         """Inbound append requests for one lane."""
         return f"{self.prefix}.append.{token(tenant)}.{token(lane_id)}"
+
+    def parse_append(self, subject: str) -> AppendSubject:
+        """The tokens of an ``append`` subject; anything else is an
+        ``InvalidRequest`` naming the subject."""
+        base = f"{self.prefix}.append."
+        tokens = subject[len(base) :].split(".") if subject.startswith(base) else []
+        if len(tokens) != 2:
+            raise InvalidRequest("not an append subject", subject=subject)
+        return AppendSubject(tenant_token=tokens[0], lane_token=tokens[1])
 
     def events(self, tenant: str, session_id: str, run_id: str, lane_id: str) -> str:
         """Committed events of one lane: tenant, session, run and lane tokens

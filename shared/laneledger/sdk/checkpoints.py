@@ -14,10 +14,13 @@ The terminal pattern: save the checkpoint that is the safe end of a run
 the two leaves a terminal revision that no event links; ``reconcile`` lists
 those.
 
-The refusals specific to checkpoints are subclasses of the ledger's errors
-that keep their parent's wire code (``entity_conflict``, ``entity_not_found``)
-and are told apart by ``details["reason"]``; ``checkpoint_error`` rebuilds the
-subclass from an ``ErrorBody``, so a caller can catch either level.
+The refusals specific to checkpoints (``RevisionConflict``,
+``AnchorNotCommitted``, ``AnchorMismatch``, ``ArtifactMissing``,
+``ArtifactMismatch``; re-exported here, defined with every other error in
+``laneledger.contract.errors``) are subclasses of the ledger's errors that
+keep their parent's wire code (``entity_conflict``, ``entity_not_found``) and
+are told apart by ``details["reason"]``; ``error_from_wire`` rebuilds the
+subclass from a reply, so a caller can catch either level.
 """
 
 from __future__ import annotations
@@ -29,14 +32,21 @@ import itertools
 import json
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, Literal, TypeVar
 
 import msgspec
 from nats.js.errors import DigestMismatchError, NotFoundError, ObjectNotFoundError
+from nats.js.object_store import ObjectStore
 
 from laneledger.contract.canonical import canonicalize
+
+# The checkpoint refusals, re-exported (``as``): defined with every other
+# error in laneledger.contract.errors, which error_from_wire picks from.
+from laneledger.contract.errors import AnchorMismatch as AnchorMismatch
+from laneledger.contract.errors import AnchorNotCommitted as AnchorNotCommitted
+from laneledger.contract.errors import ArtifactMismatch as ArtifactMismatch
+from laneledger.contract.errors import ArtifactMissing as ArtifactMissing
 from laneledger.contract.errors import (
-    EntityConflict,
     EntityNotFound,
     IntegrityError,
     InvalidRequest,
@@ -46,6 +56,7 @@ from laneledger.contract.errors import (
     TransportError,
     error_from_wire,
 )
+from laneledger.contract.errors import RevisionConflict as RevisionConflict
 from laneledger.contract.ids import new_id
 from laneledger.contract.model import (
     Anchor,
@@ -56,7 +67,6 @@ from laneledger.contract.model import (
     CheckpointInfo,
     CheckpointServiceInfo,
     CheckpointServiceStatus,
-    ErrorBody,
     GetCheckpoint,
     InspectRun,
     LatestCheckpoint,
@@ -84,62 +94,6 @@ DEFAULT_ARTIFACT_BUCKET = "LEDGER_CHECKPOINT_ARTIFACTS"
 LINKED_EVENT = "lane.framework.checkpoint.linked"
 RUN_COMPLETED = "run.completed"
 JSON_MEDIA_TYPE = "application/json"
-
-
-# -- errors -----------------------------------------------------------------------------
-
-
-class RevisionConflict(EntityConflict):
-    """``expected_revision`` is not the key's latest revision. Details:
-    ``kind`` ``checkpoint``, ``key``, ``expected_revision``, ``actual_revision``."""
-
-    reason: ClassVar[str] = "revision_conflict"
-
-
-class AnchorNotCommitted(EntityNotFound):
-    """The anchored lane event was not committed (as far as the service has
-    consumed the committed stream) within the bounded wait. Details: ``kind``
-    ``event``, ``id``, ``lane_id``, ``seq``, ``lane_last_seq``, ``waited_s``."""
-
-    reason: ClassVar[str] = "anchor_not_committed"
-
-
-class AnchorMismatch(EntityConflict):
-    """The anchored seq holds another event (or the lane is in another session
-    or run than the checkpoint says). Details: ``kind`` ``anchor``,
-    ``lane_id``, ``seq``, ``fields``, ``event_id``, ``committed_event_id``."""
-
-    reason: ClassVar[str] = "anchor_mismatch"
-
-
-class ArtifactMissing(EntityNotFound):
-    """The referenced blob is not in the artifact bucket. Details: ``kind``
-    ``artifact``, ``id`` (the sha256)."""
-
-    reason: ClassVar[str] = "artifact_missing"
-
-
-class ArtifactMismatch(EntityConflict):
-    """The blob stored under that sha256 has another size than the reference
-    says. Details: ``kind`` ``artifact``, ``id``, ``fields``, ``size_bytes``,
-    ``stored_size_bytes``."""
-
-    reason: ClassVar[str] = "artifact_mismatch"
-
-
-CHECKPOINT_ERRORS: dict[tuple[str, str], type[LedgerError]] = {
-    (cls.code, cls.reason): cls
-    for cls in (RevisionConflict, AnchorNotCommitted, AnchorMismatch, ArtifactMissing, ArtifactMismatch)
-}
-
-
-def checkpoint_error(body: ErrorBody) -> LedgerError:
-    """The typed exception for an error reply: the checkpoint subclass when
-    the code and ``details["reason"]`` name one, else ``error_from_wire``'s."""
-    cls = CHECKPOINT_ERRORS.get((body.code, str(body.details.get("reason"))))
-    if cls is not None:
-        return cls(body.message, **body.details)
-    return error_from_wire(body.code, body.message, body.details, body.retryable)
 
 
 # -- digests and names (shared with the service) ---------------------------------------------
@@ -236,7 +190,7 @@ class CheckpointClient:
         self.retries = retries
         self._bucket_name = bucket
         self._info: CheckpointServiceInfo | None = None
-        self._store = None
+        self._store: ObjectStore | None = None
 
     # ------------------------------------------------------------------ requests
 
@@ -246,6 +200,7 @@ class CheckpointClient:
         """One request; transport failures are retried with the same body
         (every checkpoint op is a read or an idempotent save)."""
         op = type(cmd).__struct_config__.tag
+        assert isinstance(op, str)  # every checkpoint command is tagged by its op name
         body = encode(cmd)
         timeout = self.timeout if timeout is None else timeout
         for attempt in itertools.count():
@@ -266,7 +221,8 @@ class CheckpointClient:
                 await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
         reply = decoder(Reply).decode(msg.data)
         if isinstance(reply, ReplyError):
-            raise checkpoint_error(reply.error)
+            refused = reply.error
+            raise error_from_wire(refused.code, refused.message, refused.details, refused.retryable)
         return msgspec.convert(reply.result, result_type)
 
     async def info(self, *, refresh: bool = False) -> CheckpointServiceInfo:
@@ -277,7 +233,7 @@ class CheckpointClient:
 
     # ------------------------------------------------------------------ artifacts
 
-    async def _bucket(self):
+    async def _bucket(self) -> ObjectStore:
         if self._store is None:
             name = self._bucket_name or (await self.info()).artifact_bucket
             try:
@@ -576,7 +532,7 @@ async def complete_run(
     data: bytes | None = None,
     media_type: str | None = None,
     artifact: ArtifactRef | None = None,
-    anchor: Anchor | str | None = "head",
+    anchor: Anchor | Literal["head"] | None = "head",
     run_payload: Mapping[str, Any] | None = None,
     checkpoint_id: str | None = None,
     append_id: str | None = None,
@@ -596,7 +552,7 @@ async def complete_run(
         data=data,
         media_type=media_type,
         artifact=artifact,
-        anchor=anchor,  # type: ignore[arg-type]
+        anchor=anchor,
         session_id=lane.session_id,
         run_id=lane.run_id,
         terminal=True,
