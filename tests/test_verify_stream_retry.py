@@ -1,18 +1,22 @@
 """The stream comparison of `laneledger verify --nats` on a consumer that
-answers 503 (no leader: a cluster electing one after a node restart). The
-cluster fault test meets this only by chance; here the fetch is made to answer
-503 at will, on a real ledger and a real stream (spec/verify.md): a passing
-503 is retried and the comparison completes, one that lasts ends in
-``stream_timeout`` at the comparison's deadline, never in an exception."""
+answers 503 (no leader: a cluster electing one after a node restart) or not
+at all, and on a stream with a message deleted. The cluster fault test meets
+503 only by chance; here the comparison's pull requests are sent, at will, to
+a consumer nobody serves, so the real server answers each one 503, on a real
+ledger and a real stream (spec/verify.md): a passing 503 is retried and the
+comparison completes, one that lasts ends in ``stream_timeout`` at the
+comparison's deadline, a consumer that answers but delivers nothing ends in
+``stream_stalled``, never in an exception; a sequence missing from the stream
+is named, once, at its position."""
 
 from __future__ import annotations
 
-import asyncio
+import sqlite3
 import time
 
 import pytest
-from nats.js.client import JetStreamContext
-from nats.js.errors import ServiceUnavailableError
+from nats.aio.client import Client as NATS
+from polling import eventually
 
 from laneledger.audit.ledger import check_stream
 from laneledger.contract.errors import IntegrityError
@@ -29,26 +33,38 @@ async def mirrored_ledger(client, actor, sequencer, tmp_path):
         await client.append(
             lane, seq, [make_event(lane.id, "action.started", actor_id=actor.id) for _ in range(4)]
         )
-    deadline = time.monotonic() + 10
-    while sequencer.mirror.published < EVENTS:
-        assert time.monotonic() < deadline, "the committed stream did not catch up"
-        await asyncio.sleep(0.02)
+    await eventually(
+        lambda: sequencer.mirror.published,
+        until=lambda published: published >= EVENTS,
+        what=f"the committed stream at position {EVENTS}",
+        timeout=10,
+    )
     return tmp_path / "ledger.db"
 
 
-def answer_503(monkeypatch, times: int | None) -> list[int]:
-    """Make the next ``times`` fetches (every one, when None) answer 503."""
-    real_fetch = JetStreamContext.PullSubscription.fetch
-    refused: list[int] = []
+NEXT = "$JS.API.CONSUMER.MSG.NEXT."
 
-    async def fetch(self, *args, **kwargs):
-        if times is None or len(refused) < times:
-            refused.append(1)
-            raise ServiceUnavailableError(code=503, description="No Responders")
-        return await real_fetch(self, *args, **kwargs)
 
-    monkeypatch.setattr(JetStreamContext.PullSubscription, "fetch", fetch)
-    return refused
+def redirect_pulls(monkeypatch, to: str, times: int | None) -> list[str]:
+    """Send the next ``times`` pull requests of the comparison's consumer
+    (every one, when None) to consumer ``to`` of LEDGER_EVENTS instead."""
+    real_publish = NATS.publish
+    redirected: list[str] = []
+
+    async def publish(self, subject, payload=b"", reply="", headers=None):
+        if subject.startswith(NEXT) and ".audit-" in subject and (times is None or len(redirected) < times):
+            redirected.append(subject)
+            subject = f"{NEXT}LEDGER_EVENTS.{to}"
+        return await real_publish(self, subject, payload, reply=reply, headers=headers)
+
+    monkeypatch.setattr(NATS, "publish", publish)
+    return redirected
+
+
+def answer_503(monkeypatch, times: int | None) -> list[str]:
+    """The next ``times`` pull requests (every one, when None) go to a
+    consumer that does not exist: the server answers them 503."""
+    return redirect_pulls(monkeypatch, "nobody", times)
 
 
 async def test_a_passing_503_is_retried_and_everything_is_compared(mirrored_ledger, js, monkeypatch):
@@ -62,8 +78,63 @@ async def test_a_lasting_503_ends_in_stream_timeout_at_the_deadline(mirrored_led
     refused = answer_503(monkeypatch, times=None)
     started = time.monotonic()
     with pytest.raises(IntegrityError) as caught:
-        await check_stream(js, mirrored_ledger, timeout=1.5)
+        # A 503 is no stall, however short the stall limit: retried until the deadline.
+        await check_stream(js, mirrored_ledger, timeout=1.5, stall_s=0.5)
     assert caught.value.details["kind"] == "stream_timeout"
     assert caught.value.details["position"] == 1  # nothing could be compared
-    assert len(refused) >= 2
+    # Asked again about every half second, not in a tight loop.
+    assert 2 <= len(refused) <= 10
     assert 1.5 <= time.monotonic() - started < 10.0
+
+
+async def test_a_consumer_that_answers_but_delivers_nothing_is_stream_stalled(
+    mirrored_ledger, js, monkeypatch
+):
+    # A real, idle consumer (on a filter nothing matches) answers every pull
+    # request when it expires, and delivers nothing.
+    await js.add_consumer("LEDGER_EVENTS", durable_name="idle", filter_subject="nothing.matches")
+    redirected = redirect_pulls(monkeypatch, "idle", times=None)
+    started = time.monotonic()
+    with pytest.raises(IntegrityError) as caught:
+        await check_stream(js, mirrored_ledger, timeout=30.0, stall_s=1.5)
+    assert (caught.value.details["kind"], caught.value.details["position"]) == ("stream_stalled", 1)
+    assert caught.value.message == (
+        "position 1: stream_stalled: the stream stopped delivering after 0 messages"
+    )
+    assert redirected and 1.5 <= time.monotonic() - started < 10.0
+
+
+async def copy_of_the_stream(js, db) -> str:
+    """A stream holding the ledger's bodies, one per position, that (unlike
+    LEDGER_EVENTS, which denies deletes) lets a test delete a message."""
+    await js.add_stream(name="COPY", subjects=["copy.>"])
+    conn = sqlite3.connect(db)
+    try:
+        bodies = [body for (body,) in conn.execute("SELECT body FROM events ORDER BY position")]
+    finally:
+        conn.close()
+    for body in bodies:
+        await js.publish("copy.events", bytes(body))
+    return "COPY"
+
+
+async def test_a_message_deleted_from_the_stream_is_named_at_its_position(mirrored_ledger, js):
+    stream = await copy_of_the_stream(js, mirrored_ledger)
+    assert (await check_stream(js, mirrored_ledger, stream)).messages == EVENTS
+    await js.delete_msg(stream, 17)
+    started = time.monotonic()
+    with pytest.raises(IntegrityError) as caught:
+        await check_stream(js, mirrored_ledger, stream, timeout=20.0)
+    assert caught.value.details == {"kind": "sequence_mismatch", "position": 17, "stream_sequence": 18}
+    assert (
+        caught.value.message == "position 17: sequence_mismatch: the stream's message there has sequence 18"
+    )
+    assert time.monotonic() - started < 5.0  # named at once, not re-read until the deadline
+
+
+async def test_a_message_deleted_from_the_streams_end_is_a_count_mismatch(mirrored_ledger, js):
+    stream = await copy_of_the_stream(js, mirrored_ledger)
+    await js.delete_msg(stream, EVENTS)
+    with pytest.raises(IntegrityError) as caught:
+        await check_stream(js, mirrored_ledger, stream, timeout=20.0)
+    assert (caught.value.details["kind"], caught.value.details["position"]) == ("count_mismatch", EVENTS)

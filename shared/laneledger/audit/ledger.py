@@ -64,10 +64,10 @@ import re
 import secrets
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -105,6 +105,8 @@ __all__ = [
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _PAGE = 2000
 MAX_WARNINGS = 1000  # findings kept in full; the rest are only counted
+STALL_S = 10.0  # a stream consumer answering but delivering nothing this long: stream_stalled
+_T = TypeVar("_T")
 
 # (tenant, "sha256:<hex>", size_bytes) -> None when that blob is stored with
 # those bytes, else (fault kind, message); called from the audit's thread.
@@ -163,7 +165,7 @@ class _Event:
     seq: int
     entry_hash: str
     committed_at: Any
-    proposed: dict
+    proposed: dict[str, Any]
 
 
 def _where(position: int | None, lane_id: str | None = None, seq: int | None = None) -> str:
@@ -213,7 +215,7 @@ def _integrity(
     )
 
 
-def decode_body(body: bytes, position: int, lane_id: str | None = None, seq: Any = None) -> dict:
+def decode_body(body: bytes, position: int, lane_id: str | None = None, seq: Any = None) -> dict[str, Any]:
     """A stored committed event as a dict, or ``not_chained`` (field ``body``)
     at ``position``. Shared with the tail's verify endpoint."""
     try:
@@ -235,7 +237,7 @@ def position_gap(expected: int, found: Any, lane_id: str | None = None, seq: Any
     return _chain_fault("broken_link", expected, lane_id, seq, "position", expected, found)
 
 
-def _pages(db: sqlite3.Connection, sql: str, first_key: Any, page: int) -> Iterator[tuple]:
+def _pages(db: sqlite3.Connection, sql: str, first_key: Any, page: int) -> Iterator[tuple[Any, ...]]:
     """Keyset pagination: ``sql`` takes (last key, limit) and returns rows whose
     first column is the key, ascending."""
     key = first_key
@@ -450,7 +452,7 @@ class _EventChecks:
         self.signed = self.causal_links = self.blob_refs = self.warning_count = 0
         self.warnings: list[Finding] = []
 
-    def check(self, record: dict, position: int, lane_id: str, seq: int) -> None:
+    def check(self, record: dict[str, Any], position: int, lane_id: str, seq: int) -> None:
         def fault(kind: str, text: str, **details: Any) -> IntegrityError:
             return _integrity(kind, text, position, lane_id, seq, **details)
 
@@ -681,6 +683,7 @@ async def check_stream(
     wait_s: float = 0.0,
     batch: int = 500,
     timeout: float = 60.0,
+    stall_s: float = STALL_S,
 ) -> StreamCheck:
     """Check that ``stream`` holds exactly the ledger's events: message ``k``
     has stream sequence ``k`` == position and data byte-identical to the
@@ -695,9 +698,17 @@ async def check_stream(
     behind, its last sequence is re-read until it reaches the snapshot's last
     position — within ``wait_s`` it is lag (``StreamCheck.lag``) and the rest
     is compared too; otherwise ``stream_behind``.
+
+    The stream is read in order by a ``StreamFollower`` on ``js``'s
+    connection, with gaps as findings (``on_gap="fail"``): a sequence missing
+    from the stream is ``sequence_mismatch`` at its position, never re-read.
+    A consumer nobody serves (503: a cluster consumer without a leader) is
+    retried until ``timeout`` (``stream_timeout``); one that answers but
+    delivers nothing for ``stall_s`` is ``stream_stalled``.
     """
-    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-    from nats.js.errors import NotFoundError, ServiceUnavailableError
+    from nats.js.errors import NotFoundError
+
+    from laneledger.runtime.follow import StreamFollower, StreamGap  # NATS only with --nats
 
     async def stream_state() -> Any:
         try:
@@ -705,12 +716,15 @@ async def check_stream(
         except NotFoundError:
             raise LedgerUnavailable(f"no stream {stream} on this NATS server", stream=stream) from None
 
-    deadline = time.monotonic() + timeout
+    deadline = asyncio.get_running_loop().time() + timeout
     state = await stream_state()
     stream_last, available = state.last_seq, state.messages
     db = open_ledger(db_path, readonly=True)
-    sub = None
-    consumer = None
+    # nats-py offers a context's connection only as ``_nc``; the follower
+    # pulls over the connection itself. Ephemeral, named so it can be deleted.
+    follower = StreamFollower(
+        js._nc, stream=stream, name=f"audit-{secrets.token_hex(8)}", batch_size=batch, on_gap="fail"
+    )
     try:
         db.execute("BEGIN")
         (count,) = db.execute("SELECT count(*) FROM events").fetchone()
@@ -725,17 +739,6 @@ async def check_stream(
                 ledger_last_position=ledger_last,
             )
 
-        config = ConsumerConfig(
-            deliver_policy=DeliverPolicy.ALL,
-            ack_policy=AckPolicy.NONE,
-            inactive_threshold=30.0,
-            mem_storage=True,
-        )
-        consumer = f"audit-{secrets.token_hex(8)}"  # ephemeral; named so it can be deleted
-        config.name = consumer
-        await js.add_consumer(stream, config=config)
-        sub = await js.pull_subscribe_bind(consumer=consumer, stream=stream)
-
         rows = _pages(
             db,
             "SELECT position, body FROM events WHERE position > ? ORDER BY position LIMIT ?",
@@ -744,65 +747,69 @@ async def check_stream(
         )
         compared = 0  # the last position compared
 
+        async def before_deadline(step: Awaitable[_T]) -> _T:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    return await step
+            except TimeoutError:
+                raise IntegrityError(
+                    f"position {compared + 1}: stream_timeout: the stream did not deliver in {timeout:g}s",
+                    kind="stream_timeout",
+                    position=compared + 1,
+                    stream=stream,
+                ) from None
+
+        def row_at(expected: int) -> tuple[int, bytes]:
+            """The ledger's next row, which must be at position ``expected``."""
+            row = next(rows, None)
+            if row is None or row[0] != expected:
+                raise IntegrityError(
+                    f"position {expected}: ledger_gap: missing from the ledger (next "
+                    f"stored is {row[0] if row else 'none'})",
+                    kind="ledger_gap",
+                    position=expected,
+                )
+            return row
+
         async def compare_through(last: int) -> None:
             """Compare the stream's next messages up to position ``last``."""
             nonlocal compared
-            idle = 0
+            quiet_since = time.monotonic()
             while compared < last:
-                if time.monotonic() > deadline:
+                try:
+                    msgs = await before_deadline(follower.read(last - compared))
+                except StreamGap as gap:
+                    row_at(gap.position)  # a gap on both sides is the ledger's
                     raise IntegrityError(
-                        f"position {compared + 1}: stream_timeout: the stream did not deliver in "
-                        f"{timeout:g}s",
-                        kind="stream_timeout",
+                        f"position {gap.position}: sequence_mismatch: the stream's message there "
+                        f"has sequence {gap.sequence}",
+                        kind="sequence_mismatch",
+                        position=gap.position,
+                        stream_sequence=gap.sequence,
+                    ) from None
+                now = time.monotonic()
+                if msgs or follower.unavailable:
+                    # Delivering, or refused with 503 (a cluster electing a
+                    # leader after a node restart): transient, retried until
+                    # the deadline above.
+                    quiet_since = now
+                elif now - quiet_since >= stall_s:
+                    raise IntegrityError(
+                        f"position {compared + 1}: stream_stalled: the stream stopped "
+                        f"delivering after {compared} messages",
+                        kind="stream_stalled",
                         position=compared + 1,
                         stream=stream,
                     )
-                try:
-                    msgs = await sub.fetch(batch=min(batch, last - compared), timeout=2.0)
-                except ServiceUnavailableError:
-                    # The consumer has no leader right now (a cluster electing
-                    # one after a node restart): transient, retried until the
-                    # deadline above.
-                    await asyncio.sleep(0.25)
-                    continue
-                except TimeoutError:  # nats.errors.TimeoutError is one
-                    idle += 1
-                    if idle >= 5:
+                for position, data in msgs:  # the follower hands out position compared + 1 on
+                    row = row_at(position)
+                    if bytes(data) != bytes(row[1]):
                         raise IntegrityError(
-                            f"position {compared + 1}: stream_stalled: the stream stopped "
-                            f"delivering after {compared} messages",
-                            kind="stream_stalled",
-                            position=compared + 1,
-                            stream=stream,
-                        ) from None
-                    continue
-                idle = 0
-                for msg in msgs:
-                    expected = compared + 1
-                    sequence = msg.metadata.sequence.stream
-                    row = next(rows, None)
-                    if row is None or row[0] != expected:
-                        raise IntegrityError(
-                            f"position {expected}: ledger_gap: missing from the ledger (next "
-                            f"stored is {row[0] if row else 'none'})",
-                            kind="ledger_gap",
-                            position=expected,
-                        )
-                    if sequence != expected:
-                        raise IntegrityError(
-                            f"position {expected}: sequence_mismatch: the stream's message there "
-                            f"has sequence {sequence}",
-                            kind="sequence_mismatch",
-                            position=expected,
-                            stream_sequence=sequence,
-                        )
-                    if bytes(msg.data) != bytes(row[1]):
-                        raise IntegrityError(
-                            f"position {expected}: data_mismatch: stream data differs from the stored body",
+                            f"position {position}: data_mismatch: stream data differs from the stored body",
                             kind="data_mismatch",
-                            position=expected,
+                            position=position,
                         )
-                    compared = expected
+                    compared = position
 
         def check_counts(stream_last: int, available: int) -> None:
             # Messages deleted from the stream's end: fewer than its sequences.
@@ -817,6 +824,7 @@ async def check_stream(
                     position=at,
                 )
 
+        await before_deadline(follower.open(after=0))
         await compare_through(min(stream_last, available))
         check_counts(stream_last, available)
         lag, caught_up_s = ledger_last - stream_last, 0.0
@@ -843,16 +851,7 @@ async def check_stream(
             check_counts(ledger_last, available)
         return StreamCheck(messages=compared, lag=lag, caught_up_s=caught_up_s)
     finally:
-        if sub is not None:
-            try:
-                await sub.unsubscribe()
-            except Exception:  # noqa: BLE001 - best effort cleanup
-                pass
-        if consumer is not None:
-            try:
-                await js.delete_consumer(stream, consumer)
-            except Exception:  # noqa: BLE001 - it expires on its own
-                pass
+        await follower.close()
         try:
             db.execute("ROLLBACK")
         except sqlite3.Error:
@@ -893,7 +892,7 @@ def export_ledger(db_path: str | Path, out: Any, *, page: int = _PAGE) -> int:
     return count
 
 
-def read_export(path: str | Path) -> Iterator[dict]:
+def read_export(path: str | Path) -> Iterator[dict[str, Any]]:
     """The records of a laneledger JSONL export; a bad line raises a
     ``RequestError`` naming ``file`` and ``line``."""
     name = str(path)
@@ -912,7 +911,7 @@ def read_export(path: str | Path) -> Iterator[dict]:
             yield record
 
 
-def verify_export(records: Iterator[dict], *, hmac_key: bytes | None = None) -> ExportAudit:
+def verify_export(records: Iterator[dict[str, Any]], *, hmac_key: bytes | None = None) -> ExportAudit:
     """Verify an export offline: positions 1..N with no gap, and every lane's
     chain (seqs dense, links, recomputed hashes). Raises ``ChainFault``."""
     chains = LaneChains(key=hmac_key)

@@ -16,6 +16,7 @@ its digest.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -53,8 +54,12 @@ def signed_bytes(event: Mapping[str, Any]) -> bytes:
 
 
 def sign_event(event: Mapping[str, Any], private_key: Ed25519PrivateKey) -> dict[str, Any]:
-    """A copy of the proposed ``event`` with its ``signature`` set."""
-    signed = {k: v for k, v in event.items() if k != SIGNATURE_FIELD}
+    """A copy of the proposed ``event`` with its ``signature`` set. A dict is
+    copied as its own kind (``copy.copy``), attributes included: the SDK's
+    ``PreparedEvent`` keeps the blob bytes it carries. The signed bytes are
+    the items' alone."""
+    signed: dict[str, Any] = copy.copy(event) if isinstance(event, dict) else dict(event)
+    signed.pop(SIGNATURE_FIELD, None)
     signed[SIGNATURE_FIELD] = private_key.sign(signed_bytes(signed)).hex()
     return signed
 

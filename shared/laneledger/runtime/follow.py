@@ -1,24 +1,42 @@
-"""Following the committed stream, for the services that derive from it.
+"""Reading the committed stream in order: the one home for it.
 
-Each consumer service (tail, metrics, checkpoint) keeps its progress in its
-own SQLite file, in the same transaction as what it derived from the events:
-the stream position it has applied. ``StreamFollower`` reads LEDGER_EVENTS
-from the position after that, in order, in batches, and never skips one: the
-stream sequence *is* the ledger position, so a batch that does not start
-right after the last one is a gap, and the follower re-creates its consumer
-from the right place. A restart therefore neither skips nor repeats: the
-service applies ``(position, body)`` batches and stores the last position
-with them.
+The stream sequence *is* the ledger position, so whoever reads LEDGER_EVENTS
+wants message ``k`` right after message ``k - 1``. ``StreamFollower`` reads
+it that way, from the position after a given one, in batches, over an
+ephemeral pull consumer (no acks, no server-side state to lose or reset) fed
+by ``PullFeed``. It never hands out a message out of order: redeliveries (a
+sequence at or below the last one handed out) are dropped, and a message
+that does not come right after the last one is a **gap**. What a gap means
+is the caller's to say (``on_gap``):
 
-The consumer is ephemeral (no acks, no server-side state to lose or reset):
-the service's own database is the only record of how far it got.
+- ``"reread"`` (the services: tail, metrics, checkpoint): a message went
+  missing in transit (a reconnect), so the follower re-creates its consumer
+  from the last position and reads on (paced, when the same gap comes back:
+  then it is a hole, not a loss in transit). Each service keeps the position it
+  applied in its own SQLite file, in the same transaction as what it derived
+  from the events, so a restart neither skips nor repeats.
+- ``"fail"`` (the verifier, ``audit.ledger.check_stream``): the sequence is
+  genuinely absent (deleted from the stream) and the gap is a finding: the
+  next ``read`` raises ``StreamGap`` naming the position and the sequence
+  found there, instead of re-reading it forever.
+
+Either way the follower recovers a consumer that vanished (a nats-server
+restart drops it): quiet for ``stall_check_s`` while the stream is ahead of
+the last position, it re-creates the consumer from there. It waits (retrying)
+while NATS or the stream is not there yet: a service may start before the
+sequencer created the stream; a caller with a deadline bounds that itself.
+
+Two ways to read: iterate ``batches(after)`` (the services), or drive
+``open``/``read``/``close`` (a caller that keeps its own deadlines between
+reads, as the verifier does).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
+from typing import Literal
 
 from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
@@ -28,6 +46,17 @@ from laneledger.contract.subjects import EVENTS_STREAM
 from laneledger.runtime.pullfeed import PullFeed
 
 log = logging.getLogger("laneledger.runtime.follow")
+
+OnGap = Literal["reread", "fail"]
+
+
+class StreamGap(Exception):
+    """The stream skipped sequences: ``sequence`` came where ``position`` was due."""
+
+    def __init__(self, position: int, sequence: int) -> None:
+        super().__init__(f"sequence {sequence} came where position {position} was due")
+        self.position = position
+        self.sequence = sequence
 
 
 class StreamFollower:
@@ -40,6 +69,7 @@ class StreamFollower:
         batch_size: int = 500,
         idle_timeout_s: float = 0.5,
         stall_check_s: float = 3.0,
+        on_gap: OnGap = "reread",
     ) -> None:
         self._nc = nc
         self._js = nc.jetstream()
@@ -48,50 +78,87 @@ class StreamFollower:
         self._batch_size = batch_size
         self._idle_timeout_s = idle_timeout_s
         self._stall_check_s = stall_check_s
+        self._on_gap = on_gap
         self._feed: PullFeed | None = None
+        self._gap: StreamGap | None = None  # found by the last read, acted on by the next
+        self._regap_position = 0  # where the last re-read gap was, and how often in a row
+        self._regaps = 0
+        self._quiet_since = 0.0
+        self.position = 0  # the last sequence handed out
         self.stream_last = 0  # the stream's last sequence when last asked
 
-    async def batches(self, after: int) -> AsyncIterator[list[tuple[int, bytes]]]:
+    async def batches(self, after: int) -> AsyncGenerator[list[tuple[int, bytes]], None]:
         """Yield ``(position, body)`` batches, strictly in order from
         ``after + 1``; waits for new events when caught up. Iterate it inside
         ``contextlib.aclosing`` so leaving the loop removes the consumer."""
-        position = after
-        await self._open_until_done(position)
-        quiet_since = asyncio.get_running_loop().time()
+        await self.open(after)
         try:
             while True:
-                assert self._feed is not None
-                msgs = await self._feed.next_batch(self._batch_size, self._idle_timeout_s)
-                now = asyncio.get_running_loop().time()
-                if msgs:
-                    quiet_since = now
-                elif now - quiet_since > self._stall_check_s:
-                    # Quiet for a while: fine if caught up. If the stream is
-                    # ahead, our consumer is gone (a nats-server restart drops
-                    # it): make a new one from where we are.
-                    quiet_since = now
-                    if await self._stream_is_ahead_of(position):
-                        log.warning("stalled at position %d behind the stream; re-reading", position)
-                        await self._open_until_done(position)
-                    continue
-                batch: list[tuple[int, bytes]] = []
-                gap = False
-                for msg in msgs:
-                    seq = msg.metadata.sequence.stream
-                    if seq <= position:
-                        continue  # already applied (a redelivery after re-opening)
-                    if seq != position + 1:
-                        gap = True  # a message went missing (reconnect): re-read from here
-                        break
-                    batch.append((seq, msg.data))
-                    position = seq
+                batch = await self.read()
                 if batch:
                     yield batch
-                if gap:
-                    log.warning("gap after position %d; re-reading from there", position)
-                    await self._open_until_done(position)
         finally:
-            await self._close()
+            await self.close()
+
+    async def open(self, after: int) -> None:
+        """Start reading at ``after + 1``: (re-)create the consumer, retrying
+        while NATS or the stream is not there yet."""
+        self.position = after
+        self._gap = None
+        await self._open_until_done(after)
+
+    async def read(self, max_msgs: int | None = None) -> list[tuple[int, bytes]]:
+        """The next ``(position, body)`` messages in order (at most
+        ``max_msgs``, default the batch size; the rest stay buffered), waiting
+        up to ``idle_timeout_s`` for the first; ``[]`` if none came. Raises
+        ``StreamGap`` under ``on_gap="fail"`` once the messages before a gap
+        were handed out."""
+        if self._gap is not None:
+            gap, self._gap = self._gap, None
+            if self._on_gap == "fail":
+                raise gap
+            # A message lost in transit comes back at once when re-read; the
+            # same gap again is a hole in the stream itself: re-read it, but
+            # paced, rather than re-create the consumer as fast as NATS answers.
+            if gap.position == self._regap_position:
+                await asyncio.sleep(min(2.0, 0.1 * 2**self._regaps))
+                self._regaps = min(self._regaps + 1, 5)
+            else:
+                self._regap_position, self._regaps = gap.position, 0
+            log.warning("gap after position %d (%s); re-reading from there", self.position, gap)
+            await self._open_until_done(self.position)
+        assert self._feed is not None, "read() before open()"
+        limit = self._batch_size if max_msgs is None else max(1, min(max_msgs, self._batch_size))
+        msgs = await self._feed.next_batch(limit, self._idle_timeout_s)
+        now = asyncio.get_running_loop().time()
+        if not msgs:
+            if now - self._quiet_since > self._stall_check_s:
+                # Quiet for a while: fine if caught up. If the stream is
+                # ahead, our consumer is gone (a nats-server restart drops
+                # it): make a new one from where we are.
+                self._quiet_since = now
+                if await self._stream_is_ahead_of(self.position):
+                    log.warning("stalled at position %d behind the stream; re-reading", self.position)
+                    await self._open_until_done(self.position)
+            return []
+        self._quiet_since = now
+        batch: list[tuple[int, bytes]] = []
+        for msg in msgs:
+            seq = msg.metadata.sequence.stream
+            if seq <= self.position:
+                continue  # already handed out (a redelivery after re-opening)
+            if seq != self.position + 1:
+                self._gap = StreamGap(self.position + 1, seq)
+                break  # what follows the gap is read again (reread) or never (fail)
+            batch.append((seq, msg.data))
+            self.position = seq
+        return batch
+
+    @property
+    def unavailable(self) -> bool:
+        """Whether the consumer's last pull request was answered 503: nobody
+        serves it right now (a cluster consumer without a leader)."""
+        return self._feed is not None and self._feed.unavailable
 
     async def refresh_stream_last(self) -> int:
         """Ask the server for the stream's last sequence (for lag and readiness)."""
@@ -107,12 +174,11 @@ class StreamFollower:
             return False
 
     async def _open_until_done(self, after: int) -> None:
-        """Open the consumer, retrying while NATS or the stream is not there
-        yet (a service may start before the sequencer created the stream)."""
         delay = 0.1
         while True:
             try:
                 await self._open(after)
+                self._quiet_since = asyncio.get_running_loop().time()
                 return
             except Exception as exc:  # noqa: BLE001 - retried; cancellation still ends it
                 log.info("cannot open a consumer on %s yet (%s); retrying", self._stream, exc)
@@ -120,7 +186,7 @@ class StreamFollower:
                 delay = min(delay * 2, 2.0)
 
     async def _open(self, after: int) -> None:
-        await self._close()
+        await self.close()
         config = ConsumerConfig(
             name=self._name,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
@@ -137,11 +203,19 @@ class StreamFollower:
         self._feed = PullFeed(self._nc, self._stream, self._name, credits=2 * self._batch_size)
         await self._feed.start()
 
-    async def _close(self) -> None:
+    async def close(self) -> None:
+        """Stop reading and remove the consumer (best effort: it expires anyway)."""
         if self._feed is not None:
-            await self._feed.stop()
-            self._feed = None
+            feed, self._feed = self._feed, None
             try:
-                await asyncio.wait_for(self._js.delete_consumer(self._stream, self._name), 2)
+                await feed.stop()
+            except Exception:  # noqa: BLE001 - NATS away: the subscription went with it
+                pass
+            try:
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a
+                # cancel that lands as the deletion completes, and a follower
+                # re-reading in a loop would then never stop.
+                async with asyncio.timeout(2):
+                    await self._js.delete_consumer(self._stream, self._name)
             except Exception:  # noqa: BLE001 - gone already, or NATS away: it expires anyway
                 pass

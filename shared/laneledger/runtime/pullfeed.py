@@ -10,7 +10,10 @@ arrived (up to a batch) as soon as anything has.
 A pull request ends when all its messages were delivered or when it expires
 (the server then sends a status message: 404/408, or 409 for conditions such
 as a leadership change); either way the feed asks again, at once if the
-buffer has room.
+buffer has room. A 503 means nobody serves the consumer (a cluster consumer
+without a leader, or one that is gone): the feed notes it (``unavailable``)
+and asks again only when ``next_batch`` next looks, like after a 409, so an
+election cannot turn into a tight loop of unanswered requests.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ from collections import deque
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 STATUS_HEADER = "Status"
+NO_RESPONDERS = "503"
 
 
 class PullFeed:
@@ -45,10 +50,12 @@ class PullFeed:
         self._buffer: deque[Msg] = deque()
         self._arrived = asyncio.Event()
         self._inbox = ""
-        self._sub = None
+        self._sub: Subscription | None = None
         self._outstanding = 0  # messages the current pull request may still deliver
+        self._request_over = asyncio.Event()  # set once _outstanding reaches 0
         self._asked_at = 0.0
         self._winding_down = False
+        self.unavailable = False  # the last pull request was answered 503
 
     async def start(self) -> None:
         self._inbox = self._nc.new_inbox()
@@ -93,6 +100,7 @@ class PullFeed:
 
     async def _ask(self) -> None:
         self._outstanding = self._credits
+        self._request_over.clear()
         self._asked_at = asyncio.get_running_loop().time()
         request = json.dumps({"batch": self._credits, "expires": self._expires_ns}).encode()
         await self._nc.publish(self._next_subject, request, reply=self._inbox)
@@ -103,9 +111,12 @@ class PullFeed:
         a message delivered to a consumer that left would come back only after
         the ack wait, behind later ones."""
         self._winding_down = True
-        deadline = asyncio.get_running_loop().time() + self._expires_s + 1.0
-        while self._outstanding > 0 and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.01)
+        if self._outstanding > 0:
+            try:
+                async with asyncio.timeout(self._expires_s + 1.0):
+                    await self._request_over.wait()
+            except TimeoutError:
+                pass  # its end got lost (a reconnect): it has expired by now
 
     def take(self, max_msgs: int) -> list[Msg]:
         """What has arrived, up to ``max_msgs``, without waiting."""
@@ -122,16 +133,22 @@ class PullFeed:
 
     async def _on_msg(self, msg: Msg) -> None:
         if not msg.data and msg.headers and STATUS_HEADER in msg.headers:
-            # 408 expired / 409 (max ack pending, leadership change, …): this
-            # request is over. Ask again at once after an expiry; after a 409
-            # let next_batch ask when it next looks, so a full ack window
-            # cannot turn into a tight loop of refused requests.
+            # 408 expired / 409 (max ack pending, leadership change, …) / 503
+            # (no one serves the consumer): this request is over. Ask again at
+            # once after an expiry; after a 409 or 503 let next_batch ask when
+            # it next looks, so a full ack window or a consumer without a
+            # leader cannot turn into a tight loop of refused requests.
+            status = msg.headers[STATUS_HEADER]
             self._outstanding = 0
-            if msg.headers[STATUS_HEADER] != "409":
+            self._request_over.set()
+            self.unavailable = status == NO_RESPONDERS
+            if status not in ("409", NO_RESPONDERS):
                 await self._ask_if_idle()
             return
+        self.unavailable = False
         self._buffer.append(msg)
         self._outstanding -= 1
         self._arrived.set()
         if self._outstanding <= 0:
+            self._request_over.set()
             await self._ask_if_idle()

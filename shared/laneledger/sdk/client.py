@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -21,6 +21,7 @@ import nats
 import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from laneledger.contract.clock import system_clock
 from laneledger.contract.contentref import refs_in
@@ -75,7 +76,7 @@ from laneledger.contract.subjects import REPLY_HEADER, Subjects, tenant_headers,
 from laneledger.contract.subjects import inbox_prefix as tenant_inbox_prefix
 from laneledger.contract.vocabulary import SCHEMA_VERSION
 from laneledger.sdk.blobstore import BlobStore, tenant_bucket_name
-from laneledger.sdk.content import PENDING, default_redactor, prepare_content, prepared
+from laneledger.sdk.content import PreparedEvent, blobs_of, default_redactor, prepare_content, prepared
 from laneledger.sdk.deadline import within
 from laneledger.sdk.natsconnect import DEFAULT_NATS, connect_nats, nats_servers
 from laneledger.sdk.pubacks import AckInbox, PubAck
@@ -111,9 +112,16 @@ def make_event(
     occurred_at: str | None = None,
     event_id: str | None = None,
     private_key: Ed25519PrivateKey | None = None,
-) -> dict[str, Any]:
+) -> PreparedEvent:
     """A proposed event as a plain JSON object, with a fresh UUIDv7 id;
-    signed (``signature``) when the actor's ``private_key`` is given."""
+    signed (``signature``) when the actor's ``private_key`` is given.
+
+    Its content is redacted and its payload values over 1 KiB externalized
+    (``spec/content.md``); the bytes of those blobs travel with the event
+    (a ``PreparedEvent``: a dict, its ``blobs`` an attribute) until
+    ``LedgerClient.submit`` stores them. Signing it later (``sign_event``)
+    keeps them; a plain-dict copy drops them (submit then needs the blobs
+    stored already, else refuses it with ``blob_missing``)."""
     event: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "id": event_id or new_id(),
@@ -128,8 +136,8 @@ def make_event(
     if causation_id is not None:
         event["causation_id"] = causation_id
     # Redact and externalize before signing: the signature covers what is sent.
-    event = prepared(event)
-    return sign_event(event, private_key) if private_key is not None else event
+    done = prepared(event)
+    return PreparedEvent(sign_event(done, private_key), done.blobs) if private_key is not None else done
 
 
 @dataclass
@@ -138,7 +146,7 @@ class AppendHandle:
 
     append_id: str
     accepted: PubAck
-    _receipt: asyncio.Future
+    _receipt: asyncio.Future[Receipt]
     _client: LedgerClient
 
     async def receipt(self, timeout: float | None = None) -> AppendCommitted:
@@ -157,7 +165,7 @@ class AppendHandle:
                     "no receipt in time", append_id=self.append_id, timeout_s=timeout
                 ) from None
         finally:
-            self._client._forget(self._receipt)
+            self._client._forget(self.append_id, self._receipt)
         return raise_if_rejected(found)
 
 
@@ -193,9 +201,9 @@ class LedgerClient:
         self.timeout = timeout
         self._owns = owns_connection
         self._inbox: str | None = None
-        self._inbox_sub = None
+        self._inbox_sub: Subscription | None = None
         # Futures of appends waiting for their receipt, by append id.
-        self._waiting: dict[str, list[asyncio.Future]] = {}
+        self._waiting: dict[str, list[asyncio.Future[Receipt]]] = {}
 
     @classmethod
     async def connect(
@@ -275,7 +283,7 @@ class LedgerClient:
     # ------------------------------------------------------------ commands
 
     async def _command(self, cmd: Command, result_type: type[T]) -> T:
-        op = type(cmd).__struct_config__.tag
+        op = str(type(cmd).__struct_config__.tag)  # every Command has a string tag
         try:
             msg = await self.nc.request(
                 self.subjects.command(op, self.tenant),
@@ -394,7 +402,7 @@ class LedgerClient:
 
     async def lane_pages(
         self, lane_id: str, after_seq: int = 0, *, limit: int = 1000, through_seq: int | None = None
-    ) -> AsyncIterator[LanePage]:
+    ) -> AsyncGenerator[LanePage, None]:
         """A lane's events after ``after_seq`` (through ``through_seq`` when
         given), page by page to the end, for lanes of any size. ``load_lane``
         counts events, not bytes: a page whose reply would be over the
@@ -428,11 +436,17 @@ class LedgerClient:
         self,
         session_id: str,
         run_id: str | None = None,
-        after: StructureCursor = StructureCursor(),
+        after: StructureCursor | None = None,
         limit: int = 1000,
     ) -> StructurePage:
         return await self._command(
-            LoadStructure(session_id=session_id, run_id=run_id, after=after, limit=limit), StructurePage
+            LoadStructure(
+                session_id=session_id,
+                run_id=run_id,
+                after=after if after is not None else StructureCursor(),
+                limit=limit,
+            ),
+            StructurePage,
         )
 
     async def load_structure(self, session_id: str, run_id: str | None = None) -> StructurePage:
@@ -496,7 +510,7 @@ class LedgerClient:
                     err_code=accepted.error.err_code,
                 )
         except Exception as exc:
-            self._forget(future)
+            self._forget(append_id, future)
             err = transport_error(exc, "append")
             err.details.setdefault("append_id", append_id)
             raise err from exc
@@ -561,8 +575,10 @@ class LedgerClient:
         self, tenant: str, events: Iterable[Mapping[str, Any]]
     ) -> list[Mapping[str, Any]]:
         """The events redacted and externalized (``spec/content.md``), once
-        every blob they reference is in ``tenant``'s blob store: uploaded from
-        this process, or already there. ``blob_missing`` when neither."""
+        every blob they reference is in ``tenant``'s blob store: stored from
+        the bytes an event carries (a ``PreparedEvent`` from ``make_event``,
+        or what this call externalized), or already there. ``blob_missing``
+        when neither."""
         out: list[Mapping[str, Any]] = []
         uploads: dict[str, bytes] = {}
         needed: dict[tuple[str, int], str] = {}  # (ref, size) -> path naming it
@@ -579,6 +595,7 @@ class LedgerClient:
                     blobs=len(blobs),
                 )
             out.append(done if (rules or blobs) else event)
+            uploads.update(blobs_of(event))
             uploads.update(blobs)
             payload = done.get("payload")
             if isinstance(payload, dict):
@@ -595,14 +612,15 @@ class LedgerClient:
     async def _store_blob(
         self, store: BlobStore, tenant: str, ref: str, size: int, path: str, uploads: dict[str, bytes]
     ) -> None:
-        data = uploads.get(ref) or PENDING.get(ref)
-        if data is not None and len(data) == size:
-            await store.put(tenant, data)
-            PENDING.discard(ref)
-        elif not await store.has(tenant, ref, size):
+        data = uploads.get(ref)
+        # Bytes that do not hash to the reference (a hand-made PreparedEvent)
+        # satisfy nothing: the store names objects by their own hash.
+        stored = data is not None and len(data) == size and await store.put(tenant, data) == ref
+        if not stored and not await store.has(tenant, ref, size):
             raise BlobMissing(
-                "the event references a blob that is neither stored nor held by "
-                "this process: store it first (BlobStore.put)",
+                "the event references a blob that is neither stored nor carried by "
+                "the event (make_event's events carry their blobs' bytes; a plain-dict "
+                "copy does not): store it first (BlobStore.put)",
                 ref=ref,
                 size_bytes=size,
                 path=path,
@@ -611,21 +629,21 @@ class LedgerClient:
             self._stored.clear()
         self._stored.add((tenant, ref, size))
 
-    async def _expect_receipt(self, append_id: str) -> tuple[str, asyncio.Future]:
-        if self._inbox_sub is None:
-            self._inbox = self.nc.new_inbox()
-            self._inbox_sub = await self.nc.subscribe(self._inbox, cb=self._on_receipts)
-        future = asyncio.get_running_loop().create_future()
-        future.append_id = append_id  # type: ignore[attr-defined]
+    async def _expect_receipt(self, append_id: str) -> tuple[str, asyncio.Future[Receipt]]:
+        if self._inbox is None or self._inbox_sub is None:
+            inbox = self.nc.new_inbox()
+            self._inbox_sub = await self.nc.subscribe(inbox, cb=self._on_receipts)
+            self._inbox = inbox
+        future: asyncio.Future[Receipt] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(append_id, []).append(future)
-        return self._inbox, future  # type: ignore[return-value]
+        return self._inbox, future
 
-    def _forget(self, future: asyncio.Future) -> None:
-        waiting = self._waiting.get(getattr(future, "append_id", ""), [])
+    def _forget(self, append_id: str, future: asyncio.Future[Receipt]) -> None:
+        waiting = self._waiting.get(append_id, [])
         if future in waiting:
             waiting.remove(future)
             if not waiting:
-                del self._waiting[future.append_id]  # type: ignore[attr-defined]
+                del self._waiting[append_id]
 
     async def _on_receipts(self, msg: Msg) -> None:
         try:
@@ -680,7 +698,8 @@ class LaneRecorder:
         lane = await client.create_lane(tenant, session_id, run_id, name, **lane_fields)
         return cls(client, await client.get_lane(lane.id), signers=signers)
 
-    def event(self, event_type: str, *, actor_id: str, **fields: Any) -> dict[str, Any]:
+    def event(self, event_type: str, *, actor_id: str, **fields: Any) -> PreparedEvent:
+        """``make_event`` on this lane, signed when ``actor_id`` is one of the signers."""
         fields.setdefault("private_key", self.signers.get(actor_id))
         return make_event(self.lane.id, event_type, actor_id=actor_id, **fields)
 
@@ -698,7 +717,7 @@ class LaneRecorder:
         # Content first (redact, externalize), then sign what will be sent; an
         # event signed already is left to submit's check.
         events = [
-            event if "signature" in event else self._signed(prepared(dict(event), self.client.redactor))
+            event if "signature" in event else self._signed(prepared(event, self.client.redactor))
             for event in events
         ]
         async with self._lock:

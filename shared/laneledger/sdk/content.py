@@ -7,15 +7,15 @@ an optional signature; the SDK's ``submit`` does it again for events built
 some other way (a no-op on an event already done: both steps are
 idempotent), then stores the blobs before it publishes.
 
-Between the two, the bytes of the blobs ``make_event`` externalized wait in
-``PENDING`` (bounded; an event submitted after its blob was evicted is
-refused locally with ``blob_missing`` rather than sent).
+Between the two, the bytes of the blobs ``make_event`` externalized travel
+with the event itself: it is a ``PreparedEvent``, a dict carrying them as an
+attribute. Nothing is held by the module or shared between clients or
+threads; the bytes live exactly as long as the event does.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -23,42 +23,30 @@ from laneledger.contract.contentref import externalize
 from laneledger.contract.errors import NotCanonicalizable
 from laneledger.contract.redaction import Redactor, redact_event
 
-PENDING_MAX_BYTES = 256 << 20
+
+class PreparedEvent(dict[str, Any]):
+    """A proposed event whose content was redacted and externalized, carrying
+    ``blobs`` (``"sha256:<hex>"`` -> bytes) for the references its payload
+    now holds, until ``LedgerClient.submit`` stores them.
+
+    It *is* the plain JSON object it holds: the bytes are an attribute, never
+    an item, so they change neither its canonical bytes (what a signature
+    covers) nor what is sent. ``sign_event`` returns a ``PreparedEvent``
+    carrying the same blobs. A plain-dict copy (``dict(event)``,
+    ``{**event, ...}``, a JSON round trip) is the same event without them:
+    ``submit`` then accepts it only if its blobs are already stored, and
+    refuses it locally with ``blob_missing`` otherwise."""
+
+    __slots__ = ("blobs",)
+
+    def __init__(self, event: Mapping[str, Any], blobs: Mapping[str, bytes] | None = None) -> None:
+        super().__init__(event)
+        self.blobs: dict[str, bytes] = dict(blobs or {})
 
 
-class PendingBlobs:
-    """Blob bytes waiting for their event's submit, oldest evicted first."""
-
-    def __init__(self, max_bytes: int = PENDING_MAX_BYTES) -> None:
-        self.max_bytes = max_bytes
-        self._blobs: OrderedDict[str, bytes] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()  # make_event may run in any thread
-
-    def add(self, blobs: dict[str, bytes]) -> None:
-        with self._lock:
-            for ref, data in blobs.items():
-                if ref in self._blobs:
-                    self._blobs.move_to_end(ref)
-                    continue
-                self._blobs[ref] = data
-                self._bytes += len(data)
-            while self._bytes > self.max_bytes and self._blobs:
-                _, dropped = self._blobs.popitem(last=False)
-                self._bytes -= len(dropped)
-
-    def get(self, ref: str) -> bytes | None:
-        with self._lock:
-            return self._blobs.get(ref)
-
-    def discard(self, ref: str) -> None:
-        with self._lock:
-            data = self._blobs.pop(ref, None)
-            if data is not None:
-                self._bytes -= len(data)
-
-
-PENDING = PendingBlobs()
+def blobs_of(event: Mapping[str, Any]) -> Mapping[str, bytes]:
+    """The blob bytes ``event`` carries: a ``PreparedEvent``'s, else none."""
+    return event.blobs if isinstance(event, PreparedEvent) else {}
 
 
 @lru_cache(maxsize=1)
@@ -87,9 +75,8 @@ def prepare_content(
     return event, blobs, rules
 
 
-def prepared(event: dict[str, Any], redactor: Redactor | None = None) -> dict[str, Any]:
-    """``event`` redacted and externalized, its blobs held in ``PENDING``
-    for the submit that stores them: what to sign."""
-    event, blobs, _ = prepare_content(event, redactor)
-    PENDING.add(blobs)
-    return event
+def prepared(event: Mapping[str, Any], redactor: Redactor | None = None) -> PreparedEvent:
+    """``event`` redacted and externalized, as a ``PreparedEvent`` carrying
+    the bytes of its blobs (those ``event`` carried already, too): what to sign."""
+    done, blobs, _ = prepare_content(dict(event), redactor)
+    return PreparedEvent(done, {**blobs_of(event), **blobs})
