@@ -389,6 +389,24 @@ class Bench:
 
     # -- producers -----------------------------------------------------------------------------
 
+    def _spawn_producer(self, cfg: dict) -> subprocess.Popen:
+        """Start one producer process and hand it its config; its stderr goes
+        to producer-<pid>.err."""
+        with open(self.dir / "producer-tmp.err", "wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, str(BENCH_DIR / "producer.py")],
+                cwd=ROOT,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                preexec_fn=_die_with_parent,
+            )
+        os.replace(self.dir / "producer-tmp.err", self.dir / f"producer-{proc.pid}.err")
+        assert proc.stdin is not None
+        proc.stdin.write((json.dumps(cfg) + "\n").encode())
+        proc.stdin.flush()
+        return proc
+
     async def _line(self, proc: subprocess.Popen, timeout: float) -> str:
         loop = asyncio.get_running_loop()
         assert proc.stdout is not None
@@ -431,21 +449,7 @@ class Bench:
                 "raw_prefix": RAW_PREFIX,
                 **(extra[i] if extra else {}),
             }
-            err = open(self.dir / "producer-tmp.err", "wb")
-            proc = subprocess.Popen(
-                [sys.executable, str(BENCH_DIR / "producer.py")],
-                cwd=ROOT,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                preexec_fn=_die_with_parent,
-            )
-            err.close()
-            os.replace(self.dir / "producer-tmp.err", self.dir / f"producer-{proc.pid}.err")
-            assert proc.stdin is not None
-            proc.stdin.write((json.dumps(cfg) + "\n").encode())
-            proc.stdin.flush()
-            self.producers.append(proc)
+            self.producers.append(self._spawn_producer(cfg))
         for proc in self.producers:
             if (await self._line(proc, 60)).strip() != "ready":
                 raise RuntimeError("producer not ready")
@@ -582,7 +586,8 @@ class Bench:
             if time.monotonic() >= deadline:
                 if self.args.wait_idle > 0:
                     log(
-                        f"(the machine is still busy, {busy:.2f} cores in use by other processes; starting anyway)"
+                        f"(the machine is still busy, {busy:.2f} cores in use by other processes; "
+                        "starting anyway)"
                     )
                 return
 
@@ -616,7 +621,8 @@ class Bench:
         )  # type: ignore[union-attr]
         self.code = code_fingerprint()
         log(
-            f"code: sequencer from {self.code['sequencer_from']}, laneledger from {self.code['laneledger_from']}; "
+            f"code: sequencer from {self.code['sequencer_from']}, laneledger from "
+            f"{self.code['laneledger_from']}; "
             f"sources sha256 {self.code['code_sha256']} (git HEAD {self.code['git_head'] or '?'})"
         )
         self.actor = await self.client.ensure_actor(
@@ -766,8 +772,8 @@ class Bench:
         """2. the raw baseline: the same bodies publish_async-ed to a stream like LEDGER_APPEND."""
         args, P, E = self.args, self.P, self.E
         log(
-            f"\n{self.step()} raw JetStream baseline: {P} producers, publish_async of the same bodies to {RAW_STREAM} "
-            f"(file storage, same settings as LEDGER_APPEND), window {args.window} acks/producer"
+            f"\n{self.step()} raw JetStream baseline: {P} producers, publish_async of the same bodies to "
+            f"{RAW_STREAM} (file storage, same settings as LEDGER_APPEND), window {args.window} acks/producer"
         )
         cfg = append_stream_config(RAW_STREAM, Subjects(RAW_PREFIX), 1)
         cfg.description = "laneledger benchmark: raw publish baseline"
@@ -799,8 +805,8 @@ class Bench:
         args, P, E = self.args, self.P, self.E
         log(
             f"\n{self.step()} latency: open-loop {load} = {rate * E:,.0f} events/s "
-            f"({rate:,.0f} appends/s, {rate / P:,.1f}/s per producer, steady inter-arrival), {args.seconds:g} s "
-            f"after {args.warmup:g} s warm-up"
+            f"({rate:,.0f} appends/s, {rate / P:,.1f}/s per producer, steady inter-arrival), "
+            f"{args.seconds:g} s after {args.warmup:g} s warm-up"
         )
         db2 = await self.db_counts()
         extra = [{"rate": rate / P, "phase": i / P} for i in range(P)]
@@ -820,7 +826,8 @@ class Bench:
         )
         log(
             f"  receipt latency submit->receipt: p50 {p50:.2f} ms, p90 {percentile(lats, 90):.2f}, "
-            f"p99 {p99:.2f}, p99.9 {percentile(lats, 99.9):.2f}, max {lats[-1] if lats else float('nan'):.2f} ms; "
+            f"p99 {p99:.2f}, p99.9 {percentile(lats, 99.9):.2f}, max "
+            f"{lats[-1] if lats else float('nan'):.2f} ms; "
             f"from the scheduled time: p50 {percentile(sched, 50):.2f}, p99 {percentile(sched, 99):.2f} ms; "
             f"worst pacer lag {max(x['max_pacer_lag_ms'] for x in r):.1f} ms"
         )
@@ -868,8 +875,8 @@ class Bench:
         r = ceil.results
         ceiling_per_s = sum(x["events_committed_window"] for x in r) / args.seconds
         log(
-            f"  answered {sum(x['events_committed_window'] for x in r)} events in the {args.seconds:g} s window "
-            f"= {ceiling_per_s:,.0f} events/s (ratio to raw {ceiling_per_s / raw_per_s:.2f})"
+            f"  answered {sum(x['events_committed_window'] for x in r)} events in the {args.seconds:g} s "
+            f"window = {ceiling_per_s:,.0f} events/s (ratio to raw {ceiling_per_s / raw_per_s:.2f})"
         )
         cpu_ceil = self.report_cpu(ceil)
         self.check(

@@ -35,7 +35,7 @@ from laneledger.contract.model import AppendCommitted, encode  # noqa: E402
 from laneledger.contract.subjects import REPLY_HEADER, Subjects  # noqa: E402
 from laneledger.runtime.pullfeed import PullFeed  # noqa: E402
 from laneledger.services.sequencer.mirror import CommittedStreamMirror  # noqa: E402
-from laneledger.services.sequencer.streams import (
+from laneledger.services.sequencer.streams import (  # noqa: E402
     SEQUENCER_CONSUMER,
     ensure_consumer,
     sequencer_consumer_config,

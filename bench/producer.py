@@ -362,6 +362,11 @@ class Producer:
         assert self.client is not None
         unanswered = asyncio.Semaphore(self.window)  # appends sent, receipt not yet in
         self.pub_errors: dict[str, int] = {}
+        sending = True
+        all_answered = asyncio.Event()  # set once sending is over and every receipt is in
+
+        def answered() -> bool:
+            return self.appends_committed + self.appends_rejected >= self.appends_submitted
 
         async def on_receipts(msg) -> None:
             arrived = time.monotonic()
@@ -378,6 +383,8 @@ class Producer:
                     code = answer.error.get("code", "?") if answer.error else "?"
                     self.appends_rejected += 1
                     self.rejected_codes[code] = self.rejected_codes.get(code, 0) + 1
+            if not sending and answered():
+                all_answered.set()
 
         def acked(fut: asyncio.Future) -> None:
             if fut.cancelled() or fut.exception() is not None:
@@ -403,12 +410,13 @@ class Producer:
             fut.add_done_callback(acked)
             self.heads[lane.id] += self.E
             self.appends_submitted += 1
-        deadline = time.monotonic() + self.drain_s
-        while (
-            self.appends_committed + self.appends_rejected < self.appends_submitted
-            and time.monotonic() < deadline
-        ):
-            await asyncio.sleep(0.05)
+        sending = False
+        if not answered():
+            try:
+                async with asyncio.timeout(self.drain_s):
+                    await all_answered.wait()
+            except TimeoutError:
+                pass  # counted below as receipt timeouts
         self.receipt_timeouts = self.appends_submitted - self.appends_committed - self.appends_rejected
         await sub.unsubscribe()
 

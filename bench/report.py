@@ -45,8 +45,8 @@ def _n(x: float) -> str:
 def _append_rows(r: dict) -> list[tuple[str, str]]:
     return [
         (
-            f"committed appends, max load, {r['producers']} producer processes, {r['events_per_append']} event "
-            f"of ~{r['mean_event_bytes']:.0f} bytes per append, every guarantee on",
+            f"committed appends, max load, {r['producers']} producer processes, {r['events_per_append']} "
+            f"event of ~{r['mean_event_bytes']:.0f} bytes per append, every guarantee on",
             f"{_n(r['committed_per_s'])} events/s",
         ),
         (
@@ -55,14 +55,15 @@ def _append_rows(r: dict) -> list[tuple[str, str]]:
         ),
         ("ratio committed / raw (target 0.6)", f"{r['ratio']:.2f}"),
         (
-            f"receipt latency at {r['load_fraction'] * 100:g} % of max load (submit → receipt; target p99 ≤ 20 ms)",
+            f"receipt latency at {r['load_fraction'] * 100:g} % of max load "
+            "(submit → receipt; target p99 ≤ 20 ms)",
             f"p50 {r['receipt_p50_ms_at_20pct']:.1f} ms, p99 {r['receipt_p99_ms_at_20pct']:.1f} ms",
         ),
         *(
             [
                 (
-                    "ceiling: the same producers against a stand-in sequencer that does only its NATS traffic "
-                    "(`bench/null_sequencer.py`), same run",
+                    "ceiling: the same producers against a stand-in sequencer that does only its NATS "
+                    "traffic (`bench/null_sequencer.py`), same run",
                     f"{_n(r['ceiling_per_s'])} events/s, ratio {r['ceiling_ratio']:.2f}",
                 )
             ]
@@ -72,7 +73,8 @@ def _append_rows(r: dict) -> list[tuple[str, str]]:
         *(
             [
                 (
-                    "committed appends, max load, bare producers (the raw phase's publishing, no SDK), same run",
+                    "committed appends, max load, bare producers "
+                    "(the raw phase's publishing, no SDK), same run",
                     f"{_n(r['bare_committed_per_s'])} events/s, ratio {r['bare_ratio']:.2f}",
                 ),
                 (
@@ -131,8 +133,8 @@ def _canonical_rows(r: dict) -> list[tuple[str, str]]:
 def _verify_rows(r: dict) -> list[tuple[str, str]]:
     return [
         (
-            f"`laneledger verify --db` over {_n(r['events'])} events in {r['lanes']} lanes, every event causally "
-            f"linked, every {r['signed_every']}th append signed",
+            f"`laneledger verify --db` over {_n(r['events'])} events in {r['lanes']} lanes, every event "
+            f"causally linked, every {r['signed_every']}th append signed",
             f"{_n(r['events_per_s'])} events/s; Python heap peak {r['heap_peak_mib']:.2f} MiB "
             f"(at {_n(r['runs'][0]['events'])} events: {r['runs'][0]['heap_peak_mib']:.2f} MiB)",
         )
@@ -169,7 +171,8 @@ def _redaction_rows(r: dict) -> list[tuple[str, str]]:
 def _rss_rows(r: dict) -> list[tuple[str, str]]:
     return [
         (
-            f"sequencer RSS across {_n(r['events'])} events ({r['events_per_append']} per append, {r['lanes']} lanes)",
+            f"sequencer RSS across {_n(r['events'])} events ({r['events_per_append']} per append, "
+            f"{r['lanes']} lanes)",
             f"{r['rss_mib_at_10pct']:.1f} MiB at 10 % → {r['rss_mib_at_end']:.1f} MiB at the end "
             f"({r['rss_growth_mib_10pct_to_end']:+.1f} MiB)",
         )

@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
@@ -57,7 +58,22 @@ def log(text: str = "") -> None:
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
-    return values[min(len(values) - 1, max(0, int(round(q * (len(values) - 1)))))]
+    return values[min(len(values) - 1, max(0, round(q * (len(values) - 1))))]
+
+
+def save_latencies(path: str | Path, lat: array.array) -> None:
+    """A subscriber process's latencies (ms), as raw float32s."""
+    with open(path, "wb") as f:
+        lat.tofile(f)
+
+
+def load_latencies(paths: Iterable[Path]) -> array.array:
+    """The latencies ``save_latencies`` wrote to these files, in one array."""
+    lat = array.array("f")
+    for path in paths:
+        with open(path, "rb") as f:
+            lat.frombytes(f.read())
+    return lat
 
 
 def cpu_seconds(pid: int) -> float:
@@ -138,8 +154,7 @@ async def child_main(cfg: dict) -> None:
     lat = array.array("f")
     for r in results:
         lat.extend(r.pop("lat"))
-    with open(cfg["out"], "wb") as f:
-        lat.tofile(f)
+    save_latencies(cfg["out"], lat)
     print(json.dumps({"subscribers": results}), flush=True)
 
 
@@ -185,16 +200,15 @@ class Bench:
         raise RuntimeError(f"{name} did not start:\n{err.read_text(errors='replace')[-3000:]}")
 
     def spawn_child(self, argv: list[str], cfg: dict) -> subprocess.Popen:
-        err = open(self.dir / f"child-{len(self.children)}.err", "wb")
-        proc = subprocess.Popen(
-            [sys.executable, *argv],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=err,
-            preexec_fn=_die_with_parent,
-        )
-        err.close()
+        with open(self.dir / f"child-{len(self.children)}.err", "wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, *argv],
+                cwd=ROOT,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                preexec_fn=_die_with_parent,
+            )
         assert proc.stdin is not None
         proc.stdin.write((json.dumps(cfg) + "\n").encode())
         proc.stdin.flush()
@@ -359,10 +373,7 @@ class Bench:
         for p in subscribers:
             await asyncio.to_thread(p.wait, 30)
 
-        lat = array.array("f")
-        for i in range(len(subscribers)):
-            with open(self.dir / f"lat-{i}.bin", "rb") as f:
-                lat.frombytes(f.read())
+        lat = load_latencies(self.dir / f"lat-{i}.bin" for i in range(len(subscribers)))
         values = sorted(lat)
         subs = [s for summary in summaries for s in summary["subscribers"]]
         committed = sum(r["events_committed_window"] for r in produced)

@@ -115,7 +115,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 async def run(args: argparse.Namespace) -> None:
     access = policy_of("laneledger-checkpoint", args, args.http_host)
     data = Path(args.data)
-    data.mkdir(parents=True, exist_ok=True)
+    data.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - start-up, before the loop serves anything
     store = CheckpointStore.open(data / "checkpoints.db")
     metrics = CheckpointMetrics(CollectorRegistry())
     nc = await connect_nats(args.nats, name="laneledger-checkpoint")

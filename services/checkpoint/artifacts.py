@@ -17,12 +17,14 @@ nuid, which changes whenever the object is replaced).
 from __future__ import annotations
 
 import hashlib
+import io
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
+from nats.js.object_store import ObjectStore
 
 from laneledger.contract.clock import system_clock
 from laneledger.contract.errors import IntegrityError, LedgerUnavailable
@@ -40,20 +42,26 @@ from laneledger.sdk.objectstores import create_object_store, open_object_store
 
 from .store import CheckpointStore
 
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
 Db = Callable[..., Awaitable[Any]]
 
 
-class _Hasher:
-    """A write-only sink for nats-py's ``get(writeinto=…)``: hashes and counts."""
+class _Hasher(io.BufferedIOBase):
+    """A write-only sink for nats-py's ``get(writeinto=…)``: hashes and counts.
+    A ``BufferedIOBase`` since that is what nats-py asks for; it calls ``write`` only."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.sha = hashlib.sha256()
         self.size = 0
 
-    def write(self, data: bytes) -> int:
-        self.sha.update(data)
-        self.size += len(data)
-        return len(data)
+    def write(self, data: Buffer, /) -> int:
+        chunk = memoryview(data)
+        self.sha.update(chunk)
+        self.size += chunk.nbytes
+        return chunk.nbytes
 
 
 class ArtifactStore:
@@ -73,7 +81,7 @@ class ArtifactStore:
         self._db = db
         self._replicas = replicas
         self._timeout_s = timeout_s  # per call, plus time for the blob's size
-        self._open: dict[str, Any] = {}  # bucket name -> its object store
+        self._open: dict[str, ObjectStore] = {}  # bucket name -> its object store
 
     def name_for(self, tenant: str | None) -> str:
         """The bucket of a tenant's scoped requests; None: the shared one."""
@@ -101,7 +109,7 @@ class ArtifactStore:
             self._open[name] = obs
         return name
 
-    async def _bucket(self, tenant: str | None):
+    async def _bucket(self, tenant: str | None) -> ObjectStore:
         if self.bucket not in self._open:
             raise LedgerUnavailable("the artifact bucket is not open yet", bucket=self.bucket)
         return self._open[await self.ensure(tenant)]
@@ -145,7 +153,7 @@ class ArtifactStore:
             )
         await self._db(self._store.mark_artifact, ref.sha256, sink.size, info.nuid, system_clock())
 
-    async def _existing(self, tenant: str | None):
+    async def _existing(self, tenant: str | None) -> ObjectStore | None:
         """A bucket to read from, or None when that tenant has none: a read
         never creates one. Asked with STREAM.NAMES, which the service's user
         may always publish, unlike STREAM.INFO of a tenant bucket that a

@@ -17,23 +17,23 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import msgspec
-import nats.errors
 from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
 
 from laneledger.contract.clock import Clock, system_clock
 from laneledger.contract.errors import (
+    AnchorMismatch,
+    ArtifactMismatch,
     EntityNotFound,
     IdempotencyViolation,
-    InternalError,
     InvalidRequest,
     LedgerError,
     LedgerUnavailable,
     NotCanonicalizable,
     RequestTooLarge,
+    RevisionConflict,
     TenantMismatch,
 )
 from laneledger.contract.ids import new_id
@@ -42,35 +42,26 @@ from laneledger.contract.model import (
     CheckpointCommand,
     CheckpointServiceInfo,
     CheckpointServiceStatus,
-    ErrorBody,
     GetCheckpoint,
     InspectRun,
     LatestCheckpoint,
     LinkedCheckpoint,
     ListRevisions,
     PlanRecovery,
+    ProposedCheckpoint,
     ReconcileCheckpoints,
     ReconcileReport,
     RecoveryPlan,
-    ReplyError,
-    ReplyOk,
     RevisionPage,
     RunInspection,
     SaveCheckpoint,
-    decode,
     encode,
 )
 from laneledger.contract.subjects import RequestSubject, Subjects
 from laneledger.runtime.access import OPEN, Scope
-from laneledger.runtime.servicemain import first_task_end
-from laneledger.sdk.checkpoints import (
-    DEFAULT_ARTIFACT_BUCKET,
-    AnchorMismatch,
-    ArtifactMismatch,
-    RevisionConflict,
-    content_digest,
-    state_digest,
-)
+from laneledger.runtime.requestserver import RequestServer
+from laneledger.runtime.servicemain import cancel_tasks, first_task_end
+from laneledger.sdk.checkpoints import DEFAULT_ARTIFACT_BUCKET, content_digest, state_digest
 from laneledger.sdk.client import LedgerClient
 
 from .anchors import AnchorIndex
@@ -83,7 +74,7 @@ from .store import CheckpointStore
 log = logging.getLogger("laneledger.checkpoint")
 
 T = TypeVar("T")
-OPS = frozenset(cls.__struct_config__.tag for cls in CheckpointCommand.__args__)  # type: ignore[attr-defined]
+P = ParamSpec("P")
 _REPLY_MARGIN = 4096  # bytes kept free in a reply for the envelope
 
 
@@ -130,12 +121,25 @@ class CheckpointService:
             timeout_s=settings.ledger_timeout_s,
         )
         self.ledger = LedgerClient(nc, subjects=settings.subjects, timeout=settings.ledger_timeout_s)
-        self._sub = None
-        self._tasks: list[asyncio.Task] = []
-        self._serving: set[asyncio.Task] = set()
+        # Each request in a task of its own: a save may wait for its anchor,
+        # and must not hold up the requests behind it.
+        self._requests = RequestServer[CheckpointCommand](
+            nc,
+            base=settings.subjects.checkpoint_base,
+            queue="checkpoint",
+            commands=CheckpointCommand,
+            handler=self._on_request,
+            counter=metrics.requests,
+            log=log,
+            what="checkpoint",
+            other_op="unknown",
+            too_large=_reply_too_large,
+            concurrent=True,
+        )
+        self._tasks: list[asyncio.Task[None]] = []
         metrics.applied_position.set(self.anchors.applied)
 
-    async def _db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def _db(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._thread, lambda: fn(*args, **kwargs))
 
@@ -143,10 +147,7 @@ class CheckpointService:
 
     async def start(self) -> None:
         await self.artifacts.ensure()
-        self._sub = await self._nc.subscribe(
-            self.settings.subjects.checkpoint_wildcard, queue="checkpoint", cb=self._on_request
-        )
-        await self._nc.flush()  # the server has it before start() returns (see the sequencer)
+        await self._requests.start()
         self._tasks = [
             asyncio.create_task(self.anchors.run(), name="checkpoint-follow"),
             asyncio.create_task(self._refresh_loop(), name="checkpoint-refresh"),
@@ -170,16 +171,8 @@ class CheckpointService:
 
     async def stop(self) -> None:
         """Stop taking requests, give those in hand a bounded time, stop following."""
-        if self._sub is not None:
-            await self._sub.unsubscribe()
-            self._sub = None
-        if self._serving:
-            await asyncio.wait(set(self._serving), timeout=self.settings.drain_timeout_s)
-        for task in [*self._serving, *self._tasks]:
-            task.cancel()
-        pending = [*self._serving, *self._tasks]
-        if pending:
-            await asyncio.wait(pending, timeout=self.settings.drain_timeout_s)
+        await self._requests.stop(self.settings.drain_timeout_s)
+        await cancel_tasks(self._tasks, timeout_s=self.settings.drain_timeout_s)
         self._tasks = []
         await self.ledger.close()
         self._thread.shutdown(wait=True)
@@ -194,54 +187,18 @@ class CheckpointService:
 
     # ------------------------------------------------------------- NATS requests
 
-    async def _on_request(self, msg: Msg) -> None:
-        task = asyncio.create_task(self._serve(msg))
-        self._serving.add(task)
-        task.add_done_callback(self._serving.discard)
-
-    async def _serve(self, msg: Msg) -> None:
-        op = msg.subject.rsplit(".", 1)[-1]
-        label = op if op in OPS else "unknown"
-        try:
-            # <prefix>.checkpoint.<tenant>.<op>: answered as that tenant's
-            # bearer token would be over HTTP; <prefix>.checkpoint.<op>: open.
-            target = RequestSubject.parse(msg.subject, self.settings.subjects.checkpoint_base, msg.headers)
-            cmd = decode(msg.data, CheckpointCommand)
-            tag = type(cmd).__struct_config__.tag
-            if tag != op:
-                raise InvalidRequest(
-                    "the body's op differs from the subject's", path="$.op", op=tag, subject_op=op
-                )
-            scope = OPEN if target.tenant is None else Scope(target.tenant)
-            result = await self.execute(cmd, scope)
-            if isinstance(cmd, CheckpointServiceStatus) and target.tenant is not None:
-                # A tenant's producer uses its own artifact bucket (artifacts.py).
-                result = msgspec.structs.replace(
-                    result, artifact_bucket=await self.artifacts.ensure(target.tenant)
-                )
-            reply = encode(ReplyOk(result=result))
-            outcome = "ok"
-        except LedgerError as err:
-            reply, outcome = _error_reply(err), err.code
-        except Exception as exc:
-            log.exception("checkpoint %s failed", op)
-            err = InternalError(f"{type(exc).__name__}: {exc}")
-            reply, outcome = _error_reply(err), err.code
-        self.metrics.requests.labels(label, outcome).inc()
-        if not msg.reply:
-            return
-        if len(reply) > self._nc.max_payload:
-            reply = _error_reply(
-                RequestTooLarge(
-                    "the reply is larger than the server's max_payload; ask for less",
-                    size_bytes=len(reply),
-                    limit_bytes=self._nc.max_payload,
-                )
+    async def _on_request(self, cmd: CheckpointCommand, target: RequestSubject) -> Any:
+        """One NATS request for the request server: ``<prefix>.checkpoint.<tenant>.<op>``
+        is answered as that tenant's bearer token would be over HTTP,
+        ``<prefix>.checkpoint.<op>`` openly."""
+        scope = OPEN if target.tenant is None else Scope(target.tenant)
+        result = await self.execute(cmd, scope)
+        if isinstance(cmd, CheckpointServiceStatus) and target.tenant is not None:
+            # A tenant's producer uses its own artifact bucket (artifacts.py).
+            result = msgspec.structs.replace(
+                result, artifact_bucket=await self.artifacts.ensure(target.tenant)
             )
-        try:
-            await self._nc.publish(msg.reply, reply)
-        except nats.errors.Error as exc:
-            log.warning("could not answer %s: %s", op, exc)
+        return result
 
     async def execute(self, cmd: CheckpointCommand, scope: Scope = OPEN) -> Any:
         """Run one command. ``scope``: what the HTTP caller's token may see
@@ -255,10 +212,10 @@ class CheckpointService:
                 scope.not_found_unless(found.tenant, "checkpoint", id=checkpoint_id)
                 return found
             case LatestCheckpoint(key=key):
-                found = await self._db(self._store.latest, key)
-                if found is None or not scope.allows(found.tenant):
+                latest = await self._db(self._store.latest, key)
+                if latest is None or not scope.allows(latest.tenant):
                     raise EntityNotFound("nothing saved under this key", kind="checkpoint", id=key, key=key)
-                return found
+                return latest
             case ListRevisions(key=key, after_revision=after, limit=limit):
                 revisions, more = await self._db(self._store.revisions, key, after, limit, scope.tenant)
                 return RevisionPage(key=key, revisions=revisions, has_more=more)
@@ -348,7 +305,7 @@ class CheckpointService:
             tenant=tenant or proposal.tenant or scope.tenant,
         )
 
-    def _check_proposal(self, proposal) -> tuple[str, int]:
+    def _check_proposal(self, proposal: ProposedCheckpoint) -> tuple[str, int]:
         """The state digest and inline size, or the request error."""
         if proposal.terminal and (proposal.session_id is None or proposal.run_id is None):
             raise InvalidRequest(
@@ -513,8 +470,10 @@ class CheckpointService:
         )
 
 
-def _error_reply(err: LedgerError) -> bytes:
-    return encode(ReplyError(error=ErrorBody(**err.to_wire())))
+def _reply_too_large(op: str, size: int, limit: int) -> RequestTooLarge:
+    return RequestTooLarge(
+        "the reply is larger than the server's max_payload; ask for less", size_bytes=size, limit_bytes=limit
+    )
 
 
 def _conflict_kind(err: LedgerError) -> str | None:

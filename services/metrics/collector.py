@@ -44,19 +44,20 @@ class LedgerCollector(Collector):
         state = self._state()
         for spec in METRICS.values():
             if spec.kind == "histogram":
-                family = HistogramMetricFamily(spec.name, spec.help, labels=spec.labels)
+                histogram = HistogramMetricFamily(spec.name, spec.help, labels=spec.labels)
                 for labels, hist in sorted(state.histograms[spec.name].items()):
                     cumulative, buckets = 0, []
-                    for bound, count in zip((*DURATION_BUCKETS, float("inf")), hist.counts):
+                    for bound, count in zip((*DURATION_BUCKETS, float("inf")), hist.counts, strict=True):
                         cumulative += count
                         buckets.append((_le(bound), cumulative))
-                    family.add_metric(list(labels), buckets, hist.sum_ns / 1e9)
+                    histogram.add_metric(list(labels), buckets, hist.sum_ns / 1e9)
+                yield histogram
             else:
                 kind = CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily
                 family = kind(spec.name, spec.help, labels=spec.labels)
                 for labels, value in sorted(state.values[spec.name].items()):
                     family.add_metric(list(labels), float(value))
-            yield family
+                yield family
 
         labels_kept = GaugeMetricFamily(
             "laneledger_metrics_label_values",

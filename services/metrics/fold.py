@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
@@ -21,6 +21,8 @@ from laneledger.contract.vocabulary import ACTION_TYPES, CORE_EVENT_TYPES, COST_
 
 OTHER = "other"  # what a label value beyond its cap (or off its allow-list) becomes
 UNKNOWN = "unknown"  # an action whose type or name no event carried
+
+V = TypeVar("V")  # what an open-item table holds
 
 # Seconds. Tool calls run from milliseconds (a file read) to many minutes (a
 # build); model calls from a fraction of a second to a few minutes.
@@ -233,12 +235,12 @@ class State:
         self.histograms[metric].setdefault(labels, Histogram()).observe(ns)
         self.changes.histograms.add((metric, labels))
 
-    def open_item(self, kind: str, table: dict, key: str, value: Any) -> None:
+    def open_item(self, kind: str, table: dict[str, V], key: str, value: V) -> None:
         table[key] = value
         self.changes.open_put[(kind, key)] = value
         self.changes.open_del.discard((kind, key))
 
-    def close_item(self, kind: str, table: dict, key: str) -> Any:
+    def close_item(self, kind: str, table: dict[str, V], key: str) -> V | None:
         value = table.pop(key, None)
         if value is not None:
             self.changes.open_put.pop((kind, key), None)

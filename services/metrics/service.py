@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from laneledger.contract.subjects import EVENTS_STREAM
 from laneledger.runtime.follow import StreamFollower
-from laneledger.runtime.servicemain import first_task_end
+from laneledger.runtime.servicemain import cancel_tasks, first_task_end
 
 from .collector import LedgerCollector, Progress
 from .fold import LabelPolicy, State, fold_message
@@ -62,7 +62,7 @@ class MetricsService:
         )
         self._stream_last = self.state.position
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="metrics-store")
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self.ready = False
         registry.register(LedgerCollector(lambda: self.state, self.progress))
         self._batches = Counter(
@@ -99,10 +99,8 @@ class MetricsService:
 
     async def stop(self) -> None:
         self.ready = False
-        for task in self._tasks:
-            task.cancel()
-        if self._tasks:  # bounded: the follower's cleanup talks to NATS, which may be gone
-            await asyncio.wait(self._tasks, timeout=5.0)
+        # Bounded: the follower's cleanup talks to NATS, which may be gone.
+        await cancel_tasks(self._tasks, timeout_s=5.0)
         self._thread.shutdown(wait=True)  # a write in progress completes
         self._store.close()
 
@@ -121,7 +119,7 @@ class MetricsService:
     async def _follow_once(self) -> None:
         batches = self._follower.batches(after=self.state.position)
         async with aclosing(batches):
-            pending: asyncio.Future | None = None
+            pending: asyncio.Future[list[tuple[int, bytes]]] | None = None
             try:
                 while True:
                     # Wait without cancelling the read when idle; give it up

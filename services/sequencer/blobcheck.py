@@ -68,7 +68,7 @@ class BlobCheck:
             return outcomes, prepared
         failures = await self._look_up(unknown)
         kept: list[PreparedAppend] = []
-        decided = iter(zip(prepared, needs))
+        decided = iter(zip(prepared, needs, strict=True))
         out: list[Receipt | None] = []
         for outcome in outcomes:
             if outcome is not None:

@@ -82,6 +82,10 @@ class CommittedStreamMirror:
     def backlog(self) -> int:
         return self._queue.qsize()
 
+    async def taken_up(self) -> None:
+        """Until ``run`` has taken every queued batch (``backlog`` is 0)."""
+        await self._queue.join()
+
     async def run(self) -> None:
         """Publish queued batches forever; resync on any failure.
 
@@ -100,6 +104,8 @@ class CommittedStreamMirror:
             batches = [await self._queue.get()]
             while not self._queue.empty():
                 batches.append(self._queue.get_nowait())
+            for _ in batches:  # taken: what ``taken_up`` waits for
+                self._queue.task_done()
             records = [record for batch in batches for record in batch]
             while True:
                 try:
@@ -191,7 +197,7 @@ class CommittedStreamMirror:
         batch proves the whole batch, and a failure anywhere shows up there.
         """
         last = items[-1][0]
-        for position, subject, body, headers in items[:-1]:
+        for _, subject, body, headers in items[:-1]:
             await self._nc.publish(subject, body, headers=headers)
         _, subject, body, headers = items[-1]
         waiting = await self._acks.publish(subject, body, headers)

@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, get_args
+from typing import Any, TypeVar
 
 import nats.errors
 from nats.aio.client import Client as NATS
@@ -24,7 +24,6 @@ from nats.aio.msg import Msg
 
 from laneledger.contract.errors import (
     InternalError,
-    InvalidRequest,
     LedgerError,
     RequestError,
     RequestTooLarge,
@@ -37,7 +36,6 @@ from laneledger.contract.model import (
     CreateLane,
     CreateTurn,
     EnsureActor,
-    ErrorBody,
     GetLane,
     GetReceipt,
     LoadLane,
@@ -45,19 +43,17 @@ from laneledger.contract.model import (
     LoadSession,
     LoadStructure,
     Receipt,
-    ReplyError,
-    ReplyOk,
-    decode,
     encode,
 )
 from laneledger.contract.redaction import DEFAULT_REDACTOR, Redactor
 from laneledger.contract.subjects import REPLY_HEADER, RequestSubject, Subjects, token
 from laneledger.runtime.pullfeed import PullFeed
-from laneledger.runtime.servicemain import first_task_end
+from laneledger.runtime.requestserver import RequestServer, ops_of
+from laneledger.runtime.servicemain import cancel_tasks, first_task_end
 from laneledger.sdk.blobstore import BlobBuckets
 from laneledger.store import LedgerWriter
 from laneledger.store.append import PreparedAppend, prepare_append, readable_ids
-from laneledger.store.writer import rejection
+from laneledger.store.writer import BatchResult, rejection
 
 from .blobcheck import BlobCheck
 from .metrics import SequencerMetrics
@@ -76,7 +72,7 @@ from .writerthread import WriterThread
 log = logging.getLogger("laneledger.sequencer")
 
 T = TypeVar("T")
-COMMAND_OPS = frozenset(kind.__struct_config__.tag for kind in get_args(Command))
+COMMAND_OPS = ops_of(Command)
 _PIPELINE = 2  # batches committing or waiting to be finished
 
 
@@ -84,7 +80,7 @@ _PIPELINE = 2  # batches committing or waiting to be finished
 class _Batch:
     msgs: list[Msg]
     outcomes: list[Receipt | None]  # request errors; None where the writer decides
-    committing: asyncio.Future
+    committing: asyncio.Future[BatchResult]
     started: float
     # Requests that held secrets: securely erased from LEDGER_APPEND once
     # committed (an ack alone leaves their bytes in the stream's files).
@@ -122,11 +118,23 @@ class Sequencer:
         self._writer = writer
         self._metrics = metrics
         self._settings = settings
-        self._writer_thread = WriterThread()
+        # Every use of the writer goes through it: batches, commands, reads.
+        self._writer_thread = WriterThread(writer, inline_commit_max=settings.inline_commit_max)
         self._stopping = asyncio.Event()
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self._blob_check: BlobCheck  # opened by start(), before any append is pulled
-        self._command_sub = None
+        self._commands = RequestServer[Command](
+            nc,
+            base=settings.subjects.command_base,
+            queue="sequencer",
+            commands=Command,
+            handler=self._on_command,
+            counter=metrics.commands,
+            log=log,
+            what="command",
+            other_op="other",
+            too_large=_reply_too_large,
+        )
         self.ready = False
         # The last commit's failure (a full disk, a read-only file), None once
         # a commit succeeds: while set, /readyz says not ready (``accepting``).
@@ -149,7 +157,7 @@ class Sequencer:
         return self.ready and self.store_error is None
 
     async def _in_writer(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self._writer_thread.run(fn, *args)
+        return await self._writer_thread.call(fn, *args)
 
     # ------------------------------------------------------------- lifecycle
 
@@ -165,12 +173,7 @@ class Sequencer:
         await ensure_consumer(self._js, s.subjects.append_stream, sequencer_consumer_config())
         pull = PullFeed(self._nc, s.subjects.append_stream, SEQUENCER_CONSUMER, credits=2 * s.batch_size)
         await pull.start()
-        self._command_sub = await self._nc.subscribe(
-            s.subjects.command_wildcard, queue="sequencer", cb=self._on_command
-        )
-        # Once start() returns the server has the subscription: a command sent
-        # right away (another connection) must not find "no responders".
-        await self._nc.flush()
+        await self._commands.start()  # served one at a time, in arrival order
         self._tasks = [
             asyncio.create_task(self._pull_loop(pull), name="sequencer-pull"),
             asyncio.create_task(self.mirror.run(), name="sequencer-mirror"),
@@ -187,21 +190,19 @@ class Sequencer:
         """Stop pulling, let the current batch finish, flush the mirror."""
         self.ready = False
         self._stopping.set()
-        if self._command_sub is not None:
-            await self._command_sub.unsubscribe()
+        await self._commands.stop()
         pull_task = self._tasks[0] if self._tasks else None
         if pull_task is not None:
             try:
                 await asyncio.wait_for(pull_task, timeout=drain_timeout_s)
             except (TimeoutError, Exception):  # noqa: BLE001 - stopping anyway
                 pull_task.cancel()
-        deadline = time.monotonic() + drain_timeout_s
-        while self.mirror.backlog and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        for task in self._tasks:
-            task.cancel()
-        # Bounded: a task that swallowed its cancel must not hang shutdown.
-        await asyncio.wait(self._tasks, timeout=drain_timeout_s)
+        try:
+            async with asyncio.timeout(drain_timeout_s):
+                await self.mirror.taken_up()
+        except TimeoutError:
+            pass  # stopping anyway: the next start's catch-up publishes the rest
+        await cancel_tasks(self._tasks, timeout_s=drain_timeout_s)
         self._writer_thread.shutdown()
 
     async def _backlog_loop(self) -> None:
@@ -216,7 +217,7 @@ class Sequencer:
 
     # ----------------------------------------------------------------- appends
 
-    async def _pull_loop(self, pull) -> None:
+    async def _pull_loop(self, pull: PullFeed) -> None:
         """Fetch and read batch N+1 while the writer commits batch N.
 
         Batches reach the writer thread in fetch order (one worker), and are
@@ -245,22 +246,10 @@ class Sequencer:
         outcomes, prepared, scrub = self._prepare_batch(msgs)
         outcomes, prepared = await self._blob_check.apply(outcomes, prepared)
         started = time.perf_counter()  # commit_seconds: from here, waiting for the writer included
-        # Waiting for the thread costs nothing (commits are in order anyway);
-        # what arrives meanwhile makes the next batch larger.
-        await self._writer_thread.until_idle()
-        if len(prepared) <= self._settings.inline_commit_max:
-            committing = self._writer_thread.run_here(self._writer.apply_batch, prepared)
-        else:
-            # The batch's CPU work here, on the loop; only the COMMIT, which
-            # waits for the disk, on the thread, while the loop finishes the
-            # previous batch and prepares the next. No await in between: the
-            # open transaction is handed over before anything else can run.
-            staged = self._writer_thread.run_here(self._writer.stage_batch, prepared)
-            committing = (
-                self._writer_thread.run(self._writer.commit_staged, staged.result())
-                if staged.exception() is None
-                else staged
-            )
+        # Waits for the writer thread (commits are in order anyway; what arrives
+        # meanwhile makes the next batch larger), then commits on the loop or
+        # hands the COMMIT to the thread (writerthread.py).
+        committing = await self._writer_thread.commit(prepared)
         await in_flight.put(_Batch(msgs, outcomes, committing, started, scrub))
 
     async def _finish_loop(self, in_flight: asyncio.Queue[_Batch | None]) -> None:
@@ -288,8 +277,8 @@ class Sequencer:
             except Exception as exc:
                 log.exception("append request on %s could not be prepared", msg.subject)
                 append_id, lane_id = readable_ids(msg.data)
-                err = InternalError(f"{type(exc).__name__}: {exc}")
-                outcomes.append(rejection(err, append_id=append_id, lane_id=lane_id))
+                internal = InternalError(f"{type(exc).__name__}: {exc}")
+                outcomes.append(rejection(internal, append_id=append_id, lane_id=lane_id))
         return outcomes, prepared, scrub
 
     async def _finish_batch(self, batch: _Batch) -> None:
@@ -347,14 +336,11 @@ class Sequencer:
                 log.warning("could not erase a redacted request from %s: %s", stream, exc)
 
     def _prepare(self, msg: Msg) -> PreparedAppend:
-        prefix = f"{self._settings.subjects.prefix}.append."
-        tokens = msg.subject[len(prefix) :].split(".") if msg.subject.startswith(prefix) else []
-        if len(tokens) != 2:
-            raise InvalidRequest("not an append subject", subject=msg.subject)
+        subject = self._settings.subjects.parse_append(msg.subject)
         return prepare_append(
             msg.data,
-            tenant_token=tokens[0],
-            lane_token=tokens[1],
+            tenant_token=subject.tenant_token,
+            lane_token=subject.lane_token,
             max_bytes=self._settings.max_request_bytes,
             # Signatures of actors the writer already knows are checked here,
             # overlapping the writer's commit of the previous batch.
@@ -367,7 +353,7 @@ class Sequencer:
         receipts addressed there, in request order (spec/wire.md)."""
         by_inbox: dict[str, list[Receipt]] = {}
         committed = replayed = 0
-        for msg, receipt in zip(msgs, receipts):
+        for msg, receipt in zip(msgs, receipts, strict=True):
             if isinstance(receipt, AppendRejected):
                 self._metrics.requests.labels("rejected", receipt.error.code).inc()
                 if receipt.error.code == "lane_conflict":
@@ -393,49 +379,13 @@ class Sequencer:
 
     # ----------------------------------------------------------------- commands
 
-    async def _on_command(self, msg: Msg) -> None:
-        op = msg.subject.rsplit(".", 1)[-1]
-        # Any subject under cmd.> arrives here: an unknown op is one label
-        # value, so the metric stays bounded whatever is published.
-        label = op if op in COMMAND_OPS else "other"
-        try:
-            # <prefix>.cmd.<tenant>.<op> is answered for that tenant only
-            # (tenancy.py); <prefix>.cmd.<op> for any (trusted users).
-            target = RequestSubject.parse(msg.subject, self._settings.subjects.command_base, msg.headers)
-            cmd = decode(msg.data, Command)
-            tag = type(cmd).__struct_config__.tag
-            if tag != op:
-                raise InvalidRequest(
-                    "the body's op differs from the subject's", path="$.op", op=tag, subject_op=op
-                )
-            if target.tenant is not None:
-                await self._blob_check.tenant_seen(token(target.tenant))
-            result = await self._in_writer(self._execute, cmd, target.tenant)
-            reply = encode(ReplyOk(result=result))
-            self._metrics.commands.labels(label, "ok").inc()
-        except LedgerError as err:
-            reply = encode(ReplyError(error=ErrorBody(**err.to_wire())))
-            self._metrics.commands.labels(label, err.code).inc()
-        except Exception as exc:
-            log.exception("command %s failed", op)
-            err = InternalError(f"{type(exc).__name__}: {exc}")
-            reply = encode(ReplyError(error=ErrorBody(**err.to_wire())))
-            self._metrics.commands.labels(label, err.code).inc()
-        if not msg.reply:
-            return
-        if len(reply) > self._nc.max_payload:
-            # A reply NATS would refuse: say so, rather than leave the caller
-            # waiting out its timeout.
-            err = RequestTooLarge(
-                f"the reply is {len(reply)} bytes, more than the server's max_payload "
-                f"({self._nc.max_payload}); read the structure with load_structure and "
-                f"the lanes' events page by page with load_lane",
-                size_bytes=len(reply),
-                limit_bytes=self._nc.max_payload,
-                op=op,
-            )
-            reply = encode(ReplyError(error=ErrorBody(**err.to_wire())))
-        await self._nc.publish(msg.reply, reply)
+    async def _on_command(self, cmd: Command, target: RequestSubject) -> Any:
+        """One command for the request server: ``<prefix>.cmd.<tenant>.<op>``
+        is answered for that tenant only (tenancy.py), ``<prefix>.cmd.<op>``
+        for any (trusted users). Runs in the writer thread, between batches."""
+        if target.tenant is not None:
+            await self._blob_check.tenant_seen(token(target.tenant))
+        return await self._in_writer(self._execute, cmd, target.tenant)
 
     def _execute(self, cmd: Command, tenant: str | None = None) -> Any:
         w, r = self._writer, self._writer.reader
@@ -468,3 +418,13 @@ class Sequencer:
                 )
             case GetReceipt(append_id=append_id):
                 return r.get_receipt(append_id)
+
+
+def _reply_too_large(op: str, size: int, limit: int) -> RequestTooLarge:
+    return RequestTooLarge(
+        f"the reply is {size} bytes, more than the server's max_payload ({limit}); read the "
+        f"structure with load_structure and the lanes' events page by page with load_lane",
+        size_bytes=size,
+        limit_bytes=limit,
+        op=op,
+    )

@@ -90,6 +90,7 @@ def sequencer_consumer_config() -> ConsumerConfig:
 
 
 async def ensure_stream(js: JetStreamContext, wanted: StreamConfig) -> None:
+    assert wanted.name is not None  # the *_stream_config() above always name it
     try:
         info = await js.stream_info(wanted.name)
     except NotFoundError:
@@ -108,7 +109,7 @@ async def ensure_stream(js: JetStreamContext, wanted: StreamConfig) -> None:
         )
 
 
-def _normal(value):
+def _normal(value: object) -> object:
     # The server reports "unlimited" as -1 or 0 and omits false flags.
     if value in (None, 0, -1, 0.0, False):
         return None
@@ -120,6 +121,7 @@ def _normal(value):
 async def ensure_consumer(js: JetStreamContext, stream: str, wanted: ConsumerConfig) -> None:
     """Create the durable consumer, or keep the one there (its delivery state
     is the queue's progress; it must never be recreated from scratch)."""
+    assert wanted.durable_name is not None  # sequencer_consumer_config() names it
     try:
         await js.consumer_info(stream, wanted.durable_name)
     except NotFoundError:

@@ -63,7 +63,8 @@ def check_command_tenant(cmd: Command, tenant: str, reader: LedgerReader) -> Non
                 raise TenantMismatch(
                     "session belongs to another tenant", what="lane", session_id=cmd.session_id, tenant=tenant
                 )
-            for parent in {cmd.parent_lane_id, cmd.fork_of and cmd.fork_of.lane_id} - {None}:
+            fork_lane_id = cmd.fork_of.lane_id if cmd.fork_of is not None else None
+            for parent in dict.fromkeys(p for p in (cmd.parent_lane_id, fork_lane_id) if p is not None):
                 lane(parent)
             if cmd.actor_id is not None and elsewhere("actor", cmd.actor_id):
                 raise EntityNotFound("no such actor", kind="actor", id=cmd.actor_id)

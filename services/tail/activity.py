@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from concurrent.futures import Executor
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -32,8 +33,9 @@ from aiohttp import web
 from laneledger.contract.errors import EntityNotFound, IntegrityError
 from laneledger.contract.vocabulary import COST_SUM, TERMINAL_EVENT_TYPES
 from laneledger.runtime.access import scope_of
+from laneledger.runtime.httpjson import json_response
 
-from .api import Query, json_response
+from .api import Query
 from .feed import Feed
 from .readmodel import ReadModel
 
@@ -114,7 +116,7 @@ class Span:
 
 
 class Activity:
-    def __init__(self, model: ReadModel, readers, feed: Feed) -> None:
+    def __init__(self, model: ReadModel, readers: Executor, feed: Feed) -> None:
         self._model = model
         self._readers = readers
         self._feed = feed

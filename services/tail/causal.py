@@ -12,20 +12,24 @@ leaves those out. Normative text: ``spec/tail.md``.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Any, TypeVar, TypeVarTuple
 
 import msgspec
 from aiohttp import web
 
 from laneledger.contract.errors import EntityNotFound
+from laneledger.contract.model import JsonObject, Lane
 from laneledger.history.causality import REWIND, REWOUND, Subject, node_of, subjects_of
 from laneledger.history.rewind import Invalidation
 from laneledger.runtime.access import scope_of
+from laneledger.runtime.httpjson import json_response
 from laneledger.sdk.client import LedgerClient
 from laneledger.sdk.spine import spawned_by
 
 from . import rewinds
-from .api import Query, json_response
+from .api import Query
 from .feed import Feed
 from .history import scoped
 from .readmodel import ReadModel
@@ -35,9 +39,12 @@ TREE_MAX = 2000
 SCAN_CHUNK = 1000  # rows read per query while skipping invalidated events
 ID_CHUNK = 500  # ids per IN (...) lookup
 
+R = TypeVar("R")
+Ts = TypeVarTuple("Ts")
+
 
 class CausalTree:
-    def __init__(self, model: ReadModel, readers, feed: Feed, ledger: LedgerClient) -> None:
+    def __init__(self, model: ReadModel, readers: Executor, feed: Feed, ledger: LedgerClient) -> None:
         self._model = model
         self._readers = readers
         self._feed = feed
@@ -46,7 +53,7 @@ class CausalTree:
     def route(self) -> web.RouteDef:
         return web.get("/api/v1/sessions/{session_id}/causal-tree", self.get, name="causal_tree")
 
-    async def _read(self, fn, *args):
+    async def _read(self, fn: Callable[[*Ts], R], *args: *Ts) -> R:
         return await asyncio.get_running_loop().run_in_executor(self._readers, fn, *args)
 
     async def get(self, request: web.Request) -> web.Response:
@@ -88,7 +95,7 @@ class CausalTree:
             }
         )
 
-    async def _structure(self, session_id: str) -> tuple[dict[str, Any], dict[str, Subject]]:
+    async def _structure(self, session_id: str) -> tuple[dict[str, Lane], dict[str, Subject]]:
         """Lanes by id, and the subjects of actions and attempts: read page by
         page (``load_structure``, no events), so complete however large the
         session is."""
@@ -97,7 +104,7 @@ class CausalTree:
 
     # -- reader threads ----------------------------------------------------------------------
 
-    def _spines(self, where: str, params: list, applied: int) -> dict[str, dict[str, Any]]:
+    def _spines(self, where: str, params: list[Any], applied: int) -> dict[str, dict[str, Any]]:
         rows = self._model.query(
             f"SELECT lane_id, count(*), min(position), max(position) FROM events WHERE {where}"
             " AND event_type != ? AND event_type != '' AND position <= ?"
@@ -113,7 +120,7 @@ class CausalTree:
             p: (b.get("causation_id"), spawned_by(b["event_type"], b.get("payload") or {}))
             for p, b in firsts.items()
         }
-        known = self._positions({i for pair in links.values() for i in pair} - {None})
+        known = self._positions({i for pair in links.values() for i in pair if i is not None})
         for spine in spines.values():
             cause, spawner = links[spine["first_position"]]
             spine["first_cause"] = known.get(cause) if cause else None
@@ -123,19 +130,20 @@ class CausalTree:
     def _nodes(
         self,
         where: str,
-        params: list,
+        params: list[Any],
         applied: int,
         cursor: int,
         limit: int,
         exclude: bool,
         subjects: dict[str, Subject],
-    ):
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
         rewind_rows = self._model.query(
             f"SELECT position, actor_id, body FROM events WHERE {where} AND event_type = ?"
             " AND position <= ? ORDER BY position",
             [*params, REWOUND, applied],
         )
-        rewinds, gone = [], Invalidation()
+        rewinds: list[dict[str, Any]] = []
+        gone = Invalidation()
         for position, actor_id, body in rewind_rows:
             payload = msgspec.json.decode(body).get("payload", {})
             gone.add(payload)
@@ -148,7 +156,7 @@ class CausalTree:
                     "invalidated_count": payload.get("invalidated_count", 0),
                 }
             )
-        bodies: list[dict[str, Any]] = []
+        bodies: list[JsonObject] = []
         more = False
         while not more:
             rows = self._model.query(
@@ -166,8 +174,8 @@ class CausalTree:
             if len(rows) < SCAN_CHUNK:
                 break
             cursor = rows[-1][0]
-        positions = self._positions({b.get("causation_id") for b in bodies} - {None})
-        nodes = []
+        positions = self._positions({cause for b in bodies if (cause := b.get("causation_id")) is not None})
+        nodes: list[dict[str, Any]] = []
         for body in bodies:
             node = node_of(body, subjects, positions)
             nodes.append(
@@ -188,8 +196,8 @@ class CausalTree:
             )
         return rewinds, nodes, more
 
-    def _bodies(self, positions: list[int]) -> dict[int, dict[str, Any]]:
-        found: dict[int, dict[str, Any]] = {}
+    def _bodies(self, positions: list[int]) -> dict[int, JsonObject]:
+        found: dict[int, JsonObject] = {}
         for start in range(0, len(positions), ID_CHUNK):
             chunk = positions[start : start + ID_CHUNK]
             for position, body in self._model.query(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from concurrent.futures import Executor
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -25,8 +26,9 @@ from aiohttp import web
 from laneledger.contract.errors import IntegrityError
 from laneledger.contract.vocabulary import COST_SUM
 from laneledger.runtime.access import scope_of
+from laneledger.runtime.httpjson import json_response
 
-from .api import Query, json_response
+from .api import Query
 from .feed import Feed
 from .readmodel import ReadModel
 
@@ -110,7 +112,7 @@ def _iso(epoch: float) -> str:
 
 
 class Costs:
-    def __init__(self, model: ReadModel, readers, feed: Feed) -> None:
+    def __init__(self, model: ReadModel, readers: Executor, feed: Feed) -> None:
         self._model = model
         self._readers = readers
         self._feed = feed

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
+from typing import Any
 
 from laneledger.contract.vocabulary import TERMINAL_EVENT_TYPES
 
@@ -108,10 +110,11 @@ class EventFilter:
         """Whether ``e`` is the terminal event of what this tail follows."""
         return e.event_type in self.terminal_types and self.in_scope(e)
 
-    def sql(self) -> tuple[str, list]:
+    def sql(self) -> tuple[str, list[Any]]:
         """The WHERE clause (after ``position > ?``) selecting what ``matches``
         or ``ends_with`` accepts; the caller applies both again per row."""
-        scope, params = [], []
+        scope: list[str] = []
+        params: list[Any] = []
         for column in ("tenant", "session_id", "run_id"):
             value = getattr(self, column)
             if value is not None:
@@ -134,13 +137,13 @@ class EventFilter:
                 marks = ",".join("?" * len(self.terminal_types))
                 clause = f"({clause}) OR event_type IN ({marks})"
                 narrow_params += list(self.terminal_types)
-            where = scope + [f"({clause})"]
+            where = [*scope, f"({clause})"]
             params += narrow_params
         return (" AND " + " AND ".join(where)) if where else "", params
 
 
 class Feed:
-    def __init__(self, model: ReadModel, readers, *, capacity: int = 4096) -> None:
+    def __init__(self, model: ReadModel, readers: Executor, *, capacity: int = 4096) -> None:
         self._model = model
         self._readers = readers  # the executor whose threads read SQLite
         self._capacity = max(capacity, 0)
@@ -208,7 +211,7 @@ class Feed:
         ring, cap = self._ring, self._capacity
         if cap and cursor + 1 >= self._ring_low and ring[(cursor + 1) % cap] is not None:
             last = min(applied, cursor + RING_SCAN)
-            out = []
+            out: list[Entry] = []
             size = 0
             for position in range(cursor + 1, last + 1):
                 entry = ring[position % cap]

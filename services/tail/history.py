@@ -21,19 +21,23 @@ direction; ``has_more`` tells whether one exists now.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, TypeVarTuple
 
 import msgspec
 from aiohttp import web
 
 from laneledger.contract.errors import EntityNotFound, IntegrityError
+from laneledger.contract.model import Action, Attempt, Lane, Turn
 from laneledger.contract.vocabulary import TERMINAL_EVENT_TYPES
 from laneledger.runtime.access import Scope, scope_of
+from laneledger.runtime.httpjson import json_response
 from laneledger.sdk.client import LedgerClient
 
 from . import rewinds
-from .api import Query, json_response, parse_int
+from .api import Query, parse_int
 from .feed import Feed
 from .readmodel import ReadModel
 
@@ -47,8 +51,11 @@ ATTEMPT_TYPES = ("attempt.requested",) + TERMINAL_EVENT_TYPES["attempt"]
 CHECKPOINT_LINKED = "lane.framework.checkpoint.linked"
 SAFE_TO_RETRY = ("inherent", "keyed")
 
+R = TypeVar("R")
+Ts = TypeVarTuple("Ts")
 
-def scoped(where: str, params: list, scope: Scope) -> tuple[str, list]:
+
+def scoped(where: str, params: list[Any], scope: Scope) -> tuple[str, list[Any]]:
     """A read-model condition limited to the scope's tenant."""
     if scope.tenant is None:
         return where, params
@@ -67,10 +74,10 @@ def full(obj: msgspec.Struct | None) -> dict[str, Any] | None:
 class Structure:
     """What the sequencer knows about a session or run besides its events."""
 
-    lanes: list
-    turns: list
-    actions: list
-    attempts: list
+    lanes: list[Lane]
+    turns: list[Turn]
+    actions: list[Action]
+    attempts: list[Attempt]
     tenant: str | None = None
     run_ids: list[str] = field(default_factory=list)
     # Always true since the structure is read page by page (load_structure);
@@ -96,12 +103,11 @@ class PageRequest:
     @classmethod
     def read(cls, query: Query) -> PageRequest:
         limit = query.integer("limit", PAGE_DEFAULT, low=1, high=PAGE_MAX)
-        assert limit is not None
         return cls(query.integer("cursor"), query.choice("direction", ("forward", "backward")), limit)
 
 
 class History:
-    def __init__(self, model: ReadModel, readers, feed: Feed, ledger: LedgerClient) -> None:
+    def __init__(self, model: ReadModel, readers: Executor, feed: Feed, ledger: LedgerClient) -> None:
         self._model = model
         self._readers = readers
         self._feed = feed
@@ -118,7 +124,7 @@ class History:
             ),
         ]
 
-    async def _read(self, fn, *args):
+    async def _read(self, fn: Callable[[*Ts], R], *args: *Ts) -> R:
         return await asyncio.get_running_loop().run_in_executor(self._readers, fn, *args)
 
     # -- one event -------------------------------------------------------------------------
@@ -149,7 +155,7 @@ class History:
     # -- a lane ----------------------------------------------------------------------------
 
     async def lane_events(self, request: web.Request) -> web.Response:
-        query = Query(request, PAGE_PARAMETERS + (rewinds.PARAMETER, WITH_ORIGIN))
+        query = Query(request, (*PAGE_PARAMETERS, rewinds.PARAMETER, WITH_ORIGIN))
         page = PageRequest.read(query)
         lane_id = request.match_info["lane_id"]
         scope = scope_of(request)
@@ -216,7 +222,7 @@ class History:
     # -- a session and a run ----------------------------------------------------------------
 
     async def session(self, request: web.Request) -> web.Response:
-        query = Query(request, PAGE_PARAMETERS + (rewinds.PARAMETER,))
+        query = Query(request, (*PAGE_PARAMETERS, rewinds.PARAMETER))
         page = PageRequest.read(query)
         session_id = request.match_info["session_id"]
         applied = self._feed.applied
@@ -247,7 +253,7 @@ class History:
         )
 
     async def run(self, request: web.Request) -> web.Response:
-        query = Query(request, PAGE_PARAMETERS + (rewinds.PARAMETER,))
+        query = Query(request, (*PAGE_PARAMETERS, rewinds.PARAMETER))
         page = PageRequest.read(query)
         session_id, run_id = request.match_info["session_id"], request.match_info["run_id"]
         applied = self._feed.applied
@@ -331,8 +337,8 @@ class History:
         )
 
     async def _excluding(
-        self, exclude: bool, session_id: str, applied: int, where: str, params: list
-    ) -> tuple[str, list]:
+        self, exclude: bool, session_id: str, applied: int, where: str, params: list[Any]
+    ) -> tuple[str, list[Any]]:
         """``where`` without the events the session's rewinds invalidated, when asked."""
         if not exclude:
             return where, params
@@ -355,7 +361,7 @@ class History:
     # -- queries (reader threads) ----------------------------------------------------------
 
     def _page(
-        self, where: str, params: list, key: str, page: PageRequest, applied: int
+        self, where: str, params: list[Any], key: str, page: PageRequest, applied: int
     ) -> tuple[list[msgspec.Raw], int | None, bool]:
         if page.direction == "forward":
             bound, order, cursor = ">", "ASC", page.cursor or 0
@@ -373,7 +379,7 @@ class History:
         return events, (rows[-1][0] if rows else None), more
 
     def _segments_page(
-        self, segments: list[tuple[str, list]], page: PageRequest, applied: int
+        self, segments: list[tuple[str, list[Any]]], page: PageRequest, applied: int
     ) -> tuple[list[msgspec.Raw], int | None, bool]:
         """A page of the first segment with events past the cursor (by
         position), and whether it or a later segment has more."""
@@ -390,7 +396,7 @@ class History:
         rows = self._model.query("SELECT session_id FROM events WHERE lane_id = ? LIMIT 1", [lane_id])
         return rows[0][0] if rows else None
 
-    def _any(self, where: str, params: list) -> bool:
+    def _any(self, where: str, params: list[Any]) -> bool:
         return bool(self._model.query(f"SELECT 1 FROM events WHERE {where} LIMIT 1", params))
 
     def _run_facts(self, session_id: str, run_id: str, applied: int) -> list[tuple[Any, ...]]:

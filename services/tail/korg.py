@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -40,9 +41,10 @@ from laneledger.contract.errors import (
 )
 from laneledger.contract.model import MAX_REQUEST_BYTES, AppendCommitted, Hash, Id, decode
 from laneledger.runtime.access import scope_of
+from laneledger.runtime.httpjson import json_response
 from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
 
-from .api import Query, json_response
+from .api import Query
 from .feed import Feed
 from .readmodel import ReadModel
 
@@ -125,7 +127,7 @@ class Korg:
         settings: KorgSettings,
         ledger: LedgerClient,
         model: ReadModel,
-        readers,
+        readers: Executor,
         feed: Feed,
         stream_last: Callable[[], Awaitable[int]],
     ) -> None:

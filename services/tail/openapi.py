@@ -17,8 +17,7 @@ from laneledger.runtime.apidoc import (
     schema_ref,
     secure_guarded,
 )
-
-from .api import json_response
+from laneledger.runtime.httpjson import json_response
 
 
 def _obj(required: list[str], props: dict[str, Any], *, extra: bool = False) -> dict[str, Any]:

@@ -10,10 +10,13 @@ at or before the read's applied position covers. Normative text:
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import Executor
+from typing import Any
 
 import msgspec
 
 from laneledger.contract.errors import InvalidRequest
+from laneledger.contract.model import JsonObject
 from laneledger.history.causality import REWOUND
 from laneledger.history.rewind import Invalidation
 
@@ -36,7 +39,7 @@ def invalidation(model: ReadModel, session_id: str, applied: int) -> Invalidatio
     return Invalidation(msgspec.json.decode(body).get("payload", {}) for (body,) in rows)
 
 
-def excluding(where: str, params: list, gone: Invalidation) -> tuple[str, list]:
+def excluding(where: str, params: list[Any], gone: Invalidation) -> tuple[str, list[Any]]:
     """``where`` (over one session's events) without the invalidated ones."""
     for first, last in gone.spans():
         where += " AND position NOT BETWEEN ? AND ?"
@@ -60,7 +63,7 @@ class ScopeInvalidation:
         self._sessions: dict[str, Invalidation] = {}
         self.spans = 0
 
-    def add(self, rewound: list[tuple[str, dict]], as_of: int) -> None:
+    def add(self, rewound: list[tuple[str, JsonObject]], as_of: int) -> None:
         for session_id, payload in rewound:
             gone = self._sessions.setdefault(session_id, Invalidation())
             before = len(gone.spans())
@@ -82,7 +85,7 @@ class ScopeInvalidation:
 
 def rewinds_between(
     model: ReadModel, tenant: str | None, session_id: str | None, after: int, upto: int
-) -> list[tuple[str, dict]]:
+) -> list[tuple[str, JsonObject]]:
     """``(session_id, payload)`` of the rewinds committed in ``(after, upto]``
     in scope, in order (reader thread; the event-type index serves it)."""
     where, params = "event_type = ? AND position > ? AND position <= ?", [REWOUND, after, upto]
@@ -97,7 +100,7 @@ def rewinds_between(
 class InvalidationLookup:
     """Keeps a live tail's ``ScopeInvalidation`` up to date, off the event loop."""
 
-    def __init__(self, model: ReadModel, readers) -> None:
+    def __init__(self, model: ReadModel, readers: Executor) -> None:
         self._model = model
         self._readers = readers
 

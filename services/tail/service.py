@@ -26,12 +26,12 @@ from laneledger.contract.ids import new_id
 from laneledger.contract.subjects import EVENTS_STREAM, Subjects
 from laneledger.runtime.access import AccessPolicy, access_middleware
 from laneledger.runtime.follow import StreamFollower
+from laneledger.runtime.httpjson import errors_middleware
 from laneledger.runtime.opsserver import ops_routes, start_http
-from laneledger.runtime.servicemain import first_task_end
+from laneledger.runtime.servicemain import cancel_tasks, first_task_end
 from laneledger.sdk.client import LedgerClient
 
 from .activity import Activity
-from .api import errors_middleware
 from .blobs import BlobReader, blob_route
 from .causal import CausalTree
 from .console import console_routes
@@ -88,9 +88,9 @@ class TailService:
         )
         self._consumer = f"laneledger-tail-{new_id()[-12:]}"
         self.stream_last: int | None = None  # None: not known right now
-        self._tasks: list[asyncio.Task] = []
-        self._follow_task: asyncio.Task | None = None
-        self._applying: asyncio.Task | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._follow_task: asyncio.Task[None] | None = None
+        self._applying: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
         self.app = self._make_app()
 
@@ -126,7 +126,7 @@ class TailService:
     @web.middleware
     async def _count(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ):
+    ) -> web.StreamResponse:
         response = await handler(request)
         route = request.match_info.route.resource
         name = route.canonical if route is not None else "unmatched"
@@ -158,8 +158,7 @@ class TailService:
             _, stuck = await asyncio.wait(open_tails, timeout=self.settings.shutdown_grace_s)
             for task in stuck:  # blocked writing to a client that does not read
                 task.cancel()
-        for task in self._tasks:
-            await _cancel(task)
+        await cancel_tasks(self._tasks, timeout_s=10.0)
         if self._applying is not None:
             await asyncio.gather(self._applying, return_exceptions=True)
         if self._runner is not None:
@@ -185,7 +184,9 @@ class TailService:
             try:
                 await self._follow_task
             except asyncio.CancelledError:
-                if asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                current = asyncio.current_task()
+                assert current is not None  # a coroutine runs in a task
+                if current.cancelling():
                     raise  # the service is stopping
                 log.warning("the follower stalled at position %d; re-opening", self.feed.applied)
             except Exception as exc:  # noqa: BLE001 - NATS away, stream missing: retry
@@ -255,16 +256,3 @@ class TailService:
                 still = 0.0
             seen = applied
             await asyncio.sleep(interval)
-
-
-async def _cancel(task: asyncio.Task, attempts: int = 40) -> None:
-    """Cancel ``task`` and wait for it to end. Asked again while it runs on:
-    Python 3.11's ``asyncio.wait_for`` (used by the NATS pull feed under the
-    follower) can swallow a cancel that lands as its timeout fires."""
-    for _ in range(attempts):
-        if task.done():
-            break
-        task.cancel()
-        await asyncio.wait([task], timeout=0.25)
-    if task.done() and not task.cancelled() and task.exception() is not None:
-        log.debug("%s ended with %r", task.get_name(), task.exception())

@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from concurrent.futures import Executor
+from typing import Any
 
 from aiohttp import web
 
@@ -26,6 +28,7 @@ from . import rewinds
 from .api import Query, parse_int
 from .feed import EventFilter, Feed
 from .metrics import TailMetrics
+from .readmodel import ReadModel
 
 log = logging.getLogger("laneledger.tail")
 
@@ -35,7 +38,7 @@ PARAMETERS = ("tenant", "session_id", "run_id", "lane_id", "actor_id", "event_ty
 def parse_subscription(request: web.Request) -> tuple[EventFilter, int, bool]:
     """The filter, the start position, and whether to leave out what the
     rewinds of the sessions in scope invalidate (``rewinds.py``)."""
-    query = Query(request, PARAMETERS + (rewinds.PARAMETER,))
+    query = Query(request, (*PARAMETERS, rewinds.PARAMETER))
     fields = {name: query.text(name) for name in PARAMETERS[:-1]}
     # The token's tenant is always part of the filter (access.py): another
     # tenant named in ``tenant=`` is 403, never a view of it.
@@ -45,7 +48,6 @@ def parse_subscription(request: web.Request) -> tuple[EventFilter, int, bool]:
     header = request.headers.get("Last-Event-ID")
     if header is not None and header.strip():
         start = parse_int(header.strip(), "Last-Event-ID")
-    assert start is not None
     return filt, start, rewinds.exclude_requested(query)
 
 
@@ -66,7 +68,7 @@ class Tail:
         self._metrics = metrics
         self._heartbeat_s = heartbeat_s
         self._terminal_before = terminal_before
-        self.tasks: set[asyncio.Task] = set()  # open subscriptions, cancelled at shutdown
+        self.tasks: set[asyncio.Task[Any]] = set()  # open subscriptions, cancelled at shutdown
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         filt, cursor, exclude = parse_subscription(request)
@@ -132,11 +134,14 @@ class Tail:
                     # filter lets them through) apply to what is sent from now on.
                     assert self._invalidated is not None
                     await self._invalidated.refresh(gone, filt.tenant, filt.session_id, feed.applied)
-                frames = []
+                frames: list[bytes] = []
                 end = None
                 for entry in entries:
-                    if filt.matches(entry) and not (
-                        gone is not None and gone.covers(entry.session_id, entry.position)
+                    # matches() requires a frame; the first test restates it for the checker.
+                    if (
+                        entry.frame is not None
+                        and filt.matches(entry)
+                        and not (gone is not None and gone.covers(entry.session_id, entry.position))
                     ):
                         frames.append(entry.frame)
                     if filt.ends_with(entry):
@@ -176,7 +181,7 @@ class TerminalLookup:
     """Finds the followed session's or run's terminal event at or before a
     position (``None`` if there is none yet)."""
 
-    def __init__(self, model, readers) -> None:
+    def __init__(self, model: ReadModel, readers: Executor) -> None:
         self._model = model
         self._readers = readers
 

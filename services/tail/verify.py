@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,9 +38,10 @@ from laneledger.contract.errors import (
     LedgerUnavailable,
 )
 from laneledger.runtime.access import scope_of
+from laneledger.runtime.httpjson import json_response
 from laneledger.sdk.client import LedgerClient
 
-from .api import Query, json_response
+from .api import Query
 from .feed import Feed
 from .readmodel import COLUMNS, ReadModel, Row
 
@@ -105,7 +107,7 @@ class Walk:
 
 class Verifier:
     def __init__(
-        self, model: ReadModel, readers, feed: Feed, ledger: LedgerClient, hmac_key: bytes | None
+        self, model: ReadModel, readers: Executor, feed: Feed, ledger: LedgerClient, hmac_key: bytes | None
     ) -> None:
         self._model = model
         self._readers = readers
@@ -143,17 +145,14 @@ class Verifier:
             fault = position_gap(walk.last_position + 1, None)
         if walk.events == 0 and fault is None:
             # Nothing in the read model: an empty lane or session, or no such thing.
-            if scope == "lane":
-                lane = await self._ledger.get_lane(lane_id)  # type: ignore[arg-type]
+            if lane_id is not None:  # scope "lane"
+                lane = await self._ledger.get_lane(lane_id)
                 access.not_found_unless(lane.tenant, "lane", id=lane_id)
-            elif scope == "session":
+            elif session_id is not None:  # scope "session"
                 # One structure row, not load_session: that carries every event
                 # and is refused past 1 MiB (a large session the tail has not
                 # applied yet).
-                page = await self._ledger.load_structure_page(
-                    session_id,  # type: ignore[arg-type]
-                    limit=1,
-                )
+                page = await self._ledger.load_structure_page(session_id, limit=1)
                 access.not_found_unless(page.tenant, "session", id=session_id)
         report: dict[str, Any] = {
             "scope": scope,
@@ -175,7 +174,9 @@ class Verifier:
             report["lane_tips"] = {lane: tip for lane, (_, tip) in walk.tips.items()}
         return json_response(report)
 
-    def _walk(self, walk: Walk, where: str, params: list, order: str, applied: int) -> LedgerError | None:
+    def _walk(
+        self, walk: Walk, where: str, params: list[Any], order: str, applied: int
+    ) -> LedgerError | None:
         rows = self._model.iterate(
             f"SELECT {COLUMNS} FROM events WHERE {where} AND position <= ?"
             f" AND {order} > ? ORDER BY {order} LIMIT ?",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from laneledger import __version__
 from laneledger.cli import branching, files, imports, ledger, natsconf, run, tail, verify
@@ -42,8 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    command: Callable[[argparse.Namespace], int] = args.run  # set by each add_commands
     try:
-        return args.run(args)
+        return command(args)
     except RequestError as exc:
         return fail(located(exc, display(getattr(args, "file", None))))
     except LedgerError as exc:  # a service answered with an error, or none answered

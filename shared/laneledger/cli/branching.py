@@ -9,14 +9,15 @@ import sys
 import msgspec
 
 from laneledger.cli.natsoption import add_nats_option
-from laneledger.history.branching import fork_lane, rewind_session
+from laneledger.contract.model import Lane
+from laneledger.history.branching import Rewound, fork_lane, rewind_session
 from laneledger.sdk.client import LedgerClient
 
 # Korg §1.1 prefixes -> actor kinds (as the tail's Korg endpoint registers them).
 ACTOR_KINDS = {"agent": "agent", "human": "human", "korg": "service", "mcp": "tool", "import": "service"}
 
 
-def add_commands(commands: argparse._SubParsersAction) -> None:
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sub = commands.add_parser(
         "rewind",
         help="rewind a session to one of its events (records a session.rewound event)",
@@ -68,7 +69,7 @@ def actor_kind(key: str) -> str:
 def cmd_rewind(args: argparse.Namespace) -> int:
     target: int | str = int(args.target) if args.target.isdigit() else args.target
 
-    async def run():
+    async def run() -> Rewound:
         async with await LedgerClient.connect(args.nats) as client:
             view = await client.load_session(args.session_id)
             actor = await client.ensure_actor(view.tenant, args.actor, actor_kind(args.actor))
@@ -94,7 +95,7 @@ def cmd_rewind(args: argparse.Namespace) -> int:
 
 
 def cmd_fork(args: argparse.Namespace) -> int:
-    async def run():
+    async def run() -> Lane:
         async with await LedgerClient.connect(args.nats) as client:
             origin = await client.get_lane(args.lane_id)
             actor = await client.ensure_actor(origin.tenant, args.actor, actor_kind(args.actor))

@@ -13,7 +13,7 @@ from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.strictjson import decode_json
 
 
-def add_commands(commands: argparse._SubParsersAction) -> None:
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sub = commands.add_parser(
         "canonicalize",
         help="print the RFC 8785 canonical bytes of a JSON document",

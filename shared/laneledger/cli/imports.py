@@ -8,7 +8,7 @@ import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator
-from typing import IO
+from typing import IO, Any
 
 from laneledger.cli.natsoption import add_nats_option
 from laneledger.cli.report import STDIN
@@ -16,7 +16,7 @@ from laneledger.compat.claudecode import ClaudeCodeImport
 from laneledger.sdk.client import LedgerClient
 
 
-def add_commands(commands: argparse._SubParsersAction) -> None:
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sub = commands.add_parser(
         "import",
         help="record another harness's output as a session",
@@ -61,7 +61,7 @@ async def _import(args: argparse.Namespace, stream: IO[bytes]) -> int:
             client, tenant=args.tenant, session_id=args.session_id, run_id=args.run_id
         )
         summary = await importer.run(_lines(stream))
-    report = {
+    report: dict[str, Any] = {
         "session_id": summary.session_id,
         "run_id": summary.run_id,
         "lines": summary.lines,

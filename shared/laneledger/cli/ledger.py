@@ -7,6 +7,7 @@ import asyncio
 import sys
 from collections import Counter
 from decimal import Decimal
+from typing import BinaryIO
 
 import msgspec
 
@@ -14,6 +15,7 @@ from laneledger.audit.ledger import export_ledger
 from laneledger.cli.natsoption import add_nats_option
 from laneledger.cli.verify import hmac_key
 from laneledger.compat.korg_export import export_session_from_db
+from laneledger.contract.model import CheckpointInfo, Lane, RunView, SessionView
 from laneledger.contract.vocabulary import TERMINAL_EVENT_TYPES, cost_amount
 from laneledger.sdk.checkpoints import reconcile
 from laneledger.sdk.client import LedgerClient
@@ -21,7 +23,7 @@ from laneledger.sdk.client import LedgerClient
 EXPORT_FORMATS = ("laneledger", "korg-ledger-v1")
 
 
-def add_commands(commands: argparse._SubParsersAction) -> None:
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sub = commands.add_parser(
         "export",
         help="write a ledger's committed events as JSONL (verifiable with `verify`)",
@@ -89,14 +91,14 @@ def cmd_export(args: argparse.Namespace) -> int:
             print("laneledger: export --format korg-ledger-v1 needs --session", file=sys.stderr)
             return 2
 
-        def write(out) -> int:
+        def write(out: BinaryIO) -> int:
             return export_session_from_db(args.db, args.session_id, out, key=args.hmac_key)
     else:
         if args.session_id or args.hmac_key:
             print("laneledger: --session and --hmac-key are for --format korg-ledger-v1", file=sys.stderr)
             return 2
 
-        def write(out) -> int:
+        def write(out: BinaryIO) -> int:
             return export_ledger(args.db, out)
 
     if args.output:
@@ -122,7 +124,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
-    async def unlinked():
+    async def unlinked() -> list[CheckpointInfo]:
         async with await LedgerClient.connect(args.nats) as client:
             return await reconcile(client, session_id=args.session_id, run_id=args.run_id, key=args.key)
 
@@ -136,17 +138,17 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     return 1 if found else 0
 
 
-async def _load(args: argparse.Namespace):
+async def _load(args: argparse.Namespace) -> SessionView | RunView:
     async with await LedgerClient.connect(args.nats) as client:
         if args.what == "session":
             return await client.load_session(args.session_id)
         return await client.load_run(args.session_id, args.run_id)
 
 
-def render(view) -> str:
+def render(view: SessionView | RunView) -> str:
     """A short human summary of a SessionView or RunView."""
     lines = [f"session {view.session_id}" + (f" run {view.run_id}" if hasattr(view, "run_id") else "")]
-    children: dict[str | None, list] = {}
+    children: dict[str | None, list[Lane]] = {}
     for lane in view.lanes:
         children.setdefault(lane.parent_lane_id, []).append(lane)
 

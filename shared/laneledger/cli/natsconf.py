@@ -11,7 +11,7 @@ from laneledger.cli.report import fail
 from laneledger.runtime.natsconfig import render
 
 
-def add_commands(commands: argparse._SubParsersAction) -> None:
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sub = commands.add_parser(
         "nats-config",
         help="render deploy/nats.conf with a least-privilege producer user per tenant",

@@ -11,7 +11,7 @@ from laneledger.devtools.demo import run_demo
 from laneledger.devtools.up import DEFAULT_PORTS, SERVICES, run_up
 
 
-def add_commands(commands: argparse._SubParsersAction) -> None:
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sub = commands.add_parser(
         "up",
         help="run the whole system locally",

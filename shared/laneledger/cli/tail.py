@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -19,7 +20,7 @@ FILTERS = ("tenant", "session_id", "run_id", "lane_id", "actor_id", "event_type"
 COLOURS = {"lifecycle": "36", "cost": "33", "hitl": "35", "streaming": "2", "extension": "34"}
 
 
-def add_commands(commands: argparse._SubParsersAction) -> None:
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sub = commands.add_parser(
         "tail",
         help="follow committed events live",
@@ -85,9 +86,10 @@ async def follow(args: argparse.Namespace) -> int:
     return 0
 
 
-async def frames(stream: aiohttp.StreamReader):
+async def frames(stream: aiohttp.StreamReader) -> AsyncIterator[tuple[str, str]]:
     """(event kind, data) of each SSE frame; comments (heartbeats) skipped."""
-    kind, data = "message", []
+    kind = "message"
+    data: list[str] = []
     async for raw in stream:
         text = raw.decode().rstrip("\r\n")
         if not text:

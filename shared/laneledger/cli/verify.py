@@ -37,7 +37,7 @@ STREAM_WAIT_ENV = "LANELEDGER_VERIFY_STREAM_WAIT_S"
 DEFAULT_STREAM_WAIT_S = 5.0
 
 
-def add_commands(commands: argparse._SubParsersAction) -> None:
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sub = commands.add_parser(
         "verify",
         help="verify a ledger: a database, an export file, or through a tail service",
@@ -276,12 +276,13 @@ def hmac_key(text: str) -> bytes:
 def verify_url(url: str, token_file: str | None = None) -> int:
     headers = client_headers(token_file)
 
-    async def fetch() -> dict:
+    async def fetch() -> dict[str, Any]:
         async with (
             aiohttp.ClientSession() as http,
             http.get(f"{url.rstrip('/')}/api/v1/verify", headers=headers) as response,
         ):
-            return await response.json(content_type=None)
+            report: dict[str, Any] = await response.json(content_type=None)  # the verify report
+            return report
 
     try:
         report = asyncio.run(fetch())

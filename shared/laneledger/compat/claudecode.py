@@ -33,7 +33,7 @@ from collections.abc import AsyncIterable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, TypeVar
 
 from laneledger.contract.clock import system_clock
 from laneledger.contract.errors import InvalidRequest
@@ -46,6 +46,7 @@ from laneledger.sdk.spine import PROMPT_EVENT, SPAWNED_BY, Spine
 ADAPTER = "laneledger.claude-code"
 ADAPTER_VERSION = "1"
 RUNTIME = "claude-code"
+T = TypeVar("T")
 
 IMPORT_GUARANTEES = AdapterGuarantees(
     adapter=ADAPTER,
@@ -141,7 +142,7 @@ def _text_of(content: Any) -> str | None:
     return None
 
 
-def _need(value: Any, kind: type | tuple[type, ...], path: str, line_no: int) -> Any:
+def _need(value: object, kind: type[T], path: str, line_no: int) -> T:
     if not isinstance(value, kind):
         raise InvalidRequest(
             f"{path} is missing or of the wrong type", line=line_no, path=path, reason="wrong_shape"
@@ -192,8 +193,8 @@ class ImportSummary:
     session_id: str = ""
     run_id: str = ""
     lines: int = 0
-    by_kind: Counter = field(default_factory=Counter)
-    dropped: Counter = field(default_factory=Counter)
+    by_kind: Counter[str] = field(default_factory=Counter)
+    dropped: Counter[str] = field(default_factory=Counter)
     appends: int = 0
     replayed: int = 0
     events: int = 0
@@ -324,7 +325,7 @@ class ClaudeCodeImport:
     async def _start(self, init: dict[str, Any], line_no: int) -> None:
         self._init = init
         session = self._session_override or init.get("session_id")
-        _need(session, str, "$.session_id", line_no)
+        session = _need(session, str, "$.session_id", line_no)
         self._version = str(init.get("claude_code_version") or init.get("version") or "unknown")
         run = self._run_override or init.get("uuid")
         if not isinstance(run, str) or not run:
@@ -484,7 +485,7 @@ class ClaudeCodeImport:
         ptuid = obj.get("parent_tool_use_id")
         if ptuid is None:
             return self._agents["main"]
-        _need(ptuid, str, "$.parent_tool_use_id", line_no)
+        ptuid = _need(ptuid, str, "$.parent_tool_use_id", line_no)
         return await self._subagent(ptuid, obj, line_no, None)
 
     # -- lines ------------------------------------------------------------------------------------
@@ -664,7 +665,8 @@ class ClaudeCodeImport:
             action_id=action_id,
         )
         await self.client.create_attempt(lane_id, action_id, 1, attempt_id=attempt_id)
-        tool_input = block.get("input") if isinstance(block.get("input"), dict) else {}
+        given = block.get("input")
+        tool_input: dict[str, Any] = given if isinstance(given, dict) else {}
         requested = self._event(
             agent,
             "attempt.requested",

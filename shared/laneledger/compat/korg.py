@@ -70,7 +70,7 @@ KORG_LEDGER_V1 = ChainProfile(
 )
 
 
-def read_jsonl(path: str | Path) -> Iterator[dict]:
+def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
     """Yield the records of a korg-ledger-v1 JSONL file, blank lines skipped.
 
     A malformed line raises a ``RequestError`` whose details name ``file``,
@@ -86,7 +86,7 @@ def read_jsonl(path: str | Path) -> Iterator[dict]:
                 yield _parse_line(raw, name, number)
 
 
-def _parse_line(raw: bytes, file: str, line: int) -> dict:
+def _parse_line(raw: bytes, file: str, line: int) -> dict[str, Any]:
     record = decode_json(raw, file=file, line=line)
     if not isinstance(record, dict):
         raise InvalidRequest("expected a JSON object", file=file, line=line)

@@ -76,7 +76,9 @@ def canonicalize(value: Any, *, admitted: bool = False) -> bytes:
     return _canonicalize_slowly(value)
 
 
-def _msgspec_is_canonical(container: dict | list | tuple, _max: int = MAX_SAFE_INTEGER) -> bool:
+def _msgspec_is_canonical(
+    container: dict[Any, Any] | list[Any] | tuple[Any, ...], _max: int = MAX_SAFE_INTEGER
+) -> bool:
     """Whether every value below ``container`` is one msgspec renders exactly
     as RFC 8785 does. Exact types only: subclasses (IntEnum, str enums, ...)
     go the slow way. Keys are not looked at: msgspec's sorted mode refuses
@@ -104,7 +106,7 @@ def _msgspec_is_canonical(container: dict | list | tuple, _max: int = MAX_SAFE_I
     return True
 
 
-def admits_fast(value: dict | list) -> bool:
+def admits_fast(value: dict[Any, Any] | list[Any]) -> bool:
     """Whether the fast path writes the dict or list ``value`` exactly as
     RFC 8785 does (see ``_msgspec_is_canonical``)."""
     try:

@@ -17,7 +17,7 @@ import hashlib
 import hmac
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,13 +47,15 @@ LANELEDGER = ChainProfile(
 )
 
 
-def append_digest(events: list, *, admitted: bool = False) -> str:
+def append_digest(events: list[Any], *, admitted: bool = False) -> str:
     """Lowercase hex SHA-256 of the RFC 8785 bytes of a proposed-event batch,
     exactly as sent (a JSON array). ``admitted``: see ``canonicalize``."""
     return hashlib.sha256(canonicalize(events, admitted=admitted)).hexdigest()
 
 
-def entry_hash(record: dict, *, profile: ChainProfile = LANELEDGER, key: bytes | None = None) -> str:
+def entry_hash(
+    record: Mapping[str, Any], *, profile: ChainProfile = LANELEDGER, key: bytes | None = None
+) -> str:
     """The entry hash of ``record`` under ``profile``; HMAC-SHA256 when ``key``
     is given (an empty key still means HMAC)."""
     preimage = profile.canonical({k: v for k, v in record.items() if k not in profile.excluded})
@@ -63,8 +65,8 @@ def entry_hash(record: dict, *, profile: ChainProfile = LANELEDGER, key: bytes |
 
 
 def link(
-    record: dict, prev_hash: str, *, profile: ChainProfile = LANELEDGER, key: bytes | None = None
-) -> dict:
+    record: Mapping[str, Any], prev_hash: str, *, profile: ChainProfile = LANELEDGER, key: bytes | None = None
+) -> dict[str, Any]:
     """A copy of ``record`` with ``prev_hash`` set and ``entry_hash`` computed.
     The order field (``seq``) must already be set: it is part of the preimage."""
     linked = {k: v for k, v in record.items() if k != "entry_hash"}
@@ -74,7 +76,7 @@ def link(
 
 
 def verify_chain(
-    records: Iterable[dict], *, profile: ChainProfile = LANELEDGER, key: bytes | None = None
+    records: Iterable[Mapping[str, Any]], *, profile: ChainProfile = LANELEDGER, key: bytes | None = None
 ) -> str:
     """Verify one chain from its first record; return the tip ``entry_hash``
     (``GENESIS_HASH`` when empty) or raise ``ChainFault`` at the first bad
@@ -116,7 +118,7 @@ class LaneChains:
     def tip(self, lane: Any = None) -> str:
         return self.tips.get(lane, (0, GENESIS_HASH))[1]
 
-    def check(self, record: dict, *, position: int, lane: Any = None) -> None:
+    def check(self, record: Mapping[str, Any], *, position: int, lane: Any = None) -> None:
         order = self._profile.order_field
         prev_seq, prev = self.tips.get(lane, (0, GENESIS_HASH))
         seq = record.get(order, _MISSING)

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from laneledger.contract.errors import InvalidRequest, MalformedMessage, RequestTooLarge
+
+if TYPE_CHECKING:
+    # A type or a union of types (``ReplyOk | ReplyError``), as msgspec's own
+    # stubs accept; only the checker needs it.
+    from typing_extensions import TypeForm
 
 # -- limits (spec/wire.md) ---------------------------------------------------------
 MAX_REQUEST_BYTES = 1024 * 1024  # also NATS's default max_payload
@@ -68,7 +73,7 @@ class Frozen(Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True
 # -- events -------------------------------------------------------------------------
 
 
-class ProposedEvent(Frozen, kw_only=True):
+class ProposedEvent(Frozen, frozen=True, kw_only=True):
     """An event as a producer proposes it. The append digest and the hash
     chain cover these fields exactly as sent.
 
@@ -94,7 +99,7 @@ class ProposedEvent(Frozen, kw_only=True):
     signature: Signature | UnsetType = UNSET
 
 
-class CommittedEvent(ProposedEvent, kw_only=True):
+class CommittedEvent(ProposedEvent, frozen=True, kw_only=True):
     """An event as stored and published on the committed stream: the proposed
     fields plus the ledger-owned ones, all inside the hash chain except
     ``entry_hash`` itself."""
@@ -126,7 +131,7 @@ LEDGER_OWNED_FIELDS = (
 # -- appends and receipts -----------------------------------------------------------
 
 
-class AppendRequest(Frozen, kw_only=True):
+class AppendRequest(Frozen, frozen=True, kw_only=True):
     """Published to ``<prefix>.append.<tenant>.<lane>``. The events decode
     straight to ``ProposedEvent`` (a bad one is named by its path,
     ``$.events[2].occurred_at``); since each has one JSON rendering,
@@ -139,14 +144,14 @@ class AppendRequest(Frozen, kw_only=True):
     events: Annotated[list[ProposedEvent], Meta(min_length=1, max_length=MAX_EVENTS_PER_APPEND)]
 
 
-class ErrorBody(Frozen, kw_only=True):
+class ErrorBody(Frozen, frozen=True, kw_only=True):
     code: str
     message: str
     retryable: bool = False
     details: JsonObject = {}
 
 
-class AppendCommitted(Frozen, kw_only=True, tag="committed", tag_field="outcome"):
+class AppendCommitted(Frozen, frozen=True, kw_only=True, tag="committed", tag_field="outcome"):
     append_id: Id
     lane_id: Id
     digest: Hash
@@ -159,7 +164,7 @@ class AppendCommitted(Frozen, kw_only=True, tag="committed", tag_field="outcome"
     replayed: bool = False
 
 
-class AppendRejected(Frozen, kw_only=True, tag="rejected", tag_field="outcome"):
+class AppendRejected(Frozen, frozen=True, kw_only=True, tag="rejected", tag_field="outcome"):
     error: ErrorBody
     append_id: str | None = None
     lane_id: str | None = None
@@ -172,7 +177,7 @@ Receipt = AppendCommitted | AppendRejected
 # -- structure ----------------------------------------------------------------------
 
 
-class Actor(Frozen, kw_only=True):
+class Actor(Frozen, frozen=True, kw_only=True):
     id: Id
     tenant: Id
     key: Id
@@ -185,7 +190,7 @@ class Actor(Frozen, kw_only=True):
     created_at: Timestamp
 
 
-class ForkPoint(Frozen, kw_only=True):
+class ForkPoint(Frozen, frozen=True, kw_only=True):
     """Where a fork starts: the origin lane and the seq of its last event the
     fork keeps (``CreateLane.fork_of``)."""
 
@@ -193,7 +198,7 @@ class ForkPoint(Frozen, kw_only=True):
     seq: Annotated[int, Meta(ge=1, le=MAX_WIRE_INT)]
 
 
-class ForkOrigin(Frozen, kw_only=True):
+class ForkOrigin(Frozen, frozen=True, kw_only=True):
     """A forked lane's origin as the ledger resolved it: the fork references
     the origin's events up to ``seq`` instead of copying them."""
 
@@ -204,7 +209,7 @@ class ForkOrigin(Frozen, kw_only=True):
     entry_hash: Hash
 
 
-class Lane(Frozen, kw_only=True):
+class Lane(Frozen, frozen=True, kw_only=True):
     id: Id
     tenant: Id
     session_id: Id
@@ -219,14 +224,14 @@ class Lane(Frozen, kw_only=True):
     head_hash: Hash = "0" * 64
 
 
-class Turn(Frozen, kw_only=True):
+class Turn(Frozen, frozen=True, kw_only=True):
     id: Id
     lane_id: Id
     turn_no: Annotated[int, Meta(ge=1, le=MAX_WIRE_INT)]
     created_at: Timestamp
 
 
-class Action(Frozen, kw_only=True):
+class Action(Frozen, frozen=True, kw_only=True):
     id: Id
     lane_id: Id
     turn_id: Id
@@ -238,7 +243,7 @@ class Action(Frozen, kw_only=True):
     created_at: Timestamp
 
 
-class Attempt(Frozen, kw_only=True):
+class Attempt(Frozen, frozen=True, kw_only=True):
     id: Id
     lane_id: Id
     action_id: Id
@@ -249,7 +254,7 @@ class Attempt(Frozen, kw_only=True):
 # -- checkpoints ----------------------------------------------------------------------
 
 
-class Anchor(Frozen, kw_only=True):
+class Anchor(Frozen, frozen=True, kw_only=True):
     """The last lane event a checkpoint has applied."""
 
     lane_id: Id
@@ -257,13 +262,13 @@ class Anchor(Frozen, kw_only=True):
     event_id: Id
 
 
-class ArtifactRef(Frozen, kw_only=True):
+class ArtifactRef(Frozen, frozen=True, kw_only=True):
     sha256: Hash
     size_bytes: Annotated[int, Meta(ge=0, le=MAX_WIRE_INT)]
     media_type: str
 
 
-class Checkpoint(Frozen, kw_only=True):
+class Checkpoint(Frozen, frozen=True, kw_only=True):
     id: Id
     key: Id
     revision: Annotated[int, Meta(ge=1, le=MAX_WIRE_INT)]
@@ -285,7 +290,7 @@ class Checkpoint(Frozen, kw_only=True):
 # -- commands to the sequencer (request/reply on <prefix>.cmd.<op>) ------------------
 
 
-class EnsureActor(Frozen, kw_only=True, tag="ensure_actor", tag_field="op"):
+class EnsureActor(Frozen, frozen=True, kw_only=True, tag="ensure_actor", tag_field="op"):
     tenant: Id
     key: Id
     kind: str
@@ -294,7 +299,7 @@ class EnsureActor(Frozen, kw_only=True, tag="ensure_actor", tag_field="op"):
     public_key: PublicKey | None = None
 
 
-class CreateLane(Frozen, kw_only=True, tag="create_lane", tag_field="op"):
+class CreateLane(Frozen, frozen=True, kw_only=True, tag="create_lane", tag_field="op"):
     tenant: Id
     session_id: Id
     run_id: Id
@@ -307,13 +312,13 @@ class CreateLane(Frozen, kw_only=True, tag="create_lane", tag_field="op"):
     fork_of: ForkPoint | None = None
 
 
-class CreateTurn(Frozen, kw_only=True, tag="create_turn", tag_field="op"):
+class CreateTurn(Frozen, frozen=True, kw_only=True, tag="create_turn", tag_field="op"):
     lane_id: Id
     turn_no: Annotated[int, Meta(ge=1, le=MAX_WIRE_INT)]
     id: Id | None = None
 
 
-class CreateAction(Frozen, kw_only=True, tag="create_action", tag_field="op"):
+class CreateAction(Frozen, frozen=True, kw_only=True, tag="create_action", tag_field="op"):
     lane_id: Id
     turn_id: Id
     action_type: str
@@ -324,33 +329,33 @@ class CreateAction(Frozen, kw_only=True, tag="create_action", tag_field="op"):
     id: Id | None = None
 
 
-class CreateAttempt(Frozen, kw_only=True, tag="create_attempt", tag_field="op"):
+class CreateAttempt(Frozen, frozen=True, kw_only=True, tag="create_attempt", tag_field="op"):
     lane_id: Id
     action_id: Id
     attempt_no: Annotated[int, Meta(ge=1, le=MAX_WIRE_INT)]
     id: Id | None = None
 
 
-class GetLane(Frozen, kw_only=True, tag="get_lane", tag_field="op"):
+class GetLane(Frozen, frozen=True, kw_only=True, tag="get_lane", tag_field="op"):
     lane_id: Id
 
 
-class LoadLane(Frozen, kw_only=True, tag="load_lane", tag_field="op"):
+class LoadLane(Frozen, frozen=True, kw_only=True, tag="load_lane", tag_field="op"):
     lane_id: Id
     after_seq: Seq = 0
     limit: Annotated[int, Meta(ge=1, le=10_000)] = 1000
 
 
-class LoadRun(Frozen, kw_only=True, tag="load_run", tag_field="op"):
+class LoadRun(Frozen, frozen=True, kw_only=True, tag="load_run", tag_field="op"):
     session_id: Id
     run_id: Id
 
 
-class LoadSession(Frozen, kw_only=True, tag="load_session", tag_field="op"):
+class LoadSession(Frozen, frozen=True, kw_only=True, tag="load_session", tag_field="op"):
     session_id: Id
 
 
-class StructureCursor(Frozen, kw_only=True):
+class StructureCursor(Frozen, frozen=True, kw_only=True):
     """Where a ``load_structure`` page ends: the last row read of each kind."""
 
     lanes: Annotated[int, Meta(ge=0, le=MAX_WIRE_INT)] = 0
@@ -359,7 +364,7 @@ class StructureCursor(Frozen, kw_only=True):
     attempts: Annotated[int, Meta(ge=0, le=MAX_WIRE_INT)] = 0
 
 
-class LoadStructure(Frozen, kw_only=True, tag="load_structure", tag_field="op"):
+class LoadStructure(Frozen, frozen=True, kw_only=True, tag="load_structure", tag_field="op"):
     """A session's (or one run's) lanes, turns, actions and attempts, page by
     page and without events: ``load_session`` for sessions too large for
     one reply."""
@@ -370,7 +375,7 @@ class LoadStructure(Frozen, kw_only=True, tag="load_structure", tag_field="op"):
     limit: Annotated[int, Meta(ge=1, le=10_000)] = 1000
 
 
-class GetReceipt(Frozen, kw_only=True, tag="get_receipt", tag_field="op"):
+class GetReceipt(Frozen, frozen=True, kw_only=True, tag="get_receipt", tag_field="op"):
     append_id: Id
 
 
@@ -389,11 +394,11 @@ Command = (
 )
 
 
-class ReplyOk(Frozen, kw_only=True, tag="ok", tag_field="status"):
+class ReplyOk(Frozen, frozen=True, kw_only=True, tag="ok", tag_field="status"):
     result: Any = None
 
 
-class ReplyError(Frozen, kw_only=True, tag="error", tag_field="status"):
+class ReplyError(Frozen, frozen=True, kw_only=True, tag="error", tag_field="status"):
     error: ErrorBody
 
 
@@ -403,13 +408,13 @@ Reply = ReplyOk | ReplyError
 # -- read views ---------------------------------------------------------------------
 
 
-class LanePage(Frozen, kw_only=True):
+class LanePage(Frozen, frozen=True, kw_only=True):
     lane: Lane
     events: list[CommittedEvent]
     has_more: bool
 
 
-class RunView(Frozen, kw_only=True):
+class RunView(Frozen, frozen=True, kw_only=True):
     session_id: Id
     run_id: Id
     lanes: list[Lane]
@@ -419,7 +424,7 @@ class RunView(Frozen, kw_only=True):
     events: list[CommittedEvent]
 
 
-class StructurePage(Frozen, kw_only=True):
+class StructurePage(Frozen, frozen=True, kw_only=True):
     """One ``load_structure`` page: up to ``limit`` rows of each kind after
     the cursor; ``next`` is the cursor of the following page."""
 
@@ -434,7 +439,7 @@ class StructurePage(Frozen, kw_only=True):
     has_more: bool
 
 
-class SessionView(Frozen, kw_only=True):
+class SessionView(Frozen, frozen=True, kw_only=True):
     session_id: Id
     tenant: Id
     run_ids: list[str]
@@ -449,10 +454,10 @@ class SessionView(Frozen, kw_only=True):
 
 T = TypeVar("T")
 
-_decoders: dict[Any, msgspec.json.Decoder] = {}
+_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
 
 
-def decoder(kind: Any) -> msgspec.json.Decoder:
+def decoder(kind: TypeForm[T]) -> msgspec.json.Decoder[T]:
     """The one prebuilt decoder for a message type (built on first use)."""
     found = _decoders.get(kind)
     if found is None:
@@ -464,7 +469,7 @@ _encoder = msgspec.json.Encoder()
 encode = _encoder.encode
 
 
-def decode(data: bytes, kind: type[T], *, max_bytes: int = MAX_REQUEST_BYTES) -> T:
+def decode(data: bytes, kind: TypeForm[T], *, max_bytes: int = MAX_REQUEST_BYTES) -> T:
     """Decode ``data`` as ``kind`` or raise a typed error naming what is wrong:
     ``RequestTooLarge``, ``MalformedMessage`` (not JSON), ``InvalidRequest``
     (JSON of the wrong shape; ``details['path']`` is the field path)."""
@@ -531,7 +536,7 @@ def _path_of(exc: msgspec.ValidationError) -> str:
 MediaType = Annotated[str, Meta(min_length=1, max_length=256)]
 
 
-class ProposedCheckpoint(Frozen, kw_only=True):
+class ProposedCheckpoint(Frozen, frozen=True, kw_only=True):
     """A checkpoint as a producer saves it. The service adds ``revision``,
     ``digest`` and ``created_at``. Its RFC 8785 bytes are its *content*: the
     same id with other content is an idempotency violation."""
@@ -551,7 +556,7 @@ class ProposedCheckpoint(Frozen, kw_only=True):
     terminal: bool = False
 
 
-class CheckpointInfo(Frozen, kw_only=True):
+class CheckpointInfo(Frozen, frozen=True, kw_only=True):
     """A checkpoint without its inline state: what lists and inspection show."""
 
     id: Id
@@ -569,7 +574,7 @@ class CheckpointInfo(Frozen, kw_only=True):
     created_at: Timestamp
 
 
-class SaveCheckpoint(Frozen, kw_only=True, tag="save", tag_field="op"):
+class SaveCheckpoint(Frozen, frozen=True, kw_only=True, tag="save", tag_field="op"):
     expected_revision: Seq
     checkpoint: ProposedCheckpoint
     # How long to wait for an anchor the service has not consumed yet; at most
@@ -577,21 +582,21 @@ class SaveCheckpoint(Frozen, kw_only=True, tag="save", tag_field="op"):
     anchor_wait_s: Annotated[float, Meta(ge=0)] | None = None
 
 
-class GetCheckpoint(Frozen, kw_only=True, tag="get", tag_field="op"):
+class GetCheckpoint(Frozen, frozen=True, kw_only=True, tag="get", tag_field="op"):
     checkpoint_id: Id
 
 
-class LatestCheckpoint(Frozen, kw_only=True, tag="latest", tag_field="op"):
+class LatestCheckpoint(Frozen, frozen=True, kw_only=True, tag="latest", tag_field="op"):
     key: Id
 
 
-class ListRevisions(Frozen, kw_only=True, tag="revisions", tag_field="op"):
+class ListRevisions(Frozen, frozen=True, kw_only=True, tag="revisions", tag_field="op"):
     key: Id
     after_revision: Seq = 0
     limit: Annotated[int, Meta(ge=1, le=1000)] = 100
 
 
-class PlanRecovery(Frozen, kw_only=True, tag="recovery_plan", tag_field="op"):
+class PlanRecovery(Frozen, frozen=True, kw_only=True, tag="recovery_plan", tag_field="op"):
     """By ``key`` (its latest revision), or by ``lane_id`` (the latest saved
     checkpoint anchored in that lane); ``session_id``/``run_id``, when given,
     must be the lane's."""
@@ -603,12 +608,12 @@ class PlanRecovery(Frozen, kw_only=True, tag="recovery_plan", tag_field="op"):
     max_events: Annotated[int, Meta(ge=1, le=10_000)] = 1000
 
 
-class InspectRun(Frozen, kw_only=True, tag="inspect_run", tag_field="op"):
+class InspectRun(Frozen, frozen=True, kw_only=True, tag="inspect_run", tag_field="op"):
     session_id: Id
     run_id: Id
 
 
-class ReconcileCheckpoints(Frozen, kw_only=True, tag="reconcile", tag_field="op"):
+class ReconcileCheckpoints(Frozen, frozen=True, kw_only=True, tag="reconcile", tag_field="op"):
     session_id: Id | None = None
     run_id: Id | None = None
     key: Id | None = None
@@ -618,7 +623,7 @@ class ReconcileCheckpoints(Frozen, kw_only=True, tag="reconcile", tag_field="op"
     min_position: Seq = 0
 
 
-class CheckpointServiceStatus(Frozen, kw_only=True, tag="info", tag_field="op"):
+class CheckpointServiceStatus(Frozen, frozen=True, kw_only=True, tag="info", tag_field="op"):
     pass
 
 
@@ -634,13 +639,13 @@ CheckpointCommand = (
 )
 
 
-class RevisionPage(Frozen, kw_only=True):
+class RevisionPage(Frozen, frozen=True, kw_only=True):
     key: Id
     revisions: list[CheckpointInfo]
     has_more: bool
 
 
-class UnresolvedAttempt(Frozen, kw_only=True):
+class UnresolvedAttempt(Frozen, frozen=True, kw_only=True):
     """An attempt with ``attempt.requested`` and no terminal event, with the
     retry-safety verdict of spec/checkpoint.md."""
 
@@ -661,7 +666,7 @@ class UnresolvedAttempt(Frozen, kw_only=True):
     reason: str
 
 
-class RecoveryPlan(Frozen, kw_only=True):
+class RecoveryPlan(Frozen, frozen=True, kw_only=True):
     key: Id | None = None
     checkpoint: Checkpoint | None = None
     session_id: Id | None = None
@@ -674,7 +679,7 @@ class RecoveryPlan(Frozen, kw_only=True):
     unresolved_attempts: list[UnresolvedAttempt] = []
 
 
-class LinkedCheckpoint(Frozen, kw_only=True):
+class LinkedCheckpoint(Frozen, frozen=True, kw_only=True):
     event_id: Id
     lane_id: Id
     seq: int
@@ -686,7 +691,7 @@ class LinkedCheckpoint(Frozen, kw_only=True):
     problem: str | None = None
 
 
-class RunInspection(Frozen, kw_only=True):
+class RunInspection(Frozen, frozen=True, kw_only=True):
     session_id: Id
     run_id: Id
     as_of_position: int
@@ -696,14 +701,14 @@ class RunInspection(Frozen, kw_only=True):
     unlinked_revisions: list[CheckpointInfo]
 
 
-class ReconcileReport(Frozen, kw_only=True):
+class ReconcileReport(Frozen, frozen=True, kw_only=True):
     as_of_position: int
     caught_up: bool  # the service had applied the whole committed stream
     unlinked: list[CheckpointInfo]
     has_more: bool = False
 
 
-class CheckpointServiceInfo(Frozen, kw_only=True):
+class CheckpointServiceInfo(Frozen, frozen=True, kw_only=True):
     artifact_bucket: str
     max_inline_bytes: int
     anchor_wait_s: float

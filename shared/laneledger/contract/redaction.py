@@ -14,10 +14,11 @@ Extra shapes and key words come from configuration (``LANELEDGER_REDACT_PATTERNS
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +31,9 @@ KEY_RULE = "secret_key"
 # Value shapes, most specific first: a match is replaced where it stands, so
 # a log line keeps its words and loses only the secret.
 DEFAULT_PATTERNS: dict[str, str] = {
-    "pem_private_key": r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----",
+    "pem_private_key": (
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----"
+    ),
     "anthropic_api_key": r"\bsk-ant-[A-Za-z0-9_-]{20,}",
     "openai_api_key": r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}",
     "stripe_key": r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}",
@@ -186,11 +189,12 @@ class Redactor:
         # Every hint at once: a string holding none skips all the patterns.
         # None when a configured pattern (no hint) must always run.
         self._prefilter: tuple[tuple[str, ...], tuple[str, ...]] | None = None
-        if all(hint is not None for _, _, hint in self._shapes):
+        hints = [hint for _, _, hint in self._shapes if hint is not None]
+        if len(hints) == len(self._shapes):
             self._prefilter = (
-                tuple(s for _, _, h in self._shapes if not h[0] for s in h[1]),  # type: ignore[index]
-                tuple(s for _, _, h in self._shapes if h[0] for s in h[1]),
-            )  # type: ignore[index]
+                tuple(s for h in hints if not h[0] for s in h[1]),
+                tuple(s for h in hints if h[0] for s in h[1]),
+            )
         extra = {"".join(key_words(k)) for k in extra_keys if key_words(k)}
         self.key_words = DEFAULT_KEY_WORDS | extra
         self._key_cache: dict[str, bool] = {}
@@ -245,7 +249,7 @@ class Redactor:
         found = self._key_cache.get(key)
         if found is None:
             words = key_words(key)
-            joined = set(words) | {a + b for a, b in zip(words, words[1:]) if a + b in _JOINED}
+            joined = set(words) | {a + b for a, b in itertools.pairwise(words) if a + b in _JOINED}
             joined.add("".join(words))
             found = bool(joined & self.key_words) and not (set(words) & _NOT_SECRET_WORDS)
             if len(self._key_cache) < 4096:
@@ -277,7 +281,7 @@ class Redactor:
             if hint in joined:
                 return False
         lower = joined.lower()
-        for hint in folded:
+        for hint in folded:  # noqa: SIM110 - a plain loop, as above
             if hint in lower:
                 return False
         return True
@@ -330,11 +334,15 @@ class Redactor:
             if hint is not None:
                 if hint[0]:
                     lower = text.lower() if lower is None else lower
-                if not any(s in (lower if hint[0] else text) for s in hint[1]):
+                    haystack = lower
+                else:
+                    haystack = text
+                if not any(s in haystack for s in hint[1]):
                     continue
-            replace = marker(name)
+            replacement = marker(name)
+            replace: str | Callable[[re.Match[str]], str] = replacement
             if "secret" in shape.groupindex:  # replace only the named part
-                replace = _keep_around(shape.groupindex["secret"], replace)
+                replace = _keep_around(shape.groupindex["secret"], replacement)
             text, n = shape.subn(replace, text)
             if n:
                 rules[name] = rules.get(name, 0) + n
@@ -363,7 +371,7 @@ class Redactor:
         return value  # numbers, booleans, null: never a secret by shape
 
 
-def _keep_around(group: int, replacement: str):
+def _keep_around(group: int, replacement: str) -> Callable[[re.Match[str]], str]:
     def sub(match: re.Match[str]) -> str:
         start, end = match.span(group)
         whole = match.group(0)

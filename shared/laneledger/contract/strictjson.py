@@ -35,12 +35,14 @@ def decode_json(data: bytes, *, file: str, line: int | None = None) -> Any:
         raise MalformedMessage("bad JSON: nested too deeply", file=file, line=line) from None
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     record = dict(pairs)
     if len(record) != len(pairs):
         seen: set[str] = set()
-        duplicate = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-        raise ValueError(f"duplicate object key {json.dumps(duplicate)}")
+        for key, _ in pairs:  # the first repeated key is the one named
+            if key in seen:
+                raise ValueError(f"duplicate object key {json.dumps(key)}")
+            seen.add(key)
     return record
 
 

@@ -24,6 +24,7 @@ import random
 import sys
 import time
 from decimal import Decimal
+from typing import Any
 
 from laneledger.contract.ids import new_id
 from laneledger.sdk.checkpoints import CheckpointClient, complete_run
@@ -251,7 +252,7 @@ async def summarize(session_id: str, tenant: str, tail_url: str, metrics_url: st
 
     async with aiohttp.ClientSession() as http:
         # Both services follow the committed stream: wait until they have it all.
-        report: dict = {}
+        report: dict[str, Any] = {}
         for _ in range(100):
             async with http.get(f"{tail_url}/api/v1/verify") as response:
                 report = await response.json()
@@ -309,7 +310,7 @@ async def summarize(session_id: str, tenant: str, tail_url: str, metrics_url: st
     return 0 if report.get("intact") and session.get("intact") else 1
 
 
-def attempt_summary(structure: dict, activity: dict) -> dict[str, int]:
+def attempt_summary(structure: dict[str, Any], activity: dict[str, Any]) -> dict[str, int]:
     """What the session's attempts show, from the tail: the structure
     (which action, what effect) joined with the activity (how each went)."""
     outcome = {a["id"]: a["outcome"] for a in activity.get("attempts", [])}
@@ -334,7 +335,7 @@ def attempt_summary(structure: dict, activity: dict) -> dict[str, int]:
 def _samples(text: str, name: str) -> list[tuple[str, float]]:
     found = []
     for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
+        if line.startswith((name + "{", name + " ")):
             head, _, value = line.rpartition(" ")
             found.append((head[len(name) :], float(value)))
     return found

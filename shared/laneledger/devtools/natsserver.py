@@ -204,7 +204,8 @@ class NatsServer:
     @property
     def pid(self) -> int | None:
         """The running server's pid; None when it is not running."""
-        return self._proc.pid if self.running else None
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
 
     @property
     def running(self) -> bool:

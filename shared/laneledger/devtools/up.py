@@ -14,9 +14,10 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from laneledger.devtools.natsserver import NatsServer
 
@@ -35,7 +36,7 @@ class RunningService:
     spec: ServiceSpec
     process: asyncio.subprocess.Process
     url: str | None = None
-    pump: asyncio.Task | None = None
+    pump: asyncio.Task[None] | None = None
 
 
 async def _start(spec: ServiceSpec, ready_timeout: float) -> RunningService:
@@ -116,11 +117,11 @@ async def run_up(
     ports: dict[str, int],
     host: str = "127.0.0.1",
     ready_timeout: float = 30.0,
-    after_start: Callable[[str, dict[str, str]], Awaitable[None]] | None = None,
+    after_start: Callable[[str, dict[str, str]], Coroutine[Any, Any, None]] | None = None,
 ) -> int:
     """Run until Ctrl-C/SIGTERM (or until ``after_start`` — e.g. the demo —
     returns, when given). Returns the exit status."""
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - start-up, before anything runs
     nats: NatsServer | None = None
     if nats_url is None:
         nats = NatsServer(data_dir / "nats", port=nats_port, host=host, log_path=data_dir / "nats-server.log")
@@ -147,7 +148,7 @@ async def run_up(
         ):
             print(f"  {label:<16}{url}", flush=True)
         print("Ctrl-C stops everything.\n", flush=True)
-        waits = [asyncio.create_task(s.process.wait()) for s in running]
+        waits: list[asyncio.Task[Any]] = [asyncio.create_task(s.process.wait()) for s in running]
         waits.append(asyncio.create_task(stop.wait()))
         if after_start is not None:
             waits.append(asyncio.create_task(after_start(nats_url, urls)))

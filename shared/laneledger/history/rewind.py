@@ -150,7 +150,7 @@ class Invalidation:
 
     def add(self, payload: Mapping[str, Any]) -> None:
         self.rewinds += 1
-        spans = sorted(zip(self._starts, self._ends))
+        spans = sorted(zip(self._starts, self._ends, strict=True))
         spans.extend(tuple(r) for r in payload.get("invalidated", ()))
         merged: list[list[int]] = []
         for first, last in sorted(spans):
@@ -169,4 +169,4 @@ class Invalidation:
         return bool(self._starts)
 
     def spans(self) -> list[list[int]]:
-        return [[a, b] for a, b in zip(self._starts, self._ends)]
+        return [[a, b] for a, b in zip(self._starts, self._ends, strict=True)]

@@ -30,6 +30,7 @@ tenant data, ``guarded``); handlers narrow every query with it
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import hmac
 import ipaddress
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from laneledger.contract.errors import EntityNotFound, InvalidRequest, TenantMismatch, Unauthorized
 from laneledger.runtime.config import Setting
@@ -209,7 +211,7 @@ def access_settings() -> list[Setting]:
     ]
 
 
-def policy_of(prog: str, args, host: str) -> AccessPolicy:
+def policy_of(prog: str, args: argparse.Namespace, host: str) -> AccessPolicy:
     """The policy the parsed options name, announced; a file that does not
     parse, or an open service off loopback, stops the service (exit 2)."""
     try:
@@ -301,7 +303,7 @@ def bearer_token(request: web.Request, query_allowed: bool) -> str | None:
     return values[0]
 
 
-def access_middleware(policy: AccessPolicy, *, query_token_paths: Collection[str] = ()):
+def access_middleware(policy: AccessPolicy, *, query_token_paths: Collection[str] = ()) -> Middleware:
     """aiohttp middleware: ``request[SCOPE]`` for every guarded path. A
     missing or wrong token raises 401 ``unauthorized`` into the service's
     error handling, which must run outside this middleware."""
@@ -309,7 +311,7 @@ def access_middleware(policy: AccessPolicy, *, query_token_paths: Collection[str
     @web.middleware
     async def middleware(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ):
+    ) -> web.StreamResponse:
         if guarded(request.path):
             request[SCOPE] = policy.scope_of(bearer_token(request, request.path in query_token_paths))
         return await handler(request)

@@ -36,7 +36,7 @@ several tenants. ``--korg-tenant`` renders the tail's one append subject
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from laneledger.contract.subjects import inbox_prefix, tenant_bucket, token
 
@@ -47,7 +47,7 @@ ARTIFACTS = "LEDGER_CHECKPOINT_ARTIFACTS"  # the shared bucket; a tenant's is AR
 BLOBS = "LEDGER_BLOBS"  # likewise for content-reference blobs
 
 
-def _bucket_permission(bucket: str) -> re.Pattern:
+def _bucket_permission(bucket: str) -> re.Pattern[str]:
     """A permission on a shared bucket: its stream OBJ_<bucket> or its $O.<bucket> subjects."""
     return re.compile(r'"[^"]*(?:OBJ_|\$O\.)' + bucket + r'(?:\.[^"]*)?"')
 
@@ -60,7 +60,7 @@ class TemplateError(ValueError):
     """The template lacks a part the renderer needs (a user, a subject)."""
 
 
-def _user_block(text: str, user: str) -> re.Match:
+def _user_block(text: str, user: str) -> re.Match[str]:
     found = re.search(r"(?ms)^    \{\n      user: " + re.escape(user) + r"\n.*?^    \}\n", text)
     if found is None:
         raise TemplateError(f"the template has no user {user!r}")
@@ -130,8 +130,8 @@ def render(
             f"{_INBOX_ALLOW} only"
         )
     added = []
-    for tenant, variable in zip(tenants, variables):
-        block = (
+    for tenant, variable in zip(tenants, variables, strict=True):
+        own_user = (
             producer.replace("      user: producer\n", f"      user: producer-{tenant}\n", 1)
             .replace("$LANELEDGER_PRODUCER_PASSWORD", f"${variable}", 1)
             .replace(append_all, f'"{prefix}.append.{token(tenant)}.>"', 1)
@@ -143,9 +143,9 @@ def render(
                 1,
             )
         )
-        block = _ARTIFACT_PERMISSION.sub(lambda m: _rename_bucket(m.group(0), tenant), block)
-        block = _BLOB_PERMISSION.sub(lambda m: _rename_bucket(m.group(0), tenant, BLOBS), block)
-        added.append(block)
+        own_user = _ARTIFACT_PERMISSION.sub(_renamer(tenant, ARTIFACTS), own_user)
+        own_user = _BLOB_PERMISSION.sub(_renamer(tenant, BLOBS), own_user)
+        added.append(own_user)
     end = _user_block(text, "producer").end()
     return text[:end] + "".join(added) + text[end:]
 
@@ -153,3 +153,8 @@ def render(
 def _rename_bucket(permission: str, tenant: str, bucket: str = ARTIFACTS) -> str:
     """A permission on a shared bucket, on the tenant's own instead."""
     return permission.replace(bucket, tenant_bucket(bucket, tenant), 1)
+
+
+def _renamer(tenant: str, bucket: str) -> Callable[[re.Match[str]], str]:
+    """``_rename_bucket`` as a ``re.sub`` replacement."""
+    return lambda permission: _rename_bucket(permission.group(0), tenant, bucket)

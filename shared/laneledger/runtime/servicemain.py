@@ -11,15 +11,18 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import Any
 
 from nats.aio.client import Client as NATS
 
 from laneledger.contract.errors import InvalidRequest, LedgerError
 
+log = logging.getLogger(__name__)
+
 
 def run_main(
-    prog: str, run: Callable[[argparse.Namespace], Awaitable[None]], args: argparse.Namespace
+    prog: str, run: Callable[[argparse.Namespace], Coroutine[Any, Any, None]], args: argparse.Namespace
 ) -> int:
     level = os.environ.get("LANELEDGER_LOG_LEVEL", "INFO")
     if not isinstance(logging.getLevelName(level.upper()), int):
@@ -107,7 +110,7 @@ async def close_nats(nc: NATS) -> None:
     await nc.close()
 
 
-async def first_task_end(tasks: list[asyncio.Task]) -> None:
+async def first_task_end(tasks: list[asyncio.Task[Any]]) -> None:
     """What a service's ``wait()`` does: return when one of its background
     tasks ends, re-raising what killed it. (They run until ``stop()``, so an
     end before that is a failure the process must not outlive.)"""
@@ -115,5 +118,30 @@ async def first_task_end(tasks: list[asyncio.Task]) -> None:
         return
     done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     for task in done:
-        if not task.cancelled() and task.exception() is not None:
-            raise task.exception()  # type: ignore[misc]
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            raise exc
+
+
+async def cancel_tasks(tasks: Iterable[asyncio.Task[Any]], *, timeout_s: float) -> None:
+    """What a service's ``stop()`` does with its background tasks: cancel
+    them and wait, at most ``timeout_s``, for them to end, asking again every
+    quarter second while one runs on. Asking once is not enough: Python 3.11's
+    ``asyncio.wait_for``, which nats-py's requests use, swallows a cancel that
+    arrives as the reply does, and the task then goes on to its next sleep
+    (seen as a 10 s stop of the sequencer). What a task ended with, other than
+    its cancellation, is logged at DEBUG: the service is stopping anyway."""
+    tasks = list(tasks)
+    pending = {task for task in tasks if not task.done()}
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while pending:
+        for task in pending:
+            task.cancel()
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            break
+        _, pending = await asyncio.wait(pending, timeout=min(0.25, left))
+    for task in tasks:
+        if task.done() and not task.cancelled() and (exc := task.exception()) is not None:
+            log.debug("%s ended with %r", task.get_name(), exc)
+    for task in pending:
+        log.warning("%s did not end within %.1f s of being cancelled", task.get_name(), timeout_s)

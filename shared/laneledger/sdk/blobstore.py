@@ -37,6 +37,7 @@ from nats.js.errors import (
     ObjectDeletedError,
     ObjectNotFoundError,
 )
+from nats.js.object_store import ObjectStore
 
 from laneledger.contract.contentref import hex_of
 from laneledger.contract.errors import (
@@ -77,7 +78,9 @@ def object_store_digest(hex_sha256: str) -> str:
 
 
 class BlobStore:
-    def __init__(self, js: JetStreamContext, obs, bucket: str, *, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, js: JetStreamContext, obs: ObjectStore, bucket: str, *, timeout_s: float = 10.0
+    ) -> None:
         self._js = js
         self._obs = obs
         self.bucket = bucket
@@ -189,7 +192,7 @@ class BlobStore:
         subject token (``subjects.token``) does not have, looked up
         concurrently. The sequencer's batch check."""
         found = await asyncio.gather(*(self._has(tenant_token, ref, size) for ref, size in refs))
-        return [r for r, ok in zip(refs, found) if not ok]
+        return [r for r, ok in zip(refs, found, strict=True) if not ok]
 
     async def get(self, tenant: str, ref: str) -> bytes:
         """The blob's bytes, checked against the name. ``EntityNotFound``

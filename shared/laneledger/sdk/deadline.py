@@ -10,12 +10,12 @@ append rates; a timer that fails the future itself does the same job with one
 from __future__ import annotations
 
 import asyncio
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 
-def _expire(future: asyncio.Future) -> None:
+def _expire(future: asyncio.Future[Any]) -> None:
     if not future.done():
         future.set_exception(TimeoutError())
 

@@ -70,7 +70,8 @@ class AdapterGuarantees(msgspec.Struct, frozen=True, kw_only=True):
             )
 
     def to_payload(self) -> dict[str, Any]:
-        return msgspec.to_builtins(self)
+        payload: dict[str, Any] = msgspec.to_builtins(self)  # a Struct becomes an object
+        return payload
 
     @classmethod
     def from_payload(cls, value: Any) -> AdapterGuarantees:

@@ -17,6 +17,7 @@ import itertools
 import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 
 class ApiError(msgspec.Struct):
@@ -42,7 +43,7 @@ class AckInbox:
     def __init__(self, nc: NATS) -> None:
         self._nc = nc
         self._prefix = ""
-        self._sub = None
+        self._sub: Subscription | None = None
         self._waiting: dict[str, asyncio.Future[PubAck]] = {}
         self._tokens = itertools.count(1)
 
