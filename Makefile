@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: run test fault bench install clean
+.PHONY: run test test-programs lint fault bench install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,8 +17,20 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/laneledger up --demo
 
-test: $(STAMP)
+# Chromium, prometheus and promtool come from Debian's packages, not pip.
+# tests/external_programs.py looks each up on $PATH (as `command -v` does) and,
+# only when one is missing, installs it with apt-get as root; otherwise the
+# tests that need it skip, naming the install command.
+test-programs:
+	@$(PYTHON) tests/external_programs.py
+
+test: $(STAMP) test-programs
 	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 # The fault suite's long form (tests/fault/; `make test` runs its short form).
 fault: $(STAMP)

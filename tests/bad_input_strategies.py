@@ -143,13 +143,13 @@ def _mutation(draw: st.DrawFn, world: World, request: dict[str, Any]) -> str:
             JSON_VALUES
         )
     elif kind == "event_type":
-        name = draw(st.sampled_from(EVENT_FIELDS + ("causation_id",)))
+        name = draw(st.sampled_from((*EVENT_FIELDS, "causation_id")))
         event[name] = draw(JSON_VALUES)
     elif kind == "event_missing":
         event.pop(draw(st.sampled_from(EVENT_FIELDS)), None)
     elif kind == "event_extra":
         event[
-            draw(st.text(min_size=1, max_size=10).filter(lambda k: k not in EVENT_FIELDS + ("causation_id",)))
+            draw(st.text(min_size=1, max_size=10).filter(lambda k: k not in (*EVENT_FIELDS, "causation_id")))
         ] = draw(JSON_VALUES)
     elif kind == "bad_id":
         target, name = draw(
@@ -349,36 +349,42 @@ def bad_appends(world: World) -> st.SearchStrategy[list[Message]]:
 
 # -- commands (<prefix>.cmd.<op>) ------------------------------------------------------------
 
-COMMAND_FIELDS: dict[str, dict[str, Any]] = {
-    "ensure_actor": {"tenant": "acme", "key": "agent:fuzz@1", "kind": "agent"},
-    "create_lane": {"tenant": "acme", "session_id": "s-fuzz", "run_id": "r-fuzz", "name": "main"},
-    "create_turn": {"lane_id": "LANE", "turn_no": 1},
-    "create_action": {
-        "lane_id": "LANE",
-        "turn_id": "t-1",
-        "action_type": "tool_call",
-        "name": "read",
-        "effect": "read",
-        "idempotency": "inherent",
-    },
-    "create_attempt": {"lane_id": "LANE", "action_id": "x-1", "attempt_no": 1},
-    "get_lane": {"lane_id": "LANE"},
-    "load_lane": {"lane_id": "LANE", "after_seq": 0, "limit": 10},
-    "load_run": {"session_id": "s1", "run_id": "r1"},
-    "load_session": {"session_id": "s1"},
-    "load_structure": {"session_id": "s1", "run_id": "r1"},
-    "load_structure": {"session_id": "s1", "run_id": "r1", "limit": 10},
-    "get_receipt": {"append_id": "APPEND"},
-}
+# A valid body per op (some ops have more than one shape), which the
+# strategy below then breaks.
+COMMAND_BODIES: list[tuple[str, dict[str, Any]]] = [
+    ("ensure_actor", {"tenant": "acme", "key": "agent:fuzz@1", "kind": "agent"}),
+    ("create_lane", {"tenant": "acme", "session_id": "s-fuzz", "run_id": "r-fuzz", "name": "main"}),
+    ("create_turn", {"lane_id": "LANE", "turn_no": 1}),
+    (
+        "create_action",
+        {
+            "lane_id": "LANE",
+            "turn_id": "t-1",
+            "action_type": "tool_call",
+            "name": "read",
+            "effect": "read",
+            "idempotency": "inherent",
+        },
+    ),
+    ("create_attempt", {"lane_id": "LANE", "action_id": "x-1", "attempt_no": 1}),
+    ("get_lane", {"lane_id": "LANE"}),
+    ("load_lane", {"lane_id": "LANE", "after_seq": 0, "limit": 10}),
+    ("load_run", {"session_id": "s1", "run_id": "r1"}),
+    ("load_session", {"session_id": "s1"}),
+    ("load_structure", {"session_id": "s1", "run_id": "r1"}),
+    ("load_structure", {"session_id": "s1", "run_id": "r1", "limit": 10}),
+    ("get_receipt", {"append_id": "APPEND"}),
+]
+COMMAND_NAMES = sorted({op for op, _ in COMMAND_BODIES})
 
 
 @st.composite
 def command_messages(draw: st.DrawFn, world: World) -> Message:
     """A command body for an op (valid, or with its fields mutated, or not a
     command at all), on that op's subject or another."""
-    op = draw(st.sampled_from(sorted(COMMAND_FIELDS)))
+    op, valid = draw(st.sampled_from(COMMAND_BODIES))
     body_obj: dict[str, Any] = {"op": op}
-    for name, value in COMMAND_FIELDS[op].items():
+    for name, value in valid.items():
         body_obj[name] = (
             {"LANE": world.lane_id, "APPEND": world.committed_append_id}.get(value, value)
             if isinstance(value, str)
@@ -391,9 +397,9 @@ def command_messages(draw: st.DrawFn, world: World) -> Message:
     )
     fields = [k for k in body_obj if k != "op"]
     if kind == "wrong_type":
-        body_obj[draw(st.sampled_from(fields + ["op"]))] = draw(JSON_VALUES)
+        body_obj[draw(st.sampled_from([*fields, "op"]))] = draw(JSON_VALUES)
     elif kind == "missing":
-        body_obj.pop(draw(st.sampled_from(fields + ["op"])))
+        body_obj.pop(draw(st.sampled_from([*fields, "op"])))
     elif kind == "extra":
         body_obj[draw(st.text(min_size=1, max_size=8).filter(lambda k: k not in body_obj))] = draw(
             JSON_VALUES
@@ -403,7 +409,7 @@ def command_messages(draw: st.DrawFn, world: World) -> Message:
     elif kind == "huge_int":
         body_obj[draw(st.sampled_from(fields))] = draw(st.integers(min_value=2**62, max_value=2**80))
     elif kind == "op_mismatch":
-        body_obj["op"] = draw(st.sampled_from(sorted(COMMAND_FIELDS)) | st.text(max_size=12))
+        body_obj["op"] = draw(st.sampled_from(COMMAND_NAMES) | st.text(max_size=12))
     body = _render(body_obj)
     if kind == "raw":
         body = draw(st.binary(max_size=256) | st.sampled_from([b"", b"null", b"[]", b"\xff{"]))

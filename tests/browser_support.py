@@ -1,28 +1,22 @@
 """A real browser for the console's tests: Debian's Chromium
-(``/usr/bin/chromium``, installed by ``.ci/run``) driven by Playwright for
-Python. ``playwright install`` is never run: Playwright's own driver talks to
-the system browser.
+(``/usr/bin/chromium``, or ``$LANELEDGER_TEST_CHROMIUM``; see
+external_programs.py) driven by Playwright for Python. ``playwright install``
+is never run: Playwright's own driver talks to the system browser.
 
-* ``browser``: a fixture giving a fresh headless Chromium for one test
-  (closed after it), with its console messages and page errors collected so a
-  failing test shows them and a JavaScript error fails the test.
+* ``ConsoleBrowser``: one headless Chromium; ``await b.page(url)`` opens a page
+  and records its console messages and page errors (the ``browser`` fixture,
+  in browser_fixtures.py, gives one per test).
 * ``screenshot(page, name)``: a full-page PNG in ``build/screenshots/``
   (git-ignored), for a person to look at.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
-import pytest_asyncio
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, expect
 from tail_support import REPO
 
-CHROMIUM = os.environ.get("LANELEDGER_TEST_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -55,21 +49,6 @@ class ConsoleBrowser:
         page.on("console", lambda msg: self.messages.append(f"{msg.type}: {msg.text}"))
         await page.goto(url)
         return page
-
-
-@pytest_asyncio.fixture
-async def browser(request: pytest.FixtureRequest) -> AsyncIterator[ConsoleBrowser]:
-    if not Path(CHROMIUM).exists() or shutil.which(CHROMIUM) is None:
-        pytest.fail(f"no Chromium at {CHROMIUM}: apt-get install -y chromium (see .ci/run)")
-    async with async_playwright() as playwright:
-        chromium = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        wrapped = ConsoleBrowser(chromium)
-        try:
-            yield wrapped
-        finally:
-            await chromium.close()
-    # A script error in the console is a failure even if the page looked right.
-    assert not wrapped.errors, f"page errors: {wrapped.errors}\nconsole: {wrapped.messages[-20:]}"
 
 
 async def screenshot(page: Page, name: str) -> Path:

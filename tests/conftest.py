@@ -1,12 +1,21 @@
-"""Shared pytest fixtures and hooks for laneledger's tests.
+"""The suite's plugins and markers.
 
-Sections, in order:
+The fixtures live in plugin modules, registered here once (pytest takes
+``pytest_plugins`` only from the rootdir's conftest), so a test names a
+fixture as a parameter and imports nothing for it:
 
-* reporting hooks: logs of the servers a test used are added to its failure report
-* nats-server: ``nats_server`` (a real nats-server with JetStream, per test),
-  ``nc`` (a connected nats-py client to it) and ``js`` (``nc.jetstream()``)
-* the ledger: ``sequencer`` (the real sequencer, in this process, on a SQLite
-  file in ``tmp_path``), ``client`` (a ``LedgerClient``) and ``actor``
+* failure_logs.py: a failing test's report shows the logs of the servers it used
+* nats_fixtures.py: ``nats_server``, ``cluster``, ``nc``, ``js``
+* ledger_fixtures.py: ``sequencer``, ``sequencer_proc``, ``client``, ``actor``,
+  ``small_sequencer``, ``small_ledger``
+* tail_fixtures.py: ``start_tail``
+* checkpoint_fixtures.py: ``checkpoint_service``, ``checkpoints``
+* browser_fixtures.py: ``browser``
+
+Markers (declared in pyproject.toml, ``--strict-markers``): ``nats`` is added
+here to every test that uses a nats-server fixture; tests that start servers
+of their own, ``browser``, ``fault`` and ``slow`` are marked where they are
+(``fault`` for everything under tests/fault/ is added here too).
 
 Async tests and fixtures run on a function-scoped loop (``asyncio_mode = "auto"``
 in pyproject.toml); async fixtures are still declared with
@@ -15,145 +24,26 @@ in pyproject.toml); async fixtures are still declared with
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import nats
 import pytest
-import pytest_asyncio
-from nats.aio.client import Client as NATS
-from nats.js import JetStreamContext
-from prometheus_client import CollectorRegistry
-from sequencer_process import SequencerProcess
 
-from laneledger.contract.model import Actor
-from laneledger.devtools.natscluster import NatsCluster
-from laneledger.devtools.natsserver import NatsServer
-from laneledger.sdk.client import LedgerClient
-from laneledger.services.sequencer.metrics import SequencerMetrics
-from laneledger.services.sequencer.service import Sequencer
-from laneledger.store import LedgerWriter, open_ledger
+pytest_plugins = [
+    "failure_logs",
+    "nats_fixtures",
+    "ledger_fixtures",
+    "tail_fixtures",
+    "checkpoint_fixtures",
+    "browser_fixtures",
+]
 
-# -- reporting hooks ------------------------------------------------------------
-
-# Servers whose log a failing test's report should show.
-_SERVERS_TO_REPORT = pytest.StashKey[list[NatsServer]]()
-_LOG_LINES_IN_REPORT = 200
+_FAULT_SUITE = Path(__file__).resolve().parent / "fault"
+_NATS_FIXTURES = {"nats_server", "cluster"}
 
 
-def show_log_on_failure(request: pytest.FixtureRequest, server: NatsServer) -> None:
-    """Add ``server``'s log to the report of the test if it fails (in setup,
-    call or teardown). For fixtures and tests that start servers of their own."""
-    request.node.stash.setdefault(_SERVERS_TO_REPORT, []).append(server)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
-    report = yield
-    if report.failed:
-        for server in item.stash.get(_SERVERS_TO_REPORT, []):
-            tail = "\n".join(server.log_text().splitlines()[-_LOG_LINES_IN_REPORT:])
-            report.sections.append((f"nats-server log {server.log_path}", tail or "(empty)"))
-    return report
-
-
-# -- nats-server ------------------------------------------------------------------
-
-
-@pytest.fixture
-def nats_server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[NatsServer]:
-    """A real nats-server with JetStream on 127.0.0.1, on a port it chose, storing
-    in this test's ``tmp_path``; stopped (no process left) after the test. Tests
-    may stop, kill or restart it; its log is shown if the test fails."""
-    server = NatsServer(tmp_path / "nats")
-    show_log_on_failure(request, server)
-    with server:
-        yield server
-
-
-@pytest.fixture
-def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[NatsCluster]:
-    """A three-node nats-server cluster with JetStream on loopback, stored in
-    this test's ``tmp_path``; every node's log is shown if the test fails."""
-    nodes = NatsCluster(tmp_path / "cluster", size=3)
-    nodes.start()
-    for node in nodes.nodes:
-        show_log_on_failure(request, node)
-    try:
-        yield nodes
-    finally:
-        nodes.stop()
-
-
-@pytest_asyncio.fixture
-async def nc(nats_server: NatsServer) -> AsyncIterator[NATS]:
-    """A nats-py client connected to ``nats_server``. It reconnects quickly and
-    without giving up, so tests can restart the server under it.
-
-    Teardown closes it (close() flushes what was published) rather than
-    draining: with nats-py 2.16 a pull subscription whose ``fetch`` timed out
-    can keep a late "408 Request Timeout" status in its queue, and ``drain()``
-    then waits for that queue the full ``drain_timeout`` (30 s). Tests that
-    test draining drain themselves."""
-    client = await nats.connect(
-        nats_server.url,
-        name="laneledger-tests",
-        connect_timeout=2,
-        reconnect_time_wait=0.1,
-        max_reconnect_attempts=-1,
-    )
-    try:
-        yield client
-    finally:
-        await client.close()  # a no-op if the test closed it
-
-
-@pytest.fixture
-def js(nc: NATS) -> JetStreamContext:
-    """JetStream on ``nc``."""
-    return nc.jetstream()
-
-
-# -- the ledger -------------------------------------------------------------------
-
-
-@pytest_asyncio.fixture
-async def sequencer(nc: NATS, tmp_path: Path) -> AsyncIterator[Sequencer]:
-    """The real sequencer, running in this test's event loop on its own NATS
-    connection and a SQLite file in ``tmp_path``. Crash tests run it as a
-    subprocess instead (see ``tests/sequencer_process.py``)."""
-    writer = LedgerWriter(open_ledger(tmp_path / "ledger.db"))
-    service = Sequencer(nc, writer, SequencerMetrics(CollectorRegistry()))
-    await service.start()
-    try:
-        yield service
-    finally:
-        await service.stop()
-
-
-@pytest.fixture
-def sequencer_proc(
-    nats_server: NatsServer, tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[SequencerProcess]:
-    """The sequencer as a real process on ``tmp_path/ledger.db``; stopped (no
-    process left) at teardown, before the nats-server."""
-    seq = SequencerProcess(nats_server.url, tmp_path / "ledger.db", log_dir=tmp_path)
-    show_log_on_failure(request, seq)  # duck-typed: log_path + log_text()
-    try:
-        yield seq.start()
-    finally:
-        seq.stop()
-
-
-@pytest_asyncio.fixture
-async def client(nats_server: NatsServer, sequencer: Sequencer) -> AsyncIterator[LedgerClient]:
-    ledger = await LedgerClient.connect(nats_server.url, timeout=5.0)
-    try:
-        yield ledger
-    finally:
-        await ledger.close()
-
-
-@pytest_asyncio.fixture
-async def actor(client: LedgerClient) -> Actor:
-    return await client.ensure_actor("acme", "agent:tests/main@1", "agent")
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _NATS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.nats)
+        if _FAULT_SUITE in item.path.parents:
+            item.add_marker(pytest.mark.fault)

@@ -1,21 +1,17 @@
 """Helpers for the metrics service's tests: a known workload with its expected
 metrics, the service in-process and as a subprocess, scraping, Prometheus.
 
-Every wait here is bounded in count and time; a timeout ends the wait and the
-test then asserts on what it found (never on how long it took).
+Every wait here is an ``eventually()`` (polling.py): bounded in time, and a
+timeout fails naming what was awaited.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
-import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +19,8 @@ from typing import Any
 import aiohttp
 import msgspec
 import nats
+from external_programs import PROMETHEUS
+from polling import eventually
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from service_process import ServiceProcess
@@ -32,23 +30,6 @@ from laneledger.runtime.opsserver import ops_routes, start_http
 from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.services.metrics.service import MetricsService, MetricsSettings
 from laneledger.services.metrics.store import MetricsStore
-
-# -- polling -----------------------------------------------------------------------
-
-
-async def wait_for(
-    check: Callable[[], Awaitable[Any]], *, timeout: float = 20.0, interval: float = 0.05
-) -> Any:
-    """Call ``check`` until it returns something truthy or ``timeout`` passes
-    (at most ``timeout / interval`` + 1 calls); returns its last result."""
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / interval) + 1):
-        result = await check()
-        if result or time.monotonic() > deadline:
-            return result
-        await asyncio.sleep(interval)
-    return await check()
-
 
 # -- scraping ---------------------------------------------------------------------
 
@@ -434,14 +415,15 @@ class MetricsRunner:
         return self
 
     async def wait_position(self, position: int, timeout: float = 20.0) -> int:
+        """Until it has folded ``position``; returns the position it is at."""
         assert self.service is not None
         service = self.service
-
-        async def reached() -> bool:
-            return service.position >= position
-
-        await wait_for(reached, timeout=timeout)
-        return service.position
+        return await eventually(
+            lambda: service.position,
+            until=lambda folded: folded >= position,
+            what=f"the metrics service to fold position {position}",
+            timeout=timeout,
+        )
 
     async def samples(self) -> Samples:
         return parse(await scrape(self.url))
@@ -493,14 +475,6 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def prometheus_binary() -> str | None:
-    return shutil.which("prometheus")
-
-
-def promtool_binary() -> str | None:
-    return shutil.which("promtool")
-
-
 def scrape_config_for_test(text: str, targets: dict[str, str], *, interval: str = "1s") -> str:
     """deploy/prometheus.yml with each container target (``sequencer:8470``)
     replaced by the address this test's service listens on, and a short
@@ -527,12 +501,13 @@ class PrometheusProcess:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     async def start(self, tries: int = 3, timeout: float = 20.0) -> PrometheusProcess:
-        binary = prometheus_binary()
-        assert binary is not None
+        binary = PROMETHEUS.path
+        assert binary is not None, PROMETHEUS.missing
         for attempt in range(tries):
             port = free_port()
-            with open(self.log_path, "ab") as log:
-                self._proc = subprocess.Popen(
+            # Starting a process and opening its log take no time worth a thread.
+            with open(self.log_path, "ab") as log:  # noqa: ASYNC230
+                self._proc = subprocess.Popen(  # noqa: ASYNC220
                     [
                         binary,
                         f"--config.file={self.config}",
@@ -553,21 +528,24 @@ class PrometheusProcess:
         raise AssertionError(f"prometheus did not start:\n{self.log_text()[-4000:]}")
 
     async def _ready(self, timeout: float) -> bool:
-        async def ready() -> bool:
+        """Until /-/ready answers 200 (True) or the process exits (False)."""
+
+        async def exited_or_ready() -> bool | None:
             assert self._proc is not None
             if self._proc.poll() is not None:
-                return True  # exited: stop waiting
-            try:
-                async with aiohttp.ClientSession() as http:
-                    async with http.get(
-                        f"{self.url}/-/ready", timeout=aiohttp.ClientTimeout(total=2)
-                    ) as resp:
-                        return resp.status == 200
-            except aiohttp.ClientError:
                 return False
+            async with aiohttp.ClientSession() as http:
+                async with http.get(f"{self.url}/-/ready", timeout=aiohttp.ClientTimeout(total=2)) as resp:
+                    return True if resp.status == 200 else None
 
-        await wait_for(ready, timeout=timeout, interval=0.1)
-        return self._proc is not None and self._proc.poll() is None and await ready()
+        return await eventually(
+            exited_or_ready,
+            until=lambda state: state is not None,
+            what=f"prometheus to be ready at {self.url}",
+            timeout=timeout,
+            interval=0.1,
+            retry_on=aiohttp.ClientError,
+        )
 
     async def query(self, expr: str) -> list[dict]:
         async with aiohttp.ClientSession() as http:

@@ -95,7 +95,8 @@ class Harness:
 
     async def tool(self, tool: str, turn_no: int, attempt_id: str) -> str:
         """The tool's side effect in the world: a line in the effects file."""
-        with open(self.args.effects, "a", encoding="utf-8") as f:
+        # Synchronous on purpose: the effect is in the file before the tool returns.
+        with open(self.args.effects, "a", encoding="utf-8") as f:  # noqa: ASYNC230
             f.write(
                 json.dumps({"tool": tool, "turn": turn_no, "attempt_id": attempt_id, "pid": os.getpid()})
                 + "\n"
@@ -107,7 +108,7 @@ class Harness:
             if self.in_flight == len(TOOLS):
                 assert self.guard is not None
                 self.emit("hanging", turn=turn_no, head=self.guard.recorder.head)
-            await asyncio.sleep(self.args.time_limit)
+            await asyncio.sleep(self.args.time_limit)  # the hang: the test kills us first
             raise SystemExit(3)
         return f"{tool}-result-{turn_no}"
 
@@ -256,7 +257,7 @@ async def amain(args: argparse.Namespace) -> int:
     started = time.monotonic()
     client = await LedgerClient.connect(args.nats, timeout=5.0)
     try:
-        with open(args.out, "a", encoding="utf-8") as out:
+        with open(args.out, "a", encoding="utf-8") as out:  # noqa: ASYNC230 - once, before the loop runs
             harness = Harness(args, client, out)
             await asyncio.wait_for(harness.run(), args.time_limit)
         print(f"plain loop done in {time.monotonic() - started:.2f}s", flush=True)

@@ -57,6 +57,8 @@ import sys
 import time
 from pathlib import Path
 
+from polling import eventually
+
 from laneledger.contract.errors import LaneConflict, LedgerError, TransportError
 from laneledger.contract.ids import new_id
 from laneledger.contract.model import Lane
@@ -132,7 +134,7 @@ class Producer:
             try:
                 lane = await self.client.get_lane(lane_id)
             except TransportError:
-                await asyncio.sleep(min(0.05 * 2**attempt, 0.5))
+                await asyncio.sleep(min(0.05 * 2**attempt, 0.5))  # a producer's backoff
                 continue
             self.lanes[lane_id] = lane
             self.heads[lane_id] = max(self.heads.get(lane_id, 0), lane.last_seq)
@@ -249,7 +251,7 @@ class Producer:
             except TransportError as err:
                 # No PubAck, or no receipt in time: resend the same append.
                 line["error"] = str(err)
-                await asyncio.sleep(min(0.05 * 2**attempt, 0.5))
+                await asyncio.sleep(min(0.05 * 2**attempt, 0.5))  # a producer's backoff
                 continue
             except LaneConflict as err:
                 line.update(outcome=err.code, error=str(err))
@@ -318,9 +320,9 @@ async def amain(args: argparse.Namespace) -> int:
     try:
         for path in (args.out, intents_path(args.out)):
             _drop_torn_line(path)
-        with (
-            open(args.out, "a", encoding="utf-8") as out,
-            open(intents_path(args.out), "a", encoding="utf-8") as intents,
+        with (  # opened once, before any append is in flight
+            open(args.out, "a", encoding="utf-8") as out,  # noqa: ASYNC230
+            open(intents_path(args.out), "a", encoding="utf-8") as intents,  # noqa: ASYNC230
         ):
             producer = Producer(args, client, out, intents)
             code = await producer.run()
@@ -511,13 +513,15 @@ def start_producers(
 
 
 async def wait_for_producers(producers: list[ProducerProcess], timeout: float) -> None:
-    """Wait (bounded) for every producer to exit 0; kill them all otherwise."""
-    deadline = time.monotonic() + timeout
+    """Until every producer has exited, then check each exited 0; kills them
+    all either way."""
     try:
-        while any(p.returncode is None for p in producers):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"producers still running after {timeout:g}s")
-            await asyncio.sleep(0.05)
+        await eventually(
+            lambda: [p.name for p in producers if p.returncode is None],
+            until=lambda running: not running,
+            what="every producer to exit",
+            timeout=timeout,
+        )
     finally:
         for p in producers:
             p.kill()

@@ -15,7 +15,6 @@ for a long run.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import requests
@@ -53,7 +52,7 @@ def fuzz_operation(
 
     def with_known_ids(case, use: list[bool]):
         # Some cases name things that exist, so reads get past 404.
-        for params, use_it in zip((case.path_parameters, case.query), use):
+        for params, use_it in zip((case.path_parameters, case.query), use, strict=True):
             if params and use_it:
                 for name in list(params):
                     if name in known:
@@ -140,10 +139,3 @@ async def fuzz_every_operation(
             never_ok.append(f"{operation.label}: {sorted(statuses)}")
     assert not failures, "\n\n".join(f"{label}: {exc}" for label, exc in failures.items())
     return never_ok
-
-
-async def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await asyncio.to_thread(predicate):
-        assert asyncio.get_running_loop().time() < deadline, "not reached in time"
-        await asyncio.sleep(0.1)

@@ -12,12 +12,11 @@ The process handling is ``service_process.ServiceProcess``'s.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sqlite3
-import time
 from pathlib import Path
 
+from polling import eventually
 from service_process import ServiceProcess, ServiceProcessError
 
 SequencerProcessError = ServiceProcessError
@@ -62,13 +61,24 @@ def ledger_last_position(db: str | os.PathLike[str]) -> int:
         conn.close()
 
 
+async def wait_for_ledger(db: str | os.PathLike[str], position: int, *, timeout: float = 30.0) -> None:
+    """Until the ledger file has committed ``position``."""
+    await eventually(
+        lambda: ledger_last_position(db),
+        until=lambda last: last >= position,
+        what=f"the ledger {db} at position {position}",
+        timeout=timeout,
+    )
+
+
 async def wait_for_stream(
     js, last_position: int, *, stream: str = "LEDGER_EVENTS", timeout: float = 15.0
 ) -> None:
-    """Wait (bounded) until the committed stream reaches ``last_position``: the
-    sequencer publishes to it after sending the receipts."""
-    deadline = time.monotonic() + timeout
-    while (await js.stream_info(stream)).state.last_seq < last_position:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{stream} did not reach position {last_position} in {timeout:g}s")
-        await asyncio.sleep(0.05)
+    """Until the committed stream reaches ``last_position``: the sequencer
+    publishes to it after sending the receipts."""
+    await eventually(
+        lambda: js.stream_info(stream),
+        until=lambda info: info.state.last_seq >= last_position,
+        what=f"{stream} at position {last_position}",
+        timeout=timeout,
+    )

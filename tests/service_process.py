@@ -15,7 +15,7 @@ stdout and stderr go to ``<log_dir>/<name>.stdout.log`` and ``.stderr.log``
 (appended across restarts), so no pipe can
 fill up and block it. Every process started is stopped by :meth:`stop`, by
 the context manager, or at interpreter exit. ``log_path``/``log_text`` let
-conftest's ``show_log_on_failure`` add its output to a failing report.
+failure_logs.show_log_on_failure add its output to a failing report.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from polling import eventually_sync
 
 REPO = Path(__file__).resolve().parent.parent
 _READY = re.compile(r"^laneledger-\S+ ready http=(\S+)(?: position=(\d+))?.*$", re.MULTILINE)
@@ -131,24 +132,29 @@ class ServiceProcess:
         return self
 
     def _wait_ready(self, offset: int, timeout: float) -> None:
-        assert self._proc is not None
-        deadline = time.monotonic() + timeout
-        while True:
+        proc = self._proc
+        assert proc is not None
+
+        def ready_line() -> re.Match[str] | None:
+            code = proc.poll()
             with open(self.stdout_path, "rb") as out:
                 out.seek(offset)
                 found = _READY.search(out.read().decode("utf-8", errors="replace"))
-            if found:
-                self.ready_line, self.http_url = found[0], found[1]
-                self.position = int(found[2]) if found[2] is not None else None
-                return
-            code = self._proc.poll()
-            if code is not None:
+            if not found and code is not None:
                 raise ServiceProcessError(
                     f"{self.name} exited with code {code} before it was ready\n{self.log_tail()}"
                 )
-            if time.monotonic() > deadline:
-                raise ServiceProcessError(f"{self.name} not ready within {timeout:g}s\n{self.log_tail()}")
-            time.sleep(0.01)
+            return found
+
+        # Synchronous: start() runs in a thread when an event loop must keep serving.
+        try:
+            found = eventually_sync(
+                ready_line, what=f"{self.name}'s ready line", timeout=timeout, interval=0.01
+            )
+        except AssertionError as exc:
+            raise ServiceProcessError(f"{exc}\n{self.log_tail()}") from None
+        self.ready_line, self.http_url = found[0], found[1]
+        self.position = int(found[2]) if found[2] is not None else None
 
     def terminate(self, timeout: float = 15.0) -> int | None:
         """SIGTERM and wait for a clean exit; returns its exit code (None if it

@@ -1,15 +1,11 @@
 """Helpers and fixtures for the tail service's tests.
 
-* ``start_tail``: a factory fixture running the real ``TailService`` in this
-  event loop on its own NATS connection, HTTP on 127.0.0.1 port 0, its data in
-  ``tmp_path``; every tail it started is stopped at teardown.
 * ``TailAPI``: real HTTP (aiohttp) to a tail; every JSON, NDJSON and SSE
   answer is checked against the tail's own OpenAPI document.
 * ``SSEStream``: reads server-sent events frame by frame.
 * ``TailProcess``: the tail as an OS process (``python -m laneledger.services.tail``).
 
-Test modules import the fixtures they use from here (``from tail_support
-import start_tail``), since ``conftest.py`` is shared with other services.
+The ``start_tail`` fixture (the tail in this process) is in tail_fixtures.py.
 """
 
 from __future__ import annotations
@@ -18,23 +14,21 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import jsonschema
-import nats
-import pytest_asyncio
 import referencing
 import referencing.jsonschema
+from polling import eventually
 from service_process import ServiceProcess
 
 from laneledger.contract.model import Actor, Lane
 from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.services.tail.openapi import DOCUMENT
-from laneledger.services.tail.service import TailService, TailSettings
+from laneledger.services.tail.service import TailService
 
 REPO = Path(__file__).resolve().parent.parent
 DEADLINE_S = 30.0  # every wait below is bounded by this (or less)
@@ -81,19 +75,21 @@ async def fill(
 
 
 async def wait_applied(tail: TailService, position: int, timeout: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout
-    while tail.feed.applied < position:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the tail applied {tail.feed.applied}, not {position}, within {timeout}s")
-        await asyncio.sleep(0.02)
+    await eventually(
+        lambda: tail.feed.applied,
+        until=lambda applied: applied >= position,
+        what=f"the tail to apply position {position}",
+        timeout=timeout,
+    )
 
 
 async def wait_ready(api: TailAPI, timeout: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout
-    while (await api.get("/readyz")).status != 200:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the tail was not ready within {timeout}s")
-        await asyncio.sleep(0.05)
+    await eventually(
+        lambda: api.get("/readyz"),
+        until=lambda answer: answer.status == 200,
+        what="the tail's /readyz to answer 200",
+        timeout=timeout,
+    )
 
 
 # -- the OpenAPI contract ---------------------------------------------------------------
@@ -324,57 +320,6 @@ class SSEStream:
             if frame.event == "end":
                 break
         return out
-
-
-# -- the tail in this process -------------------------------------------------------------
-
-
-@dataclass
-class RunningTail:
-    service: TailService
-    api: TailAPI
-    url: str
-    nc: Any
-
-    @property
-    def feed(self):
-        return self.service.feed
-
-
-@pytest_asyncio.fixture
-async def start_tail(nats_server, tmp_path) -> AsyncIterator[Callable[..., Any]]:
-    """``tail = await start_tail(**TailSettings overrides)``; data in
-    ``tmp_path / "tail"`` unless ``data_dir`` is given."""
-    running: list[RunningTail] = []
-    session = aiohttp.ClientSession(read_bufsize=1 << 21)
-
-    async def start(**overrides: Any) -> RunningTail:
-        overrides.setdefault("data_dir", tmp_path / "tail")
-        overrides.setdefault("watch_interval_s", 0.2)
-        nc = await nats.connect(
-            nats_server.url, name="laneledger-tail-test", reconnect_time_wait=0.1, max_reconnect_attempts=-1
-        )
-        service = TailService(nc, TailSettings(**overrides))
-        port = await service.start("127.0.0.1", 0)
-        url = f"http://127.0.0.1:{port}"
-        tail = RunningTail(service, TailAPI(url, session), url, nc)
-        running.append(tail)
-        return tail
-
-    start.stop = lambda tail: _stop(tail, running)  # type: ignore[attr-defined]
-    try:
-        yield start
-    finally:
-        for tail in list(running):
-            await _stop(tail, running)
-        await session.close()
-
-
-async def _stop(tail: RunningTail, running: list[RunningTail]) -> None:
-    if tail in running:
-        running.remove(tail)
-        await tail.service.stop()
-        await tail.nc.close()
 
 
 # -- the tail as a process -------------------------------------------------------------------

@@ -51,7 +51,7 @@ def test_a_token_file_maps_tokens_and_hashes_to_tenants(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "text, where",
+    ("text", "where"),
     [
         ("acme\n", "tokens:1"),
         ("acme short\n", "tokens:1"),

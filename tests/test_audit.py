@@ -3,14 +3,13 @@ and over copies of it tampered with through sqlite3."""
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-import time
 from pathlib import Path
 
 import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
+from sequencer_process import wait_for_stream
 
 from laneledger.audit.ledger import audit_ledger, compare_with_stream
 from laneledger.contract import errors
@@ -21,14 +20,6 @@ from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer
 from laneledger.store import LedgerWriter, open_ledger
-
-
-async def wait_for_stream(js, last_position: int, stream: str = "LEDGER_EVENTS") -> None:
-    """The mirror publishes after the receipts: wait (bounded) until it caught up."""
-    deadline = time.monotonic() + 10
-    while (await js.stream_info(stream)).state.last_seq < last_position:
-        assert time.monotonic() < deadline, "LEDGER_EVENTS did not catch up in 10 s"
-        await asyncio.sleep(0.02)
 
 
 async def build_ledger(client: LedgerClient, actor: Actor) -> tuple[list[Lane], list]:

@@ -4,47 +4,16 @@ keeps serving good requests."""
 
 from __future__ import annotations
 
-import asyncio
-from pathlib import Path
-
 import msgspec
 import pytest
-from prometheus_client import CollectorRegistry
+from ledger_fixtures import SMALL_REQUEST_LIMIT
+from polling import eventually
 from raw_appends import Inbox
 
 from laneledger.contract.model import AppendCommitted, AppendRejected, timestamp_problem
 from laneledger.contract.subjects import Subjects, token
-from laneledger.sdk.client import LedgerClient, make_event
-from laneledger.services.sequencer.metrics import SequencerMetrics
-from laneledger.services.sequencer.service import Sequencer, SequencerSettings
-from laneledger.store import LedgerWriter, open_ledger
-
-SMALL_LIMIT = 16 * 1024
-
-
-@pytest.fixture
-async def small_sequencer(nc, tmp_path: Path):
-    """A sequencer whose request size limit is small enough to exceed."""
-    writer = LedgerWriter(open_ledger(tmp_path / "ledger.db"))
-    service = Sequencer(
-        nc, writer, SequencerMetrics(CollectorRegistry()), SequencerSettings(max_request_bytes=SMALL_LIMIT)
-    )
-    await service.start()
-    try:
-        yield service
-    finally:
-        await service.stop()
-
-
-@pytest.fixture
-async def ledger(nats_server, small_sequencer):
-    client = await LedgerClient.connect(nats_server.url, timeout=5.0)
-    actor = await client.ensure_actor("acme", "agent:bad-input@1", "agent")
-    lane = await client.create_lane("acme", "s1", "r1", "main", actor_id=actor.id)
-    try:
-        yield client, actor, lane
-    finally:
-        await client.close()
+from laneledger.sdk.client import make_event
+from laneledger.services.sequencer.service import Sequencer
 
 
 def rejected_count(sequencer: Sequencer, code: str) -> float:
@@ -58,8 +27,8 @@ def request(lane, events, *, expected=0, append_id="a-1") -> dict:
     return {"lane_id": lane.id, "expected_last_seq": expected, "append_id": append_id, "events": events}
 
 
-async def test_each_kind_of_bad_input_gets_a_typed_receipt(nc, ledger, small_sequencer):
-    client, actor, lane = ledger
+async def test_each_kind_of_bad_input_gets_a_typed_receipt(nc, small_ledger, small_sequencer):
+    client, actor, lane = small_ledger
     subject = Subjects().append("acme", lane.id)
     good_event = make_event(lane.id, "stream.text_delta", actor_id=actor.id)
     cases = [
@@ -108,7 +77,9 @@ async def test_each_kind_of_bad_input_gets_a_typed_receipt(nc, ledger, small_seq
         (
             "request_too_large",
             subject,
-            msgspec.json.encode(request(lane, [{**good_event, "payload": {"blob": "x" * SMALL_LIMIT}}])),
+            msgspec.json.encode(
+                request(lane, [{**good_event, "payload": {"blob": "x" * SMALL_REQUEST_LIMIT}}])
+            ),
             None,
         ),
         (
@@ -189,8 +160,8 @@ async def test_each_kind_of_bad_input_gets_a_typed_receipt(nc, ledger, small_seq
     assert receipt.positions == [1]
 
 
-async def test_bad_and_good_requests_in_one_batch(nc, ledger, small_sequencer):
-    client, actor, lane = ledger
+async def test_bad_and_good_requests_in_one_batch(nc, small_ledger, small_sequencer):
+    client, actor, lane = small_ledger
     subject = Subjects().append("acme", lane.id)
     async with Inbox(nc) as inbox:
         bodies = []
@@ -222,8 +193,8 @@ async def test_bad_and_good_requests_in_one_batch(nc, ledger, small_sequencer):
     assert sorted(r.last_seq for r in committed) == list(range(1, len(committed) + 1))
 
 
-async def test_request_without_reply_subject_is_still_processed(nc, ledger, small_sequencer):
-    client, actor, lane = ledger
+async def test_request_without_reply_subject_is_still_processed(nc, small_ledger, small_sequencer):
+    client, actor, lane = small_ledger
     event = make_event(lane.id, "stream.text_delta", actor_id=actor.id)
     inbox = Inbox(nc)
     await inbox.send(
@@ -232,17 +203,18 @@ async def test_request_without_reply_subject_is_still_processed(nc, ledger, smal
         reply=False,
     )
     await inbox.send(Subjects().append("acme", lane.id), b"{", reply=False)
-    for _ in range(100):
-        if small_sequencer._writer.last_position == 1:
-            break
-        await asyncio.sleep(0.05)
+    await eventually(
+        lambda: small_sequencer._writer.last_position,
+        until=lambda last: last == 1,
+        what="the unanswered append to commit",
+    )
     stored = await client.get_receipt("quiet")
     assert stored.event_ids == [event["id"]]
-    for _ in range(100):
-        if rejected_count(small_sequencer, "malformed_message") == 1:
-            break
-        await asyncio.sleep(0.05)
-    assert rejected_count(small_sequencer, "malformed_message") == 1
+    await eventually(
+        lambda: rejected_count(small_sequencer, "malformed_message"),
+        until=lambda count: count == 1,
+        what="the unanswered malformed request to be counted",
+    )
     # Refused with nobody to tell: counted on its own as well.
     assert (
         small_sequencer._metrics.registry.get_sample_value(
@@ -252,8 +224,8 @@ async def test_request_without_reply_subject_is_still_processed(nc, ledger, smal
     )
 
 
-async def test_bad_commands_get_typed_error_replies(nc, ledger, small_sequencer):
-    client, actor, lane = ledger
+async def test_bad_commands_get_typed_error_replies(nc, small_ledger, small_sequencer):
+    _, _, lane = small_ledger
     reply = await nc.request("ledger.cmd.create_lane", b"not json", timeout=5)
     assert b'"code":"malformed_message"' in reply.data
     reply = await nc.request(
@@ -282,7 +254,7 @@ async def test_bad_commands_get_typed_error_replies(nc, ledger, small_sequencer)
 
 
 @pytest.mark.parametrize(
-    "value, real",
+    ("value", "real"),
     [
         ("2026-01-02T03:04:05Z", True),
         ("2026-01-02T03:04:05.123456789+05:30", True),

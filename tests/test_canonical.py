@@ -99,7 +99,8 @@ any_ints = st.one_of(safe_ints, st.sampled_from([MAX + 1, -MAX - 1, 2**63, -(2**
 
 # Characters that matter: escapes, controls, DEL, the JS line terminators, and
 # the two ranges whose UTF-16 order differs from code-point order.
-TRICKY = list('"\\/aé\x00\x01\x1f\x7f\b\f\n\r\t\u2028\u2029') + [
+TRICKY = [
+    *'"\\/aé\x00\x01\x1f\x7f\b\f\n\r\t\u2028\u2029',
     "\ue000",
     "\uf8ff",
     "\ufb01",
@@ -188,12 +189,14 @@ def test_admitted_values_skip_only_the_walk(value):
         return
     try:
         expected = canonicalize(value)
-    except NotCanonicalizable as refused:
-        with pytest.raises(NotCanonicalizable) as again:
-            canonicalize(value, admitted=True)
-        assert again.value.details == refused.details
+    except NotCanonicalizable as exc:
+        refused = exc
+    else:
+        assert canonicalize(value, admitted=True) == expected == rfc8785.dumps(value)
         return
-    assert canonicalize(value, admitted=True) == expected == rfc8785.dumps(value)
+    with pytest.raises(NotCanonicalizable) as again:
+        canonicalize(value, admitted=True)
+    assert again.value.details == refused.details
 
 
 @pytest.mark.parametrize("x", [2.0**53, 1e16, 1e20, -1e20, math.nextafter(1e21, 0)])
@@ -256,7 +259,7 @@ def test_big_integer_is_refused_with_its_path(steps, n):
         else:
             value = {step: value, "zz": 1}
             path = (f".{step}" if step.isidentifier() and step.isascii() else f"[{json.dumps(step)}]") + path
-    with pytest.raises(ValueError):
+    with pytest.raises(rfc8785.CanonicalizationError):
         rfc8785.dumps(value)  # the reference refuses these too
     with pytest.raises(NotCanonicalizable) as caught:
         canonicalize(value)
@@ -332,7 +335,7 @@ def test_keys_sort_by_utf16_not_code_point():
 
 
 def test_subclasses_are_written_as_their_plain_value():
-    class Colour(str, enum.Enum):
+    class Colour(enum.StrEnum):
         RED = "red"
 
     class Level(enum.IntEnum):
@@ -396,7 +399,8 @@ cycle.append(cycle)
 )
 def test_refusals_name_the_path(value, path, reason):
     if reason != "too_deep":
-        with pytest.raises(ValueError):  # the reference refuses it too
+        # The reference refuses it too (a lone surrogate in a key: while sorting).
+        with pytest.raises((rfc8785.CanonicalizationError, UnicodeEncodeError)):
             rfc8785.dumps(value)
     with pytest.raises(NotCanonicalizable) as caught:
         canonicalize(value)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from checkpoint_support import checkpoint_service, checkpoints, wait_until  # noqa: F401
+from polling import eventually
 
 from laneledger.contract import errors
 from laneledger.contract.ids import new_id
@@ -117,7 +117,9 @@ async def test_an_anchor_ahead_succeeds_once_the_event_commits_within_the_wait(
         checkpoints.save("a6", expected_revision=0, format=FORMAT, state={"turns": 1}, anchor=anchor)
     )
     try:
-        await wait_until(lambda: checkpoint_service.anchors.waiting == 1, what="the save waiting")
+        await eventually(
+            lambda: checkpoint_service.anchors.waiting == 1, what="the save to be waiting for its anchor"
+        )
         assert not saving.done()
         receipt = await recorder.append([upcoming])
         assert receipt.first_seq == 3
@@ -141,7 +143,9 @@ async def test_an_anchor_ahead_that_commits_as_another_event_is_a_mismatch(
         checkpoints.save("a7", expected_revision=0, format=FORMAT, state=1, anchor=anchor)
     )
     try:
-        await wait_until(lambda: checkpoint_service.anchors.waiting == 1, what="the save waiting")
+        await eventually(
+            lambda: checkpoint_service.anchors.waiting == 1, what="the save to be waiting for its anchor"
+        )
         receipt = await recorder.append([recorder.event("turn.started", actor_id=actor.id)])
         with pytest.raises(AnchorMismatch) as caught:
             await asyncio.wait_for(saving, 30)
@@ -153,11 +157,15 @@ async def test_an_anchor_ahead_that_commits_as_another_event_is_a_mismatch(
 async def test_the_index_keeps_its_position_with_what_it_derived(client, actor, checkpoint_service, js):
     await lane_with_events(client, actor, 5)
     # The receipt comes before the sequencer publishes to the stream: wait for both.
-    await wait_until(lambda: checkpoint_service.anchors.applied >= 5, what="the index catching up")
+    await eventually(
+        lambda: checkpoint_service.anchors.applied,
+        until=lambda applied: applied >= 5,
+        what="the lane index at position 5",
+    )
     store = checkpoint_service._store
     assert store.applied_position() == checkpoint_service.anchors.applied == 5
     assert (await js.stream_info("LEDGER_EVENTS")).state.last_seq == 5
-    await wait_until(lambda: checkpoint_service.ready, what="/readyz's condition")
+    await eventually(lambda: checkpoint_service.ready, what="the service to be ready (/readyz's condition)")
 
 
 async def test_a_seq_that_cannot_exist_is_refused_at_once(client, actor, checkpoints):

@@ -9,7 +9,6 @@ import hashlib
 import os
 
 import pytest
-from checkpoint_support import checkpoint_service, checkpoints  # noqa: F401
 
 from laneledger.contract import errors
 from laneledger.contract.model import ArtifactRef

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from checkpoint_support import checkpoint_service, checkpoints  # noqa: F401
 
 from laneledger.contract import errors
 from laneledger.contract.model import InspectRun

@@ -14,20 +14,19 @@ pattern, which inspection then shows."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from checkpoint_support import CheckpointProcess
-from conftest import show_log_on_failure
+from failure_logs import show_log_on_failure
 from plain_loop_harness import replay
+from polling import eventually
 from sequencer_process import SequencerProcess
 
 from laneledger.sdk.checkpoints import CheckpointClient
@@ -82,21 +81,28 @@ class HarnessProcess:
             self.proc.wait()
 
     async def wait_for(self, kind: str, timeout: float = 60.0) -> dict:
-        deadline = time.monotonic() + timeout
-        while not self.lines(kind):
-            assert self.proc.poll() is None, f"harness exited early:\n{self.log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"no {kind!r} line in {timeout:g}s"
-            await asyncio.sleep(0.05)
-        return self.lines(kind)[0]
+        """Until it has written a ``kind`` line (it must not exit first); returns the first."""
+
+        def found() -> list[dict]:
+            running = self.proc.poll() is None
+            lines = self.lines(kind)
+            assert lines or running, f"harness exited early:\n{self.log.read_text()[-3000:]}"
+            return lines
+
+        return (await eventually(found, what=f"a {kind!r} line from the harness", timeout=timeout))[0]
 
     async def wait_exit(self, timeout: float = 90.0) -> int:
-        deadline = time.monotonic() + timeout
-        while self.proc.poll() is None:
-            if time.monotonic() > deadline:
-                self.kill()
-                raise AssertionError(f"harness still running after {timeout:g}s")
-            await asyncio.sleep(0.05)
-        return self.proc.returncode
+        """Until it exits; returns its exit code (kills it on a timeout)."""
+        try:
+            return await eventually(
+                self.proc.poll,
+                until=lambda code: code is not None,
+                what="the harness to exit",
+                timeout=timeout,
+            )
+        except AssertionError:
+            self.kill()
+            raise
 
 
 @pytest.fixture

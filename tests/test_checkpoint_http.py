@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 import msgspec
 import pytest_asyncio
-from checkpoint_support import checkpoint_service, checkpoints, wait_until  # noqa: F401
+from polling import eventually
 
 from laneledger.contract.model import Checkpoint, RecoveryPlan, RevisionPage, RunInspection
 from laneledger.runtime.opsserver import start_http
@@ -119,7 +119,7 @@ async def test_ops_endpoints_and_save_metrics(http, checkpoints: CheckpointClien
         pass
     status, body = await get(session, "/healthz")
     assert status == 200 and msgspec.json.decode(body) == {"status": "ok"}
-    await wait_until(lambda: checkpoint_service.ready, what="ready")
+    await eventually(lambda: checkpoint_service.ready, what="the service to be ready")
     status, _ = await get(session, "/readyz")
     assert status == 200
     status, body = await get(session, "/metrics")

@@ -17,8 +17,7 @@ import aiohttp
 import msgspec
 import nats
 import pytest
-from aiohttp import web
-from conftest import show_log_on_failure
+from failure_logs import show_log_on_failure
 from prometheus_client import CollectorRegistry
 
 from laneledger.devtools.natsserver import NatsServer
@@ -26,7 +25,7 @@ from laneledger.runtime.access import AccessPolicy
 from laneledger.runtime.opsserver import start_http
 from laneledger.sdk.checkpoints import CheckpointClient, anchor_of, complete_run
 from laneledger.sdk.client import LaneRecorder, LedgerClient
-from laneledger.services.checkpoint.http import checkpoint_routes
+from laneledger.services.checkpoint.http import checkpoint_app
 from laneledger.services.checkpoint.metrics import CheckpointMetrics
 from laneledger.services.checkpoint.service import CheckpointService, CheckpointSettings
 from laneledger.services.checkpoint.store import CheckpointStore
@@ -34,6 +33,8 @@ from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer
 from laneledger.store import LedgerWriter, open_ledger
 
+# Tests that start a nats-server themselves, not through the nats_server
+# fixture (which marks its users), are marked `nats` by hand.
 CONF = Path(__file__).resolve().parents[1] / "deploy" / "nats.conf"
 USERS = ("producer", "sequencer", "tail", "metrics", "checkpoint")
 OBJ = "OBJ_LEDGER_CHECKPOINT_ARTIFACTS"
@@ -88,6 +89,7 @@ def secured_server(tmp_path, monkeypatch, request):
         yield server
 
 
+@pytest.mark.nats
 async def test_artifacts_and_checkpoints_work_under_least_privilege_users(secured_server, tmp_path):
     violations: list[Exception] = []
 
@@ -138,10 +140,7 @@ async def test_artifacts_and_checkpoints_work_under_least_privilege_users(secure
             # A tenant token reads its artifact over HTTP from the shared
             # bucket: the service looks for acme's own bucket only through
             # STREAM.NAMES, which this config (rendered for no tenant) allows.
-            app = web.Application()
-            app.add_routes(
-                checkpoint_routes(service, AccessPolicy.from_tokens({"acme": "acme-token-0123456789"}))
-            )
+            app = checkpoint_app(service, AccessPolicy.from_tokens({"acme": "acme-token-0123456789"}))
             runner, port = await start_http(app, "127.0.0.1", 0)
             try:
                 async with (

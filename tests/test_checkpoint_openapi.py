@@ -8,7 +8,6 @@ from __future__ import annotations
 import aiohttp
 import msgspec
 import pytest
-from checkpoint_support import checkpoint_service  # noqa: F401 - fixture
 from openapi_spec_validator import validate
 
 from laneledger.contract.model import ListRevisions

@@ -5,8 +5,9 @@ resumes exactly where it was), SIGTERM as a clean stop."""
 from __future__ import annotations
 
 import aiohttp
-from checkpoint_support import CheckpointProcess, wait_until
-from conftest import show_log_on_failure
+from checkpoint_support import CheckpointProcess
+from failure_logs import show_log_on_failure
+from polling import eventually
 
 from laneledger.sdk.checkpoints import CheckpointClient, anchor_of
 from laneledger.sdk.client import LaneRecorder
@@ -34,10 +35,11 @@ async def test_the_service_process_survives_sigkill(nats_server, client, actor, 
             "p", expected_revision=0, format=FORMAT, state={"n": 1}, anchor=anchor_of(receipt)
         )
 
-        async def ready() -> bool:
-            return await http_status(f"{proc.http_url}/readyz") == 200
-
-        await wait_until(ready, what="/readyz 200")
+        await eventually(
+            lambda: http_status(f"{proc.http_url}/readyz"),
+            until=lambda status: status == 200,
+            what="the checkpoint process's /readyz to answer 200",
+        )
         assert await http_status(f"{proc.http_url}/healthz") == 200
 
         proc.kill()  # SIGKILL: no chance to flush anything

@@ -4,7 +4,6 @@ and the lane's unresolved attempts with their retry-safety verdict."""
 from __future__ import annotations
 
 import pytest
-from checkpoint_support import checkpoint_service, checkpoints  # noqa: F401
 
 from laneledger.contract import errors
 from laneledger.sdk.checkpoints import CheckpointClient, anchor_of

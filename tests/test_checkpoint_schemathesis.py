@@ -18,7 +18,8 @@ import pytest
 import requests
 import schemathesis
 from checkpoint_support import CheckpointProcess
-from schemathesis_support import bearer, fuzz_every_operation, wait_until
+from polling import eventually
+from schemathesis_support import bearer, fuzz_every_operation
 
 from laneledger.sdk.checkpoints import CheckpointClient, anchor_of, complete_run
 from laneledger.sdk.client import LaneRecorder, LedgerClient
@@ -75,6 +76,7 @@ async def saved_world(client: LedgerClient) -> dict[str, str]:
     return known
 
 
+@pytest.mark.slow
 async def test_the_checkpoint_api_survives_schemathesis(client: LedgerClient, nats_server, tmp_path):
     token, tenant_token = secrets.token_hex(16), secrets.token_hex(16)
     (tmp_path / "operator.token").write_text(token + "\n")
@@ -98,7 +100,11 @@ async def test_the_checkpoint_api_survives_schemathesis(client: LedgerClient, na
         known = await saved_world(client)
         headers = bearer(token)
         url = proc.url
-        await wait_until(lambda: requests.get(f"{url}/readyz", timeout=10).status_code == 200)
+        await eventually(
+            lambda: asyncio.to_thread(requests.get, f"{url}/readyz", timeout=10),
+            until=lambda answer: answer.status_code == 200,
+            what="the checkpoint process's /readyz to answer 200",
+        )
         schema = schemathesis.openapi.from_url(f"{url}/api/v1/openapi.json")
         never_ok = await fuzz_every_operation(schema, url, headers, known, examples=30)
         # Authenticated and aimed at data that exists: every operation

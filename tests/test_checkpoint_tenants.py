@@ -7,7 +7,6 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from checkpoint_support import checkpoint_service, checkpoints, wait_until  # noqa: F401
 
 from laneledger.contract.errors import TenantMismatch
 from laneledger.contract.model import ArtifactRef, Checkpoint, encode

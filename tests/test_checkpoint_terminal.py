@@ -7,7 +7,6 @@ between) is reported by inspection and by reconcile."""
 from __future__ import annotations
 
 import pytest
-from checkpoint_support import checkpoint_service, checkpoints  # noqa: F401
 
 from laneledger.contract.model import Actor
 from laneledger.sdk.checkpoints import (

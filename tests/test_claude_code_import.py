@@ -32,7 +32,7 @@ VERSION = "2.1.150"
 
 async def import_capture(client, path: Path = CAPTURE, tenant: str = "acme"):
     importer = ClaudeCodeImport(client, tenant=tenant)
-    return await importer.run(path.read_bytes().splitlines(keepends=True))
+    return await importer.run((await asyncio.to_thread(path.read_bytes)).splitlines(keepends=True))
 
 
 def spine_nodes(events, lane_id, role):
@@ -98,7 +98,7 @@ async def test_a_capture_becomes_a_session_with_its_spines(client):
         "msg_05E",
     ]
     assert requests[0].causation_id == root.id
-    for previous, request in zip(inferences, requests[1:]):
+    for previous, request in zip(inferences, requests[1:], strict=False):  # the first has no previous
         assert request.causation_id == previous.id
     first = inferences[0].payload["outcome"]
     assert first["text"] == "Let me look at the failing test."  # the repeated line counted once

@@ -11,8 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from checkpoint_support import checkpoint_service, checkpoints  # noqa: F401 - fixtures
-from tail_support import start_tail  # noqa: F401 - a fixture
+from tail_support import wait_applied
 
 from laneledger.sdk.client import LaneRecorder
 
@@ -120,19 +119,12 @@ async def test_inspect_session(ledger_db, nats_server):
     assert missing.returncode == 2 and b"entity_not_found" in missing.stderr
 
 
+@pytest.mark.slow
 def test_unreachable_nats_is_a_clear_error():
     result = cli("inspect", "session", "s1", "--nats", "nats://127.0.0.1:1")
     assert result.returncode == 2
     assert result.stderr.decode().startswith("laneledger: unavailable:")
     assert b"Traceback" not in result.stderr
-
-
-async def wait_applied(tail, position: int) -> None:
-    for _ in range(200):
-        if tail.feed.applied >= position:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"the tail did not reach position {position}")
 
 
 async def test_tail_and_verify_through_a_tail_service(ledger_db, start_tail):

@@ -77,5 +77,5 @@ def test_services_using_the_sdk_refuse_a_bad_redaction_pattern(service):
 
 def test_port_parser():
     assert port("0") == 0 and port("65535") == 65535
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"a port is 0\.\.65535"):
         port("-1")

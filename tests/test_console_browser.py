@@ -15,16 +15,16 @@ import sqlite3
 import msgspec
 import nats
 import pytest
-from browser_support import browser, screenshot  # noqa: F401
+from browser_support import screenshot
 from playwright.async_api import Page, expect
 from sequencer_process import SequencerProcess
-from tail_support import fill, new_lane, start_tail, wait_applied  # noqa: F401
+from tail_support import fill, new_lane, wait_applied
 
 from laneledger.runtime.access import AccessPolicy
 from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.services.tail.service import TailService, TailSettings
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 
 T0 = "2026-11-30T10:00:00.000Z"
 
@@ -481,6 +481,7 @@ BIG = 100_000
 
 
 @pytest.mark.timeout(300)  # writing 100k events through the sequencer on a busy 2-core box
+@pytest.mark.slow
 async def test_a_100k_event_session_stays_usable(nats_server, tmp_path, start_tail, browser):
     """100,000 events in one session, written through the real sequencer (its
     own process, so it has a core of its own) in appends of 1,000: the

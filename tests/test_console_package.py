@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from tail_support import REPO, start_tail  # noqa: F401
+from tail_support import REPO
 
 from laneledger.services.tail.console import ASSETS, DIRECTORY, PAGE
 

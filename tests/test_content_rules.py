@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 import pytest
 from secret_corpus import KEYED_SECRETS, SHAPED_SECRETS, needle
@@ -122,7 +123,7 @@ def test_refs_in_skips_the_walk_only_where_no_reference_can_be():
 # -- redaction -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("rule, secret", SHAPED_SECRETS)
+@pytest.mark.parametrize(("rule", "secret"), SHAPED_SECRETS)
 def test_every_default_shape_is_redacted_where_it_stands(rule, secret):
     out = Redactor().redact({"log": f"calling with {secret} now", "n": 3})
     assert needle(rule, secret) not in json.dumps(out.value)
@@ -134,7 +135,7 @@ def test_the_corpus_covers_every_default_rule():
     assert {rule for rule, _ in SHAPED_SECRETS} == set(DEFAULT_PATTERNS)
 
 
-@pytest.mark.parametrize("key, secret", KEYED_SECRETS)
+@pytest.mark.parametrize(("key", "secret"), KEYED_SECRETS)
 def test_secret_keys_are_redacted_whatever_the_value_looks_like(key, secret):
     out = Redactor().redact({"outer": {key: secret}})
     assert out.value == {"outer": {key: "[REDACTED:secret_key]"}}
@@ -183,14 +184,24 @@ def test_configured_patterns_and_keys():
     assert listed.redact("a zz12 b").value == "a [REDACTED:custom_1] b"
 
 
-@pytest.mark.parametrize("text", ["[not a regex", '{"e": ""}', '{"bad name": "x"}', "3", "[1]", '{"k": 1}'])
-def test_bad_pattern_settings_are_refused_with_a_reason(text):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("[not a regex", "not JSON"),
+        ('{"e": ""}', "pattern 'e' matches the empty string"),
+        ('{"bad name": "x"}', "rule name 'bad name'"),
+        ("3", "or an array of regexes is expected"),
+        ("[1]", "a JSON array of regex strings is expected"),
+        ('{"k": 1}', 'a JSON object {"name": "regex"} is expected'),
+    ],
+)
+def test_bad_pattern_settings_are_refused_with_a_reason(text, reason):
+    with pytest.raises(ValueError, match=re.escape(reason)):
         checked_patterns(text)
 
 
 def test_bad_key_settings_are_refused():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="comma-separated key words"):
         checked_keys(" , ,")
     assert checked_keys("pin") == "pin"
 
@@ -237,7 +248,7 @@ def test_the_sdk_reads_its_extras_from_the_environment():
 
 
 @pytest.mark.parametrize(
-    "variable, value, problem",
+    ("variable", "value", "problem"),
     [
         ("LANELEDGER_REDACT_PATTERNS", "nope", "not JSON"),
         ("LANELEDGER_REDACT_PATTERNS", '{"acme": "(unclosed"}', "'acme' is not a regex"),
@@ -283,7 +294,7 @@ def _nestings(value: object) -> list[object]:
     return [value, [1, "plain words here", value], {"a": {"b": [None, 2.5, {"c": value}]}}]
 
 
-@pytest.mark.parametrize("rule, secret", SHAPED_SECRETS)
+@pytest.mark.parametrize(("rule", "secret"), SHAPED_SECRETS)
 def test_the_fast_path_never_skips_a_shaped_secret(rule, secret):
     redactor = Redactor()
     for payload in _nestings({"log": f"calling with {secret} now", "n": 3}):
@@ -291,7 +302,7 @@ def test_the_fast_path_never_skips_a_shaped_secret(rule, secret):
         assert needle(rule, secret) not in json.dumps(redactor.redact(payload).value)
 
 
-@pytest.mark.parametrize("key, secret", KEYED_SECRETS)
+@pytest.mark.parametrize(("key", "secret"), KEYED_SECRETS)
 def test_the_fast_path_never_skips_a_secret_key(key, secret):
     redactor = Redactor()
     for payload in _nestings({key: secret}) + _nestings({key: [secret]}):

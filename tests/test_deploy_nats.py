@@ -3,16 +3,16 @@ its own user, and a producer's credentials cannot write the committed stream."""
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 from pathlib import Path
 
 import aiohttp
 import msgspec
 import nats
+import nats.errors
 import pytest
-from aiohttp import web
-from conftest import show_log_on_failure
+from failure_logs import show_log_on_failure
+from polling import eventually
 from prometheus_client import CollectorRegistry
 
 from laneledger.contract.errors import EntityNotFound, InvalidRequest, LedgerError, TenantMismatch
@@ -22,7 +22,7 @@ from laneledger.runtime.access import AccessPolicy
 from laneledger.runtime.opsserver import start_http
 from laneledger.sdk.checkpoints import CheckpointClient, anchor_of
 from laneledger.sdk.client import LaneRecorder, LedgerClient
-from laneledger.services.checkpoint.http import checkpoint_routes
+from laneledger.services.checkpoint.http import checkpoint_app
 from laneledger.services.checkpoint.metrics import CheckpointMetrics
 from laneledger.services.checkpoint.service import CheckpointService, CheckpointSettings
 from laneledger.services.checkpoint.store import CheckpointStore
@@ -30,6 +30,8 @@ from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer
 from laneledger.store import LedgerWriter, open_ledger
 
+# Tests that start a nats-server themselves, not through the nats_server
+# fixture (which marks its users), are marked `nats` by hand.
 CONF = Path(__file__).resolve().parents[1] / "deploy" / "nats.conf"
 USERS = ("producer", "sequencer", "tail", "metrics", "checkpoint")
 
@@ -43,6 +45,7 @@ def passwords(monkeypatch) -> dict[str, str]:
     return found
 
 
+@pytest.mark.nats
 def test_nats_server_accepts_the_config(passwords):
     result = subprocess.run([find_nats_server(), "-t", "-c", str(CONF)], capture_output=True, timeout=30)
     assert result.returncode == 0, result.stderr
@@ -63,6 +66,7 @@ def url_for(server: NatsServer, user: str, passwords: dict[str, str]) -> str:
     return f"nats://{user}:{passwords[user]}@127.0.0.1:{server.port}"
 
 
+@pytest.mark.nats
 async def test_services_run_under_their_users_and_producers_cannot_forge(secured_server, passwords, tmp_path):
     violations: list[Exception] = []
 
@@ -83,15 +87,20 @@ async def test_services_run_under_their_users_and_producers_cannot_forge(secured
 
         forger = await nats.connect(url_for(secured_server, "producer", passwords), error_cb=remember)
         try:
-            js = forger.jetstream()
+            js = forger.jetstream(timeout=1.0)  # its unanswered request below times out
             await forger.publish("ledger.events.acme.s.r.forged", b'{"forged": true}')
-            with pytest.raises(Exception):  # no permission to talk to the stream API at all
+            # No permission to talk to the stream API at all: the request is
+            # dropped, unanswered.
+            with pytest.raises(nats.errors.TimeoutError):
                 await js.stream_info("LEDGER_EVENTS")
             await forger.flush()
-            await asyncio.sleep(0.2)
+            await eventually(
+                lambda: [str(e).lower() for e in violations],
+                until=lambda found: refused(found, "ledger.events.acme.s.r.forged"),
+                what="the forged publish to be refused",
+            )
         finally:
             await forger.close()
-        assert any("permissions violation" in str(e).lower() for e in violations), violations
 
         # Only the sequencer's committed event is in the stream.
         info = await seq_nc.jetstream().stream_info("LEDGER_EVENTS")
@@ -101,8 +110,9 @@ async def test_services_run_under_their_users_and_producers_cannot_forge(secured
         await seq_nc.close()
 
 
+@pytest.mark.nats
 async def test_wrong_password_is_refused(secured_server, passwords):
-    with pytest.raises(Exception):
+    with pytest.raises(nats.errors.Error, match="Authorization Violation"):
         await nats.connect(
             f"nats://producer:wrong@127.0.0.1:{secured_server.port}",
             max_reconnect_attempts=0,
@@ -111,21 +121,13 @@ async def test_wrong_password_is_refused(secured_server, passwords):
         )
 
 
+@pytest.mark.nats
 async def test_readers_cannot_publish_committed_events(secured_server, passwords):
     for user in ("tail", "metrics", "checkpoint"):
-        violations: list[Exception] = []
-
-        async def remember(exc: Exception) -> None:
-            violations.append(exc)
-
-        nc = await nats.connect(url_for(secured_server, user, passwords), error_cb=remember)
-        try:
-            await nc.publish("ledger.events.acme.s.r.l", b"{}")
-            await nc.flush()
-            await asyncio.sleep(0.2)
-        finally:
-            await nc.close()
-        assert any("permissions violation" in str(e).lower() for e in violations), (user, violations)
+        violations = await attempts(
+            url_for(secured_server, user, passwords), publish=["ledger.events.acme.s.r.l"]
+        )
+        assert refused(violations, "ledger.events.acme.s.r.l"), (user, violations)
 
 
 # -- per-tenant producers (laneledger nats-config) ---------------------------------
@@ -151,6 +153,11 @@ def tenant_server(tmp_path, passwords, monkeypatch, request):
         yield server
 
 
+# No user may publish this: the server answers a connection's operations in
+# order, so once its refusal is in, so is every refusal before it.
+SENTINEL = "laneledger.tests.sentinel"
+
+
 async def attempts(url: str, *, publish=(), subscribe=()) -> list[str]:
     """Publish and subscribe as the user of ``url``; the permission violations
     the server reported, lowercased."""
@@ -165,17 +172,23 @@ async def attempts(url: str, *, publish=(), subscribe=()) -> list[str]:
             await nc.subscribe(subject)
         for subject in publish:
             await nc.publish(subject, b"{}")
+        await nc.publish(SENTINEL, b"")
         await nc.flush()
-        await asyncio.sleep(0.3)  # the server's -ERR lines arrive asynchronously
+        await eventually(
+            lambda: violations,
+            until=lambda found: refused(found, SENTINEL),
+            what="the sentinel publish to be refused (after every other answer)",
+        )
     finally:
         await nc.close()
-    return violations
+    return [v for v in violations if not refused([v], SENTINEL)]
 
 
 def refused(violations: list[str], subject: str) -> bool:
     return any("permissions violation" in v and f'"{subject.lower()}"' in v for v in violations)
 
 
+@pytest.mark.nats
 async def test_a_tenant_producer_appends_for_its_tenant_and_reads_only_its_inbox(
     tenant_server, passwords, tmp_path
 ):
@@ -232,6 +245,7 @@ async def test_a_tenant_producer_appends_for_its_tenant_and_reads_only_its_inbox
         await seq_nc.close()
 
 
+@pytest.mark.nats
 async def test_only_the_sequencer_writes_events_and_consumers_append_as_no_one_else(tenant_server, passwords):
     forged_events = [
         "ledger.events.acme.s.r.l",
@@ -301,6 +315,7 @@ def not_found_shape(err: LedgerError) -> tuple:
     return type(err), err.code, err.message, sorted(err.details)
 
 
+@pytest.mark.nats
 async def test_a_tenant_producer_reads_nothing_of_another_tenant_over_nats(
     tenant_server, passwords, tmp_path
 ):
@@ -438,10 +453,7 @@ async def test_a_tenant_producer_reads_nothing_of_another_tenant_over_nats(
         # Over HTTP the artifact is found in acme's bucket for acme's token
         # and the operator's, and is "missing" for globex's.
         tokens = {"acme": "acme-token-0123456789", "globex": "globex-token-0123456789"}
-        app = web.Application()
-        app.add_routes(
-            checkpoint_routes(service, AccessPolicy.from_tokens(tokens, operator="operator-token-0123456789"))
-        )
+        app = checkpoint_app(service, AccessPolicy.from_tokens(tokens, operator="operator-token-0123456789"))
         runner, port = await start_http(app, "127.0.0.1", 0)
         try:
             async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http:
@@ -513,6 +525,7 @@ async def test_a_tenant_producer_reads_nothing_of_another_tenant_over_nats(
         store.close()
 
 
+@pytest.mark.nats
 async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(tenant_server, passwords, tmp_path):
     """Content references under the rendered config: each tenant's blobs live
     in its own bucket, which the sequencer creates on the tenant's first

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from contextlib import aclosing
 
+from polling import eventually
+
 from laneledger.runtime.follow import StreamFollower
 
 
@@ -62,15 +64,9 @@ async def test_survives_a_nats_server_restart(nats_server, nc, js):
                     return
 
     task = asyncio.create_task(follow())
-    for _ in range(100):
-        if len(got) >= 10:
-            break
-        await asyncio.sleep(0.05)
+    await eventually(lambda: len(got), until=lambda n: n >= 10, what="the first 10 events followed")
     await nats_server.arestart()  # its consumer (in memory) is gone after this
-    for _ in range(200):
-        if nc.is_connected:
-            break
-        await asyncio.sleep(0.05)
+    await eventually(lambda: nc.is_connected, what="the client to reconnect")
     await publish(js, 11, 20)
     await asyncio.wait_for(task, 30)
     assert [p for p, _ in got] == list(range(1, 21))

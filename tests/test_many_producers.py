@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from producer_proc import check_against_ledger, create_lanes, start_producers, wait_for_producers
 from sequencer_process import wait_for_stream
 
@@ -17,6 +18,7 @@ N_PRODUCERS = 4
 REQUESTS_PER_PRODUCER = 250
 
 
+@pytest.mark.slow
 async def test_many_producers_contend_and_every_append_has_one_outcome(
     nats_server, sequencer_proc, js, tmp_path
 ):

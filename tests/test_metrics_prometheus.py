@@ -3,7 +3,8 @@ the real services and answers queries with the known workload's values;
 ``promtool`` lints every service's /metrics and checks and unit-tests the
 alert rules; the Grafana dashboard and spec/metrics.md name only metrics that
 exist. Prometheus and promtool come from Debian's ``prometheus`` package
-(``.ci/run`` installs it); without them these tests skip."""
+(``make test`` installs it as root; see external_programs.py); without them
+these tests skip."""
 
 from __future__ import annotations
 
@@ -14,20 +15,19 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import show_log_on_failure
+from external_programs import PROMETHEUS, PROMTOOL
+from failure_logs import show_log_on_failure
 from metrics_support import (
     WORKLOAD_EVENTS,
     MetricsRunner,
     PrometheusProcess,
     build_workload,
     free_port,
-    prometheus_binary,
-    promtool_binary,
     scrape,
     scrape_config_for_test,
-    wait_for,
 )
 from nats.aio.client import Client as NATS
+from polling import eventually
 from prometheus_client import CollectorRegistry
 from sequencer_process import SequencerProcess
 from service_process import REPO, ServiceProcess
@@ -39,13 +39,12 @@ from laneledger.services.metrics.store import MetricsStore
 from laneledger.services.sequencer.metrics import SequencerMetrics
 
 DEPLOY = REPO / "deploy"
-_INSTALL = "install Debian's prometheus package (`apt-get install prometheus`; .ci/run does)"
-needs_promtool = pytest.mark.skipif(promtool_binary() is None, reason=f"no promtool: {_INSTALL}")
-needs_prometheus = pytest.mark.skipif(prometheus_binary() is None, reason=f"no prometheus: {_INSTALL}")
+needs_promtool = pytest.mark.skipif(not PROMTOOL.found, reason=PROMTOOL.missing)
+needs_prometheus = pytest.mark.skipif(not PROMETHEUS.found, reason=PROMETHEUS.missing)
 
 
 def promtool(*args: str, stdin: str | None = None, cwd: Path = DEPLOY) -> subprocess.CompletedProcess:
-    binary = promtool_binary()
+    binary = PROMTOOL.path
     assert binary is not None
     return subprocess.run([binary, *args], input=stdin, cwd=cwd, capture_output=True, text=True, timeout=60)
 
@@ -141,6 +140,7 @@ def test_alert_rules_and_scrape_config_pass_promtool():
 
 
 @needs_prometheus
+@pytest.mark.slow
 async def test_prometheus_scrapes_the_known_workload(
     nats_server, sequencer_proc: SequencerProcess, tmp_path: Path, request: pytest.FixtureRequest
 ):
@@ -189,23 +189,20 @@ async def test_prometheus_scrapes_the_known_workload(
                 'sum(up{job="laneledger-sequencer"})': 1,
                 'sum(up{job="laneledger-metrics"})': 1,
             }
-            found: dict[str, float | None] = {}
 
-            async def all_as_expected() -> bool:
+            async def query_all() -> dict[str, float | None]:
+                found: dict[str, float | None] = {}
                 for expr in expected:
                     result = await prometheus.query(expr)
                     found[expr] = float(result[0]["value"][1]) if result else None
-                return (
-                    all(
-                        found[e] == pytest.approx(v, rel=1e-9)
-                        for e, v in expected.items()
-                        if found[e] is not None
-                    )
-                    and None not in found.values()
-                )
+                return found
 
-            await wait_for(all_as_expected, timeout=30, interval=0.5)
-            assert found == pytest.approx(expected, rel=1e-9)
+            await eventually(
+                query_all,
+                until=lambda found: None not in found.values() and found == pytest.approx(expected, rel=1e-9),
+                what=f"Prometheus to answer {expected}",
+                interval=0.5,
+            )
 
             rules = await prometheus.get("/api/v1/rules")
             names = {r["name"] for g in rules["data"]["groups"] for r in g["rules"]}

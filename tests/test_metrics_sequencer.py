@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from metrics_support import wait_for
+from polling import eventually
 from prometheus_client import CollectorRegistry
 
 from laneledger.contract import errors
@@ -55,11 +55,11 @@ async def test_conflicts_replays_and_inbound_backlog(nats_server, nc, js, tmp_pa
     idle = Sequencer(nc, LedgerWriter(open_ledger(tmp_path / "other.db")), metrics, SETTINGS)
     refreshing = asyncio.create_task(idle._backlog_loop())  # only its refresher runs
 
-    async def gauge_is(n: int):
-        return sample("laneledger_sequencer_inbound_backlog_requests") == n
+    def backlog() -> float | None:
+        return sample("laneledger_sequencer_inbound_backlog_requests")
 
     try:
-        assert await wait_for(lambda: gauge_is(30), timeout=10)
+        await eventually(backlog, until=lambda n: n == 30, what="a backlog of 30 requests", timeout=10)
     finally:
         refreshing.cancel()
         await asyncio.gather(refreshing, return_exceptions=True)
@@ -69,7 +69,7 @@ async def test_conflicts_replays_and_inbound_backlog(nats_server, nc, js, tmp_pa
     sequencer = Sequencer(nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")), metrics, SETTINGS)
     await sequencer.start()
     try:
-        assert await wait_for(lambda: gauge_is(0), timeout=10)
+        await eventually(backlog, until=lambda n: n == 0, what="the backlog drained", timeout=10)
     finally:
         await sequencer.stop()
     assert (

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sqlite3
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from conftest import show_log_on_failure
+from failure_logs import show_log_on_failure
 from metrics_support import (
     EXPECTED_GAUGES,
     WORKLOAD_EVENTS,
@@ -26,8 +27,8 @@ from metrics_support import (
     scrape,
     total,
     value,
-    wait_for,
 )
+from polling import eventually
 from prometheus_client import CollectorRegistry
 
 from laneledger.sdk.client import LedgerClient, make_event
@@ -52,12 +53,12 @@ async def test_known_workload_folds_stage_by_stage(nats_server, client, tmp_path
         assert check_expected(samples) == []
         assert value(samples, "laneledger_metrics_folded_position") == last
 
-        async def caught_up():
-            found = await metrics.samples()
-            return value(found, "laneledger_metrics_stream_last_position") == last and found
-
-        samples = await wait_for(caught_up)
-        assert samples and value(samples, "laneledger_metrics_consumer_lag_events") == 0
+        samples = await eventually(
+            metrics.samples,
+            until=lambda found: value(found, "laneledger_metrics_stream_last_position") == last,
+            what=f"laneledger_metrics_stream_last_position {last}",
+        )
+        assert value(samples, "laneledger_metrics_consumer_lag_events") == 0
 
     # At rest: exact decimal sums, and the position committed with them.
     db = sqlite3.connect(tmp_path / "metrics" / "metrics.db")
@@ -80,15 +81,16 @@ async def test_killed_mid_stream_restarts_to_the_exact_fold(
     show_log_on_failure(request, proc)
     proc.start()
 
-    async def folded_some():
-        # Batches fold one after another, each after the previous one's commit:
-        # at 30 folded, at least 20 are committed, whatever the kill interrupts.
-        found = value(parse(await scrape(proc.url)), "laneledger_metrics_folded_position")
-        return found and found >= 30
+    async def folded_position() -> float | None:
+        return value(parse(await scrape(proc.url)), "laneledger_metrics_folded_position")
 
-    # Keep appending while it folds, and kill it in the middle.
+    # Keep appending while it folds, and kill it in the middle. Batches fold one
+    # after another, each after the previous one's commit: at 30 folded, at
+    # least 20 are committed, whatever the kill interrupts.
     producing = asyncio.create_task(bulk(client, "globex", 20, 25, name="bulk-2"))
-    assert await wait_for(folded_some)
+    await eventually(
+        folded_position, until=lambda found: found is not None and found >= 30, what="30 events folded"
+    )
     proc.kill()
     last = await producing
     assert last > first_half
@@ -97,12 +99,12 @@ async def test_killed_mid_stream_restarts_to_the_exact_fold(
     restarted_at = int(proc.ready_line.rsplit("position=", 1)[1])
     assert 0 < restarted_at <= last
 
-    async def caught_up():
-        found = parse(await scrape(proc.url))
-        return value(found, "laneledger_metrics_folded_position") == last and found
-
-    after_restart = await wait_for(caught_up)
-    assert after_restart, "the restarted service did not catch up"
+    after_restart = await eventually(
+        lambda: scrape(proc.url),
+        until=lambda text: value(parse(text), "laneledger_metrics_folded_position") == last,
+        what=f"the restarted service to fold up to position {last}",
+    )
+    after_restart = parse(after_restart)
     assert proc.terminate() == 0  # a clean stop (SIGTERM)
 
     # The same ledger folded once, from scratch, by a fresh service.
@@ -153,11 +155,16 @@ async def test_label_flood_through_the_service_stays_bounded(nats_server, client
     assert total(samples, "laneledger_events_total") == 120
 
 
-async def test_starts_before_the_ledger_exists(nats_server, nc, tmp_path: Path):
+async def test_starts_before_the_ledger_exists(nats_server, nc, tmp_path: Path, caplog):
     """Started before the sequencer made the streams: it waits, then folds."""
     settings = MetricsSettings(retry_s=0.1, lag_refresh_s=0.1)
+    caplog.set_level(logging.INFO, logger="laneledger.runtime.follow")
     async with MetricsRunner(nats_server.url, tmp_path / "metrics", settings) as metrics:
-        await asyncio.sleep(0.3)  # let it fail to find the stream at least once
+        await eventually(
+            lambda: caplog.text,
+            until=lambda text: "cannot open a consumer on LEDGER_EVENTS" in text,
+            what="the service to fail to find the stream at least once",
+        )
         sequencer = Sequencer(
             nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")), SequencerMetrics(CollectorRegistry())
         )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from metrics_support import wait_for
+from polling import eventually
 
 from laneledger.contract.subjects import Subjects
 from laneledger.services.sequencer.mirror import CommittedStreamMirror
@@ -50,16 +50,13 @@ async def test_batches_queued_during_a_round_go_out_in_the_next_one(nc, js):
     for first in range(1, 11, 2):  # five batches of two, queued before the mirror runs
         await mirror.submit([record(first), record(first + 1)])
 
-    async def published(position: int) -> bool:
-        return mirror.published == position
-
     running = asyncio.create_task(mirror.run())
     try:
-        assert await wait_for(lambda: published(10), timeout=2, interval=0.01)
+        await eventually(lambda: mirror.published, until=lambda n: n == 10, what="10 published", timeout=2)
         assert rounds == [10]
         # And a batch queued later is its own round, in order after them.
         await mirror.submit([record(11)])
-        assert await wait_for(lambda: published(11), timeout=2, interval=0.01)
+        await eventually(lambda: mirror.published, until=lambda n: n == 11, what="11 published", timeout=2)
         assert rounds == [10, 11]
     finally:
         running.cancel()

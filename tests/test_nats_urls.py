@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import nats
 import pytest
-from conftest import show_log_on_failure
+from failure_logs import show_log_on_failure
+from polling import eventually
 from sequencer_process import SequencerProcess, ledger_last_position
 
 from laneledger.contract.errors import InvalidRequest, LedgerUnavailable
@@ -51,7 +52,8 @@ def test_a_list_parses_to_its_urls():
 async def test_a_bad_url_in_the_list_stops_every_entry_point_naming_it():
     setting = "nats://127.0.0.1:4222,htp://127.0.0.1:4223"
     named = "'htp://127.0.0.1:4223' is not a nats:// or tls:// URL"
-    service = subprocess.run(
+    service = await asyncio.to_thread(
+        subprocess.run,
         [sys.executable, "-m", "laneledger.services.tail"],
         capture_output=True,
         text=True,
@@ -60,14 +62,15 @@ async def test_a_bad_url_in_the_list_stops_every_entry_point_naming_it():
     )
     assert service.returncode == 2
     assert service.stderr.strip() == f"laneledger-tail: LANELEDGER_NATS_URL={setting!r}: {named}"
-    command = subprocess.run(
+    command = await asyncio.to_thread(
+        subprocess.run,
         [str(SCRIPT), "inspect", "session", "s1", "--nats", setting],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert command.returncode == 2 and f"argument --nats: {named}" in command.stderr
-    with pytest.raises(InvalidRequest, match="htp://127.0.0.1:4223"):
+    with pytest.raises(InvalidRequest, match=re.escape("htp://127.0.0.1:4223")):
         await LedgerClient.connect(setting)
 
 
@@ -75,14 +78,13 @@ async def wait_for_jetstream(urls: list[str], timeout: float = 30.0) -> None:
     """Until the nodes still up answer JetStream requests (a meta leader)."""
     nc = await nats.connect(urls, max_reconnect_attempts=-1, reconnect_time_wait=0.1)
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                await nc.jetstream().account_info()
-                return
-            except Exception as exc:  # noqa: BLE001 - an election under way
-                assert time.monotonic() < deadline, f"no JetStream on {urls}: {exc!r}"
-                await asyncio.sleep(0.2)
+        await eventually(
+            nc.jetstream().account_info,
+            what=f"JetStream to answer on {urls}",
+            timeout=timeout,
+            interval=0.2,
+            retry_on=nats.errors.Error,  # an election under way
+        )
     finally:
         await nc.close()
 

@@ -1,18 +1,21 @@
-"""The embedded nats-server (laneledger.devtools.natsserver) and the conftest fixtures on it."""
+"""The embedded nats-server (laneledger.devtools.natsserver) and the fixtures on it.
+
+Tests that start the real nats-server themselves, not through the
+nats_server fixture (which marks its users), are marked `nats` by hand;
+the fake servers below are shell scripts."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import stat
 import sys
-import time
 from pathlib import Path
 
 import nats
 import pytest
 from nats.js.api import StreamConfig
+from polling import eventually, eventually_sync
 
 from laneledger.contract.errors import LedgerUnavailable
 from laneledger.devtools.natsserver import (
@@ -64,9 +67,7 @@ def fake_nats_server(path: Path, body: str, version: str = "2.10.0") -> Path:
 
 
 async def wait_connected(nc: nats.NATS, timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not nc.is_connected:
-            await asyncio.sleep(0.02)
+    await eventually(lambda: nc.is_connected, what="the client to reconnect", timeout=timeout)
 
 
 # -- (a) JetStream works on the fixture's server --------------------------------
@@ -126,6 +127,7 @@ def test_port_is_chosen_by_the_server_and_read_from_its_log(nats_server, tmp_pat
 # -- (c) stop, kill, restart --------------------------------------------------------
 
 
+@pytest.mark.nats
 def test_stop_leaves_no_process_and_is_idempotent(tmp_path):
     server = NatsServer(tmp_path / "nats").start()
     pid = server.pid
@@ -141,6 +143,7 @@ def test_stop_leaves_no_process_and_is_idempotent(tmp_path):
     server.kill()
 
 
+@pytest.mark.nats
 def test_context_manager_stops_it(tmp_path):
     with NatsServer(tmp_path / "nats") as server:
         pid = server.pid
@@ -205,11 +208,7 @@ def test_stop_escalates_to_sigkill_of_the_whole_group(tmp_path):
     server.stop(timeout=0.3)
 
     assert not alive(pid)
-    for _ in range(100):  # the orphaned child is reaped by init
-        if not alive(child):
-            break
-        time.sleep(0.02)
-    assert not alive(child)
+    eventually_sync(lambda: not alive(child), what="the orphaned child to be reaped by init", timeout=2)
 
 
 # -- (d) clear errors -----------------------------------------------------------------
@@ -255,6 +254,7 @@ def test_too_old_nats_server_is_refused(tmp_path):
         server.start()
 
 
+@pytest.mark.nats
 def test_store_dir_that_is_a_file_fails_quoting_the_log(tmp_path):
     store = tmp_path / "store"
     store.write_text("not a directory")
@@ -269,6 +269,7 @@ def test_store_dir_that_is_a_file_fails_quoting_the_log(tmp_path):
     assert processes_mentioning(str(tmp_path)) == []
 
 
+@pytest.mark.nats
 def test_invalid_flag_fails_quoting_the_log(tmp_path):
     server = NatsServer(tmp_path / "nats", extra_args=["--no-such-flag"])
     with pytest.raises(NatsServerError) as err:

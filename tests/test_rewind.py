@@ -195,7 +195,7 @@ async def test_rewinds_of_the_worked_example_are_recorded_and_never_delete(clien
     assert [e.position for e in rewinds] == recorded
     assert all(e.subject_id == ex.session_id and e.actor_id == rewinder for e in rewinds)
     seen = Invalidation(msgspec.to_builtins(e.payload) for e in rewinds)
-    assert [e.position for e in view.events if e.position not in seen] == [pos[1], pos[2]] + recorded
+    assert [e.position for e in view.events if e.position not in seen] == [pos[1], pos[2], *recorded]
 
     # by position too, and a dry run records nothing
     dry = await rewind_session(client, ex.session_id, pos[5], actor_id=rewinder, dry_run=True)

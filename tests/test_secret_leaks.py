@@ -9,17 +9,16 @@ the test received (spec/content.md)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from pathlib import Path
 
 import msgspec
 import nats
 import pytest
+from polling import eventually
 from raw_appends import Inbox
 from secret_corpus import KEYED_SECRETS, SHAPED_SECRETS, all_secret_texts, secret_payload
-from tail_support import start_tail, wait_applied  # noqa: F401
+from tail_support import wait_applied
 
 from laneledger.contract.contentref import refs_in
 from laneledger.contract.model import AppendCommitted, Receipt
@@ -162,14 +161,17 @@ async def test_no_secret_reaches_a_file_or_a_response(
     # The files: the SQLite ledger and read model, and the JetStream store
     # (streams and the blob bucket). nats-server writes its store a little
     # after a publish: wait until the committed events' tags are on disk.
-    deadline = time.monotonic() + 15
-    while True:
+    def tags_in_the_store() -> set[str]:
         on_disk = files_holding(tmp_path, [t.encode() for t in TAGS])
-        in_store = {t for t, files in on_disk.items() if any(f.startswith("nats") for f in files)}
-        if in_store == set(TAGS) or time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.2)
-    assert in_store == set(TAGS)
+        return {t for t, files in on_disk.items() if any(f.startswith("nats") for f in files)}
+
+    await eventually(
+        tags_in_the_store,
+        until=lambda found: found == set(TAGS),
+        what="every tag in nats-server's store on disk",
+        timeout=15,
+        interval=0.2,
+    )
     # Raw publishes are never externalized (the sequencer does not): inline in SQLite.
     in_ledger = files_holding(tmp_path, [b"via-raw-nats", b"via-raw-nats-big", b"[REDACTED:secret_key]"])
     assert all(any("ledger.db" in f for f in files) for files in in_ledger.values())
@@ -250,13 +252,15 @@ async def test_a_request_that_held_secrets_is_erased_from_the_append_stream(nc, 
     for body in (b"pending-first", f"holds {secret}".encode(), b"pending-last"):
         await js.publish(Subjects().append("acme", "lane"), body)
     pull = await js.pull_subscribe_bind(SEQUENCER_CONSUMER, Subjects().append_stream)
-    first, held, last = await pull.fetch(3, timeout=5)
+    _, held, _ = await pull.fetch(3, timeout=5)
     await service._scrub([held])
     await held.ack_sync()
-    deadline = time.monotonic() + 15
-    while not files_holding(tmp_path / "nats", [b"pending-last"]):
-        assert time.monotonic() < deadline, "the pending requests never reached the disk"
-        await asyncio.sleep(0.1)
+    await eventually(
+        lambda: files_holding(tmp_path / "nats", [b"pending-last"]),
+        what="the pending requests to reach the disk",
+        timeout=15,
+        interval=0.1,
+    )
     assert files_holding(tmp_path / "nats", [secret.encode()]) == {}
     assert files_holding(tmp_path / "nats", [b"pending-first"])  # the others are untouched
 

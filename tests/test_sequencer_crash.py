@@ -6,12 +6,12 @@ under load is the fault suite's: tests/fault/test_sequencer_kills.py.)"""
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
+from polling import eventually
 from producer_proc import create_lanes
 from prometheus_client import CollectorRegistry
-from sequencer_process import ledger_last_position, wait_for_stream
+from sequencer_process import wait_for_ledger, wait_for_stream
 
 from laneledger.audit.ledger import audit_ledger, compare_with_stream
 from laneledger.sdk.client import LedgerClient, make_event
@@ -48,10 +48,13 @@ async def test_sigterm_while_the_mirror_publishes_stops_promptly_and_flushes(
                 await client.submit(lane, n * events_per_append, events)  # PubAck only
 
     await asyncio.to_thread(sequencer_proc.start)
-    deadline = time.monotonic() + 10
-    while (await js.stream_info("LEDGER_EVENTS")).state.last_seq == 0:
-        assert time.monotonic() < deadline, "the sequencer published nothing in 10 s"
-        await asyncio.sleep(0.005)
+    await eventually(  # then stop it at once, mid-backlog
+        lambda: js.stream_info("LEDGER_EVENTS"),
+        until=lambda info: info.state.last_seq > 0,
+        what="the sequencer to publish its first events",
+        timeout=10,
+        interval=0.005,
+    )
     assert await asyncio.to_thread(sequencer_proc.terminate, 15.0) == 0
 
     db = tmp_path / "ledger.db"
@@ -64,10 +67,7 @@ async def test_sigterm_while_the_mirror_publishes_stops_promptly_and_flushes(
     total = rounds * len(lanes) * events_per_append
     # Requests the stopped sequencer had received but not taken were naked;
     # any delivered to it as it left come back after the ack wait (10 s).
-    deadline = time.monotonic() + 45
-    while ledger_last_position(db) < total:
-        assert time.monotonic() < deadline, "the backlog did not drain in 45 s"
-        await asyncio.sleep(0.05)
+    await wait_for_ledger(db, total, timeout=45)
     await wait_for_stream(js, total)
     audit = audit_ledger(db)
     assert audit.events == audit.last_position == total
@@ -88,7 +88,7 @@ async def test_stop_ends_even_when_the_mirror_swallows_its_cancel(
     async def publish_swallowing_the_cancel(self, records):
         entered.set()
         try:
-            await asyncio.sleep(30)
+            await asyncio.sleep(30)  # a publish that hangs until stop() cancels it
         except asyncio.CancelledError:
             self.published = records[-1].position  # "the ack came at the same moment"
 

@@ -247,7 +247,7 @@ async def test_committed_content_never_changes(client, actor, sequencer):
     stored = await client.get_receipt("fixed")
     assert stored == receipt
     page = await client.load_lane(lane.id)
-    for sent, committed in zip(events, page.events):
+    for sent, committed in zip(events, page.events, strict=True):
         as_dict = msgspec.to_builtins(committed)
         assert {k: as_dict[k] for k in sent} == sent  # the producer's fields, as sent
 

@@ -4,7 +4,7 @@ against the tail's OpenAPI document by ``TailAPI``)."""
 
 from __future__ import annotations
 
-from tail_support import start_tail, wait_applied  # noqa: F401 - a fixture
+from tail_support import wait_applied
 from worked_example import SPINES, TENANT, record_worked_example
 
 from laneledger.contract.model import StructureCursor
@@ -202,7 +202,8 @@ async def test_native_events_get_roles_from_their_actions(
     real_page = tail.service.ledger.load_structure_page
     pages = []
 
-    async def one_row_pages(session_id, run_id=None, after=StructureCursor(), limit=1000):
+    async def one_row_pages(session_id, run_id=None, after=None, limit=1000):
+        after = StructureCursor() if after is None else after  # the real default
         pages.append(after)
         return await real_page(session_id, run_id, after, 1)
 

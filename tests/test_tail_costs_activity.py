@@ -8,7 +8,7 @@ against the OpenAPI document by ``TailAPI``."""
 from __future__ import annotations
 
 import pytest
-from tail_support import new_lane, start_tail, wait_applied  # noqa: F401
+from tail_support import new_lane, wait_applied
 
 from laneledger.runtime.access import AccessPolicy
 from laneledger.sdk.client import make_event

@@ -10,7 +10,7 @@ import json
 
 import msgspec
 import pytest
-from tail_support import ev, fill, new_lane, start_tail, wait_applied  # noqa: F401
+from tail_support import ev, fill, new_lane, wait_applied
 
 from laneledger.contract import errors
 from laneledger.contract.subjects import Subjects, token
@@ -282,7 +282,7 @@ async def test_blobs(start_tail, js):
 
 
 @pytest.mark.parametrize(
-    "path, params, parameter",
+    ("path", "params", "parameter"),
     [
         ("/api/v1/events", {"from_position": "abc"}, "from_position"),
         ("/api/v1/events", {"from_position": "-1"}, "from_position"),

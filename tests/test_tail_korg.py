@@ -8,7 +8,7 @@ import json
 
 import msgspec
 import pytest
-from tail_support import fill, new_lane, start_tail, wait_applied  # noqa: F401
+from tail_support import fill, new_lane, wait_applied
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -8,7 +8,7 @@ import hashlib
 
 import pytest
 from openapi_spec_validator import validate
-from tail_support import fill, new_lane, start_tail, wait_applied, wait_ready  # noqa: F401
+from tail_support import fill, new_lane, wait_applied, wait_ready
 
 from laneledger.services.tail.openapi import DOCUMENT
 

@@ -5,7 +5,7 @@ event and the live tail without a session filter; a fork's full history
 
 from __future__ import annotations
 
-from tail_support import start_tail, wait_applied  # noqa: F401 - a fixture
+from tail_support import wait_applied
 from worked_example import TENANT, record_worked_example
 
 from laneledger.history.branching import fork_history, fork_lane, rewind_session

@@ -9,19 +9,22 @@ twice: with the operator's bearer token and with a tenant's.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 
 import pytest
 import requests
 import schemathesis
-from schemathesis_support import bearer, fuzz_every_operation, wait_until
-from tail_support import TailProcess, ev, fill, new_lane, start_tail  # noqa: F401 - fixture
+from polling import eventually
+from schemathesis_support import bearer, fuzz_every_operation
+from tail_support import TailProcess, ev, fill, new_lane
 
 from laneledger.sdk.client import LedgerClient
 
 pytestmark = pytest.mark.timeout(300)
 
 
+@pytest.mark.slow
 async def test_the_tail_api_survives_schemathesis(client: LedgerClient, actor, nats_server, tmp_path):
     lane = await new_lane(client, actor)
     positions = await fill(client, lane, actor, 30, per_append=10)
@@ -43,13 +46,10 @@ async def test_the_tail_api_survives_schemathesis(client: LedgerClient, actor, n
     ).start()
     try:
         headers = bearer(token)
-        await wait_until(
-            lambda: (
-                requests.get(f"{tail.url}/api/v1/verify", headers=headers, timeout=10)
-                .json()
-                .get("last_position", 0)
-                > positions[-1]
-            )
+        await eventually(
+            lambda: asyncio.to_thread(requests.get, f"{tail.url}/api/v1/verify", headers=headers, timeout=10),
+            until=lambda answer: answer.json().get("last_position", 0) > positions[-1],
+            what=f"the tail's /api/v1/verify past position {positions[-1]}",
         )
         schema = schemathesis.openapi.from_url(f"{tail.url}/api/v1/openapi.json")
         known = {
@@ -66,7 +66,10 @@ async def test_the_tail_api_survives_schemathesis(client: LedgerClient, actor, n
         # A tenant's token: the same answers, narrowed to its tenant.
         await fuzz_every_operation(schema, tail.url, bearer(tenant_token), known)
         # The Korg appends it made went through the sequencer like any other.
-        report = requests.get(f"{tail.url}/api/v1/verify", headers=headers, timeout=30).json()
+        answer = await asyncio.to_thread(
+            requests.get, f"{tail.url}/api/v1/verify", headers=headers, timeout=30
+        )
+        report = answer.json()
         assert report["intact"] is True, report
     finally:
         tail.stop()

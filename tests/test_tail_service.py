@@ -6,21 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import time
 
 import aiohttp
 import pytest
+from polling import eventually
 from prometheus_client import CollectorRegistry
-from tail_support import (  # noqa: F401
-    DEADLINE_S,
-    TailProcess,
-    fill,
-    new_lane,
-    start_tail,
-    wait_applied,
-    wait_ready,
-)
+from tail_support import DEADLINE_S, TailProcess, fill, new_lane, wait_applied, wait_ready
 
+from laneledger.contract.errors import TransportError
 from laneledger.sdk.client import LedgerClient
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer
@@ -109,21 +102,25 @@ async def test_a_killed_tail_process_resumes_exactly(client, actor, nats_server,
     try:
         writing = asyncio.create_task(fill(client, lane, actor, 4000, per_append=40))
         db_path = tmp_path / "tail-proc" / "tail.db"
-        deadline = time.monotonic() + DEADLINE_S
-        while not db_path.exists() or len(read_model_positions(db_path)) < 1000:
-            assert time.monotonic() < deadline, "the tail process applied nothing"
-            await asyncio.sleep(0.05)
+        await eventually(
+            lambda: db_path.exists() and len(read_model_positions(db_path)),
+            until=lambda applied: applied >= 1000,
+            what="the tail process to apply 1000 events",
+        )
         tail.kill()  # SIGKILL, mid-stream
         positions = await writing
         await tail.start()
         async with aiohttp.ClientSession() as http:
-            while True:
+
+            async def verify_report() -> dict:
                 async with http.get(tail.url + "/api/v1/verify") as resp:
-                    report = await resp.json()
-                if report["last_position"] >= positions[-1]:
-                    break
-                assert time.monotonic() < deadline + DEADLINE_S, report
-                await asyncio.sleep(0.1)
+                    return await resp.json()
+
+            report = await eventually(
+                verify_report,
+                until=lambda found: found["last_position"] >= positions[-1],
+                what=f"the restarted tail's /api/v1/verify at position {positions[-1]}",
+            )
         assert report["intact"] is True and report["events"] == 4000
         assert read_model_positions(db_path) == list(range(1, 4001))
         assert tail_bodies(db_path) == ledger_bodies(tmp_path / "ledger.db")
@@ -138,14 +135,13 @@ async def test_follows_across_a_nats_server_restart(client, actor, nats_server, 
     before = await fill(client, lane, actor, 10)
     await wait_applied(tail.service, before[-1])
     await nats_server.arestart()
-    after = None
-    deadline = time.monotonic() + DEADLINE_S
-    while after is None:  # the SDK reconnects; resend until the ledger answers
-        try:
-            after = await fill(client, lane, actor, 10, start_seq=10)
-        except Exception:  # noqa: BLE001 - still reconnecting
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.2)
+    after = await eventually(  # the SDK reconnects; resend until the ledger answers
+        lambda: fill(client, lane, actor, 10, start_seq=10),
+        what="an append after the restart",
+        timeout=DEADLINE_S,
+        interval=0.2,
+        retry_on=TransportError,  # still reconnecting
+    )
     await wait_applied(tail.service, after[-1])
     async with tail.api.stream({"lane_id": lane.id}) as stream:
         assert [f.position for f in await stream.collect(20)] == before + after

@@ -19,11 +19,12 @@ import socket
 
 import aiohttp
 import pytest
+from polling import eventually
 from tail_support import TailProcess, new_lane
 
 from laneledger.sdk.client import LedgerClient, make_event
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 N = 20_000
 # 3 KB inline: no single value over 1 KiB, so nothing becomes a content reference.
@@ -63,7 +64,7 @@ async def test_slow_subscriber_gets_everything_in_order_with_bounded_memory(
     async def sample_memory() -> None:
         for _ in range(int(150 / 0.1)):  # bounded: at most the test's length
             samples.append(tail.rss_bytes())
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.1)  # the sampling period, not a wait
 
     async def write() -> None:
         head = 0
@@ -81,7 +82,7 @@ async def test_slow_subscriber_gets_everything_in_order_with_bounded_memory(
             # Stop reading while the rest of the ledger flows past (bounded wait).
             await asyncio.wait_for(fast_done.wait(), 150)
         elif read % 50 == 0:
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # the scenario: a reader slower than the writer
 
     timeout = aiohttp.ClientTimeout(total=None, sock_read=120)
     sampler = asyncio.create_task(sample_memory())
@@ -176,7 +177,7 @@ async def test_200_subscribers_and_one_reading_a_frame_a_second(
     async def sample_memory() -> None:
         while True:
             samples.append(tail.rss_bytes())
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.1)  # the sampling period, not a wait
 
     async def write() -> None:
         head = 0
@@ -189,7 +190,7 @@ async def test_200_subscribers_and_one_reading_a_frame_a_second(
 
     async def one_frame_a_second(read: int) -> None:
         if not others_done.is_set():
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(1.0)  # the scenario: one frame a second
         elif not slow_read_when_others_done:
             slow_read_when_others_done.append(read)
             await asyncio.sleep(3.0)  # lagging far behind while the memory is sampled
@@ -207,8 +208,11 @@ async def test_200_subscribers_and_one_reading_a_frame_a_second(
         ):
             responses = [await http.get(tail.url + "/api/v1/events") for _ in range(SUBSCRIBERS)]
             slow = await slow_http.get(tail.url + "/api/v1/events")
-            while await metric(http, tail.url, "laneledger_tail_subscribers") < SUBSCRIBERS + 1:
-                await asyncio.sleep(0.05)
+            await eventually(
+                lambda: metric(http, tail.url, "laneledger_tail_subscribers"),
+                until=lambda subscribers: subscribers >= SUBSCRIBERS + 1,
+                what=f"{SUBSCRIBERS + 1} subscribers",
+            )
             baseline = tail.rss_bytes()
             sampler = asyncio.create_task(sample_memory())
             slow_reader = asyncio.create_task(read_positions(slow, MANY_N, one_frame_a_second))

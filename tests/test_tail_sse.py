@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from tail_support import ev, fill, new_lane, start_tail, wait_applied  # noqa: F401
+from tail_support import ev, fill, new_lane, wait_applied
 
 from laneledger.sdk.client import LedgerClient
 

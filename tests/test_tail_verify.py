@@ -9,7 +9,7 @@ import sqlite3
 import msgspec
 import pytest
 from prometheus_client import CollectorRegistry
-from tail_support import fill, new_lane, start_tail, wait_applied  # noqa: F401
+from tail_support import fill, new_lane, wait_applied
 
 from laneledger.sdk.client import LedgerClient
 from laneledger.services.sequencer.metrics import SequencerMetrics

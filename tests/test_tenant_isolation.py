@@ -23,9 +23,9 @@ import re
 import sys
 
 import aiohttp
+import pytest
 import pytest_asyncio
-from checkpoint_support import checkpoint_service, checkpoints  # noqa: F401
-from tail_support import start_tail, wait_applied  # noqa: F401
+from tail_support import wait_applied
 
 from laneledger.contract.contentref import hex_of
 from laneledger.runtime.access import AccessPolicy, guarded
@@ -187,6 +187,7 @@ async def test_no_token_no_data(world):
         assert status == 401 and not leaked(body), route
 
 
+@pytest.mark.slow
 async def test_one_tenant_cannot_read_another_on_the_tail(world):
     acme = world["ids"]["acme"]
     controls = 0

@@ -8,14 +8,19 @@ import re
 import signal
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
+import pytest
+from failure_logs import show_log_on_failure
+from polling import eventually, eventually_sync
 
 from laneledger.sdk.client import LaneRecorder, LedgerClient
 
 UP_TIMEOUT_S = 60
+
+pytestmark = [pytest.mark.nats, pytest.mark.slow]  # `laneledger up` starts a nats-server
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -39,43 +44,65 @@ class Up:
         self.log = data.with_suffix(".log")
 
     def launch(self) -> None:
-        self.out = open(self.log, "ab")
-        self.proc = subprocess.Popen(
-            [
-                str(Path(sys.executable).with_name("laneledger")),
-                "up",
-                "--data",
-                str(self.data),
-                "--free-ports",
-                *self.extra,
-            ],
-            stdout=self.out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
+        with open(self.log, "ab") as out:  # the child has its own copy of the descriptor
+            self.proc = subprocess.Popen(
+                [
+                    str(Path(sys.executable).with_name("laneledger")),
+                    "up",
+                    "--data",
+                    str(self.data),
+                    "--free-ports",
+                    *self.extra,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+
+    @property
+    def log_path(self) -> Path:
+        return self.log
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def output_once(self, condition: Callable[[str], bool]) -> Callable[[], str | None]:
+        """A probe for ``eventually``: its output once ``condition`` holds for
+        it, else None; it fails at once if the process exited first."""
+
+        def probe() -> str | None:
+            exited = self.proc.poll() is not None
+            text = self.log_text()
+            if condition(text):
+                return text
+            assert not exited, f"laneledger up exited with {self.proc.returncode}:\n{text}"
+            return None
+
+        return probe
 
     def start(self) -> dict[str, str]:
+        """Launch it and wait (synchronously: the test's loop has nothing to
+        serve meanwhile) for its next "laneledger is up"; returns its URLs."""
+        ups = getattr(self, "ups", 0)
         self.launch()
-        deadline = time.monotonic() + UP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            text = self.log.read_text(errors="replace")
-            if text.count("laneledger is up") > getattr(self, "ups", 0):
-                self.ups = text.count("laneledger is up")
-                tail = text.rsplit("laneledger is up", 1)[1]
-                return dict(re.findall(r"^  (.+?)\s{2,}(\S+)$", tail, re.MULTILINE))
-            assert self.proc.poll() is None, text
-            time.sleep(0.1)
-        raise AssertionError(f"not up in {UP_TIMEOUT_S}s:\n{self.log.read_text()}")
+        text = eventually_sync(
+            self.output_once(lambda text: text.count("laneledger is up") > ups),
+            what="laneledger up to say it is up (its log is in the report)",
+            timeout=UP_TIMEOUT_S,
+            interval=0.1,
+        )
+        self.ups = text.count("laneledger is up")
+        tail = text.rsplit("laneledger is up", 1)[1]
+        return dict(re.findall(r"^  (.+?)\s{2,}(\S+)$", tail, re.MULTILINE))
 
     def stop(self) -> int:
         self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=60)
-        self.out.close()
-        return code
+        return self.proc.wait(timeout=60)
 
 
-async def test_up_runs_everything_and_leaves_nothing_behind(tmp_path):
+async def test_up_runs_everything_and_leaves_nothing_behind(tmp_path, request):
     up = Up(tmp_path / "data")
+    show_log_on_failure(request, up)
     urls = up.start()
     try:
         assert {
@@ -114,15 +141,16 @@ async def test_up_runs_everything_and_leaves_nothing_behind(tmp_path):
     assert processes_mentioning(str(tmp_path / "data")) == []
 
 
-async def test_up_with_the_demo_ends_in_an_intact_summary(tmp_path):
+async def test_up_with_the_demo_ends_in_an_intact_summary(tmp_path, request):
     up = Up(tmp_path / "data", "--demo", "--agents", "2", "--turns", "3", "--pace", "0")
+    show_log_on_failure(request, up)
     up.launch()
-    deadline = time.monotonic() + 120
-    text = ""
-    while time.monotonic() < deadline and "the demo is done" not in text:
-        assert up.proc.poll() is None, text
-        time.sleep(0.2)
-        text = up.log.read_text(errors="replace")
+    text = await eventually(
+        up.output_once(lambda text: "the demo is done" in text),
+        what="the demo to finish (its log is in the report)",
+        timeout=120,
+        interval=0.2,
+    )
     summary = text.split("demo summary", 1)[1]
     assert "chain verification           intact" in summary
     assert re.search(r"events in the session\s+\d+ in 4 lanes", summary)  # 2 agents + 2 sub-agents

@@ -103,7 +103,7 @@ def test_korg_refuses_what_it_cannot_hash(value, path):
 
 # -- korg JSONL reader ------------------------------------------------------------
 
-GOOD_LINE = '{"seq_id": 1, "prev_hash": "%s", "entry_hash": "%s"}' % (GENESIS_HASH, GENESIS_HASH)
+GOOD_LINE = f'{{"seq_id": 1, "prev_hash": "{GENESIS_HASH}", "entry_hash": "{GENESIS_HASH}"}}'
 
 
 @pytest.mark.parametrize(

@@ -362,6 +362,7 @@ async def test_every_tampering_is_named_by_position_and_kind(built, tmp_path):
     assert (caught.value.details["kind"], caught.value.details["position"]) == ("actor_prefix", 7)
 
 
+@pytest.mark.slow
 async def test_cli_verify_with_nats_checks_blobs_and_the_stream(built, nats_server, js, tmp_path):
     db, _ = built
     clean = await acli("verify", "--db", str(db), "--nats", nats_server.url)
@@ -414,6 +415,7 @@ async def test_cli_verify_with_nats_checks_blobs_and_the_stream(built, nats_serv
     assert missing.stdout.startswith("FAIL position 2 (lane ") and "blob_missing" in missing.stdout
 
 
+@pytest.mark.slow
 async def test_cli_verify_with_a_keyed_chain(nats_server, nc, tmp_path):
     key_file = tmp_path / "chain.key"
     key_file.write_bytes(b"verify-test-key\n")

@@ -11,26 +11,20 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from polling import eventually
 from producer_proc import create_lanes, start_producers, wait_for_producers
-from sequencer_process import ledger_last_position, wait_for_stream
+from sequencer_process import ledger_last_position, wait_for_ledger, wait_for_stream
 
-from laneledger.audit.ledger import check_stream
+from laneledger.audit.ledger import StreamCheck, check_stream
 
 SCRIPT = Path(sys.executable).with_name("laneledger")
 LAG_TRIES_S = 20.0  # how long to look for a moment the stream trails SQLite
 
 
-async def wait_for_position(db: Path, position: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while ledger_last_position(db) < position:
-        assert time.monotonic() < deadline, f"the ledger did not reach position {position}"
-        await asyncio.sleep(0.05)
-
-
+@pytest.mark.slow
 async def test_verify_with_nats_under_load_reports_lag_not_a_fault(nats_server, sequencer_proc, js, tmp_path):
     db = tmp_path / "ledger.db"
     stop_file = tmp_path / "stop"
@@ -51,17 +45,23 @@ async def test_verify_with_nats_under_load_reports_lag_not_a_fault(nats_server, 
         stop_file=str(stop_file),
     )
     try:
-        await wait_for_position(db, 300)
+        await wait_for_ledger(db, 300)
 
         # In process, under load: each check compares everything both hold;
         # some catch the stream trailing SQLite, and it catches up.
-        checks, lagged = [], None
-        deadline = time.monotonic() + LAG_TRIES_S
-        while lagged is None and time.monotonic() < deadline:
-            check = await check_stream(js, db, wait_s=5.0)
-            checks.append(check)
-            lagged = check if check.lag else None
-        assert lagged is not None, f"no lag seen in {len(checks)} checks under load"
+        checks = []
+
+        async def check() -> StreamCheck:
+            checks.append(await check_stream(js, db, wait_s=5.0))
+            return checks[-1]
+
+        lagged = await eventually(
+            check,
+            until=lambda found: found.lag,
+            what="a check under load that sees the stream trail SQLite",
+            timeout=LAG_TRIES_S,
+            interval=0,
+        )
         assert 0 < lagged.lag <= lagged.messages and lagged.caught_up_s < 5.0
         assert [c.messages for c in checks] == sorted(c.messages for c in checks)
 

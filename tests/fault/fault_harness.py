@@ -30,9 +30,10 @@ from typing import Any
 
 import pytest
 from checkpoint_support import CheckpointProcess
-from conftest import show_log_on_failure
+from failure_logs import show_log_on_failure
 from ledger_invariants import Consumers, check_invariants
 from metrics_support import metrics_process
+from polling import eventually
 from producer_proc import ProducerProcess, create_lanes, start_producers, wait_for_producers
 from sequencer_process import SequencerProcess
 from service_process import ServiceProcess
@@ -184,15 +185,20 @@ class FaultRig:
         than now: proof the whole write path works again. Returns the count."""
         watched = list(producers if producers is not None else self.producers)
         target = sum(len(p.lines()) for p in watched) + more
-        deadline = time.monotonic() + timeout
-        while (found := sum(len(p.lines()) for p in watched)) < target:
-            assert time.monotonic() < deadline, (
-                f"only {found - target + more} of {more} new outcomes in {timeout:g}s"
-            )
-            for p in watched:
-                assert p.returncode is None, f"{p.name} exited early:\n{p.log_text()[-2000:]}"
-            await asyncio.sleep(0.05)
-        return found
+
+        def outcomes() -> int:
+            found = sum(len(p.lines()) for p in watched)
+            if found < target:  # still waiting: pointless if a producer is gone
+                for p in watched:
+                    assert p.returncode is None, f"{p.name} exited early:\n{p.log_text()[-2000:]}"
+            return found
+
+        return await eventually(
+            outcomes,
+            until=lambda found: found >= target,
+            what=f"{more} new outcomes from {', '.join(p.name for p in watched)} (to {target})",
+            timeout=timeout,
+        )
 
     async def finish(self, js, *, timeout: float = 120.0) -> dict[str, int]:
         """Stop starting requests, let every one in flight get its outcome, and

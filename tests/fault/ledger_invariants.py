@@ -24,14 +24,13 @@ idle) first so the comparison sees a settled state.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from polling import eventually
 from producer_proc import check_against_ledger
 from sequencer_process import wait_for_stream
 
@@ -89,14 +88,16 @@ def consumer_position(name: str, path: Path) -> int:
 
 
 async def wait_for_consumers(consumers: Consumers, last_position: int, timeout: float = CATCH_UP_S) -> None:
-    deadline = time.monotonic() + timeout
-    for name, path in consumers.files.items():
-        while (found := consumer_position(name, path)) < last_position:
-            assert time.monotonic() < deadline, (
-                f"the {name} consumer is at position {found}, not {last_position}, after {timeout:g}s"
-            )
-            await asyncio.sleep(0.1)
-        assert found == last_position, f"the {name} consumer is past the ledger: {found}"
+    """Until every consumer has applied ``last_position``; none may be past it."""
+    positions = await eventually(
+        lambda: {name: consumer_position(name, path) for name, path in consumers.files.items()},
+        until=lambda found: min(found.values(), default=last_position) >= last_position,
+        what=f"every consumer at position {last_position}",
+        timeout=timeout,
+        interval=0.1,
+    )
+    past = {name: found for name, found in positions.items() if found != last_position}
+    assert not past, f"consumers past the ledger's position {last_position}: {past}"
 
 
 def ledger_events(db: Path) -> list[tuple[int, bytes]]:
@@ -139,15 +140,16 @@ def check_tail(events: list[tuple[int, bytes]], tail_db: Path) -> None:
         )
     ]
     assert len(found) == len(want), f"the tail holds {len(found)} events, the ledger {len(want)}"
-    for got, expected in zip(found, want):
+    for got, expected in zip(found, want, strict=True):
         assert got == expected, f"tail row at position {expected[0]} differs from the ledger"
 
 
 def check_metrics(
-    events: list[tuple[int, bytes]], metrics_db: Path, policy: LabelPolicy = LabelPolicy()
+    events: list[tuple[int, bytes]], metrics_db: Path, policy: LabelPolicy | None = None
 ) -> State:
-    """The stored fold equals the fold of the whole ledger from scratch."""
-    state = State(policy=policy)
+    """The stored fold equals the fold of the whole ledger from scratch
+    (labelled by ``policy``, the service's default unless given)."""
+    state = State(policy=policy or LabelPolicy())
     for position, body in events:
         fold_message(state, position, body)
     want = rows_of(state, state.take_changes())

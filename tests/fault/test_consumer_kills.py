@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from fault_harness import FaultRig, fault_timeout, scaled, seeded_rng
 
 ROUNDS = scaled(2, 6)
 
 
 @fault_timeout
+@pytest.mark.slow
 async def test_sigkilled_consumers_resume_to_the_fold_of_the_ledger(nats_server, js, tmp_path, request):
     rng, seed = seeded_rng()
     async with FaultRig(nats_server.url, tmp_path, request) as rig:
@@ -23,7 +25,7 @@ async def test_sigkilled_consumers_resume_to_the_fold_of_the_ledger(nats_server,
         for _ in range(ROUNDS):
             rng.shuffle(victims)
             for victim in victims:
-                await asyncio.sleep(rng.uniform(0.1, scaled(0.8, 2.0)))
+                await asyncio.sleep(rng.uniform(0.1, scaled(0.8, 2.0)))  # up, under load
                 victim.kill()
                 await asyncio.sleep(rng.uniform(0.0, 0.5))  # events go by while it is down
                 await asyncio.to_thread(victim.start, 30.0)

@@ -27,12 +27,12 @@ import asyncio
 import errno
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import aiohttp
 import pytest
 from fault_harness import FaultRig, fault_timeout, scaled
+from polling import eventually
 from prometheus_client import CollectorRegistry
 from sequencer_process import ledger_last_position as last_position
 
@@ -69,7 +69,10 @@ class SmallDisk:
         except OSError as exc:  # no mount(8) at all
             problem = str(exc)
         if problem:
-            pytest.skip(f"cannot mount a tmpfs to fill (needs mount(8) and CAP_SYS_ADMIN): {problem}")
+            pytest.skip(
+                f"cannot mount a tmpfs to fill: {problem} (it takes root with CAP_SYS_ADMIN,"
+                " and mount(8): apt-get install mount)"
+            )
         self.mounted = True
 
     def unmount(self) -> None:
@@ -106,13 +109,17 @@ async def readyz(url: str) -> int:
 
 
 async def wait_for_status(url: str, status: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while (found := await readyz(url)) != status:
-        assert time.monotonic() < deadline, f"/readyz stayed {found}, not {status}, for {timeout:g}s"
-        await asyncio.sleep(0.1)
+    await eventually(
+        lambda: readyz(url),
+        until=lambda found: found == status,
+        what=f"{url}/readyz to answer {status}",
+        timeout=timeout,
+        interval=0.1,
+    )
 
 
 @fault_timeout
+@pytest.mark.slow
 async def test_a_full_disk_stops_commits_loudly_and_they_resume_when_it_has_room(
     nats_server, js, tmp_path, request
 ):
@@ -122,7 +129,7 @@ async def test_a_full_disk_stops_commits_loudly_and_they_resume_when_it_has_room
         async with FaultRig(nats_server.url, tmp_path, request, db_path=disk.path / "ledger.db") as rig:
             seq = rig.sequencer
             await rig.start_load()
-            for cycle in range(CYCLES):
+            for _ in range(CYCLES):
                 refusals_before = seq.log_text().count(REFUSED)
                 disk.fill()
                 assert disk.free_bytes() == 0
@@ -133,7 +140,9 @@ async def test_a_full_disk_stops_commits_loudly_and_they_resume_when_it_has_room
                 assert "database or disk is full" in seq.log_text()
                 held_at = last_position(rig.db)
                 refusals = seq.log_text().count(REFUSED)
-                await asyncio.sleep(2.0)  # load keeps arriving and is refused; no crash
+                # The scenario, not a wait: two seconds of load arriving at a full
+                # disk, every write refused, and the sequencer must not crash.
+                await asyncio.sleep(2.0)
                 assert seq.running and seq.starts == 1, "the sequencer exited on a full disk"
                 assert seq.log_text().count(REFUSED) > refusals, "it stopped trying"
                 # A small batch may still fit in space a refused write had
@@ -183,14 +192,14 @@ async def test_a_ledger_at_its_size_limit_holds_the_append_until_it_has_room(nat
             assert last_position(tmp_path / "ledger.db") == 1  # nothing half-written
 
             conn.execute("PRAGMA max_page_count = 1073741823")  # room again
-            deadline = time.monotonic() + 15
-            while True:  # the held request is redelivered and commits, once
-                try:
-                    receipt = await client.get_receipt(handle.append_id)
-                    break
-                except EntityNotFound:
-                    assert time.monotonic() < deadline, "the held append never committed"
-                    await asyncio.sleep(0.1)
+            receipt = await eventually(  # the held request is redelivered and commits, once
+                lambda: client.get_receipt(handle.append_id),
+                until=lambda found: found is not None,
+                what="the held append to commit",
+                timeout=15,
+                interval=0.1,
+                retry_on=EntityNotFound,
+            )
             assert service.accepting
             assert receipt.positions == list(range(2, 52))
             again = await client.append(lane, 1, big, append_id=handle.append_id)

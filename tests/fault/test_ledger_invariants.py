@@ -6,6 +6,7 @@ entry, a consumer that stopped short — is reported."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -144,5 +145,13 @@ async def test_each_consumer_check_passes_the_fold_and_reports_damage(events, tm
 async def test_a_consumer_that_stops_short_is_reported(events, tmp_path: Path):
     files = consumer_files(events, tmp_path / "c")
     await wait_for_consumers(Consumers(tail=files["tail"].parent), events[-1][0], timeout=0.3)
-    with pytest.raises(AssertionError, match="the tail consumer is at position 6, not 7"):
-        await wait_for_consumers(Consumers(tail=files["tail"].parent), events[-1][0] + 1, timeout=0.3)
+    last = events[-1][0]
+    with pytest.raises(
+        AssertionError,
+        match=re.escape(f"every consumer at position {last + 1}; last seen: {{'tail': {last}}}"),
+    ):
+        await wait_for_consumers(Consumers(tail=files["tail"].parent), last + 1, timeout=0.3)
+    with pytest.raises(
+        AssertionError, match=re.escape(f"past the ledger's position {last - 1}: {{'tail': {last}}}")
+    ):
+        await wait_for_consumers(Consumers(tail=files["tail"].parent), last - 1, timeout=0.3)

@@ -14,66 +14,82 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import nats
 import nats.errors
 import nats.js.errors
+import pytest
 from fault_harness import FaultRig, fault_timeout, scaled
 from ledger_invariants import ledger_events
+from polling import eventually
 
 KILLS = scaled(1, 5)
 STREAMS = ("LEDGER_APPEND", "LEDGER_EVENTS")
 
 
+# While the cluster elects a leader after a node went away or came back, the
+# JetStream API answers late, not at all, or "unavailable": ask again.
+ELECTION_ERRORS = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.js.errors.ServiceUnavailableError,
+)
+
+
 async def stream_info(js, stream: str, timeout: float = 60.0):
-    """``js.stream_info``, retried (bounded) while the cluster elects a leader
-    after a node went away or came back: the JetStream API answers late or
-    not at all meanwhile."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return await js.stream_info(stream)
-        except (
-            nats.errors.TimeoutError,
-            nats.errors.NoRespondersError,
-            nats.js.errors.ServiceUnavailableError,
-        ) as exc:
-            assert time.monotonic() < deadline, f"no info on {stream} for {timeout:g}s: {exc!r}"
-            await asyncio.sleep(0.2)
+    """``js.stream_info``, retried (bounded) through an election."""
+    return await eventually(
+        lambda: js.stream_info(stream),
+        what=f"info on {stream}",
+        timeout=timeout,
+        interval=0.2,
+        retry_on=ELECTION_ERRORS,
+    )
+
+
+def is_current(cluster, node: str) -> bool:
+    """``node`` leads the stream or is a current replica of it, with no lag."""
+    peer = {p.name: p for p in cluster.replicas or []}.get(node)
+    return cluster.leader == node or (peer is not None and peer.current and not peer.offline and not peer.lag)
 
 
 async def wait_for_replica(js, stream: str, node: str, timeout: float = 60.0) -> None:
-    """Until ``node`` leads ``stream`` or is a current replica of it, with no lag."""
-    deadline = time.monotonic() + timeout
-    while True:
-        cluster = (await stream_info(js, stream)).cluster
-        peers = {p.name: p for p in cluster.replicas or []}
-        peer = peers.get(node)
-        if cluster.leader == node or (
-            peer is not None and peer.current and not peer.offline and not peer.lag
-        ):
-            return
-        assert time.monotonic() < deadline, f"{node}'s replica of {stream} did not catch up: {cluster}"
-        await asyncio.sleep(0.1)
+    await eventually(
+        lambda: js.stream_info(stream),
+        until=lambda info: is_current(info.cluster, node),
+        what=f"{node}'s replica of {stream} to catch up",
+        timeout=timeout,
+        interval=0.1,
+        retry_on=ELECTION_ERRORS,
+    )
 
 
 async def make_leader(nc, js, stream: str, node: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while (await stream_info(js, stream)).cluster.leader != node:
-        assert time.monotonic() < deadline, f"{node} did not become the leader of {stream}"
-        try:
-            await nc.request(
-                f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}",
-                json.dumps({"placement": {"preferred": node}}).encode(),
-                timeout=5,
-            )
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
-            pass  # an election under way: ask again
-        await asyncio.sleep(0.3)
+    async def leader_or_step_down() -> str | None:
+        leader = (await js.stream_info(stream)).cluster.leader
+        if leader != node:
+            try:
+                await nc.request(
+                    f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}",
+                    json.dumps({"placement": {"preferred": node}}).encode(),
+                    timeout=5,
+                )
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+                pass  # an election under way: ask again
+        return leader
+
+    await eventually(
+        leader_or_step_down,
+        until=lambda leader: leader == node,
+        what=f"{node} to lead {stream}",
+        timeout=timeout,
+        interval=0.3,
+        retry_on=ELECTION_ERRORS,
+    )
 
 
 @fault_timeout
+@pytest.mark.slow
 async def test_a_killed_node_loses_nothing_and_rejoins(cluster, tmp_path, request):
     nc = await nats.connect(cluster.urls, reconnect_time_wait=0.1, max_reconnect_attempts=-1)
     js = nc.jetstream()

@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from fault_harness import FaultRig, fault_timeout, scaled, seeded_rng
 
 ROUNDS = scaled(2, 8)
 
 
 @fault_timeout
+@pytest.mark.slow
 async def test_nats_server_restarts_under_load_lose_nothing(nats_server, js, tmp_path, request):
     rng, seed = seeded_rng()
     async with FaultRig(nats_server.url, tmp_path, request) as rig:
         await rig.start_load()
         for round_no in range(ROUNDS):
-            await asyncio.sleep(rng.uniform(0.3, scaled(1.0, 3.0)))
+            await asyncio.sleep(rng.uniform(0.3, scaled(1.0, 3.0)))  # up, under load
             if round_no % 2:
                 nats_server.kill()
             else:

@@ -10,21 +10,23 @@ Short form: each producer dies once. Long form: five times."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
-import time
 
+import pytest
 from fault_harness import FaultRig, fault_timeout, scaled
+from polling import eventually
 
 DEATHS = scaled(1, 5)
 
 
 async def wait_until_dead(producers, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while any(p.returncode is None for p in producers):
-        assert time.monotonic() < deadline, "a producer did not die after its accepts"
-        await asyncio.sleep(0.05)
+    await eventually(
+        lambda: [p.name for p in producers if p.returncode is None],
+        until=lambda alive: not alive,
+        what="every producer to die after its accepts",
+        timeout=timeout,
+    )
     for p in producers:
         assert p.returncode == -9, f"{p.name} exited with {p.returncode}:\n{p.log_text()[-2000:]}"
 
@@ -39,6 +41,7 @@ def stored_receipt(db, append_id: str) -> dict:
 
 
 @fault_timeout
+@pytest.mark.slow
 async def test_a_producer_killed_after_accept_gets_the_same_receipt_on_retry(
     nats_server, js, tmp_path, request
 ):

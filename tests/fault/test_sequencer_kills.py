@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from fault_harness import FaultRig, fault_timeout, scaled, seeded_rng
 from sequencer_process import ledger_last_position
 
@@ -18,6 +19,7 @@ KILLS = scaled(3, 20)
 
 
 @fault_timeout
+@pytest.mark.slow
 async def test_sigkilled_sequencer_loses_no_accepted_append(nats_server, js, tmp_path, request):
     rng, seed = seeded_rng()
     stream_behind_at_kill = 0

