@@ -11,6 +11,8 @@ fixture as a parameter and imports nothing for it:
 * tail_fixtures.py: ``start_tail``
 * checkpoint_fixtures.py: ``checkpoint_service``, ``checkpoints``
 * browser_fixtures.py: ``browser``
+* deployment_fixtures.py: ``passwords``, ``secured_server``, ``tenant_server``
+  (deploy/nats.conf, its users and their permissions)
 
 Markers (declared in pyproject.toml, ``--strict-markers``): ``nats`` is added
 here to every test that uses a nats-server fixture; tests that start servers
@@ -35,10 +37,11 @@ pytest_plugins = [
     "tail_fixtures",
     "checkpoint_fixtures",
     "browser_fixtures",
+    "deployment_fixtures",
 ]
 
 _FAULT_SUITE = Path(__file__).resolve().parent / "fault"
-_NATS_FIXTURES = {"nats_server", "cluster"}
+_NATS_FIXTURES = {"nats_server", "cluster", "secured_server", "tenant_server"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

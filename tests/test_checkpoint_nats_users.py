@@ -36,7 +36,7 @@ from laneledger.store import LedgerWriter, open_ledger
 # Tests that start a nats-server themselves, not through the nats_server
 # fixture (which marks its users), are marked `nats` by hand.
 CONF = Path(__file__).resolve().parents[1] / "deploy" / "nats.conf"
-USERS = ("producer", "sequencer", "tail", "metrics", "checkpoint")
+USERS = ("producer", "sequencer", "sequencer-replies", "tail", "metrics", "checkpoint", "checkpoint-replies")
 OBJ = "OBJ_LEDGER_CHECKPOINT_ARTIFACTS"
 
 # What each user must be allowed to publish for artifacts (spec/checkpoint.md).
@@ -81,7 +81,7 @@ def test_the_config_grants_what_artifacts_need():
 def secured_server(tmp_path, monkeypatch, request):
     passwords = {user: f"test-{user}-secret" for user in USERS}
     for user, password in passwords.items():
-        monkeypatch.setenv(f"LANELEDGER_{user.upper()}_PASSWORD", password)
+        monkeypatch.setenv(f"LANELEDGER_{user.upper().replace('-', '_')}_PASSWORD", password)
     server = NatsServer(tmp_path / "nats", config=CONF, extra_args=("-m", "-1"))
     show_log_on_failure(request, server)
     with server:
@@ -99,8 +99,14 @@ async def test_artifacts_and_checkpoints_work_under_least_privilege_users(secure
     urls = secured_server.urls
     seq_nc = await nats.connect(urls["sequencer"], error_cb=remember)
     ckpt_nc = await nats.connect(urls["checkpoint"], error_cb=remember)
+    # What they send to requesters leaves as their replies users (deploy/nats.conf).
+    seq_replies = await nats.connect(urls["sequencer-replies"], error_cb=remember)
+    ckpt_replies = await nats.connect(urls["checkpoint-replies"], error_cb=remember)
     sequencer = Sequencer(
-        seq_nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")), SequencerMetrics(CollectorRegistry())
+        seq_nc,
+        LedgerWriter(open_ledger(tmp_path / "ledger.db")),
+        SequencerMetrics(CollectorRegistry()),
+        reply_nc=seq_replies,
     )
     store = CheckpointStore.open(tmp_path / "checkpoints.db")
     service = CheckpointService(
@@ -108,6 +114,7 @@ async def test_artifacts_and_checkpoints_work_under_least_privilege_users(secure
         store,
         CheckpointMetrics(CollectorRegistry()),
         CheckpointSettings(anchor_wait_s=10.0, max_inline_bytes=1024),
+        reply_nc=ckpt_replies,
     )
     await sequencer.start()
     await service.start()
@@ -168,7 +175,7 @@ async def test_artifacts_and_checkpoints_work_under_least_privilege_users(secure
     finally:
         await service.stop()
         await sequencer.stop()
-        await ckpt_nc.close()
-        await seq_nc.close()
+        for connection in (ckpt_nc, seq_nc, ckpt_replies, seq_replies):
+            await connection.close()
         store.close()
     assert not [v for v in violations if "permission" in str(v).lower()], violations

@@ -4,20 +4,19 @@ its own user, and a producer's credentials cannot write the committed stream."""
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import aiohttp
 import msgspec
 import nats
 import nats.errors
 import pytest
-from failure_logs import show_log_on_failure
+from deployment_support import CONF, TENANTS, attempts, connections_of, deployed_sequencer, refused, url_for
 from polling import eventually
 from prometheus_client import CollectorRegistry
 
 from laneledger.contract.errors import EntityNotFound, InvalidRequest, LedgerError, TenantMismatch
 from laneledger.contract.subjects import TENANT_HEADER, RequestSubject, Subjects, tenant_headers, token
-from laneledger.devtools.natsserver import NatsServer, find_nats_server
+from laneledger.devtools.natsserver import find_nats_server
 from laneledger.runtime.access import AccessPolicy
 from laneledger.runtime.opsserver import start_http
 from laneledger.sdk.checkpoints import CheckpointClient, anchor_of
@@ -26,23 +25,6 @@ from laneledger.services.checkpoint.http import checkpoint_app
 from laneledger.services.checkpoint.metrics import CheckpointMetrics
 from laneledger.services.checkpoint.service import CheckpointService, CheckpointSettings
 from laneledger.services.checkpoint.store import CheckpointStore
-from laneledger.services.sequencer.metrics import SequencerMetrics
-from laneledger.services.sequencer.service import Sequencer
-from laneledger.store import LedgerWriter, open_ledger
-
-# Tests that start a nats-server themselves, not through the nats_server
-# fixture (which marks its users), are marked `nats` by hand.
-CONF = Path(__file__).resolve().parents[1] / "deploy" / "nats.conf"
-USERS = ("producer", "sequencer", "tail", "metrics", "checkpoint")
-
-
-@pytest.fixture
-def passwords(monkeypatch) -> dict[str, str]:
-    found = {user: f"test-{user}-secret" for user in USERS}
-    monkeypatch.setenv("LANELEDGER_NATS_STORE_DIR", "/tmp/unused-by-nats-server-t")
-    for user, password in found.items():
-        monkeypatch.setenv(f"LANELEDGER_{user.upper()}_PASSWORD", password)
-    return found
 
 
 @pytest.mark.nats
@@ -52,20 +34,6 @@ def test_nats_server_accepts_the_config(passwords):
     assert b"is valid" in result.stdout + result.stderr
 
 
-@pytest.fixture
-def secured_server(tmp_path, passwords, request):
-    # The config's fixed ports are overridden: the client port is chosen by the
-    # server, and -m -1 moves monitoring to a port of its choosing too.
-    server = NatsServer(tmp_path / "nats", config=CONF, extra_args=("-m", "-1"))
-    show_log_on_failure(request, server)
-    with server:
-        yield server
-
-
-def url_for(server: NatsServer, user: str, passwords: dict[str, str]) -> str:
-    return f"nats://{user}:{passwords[user]}@127.0.0.1:{server.port}"
-
-
 @pytest.mark.nats
 async def test_services_run_under_their_users_and_producers_cannot_forge(secured_server, passwords, tmp_path):
     violations: list[Exception] = []
@@ -73,10 +41,8 @@ async def test_services_run_under_their_users_and_producers_cannot_forge(secured
     async def remember(exc: Exception) -> None:
         violations.append(exc)
 
-    seq_nc = await nats.connect(url_for(secured_server, "sequencer", passwords))
-    sequencer = Sequencer(
-        seq_nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")), SequencerMetrics(CollectorRegistry())
-    )
+    seq_nc, seq_replies = await connections_of(secured_server, "sequencer", passwords)
+    sequencer = deployed_sequencer(seq_nc, seq_replies, tmp_path / "ledger.db")
     await sequencer.start()
     try:
         async with await LedgerClient.connect(url_for(secured_server, "producer", passwords)) as client:
@@ -108,6 +74,7 @@ async def test_services_run_under_their_users_and_producers_cannot_forge(secured
     finally:
         await sequencer.stop()
         await seq_nc.close()
+        await seq_replies.close()
 
 
 @pytest.mark.nats
@@ -132,70 +99,13 @@ async def test_readers_cannot_publish_committed_events(secured_server, passwords
 
 # -- per-tenant producers (laneledger nats-config) ---------------------------------
 
-TENANTS = ("acme", "globex")
-
-
-@pytest.fixture
-def tenant_server(tmp_path, passwords, monkeypatch, request):
-    """A real nats-server on deploy/nats.conf rendered for two tenants."""
-    from laneledger.runtime.natsconfig import password_variable, render
-
-    for tenant in TENANTS:
-        passwords[f"producer-{tenant}"] = f"test-{tenant}-secret"
-        monkeypatch.setenv(password_variable(tenant), passwords[f"producer-{tenant}"])
-    rendered = tmp_path / "nats.conf"
-    rendered.write_text(render(CONF.read_text(), TENANTS))
-    result = subprocess.run([find_nats_server(), "-t", "-c", str(rendered)], capture_output=True, timeout=30)
-    assert result.returncode == 0, result.stderr
-    server = NatsServer(tmp_path / "nats", config=rendered, extra_args=("-m", "-1"))
-    show_log_on_failure(request, server)
-    with server:
-        yield server
-
-
-# No user may publish this: the server answers a connection's operations in
-# order, so once its refusal is in, so is every refusal before it.
-SENTINEL = "laneledger.tests.sentinel"
-
-
-async def attempts(url: str, *, publish=(), subscribe=()) -> list[str]:
-    """Publish and subscribe as the user of ``url``; the permission violations
-    the server reported, lowercased."""
-    violations: list[str] = []
-
-    async def remember(exc: Exception) -> None:
-        violations.append(str(exc).lower())
-
-    nc = await nats.connect(url, error_cb=remember)
-    try:
-        for subject in subscribe:
-            await nc.subscribe(subject)
-        for subject in publish:
-            await nc.publish(subject, b"{}")
-        await nc.publish(SENTINEL, b"")
-        await nc.flush()
-        await eventually(
-            lambda: violations,
-            until=lambda found: refused(found, SENTINEL),
-            what="the sentinel publish to be refused (after every other answer)",
-        )
-    finally:
-        await nc.close()
-    return [v for v in violations if not refused([v], SENTINEL)]
-
-
-def refused(violations: list[str], subject: str) -> bool:
-    return any("permissions violation" in v and f'"{subject.lower()}"' in v for v in violations)
-
 
 @pytest.mark.nats
 async def test_a_tenant_producer_appends_for_its_tenant_and_reads_only_its_inbox(
     tenant_server, passwords, tmp_path
 ):
-    seq_nc = await nats.connect(url_for(tenant_server, "sequencer", passwords))
-    sequencer = Sequencer(
-        seq_nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")), SequencerMetrics(CollectorRegistry())
-    )
+    seq_nc, seq_replies = await connections_of(tenant_server, "sequencer", passwords)
+    sequencer = deployed_sequencer(seq_nc, seq_replies, tmp_path / "ledger.db")
     await sequencer.start()
     try:
         for tenant in TENANTS:  # each tenant's producer works end to end on its own inbox
@@ -243,6 +153,7 @@ async def test_a_tenant_producer_appends_for_its_tenant_and_reads_only_its_inbox
     finally:
         await sequencer.stop()
         await seq_nc.close()
+        await seq_replies.close()
 
 
 @pytest.mark.nats
@@ -327,17 +238,16 @@ async def test_a_tenant_producer_reads_nothing_of_another_tenant_over_nats(
         user: url_for(tenant_server, user, passwords)
         for user in ("sequencer", "checkpoint", "producer-acme", "producer-globex", "producer")
     }
-    seq_nc = await nats.connect(urls["sequencer"])
-    ckpt_nc = await nats.connect(urls["checkpoint"])
-    sequencer = Sequencer(
-        seq_nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")), SequencerMetrics(CollectorRegistry())
-    )
+    seq_nc, seq_replies = await connections_of(tenant_server, "sequencer", passwords)
+    ckpt_nc, ckpt_replies = await connections_of(tenant_server, "checkpoint", passwords)
+    sequencer = deployed_sequencer(seq_nc, seq_replies, tmp_path / "ledger.db")
     store = CheckpointStore.open(tmp_path / "checkpoints.db")
     service = CheckpointService(
         ckpt_nc,
         store,
         CheckpointMetrics(CollectorRegistry()),
         CheckpointSettings(anchor_wait_s=10.0, max_inline_bytes=1024),
+        reply_nc=ckpt_replies,
     )
     await sequencer.start()
     await service.start()
@@ -521,7 +431,9 @@ async def test_a_tenant_producer_reads_nothing_of_another_tenant_over_nats(
         await service.stop()
         await sequencer.stop()
         await ckpt_nc.close()
+        await ckpt_replies.close()
         await seq_nc.close()
+        await seq_replies.close()
         store.close()
 
 
@@ -546,10 +458,8 @@ async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(tenant_se
         user: url_for(tenant_server, user, passwords)
         for user in ("sequencer", "tail", "producer-acme", "producer-globex")
     }
-    seq_nc = await nats.connect(urls["sequencer"])
-    sequencer = Sequencer(
-        seq_nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")), SequencerMetrics(CollectorRegistry())
-    )
+    seq_nc, seq_replies = await connections_of(tenant_server, "sequencer", passwords)
+    sequencer = deployed_sequencer(seq_nc, seq_replies, tmp_path / "ledger.db")
     await sequencer.start()
     tokens = {"acme": "acme-token-0123456789", "globex": "globex-token-0123456789"}
     tail_nc = await nats.connect(urls["tail"])
@@ -660,6 +570,7 @@ async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(tenant_se
         await tail_nc.close()
         await sequencer.stop()
         await seq_nc.close()
+        await seq_replies.close()
 
 
 def test_a_request_subject_names_its_tenant_by_token_and_header():

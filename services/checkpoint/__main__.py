@@ -19,7 +19,13 @@ from prometheus_client import CollectorRegistry
 
 from laneledger.contract.subjects import Subjects
 from laneledger.runtime.access import access_settings, policy_of
-from laneledger.runtime.config import Setting, common_settings, parse_settings, positive_int
+from laneledger.runtime.config import (
+    Setting,
+    common_settings,
+    parse_settings,
+    positive_int,
+    reply_nats_setting,
+)
 from laneledger.runtime.opsserver import start_http
 from laneledger.runtime.servicemain import (
     check_sdk_environment,
@@ -70,6 +76,7 @@ def bucket_name(text: str) -> str:
 
 SETTINGS = [
     *common_settings("checkpoint", 8473),
+    reply_nats_setting("checkpoint"),
     Setting(
         "--data", "CHECKPOINT_DATA", ".laneledger/checkpoint", help="directory for the service's SQLite file"
     ),
@@ -119,6 +126,9 @@ async def run(args: argparse.Namespace) -> None:
     store = CheckpointStore.open(data / "checkpoints.db")
     metrics = CheckpointMetrics(CollectorRegistry())
     nc = await connect_nats(args.nats, name="laneledger-checkpoint")
+    reply_nc = (
+        await connect_nats(args.reply_nats, name="laneledger-checkpoint-replies") if args.reply_nats else None
+    )
     settings = CheckpointSettings(
         subjects=Subjects(args.prefix),
         artifact_bucket=args.artifact_bucket,
@@ -127,7 +137,7 @@ async def run(args: argparse.Namespace) -> None:
         replicas=args.replicas,
         ready_max_lag=args.ready_max_lag,
     )
-    service = CheckpointService(nc, store, metrics, settings)
+    service = CheckpointService(nc, store, metrics, settings, reply_nc=reply_nc)
     app = checkpoint_app(service, access)
     runner = None
     stop = stop_event()
@@ -142,8 +152,9 @@ async def run(args: argparse.Namespace) -> None:
         await until_stopped(stop, service.wait())
     finally:
         await service.stop()
-        if not nc.is_closed:
-            await close_nats(nc)
+        for connection in (nc, reply_nc):
+            if connection is not None and not connection.is_closed:
+                await close_nats(connection)
         if runner is not None:
             await runner.cleanup()
         store.close()

@@ -102,6 +102,7 @@ class CheckpointService:
         settings: CheckpointSettings = CheckpointSettings(),
         *,
         clock: Clock = system_clock,
+        reply_nc: NATS | None = None,
     ) -> None:
         self._nc = nc
         self._store = store
@@ -135,6 +136,9 @@ class CheckpointService:
             other_op="unknown",
             too_large=_reply_too_large,
             concurrent=True,
+            # Replies go where requesters say: on a connection that may
+            # publish to inboxes only (the sequencer's reply_nc, likewise).
+            reply_nc=reply_nc,
         )
         self._tasks: list[asyncio.Task[None]] = []
         metrics.applied_position.set(self.anchors.applied)

@@ -17,7 +17,13 @@ from prometheus_client import CollectorRegistry
 
 from laneledger.contract.redaction import Redactor, checked_keys, checked_patterns
 from laneledger.contract.subjects import Subjects
-from laneledger.runtime.config import Setting, common_settings, parse_settings, positive_int
+from laneledger.runtime.config import (
+    Setting,
+    common_settings,
+    parse_settings,
+    positive_int,
+    reply_nats_setting,
+)
 from laneledger.runtime.opsserver import ops_routes, start_http
 from laneledger.runtime.servicemain import (
     close_nats,
@@ -37,6 +43,7 @@ log = logging.getLogger("laneledger.sequencer")
 
 SETTINGS = [
     *common_settings("sequencer", 8470),
+    reply_nats_setting("sequencer"),
     Setting("--db", "DB", ".laneledger/ledger.db", help="the ledger SQLite file"),
     Setting("--replicas", "REPLICAS", 1, positive_int, help="JetStream stream replicas"),
     Setting("--batch-size", "BATCH_SIZE", 500, positive_int, help="append requests per batch"),
@@ -75,13 +82,16 @@ async def run(args: argparse.Namespace) -> None:
     registry = CollectorRegistry()
     metrics = SequencerMetrics(registry)
     nc = await connect_nats(args.nats, name="laneledger-sequencer")
+    reply_nc = (
+        await connect_nats(args.reply_nats, name="laneledger-sequencer-replies") if args.reply_nats else None
+    )
     settings = SequencerSettings(
         subjects=Subjects(args.prefix),
         replicas=args.replicas,
         batch_size=args.batch_size,
         redactor=Redactor.from_config(args.redact_patterns, args.redact_keys),
     )
-    sequencer = Sequencer(nc, writer, metrics, settings)
+    sequencer = Sequencer(nc, writer, metrics, settings, reply_nc=reply_nc)
     app = web.Application()
     app.add_routes(ops_routes(registry, lambda: sequencer.accepting and nc.is_connected))
     runner, port = await start_http(app, args.http_host, args.http_port)
@@ -99,6 +109,8 @@ async def run(args: argparse.Namespace) -> None:
     finally:
         await sequencer.stop()
         await close_nats(nc)
+        if reply_nc is not None:
+            await close_nats(reply_nc)
         await runner.cleanup()
 
 

@@ -73,6 +73,17 @@ class SequencerMetrics:
             "Appends answered with their stored receipt (same append id, same content)",
             registry=registry,
         )
+        # Receipts and replies not sent because the request named a reply
+        # subject outside its own inbox (subjects.reply_refusal): the append
+        # or command was refused. Command refusals are also in commands_total
+        # (outcome reply_refused).
+        self.refused_replies = Counter(
+            "laneledger_sequencer_refused_reply_subjects_total",
+            "Requests refused for naming a reply subject outside the requester's inbox, "
+            "by kind (receipt: Ledger-Reply-To of an append; reply: a command's reply subject)",
+            ["kind"],
+            registry=registry,
+        )
         self.redactions = Counter(
             "laneledger_sequencer_redactions_total",
             "Secret-shaped values the sequencer replaced in append requests before "

@@ -24,6 +24,7 @@ from nats.aio.msg import Msg
 
 from laneledger.contract.errors import (
     InternalError,
+    InvalidRequest,
     LedgerError,
     RequestError,
     RequestTooLarge,
@@ -46,7 +47,7 @@ from laneledger.contract.model import (
     encode,
 )
 from laneledger.contract.redaction import DEFAULT_REDACTOR, Redactor
-from laneledger.contract.subjects import REPLY_HEADER, RequestSubject, Subjects, token
+from laneledger.contract.subjects import REPLY_HEADER, RequestSubject, Subjects, reply_refusal, token
 from laneledger.runtime.pullfeed import PullFeed
 from laneledger.runtime.requestserver import RequestServer, ops_of
 from laneledger.runtime.servicemain import cancel_tasks, first_task_end
@@ -112,8 +113,15 @@ class Sequencer:
         writer: LedgerWriter,
         metrics: SequencerMetrics,
         settings: SequencerSettings = SequencerSettings(),
+        *,
+        reply_nc: NATS | None = None,
     ) -> None:
         self._nc = nc
+        # Receipts and command replies go where requesters say, so they leave
+        # on their own connection, whose NATS user may publish to inboxes
+        # only; ``nc`` (the committed stream, $JS.API) publishes nothing a
+        # requester named. The same connection where no such user exists.
+        self._reply_nc = reply_nc or nc
         self._js = nc.jetstream()
         self._writer = writer
         self._metrics = metrics
@@ -134,6 +142,8 @@ class Sequencer:
             what="command",
             other_op="other",
             too_large=_reply_too_large,
+            reply_nc=self._reply_nc,
+            refused=metrics.refused_replies.labels("reply"),
         )
         self.ready = False
         # The last commit's failure (a full disk, a read-only file), None once
@@ -337,6 +347,15 @@ class Sequencer:
 
     def _prepare(self, msg: Msg) -> PreparedAppend:
         subject = self._settings.subjects.parse_append(msg.subject)
+        reply_to = (msg.headers or {}).get(REPLY_HEADER)
+        if reply_to and (refusal := reply_refusal(reply_to, subject.tenant_token)) is not None:
+            # Refused before anything is applied; its receipt goes nowhere
+            # (``_receipt_inbox``), so it is counted instead.
+            raise InvalidRequest(
+                f"the {REPLY_HEADER} header is {refusal}",
+                header=REPLY_HEADER,
+                subject=msg.subject,
+            )
         return prepare_append(
             msg.data,
             tenant_token=subject.tenant_token,
@@ -362,7 +381,7 @@ class Sequencer:
                 replayed += 1
             else:
                 committed += 1
-            reply_to = (msg.headers or {}).get(REPLY_HEADER)
+            reply_to = self._receipt_inbox(msg)
             if reply_to:
                 by_inbox.setdefault(reply_to, []).append(receipt)
             elif isinstance(receipt, AppendRejected):
@@ -373,9 +392,25 @@ class Sequencer:
         self._metrics.replays.inc(replayed)
         for reply_to, batch in by_inbox.items():
             try:
-                await self._nc.publish(reply_to, encode(batch))
+                await self._reply_nc.publish(reply_to, encode(batch))
             except nats.errors.Error as exc:
                 log.warning("could not send receipts to %r: %s", reply_to, exc)
+
+    def _receipt_inbox(self, msg: Msg) -> str | None:
+        """Where an append's receipt may go: its ``Ledger-Reply-To`` when that
+        lies in the requester's inbox (``subjects.reply_refusal``), else
+        nowhere (counted)."""
+        reply_to = (msg.headers or {}).get(REPLY_HEADER)
+        if not reply_to:
+            return None
+        try:
+            tenant_token = self._settings.subjects.parse_append(msg.subject).tenant_token
+        except InvalidRequest:
+            tenant_token = None
+        if reply_refusal(reply_to, tenant_token) is not None:
+            self._metrics.refused_replies.labels("receipt").inc()
+            return None
+        return reply_to
 
     # ----------------------------------------------------------------- commands
 

@@ -49,6 +49,36 @@ def _request_subject(base: str, op: str, tenant: str | None) -> str:
     return f"{base}.{op}" if tenant is None else f"{base}.{token(tenant)}.{op}"
 
 
+# The inbox prefix of the trusted users (nats-py's default): the services and
+# the shared producer, which act for every tenant.
+TRUSTED_INBOX_PREFIX = "_INBOX"
+MAX_REPLY_SUBJECT = 512  # far above an inbox's length (``_INBOX_<token>.<nuid>.<n>``)
+_SUBJECT_TOKEN = re.compile(r"[^\s.*>]+")
+
+
+def reply_refusal(reply: str, tenant_token: str | None) -> str | None:
+    """Why a requester may not have its answer sent to ``reply``, or None.
+
+    A requester names where its receipts and replies go (``Ledger-Reply-To``,
+    a request's reply subject), and the service publishes there: anything
+    but the requester's own reply space would let it aim the service at
+    subjects it may not publish itself (the committed stream, ``$JS.API``,
+    another tenant's inbox). Allowed: a plain subject (no wildcard, no
+    whitespace, no empty token) under the trusted users' ``_INBOX.`` or,
+    for a request on a tenant's subjects (``tenant_token``), under that
+    tenant's ``_INBOX_<token>.``."""
+    prefixes = [TRUSTED_INBOX_PREFIX + "."]
+    if tenant_token is not None:
+        prefixes.append(f"_INBOX_{tenant_token}.")
+    if len(reply) > MAX_REPLY_SUBJECT:
+        return f"longer than {MAX_REPLY_SUBJECT} characters"
+    if not all(_SUBJECT_TOKEN.fullmatch(part) for part in reply.split(".")):
+        return "not a plain subject (an empty token, a wildcard or whitespace)"
+    if not reply.startswith(tuple(prefixes)):
+        return "outside the requester's inbox (" + " or ".join(f"{p}>" for p in prefixes) + ")"
+    return None
+
+
 def inbox_prefix(tenant: str) -> str:
     """The reply inbox prefix of a tenant's producers (``_INBOX_<token>``):
     deploy/nats.conf lets a tenant's producer user subscribe to it alone, so
@@ -86,6 +116,15 @@ class RequestSubject:
 
     op: str
     tenant: str | None
+
+    @staticmethod
+    def scope_token(subject: str, base: str) -> str | None:
+        """The tenant token of ``<base>.<tenant>.<op>`` (None for any other
+        shape): which tenant's subjects the request came on, whether or not
+        the rest of it parses. NATS permissions tie it to the publisher, so
+        it says whose inbox the reply may go to (``reply_refusal``)."""
+        parts = subject[len(base) + 1 :].split(".") if subject.startswith(base + ".") else []
+        return parts[0] if len(parts) == 2 else None
 
     @classmethod
     def parse(cls, subject: str, base: str, headers: Mapping[str, str] | None) -> RequestSubject:

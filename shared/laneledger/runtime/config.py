@@ -69,6 +69,21 @@ def common_settings(service: str, default_port: int) -> list[Setting]:
     ]
 
 
+def reply_nats_setting(service: str) -> Setting:
+    """For a service that answers requesters (the sequencer, the checkpoint
+    service): the connection its receipts and replies leave on."""
+    return Setting(
+        "--reply-nats",
+        "REPLY_NATS_URL",
+        None,
+        checked_nats,
+        help=(
+            "NATS URL(s) for receipts and replies, as a user that may publish to inboxes only "
+            f"(deploy/nats.conf: {service}-replies); unset: the --nats connection"
+        ),
+    )
+
+
 def parse_settings(
     prog: str, description: str | None, settings: Sequence[Setting], argv: Sequence[str] | None = None
 ) -> argparse.Namespace:

@@ -25,8 +25,9 @@ permissions narrowed to that tenant:
   must use (``LedgerClient.connect(inbox_prefix=inbox_prefix(tenant))``), so
   it cannot read another tenant's receipts and replies, which travel on the
   other tenant's inboxes;
-* the services that answer producers (sequencer: receipts and command
-  replies; checkpoint service: replies) may publish on those inboxes.
+* the services' reply users (``sequencer-replies``: receipts and command
+  replies; ``checkpoint-replies``: checkpoint replies) may publish on those
+  inboxes, and on nothing but inboxes.
 
 The shared ``producer`` user stays, for a trusted harness that writes for
 several tenants. ``--korg-tenant`` renders the tail's one append subject
@@ -42,7 +43,9 @@ from laneledger.contract.subjects import inbox_prefix, tenant_bucket, token
 
 _TENANT = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _INBOX_ALLOW = '"_INBOX.>"'
-RESPONDERS = ("sequencer", "checkpoint")  # they publish on producers' inboxes
+# The users receipts and replies leave on (the services' --reply-nats): the
+# only ones that publish on producers' inboxes.
+RESPONDERS = ("sequencer-replies", "checkpoint-replies")
 ARTIFACTS = "LEDGER_CHECKPOINT_ARTIFACTS"  # the shared bucket; a tenant's is ARTIFACTS_<tenant>
 BLOBS = "LEDGER_BLOBS"  # likewise for content-reference blobs
 

@@ -9,6 +9,14 @@ returned, or ``ReplyError`` with the typed error (a bug becomes a logged
 has is counted under one label, so the metric stays bounded whatever is
 published. A reply NATS would refuse (over the server's ``max_payload``) is
 replaced by ``request_too_large`` rather than leaving the caller to time out.
+
+Where a reply goes is the requester's word, so it is checked before anything
+runs (``subjects.reply_refusal``): a reply subject outside the requester's
+inbox is refused (the request is not served, nothing is published, the
+refusal is counted with outcome ``reply_refused``). Replies are published on
+``reply_nc``, a connection whose NATS user may publish to inboxes only
+(deploy/nats.conf), so even a check that let one through could not make the
+service write to the committed stream or the JetStream API.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from prometheus_client import Counter
 
 from laneledger.contract.errors import InternalError, InvalidRequest, LedgerError, RequestTooLarge
 from laneledger.contract.model import ErrorBody, ReplyError, ReplyOk, decode, encode
-from laneledger.contract.subjects import RequestSubject
+from laneledger.contract.subjects import RequestSubject, reply_refusal
 
 C = TypeVar("C")
 
@@ -52,10 +60,13 @@ class RequestServer(Generic[C]):
     Prometheus counter labelled (op, outcome), outcome ``ok`` or an error
     code; an unknown op counts as ``other_op``. ``what`` names a request in
     the log ("<what> <op> failed"). ``too_large`` builds the error sent in
-    place of an oversized reply.
+    place of an oversized reply. ``refused``: a counter of requests refused
+    for their reply subject, besides ``counter``'s ``reply_refused``.
 
-    By default requests are served one at a time, in arrival order, in the
-    subscription's own task. ``concurrent=True`` serves each in a task of its
+    Requests arrive on ``nc``; replies leave on ``reply_nc`` (``nc`` when
+    not given: one connection, one NATS user, for a deployment without
+    per-service users). By default requests are served one at a time, in
+    arrival order, in the subscription's own task. ``concurrent=True`` serves each in a task of its
     own (a handler that may wait must not hold up the requests behind it);
     ``stop`` drains those.
     """
@@ -74,8 +85,12 @@ class RequestServer(Generic[C]):
         other_op: str,
         too_large: TooLarge,
         concurrent: bool = False,
+        reply_nc: NATS | None = None,
+        refused: Counter | None = None,
     ) -> None:
         self._nc = nc
+        self._reply_nc = reply_nc or nc
+        self._refused = refused
         self._base = base
         self._queue = queue
         self._commands = commands
@@ -120,9 +135,21 @@ class RequestServer(Generic[C]):
     async def serve(self, msg: Msg) -> None:
         """Answer one request. Never raises: whatever fails is its reply."""
         op = msg.subject.rsplit(".", 1)[-1]
-        target: RequestSubject | None = None
+        label = op if op in self.ops else self._other_op
         try:
-            target = RequestSubject.parse(msg.subject, self._base, msg.headers)
+            target: RequestSubject | None = RequestSubject.parse(msg.subject, self._base, msg.headers)
+            bad_subject = None
+        except LedgerError as err:
+            target, bad_subject = None, err  # answered once the reply subject is known to be fine
+        if msg.reply and not self._reply_allowed(msg):
+            self._counter.labels(label, "reply_refused").inc()
+            if self._refused is not None:
+                self._refused.inc()
+            return
+        try:
+            if bad_subject is not None:
+                raise bad_subject
+            assert target is not None
             cmd = decode(msg.data, self._commands)
             tag = type(cmd).__struct_config__.tag
             if tag != op:
@@ -137,18 +164,25 @@ class RequestServer(Generic[C]):
             self._log.exception("%s %s failed", self._what, op)
             internal = InternalError(f"{type(exc).__name__}: {exc}")
             reply, outcome = error_reply(internal), internal.code
-        self._counter.labels(op if op in self.ops else self._other_op, outcome).inc()
+        self._counter.labels(label, outcome).inc()
         if not msg.reply:
             return  # published without a reply subject: nobody to answer
-        if len(reply) > self._nc.max_payload:
-            reply = error_reply(self._too_large(op, len(reply), self._nc.max_payload))
-        await self._send(msg, target, reply)
+        if len(reply) > self._reply_nc.max_payload:
+            reply = error_reply(self._too_large(op, len(reply), self._reply_nc.max_payload))
+        await self._send(msg, reply)
 
-    async def _send(self, msg: Msg, target: RequestSubject | None, reply: bytes) -> None:
-        """The one place a reply is published. ``target``: the request's
-        parsed subject (None when it did not parse), for checks on where the
-        reply may go."""
+    def _reply_allowed(self, msg: Msg) -> bool:
+        """Whether the reply may go where the request says: an inbox of the
+        tenant whose subjects it came on, or a trusted one."""
+        refusal = reply_refusal(msg.reply, RequestSubject.scope_token(msg.subject, self._base))
+        if refusal is not None:
+            self._log.debug("refused to answer %s on %r: %s", msg.subject, msg.reply[:80], refusal)
+        return refusal is None
+
+    async def _send(self, msg: Msg, reply: bytes) -> None:
+        """The one place a reply is published: on the replies connection, to
+        a reply subject ``serve`` checked."""
         try:
-            await self._nc.publish(msg.reply, reply)
+            await self._reply_nc.publish(msg.reply, reply)
         except nats.errors.Error as exc:
             self._log.warning("could not answer %s on %s: %s", msg.subject, msg.reply, exc)
