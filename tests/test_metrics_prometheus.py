@@ -131,6 +131,7 @@ def test_alert_rules_and_scrape_config_pass_promtool():
         "LaneledgerMetricsConsumerLag",
         "LaneledgerUnresolvedAttemptsGrowing",
         "LaneledgerLaneConflictRateHigh",
+        "LaneledgerCommittedStreamForeign",
     ):
         assert f"alert: {alert}" in rules
         assert f"alertname: {alert}" in (DEPLOY / "alerts.test.yml").read_text()

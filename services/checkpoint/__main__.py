@@ -26,6 +26,7 @@ from laneledger.runtime.config import (
     positive_int,
     reply_nats_setting,
 )
+from laneledger.runtime.follow import StreamIdentity, rebuild_if_replaced
 from laneledger.runtime.opsserver import start_http
 from laneledger.runtime.servicemain import (
     check_sdk_environment,
@@ -126,6 +127,12 @@ async def run(args: argparse.Namespace) -> None:
     store = CheckpointStore.open(data / "checkpoints.db")
     metrics = CheckpointMetrics(CollectorRegistry())
     nc = await connect_nats(args.nats, name="laneledger-checkpoint")
+    identity = StreamIdentity(data / "stream-identity")
+    # A committed stream recreated by `laneledger repair-stream`: rebuild the
+    # anchor index from it (the checkpoints themselves stay).
+    await rebuild_if_replaced(
+        nc, Subjects(args.prefix).events_stream, identity, store.reset_index, what="the anchor index"
+    )
     reply_nc = (
         await connect_nats(args.reply_nats, name="laneledger-checkpoint-replies") if args.reply_nats else None
     )
@@ -136,6 +143,7 @@ async def run(args: argparse.Namespace) -> None:
         anchor_wait_s=args.anchor_wait_s,
         replicas=args.replicas,
         ready_max_lag=args.ready_max_lag,
+        identity=identity,
     )
     service = CheckpointService(nc, store, metrics, settings, reply_nc=reply_nc)
     app = checkpoint_app(service, access)

@@ -22,7 +22,7 @@ from nats.aio.client import Client as NATS
 
 from laneledger.contract.model import Anchor
 from laneledger.contract.subjects import EVENTS_STREAM
-from laneledger.runtime.follow import StreamFollower
+from laneledger.runtime.follow import StreamFollower, StreamIdentity, StreamReplaced
 from laneledger.sdk.checkpoints import LINKED_EVENT, AnchorMismatch, AnchorNotCommitted
 
 from .metrics import CheckpointMetrics
@@ -82,12 +82,15 @@ class AnchorIndex:
         consumer_name: str,
         stream: str = EVENTS_STREAM,
         batch_size: int = 500,
+        identity: StreamIdentity | None = None,
     ) -> None:
         self._store = store
         self._db = db
         self._metrics = metrics
         self._stream = stream
-        self._follower = StreamFollower(nc, stream=stream, name=consumer_name, batch_size=batch_size)
+        self._follower = StreamFollower(
+            nc, stream=stream, name=consumer_name, batch_size=batch_size, identity=identity
+        )
         self.applied = store.applied_position()
         self.stream_last: int | None = None  # unknown until asked
         self.caught_up_once = False
@@ -106,8 +109,8 @@ class AnchorIndex:
                     async for batch in batches:
                         await self._apply(batch)
                         failures = 0
-            except asyncio.CancelledError:
-                raise
+            except (asyncio.CancelledError, StreamReplaced):
+                raise  # StreamReplaced: the index is rebuilt at the next start
             except Exception as exc:  # noqa: BLE001 - logged; the loop starts over
                 failures += 1
                 log.warning("following %s failed (%s: %s); retrying", self._stream, type(exc).__name__, exc)

@@ -59,6 +59,7 @@ from laneledger.contract.model import (
 )
 from laneledger.contract.subjects import RequestSubject, Subjects
 from laneledger.runtime.access import OPEN, Scope
+from laneledger.runtime.follow import StreamIdentity
 from laneledger.runtime.requestserver import RequestServer
 from laneledger.runtime.servicemain import cancel_tasks, first_task_end
 from laneledger.sdk.checkpoints import DEFAULT_ARTIFACT_BUCKET, content_digest, state_digest
@@ -91,6 +92,9 @@ class CheckpointSettings:
     ledger_timeout_s: float = 10.0  # per call to the sequencer or the object store
     refresh_interval_s: float = 1.0  # how often the stream's last sequence is asked for
     drain_timeout_s: float = 5.0
+    # Which committed stream the anchor index was built from (follow.StreamIdentity);
+    # None: not checked.
+    identity: StreamIdentity | None = None
 
 
 class CheckpointService:
@@ -111,7 +115,13 @@ class CheckpointService:
         self._clock = clock
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-db")
         self.anchors = AnchorIndex(
-            nc, store, self._db, metrics, consumer_name=settings.consumer_name, batch_size=settings.batch_size
+            nc,
+            store,
+            self._db,
+            metrics,
+            consumer_name=settings.consumer_name,
+            batch_size=settings.batch_size,
+            identity=settings.identity,
         )
         self.artifacts = ArtifactStore(
             nc.jetstream(),

@@ -174,6 +174,15 @@ class CheckpointStore:
     def applied_position(self) -> int:
         return applied_position(self._db, _APPLIED, what="checkpoint store read failed")
 
+    def reset_index(self) -> None:
+        """Forget what was derived from the committed stream (lanes, their
+        events, checkpoint links, the applied position), keeping the
+        checkpoints themselves: the index is read again from position 1."""
+        with self._tx() as db:
+            for table in ("lanes", "lane_events", "links"):
+                db.execute(f"DELETE FROM {table}")
+            record_applied_position(db, _APPLIED, 0)
+
     def apply_events(self, last_position: int, events: list[LaneEvent]) -> None:
         """Record a batch of committed events and the position they reach, in
         one transaction (``last_position`` also covers bodies that were skipped)."""

@@ -18,9 +18,11 @@ from prometheus_client import CollectorRegistry
 
 from laneledger.contract.subjects import Subjects
 from laneledger.runtime.config import Setting, common_settings, parse_settings, positive_float, positive_int
+from laneledger.runtime.follow import StreamIdentity, rebuild_if_replaced
 from laneledger.runtime.opsserver import ops_routes, start_http
 from laneledger.runtime.servicemain import close_nats, run_main, stop_event, until_stopped
 from laneledger.sdk.natsconnect import connect_nats
+from laneledger.store.sqlite import remove_database
 
 from .fold import CAPPED_LABELS, LabelPolicy
 from .service import MetricsService, MetricsSettings
@@ -119,15 +121,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 async def run(args: argparse.Namespace) -> None:
-    store = MetricsStore(Path(args.data) / "metrics.db")
     registry = CollectorRegistry()
     nc = await connect_nats(args.nats, name="laneledger-metrics")
+    data = Path(args.data)
+    identity = StreamIdentity(data / "stream-identity")
+    # A committed stream recreated by `laneledger repair-stream`: refold from it.
+    await rebuild_if_replaced(
+        nc, args.stream, identity, lambda: remove_database(data / "metrics.db"), what="the metrics fold"
+    )
+    store = MetricsStore(data / "metrics.db")
     settings = MetricsSettings(
         stream=args.stream,
         consumer=args.consumer,
         batch_size=args.batch_size,
         lag_refresh_s=args.lag_interval,
         policy=args.policy,
+        identity=identity,
     )
     service = MetricsService(nc, store, registry, settings)
     app = web.Application()

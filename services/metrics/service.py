@@ -20,7 +20,7 @@ from nats.aio.client import Client as NATS
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from laneledger.contract.subjects import EVENTS_STREAM
-from laneledger.runtime.follow import StreamFollower
+from laneledger.runtime.follow import StreamFollower, StreamIdentity, StreamReplaced
 from laneledger.runtime.servicemain import cancel_tasks, first_task_end
 
 from .collector import LedgerCollector, Progress
@@ -43,6 +43,9 @@ class MetricsSettings:
     stall_s: float = 10.0  # re-open the follower after this long without events while behind
     retry_s: float = 1.0
     policy: LabelPolicy = field(default_factory=LabelPolicy)
+    # Which committed stream the store was built from (follow.StreamIdentity);
+    # None: not checked.
+    identity: StreamIdentity | None = None
 
 
 class MetricsService:
@@ -58,7 +61,11 @@ class MetricsService:
         self._settings = settings
         self.state: State = store.load(settings.policy)
         self._follower = StreamFollower(
-            nc, stream=settings.stream, name=settings.consumer, batch_size=settings.batch_size
+            nc,
+            stream=settings.stream,
+            name=settings.consumer,
+            batch_size=settings.batch_size,
+            identity=settings.identity,
         )
         self._stream_last = self.state.position
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="metrics-store")
@@ -110,7 +117,7 @@ class MetricsService:
         while True:
             try:
                 await self._follow_once()
-            except _FoldFailed:
+            except (_FoldFailed, StreamReplaced):
                 raise
             except Exception as exc:  # noqa: BLE001 - NATS trouble, no stream yet: retry
                 log.warning("following %s failed (%s); retrying", self._settings.stream, exc)

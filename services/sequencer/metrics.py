@@ -84,6 +84,19 @@ class SequencerMetrics:
             ["kind"],
             registry=registry,
         )
+        self.stream_faults = Counter(
+            "laneledger_sequencer_stream_faults_total",
+            "Times the committed stream was found holding what the ledger did not write, by kind "
+            "(foreign_message, stream_ahead); the sequencer then commits nothing until it is repaired",
+            ["kind"],
+            registry=registry,
+        )
+        self.stream_fault = Gauge(
+            "laneledger_sequencer_stream_fault",
+            "1 while the committed stream holds what the ledger did not write (not committing, "
+            "not ready; spec/wire.md, 'Foreign messages'), else 0",
+            registry=registry,
+        )
         self.redactions = Counter(
             "laneledger_sequencer_redactions_total",
             "Secret-shaped values the sequencer replaced in append requests before "

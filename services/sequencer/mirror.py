@@ -10,6 +10,17 @@ the ledger has beyond it.
 Publishes within a batch are pipelined and only the last asks for an ack
 (see ``_publish``); batches are published one after another by a single
 task, in position order.
+
+A message on the stream that the ledger did not write (published by a user
+that should not have been able to, spec/wire.md "Foreign messages") takes a
+position that belongs to a committed event. The mirror never skips past
+one: every stream message it has not proven its own (by an ack for its
+position) is compared with the ledger's event there, and a difference, or a
+stream longer than the ledger, is a ``StreamFault``. It then stops
+publishing and reports it (``on_fault``: the sequencer stops committing and
+is not ready), and looks again every ``recheck_s``: once the stream equals
+the ledger again (``laneledger repair-stream`` deleted it, and the mirror
+recreated it from the ledger), it reports the recovery and goes on.
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client as NATS
+from nats.js.errors import NotFoundError
 
 from laneledger.contract.errors import IntegrityError
 from laneledger.contract.model import CommittedEvent, decoder
@@ -50,6 +62,15 @@ class StreamPublishError(Exception):
     """A committed event was not stored at its position (the mirror resyncs)."""
 
 
+class StreamFault(IntegrityError):
+    """The committed stream holds what the ledger did not write: a foreign
+    message at ``details["position"]`` (``kind`` ``foreign_message``), or
+    more messages than the ledger has events (``stream_ahead``)."""
+
+
+Notify = Callable[[StreamFault | None], None]  # a fault found (None: the stream is whole again)
+
+
 class CommittedStreamMirror:
     def __init__(
         self,
@@ -59,8 +80,11 @@ class CommittedStreamMirror:
         read_after: ReadAfter,
         ledger_last_position: Callable[[], int],
         *,
+        ensure_stream: Callable[[], Awaitable[None]] | None = None,
+        on_fault: Notify | None = None,
         queue_batches: int = 64,
         ack_timeout_s: float = 10.0,
+        recheck_s: float = 2.0,
     ) -> None:
         self._nc = nc
         self._js = nc.jetstream()
@@ -69,6 +93,10 @@ class CommittedStreamMirror:
         self._read_after = read_after
         self._ledger_last = ledger_last_position
         self._ack_timeout = ack_timeout_s
+        self._ensure_stream = ensure_stream
+        self._on_fault = on_fault
+        self._recheck_s = recheck_s
+        self.fault: StreamFault | None = None  # while set, nothing is published
         self._queue: asyncio.Queue[list[CommittedRecord]] = asyncio.Queue(queue_batches)
         self.published = 0  # the stream's last sequence, as far as we know
         self._acks = AckInbox(nc)
@@ -98,6 +126,8 @@ class CommittedStreamMirror:
         """
         while True:
             _raise_if_cancel_requested()
+            if self.fault is not None:
+                await self._until_whole_again()
             # Whatever else is queued goes in the same round: one ack wait per
             # round, not per batch, or small batches arriving faster than the
             # server answers would queue up behind each other.
@@ -113,27 +143,78 @@ class CommittedStreamMirror:
                     break
                 except asyncio.CancelledError:
                     raise
+                except StreamFault as fault:
+                    self._report(fault)
+                    await self._until_whole_again()
                 except IntegrityError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - any NATS failure: resync and retry
                     _raise_if_cancel_requested()
                     log.warning("committed-stream publish failed (%s); resyncing", exc)
                     await asyncio.sleep(0.2)
-                    await self._resync_quietly()
+                    try:
+                        await self._resync_quietly()
+                    except StreamFault as fault:
+                        self._report(fault)
+                        await self._until_whole_again()
+
+    def _report(self, fault: StreamFault | None) -> None:
+        self.fault = fault
+        if self._on_fault is not None:
+            self._on_fault(fault)
+
+    async def _until_whole_again(self) -> None:
+        """While the stream holds what the ledger did not write, publish
+        nothing; look again every ``recheck_s`` until it equals the ledger."""
+        while self.fault is not None:
+            await asyncio.sleep(self._recheck_s)
+            try:
+                await self.catch_up()
+            except StreamFault as fault:
+                self.fault = fault  # still there (or another): keep waiting
+            except Exception as exc:  # noqa: BLE001 - NATS away: look again later
+                log.debug("committed stream not checked (%s)", exc)
+            else:
+                log.warning("the committed stream equals the ledger again at position %d", self.published)
+                self._report(None)
+
+    async def check_at_start(self) -> None:
+        """``catch_up``, except that a ``StreamFault`` is reported (and
+        ``run`` waits for the stream to be whole) instead of raised: the
+        sequencer starts, not ready, rather than exit and be unable to."""
+        try:
+            await self.catch_up()
+        except StreamFault as fault:
+            self._report(fault)
 
     async def catch_up(self) -> None:
-        """Republish everything the ledger has beyond the stream's last sequence."""
-        info = await self._js.stream_info(self._stream)
+        """Republish everything the ledger has beyond the stream's last
+        sequence, once the messages not yet proven ours are found to be the
+        ledger's (``StreamFault`` otherwise). A missing stream is recreated
+        (``ensure_stream``) and filled from position 1."""
+        try:
+            info = await self._js.stream_info(self._stream)
+        except NotFoundError:
+            if self._ensure_stream is None:
+                raise
+            log.warning("the committed stream %s is missing; recreating it from the ledger", self._stream)
+            await self._ensure_stream()
+            self.published = 0
+            info = await self._js.stream_info(self._stream)
         last = info.state.last_seq
         ledger_last = self._ledger_last()
         if last > ledger_last:
-            raise IntegrityError(
-                "the committed stream is ahead of the ledger database: "
-                "the database is not the one this stream was written from, or it lost commits",
+            raise StreamFault(
+                "the committed stream is ahead of the ledger database: it holds messages the "
+                "ledger did not write, or the database is not the one this stream was written "
+                "from (or it lost commits)",
+                kind="stream_ahead",
+                position=ledger_last + 1,
                 stream=self._stream,
                 stream_last_sequence=last,
                 ledger_last_position=ledger_last,
             )
+        await self._check_unproven(last)
         self.published = last
         while self.published < ledger_last:
             rows = await self._read_after(self.published, 1000)
@@ -142,6 +223,25 @@ class CommittedStreamMirror:
             await self._publish_rows(rows)
         if self.published:
             log.info("committed stream at position %d", self.published)
+
+    async def _check_unproven(self, last: int) -> None:
+        """Compare with the ledger the stream messages no ack proved ours:
+        those after ``published``. At start-up (nothing proven yet) the last
+        one: the stream only grows at its end, so whatever a foreign
+        publisher added while the sequencer was away ends it."""
+        first = self.published + 1 if self.published else last
+        for position in range(max(first, 1), last + 1):
+            stored = await self._read_after(position - 1, 1)
+            found = await self._js.get_msg(self._stream, position)
+            if not stored or stored[0][0] != position or bytes(stored[0][1]) != found.data:
+                raise StreamFault(
+                    f"position {position} of the committed stream holds a message the ledger did "
+                    "not write (a foreign publish on its subjects)",
+                    kind="foreign_message",
+                    position=position,
+                    stream=self._stream,
+                    subject=found.subject,
+                )
 
     async def _resync_quietly(self) -> None:
         try:

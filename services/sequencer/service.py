@@ -58,7 +58,7 @@ from laneledger.store.writer import BatchResult, rejection
 
 from .blobcheck import BlobCheck
 from .metrics import SequencerMetrics
-from .mirror import CommittedStreamMirror
+from .mirror import CommittedStreamMirror, StreamFault
 from .streams import (
     SEQUENCER_CONSUMER,
     append_stream_config,
@@ -101,6 +101,7 @@ class SequencerSettings:
     idle_wait_s: float = 0.5  # how long one wait for new requests lasts
     max_request_bytes: int = 1024 * 1024
     backlog_refresh_s: float = 1.0  # how often the inbound backlog gauge is refreshed
+    stream_recheck_s: float = 2.0  # how often a committed stream found foreign is looked at again
     # Secrets replaced before hashing (spec/content.md); the defaults plus
     # LANELEDGER_REDACT_* extras in the service.
     redactor: Redactor = DEFAULT_REDACTOR
@@ -150,12 +151,20 @@ class Sequencer:
         # a commit succeeds: while set, /readyz says not ready (``accepting``).
         self.store_error: LedgerError | None = None
         self._failed_batches = 0
+        # A message on the committed stream the ledger did not write (spec/wire.md,
+        # "Foreign messages"): while set, nothing is committed and /readyz is 503.
+        self.stream_fault: StreamFault | None = None
+        self._stream_whole = asyncio.Event()
+        self._stream_whole.set()
         self.mirror = CommittedStreamMirror(
             nc,
             settings.subjects,
             settings.subjects.events_stream,
             read_after=lambda pos, n: self._in_writer(writer.reader.events_after, pos, n),
             ledger_last_position=lambda: writer.last_position,
+            ensure_stream=self._ensure_events_stream,
+            on_fault=self._on_stream_fault,
+            recheck_s=settings.stream_recheck_s,
         )
         # Read at scrape time: a value set when a batch is queued would stay
         # at 1 once the mirror drains the last batch of a burst.
@@ -163,8 +172,33 @@ class Sequencer:
 
     @property
     def accepting(self) -> bool:
-        """Ready, and the ledger database took the last commit: what /readyz says."""
-        return self.ready and self.store_error is None
+        """Ready, the ledger database took the last commit, and the committed
+        stream holds nothing the ledger did not write: what /readyz says."""
+        return self.ready and self.store_error is None and self.stream_fault is None
+
+    async def _ensure_events_stream(self) -> None:
+        s = self._settings
+        await ensure_stream(self._js, events_stream_config(s.subjects.events_stream, s.subjects, s.replicas))
+
+    def _on_stream_fault(self, fault: StreamFault | None) -> None:
+        """The mirror found what the ledger did not write on the committed
+        stream (or, ``None``, that it is whole again): stop committing until
+        it is repaired, loudly; then go on."""
+        self.stream_fault = fault
+        if fault is None:
+            log.warning("the committed stream equals the ledger again; committing")
+            self._metrics.stream_fault.set(0)
+            self._stream_whole.set()
+            return
+        self._stream_whole.clear()
+        self._metrics.stream_fault.set(1)
+        self._metrics.stream_faults.labels(str(fault.details.get("kind", ""))).inc()
+        log.error(
+            "not committing, not ready: %s. Requests stay queued. Repair with "
+            "`laneledger repair-stream --db <ledger.db> --nats <url>` (spec/wire.md, "
+            '"Foreign messages"); committing resumes once the stream equals the ledger',
+            fault,
+        )
 
     async def _in_writer(self, fn: Callable[..., T], *args: Any) -> T:
         return await self._writer_thread.call(fn, *args)
@@ -178,7 +212,7 @@ class Sequencer:
         blobs = BlobBuckets(self._js, subjects=s.subjects, replicas=s.replicas)
         await blobs.ensure()  # the shared bucket; a tenant's on its first command
         self._blob_check = BlobCheck(blobs, self._metrics)
-        await self.mirror.catch_up()
+        await self.mirror.check_at_start()  # a foreign message: start, but commit nothing
         self._metrics.last_position.set(self._writer.last_position)
         await ensure_consumer(self._js, s.subjects.append_stream, sequencer_consumer_config())
         pull = PullFeed(self._nc, s.subjects.append_stream, SEQUENCER_CONSUMER, credits=2 * s.batch_size)
@@ -237,17 +271,32 @@ class Sequencer:
         s = self._settings
         in_flight: asyncio.Queue[_Batch | None] = asyncio.Queue(maxsize=_PIPELINE)
         finisher = asyncio.create_task(self._finish_loop(in_flight), name="sequencer-finish")
+        held: list[Msg] = []  # fetched as the stream was found foreign: committed once it is whole
         try:
             while not self._stopping.is_set() and not finisher.done():
-                msgs = await pull.next_batch(s.batch_size, s.idle_wait_s)
-                if msgs:
+                if not self._stream_whole.is_set():
+                    # A foreign message on the committed stream: commit nothing
+                    # (requests stay queued) until the mirror finds it whole.
+                    try:
+                        async with asyncio.timeout(s.idle_wait_s):
+                            await self._stream_whole.wait()
+                    except TimeoutError:
+                        pass
+                    continue
+                msgs, held = held or await pull.next_batch(s.batch_size, s.idle_wait_s), []
+                if msgs and not self._stream_whole.is_set():
+                    held = msgs  # the fault came while this batch was being fetched
+                elif msgs:
                     await self._submit(msgs, in_flight)
             # Stopping: take in what the open pull request still delivers and
-            # commit it, so no request is left delivered but unacked.
+            # commit it, so no request is left delivered but unacked (unless
+            # committing is stopped: then stop() hands it back).
             await pull.wind_down()
-            while not finisher.done() and (msgs := pull.take(s.batch_size)):
+            while self._stream_whole.is_set() and not finisher.done() and (msgs := pull.take(s.batch_size)):
                 await self._submit(msgs, in_flight)
         finally:
+            # What was held for a foreign stream goes back at once (not after the ack wait).
+            await asyncio.gather(*(m.nak() for m in held), return_exceptions=True)
             await pull.stop()
             await in_flight.put(None)
             await finisher

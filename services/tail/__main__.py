@@ -17,6 +17,7 @@ from pathlib import Path
 from laneledger.contract.subjects import Subjects
 from laneledger.runtime.access import access_settings, policy_of
 from laneledger.runtime.config import Setting, common_settings, parse_settings, positive_float
+from laneledger.runtime.follow import StreamIdentity, rebuild_if_replaced
 from laneledger.runtime.servicemain import (
     check_sdk_environment,
     close_nats,
@@ -25,6 +26,7 @@ from laneledger.runtime.servicemain import (
     until_stopped,
 )
 from laneledger.sdk.natsconnect import connect_nats
+from laneledger.store.sqlite import remove_database
 
 from .korg import KorgSettings
 from .service import TailService, TailSettings
@@ -107,6 +109,16 @@ def settings_of(args: argparse.Namespace) -> TailSettings:
 async def run(args: argparse.Namespace) -> None:
     settings = settings_of(args)
     nc = await connect_nats(args.nats, name="laneledger-tail")
+    data = Path(settings.data_dir)
+    # A committed stream recreated by `laneledger repair-stream`: the read
+    # model is rebuilt from it (follow.rebuild_if_replaced).
+    await rebuild_if_replaced(
+        nc,
+        settings.events_stream,
+        StreamIdentity(data / "stream-identity"),
+        lambda: remove_database(data / "tail.db"),
+        what="the read model",
+    )
     service = TailService(nc, settings)
     stop = stop_event()
     try:

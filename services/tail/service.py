@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry
 from laneledger.contract.ids import new_id
 from laneledger.contract.subjects import EVENTS_STREAM, Subjects
 from laneledger.runtime.access import AccessPolicy, access_middleware
-from laneledger.runtime.follow import StreamFollower
+from laneledger.runtime.follow import StreamFollower, StreamIdentity, StreamReplaced
 from laneledger.runtime.httpjson import errors_middleware
 from laneledger.runtime.opsserver import ops_routes, start_http
 from laneledger.runtime.servicemain import cancel_tasks, first_task_end
@@ -74,6 +74,8 @@ class TailService:
         self.registry = registry or CollectorRegistry()
         self.metrics = TailMetrics(self.registry)
         self.model = ReadModel(Path(settings.data_dir) / "tail.db")
+        # Which committed stream the read model was built from (follow.StreamIdentity).
+        self.stream_identity = StreamIdentity(Path(settings.data_dir) / "stream-identity")
         self._apply_thread = ThreadPoolExecutor(1, thread_name_prefix="tail-apply")
         self._readers = ThreadPoolExecutor(4, thread_name_prefix="tail-read")
         self.feed = Feed(self.model, self._readers, capacity=settings.ring_size)
@@ -183,6 +185,8 @@ class TailService:
             self._follow_task = asyncio.create_task(self._follow_once())
             try:
                 await self._follow_task
+            except StreamReplaced:
+                raise  # what the read model holds may not be the ledger's: rebuilt at the next start
             except asyncio.CancelledError:
                 current = asyncio.current_task()
                 assert current is not None  # a coroutine runs in a task
@@ -205,6 +209,7 @@ class TailService:
             stream=self.settings.events_stream,
             name=self._consumer,
             batch_size=self.settings.batch_size,
+            identity=self.stream_identity,
         )
         async with aclosing(follower.batches(after=self.model.applied)) as batches:
             async for batch in batches:

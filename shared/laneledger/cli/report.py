@@ -1,4 +1,5 @@
-"""How the CLI reports problems: one line on stderr, exit status 2."""
+"""How the CLI reports problems: one line on stderr, exit status 2 (1 for a
+command that ran and declined)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,12 @@ STDIN = "-"
 def fail(line: str) -> int:
     print(f"{PROG}: {line}", file=sys.stderr)
     return 2
+
+
+def refused(line: str) -> int:
+    """A command that ran and declined (exit status 1, as a failed check)."""
+    print(f"{PROG}: {line}", file=sys.stderr)
+    return 1
 
 
 def display(file: str | None) -> str:

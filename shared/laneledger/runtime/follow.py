@@ -35,13 +35,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
+from pathlib import Path
 from typing import Literal
 
 from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
+from laneledger.contract.errors import IntegrityError
 from laneledger.contract.subjects import EVENTS_STREAM
 from laneledger.runtime.pullfeed import PullFeed
 
@@ -59,6 +62,67 @@ class StreamGap(Exception):
         self.sequence = sequence
 
 
+class StreamReplaced(IntegrityError):
+    """The committed stream is not the one a store was derived from: it was
+    deleted and recreated from the ledger (``laneledger repair-stream``).
+    What the store holds may come from a message the ledger did not write,
+    so the service stops; started again, it rebuilds from position 1
+    (``rebuild_if_replaced``)."""
+
+    code = "integrity_failure"
+
+
+class StreamIdentity:
+    """Which committed stream a service's derived store was built from: the
+    stream's creation time, kept in a small file beside the store (written
+    atomically). A stream recreated under the same name has another."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def recorded(self) -> str | None:
+        try:
+            return self.path.read_text().strip() or None
+        except FileNotFoundError:
+            return None
+
+    def record(self, created: str) -> None:
+        if self.recorded() == created:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_suffix(".partial")
+        partial.write_text(created + "\n")
+        partial.replace(self.path)
+
+
+async def stream_created(js: JetStreamContext, stream: str) -> str | None:
+    """When ``stream`` was created (ISO 8601), None if it does not exist."""
+    try:
+        info = await js.stream_info(stream)
+    except NotFoundError:
+        return None
+    return None if info.created is None else info.created.isoformat()
+
+
+async def rebuild_if_replaced(
+    nc: NATS, stream: str, identity: StreamIdentity, rebuild: Callable[[], None], *, what: str
+) -> None:
+    """At a service's start, before it opens what it derived from ``stream``:
+    if the stream is not the one ``identity`` recorded, ``rebuild()`` (the
+    derived store starts again from position 1, read anew from the stream)
+    and record the new one. No stream yet: nothing to compare."""
+    created = await stream_created(nc.jetstream(), stream)
+    if created is None:
+        return
+    was = identity.recorded()
+    if was is not None and was != created:
+        log.warning(
+            "%s was recreated (created %s, not %s): rebuilding %s from position 1", stream, created, was, what
+        )
+        rebuild()
+    identity.record(created)
+
+
 class StreamFollower:
     def __init__(
         self,
@@ -70,6 +134,7 @@ class StreamFollower:
         idle_timeout_s: float = 0.5,
         stall_check_s: float = 3.0,
         on_gap: OnGap = "reread",
+        identity: StreamIdentity | None = None,
     ) -> None:
         self._nc = nc
         self._js = nc.jetstream()
@@ -79,6 +144,7 @@ class StreamFollower:
         self._idle_timeout_s = idle_timeout_s
         self._stall_check_s = stall_check_s
         self._on_gap = on_gap
+        self._identity = identity
         self._feed: PullFeed | None = None
         self._gap: StreamGap | None = None  # found by the last read, acted on by the next
         self._regap_position = 0  # where the last re-read gap was, and how often in a row
@@ -160,6 +226,24 @@ class StreamFollower:
         serves it right now (a cluster consumer without a leader)."""
         return self._feed is not None and self._feed.unavailable
 
+    async def _check_identity(self) -> None:
+        """Every (re)open: the stream is still the one the store came from."""
+        assert self._identity is not None
+        created = await stream_created(self._js, self._stream)
+        if created is None:
+            raise NotFoundError  # retried: the stream does not exist yet
+        was = self._identity.recorded()
+        if was is None:
+            self._identity.record(created)
+        elif was != created:
+            raise StreamReplaced(
+                f"{self._stream} was recreated (created {created}, the store was built from one "
+                f"created {was}): what this service derived from it must be rebuilt; it does so "
+                "when started again",
+                kind="stream_replaced",
+                stream=self._stream,
+            )
+
     async def refresh_stream_last(self) -> int:
         """Ask the server for the stream's last sequence (for lag and readiness)."""
         info = await self._js.stream_info(self._stream)
@@ -180,6 +264,8 @@ class StreamFollower:
                 await self._open(after)
                 self._quiet_since = asyncio.get_running_loop().time()
                 return
+            except StreamReplaced:
+                raise
             except Exception as exc:  # noqa: BLE001 - retried; cancellation still ends it
                 log.info("cannot open a consumer on %s yet (%s); retrying", self._stream, exc)
                 await asyncio.sleep(delay)
@@ -187,6 +273,8 @@ class StreamFollower:
 
     async def _open(self, after: int) -> None:
         await self.close()
+        if self._identity is not None:
+            await self._check_identity()
         config = ConsumerConfig(
             name=self._name,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,

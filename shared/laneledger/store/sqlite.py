@@ -131,6 +131,13 @@ def open_readonly(path: str | Path, *, what: str) -> sqlite3.Connection:
     return conn
 
 
+def remove_database(path: str | Path) -> None:
+    """Delete a closed database file with its WAL and shared-memory files
+    (a derived store that starts again from nothing)."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
 # -- reading and writing ---------------------------------------------------------------
 
 
