@@ -105,13 +105,22 @@ async def test_until_idle_waits_for_every_call_in_hand(ledger):
     ledger, release = ledger
     thread = ledger.thread
     await asyncio.wait_for(thread.until_idle(), 1)  # nothing in hand: at once
-    calls = [thread.call(release.wait, 10), thread.call(release.wait, 10)]
+    returned: list[int] = []  # appended on the thread as each call returns
+
+    def blocked(n: int) -> None:
+        release.wait(10)
+        returned.append(n)
+
+    calls = [thread.call(blocked, 1), thread.call(blocked, 2)]
     waiting = asyncio.ensure_future(thread.until_idle())
     await asyncio.sleep(0.05)  # a negative check: a chance for the waiter to end too early
     assert not waiting.done()
     release.set()
     await asyncio.wait_for(waiting, 5)
-    assert thread.idle and all(call.done() for call in calls)
+    # Both calls have returned on the thread. (Their asyncio futures learn it
+    # through the loop too, maybe a turn later: idle is about the thread.)
+    assert thread.idle and returned == [1, 2]
+    await asyncio.gather(*calls)
 
 
 async def test_a_cancelled_waiter_does_not_make_the_thread_look_idle(ledger):
