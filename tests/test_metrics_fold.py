@@ -293,13 +293,19 @@ def test_a_flood_of_distinct_label_values_stays_bounded():
     assert counts["laneledger_events_total"] <= ((cap + 1) + 2) * (cap + 1)
     buckets = 18
     assert counts["laneledger_action_duration_seconds_bucket"] <= (cap + 1) ** 2 * buckets
-    for label in ("tenant", "provider", "model", "currency", "event_type", "action_type", "name"):
-        assert len(state.admitted[label]) == cap
-        assert value(samples, "laneledger_metrics_label_values", label=label) == cap
+    assert len(state.admitted[("", "tenant")]) == cap
+    assert value(samples, "laneledger_metrics_label_values", label="tenant", tenant="") == cap
+    for label in ("provider", "model", "currency", "event_type", "action_type", "name"):
+        # Each tenant's own budget; the tenants past the cap share "other"'s.
+        scopes = {scope for scope, name in state.admitted if name == label}
+        assert scopes <= {f"tenant-{i}" for i in range(3000)} | {OTHER}
+        assert all(len(state.admitted[(scope, label)]) <= cap for scope in scopes)
+        assert len(state.admitted[(OTHER, label)]) == cap
+        assert value(samples, "laneledger_metrics_label_values", label=label, tenant=OTHER) == cap
     assert total(samples, "laneledger_events_total") == 3000  # nothing lost, only merged
     assert total(samples, "laneledger_events_total", tenant=OTHER) == 3000 - cap
     assert total(samples, "laneledger_cost_total") == 1000
-    assert value(samples, "laneledger_metrics_label_overflow_total", label="tenant") == 3000 - cap
+    assert value(samples, "laneledger_metrics_label_overflow_total", label="tenant", tenant="") == 3000 - cap
     assert len(text) < 200_000  # the whole exposition stays small
 
 
@@ -317,11 +323,33 @@ def test_allow_lists_and_per_label_caps():
     assert (
         value(samples, "laneledger_cost_total", tenant="acme", provider="p", model="a", currency="USD") == 1
     )
+    # globex and initech are "other" tenants, and share that tenant's budget
+    # of one model: globex's "b" takes it, initech's "a" is "other".
+    assert value(samples, "laneledger_cost_total", tenant=OTHER, provider="p", model="b", currency="USD") == 2
     assert (
-        value(samples, "laneledger_cost_total", tenant=OTHER, provider="p", model=OTHER, currency="USD") == 2
+        value(samples, "laneledger_cost_total", tenant=OTHER, provider="p", model=OTHER, currency="USD") == 4
     )
-    assert value(samples, "laneledger_cost_total", tenant=OTHER, provider="p", model="a", currency="USD") == 4
-    assert state.admitted["tenant"] == set()  # an allow-list admits nothing beyond itself
+    assert ("", "tenant") not in state.admitted  # an allow-list admits nothing beyond itself
+
+
+def test_one_tenant_cannot_push_another_tenants_values_into_other():
+    """acme floods models and event types past the cap: its own excess is
+    'other'; globex's first values keep their names."""
+    cap = 3
+    flood = [
+        committed(i + 1, "cost.recorded", tenant="acme", payload=cost("1", model=f"m{i}")) for i in range(50)
+    ]
+    flood += [committed(51 + i, f"ext.acme.kind{i}", tenant="acme") for i in range(50)]
+    late = [
+        committed(101, "cost.recorded", tenant="globex", payload=cost("2", model="globex-model")),
+        committed(102, "ext.globex.kind", tenant="globex"),
+    ]
+    samples = parse(render(fold_all(flood + late, LabelPolicy(max_values=cap))))
+    assert total(samples, "laneledger_cost_total", tenant="acme", model=OTHER) == 50 - cap
+    assert total(samples, "laneledger_cost_total", tenant="globex", model="globex-model") == 2
+    assert total(samples, "laneledger_events_total", tenant="globex", event_type="ext.globex.kind") == 1
+    assert value(samples, "laneledger_metrics_label_overflow_total", label="model", tenant="acme") == 50 - cap
+    assert value(samples, "laneledger_metrics_label_overflow_total", label="model", tenant="globex") is None
 
 
 def test_core_event_types_are_never_capped():

@@ -61,11 +61,12 @@ class LedgerCollector(Collector):
 
         labels_kept = GaugeMetricFamily(
             "laneledger_metrics_label_values",
-            "Distinct values admitted per capped label (the cap bounds it)",
-            labels=["label"],
+            "Distinct values admitted per capped label and tenant (the cap bounds it; "
+            "tenant is empty for the tenant label itself)",
+            labels=["label", "tenant"],
         )
-        for label, values in sorted(state.admitted.items()):
-            labels_kept.add_metric([label], len(values))
+        for (scope, label), values in sorted(state.admitted.items()):
+            labels_kept.add_metric([label, scope], len(values))
         yield labels_kept
 
         progress = self._progress()

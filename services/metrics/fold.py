@@ -138,8 +138,9 @@ METRICS: dict[str, Metric] = {
         Metric(
             "laneledger_metrics_label_overflow",
             "counter",
-            ("label",),
-            "Label values folded into 'other' because their label reached its cap or allow-list",
+            ("label", "tenant"),
+            "Label values folded into 'other' because their label reached its cap (for that "
+            "tenant) or allow-list",
         ),
         Metric(
             "laneledger_metrics_undecodable_events",
@@ -155,7 +156,9 @@ METRICS: dict[str, Metric] = {
 class LabelPolicy:
     """Bounds the values a producer-supplied label can take: a label with an
     allow-list keeps only those values; any other keeps the first
-    ``max_values`` distinct values it sees (``caps`` overrides per label).
+    ``max_values`` distinct values it sees (``caps`` overrides per label),
+    counted per tenant, so one tenant's values can never push another's
+    into ``other`` (the ``tenant`` label itself is counted once for all).
     Everything else becomes ``other``."""
 
     max_values: int = 100
@@ -181,7 +184,7 @@ class Changes:
     histograms: set[tuple[str, tuple[str, ...]]] = field(default_factory=set)
     open_put: dict[tuple[str, str], Any] = field(default_factory=dict)
     open_del: set[tuple[str, str]] = field(default_factory=set)
-    admitted: list[tuple[str, str]] = field(default_factory=list)
+    admitted: list[tuple[str, str, str]] = field(default_factory=list)  # (scope, label, value)
 
 
 @dataclass
@@ -216,7 +219,10 @@ class State:
     attempts: dict[str, str] = field(default_factory=dict)  # attempt id -> tenant label
     pauses: dict[str, str] = field(default_factory=dict)  # session \x1f pause id -> tenant label
     actions: dict[str, PendingAction] = field(default_factory=dict)
-    admitted: dict[str, set[str]] = field(default_factory=lambda: {n: set() for n in CAPPED_LABELS})
+    # Values admitted per (scope, label): the scope is the tenant label of
+    # the event ("" for the tenant label itself), so each tenant has its own
+    # budget of values; tenants past the tenant cap share "other"'s.
+    admitted: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     changes: Changes = field(default_factory=Changes)
 
     # -- changes ----------------------------------------------------------------
@@ -249,21 +255,22 @@ class State:
 
     # -- labels -------------------------------------------------------------------
 
-    def label(self, label: str, value: str) -> str:
-        """The value a producer-supplied label is exposed with (bounded)."""
+    def label(self, label: str, value: str, tenant: str = "") -> str:
+        """The value a producer-supplied label is exposed with (bounded), for
+        an event of ``tenant`` (its tenant label; "" for the tenant label)."""
         allowed = self.policy.allow.get(label)
         if allowed is not None:
             if value in allowed:
                 return value
         else:
-            seen = self.admitted[label]
+            seen = self.admitted.setdefault((tenant, label), set())
             if value in seen:
                 return value
             if len(seen) < self.policy.cap(label):
                 seen.add(value)
-                self.changes.admitted.append((label, value))
+                self.changes.admitted.append((tenant, label, value))
                 return value
-        self.add("laneledger_metrics_label_overflow", (label,))
+        self.add("laneledger_metrics_label_overflow", (label, tenant))
         return OTHER
 
 
@@ -304,7 +311,7 @@ def fold_message(state: State, position: int, body: bytes) -> None:
 def fold_event(state: State, ev: FoldedEvent) -> None:
     et, payload = ev.event_type, ev.payload
     tenant = state.label("tenant", ev.tenant)
-    type_label = et if et in CORE_EVENT_TYPES else state.label("event_type", et)
+    type_label = et if et in CORE_EVENT_TYPES else state.label("event_type", et, tenant)
     state.add("laneledger_events", (type_label, family_of(et), tenant))
     match et:
         case "cost.recorded":
@@ -322,12 +329,12 @@ def fold_event(state: State, ev: FoldedEvent) -> None:
         case "action.started":
             pending = PendingAction(
                 _epoch_ns(ev.occurred_at),
-                _action_type(state, payload.get("action_type")),
-                _name(state, payload.get("name")),
+                _action_type(state, payload.get("action_type"), tenant),
+                _name(state, payload.get("name"), tenant),
             )
             state.open_item("action", state.actions, ev.subject_id, pending)
         case "action.completed" | "action.failed":
-            _fold_action_end(state, ev, et.rsplit(".", 1)[1])
+            _fold_action_end(state, ev, et.rsplit(".", 1)[1], tenant)
         case "run.completed" | "run.failed" | "run.cancelled":
             state.add("laneledger_runs", (tenant, et.rsplit(".", 1)[1]))
         case "hitl.paused":
@@ -350,9 +357,9 @@ def fold_event(state: State, ev: FoldedEvent) -> None:
 
 
 def _fold_cost(state: State, tenant: str, payload: dict[str, Any]) -> None:
-    provider = state.label("provider", str(payload.get("provider")))
-    model = state.label("model", str(payload.get("model")))
-    currency = state.label("currency", str(payload.get("currency")))
+    provider = state.label("provider", str(payload.get("provider")), tenant)
+    model = state.label("model", str(payload.get("model")), tenant)
+    currency = state.label("currency", str(payload.get("currency")), tenant)
     try:
         amount = Decimal(payload["amount"])  # a checked decimal string: exact
     except (KeyError, TypeError, InvalidOperation):
@@ -369,11 +376,11 @@ def _fold_cost(state: State, tenant: str, payload: dict[str, Any]) -> None:
             state.add("laneledger_tokens", (tenant, provider, model, direction), count)
 
 
-def _fold_action_end(state: State, ev: FoldedEvent, outcome: str) -> None:
+def _fold_action_end(state: State, ev: FoldedEvent, outcome: str, tenant: str) -> None:
     started: PendingAction | None = state.close_item("action", state.actions, ev.subject_id)
     payload = ev.payload
-    action_type = started.action_type if started else _action_type(state, payload.get("action_type"))
-    name = started.name if started else _name(state, payload.get("name"))
+    action_type = started.action_type if started else _action_type(state, payload.get("action_type"), tenant)
+    name = started.name if started else _name(state, payload.get("name"), tenant)
     ns = _payload_duration_ns(payload)
     if ns is None and started is not None and started.started_ns is not None:
         ended = _epoch_ns(ev.occurred_at)
@@ -383,14 +390,14 @@ def _fold_action_end(state: State, ev: FoldedEvent, outcome: str) -> None:
         state.observe("laneledger_action_duration_seconds", (action_type, name, outcome), ns)
 
 
-def _action_type(state: State, value: Any) -> str:
+def _action_type(state: State, value: Any, tenant: str) -> str:
     if not isinstance(value, str):
         return UNKNOWN
-    return value if value in ACTION_TYPES else state.label("action_type", value)
+    return value if value in ACTION_TYPES else state.label("action_type", value, tenant)
 
 
-def _name(state: State, value: Any) -> str:
-    return state.label("name", value) if isinstance(value, str) else UNKNOWN
+def _name(state: State, value: Any, tenant: str) -> str:
+    return state.label("name", value, tenant) if isinstance(value, str) else UNKNOWN
 
 
 def _payload_duration_ns(payload: dict[str, Any]) -> int | None:

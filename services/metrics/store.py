@@ -41,7 +41,7 @@ from .fold import (
 
 # Bump when the meaning of stored rows changes; a file with another version is
 # refolded from position 0 (the committed stream keeps every event).
-FOLD_VERSION = f"1/{','.join(map(str, DURATION_BUCKETS))}"
+FOLD_VERSION = f"2/{','.join(map(str, DURATION_BUCKETS))}"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -54,7 +54,7 @@ CREATE TABLE IF NOT EXISTS histograms (
 CREATE TABLE IF NOT EXISTS open_items (
     kind TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (kind, key));
 CREATE TABLE IF NOT EXISTS label_values (
-    label TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (label, value));
+    scope TEXT NOT NULL, label TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (scope, label, value));
 """
 _TABLES = ("series", "histograms", "open_items", "label_values")
 _POSITION = "position"  # the meta key of the last position folded
@@ -73,9 +73,12 @@ class MetricsStore:
         try:
             with transaction(self._db, "cannot open metrics database", path=str(self.path)) as db:
                 if meta_value(db, "fold_version") != FOLD_VERSION:
-                    # New, or folded with another meaning: fold again from 0.
+                    # New, or folded with another meaning (maybe other columns):
+                    # the tables anew, and fold again from 0.
                     for table in _TABLES:
-                        db.execute(f"DELETE FROM {table}")
+                        db.execute(f"DROP TABLE IF EXISTS {table}")
+                    for statement in filter(str.strip, _SCHEMA.split(";")):
+                        db.execute(statement)
                     put_meta(db, "fold_version", FOLD_VERSION)
                     record_applied_position(db, _POSITION, 0)
         except BaseException:
@@ -116,9 +119,9 @@ class MetricsStore:
                 state.pauses[key] = decoded
             elif kind == "action":
                 state.actions[key] = PendingAction(*decoded)
-        for label, value in db.execute("SELECT label, value FROM label_values"):
+        for scope, label, value in db.execute("SELECT scope, label, value FROM label_values"):
             if label in CAPPED_LABELS:
-                state.admitted[label].add(value)
+                state.admitted.setdefault((scope, label), set()).add(value)
 
     # -- save -----------------------------------------------------------------------
 
@@ -129,7 +132,7 @@ class MetricsStore:
             db.executemany("INSERT OR REPLACE INTO histograms VALUES (?, ?, ?, ?)", rows.histograms)
             db.executemany("INSERT OR REPLACE INTO open_items VALUES (?, ?, ?)", rows.open_put)
             db.executemany("DELETE FROM open_items WHERE kind = ? AND key = ?", rows.open_del)
-            db.executemany("INSERT OR IGNORE INTO label_values VALUES (?, ?)", rows.admitted)
+            db.executemany("INSERT OR IGNORE INTO label_values VALUES (?, ?, ?)", rows.admitted)
             record_applied_position(db, _POSITION, rows.position)
 
 
@@ -142,7 +145,7 @@ class SavedRows(msgspec.Struct, frozen=True):
     histograms: list[tuple[str, str, str, int]]
     open_put: list[tuple[str, str, str]]
     open_del: list[tuple[str, str]]
-    admitted: list[tuple[str, str]]
+    admitted: list[tuple[str, str, str]]
 
 
 def rows_of(state: State, changes: Changes) -> SavedRows:
