@@ -284,3 +284,119 @@ async def test_a_signed_event_holding_a_secret_is_refused_not_stored(
     assert secret not in json.dumps(msgspec.to_builtins(refused))
     assert (await client.get_lane(lane.id)).last_seq == 0
     assert files_holding(tmp_path, [secret.encode()]) == {}
+
+
+SHAPED = SHAPED_SECRETS[3][1]  # a Stripe key: secret by its shape wherever it is
+
+
+async def raw_request(url: str, subject: str, body: dict) -> dict:
+    """A request published with plain nats-py (no SDK), and its reply."""
+    nc = await nats.connect(url)
+    try:
+        reply = await nc.request(subject, msgspec.json.encode(body), timeout=10)
+        return dict(msgspec.json.decode(reply.data))
+    finally:
+        await nc.close()
+
+
+async def test_no_secret_in_any_producer_supplied_field_reaches_a_file(
+    nats_server, sequencer, client, actor, checkpoint_service, checkpoints, tmp_path
+):
+    """Besides payloads: actor display names and attributes, checkpoint state
+    inline and spilled to an artifact are redacted (by the SDK, and by the
+    services for producers without it); identifiers — actor keys, lane and
+    action names, event ids and types, checkpoint keys — cannot be, and are
+    refused with a typed error. Then no file under the test's directory (every
+    SQLite file with its WAL, the JetStream store) holds any of the corpus."""
+    from laneledger.contract.errors import InvalidRequest
+
+    corpus = secret_payload("via-producer-fields")
+    # Actors, through the SDK and raw (the sequencer redacts for the latter).
+    await client.ensure_actor("acme", "agent:tests/leaky@1", "agent", display_name=SHAPED, attributes=corpus)
+    raw_actor = await raw_request(
+        nats_server.url,
+        "ledger.cmd.ensure_actor",
+        {
+            "op": "ensure_actor",
+            "tenant": "acme",
+            "key": "agent:tests/raw@1",
+            "kind": "agent",
+            "display_name": f"owner token {SHAPED}",
+            "attributes": corpus,
+        },
+    )
+    assert raw_actor["status"] == "ok", raw_actor
+    # Identifiers are refused, by the SDK before sending and by the sequencer.
+    for call in (
+        lambda: client.ensure_actor("acme", f"agent:{SHAPED}@1", "agent"),
+        lambda: client.create_lane("acme", "s1", "r1", f"lane-{SHAPED}", actor_id=actor.id),
+        lambda: client.create_lane("acme", f"session {SHAPED}", "r1", "main", actor_id=actor.id),
+    ):
+        with pytest.raises(InvalidRequest, match="secret-shaped"):
+            await call()
+    refused_lane = await raw_request(
+        nats_server.url,
+        "ledger.cmd.create_lane",
+        {"op": "create_lane", "tenant": "acme", "session_id": "s1", "run_id": "r1", "name": SHAPED},
+    )
+    assert (
+        refused_lane["error"]["code"] == "invalid_request"
+        and refused_lane["error"]["details"]["path"] == "$.name"
+    )
+    lane = await LaneRecorder.open(client, "acme", "s1", "r1", "main", actor_id=actor.id)
+    bad_event = {**make_event(lane.lane.id, "ext.acme.leak", actor_id=actor.id), "subject_id": SHAPED}
+    receipt = await raw_append(
+        nats_server.url,
+        Subjects().append("acme", lane.lane.id),
+        {"lane_id": lane.lane.id, "expected_last_seq": 0, "append_id": "refused-1", "events": [bad_event]},
+    )
+    assert not isinstance(receipt, AppendCommitted)
+    assert (
+        receipt.error.code == "invalid_request" and receipt.error.details["path"] == "$.events[0].subject_id"
+    )
+
+    # Checkpoint state: inline and spilled (the SDK redacts before either), and
+    # inline from a producer without the SDK (the service redacts).
+    await checkpoints.save("k-inline", expected_revision=0, format="application/json", state=corpus)
+    big = {**corpus, "log": "line of build output\n" * 400}  # over the 4 KiB inline limit
+    spilled = await checkpoints.save("k-spilled", expected_revision=0, format="application/json", state=big)
+    assert spilled.artifact is not None
+    raw_saved = await raw_request(
+        nats_server.url,
+        "ledger.checkpoint.save",
+        {
+            "op": "save",
+            "expected_revision": 0,
+            "checkpoint": {"id": "raw-ckpt-1", "key": "k-raw", "format": "application/json", "state": corpus},
+        },
+    )
+    assert raw_saved["status"] == "ok", raw_saved
+    with pytest.raises(InvalidRequest, match="secret-shaped"):
+        await checkpoints.save(f"k-{SHAPED}", expected_revision=0, format="application/json", state={})
+
+    await client.nc.flush()
+    await checkpoint_service._nc.flush()
+    leaks = files_holding(tmp_path, [s.encode() for s in all_secret_texts()])
+    assert leaks == {}, leaks
+
+
+async def test_a_json_artifact_holding_a_secret_is_refused(
+    nats_server, client, checkpoint_service, checkpoints
+):
+    """A producer that uploads a JSON artifact itself, unredacted: the save
+    that references it is refused (an artifact is content-addressed and
+    immutable, so it cannot be redacted)."""
+    from laneledger.contract.errors import InvalidRequest
+    from laneledger.contract.model import ProposedCheckpoint, SaveCheckpoint
+
+    data = msgspec.json.encode({"note": f"deploy with {SHAPED}"})
+    ref = await checkpoints.put_artifact(data, "application/json")  # put_artifact uploads as given
+    proposal = ProposedCheckpoint(id="ckpt-art-1", key="k-art", format="application/json", artifact=ref)
+    with pytest.raises(InvalidRequest, match="secret-shaped") as refused:
+        await checkpoints._request(SaveCheckpoint(expected_revision=0, checkpoint=proposal), dict)
+    assert refused.value.details["sha256"] == ref.sha256
+    # The SDK's own path redacts JSON data before uploading it: that save goes through.
+    saved = await checkpoints.save(
+        "k-art", expected_revision=0, format="application/json", data=data, media_type="application/json"
+    )
+    assert saved.artifact is not None and saved.artifact.sha256 != ref.sha256

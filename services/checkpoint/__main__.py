@@ -17,6 +17,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from laneledger.contract.redaction import Redactor
 from laneledger.contract.subjects import Subjects
 from laneledger.runtime.access import access_settings, policy_of
 from laneledger.runtime.config import (
@@ -144,6 +145,7 @@ async def run(args: argparse.Namespace) -> None:
         replicas=args.replicas,
         ready_max_lag=args.ready_max_lag,
         identity=identity,
+        redactor=Redactor.from_env(),  # LANELEDGER_REDACT_*, as the SDK reads them
     )
     service = CheckpointService(nc, store, metrics, settings, reply_nc=reply_nc)
     app = checkpoint_app(service, access)

@@ -21,20 +21,23 @@ import io
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 from nats.js.object_store import ObjectStore
 
 from laneledger.contract.clock import system_clock
-from laneledger.contract.errors import IntegrityError, LedgerUnavailable
+from laneledger.contract.errors import IntegrityError, InvalidRequest, LedgerUnavailable
 from laneledger.contract.model import ArtifactRef
+from laneledger.contract.redaction import Redactor
 from laneledger.contract.subjects import tenant_bucket
 from laneledger.sdk.checkpoints import (
     ArtifactMismatch,
     ArtifactMissing,
     artifact_name,
     artifact_timeout,
+    is_json_media_type,
     object_call,
     object_store_digest,
 )
@@ -49,18 +52,22 @@ Db = Callable[..., Awaitable[Any]]
 
 
 class _Hasher(io.BufferedIOBase):
-    """A write-only sink for nats-py's ``get(writeinto=…)``: hashes and counts.
+    """A write-only sink for nats-py's ``get(writeinto=…)``: hashes and counts,
+    and keeps the bytes when asked (a JSON artifact, to look for secrets).
     A ``BufferedIOBase`` since that is what nats-py asks for; it calls ``write`` only."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep: bool = False) -> None:
         super().__init__()
         self.sha = hashlib.sha256()
         self.size = 0
+        self.kept: bytearray | None = bytearray() if keep else None
 
     def write(self, data: Buffer, /) -> int:
         chunk = memoryview(data)
         self.sha.update(chunk)
         self.size += chunk.nbytes
+        if self.kept is not None:
+            self.kept += chunk
         return chunk.nbytes
 
 
@@ -114,11 +121,15 @@ class ArtifactStore:
             raise LedgerUnavailable("the artifact bucket is not open yet", bucket=self.bucket)
         return self._open[await self.ensure(tenant)]
 
-    async def verify(self, ref: ArtifactRef, tenant: str | None = None) -> None:
+    async def verify(
+        self, ref: ArtifactRef, tenant: str | None = None, *, redactor: Redactor | None = None
+    ) -> None:
         """Refuse a reference whose blob is absent from the bucket of
         ``tenant`` (``ArtifactMissing``), of another size (``ArtifactMismatch``),
         or whose bytes do not hash to its name (``IntegrityError``: the bucket
-        holds bad data)."""
+        holds bad data); with a ``redactor``, also a JSON artifact holding a
+        secret-shaped value (``InvalidRequest``: an artifact is immutable, so
+        it cannot be redacted; the SDK redacts state before it spills it)."""
         obs = await self._bucket(tenant)
         name = artifact_name(ref.sha256)
         info = await object_call("artifact info", ref.sha256, obs.get_info(name), self._timeout_s)
@@ -140,7 +151,8 @@ class ArtifactStore:
             )
         if await self._db(self._store.artifact_verified, ref.sha256, info.nuid):
             return
-        sink = _Hasher()
+        json_artifact = redactor is not None and is_json_media_type(ref.media_type)
+        sink = _Hasher(keep=json_artifact)
         await object_call(
             "read artifact",
             ref.sha256,
@@ -151,6 +163,8 @@ class ArtifactStore:
             raise IntegrityError(
                 "artifact bytes do not hash to their name", sha256=ref.sha256, size_bytes=sink.size
             )
+        if redactor is not None and sink.kept is not None:
+            _refuse_secrets(bytes(sink.kept), ref, redactor)
         await self._db(self._store.mark_artifact, ref.sha256, sink.size, info.nuid, system_clock())
 
     async def _existing(self, tenant: str | None) -> ObjectStore | None:
@@ -194,3 +208,21 @@ class ArtifactStore:
         if hashlib.sha256(data).hexdigest() != sha256:
             raise IntegrityError("artifact bytes do not hash to their name", sha256=sha256)
         return data
+
+
+def _refuse_secrets(data: bytes, ref: ArtifactRef, redactor: Redactor) -> None:
+    try:
+        state = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return  # not JSON after all: opaque bytes, as any other media type
+    if redactor.surely_clean(state):
+        return
+    done = redactor.redact(state)
+    if done.count:
+        raise InvalidRequest(
+            "the JSON artifact holds secret-shaped values; an artifact cannot be redacted, so "
+            "save the state redacted (the SDK does)",
+            path="$.checkpoint.artifact",
+            sha256=ref.sha256,
+            rules=sorted(done.rules),
+        )

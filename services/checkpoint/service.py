@@ -57,6 +57,7 @@ from laneledger.contract.model import (
     SaveCheckpoint,
     encode,
 )
+from laneledger.contract.redaction import DEFAULT_REDACTOR, Redactor, redact_checkpoint_state
 from laneledger.contract.subjects import RequestSubject, Subjects
 from laneledger.runtime.access import OPEN, Scope
 from laneledger.runtime.follow import StreamIdentity
@@ -95,6 +96,10 @@ class CheckpointSettings:
     # Which committed stream the anchor index was built from (follow.StreamIdentity);
     # None: not checked.
     identity: StreamIdentity | None = None
+    # Secrets replaced in inline state before anything is stored or digested,
+    # refused in JSON artifacts (spec/content.md); the defaults plus
+    # LANELEDGER_REDACT_* in the service.
+    redactor: Redactor = DEFAULT_REDACTOR
 
 
 class CheckpointService:
@@ -283,7 +288,7 @@ class CheckpointService:
         revision; the anchor (waiting at most the bound); the artifact; then
         the write, which checks id and revision again since another save may
         have won meanwhile."""
-        proposal = cmd.checkpoint
+        proposal, _ = redact_checkpoint_state(cmd.checkpoint, self.settings.redactor)
         digest, state_bytes = self._check_proposal(proposal)
         if scope.tenant is not None:
             await self._db(self._store.check_tenant_save, proposal, scope.tenant)
@@ -299,7 +304,7 @@ class CheckpointService:
                 proposal.anchor, session_id=proposal.session_id, run_id=proposal.run_id, wait_s=wait
             )
         if proposal.artifact is not None:
-            await self.artifacts.verify(proposal.artifact, scope.tenant)
+            await self.artifacts.verify(proposal.artifact, scope.tenant, redactor=self.settings.redactor)
         tenant = await self._db(self._store.tenant_of, proposal)
         if tenant is not None and proposal.tenant is not None and proposal.tenant != tenant:
             raise TenantMismatch(

@@ -46,7 +46,7 @@ from laneledger.contract.model import (
     Receipt,
     encode,
 )
-from laneledger.contract.redaction import DEFAULT_REDACTOR, Redactor
+from laneledger.contract.redaction import DEFAULT_REDACTOR, Redactor, redact_command
 from laneledger.contract.subjects import REPLY_HEADER, RequestSubject, Subjects, reply_refusal, token
 from laneledger.runtime.pullfeed import PullFeed
 from laneledger.runtime.requestserver import RequestServer, ops_of
@@ -467,6 +467,11 @@ class Sequencer:
         """One command for the request server: ``<prefix>.cmd.<tenant>.<op>``
         is answered for that tenant only (tenancy.py), ``<prefix>.cmd.<op>``
         for any (trusted users). Runs in the writer thread, between batches."""
+        # Free-form fields redacted, secret-shaped identifiers refused, as the
+        # SDK does before sending (spec/content.md): for producers that do not.
+        cmd, rules = redact_command(cmd, self._settings.redactor)
+        for rule, n in rules.items():
+            self._metrics.redactions.labels(rule).inc(n)
         if target.tenant is not None:
             await self._blob_check.tenant_seen(token(target.tenant))
         return await self._in_writer(self._execute, cmd, target.tenant)

@@ -20,9 +20,12 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+import msgspec
 
 from laneledger.contract.errors import InvalidRequest
+from laneledger.contract.model import ProposedCheckpoint
 
 MARKER_PREFIX = "[REDACTED:"
 _MARKER = re.compile(r"^\[REDACTED:[A-Za-z0-9_.-]{1,64}\]$")
@@ -405,6 +408,102 @@ def redact_event(event: dict[str, Any], redactor: Redactor) -> tuple[dict[str, A
             for rule, n in done.rules.items():
                 rules[rule] = rules.get(rule, 0) + n
     return out, rules
+
+
+# The strings of an event that name things (ids, its type): they cannot be
+# redacted (a replaced id would name something else), so a secret-shaped one
+# is refused instead.
+EVENT_IDENTIFIERS = ("id", "subject_id", "event_type", "actor_id", "causation_id")
+
+
+def identifier_refusal(value: Any, redactor: Redactor) -> str | None:
+    """The rule a secret-shaped identifier matches, or None (not a string,
+    or clean)."""
+    if not isinstance(value, str) or redactor.surely_clean(value):
+        return None
+    done = redactor.redact(value)
+    return next(iter(done.rules), None) if done.count else None
+
+
+def refuse_secret_identifiers(
+    fields: Mapping[str, Any], names: Iterable[str], redactor: Redactor, *, at: str
+) -> None:
+    """``InvalidRequest`` naming the first of ``names`` whose value in
+    ``fields`` is secret-shaped (``at``: the JSONPath of ``fields``)."""
+    names = tuple(names)
+    if redactor.surely_clean([fields.get(name) for name in names]):
+        return  # the fast path: one look at all of them
+    for name in names:
+        rule = identifier_refusal(fields.get(name), redactor)
+        if rule is not None:
+            raise InvalidRequest(
+                f"{name} is secret-shaped ({rule}): an identifier cannot be redacted, so it is refused",
+                path=f"{at}.{name}",
+                rule=rule,
+            )
+
+
+# Commands (spec/content.md, "Redaction"): per op, the free-form fields a
+# producer supplies, redacted like a payload before anything is stored, and
+# the identifiers, refused when secret-shaped. Every other command field is
+# an id the ledger checks, a number, or one of a closed set of values.
+COMMAND_FREE_FORM: Mapping[str, tuple[str, ...]] = {"ensure_actor": ("display_name", "attributes")}
+COMMAND_IDENTIFIERS: Mapping[str, tuple[str, ...]] = {
+    "ensure_actor": ("key", "kind"),
+    "create_lane": ("session_id", "run_id", "name", "kind"),
+    "create_action": ("action_type", "name", "idempotency_key"),
+}
+
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+def redact_command(cmd: S, redactor: Redactor) -> tuple[S, dict[str, int]]:
+    """``(cmd with its free-form fields redacted, count per rule)``, after
+    refusing a secret-shaped identifier (``InvalidRequest`` naming it)."""
+    op = str(cmd.__struct_config__.tag)
+    refuse_secret_identifiers(
+        {name: getattr(cmd, name) for name in COMMAND_IDENTIFIERS.get(op, ())},
+        COMMAND_IDENTIFIERS.get(op, ()),
+        redactor,
+        at="$",
+    )
+    rules: dict[str, int] = {}
+    changed: dict[str, Any] = {}
+    for name in COMMAND_FREE_FORM.get(op, ()):
+        value = getattr(cmd, name)
+        if value is None or redactor.surely_clean(value):
+            continue
+        done = redactor.redact(value)
+        if done.count:
+            changed[name] = done.value
+            for rule, n in done.rules.items():
+                rules[rule] = rules.get(rule, 0) + n
+    return (msgspec.structs.replace(cmd, **changed) if changed else cmd), rules
+
+
+# A checkpoint (spec/checkpoint.md): its inline state is the producer's
+# free-form JSON; its key and format name things.
+CHECKPOINT_IDENTIFIERS = ("id", "key", "format", "session_id", "run_id")
+
+
+def redact_checkpoint_state(
+    proposal: ProposedCheckpoint, redactor: Redactor
+) -> tuple[ProposedCheckpoint, dict[str, int]]:
+    """A ``ProposedCheckpoint`` with its inline state redacted (its content
+    digest is taken after), after refusing a secret-shaped identifier."""
+    refuse_secret_identifiers(
+        {name: getattr(proposal, name) for name in CHECKPOINT_IDENTIFIERS},
+        CHECKPOINT_IDENTIFIERS,
+        redactor,
+        at="$.checkpoint",
+    )
+    state = proposal.state
+    if state is None or redactor.surely_clean(state):
+        return proposal, {}
+    done = redactor.redact(state)
+    if not done.count:
+        return proposal, {}
+    return msgspec.structs.replace(proposal, state=done.value), dict(done.rules)
 
 
 def checked_patterns(text: str) -> str:

@@ -84,6 +84,7 @@ from laneledger.contract.model import (
     decoder,
     encode,
 )
+from laneledger.contract.redaction import Redactor, redact_checkpoint_state
 from laneledger.contract.subjects import tenant_headers
 from laneledger.sdk.client import LaneRecorder, LedgerClient, transport_error
 from laneledger.sdk.objectstores import open_object_store
@@ -317,9 +318,16 @@ class CheckpointClient:
         given = [state is not _NO_STATE, data is not None, artifact is not None]
         if sum(given) != 1:
             raise InvalidRequest("give exactly one of state, data or artifact", path="$.checkpoint")
+        redactor = self.ledger.redactor
         if data is not None:
-            artifact = await self.put_artifact(data, media_type or "application/octet-stream")
+            media_type = media_type or "application/octet-stream"
+            if is_json_media_type(media_type):
+                data = _redacted_json(data, redactor)
+            artifact = await self.put_artifact(data, media_type)
         elif state is not _NO_STATE:
+            # Redacted before it is measured, spilled or digested: no secret
+            # reaches the service, an artifact or a disk (spec/content.md).
+            state = redactor.redact(state).value
             raw = canonicalize(state)
             if len(raw) > (await self.info()).max_inline_bytes:
                 artifact, state = await self.put_artifact(raw, JSON_MEDIA_TYPE), _NO_STATE
@@ -338,6 +346,7 @@ class CheckpointClient:
         wait = anchor_wait_s
         if anchor is not None and wait is None:
             wait = (await self.info()).anchor_wait_s
+        proposal, _ = redact_checkpoint_state(proposal, redactor)  # refuses secret-shaped ids here
         cmd = SaveCheckpoint(
             expected_revision=expected_revision, checkpoint=proposal, anchor_wait_s=anchor_wait_s
         )
@@ -567,3 +576,16 @@ async def complete_run(
         append_id=append_id,
     )
     return RunCompletion(checkpoint, receipt, linked_id, completed_id)
+
+
+def _redacted_json(data: bytes, redactor: Redactor) -> bytes:
+    """JSON artifact bytes with their secrets replaced (the same bytes when
+    none; bytes that are not JSON go as they are: opaque)."""
+    try:
+        value = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return data
+    if redactor.surely_clean(value):
+        return data
+    done = redactor.redact(value)
+    return canonicalize(done.value) if done.count else data

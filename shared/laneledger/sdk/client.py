@@ -70,7 +70,7 @@ from laneledger.contract.model import (
     decoder,
     encode,
 )
-from laneledger.contract.redaction import Redactor
+from laneledger.contract.redaction import Redactor, redact_command
 from laneledger.contract.signing import Ed25519PrivateKey, public_key_hex, sign_event
 from laneledger.contract.subjects import REPLY_HEADER, Subjects, tenant_headers, token
 from laneledger.contract.subjects import inbox_prefix as tenant_inbox_prefix
@@ -284,6 +284,9 @@ class LedgerClient:
 
     async def _command(self, cmd: Command, result_type: type[T]) -> T:
         op = str(type(cmd).__struct_config__.tag)  # every Command has a string tag
+        # Secrets never leave the process: free-form fields redacted, a
+        # secret-shaped identifier refused here (the sequencer does it again).
+        cmd, _ = redact_command(cmd, self.redactor)
         try:
             msg = await self.nc.request(
                 self.subjects.command(op, self.tenant),

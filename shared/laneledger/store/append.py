@@ -18,7 +18,12 @@ from laneledger.contract.canonical import admits_fast
 from laneledger.contract.chain import append_digest
 from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.model import MAX_REQUEST_BYTES, AppendRequest, decode
-from laneledger.contract.redaction import Redactor, redact_event
+from laneledger.contract.redaction import (
+    EVENT_IDENTIFIERS,
+    Redactor,
+    redact_event,
+    refuse_secret_identifiers,
+)
 from laneledger.contract.signing import Ed25519PublicKey, check_signature
 from laneledger.contract.subjects import token
 
@@ -65,6 +70,8 @@ def prepare_append(
     redactions: dict[str, int] = {}
     if redactor is not None:
         request, sent, redactions = _redacted(request, sent, redactor)
+        for i, raw in enumerate(sent):
+            refuse_secret_identifiers(raw, EVENT_IDENTIFIERS, redactor, at=f"$.events[{i}]")
     signatures: tuple[bool | None, ...] = ()
     if actor_keys and any(event.signature is not UNSET for event in request.events):
         signatures = tuple(
