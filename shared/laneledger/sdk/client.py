@@ -86,6 +86,9 @@ Wait = Literal["commit", "accept"]
 log = logging.getLogger("laneledger.sdk.client")
 
 
+NO_RESPONDERS_GRACE_S = 1.0  # how long a command is asked again while no sequencer subscribes
+
+
 def transport_error(exc: Exception, what: str, *, service: str = "sequencer") -> LedgerError:
     """The one place nats-py errors become ledger errors (``service`` names
     who should have answered a request)."""
@@ -287,15 +290,28 @@ class LedgerClient:
         # Secrets never leave the process: free-form fields redacted, a
         # secret-shaped identifier refused here (the sequencer does it again).
         cmd, _ = redact_command(cmd, self.redactor)
-        try:
-            msg = await self.nc.request(
-                self.subjects.command(op, self.tenant),
-                encode(cmd),
-                timeout=self.timeout,
-                headers=tenant_headers(self.tenant),
-            )
-        except Exception as exc:
-            raise transport_error(exc, op) from exc
+        body, subject, headers = (
+            encode(cmd),
+            self.subjects.command(op, self.tenant),
+            tenant_headers(self.tenant),
+        )
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + min(NO_RESPONDERS_GRACE_S, self.timeout)
+        pause = 0.05
+        while True:
+            try:
+                msg = await self.nc.request(subject, body, timeout=self.timeout, headers=headers)
+                break
+            except nats.errors.NoRespondersError as exc:
+                # Nobody subscribed at this instant (a sequencer starting or
+                # restarting), so nobody got it: asked again for a moment
+                # before it is an error.
+                if loop.time() + pause > give_up:
+                    raise transport_error(exc, op) from exc
+                await asyncio.sleep(pause)
+                pause *= 2
+            except Exception as exc:
+                raise transport_error(exc, op) from exc
         reply = decoder(Reply).decode(msg.data)
         if isinstance(reply, ReplyError):
             raise error_from_wire(reply.error.code, reply.error.message, reply.error.details)
