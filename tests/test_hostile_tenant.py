@@ -15,7 +15,7 @@ import msgspec
 import nats
 import pytest
 import pytest_asyncio
-from deployment_support import connections_of, deployed_sequencer, url_for
+from deployment_support import deployed_sequencer, url_for
 from nats.aio.client import Client as NATS
 from polling import eventually
 from prometheus_client import CollectorRegistry
@@ -84,7 +84,7 @@ async def deployment(tenant_server, passwords, tmp_path) -> AsyncIterator[Deploy
     async def remember(exc: Exception) -> None:
         violations.append(str(exc).lower())
 
-    seq_nc, _ = await connections_of(tenant_server, "sequencer", passwords)
+    seq_nc = await nats.connect(url_for(tenant_server, "sequencer", passwords))
     seq_replies = await nats.connect(
         url_for(tenant_server, "sequencer-replies", passwords), error_cb=remember
     )

@@ -83,6 +83,9 @@ class _Batch:
     outcomes: list[Receipt | None]  # request errors; None where the writer decides
     committing: asyncio.Future[BatchResult]
     started: float
+    # Where each request's receipt goes: its Ledger-Reply-To when that lies in
+    # the requester's inbox, else None (checked once, in _prepare_batch).
+    inboxes: list[str | None]
     # Requests that held secrets: securely erased from LEDGER_APPEND once
     # committed (an ack alone leaves their bytes in the stream's files).
     scrub: list[Msg] = field(default_factory=list)
@@ -302,28 +305,34 @@ class Sequencer:
             await finisher
 
     async def _submit(self, msgs: list[Msg], in_flight: asyncio.Queue[_Batch | None]) -> None:
-        outcomes, prepared, scrub = self._prepare_batch(msgs)
+        outcomes, prepared, scrub, inboxes = self._prepare_batch(msgs)
         outcomes, prepared = await self._blob_check.apply(outcomes, prepared)
         started = time.perf_counter()  # commit_seconds: from here, waiting for the writer included
         # Waits for the writer thread (commits are in order anyway; what arrives
         # meanwhile makes the next batch larger), then commits on the loop or
         # hands the COMMIT to the thread (writerthread.py).
         committing = await self._writer_thread.commit(prepared)
-        await in_flight.put(_Batch(msgs, outcomes, committing, started, scrub))
+        await in_flight.put(_Batch(msgs, outcomes, committing, started, inboxes, scrub))
 
     async def _finish_loop(self, in_flight: asyncio.Queue[_Batch | None]) -> None:
         while (batch := await in_flight.get()) is not None:
             await self._finish_batch(batch)
 
-    def _prepare_batch(self, msgs: list[Msg]) -> tuple[list[Receipt | None], list[PreparedAppend], list[Msg]]:
+    def _prepare_batch(
+        self, msgs: list[Msg]
+    ) -> tuple[list[Receipt | None], list[PreparedAppend], list[Msg], list[str | None]]:
         """Step 0 for every message; a request error is its final outcome.
-        Also the messages that held secrets (see ``_Batch.scrub``)."""
+        Also the messages that held secrets (see ``_Batch.scrub``) and where
+        each receipt may go (``_Batch.inboxes``)."""
         outcomes: list[Receipt | None] = []
         prepared: list[PreparedAppend] = []
         scrub: list[Msg] = []
+        inboxes: list[str | None] = []
         for msg in msgs:
+            inbox, refusal = self._receipt_inbox(msg)
+            inboxes.append(inbox)
             try:
-                append = self._prepare(msg)
+                append = self._prepare(msg, refusal)
                 prepared.append(append)
                 outcomes.append(None)  # decided by the writer (or the blob check)
                 if append.redactions:
@@ -338,7 +347,7 @@ class Sequencer:
                 append_id, lane_id = readable_ids(msg.data)
                 internal = InternalError(f"{type(exc).__name__}: {exc}")
                 outcomes.append(rejection(internal, append_id=append_id, lane_id=lane_id))
-        return outcomes, prepared, scrub
+        return outcomes, prepared, scrub, inboxes
 
     async def _finish_batch(self, batch: _Batch) -> None:
         msgs = batch.msgs
@@ -377,7 +386,7 @@ class Sequencer:
         publish = self._nc.publish
         for msg in msgs:  # plain publishes: no task, no future per message
             await publish(msg.reply, b"+ACK")
-        await self._send_receipts(msgs, receipts)
+        await self._send_receipts(msgs, receipts, batch.inboxes)
         self._metrics.events.inc(len(result.committed))
         self._metrics.last_position.set(self._writer.last_position)
         await self.mirror.submit(result.committed)
@@ -394,12 +403,13 @@ class Sequencer:
             except Exception as exc:  # noqa: BLE001 - logged; the commit stands
                 log.warning("could not erase a redacted request from %s: %s", stream, exc)
 
-    def _prepare(self, msg: Msg) -> PreparedAppend:
+    def _prepare(self, msg: Msg, refusal: str | None) -> PreparedAppend:
+        """Step 0 of one request; ``refusal``: why its Ledger-Reply-To may not
+        be answered (``_receipt_inbox``), which refuses it."""
         subject = self._settings.subjects.parse_append(msg.subject)
-        reply_to = (msg.headers or {}).get(REPLY_HEADER)
-        if reply_to and (refusal := reply_refusal(reply_to, subject.tenant_token)) is not None:
-            # Refused before anything is applied; its receipt goes nowhere
-            # (``_receipt_inbox``), so it is counted instead.
+        if refusal is not None:
+            # Refused before anything is applied; its receipt goes nowhere,
+            # so it is counted instead.
             raise InvalidRequest(
                 f"the {REPLY_HEADER} header is {refusal}",
                 header=REPLY_HEADER,
@@ -416,12 +426,14 @@ class Sequencer:
             redactor=self._settings.redactor,
         )
 
-    async def _send_receipts(self, msgs: list[Msg], receipts: list[Receipt]) -> None:
+    async def _send_receipts(
+        self, msgs: list[Msg], receipts: list[Receipt], inboxes: list[str | None]
+    ) -> None:
         """One message per reply subject per batch: a JSON array of the
         receipts addressed there, in request order (spec/wire.md)."""
         by_inbox: dict[str, list[Receipt]] = {}
         committed = replayed = 0
-        for msg, receipt in zip(msgs, receipts, strict=True):
+        for msg, receipt, reply_to in zip(msgs, receipts, inboxes, strict=True):
             if isinstance(receipt, AppendRejected):
                 self._metrics.requests.labels("rejected", receipt.error.code).inc()
                 if receipt.error.code == "lane_conflict":
@@ -430,10 +442,12 @@ class Sequencer:
                 replayed += 1
             else:
                 committed += 1
-            reply_to = self._receipt_inbox(msg)
             if reply_to:
                 by_inbox.setdefault(reply_to, []).append(receipt)
-            elif isinstance(receipt, AppendRejected):
+                continue
+            if (msg.headers or {}).get(REPLY_HEADER):
+                self._metrics.refused_replies.labels("receipt").inc()
+            if isinstance(receipt, AppendRejected):
                 # Nobody to tell: counted on its own, so the refusal is not silent.
                 self._metrics.unanswered_rejections.labels(receipt.error.code).inc()
         self._metrics.requests.labels("committed", "").inc(committed)
@@ -445,21 +459,19 @@ class Sequencer:
             except nats.errors.Error as exc:
                 log.warning("could not send receipts to %r: %s", reply_to, exc)
 
-    def _receipt_inbox(self, msg: Msg) -> str | None:
-        """Where an append's receipt may go: its ``Ledger-Reply-To`` when that
-        lies in the requester's inbox (``subjects.reply_refusal``), else
-        nowhere (counted)."""
+    def _receipt_inbox(self, msg: Msg) -> tuple[str | None, str | None]:
+        """``(where the append's receipt may go, why not)``: its
+        ``Ledger-Reply-To`` when that lies in the requester's inbox
+        (``subjects.reply_refusal``); ``(None, None)`` without the header."""
         reply_to = (msg.headers or {}).get(REPLY_HEADER)
         if not reply_to:
-            return None
+            return None, None
         try:
-            tenant_token = self._settings.subjects.parse_append(msg.subject).tenant_token
+            tenant_token: str | None = self._settings.subjects.parse_append(msg.subject).tenant_token
         except InvalidRequest:
             tenant_token = None
-        if reply_refusal(reply_to, tenant_token) is not None:
-            self._metrics.refused_replies.labels("receipt").inc()
-            return None
-        return reply_to
+        refusal = reply_refusal(reply_to, tenant_token)
+        return (None, refusal) if refusal is not None else (reply_to, None)
 
     # ----------------------------------------------------------------- commands
 

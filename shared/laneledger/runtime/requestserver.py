@@ -35,6 +35,7 @@ from prometheus_client import Counter
 from laneledger.contract.errors import InternalError, InvalidRequest, LedgerError, RequestTooLarge
 from laneledger.contract.model import ErrorBody, ReplyError, ReplyOk, decode, encode
 from laneledger.contract.subjects import RequestSubject, reply_refusal
+from laneledger.runtime.servicemain import cancel_tasks
 
 C = TypeVar("C")
 
@@ -114,18 +115,15 @@ class RequestServer(Generic[C]):
 
     async def stop(self, drain_timeout_s: float = 5.0) -> None:
         """Take no more requests; give those being served ``drain_timeout_s``,
-        then cancel what is left (bounded again: a task that swallows its
-        cancel must not hang shutdown)."""
+        then cancel what is left (``cancel_tasks``: bounded again, and asked
+        again where a cancel was swallowed)."""
         if self._sub is not None:
             await self._sub.unsubscribe()
             self._sub = None
         if not self._serving:
             return
         _, pending = await asyncio.wait(set(self._serving), timeout=drain_timeout_s)
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.wait(pending, timeout=drain_timeout_s)
+        await cancel_tasks(pending, timeout_s=drain_timeout_s)
 
     async def _spawn(self, msg: Msg) -> None:
         task = asyncio.create_task(self.serve(msg), name=f"{self._queue}-request")
