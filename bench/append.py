@@ -156,6 +156,18 @@ def _die_with_parent() -> None:
         pass
 
 
+def terminate(proc: subprocess.Popen, timeout_s: float = 20.0) -> None:
+    """SIGTERM a child started in its own session and wait; SIGKILL its group if it hangs."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 @dataclass
 class CpuSnapshot:
     at: float

@@ -179,6 +179,34 @@ def _rss_rows(r: dict) -> list[tuple[str, str]]:
     ]
 
 
+def _fairness_rows(r: dict) -> list[tuple[str, str]]:
+    runs = {run["run"]: run for run in r["runs"]}
+
+    def latency(run: dict) -> str:
+        return f"p50 {run['globex_receipt_p50_ms']:.1f} ms, p99 {run['globex_receipt_p99_ms']:.1f} ms"
+
+    shared, tenants = runs["one shared stream"], runs["per-tenant streams"]
+    unlimited = runs["per-tenant streams, acme's rate unlimited"]
+    return [
+        (
+            f"fairness: tenant globex's receipt latency at {r['globex_rate']:g} appends/s while tenant acme "
+            f"floods, `deploy/tenants.toml` limits (acme taken at {_n(r['acme_append_rate'])}/s; "
+            "target p99 ≤ 50 ms)",
+            latency(tenants),
+        ),
+        (
+            f"the same with one shared append stream (no tenants file; acme committed "
+            f"{_n(shared['acme_committed_per_s'])}/s), same run",
+            latency(shared),
+        ),
+        (
+            f"the same with per-tenant streams but acme's rate unlimited (acme committed "
+            f"{_n(unlimited['acme_committed_per_s'])}/s), same run",
+            latency(unlimited),
+        ),
+    ]
+
+
 BENCHES = [
     Bench("canonical", ["bench/canonical.py"], _canonical_rows),
     Bench("append", ["bench/append.py"], _append_rows),
@@ -196,6 +224,7 @@ BENCHES = [
     Bench("redaction", ["bench/redaction.py"], _redaction_rows),
     Bench("verify", ["bench/verify.py"], _verify_rows),
     Bench("rss", ["bench/rss.py"], _rss_rows),
+    Bench("fairness", ["bench/fairness.py"], _fairness_rows),
 ]
 
 

@@ -46,6 +46,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
+from append import terminate
+
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -229,13 +231,8 @@ class Bench:
             proc.wait()
         for name in ("tail", "sequencer"):
             proc = self.procs.get(name)
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+            if proc is not None:
+                terminate(proc)
         self.nats.stop()
         self.tmp.cleanup()
 

@@ -29,7 +29,7 @@ from laneledger.store import LedgerWriter, open_ledger
 SMALL_REQUEST_LIMIT = 16 * 1024  # small_sequencer's max_request_bytes
 
 
-async def _start_sequencer(nc: NATS, db_path: Path, settings: SequencerSettings) -> Sequencer:
+async def start_sequencer(nc: NATS, db_path: Path, settings: SequencerSettings) -> Sequencer:
     writer = LedgerWriter(open_ledger(db_path))
     service = Sequencer(nc, writer, SequencerMetrics(CollectorRegistry()), settings)
     await service.start()
@@ -41,7 +41,7 @@ async def sequencer(nc: NATS, tmp_path: Path) -> AsyncIterator[Sequencer]:
     """The real sequencer, running in this test's event loop on its own NATS
     connection and a SQLite file in ``tmp_path``. Crash tests run it as a
     subprocess instead (``sequencer_proc``)."""
-    service = await _start_sequencer(nc, tmp_path / "ledger.db", SequencerSettings())
+    service = await start_sequencer(nc, tmp_path / "ledger.db", SequencerSettings())
     try:
         yield service
     finally:
@@ -52,7 +52,7 @@ async def sequencer(nc: NATS, tmp_path: Path) -> AsyncIterator[Sequencer]:
 async def small_sequencer(nc: NATS, tmp_path: Path) -> AsyncIterator[Sequencer]:
     """A sequencer whose request size limit is ``SMALL_REQUEST_LIMIT``."""
     settings = SequencerSettings(max_request_bytes=SMALL_REQUEST_LIMIT)
-    service = await _start_sequencer(nc, tmp_path / "ledger.db", settings)
+    service = await start_sequencer(nc, tmp_path / "ledger.db", settings)
     try:
         yield service
     finally:

@@ -113,7 +113,7 @@ async def test_each_kind_of_bad_input_gets_a_typed_receipt(nc, small_ledger, sma
             None,
         ),
         (
-            "tenant_mismatch",
+            "entity_not_found",  # another tenant's lane: as if there were none
             Subjects().append("globex", lane.id),
             msgspec.json.encode(request(lane, [good_event])),
             None,

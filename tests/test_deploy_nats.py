@@ -206,16 +206,39 @@ def test_nats_config_renders_the_shipped_file_and_refuses_bad_tenants(tmp_path):
     text = out.read_text()
     assert "user: producer-acme" in text and '"ledger.append.korg-tools.>"' in text
     assert '"ledger.append.korg.>"' not in text  # the tail's one append subject moved
-    # The tail reads acme's blob bucket and may not write it; producer-acme
-    # has that bucket and no other blob bucket.
+    # The tail reads acme's committed blob bucket and may not write it;
+    # producer-acme writes its uploads bucket and only reads the committed
+    # one, which the sequencer alone writes; no other blob bucket is acme's.
     tail_block = text[text.index("user: tail\n") : text.index("user: metrics\n")]
     assert '"$JS.API.STREAM.MSG.GET.OBJ_LEDGER_BLOBS_acme"' in tail_block
     assert '"$O.LEDGER_BLOBS_acme.>"' not in tail_block
     acme_block = text[text.index("user: producer-acme\n") : text.index("user: sequencer\n")]
-    assert '"$O.LEDGER_BLOBS_acme.>"' in acme_block and '"$O.LEDGER_BLOBS.>"' not in acme_block
+    assert '"$O.LEDGER_UPLOADS_acme.>"' in acme_block
+    assert '"$JS.API.STREAM.MSG.GET.OBJ_LEDGER_BLOBS_acme"' in acme_block
+    assert '"$O.LEDGER_BLOBS_acme.>"' not in acme_block and '"$O.LEDGER_BLOBS.>"' not in acme_block
+    sequencer_block = text[text.index("user: sequencer\n") : text.index("user: sequencer-replies\n")]
+    assert '"$O.LEDGER_BLOBS_acme.>"' in sequencer_block and "UPLOADS" not in sequencer_block
     for bad in ("a b", "acme.x", "*", ""):
         assert main(["nats-config", "--template", str(CONF), "--tenant", bad]) == 2, bad
     assert main(["nats-config", "--template", str(CONF), "--tenant", "a-b", "--tenant", "a_b"]) == 2
+
+
+def test_nats_config_renders_the_tenants_of_the_tenants_file(tmp_path, capsys):
+    from laneledger.cli import main
+
+    shipped = CONF.parent / "tenants.toml"
+    out = tmp_path / "rendered.conf"
+    args = ["nats-config", "--template", str(CONF), "--tenants-file", str(shipped), "--tenant", "initech"]
+    assert main([*args, "-o", str(out)]) == 0
+    users = [
+        line.strip() for line in out.read_text().splitlines() if line.strip().startswith("user: producer-")
+    ]
+    assert users == ["user: producer-initech", "user: producer-acme", "user: producer-globex"]
+    # A file the services would refuse is refused here too, naming the key.
+    bad = tmp_path / "tenants.toml"
+    bad.write_text("[tenants.acme]\nblob_byte = 5\n")
+    assert main(["nats-config", "--template", str(CONF), "--tenants-file", str(bad)]) == 2
+    assert "'blob_byte'" in capsys.readouterr().err
 
 
 # -- tenant-scoped commands, checkpoint requests and artifact buckets ------------------
@@ -440,11 +463,12 @@ async def test_a_tenant_producer_reads_nothing_of_another_tenant_over_nats(
 @pytest.mark.nats
 async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(tenant_server, passwords, tmp_path):
     """Content references under the rendered config: each tenant's blobs live
-    in its own bucket, which the sequencer creates on the tenant's first
-    command. acme's producer stores, appends with a reference, and reads its
-    blob raw; the tail serves it to acme's token only; globex's producer can
-    neither read, list nor write acme's bucket (nor the shared one) by raw
-    JetStream object store calls."""
+    in its own buckets (uploads, committed), which the sequencer creates on
+    the tenant's first command. acme's producer uploads, appends with a
+    reference (the sequencer copies the upload into the committed bucket),
+    and reads its blob raw; the tail serves it to acme's token only; globex's
+    producer can neither read, list nor write acme's buckets (nor the shared
+    one) by raw JetStream object store calls."""
     from nats.js.object_store import ObjectStore
 
     from laneledger.contract.contentref import hex_of, refs_in
@@ -485,20 +509,22 @@ async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(tenant_se
             await acme.blob_store("acme")
         assert no_bucket.value.details == {"kind": "blob_bucket", "bucket": "LEDGER_BLOBS_acme"}
 
-        actor = await acme.ensure_actor("acme", "agent:a@1", "agent")  # creates LEDGER_BLOBS_acme
+        actor = await acme.ensure_actor("acme", "agent:a@1", "agent")  # creates acme's buckets
         lane = await LaneRecorder.open(acme, "acme", "s-acme", "r", "main", actor_id=actor.id)
         event = lane.event("stream.text_delta", actor_id=actor.id, payload=big)
         [(ref, size)] = refs_in(event["payload"])
-        receipt = await lane.append([event])  # the SDK stores the blob; the sequencer finds it
+        receipt = await lane.append([event])  # the SDK uploads the blob; the sequencer copies it
         assert receipt.last_seq == 1
         name = object_name(token("acme"), ref)
 
-        # acme's producer, raw: gets its blob and puts another in its own
-        # bucket, opened bound to its stream (laneledger.sdk.objectstores): nats-py's
-        # own read would first ask STREAM.NAMES, which producers are not granted.
+        # acme's producer, raw: gets its committed blob, and puts another in
+        # its uploads bucket, each opened bound to its stream
+        # (laneledger.sdk.objectstores): nats-py's own read would first ask
+        # STREAM.NAMES, which producers are not granted.
         acme_obs = await open_object_store(acme.nc.jetstream(), "LEDGER_BLOBS_acme")
         assert len((await acme_obs.get(name)).data) == size
-        await acme_obs.put(object_name(token("acme"), "sha256:" + "0" * 64), b"acme's own")
+        acme_uploads = await open_object_store(acme.nc.jetstream(), "LEDGER_UPLOADS_acme")
+        await acme_uploads.put(object_name(token("acme"), "sha256:" + "0" * 64), b"acme's own")
 
         # The tail serves it to acme's token, and to globex's it is missing.
         async with aiohttp.ClientSession(f"http://127.0.0.1:{tail_port}") as http:
@@ -518,12 +544,16 @@ async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(tenant_se
         )
         with pytest.raises(BlobMissing):
             await own.append([stolen])
-        assert (await globex.blob_store("globex")).bucket == "LEDGER_BLOBS_globex"
+        globex_blobs = await globex.blob_store("globex")
+        assert (globex_blobs.bucket, globex_blobs.uploads.bucket) == (
+            "LEDGER_BLOBS_globex",
+            "LEDGER_UPLOADS_globex",
+        )
 
-        # Raw JetStream calls on acme's bucket and the shared one: refused.
+        # Raw JetStream calls on acme's buckets and the shared one: refused.
         # (A refused request is dropped by the server: the caller times out.)
         js = raw_globex.jetstream(timeout=0.5)
-        for bucket in ("LEDGER_BLOBS_acme", "LEDGER_BLOBS"):
+        for bucket in ("LEDGER_BLOBS_acme", "LEDGER_UPLOADS_acme", "LEDGER_BLOBS"):
             with pytest.raises(nats.errors.TimeoutError):
                 await js.object_store(bucket)
             raw = ObjectStore(bucket, f"OBJ_{bucket}", js)  # skip the stream lookup
@@ -533,7 +563,8 @@ async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(tenant_se
                 await raw.list()
         assert any("permissions violation" in e for e in globex_errors), globex_errors
         subjects = [
-            f"{api}.OBJ_LEDGER_BLOBS_acme"
+            f"{api}.OBJ_{bucket}_acme"
+            for bucket in ("LEDGER_BLOBS", "LEDGER_UPLOADS")
             for api in (
                 "$JS.API.STREAM.INFO",
                 "$JS.API.STREAM.MSG.GET",
@@ -545,20 +576,34 @@ async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(tenant_se
         subjects += [
             "$O.LEDGER_BLOBS_acme.C.x",
             "$O.LEDGER_BLOBS_acme.M.x",
+            "$O.LEDGER_UPLOADS_acme.M.x",
             "$JS.API.STREAM.MSG.GET.OBJ_LEDGER_BLOBS",
             "$O.LEDGER_BLOBS.M.x",
             "$JS.API.STREAM.CREATE.OBJ_LEDGER_BLOBS_globex",
+            "$JS.API.STREAM.CREATE.OBJ_LEDGER_UPLOADS_globex",
             "$JS.API.STREAM.PURGE.OBJ_LEDGER_BLOBS_globex",
             "$JS.API.STREAM.DELETE.OBJ_LEDGER_BLOBS_globex",
+            "$JS.API.STREAM.MSG.DELETE.OBJ_LEDGER_BLOBS_globex",
+            # its own committed blobs are read only: no chunk, no meta (a delete is a meta)
+            "$O.LEDGER_BLOBS_globex.C.x",
+            "$O.LEDGER_BLOBS_globex.M.x",
         ]
         violations = await attempts(urls["producer-globex"], publish=subjects)
         for subject in subjects:
             assert refused(violations, subject), (subject, violations)
-        # The control: its own bucket's subjects are open to it.
+        # The control: its own buckets' subjects are open to it (reading the
+        # committed one, writing the uploads).
         assert (
             await attempts(
                 urls["producer-globex"],
-                publish=["$JS.API.STREAM.INFO.OBJ_LEDGER_BLOBS_globex", "$O.LEDGER_BLOBS_globex.M.x"],
+                publish=[
+                    "$JS.API.STREAM.INFO.OBJ_LEDGER_BLOBS_globex",
+                    "$JS.API.STREAM.MSG.GET.OBJ_LEDGER_BLOBS_globex",
+                    "$JS.API.STREAM.INFO.OBJ_LEDGER_UPLOADS_globex",
+                    "$O.LEDGER_UPLOADS_globex.M.x",
+                    # nats-py purges a failed put's chunks: its uploads are its own
+                    "$JS.API.STREAM.PURGE.OBJ_LEDGER_UPLOADS_globex",
+                ],
             )
             == []
         )

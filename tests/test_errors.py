@@ -34,11 +34,12 @@ DEFINED = sorted(
 CLASSES = [cls for cls in DEFINED if "reason" not in vars(cls)]
 BY_REASON = [cls for cls in DEFINED if "reason" in vars(cls)]
 
-RETRYABLE = {"transport_error", "timeout", "unavailable", "internal"}
+# quota_exceeded: the same request succeeds once the tenant's backlog drains.
+RETRYABLE = {"transport_error", "timeout", "unavailable", "internal", "quota_exceeded"}
 
 
 def test_the_tree_has_the_classes_the_contract_names() -> None:
-    assert len(CLASSES) == 27
+    assert len(CLASSES) == 28
     assert set(CLASSES) == set(ERRORS_BY_CODE.values())
     assert {cls.__name__ for cls in BY_REASON} == {
         "RevisionConflict",
@@ -59,7 +60,7 @@ def test_every_class_has_its_own_code() -> None:
         assert ERRORS_BY_CODE[cls.code] is cls
 
 
-def test_retryable_is_true_only_for_transport_and_internal() -> None:
+def test_retryable_is_true_only_for_transport_internal_and_quotas() -> None:
     assert {cls.code for cls in CLASSES if cls.retryable} == RETRYABLE
     assert not e.LaneConflict.retryable  # resending unchanged cannot succeed
 
@@ -152,22 +153,22 @@ def test_details_may_use_any_key() -> None:
 
 
 def test_an_unknown_code_is_kept_as_a_generic_error() -> None:
-    err = error_from_wire("quota_exceeded", "over quota", {"limit": 10}, True)
+    err = error_from_wire("rate_limited", "over quota", {"limit": 10}, True)
     assert type(err) is LedgerError
-    assert err.code == "quota_exceeded"
+    assert err.code == "rate_limited"
     assert err.message == "over quota"
     assert err.details == {"limit": 10}
     assert err.retryable is True  # the wire's word, the only one there is
     assert err.to_wire() == {
-        "code": "quota_exceeded",
+        "code": "rate_limited",
         "message": "over quota",
         "retryable": True,
         "details": {"limit": 10},
     }
-    assert str(err).startswith("quota_exceeded: over quota")
+    assert str(err).startswith("rate_limited: over quota")
     # The class attribute is untouched for everyone else.
     assert LedgerError.code == "ledger_error" and LedgerError.retryable is False
-    assert error_from_wire("quota_exceeded", "m").retryable is False
+    assert error_from_wire("rate_limited", "m").retryable is False
 
 
 def test_a_known_code_takes_retryable_from_its_class() -> None:

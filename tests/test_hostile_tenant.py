@@ -1,35 +1,50 @@
 """acme, one tenant of a shared deployment (deploy/nats.conf rendered for acme
 and globex, every service on its own NATS users), tries to turn the services
 against the ledger: it names subjects it may not publish itself as where its
-receipts and replies should go (a confused deputy). Nothing may land there,
-the committed stream must still equal SQLite, and the services keep serving.
-spec/wire.md, "Replies"."""
+receipts and replies should go (a confused deputy), and it tries to unmake or
+forge the content blobs its committed events reference. Nothing may land
+where it aimed, the committed stream must still equal SQLite, committed
+blobs stay served and verified, and the services keep serving.
+spec/wire.md, "Replies" and "NATS users and tenants"; spec/content.md."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import aiohttp
 import msgspec
 import nats
+import nats.errors
 import pytest
 import pytest_asyncio
-from deployment_support import deployed_sequencer, url_for
+from deployment_support import SENTINEL, attempts, deployed_sequencer, refused, url_for
 from nats.aio.client import Client as NATS
+from nats.js.errors import ObjectNotFoundError
 from polling import eventually
 from prometheus_client import CollectorRegistry
+from raw_appends import Inbox
 
+from laneledger.audit.blobs import audit_ledger_with_blobs
 from laneledger.audit.ledger import check_stream
 from laneledger.contract.errors import EntityNotFound
 from laneledger.contract.ids import new_id
+from laneledger.contract.model import AppendCommitted, AppendRejected
 from laneledger.devtools.natsserver import NatsServer
-from laneledger.sdk.client import LaneRecorder, LedgerClient
+from laneledger.runtime.access import AccessPolicy
+from laneledger.sdk.blobstore import MAX_BLOB_BYTES, BlobBuckets, object_name, object_store_digest
+from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
+from laneledger.sdk.objectstores import open_object_store
 from laneledger.services.checkpoint.metrics import CheckpointMetrics
 from laneledger.services.checkpoint.service import CheckpointService
 from laneledger.services.checkpoint.store import CheckpointStore
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer
+from laneledger.services.tail.service import TailService, TailSettings
 from laneledger.store import open_ledger
 
 pytestmark = pytest.mark.nats
@@ -274,4 +289,225 @@ async def test_the_replies_user_cannot_publish_where_a_requester_points_even_pas
     await lane.reload()
     receipt = await lane.append([started(lane)])
     assert receipt.positions
+    await deployment.assert_ledger_intact()
+
+
+# -- committed blobs are the sequencer's (spec/content.md, "The blob buckets") ------
+
+ACME_TOKEN = "acme-token-0123456789"  # the tail's bearer token for acme
+
+
+def meta_subject(bucket: str, name: str) -> str:
+    return f"$O.{bucket}.M.{base64.urlsafe_b64encode(name.encode()).decode()}"
+
+
+async def acme_raw_with_errors(deployment: Deployment) -> tuple[NATS, list[str]]:
+    """acme's producer user without the SDK, the permission violations the
+    server reports to it collected (lowercased)."""
+    errors: list[str] = []
+
+    async def remember(exc: Exception) -> None:
+        errors.append(str(exc).lower())
+
+    nc = await nats.connect(
+        url_for(deployment.server, "producer-acme", deployment.passwords),
+        error_cb=remember,
+        inbox_prefix="_INBOX_acme",
+    )
+    return nc, errors
+
+
+async def tail_blob(port: int, ref: str) -> tuple[int, bytes]:
+    async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http:
+        async with http.get(
+            f"/api/v1/blobs/{ref.removeprefix('sha256:')}", headers={"Authorization": f"Bearer {ACME_TOKEN}"}
+        ) as response:
+            return response.status, await response.read()
+
+
+def referencing(lane: LaneRecorder, append_id: str, ref: str, size: int) -> bytes:
+    """An append whose one event references the blob by hand (no bytes carried)."""
+    assert lane.lane.actor_id is not None
+    event = make_event(
+        lane.lane.id,
+        "ext.acme.output",
+        actor_id=lane.lane.actor_id,
+        payload={"v": {"_ref": ref, "size_bytes": size}},
+    )
+    return msgspec.json.encode(
+        {"lane_id": lane.lane.id, "expected_last_seq": lane.head, "append_id": append_id, "events": [event]}
+    )
+
+
+async def test_a_producer_cannot_delete_or_overwrite_a_committed_blob(deployment, tmp_path):
+    """acme commits an event referencing a blob (the SDK uploads it, the
+    sequencer copies it into LEDGER_BLOBS_acme), then tries to unmake it with
+    its own credentials: an object store delete, an overwrite, a raw deleted
+    meta, the stream API. NATS refuses each; the tail still serves the blob
+    and the ledger verifies with its blobs. Deleting the upload afterwards
+    changes nothing."""
+    tail_nc = await nats.connect(url_for(deployment.server, "tail", deployment.passwords))
+    tail = TailService(
+        tail_nc,
+        TailSettings(data_dir=tmp_path / "tail", access=AccessPolicy.from_tokens({"acme": ACME_TOKEN})),
+    )
+    port = await tail.start("127.0.0.1", 0)
+    raw, errors = await acme_raw_with_errors(deployment)
+    try:
+        lane = await acme_lane(deployment)
+        content = "acme's committed tool output " * 12_000  # ~340 KiB: three chunks to copy
+        event = lane.event("ext.acme.output", actor_id=lane.lane.actor_id, payload={"text": content})
+        receipt = await lane.append([event])
+        assert receipt.positions == [1]
+        ref = event["payload"]["text"]["_ref"]
+        name = object_name("acme", ref)
+        assert await tail_blob(port, ref) == (200, content.encode())
+
+        js = raw.jetstream(timeout=0.5)  # refused requests are dropped: they time out
+        committed = await open_object_store(js, "LEDGER_BLOBS_acme")  # reading is allowed
+        assert (await committed.get(name)).data == content.encode()
+        with pytest.raises(nats.errors.TimeoutError):
+            await committed.delete(name)
+        with pytest.raises(nats.errors.TimeoutError):
+            await committed.put(name, b"acme rewrites its history")
+        info = await committed.get_info(name)
+        deleted = {**info.as_dict(), "deleted": True, "size": 0, "chunks": 0, "digest": ""}
+        forged_subject = meta_subject("LEDGER_BLOBS_acme", name)
+        await raw.publish(forged_subject, json.dumps(deleted).encode(), headers={"Nats-Rollup": "sub"})
+        await raw.publish(SENTINEL, b"")
+        await raw.flush()
+        await eventually(
+            lambda: errors,
+            until=lambda found: refused(found, SENTINEL),
+            what="acme's raw publishes refused, up to the sentinel",
+        )
+
+        def violations_on(prefix: str) -> int:
+            return sum("permissions violation" in e and f'"{prefix.lower()}' in e for e in errors)
+
+        # The delete's meta and the raw one; the overwrite's first chunk; the
+        # purges that followed each.
+        assert violations_on(f'{forged_subject}"') == 2, errors
+        assert violations_on("$O.LEDGER_BLOBS_acme.C.") == 1, errors
+        assert violations_on('$JS.API.STREAM.PURGE.OBJ_LEDGER_BLOBS_acme"') == 2, errors
+        api = [
+            f"$JS.API.{call}.OBJ_LEDGER_BLOBS_acme"
+            for call in ("STREAM.MSG.DELETE", "STREAM.PURGE", "STREAM.DELETE", "STREAM.UPDATE")
+        ]
+        violations = await attempts(
+            url_for(deployment.server, "producer-acme", deployment.passwords), publish=api
+        )
+        assert all(refused(violations, subject) for subject in api), violations
+
+        # Still there, unchanged: as committed, as served, as verified.
+        assert await committed.get_info(name) == info
+        assert await tail_blob(port, ref) == (200, content.encode())
+        audit = await audit_ledger_with_blobs(deployment.db, BlobBuckets(tail_nc.jetstream()))
+        assert audit.blob_refs == 1
+
+        # Once copied, the upload is gone (the sequencer discards it): there is
+        # nothing left for acme to take back, and the committed copy stays.
+        uploads = await open_object_store(js, "LEDGER_UPLOADS_acme")
+        with pytest.raises(ObjectNotFoundError):
+            await uploads.get_info(name)
+        assert await tail_blob(port, ref) == (200, content.encode())
+        assert (await audit_ledger_with_blobs(deployment.db, BlobBuckets(tail_nc.jetstream()))).blob_refs == 1
+        # And the blob still serves later appends, with no upload at all.
+        again = await lane.append(
+            [lane.event("ext.acme.output", actor_id=lane.lane.actor_id, payload={"text": content})]
+        )
+        assert again.positions == [2]
+        await deployment.assert_ledger_intact()
+    finally:
+        await raw.close()
+        await tail.stop()
+        await tail_nc.close()
+
+
+async def test_an_upload_deleted_before_its_append_commits_is_blob_missing(deployment):
+    lane = await acme_lane(deployment)
+    data = b"an upload acme takes back " * 100
+    blobs = await deployment.acme.blob_store()
+    ref = await blobs.put("acme", data)
+    uploads = await open_object_store(deployment.acme_raw.jetstream(timeout=0.5), "LEDGER_UPLOADS_acme")
+    await uploads.delete(object_name("acme", ref))
+    async with Inbox(deployment.acme_raw) as inbox:
+        refusal = await inbox.ask(
+            f"ledger.append.acme.{lane.lane.id}", referencing(lane, new_id(), ref, len(data))
+        )
+        assert isinstance(refusal, AppendRejected), refusal
+        assert refusal.error.code == "blob_missing" and "reason" not in refusal.error.details
+        # Uploaded again, the same append commits.
+        assert await blobs.put("acme", data) == ref
+        body = referencing(lane, new_id(), ref, len(data))
+        assert isinstance(await inbox.ask(f"ledger.append.acme.{lane.lane.id}", body), AppendCommitted)
+    assert deployment.sample("laneledger_sequencer_blob_lookups_total", {"result": "missing"}) == 1
+    assert deployment.sample("laneledger_sequencer_blob_lookups_total", {"result": "copied"}) == 1
+    await deployment.assert_ledger_intact()
+
+
+async def test_an_upload_that_is_not_its_blob_is_refused(deployment):
+    """Uploads whose content does not match their name: other bytes under
+    the name, and objects whose metadata (acme wrote it too) lies about
+    their chunks. Each append referencing one is refused blob_missing with
+    reason upload_mismatch (one over the size limit: request_too_large),
+    nothing is copied, and the real upload then commits."""
+    lane = await acme_lane(deployment)
+    data = b"the blob acme names " * 100
+    ref = "sha256:" + hashlib.sha256(data).hexdigest()
+    name = object_name("acme", ref)
+    js = deployment.acme_raw.jetstream()
+    uploads = await open_object_store(js, "LEDGER_UPLOADS_acme")
+    subject = f"ledger.append.acme.{lane.lane.id}"
+
+    async def forge(nuid: str, size: int, chunks: list[bytes]) -> None:
+        """A meta that claims the blob's digest, over chunks of acme's choosing."""
+        for chunk in chunks:
+            await js.publish(f"$O.LEDGER_UPLOADS_acme.C.{nuid}", chunk)
+        meta = {
+            "name": name,
+            "bucket": "LEDGER_UPLOADS_acme",
+            "nuid": nuid,
+            "size": size,
+            "chunks": len(chunks),
+            "digest": object_store_digest(hashlib.sha256(data).hexdigest()),
+        }
+        await js.publish(
+            meta_subject("LEDGER_UPLOADS_acme", name),
+            json.dumps(meta).encode(),
+            headers={"Nats-Rollup": "sub"},
+        )
+
+    async with Inbox(deployment.acme_raw) as inbox:
+
+        async def refusal(size: int = len(data)) -> AppendRejected:
+            answer = await inbox.ask(subject, referencing(lane, new_id(), ref, size))
+            assert isinstance(answer, AppendRejected), answer
+            return answer
+
+        await uploads.put(name, b"other bytes " * 100)  # the object store's own digest: of these bytes
+        wrong = await refusal()
+        assert (wrong.error.code, wrong.error.details["reason"]) == ("blob_missing", "upload_mismatch")
+        assert wrong.error.details["ref"] == ref and not wrong.error.retryable
+        await forge("forgedA", len(data), [b"x" * len(data)])  # the right digest claimed, other chunks
+        assert (await refusal()).error.details["reason"] == "upload_mismatch"
+        await forge("forgedB", len(data), [data[:100]])  # too few chunks
+        assert (await refusal()).error.details["reason"] == "upload_mismatch"
+        await forge(">", len(data), [])  # a wildcard for its chunks: the whole bucket
+        assert (await refusal()).error.details["reason"] == "upload_mismatch"
+        await forge("forgedC", MAX_BLOB_BYTES + 1, [data])
+        too_large = await refusal(MAX_BLOB_BYTES + 1)
+        assert too_large.error.code == "request_too_large"
+        assert too_large.error.details["limit_bytes"] == MAX_BLOB_BYTES
+        with pytest.raises(EntityNotFound):  # nothing was copied
+            await BlobBuckets(deployment.seq_nc.jetstream()).get("acme", ref)
+
+        await forge("forgedD", len(data), [data[:1000], data[1000:]])  # the right bytes, cut too fine
+        assert (await refusal()).error.details["reason"] == "upload_mismatch"
+        await forge("honest", len(data), [data])  # right chunk, by hand
+        assert isinstance(
+            await inbox.ask(subject, referencing(lane, new_id(), ref, len(data))), AppendCommitted
+        )
+    assert deployment.sample("laneledger_sequencer_blob_lookups_total", {"result": "refused"}) == 6
+    assert await BlobBuckets(deployment.seq_nc.jetstream()).get("acme", ref) == data
     await deployment.assert_ledger_intact()

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from laneledger.contract import errors
 from laneledger.contract.subjects import Subjects
 from laneledger.sdk.client import LedgerClient, make_event
+from laneledger.services.sequencer.intake import Intake
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer, SequencerSettings
 from laneledger.store import LedgerWriter, open_ledger
@@ -53,7 +54,9 @@ async def test_conflicts_replays_and_inbound_backlog(nats_server, nc, js, tmp_pa
     for _ in range(30):
         await js.publish(subject, b"{}")
     idle = Sequencer(nc, LedgerWriter(open_ledger(tmp_path / "other.db")), metrics, SETTINGS)
-    refreshing = asyncio.create_task(idle._backlog_loop())  # only its refresher runs
+    intake = Intake(nc, js, Subjects(), replicas=1, batch_size=500)
+    await intake.open(None)  # read (delivered, unacked: still backlog), never committed
+    refreshing = asyncio.create_task(idle._backlog_loop(intake))  # only its refresher runs
 
     def backlog() -> float | None:
         return sample("laneledger_sequencer_inbound_backlog_requests")
@@ -63,7 +66,10 @@ async def test_conflicts_replays_and_inbound_backlog(nats_server, nc, js, tmp_pa
     finally:
         refreshing.cancel()
         await asyncio.gather(refreshing, return_exceptions=True)
+        await intake.stop()
         idle._writer_thread.shutdown()
+    stream = {"stream": Subjects().append_stream}
+    assert sample("laneledger_sequencer_stream_backlog_requests", stream) == 30
 
     # ... which a running sequencer drains (each gets a rejection) back to zero.
     sequencer = Sequencer(nc, LedgerWriter(open_ledger(tmp_path / "ledger.db")), metrics, SETTINGS)

@@ -19,6 +19,7 @@ from laneledger.services.metrics.fold import LabelPolicy
 from laneledger.services.metrics.store import MetricsStore, SavedRows
 from laneledger.services.tail.readmodel import ReadModel
 from laneledger.store import open_ledger
+from laneledger.store.schema import SCHEMA_VERSION
 from laneledger.store.sqlite import (
     BUSY_TIMEOUT_MS,
     Durability,
@@ -301,7 +302,7 @@ def test_a_ledger_of_another_schema_version_is_refused(tmp_path):
     conn.close()
     with pytest.raises(InternalError, match="ledger database has another schema version") as caught:
         open_ledger(path)
-    assert caught.value.details == {"path": str(path), "found": 99, "expected": 1}
+    assert caught.value.details == {"path": str(path), "found": 99, "expected": SCHEMA_VERSION}
 
 
 # -- the metrics store ----------------------------------------------------------------

@@ -192,18 +192,27 @@ async def test_structure_is_idempotent_and_checked(client, actor):
 
 
 async def test_tenants_stay_apart(client, actor):
+    # Another tenant's actor or lane is answered exactly as one that does not
+    # exist: nothing in the rejection tells that it does (spec/object-model.md).
     lane = await new_lane(client, actor)
     stranger = await client.ensure_actor("globex", "agent:tests/main@1", "agent")
     assert stranger.id != actor.id
-    with pytest.raises(errors.TenantMismatch) as caught:
+    with pytest.raises(errors.EntityNotFound) as foreign:
         await client.append(lane, 0, [make_event(lane.id, "stream.text_delta", actor_id=stranger.id)])
-    assert caught.value.details["what"] == "actor"
+    with pytest.raises(errors.EntityNotFound) as unknown:
+        await client.append(lane, 0, [make_event(lane.id, "stream.text_delta", actor_id="nobody")])
+    assert foreign.value.message == unknown.value.message
+    assert foreign.value.details == {"kind": "actor", "id": stranger.id}
     with pytest.raises(errors.TenantMismatch):
         await client.create_lane("globex", "s1", "r1", "theirs")
     disguised = msgspec.structs.replace(lane, tenant="globex")  # published under globex's subject
-    with pytest.raises(errors.TenantMismatch) as caught:
+    with pytest.raises(errors.EntityNotFound) as foreign:
         await client.append(disguised, 0, [ev(lane, actor)])
-    assert caught.value.details["what"] == "subject"
+    ghost = msgspec.structs.replace(lane, id="01900000-0000-7000-8000-000000000000")
+    with pytest.raises(errors.EntityNotFound) as unknown:
+        await client.append(ghost, 0, [ev(ghost, actor)])
+    assert foreign.value.message == unknown.value.message
+    assert foreign.value.details == {"kind": "lane", "id": lane.id}
 
 
 async def test_unknown_lane_and_actor(client, actor):

@@ -32,22 +32,21 @@ async def test_cross_tenant_appends_are_typed_counted_and_change_nothing(client,
     lane = await client.create_lane("acme", "s1", "r1", "main", actor_id=actor.id)
     stranger = await client.ensure_actor("globex", "agent:tests/main@1", "agent")
 
-    with pytest.raises(errors.TenantMismatch) as caught:
+    # An append names no other tenant: another tenant's actor or lane is "not found".
+    with pytest.raises(errors.EntityNotFound) as caught:
         await client.append(
             lane, 0, [make_event(lane.id, "stream.text_delta", actor_id=stranger.id, payload={"text": "x"})]
         )
-    assert caught.value.details["what"] == "actor"
-    assert caught.value.details["expected_tenant"] == "acme"
-    assert caught.value.details["tenant"] == "globex"
-    assert rejected(sequencer, "tenant_mismatch") == 1
+    assert caught.value.details == {"kind": "actor", "id": stranger.id}
+    assert rejected(sequencer, "entity_not_found") == 1
 
     disguised = msgspec.structs.replace(lane, tenant="globex")  # published under globex's subject
-    with pytest.raises(errors.TenantMismatch) as caught:
+    with pytest.raises(errors.EntityNotFound) as caught:
         await client.append(
             disguised, 0, [make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload={"text": "x"})]
         )
-    assert caught.value.details["what"] == "subject"
-    assert rejected(sequencer, "tenant_mismatch") == 2
+    assert caught.value.details == {"kind": "lane", "id": lane.id}
+    assert rejected(sequencer, "entity_not_found") == 2
 
     assert (await client.get_lane(lane.id)).last_seq == 0  # nothing was written
 

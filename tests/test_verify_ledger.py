@@ -212,8 +212,9 @@ def append_forgery(db: Path, *, key: bytes | None = None, with_receipt: bool) ->
         }
         statements += [
             (
-                "INSERT INTO receipts (append_id, lane_id, digest, body) VALUES (?,?,?,?)",
-                ("forged-append", lane_id, digest, msgspec.json.encode(receipt)),
+                "INSERT INTO receipts (tenant, append_id, lane_id, digest, body)"
+                " SELECT tenant, ?, id, ?, ? FROM lanes WHERE id = ?",
+                ("forged-append", digest, msgspec.json.encode(receipt), lane_id),
             ),
             (
                 "UPDATE lanes SET last_seq = ?, head_hash = ? WHERE id = ?",

@@ -26,6 +26,7 @@ from laneledger.runtime.config import (
     parse_settings,
     positive_int,
     reply_nats_setting,
+    tenants_setting,
 )
 from laneledger.runtime.follow import StreamIdentity, rebuild_if_replaced
 from laneledger.runtime.opsserver import start_http
@@ -79,6 +80,7 @@ def bucket_name(text: str) -> str:
 SETTINGS = [
     *common_settings("checkpoint", 8473),
     reply_nats_setting("checkpoint"),
+    tenants_setting(),
     Setting(
         "--data", "CHECKPOINT_DATA", ".laneledger/checkpoint", help="directory for the service's SQLite file"
     ),
@@ -146,6 +148,7 @@ async def run(args: argparse.Namespace) -> None:
         ready_max_lag=args.ready_max_lag,
         identity=identity,
         redactor=Redactor.from_env(),  # LANELEDGER_REDACT_*, as the SDK reads them
+        tenants=args.tenants_file,
     )
     service = CheckpointService(nc, store, metrics, settings, reply_nc=reply_nc)
     app = checkpoint_app(service, access)

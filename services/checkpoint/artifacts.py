@@ -32,6 +32,7 @@ from laneledger.contract.errors import IntegrityError, InvalidRequest, LedgerUna
 from laneledger.contract.model import ArtifactRef
 from laneledger.contract.redaction import Redactor
 from laneledger.contract.subjects import tenant_bucket
+from laneledger.runtime.tenants import Tenants
 from laneledger.sdk.checkpoints import (
     ArtifactMismatch,
     ArtifactMissing,
@@ -41,7 +42,7 @@ from laneledger.sdk.checkpoints import (
     object_call,
     object_store_digest,
 )
-from laneledger.sdk.objectstores import create_object_store, open_object_store
+from laneledger.sdk.objectstores import bound_bucket, create_object_store, open_object_store
 
 from .store import CheckpointStore
 
@@ -81,8 +82,10 @@ class ArtifactStore:
         *,
         replicas: int = 1,
         timeout_s: float = 10.0,
+        tenants: Tenants | None = None,
     ) -> None:
         self._js = js
+        self._tenants = tenants  # bounds each tenant bucket by its artifact_bytes
         self.bucket = bucket
         self._store = store
         self._db = db
@@ -99,18 +102,26 @@ class ArtifactStore:
         its name."""
         name = self.name_for(tenant)
         if name not in self._open:
+            max_bytes = (
+                self._tenants.limits_of(tenant).artifact_bytes
+                if self._tenants is not None and tenant is not None
+                else None
+            )
             try:
-                obs = await open_object_store(self._js, name)
-            except NotFoundError:
-                obs = await create_object_store(
-                    self._js,
-                    name,
-                    ObjectStoreConfig(
-                        description="laneledger checkpoint artifacts, by sha256",
-                        storage=StorageType.FILE,
-                        replicas=self._replicas,
-                    ),
-                )
+                try:
+                    obs = await open_object_store(self._js, name)
+                    await bound_bucket(self._js, name, max_bytes)
+                except NotFoundError:
+                    obs = await create_object_store(
+                        self._js,
+                        name,
+                        ObjectStoreConfig(
+                            description="laneledger checkpoint artifacts, by sha256",
+                            storage=StorageType.FILE,
+                            replicas=self._replicas,
+                            max_bytes=max_bytes,
+                        ),
+                    )
             except Exception as exc:
                 raise LedgerUnavailable(f"cannot open the artifact bucket: {exc}", bucket=name) from exc
             self._open[name] = obs

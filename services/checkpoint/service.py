@@ -63,6 +63,7 @@ from laneledger.runtime.access import OPEN, Scope
 from laneledger.runtime.follow import StreamIdentity
 from laneledger.runtime.requestserver import RequestServer
 from laneledger.runtime.servicemain import cancel_tasks, first_task_end
+from laneledger.runtime.tenants import Tenants
 from laneledger.sdk.checkpoints import DEFAULT_ARTIFACT_BUCKET, content_digest, state_digest
 from laneledger.sdk.client import LedgerClient
 
@@ -100,6 +101,9 @@ class CheckpointSettings:
     # refused in JSON artifacts (spec/content.md); the defaults plus
     # LANELEDGER_REDACT_* in the service.
     redactor: Redactor = DEFAULT_REDACTOR
+    # The tenants file (runtime/tenants.py): each tenant's artifact bucket is
+    # bounded by its artifact_bytes. None: unbounded.
+    tenants: Tenants | None = None
 
 
 class CheckpointService:
@@ -135,6 +139,7 @@ class CheckpointService:
             self._db,
             replicas=settings.replicas,
             timeout_s=settings.ledger_timeout_s,
+            tenants=settings.tenants,
         )
         self.ledger = LedgerClient(nc, subjects=settings.subjects, timeout=settings.ledger_timeout_s)
         # Each request in a task of its own: a save may wait for its anchor,

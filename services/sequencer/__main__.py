@@ -23,6 +23,7 @@ from laneledger.runtime.config import (
     parse_settings,
     positive_int,
     reply_nats_setting,
+    tenants_setting,
 )
 from laneledger.runtime.opsserver import ops_routes, start_http
 from laneledger.runtime.servicemain import (
@@ -44,6 +45,7 @@ log = logging.getLogger("laneledger.sequencer")
 SETTINGS = [
     *common_settings("sequencer", 8470),
     reply_nats_setting("sequencer"),
+    tenants_setting(),
     Setting("--db", "DB", ".laneledger/ledger.db", help="the ledger SQLite file"),
     Setting("--replicas", "REPLICAS", 1, positive_int, help="JetStream stream replicas"),
     Setting("--batch-size", "BATCH_SIZE", 500, positive_int, help="append requests per batch"),
@@ -90,6 +92,7 @@ async def run(args: argparse.Namespace) -> None:
         replicas=args.replicas,
         batch_size=args.batch_size,
         redactor=Redactor.from_config(args.redact_patterns, args.redact_keys),
+        tenants=args.tenants_file,
     )
     sequencer = Sequencer(nc, writer, metrics, settings, reply_nc=reply_nc)
     app = web.Application()

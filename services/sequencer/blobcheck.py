@@ -1,26 +1,42 @@
-"""Append step 0, last part: every content blob an append references is stored.
+"""Append step 0, last part: every content blob an append references is committed.
 
 Runs on the event loop before a batch goes to the writer thread (the lookups
 are NATS I/O), once per batch: the distinct references of all its appends are
-looked up concurrently, and references seen present are remembered (blobs are
-immutable and never deleted by the ledger), so a hot blob costs one lookup.
-A tenant's blobs are looked up in its own bucket, then in the shared one
-(``BlobBuckets``). The sequencer creates a tenant's bucket when the tenant's
-producer first sends it a command (``<prefix>.cmd.<tenant>.<op>``, see
-``tenant_seen``): producers may not create streams.
-An append referencing an absent blob is refused ``blob_missing`` and never
-reaches the writer; when the store does not answer it is refused
-``unavailable`` (retryable: the producer resends the same append).
-Normative text: ``spec/content.md`` and ``spec/object-model.md``.
+looked up concurrently, and references seen present are remembered (committed
+blobs are immutable and never deleted: only the sequencer writes their
+buckets), so a hot blob costs one lookup. A tenant's blobs are looked up in
+its committed bucket, then in the shared one (``BlobBuckets``); one found in
+neither but in the tenant's uploads bucket is copied into the committed one,
+its bytes checked against the reference (``BlobBuckets.commit_upload``, at
+most ``COPIES_AT_ONCE`` at a time), before the append may commit. The
+sequencer creates a tenant's two buckets when the tenant's producer first
+sends it a command (``<prefix>.cmd.<tenant>.<op>``, see ``tenant_seen``):
+producers may not create streams.
+
+An append referencing a blob neither committed nor uploaded is refused
+``blob_missing`` and never reaches the writer; so is one whose upload is not
+the blob (``details.reason`` ``upload_mismatch``), and one over
+``MAX_BLOB_BYTES`` is ``request_too_large``. When the store does not answer
+the append is refused ``unavailable`` (retryable: the producer resends the
+same append). Normative text: ``spec/content.md`` and ``spec/object-model.md``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import OrderedDict
 
 from laneledger.contract.contentref import refs_in
-from laneledger.contract.errors import BlobMissing, LedgerError, LedgerUnavailable, TransportError
+from laneledger.contract.errors import (
+    BlobMissing,
+    IntegrityError,
+    LedgerError,
+    LedgerUnavailable,
+    QuotaExceeded,
+    RequestTooLarge,
+    TransportError,
+)
 from laneledger.contract.model import Receipt
 from laneledger.sdk.blobstore import BlobBuckets
 from laneledger.store.append import PreparedAppend
@@ -30,6 +46,8 @@ from .metrics import SequencerMetrics
 
 log = logging.getLogger("laneledger.sequencer")
 KNOWN_PRESENT_MAX = 100_000  # remembered (tenant token, ref, size) triples
+# Uploads copied at once: each is read into memory (up to MAX_BLOB_BYTES).
+COPIES_AT_ONCE = 4
 
 Need = tuple[str, str, int]  # (tenant token, ref, size_bytes)
 
@@ -39,18 +57,21 @@ class BlobCheck:
         self.store = store
         self._metrics = metrics
         self._present: OrderedDict[Need, None] = OrderedDict()
-        self._buckets: set[str] = set()  # tenant tokens whose bucket is known to exist
+        self._buckets: set[str] = set()  # tenant tokens whose buckets are known to exist
+        self._copies = asyncio.Semaphore(COPIES_AT_ONCE)
 
     async def tenant_seen(self, tenant_token: str) -> None:
-        """Make sure the tenant has its blob bucket, before the command that
-        named it is answered: its producer stores blobs there, and cannot
-        create it. A failure is logged, not the command's: the next retries."""
+        """Make sure the tenant has its blob buckets, before the command that
+        named it is answered: its producer uploads into one and reads the
+        other, and cannot create them. A failure is logged, not the
+        command's: the next retries."""
         if tenant_token in self._buckets:
             return
         try:
             await self.store.ensure(tenant_token)
+            await self.store.ensure_uploads(tenant_token)
         except LedgerError as exc:
-            log.warning("could not create the blob bucket of tenant token %r: %s", tenant_token, exc)
+            log.warning("could not create the blob buckets of tenant token %r: %s", tenant_token, exc)
             return
         self._buckets.add(tenant_token)
 
@@ -84,12 +105,15 @@ class BlobCheck:
         return out, kept
 
     async def _look_up(self, unknown: set[Need]) -> dict[Need, LedgerError | None]:
-        """Look ``unknown`` up; what is not present: None when missing, the
-        store's error when it did not answer."""
+        """Look ``unknown`` up, copying uploads of what is not committed;
+        what is still not present: None when missing, else why (the
+        store's error when it did not answer, the upload's when it is not
+        the blob)."""
         by_tenant: dict[str, list[tuple[str, int]]] = {}
         for tenant_token, ref, size in unknown:
             by_tenant.setdefault(tenant_token, []).append((ref, size))
         failures: dict[Need, LedgerError | None] = {}
+        uncommitted: list[Need] = []
         for tenant_token, refs in by_tenant.items():
             try:
                 missing = set(await self.store.missing(tenant_token, refs))
@@ -99,15 +123,39 @@ class BlobCheck:
                 for ref, size in refs:
                     failures[(tenant_token, ref, size)] = exc
                 continue
-            self._metrics.blob_checks.labels("missing").inc(len(missing))
             self._metrics.blob_checks.labels("present").inc(len(refs) - len(missing))
             for ref, size in refs:
                 need = (tenant_token, ref, size)
                 if (ref, size) in missing:
-                    failures[need] = None
+                    uncommitted.append(need)
                 else:
                     self._remember(need)
+        await asyncio.gather(*(self._copy(need, failures) for need in uncommitted))
         return failures
+
+    async def _copy(self, need: Need, failures: dict[Need, LedgerError | None]) -> None:
+        """Commit the tenant's upload of the blob, remembered as present;
+        else note in ``failures`` why not (None: there is no upload)."""
+        tenant_token, ref, size = need
+        async with self._copies:
+            try:
+                copied = await self.store.commit_upload(tenant_token, ref, size)
+            except (IntegrityError, QuotaExceeded) as exc:
+                # The upload is not the blob, or the tenant's committed bucket is
+                # full: the producer's to fix, not the store's failure.
+                self._metrics.blob_checks.labels("refused").inc()
+                failures[need] = exc
+                return
+            except LedgerError as exc:
+                log.warning("copying the upload of %s failed: %s", ref, exc)
+                self._metrics.blob_checks.labels("error").inc()
+                failures[need] = exc
+                return
+        self._metrics.blob_checks.labels("copied" if copied else "missing").inc()
+        if copied:
+            self._remember(need)
+        else:
+            failures[need] = None
 
     def _remember(self, need: Need) -> None:
         self._present[need] = None
@@ -131,14 +179,32 @@ def _needs(append: PreparedAppend) -> list[tuple[Need, str]]:
 
 def _refusal(append: PreparedAppend, need: Need, path: str, failure: LedgerError | None) -> LedgerError:
     _, ref, size = need
+    index = int(path[len("$.events[") :].split("]", 1)[0])
+    names = {"event_id": append.sent[index].get("id"), "ref": ref, "size_bytes": size, "path": path}
     if failure is None:
-        index = int(path[len("$.events[") :].split("]", 1)[0])
         return BlobMissing(
             "the event references a blob its tenant has not stored: store the blob first, then resend",
-            event_id=append.sent[index].get("id"),
-            ref=ref,
-            size_bytes=size,
-            path=path,
+            **names,
+        )
+    if isinstance(failure, IntegrityError) and failure.details.get("kind") == "blob_too_large":
+        return RequestTooLarge(
+            "the event references a blob larger than the ledger takes: keep the value smaller",
+            **names,
+            limit_bytes=failure.details.get("limit_bytes"),
+        )
+    if isinstance(failure, IntegrityError) and failure.details.get("kind") == "upload_mismatch":
+        return BlobMissing(
+            f"the tenant's upload of the blob is not the blob ({failure.message}): "
+            "store the blob again, then resend",
+            **names,
+            reason="upload_mismatch",
+        )
+    if isinstance(failure, QuotaExceeded):
+        return QuotaExceeded(
+            f"{failure.message}: the blob cannot be kept, so the event is not committed",
+            **names,
+            limit=failure.details.get("limit"),
+            bucket=failure.details.get("bucket"),
         )
     if isinstance(failure, TransportError):
         return failure

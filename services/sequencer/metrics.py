@@ -106,14 +106,22 @@ class SequencerMetrics:
         )
         self.blob_checks = Counter(
             "laneledger_sequencer_blob_lookups_total",
-            "Blob-store lookups for content references, by result (present, missing, "
+            "Blob-store lookups for content references, by result (present: committed; "
+            "copied: from the tenant's uploads; missing; refused: the upload is not the blob; "
             "error); references already known present are not looked up again",
             ["result"],
             registry=registry,
         )
         self.inbound_backlog = Gauge(
             "laneledger_sequencer_inbound_backlog_requests",
-            "Append requests on LEDGER_APPEND not yet committed (undelivered plus "
-            "delivered and unacked), refreshed periodically from the consumer info",
+            "Append requests on the append streams not yet committed (undelivered plus "
+            "delivered and unacked), refreshed periodically from the consumers' info",
+            registry=registry,
+        )
+        self.stream_backlog = Gauge(
+            "laneledger_sequencer_stream_backlog_requests",
+            "inbound_backlog_requests by append stream: LEDGER_APPEND, or with a tenants "
+            "file LEDGER_APPEND_<tenant token> each (its backlog limit bounds it)",
+            ["stream"],
             registry=registry,
         )

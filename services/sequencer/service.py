@@ -1,6 +1,7 @@
 """The sequencer: the only writer of the ledger.
 
-Pulls append requests from LEDGER_APPEND in batches, applies them with the
+Pulls append requests from its append streams in batches (``intake.py``:
+LEDGER_APPEND, or one stream per tenant read fairly), applies them with the
 ``LedgerWriter`` in one dedicated thread (one SQLite transaction per batch),
 acks the inbound messages only after the commit, sends each producer its
 receipt, and hands the committed events to the mirror that publishes them on
@@ -48,25 +49,19 @@ from laneledger.contract.model import (
 )
 from laneledger.contract.redaction import DEFAULT_REDACTOR, Redactor, redact_command
 from laneledger.contract.subjects import REPLY_HEADER, RequestSubject, Subjects, reply_refusal, token
-from laneledger.runtime.pullfeed import PullFeed
 from laneledger.runtime.requestserver import RequestServer, ops_of
 from laneledger.runtime.servicemain import cancel_tasks, first_task_end
+from laneledger.runtime.tenants import Tenants
 from laneledger.sdk.blobstore import BlobBuckets
 from laneledger.store import LedgerWriter
 from laneledger.store.append import PreparedAppend, prepare_append, readable_ids
 from laneledger.store.writer import BatchResult, rejection
 
 from .blobcheck import BlobCheck
+from .intake import Intake
 from .metrics import SequencerMetrics
 from .mirror import CommittedStreamMirror, StreamFault
-from .streams import (
-    SEQUENCER_CONSUMER,
-    append_stream_config,
-    ensure_consumer,
-    ensure_stream,
-    events_stream_config,
-    sequencer_consumer_config,
-)
+from .streams import ensure_stream, events_stream_config
 from .tenancy import check_command_tenant
 from .writerthread import WriterThread
 
@@ -86,7 +81,7 @@ class _Batch:
     # Where each request's receipt goes: its Ledger-Reply-To when that lies in
     # the requester's inbox, else None (checked once, in _prepare_batch).
     inboxes: list[str | None]
-    # Requests that held secrets: securely erased from LEDGER_APPEND once
+    # Requests that held secrets: securely erased from their append stream once
     # committed (an ack alone leaves their bytes in the stream's files).
     scrub: list[Msg] = field(default_factory=list)
 
@@ -108,6 +103,9 @@ class SequencerSettings:
     # Secrets replaced before hashing (spec/content.md); the defaults plus
     # LANELEDGER_REDACT_* extras in the service.
     redactor: Redactor = DEFAULT_REDACTOR
+    # The declared tenants and their limits (runtime/tenants.py); None: one
+    # shared append stream and no limits.
+    tenants: Tenants | None = None
 
 
 class Sequencer:
@@ -210,21 +208,25 @@ class Sequencer:
 
     async def start(self) -> None:
         s = self._settings
-        await ensure_stream(self._js, append_stream_config(s.subjects.append_stream, s.subjects, s.replicas))
         await ensure_stream(self._js, events_stream_config(s.subjects.events_stream, s.subjects, s.replicas))
-        blobs = BlobBuckets(self._js, subjects=s.subjects, replicas=s.replicas)
+        tenants = s.tenants
+        blobs = BlobBuckets(
+            self._js,
+            subjects=s.subjects,
+            replicas=s.replicas,
+            blob_bytes=lambda token: tenants.limits_of_token(token).blob_bytes if tenants else None,
+        )
         await blobs.ensure()  # the shared bucket; a tenant's on its first command
         self._blob_check = BlobCheck(blobs, self._metrics)
         await self.mirror.check_at_start()  # a foreign message: start, but commit nothing
         self._metrics.last_position.set(self._writer.last_position)
-        await ensure_consumer(self._js, s.subjects.append_stream, sequencer_consumer_config())
-        pull = PullFeed(self._nc, s.subjects.append_stream, SEQUENCER_CONSUMER, credits=2 * s.batch_size)
-        await pull.start()
+        intake = Intake(self._nc, self._js, s.subjects, s.replicas, s.batch_size)
+        await intake.open(s.tenants)
         await self._commands.start()  # served one at a time, in arrival order
         self._tasks = [
-            asyncio.create_task(self._pull_loop(pull), name="sequencer-pull"),
+            asyncio.create_task(self._pull_loop(intake), name="sequencer-pull"),
             asyncio.create_task(self.mirror.run(), name="sequencer-mirror"),
-            asyncio.create_task(self._backlog_loop(), name="sequencer-backlog"),
+            asyncio.create_task(self._backlog_loop(intake), name="sequencer-backlog"),
         ]
         self.ready = True
         log.info("sequencer ready at position %d", self._writer.last_position)
@@ -252,19 +254,22 @@ class Sequencer:
         await cancel_tasks(self._tasks, timeout_s=drain_timeout_s)
         self._writer_thread.shutdown()
 
-    async def _backlog_loop(self) -> None:
-        """Refresh the inbound backlog gauge from the consumer's info."""
+    async def _backlog_loop(self, intake: Intake) -> None:
+        """Refresh the inbound backlog gauges from the consumers' info (and
+        let the intake delete retired streams found empty)."""
         while True:
             try:
-                info = await self._js.consumer_info(self._settings.subjects.append_stream, SEQUENCER_CONSUMER)
-                self._metrics.inbound_backlog.set(info.num_pending + info.num_ack_pending)
+                backlog = await intake.backlog()
+                self._metrics.inbound_backlog.set(sum(backlog.values()))
+                for stream, pending in backlog.items():
+                    self._metrics.stream_backlog.labels(stream).set(pending)
             except Exception as exc:  # noqa: BLE001 - NATS away: keep the last value
                 log.debug("inbound backlog not refreshed: %s", exc)
             await asyncio.sleep(self._settings.backlog_refresh_s)
 
     # ----------------------------------------------------------------- appends
 
-    async def _pull_loop(self, pull: PullFeed) -> None:
+    async def _pull_loop(self, intake: Intake) -> None:
         """Fetch and read batch N+1 while the writer commits batch N.
 
         Batches reach the writer thread in fetch order (one worker), and are
@@ -286,7 +291,7 @@ class Sequencer:
                     except TimeoutError:
                         pass
                     continue
-                msgs, held = held or await pull.next_batch(s.batch_size, s.idle_wait_s), []
+                msgs, held = held or await intake.next_batch(s.batch_size, s.idle_wait_s), []
                 if msgs and not self._stream_whole.is_set():
                     held = msgs  # the fault came while this batch was being fetched
                 elif msgs:
@@ -294,13 +299,13 @@ class Sequencer:
             # Stopping: take in what the open pull request still delivers and
             # commit it, so no request is left delivered but unacked (unless
             # committing is stopped: then stop() hands it back).
-            await pull.wind_down()
-            while self._stream_whole.is_set() and not finisher.done() and (msgs := pull.take(s.batch_size)):
+            await intake.wind_down()
+            while self._stream_whole.is_set() and not finisher.done() and (msgs := intake.take(s.batch_size)):
                 await self._submit(msgs, in_flight)
         finally:
             # What was held for a foreign stream goes back at once (not after the ack wait).
             await asyncio.gather(*(m.nak() for m in held), return_exceptions=True)
-            await pull.stop()
+            await intake.stop()
             await in_flight.put(None)
             await finisher
 
@@ -392,12 +397,12 @@ class Sequencer:
         await self.mirror.submit(result.committed)
 
     async def _scrub(self, msgs: list[Msg]) -> None:
-        """Erase committed requests that held secrets from LEDGER_APPEND:
-        a JetStream message delete overwrites the stored bytes (an ack in a
-        work queue only marks them removed). Best effort: a failure is logged,
-        the request still commits and is acked."""
-        stream = self._settings.subjects.append_stream
+        """Erase committed requests that held secrets from their append
+        stream: a JetStream message delete overwrites the stored bytes (an
+        ack in a work queue only marks them removed). Best effort: a failure
+        is logged, the request still commits and is acked."""
         for msg in msgs:
+            stream = msg.metadata.stream
             try:
                 await self._js.delete_msg(stream, msg.metadata.sequence.stream)
             except Exception as exc:  # noqa: BLE001 - logged; the commit stands
@@ -518,7 +523,7 @@ class Sequencer:
                     cmd.session_id, cmd.run_id, cmd.after, cmd.limit, max_bytes=self._nc.max_payload // 2
                 )
             case GetReceipt(append_id=append_id):
-                return r.get_receipt(append_id)
+                return r.get_receipt(append_id, tenant if tenant is not None else cmd.tenant)
 
 
 def _reply_too_large(op: str, size: int, limit: int) -> RequestTooLarge:

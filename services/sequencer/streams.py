@@ -1,6 +1,8 @@
-"""The two JetStream streams, created if missing and checked if present
-(spec/wire.md, "Streams"). A stream whose settings differ in anything that
-matters is refused at start-up, never silently changed."""
+"""The sequencer's JetStream streams, created if missing and checked if
+present (spec/wire.md, "Streams"): the committed stream, and the append
+stream (or, with a tenants file, one per tenant, bounded by its backlog
+limits). A stream whose settings differ in anything that matters is refused
+at start-up, never silently changed; only a tenant's limits are updated."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from nats.js.errors import NotFoundError
 
 from laneledger.contract.errors import InternalError
 from laneledger.contract.subjects import Subjects
+from laneledger.runtime.tenants import TenantLimits
 
 DUPLICATE_WINDOW_S = 120.0
 SEQUENCER_CONSUMER = "sequencer"
@@ -38,16 +41,41 @@ _CHECKED = (
 )
 
 
+# What a tenants file may change on an existing tenant append stream.
+LIMITS = ("max_msgs", "max_bytes")
+
+
 def append_stream_config(name: str, subjects: Subjects, replicas: int) -> StreamConfig:
+    """The one append stream of a ledger without a tenants file."""
+    return _append_stream(name, [subjects.append_wildcard], replicas, -1, -1)
+
+
+def tenant_append_stream_config(
+    name: str, subjects: Subjects, tenant_token: str, limits: TenantLimits, replicas: int
+) -> StreamConfig:
+    """One tenant's append stream (``LEDGER_APPEND_<token>``): its backlog is
+    bounded, and JetStream refuses (discard new) a publish beyond it."""
+    return _append_stream(
+        name,
+        [subjects.tenant_append_wildcard(tenant_token)],
+        replicas,
+        limits.append_backlog,
+        limits.append_backlog_bytes,
+    )
+
+
+def _append_stream(
+    name: str, subject_filters: list[str], replicas: int, max_msgs: int, max_bytes: int
+) -> StreamConfig:
     return StreamConfig(
         name=name,
         description="laneledger inbound append requests (work queue, acked after commit)",
-        subjects=[subjects.append_wildcard],
+        subjects=subject_filters,
         retention=RetentionPolicy.WORK_QUEUE,
         storage=StorageType.FILE,
         num_replicas=replicas,
-        max_msgs=-1,
-        max_bytes=-1,
+        max_msgs=max_msgs,
+        max_bytes=max_bytes,
         max_age=0,
         discard=DiscardPolicy.NEW,
         duplicate_window=DUPLICATE_WINDOW_S,
@@ -89,7 +117,11 @@ def sequencer_consumer_config() -> ConsumerConfig:
     )
 
 
-async def ensure_stream(js: JetStreamContext, wanted: StreamConfig) -> None:
+async def ensure_stream(
+    js: JetStreamContext, wanted: StreamConfig, *, updatable: tuple[str, ...] = ()
+) -> None:
+    """Create the stream, or check the one there; settings in ``updatable``
+    (a tenant's limits) are brought to what is wanted instead."""
     assert wanted.name is not None  # the *_stream_config() above always name it
     try:
         info = await js.stream_info(wanted.name)
@@ -101,6 +133,9 @@ async def ensure_stream(js: JetStreamContext, wanted: StreamConfig) -> None:
         for name in _CHECKED
         if _normal(getattr(info.config, name)) != _normal(getattr(wanted, name))
     }
+    if differing and set(differing) <= set(updatable):
+        await js.update_stream(wanted)
+        return
     if differing:
         raise InternalError(
             f"stream {wanted.name} exists with other settings; refusing to change it",

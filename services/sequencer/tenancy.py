@@ -3,10 +3,12 @@
 A tenant's producer user may publish commands on its own tenant's subject
 only, so the sequencer answers such a command for that tenant alone:
 
-* a command that *names* a tenant (``ensure_actor``, ``create_lane``) must
-  name the subject's: ``tenant_mismatch`` otherwise, which reveals nothing
-  (the caller chose both);
-* what a command *refers to* (a lane, session, run, receipt, actor, turn,
+* a command that *names* a tenant (``ensure_actor``, ``create_lane``, a
+  ``get_receipt`` naming one) must name the subject's: ``tenant_mismatch``
+  otherwise, which reveals nothing (the caller chose both);
+* a receipt is looked up among the tenant's own append ids (the reader's
+  ``get_receipt`` with the tenant): another tenant's is not there;
+* what a command *refers to* (a lane, session, run, actor, turn,
   action, a parent or forked lane) must be the subject's tenant's: something
   of another tenant is answered exactly as if it did not exist (``entity_not_found``
   with the reader's own message), so ids of other tenants cannot be probed;
@@ -50,14 +52,15 @@ def check_command_tenant(cmd: Command, tenant: str, reader: LedgerReader) -> Non
         if elsewhere("lane", lane_id):
             raise EntityNotFound("no such lane", kind="lane", id=lane_id)
 
+    named = cmd.tenant if isinstance(cmd, EnsureActor | CreateLane | GetReceipt) else None
+    if named is not None and named != tenant:
+        raise TenantMismatch(
+            "the command names another tenant than its subject",
+            what="command",
+            tenant=named,
+            subject_tenant=tenant,
+        )
     match cmd:
-        case EnsureActor() | CreateLane() if cmd.tenant != tenant:
-            raise TenantMismatch(
-                "the command names another tenant than its subject",
-                what="command",
-                tenant=cmd.tenant,
-                subject_tenant=tenant,
-            )
         case CreateLane():
             if elsewhere("session", cmd.session_id):
                 raise TenantMismatch(
@@ -84,5 +87,3 @@ def check_command_tenant(cmd: Command, tenant: str, reader: LedgerReader) -> Non
             raise EntityNotFound("no such session", kind="session", id=session_id)
         case LoadStructure(session_id=session_id) if elsewhere("session", session_id):
             raise EntityNotFound("no such session", kind="session", id=session_id)
-        case GetReceipt(append_id=append_id) if elsewhere("receipt", append_id):
-            raise EntityNotFound("no committed append with this id", kind="receipt", id=append_id)

@@ -282,7 +282,8 @@ def _audit(db: sqlite3.Connection, key: bytes | None, page: int, checks: _EventC
     tips: dict[str, _Tip] = {}
     chains = LaneChains(key=key)
     group: list[_Event] = []  # the events of the current append
-    group_append: str | None = None
+    # (tenant, append id) of the current append: append ids are each tenant's own.
+    group_append: tuple[str, str] | None = None
     groups = 0
     position = 0
     receipt_of = db.cursor()
@@ -290,24 +291,24 @@ def _audit(db: sqlite3.Connection, key: bytes | None, page: int, checks: _EventC
     def close_group() -> None:
         nonlocal groups
         if group_append is not None:
-            _check_receipt(receipt_of, group_append, group)
+            _check_receipt(receipt_of, *group_append, group)
             groups += 1
 
     rows = _pages(
         db,
-        "SELECT position, id, lane_id, seq, append_id, body FROM events"
+        "SELECT position, id, lane_id, seq, append_id, tenant, body FROM events"
         " WHERE position > ? ORDER BY position LIMIT ?",
         -(2**63),
         page,
     )
-    for row_position, row_id, row_lane, row_seq, row_append, body in rows:
+    for row_position, row_id, row_lane, row_seq, row_append, row_tenant, body in rows:
         if row_position != position + 1:
             raise position_gap(position + 1, row_position, row_lane, row_seq)
         position = row_position
-        if row_append != group_append:  # the previous append is complete: check its receipt
+        if (row_tenant, row_append) != group_append:  # the previous append is complete: check its receipt
             close_group()
             group.clear()
-            group_append = row_append
+            group_append = (row_tenant, row_append)
         record = decode_body(body, position, row_lane, row_seq)
         # Chained by the lane the hashed body names: a row whose lane column
         # alone was edited is then a row_mismatch, not a broken link.
@@ -559,11 +560,15 @@ class _EventChecks:
         return facts
 
 
-def _check_receipt(db: sqlite3.Cursor, append_id: str, events: list[_Event]) -> None:
-    """The contiguous events of one append against its stored receipt."""
+def _check_receipt(db: sqlite3.Cursor, tenant: str, append_id: str, events: list[_Event]) -> None:
+    """The contiguous events of one append against its stored receipt: the
+    receipt of that append id whose lane is the tenant's (read through the
+    lane, so a database the sequencer has not migrated yet reads the same)."""
     first = events[0]
     row = db.execute(
-        "SELECT lane_id, digest, body FROM receipts WHERE append_id = ?", (append_id,)
+        "SELECT lane_id, digest, body FROM receipts WHERE append_id = ?"
+        " AND lane_id IN (SELECT id FROM lanes WHERE tenant = ?)",
+        (append_id, tenant),
     ).fetchone()
     if row is None:
         raise _integrity(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from laneledger.cli.report import fail
 from laneledger.runtime.natsconfig import render
+from laneledger.runtime.tenants import TenantsFileError, load_tenants
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,6 +31,11 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="a tenant (repeat for each); letters, digits, '_' and '-'",
     )
     sub.add_argument(
+        "--tenants-file",
+        metavar="FILE",
+        help="the tenants file (deploy/tenants.toml) the services read too: a user for each tenant in it",
+    )
+    sub.add_argument(
         "--korg-tenant", default="korg", help="the tenant of the tail's Korg endpoint, its one append subject"
     )
     sub.add_argument("--template", default="deploy/nats.conf", help="the config to render")
@@ -38,9 +44,14 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def cmd_nats_config(args: argparse.Namespace) -> int:
+    try:
+        declared = load_tenants(args.tenants_file).names if args.tenants_file else []
+    except TenantsFileError as exc:
+        return fail(str(exc))
+    tenants = list(dict.fromkeys([*args.tenant, *declared]))
     template = Path(args.template).read_text()
     try:
-        text = render(template, args.tenant, korg_tenant=args.korg_tenant)
+        text = render(template, tenants, korg_tenant=args.korg_tenant)
     except ValueError as exc:
         return fail(f"{args.template}: {exc}")
     if args.output:

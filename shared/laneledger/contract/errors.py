@@ -30,6 +30,7 @@ The tree::
     │   └── BlobMissing                 blob_missing           a referenced blob is not stored yet
     ├── IntegrityError                  integrity_failure      a chain or blob check failed
     │   └── ChainFault                  chain_fault            first bad position/seq and fault kind
+    ├── QuotaExceeded                   quota_exceeded         a tenant's limit is reached (resend later)
     ├── TransportError                  the request may or may not have arrived
     │   ├── LedgerTimeout               timeout                no answer in time (resend same id)
     │   └── LedgerUnavailable           unavailable            no server / stream (resend later)
@@ -213,6 +214,22 @@ class ChainFault(IntegrityError):
     ``content_tampered``, ``not_chained``."""
 
     code = "chain_fault"
+
+
+# -- limits -------------------------------------------------------------------
+
+
+class QuotaExceeded(LedgerError):
+    """One of a tenant's limits (its tenants file entry, spec/wire.md
+    "Tenants and limits") is reached: nothing was stored. ``details``:
+    ``limit`` (``append_backlog``, ``append_backlog_bytes``, ``blob_bytes``,
+    ``artifact_bytes``), ``tenant``, and where known the stream or bucket.
+    Retryable: the same request succeeds once the backlog drains or space is
+    freed; resend it later, more slowly."""
+
+    code = "quota_exceeded"
+    retryable = True
+    http_status = 429
 
 
 # -- transport ----------------------------------------------------------------

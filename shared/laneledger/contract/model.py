@@ -377,6 +377,10 @@ class LoadStructure(Frozen, frozen=True, kw_only=True, tag="load_structure", tag
 
 class GetReceipt(Frozen, frozen=True, kw_only=True, tag="get_receipt", tag_field="op"):
     append_id: Id
+    # Append ids are each tenant's own: the tenant whose append it is. Needed
+    # on the unscoped subject only when several tenants used the id; on a
+    # tenant's subject it is that tenant.
+    tenant: Id | None = None
 
 
 Command = (

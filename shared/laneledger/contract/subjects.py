@@ -186,6 +186,22 @@ class Subjects:
     def append_wildcard(self) -> str:
         return f"{self.prefix}.append.>"
 
+    # With a tenants file each declared tenant has its own append stream
+    # (its backlog bounded on its own, read fairly: spec/wire.md, "Tenants
+    # and limits") instead of the one above; streams may not overlap.
+    def tenant_append_stream(self, tenant_token: str) -> str:
+        return token_bucket(self.append_stream, tenant_token)
+
+    def tenant_append_wildcard(self, tenant_token: str) -> str:
+        return f"{self.prefix}.append.{tenant_token}.>"
+
+    def retired_append(self, stream: str) -> str:
+        """Where an append stream no longer wanted (a tenant dropped from the
+        tenants file, or the shared one when a file comes) is moved while the
+        sequencer commits what it still holds: a subject nobody publishes on,
+        so nothing new lands there."""
+        return f"{self.prefix}.retired-append.{stream}"
+
     @property
     def events_wildcard(self) -> str:
         return f"{self.prefix}.events.>"

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from laneledger.runtime.tenants import load_tenants
 from laneledger.sdk.natsconnect import DEFAULT_NATS, checked_nats
 
 PREFIX = "LANELEDGER_"
@@ -81,6 +82,18 @@ def reply_nats_setting(service: str) -> Setting:
             "NATS URL(s) for receipts and replies, as a user that may publish to inboxes only "
             f"(deploy/nats.conf: {service}-replies); unset: the --nats connection"
         ),
+    )
+
+
+def tenants_setting() -> Setting:
+    """For the services that enforce tenants' limits (the sequencer, the
+    checkpoint service): the tenants file (``laneledger.runtime.tenants``)."""
+    return Setting(
+        "--tenants-file",
+        "TENANTS_FILE",
+        None,
+        load_tenants,
+        help="the tenants file (deploy/tenants.toml): declared tenants and their limits; unset: no limits",
     )
 
 

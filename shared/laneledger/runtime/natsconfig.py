@@ -18,9 +18,14 @@ permissions narrowed to that tenant:
 * its checkpoint artifacts live in its own bucket,
   ``LEDGER_CHECKPOINT_ARTIFACTS_<tenant>`` (``subjects.tenant_bucket``), the
   only one it may touch; the checkpoint service may create and read it;
-* its content-reference blobs likewise live in ``LEDGER_BLOBS_<tenant>``, the
-  only blob bucket it may touch (put and get, no purge, no delete); the
-  sequencer creates it (it may manage every stream) and the tail may read it;
+* it uploads content-reference blobs into ``LEDGER_UPLOADS_<tenant>`` (put,
+  get and purge, which nats-py uses to clear a failed put) and reads committed ones in
+  ``LEDGER_BLOBS_<tenant>``, which it may not write: the sequencer copies an
+  upload there before an append referencing it commits (so no producer can
+  delete or overwrite a committed blob) and is granted
+  ``$O.LEDGER_BLOBS_<tenant>.>`` for it; it creates both buckets (it may
+  manage every stream, and reads the uploads through ``$JS.API``). The tail
+  may read ``LEDGER_BLOBS_<tenant>``; no other blob bucket is the tenant's;
 * it subscribes to ``_INBOX_<tenant>.>`` only, the inbox prefix its client
   must use (``LedgerClient.connect(inbox_prefix=inbox_prefix(tenant))``), so
   it cannot read another tenant's receipts and replies, which travel on the
@@ -47,7 +52,9 @@ _INBOX_ALLOW = '"_INBOX.>"'
 # only ones that publish on producers' inboxes.
 RESPONDERS = ("sequencer-replies", "checkpoint-replies")
 ARTIFACTS = "LEDGER_CHECKPOINT_ARTIFACTS"  # the shared bucket; a tenant's is ARTIFACTS_<tenant>
-BLOBS = "LEDGER_BLOBS"  # likewise for content-reference blobs
+BLOBS = "LEDGER_BLOBS"  # likewise for committed content-reference blobs
+UPLOADS = "LEDGER_UPLOADS"  # a tenant's uploads bucket is UPLOADS_<tenant>; there is no shared one
+_SEQUENCER_API = '"$JS.API.>"'
 
 
 def _bucket_permission(bucket: str) -> re.Pattern[str]:
@@ -122,6 +129,14 @@ def render(
             + block.group(0).replace(shared[-1], ", ".join([shared[-1], *own]), 1)
             + text[block.end() :]
         )
+    # The sequencer writes each tenant's committed blobs (copies of its uploads).
+    block = _user_block(text, "sequencer")
+    if _SEQUENCER_API not in block.group(0):
+        raise TemplateError(f"user 'sequencer' does not publish {_SEQUENCER_API}")
+    writes = [f'"$O.{tenant_bucket(BLOBS, t)}.>"' for t in tenants]
+    if writes:
+        grant = ", ".join([_SEQUENCER_API, *writes])
+        text = text[: block.start()] + block.group(0).replace(_SEQUENCER_API, grant, 1) + text[block.end() :]
     producer = _user_block(text, "producer").group(0)
     if (
         any(subject not in producer for subject in (append_all, *requests_all))
@@ -147,7 +162,7 @@ def render(
             )
         )
         own_user = _ARTIFACT_PERMISSION.sub(_renamer(tenant, ARTIFACTS), own_user)
-        own_user = _BLOB_PERMISSION.sub(_renamer(tenant, BLOBS), own_user)
+        own_user = _BLOB_PERMISSION.sub(_blob_permissions(tenant), own_user)
         added.append(own_user)
     end = _user_block(text, "producer").end()
     return text[:end] + "".join(added) + text[end:]
@@ -161,3 +176,25 @@ def _rename_bucket(permission: str, tenant: str, bucket: str = ARTIFACTS) -> str
 def _renamer(tenant: str, bucket: str) -> Callable[[re.Match[str]], str]:
     """``_rename_bucket`` as a ``re.sub`` replacement."""
     return lambda permission: _rename_bucket(permission.group(0), tenant, bucket)
+
+
+def _blob_permissions(tenant: str) -> Callable[[re.Match[str]], str]:
+    """A ``re.sub`` replacement for the shared producer's permissions on the
+    shared blob bucket: the same on the tenant's uploads bucket, and the
+    reading ones (not ``$O.``: no put, so no delete) on its committed bucket."""
+
+    uploads = tenant_bucket(UPLOADS, tenant)
+
+    def replace(found: re.Match[str]) -> str:
+        permission = found.group(0)
+        own = [permission.replace(BLOBS, uploads, 1)]
+        if "STREAM.INFO." in permission:
+            # Purging its own uploads: nats-py clears the chunks of a put that
+            # failed (a full bucket), which would otherwise count against the
+            # tenant's blob_bytes until they age out. Committed blobs are elsewhere.
+            own.append(f'"$JS.API.STREAM.PURGE.OBJ_{uploads}"')
+        if "$O." not in permission:
+            own.append(_rename_bucket(permission, tenant, BLOBS))
+        return ", ".join(own)
+
+    return replace

@@ -40,6 +40,7 @@ class PullFeed:
         credits: int = 1000,
         expires_s: float = 1.0,
         max_buffered: int = 4000,
+        arrived: asyncio.Event | None = None,
     ) -> None:
         self._nc = nc
         self._next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"
@@ -48,7 +49,8 @@ class PullFeed:
         self._expires_s = expires_s
         self._max_buffered = max_buffered
         self._buffer: deque[Msg] = deque()
-        self._arrived = asyncio.Event()
+        # Set when a message arrives; several feeds read together share one.
+        self._arrived = arrived or asyncio.Event()
         self._inbox = ""
         self._sub: Subscription | None = None
         self._outstanding = 0  # messages the current pull request may still deliver
@@ -79,6 +81,11 @@ class PullFeed:
                 except Exception:  # noqa: BLE001 - NATS away: the ack wait redelivers it
                     break
 
+    @property
+    def buffered(self) -> int:
+        """Messages arrived and not yet taken."""
+        return len(self._buffer)
+
     async def next_batch(self, max_msgs: int, timeout: float) -> list[Msg]:
         """Whatever has arrived, up to ``max_msgs``; waits up to ``timeout``
         for the first message and returns ``[]`` if none came."""
@@ -92,10 +99,10 @@ class PullFeed:
                     await self._arrived.wait()
             except TimeoutError:
                 pass
-            await self._ask_if_idle()
+            await self.ask_if_idle()
         take = min(max_msgs, len(self._buffer))
         batch = [self._buffer.popleft() for _ in range(take)]
-        await self._ask_if_idle()
+        await self.ask_if_idle()
         return batch
 
     async def _ask(self) -> None:
@@ -122,7 +129,8 @@ class PullFeed:
         """What has arrived, up to ``max_msgs``, without waiting."""
         return [self._buffer.popleft() for _ in range(min(max_msgs, len(self._buffer)))]
 
-    async def _ask_if_idle(self) -> None:
+    async def ask_if_idle(self) -> None:
+        """Ask the server for more if the last request is over and there is room."""
         # A request whose messages have all come is done; one older than its
         # expiry is done too even if its closing status got lost (reconnect).
         if self._winding_down:
@@ -143,7 +151,7 @@ class PullFeed:
             self._request_over.set()
             self.unavailable = status == NO_RESPONDERS
             if status not in ("409", NO_RESPONDERS):
-                await self._ask_if_idle()
+                await self.ask_if_idle()
             return
         self.unavailable = False
         self._buffer.append(msg)
@@ -151,4 +159,4 @@ class PullFeed:
         self._arrived.set()
         if self._outstanding <= 0:
             self._request_over.set()
-            await self._ask_if_idle()
+            await self.ask_if_idle()

@@ -1,23 +1,34 @@
 """The blob store of content references: JetStream object store buckets.
 
-Normative text: ``spec/content.md``. Each tenant has its own bucket,
-``LEDGER_BLOBS_<tenant token>`` (``subjects.tenant_bucket``), created by the
-sequencer when the tenant's producer first sends it a command, never by a
-producer (creating streams would let it capture other subjects): NATS
-permissions cannot restrict an object store by object name, so only separate
-buckets keep one tenant's producer from reading another's blobs over raw
-JetStream. The shared bucket ``LEDGER_BLOBS`` (for the default prefix;
-created by the sequencer at start) holds the blobs of the trusted producer
-(no tenant-scoped client) and those written before tenant buckets existed.
+Normative text: ``spec/content.md``. Each tenant has two buckets, created by
+the sequencer when the tenant's producer first sends it a command, never by a
+producer (creating streams would let it capture other subjects):
+
+* ``LEDGER_UPLOADS_<tenant token>`` (``tenant_uploads_bucket_name``), where
+  the tenant's producer uploads, expiring after ``UPLOAD_MAX_AGE_S``;
+* ``LEDGER_BLOBS_<tenant token>`` (``tenant_bucket_name``), the committed
+  blobs: only the sequencer writes it, copying an upload there (its bytes
+  checked against the name, ``BlobBuckets.commit_upload``) before the append
+  referencing it commits. The producer may read it, not write it: an object
+  store delete or overwrite is just another message on ``$O.<bucket>.M.<name>``,
+  so a producer that could put there could also unmake a committed blob.
+
+NATS permissions cannot restrict an object store by object name, so only
+separate buckets keep one tenant's producer from reading another's blobs over
+raw JetStream. The shared bucket ``LEDGER_BLOBS`` (for the default prefix;
+created by the sequencer at start) holds the blobs of trusted writers (the
+trusted producer with no tenant-scoped client, the tail's Korg endpoint) and
+those written before tenant buckets existed; only trusted users write it.
 Either way an object is named ``<tenant token>/<hex sha256>`` (a read names
 its tenant even in the shared bucket); within a tenant blobs are
 content-addressed and deduplicated: ``put`` skips the upload when an object
 of that name already holds those bytes. Readers (:class:`BlobBuckets`) look
-in the tenant's bucket, then in the shared one.
+in the tenant's committed bucket, then in the shared one.
 
 The object store keeps a SHA-256 of the bytes it stored (``ObjectInfo.digest``),
 so presence (``has``) is checked against the name without reading the blob;
-``get`` re-hashes what it read.
+``get`` re-hashes what it read. An upload is a producer's say-so, metadata
+and all: ``read_upload`` trusts none of it.
 """
 
 from __future__ import annotations
@@ -25,19 +36,22 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-from collections.abc import AsyncIterator, Awaitable
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 from nats.js.api import ObjectInfo, ObjectStoreConfig, StorageType
 from nats.js.client import JetStreamContext
 from nats.js.errors import (
+    BadObjectMetaError,
     BucketNotFoundError,
     DigestMismatchError,
     NotFoundError,
     ObjectDeletedError,
     ObjectNotFoundError,
 )
-from nats.js.object_store import ObjectStore
+from nats.js.object_store import OBJ_CHUNKS_PRE_TEMPLATE, OBJ_META_PRE_TEMPLATE, ObjectStore
 
 from laneledger.contract.contentref import hex_of
 from laneledger.contract.errors import (
@@ -46,13 +60,27 @@ from laneledger.contract.errors import (
     LedgerError,
     LedgerTimeout,
     LedgerUnavailable,
+    QuotaExceeded,
 )
 from laneledger.contract.subjects import Subjects, token, token_bucket
-from laneledger.sdk.objectstores import create_object_store, open_object_store
+from laneledger.sdk.objectstores import bound_bucket, create_object_store, open_object_store, stream_of
+from laneledger.sdk.pubacks import limit_reached_by
 
+log = logging.getLogger("laneledger.blobs")
 T = TypeVar("T")
 BYTES_PER_S = 1024 * 1024  # the slowest transfer a blob call's time bound allows for
 MAX_BLOB_BYTES = 64 << 20  # read into memory; larger is refused
+# How long an upload stays in a tenant's uploads bucket. The sequencer copies
+# an upload into the committed bucket when an append referencing it commits;
+# what is never committed, and the orphan chunks of a failed put (producers
+# may not purge), age out instead of piling up. A day covers any producer's
+# retries between upload and append.
+UPLOAD_MAX_AGE_S = 24 * 3600
+# Every chunk of an upload but the last holds at least this much (nats-py
+# writes 128 KiB chunks): bounds the reads a copy makes to size / 16 KiB + 1,
+# however finely a hostile upload is cut.
+MIN_UPLOAD_CHUNK_BYTES = 16 << 10
+_NUID = re.compile(r"[A-Za-z0-9]{1,64}")  # an object's chunk subject token, as nats-py makes it
 
 
 def bucket_name(subjects: Subjects = Subjects()) -> str:
@@ -61,8 +89,42 @@ def bucket_name(subjects: Subjects = Subjects()) -> str:
 
 
 def tenant_bucket_name(tenant_token: str, subjects: Subjects = Subjects()) -> str:
-    """``LEDGER_BLOBS_<tenant token>``: the bucket of one tenant's blobs."""
+    """``LEDGER_BLOBS_<tenant token>``: the bucket of one tenant's committed blobs."""
     return token_bucket(bucket_name(subjects), tenant_token)
+
+
+def uploads_bucket_name(subjects: Subjects = Subjects()) -> str:
+    """``LEDGER_UPLOADS`` for the default prefix: the stem of the tenants'
+    uploads buckets (there is no shared one)."""
+    return subjects.events_stream.removesuffix("_EVENTS") + "_UPLOADS"
+
+
+def tenant_uploads_bucket_name(tenant_token: str, subjects: Subjects = Subjects()) -> str:
+    """``LEDGER_UPLOADS_<tenant token>``: where one tenant's producer uploads."""
+    return token_bucket(uploads_bucket_name(subjects), tenant_token)
+
+
+def blob_bucket_config(replicas: int = 1, max_bytes: int | None = None) -> ObjectStoreConfig:
+    """A bucket of committed blobs (a tenant's, or the shared one): kept for
+    good; ``max_bytes``: the tenant's ``blob_bytes`` (``runtime.tenants``)."""
+    return ObjectStoreConfig(
+        description="laneledger content-referenced payload values, by tenant and sha256",
+        storage=StorageType.FILE,
+        replicas=replicas,
+        max_bytes=max_bytes,
+    )
+
+
+def uploads_bucket_config(replicas: int = 1, max_bytes: int | None = None) -> ObjectStoreConfig:
+    """A tenant's uploads bucket: what is not copied in a day ages out;
+    bounded by the tenant's ``blob_bytes`` too."""
+    return ObjectStoreConfig(
+        description="laneledger content-referenced payload values uploaded, not yet committed",
+        storage=StorageType.FILE,
+        replicas=replicas,
+        ttl=UPLOAD_MAX_AGE_S,
+        max_bytes=max_bytes,
+    )
 
 
 def object_name(tenant_token: str, ref: str) -> str:
@@ -95,11 +157,12 @@ class BlobStore:
         bucket: str | None = None,
         replicas: int = 1,
         create: bool = True,
+        config: ObjectStoreConfig | None = None,
         timeout_s: float = 10.0,
     ) -> BlobStore:
-        """Open the bucket, creating it (file storage, no expiry) if missing
-        and ``create``; otherwise a missing bucket is ``EntityNotFound``
-        (kind ``blob_bucket``)."""
+        """Open the bucket, creating it if missing and ``create`` (with
+        ``config``, by default ``blob_bucket_config(replicas)``); otherwise a
+        missing bucket is ``EntityNotFound`` (kind ``blob_bucket``)."""
         name = bucket or bucket_name(subjects)
         try:
             async with asyncio.timeout(timeout_s):
@@ -108,15 +171,7 @@ class BlobStore:
                 except (NotFoundError, BucketNotFoundError):
                     if not create:
                         raise EntityNotFound("no blob bucket", kind="blob_bucket", bucket=name) from None
-                    obs = await create_object_store(
-                        js,
-                        name,
-                        ObjectStoreConfig(
-                            description="laneledger content-referenced payload values, by tenant and sha256",
-                            storage=StorageType.FILE,
-                            replicas=replicas,
-                        ),
-                    )
+                    obs = await create_object_store(js, name, config or blob_bucket_config(replicas))
         except LedgerError:
             raise
         except TimeoutError:
@@ -140,11 +195,22 @@ class BlobStore:
             raise IntegrityError(
                 "blob chunks do not match the stored digest", kind="blob_mismatch", ref=ref
             ) from exc
+        except BadObjectMetaError as exc:
+            raise IntegrityError(
+                "the blob's object metadata is not readable", kind="blob_mismatch", ref=ref
+            ) from exc
         except TimeoutError:
             raise LedgerTimeout(f"{what}: no answer in {timeout:g}s", ref=ref) from None
         except LedgerError:
             raise
         except Exception as exc:
+            if limit_reached_by(exc) is not None:
+                raise QuotaExceeded(
+                    f"{what}: the bucket {self.bucket} is full (the tenant's blob_bytes limit)",
+                    limit="blob_bytes",
+                    bucket=self.bucket,
+                    ref=ref,
+                ) from exc
             raise LedgerUnavailable(f"{what}: {type(exc).__name__}: {exc}", ref=ref) from exc
 
     async def _info(self, tenant_token: str, ref: str) -> ObjectInfo | None:
@@ -158,21 +224,28 @@ class BlobStore:
         """Store ``data`` for ``tenant``; returns its ``sha256:<hex>``. Skipped
         when the blob is already there (do not replace chunks a reader may be
         reading)."""
-        hex_sha = hashlib.sha256(data).hexdigest()
-        ref = "sha256:" + hex_sha
-        if await self.has(tenant, ref, len(data)):
-            return ref
+        ref = "sha256:" + hashlib.sha256(data).hexdigest()
+        if not await self.has(tenant, ref, len(data)):
+            await self._upload(token(tenant), ref, data)
+        return ref
+
+    async def _upload(self, tenant_token: str, ref: str, data: bytes) -> None:
+        """Store ``data`` (which hashes to ``ref``) under its name, unconditionally."""
         info = await self._call(
-            "upload blob", ref, self._obs.put(object_name(token(tenant), ref), data), len(data)
+            "upload blob", ref, self._obs.put(object_name(tenant_token, ref), data), len(data)
         )
-        if info.digest != object_store_digest(hex_sha):
+        if info.digest != object_store_digest(hex_of(ref)):
             raise IntegrityError(
                 "the object store kept another digest for the uploaded blob",
                 kind="blob_mismatch",
                 ref=ref,
                 stored_digest=info.digest,
             )
-        return ref
+
+    async def lasting(self, tenant: str, ref: str, size_bytes: int) -> bool:
+        """Whether a blob ``has`` found stays: in a bucket of committed blobs,
+        always (the ledger never deletes one). See ``TenantBlobStore``."""
+        return True
 
     async def has(self, tenant: str, ref: str, size_bytes: int | None = None) -> bool:
         """Whether ``tenant`` has this blob (with this size, when given): an
@@ -224,6 +297,90 @@ class BlobStore:
             )
         return data
 
+    async def read_upload(self, tenant_token: str, ref: str, size_bytes: int) -> bytes | None:
+        """The bytes a producer uploaded under this blob's name, exactly
+        ``size_bytes`` that hash to ``ref``; None when there is no such
+        upload (or it was deleted). Anything else is ``IntegrityError``: kind
+        ``upload_mismatch`` (another size or digest, a link, a malformed
+        object, chunks that are not those bytes), or ``blob_too_large`` (over
+        ``MAX_BLOB_BYTES``).
+
+        The producer wrote the metadata too, so none of it is trusted: the
+        chunks are read message by message from the stream under the one
+        subject the metadata names, never by a consumer (whose filter a
+        hostile ``nuid`` could widen to the whole bucket), and never more
+        than ``size_bytes`` plus one chunk."""
+        hex_sha = hex_of(ref)
+
+        def mismatch(why: str) -> IntegrityError:
+            return IntegrityError(
+                f"the upload is not the blob its name says: {why}", kind="upload_mismatch", ref=ref
+            )
+
+        try:
+            info = await self._info(tenant_token, ref)
+        except IntegrityError:
+            raise mismatch("its metadata is not readable") from None
+        if info is None:
+            return None
+        if size_bytes > MAX_BLOB_BYTES:
+            raise IntegrityError(
+                "blob larger than the ledger copies",
+                kind="blob_too_large",
+                ref=ref,
+                size_bytes=size_bytes,
+                limit_bytes=MAX_BLOB_BYTES,
+            )
+        if info.size != size_bytes:
+            raise mismatch(f"its metadata gives another size than the reference's {size_bytes}")
+        if info.digest != object_store_digest(hex_sha):
+            raise mismatch("its metadata names another digest")
+        if info.is_link() or not isinstance(info.nuid, str) or not _NUID.fullmatch(info.nuid):
+            raise mismatch("its metadata names no chunks of its own")
+        data = await self._call("read upload", ref, self._chunks(info.nuid, size_bytes), size_bytes)
+        if len(data) != size_bytes or hashlib.sha256(data).hexdigest() != hex_sha:
+            raise mismatch("its chunks do not hash to it")
+        return data
+
+    async def discard_upload(self, tenant_token: str, ref: str) -> None:
+        """Remove an upload the sequencer has copied (its chunks and its
+        metadata), so it stops counting against the tenant's ``blob_bytes``.
+        Through the stream API (purges by subject): the sequencer may not
+        publish on an uploads bucket's ``$O.`` subjects."""
+        name = object_name(tenant_token, ref)
+        info = await self._info(tenant_token, ref)
+        stream = stream_of(self.bucket)
+        meta = OBJ_META_PRE_TEMPLATE.format(
+            bucket=self.bucket, obj=base64.urlsafe_b64encode(name.encode()).decode()
+        )
+        subjects = [meta]
+        if info is not None and isinstance(info.nuid, str) and _NUID.fullmatch(info.nuid):
+            subjects.insert(0, OBJ_CHUNKS_PRE_TEMPLATE.format(bucket=self.bucket, obj=info.nuid))
+        for subject in subjects:
+            await self._call("discard upload", ref, self._js.purge_stream(stream, subject=subject))
+
+    async def _chunks(self, nuid: str, size_bytes: int) -> bytes:
+        """The chunks on ``$O.<bucket>.C.<nuid>`` in stream order, until
+        ``size_bytes`` are read, there are no more, or one but the last is
+        shorter than ``MIN_UPLOAD_CHUNK_BYTES``."""
+        subject = OBJ_CHUNKS_PRE_TEMPLATE.format(bucket=self.bucket, obj=nuid)
+        stream = stream_of(self.bucket)
+        data = bytearray()
+        seq = 1
+        while len(data) < size_bytes:
+            try:
+                msg = await self._js.get_msg(stream, seq=seq, subject=subject, next=True)
+            except NotFoundError:
+                break
+            if msg.seq is None:
+                break
+            chunk = msg.data or b""
+            data += chunk
+            if len(data) < size_bytes and len(chunk) < MIN_UPLOAD_CHUNK_BYTES:
+                break
+            seq = msg.seq + 1
+        return bytes(data)
+
     async def refs(self, tenant: str) -> AsyncIterator[tuple[str, int]]:
         """Every ``(ref, size_bytes)`` stored for ``tenant``."""
         prefix = token(tenant) + "/"
@@ -239,16 +396,45 @@ class BlobStore:
             return []
 
 
+class TenantBlobStore(BlobStore):
+    """A tenant-scoped producer's blobs (``LedgerClient.blob_store`` of a
+    client connected with ``tenant=``): reads are of the tenant's committed
+    bucket, which only the sequencer writes; ``put`` uploads into the
+    tenant's uploads bucket, whence the sequencer copies a blob into the
+    committed one before the first append referencing it commits."""
+
+    def __init__(self, committed: BlobStore, uploads: BlobStore) -> None:
+        super().__init__(committed._js, committed._obs, committed.bucket, timeout_s=committed.timeout_s)
+        self.uploads = uploads
+
+    async def put(self, tenant: str, data: bytes) -> str:
+        """Upload ``data`` for ``tenant``; returns its ``sha256:<hex>``.
+        Skipped when the blob is committed already, or uploaded."""
+        ref = "sha256:" + hashlib.sha256(data).hexdigest()
+        if not await self.has(tenant, ref, len(data)):
+            await self.uploads._upload(token(tenant), ref, data)
+        return ref
+
+    async def has(self, tenant: str, ref: str, size_bytes: int | None = None) -> bool:
+        """Whether the blob is committed, or uploaded for the sequencer to
+        copy when an append referencing it commits."""
+        return await super().has(tenant, ref, size_bytes) or await self.uploads.has(tenant, ref, size_bytes)
+
+    async def lasting(self, tenant: str, ref: str, size_bytes: int) -> bool:
+        """Whether the blob is committed: an upload ages out (``UPLOAD_MAX_AGE_S``)."""
+        return await super().has(tenant, ref, size_bytes)
+
+
 class BlobBuckets:
-    """A tenant's blobs as readers see them: its own bucket, then the shared
-    one (the trusted producer's, and blobs stored before tenant buckets).
+    """A tenant's blobs as readers see them: its own committed bucket, then
+    the shared one (trusted writers', and blobs stored before tenant buckets).
 
     A bucket is looked up by ``$JS.API.STREAM.NAMES`` before it is opened:
     that a reader may always ask, while a tenant bucket's own API subjects
     are granted only for the tenants its NATS config was rendered for. An
     absent bucket is looked up again on the next read (it may be created
-    meanwhile); an opened one is kept. Only ``ensure`` creates (the
-    sequencer's)."""
+    meanwhile); an opened one is kept. Only ``ensure`` and ``ensure_uploads``
+    create, and only ``commit_upload`` writes (the sequencer's)."""
 
     def __init__(
         self,
@@ -257,6 +443,7 @@ class BlobBuckets:
         subjects: Subjects = Subjects(),
         replicas: int = 1,
         timeout_s: float = 10.0,
+        blob_bytes: Callable[[str], int | None] = lambda tenant_token: None,
     ) -> None:
         self._js = js
         self._subjects = subjects
@@ -264,14 +451,33 @@ class BlobBuckets:
         self.timeout_s = timeout_s
         self.shared = bucket_name(subjects)
         self._open: dict[str, BlobStore] = {}
+        # A tenant's byte limit, by subject token: bounds its buckets (``ensure``).
+        self._blob_bytes = blob_bytes
 
     async def ensure(self, tenant_token: str | None = None) -> BlobStore:
-        """Open a tenant's bucket (None: the shared one), creating it if missing."""
-        name = self.shared if tenant_token is None else tenant_bucket_name(tenant_token, self._subjects)
+        """Open a tenant's committed bucket (None: the shared one), creating it if missing."""
+        if tenant_token is None:
+            return await self._ensure(self.shared, blob_bucket_config(self._replicas))
+        name = tenant_bucket_name(tenant_token, self._subjects)
+        return await self._ensure(name, blob_bucket_config(self._replicas, self._blob_bytes(tenant_token)))
+
+    async def ensure_uploads(self, tenant_token: str) -> BlobStore:
+        """Open a tenant's uploads bucket, creating it if missing."""
+        name = tenant_uploads_bucket_name(tenant_token, self._subjects)
+        return await self._ensure(name, uploads_bucket_config(self._replicas, self._blob_bytes(tenant_token)))
+
+    async def _ensure(self, name: str, config: ObjectStoreConfig) -> BlobStore:
+        """Open (creating) a bucket; one that was there gets ``config``'s byte
+        limit, which the tenants file may have changed since."""
         if name not in self._open:
-            self._open[name] = await BlobStore.open(
-                self._js, bucket=name, replicas=self._replicas, timeout_s=self.timeout_s
-            )
+            store = await BlobStore.open(self._js, bucket=name, config=config, timeout_s=self.timeout_s)
+            try:
+                await bound_bucket(self._js, name, config.max_bytes)
+            except Exception as exc:
+                raise LedgerUnavailable(
+                    f"bound blob bucket {name}: {type(exc).__name__}: {exc}", bucket=name
+                ) from exc
+            self._open[name] = store
         return self._open[name]
 
     async def _existing(self, name: str) -> BlobStore | None:
@@ -298,7 +504,7 @@ class BlobBuckets:
         return store
 
     async def stores(self, tenant_token: str) -> list[BlobStore]:
-        """The buckets that may hold this tenant's blobs, in reading order."""
+        """The buckets that may hold this tenant's committed blobs, in reading order."""
         found = []
         for name in (tenant_bucket_name(tenant_token, self._subjects), self.shared):
             store = await self._existing(name)
@@ -307,12 +513,32 @@ class BlobBuckets:
         return found
 
     async def missing(self, tenant_token: str, refs: list[tuple[str, int]]) -> list[tuple[str, int]]:
-        """The ``(ref, size_bytes)`` of ``refs`` in none of the tenant's buckets."""
+        """The ``(ref, size_bytes)`` of ``refs`` in none of the tenant's
+        buckets of committed blobs (an upload is not there yet)."""
         for store in await self.stores(tenant_token):
             if not refs:
                 break
             refs = await store.missing(tenant_token, refs)
         return refs
+
+    async def commit_upload(self, tenant_token: str, ref: str, size_bytes: int) -> bool:
+        """Copy the tenant's upload of this blob into its committed bucket
+        (the sequencer, before an append referencing it commits): False
+        when the tenant has no such upload; ``IntegrityError`` when the
+        upload is not that blob (``BlobStore.read_upload``)."""
+        uploads = await self._existing(tenant_uploads_bucket_name(tenant_token, self._subjects))
+        if uploads is None:
+            return False
+        data = await uploads.read_upload(tenant_token, ref, size_bytes)
+        if data is None:
+            return False
+        committed = await self.ensure(tenant_token)
+        await committed._upload(tenant_token, ref, data)
+        try:
+            await uploads.discard_upload(tenant_token, ref)
+        except LedgerError as exc:  # it ages out instead
+            log.warning("could not discard the copied upload of %s: %s", ref, exc)
+        return True
 
     async def get(self, tenant: str, ref: str) -> bytes:
         """The blob's bytes from the first bucket holding it (``BlobStore.get``)."""

@@ -53,6 +53,7 @@ from laneledger.contract.errors import (
     LedgerError,
     LedgerTimeout,
     LedgerUnavailable,
+    QuotaExceeded,
     TransportError,
     error_from_wire,
 )
@@ -88,6 +89,7 @@ from laneledger.contract.redaction import Redactor, redact_checkpoint_state
 from laneledger.contract.subjects import tenant_headers
 from laneledger.sdk.client import LaneRecorder, LedgerClient, transport_error
 from laneledger.sdk.objectstores import open_object_store
+from laneledger.sdk.pubacks import limit_reached_by
 
 T = TypeVar("T")
 
@@ -159,6 +161,12 @@ async def object_call(what: str, sha256: str, call: Awaitable[T], timeout: float
     except LedgerError:
         raise
     except Exception as exc:
+        if limit_reached_by(exc) is not None:
+            raise QuotaExceeded(
+                f"{what}: the tenant's artifact bucket is full (its artifact_bytes limit)",
+                limit="artifact_bytes",
+                sha256=sha256,
+            ) from exc
         raise _nats_error(exc, what) from exc
 
 
@@ -236,7 +244,7 @@ class CheckpointClient:
 
     async def _bucket(self) -> ObjectStore:
         if self._store is None:
-            name = self._bucket_name or (await self.info()).artifact_bucket
+            name = self._bucket_name = self._bucket_name or (await self.info()).artifact_bucket
             try:
                 self._store = await open_object_store(self.nc.jetstream(), name)
             except NotFoundError as exc:
@@ -260,9 +268,13 @@ class CheckpointClient:
                 return ref  # already there: do not replace chunks a reader may be reading
         except ArtifactMissing:
             pass
-        await object_call(
-            "upload artifact", sha, store.put(name, data), artifact_timeout(self.timeout, len(data))
-        )
+        try:
+            await object_call(
+                "upload artifact", sha, store.put(name, data), artifact_timeout(self.timeout, len(data))
+            )
+        except QuotaExceeded as exc:
+            exc.details.update(tenant=self.ledger.tenant, bucket=self._bucket_name)
+            raise
         return ref
 
     async def read_artifact(self, ref: ArtifactRef | str) -> bytes:

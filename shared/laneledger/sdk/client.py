@@ -32,6 +32,7 @@ from laneledger.contract.errors import (
     LedgerError,
     LedgerTimeout,
     LedgerUnavailable,
+    QuotaExceeded,
     RequestTooLarge,
     TransportError,
     error_from_wire,
@@ -75,11 +76,16 @@ from laneledger.contract.signing import Ed25519PrivateKey, public_key_hex, sign_
 from laneledger.contract.subjects import REPLY_HEADER, Subjects, tenant_headers, token
 from laneledger.contract.subjects import inbox_prefix as tenant_inbox_prefix
 from laneledger.contract.vocabulary import SCHEMA_VERSION
-from laneledger.sdk.blobstore import BlobStore, tenant_bucket_name
+from laneledger.sdk.blobstore import (
+    BlobStore,
+    TenantBlobStore,
+    tenant_bucket_name,
+    tenant_uploads_bucket_name,
+)
 from laneledger.sdk.content import PreparedEvent, blobs_of, default_redactor, prepare_content, prepared
 from laneledger.sdk.deadline import within
 from laneledger.sdk.natsconnect import DEFAULT_NATS, connect_nats, nats_servers
-from laneledger.sdk.pubacks import AckInbox, PubAck
+from laneledger.sdk.pubacks import AckInbox, PubAck, limit_reached
 
 T = TypeVar("T")
 Wait = Literal["commit", "accept"]
@@ -101,6 +107,25 @@ def transport_error(exc: Exception, what: str, *, service: str = "sequencer") ->
     if isinstance(exc, nats.errors.NoRespondersError):
         return LedgerUnavailable(f"{what}: no {service} is answering")
     return LedgerUnavailable(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def _append_refused(accepted: PubAck, tenant: str) -> LedgerError:
+    """JetStream's refusal of an append request: a tenant's append stream at
+    its backlog limit (spec/wire.md, "Tenants and limits"), or unavailable."""
+    assert accepted.error is not None
+    limit = limit_reached(accepted.error)
+    if limit is not None:
+        return QuotaExceeded(
+            f"append: tenant {tenant!r} has as many append requests waiting as its limit allows "
+            f"({accepted.error.description}); the ledger takes them at the tenant's append rate: "
+            "resend later, more slowly",
+            limit="append_backlog" if limit == "max_msgs" else "append_backlog_bytes",
+            tenant=tenant,
+            stream=accepted.stream,
+        )
+    return LedgerUnavailable(
+        f"append: JetStream refused it: {accepted.error.description}", err_code=accepted.error.err_code
+    )
 
 
 def make_event(
@@ -151,6 +176,7 @@ class AppendHandle:
     accepted: PubAck
     _receipt: asyncio.Future[Receipt]
     _client: LedgerClient
+    tenant: str | None = None  # the lane's: append ids are each tenant's own
 
     async def receipt(self, timeout: float | None = None) -> AppendCommitted:
         """Wait for the commit. Raises the receipt's typed error when rejected,
@@ -162,7 +188,7 @@ class AppendHandle:
             # The receipt itself may have been lost on the way; the ledger keeps
             # the receipts of committed appends.
             try:
-                return await self._client.get_receipt(self.append_id)
+                return await self._client.get_receipt(self.append_id, tenant=self.tenant)
             except LedgerError:
                 raise LedgerTimeout(
                     "no receipt in time", append_id=self.append_id, timeout_s=timeout
@@ -479,8 +505,11 @@ class LedgerClient:
                 rows.extend(getattr(page, kind))
         return msgspec.structs.replace(page, **whole)
 
-    async def get_receipt(self, append_id: str) -> AppendCommitted:
-        return await self._command(GetReceipt(append_id=append_id), AppendCommitted)
+    async def get_receipt(self, append_id: str, *, tenant: str | None = None) -> AppendCommitted:
+        """The receipt of a committed append; ``tenant``: whose append id it
+        is (append ids are each tenant's own), needed only when several
+        tenants used it and this client is not scoped to one."""
+        return await self._command(GetReceipt(append_id=append_id, tenant=tenant), AppendCommitted)
 
     # -------------------------------------------------------------- appends
 
@@ -524,16 +553,13 @@ class LedgerClient:
                 self._acks.forget(waiting)
                 raise LedgerTimeout("append: JetStream did not acknowledge in time") from None
             if accepted.error is not None:
-                raise LedgerUnavailable(
-                    f"append: JetStream refused it: {accepted.error.description}",
-                    err_code=accepted.error.err_code,
-                )
+                raise _append_refused(accepted, lane.tenant)
         except Exception as exc:
             self._forget(append_id, future)
             err = transport_error(exc, "append")
             err.details.setdefault("append_id", append_id)
             raise err from exc
-        return AppendHandle(append_id, accepted, future, self)
+        return AppendHandle(append_id, accepted, future, self, lane.tenant)
 
     async def append(
         self,
@@ -562,33 +588,43 @@ class LedgerClient:
     # ------------------------------------------------------------- content
 
     async def blob_store(self, tenant: str | None = None) -> BlobStore:
-        """The bucket this client stores ``tenant``'s blobs in (``spec/content.md``).
-        A tenant-scoped client (``tenant=`` at connect: a ``producer-<tenant>``
-        user) uses the tenant's own ``LEDGER_BLOBS_<token>``, which the
-        sequencer creates on the tenant's first command and a producer may
-        not: missing, it is ``EntityNotFound`` (kind ``blob_bucket``). A
-        trusted client uses the shared bucket (opened, or created, on first use)."""
-        scoped = self.tenant is not None
-        name = tenant_bucket_name(token(tenant or self.tenant), self.subjects) if scoped else None
-        key = name or ""
-        if key not in self._blobs:
-            try:
-                self._blobs[key] = await BlobStore.open(
-                    self.nc.jetstream(),
-                    subjects=self.subjects,
-                    bucket=name,
-                    create=not scoped,
-                    timeout_s=self.timeout,
+        """The blob store this client stores ``tenant``'s blobs with
+        (``spec/content.md``). A tenant-scoped client (``tenant=`` at
+        connect: a ``producer-<tenant>`` user) gets a ``TenantBlobStore``:
+        it uploads into ``LEDGER_UPLOADS_<token>`` and reads the committed
+        ``LEDGER_BLOBS_<token>``, buckets the sequencer creates on the
+        tenant's first command and a producer may not: missing, it is
+        ``EntityNotFound`` (kind ``blob_bucket``). A trusted client uses the
+        shared bucket (opened, or created, on first use)."""
+        if self.tenant is None:
+            if "" not in self._blobs:
+                self._blobs[""] = await BlobStore.open(
+                    self.nc.jetstream(), subjects=self.subjects, timeout_s=self.timeout
                 )
-            except EntityNotFound as exc:
-                raise EntityNotFound(
-                    f"tenant {tenant or self.tenant!r} has no blob bucket yet: the sequencer "
-                    "creates it when the tenant's producer sends its first command "
-                    "(ensure_actor, create_lane, …); send one, then store the blob again",
-                    kind="blob_bucket",
-                    bucket=name,
-                ) from exc
-        return self._blobs[key]
+            return self._blobs[""]
+        tenant = tenant or self.tenant
+        name = tenant_bucket_name(token(tenant), self.subjects)
+        if name not in self._blobs:
+            committed = await self._tenant_bucket(tenant, name)
+            uploads = await self._tenant_bucket(
+                tenant, tenant_uploads_bucket_name(token(tenant), self.subjects)
+            )
+            self._blobs[name] = TenantBlobStore(committed, uploads)
+        return self._blobs[name]
+
+    async def _tenant_bucket(self, tenant: str, bucket: str) -> BlobStore:
+        try:
+            return await BlobStore.open(
+                self.nc.jetstream(), bucket=bucket, create=False, timeout_s=self.timeout
+            )
+        except EntityNotFound as exc:
+            raise EntityNotFound(
+                f"tenant {tenant!r} has no blob bucket yet: the sequencer "
+                "creates it when the tenant's producer sends its first command "
+                "(ensure_actor, create_lane, …); send one, then store the blob again",
+                kind="blob_bucket",
+                bucket=bucket,
+            ) from exc
 
     async def store_content(
         self, tenant: str, events: Iterable[Mapping[str, Any]]
@@ -644,6 +680,8 @@ class LedgerClient:
                 size_bytes=size,
                 path=path,
             )
+        if not await store.lasting(tenant, ref, size):
+            return  # an upload, not committed yet: it ages out, so look again next time
         if len(self._stored) > 100_000:
             self._stored.clear()
         self._stored.add((tenant, ref, size))

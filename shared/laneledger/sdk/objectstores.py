@@ -53,3 +53,15 @@ async def open_object_store(js: JetStreamContext, bucket: str) -> ObjectStore:
 async def create_object_store(js: JetStreamContext, bucket: str, config: ObjectStoreConfig) -> ObjectStore:
     await js.create_object_store(bucket, config)
     return bound(js, bucket)
+
+
+async def bound_bucket(js: JetStreamContext, bucket: str, max_bytes: int | None) -> None:
+    """Give a bucket's stream this byte limit (None: unlimited) if it has
+    another: a tenant's quota (``laneledger.runtime.tenants``) may change
+    after its bucket was created. A full bucket refuses new chunks (discard
+    new), which ``pubacks.limit_reached_by`` recognises."""
+    stream = stream_of(bucket)
+    wanted = -1 if max_bytes is None else max_bytes
+    info = await js.stream_info(stream)
+    if (info.config.max_bytes or -1) != wanted:
+        await js.update_stream(info.config.evolve(max_bytes=wanted))

@@ -15,6 +15,7 @@ import asyncio
 import itertools
 
 import msgspec
+import nats.js.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -33,6 +34,35 @@ class PubAck(msgspec.Struct):
     seq: int | None = None
     duplicate: bool = False
     error: ApiError | None = None
+
+
+# JetStream's "store failed" (JSStreamStoreFailedF): a discard-new stream at
+# one of its limits answers with it, the description naming the limit.
+STORE_FAILED = 10077
+_LIMIT_REACHED = {"maximum messages exceeded": "max_msgs", "maximum bytes exceeded": "max_bytes"}
+
+
+def limit_reached(error: ApiError) -> str | None:
+    """Which limit of a full stream refused a publish (``max_msgs`` or
+    ``max_bytes``), or None when it was refused for another reason."""
+    if error.err_code != STORE_FAILED:
+        return None
+    return _LIMIT_REACHED.get(error.description or "")
+
+
+def limit_reached_by(exc: BaseException) -> str | None:
+    """``limit_reached`` for a nats-py exception: a JetStream refusal in
+    ``exc`` or in what it was raised while handling (nats-py's object store
+    put tries to purge a failed upload's chunks, which a producer may not:
+    that error then hides the refusal)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, nats.js.errors.APIError):
+            found = limit_reached(ApiError(err_code=seen.err_code or 0, description=seen.description or ""))
+            if found is not None:
+                return found
+        seen = seen.__context__
+    return None
 
 
 NO_RESPONDERS = PubAck(error=ApiError(code=503, description="no stream listens on this subject"))

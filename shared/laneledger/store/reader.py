@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from laneledger.contract.errors import EntityNotFound
+from laneledger.contract.errors import EntityNotFound, InvalidRequest
 from laneledger.contract.model import (
     Action,
     AppendCommitted,
@@ -72,7 +72,6 @@ class LedgerReader:
         "actor": "SELECT tenant FROM actors WHERE id = ?",
         "session": "SELECT tenant FROM sessions WHERE id = ?",
         "lane": "SELECT tenant FROM lanes WHERE id = ?",
-        "receipt": "SELECT l.tenant FROM receipts r JOIN lanes l ON l.id = r.lane_id WHERE r.append_id = ?",
         "turn": "SELECT l.tenant FROM turns t JOIN lanes l ON l.id = t.lane_id WHERE t.id = ?",
         "action": "SELECT l.tenant FROM actions a JOIN lanes l ON l.id = a.lane_id WHERE a.id = ?",
     }
@@ -83,10 +82,24 @@ class LedgerReader:
         rows = self._rows(self._OWNER[kind], (entity_id,))
         return rows[0][0] if rows else None
 
-    def get_receipt(self, append_id: str) -> AppendCommitted:
-        rows = self._rows("SELECT body FROM receipts WHERE append_id = ?", (append_id,))
+    def get_receipt(self, append_id: str, tenant: str | None = None) -> AppendCommitted:
+        """The receipt of ``tenant``'s append ``append_id``; without a tenant,
+        the one of whichever tenant used the id (``invalid_request`` naming
+        ``$.tenant`` when several did: append ids are each tenant's own)."""
+        if tenant is None:
+            rows = self._rows("SELECT body FROM receipts WHERE append_id = ? LIMIT 2", (append_id,))
+        else:
+            rows = self._rows(
+                "SELECT body FROM receipts WHERE tenant = ? AND append_id = ?", (tenant, append_id)
+            )
         if not rows:
             raise EntityNotFound("no committed append with this id", kind="receipt", id=append_id)
+        if len(rows) > 1:
+            raise InvalidRequest(
+                "several tenants committed an append with this id: name the tenant",
+                path="$.tenant",
+                append_id=append_id,
+            )
         receipt: AppendCommitted = decoder(AppendCommitted).decode(rows[0][0])
         return receipt
 

@@ -11,7 +11,9 @@ from pathlib import Path
 
 from laneledger.store.sqlite import Durability, check_schema_version, open_database, open_readonly
 
-SCHEMA_VERSION = 1
+# 2: append ids are scoped per tenant (receipts keyed by tenant and append
+# id; spec/object-model.md, "Append"); a version-1 file is migrated in place.
+SCHEMA_VERSION = 2
 
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -77,12 +79,32 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_by_session ON events (session_id, position);
 CREATE TABLE IF NOT EXISTS receipts (
-    append_id TEXT PRIMARY KEY,
+    tenant    TEXT NOT NULL,
+    append_id TEXT NOT NULL,
     lane_id   TEXT NOT NULL,
     digest    TEXT NOT NULL,
-    body      BLOB NOT NULL
+    body      BLOB NOT NULL,
+    PRIMARY KEY (tenant, append_id)
 );
 """
+
+
+def _scope_append_ids(conn: sqlite3.Connection) -> None:
+    """Version 1 -> 2: receipts keyed by (tenant, append id), the tenant
+    being the lane's (a version-1 append id was unique across tenants)."""
+    conn.execute(
+        "CREATE TABLE receipts_v2 (tenant TEXT NOT NULL, append_id TEXT NOT NULL, lane_id TEXT NOT NULL,"
+        " digest TEXT NOT NULL, body BLOB NOT NULL, PRIMARY KEY (tenant, append_id))"
+    )
+    conn.execute(
+        "INSERT INTO receipts_v2 SELECT l.tenant, r.append_id, r.lane_id, r.digest, r.body"
+        " FROM receipts r JOIN lanes l ON l.id = r.lane_id"
+    )
+    conn.execute("DROP TABLE receipts")
+    conn.execute("ALTER TABLE receipts_v2 RENAME TO receipts")
+
+
+MIGRATIONS = {1: _scope_append_ids}
 
 
 def open_ledger(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:
@@ -96,7 +118,7 @@ def open_ledger(path: str | Path, *, readonly: bool = False) -> sqlite3.Connecti
         return open_readonly(path, what="ledger database")
     conn = open_database(path, durability=Durability.FULL, ddl=DDL, what="ledger database")
     try:
-        check_schema_version(conn, SCHEMA_VERSION, what="ledger database", path=path)
+        check_schema_version(conn, SCHEMA_VERSION, what="ledger database", path=path, migrations=MIGRATIONS)
     except BaseException:
         conn.close()
         raise

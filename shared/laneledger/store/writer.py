@@ -175,11 +175,11 @@ def rejection(err: LedgerError, append: PreparedAppend | None = None, **ids: Any
 class _Batch:
     """What the requests of one batch have done so far, not yet committed."""
 
-    receipts: dict[str, AppendCommitted] = field(default_factory=dict)
-    events: dict[str, tuple[str, int]] = field(default_factory=dict)  # id -> (session, position)
+    receipts: dict[tuple[str, str], AppendCommitted] = field(default_factory=dict)  # (tenant, append id)
+    events: dict[str, tuple[str, int, str]] = field(default_factory=dict)  # id -> (session, position, tenant)
     heads: dict[str, tuple[int, str]] = field(default_factory=dict)  # lane -> (seq, hash)
     event_rows: list[tuple[Any, ...]] = field(default_factory=list)
-    receipt_rows: list[tuple[str, str, str, bytes]] = field(default_factory=list)
+    receipt_rows: list[tuple[str, str, str, str, bytes]] = field(default_factory=list)
     committed: list[CommittedRecord] = field(default_factory=list)
 
 
@@ -233,6 +233,7 @@ class LedgerWriter:
         self._load_lanes({a.request.lane_id for a in batch})
         self._load_actors({e.actor_id for a in batch for e in a.request.events})
         subjects = self._subject_lanes({e.subject_id for a in batch for e in a.request.events})
+        self._load_lanes(set(subjects.values()))  # whose tenant a subject's lane is
 
         state = _Batch()
         position = self.last_position
@@ -292,15 +293,22 @@ class LedgerWriter:
         self,
         append: PreparedAppend,
         state: _Batch,
-        stored: dict[str, AppendCommitted],
-        known: dict[str, tuple[str, int]],
+        stored: dict[tuple[str, str], AppendCommitted],
+        known: dict[str, tuple[str, int, str]],
         subjects: dict[str, str],
         position: int,
         committed_at: str,
     ) -> tuple[Receipt, int]:
         request = append.request
-        # 1. replay, 2. idempotency violation
-        previous = state.receipts.get(request.append_id) or stored.get(request.append_id)
+        # 1. the lane: another tenant's than the subject's is answered exactly
+        # as a missing one, so lane ids of other tenants cannot be probed.
+        lane = self._lanes.get(request.lane_id)
+        if lane is None or (append.tenant_token is not None and append.tenant_token != token(lane.tenant)):
+            raise EntityNotFound("no such lane", kind="lane", id=request.lane_id)
+        # 2. replay, 3. idempotency violation: append ids are the tenant's own
+        previous = state.receipts.get((lane.tenant, request.append_id)) or stored.get(
+            (lane.tenant, request.append_id)
+        )
         if previous is not None:
             if previous.digest == append.digest:
                 return msgspec.structs.replace(previous, replayed=True), position
@@ -309,17 +317,6 @@ class LedgerWriter:
                 append_id=request.append_id,
                 stored_digest=previous.digest,
                 digest=append.digest,
-            )
-        # 3. lane missing, tenant route
-        lane = self._lanes.get(request.lane_id)
-        if lane is None:
-            raise EntityNotFound("no such lane", kind="lane", id=request.lane_id)
-        if append.tenant_token is not None and append.tenant_token != token(lane.tenant):
-            raise TenantMismatch(
-                "append published under another tenant than the lane's",
-                what="subject",
-                expected_tenant=lane.tenant,
-                subject_tenant_token=append.tenant_token,
             )
         # 4. head conflict
         last_seq, head_hash = state.heads.get(lane.id, (lane.last_seq, lane.head_hash))
@@ -401,11 +398,11 @@ class LedgerWriter:
         )
         state.event_rows.extend(rows)
         state.committed.extend(records)
-        state.receipt_rows.append((request.append_id, lane.id, append.digest, encode(receipt)))
-        state.receipts[request.append_id] = receipt
+        state.receipt_rows.append((lane.tenant, request.append_id, lane.id, append.digest, encode(receipt)))
+        state.receipts[(lane.tenant, request.append_id)] = receipt
         state.heads[lane.id] = (last_seq, head_hash)
         for event_id, pos in zip(event_ids, positions, strict=True):
-            state.events[event_id] = (lane.session_id, pos)
+            state.events[event_id] = (lane.session_id, pos, lane.tenant)
         return receipt, position
 
     def _check_event(
@@ -414,7 +411,7 @@ class LedgerWriter:
         index: int,
         lane: LaneHead,
         state: _Batch,
-        known: dict[str, tuple[str, int]],
+        known: dict[str, tuple[str, int, str]],
         subjects: dict[str, str],
         in_request: dict[str, int],
         request_ids: set[str],
@@ -443,26 +440,24 @@ class LedgerWriter:
         check_event_type(event.event_type)
         check_payload(event.event_type, event.payload)
         if event.id in known or event.id in state.events or event.id in in_request:
+            # Event ids are one namespace: another tenant's is refused too, but
+            # without its position (what tells it apart from an id in this request).
             committed = known.get(event.id) or state.events.get(event.id)
             raise DuplicateEvent(
                 "event id already used",
                 event_id=event.id,
-                position=committed[1] if committed else None,
+                position=committed[1] if committed and committed[2] == lane.tenant else None,
             )
+        # Another tenant's actor, subject or cause is answered as a missing one.
         actor_tenant = self._actor_tenants.get(event.actor_id)
-        if actor_tenant is None:
-            raise EntityNotFound("no such actor", kind="actor", id=event.actor_id)
         if actor_tenant != lane.tenant:
-            raise TenantMismatch(
-                "actor belongs to another tenant",
-                what="actor",
-                actor_id=event.actor_id,
-                expected_tenant=lane.tenant,
-                tenant=actor_tenant,
-            )
+            raise EntityNotFound("no such actor", kind="actor", id=event.actor_id)
         subject = event.subject_id
         if subject not in (lane.id, lane.session_id, lane.run_id):
             owner = subjects.get(subject)
+            owner_lane = self._lanes.get(owner) if owner is not None else None
+            if owner_lane is None or owner_lane.tenant != lane.tenant:
+                owner = None
             if owner != lane.id:
                 raise SubjectMismatch(
                     "subject is not part of the target lane",
@@ -476,6 +471,8 @@ class LedgerWriter:
             if cause in in_request:
                 return  # an earlier event of this request: same lane, earlier
             found = known.get(cause) or state.events.get(cause)
+            if found is not None and found[2] != lane.tenant:
+                found = None  # another tenant's event: as if there were none
             if found is None:
                 # itself or a later event of this request, or nothing at all
                 reason = "not_earlier" if cause in request_ids else "unknown"
@@ -562,7 +559,7 @@ class LedgerWriter:
                 state.event_rows,
             )
             db.executemany(
-                "INSERT INTO receipts (append_id, lane_id, digest, body) VALUES (?,?,?,?)",
+                "INSERT INTO receipts (tenant, append_id, lane_id, digest, body) VALUES (?,?,?,?,?)",
                 state.receipt_rows,
             )
             db.executemany(
@@ -586,14 +583,18 @@ class LedgerWriter:
             rows.extend(fetch_all(self._db, sql.format(marks=marks), chunk, what="ledger read failed"))
         return rows
 
-    def _stored_receipts(self, append_ids: set[str]) -> dict[str, AppendCommitted]:
-        rows = self._in("SELECT append_id, body FROM receipts WHERE append_id IN ({marks})", append_ids)
+    def _stored_receipts(self, append_ids: set[str]) -> dict[tuple[str, str], AppendCommitted]:
+        """The receipts of these append ids, by (tenant, append id)."""
+        rows = self._in(
+            "SELECT tenant, append_id, body FROM receipts WHERE append_id IN ({marks})", append_ids
+        )
         receipt = decoder(AppendCommitted)
-        return {append_id: receipt.decode(body) for append_id, body in rows}
+        return {(tenant, append_id): receipt.decode(body) for tenant, append_id, body in rows}
 
-    def _known_events(self, ids: set[str]) -> dict[str, tuple[str, int]]:
-        rows = self._in("SELECT id, session_id, position FROM events WHERE id IN ({marks})", ids)
-        return {event_id: (session, position) for event_id, session, position in rows}
+    def _known_events(self, ids: set[str]) -> dict[str, tuple[str, int, str]]:
+        """Committed events by id: (session, position, tenant)."""
+        rows = self._in("SELECT id, session_id, position, tenant FROM events WHERE id IN ({marks})", ids)
+        return {event_id: (session, position, tenant) for event_id, session, position, tenant in rows}
 
     def _load_lanes(self, ids: set[str]) -> None:
         missing = ids - self._lanes.keys()

@@ -1,0 +1,245 @@
+"""Where the sequencer takes append requests from: its append streams, fairly.
+
+Without a tenants file there is one append stream (``LEDGER_APPEND``) read
+by one ``PullFeed``. With one (``laneledger.runtime.tenants``), every
+declared tenant has its own stream, ``LEDGER_APPEND_<token>``, bounded by its
+backlog limits, and the intake takes from them in turns:
+
+* each batch is shared among the tenants that have requests waiting: a fair
+  share each (round-robin, starting one further every batch), what is left
+  to those with more, so a tenant with a deep backlog delays another's
+  request by about one batch, not by its backlog;
+* a tenant is taken from no faster than its ``append_rate`` (a token bucket
+  ``append_burst`` deep): what it sends faster waits in its own stream, and
+  JetStream refuses what goes beyond its backlog (the producer's
+  ``QuotaExceeded``), so a flood costs the sequencer no more than the rate;
+* a feed asks its stream for little more than its tenant may take: a request
+  held in the sequencer's memory instead of the stream would be redelivered
+  after the consumer's ack wait.
+
+A stream no longer wanted (a tenant dropped from the file; the shared stream
+once a file is given, or the tenants' streams once it is taken away) is
+*retired*: moved to a subject nobody publishes on, read until empty like
+the others, then deleted. Nothing it held is lost, and the wanted streams
+can be created (JetStream streams may not overlap). Spec: spec/wire.md,
+"Tenants and limits".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import StreamConfig
+from nats.js.errors import NotFoundError
+
+from laneledger.contract.subjects import Subjects
+from laneledger.runtime.pullfeed import PullFeed
+from laneledger.runtime.tenants import TenantLimits, Tenants
+
+from .streams import (
+    LIMITS,
+    SEQUENCER_CONSUMER,
+    append_stream_config,
+    ensure_consumer,
+    ensure_stream,
+    sequencer_consumer_config,
+    tenant_append_stream_config,
+)
+
+log = logging.getLogger("laneledger.sequencer")
+
+
+class TokenBucket:
+    """``rate`` a second, at most ``burst`` at once."""
+
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate, self.burst, self._clock = rate, burst, clock
+        self._tokens, self._at = float(burst), clock()
+
+    def available(self) -> int:
+        now = self._clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        return int(self._tokens)
+
+    def take(self, n: int) -> None:
+        self._tokens -= n
+
+    def wait_s(self) -> float:
+        """How long until one more may be taken."""
+        return max(0.0, (1.0 - self._tokens) / self.rate)
+
+
+@dataclass
+class _Source:
+    stream: str
+    tenant: str | None  # None: the shared stream, or a retired one
+    feed: PullFeed
+    bucket: TokenBucket | None  # None: not rate-limited
+    retired: bool = False
+
+    def allowance(self) -> int:
+        return self.feed.buffered if self.bucket is None else min(self.feed.buffered, self.bucket.available())
+
+
+class Intake:
+    def __init__(
+        self, nc: NATS, js: JetStreamContext, subjects: Subjects, replicas: int, batch_size: int
+    ) -> None:
+        self._nc, self._js, self._subjects = nc, js, subjects
+        self._replicas, self._batch_size = replicas, batch_size
+        self._arrived = asyncio.Event()
+        self._sources: list[_Source] = []
+        self._turn = 0
+
+    async def open(self, tenants: Tenants | None) -> None:
+        """Retire the streams not wanted, make sure of the wanted ones and
+        their consumers, and start reading all of them."""
+        s = self._subjects
+        wanted: dict[str, tuple[StreamConfig, str | None, TenantLimits | None]] = {}
+        if tenants is None:
+            wanted[s.append_stream] = (append_stream_config(s.append_stream, s, self._replicas), None, None)
+        else:
+            for tenant_token, (tenant_name, tenant_limits) in tenants.by_token().items():
+                name = s.tenant_append_stream(tenant_token)
+                config = tenant_append_stream_config(name, s, tenant_token, tenant_limits, self._replicas)
+                wanted[name] = (config, tenant_name, tenant_limits)
+        retired = [name for name in await self._append_streams() if name not in wanted]
+        for name in retired:
+            await self._retire(name)
+        for name, (config, tenant, limits) in wanted.items():
+            await ensure_stream(self._js, config, updatable=LIMITS if tenant is not None else ())
+            await self._add(name, tenant, limits)
+        for name in retired:
+            await self._add(name, None, None, retired=True)
+
+    async def _append_streams(self) -> list[str]:
+        """The streams holding this ledger's append requests, retired ones too."""
+        names: list[str] = []
+        for subject in (self._subjects.append_wildcard, self._subjects.retired_append("*")):
+            offset = 0
+            while True:
+                request = json.dumps({"subject": subject, "offset": offset}).encode()
+                reply = json.loads((await self._nc.request("$JS.API.STREAM.NAMES", request, timeout=5)).data)
+                found = reply.get("streams") or []
+                names.extend(n for n in found if n not in names)
+                offset += len(found)
+                if not found or offset >= reply.get("total", 0):
+                    break
+        return names
+
+    async def _retire(self, name: str) -> None:
+        info = await self._js.stream_info(name)
+        retired_at = [self._subjects.retired_append(name)]
+        if info.config.subjects != retired_at:
+            log.warning(
+                "append stream %s is no longer wanted (tenants file): moving it aside; its %d requests "
+                "are committed, then it is deleted",
+                name,
+                info.state.messages,
+            )
+            await self._js.update_stream(info.config.evolve(subjects=retired_at))
+
+    async def _add(
+        self, stream: str, tenant: str | None, limits: TenantLimits | None, *, retired: bool = False
+    ) -> None:
+        await ensure_consumer(self._js, stream, sequencer_consumer_config())
+        credits = 2 * self._batch_size
+        bucket = None
+        if limits is not None:
+            bucket = TokenBucket(limits.append_rate, limits.append_burst)
+            credits = max(1, min(credits, limits.append_burst, int(limits.append_rate)))
+        feed = PullFeed(
+            self._nc, stream, SEQUENCER_CONSUMER, credits=credits, max_buffered=credits, arrived=self._arrived
+        )
+        await feed.start()
+        self._sources.append(_Source(stream, tenant, feed, bucket, retired))
+
+    @property
+    def streams(self) -> list[str]:
+        return [source.stream for source in self._sources]
+
+    # ------------------------------------------------------------------ reading
+
+    async def next_batch(self, max_msgs: int, timeout: float) -> list[Msg]:
+        """Up to ``max_msgs`` requests shared fairly among the streams (see
+        the module text); waits up to ``timeout`` for the first one (less
+        when a tenant's rate lets more be taken sooner), ``[]`` if none."""
+        if not any(source.allowance() for source in self._sources):
+            self._arrived.clear()
+            wait = timeout
+            for source in self._sources:
+                if source.feed.buffered and source.bucket is not None:
+                    wait = min(wait, source.bucket.wait_s())
+            try:
+                async with asyncio.timeout(wait):
+                    await self._arrived.wait()
+            except TimeoutError:
+                pass
+        batch = self._share(max_msgs)
+        for source in self._sources:
+            await source.feed.ask_if_idle()
+        return batch
+
+    def _share(self, max_msgs: int) -> list[Msg]:
+        n = len(self._sources)
+        order = [self._sources[(self._turn + i) % n] for i in range(n)]
+        self._turn = (self._turn + 1) % n if n else 0
+        batch: list[Msg] = []
+        active = [source for source in order if source.allowance()]
+        while active and len(batch) < max_msgs:
+            share = max(1, (max_msgs - len(batch)) // len(active))
+            for source in active:
+                taken = source.feed.take(min(share, source.allowance(), max_msgs - len(batch)))
+                if source.bucket is not None:
+                    source.bucket.take(len(taken))
+                batch.extend(taken)
+            active = [source for source in active if source.allowance()]
+        return batch
+
+    def take(self, max_msgs: int) -> list[Msg]:
+        """What has arrived, up to ``max_msgs``, without waiting or limits
+        (stopping: delivered requests are better committed than redelivered)."""
+        batch: list[Msg] = []
+        for source in self._sources:
+            batch.extend(source.feed.take(max_msgs - len(batch)))
+        return batch
+
+    async def wind_down(self) -> None:
+        await asyncio.gather(*(source.feed.wind_down() for source in self._sources))
+
+    async def stop(self) -> None:
+        for source in self._sources:
+            await source.feed.stop()
+
+    # --------------------------------------------------------------- upkeep
+
+    async def backlog(self) -> dict[str, int]:
+        """Requests not yet committed, by stream (undelivered plus delivered
+        and unacked); a retired stream found empty is deleted here."""
+        found: dict[str, int] = {}
+        for source in list(self._sources):
+            info = await self._js.consumer_info(source.stream, SEQUENCER_CONSUMER)
+            found[source.stream] = info.num_pending + info.num_ack_pending
+            if source.retired and found[source.stream] == 0 and not source.feed.buffered:
+                await self._delete_retired(source)
+        return found
+
+    async def _delete_retired(self, source: _Source) -> None:
+        if (await self._js.stream_info(source.stream)).state.messages:
+            return
+        await source.feed.stop()
+        self._sources.remove(source)
+        try:
+            await self._js.delete_stream(source.stream)
+        except NotFoundError:
+            pass
+        log.warning("retired append stream %s is empty: deleted", source.stream)
