@@ -152,13 +152,14 @@ class Intake:
         self, stream: str, tenant: str | None, limits: TenantLimits | None, *, retired: bool = False
     ) -> None:
         await ensure_consumer(self._js, stream, sequencer_consumer_config())
-        credits = 2 * self._batch_size
+        credits, buffered = 2 * self._batch_size, 8 * self._batch_size  # unlimited: read ahead
         bucket = None
         if limits is not None:
+            # Rate-limited: ask for about what the tenant may take in a second.
             bucket = TokenBucket(limits.append_rate, limits.append_burst)
-            credits = max(1, min(credits, limits.append_burst, int(limits.append_rate)))
+            credits = buffered = max(1, min(credits, limits.append_burst, int(limits.append_rate)))
         feed = PullFeed(
-            self._nc, stream, SEQUENCER_CONSUMER, credits=credits, max_buffered=credits, arrived=self._arrived
+            self._nc, stream, SEQUENCER_CONSUMER, credits=credits, max_buffered=buffered, arrived=self._arrived
         )
         await feed.start()
         self._sources.append(_Source(stream, tenant, feed, bucket, retired))

@@ -78,13 +78,15 @@ CREATE TABLE IF NOT EXISTS events (
     UNIQUE (lane_id, seq)
 );
 CREATE INDEX IF NOT EXISTS events_by_session ON events (session_id, position);
+-- Keyed append id first: the writer looks a batch's append ids up with
+-- "append_id IN (...)" (then picks each one's tenant), which this index serves.
 CREATE TABLE IF NOT EXISTS receipts (
     tenant    TEXT NOT NULL,
     append_id TEXT NOT NULL,
     lane_id   TEXT NOT NULL,
     digest    TEXT NOT NULL,
     body      BLOB NOT NULL,
-    PRIMARY KEY (tenant, append_id)
+    PRIMARY KEY (append_id, tenant)
 );
 """
 
@@ -94,7 +96,7 @@ def _scope_append_ids(conn: sqlite3.Connection) -> None:
     being the lane's (a version-1 append id was unique across tenants)."""
     conn.execute(
         "CREATE TABLE receipts_v2 (tenant TEXT NOT NULL, append_id TEXT NOT NULL, lane_id TEXT NOT NULL,"
-        " digest TEXT NOT NULL, body BLOB NOT NULL, PRIMARY KEY (tenant, append_id))"
+        " digest TEXT NOT NULL, body BLOB NOT NULL, PRIMARY KEY (append_id, tenant))"
     )
     conn.execute(
         "INSERT INTO receipts_v2 SELECT l.tenant, r.append_id, r.lane_id, r.digest, r.body"
