@@ -48,12 +48,13 @@ async def test_a_capture_becomes_a_session_with_its_spines(client):
     events = run.events
     by_id = {e.id: e for e in events}
     lanes = {lane.name: lane for lane in run.lanes}
-    assert set(lanes) == {"main", "sub-toolu_03"}
-    main, sub = lanes["main"], lanes["sub-toolu_03"]
+    assert set(lanes) == {"main", "sub-toolu_03TaskSpawn"}  # named by the full parent tool-use id
+    main, sub = lanes["main"], lanes["sub-toolu_03TaskSpawn"]
     assert sub.kind == "subagent" and sub.parent_lane_id == main.id
     assert set(summary.lanes.values()) == {main.id, sub.id}
 
-    # One actor per agent, named by the §2b convention.
+    # One actor per agent, named by the §2b convention (the sub-agent by the
+    # last 8 characters of its parent tool-use id); the root prompt is the human's.
     view = await client.load_session(SESSION)
     assert view.tenant == "acme"
     main_actor = await client.ensure_actor(
@@ -64,11 +65,12 @@ async def test_a_capture_becomes_a_session_with_its_spines(client):
     )
     sub_actor = await client.ensure_actor(
         "acme",
-        f"agent:claude-code/sub-toolu_03@{VERSION}",
+        f"agent:claude-code/sub-askSpawn@{VERSION}",
         "agent",
         attributes={"runtime": "claude-code", "version": VERSION},
     )
-    assert {e.actor_id for e in events if e.lane_id == main.id} == {main_actor.id}
+    human = await client.ensure_actor("acme", "human:unknown", "human")
+    assert {e.actor_id for e in events if e.lane_id == main.id} == {main_actor.id, human.id}
     assert {e.actor_id for e in events if e.lane_id == sub.id} == {sub_actor.id}
 
     # The init line: the session's start, the run's start with the guarantees, a labelled root.
@@ -86,6 +88,8 @@ async def test_a_capture_becomes_a_session_with_its_spines(client):
     root = main_events[3]
     assert root.payload["synthesized"] is True and "synthesized" in root.payload["label"]
     assert root.causation_id is UNSET  # the root of the session's causal tree
+    assert root.actor_id == human.id
+    assert {e.actor_id for e in main_events if e.id != root.id} == {main_actor.id}
 
     # Inferences, deduplicated by message id, linked in a list (§2a).
     requests = [e for e in spine_nodes(events, main.id, "inference") if e.event_type == "attempt.requested"]
@@ -155,6 +159,10 @@ async def test_a_capture_becomes_a_session_with_its_spines(client):
     assert sub_requests[0].causation_id == sub_prompt.id
     assert sub_requests[1].causation_id == sub_inferences[0].id
     assert tool_requests["Grep"].causation_id == sub_inferences[0].id
+    # Its turn ends when the Task call returns: last on its lane, before the call's result.
+    ended = sub_events[-1]
+    assert ended.event_type == "turn.completed" and ended.subject_id == sub_events[2].subject_id
+    assert ended.causation_id == sub_inferences[-1].id and ended.position < tools["Task"].position
 
     # The result line: the run's completion with cost, turns and duration; cost per model.
     [completed] = [e for e in events if e.event_type == "run.completed"]

@@ -5,12 +5,14 @@ as a subprocess, our korg-profile verifier on the result."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from korg_dogfood import blob_refs, dogfood
 from worked_example import TENANT, record_worked_example
 
 from laneledger.cli import main
@@ -30,6 +32,23 @@ async def cli(*args: str) -> subprocess.CompletedProcess:
 
 def lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_bytes().splitlines()]
+
+
+async def blobs_of(client: LedgerClient, tenant: str, records: list[dict]) -> dict[str, bytes | None]:
+    """The blob store's bytes for every payload_refs descriptor (None: absent)."""
+    store = await client.blob_store()
+    found: dict[str, bytes | None] = {}
+    for sha256 in blob_refs(records):
+        found[sha256] = (
+            await store.get(tenant, f"sha256:{sha256}") if await store.has(tenant, sha256) else None
+        )
+    return found
+
+
+async def verified(path: Path, *key: str) -> None:
+    """``laneledger verify --format korg-ledger-v1`` accepts the file."""
+    done = await cli("verify", "--format", "korg-ledger-v1", *key, str(path))
+    assert done.returncode == 0, (done.stdout, done.stderr)
 
 
 async def test_export_verifies_maps_causes_and_rewinds_and_names_a_tampered_line(
@@ -63,10 +82,12 @@ async def test_export_verifies_maps_causes_and_rewinds_and_names_a_tampered_line
     assert all("rewind_of" not in r for r in records[:7])
     rewind = records[7]
     assert rewind["rewind_of"] == 5 and rewind["tool_name"] == "rewind"
+    assert rewind["triggered_by"] == 5  # not a root: the forward walk from seq 5 reaches it
     assert rewind["args"] == {"target_seq_id": 5, "invalidated_seq_ids": [6, 7], "reason": "retry"}
     assert rewind["source_agent"] == "human:dusk"
     assert records[0]["metadata"]["event_id"] == ex.ids[1]
     assert records[0]["prev_hash"] == "0" * 64
+    assert dogfood(records, {}).seq == 1  # Korg §6: one root, every record reachable from it
 
     done = await cli("verify", "--format", "korg-ledger-v1", str(out))
     assert done.returncode == 0, done.stderr
@@ -106,6 +127,8 @@ async def test_export_verifies_maps_causes_and_rewinds_and_names_a_tampered_line
     assert (
         verify_chain(read_jsonl(keyed), profile=KORG_LEDGER_V1, key=b"k1") == lines(keyed)[-1]["entry_hash"]
     )
+    dogfood(lines(keyed), {}, key=b"k1")
+    await verified(keyed, "--hmac-key", "k1")
     with pytest.raises(ChainFault) as fault:
         verify_chain(read_jsonl(keyed), profile=KORG_LEDGER_V1)
     assert fault.value.details["kind"] == "content_tampered"
@@ -199,10 +222,87 @@ async def test_a_claude_code_import_exports_as_a_verifiable_korg_journal(
     assert done.returncode == 0, done.stderr
     records = lines(out)
     assert verify_chain(read_jsonl(out), profile=KORG_LEDGER_V1) == records[-1]["entry_hash"]
-    assert all(r.get("triggered_by", 0) < r["seq_id"] for r in records)
+    await verified(out)
+    # One root (Korg §2): the synthesized root prompt, exported first although
+    # the session's lifecycle events were committed before it in its append;
+    # they, and every other event naming no cause, are triggered by it.
+    assert dogfood(records, await blobs_of(client, TENANT, records)).seq == 1
+    root = records[0]
+    assert root["tool_name"] == "user_prompt" and root["args"]["synthesized"] is True
+    assert "triggered_by" not in root
+    by_type: dict[str, dict] = {}
+    for record in records:
+        by_type.setdefault(record["metadata"]["event_type"], record)  # the first of each type: main's
+    for lifecycle in ("session.started", "run.started", "turn.started"):
+        assert by_type[lifecycle]["triggered_by"] == 1, lifecycle
+        assert by_type[lifecycle]["metadata"]["position"] < root["metadata"]["position"]
+    assert [r["metadata"]["position"] for r in records[1:]] == sorted(
+        r["metadata"]["position"] for r in records[1:]
+    )
     names = {r["tool_name"] for r in records}
     assert {"user_prompt", "llm_inference", "Read"} <= names
     assert {r["source_agent"] for r in records} == {
+        "human:unknown",  # the root prompt (Korg §2b's worked example: source=human:…)
         "agent:claude-code/main@2.1.150",
-        "agent:claude-code/sub-toolu_03@2.1.150",
+        "agent:claude-code/sub-askSpawn@2.1.150",  # the last 8 characters of toolu_03TaskSpawn
     }
+
+
+async def test_payload_refs_describe_every_content_reference(
+    client: LedgerClient, sequencer, tmp_path: Path
+) -> None:
+    """Korg §6.4 checks the blobs of payload_refs: an exported record lists
+    every content reference its args and result hold, the SDK's descriptors
+    and a bare sentinel alike, and the blobs are there."""
+    ex = await record_worked_example(client)
+    lane = ex.lanes["main"]
+    output = "".join(f"{n:04} ok\n" for n in range(400))  # 3.2 KB: the SDK stores it as a blob
+    stored = b"s" * 1500
+    ref = await (await client.blob_store()).put(TENANT, stored)  # referenced below without a descriptor
+    head = (await client.get_lane(lane.id)).last_seq
+    await client.append(
+        lane,
+        head,
+        [
+            make_event(
+                lane.id, "ext.acme.tool_output", actor_id=ex.actors["main"], payload={"output": output}
+            ),
+            make_event(
+                lane.id,
+                "ext.acme.note",
+                actor_id=ex.actors["main"],
+                payload={"attachments": [{"_ref": ref, "size_bytes": len(stored)}]},
+            ),
+        ],
+    )
+    out = tmp_path / "refs.jsonl"
+    done = await cli(
+        "export",
+        "--db",
+        str(tmp_path / "ledger.db"),
+        "--format",
+        "korg-ledger-v1",
+        "--session",
+        ex.session_id,
+        "-o",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr
+    records = lines(out)
+    tool_output, note = records[-2:]
+    sha = hashlib.sha256(output.encode()).hexdigest()
+    assert tool_output["args"]["output"] == {"_ref": f"sha256:{sha}", "size_bytes": len(output)}
+    assert [(d["sha256"], d["size_bytes"], d["label"]) for d in tool_output["payload_refs"]] == [
+        (sha, len(output), "output")
+    ]
+    assert note["payload_refs"] == [
+        {"sha256": ref.removeprefix("sha256:"), "size_bytes": 1500, "label": "args.attachments[0]"}
+    ]
+    assert tool_output["triggered_by"] == note["triggered_by"] == 1  # no cause: the root's
+    blobs = await blobs_of(client, TENANT, records)
+    assert blobs[sha] == output.encode() and blobs[ref.removeprefix("sha256:")] == stored
+    dogfood(records, blobs)
+    await verified(out)
+    # A missing blob is what §6.4 reports.
+    with pytest.raises(AssertionError, match=r"§6\.4"):
+        dogfood(records, {**blobs, sha: None})

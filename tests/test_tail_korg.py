@@ -1,5 +1,6 @@
 """Korg compatibility: POST /api/agent/tool-call (the AgentToolCall append
-shape, through the sequencer) and GET /api/journal (NDJSON envelopes)."""
+shape, through the sequencer), GET /api/journal (NDJSON envelopes, a
+korg-ledger-v1 chain) and PUT/GET /api/blob/{sha256}."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ import json
 
 import msgspec
 import pytest
+from korg_dogfood import korg_reference_verify
 from tail_support import fill, new_lane, wait_applied
+
+from laneledger.compat.korg import read_journal, verify_journal
+from laneledger.contract.errors import ChainFault
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -120,7 +125,8 @@ async def test_bad_bodies_are_refused_with_the_field(client, start_tail):
         (call("robot:r2d2", "Edit"), "$.source_agent", "invalid_request"),
         (call(MAIN, "Edit", duration_ms=-1), "$.duration_ms", "invalid_request"),
         ({**call(MAIN, "Edit"), "event_type": "SomethingElse"}, "$.event_type", "invalid_request"),
-        (call(MAIN, "Edit", args=[1, 2]), "$.args", "invalid_request"),
+        (call(MAIN, "Edit", success="yes"), "$.success", "invalid_request"),
+        ({k: v for k, v in call(MAIN, "Edit").items() if k != "result"}, "$", "invalid_request"),
     ]
     for body, path, code in cases:
         answer = await tail.api.post("/api/agent/tool-call", json_body=body)
@@ -190,3 +196,159 @@ async def test_journal_envelopes_cursor_limit_and_session(client, actor, start_t
     assert [json.loads(line)["seq_id"] for line in second.body.splitlines()] == [other["seq_id"]]
     none = await tail.api.get("/api/journal", params={"session_id": "nobody"})
     assert none.status == 200 and none.body == b""
+
+
+def journal_records(answer) -> list[dict]:
+    assert answer.status == 200, answer.body
+    return [json.loads(line) for line in answer.body.splitlines()]
+
+
+async def test_args_and_result_take_any_json_value(client, start_tail):
+    """As Korg's server does: its stream-json adapter posts the root's result
+    as "Success" and a tool's output as text."""
+    tail = await start_tail()
+    values = ["Success", "total 8\ndrwxr-xr-x  src\n", [1, "two", {"three": 3}], 42, 0.5, True, None, {}]
+    posted = []
+    for value in values:
+        posted.append(await post(tail, call(MAIN, "Bash", args=value, result=value)))
+    await wait_applied(tail.service, posted[-1]["seq_id"])
+    events = [line["event"] for line in journal_records(await tail.api.get("/api/journal"))]
+    assert [(e["args"], e["result"]) for e in events] == [(v, v) for v in values]
+
+
+async def test_a_large_inline_value_is_stored_as_a_blob_first(client, start_tail):
+    """A client that posts a value over 1 KiB inline ends with the value in the
+    blob store and a content reference in the event (Korg §7.3)."""
+    tail = await start_tail()
+    output = "".join(f"line {n}: {'x' * 40}\n" for n in range(100))  # ~4.6 KiB of tool output
+    edit = {"file_path": "src/app.py", "new_string": "y" * 2000}
+    answer = await post(tail, call(MAIN, "Edit", args=edit, result=output))
+    await wait_applied(tail.service, answer["seq_id"])
+    (line,) = journal_records(await tail.api.get("/api/journal"))
+    event = line["event"]
+    digest = hashlib.sha256(output.encode()).hexdigest()
+    assert event["result"] == {"_ref": f"sha256:{digest}", "size_bytes": len(output)}
+    new_digest = hashlib.sha256(edit["new_string"].encode()).hexdigest()
+    assert event["args"] == {
+        "file_path": "src/app.py",
+        "new_string": {"_ref": f"sha256:{new_digest}", "size_bytes": 2000},
+    }
+    assert {(d["sha256"], d["size_bytes"]) for d in event["payload_refs"]} == {
+        (digest, len(output)),
+        (new_digest, 2000),
+    }
+    assert line["metadata"]["payload_refs"] == event["payload_refs"]
+    # The blobs are in the Korg tenant's store, and served where Korg serves them.
+    store = await client.blob_store()
+    assert await store.get("korg", f"sha256:{digest}") == output.encode()
+    blob = await tail.api.get(f"/api/blob/{digest}")
+    assert blob.status == 200 and blob.body == output.encode()
+    assert blob.headers["Content-Type"].startswith("text/plain")
+
+
+async def test_a_blob_a_client_externalized_is_uploaded_before_its_reference(client, start_tail, tmp_path):
+    """A Korg client writes a large value to .korg/blobs/<sha256[:2]>/<sha256>
+    and posts the reference; it uploads that file first, at its name."""
+    tail = await start_tail()
+    data = json.dumps({"matches": [f"src/m{n}.py" for n in range(200)]}, separators=(",", ":")).encode()
+    digest = hashlib.sha256(data).hexdigest()
+    local = tmp_path / ".korg" / "blobs" / digest[:2] / digest
+    local.parent.mkdir(parents=True)
+    local.write_bytes(data)
+    sentinel = {"_ref": f"sha256:{digest}", "size_bytes": len(data)}
+    refs = [{"sha256": digest, "size_bytes": len(data), "label": "Grep"}]
+    body = call(MAIN, "Grep", args={"pattern": "def "}, result=sentinel, payload_refs=refs)
+
+    missing = await tail.api.post("/api/agent/tool-call", json_body=body)
+    assert missing.status == 422 and missing.error["code"] == "blob_missing"
+    assert (await tail.api.get(f"/api/blob/{digest}")).status == 404
+
+    wrong = await tail.api.request("PUT", f"/api/blob/{digest}", data=data + b" ")
+    assert wrong.status == 400 and wrong.error["details"]["parameter"] == "sha256"
+    assert wrong.error["details"]["found"] == hashlib.sha256(data + b" ").hexdigest()
+    for name in (digest, f"sha256:{digest}"):  # again: already stored is fine
+        stored = await tail.api.request(
+            "PUT",
+            f"/api/blob/{name}",
+            data=local.read_bytes(),
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        assert stored.status == 200 and stored.json() == {"sha256": digest, "size_bytes": len(data)}
+    answer = await post(tail, body)
+    await wait_applied(tail.service, answer["seq_id"])
+    (line,) = journal_records(await tail.api.get("/api/journal"))
+    assert line["event"]["result"] == sentinel and line["event"]["payload_refs"] == refs
+    blob = await tail.api.get(f"/api/blob/{digest}")
+    assert blob.status == 200 and blob.body == data
+    assert blob.headers["Content-Type"] == "application/json" and blob.headers["ETag"] == f'"{digest}"'
+    bad = await tail.api.request("PUT", "/api/blob/not-a-hash", data=b"x")
+    assert bad.status == 400 and bad.error["details"]["parameter"] == "sha256"
+
+
+async def test_the_korg_blob_routes_are_the_korg_tenants(client, start_tail):
+    from laneledger.runtime.access import AccessPolicy
+
+    tokens = {"korg": "k" * 20, "acme": "a" * 20}
+    tail = await start_tail(access=AccessPolicy.from_tokens(tokens))
+    data = b"b" * 2048
+    digest = hashlib.sha256(data).hexdigest()
+
+    def bearer(tenant: str) -> dict:
+        return {"Authorization": f"Bearer {tokens[tenant]}"}
+
+    other = await tail.api.request("PUT", f"/api/blob/{digest}", data=data, headers=bearer("acme"))
+    assert other.status == 403 and other.error["code"] == "tenant_mismatch"
+    own = await tail.api.request("PUT", f"/api/blob/{digest}", data=data, headers=bearer("korg"))
+    assert own.status == 200
+    assert (await tail.api.get(f"/api/blob/{digest}", headers=bearer("korg"))).body == data
+    hidden = await tail.api.get(f"/api/blob/{digest}", headers=bearer("acme"))
+    assert hidden.status == 404 and hidden.error["code"] == "entity_not_found"
+
+
+async def test_the_journal_is_a_korg_ledger_v1_chain(client, actor, start_tail, tmp_path):
+    """Top-level prev_hash/entry_hash over the journal selected, from genesis
+    at its first record: a cursor only chooses which lines are sent, so the
+    pages of one journal link up, and a whole journal verifies."""
+    tail = await start_tail()
+    previous = None
+    for n in range(7):
+        answer = await post(tail, call(MAIN, "user_prompt" if n == 0 else f"step-{n}", previous))
+        previous = answer["seq_id"]
+        if n == 3:  # another session's call in between: not in the session's journal
+            await post(tail, call(MAIN, "user_prompt", session_id="second"))
+    await wait_applied(tail.service, previous)
+
+    whole = journal_records(await tail.api.get("/api/journal", params={"session_id": "korg"}))
+    assert len(whole) == 7 and whole[0]["prev_hash"] == "0" * 64
+    assert [r["prev_hash"] for r in whole[1:]] == [r["entry_hash"] for r in whole[:-1]]
+    pages, cursor = [], 0
+    while True:
+        page = journal_records(
+            await tail.api.get(
+                "/api/journal", params={"session_id": "korg", "cursor": str(cursor), "limit": "3"}
+            )
+        )
+        if not page:
+            break
+        pages += page
+        cursor = page[-1]["seq_id"]
+    assert pages == whole
+    everything = journal_records(await tail.api.get("/api/journal"))
+    assert len(everything) == 8 and everything[0] == whole[0]  # its own chain: the same start
+    assert everything[5]["prev_hash"] == everything[4]["entry_hash"] != whole[4]["entry_hash"]
+
+    # Korg's reference verification (chain and DAG) takes the session's
+    # journal, whose seq_ids skip the other session's position.
+    assert korg_reference_verify(whole) == []
+    forged = [dict(r) for r in whole]
+    forged[2] = {**forged[2], "event": {**forged[2]["event"], "tool_name": "forged"}}
+    assert korg_reference_verify(forged) == [f"seq {whole[2]['seq_id']}: entry_hash mismatch"]
+    # laneledger's verifier, on the whole journal as a file (its seq_ids run 1..8 here).
+    path = tmp_path / "journal.jsonl"
+    path.write_bytes((await tail.api.get("/api/journal")).body)
+    assert verify_journal(read_journal(path)) == everything[-1]["entry_hash"]
+    forged = [dict(r) for r in everything]
+    forged[2] = {**forged[2], "event": {**forged[2]["event"], "tool_name": "forged"}}
+    with pytest.raises(ChainFault) as fault:
+        verify_journal(forged)
+    assert fault.value.details["kind"] == "content_tampered" and fault.value.details["seq"] == 3

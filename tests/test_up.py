@@ -3,6 +3,8 @@ SIGTERM leaving no process behind, and a restart continues the same ledger."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import re
 import signal
@@ -164,3 +166,20 @@ async def test_up_with_the_demo_ends_in_an_intact_summary(tmp_path, request):
     assert "finished turn 3/3" in text
     assert up.stop() == 0
     assert processes_mentioning(str(tmp_path / "data")) == []
+    # The demo's ledger passes its own verifier, identity conventions included
+    # (main and sub-agent actor keys of Korg §2b's form).
+    verified = await asyncio.to_thread(
+        subprocess.run,
+        [
+            str(Path(sys.executable).with_name("laneledger")),
+            "verify",
+            "--db",
+            str(tmp_path / "data" / "ledger.db"),
+            "--strict-actors",
+            "--json",
+        ],
+        capture_output=True,
+        timeout=60,
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert json.loads(verified.stdout)["warnings"] == []

@@ -82,12 +82,14 @@ def test_korg_event_sig_is_not_hashed():
 def test_korg_canonical_form():
     assert korg_canonical({"b": 1, "a": ["é", None, True]}) == b'{"a":["\\u00e9",null,true],"b":1}'
     assert korg_canonical(-(2**53 - 1)) == b"-9007199254740991"
+    # Floats as Korg's Python reference (json.dumps, i.e. repr) writes them.
+    assert korg_canonical([0.5, 5.0, 1e-05, 1.5e16, -0.0]) == b"[0.5,5.0,1e-05,1.5e+16,-0.0]"
 
 
 @pytest.mark.parametrize(
     ("value", "path"),
     [
-        ({"args": {"t": 0.5}}, "$.args.t"),
+        ({"args": {"t": float("inf")}}, "$.args.t"),
         ({"args": [1, 2**53]}, "$.args[1]"),
         ({"n": -(2**53)}, "$.n"),
         ({"odd key": float("nan")}, '$["odd key"]'),
@@ -137,10 +139,10 @@ GOOD_LINE = f'{{"seq_id": 1, "prev_hash": "{GENESIS_HASH}", "entry_hash": "{GENE
             "field entry_hash: expected a string",
         ),
         (
-            '{"seq_id": 3, "prev_hash": "", "entry_hash": "", "a": 1.5}',
+            '{"seq_id": 3, "prev_hash": "", "entry_hash": "", "a": 1e400}',
             NotCanonicalizable,
             None,
-            "integers only, no floats",
+            "inf has no JSON form",
         ),
         (
             '{"seq_id": 3, "seq_id": 3, "prev_hash": "", "entry_hash": ""}',

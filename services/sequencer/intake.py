@@ -159,7 +159,12 @@ class Intake:
             bucket = TokenBucket(limits.append_rate, limits.append_burst)
             credits = buffered = max(1, min(credits, limits.append_burst, int(limits.append_rate)))
         feed = PullFeed(
-            self._nc, stream, SEQUENCER_CONSUMER, credits=credits, max_buffered=buffered, arrived=self._arrived
+            self._nc,
+            stream,
+            SEQUENCER_CONSUMER,
+            credits=credits,
+            max_buffered=buffered,
+            arrived=self._arrived,
         )
         await feed.start()
         self._sources.append(_Source(stream, tenant, feed, bucket, retired))

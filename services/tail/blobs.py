@@ -70,14 +70,19 @@ def blob_route(store: BlobReader) -> web.RouteDef:
         if tenant is None:  # an operator (or open) read: blobs live per tenant
             raise InvalidRequest("name the blob's tenant (tenant=)", parameter="tenant")
         data, ctype = await store.read(tenant, sha256)
-        return web.Response(
-            body=data,
-            headers={
-                "Content-Type": ctype,
-                "ETag": f'"{sha256}"',
-                # Immutable, but a tenant's own: shared caches must not keep it.
-                "Cache-Control": "private, max-age=31536000, immutable",
-            },
-        )
+        return blob_response(data, ctype, sha256)
 
     return web.get("/api/v1/blobs/{sha256}", get_blob, name="blob")
+
+
+def blob_response(data: bytes, ctype: str, sha256: str) -> web.Response:
+    """A blob's bytes as served: immutable, but a tenant's own, so shared
+    caches must not keep it."""
+    return web.Response(
+        body=data,
+        headers={
+            "Content-Type": ctype,
+            "ETag": f'"{sha256}"',
+            "Cache-Control": "private, max-age=31536000, immutable",
+        },
+    )

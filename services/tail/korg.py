@@ -1,4 +1,5 @@
-"""Korg compatibility: ``POST /api/agent/tool-call`` and ``GET /api/journal``.
+"""Korg compatibility: ``POST /api/agent/tool-call``, ``GET /api/journal``
+and ``PUT``/``GET /api/blob/{sha256}``.
 
 The mapping (normative text: ``spec/korg-mapping.md``):
 
@@ -12,15 +13,23 @@ The mapping (normative text: ``spec/korg-mapping.md``):
   Korg's seq_id is; a lane seq would restart per agent);
 * ``triggered_by`` must name an existing, strictly earlier event: the event
   at that position becomes the ``causation_id``; anything else is a 422
-  ``causation_violation``. The sequencer also keeps causation in the session.
+  ``causation_violation``. The sequencer also keeps causation in the session;
+* ``args`` and ``result`` are any JSON value, as Korg's server takes them
+  (its stream-json adapter sends strings); values over 1 KiB are stored as
+  blobs by the SDK's content step before the event is sent (blob first), and
+  a client that externalized a value itself uploads the blob first with
+  ``PUT /api/blob/{sha256}``, the path Korg's server reads blobs at.
 
-The journal renders those events back in the Korg §1.2 envelope shape.
+The journal renders those events back in the Korg §1.2 envelope shape,
+chained under korg-ledger-v1 (top-level ``prev_hash`` / ``entry_hash``) so
+Korg's verifiers and ``laneledger verify --format korg-ledger-v1`` take it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import hashlib
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -30,7 +39,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from aiohttp import web
 
-from laneledger.contract.chain import GENESIS_HASH
+from laneledger.compat.korg import KORG_LEDGER_V1
+from laneledger.contract.chain import GENESIS_HASH, link
 from laneledger.contract.errors import (
     CausationViolation,
     EntityNotFound,
@@ -42,9 +52,11 @@ from laneledger.contract.errors import (
 from laneledger.contract.model import MAX_REQUEST_BYTES, AppendCommitted, Hash, Id, decode
 from laneledger.runtime.access import scope_of
 from laneledger.runtime.httpjson import json_response
+from laneledger.sdk.blobstore import MAX_BLOB_BYTES
 from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
 
 from .api import Query
+from .blobs import BlobReader, blob_response, parse_sha256
 from .feed import Feed
 from .readmodel import ReadModel
 
@@ -73,6 +85,7 @@ MIRROR_GRACE_S = 1.0  # how long a seq_id may be committed but not yet on the st
 WAIT_FOR_CAUSE_S = 5.0
 MAX_RECORDERS = 1024
 JOURNAL_PAGE = 500
+UPLOAD_CHUNK = 64 * 1024
 
 
 class PayloadRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -83,12 +96,14 @@ class PayloadRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_d
 
 
 class ToolCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """The Korg append shape (§1, §1.2.1), plus an optional ``session_id``."""
+    """The Korg append shape (§1, §1.2.1), plus an optional ``session_id``.
+    ``args`` and ``result`` are any JSON value (required, null included), as
+    Korg's server takes them; its spec says object, its adapter sends strings."""
 
     source_agent: Id
     tool_name: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
-    args: dict[str, Any]
-    result: dict[str, Any]
+    args: Any
+    result: Any
     success: bool
     duration_ms: Annotated[int, msgspec.Meta(ge=0)]
     triggered_by: int | None = None
@@ -139,11 +154,14 @@ class Korg:
         self._stream_last = stream_last
         self._recorders: collections.OrderedDict[tuple[str, str], LaneRecorder] = collections.OrderedDict()
         self._opening = asyncio.Lock()
+        self._blobs = BlobReader(ledger.nc.jetstream(), ledger.subjects, ledger.timeout)
 
     def routes(self) -> list[web.RouteDef]:
         return [
             web.post("/api/agent/tool-call", self.tool_call, name="korg_tool_call"),
             web.get("/api/journal", self.journal, name="korg_journal"),
+            web.put("/api/blob/{sha256}", self.put_blob, name="korg_put_blob"),
+            web.get("/api/blob/{sha256}", self.get_blob, name="korg_get_blob"),
         ]
 
     # -- POST /api/agent/tool-call --------------------------------------------------------
@@ -273,19 +291,37 @@ class Korg:
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
         loop = asyncio.get_running_loop()
-        sent = 0
+        # The chain runs over the whole selected journal from its first record,
+        # whatever the cursor, so pages of one journal link up: the records up
+        # to the cursor are read and hashed, not sent.
+        sent, after, prev = 0, 0, GENESIS_HASH
         while limit is None or sent < limit:
-            want = JOURNAL_PAGE if limit is None else min(JOURNAL_PAGE, limit - sent)
-            rows = await loop.run_in_executor(self._readers, self._page, session_id, cursor, applied, want)
-            if not rows:
+            page = await loop.run_in_executor(
+                self._readers, self._chained_page, session_id, after, applied, prev, cursor
+            )
+            if page.lines and limit is not None:
+                page.lines[limit - sent :] = []
+            if page.lines:
+                await response.write(b"".join(page.lines))
+                sent += len(page.lines)
+            if page.rows < JOURNAL_PAGE:
                 break
-            await response.write(b"".join(envelope_line(p, body) for p, body in rows))
-            sent += len(rows)
-            cursor = rows[-1][0]
-            if len(rows) < want:
-                break
+            after, prev = page.last_position, page.tip
         await response.write_eof()
         return response
+
+    def _chained_page(
+        self, session_id: str | None, after: int, applied: int, prev: str, cursor: int
+    ) -> _Page:
+        rows = self._page(session_id, after, applied, JOURNAL_PAGE)
+        lines = []
+        # A committed event is RFC 8785 canonical, so korg-ledger-v1 can hash it.
+        for position, body in rows:
+            record = link(envelope(position, body), prev, profile=KORG_LEDGER_V1)
+            prev = record["entry_hash"]
+            if position > cursor:
+                lines.append(msgspec.json.encode(record) + b"\n")
+        return _Page(lines, len(rows), rows[-1][0] if rows else after, prev)
 
     def _page(self, session_id: str | None, cursor: int, applied: int, limit: int) -> list[tuple[int, bytes]]:
         where, params = "tenant = ? AND event_type = ?", [self._settings.tenant, EVENT_TYPE]
@@ -297,6 +333,62 @@ class Korg:
             " ORDER BY position LIMIT ?",
             [*params, cursor, applied, limit],
         )
+
+    # -- PUT / GET /api/blob/{sha256} ---------------------------------------------------------
+
+    async def put_blob(self, request: web.Request) -> web.Response:
+        """Store a blob a Korg client externalized itself (Korg §7.3: it is
+        in its ``.korg/blobs/<sha256[:2]>/<sha256>``) before it posts the
+        reference: the bytes must hash to the name."""
+        Query(request, ())
+        scope_of(request).narrow(self._settings.tenant)
+        sha256 = parse_sha256(request.match_info["sha256"])
+        data = await _upload_bytes(request)
+        found = hashlib.sha256(data).hexdigest()
+        if found != sha256:
+            raise InvalidRequest(
+                "the body is not the blob its name says: its sha256 differs",
+                parameter="sha256",
+                expected=sha256,
+                found=found,
+            )
+        store = await self._ledger.blob_store()
+        await store.put(self._settings.tenant, data)
+        return json_response({"sha256": sha256, "size_bytes": len(data)})
+
+    async def get_blob(self, request: web.Request) -> web.Response:
+        """A blob of the Korg tenant, raw (Korg §8.4.1: the path its MCP
+        layer reads); 404 when absent, as for another tenant's token."""
+        Query(request, ())
+        sha256 = parse_sha256(request.match_info["sha256"])
+        scope_of(request).not_found_unless(self._settings.tenant, "blob", ref=f"sha256:{sha256}")
+        data, ctype = await self._blobs.read(self._settings.tenant, sha256)
+        return blob_response(data, ctype, sha256)
+
+
+@dataclass
+class _Page:
+    lines: list[bytes]  # the chained envelopes to send
+    rows: int  # how many were read
+    last_position: int
+    tip: str  # entry_hash of the last one read
+
+
+async def _upload_bytes(request: web.Request) -> bytes:
+    """The request body, at most ``MAX_BLOB_BYTES`` (read in chunks: the
+    app's body limit is the append's 1 MiB)."""
+
+    def too_large() -> RequestTooLarge:
+        return RequestTooLarge("blob larger than the ledger stores", limit_bytes=MAX_BLOB_BYTES)
+
+    if request.content_length is not None and request.content_length > MAX_BLOB_BYTES:
+        raise too_large()
+    data = bytearray()
+    async for chunk in request.content.iter_chunked(UPLOAD_CHUNK):
+        data += chunk
+        if len(data) > MAX_BLOB_BYTES:
+            raise too_large()
+    return bytes(data)
 
 
 async def _body_bytes(request: web.Request) -> bytes:
@@ -324,12 +416,12 @@ def read_tool_call(data: bytes) -> ToolCall:
     return call
 
 
-def envelope_line(position: int, body: bytes) -> bytes:
-    """One journal line: the Korg §1.2 envelope of a committed tool-call event."""
+def envelope(position: int, body: bytes) -> dict[str, Any]:
+    """The Korg §1.2 envelope of a committed tool-call event, unchained."""
     ev = _body.decode(body)
     p = ev.payload
     refs = p.get("payload_refs", [])
-    envelope = {
+    return {
         "schema_version": SCHEMA_VERSION,
         "seq_id": position,
         "metadata": {
@@ -360,7 +452,6 @@ def envelope_line(position: int, body: bytes) -> bytes:
             "payload_refs": refs,
         },
     }
-    return msgspec.json.encode(envelope) + b"\n"
 
 
 def _millis(timestamp: str) -> int:

@@ -524,8 +524,8 @@ SCHEMAS: dict[str, Any] = {
             "event_type": {"const": "AgentToolCall"},
             "source_agent": {"type": "string", "pattern": "^(agent|human|korg|mcp|import):.+"},
             "tool_name": {"type": "string", "minLength": 1, "maxLength": 256},
-            "args": {"type": "object"},
-            "result": {"type": "object"},
+            "args": {"description": "any JSON value (Korg's server takes any)"},
+            "result": {"description": "any JSON value; Korg's stream-json adapter sends strings"},
             "success": {"type": "boolean"},
             "duration_ms": {"type": "integer", "minimum": 0},
             "triggered_by": {
@@ -549,11 +549,18 @@ SCHEMAS: dict[str, Any] = {
             "entry_hash": _HASH,
         },
     ),
+    "KorgBlobStored": _obj(["sha256", "size_bytes"], {"sha256": _HASH, "size_bytes": _COUNT}),
     "KorgEnvelope": _obj(
-        ["schema_version", "seq_id", "metadata", "event"],
+        ["schema_version", "seq_id", "metadata", "event", "prev_hash", "entry_hash"],
         {
             "schema_version": {"const": "1.0"},
             "seq_id": _POS,
+            "prev_hash": {
+                **_HASH,
+                "description": "korg-ledger-v1 chain over the journal selected (session_id), "
+                "from 64 zeros at its first record",
+            },
+            "entry_hash": _HASH,
             "metadata": _obj(
                 [
                     "triggered_by",
@@ -604,8 +611,8 @@ SCHEMAS: dict[str, Any] = {
                     "event_type": {"const": "AgentToolCall"},
                     "tool_name": {"type": "string"},
                     "source_agent": {"type": "string"},
-                    "args": {"type": "object"},
-                    "result": {"type": "object"},
+                    "args": {},
+                    "result": {},
                     "success": {"type": "boolean"},
                     "duration_ms": {"type": "integer"},
                     "timestamp": {"type": "string"},
@@ -658,6 +665,22 @@ _EXCLUDE = _param(
     "true: leave out the session's events its session.rewound events invalidate",
 )
 _RUN = _param("run_id", "path", _TEXT, "host run id")
+_SHA256 = _param(
+    "sha256",
+    "path",
+    {"type": "string", "pattern": "^(sha256:)?[0-9a-f]{64}$"},
+    "lowercase hex sha256 (a content ref's `sha256:` prefix allowed)",
+)
+_BLOB_BYTES = {
+    "description": "the blob's bytes; content type sniffed",
+    "content": {
+        "application/octet-stream": {
+            "schema": {"type": "string", "contentMediaType": "application/octet-stream"}
+        },
+        JSON_MEDIA: {"schema": {}},
+        "text/plain": {"schema": {"type": "string"}},
+    },
+}
 
 PATHS: dict[str, Any] = {
     "/": {
@@ -857,12 +880,7 @@ PATHS: dict[str, Any] = {
             "operationId": "getBlob",
             "summary": "a content-addressed blob, raw",
             "parameters": [
-                _param(
-                    "sha256",
-                    "path",
-                    {"type": "string", "pattern": "^(sha256:)?[0-9a-f]{64}$"},
-                    "lowercase hex sha256 (a content ref's `sha256:` prefix allowed)",
-                ),
+                _SHA256,
                 _param(
                     "tenant",
                     "query",
@@ -872,16 +890,7 @@ PATHS: dict[str, Any] = {
                 ),
             ],
             "responses": {
-                "200": {
-                    "description": "the blob's bytes; content type sniffed",
-                    "content": {
-                        "application/octet-stream": {
-                            "schema": {"type": "string", "contentMediaType": "application/octet-stream"}
-                        },
-                        JSON_MEDIA: {"schema": {}},
-                        "text/plain": {"schema": {"type": "string"}},
-                    },
-                },
+                "200": _BLOB_BYTES,
                 **error_responses(400, 404, 500),
             },
         }
@@ -983,6 +992,31 @@ PATHS: dict[str, Any] = {
                 **error_responses(400),
             },
         }
+    },
+    "/api/blob/{sha256}": {
+        "put": {
+            "operationId": "korgPutBlob",
+            "summary": "Korg: store a blob of the Korg tenant before posting its content reference "
+            "(a client's .korg/blobs/<sha256[:2]>/<sha256>, uploaded at its name)",
+            "parameters": [_SHA256],
+            "requestBody": {
+                "required": True,
+                "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+            },
+            "responses": {
+                "200": json_body("KorgBlobStored", "stored (or already there)"),
+                **error_responses(400, 403, 413, 429, 503, 504),
+            },
+        },
+        "get": {
+            "operationId": "korgGetBlob",
+            "summary": "Korg: a blob of the Korg tenant, raw (Korg §8.4.1)",
+            "parameters": [_SHA256],
+            "responses": {
+                "200": _BLOB_BYTES,
+                **error_responses(400, 404, 500, 503, 504),
+            },
+        },
     },
 }
 

@@ -5,8 +5,13 @@ An actor's ``key`` names who acts:
 
 * ``agent:<name>@<version>`` — an agent runtime; in a multi-agent harness
   ``agent:<runtime>/main@<v>`` for the main agent and
-  ``agent:<runtime>/sub-<id8>@<v>`` for each sub-agent, ``<id8>`` the first
-  8 characters of the parent tool-use id that spawned it;
+  ``agent:<runtime>/sub-<id8>@<v>`` for each sub-agent, ``<id8>`` 8
+  characters (of ``[0-9A-Za-z_-]``) derived from the parent tool-use id that
+  spawned it and unique among the sub-agents of its session. Korg §2b writes
+  the id's first 8, which every Claude Code id shares (``toolu_01``); the
+  Claude Code importer's choice is ``compat.claudecode.subagent_display_id``
+  (``spec/claude-code.md``, "Sub-agents"). The check here sees one key, so
+  it checks that form, not the uniqueness;
 * ``human:<identifier>``, ``korg:<component>``, ``mcp:<server>``,
   ``import:<source>@<version>``.
 

@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 from typing import IO, Any
 
 from laneledger.cli.natsoption import add_nats_option
-from laneledger.cli.report import STDIN
-from laneledger.compat.claudecode import ClaudeCodeImport
+from laneledger.cli.report import STDIN, fail
+from laneledger.compat.claudecode import DEFAULT_HUMAN, ClaudeCodeImport, is_human_key
 from laneledger.sdk.client import LedgerClient
 
 
@@ -41,6 +41,13 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--session", dest="session_id", metavar="ID", help="session id (default: the capture's session_id)"
     )
     cc.add_argument("--run", dest="run_id", metavar="ID", help="run id (default: the init line's uuid)")
+    cc.add_argument(
+        "--human",
+        metavar="KEY",
+        default=DEFAULT_HUMAN,
+        help="actor key of the human whose prompts the capture holds: the root prompt and "
+        f"the user's prompts are recorded by it (human:<identifier>; default {DEFAULT_HUMAN})",
+    )
     cc.add_argument("--json", action="store_true", help="print the summary as JSON")
     cc.set_defaults(run=cmd_import_claude_code)
 
@@ -58,7 +65,7 @@ async def _lines(stream: IO[bytes]) -> AsyncIterator[bytes]:
 async def _import(args: argparse.Namespace, stream: IO[bytes]) -> int:
     async with await LedgerClient.connect(args.nats) as client:
         importer = ClaudeCodeImport(
-            client, tenant=args.tenant, session_id=args.session_id, run_id=args.run_id
+            client, tenant=args.tenant, session_id=args.session_id, run_id=args.run_id, human=args.human
         )
         summary = await importer.run(_lines(stream))
     report: dict[str, Any] = {
@@ -89,6 +96,8 @@ async def _import(args: argparse.Namespace, stream: IO[bytes]) -> int:
 
 
 def cmd_import_claude_code(args: argparse.Namespace) -> int:
+    if not is_human_key(args.human):  # before anything connects or reads
+        return fail(f"--human {args.human}: not a human's actor key, human:<identifier>")
     if args.file == STDIN:
         return asyncio.run(_import(args, sys.stdin.buffer))
     with open(args.file, "rb") as stream:

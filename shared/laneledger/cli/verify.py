@@ -24,9 +24,9 @@ from laneledger.audit.ledger import (
 )
 from laneledger.cli.natsoption import add_nats_option
 from laneledger.cli.report import fail
-from laneledger.compat.korg import KORG_LEDGER_V1, read_jsonl
-from laneledger.contract.chain import verify_chain
+from laneledger.compat.korg import read_journal, verify_journal
 from laneledger.contract.errors import ChainFault, IntegrityError, InvalidRequest, LedgerUnavailable
+from laneledger.contract.signing import Ed25519PublicKey, load_public_key
 from laneledger.contract.subjects import Subjects
 from laneledger.runtime.access import CLIENT_TOKEN_FILE_ENV, client_headers
 
@@ -42,15 +42,17 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "verify",
         help="verify a ledger: a database, an export file, or through a tail service",
         description="Verify a ledger from its first record (spec/verify.md). Sources: a JSONL "
-        "file (FILE or --file; --format laneledger for a `laneledger export`, korg-ledger-v1 "
-        "for a Korg chain: chains and positions), a ledger database (--db, read-only, one "
-        "snapshot, constant memory: chains, dense seqs, gap-free positions, receipts, lane "
-        "heads, actors and their identity conventions, signatures, causation; add --nats to "
-        "also check that LEDGER_EVENTS equals the database and that every referenced blob is "
-        "stored with its bytes), or a tail service (--url). Intact: print a summary and exit "
-        "0. Broken: print 'FAIL position N ...: KIND ...' for the first fault and exit 1. "
-        "Warnings ('WARN ...') do not fail unless --strict-actors. Malformed input or an "
-        "unreachable service: exit 2.",
+        "file (FILE or --file; --format laneledger for a `laneledger export`: chains and "
+        "positions; korg-ledger-v1 for a Korg journal, JSON lines or one JSON array: its chain, "
+        "unique seq_ids (gaps allowed, as in Korg), its causal DAG and, with --public-key, every "
+        "record's event_sig), a ledger database "
+        "(--db, read-only, one snapshot, constant memory: chains, dense seqs, gap-free "
+        "positions, receipts, lane heads, actors and their identity conventions, signatures, "
+        "causation; add --nats to also check that LEDGER_EVENTS equals the database and that "
+        "every referenced blob is stored with its bytes), or a tail service (--url). Intact: "
+        "print a summary and exit 0. Broken: print 'FAIL position N ...: KIND ...' for the "
+        "first fault and exit 1. Warnings ('WARN ...') do not fail unless --strict-actors. "
+        "Malformed input or an unreachable service: exit 2.",
     )
     source = sub.add_mutually_exclusive_group(required=True)
     source.add_argument("file", metavar="FILE", nargs="?", help="a JSONL file")
@@ -82,6 +84,13 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=os.environ.get(HMAC_KEY_FILE_ENV),
         help="read the HMAC key from FILE, as the sequencer does (surrounding "
         f"whitespace stripped; env {HMAC_KEY_FILE_ENV})",
+    )
+    sub.add_argument(
+        "--public-key",
+        metavar="HEX",
+        type=korg_public_key,
+        help="with --format korg-ledger-v1: the Ed25519 public key (64 hex digits) every "
+        "record's event_sig must verify under; an unsigned record fails, as in Korg's verifier",
     )
     add_nats_option(
         sub,
@@ -117,6 +126,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     args.file = args.file or args.file_option
     if (args.nats or args.strict_actors) and not args.db:
         return fail("verify: --nats and --strict-actors need --db")
+    if args.public_key is not None and (args.format != "korg-ledger-v1" or not args.file):
+        return fail("verify: --public-key is for a --format korg-ledger-v1 file")
     key = args.hmac_key if args.hmac_key is not None else read_key_file(args.hmac_key_file)
     try:
         stream_wait_s = stream_wait(args.stream_wait_s)
@@ -130,7 +141,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 args.db, key, args.nats, Subjects(args.prefix), args.strict_actors, stream_wait_s
             )
         elif args.format == "korg-ledger-v1":
-            print(verify_chain(read_jsonl(args.file), profile=KORG_LEDGER_V1, key=key))
+            print(verify_journal(read_journal(args.file), key=key, public_key=args.public_key))
             return 0
         else:
             audit = verify_export(read_export(args.file), hmac_key=key)
@@ -271,6 +282,13 @@ def hmac_key(text: str) -> bytes:
     if not text:
         raise argparse.ArgumentTypeError("an empty key is not a key")
     return text.encode("utf-8")
+
+
+def korg_public_key(text: str) -> Ed25519PublicKey:
+    try:
+        return load_public_key(text)
+    except InvalidRequest as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def verify_url(url: str, token_file: str | None = None) -> int:

@@ -13,7 +13,11 @@ sequencer:
   text, thinking and usage; its ``tool_use`` blocks are tool calls requested
   by it, closed by the matching ``tool_result`` (``tool_use_id``);
 - lines with ``parent_tool_use_id`` belong to the sub-agent that tool call
-  spawned: its own lane, actor and spine (Korg §2b);
+  spawned: its own lane (named by the full id), actor and spine (Korg §2b),
+  however many run in parallel or nest; its turn ends when the spawning
+  call's result comes back;
+- the session's root prompt (and any later prompt the user types on the main
+  agent) is the human's: a ``human:`` actor, as Korg's adapter records it;
 - the ``result`` line completes the run, with cost, turns and duration;
 - hooks, task progress, rate limits, other system lines and unknown line
   types are kept as ``ext.claude_code.*`` events; only ``stream_event``
@@ -26,10 +30,11 @@ again gets the original receipts back instead of duplicates.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections import Counter
-from collections.abc import AsyncIterable, Iterable
+from collections.abc import AsyncIterable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
@@ -44,8 +49,20 @@ from laneledger.sdk.guarantees import AdapterGuarantees
 from laneledger.sdk.spine import PROMPT_EVENT, SPAWNED_BY, Spine
 
 ADAPTER = "laneledger.claude-code"
-ADAPTER_VERSION = "1"
+# 2: each sub-agent its own lane and actor (1 merged those whose tool-use ids
+# share 8 leading characters, i.e. all of them), the root prompt a human's,
+# a sub-agent's turn ended by its spawning call's result.
+ADAPTER_VERSION = "2"
 RUNTIME = "claude-code"
+# Who typed the prompt is not in a capture; a caller that knows says so.
+DEFAULT_HUMAN = "human:unknown"
+
+
+def is_human_key(key: str) -> bool:
+    """Whether ``key`` is a human's actor key, ``human:<identifier>``."""
+    return key.startswith("human:") and key != "human:"
+
+
 T = TypeVar("T")
 
 IMPORT_GUARANTEES = AdapterGuarantees(
@@ -90,6 +107,11 @@ EXTENSION_TYPES = {
 MAX_LINES_BEFORE_INIT = 1000
 _TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$")
 _MAX_DECIMALS = Decimal(10) ** -18
+SUB_LANE_PREFIX = "sub-"
+# A lane name is an Id (at most 256 characters): the prefix and the full id.
+MAX_PARENT_TOOL_USE_ID = 256 - len(SUB_LANE_PREFIX)
+# The <id8> of the actor key agent:<runtime>/sub-<id8>@<v> (spec/verify.md).
+_DISPLAY_ID = re.compile(r"^[0-9A-Za-z_-]{8}$")
 
 
 def parse_line(raw: str | bytes, line_no: int) -> dict[str, Any] | None:
@@ -123,6 +145,24 @@ def decimal_string(value: Any, what: str, line_no: int) -> str:
     return "0" if text in ("-0", "") else text
 
 
+def subagent_display_id(ptuid: str, taken: Collection[str]) -> str:
+    """The 8 characters naming the sub-agent spawned by tool call ``ptuid`` in
+    its actor key (``agent:claude-code/sub-<id8>@<v>``), none of ``taken``
+    (the session's sub-agents named before it).
+
+    Korg §2b writes ``ptuid[:8]``, but every Claude Code tool-use id starts
+    ``toolu_01``: the first 8 characters name every sub-agent alike. The last
+    8 are the id's random part; where they are not 8 id characters, or an
+    earlier sub-agent of the session has them, 8 hex digits of a digest of the
+    id (and of a counter, until one is free). The name depends only on the id
+    and the sub-agents before it, so a re-import names each one alike."""
+    candidate, n = ptuid[-8:], 0
+    while not _DISPLAY_ID.match(candidate) or candidate in taken:
+        candidate = hashlib.sha256(f"{n}\0{ptuid}".encode()).hexdigest()[:8]
+        n += 1
+    return candidate
+
+
 def tool_effect(name: str) -> str:
     if name in READ_TOOLS:
         return "read"
@@ -154,12 +194,13 @@ def _need(value: object, kind: type[T], path: str, line_no: int) -> T:
 class Agent:
     """One Claude Code agent (main or a sub-agent): its lane, actor and spine."""
 
-    key: str  # "main" or "sub-<ptuid[:8]>"
+    key: str  # its lane's name: "main", or "sub-" + the full parent_tool_use_id
     recorder: LaneRecorder
     actor_id: str
     turn_id: str
     spine: Spine = field(default_factory=Spine)
     appends: int = 0
+    turn_open: bool = True
 
 
 @dataclass
@@ -207,10 +248,24 @@ class ClaudeCodeImport:
     ``await imp.finish()``."""
 
     def __init__(
-        self, client: LedgerClient, *, tenant: str, session_id: str | None = None, run_id: str | None = None
+        self,
+        client: LedgerClient,
+        *,
+        tenant: str,
+        session_id: str | None = None,
+        run_id: str | None = None,
+        human: str = DEFAULT_HUMAN,
     ) -> None:
+        """``human``: the key of the human actor the user's prompts are
+        recorded by (``human:<identifier>``)."""
+        if not is_human_key(human):
+            raise InvalidRequest(
+                "the human's actor key is human:<identifier>", path="human", found=human, reason="not_human"
+            )
         self.client = client
         self.tenant = tenant
+        self.human = human
+        self._human_id = ""
         self.summary = ImportSummary()
         self._session_override = session_id
         self._run_override = run_id
@@ -220,7 +275,8 @@ class ClaudeCodeImport:
         self._anchor = ""
         self._anchor_ms = 0
         self._clock = ""  # occurred_at for lines without their own timestamp
-        self._agents: dict[str, Agent] = {}
+        self._agents: dict[str, Agent] = {}  # by key
+        self._display_ids: set[str] = set()  # the <id8> of each sub-agent's actor key
         self._pending: dict[str, PendingTool] = {}  # tool_use_id -> a call without its result
         self._spawned: dict[str, PendingTool] = {}  # tool_use_id -> a Task/Agent call
         self._messages: dict[str, Message] = {}  # agent key -> the message being assembled
@@ -300,15 +356,31 @@ class ClaudeCodeImport:
         cause: str | None,
         at: str,
         key: str,
+        *,
+        actor_id: str | None = None,
     ) -> dict[str, Any]:
         return agent.recorder.event(
             event_type,
-            actor_id=agent.actor_id,
+            actor_id=actor_id or agent.actor_id,
             subject_id=subject_id,
             payload=payload,
             causation_id=cause,
             occurred_at=at,
             event_id=self._id("event", key),
+        )
+
+    def _prompt(self, agent: Agent, text: str, at: str, key: str) -> dict[str, Any]:
+        """An observed prompt of the user kind: on the main agent the human
+        typed it; on a sub-agent, its parent agent wrote it."""
+        return self._event(
+            agent,
+            PROMPT_EVENT,
+            agent.recorder.lane.id,
+            {"prompt_kind": "user", "synthesized": False, "text": text},
+            agent.spine.inference_cause(),
+            at,
+            key,
+            actor_id=self._human_id if agent.key == "main" else None,
         )
 
     async def _append(self, agent: Agent, events: list[dict[str, Any]]) -> None:
@@ -332,6 +404,7 @@ class ClaudeCodeImport:
             run = "cc-" + derived_id(RUNTIME, json.dumps(init, sort_keys=True))
         self.summary.session_id, self.summary.run_id = session, run
         actor = await self._actor("main")
+        self._human_id = (await self.client.ensure_actor(self.tenant, self.human, "human")).id
         recorder = await LaneRecorder.open(self.client, self.tenant, session, run, "main", actor_id=actor)
         # occurred_at: the capture's own timestamps where it has them, else
         # the time of the first import — read back from the session.started it
@@ -405,6 +478,7 @@ class ClaudeCodeImport:
             None,
             at,
             "prompt/main",
+            actor_id=self._human_id,  # the root is the human's (Korg §2b: source=human:…)
         )
         await self._append(main, [started, run_started, turn_started, prompt])
         main.spine.prompted(prompt["id"])
@@ -424,13 +498,15 @@ class ClaudeCodeImport:
         """The sub-agent spawned by tool call ``ptuid``, started on first sight:
         its lane under the spawning agent's, its actor, and its prompt caused
         by the spawning inference (§2b)."""
-        key = f"sub-{ptuid[:8]}"
+        key = _sub_key(ptuid)
         if key in self._agents:
             return self._agents[key]
         await self._flush_holding(ptuid)
         spawn = self._pending.get(ptuid) or self._spawned.get(ptuid)
         parent = spawn.agent if spawn is not None else self._agents["main"]
-        actor = await self._actor(key)
+        display_id = subagent_display_id(ptuid, self._display_ids)
+        self._display_ids.add(display_id)
+        actor = await self._actor(f"sub-{display_id}")
         recorder = await LaneRecorder.open(
             self.client,
             self.tenant,
@@ -482,11 +558,32 @@ class ClaudeCodeImport:
         return agent
 
     async def _agent_for(self, obj: dict[str, Any], line_no: int) -> Agent:
-        ptuid = obj.get("parent_tool_use_id")
+        ptuid = _parent_tool_use_id(obj, line_no)
         if ptuid is None:
             return self._agents["main"]
-        ptuid = _need(ptuid, str, "$.parent_tool_use_id", line_no)
         return await self._subagent(ptuid, obj, line_no, None)
+
+    async def _end_subagent(self, ptuid: str, failed: bool, message: str, at: str) -> None:
+        """The spawning call's result is the sub-agent's return: its turn
+        ends (failed with the call), after its last message is recorded."""
+        agent = self._agents.get(_sub_key(ptuid))
+        if agent is None or not agent.turn_open:
+            return
+        await self._flush_message(agent.key)
+        payload: dict[str, Any] = {"turn_no": 1}
+        if failed:
+            payload["error"] = {"code": "tool_error", "message": message}
+        ended = self._event(
+            agent,
+            "turn.failed" if failed else "turn.completed",
+            agent.turn_id,
+            payload,
+            agent.spine.inference_cause(),
+            at,
+            f"turn.ended/{agent.key}",
+        )
+        await self._append(agent, [ended])
+        agent.turn_open = False
 
     # -- lines ------------------------------------------------------------------------------------
 
@@ -497,8 +594,8 @@ class ClaudeCodeImport:
             return
         # Any other line ends the message being assembled for its agent (and a
         # result line, every one).
-        ptuid = obj.get("parent_tool_use_id")
-        agent_key = "main" if not isinstance(ptuid, str) else f"sub-{ptuid[:8]}"
+        ptuid = _parent_tool_use_id(obj, line_no)
+        agent_key = "main" if ptuid is None else _sub_key(ptuid)
         for key in list(self._messages):
             if kind == "result" or key == agent_key:
                 await self._flush_message(key)
@@ -701,25 +798,16 @@ class ClaudeCodeImport:
     async def _user(self, obj: dict[str, Any], line_no: int) -> None:
         message = _need(obj.get("message"), dict, "$.message", line_no)
         content = message.get("content")
-        ptuid = obj.get("parent_tool_use_id")
+        ptuid = _parent_tool_use_id(obj, line_no)
         blocks = content if isinstance(content, list) else []
         results = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
         text = _text_of(content)
         if text is not None and not results:
-            if isinstance(ptuid, str) and f"sub-{ptuid[:8]}" not in self._agents:
+            if ptuid is not None and _sub_key(ptuid) not in self._agents:
                 await self._subagent(ptuid, obj, line_no, text)  # §2b: the sub-agent's prompt
                 return
             agent = await self._agent_for(obj, line_no)
-            prompt = self._event(
-                agent,
-                PROMPT_EVENT,
-                agent.recorder.lane.id,
-                {"prompt_kind": "user", "synthesized": False, "text": text},
-                agent.spine.inference_cause(),
-                self._at(obj),
-                f"line/{line_no}",
-            )
-            await self._append(agent, [prompt])
+            await self._append(agent, [self._prompt(agent, text, self._at(obj), f"line/{line_no}")])
             return
         if not results:
             await self._extension(EXTENSION_TYPES["unknown"], obj, line_no)
@@ -727,10 +815,11 @@ class ClaudeCodeImport:
         tool_use_result = obj.get("tool_use_result")
         for index, block in enumerate(results):
             tool_use_id = block.get("tool_use_id")
+            pending = None
             if isinstance(tool_use_id, str):
                 await self._flush_holding(tool_use_id)
-            pending = self._pending.pop(tool_use_id, None) if isinstance(tool_use_id, str) else None
-            if pending is None:
+                pending = self._pending.pop(tool_use_id, None)
+            if pending is None or not isinstance(tool_use_id, str):
                 agent = await self._agent_for(obj, line_no)
                 event = self._event(
                     agent,
@@ -759,6 +848,8 @@ class ClaudeCodeImport:
                 payload["error"] = {"code": "tool_error", "message": _text_of(result) or ""}
             else:
                 payload["outcome"] = {"content": result}
+            if pending.name in SPAWN_TOOLS:
+                await self._end_subagent(tool_use_id, failed, _text_of(result) or "", self._at(obj))
             event = self._event(
                 pending.agent,
                 "attempt.failed" if failed else "attempt.completed",
@@ -771,16 +862,7 @@ class ClaudeCodeImport:
             await self._append(pending.agent, [event])
         if text is not None:  # text next to tool results (e.g. an interruption notice)
             agent = await self._agent_for(obj, line_no)
-            prompt = self._event(
-                agent,
-                PROMPT_EVENT,
-                agent.recorder.lane.id,
-                {"prompt_kind": "user", "synthesized": False, "text": text},
-                agent.spine.inference_cause(),
-                self._at(obj),
-                f"line/{line_no}/text",
-            )
-            await self._append(agent, [prompt])
+            await self._append(agent, [self._prompt(agent, text, self._at(obj), f"line/{line_no}/text")])
 
     async def _result(self, obj: dict[str, Any], line_no: int) -> None:
         main = self._agents["main"]
@@ -877,6 +959,28 @@ class ClaudeCodeImport:
             )
         )
         await self._append(main, events)
+
+
+def _sub_key(ptuid: str) -> str:
+    """A sub-agent's key and lane name: its full parent tool-use id."""
+    return SUB_LANE_PREFIX + ptuid
+
+
+def _parent_tool_use_id(obj: dict[str, Any], line_no: int) -> str | None:
+    """The line's ``parent_tool_use_id``: None (absent or null) for the main
+    agent, else a non-empty string short enough to name a lane."""
+    ptuid = obj.get("parent_tool_use_id")
+    if ptuid is None:
+        return None
+    ptuid = _need(ptuid, str, "$.parent_tool_use_id", line_no)
+    if not 0 < len(ptuid) <= MAX_PARENT_TOOL_USE_ID:
+        raise InvalidRequest(
+            f"parent_tool_use_id is empty or longer than {MAX_PARENT_TOOL_USE_ID} characters",
+            line=line_no,
+            path="$.parent_tool_use_id",
+            reason="wrong_shape",
+        )
+    return ptuid
 
 
 def _duration_ms(tool_use_result: Any) -> int | None:

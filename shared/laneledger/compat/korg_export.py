@@ -2,16 +2,26 @@
 ``spec/korg-mapping.md``, "korg-ledger-v1 export").
 
 Every committed event of the session becomes one flat AgentToolCall record,
-in position order, renumbered ``seq_id`` 1, 2, 3 … (Korg's seq_id is dense
-within one journal), its cause as ``triggered_by`` (that event's seq_id), and
-chained with ``prev_hash`` / ``entry_hash`` under the korg-ledger-v1 profile
-(``laneledger.compat.korg``), so ``laneledger verify --format korg-ledger-v1`` and
-Korg's own verifier accept it. A ``session.rewound`` event becomes a record
-with ``rewind_of`` = the seq_id rewound to.
+numbered ``seq_id`` 1, 2, 3 … (Korg's seq_id is dense within one journal), its
+cause as ``triggered_by`` (that event's seq_id), and chained with
+``prev_hash`` / ``entry_hash`` under the korg-ledger-v1 profile
+(``laneledger.compat.korg``), so ``laneledger verify --format korg-ledger-v1``
+and Korg's own verifier accept it.
+
+The journal has one root, as Korg §2 wants: the session's root prompt (its
+first prompt without a cause) is record 1, the others follow in position
+order. A record whose event names no cause is ``triggered_by`` the root (Korg
+§4: the root is every event's originator) — session, run and turn lifecycle
+events, say — except a Korg tool call, which keeps what its client posted,
+and another prompt without a cause, which is a root of its own. A
+``session.rewound`` event becomes a record with ``rewind_of`` and
+``triggered_by`` = the seq_id rewound to. ``payload_refs`` describes every
+content reference in ``args`` and ``result`` (Korg §6.4 checks its blobs).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -20,6 +30,7 @@ import msgspec
 
 from laneledger.compat.korg import KORG_LEDGER_V1, check_value, korg_canonical
 from laneledger.contract.chain import GENESIS_HASH, link
+from laneledger.contract.contentref import REFS_FIELD, is_ref
 from laneledger.contract.errors import NotCanonicalizable
 from laneledger.contract.model import SessionView, decoder, encode
 from laneledger.history.causality import (
@@ -38,6 +49,21 @@ from laneledger.store.schema import open_ledger
 from laneledger.store.sqlite import fetch_all
 
 SCHEMA_VERSION = "1.0"
+ROOT_SEQ = 1  # journal_order puts the root first
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def journal_order(nodes: list[Node]) -> list[Node]:
+    """The session's nodes in journal order: the root prompt (the first
+    prompt without a cause) first, the others in position order. The root
+    comes first so that what was committed before it (the session's
+    ``session.started``, say) can name it as ``triggered_by``, which must be
+    strictly earlier. No prompt without a cause: position order, and the
+    first record is the root."""
+    root = next((n for n in nodes if n.role == PROMPT and n.cause is None), None)
+    if root is None:
+        return list(nodes)
+    return [root, *(n for n in nodes if n is not root)]
 
 
 def korg_record(
@@ -48,8 +74,10 @@ def korg_record(
     session_positions: Iterable[int],
 ) -> dict[str, Any]:
     """The unchained record of one committed event (``seq_of``: position ->
-    seq_id of every event of the session)."""
+    seq_id of every event of the session, in ``journal_order``: the root is
+    ``ROOT_SEQ``, what an event naming no cause is triggered by)."""
     payload = body.get("payload") or {}
+    parent: int | None = None
     record: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "seq_id": seq_of[node.position],
@@ -73,7 +101,6 @@ def korg_record(
             result=payload.get("result", {}),
             success=payload.get("success", True),
             duration_ms=payload.get("duration_ms", 0),
-            payload_refs=payload.get("payload_refs", []),
         )
     elif node.role == REWIND:
         gone = Invalidation([payload])
@@ -83,15 +110,15 @@ def korg_record(
             tool_name="rewind",
             args={
                 "target_seq_id": target_seq,
-                "invalidated_seq_ids": [seq_of[p] for p in session_positions if p in gone],
+                "invalidated_seq_ids": sorted(seq_of[p] for p in session_positions if p in gone),
                 **({"reason": payload["reason"]} if "reason" in payload else {}),
             },
             result={},
             success=True,
             duration_ms=0,
-            payload_refs=[],
             rewind_of=target_seq,
         )
+        parent = target_seq if target_seq is not None else ROOT_SEQ
     else:
         tool = {PROMPT: "user_prompt", INFERENCE: "llm_inference", TOOL: node.name}.get(
             node.role, node.event_type
@@ -104,11 +131,53 @@ def korg_record(
             result={},
             success=not node.event_type.endswith(".failed"),
             duration_ms=duration if type(duration) is int and duration >= 0 else 0,
-            payload_refs=[],
         )
+        if node.role != PROMPT:
+            parent = ROOT_SEQ
+    record["payload_refs"] = payload_refs_of(record["args"], record["result"], payload.get(REFS_FIELD))
     if node.cause is not None and node.cause in seq_of:
-        record["triggered_by"] = seq_of[node.cause]
+        parent = seq_of[node.cause]
+    if parent is not None and parent < record["seq_id"]:
+        record["triggered_by"] = parent
     return record
+
+
+def payload_refs_of(args: Any, result: Any, described: Any) -> list[dict[str, Any]]:
+    """The descriptors of every content reference in ``args`` and
+    ``result``: those ``described`` already (the payload's own
+    ``payload_refs``, verbatim, when well formed: a Korg client's, or the
+    SDK's), then one ``{sha256, size_bytes, label}`` for each other
+    sentinel, labelled with its path (``args.content``, ``result``)."""
+    refs = [d for d in described if _is_descriptor(d)] if isinstance(described, list) else []
+    known = {d.get("sha256") for d in refs}
+    for label, sentinel in [*_sentinels(args, "args"), *_sentinels(result, "result")]:
+        sha256 = sentinel["_ref"].removeprefix("sha256:")
+        if sha256 not in known:
+            known.add(sha256)
+            refs.append({"sha256": sha256, "size_bytes": sentinel["size_bytes"], "label": label})
+    return refs
+
+
+def _is_descriptor(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("sha256"), str)
+        and _HEX64.fullmatch(value["sha256"]) is not None
+        and type(value.get("size_bytes")) is int
+        and value["size_bytes"] >= 0
+    )
+
+
+def _sentinels(value: Any, label: str) -> Iterable[tuple[str, dict[str, Any]]]:
+    if is_ref(value):
+        yield label, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if key != REFS_FIELD:
+                yield from _sentinels(item, f"{label}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _sentinels(item, f"{label}[{index}]")
 
 
 def export_session(
@@ -118,7 +187,7 @@ def export_session(
     ``NotCanonicalizable`` (naming the event's position and the value's path)
     for a value korg-ledger-v1 cannot hash, such as a float."""
     bodies = [msgspec.to_builtins(event) for event in view.events]
-    nodes = nodes_of(bodies, subjects_of(view.actions, view.attempts))
+    nodes = journal_order(nodes_of(bodies, subjects_of(view.actions, view.attempts)))
     by_position = {b["position"]: b for b in bodies}
     seq_of = {n.position: seq for seq, n in enumerate(nodes, start=1)}
     prev = GENESIS_HASH

@@ -8,7 +8,10 @@ rewriting a link also breaks that record's own hash.
 
 A ``ChainProfile`` says how a format canonicalizes and which field orders the
 records; ``LANELEDGER`` is ours, ``laneledger.compat.korg.KORG_LEDGER_V1`` is korg's.
-The verifier is the same for both.
+Both hash with ``entry_hash`` here; ``LaneChains`` verifies laneledger's own
+chains (dense seqs per lane), while a Korg journal is walked by
+``laneledger.compat.korg.verify_journal`` as Korg's verifiers walk it (links in
+file order, unique but not dense ``seq_id``s).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ sometimes fail and are retried on a new attempt, writes that are never
 retried silently), a sub-agent spawned by an ``Agent`` tool call on its own
 lane, a human-in-the-loop pause and the operator's answer — and finishes its
 run with the terminal checkpoint pattern. Causation follows the Korg spine
-rules (``laneledger.sdk.spine``, kept by the guard).
+rules (``laneledger.sdk.spine``, kept by the guard), and actor keys the
+identity convention ``laneledger verify`` checks (``actor_key``).
 
 The agents print one JSON progress line per turn on stdout; the parent
 process shows them and ends with a summary.
@@ -42,6 +43,14 @@ READ_TRIES = 3
 
 class ToolTimeout(Exception):
     """The simulated tool did not answer: the attempt fails with this error."""
+
+
+def actor_key(name: str, role: str = "main") -> str:
+    """The actor key of agent process ``name``'s main agent or of one of its
+    sub-agents (``role`` ``sub-<id8>``): Korg §2b's
+    ``agent:<runtime>/main@<v>`` and ``agent:<runtime>/sub-<id8>@<v>``, each
+    agent process its own runtime, so the agents of one session keep apart."""
+    return f"agent:demo-{name}/{role}@1"
 
 
 def cost_of(model: str, input_tokens: int, output_tokens: int) -> str:
@@ -106,7 +115,7 @@ async def run_agent(
 ) -> None:
     rng = random.Random(seed)
     async with await LedgerClient.connect(nats_url) as client:
-        actor = await client.ensure_actor(tenant, f"agent:demo/{name}@1", "agent")
+        actor = await client.ensure_actor(tenant, actor_key(name), "agent")
         operator = await client.ensure_actor(tenant, "human:demo-operator", "human")
         guard = await Guard.open(client, tenant, session_id, run_id, name, actor.id)
         await guard.start_run({"agent": name})
@@ -143,15 +152,17 @@ async def spawn_subagent(
 ) -> None:
     """An ``Agent`` tool call that runs a sub-agent on its own lane and actor;
     the sub-agent's prompt points at the parent's latest inference and names
-    the spawning attempt (Korg §2b)."""
-    sub_name = f"{name}/sub-{rng.randint(1000, 9999)}"
-    actor = await parent.client.ensure_actor(tenant, f"agent:demo/{sub_name}@1", "agent")
+    the spawning attempt (Korg §2b). The sub-agent is named by the spawning
+    call, as Claude Code's are by their parent tool-use id: the last 8 hex
+    digits (the random part) of the attempt's id."""
     task = "read the module the last edit touched"
     async with turn.tool_call(
         "Agent", effect="none", idempotency="not_applicable", args={"description": task}
     ) as call:
         async with call.attempt() as attempt:
-            sub = await parent.spawn(sub_name, actor.id, task, spawned_by=attempt)
+            role = "sub-" + attempt.attempt_id.replace("-", "")[-8:]
+            actor = await parent.client.ensure_actor(tenant, actor_key(name, role), "agent")
+            sub = await parent.spawn(f"{name}/{role}", actor.id, task, spawned_by=attempt)
             async with sub.turn() as sub_turn:
                 await model_call(sub_turn, "claude-haiku", rng.randint(800, 4000), rng, pace)
                 await tool_call(sub_turn, rng.choice(READ_TOOLS), rng)
