@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 import pytest
+from korg_dogfood import dogfood
 from msgspec import UNSET
 from test_claude_code_import import FIXTURES, VERSION, import_capture, run_cli
 
@@ -216,6 +217,7 @@ async def test_the_import_verifies_and_exports_as_a_verifiable_korg_journal(clie
         assert parent["tool_name"] == "llm_inference" and parent["source_agent"] != key
     [root] = [r for r in records if r["tool_name"] == "user_prompt" and r["source_agent"] == "human:dusk"]
     assert "triggered_by" not in root
+    assert dogfood(records, {}).seq == root["seq_id"]  # Korg §6 on the export: one root, every walk
 
 
 def test_a_subagent_display_id_is_8_characters_unique_in_its_session():
