@@ -169,10 +169,6 @@ class Intake:
         await feed.start()
         self._sources.append(_Source(stream, tenant, feed, bucket, retired))
 
-    @property
-    def streams(self) -> list[str]:
-        return [source.stream for source in self._sources]
-
     # ------------------------------------------------------------------ reading
 
     async def next_batch(self, max_msgs: int, timeout: float) -> list[Msg]:
