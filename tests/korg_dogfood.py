@@ -69,32 +69,50 @@ def calls_of(records: Sequence[Mapping[str, Any]]) -> list[Call]:
     return out
 
 
+def korg_preimage(record: Mapping[str, Any]) -> bytes:
+    """What Korg hashes and signs: the record minus ``entry_hash`` and
+    ``event_sig``, ``json.dumps(sort_keys, compact)``, ASCII."""
+    body = {k: v for k, v in record.items() if k not in ("entry_hash", "event_sig")}
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode("ascii")
+
+
+def korg_hash(record: Mapping[str, Any], key: bytes | None = None) -> str:
+    """A record's ``entry_hash`` as Korg computes it (SHA-256, or HMAC-SHA256 keyed)."""
+    data = korg_preimage(record)
+    return hmac.new(key, data, hashlib.sha256).hexdigest() if key else hashlib.sha256(data).hexdigest()
+
+
 def korg_reference_verify(records: Sequence[Mapping[str, Any]], key: bytes | None = None) -> list[str]:
-    """Korg SPEC §5 ``verify_chain`` + ``verify_dag``: the errors (``[]`` =
-    valid). The preimage is ``json.dumps(sort_keys, compact)`` → ASCII without
-    ``entry_hash``/``event_sig``; the DAG reads top-level ``triggered_by``,
-    else ``metadata.triggered_by`` (SPEC §9.3)."""
+    """Korg's reference verification, ``korg_ledger._hash`` ``verify_chain``
+    then ``verify_dag`` (SPEC §5) transcribed: the errors, in Korg's order
+    (``[]`` = valid). The chain runs in journal order; seq_ids need only be
+    unique integers (no order, no density); an integer ``triggered_by`` must
+    be one of them and smaller. The parent is read as ``calls_of`` reads it
+    (top level, or ``metadata.triggered_by`` of an envelope, SPEC §9.3)."""
     errors: list[str] = []
-    expected = GENESIS
+    expected: str | None = GENESIS
     for r in records:
-        seq = r.get("seq_id")
-        body = {k: v for k, v in r.items() if k not in ("entry_hash", "event_sig")}
-        data = json.dumps(body, sort_keys=True, separators=(",", ":")).encode("ascii")
-        digest = hmac.new(key, data, hashlib.sha256).hexdigest() if key else hashlib.sha256(data).hexdigest()
+        seq, stored = r.get("seq_id"), r.get("entry_hash")
+        if stored is None:
+            errors.append(f"seq {seq}: missing entry_hash")
+            expected = None
+            continue
         if r.get("prev_hash") != expected:
             errors.append(f"seq {seq}: prev_hash breaks the chain")
-        if digest != r.get("entry_hash"):
+        if korg_hash(r, key) != stored:
             errors.append(f"seq {seq}: entry_hash mismatch")
-        expected = r.get("entry_hash")
-    seqs = [c.seq for c in calls_of(records)]
+        expected = stored
+    calls = calls_of(records)
+    seqs = [c.seq for c in calls if isinstance(c.seq, int)]
     if len(set(seqs)) != len(seqs):
         errors.append("duplicate seq_id present")
-    for c in calls_of(records):
-        if type(c.parent) is int:
-            if c.parent not in seqs:
-                errors.append(f"seq {c.seq}: triggered_by {c.parent} does not exist")
-            elif c.parent >= c.seq:
-                errors.append(f"seq {c.seq}: triggered_by {c.parent} is not strictly earlier")
+    for c in calls:
+        if type(c.parent) is not int:
+            continue
+        if c.parent not in seqs:
+            errors.append(f"seq {c.seq}: triggered_by {c.parent} does not exist")
+        elif isinstance(c.seq, int) and c.parent >= c.seq:
+            errors.append(f"seq {c.seq}: triggered_by {c.parent} is not strictly earlier")
     return errors
 
 

@@ -3,7 +3,8 @@ check (issue 20, items 4, 9, 10): the causal DAG, JSON-array journals, float
 values hashed as Korg's Python reference hashes them, and ``event_sig``.
 
 The journals are written here by hand. Their hashes and signatures come from
-``korg_hash`` / ``korg_sign`` below: Korg's reference algorithm spelled out
+``korg_hash`` (tests/korg_dogfood.py) and ``korg_sign`` below, and each verdict is
+compared with ``korg_reference_verify`` (there too): Korg's reference algorithm spelled out
 from its spec (``json.dumps(..., sort_keys=True, separators=(",", ":"))`` →
 ASCII → SHA-256 / HMAC-SHA256 / Ed25519), not from laneledger's code.
 """
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from korg_dogfood import korg_hash, korg_preimage, korg_reference_verify
 
 from laneledger.compat.korg import check_value, read_journal, verify_journal
 from laneledger.contract.errors import ChainFault, IntegrityError, InvalidRequest, NotCanonicalizable
@@ -34,16 +36,6 @@ SCRIPT = Path(sys.executable).with_name("laneledger")
 
 
 # -- Korg's algorithm, independently -----------------------------------------------
-
-
-def korg_preimage(record: dict[str, Any]) -> bytes:
-    body = {k: v for k, v in record.items() if k not in ("entry_hash", "event_sig")}
-    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode("ascii")
-
-
-def korg_hash(record: dict[str, Any], key: bytes | None = None) -> str:
-    data = korg_preimage(record)
-    return hmac.new(key, data, hashlib.sha256).hexdigest() if key else hashlib.sha256(data).hexdigest()
 
 
 def korg_sign(record: dict[str, Any], private: Ed25519PrivateKey) -> str:
@@ -215,37 +207,6 @@ def test_a_chain_fault_is_reported_before_an_earlier_dag_fault():
 # -- seq_ids: Korg's rule (unique integers), not laneledger's (1, 2, 3 …) ---------------
 
 
-def korg_errors(records: list[dict[str, Any]]) -> list[str]:
-    """Korg's Python reference, ``korg_ledger._hash`` ``verify_chain`` then
-    ``verify_dag``, transcribed: no order of seq_ids, only that they are unique
-    and that an integer top-level ``triggered_by`` is one of them and smaller."""
-    errors: list[str] = []
-    expected: str | None = GENESIS
-    for e in records:
-        stored = e.get("entry_hash")
-        if stored is None:
-            errors.append(f"seq {e.get('seq_id')}: missing entry_hash")
-            expected = None
-            continue
-        if e.get("prev_hash") != expected:
-            errors.append(f"seq {e.get('seq_id')}: prev_hash breaks the chain")
-        if korg_hash(e) != stored:
-            errors.append(f"seq {e.get('seq_id')}: entry_hash mismatch (content tampered)")
-        expected = stored
-    seqs = [e.get("seq_id") for e in records if isinstance(e.get("seq_id"), int)]
-    if len(set(seqs)) != len(seqs):
-        errors.append("duplicate seq_id present")
-    for e in records:
-        tb, sid = e.get("triggered_by"), e.get("seq_id")
-        if not isinstance(tb, int):
-            continue
-        if tb not in seqs:
-            errors.append(f"seq {sid}: triggered_by {tb} does not exist")
-        elif isinstance(sid, int) and tb >= sid:
-            errors.append(f"seq {sid}: triggered_by {tb} is not strictly earlier")
-    return errors
-
-
 def numbered(seqs: list[int], parents: list[int | None]) -> list[dict[str, Any]]:
     """A journal whose records carry ``seqs`` and, as ``triggered_by``, ``parents``."""
     bodies = [call("user_prompt" if p is None else "Read", p, path=f"f{i}") for i, p in enumerate(parents)]
@@ -259,7 +220,7 @@ GAPPED = ([3, 4, 7, 12, 13], [None, 3, 4, 4, 12])
 @pytest.mark.parametrize("shape", ["jsonl", "array"])
 def test_seq_ids_with_gaps_verify(tmp_path, shape):
     records = numbered(*GAPPED)
-    assert korg_errors(records) == []
+    assert korg_reference_verify(records) == []
     assert verify_journal(records) == records[-1]["entry_hash"]
     path = tmp_path / "journal.json"
     path.write_text(
@@ -291,7 +252,7 @@ def test_seq_ids_in_any_order_verify_as_korgs_do():
     only uniqueness, and a triggered_by smaller than the record's own seq_id
     that some record of the journal carries (here one read later)."""
     records = numbered([10, 0, -4, 11], [None, -4, None, 10])
-    assert korg_errors(records) == []
+    assert korg_reference_verify(records) == []
     assert verify_journal(records) == records[-1]["entry_hash"]
 
 
@@ -334,7 +295,7 @@ def test_seq_ids_in_any_order_verify_as_korgs_do():
 )
 def test_what_korg_refuses_in_seq_ids_fails_naming_the_record(tmp_path, seqs, parents, fault_at, kind, text):
     records = numbered(seqs, parents)
-    assert korg_errors(records) != []  # Korg's verifier refuses it too
+    assert korg_reference_verify(records) != []  # Korg's verifier refuses it too
     caught = fault(records)
     assert caught.code == "integrity_failure" and caught.details["kind"] == kind
     assert (caught.details["seq"], caught.details["position"]) == fault_at
@@ -349,7 +310,7 @@ def test_what_korg_refuses_in_seq_ids_fails_naming_the_record(tmp_path, seqs, pa
 def test_a_deleted_record_among_gapped_seq_ids_is_a_broken_link():
     records = numbered(*GAPPED)
     del records[2]  # seq 7
-    assert korg_errors(records)[0] == "seq 12: prev_hash breaks the chain"
+    assert korg_reference_verify(records)[0] == "seq 12: prev_hash breaks the chain"
     with pytest.raises(ChainFault) as caught:
         verify_journal(records)
     assert caught.value.details == {
@@ -368,7 +329,7 @@ def test_a_duplicate_is_reported_after_a_chain_fault_and_before_a_dag_fault():
     """Korg lists chain errors, then "duplicate seq_id present", then each bad
     triggered_by; the first of that list is the fault reported."""
     records = numbered([1, 2, 6, 2], [None, 9, 1, 1])  # seq 2 names no seq_id; seq 2 repeats
-    assert korg_errors(records) == [
+    assert korg_reference_verify(records) == [
         "duplicate seq_id present",
         "seq 2: triggered_by 9 does not exist",
     ]
