@@ -81,7 +81,6 @@ class TokenBucket:
 @dataclass
 class _Source:
     stream: str
-    tenant: str | None  # None: the shared stream, or a retired one
     feed: PullFeed
     bucket: TokenBucket | None  # None: not rate-limited
     retired: bool = False
@@ -104,22 +103,23 @@ class Intake:
         """Retire the streams not wanted, make sure of the wanted ones and
         their consumers, and start reading all of them."""
         s = self._subjects
-        wanted: dict[str, tuple[StreamConfig, str | None, TenantLimits | None]] = {}
+        # Each wanted stream with its tenant's limits (None: the shared stream).
+        wanted: dict[str, tuple[StreamConfig, TenantLimits | None]] = {}
         if tenants is None:
-            wanted[s.append_stream] = (append_stream_config(s.append_stream, s, self._replicas), None, None)
+            wanted[s.append_stream] = (append_stream_config(s.append_stream, s, self._replicas), None)
         else:
-            for tenant_token, (tenant_name, tenant_limits) in tenants.by_token().items():
+            for tenant_token, (_, tenant_limits) in tenants.by_token().items():
                 name = s.tenant_append_stream(tenant_token)
                 config = tenant_append_stream_config(name, s, tenant_token, tenant_limits, self._replicas)
-                wanted[name] = (config, tenant_name, tenant_limits)
+                wanted[name] = (config, tenant_limits)
         retired = [name for name in await self._append_streams() if name not in wanted]
         for name in retired:
             await self._retire(name)
-        for name, (config, tenant, limits) in wanted.items():
-            await ensure_stream(self._js, config, updatable=LIMITS if tenant is not None else ())
-            await self._add(name, tenant, limits)
+        for name, (config, limits) in wanted.items():
+            await ensure_stream(self._js, config, updatable=LIMITS if limits is not None else ())
+            await self._add(name, limits)
         for name in retired:
-            await self._add(name, None, None, retired=True)
+            await self._add(name, None, retired=True)
 
     async def _append_streams(self) -> list[str]:
         """The streams holding this ledger's append requests, retired ones too."""
@@ -148,9 +148,7 @@ class Intake:
             )
             await self._js.update_stream(info.config.evolve(subjects=retired_at))
 
-    async def _add(
-        self, stream: str, tenant: str | None, limits: TenantLimits | None, *, retired: bool = False
-    ) -> None:
+    async def _add(self, stream: str, limits: TenantLimits | None, *, retired: bool = False) -> None:
         await ensure_consumer(self._js, stream, sequencer_consumer_config())
         credits, buffered = 2 * self._batch_size, 8 * self._batch_size  # unlimited: read ahead
         bucket = None
@@ -167,7 +165,7 @@ class Intake:
             arrived=self._arrived,
         )
         await feed.start()
-        self._sources.append(_Source(stream, tenant, feed, bucket, retired))
+        self._sources.append(_Source(stream, feed, bucket, retired))
 
     # ------------------------------------------------------------------ reading
 
