@@ -56,22 +56,28 @@ NEEDED = {
         f"$JS.API.STREAM.MSG.GET.{OBJ}",
         # upload: chunks and metadata. Not STREAM.PURGE, which would let a
         # producer empty the whole bucket (nats-py only purges when replacing).
+        # An artifact is read back by message (STREAM.MSG.GET, from a store
+        # bound to its stream: laneledger.sdk.objectstores), never by a consumer.
         "$O.LEDGER_CHECKPOINT_ARTIFACTS.>",
-        # read an artifact back, from a store bound to its stream
-        # (laneledger.sdk.objectstores): no STREAM.NAMES lookup
-        f"$JS.API.CONSUMER.CREATE.{OBJ}",
-        f"$JS.FC.{OBJ}.>",
     ],
 }
 # What a producer must not be allowed: STREAM.NAMES lists every stream, other
-# tenants' buckets among them.
-DENIED = {"producer": ["$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST", f"$JS.API.STREAM.PURGE.{OBJ}"]}
+# tenants' buckets among them; a consumer delivers where its creator says.
+DENIED = {
+    "producer": [
+        "$JS.API.STREAM.NAMES",
+        "$JS.API.STREAM.LIST",
+        f"$JS.API.STREAM.PURGE.{OBJ}",
+        f"$JS.API.CONSUMER.CREATE.{OBJ}",
+        f"$JS.FC.{OBJ}.>",
+    ]
+}
 
 
 def test_the_config_grants_what_artifacts_need():
     text = CONF.read_text()
     for user, subjects in NEEDED.items():
-        block = re.search(rf"user: {user}\n(.*?)\n    }}", text, re.S)
+        block = re.search(rf"user: {user}\n(.*?)\n      }}", text, re.S)
         assert block, f"no user {user} in {CONF}"
         assert [s for s in subjects if f'"{s}"' not in block.group(1)] == [], user
         assert [s for s in DENIED.get(user, []) if f'"{s}"' in block.group(1)] == [], user

@@ -64,7 +64,8 @@ async def test_a_tenant_scoped_producer_stores_in_its_own_bucket_which_readers_r
     nats_server, client, actor, js
 ):
     """The sequencer creates LEDGER_BLOBS_<token> on the tenant's first scoped
-    command; the tenant's producer stores there; readers look there first and
+    command (the SDK sends one when asked for a store it lacks); the
+    tenant's producer stores there; readers look there first and
     fall back to the shared bucket (blobs written before tenant buckets)."""
     from nats.js.errors import NotFoundError
 
@@ -78,9 +79,10 @@ async def test_a_tenant_scoped_producer_stores_in_its_own_bucket_which_readers_r
         await js.stream_info(f"OBJ_{name}")
     scoped = await LedgerClient.connect(nats_server.url, tenant=tenant, timeout=5.0)
     try:
-        with pytest.raises(EntityNotFound) as missing:
-            await scoped.blob_store()
-        assert missing.value.details == {"kind": "blob_bucket", "bucket": name}
+        # Asked for its store first, the scoped client has the sequencer make
+        # its buckets (with a command that changes nothing).
+        assert (await scoped.blob_store()).bucket == name
+        await js.stream_info(f"OBJ_{name}")
         own = await scoped.ensure_actor(tenant, "agent:scoped@1", "agent")
         recorder = await LaneRecorder.open(scoped, tenant, "s1", "r1", "main", actor_id=own.id)
         content = "tenant-bucket content " * 100

@@ -15,7 +15,14 @@ from polling import eventually
 from prometheus_client import CollectorRegistry
 
 from laneledger.contract.errors import EntityNotFound, InvalidRequest, LedgerError, TenantMismatch
-from laneledger.contract.subjects import TENANT_HEADER, RequestSubject, Subjects, tenant_headers, token
+from laneledger.contract.subjects import (
+    TENANT_HEADER,
+    TENANT_JS_API_PREFIX,
+    RequestSubject,
+    Subjects,
+    tenant_headers,
+    token,
+)
 from laneledger.devtools.natsserver import find_nats_server
 from laneledger.runtime.access import AccessPolicy
 from laneledger.runtime.opsserver import start_http
@@ -212,10 +219,15 @@ def test_nats_config_renders_the_shipped_file_and_refuses_bad_tenants(tmp_path):
     tail_block = text[text.index("user: tail\n") : text.index("user: metrics\n")]
     assert '"$JS.API.STREAM.MSG.GET.OBJ_LEDGER_BLOBS_acme"' in tail_block
     assert '"$O.LEDGER_BLOBS_acme.>"' not in tail_block
-    acme_block = text[text.index("user: producer-acme\n") : text.index("user: sequencer\n")]
-    assert '"$O.LEDGER_UPLOADS_acme.>"' in acme_block
-    assert '"$JS.API.STREAM.MSG.GET.OBJ_LEDGER_BLOBS_acme"' in acme_block
-    assert '"$O.LEDGER_BLOBS_acme.>"' not in acme_block and '"$O.LEDGER_BLOBS.>"' not in acme_block
+    # producer-acme is alone in its account, which imports from LEDGER the
+    # JetStream calls on its own buckets only, none creating a consumer.
+    acme_account = text[text.index("  tenant-acme {\n") :]
+    assert acme_account.count("user: ") == 1 and "jetstream" not in acme_account
+    assert '{ service: { account: LEDGER, subject: "$O.LEDGER_UPLOADS_acme.>" } }' in acme_account
+    assert '"JS.LEDGER.API.STREAM.MSG.GET.OBJ_LEDGER_BLOBS_acme"' in acme_account
+    assert '"$O.LEDGER_BLOBS_acme.>"' not in acme_account and '"$O.LEDGER_BLOBS.>"' not in acme_account
+    assert "CONSUMER" not in acme_account and "LEDGER_UPLOADS_globex" not in acme_account
+    assert "limits: { max_connections: 100, max_subscriptions: 10000 }" in acme_account
     sequencer_block = text[text.index("user: sequencer\n") : text.index("user: sequencer-replies\n")]
     assert '"$O.LEDGER_BLOBS_acme.>"' in sequencer_block and "UPLOADS" not in sequencer_block
     for bad in ("a b", "acme.x", "*", ""):
@@ -234,6 +246,11 @@ def test_nats_config_renders_the_tenants_of_the_tenants_file(tmp_path, capsys):
         line.strip() for line in out.read_text().splitlines() if line.strip().startswith("user: producer-")
     ]
     assert users == ["user: producer-initech", "user: producer-acme", "user: producer-globex"]
+    # Each account carries its tenant's connection and subscription limits.
+    limited = tmp_path / "limited.toml"
+    limited.write_text("[defaults]\nmax_subscriptions = 50\n[tenants.acme]\nmax_connections = 7\n")
+    assert main(["nats-config", "--template", str(CONF), "--tenants-file", str(limited), "-o", str(out)]) == 0
+    assert "limits: { max_connections: 7, max_subscriptions: 50 }" in out.read_text()
     # A file the services would refuse is refused here too, naming the key.
     bad = tmp_path / "tenants.toml"
     bad.write_text("[tenants.acme]\nblob_byte = 5\n")
@@ -475,7 +492,7 @@ async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(tenant_se
     from laneledger.contract.errors import BlobMissing
     from laneledger.contract.subjects import inbox_prefix
     from laneledger.sdk.blobstore import object_name
-    from laneledger.sdk.objectstores import open_object_store
+    from laneledger.sdk.objectstores import open_object_store, read_chunks
     from laneledger.services.tail.service import TailService, TailSettings
 
     urls = {
@@ -504,12 +521,13 @@ async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(tenant_se
     )
     try:
         big = {"text": "acme's private tool output " * 100}  # over 1 KiB: a blob
-        # Before acme's first command it has no bucket, and may not create one.
-        with pytest.raises(EntityNotFound) as no_bucket:
-            await acme.blob_store("acme")
-        assert no_bucket.value.details == {"kind": "blob_bucket", "bucket": "LEDGER_BLOBS_acme"}
+        # Before acme's first command it has no bucket, and may not create one
+        # (STREAM.CREATE is refused below): the SDK has the sequencer create
+        # them with a command that changes nothing.
+        assert "OBJ_LEDGER_BLOBS_acme" not in {i.config.name for i in await seq_nc.jetstream().streams_info()}
+        assert (await acme.blob_store("acme")).bucket == "LEDGER_BLOBS_acme"
 
-        actor = await acme.ensure_actor("acme", "agent:a@1", "agent")  # creates acme's buckets
+        actor = await acme.ensure_actor("acme", "agent:a@1", "agent")
         lane = await LaneRecorder.open(acme, "acme", "s-acme", "r", "main", actor_id=actor.id)
         event = lane.event("stream.text_delta", actor_id=actor.id, payload=big)
         [(ref, size)] = refs_in(event["payload"])
@@ -517,13 +535,15 @@ async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(tenant_se
         assert receipt.last_seq == 1
         name = object_name(token("acme"), ref)
 
-        # acme's producer, raw: gets its committed blob, and puts another in
-        # its uploads bucket, each opened bound to its stream
-        # (laneledger.sdk.objectstores): nats-py's own read would first ask
-        # STREAM.NAMES, which producers are not granted.
-        acme_obs = await open_object_store(acme.nc.jetstream(), "LEDGER_BLOBS_acme")
-        assert len((await acme_obs.get(name)).data) == size
-        acme_uploads = await open_object_store(acme.nc.jetstream(), "LEDGER_UPLOADS_acme")
+        # acme's producer, raw (through the ledger account's JetStream API,
+        # JS.LEDGER.API): gets its committed blob by message (no consumer:
+        # laneledger.sdk.objectstores), and puts another in its uploads
+        # bucket, each opened bound to its stream: nats-py's own read would
+        # first ask STREAM.NAMES, which producers are not granted.
+        acme_obs = await open_object_store(acme.js, "LEDGER_BLOBS_acme")
+        info = await acme_obs.get_info(name)
+        assert len(await read_chunks(acme.js, "LEDGER_BLOBS_acme", info.nuid, info.size)) == size
+        acme_uploads = await open_object_store(acme.js, "LEDGER_UPLOADS_acme")
         await acme_uploads.put(object_name(token("acme"), "sha256:" + "0" * 64), b"acme's own")
 
         # The tail serves it to acme's token, and to globex's it is missing.
@@ -552,7 +572,7 @@ async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(tenant_se
 
         # Raw JetStream calls on acme's buckets and the shared one: refused.
         # (A refused request is dropped by the server: the caller times out.)
-        js = raw_globex.jetstream(timeout=0.5)
+        js = raw_globex.jetstream(timeout=0.5, prefix=TENANT_JS_API_PREFIX)
         for bucket in ("LEDGER_BLOBS_acme", "LEDGER_UPLOADS_acme", "LEDGER_BLOBS"):
             with pytest.raises(nats.errors.TimeoutError):
                 await js.object_store(bucket)
@@ -563,15 +583,16 @@ async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(tenant_se
                 await raw.list()
         assert any("permissions violation" in e for e in globex_errors), globex_errors
         subjects = [
-            f"{api}.OBJ_{bucket}_acme"
+            f"{prefix}.{api}.OBJ_{bucket}_acme"
             for bucket in ("LEDGER_BLOBS", "LEDGER_UPLOADS")
-            for api in (
-                "$JS.API.STREAM.INFO",
-                "$JS.API.STREAM.MSG.GET",
-                "$JS.API.DIRECT.GET",
-                "$JS.API.CONSUMER.CREATE",
-                "$JS.API.STREAM.PURGE",
-            )
+            for prefix in ("$JS.API", TENANT_JS_API_PREFIX)
+            for api in ("STREAM.INFO", "STREAM.MSG.GET", "DIRECT.GET", "CONSUMER.CREATE", "STREAM.PURGE")
+        ]
+        # nor may it create a consumer on its own buckets (a push consumer
+        # delivers where its creator says)
+        subjects += [
+            f"{TENANT_JS_API_PREFIX}.CONSUMER.CREATE.OBJ_{bucket}_globex"
+            for bucket in ("LEDGER_BLOBS", "LEDGER_UPLOADS", "LEDGER_CHECKPOINT_ARTIFACTS")
         ]
         subjects += [
             "$O.LEDGER_BLOBS_acme.C.x",
@@ -597,12 +618,12 @@ async def test_a_tenant_producer_reads_no_other_tenants_blob_over_nats(tenant_se
             await attempts(
                 urls["producer-globex"],
                 publish=[
-                    "$JS.API.STREAM.INFO.OBJ_LEDGER_BLOBS_globex",
-                    "$JS.API.STREAM.MSG.GET.OBJ_LEDGER_BLOBS_globex",
-                    "$JS.API.STREAM.INFO.OBJ_LEDGER_UPLOADS_globex",
+                    f"{TENANT_JS_API_PREFIX}.STREAM.INFO.OBJ_LEDGER_BLOBS_globex",
+                    f"{TENANT_JS_API_PREFIX}.STREAM.MSG.GET.OBJ_LEDGER_BLOBS_globex",
+                    f"{TENANT_JS_API_PREFIX}.STREAM.INFO.OBJ_LEDGER_UPLOADS_globex",
                     "$O.LEDGER_UPLOADS_globex.M.x",
                     # nats-py purges a failed put's chunks: its uploads are its own
-                    "$JS.API.STREAM.PURGE.OBJ_LEDGER_UPLOADS_globex",
+                    f"{TENANT_JS_API_PREFIX}.STREAM.PURGE.OBJ_LEDGER_UPLOADS_globex",
                 ],
             )
             == []

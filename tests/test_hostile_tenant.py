@@ -34,11 +34,12 @@ from laneledger.audit.ledger import check_stream
 from laneledger.contract.errors import EntityNotFound
 from laneledger.contract.ids import new_id
 from laneledger.contract.model import AppendCommitted, AppendRejected
+from laneledger.contract.subjects import TENANT_JS_API_PREFIX
 from laneledger.devtools.natsserver import NatsServer
 from laneledger.runtime.access import AccessPolicy
 from laneledger.sdk.blobstore import MAX_BLOB_BYTES, BlobBuckets, object_name, object_store_digest
 from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
-from laneledger.sdk.objectstores import open_object_store
+from laneledger.sdk.objectstores import open_object_store, read_chunks
 from laneledger.services.checkpoint.metrics import CheckpointMetrics
 from laneledger.services.checkpoint.service import CheckpointService
 from laneledger.services.checkpoint.store import CheckpointStore
@@ -205,46 +206,127 @@ async def test_receipts_go_nowhere_but_the_requesters_inbox(deployment):
     await deployment.assert_ledger_intact()
 
 
-async def test_command_and_checkpoint_replies_go_nowhere_but_the_requesters_inbox(deployment):
-    await acme_lane(deployment)  # the services have answered acme before
-    for target in TARGETS:
-        await deployment.acme_raw.publish(
+async def aim_replies(nc: NATS, targets: tuple[str, ...] | list[str]) -> None:
+    """An ensure_actor command and a checkpoint info request for acme per
+    target, each with the target as its reply subject."""
+    for target in targets:
+        await nc.publish(
             "ledger.cmd.acme.ensure_actor",
             msgspec.json.encode(
                 {"op": "ensure_actor", "tenant": "acme", "key": f"agent:deputy/{target}@1", "kind": "agent"}
             ),
             reply=target,
         )
-        await deployment.acme_raw.publish(
-            "ledger.checkpoint.acme.info", msgspec.json.encode({"op": "info"}), reply=target
-        )
-    await deployment.acme_raw.flush()
-    await eventually(
-        lambda: (
-            deployment.sample(
-                "laneledger_sequencer_commands_total", {"op": "ensure_actor", "outcome": "reply_refused"}
-            ),
-            deployment.sample(
-                "laneledger_checkpoint_requests_total", {"op": "info", "outcome": "reply_refused"}
-            ),
-        ),
-        until=lambda counts: counts == (len(TARGETS), len(TARGETS)),
-        what="every aimed command and checkpoint reply refused and counted",
+        await nc.publish("ledger.checkpoint.acme.info", msgspec.json.encode({"op": "info"}), reply=target)
+    await nc.flush()
+
+
+def deputies(deployment: Deployment) -> int:
+    conn = open_ledger(deployment.db, readonly=True)
+    try:
+        (count,) = conn.execute("SELECT count(*) FROM actors WHERE key LIKE 'agent:deputy/%'").fetchone()
+    finally:
+        conn.close()
+    return int(count)
+
+
+def answered(deployment: Deployment, outcome: str) -> tuple[float, float]:
+    return (
+        deployment.sample("laneledger_sequencer_commands_total", {"op": "ensure_actor", "outcome": outcome}),
+        deployment.sample("laneledger_checkpoint_requests_total", {"op": "info", "outcome": outcome}),
     )
+
+
+async def test_a_tenants_aimed_replies_come_back_to_its_own_account(deployment):
+    """acme's producer is in its own account: the server gives each of its
+    requests a reply subject of its own (``_R_.…``) and maps the answer back
+    into acme's account, where the aimed subject is nobody's. The services
+    answer; nothing reaches the ledger's account."""
+    await acme_lane(deployment)  # the services have answered acme before
+    before = answered(deployment, "ok")
+    await aim_replies(deployment.acme_raw, TARGETS)
+    await eventually(
+        lambda: answered(deployment, "ok"),
+        until=lambda counts: counts == (before[0] + len(TARGETS), before[1] + len(TARGETS)),
+        what="every command and checkpoint request of acme's answered",
+    )
+    assert answered(deployment, "reply_refused") == (0.0, 0.0)
+    assert deputies(deployment) == len(TARGETS)  # run for acme, answered into its own account
+    await deployment.assert_ledger_intact()
+    assert deployment.globex_seen == []
+
+
+async def test_command_and_checkpoint_replies_go_nowhere_but_the_requesters_inbox(deployment):
+    """The first wall, for a requester in the ledger's own account (the
+    shared producer): a reply subject outside its inbox is refused before
+    the request runs, and counted."""
+    await acme_lane(deployment)
+    shared = await nats.connect(url_for(deployment.server, "producer", deployment.passwords))
+    try:
+        await aim_replies(shared, TARGETS)
+        await eventually(
+            lambda: answered(deployment, "reply_refused"),
+            until=lambda counts: counts == (len(TARGETS), len(TARGETS)),
+            what="every aimed command and checkpoint reply refused and counted",
+        )
+    finally:
+        await shared.close()
     assert deployment.sample("laneledger_sequencer_refused_reply_subjects_total", {"kind": "reply"}) == len(
         TARGETS
     )
-    # Refused before running: none of those actors exists.
-    conn = open_ledger(deployment.db, readonly=True)
-    try:
-        deputies = conn.execute("SELECT count(*) FROM actors WHERE key LIKE 'agent:deputy/%'").fetchone()
-    finally:
-        conn.close()
-    assert deputies == (0,)
+    assert deputies(deployment) == 0  # refused before running
     await deployment.assert_ledger_intact()
     assert deployment.globex_seen == []
     # Both keep answering acme on its own inbox.
     assert (await deployment.acme.ensure_actor("acme", "agent:acme/after@1", "agent")).key
+
+
+async def test_jetstreams_own_answers_go_nowhere_but_the_tenants_account(deployment):
+    """JetStream answers an API call and acknowledges a publish on a
+    connection of its own, which no user permission restricts: a requester
+    in the ledger's account could aim those answers at the committed stream.
+    acme, in its own account, tries every way it has to a JetStream answer:
+    an API call on its bucket, an append, an upload chunk, each with a
+    target as its reply; and a push consumer delivering to a target. The
+    answers come back into acme's account; the consumer is refused."""
+    lane = await acme_lane(deployment)
+    nc, errors = await acme_raw_with_errors(deployment)
+    try:
+        consumer_calls = [
+            f"{p}.CONSUMER.CREATE.OBJ_LEDGER_UPLOADS_acme" for p in ("$JS.API", TENANT_JS_API_PREFIX)
+        ]
+        for target in TARGETS:
+            await nc.publish(f"{TENANT_JS_API_PREFIX}.STREAM.INFO.OBJ_LEDGER_UPLOADS_acme", b"", reply=target)
+            await nc.publish(f"ledger.append.acme.{lane.lane.id}", append_body(lane, new_id()), reply=target)
+            await nc.publish("$O.LEDGER_UPLOADS_acme.C.aimed", b"chunk", reply=target)
+            for call in consumer_calls:
+                config = {"deliver_subject": target, "ack_policy": "none", "deliver_policy": "all"}
+                await nc.publish(
+                    call, msgspec.json.encode({"stream_name": "OBJ_LEDGER_UPLOADS_acme", "config": config})
+                )
+        await nc.publish(SENTINEL, b"")
+        await nc.flush()
+        await eventually(
+            lambda: errors, until=lambda found: refused(found, SENTINEL), what="the sentinel refused"
+        )
+    finally:
+        await nc.close()
+    for call in consumer_calls:
+        assert refused(errors, call), errors
+    # The appends were stored and committed (or refused as lane conflicts);
+    # their acknowledgements went back to acme's account, not to the targets.
+    await eventually(
+        lambda: deployment.seq_nc.jetstream().stream_info("LEDGER_APPEND"),
+        until=lambda info: info.state.messages == 0,
+        what="acme's aimed appends taken by the sequencer",
+    )
+    await deployment.assert_ledger_intact()
+    assert deployment.globex_seen == []
+    info = await deployment.seq_nc.jetstream().stream_info("OBJ_LEDGER_UPLOADS_acme")
+    assert info.state.consumer_count == 0
+    await lane.reload()
+    receipt = await lane.append([started(lane)])
+    assert receipt.positions
 
 
 async def test_the_replies_user_cannot_publish_where_a_requester_points_even_past_the_check(
@@ -257,10 +339,13 @@ async def test_the_replies_user_cannot_publish_where_a_requester_points_even_pas
     import laneledger.runtime.requestserver as requestserver
     import laneledger.services.sequencer.service as sequencer_service
 
-    monkeypatch.setattr(requestserver, "reply_refusal", lambda reply, tenant: None)
-    monkeypatch.setattr(sequencer_service, "reply_refusal", lambda reply, tenant: None)
+    monkeypatch.setattr(requestserver, "reply_refusal", lambda reply, tenant, **_: None)
+    monkeypatch.setattr(sequencer_service, "reply_refusal", lambda reply, tenant, **_: None)
     lane = await acme_lane(deployment)
     js = deployment.acme_raw.jetstream()
+    # Commands from the shared producer: acme's own reply subjects are
+    # replaced by the server's (test_a_tenants_aimed_replies_…).
+    shared = await nats.connect(url_for(deployment.server, "producer", deployment.passwords))
     aimed = [t for t in TARGETS if not t.startswith("_INBOX")]
     for target in aimed:
         await js.publish(
@@ -268,12 +353,13 @@ async def test_the_replies_user_cannot_publish_where_a_requester_points_even_pas
             append_body(lane, new_id()),
             headers={"Ledger-Reply-To": target},
         )
-        await deployment.acme_raw.publish(
+        await shared.publish(
             "ledger.cmd.acme.get_lane",
             msgspec.json.encode({"op": "get_lane", "lane_id": lane.lane.id}),
             reply=target,
         )
-    await deployment.acme_raw.flush()
+    await shared.flush()
+    await shared.close()
     await eventually(
         lambda: deployment.reply_violations,
         until=lambda found: all(
@@ -363,9 +449,11 @@ async def test_a_producer_cannot_delete_or_overwrite_a_committed_blob(deployment
         name = object_name("acme", ref)
         assert await tail_blob(port, ref) == (200, content.encode())
 
-        js = raw.jetstream(timeout=0.5)  # refused requests are dropped: they time out
+        # through the ledger account's API (refused requests are dropped: they time out)
+        js = raw.jetstream(timeout=0.5, prefix=TENANT_JS_API_PREFIX)
         committed = await open_object_store(js, "LEDGER_BLOBS_acme")  # reading is allowed
-        assert (await committed.get(name)).data == content.encode()
+        found = await committed.get_info(name)
+        assert await read_chunks(js, "LEDGER_BLOBS_acme", found.nuid, found.size) == content.encode()
         with pytest.raises(nats.errors.TimeoutError):
             await committed.delete(name)
         with pytest.raises(nats.errors.TimeoutError):
@@ -389,9 +477,10 @@ async def test_a_producer_cannot_delete_or_overwrite_a_committed_blob(deployment
         # purges that followed each.
         assert violations_on(f'{forged_subject}"') == 2, errors
         assert violations_on("$O.LEDGER_BLOBS_acme.C.") == 1, errors
-        assert violations_on('$JS.API.STREAM.PURGE.OBJ_LEDGER_BLOBS_acme"') == 2, errors
+        assert violations_on(f'{TENANT_JS_API_PREFIX}.STREAM.PURGE.OBJ_LEDGER_BLOBS_acme"') == 2, errors
         api = [
-            f"$JS.API.{call}.OBJ_LEDGER_BLOBS_acme"
+            f"{prefix}.{call}.OBJ_LEDGER_BLOBS_acme"
+            for prefix in ("$JS.API", TENANT_JS_API_PREFIX)
             for call in ("STREAM.MSG.DELETE", "STREAM.PURGE", "STREAM.DELETE", "STREAM.UPDATE")
         ]
         violations = await attempts(
@@ -429,7 +518,7 @@ async def test_an_upload_deleted_before_its_append_commits_is_blob_missing(deplo
     data = b"an upload acme takes back " * 100
     blobs = await deployment.acme.blob_store()
     ref = await blobs.put("acme", data)
-    uploads = await open_object_store(deployment.acme_raw.jetstream(timeout=0.5), "LEDGER_UPLOADS_acme")
+    uploads = await open_object_store(deployment.acme.js, "LEDGER_UPLOADS_acme")
     await uploads.delete(object_name("acme", ref))
     async with Inbox(deployment.acme_raw) as inbox:
         refusal = await inbox.ask(
@@ -456,7 +545,7 @@ async def test_an_upload_that_is_not_its_blob_is_refused(deployment):
     data = b"the blob acme names " * 100
     ref = "sha256:" + hashlib.sha256(data).hexdigest()
     name = object_name("acme", ref)
-    js = deployment.acme_raw.jetstream()
+    js = deployment.acme_raw.jetstream(prefix=TENANT_JS_API_PREFIX)
     uploads = await open_object_store(js, "LEDGER_UPLOADS_acme")
     subject = f"ledger.append.acme.{lane.lane.id}"
 

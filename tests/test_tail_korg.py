@@ -14,6 +14,7 @@ from tail_support import fill, new_lane, wait_applied
 
 from laneledger.compat.korg import read_journal, verify_journal
 from laneledger.contract.errors import ChainFault
+from laneledger.sdk.blobstore import BlobStore
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -152,7 +153,8 @@ async def test_journal_envelopes_cursor_limit_and_session(client, actor, start_t
     big = {"content": "x" * 10}
     # A descriptor names a blob the client stored first (Korg §7.3 blob-first).
     new_string = b"n" * 2048
-    await (await client.blob_store()).put("korg", new_string)
+    digest = hashlib.sha256(new_string).hexdigest()
+    assert (await tail.api.request("PUT", f"/api/blob/{digest}", data=new_string)).status == 200
     refs = [
         {
             "sha256": hashlib.sha256(new_string).hexdigest(),
@@ -238,9 +240,11 @@ async def test_a_large_inline_value_is_stored_as_a_blob_first(client, start_tail
         (new_digest, 2000),
     }
     assert line["metadata"]["payload_refs"] == event["payload_refs"]
-    # The blobs are in the Korg tenant's store, and served where Korg serves them.
-    store = await client.blob_store()
-    assert await store.get("korg", f"sha256:{digest}") == output.encode()
+    # The blobs are in the Korg tenant's committed bucket (counted in its
+    # blob_bytes), not the shared one, and served where Korg serves them.
+    korg_blobs = await BlobStore.open(client.js, bucket="LEDGER_BLOBS_korg", create=False)
+    assert await korg_blobs.get("korg", f"sha256:{digest}") == output.encode()
+    assert not await (await client.blob_store()).has("korg", f"sha256:{digest}")
     blob = await tail.api.get(f"/api/blob/{digest}")
     assert blob.status == 200 and blob.body == output.encode()
     assert blob.headers["Content-Type"].startswith("text/plain")

@@ -5,6 +5,8 @@ tenants' streams when it goes) with nothing it held lost."""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -15,12 +17,14 @@ from prometheus_client import CollectorRegistry
 from laneledger.contract import errors
 from laneledger.contract.subjects import Subjects
 from laneledger.runtime.tenants import TenantLimits, TenantsFileError, parse_tenants
+from laneledger.sdk.blobstore import BlobBuckets
 from laneledger.sdk.checkpoints import CheckpointClient
 from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.services.checkpoint.metrics import CheckpointMetrics
 from laneledger.services.checkpoint.service import CheckpointService, CheckpointSettings
 from laneledger.services.checkpoint.store import CheckpointStore
 from laneledger.services.sequencer.intake import TokenBucket
+from laneledger.services.sequencer.streams import SEQUENCER_CONSUMER, sequencer_consumer_config
 from laneledger.services.sequencer.service import SequencerSettings
 
 pytestmark = pytest.mark.nats
@@ -281,5 +285,92 @@ async def test_a_tenant_blob_buckets_hold_no_more_than_its_blob_bytes(
             assert refused.value.details["limit"] == "blob_bytes"
             assert refused.value.details["bucket"] == "LEDGER_BLOBS_acme"
             assert (await acme.get_lane(lane.id)).last_seq == 1
+    finally:
+        await sequencer.stop()
+
+
+async def test_a_tenants_blob_copy_delays_its_own_requests_not_another_tenants(
+    nats_server, nc, js, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sequencer copies a tenant's new uploads before the append that
+    references them commits. The copy runs ahead of the batch: while acme's
+    is held (paused here, as a slow copy of a large blob would be), globex's
+    appends commit, and acme's later requests wait behind it, in order, and
+    are not redelivered however long the copy takes."""
+    copy_started, release = asyncio.Event(), asyncio.Event()
+    commit_upload = BlobBuckets.commit_upload
+
+    async def paused(self: BlobBuckets, tenant_token: str, ref: str, size_bytes: int) -> bool:
+        copy_started.set()
+        await release.wait()
+        return await commit_upload(self, tenant_token, ref, size_bytes)
+
+    monkeypatch.setattr(BlobBuckets, "commit_upload", paused)
+    settings = SequencerSettings(tenants=parse_tenants(tenants_file()))
+    sequencer = await start_sequencer(nc, tmp_path / "ledger.db", settings)
+    try:
+        async with (
+            await LedgerClient.connect(nats_server.url, tenant="acme", timeout=30.0) as acme,
+            await LedgerClient.connect(nats_server.url, tenant="globex", timeout=30.0) as globex,
+        ):
+            agent, lane = await _lane(acme, "acme")
+            _, other_lane = await _lane(acme, "acme", "other")
+            g_agent, g_lane = await _lane(globex, "globex")
+            big = await acme.submit(lane, 0, [_event(lane, agent, "a large tool output " * 4000)])
+            await asyncio.wait_for(copy_started.wait(), 30)
+            behind = await acme.submit(other_lane, 0, [_event(other_lane, agent, "small")])
+            # globex is not held up by acme's copy.
+            assert (await globex.append(g_lane, 0, [_event(g_lane, g_agent, "g")])).last_seq == 1
+            # acme's own later request is: it waits behind the held one.
+            assert (await acme.get_lane(other_lane.id)).last_seq == 0
+            # Held past the consumer's ack wait, neither is redelivered: the
+            # intake marks them in progress while the copy runs.
+            ack_wait = sequencer_consumer_config().ack_wait
+            assert ack_wait is not None
+            await asyncio.sleep(ack_wait + 2)
+            info = await js.consumer_info("LEDGER_APPEND_acme", SEQUENCER_CONSUMER)
+            assert info.num_redelivered == 0 and info.num_ack_pending == 2
+            release.set()
+            first, second = await big.receipt(), await behind.receipt()
+            assert first.positions[-1] < second.positions[0]
+            assert (await acme.get_lane(lane.id)).last_seq == 1
+    finally:
+        release.set()
+        await sequencer.stop()
+
+
+def test_a_request_that_may_reference_a_blob_is_never_missed() -> None:
+    """The intake decodes only requests that may reference a blob: however
+    a producer spells the keys in JSON, none that does is passed over."""
+    from laneledger.contract.contentref import request_may_reference
+
+    assert not request_may_reference(b'{"events":[{"payload":{"text":"plain"}}]}')
+    for spelled in (b'"_ref"', b'"\\u005fref"', b'"_\\u0072ef"', b'"payload_refs"', b'"payload\\u005frefs"'):
+        assert request_may_reference(b'{"events":[{"payload":{' + spelled + b":1}}]}"), spelled
+
+
+async def test_the_tails_korg_blobs_count_against_the_korg_tenants_blob_bytes(
+    nats_server, nc, js, tmp_path: Path, start_tail
+) -> None:
+    """The tail's Korg endpoint stores blobs as its Korg tenant: uploaded into
+    the tenant's uploads bucket, bounded by the tenant's blob_bytes."""
+    text = tenants_file() + '[tenants.korg]\nblob_bytes = "64KiB"\n'
+    sequencer = await start_sequencer(
+        nc, tmp_path / "ledger.db", SequencerSettings(tenants=parse_tenants(text))
+    )
+    try:
+        tail = await start_tail()
+        small = b"s" * 40_000
+        digest = hashlib.sha256(small).hexdigest()
+        stored = await tail.api.request("PUT", f"/api/blob/{digest}", data=small)
+        assert stored.status == 200, stored.body
+        assert (await js.stream_info("OBJ_LEDGER_UPLOADS_korg")).state.bytes > len(small)
+        assert (await tail.api.get(f"/api/blob/{digest}")).body == small  # uploaded, served
+        large = b"l" * 80_000
+        refused = await tail.api.request("PUT", f"/api/blob/{hashlib.sha256(large).hexdigest()}", data=large)
+        assert refused.status == 429, refused.body
+        assert refused.error["code"] == "quota_exceeded"
+        assert refused.error["details"]["limit"] == "blob_bytes"
+        assert refused.error["details"]["bucket"] == "LEDGER_UPLOADS_korg"
     finally:
         await sequencer.stop()

@@ -13,6 +13,13 @@ sequencer creates a tenant's two buckets when the tenant's producer first
 sends it a command (``<prefix>.cmd.<tenant>.<op>``, see ``tenant_seen``):
 producers may not create streams.
 
+Copies are slow (up to ``MAX_BLOB_BYTES`` read and written), so they are
+started before the batch, off its path: the intake asks ``warming`` of each
+request it takes, and a request referencing blobs not known present waits,
+with the later requests of its own stream, while the lookups and copies run
+aside; other tenants' requests go on into batches. The batch's ``apply``
+then finds the blobs present, or the reason they are not, remembered.
+
 An append referencing a blob neither committed nor uploaded is refused
 ``blob_missing`` and never reaches the writer; so is one whose upload is not
 the blob (``details.reason`` ``upload_mismatch``), and one over
@@ -25,7 +32,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
+from collections.abc import Coroutine
+from typing import Any
+
+import msgspec
 
 from laneledger.contract.contentref import refs_in
 from laneledger.contract.errors import (
@@ -48,6 +60,9 @@ log = logging.getLogger("laneledger.sequencer")
 KNOWN_PRESENT_MAX = 100_000  # remembered (tenant token, ref, size) triples
 # Uploads copied at once: each is read into memory (up to MAX_BLOB_BYTES).
 COPIES_AT_ONCE = 4
+# How long a blob found missing (or refused) ahead of its batch is taken as
+# such by the batch: about as long as a request waits to go into one.
+WARMED_FOR_S = 30.0
 
 Need = tuple[str, str, int]  # (tenant token, ref, size_bytes)
 
@@ -57,6 +72,8 @@ class BlobCheck:
         self.store = store
         self._metrics = metrics
         self._present: OrderedDict[Need, None] = OrderedDict()
+        # Needs found not present ahead of their batch (``warming``): when, and why.
+        self._absent: OrderedDict[Need, tuple[float, LedgerError | None]] = OrderedDict()
         self._buckets: set[str] = set()  # tenant tokens whose buckets are known to exist
         self._copies = asyncio.Semaphore(COPIES_AT_ONCE)
 
@@ -75,6 +92,38 @@ class BlobCheck:
             return
         self._buckets.add(tenant_token)
 
+    def warming(self, tenant_token: str, request: bytes) -> Coroutine[Any, Any, None] | None:
+        """What must run before this append request goes into a batch: the
+        lookups and copies of the blobs it references that are not known
+        present; None when there are none (or the request is not readable:
+        the batch refuses it). Run by the intake, aside (the module text)."""
+        try:
+            body = msgspec.json.decode(request)
+        except msgspec.DecodeError:
+            return None
+        events = body.get("events") if isinstance(body, dict) else None
+        if not isinstance(events, list):
+            return None
+        try:
+            unknown = {
+                (tenant_token, ref, size)
+                for event in events
+                if isinstance(event, dict) and isinstance(payload := event.get("payload"), dict)
+                for ref, size in refs_in(payload)
+            } - self._present.keys()
+        except RecursionError:  # nested past any limit: the batch refuses it
+            return None
+        return self._warm(unknown) if unknown else None
+
+    async def _warm(self, unknown: set[Need]) -> None:
+        failures = await self._look_up(unknown)
+        now = time.monotonic()
+        for need, failure in failures.items():
+            self._absent[need] = (now, failure)
+            self._absent.move_to_end(need)
+        while len(self._absent) > KNOWN_PRESENT_MAX:
+            self._absent.popitem(last=False)
+
     async def apply(
         self, outcomes: list[Receipt | None], prepared: list[PreparedAppend]
     ) -> tuple[list[Receipt | None], list[PreparedAppend]]:
@@ -87,7 +136,16 @@ class BlobCheck:
                 for n, _ in per:
                     self._present.move_to_end(n)
             return outcomes, prepared
-        failures = await self._look_up(unknown)
+        # What was looked up ahead of the batch is not looked up again.
+        failures: dict[Need, LedgerError | None] = {}
+        recent = time.monotonic() - WARMED_FOR_S
+        for need in list(unknown):
+            found = self._absent.pop(need, None)
+            if found is not None and found[0] >= recent:
+                failures[need] = found[1]
+                unknown.discard(need)
+        if unknown:
+            failures.update(await self._look_up(unknown))
         kept: list[PreparedAppend] = []
         decided = iter(zip(prepared, needs, strict=True))
         out: list[Receipt | None] = []

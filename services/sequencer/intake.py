@@ -15,7 +15,12 @@ backlog limits, and the intake takes from them in turns:
   ``QuotaExceeded``), so a flood costs the sequencer no more than the rate;
 * a feed asks its stream for little more than its tenant may take: a request
   held in the sequencer's memory instead of the stream would be redelivered
-  after the consumer's ack wait.
+  after the consumer's ack wait;
+* a request that must wait for work of its own before it may be committed
+  (``gate``: the copies of blobs it references, ``BlobCheck.warming``) is
+  held with the later requests of its stream while that work runs aside,
+  kept from redelivery meanwhile; the other streams go on into batches, so a
+  tenant's large uploads delay that tenant alone.
 
 A stream no longer wanted (a tenant dropped from the file; the shared stream
 once a file is given, or the tenants' streams once it is taken away) is
@@ -31,8 +36,10 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -78,23 +85,45 @@ class TokenBucket:
         return max(0.0, (1.0 - self._tokens) / self.rate)
 
 
+# What a request must wait for before it may go into a batch (None: nothing).
+Gate = Callable[[Msg], Coroutine[Any, Any, None] | None]
+# While a request's gate runs, its stream's held requests are marked in
+# progress this often: well within the consumer's ack wait (streams.py).
+HOLD_HEARTBEAT_S = 3.0
+
+
 @dataclass
 class _Source:
     stream: str
     feed: PullFeed
     bucket: TokenBucket | None  # None: not rate-limited
     retired: bool = False
+    # Taken from the feed, in order, and not yet in a batch: the first waits
+    # for its gate (``waiting``), the rest behind it.
+    held: deque[Msg] = field(default_factory=deque)
+    waiting: asyncio.Task[None] | None = None
+    passed: Msg | None = None  # the first held request, once its gate has run
 
     def allowance(self) -> int:
-        return self.feed.buffered if self.bucket is None else min(self.feed.buffered, self.bucket.available())
+        if self.waiting is not None:
+            return 0
+        ready = len(self.held) + self.feed.buffered
+        return ready if self.bucket is None else min(ready, self.bucket.available())
 
 
 class Intake:
     def __init__(
-        self, nc: NATS, js: JetStreamContext, subjects: Subjects, replicas: int, batch_size: int
+        self,
+        nc: NATS,
+        js: JetStreamContext,
+        subjects: Subjects,
+        replicas: int,
+        batch_size: int,
+        gate: Gate | None = None,
     ) -> None:
         self._nc, self._js, self._subjects = nc, js, subjects
         self._replicas, self._batch_size = replicas, batch_size
+        self._gate = gate
         self._arrived = asyncio.Event()
         self._sources: list[_Source] = []
         self._turn = 0
@@ -198,18 +227,66 @@ class Intake:
         while active and len(batch) < max_msgs:
             share = max(1, (max_msgs - len(batch)) // len(active))
             for source in active:
-                taken = source.feed.take(min(share, source.allowance(), max_msgs - len(batch)))
+                taken = self._take(source, min(share, source.allowance(), max_msgs - len(batch)))
                 if source.bucket is not None:
                     source.bucket.take(len(taken))
                 batch.extend(taken)
             active = [source for source in active if source.allowance()]
         return batch
 
+    def _take(self, source: _Source, n: int) -> list[Msg]:
+        """Up to ``n`` of the source's requests in order, stopping before one
+        whose gate has work to do (started aside: ``_hold``)."""
+        taken: list[Msg] = []
+        while len(taken) < n and source.waiting is None:
+            if not source.held:
+                source.held.extend(source.feed.take(n - len(taken)))
+                if not source.held:
+                    break
+            first = source.held[0]
+            work = None if self._gate is None or first is source.passed else self._gate(first)
+            if work is not None:
+                source.waiting = asyncio.create_task(self._hold(source, work), name=f"gate-{source.stream}")
+                break
+            taken.append(source.held.popleft())
+        return taken
+
+    async def _hold(self, source: _Source, work: Coroutine[Any, Any, None]) -> None:
+        """Run a held request's gate; meanwhile keep the held requests, and
+        those buffered behind them, from being redelivered. Whatever the
+        gate's outcome, the request then goes on (the batch decides what
+        becomes of it)."""
+        task = asyncio.ensure_future(work)
+        try:
+            while not task.done():
+                await asyncio.wait([task], timeout=HOLD_HEARTBEAT_S)
+                if not task.done():
+                    await asyncio.gather(
+                        *(m.in_progress() for m in source.held),
+                        source.feed.keep_buffered(),
+                        return_exceptions=True,
+                    )
+            task.result()
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        except Exception:
+            log.exception("the work ahead of a request on %s failed; the batch decides it", source.stream)
+        finally:
+            source.passed = source.held[0] if source.held else None
+            source.waiting = None
+            self._arrived.set()
+
     def take(self, max_msgs: int) -> list[Msg]:
-        """What has arrived, up to ``max_msgs``, without waiting or limits
-        (stopping: delivered requests are better committed than redelivered)."""
+        """What has arrived, up to ``max_msgs``, without waiting, limits or
+        gates (stopping: delivered requests are better committed than
+        redelivered; the batch does a gate's work itself)."""
         batch: list[Msg] = []
         for source in self._sources:
+            if source.waiting is not None:
+                source.waiting.cancel()
+            while source.held and len(batch) < max_msgs:
+                batch.append(source.held.popleft())
             batch.extend(source.feed.take(max_msgs - len(batch)))
         return batch
 
@@ -218,6 +295,11 @@ class Intake:
 
     async def stop(self) -> None:
         for source in self._sources:
+            if source.waiting is not None:
+                source.waiting.cancel()
+            # Held requests go back at once, not after the ack wait.
+            await asyncio.gather(*(m.nak() for m in source.held), return_exceptions=True)
+            source.held.clear()
             await source.feed.stop()
 
     # --------------------------------------------------------------- upkeep
@@ -229,7 +311,7 @@ class Intake:
         for source in list(self._sources):
             info = await self._js.consumer_info(source.stream, SEQUENCER_CONSUMER)
             found[source.stream] = info.num_pending + info.num_ack_pending
-            if source.retired and found[source.stream] == 0 and not source.feed.buffered:
+            if source.retired and found[source.stream] == 0 and not (source.feed.buffered or source.held):
                 await self._delete_retired(source)
         return found
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -23,6 +23,7 @@ import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
+from laneledger.contract.contentref import request_may_reference
 from laneledger.contract.errors import (
     InternalError,
     InvalidRequest,
@@ -220,7 +221,7 @@ class Sequencer:
         self._blob_check = BlobCheck(blobs, self._metrics)
         await self.mirror.check_at_start()  # a foreign message: start, but commit nothing
         self._metrics.last_position.set(self._writer.last_position)
-        intake = Intake(self._nc, self._js, s.subjects, s.replicas, s.batch_size)
+        intake = Intake(self._nc, self._js, s.subjects, s.replicas, s.batch_size, gate=self._blobs_ahead)
         await intake.open(s.tenants)
         await self._commands.start()  # served one at a time, in arrival order
         self._tasks = [
@@ -308,6 +309,19 @@ class Sequencer:
             await intake.stop()
             await in_flight.put(None)
             await finisher
+
+    def _blobs_ahead(self, msg: Msg) -> Coroutine[Any, Any, None] | None:
+        """The intake's gate: the blob lookups and copies an append request
+        needs, run before its batch (``BlobCheck.warming``)."""
+        if not request_may_reference(msg.data):  # the common case: no decoding
+            return None
+        try:
+            tenant_token = self._settings.subjects.parse_append(msg.subject).tenant_token
+        except InvalidRequest:
+            return None  # the batch refuses it
+        if tenant_token is None:
+            return None
+        return self._blob_check.warming(tenant_token, msg.data)
 
     async def _submit(self, msgs: list[Msg], in_flight: asyncio.Queue[_Batch | None]) -> None:
         outcomes, prepared, scrub, inboxes = self._prepare_batch(msgs)

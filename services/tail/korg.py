@@ -52,11 +52,11 @@ from laneledger.contract.errors import (
 from laneledger.contract.model import MAX_REQUEST_BYTES, AppendCommitted, Hash, Id, decode
 from laneledger.runtime.access import scope_of
 from laneledger.runtime.httpjson import json_response
-from laneledger.sdk.blobstore import MAX_BLOB_BYTES
+from laneledger.sdk.blobstore import MAX_BLOB_BYTES, TenantBlobStore
 from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
 
 from .api import Query
-from .blobs import BlobReader, blob_response, parse_sha256
+from .blobs import BlobReader, blob_response, content_type, parse_sha256
 from .feed import Feed
 from .readmodel import ReadModel
 
@@ -358,11 +358,24 @@ class Korg:
 
     async def get_blob(self, request: web.Request) -> web.Response:
         """A blob of the Korg tenant, raw (Korg §8.4.1: the path its MCP
-        layer reads); 404 when absent, as for another tenant's token."""
+        layer reads): committed, or uploaded with ``PUT`` and not yet
+        referenced by a committed call; 404 when neither, as for another
+        tenant's token."""
         Query(request, ())
         sha256 = parse_sha256(request.match_info["sha256"])
-        scope_of(request).not_found_unless(self._settings.tenant, "blob", ref=f"sha256:{sha256}")
-        data, ctype = await self._blobs.read(self._settings.tenant, sha256)
+        tenant = self._settings.tenant
+        scope_of(request).not_found_unless(tenant, "blob", ref=f"sha256:{sha256}")
+        try:
+            data, ctype = await self._blobs.read(tenant, sha256)
+        except EntityNotFound as missing:
+            store = await self._ledger.blob_store()
+            if not isinstance(store, TenantBlobStore):
+                raise
+            try:  # its hash checked, like a committed blob's
+                data = await store.uploads.get(tenant, f"sha256:{sha256}")
+            except EntityNotFound:
+                raise missing from None
+            ctype = content_type(data)
         return blob_response(data, ctype, sha256)
 
 

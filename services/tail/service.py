@@ -81,6 +81,11 @@ class TailService:
         self.feed = Feed(self.model, self._readers, capacity=settings.ring_size)
         self.metrics.applied_position.set(self.feed.applied)
         self.ledger = LedgerClient(nc, subjects=settings.subjects, timeout=settings.ledger_timeout_s)
+        # The Korg endpoint writes as its Korg tenant: its commands on the
+        # tenant's subjects, its blobs in the tenant's buckets (its blob_bytes).
+        self.korg_ledger = LedgerClient(
+            nc, subjects=settings.subjects, timeout=settings.ledger_timeout_s, tenant=settings.korg.tenant
+        )
         self.tail = Tail(
             self.feed,
             self.metrics,
@@ -121,7 +126,9 @@ class TailService:
             ]
         )
         app.add_routes(
-            Korg(s.korg, self.ledger, self.model, self._readers, self.feed, self.refresh_stream_last).routes()
+            Korg(
+                s.korg, self.korg_ledger, self.model, self._readers, self.feed, self.refresh_stream_last
+            ).routes()
         )
         return app
 
@@ -166,6 +173,7 @@ class TailService:
         if self._runner is not None:
             await self._runner.cleanup()
         await self.ledger.close()
+        await self.korg_ledger.close()
         self._apply_thread.shutdown(wait=True)
         self._readers.shutdown(wait=True)
         self.model.close()

@@ -9,19 +9,20 @@ from pathlib import Path
 
 from laneledger.cli.report import fail
 from laneledger.runtime.natsconfig import render
-from laneledger.runtime.tenants import TenantsFileError, load_tenants
+from laneledger.runtime.tenants import Tenants, TenantsFileError, load_tenants
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sub = commands.add_parser(
         "nats-config",
-        help="render deploy/nats.conf with a least-privilege producer user per tenant",
+        help="render deploy/nats.conf with a least-privilege NATS account per tenant",
         description="Print the nats-server config TEMPLATE (default deploy/nats.conf) with, for "
-        "each --tenant, a user producer-<tenant> (password $LANELEDGER_PRODUCER_<TENANT>_PASSWORD) "
-        "that may append, send commands and checkpoint requests only for its tenant, read only "
-        "its own inbox (_INBOX_<tenant>) and use only its own blob and artifact buckets (connect its "
-        "clients with LedgerClient.connect(url, tenant=...)), and the sequencer and checkpoint "
-        "service allowed to answer on those inboxes.",
+        "each --tenant, an account tenant-<tenant> holding a user producer-<tenant> (password "
+        "$LANELEDGER_PRODUCER_<TENANT>_PASSWORD) that may append, send commands and checkpoint "
+        "requests only for its tenant, read only its own inbox (_INBOX_<tenant>) and use only its "
+        "own blob and artifact buckets (connect its clients with LedgerClient.connect(url, "
+        "tenant=...)), limited in connections and subscriptions by the tenants file, and the "
+        "sequencer and checkpoint service allowed to answer on those inboxes.",
     )
     sub.add_argument(
         "--tenant",
@@ -45,13 +46,18 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def cmd_nats_config(args: argparse.Namespace) -> int:
     try:
-        declared = load_tenants(args.tenants_file).names if args.tenants_file else []
+        declared = load_tenants(args.tenants_file) if args.tenants_file else Tenants({})
     except TenantsFileError as exc:
         return fail(str(exc))
-    tenants = list(dict.fromkeys([*args.tenant, *declared]))
+    tenants = list(dict.fromkeys([*args.tenant, *declared.names]))
     template = Path(args.template).read_text()
     try:
-        text = render(template, tenants, korg_tenant=args.korg_tenant)
+        text = render(
+            template,
+            tenants,
+            korg_tenant=args.korg_tenant,
+            limits={t: declared.limits_of(t) for t in tenants},
+        )
     except ValueError as exc:
         return fail(f"{args.template}: {exc}")
     if args.output:

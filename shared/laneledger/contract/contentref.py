@@ -202,3 +202,11 @@ def _may_reference(payload: Any) -> bool:
 
 _REF_KEY = b'"_ref":'
 _encode = msgspec.json.encode
+
+
+def request_may_reference(raw: bytes) -> bool:
+    """Whether raw JSON bytes (a producer's, so written any way JSON allows)
+    can hold a content reference: a ``"_ref"`` or ``"payload_refs"`` key,
+    or a ``\\u`` escape, the only way to spell either otherwise. False is
+    certain; True only means decode and look."""
+    return b'"_ref"' in raw or b'"' + REFS_FIELD.encode() + b'"' in raw or b"\\u" in raw

@@ -56,7 +56,14 @@ MAX_REPLY_SUBJECT = 512  # far above an inbox's length (``_INBOX_<token>.<nuid>.
 _SUBJECT_TOKEN = re.compile(r"[^\s.*>]+")
 
 
-def reply_refusal(reply: str, tenant_token: str | None) -> str | None:
+# Where nats-server has a request that came through an account import
+# answered: it replaces the requester's reply subject with one of its own
+# under this prefix and maps the answer back (a tenant's producer, in its own
+# account: ``laneledger.runtime.natsconfig``).
+IMPORT_REPLY_PREFIX = "_R_"
+
+
+def reply_refusal(reply: str, tenant_token: str | None, *, request_reply: bool = False) -> str | None:
     """Why a requester may not have its answer sent to ``reply``, or None.
 
     A requester names where its receipts and replies go (``Ledger-Reply-To``,
@@ -66,10 +73,14 @@ def reply_refusal(reply: str, tenant_token: str | None) -> str | None:
     another tenant's inbox). Allowed: a plain subject (no wildcard, no
     whitespace, no empty token) under the trusted users' ``_INBOX.`` or,
     for a request on a tenant's subjects (``tenant_token``), under that
-    tenant's ``_INBOX_<token>.``."""
+    tenant's ``_INBOX_<token>.``; and for a request's own reply subject
+    (``request_reply``, not ``Ledger-Reply-To``) under ``_R_.``, which only
+    the server sets, for a request from another account."""
     prefixes = [TRUSTED_INBOX_PREFIX + "."]
     if tenant_token is not None:
         prefixes.append(f"_INBOX_{tenant_token}.")
+    if request_reply:
+        prefixes.append(IMPORT_REPLY_PREFIX + ".")
     if len(reply) > MAX_REPLY_SUBJECT:
         return f"longer than {MAX_REPLY_SUBJECT} characters"
     if not all(_SUBJECT_TOKEN.fullmatch(part) for part in reply.split(".")):
@@ -84,6 +95,14 @@ def inbox_prefix(tenant: str) -> str:
     deploy/nats.conf lets a tenant's producer user subscribe to it alone, so
     no tenant reads another's receipts (``laneledger.runtime.natsconfig``)."""
     return f"_INBOX_{token(tenant)}"
+
+
+# Where a tenant's producer, in its own NATS account, reaches the ledger
+# account's JetStream API: nats-config imports the calls it may make on its
+# own buckets under this prefix (``$JS.API.<call>`` in its own account would
+# be its own account's JetStream, which it has none of). Through an import
+# the server chooses where an answer goes, not the requester.
+TENANT_JS_API_PREFIX = "JS.LEDGER.API"
 
 
 def tenant_bucket(bucket: str, tenant: str) -> str:

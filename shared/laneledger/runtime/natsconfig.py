@@ -1,52 +1,64 @@
-"""Per-tenant NATS users: ``deploy/nats.conf`` rendered for a list of tenants.
+"""Per-tenant NATS accounts: ``deploy/nats.conf`` rendered for a list of tenants.
 
 nats-server's plain-config users have fixed permissions (the ``{{tag()}}``
 permission templates exist only for JWT users issued with nsc), so per-tenant
-permissions are rendered: the shipped ``deploy/nats.conf`` is the template,
-and ``laneledger nats-config --tenant acme --tenant globex`` prints it with,
-for each tenant, a user ``producer-<tenant>`` (password
-``$LANELEDGER_PRODUCER_<TENANT>_PASSWORD``) that has the shared producer's
-permissions narrowed to that tenant:
+access is rendered: the shipped ``deploy/nats.conf`` is the template, and
+``laneledger nats-config --tenant acme --tenant globex`` prints it with, for
+each tenant, an account ``tenant-<tenant>`` holding one user
+``producer-<tenant>`` (password ``$LANELEDGER_PRODUCER_<TENANT>_PASSWORD``).
 
-* it publishes append requests on ``<prefix>.append.<tenant>.>`` only, so it
-  cannot append as another tenant (the sequencer also refuses a lane or
-  actor of another tenant, ``tenant_mismatch``);
-* it sends commands on ``<prefix>.cmd.<tenant>.*`` and checkpoint requests
-  on ``<prefix>.checkpoint.<tenant>.*`` only, which the sequencer and the
-  checkpoint service answer for that tenant alone (another tenant's lane,
-  session, run, receipt or checkpoint is "not found");
-* its checkpoint artifacts live in its own bucket,
-  ``LEDGER_CHECKPOINT_ARTIFACTS_<tenant>`` (``subjects.tenant_bucket``), the
-  only one it may touch; the checkpoint service may create and read it;
-* it uploads content-reference blobs into ``LEDGER_UPLOADS_<tenant>`` (put,
-  get and purge, which nats-py uses to clear a failed put) and reads committed ones in
-  ``LEDGER_BLOBS_<tenant>``, which it may not write: the sequencer copies an
-  upload there before an append referencing it commits (so no producer can
-  delete or overwrite a committed blob) and is granted
-  ``$O.LEDGER_BLOBS_<tenant>.>`` for it; it creates both buckets (it may
-  manage every stream, and reads the uploads through ``$JS.API``). The tail
-  may read ``LEDGER_BLOBS_<tenant>``; no other blob bucket is the tenant's;
-* it subscribes to ``_INBOX_<tenant>.>`` only, the inbox prefix its client
-  must use (``LedgerClient.connect(inbox_prefix=inbox_prefix(tenant))``), so
-  it cannot read another tenant's receipts and replies, which travel on the
-  other tenant's inboxes;
-* the services' reply users (``sequencer-replies``: receipts and command
-  replies; ``checkpoint-replies``: checkpoint replies) may publish on those
-  inboxes, and on nothing but inboxes.
+Why an account, not only a user with narrow permissions in the ledger's
+account: whoever sends a request chooses its reply subject, and JetStream
+answers its API calls (and acknowledges publishes) on its own internal
+connection, which no user permission restricts. A tenant user in the ledger's
+account could send ``$JS.API.STREAM.INFO.<its bucket>`` with the reply
+``ledger.events.<…>`` and have JetStream write a foreign message into the
+committed stream, or into another tenant's inbox. Across an account import the
+server replaces the reply subject with one of its own (``_R_.…``) and maps the
+answer back, so a tenant reaches nothing but what its account imports. An
+account also carries what a plain user cannot: connection and subscription
+limits (``max_connections``, ``max_subscriptions`` in the tenants file).
 
-The shared ``producer`` user stays, for a trusted harness that writes for
-several tenants. ``--korg-tenant`` renders the tail's one append subject
-(its Korg endpoint's tenant, ``korg`` in the template).
+A tenant's account imports from ``LEDGER`` (``tenant_grants``):
+
+* the services on its own subjects: appends on ``<prefix>.append.<tenant>.>``
+  (JetStream stores them in the tenant's append stream, in ``LEDGER``),
+  commands on ``<prefix>.cmd.<tenant>.*`` and checkpoint requests on
+  ``<prefix>.checkpoint.<tenant>.*``, which the sequencer and the checkpoint
+  service answer for that tenant alone;
+* its reply inbox ``_INBOX_<tenant>.>``, where receipts and replies arrive,
+  as a stream: no other tenant imports it;
+* the JetStream calls on its own buckets, under
+  ``subjects.TENANT_JS_API_PREFIX`` (``JS.LEDGER.API.<call>``, the prefix its
+  client uses): uploads into ``LEDGER_UPLOADS_<tenant>`` (info, read by
+  message, write, purge: nats-py clears a failed put), checkpoint artifacts in
+  ``LEDGER_CHECKPOINT_ARTIFACTS_<tenant>`` (info, read, write), and reading
+  the committed ``LEDGER_BLOBS_<tenant>``, which only the sequencer writes (it
+  copies an upload there before an append referencing it commits, so no
+  producer can delete or overwrite a committed blob). No consumer creation: a
+  push consumer delivers where its creator says (objectstores.read_chunks).
+
+The account has no JetStream of its own. In ``LEDGER`` the renderer also lets
+the reply users (``sequencer-replies``, ``checkpoint-replies``) publish on
+the tenants' inboxes, the checkpoint service create and read each tenant's
+artifact bucket, the tail read each tenant's committed blobs, and the
+sequencer write them. The shared ``producer`` user stays in ``LEDGER``, for a
+trusted harness that writes for several tenants. ``--korg-tenant`` renders the
+tail's grants for its Korg endpoint's tenant (``korg`` in the template): its
+appends and commands, and its blob buckets (the tail uploads, the sequencer
+copies).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
-from laneledger.contract.subjects import inbox_prefix, tenant_bucket, token
+from laneledger.contract.subjects import TENANT_JS_API_PREFIX, inbox_prefix, tenant_bucket, token
+from laneledger.runtime.tenants import TENANT_NAME, TenantLimits
 
-_TENANT = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+LEDGER_ACCOUNT = "LEDGER"
 _INBOX_ALLOW = '"_INBOX.>"'
 # The users receipts and replies leave on (the services' --reply-nats): the
 # only ones that publish on producers' inboxes.
@@ -55,6 +67,7 @@ ARTIFACTS = "LEDGER_CHECKPOINT_ARTIFACTS"  # the shared bucket; a tenant's is AR
 BLOBS = "LEDGER_BLOBS"  # likewise for committed content-reference blobs
 UPLOADS = "LEDGER_UPLOADS"  # a tenant's uploads bucket is UPLOADS_<tenant>; there is no shared one
 _SEQUENCER_API = '"$JS.API.>"'
+_JS_API = "$JS.API."
 
 
 def _bucket_permission(bucket: str) -> re.Pattern[str]:
@@ -70,11 +83,57 @@ class TemplateError(ValueError):
     """The template lacks a part the renderer needs (a user, a subject)."""
 
 
+@dataclass(frozen=True)
+class Grant:
+    """One thing ``LEDGER`` exports to a tenant's account: a service the
+    tenant calls (``subject`` in ``LEDGER``, ``local`` in the tenant's
+    account) or a stream it receives."""
+
+    kind: str  # "service" or "stream"
+    subject: str
+    local: str
+
+
+def account_name(tenant: str) -> str:
+    return f"tenant-{tenant}"
+
+
+def tenant_grants(tenant: str, prefix: str = "ledger") -> list[Grant]:
+    """Everything a tenant's account imports from ``LEDGER`` (the module text)."""
+    t = token(tenant)
+    grants = [
+        Grant("service", subject, subject)
+        for subject in (f"{prefix}.append.{t}.>", f"{prefix}.cmd.{t}.*", f"{prefix}.checkpoint.{t}.*")
+    ]
+    grants.append(Grant("stream", f"{inbox_prefix(tenant)}.>", f"{inbox_prefix(tenant)}.>"))
+
+    def api(call: str, bucket: str) -> Grant:
+        return Grant(
+            "service", f"{_JS_API}{call}.OBJ_{bucket}", f"{TENANT_JS_API_PREFIX}.{call}.OBJ_{bucket}"
+        )
+
+    uploads, artifacts, blobs = (tenant_bucket(b, tenant) for b in (UPLOADS, ARTIFACTS, BLOBS))
+    for bucket, calls, writes in (
+        (uploads, ("STREAM.INFO", "STREAM.MSG.GET", "STREAM.PURGE"), True),
+        (artifacts, ("STREAM.INFO", "STREAM.MSG.GET"), True),
+        (blobs, ("STREAM.INFO", "STREAM.MSG.GET"), False),
+    ):
+        grants += [api(call, bucket) for call in calls]
+        if writes:
+            grants.append(Grant("service", f"$O.{bucket}.>", f"$O.{bucket}.>"))
+    return grants
+
+
 def _user_block(text: str, user: str) -> re.Match[str]:
-    found = re.search(r"(?ms)^    \{\n      user: " + re.escape(user) + r"\n.*?^    \}\n", text)
+    found = re.search(r"(?ms)^( *)\{\n *user: " + re.escape(user) + r"\n.*?^\1\}\n", text)
     if found is None:
         raise TemplateError(f"the template has no user {user!r}")
     return found
+
+
+def _replace_in_user(text: str, user: str, old: str, new: str) -> str:
+    block = _user_block(text, user)
+    return text[: block.start()] + block.group(0).replace(old, new, 1) + text[block.end() :]
 
 
 def password_variable(tenant: str) -> str:
@@ -82,119 +141,131 @@ def password_variable(tenant: str) -> str:
 
 
 def render(
-    template: str, tenants: Sequence[str] = (), *, korg_tenant: str = "korg", prefix: str = "ledger"
+    template: str,
+    tenants: Sequence[str] = (),
+    *,
+    korg_tenant: str = "korg",
+    prefix: str = "ledger",
+    limits: Mapping[str, TenantLimits] | None = None,
 ) -> str:
-    """The template with a producer user per tenant (see the module text)."""
+    """The template with an account per tenant (see the module text);
+    ``limits`` (by tenant; default ``TenantLimits()``) gives each account
+    its connection and subscription limits."""
     for tenant in (*tenants, korg_tenant):
-        if not _TENANT.match(tenant):
+        if not TENANT_NAME.match(tenant):
             raise ValueError(f"tenant {tenant!r}: letters, digits, '_' and '-', at most 64")
     variables = [password_variable(t) for t in tenants]
     if len(set(variables)) != len(variables):
         raise ValueError("two tenants map to the same password variable")
-    append_all = f'"{prefix}.append.>"'
-    # The shared producer's requests for any tenant; producer-T's for T only.
-    requests_all = [f'"{prefix}.{kind}.>"' for kind in ("cmd", "checkpoint")]
-    text = template
-    tail = _user_block(text, "tail")
-    korg = f'"{prefix}.append.{token(korg_tenant)}.>"'
-    tail_text = re.sub(rf'"{re.escape(prefix)}\.append\.[^"]*"', korg, tail.group(0), count=1)
-    text = text[: tail.start()] + tail_text + text[tail.end() :]
+    text = _korg_tenant(template, korg_tenant, prefix)
     for user in RESPONDERS:
-        block = _user_block(text, user)
-        if _INBOX_ALLOW not in block.group(0):
+        if _INBOX_ALLOW not in _user_block(text, user).group(0):
             raise TemplateError(f"user {user!r} publishes on no inbox")
         inboxes = ", ".join([_INBOX_ALLOW] + [f'"{inbox_prefix(t)}.>"' for t in tenants])
-        text = text[: block.start()] + block.group(0).replace(_INBOX_ALLOW, inboxes, 1) + text[block.end() :]
-    # The checkpoint service creates and reads each tenant's artifact bucket.
-    block = _user_block(text, "checkpoint")
-    shared = _ARTIFACT_PERMISSION.findall(block.group(0))
-    if not shared:
-        raise TemplateError(f"user 'checkpoint' has no permission on the bucket {ARTIFACTS}")
-    own = [_rename_bucket(perm, t) for t in tenants for perm in shared]
-    if own:
-        text = (
-            text[: block.start()]
-            + block.group(0).replace(shared[-1], ", ".join([shared[-1], *own]), 1)
-            + text[block.end() :]
-        )
-    # The tail reads each tenant's blob bucket (it stores only in the shared one).
-    block = _user_block(text, "tail")
-    shared = _BLOB_PERMISSION.findall(block.group(0))
-    if not shared:
-        raise TemplateError(f"user 'tail' has no permission on the bucket {BLOBS}")
-    own = [_rename_bucket(perm, t, BLOBS) for t in tenants for perm in shared if "$O." not in perm]
-    if own:
-        text = (
-            text[: block.start()]
-            + block.group(0).replace(shared[-1], ", ".join([shared[-1], *own]), 1)
-            + text[block.end() :]
-        )
+        text = _replace_in_user(text, user, _INBOX_ALLOW, inboxes)
+    # The checkpoint service creates and reads each tenant's artifact bucket;
+    # the tail reads each tenant's committed blob bucket.
+    for user, bucket, keep in (
+        ("checkpoint", ARTIFACTS, lambda p: True),
+        ("tail", BLOBS, lambda p: "$O." not in p),
+    ):
+        text = _grant_tenant_buckets(text, user, bucket, tenants, keep)
     # The sequencer writes each tenant's committed blobs (copies of its uploads).
-    block = _user_block(text, "sequencer")
-    if _SEQUENCER_API not in block.group(0):
+    if _SEQUENCER_API not in _user_block(text, "sequencer").group(0):
         raise TemplateError(f"user 'sequencer' does not publish {_SEQUENCER_API}")
     writes = [f'"$O.{tenant_bucket(BLOBS, t)}.>"' for t in tenants]
     if writes:
-        grant = ", ".join([_SEQUENCER_API, *writes])
-        text = text[: block.start()] + block.group(0).replace(_SEQUENCER_API, grant, 1) + text[block.end() :]
-    producer = _user_block(text, "producer").group(0)
-    if (
-        any(subject not in producer for subject in (append_all, *requests_all))
-        or f"subscribe: {{ allow: [{_INBOX_ALLOW}] }}" not in producer
-    ):
-        raise TemplateError(
-            "the producer user must publish "
-            f"{', '.join([append_all, *requests_all])} and subscribe to "
-            f"{_INBOX_ALLOW} only"
-        )
-    added = []
-    for tenant, variable in zip(tenants, variables, strict=True):
-        own_user = (
-            producer.replace("      user: producer\n", f"      user: producer-{tenant}\n", 1)
-            .replace("$LANELEDGER_PRODUCER_PASSWORD", f"${variable}", 1)
-            .replace(append_all, f'"{prefix}.append.{token(tenant)}.>"', 1)
-            .replace(requests_all[0], f'"{prefix}.cmd.{token(tenant)}.*"', 1)
-            .replace(requests_all[1], f'"{prefix}.checkpoint.{token(tenant)}.*"', 1)
-            .replace(
-                f"subscribe: {{ allow: [{_INBOX_ALLOW}] }}",
-                f'subscribe: {{ allow: ["{inbox_prefix(tenant)}.>"] }}',
-                1,
-            )
-        )
-        own_user = _ARTIFACT_PERMISSION.sub(_renamer(tenant, ARTIFACTS), own_user)
-        own_user = _BLOB_PERMISSION.sub(_blob_permissions(tenant), own_user)
-        added.append(own_user)
-    end = _user_block(text, "producer").end()
-    return text[:end] + "".join(added) + text[end:]
+        text = _replace_in_user(text, "sequencer", _SEQUENCER_API, ", ".join([_SEQUENCER_API, *writes]))
+    if not tenants:
+        return text
+    ledger = re.search(r"(?ms)^( *)" + LEDGER_ACCOUNT + r" \{\n.*?^\1\}\n", text)
+    if ledger is None:
+        raise TemplateError(f"the template has no account {LEDGER_ACCOUNT}")
+    indent = ledger.group(1)
+    exports = [
+        f'{indent}    {{ {g.kind}: "{g.subject}", accounts: [{account_name(t)}] }}\n'
+        for t in tenants
+        for g in tenant_grants(t, prefix)
+    ]
+    closing = ledger.end() - len(indent) - 2  # the account's closing "}\n"
+    accounts = "".join(
+        _tenant_account(t, v, (limits or {}).get(t, TenantLimits()), prefix, indent)
+        for t, v in zip(tenants, variables, strict=True)
+    )
+    return (
+        text[:closing]
+        + f"{indent}  # rendered by laneledger nats-config: what each tenant's account imports\n"
+        + f"{indent}  exports = [\n"
+        + "".join(exports)
+        + f"{indent}  ]\n"
+        + text[closing : ledger.end()]
+        + accounts
+        + text[ledger.end() :]
+    )
 
 
-def _rename_bucket(permission: str, tenant: str, bucket: str = ARTIFACTS) -> str:
-    """A permission on a shared bucket, on the tenant's own instead."""
-    return permission.replace(bucket, tenant_bucket(bucket, tenant), 1)
+def _korg_tenant(text: str, korg_tenant: str, prefix: str) -> str:
+    """The template's grants for the tail's Korg tenant (``korg``: its
+    appends and commands; its blob buckets, to the tail and the sequencer)
+    for ``korg_tenant``."""
+    k = token(korg_tenant)
+    renames = {
+        '"ledger.append.korg.>"': f'"{prefix}.append.{k}.>"',
+        '"ledger.cmd.korg.*"': f'"{prefix}.cmd.{k}.*"',
+        f"{UPLOADS}_korg": tenant_bucket(UPLOADS, korg_tenant),
+        f"{BLOBS}_korg": tenant_bucket(BLOBS, korg_tenant),
+    }
+    for user in ("tail", "sequencer"):
+        block = _user_block(text, user)
+        renamed = block.group(0)
+        for old, new in renames.items():
+            renamed = renamed.replace(old, new)
+        text = text[: block.start()] + renamed + text[block.end() :]
+    if f'"{prefix}.append.{k}.>"' not in _user_block(text, "tail").group(0):
+        raise TemplateError("user 'tail' does not append in the Korg tenant (ledger.append.korg.>)")
+    return text
 
 
-def _renamer(tenant: str, bucket: str) -> Callable[[re.Match[str]], str]:
-    """``_rename_bucket`` as a ``re.sub`` replacement."""
-    return lambda permission: _rename_bucket(permission.group(0), tenant, bucket)
+def _grant_tenant_buckets(
+    text: str, user: str, bucket: str, tenants: Sequence[str], keep: Callable[[str], bool]
+) -> str:
+    """``user``'s permissions on the shared ``bucket`` (those ``keep``
+    selects), added for each tenant's own bucket."""
+    shared = _bucket_permission(bucket).findall(_user_block(text, user).group(0))
+    if not shared:
+        raise TemplateError(f"user {user!r} has no permission on the bucket {bucket}")
+    own = [p.replace(bucket, tenant_bucket(bucket, t), 1) for t in tenants for p in shared if keep(p)]
+    if not own:
+        return text
+    return _replace_in_user(text, user, shared[-1], ", ".join([shared[-1], *own]))
 
 
-def _blob_permissions(tenant: str) -> Callable[[re.Match[str]], str]:
-    """A ``re.sub`` replacement for the shared producer's permissions on the
-    shared blob bucket: the same on the tenant's uploads bucket, and the
-    reading ones (not ``$O.``: no put, so no delete) on its committed bucket."""
-
-    uploads = tenant_bucket(UPLOADS, tenant)
-
-    def replace(found: re.Match[str]) -> str:
-        permission = found.group(0)
-        own = [permission.replace(BLOBS, uploads, 1)]
-        if "STREAM.INFO." in permission:
-            # Purging its own uploads: nats-py clears the chunks of a put that
-            # failed (a full bucket), which would otherwise count against the
-            # tenant's blob_bytes until they age out. Committed blobs are elsewhere.
-            own.append(f'"$JS.API.STREAM.PURGE.OBJ_{uploads}"')
-        if "$O." not in permission:
-            own.append(_rename_bucket(permission, tenant, BLOBS))
-        return ", ".join(own)
-
-    return replace
+def _tenant_account(tenant: str, variable: str, limits: TenantLimits, prefix: str, indent: str) -> str:
+    grants = tenant_grants(tenant, prefix)
+    publish = ", ".join(f'"{g.local}"' for g in grants if g.kind == "service")
+    subscribe = ", ".join(f'"{g.local}"' for g in grants if g.kind == "stream")
+    imports = "".join(
+        f'{indent}    {{ {g.kind}: {{ account: {LEDGER_ACCOUNT}, subject: "{g.subject}" }}'
+        + (f', to: "{g.local}"' if g.local != g.subject else "")
+        + " }\n"
+        for g in grants
+    )
+    i = indent
+    return (
+        f"{i}# tenant {tenant}: reaches {LEDGER_ACCOUNT} only through these imports\n"
+        f"{i}{account_name(tenant)} {{\n"
+        f"{i}  users = [\n"
+        f"{i}    {{\n"
+        f"{i}      user: producer-{tenant}\n"
+        f"{i}      password: ${variable}\n"
+        f"{i}      permissions: {{\n"
+        f"{i}        publish: {{ allow: [{publish}] }}\n"
+        f"{i}        subscribe: {{ allow: [{subscribe}] }}\n"
+        f"{i}      }}\n"
+        f"{i}    }}\n"
+        f"{i}  ]\n"
+        f"{i}  imports = [\n{imports}{i}  ]\n"
+        f"{i}  limits: {{ max_connections: {limits.max_connections}, "
+        f"max_subscriptions: {limits.max_subscriptions} }}\n"
+        f"{i}}}\n"
+    )

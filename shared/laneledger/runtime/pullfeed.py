@@ -125,6 +125,11 @@ class PullFeed:
             except TimeoutError:
                 pass  # its end got lost (a reconnect): it has expired by now
 
+    async def keep_buffered(self) -> None:
+        """Mark every buffered message in progress, so JetStream does not
+        redeliver one that waits here longer than the ack wait."""
+        await asyncio.gather(*(m.in_progress() for m in list(self._buffer)), return_exceptions=True)
+
     def take(self, max_msgs: int) -> list[Msg]:
         """What has arrived, up to ``max_msgs``, without waiting."""
         return [self._buffer.popleft() for _ in range(min(max_msgs, len(self._buffer)))]

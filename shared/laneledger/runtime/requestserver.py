@@ -171,8 +171,11 @@ class RequestServer(Generic[C]):
 
     def _reply_allowed(self, msg: Msg) -> bool:
         """Whether the reply may go where the request says: an inbox of the
-        tenant whose subjects it came on, or a trusted one."""
-        refusal = reply_refusal(msg.reply, RequestSubject.scope_token(msg.subject, self._base))
+        tenant whose subjects it came on, a trusted one, or the server's
+        reply subject for a request from a tenant's account."""
+        refusal = reply_refusal(
+            msg.reply, RequestSubject.scope_token(msg.subject, self._base), request_reply=True
+        )
         if refusal is not None:
             self._log.debug("refused to answer %s on %r: %s", msg.subject, msg.reply[:80], refusal)
         return refusal is None

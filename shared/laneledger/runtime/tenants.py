@@ -2,8 +2,9 @@
 
 One TOML file (``deploy/tenants.toml`` is the example) is the one place a
 multi-tenant deployment declares its tenants and their limits.
-``laneledger nats-config --tenants-file`` renders a NATS user per tenant from
-it, and the services read it (``--tenants-file`` /
+``laneledger nats-config --tenants-file`` renders a NATS account per tenant
+from it (with its ``max_connections`` and ``max_subscriptions``), and the
+services read it (``--tenants-file`` /
 ``LANELEDGER_TENANTS_FILE``): the sequencer gives each tenant its own append
 stream, bounded by ``append_backlog``, takes from it at ``append_rate``, and
 bounds its blob buckets by ``blob_bytes``; the checkpoint service bounds its
@@ -58,10 +59,15 @@ class TenantLimits:
     # JetStream refuses a publish beyond either (the SDK's ``QuotaExceeded``).
     append_backlog: int = 20_000
     append_backlog_bytes: int = 256 << 20
+    # NATS connections and subscriptions the tenant's account may hold at once
+    # (rendered by nats-config; nats-server refuses one more). A LedgerClient
+    # holds one connection and three subscriptions.
+    max_connections: int = 100
+    max_subscriptions: int = 10_000
 
 
 _SIZES = ("blob_bytes", "artifact_bytes", "append_backlog_bytes")
-_COUNTS = ("append_burst", "append_backlog")
+_COUNTS = ("append_burst", "append_backlog", "max_connections", "max_subscriptions")
 _KEYS = {f.name for f in dataclasses.fields(TenantLimits)}
 
 

@@ -63,7 +63,13 @@ from laneledger.contract.errors import (
     QuotaExceeded,
 )
 from laneledger.contract.subjects import Subjects, token, token_bucket
-from laneledger.sdk.objectstores import bound_bucket, create_object_store, open_object_store, stream_of
+from laneledger.sdk.objectstores import (
+    bound_bucket,
+    create_object_store,
+    open_object_store,
+    read_chunks,
+    stream_of,
+)
 from laneledger.sdk.pubacks import limit_reached_by
 
 log = logging.getLogger("laneledger.blobs")
@@ -76,10 +82,6 @@ MAX_BLOB_BYTES = 64 << 20  # read into memory; larger is refused
 # may not purge), age out instead of piling up. A day covers any producer's
 # retries between upload and append.
 UPLOAD_MAX_AGE_S = 24 * 3600
-# Every chunk of an upload but the last holds at least this much (nats-py
-# writes 128 KiB chunks): bounds the reads a copy makes to size / 16 KiB + 1,
-# however finely a hostile upload is cut.
-MIN_UPLOAD_CHUNK_BYTES = 16 << 10
 _NUID = re.compile(r"[A-Za-z0-9]{1,64}")  # an object's chunk subject token, as nats-py makes it
 
 
@@ -283,10 +285,13 @@ class BlobStore:
                 size_bytes=info.size,
                 limit_bytes=MAX_BLOB_BYTES,
             )
-        found = await self._call(
-            "read blob", ref, self._obs.get(object_name(token(tenant), ref)), info.size or 0
-        )
-        data = found.data or b""
+        if info.is_link() or not isinstance(info.nuid, str) or not _NUID.fullmatch(info.nuid):
+            raise IntegrityError(
+                "the blob's object metadata names no chunks", kind="blob_mismatch", ref=f"sha256:{hex_sha}"
+            )
+        # By message, not through a consumer (objectstores.read_chunks).
+        size = info.size or 0
+        data = await self._call("read blob", ref, read_chunks(self._js, self.bucket, info.nuid, size), size)
         actual = hashlib.sha256(data).hexdigest()
         if actual != hex_sha:
             raise IntegrityError(
@@ -337,7 +342,9 @@ class BlobStore:
             raise mismatch("its metadata names another digest")
         if info.is_link() or not isinstance(info.nuid, str) or not _NUID.fullmatch(info.nuid):
             raise mismatch("its metadata names no chunks of its own")
-        data = await self._call("read upload", ref, self._chunks(info.nuid, size_bytes), size_bytes)
+        data = await self._call(
+            "read upload", ref, read_chunks(self._js, self.bucket, info.nuid, size_bytes), size_bytes
+        )
         if len(data) != size_bytes or hashlib.sha256(data).hexdigest() != hex_sha:
             raise mismatch("its chunks do not hash to it")
         return data
@@ -358,28 +365,6 @@ class BlobStore:
             subjects.insert(0, OBJ_CHUNKS_PRE_TEMPLATE.format(bucket=self.bucket, obj=info.nuid))
         for subject in subjects:
             await self._call("discard upload", ref, self._js.purge_stream(stream, subject=subject))
-
-    async def _chunks(self, nuid: str, size_bytes: int) -> bytes:
-        """The chunks on ``$O.<bucket>.C.<nuid>`` in stream order, until
-        ``size_bytes`` are read, there are no more, or one but the last is
-        shorter than ``MIN_UPLOAD_CHUNK_BYTES``."""
-        subject = OBJ_CHUNKS_PRE_TEMPLATE.format(bucket=self.bucket, obj=nuid)
-        stream = stream_of(self.bucket)
-        data = bytearray()
-        seq = 1
-        while len(data) < size_bytes:
-            try:
-                msg = await self._js.get_msg(stream, seq=seq, subject=subject, next=True)
-            except NotFoundError:
-                break
-            if msg.seq is None:
-                break
-            chunk = msg.data or b""
-            data += chunk
-            if len(data) < size_bytes and len(chunk) < MIN_UPLOAD_CHUNK_BYTES:
-                break
-            seq = msg.seq + 1
-        return bytes(data)
 
     async def refs(self, tenant: str) -> AsyncIterator[tuple[str, int]]:
         """Every ``(ref, size_bytes)`` stored for ``tenant``."""

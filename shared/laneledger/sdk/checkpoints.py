@@ -88,7 +88,7 @@ from laneledger.contract.model import (
 from laneledger.contract.redaction import Redactor, redact_checkpoint_state
 from laneledger.contract.subjects import tenant_headers
 from laneledger.sdk.client import LaneRecorder, LedgerClient, transport_error
-from laneledger.sdk.objectstores import open_object_store
+from laneledger.sdk.objectstores import open_object_store, read_chunks
 from laneledger.sdk.pubacks import limit_reached_by
 
 T = TypeVar("T")
@@ -246,7 +246,7 @@ class CheckpointClient:
         if self._store is None:
             name = self._bucket_name = self._bucket_name or (await self.info()).artifact_bucket
             try:
-                self._store = await open_object_store(self.nc.jetstream(), name)
+                self._store = await open_object_store(self.ledger.js, name)
             except NotFoundError as exc:
                 raise LedgerUnavailable(
                     f"no artifact bucket {name!r}: is the checkpoint service up?", bucket=name
@@ -283,10 +283,19 @@ class CheckpointClient:
         store = await self._bucket()
         name = artifact_name(sha)
         info = await object_call("artifact info", sha, store.get_info(name), self.timeout)
-        found = await object_call(
-            "read artifact", sha, store.get(name), artifact_timeout(self.timeout, info.size or 0)
+        if info.deleted or not isinstance(info.nuid, str):
+            raise ArtifactMissing(
+                "no such artifact in the bucket", kind="artifact", id=sha, reason=ArtifactMissing.reason
+            )
+        assert self._bucket_name is not None  # set by _bucket()
+        # By message, not through a consumer (objectstores.read_chunks).
+        size = info.size or 0
+        data = await object_call(
+            "read artifact",
+            sha,
+            read_chunks(self.ledger.js, self._bucket_name, info.nuid, size),
+            artifact_timeout(self.timeout, size),
         )
-        data = found.data or b""
         if hashlib.sha256(data).hexdigest() != sha or (
             not isinstance(ref, str) and len(data) != ref.size_bytes
         ):

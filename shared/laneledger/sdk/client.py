@@ -10,6 +10,7 @@ answers a resend with the original receipt.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
@@ -73,7 +74,13 @@ from laneledger.contract.model import (
 )
 from laneledger.contract.redaction import Redactor, redact_command
 from laneledger.contract.signing import Ed25519PrivateKey, public_key_hex, sign_event
-from laneledger.contract.subjects import REPLY_HEADER, Subjects, tenant_headers, token
+from laneledger.contract.subjects import (
+    REPLY_HEADER,
+    TENANT_JS_API_PREFIX,
+    Subjects,
+    tenant_headers,
+    token,
+)
 from laneledger.contract.subjects import inbox_prefix as tenant_inbox_prefix
 from laneledger.contract.vocabulary import SCHEMA_VERSION
 from laneledger.sdk.blobstore import (
@@ -206,6 +213,18 @@ def raise_if_rejected(receipt: Receipt) -> AppendCommitted:
     return receipt
 
 
+async def _tenant_js_api_prefix(nc: NATS, tenant: str, subjects: Subjects) -> str | None:
+    """``TENANT_JS_API_PREFIX`` when the ledger account's JetStream answers
+    there (a tenant account, as nats-config renders it), else None: a server
+    without accounts has no responder on it, and says so at once."""
+    bucket = tenant_uploads_bucket_name(token(tenant), subjects)
+    try:
+        await nc.request(f"{TENANT_JS_API_PREFIX}.STREAM.INFO.OBJ_{bucket}", b"", timeout=2.0)
+    except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+        return None
+    return TENANT_JS_API_PREFIX
+
+
 class LedgerClient:
     def __init__(
         self,
@@ -216,8 +235,13 @@ class LedgerClient:
         owns_connection: bool = False,
         redactor: Redactor | None = None,
         tenant: str | None = None,
+        js_api_prefix: str | None = None,
     ) -> None:
         self.nc = nc
+        # The JetStream API (blob and artifact buckets): the connection's own
+        # account's, or the ledger account's under ``js_api_prefix``
+        # (``subjects.TENANT_JS_API_PREFIX`` for a tenant's producer user).
+        self.js = nc.jetstream(**({"prefix": js_api_prefix} if js_api_prefix else {}))
         # Commands go on this tenant's subjects (<prefix>.cmd.<tenant>.<op>),
         # answered for it alone: what a tenant's producer user may publish.
         # None: <prefix>.cmd.<op>, any tenant (the shared producer, services).
@@ -242,6 +266,7 @@ class LedgerClient:
         connect_timeout: float = 5.0,
         inbox_prefix: str | None = None,
         tenant: str | None = None,
+        js_api_prefix: str | None = None,
         **kwargs: Any,
     ) -> LedgerClient:
         """Connect, failing within ``connect_timeout`` if no server answers;
@@ -253,7 +278,11 @@ class LedgerClient:
         deploy/nats.conf must use ``subjects.inbox_prefix(tenant)``, the
         default when ``tenant`` is given. ``tenant``: send commands and
         checkpoint requests on that tenant's subjects (spec/wire.md, "NATS
-        users and tenants")."""
+        users and tenants"). ``js_api_prefix``: where the JetStream API is
+        reached (blob and artifact buckets); by default the connection's own
+        account's, or, for a ``tenant`` whose producer user is in its own
+        account (``laneledger nats-config``), the ledger account's through
+        ``subjects.TENANT_JS_API_PREFIX``: found out by asking it once."""
         if inbox_prefix is None and tenant is not None:
             inbox_prefix = tenant_inbox_prefix(tenant)
         try:
@@ -282,7 +311,9 @@ class LedgerClient:
         except Exception as exc:
             cause = errors[-1] if errors else exc
             raise LedgerUnavailable(f"cannot connect to {','.join(servers)}: {cause}") from exc
-        return cls(nc, owns_connection=True, tenant=tenant, **kwargs)
+        if js_api_prefix is None and tenant is not None:
+            js_api_prefix = await _tenant_js_api_prefix(nc, tenant, kwargs.get("subjects", Subjects()))
+        return cls(nc, owns_connection=True, tenant=tenant, js_api_prefix=js_api_prefix, **kwargs)
 
     async def __aenter__(self) -> LedgerClient:
         return self
@@ -593,30 +624,39 @@ class LedgerClient:
         connect: a ``producer-<tenant>`` user) gets a ``TenantBlobStore``:
         it uploads into ``LEDGER_UPLOADS_<token>`` and reads the committed
         ``LEDGER_BLOBS_<token>``, buckets the sequencer creates on the
-        tenant's first command and a producer may not: missing, it is
-        ``EntityNotFound`` (kind ``blob_bucket``). A trusted client uses the
-        shared bucket (opened, or created, on first use)."""
+        tenant's first command and a producer may not: missing, they are
+        asked for with a command that changes nothing, and if still missing
+        are ``EntityNotFound`` (kind ``blob_bucket``). A trusted client uses
+        the shared bucket (opened, or created, on first use)."""
         if self.tenant is None:
             if "" not in self._blobs:
                 self._blobs[""] = await BlobStore.open(
-                    self.nc.jetstream(), subjects=self.subjects, timeout_s=self.timeout
+                    self.js, subjects=self.subjects, timeout_s=self.timeout
                 )
             return self._blobs[""]
         tenant = tenant or self.tenant
         name = tenant_bucket_name(token(tenant), self.subjects)
         if name not in self._blobs:
-            committed = await self._tenant_bucket(tenant, name)
-            uploads = await self._tenant_bucket(
-                tenant, tenant_uploads_bucket_name(token(tenant), self.subjects)
-            )
-            self._blobs[name] = TenantBlobStore(committed, uploads)
+            try:
+                self._blobs[name] = await self._tenant_blobs(tenant, name)
+            except EntityNotFound as exc:
+                if exc.details.get("kind") != "blob_bucket":
+                    raise
+                # Any command on the tenant's subjects has the sequencer create
+                # its buckets before answering: ask for a receipt nobody has.
+                with contextlib.suppress(EntityNotFound):
+                    await self.get_receipt(new_id())
+                self._blobs[name] = await self._tenant_blobs(tenant, name)
         return self._blobs[name]
+
+    async def _tenant_blobs(self, tenant: str, name: str) -> TenantBlobStore:
+        committed = await self._tenant_bucket(tenant, name)
+        uploads = await self._tenant_bucket(tenant, tenant_uploads_bucket_name(token(tenant), self.subjects))
+        return TenantBlobStore(committed, uploads)
 
     async def _tenant_bucket(self, tenant: str, bucket: str) -> BlobStore:
         try:
-            return await BlobStore.open(
-                self.nc.jetstream(), bucket=bucket, create=False, timeout_s=self.timeout
-            )
+            return await BlobStore.open(self.js, bucket=bucket, create=False, timeout_s=self.timeout)
         except EntityNotFound as exc:
             raise EntityNotFound(
                 f"tenant {tenant!r} has no blob bucket yet: the sequencer "
