@@ -24,8 +24,8 @@ from laneledger.services.checkpoint.metrics import CheckpointMetrics
 from laneledger.services.checkpoint.service import CheckpointService, CheckpointSettings
 from laneledger.services.checkpoint.store import CheckpointStore
 from laneledger.services.sequencer.intake import TokenBucket
-from laneledger.services.sequencer.streams import SEQUENCER_CONSUMER, sequencer_consumer_config
 from laneledger.services.sequencer.service import SequencerSettings
+from laneledger.services.sequencer.streams import SEQUENCER_CONSUMER, sequencer_consumer_config
 
 pytestmark = pytest.mark.nats
 
