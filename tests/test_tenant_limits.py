@@ -374,3 +374,15 @@ async def test_the_tails_korg_blobs_count_against_the_korg_tenants_blob_bytes(
         assert refused.error["details"]["bucket"] == "LEDGER_UPLOADS_korg"
     finally:
         await sequencer.stop()
+
+
+async def test_a_request_nested_past_any_limit_is_left_to_the_batch(js) -> None:
+    """The intake's look at a request must not fail on what the batch refuses
+    with a typed receipt (found by tests/test_bad_input_fuzz.py)."""
+    from laneledger.services.sequencer.blobcheck import BlobCheck
+    from laneledger.services.sequencer.metrics import SequencerMetrics
+
+    check = BlobCheck(BlobBuckets(js), SequencerMetrics(CollectorRegistry()))
+    deep = b'{"events":[{"payload":{"_ref":' + b"[" * 100_000 + b"]" * 100_000 + b"}}]}"
+    assert check.warming("acme", deep) is None
+    assert check.warming("acme", b'{"events": not json') is None

@@ -99,7 +99,7 @@ class BlobCheck:
         the batch refuses it). Run by the intake, aside (the module text)."""
         try:
             body = msgspec.json.decode(request)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):  # nested past any limit too: the batch refuses it
             return None
         events = body.get("events") if isinstance(body, dict) else None
         if not isinstance(events, list):

@@ -99,6 +99,7 @@ class CommittedStreamMirror:
         self.fault: StreamFault | None = None  # while set, nothing is published
         self._queue: asyncio.Queue[list[CommittedRecord]] = asyncio.Queue(queue_batches)
         self.published = 0  # the stream's last sequence, as far as we know
+        self._advanced = asyncio.Condition()  # notified when ``published`` grows
         self._acks = AckInbox(nc)
 
     async def submit(self, records: list[CommittedRecord]) -> None:
@@ -109,6 +110,20 @@ class CommittedStreamMirror:
     @property
     def backlog(self) -> int:
         return self._queue.qsize()
+
+    async def durable_through(self, position: int) -> None:
+        """Until the stream holds every position up to ``position``, acked
+        (JetStream has stored it with the stream's replicas): receipts of a
+        batch wait for this (spec/object-model.md, append step 7)."""
+        if self.published >= position:
+            return
+        async with self._advanced:
+            await self._advanced.wait_for(lambda: self.published >= position)
+
+    async def _set_published(self, position: int) -> None:
+        self.published = position
+        async with self._advanced:
+            self._advanced.notify_all()
 
     async def taken_up(self) -> None:
         """Until ``run`` has taken every queued batch (``backlog`` is 0)."""
@@ -215,7 +230,7 @@ class CommittedStreamMirror:
                 ledger_last_position=ledger_last,
             )
         await self._check_unproven(last)
-        self.published = last
+        await self._set_published(last)
         while self.published < ledger_last:
             rows = await self._read_after(self.published, 1000)
             if not rows:
@@ -318,4 +333,4 @@ class CommittedStreamMirror:
                 position=last,
                 stream_sequence=ack.seq,
             )
-        self.published = last
+        await self._set_published(last)

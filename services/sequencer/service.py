@@ -71,6 +71,7 @@ log = logging.getLogger("laneledger.sequencer")
 T = TypeVar("T")
 COMMAND_OPS = ops_of(Command)
 _PIPELINE = 2  # batches committing or waiting to be finished
+_ANSWERING = 8  # committed batches waiting for the committed stream before their answers
 
 
 @dataclass
@@ -85,6 +86,16 @@ class _Batch:
     # Requests that held secrets: securely erased from their append stream once
     # committed (an ack alone leaves their bytes in the stream's files).
     scrub: list[Msg] = field(default_factory=list)
+
+
+@dataclass
+class _Answer:
+    """A committed batch's acks and receipts, sent once the committed stream
+    holds every position up to ``through`` (its last event's)."""
+
+    batch: _Batch
+    receipts: list[Receipt]
+    through: int
 
 
 @dataclass(frozen=True)
@@ -308,7 +319,11 @@ class Sequencer:
             await asyncio.gather(*(m.nak() for m in held), return_exceptions=True)
             await intake.stop()
             await in_flight.put(None)
-            await finisher
+            try:
+                await finisher
+            except asyncio.CancelledError:  # stop() gave up waiting: so does the finisher
+                finisher.cancel()
+                raise
 
     def _blobs_ahead(self, msg: Msg) -> Coroutine[Any, Any, None] | None:
         """The intake's gate: the blob lookups and copies an append request
@@ -334,8 +349,36 @@ class Sequencer:
         await in_flight.put(_Batch(msgs, outcomes, committing, started, inboxes, scrub))
 
     async def _finish_loop(self, in_flight: asyncio.Queue[_Batch | None]) -> None:
-        while (batch := await in_flight.get()) is not None:
-            await self._finish_batch(batch)
+        """Finish batches in commit order; answer them, in the same order, as
+        the committed stream takes them (``_answer_loop``), so committing the
+        next batches overlaps the wait for the stream."""
+        answers: asyncio.Queue[_Answer | None] = asyncio.Queue(maxsize=_ANSWERING)
+        answerer = asyncio.create_task(self._answer_loop(answers), name="sequencer-answer")
+        try:
+            while (batch := await in_flight.get()) is not None:
+                answer = await self._finish_batch(batch)
+                if answer is not None:
+                    await answers.put(answer)
+            await answers.put(None)
+            await answerer
+        except BaseException:
+            answerer.cancel()
+            raise
+
+    async def _answer_loop(self, answers: asyncio.Queue[_Answer | None]) -> None:
+        """Append step 7: ack a batch's requests and send its receipts only
+        once its events (and every earlier one: a replay's too) are stored on
+        the committed stream, whose replicas make them survive a machine. A
+        crash before that leaves the requests unacked: redelivered, they are
+        answered from the ledger, and the mirror publishes what the stream
+        lacks when the sequencer starts again."""
+        while (answer := await answers.get()) is not None:
+            await self.mirror.durable_through(answer.through)
+            batch = answer.batch
+            publish = self._nc.publish
+            for msg in batch.msgs:  # plain publishes: no task, no future per message
+                await publish(msg.reply, b"+ACK")
+            await self._send_receipts(batch.msgs, answer.receipts, batch.inboxes)
 
     def _prepare_batch(
         self, msgs: list[Msg]
@@ -368,7 +411,10 @@ class Sequencer:
                 outcomes.append(rejection(internal, append_id=append_id, lane_id=lane_id))
         return outcomes, prepared, scrub, inboxes
 
-    async def _finish_batch(self, batch: _Batch) -> None:
+    async def _finish_batch(self, batch: _Batch) -> _Answer | None:
+        """The batch's commit outcome: what to answer once the committed
+        stream has it, or None when the commit failed (its requests are
+        handed back)."""
         msgs = batch.msgs
         try:
             result = await batch.committing
@@ -388,7 +434,7 @@ class Sequencer:
             )
             self._metrics.batch_failures.inc()
             await asyncio.gather(*(m.nak(delay=1.0) for m in msgs), return_exceptions=True)
-            return
+            return None
         if self.store_error is not None and result.committed:  # a write went through
             log.warning(
                 "the ledger database takes commits again after %d failed batches; ready", self._failed_batches
@@ -399,16 +445,16 @@ class Sequencer:
         decided = iter(result.receipts)
         receipts = [o if o is not None else next(decided) for o in batch.outcomes]
 
-        # Committed: only now may the inbound messages leave the work queue.
+        # Committed: erase what held secrets, then publish; the inbound
+        # messages leave the work queue once the stream has the batch.
         if batch.scrub:
             await self._scrub(batch.scrub)
-        publish = self._nc.publish
-        for msg in msgs:  # plain publishes: no task, no future per message
-            await publish(msg.reply, b"+ACK")
-        await self._send_receipts(msgs, receipts, batch.inboxes)
         self._metrics.events.inc(len(result.committed))
         self._metrics.last_position.set(self._writer.last_position)
         await self.mirror.submit(result.committed)
+        # Replays and rejections report nothing newer than earlier batches,
+        # which are answered first (in order), so they wait for nothing more.
+        return _Answer(batch, receipts, result.committed[-1].position if result.committed else 0)
 
     async def _scrub(self, msgs: list[Msg]) -> None:
         """Erase committed requests that held secrets from their append
