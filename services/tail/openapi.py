@@ -399,6 +399,58 @@ SCHEMAS: dict[str, Any] = {
             },
         },
     ),
+    "SessionSummary": _obj(
+        [
+            "tenant",
+            "session_id",
+            "first_position",
+            "last_position",
+            "first_event_at",
+            "last_event_at",
+            "events",
+            "runs",
+            "lanes",
+            "status",
+            "attempts_open",
+            "pauses_pending",
+            "cost",
+        ],
+        {
+            "tenant": _ID,
+            "session_id": _ID,
+            "first_position": _COUNT,
+            "last_position": _COUNT,
+            "first_event_at": {"type": "string", "description": "committed_at of its first event"},
+            "last_event_at": {"type": "string", "description": "committed_at of its last event"},
+            "events": _COUNT,
+            "runs": _COUNT,
+            "lanes": _COUNT,
+            "status": {
+                "enum": ["running", "completed", "failed"],
+                "description": "failed once a run failed; completed once the session completed or "
+                "every run ended; else running",
+            },
+            "attempts_open": {**_COUNT, "description": "attempts requested and not settled"},
+            "pauses_pending": {**_COUNT, "description": "hitl.paused without its hitl.responded"},
+            "cost": {
+                "type": "array",
+                "items": _obj(
+                    ["currency", "amount"], {"currency": {"type": "string"}, "amount": {"type": "string"}}
+                ),
+            },
+        },
+    ),
+    "SessionPage": _obj(
+        ["applied_position", "sessions", "next_before"],
+        {
+            "applied_position": _COUNT,
+            "sessions": {"type": "array", "items": schema_ref("SessionSummary")},
+            "next_before": {
+                "type": ["integer", "null"],
+                "description": "pass as before= for the next page; null on the last",
+            },
+        },
+    ),
     "CostReport": _obj(
         [
             "applied_position",
@@ -942,6 +994,33 @@ PATHS: dict[str, Any] = {
                 ),
             ],
             "responses": {"200": json_body("CostReport", "the report"), **error_responses(400, 403, 500)},
+        }
+    },
+    "/api/v1/sessions": {
+        "get": {
+            "operationId": "sessions",
+            "summary": "the sessions index: one summary per session, newest (last event) first",
+            "parameters": [
+                _param("tenant", "query", _TEXT, "only this tenant (a tenant's token: its own)"),
+                _param(
+                    "status",
+                    "query",
+                    {"enum": ["running", "completed", "failed", "unresolved", "paused"]},
+                    "a status, or unresolved (attempts open) / paused (pauses pending)",
+                ),
+                _param("actor_id", "query", _TEXT, "sessions with an event of this actor"),
+                _param("q", "query", _TEXT, "text in the session id"),
+                _param("since", "query", _TEXT, "active at or after this time (RFC 3339)"),
+                _param("until", "query", _TEXT, "active at or before this time (RFC 3339)"),
+                _param(
+                    "before", "query", {"type": "integer", "minimum": 1}, "last event before this position"
+                ),
+                _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 500}, "page size (50)"),
+            ],
+            "responses": {
+                "200": json_body("SessionPage", "a page of sessions"),
+                **error_responses(400, 403, 500),
+            },
         }
     },
     "/api/v1/sessions/{session_id}/activity": {

@@ -2,8 +2,9 @@
 
 One row per committed event, keyed by ledger position, with the fields the
 tail filters and pages on copied out of the body into indexed columns, and
-``meta.applied_position``: the last position applied. Both are written in
-the same transaction, so after any stop or crash the tail resumes exactly
+``meta.applied_position``: the last position applied; and the sessions index
+(``sessions.py``), a summary per session. All are written in the same
+transaction, so after any stop or crash the tail resumes exactly
 after what it has: no position is skipped or stored twice.
 
 Durability is ``Durability.NORMAL`` (WAL): a power loss may roll back the
@@ -39,7 +40,11 @@ from laneledger.store.sqlite import (
     transaction,
 )
 
-DDL = """
+from .sessions import DDL as SESSIONS_DDL
+from .sessions import SessionIndex
+
+DDL = (
+    """
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value INTEGER NOT NULL
@@ -64,6 +69,8 @@ CREATE INDEX IF NOT EXISTS events_by_actor ON events (actor_id, position);
 CREATE INDEX IF NOT EXISTS events_by_type ON events (event_type, position);
 CREATE INDEX IF NOT EXISTS events_by_event_id ON events (event_id);
 """
+    + SESSIONS_DDL
+)
 
 _APPLIED = "applied_position"  # the meta key of the last position stored
 _WHAT = "the tail's read model"
@@ -139,6 +146,16 @@ class ReadModel:
         self._db = open_database(self.path, durability=Durability.NORMAL, ddl=DDL, what=_WHAT)
         # Authoritative: only the apply thread changes it, inside the transaction.
         self.applied = applied_position(self._db, _APPLIED, what=f"cannot open {_WHAT}")
+        SessionIndex.catch_up(self._db, self._rows_after, self.applied)
+
+    def _rows_after(self, position: int, limit: int) -> list[Row]:
+        rows = fetch_all(
+            self._db,
+            f"SELECT {COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?",
+            (position, limit),
+            what="read model read failed",
+        )
+        return [Row(*row) for row in rows]
 
     def close(self) -> None:
         with self._readers_lock:
@@ -185,6 +202,7 @@ class ReadModel:
                     for r in rows
                 ],
             )
+            SessionIndex.fold(db, rows)
             record_applied_position(db, _APPLIED, rows[-1].position)
         self.applied = rows[-1].position
         return rows

@@ -43,6 +43,7 @@ from .metrics import TailMetrics
 from .openapi import QUERY_TOKEN_PATHS, openapi_route
 from .readmodel import ReadModel
 from .rewinds import InvalidationLookup
+from .sessions import Sessions
 from .sse import Tail, TerminalLookup
 from .verify import Verifier
 
@@ -121,6 +122,7 @@ class TailService:
                 self._verifier.route(),
                 openapi_route(),
                 Costs(self.model, self._readers, self.feed).route(),
+                Sessions(self.model, self._readers, self.feed).route(),
                 Activity(self.model, self._readers, self.feed).route(),
                 *console_routes(),
             ]
