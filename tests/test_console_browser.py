@@ -60,8 +60,10 @@ async def test_live_tail_shows_new_events_and_pause_resume_loses_nothing(client,
     other = await new_lane(client, actor, "s2")
     before = await fill(client, lane, actor, 5)
     await wait_applied(tail.service, before[-1])
-    page = await browser.page(tail.url + "/")
+    page = await browser.page(tail.url + "/#/tail")
     await expect(page.get_by_role("heading", name="Live tail")).to_be_visible()
+    # It starts by itself, with the latest events, unfiltered.
+    await expect(page.locator("#tail-status")).to_contain_text("Live: 5 events received")
     await start_live_tail(page, Session="s1")
     await expect(page.locator("#tail-rows tr")).to_have_count(5)  # the backfill
 
@@ -406,11 +408,14 @@ async def test_token_keyboard_only_use_and_accessible_names(client, actor, start
     tail = await start_tail(access=AccessPolicy.from_tokens({"acme": token}))
     w = await workload(client, actor)
     await wait_applied(tail.service, w["last"])
-    page = await browser.page(tail.url + "/")
+    page = await browser.page(tail.url + "/#/tail")
+    # Started by itself, and refused: no token yet.
+    await expect(page.locator("#tail-status")).to_contain_text("The tail refused:")
 
     snapshot = await page.locator("body").aria_snapshot()
     for line in (
         'navigation "Views"',
+        'link "Sessions"',
         'link "Live tail"',
         'link "Session"',
         'link "Costs"',
@@ -447,7 +452,8 @@ async def test_token_keyboard_only_use_and_accessible_names(client, actor, start
     await tab_to("Session", tag="A", key="Shift+Tab")  # back up to the navigation
     await page.keyboard.press("Enter")
     await expect(page.get_by_role("heading", name="Session", exact=True)).to_be_visible()
-    await expect(page.get_by_role("link", name="Session")).to_have_attribute("aria-current", "page")
+    session_link = page.get_by_role("link", name="Session", exact=True)
+    await expect(session_link).to_have_attribute("aria-current", "page")
     await tab_to("Session id")
     await page.keyboard.type("s1")
     await page.keyboard.press("Enter")
@@ -473,6 +479,72 @@ async def test_token_keyboard_only_use_and_accessible_names(client, actor, start
     await expect(page.locator("#tail-rows tr")).to_have_count(21)
     await expect(page.get_by_role("button", name="Pause", pressed=False)).to_be_enabled()
     await expect(page.get_by_role("region", name="Live tail events")).to_be_visible()
+
+
+# -- the sessions index ------------------------------------------------------------------------
+
+
+async def test_the_console_opens_on_the_sessions_index_which_follows_the_ledger(
+    client, actor, start_tail, browser
+):
+    """The landing page lists the sessions, newest first, with their status,
+    what is open and their cost; filters are a deep link; a session that
+    starts while the page is open appears without a reload; a session's
+    link opens it."""
+    tail = await start_tail()
+    w = await workload(client, actor)  # s1: running, an attempt open, a pause pending, a cost
+    done = await new_lane(client, actor, "s-done", "r1")
+    await client.append(
+        done,
+        0,
+        [
+            make_event(done.id, "run.started", actor_id=actor.id, subject_id="r1"),
+            make_event(done.id, "run.completed", actor_id=actor.id, subject_id="r1"),
+        ],
+    )
+    failed = await new_lane(client, actor, "s-failed", "r1")
+    receipt = await client.append(
+        failed, 0, [make_event(failed.id, "run.failed", actor_id=actor.id, subject_id="r1")]
+    )
+    await wait_applied(tail.service, max(w["last"], receipt.positions[-1]))
+    page = await browser.page(tail.url + "/")
+    await expect(page.get_by_role("heading", name="Sessions", exact=True)).to_be_visible()
+    await expect(page.get_by_role("link", name="Sessions")).to_have_attribute("aria-current", "page")
+    rows = page.locator("#sessions-rows tr")
+    await expect(rows).to_have_count(3)
+    assert await rows.evaluate_all("rows => rows.map(r => r.dataset.session)") == ["s-failed", "s-done", "s1"]
+    s1 = page.locator("#sessions-rows tr[data-session=s1]")
+    cells = await s1.locator("td").all_text_contents()
+    # session, tenant, status, runs, lanes, events, first, last, open attempts, pauses, cost
+    assert cells[:6] == ["s1", "acme", "running", "2", "5", "21"]
+    assert cells[8:] == ["1", "1", "0.0123 USD"]
+    await expect(s1.locator("td.attention")).to_have_count(2)
+    await expect(page.locator("#sessions-rows tr[data-session=s-failed] td.status")).to_have_text("failed")
+    await expect(page.locator("#sessions-rows tr[data-session=s-done] td.status")).to_have_text("completed")
+    await screenshot(page, "sessions")
+
+    # Filtering: the form, and the same as a deep link.
+    await page.get_by_label("Status").select_option("unresolved")
+    await page.get_by_role("button", name="Show sessions").click()
+    await expect(rows).to_have_count(1)
+    await expect(rows.first).to_have_attribute("data-session", "s1")
+    assert "#/sessions?status=unresolved" in page.url
+    await page.goto(tail.url + "/#/sessions?status=failed")
+    await expect(rows).to_have_count(1)
+    await expect(rows.first).to_have_attribute("data-session", "s-failed")
+    await expect(page.get_by_label("Status")).to_have_value("failed")
+
+    # Live: a session that starts now shows up at the top, no reload.
+    await page.goto(tail.url + "/#/sessions")
+    await expect(rows).to_have_count(3)
+    fresh = await new_lane(client, actor, "s-new", "r1")
+    await fill(client, fresh, actor, 2)
+    await expect(rows.first).to_have_attribute("data-session", "s-new", timeout=15_000)
+    await expect(rows).to_have_count(4)
+
+    # A session's link opens it.
+    await page.get_by_role("link", name="s1", exact=True).click()
+    await expect(page.locator("#session-status")).to_contain_text("Session s1 as of position")
 
 
 # -- scale -----------------------------------------------------------------------------------

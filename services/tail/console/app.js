@@ -1,4 +1,4 @@
-// laneledger console: three views over the tail's own HTTP API (spec/tail.md).
+// laneledger console: four views over the tail's own HTTP API (spec/tail.md).
 // Plain modern JavaScript, no build step, no external resources.
 "use strict";
 
@@ -7,6 +7,8 @@ const TOKEN_KEY = "laneledger.access_token";
 const TAIL_ROWS = 500;       // rows rendered in the live tail; older ones are dropped from view
 const WORK_PAGE = 50;        // attempt rows per page in the session view
 const EVENTS_PAGE = 100;     // events per page in the session view
+const SESSIONS_PAGE = 50;    // sessions per page of the index
+const SESSIONS_REFRESH_MS = 2000; // how often the index's first page looks for news
 
 // -- small helpers -----------------------------------------------------------------------
 
@@ -109,6 +111,93 @@ $("token-forget").addEventListener("click", () => {
   showTokenState();
 });
 
+// -- the sessions index (the landing page) ------------------------------------------------------
+
+// The filters shown, the page (``before``: null for the first, which stays
+// live), and the applied position the rows were read at (a refresh redraws
+// only when it moved).
+const sessions = { filters: {}, before: null, pages: [], applied: -1, loading: false };
+
+function sessionsFilters() {
+  const form = $("sessions-form");
+  const filters = {};
+  for (const name of ["tenant", "status", "actor_id", "q", "since", "until"]) {
+    const value = form.elements[name].value.trim();
+    if (value) filters[name] = value;
+  }
+  return filters;
+}
+
+async function loadSessions(quiet = false) {
+  if (sessions.loading) return;
+  sessions.loading = true;
+  const params = { ...sessions.filters, limit: SESSIONS_PAGE };
+  if (sessions.before !== null) params.before = sessions.before;
+  try {
+    const page = await api("/api/v1/sessions", params);
+    if (quiet && page.applied_position === sessions.applied) return;
+    sessions.applied = page.applied_position;
+    sessions.next = page.next_before;
+    const rows = $("sessions-rows");
+    rows.textContent = "";
+    for (const s of page.sessions) rows.append(sessionRow(s));
+    $("sessions-older").disabled = page.next_before === null;
+    $("sessions-newest").disabled = sessions.before === null;
+    const where = sessions.before === null ? "newest first, updating" : `older than position ${sessions.before}`;
+    setStatus($("sessions-status"),
+      page.sessions.length
+        ? `${plural(page.sessions.length, "session")} (${where}), as of position ${page.applied_position}.`
+        : `No sessions match, as of position ${page.applied_position}.`);
+  } catch (err) {
+    setStatus($("sessions-status"), "Cannot list sessions: " + describeError(err), true);
+  } finally {
+    sessions.loading = false;
+  }
+}
+
+function sessionRow(s) {
+  const tr = el("tr", { "data-session": s.session_id, class: "session-" + s.status });
+  const open = cell(s.attempts_open, "num" + (s.attempts_open ? " attention" : ""));
+  const paused = cell(s.pauses_pending, "num" + (s.pauses_pending ? " attention" : ""));
+  tr.append(el("td", {}, sessionLink(s.session_id)), cell(s.tenant), cell(s.status, "status"),
+    cell(s.runs, "num"), cell(s.lanes, "num"), cell(s.events, "num"), cell(s.first_event_at),
+    cell(s.last_event_at), open, paused, cell(formatCost(s.cost)));
+  return tr;
+}
+
+function showSessions(params) {
+  sessions.filters = {};
+  for (const [k, v] of params) if (v) sessions.filters[k] = v;
+  sessions.before = null;
+  sessions.pages = [];
+  sessions.applied = -1;
+  loadSessions();
+}
+
+$("sessions-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const filters = sessionsFilters();
+  history.replaceState(null, "", "#/sessions?" + new URLSearchParams(filters));
+  showSessions(Object.entries(filters));
+});
+$("sessions-older").addEventListener("click", () => {
+  if (sessions.next === null || sessions.next === undefined) return;
+  sessions.pages.push(sessions.before);
+  sessions.before = sessions.next;
+  sessions.applied = -1;
+  loadSessions();
+});
+$("sessions-newest").addEventListener("click", () => {
+  sessions.before = null;
+  sessions.pages = [];
+  sessions.applied = -1;
+  loadSessions();
+});
+// The first page follows the ledger: looked at again while it is shown.
+setInterval(() => {
+  if (!$("view-sessions").hidden && sessions.before === null) loadSessions(true);
+}, SESSIONS_REFRESH_MS);
+
 // -- the live tail -----------------------------------------------------------------------------
 
 // One EventSource at a time. `last` is the last position received: a pause
@@ -117,10 +206,11 @@ $("token-forget").addEventListener("click", () => {
 // no duplicate). While connected, the browser's own reconnection sends
 // Last-Event-ID, which the tail prefers over from_position.
 const tail = {
-  source: null, filters: {}, last: 0, received: 0, paused: false, ended: false,
+  source: null, filters: {}, last: 0, received: 0, paused: false, ended: false, started: false,
   pending: [], flushTimer: null, retryTimer: null, backoffMs: 500,
 
   start(filters, from) {
+    this.started = true;
     this.close();
     this.filters = filters;
     this.last = from;
@@ -296,6 +386,23 @@ $("tail-form").addEventListener("submit", (e) => {
 $("tail-pause").addEventListener("click", () => {
   if (tail.paused) tail.resume(); else tail.pause();
 });
+
+// Opened, the live tail starts by itself: with the filters of its link (or
+// of an old-style ?query), else unfiltered from just before the latest events.
+async function enterTail(params) {
+  if (tail.started) return;
+  const legacy = new URLSearchParams(location.search);
+  if (fillForm($("tail-form"), [...legacy, ...params])) {
+    $("tail-form").requestSubmit();
+    return;
+  }
+  let from = 0;
+  try {
+    const page = await api("/api/v1/sessions", { limit: 1 });
+    from = Math.max(0, page.applied_position - TAIL_ROWS);
+  } catch { /* the tail itself says why, once it is asked */ }
+  if (!tail.started) tail.start(tailFilters(), from);
+}
 
 // -- the session view -----------------------------------------------------------------------
 
@@ -739,14 +846,16 @@ for (const radio of document.querySelectorAll('#costs-form input[name="by"]')) {
   radio.addEventListener("change", () => { if (!$("costs-body").hidden) $("costs-form").requestSubmit(); });
 }
 
-// -- routing: #/tail?filters, #/session/<id>, #/costs?scope -----------------------------------
+// -- routing: #/sessions?filters, #/tail?filters, #/session/<id>, #/costs?scope ---------------
+
+const VIEWS = ["sessions", "tail", "session", "costs"];
 
 function route() {
-  const hash = location.hash || "#/tail";
+  const hash = location.hash || "#/sessions";
   const [path, query] = hash.slice(1).split("?");
   const parts = path.split("/").filter(Boolean);
-  const view = ["tail", "session", "costs"].includes(parts[0]) ? parts[0] : "tail";
-  for (const name of ["tail", "session", "costs"]) $("view-" + name).hidden = name !== view;
+  const view = VIEWS.includes(parts[0]) ? parts[0] : "sessions";
+  for (const name of VIEWS) $("view-" + name).hidden = name !== view;
   for (const link of document.querySelectorAll("nav a")) {
     if (link.dataset.view === view) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
@@ -756,6 +865,12 @@ function route() {
     if (id !== session.id || !session.data) openSession(id);
   }
   const params = new URLSearchParams(query || "");
+  if (view === "sessions") {
+    $("sessions-form").reset();
+    fillForm($("sessions-form"), params);
+    showSessions(params);
+  }
+  if (view === "tail") enterTail(params);
   if (view === "costs" && !costsShown) { // the first visit loads them
     costsShown = true;
     fillForm($("costs-form"), params);
@@ -777,11 +892,9 @@ function fillForm(form, params) {
   return any;
 }
 
-// First load. An old-style link with filters in the query (/?session_id=…)
-// starts the live tail with them, as do filters in #/tail?…
+// First load: the sessions index, unless the link names another view (an
+// old-style link with filters in the query, /?session_id=…, opens the live
+// tail with them).
 showTokenState();
-{
-  const { view, params } = route();
-  const legacy = new URLSearchParams(location.search);
-  if (view === "tail" && fillForm($("tail-form"), [...legacy, ...params])) $("tail-form").requestSubmit();
-}
+if (!location.hash && location.search) location.hash = "#/tail";
+route();
