@@ -32,6 +32,7 @@ from laneledger.contract.errors import (
     RequestTooLarge,
 )
 from laneledger.contract.model import (
+    AppendCommitted,
     AppendRejected,
     Command,
     CreateAction,
@@ -91,7 +92,7 @@ class _Batch:
 @dataclass
 class _Answer:
     """A committed batch's acks and receipts, sent once the committed stream
-    holds every position up to ``through`` (its last event's)."""
+    holds every position up to ``through`` (the last any receipt reports)."""
 
     batch: _Batch
     receipts: list[Receipt]
@@ -318,8 +319,8 @@ class Sequencer:
             # What was held for a foreign stream goes back at once (not after the ack wait).
             await asyncio.gather(*(m.nak() for m in held), return_exceptions=True)
             await intake.stop()
-            await in_flight.put(None)
             try:
+                await in_flight.put(None)
                 await finisher
             except asyncio.CancelledError:  # stop() gave up waiting: so does the finisher
                 finisher.cancel()
@@ -452,9 +453,12 @@ class Sequencer:
         self._metrics.events.inc(len(result.committed))
         self._metrics.last_position.set(self._writer.last_position)
         await self.mirror.submit(result.committed)
-        # Replays and rejections report nothing newer than earlier batches,
-        # which are answered first (in order), so they wait for nothing more.
-        return _Answer(batch, receipts, result.committed[-1].position if result.committed else 0)
+        # What the receipts report, replays included (an event committed
+        # before a restart may still be on its way to the stream).
+        through = max(
+            (r.positions[-1] for r in receipts if isinstance(r, AppendCommitted) and r.positions), default=0
+        )
+        return _Answer(batch, receipts, through)
 
     async def _scrub(self, msgs: list[Msg]) -> None:
         """Erase committed requests that held secrets from their append
