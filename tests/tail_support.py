@@ -357,3 +357,17 @@ class TailProcess(ServiceProcess):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
         raise AssertionError("no VmRSS")
+
+
+async def rewrite_stopped_read_model(stop: Any, tail: Any, script: str) -> None:
+    """Stop ``tail`` (``await stop(tail)``) and run ``script`` on its read
+    model's file: to make it look like a file an older tail wrote."""
+    from laneledger.services.tail.readmodel import ReadModel
+
+    path = tail.service.model.path
+    await stop(tail)
+    model = ReadModel(path)
+    try:
+        model._db.executescript(script)
+    finally:
+        model.close()

@@ -623,3 +623,59 @@ async def _big_session(client, tail, browser) -> None:
     )
     await expect(page.locator("#tail-rows tr")).to_have_count(500)
     assert (await tail_positions(page))[:2] == [last, last - 1]
+
+
+# -- the event view ---------------------------------------------------------------------------
+
+
+async def test_an_event_opens_with_its_record_cause_effects_and_content(client, actor, start_tail, browser):
+    """From the live tail to one event (#/event/<position>): its chain fields
+    and its lane verified, a link to its cause and to what it caused, the
+    content its payload references read from the blob store a page at a
+    time, and the whole record."""
+    tail = await start_tail()
+    lane = await new_lane(client, actor, "s-ev", "r1")
+    root = make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload={"text": "root"})
+    big = "a large tool output line\n" * 4000  # ~100 KB: stored as a blob, shown in two pages
+    spawn = make_event(
+        lane.id, "ext.tests.output", actor_id=actor.id, causation_id=root["id"], payload={"output": big}
+    )
+    first = await client.append(lane, 0, [root, spawn])
+    child = make_event(lane.id, "stream.text_delta", actor_id=actor.id, causation_id=spawn["id"])
+    last = await client.append(lane, 2, [child])
+    await wait_applied(tail.service, last.positions[0])
+    root_at, spawn_at = first.positions
+    page = await browser.page(tail.url + "/#/tail")
+    await expect(page.locator("#tail-rows tr")).to_have_count(3)
+    await page.locator("#tail-rows").get_by_role("link", name=str(spawn_at), exact=True).click()
+    await expect(page.get_by_role("heading", name=f"Event {spawn_at}")).to_be_visible()
+    await expect(page.locator("#event-chain")).to_contain_text(f"ext.tests.output on lane {lane.id} seq 2")
+    await expect(page.locator("#event-verify")).to_contain_text(
+        "Its lane's chain is intact: 3 events verified."
+    )
+    await expect(page.locator("#event-caused li")).to_have_count(1)
+    await expect(page.locator("#event-caused-summary")).to_have_text("It caused 1 event:")
+    content = page.get_by_label("Content of payload.output")
+    await expect(content).to_contain_text("a large tool output line")
+    await expect(page.locator("#event-content .status")).to_contain_text(
+        f"Showing 65536 of {len(big)} characters."
+    )
+    await page.get_by_role("button", name="More of payload.output").click()
+    await expect(page.locator("#event-content .status")).to_have_text(f"All {len(big)} characters.")
+    assert await content.evaluate("e => e.textContent.length") == len(big)
+    await expect(page.get_by_label("The committed record, as JSON")).to_contain_text('"entry_hash"')
+    await screenshot(page, "event")
+
+    # Its cause, then back down to what the cause caused.
+    await page.get_by_role("link", name=f"position {root_at}").click()
+    await expect(page.get_by_role("heading", name=f"Event {root_at}")).to_be_visible()
+    await expect(page.locator("#event-cause")).to_have_text("A root: it names no cause.")
+    await expect(page.locator("#event-content")).to_contain_text("The payload references no blob.")
+    await page.locator("#event-caused").get_by_role("link", name=f"position {spawn_at}").click()
+    await expect(page.get_by_role("heading", name=f"Event {spawn_at}")).to_be_visible()
+
+    # A position with no event is a clear message.
+    await page.get_by_label("Position", exact=True).fill("99999")
+    await page.get_by_role("button", name="Open event").click()
+    await expect(page.locator("#event-status")).to_contain_text("Cannot open event 99999")
+    await expect(page.locator("#event-status")).to_contain_text("HTTP 404")

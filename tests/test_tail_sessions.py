@@ -8,11 +8,10 @@ the OpenAPI document by ``TailAPI``."""
 from __future__ import annotations
 
 import pytest
-from tail_support import new_lane, wait_applied
+from tail_support import new_lane, rewrite_stopped_read_model, wait_applied
 
 from laneledger.runtime.access import AccessPolicy
 from laneledger.sdk.client import make_event
-from laneledger.services.tail.readmodel import ReadModel
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -137,23 +136,18 @@ async def test_a_tenant_token_lists_its_own_sessions_only(client, actor, start_t
     assert status == 403
 
 
-async def test_a_read_model_written_before_the_index_is_folded_when_opened(
-    client, actor, start_tail, tmp_path
-):
+async def test_a_read_model_written_before_the_index_is_folded_when_opened(client, actor, start_tail):
     tail = await start_tail()
     last = await sessions_of_three_kinds(client, actor)
     await wait_applied(tail.service, last)
     expected = by_id((await tail.api.get("/api/v1/sessions")).json())
-    path = tail.service.model.path
-    await start_tail.stop(tail)
-    model = ReadModel(path)
-    try:  # as a file from before the index: its tables empty, nothing folded
-        model._db.executescript(
-            "DELETE FROM session_index; DELETE FROM session_members; DELETE FROM session_costs;"
-            " DELETE FROM meta WHERE key = 'sessions_folded_position';"
-        )
-    finally:
-        model.close()
+    # as a file from before the index: its tables empty, nothing folded
+    await rewrite_stopped_read_model(
+        start_tail.stop,
+        tail,
+        "DELETE FROM session_index; DELETE FROM session_members; DELETE FROM session_costs;"
+        " DELETE FROM meta WHERE key = 'sessions_folded_position';",
+    )
     again = await start_tail()
     page = (await again.api.get("/api/v1/sessions")).json()
     assert by_id(page) == expected

@@ -440,6 +440,28 @@ SCHEMAS: dict[str, Any] = {
             },
         },
     ),
+    "EventRef": _obj(
+        ["position", "event_id", "event_type", "lane_id", "seq", "session_id"],
+        {
+            "position": _COUNT,
+            "event_id": _ID,
+            "event_type": _ID,
+            "lane_id": _ID,
+            "seq": _COUNT,
+            "session_id": _ID,
+        },
+    ),
+    "EventCausation": _obj(
+        ["position", "event_id", "causation_id", "cause", "caused", "more_caused"],
+        {
+            "position": _COUNT,
+            "event_id": _ID,
+            "causation_id": _NULLABLE_ID,
+            "cause": {"anyOf": [schema_ref("EventRef"), {"type": "null"}]},
+            "caused": {"type": "array", "items": schema_ref("EventRef")},
+            "more_caused": {"type": "boolean"},
+        },
+    ),
     "SessionPage": _obj(
         ["applied_position", "sessions", "next_before"],
         {
@@ -994,6 +1016,20 @@ PATHS: dict[str, Any] = {
                 ),
             ],
             "responses": {"200": json_body("CostReport", "the report"), **error_responses(400, 403, 500)},
+        }
+    },
+    "/api/v1/events/{position}/causation": {
+        "get": {
+            "operationId": "eventCausation",
+            "summary": "an event's cause and the events it caused (same tenant), oldest first",
+            "parameters": [
+                _param("position", "path", _POS, "ledger position"),
+                _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000}, "caused (100)"),
+            ],
+            "responses": {
+                "200": json_body("EventCausation", "its cause and what it caused"),
+                **error_responses(400, 404, 500),
+            },
         }
     },
     "/api/v1/sessions": {

@@ -34,8 +34,10 @@ from laneledger.store.sqlite import (
     applied_position,
     failures_as,
     fetch_all,
+    meta_value,
     open_database,
     open_readonly,
+    put_meta,
     record_applied_position,
     transaction,
 )
@@ -60,7 +62,8 @@ CREATE TABLE IF NOT EXISTS events (
     actor_id   TEXT NOT NULL,
     subject_id TEXT NOT NULL,
     event_type TEXT NOT NULL,
-    body       BLOB NOT NULL
+    body       BLOB NOT NULL,
+    causation_id TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS events_by_session ON events (session_id, position);
 CREATE INDEX IF NOT EXISTS events_by_run ON events (run_id, position);
@@ -76,8 +79,13 @@ _APPLIED = "applied_position"  # the meta key of the last position stored
 _WHAT = "the tail's read model"
 
 COLUMNS = (
-    "position, event_id, tenant, session_id, run_id, lane_id, seq, actor_id, subject_id, event_type, body"
+    "position, event_id, tenant, session_id, run_id, lane_id, seq, actor_id, subject_id, event_type, body,"
+    " causation_id"
 )
+# What caused what: the index behind ``causation.py`` (created once the column
+# exists: a read model from before it gets the column first, ``_add_causation``).
+CAUSATION_INDEX = "CREATE INDEX IF NOT EXISTS events_by_cause ON events (causation_id, position)"
+_CAUSES = "causation_filled"  # meta key: set once older rows have their causation_id
 
 
 class Routing(msgspec.Struct, frozen=True):
@@ -93,6 +101,7 @@ class Routing(msgspec.Struct, frozen=True):
     actor_id: str
     subject_id: str
     event_type: str
+    causation_id: str = ""
 
 
 _routing = msgspec.json.Decoder(Routing)
@@ -111,6 +120,7 @@ class Row:
     subject_id: str
     event_type: str
     body: bytes
+    causation_id: str = ""  # the event id of its cause, "" for none
 
 
 def row_of(position: int, body: bytes) -> Row:
@@ -133,6 +143,7 @@ def row_of(position: int, body: bytes) -> Row:
         r.subject_id,
         r.event_type,
         bytes(body),
+        r.causation_id,
     )
 
 
@@ -146,7 +157,32 @@ class ReadModel:
         self._db = open_database(self.path, durability=Durability.NORMAL, ddl=DDL, what=_WHAT)
         # Authoritative: only the apply thread changes it, inside the transaction.
         self.applied = applied_position(self._db, _APPLIED, what=f"cannot open {_WHAT}")
+        self._add_causation()
         SessionIndex.catch_up(self._db, self._rows_after, self.applied)
+
+    def _add_causation(self) -> None:
+        """A read model from before ``causation_id`` was a column: add it and
+        fill it from the bodies, once; then index it."""
+        db = self._db
+        with failures_as(f"cannot open {_WHAT}"):
+            columns = {row[1] for row in db.execute("PRAGMA table_info(events)")}
+            if "causation_id" not in columns:
+                db.execute("ALTER TABLE events ADD COLUMN causation_id TEXT NOT NULL DEFAULT ''")
+            if meta_value(db, _CAUSES) is None:
+                after = 0
+                while rows := db.execute(
+                    "SELECT position, body FROM events WHERE position > ? ORDER BY position LIMIT 5000",
+                    (after,),
+                ).fetchall():
+                    with transaction(db, "read model write failed"):
+                        db.executemany(
+                            "UPDATE events SET causation_id = ? WHERE position = ?",
+                            [(row_of(p, b).causation_id, p) for p, b in rows],
+                        )
+                    after = rows[-1][0]
+                with transaction(db, "read model write failed"):
+                    put_meta(db, _CAUSES, 1)
+            db.execute(CAUSATION_INDEX)
 
     def _rows_after(self, position: int, limit: int) -> list[Row]:
         rows = fetch_all(
@@ -184,7 +220,7 @@ class ReadModel:
             )
         with transaction(self._db, "read model write failed") as db:
             db.executemany(
-                f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 [
                     (
                         r.position,
@@ -198,6 +234,7 @@ class ReadModel:
                         r.subject_id,
                         r.event_type,
                         r.body,
+                        r.causation_id,
                     )
                     for r in rows
                 ],

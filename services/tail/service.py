@@ -34,6 +34,7 @@ from laneledger.sdk.client import LedgerClient
 from .activity import Activity
 from .blobs import BlobReader, blob_route
 from .causal import CausalTree
+from .causation import Causation
 from .console import console_routes
 from .costs import Costs
 from .feed import Feed
@@ -123,6 +124,7 @@ class TailService:
                 openapi_route(),
                 Costs(self.model, self._readers, self.feed).route(),
                 Sessions(self.model, self._readers, self.feed).route(),
+                Causation(self.model, self._readers).route(),
                 Activity(self.model, self._readers, self.feed).route(),
                 *console_routes(),
             ]

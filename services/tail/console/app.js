@@ -1,4 +1,4 @@
-// laneledger console: four views over the tail's own HTTP API (spec/tail.md).
+// laneledger console: five views over the tail's own HTTP API (spec/tail.md).
 // Plain modern JavaScript, no build step, no external resources.
 "use strict";
 
@@ -9,6 +9,7 @@ const WORK_PAGE = 50;        // attempt rows per page in the session view
 const EVENTS_PAGE = 100;     // events per page in the session view
 const SESSIONS_PAGE = 50;    // sessions per page of the index
 const SESSIONS_REFRESH_MS = 2000; // how often the index's first page looks for news
+const BLOB_PAGE = 65536;     // characters of a blob shown at a time in the event view
 
 // -- small helpers -----------------------------------------------------------------------
 
@@ -73,6 +74,24 @@ function describeError(err) {
 
 function sessionLink(id) {
   return el("a", { href: "#/session/" + encodeURIComponent(id) }, id);
+}
+
+function eventLink(position, text) {
+  return el("a", { href: "#/event/" + position }, text ?? String(position));
+}
+
+// GET a blob as text, with the bearer token when one is set.
+async function apiText(path, params = {}) {
+  const url = new URL(path, location.origin);
+  for (const [k, v] of Object.entries(params)) url.searchParams.set(k, v);
+  const headers = token() ? { Authorization: "Bearer " + token() } : {};
+  const resp = await fetch(url, { headers });
+  if (!resp.ok) {
+    let body = null;
+    try { body = await resp.json(); } catch { /* no typed body */ }
+    throw new ApiError(resp.status, body && body.error);
+  }
+  return resp.text();
 }
 
 function shortJSON(value, max = 160) {
@@ -353,7 +372,7 @@ const tail = {
 function tailRow(ev) {
   const tr = el("tr", { "data-position": ev.position });
   const session = el("td", {}, sessionLink(ev.session_id));
-  tr.append(cell(ev.position, "num"), cell(ev.committed_at), cell(ev.event_type), session,
+  tr.append(el("td", { class: "num" }, eventLink(ev.position)), cell(ev.committed_at), cell(ev.event_type), session,
     cell(ev.run_id), cell(`${ev.lane_id}:${ev.seq}`), cell(ev.actor_id), cell(shortJSON(ev.payload)));
   return tr;
 }
@@ -660,7 +679,7 @@ function showEvents(list, hasOlder, hasNewer) {
   body.textContent = "";
   for (const ev of list) {
     const tr = el("tr", { "data-position": ev.position });
-    tr.append(cell(ev.position, "num"), cell(ev.occurred_at), cell(ev.event_type), cell(ev.run_id),
+    tr.append(el("td", { class: "num" }, eventLink(ev.position)), cell(ev.occurred_at), cell(ev.event_type), cell(ev.run_id),
       cell(`${laneName(session.data, ev.lane_id)}:${ev.seq}`), cell(ev.subject_id), cell(shortJSON(ev.payload)));
     body.append(tr);
   }
@@ -846,9 +865,131 @@ for (const radio of document.querySelectorAll('#costs-form input[name="by"]')) {
   radio.addEventListener("change", () => { if (!$("costs-body").hidden) $("costs-form").requestSubmit(); });
 }
 
-// -- routing: #/sessions?filters, #/tail?filters, #/session/<id>, #/costs?scope ---------------
+// -- the event view ---------------------------------------------------------------------------
 
-const VIEWS = ["sessions", "tail", "session", "costs"];
+// One committed event: its chain fields and its lane's verification, its
+// cause and what it caused (links), the content its references name (read
+// from the blob store, shown a page at a time) and the whole record.
+let shownEvent = null;
+
+async function openEvent(position) {
+  shownEvent = position;
+  $("event-position").value = String(position);
+  $("event-title").textContent = `Event ${position}`;
+  $("event-body").hidden = true;
+  setStatus($("event-status"), `Loading event ${position}…`);
+  try {
+    const [ev, links] = await Promise.all([
+      api(`/api/v1/events/${position}`),
+      api(`/api/v1/events/${position}/causation`),
+    ]);
+    if (shownEvent !== position) return;
+    $("event-record").textContent = JSON.stringify(ev, null, 2);
+    $("event-chain").textContent = `${ev.event_type} on lane ${ev.lane_id} seq ${ev.seq} of session ` +
+      `${ev.session_id}, run ${ev.run_id}; prev_hash ${ev.prev_hash}; entry_hash ${ev.entry_hash}.`;
+    renderCausation(links);
+    renderContent(ev);
+    $("event-body").hidden = false;
+    setStatus($("event-status"), `Event ${position}, committed at ${ev.committed_at}.`);
+    verifyLane(ev.lane_id, position);
+  } catch (err) {
+    if (shownEvent !== position) return;
+    setStatus($("event-status"), `Cannot open event ${position}: ` + describeError(err), true);
+  }
+}
+
+function renderCausation(links) {
+  const cause = $("event-cause");
+  cause.textContent = "";
+  if (links.cause) {
+    cause.append("Caused by ", eventLink(links.cause.position, `position ${links.cause.position}`),
+      ` (${links.cause.event_type} on lane ${links.cause.lane_id} seq ${links.cause.seq}).`);
+  } else {
+    cause.textContent = links.causation_id ? `Caused by ${links.causation_id}, which is not in this ledger.`
+      : "A root: it names no cause.";
+  }
+  const list = $("event-caused");
+  list.textContent = "";
+  for (const c of links.caused) {
+    list.append(el("li", {}, eventLink(c.position, `position ${c.position}`),
+      ` ${c.event_type} on lane ${c.lane_id} seq ${c.seq}`));
+  }
+  $("event-caused-summary").textContent = links.caused.length
+    ? `It caused ${plural(links.caused.length, "event")}${links.more_caused ? " (the first ones shown)" : ""}:`
+    : "It caused no event.";
+}
+
+// Every {"_ref": "sha256:…", "size_bytes": n} in the payload, with its path.
+function contentRefs(value, path, out) {
+  if (value && typeof value === "object") {
+    if (typeof value._ref === "string" && value._ref.startsWith("sha256:") && Number.isInteger(value.size_bytes)) {
+      out.push({ path, sha256: value._ref.slice(7), size: value.size_bytes });
+    } else {
+      for (const [k, v] of Object.entries(value)) contentRefs(v, Array.isArray(value) ? `${path}[${k}]` : `${path}.${k}`, out);
+    }
+  }
+  return out;
+}
+
+function renderContent(ev) {
+  const box = $("event-content");
+  box.textContent = "";
+  const refs = contentRefs(ev.payload, "payload", []);
+  if (!refs.length) {
+    box.append(el("p", {}, "The payload references no blob."));
+    return;
+  }
+  for (const ref of refs) {
+    const pre = el("pre", { class: "blob", tabindex: "0", "aria-label": `Content of ${ref.path}` });
+    const status = el("p", { class: "status", role: "status" }, `Reading ${ref.path} (${ref.size} bytes)…`);
+    const more = el("button", { type: "button", hidden: true }, `More of ${ref.path}`);
+    box.append(el("h4", {}, `${ref.path}: sha256:${ref.sha256.slice(0, 12)}…, ${ref.size} bytes`), status, pre, more);
+    apiText(`/api/v1/blobs/${ref.sha256}`, { tenant: ev.tenant }).then((text) => {
+      let shown = 0;
+      const page = () => {
+        shown = Math.min(text.length, shown + BLOB_PAGE);
+        pre.textContent = text.slice(0, shown);
+        more.hidden = shown >= text.length;
+        status.textContent = shown < text.length ? `Showing ${shown} of ${text.length} characters.`
+          : `All ${text.length} characters.`;
+      };
+      more.addEventListener("click", page);
+      page();
+    }).catch((err) => setStatus(status, `Cannot read ${ref.path}: ` + describeError(err), true));
+  }
+}
+
+async function verifyLane(laneId, position) {
+  const out = $("event-verify");
+  out.className = "verdict";
+  out.textContent = "Verifying its lane's hash chain…";
+  try {
+    const report = await api("/api/v1/verify", { lane_id: laneId });
+    if (shownEvent !== position) return;
+    out.classList.add(report.intact ? "intact" : "fault");
+    out.textContent = report.intact ? `Its lane's chain is intact: ${report.events} events verified.`
+      : `Its lane's chain FAILED verification: ${report.fault.code}: ${report.fault.message}`;
+  } catch (err) {
+    if (shownEvent !== position) return;
+    out.classList.add("fault");
+    out.textContent = "Verification could not run: " + describeError(err);
+  }
+}
+
+$("event-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const raw = $("event-position").value.trim();
+  if (!/^[1-9][0-9]*$/.test(raw)) {
+    setStatus($("event-status"), "Position must be a whole number from 1.", true);
+    return;
+  }
+  if (location.hash === "#/event/" + raw) openEvent(Number(raw));
+  else location.hash = "#/event/" + raw;
+});
+
+// -- routing: #/sessions?filters, #/tail?filters, #/session/<id>, #/event/<position>, #/costs ---
+
+const VIEWS = ["sessions", "tail", "session", "event", "costs"];
 
 function route() {
   const hash = location.hash || "#/sessions";
@@ -871,6 +1012,9 @@ function route() {
     showSessions(params);
   }
   if (view === "tail") enterTail(params);
+  if (view === "event" && /^[1-9][0-9]*$/.test(parts[1] || "") && Number(parts[1]) !== shownEvent) {
+    openEvent(Number(parts[1]));
+  }
   if (view === "costs" && !costsShown) { // the first visit loads them
     costsShown = true;
     fillForm($("costs-form"), params);

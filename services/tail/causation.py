@@ -1,0 +1,82 @@
+"""``GET /api/v1/events/{position}/causation``: an event's cause and what it caused.
+
+For the console's event detail: the event its ``causation_id`` names (in
+the same tenant; null when it names none, or one the read model does not
+hold), and the events whose ``causation_id`` is this event's id, oldest
+first, at most ``limit`` (more: ``more_caused``). Read from the read model's
+``causation_id`` column and its index (``readmodel.CAUSATION_INDEX``), so
+it costs two index lookups however large the session is. Tenant-scoped like
+``/api/v1/events/{position}``: another tenant's event is not there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Executor
+from typing import Any
+
+from aiohttp import web
+
+from laneledger.contract.errors import EntityNotFound
+from laneledger.runtime.access import scope_of
+from laneledger.runtime.httpjson import json_response
+
+from .api import Query, parse_int
+from .readmodel import ReadModel, Row
+
+CAUSED_DEFAULT = 100
+CAUSED_MAX = 1000
+_REF = "position, event_id, event_type, lane_id, seq, session_id"
+
+
+class Causation:
+    def __init__(self, model: ReadModel, readers: Executor) -> None:
+        self._model = model
+        self._readers = readers
+
+    def route(self) -> web.RouteDef:
+        return web.get("/api/v1/events/{position}/causation", self.get, name="event_causation")
+
+    async def get(self, request: web.Request) -> web.Response:
+        query = Query(request, ("limit",))
+        position = parse_int(request.match_info["position"], "position", low=1)
+        limit = query.integer("limit", CAUSED_DEFAULT, low=1, high=CAUSED_MAX)
+        loop = asyncio.get_running_loop()
+        row = await loop.run_in_executor(self._readers, self._model.event_at, position)
+        if not row.event_type or not scope_of(request).allows(row.tenant):  # as if it were not there
+            raise EntityNotFound("no committed event at this position (yet)", kind="event", position=position)
+        found = await loop.run_in_executor(self._readers, self._links, row, limit)
+        return json_response(found)
+
+    def _links(self, row: Row, limit: int) -> dict[str, Any]:
+        cause = None
+        if row.causation_id:
+            rows = self._model.query(
+                f"SELECT {_REF} FROM events WHERE event_id = ? AND tenant = ? ORDER BY position LIMIT 1",
+                (row.causation_id, row.tenant),
+            )
+            cause = _ref(rows[0]) if rows else None
+        caused = self._model.query(
+            f"SELECT {_REF} FROM events WHERE causation_id = ? AND tenant = ? ORDER BY position LIMIT ?",
+            (row.event_id, row.tenant, limit + 1),
+        )
+        return {
+            "position": row.position,
+            "event_id": row.event_id,
+            "causation_id": row.causation_id or None,
+            "cause": cause,
+            "caused": [_ref(r) for r in caused[:limit]],
+            "more_caused": len(caused) > limit,
+        }
+
+
+def _ref(row: tuple[Any, ...]) -> dict[str, Any]:
+    position, event_id, event_type, lane_id, seq, session_id = row
+    return {
+        "position": position,
+        "event_id": event_id,
+        "event_type": event_type,
+        "lane_id": lane_id,
+        "seq": seq,
+        "session_id": session_id,
+    }
