@@ -679,3 +679,37 @@ async def test_an_event_opens_with_its_record_cause_effects_and_content(client, 
     await page.get_by_role("button", name="Open event").click()
     await expect(page.locator("#event-status")).to_contain_text("Cannot open event 99999")
     await expect(page.locator("#event-status")).to_contain_text("HTTP 404")
+
+
+# -- accessibility ------------------------------------------------------------------------------
+
+
+async def test_no_view_has_a_serious_accessibility_violation(client, actor, start_tail, browser):
+    """axe-core (the copy axe-playwright-python bundles, pinned in the dev
+    extra) finds no serious or critical violation in any view, filled with
+    the workload's data."""
+    from axe_playwright_python.async_playwright import Axe
+
+    tail = await start_tail()
+    w = await workload(client, actor)
+    await wait_applied(tail.service, w["last"])
+    axe = Axe()
+    page = await browser.page(tail.url + "/")
+    views = {
+        "sessions": ("#/sessions", "#sessions-rows tr"),
+        "tail": ("#/tail", "#tail-rows tr"),
+        "session": ("#/session/s1", "#work-rows tr"),
+        "event": (f"#/event/{w['last']}", "#event-record"),
+        "costs": ("#/costs", "#costs-totals tr"),
+    }
+    found: dict[str, list[str]] = {}
+    for name, (fragment, filled) in views.items():
+        await page.evaluate(f"location.hash = {fragment!r}")
+        await expect(page.locator(filled).first).to_be_visible()
+        results = await axe.run(page)
+        assert results.response["testEngine"]["name"] == "axe-core"  # it ran, on this page
+        assert fragment in results.response["url"]
+        serious = [v for v in results.response["violations"] if v["impact"] in ("serious", "critical")]
+        if serious:
+            found[name] = [results.generate_report(v["id"]) for v in serious]
+    assert found == {}, "\n".join(r for reports in found.values() for r in reports)
