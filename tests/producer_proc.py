@@ -370,6 +370,19 @@ def _read_lines(path: str | os.PathLike[str]) -> list[str]:
 # -- for the tests that run producers (imported by them; not used by main) --------
 
 
+def _parsed_lines(path: str | os.PathLike[str], attempts: int = 5) -> list[dict]:
+    """The file's complete lines as JSON. Read while the producer appends, a
+    line can come out torn on a loaded machine (seen once in CI: the tail of
+    a line alone); what is on disk is whole, so a line that does not parse is
+    read again, and only one that still does not after ``attempts`` fails."""
+    for _ in range(attempts - 1):
+        try:
+            return [json.loads(line) for line in _read_lines(path)]
+        except json.JSONDecodeError:
+            time.sleep(0.05)
+    return [json.loads(line) for line in _read_lines(path)]
+
+
 class ProducerProcess:
     """One ``producer_proc.py`` run as an OS process (its own session, output
     lines in ``out``, stdout/stderr in files next to it)."""
@@ -442,12 +455,12 @@ class ProducerProcess:
             self.proc.wait()
 
     def lines(self) -> list[dict]:
-        return [json.loads(line) for line in _read_lines(self.out)]
+        return _parsed_lines(self.out)
 
     def intents(self) -> list[dict]:
         """What ``FILE.intents`` noted: requests before they were sent, and
         ``{"killed_after_accept": id}`` markers."""
-        return [json.loads(line) for line in _read_lines(intents_path(self.out))]
+        return _parsed_lines(intents_path(self.out))
 
     def log_text(self) -> str:
         try:
