@@ -3,6 +3,7 @@ its own user, and a producer's credentials cannot write the committed stream."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 
 import aiohttp
@@ -233,6 +234,100 @@ def test_nats_config_renders_the_shipped_file_and_refuses_bad_tenants(tmp_path):
     for bad in ("a b", "acme.x", "*", ""):
         assert main(["nats-config", "--template", str(CONF), "--tenant", bad]) == 2, bad
     assert main(["nats-config", "--template", str(CONF), "--tenant", "a-b", "--tenant", "a_b"]) == 2
+
+
+@pytest.mark.nats
+async def test_a_tenants_account_holds_no_more_connections_and_subscriptions_than_its_limits(
+    passwords, monkeypatch, tmp_path
+):
+    """The limits nats-config renders are nats-server's to enforce, per
+    tenant account: acme's third connection is refused, and a fifth
+    subscription on one of its connections; globex (other limits) is not
+    held to acme's."""
+    from laneledger.devtools.natsserver import NatsServer
+    from laneledger.runtime.natsconfig import password_variable, render
+    from laneledger.runtime.tenants import TenantLimits
+
+    for tenant in TENANTS:
+        passwords[f"producer-{tenant}"] = f"test-{tenant}-secret"
+        monkeypatch.setenv(password_variable(tenant), passwords[f"producer-{tenant}"])
+    limits = {
+        "acme": TenantLimits(max_connections=2, max_subscriptions=4),
+        "globex": TenantLimits(max_connections=5, max_subscriptions=50),
+    }
+    rendered = tmp_path / "nats.conf"
+    rendered.write_text(render(CONF.read_text(), TENANTS, limits=limits))
+    with NatsServer(tmp_path / "nats", config=rendered, extra_args=("-m", "-1")) as server:
+        errors: list[str] = []
+
+        async def remember(exc: Exception) -> None:
+            errors.append(str(exc).lower())
+
+        def connect(tenant: str):
+            return nats.connect(
+                url_for(server, f"producer-{tenant}", passwords),
+                inbox_prefix=f"_INBOX_{tenant}",
+                error_cb=remember,
+                allow_reconnect=False,
+            )
+
+        acme = [await connect("acme"), await connect("acme")]
+        with pytest.raises(Exception, match="maximum account active connections exceeded"):
+            await connect("acme")
+        globex = [await connect("globex") for _ in range(3)]  # acme's limit is not globex's
+        replies = await nats.connect(url_for(server, "sequencer-replies", passwords))
+        try:
+            got: dict[str, list[str]] = {"acme": [], "globex": []}
+
+            def keeper(tenant: str):
+                async def keep(msg: nats.aio.msg.Msg) -> None:
+                    got[tenant].append(msg.subject)
+
+                return keep
+
+            # acme's four subscriptions, all the account may hold; globex's ten.
+            counts = {"acme": 4, "globex": 10}
+            for tenant, nc in (("acme", acme[0]), ("globex", globex[0])):
+                for n in range(counts[tenant]):
+                    await nc.subscribe(f"_INBOX_{tenant}.sub{n}", cb=keeper(tenant))
+                await nc.flush()
+
+            async def publish_all() -> dict[str, list[str]]:
+                # Again each time: a subscription's interest reaches the
+                # ledger's account (through the inbox import) a moment later.
+                for tenant, count in counts.items():
+                    for n in range(count):
+                        await replies.publish(f"_INBOX_{tenant}.sub{n}", b"x")
+                await replies.flush()
+                return got
+
+            await eventually(
+                publish_all,
+                until=lambda g: all(
+                    {f"_INBOX_{t}.sub{n}" for n in range(c)} <= set(g[t]) for t, c in counts.items()
+                ),
+                what="messages on every subscription within the limits",
+            )
+            # A fifth on that connection (nats-server counts them per connection
+            # of the account): refused, and nats-py closes a connection the
+            # server sent an error. The other connections go on.
+            await acme[0].subscribe("_INBOX_acme.fifth")
+            with contextlib.suppress(nats.errors.Error):  # closed under the flush, or not yet
+                await acme[0].flush(timeout=2)
+            await eventually(
+                lambda: acme[0],
+                until=lambda nc: nc.is_closed,
+                what="acme's connection closed over its fifth subscription",
+            )
+            assert "maximum subscriptions exceeded" in str(acme[0].last_error).lower()
+            for n in range(4):
+                await acme[1].subscribe(f"_INBOX_acme.other{n}")
+            await acme[1].flush()
+            assert not acme[1].is_closed and not globex[0].is_closed
+        finally:
+            for nc in [*acme, *globex, replies]:
+                if not nc.is_closed:
+                    await nc.close()
 
 
 def test_nats_config_renders_the_tenants_of_the_tenants_file(tmp_path, capsys):

@@ -59,9 +59,9 @@ class TenantLimits:
     # JetStream refuses a publish beyond either (the SDK's ``QuotaExceeded``).
     append_backlog: int = 20_000
     append_backlog_bytes: int = 256 << 20
-    # NATS connections and subscriptions the tenant's account may hold at once
-    # (rendered by nats-config; nats-server refuses one more). A LedgerClient
-    # holds one connection and three subscriptions.
+    # NATS connections the tenant's account may hold at once, and subscriptions
+    # each of them may (rendered by nats-config; nats-server refuses one more).
+    # A LedgerClient holds one connection and three subscriptions.
     max_connections: int = 100
     max_subscriptions: int = 10_000
 
