@@ -45,6 +45,25 @@ async def blobs_of(client: LedgerClient, tenant: str, records: list[dict]) -> di
     return found
 
 
+async def exported(db: Path, session_id: str, out: Path, *options: str) -> list[dict]:
+    """``laneledger export --format korg-ledger-v1`` of one session into
+    ``out``; it succeeds, and its records."""
+    done = await cli(
+        "export",
+        "--db",
+        str(db),
+        "--format",
+        "korg-ledger-v1",
+        "--session",
+        session_id,
+        *options,
+        "-o",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr
+    return lines(out)
+
+
 async def verified(path: Path, *key: str) -> None:
     """``laneledger verify --format korg-ledger-v1`` accepts the file."""
     done = await cli("verify", "--format", "korg-ledger-v1", *key, str(path))
@@ -59,11 +78,7 @@ async def test_export_verifies_maps_causes_and_rewinds_and_names_a_tampered_line
     await rewind_session(client, ex.session_id, ex.ids[5], actor_id=rewinder, reason="retry")
     db, out = tmp_path / "ledger.db", tmp_path / "s2b.jsonl"
 
-    done = await cli(
-        "export", "--db", str(db), "--format", "korg-ledger-v1", "--session", ex.session_id, "-o", str(out)
-    )
-    assert done.returncode == 0, done.stderr
-    records = lines(out)
+    records = await exported(db, ex.session_id, out)
     assert [r["seq_id"] for r in records] == list(range(1, 9))
     # triggered_by is the cause's seq_id: §2b's worked example, exactly
     assert [r.get("triggered_by") for r in records[:7]] == [None, 1, 2, 3, 4, 2, 6]
@@ -110,20 +125,7 @@ async def test_export_verifies_maps_causes_and_rewinds_and_names_a_tampered_line
 
     # keyed: verifies with the key only
     keyed = tmp_path / "keyed.jsonl"
-    done = await cli(
-        "export",
-        "--db",
-        str(db),
-        "--format",
-        "korg-ledger-v1",
-        "--session",
-        ex.session_id,
-        "--hmac-key",
-        "k1",
-        "-o",
-        str(keyed),
-    )
-    assert done.returncode == 0, done.stderr
+    await exported(db, ex.session_id, keyed, "--hmac-key", "k1")
     assert (
         verify_chain(read_jsonl(keyed), profile=KORG_LEDGER_V1, key=b"k1") == lines(keyed)[-1]["entry_hash"]
     )
@@ -208,19 +210,7 @@ async def test_a_claude_code_import_exports_as_a_verifiable_korg_journal(
 
     await ClaudeCodeImport(client, tenant=TENANT).run(CAPTURE.read_bytes().splitlines(keepends=True))
     out = tmp_path / "claude.jsonl"
-    done = await cli(
-        "export",
-        "--db",
-        str(tmp_path / "ledger.db"),
-        "--format",
-        "korg-ledger-v1",
-        "--session",
-        SESSION,
-        "-o",
-        str(out),
-    )
-    assert done.returncode == 0, done.stderr
-    records = lines(out)
+    records = await exported(tmp_path / "ledger.db", SESSION, out)
     assert verify_chain(read_jsonl(out), profile=KORG_LEDGER_V1) == records[-1]["entry_hash"]
     await verified(out)
     # One root (Korg §2): the synthesized root prompt, exported first although
@@ -276,19 +266,7 @@ async def test_payload_refs_describe_every_content_reference(
         ],
     )
     out = tmp_path / "refs.jsonl"
-    done = await cli(
-        "export",
-        "--db",
-        str(tmp_path / "ledger.db"),
-        "--format",
-        "korg-ledger-v1",
-        "--session",
-        ex.session_id,
-        "-o",
-        str(out),
-    )
-    assert done.returncode == 0, done.stderr
-    records = lines(out)
+    records = await exported(tmp_path / "ledger.db", ex.session_id, out)
     tool_output, note = records[-2:]
     sha = hashlib.sha256(output.encode()).hexdigest()
     assert tool_output["args"]["output"] == {"_ref": f"sha256:{sha}", "size_bytes": len(output)}
