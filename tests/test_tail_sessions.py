@@ -105,6 +105,7 @@ async def test_filters_and_pages(client, actor, start_tail):
     assert await ids(status="unresolved") == ["s-open"]
     assert await ids(status="paused") == ["s-open"]
     assert await ids(tenant="beta") == ["b-1"]
+    assert await ids(tenant="paused") == []  # a tenant's name, not a status
     assert await ids(q="s-") == ["s-open", "s-failed", "s-done"]
     assert await ids(actor_id=actor.id) == ["s-open", "s-failed", "s-done"]
     assert await ids(since="2999-01-01T00:00:00Z") == []

@@ -55,8 +55,14 @@ class Query:
         return parse_int(raw, name, low=low, high=high)
 
     def choice(self, name: str, choices: tuple[str, ...]) -> str:
-        raw = self._values.get(name, choices[0])
-        if raw not in choices:
+        """One of ``choices``; the first when the parameter is absent."""
+        found = self.optional_choice(name, choices)
+        return choices[0] if found is None else found
+
+    def optional_choice(self, name: str, choices: tuple[str, ...]) -> str | None:
+        """One of ``choices``, or None when the parameter is absent."""
+        raw = self._values.get(name)
+        if raw is not None and raw not in choices:
             raise InvalidRequest(f"{name} must be one of {', '.join(choices)}", parameter=name, found=raw)
         return raw
 

@@ -38,7 +38,7 @@ from laneledger.runtime.access import scope_of
 from laneledger.runtime.httpjson import json_response
 from laneledger.store.sqlite import meta_value, put_meta, transaction
 
-from .api import Query, parse_int
+from .api import Query
 
 if TYPE_CHECKING:
     from .feed import Feed
@@ -250,19 +250,14 @@ class Sessions:
     async def sessions(self, request: web.Request) -> web.Response:
         query = Query(request, PARAMETERS)
         tenant = scope_of(request).narrow(query.text("tenant"))  # access.py
-        status = query.text("status")
-        if status is not None and status not in FILTERS:
-            query.choice("status", FILTERS)  # raises, naming the choices
-        raw_before = query.text("before")
-        before = parse_int(raw_before, "before", low=1) if raw_before is not None else None
         filters = {
             "tenant": tenant,
-            "status": status,
+            "status": query.optional_choice("status", FILTERS),
             "actor_id": query.text("actor_id"),
             "q": query.text("q"),
             "since": query.text("since"),
             "until": query.text("until"),
-            "before": before,
+            "before": query.integer("before", None, low=1),
         }
         limit = query.integer("limit", 50, low=1, high=MAX_LIMIT)
         page = await asyncio.get_running_loop().run_in_executor(self._readers, self._page, filters, limit)
@@ -271,12 +266,13 @@ class Sessions:
     def _page(self, f: dict[str, Any], limit: int) -> dict[str, Any]:
         where: list[str] = []
         params: list[Any] = []
-        for column, value in (("tenant", f["tenant"]), ("status", f["status"])):
-            if value in (None, "unresolved", "paused"):
-                continue
-            where.append(f"s.{column} = ?")
-            params.append(value)
-        if f["status"] == "unresolved":
+        if f["tenant"] is not None:
+            where.append("s.tenant = ?")
+            params.append(f["tenant"])
+        if f["status"] in STATUSES:
+            where.append("s.status = ?")
+            params.append(f["status"])
+        elif f["status"] == "unresolved":
             where.append("s.attempts_open > 0")
         elif f["status"] == "paused":
             where.append("s.pauses_pending > 0")
@@ -306,32 +302,43 @@ class Sessions:
         )
         rows = self._model.query(sql, [*params, limit + 1])
         more = len(rows) > limit
-        sessions = [self._session(row) for row in rows[:limit]]
+        rows = rows[:limit]
+        costs = self._costs([(row[0], row[1]) for row in rows])
+        sessions = [_session(row, costs.get((row[0], row[1]), [])) for row in rows]
         return {
             "sessions": sessions,
             # The next page: sessions whose last event is older than this page's oldest.
             "next_before": sessions[-1]["last_position"] if more else None,
         }
 
-    def _session(self, row: tuple[Any, ...]) -> dict[str, Any]:
-        tenant, session_id = row[0], row[1]
-        costs = self._model.query(
-            "SELECT currency, amount FROM session_costs WHERE tenant = ? AND session_id = ?"
-            " ORDER BY currency",
-            (tenant, session_id),
-        )
-        return {
-            "tenant": tenant,
-            "session_id": session_id,
-            "first_position": row[2],
-            "last_position": row[3],
-            "first_event_at": row[4],
-            "last_event_at": row[5],
-            "events": row[6],
-            "runs": row[7],
-            "lanes": row[8],
-            "status": row[9],
-            "attempts_open": row[10],
-            "pauses_pending": row[11],
-            "cost": [{"currency": c, "amount": a} for c, a in costs],
-        }
+    def _costs(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], list[dict[str, str]]]:
+        """The cost per currency of each session of a page, in one query."""
+        if not keys:
+            return {}
+        marks = ",".join("(?,?)" for _ in keys)
+        found: dict[tuple[str, str], list[dict[str, str]]] = {}
+        for tenant, session_id, currency, amount in self._model.query(
+            "SELECT tenant, session_id, currency, amount FROM session_costs"
+            f" WHERE (tenant, session_id) IN (VALUES {marks}) ORDER BY currency",
+            [value for key in keys for value in key],
+        ):
+            found.setdefault((tenant, session_id), []).append({"currency": currency, "amount": amount})
+        return found
+
+
+def _session(row: tuple[Any, ...], cost: list[dict[str, str]]) -> dict[str, Any]:
+    return {
+        "tenant": row[0],
+        "session_id": row[1],
+        "first_position": row[2],
+        "last_position": row[3],
+        "first_event_at": row[4],
+        "last_event_at": row[5],
+        "events": row[6],
+        "runs": row[7],
+        "lanes": row[8],
+        "status": row[9],
+        "attempts_open": row[10],
+        "pauses_pending": row[11],
+        "cost": cost,
+    }
