@@ -85,6 +85,12 @@ UPLOAD_MAX_AGE_S = 24 * 3600
 _NUID = re.compile(r"[A-Za-z0-9]{1,64}")  # an object's chunk subject token, as nats-py makes it
 
 
+def _names_own_chunks(info: ObjectInfo) -> bool:
+    """Whether an object's metadata names chunks of its own: not a link, and
+    a chunk subject token as nats-py makes it (no wildcard widening a read)."""
+    return not info.is_link() and isinstance(info.nuid, str) and _NUID.fullmatch(info.nuid) is not None
+
+
 def bucket_name(subjects: Subjects = Subjects()) -> str:
     """``LEDGER_BLOBS`` for the default prefix (follows the stream names)."""
     return subjects.events_stream.removesuffix("_EVENTS") + "_BLOBS"
@@ -285,7 +291,7 @@ class BlobStore:
                 size_bytes=info.size,
                 limit_bytes=MAX_BLOB_BYTES,
             )
-        if info.is_link() or not isinstance(info.nuid, str) or not _NUID.fullmatch(info.nuid):
+        if not _names_own_chunks(info):
             raise IntegrityError(
                 "the blob's object metadata names no chunks", kind="blob_mismatch", ref=f"sha256:{hex_sha}"
             )
@@ -340,7 +346,7 @@ class BlobStore:
             raise mismatch(f"its metadata gives another size than the reference's {size_bytes}")
         if info.digest != object_store_digest(hex_sha):
             raise mismatch("its metadata names another digest")
-        if info.is_link() or not isinstance(info.nuid, str) or not _NUID.fullmatch(info.nuid):
+        if not _names_own_chunks(info):
             raise mismatch("its metadata names no chunks of its own")
         data = await self._call(
             "read upload", ref, read_chunks(self._js, self.bucket, info.nuid, size_bytes), size_bytes
@@ -361,7 +367,7 @@ class BlobStore:
             bucket=self.bucket, obj=base64.urlsafe_b64encode(name.encode()).decode()
         )
         subjects = [meta]
-        if info is not None and isinstance(info.nuid, str) and _NUID.fullmatch(info.nuid):
+        if info is not None and _names_own_chunks(info):
             subjects.insert(0, OBJ_CHUNKS_PRE_TEMPLATE.format(bucket=self.bucket, obj=info.nuid))
         for subject in subjects:
             await self._call("discard upload", ref, self._js.purge_stream(stream, subject=subject))
