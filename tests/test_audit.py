@@ -92,8 +92,8 @@ async def test_clean_ledger_audits_and_matches_stream(ledger, client, js):
     assert audit.lanes == 4
     for lane in lanes:
         head = await client.get_lane(lane.id)
-        assert audit.lane_tips[lane.id] == head.head_hash
-    assert audit.lane_tips[lanes[3].id] == GENESIS_HASH
+        assert audit.lane_tips[(lane.tenant, lane.id)] == head.head_hash
+    assert audit.lane_tips[(lanes[3].tenant, lanes[3].id)] == GENESIS_HASH
     assert await compare_with_stream(js, db) == last
 
 
@@ -240,7 +240,7 @@ async def test_hmac_ledger_needs_its_key(nats_server, nc, js, tmp_path):
         await service.stop()
     audit = audit_ledger(db, hmac_key=key)
     assert audit.last_position == last
-    assert audit.lane_tips[lanes[0].id] == receipts[-3].entry_hashes[-1]
+    assert audit.lane_tips[(lanes[0].tenant, lanes[0].id)] == receipts[-3].entry_hashes[-1]
     with pytest.raises(errors.ChainFault) as caught:
         audit_ledger(db)
     assert (caught.value.details["kind"], caught.value.details["position"]) == ("content_tampered", 1)

@@ -10,9 +10,9 @@ import pytest
 
 from laneledger.contract.errors import TenantMismatch
 from laneledger.contract.model import ArtifactRef, Checkpoint, encode
-from laneledger.sdk.checkpoints import anchor_of
+from laneledger.sdk.checkpoints import AnchorNotCommitted, anchor_of
 from laneledger.sdk.client import LaneRecorder
-from laneledger.services.checkpoint.store import SCHEMA_VERSION, CheckpointStore
+from laneledger.services.checkpoint.store import SCHEMA_VERSION, CheckpointStore, LaneEvent
 
 FORMAT = "application/vnd.tests.state+json;version=1"
 
@@ -42,12 +42,19 @@ async def test_a_checkpoint_takes_its_tenant_from_what_it_names(client, actor, c
     inherited = await checkpoints.save("k1", expected_revision=1, format=FORMAT, state={"n": 2})
     assert inherited.tenant == "acme"  # the key's tenant
 
-    with pytest.raises(TenantMismatch) as caught:  # names another tenant than its lane's
+    # Naming globex, the anchor is in globex's lane of that id: there is none
+    # (ids are each tenant's own), so nothing is committed there.
+    with pytest.raises(AnchorNotCommitted) as unanchored:
         await checkpoints.save(
-            "k5", expected_revision=0, format=FORMAT, state={}, anchor=anchor_of(receipt), tenant="globex"
+            "k5",
+            expected_revision=0,
+            format=FORMAT,
+            state={},
+            anchor=anchor_of(receipt),
+            tenant="globex",
+            anchor_wait_s=0.2,
         )
-    assert caught.value.details["what"] == "checkpoint"
-    assert caught.value.details["expected_tenant"] == "acme"
+    assert unanchored.value.details["lane_last_seq"] == 0
     with pytest.raises(TenantMismatch) as caught:  # another tenant's key
         await checkpoints.save("k1", expected_revision=2, format=FORMAT, state={}, tenant="globex")
     assert caught.value.details["what"] == "checkpoint_key"
@@ -89,18 +96,26 @@ def test_a_schema_1_database_is_migrated_in_place(tmp_path):
     store = CheckpointStore.open(path)
     try:
         assert store.get("c1").tenant is None  # saved before tenants: the operator's
-        assert store.applied_position() == 7
-        assert store.lane("l1") == ("s1", "r1", 3)
+        # The stream index is rebuilt keyed by tenant (schema 3): read again
+        # from the stream's start, the old rows gone.
+        assert store.applied_position() == 0
+        assert store.lane(None, "l1") is None
+        assert store._rows("PRAGMA table_info(lane_events)")[1][1] == "tenant"
         rows = store._rows("SELECT tenant, artifact_sha256 FROM checkpoints")
         assert rows == [(None, sha)]  # backfilled from the body
         assert not store.artifact_of_tenant(sha, "acme")
         version = store._rows("SELECT value FROM meta WHERE key = 'schema_version'")[0][0]
-        assert int(version) == SCHEMA_VERSION == 2
+        assert int(version) == SCHEMA_VERSION == 3
     finally:
         store.close()
     again = CheckpointStore.open(path)  # opening a migrated database again changes nothing
     try:
         assert again._rows("SELECT tenant, artifact_sha256 FROM checkpoints") == [(None, sha)]
-        assert again.applied_position() == 7 and again.lane("l1") == ("s1", "r1", 3)
+        again.apply_events(4, [LaneEvent(4, "l1", 1, "e1", "s1", "r1", tenant="acme")])
     finally:
         again.close()
+    third = CheckpointStore.open(path)  # nor a third time: what was applied stays
+    try:
+        assert third.applied_position() == 4 and third.lane("acme", "l1") == ("s1", "r1", 1)
+    finally:
+        third.close()

@@ -27,7 +27,7 @@ from laneledger.contract.subjects import (
 from laneledger.devtools.natsserver import find_nats_server
 from laneledger.runtime.access import AccessPolicy
 from laneledger.runtime.opsserver import start_http
-from laneledger.sdk.checkpoints import CheckpointClient, anchor_of
+from laneledger.sdk.checkpoints import AnchorNotCommitted, CheckpointClient, anchor_of
 from laneledger.sdk.client import LaneRecorder, LedgerClient
 from laneledger.services.checkpoint.http import checkpoint_app
 from laneledger.services.checkpoint.metrics import CheckpointMetrics
@@ -455,7 +455,7 @@ async def test_a_tenant_producer_reads_nothing_of_another_tenant_over_nats(
             )
         with pytest.raises(EntityNotFound):
             await globex.create_attempt(own.lane.id, action.id, 1)
-        # Writes naming acme are refused; one in acme's session too, naming no tenant of acme's.
+        # Writes naming acme are refused.
         for call in (
             lambda: globex.ensure_actor("acme", "agent:x@1", "agent"),
             lambda: globex.create_lane("acme", "s-new", "r", "main"),
@@ -463,9 +463,10 @@ async def test_a_tenant_producer_reads_nothing_of_another_tenant_over_nats(
             with pytest.raises(TenantMismatch) as named:
                 await call()
             assert named.value.details["subject_tenant"] == "globex"
-        with pytest.raises(TenantMismatch) as by_session:
-            await globex.create_lane("globex", "s-acme", "r", "other")
-        assert "acme" not in [v for k, v in by_session.value.details.items() if k != "session_id"]
+        # Ids are each tenant's own: globex's session s-acme is its own, beside acme's.
+        look_alike = await globex.create_lane("globex", "s-acme", "r-globex", "other")
+        assert (look_alike.tenant, look_alike.session_id) == ("globex", "s-acme")
+        assert [lane.tenant for lane in (await acme.load_session("s-acme")).lanes] == ["acme"]
 
         # Checkpoints: acme's are not there for globex, by any operation.
         globex_ckpt = CheckpointClient(globex)
@@ -481,14 +482,19 @@ async def test_a_tenant_producer_reads_nothing_of_another_tenant_over_nats(
         with pytest.raises(EntityNotFound):
             await globex_ckpt.inspect_run("s-acme", "r")
         assert (await globex_ckpt.reconcile(session_id="s-acme")).unlinked == []
-        for save in (
-            lambda: globex_ckpt.save("k-acme", expected_revision=2, format="application/json", state={}),
-            lambda: globex_ckpt.save(
-                "k-g", expected_revision=0, format="application/json", state={}, anchor=anchor_of(receipt)
-            ),
-        ):
-            with pytest.raises(TenantMismatch):
-                await save()
+        with pytest.raises(TenantMismatch):
+            await globex_ckpt.save("k-acme", expected_revision=2, format="application/json", state={})
+        # Anchored at acme's event: globex has no such lane, so no such event.
+        with pytest.raises(AnchorNotCommitted) as unanchored:
+            await globex_ckpt.save(
+                "k-g",
+                expected_revision=0,
+                format="application/json",
+                state={},
+                anchor=anchor_of(receipt),
+                anchor_wait_s=0.2,
+            )
+        assert unanchored.value.details["lane_last_seq"] == 0
         assert (await acme_ckpt.latest("k-acme")).revision == 2  # untouched
         # Its artifact bucket is its own: acme's artifact is not in it.
         assert (await globex_ckpt.info()).artifact_bucket == "LEDGER_CHECKPOINT_ARTIFACTS_globex"
@@ -558,7 +564,10 @@ async def test_a_tenant_producer_reads_nothing_of_another_tenant_over_nats(
 
         # The shared producer stays trusted: it reads any tenant (ledger.cmd.<op>).
         async with await LedgerClient.connect(urls["producer"]) as trusted:
-            assert (await trusted.load_session("s-acme")).tenant == "acme"
+            assert (await trusted.load_session("s-acme", tenant="acme")).tenant == "acme"
+            with pytest.raises(InvalidRequest) as ambiguous:  # acme's and globex's look-alike
+                await trusted.load_session("s-acme")
+            assert ambiguous.value.details["tenants"] == ["acme", "globex"]
             assert (await CheckpointClient(trusted).get(anchored.id)).id == anchored.id
     finally:
         await globex.close()

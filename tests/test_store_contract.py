@@ -203,8 +203,6 @@ async def test_tenants_stay_apart(client, actor):
         await client.append(lane, 0, [make_event(lane.id, "stream.text_delta", actor_id="nobody")])
     assert foreign.value.message == unknown.value.message
     assert foreign.value.details == {"kind": "actor", "id": stranger.id}
-    with pytest.raises(errors.TenantMismatch):
-        await client.create_lane("globex", "s1", "r1", "theirs")
     disguised = msgspec.structs.replace(lane, tenant="globex")  # published under globex's subject
     with pytest.raises(errors.EntityNotFound) as foreign:
         await client.append(disguised, 0, [ev(lane, actor)])
@@ -213,6 +211,51 @@ async def test_tenants_stay_apart(client, actor):
         await client.append(ghost, 0, [ev(ghost, actor)])
     assert foreign.value.message == unknown.value.message
     assert foreign.value.details == {"kind": "lane", "id": lane.id}
+
+
+async def test_every_id_is_its_tenants_own(client, actor):
+    # globex uses acme's session, lane, turn and event ids for things of its
+    # own: each commits, neither tenant's lookups see the other's, and a
+    # lookup naming no tenant is told to name one (spec/object-model.md, "Identity").
+    ours = await new_lane(client, actor)
+    turn = await client.create_turn(ours.id, 1)
+    [event_id] = (
+        await client.append(ours, 0, [ev(ours, actor, "turn.started", subject_id=turn.id)])
+    ).event_ids
+    stranger = await client.ensure_actor("globex", "agent:tests/main@1", "agent")
+    theirs = await client.create_lane("globex", "s1", "r1", "main", actor_id=stranger.id, lane_id=ours.id)
+    assert (theirs.id, theirs.tenant, theirs.last_seq) == (ours.id, "globex", 0)
+    their_turn = await client.create_turn(ours.id, 1, turn_id=turn.id, tenant="globex")
+    assert their_turn.id == turn.id
+    event = make_event(
+        ours.id,
+        "turn.started",
+        actor_id=stranger.id,
+        subject_id=turn.id,
+        event_id=event_id,
+        payload={"text": "hi"},
+    )
+    receipt = await client.append(theirs, 0, [event])
+    assert receipt.event_ids == [event_id] and receipt.positions == [2] and receipt.last_seq == 1
+
+    for kind, lookup in (
+        ("lane", client.get_lane(ours.id)),
+        ("session", client.load_session("s1")),
+        ("turn", client.create_turn(ours.id, 1)),
+    ):
+        with pytest.raises(errors.InvalidRequest) as ambiguous:
+            await lookup
+        assert ambiguous.value.details["path"] == "$.tenant", kind
+        assert ambiguous.value.details["tenants"] == ["acme", "globex"], kind
+    for tenant, who in (("acme", actor), ("globex", stranger)):
+        session = await client.load_session("s1", tenant=tenant)
+        assert session.tenant == tenant
+        assert [e.actor_id for e in session.events] == [who.id]
+        assert [lane.tenant for lane in session.lanes] == [tenant] and len(session.turns) == 1
+        assert (await client.get_lane(ours.id, tenant=tenant)).last_seq == 1
+    with pytest.raises(errors.DuplicateEvent) as again:  # a repeat is still found, in the tenant's own
+        await client.append(ours, 1, [ev(ours, actor, event_id=event_id)])
+    assert again.value.details["position"] == 1
 
 
 async def test_unknown_lane_and_actor(client, actor):

@@ -202,10 +202,10 @@ async def test_native_events_get_roles_from_their_actions(
     real_page = tail.service.ledger.load_structure_page
     pages = []
 
-    async def one_row_pages(session_id, run_id=None, after=None, limit=1000):
+    async def one_row_pages(session_id, run_id=None, after=None, limit=1000, *, tenant=None):
         after = StructureCursor() if after is None else after  # the real default
         pages.append(after)
-        return await real_page(session_id, run_id, after, 1)
+        return await real_page(session_id, run_id, after, 1, tenant=tenant)
 
     monkeypatch.setattr(tail.service.ledger, "load_structure_page", one_row_pages)
     tree = (await tail.api.get(TREE.format("native"))).json()

@@ -4,10 +4,10 @@
 On deploy/nats.conf rendered for acme and globex, acting with acme's producer
 credentials only: everything acme names that is globex's — a lane, an actor,
 a subject, a cause, an append id, a receipt — is answered exactly as an id
-nobody has, and append ids are each tenant's own (acme may use one globex
-used). Event ids stay one namespace: reusing globex's is refused, without its
-position. A ledger database of schema version 1 (append ids unique across
-tenants) is migrated in place and still verifies."""
+nobody has, and every id is each tenant's own (acme may use an event, lane or
+append id globex used; tests/test_store_contract.py has the rest). Ledger
+databases of schema versions 1 (append ids unique across tenants) and 2
+(every other id unique across tenants) are migrated in place and still verify."""
 
 from __future__ import annotations
 
@@ -25,7 +25,17 @@ from deployment_support import deployed_sequencer, url_for
 from laneledger.audit.ledger import audit_ledger
 from laneledger.contract import errors
 from laneledger.contract.ids import new_id
-from laneledger.contract.model import Actor, AppendCommitted, CreateLane, EnsureActor, Lane, encode
+from laneledger.contract.model import (
+    Actor,
+    AppendCommitted,
+    CreateAction,
+    CreateAttempt,
+    CreateLane,
+    CreateTurn,
+    EnsureActor,
+    Lane,
+    encode,
+)
 from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.store import LedgerWriter, open_ledger
 from laneledger.store.append import prepare_append
@@ -136,11 +146,17 @@ async def test_what_is_another_tenants_is_answered_as_unknown(tenants: Tenants) 
     assert foreign.code == "entity_not_found"
     same_answer(foreign, unknown, theirs.id, ghost.id)
 
-    # Event ids are one namespace: globex's is refused, but its position is not told.
-    foreign = await refusal(t.acme, lane, 0, [{**event(lane, actor), "id": globex_event}])
-    assert foreign.code == "duplicate_event" and foreign.details["position"] is None
-    assert "globex" not in repr(foreign.to_wire())
     assert (await t.acme.get_lane(lane.id)).last_seq == 0  # none of it was written
+
+    # Event ids are each tenant's own: acme's event may have globex's id, and
+    # a lane of acme globex's lane id.
+    ours = await t.acme.append(lane, 0, [{**event(lane, actor), "id": globex_event}])
+    assert ours.event_ids == [globex_event] and ours.positions == [2]
+    twin = await t.acme.create_lane(
+        "acme", "s-acme", "r1", "twin", actor_id=actor.id, lane_id=t.globex_lane.id
+    )
+    assert (twin.id, twin.tenant) == (t.globex_lane.id, "acme")
+    assert (await t.globex.get_lane(t.globex_lane.id)).last_seq == 1  # globex's own, untouched
 
 
 async def test_append_ids_are_each_tenants_own(tenants: Tenants) -> None:
@@ -168,22 +184,119 @@ async def test_append_ids_are_each_tenants_own(tenants: Tenants) -> None:
     assert audit_ledger(t.db).events == 3
 
 
-def test_a_version_1_ledger_is_migrated_and_still_verifies(tmp_path: Path) -> None:
-    # A version-1 file: receipts keyed by append id alone (made from a current
-    # one, as the migration's input would look).
-    db = tmp_path / "ledger.db"
-    conn = open_ledger(db)
-    writer = LedgerWriter(conn)
+# The version-2 tables that version 3 keys by (id, tenant): turns, actions
+# and attempts had no tenant column.
+_V2_TABLES = {
+    "sessions": "(id TEXT PRIMARY KEY, tenant TEXT NOT NULL, created_at TEXT NOT NULL)",
+    "lanes": "(id TEXT PRIMARY KEY, tenant TEXT NOT NULL, session_id TEXT NOT NULL, run_id TEXT NOT NULL,"
+    " name TEXT NOT NULL, body TEXT NOT NULL, last_seq INTEGER NOT NULL DEFAULT 0, head_hash TEXT NOT NULL,"
+    " UNIQUE (session_id, run_id, name))",
+    "turns": "(id TEXT PRIMARY KEY, lane_id TEXT NOT NULL, turn_no INTEGER NOT NULL, body TEXT NOT NULL,"
+    " UNIQUE (lane_id, turn_no))",
+    "actions": "(id TEXT PRIMARY KEY, lane_id TEXT NOT NULL, turn_id TEXT NOT NULL, body TEXT NOT NULL)",
+    "attempts": "(id TEXT PRIMARY KEY, lane_id TEXT NOT NULL, action_id TEXT NOT NULL,"
+    " attempt_no INTEGER NOT NULL, body TEXT NOT NULL, UNIQUE (action_id, attempt_no))",
+    "events": "(position INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, lane_id TEXT NOT NULL,"
+    " seq INTEGER NOT NULL, tenant TEXT NOT NULL, session_id TEXT NOT NULL, run_id TEXT NOT NULL,"
+    " event_type TEXT NOT NULL, append_id TEXT NOT NULL, body BLOB NOT NULL, UNIQUE (lane_id, seq))",
+}
+
+
+def ledger_of_two_tenants(db: Path) -> list[tuple]:
+    """A current ledger file: per tenant an actor, a lane, a turn, an action,
+    an attempt and one committed event. Returns its rows (``ledger_rows``)."""
+    writer = LedgerWriter(open_ledger(db))
     for n, tenant in enumerate(("acme", "globex"), 1):
         actor = writer.ensure_actor(EnsureActor(tenant=tenant, key="agent:w@1", kind="agent"))
         lane = writer.create_lane(
             CreateLane(tenant=tenant, session_id=f"s-{tenant}", run_id="r", name="main")
         )
+        turn = writer.create_turn(CreateTurn(lane_id=lane.id, turn_no=1))
+        action = writer.create_action(
+            CreateAction(
+                lane_id=lane.id,
+                turn_id=turn.id,
+                action_type="tool_call",
+                name="ls",
+                effect="read",
+                idempotency="inherent",
+            )
+        )
+        writer.create_attempt(CreateAttempt(lane_id=lane.id, action_id=action.id, attempt_no=1))
         events = [make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload={"n": n})]
         body = encode({"lane_id": lane.id, "expected_last_seq": 0, "append_id": f"x-{n}", "events": events})
         [receipt] = writer.apply_batch([prepare_append(body)]).receipts
         assert isinstance(receipt, AppendCommitted)
-    conn.close()
+    rows = ledger_rows(writer._db)
+    writer._db.close()
+    return rows
+
+
+def ledger_rows(conn: sqlite3.Connection) -> list[tuple]:
+    """What a migration must keep: every stored object and committed event."""
+    rows = list(conn.execute("SELECT id, tenant, created_at FROM sessions ORDER BY rowid"))
+    for table in ("lanes", "turns", "actions", "attempts"):
+        rows += conn.execute(f"SELECT body FROM {table} ORDER BY rowid").fetchall()
+    rows += conn.execute(
+        "SELECT position, id, lane_id, seq, tenant, body FROM events ORDER BY position"
+    ).fetchall()
+    return rows
+
+
+def as_version_2(db: Path) -> None:
+    """Rewrite a current file's tables into their version-2 shape."""
+    conn = sqlite3.connect(db)
+    try:
+        for table, columns in _V2_TABLES.items():
+            kept = [c for c in (r[1] for r in conn.execute(f"PRAGMA table_info({table})")) if c in columns]
+            conn.execute(f"CREATE TABLE {table}_v2 {columns}")
+            listed = ", ".join(kept)
+            conn.execute(f"INSERT INTO {table}_v2 ({listed}) SELECT {listed} FROM {table} ORDER BY rowid")
+            conn.execute(f"DROP TABLE {table}")
+            conn.execute(f"ALTER TABLE {table}_v2 RENAME TO {table}")
+        conn.execute("CREATE INDEX events_by_session ON events (session_id, position)")
+        conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def schema_version(db: Path) -> str:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def test_a_version_2_ledger_is_migrated_and_still_verifies(tmp_path: Path) -> None:
+    db = tmp_path / "ledger.db"
+    rows = ledger_of_two_tenants(db)
+    as_version_2(db)
+    assert audit_ledger(db).events == 2  # verify reads a version-2 file as it is
+    conn = open_ledger(db)  # the writer's open migrates it
+    try:
+        assert ledger_rows(conn) == rows
+        assert conn.execute("SELECT DISTINCT tenant FROM turns ORDER BY tenant").fetchall() == [
+            ("acme",),
+            ("globex",),
+        ]
+        # Now keyed by (id, tenant): globex may have a turn of acme's turn id.
+        acme_turn = conn.execute("SELECT id, lane_id FROM turns WHERE tenant = 'acme'").fetchone()
+        conn.execute("INSERT INTO turns VALUES (?, 'globex', ?, 2, '{}')", acme_turn)
+        conn.execute("DELETE FROM turns WHERE tenant = 'globex' AND turn_no = 2")
+    finally:
+        conn.close()
+    assert schema_version(db) == str(SCHEMA_VERSION)
+    assert audit_ledger(db).events == 2
+
+
+def test_a_version_1_ledger_is_migrated_and_still_verifies(tmp_path: Path) -> None:
+    # A version-1 file: a version-2 one whose receipts are keyed by append id
+    # alone (made from a current one, as the migration's input would look).
+    db = tmp_path / "ledger.db"
+    rows = ledger_of_two_tenants(db)
+    as_version_2(db)
     conn = sqlite3.connect(db)
     conn.executescript(
         "CREATE TABLE r1 (append_id TEXT PRIMARY KEY, lane_id TEXT NOT NULL, digest TEXT NOT NULL,"
@@ -195,16 +308,14 @@ def test_a_version_1_ledger_is_migrated_and_still_verifies(tmp_path: Path) -> No
     conn.commit()
     conn.close()
     assert audit_ledger(db).events == 2  # verify reads a version-1 file as it is
-    open_ledger(db).close()  # the writer's open migrates it
-    conn = sqlite3.connect(db)
+    conn = open_ledger(db)  # the writer's open migrates it, through version 2
     try:
-        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (
-            str(SCHEMA_VERSION),
-        )
+        assert ledger_rows(conn) == rows
         assert conn.execute("SELECT tenant, append_id FROM receipts ORDER BY append_id").fetchall() == [
             ("acme", "x-1"),
             ("globex", "x-2"),
         ]
     finally:
         conn.close()
+    assert schema_version(db) == str(SCHEMA_VERSION)
     assert audit_ledger(db).events == 2

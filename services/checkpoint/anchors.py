@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 from nats.aio.client import Client as NATS
 
+from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.model import Anchor
 from laneledger.contract.subjects import EVENTS_STREAM
 from laneledger.runtime.follow import StreamFollower, StreamIdentity, StreamReplaced
@@ -159,22 +160,31 @@ class AnchorIndex:
     # -- anchors --------------------------------------------------------------------
 
     async def check(
-        self, anchor: Anchor, *, session_id: str | None, run_id: str | None, wait_s: float
-    ) -> None:
+        self,
+        anchor: Anchor,
+        *,
+        tenant: str | None,
+        session_id: str | None,
+        run_id: str | None,
+        wait_s: float,
+    ) -> str:
         """Refuse an anchor that does not name the committed event at its seq
         (``AnchorMismatch``), or whose event has not been consumed within
-        ``wait_s`` (``AnchorNotCommitted``)."""
+        ``wait_s`` (``AnchorNotCommitted``); return the tenant whose lane it
+        is. ``tenant``: whose lane is meant (ids are each tenant's own); None
+        for a save that names none, which is ``invalid_request`` naming
+        ``$.checkpoint.tenant`` when several tenants have the lane there."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         while True:
             # Taken before the read: a batch applied during it must wake us.
             progress = self._progress
-            found = await self._db(self._store.event_at, anchor.lane_id, anchor.seq)
-            if found is not None:
+            at = await self._db(self._store.events_at, anchor.lane_id, anchor.seq, tenant)
+            if at:
                 break
             remaining = started + wait_s - loop.time()
             if remaining <= 0:
-                lane = await self._db(self._store.lane, anchor.lane_id)
+                lane = await self._db(self._store.lane, tenant, anchor.lane_id)
                 self._metrics.anchor_wait.observe(loop.time() - started)
                 raise AnchorNotCommitted(
                     f"lane {anchor.lane_id} has no committed event at seq {anchor.seq} (waited {wait_s:g}s)",
@@ -193,10 +203,18 @@ class AnchorIndex:
             finally:
                 self.waiting -= 1
         self._metrics.anchor_wait.observe(loop.time() - started)
+        if len(at) > 1:
+            raise InvalidRequest(
+                "several tenants have the anchor's lane: name the checkpoint's tenant",
+                path="$.checkpoint.tenant",
+                lane_id=anchor.lane_id,
+                tenants=sorted(t for t, _ in at),
+            )
+        [(tenant, found)] = at
         fields: dict[str, Any] = {}
         if found != anchor.event_id:
             fields["event_id"] = found
-        lane = await self._db(self._store.lane, anchor.lane_id)
+        lane = await self._db(self._store.lane, tenant, anchor.lane_id)
         if lane is not None:
             if session_id is not None and lane[0] != session_id:
                 fields["session_id"] = lane[0]
@@ -214,3 +232,4 @@ class AnchorIndex:
                 committed={k: v for k, v in fields.items() if k != "event_id"},
                 reason=AnchorMismatch.reason,
             )
+        return tenant

@@ -20,12 +20,15 @@ from .recovery import RunFacts
 LANE_PAGE = 1000  # events per load_lane request, halved while a reply is too large
 
 
-async def read_run(ledger: LedgerClient, session_id: str, run_id: str, scope: Scope = OPEN) -> RunFacts:
+async def read_run(
+    ledger: LedgerClient, session_id: str, run_id: str, scope: Scope = OPEN, tenant: str | None = None
+) -> RunFacts:
     """The run's facts. ``EntityNotFound`` (kind ``run``) when the run has
     no lane, its session does not exist, or ``scope`` may not see it —
-    checked before any event is read."""
+    checked before any event is read. ``tenant``: whose session (ids are
+    each tenant's own; default the scope's, needed only when several have it)."""
     try:
-        structure = await ledger.load_structure(session_id, run_id)
+        structure = await ledger.load_structure(session_id, run_id, tenant=tenant or scope.tenant)
     except EntityNotFound as err:
         if err.details.get("kind") != "session":
             raise
@@ -40,7 +43,8 @@ async def read_run(ledger: LedgerClient, session_id: str, run_id: str, scope: Sc
         attempts=structure.attempts,
     )
     for lane in structure.lanes:
-        async for page in ledger.lane_pages(lane.id, limit=LANE_PAGE, through_seq=lane.last_seq):
+        pages = ledger.lane_pages(lane.id, limit=LANE_PAGE, through_seq=lane.last_seq, tenant=lane.tenant)
+        async for page in pages:
             for event in page.events:
                 run.fold(event)
     run.settle()

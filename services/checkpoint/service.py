@@ -34,7 +34,6 @@ from laneledger.contract.errors import (
     NotCanonicalizable,
     RequestTooLarge,
     RevisionConflict,
-    TenantMismatch,
 )
 from laneledger.contract.ids import new_id
 from laneledger.contract.model import (
@@ -301,23 +300,25 @@ class CheckpointService:
         replay = await self._db(self._store.precheck, proposal, content, cmd.expected_revision)
         if replay is not None:
             return replay, True
+        # Whose lane or session the save means (ids are each tenant's own):
+        # the subject's tenant, or the one the save names (checked equal
+        # above); with neither, the tenant whose lane or session it names.
+        named = scope.tenant or proposal.tenant
+        anchored: str | None = None
         if proposal.anchor is not None:
             wait = self.settings.anchor_wait_s
             if cmd.anchor_wait_s is not None:
                 wait = min(wait, cmd.anchor_wait_s)
-            await self.anchors.check(
-                proposal.anchor, session_id=proposal.session_id, run_id=proposal.run_id, wait_s=wait
+            anchored = await self.anchors.check(
+                proposal.anchor,
+                tenant=named,
+                session_id=proposal.session_id,
+                run_id=proposal.run_id,
+                wait_s=wait,
             )
         if proposal.artifact is not None:
             await self.artifacts.verify(proposal.artifact, scope.tenant, redactor=self.settings.redactor)
-        tenant = await self._db(self._store.tenant_of, proposal)
-        if tenant is not None and proposal.tenant is not None and proposal.tenant != tenant:
-            raise TenantMismatch(
-                "the checkpoint names another tenant than its lane's",
-                what="checkpoint",
-                expected_tenant=tenant,
-                tenant=proposal.tenant,
-            )
+        tenant = named or anchored or await self._db(self._store.tenant_of, proposal)
         return await self._db(
             self._store.save,
             proposal,
@@ -326,7 +327,7 @@ class CheckpointService:
             state_bytes=state_bytes,
             expected_revision=cmd.expected_revision,
             created_at=self._clock(),
-            tenant=tenant or proposal.tenant or scope.tenant,
+            tenant=tenant,
         )
 
     def _check_proposal(self, proposal: ProposedCheckpoint) -> tuple[str, int]:
@@ -374,7 +375,7 @@ class CheckpointService:
                     )
                 lane_id = anchor.lane_id
         elif lane_id is not None:
-            checkpoint = await self._db(self._store.latest_anchored_in, lane_id)
+            checkpoint = await self._db(self._store.latest_anchored_in, lane_id, scope.tenant)
             if checkpoint is not None and not scope.allows(checkpoint.tenant):
                 checkpoint = None
         else:
@@ -384,7 +385,9 @@ class CheckpointService:
             # attempts of its run (when it names one) still matter.
             unresolved = []
             if checkpoint is not None and checkpoint.session_id and checkpoint.run_id:
-                run = await read_run(self.ledger, checkpoint.session_id, checkpoint.run_id, scope)
+                run = await read_run(
+                    self.ledger, checkpoint.session_id, checkpoint.run_id, scope, checkpoint.tenant
+                )
                 unresolved = unresolved_attempts(run)
             return RecoveryPlan(
                 key=cmd.key,
@@ -396,7 +399,9 @@ class CheckpointService:
         after_seq = checkpoint.anchor.seq if checkpoint and checkpoint.anchor else 0
         # The first page only (made shorter when max_events of them would not
         # fit one reply); has_more sends the client on with load_lane.
-        pages = self.ledger.lane_pages(lane_id, after_seq, limit=cmd.max_events)
+        # Whose lane (ids are each tenant's own): the checkpoint's, else the scope's.
+        tenant = checkpoint.tenant if checkpoint and checkpoint.tenant else scope.tenant
+        pages = self.ledger.lane_pages(lane_id, after_seq, limit=cmd.max_events, tenant=tenant)
         page = await anext(pages)
         await pages.aclose()
         lane = page.lane
@@ -409,7 +414,7 @@ class CheckpointService:
                     lane_id=lane_id,
                     found=getattr(lane, name),
                 )
-        run = await read_run(self.ledger, lane.session_id, lane.run_id, scope)
+        run = await read_run(self.ledger, lane.session_id, lane.run_id, scope, lane.tenant)
         plan = RecoveryPlan(
             key=checkpoint.key if checkpoint else cmd.key,
             checkpoint=checkpoint,

@@ -23,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from laneledger.contract.errors import EntityNotFound, IdempotencyViolation, TenantMismatch
+from laneledger.contract.errors import EntityNotFound, IdempotencyViolation, InvalidRequest, TenantMismatch
 from laneledger.contract.model import Checkpoint, CheckpointInfo, ProposedCheckpoint, decoder, encode
 from laneledger.sdk.checkpoints import RevisionConflict
 from laneledger.store.sqlite import (
@@ -37,9 +37,44 @@ from laneledger.store.sqlite import (
     transaction,
 )
 
-SCHEMA_VERSION = 2  # 2: tenants (checkpoints.tenant, checkpoints.artifact_sha256, lanes.tenant)
+# 2: tenants (checkpoints.tenant, checkpoints.artifact_sha256, lanes.tenant).
+# 3: the stream index keyed by tenant (every id is its tenant's own,
+# spec/object-model.md, "Identity"); it is read again from position 1.
+SCHEMA_VERSION = 3
 
-DDL = """
+# What is derived from the committed stream, keyed by (id, tenant): two
+# tenants' lanes or events of one id are two things.
+STREAM_INDEX_DDL = """
+CREATE TABLE IF NOT EXISTS lanes (
+    lane_id    TEXT NOT NULL,
+    tenant     TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    run_id     TEXT NOT NULL,
+    last_seq   INTEGER NOT NULL,
+    PRIMARY KEY (lane_id, tenant)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS lanes_by_session ON lanes (session_id);
+CREATE TABLE IF NOT EXISTS lane_events (
+    lane_id  TEXT NOT NULL,
+    tenant   TEXT NOT NULL,
+    seq      INTEGER NOT NULL,
+    event_id TEXT NOT NULL,
+    PRIMARY KEY (lane_id, tenant, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS links (
+    event_id      TEXT NOT NULL,
+    tenant        TEXT NOT NULL,
+    checkpoint_id TEXT NOT NULL,
+    lane_id       TEXT NOT NULL,
+    seq           INTEGER NOT NULL,
+    position      INTEGER NOT NULL,
+    PRIMARY KEY (event_id, tenant)
+);
+CREATE INDEX IF NOT EXISTS links_by_checkpoint ON links (checkpoint_id);
+"""
+
+DDL = (
+    """
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -61,27 +96,6 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 );
 CREATE INDEX IF NOT EXISTS checkpoints_by_run ON checkpoints (session_id, run_id);
 CREATE INDEX IF NOT EXISTS checkpoints_by_anchor_lane ON checkpoints (anchor_lane_id);
-CREATE TABLE IF NOT EXISTS lanes (
-    lane_id    TEXT PRIMARY KEY,
-    session_id TEXT NOT NULL,
-    run_id     TEXT NOT NULL,
-    last_seq   INTEGER NOT NULL,
-    tenant     TEXT
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS lane_events (
-    lane_id  TEXT NOT NULL,
-    seq      INTEGER NOT NULL,
-    event_id TEXT NOT NULL,
-    PRIMARY KEY (lane_id, seq)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS links (
-    event_id      TEXT PRIMARY KEY,
-    checkpoint_id TEXT NOT NULL,
-    lane_id       TEXT NOT NULL,
-    seq           INTEGER NOT NULL,
-    position      INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS links_by_checkpoint ON links (checkpoint_id);
 CREATE TABLE IF NOT EXISTS artifacts (
     sha256      TEXT PRIMARY KEY,
     size_bytes  INTEGER NOT NULL,
@@ -89,6 +103,8 @@ CREATE TABLE IF NOT EXISTS artifacts (
     verified_at TEXT NOT NULL
 );
 """
+    + STREAM_INDEX_DDL
+)
 
 
 _APPLIED = "applied_position"  # the meta key of the last stream position indexed
@@ -110,6 +126,17 @@ def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
             )
 
 
+def _migrate_2_to_3(conn: sqlite3.Connection) -> None:
+    """The stream index keyed by tenant: built again from the stream's start
+    (it is derived, and the old rows do not say whose each lane was)."""
+    for table in ("lanes", "lane_events", "links"):
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+    for statement in STREAM_INDEX_DDL.split(";"):  # one by one: executescript would commit
+        if statement.strip():
+            conn.execute(statement)
+    record_applied_position(conn, _APPLIED, 0)
+
+
 class LaneEvent(msgspec.Struct, frozen=True):
     """What the store keeps of one committed event."""
 
@@ -120,7 +147,7 @@ class LaneEvent(msgspec.Struct, frozen=True):
     session_id: str
     run_id: str
     linked_checkpoint_id: str | None = None  # set for lane.framework.checkpoint.linked
-    tenant: str | None = None
+    tenant: str = ""
 
 
 def info_of(checkpoint: Checkpoint, state_bytes: int) -> CheckpointInfo:
@@ -144,7 +171,7 @@ class CheckpointStore:
                 SCHEMA_VERSION,
                 what=what,
                 path=path,
-                migrations={1: _migrate_1_to_2},
+                migrations={1: _migrate_1_to_2, 2: _migrate_2_to_3},
                 on_create=lambda db: record_applied_position(db, _APPLIED, 0),
             )
             with failures_as(f"cannot open {what}", path=str(path)):
@@ -188,48 +215,67 @@ class CheckpointStore:
         one transaction (``last_position`` also covers bodies that were skipped)."""
         with self._tx() as db:
             db.executemany(
-                "INSERT INTO lane_events (lane_id, seq, event_id) VALUES (?, ?, ?)",
-                [(e.lane_id, e.seq, e.event_id) for e in events],
+                "INSERT INTO lane_events (lane_id, tenant, seq, event_id) VALUES (?, ?, ?, ?)",
+                [(e.lane_id, e.tenant, e.seq, e.event_id) for e in events],
             )
             db.executemany(
-                "INSERT INTO lanes (lane_id, session_id, run_id, last_seq, tenant) VALUES (?, ?, ?, ?, ?)"
-                " ON CONFLICT (lane_id) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq)",
-                [(e.lane_id, e.session_id, e.run_id, e.seq, e.tenant) for e in events],
+                "INSERT INTO lanes (lane_id, tenant, session_id, run_id, last_seq) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT (lane_id, tenant) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq)",
+                [(e.lane_id, e.tenant, e.session_id, e.run_id, e.seq) for e in events],
             )
             db.executemany(
-                "INSERT INTO links (event_id, checkpoint_id, lane_id, seq, position) VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO links (event_id, tenant, checkpoint_id, lane_id, seq, position)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
                 [
-                    (e.event_id, e.linked_checkpoint_id, e.lane_id, e.seq, e.position)
+                    (e.event_id, e.tenant, e.linked_checkpoint_id, e.lane_id, e.seq, e.position)
                     for e in events
                     if e.linked_checkpoint_id is not None
                 ],
             )
             record_applied_position(db, _APPLIED, last_position)
 
-    def event_at(self, lane_id: str, seq: int) -> str | None:
-        rows = self._rows("SELECT event_id FROM lane_events WHERE lane_id = ? AND seq = ?", (lane_id, seq))
-        return rows[0][0] if rows else None
+    def events_at(self, lane_id: str, seq: int, tenant: str | None = None) -> list[tuple[str, str]]:
+        """``(tenant, event id)`` of the event at ``seq`` of lane ``lane_id``:
+        of that tenant's lane, or (no tenant) of every tenant's lane of the id."""
+        if tenant is None:
+            return self._rows(
+                "SELECT tenant, event_id FROM lane_events WHERE lane_id = ? AND seq = ?", (lane_id, seq)
+            )
+        return self._rows(
+            "SELECT tenant, event_id FROM lane_events WHERE lane_id = ? AND tenant = ? AND seq = ?",
+            (lane_id, tenant, seq),
+        )
 
-    def lane(self, lane_id: str) -> tuple[str, str, int] | None:
-        """``(session_id, run_id, last_seq)`` of a lane seen on the stream."""
-        rows = self._rows("SELECT session_id, run_id, last_seq FROM lanes WHERE lane_id = ?", (lane_id,))
-        return rows[0] if rows else None
+    def lane(self, tenant: str | None, lane_id: str) -> tuple[str, str, int] | None:
+        """``(session_id, run_id, last_seq)`` of the tenant's lane, as seen on
+        the stream; with no tenant, of the only tenant's lane of this id (None
+        when several tenants have one)."""
+        rows = self._rows(
+            "SELECT session_id, run_id, last_seq FROM lanes WHERE lane_id = ? AND (? IS NULL OR tenant = ?)"
+            " LIMIT 2",
+            (lane_id, tenant, tenant),
+        )
+        return rows[0] if len(rows) == 1 else None
 
     def tenant_of(self, proposal: ProposedCheckpoint) -> str | None:
-        """The tenant a checkpoint belongs to by what it names: its anchor's
-        lane, else its session's lanes, as seen on the committed stream."""
+        """The tenant of a save that names none, by what it names: its
+        anchor's lane, else its session's lanes, as seen on the committed
+        stream. Ids are each tenant's own: when several tenants have that lane
+        (or session), ``invalid_request`` naming ``$.checkpoint.tenant``."""
         if proposal.anchor is not None:
-            rows = self._rows("SELECT tenant FROM lanes WHERE lane_id = ?", (proposal.anchor.lane_id,))
-            if rows and rows[0][0]:
-                return str(rows[0][0])
-        if proposal.session_id is not None:
-            rows = self._rows(
-                "SELECT tenant FROM lanes WHERE session_id = ? AND tenant IS NOT NULL LIMIT 1",
-                (proposal.session_id,),
+            where, value = "lane_id = ?", proposal.anchor.lane_id
+        elif proposal.session_id is not None:
+            where, value = "session_id = ?", proposal.session_id
+        else:
+            return None
+        tenants = [t for (t,) in self._rows(f"SELECT DISTINCT tenant FROM lanes WHERE {where}", (value,))]
+        if len(tenants) > 1:
+            raise InvalidRequest(
+                "several tenants have the checkpoint's lane or session: name the tenant",
+                path="$.checkpoint.tenant",
+                tenants=sorted(tenants),
             )
-            if rows:
-                return str(rows[0][0])
-        return None
+        return tenants[0] if tenants else None
 
     def key_tenant(self, key: str) -> tuple[bool, str | None]:
         """(whether the key has revisions, the tenant of its latest)."""
@@ -272,9 +318,13 @@ class CheckpointStore:
     def latest(self, key: str) -> Checkpoint | None:
         return self._one("key = ? ORDER BY revision DESC LIMIT 1", (key,))
 
-    def latest_anchored_in(self, lane_id: str) -> Checkpoint | None:
-        """The most recently saved checkpoint anchored in ``lane_id``, any key."""
-        return self._one("anchor_lane_id = ? ORDER BY rowid DESC LIMIT 1", (lane_id,))
+    def latest_anchored_in(self, lane_id: str, tenant: str | None) -> Checkpoint | None:
+        """The most recently saved checkpoint anchored in lane ``lane_id``, any
+        key: of the tenant's lane of the id, or (no tenant) of any tenant's."""
+        return self._one(
+            "anchor_lane_id = ? AND (? IS NULL OR tenant = ?) ORDER BY rowid DESC LIMIT 1",
+            (lane_id, tenant, tenant),
+        )
 
     def _infos(self, where: str, params: tuple[Any, ...]) -> list[CheckpointInfo]:
         rows = self._rows(f"SELECT body, state_bytes FROM checkpoints WHERE {where}", params)
@@ -323,18 +373,17 @@ class CheckpointStore:
     # -- checkpoints: the save -----------------------------------------------------------
 
     def check_tenant_save(self, proposal: ProposedCheckpoint, tenant: str) -> None:
-        """A save on ``tenant``'s subject: what it names (tenant, anchor lane,
-        session, key, id) is that tenant's or no one's yet; else
-        ``tenant_mismatch``, naming no other tenant, before any replay,
-        revision or anchor check could tell it about another's checkpoints."""
+        """A save on ``tenant``'s subject: what it names (tenant, key, id) is
+        that tenant's or no one's yet; else ``tenant_mismatch``, naming no
+        other tenant, before any replay, revision or anchor check could tell
+        it about another's checkpoints. Its anchor lane and session need no
+        check: every id is its tenant's own, so they are the tenant's."""
 
         def refuse(message: str, **details: object) -> None:
             raise TenantMismatch(message, what="checkpoint", tenant=tenant, **details)
 
         if proposal.tenant is not None and proposal.tenant != tenant:
             refuse("the checkpoint names another tenant than its subject", checkpoint_tenant=proposal.tenant)
-        if self.tenant_of(proposal) not in (None, tenant):
-            refuse("the checkpoint's lane or session belongs to another tenant")
         if self.key_tenant(proposal.key)[1] not in (None, tenant):
             refuse("this checkpoint key belongs to another tenant", key=proposal.key)
         stored = self._by_id(proposal.id)

@@ -214,10 +214,11 @@ class State:
     histograms: dict[str, dict[tuple[str, ...], Histogram]] = field(
         default_factory=lambda: {m.name: {} for m in METRICS.values() if m.kind == "histogram"}
     )
-    # Open items: what a later event closes. Keyed by the subject (attempt,
-    # action) or by session + pause id.
-    attempts: dict[str, str] = field(default_factory=dict)  # attempt id -> tenant label
-    pauses: dict[str, str] = field(default_factory=dict)  # session \x1f pause id -> tenant label
+    # Open items: what a later event closes. Keyed by tenant + the subject
+    # (attempt, action) or tenant + session + pause id (``item_key``): every id
+    # is its tenant's own.
+    attempts: dict[str, str] = field(default_factory=dict)  # key -> tenant label
+    pauses: dict[str, str] = field(default_factory=dict)  # key -> tenant label
     actions: dict[str, PendingAction] = field(default_factory=dict)
     # Values admitted per (scope, label): the scope is the tenant label of
     # the event ("" for the tenant label itself), so each tenant has its own
@@ -308,8 +309,14 @@ def fold_message(state: State, position: int, body: bytes) -> None:
     state.position = position
 
 
+def item_key(*parts: str) -> str:
+    """The key of an open item: its tenant and ids, joined by a separator no id holds."""
+    return "\x1f".join(parts)
+
+
 def fold_event(state: State, ev: FoldedEvent) -> None:
     et, payload = ev.event_type, ev.payload
+    subject = item_key(ev.tenant, ev.subject_id)
     tenant = state.label("tenant", ev.tenant)
     type_label = et if et in CORE_EVENT_TYPES else state.label("event_type", et, tenant)
     state.add("laneledger_events", (type_label, family_of(et), tenant))
@@ -317,11 +324,11 @@ def fold_event(state: State, ev: FoldedEvent) -> None:
         case "cost.recorded":
             _fold_cost(state, tenant, payload)
         case "attempt.requested":
-            if ev.subject_id not in state.attempts:
-                state.open_item("attempt", state.attempts, ev.subject_id, tenant)
+            if subject not in state.attempts:
+                state.open_item("attempt", state.attempts, subject, tenant)
                 state.add("laneledger_attempts_unresolved", (tenant,))
         case "attempt.completed" | "attempt.failed":
-            opened = state.close_item("attempt", state.attempts, ev.subject_id)
+            opened = state.close_item("attempt", state.attempts, subject)
             if opened is not None:
                 state.add("laneledger_attempts_unresolved", (opened,), -1)
             if et == "attempt.failed":
@@ -332,19 +339,19 @@ def fold_event(state: State, ev: FoldedEvent) -> None:
                 _action_type(state, payload.get("action_type"), tenant),
                 _name(state, payload.get("name"), tenant),
             )
-            state.open_item("action", state.actions, ev.subject_id, pending)
+            state.open_item("action", state.actions, subject, pending)
         case "action.completed" | "action.failed":
-            _fold_action_end(state, ev, et.rsplit(".", 1)[1], tenant)
+            _fold_action_end(state, ev, subject, et.rsplit(".", 1)[1], tenant)
         case "run.completed" | "run.failed" | "run.cancelled":
             state.add("laneledger_runs", (tenant, et.rsplit(".", 1)[1]))
         case "hitl.paused":
-            key = f"{ev.session_id}\x1f{payload.get('pause_id')}"
+            key = item_key(ev.tenant, ev.session_id, str(payload.get("pause_id")))
             if key not in state.pauses:
                 state.open_item("pause", state.pauses, key, tenant)
                 state.add("laneledger_hitl_waiting", (tenant,))
             state.add("laneledger_hitl_pauses", (tenant,))
         case "hitl.responded":
-            key = f"{ev.session_id}\x1f{payload.get('pause_id')}"
+            key = item_key(ev.tenant, ev.session_id, str(payload.get("pause_id")))
             opened = state.close_item("pause", state.pauses, key)
             if opened is not None:
                 state.add("laneledger_hitl_waiting", (opened,), -1)
@@ -376,8 +383,8 @@ def _fold_cost(state: State, tenant: str, payload: dict[str, Any]) -> None:
             state.add("laneledger_tokens", (tenant, provider, model, direction), count)
 
 
-def _fold_action_end(state: State, ev: FoldedEvent, outcome: str, tenant: str) -> None:
-    started: PendingAction | None = state.close_item("action", state.actions, ev.subject_id)
+def _fold_action_end(state: State, ev: FoldedEvent, subject: str, outcome: str, tenant: str) -> None:
+    started: PendingAction | None = state.close_item("action", state.actions, subject)
     payload = ev.payload
     action_type = started.action_type if started else _action_type(state, payload.get("action_type"), tenant)
     name = started.name if started else _name(state, payload.get("name"), tenant)

@@ -41,7 +41,8 @@ from .fold import (
 
 # Bump when the meaning of stored rows changes; a file with another version is
 # refolded from position 0 (the committed stream keeps every event).
-FOLD_VERSION = f"2/{','.join(map(str, DURATION_BUCKETS))}"
+# 3: open items keyed by tenant (ids are each tenant's own).
+FOLD_VERSION = f"3/{','.join(map(str, DURATION_BUCKETS))}"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -64,7 +64,7 @@ from .intake import Intake
 from .metrics import SequencerMetrics
 from .mirror import CommittedStreamMirror, StreamFault
 from .streams import ensure_stream, events_stream_config
-from .tenancy import check_command_tenant
+from .tenancy import scope_command
 from .writerthread import WriterThread
 
 log = logging.getLogger("laneledger.sequencer")
@@ -560,7 +560,7 @@ class Sequencer:
     def _execute(self, cmd: Command, tenant: str | None = None) -> Any:
         w, r = self._writer, self._writer.reader
         if tenant is not None:
-            check_command_tenant(cmd, tenant, r)
+            cmd = scope_command(cmd, tenant, r)
         match cmd:
             case EnsureActor():
                 return w.ensure_actor(cmd)
@@ -572,22 +572,27 @@ class Sequencer:
                 return w.create_action(cmd)
             case CreateAttempt():
                 return w.create_attempt(cmd)
-            case GetLane(lane_id=lane_id):
-                return r.get_lane(lane_id)
-            case LoadLane(lane_id=lane_id, after_seq=after_seq, limit=limit):
-                return r.load_lane(lane_id, after_seq, limit)
-            case LoadRun(session_id=session_id, run_id=run_id):
-                return r.load_run(session_id, run_id)
-            case LoadSession(session_id=session_id):
-                return r.load_session(session_id)
+            case GetLane():
+                return r.get_lane(cmd.lane_id, cmd.tenant)
+            case LoadLane():
+                return r.load_lane(cmd.lane_id, cmd.after_seq, cmd.limit, cmd.tenant)
+            case LoadRun():
+                return r.load_run(cmd.session_id, cmd.run_id, cmd.tenant)
+            case LoadSession():
+                return r.load_session(cmd.session_id, cmd.tenant)
             case LoadStructure():
                 # Half the reply limit for the rows: their encoding in the
                 # reply differs a little from the stored text.
                 return r.load_structure(
-                    cmd.session_id, cmd.run_id, cmd.after, cmd.limit, max_bytes=self._nc.max_payload // 2
+                    cmd.session_id,
+                    cmd.run_id,
+                    cmd.after,
+                    cmd.limit,
+                    max_bytes=self._nc.max_payload // 2,
+                    tenant=cmd.tenant,
                 )
-            case GetReceipt(append_id=append_id):
-                return r.get_receipt(append_id, tenant if tenant is not None else cmd.tenant)
+            case GetReceipt():
+                return r.get_receipt(cmd.append_id, cmd.tenant)
 
 
 def _reply_too_large(op: str, size: int, limit: int) -> RequestTooLarge:

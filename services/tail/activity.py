@@ -22,22 +22,25 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import Executor
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from aiohttp import web
 
 from laneledger.contract.errors import EntityNotFound, IntegrityError
 from laneledger.contract.vocabulary import COST_SUM, TERMINAL_EVENT_TYPES
-from laneledger.runtime.access import scope_of
 from laneledger.runtime.httpjson import json_response
 
 from .api import Query
 from .feed import Feed
+from .owners import TENANT_PARAMETER, owner_scope
 from .readmodel import ReadModel
+
+R = TypeVar("R")
 
 OPENERS = {"turn.started": "turn", "action.started": "action", "attempt.requested": "attempt"}
 CLOSERS = {t: kind for kind in ("turn", "action", "attempt") for t in TERMINAL_EVENT_TYPES[kind]}
@@ -125,14 +128,16 @@ class Activity:
         return web.get("/api/v1/sessions/{session_id}/activity", self.activity, name="activity")
 
     async def activity(self, request: web.Request) -> web.Response:
-        Query(request, ())
+        query = Query(request, (TENANT_PARAMETER,))
         session_id = request.match_info["session_id"]
         applied = self._feed.applied
-        tenant = scope_of(request).tenant  # a session of another tenant is 404 (access.py)
-        body = await asyncio.get_running_loop().run_in_executor(
-            self._readers, self._build, session_id, applied, tenant
-        )
+        # A session of another tenant is 404 (access.py); of several, one is named.
+        scope = await owner_scope(request, query, self._read, self._model, "session", session_id)
+        body = await self._read(self._build, session_id, applied, scope.tenant)
         return json_response(body)
+
+    async def _read(self, fn: Callable[..., R], *args: Any) -> R:
+        return await asyncio.get_running_loop().run_in_executor(self._readers, fn, *args)
 
     def _build(self, session_id: str, applied: int, tenant: str | None = None) -> dict[str, Any]:
         scope, params = "session_id = ? AND position <= ?", [session_id, applied]

@@ -23,7 +23,6 @@ from laneledger.contract.errors import EntityNotFound
 from laneledger.contract.model import JsonObject, Lane
 from laneledger.history.causality import REWIND, REWOUND, Subject, node_of, subjects_of
 from laneledger.history.rewind import Invalidation
-from laneledger.runtime.access import scope_of
 from laneledger.runtime.httpjson import json_response
 from laneledger.sdk.client import LedgerClient
 from laneledger.sdk.spine import spawned_by
@@ -32,6 +31,7 @@ from . import rewinds
 from .api import Query
 from .feed import Feed
 from .history import scoped
+from .owners import TENANT_PARAMETER, owner_scope
 from .readmodel import ReadModel
 
 TREE_DEFAULT = 500
@@ -57,17 +57,18 @@ class CausalTree:
         return await asyncio.get_running_loop().run_in_executor(self._readers, fn, *args)
 
     async def get(self, request: web.Request) -> web.Response:
-        query = Query(request, ("cursor", "limit", rewinds.PARAMETER))
+        query = Query(request, ("cursor", "limit", rewinds.PARAMETER, TENANT_PARAMETER))
         cursor = query.integer("cursor", 0)
         limit = query.integer("limit", TREE_DEFAULT, low=1, high=TREE_MAX)
         exclude = rewinds.exclude_requested(query)
         session_id = request.match_info["session_id"]
         applied = self._feed.applied
-        where, params = scoped("session_id = ?", [session_id], scope_of(request))
+        scope = await owner_scope(request, query, self._read, self._model, "session", session_id)
+        where, params = scoped("session_id = ?", [session_id], scope)
         spines = await self._read(self._spines, where, params, applied)
         if not spines:  # none, or another tenant's: the same answer
             raise EntityNotFound("no such session", kind="session", id=session_id)
-        lanes, subjects = await self._structure(session_id)
+        lanes, subjects = await self._structure(session_id, scope.tenant)
         rewound, nodes, more = await self._read(
             self._nodes, where, params, applied, cursor, limit, exclude, subjects
         )
@@ -95,11 +96,13 @@ class CausalTree:
             }
         )
 
-    async def _structure(self, session_id: str) -> tuple[dict[str, Lane], dict[str, Subject]]:
+    async def _structure(
+        self, session_id: str, tenant: str | None
+    ) -> tuple[dict[str, Lane], dict[str, Subject]]:
         """Lanes by id, and the subjects of actions and attempts: read page by
         page (``load_structure``, no events), so complete however large the
         session is."""
-        view = await self._ledger.load_structure(session_id)
+        view = await self._ledger.load_structure(session_id, tenant=tenant)
         return {lane.id: lane for lane in view.lanes}, subjects_of(view.actions, view.attempts)
 
     # -- reader threads ----------------------------------------------------------------------
@@ -120,7 +123,7 @@ class CausalTree:
             p: (b.get("causation_id"), spawned_by(b["event_type"], b.get("payload") or {}))
             for p, b in firsts.items()
         }
-        known = self._positions({i for pair in links.values() for i in pair if i is not None})
+        known = self._positions(where, params, {i for pair in links.values() for i in pair if i is not None})
         for spine in spines.values():
             cause, spawner = links[spine["first_position"]]
             spine["first_cause"] = known.get(cause) if cause else None
@@ -174,7 +177,9 @@ class CausalTree:
             if len(rows) < SCAN_CHUNK:
                 break
             cursor = rows[-1][0]
-        positions = self._positions({cause for b in bodies if (cause := b.get("causation_id")) is not None})
+        positions = self._positions(
+            where, params, {cause for b in bodies if (cause := b.get("causation_id")) is not None}
+        )
         nodes: list[dict[str, Any]] = []
         for body in bodies:
             node = node_of(body, subjects, positions)
@@ -206,17 +211,19 @@ class CausalTree:
                 found[position] = msgspec.json.decode(body)
         return found
 
-    def _positions(self, event_ids: set[str]) -> dict[str, int]:
-        """Event id -> position, for causes (the sequencer keeps them in the
-        session, so no tenant filter is needed here)."""
+    def _positions(self, where: str, params: list[Any], event_ids: set[str]) -> dict[str, int]:
+        """Event id -> position, for causes, among the session's events
+        ``where`` selects (the sequencer keeps causes in the session, and event
+        ids are each tenant's own)."""
         ids = sorted(event_ids)
         found: dict[str, int] = {}
         for start in range(0, len(ids), ID_CHUNK):
             chunk = ids[start : start + ID_CHUNK]
             found.update(
                 self._model.query(
-                    f"SELECT event_id, position FROM events WHERE event_id IN ({','.join('?' * len(chunk))})",
-                    chunk,
+                    f"SELECT event_id, position FROM events WHERE {where}"
+                    f" AND event_id IN ({','.join('?' * len(chunk))})",
+                    [*params, *chunk],
                 )
             )
         return found

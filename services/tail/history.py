@@ -39,6 +39,7 @@ from laneledger.sdk.client import LedgerClient
 from . import rewinds
 from .api import Query, parse_int
 from .feed import Feed
+from .owners import TENANT_PARAMETER, owner_scope
 from .readmodel import ReadModel
 
 PAGE_DEFAULT = 100
@@ -142,7 +143,9 @@ class History:
                 position=position,
             )
         if rewinds.exclude_requested(query):
-            gone = await self._read(rewinds.invalidation, self._model, row.session_id, self._feed.applied)
+            gone = await self._read(
+                rewinds.invalidation, self._model, row.tenant, row.session_id, self._feed.applied
+            )
             if position in gone:  # left out, like every read that excludes it
                 raise EntityNotFound(
                     "the event at this position is invalidated by a rewind",
@@ -155,22 +158,22 @@ class History:
     # -- a lane ----------------------------------------------------------------------------
 
     async def lane_events(self, request: web.Request) -> web.Response:
-        query = Query(request, (*PAGE_PARAMETERS, rewinds.PARAMETER, WITH_ORIGIN))
+        query = Query(request, (*PAGE_PARAMETERS, rewinds.PARAMETER, WITH_ORIGIN, TENANT_PARAMETER))
         page = PageRequest.read(query)
         lane_id = request.match_info["lane_id"]
-        scope = scope_of(request)
+        scope = await self._owner(request, query, "lane", lane_id)
         applied = self._feed.applied
         where, params = scoped("lane_id = ?", [lane_id], scope)
         if query.choice(WITH_ORIGIN, ("false", "true")) == "true":
             return await self._fork_history(query, page, lane_id, applied, scope)
         if rewinds.exclude_requested(query):
             # A lane is in one session: its rewinds are the ones that apply.
-            session_id = await self._read(self._session_of, lane_id)
+            session_id = await self._read(self._session_of, where, params)
             if session_id is not None:
-                where, params = await self._excluding(True, session_id, applied, where, params)
+                where, params = await self._excluding(True, scope.tenant, session_id, applied, where, params)
         events, next_cursor, more = await self._read(self._page, where, params, "seq", page, applied)
         if not events and not await self._read(self._any, where, params):
-            lane = await self._ledger.get_lane(lane_id)  # 404 unless it is just empty
+            lane = await self._ledger.get_lane(lane_id, tenant=scope.tenant)  # 404 unless it is just empty
             scope.not_found_unless(lane.tenant, "lane", id=lane_id)
         return json_response(
             {
@@ -191,19 +194,22 @@ class History:
         position. The segments follow each other in position order, and a
         page holds events of one segment only (it may be short at a fork
         point; ``has_more`` says whether more follow)."""
-        lane = await self._ledger.get_lane(lane_id)
+        lane = await self._ledger.get_lane(lane_id, tenant=access.tenant)
         access.not_found_unless(lane.tenant, "lane", id=lane_id)
         origins = []
-        segments = [scoped("lane_id = ?", [lane_id], access)]
+        # Forks stay in their tenant (and session): every segment is the lane's tenant's.
+        segments: list[tuple[str, list[Any]]] = [("lane_id = ? AND tenant = ?", [lane_id, lane.tenant])]
         fork = lane.forked_from
         while fork is not None:  # a fork of a fork: each origin is older than its fork
             origins.append(full(fork))
-            segments.append(scoped("lane_id = ? AND seq <= ?", [fork.lane_id, fork.seq], access))
-            fork = (await self._ledger.get_lane(fork.lane_id)).forked_from
+            segments.append(
+                ("lane_id = ? AND tenant = ? AND seq <= ?", [fork.lane_id, lane.tenant, fork.seq])
+            )
+            fork = (await self._ledger.get_lane(fork.lane_id, tenant=lane.tenant)).forked_from
         if page.direction == "forward":
             segments.reverse()
         if rewinds.exclude_requested(query):  # forks stay in their origin's session
-            gone = await self._read(rewinds.invalidation, self._model, lane.session_id, applied)
+            gone = await self._read(rewinds.invalidation, self._model, lane.tenant, lane.session_id, applied)
             segments = [rewinds.excluding(where, params, gone) for where, params in segments]
         events, next_cursor, more = await self._read(self._segments_page, segments, page, applied)
         return json_response(
@@ -222,19 +228,20 @@ class History:
     # -- a session and a run ----------------------------------------------------------------
 
     async def session(self, request: web.Request) -> web.Response:
-        query = Query(request, (*PAGE_PARAMETERS, rewinds.PARAMETER))
+        query = Query(request, (*PAGE_PARAMETERS, rewinds.PARAMETER, TENANT_PARAMETER))
         page = PageRequest.read(query)
         session_id = request.match_info["session_id"]
         applied = self._feed.applied
-        access = scope_of(request)
+        access = await self._owner(request, query, "session", session_id)
         scope = await self._excluding(
             rewinds.exclude_requested(query),
+            access.tenant,
             session_id,
             applied,
             *scoped("session_id = ?", [session_id], access),
         )
         known, (events, next_cursor, more) = await asyncio.gather(
-            self._structure(session_id),
+            self._structure(session_id, tenant=access.tenant),
             self._read(self._page, *scope, "position", page, applied),
         )
         access.not_found_unless(known.tenant, "session", id=session_id)
@@ -253,19 +260,20 @@ class History:
         )
 
     async def run(self, request: web.Request) -> web.Response:
-        query = Query(request, (*PAGE_PARAMETERS, rewinds.PARAMETER))
+        query = Query(request, (*PAGE_PARAMETERS, rewinds.PARAMETER, TENANT_PARAMETER))
         page = PageRequest.read(query)
         session_id, run_id = request.match_info["session_id"], request.match_info["run_id"]
         applied = self._feed.applied
-        access = scope_of(request)
+        access = await self._owner(request, query, "session", session_id)
         scope = await self._excluding(
             rewinds.exclude_requested(query),
+            access.tenant,
             session_id,
             applied,
             *scoped("run_id = ? AND session_id = ?", [run_id, session_id], access),
         )
         known, (events, next_cursor, more) = await asyncio.gather(
-            self._structure(session_id, run_id),
+            self._structure(session_id, run_id, tenant=access.tenant),
             self._read(self._page, *scope, "position", page, applied),
         )
         access.not_found_unless(known.tenant, "run", id=run_id, session_id=session_id)
@@ -285,13 +293,17 @@ class History:
     async def inspection(self, request: web.Request) -> web.Response:
         """What the run's events say about how it ended and what is left open,
         without choosing a status or a recovery policy for the orchestrator."""
-        Query(request, ())
+        query = Query(request, (TENANT_PARAMETER,))
         session_id, run_id = request.match_info["session_id"], request.match_info["run_id"]
         applied = self._feed.applied
-        access = scope_of(request)
+        access = await self._owner(request, query, "session", session_id)
         view, rows = await asyncio.gather(
-            self._structure(session_id, run_id),
-            self._read(self._run_facts, session_id, run_id, applied),
+            self._structure(session_id, run_id, tenant=access.tenant),
+            self._read(
+                self._run_facts,
+                *scoped("run_id = ? AND session_id = ?", [run_id, session_id], access),
+                applied,
+            ),
         )
         access.not_found_unless(view.tenant, "run", id=run_id, session_id=session_id)
         terminal = [msgspec.Raw(body) for _, t, _, body in rows if t in TERMINAL_EVENT_TYPES["run"]]
@@ -336,19 +348,30 @@ class History:
             }
         )
 
+    async def _owner(self, request: web.Request, query: Query, kind: str, entity_id: str) -> Scope:
+        return await owner_scope(request, query, self._read, self._model, kind, entity_id)
+
     async def _excluding(
-        self, exclude: bool, session_id: str, applied: int, where: str, params: list[Any]
+        self,
+        exclude: bool,
+        tenant: str | None,
+        session_id: str,
+        applied: int,
+        where: str,
+        params: list[Any],
     ) -> tuple[str, list[Any]]:
         """``where`` without the events the session's rewinds invalidated, when asked."""
         if not exclude:
             return where, params
-        gone = await self._read(rewinds.invalidation, self._model, session_id, applied)
+        gone = await self._read(rewinds.invalidation, self._model, tenant, session_id, applied)
         return rewinds.excluding(where, params, gone)
 
-    async def _structure(self, session_id: str, run_id: str | None = None) -> Structure:
+    async def _structure(
+        self, session_id: str, run_id: str | None = None, *, tenant: str | None = None
+    ) -> Structure:
         # Paged (load_structure), without the events the tail reads itself:
         # complete however large the session is.
-        view = await self._ledger.load_structure(session_id, run_id)
+        view = await self._ledger.load_structure(session_id, run_id, tenant=tenant)
         return Structure(
             view.lanes,
             view.turns,
@@ -392,18 +415,18 @@ class History:
                 return events, next_cursor, more
         return [], None, False
 
-    def _session_of(self, lane_id: str) -> str | None:
-        rows = self._model.query("SELECT session_id FROM events WHERE lane_id = ? LIMIT 1", [lane_id])
+    def _session_of(self, where: str, params: list[Any]) -> str | None:
+        """The session of the lane events ``where`` selects."""
+        rows = self._model.query(f"SELECT session_id FROM events WHERE {where} LIMIT 1", params)
         return rows[0][0] if rows else None
 
     def _any(self, where: str, params: list[Any]) -> bool:
         return bool(self._model.query(f"SELECT 1 FROM events WHERE {where} LIMIT 1", params))
 
-    def _run_facts(self, session_id: str, run_id: str, applied: int) -> list[tuple[Any, ...]]:
+    def _run_facts(self, where: str, params: list[Any], applied: int) -> list[tuple[Any, ...]]:
         types = TERMINAL_EVENT_TYPES["run"] + ATTEMPT_TYPES + (CHECKPOINT_LINKED,)
         return self._model.query(
-            "SELECT position, event_type, subject_id, body FROM events"
-            " WHERE run_id = ? AND session_id = ? AND position <= ?"
+            f"SELECT position, event_type, subject_id, body FROM events WHERE {where} AND position <= ?"
             f" AND event_type IN ({','.join('?' * len(types))}) ORDER BY position",
-            [run_id, session_id, applied, *types],
+            [*params, applied, *types],
         )

@@ -739,6 +739,13 @@ _EXCLUDE = _param(
     "true: leave out the session's events its session.rewound events invalidate",
 )
 _RUN = _param("run_id", "path", _TEXT, "host run id")
+_OWNER = _param(
+    "tenant",
+    "query",
+    _TEXT,
+    "whose id it is (every id is its tenant's own): the token's own by default; with the "
+    "operator token or on an open tail, needed only when several tenants have the id",
+)
 _SHA256 = _param(
     "sha256",
     "path",
@@ -877,6 +884,7 @@ PATHS: dict[str, Any] = {
                 _param("lane_id", "path", _TEXT, "lane id"),
                 *_PAGE_PARAMS,
                 _EXCLUDE,
+                _OWNER,
                 _param(
                     "with_origin",
                     "query",
@@ -893,7 +901,7 @@ PATHS: dict[str, Any] = {
         "get": {
             "operationId": "getSession",
             "summary": "a session: runs, lanes, structure, and its events; cursor is a position",
-            "parameters": [_SESSION, *_PAGE_PARAMS, _EXCLUDE],
+            "parameters": [_SESSION, *_PAGE_PARAMS, _EXCLUDE, _OWNER],
             "responses": {
                 "200": json_body("Session", "the session and one page of its events"),
                 **error_responses(400, 404, 503, 504),
@@ -920,6 +928,7 @@ PATHS: dict[str, Any] = {
                     "nodes per page",
                 ),
                 _EXCLUDE,
+                _OWNER,
             ],
             "responses": {
                 "200": json_body("CausalTree", "one page of the tree"),
@@ -931,7 +940,7 @@ PATHS: dict[str, Any] = {
         "get": {
             "operationId": "getRun",
             "summary": "a run: lanes, structure, and its events; cursor is a position",
-            "parameters": [_SESSION, _RUN, *_PAGE_PARAMS, _EXCLUDE],
+            "parameters": [_SESSION, _RUN, *_PAGE_PARAMS, _EXCLUDE, _OWNER],
             "responses": {
                 "200": json_body("Run", "the run and one page of its events"),
                 **error_responses(400, 404, 503, 504),
@@ -942,7 +951,7 @@ PATHS: dict[str, Any] = {
         "get": {
             "operationId": "inspectRun",
             "summary": "terminal events, linked checkpoints and unresolved attempts of a run",
-            "parameters": [_SESSION, _RUN],
+            "parameters": [_SESSION, _RUN, _OWNER],
             "responses": {
                 "200": json_body("Inspection", "the run's inspection"),
                 **error_responses(400, 404, 503, 504),
@@ -976,6 +985,13 @@ PATHS: dict[str, Any] = {
             "parameters": [
                 _param("lane_id", "query", _TEXT, "verify this lane"),
                 _param("session_id", "query", _TEXT, "verify this session's lanes"),
+                _param(
+                    "tenant",
+                    "query",
+                    _TEXT,
+                    "the tenant whose lane or session it is (as elsewhere: needed only when several "
+                    "tenants have the id), or alone: verify this tenant's lanes (the token's own by default)",
+                ),
             ],
             "responses": {
                 "200": json_body("VerifyReport", "intact, or the first fault"),
@@ -1064,7 +1080,7 @@ PATHS: dict[str, Any] = {
             "operationId": "sessionActivity",
             "summary": "a session's turns, actions and attempts with outcome, duration and cost, "
             "and its human-in-the-loop pauses, from its events",
-            "parameters": [_SESSION],
+            "parameters": [_SESSION, _OWNER],
             "responses": {
                 "200": json_body("Activity", "the session's activity"),
                 **error_responses(400, 404, 500),

@@ -30,12 +30,14 @@ def exclude_requested(query: Query) -> bool:
     return query.choice(PARAMETER, ("false", "true")) == "true"
 
 
-def invalidation(model: ReadModel, session_id: str, applied: int) -> Invalidation:
-    """What the session's rewinds up to ``applied`` invalidate (reader thread)."""
-    rows = model.query(
-        "SELECT body FROM events WHERE session_id = ? AND event_type = ? AND position <= ? ORDER BY position",
-        [session_id, REWOUND, applied],
-    )
+def invalidation(model: ReadModel, tenant: str | None, session_id: str, applied: int) -> Invalidation:
+    """What the session's rewinds up to ``applied`` invalidate (reader
+    thread). ``tenant``: whose session (ids are each tenant's own); None
+    only where the read model knows one tenant with it (``owners``)."""
+    where, params = "session_id = ? AND event_type = ? AND position <= ?", [session_id, REWOUND, applied]
+    if tenant is not None:
+        where, params = where + " AND tenant = ?", [*params, tenant]
+    rows = model.query(f"SELECT body FROM events WHERE {where} ORDER BY position", params)
     return Invalidation(msgspec.json.decode(body).get("payload", {}) for (body,) in rows)
 
 
@@ -60,12 +62,12 @@ class ScopeInvalidation:
 
     def __init__(self) -> None:
         self.as_of = 0  # rewinds committed up to here are in
-        self._sessions: dict[str, Invalidation] = {}
+        self._sessions: dict[tuple[str, str], Invalidation] = {}  # by (tenant, session id)
         self.spans = 0
 
-    def add(self, rewound: list[tuple[str, JsonObject]], as_of: int) -> None:
-        for session_id, payload in rewound:
-            gone = self._sessions.setdefault(session_id, Invalidation())
+    def add(self, rewound: list[tuple[str, str, JsonObject]], as_of: int) -> None:
+        for tenant, session_id, payload in rewound:
+            gone = self._sessions.setdefault((tenant, session_id), Invalidation())
             before = len(gone.spans())
             gone.add(payload)
             self.spans += len(gone.spans()) - before
@@ -78,23 +80,23 @@ class ScopeInvalidation:
                 ranges=self.spans,
             )
 
-    def covers(self, session_id: str, position: int) -> bool:
-        gone = self._sessions.get(session_id)
+    def covers(self, tenant: str, session_id: str, position: int) -> bool:
+        gone = self._sessions.get((tenant, session_id))
         return gone is not None and position in gone
 
 
 def rewinds_between(
     model: ReadModel, tenant: str | None, session_id: str | None, after: int, upto: int
-) -> list[tuple[str, JsonObject]]:
-    """``(session_id, payload)`` of the rewinds committed in ``(after, upto]``
+) -> list[tuple[str, str, JsonObject]]:
+    """``(tenant, session_id, payload)`` of the rewinds committed in ``(after, upto]``
     in scope, in order (reader thread; the event-type index serves it)."""
     where, params = "event_type = ? AND position > ? AND position <= ?", [REWOUND, after, upto]
     for column, value in (("tenant", tenant), ("session_id", session_id)):
         if value is not None:
             where += f" AND {column} = ?"
             params.append(value)
-    rows = model.query(f"SELECT session_id, body FROM events WHERE {where} ORDER BY position", params)
-    return [(sid, msgspec.json.decode(body).get("payload", {})) for sid, body in rows]
+    rows = model.query(f"SELECT tenant, session_id, body FROM events WHERE {where} ORDER BY position", params)
+    return [(tenant, sid, msgspec.json.decode(body).get("payload", {})) for tenant, sid, body in rows]
 
 
 class InvalidationLookup:

@@ -61,6 +61,7 @@ CREATE TABLE IF NOT EXISTS session_index (
     PRIMARY KEY (tenant, session_id)
 );
 CREATE INDEX IF NOT EXISTS session_index_newest ON session_index (last_position);
+CREATE INDEX IF NOT EXISTS session_index_by_id ON session_index (session_id);  -- owners.py
 CREATE TABLE IF NOT EXISTS session_members (
     tenant     TEXT NOT NULL,
     session_id TEXT NOT NULL,

@@ -141,7 +141,9 @@ class Tail:
                     if (
                         entry.frame is not None
                         and filt.matches(entry)
-                        and not (gone is not None and gone.covers(entry.session_id, entry.position))
+                        and not (
+                            gone is not None and gone.covers(entry.tenant, entry.session_id, entry.position)
+                        )
                     ):
                         frames.append(entry.frame)
                     if filt.ends_with(entry):

@@ -24,6 +24,7 @@ import asyncio
 import threading
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -37,12 +38,13 @@ from laneledger.contract.errors import (
     LedgerError,
     LedgerUnavailable,
 )
-from laneledger.runtime.access import scope_of
+from laneledger.runtime.access import Scope, scope_of
 from laneledger.runtime.httpjson import json_response
 from laneledger.sdk.client import LedgerClient
 
 from .api import Query
 from .feed import Feed
+from .owners import TENANT_PARAMETER, owner_scope
 from .readmodel import COLUMNS, ReadModel, Row
 
 # Row column -> the body field it copies.
@@ -77,7 +79,7 @@ class Walk:
         self.chains = LaneChains(key=self.key)
 
     @property
-    def tips(self) -> dict[str, tuple[int, str]]:  # lane -> (seq, entry_hash)
+    def tips(self) -> dict[tuple[str, str], tuple[int, str]]:  # (tenant, lane) -> (seq, entry_hash)
         return self.chains.tips
 
     def check(self, row: Row) -> None:
@@ -86,7 +88,7 @@ class Walk:
             raise position_gap(self.last_position + 1, position, row.lane_id)
         record = decode_body(row.body, position, row.lane_id or None)
         lane_id = record.get("lane_id") if isinstance(record.get("lane_id"), str) else row.lane_id
-        self.chains.check(record, position=position, lane=lane_id)
+        self.chains.check(record, position=position, lane=lane_id, tenant=row.tenant)
         seq = record["seq"]
         for column, name in _COPIED:
             if getattr(row, column) != record.get(name):
@@ -120,12 +122,12 @@ class Verifier:
         return web.get("/api/v1/verify", self.handle, name="verify")
 
     async def handle(self, request: web.Request) -> web.Response:
-        query = Query(request, ("lane_id", "session_id"))
+        query = Query(request, ("lane_id", "session_id", TENANT_PARAMETER))
         lane_id, session_id = query.text("lane_id"), query.text("session_id")
         if lane_id is not None and session_id is not None:
             raise InvalidRequest("give lane_id or session_id, not both", parameter="lane_id")
         applied = self._feed.applied
-        access = scope_of(request)
+        access = await self._access(request, query, lane_id, session_id)
         if lane_id is not None:
             scope, where, params, order = "lane", "lane_id = ?", [lane_id], "seq"
         elif session_id is not None:
@@ -146,13 +148,13 @@ class Verifier:
         if walk.events == 0 and fault is None:
             # Nothing in the read model: an empty lane or session, or no such thing.
             if lane_id is not None:  # scope "lane"
-                lane = await self._ledger.get_lane(lane_id)
+                lane = await self._ledger.get_lane(lane_id, tenant=access.tenant)
                 access.not_found_unless(lane.tenant, "lane", id=lane_id)
             elif session_id is not None:  # scope "session"
                 # One structure row, not load_session: that carries every event
                 # and is refused past 1 MiB (a large session the tail has not
                 # applied yet).
-                page = await self._ledger.load_structure_page(session_id, limit=1)
+                page = await self._ledger.load_structure_page(session_id, limit=1, tenant=access.tenant)
                 access.not_found_unless(page.tenant, "session", id=session_id)
         report: dict[str, Any] = {
             "scope": scope,
@@ -171,8 +173,23 @@ class Verifier:
         if session_id is not None:
             report["session_id"] = session_id
         if scope != "ledger":
-            report["lane_tips"] = {lane: tip for lane, (_, tip) in walk.tips.items()}
+            # One tenant's lanes (a tenant, session or lane walk), so lane ids are unique.
+            report["lane_tips"] = {lane: tip for (_, lane), (_, tip) in walk.tips.items()}
         return json_response(report)
+
+    async def _access(
+        self, request: web.Request, query: Query, lane_id: str | None, session_id: str | None
+    ) -> Scope:
+        """The request's scope, narrowed to the tenant of the lane or session
+        it names, or to the tenant the operator names (a tenant walk)."""
+        read = partial(asyncio.get_running_loop().run_in_executor, self._readers)
+        if lane_id is not None:
+            return await owner_scope(request, query, read, self._model, "lane", lane_id)
+        if session_id is not None:
+            return await owner_scope(request, query, read, self._model, "session", session_id)
+        access = scope_of(request)
+        named = access.narrow(query.text(TENANT_PARAMETER))
+        return access if named is None else Scope(named, operator=access.operator)
 
     def _walk(
         self, walk: Walk, where: str, params: list[Any], order: str, applied: int

@@ -138,9 +138,9 @@ class LedgerAudit:
     events: int
     lanes: int
     last_position: int
-    # Every lane of the lanes table -> the entry_hash of its last event
-    # (GENESIS_HASH, 64 zeros, for an empty lane).
-    lane_tips: dict[str, str] = field(default_factory=dict)
+    # Every lane of the lanes table, by (tenant, lane id) -> the entry_hash of
+    # its last event (GENESIS_HASH, 64 zeros, for an empty lane).
+    lane_tips: dict[tuple[str, str], str] = field(default_factory=dict)
     actors: int = 0  # distinct actors of the events
     signed_events: int = 0  # signatures checked and valid
     causal_links: int = 0  # causation_ids checked
@@ -251,6 +251,17 @@ def _pages(db: sqlite3.Connection, sql: str, first_key: Any, page: int) -> Itera
         key = rows[-1][0]
 
 
+def _lane_rows(db: sqlite3.Connection, page: int) -> Iterator[tuple[str, str, int, str]]:
+    """Every lane row's (id, tenant, last_seq, head_hash), in rowid order."""
+    for _, lane_id, tenant, last_seq, head_hash in _pages(
+        db,
+        "SELECT rowid, id, tenant, last_seq, head_hash FROM lanes WHERE rowid > ? ORDER BY rowid LIMIT ?",
+        -(2**63),
+        page,
+    ):
+        yield lane_id, tenant, last_seq, head_hash
+
+
 def audit_ledger(
     db_path: str | Path,
     *,
@@ -279,7 +290,7 @@ def audit_ledger(
 
 
 def _audit(db: sqlite3.Connection, key: bytes | None, page: int, checks: _EventChecks) -> LedgerAudit:
-    tips: dict[str, _Tip] = {}
+    tips: dict[tuple[str, str], _Tip] = {}  # by (tenant, lane id): ids are each tenant's own
     chains = LaneChains(key=key)
     group: list[_Event] = []  # the events of the current append
     # (tenant, append id) of the current append: append ids are each tenant's own.
@@ -287,11 +298,12 @@ def _audit(db: sqlite3.Connection, key: bytes | None, page: int, checks: _EventC
     groups = 0
     position = 0
     receipt_of = db.cursor()
+    receipt_sql = _receipt_query(db)
 
     def close_group() -> None:
         nonlocal groups
         if group_append is not None:
-            _check_receipt(receipt_of, *group_append, group)
+            _check_receipt(receipt_of, receipt_sql, *group_append, group)
             groups += 1
 
     rows = _pages(
@@ -313,7 +325,12 @@ def _audit(db: sqlite3.Connection, key: bytes | None, page: int, checks: _EventC
         # Chained by the lane the hashed body names: a row whose lane column
         # alone was edited is then a row_mismatch, not a broken link.
         body_lane = record.get("lane_id")
-        chains.check(record, position=position, lane=body_lane if isinstance(body_lane, str) else row_lane)
+        chains.check(
+            record,
+            position=position,
+            lane=body_lane if isinstance(body_lane, str) else row_lane,
+            tenant=row_tenant,
+        )
         seq = record["seq"]
 
         # The row's index columns must say what the hashed body says.
@@ -337,9 +354,9 @@ def _audit(db: sqlite3.Connection, key: bytes | None, page: int, checks: _EventC
                 )
         checks.check(record, position, row_lane, seq)
 
-        tip = tips.get(row_lane)
+        tip = tips.get((row_tenant, row_lane))
         if tip is None:
-            tips[row_lane] = _Tip(seq, record["entry_hash"], position, position)
+            tips[(row_tenant, row_lane)] = _Tip(seq, record["entry_hash"], position, position)
         else:
             tip.seq, tip.entry_hash, tip.last_position = seq, record["entry_hash"], position
 
@@ -382,13 +399,11 @@ def _audit(db: sqlite3.Connection, key: bytes | None, page: int, checks: _EventC
         )
 
     # The lanes table: each head equals its last event.
-    lane_tips: dict[str, str] = {}
+    lane_tips: dict[tuple[str, str], str] = {}
     lanes = 0
-    for lane_id, last_seq, head_hash in _pages(
-        db, "SELECT id, last_seq, head_hash FROM lanes WHERE id > ? ORDER BY id LIMIT ?", "", page
-    ):
+    for lane_id, lane_tenant, last_seq, head_hash in _lane_rows(db, page):
         lanes += 1
-        tip = tips.pop(lane_id, None)
+        tip = tips.pop((lane_tenant, lane_id), None)
         seq, tip_hash = (tip.seq, tip.entry_hash) if tip else (0, GENESIS_HASH)
         where = tip.last_position if tip else None
         if last_seq != seq:
@@ -414,9 +429,9 @@ def _audit(db: sqlite3.Connection, key: bytes | None, page: int, checks: _EventC
                 expected=tip_hash,
                 found=head_hash,
             )
-        lane_tips[lane_id] = tip_hash
+        lane_tips[(lane_tenant, lane_id)] = tip_hash
     if tips:
-        lane_id, tip = min(tips.items(), key=lambda item: item[1].first_position)
+        (_, lane_id), tip = min(tips.items(), key=lambda item: item[1].first_position)
         raise _integrity(
             "unknown_lane", "the event's lane is not in the lanes table", tip.first_position, lane_id, 1
         )
@@ -501,8 +516,11 @@ class _EventChecks:
         cause = record.get("causation_id")
         if cause is not None:
             self.causal_links += 1
-            found = (
-                self._db.execute("SELECT position, session_id FROM events WHERE id = ?", (cause,)).fetchone()
+            found = (  # event ids are each tenant's own: the cause is one of the event's tenant
+                self._db.execute(
+                    "SELECT position, session_id FROM events WHERE id = ? AND tenant = ?",
+                    (cause, record.get("tenant")),
+                ).fetchone()
                 if isinstance(cause, str)
                 else None
             )
@@ -560,17 +578,26 @@ class _EventChecks:
         return facts
 
 
-def _check_receipt(db: sqlite3.Cursor, tenant: str, append_id: str, events: list[_Event]) -> None:
-    """The contiguous events of one append against its stored receipt: the
-    receipt of that append id whose lane is the tenant's (read through the
-    lane, so a database the sequencer has not migrated yet reads the same;
-    a join, so each append costs two index lookups, not a scan of the lanes)."""
-    first = events[0]
-    row = db.execute(
+def _receipt_query(db: sqlite3.Connection) -> str:
+    """How a receipt is found by (append id, tenant): by its own tenant
+    column, or in a version-1 file (which has none, and whose lane ids are
+    unique across tenants) through its lane."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(receipts)")}
+    if "tenant" in columns:
+        return "SELECT lane_id, digest, body FROM receipts WHERE append_id = ? AND tenant = ?"
+    return (
         "SELECT r.lane_id, r.digest, r.body FROM receipts r JOIN lanes l ON l.id = r.lane_id"
-        " WHERE r.append_id = ? AND l.tenant = ?",
-        (append_id, tenant),
-    ).fetchone()
+        " WHERE r.append_id = ? AND l.tenant = ?"
+    )
+
+
+def _check_receipt(
+    db: sqlite3.Cursor, receipt_sql: str, tenant: str, append_id: str, events: list[_Event]
+) -> None:
+    """The contiguous events of one append against its stored receipt: the
+    receipt of that append id of that tenant (append ids are each tenant's own)."""
+    first = events[0]
+    row = db.execute(receipt_sql, (append_id, tenant)).fetchone()
     if row is None:
         raise _integrity(
             "receipt_missing",
@@ -926,5 +953,11 @@ def verify_export(records: Iterator[dict[str, Any]], *, hmac_key: bytes | None =
         if record["position"] != position + 1:
             raise position_gap(position + 1, record["position"], record["lane_id"], record.get("seq"))
         position = record["position"]
-        chains.check(record, position=position, lane=record["lane_id"])
+        tenant = record.get("tenant")  # lane ids are each tenant's own
+        chains.check(
+            record,
+            position=position,
+            lane=record["lane_id"],
+            tenant=tenant if isinstance(tenant, str) else None,
+        )
     return ExportAudit(events=position, lanes=len(chains.tips), last_position=position)

@@ -43,6 +43,10 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     sub.add_argument("--reason", help="why, recorded in the event")
     sub.add_argument("--dry-run", action="store_true", help="compute and print, record nothing")
+    sub.add_argument(
+        "--tenant",
+        help="whose session or lane (ids are each tenant's own): needed only when several have the id",
+    )
     add_nats_option(sub)
     sub.set_defaults(run=cmd_rewind)
 
@@ -58,6 +62,10 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     sub.add_argument("seq", metavar="SEQ", type=int)
     sub.add_argument("name", metavar="NAME")
     sub.add_argument("--actor", required=True, metavar="KEY", help="the fork's owner, e.g. agent:x@1")
+    sub.add_argument(
+        "--tenant",
+        help="whose session or lane (ids are each tenant's own): needed only when several have the id",
+    )
     add_nats_option(sub)
     sub.set_defaults(run=cmd_fork)
 
@@ -71,7 +79,7 @@ def cmd_rewind(args: argparse.Namespace) -> int:
 
     async def run() -> Rewound:
         async with await LedgerClient.connect(args.nats) as client:
-            view = await client.load_session(args.session_id)
+            view = await client.load_session(args.session_id, tenant=args.tenant)
             actor = await client.ensure_actor(view.tenant, args.actor, actor_kind(args.actor))
             return await rewind_session(
                 client,
@@ -81,6 +89,7 @@ def cmd_rewind(args: argparse.Namespace) -> int:
                 lane_id=args.lane_id,
                 reason=args.reason,
                 dry_run=args.dry_run,
+                tenant=view.tenant,
             )
 
     done = asyncio.run(run())
@@ -97,9 +106,11 @@ def cmd_rewind(args: argparse.Namespace) -> int:
 def cmd_fork(args: argparse.Namespace) -> int:
     async def run() -> Lane:
         async with await LedgerClient.connect(args.nats) as client:
-            origin = await client.get_lane(args.lane_id)
+            origin = await client.get_lane(args.lane_id, tenant=args.tenant)
             actor = await client.ensure_actor(origin.tenant, args.actor, actor_kind(args.actor))
-            return await fork_lane(client, args.lane_id, args.seq, args.name, actor_id=actor.id)
+            return await fork_lane(
+                client, args.lane_id, args.seq, args.name, actor_id=actor.id, tenant=origin.tenant
+            )
 
     lane = asyncio.run(run())
     sys.stdout.buffer.write(msgspec.json.encode(lane) + b"\n")

@@ -49,6 +49,11 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="the session to export (korg-ledger-v1 only, and required there)",
     )
     sub.add_argument(
+        "--tenant",
+        help="korg-ledger-v1: whose session (ids are each tenant's own): needed only when "
+        "several have the id",
+    )
+    sub.add_argument(
         "--hmac-key",
         metavar="KEY",
         type=hmac_key,
@@ -68,6 +73,10 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     sub.add_argument("run_id", metavar="RUN", nargs="?", help="the run (for `inspect run`)")
     add_nats_option(sub)
     sub.add_argument("--json", action="store_true", help="print the view as JSON")
+    sub.add_argument(
+        "--tenant",
+        help="whose session or lane (ids are each tenant's own): needed only when several have the id",
+    )
     sub.set_defaults(run=cmd_inspect)
 
     sub = commands.add_parser(
@@ -92,10 +101,15 @@ def cmd_export(args: argparse.Namespace) -> int:
             return 2
 
         def write(out: BinaryIO) -> int:
-            return export_session_from_db(args.db, args.session_id, out, key=args.hmac_key)
+            return export_session_from_db(
+                args.db, args.session_id, out, key=args.hmac_key, tenant=args.tenant
+            )
     else:
-        if args.session_id or args.hmac_key:
-            print("laneledger: --session and --hmac-key are for --format korg-ledger-v1", file=sys.stderr)
+        if args.session_id or args.hmac_key or args.tenant:
+            print(
+                "laneledger: --session, --tenant and --hmac-key are for --format korg-ledger-v1",
+                file=sys.stderr,
+            )
             return 2
 
         def write(out: BinaryIO) -> int:
@@ -141,8 +155,8 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 async def _load(args: argparse.Namespace) -> SessionView | RunView:
     async with await LedgerClient.connect(args.nats) as client:
         if args.what == "session":
-            return await client.load_session(args.session_id)
-        return await client.load_run(args.session_id, args.run_id)
+            return await client.load_session(args.session_id, tenant=args.tenant)
+        return await client.load_run(args.session_id, args.run_id, tenant=args.tenant)
 
 
 def render(view: SessionView | RunView) -> str:

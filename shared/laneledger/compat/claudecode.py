@@ -410,7 +410,7 @@ class ClaudeCodeImport:
         # the time of the first import — read back from the session.started it
         # committed, so a re-import produces the same bytes.
         if recorder.head > 0:
-            first = (await self.client.load_lane(recorder.lane.id, 0, limit=1)).events[0]
+            first = (await self.client.load_lane(recorder.lane.id, 0, limit=1, tenant=self.tenant)).events[0]
             self._anchor = first.occurred_at
         else:
             self._anchor = (
@@ -418,7 +418,9 @@ class ClaudeCodeImport:
             )
         self._clock = self._anchor
         self._anchor_ms = _epoch_ms(self._anchor)
-        turn = await self.client.create_turn(recorder.lane.id, 1, turn_id=self._id("turn", "main"))
+        turn = await self.client.create_turn(
+            recorder.lane.id, 1, turn_id=self._id("turn", "main"), tenant=self.tenant
+        )
         main = Agent("main", recorder, actor, turn.id)
         self._agents["main"] = main
         self.summary.lanes["main"] = recorder.lane.id
@@ -517,7 +519,9 @@ class ClaudeCodeImport:
             parent_lane_id=parent.recorder.lane.id,
             actor_id=actor,
         )
-        turn = await self.client.create_turn(recorder.lane.id, 1, turn_id=self._id("turn", key))
+        turn = await self.client.create_turn(
+            recorder.lane.id, 1, turn_id=self._id("turn", key), tenant=self.tenant
+        )
         agent = Agent(key, recorder, actor, turn.id)
         self._agents[key] = agent
         self.summary.lanes[key] = recorder.lane.id
@@ -689,8 +693,9 @@ class ClaudeCodeImport:
             effect="none",
             idempotency="not_applicable",
             action_id=action_id,
+            tenant=self.tenant,
         )
-        await self.client.create_attempt(lane_id, action_id, 1, attempt_id=attempt_id)
+        await self.client.create_attempt(lane_id, action_id, 1, attempt_id=attempt_id, tenant=self.tenant)
         at = message.timestamp or self._clock
         base = {
             "action_type": "model_call",
@@ -760,8 +765,9 @@ class ClaudeCodeImport:
             effect=tool_effect(name),
             idempotency="unknown",
             action_id=action_id,
+            tenant=self.tenant,
         )
-        await self.client.create_attempt(lane_id, action_id, 1, attempt_id=attempt_id)
+        await self.client.create_attempt(lane_id, action_id, 1, attempt_id=attempt_id, tenant=self.tenant)
         given = block.get("input")
         tool_input: dict[str, Any] = given if isinstance(given, dict) else {}
         requested = self._event(

@@ -211,13 +211,14 @@ def export_session(
 
 
 def export_session_from_db(
-    db: str | Path, session_id: str, out: BinaryIO, *, key: bytes | None = None
+    db: str | Path, session_id: str, out: BinaryIO, *, key: bytes | None = None, tenant: str | None = None
 ) -> int:
-    """``export_session`` of a session read from a ledger database (read-only)."""
+    """``export_session`` of a session read from a ledger database (read-only);
+    ``tenant``: whose session, needed only when several tenants have the id."""
     conn = open_ledger(db, readonly=True)
     try:
         reader = LedgerReader(conn)
-        view = decoder(SessionView).decode(encode(reader.load_session(session_id)))
+        view = decoder(SessionView).decode(encode(reader.load_session(session_id, tenant)))
         actor_ids = sorted({e.actor_id for e in view.events})
         keys: dict[str, str] = {}
         for start in range(0, len(actor_ids), 500):

@@ -121,9 +121,15 @@ class LaneChains:
     def tip(self, lane: Any = None) -> str:
         return self.tips.get(lane, (0, GENESIS_HASH))[1]
 
-    def check(self, record: Mapping[str, Any], *, position: int, lane: Any = None) -> None:
+    def check(
+        self, record: Mapping[str, Any], *, position: int, lane: Any = None, tenant: str | None = None
+    ) -> None:
+        """``lane`` names the chain; with ``tenant`` the chain is that
+        tenant's lane (lane ids are each tenant's own), keyed ``(tenant, lane)``
+        in ``tips``."""
         order = self._profile.order_field
-        prev_seq, prev = self.tips.get(lane, (0, GENESIS_HASH))
+        chain = lane if tenant is None else (tenant, lane)
+        prev_seq, prev = self.tips.get(chain, (0, GENESIS_HASH))
         seq = record.get(order, _MISSING)
         if type(seq) is not int:  # bool is an int subclass; it is not a seq
             raise _fault("not_chained", position, None, order, "an integer", seq, lane)
@@ -140,7 +146,7 @@ class LaneChains:
             raise _fault(
                 "content_tampered", position, seq, "entry_hash", recomputed, record["entry_hash"], lane
             )
-        self.tips[lane] = (seq, record["entry_hash"])
+        self.tips[chain] = (seq, record["entry_hash"])
 
 
 def _fault(

@@ -288,6 +288,13 @@ class Checkpoint(Frozen, frozen=True, kw_only=True):
 
 
 # -- commands to the sequencer (request/reply on <prefix>.cmd.<op>) ------------------
+#
+# Every id is its tenant's own (spec/object-model.md, "Identity"): two tenants
+# may use one id for different things. A command that looks something up by
+# id carries ``tenant``, whose ids they are: on a tenant's subject
+# (``<prefix>.cmd.<tenant>.<op>``) that tenant, and leaving it out means it;
+# on the unscoped subject it may be left out while only one tenant uses the
+# id (``invalid_request`` naming ``$.tenant`` otherwise).
 
 
 class EnsureActor(Frozen, frozen=True, kw_only=True, tag="ensure_actor", tag_field="op"):
@@ -316,6 +323,7 @@ class CreateTurn(Frozen, frozen=True, kw_only=True, tag="create_turn", tag_field
     lane_id: Id
     turn_no: Annotated[int, Meta(ge=1, le=MAX_WIRE_INT)]
     id: Id | None = None
+    tenant: Id | None = None  # whose ids: see above
 
 
 class CreateAction(Frozen, frozen=True, kw_only=True, tag="create_action", tag_field="op"):
@@ -327,6 +335,7 @@ class CreateAction(Frozen, frozen=True, kw_only=True, tag="create_action", tag_f
     idempotency: str
     idempotency_key: str | None = None
     id: Id | None = None
+    tenant: Id | None = None  # whose ids: see above
 
 
 class CreateAttempt(Frozen, frozen=True, kw_only=True, tag="create_attempt", tag_field="op"):
@@ -334,25 +343,30 @@ class CreateAttempt(Frozen, frozen=True, kw_only=True, tag="create_attempt", tag
     action_id: Id
     attempt_no: Annotated[int, Meta(ge=1, le=MAX_WIRE_INT)]
     id: Id | None = None
+    tenant: Id | None = None  # whose ids: see above
 
 
 class GetLane(Frozen, frozen=True, kw_only=True, tag="get_lane", tag_field="op"):
     lane_id: Id
+    tenant: Id | None = None  # whose ids: see above
 
 
 class LoadLane(Frozen, frozen=True, kw_only=True, tag="load_lane", tag_field="op"):
     lane_id: Id
     after_seq: Seq = 0
     limit: Annotated[int, Meta(ge=1, le=10_000)] = 1000
+    tenant: Id | None = None  # whose ids: see above
 
 
 class LoadRun(Frozen, frozen=True, kw_only=True, tag="load_run", tag_field="op"):
     session_id: Id
     run_id: Id
+    tenant: Id | None = None  # whose ids: see above
 
 
 class LoadSession(Frozen, frozen=True, kw_only=True, tag="load_session", tag_field="op"):
     session_id: Id
+    tenant: Id | None = None  # whose ids: see above
 
 
 class StructureCursor(Frozen, frozen=True, kw_only=True):
@@ -373,14 +387,12 @@ class LoadStructure(Frozen, frozen=True, kw_only=True, tag="load_structure", tag
     run_id: Id | None = None
     after: StructureCursor = StructureCursor()
     limit: Annotated[int, Meta(ge=1, le=10_000)] = 1000
+    tenant: Id | None = None  # whose ids: see above
 
 
 class GetReceipt(Frozen, frozen=True, kw_only=True, tag="get_receipt", tag_field="op"):
     append_id: Id
-    # Append ids are each tenant's own: the tenant whose append it is. Needed
-    # on the unscoped subject only when several tenants used the id; on a
-    # tenant's subject it is that tenant.
-    tenant: Id | None = None
+    tenant: Id | None = None  # whose ids: see above
 
 
 Command = (

@@ -58,13 +58,15 @@ async def rewind_session(
     lane_id: str | None = None,
     reason: str | None = None,
     dry_run: bool = False,
+    tenant: str | None = None,
 ) -> Rewound:
     """Rewind ``session_id`` to ``target`` (a position or an event id): compute
     the invalidation set (Korg §3, all four rules) and record it as a
     ``session.rewound`` event by ``actor_id`` on ``lane_id`` (default: the
     target's lane). Events committed after the computation are not covered
-    (``as_of_position``)."""
-    view = await client.load_session(session_id)
+    (``as_of_position``). ``tenant``: whose session (ids are each tenant's
+    own; needed only when several tenants have the id)."""
+    view = await client.load_session(session_id, tenant=tenant)
     graph = session_graph(view)
     position = resolve_target(graph, target)
     payload = rewind_payload(graph, position, reason=reason)
@@ -72,7 +74,7 @@ async def rewind_session(
     if dry_run:
         return Rewound(payload, lane_id, None)
     for attempt in range(APPEND_TRIES):
-        lane = await client.get_lane(lane_id)
+        lane = await client.get_lane(lane_id, tenant=view.tenant)
         if lane.session_id != session_id:
             raise EntityNotFound(
                 "no such lane in this session", kind="lane", id=lane_id, session_id=session_id
@@ -97,13 +99,15 @@ async def fork_lane(
     kind: str = "branch",
     run_id: str | None = None,
     new_lane_id: str | None = None,
+    tenant: str | None = None,
 ) -> Lane:
     """Fork lane ``lane_id`` at its event ``at_seq`` into a new lane ``name``
     of the same session (and run, unless ``run_id``). The ledger records the
     origin in the lane (``forked_from``); the fork's first event is
     ``lane.created`` naming it, caused by the origin event. Idempotent: a
-    retry returns the same lane and records the first event once."""
-    origin = await client.get_lane(lane_id)
+    retry returns the same lane and records the first event once.
+    ``tenant``: whose lane (needed only when several tenants have the id)."""
+    origin = await client.get_lane(lane_id, tenant=tenant)
     lane = await client.create_lane(
         origin.tenant,
         origin.session_id,
@@ -133,28 +137,29 @@ async def fork_lane(
             await client.append(lane, 0, [event])
         except LaneConflict:
             pass  # a concurrent retry of this fork recorded it first
-    return await client.get_lane(lane.id)
+    return await client.get_lane(lane.id, tenant=lane.tenant)
 
 
 async def fork_history(
-    client: LedgerClient, lane_id: str, *, page: int = 1000
+    client: LedgerClient, lane_id: str, *, page: int = 1000, tenant: str | None = None
 ) -> AsyncIterator[CommittedEvent]:
     """A lane's full history, oldest first: the events of the lane it was
     forked from up to the fork point (recursively, for a fork of a fork),
     then its own. For a lane that is not a fork, just its events. Read page
     by page (``load_lane``), so any length streams in bounded memory."""
     segments: list[tuple[str, int | None]] = [(lane_id, None)]
-    fork = (await client.get_lane(lane_id)).forked_from
-    while fork is not None:
+    lane = await client.get_lane(lane_id, tenant=tenant)
+    fork = lane.forked_from
+    while fork is not None:  # forks stay in the lane's tenant
         segments.append((fork.lane_id, fork.seq))
-        fork = (await client.get_lane(fork.lane_id)).forked_from
+        fork = (await client.get_lane(fork.lane_id, tenant=lane.tenant)).forked_from
     for segment, last in reversed(segments):
         after = 0
         while True:
             limit = page if last is None else min(page, last - after)
             if limit <= 0:
                 break
-            got = await client.load_lane(segment, after_seq=after, limit=limit)
+            got = await client.load_lane(segment, after_seq=after, limit=limit, tenant=lane.tenant)
             for event in got.events:
                 yield event
             if not got.events or not got.has_more:

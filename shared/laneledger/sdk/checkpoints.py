@@ -416,7 +416,10 @@ class CheckpointClient:
             return plan
         events = list(plan.events)
         has_more = True
-        pages = self.ledger.lane_pages(plan.lane_id, events[-1].seq if events else plan.after_seq)
+        tenant = plan.checkpoint.tenant if plan.checkpoint else None  # whose lane: the checkpoint's
+        pages = self.ledger.lane_pages(
+            plan.lane_id, events[-1].seq if events else plan.after_seq, tenant=tenant
+        )
         try:
             for _ in range(max_pages):
                 page = await anext(pages, None)
@@ -505,7 +508,9 @@ async def head_anchor(recorder: LaneRecorder) -> Anchor | None:
     await recorder.flush()  # appends sent with wait="accept" must be committed first
     if recorder.head == 0:
         return None
-    page = await recorder.client.load_lane(recorder.lane.id, recorder.head - 1, limit=1)
+    page = await recorder.client.load_lane(
+        recorder.lane.id, recorder.head - 1, limit=1, tenant=recorder.lane.tenant
+    )
     if not page.events:
         raise EntityNotFound(
             "the recorder's head event is not in the lane",

@@ -431,8 +431,12 @@ class LedgerClient:
             Lane,
         )
 
-    async def create_turn(self, lane_id: str, turn_no: int, *, turn_id: str | None = None) -> Turn:
-        return await self._command(CreateTurn(lane_id=lane_id, turn_no=turn_no, id=turn_id or new_id()), Turn)
+    async def create_turn(
+        self, lane_id: str, turn_no: int, *, turn_id: str | None = None, tenant: str | None = None
+    ) -> Turn:
+        return await self._command(
+            CreateTurn(lane_id=lane_id, turn_no=turn_no, id=turn_id or new_id(), tenant=tenant), Turn
+        )
 
     async def create_action(
         self,
@@ -445,6 +449,7 @@ class LedgerClient:
         idempotency: str,
         idempotency_key: str | None = None,
         action_id: str | None = None,
+        tenant: str | None = None,
     ) -> Action:
         return await self._command(
             CreateAction(
@@ -456,28 +461,54 @@ class LedgerClient:
                 idempotency=idempotency,
                 idempotency_key=idempotency_key,
                 id=action_id or new_id(),
+                tenant=tenant,
             ),
             Action,
         )
 
     async def create_attempt(
-        self, lane_id: str, action_id: str, attempt_no: int, *, attempt_id: str | None = None
+        self,
+        lane_id: str,
+        action_id: str,
+        attempt_no: int,
+        *,
+        attempt_id: str | None = None,
+        tenant: str | None = None,
     ) -> Attempt:
         return await self._command(
             CreateAttempt(
-                lane_id=lane_id, action_id=action_id, attempt_no=attempt_no, id=attempt_id or new_id()
+                lane_id=lane_id,
+                action_id=action_id,
+                attempt_no=attempt_no,
+                id=attempt_id or new_id(),
+                tenant=tenant,
             ),
             Attempt,
         )
 
-    async def get_lane(self, lane_id: str) -> Lane:
-        return await self._command(GetLane(lane_id=lane_id), Lane)
+    # ``tenant`` on the lookups: whose ids they are (every id is its
+    # tenant's own). A client connected as a tenant leaves it out; a trusted
+    # one needs it only for an id several tenants use (``invalid_request``
+    # naming ``$.tenant`` otherwise).
 
-    async def load_lane(self, lane_id: str, after_seq: int = 0, limit: int = 1000) -> LanePage:
-        return await self._command(LoadLane(lane_id=lane_id, after_seq=after_seq, limit=limit), LanePage)
+    async def get_lane(self, lane_id: str, *, tenant: str | None = None) -> Lane:
+        return await self._command(GetLane(lane_id=lane_id, tenant=tenant), Lane)
+
+    async def load_lane(
+        self, lane_id: str, after_seq: int = 0, limit: int = 1000, *, tenant: str | None = None
+    ) -> LanePage:
+        return await self._command(
+            LoadLane(lane_id=lane_id, after_seq=after_seq, limit=limit, tenant=tenant), LanePage
+        )
 
     async def lane_pages(
-        self, lane_id: str, after_seq: int = 0, *, limit: int = 1000, through_seq: int | None = None
+        self,
+        lane_id: str,
+        after_seq: int = 0,
+        *,
+        limit: int = 1000,
+        through_seq: int | None = None,
+        tenant: str | None = None,
     ) -> AsyncGenerator[LanePage, None]:
         """A lane's events after ``after_seq`` (through ``through_seq`` when
         given), page by page to the end, for lanes of any size. ``load_lane``
@@ -488,7 +519,7 @@ class LedgerClient:
         while through_seq is None or after_seq < through_seq:
             want = size if through_seq is None else min(size, through_seq - after_seq)
             try:
-                page = await self.load_lane(lane_id, after_seq, limit=want)
+                page = await self.load_lane(lane_id, after_seq, limit=want, tenant=tenant)
             except RequestTooLarge:
                 if want == 1:
                     raise
@@ -502,11 +533,11 @@ class LedgerClient:
             after_seq = page.events[-1].seq
             size = min(limit, size * 2)
 
-    async def load_run(self, session_id: str, run_id: str) -> RunView:
-        return await self._command(LoadRun(session_id=session_id, run_id=run_id), RunView)
+    async def load_run(self, session_id: str, run_id: str, *, tenant: str | None = None) -> RunView:
+        return await self._command(LoadRun(session_id=session_id, run_id=run_id, tenant=tenant), RunView)
 
-    async def load_session(self, session_id: str) -> SessionView:
-        return await self._command(LoadSession(session_id=session_id), SessionView)
+    async def load_session(self, session_id: str, *, tenant: str | None = None) -> SessionView:
+        return await self._command(LoadSession(session_id=session_id, tenant=tenant), SessionView)
 
     async def load_structure_page(
         self,
@@ -514,6 +545,8 @@ class LedgerClient:
         run_id: str | None = None,
         after: StructureCursor | None = None,
         limit: int = 1000,
+        *,
+        tenant: str | None = None,
     ) -> StructurePage:
         return await self._command(
             LoadStructure(
@@ -521,17 +554,22 @@ class LedgerClient:
                 run_id=run_id,
                 after=after if after is not None else StructureCursor(),
                 limit=limit,
+                tenant=tenant,
             ),
             StructurePage,
         )
 
-    async def load_structure(self, session_id: str, run_id: str | None = None) -> StructurePage:
+    async def load_structure(
+        self, session_id: str, run_id: str | None = None, *, tenant: str | None = None
+    ) -> StructurePage:
         """A session's (run's) whole structure, read page by page: what
         ``load_session`` holds but its events, for sessions of any size."""
-        page = await self.load_structure_page(session_id, run_id)
+        page = await self.load_structure_page(session_id, run_id, tenant=tenant)
+        # Every later page is of the first page's tenant, also when the id
+        # was resolved to the only tenant that has it.
         whole = {kind: list(getattr(page, kind)) for kind in ("lanes", "turns", "actions", "attempts")}
         while page.has_more:
-            page = await self.load_structure_page(session_id, run_id, page.next)
+            page = await self.load_structure_page(session_id, run_id, page.next, tenant=page.tenant)
             for kind, rows in whole.items():
                 rows.extend(getattr(page, kind))
         return msgspec.structs.replace(page, **whole)
@@ -793,7 +831,7 @@ class LaneRecorder:
     ) -> LaneRecorder:
         """Create the lane (idempotent by session, run and name) and resume its head."""
         lane = await client.create_lane(tenant, session_id, run_id, name, **lane_fields)
-        return cls(client, await client.get_lane(lane.id), signers=signers)
+        return cls(client, await client.get_lane(lane.id, tenant=lane.tenant), signers=signers)
 
     def event(self, event_type: str, *, actor_id: str, **fields: Any) -> PreparedEvent:
         """``make_event`` on this lane, signed when ``actor_id`` is one of the signers."""
@@ -840,6 +878,6 @@ class LaneRecorder:
             return receipts
 
     async def reload(self) -> int:
-        self.lane = await self.client.get_lane(self.lane.id)
+        self.lane = await self.client.get_lane(self.lane.id, tenant=self.lane.tenant)
         self.head = self.lane.last_seq
         return self.head

@@ -119,7 +119,7 @@ class Guard:
         recorder = await LaneRecorder.open(client, tenant, session_id, run_id, name, actor_id=actor_id)
         turns = [
             t.turn_no
-            for t in (await client.load_structure(session_id, run_id)).turns
+            for t in (await client.load_structure(session_id, run_id, tenant=tenant)).turns
             if t.lane_id == recorder.lane.id
         ]
         return cls(recorder, actor_id, next_turn_no=max(turns, default=0) + 1, **options)
@@ -131,6 +131,10 @@ class Guard:
     @property
     def lane_id(self) -> str:
         return self.recorder.lane.id
+
+    @property
+    def tenant(self) -> str:
+        return self.recorder.lane.tenant
 
     def event(
         self,
@@ -312,7 +316,7 @@ class TurnScope:
         g = self.guard
         if self._resumed:
             return self
-        turn = await g.client.create_turn(g.lane_id, self.turn_no)
+        turn = await g.client.create_turn(g.lane_id, self.turn_no, tenant=g.tenant)
         self.turn_id = turn.id
         await g.commit(g.event("turn.started", turn.id, {"turn_no": self.turn_no}, g.spine.tool_cause()))
         return self
@@ -426,6 +430,7 @@ class ActionScope:
             effect=self.effect,
             idempotency=self.idempotency,
             idempotency_key=self.idempotency_key,
+            tenant=g.tenant,
         )
         self.action_id = action.id
         payload: dict[str, Any] = {"action_type": self.action_type, "name": self.name}
@@ -482,7 +487,7 @@ class AttemptScope:
 
     async def __aenter__(self) -> AttemptScope:
         a, g = self.action, self.action.guard
-        attempt = await g.client.create_attempt(g.lane_id, a.action_id, self.attempt_no)
+        attempt = await g.client.create_attempt(g.lane_id, a.action_id, self.attempt_no, tenant=g.tenant)
         self.attempt_id = attempt.id
         events = []
         cause = a.last_failure or a.cause

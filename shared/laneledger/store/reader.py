@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, ClassVar
+from typing import Any
 
 import msgspec
 
@@ -39,6 +39,27 @@ _STRUCTURE_KINDS: dict[str, type[Turn | Action | Attempt]] = {
 }
 
 
+_AND_TENANT = ("", " AND tenant = ?")  # a lookup by id, of any tenant or of one
+
+
+def _one_tenant(rows: list[tuple[Any, ...]], kind: str, entity_id: str) -> tuple[Any, ...]:
+    """The one row of a lookup by id whose first column is the tenant:
+    ``entity_not_found`` for none; for rows of several tenants (ids are each
+    tenant's own, and the caller named none) ``invalid_request`` naming
+    ``$.tenant``."""
+    if not rows:
+        raise EntityNotFound(f"no such {kind}", kind=kind, id=entity_id)
+    if len(rows) > 1:
+        raise InvalidRequest(
+            f"several tenants have a {kind} with this id: name the tenant",
+            path="$.tenant",
+            kind=kind,
+            id=entity_id,
+            tenants=sorted(row[0] for row in rows),
+        )
+    return rows[0]
+
+
 def lane_from_row(body: str, last_seq: int, head_hash: str) -> Lane:
     lane: Lane = decoder(Lane).decode(body)
     return msgspec.structs.replace(lane, last_seq=last_seq, head_hash=head_hash)
@@ -62,54 +83,54 @@ class LedgerReader:
         position: int = self._rows("SELECT coalesce(max(position), 0) FROM events")[0][0]
         return position
 
-    def get_lane(self, lane_id: str) -> Lane:
-        rows = self._rows("SELECT body, last_seq, head_hash FROM lanes WHERE id = ?", (lane_id,))
-        if not rows:
-            raise EntityNotFound("no such lane", kind="lane", id=lane_id)
-        return lane_from_row(*rows[0])
+    def get_lane(self, lane_id: str, tenant: str | None = None) -> Lane:
+        rows = self._rows(
+            "SELECT tenant, body, last_seq, head_hash FROM lanes WHERE id = ?"
+            + _AND_TENANT[tenant is not None],
+            (lane_id, tenant) if tenant is not None else (lane_id,),
+        )
+        row = _one_tenant(rows, "lane", lane_id)
+        return lane_from_row(*row[1:])
 
-    _OWNER: ClassVar[dict[str, str]] = {  # the tenant of what a command names (``tenant_of``)
-        "actor": "SELECT tenant FROM actors WHERE id = ?",
-        "session": "SELECT tenant FROM sessions WHERE id = ?",
-        "lane": "SELECT tenant FROM lanes WHERE id = ?",
-        "turn": "SELECT l.tenant FROM turns t JOIN lanes l ON l.id = t.lane_id WHERE t.id = ?",
-        "action": "SELECT l.tenant FROM actions a JOIN lanes l ON l.id = a.lane_id WHERE a.id = ?",
-    }
-
-    def tenant_of(self, kind: str, entity_id: str) -> str | None:
-        """The tenant of an actor, session, lane, committed append, turn or
-        action (None: no such thing): what a tenant-scoped command is checked against."""
-        rows = self._rows(self._OWNER[kind], (entity_id,))
+    def actor_tenant(self, actor_id: str) -> str | None:
+        """The tenant of an actor (None: no such actor). Actor ids are the
+        ledger's own, minted unique, so this needs no tenant."""
+        rows = self._rows("SELECT tenant FROM actors WHERE id = ?", (actor_id,))
         return rows[0][0] if rows else None
+
+    def session_tenant(self, session_id: str, tenant: str | None = None) -> str:
+        """Whose session ``session_id`` is: ``tenant`` when that tenant has
+        one, else the only tenant that does (``entity_not_found``;
+        ``invalid_request`` naming ``$.tenant`` when several do)."""
+        rows = self._rows(
+            "SELECT tenant FROM sessions WHERE id = ?" + _AND_TENANT[tenant is not None],
+            (session_id, tenant) if tenant is not None else (session_id,),
+        )
+        found: str = _one_tenant(rows, "session", session_id)[0]
+        return found
 
     def get_receipt(self, append_id: str, tenant: str | None = None) -> AppendCommitted:
         """The receipt of ``tenant``'s append ``append_id``; without a tenant,
         the one of whichever tenant used the id (``invalid_request`` naming
         ``$.tenant`` when several did: append ids are each tenant's own)."""
-        if tenant is None:
-            rows = self._rows("SELECT body FROM receipts WHERE append_id = ? LIMIT 2", (append_id,))
-        else:
-            rows = self._rows(
-                "SELECT body FROM receipts WHERE tenant = ? AND append_id = ?", (tenant, append_id)
-            )
+        rows = self._rows(
+            "SELECT tenant, body FROM receipts WHERE append_id = ?" + _AND_TENANT[tenant is not None],
+            (append_id, tenant) if tenant is not None else (append_id,),
+        )
         if not rows:
             raise EntityNotFound("no committed append with this id", kind="receipt", id=append_id)
-        if len(rows) > 1:
-            raise InvalidRequest(
-                "several tenants committed an append with this id: name the tenant",
-                path="$.tenant",
-                append_id=append_id,
-            )
-        receipt: AppendCommitted = decoder(AppendCommitted).decode(rows[0][0])
+        receipt: AppendCommitted = decoder(AppendCommitted).decode(_one_tenant(rows, "receipt", append_id)[1])
         return receipt
 
     # -- event streams -------------------------------------------------------------
 
-    def load_lane(self, lane_id: str, after_seq: int = 0, limit: int = 1000) -> LanePage:
-        lane = self.get_lane(lane_id)
+    def load_lane(
+        self, lane_id: str, after_seq: int = 0, limit: int = 1000, tenant: str | None = None
+    ) -> LanePage:
+        lane = self.get_lane(lane_id, tenant)
         rows = self._rows(
-            "SELECT body FROM events WHERE lane_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-            (lane_id, after_seq, limit + 1),
+            "SELECT body FROM events WHERE lane_id = ? AND tenant = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (lane_id, lane.tenant, after_seq, limit + 1),
         )
         events = [msgspec.Raw(body) for (body,) in rows[:limit]]
         return LanePage(lane=lane, events=events, has_more=len(rows) > limit)  # type: ignore[arg-type]
@@ -129,30 +150,34 @@ class LedgerReader:
 
     # -- sessions and runs -----------------------------------------------------------
 
-    def load_run(self, session_id: str, run_id: str) -> RunView:
-        lanes = self._lanes("session_id = ? AND run_id = ?", (session_id, run_id))
+    def load_run(self, session_id: str, run_id: str, tenant: str | None = None) -> RunView:
+        try:
+            owner = self.session_tenant(session_id, tenant)
+        except EntityNotFound:
+            raise EntityNotFound("no such run", kind="run", id=run_id, session_id=session_id) from None
+        scope = ("session_id = ? AND run_id = ? AND tenant = ?", (session_id, run_id, owner))
+        lanes = self._lanes(*scope)
         if not lanes:
             raise EntityNotFound("no such run", kind="run", id=run_id, session_id=session_id)
         return RunView(
             session_id=session_id,
             run_id=run_id,
             lanes=lanes,
-            **self._structure([lane.id for lane in lanes]),
-            events=self._events("session_id = ? AND run_id = ?", (session_id, run_id)),
+            **self._structure(owner, [lane.id for lane in lanes]),
+            events=self._events(*scope),
         )
 
-    def load_session(self, session_id: str) -> SessionView:
-        found = self._rows("SELECT tenant FROM sessions WHERE id = ?", (session_id,))
-        if not found:
-            raise EntityNotFound("no such session", kind="session", id=session_id)
-        lanes = self._lanes("session_id = ?", (session_id,))
+    def load_session(self, session_id: str, tenant: str | None = None) -> SessionView:
+        tenant = self.session_tenant(session_id, tenant)
+        scope = ("session_id = ? AND tenant = ?", (session_id, tenant))
+        lanes = self._lanes(*scope)
         return SessionView(
             session_id=session_id,
-            tenant=found[0][0],
+            tenant=tenant,
             run_ids=sorted({lane.run_id for lane in lanes}),
             lanes=lanes,
-            **self._structure([lane.id for lane in lanes]),
-            events=self._events("session_id = ?", (session_id,)),
+            **self._structure(tenant, [lane.id for lane in lanes]),
+            events=self._events(*scope),
         )
 
     def load_structure(
@@ -162,34 +187,33 @@ class LedgerReader:
         after: StructureCursor = _FIRST_PAGE,
         limit: int = 1000,
         max_bytes: int = 512 * 1024,
+        tenant: str | None = None,
     ) -> StructurePage:
         """One page of a session's (or run's) lanes, turns, actions and
         attempts, each kind in creation order after its cursor: up to
         ``limit`` rows of each, and no more stored bytes than ``max_bytes``
         in all (at least one row, so paging always advances)."""
-        found = self._rows("SELECT tenant FROM sessions WHERE id = ?", (session_id,))
-        if not found:
-            raise EntityNotFound("no such session", kind="session", id=session_id)
-        scope: str = "session_id = ?"
-        params: tuple[str, ...] = (session_id,)
+        tenant = self.session_tenant(session_id, tenant)
+        scope: str = "session_id = ? AND tenant = ?"
+        params: tuple[str, ...] = (session_id, tenant)
         if run_id is not None:
-            scope, params = "session_id = ? AND run_id = ?", (session_id, run_id)
+            scope, params = "session_id = ? AND tenant = ? AND run_id = ?", (session_id, tenant, run_id)
             if not self._rows(f"SELECT 1 FROM lanes WHERE {scope} LIMIT 1", params):
                 raise EntityNotFound("no such run", kind="run", id=run_id, session_id=session_id)
         budget, more = max_bytes, False
         page: dict[str, list[Any]] = {}
         cursor: dict[str, int] = {}
         lane_ids = f"SELECT id FROM lanes WHERE {scope}"
-        for table, columns, where in (
-            ("lanes", "body, last_seq, head_hash", scope),
-            ("turns", "body", f"lane_id IN ({lane_ids})"),
-            ("actions", "body", f"lane_id IN ({lane_ids})"),
-            ("attempts", "body", f"lane_id IN ({lane_ids})"),
+        for table, columns, where, where_params in (
+            ("lanes", "body, last_seq, head_hash", scope, params),
+            ("turns", "body", f"lane_id IN ({lane_ids}) AND tenant = ?", (*params, tenant)),
+            ("actions", "body", f"lane_id IN ({lane_ids}) AND tenant = ?", (*params, tenant)),
+            ("attempts", "body", f"lane_id IN ({lane_ids}) AND tenant = ?", (*params, tenant)),
         ):
             last = getattr(after, table)
             rows = self._rows(
                 f"SELECT rowid, {columns} FROM {table} WHERE {where} AND rowid > ? ORDER BY rowid LIMIT ?",
-                (*params, last, limit + 1),
+                (*where_params, last, limit + 1),
             )
             kept: list[tuple[Any, ...]] = []
             for row in rows[:limit]:
@@ -206,7 +230,7 @@ class LedgerReader:
                 page[table] = [decoder(_STRUCTURE_KINDS[table]).decode(row[1]) for row in kept]
         return StructurePage(
             session_id=session_id,
-            tenant=found[0][0],
+            tenant=tenant,
             run_id=run_id,
             **page,
             next=StructureCursor(**cursor),
@@ -223,14 +247,14 @@ class LedgerReader:
         rows = self._rows(f"SELECT body FROM events WHERE {where} ORDER BY position", params)
         return [msgspec.Raw(body) for (body,) in rows]
 
-    def _structure(self, lane_ids: list[str]) -> dict[str, list[Any]]:
+    def _structure(self, tenant: str, lane_ids: list[str]) -> dict[str, list[Any]]:
         marks = ",".join("?" * len(lane_ids))
         return {
             table: [
                 decoder(kind).decode(body)
                 for (body,) in self._rows(
-                    f"SELECT body FROM {table} WHERE lane_id IN ({marks}) ORDER BY rowid",
-                    lane_ids,
+                    f"SELECT body FROM {table} WHERE tenant = ? AND lane_id IN ({marks}) ORDER BY rowid",
+                    [tenant, *lane_ids],
                 )
             ]
             for table, kind in _STRUCTURE_KINDS.items()

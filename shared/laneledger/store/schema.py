@@ -12,10 +12,80 @@ from pathlib import Path
 from laneledger.store.sqlite import Durability, check_schema_version, open_database, open_readonly
 
 # 2: append ids are scoped per tenant (receipts keyed by tenant and append
-# id; spec/object-model.md, "Append"); a version-1 file is migrated in place.
-SCHEMA_VERSION = 2
+# id); a version-1 file is migrated in place.
+# 3: every id is scoped per tenant (spec/object-model.md, "Identity"):
+# sessions, lanes, turns, actions, attempts and events are keyed by (id,
+# tenant), so two tenants may use one id; a version-2 file is migrated in place.
+SCHEMA_VERSION = 3
 
-DDL = """
+# Keys put the id first: a lookup by id alone (a trusted caller naming no
+# tenant) and one by id and tenant are served by the same index. Only table
+# constraints, no separate index on a new column: the DDL runs on an older
+# file before its migration.
+_TABLES = {
+    "sessions": """(
+    id         TEXT NOT NULL,
+    tenant     TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (id, tenant)
+)""",
+    "lanes": """(
+    id             TEXT NOT NULL,
+    tenant         TEXT NOT NULL,
+    session_id     TEXT NOT NULL,
+    run_id         TEXT NOT NULL,
+    name           TEXT NOT NULL,
+    body           TEXT NOT NULL,
+    last_seq       INTEGER NOT NULL DEFAULT 0,
+    head_hash      TEXT NOT NULL,
+    PRIMARY KEY (id, tenant),
+    UNIQUE (session_id, tenant, run_id, name)
+)""",
+    "turns": """(
+    id      TEXT NOT NULL,
+    tenant  TEXT NOT NULL,
+    lane_id TEXT NOT NULL,
+    turn_no INTEGER NOT NULL,
+    body    TEXT NOT NULL,
+    PRIMARY KEY (id, tenant),
+    UNIQUE (lane_id, tenant, turn_no)
+)""",
+    "actions": """(
+    id      TEXT NOT NULL,
+    tenant  TEXT NOT NULL,
+    lane_id TEXT NOT NULL,
+    turn_id TEXT NOT NULL,
+    body    TEXT NOT NULL,
+    PRIMARY KEY (id, tenant)
+)""",
+    "attempts": """(
+    id         TEXT NOT NULL,
+    tenant     TEXT NOT NULL,
+    lane_id    TEXT NOT NULL,
+    action_id  TEXT NOT NULL,
+    attempt_no INTEGER NOT NULL,
+    body       TEXT NOT NULL,
+    PRIMARY KEY (id, tenant),
+    UNIQUE (action_id, tenant, attempt_no)
+)""",
+    "events": """(
+    position     INTEGER PRIMARY KEY,
+    id           TEXT NOT NULL,
+    lane_id      TEXT NOT NULL,
+    seq          INTEGER NOT NULL,
+    tenant       TEXT NOT NULL,
+    session_id   TEXT NOT NULL,
+    run_id       TEXT NOT NULL,
+    event_type   TEXT NOT NULL,
+    append_id    TEXT NOT NULL,
+    body         BLOB NOT NULL,
+    UNIQUE (id, tenant),
+    UNIQUE (lane_id, tenant, seq)
+)""",
+}
+
+DDL = (
+    """
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -27,56 +97,9 @@ CREATE TABLE IF NOT EXISTS actors (
     body         TEXT NOT NULL,
     UNIQUE (tenant, key)
 );
-CREATE TABLE IF NOT EXISTS sessions (
-    id         TEXT PRIMARY KEY,
-    tenant     TEXT NOT NULL,
-    created_at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS lanes (
-    id             TEXT PRIMARY KEY,
-    tenant         TEXT NOT NULL,
-    session_id     TEXT NOT NULL,
-    run_id         TEXT NOT NULL,
-    name           TEXT NOT NULL,
-    body           TEXT NOT NULL,
-    last_seq       INTEGER NOT NULL DEFAULT 0,
-    head_hash      TEXT NOT NULL,
-    UNIQUE (session_id, run_id, name)
-);
-CREATE TABLE IF NOT EXISTS turns (
-    id      TEXT PRIMARY KEY,
-    lane_id TEXT NOT NULL,
-    turn_no INTEGER NOT NULL,
-    body    TEXT NOT NULL,
-    UNIQUE (lane_id, turn_no)
-);
-CREATE TABLE IF NOT EXISTS actions (
-    id      TEXT PRIMARY KEY,
-    lane_id TEXT NOT NULL,
-    turn_id TEXT NOT NULL,
-    body    TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS attempts (
-    id         TEXT PRIMARY KEY,
-    lane_id    TEXT NOT NULL,
-    action_id  TEXT NOT NULL,
-    attempt_no INTEGER NOT NULL,
-    body       TEXT NOT NULL,
-    UNIQUE (action_id, attempt_no)
-);
-CREATE TABLE IF NOT EXISTS events (
-    position     INTEGER PRIMARY KEY,
-    id           TEXT NOT NULL UNIQUE,
-    lane_id      TEXT NOT NULL,
-    seq          INTEGER NOT NULL,
-    tenant       TEXT NOT NULL,
-    session_id   TEXT NOT NULL,
-    run_id       TEXT NOT NULL,
-    event_type   TEXT NOT NULL,
-    append_id    TEXT NOT NULL,
-    body         BLOB NOT NULL,
-    UNIQUE (lane_id, seq)
-);
+"""
+    + "".join(f"CREATE TABLE IF NOT EXISTS {name} {columns};\n" for name, columns in _TABLES.items())
+    + """
 CREATE INDEX IF NOT EXISTS events_by_session ON events (session_id, position);
 -- Keyed append id first: the writer looks a batch's append ids up with
 -- "append_id IN (...)" (then picks each one's tenant), which this index serves.
@@ -89,6 +112,7 @@ CREATE TABLE IF NOT EXISTS receipts (
     PRIMARY KEY (append_id, tenant)
 );
 """
+)
 
 
 def _scope_append_ids(conn: sqlite3.Connection) -> None:
@@ -106,7 +130,36 @@ def _scope_append_ids(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE receipts_v2 RENAME TO receipts")
 
 
-MIGRATIONS = {1: _scope_append_ids}
+# Version 2 -> 3, per table: its rows with their tenant (turns, actions and
+# attempts had none: their lane's, as a version-2 lane id named one lane).
+_V2_ROWS = {
+    "sessions": "SELECT id, tenant, created_at FROM sessions ORDER BY rowid",
+    "lanes": "SELECT id, tenant, session_id, run_id, name, body, last_seq, head_hash FROM lanes"
+    " ORDER BY rowid",
+    "turns": "SELECT t.id, l.tenant, t.lane_id, t.turn_no, t.body FROM turns t"
+    " JOIN lanes l ON l.id = t.lane_id ORDER BY t.rowid",
+    "actions": "SELECT a.id, l.tenant, a.lane_id, a.turn_id, a.body FROM actions a"
+    " JOIN lanes l ON l.id = a.lane_id ORDER BY a.rowid",
+    "attempts": "SELECT a.id, l.tenant, a.lane_id, a.action_id, a.attempt_no, a.body FROM attempts a"
+    " JOIN lanes l ON l.id = a.lane_id ORDER BY a.rowid",
+    "events": "SELECT position, id, lane_id, seq, tenant, session_id, run_id, event_type, append_id, body"
+    " FROM events ORDER BY position",
+}
+
+
+def _scope_all_ids(conn: sqlite3.Connection) -> None:
+    """Version 2 -> 3: every table keyed by (id, tenant). Each table is
+    rebuilt in its rowid order, which structure pages follow."""
+    for name, columns in _TABLES.items():
+        conn.execute(f"CREATE TABLE {name}_v3 {columns}")
+        conn.execute(f"INSERT INTO {name}_v3 {_V2_ROWS[name]}")
+    for name in _TABLES:
+        conn.execute(f"DROP TABLE {name}")
+        conn.execute(f"ALTER TABLE {name}_v3 RENAME TO {name}")
+    conn.execute("CREATE INDEX IF NOT EXISTS events_by_session ON events (session_id, position)")
+
+
+MIGRATIONS = {1: _scope_append_ids, 2: _scope_all_ids}
 
 
 def open_ledger(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:

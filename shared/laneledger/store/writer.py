@@ -176,8 +176,12 @@ class _Batch:
     """What the requests of one batch have done so far, not yet committed."""
 
     receipts: dict[tuple[str, str], AppendCommitted] = field(default_factory=dict)  # (tenant, append id)
-    events: dict[str, tuple[str, int, str]] = field(default_factory=dict)  # id -> (session, position, tenant)
-    heads: dict[str, tuple[int, str]] = field(default_factory=dict)  # lane -> (seq, hash)
+    events: dict[tuple[str, str], tuple[str, int]] = field(
+        default_factory=dict
+    )  # (tenant, id) -> (session, position)
+    heads: dict[tuple[str, str], tuple[int, str]] = field(
+        default_factory=dict
+    )  # (tenant, lane) -> (seq, hash)
     event_rows: list[tuple[Any, ...]] = field(default_factory=list)
     receipt_rows: list[tuple[str, str, str, str, bytes]] = field(default_factory=list)
     committed: list[CommittedRecord] = field(default_factory=list)
@@ -198,7 +202,10 @@ class LedgerWriter:
         # commit_staged: while set, every other use of the connection raises.
         self._staged: StagedBatch | None = None
         self.reader = LedgerReader(conn, before_read=self._refuse_if_staged)
-        self._lanes: dict[str, LaneHead] = {}
+        # Lane heads by id, then tenant (ids are each tenant's own): a lane
+        # id is loaded for every tenant at once, and a lane created after
+        # that is added here, so an id's entry always holds all its lanes.
+        self._lanes: dict[str, dict[str, LaneHead]] = {}
         self._actor_tenants: dict[str, str] = {}
         # Actors registered with a public key. Keys never change, so the
         # sequencer may read this from its event loop to check signatures
@@ -233,7 +240,6 @@ class LedgerWriter:
         self._load_lanes({a.request.lane_id for a in batch})
         self._load_actors({e.actor_id for a in batch for e in a.request.events})
         subjects = self._subject_lanes({e.subject_id for a in batch for e in a.request.events})
-        self._load_lanes(set(subjects.values()))  # whose tenant a subject's lane is
 
         state = _Batch()
         position = self.last_position
@@ -263,8 +269,8 @@ class LedgerWriter:
         finally:
             self._staged = None
         self.last_position = staged.position
-        for lane_id, (seq, head) in state.heads.items():
-            lane = self._lanes[lane_id]
+        for (tenant, lane_id), (seq, head) in state.heads.items():
+            lane = self._lanes[lane_id][tenant]
             lane.last_seq, lane.head_hash = seq, head
         return BatchResult(staged.receipts, state.committed)
 
@@ -294,17 +300,15 @@ class LedgerWriter:
         append: PreparedAppend,
         state: _Batch,
         stored: dict[tuple[str, str], AppendCommitted],
-        known: dict[str, tuple[str, int, str]],
-        subjects: dict[str, str],
+        known: dict[tuple[str, str], tuple[str, int]],
+        subjects: dict[tuple[str, str], str],
         position: int,
         committed_at: str,
     ) -> tuple[Receipt, int]:
         request = append.request
-        # 1. the lane: another tenant's than the subject's is answered exactly
-        # as a missing one, so lane ids of other tenants cannot be probed.
-        lane = self._lanes.get(request.lane_id)
-        if lane is None or (append.tenant_token is not None and append.tenant_token != token(lane.tenant)):
-            raise EntityNotFound("no such lane", kind="lane", id=request.lane_id)
+        # 1. the lane: the subject's tenant's lane of this id (every id is
+        # its tenant's own; another tenant's is not even looked at)
+        lane = self._append_lane(request.lane_id, append.tenant_token)
         # 2. replay, 3. idempotency violation: append ids are the tenant's own
         previous = state.receipts.get((lane.tenant, request.append_id)) or stored.get(
             (lane.tenant, request.append_id)
@@ -319,7 +323,7 @@ class LedgerWriter:
                 digest=append.digest,
             )
         # 4. head conflict
-        last_seq, head_hash = state.heads.get(lane.id, (lane.last_seq, lane.head_hash))
+        last_seq, head_hash = state.heads.get((lane.tenant, lane.id), (lane.last_seq, lane.head_hash))
         if request.expected_last_seq != last_seq:
             raise LaneConflict(
                 "lane head moved",
@@ -400,9 +404,9 @@ class LedgerWriter:
         state.committed.extend(records)
         state.receipt_rows.append((lane.tenant, request.append_id, lane.id, append.digest, encode(receipt)))
         state.receipts[(lane.tenant, request.append_id)] = receipt
-        state.heads[lane.id] = (last_seq, head_hash)
+        state.heads[(lane.tenant, lane.id)] = (last_seq, head_hash)
         for event_id, pos in zip(event_ids, positions, strict=True):
-            state.events[event_id] = (lane.session_id, pos, lane.tenant)
+            state.events[(lane.tenant, event_id)] = (lane.session_id, pos)
         return receipt, position
 
     def _check_event(
@@ -411,8 +415,8 @@ class LedgerWriter:
         index: int,
         lane: LaneHead,
         state: _Batch,
-        known: dict[str, tuple[str, int, str]],
-        subjects: dict[str, str],
+        known: dict[tuple[str, str], tuple[str, int]],
+        subjects: dict[tuple[str, str], str],
         in_request: dict[str, int],
         request_ids: set[str],
     ) -> None:
@@ -439,25 +443,22 @@ class LedgerWriter:
             )
         check_event_type(event.event_type)
         check_payload(event.event_type, event.payload)
-        if event.id in known or event.id in state.events or event.id in in_request:
-            # Event ids are one namespace: another tenant's is refused too, but
-            # without its position (what tells it apart from an id in this request).
-            committed = known.get(event.id) or state.events.get(event.id)
+        key = (lane.tenant, event.id)  # event ids are the tenant's own
+        if key in known or key in state.events or event.id in in_request:
+            committed = known.get(key) or state.events.get(key)
             raise DuplicateEvent(
                 "event id already used",
                 event_id=event.id,
-                position=committed[1] if committed and committed[2] == lane.tenant else None,
+                position=committed[1] if committed else None,  # None: it repeats within the request
             )
-        # Another tenant's actor, subject or cause is answered as a missing one.
+        # Actor ids are the ledger's (minted unique); another tenant's actor is
+        # answered as a missing one.
         actor_tenant = self._actor_tenants.get(event.actor_id)
         if actor_tenant != lane.tenant:
             raise EntityNotFound("no such actor", kind="actor", id=event.actor_id)
         subject = event.subject_id
         if subject not in (lane.id, lane.session_id, lane.run_id):
-            owner = subjects.get(subject)
-            owner_lane = self._lanes.get(owner) if owner is not None else None
-            if owner_lane is None or owner_lane.tenant != lane.tenant:
-                owner = None
+            owner = subjects.get((lane.tenant, subject))
             if owner != lane.id:
                 raise SubjectMismatch(
                     "subject is not part of the target lane",
@@ -470,9 +471,7 @@ class LedgerWriter:
         if cause is not UNSET:
             if cause in in_request:
                 return  # an earlier event of this request: same lane, earlier
-            found = known.get(cause) or state.events.get(cause)
-            if found is not None and found[2] != lane.tenant:
-                found = None  # another tenant's event: as if there were none
+            found = known.get((lane.tenant, cause)) or state.events.get((lane.tenant, cause))
             if found is None:
                 # itself or a later event of this request, or nothing at all
                 reason = "not_earlier" if cause in request_ids else "unknown"
@@ -531,9 +530,11 @@ class LedgerWriter:
                 position=position,
             )
         target = payload["target_event_id"]
-        found = state.events.get(target)
+        found = state.events.get((lane.tenant, target))
         if found is None:
-            rows = self._rows("SELECT session_id, position FROM events WHERE id = ?", (target,))
+            rows = self._rows(
+                "SELECT session_id, position FROM events WHERE id = ? AND tenant = ?", (target, lane.tenant)
+            )
             found = rows[0] if rows else None
         if found is None or found[0] != lane.session_id:
             raise InvalidPayload(
@@ -563,8 +564,8 @@ class LedgerWriter:
                 state.receipt_rows,
             )
             db.executemany(
-                "UPDATE lanes SET last_seq = ?, head_hash = ? WHERE id = ?",
-                [(seq, head, lane_id) for lane_id, (seq, head) in state.heads.items()],
+                "UPDATE lanes SET last_seq = ?, head_hash = ? WHERE id = ? AND tenant = ?",
+                [(seq, head, lane_id, tenant) for (tenant, lane_id), (seq, head) in state.heads.items()],
             )
 
     def _end(self, position: int) -> None:
@@ -591,18 +592,41 @@ class LedgerWriter:
         receipt = decoder(AppendCommitted)
         return {(tenant, append_id): receipt.decode(body) for tenant, append_id, body in rows}
 
-    def _known_events(self, ids: set[str]) -> dict[str, tuple[str, int, str]]:
-        """Committed events by id: (session, position, tenant)."""
+    def _known_events(self, ids: set[str]) -> dict[tuple[str, str], tuple[str, int]]:
+        """Committed events by (tenant, id): (session, position)."""
         rows = self._in("SELECT id, session_id, position, tenant FROM events WHERE id IN ({marks})", ids)
-        return {event_id: (session, position, tenant) for event_id, session, position, tenant in rows}
+        return {(tenant, event_id): (session, position) for event_id, session, position, tenant in rows}
 
     def _load_lanes(self, ids: set[str]) -> None:
         missing = ids - self._lanes.keys()
+        for lane_id in missing:
+            self._lanes[lane_id] = {}
         for lane_id, tenant, session, run, last_seq, head in self._in(
             "SELECT id, tenant, session_id, run_id, last_seq, head_hash FROM lanes WHERE id IN ({marks})",
             missing,
         ):
-            self._lanes[lane_id] = LaneHead(lane_id, tenant, session, run, last_seq, head)
+            self._lanes[lane_id][tenant] = LaneHead(lane_id, tenant, session, run, last_seq, head)
+
+    def _append_lane(self, lane_id: str, tenant_token: str | None) -> LaneHead:
+        """The lane an append names (loaded by ``_load_lanes``): the one of
+        the subject's tenant. Without a subject (a writer used directly) the
+        only lane of this id, or ``invalid_request`` when several tenants
+        have one."""
+        lanes = self._lanes.get(lane_id, {})
+        if tenant_token is not None:
+            for lane in lanes.values():
+                if token(lane.tenant) == tenant_token:
+                    return lane
+            raise EntityNotFound("no such lane", kind="lane", id=lane_id)
+        if len(lanes) > 1:
+            raise InvalidRequest(
+                "several tenants have a lane with this id: append on the tenant's subject",
+                path="$.lane_id",
+                id=lane_id,
+            )
+        for lane in lanes.values():
+            return lane
+        raise EntityNotFound("no such lane", kind="lane", id=lane_id)
 
     def _load_actors(self, ids: set[str]) -> None:
         missing = ids - self._actor_tenants.keys()
@@ -614,10 +638,14 @@ class LedgerWriter:
         if actor.public_key is not None:
             self.actor_keys[actor.id] = load_public_key(actor.public_key)
 
-    def _subject_lanes(self, ids: set[str]) -> dict[str, str]:
-        found: dict[str, str] = {}
+    def _subject_lanes(self, ids: set[str]) -> dict[tuple[str, str], str]:
+        """The lane of each turn, action and attempt among ``ids``, by (tenant, id)."""
+        found: dict[tuple[str, str], str] = {}
         for table in ("turns", "actions", "attempts"):
-            found.update(self._in(f"SELECT id, lane_id FROM {table} WHERE id IN ({{marks}})", ids))
+            for entity_id, tenant, lane_id in self._in(
+                f"SELECT id, tenant, lane_id FROM {table} WHERE id IN ({{marks}})", ids
+            ):
+                found[(tenant, entity_id)] = lane_id
         return found
 
     # ------------------------------------------------------------- structure
@@ -660,8 +688,9 @@ class LedgerWriter:
                 )
             cmd = msgspec.structs.replace(cmd, parent_lane_id=cmd.fork_of.lane_id)
         rows = self._rows(
-            "SELECT body, last_seq, head_hash FROM lanes WHERE session_id = ? AND run_id = ? AND name = ?",
-            (cmd.session_id, cmd.run_id, cmd.name),
+            "SELECT body, last_seq, head_hash FROM lanes"
+            " WHERE session_id = ? AND tenant = ? AND run_id = ? AND name = ?",
+            (cmd.session_id, cmd.tenant, cmd.run_id, cmd.name),
         )
         if rows:
             lane = lane_from_row(*rows[0])
@@ -683,19 +712,9 @@ class LedgerWriter:
                     },
                 )
             return lane
-        if cmd.id is not None and self._rows("SELECT 1 FROM lanes WHERE id = ?", (cmd.id,)):
-            raise EntityConflict("lane id already names another lane", kind="lane", id=cmd.id)
-        session = self._rows("SELECT tenant FROM sessions WHERE id = ?", (cmd.session_id,))
-        if session and session[0][0] != cmd.tenant:
-            raise TenantMismatch(
-                "session belongs to another tenant",
-                what="lane",
-                session_id=cmd.session_id,
-                expected_tenant=session[0][0],
-                tenant=cmd.tenant,
-            )
+        self._unused_id("lanes", "lane", cmd.id, cmd.tenant)
         if cmd.parent_lane_id is not None:
-            parent = self.reader.get_lane(cmd.parent_lane_id)
+            parent = self.reader.get_lane(cmd.parent_lane_id, cmd.tenant)
             if parent.session_id != cmd.session_id:
                 raise EntityConflict(
                     "parent lane is in another session",
@@ -716,7 +735,7 @@ class LedgerWriter:
                     expected_tenant=cmd.tenant,
                     tenant=tenant,
                 )
-        origin = self._fork_origin(cmd.fork_of) if cmd.fork_of is not None else None
+        origin = self._fork_origin(cmd.fork_of, cmd.tenant) if cmd.fork_of is not None else None
         now = self._clock()
         lane = Lane(
             id=cmd.id or new_id(),
@@ -735,7 +754,7 @@ class LedgerWriter:
                 (
                     "INSERT OR IGNORE INTO sessions (id, tenant, created_at) VALUES (?,?,?)",
                     (lane.session_id, lane.tenant, now),
-                ),
+                ),  # a session is its tenant's: (id, tenant) is its key
                 (
                     "INSERT INTO lanes (id, tenant, session_id, run_id, name, body, last_seq, head_hash)"
                     " VALUES (?,?,?,?,?,?,0,?)",
@@ -751,14 +770,18 @@ class LedgerWriter:
                 ),
             ]
         )
-        self._lanes[lane.id] = LaneHead(lane.id, lane.tenant, lane.session_id, lane.run_id, 0, GENESIS_HASH)
+        self._load_lanes({lane.id})  # the id's other tenants' lanes first, then this one
+        self._lanes[lane.id][lane.tenant] = LaneHead(
+            lane.id, lane.tenant, lane.session_id, lane.run_id, 0, GENESIS_HASH
+        )
         return lane
 
-    def _fork_origin(self, point: ForkPoint) -> ForkOrigin:
+    def _fork_origin(self, point: ForkPoint, tenant: str) -> ForkOrigin:
         """Resolve a fork point (its lane was checked as the parent: it exists,
         in this session) to the committed event the fork references."""
         rows = self._rows(
-            "SELECT position, id, body FROM events WHERE lane_id = ? AND seq = ?", (point.lane_id, point.seq)
+            "SELECT position, id, body FROM events WHERE lane_id = ? AND tenant = ? AND seq = ?",
+            (point.lane_id, tenant, point.seq),
         )
         if not rows:
             raise EntityNotFound(
@@ -766,7 +789,7 @@ class LedgerWriter:
                 kind="event",
                 lane_id=point.lane_id,
                 seq=point.seq,
-                last_seq=self.reader.get_lane(point.lane_id).last_seq,
+                last_seq=self.reader.get_lane(point.lane_id, tenant).last_seq,
             )
         position, event_id, body = rows[0]
         return ForkOrigin(
@@ -778,19 +801,20 @@ class LedgerWriter:
         )
 
     def create_turn(self, cmd: CreateTurn) -> Turn:
-        self.reader.get_lane(cmd.lane_id)
+        tenant = self.reader.get_lane(cmd.lane_id, cmd.tenant).tenant
         rows = self._rows(
-            "SELECT body FROM turns WHERE lane_id = ? AND turn_no = ?", (cmd.lane_id, cmd.turn_no)
+            "SELECT body FROM turns WHERE lane_id = ? AND tenant = ? AND turn_no = ?",
+            (cmd.lane_id, tenant, cmd.turn_no),
         )
         if rows:
             turn: Turn = decoder(Turn).decode(rows[0][0])
             self._same_or_conflict("turn", turn.id, turn, cmd, ("id",) if cmd.id else ())
             return turn
-        self._unused_id("turns", "turn", cmd.id)
+        self._unused_id("turns", "turn", cmd.id, tenant)
         turn = Turn(id=cmd.id or new_id(), lane_id=cmd.lane_id, turn_no=cmd.turn_no, created_at=self._clock())
         self._insert(
-            "INSERT INTO turns (id, lane_id, turn_no, body) VALUES (?,?,?,?)",
-            (turn.id, turn.lane_id, turn.turn_no, encode(turn)),
+            "INSERT INTO turns (id, tenant, lane_id, turn_no, body) VALUES (?,?,?,?,?)",
+            (turn.id, tenant, turn.lane_id, turn.turn_no, encode(turn)),
         )
         return turn
 
@@ -803,9 +827,9 @@ class LedgerWriter:
                 path="$.idempotency",
                 found=cmd.idempotency,
             )
-        self._owned_by_lane("turns", "turn", cmd.turn_id, cmd.lane_id)
+        tenant = self._owned_by_lane("turns", "turn", cmd.turn_id, cmd.lane_id, cmd.tenant)
         if cmd.id is not None:
-            rows = self._rows("SELECT body FROM actions WHERE id = ?", (cmd.id,))
+            rows = self._rows("SELECT body FROM actions WHERE id = ? AND tenant = ?", (cmd.id, tenant))
             if rows:
                 action: Action = decoder(Action).decode(rows[0][0])
                 fields = (
@@ -831,22 +855,22 @@ class LedgerWriter:
             created_at=self._clock(),
         )
         self._insert(
-            "INSERT INTO actions (id, lane_id, turn_id, body) VALUES (?,?,?,?)",
-            (action.id, action.lane_id, action.turn_id, encode(action)),
+            "INSERT INTO actions (id, tenant, lane_id, turn_id, body) VALUES (?,?,?,?,?)",
+            (action.id, tenant, action.lane_id, action.turn_id, encode(action)),
         )
         return action
 
     def create_attempt(self, cmd: CreateAttempt) -> Attempt:
-        self._owned_by_lane("actions", "action", cmd.action_id, cmd.lane_id)
+        tenant = self._owned_by_lane("actions", "action", cmd.action_id, cmd.lane_id, cmd.tenant)
         rows = self._rows(
-            "SELECT body FROM attempts WHERE action_id = ? AND attempt_no = ?",
-            (cmd.action_id, cmd.attempt_no),
+            "SELECT body FROM attempts WHERE action_id = ? AND tenant = ? AND attempt_no = ?",
+            (cmd.action_id, tenant, cmd.attempt_no),
         )
         if rows:
             attempt: Attempt = decoder(Attempt).decode(rows[0][0])
             self._same_or_conflict("attempt", attempt.id, attempt, cmd, ("id",) if cmd.id else ())
             return attempt
-        self._unused_id("attempts", "attempt", cmd.id)
+        self._unused_id("attempts", "attempt", cmd.id, tenant)
         attempt = Attempt(
             id=cmd.id or new_id(),
             lane_id=cmd.lane_id,
@@ -855,8 +879,8 @@ class LedgerWriter:
             created_at=self._clock(),
         )
         self._insert(
-            "INSERT INTO attempts (id, lane_id, action_id, attempt_no, body) VALUES (?,?,?,?,?)",
-            (attempt.id, attempt.lane_id, attempt.action_id, attempt.attempt_no, encode(attempt)),
+            "INSERT INTO attempts (id, tenant, lane_id, action_id, attempt_no, body) VALUES (?,?,?,?,?,?)",
+            (attempt.id, tenant, attempt.lane_id, attempt.action_id, attempt.attempt_no, encode(attempt)),
         )
         return attempt
 
@@ -874,9 +898,10 @@ class LedgerWriter:
                 f"{kind} exists with other attributes", kind=kind, key=key, differing=differing
             )
 
-    def _owned_by_lane(self, table: str, kind: str, entity_id: str, lane_id: str) -> None:
-        self.reader.get_lane(lane_id)
-        rows = self._rows(f"SELECT lane_id FROM {table} WHERE id = ?", (entity_id,))
+    def _owned_by_lane(self, table: str, kind: str, entity_id: str, lane_id: str, tenant: str | None) -> str:
+        """Check that ``entity_id`` is of the lane; return the lane's tenant."""
+        tenant = self.reader.get_lane(lane_id, tenant).tenant
+        rows = self._rows(f"SELECT lane_id FROM {table} WHERE id = ? AND tenant = ?", (entity_id, tenant))
         if not rows:
             raise EntityNotFound(f"no such {kind}", kind=kind, id=entity_id)
         if rows[0][0] != lane_id:
@@ -887,9 +912,13 @@ class LedgerWriter:
                 lane_id=lane_id,
                 owner_lane_id=rows[0][0],
             )
+        return tenant
 
-    def _unused_id(self, table: str, kind: str, entity_id: str | None) -> None:
-        if entity_id is not None and self._rows(f"SELECT 1 FROM {table} WHERE id = ?", (entity_id,)):
+    def _unused_id(self, table: str, kind: str, entity_id: str | None, tenant: str) -> None:
+        """A new id must be free among the tenant's own (other tenants' are not looked at)."""
+        if entity_id is not None and self._rows(
+            f"SELECT 1 FROM {table} WHERE id = ? AND tenant = ?", (entity_id, tenant)
+        ):
             raise EntityConflict(f"{kind} id already names another {kind}", kind=kind, id=entity_id)
 
     def _rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
