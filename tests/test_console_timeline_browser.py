@@ -94,7 +94,9 @@ async def test_the_timeline_shows_lanes_bars_retries_and_spawns(client, actor, s
     # Keyboard: focus the timeline, walk the bars, zoom, pan, fit, open one.
     await tab_to(page, "#tl-frame")
     await page.keyboard.press("n")
-    await expect(page.locator("#tl-selected")).to_contain_text("Selected: turn 1 on lane main: open, still open")
+    await expect(page.locator("#tl-selected")).to_contain_text(
+        "Selected: turn 1 on lane main: open, still open"
+    )
     await page.keyboard.press("n")
     await expect(page.locator("#tl-selected")).to_contain_text(
         "Selected: attempt #1 of claude-sonnet on lane main: completed, 2.50 s, from 100 ms; event 4."
@@ -138,7 +140,8 @@ async def test_the_timeline_shows_lanes_bars_retries_and_spawns(client, actor, s
     await page.get_by_role("button", name="Whole session").click()
     await expect(page.locator("#tl-frame")).to_have_attribute("data-drawn", "5")
     hit = await page.evaluate(
-        "(() => { const h = tl.hits.find(h => h[4].name === 'claude-sonnet'); return [h[0] + h[2] / 2, h[1] + h[3] / 2]; })()"
+        "(() => { const h = tl.hits.find(h => h[4].name === 'claude-sonnet');"
+        " return [h[0] + h[2] / 2, h[1] + h[3] / 2]; })()"
     )
     await page.mouse.click(box["x"] + hit[0], box["y"] + hit[1])
     await expect(page.get_by_role("heading", name="Event 4")).to_be_visible()
@@ -188,7 +191,8 @@ async def test_the_causal_graph_draws_spines_the_fork_the_diamond_and_the_rewoun
     graph = page.get_by_role("group", name=summary)
     await expect(graph).to_be_visible()
     await expect(page.locator("#graph-status")).to_contain_text("3 spines, 1 rewind; 8 nodes on this page")
-    await expect(page.locator("#graph-box path.fork")).to_have_count(2)  # main <- human, sub <- main's inference
+    # main <- human, sub <- main's inference
+    await expect(page.locator("#graph-box path.fork")).to_have_count(2)
     await expect(page.locator("#graph-box path.join")).to_have_count(1)  # sub's last -> the Agent call
     await expect(page.locator("#graph-box polygon.diamond")).to_have_count(1)
     await expect(page.locator("#graph-box path.rewind")).to_have_count(1)
@@ -266,13 +270,15 @@ async def _structure(client, lane, actor) -> list[tuple[str, list[tuple[str, int
 
     turns = [await client.create_turn(lane.id, n + 1) for n in range(TURNS)]
     per_turn = ACTIONS // TURNS
-    work = await asyncio.gather(
-        *(one_action(turns[i // per_turn].id, i) for i in range(ACTIONS))
-    )
-    return [(t.id, [a for w in work[k * per_turn : (k + 1) * per_turn] for a in w]) for k, t in enumerate(turns)]
+    work = await asyncio.gather(*(one_action(turns[i // per_turn].id, i) for i in range(ACTIONS)))
+    return [
+        (t.id, [a for w in work[k * per_turn : (k + 1) * per_turn] for a in w]) for k, t in enumerate(turns)
+    ]
 
 
-def _lane_events(lane, actor, plan, offset_ms: int, n: int, first_cause: str | None) -> tuple[list[dict], dict]:
+def _lane_events(
+    lane, actor, plan, offset_ms: int, n: int, first_cause: str | None
+) -> tuple[list[dict], dict]:
     """``n`` events: each turn started and completed, each attempt requested
     and ended (an attempt that is retried fails; every 50th other one stays
     open), streaming deltas between them; and how many attempts ended how."""
@@ -321,7 +327,9 @@ def _lane_events(lane, actor, plan, offset_ms: int, n: int, first_cause: str | N
 
 @pytest.mark.timeout(240)
 @pytest.mark.slow
-async def test_a_100k_event_session_timeline_and_graph_stay_responsive(nats_server, tmp_path, start_tail, browser):
+async def test_a_100k_event_session_timeline_and_graph_stay_responsive(
+    nats_server, tmp_path, start_tail, browser
+):
     """100,000 events on four lanes (a main agent, three sub-agents), 100
     turns and 2,000 attempts (500 of them retries), written through the
     real sequencer in its own process in appends of 1,000: the timeline
@@ -357,7 +365,12 @@ async def _big_session(client) -> tuple[int, dict]:
     await client.append(sub1, 0, sub1_events[:1000])  # before the fetcher points at it
     sub2_events, e2 = _lane_events(sub2, actor, plans[2], 4000, per_lane, spawn)
     sub3_events, e3 = _lane_events(sub3, actor, plans[3], 6000, per_lane, sub1_events[1]["id"])
-    streams = [(main, main_events, 1000), (sub1, sub1_events, 1000), (sub2, sub2_events, 0), (sub3, sub3_events, 0)]
+    streams = [
+        (main, main_events, 1000),
+        (sub1, sub1_events, 1000),
+        (sub2, sub2_events, 0),
+        (sub3, sub3_events, 0),
+    ]
 
     async def write(lane, events, done) -> int:
         position = 0
@@ -408,6 +421,8 @@ async def _big_views(tail, browser, last: int, ended: dict) -> None:
         "([t0, t1]) => tl.spans.filter(s => s.start_ms <= t1 && (s.end_ms ?? tl.end) >= t0).length", [t0, t1]
     )
     assert zoomed_drawn == expected and zoomed_drawn < total / 10, (zoomed_drawn, expected)
+    await expect(page.locator("#tl-rows tr")).to_have_count(min(expected, 100))  # listed as text too
+    assert await page.locator("tr").count() < 200  # the text alternative is capped
     # The wheel, on the 100k session too.
     box = await frame.bounding_box()
     assert box is not None
@@ -417,12 +432,11 @@ async def _big_views(tail, browser, last: int, ended: dict) -> None:
     await page.wait_for_timeout(100)
     renders.append(float(await frame.get_attribute("data-render-ms") or 0))
     print(
-        f"timeline of {BIG} events / {total} spans: loaded in {load_ms} ms; {fit_drawn} bars drawn whole,"
-        f" {zoomed_drawn} zoomed; redraws max {max(renders):.1f} ms, mean {sum(renders) / len(renders):.1f} ms"
+        f"timeline of {BIG} events / {total} spans: loaded in {load_ms} ms; {fit_drawn} bars drawn"
+        f" whole, {zoomed_drawn} zoomed; redraws max {max(renders):.1f} ms,"
+        f" mean {sum(renders) / len(renders):.1f} ms"
     )
     assert max(renders) < 100, renders  # a frame budget that is felt; typical redraws are a few ms
-    await expect(page.locator("#tl-rows tr")).to_have_count(min(expected, 100))
-    assert await page.locator("tr").count() < 200  # the text alternative is capped too
 
     # The causal graph of the same session: a page of 500 nodes, and the next.
     await page.evaluate("location.hash = '#/session/big/graph'")

@@ -6,8 +6,8 @@ pages that join up, tenant scoping, typed errors."""
 
 from __future__ import annotations
 
-from test_console_browser import workload
 from tail_support import wait_applied
+from test_console_browser import workload
 
 from laneledger.runtime.access import AccessPolicy
 
@@ -33,7 +33,12 @@ async def test_the_timeline_of_a_session_with_sub_agents_retries_and_an_open_att
     assert (sub1["name"], sub1["kind"], sub1["parent_lane_id"]) == ("researcher", "subagent", w["main"].id)
     # The sub-agents hang off the spawning attempt.requested (position 4, at 0.1 s); the
     # fetcher off the researcher's first event.
-    assert sub1["spawned_from"] == {"position": 4, "lane_id": w["main"].id, "at": "2026-11-30T10:00:00.100Z", "ms": 100}
+    assert sub1["spawned_from"] == {
+        "position": 4,
+        "lane_id": w["main"].id,
+        "at": "2026-11-30T10:00:00.100Z",
+        "ms": 100,
+    }
     assert sub2["spawned_from"]["position"] == 4
     assert sub1a["spawned_from"] == {
         "position": sub1["first_position"],
@@ -60,14 +65,23 @@ async def test_the_timeline_of_a_session_with_sub_agents_retries_and_an_open_att
         0,
         None,
     )
-    assert (model["name"], model["action_type"], model["outcome"]) == ("claude-sonnet", "model_call", "completed")
+    assert (model["name"], model["action_type"], model["outcome"]) == (
+        "claude-sonnet",
+        "model_call",
+        "completed",
+    )
     assert (model["start_ms"], model["end_ms"], model["started_position"], model["ended_position"]) == (
         100,
         2600,
         4,
         5,
     )
-    assert (edit["name"], edit["outcome"], edit["ended_position"], edit["end_ms"]) == ("Edit", None, None, None)
+    assert (edit["name"], edit["outcome"], edit["ended_position"], edit["end_ms"]) == (
+        "Edit",
+        None,
+        None,
+        None,
+    )
     assert (read1["outcome"], read1["attempt_no"], read1["retry_of"]) == ("failed", 1, None)
     assert (read1["start_ms"], read1["end_ms"]) == (3000, 3250)
     assert (read2["outcome"], read2["attempt_no"], read2["retry_of"]) == ("completed", 2, a["read1"].id)
@@ -77,7 +91,9 @@ async def test_the_timeline_of_a_session_with_sub_agents_retries_and_an_open_att
     # Paged by the opening event's position: the pages join up to the whole.
     seen, cursor = [], 0
     while True:
-        page = (await tail.api.get(TIMELINE.format("s1"), params={"limit": "2", "cursor": str(cursor)})).json()
+        page = (
+            await tail.api.get(TIMELINE.format("s1"), params={"limit": "2", "cursor": str(cursor)})
+        ).json()
         assert page["lanes"] == body["lanes"] and page["origin_at"] == body["origin_at"]
         assert len(page["spans"]) <= 2
         seen += page["spans"]
@@ -105,7 +121,9 @@ async def test_the_timeline_of_a_session_with_sub_agents_retries_and_an_open_att
 
 async def test_a_tenant_sees_its_own_timelines_only(client, actor, start_tail) -> None:
     """Another tenant's session answers exactly like a missing one."""
-    tail = await start_tail(access=AccessPolicy.from_tokens({"acme": "acme-token-0123456789", "beta": "beta-token-0123456789"}))
+    tail = await start_tail(
+        access=AccessPolicy.from_tokens({"acme": "acme-token-0123456789", "beta": "beta-token-0123456789"})
+    )
     w = await workload(client, actor)  # tenant acme
     await wait_applied(tail.service, w["last"])
     as_acme = {"Authorization": "Bearer acme-token-0123456789"}

@@ -40,7 +40,6 @@ from laneledger.contract.errors import EntityNotFound
 from laneledger.contract.model import Attempt, Lane, StructurePage
 from laneledger.contract.vocabulary import TERMINAL_EVENT_TYPES
 from laneledger.history.causality import REWOUND
-from laneledger.history.rewind import Invalidation
 from laneledger.runtime.access import scope_of
 from laneledger.runtime.apidoc import error_responses, json_body
 from laneledger.runtime.httpjson import json_response
@@ -161,7 +160,10 @@ class Timeline:
         ends = self._bodies({p for _, _, first, last in rows for p in (first, last)})
         clock = _Clock(ends[rows[0][2]][1].occurred_at)
         # The lane's first event: what it points at, and the spawn call it names.
-        heads = {first: (ends[first][1], spawned_by(*ends[first])) for _, _, first, _ in rows}
+        heads = {
+            first: (ends[first][1], spawned_by(ends[first][0], ends[first][1].payload))
+            for _, _, first, _ in rows
+        }
         linked = self._by_id(
             {i for head, named in heads.values() for i in (head.causation_id, named) if i is not None}
         )
@@ -236,7 +238,9 @@ class Timeline:
             }
             if kind == "turn":
                 turn = turns.get(subject_id)
-                span.update(name=f"turn {turn.turn_no}" if turn else "turn", turn_no=turn.turn_no if turn else None)
+                span.update(
+                    name=f"turn {turn.turn_no}" if turn else "turn", turn_no=turn.turn_no if turn else None
+                )
             else:
                 span.update(_attempt(subject_id, start.payload, attempts, actions, numbered))
             spans.append(span)
@@ -272,7 +276,8 @@ class Timeline:
         for start in range(0, len(ordered), ID_CHUNK):
             chunk = ordered[start : start + ID_CHUNK]
             for position, event_type, raw in self._model.query(
-                f"SELECT position, event_type, body FROM events WHERE position IN ({','.join('?' * len(chunk))})",
+                "SELECT position, event_type, body FROM events"
+                f" WHERE position IN ({','.join('?' * len(chunk))})",
                 chunk,
             ):
                 found[position] = (event_type, _body.decode(raw))
@@ -456,7 +461,12 @@ PATHS: dict[str, Any] = {
                     "name": "limit",
                     "in": "query",
                     "required": False,
-                    "schema": {"type": "integer", "minimum": 1, "maximum": SPANS_MAX, "default": SPANS_DEFAULT},
+                    "schema": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": SPANS_MAX,
+                        "default": SPANS_DEFAULT,
+                    },
                     "description": "spans per page",
                 },
             ],

@@ -1559,7 +1559,9 @@ function drawGraph(tree) {
   spines.forEach((s, i) => {
     const x = G.left + i * G.col;
     const own = nodes.filter((n) => n.lane_id === s.lane_id);
-    add(svg, "text", { x: x - 8, y: 16, class: "lane" }, (s.name || s.lane_id).slice(0, 24));
+    const name = s.name || s.lane_id;
+    const head = add(svg, "text", { x: x - 8, y: 16, class: "lane" }, name.length > 21 ? name.slice(0, 20) + "…" : name);
+    add(head, "title", {}, name);
     add(svg, "text", { x: x - 8, y: 30 }, `${s.kind || "lane"}${s.parent_lane_id ? " ↳" : ""}`);
     if (own.length > 1) {
       add(svg, "line", { class: "spine", x1: x, x2: x, y1: at(own[0])[1], y2: at(own[own.length - 1])[1] });
