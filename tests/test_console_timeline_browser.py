@@ -18,6 +18,7 @@ from playwright.async_api import Page, expect
 from sequencer_process import SequencerProcess
 from tail_support import new_lane, wait_applied
 from test_console_browser import workload
+from test_tail_timeline import rewound_session
 from worked_example import TENANT, record_worked_example
 
 from laneledger.history.branching import rewind_session
@@ -66,7 +67,10 @@ async def test_the_timeline_shows_lanes_bars_retries_and_spawns(client, actor, s
     await page.get_by_role("link", name="Timeline", exact=True).click()
     await expect(page.get_by_role("heading", name="Timeline of session s1")).to_be_visible()
     assert page.url.endswith("#/session/s1/timeline") or "#/session/s1/timeline?" in page.url
-    summary = "5 lanes, 1 turn, 4 attempts (2 completed, 1 failed, 1 unresolved, 1 retries), 6.00 s long"
+    summary = (
+        "5 lanes, 1 turn, 4 attempts (2 completed, 1 failed, 1 unresolved, 0 invalidated, 1 retries),"
+        " 6.00 s long"
+    )
     await expect(page.locator("#timeline-status")).to_contain_text(summary)
     frame = page.get_by_role("group", name=f"Timeline of session s1: {summary}")
     await expect(frame).to_be_visible()
@@ -163,6 +167,31 @@ async def test_the_timeline_shows_lanes_bars_retries_and_spawns(client, actor, s
     await page.goto(tail.url + "/#/session/no-such/timeline")
     await expect(page.locator("#timeline-status")).to_contain_text("Cannot load the timeline of no-such")
     await expect(page.locator("#timeline-status")).to_contain_text("HTTP 404")
+
+
+async def test_the_timeline_greys_what_a_rewind_invalidated(client, actor, start_tail, browser):
+    tail = await start_tail()
+    rw = await rewound_session(client, actor)
+    await wait_applied(tail.service, rw["last"])
+    page = await browser.page(tail.url + "/#/session/s-rw/timeline")
+    await expect(page.locator("#timeline-status")).to_contain_text(
+        "1 lane, 1 turn, 2 attempts (1 completed, 0 failed, 0 unresolved, 1 invalidated, 0 retries)"
+    )
+    await expect(page.locator(f"#tl-rows tr[data-span='{rw['a2'].id}']")).to_have_class("invalidated")
+    await expect(page.locator(f"#tl-rows tr[data-span='{rw['a2'].id}'] td.outcome")).to_have_text(
+        "failed, invalidated by a rewind"
+    )
+    # What the canvas shows at the middle of each attempt's bar: green, and grey.
+    colours = await page.evaluate(
+        """() => { const c = document.getElementById('tl-canvas'), ctx = c.getContext('2d');
+        const dpr = window.devicePixelRatio || 1;
+        return Object.fromEntries(tl.hits.filter(h => h[4].kind === 'attempt').map(h => {
+          const x = Math.round((h[0] + h[2] / 2) * dpr), y = Math.round((h[1] + 2) * dpr);
+          const d = ctx.getImageData(x, y, 1, 1).data;
+          const hex = [d[0], d[1], d[2]].map(v => v.toString(16).padStart(2, '0')).join('');
+          return [h[4].id, '#' + hex]; })); }"""
+    )
+    assert colours == {rw["a1"].id: "#2b8a3e", rw["a2"].id: "#adb5bd"}
 
 
 # -- the causal graph ----------------------------------------------------------------------------
@@ -389,7 +418,7 @@ async def _big_views(tail, browser, last: int, ended: dict) -> None:
     assert sum(ended.values()) == 2000 and ended["failed"] == 400  # one per retry
     summary = (
         f"4 lanes, 100 turns, 2000 attempts ({ended['completed']} completed, {ended['failed']} failed,"
-        f" {ended['open']} unresolved, 400 retries)"
+        f" {ended['open']} unresolved, 0 invalidated, 400 retries)"
     )
     await expect(page.locator("#timeline-status")).to_contain_text(summary, timeout=60_000)
     frame = page.locator("#tl-frame")

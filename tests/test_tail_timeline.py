@@ -9,7 +9,9 @@ from __future__ import annotations
 from tail_support import wait_applied
 from test_console_browser import workload
 
+from laneledger.history.branching import rewind_session
 from laneledger.runtime.access import AccessPolicy
+from laneledger.sdk.client import make_event
 
 TIMELINE = "/api/v1/sessions/{}/timeline"
 
@@ -136,3 +138,59 @@ async def test_a_tenant_sees_its_own_timelines_only(client, actor, start_tail) -
     assert theirs.error["code"] == missing.error["code"] == "entity_not_found"
     assert theirs.error["message"] == missing.error["message"]
     assert (await tail.api.get(TIMELINE.format("s1"))).status == 401  # no token
+
+
+async def rewound_session(client, actor) -> dict:
+    """Session s-rw: a turn whose first attempt's request causes its
+    completion, which causes a second action's attempt; rewound to the first
+    request, which invalidates what its chain reaches (the completion, the
+    second attempt and its end) but not the request itself or the turn."""
+    lane = await client.create_lane("acme", "s-rw", "r1", "main", actor_id=actor.id)
+    turn = await client.create_turn(lane.id, 1)
+    first = await client.create_action(
+        lane.id, turn.id, "tool_call", "Grep", effect="read", idempotency="inherent"
+    )
+    second = await client.create_action(
+        lane.id, turn.id, "tool_call", "Edit", effect="write", idempotency="none"
+    )
+    a1 = await client.create_attempt(lane.id, first.id, 1)
+    a2 = await client.create_attempt(lane.id, second.id, 1)
+
+    def e(event_type, subject, when, cause=None, **payload):
+        return make_event(
+            lane.id,
+            event_type,
+            actor_id=actor.id,
+            subject_id=subject,
+            payload=payload,
+            occurred_at=f"2026-11-30T10:00:0{when}.000Z",
+            causation_id=cause,
+        )
+
+    started = e("turn.started", turn.id, 0)
+    requested = e("attempt.requested", a1.id, 1, started["id"], attempt_no=1)
+    completed = e("attempt.completed", a1.id, 2, requested["id"])
+    second_requested = e("attempt.requested", a2.id, 3, completed["id"], attempt_no=1)
+    second_failed = e("attempt.failed", a2.id, 4, second_requested["id"])
+    receipt = await client.append(lane, 0, [started, requested, completed, second_requested, second_failed])
+    rewound = await rewind_session(client, "s-rw", requested["id"], actor_id=actor.id)
+    return {
+        "a1": a1,
+        "a2": a2,
+        "turn": turn,
+        "positions": receipt.positions,
+        "last": rewound.receipt.positions[0],
+    }
+
+
+async def test_spans_a_rewind_invalidated_are_marked(client, actor, start_tail) -> None:
+    tail = await start_tail()
+    rw = await rewound_session(client, actor)
+    await wait_applied(tail.service, rw["last"])
+    spans = (await tail.api.get(TIMELINE.format("s-rw"))).json()["spans"]
+    marked = {s["id"]: (s["outcome"], s["invalidated"]) for s in spans}
+    assert marked == {
+        rw["turn"].id: (None, False),
+        rw["a1"].id: ("completed", False),  # its request is the rewind's target: kept
+        rw["a2"].id: ("failed", True),  # requested after the target, by its chain
+    }

@@ -165,7 +165,9 @@ class Timeline:
             for _, _, first, _ in rows
         }
         linked = self._by_id(
-            {i for head, named in heads.values() for i in (head.causation_id, named) if i is not None}
+            where,
+            params,
+            {i for head, named in heads.values() for i in (head.causation_id, named) if i is not None},
         )
         lanes: dict[str, dict[str, Any]] = {}
         for lane_id, count, first, last in rows:
@@ -283,17 +285,17 @@ class Timeline:
                 found[position] = (event_type, _body.decode(raw))
         return found
 
-    def _by_id(self, event_ids: set[str]) -> dict[str, tuple[int, str, str]]:
-        """Event id -> (position, lane_id, occurred_at), for spawn links (the
-        sequencer keeps causes in the session, so no tenant filter is needed)."""
+    def _by_id(self, where: str, params: list[Any], event_ids: set[str]) -> dict[str, tuple[int, str, str]]:
+        """Event id -> (position, lane_id, occurred_at) of the session's events
+        (``where``: the sequencer keeps causes in the session), for spawn links."""
         ids = sorted(event_ids)
         found: dict[str, tuple[int, str, str]] = {}
         for start in range(0, len(ids), ID_CHUNK):
             chunk = ids[start : start + ID_CHUNK]
             for event_id, position, lane_id, raw in self._model.query(
                 "SELECT event_id, position, lane_id, body FROM events"
-                f" WHERE event_id IN ({','.join('?' * len(chunk))})",
-                chunk,
+                f" WHERE {where} AND event_id IN ({','.join('?' * len(chunk))})",
+                [*params, *chunk],
             ):
                 found[event_id] = (position, lane_id, _body.decode(raw).occurred_at)
         return found

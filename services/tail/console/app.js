@@ -1375,7 +1375,7 @@ async function openTimeline(id, params) {
   const count = (state) => attempts.filter((s) => spanState(s) === state).length;
   const summary = `${plural(tl.lanes.length, "lane")}, ${plural(tl.spans.length - attempts.length, "turn")}, ` +
     `${plural(attempts.length, "attempt")} (${count("completed")} completed, ${count("failed")} failed, ` +
-    `${count("open")} unresolved, ${attempts.filter((s) => s.retry_of || (s.attempt_no || 1) > 1).length} retries), ` +
+    `${count("open")} unresolved, ${count("gone")} invalidated, ${attempts.filter((s) => s.retry_of || (s.attempt_no || 1) > 1).length} retries), ` +
     `${formatMs(tl.end)} long`;
   $("tl-frame").setAttribute("aria-label", `Timeline of session ${id}: ${summary}`);
   $("tl-frame").dataset.loadMs = (performance.now() - started).toFixed(0);
