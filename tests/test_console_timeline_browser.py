@@ -473,6 +473,8 @@ async def _big_views(tail, browser, last: int, ended: dict) -> None:
     await expect(page.locator("#graph-box .node")).to_have_count(500)
     await page.get_by_role("button", name="Later nodes").click()
     await expect(page.locator("#graph-page")).to_have_text("Positions 501–1000")
+    await screenshot(page, "causal-graph-100k")
+    assert page.url.endswith("#/session/big/graph?cursor=500")  # the page is in the link
     await page.get_by_role("button", name="Earlier nodes").click()
     await expect(page.locator("#graph-page")).to_have_text("Positions 1–500")
     assert await page.locator("#graph-box .node").count() == 500

@@ -1507,6 +1507,9 @@ async function openGraph(id, cursor = 0) {
   if (graph.id !== id) return;
   graph.cursor = cursor;
   graph.tree = tree;
+  if (!$("view-graph").hidden) { // the page is in the link
+    history.replaceState(null, "", `#/session/${encodeURIComponent(id)}/graph` + (cursor ? `?cursor=${cursor}` : ""));
+  }
   drawGraph(tree);
   $("graph-first").disabled = $("graph-prev").disabled = cursor === 0;
   $("graph-next").disabled = !tree.has_more;
@@ -1734,7 +1737,9 @@ function route() {
   }
   if (view === "graph") {
     const id = decodeURIComponent(parts[1]);
-    if (id !== graph.id || !graph.tree) { graph.history = []; openGraph(id, 0); }
+    const cursor = /^[0-9]+$/.test(new URLSearchParams(query || "").get("cursor") || "")
+      ? Number(new URLSearchParams(query).get("cursor")) : 0;
+    if (id !== graph.id || !graph.tree || cursor !== graph.cursor) { graph.history = []; openGraph(id, cursor); }
   }
   if (view === "session" && parts[1]) {
     const id = decodeURIComponent(parts[1]);
