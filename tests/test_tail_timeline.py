@@ -194,3 +194,28 @@ async def test_spans_a_rewind_invalidated_are_marked(client, actor, start_tail) 
         rw["a1"].id: ("completed", False),  # its request is the rewind's target: kept
         rw["a2"].id: ("failed", True),  # requested after the target, by its chain
     }
+
+
+async def test_a_subject_opened_twice_is_one_span_across_pages(client, actor, start_tail) -> None:
+    tail = await start_tail()
+    lane = await client.create_lane("acme", "s-twice", "r1", "main", actor_id=actor.id)
+    turn = await client.create_turn(lane.id, 1)
+    receipt = await client.append(
+        lane,
+        0,
+        [
+            make_event(lane.id, event_type, actor_id=actor.id, subject_id=turn.id)
+            for event_type in ("turn.started", "turn.started", "turn.completed")
+        ],
+    )
+    first, again, ended = receipt.positions
+    await wait_applied(tail.service, ended)
+    page = (await tail.api.get(TIMELINE.format("s-twice"), params={"limit": "1"})).json()
+    assert [(s["started_position"], s["ended_position"], s["outcome"]) for s in page["spans"]] == [
+        (first, ended, "completed")
+    ]
+    assert page["has_more"] and page["next_cursor"] == first
+    rest = (
+        await tail.api.get(TIMELINE.format("s-twice"), params={"limit": "1", "cursor": str(first)})
+    ).json()
+    assert (rest["spans"], rest["next_cursor"], rest["has_more"]) == ([], again, False)

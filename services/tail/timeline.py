@@ -127,7 +127,7 @@ class Timeline:
         if not lanes:  # none, or another tenant's: the same answer
             raise EntityNotFound("no such session", kind="session", id=session_id)
         view = await self._ledger.load_structure(session_id)
-        spans, more = await self._read(
+        spans, more, last_read = await self._read(
             self._spans, where, params, applied, cursor, limit, clock, view, session_id
         )
         known = {lane.id: lane for lane in view.lanes}
@@ -141,7 +141,7 @@ class Timeline:
                 "end_ms": max((lane["last_ms"] or 0 for lane in lanes.values()), default=0),
                 "lanes": list(lanes.values()),
                 "spans": spans,
-                "next_cursor": spans[-1]["started_position"] if spans else None,
+                "next_cursor": last_read,
                 "has_more": more,
             }
         )
@@ -198,7 +198,9 @@ class Timeline:
         clock: _Clock,
         view: StructurePage,
         session_id: str,
-    ) -> tuple[list[dict[str, Any]], bool]:
+    ) -> tuple[list[dict[str, Any]], bool, int | None]:
+        """A page of spans, whether more follow, and the last opening event
+        read (the next cursor)."""
         openers = list(OPENERS)
         rows = self._model.query(
             f"SELECT position, lane_id, subject_id, event_type, body FROM events WHERE {where}"
@@ -209,7 +211,7 @@ class Timeline:
         more = len(rows) > limit
         rows = rows[:limit]
         if not rows:
-            return [], False
+            return [], False, None
         attempts = {a.id: a for a in view.attempts}
         numbered = {(a.action_id, a.attempt_no): a.id for a in view.attempts}
         actions = {a.id: a for a in view.actions}
@@ -217,7 +219,7 @@ class Timeline:
         ends = self._closers(where, params, applied, rows[0][0], {(OPENERS[r[3]], r[2]) for r in rows})
         gone = rewinds.invalidation(self._model, session_id, applied)
         spans: list[dict[str, Any]] = []
-        opened: set[tuple[str, str]] = set()
+        opened = self._opened_before(where, params, rows[0][0], {(OPENERS[r[3]], r[2]) for r in rows})
         for position, lane_id, subject_id, event_type, raw in rows:
             kind = OPENERS[event_type]
             if (kind, subject_id) in opened:  # a second opening event of the same subject: not a new span
@@ -246,7 +248,25 @@ class Timeline:
             else:
                 span.update(_attempt(subject_id, start.payload, attempts, actions, numbered))
             spans.append(span)
-        return spans, more
+        return spans, more, rows[-1][0]
+
+    def _opened_before(
+        self, where: str, params: list[Any], before: int, subjects: set[tuple[str, str]]
+    ) -> set[tuple[str, str]]:
+        """The page's subjects that an earlier page opened already."""
+        openers = list(OPENERS)
+        ids = sorted({subject for _, subject in subjects})
+        found: set[tuple[str, str]] = set()
+        for start in range(0, len(ids), ID_CHUNK):
+            chunk = ids[start : start + ID_CHUNK]
+            for subject_id, event_type in self._model.query(
+                f"SELECT subject_id, event_type FROM events WHERE {where}"
+                f" AND event_type IN ({','.join('?' * len(openers))})"
+                f" AND subject_id IN ({','.join('?' * len(chunk))}) AND position < ?",
+                [*params, *openers, *chunk, before],
+            ):
+                found.add((OPENERS[event_type], subject_id))
+        return found & subjects
 
     def _closers(
         self, where: str, params: list[Any], applied: int, after: int, subjects: set[tuple[str, str]]
