@@ -19,6 +19,8 @@ from laneledger.runtime.apidoc import (
 )
 from laneledger.runtime.httpjson import json_response
 
+from . import timeline
+
 
 def _obj(required: list[str], props: dict[str, Any], *, extra: bool = False) -> dict[str, Any]:
     return {"type": "object", "required": required, "properties": props, "additionalProperties": extra}
@@ -1170,6 +1172,8 @@ def _secure(paths: dict[str, Any]) -> None:
 
 
 QUERY_TOKEN_PATHS = ("/api/v1/events",)
+SCHEMAS.update(timeline.SCHEMAS)
+PATHS.update(timeline.PATHS)
 _secure(PATHS)
 
 DOCUMENT: dict[str, Any] = document(

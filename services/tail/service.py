@@ -46,6 +46,7 @@ from .readmodel import ReadModel
 from .rewinds import InvalidationLookup
 from .sessions import Sessions
 from .sse import Tail, TerminalLookup
+from .timeline import Timeline
 from .verify import Verifier
 
 log = logging.getLogger("laneledger.tail")
@@ -116,6 +117,7 @@ class TailService:
         app.add_routes([web.get("/api/v1/events", self.tail.handle, name="events")])
         app.add_routes(History(self.model, self._readers, self.feed, self.ledger).routes())
         app.add_routes([CausalTree(self.model, self._readers, self.feed, self.ledger).route()])
+        app.add_routes([Timeline(self.model, self._readers, self.feed, self.ledger).route()])
         self._verifier = Verifier(self.model, self._readers, self.feed, self.ledger, s.hmac_key)
         app.add_routes(
             [

@@ -1,4 +1,4 @@
-// laneledger console: five views over the tail's own HTTP API (spec/tail.md).
+// laneledger console: seven views over the tail's own HTTP API (spec/tail.md).
 // Plain modern JavaScript, no build step, no external resources.
 "use strict";
 
@@ -431,6 +431,8 @@ const session = { id: null, data: null, activity: null, workRows: [], workPage: 
 async function openSession(id) {
   session.id = id;
   $("session-id").value = id;
+  $("session-timeline-link").href = `#/session/${encodeURIComponent(id)}/timeline`;
+  $("session-graph-link").href = `#/session/${encodeURIComponent(id)}/graph`;
   $("session-body").hidden = true;
   setStatus($("session-status"), `Loading session ${id}…`);
   const path = "/api/v1/sessions/" + encodeURIComponent(id);
@@ -987,19 +989,757 @@ $("event-form").addEventListener("submit", (e) => {
   else location.hash = "#/event/" + raw;
 });
 
+// -- the timeline (#/session/<id>/timeline) ----------------------------------------------------
+
+// GET …/timeline, page after page (TIMELINE_PAGE spans each), drawn on one
+// <canvas>: a row per lane (sub-agents under the lane they hang off), a thin
+// bar per turn, a bar per attempt (packed into tracks when they overlap),
+// coloured by outcome. Only what is in the window is drawn: each track's
+// spans are sorted by start with a running maximum of their ends, so the
+// first bar that can reach the window is a binary search away.
+const TIMELINE_PAGE = 5000;
+const TL = { labelW: 170, axisH: 26, turnH: 6, trackH: 13, gap: 7, maxTracks: 8, listMax: 100 };
+const TL_COLOURS = { completed: "#2b8a3e", failed: "#c92a2a", open: "#e67700", gone: "#adb5bd",
+                     turn: "#d0e2f5", turnLine: "#0b5cad", spawn: "#862e9c", retry: "#1d1f23" };
+
+const tl = { id: null, lanes: [], rows: [], spans: [], byId: new Map(), end: 1, t0: 0, t1: 1, scrollY: 0,
+             selected: null, drawn: 0, renderMs: 0, complete: false, frame: 0, drag: null, linkTimer: null };
+
+function laneOrder(lanes) {
+  const byId = new Map(lanes.map((l) => [l.lane_id, l]));
+  const parentOf = (l) => {
+    if (l.parent_lane_id && byId.has(l.parent_lane_id)) return l.parent_lane_id;
+    if (l.spawned_from && byId.has(l.spawned_from.lane_id)) return l.spawned_from.lane_id;
+    return null;
+  };
+  const children = new Map();
+  for (const l of lanes) {
+    const p = parentOf(l);
+    if (!children.has(p)) children.set(p, []);
+    children.get(p).push(l);
+  }
+  const out = [];
+  const seen = new Set();
+  const walk = (l, depth) => {
+    if (seen.has(l.lane_id)) return;
+    seen.add(l.lane_id);
+    out.push({ lane: l, depth });
+    for (const c of children.get(l.lane_id) || []) walk(c, depth + 1);
+  };
+  for (const l of children.get(null) || []) walk(l, 0);
+  for (const l of lanes) walk(l, 0); // a cycle of parents: shown anyway
+  return out;
+}
+
+function spanEnd(s) { return s.end_ms ?? tl.end; }
+function spanState(s) { return s.invalidated ? "gone" : s.outcome || "open"; }
+
+// Lay out the rows: per lane a turn track and up to TL.maxTracks attempt tracks.
+function tlLayout() {
+  const rows = laneOrder(tl.lanes).map(({ lane, depth }) => ({ lane, depth, turns: [], tracks: [] }));
+  const rowOf = new Map(rows.map((r) => [r.lane.lane_id, r]));
+  const sorted = tl.spans.filter((s) => s.start_ms !== null).sort((a, b) => a.start_ms - b.start_ms);
+  for (const s of sorted) {
+    const row = rowOf.get(s.lane_id);
+    if (!row) continue;
+    if (s.kind === "turn") { row.turns.push(s); continue; }
+    let track = row.tracks.find((t) => t.lastEnd <= s.start_ms);
+    if (!track) {
+      if (row.tracks.length < TL.maxTracks) { track = { spans: [], lastEnd: -Infinity }; row.tracks.push(track); }
+      else track = row.tracks[row.tracks.length - 1]; // overflow: drawn over the last track
+    }
+    track.spans.push(s);
+    s.track = row.tracks.indexOf(track);
+    track.lastEnd = Math.max(track.lastEnd, spanEnd(s));
+  }
+  let y = 0;
+  for (const row of rows) {
+    row.y = y;
+    row.h = TL.gap + TL.turnH + 2 + Math.max(1, row.tracks.length) * TL.trackH + TL.gap;
+    y += row.h;
+    row.index = [indexed(row.turns), ...row.tracks.map((t) => indexed(t.spans))];
+  }
+  tl.rows = rows;
+  tl.rowOf = rowOf;
+  tl.height = y;
+}
+
+function indexed(spans) {
+  const starts = new Float64Array(spans.length), reach = new Float64Array(spans.length);
+  let max = -Infinity;
+  spans.forEach((s, i) => { starts[i] = s.start_ms; max = Math.max(max, spanEnd(s)); reach[i] = max; });
+  return { spans, starts, reach };
+}
+
+// The spans of one track that intersect [t0, t1], in start order.
+function* visible(index, t0, t1) {
+  let lo = 0, hi = index.reach.length;
+  while (lo < hi) { const mid = (lo + hi) >> 1; if (index.reach[mid] < t0) lo = mid + 1; else hi = mid; }
+  for (let i = lo; i < index.spans.length && index.starts[i] <= t1; i++) {
+    if (spanEnd(index.spans[i]) >= t0) yield index.spans[i];
+  }
+}
+
+function niceStep(ms) {
+  const raw = ms / 8;
+  const pow = Math.pow(10, Math.floor(Math.log10(Math.max(raw, 1e-3))));
+  for (const m of [1, 2, 5, 10]) if (raw <= m * pow) return m * pow;
+  return 10 * pow;
+}
+
+function formatOffset(ms, step) {
+  if (step < 1000) return `+${(ms / 1000).toFixed(step < 10 ? 3 : step < 100 ? 2 : 1)} s`;
+  if (step < 60000) return `+${(ms / 1000).toFixed(0)} s`;
+  const m = Math.floor(ms / 60000), s = Math.round((ms % 60000) / 1000);
+  return `+${m} min` + (s ? ` ${s} s` : "");
+}
+
+function tlCanvasSize() {
+  const frame = $("tl-frame"), canvas = $("tl-canvas");
+  const width = Math.max(frame.clientWidth, 300);
+  const height = Math.min(TL.axisH + tl.height + 4, 560);
+  const dpr = window.devicePixelRatio || 1;
+  if (canvas.width !== Math.round(width * dpr) || canvas.height !== Math.round(height * dpr)) {
+    canvas.width = Math.round(width * dpr);
+    canvas.height = Math.round(height * dpr);
+    canvas.style.width = width + "px";
+    canvas.style.height = height + "px";
+  }
+  return { width, height, dpr };
+}
+
+function tlX(ms, width) { return TL.labelW + (ms - tl.t0) * (width - TL.labelW - 8) / (tl.t1 - tl.t0); }
+
+function tlRender() {
+  tl.frame = 0;
+  if (!tl.rows.length) return;
+  const started = performance.now();
+  const { width, height, dpr } = tlCanvasSize();
+  const ctx = $("tl-canvas").getContext("2d");
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.clearRect(0, 0, width, height);
+  ctx.font = "11px system-ui, sans-serif";
+  const maxScroll = Math.max(0, tl.height - (height - TL.axisH));
+  tl.scrollY = Math.min(Math.max(tl.scrollY, 0), maxScroll);
+  const top = TL.axisH - tl.scrollY;
+  const t0 = tl.t0, t1 = tl.t1;
+  const hits = [];
+  let drawn = 0;
+  // Lanes' background and labels.
+  for (const row of tl.rows) {
+    const y = top + row.y;
+    if (y > height || y + row.h < TL.axisH) continue;
+    ctx.fillStyle = row.depth % 2 ? "#f7f8fa" : "#fff";
+    ctx.fillRect(0, y, width, row.h);
+    ctx.strokeStyle = "#e3e6eb";
+    ctx.beginPath(); ctx.moveTo(0, y + row.h - 0.5); ctx.lineTo(width, y + row.h - 0.5); ctx.stroke();
+    ctx.fillStyle = "#1d1f23";
+    const name = (row.lane.name || row.lane.lane_id);
+    ctx.fillText((row.depth ? "↳ ".padStart(row.depth + 2, " ") : "") + name.slice(0, 22), 6 + row.depth * 6, y + 16);
+    ctx.fillStyle = "#5a6270";
+    ctx.fillText(`${row.lane.kind || "lane"} · ${row.lane.events} ev`, 6 + row.depth * 6, y + 29);
+  }
+  ctx.save();
+  ctx.beginPath(); ctx.rect(TL.labelW, TL.axisH, width - TL.labelW, height - TL.axisH); ctx.clip();
+  // Bars: the turns' thin strip, then each attempt track.
+  for (const row of tl.rows) {
+    const y = top + row.y;
+    if (y > height || y + row.h < TL.axisH) continue;
+    row.index.forEach((index, k) => {
+      const isTurn = k === 0;
+      const by = isTurn ? y + TL.gap : y + TL.gap + TL.turnH + 2 + (k - 1) * TL.trackH;
+      const bh = isTurn ? TL.turnH : TL.trackH - 3;
+      let lastPx = -1, lastColour = "";
+      for (const s of visible(index, t0, t1)) {
+        const x0 = Math.max(tlX(s.start_ms, width), TL.labelW - 2);
+        const x1 = Math.min(tlX(spanEnd(s), width), width + 2);
+        const w = Math.max(x1 - x0, 1.5);
+        const state = spanState(s);
+        const colour = isTurn ? TL_COLOURS.turn : TL_COLOURS[state];
+        if (w < 2 && Math.floor(x0) === lastPx && colour === lastColour) continue; // same pixel: drawn already
+        lastPx = Math.floor(x0); lastColour = colour;
+        ctx.fillStyle = colour;
+        ctx.fillRect(x0, by, w, bh);
+        if (isTurn) {
+          ctx.strokeStyle = s.outcome === "failed" ? TL_COLOURS.failed : TL_COLOURS.turnLine;
+          ctx.strokeRect(x0 + 0.5, by + 0.5, Math.max(w - 1, 0.5), bh - 1);
+        } else if (state === "open" && w > 6) { // unresolved: striped
+          ctx.fillStyle = "#ffd8a8";
+          for (let sx = x0 + 3; sx < x0 + w - 2; sx += 6) ctx.fillRect(sx, by, 2, bh);
+        }
+        if (!isTurn && s.retry_of && w > 14) {
+          ctx.fillStyle = "#fff";
+          ctx.fillText("↻" + (s.attempt_no ?? ""), x0 + 2, by + bh - 2);
+        }
+        if (tl.selected === s) {
+          ctx.strokeStyle = "#f0a500"; ctx.lineWidth = 3;
+          ctx.strokeRect(x0 - 1.5, by - 1.5, w + 3, bh + 3);
+          ctx.lineWidth = 1;
+        }
+        hits.push([x0, by, w, bh, s]);
+        drawn += 1;
+      }
+    });
+  }
+  // Retries: dashed from the end of the attempt retried to the retry's start.
+  ctx.setLineDash([3, 3]);
+  ctx.strokeStyle = TL_COLOURS.retry;
+  for (const [x, y, , h, s] of hits) {
+    const prior = s.retry_of && tl.byId.get(s.retry_of);
+    const place = prior && tl.place(prior);
+    if (!place) continue;
+    const px = tlX(spanEnd(prior), width), py = top + place.y + h / 2;
+    ctx.beginPath(); ctx.moveTo(px, py); ctx.lineTo(x, y + h / 2); ctx.stroke();
+  }
+  ctx.setLineDash([]);
+  // Spawns: from the event a lane's first event points at, down to the lane.
+  ctx.strokeStyle = ctx.fillStyle = TL_COLOURS.spawn;
+  ctx.lineWidth = 2;
+  for (const row of tl.rows) {
+    const from = row.lane.spawned_from;
+    const parent = from && tl.rowOf.get(from.lane_id);
+    if (!parent || from.ms === null || from.ms < t0 || from.ms > t1) continue;
+    const x = tlX(from.ms, width), y0 = top + parent.y + TL.gap, y1 = top + row.y + TL.gap;
+    ctx.beginPath(); ctx.arc(x, y0, 3, 0, 2 * Math.PI); ctx.fill();
+    ctx.beginPath(); ctx.moveTo(x, y0); ctx.lineTo(x, y1); ctx.stroke();
+    ctx.beginPath(); ctx.moveTo(x - 4, y1 - 6); ctx.lineTo(x, y1); ctx.lineTo(x + 4, y1 - 6); ctx.stroke();
+  }
+  ctx.lineWidth = 1;
+  ctx.restore();
+  // The time axis.
+  ctx.fillStyle = "#f2f4f7";
+  ctx.fillRect(0, 0, width, TL.axisH);
+  ctx.fillStyle = "#5a6270";
+  ctx.strokeStyle = "#dde1e7";
+  const step = niceStep(t1 - t0);
+  for (let t = Math.ceil(t0 / step) * step; t <= t1; t += step) {
+    const x = tlX(t, width);
+    ctx.beginPath(); ctx.moveTo(x + 0.5, TL.axisH - 6); ctx.lineTo(x + 0.5, height); ctx.stroke();
+    ctx.fillText(formatOffset(t, step), x + 3, 16);
+  }
+  ctx.fillText("time since the first event", 6, 16);
+  tl.hits = hits;
+  tl.drawn = drawn;
+  tl.renderMs = performance.now() - started;
+  const frame = $("tl-frame");
+  frame.dataset.drawn = String(drawn);
+  frame.dataset.renderMs = tl.renderMs.toFixed(2);
+  frame.dataset.t0 = String(Math.round(t0));
+  frame.dataset.t1 = String(Math.round(t1));
+  $("tl-window").textContent = `Showing ${formatMs(Math.round(t0))} to ${formatMs(Math.round(t1))} ` +
+    `after the first event (${plural(drawn, "bar")} drawn of ${tl.spans.length}).`;
+  tlList();
+  tlKeepLink();
+}
+
+// Where a span's bar is (row y and track), for the retry lines.
+tl.place = (s) => {
+  const row = tl.rowOf && tl.rowOf.get(s.lane_id);
+  if (!row) return null;
+  if (s.kind === "turn") return { y: row.y + TL.gap };
+  return { y: row.y + TL.gap + TL.turnH + 2 + (s.track || 0) * TL.trackH };
+};
+
+function tlDraw() { if (!tl.frame) tl.frame = requestAnimationFrame(tlRender); }
+
+// The bars in view as a table (the timeline's text alternative), by start.
+function tlList() {
+  const inView = tl.hits.map((h) => h[4]).sort((a, b) => a.start_ms - b.start_ms);
+  const body = $("tl-rows");
+  body.textContent = "";
+  for (const s of inView.slice(0, TL.listMax)) {
+    const row = tl.rowOf.get(s.lane_id);
+    const tr = el("tr", { "data-span": s.id, class: spanState(s) === "open" && s.kind === "attempt" ? "unresolved"
+      : spanState(s) === "failed" ? "failed" : spanState(s) === "gone" ? "invalidated" : null });
+    tr.append(cell(formatMs(s.start_ms)), cell(row ? row.lane.name || row.lane.lane_id : s.lane_id), cell(s.kind),
+      cell(s.name), cell(s.kind === "attempt" ? `#${s.attempt_no ?? "?"}` + (s.retry_of ? " (retry)" : "") : ""),
+      cell(describeOutcome(s), "outcome"), cell(s.end_ms === null ? "" : formatMs(s.end_ms - s.start_ms), "num"),
+      el("td", { class: "num" }, eventLink(s.started_position)));
+    body.append(tr);
+  }
+  $("tl-list-summary").textContent = inView.length > TL.listMax
+    ? `${plural(inView.length, "bar")} in view; the first ${TL.listMax} are listed (zoom in for the others).`
+    : `${plural(inView.length, "bar")} in view.`;
+}
+
+function describeOutcome(s) {
+  if (s.invalidated) return `${s.outcome || "open"}, invalidated by a rewind`;
+  if (s.outcome) return s.outcome;
+  return s.kind === "attempt" ? "unresolved" : "open";
+}
+
+function describeSpan(s) {
+  const row = tl.rowOf.get(s.lane_id);
+  const lane = row ? row.lane.name || row.lane.lane_id : s.lane_id;
+  const what = s.kind === "turn" ? s.name : `attempt #${s.attempt_no ?? "?"} of ${s.name}` +
+    (s.retry_of ? " (a retry)" : "");
+  const took = s.end_ms === null ? "still open" : formatMs(s.end_ms - s.start_ms);
+  return `${what} on lane ${lane}: ${describeOutcome(s)}, ${took}, from ${formatMs(s.start_ms)}; ` +
+    `event ${s.started_position}.`;
+}
+
+let tlLinkTimer = null;
+function tlKeepLink() { // the window is in the link, so what a person sees can be shared
+  clearTimeout(tlLinkTimer);
+  tlLinkTimer = setTimeout(() => {
+    if ($("view-timeline").hidden || !tl.id) return;
+    const q = new URLSearchParams({ t0: String(Math.round(tl.t0)), t1: String(Math.round(tl.t1)) });
+    history.replaceState(null, "", `#/session/${encodeURIComponent(tl.id)}/timeline?${q}`);
+  }, 300);
+}
+
+function tlSetWindow(t0, t1) {
+  const span = Math.max(t1 - t0, 1);
+  const pad = Math.max(tl.end * 0.05, 1);
+  const low = -pad, high = tl.end + pad;
+  const width = Math.min(span, high - low);
+  t0 = Math.min(Math.max(t0, low), high - width);
+  tl.t0 = t0;
+  tl.t1 = t0 + width;
+  tlDraw();
+}
+
+function tlZoom(factor, at) {
+  const centre = at ?? (tl.t0 + tl.t1) / 2;
+  const w = Math.max((tl.t1 - tl.t0) * factor, 2);
+  const f = (centre - tl.t0) / (tl.t1 - tl.t0);
+  tlSetWindow(centre - f * w, centre - f * w + w);
+}
+
+function tlPan(fraction) {
+  const w = tl.t1 - tl.t0;
+  tlSetWindow(tl.t0 + w * fraction, tl.t1 + w * fraction);
+}
+
+function tlFit() {
+  const pad = Math.max(tl.end * 0.01, 1);
+  tlSetWindow(-pad, tl.end + pad);
+}
+
+function tlSelect(step) {
+  const inView = tl.hits.map((h) => h[4]).sort((a, b) => a.start_ms - b.start_ms || a.started_position - b.started_position);
+  if (!inView.length) return;
+  let i = tl.selected ? inView.indexOf(tl.selected) : -1;
+  i = i < 0 ? (step > 0 ? 0 : inView.length - 1) : Math.min(Math.max(i + step, 0), inView.length - 1);
+  tl.selected = inView[i];
+  setStatus($("tl-selected"), "Selected: " + describeSpan(tl.selected));
+  tlDraw();
+}
+
+// The window a link names (t0, t1: ms after the first event), applied; false if none.
+function tlWindowOf(params) {
+  const t0 = Number(params.get("t0")), t1 = Number(params.get("t1"));
+  if (!params.has("t0") || !params.has("t1") || !Number.isFinite(t0) || !Number.isFinite(t1) || t1 <= t0) {
+    return false;
+  }
+  tlSetWindow(t0, t1);
+  return true;
+}
+
+async function openTimeline(id, params) {
+  tl.id = id;
+  tl.lanes = []; tl.spans = []; tl.byId = new Map(); tl.rows = []; tl.hits = []; tl.selected = null; tl.complete = false;
+  $("timeline-title").textContent = `Timeline of session ${id}`;
+  for (const [link, sub] of [["timeline-session-link", ""], ["timeline-graph-link", "/graph"]]) {
+    $(link).href = `#/session/${encodeURIComponent(id)}${sub}`;
+  }
+  setStatus($("tl-selected"), "");
+  setStatus($("timeline-status"), `Loading the timeline of session ${id}…`);
+  const path = `/api/v1/sessions/${encodeURIComponent(id)}/timeline`;
+  const started = performance.now();
+  let cursor = 0, pages = 0, first = true;
+  try {
+    for (;;) {
+      const page = await api(path, { cursor, limit: TIMELINE_PAGE });
+      if (tl.id !== id) return;
+      pages += 1;
+      tl.lanes = page.lanes;
+      tl.end = Math.max(page.end_ms, 1);
+      for (const s of page.spans) { tl.spans.push(s); tl.byId.set(s.id, s); }
+      tlLayout();
+      if (first) {
+        first = false;
+        if (!tlWindowOf(params)) tlFit();
+      }
+      tlDraw();
+      if (!page.has_more) break;
+      cursor = page.next_cursor;
+      setStatus($("timeline-status"), `Loading: ${plural(tl.spans.length, "span")} so far…`);
+    }
+  } catch (err) {
+    if (tl.id === id) setStatus($("timeline-status"), `Cannot load the timeline of ${id}: ` + describeError(err), true);
+    return;
+  }
+  tl.complete = true;
+  const attempts = tl.spans.filter((s) => s.kind === "attempt");
+  const count = (state) => attempts.filter((s) => spanState(s) === state).length;
+  const summary = `${plural(tl.lanes.length, "lane")}, ${plural(tl.spans.length - attempts.length, "turn")}, ` +
+    `${plural(attempts.length, "attempt")} (${count("completed")} completed, ${count("failed")} failed, ` +
+    `${count("open")} unresolved, ${count("gone")} invalidated, ${attempts.filter((s) => s.retry_of || (s.attempt_no || 1) > 1).length} retries), ` +
+    `${formatMs(tl.end)} long`;
+  $("tl-frame").setAttribute("aria-label", `Timeline of session ${id}: ${summary}`);
+  $("tl-frame").dataset.loadMs = (performance.now() - started).toFixed(0);
+  setStatus($("timeline-status"), `Session ${id}: ${summary}; ${plural(pages, "page")} read.`);
+  tlDraw();
+}
+
+(function timelineControls() {
+  const frame = $("tl-frame");
+  $("tl-zoom-in").addEventListener("click", () => tlZoom(0.5));
+  $("tl-zoom-out").addEventListener("click", () => tlZoom(2));
+  $("tl-earlier").addEventListener("click", () => tlPan(-0.25));
+  $("tl-later").addEventListener("click", () => tlPan(0.25));
+  $("tl-fit").addEventListener("click", () => tlFit());
+  const msAt = (clientX) => {
+    const r = frame.getBoundingClientRect();
+    const width = r.width;
+    return tl.t0 + (clientX - r.left - TL.labelW) * (tl.t1 - tl.t0) / (width - TL.labelW - 8);
+  };
+  frame.addEventListener("wheel", (e) => {
+    e.preventDefault();
+    if (e.shiftKey) { tl.scrollY += e.deltaY; tlDraw(); return; }
+    tlZoom(Math.exp(Math.max(Math.min(e.deltaY, 200), -200) / 300), msAt(e.clientX));
+  }, { passive: false });
+  frame.addEventListener("keydown", (e) => {
+    const keys = {
+      ArrowLeft: () => tlPan(-0.1), ArrowRight: () => tlPan(0.1),
+      ArrowUp: () => { tl.scrollY -= 40; tlDraw(); }, ArrowDown: () => { tl.scrollY += 40; tlDraw(); },
+      "+": () => tlZoom(0.5, tl.selected ? tl.selected.start_ms : undefined), "=": () => tlZoom(0.5),
+      "-": () => tlZoom(2), "0": () => tlFit(),
+      n: () => tlSelect(1), p: () => tlSelect(-1), N: () => tlSelect(1), P: () => tlSelect(-1),
+      Enter: () => { if (tl.selected) location.hash = "#/event/" + tl.selected.started_position; },
+      Escape: () => { tl.selected = null; setStatus($("tl-selected"), ""); tlDraw(); },
+    };
+    const action = keys[e.key];
+    if (action && !e.ctrlKey && !e.metaKey && !e.altKey) { e.preventDefault(); action(); }
+  });
+  const hitAt = (e) => {
+    const r = frame.getBoundingClientRect();
+    const x = e.clientX - r.left, y = e.clientY - r.top;
+    for (let i = (tl.hits || []).length - 1; i >= 0; i--) {
+      const [hx, hy, hw, hh, s] = tl.hits[i];
+      if (x >= hx - 2 && x <= hx + hw + 2 && y >= hy && y <= hy + hh) return s;
+    }
+    return null;
+  };
+  frame.addEventListener("pointerdown", (e) => {
+    tl.drag = { x: e.clientX, t0: tl.t0, t1: tl.t1, moved: false };
+    frame.setPointerCapture(e.pointerId);
+  });
+  frame.addEventListener("pointermove", (e) => {
+    if (!tl.drag) {
+      const s = hitAt(e);
+      frame.title = s ? describeSpan(s) : "";
+      frame.style.cursor = s ? "pointer" : "";
+      return;
+    }
+    const dx = e.clientX - tl.drag.x;
+    if (Math.abs(dx) > 3) tl.drag.moved = true;
+    if (!tl.drag.moved) return;
+    frame.classList.add("dragging");
+    const per = (tl.drag.t1 - tl.drag.t0) / (frame.clientWidth - TL.labelW - 8);
+    tlSetWindow(tl.drag.t0 - dx * per, tl.drag.t1 - dx * per);
+  });
+  frame.addEventListener("pointerup", (e) => {
+    const drag = tl.drag;
+    tl.drag = null;
+    frame.classList.remove("dragging");
+    if (drag && !drag.moved) {
+      const s = hitAt(e);
+      if (s) location.hash = "#/event/" + s.started_position;
+    }
+  });
+  window.addEventListener("resize", () => { if (!$("view-timeline").hidden) tlDraw(); });
+})();
+
+// -- the causal graph (#/session/<id>/graph) -----------------------------------------------------
+
+// One page of …/causal-tree (GRAPH_PAGE nodes) drawn as SVG: a column per
+// spine (lane), a row per event in position order; an edge from each
+// event's cause (an arc within a spine, a purple fork across spines), the
+// §2b diamonds (a sub-agent forked from an inference and its result
+// recorded back as a sibling tool call: the join is dashed, the diamond
+// shaded), rewinds dotted to their target, invalidated events greyed. The
+// nodes are one Tab stop (roving tabindex): arrows walk the graph.
+const GRAPH_PAGE = 500;
+const G = { col: 170, row: 24, left: 24, top: 44, r: 6 };
+const ROLE_COLOURS = { prompt: "#1098ad", inference: "#0b5cad", tool: "#e67700", other: "#868e96", rewind: "#c92a2a" };
+const SPAWN_NAMES = new Set(["Agent", "Task"]);
+const graph = { id: null, cursor: 0, history: [], tree: null, nodes: new Map(), focus: null };
+
+// The spawn tool call(s) of each sub-agent spine whose first event is on
+// this page (laneledger.history.causality.Graph._spawners_of, on the page).
+function spawnersOf(tree, byPos, children) {
+  const out = new Map();
+  for (const spine of tree.spines) {
+    const first = byPos.get(spine.first_position);
+    if (!first) continue;
+    const named = spine.spawned_by !== null ? byPos.get(spine.spawned_by) : null;
+    if (named && named.lane_id !== spine.lane_id) { out.set(spine.lane_id, [named.position]); continue; }
+    const parent = first.cause !== null ? byPos.get(first.cause) : null;
+    if (!parent || parent.lane_id === spine.lane_id) continue;
+    if (parent.role === "tool") { out.set(spine.lane_id, [parent.position]); continue; }
+    if (parent.role !== "inference") continue;
+    const siblings = (children.get(parent.position) || []).map((p) => byPos.get(p))
+      .filter((n) => n.position > first.position && n.lane_id === parent.lane_id && n.role === "tool");
+    const spawnNamed = siblings.filter((n) => SPAWN_NAMES.has(n.name));
+    const found = (spawnNamed.length ? spawnNamed : siblings).map((n) => n.position);
+    if (found.length) out.set(spine.lane_id, found);
+  }
+  return out;
+}
+
+async function openGraph(id, cursor = 0) {
+  graph.id = id;
+  $("graph-title").textContent = `Causal graph of session ${id}`;
+  for (const [link, sub] of [["graph-session-link", ""], ["graph-timeline-link", "/timeline"]]) {
+    $(link).href = `#/session/${encodeURIComponent(id)}${sub}`;
+  }
+  setStatus($("graph-status"), `Loading the causal graph of session ${id}…`);
+  let tree;
+  try {
+    tree = await api(`/api/v1/sessions/${encodeURIComponent(id)}/causal-tree`, {
+      cursor, limit: GRAPH_PAGE, exclude_invalidated: $("graph-exclude").checked ? "true" : "" });
+  } catch (err) {
+    if (graph.id === id) setStatus($("graph-status"), `Cannot load the causal graph of ${id}: ` + describeError(err), true);
+    return;
+  }
+  if (graph.id !== id) return;
+  graph.cursor = cursor;
+  graph.tree = tree;
+  if (!$("view-graph").hidden) { // the page is in the link
+    history.replaceState(null, "", `#/session/${encodeURIComponent(id)}/graph` + (cursor ? `?cursor=${cursor}` : ""));
+  }
+  drawGraph(tree);
+  $("graph-first").disabled = $("graph-prev").disabled = cursor === 0;
+  $("graph-next").disabled = !tree.has_more;
+  const nodes = tree.nodes;
+  $("graph-page").textContent = nodes.length
+    ? `Positions ${nodes[0].position}–${nodes[nodes.length - 1].position}` : "No nodes";
+  setStatus($("graph-status"), `Session ${id} as of position ${tree.applied_position}: ` +
+    `${plural(tree.spines.length, "spine")}, ${plural(tree.rewinds.length, "rewind")}; ` +
+    `${plural(nodes.length, "node")} on this page${tree.has_more ? ", more on later pages" : ""}.`);
+}
+
+function drawGraph(tree) {
+  const ns = "http://www.w3.org/2000/svg";
+  const nodes = tree.nodes;
+  const byPos = new Map(nodes.map((n) => [n.position, n]));
+  const children = new Map();
+  for (const n of nodes) {
+    if (n.cause === null) continue;
+    if (!children.has(n.cause)) children.set(n.cause, []);
+    children.get(n.cause).push(n.position);
+  }
+  const spines = tree.spines.filter((s) => nodes.some((n) => n.lane_id === s.lane_id));
+  for (const n of nodes) { // a lane that is not a spine (a rewind's lane with no other event)
+    if (!spines.some((s) => s.lane_id === n.lane_id)) spines.push({ lane_id: n.lane_id, name: n.lane_id });
+  }
+  const colOf = new Map(spines.map((s, i) => [s.lane_id, i]));
+  const rowOf = new Map(nodes.map((n, i) => [n.position, i]));
+  const at = (n) => [G.left + colOf.get(n.lane_id) * G.col, G.top + rowOf.get(n.position) * G.row];
+  const W = G.left + spines.length * G.col + 40, H = G.top + nodes.length * G.row + 20;
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  svg.setAttribute("width", String(W));
+  svg.setAttribute("height", String(H));
+  const add = (parent, tag, attrs, text) => {
+    const node = document.createElementNS(ns, tag);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+    if (text !== undefined) node.textContent = text;
+    parent.append(node);
+    return node;
+  };
+  const defs = add(svg, "defs", {});
+  const marker = add(defs, "marker", { id: "arrow", viewBox: "0 0 10 10", refX: "9", refY: "5",
+    markerWidth: "6", markerHeight: "6", orient: "auto-start-reverse" });
+  add(marker, "path", { d: "M0,0 L10,5 L0,10 z", fill: "#862e9c" });
+  const spawners = spawnersOf(tree, byPos, children);
+  const spawnCalls = new Set([...spawners.values()].flat());
+  const lastOf = new Map();
+  for (const n of nodes) if (n.role !== "rewind") lastOf.set(n.lane_id, n);
+  // Spines and their names.
+  spines.forEach((s, i) => {
+    const x = G.left + i * G.col;
+    const own = nodes.filter((n) => n.lane_id === s.lane_id);
+    const name = s.name || s.lane_id;
+    const head = add(svg, "text", { x: x - 8, y: 16, class: "lane" }, name.length > 21 ? name.slice(0, 20) + "…" : name);
+    add(head, "title", {}, name);
+    add(svg, "text", { x: x - 8, y: 30 }, `${s.kind || "lane"}${s.parent_lane_id ? " ↳" : ""}`);
+    if (own.length > 1) {
+      add(svg, "line", { class: "spine", x1: x, x2: x, y1: at(own[0])[1], y2: at(own[own.length - 1])[1] });
+    }
+  });
+  let diamonds = 0, forks = 0;
+  // The §2b diamonds: fork origin → sub-agent's first → its last → spawn call.
+  for (const [lane, calls] of spawners) {
+    const spine = tree.spines.find((s) => s.lane_id === lane);
+    const first = byPos.get(spine.first_position), last = lastOf.get(lane);
+    const origin = first && first.cause !== null ? byPos.get(first.cause) : null;
+    for (const call of calls) {
+      const target = byPos.get(call);
+      if (!first || !last || !target) continue;
+      const points = [origin || target, first, last, target].map((n) => at(n).join(",")).join(" ");
+      add(svg, "polygon", { class: "diamond", points });
+      const [x1, y1] = at(last), [x2, y2] = at(target);
+      add(svg, "path", { class: "edge join" + (target.invalidated ? " gone" : ""), "marker-end": "url(#arrow)",
+        d: `M${x1},${y1} C${x1},${(y1 + y2) / 2} ${x2},${(y1 + y2) / 2} ${x2 + G.r},${y2 - G.r}` });
+      diamonds += 1;
+    }
+  }
+  // Edges from each node's cause.
+  for (const n of nodes) {
+    const [x2, y2] = at(n);
+    if (n.cause === null) continue;
+    const cause = byPos.get(n.cause);
+    const gone = n.invalidated ? " gone" : "";
+    if (!cause) { // on an earlier page
+      add(svg, "path", { class: "edge" + gone, d: `M${x2},${y2 - 14} L${x2},${y2 - G.r}` });
+      add(svg, "text", { x: x2 - 30, y: y2 - 8 }, `↑${n.cause}`);
+      continue;
+    }
+    const [x1, y1] = at(cause);
+    if (cause.lane_id === n.lane_id) {
+      const k = 10 + Math.min(40, (y2 - y1) / 6);
+      add(svg, "path", { class: "edge" + gone, d: `M${x1},${y1} C${x1 - k},${y1} ${x2 - k},${y2} ${x2},${y2}` });
+    } else {
+      forks += 1;
+      const mid = (x1 + x2) / 2;
+      add(svg, "path", { class: "edge fork" + gone, "marker-end": "url(#arrow)",
+        d: `M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2 - G.r - 1},${y2}` });
+    }
+  }
+  // Rewinds, dotted to their target.
+  for (const n of nodes.filter((n) => n.role === "rewind")) {
+    const rewind = tree.rewinds.find((r) => r.position === n.position);
+    const target = rewind && byPos.get(rewind.target_position);
+    if (!target) continue;
+    const [x1, y1] = at(n), [x2, y2] = at(target);
+    add(svg, "path", { class: "edge rewind", d: `M${x1},${y1} C${x1 + 60},${y1} ${x2 + 60},${y2} ${x2 + G.r},${y2}` });
+  }
+  // Nodes, focusable, one Tab stop.
+  graph.nodes = new Map();
+  const list = $("graph-text");
+  list.textContent = "";
+  const laneName = (id) => { const s = spines.find((x) => x.lane_id === id); return s && s.name ? s.name : id; };
+  nodes.forEach((n, i) => {
+    const [x, y] = at(n);
+    const spawn = spawnCalls.has(n.position);
+    const cause = n.cause === null ? "a root" : `caused by ${n.cause}`;
+    const label = `Event ${n.position}: ${n.role} ${n.name} on ${laneName(n.lane_id)}, ${cause}` +
+      (spawn ? ", the spawn call a sub-agent returns to" : "") + (n.invalidated ? ", invalidated by a rewind" : "");
+    const g = add(svg, "g", { class: "node" + (n.invalidated ? " invalidated" : ""), role: "link",
+      tabindex: i === 0 ? "0" : "-1", "aria-label": label, "data-position": String(n.position) });
+    const fill = ROLE_COLOURS[n.role] || ROLE_COLOURS.other;
+    if (spawn) {
+      add(g, "rect", { class: "mark", x: x - 7, y: y - 7, width: 14, height: 14, fill,
+        stroke: "#862e9c", "stroke-width": 2, transform: `rotate(45 ${x} ${y})` });
+    } else if (n.role === "rewind") {
+      add(g, "rect", { class: "mark", x: x - 6, y: y - 6, width: 12, height: 12, fill, stroke: "#fff" });
+    } else {
+      add(g, "circle", { class: "mark", cx: x, cy: y, r: G.r, fill, stroke: "#fff", "stroke-width": 1.5 });
+    }
+    add(g, "text", { x: x + 11, y: y + 4 }, `${n.position} ${n.name}`.slice(0, 20));
+    graph.nodes.set(n.position, g);
+    list.append(el("li", { class: n.invalidated ? "invalidated" : null, value: String(n.position) },
+      eventLink(n.position, `event ${n.position}`), ` ${n.role} ${n.name} on ${laneName(n.lane_id)}, ${cause}` +
+      (spawn ? "; the spawn call the sub-agent's result joins (§2b)" : "") +
+      (n.invalidated ? "; invalidated by a rewind" : "")));
+  });
+  const gone = nodes.filter((n) => n.invalidated).length;
+  const summary = `Causal graph of session ${tree.session_id}, positions ` +
+    (nodes.length ? `${nodes[0].position} to ${nodes[nodes.length - 1].position}` : "none") +
+    `: ${plural(nodes.length, "event")} on ${plural(spines.length, "spine")}, ${plural(forks, "spawn fork")}, ` +
+    `${plural(diamonds, "§2b diamond")}, ${plural(gone, "invalidated event")}`;
+  svg.setAttribute("role", "group");
+  svg.setAttribute("aria-roledescription", "causal graph");
+  svg.setAttribute("aria-label", summary);
+  svg.dataset.forks = String(forks);
+  svg.dataset.diamonds = String(diamonds);
+  const box = $("graph-box");
+  box.textContent = "";
+  box.append(svg);
+  $("graph-caption").textContent = summary + ". The same as text below the legend.";
+  graph.focus = nodes.length ? nodes[0].position : null;
+  svg.addEventListener("keydown", graphKey);
+  svg.addEventListener("click", (e) => {
+    const g = e.target.closest(".node");
+    if (g) location.hash = "#/event/" + g.dataset.position;
+  });
+  svg.addEventListener("focusin", (e) => {
+    const g = e.target.closest(".node");
+    if (g) graphFocus(Number(g.dataset.position), false);
+  });
+}
+
+function graphFocus(position, move = true) {
+  const g = graph.nodes.get(position);
+  if (!g) return;
+  const old = graph.nodes.get(graph.focus);
+  if (old) old.setAttribute("tabindex", "-1");
+  g.setAttribute("tabindex", "0");
+  graph.focus = position;
+  if (move) g.focus();
+  setStatus($("graph-selected"), g.getAttribute("aria-label") + ".");
+}
+
+function graphKey(e) {
+  const nodes = graph.tree ? graph.tree.nodes : [];
+  const i = nodes.findIndex((n) => n.position === graph.focus);
+  if (i < 0) return;
+  const n = nodes[i];
+  const moves = {
+    ArrowDown: () => nodes[Math.min(i + 1, nodes.length - 1)].position,
+    ArrowUp: () => nodes[Math.max(i - 1, 0)].position,
+    ArrowLeft: () => (n.cause !== null && graph.nodes.has(n.cause) ? n.cause : null),
+    ArrowRight: () => { const c = nodes.find((m) => m.cause === n.position); return c ? c.position : null; },
+    Home: () => nodes[0].position, End: () => nodes[nodes.length - 1].position,
+  };
+  if (e.key === "Enter") { e.preventDefault(); location.hash = "#/event/" + n.position; return; }
+  const move = moves[e.key];
+  if (!move) return;
+  e.preventDefault();
+  const to = move();
+  if (to !== null) graphFocus(to);
+}
+
+$("graph-first").addEventListener("click", () => { graph.history = []; openGraph(graph.id, 0); });
+$("graph-next").addEventListener("click", () => {
+  if (!graph.tree || !graph.tree.has_more) return;
+  graph.history.push(graph.cursor);
+  openGraph(graph.id, graph.tree.next_cursor);
+});
+$("graph-prev").addEventListener("click", () => openGraph(graph.id, graph.history.pop() ?? 0));
+$("graph-exclude").addEventListener("change", () => { graph.history = []; openGraph(graph.id, 0); });
+
 // -- routing: #/sessions?filters, #/tail?filters, #/session/<id>, #/event/<position>, #/costs ---
 
-const VIEWS = ["sessions", "tail", "session", "event", "costs"];
+const VIEWS = ["sessions", "tail", "session", "timeline", "graph", "event", "costs"];
+const SESSION_SUBVIEWS = { timeline: "timeline", graph: "graph" }; // #/session/<id>/<subview>
 
 function route() {
   const hash = location.hash || "#/sessions";
   const [path, query] = hash.slice(1).split("?");
   const parts = path.split("/").filter(Boolean);
-  const view = VIEWS.includes(parts[0]) ? parts[0] : "sessions";
+  let view = VIEWS.includes(parts[0]) && !SESSION_SUBVIEWS[parts[0]] ? parts[0] : "sessions";
+  if (view === "session" && parts[1] && SESSION_SUBVIEWS[parts[2]]) view = SESSION_SUBVIEWS[parts[2]];
   for (const name of VIEWS) $("view-" + name).hidden = name !== view;
-  for (const link of document.querySelectorAll("nav a")) {
-    if (link.dataset.view === view) link.setAttribute("aria-current", "page");
+  const navView = SESSION_SUBVIEWS[view] ? "session" : view;
+  for (const link of document.querySelectorAll("nav a[data-view]")) {
+    if (link.dataset.view === navView) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
+  }
+  if (view === "timeline") {
+    const id = decodeURIComponent(parts[1]);
+    const params = new URLSearchParams(query || "");
+    if (id !== tl.id || !tl.complete) openTimeline(id, params);
+    else if (!tlWindowOf(params)) tlDraw();
+  }
+  if (view === "graph") {
+    const id = decodeURIComponent(parts[1]);
+    const cursor = /^[0-9]+$/.test(new URLSearchParams(query || "").get("cursor") || "")
+      ? Number(new URLSearchParams(query).get("cursor")) : 0;
+    if (id !== graph.id || !graph.tree || cursor !== graph.cursor) { graph.history = []; openGraph(id, cursor); }
   }
   if (view === "session" && parts[1]) {
     const id = decodeURIComponent(parts[1]);

@@ -1,0 +1,501 @@
+"""``GET /api/v1/sessions/{session_id}/timeline``: a session's turns and
+attempts as spans on a time axis, lane by lane, for the console's timeline.
+
+What it answers (normative text: ``spec/tail.md``, "Timeline"):
+
+* ``lanes``: every lane of the session with events (main agents,
+  sub-agents, forks), in order of their first event, with the sequencer's
+  name, kind, parent lane and actor, their first and last event (position,
+  time) and where they were spawned from: the event their first event's
+  ``causation_id`` names (Korg §2b), and the spawning tool call when the
+  first event names it (``payload.spawned_by``). Not paged: one per lane.
+* ``spans``: one per turn (``turn.started``) and per attempt
+  (``attempt.requested``), **paged by the position of that opening event**
+  (``cursor``, ``limit``), with the kind's first terminal event (outcome
+  ``completed``/``failed``, or null while open: unresolved), its
+  ``attempt_no`` and, for a retry, the attempt it retries (``retry_of``, from
+  the sequencer's structure: the attempt of the same action numbered one
+  less). A closing event without an opening one has no start and no span.
+
+Times are the events' ``occurred_at`` (the producer's clock, as in the
+activity view), given as ISO text and as milliseconds after ``origin_at``:
+the ``occurred_at`` of the session's first event, so every page of one
+session shares one axis. Each page costs two indexed queries over lifecycle
+events (openers after the cursor, the closers of the page's subjects)
+however many streaming events the session holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import Executor
+from datetime import datetime
+from typing import Any, TypeVar, TypeVarTuple
+
+import msgspec
+from aiohttp import web
+
+from laneledger.contract.errors import EntityNotFound
+from laneledger.contract.model import Attempt, Lane, StructurePage
+from laneledger.contract.vocabulary import TERMINAL_EVENT_TYPES
+from laneledger.history.causality import REWOUND
+from laneledger.runtime.access import scope_of
+from laneledger.runtime.apidoc import error_responses, json_body
+from laneledger.runtime.httpjson import json_response
+from laneledger.sdk.client import LedgerClient
+from laneledger.sdk.spine import spawned_by
+
+from . import rewinds
+from .api import Query
+from .feed import Feed
+from .readmodel import ReadModel
+
+SPANS_DEFAULT = 2000
+SPANS_MAX = 5000
+ID_CHUNK = 500  # ids per IN (...) lookup
+PARAMETERS = ("cursor", "limit")
+
+OPENERS = {"turn.started": "turn", "attempt.requested": "attempt"}
+CLOSERS = {t: kind for kind in ("turn", "attempt") for t in TERMINAL_EVENT_TYPES[kind]}
+
+R = TypeVar("R")
+Ts = TypeVarTuple("Ts")
+
+
+class _Body(msgspec.Struct):
+    """What the timeline reads of an event beyond the read model's columns."""
+
+    occurred_at: str = ""
+    causation_id: str | None = None
+    payload: dict[str, Any] = {}
+
+
+_body = msgspec.json.Decoder(_Body)
+
+
+def _instant(text: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+class _Clock:
+    """Milliseconds after the session's origin (its first event's ``occurred_at``)."""
+
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+        self._origin = _instant(origin)
+
+    def ms(self, text: str | None) -> int | None:
+        if text is None or self._origin is None:
+            return None
+        at = _instant(text)
+        if at is None:
+            return None
+        try:
+            return round((at - self._origin).total_seconds() * 1000)
+        except TypeError:  # one naive, one aware: no common axis
+            return None
+
+
+class Timeline:
+    def __init__(self, model: ReadModel, readers: Executor, feed: Feed, ledger: LedgerClient) -> None:
+        self._model = model
+        self._readers = readers
+        self._feed = feed
+        self._ledger = ledger
+
+    def route(self) -> web.RouteDef:
+        return web.get("/api/v1/sessions/{session_id}/timeline", self.get, name="timeline")
+
+    async def _read(self, fn: Callable[[*Ts], R], *args: *Ts) -> R:
+        return await asyncio.get_running_loop().run_in_executor(self._readers, fn, *args)
+
+    async def get(self, request: web.Request) -> web.Response:
+        query = Query(request, PARAMETERS)
+        cursor = query.integer("cursor", 0)
+        limit = query.integer("limit", SPANS_DEFAULT, low=1, high=SPANS_MAX)
+        session_id = request.match_info["session_id"]
+        applied = self._feed.applied
+        where, params = "session_id = ?", [session_id]
+        tenant = scope_of(request).tenant
+        if tenant is not None:
+            where, params = f"{where} AND tenant = ?", [*params, tenant]
+        lanes, clock = await self._read(self._lanes, where, params, applied)
+        if not lanes:  # none, or another tenant's: the same answer
+            raise EntityNotFound("no such session", kind="session", id=session_id)
+        view = await self._ledger.load_structure(session_id)
+        spans, more, last_read = await self._read(
+            self._spans, where, params, applied, cursor, limit, clock, view, session_id
+        )
+        known = {lane.id: lane for lane in view.lanes}
+        for lane_id, entry in lanes.items():
+            entry.update(_described(known.get(lane_id)))
+        return json_response(
+            {
+                "session_id": session_id,
+                "applied_position": applied,
+                "origin_at": clock.origin,
+                "end_ms": max((lane["last_ms"] or 0 for lane in lanes.values()), default=0),
+                "lanes": list(lanes.values()),
+                "spans": spans,
+                "next_cursor": last_read,
+                "has_more": more,
+            }
+        )
+
+    # -- reader threads ----------------------------------------------------------------------
+
+    def _lanes(self, where: str, params: list[Any], applied: int) -> tuple[dict[str, dict[str, Any]], _Clock]:
+        rows = self._model.query(
+            f"SELECT lane_id, count(*), min(position), max(position) FROM events WHERE {where}"
+            " AND event_type != ? AND event_type != '' AND position <= ?"
+            " GROUP BY lane_id ORDER BY min(position)",
+            [*params, REWOUND, applied],
+        )
+        if not rows:
+            return {}, _Clock("")
+        ends = self._bodies({p for _, _, first, last in rows for p in (first, last)})
+        clock = _Clock(ends[rows[0][2]][1].occurred_at)
+        # The lane's first event: what it points at, and the spawn call it names.
+        heads = {
+            first: (ends[first][1], spawned_by(ends[first][0], ends[first][1].payload))
+            for _, _, first, _ in rows
+        }
+        linked = self._by_id(
+            where,
+            params,
+            {i for head, named in heads.values() for i in (head.causation_id, named) if i is not None},
+        )
+        lanes: dict[str, dict[str, Any]] = {}
+        for lane_id, count, first, last in rows:
+            head, spawner_id = heads[first]
+            cause = linked.get(head.causation_id) if head.causation_id else None
+            spawner = linked.get(spawner_id) if spawner_id else None
+            lanes[lane_id] = {
+                "lane_id": lane_id,
+                "events": count,
+                "first_position": first,
+                "last_position": last,
+                "first_at": head.occurred_at,
+                "last_at": ends[last][1].occurred_at,
+                "first_ms": clock.ms(head.occurred_at),
+                "last_ms": clock.ms(ends[last][1].occurred_at),
+                "spawned_from": _link(cause, clock) if cause and cause[1] != lane_id else None,
+                "spawned_by": _link(spawner, clock) if spawner else None,
+            }
+        return lanes, clock
+
+    def _spans(
+        self,
+        where: str,
+        params: list[Any],
+        applied: int,
+        cursor: int,
+        limit: int,
+        clock: _Clock,
+        view: StructurePage,
+        session_id: str,
+    ) -> tuple[list[dict[str, Any]], bool, int | None]:
+        """A page of spans, whether more follow, and the last opening event
+        read (the next cursor)."""
+        openers = list(OPENERS)
+        rows = self._model.query(
+            f"SELECT position, lane_id, subject_id, event_type, body FROM events WHERE {where}"
+            f" AND event_type IN ({','.join('?' * len(openers))}) AND position > ? AND position <= ?"
+            " ORDER BY position LIMIT ?",
+            [*params, *openers, cursor, applied, limit + 1],
+        )
+        more = len(rows) > limit
+        rows = rows[:limit]
+        if not rows:
+            return [], False, None
+        attempts = {a.id: a for a in view.attempts}
+        numbered = {(a.action_id, a.attempt_no): a.id for a in view.attempts}
+        actions = {a.id: a for a in view.actions}
+        turns = {t.id: t for t in view.turns}
+        ends = self._closers(where, params, applied, rows[0][0], {(OPENERS[r[3]], r[2]) for r in rows})
+        gone = rewinds.invalidation(self._model, session_id, applied)
+        spans: list[dict[str, Any]] = []
+        opened = self._opened_before(where, params, rows[0][0], {(OPENERS[r[3]], r[2]) for r in rows})
+        for position, lane_id, subject_id, event_type, raw in rows:
+            kind = OPENERS[event_type]
+            if (kind, subject_id) in opened:  # a second opening event of the same subject: not a new span
+                continue
+            opened.add((kind, subject_id))
+            start = _body.decode(raw)
+            end = ends.get((kind, subject_id))
+            span: dict[str, Any] = {
+                "kind": kind,
+                "id": subject_id,
+                "lane_id": lane_id,
+                "started_position": position,
+                "started_at": start.occurred_at,
+                "start_ms": clock.ms(start.occurred_at),
+                "outcome": end[2] if end else None,
+                "ended_position": end[0] if end else None,
+                "ended_at": end[1] if end else None,
+                "end_ms": clock.ms(end[1]) if end else None,
+                "invalidated": position in gone,
+            }
+            if kind == "turn":
+                turn = turns.get(subject_id)
+                span.update(
+                    name=f"turn {turn.turn_no}" if turn else "turn", turn_no=turn.turn_no if turn else None
+                )
+            else:
+                span.update(_attempt(subject_id, start.payload, attempts, actions, numbered))
+            spans.append(span)
+        return spans, more, rows[-1][0]
+
+    def _opened_before(
+        self, where: str, params: list[Any], before: int, subjects: set[tuple[str, str]]
+    ) -> set[tuple[str, str]]:
+        """The page's subjects that an earlier page opened already."""
+        openers = list(OPENERS)
+        ids = sorted({subject for _, subject in subjects})
+        found: set[tuple[str, str]] = set()
+        for start in range(0, len(ids), ID_CHUNK):
+            chunk = ids[start : start + ID_CHUNK]
+            for subject_id, event_type in self._model.query(
+                f"SELECT subject_id, event_type FROM events WHERE {where}"
+                f" AND event_type IN ({','.join('?' * len(openers))})"
+                f" AND subject_id IN ({','.join('?' * len(chunk))}) AND position < ?",
+                [*params, *openers, *chunk, before],
+            ):
+                found.add((OPENERS[event_type], subject_id))
+        return found & subjects
+
+    def _closers(
+        self, where: str, params: list[Any], applied: int, after: int, subjects: set[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[int, str, str]]:
+        """(kind, subject) -> (position, occurred_at, outcome) of its first
+        terminal event, for the subjects opened on a page (which starts at
+        ``after``: closers come later)."""
+        closers = list(CLOSERS)
+        ids = sorted({subject for _, subject in subjects})
+        found: dict[tuple[str, str], tuple[int, str, str]] = {}
+        for start in range(0, len(ids), ID_CHUNK):
+            chunk = ids[start : start + ID_CHUNK]
+            for position, subject_id, event_type, raw in self._model.query(
+                f"SELECT position, subject_id, event_type, body FROM events WHERE {where}"
+                f" AND event_type IN ({','.join('?' * len(closers))})"
+                f" AND subject_id IN ({','.join('?' * len(chunk))}) AND position > ? AND position <= ?"
+                " ORDER BY position",
+                [*params, *closers, *chunk, after, applied],
+            ):
+                key = (CLOSERS[event_type], subject_id)
+                if key in subjects and key not in found:
+                    found[key] = (position, _body.decode(raw).occurred_at, event_type.rsplit(".", 1)[1])
+        return found
+
+    def _bodies(self, positions: set[int]) -> dict[int, tuple[str, _Body]]:
+        """Position -> (event type, body)."""
+        ordered = sorted(positions)
+        found: dict[int, tuple[str, _Body]] = {}
+        for start in range(0, len(ordered), ID_CHUNK):
+            chunk = ordered[start : start + ID_CHUNK]
+            for position, event_type, raw in self._model.query(
+                "SELECT position, event_type, body FROM events"
+                f" WHERE position IN ({','.join('?' * len(chunk))})",
+                chunk,
+            ):
+                found[position] = (event_type, _body.decode(raw))
+        return found
+
+    def _by_id(self, where: str, params: list[Any], event_ids: set[str]) -> dict[str, tuple[int, str, str]]:
+        """Event id -> (position, lane_id, occurred_at) of the session's events
+        (``where``: the sequencer keeps causes in the session), for spawn links."""
+        ids = sorted(event_ids)
+        found: dict[str, tuple[int, str, str]] = {}
+        for start in range(0, len(ids), ID_CHUNK):
+            chunk = ids[start : start + ID_CHUNK]
+            for event_id, position, lane_id, raw in self._model.query(
+                "SELECT event_id, position, lane_id, body FROM events"
+                f" WHERE {where} AND event_id IN ({','.join('?' * len(chunk))})",
+                [*params, *chunk],
+            ):
+                found[event_id] = (position, lane_id, _body.decode(raw).occurred_at)
+        return found
+
+
+def _link(found: tuple[int, str, str], clock: _Clock) -> dict[str, Any]:
+    position, lane_id, occurred_at = found
+    return {"position": position, "lane_id": lane_id, "at": occurred_at, "ms": clock.ms(occurred_at)}
+
+
+def _described(lane: Lane | None) -> dict[str, Any]:
+    return {
+        "run_id": lane.run_id if lane else None,
+        "name": lane.name if lane else None,
+        "kind": lane.kind if lane else None,
+        "parent_lane_id": lane.parent_lane_id if lane else None,
+        "actor_id": lane.actor_id if lane else None,
+        "forked": lane.forked_from is not None if lane else False,
+    }
+
+
+def _attempt(
+    attempt_id: str,
+    payload: dict[str, Any],
+    attempts: dict[str, Attempt],
+    actions: dict[str, Any],
+    numbered: dict[tuple[str, int], str],
+) -> dict[str, Any]:
+    """An attempt span's action, number and the attempt it retries: from the
+    structure, else from the payload's conventions (``attempt_no``,
+    ``action_type``, ``name``; ``vocabulary.md``)."""
+    attempt = attempts.get(attempt_id)
+    action = actions.get(attempt.action_id) if attempt else None
+    number = attempt.attempt_no if attempt else payload.get("attempt_no")
+    number = number if isinstance(number, int) and not isinstance(number, bool) else None
+    action_type = action.action_type if action else payload.get("action_type")
+    name = action.name if action else payload.get("name")
+    retry_of = None
+    if attempt is not None and attempt.attempt_no > 1:
+        retry_of = numbered.get((attempt.action_id, attempt.attempt_no - 1))
+    return {
+        "name": name if isinstance(name, str) else "attempt",
+        "action_type": action_type if isinstance(action_type, str) else None,
+        "action_id": attempt.action_id if attempt else None,
+        "attempt_no": number,
+        "retry_of": retry_of,
+    }
+
+
+# -- the OpenAPI document (merged into openapi.py's) --------------------------------------------
+
+_ID = {"type": "string", "minLength": 1, "maxLength": 256}
+_NULL_ID = {"type": ["string", "null"]}
+_NULL_TEXT = {"type": ["string", "null"]}
+_POS = {"type": "integer", "minimum": 1}
+_NULL_POS = {"type": ["integer", "null"], "minimum": 1}
+_MS = {"type": ["integer", "null"]}
+
+
+def _obj(props: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "required": list(props), "properties": props, "additionalProperties": False}
+
+
+_LINK = {
+    "oneOf": [
+        {"type": "null"},
+        _obj({"position": _POS, "lane_id": _ID, "at": {"type": "string"}, "ms": _MS}),
+    ]
+}
+
+SCHEMAS: dict[str, Any] = {
+    "TimelineLane": _obj(
+        {
+            "lane_id": _ID,
+            "run_id": _NULL_ID,
+            "name": _NULL_TEXT,
+            "kind": _NULL_TEXT,
+            "parent_lane_id": _NULL_ID,
+            "actor_id": _NULL_ID,
+            "forked": {"type": "boolean"},
+            "events": {"type": "integer", "minimum": 1},
+            "first_position": _POS,
+            "last_position": _POS,
+            "first_at": {"type": "string"},
+            "last_at": {"type": "string"},
+            "first_ms": _MS,
+            "last_ms": _MS,
+            "spawned_from": _LINK,
+            "spawned_by": _LINK,
+        }
+    ),
+    "TimelineSpan": {
+        "type": "object",
+        "required": [
+            "kind",
+            "id",
+            "lane_id",
+            "name",
+            "started_position",
+            "started_at",
+            "start_ms",
+            "outcome",
+            "ended_position",
+            "ended_at",
+            "end_ms",
+            "invalidated",
+        ],
+        "properties": {
+            "kind": {"enum": ["turn", "attempt"]},
+            "id": _ID,
+            "lane_id": _ID,
+            "name": {"type": "string"},
+            "started_position": _POS,
+            "started_at": {"type": "string"},
+            "start_ms": _MS,
+            "outcome": {"enum": ["completed", "failed", None]},
+            "ended_position": _NULL_POS,
+            "ended_at": _NULL_TEXT,
+            "end_ms": _MS,
+            "invalidated": {"type": "boolean"},
+            "turn_no": {"type": ["integer", "null"]},
+            "action_type": _NULL_TEXT,
+            "action_id": _NULL_ID,
+            "attempt_no": {"type": ["integer", "null"]},
+            "retry_of": _NULL_ID,
+        },
+        "additionalProperties": False,
+    },
+    "Timeline": _obj(
+        {
+            "session_id": _ID,
+            "applied_position": {"type": "integer", "minimum": 0},
+            "origin_at": {"type": "string"},
+            "end_ms": {"type": "integer"},
+            "lanes": {"type": "array", "items": {"$ref": "#/components/schemas/TimelineLane"}},
+            "spans": {"type": "array", "items": {"$ref": "#/components/schemas/TimelineSpan"}},
+            "next_cursor": _NULL_POS,
+            "has_more": {"type": "boolean"},
+        }
+    ),
+}
+
+PATHS: dict[str, Any] = {
+    "/api/v1/sessions/{session_id}/timeline": {
+        "get": {
+            "operationId": "sessionTimeline",
+            "summary": "a session's turns and attempts as spans on a time axis, by lane "
+            "(spans paged by the position of their opening event), with spawn links and retries",
+            "parameters": [
+                {
+                    "name": "session_id",
+                    "in": "path",
+                    "required": True,
+                    "schema": _ID,
+                    "description": "host session id",
+                },
+                {
+                    "name": "cursor",
+                    "in": "query",
+                    "required": False,
+                    "schema": {"type": "integer", "minimum": 0},
+                    "description": "spans whose opening event's position is > cursor (default 0)",
+                },
+                {
+                    "name": "limit",
+                    "in": "query",
+                    "required": False,
+                    "schema": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": SPANS_MAX,
+                        "default": SPANS_DEFAULT,
+                    },
+                    "description": "spans per page",
+                },
+            ],
+            "responses": {
+                "200": json_body("Timeline", "the session's lanes and one page of its spans"),
+                **error_responses(400, 404, 500, 503, 504),
+            },
+        }
+    },
+}
