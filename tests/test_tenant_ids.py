@@ -74,6 +74,7 @@ ROUTES = (
     "/api/v1/sessions/{session}/runs/r1/inspection",
     "/api/v1/sessions/{session}/causal-tree",
     "/api/v1/sessions/{session}/activity",
+    "/api/v1/sessions/{session}/timeline",
     "/api/v1/lanes/{lane}/events",
 )
 

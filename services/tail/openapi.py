@@ -20,6 +20,7 @@ from laneledger.runtime.apidoc import (
 from laneledger.runtime.httpjson import json_response
 
 from . import timeline
+from .owners import TENANT_PARAMETER_DOC
 
 
 def _obj(required: list[str], props: dict[str, Any], *, extra: bool = False) -> dict[str, Any]:
@@ -741,13 +742,7 @@ _EXCLUDE = _param(
     "true: leave out the session's events its session.rewound events invalidate",
 )
 _RUN = _param("run_id", "path", _TEXT, "host run id")
-_OWNER = _param(
-    "tenant",
-    "query",
-    _TEXT,
-    "whose id it is (every id is its tenant's own): the token's own by default; with the "
-    "operator token or on an open tail, needed only when several tenants have the id",
-)
+_OWNER = TENANT_PARAMETER_DOC
 _SHA256 = _param(
     "sha256",
     "path",

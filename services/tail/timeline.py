@@ -40,7 +40,6 @@ from laneledger.contract.errors import EntityNotFound
 from laneledger.contract.model import Attempt, Lane, StructurePage
 from laneledger.contract.vocabulary import TERMINAL_EVENT_TYPES
 from laneledger.history.causality import REWOUND
-from laneledger.runtime.access import scope_of
 from laneledger.runtime.apidoc import error_responses, json_body
 from laneledger.runtime.httpjson import json_response
 from laneledger.sdk.client import LedgerClient
@@ -49,12 +48,13 @@ from laneledger.sdk.spine import spawned_by
 from . import rewinds
 from .api import Query
 from .feed import Feed
+from .owners import TENANT_PARAMETER, TENANT_PARAMETER_DOC, owner_scope
 from .readmodel import ReadModel
 
 SPANS_DEFAULT = 2000
 SPANS_MAX = 5000
 ID_CHUNK = 500  # ids per IN (...) lookup
-PARAMETERS = ("cursor", "limit")
+PARAMETERS = ("cursor", "limit", TENANT_PARAMETER)
 
 OPENERS = {"turn.started": "turn", "attempt.requested": "attempt"}
 CLOSERS = {t: kind for kind in ("turn", "attempt") for t in TERMINAL_EVENT_TYPES[kind]}
@@ -119,14 +119,14 @@ class Timeline:
         limit = query.integer("limit", SPANS_DEFAULT, low=1, high=SPANS_MAX)
         session_id = request.match_info["session_id"]
         applied = self._feed.applied
+        scope = await owner_scope(request, query, self._read, self._model, "session", session_id)
         where, params = "session_id = ?", [session_id]
-        tenant = scope_of(request).tenant
-        if tenant is not None:
-            where, params = f"{where} AND tenant = ?", [*params, tenant]
+        if scope.tenant is not None:
+            where, params = f"{where} AND tenant = ?", [*params, scope.tenant]
         lanes, clock = await self._read(self._lanes, where, params, applied)
         if not lanes:  # none, or another tenant's: the same answer
             raise EntityNotFound("no such session", kind="session", id=session_id)
-        view = await self._ledger.load_structure(session_id)
+        view = await self._ledger.load_structure(session_id, tenant=scope.tenant)
         spans, more, last_read = await self._read(
             self._spans, where, params, applied, cursor, limit, clock, view, session_id
         )
@@ -217,7 +217,7 @@ class Timeline:
         actions = {a.id: a for a in view.actions}
         turns = {t.id: t for t in view.turns}
         ends = self._closers(where, params, applied, rows[0][0], {(OPENERS[r[3]], r[2]) for r in rows})
-        gone = rewinds.invalidation(self._model, session_id, applied)
+        gone = rewinds.invalidation(self._model, view.tenant, session_id, applied)
         spans: list[dict[str, Any]] = []
         opened = self._opened_before(where, params, rows[0][0], {(OPENERS[r[3]], r[2]) for r in rows})
         for position, lane_id, subject_id, event_type, raw in rows:
@@ -491,6 +491,7 @@ PATHS: dict[str, Any] = {
                     },
                     "description": "spans per page",
                 },
+                TENANT_PARAMETER_DOC,
             ],
             "responses": {
                 "200": json_body("Timeline", "the session's lanes and one page of its spans"),
