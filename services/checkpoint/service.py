@@ -42,6 +42,8 @@ from laneledger.contract.model import (
     CheckpointCommand,
     CheckpointServiceInfo,
     CheckpointServiceStatus,
+    EraseCheckpoints,
+    ErasureReport,
     GetCheckpoint,
     InspectRun,
     LatestCheckpoint,
@@ -251,6 +253,8 @@ class CheckpointService:
                 return await self.reconcile(cmd, scope)
             case CheckpointServiceStatus():
                 return self.info()
+            case EraseCheckpoints(keys=keys, checkpoint_ids=ids):
+                return await self.erase(keys, ids, scope)
         raise InvalidRequest("unknown op", path="$.op")  # unreachable: the union is closed
 
     async def artifact_of_tenant(self, sha256: str, tenant: str) -> bool:
@@ -272,6 +276,19 @@ class CheckpointService:
             applied_position=self.anchors.applied,
             stream_last_position=self.anchors.stream_last or 0,
         )
+
+    # ------------------------------------------------------------- erasure
+
+    async def erase(self, keys: list[str], checkpoint_ids: list[str], scope: Scope = OPEN) -> ErasureReport:
+        """Blobs first, then rows: a crash in between leaves rows whose blob
+        is gone, which the same erase, sent again, finds and finishes (it is
+        idempotent); the other order could leave a blob nothing names."""
+        erased, orphans = await self._db(self._store.erasure_plan, keys, checkpoint_ids, scope.tenant)
+        gone = [sha for sha in orphans if await self.artifacts.erase(sha, scope.tenant)]
+        await self._db(self._store.forget_artifacts, orphans)
+        await self._db(self._store.erase, [info.id for info in erased], self._clock())
+        log.info("erased %d checkpoint revisions and %d artifacts", len(erased), len(gone))
+        return ErasureReport(erased=erased, artifacts_erased=gone)
 
     # ------------------------------------------------------------- save
 

@@ -88,6 +88,18 @@ CREATE TABLE IF NOT EXISTS artifacts (
     nuid        TEXT NOT NULL,
     verified_at TEXT NOT NULL
 );
+-- What erase() removed, without state: a revision number is never reused
+-- and a read of an erased id says so (spec/checkpoint.md, "Erasure").
+-- IF NOT EXISTS, so a schema-2 file gains it on open without a migration.
+CREATE TABLE IF NOT EXISTS erased (
+    id        TEXT PRIMARY KEY,
+    key       TEXT NOT NULL,
+    revision  INTEGER NOT NULL,
+    digest    TEXT NOT NULL,
+    tenant    TEXT,
+    erased_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS erased_by_key ON erased (key);
 """
 
 
@@ -266,6 +278,15 @@ class CheckpointStore:
     def get(self, checkpoint_id: str) -> Checkpoint:
         found = self._one("id = ?", (checkpoint_id,))
         if found is None:
+            erased = self._rows("SELECT erased_at FROM erased WHERE id = ?", (checkpoint_id,))
+            if erased:
+                raise EntityNotFound(
+                    "this checkpoint was erased",
+                    kind="checkpoint",
+                    id=checkpoint_id,
+                    reason="erased",
+                    erased_at=erased[0][0],
+                )
             raise EntityNotFound("no such checkpoint", kind="checkpoint", id=checkpoint_id)
         return found
 
@@ -442,7 +463,12 @@ class CheckpointStore:
         return rows[0] if rows else None
 
     def _latest_revision(self, key: str) -> int:
-        rows = self._rows("SELECT coalesce(max(revision), 0) FROM checkpoints WHERE key = ?", (key,))
+        # Erased revisions count: the next save never reuses their number.
+        rows = self._rows(
+            "SELECT max(coalesce((SELECT max(revision) FROM checkpoints WHERE key = ?), 0),"
+            " coalesce((SELECT max(revision) FROM erased WHERE key = ?), 0))",
+            (key, key),
+        )
         latest: int = rows[0][0]
         return latest
 
@@ -459,3 +485,59 @@ class CheckpointStore:
                 " nuid = excluded.nuid, verified_at = excluded.verified_at",
                 (sha256, size_bytes, nuid, verified_at),
             )
+
+    # -- erasure ---------------------------------------------------------------------------
+
+    def erasure_plan(
+        self, keys: list[str], checkpoint_ids: list[str], tenant: str | None = None
+    ) -> tuple[list[CheckpointInfo], list[str]]:
+        """What erasing every revision of ``keys`` and each of
+        ``checkpoint_ids`` (only ``tenant``'s, when given) removes: those
+        revisions, and the artifacts that no other revision references."""
+        if not keys and not checkpoint_ids:
+            return [], []
+        key_marks = ",".join("?" * len(keys)) or "NULL"
+        id_marks = ",".join("?" * len(checkpoint_ids)) or "NULL"
+        rows = self._rows(
+            "SELECT body, state_bytes FROM checkpoints"
+            f" WHERE (key IN ({key_marks}) OR id IN ({id_marks})) AND (? IS NULL OR tenant = ?)"
+            " ORDER BY key, revision",
+            (*keys, *checkpoint_ids, tenant, tenant),
+        )
+        infos = [info_of(decoder(Checkpoint).decode(body), size) for body, size in rows]
+        ids = {info.id for info in infos}
+        orphans: list[str] = []
+        for sha in sorted({info.artifact.sha256 for info in infos if info.artifact is not None}):
+            users = self._rows("SELECT id FROM checkpoints WHERE artifact_sha256 = ?", (sha,))
+            if all(user in ids for (user,) in users):
+                orphans.append(sha)
+        return infos, orphans
+
+    def erase(self, checkpoint_ids: list[str], erased_at: str) -> None:
+        """Delete these revisions, keeping a tombstone without state for each,
+        and forget the verification of ``artifacts`` (erased by the caller).
+        ``secure_delete`` zeroes the freed pages and the WAL is checkpointed
+        and truncated, so the bytes leave the files, not just the tables."""
+        with failures_as("checkpoint store write failed"):
+            self._db.execute("PRAGMA secure_delete = ON")
+        with self._tx() as db:
+            for checkpoint_id in checkpoint_ids:
+                row = db.execute(
+                    "SELECT key, revision, body, tenant FROM checkpoints WHERE id = ?", (checkpoint_id,)
+                ).fetchone()
+                if row is None:
+                    continue
+                key, revision, body, tenant = row
+                digest = decoder(Checkpoint).decode(body).digest
+                db.execute("DELETE FROM checkpoints WHERE id = ?", (checkpoint_id,))
+                db.execute(
+                    "INSERT OR REPLACE INTO erased (id, key, revision, digest, tenant, erased_at)"
+                    " VALUES (?,?,?,?,?,?)",
+                    (checkpoint_id, key, revision, digest, tenant, erased_at),
+                )
+        with failures_as("checkpoint store write failed"):
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def forget_artifacts(self, shas: list[str]) -> None:
+        with self._tx() as db:
+            db.executemany("DELETE FROM artifacts WHERE sha256 = ?", [(sha,) for sha in shas])

@@ -631,6 +631,15 @@ class CheckpointServiceStatus(Frozen, frozen=True, kw_only=True, tag="info", tag
     pass
 
 
+class EraseCheckpoints(Frozen, frozen=True, kw_only=True, tag="erase", tag_field="op"):
+    """Physically erase checkpoints: every revision of each of ``keys``, and
+    each of ``checkpoint_ids`` (spec/checkpoint.md, "Erasure"). What is not
+    there (or is another tenant's) is skipped, so a resend is harmless."""
+
+    keys: Annotated[list[Id], Meta(max_length=1000)] = []
+    checkpoint_ids: Annotated[list[Id], Meta(max_length=1000)] = []
+
+
 CheckpointCommand = (
     SaveCheckpoint
     | GetCheckpoint
@@ -640,7 +649,16 @@ CheckpointCommand = (
     | InspectRun
     | ReconcileCheckpoints
     | CheckpointServiceStatus
+    | EraseCheckpoints
 )
+
+
+class ErasureReport(Frozen, frozen=True, kw_only=True):
+    """What an erase removed: the revisions (as they were listed, without
+    state) and the artifact blobs no remaining revision references."""
+
+    erased: list[CheckpointInfo]
+    artifacts_erased: list[Hash]
 
 
 class RevisionPage(Frozen, frozen=True, kw_only=True):

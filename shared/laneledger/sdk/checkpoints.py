@@ -30,7 +30,7 @@ import base64
 import hashlib
 import itertools
 import json
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -68,6 +68,8 @@ from laneledger.contract.model import (
     CheckpointInfo,
     CheckpointServiceInfo,
     CheckpointServiceStatus,
+    EraseCheckpoints,
+    ErasureReport,
     GetCheckpoint,
     InspectRun,
     LatestCheckpoint,
@@ -97,6 +99,7 @@ DEFAULT_ARTIFACT_BUCKET = "LEDGER_CHECKPOINT_ARTIFACTS"
 LINKED_EVENT = "lane.framework.checkpoint.linked"
 RUN_COMPLETED = "run.completed"
 JSON_MEDIA_TYPE = "application/json"
+ERASE_BATCH = 1000  # keys and ids per erase request (the command's bound)
 
 
 # -- digests and names (shared with the service) ---------------------------------------------
@@ -389,6 +392,25 @@ class CheckpointClient:
         return await self._request(
             ListRevisions(key=key, after_revision=after_revision, limit=limit), RevisionPage
         )
+
+    async def erase(self, *, keys: Sequence[str] = (), checkpoint_ids: Sequence[str] = ()) -> ErasureReport:
+        """Physically erase every revision of ``keys`` and each of
+        ``checkpoint_ids``, with the artifacts nothing else references
+        (spec/checkpoint.md, "Erasure"); sent in requests of at most 1000
+        of each. Idempotent: what is gone already is skipped."""
+        keys, ids = list(keys), list(checkpoint_ids)
+        erased: list[CheckpointInfo] = []
+        blobs: list[str] = []
+        while True:
+            batch_keys, keys = keys[:ERASE_BATCH], keys[ERASE_BATCH:]
+            batch_ids, ids = ids[:ERASE_BATCH], ids[ERASE_BATCH:]
+            report = await self._request(
+                EraseCheckpoints(keys=batch_keys, checkpoint_ids=batch_ids), ErasureReport
+            )
+            erased.extend(report.erased)
+            blobs.extend(report.artifacts_erased)
+            if not keys and not ids:
+                return ErasureReport(erased=erased, artifacts_erased=blobs)
 
     # ------------------------------------------------------------------ recovery and inspection
 

@@ -1,0 +1,744 @@
+"""A LangGraph checkpointer on laneledger: ``LaneledgerSaver``, a
+``BaseCheckpointSaver`` (async and sync) over the checkpoint service and the
+ledger (normative text: ``spec/langgraph.md``; the storage mapping is in
+``langgraph_records``).
+
+* Every LangGraph checkpoint is an immutable revision in the checkpoint
+  service (LangGraph's serde inside; state over the service's inline limit is
+  an artifact, uploaded first) and, with ``record_events``, a
+  ``lane.framework.langgraph.checkpoint`` event naming its id, revision and
+  digest (never its values) in the lane of its thread (session), run and
+  namespace. Pending writes likewise.
+* ``delete_thread`` and ``prune`` erase state and blobs physically
+  (``CheckpointClient.erase``) after a ``lane.framework.langgraph.erased``
+  event records what is erased: the chain still verifies, the erased
+  revisions' digests stay in it, their bytes are gone.
+
+Usage::
+
+    async with LaneledgerSaver.connect("nats://127.0.0.1:4222", tenant="acme") as saver:
+        graph = builder.compile(checkpointer=saver)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.base import Checkpoint as LangGraphCheckpoint
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from laneledger.contract.errors import EntityNotFound, IdempotencyViolation, InvalidRequest, LaneConflict
+from laneledger.contract.ids import derived_id, new_id
+from laneledger.contract.model import Checkpoint, CheckpointInfo
+from laneledger.sdk.checkpoints import CheckpointClient, RevisionConflict
+from laneledger.sdk.client import LaneRecorder, LedgerClient
+from laneledger.sdk.natsconnect import DEFAULT_NATS
+
+from .langgraph_records import (
+    CHECKPOINT_EVENT,
+    CHECKPOINT_FORMAT,
+    DEFAULT_RUN,
+    ERASED_EVENT,
+    ROOT_LANE,
+    THREAD_FORMAT,
+    WRITES_EVENT,
+    WRITES_FORMAT,
+    field,
+    json_typed,
+    lane_name,
+    ns_key,
+    record_id,
+    redact_value,
+    thread_key,
+    typed_json,
+    writes_key,
+    writes_key_of,
+)
+
+T = TypeVar("T")
+
+ACTOR_KEY = "service:langgraph-saver"
+SAVE_ATTEMPTS = 16  # revision conflicts retried (another writer of the same key won)
+FETCH_BATCH = 16  # records fetched at once while listing
+PRUNE_STRATEGIES = ("keep_latest", "delete")
+
+
+def _conf(config: RunnableConfig | None, what: str) -> Mapping[str, Any]:
+    conf = (config or {}).get("configurable") or {}
+    thread = conf.get("thread_id")
+    if thread is None or str(thread) == "":
+        raise InvalidRequest(f"{what} needs configurable.thread_id", path="$.configurable.thread_id")
+    return conf
+
+
+class LaneledgerSaver(BaseCheckpointSaver[int]):
+    """LangGraph's checkpointer on laneledger, for ``tenant``.
+
+    ``client``: a connected ``LedgerClient`` (the sequencer and the checkpoint
+    service on its NATS); ``record_events``: also write the ledger record of
+    each checkpoint and write (off, the saver uses the checkpoint service
+    alone, and erasures are still recorded). Call ``setup()`` once (the
+    ``connect`` and ``open_sync`` factories do)."""
+
+    def __init__(
+        self,
+        client: LedgerClient,
+        *,
+        tenant: str,
+        checkpoints: CheckpointClient | None = None,
+        serde: SerializerProtocol | None = None,
+        record_events: bool = True,
+        actor_key: str = ACTOR_KEY,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.client = client
+        self.checkpoints = checkpoints or CheckpointClient(client)
+        self.tenant = tenant
+        self.record_events = record_events
+        self.actor_key = actor_key
+        self.actor_id: str | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lanes: dict[tuple[str, str, str], LaneRecorder] = {}
+        self._namespaces: dict[str, set[str]] = {}  # thread -> namespaces known registered
+        self._revisions: dict[str, int] = {}  # key -> its latest revision, as last seen
+        self._runs: dict[str, str] = {}  # record id -> its run
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def setup(self) -> None:
+        """Register the saver's actor; remember the loop the sync API runs on."""
+        self._loop = asyncio.get_running_loop()
+        actor = await self.client.ensure_actor(self.tenant, self.actor_key, "service")
+        self.actor_id = actor.id
+
+    @classmethod
+    @asynccontextmanager
+    async def connect(
+        cls, url: str | Sequence[str] = DEFAULT_NATS, *, tenant: str, **kwargs: Any
+    ) -> AsyncIterator[LaneledgerSaver]:
+        """A saver on its own connection, closed on exit."""
+        client = await LedgerClient.connect(url)
+        try:
+            saver = cls(client, tenant=tenant, **kwargs)
+            await saver.setup()
+            yield saver
+        finally:
+            await client.close()
+
+    @classmethod
+    def open_sync(
+        cls, url: str | Sequence[str] = DEFAULT_NATS, *, tenant: str, **kwargs: Any
+    ) -> LaneledgerSaver:
+        """A saver for synchronous code (``graph.invoke``): its connection
+        lives on an event loop in a thread of its own; ``close_sync()`` ends
+        both."""
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="laneledger-langgraph", daemon=True)
+        thread.start()
+
+        async def start() -> LaneledgerSaver:
+            client = await LedgerClient.connect(url)
+            saver = cls(client, tenant=tenant, **kwargs)
+            await saver.setup()
+            return saver
+
+        try:
+            return asyncio.run_coroutine_threadsafe(start(), loop).result()
+        except BaseException:
+            loop.call_soon_threadsafe(loop.stop)
+            raise
+
+    def close_sync(self) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        self._sync(self.client.close())
+        loop.call_soon_threadsafe(loop.stop)
+
+    def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        loop = self._loop
+        if loop is None:
+            coro.close()
+            raise InvalidRequest("the saver is not set up: call setup() (or use connect/open_sync)")
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            coro.close()
+            raise InvalidRequest(
+                "a synchronous saver method was called on the saver's own event loop: use the async one"
+            )
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+    # ------------------------------------------------------------------ storage plumbing
+
+    def _lock(self, key: str) -> asyncio.Lock:
+        return self._locks.setdefault(key, asyncio.Lock())
+
+    async def _save(
+        self,
+        key: str,
+        state: Any,
+        *,
+        format: str,
+        checkpoint_id: str | None = None,
+        session_id: str | None = None,
+        run_id: str | None = None,
+    ) -> Checkpoint:
+        """Save a revision of ``key``. LangGraph records are independent of
+        each other (each names its parent), so losing the revision race to
+        another writer only means saving again on top."""
+        expected = self._revisions.get(key)
+        if expected is None:
+            latest = await self.checkpoints.latest(key)
+            expected = latest.revision if latest is not None else 0
+        checkpoint_id = checkpoint_id or new_id()
+        for _ in range(SAVE_ATTEMPTS):
+            try:
+                saved = await self.checkpoints.save(
+                    key,
+                    expected_revision=expected,
+                    format=format,
+                    state=state,
+                    checkpoint_id=checkpoint_id,
+                    session_id=session_id,
+                    run_id=run_id,
+                    tenant=self.tenant,
+                )
+            except RevisionConflict as err:
+                expected = int(err.details["actual_revision"])
+                continue
+            self._revisions[key] = max(saved.revision, self._revisions.get(key, 0))
+            return saved
+        raise RevisionConflict(
+            f"{key}: lost the revision race {SAVE_ATTEMPTS} times",
+            kind="checkpoint",
+            key=key,
+            reason=RevisionConflict.reason,
+        )
+
+    async def _state(self, stored: Checkpoint) -> Mapping[str, Any]:
+        state = await self.checkpoints.load_state(stored)
+        if not isinstance(state, Mapping):
+            raise InvalidRequest("a stored LangGraph record is not an object", key=stored.key, id=stored.id)
+        return state
+
+    async def _all_revisions(self, key: str) -> list[CheckpointInfo]:
+        infos: list[CheckpointInfo] = []
+        after = 0
+        while True:
+            page = await self.checkpoints.revisions(key, after_revision=after, limit=1000)
+            infos.extend(page.revisions)
+            if not page.has_more or not page.revisions:
+                return infos
+            after = page.revisions[-1].revision
+
+    async def _namespaces_of(self, thread_id: str) -> set[str]:
+        latest = await self.checkpoints.latest(thread_key(thread_id))
+        if latest is None:
+            return set()
+        return set(field(await self._state(latest), "namespaces", list, "$.state"))
+
+    async def _register_namespace(self, thread_id: str, checkpoint_ns: str) -> None:
+        """The thread's record lists its namespaces, so a thread can be
+        listed, copied and erased whole without a key search."""
+        if checkpoint_ns in self._namespaces.get(thread_id, set()):
+            return
+        key = thread_key(thread_id)
+        async with self._lock(key):
+            for _ in range(SAVE_ATTEMPTS):
+                latest = await self.checkpoints.latest(key)
+                known = (
+                    set(field(await self._state(latest), "namespaces", list, "$.state")) if latest else set()
+                )
+                if checkpoint_ns not in known:
+                    try:
+                        await self.checkpoints.save(
+                            key,
+                            expected_revision=latest.revision if latest else await self._erased_revision(key),
+                            format=THREAD_FORMAT,
+                            state={"thread_id": thread_id, "namespaces": sorted(known | {checkpoint_ns})},
+                            session_id=thread_id,
+                            tenant=self.tenant,
+                        )
+                    except RevisionConflict as err:
+                        self._revisions[key] = int(err.details["actual_revision"])
+                        continue
+                self._namespaces.setdefault(thread_id, set()).update(known | {checkpoint_ns})
+                return
+
+    async def _erased_revision(self, key: str) -> int:
+        """The revision to build on for a key with no revision left: its
+        erased revisions keep their numbers (the service says which)."""
+        return self._revisions.get(key, 0)
+
+    # ------------------------------------------------------------------ the ledger record
+
+    async def _lane(self, thread_id: str, run_id: str, checkpoint_ns: str) -> LaneRecorder:
+        where = (thread_id, run_id, lane_name(checkpoint_ns))
+        recorder = self._lanes.get(where)
+        if recorder is None:
+            recorder = await LaneRecorder.open(
+                self.client, self.tenant, thread_id, run_id, where[2], actor_id=self.actor_id
+            )
+            self._lanes[where] = recorder
+        return recorder
+
+    async def _record(
+        self,
+        thread_id: str,
+        run_id: str,
+        checkpoint_ns: str,
+        event_type: str,
+        payload: dict[str, Any],
+        append_id: str,
+    ) -> None:
+        """One event in the lane; another writer of the lane moving its head
+        only means appending again on top. ``append_id`` is derived from what
+        the event records, so recording the same thing twice commits once."""
+        assert self.actor_id is not None, "setup() registers the actor"
+        recorder = await self._lane(thread_id, run_id, checkpoint_ns)
+        event = recorder.event(
+            event_type, actor_id=self.actor_id, subject_id=recorder.lane.id, payload=payload
+        )
+        for _ in range(SAVE_ATTEMPTS):
+            try:
+                await recorder.append([event], append_id=append_id)
+                return
+            except LaneConflict:
+                await recorder.reload()
+            except IdempotencyViolation:
+                return  # recorded already, by an earlier process (another clock, so other bytes)
+        raise LaneConflict("the lane kept moving", lane_id=recorder.lane.id)
+
+    @staticmethod
+    def _names(saved: Checkpoint | CheckpointInfo) -> dict[str, Any]:
+        return {
+            "checkpoint_id": saved.id,
+            "key": saved.key,
+            "revision": saved.revision,
+            "digest": saved.digest,
+        }
+
+    # ------------------------------------------------------------------ put
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: LangGraphCheckpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        conf = _conf(config, "put")
+        thread_id, checkpoint_ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
+        redactor = self.client.redactor
+        rest: dict[str, Any] = dict(checkpoint)
+        values: dict[str, Any] = rest.pop("channel_values", None) or {}
+        meta = redact_value(dict(get_serializable_checkpoint_metadata(config, metadata)), redactor)
+        state = {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": checkpoint["id"],
+            "parent_checkpoint_id": conf.get("checkpoint_id"),
+            "checkpoint": typed_json(self.serde.dumps_typed(rest)),
+            "channel_values": {
+                name: typed_json(self.serde.dumps_typed(redact_value(value, redactor)))
+                for name, value in values.items()
+            },
+            "metadata": typed_json(self.serde.dumps_typed(meta)),
+        }
+        run_id = str(meta.get("run_id") or DEFAULT_RUN)
+        await self._store_checkpoint(state, run_id, source=meta.get("source"), step=meta.get("step"))
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": checkpoint_ns,
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
+
+    async def _store_checkpoint(
+        self, state: dict[str, Any], run_id: str, *, source: Any, step: Any
+    ) -> Checkpoint:
+        thread_id, checkpoint_ns = state["thread_id"], state["checkpoint_ns"]
+        await self._register_namespace(thread_id, checkpoint_ns)
+        saved = await self._save(
+            ns_key(thread_id, checkpoint_ns),
+            state,
+            format=CHECKPOINT_FORMAT,
+            checkpoint_id=record_id(thread_id, checkpoint_ns, state["checkpoint_id"]),
+            session_id=thread_id,
+            run_id=run_id,
+        )
+        self._runs[saved.id] = run_id
+        if self.record_events:
+            langgraph = {
+                "checkpoint_ns": checkpoint_ns,
+                "checkpoint_id": state["checkpoint_id"],
+                "parent_checkpoint_id": state["parent_checkpoint_id"],
+                "source": source,
+                "step": step,
+            }
+            payload = {**self._names(saved), "format": saved.format, "langgraph": langgraph}
+            await self._record(
+                thread_id, run_id, checkpoint_ns, CHECKPOINT_EVENT, payload, derived_id("lg-event", saved.id)
+            )
+        return saved
+
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        """Merged into the checkpoint's writes record: a regular write
+        already stored for (task, index) is kept, a special one (error,
+        interrupt, resume …) replaced, as LangGraph's own savers do."""
+        conf = _conf(config, "put_writes")
+        thread_id, checkpoint_ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
+        checkpoint_id = conf.get("checkpoint_id")
+        if not checkpoint_id:
+            raise InvalidRequest(
+                "put_writes needs configurable.checkpoint_id", path="$.configurable.checkpoint_id"
+            )
+        redactor = self.client.redactor
+        key = writes_key(thread_id, checkpoint_ns, checkpoint_id)
+        record = record_id(thread_id, checkpoint_ns, checkpoint_id)
+        run_id = await self._run_of(record)
+        incoming = [
+            (task_id, WRITES_IDX_MAP.get(channel, idx), channel, value)
+            for idx, (channel, value) in enumerate(writes)
+        ]
+        async with self._lock(key):
+            for _ in range(SAVE_ATTEMPTS):
+                latest = await self.checkpoints.latest(key)
+                stored = field(await self._state(latest), "writes", list, "$.state") if latest else []
+                merged = {(w[0], w[1]): w for w in stored}
+                changed = False
+                for task, idx, channel, value in incoming:
+                    if idx >= 0 and (task, idx) in merged:
+                        continue
+                    typed = typed_json(self.serde.dumps_typed(redact_value(value, redactor)))
+                    merged[(task, idx)] = [task, idx, channel, typed, task_path]
+                    changed = True
+                if not changed:
+                    return
+                state = {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": checkpoint_ns,
+                    "checkpoint_id": checkpoint_id,
+                    "writes": sorted(merged.values(), key=lambda w: writes_sort_key(w[4], w[0], w[1])),
+                }
+                try:
+                    saved = await self.checkpoints.save(
+                        key,
+                        expected_revision=latest.revision if latest else await self._erased_revision(key),
+                        format=WRITES_FORMAT,
+                        state=state,
+                        session_id=thread_id,
+                        run_id=run_id,
+                        tenant=self.tenant,
+                    )
+                except RevisionConflict as err:
+                    self._revisions[key] = int(err.details["actual_revision"])
+                    continue
+                break
+            else:
+                raise RevisionConflict(f"{key}: lost the revision race", kind="checkpoint", key=key)
+        if self.record_events:
+            langgraph = {
+                "checkpoint_ns": checkpoint_ns,
+                "checkpoint_id": checkpoint_id,
+                "task_id": task_id,
+                "task_path": task_path,
+                "channels": [channel for _, _, channel, _ in incoming],
+            }
+            await self._record(
+                thread_id,
+                run_id,
+                checkpoint_ns,
+                WRITES_EVENT,
+                {**self._names(saved), "langgraph": langgraph},
+                derived_id("lg-event", saved.id),
+            )
+
+    async def _run_of(self, record: str) -> str:
+        """The run of a stored checkpoint (its writes go to the same lane)."""
+        run = self._runs.get(record)
+        if run is None:
+            try:
+                run = (await self.checkpoints.get(record)).run_id or DEFAULT_RUN
+            except EntityNotFound:
+                run = DEFAULT_RUN
+            self._runs[record] = run
+        return run
+
+    # ------------------------------------------------------------------ reads
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        conf = _conf(config, "get_tuple")
+        thread_id, checkpoint_ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
+        checkpoint_id = get_checkpoint_id(config)
+        if checkpoint_id:
+            try:
+                stored = await self.checkpoints.get(record_id(thread_id, checkpoint_ns, checkpoint_id))
+            except EntityNotFound:
+                return None
+        else:
+            found = await self.checkpoints.latest(ns_key(thread_id, checkpoint_ns))
+            if found is None:
+                return None
+            stored = found
+        return await self._tuple(stored)
+
+    async def _tuple(self, stored: Checkpoint) -> CheckpointTuple:
+        state = await self._state(stored)
+        thread_id = field(state, "thread_id", str, "$.state")
+        checkpoint_ns = field(state, "checkpoint_ns", str, "$.state")
+        checkpoint_id = field(state, "checkpoint_id", str, "$.state")
+        checkpoint = self.serde.loads_typed(json_typed(state.get("checkpoint"), "$.state.checkpoint"))
+        checkpoint["channel_values"] = {
+            name: self.serde.loads_typed(json_typed(value, f"$.state.channel_values.{name}"))
+            for name, value in field(state, "channel_values", dict, "$.state").items()
+        }
+        metadata = self.serde.loads_typed(json_typed(state.get("metadata"), "$.state.metadata"))
+        parent = state.get("parent_checkpoint_id")
+        writes = await self.checkpoints.latest(writes_key_of(stored.key, stored.id))
+        pending = []
+        if writes is not None:
+            for task, _idx, channel, typed, _path in field(
+                await self._state(writes), "writes", list, "$.state"
+            ):
+                pending.append((task, channel, self.serde.loads_typed(json_typed(typed, "$.state.writes"))))
+        return CheckpointTuple(
+            config={
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": checkpoint_ns,
+                    "checkpoint_id": checkpoint_id,
+                }
+            },
+            checkpoint=checkpoint,
+            metadata=metadata,
+            parent_config={
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": checkpoint_ns,
+                    "checkpoint_id": parent,
+                }
+            }
+            if parent
+            else None,
+            pending_writes=pending,
+        )
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Newest first, within one thread (a search across every thread is
+        not offered: ``InvalidRequest``). Without ``checkpoint_ns`` every
+        namespace of the thread is listed."""
+        conf = _conf(config, "list")
+        thread_id = str(conf["thread_id"])
+        if limit is not None and limit <= 0:
+            return
+        if conf.get("checkpoint_id"):
+            found = await self.aget_tuple(config)  # type: ignore[arg-type]  # _conf checked it
+            if found is not None and _matches(found, filter, before):
+                yield found
+            return
+        namespaces = (
+            [str(conf["checkpoint_ns"])]
+            if conf.get("checkpoint_ns") is not None
+            else sorted(await self._namespaces_of(thread_id))
+        )
+        infos: list[CheckpointInfo] = []
+        for checkpoint_ns in namespaces:
+            infos.extend(await self._all_revisions(ns_key(thread_id, checkpoint_ns)))
+        if len(namespaces) > 1:
+            # Newest across namespaces: by LangGraph's (time-ordered) ids.
+            tuples = [await self._tuple(await self.checkpoints.get(info.id)) for info in infos]
+            tuples.sort(key=lambda t: t.checkpoint["id"], reverse=True)
+            ordered: AsyncIterator[CheckpointTuple] = _aiter(tuples)
+        else:
+            ordered = self._fetch(sorted(infos, key=lambda i: i.revision, reverse=True))
+        count = 0
+        async for found in ordered:
+            if _matches(found, filter, before):
+                yield found
+                count += 1
+                if limit is not None and count >= limit:
+                    return
+
+    async def _fetch(self, infos: list[CheckpointInfo]) -> AsyncIterator[CheckpointTuple]:
+        for start in range(0, len(infos), FETCH_BATCH):
+            batch = infos[start : start + FETCH_BATCH]
+            stored = await asyncio.gather(*(self.checkpoints.get(info.id) for info in batch))
+            for found in await asyncio.gather(*(self._tuple(s) for s in stored)):
+                yield found
+
+    # ------------------------------------------------------------------ deletes and copies
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """Erase the thread: every checkpoint, write and blob, and its record
+        of namespaces, after the ledger records the erasure."""
+        thread_id = str(thread_id)
+        infos = await self._thread_revisions(thread_id)
+        namespaces = sorted({info.key for info in infos})
+        keys = [*namespaces, *(writes_key_of(info.key, info.id) for info in infos), thread_key(thread_id)]
+        if not infos and await self.checkpoints.latest(thread_key(thread_id)) is None:
+            return
+        await self._erase(thread_id, "delete_thread", infos, keys=keys, checkpoint_ids=[])
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: each namespace keeps its newest checkpoint (and its
+        writes); ``delete``: as ``delete_thread``."""
+        if strategy not in PRUNE_STRATEGIES:
+            raise InvalidRequest(
+                f"unknown prune strategy {strategy!r}", path="$.strategy", allowed=list(PRUNE_STRATEGIES)
+            )
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                await self.adelete_thread(thread_id)
+                continue
+            infos = await self._thread_revisions(str(thread_id))
+            newest: dict[str, CheckpointInfo] = {}
+            for info in infos:
+                if info.key not in newest or info.revision > newest[info.key].revision:
+                    newest[info.key] = info
+            doomed = [info for info in infos if newest[info.key] is not info]
+            if doomed:
+                await self._erase(
+                    str(thread_id),
+                    "prune",
+                    doomed,
+                    keys=[writes_key_of(info.key, info.id) for info in doomed],
+                    checkpoint_ids=[info.id for info in doomed],
+                )
+
+    async def _thread_revisions(self, thread_id: str) -> list[CheckpointInfo]:
+        infos: list[CheckpointInfo] = []
+        for checkpoint_ns in sorted(await self._namespaces_of(thread_id)):
+            infos.extend(await self._all_revisions(ns_key(thread_id, checkpoint_ns)))
+        return infos
+
+    async def _erase(
+        self,
+        thread_id: str,
+        reason: str,
+        infos: list[CheckpointInfo],
+        *,
+        keys: list[str],
+        checkpoint_ids: list[str],
+    ) -> None:
+        """The record first, then the erasure: a crash in between leaves an
+        erasure recorded and not done, which the same call, made again, does
+        (and records again); never bytes gone without a record."""
+        payload = {
+            "reason": reason,
+            "keys": keys,
+            "checkpoints": [{**self._names(info), "format": info.format} for info in infos],
+        }
+        await self._record(thread_id, DEFAULT_RUN, "", ERASED_EVENT, payload, new_id())
+        await self.checkpoints.erase(keys=keys, checkpoint_ids=checkpoint_ids)
+        for key in keys:
+            self._revisions.pop(key, None)
+        if reason == "delete_thread":
+            self._namespaces.pop(thread_id, None)
+        for info in infos:
+            self._runs.pop(info.id, None)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Every checkpoint and write of the source, under the target's
+        thread id (same LangGraph ids, new laneledger records)."""
+        source, target = str(source_thread_id), str(target_thread_id)
+        for info in sorted(await self._thread_revisions(source), key=lambda i: (i.key, i.revision)):
+            stored = await self.checkpoints.get(info.id)
+            state = {**await self._state(stored), "thread_id": target}
+            saved = await self._store_checkpoint(
+                state, stored.run_id or DEFAULT_RUN, source="copy", step=None
+            )
+            writes = await self.checkpoints.latest(writes_key_of(stored.key, stored.id))
+            if writes is not None:
+                await self._save(
+                    writes_key_of(saved.key, saved.id),
+                    {**await self._state(writes), "thread_id": target},
+                    format=WRITES_FORMAT,
+                    session_id=target,
+                    run_id=saved.run_id,
+                )
+
+    # ------------------------------------------------------------------ the sync API
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._sync(self.aget_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        async def collect() -> list[CheckpointTuple]:
+            return [t async for t in self.alist(config, filter=filter, before=before, limit=limit)]
+
+        return iter(self._sync(collect()))
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: LangGraphCheckpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._sync(self.aput(config, checkpoint, metadata, new_versions))
+
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        self._sync(self.aput_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._sync(self.adelete_thread(thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._sync(self.aprune(thread_ids, strategy=strategy))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._sync(self.acopy_thread(source_thread_id, target_thread_id))
+
+
+def _matches(found: CheckpointTuple, filter: dict[str, Any] | None, before: RunnableConfig | None) -> bool:
+    if filter and any(found.metadata.get(k) != v for k, v in filter.items()):
+        return False
+    before_id = get_checkpoint_id(before) if before else None
+    return not (before_id and found.checkpoint["id"] >= before_id)
+
+
+async def _aiter(items: list[T]) -> AsyncIterator[T]:
+    for item in items:
+        yield item
+
+
+__all__ = ["ROOT_LANE", "LaneledgerSaver"]
