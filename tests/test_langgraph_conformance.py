@@ -16,7 +16,7 @@ from laneledger.adapters.langgraph import LaneledgerSaver
 from laneledger.sdk.client import LedgerClient
 from laneledger.services.checkpoint.service import CheckpointService
 
-IMPLEMENTED_EXTENDED = {"prune", "copy_thread"}
+IMPLEMENTED_EXTENDED = {"prune", "copy_thread", "delete_for_runs"}
 
 
 async def test_conformance_suite(client: LedgerClient, checkpoint_service: CheckpointService) -> None:

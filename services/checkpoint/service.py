@@ -13,6 +13,7 @@ the requests behind it. SQLite work runs on one database thread.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -253,8 +254,8 @@ class CheckpointService:
                 return await self.reconcile(cmd, scope)
             case CheckpointServiceStatus():
                 return self.info()
-            case EraseCheckpoints(keys=keys, checkpoint_ids=ids):
-                return await self.erase(keys, ids, scope)
+            case EraseCheckpoints():
+                return await self.erase(cmd, scope)
         raise InvalidRequest("unknown op", path="$.op")  # unreachable: the union is closed
 
     async def artifact_of_tenant(self, sha256: str, tenant: str) -> bool:
@@ -279,11 +280,22 @@ class CheckpointService:
 
     # ------------------------------------------------------------- erasure
 
-    async def erase(self, keys: list[str], checkpoint_ids: list[str], scope: Scope = OPEN) -> ErasureReport:
+    async def erase(self, cmd: EraseCheckpoints, scope: Scope = OPEN) -> ErasureReport:
         """Blobs first, then rows: a crash in between leaves rows whose blob
         is gone, which the same erase, sent again, finds and finishes (it is
         idempotent); the other order could leave a blob nothing names."""
-        erased, orphans = await self._db(self._store.erasure_plan, keys, checkpoint_ids, scope.tenant)
+        erased, orphans = await self._db(
+            functools.partial(
+                self._store.erasure_plan,
+                cmd.keys,
+                cmd.checkpoint_ids,
+                scope.tenant,
+                run_ids=cmd.run_ids,
+                key_prefix=cmd.key_prefix,
+            )
+        )
+        if cmd.dry_run:
+            return ErasureReport(erased=erased, artifacts_erased=[])
         gone = [sha for sha in orphans if await self.artifacts.erase(sha, scope.tenant)]
         await self._db(self._store.forget_artifacts, orphans)
         await self._db(self._store.erase, [info.id for info in erased], self._clock())

@@ -16,7 +16,7 @@ SQLite's failures leave as ``InternalError`` (laneledger.store.sqlite).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -489,20 +489,31 @@ class CheckpointStore:
     # -- erasure ---------------------------------------------------------------------------
 
     def erasure_plan(
-        self, keys: list[str], checkpoint_ids: list[str], tenant: str | None = None
+        self,
+        keys: list[str],
+        checkpoint_ids: list[str],
+        tenant: str | None = None,
+        *,
+        run_ids: Sequence[str] = (),
+        key_prefix: str | None = None,
     ) -> tuple[list[CheckpointInfo], list[str]]:
-        """What erasing every revision of ``keys`` and each of
-        ``checkpoint_ids`` (only ``tenant``'s, when given) removes: those
-        revisions, and the artifacts that no other revision references."""
-        if not keys and not checkpoint_ids:
+        """What erasing every revision of ``keys``, each of ``checkpoint_ids``
+        and every revision of ``run_ids`` (under ``key_prefix``) removes, only
+        ``tenant``'s when given: those revisions, and the artifacts that no
+        other revision references."""
+        run_ids = list(run_ids)
+        if not keys and not checkpoint_ids and not run_ids:
             return [], []
         key_marks = ",".join("?" * len(keys)) or "NULL"
         id_marks = ",".join("?" * len(checkpoint_ids)) or "NULL"
+        run_marks = ",".join("?" * len(run_ids)) or "NULL"
+        prefix = key_prefix or ""
         rows = self._rows(
             "SELECT body, state_bytes FROM checkpoints"
-            f" WHERE (key IN ({key_marks}) OR id IN ({id_marks})) AND (? IS NULL OR tenant = ?)"
-            " ORDER BY key, revision",
-            (*keys, *checkpoint_ids, tenant, tenant),
+            f" WHERE (key IN ({key_marks}) OR id IN ({id_marks})"
+            f" OR (run_id IN ({run_marks}) AND substr(key, 1, ?) = ?))"
+            " AND (? IS NULL OR tenant = ?) ORDER BY key, revision",
+            (*keys, *checkpoint_ids, *run_ids, len(prefix), prefix, tenant, tenant),
         )
         infos = [info_of(decoder(Checkpoint).decode(body), size) for body, size in rows]
         ids = {info.id for info in infos}

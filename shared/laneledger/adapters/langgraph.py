@@ -54,6 +54,7 @@ from .langgraph_records import (
     CHECKPOINT_FORMAT,
     DEFAULT_RUN,
     ERASED_EVENT,
+    KEY_PREFIX,
     ROOT_LANE,
     THREAD_FORMAT,
     WRITES_EVENT,
@@ -635,6 +636,26 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
                     checkpoint_ids=[info.id for info in doomed],
                 )
 
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Erase the checkpoints (and their writes) saved by these LangGraph
+        runs, in every thread: each thread's erasure recorded in its lane."""
+        runs = sorted({str(run) for run in run_ids})
+        if not runs:
+            return
+        plan = await self.checkpoints.erase(run_ids=runs, key_prefix=KEY_PREFIX, dry_run=True)
+        by_thread: dict[str, list[CheckpointInfo]] = {}
+        for info in plan.erased:
+            if info.format == CHECKPOINT_FORMAT and info.session_id is not None:
+                by_thread.setdefault(info.session_id, []).append(info)
+        for thread_id, infos in sorted(by_thread.items()):
+            await self._erase(
+                thread_id,
+                "delete_for_runs",
+                infos,
+                keys=[writes_key_of(info.key, info.id) for info in infos],
+                checkpoint_ids=[info.id for info in infos],
+            )
+
     async def _thread_revisions(self, thread_id: str) -> list[CheckpointInfo]:
         infos: list[CheckpointInfo] = []
         for checkpoint_ns in sorted(await self._namespaces_of(thread_id)):
@@ -724,6 +745,9 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         self._sync(self.aprune(thread_ids, strategy=strategy))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._sync(self.adelete_for_runs(run_ids))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         self._sync(self.acopy_thread(source_thread_id, target_thread_id))

@@ -53,8 +53,11 @@ def _checked_key(key: str, what: str) -> str:
     return key
 
 
+KEY_PREFIX = "langgraph/"  # every key the saver writes starts so
+
+
 def thread_key(thread_id: str) -> str:
-    return _checked_key("langgraph/" + quote(thread_id, safe=""), "thread_id")
+    return _checked_key(KEY_PREFIX + quote(thread_id, safe=""), "thread_id")
 
 
 def ns_key(thread_id: str, checkpoint_ns: str) -> str:

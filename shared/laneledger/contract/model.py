@@ -638,6 +638,12 @@ class EraseCheckpoints(Frozen, frozen=True, kw_only=True, tag="erase", tag_field
 
     keys: Annotated[list[Id], Meta(max_length=1000)] = []
     checkpoint_ids: Annotated[list[Id], Meta(max_length=1000)] = []
+    # Every revision saved with one of these run ids, of keys starting with
+    # ``key_prefix`` when given (LangGraph's delete_for_runs).
+    run_ids: Annotated[list[Id], Meta(max_length=1000)] = []
+    key_prefix: Id | None = None
+    # Answer what would be erased, erasing nothing.
+    dry_run: bool = False
 
 
 CheckpointCommand = (

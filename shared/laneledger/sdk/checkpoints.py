@@ -393,23 +393,40 @@ class CheckpointClient:
             ListRevisions(key=key, after_revision=after_revision, limit=limit), RevisionPage
         )
 
-    async def erase(self, *, keys: Sequence[str] = (), checkpoint_ids: Sequence[str] = ()) -> ErasureReport:
-        """Physically erase every revision of ``keys`` and each of
-        ``checkpoint_ids``, with the artifacts nothing else references
-        (spec/checkpoint.md, "Erasure"); sent in requests of at most 1000
-        of each. Idempotent: what is gone already is skipped."""
-        keys, ids = list(keys), list(checkpoint_ids)
+    async def erase(
+        self,
+        *,
+        keys: Sequence[str] = (),
+        checkpoint_ids: Sequence[str] = (),
+        run_ids: Sequence[str] = (),
+        key_prefix: str | None = None,
+        dry_run: bool = False,
+    ) -> ErasureReport:
+        """Physically erase every revision of ``keys``, each of
+        ``checkpoint_ids`` and every revision saved with one of ``run_ids``
+        (of keys under ``key_prefix``), with the artifacts nothing else
+        references (spec/checkpoint.md, "Erasure"); ``dry_run``: only say
+        what that would erase. Sent in requests of at most 1000 of each;
+        idempotent: what is gone already is skipped."""
+        todo = [list(keys), list(checkpoint_ids), list(run_ids)]
         erased: list[CheckpointInfo] = []
         blobs: list[str] = []
         while True:
-            batch_keys, keys = keys[:ERASE_BATCH], keys[ERASE_BATCH:]
-            batch_ids, ids = ids[:ERASE_BATCH], ids[ERASE_BATCH:]
+            batch = [items[:ERASE_BATCH] for items in todo]
+            todo = [items[ERASE_BATCH:] for items in todo]
             report = await self._request(
-                EraseCheckpoints(keys=batch_keys, checkpoint_ids=batch_ids), ErasureReport
+                EraseCheckpoints(
+                    keys=batch[0],
+                    checkpoint_ids=batch[1],
+                    run_ids=batch[2],
+                    key_prefix=key_prefix,
+                    dry_run=dry_run,
+                ),
+                ErasureReport,
             )
             erased.extend(report.erased)
             blobs.extend(report.artifacts_erased)
-            if not keys and not ids:
+            if not any(todo):
                 return ErasureReport(erased=erased, artifacts_erased=blobs)
 
     # ------------------------------------------------------------------ recovery and inspection
