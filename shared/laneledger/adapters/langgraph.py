@@ -359,10 +359,12 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
             "checkpoint_id": checkpoint["id"],
             "parent_checkpoint_id": conf.get("checkpoint_id"),
             "checkpoint": typed_json(self.serde.dumps_typed(rest)),
-            "channel_values": {
-                name: typed_json(self.serde.dumps_typed(redact_value(value, redactor)))
+            # Pairs, not an object: a channel named like a secret ("api_key")
+            # would have its whole value redacted by the key rule on save.
+            "channel_values": [
+                [name, *typed_json(self.serde.dumps_typed(redact_value(value, redactor)))]
                 for name, value in values.items()
-            },
+            ],
             "metadata": typed_json(self.serde.dumps_typed(meta)),
         }
         run_id = str(meta.get("run_id") or DEFAULT_RUN)
@@ -513,8 +515,8 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
         checkpoint_id = field(state, "checkpoint_id", str, "$.state")
         checkpoint = self.serde.loads_typed(json_typed(state.get("checkpoint"), "$.state.checkpoint"))
         checkpoint["channel_values"] = {
-            name: self.serde.loads_typed(json_typed(value, f"$.state.channel_values.{name}"))
-            for name, value in field(state, "channel_values", dict, "$.state").items()
+            name: self.serde.loads_typed(json_typed([kind, data], f"$.state.channel_values.{name}"))
+            for name, kind, data in field(state, "channel_values", list, "$.state")
         }
         metadata = self.serde.loads_typed(json_typed(state.get("metadata"), "$.state.metadata"))
         parent = state.get("parent_checkpoint_id")
