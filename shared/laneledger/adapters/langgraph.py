@@ -44,8 +44,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from laneledger.contract.errors import EntityNotFound, IdempotencyViolation, InvalidRequest, LaneConflict
 from laneledger.contract.ids import derived_id, new_id
-from laneledger.contract.model import Checkpoint, CheckpointInfo
-from laneledger.sdk.checkpoints import CheckpointClient, RevisionConflict
+from laneledger.contract.model import Anchor, AppendCommitted, Checkpoint, CheckpointInfo
+from laneledger.sdk.checkpoints import CheckpointClient, RevisionConflict, anchor_of, state_digest
 from laneledger.sdk.client import LaneRecorder, LedgerClient
 from laneledger.sdk.natsconnect import DEFAULT_NATS
 
@@ -202,6 +202,7 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
         checkpoint_id: str | None = None,
         session_id: str | None = None,
         run_id: str | None = None,
+        anchor: Anchor | None = None,
     ) -> Checkpoint:
         """Save a revision of ``key``. LangGraph records are independent of
         each other (each names its parent), so losing the revision race to
@@ -221,6 +222,7 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
                     checkpoint_id=checkpoint_id,
                     session_id=session_id,
                     run_id=run_id,
+                    anchor=anchor,
                     tenant=self.tenant,
                 )
             except RevisionConflict as err:
@@ -310,10 +312,12 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
         event_type: str,
         payload: dict[str, Any],
         append_id: str,
-    ) -> None:
-        """One event in the lane; another writer of the lane moving its head
-        only means appending again on top. ``append_id`` is derived from what
-        the event records, so recording the same thing twice commits once."""
+    ) -> Anchor:
+        """One event in the lane, and the anchor naming it; another writer of
+        the lane moving its head only means appending again on top.
+        ``append_id`` is derived from what the event records, so recording
+        the same thing twice commits once (a resend from another process,
+        whose event differs in its clock, gets the original's anchor)."""
         assert self.actor_id is not None, "setup() registers the actor"
         recorder = await self._lane(thread_id, run_id, checkpoint_ns)
         event = recorder.event(
@@ -321,12 +325,13 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
         )
         for _ in range(SAVE_ATTEMPTS):
             try:
-                await recorder.append([event], append_id=append_id)
-                return
+                receipt = await recorder.append([event], append_id=append_id)
+                assert isinstance(receipt, AppendCommitted)  # wait="commit"
+                return anchor_of(receipt)
             except LaneConflict:
                 await recorder.reload()
             except IdempotencyViolation:
-                return  # recorded already, by an earlier process (another clock, so other bytes)
+                return anchor_of(await self.client.get_receipt(append_id))
         raise LaneConflict("the lane kept moving", lane_id=recorder.lane.id)
 
     @staticmethod
@@ -380,17 +385,19 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
     async def _store_checkpoint(
         self, state: dict[str, Any], run_id: str, *, source: Any, step: Any
     ) -> Checkpoint:
+        """The ledger event first, then the revision anchored to it: a crash
+        in between leaves an event naming a record that was never stored
+        (LangGraph was never told it was), never a stored checkpoint that
+        the ledger does not name."""
         thread_id, checkpoint_ns = state["thread_id"], state["checkpoint_ns"]
+        record = record_id(thread_id, checkpoint_ns, state["checkpoint_id"])
+        # Before any await: LangGraph may send this checkpoint's writes while
+        # it is still being saved, and they go to the lane of its run.
+        self._runs[record] = run_id
         await self._register_namespace(thread_id, checkpoint_ns)
-        saved = await self._save(
-            ns_key(thread_id, checkpoint_ns),
-            state,
-            format=CHECKPOINT_FORMAT,
-            checkpoint_id=record_id(thread_id, checkpoint_ns, state["checkpoint_id"]),
-            session_id=thread_id,
-            run_id=run_id,
-        )
-        self._runs[saved.id] = run_id
+        key = ns_key(thread_id, checkpoint_ns)
+        state = self.client.redactor.redact(state).value  # as the save would: the digest is the stored one
+        anchor = None
         if self.record_events:
             langgraph = {
                 "checkpoint_ns": checkpoint_ns,
@@ -399,10 +406,25 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
                 "source": source,
                 "step": step,
             }
-            payload = {**self._names(saved), "format": saved.format, "langgraph": langgraph}
-            await self._record(
-                thread_id, run_id, checkpoint_ns, CHECKPOINT_EVENT, payload, derived_id("lg-event", saved.id)
+            payload = {
+                "checkpoint_id": record,
+                "key": key,
+                "digest": state_digest(state)[0],
+                "format": CHECKPOINT_FORMAT,
+                "langgraph": langgraph,
+            }
+            anchor = await self._record(
+                thread_id, run_id, checkpoint_ns, CHECKPOINT_EVENT, payload, derived_id("lg-event", record)
             )
+        saved = await self._save(
+            key,
+            state,
+            format=CHECKPOINT_FORMAT,
+            checkpoint_id=record,
+            session_id=thread_id,
+            run_id=run_id,
+            anchor=anchor,
+        )
         return saved
 
     async def aput_writes(
@@ -421,7 +443,7 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
         redactor = self.client.redactor
         key = writes_key(thread_id, checkpoint_ns, checkpoint_id)
         record = record_id(thread_id, checkpoint_ns, checkpoint_id)
-        run_id = await self._run_of(record)
+        run_id = await self._run_of(record, config)
         incoming = [
             (task_id, WRITES_IDX_MAP.get(channel, idx), channel, value)
             for idx, (channel, value) in enumerate(writes)
@@ -440,53 +462,67 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
                     changed = True
                 if not changed:
                     return
-                state = {
-                    "thread_id": thread_id,
-                    "checkpoint_ns": checkpoint_ns,
-                    "checkpoint_id": checkpoint_id,
-                    "writes": sorted(merged.values(), key=lambda w: writes_sort_key(w[4], w[0], w[1])),
-                }
+                state = redactor.redact(
+                    {
+                        "thread_id": thread_id,
+                        "checkpoint_ns": checkpoint_ns,
+                        "checkpoint_id": checkpoint_id,
+                        "writes": sorted(merged.values(), key=lambda w: writes_sort_key(w[4], w[0], w[1])),
+                    }
+                ).value
+                writes_record = new_id()
+                anchor = None
+                if self.record_events:
+                    langgraph = {
+                        "checkpoint_ns": checkpoint_ns,
+                        "checkpoint_id": checkpoint_id,
+                        "task_id": task_id,
+                        "task_path": task_path,
+                        "channels": [channel for _, _, channel, _ in incoming],
+                    }
+                    payload = {
+                        "checkpoint_id": writes_record,
+                        "key": key,
+                        "digest": state_digest(state)[0],
+                        "format": WRITES_FORMAT,
+                        "langgraph": langgraph,
+                    }
+                    anchor = await self._record(
+                        thread_id,
+                        run_id,
+                        checkpoint_ns,
+                        WRITES_EVENT,
+                        payload,
+                        derived_id("lg-event", writes_record),
+                    )
                 try:
-                    saved = await self.checkpoints.save(
+                    await self.checkpoints.save(
                         key,
                         expected_revision=latest.revision if latest else await self._erased_revision(key),
                         format=WRITES_FORMAT,
                         state=state,
+                        checkpoint_id=writes_record,
                         session_id=thread_id,
                         run_id=run_id,
+                        anchor=anchor,
                         tenant=self.tenant,
                     )
                 except RevisionConflict as err:
                     self._revisions[key] = int(err.details["actual_revision"])
                     continue
-                break
-            else:
-                raise RevisionConflict(f"{key}: lost the revision race", kind="checkpoint", key=key)
-        if self.record_events:
-            langgraph = {
-                "checkpoint_ns": checkpoint_ns,
-                "checkpoint_id": checkpoint_id,
-                "task_id": task_id,
-                "task_path": task_path,
-                "channels": [channel for _, _, channel, _ in incoming],
-            }
-            await self._record(
-                thread_id,
-                run_id,
-                checkpoint_ns,
-                WRITES_EVENT,
-                {**self._names(saved), "langgraph": langgraph},
-                derived_id("lg-event", saved.id),
-            )
+                return
+            raise RevisionConflict(f"{key}: lost the revision race", kind="checkpoint", key=key)
 
-    async def _run_of(self, record: str) -> str:
-        """The run of a stored checkpoint (its writes go to the same lane)."""
+    async def _run_of(self, record: str, config: RunnableConfig) -> str:
+        """The run of a checkpoint, whose lane its writes go to: as this saver
+        saved it, else as stored, else as the config's metadata names it."""
         run = self._runs.get(record)
         if run is None:
             try:
-                run = (await self.checkpoints.get(record)).run_id or DEFAULT_RUN
+                run = (await self.checkpoints.get(record)).run_id
             except EntityNotFound:
-                run = DEFAULT_RUN
+                run = None
+            run = run or str((config.get("metadata") or {}).get("run_id") or DEFAULT_RUN)
             self._runs[record] = run
         return run
 
