@@ -1,18 +1,20 @@
 """A LangGraph checkpointer on laneledger: ``LaneledgerSaver``, a
 ``BaseCheckpointSaver`` (async and sync) over the checkpoint service and the
-ledger (normative text: ``spec/langgraph.md``; the storage mapping is in
-``langgraph_records``).
+ledger (normative text: ``spec/langgraph.md``). This module maps LangGraph's
+types and semantics (serde, channel values, pending writes, parents, lists,
+deletes); ``langgraph_records`` names the keys and ids, ``langgraph_store``
+writes the records and their ledger events and erases.
 
 * Every LangGraph checkpoint is an immutable revision in the checkpoint
-  service (LangGraph's serde inside; state over the service's inline limit is
-  an artifact, uploaded first) and, with ``record_events``, a
-  ``lane.framework.langgraph.checkpoint`` event naming its id, revision and
+  service (LangGraph's serde inside; a record over the service's inline
+  limit is an artifact, uploaded first), anchored to the
+  ``lane.framework.langgraph.checkpoint`` event that names its id, key and
   digest (never its values) in the lane of its thread (session), run and
   namespace. Pending writes likewise.
-* ``delete_thread`` and ``prune`` erase state and blobs physically
-  (``CheckpointClient.erase``) after a ``lane.framework.langgraph.erased``
-  event records what is erased: the chain still verifies, the erased
-  revisions' digests stay in it, their bytes are gone.
+* ``delete_thread``, ``prune`` and ``delete_for_runs`` erase state and blobs
+  physically after a ``lane.framework.langgraph.erased`` event records what
+  is erased: the chain still verifies, the erased records' digests stay in
+  it, their bytes are gone.
 
 Usage::
 
@@ -42,26 +44,21 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.base import Checkpoint as LangGraphCheckpoint
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from laneledger.contract.errors import EntityNotFound, IdempotencyViolation, InvalidRequest, LaneConflict
-from laneledger.contract.ids import derived_id, new_id
-from laneledger.contract.model import Anchor, AppendCommitted, Checkpoint, CheckpointInfo
-from laneledger.sdk.checkpoints import CheckpointClient, RevisionConflict, anchor_of, state_digest
-from laneledger.sdk.client import LaneRecorder, LedgerClient
+from laneledger.contract.errors import InvalidRequest
+from laneledger.contract.ids import new_id
+from laneledger.contract.model import Checkpoint, CheckpointInfo
+from laneledger.sdk.checkpoints import CheckpointClient, RevisionConflict
+from laneledger.sdk.client import LedgerClient
 from laneledger.sdk.natsconnect import DEFAULT_NATS
 
 from .langgraph_records import (
     CHECKPOINT_EVENT,
     CHECKPOINT_FORMAT,
     DEFAULT_RUN,
-    ERASED_EVENT,
-    KEY_PREFIX,
-    ROOT_LANE,
-    THREAD_FORMAT,
     WRITES_EVENT,
     WRITES_FORMAT,
     field,
     json_typed,
-    lane_name,
     ns_key,
     record_id,
     redact_value,
@@ -70,11 +67,11 @@ from .langgraph_records import (
     writes_key,
     writes_key_of,
 )
+from .langgraph_store import SAVE_ATTEMPTS, ThreadStore
 
 T = TypeVar("T")
 
 ACTOR_KEY = "service:langgraph-saver"
-SAVE_ATTEMPTS = 16  # revision conflicts retried (another writer of the same key won)
 FETCH_BATCH = 16  # records fetched at once while listing
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 
@@ -110,23 +107,21 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
         self.client = client
         self.checkpoints = checkpoints or CheckpointClient(client)
         self.tenant = tenant
-        self.record_events = record_events
         self.actor_key = actor_key
-        self.actor_id: str | None = None
+        self.store = ThreadStore(client, self.checkpoints, tenant=tenant, record_events=record_events)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._lanes: dict[tuple[str, str, str], LaneRecorder] = {}
-        self._namespaces: dict[str, set[str]] = {}  # thread -> namespaces known registered
-        self._revisions: dict[str, int] = {}  # key -> its latest revision, as last seen
         self._runs: dict[str, str] = {}  # record id -> its run
-        self._locks: dict[str, asyncio.Lock] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
     async def setup(self) -> None:
         """Register the saver's actor; remember the loop the sync API runs on."""
         self._loop = asyncio.get_running_loop()
-        actor = await self.client.ensure_actor(self.tenant, self.actor_key, "service")
-        self.actor_id = actor.id
+        await self.store.setup(self.actor_key)
+
+    @property
+    def actor_id(self) -> str | None:
+        return self.store.actor_id
 
     @classmethod
     @asynccontextmanager
@@ -188,161 +183,6 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
             )
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
-    # ------------------------------------------------------------------ storage plumbing
-
-    def _lock(self, key: str) -> asyncio.Lock:
-        return self._locks.setdefault(key, asyncio.Lock())
-
-    async def _save(
-        self,
-        key: str,
-        state: Any,
-        *,
-        format: str,
-        checkpoint_id: str | None = None,
-        session_id: str | None = None,
-        run_id: str | None = None,
-        anchor: Anchor | None = None,
-    ) -> Checkpoint:
-        """Save a revision of ``key``. LangGraph records are independent of
-        each other (each names its parent), so losing the revision race to
-        another writer only means saving again on top."""
-        expected = self._revisions.get(key)
-        if expected is None:
-            latest = await self.checkpoints.latest(key)
-            expected = latest.revision if latest is not None else 0
-        checkpoint_id = checkpoint_id or new_id()
-        for _ in range(SAVE_ATTEMPTS):
-            try:
-                saved = await self.checkpoints.save(
-                    key,
-                    expected_revision=expected,
-                    format=format,
-                    state=state,
-                    checkpoint_id=checkpoint_id,
-                    session_id=session_id,
-                    run_id=run_id,
-                    anchor=anchor,
-                    tenant=self.tenant,
-                )
-            except RevisionConflict as err:
-                expected = int(err.details["actual_revision"])
-                continue
-            self._revisions[key] = max(saved.revision, self._revisions.get(key, 0))
-            return saved
-        raise RevisionConflict(
-            f"{key}: lost the revision race {SAVE_ATTEMPTS} times",
-            kind="checkpoint",
-            key=key,
-            reason=RevisionConflict.reason,
-        )
-
-    async def _state(self, stored: Checkpoint) -> Mapping[str, Any]:
-        state = await self.checkpoints.load_state(stored)
-        if not isinstance(state, Mapping):
-            raise InvalidRequest("a stored LangGraph record is not an object", key=stored.key, id=stored.id)
-        return state
-
-    async def _all_revisions(self, key: str) -> list[CheckpointInfo]:
-        infos: list[CheckpointInfo] = []
-        after = 0
-        while True:
-            page = await self.checkpoints.revisions(key, after_revision=after, limit=1000)
-            infos.extend(page.revisions)
-            if not page.has_more or not page.revisions:
-                return infos
-            after = page.revisions[-1].revision
-
-    async def _namespaces_of(self, thread_id: str) -> set[str]:
-        latest = await self.checkpoints.latest(thread_key(thread_id))
-        if latest is None:
-            return set()
-        return set(field(await self._state(latest), "namespaces", list, "$.state"))
-
-    async def _register_namespace(self, thread_id: str, checkpoint_ns: str) -> None:
-        """The thread's record lists its namespaces, so a thread can be
-        listed, copied and erased whole without a key search."""
-        if checkpoint_ns in self._namespaces.get(thread_id, set()):
-            return
-        key = thread_key(thread_id)
-        async with self._lock(key):
-            for _ in range(SAVE_ATTEMPTS):
-                latest = await self.checkpoints.latest(key)
-                known = (
-                    set(field(await self._state(latest), "namespaces", list, "$.state")) if latest else set()
-                )
-                if checkpoint_ns not in known:
-                    try:
-                        await self.checkpoints.save(
-                            key,
-                            expected_revision=latest.revision if latest else await self._erased_revision(key),
-                            format=THREAD_FORMAT,
-                            state={"thread_id": thread_id, "namespaces": sorted(known | {checkpoint_ns})},
-                            session_id=thread_id,
-                            tenant=self.tenant,
-                        )
-                    except RevisionConflict as err:
-                        self._revisions[key] = int(err.details["actual_revision"])
-                        continue
-                self._namespaces.setdefault(thread_id, set()).update(known | {checkpoint_ns})
-                return
-
-    async def _erased_revision(self, key: str) -> int:
-        """The revision to build on for a key with no revision left: its
-        erased revisions keep their numbers (the service says which)."""
-        return self._revisions.get(key, 0)
-
-    # ------------------------------------------------------------------ the ledger record
-
-    async def _lane(self, thread_id: str, run_id: str, checkpoint_ns: str) -> LaneRecorder:
-        where = (thread_id, run_id, lane_name(checkpoint_ns))
-        recorder = self._lanes.get(where)
-        if recorder is None:
-            recorder = await LaneRecorder.open(
-                self.client, self.tenant, thread_id, run_id, where[2], actor_id=self.actor_id
-            )
-            self._lanes[where] = recorder
-        return recorder
-
-    async def _record(
-        self,
-        thread_id: str,
-        run_id: str,
-        checkpoint_ns: str,
-        event_type: str,
-        payload: dict[str, Any],
-        append_id: str,
-    ) -> Anchor:
-        """One event in the lane, and the anchor naming it; another writer of
-        the lane moving its head only means appending again on top.
-        ``append_id`` is derived from what the event records, so recording
-        the same thing twice commits once (a resend from another process,
-        whose event differs in its clock, gets the original's anchor)."""
-        assert self.actor_id is not None, "setup() registers the actor"
-        recorder = await self._lane(thread_id, run_id, checkpoint_ns)
-        event = recorder.event(
-            event_type, actor_id=self.actor_id, subject_id=recorder.lane.id, payload=payload
-        )
-        for _ in range(SAVE_ATTEMPTS):
-            try:
-                receipt = await recorder.append([event], append_id=append_id)
-                assert isinstance(receipt, AppendCommitted)  # wait="commit"
-                return anchor_of(receipt)
-            except LaneConflict:
-                await recorder.reload()
-            except IdempotencyViolation:
-                return anchor_of(await self.client.get_receipt(append_id))
-        raise LaneConflict("the lane kept moving", lane_id=recorder.lane.id)
-
-    @staticmethod
-    def _names(saved: Checkpoint | CheckpointInfo) -> dict[str, Any]:
-        return {
-            "checkpoint_id": saved.id,
-            "key": saved.key,
-            "revision": saved.revision,
-            "digest": saved.digest,
-        }
-
     # ------------------------------------------------------------------ put
 
     async def aput(
@@ -385,47 +225,30 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
     async def _store_checkpoint(
         self, state: dict[str, Any], run_id: str, *, source: Any, step: Any
     ) -> Checkpoint:
-        """The ledger event first, then the revision anchored to it: a crash
-        in between leaves an event naming a record that was never stored
-        (LangGraph was never told it was), never a stored checkpoint that
-        the ledger does not name."""
         thread_id, checkpoint_ns = state["thread_id"], state["checkpoint_ns"]
         record = record_id(thread_id, checkpoint_ns, state["checkpoint_id"])
         # Before any await: LangGraph may send this checkpoint's writes while
         # it is still being saved, and they go to the lane of its run.
         self._runs[record] = run_id
-        await self._register_namespace(thread_id, checkpoint_ns)
-        key = ns_key(thread_id, checkpoint_ns)
-        state = self.client.redactor.redact(state).value  # as the save would: the digest is the stored one
-        anchor = None
-        if self.record_events:
-            langgraph = {
-                "checkpoint_ns": checkpoint_ns,
-                "checkpoint_id": state["checkpoint_id"],
-                "parent_checkpoint_id": state["parent_checkpoint_id"],
-                "source": source,
-                "step": step,
-            }
-            payload = {
-                "checkpoint_id": record,
-                "key": key,
-                "digest": state_digest(state)[0],
-                "format": CHECKPOINT_FORMAT,
-                "langgraph": langgraph,
-            }
-            anchor = await self._record(
-                thread_id, run_id, checkpoint_ns, CHECKPOINT_EVENT, payload, derived_id("lg-event", record)
-            )
-        saved = await self._save(
-            key,
+        await self.store.register_namespace(thread_id, checkpoint_ns)
+        event = {
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": state["checkpoint_id"],
+            "parent_checkpoint_id": state["parent_checkpoint_id"],
+            "source": source,
+            "step": step,
+        }
+        return await self.store.store(
+            ns_key(thread_id, checkpoint_ns),
             state,
             format=CHECKPOINT_FORMAT,
-            checkpoint_id=record,
-            session_id=thread_id,
+            record=record,
+            thread_id=thread_id,
             run_id=run_id,
-            anchor=anchor,
+            checkpoint_ns=checkpoint_ns,
+            event_type=CHECKPOINT_EVENT,
+            event=event,
         )
-        return saved
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
@@ -442,16 +265,22 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
             )
         redactor = self.client.redactor
         key = writes_key(thread_id, checkpoint_ns, checkpoint_id)
-        record = record_id(thread_id, checkpoint_ns, checkpoint_id)
-        run_id = await self._run_of(record, config)
+        run_id = await self._run_of(record_id(thread_id, checkpoint_ns, checkpoint_id), config)
         incoming = [
             (task_id, WRITES_IDX_MAP.get(channel, idx), channel, value)
             for idx, (channel, value) in enumerate(writes)
         ]
-        async with self._lock(key):
+        event = {
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+            "task_id": task_id,
+            "task_path": task_path,
+            "channels": [channel for _, _, channel, _ in incoming],
+        }
+        async with self.store.lock(key):
             for _ in range(SAVE_ATTEMPTS):
-                latest = await self.checkpoints.latest(key)
-                stored = field(await self._state(latest), "writes", list, "$.state") if latest else []
+                latest = await self.store.latest(key)
+                stored = field(await self.store.state(latest), "writes", list, "$.state") if latest else []
                 merged = {(w[0], w[1]): w for w in stored}
                 changed = False
                 for task, idx, channel, value in incoming:
@@ -462,66 +291,42 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
                     changed = True
                 if not changed:
                     return
-                state = redactor.redact(
-                    {
-                        "thread_id": thread_id,
-                        "checkpoint_ns": checkpoint_ns,
-                        "checkpoint_id": checkpoint_id,
-                        "writes": sorted(merged.values(), key=lambda w: writes_sort_key(w[4], w[0], w[1])),
-                    }
-                ).value
-                writes_record = new_id()
-                anchor = None
-                if self.record_events:
-                    langgraph = {
-                        "checkpoint_ns": checkpoint_ns,
-                        "checkpoint_id": checkpoint_id,
-                        "task_id": task_id,
-                        "task_path": task_path,
-                        "channels": [channel for _, _, channel, _ in incoming],
-                    }
-                    payload = {
-                        "checkpoint_id": writes_record,
-                        "key": key,
-                        "digest": state_digest(state)[0],
-                        "format": WRITES_FORMAT,
-                        "langgraph": langgraph,
-                    }
-                    anchor = await self._record(
-                        thread_id,
-                        run_id,
-                        checkpoint_ns,
-                        WRITES_EVENT,
-                        payload,
-                        derived_id("lg-event", writes_record),
-                    )
+                state = {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": checkpoint_ns,
+                    "checkpoint_id": checkpoint_id,
+                    "writes": sorted(merged.values(), key=lambda w: writes_sort_key(w[4], w[0], w[1])),
+                }
                 try:
-                    await self.checkpoints.save(
-                        key,
-                        expected_revision=latest.revision if latest else await self._erased_revision(key),
-                        format=WRITES_FORMAT,
-                        state=state,
-                        checkpoint_id=writes_record,
-                        session_id=thread_id,
-                        run_id=run_id,
-                        anchor=anchor,
-                        tenant=self.tenant,
-                    )
-                except RevisionConflict as err:
-                    self._revisions[key] = int(err.details["actual_revision"])
-                    continue
+                    await self._store_writes(key, state, run_id, event, self.store.base_revision(key, latest))
+                except RevisionConflict:
+                    continue  # another process merged first: merge again on top
                 return
-            raise RevisionConflict(f"{key}: lost the revision race", kind="checkpoint", key=key)
+        raise RevisionConflict(f"{key}: lost the revision race", kind="checkpoint", key=key)
+
+    async def _store_writes(
+        self, key: str, state: Mapping[str, Any], run_id: str, event: Mapping[str, Any], expected: int
+    ) -> Checkpoint:
+        return await self.store.store(
+            key,
+            state,
+            format=WRITES_FORMAT,
+            record=new_id(),
+            thread_id=state["thread_id"],
+            run_id=run_id,
+            checkpoint_ns=state["checkpoint_ns"],
+            event_type=WRITES_EVENT,
+            event=event,
+            expected_revision=expected,
+        )
 
     async def _run_of(self, record: str, config: RunnableConfig) -> str:
         """The run of a checkpoint, whose lane its writes go to: as this saver
         saved it, else as stored, else as the config's metadata names it."""
         run = self._runs.get(record)
         if run is None:
-            try:
-                run = (await self.checkpoints.get(record)).run_id
-            except EntityNotFound:
-                run = None
+            stored = await self.store.get(record)
+            run = stored.run_id if stored is not None else None
             run = run or str((config.get("metadata") or {}).get("run_id") or DEFAULT_RUN)
             self._runs[record] = run
         return run
@@ -533,19 +338,13 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
         thread_id, checkpoint_ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
         checkpoint_id = get_checkpoint_id(config)
         if checkpoint_id:
-            try:
-                stored = await self.checkpoints.get(record_id(thread_id, checkpoint_ns, checkpoint_id))
-            except EntityNotFound:
-                return None
+            stored = await self.store.get(record_id(thread_id, checkpoint_ns, checkpoint_id))
         else:
-            found = await self.checkpoints.latest(ns_key(thread_id, checkpoint_ns))
-            if found is None:
-                return None
-            stored = found
-        return await self._tuple(stored)
+            stored = await self.store.latest(ns_key(thread_id, checkpoint_ns))
+        return None if stored is None else await self._tuple(stored)
 
     async def _tuple(self, stored: Checkpoint) -> CheckpointTuple:
-        state = await self._state(stored)
+        state = await self.store.state(stored)
         thread_id = field(state, "thread_id", str, "$.state")
         checkpoint_ns = field(state, "checkpoint_ns", str, "$.state")
         checkpoint_id = field(state, "checkpoint_id", str, "$.state")
@@ -555,33 +354,19 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
             for name, kind, data in field(state, "channel_values", list, "$.state")
         }
         metadata = self.serde.loads_typed(json_typed(state.get("metadata"), "$.state.metadata"))
-        parent = state.get("parent_checkpoint_id")
-        writes = await self.checkpoints.latest(writes_key_of(stored.key, stored.id))
+        writes = await self.store.latest(writes_key_of(stored.key, stored.id))
         pending = []
         if writes is not None:
             for task, _idx, channel, typed, _path in field(
-                await self._state(writes), "writes", list, "$.state"
+                await self.store.state(writes), "writes", list, "$.state"
             ):
                 pending.append((task, channel, self.serde.loads_typed(json_typed(typed, "$.state.writes"))))
+        parent = state.get("parent_checkpoint_id")
         return CheckpointTuple(
-            config={
-                "configurable": {
-                    "thread_id": thread_id,
-                    "checkpoint_ns": checkpoint_ns,
-                    "checkpoint_id": checkpoint_id,
-                }
-            },
+            config=_config(thread_id, checkpoint_ns, checkpoint_id),
             checkpoint=checkpoint,
             metadata=metadata,
-            parent_config={
-                "configurable": {
-                    "thread_id": thread_id,
-                    "checkpoint_ns": checkpoint_ns,
-                    "checkpoint_id": parent,
-                }
-            }
-            if parent
-            else None,
+            parent_config=_config(thread_id, checkpoint_ns, parent) if parent else None,
             pending_writes=pending,
         )
 
@@ -608,14 +393,14 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
         namespaces = (
             [str(conf["checkpoint_ns"])]
             if conf.get("checkpoint_ns") is not None
-            else sorted(await self._namespaces_of(thread_id))
+            else sorted(await self.store.namespaces(thread_id))
         )
         infos: list[CheckpointInfo] = []
         for checkpoint_ns in namespaces:
-            infos.extend(await self._all_revisions(ns_key(thread_id, checkpoint_ns)))
+            infos.extend(await self.store.revisions(ns_key(thread_id, checkpoint_ns)))
         if len(namespaces) > 1:
             # Newest across namespaces: by LangGraph's (time-ordered) ids.
-            tuples = [await self._tuple(await self.checkpoints.get(info.id)) for info in infos]
+            tuples = [t async for t in self._fetch(infos)]
             tuples.sort(key=lambda t: t.checkpoint["id"], reverse=True)
             ordered: AsyncIterator[CheckpointTuple] = _aiter(tuples)
         else:
@@ -631,22 +416,31 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
     async def _fetch(self, infos: list[CheckpointInfo]) -> AsyncIterator[CheckpointTuple]:
         for start in range(0, len(infos), FETCH_BATCH):
             batch = infos[start : start + FETCH_BATCH]
-            stored = await asyncio.gather(*(self.checkpoints.get(info.id) for info in batch))
-            for found in await asyncio.gather(*(self._tuple(s) for s in stored)):
+            stored = await asyncio.gather(*(self.store.get(info.id) for info in batch))
+            for found in await asyncio.gather(*(self._tuple(s) for s in stored if s is not None)):
                 yield found
 
     # ------------------------------------------------------------------ deletes and copies
+
+    async def _thread_revisions(self, thread_id: str) -> list[CheckpointInfo]:
+        infos: list[CheckpointInfo] = []
+        for checkpoint_ns in sorted(await self.store.namespaces(thread_id)):
+            infos.extend(await self.store.revisions(ns_key(thread_id, checkpoint_ns)))
+        return infos
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Erase the thread: every checkpoint, write and blob, and its record
         of namespaces, after the ledger records the erasure."""
         thread_id = str(thread_id)
         infos = await self._thread_revisions(thread_id)
-        namespaces = sorted({info.key for info in infos})
-        keys = [*namespaces, *(writes_key_of(info.key, info.id) for info in infos), thread_key(thread_id)]
-        if not infos and await self.checkpoints.latest(thread_key(thread_id)) is None:
+        if not infos and await self.store.latest(thread_key(thread_id)) is None:
             return
-        await self._erase(thread_id, "delete_thread", infos, keys=keys, checkpoint_ids=[])
+        keys = [
+            *sorted({info.key for info in infos}),
+            *(writes_key_of(info.key, info.id) for info in infos),
+            thread_key(thread_id),
+        ]
+        await self.store.erase(thread_id, "delete_thread", infos, keys=keys, checkpoint_ids=[])
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: each namespace keeps its newest checkpoint (and its
@@ -666,13 +460,7 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
                     newest[info.key] = info
             doomed = [info for info in infos if newest[info.key] is not info]
             if doomed:
-                await self._erase(
-                    str(thread_id),
-                    "prune",
-                    doomed,
-                    keys=[writes_key_of(info.key, info.id) for info in doomed],
-                    checkpoint_ids=[info.id for info in doomed],
-                )
+                await self._erase_records(str(thread_id), "prune", doomed)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Erase the checkpoints (and their writes) saved by these LangGraph
@@ -680,71 +468,43 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
         runs = sorted({str(run) for run in run_ids})
         if not runs:
             return
-        plan = await self.checkpoints.erase(run_ids=runs, key_prefix=KEY_PREFIX, dry_run=True)
         by_thread: dict[str, list[CheckpointInfo]] = {}
-        for info in plan.erased:
+        for info in await self.store.run_records(runs):
             if info.format == CHECKPOINT_FORMAT and info.session_id is not None:
                 by_thread.setdefault(info.session_id, []).append(info)
         for thread_id, infos in sorted(by_thread.items()):
-            await self._erase(
-                thread_id,
-                "delete_for_runs",
-                infos,
-                keys=[writes_key_of(info.key, info.id) for info in infos],
-                checkpoint_ids=[info.id for info in infos],
-            )
+            await self._erase_records(thread_id, "delete_for_runs", infos)
 
-    async def _thread_revisions(self, thread_id: str) -> list[CheckpointInfo]:
-        infos: list[CheckpointInfo] = []
-        for checkpoint_ns in sorted(await self._namespaces_of(thread_id)):
-            infos.extend(await self._all_revisions(ns_key(thread_id, checkpoint_ns)))
-        return infos
-
-    async def _erase(
-        self,
-        thread_id: str,
-        reason: str,
-        infos: list[CheckpointInfo],
-        *,
-        keys: list[str],
-        checkpoint_ids: list[str],
-    ) -> None:
-        """The record first, then the erasure: a crash in between leaves an
-        erasure recorded and not done, which the same call, made again, does
-        (and records again); never bytes gone without a record."""
-        payload = {
-            "reason": reason,
-            "keys": keys,
-            "checkpoints": [{**self._names(info), "format": info.format} for info in infos],
-        }
-        await self._record(thread_id, DEFAULT_RUN, "", ERASED_EVENT, payload, new_id())
-        await self.checkpoints.erase(keys=keys, checkpoint_ids=checkpoint_ids)
-        for key in keys:
-            self._revisions.pop(key, None)
-        if reason == "delete_thread":
-            self._namespaces.pop(thread_id, None)
+    async def _erase_records(self, thread_id: str, reason: str, infos: list[CheckpointInfo]) -> None:
+        """These checkpoints, and every revision of their writes."""
+        keys = [writes_key_of(info.key, info.id) for info in infos]
+        await self.store.erase(thread_id, reason, infos, keys=keys, checkpoint_ids=[i.id for i in infos])
         for info in infos:
             self._runs.pop(info.id, None)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Every checkpoint and write of the source, under the target's
-        thread id (same LangGraph ids, new laneledger records)."""
+        thread id (same LangGraph ids, new laneledger records, each with
+        its ledger event)."""
         source, target = str(source_thread_id), str(target_thread_id)
         for info in sorted(await self._thread_revisions(source), key=lambda i: (i.key, i.revision)):
-            stored = await self.checkpoints.get(info.id)
-            state = {**await self._state(stored), "thread_id": target}
-            saved = await self._store_checkpoint(
-                state, stored.run_id or DEFAULT_RUN, source="copy", step=None
-            )
-            writes = await self.checkpoints.latest(writes_key_of(stored.key, stored.id))
+            stored = await self.store.get(info.id)
+            if stored is None:
+                continue  # erased meanwhile
+            state = {**await self.store.state(stored), "thread_id": target}
+            run_id = stored.run_id or DEFAULT_RUN
+            saved = await self._store_checkpoint(state, run_id, source="copy", step=None)
+            writes = await self.store.latest(writes_key_of(stored.key, stored.id))
             if writes is not None:
-                await self._save(
-                    writes_key_of(saved.key, saved.id),
-                    {**await self._state(writes), "thread_id": target},
-                    format=WRITES_FORMAT,
-                    session_id=target,
-                    run_id=saved.run_id,
-                )
+                copied = {**await self.store.state(writes), "thread_id": target}
+                key = writes_key_of(saved.key, saved.id)
+                event = {
+                    "checkpoint_ns": copied["checkpoint_ns"],
+                    "checkpoint_id": copied["checkpoint_id"],
+                    "copied_from": source,
+                    "channels": [w[2] for w in copied.get("writes", [])],
+                }
+                await self._store_writes(key, copied, run_id, event, self.store.base_revision(key, None))
 
     # ------------------------------------------------------------------ the sync API
 
@@ -798,9 +558,19 @@ def _matches(found: CheckpointTuple, filter: dict[str, Any] | None, before: Runn
     return not (before_id and found.checkpoint["id"] >= before_id)
 
 
+def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
 async def _aiter(items: list[T]) -> AsyncIterator[T]:
     for item in items:
         yield item
 
 
-__all__ = ["ROOT_LANE", "LaneledgerSaver"]
+__all__ = ["LaneledgerSaver"]
