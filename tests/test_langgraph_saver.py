@@ -1,0 +1,97 @@
+"""The LangGraph saver's edges and the checkpoint service's erase op
+(spec/langgraph.md, spec/checkpoint.md "Erasure"): bad input is a typed
+error with nothing written; the sync API works from another thread and
+refuses its own loop; an erase is scoped to its tenant, can be a dry run,
+and is idempotent."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from langgraph.checkpoint.base import empty_checkpoint
+
+from laneledger.adapters.langgraph import LaneledgerSaver
+from laneledger.adapters.langgraph_records import ns_key
+from laneledger.contract.errors import EntityNotFound, InvalidRequest
+from laneledger.sdk.checkpoints import CheckpointClient
+from laneledger.sdk.client import LedgerClient
+from laneledger.services.checkpoint.service import CheckpointService
+
+
+@pytest_asyncio.fixture
+async def saver(
+    client: LedgerClient, checkpoint_service: CheckpointService
+) -> AsyncIterator[LaneledgerSaver]:
+    saver = LaneledgerSaver(client, tenant="acme")
+    await saver.setup()
+    yield saver
+
+
+def config(thread: str, **more: Any) -> Any:
+    return {"configurable": {"thread_id": thread, "checkpoint_ns": "", **more}}
+
+
+async def put(saver: LaneledgerSaver, thread: str) -> Any:
+    return await saver.aput(config(thread), empty_checkpoint(), {"source": "input", "step": -1}, {})
+
+
+async def test_bad_input_is_a_typed_error_and_writes_nothing(saver: LaneledgerSaver) -> None:
+    with pytest.raises(InvalidRequest) as no_thread:
+        await saver.aput({"configurable": {}}, empty_checkpoint(), {}, {})
+    assert no_thread.value.details["path"] == "$.configurable.thread_id"
+
+    long_thread = "t" * 250  # a valid session id, but its checkpoint key would pass 256 characters
+    with pytest.raises(InvalidRequest) as too_long:
+        await put(saver, long_thread)
+    assert too_long.value.details["limit"] == 256
+    with pytest.raises(EntityNotFound):
+        await saver.client.load_session(long_thread)  # no lane, no event
+
+    stored = await put(saver, "t-1")
+    with pytest.raises(InvalidRequest):
+        await saver.aput_writes(config("t-1"), [("ch", 1)], "task")  # no checkpoint_id
+    with pytest.raises(InvalidRequest):
+        await saver.aprune(["t-1"], strategy="keep_oldest")
+    with pytest.raises(InvalidRequest):
+        [t async for t in saver.alist(None)]
+    found = await saver.aget_tuple(stored)
+    assert found is not None and found.pending_writes == []
+
+
+async def test_sync_api_from_another_thread_and_not_from_its_loop(saver: LaneledgerSaver) -> None:
+    stored = await asyncio.to_thread(saver.put, config("sync-1"), empty_checkpoint(), {"step": 0}, {})
+    await asyncio.to_thread(saver.put_writes, stored, [("ch", "v")], "task")
+    found = await asyncio.to_thread(saver.get_tuple, stored)
+    assert found is not None and found.pending_writes == [("task", "ch", "v")]
+    assert [t.config for t in await asyncio.to_thread(lambda: list(saver.list(config("sync-1"))))] == [
+        found.config
+    ]
+    with pytest.raises(InvalidRequest, match="own event loop"):
+        saver.get_tuple(stored)
+    await asyncio.to_thread(saver.delete_thread, "sync-1")
+    assert await saver.aget_tuple(config("sync-1")) is None
+
+
+async def test_erase_is_scoped_dry_runnable_and_idempotent(
+    saver: LaneledgerSaver, client: LedgerClient, checkpoints: CheckpointClient
+) -> None:
+    await put(saver, "scoped")
+    key = ns_key("scoped", "")
+    latest = await checkpoints.latest(key)
+    assert latest is not None and latest.tenant == "acme"
+
+    # Another tenant's erase does not see acme's checkpoint.
+    globex = CheckpointClient(LedgerClient(client.nc, tenant="globex"))
+    assert (await globex.erase(keys=[key])).erased == []
+    # A dry run names it and erases nothing.
+    plan = await checkpoints.erase(keys=[key], dry_run=True)
+    assert [i.id for i in plan.erased] == [latest.id]
+    assert await checkpoints.latest(key) is not None
+    # Erased once; the resend finds nothing left.
+    assert [i.id for i in (await checkpoints.erase(keys=[key])).erased] == [latest.id]
+    assert (await checkpoints.erase(keys=[key])).erased == []
+    assert await checkpoints.latest(key) is None
