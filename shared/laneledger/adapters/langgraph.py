@@ -62,6 +62,7 @@ from .langgraph_records import (
     ns_key,
     record_id,
     redact_value,
+    rows,
     thread_key,
     typed_json,
     writes_key,
@@ -280,7 +281,7 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
         async with self.store.lock(key):
             for _ in range(SAVE_ATTEMPTS):
                 latest = await self.store.latest(key)
-                stored = field(await self.store.state(latest), "writes", list, "$.state") if latest else []
+                stored = rows(await self.store.state(latest), "writes", 5, "$.state") if latest else []
                 merged = {(w[0], w[1]): w for w in stored}
                 changed = False
                 for task, idx, channel, value in incoming:
@@ -351,14 +352,14 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
         checkpoint = self.serde.loads_typed(json_typed(state.get("checkpoint"), "$.state.checkpoint"))
         checkpoint["channel_values"] = {
             name: self.serde.loads_typed(json_typed([kind, data], f"$.state.channel_values.{name}"))
-            for name, kind, data in field(state, "channel_values", list, "$.state")
+            for name, kind, data in rows(state, "channel_values", 3, "$.state")
         }
         metadata = self.serde.loads_typed(json_typed(state.get("metadata"), "$.state.metadata"))
         writes = await self.store.latest(writes_key_of(stored.key, stored.id))
         pending = []
         if writes is not None:
-            for task, _idx, channel, typed, _path in field(
-                await self.store.state(writes), "writes", list, "$.state"
+            for task, _idx, channel, typed, _path in rows(
+                await self.store.state(writes), "writes", 5, "$.state"
             ):
                 pending.append((task, channel, self.serde.loads_typed(json_typed(typed, "$.state.writes"))))
         parent = state.get("parent_checkpoint_id")

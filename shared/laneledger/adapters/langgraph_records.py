@@ -111,6 +111,18 @@ def field(state: Mapping[str, Any], name: str, kind: type, path: str) -> Any:
     return value
 
 
+def rows(state: Mapping[str, Any], name: str, width: int, path: str) -> list[list[Any]]:
+    """A list field whose items are lists of ``width`` values."""
+    items: list[list[Any]] = field(state, name, list, path)
+    for i, item in enumerate(items):
+        if not isinstance(item, list) or len(item) != width:
+            raise InvalidRequest(
+                f"a stored LangGraph record's {name} holds other than {width}-item lists",
+                path=f"{path}.{name}[{i}]",
+            )
+    return items
+
+
 # -- redaction -----------------------------------------------------------------------------
 
 
