@@ -23,7 +23,13 @@ from langgraph.checkpoint.base import empty_checkpoint
 from polling import eventually
 
 from laneledger.adapters.langgraph import LaneledgerSaver
-from laneledger.adapters.langgraph_records import DEFAULT_RUN, ERASED_EVENT, ROOT_LANE, record_id
+from laneledger.adapters.langgraph_records import (
+    CHECKPOINT_FORMAT,
+    DEFAULT_RUN,
+    ERASED_EVENT,
+    ROOT_LANE,
+    record_id,
+)
 from laneledger.contract.errors import ArtifactMissing, EntityNotFound
 from laneledger.devtools.natsserver import NatsServer
 from laneledger.sdk.client import LedgerClient
@@ -121,7 +127,11 @@ async def test_delete_thread_erases_bytes_and_keeps_the_ledger_verifying(
     events = (await saver.client.load_lane(lane.id)).events
     erasures = [e for e in events if e.event_type == ERASED_EVENT]
     assert len(erasures) == 1
-    named = {c["checkpoint_id"]: c["digest"] for c in erasures[0].payload["checkpoints"]}
+    named = {
+        c["checkpoint_id"]: c["digest"]
+        for c in erasures[0].payload["checkpoints"]
+        if c["format"] == CHECKPOINT_FORMAT
+    }
     assert named[stored.id] == stored.digest and len(named) == 2
     result = await asyncio.to_thread(
         subprocess.run,

@@ -15,7 +15,7 @@ import pytest_asyncio
 from langgraph.checkpoint.base import empty_checkpoint
 
 from laneledger.adapters.langgraph import LaneledgerSaver
-from laneledger.adapters.langgraph_records import ns_key
+from laneledger.adapters.langgraph_records import ns_key, writes_key
 from laneledger.contract.errors import EntityNotFound, InvalidRequest
 from laneledger.sdk.checkpoints import CheckpointClient
 from laneledger.sdk.client import LedgerClient
@@ -95,3 +95,16 @@ async def test_erase_is_scoped_dry_runnable_and_idempotent(
     assert [i.id for i in (await checkpoints.erase(keys=[key])).erased] == [latest.id]
     assert (await checkpoints.erase(keys=[key])).erased == []
     assert await checkpoints.latest(key) is None
+
+
+async def test_delete_thread_erases_writes_whose_checkpoint_was_never_stored(saver: LaneledgerSaver) -> None:
+    # LangGraph may store a step's writes while that step's checkpoint is still
+    # being saved; a crash then leaves writes under a checkpoint id never stored.
+    await put(saver, "orphans")
+    never = config("orphans", checkpoint_id="1f0-never-stored")
+    await saver.aput_writes(never, [("ch", "orphaned value")], "task")
+    key = writes_key("orphans", "", "1f0-never-stored")
+    assert await saver.checkpoints.latest(key) is not None
+    await saver.adelete_thread("orphans")
+    assert await saver.checkpoints.latest(key) is None
+    assert await saver.aget_tuple(config("orphans")) is None

@@ -292,6 +292,7 @@ class CheckpointService:
                 scope.tenant,
                 run_ids=cmd.run_ids,
                 key_prefix=cmd.key_prefix,
+                key_prefixes=cmd.key_prefixes,
             )
         )
         if cmd.dry_run:

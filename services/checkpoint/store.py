@@ -496,13 +496,15 @@ class CheckpointStore:
         *,
         run_ids: Sequence[str] = (),
         key_prefix: str | None = None,
+        key_prefixes: Sequence[str] = (),
     ) -> tuple[list[CheckpointInfo], list[str]]:
-        """What erasing every revision of ``keys``, each of ``checkpoint_ids``
-        and every revision of ``run_ids`` (under ``key_prefix``) removes, only
+        """What erasing every revision of ``keys``, each of ``checkpoint_ids``,
+        every revision of ``run_ids`` (under ``key_prefix``) and of every key
+        under one of ``key_prefixes`` removes, only
         ``tenant``'s when given: those revisions, and the artifacts that no
         other revision references."""
-        run_ids = list(run_ids)
-        if not keys and not checkpoint_ids and not run_ids:
+        run_ids, prefixes = list(run_ids), list(key_prefixes)
+        if not keys and not checkpoint_ids and not run_ids and not prefixes:
             return [], []
         key_marks = ",".join("?" * len(keys)) or "NULL"
         id_marks = ",".join("?" * len(checkpoint_ids)) or "NULL"
@@ -511,9 +513,19 @@ class CheckpointStore:
         rows = self._rows(
             "SELECT body, state_bytes FROM checkpoints"
             f" WHERE (key IN ({key_marks}) OR id IN ({id_marks})"
-            f" OR (run_id IN ({run_marks}) AND substr(key, 1, ?) = ?))"
-            " AND (? IS NULL OR tenant = ?) ORDER BY key, revision",
-            (*keys, *checkpoint_ids, *run_ids, len(prefix), prefix, tenant, tenant),
+            f" OR (run_id IN ({run_marks}) AND substr(key, 1, ?) = ?)"
+            + "".join(" OR substr(key, 1, ?) = ?" for _ in prefixes)
+            + ") AND (? IS NULL OR tenant = ?) ORDER BY key, revision",
+            (
+                *keys,
+                *checkpoint_ids,
+                *run_ids,
+                len(prefix),
+                prefix,
+                *(part for p in prefixes for part in (len(p), p)),
+                tenant,
+                tenant,
+            ),
         )
         infos = [info_of(decoder(Checkpoint).decode(body), size) for body, size in rows]
         ids = {info.id for info in infos}

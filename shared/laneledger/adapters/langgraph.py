@@ -430,18 +430,19 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
         return infos
 
     async def adelete_thread(self, thread_id: str) -> None:
-        """Erase the thread: every checkpoint, write and blob, and its record
-        of namespaces, after the ledger records the erasure."""
+        """Erase the thread: every record under its keys (checkpoints, writes,
+        its record of namespaces) and their blobs, after the ledger records
+        the erasure."""
         thread_id = str(thread_id)
-        infos = await self._thread_revisions(thread_id)
-        if not infos and await self.store.latest(thread_key(thread_id)) is None:
+        infos = await self.store.thread_records(thread_id)
+        if not infos:
             return
-        keys = [
-            *sorted({info.key for info in infos}),
-            *(writes_key_of(info.key, info.id) for info in infos),
-            thread_key(thread_id),
-        ]
-        await self.store.erase(thread_id, "delete_thread", infos, keys=keys, checkpoint_ids=[])
+        key = thread_key(thread_id)
+        await self.store.erase(
+            thread_id, "delete_thread", infos, keys=[key], key_prefixes=[key + "/"], checkpoint_ids=[]
+        )
+        for info in infos:
+            self._runs.pop(info.id, None)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: each namespace keeps its newest checkpoint (and its

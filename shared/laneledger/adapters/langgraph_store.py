@@ -271,6 +271,13 @@ class ThreadStore:
         plan = await self.checkpoints.erase(run_ids=run_ids, key_prefix=KEY_PREFIX, dry_run=True)
         return list(plan.erased)
 
+    async def thread_records(self, thread_id: str) -> list[CheckpointInfo]:
+        """Every record of the thread, under any of its keys (writes whose
+        checkpoint was never stored among them)."""
+        key = thread_key(thread_id)
+        plan = await self.checkpoints.erase(keys=[key], key_prefixes=[key + "/"], dry_run=True)
+        return list(plan.erased)
+
     async def erase(
         self,
         thread_id: str,
@@ -279,6 +286,7 @@ class ThreadStore:
         *,
         keys: list[str],
         checkpoint_ids: list[str],
+        key_prefixes: list[str] | None = None,
     ) -> None:
         """Record, then erase: a crash in between leaves an erasure recorded
         and not done, which the same call, made again, does (and records
@@ -287,12 +295,21 @@ class ThreadStore:
         payload = {
             "reason": reason,
             "keys": keys,
+            "key_prefixes": key_prefixes or [],
             "checkpoints": [
-                {"checkpoint_id": i.id, "key": i.key, "revision": i.revision, "digest": i.digest}
+                {
+                    "checkpoint_id": i.id,
+                    "key": i.key,
+                    "revision": i.revision,
+                    "digest": i.digest,
+                    "format": i.format,
+                }
                 for i in infos
             ],
         }
         await self.record(thread_id, DEFAULT_RUN, "", ERASED_EVENT, payload, new_id())
-        await self.checkpoints.erase(keys=keys, checkpoint_ids=checkpoint_ids)
+        await self.checkpoints.erase(
+            keys=keys, checkpoint_ids=checkpoint_ids, key_prefixes=key_prefixes or []
+        )
         if thread_key(thread_id) in keys:
             self._namespaces.pop(thread_id, None)

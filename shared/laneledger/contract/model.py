@@ -642,6 +642,10 @@ class EraseCheckpoints(Frozen, frozen=True, kw_only=True, tag="erase", tag_field
     # ``key_prefix`` when given (LangGraph's delete_for_runs).
     run_ids: Annotated[list[Id], Meta(max_length=1000)] = []
     key_prefix: Id | None = None
+    # Every revision of every key that starts with one of these.
+    key_prefixes: Annotated[
+        list[Annotated[str, Meta(min_length=1, max_length=MAX_ID_LENGTH)]], Meta(max_length=100)
+    ] = []
     # Answer what would be erased, erasing nothing.
     dry_run: bool = False
 

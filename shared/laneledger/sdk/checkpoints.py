@@ -400,11 +400,14 @@ class CheckpointClient:
         checkpoint_ids: Sequence[str] = (),
         run_ids: Sequence[str] = (),
         key_prefix: str | None = None,
+        key_prefixes: Sequence[str] = (),
         dry_run: bool = False,
     ) -> ErasureReport:
         """Physically erase every revision of ``keys``, each of
         ``checkpoint_ids`` and every revision saved with one of ``run_ids``
-        (of keys under ``key_prefix``), with the artifacts nothing else
+        (of keys under ``key_prefix``) and of every key under one of
+        ``key_prefixes`` (at most 100, sent with the first request), with
+        the artifacts nothing else
         references (spec/checkpoint.md, "Erasure"); ``dry_run``: only say
         what that would erase. Sent in requests of at most 1000 of each;
         idempotent: what is gone already is skipped."""
@@ -420,10 +423,12 @@ class CheckpointClient:
                     checkpoint_ids=batch[1],
                     run_ids=batch[2],
                     key_prefix=key_prefix,
+                    key_prefixes=list(key_prefixes),
                     dry_run=dry_run,
                 ),
                 ErasureReport,
             )
+            key_prefixes = ()
             erased.extend(report.erased)
             blobs.extend(report.artifacts_erased)
             if not any(todo):
