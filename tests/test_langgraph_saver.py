@@ -15,8 +15,9 @@ import pytest_asyncio
 from langgraph.checkpoint.base import empty_checkpoint
 
 from laneledger.adapters.langgraph import LaneledgerSaver
-from laneledger.adapters.langgraph_records import ns_key, writes_key
-from laneledger.contract.errors import EntityNotFound, InvalidRequest
+from laneledger.adapters.langgraph_records import ns_key, record_id, writes_key
+from laneledger.contract.errors import ArtifactMissing, EntityNotFound, InvalidRequest
+from laneledger.devtools.natsserver import NatsServer
 from laneledger.sdk.checkpoints import CheckpointClient
 from laneledger.sdk.client import LedgerClient
 from laneledger.services.checkpoint.service import CheckpointService
@@ -108,3 +109,25 @@ async def test_delete_thread_erases_writes_whose_checkpoint_was_never_stored(sav
     await saver.adelete_thread("orphans")
     assert await saver.checkpoints.latest(key) is None
     assert await saver.aget_tuple(config("orphans")) is None
+
+
+async def test_a_tenant_scoped_saver_erases_from_its_own_bucket(
+    nats_server: NatsServer, checkpoint_service: CheckpointService, client: LedgerClient
+) -> None:
+    async with LaneledgerSaver.connect(nats_server.url, tenant="acme", scoped=True) as scoped:
+        assert scoped.client.tenant == "acme"
+        cp = empty_checkpoint()
+        cp["channel_values"], cp["channel_versions"] = {"doc": "w" * 6000}, {"doc": 1}
+        stored = await scoped.aput(config("tenanted"), cp, {"step": 0}, {"doc": 1})
+        record = await scoped.checkpoints.get(
+            record_id("tenanted", "", stored["configurable"]["checkpoint_id"])
+        )
+        assert record.artifact is not None and record.tenant == "acme"
+        assert (await scoped.checkpoints.info()).artifact_bucket.endswith("_acme")
+        # Another tenant's scoped erase by run or key finds nothing of acme's.
+        globex = CheckpointClient(LedgerClient(client.nc, tenant="globex"))
+        assert (await globex.erase(key_prefixes=["langgraph/"])).erased == []
+        await scoped.adelete_thread("tenanted")
+        with pytest.raises(ArtifactMissing):
+            await scoped.checkpoints.read_artifact(record.artifact)
+        assert await scoped.aget_tuple(config("tenanted")) is None

@@ -531,7 +531,12 @@ class CheckpointStore:
         ids = {info.id for info in infos}
         orphans: list[str] = []
         for sha in sorted({info.artifact.sha256 for info in infos if info.artifact is not None}):
-            users = self._rows("SELECT id FROM checkpoints WHERE artifact_sha256 = ?", (sha,))
+            # A tenant's blob is in its own bucket: only its revisions can keep
+            # it (the shared bucket's: any revision, to be safe).
+            users = self._rows(
+                "SELECT id FROM checkpoints WHERE artifact_sha256 = ? AND (? IS NULL OR tenant = ?)",
+                (sha, tenant, tenant),
+            )
             if all(user in ids for (user,) in users):
                 orphans.append(sha)
         return infos, orphans

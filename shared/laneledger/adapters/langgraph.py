@@ -127,10 +127,12 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
     @classmethod
     @asynccontextmanager
     async def connect(
-        cls, url: str | Sequence[str] = DEFAULT_NATS, *, tenant: str, **kwargs: Any
+        cls, url: str | Sequence[str] = DEFAULT_NATS, *, tenant: str, scoped: bool = False, **kwargs: Any
     ) -> AsyncIterator[LaneledgerSaver]:
-        """A saver on its own connection, closed on exit."""
-        client = await LedgerClient.connect(url)
+        """A saver on its own connection, closed on exit. ``scoped``: connect
+        as the tenant's own producer (``producer-<tenant>``, its subjects and
+        buckets only; spec/wire.md) rather than the shared one."""
+        client = await LedgerClient.connect(url, tenant=tenant if scoped else None)
         try:
             saver = cls(client, tenant=tenant, **kwargs)
             await saver.setup()
@@ -140,7 +142,7 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
 
     @classmethod
     def open_sync(
-        cls, url: str | Sequence[str] = DEFAULT_NATS, *, tenant: str, **kwargs: Any
+        cls, url: str | Sequence[str] = DEFAULT_NATS, *, tenant: str, scoped: bool = False, **kwargs: Any
     ) -> LaneledgerSaver:
         """A saver for synchronous code (``graph.invoke``): its connection
         lives on an event loop in a thread of its own; ``close_sync()`` ends
@@ -150,7 +152,7 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
         thread.start()
 
         async def start() -> LaneledgerSaver:
-            client = await LedgerClient.connect(url)
+            client = await LedgerClient.connect(url, tenant=tenant if scoped else None)
             saver = cls(client, tenant=tenant, **kwargs)
             await saver.setup()
             return saver
