@@ -111,6 +111,7 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
         self.actor_key = actor_key
         self.store = ThreadStore(client, self.checkpoints, tenant=tenant, record_events=record_events)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._owns_loop = False  # open_sync's: close_sync stops it
         self._runs: dict[str, str] = {}  # record id -> its run
 
     # ------------------------------------------------------------------ lifecycle
@@ -154,6 +155,7 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
         async def start() -> LaneledgerSaver:
             client = await LedgerClient.connect(url, tenant=tenant if scoped else None)
             saver = cls(client, tenant=tenant, **kwargs)
+            saver._owns_loop = True
             await saver.setup()
             return saver
 
@@ -164,11 +166,13 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
             raise
 
     def close_sync(self) -> None:
+        """Close an ``open_sync`` saver: its connection, then its loop."""
         loop = self._loop
-        if loop is None:
-            return
+        if loop is None or not self._owns_loop:
+            raise InvalidRequest("close_sync closes a saver made by open_sync; close this one's client")
         self._sync(self.client.close())
         loop.call_soon_threadsafe(loop.stop)
+        self._loop = None
 
     def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
         loop = self._loop
