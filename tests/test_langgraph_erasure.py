@@ -40,14 +40,15 @@ BIG = 20_000  # over the fixture service's 4 KiB inline limit: the record is an 
 
 
 def encodings(marker: bytes) -> list[bytes]:
-    """The marker itself and the part of its base64 that is the same at any
-    of the three byte offsets it may start at inside a longer base64 text
-    (the saver stores serde bytes base64-encoded in JSON)."""
+    """The marker itself and the part of its encoding that is the same at
+    any byte offset it may start at inside longer encoded bytes (the saver
+    stores serde bytes as lowercase base32 in JSON; 5 offsets, a base32
+    character being 5 bits)."""
     found = [marker]
-    for offset in range(3):
-        text = base64.b64encode(b"\0" * offset + marker)
-        first = -(-offset * 8 // 6)  # the first character made of marker bits only
-        last = (offset + len(marker)) * 8 // 6
+    for offset in range(5):
+        text = base64.b32encode(b"\0" * offset + marker).lower()
+        first = -(-offset * 8 // 5)  # the first character made of marker bits only
+        last = (offset + len(marker)) * 8 // 5
         found.append(text[first:last])
     return found
 

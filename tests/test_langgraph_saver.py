@@ -15,8 +15,9 @@ import pytest_asyncio
 from langgraph.checkpoint.base import empty_checkpoint
 
 from laneledger.adapters.langgraph import LaneledgerSaver
-from laneledger.adapters.langgraph_records import ns_key, record_id, writes_key
+from laneledger.adapters.langgraph_records import ns_key, record_id, thread_key, writes_key
 from laneledger.contract.errors import ArtifactMissing, EntityNotFound, InvalidRequest
+from laneledger.contract.redaction import Redactor
 from laneledger.devtools.natsserver import NatsServer
 from laneledger.sdk.checkpoints import CheckpointClient
 from laneledger.sdk.client import LedgerClient
@@ -131,3 +132,20 @@ async def test_a_tenant_scoped_saver_erases_from_its_own_bucket(
         with pytest.raises(ArtifactMissing):
             await scoped.checkpoints.read_artifact(record.artifact)
         assert await scoped.aget_tuple(config("tenanted")) is None
+
+
+async def test_a_rule_matching_the_encoding_refuses_the_save_instead_of_corrupting_it(
+    client: LedgerClient, checkpoint_service: CheckpointService
+) -> None:
+    # A configured pattern broad enough to match base32 text: redacting the
+    # record would rewrite its bytes, so the saver refuses to save it.
+    redactor = Redactor.from_config('{"too_broad": "[a-z2-7]{12}"}', None)
+    saver = LaneledgerSaver(LedgerClient(client.nc, redactor=redactor), tenant="acme")
+    await saver.setup()
+    with pytest.raises(InvalidRequest) as refused:
+        await put(saver, "broad")
+    assert refused.value.details["rules"] == ["too_broad"]
+    assert await saver.checkpoints.latest(ns_key("broad", "")) is None
+    assert await saver.checkpoints.latest(thread_key("broad")) is None
+    with pytest.raises(EntityNotFound):
+        await client.load_session("broad")  # no event either

@@ -237,7 +237,6 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
         # Before any await: LangGraph may send this checkpoint's writes while
         # it is still being saved, and they go to the lane of its run.
         self._runs[record] = run_id
-        await self.store.register_namespace(thread_id, checkpoint_ns)
         event = {
             "checkpoint_ns": checkpoint_ns,
             "checkpoint_id": state["checkpoint_id"],
@@ -255,6 +254,7 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
             checkpoint_ns=checkpoint_ns,
             event_type=CHECKPOINT_EVENT,
             event=event,
+            first=lambda: self.store.register_namespace(thread_id, checkpoint_ns),
         )
 
     async def aput_writes(

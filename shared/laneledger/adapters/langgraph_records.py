@@ -85,9 +85,24 @@ def lane_name(checkpoint_ns: str) -> str:
 # -- typed values as JSON ------------------------------------------------------------------
 
 
+def encode_bytes(data: bytes) -> str:
+    """Serde bytes as unpadded lowercase base32: no default redaction rule
+    can match such text (the rules need capitals, ``-``, ``_``, ``:``,
+    ``=``, dots or spaces), so redacting a record never rewrites its bytes.
+    Base64 could: ``+AIza`` and 35 letters or digits is a Google key's shape."""
+    return base64.b32encode(data).decode("ascii").rstrip("=").lower()
+
+
+def decode_bytes(text: str, path: str) -> bytes:
+    try:
+        return base64.b32decode(text.upper() + "=" * (-len(text) % 8))
+    except ValueError:
+        raise InvalidRequest("a stored LangGraph value is not base32", path=path) from None
+
+
 def typed_json(typed: Typed) -> list[str]:
     kind, data = typed
-    return [kind, base64.b64encode(data).decode("ascii")]
+    return [kind, encode_bytes(data)]
 
 
 def json_typed(value: Any, path: str) -> Typed:
@@ -97,8 +112,8 @@ def json_typed(value: Any, path: str) -> Typed:
         or not isinstance(value[0], str)
         or not isinstance(value[1], str)
     ):
-        raise InvalidRequest("a stored LangGraph value is not [type, base64]", path=path)
-    return value[0], base64.b64decode(value[1])
+        raise InvalidRequest("a stored LangGraph value is not [type, base32]", path=path)
+    return value[0], decode_bytes(value[1], path)
 
 
 def field(state: Mapping[str, Any], name: str, kind: type, path: str) -> Any:

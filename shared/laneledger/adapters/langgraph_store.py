@@ -13,7 +13,7 @@ the ledger does not name. Erasure likewise: the event naming what is erased
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from laneledger.contract.errors import EntityNotFound, IdempotencyViolation, InvalidRequest, LaneConflict
@@ -145,6 +145,7 @@ class ThreadStore:
         event_type: str,
         event: Mapping[str, Any],
         expected_revision: int | None = None,
+        first: Callable[[], Awaitable[None]] | None = None,
     ) -> Checkpoint:
         """The event (``event`` plus the record's id, key, digest and format),
         then the record anchored to it, in the lane (thread, run, namespace).
@@ -152,9 +153,20 @@ class ThreadStore:
         others (a LangGraph checkpoint names its parent), so a lost revision
         race is saved again on top; given: a lost race is the caller's
         ``RevisionConflict`` (it merged what it read)."""
-        # Redacted as the save would redact it, so the digest the event
-        # names is the stored one.
-        state = self.client.redactor.redact(dict(state)).value
+        # Values were redacted before serde; what a rule finds now is in the
+        # record's own encoding (a configured pattern matching base32 text),
+        # and replacing it would corrupt the record: refused, nothing written.
+        done = self.client.redactor.redact(dict(state))
+        if done.count:
+            raise InvalidRequest(
+                "a redaction rule matches this LangGraph record's encoded bytes: saving it "
+                "redacted would corrupt it (check LANELEDGER_REDACT_PATTERNS)",
+                path="$.state",
+                key=key,
+                rules=sorted(done.rules),
+            )
+        if first is not None:
+            await first()  # what must precede the event, once the record is known good
         anchor = None
         if self.record_events:
             payload = {
