@@ -8,20 +8,26 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
 from langgraph.checkpoint.base import empty_checkpoint
+from nats.aio.client import Client as NATS
+from prometheus_client import CollectorRegistry
 
 from laneledger.adapters.langgraph import LaneledgerSaver
 from laneledger.adapters.langgraph_records import ns_key, record_id, thread_key, writes_key
-from laneledger.contract.errors import ArtifactMissing, EntityNotFound, InvalidRequest
+from laneledger.contract.errors import ArtifactMissing, EntityNotFound, IntegrityError, InvalidRequest
 from laneledger.contract.redaction import Redactor
 from laneledger.devtools.natsserver import NatsServer
 from laneledger.sdk.checkpoints import CheckpointClient
 from laneledger.sdk.client import LedgerClient
-from laneledger.services.checkpoint.service import CheckpointService
+from laneledger.services.checkpoint.metrics import CheckpointMetrics
+from laneledger.services.checkpoint.service import CheckpointService, CheckpointSettings
+from laneledger.services.checkpoint.store import CheckpointStore
+from laneledger.services.sequencer.service import Sequencer
 
 
 @pytest_asyncio.fixture
@@ -149,3 +155,28 @@ async def test_a_rule_matching_the_encoding_refuses_the_save_instead_of_corrupti
     assert await saver.checkpoints.latest(thread_key("broad")) is None
     with pytest.raises(EntityNotFound):
         await client.load_session("broad")  # no event either
+
+
+async def test_a_service_whose_rules_rewrite_the_record_is_an_integrity_error(
+    nc: NATS, sequencer: Sequencer, client: LedgerClient, tmp_path: Path
+) -> None:
+    # The service redacts inline state with its own rules, which may be
+    # configured beyond the SDK's: the saver sees the stored digest differ.
+    store = CheckpointStore.open(tmp_path / "checkpoints.db")
+    broad = Redactor.from_config('{"too_broad": "[a-z2-7]{12}"}', None)
+    service = CheckpointService(
+        nc,
+        store,
+        CheckpointMetrics(CollectorRegistry()),
+        CheckpointSettings(anchor_wait_s=10.0, refresh_interval_s=0.2, redactor=broad),
+    )
+    await service.start()
+    try:
+        saver = LaneledgerSaver(client, tenant="acme")
+        await saver.setup()
+        with pytest.raises(IntegrityError) as rewritten:
+            await put(saver, "rewritten")
+        assert rewritten.value.details["digest"] != rewritten.value.details["stored_digest"]
+    finally:
+        await service.stop()
+        store.close()

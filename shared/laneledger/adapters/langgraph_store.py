@@ -16,7 +16,13 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from laneledger.contract.errors import EntityNotFound, IdempotencyViolation, InvalidRequest, LaneConflict
+from laneledger.contract.errors import (
+    EntityNotFound,
+    IdempotencyViolation,
+    IntegrityError,
+    InvalidRequest,
+    LaneConflict,
+)
 from laneledger.contract.ids import derived_id, new_id
 from laneledger.contract.model import Anchor, AppendCommitted, Checkpoint, CheckpointInfo
 from laneledger.sdk.checkpoints import CheckpointClient, RevisionConflict, anchor_of, state_digest
@@ -172,7 +178,7 @@ class ThreadStore:
             payload = {
                 "checkpoint_id": record,
                 "key": key,
-                "digest": state_digest(state)[0],
+                "digest": state_digest(state)[0],  # what the save below stores, checked there
                 "format": format,
                 "langgraph": dict(event),
             }
@@ -185,9 +191,10 @@ class ThreadStore:
             expected = self._revisions.get(key)
             if expected is None:
                 expected = self.base_revision(key, await self.latest(key))
+        digest = state_digest(state)[0]
         for _ in range(attempts):
             try:
-                return await self._save_once(
+                saved = await self._save_once(
                     key,
                     state,
                     expected_revision=expected,
@@ -201,6 +208,19 @@ class ThreadStore:
                 if expected_revision is not None:
                     raise
                 expected = int(err.details["actual_revision"])
+                continue
+            if saved.digest != digest:
+                # The service's own redaction rules rewrote the record (they
+                # may be configured beyond the SDK's): it would not decode.
+                raise IntegrityError(
+                    "the checkpoint service stored this LangGraph record with other bytes than sent "
+                    "(its redaction rules match the encoding?)",
+                    id=saved.id,
+                    key=key,
+                    digest=digest,
+                    stored_digest=saved.digest,
+                )
+            return saved
         raise RevisionConflict(f"{key}: lost the revision race {attempts} times", kind="checkpoint", key=key)
 
     async def _save_once(
