@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from langgraph.checkpoint.serde.types import INTERRUPT, RESUME
 from polling import eventually
 
@@ -40,6 +41,7 @@ def run_agent(*args: str) -> dict[str, Any]:
     return summary
 
 
+@pytest.mark.slow
 async def test_graph_is_killed_mid_run_and_resumes_in_a_new_process(
     nats_server: NatsServer, client: LedgerClient, checkpoint_service: CheckpointService, tmp_path: Path
 ) -> None:
