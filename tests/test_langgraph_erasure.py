@@ -10,7 +10,6 @@ values and writes are redacted before serde, so no file ever holds them."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -40,17 +39,9 @@ BIG = 20_000  # over the fixture service's 4 KiB inline limit: the record is an 
 
 
 def encodings(marker: bytes) -> list[bytes]:
-    """The marker itself and the part of its encoding that is the same at
-    any byte offset it may start at inside longer encoded bytes (the saver
-    stores serde bytes as lowercase base32 in JSON; 5 offsets, a base32
-    character being 5 bits)."""
-    found = [marker]
-    for offset in range(5):
-        text = base64.b32encode(b"\0" * offset + marker).lower()
-        first = -(-offset * 8 // 5)  # the first character made of marker bits only
-        last = (offset + len(marker)) * 8 // 5
-        found.append(text[first:last])
-    return found
+    """The marker itself and its encoding in a record (the saver stores serde
+    bytes as lowercase hex in JSON)."""
+    return [marker, marker.hex().encode()]
 
 
 def files_holding(root: Path, marker: bytes) -> list[str]:

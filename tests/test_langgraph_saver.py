@@ -143,9 +143,9 @@ async def test_a_tenant_scoped_saver_erases_from_its_own_bucket(
 async def test_a_rule_matching_the_encoding_refuses_the_save_instead_of_corrupting_it(
     client: LedgerClient, checkpoint_service: CheckpointService
 ) -> None:
-    # A configured pattern broad enough to match base32 text: redacting the
+    # A configured pattern broad enough to match hex text: redacting the
     # record would rewrite its bytes, so the saver refuses to save it.
-    redactor = Redactor.from_config('{"too_broad": "[a-z2-7]{12}"}', None)
+    redactor = Redactor.from_config('{"too_broad": "[0-9a-f]{40}"}', None)
     saver = LaneledgerSaver(LedgerClient(client.nc, redactor=redactor), tenant="acme")
     await saver.setup()
     with pytest.raises(InvalidRequest) as refused:
@@ -163,7 +163,7 @@ async def test_a_service_whose_rules_rewrite_the_record_is_an_integrity_error(
     # The service redacts inline state with its own rules, which may be
     # configured beyond the SDK's: the saver sees the stored digest differ.
     store = CheckpointStore.open(tmp_path / "checkpoints.db")
-    broad = Redactor.from_config('{"too_broad": "[a-z2-7]{12}"}', None)
+    broad = Redactor.from_config('{"too_broad": "[0-9a-f]{40}"}', None)
     service = CheckpointService(
         nc,
         store,

@@ -411,7 +411,10 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
             tuples.sort(key=lambda t: t.checkpoint["id"], reverse=True)
             ordered: AsyncIterator[CheckpointTuple] = _aiter(tuples)
         else:
-            ordered = self._fetch(sorted(infos, key=lambda i: i.revision, reverse=True))
+            # Without a filter or a cursor the first ``limit`` records are the
+            # answer: fetch no more than that.
+            batch = min(FETCH_BATCH, limit) if limit and not filter and not before else FETCH_BATCH
+            ordered = self._fetch(sorted(infos, key=lambda i: i.revision, reverse=True), batch)
         count = 0
         async for found in ordered:
             if _matches(found, filter, before):
@@ -420,9 +423,11 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
                 if limit is not None and count >= limit:
                     return
 
-    async def _fetch(self, infos: list[CheckpointInfo]) -> AsyncIterator[CheckpointTuple]:
-        for start in range(0, len(infos), FETCH_BATCH):
-            batch = infos[start : start + FETCH_BATCH]
+    async def _fetch(
+        self, infos: list[CheckpointInfo], size: int = FETCH_BATCH
+    ) -> AsyncIterator[CheckpointTuple]:
+        for start in range(0, len(infos), size):
+            batch = infos[start : start + size]
             stored = await asyncio.gather(*(self.store.get(info.id) for info in batch))
             for found in await asyncio.gather(*(self._tuple(s) for s in stored if s is not None)):
                 yield found

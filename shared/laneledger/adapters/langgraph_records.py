@@ -17,7 +17,6 @@ cannot make two keys collide.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -86,18 +85,19 @@ def lane_name(checkpoint_ns: str) -> str:
 
 
 def encode_bytes(data: bytes) -> str:
-    """Serde bytes as unpadded lowercase base32: no default redaction rule
-    can match such text (the rules need capitals, ``-``, ``_``, ``:``,
-    ``=``, dots or spaces), so redacting a record never rewrites its bytes.
-    Base64 could: ``+AIza`` and 35 letters or digits is a Google key's shape."""
-    return base64.b32encode(data).decode("ascii").rstrip("=").lower()
+    """Serde bytes as lowercase hex: no default redaction rule can match such
+    text (the rules need capitals, other letters, ``-``, ``_``, ``:``, ``=``,
+    dots or spaces), so redacting a record never rewrites its bytes. Base64
+    could: ``+AIza`` and 35 letters or digits is a Google key's shape. Hex
+    rather than base32: Python encodes and decodes hex in C."""
+    return data.hex()
 
 
 def decode_bytes(text: str, path: str) -> bytes:
     try:
-        return base64.b32decode(text.upper() + "=" * (-len(text) % 8))
+        return bytes.fromhex(text)
     except ValueError:
-        raise InvalidRequest("a stored LangGraph value is not base32", path=path) from None
+        raise InvalidRequest("a stored LangGraph value is not hex", path=path) from None
 
 
 def typed_json(typed: Typed) -> list[str]:
@@ -112,7 +112,7 @@ def json_typed(value: Any, path: str) -> Typed:
         or not isinstance(value[0], str)
         or not isinstance(value[1], str)
     ):
-        raise InvalidRequest("a stored LangGraph value is not [type, base32]", path=path)
+        raise InvalidRequest("a stored LangGraph value is not [type, hex]", path=path)
     return value[0], decode_bytes(value[1], path)
 
 

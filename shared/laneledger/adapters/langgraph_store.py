@@ -160,7 +160,7 @@ class ThreadStore:
         race is saved again on top; given: a lost race is the caller's
         ``RevisionConflict`` (it merged what it read)."""
         # Values were redacted before serde; what a rule finds now is in the
-        # record's own encoding (a configured pattern matching base32 text),
+        # record's own encoding (a configured pattern matching hex text),
         # and replacing it would corrupt the record: refused, nothing written.
         done = self.client.redactor.redact(dict(state))
         if done.count:
