@@ -180,3 +180,19 @@ async def test_a_service_whose_rules_rewrite_the_record_is_an_integrity_error(
     finally:
         await service.stop()
         store.close()
+
+
+async def test_erase_pages_past_one_reply(checkpoints: CheckpointClient) -> None:
+    # More revisions than one erase reply lists (500): the SDK pages on, a
+    # dry run after the last revision listed, a real erase until none is left.
+    total = 520
+    for revision in range(total):
+        key = f"paged/{revision % 3}"
+        await checkpoints.save(
+            key, expected_revision=revision // 3, format="application/json", state={"n": revision}
+        )
+    plan = await checkpoints.erase(key_prefixes=["paged/"], dry_run=True)
+    assert len(plan.erased) == total and len({i.id for i in plan.erased}) == total
+    done = await checkpoints.erase(key_prefixes=["paged/"])
+    assert sorted(i.id for i in done.erased) == sorted(i.id for i in plan.erased)
+    assert (await checkpoints.erase(key_prefixes=["paged/"], dry_run=True)).erased == []

@@ -284,7 +284,7 @@ class CheckpointService:
         """Blobs first, then rows: a crash in between leaves rows whose blob
         is gone, which the same erase, sent again, finds and finishes (it is
         idempotent); the other order could leave a blob nothing names."""
-        erased, orphans = await self._db(
+        erased, orphans, more = await self._db(
             functools.partial(
                 self._store.erasure_plan,
                 cmd.keys,
@@ -293,15 +293,17 @@ class CheckpointService:
                 run_ids=cmd.run_ids,
                 key_prefix=cmd.key_prefix,
                 key_prefixes=cmd.key_prefixes,
+                limit=cmd.limit,
+                after=(cmd.after_key, cmd.after_revision) if cmd.after_key is not None else None,
             )
         )
         if cmd.dry_run:
-            return ErasureReport(erased=erased, artifacts_erased=[])
+            return ErasureReport(erased=erased, artifacts_erased=[], has_more=more)
         gone = [sha for sha in orphans if await self.artifacts.erase(sha, scope.tenant)]
         await self._db(self._store.forget_artifacts, orphans)
         await self._db(self._store.erase, [info.id for info in erased], self._clock())
         log.info("erased %d checkpoint revisions and %d artifacts", len(erased), len(gone))
-        return ErasureReport(erased=erased, artifacts_erased=gone)
+        return ErasureReport(erased=erased, artifacts_erased=gone, has_more=more)
 
     # ------------------------------------------------------------- save
 

@@ -497,15 +497,19 @@ class CheckpointStore:
         run_ids: Sequence[str] = (),
         key_prefix: str | None = None,
         key_prefixes: Sequence[str] = (),
-    ) -> tuple[list[CheckpointInfo], list[str]]:
+        limit: int = 500,
+        after: tuple[str, int] | None = None,
+    ) -> tuple[list[CheckpointInfo], list[str], bool]:
         """What erasing every revision of ``keys``, each of ``checkpoint_ids``,
         every revision of ``run_ids`` (under ``key_prefix``) and of every key
-        under one of ``key_prefixes`` removes, only
-        ``tenant``'s when given: those revisions, and the artifacts that no
-        other revision references."""
+        under one of ``key_prefixes`` removes, only ``tenant``'s when given:
+        the first ``limit`` of those revisions by (key, revision) after
+        ``after``, the artifacts that no other revision references, and
+        whether more follow."""
         run_ids, prefixes = list(run_ids), list(key_prefixes)
         if not keys and not checkpoint_ids and not run_ids and not prefixes:
-            return [], []
+            return [], [], False
+        after_key, after_revision = after or ("", 0)
         key_marks = ",".join("?" * len(keys)) or "NULL"
         id_marks = ",".join("?" * len(checkpoint_ids)) or "NULL"
         run_marks = ",".join("?" * len(run_ids)) or "NULL"
@@ -515,7 +519,8 @@ class CheckpointStore:
             f" WHERE (key IN ({key_marks}) OR id IN ({id_marks})"
             f" OR (run_id IN ({run_marks}) AND substr(key, 1, ?) = ?)"
             + "".join(" OR substr(key, 1, ?) = ?" for _ in prefixes)
-            + ") AND (? IS NULL OR tenant = ?) ORDER BY key, revision",
+            + ") AND (? IS NULL OR tenant = ?) AND (key, revision) > (?, ?)"
+            " ORDER BY key, revision LIMIT ?",
             (
                 *keys,
                 *checkpoint_ids,
@@ -525,9 +530,13 @@ class CheckpointStore:
                 *(part for p in prefixes for part in (len(p), p)),
                 tenant,
                 tenant,
+                after_key,
+                after_revision,
+                limit + 1,
             ),
         )
-        infos = [info_of(decoder(Checkpoint).decode(body), size) for body, size in rows]
+        more = len(rows) > limit
+        infos = [info_of(decoder(Checkpoint).decode(body), size) for body, size in rows[:limit]]
         ids = {info.id for info in infos}
         orphans: list[str] = []
         for sha in sorted({info.artifact.sha256 for info in infos if info.artifact is not None}):
@@ -539,11 +548,10 @@ class CheckpointStore:
             )
             if all(user in ids for (user,) in users):
                 orphans.append(sha)
-        return infos, orphans
+        return infos, orphans, more
 
     def erase(self, checkpoint_ids: list[str], erased_at: str) -> None:
-        """Delete these revisions, keeping a tombstone without state for each,
-        and forget the verification of ``artifacts`` (erased by the caller).
+        """Delete these revisions, keeping a tombstone without state for each.
         ``secure_delete`` zeroes the freed pages and the WAL is checkpointed
         and truncated, so the bytes leave the files, not just the tables."""
         with failures_as("checkpoint store write failed"):
@@ -567,5 +575,6 @@ class CheckpointStore:
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def forget_artifacts(self, shas: list[str]) -> None:
+        """Erased blobs are no longer verified: a blob stored again is hashed again."""
         with self._tx() as db:
             db.executemany("DELETE FROM artifacts WHERE sha256 = ?", [(sha,) for sha in shas])

@@ -632,9 +632,10 @@ class CheckpointServiceStatus(Frozen, frozen=True, kw_only=True, tag="info", tag
 
 
 class EraseCheckpoints(Frozen, frozen=True, kw_only=True, tag="erase", tag_field="op"):
-    """Physically erase checkpoints: every revision of each of ``keys``, and
-    each of ``checkpoint_ids`` (spec/checkpoint.md, "Erasure"). What is not
-    there (or is another tenant's) is skipped, so a resend is harmless."""
+    """Physically erase checkpoints: every revision of each of ``keys``, each
+    of ``checkpoint_ids``, of ``run_ids`` and under ``key_prefixes``
+    (spec/checkpoint.md, "Erasure"). What is not there (or is another
+    tenant's) is skipped, so a resend is harmless."""
 
     keys: Annotated[list[Id], Meta(max_length=1000)] = []
     checkpoint_ids: Annotated[list[Id], Meta(max_length=1000)] = []
@@ -648,6 +649,12 @@ class EraseCheckpoints(Frozen, frozen=True, kw_only=True, tag="erase", tag_field
     ] = []
     # Answer what would be erased, erasing nothing.
     dry_run: bool = False
+    # At most this many revisions per request (a reply must fit one NATS
+    # message); ``has_more`` says to send it again, a dry run from after the
+    # last (key, revision) it listed.
+    limit: Annotated[int, Meta(ge=1, le=1000)] = 500
+    after_key: Id | None = None
+    after_revision: Seq = 0
 
 
 CheckpointCommand = (
@@ -669,6 +676,7 @@ class ErasureReport(Frozen, frozen=True, kw_only=True):
 
     erased: list[CheckpointInfo]
     artifacts_erased: list[Hash]
+    has_more: bool = False
 
 
 class RevisionPage(Frozen, frozen=True, kw_only=True):

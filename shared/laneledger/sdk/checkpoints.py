@@ -99,7 +99,7 @@ DEFAULT_ARTIFACT_BUCKET = "LEDGER_CHECKPOINT_ARTIFACTS"
 LINKED_EVENT = "lane.framework.checkpoint.linked"
 RUN_COMPLETED = "run.completed"
 JSON_MEDIA_TYPE = "application/json"
-ERASE_BATCH = 1000  # keys and ids per erase request (the command's bound)
+ERASE_BATCH = 1000  # keys, ids and run ids per erase request (the command's bound)
 
 
 # -- digests and names (shared with the service) ---------------------------------------------
@@ -409,7 +409,8 @@ class CheckpointClient:
         ``key_prefixes`` (at most 100, sent with the first request), with
         the artifacts nothing else
         references (spec/checkpoint.md, "Erasure"); ``dry_run``: only say
-        what that would erase. Sent in requests of at most 1000 of each;
+        what that would erase. Sent in requests of at most 1000 of each, each
+        answered in pages of at most 500 revisions until none is left;
         idempotent: what is gone already is skipped."""
         todo = [list(keys), list(checkpoint_ids), list(run_ids)]
         erased: list[CheckpointInfo] = []
@@ -417,20 +418,27 @@ class CheckpointClient:
         while True:
             batch = [items[:ERASE_BATCH] for items in todo]
             todo = [items[ERASE_BATCH:] for items in todo]
-            report = await self._request(
-                EraseCheckpoints(
-                    keys=batch[0],
-                    checkpoint_ids=batch[1],
-                    run_ids=batch[2],
-                    key_prefix=key_prefix,
-                    key_prefixes=list(key_prefixes),
-                    dry_run=dry_run,
-                ),
-                ErasureReport,
-            )
+            after: CheckpointInfo | None = None
+            while True:  # pages of one batch: erased rows are gone, a dry run goes on after its last
+                report = await self._request(
+                    EraseCheckpoints(
+                        keys=batch[0],
+                        checkpoint_ids=batch[1],
+                        run_ids=batch[2],
+                        key_prefix=key_prefix,
+                        key_prefixes=list(key_prefixes),
+                        dry_run=dry_run,
+                        after_key=after.key if dry_run and after else None,
+                        after_revision=after.revision if dry_run and after else 0,
+                    ),
+                    ErasureReport,
+                )
+                erased.extend(report.erased)
+                blobs.extend(report.artifacts_erased)
+                if not report.has_more or not report.erased:
+                    break
+                after = report.erased[-1]
             key_prefixes = ()
-            erased.extend(report.erased)
-            blobs.extend(report.artifacts_erased)
             if not any(todo):
                 return ErasureReport(erased=erased, artifacts_erased=blobs)
 
