@@ -196,3 +196,40 @@ async def test_erase_pages_past_one_reply(checkpoints: CheckpointClient) -> None
     done = await checkpoints.erase(key_prefixes=["paged/"])
     assert sorted(i.id for i in done.erased) == sorted(i.id for i in plan.erased)
     assert (await checkpoints.erase(key_prefixes=["paged/"], dry_run=True)).erased == []
+
+
+async def test_two_savers_on_one_thread_lose_nothing(
+    client: LedgerClient, checkpoint_service: CheckpointService
+) -> None:
+    # Two processes' savers (their own revision and lane-head caches) write
+    # one thread at once: lost revision and lane races are saved again on
+    # top, writes to one checkpoint are merged, every record has its event.
+    savers = [LaneledgerSaver(LedgerClient(client.nc), tenant="acme") for _ in range(2)]
+    for saver in savers:
+        await saver.setup()
+    first = await put(savers[0], "shared")
+
+    async def puts(saver: LaneledgerSaver) -> list[str]:
+        return [(await put(saver, "shared"))["configurable"]["checkpoint_id"] for _ in range(12)]
+
+    async def writes(saver: LaneledgerSaver, task: str) -> None:
+        for i in range(4):
+            await saver.aput_writes(first, [(f"ch{i}", f"{task}-{i}")], f"{task}-{i}")
+
+    ids = await asyncio.gather(
+        puts(savers[0]), puts(savers[1]), writes(savers[0], "a"), writes(savers[1], "b")
+    )
+    listed = [t async for t in savers[1].alist(config("shared"))]
+    assert {t.checkpoint["id"] for t in listed} == {*ids[0], *ids[1], first["configurable"]["checkpoint_id"]}
+    found = await savers[0].aget_tuple(first)
+    assert found is not None
+    assert sorted(w[0] for w in found.pending_writes or []) == sorted(
+        f"{t}-{i}" for t in "ab" for i in range(4)
+    )
+
+    session = await client.load_session("shared")
+    events = [e for lane in session.lanes for e in (await client.load_lane(lane.id)).events]
+    anchored = {e.id for e in events}
+    for t in listed:
+        stored = await savers[0].checkpoints.get(record_id("shared", "", t.checkpoint["id"]))
+        assert stored.anchor is not None and stored.anchor.event_id in anchored
