@@ -207,6 +207,22 @@ def _fairness_rows(r: dict) -> list[tuple[str, str]]:
     ]
 
 
+def _langgraph_rows(r: dict) -> list[tuple[str, str]]:
+    def figure(f: dict) -> str:
+        return f"{_n(f['per_s'])}/s, p50 {f['p50_ms']:.1f} ms, p99 {f['p99_ms']:.1f} ms"
+
+    ours, sqlite = r["savers"]["laneledger"], r["savers"]["sqlite"]
+    return [
+        (
+            f"LangGraph `{op}`, {int(size) // 1024} KiB of channel state, one thread, sequential: "
+            "`LaneledgerSaver` / `langgraph-checkpoint-sqlite`'s `AsyncSqliteSaver`, same run",
+            f"{figure(ours[size][op])} / {figure(sqlite[size][op])}",
+        )
+        for size in ours
+        for op in ("aput", "aget_tuple", "alist")
+    ]
+
+
 BENCHES = [
     Bench("canonical", ["bench/canonical.py"], _canonical_rows),
     Bench("append", ["bench/append.py"], _append_rows),
@@ -225,6 +241,7 @@ BENCHES = [
     Bench("verify", ["bench/verify.py"], _verify_rows),
     Bench("rss", ["bench/rss.py"], _rss_rows),
     Bench("fairness", ["bench/fairness.py"], _fairness_rows),
+    Bench("langgraph", ["bench/langgraph_savers.py"], _langgraph_rows),
 ]
 
 

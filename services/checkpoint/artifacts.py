@@ -220,6 +220,36 @@ class ArtifactStore:
             raise IntegrityError("artifact bytes do not hash to their name", sha256=sha256)
         return data
 
+    async def erase(self, sha256: str, tenant: str | None = None) -> bool:
+        """Erase a blob from ``tenant``'s bucket so that its bytes leave the
+        stream's files: each chunk is deleted with STREAM.MSG.DELETE, which
+        overwrites the stored message (a purge only marks it), then the
+        object is deleted (its metadata, which names only the digest, is
+        rolled up into a delete marker). False when there was none."""
+        obs = await self._existing(tenant)
+        if obs is None:
+            return False
+        name = artifact_name(sha256)
+        try:
+            info = await object_call("artifact info", sha256, obs.get_info(name), self._timeout_s)
+        except ArtifactMissing:
+            return False
+        if info.deleted or not isinstance(info.nuid, str):
+            return False
+        stream = f"OBJ_{self.name_for(tenant)}"
+        chunks = f"$O.{self.name_for(tenant)}.C.{info.nuid}"
+        seq = 1
+        while True:
+            try:
+                msg = await self._js.get_msg(stream, seq=seq, subject=chunks, next=True)
+            except NotFoundError:
+                break
+            assert msg.seq is not None  # a stored message has a sequence
+            await self._js.delete_msg(stream, msg.seq)
+            seq = msg.seq + 1
+        await object_call("erase artifact", sha256, obs.delete(name), self._timeout_s)
+        return True
+
 
 def _refuse_secrets(data: bytes, ref: ArtifactRef, redactor: Redactor) -> None:
     try:

@@ -13,6 +13,7 @@ the requests behind it. SQLite work runs on one database thread.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +42,8 @@ from laneledger.contract.model import (
     CheckpointCommand,
     CheckpointServiceInfo,
     CheckpointServiceStatus,
+    EraseCheckpoints,
+    ErasureReport,
     GetCheckpoint,
     InspectRun,
     LatestCheckpoint,
@@ -250,6 +253,8 @@ class CheckpointService:
                 return await self.reconcile(cmd, scope)
             case CheckpointServiceStatus():
                 return self.info()
+            case EraseCheckpoints():
+                return await self.erase(cmd, scope)
         raise InvalidRequest("unknown op", path="$.op")  # unreachable: the union is closed
 
     async def artifact_of_tenant(self, sha256: str, tenant: str) -> bool:
@@ -271,6 +276,33 @@ class CheckpointService:
             applied_position=self.anchors.applied,
             stream_last_position=self.anchors.stream_last or 0,
         )
+
+    # ------------------------------------------------------------- erasure
+
+    async def erase(self, cmd: EraseCheckpoints, scope: Scope = OPEN) -> ErasureReport:
+        """Blobs first, then rows: a crash in between leaves rows whose blob
+        is gone, which the same erase, sent again, finds and finishes (it is
+        idempotent); the other order could leave a blob nothing names."""
+        erased, orphans, more = await self._db(
+            functools.partial(
+                self._store.erasure_plan,
+                cmd.keys,
+                cmd.checkpoint_ids,
+                scope.tenant,
+                run_ids=cmd.run_ids,
+                key_prefix=cmd.key_prefix,
+                key_prefixes=cmd.key_prefixes,
+                limit=cmd.limit,
+                after=(cmd.after_key, cmd.after_revision) if cmd.after_key is not None else None,
+            )
+        )
+        if cmd.dry_run:
+            return ErasureReport(erased=erased, artifacts_erased=[], has_more=more)
+        gone = [sha for sha in orphans if await self.artifacts.erase(sha, scope.tenant)]
+        await self._db(self._store.forget_artifacts, orphans)
+        await self._db(self._store.erase, [info.id for info in erased], self._clock())
+        log.info("erased %d checkpoint revisions and %d artifacts", len(erased), len(gone))
+        return ErasureReport(erased=erased, artifacts_erased=gone, has_more=more)
 
     # ------------------------------------------------------------- save
 

@@ -16,7 +16,7 @@ SQLite's failures leave as ``InternalError`` (laneledger.store.sqlite).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -102,6 +102,18 @@ CREATE TABLE IF NOT EXISTS artifacts (
     nuid        TEXT NOT NULL,
     verified_at TEXT NOT NULL
 );
+-- What erase() removed, without state: a revision number is never reused
+-- and a read of an erased id says so (spec/checkpoint.md, "Erasure").
+-- IF NOT EXISTS, so a schema-2 file gains it on open without a migration.
+CREATE TABLE IF NOT EXISTS erased (
+    id        TEXT PRIMARY KEY,
+    key       TEXT NOT NULL,
+    revision  INTEGER NOT NULL,
+    digest    TEXT NOT NULL,
+    tenant    TEXT,
+    erased_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS erased_by_key ON erased (key);
 """
     + STREAM_INDEX_DDL
 )
@@ -312,6 +324,15 @@ class CheckpointStore:
     def get(self, checkpoint_id: str) -> Checkpoint:
         found = self._one("id = ?", (checkpoint_id,))
         if found is None:
+            erased = self._rows("SELECT erased_at FROM erased WHERE id = ?", (checkpoint_id,))
+            if erased:
+                raise EntityNotFound(
+                    "this checkpoint was erased",
+                    kind="checkpoint",
+                    id=checkpoint_id,
+                    reason="erased",
+                    erased_at=erased[0][0],
+                )
             raise EntityNotFound("no such checkpoint", kind="checkpoint", id=checkpoint_id)
         return found
 
@@ -491,7 +512,12 @@ class CheckpointStore:
         return rows[0] if rows else None
 
     def _latest_revision(self, key: str) -> int:
-        rows = self._rows("SELECT coalesce(max(revision), 0) FROM checkpoints WHERE key = ?", (key,))
+        # Erased revisions count: the next save never reuses their number.
+        rows = self._rows(
+            "SELECT max(coalesce((SELECT max(revision) FROM checkpoints WHERE key = ?), 0),"
+            " coalesce((SELECT max(revision) FROM erased WHERE key = ?), 0))",
+            (key, key),
+        )
         latest: int = rows[0][0]
         return latest
 
@@ -508,3 +534,96 @@ class CheckpointStore:
                 " nuid = excluded.nuid, verified_at = excluded.verified_at",
                 (sha256, size_bytes, nuid, verified_at),
             )
+
+    # -- erasure ---------------------------------------------------------------------------
+
+    def erasure_plan(
+        self,
+        keys: list[str],
+        checkpoint_ids: list[str],
+        tenant: str | None = None,
+        *,
+        run_ids: Sequence[str] = (),
+        key_prefix: str | None = None,
+        key_prefixes: Sequence[str] = (),
+        limit: int = 500,
+        after: tuple[str, int] | None = None,
+    ) -> tuple[list[CheckpointInfo], list[str], bool]:
+        """What erasing every revision of ``keys``, each of ``checkpoint_ids``,
+        every revision of ``run_ids`` (under ``key_prefix``) and of every key
+        under one of ``key_prefixes`` removes, only ``tenant``'s when given:
+        the first ``limit`` of those revisions by (key, revision) after
+        ``after``, the artifacts that no other revision references, and
+        whether more follow."""
+        run_ids, prefixes = list(run_ids), list(key_prefixes)
+        if not keys and not checkpoint_ids and not run_ids and not prefixes:
+            return [], [], False
+        after_key, after_revision = after or ("", 0)
+        key_marks = ",".join("?" * len(keys)) or "NULL"
+        id_marks = ",".join("?" * len(checkpoint_ids)) or "NULL"
+        run_marks = ",".join("?" * len(run_ids)) or "NULL"
+        prefix = key_prefix or ""
+        rows = self._rows(
+            "SELECT body, state_bytes FROM checkpoints"
+            f" WHERE (key IN ({key_marks}) OR id IN ({id_marks})"
+            f" OR (run_id IN ({run_marks}) AND substr(key, 1, ?) = ?)"
+            + "".join(" OR substr(key, 1, ?) = ?" for _ in prefixes)
+            + ") AND (? IS NULL OR tenant = ?) AND (key, revision) > (?, ?)"
+            " ORDER BY key, revision LIMIT ?",
+            (
+                *keys,
+                *checkpoint_ids,
+                *run_ids,
+                len(prefix),
+                prefix,
+                *(part for p in prefixes for part in (len(p), p)),
+                tenant,
+                tenant,
+                after_key,
+                after_revision,
+                limit + 1,
+            ),
+        )
+        more = len(rows) > limit
+        infos = [info_of(decoder(Checkpoint).decode(body), size) for body, size in rows[:limit]]
+        ids = {info.id for info in infos}
+        orphans: list[str] = []
+        for sha in sorted({info.artifact.sha256 for info in infos if info.artifact is not None}):
+            # A tenant's blob is in its own bucket: only its revisions can keep
+            # it (the shared bucket's: any revision, to be safe).
+            users = self._rows(
+                "SELECT id FROM checkpoints WHERE artifact_sha256 = ? AND (? IS NULL OR tenant = ?)",
+                (sha, tenant, tenant),
+            )
+            if all(user in ids for (user,) in users):
+                orphans.append(sha)
+        return infos, orphans, more
+
+    def erase(self, checkpoint_ids: list[str], erased_at: str) -> None:
+        """Delete these revisions, keeping a tombstone without state for each.
+        ``secure_delete`` zeroes the freed pages and the WAL is checkpointed
+        and truncated, so the bytes leave the files, not just the tables."""
+        with failures_as("checkpoint store write failed"):
+            self._db.execute("PRAGMA secure_delete = ON")
+        with self._tx() as db:
+            for checkpoint_id in checkpoint_ids:
+                row = db.execute(
+                    "SELECT key, revision, body, tenant FROM checkpoints WHERE id = ?", (checkpoint_id,)
+                ).fetchone()
+                if row is None:
+                    continue
+                key, revision, body, tenant = row
+                digest = decoder(Checkpoint).decode(body).digest
+                db.execute("DELETE FROM checkpoints WHERE id = ?", (checkpoint_id,))
+                db.execute(
+                    "INSERT OR REPLACE INTO erased (id, key, revision, digest, tenant, erased_at)"
+                    " VALUES (?,?,?,?,?,?)",
+                    (checkpoint_id, key, revision, digest, tenant, erased_at),
+                )
+        with failures_as("checkpoint store write failed"):
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def forget_artifacts(self, shas: list[str]) -> None:
+        """Erased blobs are no longer verified: a blob stored again is hashed again."""
+        with self._tx() as db:
+            db.executemany("DELETE FROM artifacts WHERE sha256 = ?", [(sha,) for sha in shas])

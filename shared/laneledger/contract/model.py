@@ -643,6 +643,32 @@ class CheckpointServiceStatus(Frozen, frozen=True, kw_only=True, tag="info", tag
     pass
 
 
+class EraseCheckpoints(Frozen, frozen=True, kw_only=True, tag="erase", tag_field="op"):
+    """Physically erase checkpoints: every revision of each of ``keys``, each
+    of ``checkpoint_ids``, of ``run_ids`` and under ``key_prefixes``
+    (spec/checkpoint.md, "Erasure"). What is not there (or is another
+    tenant's) is skipped, so a resend is harmless."""
+
+    keys: Annotated[list[Id], Meta(max_length=1000)] = []
+    checkpoint_ids: Annotated[list[Id], Meta(max_length=1000)] = []
+    # Every revision saved with one of these run ids, of keys starting with
+    # ``key_prefix`` when given (LangGraph's delete_for_runs).
+    run_ids: Annotated[list[Id], Meta(max_length=1000)] = []
+    key_prefix: Id | None = None
+    # Every revision of every key that starts with one of these.
+    key_prefixes: Annotated[
+        list[Annotated[str, Meta(min_length=1, max_length=MAX_ID_LENGTH)]], Meta(max_length=100)
+    ] = []
+    # Answer what would be erased, erasing nothing.
+    dry_run: bool = False
+    # At most this many revisions per request (a reply must fit one NATS
+    # message); ``has_more`` says to send it again, a dry run from after the
+    # last (key, revision) it listed.
+    limit: Annotated[int, Meta(ge=1, le=1000)] = 500
+    after_key: Id | None = None
+    after_revision: Seq = 0
+
+
 CheckpointCommand = (
     SaveCheckpoint
     | GetCheckpoint
@@ -652,7 +678,17 @@ CheckpointCommand = (
     | InspectRun
     | ReconcileCheckpoints
     | CheckpointServiceStatus
+    | EraseCheckpoints
 )
+
+
+class ErasureReport(Frozen, frozen=True, kw_only=True):
+    """What an erase removed: the revisions (as they were listed, without
+    state) and the artifact blobs no remaining revision references."""
+
+    erased: list[CheckpointInfo]
+    artifacts_erased: list[Hash]
+    has_more: bool = False
 
 
 class RevisionPage(Frozen, frozen=True, kw_only=True):

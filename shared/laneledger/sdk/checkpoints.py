@@ -30,7 +30,7 @@ import base64
 import hashlib
 import itertools
 import json
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -68,6 +68,8 @@ from laneledger.contract.model import (
     CheckpointInfo,
     CheckpointServiceInfo,
     CheckpointServiceStatus,
+    EraseCheckpoints,
+    ErasureReport,
     GetCheckpoint,
     InspectRun,
     LatestCheckpoint,
@@ -97,6 +99,7 @@ DEFAULT_ARTIFACT_BUCKET = "LEDGER_CHECKPOINT_ARTIFACTS"
 LINKED_EVENT = "lane.framework.checkpoint.linked"
 RUN_COMPLETED = "run.completed"
 JSON_MEDIA_TYPE = "application/json"
+ERASE_BATCH = 1000  # keys, ids and run ids per erase request (the command's bound)
 
 
 # -- digests and names (shared with the service) ---------------------------------------------
@@ -389,6 +392,55 @@ class CheckpointClient:
         return await self._request(
             ListRevisions(key=key, after_revision=after_revision, limit=limit), RevisionPage
         )
+
+    async def erase(
+        self,
+        *,
+        keys: Sequence[str] = (),
+        checkpoint_ids: Sequence[str] = (),
+        run_ids: Sequence[str] = (),
+        key_prefix: str | None = None,
+        key_prefixes: Sequence[str] = (),
+        dry_run: bool = False,
+    ) -> ErasureReport:
+        """Physically erase every revision of ``keys``, each of
+        ``checkpoint_ids`` and every revision saved with one of ``run_ids``
+        (of keys under ``key_prefix``) and of every key under one of
+        ``key_prefixes`` (at most 100, sent with the first request), with
+        the artifacts nothing else
+        references (spec/checkpoint.md, "Erasure"); ``dry_run``: only say
+        what that would erase. Sent in requests of at most 1000 of each, each
+        answered in pages of at most 500 revisions until none is left;
+        idempotent: what is gone already is skipped."""
+        todo = [list(keys), list(checkpoint_ids), list(run_ids)]
+        erased: list[CheckpointInfo] = []
+        blobs: list[str] = []
+        while True:
+            batch = [items[:ERASE_BATCH] for items in todo]
+            todo = [items[ERASE_BATCH:] for items in todo]
+            after: CheckpointInfo | None = None
+            while True:  # pages of one batch: erased rows are gone, a dry run goes on after its last
+                report = await self._request(
+                    EraseCheckpoints(
+                        keys=batch[0],
+                        checkpoint_ids=batch[1],
+                        run_ids=batch[2],
+                        key_prefix=key_prefix,
+                        key_prefixes=list(key_prefixes),
+                        dry_run=dry_run,
+                        after_key=after.key if dry_run and after else None,
+                        after_revision=after.revision if dry_run and after else 0,
+                    ),
+                    ErasureReport,
+                )
+                erased.extend(report.erased)
+                blobs.extend(report.artifacts_erased)
+                if not report.has_more or not report.erased:
+                    break
+                after = report.erased[-1]
+            key_prefixes = ()
+            if not any(todo):
+                return ErasureReport(erased=erased, artifacts_erased=blobs)
 
     # ------------------------------------------------------------------ recovery and inspection
 

@@ -1,0 +1,1 @@
+"""Adapters that let agent frameworks persist to laneledger (``langgraph``)."""
