@@ -181,7 +181,7 @@ def test_a_schema_3_database_keeps_every_checkpoint_and_tombstone(tmp_path):
         with pytest.raises(EntityNotFound) as erased:
             store.get("c9", "")
         assert erased.value.details["reason"] == "erased"
-        assert store.namespaces(checkpoint_id="c0") == ["acme"]
+        assert store.namespaces("id", "c0") == ["acme"]
         # Revisions are never reused per (tenant, key): acme's k is at 3, erased.
         with pytest.raises(RevisionConflict) as conflict:
             store.precheck(ProposedCheckpoint(id="c4", key="k", format=FORMAT), "x", 2, "acme")
@@ -198,7 +198,7 @@ def test_a_schema_3_database_keeps_every_checkpoint_and_tombstone(tmp_path):
             tenant="globex",
         )
         assert (saved.tenant, saved.revision, replayed) == ("globex", 1, False)
-        assert sorted(store.namespaces(key="k")) == ["acme", "globex"]
+        assert sorted(store.namespaces("key", "k")) == ["acme", "globex"]
         version = store._rows("SELECT value FROM meta WHERE key = 'schema_version'")[0][0]
         assert int(version) == SCHEMA_VERSION == 4
     finally:

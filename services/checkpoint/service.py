@@ -236,15 +236,15 @@ class CheckpointService:
             case SaveCheckpoint():
                 return await self.save(cmd, scope)
             case GetCheckpoint(checkpoint_id=checkpoint_id, tenant=named):
-                whose = await self._whose(scope, named, checkpoint_id=checkpoint_id)
+                whose = await self._whose(scope, named, "id", checkpoint_id)
                 return await self._db(self._store.get, checkpoint_id, whose)
             case LatestCheckpoint(key=key, tenant=named):
-                latest = await self._db(self._store.latest, key, await self._whose(scope, named, key=key))
+                latest = await self._db(self._store.latest, key, await self._whose(scope, named, "key", key))
                 if latest is None:
                     raise EntityNotFound("nothing saved under this key", kind="checkpoint", id=key, key=key)
                 return latest
             case ListRevisions(key=key, after_revision=after, limit=limit, tenant=named):
-                whose = await self._whose(scope, named, key=key)
+                whose = await self._whose(scope, named, "key", key)
                 revisions, more = await self._db(self._store.revisions, key, after, limit, whose)
                 return RevisionPage(key=key, revisions=revisions, has_more=more)
             case PlanRecovery():
@@ -259,20 +259,16 @@ class CheckpointService:
                 return await self.erase(cmd, scope)
         raise InvalidRequest("unknown op", path="$.op")  # unreachable: the union is closed
 
-    async def _whose(
-        self, scope: Scope, named: str | None, *, key: str | None = None, checkpoint_id: str | None = None
-    ) -> str:
-        """Whose checkpoint ``key`` or ``checkpoint_id`` a read means (keys and
-        ids are each tenant's own; '' is the no-tenant namespace): a tenant
-        scope's own, and naming another is ``tenant_mismatch`` (the caller
-        chose both, so it reveals nothing); else the one the command names;
-        else the only one that has it (``one_namespace``)."""
+    async def _whose(self, scope: Scope, named: str | None, what: str, value: str) -> str:
+        """Whose checkpoint key, id or anchor lane (``what``) a read means
+        (keys and ids are each tenant's own; '' is the no-tenant namespace):
+        a tenant scope's own, and naming another is ``tenant_mismatch`` (the
+        caller chose both, so it reveals nothing); else the one the command
+        names; else the only one that has it (``one_namespace``)."""
         narrowed = _narrow(scope, named)
         if narrowed is not None:
             return narrowed
-        found = await self._db(self._store.namespaces, key=key, checkpoint_id=checkpoint_id)
-        what, value = ("key", key) if key is not None else ("id", checkpoint_id)
-        return one_namespace(found, what, value or "")
+        return one_namespace(await self._db(self._store.namespaces, what, value), **{what: value})
 
     async def artifact_of_tenant(self, sha256: str, tenant: str) -> bool:
         return await self._db(self._store.artifact_of_tenant, sha256, tenant)
@@ -429,7 +425,7 @@ class CheckpointService:
         lane_id = cmd.lane_id
         named = _narrow(scope, cmd.tenant)
         if cmd.key is not None:
-            whose = await self._whose(scope, cmd.tenant, key=cmd.key)
+            whose = await self._whose(scope, cmd.tenant, "key", cmd.key)
             checkpoint = await self._db(self._store.latest, cmd.key, whose)
             anchor = checkpoint.anchor if checkpoint else None
             if anchor is not None:
@@ -441,7 +437,8 @@ class CheckpointService:
                     )
                 lane_id = anchor.lane_id
         elif lane_id is not None:
-            checkpoint = await self._db(self._store.latest_anchored_in, lane_id, named)
+            whose = await self._whose(scope, cmd.tenant, "lane_id", lane_id)
+            checkpoint = await self._db(self._store.latest_anchored_in, lane_id, whose)
         else:
             raise InvalidRequest("name a checkpoint key or a lane", path="$")
         if lane_id is None:

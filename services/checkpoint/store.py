@@ -187,20 +187,20 @@ def _migrate_3_to_4(conn: sqlite3.Connection) -> None:
             conn.execute(statement)
 
 
-def one_namespace(tenants: Sequence[str], what: str, value: str, path: str = TENANT_PATH) -> str:
-    """Whose checkpoint ``what`` (a key or an id) ``value`` is, for a caller
-    that names no tenant (the operator token, an open service, a trusted
-    user): the only namespace that has it (``NO_TENANT`` when none does, so
-    a lookup answers "unknown"); when several do, ``invalid_request`` at
-    ``path`` listing them ('' for no tenant). The sequencer's rule
-    (laneledger.store.reader ``_one_tenant``): the operator sees every
-    tenant, so naming them reveals nothing."""
+def one_namespace(tenants: Sequence[str], path: str = TENANT_PATH, **ident: str) -> str:
+    """Whose checkpoint key or id (``ident``) a caller that names no tenant
+    means (the operator token, an open service, a trusted user): the only
+    namespace that has it (``NO_TENANT`` when none does, so a lookup answers
+    "unknown"); when several do, ``invalid_request`` at ``path`` listing
+    them ('' for no tenant). The sequencer's rule (laneledger.store.reader
+    ``_one_tenant``): the operator sees every tenant, so naming them
+    reveals nothing."""
     if len(tenants) > 1:
         raise InvalidRequest(
-            f"several tenants have a checkpoint {what} {value!r}: name the tenant",
+            "several tenants have checkpoints of what this names: name the tenant",
             path=path,
             kind="checkpoint",
-            **{what: value},
+            **ident,
             tenants=sorted(tenants),
         )
     return tenants[0] if tenants else NO_TENANT
@@ -208,6 +208,15 @@ def one_namespace(tenants: Sequence[str], what: str, value: str, path: str = TEN
 
 def tenant_of_namespace(namespace: str) -> str | None:
     return namespace if namespace != NO_TENANT else None
+
+
+# Which tenants have checkpoints of a key, of an id (or its tombstone: an
+# erased id is answered "erased"), anchored in a lane id.
+_NAMESPACES = {
+    "key": "SELECT DISTINCT tenant FROM checkpoints WHERE key = ?1",
+    "id": "SELECT tenant FROM checkpoints WHERE id = ?1 UNION SELECT tenant FROM erased WHERE id = ?1",
+    "lane_id": "SELECT DISTINCT tenant FROM checkpoints WHERE anchor_lane_id = ?1",
+}
 
 
 class LaneEvent(msgspec.Struct, frozen=True):
@@ -252,7 +261,9 @@ class CheckpointStore:
                 conn.execute(
                     "CREATE INDEX IF NOT EXISTS checkpoints_by_artifact ON checkpoints (artifact_sha256)"
                 )
+                # Lookups by key or id alone: which tenants have it (one_namespace).
                 conn.execute("CREATE INDEX IF NOT EXISTS checkpoints_by_key ON checkpoints (key)")
+                conn.execute("CREATE INDEX IF NOT EXISTS checkpoints_by_id ON checkpoints (id)")
                 conn.execute("CREATE INDEX IF NOT EXISTS erased_by_key ON erased (tenant, key)")
                 conn.execute("CREATE INDEX IF NOT EXISTS erased_by_id ON erased (id)")
         except BaseException:
@@ -353,23 +364,15 @@ class CheckpointStore:
             )
         return tenants[0] if tenants else None
 
-    def namespaces(self, *, key: str | None = None, checkpoint_id: str | None = None) -> list[str]:
-        """The tenants ('' for none) that have revisions of ``key``, or a
-        checkpoint (or the tombstone of one) of id ``checkpoint_id``."""
-        if key is not None:
-            return [t for (t,) in self._rows("SELECT DISTINCT tenant FROM checkpoints WHERE key = ?", (key,))]
-        return [
-            t
-            for (t,) in self._rows(
-                "SELECT tenant FROM checkpoints WHERE id = ? UNION SELECT tenant FROM erased WHERE id = ?",
-                (checkpoint_id, checkpoint_id),
-            )
-        ]
+    def namespaces(self, what: str, value: str) -> list[str]:
+        """The tenants ('' for none) that have a checkpoint of ``what``
+        (``_NAMESPACES``) ``value``."""
+        return [tenant for (tenant,) in self._rows(_NAMESPACES[what], (value,))]
 
     def key_namespace(self, key: str) -> str:
         """The namespace of a save that names no tenant and derives none:
         its key's, when only one tenant (or none) has that key."""
-        return one_namespace(self.namespaces(key=key), "key", key, path="$.checkpoint.tenant")
+        return one_namespace(self.namespaces("key", key), path="$.checkpoint.tenant", key=key)
 
     def artifact_of_tenant(self, sha256: str, tenant: str) -> bool:
         """Whether a checkpoint of ``tenant`` references this artifact."""
@@ -417,13 +420,10 @@ class CheckpointStore:
     def latest(self, key: str, tenant: str) -> Checkpoint | None:
         return self._one("tenant = ? AND key = ? ORDER BY revision DESC LIMIT 1", (tenant, key))
 
-    def latest_anchored_in(self, lane_id: str, tenant: str | None) -> Checkpoint | None:
-        """The most recently saved checkpoint anchored in lane ``lane_id``, any
-        key: of the tenant's lane of the id, or (None) of any tenant's."""
-        return self._one(
-            "anchor_lane_id = ? AND (? IS NULL OR tenant = ?) ORDER BY rowid DESC LIMIT 1",
-            (lane_id, tenant, tenant),
-        )
+    def latest_anchored_in(self, lane_id: str, tenant: str) -> Checkpoint | None:
+        """``tenant``'s most recently saved checkpoint anchored in its lane
+        ``lane_id``, any key."""
+        return self._one("tenant = ? AND anchor_lane_id = ? ORDER BY rowid DESC LIMIT 1", (tenant, lane_id))
 
     def _infos(self, where: str, params: tuple[Any, ...]) -> list[CheckpointInfo]:
         rows = self._rows(f"SELECT body, state_bytes FROM checkpoints WHERE {where}", params)
@@ -649,8 +649,7 @@ class CheckpointStore:
                     f"SELECT DISTINCT tenant FROM checkpoints WHERE {selected}", selected_params
                 )
             ]
-            first = (keys or checkpoint_ids or run_ids or prefixes or [""])[0]
-            tenant = one_namespace(found, "selection", first)
+            tenant = one_namespace(found)
         after_key, after_revision = after or ("", 0)
         rows = self._rows(
             f"SELECT body, state_bytes FROM checkpoints WHERE {selected}"
