@@ -1,6 +1,6 @@
 """Checkpoints carry a tenant (spec/checkpoint.md, "Tenants"): derived from
-the anchor's lane or the session's lanes, checked against a named one, kept
-per key; a schema-1 database is migrated in place."""
+the anchor's lane or the session's lanes, or named; keys and ids are each
+tenant's own; a schema-1 or schema-3 database is migrated in place."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sqlite3
 
 import pytest
 
-from laneledger.contract.errors import TenantMismatch
-from laneledger.contract.model import ArtifactRef, Checkpoint, encode
+from laneledger.contract.errors import EntityNotFound, RevisionConflict
+from laneledger.contract.model import ArtifactRef, Checkpoint, ProposedCheckpoint, encode
 from laneledger.sdk.checkpoints import AnchorNotCommitted, anchor_of
 from laneledger.sdk.client import LaneRecorder
 from laneledger.services.checkpoint.store import SCHEMA_VERSION, CheckpointStore, LaneEvent
@@ -55,10 +55,13 @@ async def test_a_checkpoint_takes_its_tenant_from_what_it_names(client, actor, c
             anchor_wait_s=0.2,
         )
     assert unanchored.value.details["lane_last_seq"] == 0
-    with pytest.raises(TenantMismatch) as caught:  # another tenant's key
+    # Keys are each tenant's own: globex has no k1, so this is its revision 1.
+    with pytest.raises(RevisionConflict) as caught:
         await checkpoints.save("k1", expected_revision=2, format=FORMAT, state={}, tenant="globex")
-    assert caught.value.details["what"] == "checkpoint_key"
-    assert (await checkpoints.latest("k1")).revision == 2  # nothing was saved
+    assert caught.value.details["actual_revision"] == 0
+    theirs = await checkpoints.save("k1", expected_revision=0, format=FORMAT, state={}, tenant="globex")
+    assert (theirs.tenant, theirs.revision) == ("globex", 1)
+    assert (await checkpoints.latest("k1", tenant="acme")).revision == 2  # acme's untouched
 
 
 V1_DDL = """
@@ -95,22 +98,22 @@ def test_a_schema_1_database_is_migrated_in_place(tmp_path):
 
     store = CheckpointStore.open(path)
     try:
-        assert store.get("c1").tenant is None  # saved before tenants: the operator's
+        assert store.get("c1", "").tenant is None  # saved before tenants: the operator's
         # The stream index is rebuilt keyed by tenant (schema 3): read again
         # from the stream's start, the old rows gone.
         assert store.applied_position() == 0
         assert store.lane(None, "l1") is None
         assert store._rows("PRAGMA table_info(lane_events)")[1][1] == "tenant"
         rows = store._rows("SELECT tenant, artifact_sha256 FROM checkpoints")
-        assert rows == [(None, sha)]  # backfilled from the body
+        assert rows == [("", sha)]  # backfilled from the body; '' is no tenant's (schema 4)
         assert not store.artifact_of_tenant(sha, "acme")
         version = store._rows("SELECT value FROM meta WHERE key = 'schema_version'")[0][0]
-        assert int(version) == SCHEMA_VERSION == 3
+        assert int(version) == SCHEMA_VERSION == 4
     finally:
         store.close()
     again = CheckpointStore.open(path)  # opening a migrated database again changes nothing
     try:
-        assert again._rows("SELECT tenant, artifact_sha256 FROM checkpoints") == [(None, sha)]
+        assert again._rows("SELECT tenant, artifact_sha256 FROM checkpoints") == [("", sha)]
         again.apply_events(4, [LaneEvent(4, "l1", 1, "e1", "s1", "r1", tenant="acme")])
     finally:
         again.close()
@@ -119,3 +122,90 @@ def test_a_schema_1_database_is_migrated_in_place(tmp_path):
         assert third.applied_position() == 4 and third.lane("acme", "l1") == ("s1", "r1", 1)
     finally:
         third.close()
+
+
+# Version 3's checkpoint tables (its stream index is version 4's).
+V3_DDL = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE checkpoints (
+    id TEXT PRIMARY KEY, key TEXT NOT NULL, revision INTEGER NOT NULL,
+    content_digest TEXT NOT NULL, session_id TEXT, run_id TEXT, terminal INTEGER NOT NULL,
+    anchor_lane_id TEXT, state_bytes INTEGER NOT NULL, body BLOB NOT NULL,
+    tenant TEXT, artifact_sha256 TEXT, UNIQUE (key, revision));
+CREATE INDEX checkpoints_by_run ON checkpoints (session_id, run_id);
+CREATE TABLE erased (id TEXT PRIMARY KEY, key TEXT NOT NULL, revision INTEGER NOT NULL,
+    digest TEXT NOT NULL, tenant TEXT, erased_at TEXT NOT NULL);
+CREATE INDEX erased_by_key ON erased (key);
+INSERT INTO meta VALUES ('schema_version', '3'), ('applied_position', '9');
+"""
+
+
+def test_a_schema_3_database_keeps_every_checkpoint_and_tombstone(tmp_path):
+    path = tmp_path / "checkpoints.db"
+    old = sqlite3.connect(path)
+    old.executescript(V3_DDL)
+    for rowid, (cid, key, revision, tenant) in enumerate(
+        (("c1", "k", 1, "acme"), ("c2", "k", 2, "acme"), ("c3", "legacy", 1, None)), 1
+    ):
+        body = Checkpoint(
+            id=cid,
+            key=key,
+            revision=revision,
+            format=FORMAT,
+            digest="cd" * 32,
+            tenant=tenant,
+            state={"n": revision},
+            created_at="2026-01-01T00:00:00Z",
+        )
+        old.execute(
+            "INSERT INTO checkpoints (rowid, id, key, revision, content_digest, terminal, state_bytes,"
+            " body, tenant) VALUES (?,?,?,?,'d',0,7,?,?)",
+            (rowid, cid, key, revision, encode(body), tenant),
+        )
+    old.execute("INSERT INTO erased VALUES ('c0', 'k', 3, ?, 'acme', '2026-01-02T00:00:00Z')", ("ef" * 32,))
+    old.execute("INSERT INTO erased VALUES ('c9', 'gone', 1, ?, NULL, '2026-01-02T00:00:00Z')", ("ef" * 32,))
+    old.commit()
+    old.close()
+
+    store = CheckpointStore.open(path)
+    try:
+        assert store.applied_position() == 9  # the stream index is kept
+        rows = store._rows("SELECT rowid, tenant, id, key, revision FROM checkpoints ORDER BY rowid")
+        assert rows == [(1, "acme", "c1", "k", 1), (2, "acme", "c2", "k", 2), (3, "", "c3", "legacy", 1)]
+        assert store._rows("SELECT tenant, id, revision FROM erased ORDER BY id") == [
+            ("acme", "c0", 3),
+            ("", "c9", 1),
+        ]
+        assert store.get("c2", "acme").state == {"n": 2}
+        assert store.get("c3", "").tenant is None
+        with pytest.raises(EntityNotFound) as erased:
+            store.get("c9", "")
+        assert erased.value.details["reason"] == "erased"
+        assert store.namespaces("id", "c0") == ["acme"]
+        # Revisions are never reused per (tenant, key): acme's k is at 3, erased.
+        with pytest.raises(RevisionConflict) as conflict:
+            store.precheck(ProposedCheckpoint(id="c4", key="k", format=FORMAT), "x", 2, "acme")
+        assert conflict.value.details["actual_revision"] == 3
+        # Another tenant's k and c1 are its own: revision 1, the same id.
+        proposal = ProposedCheckpoint(id="c1", key="k", format=FORMAT, state={})
+        saved, replayed = store.save(
+            proposal,
+            content="y",
+            digest="ab" * 32,
+            state_bytes=2,
+            expected_revision=0,
+            created_at="2026-01-03T00:00:00Z",
+            tenant="globex",
+        )
+        assert (saved.tenant, saved.revision, replayed) == ("globex", 1, False)
+        assert sorted(store.namespaces("key", "k")) == ["acme", "globex"]
+        version = store._rows("SELECT value FROM meta WHERE key = 'schema_version'")[0][0]
+        assert int(version) == SCHEMA_VERSION == 4
+    finally:
+        store.close()
+    again = CheckpointStore.open(path)  # opening it again changes nothing
+    try:
+        assert len(again._rows("SELECT 1 FROM checkpoints")) == 4
+        assert len(again._rows("SELECT 1 FROM erased")) == 2
+    finally:
+        again.close()

@@ -27,7 +27,7 @@ from laneledger.contract.subjects import (
 from laneledger.devtools.natsserver import find_nats_server
 from laneledger.runtime.access import AccessPolicy
 from laneledger.runtime.opsserver import start_http
-from laneledger.sdk.checkpoints import AnchorNotCommitted, CheckpointClient, anchor_of
+from laneledger.sdk.checkpoints import AnchorNotCommitted, CheckpointClient, RevisionConflict, anchor_of
 from laneledger.sdk.client import LaneRecorder, LedgerClient
 from laneledger.services.checkpoint.http import checkpoint_app
 from laneledger.services.checkpoint.metrics import CheckpointMetrics
@@ -482,8 +482,20 @@ async def test_a_tenant_producer_reads_nothing_of_another_tenant_over_nats(
         with pytest.raises(EntityNotFound):
             await globex_ckpt.inspect_run("s-acme", "r")
         assert (await globex_ckpt.reconcile(session_id="s-acme")).unlinked == []
-        with pytest.raises(TenantMismatch):
+        # Keys and ids are each tenant's own: under acme's key and id globex
+        # saves its own revision 1, told nothing of acme's (a conflict says 0).
+        with pytest.raises(RevisionConflict) as conflict:
             await globex_ckpt.save("k-acme", expected_revision=2, format="application/json", state={})
+        assert conflict.value.details["actual_revision"] == 0
+        look_alike_ckpt = await globex_ckpt.save(
+            "k-acme", expected_revision=0, format="application/json", state={}, checkpoint_id=anchored.id
+        )
+        assert (look_alike_ckpt.tenant, look_alike_ckpt.revision) == ("globex", 1)
+        assert (await acme_ckpt.get(anchored.id)).tenant == "acme"
+        with pytest.raises(TenantMismatch):  # naming acme is refused, whatever exists
+            await globex_ckpt.save(
+                "k-new", expected_revision=0, format="application/json", state={}, tenant="acme"
+            )
         # Anchored at acme's event: globex has no such lane, so no such event.
         with pytest.raises(AnchorNotCommitted) as unanchored:
             await globex_ckpt.save(
@@ -568,7 +580,13 @@ async def test_a_tenant_producer_reads_nothing_of_another_tenant_over_nats(
             with pytest.raises(InvalidRequest) as ambiguous:  # acme's and globex's look-alike
                 await trusted.load_session("s-acme")
             assert ambiguous.value.details["tenants"] == ["acme", "globex"]
-            assert (await CheckpointClient(trusted).get(anchored.id)).id == anchored.id
+            trusted_ckpt = CheckpointClient(trusted)
+            with pytest.raises(InvalidRequest) as ambiguous:  # acme's and globex's checkpoint of one id
+                await trusted_ckpt.get(anchored.id)
+            assert ambiguous.value.details["path"] == "$.tenant"
+            assert ambiguous.value.details["tenants"] == ["acme", "globex"]
+            assert (await trusted_ckpt.get(anchored.id, tenant="acme")).key == "k-acme"
+            assert (await trusted_ckpt.get(anchored.id, tenant="globex")).revision == 1
     finally:
         await globex.close()
         await acme.close()

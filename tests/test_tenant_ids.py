@@ -176,3 +176,12 @@ async def test_checkpoints_anchor_in_their_own_tenants_lane(twins, client, check
         assert plan.lane_id == lane.id and plan.after_seq == 2
         assert [e.tenant for e in plan.events] == [tenant]
         assert plan.events[0].payload == {"text": f"{tenant} says"}
+    # Both tenants' checkpoints are anchored in a lane of this id: by lane,
+    # the operator names the tenant, then recovers that tenant's.
+    with pytest.raises(errors.InvalidRequest) as which:
+        await checkpoints.recovery_plan(lane_id=lane.id)
+    assert (which.value.details["path"], which.value.details["tenants"]) == ("$.tenant", list(TOKENS))
+    for tenant in TOKENS:
+        plan = await checkpoints.recovery_plan(lane_id=lane.id, tenant=tenant)
+        assert plan.checkpoint is not None and plan.checkpoint.key == f"k-{tenant}"
+        assert [e.tenant for e in plan.events] == [tenant]

@@ -231,12 +231,16 @@ async def checkpoint_paths(world) -> list[str]:
 
 
 QUERY_OF = {  # what each checkpoint read asks for, by path (acme's ids filled in)
-    "/api/v1/latest": [{"key": "key"}],
-    "/api/v1/revisions": [{"key": "key"}],
-    "/api/v1/recovery-plan": [{"key": "key"}, {"lane_id": "lane_id"}],
-    "/api/v1/inspect-run": [{"session_id": "session_id", "run_id": "run_id"}],
-    "/api/v1/reconcile": [{}, {"session_id": "session_id"}, {"key": "key"}],
+    "/api/v1/latest": [{"key": "key"}, {"key": "key", "tenant": "tenant"}],
+    "/api/v1/revisions": [{"key": "key"}, {"key": "key", "tenant": "tenant"}],
+    "/api/v1/recovery-plan": [{"key": "key"}, {"lane_id": "lane_id"}, {"key": "key", "tenant": "tenant"}],
+    "/api/v1/inspect-run": [
+        {"session_id": "session_id", "run_id": "run_id"},
+        {"session_id": "session_id", "run_id": "run_id", "tenant": "tenant"},
+    ],
+    "/api/v1/reconcile": [{}, {"session_id": "session_id"}, {"key": "key"}, {"tenant": "tenant"}],
     "/api/v1/info": [{}],
+    "/api/v1/checkpoints/{checkpoint_id}": [{}, {"tenant": "tenant"}],
 }
 
 
@@ -251,7 +255,10 @@ async def test_one_tenant_cannot_read_another_on_the_checkpoint_service(world):
                 world["http"], "GET", url, params=params, headers=bearer(TOKENS["globex"])
             )
             assert not leaked(body), (path, params, status, body[:300])
-            assert status in (200, 404), (path, params, status, body[:300])
+            if "tenant" in params:
+                assert status == 403, (path, params, status)  # naming another tenant
+            else:
+                assert status in (200, 404), (path, params, status, body[:300])
             status, body = await fetch(
                 world["http"], "GET", url, params=params, headers=bearer(TOKENS["acme"])
             )

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from laneledger.contract.errors import ArtifactMissing, InvalidRequest, LedgerError
+from laneledger.contract.errors import ArtifactMissing, InvalidRequest, LedgerError, TenantMismatch
 from laneledger.contract.model import CheckpointCommand
 from laneledger.runtime.access import AccessPolicy, Scope, bearer_token
 from laneledger.runtime.httpjson import errors_middleware, json_response
@@ -25,6 +25,7 @@ from laneledger.runtime.opsserver import ops_routes
 
 from .openapi import DOCUMENT, OPENAPI_PATH
 from .service import CheckpointService
+from .store import TENANT_PATH
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -61,6 +62,20 @@ def _command(op: str, fields: dict[str, Any]) -> CheckpointCommand:
         raise InvalidRequest(text, path=text[at + 7 : -1] if at >= 0 else "$") from exc
 
 
+def _over_http(err: LedgerError) -> LedgerError:
+    """A command's ``$.tenant`` is the ``tenant`` query parameter over HTTP,
+    and a tenant named there that the token does not grant is the token's
+    mismatch (as the tail's ``Scope.narrow`` answers)."""
+    if err.details.get("path") != TENANT_PATH:
+        return err
+    details = {k: v for k, v in err.details.items() if k not in ("path", "subject_tenant")}
+    if isinstance(err, TenantMismatch):
+        return TenantMismatch(
+            "this token does not grant that tenant", **{**details, "what": "token"}, parameter="tenant"
+        )
+    return type(err)(err.message, **details, parameter="tenant")
+
+
 def _routes(service: CheckpointService, access: AccessPolicy | None = None) -> list[web.RouteDef]:
     """The HTTP reads; each is scoped by the request's bearer token
     (laneledger.runtime.access; no policy or no token configured: open)."""
@@ -72,7 +87,10 @@ def _routes(service: CheckpointService, access: AccessPolicy | None = None) -> l
     async def run(request: web.Request, op: str) -> web.Response:
         try:
             access = scope(request)  # first: no token, no word on the request itself
-            result = await service.execute(_command(op, _fields(request)), access)
+            try:
+                result = await service.execute(_command(op, _fields(request)), access)
+            except LedgerError as err:
+                raise _over_http(err) from None
         except LedgerError as err:
             service.metrics.requests.labels(op, err.code).inc()
             raise  # answered by errors_middleware, like any other failure

@@ -66,6 +66,13 @@ SCHEMAS["Error"] = {
 SCHEMAS["Status"] = {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}}
 
 
+TENANT_DESCRIPTION = (
+    "whose checkpoint key or id (each tenant's own; empty: the checkpoints of no tenant): the token's "
+    "own by default, another is 403; with the operator token or on an open service, needed only "
+    "when several tenants have the key or id (400 listing them in details.tenants)"
+)
+
+
 def _query_params(command: type[msgspec.Struct]) -> list[dict[str, Any]]:
     """A command's fields (but its ``op`` tag) as query parameters: the HTTP
     handler converts the query string into exactly this struct."""
@@ -82,14 +89,17 @@ def _query_params(command: type[msgspec.Struct]) -> list[dict[str, Any]]:
                 schema.update(branch)
         if schema.get("default", ...) is None:
             del schema["default"]
-        params.append({"name": name, "in": "query", "required": name in spec["required"], "schema": schema})
+        param = {"name": name, "in": "query", "required": name in spec["required"], "schema": schema}
+        if name == "tenant":
+            param["description"] = TENANT_DESCRIPTION
+        params.append(param)
     return params
 
 
 # A read runs the service's command: 400 for a parameter the command refuses,
-# 404 for what is absent (or another tenant's), 503/504 when NATS or the
-# sequencer does not answer.
-_READ_ERRORS = (400, 404, 503, 504)
+# 403 for a tenant the token does not grant, 404 for what is absent (or
+# another tenant's), 503/504 when NATS or the sequencer does not answer.
+_READ_ERRORS = (400, 403, 404, 503, 504)
 
 
 def _read(
@@ -220,8 +230,9 @@ PATHS: dict[str, Any] = {
     },
 }
 
-# Every guarded path takes a bearer token and may answer 401. No 403: another
-# tenant's checkpoint, run, lane or artifact is 404, as if absent.
+# Every guarded path takes a bearer token and may answer 401. Another tenant's
+# checkpoint, run, lane or artifact is 404, as if absent (403 only for naming
+# a tenant the token does not grant).
 secure_guarded(PATHS, "401")
 
 DOCUMENT: dict[str, Any] = document(

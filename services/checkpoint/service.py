@@ -35,6 +35,7 @@ from laneledger.contract.errors import (
     NotCanonicalizable,
     RequestTooLarge,
     RevisionConflict,
+    TenantMismatch,
 )
 from laneledger.contract.ids import new_id
 from laneledger.contract.model import (
@@ -74,7 +75,7 @@ from .artifacts import ArtifactStore
 from .metrics import CheckpointMetrics
 from .recovery import lane_events_page, link_problem, linked_events, unresolved_attempts
 from .runread import read_run
-from .store import CheckpointStore
+from .store import NO_TENANT, TENANT_PATH, CheckpointStore, one_namespace
 
 log = logging.getLogger("laneledger.checkpoint")
 
@@ -229,26 +230,27 @@ class CheckpointService:
     async def execute(self, cmd: CheckpointCommand, scope: Scope = OPEN) -> Any:
         """Run one command. ``scope``: what the HTTP caller's token may see
         (laneledger.runtime.access); another tenant's checkpoint, run or lane is
-        "not found", exactly as if it did not exist."""
+        "not found", exactly as if it did not exist: keys and ids are each
+        tenant's own, and every lookup is in one tenant's (``_whose``)."""
         match cmd:
             case SaveCheckpoint():
                 return await self.save(cmd, scope)
-            case GetCheckpoint(checkpoint_id=checkpoint_id):
-                found = await self._db(self._store.get, checkpoint_id)
-                scope.not_found_unless(found.tenant, "checkpoint", id=checkpoint_id)
-                return found
-            case LatestCheckpoint(key=key):
-                latest = await self._db(self._store.latest, key)
-                if latest is None or not scope.allows(latest.tenant):
+            case GetCheckpoint(checkpoint_id=checkpoint_id, tenant=named):
+                whose = await self._whose(scope, named, "id", checkpoint_id)
+                return await self._db(self._store.get, checkpoint_id, whose)
+            case LatestCheckpoint(key=key, tenant=named):
+                latest = await self._db(self._store.latest, key, await self._whose(scope, named, "key", key))
+                if latest is None:
                     raise EntityNotFound("nothing saved under this key", kind="checkpoint", id=key, key=key)
                 return latest
-            case ListRevisions(key=key, after_revision=after, limit=limit):
-                revisions, more = await self._db(self._store.revisions, key, after, limit, scope.tenant)
+            case ListRevisions(key=key, after_revision=after, limit=limit, tenant=named):
+                whose = await self._whose(scope, named, "key", key)
+                revisions, more = await self._db(self._store.revisions, key, after, limit, whose)
                 return RevisionPage(key=key, revisions=revisions, has_more=more)
             case PlanRecovery():
                 return await self.recovery_plan(cmd, scope)
-            case InspectRun(session_id=session_id, run_id=run_id):
-                return await self.inspect_run(session_id, run_id, scope)
+            case InspectRun(session_id=session_id, run_id=run_id, tenant=named):
+                return await self.inspect_run(session_id, run_id, scope, named)
             case ReconcileCheckpoints():
                 return await self.reconcile(cmd, scope)
             case CheckpointServiceStatus():
@@ -256,6 +258,17 @@ class CheckpointService:
             case EraseCheckpoints():
                 return await self.erase(cmd, scope)
         raise InvalidRequest("unknown op", path="$.op")  # unreachable: the union is closed
+
+    async def _whose(self, scope: Scope, named: str | None, what: str, value: str) -> str:
+        """Whose checkpoint key, id or anchor lane (``what``) a read means
+        (keys and ids are each tenant's own; '' is the no-tenant namespace):
+        a tenant scope's own, and naming another is ``tenant_mismatch`` (the
+        caller chose both, so it reveals nothing); else the one the command
+        names; else the only one that has it (``one_namespace``)."""
+        narrowed = _narrow(scope, named)
+        if narrowed is not None:
+            return narrowed
+        return one_namespace(await self._db(self._store.namespaces, what, value), **{what: value})
 
     async def artifact_of_tenant(self, sha256: str, tenant: str) -> bool:
         return await self._db(self._store.artifact_of_tenant, sha256, tenant)
@@ -283,24 +296,28 @@ class CheckpointService:
         """Blobs first, then rows: a crash in between leaves rows whose blob
         is gone, which the same erase, sent again, finds and finishes (it is
         idempotent); the other order could leave a blob nothing names."""
+        whose = _narrow(scope, cmd.tenant)  # None: the one namespace the selection is in
         erased, orphans, more = await self._db(
             functools.partial(
                 self._store.erasure_plan,
                 cmd.keys,
                 cmd.checkpoint_ids,
-                scope.tenant,
+                whose,
                 run_ids=cmd.run_ids,
                 key_prefix=cmd.key_prefix,
                 key_prefixes=cmd.key_prefixes,
                 limit=cmd.limit,
                 after=(cmd.after_key, cmd.after_revision) if cmd.after_key is not None else None,
+                bucket_tenant=scope.tenant,
             )
         )
         if cmd.dry_run:
             return ErasureReport(erased=erased, artifacts_erased=[], has_more=more)
         gone = [sha for sha in orphans if await self.artifacts.erase(sha, scope.tenant)]
         await self._db(self._store.forget_artifacts, orphans)
-        await self._db(self._store.erase, [info.id for info in erased], self._clock())
+        if erased:
+            namespace = erased[0].tenant or NO_TENANT  # the plan's one namespace
+            await self._db(self._store.erase, [info.id for info in erased], self._clock(), namespace)
         log.info("erased %d checkpoint revisions and %d artifacts", len(erased), len(gone))
         return ErasureReport(erased=erased, artifacts_erased=gone, has_more=more)
 
@@ -326,16 +343,29 @@ class CheckpointService:
         have won meanwhile."""
         proposal, _ = redact_checkpoint_state(cmd.checkpoint, self.settings.redactor)
         digest, state_bytes = self._check_proposal(proposal)
-        if scope.tenant is not None:
-            await self._db(self._store.check_tenant_save, proposal, scope.tenant)
+        if scope.tenant is not None and proposal.tenant not in (None, scope.tenant):
+            raise TenantMismatch(
+                "the checkpoint names another tenant than its subject",
+                what="checkpoint",
+                tenant=scope.tenant,
+                checkpoint_tenant=proposal.tenant,
+            )
         content = content_digest(proposal)
-        replay = await self._db(self._store.precheck, proposal, content, cmd.expected_revision)
-        if replay is not None:
-            return replay, True
-        # Whose lane or session the save means (ids are each tenant's own):
-        # the subject's tenant, or the one the save names (checked equal
-        # above); with neither, the tenant whose lane or session it names.
+        # Whose lane, session, key and id the save means (each tenant's
+        # own): the subject's tenant, or the one the save names; with
+        # neither, the tenant whose lane or session it names, as far as the
+        # index has read (an anchor not read yet is waited for below).
         named = scope.tenant or proposal.tenant
+        derived = named or await self._db(self._store.tenant_of, proposal)
+        if derived is not None or proposal.anchor is None:
+            # Known now (or never to be: then the key's): replays and
+            # conflicts before any wait, in that tenant's namespace alone.
+            namespace = (
+                derived if derived is not None else await self._db(self._store.key_namespace, proposal.key)
+            )
+            replay = await self._db(self._store.precheck, proposal, content, cmd.expected_revision, namespace)
+            if replay is not None:
+                return replay, True
         anchored: str | None = None
         if proposal.anchor is not None:
             wait = self.settings.anchor_wait_s
@@ -343,14 +373,14 @@ class CheckpointService:
                 wait = min(wait, cmd.anchor_wait_s)
             anchored = await self.anchors.check(
                 proposal.anchor,
-                tenant=named,
+                tenant=derived,
                 session_id=proposal.session_id,
                 run_id=proposal.run_id,
                 wait_s=wait,
             )
         if proposal.artifact is not None:
             await self.artifacts.verify(proposal.artifact, scope.tenant, redactor=self.settings.redactor)
-        tenant = named or anchored or await self._db(self._store.tenant_of, proposal)
+        tenant = derived or anchored  # None: the key's namespace (store.save)
         return await self._db(
             self._store.save,
             proposal,
@@ -393,10 +423,10 @@ class CheckpointService:
     async def recovery_plan(self, cmd: PlanRecovery, scope: Scope = OPEN) -> RecoveryPlan:
         checkpoint: Checkpoint | None = None
         lane_id = cmd.lane_id
+        named = _narrow(scope, cmd.tenant)
         if cmd.key is not None:
-            checkpoint = await self._db(self._store.latest, cmd.key)
-            if checkpoint is not None and not scope.allows(checkpoint.tenant):
-                checkpoint = None  # another tenant's key: as if nothing were saved under it
+            whose = await self._whose(scope, cmd.tenant, "key", cmd.key)
+            checkpoint = await self._db(self._store.latest, cmd.key, whose)
             anchor = checkpoint.anchor if checkpoint else None
             if anchor is not None:
                 if lane_id is not None and lane_id != anchor.lane_id:
@@ -407,9 +437,8 @@ class CheckpointService:
                     )
                 lane_id = anchor.lane_id
         elif lane_id is not None:
-            checkpoint = await self._db(self._store.latest_anchored_in, lane_id, scope.tenant)
-            if checkpoint is not None and not scope.allows(checkpoint.tenant):
-                checkpoint = None
+            whose = await self._whose(scope, cmd.tenant, "lane_id", lane_id)
+            checkpoint = await self._db(self._store.latest_anchored_in, lane_id, whose)
         else:
             raise InvalidRequest("name a checkpoint key or a lane", path="$")
         if lane_id is None:
@@ -418,7 +447,7 @@ class CheckpointService:
             unresolved = []
             if checkpoint is not None and checkpoint.session_id and checkpoint.run_id:
                 run = await read_run(
-                    self.ledger, checkpoint.session_id, checkpoint.run_id, scope, checkpoint.tenant
+                    self.ledger, checkpoint.session_id, checkpoint.run_id, scope, checkpoint.tenant or named
                 )
                 unresolved = unresolved_attempts(run)
             return RecoveryPlan(
@@ -431,8 +460,9 @@ class CheckpointService:
         after_seq = checkpoint.anchor.seq if checkpoint and checkpoint.anchor else 0
         # The first page only (made shorter when max_events of them would not
         # fit one reply); has_more sends the client on with load_lane.
-        # Whose lane (ids are each tenant's own): the checkpoint's, else the scope's.
-        tenant = checkpoint.tenant if checkpoint and checkpoint.tenant else scope.tenant
+        # Whose lane (ids are each tenant's own): the checkpoint's, else the
+        # one named (or the scope's).
+        tenant = checkpoint.tenant if checkpoint and checkpoint.tenant else named or None
         pages = self.ledger.lane_pages(lane_id, after_seq, limit=cmd.max_events, tenant=tenant)
         page = await anext(pages)
         await pages.aclose()
@@ -472,10 +502,14 @@ class CheckpointService:
 
     # ------------------------------------------------------------- inspection
 
-    async def inspect_run(self, session_id: str, run_id: str, scope: Scope = OPEN) -> RunInspection:
+    async def inspect_run(
+        self, session_id: str, run_id: str, scope: Scope = OPEN, tenant: str | None = None
+    ) -> RunInspection:
         """The run's terminal events, the checkpoints its events link, its
-        unresolved attempts, and its terminal revisions no event links."""
-        run = await read_run(self.ledger, session_id, run_id, scope)
+        unresolved attempts, and its terminal revisions no event links: all
+        of the run's tenant (``tenant``: whose session, needed only when
+        several tenants have it)."""
+        run = await read_run(self.ledger, session_id, run_id, scope, _narrow(scope, tenant) or None)
         last = run.last_position
         # Links come from the run's own events; the wait lets the index see
         # links made elsewhere (bounded: a lagging index only costs accuracy
@@ -483,7 +517,11 @@ class CheckpointService:
         await self.anchors.wait_applied(last, self.settings.anchor_wait_s)
         links = linked_events(run.links)
         named = {cid for _, cid in links if cid}
-        stored = await self._db(self._store.infos, sorted(named))
+        stored = await self._db(self._store.infos, sorted(named), run.tenant)
+        if scope.tenant is None:
+            # An event links its tenant's checkpoint of the id, or one of no
+            # tenant (whose run it ended was never known; the operator's alone).
+            stored |= await self._db(self._store.infos, sorted(named - set(stored)), NO_TENANT)
         linked = [
             LinkedCheckpoint(
                 event_id=event.id,
@@ -497,7 +535,7 @@ class CheckpointService:
             for event, cid in links
         ]
         unlinked, _ = await self._db(
-            self._store.unlinked, session_id=session_id, run_id=run_id, limit=1000, tenant=scope.tenant
+            self._store.unlinked, session_id=session_id, run_id=run_id, limit=1000, tenant=run.tenant
         )
         return RunInspection(
             session_id=session_id,
@@ -524,11 +562,29 @@ class CheckpointService:
             run_id=cmd.run_id,
             key=cmd.key,
             limit=cmd.limit,
-            tenant=scope.tenant,
+            tenant=_narrow(scope, cmd.tenant),
         )
         return ReconcileReport(
             as_of_position=self.anchors.applied, caught_up=caught_up, unlinked=unlinked, has_more=more
         )
+
+
+def _narrow(scope: Scope, named: str | None) -> str | None:
+    """The namespace a command is limited to: a tenant scope's own (naming
+    another is ``tenant_mismatch`` at ``$.tenant``), else the one it names
+    ('' for no tenant's), else None (every one's, or the only one that has
+    what it names)."""
+    if scope.tenant is None:
+        return named
+    if named is not None and named != scope.tenant:
+        raise TenantMismatch(
+            "the request names another tenant than its scope",
+            what="command",
+            path=TENANT_PATH,
+            tenant=named,
+            subject_tenant=scope.tenant,
+        )
+    return scope.tenant
 
 
 def _reply_too_large(op: str, size: int, limit: int) -> RequestTooLarge:

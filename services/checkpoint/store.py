@@ -9,6 +9,13 @@ Two kinds of data live here, each in its own tables:
   the stream position they reflect, all written in one transaction per batch
   so a restart neither skips nor repeats an event.
 
+Checkpoint keys and ids are each tenant's own, like every ledger id
+(spec/checkpoint.md, "Tenants"): a checkpoint is identified by (tenant, key,
+revision) and (tenant, id), and one saved with no tenant is in a namespace of
+its own, stored as tenant ``''`` (``NO_TENANT``; not NULL, which SQLite's
+UNIQUE would treat as distinct from every other NULL). ``one_namespace`` is
+the one rule for which tenant's key or id a caller that names none means.
+
 Every method is synchronous and runs on the service's one database thread.
 SQLite's failures leave as ``InternalError`` (laneledger.store.sqlite).
 """
@@ -23,7 +30,7 @@ from typing import Any
 
 import msgspec
 
-from laneledger.contract.errors import EntityNotFound, IdempotencyViolation, InvalidRequest, TenantMismatch
+from laneledger.contract.errors import EntityNotFound, IdempotencyViolation, InvalidRequest
 from laneledger.contract.model import Checkpoint, CheckpointInfo, ProposedCheckpoint, decoder, encode
 from laneledger.sdk.checkpoints import RevisionConflict
 from laneledger.store.sqlite import (
@@ -40,7 +47,12 @@ from laneledger.store.sqlite import (
 # 2: tenants (checkpoints.tenant, checkpoints.artifact_sha256, lanes.tenant).
 # 3: the stream index keyed by tenant (every id is its tenant's own,
 # spec/object-model.md, "Identity"); it is read again from position 1.
-SCHEMA_VERSION = 3
+# 4: checkpoints and tombstones keyed by (tenant, id) and (tenant, key,
+# revision), tenant '' for none (migrated in place, nothing lost).
+SCHEMA_VERSION = 4
+
+NO_TENANT = ""  # the namespace of checkpoints of no tenant: the operator's alone
+TENANT_PATH = "$.tenant"  # where a read command names whose key or id it means
 
 # What is derived from the committed stream, keyed by (id, tenant): two
 # tenants' lanes or events of one id are two things.
@@ -80,7 +92,7 @@ CREATE TABLE IF NOT EXISTS meta (
     value TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS checkpoints (
-    id             TEXT PRIMARY KEY,
+    id             TEXT NOT NULL,
     key            TEXT NOT NULL,
     revision       INTEGER NOT NULL,
     content_digest TEXT NOT NULL,
@@ -90,9 +102,10 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     anchor_lane_id TEXT,
     state_bytes    INTEGER NOT NULL,
     body           BLOB NOT NULL,
-    tenant          TEXT,
+    tenant          TEXT NOT NULL DEFAULT '',
     artifact_sha256 TEXT,
-    UNIQUE (key, revision)
+    PRIMARY KEY (tenant, id),
+    UNIQUE (tenant, key, revision)
 );
 CREATE INDEX IF NOT EXISTS checkpoints_by_run ON checkpoints (session_id, run_id);
 CREATE INDEX IF NOT EXISTS checkpoints_by_anchor_lane ON checkpoints (anchor_lane_id);
@@ -106,14 +119,14 @@ CREATE TABLE IF NOT EXISTS artifacts (
 -- and a read of an erased id says so (spec/checkpoint.md, "Erasure").
 -- IF NOT EXISTS, so a schema-2 file gains it on open without a migration.
 CREATE TABLE IF NOT EXISTS erased (
-    id        TEXT PRIMARY KEY,
+    id        TEXT NOT NULL,
     key       TEXT NOT NULL,
     revision  INTEGER NOT NULL,
     digest    TEXT NOT NULL,
-    tenant    TEXT,
-    erased_at TEXT NOT NULL
+    tenant    TEXT NOT NULL DEFAULT '',
+    erased_at TEXT NOT NULL,
+    PRIMARY KEY (tenant, id)
 );
-CREATE INDEX IF NOT EXISTS erased_by_key ON erased (key);
 """
     + STREAM_INDEX_DDL
 )
@@ -147,6 +160,63 @@ def _migrate_2_to_3(conn: sqlite3.Connection) -> None:
         if statement.strip():
             conn.execute(statement)
     record_applied_position(conn, _APPLIED, 0)
+
+
+# Version 4's tables, which a version-3 file is copied into (keeping rowids:
+# "latest saved" and reconcile order by them).
+_V4_CHECKPOINTS = DDL[DDL.index("CREATE TABLE IF NOT EXISTS checkpoints") : DDL.index("CREATE INDEX")]
+_V4_ERASED = DDL[
+    DDL.index("CREATE TABLE IF NOT EXISTS erased") : DDL.index("CREATE TABLE IF NOT EXISTS lanes")
+]
+
+
+def _migrate_3_to_4(conn: sqlite3.Connection) -> None:
+    """Checkpoint keys and ids each tenant's own: the tables are rebuilt
+    keyed by (tenant, id), with '' for no tenant; every row is kept."""
+    for table, ddl in (("checkpoints", _V4_CHECKPOINTS), ("erased", _V4_ERASED)):
+        columns = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
+        conn.execute(f"ALTER TABLE {table} RENAME TO {table}_v3")
+        conn.execute(ddl.strip().rstrip(";"))
+        picked = ", ".join("coalesce(tenant, '')" if c == "tenant" else c for c in columns)
+        conn.execute(
+            f"INSERT INTO {table} (rowid, {', '.join(columns)}) SELECT rowid, {picked} FROM {table}_v3"
+        )
+        conn.execute(f"DROP TABLE {table}_v3")
+    for statement in DDL.split(";"):  # the indexes dropped with the old tables
+        if statement.strip().startswith("CREATE INDEX"):
+            conn.execute(statement)
+
+
+def one_namespace(tenants: Sequence[str], path: str = TENANT_PATH, **ident: str) -> str:
+    """Whose checkpoint key or id (``ident``) a caller that names no tenant
+    means (the operator token, an open service, a trusted user): the only
+    namespace that has it (``NO_TENANT`` when none does, so a lookup answers
+    "unknown"); when several do, ``invalid_request`` at ``path`` listing
+    them ('' for no tenant). The sequencer's rule (laneledger.store.reader
+    ``_one_tenant``): the operator sees every tenant, so naming them
+    reveals nothing."""
+    if len(tenants) > 1:
+        raise InvalidRequest(
+            "several tenants have checkpoints of what this names: name the tenant",
+            path=path,
+            kind="checkpoint",
+            **ident,
+            tenants=sorted(tenants),
+        )
+    return tenants[0] if tenants else NO_TENANT
+
+
+def tenant_of_namespace(namespace: str) -> str | None:
+    return namespace if namespace != NO_TENANT else None
+
+
+# Which tenants have checkpoints of a key, of an id (or its tombstone: an
+# erased id is answered "erased"), anchored in a lane id.
+_NAMESPACES = {
+    "key": "SELECT DISTINCT tenant FROM checkpoints WHERE key = ?1",
+    "id": "SELECT tenant FROM checkpoints WHERE id = ?1 UNION SELECT tenant FROM erased WHERE id = ?1",
+    "lane_id": "SELECT DISTINCT tenant FROM checkpoints WHERE anchor_lane_id = ?1",
+}
 
 
 class LaneEvent(msgspec.Struct, frozen=True):
@@ -183,14 +253,19 @@ class CheckpointStore:
                 SCHEMA_VERSION,
                 what=what,
                 path=path,
-                migrations={1: _migrate_1_to_2, 2: _migrate_2_to_3},
+                migrations={1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4},
                 on_create=lambda db: record_applied_position(db, _APPLIED, 0),
             )
             with failures_as(f"cannot open {what}", path=str(path)):
-                # After any migration: version 1 had no artifact_sha256 column.
+                # After any migration: version 1 had neither column.
                 conn.execute(
                     "CREATE INDEX IF NOT EXISTS checkpoints_by_artifact ON checkpoints (artifact_sha256)"
                 )
+                # Lookups by key or id alone: which tenants have it (one_namespace).
+                conn.execute("CREATE INDEX IF NOT EXISTS checkpoints_by_key ON checkpoints (key)")
+                conn.execute("CREATE INDEX IF NOT EXISTS checkpoints_by_id ON checkpoints (id)")
+                conn.execute("CREATE INDEX IF NOT EXISTS erased_by_key ON erased (tenant, key)")
+                conn.execute("CREATE INDEX IF NOT EXISTS erased_by_id ON erased (id)")
         except BaseException:
             conn.close()
             raise
@@ -289,12 +364,15 @@ class CheckpointStore:
             )
         return tenants[0] if tenants else None
 
-    def key_tenant(self, key: str) -> tuple[bool, str | None]:
-        """(whether the key has revisions, the tenant of its latest)."""
-        rows = self._rows(
-            "SELECT tenant FROM checkpoints WHERE key = ? ORDER BY revision DESC LIMIT 1", (key,)
-        )
-        return (True, rows[0][0]) if rows else (False, None)
+    def namespaces(self, what: str, value: str) -> list[str]:
+        """The tenants ('' for none) that have a checkpoint of ``what``
+        (``_NAMESPACES``) ``value``."""
+        return [tenant for (tenant,) in self._rows(_NAMESPACES[what], (value,))]
+
+    def key_namespace(self, key: str) -> str:
+        """The namespace of a save that names no tenant and derives none:
+        its key's, when only one tenant (or none) has that key."""
+        return one_namespace(self.namespaces("key", key), path="$.checkpoint.tenant", key=key)
 
     def artifact_of_tenant(self, sha256: str, tenant: str) -> bool:
         """Whether a checkpoint of ``tenant`` references this artifact."""
@@ -309,7 +387,7 @@ class CheckpointStore:
         return [
             tenant
             for (tenant,) in self._rows(
-                "SELECT DISTINCT tenant FROM checkpoints WHERE artifact_sha256 = ? AND tenant IS NOT NULL"
+                "SELECT DISTINCT tenant FROM checkpoints WHERE artifact_sha256 = ? AND tenant != ''"
                 " ORDER BY tenant",
                 (sha256,),
             )
@@ -321,10 +399,13 @@ class CheckpointStore:
         rows = self._rows(f"SELECT body FROM checkpoints WHERE {where}", params)
         return decoder(Checkpoint).decode(rows[0][0]) if rows else None
 
-    def get(self, checkpoint_id: str) -> Checkpoint:
-        found = self._one("id = ?", (checkpoint_id,))
+    def get(self, checkpoint_id: str, tenant: str) -> Checkpoint:
+        """``tenant``'s checkpoint of this id ('' for no tenant's)."""
+        found = self._one("tenant = ? AND id = ?", (tenant, checkpoint_id))
         if found is None:
-            erased = self._rows("SELECT erased_at FROM erased WHERE id = ?", (checkpoint_id,))
+            erased = self._rows(
+                "SELECT erased_at FROM erased WHERE tenant = ? AND id = ?", (tenant, checkpoint_id)
+            )
             if erased:
                 raise EntityNotFound(
                     "this checkpoint was erased",
@@ -336,36 +417,33 @@ class CheckpointStore:
             raise EntityNotFound("no such checkpoint", kind="checkpoint", id=checkpoint_id)
         return found
 
-    def latest(self, key: str) -> Checkpoint | None:
-        return self._one("key = ? ORDER BY revision DESC LIMIT 1", (key,))
+    def latest(self, key: str, tenant: str) -> Checkpoint | None:
+        return self._one("tenant = ? AND key = ? ORDER BY revision DESC LIMIT 1", (tenant, key))
 
-    def latest_anchored_in(self, lane_id: str, tenant: str | None) -> Checkpoint | None:
-        """The most recently saved checkpoint anchored in lane ``lane_id``, any
-        key: of the tenant's lane of the id, or (no tenant) of any tenant's."""
-        return self._one(
-            "anchor_lane_id = ? AND (? IS NULL OR tenant = ?) ORDER BY rowid DESC LIMIT 1",
-            (lane_id, tenant, tenant),
-        )
+    def latest_anchored_in(self, lane_id: str, tenant: str) -> Checkpoint | None:
+        """``tenant``'s most recently saved checkpoint anchored in its lane
+        ``lane_id``, any key."""
+        return self._one("tenant = ? AND anchor_lane_id = ? ORDER BY rowid DESC LIMIT 1", (tenant, lane_id))
 
     def _infos(self, where: str, params: tuple[Any, ...]) -> list[CheckpointInfo]:
         rows = self._rows(f"SELECT body, state_bytes FROM checkpoints WHERE {where}", params)
         return [info_of(decoder(Checkpoint).decode(body), size) for body, size in rows]
 
     def revisions(
-        self, key: str, after_revision: int, limit: int, tenant: str | None = None
+        self, key: str, after_revision: int, limit: int, tenant: str
     ) -> tuple[list[CheckpointInfo], bool]:
-        """``tenant``: only that tenant's revisions (None: every tenant's)."""
         infos = self._infos(
-            "key = ? AND revision > ? AND (? IS NULL OR tenant = ?) ORDER BY revision LIMIT ?",
-            (key, after_revision, tenant, tenant, limit + 1),
+            "tenant = ? AND key = ? AND revision > ? ORDER BY revision LIMIT ?",
+            (tenant, key, after_revision, limit + 1),
         )
         return infos[:limit], len(infos) > limit
 
-    def infos(self, checkpoint_ids: list[str]) -> dict[str, CheckpointInfo]:
+    def infos(self, checkpoint_ids: list[str], tenant: str) -> dict[str, CheckpointInfo]:
         if not checkpoint_ids:
             return {}
         marks = ",".join("?" * len(checkpoint_ids))
-        return {info.id: info for info in self._infos(f"id IN ({marks})", tuple(checkpoint_ids))}
+        infos = self._infos(f"tenant = ? AND id IN ({marks})", (tenant, *checkpoint_ids))
+        return {info.id: info for info in infos}
 
     def unlinked(
         self,
@@ -376,8 +454,15 @@ class CheckpointStore:
         limit: int = 100,
         tenant: str | None = None,
     ) -> tuple[list[CheckpointInfo], bool]:
-        """Terminal revisions no consumed linked event names, in save order."""
-        where = ["terminal = 1", "NOT EXISTS (SELECT 1 FROM links l WHERE l.checkpoint_id = checkpoints.id)"]
+        """Terminal revisions no consumed linked event names, in save order;
+        ``tenant``: that namespace's only (None: every one's). An event links
+        its own tenant's checkpoint of the id; one of no tenant, any tenant's
+        event naming it (whose run it ended was never known)."""
+        where = [
+            "terminal = 1",
+            "NOT EXISTS (SELECT 1 FROM links l WHERE l.checkpoint_id = checkpoints.id"
+            " AND (l.tenant = checkpoints.tenant OR checkpoints.tenant = ''))",
+        ]
         params: list[str] = []
         for column, value in (
             ("session_id", session_id),
@@ -393,30 +478,14 @@ class CheckpointStore:
 
     # -- checkpoints: the save -----------------------------------------------------------
 
-    def check_tenant_save(self, proposal: ProposedCheckpoint, tenant: str) -> None:
-        """A save on ``tenant``'s subject: what it names (tenant, key, id) is
-        that tenant's or no one's yet; else ``tenant_mismatch``, naming no
-        other tenant, before any replay, revision or anchor check could tell
-        it about another's checkpoints. Its anchor lane and session need no
-        check: every id is its tenant's own, so they are the tenant's."""
-
-        def refuse(message: str, **details: object) -> None:
-            raise TenantMismatch(message, what="checkpoint", tenant=tenant, **details)
-
-        if proposal.tenant is not None and proposal.tenant != tenant:
-            refuse("the checkpoint names another tenant than its subject", checkpoint_tenant=proposal.tenant)
-        if self.key_tenant(proposal.key)[1] not in (None, tenant):
-            refuse("this checkpoint key belongs to another tenant", key=proposal.key)
-        stored = self._by_id(proposal.id)
-        if stored is not None and decoder(Checkpoint).decode(stored[1]).tenant not in (None, tenant):
-            refuse("this checkpoint id names another tenant's checkpoint", id=proposal.id)
-
     def precheck(
-        self, proposal: ProposedCheckpoint, content: str, expected_revision: int
+        self, proposal: ProposedCheckpoint, content: str, expected_revision: int, tenant: str
     ) -> Checkpoint | None:
         """The stored checkpoint when this save is a replay; raises when it is
-        an idempotency violation or a revision conflict; None when it may go on."""
-        stored = self._by_id(proposal.id)
+        an idempotency violation or a revision conflict; None when it may go
+        on. Judged in ``tenant``'s namespace alone: another tenant's key or id
+        is not looked at."""
+        stored = self._by_id(proposal.id, tenant)
         if stored is not None:
             stored_content, body = stored
             if stored_content != content:
@@ -428,7 +497,7 @@ class CheckpointStore:
                 )
             replay: Checkpoint = decoder(Checkpoint).decode(body)
             return replay
-        actual = self._latest_revision(proposal.key)
+        actual = self._latest_revision(proposal.key, tenant)
         if actual != expected_revision:
             raise RevisionConflict(
                 f"checkpoint key is at revision {actual}, the save expected {expected_revision}",
@@ -453,24 +522,15 @@ class CheckpointStore:
         tenant: str | None = None,
     ) -> tuple[Checkpoint, bool]:
         """Check again (another save may have won while this one waited for its
-        anchor) and write revision ``expected_revision + 1``. Returns the
-        checkpoint and whether it was a replay."""
+        anchor) and write revision ``expected_revision + 1`` in ``tenant``'s
+        namespace; a save that names and derives none takes its key's
+        (``key_namespace``). Returns the checkpoint and whether it was a replay."""
         with self._tx() as db:
-            replay = self.precheck(proposal, content, expected_revision)
+            namespace = self.key_namespace(proposal.key) if tenant is None else tenant
+            replay = self.precheck(proposal, content, expected_revision, namespace)
             if replay is not None:
                 return replay, True
-            # A key's revisions stay in one tenant: a save that derives or
-            # names none takes the key's; one of another tenant is refused.
-            _, key_tenant = self.key_tenant(proposal.key)
-            if tenant is None:
-                tenant = key_tenant
-            elif key_tenant is not None and key_tenant != tenant:
-                raise TenantMismatch(
-                    "this checkpoint key belongs to another tenant",
-                    what="checkpoint_key",
-                    key=proposal.key,
-                    tenant=tenant,
-                )
+            tenant = tenant_of_namespace(namespace)
             checkpoint = Checkpoint(
                 id=proposal.id,
                 key=proposal.key,
@@ -501,22 +561,25 @@ class CheckpointStore:
                     checkpoint.anchor.lane_id if checkpoint.anchor else None,
                     state_bytes,
                     encode(checkpoint),
-                    tenant,
+                    namespace,
                     checkpoint.artifact.sha256 if checkpoint.artifact else None,
                 ),
             )
         return checkpoint, False
 
-    def _by_id(self, checkpoint_id: str) -> tuple[str, bytes] | None:
-        rows = self._rows("SELECT content_digest, body FROM checkpoints WHERE id = ?", (checkpoint_id,))
+    def _by_id(self, checkpoint_id: str, tenant: str) -> tuple[str, bytes] | None:
+        rows = self._rows(
+            "SELECT content_digest, body FROM checkpoints WHERE tenant = ? AND id = ?",
+            (tenant, checkpoint_id),
+        )
         return rows[0] if rows else None
 
-    def _latest_revision(self, key: str) -> int:
+    def _latest_revision(self, key: str, tenant: str) -> int:
         # Erased revisions count: the next save never reuses their number.
         rows = self._rows(
-            "SELECT max(coalesce((SELECT max(revision) FROM checkpoints WHERE key = ?), 0),"
-            " coalesce((SELECT max(revision) FROM erased WHERE key = ?), 0))",
-            (key, key),
+            "SELECT max(coalesce((SELECT max(revision) FROM checkpoints WHERE tenant = ? AND key = ?), 0),"
+            " coalesce((SELECT max(revision) FROM erased WHERE tenant = ? AND key = ?), 0))",
+            (tenant, key, tenant, key),
         )
         latest: int = rows[0][0]
         return latest
@@ -548,41 +611,50 @@ class CheckpointStore:
         key_prefixes: Sequence[str] = (),
         limit: int = 500,
         after: tuple[str, int] | None = None,
+        bucket_tenant: str | None = None,
     ) -> tuple[list[CheckpointInfo], list[str], bool]:
         """What erasing every revision of ``keys``, each of ``checkpoint_ids``,
         every revision of ``run_ids`` (under ``key_prefix``) and of every key
-        under one of ``key_prefixes`` removes, only ``tenant``'s when given:
-        the first ``limit`` of those revisions by (key, revision) after
-        ``after``, the artifacts that no other revision references, and
-        whether more follow."""
+        under one of ``key_prefixes`` removes, in ``tenant``'s namespace
+        (None: the only one those select, ``one_namespace``): the first
+        ``limit`` of those revisions by (key, revision) after ``after``, the
+        artifacts that no other revision references, and whether more follow.
+        ``bucket_tenant``: whose bucket the artifacts are in (None: the
+        shared one, which any tenant's revision may use)."""
         run_ids, prefixes = list(run_ids), list(key_prefixes)
         if not keys and not checkpoint_ids and not run_ids and not prefixes:
             return [], [], False
-        after_key, after_revision = after or ("", 0)
         key_marks = ",".join("?" * len(keys)) or "NULL"
         id_marks = ",".join("?" * len(checkpoint_ids)) or "NULL"
         run_marks = ",".join("?" * len(run_ids)) or "NULL"
         prefix = key_prefix or ""
-        rows = self._rows(
-            "SELECT body, state_bytes FROM checkpoints"
-            f" WHERE (key IN ({key_marks}) OR id IN ({id_marks})"
+        selected = (
+            f"(key IN ({key_marks}) OR id IN ({id_marks})"
             f" OR (run_id IN ({run_marks}) AND substr(key, 1, ?) = ?)"
             + "".join(" OR substr(key, 1, ?) = ?" for _ in prefixes)
-            + ") AND (? IS NULL OR tenant = ?) AND (key, revision) > (?, ?)"
-            " ORDER BY key, revision LIMIT ?",
-            (
-                *keys,
-                *checkpoint_ids,
-                *run_ids,
-                len(prefix),
-                prefix,
-                *(part for p in prefixes for part in (len(p), p)),
-                tenant,
-                tenant,
-                after_key,
-                after_revision,
-                limit + 1,
-            ),
+            + ")"
+        )
+        selected_params = (
+            *keys,
+            *checkpoint_ids,
+            *run_ids,
+            len(prefix),
+            prefix,
+            *(part for p in prefixes for part in (len(p), p)),
+        )
+        if tenant is None:
+            found = [
+                t
+                for (t,) in self._rows(
+                    f"SELECT DISTINCT tenant FROM checkpoints WHERE {selected}", selected_params
+                )
+            ]
+            tenant = one_namespace(found)
+        after_key, after_revision = after or ("", 0)
+        rows = self._rows(
+            f"SELECT body, state_bytes FROM checkpoints WHERE {selected}"
+            " AND tenant = ? AND (key, revision) > (?, ?) ORDER BY key, revision LIMIT ?",
+            (*selected_params, tenant, after_key, after_revision, limit + 1),
         )
         more = len(rows) > limit
         infos = [info_of(decoder(Checkpoint).decode(body), size) for body, size in rows[:limit]]
@@ -590,31 +662,33 @@ class CheckpointStore:
         orphans: list[str] = []
         for sha in sorted({info.artifact.sha256 for info in infos if info.artifact is not None}):
             # A tenant's blob is in its own bucket: only its revisions can keep
-            # it (the shared bucket's: any revision, to be safe).
+            # it (the shared bucket's: any namespace's revision, to be safe).
             users = self._rows(
-                "SELECT id FROM checkpoints WHERE artifact_sha256 = ? AND (? IS NULL OR tenant = ?)",
-                (sha, tenant, tenant),
+                "SELECT tenant, id FROM checkpoints WHERE artifact_sha256 = ? AND (? IS NULL OR tenant = ?)",
+                (sha, bucket_tenant, bucket_tenant),
             )
-            if all(user in ids for (user,) in users):
+            if all(owner == tenant and user in ids for owner, user in users):
                 orphans.append(sha)
         return infos, orphans, more
 
-    def erase(self, checkpoint_ids: list[str], erased_at: str) -> None:
-        """Delete these revisions, keeping a tombstone without state for each.
-        ``secure_delete`` zeroes the freed pages and the WAL is checkpointed
-        and truncated, so the bytes leave the files, not just the tables."""
+    def erase(self, checkpoint_ids: list[str], erased_at: str, tenant: str) -> None:
+        """Delete these revisions of ``tenant``'s, keeping a tombstone without
+        state for each. ``secure_delete`` zeroes the freed pages and the WAL
+        is checkpointed and truncated, so the bytes leave the files, not just
+        the tables."""
         with failures_as("checkpoint store write failed"):
             self._db.execute("PRAGMA secure_delete = ON")
         with self._tx() as db:
             for checkpoint_id in checkpoint_ids:
                 row = db.execute(
-                    "SELECT key, revision, body, tenant FROM checkpoints WHERE id = ?", (checkpoint_id,)
+                    "SELECT key, revision, body FROM checkpoints WHERE tenant = ? AND id = ?",
+                    (tenant, checkpoint_id),
                 ).fetchone()
                 if row is None:
                     continue
-                key, revision, body, tenant = row
+                key, revision, body = row
                 digest = decoder(Checkpoint).decode(body).digest
-                db.execute("DELETE FROM checkpoints WHERE id = ?", (checkpoint_id,))
+                db.execute("DELETE FROM checkpoints WHERE tenant = ? AND id = ?", (tenant, checkpoint_id))
                 db.execute(
                     "INSERT OR REPLACE INTO erased (id, key, revision, digest, tenant, erased_at)"
                     " VALUES (?,?,?,?,?,?)",

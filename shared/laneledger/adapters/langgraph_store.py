@@ -69,11 +69,11 @@ class ThreadStore:
     # ------------------------------------------------------------------ reads
 
     async def latest(self, key: str) -> Checkpoint | None:
-        return await self.checkpoints.latest(key)
+        return await self.checkpoints.latest(key, tenant=self.tenant)
 
     async def get(self, record: str) -> Checkpoint | None:
         try:
-            return await self.checkpoints.get(record)
+            return await self.checkpoints.get(record, tenant=self.tenant)
         except EntityNotFound:
             return None
 
@@ -87,7 +87,7 @@ class ThreadStore:
         infos: list[CheckpointInfo] = []
         after = 0
         while True:
-            page = await self.checkpoints.revisions(key, after_revision=after, limit=1000)
+            page = await self.checkpoints.revisions(key, after_revision=after, limit=1000, tenant=self.tenant)
             infos.extend(page.revisions)
             if not page.has_more or not page.revisions:
                 return infos
@@ -300,14 +300,18 @@ class ThreadStore:
     async def run_records(self, run_ids: list[str]) -> list[CheckpointInfo]:
         """Every record saved with these run ids, in every thread (a dry run
         of their erasure: the service erases nothing)."""
-        plan = await self.checkpoints.erase(run_ids=run_ids, key_prefix=KEY_PREFIX, dry_run=True)
+        plan = await self.checkpoints.erase(
+            run_ids=run_ids, key_prefix=KEY_PREFIX, dry_run=True, tenant=self.tenant
+        )
         return list(plan.erased)
 
     async def thread_records(self, thread_id: str) -> list[CheckpointInfo]:
         """Every record of the thread, under any of its keys (writes whose
         checkpoint was never stored among them)."""
         key = thread_key(thread_id)
-        plan = await self.checkpoints.erase(keys=[key], key_prefixes=[key + "/"], dry_run=True)
+        plan = await self.checkpoints.erase(
+            keys=[key], key_prefixes=[key + "/"], dry_run=True, tenant=self.tenant
+        )
         return list(plan.erased)
 
     async def erase(
@@ -341,7 +345,7 @@ class ThreadStore:
         }
         await self.record(thread_id, DEFAULT_RUN, "", ERASED_EVENT, payload, new_id())
         await self.checkpoints.erase(
-            keys=keys, checkpoint_ids=checkpoint_ids, key_prefixes=key_prefixes or []
+            keys=keys, checkpoint_ids=checkpoint_ids, key_prefixes=key_prefixes or [], tenant=self.tenant
         )
         if thread_key(thread_id) in keys:
             self._namespaces.pop(thread_id, None)

@@ -590,6 +590,15 @@ class CheckpointInfo(Frozen, frozen=True, kw_only=True):
     created_at: Timestamp
 
 
+# Checkpoint keys and ids are each tenant's own, like every id (spec/checkpoint.md,
+# "Tenants"). A read by key or id carries ``tenant``, whose they are: on a
+# tenant's subject (or with its token) that tenant, and leaving it out means
+# it; for a trusted caller or the operator needed only when several tenants
+# have the key or id (``invalid_request`` naming ``$.tenant`` otherwise).
+# ``""`` names the checkpoints of no tenant (the operator's alone).
+CheckpointTenant = Annotated[str, Meta(max_length=MAX_ID_LENGTH)]
+
+
 class SaveCheckpoint(Frozen, frozen=True, kw_only=True, tag="save", tag_field="op"):
     expected_revision: Seq
     checkpoint: ProposedCheckpoint
@@ -600,16 +609,19 @@ class SaveCheckpoint(Frozen, frozen=True, kw_only=True, tag="save", tag_field="o
 
 class GetCheckpoint(Frozen, frozen=True, kw_only=True, tag="get", tag_field="op"):
     checkpoint_id: Id
+    tenant: CheckpointTenant | None = None  # whose id: see above
 
 
 class LatestCheckpoint(Frozen, frozen=True, kw_only=True, tag="latest", tag_field="op"):
     key: Id
+    tenant: CheckpointTenant | None = None  # whose key: see above
 
 
 class ListRevisions(Frozen, frozen=True, kw_only=True, tag="revisions", tag_field="op"):
     key: Id
     after_revision: Seq = 0
     limit: Annotated[int, Meta(ge=1, le=1000)] = 100
+    tenant: CheckpointTenant | None = None  # whose key: see above
 
 
 class PlanRecovery(Frozen, frozen=True, kw_only=True, tag="recovery_plan", tag_field="op"):
@@ -622,11 +634,13 @@ class PlanRecovery(Frozen, frozen=True, kw_only=True, tag="recovery_plan", tag_f
     run_id: Id | None = None
     lane_id: Id | None = None
     max_events: Annotated[int, Meta(ge=1, le=10_000)] = 1000
+    tenant: CheckpointTenant | None = None  # whose key or lane: see above
 
 
 class InspectRun(Frozen, frozen=True, kw_only=True, tag="inspect_run", tag_field="op"):
     session_id: Id
     run_id: Id
+    tenant: CheckpointTenant | None = None  # whose session: see above
 
 
 class ReconcileCheckpoints(Frozen, frozen=True, kw_only=True, tag="reconcile", tag_field="op"):
@@ -637,6 +651,7 @@ class ReconcileCheckpoints(Frozen, frozen=True, kw_only=True, tag="reconcile", t
     # Read-your-writes: also wait for this ledger position (e.g. the last
     # position of a link append's receipt), which may not be on the stream yet.
     min_position: Seq = 0
+    tenant: CheckpointTenant | None = None  # only this tenant's (a tenant's own always)
 
 
 class CheckpointServiceStatus(Frozen, frozen=True, kw_only=True, tag="info", tag_field="op"):
@@ -667,6 +682,9 @@ class EraseCheckpoints(Frozen, frozen=True, kw_only=True, tag="erase", tag_field
     limit: Annotated[int, Meta(ge=1, le=1000)] = 500
     after_key: Id | None = None
     after_revision: Seq = 0
+    # Whose checkpoints: see above; left out by a trusted caller, what it
+    # selects must be one tenant's.
+    tenant: CheckpointTenant | None = None
 
 
 CheckpointCommand = (

@@ -376,21 +376,28 @@ class CheckpointClient:
         )
         return await self._request(cmd, Checkpoint, timeout=self.timeout + (wait or 0.0))
 
-    async def get(self, checkpoint_id: str) -> Checkpoint:
-        return await self._request(GetCheckpoint(checkpoint_id=checkpoint_id), Checkpoint)
+    # ``tenant=`` on the reads: whose key or id (each tenant's own; "" for
+    # the checkpoints of no tenant). A client on a tenant's subject means its
+    # own; a trusted one needs it only when several tenants have the key or
+    # id (spec/checkpoint.md, "Tenants").
 
-    async def latest(self, key: str) -> Checkpoint | None:
+    async def get(self, checkpoint_id: str, *, tenant: str | None = None) -> Checkpoint:
+        return await self._request(GetCheckpoint(checkpoint_id=checkpoint_id, tenant=tenant), Checkpoint)
+
+    async def latest(self, key: str, *, tenant: str | None = None) -> Checkpoint | None:
         """The key's latest revision, or None when nothing was saved under it."""
         try:
-            return await self._request(LatestCheckpoint(key=key), Checkpoint)
+            return await self._request(LatestCheckpoint(key=key, tenant=tenant), Checkpoint)
         except EntityNotFound as err:
             if err.details.get("kind") == "checkpoint":
                 return None
             raise
 
-    async def revisions(self, key: str, *, after_revision: int = 0, limit: int = 100) -> RevisionPage:
+    async def revisions(
+        self, key: str, *, after_revision: int = 0, limit: int = 100, tenant: str | None = None
+    ) -> RevisionPage:
         return await self._request(
-            ListRevisions(key=key, after_revision=after_revision, limit=limit), RevisionPage
+            ListRevisions(key=key, after_revision=after_revision, limit=limit, tenant=tenant), RevisionPage
         )
 
     async def erase(
@@ -402,6 +409,7 @@ class CheckpointClient:
         key_prefix: str | None = None,
         key_prefixes: Sequence[str] = (),
         dry_run: bool = False,
+        tenant: str | None = None,
     ) -> ErasureReport:
         """Physically erase every revision of ``keys``, each of
         ``checkpoint_ids`` and every revision saved with one of ``run_ids``
@@ -428,6 +436,7 @@ class CheckpointClient:
                         key_prefix=key_prefix,
                         key_prefixes=list(key_prefixes),
                         dry_run=dry_run,
+                        tenant=tenant,
                         after_key=after.key if dry_run and after else None,
                         after_revision=after.revision if dry_run and after else 0,
                     ),
@@ -454,13 +463,19 @@ class CheckpointClient:
         max_events: int = 1000,
         all_events: bool = True,
         max_pages: int = 10_000,
+        tenant: str | None = None,
     ) -> RecoveryPlan:
         """The latest checkpoint, the lane events after its anchor and the
         unresolved attempts. With ``all_events`` the events the service left
         out (``has_more``) are paged in from the sequencer's ``load_lane``."""
         plan = await self._request(
             PlanRecovery(
-                key=key, session_id=session_id, run_id=run_id, lane_id=lane_id, max_events=max_events
+                key=key,
+                session_id=session_id,
+                run_id=run_id,
+                lane_id=lane_id,
+                max_events=max_events,
+                tenant=tenant,
             ),
             RecoveryPlan,
         )
@@ -468,9 +483,10 @@ class CheckpointClient:
             return plan
         events = list(plan.events)
         has_more = True
-        tenant = plan.checkpoint.tenant if plan.checkpoint else None  # whose lane: the checkpoint's
+        if plan.checkpoint is not None:  # whose lane: the checkpoint's, else the one named
+            tenant = plan.checkpoint.tenant
         pages = self.ledger.lane_pages(
-            plan.lane_id, events[-1].seq if events else plan.after_seq, tenant=tenant
+            plan.lane_id, events[-1].seq if events else plan.after_seq, tenant=tenant or None
         )
         try:
             for _ in range(max_pages):
@@ -486,9 +502,9 @@ class CheckpointClient:
             await pages.aclose()
         return msgspec.structs.replace(plan, events=events, has_more=has_more)
 
-    async def inspect_run(self, session_id: str, run_id: str) -> RunInspection:
+    async def inspect_run(self, session_id: str, run_id: str, *, tenant: str | None = None) -> RunInspection:
         return await self._request(
-            InspectRun(session_id=session_id, run_id=run_id),
+            InspectRun(session_id=session_id, run_id=run_id, tenant=tenant),
             RunInspection,
             timeout=self.timeout + (await self.info()).anchor_wait_s,
         )
@@ -501,13 +517,20 @@ class CheckpointClient:
         key: str | None = None,
         limit: int = 100,
         min_position: int = 0,
+        tenant: str | None = None,
     ) -> ReconcileReport:
         """``min_position``: a ledger position the answer must reflect, such as
         the last position of a receipt (its events may not be on the
-        committed stream yet when the receipt arrives)."""
+        committed stream yet when the receipt arrives). ``tenant``: only
+        that tenant's (a tenant-scoped client's are its own)."""
         return await self._request(
             ReconcileCheckpoints(
-                session_id=session_id, run_id=run_id, key=key, limit=limit, min_position=min_position
+                session_id=session_id,
+                run_id=run_id,
+                key=key,
+                limit=limit,
+                min_position=min_position,
+                tenant=tenant,
             ),
             ReconcileReport,
             timeout=self.timeout + (await self.info()).anchor_wait_s,
