@@ -1,0 +1,233 @@
+"""The Claude Agent SDK hooks recorder (laneledger.adapters.claude_agent),
+called with the SDK's own hook input types against a real nats-server and
+sequencer."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from claude_agent_sdk import (
+    HookContext,
+    HookMatcher,
+    PostToolUseFailureHookInput,
+    PostToolUseHookInput,
+    PreToolUseHookInput,
+    StopHookInput,
+    SubagentStartHookInput,
+    SubagentStopHookInput,
+)
+from ledger_fixtures import start_sequencer
+
+from laneledger.adapters.claude_agent import DENIED, HOOK_GUARANTEES, ClaudeAgentRecorder
+from laneledger.audit.ledger import audit_ledger
+from laneledger.contract.errors import EntityNotFound, InvalidRequest
+from laneledger.sdk.client import LedgerClient
+from laneledger.sdk.guarantees import HOOKS
+from laneledger.sdk.spine import SPAWNED_BY
+from laneledger.services.sequencer.service import SequencerSettings
+
+BASE = {"session_id": "sess-1", "transcript_path": "/tmp/t.jsonl", "cwd": "/work"}
+CONTEXT = HookContext(signal=None)
+
+
+def pre(tool_use_id: str, name: str = "Bash", session: str = "sess-1", **extra: Any) -> PreToolUseHookInput:
+    return PreToolUseHookInput(
+        **{**BASE, "session_id": session},
+        hook_event_name="PreToolUse",
+        tool_name=name,
+        tool_input={"command": "ls", **extra.pop("tool_input", {})},
+        tool_use_id=tool_use_id,
+        **extra,
+    )
+
+
+async def call(hooks: dict[str, list[HookMatcher]], data: Any) -> Any:
+    """Call every callback the SDK would for this hook event; the last output."""
+    out: Any = None
+    for matcher in hooks[data["hook_event_name"]]:
+        for callback in matcher.hooks:
+            out = await callback(data, data.get("tool_use_id"), CONTEXT)
+    return out
+
+
+def events_of(view: Any) -> list[Any]:
+    return sorted(view.events, key=lambda e: e.position)
+
+
+async def test_tool_calls_subagents_and_stop_record_the_spine(client, sequencer, tmp_path: Path):
+    recorder = ClaudeAgentRecorder(client, tenant="acme")
+    hooks = recorder.hooks()
+    assert set(hooks) >= {"PreToolUse", "PostToolUse", "PostToolUseFailure", "SubagentStart", "SubagentStop", "Stop"}
+
+    big = "x" * 5000  # over 1 KiB: a content reference, not inline
+    assert await call(hooks, pre("tu-1", tool_input={"blob": big})) == {}
+    # The request is committed before the tool runs (the hook returned).
+    view = await client.load_session("sess-1", tenant="acme")
+    requested = [e for e in view.events if e.event_type == "attempt.requested"]
+    assert [e.payload["tool_use_id"] for e in requested] == ["tu-1"]
+    assert requested[0].payload["input"]["command"] == "ls"
+    assert requested[0].payload["input"]["blob"] != big  # externalized
+    await call(
+        hooks,
+        PostToolUseHookInput(
+            **BASE, hook_event_name="PostToolUse", tool_name="Bash", tool_input={"command": "ls"},
+            tool_response={"stdout": "a\nb"}, tool_use_id="tu-1", duration_ms=12,
+        ),
+    )
+    await call(hooks, pre("tu-2", name="Read"))
+    await call(
+        hooks,
+        PostToolUseFailureHookInput(
+            **BASE, hook_event_name="PostToolUseFailure", tool_name="Read", tool_input={"command": "ls"},
+            tool_use_id="tu-2", error="no such file",
+        ),
+    )
+    # A sub-agent spawned by a Task call.
+    await call(hooks, pre("tu-task", name="Task", tool_input={"prompt": "look around"}))
+    await call(hooks, SubagentStartHookInput(**BASE, hook_event_name="SubagentStart", agent_id="ag-1", agent_type="explorer"))
+    await call(hooks, pre("tu-sub", name="Grep", agent_id="ag-1", agent_type="explorer"))
+    await call(
+        hooks,
+        PostToolUseHookInput(
+            **BASE, hook_event_name="PostToolUse", tool_name="Grep", tool_input={}, tool_response="hit",
+            tool_use_id="tu-sub", agent_id="ag-1", agent_type="explorer",
+        ),
+    )
+    await call(
+        hooks,
+        SubagentStopHookInput(
+            **BASE, hook_event_name="SubagentStop", stop_hook_active=False, agent_id="ag-1",
+            agent_transcript_path="/tmp/a.jsonl", agent_type="explorer",
+        ),
+    )
+    await call(
+        hooks,
+        PostToolUseHookInput(
+            **BASE, hook_event_name="PostToolUse", tool_name="Task", tool_input={}, tool_response="done",
+            tool_use_id="tu-task",
+        ),
+    )
+    await call(hooks, StopHookInput(**BASE, hook_event_name="Stop", stop_hook_active=False))
+
+    view = await client.load_session("sess-1", tenant="acme")
+    events = events_of(view)
+    by_id = {e.id: e for e in events}
+    lanes = {lane.id: lane for lane in view.lanes}
+    main = next(lane for lane in view.lanes if lane.name == "main")
+    sub = next(lane for lane in view.lanes if lane.name == "sub-ag-1")
+    assert sub.kind == "subagent" and sub.parent_lane_id == main.id
+    types = [e.event_type for e in events if e.lane_id == main.id]
+    assert types[:4] == ["session.started", "run.started", "turn.started", "context.prompt_composed"]
+    assert types[-2:] == ["turn.completed", "run.completed"]
+    run_started = next(e for e in events if e.event_type == "run.started")
+    assert run_started.payload["adapter"] == HOOK_GUARANTEES.to_payload()
+
+    # Each tool call: request caused by its agent's prompt, terminal by its request.
+    def settled(tool_use_id: str) -> tuple[Any, Any]:
+        req = next(e for e in events if e.event_type == "attempt.requested" and e.payload["tool_use_id"] == tool_use_id)
+        end = next(e for e in events if e.event_type in ("attempt.completed", "attempt.failed") and e.subject_id == req.subject_id)
+        assert end.causation_id == req.id
+        assert by_id[req.causation_id].event_type == "context.prompt_composed"
+        assert by_id[req.causation_id].lane_id == req.lane_id
+        return req, end
+
+    assert settled("tu-1")[1].payload["outcome"] == {"result": {"stdout": "a\nb"}}
+    assert settled("tu-1")[1].payload["duration_ms"] == 12
+    assert settled("tu-2")[1].payload["error"] == {"code": "tool_error", "message": "no such file"}
+    task_req, _ = settled("tu-task")
+    sub_req, _ = settled("tu-sub")
+    assert sub_req.lane_id == sub.id
+    # §2b: the sub-agent's prompt names the spawning call and hangs off it.
+    sub_prompt = next(e for e in events if e.lane_id == sub.id and e.event_type == "context.prompt_composed")
+    assert sub_prompt.payload["prompt_kind"] == "subagent"
+    assert sub_prompt.payload[SPAWNED_BY] == task_req.id
+    assert sub_prompt.causation_id == task_req.id
+    assert [e.event_type for e in events if e.lane_id == sub.id][-1] == "turn.completed"
+    assert {a.id for a in view.attempts} == {e.subject_id for e in events if e.event_type == "attempt.requested"}
+    assert all(e.lane_id in lanes for e in events)
+
+    # Every hook delivered again records nothing new.
+    count = len(events)
+    await call(hooks, pre("tu-1", tool_input={"blob": big}))
+    await call(hooks, StopHookInput(**BASE, hook_event_name="Stop", stop_hook_active=False))
+    await call(hooks, SubagentStartHookInput(**BASE, hook_event_name="SubagentStart", agent_id="ag-1", agent_type="explorer"))
+    assert len((await client.load_session("sess-1", tenant="acme")).events) == count
+
+    audit = audit_ledger(tmp_path / "ledger.db")
+    assert audit.events == count
+    # Every event but the main lane's four opening ones names its cause.
+    assert audit.causal_links == count - 4
+    assert audit.warning_count == 0
+
+
+async def test_a_ledger_that_is_down_denies_the_tool_and_loses_nothing(nats_server, nc, sequencer, tmp_path: Path):
+    """Failure injection for the strict claim: with the sequencer stopped the
+    request cannot commit, so the tool is denied and never runs; once the
+    sequencer is back the queued request commits with its denial, and a
+    resent hook records once."""
+    async with await LedgerClient.connect(nats_server.url, timeout=2.0) as client:
+        recorder = ClaudeAgentRecorder(client, tenant="acme", timeout=1.0)
+        hooks = recorder.hooks()
+        ran: list[str] = []
+
+        async def tool(tool_use_id: str) -> Any:
+            out = await call(hooks, pre(tool_use_id, session="sess-down"))
+            decision = (out.get("hookSpecificOutput") or {}).get("permissionDecision")
+            if decision != "deny":
+                ran.append(tool_use_id)
+            return out
+
+        assert await tool("ok-1") == {}
+        await sequencer.stop()
+        out = await tool("down-1")
+        assert out["hookSpecificOutput"]["permissionDecision"] == "deny"
+        assert "laneledger could not record" in out["hookSpecificOutput"]["permissionDecisionReason"]
+        assert ran == ["ok-1"]
+
+        back = await start_sequencer(nc, tmp_path / "ledger.db", SequencerSettings())
+        try:
+            # Whatever of the denied call reached the ledger commits consistently:
+            # nothing (the sequencer did not answer its commands), or its request
+            # closed by the queued denial - never a request left open.
+            await asyncio.sleep(1.5)
+            events = events_of(await client.load_session("sess-down", tenant="acme"))
+            down = [e for e in events if e.payload.get("tool_use_id") == "down-1" or e.event_type == "attempt.failed"]
+            if down:
+                assert [e.event_type for e in down] == ["action.started", "attempt.requested", "attempt.failed"]
+                assert down[2].payload["error"]["code"] == DENIED
+            requested = {e.subject_id for e in events if e.event_type == "attempt.requested"}
+            ended = {e.subject_id for e in events if e.event_type in ("attempt.completed", "attempt.failed")}
+            assert ended <= requested
+            assert requested - ended == {e.subject_id for e in events if e.payload.get("tool_use_id") == "ok-1" and e.event_type == "attempt.requested"}
+            count = len(events)
+            # A hook that is retried records once; a new call records as usual.
+            assert await tool("ok-2") == {}
+            assert await tool("ok-2") == {}
+            after = events_of(await client.load_session("sess-down", tenant="acme"))
+            assert len(after) == count + 2
+            assert [e.payload["tool_use_id"] for e in after if e.event_type == "attempt.requested"][-1] == "ok-2"
+            audit = audit_ledger(tmp_path / "ledger.db")
+            assert audit.events == len(after)
+        finally:
+            await back.stop()
+
+
+async def test_a_malformed_hook_input_is_a_typed_error(client, sequencer):
+    recorder = ClaudeAgentRecorder(client, tenant="acme")
+    with pytest.raises(InvalidRequest, match="tool_use_id"):
+        await recorder.handle({**BASE, "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {}})
+    with pytest.raises(InvalidRequest, match="session_id"):
+        await recorder.handle({"hook_event_name": "Stop"})
+    with pytest.raises(InvalidRequest, match="JSON object"):
+        await recorder.handle(["not", "an", "object"])  # type: ignore[arg-type]
+    # Nothing was recorded: not even the session.
+    with pytest.raises(EntityNotFound):
+        await client.load_session("sess-1", tenant="acme")
+
+
+def test_guarantees_state_every_hook():
+    assert set(HOOK_GUARANTEES.hooks) == set(HOOKS)
+    assert HOOK_GUARANTEES.hooks["requested_before_call"] == "strict"
