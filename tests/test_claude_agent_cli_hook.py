@@ -18,9 +18,21 @@ BASE = {"session_id": SESSION, "transcript_path": "/home/u/.claude/projects/p/x.
 
 async def hook(nats_url: str, obj: Any, *extra: str, raw: bytes | None = None) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "laneledger.cli", "hook", "claude-code", "--nats", nats_url, "--tenant", "acme",
-        "--timeout", "2", *extra,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "laneledger.cli",
+        "hook",
+        "claude-code",
+        "--nats",
+        nats_url,
+        "--tenant",
+        "acme",
+        "--timeout",
+        "2",
+        *extra,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await proc.communicate(raw if raw is not None else json.dumps(obj).encode())
     assert proc.returncode is not None
@@ -28,13 +40,20 @@ async def hook(nats_url: str, obj: Any, *extra: str, raw: bytes | None = None) -
 
 
 PRE = {
-    **BASE, "hook_event_name": "PreToolUse", "permission_mode": "default", "tool_name": "Write",
-    "tool_input": {"file_path": "/home/u/p/a.txt", "content": "hello"}, "tool_use_id": "toolu_01ABC",
+    **BASE,
+    "hook_event_name": "PreToolUse",
+    "permission_mode": "default",
+    "tool_name": "Write",
+    "tool_input": {"file_path": "/home/u/p/a.txt", "content": "hello"},
+    "tool_use_id": "toolu_01ABC",
 }
 POST = {
-    **BASE, "hook_event_name": "PostToolUse", "tool_name": "Write",
+    **BASE,
+    "hook_event_name": "PostToolUse",
+    "tool_name": "Write",
     "tool_input": {"file_path": "/home/u/p/a.txt", "content": "hello"},
-    "tool_response": {"filePath": "/home/u/p/a.txt", "success": True}, "tool_use_id": "toolu_01ABC",
+    "tool_response": {"filePath": "/home/u/p/a.txt", "success": True},
+    "tool_use_id": "toolu_01ABC",
 }
 STOP = {**BASE, "hook_event_name": "Stop", "stop_hook_active": False}
 
@@ -43,7 +62,9 @@ async def test_the_cli_hook_records_a_tool_call_and_the_end(client, nats_server,
     assert await hook(nats_server.url, PRE) == (0, "", "")
     view = await client.load_session(SESSION, tenant="acme")
     requested = [e for e in view.events if e.event_type == "attempt.requested"]
-    assert [(e.payload["name"], e.payload["input"]["file_path"]) for e in requested] == [("Write", "/home/u/p/a.txt")]
+    assert [(e.payload["name"], e.payload["input"]["file_path"]) for e in requested] == [
+        ("Write", "/home/u/p/a.txt")
+    ]
     assert await hook(nats_server.url, POST) == (0, "", "")
     assert await hook(nats_server.url, STOP) == (0, "", "")
     # Claude Code delivering a hook again records nothing twice.
@@ -51,9 +72,16 @@ async def test_the_cli_hook_records_a_tool_call_and_the_end(client, nats_server,
     assert await hook(nats_server.url, POST) == (0, "", "")
     events = sorted((await client.load_session(SESSION, tenant="acme")).events, key=lambda e: e.position)
     assert [e.event_type for e in events] == [
-        "session.started", "run.started", "turn.started", "context.prompt_composed",
-        "action.started", "attempt.requested", "attempt.completed", "action.completed",
-        "turn.completed", "run.completed",
+        "session.started",
+        "run.started",
+        "turn.started",
+        "context.prompt_composed",
+        "action.started",
+        "attempt.requested",
+        "attempt.completed",
+        "action.completed",
+        "turn.completed",
+        "run.completed",
     ]
     completed = events[6]
     assert completed.causation_id == events[5].id

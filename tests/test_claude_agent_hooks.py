@@ -60,7 +60,14 @@ def events_of(view: Any) -> list[Any]:
 async def test_tool_calls_subagents_and_stop_record_the_spine(client, sequencer, tmp_path: Path):
     recorder = ClaudeAgentRecorder(client, tenant="acme")
     hooks = recorder.hooks()
-    assert set(hooks) >= {"PreToolUse", "PostToolUse", "PostToolUseFailure", "SubagentStart", "SubagentStop", "Stop"}
+    assert set(hooks) >= {
+        "PreToolUse",
+        "PostToolUse",
+        "PostToolUseFailure",
+        "SubagentStart",
+        "SubagentStop",
+        "Stop",
+    }
 
     big = "x" * 5000  # over 1 KiB: a content reference, not inline
     assert await call(hooks, pre("tu-1", tool_input={"blob": big})) == {}
@@ -73,40 +80,68 @@ async def test_tool_calls_subagents_and_stop_record_the_spine(client, sequencer,
     await call(
         hooks,
         PostToolUseHookInput(
-            **BASE, hook_event_name="PostToolUse", tool_name="Bash", tool_input={"command": "ls"},
-            tool_response={"stdout": "a\nb"}, tool_use_id="tu-1", duration_ms=12,
+            **BASE,
+            hook_event_name="PostToolUse",
+            tool_name="Bash",
+            tool_input={"command": "ls"},
+            tool_response={"stdout": "a\nb"},
+            tool_use_id="tu-1",
+            duration_ms=12,
         ),
     )
     await call(hooks, pre("tu-2", name="Read"))
     await call(
         hooks,
         PostToolUseFailureHookInput(
-            **BASE, hook_event_name="PostToolUseFailure", tool_name="Read", tool_input={"command": "ls"},
-            tool_use_id="tu-2", error="no such file",
+            **BASE,
+            hook_event_name="PostToolUseFailure",
+            tool_name="Read",
+            tool_input={"command": "ls"},
+            tool_use_id="tu-2",
+            error="no such file",
         ),
     )
     # A sub-agent spawned by a Task call.
     await call(hooks, pre("tu-task", name="Task", tool_input={"prompt": "look around"}))
-    await call(hooks, SubagentStartHookInput(**BASE, hook_event_name="SubagentStart", agent_id="ag-1", agent_type="explorer"))
+    await call(
+        hooks,
+        SubagentStartHookInput(
+            **BASE, hook_event_name="SubagentStart", agent_id="ag-1", agent_type="explorer"
+        ),
+    )
     await call(hooks, pre("tu-sub", name="Grep", agent_id="ag-1", agent_type="explorer"))
     await call(
         hooks,
         PostToolUseHookInput(
-            **BASE, hook_event_name="PostToolUse", tool_name="Grep", tool_input={}, tool_response="hit",
-            tool_use_id="tu-sub", agent_id="ag-1", agent_type="explorer",
+            **BASE,
+            hook_event_name="PostToolUse",
+            tool_name="Grep",
+            tool_input={},
+            tool_response="hit",
+            tool_use_id="tu-sub",
+            agent_id="ag-1",
+            agent_type="explorer",
         ),
     )
     await call(
         hooks,
         SubagentStopHookInput(
-            **BASE, hook_event_name="SubagentStop", stop_hook_active=False, agent_id="ag-1",
-            agent_transcript_path="/tmp/a.jsonl", agent_type="explorer",
+            **BASE,
+            hook_event_name="SubagentStop",
+            stop_hook_active=False,
+            agent_id="ag-1",
+            agent_transcript_path="/tmp/a.jsonl",
+            agent_type="explorer",
         ),
     )
     await call(
         hooks,
         PostToolUseHookInput(
-            **BASE, hook_event_name="PostToolUse", tool_name="Task", tool_input={}, tool_response="done",
+            **BASE,
+            hook_event_name="PostToolUse",
+            tool_name="Task",
+            tool_input={},
+            tool_response="done",
             tool_use_id="tu-task",
         ),
     )
@@ -127,8 +162,16 @@ async def test_tool_calls_subagents_and_stop_record_the_spine(client, sequencer,
 
     # Each tool call: request caused by its agent's prompt, terminal by its request.
     def settled(tool_use_id: str) -> tuple[Any, Any]:
-        req = next(e for e in events if e.event_type == "attempt.requested" and e.payload["tool_use_id"] == tool_use_id)
-        end = next(e for e in events if e.event_type in ("attempt.completed", "attempt.failed") and e.subject_id == req.subject_id)
+        req = next(
+            e
+            for e in events
+            if e.event_type == "attempt.requested" and e.payload["tool_use_id"] == tool_use_id
+        )
+        end = next(
+            e
+            for e in events
+            if e.event_type in ("attempt.completed", "attempt.failed") and e.subject_id == req.subject_id
+        )
         assert end.causation_id == req.id
         assert by_id[req.causation_id].event_type == "context.prompt_composed"
         assert by_id[req.causation_id].lane_id == req.lane_id
@@ -146,14 +189,21 @@ async def test_tool_calls_subagents_and_stop_record_the_spine(client, sequencer,
     assert sub_prompt.payload[SPAWNED_BY] == task_req.id
     assert sub_prompt.causation_id == task_req.id
     assert [e.event_type for e in events if e.lane_id == sub.id][-1] == "turn.completed"
-    assert {a.id for a in view.attempts} == {e.subject_id for e in events if e.event_type == "attempt.requested"}
+    assert {a.id for a in view.attempts} == {
+        e.subject_id for e in events if e.event_type == "attempt.requested"
+    }
     assert all(e.lane_id in lanes for e in events)
 
     # Every hook delivered again records nothing new.
     count = len(events)
     await call(hooks, pre("tu-1", tool_input={"blob": big}))
     await call(hooks, StopHookInput(**BASE, hook_event_name="Stop", stop_hook_active=False))
-    await call(hooks, SubagentStartHookInput(**BASE, hook_event_name="SubagentStart", agent_id="ag-1", agent_type="explorer"))
+    await call(
+        hooks,
+        SubagentStartHookInput(
+            **BASE, hook_event_name="SubagentStart", agent_id="ag-1", agent_type="explorer"
+        ),
+    )
     assert len((await client.load_session("sess-1", tenant="acme")).events) == count
 
     audit = audit_ledger(tmp_path / "ledger.db")
@@ -163,7 +213,9 @@ async def test_tool_calls_subagents_and_stop_record_the_spine(client, sequencer,
     assert audit.warning_count == 0
 
 
-async def test_a_ledger_that_is_down_denies_the_tool_and_loses_nothing(nats_server, nc, sequencer, tmp_path: Path):
+async def test_a_ledger_that_is_down_denies_the_tool_and_loses_nothing(
+    nats_server, nc, sequencer, tmp_path: Path
+):
     """Failure injection for the strict claim: with the sequencer stopped the
     request cannot commit, so the tool is denied and never runs; once the
     sequencer is back the queued request commits with its denial, and a
@@ -194,21 +246,35 @@ async def test_a_ledger_that_is_down_denies_the_tool_and_loses_nothing(nats_serv
             # closed by the queued denial - never a request left open.
             await asyncio.sleep(1.5)
             events = events_of(await client.load_session("sess-down", tenant="acme"))
-            down = [e for e in events if e.payload.get("tool_use_id") == "down-1" or e.event_type == "attempt.failed"]
+            down = [
+                e
+                for e in events
+                if e.payload.get("tool_use_id") == "down-1" or e.event_type == "attempt.failed"
+            ]
             if down:
-                assert [e.event_type for e in down] == ["action.started", "attempt.requested", "attempt.failed"]
+                assert [e.event_type for e in down] == [
+                    "action.started",
+                    "attempt.requested",
+                    "attempt.failed",
+                ]
                 assert down[2].payload["error"]["code"] == DENIED
             requested = {e.subject_id for e in events if e.event_type == "attempt.requested"}
             ended = {e.subject_id for e in events if e.event_type in ("attempt.completed", "attempt.failed")}
             assert ended <= requested
-            assert requested - ended == {e.subject_id for e in events if e.payload.get("tool_use_id") == "ok-1" and e.event_type == "attempt.requested"}
+            assert requested - ended == {
+                e.subject_id
+                for e in events
+                if e.payload.get("tool_use_id") == "ok-1" and e.event_type == "attempt.requested"
+            }
             count = len(events)
             # A hook that is retried records once; a new call records as usual.
             assert await tool("ok-2") == {}
             assert await tool("ok-2") == {}
             after = events_of(await client.load_session("sess-down", tenant="acme"))
             assert len(after) == count + 2
-            assert [e.payload["tool_use_id"] for e in after if e.event_type == "attempt.requested"][-1] == "ok-2"
+            assert [e.payload["tool_use_id"] for e in after if e.event_type == "attempt.requested"][
+                -1
+            ] == "ok-2"
             audit = audit_ledger(tmp_path / "ledger.db")
             assert audit.events == len(after)
         finally:
@@ -218,7 +284,9 @@ async def test_a_ledger_that_is_down_denies_the_tool_and_loses_nothing(nats_serv
 async def test_a_malformed_hook_input_is_a_typed_error(client, sequencer):
     recorder = ClaudeAgentRecorder(client, tenant="acme")
     with pytest.raises(InvalidRequest, match="tool_use_id"):
-        await recorder.handle({**BASE, "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {}})
+        await recorder.handle(
+            {**BASE, "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {}}
+        )
     with pytest.raises(InvalidRequest, match="session_id"):
         await recorder.handle({"hook_event_name": "Stop"})
     with pytest.raises(InvalidRequest, match="JSON object"):

@@ -49,7 +49,7 @@ from laneledger.contract.errors import (
 )
 from laneledger.contract.ids import derived_id
 from laneledger.contract.model import Lane
-from laneledger.sdk.client import LedgerClient
+from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.sdk.content import prepared
 from laneledger.sdk.guarantees import AdapterGuarantees
 from laneledger.sdk.spine import PROMPT_EVENT, SPAWNED_BY
@@ -184,8 +184,6 @@ class ClaudeAgentRecorder:
         cause: str | None,
         actor_id: str,
     ) -> dict[str, Any]:
-        from laneledger.sdk.client import make_event
-
         return make_event(
             lane.id,
             event_type,
@@ -241,7 +239,9 @@ class ClaudeAgentRecorder:
                 actor,
             ),
             self._event(lane, session, "run.started", "run.started", run, {"adapter": adapter}, None, actor),
-            self._event(lane, session, "turn.started/main", "turn.started", turn, {"turn_no": 1}, None, actor),
+            self._event(
+                lane, session, "turn.started/main", "turn.started", turn, {"turn_no": 1}, None, actor
+            ),
             self._event(
                 lane,
                 session,
@@ -291,7 +291,9 @@ class ClaudeAgentRecorder:
         agent_id = obj.get("agent_id")
         if isinstance(agent_id, str) and agent_id:
             agent_type = obj.get("agent_type")
-            lane, actor = await self._sub(session, agent_id, agent_type if isinstance(agent_type, str) else None)
+            lane, actor = await self._sub(
+                session, agent_id, agent_type if isinstance(agent_type, str) else None
+            )
             if lane.last_seq == 0:  # a tool hook before its SubagentStart
                 await self._subagent_start(session, {**obj, "hook_event_name": "SubagentStart"})
                 lane = await self.client.get_lane(lane.id, tenant=self.tenant)
@@ -325,7 +327,9 @@ class ClaudeAgentRecorder:
             await self.client.create_attempt(lane.id, action_id, 1, attempt_id=attempt_id, tenant=self.tenant)
             prompt = self._id(session, "event", f"prompt/{key}")
             base = {"action_type": "tool_call", "name": name, "tool_use_id": tool_use_id}
-            started = self._event(lane, session, f"{tool}/action", "action.started", action_id, base, prompt, actor)
+            started = self._event(
+                lane, session, f"{tool}/action", "action.started", action_id, base, prompt, actor
+            )
             requested = self._event(
                 lane,
                 session,
@@ -376,14 +380,20 @@ class ClaudeAgentRecorder:
                 "action_type": "tool_call",
                 "name": name,
                 "attempt_no": 1,
-                "error": {"code": DENIED, "message": "denied: the ledger could not commit the request in time"},
+                "error": {
+                    "code": DENIED,
+                    "message": "denied: the ledger could not commit the request in time",
+                },
             },
             requested["id"],
             actor,
         )
         try:
             await self.client.submit(
-                lane, head, [prepared(failed, self.client.redactor)], append_id=self._id(session, "append", f"{tool}/failed")
+                lane,
+                head,
+                [prepared(failed, self.client.redactor)],
+                append_id=self._id(session, "append", f"{tool}/failed"),
             )
         except LedgerError:
             pass  # NATS itself is gone: the request did not get there either
@@ -404,7 +414,14 @@ class ClaudeAgentRecorder:
             if obj.get("is_interrupt") is True:
                 error["is_interrupt"] = True
             terminal = self._event(
-                lane, session, f"{tool}/failed", "attempt.failed", attempt_id, {**base, "error": error}, requested, actor
+                lane,
+                session,
+                f"{tool}/failed",
+                "attempt.failed",
+                attempt_id,
+                {**base, "error": error},
+                requested,
+                actor,
             )
         else:
             terminal = self._event(
@@ -461,7 +478,8 @@ class ClaudeAgentRecorder:
         payload: dict[str, Any] = {
             "prompt_kind": "subagent",
             "synthesized": True,
-            "label": "synthesized by the laneledger claude-agent hooks: SubagentStart does not carry the task",
+            "label": "synthesized by the laneledger claude-agent hooks: "
+            "SubagentStart does not carry the task",
             "agent_id": agent_id,
         }
         if agent_type is not None:

@@ -47,12 +47,16 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="a Claude Code command hook (the hook JSON on standard input)",
         description="Read one Claude Code hook input (JSON) on standard input and record it: "
         "PreToolUse commits the tool call's request before the tool runs and denies the tool "
-        "(a permissionDecision \"deny\" on stdout) when the ledger cannot commit; PostToolUse and "
+        '(a permissionDecision "deny" on stdout) when the ledger cannot commit; PostToolUse and '
         "PostToolUseFailure settle the call; SubagentStart and SubagentStop give a sub-agent its "
         "lane; Stop ends the run. A hook delivered twice records once. Exit status 0 recorded "
         "(or denied), 1 a ledger failure after the fact, 2 malformed input.",
     )
-    add_nats_option(cc, default=None, help=f"NATS server URL, or several comma-separated (default ${NATS_ENV} or {DEFAULT_NATS})")
+    add_nats_option(
+        cc,
+        default=None,
+        help=f"NATS server URL, or several comma-separated (default ${NATS_ENV} or {DEFAULT_NATS})",
+    )
     cc.add_argument("--tenant", help=f"tenant of the session (default ${TENANT_ENV} or default)")
     cc.add_argument(
         "--human",
@@ -63,7 +67,8 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     cc.add_argument(
         "--timeout",
         type=float,
-        help=f"seconds to wait for the ledger before denying the tool (default ${TIMEOUT_ENV} or {DEFAULT_TIMEOUT_S:g})",
+        help="seconds to wait for the ledger before denying the tool "
+        f"(default ${TIMEOUT_ENV} or {DEFAULT_TIMEOUT_S:g})",
     )
     cc.set_defaults(run=cmd_hook_claude_code)
 
@@ -80,7 +85,9 @@ def _read_input() -> dict[str, Any]:
 
 
 async def _record(args: argparse.Namespace, obj: dict[str, Any]) -> dict[str, Any]:
-    async with await LedgerClient.connect(args.nats, timeout=args.timeout, connect_timeout=args.timeout) as client:
+    async with await LedgerClient.connect(
+        args.nats, timeout=args.timeout, connect_timeout=args.timeout
+    ) as client:
         recorder = ClaudeAgentRecorder(client, tenant=args.tenant, human=args.human, timeout=args.timeout)
         return await recorder.handle(obj)
 
