@@ -187,7 +187,10 @@ async def test_tool_calls_subagents_and_stop_record_the_spine(client, sequencer,
     sub_prompt = next(e for e in events if e.lane_id == sub.id and e.event_type == "context.prompt_composed")
     assert sub_prompt.payload["prompt_kind"] == "subagent"
     assert sub_prompt.payload[SPAWNED_BY] == task_req.id
-    assert sub_prompt.causation_id == task_req.id
+    main_prompt = next(
+        e for e in events if e.lane_id == main.id and e.event_type == "context.prompt_composed"
+    )
+    assert sub_prompt.causation_id == main_prompt.id  # the parent's latest spine node (no inferences seen)
     assert [e.event_type for e in events if e.lane_id == sub.id][-1] == "turn.completed"
     assert {a.id for a in view.attempts} == {
         e.subject_id for e in events if e.event_type == "attempt.requested"

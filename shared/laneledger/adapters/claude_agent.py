@@ -14,8 +14,9 @@ the session began with). ``PreToolUse`` commits ``action.started`` and
 before the tool runs, and answers ``permissionDecision: "deny"`` when the
 ledger cannot commit; ``PostToolUse`` / ``PostToolUseFailure`` settle the
 attempt and its action; ``SubagentStart`` opens a sub-agent lane (its prompt
-caused by the parent's spine node, §2b, naming the spawning ``Task``/``Agent``
-call in ``spawned_by`` when exactly one such call is open); ``SubagentStop``
+caused by the parent's latest spine node, §2b, which is its prompt since the
+hooks see no inferences; naming the spawning ``Task``/``Agent`` call in
+``spawned_by`` when exactly one such call is open on the main lane); ``SubagentStop``
 ends its turn; ``Stop`` ends the main turn and the run.
 
 Every hook is stateless: ids are derived from the session id, the tool use
@@ -487,8 +488,9 @@ class ClaudeAgentRecorder:
         spawn = await self._open_spawn(main)
         if spawn is not None:
             payload[SPAWNED_BY] = spawn
-        # §2b: the parent's latest spine node; the hooks see no inferences, so its prompt.
-        cause = spawn or self._id(session, "event", "prompt/main")
+        # §2b: the parent's most recent inference when the sub-agent begins
+        # (Spine.spawn_cause); the hooks see no inferences, so the parent's prompt.
+        cause = self._id(session, "event", "prompt/main")
         prompt = self._event(lane, session, f"prompt/{key}", PROMPT_EVENT, lane.id, payload, cause, actor)
         created = self._event(
             lane,
