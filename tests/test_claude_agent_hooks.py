@@ -290,6 +290,19 @@ async def test_a_malformed_hook_input_is_a_typed_error(client, sequencer):
         await recorder.handle(
             {**BASE, "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {}}
         )
+    # Through the SDK's callback a PreToolUse that cannot be recorded is a deny.
+    out = await call(
+        recorder.hooks(),
+        {
+            **BASE,
+            "hook_event_name": "PreToolUse",
+            "tool_name": "Bash",
+            "tool_input": 3,
+            "tool_use_id": "tu-x",
+        },
+    )
+    assert out["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert "tool_input" in out["hookSpecificOutput"]["permissionDecisionReason"]
     with pytest.raises(InvalidRequest, match="session_id"):
         await recorder.handle({"hook_event_name": "Stop"})
     with pytest.raises(InvalidRequest, match="JSON object"):

@@ -134,7 +134,17 @@ class ClaudeAgentRecorder:
         from claude_agent_sdk import HookMatcher  # the optional extra
 
         async def callback(input_data: Any, tool_use_id: str | None, context: Any) -> Any:
-            return await self.handle(input_data)
+            try:
+                return await self.handle(input_data)
+            except LedgerError as exc:
+                # A hook that raises counts as no decision for the SDK: the
+                # tool would run unrecorded. Strict: a request not recorded,
+                # for whatever reason, is a deny.
+                if isinstance(input_data, Mapping) and input_data.get("hook_event_name") == "PreToolUse":
+                    return deny(
+                        f"laneledger could not record the call ({exc.code}): {exc}; the tool did not run"
+                    )
+                raise
 
         return {event: [HookMatcher(matcher=None, hooks=[callback])] for event in HOOK_EVENTS}
 
