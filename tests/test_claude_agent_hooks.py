@@ -5,9 +5,12 @@ sequencer."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
+import nats
 import pytest
 from claude_agent_sdk import (
     HookContext,
@@ -21,7 +24,7 @@ from claude_agent_sdk import (
 )
 from ledger_fixtures import start_sequencer
 
-from laneledger.adapters.claude_agent import HOOK_GUARANTEES, ClaudeAgentRecorder
+from laneledger.adapters.claude_agent import DENIED, HOOK_GUARANTEES, ClaudeAgentRecorder
 from laneledger.audit.ledger import audit_ledger
 from laneledger.contract.errors import EntityNotFound, InvalidRequest
 from laneledger.sdk.client import LedgerClient
@@ -320,3 +323,65 @@ async def test_a_malformed_hook_input_is_a_typed_error(client, sequencer):
 def test_guarantees_state_every_hook():
     assert set(HOOK_GUARANTEES.hooks) == set(HOOKS)
     assert HOOK_GUARANTEES.hooks["requested_before_call"] == "strict"
+
+
+async def test_a_request_that_commits_after_its_deny_is_closed_as_denied(
+    nats_server, sequencer_proc, tmp_path: Path
+):
+    """Failure injection at the boundary: the sequencer process is frozen
+    (SIGSTOP) the moment the request reaches NATS, so the hook's wait for the
+    receipt runs out and the tool is denied; once the sequencer runs again
+    the request commits - and the queued denial closes it, so no attempt is
+    left open for a tool that never ran."""
+    async with await LedgerClient.connect(nats_server.url, timeout=1.0) as client:
+        recorder = ClaudeAgentRecorder(client, tenant="acme", timeout=0.5)
+        assert await recorder.handle(pre("warm", session="sess-frozen")) == {}
+        lane = next(
+            x for x in (await client.load_session("sess-frozen", tenant="acme")).lanes if x.name == "main"
+        )
+        pid = sequencer_proc.pid
+        assert pid is not None
+        frozen = asyncio.Event()
+
+        async def freeze(msg: Any) -> None:
+            if not frozen.is_set():
+                os.kill(pid, signal.SIGSTOP)
+                frozen.set()
+
+        tap = await nats.connect(nats_server.url)
+        await tap.subscribe(client.subjects.append("acme", lane.id), cb=freeze)
+        await tap.flush()
+        denied: list[str] = []
+        try:
+            for n in range(5):  # the sequencer may win the race to the first request
+                frozen.clear()
+                out = await recorder.handle(pre(f"frozen-{n}", session="sess-frozen"))
+                if frozen.is_set():
+                    os.kill(pid, signal.SIGCONT)
+                if out:
+                    assert out["hookSpecificOutput"]["permissionDecision"] == "deny"
+                    denied.append(f"frozen-{n}")
+                    break
+        finally:
+            os.kill(pid, signal.SIGCONT)
+            await tap.close()
+        assert denied, "the sequencer committed every request before it could be frozen"
+        requested: dict[str, Any] = {}
+        for _ in range(100):
+            events = events_of(await client.load_session("sess-frozen", tenant="acme"))
+            requested = {e.payload["tool_use_id"]: e for e in events if e.event_type == "attempt.requested"}
+            failed = [e for e in events if e.event_type == "attempt.failed"]
+            if failed:
+                break
+            await asyncio.sleep(0.1)
+        req = requested[denied[0]]
+        assert [(f.subject_id, f.causation_id, f.payload["error"]["code"]) for f in failed] == [
+            (req.subject_id, req.id, DENIED)
+        ]
+        # Resent after the fact, the denied call's hook records nothing more.
+        count = len(events)
+        await recorder.handle(pre(denied[0], session="sess-frozen"))
+        assert len((await client.load_session("sess-frozen", tenant="acme")).events) == count
+    sequencer_proc.stop()
+    audit = audit_ledger(tmp_path / "ledger.db")
+    assert audit.events == count and audit.warning_count == 0
