@@ -20,13 +20,10 @@ added to the attempt and the action their payload names. A pause
 
 from __future__ import annotations
 
-import asyncio
 from collections import defaultdict
-from collections.abc import Callable
-from concurrent.futures import Executor
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 from aiohttp import web
@@ -36,11 +33,8 @@ from laneledger.contract.vocabulary import COST_SUM, TERMINAL_EVENT_TYPES
 from laneledger.runtime.httpjson import json_response
 
 from .api import Query
-from .feed import Feed
-from .owners import TENANT_PARAMETER, owner_scope
-from .readmodel import ReadModel
-
-R = TypeVar("R")
+from .owners import TENANT_PARAMETER
+from .routes import ReadModelRoutes
 
 OPENERS = {"turn.started": "turn", "action.started": "action", "attempt.requested": "attempt"}
 CLOSERS = {t: kind for kind in ("turn", "action", "attempt") for t in TERMINAL_EVENT_TYPES[kind]}
@@ -118,12 +112,7 @@ class Span:
         }
 
 
-class Activity:
-    def __init__(self, model: ReadModel, readers: Executor, feed: Feed) -> None:
-        self._model = model
-        self._readers = readers
-        self._feed = feed
-
+class Activity(ReadModelRoutes):
     def route(self) -> web.RouteDef:
         return web.get("/api/v1/sessions/{session_id}/activity", self.activity, name="activity")
 
@@ -132,12 +121,9 @@ class Activity:
         session_id = request.match_info["session_id"]
         applied = self._feed.applied
         # A session of another tenant is 404 (access.py); of several, one is named.
-        scope = await owner_scope(request, query, self._read, self._model, "session", session_id)
+        scope = await self._owner(request, query, "session", session_id)
         body = await self._read(self._build, session_id, applied, scope.tenant)
         return json_response(body)
-
-    async def _read(self, fn: Callable[..., R], *args: Any) -> R:
-        return await asyncio.get_running_loop().run_in_executor(self._readers, fn, *args)
 
     def _build(self, session_id: str, applied: int, tenant: str | None = None) -> dict[str, Any]:
         scope, params = "session_id = ? AND position <= ?", [session_id, applied]

@@ -11,10 +11,8 @@ leaves those out. Normative text: ``spec/tail.md``.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from concurrent.futures import Executor
-from typing import Any, TypeVar, TypeVarTuple
+from typing import Any
 
 import msgspec
 from aiohttp import web
@@ -31,30 +29,23 @@ from . import rewinds
 from .api import Query
 from .feed import Feed
 from .history import scoped
-from .owners import TENANT_PARAMETER, owner_scope
+from .owners import TENANT_PARAMETER
 from .readmodel import ReadModel
+from .routes import ReadModelRoutes
 
 TREE_DEFAULT = 500
 TREE_MAX = 2000
 SCAN_CHUNK = 1000  # rows read per query while skipping invalidated events
 ID_CHUNK = 500  # ids per IN (...) lookup
 
-R = TypeVar("R")
-Ts = TypeVarTuple("Ts")
 
-
-class CausalTree:
+class CausalTree(ReadModelRoutes):
     def __init__(self, model: ReadModel, readers: Executor, feed: Feed, ledger: LedgerClient) -> None:
-        self._model = model
-        self._readers = readers
-        self._feed = feed
+        super().__init__(model, readers, feed)
         self._ledger = ledger
 
     def route(self) -> web.RouteDef:
         return web.get("/api/v1/sessions/{session_id}/causal-tree", self.get, name="causal_tree")
-
-    async def _read(self, fn: Callable[[*Ts], R], *args: *Ts) -> R:
-        return await asyncio.get_running_loop().run_in_executor(self._readers, fn, *args)
 
     async def get(self, request: web.Request) -> web.Response:
         query = Query(request, ("cursor", "limit", rewinds.PARAMETER, TENANT_PARAMETER))
@@ -63,7 +54,7 @@ class CausalTree:
         exclude = rewinds.exclude_requested(query)
         session_id = request.match_info["session_id"]
         applied = self._feed.applied
-        scope = await owner_scope(request, query, self._read, self._model, "session", session_id)
+        scope = await self._owner(request, query, "session", session_id)
         where, params = scoped("session_id = ?", [session_id], scope)
         spines = await self._read(self._spines, where, params, applied)
         if not spines:  # none, or another tenant's: the same answer

@@ -21,10 +21,9 @@ direction; ``has_more`` tells whether one exists now.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, TypeVarTuple
+from typing import Any
 
 import msgspec
 from aiohttp import web
@@ -39,8 +38,9 @@ from laneledger.sdk.client import LedgerClient
 from . import rewinds
 from .api import Query, parse_int
 from .feed import Feed
-from .owners import TENANT_PARAMETER, owner_scope
+from .owners import TENANT_PARAMETER
 from .readmodel import ReadModel
+from .routes import ReadModelRoutes
 
 PAGE_DEFAULT = 100
 PAGE_MAX = 1000
@@ -51,9 +51,6 @@ WITH_ORIGIN = "with_origin"  # a lane's events with those it was forked from
 ATTEMPT_TYPES = ("attempt.requested",) + TERMINAL_EVENT_TYPES["attempt"]
 CHECKPOINT_LINKED = "lane.framework.checkpoint.linked"
 SAFE_TO_RETRY = ("inherent", "keyed")
-
-R = TypeVar("R")
-Ts = TypeVarTuple("Ts")
 
 
 def scoped(where: str, params: list[Any], scope: Scope) -> tuple[str, list[Any]]:
@@ -107,11 +104,9 @@ class PageRequest:
         return cls(query.integer("cursor"), query.choice("direction", ("forward", "backward")), limit)
 
 
-class History:
+class History(ReadModelRoutes):
     def __init__(self, model: ReadModel, readers: Executor, feed: Feed, ledger: LedgerClient) -> None:
-        self._model = model
-        self._readers = readers
-        self._feed = feed
+        super().__init__(model, readers, feed)
         self._ledger = ledger
 
     def routes(self) -> list[web.RouteDef]:
@@ -124,9 +119,6 @@ class History:
                 "/api/v1/sessions/{session_id}/runs/{run_id}/inspection", self.inspection, name="inspection"
             ),
         ]
-
-    async def _read(self, fn: Callable[[*Ts], R], *args: *Ts) -> R:
-        return await asyncio.get_running_loop().run_in_executor(self._readers, fn, *args)
 
     # -- one event -------------------------------------------------------------------------
 
@@ -347,9 +339,6 @@ class History:
                 "unresolved_attempts": unresolved,
             }
         )
-
-    async def _owner(self, request: web.Request, query: Query, kind: str, entity_id: str) -> Scope:
-        return await owner_scope(request, query, self._read, self._model, kind, entity_id)
 
     async def _excluding(
         self,

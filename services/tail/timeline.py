@@ -27,11 +27,9 @@ however many streaming events the session holds.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from concurrent.futures import Executor
 from datetime import datetime
-from typing import Any, TypeVar, TypeVarTuple
+from typing import Any
 
 import msgspec
 from aiohttp import web
@@ -48,8 +46,9 @@ from laneledger.sdk.spine import spawned_by
 from . import rewinds
 from .api import Query
 from .feed import Feed
-from .owners import TENANT_PARAMETER, TENANT_PARAMETER_DOC, owner_scope
+from .owners import TENANT_PARAMETER, TENANT_PARAMETER_DOC
 from .readmodel import ReadModel
+from .routes import ReadModelRoutes
 
 SPANS_DEFAULT = 2000
 SPANS_MAX = 5000
@@ -58,9 +57,6 @@ PARAMETERS = ("cursor", "limit", TENANT_PARAMETER)
 
 OPENERS = {"turn.started": "turn", "attempt.requested": "attempt"}
 CLOSERS = {t: kind for kind in ("turn", "attempt") for t in TERMINAL_EVENT_TYPES[kind]}
-
-R = TypeVar("R")
-Ts = TypeVarTuple("Ts")
 
 
 class _Body(msgspec.Struct):
@@ -100,18 +96,13 @@ class _Clock:
             return None
 
 
-class Timeline:
+class Timeline(ReadModelRoutes):
     def __init__(self, model: ReadModel, readers: Executor, feed: Feed, ledger: LedgerClient) -> None:
-        self._model = model
-        self._readers = readers
-        self._feed = feed
+        super().__init__(model, readers, feed)
         self._ledger = ledger
 
     def route(self) -> web.RouteDef:
         return web.get("/api/v1/sessions/{session_id}/timeline", self.get, name="timeline")
-
-    async def _read(self, fn: Callable[[*Ts], R], *args: *Ts) -> R:
-        return await asyncio.get_running_loop().run_in_executor(self._readers, fn, *args)
 
     async def get(self, request: web.Request) -> web.Response:
         query = Query(request, PARAMETERS)
@@ -119,7 +110,7 @@ class Timeline:
         limit = query.integer("limit", SPANS_DEFAULT, low=1, high=SPANS_MAX)
         session_id = request.match_info["session_id"]
         applied = self._feed.applied
-        scope = await owner_scope(request, query, self._read, self._model, "session", session_id)
+        scope = await self._owner(request, query, "session", session_id)
         where, params = "session_id = ?", [session_id]
         if scope.tenant is not None:
             where, params = f"{where} AND tenant = ?", [*params, scope.tenant]

@@ -20,11 +20,9 @@ The answer is 200 either way: the request succeeded, the ledger may not have.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -44,8 +42,9 @@ from laneledger.sdk.client import LedgerClient
 
 from .api import Query
 from .feed import Feed
-from .owners import TENANT_PARAMETER, owner_scope
+from .owners import TENANT_PARAMETER
 from .readmodel import COLUMNS, ReadModel, Row
+from .routes import ReadModelRoutes
 
 # Row column -> the body field it copies.
 _COPIED = (
@@ -107,13 +106,11 @@ class Walk:
         self.last_position = max(self.last_position, position)
 
 
-class Verifier:
+class Verifier(ReadModelRoutes):
     def __init__(
         self, model: ReadModel, readers: Executor, feed: Feed, ledger: LedgerClient, hmac_key: bytes | None
     ) -> None:
-        self._model = model
-        self._readers = readers
-        self._feed = feed
+        super().__init__(model, readers, feed)
         self._ledger = ledger
         self._key = hmac_key
         self.stopping = threading.Event()  # set at shutdown: a long walk gives up
@@ -141,8 +138,7 @@ class Verifier:
             if scope == "ledger":
                 scope = "tenant"
         walk = Walk(self._key, dense=scope == "ledger")
-        loop = asyncio.get_running_loop()
-        fault = await loop.run_in_executor(self._readers, self._walk, walk, where, params, order, applied)
+        fault = await self._read(self._walk, walk, where, params, order, applied)
         if scope == "ledger" and fault is None and walk.last_position != applied:
             fault = position_gap(walk.last_position + 1, None)
         if walk.events == 0 and fault is None:
@@ -182,11 +178,10 @@ class Verifier:
     ) -> Scope:
         """The request's scope, narrowed to the tenant of the lane or session
         it names, or to the tenant the operator names (a tenant walk)."""
-        read = partial(asyncio.get_running_loop().run_in_executor, self._readers)
         if lane_id is not None:
-            return await owner_scope(request, query, read, self._model, "lane", lane_id)
+            return await self._owner(request, query, "lane", lane_id)
         if session_id is not None:
-            return await owner_scope(request, query, read, self._model, "session", session_id)
+            return await self._owner(request, query, "session", session_id)
         access = scope_of(request)
         named = access.narrow(query.text(TENANT_PARAMETER))
         return access if named is None else Scope(named, operator=access.operator)

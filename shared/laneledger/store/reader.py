@@ -39,9 +39,6 @@ _STRUCTURE_KINDS: dict[str, type[Turn | Action | Attempt]] = {
 }
 
 
-_AND_TENANT = ("", " AND tenant = ?")  # a lookup by id, of any tenant or of one
-
-
 def _one_tenant(rows: list[tuple[Any, ...]], kind: str, entity_id: str) -> tuple[Any, ...]:
     """The one row of a lookup by id whose first column is the tenant:
     ``entity_not_found`` for none; for rows of several tenants (ids are each
@@ -77,6 +74,11 @@ class LedgerReader:
             self._before_read()
         return fetch_all(self._db, sql, params, what="ledger read failed")
 
+    def _by_id(self, select: str, entity_id: str, tenant: str | None) -> list[tuple[Any, ...]]:
+        """``select`` (``SELECT tenant, … FROM t WHERE <id column> = ?``) of
+        ``tenant``'s row of this id, or (no tenant) every tenant's: for ``_one_tenant``."""
+        return self._rows(f"{select} AND (? IS NULL OR tenant = ?)", (entity_id, tenant, tenant))
+
     # -- single objects ----------------------------------------------------------
 
     def last_position(self) -> int:
@@ -84,10 +86,8 @@ class LedgerReader:
         return position
 
     def get_lane(self, lane_id: str, tenant: str | None = None) -> Lane:
-        rows = self._rows(
-            "SELECT tenant, body, last_seq, head_hash FROM lanes WHERE id = ?"
-            + _AND_TENANT[tenant is not None],
-            (lane_id, tenant) if tenant is not None else (lane_id,),
+        rows = self._by_id(
+            "SELECT tenant, body, last_seq, head_hash FROM lanes WHERE id = ?", lane_id, tenant
         )
         row = _one_tenant(rows, "lane", lane_id)
         return lane_from_row(*row[1:])
@@ -102,10 +102,7 @@ class LedgerReader:
         """Whose session ``session_id`` is: ``tenant`` when that tenant has
         one, else the only tenant that does (``entity_not_found``;
         ``invalid_request`` naming ``$.tenant`` when several do)."""
-        rows = self._rows(
-            "SELECT tenant FROM sessions WHERE id = ?" + _AND_TENANT[tenant is not None],
-            (session_id, tenant) if tenant is not None else (session_id,),
-        )
+        rows = self._by_id("SELECT tenant FROM sessions WHERE id = ?", session_id, tenant)
         found: str = _one_tenant(rows, "session", session_id)[0]
         return found
 
@@ -113,10 +110,7 @@ class LedgerReader:
         """The receipt of ``tenant``'s append ``append_id``; without a tenant,
         the one of whichever tenant used the id (``invalid_request`` naming
         ``$.tenant`` when several did: append ids are each tenant's own)."""
-        rows = self._rows(
-            "SELECT tenant, body FROM receipts WHERE append_id = ?" + _AND_TENANT[tenant is not None],
-            (append_id, tenant) if tenant is not None else (append_id,),
-        )
+        rows = self._by_id("SELECT tenant, body FROM receipts WHERE append_id = ?", append_id, tenant)
         if not rows:
             raise EntityNotFound("no committed append with this id", kind="receipt", id=append_id)
         receipt: AppendCommitted = decoder(AppendCommitted).decode(_one_tenant(rows, "receipt", append_id)[1])
