@@ -4,12 +4,15 @@
   nats-server, next to the in-process ``sequencer``; its SQLite file in
   ``tmp_path``.
 * ``checkpoints``: a ``CheckpointClient`` over ``client``.
+* ``saver``: a ``LaneledgerSaver`` (LangGraph's checkpointer) of tenant acme
+  over ``client``, on ``checkpoint_service``.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest_asyncio
 from nats.aio.client import Client as NATS
@@ -21,6 +24,9 @@ from laneledger.services.checkpoint.metrics import CheckpointMetrics
 from laneledger.services.checkpoint.service import CheckpointService, CheckpointSettings
 from laneledger.services.checkpoint.store import CheckpointStore
 from laneledger.services.sequencer.service import Sequencer
+
+if TYPE_CHECKING:
+    from laneledger.adapters.langgraph import LaneledgerSaver
 
 ANCHOR_WAIT_S = 10.0  # the service's bound; tests that want a timeout ask for less per save
 
@@ -47,3 +53,14 @@ async def checkpoint_service(
 @pytest_asyncio.fixture
 async def checkpoints(client: LedgerClient, checkpoint_service: CheckpointService) -> CheckpointClient:
     return CheckpointClient(client)
+
+
+@pytest_asyncio.fixture
+async def saver(
+    client: LedgerClient, checkpoint_service: CheckpointService
+) -> AsyncIterator[LaneledgerSaver]:
+    from laneledger.adapters.langgraph import LaneledgerSaver  # LangGraph only for the tests that use it
+
+    saver = LaneledgerSaver(client, tenant="acme")
+    await saver.setup()
+    yield saver

@@ -12,12 +12,10 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from langgraph.checkpoint.base import empty_checkpoint
 from polling import eventually
 
@@ -31,8 +29,6 @@ from laneledger.adapters.langgraph_records import (
 )
 from laneledger.contract.errors import ArtifactMissing, EntityNotFound
 from laneledger.devtools.natsserver import NatsServer
-from laneledger.sdk.client import LedgerClient
-from laneledger.services.checkpoint.service import CheckpointService
 
 SCRIPT = Path(sys.executable).with_name("laneledger")
 BIG = 20_000  # over the fixture service's 4 KiB inline limit: the record is an artifact
@@ -59,15 +55,6 @@ def checkpoint(values: dict[str, Any]) -> Any:
     cp["channel_values"] = values
     cp["channel_versions"] = {name: 1 for name in values}
     return cp
-
-
-@pytest_asyncio.fixture
-async def saver(
-    client: LedgerClient, checkpoint_service: CheckpointService
-) -> AsyncIterator[LaneledgerSaver]:
-    saver = LaneledgerSaver(client, tenant="acme")
-    await saver.setup()
-    yield saver
 
 
 async def put(saver: LaneledgerSaver, thread: str, values: dict[str, Any], parent: Any = None) -> Any:

@@ -7,12 +7,10 @@ and is idempotent."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from langgraph.checkpoint.base import empty_checkpoint
 from nats.aio.client import Client as NATS
 from prometheus_client import CollectorRegistry
@@ -28,15 +26,6 @@ from laneledger.services.checkpoint.metrics import CheckpointMetrics
 from laneledger.services.checkpoint.service import CheckpointService, CheckpointSettings
 from laneledger.services.checkpoint.store import CheckpointStore
 from laneledger.services.sequencer.service import Sequencer
-
-
-@pytest_asyncio.fixture
-async def saver(
-    client: LedgerClient, checkpoint_service: CheckpointService
-) -> AsyncIterator[LaneledgerSaver]:
-    saver = LaneledgerSaver(client, tenant="acme")
-    await saver.setup()
-    yield saver
 
 
 def config(thread: str, **more: Any) -> Any:
