@@ -11,6 +11,7 @@ databases of schema versions 1 (append ids unique across tenants) and 2
 
 from __future__ import annotations
 
+import io
 import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ import pytest_asyncio
 from deployment_support import deployed_sequencer, url_for
 
 from laneledger.audit.ledger import audit_ledger
+from laneledger.compat.korg_export import export_session_from_db
 from laneledger.contract import errors
 from laneledger.contract.ids import new_id
 from laneledger.contract.model import (
@@ -319,3 +321,35 @@ def test_a_version_1_ledger_is_migrated_and_still_verifies(tmp_path: Path) -> No
         conn.close()
     assert schema_version(db) == str(SCHEMA_VERSION)
     assert audit_ledger(db).events == 2
+
+
+def test_a_reader_of_todays_tables_refuses_an_older_file_until_it_is_migrated(tmp_path: Path) -> None:
+    # The Korg export reads a ledger file read-only through LedgerReader: it
+    # cannot migrate an older file, so it says so instead of failing on a
+    # column the old tables lack.
+    db = tmp_path / "ledger.db"
+    ledger_of_two_tenants(db)
+    as_version_2(db)
+    with pytest.raises(errors.InternalError) as refused:
+        export_session_from_db(db, "s-acme", io.BytesIO())
+    assert "older schema version" in refused.value.message
+    assert refused.value.details == {"path": str(db), "found": "2", "expected": SCHEMA_VERSION}
+    assert schema_version(db) == "2"  # the reader wrote nothing
+    open_ledger(db).close()  # the sequencer's open migrates it
+    out = io.BytesIO()
+    assert export_session_from_db(db, "s-acme", out) == 1
+    sessions = [msgspec.json.decode(line)["metadata"]["session_id"] for line in out.getvalue().splitlines()]
+    assert sessions == ["s-acme"]
+
+
+def test_a_reader_of_todays_tables_refuses_a_file_of_an_unknown_version(tmp_path: Path) -> None:
+    db = tmp_path / "ledger.db"
+    ledger_of_two_tenants(db)
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(errors.InternalError) as refused:
+        export_session_from_db(db, "s-acme", io.BytesIO())
+    assert refused.value.message == "ledger database has another schema version"
+    assert refused.value.details["found"] == "99"

@@ -45,7 +45,7 @@ from laneledger.history.causality import (
 )
 from laneledger.history.rewind import Invalidation
 from laneledger.store.reader import LedgerReader
-from laneledger.store.schema import open_ledger
+from laneledger.store.schema import open_current_ledger
 from laneledger.store.sqlite import fetch_all
 
 SCHEMA_VERSION = "1.0"
@@ -215,7 +215,7 @@ def export_session_from_db(
 ) -> int:
     """``export_session`` of a session read from a ledger database (read-only);
     ``tenant``: whose session, needed only when several tenants have the id."""
-    conn = open_ledger(db, readonly=True)
+    conn = open_current_ledger(db)
     try:
         reader = LedgerReader(conn)
         view = decoder(SessionView).decode(encode(reader.load_session(session_id, tenant)))

@@ -9,7 +9,15 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from laneledger.store.sqlite import Durability, check_schema_version, open_database, open_readonly
+from laneledger.contract.errors import InternalError
+from laneledger.store.sqlite import (
+    Durability,
+    check_schema_version,
+    failures_as,
+    meta_value,
+    open_database,
+    open_readonly,
+)
 
 # 2: append ids are scoped per tenant (receipts keyed by tenant and append
 # id); a version-1 file is migrated in place.
@@ -174,6 +182,36 @@ def open_ledger(path: str | Path, *, readonly: bool = False) -> sqlite3.Connecti
     conn = open_database(path, durability=Durability.FULL, ddl=DDL, what="ledger database")
     try:
         check_schema_version(conn, SCHEMA_VERSION, what="ledger database", path=path, migrations=MIGRATIONS)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def open_current_ledger(path: str | Path) -> sqlite3.Connection:
+    """Open a ledger read-only for a reader of today's tables (``LedgerReader``).
+
+    A reader cannot migrate (it never writes), and an older file's tables
+    lack columns it queries, so a file at another schema version is refused
+    here, saying so, instead of failing later on a missing column. The
+    auditor (``laneledger verify``) reads every version and opens with
+    ``open_ledger(readonly=True)``.
+    """
+    conn = open_readonly(path, what="ledger database")
+    try:
+        with failures_as("cannot open ledger database", path=str(path)):
+            found = meta_value(conn, "schema_version")
+        if found != str(SCHEMA_VERSION):
+            older = found is not None and found.isdigit() and int(found) in MIGRATIONS
+            raise InternalError(
+                "ledger database has an older schema version: start the sequencer on it once,"
+                " which migrates the file in place"
+                if older
+                else "ledger database has another schema version",
+                path=str(path),
+                found=found,
+                expected=SCHEMA_VERSION,
+            )
     except BaseException:
         conn.close()
         raise
