@@ -35,6 +35,7 @@ from laneledger.runtime.apidoc import (
     document,
     error_responses,
     json_body,
+    ops_paths,
     schema_ref,
     secure_guarded,
 )
@@ -122,31 +123,8 @@ def _read(
     }
 
 
-_PLAIN = {"schema": {"type": "string"}}
 PATHS: dict[str, Any] = {
-    "/healthz": {
-        "get": {
-            "operationId": "healthz",
-            "summary": "the event loop answers",
-            "responses": {"200": json_body("Status", "alive")},
-        }
-    },
-    "/readyz": {
-        "get": {
-            "operationId": "readyz",
-            "summary": "connected to NATS and at most --ready-max-lag events behind the committed stream",
-            "responses": {"200": json_body("Status", "ready"), "503": json_body("Status", "not ready")},
-        }
-    },
-    "/metrics": {
-        "get": {
-            "operationId": "metrics",
-            "summary": "Prometheus metrics",
-            "responses": {
-                "200": {"description": "text exposition format", "content": {"text/plain": _PLAIN}}
-            },
-        }
-    },
+    **ops_paths("connected to NATS and at most --ready-max-lag events behind the committed stream"),
     OPENAPI_PATH: {
         "get": {
             "operationId": "openapi",

@@ -14,6 +14,7 @@ from laneledger.runtime.apidoc import (
     document,
     error_responses,
     json_body,
+    ops_paths,
     schema_ref,
     secure_guarded,
 )
@@ -773,32 +774,7 @@ PATHS: dict[str, Any] = {
             },
         }
     },
-    "/healthz": {
-        "get": {
-            "operationId": "healthz",
-            "summary": "the event loop answers",
-            "responses": {"200": json_body("Status", "alive")},
-        }
-    },
-    "/readyz": {
-        "get": {
-            "operationId": "readyz",
-            "summary": "connected to NATS and caught up within the configured lag",
-            "responses": {"200": json_body("Status", "ready"), "503": json_body("Status", "not ready")},
-        }
-    },
-    "/metrics": {
-        "get": {
-            "operationId": "metrics",
-            "summary": "Prometheus metrics",
-            "responses": {
-                "200": {
-                    "description": "text exposition format",
-                    "content": {"text/plain": {"schema": {"type": "string"}}},
-                }
-            },
-        }
-    },
+    **ops_paths("connected to NATS and caught up within the configured lag"),
     "/api/v1/openapi.json": {
         "get": {
             "operationId": "openapi",

@@ -33,6 +33,40 @@ def error_responses(*statuses: int) -> dict[str, Any]:
     return found
 
 
+def ops_paths(ready_summary: str) -> dict[str, Any]:
+    """The operations routes every service serves (runtime/opsserver.py):
+    ``/healthz``, ``/readyz`` (``ready_summary``: what ready means for this
+    service) and ``/metrics``. Their ``Status`` schema is the document's."""
+    return {
+        "/healthz": {
+            "get": {
+                "operationId": "healthz",
+                "summary": "the event loop answers",
+                "responses": {"200": json_body("Status", "alive")},
+            }
+        },
+        "/readyz": {
+            "get": {
+                "operationId": "readyz",
+                "summary": ready_summary,
+                "responses": {"200": json_body("Status", "ready"), "503": json_body("Status", "not ready")},
+            }
+        },
+        "/metrics": {
+            "get": {
+                "operationId": "metrics",
+                "summary": "Prometheus metrics",
+                "responses": {
+                    "200": {
+                        "description": "text exposition format",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    }
+                },
+            }
+        },
+    }
+
+
 def secure_guarded(paths: dict[str, Any], *statuses: str) -> list[tuple[str, dict[str, Any]]]:
     """Every operation of every guarded path (``laneledger.runtime.access.guarded``:
     all but the probes, /metrics, the documents and the console's files)
