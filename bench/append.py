@@ -39,6 +39,12 @@ SQLite file, and P producer processes (``bench/producer.py``). Phases:
    sequencer could commit here with producers as cheap as the baseline's
    (``bare_ceiling_*``). ``--no-bare`` skips phases 4 and 6.
 
+``--txlog-off-too`` then restarts the sequencer with ``--txlog off`` (the
+SQLite file alone, without the replicated transaction log of
+spec/replication.md) and runs phases 1 and 3 again at the same offered rate:
+what committing through LEDGER_TXLOG costs, in the same run
+(``txlog_off_*`` keys).
+
 ``--latency-at N`` runs phase 3 alone, at N events/s, for comparing two copies
 of the code at the same load without the other phases' minutes.
 
@@ -276,6 +282,7 @@ class Bench:
         self.readers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="bench-io")
         self.checks: list[tuple[str, bool, str]] = []
         self.null_sequencer = False  # set by start_sequencer: the ceiling phase's stand-in runs
+        self.txlog = True  # the sequencer's --txlog (--txlog-off-too turns it off at the end)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -302,6 +309,8 @@ class Bench:
             ready = "laneledger-sequencer ready"
         if self.args.batch_size:
             cmd += ["--batch-size", str(self.args.batch_size)]
+        if not null and not self.txlog:
+            cmd += ["--txlog", "off"]
         env = dict(os.environ, LANELEDGER_LOG_LEVEL="WARNING")
         with open(out, "wb") as o, open(err, "wb") as e:
             self.sequencer = subprocess.Popen(
@@ -625,6 +634,8 @@ class Bench:
         args, P, E = self.args, self.P, self.E
         self.steps_done = 0
         self.steps = 1 if args.latency_at is not None else 4 if args.no_bare else 6
+        if args.txlog_off_too and args.latency_at is None:
+            self.steps += 3
         log(
             f"laneledger append benchmark: {P} producer processes, {args.lanes} lanes, {E} event(s) per "
             f"append, window {args.window} appends/producer, warm-up {args.warmup:g} s, phases "
@@ -667,6 +678,8 @@ class Bench:
             result |= await self._phase_ceiling(result["raw_publish_per_s"])
             if not args.no_bare:
                 result |= await self._phase_ceiling(result["raw_publish_per_s"], "bare")
+            if args.txlog_off_too:
+                result |= await self._phases_without_txlog(rate)
         else:
             result = await self._phase_latency(args.latency_at / E, "fixed load")
         ok = all(c[1] for c in self.checks)
@@ -716,6 +729,17 @@ class Bench:
             "sequencer_mean_commit_ms_max": out["sequencer_mean_commit_ms"],
             "cpu_cores_max": out["cpu_cores"],
         }
+
+    async def _phases_without_txlog(self, rate: float) -> dict[str, Any]:
+        """Phases 1 and 3 again with ``--txlog off``, the latency one at the
+        same offered rate as with the log."""
+        log(f"\n{self.step()} restarting the sequencer with --txlog off (the file alone)")
+        self.stop_sequencer()
+        self.txlog = False
+        self.start_sequencer()
+        out = await self._phase_max()
+        out |= await self._phase_latency(rate, "the same offered load, --txlog off")
+        return {f"txlog_off_{key}": value for key, value in out.items()}
 
     async def _phase_bare(self) -> dict[str, Any]:
         """4. max load from producers that cost what raw ones do (no SDK)."""
@@ -958,6 +982,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--batch-size", type=int, default=None, help="the sequencer's --batch-size (default: its own)"
     )
+    p.add_argument(
+        "--txlog-off-too",
+        action="store_true",
+        help="then run phases 1 and 3 again with the sequencer's --txlog off, for comparison",
+    )
     p.add_argument("--dir", default=None, help="where to make the temporary store dir (default: system temp)")
     p.add_argument("--quick", action="store_true", help="smoke run: 3 s phases, 1 s warm-up")
     p.add_argument(
@@ -980,7 +1009,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    budget = int(args.wait_idle + 6 * (args.seconds + args.warmup) + 6 * 30 + 240)
+    budget = int(args.wait_idle + 8 * (args.seconds + args.warmup) + 8 * 30 + 240)
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(f"stopped by signal {signum}" + (" (watchdog)" if signum == signal.SIGALRM else ""))

@@ -278,7 +278,7 @@ async def test_the_sequencer_commits_small_batches_on_the_loop_and_large_ones_on
     writer.commit_staged = recording(  # type: ignore[method-assign]
         "commit", writer.commit_staged, lambda staged: len(staged.receipts)
     )
-    settings = SequencerSettings(inline_commit_max=4)
+    settings = SequencerSettings(inline_commit_max=4, txlog=False)  # the split without a log
     sequencer = Sequencer(nc, writer, SequencerMetrics(CollectorRegistry()), settings)
     await sequencer.start()
     try:
@@ -376,7 +376,7 @@ async def test_commands_and_reads_interleaved_with_appends_never_share_the_conne
     writer.stage_batch = opens(writer.stage_batch)  # type: ignore[method-assign]
     writer.commit_staged = closes(writer.commit_staged)  # type: ignore[method-assign]
     # Batches of two or more are staged on the loop and committed on the thread.
-    settings = SequencerSettings(inline_commit_max=1)
+    settings = SequencerSettings(inline_commit_max=1, txlog=False)
     sequencer = Sequencer(nc, writer, SequencerMetrics(CollectorRegistry()), settings)
     create_lane = writer.create_lane
 

@@ -20,6 +20,7 @@ from laneledger.contract.subjects import Subjects
 from laneledger.runtime.config import (
     Setting,
     common_settings,
+    on_off,
     parse_settings,
     positive_int,
     reply_nats_setting,
@@ -49,6 +50,14 @@ SETTINGS = [
     Setting("--db", "DB", ".laneledger/ledger.db", help="the ledger SQLite file"),
     Setting("--replicas", "REPLICAS", 1, positive_int, help="JetStream stream replicas"),
     Setting("--batch-size", "BATCH_SIZE", 500, positive_int, help="append requests per batch"),
+    Setting(
+        "--txlog",
+        "TXLOG",
+        True,
+        on_off,
+        help="on: store every transaction on LEDGER_TXLOG before the file commits it "
+        "(spec/replication.md); off: the file alone (for comparison)",
+    ),
     Setting(
         "--hmac-key-file",
         "HMAC_KEY_FILE",
@@ -93,6 +102,7 @@ async def run(args: argparse.Namespace) -> None:
         batch_size=args.batch_size,
         redactor=Redactor.from_config(args.redact_patterns, args.redact_keys),
         tenants=args.tenants_file,
+        txlog=args.txlog,
     )
     sequencer = Sequencer(nc, writer, metrics, settings, reply_nc=reply_nc)
     app = web.Application()

@@ -42,6 +42,23 @@ class SequencerMetrics:
             "Batches whose commit failed (nothing written, messages redelivered)",
             registry=registry,
         )
+        self.txlog_moved = Counter(
+            "laneledger_sequencer_txlog_moved_total",
+            "Transactions refused because the transaction log had moved on (another writer,"
+            " or an append of unknown outcome); read back, the work is redone",
+            registry=registry,
+        )
+        self.txlog_applied = Counter(
+            "laneledger_sequencer_txlog_applied_total",
+            "Transactions applied to the ledger file from the transaction log (a rebuild,"
+            " a crash's last commits, another writer's)",
+            registry=registry,
+        )
+        self.txlog_seq = Gauge(
+            "laneledger_sequencer_txlog_sequence",
+            "The transaction log position the ledger file holds",
+            registry=registry,
+        )
         self.last_position = Gauge(
             "laneledger_sequencer_last_position",
             "Last committed ledger position",

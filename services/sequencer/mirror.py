@@ -99,12 +99,14 @@ class CommittedStreamMirror:
         self.fault: StreamFault | None = None  # while set, nothing is published
         self._queue: asyncio.Queue[list[CommittedRecord]] = asyncio.Queue(queue_batches)
         self.published = 0  # the stream's last sequence, as far as we know
+        self._submitted = 0  # the last position handed to ``submit``
         self._advanced = asyncio.Condition()  # notified when ``published`` grows
         self._acks = AckInbox(nc)
 
     async def submit(self, records: list[CommittedRecord]) -> None:
         """Queue one committed batch; waits when the mirror is far behind."""
         if records:
+            self._submitted = max(self._submitted, records[-1].position)
             await self._queue.put(records)
 
     @property
@@ -117,6 +119,12 @@ class CommittedStreamMirror:
         batch wait for this (spec/object-model.md, append step 7)."""
         if self.published >= position:
             return
+        if self._ledger_last() > self._submitted and self._queue.empty():
+            # The ledger holds events nobody handed over: the writer read
+            # them back from its transaction log. An empty round makes
+            # ``run`` compare the stream with the ledger and publish them.
+            self._submitted = self._ledger_last()
+            self._queue.put_nowait([])
         async with self._advanced:
             await self._advanced.wait_for(lambda: self.published >= position)
 
@@ -269,6 +277,8 @@ class CommittedStreamMirror:
     async def _publish_new(self, records: list[CommittedRecord]) -> None:
         fresh = [r for r in records if r.position > self.published]
         if not fresh:
+            if self._ledger_last() > self.published:
+                await self.catch_up()
             return
         if fresh[0].position != self.published + 1:
             await self.catch_up()  # something before this batch is missing: fill from SQLite

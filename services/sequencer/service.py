@@ -57,13 +57,15 @@ from laneledger.runtime.tenants import Tenants
 from laneledger.sdk.blobstore import BlobBuckets
 from laneledger.store import LedgerWriter
 from laneledger.store.append import PreparedAppend, prepare_append, readable_ids
+from laneledger.store.txlog import TxLogMoved
+from laneledger.store.txlogstream import JetStreamTxLog
 from laneledger.store.writer import BatchResult, rejection
 
 from .blobcheck import BlobCheck
 from .intake import Intake
 from .metrics import SequencerMetrics
 from .mirror import CommittedStreamMirror, StreamFault
-from .streams import ensure_stream, events_stream_config
+from .streams import ensure_stream, events_stream_config, txlog_stream_config
 from .tenancy import scope_command
 from .writerthread import WriterThread
 
@@ -119,6 +121,10 @@ class SequencerSettings:
     # The declared tenants and their limits (runtime/tenants.py); None: one
     # shared append stream and no limits.
     tenants: Tenants | None = None
+    # Store every writer transaction on LEDGER_TXLOG before its SQLite
+    # COMMIT (spec/replication.md). Off: the SQLite file is the only record
+    # of the structure and the receipts (bench/append.py compares the two).
+    txlog: bool = True
 
 
 class Sequencer:
@@ -142,7 +148,9 @@ class Sequencer:
         self._metrics = metrics
         self._settings = settings
         # Every use of the writer goes through it: batches, commands, reads.
-        self._writer_thread = WriterThread(writer, inline_commit_max=settings.inline_commit_max)
+        self._writer_thread = WriterThread(
+            writer, inline_commit_max=settings.inline_commit_max, on_thread_only=settings.txlog
+        )
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._blob_check: BlobCheck  # opened by start(), before any append is pulled
@@ -165,6 +173,7 @@ class Sequencer:
         # a commit succeeds: while set, /readyz says not ready (``accepting``).
         self.store_error: LedgerError | None = None
         self._failed_batches = 0
+        self._applied_counted = 0  # writer.applied_from_log already in the metric
         # A message on the committed stream the ledger did not write (spec/wire.md,
         # "Foreign messages"): while set, nothing is committed and /readyz is 503.
         self.stream_fault: StreamFault | None = None
@@ -231,6 +240,8 @@ class Sequencer:
         )
         await blobs.ensure()  # the shared bucket; a tenant's on its first command
         self._blob_check = BlobCheck(blobs, self._metrics)
+        if s.txlog:
+            await self._open_txlog()
         await self.mirror.check_at_start()  # a foreign message: start, but commit nothing
         self._metrics.last_position.set(self._writer.last_position)
         intake = Intake(self._nc, self._js, s.subjects, s.replicas, s.batch_size, gate=self._blobs_ahead)
@@ -243,6 +254,32 @@ class Sequencer:
         ]
         self.ready = True
         log.info("sequencer ready at position %d", self._writer.last_position)
+
+    async def _open_txlog(self) -> None:
+        """Commit through LEDGER_TXLOG from now on, once the file holds
+        everything the log does (a file that missed its last commits, or an
+        empty one: the ledger is rebuilt from the log)."""
+        s = self._settings
+        await ensure_stream(self._js, txlog_stream_config(s.subjects, s.replicas))
+        txlog = JetStreamTxLog(
+            self._js, s.subjects, asyncio.get_running_loop(), max_payload=self._nc.max_payload
+        )
+        self._writer.use_txlog(txlog)
+        applied = await self._in_writer(self._writer.catch_up)
+        self._count_log_use()
+        if applied:
+            log.info(
+                "applied %d transactions from %s; the ledger is at position %d",
+                applied,
+                s.subjects.txlog_stream,
+                self._writer.last_position,
+            )
+
+    def _count_log_use(self) -> None:
+        writer = self._writer
+        self._metrics.txlog_seq.set(writer.txlog_seq)
+        self._metrics.txlog_applied.inc(writer.applied_from_log - self._applied_counted)
+        self._applied_counted = writer.applied_from_log
 
     async def wait(self) -> None:
         """Run until stopped; re-raise if a task died (e.g. an integrity fault)."""
@@ -265,7 +302,7 @@ class Sequencer:
         except TimeoutError:
             pass  # stopping anyway: the next start's catch-up publishes the rest
         await cancel_tasks(self._tasks, timeout_s=drain_timeout_s)
-        self._writer_thread.shutdown()
+        await self._writer_thread.close()
 
     async def _backlog_loop(self, intake: Intake) -> None:
         """Refresh the inbound backlog gauges from the consumers' info (and
@@ -419,6 +456,14 @@ class Sequencer:
         msgs = batch.msgs
         try:
             result = await batch.committing
+        except TxLogMoved as err:
+            # Not a failure of the store: the log holds transactions this
+            # file had not seen. The writer reads them before its next use;
+            # the requests come back at once and are decided on that state.
+            log.info("transaction log moved on; %d requests redelivered: %s", len(msgs), err)
+            self._metrics.txlog_moved.inc()
+            await asyncio.gather(*(m.nak() for m in msgs), return_exceptions=True)
+            return None
         except LedgerError as err:
             # Nothing was written: hand every message back for redelivery, and
             # go not-ready until a commit succeeds. No receipt is sent: the
@@ -452,6 +497,7 @@ class Sequencer:
             await self._scrub(batch.scrub)
         self._metrics.events.inc(len(result.committed))
         self._metrics.last_position.set(self._writer.last_position)
+        self._count_log_use()
         await self.mirror.submit(result.committed)
         # What the receipts report, replays included (an event committed
         # before a restart may still be on its way to the stream).
@@ -558,6 +604,9 @@ class Sequencer:
         return await self._in_writer(self._execute, cmd, target.tenant)
 
     def _execute(self, cmd: Command, tenant: str | None = None) -> Any:
+        return self._writer.current(lambda: self._decide(cmd, tenant))
+
+    def _decide(self, cmd: Command, tenant: str | None) -> Any:
         w, r = self._writer, self._writer.reader
         if tenant is not None:
             cmd = scope_command(cmd, tenant, r)

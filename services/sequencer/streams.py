@@ -104,6 +104,25 @@ def events_stream_config(name: str, subjects: Subjects, replicas: int) -> Stream
     )
 
 
+def txlog_stream_config(subjects: Subjects, replicas: int) -> StreamConfig:
+    return StreamConfig(
+        name=subjects.txlog_stream,
+        description="laneledger writer transactions (the ledger's replicated source of truth)",
+        subjects=[subjects.txlog],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        num_replicas=replicas,
+        max_msgs=-1,
+        max_bytes=-1,
+        max_age=0,
+        discard=DiscardPolicy.NEW,
+        duplicate_window=DUPLICATE_WINDOW_S,
+        deny_delete=True,
+        deny_purge=True,
+        allow_rollup_hdrs=False,
+    )
+
+
 def sequencer_consumer_config() -> ConsumerConfig:
     return ConsumerConfig(
         durable_name=SEQUENCER_CONSUMER,

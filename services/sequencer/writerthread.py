@@ -21,6 +21,11 @@ The staged transaction is handed over in the same step it was opened in, so
 nothing can run in between, and whatever is handed over later queues behind
 its commit. The writer enforces the rest: while a staged batch is open, any
 other use of it raises, and only its own ``commit_staged`` (run here) ends it.
+
+With a transaction log (``on_thread_only``) every batch is applied on the
+thread, whole: the writer then waits for the log's acknowledgement, and may
+read the log before it writes (store/txlog.py), and both are waits on the
+event loop, which would deadlock there.
 """
 
 from __future__ import annotations
@@ -37,9 +42,10 @@ T = TypeVar("T")
 
 
 class WriterThread:
-    def __init__(self, writer: LedgerWriter, *, inline_commit_max: int) -> None:
+    def __init__(self, writer: LedgerWriter, *, inline_commit_max: int, on_thread_only: bool = False) -> None:
         self._writer = writer
         self._inline_commit_max = inline_commit_max
+        self._on_thread_only = on_thread_only
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger-writer")
         # Calls handed to the thread that have not returned (or been cancelled
         # before starting). Changed on the event loop only.
@@ -65,6 +71,8 @@ class WriterThread:
         await self.until_idle()
         self._refuse_if_shut()
         writer = self._writer
+        if self._on_thread_only:
+            return self._hand_over(writer.apply_batch, batch)
         outcome: asyncio.Future[BatchResult] = asyncio.get_running_loop().create_future()
         try:
             if len(batch) <= self._inline_commit_max:
@@ -107,6 +115,14 @@ class WriterThread:
 
     def shutdown(self) -> None:
         """Wait for what the thread has in hand, then end it; ``commit`` and
-        ``call`` refuse from now on."""
+        ``call`` refuse from now on. Blocks the caller: on the event loop use
+        ``close``, since what the thread runs may wait on the loop."""
         self._shut = True
+        self._pool.shutdown(wait=True)
+
+    async def close(self) -> None:
+        """``shutdown`` without blocking the loop: refuse new work, let the
+        thread finish (its transaction log appends wait on this loop), end it."""
+        self._shut = True
+        await self.until_idle()
         self._pool.shutdown(wait=True)

@@ -201,6 +201,16 @@ class Subjects:
     def events_stream(self) -> str:
         return f"{_stream_stem(self.prefix)}_EVENTS"
 
+    # The writer's transaction log (spec/replication.md): one subject, which
+    # only the sequencer may publish on.
+    @property
+    def txlog_stream(self) -> str:
+        return f"{_stream_stem(self.prefix)}_TXLOG"
+
+    @property
+    def txlog(self) -> str:
+        return f"{self.prefix}.txlog"
+
     @property
     def append_wildcard(self) -> str:
         return f"{self.prefix}.append.>"

@@ -46,6 +46,12 @@ def positive_int(text: str) -> int:
     return value
 
 
+def on_off(text: str) -> bool:
+    if text not in ("on", "off"):
+        raise ValueError("must be on or off")
+    return text == "on"
+
+
 def positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:

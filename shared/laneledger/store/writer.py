@@ -19,8 +19,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from msgspec import UNSET
@@ -40,6 +41,7 @@ from laneledger.contract.errors import (
     LaneConflict,
     LedgerError,
     SignatureRequired,
+    StoreError,
     SubjectMismatch,
     TenantMismatch,
 )
@@ -78,7 +80,38 @@ from laneledger.contract.vocabulary import (
 from laneledger.history.causality import REWOUND
 from laneledger.store.append import PreparedAppend
 from laneledger.store.reader import LedgerReader, lane_from_row
-from laneledger.store.sqlite import begin, commit, failures_as, fetch_all, roll_back, transaction
+from laneledger.store.sqlite import (
+    applied_position,
+    begin,
+    commit,
+    failures_as,
+    fetch_all,
+    record_applied_position,
+    roll_back,
+)
+from laneledger.store.txlog import (
+    INSERT_ACTION,
+    INSERT_ACTOR,
+    INSERT_ATTEMPT,
+    INSERT_EVENT,
+    INSERT_LANE,
+    INSERT_RECEIPT,
+    INSERT_SESSION,
+    INSERT_TURN,
+    MOVE_LANE_HEAD,
+    TXLOG_KEY,
+    Statement,
+    TxLog,
+    TxLogMoved,
+    TxLogUnavailable,
+    Writes,
+    apply_record,
+    decode_record,
+    encode_record,
+    run_writes,
+)
+
+T = TypeVar("T")
 
 # In the canonical bytes of a committed event, "entry_hash" is immediately
 # followed by "event_type" (no allowed top-level key sorts between them), and a
@@ -156,6 +189,8 @@ class StagedBatch:
     receipts: list[Receipt]
     state: _Batch
     position: int  # the last position it takes
+    position_before: int
+    writes: Writes  # what its transaction ran (empty: nothing to commit)
 
 
 def rejection(err: LedgerError, append: PreparedAppend | None = None, **ids: Any) -> AppendRejected:
@@ -201,6 +236,18 @@ class LedgerWriter:
         # The batch whose transaction is open, between stage_batch and
         # commit_staged: while set, every other use of the connection raises.
         self._staged: StagedBatch | None = None
+        # The replicated log every transaction is stored on before its COMMIT
+        # (store/txlog.py, ``use_txlog``); None: the file alone.
+        self._txlog: TxLog | None = None
+        self.txlog_seq = applied_position(conn, TXLOG_KEY, what="ledger read failed")
+        # The log may hold what the file lacks (at start: a crash after the
+        # log's ack; later: an append whose outcome was unknown, or another
+        # writer's records): read it before anything is read or written.
+        self._behind = False
+        self.applied_from_log = 0  # records applied by ``catch_up``, in all
+        # Reads answer from the file as it is, even one behind the log (a full
+        # disk, say, refuses to take the log's records); what writes or
+        # decides catches up first (``_before_use``, ``current``).
         self.reader = LedgerReader(conn, before_read=self._refuse_if_staged)
         # Lane heads by id, then tenant (ids are each tenant's own): a lane
         # id is loaded for every tenant at once, and a lane created after
@@ -221,7 +268,36 @@ class LedgerWriter:
         Raises ``InternalError`` when SQLite fails; then nothing of the batch
         is written and the caller must not ack any of its messages.
         """
-        return self.commit_staged(self.stage_batch(batch))
+        result = self.commit_staged(self.stage_batch(batch))
+        # Rejections decided without a write were decided on this file alone:
+        # with a log, confirm nothing newer is there before they go out.
+        if (
+            self._txlog is not None
+            and not result.committed
+            and any(isinstance(r, AppendRejected) for r in result.receipts)
+            and self.catch_up()
+        ):
+            result = self.commit_staged(self.stage_batch(batch))
+        return result
+
+    def current(self, decide: Callable[[], T], *, tries: int = 3) -> T:
+        """``decide()`` (a command or a read), with a log made to answer as
+        the log's current state would, never a stale file's: decided again
+        when its write was refused because the log had moved on
+        (``TxLogMoved``; the file reads the log first), or when it answered
+        from absence or conflict (a ``StoreError``: no such actor, a lane that
+        exists otherwise, …) while the log held transactions the file had not
+        applied. At most ``tries`` times; then the last error stands."""
+        for attempt in range(1, tries + 1):
+            try:
+                return decide()
+            except TxLogMoved:
+                if attempt == tries:
+                    raise
+            except StoreError:
+                if self._txlog is None or attempt == tries or not self.catch_up():
+                    raise
+        raise AssertionError("unreachable: the last try returns or raises")
 
     def stage_batch(self, batch: list[PreparedAppend]) -> StagedBatch:
         """``apply_batch`` up to its ``COMMIT``: every request applied and the
@@ -230,7 +306,7 @@ class LedgerWriter:
         (it would read, or commit, the batch's uncommitted rows). The split
         lets the sequencer run the CPU work on its event loop and only the
         durable commit (the fsync) on another thread."""
-        self._refuse_if_staged()
+        self._before_use()
         committed_at = self._clock()
         stored = self._stored_receipts({a.request.append_id for a in batch})
         known = self._known_events(
@@ -242,7 +318,7 @@ class LedgerWriter:
         subjects = self._subject_lanes({e.subject_id for a in batch for e in a.request.events})
 
         state = _Batch()
-        position = self.last_position
+        position = before = self.last_position
         receipts: list[Receipt] = []
         for append in batch:
             try:
@@ -252,9 +328,8 @@ class LedgerWriter:
             except LedgerError as err:
                 receipt = rejection(err, append)
             receipts.append(receipt)
-        if state.event_rows:
-            self._write(state, position)
-        self._staged = StagedBatch(receipts, state, position)
+        writes = self._write(state, position) if state.event_rows else []
+        self._staged = StagedBatch(receipts, state, position, before, writes)
         return self._staged
 
     def commit_staged(self, staged: StagedBatch) -> BatchResult:
@@ -264,8 +339,8 @@ class LedgerWriter:
         self._check_staged(staged)
         state = staged.state
         try:
-            if state.event_rows:
-                self._end(staged.position)
+            if staged.writes:
+                self._commit(staged.writes, staged.position_before, staged.position)
         finally:
             self._staged = None
         self.last_position = staged.position
@@ -550,33 +625,97 @@ class LedgerWriter:
                 expected=found[1],
             )
 
-    def _write(self, state: _Batch, position: int) -> None:
+    def _write(self, state: _Batch, position: int) -> Writes:
+        writes: Writes = [
+            (INSERT_EVENT, state.event_rows),
+            (INSERT_RECEIPT, list(state.receipt_rows)),
+            (
+                MOVE_LANE_HEAD,
+                [(seq, head, lane_id, tenant) for (tenant, lane_id), (seq, head) in state.heads.items()],
+            ),
+        ]
         db = self._db
         with failures_as("ledger commit failed", roll_back=db, position=position):
             begin(db)
-            db.executemany(
-                "INSERT INTO events (position, id, lane_id, seq, tenant, session_id, run_id,"
-                " event_type, append_id, body) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                state.event_rows,
-            )
-            db.executemany(
-                "INSERT INTO receipts (tenant, append_id, lane_id, digest, body) VALUES (?,?,?,?,?)",
-                state.receipt_rows,
-            )
-            db.executemany(
-                "UPDATE lanes SET last_seq = ?, head_hash = ? WHERE id = ? AND tenant = ?",
-                [(seq, head, lane_id, tenant) for (tenant, lane_id), (seq, head) in state.heads.items()],
-            )
+            run_writes(db, writes)
+        return writes
 
-    def _end(self, position: int) -> None:
-        with failures_as("ledger commit failed", roll_back=self._db, position=position):
-            commit(self._db)
+    def _commit(self, writes: Writes, position_before: int, position: int) -> None:
+        """End the open transaction that ran ``writes``: with a log, store
+        them on it first, and commit only once it holds them."""
+        db = self._db
+        if self._txlog is not None:
+            record = encode_record(writes, position_before=position_before, position=position)
+            try:
+                seq = self._txlog.append(record, after=self.txlog_seq)
+            except (TxLogMoved, TxLogUnavailable):
+                self._behind = True
+                with failures_as("ledger rollback failed", position=position):
+                    roll_back(db)
+                raise
+            # From here the log holds the transaction: if the file fails to
+            # take it, it is behind the log and reads it back before going on.
+            self._behind = True
+            with failures_as("ledger commit failed", roll_back=db, position=position):
+                record_applied_position(db, TXLOG_KEY, seq)
+                commit(db)
+            self.txlog_seq = seq
+            self._behind = False
+            return
+        with failures_as("ledger commit failed", roll_back=db, position=position):
+            commit(db)
+
+    # ------------------------------------------------------------ the log
+
+    def use_txlog(self, txlog: TxLog) -> None:
+        """From now on store every transaction on ``txlog`` before it
+        commits; what the log holds beyond this file is applied first."""
+        self._refuse_if_staged()
+        self._txlog = txlog
+        self._behind = True
+
+    def _before_use(self) -> None:
+        """Every read and write comes here first: refused while a staged
+        batch is open; with a log, the file first takes what it missed."""
+        self._refuse_if_staged()
+        if self._behind:
+            self.catch_up()
+
+    def catch_up(self) -> int:
+        """Apply the log's records after ``txlog_seq``, each in its own
+        transaction with its position, and return how many. The cache of
+        lane heads is dropped: it is reloaded from the file."""
+        self._refuse_if_staged()
+        if self._txlog is None:
+            return 0
+        db = self._db
+        records, end = self._txlog.read_after(self.txlog_seq)
+        applied = 0
+        for seq, data in records:
+            record = decode_record(data, seq=seq)
+            with failures_as("ledger commit failed", roll_back=db, txlog_seq=seq):
+                begin(db)
+                apply_record(db, record, seq=seq, last_position=self.last_position)
+                record_applied_position(db, TXLOG_KEY, seq)
+                commit(db)
+            self.txlog_seq = seq
+            self.last_position = record.position
+            self.applied_from_log += 1
+            applied += 1
+        # An unfinished record ends the log: the next append goes after it.
+        self.txlog_seq = max(self.txlog_seq, end)
+        if applied:
+            # Lane heads moved; actors only appear and never change, so
+            # their cache stays (a new one is loaded when first named).
+            self._lanes.clear()
+        self._behind = False
+        return applied
 
     # ---------------------------------------------------------------- lookups
 
     def _in(self, sql: str, keys: set[str]) -> list[tuple[Any, ...]]:
         """Run ``sql`` (with one ``{marks}`` placeholder) over ``keys`` in chunks."""
-        self._refuse_if_staged()
+        self._before_use()
         keys_list, rows = list(keys), []
         for start in range(0, len(keys_list), 500):
             chunk = keys_list[start : start + 500]
@@ -671,7 +810,7 @@ class LedgerWriter:
             created_at=self._clock(),
         )
         self._insert(
-            "INSERT INTO actors (id, tenant, key, body) VALUES (?,?,?,?)",
+            INSERT_ACTOR,
             (actor.id, actor.tenant, actor.key, encode(actor)),
         )
         self._remember_actor(actor)
@@ -751,22 +890,20 @@ class LedgerWriter:
         )
         self._insert_many(
             [
+                (INSERT_SESSION, [(lane.session_id, lane.tenant, now)]),
                 (
-                    "INSERT OR IGNORE INTO sessions (id, tenant, created_at) VALUES (?,?,?)",
-                    (lane.session_id, lane.tenant, now),
-                ),  # a session is its tenant's: (id, tenant) is its key
-                (
-                    "INSERT INTO lanes (id, tenant, session_id, run_id, name, body, last_seq, head_hash)"
-                    " VALUES (?,?,?,?,?,?,0,?)",
-                    (
-                        lane.id,
-                        lane.tenant,
-                        lane.session_id,
-                        lane.run_id,
-                        lane.name,
-                        encode(lane),
-                        GENESIS_HASH,
-                    ),
+                    INSERT_LANE,
+                    [
+                        (
+                            lane.id,
+                            lane.tenant,
+                            lane.session_id,
+                            lane.run_id,
+                            lane.name,
+                            encode(lane),
+                            GENESIS_HASH,
+                        )
+                    ],
                 ),
             ]
         )
@@ -813,7 +950,7 @@ class LedgerWriter:
         self._unused_id("turns", "turn", cmd.id, tenant)
         turn = Turn(id=cmd.id or new_id(), lane_id=cmd.lane_id, turn_no=cmd.turn_no, created_at=self._clock())
         self._insert(
-            "INSERT INTO turns (id, tenant, lane_id, turn_no, body) VALUES (?,?,?,?,?)",
+            INSERT_TURN,
             (turn.id, tenant, turn.lane_id, turn.turn_no, encode(turn)),
         )
         return turn
@@ -855,7 +992,7 @@ class LedgerWriter:
             created_at=self._clock(),
         )
         self._insert(
-            "INSERT INTO actions (id, tenant, lane_id, turn_id, body) VALUES (?,?,?,?,?)",
+            INSERT_ACTION,
             (action.id, tenant, action.lane_id, action.turn_id, encode(action)),
         )
         return action
@@ -879,7 +1016,7 @@ class LedgerWriter:
             created_at=self._clock(),
         )
         self._insert(
-            "INSERT INTO attempts (id, tenant, lane_id, action_id, attempt_no, body) VALUES (?,?,?,?,?,?)",
+            INSERT_ATTEMPT,
             (attempt.id, tenant, attempt.lane_id, attempt.action_id, attempt.attempt_no, encode(attempt)),
         )
         return attempt
@@ -922,14 +1059,17 @@ class LedgerWriter:
             raise EntityConflict(f"{kind} id already names another {kind}", kind=kind, id=entity_id)
 
     def _rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        self._refuse_if_staged()
+        self._before_use()
         return fetch_all(self._db, sql, params, what="ledger read failed")
 
-    def _insert(self, sql: str, params: tuple[Any, ...]) -> None:
-        self._insert_many([(sql, params)])
+    def _insert(self, statement: Statement, params: tuple[Any, ...]) -> None:
+        self._insert_many([(statement, [params])])
 
-    def _insert_many(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
-        self._refuse_if_staged()
-        with transaction(self._db, "ledger write failed") as db:
-            for sql, params in statements:
-                db.execute(sql, params)
+    def _insert_many(self, writes: Writes) -> None:
+        """A structure command's rows, in one transaction of their own."""
+        self._before_use()
+        db = self._db
+        with failures_as("ledger write failed", roll_back=db):
+            begin(db)
+            run_writes(db, writes)
+        self._commit(writes, self.last_position, self.last_position)

@@ -1,0 +1,202 @@
+"""The transaction log: every write of the ledger, replicated before it counts.
+
+The ledger writer changes its SQLite file only through the named statements
+below. Each of its transactions is one ``TxRecord`` — the statements it ran,
+with their parameter rows — stored on a replicated log (``TxLog``; the
+sequencer's is the JetStream stream LEDGER_TXLOG) *before* the SQLite
+``COMMIT``. The file is then an index of the log: applying the log's records
+in order to an empty file (``apply_record``) rebuilds it row for row, and a
+file that lost its last transactions (a crash between the log's ack and the
+``COMMIT``) is completed from the log before it is written again.
+
+Rows, not commands, are logged: a command's outcome depends on the clock and
+on fresh ids, which a replay must not draw again. Only statements named here
+can be replayed, so a record is data, never SQL.
+
+``TxLog.append`` stores a record only right after the log position the
+writer last applied (``after``). When the log has moved past it — another
+sequencer wrote, or an earlier append's outcome was unknown — it raises
+``TxLogMoved``: the writer rolls back, reads what it missed, and the work is
+tried again on the new state. Two writers can therefore never both commit
+against the same state; the log orders them (spec/replication.md).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import msgspec
+
+from laneledger.contract.errors import IntegrityError, InternalError
+
+# meta.txlog_seq: the log position of the last record this file holds.
+TXLOG_KEY = "txlog_seq"
+RECORD_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    name: str  # what a record calls it
+    sql: str
+
+
+INSERT_ACTOR = Statement("insert_actor", "INSERT INTO actors (id, tenant, key, body) VALUES (?,?,?,?)")
+# A session is its tenant's: (id, tenant) is its key, and the first lane makes it.
+INSERT_SESSION = Statement(
+    "insert_session", "INSERT OR IGNORE INTO sessions (id, tenant, created_at) VALUES (?,?,?)"
+)
+INSERT_LANE = Statement(
+    "insert_lane",
+    "INSERT INTO lanes (id, tenant, session_id, run_id, name, body, last_seq, head_hash)"
+    " VALUES (?,?,?,?,?,?,0,?)",
+)
+INSERT_TURN = Statement(
+    "insert_turn", "INSERT INTO turns (id, tenant, lane_id, turn_no, body) VALUES (?,?,?,?,?)"
+)
+INSERT_ACTION = Statement(
+    "insert_action", "INSERT INTO actions (id, tenant, lane_id, turn_id, body) VALUES (?,?,?,?,?)"
+)
+INSERT_ATTEMPT = Statement(
+    "insert_attempt",
+    "INSERT INTO attempts (id, tenant, lane_id, action_id, attempt_no, body) VALUES (?,?,?,?,?,?)",
+)
+INSERT_EVENT = Statement(
+    "insert_event",
+    "INSERT INTO events (position, id, lane_id, seq, tenant, session_id, run_id,"
+    " event_type, append_id, body) VALUES (?,?,?,?,?,?,?,?,?,?)",
+)
+INSERT_RECEIPT = Statement(
+    "insert_receipt",
+    "INSERT INTO receipts (tenant, append_id, lane_id, digest, body) VALUES (?,?,?,?,?)",
+)
+MOVE_LANE_HEAD = Statement(
+    "move_lane_head", "UPDATE lanes SET last_seq = ?, head_hash = ? WHERE id = ? AND tenant = ?"
+)
+
+STATEMENTS = {
+    s.name: s
+    for s in (
+        INSERT_ACTOR,
+        INSERT_SESSION,
+        INSERT_LANE,
+        INSERT_TURN,
+        INSERT_ACTION,
+        INSERT_ATTEMPT,
+        INSERT_EVENT,
+        INSERT_RECEIPT,
+        MOVE_LANE_HEAD,
+    )
+}
+
+# What a transaction ran: (statement, its parameter rows), in order.
+Writes = list[tuple[Statement, list[tuple[Any, ...]]]]
+
+
+class TxRecord(msgspec.Struct, array_like=True, frozen=True):
+    """One writer transaction. ``position_before``/``position``: the ledger's
+    last position before and after it (equal for a structure command), so a
+    replay can check that the record continues the file it is applied to."""
+
+    version: int
+    position_before: int
+    position: int
+    # (statement name, parameter rows): values are str, int, bytes or None
+    writes: list[tuple[str, list[list[Any]]]]
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(TxRecord)
+
+
+def encode_record(writes: Writes, *, position_before: int, position: int) -> bytes:
+    return _encoder.encode(
+        TxRecord(
+            RECORD_VERSION,
+            position_before,
+            position,
+            [(statement.name, [list(row) for row in rows]) for statement, rows in writes],
+        )
+    )
+
+
+def decode_record(data: bytes, *, seq: int) -> TxRecord:
+    try:
+        record = _decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise IntegrityError(
+            "transaction log record is undecodable", kind="txlog_record", txlog_seq=seq
+        ) from exc
+    if record.version != RECORD_VERSION:
+        raise IntegrityError(
+            "transaction log record has an unknown version",
+            kind="txlog_record",
+            txlog_seq=seq,
+            found=record.version,
+            expected=RECORD_VERSION,
+        )
+    return record
+
+
+def run_writes(conn: sqlite3.Connection, writes: Writes) -> None:
+    """Execute a transaction's statements (inside the caller's transaction)."""
+    for statement, rows in writes:
+        conn.executemany(statement.sql, rows)
+
+
+def apply_record(conn: sqlite3.Connection, record: TxRecord, *, seq: int, last_position: int) -> None:
+    """Replay one record onto a file whose last position is ``last_position``
+    (inside the caller's transaction)."""
+    if record.position_before != last_position:
+        raise IntegrityError(
+            "transaction log record does not continue this ledger file",
+            kind="txlog_gap",
+            txlog_seq=seq,
+            record_position_before=record.position_before,
+            ledger_last_position=last_position,
+        )
+    writes: Writes = []
+    for name, rows in record.writes:
+        statement = STATEMENTS.get(name)
+        if statement is None:
+            raise IntegrityError(
+                "transaction log record names an unknown statement",
+                kind="txlog_record",
+                txlog_seq=seq,
+                statement=name,
+            )
+        writes.append((statement, [tuple(row) for row in rows]))
+    run_writes(conn, writes)
+
+
+class TxLogMoved(InternalError):
+    """The log holds records after the one the writer last applied: another
+    writer's, or one of its own whose append looked failed. Nothing of the
+    transaction was written; it is tried again once the writer caught up."""
+
+
+class TxLogUnavailable(InternalError):
+    """The record could not be stored, or it is unknown whether it was
+    (a timeout): nothing was committed; the writer reads the log before its
+    next write."""
+
+
+class TxLog(Protocol):
+    """The replicated log, as the (synchronous) writer sees it."""
+
+    def append(self, record: bytes, *, after: int) -> int:
+        """Store ``record`` right after log position ``after`` and return its
+        position, once the log holds it durably (with its replicas). Raises
+        ``TxLogMoved`` if the log's last position is not ``after``, and
+        ``TxLogUnavailable`` if the outcome is not known to be a success."""
+        ...
+
+    def read_after(self, after: int) -> tuple[Iterable[tuple[int, bytes]], int]:
+        """The complete records after position ``after``, as (position,
+        bytes) in order, and the log's last position (an unfinished record at
+        its end is left out; the writer's next append goes after it). Raises
+        ``IntegrityError`` if the log ends before ``after``, and
+        ``TxLogUnavailable`` if it cannot be read."""
+        ...

@@ -1,0 +1,173 @@
+"""The transaction log on JetStream: the stream LEDGER_TXLOG (spec/replication.md;
+its settings are the sequencer's, services/sequencer/streams.py).
+
+Each writer transaction (``store/txlog.py``) is one record; a record larger
+than a message may be (the server's ``max_payload``) is split into parts
+published one after another, each with ``Nats-Expected-Last-Sequence`` =
+the sequence of the part before it (of the record before it, for the first).
+So the stream is one chain: a part lands only right after the one its writer
+last saw, and a writer that is behind — another sequencer wrote — is refused
+(error 10071) instead of forking the log. A record is complete when all its
+parts are there; a record cut short (its writer died or was refused midway)
+is followed by a new record's first part, and readers skip it.
+
+The writer is synchronous and runs on the sequencer's writer thread; this
+class runs its JetStream calls on the event loop (it is made on the loop's
+thread) and waits for them on the writer's. It refuses to wait on the loop's
+own thread, where it would deadlock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, TypeVar
+
+import nats.errors
+from nats.js import JetStreamContext
+from nats.js.errors import APIError, NotFoundError
+
+from laneledger.contract.errors import IntegrityError
+from laneledger.contract.subjects import Subjects
+from laneledger.store.txlog import TxLogMoved, TxLogUnavailable
+
+T = TypeVar("T")
+PART_HEADER = "Ledger-Txlog-Part"  # "<i>/<n>", 1-based
+WRONG_LAST_SEQUENCE = 10071
+# Room left in a message for its headers (the part and the expected sequence).
+_HEADER_ROOM = 512
+
+
+def split_record(record: bytes, part_bytes: int) -> list[bytes]:
+    return [record[i : i + part_bytes] for i in range(0, len(record), part_bytes)] or [b""]
+
+
+def part_of(headers: dict[str, str] | None, seq: int) -> tuple[int, int]:
+    """(i, n) of a stored message; IntegrityError if it is not a part."""
+    value = (headers or {}).get(PART_HEADER, "")
+    i, _, n = value.partition("/")
+    if not (i.isdigit() and n.isdigit() and 1 <= int(i) <= int(n)):
+        raise IntegrityError(
+            "transaction log message is not a record part",
+            kind="txlog_record",
+            txlog_seq=seq,
+            header=value,
+        )
+    return int(i), int(n)
+
+
+class JetStreamTxLog:
+    def __init__(
+        self,
+        js: JetStreamContext,
+        subjects: Subjects,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        max_payload: int,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self._js = js
+        self._stream = subjects.txlog_stream
+        self._subject = subjects.txlog
+        self._loop = loop
+        self._loop_thread = threading.get_ident()  # made on the loop's thread
+        self._part_bytes = max(max_payload - _HEADER_ROOM, 1024)
+        self._timeout_s = timeout_s
+
+    # -- the writer's side (TxLog), on the writer thread
+
+    def append(self, record: bytes, *, after: int) -> int:
+        return self._wait(self.append_async(record, after=after))
+
+    def read_after(self, after: int) -> tuple[Iterator[tuple[int, bytes]], int]:
+        last = self._wait(self.last_seq())
+        if last < after:
+            raise IntegrityError(
+                "the transaction log ends before what this ledger file applied: the stream is "
+                "not this ledger's, or it was reset",
+                kind="txlog_behind_file",
+                stream=self._stream,
+                stream_last_sequence=last,
+                file_txlog_seq=after,
+            )
+        return self._records(after, last, lambda seq: self._wait(self._get(seq))), last
+
+    def _wait(self, work: Coroutine[Any, Any, T]) -> T:
+        if threading.get_ident() == self._loop_thread:
+            work.close()
+            raise RuntimeError("the transaction log is waited on from the writer thread, never the loop")
+        return asyncio.run_coroutine_threadsafe(work, self._loop).result(self._timeout_s * 2)
+
+    # -- on the loop
+
+    async def append_async(self, record: bytes, *, after: int) -> int:
+        parts = split_record(record, self._part_bytes)
+        seq = after
+        for i, part in enumerate(parts, start=1):
+            headers = {PART_HEADER: f"{i}/{len(parts)}", "Nats-Expected-Last-Sequence": str(seq)}
+            try:
+                ack = await self._js.publish(
+                    self._subject, part, timeout=self._timeout_s, stream=self._stream, headers=headers
+                )
+            except APIError as exc:
+                if exc.err_code == WRONG_LAST_SEQUENCE:
+                    raise TxLogMoved(
+                        "the transaction log moved on: another writer appended, or an earlier "
+                        "append's outcome was unknown; nothing was committed",
+                        stream=self._stream,
+                        expected_last_sequence=seq,
+                    ) from exc
+                raise TxLogUnavailable(
+                    "the transaction log refused the record", stream=self._stream, error=str(exc)
+                ) from exc
+            except (nats.errors.Error, TimeoutError) as exc:
+                raise TxLogUnavailable(
+                    "the transaction log did not acknowledge the record (it may hold it)",
+                    stream=self._stream,
+                    error=type(exc).__name__,
+                ) from exc
+            seq = ack.seq
+        return seq
+
+    async def last_seq(self) -> int:
+        try:
+            info = await self._js.stream_info(self._stream)
+        except NotFoundError as exc:
+            raise TxLogUnavailable(
+                f"there is no transaction log stream {self._stream}", stream=self._stream
+            ) from exc
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise TxLogUnavailable(
+                "the transaction log cannot be read", stream=self._stream, error=type(exc).__name__
+            ) from exc
+        return int(info.state.last_seq)
+
+    async def _get(self, seq: int) -> tuple[dict[str, str] | None, bytes]:
+        try:
+            msg = await self._js.get_msg(self._stream, seq)
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise TxLogUnavailable(
+                "the transaction log cannot be read", stream=self._stream, error=type(exc).__name__
+            ) from exc
+        return msg.headers, msg.data or b""
+
+    @staticmethod
+    def _records(
+        after: int, last: int, get: Callable[[int], tuple[dict[str, str] | None, bytes]]
+    ) -> Iterator[tuple[int, bytes]]:
+        """The complete records among positions after..last, in order, as
+        (the position of their last part, their bytes)."""
+        parts: list[bytes] = []
+        for seq in range(after + 1, last + 1):
+            headers, data = get(seq)
+            i, n = part_of(headers, seq)
+            if i == 1:
+                parts = []  # a record cut short before this one is skipped
+            elif i != len(parts) + 1:
+                parts = []  # the rest of a record whose start was cut short
+                continue
+            parts.append(data)
+            if i == n:
+                yield seq, b"".join(parts)
+                parts = []
