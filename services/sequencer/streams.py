@@ -86,29 +86,29 @@ def _append_stream(
 
 
 def events_stream_config(name: str, subjects: Subjects, replicas: int) -> StreamConfig:
-    return StreamConfig(
-        name=name,
-        description="laneledger committed events (stream sequence == ledger position)",
-        subjects=[subjects.events_wildcard],
-        retention=RetentionPolicy.LIMITS,
-        storage=StorageType.FILE,
-        num_replicas=replicas,
-        max_msgs=-1,
-        max_bytes=-1,
-        max_age=0,
-        discard=DiscardPolicy.NEW,
-        duplicate_window=DUPLICATE_WINDOW_S,
-        deny_delete=True,
-        deny_purge=True,
-        allow_rollup_hdrs=False,
+    return _permanent_stream(
+        name,
+        "laneledger committed events (stream sequence == ledger position)",
+        subjects.events_wildcard,
+        replicas,
     )
 
 
 def txlog_stream_config(subjects: Subjects, replicas: int) -> StreamConfig:
+    return _permanent_stream(
+        subjects.txlog_stream,
+        "laneledger writer transactions (the ledger's replicated source of truth)",
+        subjects.txlog,
+        replicas,
+    )
+
+
+def _permanent_stream(name: str, description: str, subject: str, replicas: int) -> StreamConfig:
+    """A stream nothing may shorten: no limits, no deletes, no purges."""
     return StreamConfig(
-        name=subjects.txlog_stream,
-        description="laneledger writer transactions (the ledger's replicated source of truth)",
-        subjects=[subjects.txlog],
+        name=name,
+        description=description,
+        subjects=[subject],
         retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE,
         num_replicas=replicas,
