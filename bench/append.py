@@ -39,11 +39,11 @@ SQLite file, and P producer processes (``bench/producer.py``). Phases:
    sequencer could commit here with producers as cheap as the baseline's
    (``bare_ceiling_*``). ``--no-bare`` skips phases 4 and 6.
 
-``--txlog-off-too`` then restarts the sequencer with ``--txlog off`` (the
-SQLite file alone, without the replicated transaction log of
-spec/replication.md) and runs phases 1 and 3 again at the same offered rate:
-what committing through LEDGER_TXLOG costs, in the same run
-(``txlog_off_*`` keys).
+``--txlog-off-too``: after phase 3, the sequencer is restarted with
+``--txlog off`` (the SQLite file alone, without the replicated transaction
+log of spec/replication.md) and phases 1 and 3 run again, 3 at the same
+offered rate: what committing through LEDGER_TXLOG costs, in the same run
+(``txlog_off_*`` keys). The sequencer then goes back to ``--txlog on``.
 
 ``--latency-at N`` runs phase 3 alone, at N events/s, for comparing two copies
 of the code at the same load without the other phases' minutes.
@@ -672,14 +672,14 @@ class Bench:
             result["ratio"] = ratio(result["committed_per_s"], result["raw_publish_per_s"])
             rate = max(args.load_fraction * result["committed_per_s"] / E, 1.0)  # appends/s
             result |= await self._phase_latency(rate, f"{100 * args.load_fraction:g} % load")
+            if args.txlog_off_too:
+                result |= await self._phases_without_txlog(rate)
             if not args.no_bare:
                 result |= await self._phase_bare()
                 result["bare_ratio"] = ratio(result["bare_committed_per_s"], result["raw_publish_per_s"])
             result |= await self._phase_ceiling(result["raw_publish_per_s"])
             if not args.no_bare:
                 result |= await self._phase_ceiling(result["raw_publish_per_s"], "bare")
-            if args.txlog_off_too:
-                result |= await self._phases_without_txlog(rate)
         else:
             result = await self._phase_latency(args.latency_at / E, "fixed load")
         ok = all(c[1] for c in self.checks)
@@ -739,6 +739,10 @@ class Bench:
         self.start_sequencer()
         out = await self._phase_max()
         out |= await self._phase_latency(rate, "the same offered load, --txlog off")
+        # The phases after these (bare, ceiling) run as before, with the log.
+        self.stop_sequencer()
+        self.txlog = True
+        self.start_sequencer()
         return {f"txlog_off_{key}": value for key, value in out.items()}
 
     async def _phase_bare(self) -> dict[str, Any]:

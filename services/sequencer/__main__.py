@@ -22,6 +22,7 @@ from laneledger.runtime.config import (
     common_settings,
     on_off,
     parse_settings,
+    positive_float,
     positive_int,
     reply_nats_setting,
     tenants_setting,
@@ -37,6 +38,7 @@ from laneledger.runtime.servicemain import (
 from laneledger.sdk.natsconnect import connect_nats
 from laneledger.store import LedgerWriter, open_ledger
 
+from .lease import LeaseSettings
 from .metrics import SequencerMetrics
 from .service import Sequencer, SequencerSettings
 
@@ -57,6 +59,14 @@ SETTINGS = [
         on_off,
         help="on: store every transaction on LEDGER_TXLOG before the file commits it "
         "(spec/replication.md); off: the file alone (for comparison)",
+    ),
+    Setting(
+        "--lease-ttl-s",
+        "LEASE_TTL_S",
+        2.0,
+        positive_float,
+        help="the active sequencer's lease expires this long after its last renewal; a standby "
+        "takes it over then (spec/replication.md, 'The lease')",
     ),
     Setting(
         "--hmac-key-file",
@@ -103,10 +113,17 @@ async def run(args: argparse.Namespace) -> None:
         redactor=Redactor.from_config(args.redact_patterns, args.redact_keys),
         tenants=args.tenants_file,
         txlog=args.txlog,
+        lease=LeaseSettings(
+            ttl_s=args.lease_ttl_s, renew_s=args.lease_ttl_s / 5, try_s=args.lease_ttl_s / 10
+        ),
     )
     sequencer = Sequencer(nc, writer, metrics, settings, reply_nc=reply_nc)
     app = web.Application()
-    app.add_routes(ops_routes(registry, lambda: sequencer.accepting and nc.is_connected))
+    app.add_routes(
+        ops_routes(
+            registry, lambda: sequencer.serving and nc.is_connected, details=lambda: {"role": sequencer.role}
+        )
+    )
     runner, port = await start_http(app, args.http_host, args.http_port)
 
     stop = stop_event()
@@ -114,7 +131,8 @@ async def run(args: argparse.Namespace) -> None:
     await sequencer.start()
     tune_gc_after_start()
     print(
-        f"laneledger-sequencer ready http=http://{args.http_host}:{port} position={writer.last_position}",
+        f"laneledger-sequencer ready http=http://{args.http_host}:{port} position={writer.last_position}"
+        f" role={sequencer.role}",
         flush=True,
     )
     try:

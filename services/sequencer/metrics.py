@@ -54,6 +54,33 @@ class SequencerMetrics:
             " a crash's last commits, another writer's)",
             registry=registry,
         )
+        self.active = Gauge(
+            "laneledger_sequencer_active",
+            "1 while this sequencer holds the lease and commits, 0 while it is a standby",
+            registry=registry,
+        )
+        self.lease_holder = Gauge(
+            "laneledger_sequencer_lease_holder",
+            "1 for the ledger file (meta.file_id) this sequencer last saw holding the lease",
+            ["holder"],
+            registry=registry,
+        )
+        self.failovers = Counter(
+            "laneledger_sequencer_failovers_total",
+            "Times this sequencer took the lease over after being a standby",
+            registry=registry,
+        )
+        self.lease_lost = Counter(
+            "laneledger_sequencer_lease_lost_total",
+            "Times this sequencer found its lease gone (expired or taken) and stood down",
+            registry=registry,
+        )
+        self.txlog_lag = Gauge(
+            "laneledger_sequencer_txlog_lag_records",
+            "Transaction log records the ledger file had not applied at its last look"
+            " (a standby's catch-up lag)",
+            registry=registry,
+        )
         self.txlog_seq = Gauge(
             "laneledger_sequencer_txlog_sequence",
             "The transaction log position the ledger file holds",

@@ -63,8 +63,10 @@ from laneledger.store.writer import BatchResult, rejection
 
 from .blobcheck import BlobCheck
 from .intake import Intake
+from .lease import Lease, LeaseSettings
 from .metrics import SequencerMetrics
 from .mirror import CommittedStreamMirror, StreamFault
+from .roles import RoleKeeper
 from .streams import ensure_stream, events_stream_config, txlog_stream_config
 from .tenancy import scope_command
 from .writerthread import WriterThread
@@ -73,6 +75,7 @@ log = logging.getLogger("laneledger.sequencer")
 
 T = TypeVar("T")
 COMMAND_OPS = ops_of(Command)
+DEFAULT_LEASE = LeaseSettings()
 _PIPELINE = 2  # batches committing or waiting to be finished
 _ANSWERING = 8  # committed batches waiting for the committed stream before their answers
 
@@ -125,6 +128,10 @@ class SequencerSettings:
     # COMMIT (spec/replication.md). Off: the SQLite file is the only record
     # of the structure and the receipts (bench/append.py compares the two).
     txlog: bool = True
+    # Be active only while holding the lease (roles.py), a standby otherwise;
+    # None: active from the start, whoever else runs. Only with the log
+    # (a standby follows it): with ``txlog`` off there is no lease.
+    lease: LeaseSettings | None = DEFAULT_LEASE
 
 
 class Sequencer:
@@ -151,8 +158,12 @@ class Sequencer:
         self._writer_thread = WriterThread(
             writer, inline_commit_max=settings.inline_commit_max, on_thread_only=settings.txlog
         )
-        self._stopping = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._halt = asyncio.Event()  # set: the pull loop stops (stop(), or standing down)
+        self._tasks: list[asyncio.Task[None]] = []  # what ``wait`` watches
+        self._active: list[asyncio.Task[None]] = []  # the active role's tasks
+        self.active = False
+        self._roles: RoleKeeper | None = None
+        self._intake: Intake | None = None
         self._blob_check: BlobCheck  # opened by start(), before any append is pulled
         self._commands = RequestServer[Command](
             nc,
@@ -195,9 +206,20 @@ class Sequencer:
 
     @property
     def accepting(self) -> bool:
-        """Ready, the ledger database took the last commit, and the committed
-        stream holds nothing the ledger did not write: what /readyz says."""
-        return self.ready and self.store_error is None and self.stream_fault is None
+        """Active and ready, the ledger database took the last commit, and the
+        committed stream holds nothing the ledger did not write."""
+        return self.ready and self.active and self.store_error is None and self.stream_fault is None
+
+    @property
+    def role(self) -> str:
+        return "active" if self.active else "standby"
+
+    @property
+    def serving(self) -> bool:
+        """What /readyz says: accepting, or a standby whose file is current."""
+        if self.active or self._roles is None:
+            return self.accepting
+        return self.ready and self._roles.current
 
     async def _ensure_events_stream(self) -> None:
         s = self._settings
@@ -242,18 +264,72 @@ class Sequencer:
         self._blob_check = BlobCheck(blobs, self._metrics)
         if s.txlog:
             await self._open_txlog()
+        self._metrics.last_position.set(self._writer.last_position)
+        if s.lease is None or not s.txlog:
+            await self.activate()
+            self._tasks = self._active
+        else:
+            holder = await self._in_writer(self._writer.file_id)
+            lease = Lease(self._js, s.subjects.lease_bucket, holder, s.lease, s.replicas)
+            self._roles = RoleKeeper(self, lease, self._metrics)
+            await self._roles.start()
+            self._tasks = [asyncio.create_task(self._roles.run(), name="sequencer-roles")]
+        self.ready = True
+        log.info("sequencer ready, %s, at position %d", self.role, self._writer.last_position)
+
+    # -------------------------------------------------------------- roles
+
+    async def activate(self) -> None:
+        """Become the one that commits: the file first takes the log's last
+        records, then requests are pulled, commands answered, the committed
+        stream mirrored."""
+        s = self._settings
+        if s.txlog:
+            await self.follow()
         await self.mirror.check_at_start()  # a foreign message: start, but commit nothing
         self._metrics.last_position.set(self._writer.last_position)
         intake = Intake(self._nc, self._js, s.subjects, s.replicas, s.batch_size, gate=self._blobs_ahead)
         await intake.open(s.tenants)
+        self._intake = intake
         await self._commands.start()  # served one at a time, in arrival order
-        self._tasks = [
+        self._halt.clear()
+        self._active = [
             asyncio.create_task(self._pull_loop(intake), name="sequencer-pull"),
             asyncio.create_task(self.mirror.run(), name="sequencer-mirror"),
             asyncio.create_task(self._backlog_loop(intake), name="sequencer-backlog"),
         ]
-        self.ready = True
-        log.info("sequencer ready at position %d", self._writer.last_position)
+        self.active = True
+
+    async def stand_down(self, *, drain_timeout_s: float = 10.0) -> None:
+        """Stop committing: no more pulls or commands; the batch in hand
+        finishes (the log refuses it if another took over), the mirror
+        flushes, and the active tasks end."""
+        self.active = False
+        self._halt.set()
+        await self._commands.stop()
+        pull_task = self._active[0] if self._active else None
+        if pull_task is not None:
+            try:
+                await asyncio.wait_for(pull_task, timeout=drain_timeout_s)
+            except (TimeoutError, Exception):  # noqa: BLE001 - stopping anyway
+                pull_task.cancel()
+        try:
+            async with asyncio.timeout(drain_timeout_s):
+                await self.mirror.taken_up()
+        except TimeoutError:
+            pass  # stopping anyway: the next start's catch-up publishes the rest
+        await cancel_tasks(self._active, timeout_s=drain_timeout_s)
+        self._active = []
+
+    async def follow(self) -> int:
+        """Apply what the log holds beyond the file (a standby does, every
+        few tenths of a second); how many records that was."""
+        applied = await self._in_writer(self._writer.catch_up)
+        self._count_log_use()
+        return applied
+
+    def active_tasks(self) -> list[asyncio.Task[None]]:
+        return list(self._active)
 
     async def _open_txlog(self) -> None:
         """Commit through LEDGER_TXLOG from now on, once the file holds
@@ -286,22 +362,14 @@ class Sequencer:
         await first_task_end(self._tasks)
 
     async def stop(self, *, drain_timeout_s: float = 10.0) -> None:
-        """Stop pulling, let the current batch finish, flush the mirror."""
+        """Stop pulling, let the current batch finish, flush the mirror; give
+        the lease up."""
         self.ready = False
-        self._stopping.set()
-        await self._commands.stop()
-        pull_task = self._tasks[0] if self._tasks else None
-        if pull_task is not None:
-            try:
-                await asyncio.wait_for(pull_task, timeout=drain_timeout_s)
-            except (TimeoutError, Exception):  # noqa: BLE001 - stopping anyway
-                pull_task.cancel()
-        try:
-            async with asyncio.timeout(drain_timeout_s):
-                await self.mirror.taken_up()
-        except TimeoutError:
-            pass  # stopping anyway: the next start's catch-up publishes the rest
-        await cancel_tasks(self._tasks, timeout_s=drain_timeout_s)
+        if self._roles is not None:
+            await cancel_tasks(self._tasks, timeout_s=drain_timeout_s)
+        await self.stand_down(drain_timeout_s=drain_timeout_s)
+        if self._roles is not None:
+            await self._roles.release()
         await self._writer_thread.close()
 
     async def _backlog_loop(self, intake: Intake) -> None:
@@ -331,7 +399,7 @@ class Sequencer:
         finisher = asyncio.create_task(self._finish_loop(in_flight), name="sequencer-finish")
         held: list[Msg] = []  # fetched as the stream was found foreign: committed once it is whole
         try:
-            while not self._stopping.is_set() and not finisher.done():
+            while not self._halt.is_set() and not finisher.done():
                 if not self._stream_whole.is_set():
                     # A foreign message on the committed stream: commit nothing
                     # (requests stay queued) until the mirror finds it whole.

@@ -211,6 +211,11 @@ class Subjects:
     def txlog(self) -> str:
         return f"{self.prefix}.txlog"
 
+    # The KV bucket of the lease that picks the active sequencer.
+    @property
+    def lease_bucket(self) -> str:
+        return f"{_stream_stem(self.prefix)}_LEASE"
+
     @property
     def append_wildcard(self) -> str:
         return f"{self.prefix}.append.>"

@@ -7,19 +7,28 @@ stuck"; /readyz asks the service whether it can do its job right now.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 
-def ops_routes(registry: CollectorRegistry, ready: Callable[[], bool]) -> list[web.RouteDef]:
+def ops_routes(
+    registry: CollectorRegistry,
+    ready: Callable[[], bool],
+    *,
+    details: Callable[[], dict[str, Any]] | None = None,
+) -> list[web.RouteDef]:
+    """``details``: more for /readyz's body (the sequencer's role)."""
+
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
     async def readyz(_: web.Request) -> web.Response:
+        more = details() if details is not None else {}
         if ready():
-            return web.json_response({"status": "ready"})
-        return web.json_response({"status": "not ready"}, status=503)
+            return web.json_response({"status": "ready", **more})
+        return web.json_response({"status": "not ready", **more}, status=503)
 
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -10,6 +10,7 @@ import sqlite3
 from pathlib import Path
 
 from laneledger.contract.errors import InternalError
+from laneledger.contract.ids import new_id
 from laneledger.store.sqlite import (
     Durability,
     check_schema_version,
@@ -17,6 +18,8 @@ from laneledger.store.sqlite import (
     meta_value,
     open_database,
     open_readonly,
+    put_meta,
+    transaction,
 )
 
 # 2: append ids are scoped per tenant (receipts keyed by tenant and append
@@ -216,3 +219,16 @@ def open_current_ledger(path: str | Path) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def file_id(conn: sqlite3.Connection) -> str:
+    """This file's own id (``meta.file_id``, made on first use): who holds
+    the sequencer's lease. It is the file's, not the ledger's: a file
+    rebuilt from the transaction log gets a new one (the log never carries
+    it), so two files of one ledger are two holders."""
+    with transaction(conn, "ledger write failed"):
+        found = meta_value(conn, "file_id")
+        if found is None:
+            found = new_id()
+            put_meta(conn, "file_id", found)
+    return found

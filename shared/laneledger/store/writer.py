@@ -80,7 +80,9 @@ from laneledger.contract.vocabulary import (
 from laneledger.history.causality import REWOUND
 from laneledger.store.append import PreparedAppend
 from laneledger.store.reader import LedgerReader, lane_from_row
+from laneledger.store.schema import file_id as schema_file_id
 from laneledger.store.sqlite import (
+    Durability,
     applied_position,
     begin,
     commit,
@@ -667,12 +669,23 @@ class LedgerWriter:
 
     # ------------------------------------------------------------ the log
 
+    def file_id(self) -> str:
+        """This file's own id (``schema.file_id``): the sequencer's lease holder."""
+        self._refuse_if_staged()
+        return schema_file_id(self._db)
+
     def use_txlog(self, txlog: TxLog) -> None:
         """From now on store every transaction on ``txlog`` before it
         commits; what the log holds beyond this file is applied first."""
         self._refuse_if_staged()
         self._txlog = txlog
         self._behind = True
+        # The log, replicated, is what makes a commit durable now: the file
+        # need not wait for the disk at every COMMIT. A power cut may roll
+        # back its last transactions, whole (rows with their log position),
+        # and the next start reads them back from the log.
+        with failures_as("ledger write failed"):
+            self._db.execute(f"PRAGMA synchronous = {Durability.NORMAL.value}")
 
     def _before_use(self) -> None:
         """Every read and write comes here first: refused while a staged

@@ -1,0 +1,135 @@
+"""Active or standby: the sequencer's role, kept by the lease (lease.py).
+
+A standby follows LEDGER_TXLOG (its file takes every new record, every
+``try_s``) and tries to take the lease; once it has it, it becomes active:
+it reads the log's last records, then pulls requests, answers commands and
+mirrors the committed stream. The active one renews the lease; when renewing
+is refused (the lease expired, or another holds it) or has not succeeded for
+a whole TTL (cut off from NATS), it stands down: it stops pulling and
+answering, finishes nothing new, and follows again. Whatever it was doing
+when it was deposed is refused by the log (store/txlog.py) and redelivered to
+its successor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Protocol
+
+from .lease import Lease
+from .metrics import SequencerMetrics
+
+log = logging.getLogger("laneledger.sequencer.roles")
+
+
+class Roles(Protocol):
+    """What the keeper asks of the sequencer."""
+
+    active: bool
+
+    async def activate(self) -> None: ...
+    async def stand_down(self) -> None: ...
+    async def follow(self) -> int: ...  # catch up from the log; how many records it applied
+    def active_tasks(self) -> list[asyncio.Task[None]]: ...
+
+
+class RoleKeeper:
+    def __init__(self, sequencer: Roles, lease: Lease, metrics: SequencerMetrics) -> None:
+        self._seq = sequencer
+        self._lease = lease
+        self._metrics = metrics
+        self.lag = 0  # log records the file was behind at the last look
+        self._followed_at = 0.0  # when the file last took the whole log (monotonic)
+        self._renewed_at = 0.0
+        self._was_standby = False
+
+    @property
+    def current(self) -> bool:
+        """A standby whose file took the whole log within the last few looks."""
+        return time.monotonic() - self._followed_at < 5 * self._lease.settings.try_s
+
+    async def start(self) -> None:
+        """Open the lease and try it once: a lone sequencer (or one restarted
+        on its own file) is active before this returns."""
+        await self._lease.open()
+        if await self._lease.acquire():
+            await self._become_active()
+        else:
+            self._became_standby()
+
+    async def run(self) -> None:
+        """Keep the role until cancelled; re-raise if an active task failed."""
+        settings = self._lease.settings
+        while True:
+            if self._seq.active:
+                await self._watch(settings.renew_s)
+                await self._renew()
+            else:
+                try:
+                    self.lag = await self._seq.follow()
+                    self._followed_at = time.monotonic()
+                    self._metrics.txlog_lag.set(self.lag)
+                    if await self._lease.acquire():
+                        await self._become_active()
+                        continue
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - NATS away: try again
+                    log.warning("standby could not follow the log or try the lease: %s", exc)
+                self._show_holder()
+                await asyncio.sleep(settings.try_s)
+
+    async def _watch(self, seconds: float) -> None:
+        tasks = self._seq.active_tasks()
+        done, _ = await asyncio.wait(tasks, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()  # an integrity fault ends the service, as without a lease
+            raise RuntimeError(f"sequencer task {task.get_name()} ended while active")
+
+    async def _renew(self) -> None:
+        try:
+            kept = await self._lease.renew()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - unknown: the lease may still be ours
+            if time.monotonic() - self._renewed_at < self._lease.settings.ttl_s:
+                log.warning("lease not renewed (%s); trying again", exc)
+                return
+            log.error("lease not renewed for a whole TTL (%s): standing down", exc)
+            kept = False
+        if kept:
+            self._renewed_at = time.monotonic()
+            return
+        log.warning("the lease is no longer this sequencer's: standing down to standby")
+        self._metrics.lease_lost.inc()
+        await self._seq.stand_down()
+        self._became_standby()
+
+    async def _become_active(self) -> None:
+        self._renewed_at = time.monotonic()
+        await self._seq.activate()
+        self.lag = 0
+        self._metrics.active.set(1)
+        self._metrics.txlog_lag.set(0)
+        if self._was_standby:
+            self._metrics.failovers.inc()
+            log.warning("took the lease over: active")
+        self._show_holder()
+
+    def _became_standby(self) -> None:
+        self._was_standby = True
+        self._metrics.active.set(0)
+        self._show_holder()
+        log.info("standby: following the transaction log; the lease is %s's", self._lease.seen_holder)
+
+    def _show_holder(self) -> None:
+        self._metrics.lease_holder.clear()
+        if self._lease.seen_holder is not None:
+            self._metrics.lease_holder.labels(self._lease.seen_holder).set(1)
+
+    async def release(self) -> None:
+        """A clean stop: give the lease up (if it is still this sequencer's)
+        so a standby need not wait for it to expire."""
+        await self._lease.release()

@@ -1,0 +1,153 @@
+"""Standby sequencers and failover (spec/replication.md, "The lease"): real
+sequencer processes on one nats-server, each with its own file. The one
+holding the lease commits; the other follows LEDGER_TXLOG and takes over
+when the active one is killed, or paused past its lease. A deposed one that
+wakes up stands down, and no request is lost or doubled."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+from failure_logs import show_log_on_failure
+from polling import eventually
+from sequencer_process import SequencerProcess
+from test_txlog import dump
+
+from laneledger.audit.ledger import audit_ledger, compare_with_stream
+from laneledger.sdk.client import LedgerClient, make_event
+
+LEASE = ("--lease-ttl-s", "1")
+
+
+async def readyz(seq: SequencerProcess) -> tuple[int, dict]:
+    async with aiohttp.ClientSession() as http, http.get(f"{seq.http_url}/readyz") as resp:
+        return resp.status, await resp.json()
+
+
+async def role(seq: SequencerProcess) -> str:
+    return (await readyz(seq))[1]["role"]
+
+
+def sequencer(nats_url: str, tmp_path: Path, name: str, request: pytest.FixtureRequest) -> SequencerProcess:
+    seq = SequencerProcess(nats_url, tmp_path / name / "ledger.db", log_dir=tmp_path / name, extra_args=LEASE)
+    show_log_on_failure(request, seq)
+    return seq
+
+
+class Producer:
+    """Appends one event at a time to one lane, resending after a failure
+    with the same append id, and notes how long the longest wait was."""
+
+    def __init__(self, client: LedgerClient, lane, actor_id: str) -> None:
+        self.client, self.lane, self.actor_id = client, lane, actor_id
+        self.seq = 0
+        self.receipts = []
+        self.longest_gap_s = 0.0
+
+    async def append(self) -> None:
+        event = make_event(self.lane.id, "stream.text_delta", actor_id=self.actor_id, payload={"n": self.seq})
+        append_id = f"{self.lane.id}-{self.seq}"
+        started = time.monotonic()
+        while True:
+            try:
+                receipt = await self.client.append(
+                    self.lane, self.seq, [event], append_id=append_id, timeout=2.0
+                )
+                break
+            except Exception:  # noqa: BLE001 - the active sequencer is gone: resend, same id
+                await asyncio.sleep(0.05)
+        self.longest_gap_s = max(self.longest_gap_s, time.monotonic() - started)
+        assert receipt.last_seq == self.seq + 1
+        self.receipts.append(receipt)
+        self.seq += 1
+
+    async def run(self, n: int) -> None:
+        for _ in range(n):
+            await self.append()
+
+
+async def test_the_standby_follows_and_takes_over_from_a_killed_active_sequencer(
+    nats_server, js, tmp_path: Path, request: pytest.FixtureRequest
+):
+    first = sequencer(nats_server.url, tmp_path, "first", request)
+    second = sequencer(nats_server.url, tmp_path, "second", request)
+    first.start()
+    assert "role=active" in first.ready_line
+    second.start()
+    assert "role=standby" in second.ready_line
+    try:
+        async with await LedgerClient.connect(nats_server.url, timeout=5.0) as client:
+            actor = await client.ensure_actor("acme", "agent:standby@1", "agent")
+            lane = await client.create_lane("acme", "s", "r", "main", actor_id=actor.id)
+            producer = Producer(client, lane, actor.id)
+            await producer.run(10)
+            # The standby's file follows the log, and /readyz says it is a current standby.
+            await eventually(
+                lambda: dump(second.db_path)["events"] == dump(first.db_path)["events"],
+                what="the standby's file holding the active one's events",
+            )
+            assert await readyz(second) == (200, {"status": "ready", "role": "standby"})
+
+            first.kill()
+            await producer.run(10)  # resent until the standby, now active, answers
+            assert await role(second) == "active"
+            assert producer.longest_gap_s < 6.0, f"no commit for {producer.longest_gap_s:.1f} s"
+
+            # The first comes back on its file: a standby now, and it catches up.
+            first.restart()
+            assert "role=standby" in first.ready_line
+            await producer.run(5)
+            await eventually(
+                lambda: dump(first.db_path) == dump(second.db_path),
+                what="the restarted sequencer's file equal to the active one's",
+            )
+    finally:
+        first.stop()
+        second.stop()
+    positions = [p for r in producer.receipts for p in r.positions]
+    assert positions == list(range(1, 26))  # every append once, in order
+    assert audit_ledger(second.db_path).events == 25
+    assert await compare_with_stream(js, second.db_path) == 25
+
+
+async def test_a_paused_active_sequencer_is_deposed_and_stands_down_when_it_wakes(
+    nats_server, js, tmp_path: Path, request: pytest.FixtureRequest
+):
+    first = sequencer(nats_server.url, tmp_path, "first", request)
+    second = sequencer(nats_server.url, tmp_path, "second", request)
+    first.start()
+    second.start()
+    try:
+        async with await LedgerClient.connect(nats_server.url, timeout=5.0) as client:
+            actor = await client.ensure_actor("acme", "agent:paused@1", "agent")
+            lane = await client.create_lane("acme", "s", "r", "main", actor_id=actor.id)
+            producer = Producer(client, lane, actor.id)
+            await producer.run(5)
+
+            assert first.pid is not None
+            os.kill(first.pid, signal.SIGSTOP)  # past its lease: the standby takes over
+            await producer.run(5)
+            assert await role(second) == "active"
+            os.kill(first.pid, signal.SIGCONT)
+            await eventually(
+                lambda: "standing down" in first.log_text(),
+                what="the woken sequencer standing down",
+            )
+            await eventually(lambda: role(first), until=lambda r: r == "standby", what="its role: standby")
+            await producer.run(5)  # the new active one goes on
+            await eventually(
+                lambda: dump(first.db_path) == dump(second.db_path),
+                what="the deposed sequencer's file following the active one's",
+            )
+    finally:
+        first.stop()
+        second.stop()
+    positions = [p for r in producer.receipts for p in r.positions]
+    assert positions == list(range(1, 16))
+    assert await compare_with_stream(js, second.db_path) == 15
