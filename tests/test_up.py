@@ -143,6 +143,25 @@ async def test_up_runs_everything_and_leaves_nothing_behind(tmp_path, request):
     assert processes_mentioning(str(tmp_path / "data")) == []
 
 
+async def test_up_with_a_standby_runs_a_second_sequencer_that_follows(tmp_path, request):
+    up = Up(tmp_path / "data", "--standby")
+    show_log_on_failure(request, up)
+    urls = up.start()
+    try:
+        roles = {}
+        async with aiohttp.ClientSession() as http:
+            for label in ("sequencer ops", "standby ops"):
+                base = urls[label].rsplit("/metrics", 1)[0]
+                async with http.get(f"{base}/readyz") as response:
+                    assert response.status == 200, label
+                    roles[label] = (await response.json())["role"]
+        assert roles == {"sequencer ops": "active", "standby ops": "standby"}
+    finally:
+        assert up.stop() == 0
+    assert (tmp_path / "data" / "standby" / "ledger.db").exists()
+    assert processes_mentioning(str(tmp_path / "data")) == []
+
+
 async def test_up_with_the_demo_ends_in_an_intact_summary(tmp_path, request):
     up = Up(tmp_path / "data", "--demo", "--agents", "2", "--turns", "3", "--pace", "0")
     show_log_on_failure(request, up)

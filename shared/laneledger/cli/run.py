@@ -43,6 +43,12 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         action="store_true",
         help="once everything is up, run the demo harness; keep running after it",
     )
+    sub.add_argument(
+        "--standby",
+        action="store_true",
+        help="also run a standby sequencer on its own file (DATA/standby), which takes over "
+        "when the first one stops",
+    )
     add_demo_options(sub)
     sub.set_defaults(run=cmd_up)
 
@@ -86,6 +92,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             nats_url=args.nats,
             nats_port=0 if args.free_ports else args.nats_port,
             ports=ports,
+            standby=args.standby,
             after_start=demo if args.demo else None,
         )
     )

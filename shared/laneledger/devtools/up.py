@@ -89,14 +89,22 @@ SERVICES = ("sequencer", "tail", "metrics", "checkpoint")
 DEFAULT_PORTS = {"sequencer": 8470, "tail": 8471, "metrics": 8472, "checkpoint": 8473}
 
 
-def service_specs(data_dir: Path, nats_url: str, host: str, ports: dict[str, int]) -> list[ServiceSpec]:
-    """The four services, each started exactly as its container starts it."""
+def service_specs(
+    data_dir: Path, nats_url: str, host: str, ports: dict[str, int], *, standby: bool = False
+) -> list[ServiceSpec]:
+    """The four services, each started exactly as its container starts it;
+    ``standby``: and a second sequencer on its own file, a standby until the
+    first one stops (spec/replication.md, "The lease"), on a free port."""
     common = ["--nats", nats_url, "--http-host", host]
+    sequencers = [("sequencer", str(ports["sequencer"]), data_dir / "ledger.db")]
+    if standby:
+        sequencers.append(("sequencer-standby", "0", data_dir / "standby" / "ledger.db"))
     return [
-        ServiceSpec(
-            "sequencer",
-            "laneledger.services.sequencer",
-            [*common, "--http-port", str(ports["sequencer"]), "--db", str(data_dir / "ledger.db")],
+        *(
+            ServiceSpec(
+                name, "laneledger.services.sequencer", [*common, "--http-port", port, "--db", str(db)]
+            )
+            for name, port, db in sequencers
         ),
         *(
             ServiceSpec(
@@ -117,6 +125,7 @@ async def run_up(
     ports: dict[str, int],
     host: str = "127.0.0.1",
     ready_timeout: float = 30.0,
+    standby: bool = False,
     after_start: Callable[[str, dict[str, str]], Coroutine[Any, Any, None]] | None = None,
 ) -> int:
     """Run until Ctrl-C/SIGTERM (or until ``after_start`` — e.g. the demo —
@@ -134,7 +143,7 @@ async def run_up(
     running: list[RunningService] = []
     code = 0
     try:
-        for spec in service_specs(data_dir, nats_url, host, ports):
+        for spec in service_specs(data_dir, nats_url, host, ports, standby=standby):
             running.append(await _start(spec, ready_timeout))
         urls = {service.spec.name: service.url or "" for service in running}
         print("\nlaneledger is up", flush=True)
@@ -144,6 +153,7 @@ async def run_up(
             ("live tail", f"{urls['tail']}/api/v1/events"),
             ("ledger metrics", f"{urls['metrics']}/metrics"),
             *((f"{name} ops", f"{urls[name]}/metrics") for name in ("sequencer", "tail", "checkpoint")),
+            *((("standby ops", f"{urls['sequencer-standby']}/metrics"),) if standby else ()),
             ("data", str(data_dir)),
         ):
             print(f"  {label:<16}{url}", flush=True)
