@@ -6,5 +6,7 @@ an RFC 6962 Merkle tree, whose heads are signed as C2SP checkpoints.
 * ``store``: the tree's hashes in the ledger's SQLite file;
 * ``note``: C2SP signed notes, Ed25519 keys in their text form;
 * ``checkpoint``: the C2SP tlog-checkpoint body;
-* ``cosignature``: C2SP tlog-cosignature/v1 (witness cosignatures).
+* ``cosignature``: C2SP tlog-cosignature/v1 (witness cosignatures);
+* ``witness``: cosigns a checkpoint once the tree is shown to have grown;
+* ``leaves``: which leaf an event is.
 """

@@ -45,6 +45,11 @@ def valid_name(name: str) -> bool:
     return bool(name) and "+" not in name and not any(c.isspace() for c in name)
 
 
+def check_name(name: str) -> None:
+    if not valid_name(name):
+        raise InvalidRequest("a key name is non-empty, without spaces or '+'", path="name", found=name)
+
+
 def key_id(name: str, signature_type: int, public_key: bytes) -> int:
     digest = hashlib.sha256(name.encode() + b"\n" + bytes([signature_type]) + public_key).digest()
     return int.from_bytes(digest[:4], "big")
@@ -54,13 +59,13 @@ def raw_public(key: Ed25519PublicKey) -> bytes:
     return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
-def _raw_seed(key: Ed25519PrivateKey) -> bytes:
+def raw_seed(key: Ed25519PrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
     )
 
 
-def _bad_key(text: str, why: str) -> InvalidRequest:
+def bad_key_text(text: str, why: str) -> InvalidRequest:
     shown = text if not text.startswith(_PRIVATE) else _PRIVATE + "…"  # never echo a private key
     return InvalidRequest(f"not a note key: {why}", path="key", found=shown)
 
@@ -71,30 +76,47 @@ def parse_key_text(text: str, *, private: bool) -> tuple[str, int, int, bytes]:
     against the key only by the caller, who knows what the key bytes are."""
     if private:
         if not text.startswith(_PRIVATE):
-            raise _bad_key(text, "a signer key starts with PRIVATE+KEY+")
+            raise bad_key_text(text, "a signer key starts with PRIVATE+KEY+")
         rest = text[len(_PRIVATE) :]
     else:
         rest = text
     parts = rest.split("+", 2)  # base64 may hold "+"; a name never does
     if len(parts) != 3:
-        raise _bad_key(text, "expected <name>+<key id>+<base64 key>")
+        raise bad_key_text(text, "expected <name>+<key id>+<base64 key>")
     name, hex_id, b64 = parts
     if not valid_name(name):
-        raise _bad_key(text, "the name is empty or holds a space or '+'")
+        raise bad_key_text(text, "the name is empty or holds a space or '+'")
     if len(hex_id) != 8 or any(c not in "0123456789abcdefABCDEF" for c in hex_id):
-        raise _bad_key(text, "the key id is not 8 hex digits")
+        raise bad_key_text(text, "the key id is not 8 hex digits")
     try:
         data = base64.b64decode(b64, validate=True)
     except (binascii.Error, ValueError):
-        raise _bad_key(text, "the key is not base64") from None
+        raise bad_key_text(text, "the key is not base64") from None
     if len(data) < 2:
-        raise _bad_key(text, "the key is empty")
+        raise bad_key_text(text, "the key is empty")
     return name, int(hex_id, 16), data[0], data[1:]
 
 
 def format_key_text(name: str, signature_type: int, key: bytes, key_id_: int, *, private: bool) -> str:
     body = f"{name}+{key_id_:08x}+{base64.b64encode(bytes([signature_type]) + key).decode()}"
     return _PRIVATE + body if private else body
+
+
+def decode_key_text(text: str, *, signature_type: int, private: bool) -> tuple[str, int, bytes]:
+    """``(name, claimed key ID, 32 key bytes)`` of an Ed25519 key text of
+    ``signature_type``; the caller checks the ID (``check_key_id``) once it
+    has the public key."""
+    name, claimed, kind, key = parse_key_text(text, private=private)
+    if kind != signature_type:
+        raise bad_key_text(text, f"signature type {kind:#04x}, not {signature_type:#04x}")
+    if len(key) != 32:
+        raise bad_key_text(text, f"an Ed25519 key is 32 bytes, not {len(key)}")
+    return name, claimed, key
+
+
+def check_key_id(text: str, claimed: int, actual: int) -> None:
+    if claimed != actual:
+        raise bad_key_text(text, "the key id does not match the name and key")
 
 
 class NoteVerifier(Protocol):
@@ -128,10 +150,7 @@ class Verifier:
     public_key: Ed25519PublicKey
 
     def __post_init__(self) -> None:
-        if not valid_name(self.name):
-            raise InvalidRequest(
-                "a key name is non-empty, without spaces or '+'", path="name", found=self.name
-            )
+        check_name(self.name)
 
     @property
     def key_id(self) -> int:
@@ -146,14 +165,9 @@ class Verifier:
 
     @classmethod
     def from_text(cls, text: str) -> Verifier:
-        name, claimed, kind, key = parse_key_text(text, private=False)
-        if kind != ED25519:
-            raise _bad_key(text, f"signature type {kind:#04x}, not Ed25519 (0x01)")
-        if len(key) != 32:
-            raise _bad_key(text, f"an Ed25519 public key is 32 bytes, not {len(key)}")
+        name, claimed, key = decode_key_text(text, signature_type=ED25519, private=False)
         verifier = cls(name, Ed25519PublicKey.from_public_bytes(key))
-        if verifier.key_id != claimed:
-            raise _bad_key(text, "the key id does not match the name and key")
+        check_key_id(text, claimed, verifier.key_id)
         return verifier
 
     def to_text(self) -> str:
@@ -168,10 +182,7 @@ class Signer:
     private_key: Ed25519PrivateKey = field(repr=False)
 
     def __post_init__(self) -> None:
-        if not valid_name(self.name):
-            raise InvalidRequest(
-                "a key name is non-empty, without spaces or '+'", path="name", found=self.name
-            )
+        check_name(self.name)
 
     @classmethod
     def generate(cls, name: str) -> Signer:
@@ -189,18 +200,13 @@ class Signer:
 
     @classmethod
     def from_text(cls, text: str) -> Signer:
-        name, claimed, kind, seed = parse_key_text(text, private=True)
-        if kind != ED25519:
-            raise _bad_key(text, f"signature type {kind:#04x}, not Ed25519 (0x01)")
-        if len(seed) != 32:
-            raise _bad_key(text, f"an Ed25519 seed is 32 bytes, not {len(seed)}")
+        name, claimed, seed = decode_key_text(text, signature_type=ED25519, private=True)
         signer = cls(name, Ed25519PrivateKey.from_private_bytes(seed))
-        if signer.key_id != claimed:
-            raise _bad_key(text, "the key id does not match the name and key")
+        check_key_id(text, claimed, signer.key_id)
         return signer
 
     def to_text(self) -> str:
-        return format_key_text(self.name, ED25519, _raw_seed(self.private_key), self.key_id, private=True)
+        return format_key_text(self.name, ED25519, raw_seed(self.private_key), self.key_id, private=True)
 
 
 @dataclass(frozen=True)
