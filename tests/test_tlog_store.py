@@ -80,20 +80,26 @@ def test_stored_roots_and_proofs_equal_the_reference(tmp_path_factory, size, bat
         conn.close()
 
 
-def test_the_layout_is_gos_stored_hash_index(conn):
-    """golang.org/x/mod/sumdb/tlog: level 0's n-th hash at n + n/2 + n/4 + …,
-    level L's n-th right after level L-1's (2n+1)-th; StoredHashCount(n)
-    rows for n leaves."""
-    assert [store.stored_hash_index(0, n) for n in range(8)] == [0, 1, 3, 4, 7, 8, 10, 11]
-    assert [store.stored_hash_index(level, 0) for level in range(4)] == [0, 2, 6, 14]
-    for index in range(5000):
-        assert store.stored_hash_index(*store.split_stored_hash_index(index)) == index
+def stored_hashes(r: int) -> list[bytes]:
+    """What golang.org/x/mod/sumdb/tlog's StoredHashes(r) returns, by its
+    definition: leaf r's hash, then the subtree hashes r completes."""
+    out, level = [REFERENCE.subtree_hashes([(0, r)])[0]], 0
+    while r >> level & 1:
+        level += 1
+        out += REFERENCE.subtree_hashes([(level, r >> level)])
+    return out
+
+
+def test_each_row_holds_what_go_stores_for_its_leaf(conn):
     with transaction(conn, "append"):
-        store.append_leaves(conn, LEAVES[:8])
-    rows = dict(conn.execute("SELECT idx, hash FROM tlog_hashes"))
-    assert sorted(rows) == list(range(15))  # 8 leaves + 4 + 2 + 1 nodes
-    assert rows[14] == merkle.root(8, REFERENCE)
-    assert rows[2] == merkle.node_hash(LEAVES[0], LEAVES[1])
+        store.append_leaves(conn, LEAVES[:40])
+    rows = dict(conn.execute("SELECT leaf, hashes FROM tlog_hashes"))
+    assert sorted(rows) == list(range(40))
+    for r in range(40):
+        assert rows[r] == b"".join(stored_hashes(r)), r
+    assert rows[7][3 * 32 :] == merkle.root(8, REFERENCE)  # leaf 7 completes the 8-leaf tree
+    assert sum(len(v) for v in rows.values()) // 32 == 2 * 40 - (40).bit_count()  # Go's StoredHashCount(40)
+    assert store.row_of((3, 0)) == (7, 3) and store.row_of((0, 5)) == (5, 0)
 
 
 def test_leaves_commit_and_roll_back_with_the_callers_rows(conn):
@@ -133,7 +139,9 @@ def test_bad_arguments_are_typed_errors(conn):
         (lambda: store.inclusion_proof(conn, 5, 5), "index"),
         (lambda: store.consistency_proof(conn, 2, 6), "new_size"),
         (lambda: store.consistency_proof(conn, 4, 3), "old_size"),
-        (lambda: entry_leaf("A" * 64), "entry_hash"),
+        (lambda: entry_leaf("g" * 64), "entry_hash"),
+        (lambda: entry_leaf("ab " * 21 + "a"), "entry_hash"),
+        (lambda: entry_leaf("ab" * 33), "entry_hash"),
         (lambda: leaf_index(0), "position"),
     ]:
         with pytest.raises(InvalidRequest) as caught:

@@ -4,19 +4,21 @@ as 32 raw bytes, so a proof carries no other event's content."""
 
 from __future__ import annotations
 
-import re
-
 from laneledger.contract.errors import InvalidRequest
 from laneledger.tlog.merkle import leaf_hash
-
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def entry_leaf(entry_hash: str) -> bytes:
     """The leaf hash of an event: ``SHA-256(0x00 || bytes of entry_hash)``."""
-    if not isinstance(entry_hash, str) or not _HEX64.fullmatch(entry_hash):
+    try:
+        raw = bytes.fromhex(entry_hash)
+    except (TypeError, ValueError):
+        raw = b""
+    # 64 characters making 32 bytes: hex digits only, no spaces (upper case
+    # would name the same bytes, so the same leaf)
+    if len(raw) != 32 or len(entry_hash) != 64:
         raise InvalidRequest("an entry_hash is 64 lowercase hex digits", path="entry_hash", found=entry_hash)
-    return leaf_hash(bytes.fromhex(entry_hash))
+    return leaf_hash(raw)
 
 
 def leaf_index(position: int) -> int:

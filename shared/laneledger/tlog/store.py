@@ -1,21 +1,24 @@
 """The Merkle tree's hashes in the ledger's SQLite file.
 
-One table, ``tlog_hashes``: every hash of the tree that is final — each
-leaf hash and each inner node whose subtree is complete — stored once, at
-the index golang.org/x/mod/sumdb/tlog's ``StoredHashIndex`` gives it (the
-layout of Crosby and Wallach, "Efficient Data Structures for Tamper-Evident
-Logging", §3.3): leaf ``r``'s hash, then the hashes of the subtrees that
-leaf completes, lowest first, so appending only ever adds rows at the end
-(about two per leaf). The tree's size is not stored apart: it follows from
-the last index (``tree_size``), so it can never disagree with the hashes.
+One table, ``tlog_hashes``, one row per leaf: row ``r`` holds leaf ``r``'s
+hash followed by the hashes of the subtrees that leaf completes, lowest
+first — one per trailing 1 bit of ``r`` — concatenated (32 bytes each).
+Those are exactly the hashes golang.org/x/mod/sumdb/tlog's
+``StoredHashes(r)`` returns for record ``r``, in the same order; Go keeps
+them one per row at ``StoredHashIndex``, we keep each leaf's together, which
+halves the rows (about two hashes per leaf) and makes the tree's size the
+last row's key plus one, so it can never disagree with the hashes.
 
-Since every perfect, aligned subtree of a tree of any past size is final,
-the table answers the root and proofs of *every* size up to the current one
-(``StoredTree`` is a ``merkle.HashSource``), without keeping old trees.
+Every hash in the table is final: a subtree ``(level, n)`` is stored, at
+offset ``level``, in the row of its last leaf ``((n + 1) << level) - 1``, once
+complete. Every perfect, aligned subtree of a tree of any past size is
+complete, so the table answers the root and proofs of *every* size up to the
+current one (``StoredTree`` is a ``merkle.HashSource``) without keeping old
+trees.
 
 ``append_leaves`` runs inside the caller's open transaction (the ledger
 writer's batch) and never begins or commits one: the leaves and the events
-they stand for commit, or roll back, together. The tables are created by
+they stand for commit, or roll back, together. The table is created by
 ``create_tables``, for the ledger schema to call.
 """
 
@@ -31,13 +34,13 @@ from laneledger.tlog.merkle import HASH_SIZE, Node
 
 DDL = """
 CREATE TABLE IF NOT EXISTS tlog_hashes (
-    idx  INTEGER PRIMARY KEY,  -- stored_hash_index(level, n)
-    hash BLOB NOT NULL         -- 32 bytes
+    leaf   INTEGER PRIMARY KEY,  -- the leaf index r (position r + 1)
+    hashes BLOB NOT NULL         -- 32 bytes for leaf r, then 32 per subtree r completes
 );
 """
 
-# SQLite's default limit on host parameters in one statement is 32766;
-# a read asks for at most ~2·log2(size) hashes, far below it.
+# Host parameters per query: far below SQLite's limit (32766); a root or a
+# proof reads at most ~2·log2(size) rows.
 _READ_CHUNK = 500
 
 
@@ -48,48 +51,17 @@ def create_tables(conn: sqlite3.Connection) -> None:
         conn.execute(DDL)
 
 
-def stored_hash_index(level: int, n: int) -> int:
-    """Where the hash of subtree ``(level, n)`` is stored: right after the
-    hash of its last leaf and of the smaller subtrees that leaf completes."""
-    for _ in range(level):  # the index of its last leaf...
-        n = 2 * n + 1
-    index = 0
-    while n > 0:  # ...which follows n + n/2 + n/4 + ... earlier hashes
-        index += n
-        n >>= 1
-    return index + level
-
-
-def split_stored_hash_index(index: int) -> Node:
-    """The ``(level, n)`` stored at ``index``: the inverse of
-    ``stored_hash_index``."""
-    # The leaf r whose hashes include index: stored_hash_index(0, r) < 2r,
-    # so r is at least index // 2; step up while the next leaf starts at or
-    # before index (leaf r adds 1 + trailing ones of r hashes).
-    r = index // 2
-    start = stored_hash_index(0, r)
-    while True:
-        following = start + 1 + _trailing_ones(r)
-        if following > index:
-            break
-        r, start = r + 1, following
-    level = index - start
-    return level, r >> level
-
-
-def _trailing_ones(n: int) -> int:
-    return ((n ^ (n + 1)).bit_length()) - 1
+def row_of(node: Node) -> tuple[int, int]:
+    """``(leaf, offset in hashes)`` where subtree ``(level, n)`` is stored:
+    the row of its last leaf, after that leaf's smaller subtrees."""
+    level, n = node
+    return ((n + 1) << level) - 1, level
 
 
 def tree_size(conn: sqlite3.Connection) -> int:
-    """Leaves in the tree: the last stored hash is the top subtree its last
-    leaf completed, ``(level, n)``, so that leaf is ``((n + 1) << level) - 1``."""
     with failures_as("tlog read failed"):
-        (last,) = conn.execute("SELECT max(idx) FROM tlog_hashes").fetchone()
-    if last is None:
-        return 0
-    level, n = split_stored_hash_index(last)
-    return (n + 1) << level
+        (last,) = conn.execute("SELECT max(leaf) FROM tlog_hashes").fetchone()
+    return 0 if last is None else last + 1
 
 
 def _frontier_nodes(size: int) -> list[Node]:
@@ -105,21 +77,23 @@ def append_leaves(conn: sqlite3.Connection, leaves: Sequence[bytes]) -> int:
     if not conn.in_transaction:
         raise RuntimeError("append_leaves runs inside the caller's transaction; none is open")
     for i, leaf in enumerate(leaves):
-        if not isinstance(leaf, bytes) or len(leaf) != HASH_SIZE:
+        if type(leaf) is not bytes or len(leaf) != HASH_SIZE:
             raise InvalidRequest(f"leaf {i} is not a {HASH_SIZE}-byte hash", path=f"leaves[{i}]")
     size = tree_size(conn)
     stack = StoredTree(conn).subtree_hashes(_frontier_nodes(size))
+    node_hash = merkle.node_hash
     rows: list[tuple[int, bytes]] = []
     for r, h in enumerate(leaves, start=size):
-        rows.append((stored_hash_index(0, r), h))
-        level = 0
-        while r >> level & 1:  # each trailing 1 bit of r completes one more subtree
-            h = merkle.node_hash(stack.pop(), h)
-            level += 1
-            rows.append((stored_hash_index(level, r >> level), h))
+        completed = [h]
+        bits = r
+        while bits & 1:  # each trailing 1 bit of r completes one more subtree
+            h = node_hash(stack.pop(), h)
+            completed.append(h)
+            bits >>= 1
         stack.append(h)
+        rows.append((r, b"".join(completed)))
     with failures_as("tlog append failed", size=size):
-        conn.executemany("INSERT INTO tlog_hashes (idx, hash) VALUES (?, ?)", rows)
+        conn.executemany("INSERT INTO tlog_hashes (leaf, hashes) VALUES (?, ?)", rows)
     return size + len(leaves)
 
 
@@ -130,19 +104,23 @@ class StoredTree:
         self._conn = conn
 
     def subtree_hashes(self, nodes: Sequence[Node]) -> list[bytes]:
-        wanted = [stored_hash_index(level, n) for level, n in nodes]
+        places = [row_of(node) for node in nodes]
+        wanted = list({leaf: None for leaf, _ in places})
         found: dict[int, bytes] = {}
         with failures_as("tlog read failed"):
             for i in range(0, len(wanted), _READ_CHUNK):
                 chunk = wanted[i : i + _READ_CHUNK]
                 marks = ",".join("?" * len(chunk))
                 found.update(
-                    self._conn.execute(f"SELECT idx, hash FROM tlog_hashes WHERE idx IN ({marks})", chunk)
+                    self._conn.execute(f"SELECT leaf, hashes FROM tlog_hashes WHERE leaf IN ({marks})", chunk)
                 )
-        missing = [node for node, idx in zip(nodes, wanted, strict=True) if idx not in found]
-        if missing:  # a caller asked beyond the tree, or rows were deleted
-            raise InternalError("tlog hashes missing from the store", nodes=missing[:5])
-        return [found[idx] for idx in wanted]
+        hashes = []
+        for node, (leaf, offset) in zip(nodes, places, strict=True):
+            value = found.get(leaf, b"")[offset * HASH_SIZE : (offset + 1) * HASH_SIZE]
+            if len(value) != HASH_SIZE:  # asked beyond the tree, or rows were changed
+                raise InternalError("tlog hash missing from the store", node=node, leaf=leaf)
+            hashes.append(value)
+        return hashes
 
 
 def _within(conn: sqlite3.Connection, size: int, name: str) -> None:
