@@ -2,7 +2,9 @@
 program (tests/fixtures/tlog/tlogcheck.go), built here against Debian's
 golang.org/x/mod v0.7.0, opens our signed checkpoints with note.Open and
 note.NewVerifier(our verifier key), checks our inclusion and consistency
-proofs with tlog.CheckRecord and tlog.CheckTree, checks a witness's
+proofs with tlog.CheckRecord and tlog.CheckTree, computes roots and proofs
+with tlog.TreeHash, ProveRecord and ProveTree from our stored rows (our
+layout is Go's StoredHashIndex order), checks a witness's
 cosignature by hand with crypto/ed25519, and signs a note with note.Sign
 that our code opens. Each check is also shown to fail on a changed input."""
 
@@ -17,7 +19,8 @@ import pytest
 from external_programs import GO, GO_PATH, GO_X_MOD
 
 from laneledger.contract.errors import NoteSignatureInvalid
-from laneledger.tlog import merkle
+from laneledger.store.sqlite import Durability, open_database, transaction
+from laneledger.tlog import merkle, store
 from laneledger.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from laneledger.tlog.cosignature import Cosigner
 from laneledger.tlog.note import Signer, Verifier, open_note, raw_public
@@ -123,6 +126,35 @@ def test_go_checks_a_witness_cosignature_by_the_c2sp_layout(tlogcheck, tmp_path)
     assert run(tlogcheck, "open", VKEY, ORIGIN, write(tmp_path, "again", cosigned)).returncode == 0
     changed = write(tmp_path, "changed", cosigned.replace("\n17\n", "\n18\n"))
     assert run(tlogcheck, "cosig", w1.name, public, changed).returncode == 1
+
+
+def test_our_stored_rows_are_gos_stored_hash_layout(tlogcheck, tmp_path):
+    """Our rows, concatenated in leaf order, are the hashes Go's tlog stores
+    at StoredHashIndex; Go's TreeHash, ProveRecord and ProveTree over them
+    give our roots and proofs."""
+    size = len(LEAVES)
+    conn = open_database(tmp_path / "ledger.db", durability=Durability.NORMAL, ddl=store.DDL, what="tlog")
+    with transaction(conn, "append"):
+        store.append_leaves(conn, LEAVES[:17])
+    with transaction(conn, "append"):
+        store.append_leaves(conn, LEAVES[17:])
+    rows = b"".join(h for (h,) in conn.execute("SELECT hashes FROM tlog_hashes ORDER BY leaf"))
+    conn.close()
+    hashes = tmp_path / "hashes"
+    hashes.write_bytes(rows)
+    done = run(tlogcheck, "layout", str(hashes), str(size))
+    assert done.returncode == 0, done.stderr
+    expected = [f"root {t} {b64(merkle.root(t, TREE))}" for t in range(1, size + 1)]
+    expected += [
+        " ".join([f"record {i}", *map(b64, merkle.inclusion_proof(i, size, TREE))]) for i in range(size)
+    ]
+    expected += [
+        " ".join([f"tree {m}", *map(b64, merkle.consistency_proof(m, size, TREE))]) for m in range(1, size)
+    ]
+    assert done.stdout.splitlines() == expected
+    truncated = tmp_path / "truncated"
+    truncated.write_bytes(rows[:-32])
+    assert run(tlogcheck, "layout", str(truncated), str(size)).returncode == 1
 
 
 def test_we_open_a_note_go_signed(tlogcheck, tmp_path):
