@@ -8,5 +8,6 @@ an RFC 6962 Merkle tree, whose heads are signed as C2SP checkpoints.
 * ``checkpoint``: the C2SP tlog-checkpoint body;
 * ``cosignature``: C2SP tlog-cosignature/v1 (witness cosignatures);
 * ``witness``: cosigns a checkpoint once the tree is shown to have grown;
-* ``leaves``: which leaf an event is.
+* ``leaves``: which leaf an event is;
+* ``bundle``: offline bundles (C2SP tlog-proof): an event, its proof, a checkpoint.
 """
