@@ -4,6 +4,7 @@ and a signed note with its keys from golang.org/x/mod's sumdb/note."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -163,3 +164,51 @@ def test_every_mangling_of_the_published_verifier_key_is_refused():
             Verifier.from_text(vkey[:i] + chr(ord(vkey[i]) + 1) + vkey[i + 1 :])
         refused += 1
     assert refused > len(vkey) ** 2 // 2
+
+
+# -- transparency-dev/merkle testdata/*.json, byte for byte -----------------------
+
+TESTDATA = VECTORS / "testdata"
+TESTDATA_FILES = sorted(p.relative_to(TESTDATA).as_posix() for p in TESTDATA.rglob("*/*/*.json"))
+
+
+def _hashes(values) -> list[bytes]:
+    return [base64.b64decode(v) for v in values or []]
+
+
+def test_every_testdata_file_names_its_commit():
+    assert TESTDATA_FILES and set(json.loads((TESTDATA / "COMMITS.json").read_text())) == set(TESTDATA_FILES)
+
+
+@pytest.mark.parametrize("name", TESTDATA_FILES)
+def test_transparency_dev_testdata(name):
+    case = json.loads((TESTDATA / name).read_text())
+    if name.startswith("inclusion/"):
+        args = (
+            case["leafIdx"],
+            case["treeSize"],
+            base64.b64decode(case["leafHash"]),
+            _hashes(case["proof"]),
+            base64.b64decode(case["root"]),
+        )
+        check = merkle.verify_inclusion
+    else:
+        args = (
+            case["size1"],
+            case["size2"],
+            base64.b64decode(case["root1"]),
+            base64.b64decode(case["root2"]),
+            _hashes(case["proof"]),
+        )
+        check = merkle.verify_consistency
+    if case["wantErr"]:
+        with pytest.raises(LedgerError):  # ProofInvalid, or InvalidRequest for a hash of the wrong length
+            check(*args)
+    else:
+        check(*args)
+        if name.startswith("inclusion/"):  # and our generator gives the same path
+            index, size = case["leafIdx"], case["treeSize"]
+            assert merkle.inclusion_proof(index, size, SOURCE) == _hashes(case["proof"])
+        elif case["size1"] != case["size2"]:
+            proof = merkle.consistency_proof(case["size1"], case["size2"], SOURCE)
+            assert proof == _hashes(case["proof"])
