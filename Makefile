@@ -17,7 +17,8 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/laneledger up --demo
 
-# Chromium, prometheus and promtool come from Debian's packages, not pip.
+# Chromium, prometheus, promtool, Go and golang.org/x/mod's sources come from
+# Debian's packages, not pip.
 # tests/external_programs.py looks each up on $PATH (as `command -v` does) and,
 # only when one is missing, installs it with apt-get as root; otherwise the
 # tests that need it skip, naming the install command.

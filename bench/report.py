@@ -223,6 +223,36 @@ def _langgraph_rows(r: dict) -> list[tuple[str, str]]:
     ]
 
 
+def _tlog_rows(r: dict) -> list[tuple[str, str]]:
+    inc, con, cp = r["proofs"]["inclusion"], r["proofs"]["consistency"], r["checkpoint"]
+    n = _n(r["events"])
+    return [
+        (
+            f"the Merkle tree in the writer's transactions ({n} events, {r['events_per_txn']} per "
+            "transaction): its own time per event, and its share of the per-event budget at the "
+            f"throughput target ({_n(r['target_events_per_s'])} events/s; goal < 10 %)",
+            f"{r['tree_us_per_event']:.1f} µs/event, {100 * r['tree_share_of_target_budget']:.1f} %; "
+            f"{r['tree_bytes_per_leaf']:.0f} bytes/leaf on disk",
+        ),
+        (
+            "the same writer batches without / with the tree, same run",
+            f"{_n(r['plain_events_per_s'])} / {_n(r['tree_events_per_s'])} events/s, "
+            f"{r['plain_cpu_us_per_event']} / {r['tree_cpu_us_per_event']} µs CPU/event",
+        ),
+        (
+            f"inclusion / consistency proof at tree size {n}: generate from SQLite, verify, size",
+            f"{inc['generate']['mean_us']:.0f} / {con['generate']['mean_us']:.0f} µs, "
+            f"{inc['verify']['mean_us']:.0f} / {con['verify']['mean_us']:.0f} µs, "
+            f"{inc['bytes_mean']} / {con['bytes_mean']} bytes (≤ {inc['hashes_max']} / "
+            f"{con['hashes_max']} hashes)",
+        ),
+        (
+            "a signed checkpoint: sign / open (Ed25519)",
+            f"{cp['sign']['mean_us']:.0f} / {cp['open']['mean_us']:.0f} µs, {cp['bytes']} bytes",
+        ),
+    ]
+
+
 BENCHES = [
     Bench("canonical", ["bench/canonical.py"], _canonical_rows),
     Bench("append", ["bench/append.py"], _append_rows),
@@ -242,6 +272,7 @@ BENCHES = [
     Bench("rss", ["bench/rss.py"], _rss_rows),
     Bench("fairness", ["bench/fairness.py"], _fairness_rows),
     Bench("langgraph", ["bench/langgraph_savers.py"], _langgraph_rows),
+    Bench("tlog", ["bench/tlog.py"], _tlog_rows),
 ]
 
 

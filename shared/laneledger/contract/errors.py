@@ -46,6 +46,13 @@ their parent's code and are told apart on the wire by ``details["reason"]``
     EntityNotFound   AnchorNotCommitted   anchor_not_committed
                      ArtifactMissing      artifact_missing
 
+The transparency log's failed checks (``laneledger.tlog``, spec/tlog.md) are
+subclasses of ``IntegrityError`` in the same way::
+
+    IntegrityError   ProofInvalid         proof_invalid
+                     NoteUnverified       note_unverified
+                     NoteSignatureInvalid note_signature_invalid
+
 ``http_status`` is the status of an error's code over HTTP (``spec/errors.md``,
 "HTTP status"), inherited from the branch unless a leaf has its own: 500 for
 the root (an unknown code), internal and integrity failures.
@@ -294,6 +301,31 @@ class ArtifactMismatch(EntityConflict):
     ``stored_size_bytes``."""
 
     reason: ClassVar[str] = "artifact_mismatch"
+
+
+# -- transparency log checks (spec/tlog.md) ----------------------------------
+
+
+class ProofInvalid(IntegrityError):
+    """An inclusion or consistency proof does not verify. Details: ``kind``
+    (``inclusion`` or ``consistency``) and the sizes and index checked."""
+
+    reason: ClassVar[str] = "proof_invalid"
+
+
+class NoteUnverified(IntegrityError):
+    """A signed note carries no signature from any key the verifier trusts.
+    Details: ``signers`` (the ``name+hash`` of each signature it does carry)."""
+
+    reason: ClassVar[str] = "note_unverified"
+
+
+class NoteSignatureInvalid(IntegrityError):
+    """A signature by a trusted key (its name and key hash match) does not
+    verify: the note or the signature was changed. Details: ``key``
+    (``name+hash``)."""
+
+    reason: ClassVar[str] = "note_signature_invalid"
 
 
 # -- from the wire ------------------------------------------------------------

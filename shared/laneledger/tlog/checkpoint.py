@@ -1,0 +1,110 @@
+"""C2SP tlog-checkpoint (https://c2sp.org/tlog-checkpoint): the note text of
+a signed tree head.
+
+    <origin>\\n
+    <tree size, decimal, no leading zeros>\\n
+    <base64 of the 32-byte RFC 6962 root>\\n
+    [<extension line>\\n ...]
+
+Parsing is strict: exactly that, or ``MalformedMessage`` naming the line and
+what is wrong with it (``reason``). A checkpoint we sign names the log by its
+signer's key name, as the spec recommends (origin == key name).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from laneledger.contract.errors import InvalidRequest, MalformedMessage
+from laneledger.tlog.merkle import HASH_SIZE
+from laneledger.tlog.note import Note, NoteSigner, NoteVerifier, open_note, sign_note
+
+MAX_SIZE = 2**63 - 1  # what a signed 64-bit integer holds (Go's tlog uses int64)
+
+
+def _malformed(reason: str, line: int, message: str) -> MalformedMessage:
+    return MalformedMessage(f"not a checkpoint: line {line}: {message}", reason=reason, line=line)
+
+
+def _printable(text: str) -> bool:
+    return bool(text) and not any(c < " " for c in text)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    origin: str
+    size: int
+    root: bytes
+    extensions: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.origin, str) or not _printable(self.origin):
+            raise InvalidRequest("the origin is a non-empty line", path="origin", found=self.origin)
+        if type(self.size) is not int or not 0 <= self.size <= MAX_SIZE:
+            raise InvalidRequest(f"the size is an integer in 0..{MAX_SIZE}", path="size", found=self.size)
+        if not isinstance(self.root, bytes) or len(self.root) != HASH_SIZE:
+            raise InvalidRequest(f"the root is a {HASH_SIZE}-byte hash", path="root")
+        for i, line in enumerate(self.extensions):
+            if not isinstance(line, str) or not _printable(line):
+                raise InvalidRequest("an extension is a non-empty line", path=f"extensions[{i}]")
+
+    def body(self) -> str:
+        """The note text."""
+        lines = [self.origin, str(self.size), base64.b64encode(self.root).decode(), *self.extensions]
+        return "".join(line + "\n" for line in lines)
+
+    @classmethod
+    def parse(cls, text: str) -> Checkpoint:
+        if not text.endswith("\n"):
+            raise _malformed("checkpoint_lines", 0, "the text does not end with a newline")
+        lines = text[:-1].split("\n")
+        if len(lines) < 3:
+            raise _malformed("checkpoint_lines", len(lines), "fewer than three lines")
+        origin, size, root, *extensions = lines
+        if not _printable(origin):
+            raise _malformed("checkpoint_origin", 1, "the origin is empty or holds a control character")
+        if not size.isascii() or not size.isdigit() or (size != "0" and size.startswith("0")):
+            raise _malformed("checkpoint_size", 2, "the size is not a decimal without leading zeros")
+        if int(size) > MAX_SIZE:
+            raise _malformed("checkpoint_size", 2, f"the size is above {MAX_SIZE}")
+        try:
+            raw = base64.b64decode(root, validate=True)
+        except (binascii.Error, ValueError):
+            raise _malformed("checkpoint_root", 3, "the root is not base64") from None
+        if len(raw) != HASH_SIZE or base64.b64encode(raw).decode() != root:
+            raise _malformed("checkpoint_root", 3, f"the root is not the base64 of {HASH_SIZE} bytes")
+        for i, line in enumerate(extensions, start=4):
+            if not _printable(line):
+                raise _malformed("checkpoint_extension", i, "an extension line is empty")
+        return cls(origin, int(size), raw, tuple(extensions))
+
+
+def sign_checkpoint(checkpoint: Checkpoint, signer: NoteSigner) -> str:
+    """The checkpoint as a signed note, signed by the log's key, whose name
+    must be the checkpoint's origin."""
+    if signer.name != checkpoint.origin:
+        raise InvalidRequest(
+            "the log's key name is the checkpoint's origin",
+            path="origin",
+            found=checkpoint.origin,
+            expected=signer.name,
+        )
+    return sign_note(checkpoint.body(), [signer])
+
+
+def open_checkpoint(
+    signed: str | bytes, verifiers: Iterable[NoteVerifier], *, origin: str
+) -> tuple[Checkpoint, Note]:
+    """Open a signed checkpoint of the log named ``origin``: the note's rules
+    (``open_note``), then the body's; a checkpoint of another log is
+    ``invalid_request`` (``path: "origin"``)."""
+    note = open_note(signed, verifiers)
+    checkpoint = Checkpoint.parse(note.text)
+    if checkpoint.origin != origin:
+        raise InvalidRequest(
+            "the checkpoint is another log's", path="origin", found=checkpoint.origin, expected=origin
+        )
+    return checkpoint, note

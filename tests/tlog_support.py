@@ -1,0 +1,108 @@
+"""Shared by the transparency log tests: the Go test's corruptions of a
+proof (transparency-dev/merkle proof/verify_test.go), each of which must
+fail to verify."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+SOME_HASH = bytes.fromhex("abacaba000000000000000000000000000000000000000000060061e00123456")
+EMPTY_TREE = bytes.fromhex("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+
+
+def _flipped(proof: list[bytes], i: int, bit: int) -> list[bytes]:
+    changed = list(proof)
+    changed[i] = bytes([changed[i][0] ^ bit]) + changed[i][1:]
+    return changed
+
+
+def corrupt_inclusion(
+    index: int, size: int, proof: list[bytes], root: bytes, leaf: bytes
+) -> Iterator[tuple[str, tuple[int, int, bytes, list[bytes], bytes]]]:
+    """(description, (index, size, leaf, proof, root)) of each corruption."""
+    yield "index - 1", (index - 1, size, leaf, proof, root)
+    yield "index + 1", (index + 1, size, leaf, proof, root)
+    yield "index ^ 2", (index ^ 2, size, leaf, proof, root)
+    yield "size * 2", (index, size * 2, leaf, proof, root)
+    yield "size // 2", (index, size // 2, leaf, proof, root)
+    yield "wrong leaf", (index, size, SOME_HASH, proof, root)
+    yield "empty root", (index, size, leaf, proof, EMPTY_TREE)
+    yield "random root", (index, size, leaf, proof, SOME_HASH)
+    yield "trailing root", (index, size, leaf, [*proof, root], root)
+    yield "preceding root", (index, size, leaf, [root, *proof], root)
+    for i in range(len(proof)):
+        yield f"proof[{i}] bit 3 flipped", (index, size, leaf, _flipped(proof, i, 8), root)
+    if proof:
+        yield "removed component", (index, size, leaf, proof[:-1], root)
+    if len(proof) > 1:
+        yield "inserted component", (index, size, leaf, [proof[0], SOME_HASH, *proof[1:]], root)
+
+
+def corrupt_consistency(
+    size1: int, size2: int, root1: bytes, root2: bytes, proof: list[bytes]
+) -> Iterator[tuple[str, tuple[int, int, bytes, bytes, list[bytes]]]]:
+    """(description, (size1, size2, root1, root2, proof)) of each corruption
+    of a non-trivial proof (size1 not 0 and not size2)."""
+    yield "size1 - 1", (size1 - 1, size2, root1, root2, proof)
+    yield "size1 + 1", (size1 + 1, size2, root1, root2, proof)
+    yield "size1 ^ 2", (size1 ^ 2, size2, root1, root2, proof)
+    yield "size2 * 2", (size1, size2 * 2, root1, root2, proof)
+    yield "size2 // 2", (size1, size2 // 2, root1, root2, proof)
+    yield "wrong root1", (size1, size2, SOME_HASH, root2, proof)
+    yield "wrong root2", (size1, size2, root1, SOME_HASH, proof)
+    yield "swapped roots", (size1, size2, root2, root1, proof)
+    yield "empty proof", (size1, size2, root1, root2, [])
+    yield "trailing root1", (size1, size2, root1, root2, [*proof, root1])
+    yield "trailing root2", (size1, size2, root1, root2, [*proof, root2])
+    yield "preceding root1", (size1, size2, root1, root2, [root1, *proof])
+    yield "preceding root2", (size1, size2, root1, root2, [root2, *proof])
+    yield "preceding proof[0]", (size1, size2, root1, root2, [proof[0], *proof])
+    yield "truncated proof", (size1, size2, root1, root2, proof[:-1])
+    for i in range(len(proof)):
+        yield f"proof[{i}] bit 4 flipped", (size1, size2, root1, root2, _flipped(proof, i, 16))
+
+
+def committed_ledger(db, events: int, *, hmac_key: bytes | None = None):
+    """A real ledger file (the sequencer's writer) with ``events`` events in
+    3 lanes, each batch's leaves appended to the tree in the batch's own
+    transaction, as the integration will do. Returns the writer's
+    connection."""
+    from laneledger.contract.model import AppendCommitted, CreateLane, EnsureActor, encode
+    from laneledger.sdk.client import make_event
+    from laneledger.store import LedgerWriter, open_ledger
+    from laneledger.store.append import prepare_append
+    from laneledger.store.sqlite import transaction
+    from laneledger.tlog import store
+    from laneledger.tlog.leaves import entry_leaf
+
+    conn = open_ledger(db)
+    writer = LedgerWriter(conn, hmac_key=hmac_key)
+    with transaction(conn, "tlog tables"):
+        store.create_tables(conn)
+    actor = writer.ensure_actor(EnsureActor(tenant="acme", key="agent:tlog/test@1", kind="agent"))
+    lanes = [
+        writer.create_lane(CreateLane(tenant="acme", session_id="s", run_id="r", name=f"l{i}"))
+        for i in range(3)
+    ]
+    seqs = dict.fromkeys((lane.id for lane in lanes), 0)
+    for start in range(0, events, 2):
+        lane = lanes[start // 2 % 3]
+        proposed = [
+            make_event(lane.id, "action.started", actor_id=actor.id, payload={"n": n})
+            for n in range(start, min(start + 2, events))
+        ]
+        body = encode(
+            {
+                "lane_id": lane.id,
+                "expected_last_seq": seqs[lane.id],
+                "append_id": f"a{start}",
+                "events": proposed,
+            }
+        )
+        seqs[lane.id] += len(proposed)
+        staged = writer.stage_batch([prepare_append(body)])
+        receipt = staged.receipts[0]
+        assert isinstance(receipt, AppendCommitted), receipt
+        store.append_leaves(conn, [entry_leaf(h) for h in receipt.entry_hashes])
+        writer.commit_staged(staged)
+    return conn
