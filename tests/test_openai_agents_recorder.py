@@ -1,0 +1,510 @@
+"""The OpenAI Agents SDK recorder (laneledger.adapters.openai_agents): a real
+``Runner.run`` of an agent with a function tool and a handoff to a second
+agent, on a fake model (the SDK's ``Model`` interface, opening generation
+spans as the SDK's own models do), against a real nats-server and sequencer.
+The SDK's default exporter is replaced (``set_trace_processors``), so nothing
+tries the network."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator, Callable
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+import pytest_asyncio
+from agents import Agent, RunConfig, Runner, UserError, function_tool, set_trace_processors
+from agents.items import ModelResponse
+from agents.models.interface import Model
+from agents.tracing import generation_span, response_span, set_tracing_disabled
+from agents.usage import Usage
+from ledger_fixtures import start_sequencer
+from openai.types.responses import (
+    Response,
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+    ResponseUsage,
+)
+from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
+
+from laneledger.adapters.openai_agents import OpenAIAgentsRecorder
+from laneledger.adapters.openai_agents_mapping import DENIED, guarantees
+from laneledger.audit.blobs import audit_ledger_with_blobs, open_blob_store
+from laneledger.audit.ledger import audit_ledger
+from laneledger.contract.errors import InvalidRequest, LedgerError
+from laneledger.sdk.client import LedgerClient
+from laneledger.sdk.guarantees import HOOKS
+from laneledger.sdk.spine import SPAWNED_BY
+from laneledger.services.sequencer.service import SequencerSettings
+
+BIG = "row;" * 600  # a tool result over 1 KiB: a content reference, not inline
+
+
+class FakeModel(Model):
+    """Answers with the scripted outputs in turn, each in a generation span
+    with its usage, as the SDK's Chat Completions model reports one."""
+
+    def __init__(self, name: str, script: list[list[Any]], before: Callable[[], Any] | None = None) -> None:
+        self.name = name
+        self.script = list(script)
+        self.before = before  # awaited before each answer (failure injection)
+
+    async def get_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
+    ) -> ModelResponse:
+        if self.before is not None:
+            await self.before()
+        if self.name.startswith("gpt-"):
+            return self.responses_api_answer()
+        with generation_span(model=self.name, input=[{"role": "user", "content": "…"}]) as span:
+            output = self.script.pop(0)
+            span.span_data.output = [item.model_dump() for item in output]
+            span.span_data.usage = {
+                "input_tokens": 100,
+                "output_tokens": 20,
+                "input_tokens_details": {"cached_tokens": 40},
+            }
+            usage = Usage(requests=1, input_tokens=100, output_tokens=20, total_tokens=120)
+            return ModelResponse(output=output, usage=usage, response_id=None)
+
+    def responses_api_answer(self) -> ModelResponse:
+        """As the SDK's Responses API model reports one: a response span
+        holding the Response (its model, output and usage)."""
+        with response_span() as span:
+            output = self.script.pop(0)
+            usage = ResponseUsage(
+                input_tokens=7,
+                output_tokens=3,
+                total_tokens=10,
+                input_tokens_details=InputTokensDetails(cached_tokens=2, cache_write_tokens=0),
+                output_tokens_details=OutputTokensDetails(reasoning_tokens=1),
+            )
+            span.span_data.response = Response(
+                id="resp_1",
+                created_at=0,
+                model=self.name,
+                object="response",
+                output=output,
+                parallel_tool_calls=False,
+                tool_choice="auto",
+                tools=[],
+                usage=usage,
+            )
+            sdk_usage = Usage(requests=1, input_tokens=7, output_tokens=3, total_tokens=10)
+            return ModelResponse(output=output, usage=sdk_usage, response_id="resp_1")
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+def text(value: str) -> ResponseOutputMessage:
+    return ResponseOutputMessage(
+        id="msg-1",
+        type="message",
+        role="assistant",
+        status="completed",
+        content=[ResponseOutputText(type="output_text", text=value, annotations=[])],
+    )
+
+
+def tool_call(name: str, arguments: str, call_id: str) -> ResponseFunctionToolCall:
+    return ResponseFunctionToolCall(
+        type="function_call", name=name, arguments=arguments, call_id=call_id, id=f"fc-{call_id}"
+    )
+
+
+def price(model: str, tokens: Any) -> Decimal:
+    return Decimal("0.000001") * tokens["input_tokens"] + Decimal("0.000004") * tokens["output_tokens"]
+
+
+def support_agents(ran: list[str], before: Callable[[], Any] | None = None) -> Agent[Any]:
+    """triage: calls lookup_order, then hands off to billing, which answers."""
+
+    @function_tool
+    async def lookup_order(order_id: str) -> str:
+        """Look an order up."""
+        ran.append(order_id)
+        return BIG
+
+    billing = Agent(name="billing", model=FakeModel("fake-billing", [[text("refund issued")]]))
+    return Agent(
+        name="triage",
+        tools=[lookup_order],
+        handoffs=[billing],
+        model=FakeModel(
+            "fake-triage",
+            [
+                [tool_call("lookup_order", '{"order_id": "A-17"}', "call-1")],
+                [tool_call("transfer_to_billing", "{}", "call-2")],
+            ],
+            before,
+        ),
+    )
+
+
+@pytest_asyncio.fixture
+async def tracing(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Callable[[OpenAIAgentsRecorder], None]]:
+    """Tracing on (``OPENAI_AGENTS_DISABLE_TRACING`` set to ``false`` and the
+    SDK's switch too, which wins over the variable), with only our processor;
+    no processor again afterwards."""
+    monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "false")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    set_tracing_disabled(False)
+
+    def use(recorder: OpenAIAgentsRecorder) -> None:
+        set_trace_processors([recorder.processor])
+
+    yield use
+    set_trace_processors([])
+
+
+def ordered(view: Any) -> list[Any]:
+    return sorted(view.events, key=lambda e: e.position)
+
+
+async def audit(nc: Any, db: Path, expected_events: int) -> None:
+    """``laneledger verify``'s check (chains, causation, every blob, actor keys as faults)."""
+    report = await audit_ledger_with_blobs(db, await open_blob_store(nc.jetstream()), strict_actors=True)
+    assert report.events == expected_events
+    assert report.warning_count == 0
+    assert report.blob_refs >= 1
+
+
+async def test_a_run_with_a_tool_and_a_handoff_records_the_spine(
+    nats_server, nc, client, tracing, tmp_path: Path
+) -> None:
+    ran: list[str] = []
+    recorder = await OpenAIAgentsRecorder.connect(nats_server.url, tenant="acme", pricing=price)
+    tracing(recorder)
+    try:
+        result = await Runner.run(
+            support_agents(ran), "where is my refund?", run_config=RunConfig(group_id="conv-1")
+        )
+        await recorder.flush()
+    finally:
+        await recorder.close()
+    assert result.final_output == "refund issued" and ran == ["A-17"]
+    assert recorder.lost == 0
+
+    view = await client.load_session("conv-1", tenant="acme")
+    events = ordered(view)
+    by_id = {e.id: e for e in events}
+    main = next(lane for lane in view.lanes if lane.name == "main")
+    sub = next(lane for lane in view.lanes if lane.name != "main")
+    assert (sub.kind, sub.parent_lane_id) == ("subagent", main.id)
+    on_main = [e for e in events if e.lane_id == main.id]
+    on_sub = [e for e in events if e.lane_id == sub.id]
+    model_round = [
+        "action.started",
+        "attempt.requested",
+        "attempt.completed",
+        "cost.recorded",
+        "action.completed",
+    ]
+    tool_round = ["action.started", "attempt.requested", "attempt.completed", "action.completed"]
+    assert [e.event_type for e in on_main] == [
+        "run.started",
+        "context.prompt_composed",
+        "turn.started",
+        *model_round,  # round 1: asks for lookup_order
+        *tool_round,  # lookup_order
+        *model_round,  # round 2: asks for the handoff
+        *tool_round,  # the handoff
+        "turn.completed",
+        "run.completed",
+    ]
+    assert [e.event_type for e in on_sub] == [
+        "context.prompt_composed",
+        "lane.created",
+        "turn.started",
+        *model_round,
+        "turn.completed",
+    ]
+    run_started, prompt, turn_started = on_main[:3]
+    assert run_started.subject_id == events[0].run_id
+    assert run_started.payload["adapter"] == guarantees(strict_tools=False, priced=True).to_payload()
+    assert run_started.payload["group_id"] == "conv-1"
+    assert (prompt.payload["prompt_kind"], prompt.payload["synthesized"]) == ("user", True)
+    assert not run_started.causation_id and not prompt.causation_id  # the roots (UNSET: no cause)
+    assert turn_started.causation_id == prompt.id
+
+    infer_1, tool, infer_2, handoff = on_main[3:8], on_main[8:12], on_main[12:17], on_main[17:21]
+    # §2a: round 1 hangs off the prompt, round 2 off round 1's decision.
+    assert infer_1[1].causation_id == prompt.id
+    assert infer_2[1].causation_id == infer_1[2].id
+    for call in (infer_1, infer_2):
+        requested, completed, cost = call[1], call[2], call[3]
+        assert requested.payload["action_type"] == "model_call"
+        assert requested.payload["model"] == "fake-triage"
+        assert completed.causation_id == requested.id and completed.subject_id == requested.subject_id
+        assert completed.payload["outcome"]["input_tokens"] == 100
+        assert completed.payload["outcome"]["output_tokens"] == 20
+        assert completed.payload["outcome"]["cache_read_tokens"] == 40
+        assert cost.payload["amount"] == "0.000180" and cost.payload["provider"] == "openai"
+        assert cost.payload["attempt_id"] == requested.subject_id and cost.causation_id == completed.id
+        assert call[4].causation_id == completed.id
+    # The tool call hangs off the inference that asked for it; its result is
+    # over 1 KiB, so the event holds a content reference.
+    assert [e.causation_id for e in tool[:2]] == [infer_1[2].id] * 2
+    assert tool[1].payload["name"] == "lookup_order"
+    assert tool[2].causation_id == tool[1].id
+    assert tool[2].payload["outcome"]["input"] == {"order_id": "A-17"}
+    result_ref = tool[2].payload["outcome"]["result"]
+    assert set(result_ref) == {"_ref", "size_bytes"} and result_ref["_ref"].startswith("sha256:")
+    # The handoff is a tool call of round 2; billing's prompt names it and
+    # hangs off the inference that decided it (§2b).
+    assert [e.causation_id for e in handoff[:2]] == [infer_2[2].id] * 2
+    assert handoff[1].payload["from_agent"] == "triage"
+    assert handoff[2].payload["outcome"] == {"to_agent": "billing"}
+    sub_prompt = on_sub[0]
+    assert sub_prompt.payload["prompt_kind"] == "subagent"
+    assert sub_prompt.payload["agent_name"] == "billing"
+    assert sub_prompt.payload[SPAWNED_BY] == handoff[1].id
+    assert sub_prompt.causation_id == infer_2[2].id
+    assert on_sub[1].payload["parent_lane_id"] == main.id
+    assert on_sub[4].causation_id == sub_prompt.id  # billing's first inference
+    assert on_sub[-1].causation_id == on_sub[5].id  # its turn ends off its latest inference
+    assert on_main[-2].payload["agent_name"] == "triage"
+    assert on_main[-2].causation_id == infer_2[2].id
+    assert on_main[-1].causation_id == on_main[-2].id
+    assert all(by_id[e.causation_id].session_id == "conv-1" for e in events if e.causation_id)
+    assert {a.id for a in view.attempts} == {
+        e.subject_id for e in events if e.event_type == "attempt.requested"
+    }
+
+    await audit(nc, tmp_path / "ledger.db", len(events))
+    assert audit_ledger(tmp_path / "ledger.db").causal_links == len(events) - 2
+
+
+async def test_strict_tools_commit_the_request_before_the_tool_runs(
+    nats_server, nc, client, tracing, tmp_path: Path
+) -> None:
+    seen_before_running: list[Any] = []
+
+    @function_tool
+    async def lookup_order(order_id: str) -> str:
+        """Look an order up."""
+        view = await client.load_session("conv-strict", tenant="acme")
+        seen_before_running.extend(e for e in view.events if e.event_type == "attempt.requested")
+        return "shipped"
+
+    agent = Agent(
+        name="triage",
+        tools=[lookup_order],
+        model=FakeModel(
+            "fake-triage", [[tool_call("lookup_order", '{"order_id": "B-2"}', "call-9")], [text("shipped")]]
+        ),
+    )
+    recorder = await OpenAIAgentsRecorder.connect(nats_server.url, tenant="acme", strict_tools=True)
+    tracing(recorder)
+    try:
+        result = await Runner.run(
+            agent, "status?", hooks=recorder.run_hooks(), run_config=RunConfig(group_id="conv-strict")
+        )
+        await recorder.flush()
+    finally:
+        await recorder.close()
+    assert result.final_output == "shipped"
+    tools = [e for e in seen_before_running if e.payload["action_type"] == "tool_call"]
+    assert [(e.payload["name"], e.payload["tool_call_id"], e.payload["input"]) for e in tools] == [
+        ("lookup_order", "call-9", {"order_id": "B-2"})
+    ]
+    events = ordered(await client.load_session("conv-strict", tenant="acme"))
+    run_started = next(e for e in events if e.event_type == "run.started")
+    assert run_started.payload["adapter"]["hooks"]["requested_before_call"] == "strict"
+    completed = next(
+        e for e in events if e.event_type == "attempt.completed" and e.subject_id == tools[0].subject_id
+    )
+    assert completed.causation_id == tools[0].id
+    assert completed.payload["outcome"] == {"result": "shipped"}
+    assert audit_ledger(tmp_path / "ledger.db").events == len(events)
+
+
+async def test_a_ledger_that_is_down_stops_the_tool_and_loses_nothing(
+    nats_server, nc, client, sequencer, tracing, tmp_path: Path
+) -> None:
+    """Failure injection for the strict claim: the sequencer stops while the
+    model decides to call the tool, so its request cannot commit: the tool
+    does not run, the run fails with the ledger's typed error as the cause,
+    and once the sequencer is back everything reported meanwhile is recorded
+    and no attempt is left open."""
+    ran: list[str] = []
+    stopped: list[bool] = []
+
+    async def stop_the_sequencer_once() -> None:
+        if not stopped:
+            await recorder.flush()  # the run's start is recorded
+            await sequencer.stop()
+            stopped.append(True)
+
+    recorder = await OpenAIAgentsRecorder.connect(
+        nats_server.url, tenant="acme", strict_tools=True, timeout=1.0
+    )
+    tracing(recorder)
+    try:
+        with pytest.raises(UserError) as raised:
+            await Runner.run(
+                support_agents(ran, before=stop_the_sequencer_once),
+                "where is my refund?",
+                hooks=recorder.run_hooks(),
+                run_config=RunConfig(group_id="conv-down"),
+            )
+        assert ran == []  # the tool did not run
+        cause = raised.value.__cause__
+        assert isinstance(cause, LedgerError) and cause.code in ("timeout", "unavailable")
+
+        back = await start_sequencer(nc, tmp_path / "ledger.db", SequencerSettings())
+        try:
+            await recorder.flush(timeout=60)
+            assert recorder.lost == 0
+            events = ordered(await client.load_session("conv-down", tenant="acme"))
+            types = [e.event_type for e in events]
+            assert types[:3] == ["run.started", "context.prompt_composed", "turn.started"]
+            assert types[-2:] == ["turn.failed", "run.failed"]
+            assert "lookup_order" in events[-1].payload["error"]["data"]["error"]
+            # The model call made while the ledger was down is recorded; of the
+            # stopped tool call nothing is, so nothing is left unresolved.
+            assert [e.payload["name"] for e in events if e.event_type == "attempt.completed"] == [
+                "fake-triage"
+            ]
+            assert [e.payload["name"] for e in events if e.event_type == "attempt.requested"] == [
+                "fake-triage"
+            ]
+            audit_report = audit_ledger(tmp_path / "ledger.db")
+            assert audit_report.events == len(events) and audit_report.warning_count == 0
+        finally:
+            await back.stop()
+    finally:
+        await recorder.close(timeout=2.0)
+
+
+async def test_a_request_that_commits_after_the_tool_was_stopped_is_closed(
+    nats_server, sequencer_proc, tracing, tmp_path: Path
+) -> None:
+    """Failure injection at the boundary: the sequencer process is frozen
+    (SIGSTOP) the moment the tool's request reaches NATS, so its receipt does
+    not come in time and the tool is stopped; once the sequencer runs again
+    the request commits, and the failure queued behind it closes it as
+    ``denied_unrecorded``: no attempt is left open for a tool that never ran."""
+    ran: list[str] = []
+    recorder = await OpenAIAgentsRecorder.connect(
+        nats_server.url, tenant="acme", strict_tools=True, timeout=1.0
+    )
+    tracing(recorder)
+    pid = sequencer_proc.pid
+    assert pid is not None
+    tap = await nats.connect(nats_server.url)
+    frozen = asyncio.Event()
+
+    async def freeze_on_the_tool_request(msg: Any) -> None:
+        if b'"attempt.requested"' in msg.data and b"lookup_order" in msg.data and not frozen.is_set():
+            os.kill(pid, signal.SIGSTOP)
+            frozen.set()
+
+    await tap.subscribe("ledger.append.acme.>", cb=freeze_on_the_tool_request)
+    await tap.flush()
+    try:
+        with pytest.raises(UserError) as raised:
+            await Runner.run(
+                support_agents(ran),
+                "where is my refund?",
+                hooks=recorder.run_hooks(),
+                run_config=RunConfig(group_id="conv-frozen"),
+            )
+        assert frozen.is_set() and ran == []
+        assert isinstance(raised.value.__cause__, LedgerError)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        await tap.close()
+    try:
+        await recorder.flush(timeout=60)
+    finally:
+        await recorder.close(timeout=5.0)
+    assert recorder.lost == 0
+    async with await LedgerClient.connect(nats_server.url) as client:
+        events = ordered(await client.load_session("conv-frozen", tenant="acme"))
+    requested = next(
+        e for e in events if e.event_type == "attempt.requested" and e.payload["name"] == "lookup_order"
+    )
+    closed = [e for e in events if e.event_type == "attempt.failed" and e.subject_id == requested.subject_id]
+    assert [(e.causation_id, e.payload["error"]["code"]) for e in closed] == [(requested.id, DENIED)]
+    assert [e.event_type for e in events][-2:] == ["turn.failed", "run.failed"]
+    sequencer_proc.stop()
+    report = audit_ledger(tmp_path / "ledger.db")
+    assert report.events == len(events) and report.warning_count == 0
+
+
+async def test_a_response_span_is_a_model_call_with_its_model_and_usage(
+    nats_server, client, tracing, tmp_path: Path
+) -> None:
+    priced: list[str] = []
+
+    def price_by_model(model: str, tokens: Any) -> str:
+        priced.append(model)
+        return "0.01"
+
+    agent = Agent(name="solo", model=FakeModel("gpt-fake", [[text("hi")]]))
+    recorder = await OpenAIAgentsRecorder.connect(nats_server.url, tenant="acme", pricing=price_by_model)
+    tracing(recorder)
+    try:
+        await Runner.run(agent, "hello", run_config=RunConfig(group_id="conv-responses"))
+        await recorder.flush()
+    finally:
+        await recorder.close()
+    events = ordered(await client.load_session("conv-responses", tenant="acme"))
+    requested = next(e for e in events if e.event_type == "attempt.requested")
+    completed = next(e for e in events if e.event_type == "attempt.completed")
+    cost = next(e for e in events if e.event_type == "cost.recorded")
+    # The model is known once the response is in: the outcome and the cost name it.
+    assert requested.payload["name"] == "openai-responses"
+    outcome = completed.payload["outcome"]
+    assert (outcome["model"], outcome["response_id"]) == ("gpt-fake", "resp_1")
+    assert (outcome["input_tokens"], outcome["output_tokens"], outcome["cache_read_tokens"]) == (7, 3, 2)
+    assert outcome["output"][0]["content"][0]["text"] == "hi"
+    assert (cost.payload["model"], cost.payload["amount"]) == ("gpt-fake", "0.01") and priced == ["gpt-fake"]
+    assert audit_ledger(tmp_path / "ledger.db").events == len(events)
+
+
+async def test_strict_tools_with_tracing_off_stop_the_tool(nats_server, sequencer, tracing) -> None:
+    """With the run hooks a tool whose run is not traced cannot be recorded,
+    so it does not run."""
+    ran: list[str] = []
+    recorder = await OpenAIAgentsRecorder.connect(nats_server.url, tenant="acme", strict_tools=True)
+    tracing(recorder)
+    try:
+        with pytest.raises(UserError) as raised:
+            await Runner.run(
+                support_agents(ran),
+                "where is my refund?",
+                hooks=recorder.run_hooks(),
+                run_config=RunConfig(tracing_disabled=True),
+            )
+    finally:
+        await recorder.close()
+    assert ran == []
+    assert isinstance(raised.value.__cause__, InvalidRequest)
+    assert "outside a recorded trace" in str(raised.value.__cause__)
+
+
+async def test_run_hooks_need_a_strict_recorder(nats_server, sequencer) -> None:
+    recorder = await OpenAIAgentsRecorder.connect(nats_server.url, tenant="acme")
+    try:
+        with pytest.raises(InvalidRequest, match="strict_tools"):
+            recorder.run_hooks()
+    finally:
+        await recorder.close()
+
+
+def test_guarantees_state_every_hook() -> None:
+    for strict in (False, True):
+        stated = guarantees(strict_tools=strict, priced=False)
+        assert set(stated.hooks) == set(HOOKS)
+        assert stated.hooks["requested_before_call"] == ("strict" if strict else "best_effort")
+        assert stated.hooks["cost"] == "unsupported"
+    assert guarantees(strict_tools=False, priced=True).hooks["cost"] == "best_effort"
