@@ -18,10 +18,19 @@ from typing import Any
 import nats
 import pytest
 import pytest_asyncio
-from agents import Agent, RunConfig, Runner, UserError, function_tool, set_trace_processors
+from agents import (
+    Agent,
+    GuardrailFunctionOutput,
+    RunConfig,
+    Runner,
+    UserError,
+    function_tool,
+    input_guardrail,
+    set_trace_processors,
+)
 from agents.items import ModelResponse
 from agents.models.interface import Model
-from agents.tracing import generation_span, response_span, set_tracing_disabled
+from agents.tracing import custom_span, generation_span, response_span, set_tracing_disabled
 from agents.usage import Usage
 from ledger_fixtures import start_sequencer
 from openai.types.responses import (
@@ -285,20 +294,34 @@ async def test_a_run_with_a_tool_and_a_handoff_records_the_spine(
 async def test_strict_tools_commit_the_request_before_the_tool_runs(
     nats_server, nc, client, tracing, tmp_path: Path
 ) -> None:
-    seen_before_running: list[Any] = []
+    """Two parallel calls of one model answer: each tool, when it runs, finds
+    its own request committed (with its call id and arguments); both hang off
+    the inference that asked for them."""
+    seen_by: dict[str, set[tuple[str, Any]]] = {}
 
     @function_tool
     async def lookup_order(order_id: str) -> str:
         """Look an order up."""
         view = await client.load_session("conv-strict", tenant="acme")
-        seen_before_running.extend(e for e in view.events if e.event_type == "attempt.requested")
+        seen_by[order_id] = {
+            (e.payload["tool_call_id"], e.payload["input"]["order_id"])
+            for e in view.events
+            if e.event_type == "attempt.requested" and e.payload["action_type"] == "tool_call"
+        }
         return "shipped"
 
     agent = Agent(
         name="triage",
         tools=[lookup_order],
         model=FakeModel(
-            "fake-triage", [[tool_call("lookup_order", '{"order_id": "B-2"}', "call-9")], [text("shipped")]]
+            "fake-triage",
+            [
+                [
+                    tool_call("lookup_order", '{"order_id": "B-2"}', "call-8"),
+                    tool_call("lookup_order", '{"order_id": "B-3"}', "call-9"),
+                ],
+                [text("shipped")],
+            ],
         ),
     )
     recorder = await OpenAIAgentsRecorder.connect(nats_server.url, tenant="acme", strict_tools=True)
@@ -311,19 +334,27 @@ async def test_strict_tools_commit_the_request_before_the_tool_runs(
     finally:
         await recorder.close()
     assert result.final_output == "shipped"
-    tools = [e for e in seen_before_running if e.payload["action_type"] == "tool_call"]
-    assert [(e.payload["name"], e.payload["tool_call_id"], e.payload["input"]) for e in tools] == [
-        ("lookup_order", "call-9", {"order_id": "B-2"})
-    ]
+    assert ("call-8", "B-2") in seen_by["B-2"] and ("call-9", "B-3") in seen_by["B-3"]
     events = ordered(await client.load_session("conv-strict", tenant="acme"))
     run_started = next(e for e in events if e.event_type == "run.started")
-    assert run_started.payload["adapter"]["hooks"]["requested_before_call"] == "strict"
-    completed = next(
-        e for e in events if e.event_type == "attempt.completed" and e.subject_id == tools[0].subject_id
+    assert run_started.payload["adapter"] == guarantees(strict_tools=True, priced=False).to_payload()
+    inference = next(
+        e for e in events if e.event_type == "attempt.completed" and e.payload["name"] == "fake-triage"
     )
-    assert completed.causation_id == tools[0].id
-    assert completed.payload["outcome"] == {"result": "shipped"}
-    assert audit_ledger(tmp_path / "ledger.db").events == len(events)
+    requests = [
+        e for e in events if e.event_type == "attempt.requested" and e.payload["name"] == "lookup_order"
+    ]
+    assert sorted(e.payload["tool_call_id"] for e in requests) == ["call-8", "call-9"]
+    assert {e.causation_id for e in requests} == {inference.id}  # siblings
+    for request in requests:
+        completed = next(
+            e for e in events if e.event_type == "attempt.completed" and e.subject_id == request.subject_id
+        )
+        assert completed.causation_id == request.id
+        assert completed.payload["outcome"] == {"result": "shipped"}
+    assert not any(e.payload.get("recorded_at_end") for e in events)
+    report = audit_ledger(tmp_path / "ledger.db")
+    assert report.events == len(events) and report.warning_count == 0
 
 
 async def test_a_ledger_that_is_down_stops_the_tool_and_loses_nothing(
@@ -436,6 +467,78 @@ async def test_a_request_that_commits_after_the_tool_was_stopped_is_closed(
     assert [(e.causation_id, e.payload["error"]["code"]) for e in closed] == [(requested.id, DENIED)]
     assert [e.event_type for e in events][-2:] == ["turn.failed", "run.failed"]
     sequencer_proc.stop()
+    report = audit_ledger(tmp_path / "ledger.db")
+    assert report.events == len(events) and report.warning_count == 0
+
+
+async def test_an_agent_run_as_a_tool_its_guardrail_and_a_custom_span(
+    nats_server, nc, client, tracing, tmp_path: Path
+) -> None:
+    """An agent called as a tool (``Agent.as_tool``) is a sub-agent spawned by
+    that tool call; a guardrail and a custom span are extension events on
+    their agent's lane."""
+
+    @input_guardrail
+    def polite(context: Any, agent: Any, given: Any) -> GuardrailFunctionOutput:
+        return GuardrailFunctionOutput(output_info="ok", tripwire_triggered=False)
+
+    @function_tool
+    def audit_trail(note: str) -> str:
+        """Note something down."""
+        with custom_span("audit", {"note": note}):
+            return "noted"
+
+    researcher = Agent(
+        name="researcher",
+        tools=[audit_trail],
+        model=FakeModel(
+            "fake-researcher", [[tool_call("audit_trail", '{"note": "n1"}', "call-r1")], [text("found it")]]
+        ),
+    )
+    lead = Agent(
+        name="lead",
+        input_guardrails=[polite],
+        tools=[researcher.as_tool(tool_name="research", tool_description="Research something.")],
+        model=FakeModel(
+            "fake-lead", [[tool_call("research", '{"input": "look"}', "call-l1")], [text("summary")]]
+        ),
+    )
+    recorder = await OpenAIAgentsRecorder.connect(nats_server.url, tenant="acme")
+    tracing(recorder)
+    try:
+        result = await Runner.run(lead, "research this", run_config=RunConfig(group_id="conv-nested"))
+        await recorder.flush()
+    finally:
+        await recorder.close()
+    assert result.final_output == "summary"
+    view = await client.load_session("conv-nested", tenant="acme")
+    events = ordered(view)
+    main = next(lane for lane in view.lanes if lane.name == "main")
+    sub = next(lane for lane in view.lanes if lane.name != "main")
+    assert (sub.kind, sub.parent_lane_id) == ("subagent", main.id)
+    research = next(
+        e for e in events if e.event_type == "attempt.requested" and e.payload["name"] == "research"
+    )
+    assert research.lane_id == main.id
+    sub_prompt = next(e for e in events if e.lane_id == sub.id and e.event_type == "context.prompt_composed")
+    assert (sub_prompt.payload["agent_name"], sub_prompt.payload["via"]) == ("researcher", "nested")
+    assert sub_prompt.payload[SPAWNED_BY] == research.id
+    assert sub_prompt.causation_id == research.causation_id  # the lead's inference that asked for it
+    audit_call = next(
+        e for e in events if e.event_type == "attempt.requested" and e.payload["name"] == "audit_trail"
+    )
+    assert audit_call.lane_id == sub.id
+    note = next(e for e in events if e.event_type == "ext.openai_agents.custom")
+    assert (note.lane_id, note.payload["name"], note.payload["data"]) == (sub.id, "audit", {"note": "n1"})
+    guard = next(e for e in events if e.event_type == "ext.openai_agents.guardrail")
+    assert (guard.lane_id, guard.payload["name"], guard.payload["triggered"]) == (main.id, "polite", False)
+    # The research call ends after its sub-agent's turn.
+    research_end = next(
+        e for e in events if e.event_type == "attempt.completed" and e.subject_id == research.subject_id
+    )
+    sub_end = next(e for e in events if e.lane_id == sub.id and e.event_type == "turn.completed")
+    assert sub_end.position < research_end.position
+    assert research_end.payload["outcome"]["result"] == "found it"
     report = audit_ledger(tmp_path / "ledger.db")
     assert report.events == len(events) and report.warning_count == 0
 

@@ -41,14 +41,8 @@ from agents.tracing import Span, Trace, TracingProcessor, get_current_span
 from agents.tracing.span_data import FunctionSpanData, ResponseSpanData
 
 from laneledger.adapters.loopthread import LoopThread, result_within
-from laneledger.adapters.openai_agents_mapping import (
-    Pricing,
-    SpanInfo,
-    ToolRequest,
-    TraceInfo,
-    TraceMapper,
-    guarantees,
-)
+from laneledger.adapters.openai_agents_mapping import Pricing, TraceMapper, guarantees
+from laneledger.adapters.openai_agents_spans import SpanInfo, ToolRequest, TraceInfo
 from laneledger.contract.errors import InvalidRequest, LedgerError, LedgerUnavailable
 from laneledger.sdk.client import LedgerClient
 

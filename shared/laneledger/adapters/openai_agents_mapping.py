@@ -17,18 +17,24 @@ job retried after the ledger came back records once.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from decimal import Decimal
 from typing import Any, TypeVar
 
 from laneledger.adapters.derived import DerivedRecorder
+from laneledger.adapters.openai_agents_spans import (
+    STRUCTURAL_SPANS,
+    SpanInfo,
+    ToolRequest,
+    TraceInfo,
+    arguments_of,
+    duration_ms,
+    id8,
+    tokens_of,
+)
 from laneledger.compat.claudecode import DEFAULT_HUMAN
 from laneledger.contract.errors import InvalidRequest, LedgerError, TransportError
 from laneledger.contract.model import Lane
@@ -46,16 +52,11 @@ TOOL_ERROR = "tool_error"
 MODEL_ERROR = "model_error"
 EXT = "ext.openai_agents"
 MODEL_SPANS = ("generation", "response")
-# Custom spans the Runner opens around a whole run and each model round: the
-# run and its agents' spines say the same, so they record nothing.
-STRUCTURAL_SPANS = ("task", "turn")
 
 # (model, token counts) -> the call's price in USD as a decimal, or None.
 Pricing = Callable[[str, Mapping[str, int]], Decimal | str | None]
 
 T = TypeVar("T")
-
-_ID8 = re.compile(r"[0-9A-Za-z_-]{8}")
 
 
 def guarantees(*, strict_tools: bool, priced: bool) -> AdapterGuarantees:
@@ -82,48 +83,6 @@ def guarantees(*, strict_tools: bool, priced: bool) -> AdapterGuarantees:
         },
         recovery="none",
     )
-
-
-@dataclass(frozen=True)
-class TraceInfo:
-    trace_id: str
-    workflow_name: str
-    group_id: str | None = None
-    metadata: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class SpanInfo:
-    """A span as it was when the SDK reported it; ``data`` is its
-    ``span_data.export()`` (JSON values), plus a response's model and output."""
-
-    trace_id: str
-    span_id: str
-    parent_id: str | None
-    data: dict[str, Any]
-    started_at: str | None = None
-    ended_at: str | None = None
-    error: dict[str, Any] | None = None
-
-    @property
-    def kind(self) -> str:
-        kind = self.data.get("type")
-        if kind == "custom" and isinstance(self.data.get("data"), Mapping):
-            sdk_kind = self.data["data"].get("sdk_span_type")
-            if sdk_kind in STRUCTURAL_SPANS:
-                return str(sdk_kind)
-        return str(kind)
-
-
-@dataclass(frozen=True)
-class ToolRequest:
-    """A function tool about to run (the run hooks' ``on_tool_start``)."""
-
-    trace_id: str
-    span_id: str
-    tool_call_id: str | None
-    name: str
-    arguments: str | None
 
 
 @dataclass
@@ -175,51 +134,6 @@ class TraceState:
     denied: set[str] = field(default_factory=set)  # function spans whose tool was stopped
     handoffs: list[Handoff] = field(default_factory=list)
     error: dict[str, Any] | None = None  # the first agent span's error: the run failed
-
-
-def _tokens(usage: Mapping[str, Any] | None) -> dict[str, int]:
-    """The ledger's token fields from the SDK's usage (``input_tokens``,
-    ``output_tokens``, ``input_tokens_details.cached_tokens`` /
-    ``cache_write_tokens``; ``cached_input_tokens`` in turn spans)."""
-    if not usage:
-        return {}
-    details = usage.get("input_tokens_details") or {}
-    found = {
-        "input_tokens": usage.get("input_tokens"),
-        "output_tokens": usage.get("output_tokens"),
-        "cache_read_tokens": details.get("cached_tokens", usage.get("cached_input_tokens")),
-        "cache_write_tokens": details.get("cache_write_tokens", usage.get("cache_write_input_tokens")),
-    }
-    return {k: v for k, v in found.items() if isinstance(v, int) and not isinstance(v, bool) and v >= 0}
-
-
-def _id8(span_id: str) -> str:
-    """A sub-agent actor's ``<id8>`` (spec/verify.md, "Actor identity"): the
-    span id's last 8 characters (the SDK's ids end in random hex), else 8 hex
-    digits of its SHA-256."""
-    tail = span_id[-8:]
-    return tail if _ID8.fullmatch(tail) else hashlib.sha256(span_id.encode()).hexdigest()[:8]
-
-
-def _duration_ms(span: SpanInfo) -> int | None:
-    if not span.started_at or not span.ended_at:
-        return None
-    try:
-        delta = datetime.fromisoformat(span.ended_at) - datetime.fromisoformat(span.started_at)
-    except ValueError:
-        return None
-    return max(0, int(delta.total_seconds() * 1000))
-
-
-def _arguments(raw: Any) -> Any:
-    """A tool's arguments as the JSON object they spell, else as sent."""
-    if isinstance(raw, str):
-        try:
-            parsed = json.loads(raw)
-        except ValueError:
-            return raw
-        return parsed if isinstance(parsed, dict) else raw
-    return raw
 
 
 class TraceMapper(DerivedRecorder):
@@ -403,7 +317,7 @@ class TraceMapper(DerivedRecorder):
         state.parents.setdefault(request.span_id, None)
         agent = self._lane_of(state, request.span_id)
         run, key = request.trace_id, request.span_id
-        extra: dict[str, Any] = {"input": _arguments(request.arguments)}
+        extra: dict[str, Any] = {"input": arguments_of(request.arguments)}
         if request.tool_call_id is not None:
             extra["tool_call_id"] = request.tool_call_id
         state.denied.add(key)  # until the request commits: the tool is stopped otherwise
@@ -490,7 +404,7 @@ class TraceMapper(DerivedRecorder):
             spawning = self._spawning_call(state, span.parent_id)
             spawned_by = spawning.requested_id if spawning is not None else None
         run, key = span.trace_id, f"sub-{span.span_id}"
-        actor = await self._actor(f"sub-{_id8(span.span_id)}", self.sdk_version)
+        actor = await self._actor(f"sub-{id8(span.span_id)}", self.sdk_version)
         lane = await self.client.create_lane(
             self.tenant,
             state.session,
@@ -652,7 +566,7 @@ class TraceMapper(DerivedRecorder):
         extra: dict[str, Any] = {}
         if span.data.get("input") is not None:
             extra["input"] = (
-                _arguments(span.data["input"]) if action_type == "tool_call" else span.data["input"]
+                arguments_of(span.data["input"]) if action_type == "tool_call" else span.data["input"]
             )
         if span.kind == "handoff" and span.data.get("from_agent") is not None:
             extra["from_agent"] = span.data["from_agent"]
@@ -684,7 +598,7 @@ class TraceMapper(DerivedRecorder):
             events = []
         agent, run, key = call.lane, span.trace_id, span.span_id
         base: dict[str, Any] = {"action_type": action_type, "name": call.name, "attempt_no": 1}
-        duration = _duration_ms(span)
+        duration = duration_ms(span)
         if duration is not None:
             base["duration_ms"] = duration
         model_call = action_type == "model_call"
@@ -760,19 +674,19 @@ class TraceMapper(DerivedRecorder):
             usage = data.get("usage")
             if usage:
                 outcome["usage"] = usage
-                outcome.update(_tokens(usage))
+                outcome.update(tokens_of(usage))
             return outcome
         if span.kind == "handoff":
             return {"to_agent": data.get("to_agent")}
         outcome = {"result": data.get("output")}
         if not call.has_input and data.get("input") is not None:
-            outcome["input"] = _arguments(data["input"])
+            outcome["input"] = arguments_of(data["input"])
         return outcome
 
     def _cost(self, call: Call, span: SpanInfo) -> dict[str, Any] | None:
         if self.pricing is None:
             return None
-        tokens = _tokens(span.data.get("usage"))
+        tokens = tokens_of(span.data.get("usage"))
         # A response span names its model only once the response is in.
         named = span.data.get("model")
         model = named if isinstance(named, str) and named else call.name
