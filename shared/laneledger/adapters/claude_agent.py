@@ -178,7 +178,7 @@ class ClaudeAgentRecorder(DerivedRecorder):
         lane = await self.client.get_lane(lane.id, tenant=self.tenant)
         if lane.last_seq > 0:
             return lane, actor
-        human = (await self.client.ensure_actor(self.tenant, self.human, "human")).id
+        human = await self._human(self.human)
         turn = await self._turn(session, lane, "main")
         context = {k: obj[k] for k in ("cwd", "transcript_path", "permission_mode") if k in obj}
         adapter = HOOK_GUARANTEES.to_payload()
@@ -299,7 +299,7 @@ class ClaudeAgentRecorder(DerivedRecorder):
         except LedgerError as exc:
             return deny(f"laneledger could not record the call ({exc.code}): {exc}; the tool did not run")
         try:
-            await self._append_at(lane, session, f"{tool}/requested", [started, requested], head)
+            await self._append(lane, session, f"{tool}/requested", [started, requested], head=head)
         except LedgerError as exc:
             await self._queue_denied(lane, session, tool, requested, head + 2, name, actor)
             return deny(f"laneledger could not record the call ({exc.code}): {exc}; the tool did not run")

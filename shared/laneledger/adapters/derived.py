@@ -34,18 +34,26 @@ class DerivedRecorder:
         self.client = client
         self.tenant = tenant
         self.timeout = timeout
+        self._actors: dict[str, str] = {}  # actor key -> id
 
     def _id(self, scope: str, *parts: str) -> str:
         return derived_id(self.runtime, self.tenant, scope, *parts)
 
     async def _actor(self, key: str, version: str = "unknown") -> str:
-        actor = await self.client.ensure_actor(
-            self.tenant,
-            f"agent:{self.runtime}/{key}@{version}",
-            "agent",
-            attributes={"runtime": self.runtime},
-        )
-        return actor.id
+        """The agent actor ``agent:<runtime>/<key>@<version>`` (ensured once:
+        an actor's id never changes)."""
+        actor_key = f"agent:{self.runtime}/{key}@{version}"
+        if actor_key not in self._actors:
+            actor = await self.client.ensure_actor(
+                self.tenant, actor_key, "agent", attributes={"runtime": self.runtime}
+            )
+            self._actors[actor_key] = actor.id
+        return self._actors[actor_key]
+
+    async def _human(self, key: str) -> str:
+        if key not in self._actors:
+            self._actors[key] = (await self.client.ensure_actor(self.tenant, key, "human")).id
+        return self._actors[key]
 
     def _event(
         self,
@@ -70,37 +78,30 @@ class DerivedRecorder:
             occurred_at=occurred_at,
         )
 
-    async def _append(self, lane: Lane, scope: str, key: str, events: list[dict[str, Any]]) -> bool:
-        """One append at the lane's head, with the derived append id ``key``.
-        False when it was recorded already (a resend)."""
+    async def _append(
+        self, lane: Lane, scope: str, key: str, events: list[dict[str, Any]], *, head: int | None = None
+    ) -> int:
+        """One append with the derived append id ``key``: at ``head`` when the
+        caller knows the lane's head (one round trip fewer), else at the head
+        it reads; again at the new head when another writer (a parallel tool
+        call) moved the lane. Recorded already (a resend) counts as done.
+        Returns the lane's head as this append left it, as far as it knows."""
         ready = [prepared(e, self.client.redactor) for e in events]
         append_id = self._id(scope, "append", key)
         for _ in range(MAX_LANE_CONFLICTS):
-            head = (await self.client.get_lane(lane.id, tenant=self.tenant)).last_seq
+            if head is None:
+                head = (await self.client.get_lane(lane.id, tenant=self.tenant)).last_seq
             try:
                 receipt = await self.client.append(
                     lane, head, ready, append_id=append_id, retries=0, timeout=self.timeout
                 )
             except LaneConflict:
-                continue  # another writer (a parallel tool call) moved the lane
+                head = None
+                continue
             except (DuplicateEvent, IdempotencyViolation):
-                return False
-            return not bool(getattr(receipt, "replayed", False))
+                return (await self.client.get_lane(lane.id, tenant=self.tenant)).last_seq
+            return max(head, receipt.last_seq)
         raise LaneConflict(f"lane {lane.id} kept moving ({MAX_LANE_CONFLICTS} tries)", lane_id=lane.id)
-
-    async def _append_at(
-        self, lane: Lane, scope: str, key: str, events: list[dict[str, Any]], head: int
-    ) -> None:
-        """``_append`` starting from a known head (one round trip fewer)."""
-        ready = [prepared(e, self.client.redactor) for e in events]
-        try:
-            await self.client.append(
-                lane, head, ready, append_id=self._id(scope, "append", key), retries=0, timeout=self.timeout
-            )
-        except (DuplicateEvent, IdempotencyViolation):
-            return
-        except LaneConflict:
-            await self._append(lane, scope, key, events)
 
     async def _queue_behind(self, lane: Lane, scope: str, key: str, event: dict[str, Any], head: int) -> None:
         """Queue ``event`` to commit at ``head`` (``submit``, not awaiting the

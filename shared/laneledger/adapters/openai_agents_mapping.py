@@ -95,6 +95,7 @@ class AgentLane:
     spine: Spine
     agent_name: str | None = None
     ended_id: str | None = None  # its turn's end event
+    head: int | None = None  # the lane's head as this thread's last append left it; None: ask
 
     def latest(self) -> str | None:
         return self.spine.last_inference_id or self.spine.prompt_id
@@ -195,7 +196,7 @@ class TraceMapper(DerivedRecorder):
         session = info.group_id or info.trace_id
         run = info.trace_id
         actor = await self._actor("main", self.sdk_version)
-        human = (await self.client.ensure_actor(self.tenant, self.human, "human")).id
+        human = await self._human(self.human)
         lane = await self.client.create_lane(self.tenant, session, run, "main", actor_id=actor)
         turn = await self._turn(info.trace_id, lane, "main")
         main = AgentLane(lane, actor, turn, Spine())
@@ -229,7 +230,7 @@ class TraceMapper(DerivedRecorder):
                 lane, run, "turn.started/main", "turn.started", turn, {"turn_no": 1}, prompt["id"], actor
             ),
         ]
-        await self._append(lane, run, "start", events)
+        await self._commit(main, run, "start", events)
         main.spine.prompted(prompt["id"])
         self.traces[info.trace_id] = TraceState(info, session, main)
 
@@ -260,7 +261,7 @@ class TraceMapper(DerivedRecorder):
                 main.ended_id or main.latest(),
                 main.actor,
             )
-        await self._append(main.lane, run, "end", [end])
+        await self._commit(main, run, "end", [end])
         del self.traces[info.trace_id]
 
     # -- spans --------------------------------------------------------------------------------
@@ -324,9 +325,12 @@ class TraceMapper(DerivedRecorder):
         call, events = await self._request_events(
             state, agent, key, "tool_call", request.name, extra, occurred_at=None
         )
-        head = (await self.client.get_lane(agent.lane.id, tenant=self.tenant)).last_seq
+        head = agent.head
+        if head is None:
+            head = (await self.client.get_lane(agent.lane.id, tenant=self.tenant)).last_seq
+        agent.head = None  # unknown until the append is answered
         try:
-            await self._append_at(agent.lane, run, f"{key}/requested", events, head)
+            agent.head = await self._append(agent.lane, run, f"{key}/requested", events, head=head)
         except LedgerError:
             failed = self._event(
                 agent.lane,
@@ -356,6 +360,13 @@ class TraceMapper(DerivedRecorder):
             state.denied.add(span_id)
 
     # -- agents -------------------------------------------------------------------------------
+
+    async def _commit(self, agent: AgentLane, run: str, key: str, events: list[dict[str, Any]]) -> None:
+        """Append on the agent's lane at the head this thread last left it at:
+        this thread is the lane's only writer, but for a denial queued behind
+        a request (which the lane conflict it causes reveals)."""
+        head, agent.head = agent.head, None  # unknown until this append is answered
+        agent.head = await self._append(agent.lane, run, key, events, head=head)
 
     async def _turn(self, run: str, lane: Lane, key: str) -> str:
         turn = await self.client.create_turn(
@@ -459,10 +470,10 @@ class TraceMapper(DerivedRecorder):
             actor,
             span.started_at,
         )
-        await self._append(lane, run, f"start/{key}", [prompt, created, started])
+        agent = AgentLane(lane, actor, turn, Spine(prompt_id=prompt["id"]), name)
+        await self._commit(agent, run, f"start/{key}", [prompt, created, started])
         if handoff is not None:
             state.handoffs.remove(handoff)
-        agent = AgentLane(lane, actor, turn, Spine(prompt_id=prompt["id"]), name)
         state.agents[span.span_id] = agent
 
     async def _agent_ended(self, state: TraceState, span: SpanInfo) -> None:
@@ -487,7 +498,7 @@ class TraceMapper(DerivedRecorder):
             agent.actor,
             span.ended_at,
         )
-        await self._append(agent.lane, span.trace_id, f"end/{key}", [end])
+        await self._commit(agent, span.trace_id, f"end/{key}", [end])
         agent.ended_id = end["id"]
         if span.error is not None and state.error is None:
             state.error = span.error
@@ -573,7 +584,7 @@ class TraceMapper(DerivedRecorder):
         call, events = await self._request_events(
             state, agent, span.span_id, action_type, name, extra, occurred_at=span.started_at
         )
-        await self._append(agent.lane, span.trace_id, f"{span.span_id}/requested", events)
+        await self._commit(agent, span.trace_id, f"{span.span_id}/requested", events)
         state.calls[span.span_id] = call
         return call
 
@@ -657,7 +668,7 @@ class TraceMapper(DerivedRecorder):
             span.ended_at,
         )
         events.append(ended)
-        await self._append(agent.lane, run, f"{key}/settled", events)
+        await self._commit(agent, run, f"{key}/settled", events)
         state.calls.pop(key, None)
         if model_call and span.error is None:
             agent.spine.inferred(terminal["id"])
@@ -723,4 +734,4 @@ class TraceMapper(DerivedRecorder):
             agent.actor,
             span.ended_at,
         )
-        await self._append(agent.lane, span.trace_id, f"{span.span_id}/note", [event])
+        await self._commit(agent, span.trace_id, f"{span.span_id}/note", [event])
