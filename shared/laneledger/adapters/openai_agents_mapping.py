@@ -36,7 +36,7 @@ from laneledger.adapters.openai_agents_spans import (
     tokens_of,
 )
 from laneledger.compat.claudecode import DEFAULT_HUMAN
-from laneledger.contract.errors import InvalidRequest, LedgerError, TransportError
+from laneledger.contract.errors import InvalidRequest, LedgerError
 from laneledger.contract.model import Lane
 from laneledger.sdk.client import LedgerClient
 from laneledger.sdk.guarantees import AdapterGuarantees, Level
@@ -168,24 +168,25 @@ class TraceMapper(DerivedRecorder):
     # -- retrying -------------------------------------------------------------------------
 
     async def retrying(self, what: str, job: Callable[[], Awaitable[T]]) -> T | None:
-        """Run ``job`` until it succeeds: while the ledger is unreachable it is
-        retried (derived ids make that safe) until the recorder closes and its
-        deadline passes; a typed refusal drops it (a bug here, logged)."""
+        """Run ``job`` until it succeeds: on a retryable error (the ledger
+        unreachable or slow, a tenant quota reached) it is run again (derived
+        ids make that safe), backing off, until the recorder closes and its
+        deadline passes; any other refusal drops it (a bug here, logged)."""
         delay = 0.1
         while True:
             try:
                 return await job()
-            except TransportError as exc:
+            except LedgerError as exc:
+                if not exc.retryable:
+                    self.lost += 1
+                    log.warning("laneledger: the ledger refused %s: %s", what, exc)
+                    return None
                 if self.give_up_at is not None and time.monotonic() >= self.give_up_at:
                     self.lost += 1
                     log.warning("laneledger: gave up recording %s: %s", what, exc)
                     return None
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
-            except LedgerError as exc:
-                self.lost += 1
-                log.warning("laneledger: the ledger refused %s: %s", what, exc)
-                return None
 
     # -- traces -------------------------------------------------------------------------
 
