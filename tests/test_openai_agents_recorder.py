@@ -433,6 +433,58 @@ async def test_an_agent_run_as_a_tool_its_guardrail_and_a_custom_span(
     assert report.events == len(events) and report.warning_count == 0
 
 
+async def test_concurrent_runs_each_record_their_own_spine(
+    nats_server, client, tracing, tmp_path: Path
+) -> None:
+    """Runs in parallel on one loop: each trace is its own run and session,
+    with the same shape as one run alone; strict tool requests of both
+    commit through the one recorder thread."""
+    ran: list[str] = []
+    recorder = await OpenAIAgentsRecorder.connect(nats_server.url, tenant="acme", strict_tools=True)
+    tracing(recorder)
+    sessions = [f"conv-par-{i}" for i in range(4)]
+    try:
+        results = await asyncio.gather(
+            *(
+                Runner.run(
+                    support_agents(ran),
+                    "where is my refund?",
+                    hooks=recorder.run_hooks(),
+                    run_config=RunConfig(group_id=session),
+                )
+                for session in sessions
+            )
+        )
+        await recorder.flush()
+    finally:
+        await recorder.close()
+    assert [r.final_output for r in results] == ["refund issued"] * 4 and ran == ["A-17"] * 4
+    total = 0
+    shapes = set()
+    for session in sessions:
+        view = await client.load_session(session, tenant="acme")
+        events = ordered(view)
+        total += len(events)
+        kind_of = {lane.id: lane.kind for lane in view.lanes}
+        shapes.add(
+            tuple(
+                (
+                    kind,
+                    tuple(
+                        (e.event_type, e.payload["name"] if e.event_type.startswith("attempt.") else None)
+                        for e in events
+                        if kind_of[e.lane_id] == kind
+                    ),
+                )
+                for kind in ("main", "subagent")
+            )
+        )
+        assert len({e.run_id for e in events}) == 1 and len(view.lanes) == 2
+    assert len(shapes) == 1  # every run's lanes recorded alike
+    report = audit_ledger(tmp_path / "ledger.db")
+    assert report.events == total and report.warning_count == 0
+
+
 async def test_a_response_span_is_a_model_call_with_its_model_and_usage(
     nats_server, client, tracing, tmp_path: Path
 ) -> None:
