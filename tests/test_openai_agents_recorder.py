@@ -37,7 +37,7 @@ from laneledger.adapters.openai_agents_mapping import DENIED, guarantees
 from laneledger.audit.blobs import audit_ledger_with_blobs, open_blob_store
 from laneledger.audit.ledger import audit_ledger
 from laneledger.contract.errors import InvalidRequest, LedgerError
-from laneledger.sdk.client import LedgerClient
+from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.sdk.guarantees import HOOKS
 from laneledger.sdk.spine import SPAWNED_BY
 from laneledger.services.sequencer.service import SequencerSettings
@@ -179,6 +179,62 @@ async def test_a_run_with_a_tool_and_a_handoff_records_the_spine(
 
     await audit(nc, tmp_path / "ledger.db", len(events))
     assert audit_ledger(tmp_path / "ledger.db").causal_links == len(events) - 2
+
+
+async def test_an_append_refused_behind_others_is_appended_again_in_order(
+    nats_server, client, tracing, tmp_path: Path
+) -> None:
+    """The recorder submits appends without waiting for their receipts, at
+    the lane head its own submits left. Another writer moves the main lane
+    mid-run: the appends submitted at the old head are refused, and are
+    appended again, in order, once each, as are those on the sub-agent's
+    lane caused by them."""
+    ran: list[str] = []
+    calls: list[int] = []
+
+    async def another_writer_appends() -> None:
+        calls.append(1)
+        if len(calls) == 2:  # before triage's second model call
+            await recorder.flush()
+            main = next(lane for lane in (await client.load_session("conv-moved", tenant="acme")).lanes)
+            actor = await client.ensure_actor("acme", "human:someone-else", "human")
+            head = (await client.get_lane(main.id, tenant="acme")).last_seq
+            event = make_event(main.id, "ext.acme.note", actor_id=actor.id, payload={"by": "someone else"})
+            await client.append(main, head, [event])
+
+    recorder = await OpenAIAgentsRecorder.connect(nats_server.url, tenant="acme")
+    tracing(recorder)
+    try:
+        result = await Runner.run(
+            support_agents(ran, before=another_writer_appends),
+            "where is my refund?",
+            run_config=RunConfig(group_id="conv-moved"),
+        )
+        await recorder.flush()
+    finally:
+        await recorder.close()
+    assert result.final_output == "refund issued" and recorder.lost == 0
+    view = await client.load_session("conv-moved", tenant="acme")
+    events = ordered(view)
+    main = next(lane for lane in view.lanes if lane.name == "main")
+    on_main = [e.event_type for e in events if e.lane_id == main.id]
+    model_round = ["action.started", "attempt.requested", "attempt.completed", "action.completed"]
+    tool_round = ["action.started", "attempt.requested", "attempt.completed", "action.completed"]
+    assert on_main == [
+        "run.started",
+        "context.prompt_composed",
+        "turn.started",
+        *model_round,
+        *tool_round,
+        "ext.acme.note",  # the other writer's, where it committed
+        *model_round,
+        *tool_round,
+        "turn.completed",
+        "run.completed",
+    ]
+    assert len({e.id for e in events}) == len(events)
+    report = audit_ledger(tmp_path / "ledger.db")
+    assert report.events == len(events) and report.warning_count == 0
 
 
 async def test_strict_tools_commit_the_request_before_the_tool_runs(

@@ -132,7 +132,10 @@ class OpenAIAgentsRecorder:
             return self._mapper
 
         async def close_state(mapper: TraceMapper) -> None:
-            await mapper.client.close()
+            try:
+                await mapper.retrying("the last appends", mapper.settle)
+            finally:
+                await mapper.client.close()
 
         self._thread: LoopThread[TraceMapper] = LoopThread(
             open_state, close_state, name=f"laneledger-openai-agents-{tenant}"
@@ -164,18 +167,11 @@ class OpenAIAgentsRecorder:
         self._thread.post(run)
 
     async def flush(self, timeout: float | None = 30.0) -> None:
-        """Wait until everything reported so far is recorded (or given up)."""
-
-        async def nothing(mapper: TraceMapper) -> None:
-            return None
-
-        await asyncio.wait_for(asyncio.wrap_future(self._thread.post(nothing)), timeout)
+        """Wait until everything reported so far is committed (or given up)."""
+        await asyncio.wait_for(asyncio.wrap_future(self._thread.post(_settled)), timeout)
 
     def flush_sync(self, timeout: float | None = 30.0) -> None:
-        async def nothing(mapper: TraceMapper) -> None:
-            return None
-
-        result_within(self._thread.post(nothing), timeout)
+        result_within(self._thread.post(_settled), timeout)
 
     def _give_up_in(self, seconds: float) -> None:
         if self._mapper is not None:
@@ -266,6 +262,10 @@ class LaneledgerTracingProcessor(TracingProcessor):
             self._recorder.flush_sync()
         except Exception:
             log.exception("laneledger: the recorder did not flush")
+
+
+async def _settled(mapper: TraceMapper) -> None:
+    await mapper.retrying("the submitted appends", mapper.settle)
 
 
 def _job(method: str, info: Any) -> Any:

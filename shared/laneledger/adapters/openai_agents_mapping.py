@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -36,9 +37,10 @@ from laneledger.adapters.openai_agents_spans import (
     tokens_of,
 )
 from laneledger.compat.claudecode import DEFAULT_HUMAN
-from laneledger.contract.errors import InvalidRequest, LedgerError
+from laneledger.contract.errors import DuplicateEvent, IdempotencyViolation, InvalidRequest, LedgerError
 from laneledger.contract.model import Lane
-from laneledger.sdk.client import LedgerClient
+from laneledger.sdk.client import AppendHandle, LedgerClient
+from laneledger.sdk.content import prepared
 from laneledger.sdk.guarantees import AdapterGuarantees, Level
 from laneledger.sdk.spine import PROMPT_EVENT, SPAWNED_BY, Spine
 
@@ -57,6 +59,8 @@ MODEL_SPANS = ("generation", "response")
 Pricing = Callable[[str, Mapping[str, int]], Decimal | str | None]
 
 T = TypeVar("T")
+
+MAX_PENDING = 64  # appends submitted ahead of their receipts
 
 
 def guarantees(*, strict_tools: bool, priced: bool) -> AdapterGuarantees:
@@ -115,6 +119,17 @@ class Call:
 
 
 @dataclass
+class Pending:
+    """An append submitted and not yet settled; ``handle`` None: to append again."""
+
+    agent: AgentLane
+    run: str
+    key: str
+    events: list[dict[str, Any]]
+    handle: AppendHandle | None
+
+
+@dataclass
 class Handoff:
     """A handoff that ended, waiting for its target's agent span."""
 
@@ -164,6 +179,7 @@ class TraceMapper(DerivedRecorder):
         self.traces: dict[str, TraceState] = {}
         self.give_up_at: float | None = None  # set when the recorder closes: stop retrying then
         self.lost = 0  # reports dropped: the ledger stayed down past close, or refused them
+        self.pending: deque[Pending] = deque()  # submitted, receipts not yet seen
 
     # -- retrying -------------------------------------------------------------------------
 
@@ -316,6 +332,9 @@ class TraceMapper(DerivedRecorder):
                 "the tool's run has no recorded trace (is tracing disabled, or the processor not set?)",
                 trace_id=request.trace_id,
             )
+        # Everything before the request committed first, so its head and its
+        # causes are known.
+        await self.settle()
         state.parents.setdefault(request.span_id, None)
         agent = self._lane_of(state, request.span_id)
         run, key = request.trace_id, request.span_id
@@ -363,11 +382,46 @@ class TraceMapper(DerivedRecorder):
     # -- agents -------------------------------------------------------------------------------
 
     async def _commit(self, agent: AgentLane, run: str, key: str, events: list[dict[str, Any]]) -> None:
-        """Append on the agent's lane at the head this thread last left it at:
-        this thread is the lane's only writer, but for a denial queued behind
-        a request (which the lane conflict it causes reveals)."""
-        head, agent.head = agent.head, None  # unknown until this append is answered
-        agent.head = await self._append(agent.lane, run, key, events, head=head)
+        """Submit an append on the agent's lane at the head this thread's
+        submits left it at, without waiting for its receipt (``settle``
+        does): this thread is the lane's only writer, but for a denial queued
+        behind a request, which a lane conflict reveals."""
+        if (
+            agent.head is None
+        ):  # a new lane, or a submit that failed: ask (a stale answer conflicts, and settles)
+            agent.head = (await self.client.get_lane(agent.lane.id, tenant=self.tenant)).last_seq
+        ready = [prepared(e, self.client.redactor) for e in events]
+        head, agent.head = agent.head, None  # unknown if the submit fails
+        handle = await self.client.submit(agent.lane, head, ready, append_id=self._id(run, "append", key))
+        agent.head = head + len(events)
+        self.pending.append(Pending(agent, run, key, events, handle))
+        if len(self.pending) >= MAX_PENDING:
+            await self.settle()
+
+    async def settle(self) -> None:
+        """Wait for the receipts of the submitted appends, in order. One the
+        ledger refused (or did not answer) is appended again, at the lane's
+        real head, before the ones after it: those submitted behind it on its
+        lane (refused for the head they expected) and those caused by its
+        events follow it again the same way, so the ledger gets every event,
+        in order, once. Raises while the ledger is unreachable (the pending
+        appends stay, for the next try)."""
+        while self.pending:
+            p = self.pending[0]
+            if p.handle is not None:
+                try:
+                    await p.handle.receipt(self.timeout)
+                except (DuplicateEvent, IdempotencyViolation):
+                    pass  # recorded already
+                except LedgerError:
+                    p.handle = None  # refused or unanswered: append it again, below
+                else:
+                    self.pending.popleft()
+                    continue
+            if p.handle is None:
+                p.agent.head = None
+                p.agent.head = await self._append(p.agent.lane, p.run, p.key, p.events)
+            self.pending.popleft()
 
     async def _turn(self, run: str, lane: Lane, key: str) -> str:
         turn = await self.client.create_turn(
