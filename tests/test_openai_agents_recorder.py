@@ -593,6 +593,33 @@ async def test_strict_tools_with_tracing_off_stop_the_tool(nats_server, sequence
     assert "outside a recorded trace" in str(raised.value.__cause__)
 
 
+async def test_a_price_the_ledger_would_refuse_is_left_out(
+    nats_server, client, tracing, tmp_path: Path
+) -> None:
+    """``pricing`` answers "abc" for triage's model and a Decimal that
+    ``str`` spells in exponent form for billing's: the first is not
+    recorded (and spoils nothing else), the second in plain notation."""
+
+    def pricing(model: str, tokens: Any) -> Any:
+        return "abc" if model == "fake-triage" else Decimal("1E-7")
+
+    recorder = await OpenAIAgentsRecorder.connect(nats_server.url, tenant="acme", pricing=pricing)
+    tracing(recorder)
+    try:
+        await Runner.run(support_agents([]), "refund?", run_config=RunConfig(group_id="conv-priced"))
+        await recorder.flush()
+    finally:
+        await recorder.close()
+    assert recorder.lost == 0
+    events = ordered(await client.load_session("conv-priced", tenant="acme"))
+    costs = [(e.payload["model"], e.payload["amount"]) for e in events if e.event_type == "cost.recorded"]
+    assert costs == [("fake-billing", "0.0000001")]
+    assert (
+        len([e for e in events if e.event_type == "attempt.completed"]) == 5
+    )  # 3 model calls, tool, handoff
+    assert audit_ledger(tmp_path / "ledger.db").events == len(events)
+
+
 async def test_run_hooks_need_a_strict_recorder(nats_server, sequencer) -> None:
     recorder = await OpenAIAgentsRecorder.connect(nats_server.url, tenant="acme")
     try:

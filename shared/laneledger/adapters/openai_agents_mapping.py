@@ -39,6 +39,7 @@ from laneledger.adapters.openai_agents_spans import (
 from laneledger.compat.claudecode import DEFAULT_HUMAN
 from laneledger.contract.errors import DuplicateEvent, IdempotencyViolation, InvalidRequest, LedgerError
 from laneledger.contract.model import Lane
+from laneledger.contract.vocabulary import DECIMAL_AMOUNT
 from laneledger.sdk.client import AppendHandle, LedgerClient
 from laneledger.sdk.content import prepared
 from laneledger.sdk.guarantees import AdapterGuarantees, Level
@@ -420,7 +421,14 @@ class TraceMapper(DerivedRecorder):
                     continue
             if p.handle is None:
                 p.agent.head = None
-                p.agent.head = await self._append(p.agent.lane, p.run, p.key, p.events)
+                try:
+                    p.agent.head = await self._append(p.agent.lane, p.run, p.key, p.events)
+                except LedgerError as exc:
+                    if exc.retryable:
+                        raise
+                    # Refused for what it is (a bug here): it must not hold up the rest.
+                    self.lost += 1
+                    log.warning("laneledger: the ledger refused %s: %s", p.key, exc)
             self.pending.popleft()
 
     async def _turn(self, run: str, lane: Lane, key: str) -> str:
@@ -759,10 +767,18 @@ class TraceMapper(DerivedRecorder):
         amount = self.pricing(model, tokens)
         if amount is None:
             return None
+        # A Decimal in plain notation (str() may give "1E-7"); an amount the
+        # ledger would refuse is left out, not sent to spoil the append it rides.
+        text = format(amount, "f") if isinstance(amount, Decimal) else str(amount)
+        if DECIMAL_AMOUNT.match(text) is None:
+            log.warning(
+                "laneledger: pricing gave %r for %s, not a decimal amount: no cost recorded", amount, model
+            )
+            return None
         return {
             "provider": self.provider,
             "model": model,
-            "amount": str(amount),
+            "amount": text,
             "currency": "USD",
             **tokens,
             "action_id": call.action_id,
