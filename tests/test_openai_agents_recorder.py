@@ -629,6 +629,14 @@ async def test_run_hooks_need_a_strict_recorder(nats_server, sequencer) -> None:
         await recorder.close()
 
 
+async def test_a_recorder_that_cannot_connect_says_so() -> None:
+    with pytest.raises(LedgerError) as raised:
+        await OpenAIAgentsRecorder.connect("nats://127.0.0.1:1", tenant="acme", connect_timeout=0.5)
+    assert raised.value.code == "unavailable"
+    never_started = OpenAIAgentsRecorder("nats://127.0.0.1:1", tenant="acme")
+    never_started.close_sync(timeout=1.0)  # returns: there is no thread to stop
+
+
 def test_guarantees_state_every_hook() -> None:
     for strict in (False, True):
         stated = guarantees(strict_tools=strict, priced=False)

@@ -94,6 +94,8 @@ class LoopThread(Generic[S]):
     def close(self) -> concurrent.futures.Future[None]:
         """Stop after the jobs posted so far; resolves when the state is closed."""
         self.closing.set()
+        if self._thread is None and not self._done.done():  # never started: nothing to stop
+            self._done.set_result(None)
         if self._loop is not None and self._queue is not None and not self._done.done():
             queue = self._queue
             self._loop.call_soon_threadsafe(queue.put_nowait, None)
