@@ -253,6 +253,33 @@ def _tlog_rows(r: dict) -> list[tuple[str, str]]:
     ]
 
 
+def _openai_agents_rows(r: dict) -> list[tuple[str, str]]:
+    model = (
+        f"the first agent's two model calls taking {r['model_ms']:.0f} ms, the third none"
+        if r["model_ms"]
+        else "models answering at once"
+    )
+    off = r["off"]
+
+    def run(f: dict) -> str:
+        return f"p50 {f['p50_ms']:.1f} ms, p99 {f['p99_ms']:.1f} ms"
+
+    return [
+        (
+            f"OpenAI Agents SDK run (tool, handoff, three model calls; {model}), `Runner.run` latency: "
+            "tracing without a processor / `recorder.processor` / with `strict_tools` run hooks, same run",
+            f"{run(off)} / {run(r['processor'])} / {run(r['strict'])}",
+        ),
+        (
+            "the same, the recorder: time in the processor's callbacks on the run's thread; "
+            "events recorded per second (processor / strict)",
+            f"{r['processor']['callback_us']:.0f} µs per callback ({r['processor']['callbacks_per_run']:.0f} "
+            f"per run); {_n(r['processor']['recorded_events_per_s'])} / "
+            f"{_n(r['strict']['recorded_events_per_s'])} events/s",
+        ),
+    ]
+
+
 BENCHES = [
     Bench("canonical", ["bench/canonical.py"], _canonical_rows),
     Bench("append", ["bench/append.py"], _append_rows),
@@ -273,6 +300,8 @@ BENCHES = [
     Bench("fairness", ["bench/fairness.py"], _fairness_rows),
     Bench("langgraph", ["bench/langgraph_savers.py"], _langgraph_rows),
     Bench("tlog", ["bench/tlog.py"], _tlog_rows),
+    Bench("openai-agents", ["bench/openai_agents.py"], _openai_agents_rows),
+    Bench("openai-agents-50ms", ["bench/openai_agents.py", "--model-ms", "50"], _openai_agents_rows),
 ]
 
 

@@ -40,18 +40,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from laneledger.adapters.derived import DerivedRecorder
 from laneledger.compat.claudecode import DEFAULT_HUMAN, SPAWN_TOOLS, tool_effect
-from laneledger.contract.errors import (
-    DuplicateEvent,
-    IdempotencyViolation,
-    InvalidRequest,
-    LaneConflict,
-    LedgerError,
-)
-from laneledger.contract.ids import derived_id
+from laneledger.contract.errors import InvalidRequest, LedgerError
 from laneledger.contract.model import Lane
-from laneledger.sdk.client import LedgerClient, make_event
-from laneledger.sdk.content import prepared
+from laneledger.sdk.client import LedgerClient
 from laneledger.sdk.guarantees import AdapterGuarantees
 from laneledger.sdk.spine import PROMPT_EVENT, SPAWNED_BY
 
@@ -61,7 +54,6 @@ RUNTIME = "claude-agent"
 DENIED = "denied_unrecorded"
 TOOL_ERROR = "tool_error"
 SUB_LANE_PREFIX = "sub-"
-MAX_LANE_CONFLICTS = 8
 
 HOOK_GUARANTEES = AdapterGuarantees(
     adapter=ADAPTER,
@@ -108,8 +100,10 @@ def deny(reason: str) -> dict[str, Any]:
     }
 
 
-class ClaudeAgentRecorder:
+class ClaudeAgentRecorder(DerivedRecorder):
     """Records Claude Agent SDK / Claude Code hooks into ``tenant``'s ledger."""
+
+    runtime = RUNTIME
 
     def __init__(
         self,
@@ -121,10 +115,8 @@ class ClaudeAgentRecorder:
     ) -> None:
         """``timeout``: how long one append waits for its receipt before the
         tool is denied (default: the client's)."""
-        self.client = client
-        self.tenant = tenant
+        super().__init__(client, tenant=tenant, timeout=timeout)
         self.human = human
-        self.timeout = timeout
 
     # -- the SDK's hooks ----------------------------------------------------------------
 
@@ -170,58 +162,10 @@ class ClaudeAgentRecorder:
             raise InvalidRequest("a hook input names its hook_event_name", path="$.hook_event_name")
         return {}  # other hooks: nothing to record
 
-    # -- ids and appends ---------------------------------------------------------------------
-
-    def _id(self, session: str, *parts: str) -> str:
-        return derived_id(RUNTIME, self.tenant, session, *parts)
+    # -- ids -----------------------------------------------------------------------------------
 
     def run_id(self, session: str) -> str:
         return self._id(session, "run")
-
-    async def _actor(self, key: str) -> str:
-        actor = await self.client.ensure_actor(
-            self.tenant, f"agent:{RUNTIME}/{key}@unknown", "agent", attributes={"runtime": RUNTIME}
-        )
-        return actor.id
-
-    def _event(
-        self,
-        lane: Lane,
-        session: str,
-        key: str,
-        event_type: str,
-        subject_id: str,
-        payload: Mapping[str, Any],
-        cause: str | None,
-        actor_id: str,
-    ) -> dict[str, Any]:
-        return make_event(
-            lane.id,
-            event_type,
-            actor_id=actor_id,
-            subject_id=subject_id,
-            payload=payload,
-            causation_id=cause,
-            event_id=self._id(session, "event", key),
-        )
-
-    async def _append(self, lane: Lane, session: str, key: str, events: list[dict[str, Any]]) -> bool:
-        """One append at the lane's head, with the derived append id ``key``.
-        False when it was recorded already (a resent hook)."""
-        ready = [prepared(e, self.client.redactor) for e in events]
-        append_id = self._id(session, "append", key)
-        for _ in range(MAX_LANE_CONFLICTS):
-            head = (await self.client.get_lane(lane.id, tenant=self.tenant)).last_seq
-            try:
-                receipt = await self.client.append(
-                    lane, head, ready, append_id=append_id, retries=0, timeout=self.timeout
-                )
-            except LaneConflict:
-                continue  # another hook (a parallel tool call) moved the lane
-            except (DuplicateEvent, IdempotencyViolation):
-                return False
-            return not bool(getattr(receipt, "replayed", False))
-        raise LaneConflict(f"lane {lane.id} kept moving ({MAX_LANE_CONFLICTS} tries)", lane_id=lane.id)
 
     # -- lanes ------------------------------------------------------------------------------------
 
@@ -234,7 +178,7 @@ class ClaudeAgentRecorder:
         lane = await self.client.get_lane(lane.id, tenant=self.tenant)
         if lane.last_seq > 0:
             return lane, actor
-        human = (await self.client.ensure_actor(self.tenant, self.human, "human")).id
+        human = await self._human(self.human)
         turn = await self._turn(session, lane, "main")
         context = {k: obj[k] for k in ("cwd", "transcript_path", "permission_mode") if k in obj}
         adapter = HOOK_GUARANTEES.to_payload()
@@ -355,25 +299,11 @@ class ClaudeAgentRecorder:
         except LedgerError as exc:
             return deny(f"laneledger could not record the call ({exc.code}): {exc}; the tool did not run")
         try:
-            await self._append_at(lane, session, f"{tool}/requested", [started, requested], head)
+            await self._append(lane, session, f"{tool}/requested", [started, requested], head=head)
         except LedgerError as exc:
             await self._queue_denied(lane, session, tool, requested, head + 2, name, actor)
             return deny(f"laneledger could not record the call ({exc.code}): {exc}; the tool did not run")
         return {}
-
-    async def _append_at(
-        self, lane: Lane, session: str, key: str, events: list[dict[str, Any]], head: int
-    ) -> None:
-        """``_append`` starting from a known head (one round trip fewer)."""
-        ready = [prepared(e, self.client.redactor) for e in events]
-        try:
-            await self.client.append(
-                lane, head, ready, append_id=self._id(session, "append", key), retries=0, timeout=self.timeout
-            )
-        except (DuplicateEvent, IdempotencyViolation):
-            return
-        except LaneConflict:
-            await self._append(lane, session, key, events)
 
     async def _queue_denied(
         self, lane: Lane, session: str, tool: str, requested: dict[str, Any], head: int, name: str, actor: str
@@ -399,15 +329,7 @@ class ClaudeAgentRecorder:
             requested["id"],
             actor,
         )
-        try:
-            await self.client.submit(
-                lane,
-                head,
-                [prepared(failed, self.client.redactor)],
-                append_id=self._id(session, "append", f"{tool}/failed"),
-            )
-        except LedgerError:
-            pass  # NATS itself is gone: the request did not get there either
+        await self._queue_behind(lane, session, f"{tool}/failed", failed, head)
 
     async def _post_tool(self, session: str, obj: Mapping[str, Any], *, failed: bool) -> None:
         name = _text(obj, "tool_name")
