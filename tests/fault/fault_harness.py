@@ -75,7 +75,9 @@ class FaultRig:
 
     ``db_path`` puts the ledger somewhere else (a small filesystem, say);
     ``replicas`` is what the sequencer and the checkpoint service create
-    their streams with (3 on a cluster)."""
+    their streams with (3 on a cluster); ``standby``: a second sequencer on
+    its own file (``standby_db``), both with a lease of ``lease_ttl_s``
+    (spec/replication.md, "The lease")."""
 
     def __init__(
         self,
@@ -85,6 +87,8 @@ class FaultRig:
         *,
         db_path: Path | None = None,
         replicas: int = 1,
+        standby: bool = False,
+        lease_ttl_s: float = 1.0,
     ) -> None:
         self.nats_url = nats_url
         self.dir = Path(tmp_path)
@@ -92,15 +96,22 @@ class FaultRig:
         self.consumers = Consumers(
             tail=self.dir / "tail", metrics=self.dir / "metrics", checkpoint=self.dir / "checkpoint"
         )
-        self.sequencer = SequencerProcess(
-            nats_url, self.db, log_dir=self.dir, extra_args=("--replicas", str(replicas))
-        )
+        sequencer_args = ("--replicas", str(replicas), "--lease-ttl-s", str(lease_ttl_s))
+        self.sequencer = SequencerProcess(nats_url, self.db, log_dir=self.dir, extra_args=sequencer_args)
+        self.sequencers = [self.sequencer]
+        if standby:
+            self.standby_db = self.dir / "standby" / "ledger.db"
+            self.sequencers.append(
+                SequencerProcess(
+                    nats_url, self.standby_db, log_dir=self.dir / "standby", extra_args=sequencer_args
+                )
+            )
         self.tail = tail_process(nats_url, self.consumers.tail, self.dir)
         self.metrics = metrics_process(nats_url, self.consumers.metrics, self.dir)
         self.checkpoint = CheckpointProcess(
             nats_url, self.consumers.checkpoint, extra_args=("--replicas", str(replicas))
         )
-        self.services: list[ServiceProcess] = [self.sequencer, self.tail, self.metrics, self.checkpoint]
+        self.services: list[ServiceProcess] = [*self.sequencers, self.tail, self.metrics, self.checkpoint]
         for service in self.services:
             show_log_on_failure(request, service)  # duck-typed: log_path + log_text()
         self.request = request

@@ -1,0 +1,208 @@
+"""Failover on the three-node cluster (spec/replication.md): two sequencer
+processes, each with its own file, on R3 streams, under load from four
+producer processes spread over the nodes. The one holding the lease commits;
+the other follows LEDGER_TXLOG. Each scenario hurts the active one and ends
+with every invariant (``ledger_invariants``: every request one outcome, dense
+lanes, chains verify, the stream equals the file, every consumer equals a
+fold of the ledger) checked against *both* files, which must also be equal
+row for row:
+
+* SIGKILL the active sequencer again and again (3 times; 10 in the long form);
+* kill it and delete its file (the disk is lost): restarted, it rebuilds the
+  ledger from the log, then takes over when the other is killed;
+* SIGSTOP it past its lease, then SIGCONT: it stands down;
+* kill the NATS node both sequencers are connected to;
+* and, after each, a file restored from the streams alone (``laneledger
+  restore``) equals them and ``laneledger verify`` passes against the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import aiohttp
+import nats
+from fault_harness import FaultRig, fault_timeout, scaled
+from ledger_invariants import check_invariants
+from polling import eventually
+from producer_proc import wait_for_producers
+from sequencer_process import SequencerProcess
+from test_txlog import dump
+
+KILLS = scaled(3, 10)
+LEASE_TTL_S = 1.0
+
+
+async def role_of(seq: SequencerProcess) -> str | None:
+    if not seq.running or seq.http_url is None:
+        return None
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http,
+            http.get(f"{seq.http_url}/readyz") as resp,
+        ):
+            return (await resp.json()).get("role")
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+
+
+async def the_active_one(rig: FaultRig) -> SequencerProcess:
+    """The one sequencer that says it is active (exactly one)."""
+
+    async def actives() -> list[SequencerProcess]:
+        roles = await asyncio.gather(*(role_of(s) for s in rig.sequencers))
+        return [s for s, r in zip(rig.sequencers, roles, strict=True) if r == "active"]
+
+    found = await eventually(actives, until=lambda a: len(a) == 1, what="exactly one active sequencer")
+    return found[0]
+
+
+async def other_takes_over(rig: FaultRig, gone: SequencerProcess) -> SequencerProcess:
+    other = next(s for s in rig.sequencers if s is not gone)
+    await eventually(lambda: role_of(other), until=lambda r: r == "active", what=f"{other} taking over")
+    return other
+
+
+def delete_ledger_file(db: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+
+
+def txlog_seq(db: Path) -> int:
+    rows = dump(db)["meta"]
+    return int(rows[0][0]) if rows else 0
+
+
+async def finish(rig: FaultRig, js, tmp_path: Path) -> dict[str, int]:
+    """Stop the load, wait for both files to hold the whole log, check every
+    invariant against each, compare them, and restore a third from the
+    streams alone."""
+    rig.stop_file.touch()
+    await wait_for_producers(rig.producers, timeout=120)
+    last = (await js.stream_info("LEDGER_TXLOG")).state.last_seq
+    for seq in rig.sequencers:
+        await eventually(
+            lambda seq=seq: txlog_seq(seq.db_path),
+            until=lambda applied: applied == last,
+            what=f"{seq.db_path} to hold the whole log ({last})",
+            timeout=60,
+        )
+    lines = [line for p in rig.producers for line in p.lines()]
+    summaries = [await check_invariants(lines, seq.db_path, js, rig.consumers) for seq in rig.sequencers]
+    assert summaries[0] == summaries[1]
+    assert dump(rig.sequencers[0].db_path) == dump(rig.sequencers[1].db_path)
+
+    restored = tmp_path / "restored.db"
+    for command in ("restore", "verify"):
+        await laneledger(command, "--db", str(restored), "--nats", rig.nats_url)
+    assert dump(restored) == dump(rig.sequencers[0].db_path)
+    return summaries[0]
+
+
+async def laneledger(*args: str) -> None:
+    """The command line, as a user runs it; it must succeed."""
+    done = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "laneledger.cli",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await done.communicate()
+    assert done.returncode == 0, f"laneledger {' '.join(args)}: {out.decode()} {err.decode()}"
+
+
+async def cluster_js(cluster):
+    nc = await nats.connect(cluster.urls, reconnect_time_wait=0.1, max_reconnect_attempts=-1)
+    return nc, nc.jetstream()
+
+
+def rig_on(cluster, tmp_path: Path, request) -> FaultRig:
+    # Both sequencers start on the first node; the client learns the others.
+    return FaultRig(cluster.urls[0], tmp_path, request, replicas=3, standby=True, lease_ttl_s=LEASE_TTL_S)
+
+
+@fault_timeout
+async def test_killing_the_active_sequencer_again_and_again_loses_nothing(cluster, tmp_path, request):
+    nc, js = await cluster_js(cluster)
+    try:
+        async with rig_on(cluster, tmp_path, request) as rig:
+            await rig.start_load(urls=cluster.urls)
+            for _ in range(KILLS):
+                active = await the_active_one(rig)
+                active.kill()
+                await other_takes_over(rig, active)
+                await rig.wait_for_outcomes(more=30)
+                await asyncio.to_thread(active.restart, 60.0)  # back as a standby
+            summary = await finish(rig, js, tmp_path)
+    finally:
+        await nc.close()
+    print(f"failover: {KILLS} kills of the active sequencer, {summary}")
+
+
+@fault_timeout
+async def test_a_lost_disk_is_rebuilt_from_the_log_and_takes_over(cluster, tmp_path, request):
+    nc, js = await cluster_js(cluster)
+    try:
+        async with rig_on(cluster, tmp_path, request) as rig:
+            await rig.start_load(urls=cluster.urls)
+            lost = await the_active_one(rig)
+            lost.kill()
+            await asyncio.to_thread(delete_ledger_file, lost.db_path)
+            survivor = await other_takes_over(rig, lost)
+            await rig.wait_for_outcomes(more=30)
+            await asyncio.to_thread(lost.restart, 60.0)  # an empty file: the ledger comes from the log
+            survivor.kill()
+            await other_takes_over(rig, survivor)
+            await rig.wait_for_outcomes(more=30)
+            await asyncio.to_thread(survivor.restart, 60.0)
+            summary = await finish(rig, js, tmp_path)
+    finally:
+        await nc.close()
+    print(f"failover: a lost disk rebuilt from the log, {summary}")
+
+
+@fault_timeout
+async def test_a_paused_active_sequencer_is_deposed_and_commits_nothing(cluster, tmp_path, request):
+    nc, js = await cluster_js(cluster)
+    try:
+        async with rig_on(cluster, tmp_path, request) as rig:
+            await rig.start_load(urls=cluster.urls)
+            paused = await the_active_one(rig)
+            assert paused.pid is not None
+            os.kill(paused.pid, signal.SIGSTOP)
+            try:
+                await other_takes_over(rig, paused)
+                await rig.wait_for_outcomes(more=30)
+            finally:
+                os.kill(paused.pid, signal.SIGCONT)
+            await eventually(
+                lambda: role_of(paused), until=lambda r: r == "standby", what="the woken one standing down"
+            )
+            await rig.wait_for_outcomes(more=30)
+            summary = await finish(rig, js, tmp_path)
+    finally:
+        await nc.close()
+    print(f"failover: the active sequencer paused past its lease, {summary}")
+
+
+@fault_timeout
+async def test_killing_the_nats_node_the_sequencers_use_loses_nothing(cluster, tmp_path, request):
+    nc, js = await cluster_js(cluster)
+    try:
+        async with rig_on(cluster, tmp_path, request) as rig:
+            await rig.start_load(urls=cluster.urls)
+            cluster.kill(0)  # the node both sequencers (and the services) connected to
+            await rig.wait_for_outcomes(more=40, timeout=90)
+            await the_active_one(rig)
+            await asyncio.to_thread(cluster.start_node, 0)
+            await rig.wait_for_outcomes(more=20)
+            summary = await finish(rig, js, tmp_path)
+    finally:
+        await nc.close()
+    print(f"failover: the sequencers' NATS node killed, {summary}")
