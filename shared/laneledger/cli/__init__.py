@@ -4,7 +4,8 @@ Commands live in small modules, each adding its subcommands to the parser:
 ``files`` (canonicalize, digest), ``verify`` (files, databases, a tail
 service), ``ledger`` (export, inspect), ``branching`` (rewind, fork),
 ``tail`` (follow live), ``imports`` (import claude-code), ``hooks`` (hook claude-code),
-``run`` (up, demo), ``natsconf`` (nats-config), ``repair`` (repair-stream). Every command is a
+``run`` (up, demo), ``natsconf`` (nats-config), ``repair`` (repair-stream), ``otel``
+(otel export). Every command is a
 function taking the parsed arguments and returning an exit status:
 
     0  success
@@ -21,7 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from laneledger import __version__
-from laneledger.cli import branching, files, hooks, imports, ledger, natsconf, repair, run, tail, verify
+from laneledger.cli import branching, files, hooks, imports, ledger, natsconf, otel, repair, run, tail, verify
 from laneledger.cli.report import PROG, display, fail, located
 from laneledger.contract.errors import LedgerError, RequestError
 
@@ -35,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    for module in (files, verify, ledger, branching, imports, hooks, tail, run, natsconf, repair):
+    for module in (files, verify, ledger, branching, imports, hooks, tail, run, natsconf, repair, otel):
         module.add_commands(commands)
     return parser
 
