@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 import pytest
+from metrics_support import free_port
 from nats.js.errors import NotFoundError
 from otel_fixtures import Phoenix
 from otel_support import TAIL, TENANT, expected_tree, record_demo_run
@@ -86,8 +87,8 @@ async def test_export_refuses_a_run_without_its_session() -> None:
 class LiveExporter:
     """``otel export --live`` as a process, and the progress lines it printed."""
 
-    def __init__(self, nats_url: str, endpoint: str) -> None:
-        self.args = [*CLI, "--live", "--nats", nats_url, "--endpoint", endpoint, "--tail-url", TAIL]
+    def __init__(self, nats_url: str, endpoint: str, *extra: str) -> None:
+        self.args = [*CLI, "--live", "--nats", nats_url, "--endpoint", endpoint, "--tail-url", TAIL, *extra]
         self.proc: asyncio.subprocess.Process | None = None
         self.sent: list[tuple[int, int]] = []  # (spans, through position), every process's
 
@@ -174,3 +175,41 @@ async def test_live_export_resumes_after_sigkill_and_sends_each_span_once(
     assert int(want.attributes["laneledger.start.position"]) <= killed_through < want.end_position, (
         "run.started was acknowledged before the kill, its end came after: the restart rebuilt it"
     )
+
+
+async def test_live_export_acknowledges_nothing_the_receiver_did_not_take(
+    nats_server, client: LedgerClient, checkpoint_service, phoenix: Phoenix
+) -> None:
+    session = "s-otel-down"
+    await record_demo_run(nats_server.url, session, "r1", seed=7)
+    js = client.nc.jetstream()
+    last = (await js.stream_info(EVENTS_STREAM)).state.last_seq
+    nobody = f"http://127.0.0.1:{free_port()}/v1/traces"  # no receiver listens there
+    down = LiveExporter(nats_server.url, nobody, "--timeout-s", "1")
+    await down.start()
+    try:
+        info = await eventually(
+            lambda: js.consumer_info(EVENTS_STREAM, DEFAULT_CONSUMER),
+            what="the exporter holding delivered, unacknowledged events",
+            until=lambda info: info.num_ack_pending > 0,
+            retry_on=NotFoundError,
+        )
+        assert info.ack_floor.stream_seq == 0, "nothing acknowledged while the receiver is away"
+    finally:
+        await down.kill()
+    assert down.sent == []
+
+    up = LiveExporter(nats_server.url, phoenix.traces_endpoint)
+    await up.start()
+    try:
+        await up.read_until(lambda: up.through >= last)
+    finally:
+        await up.kill()
+    expected = expected_tree(await client.load_structure(session, tenant=TENANT))
+    assert up.spans_sent == len(expected)
+    stored = await eventually(
+        lambda: phoenix.spans([f"{ids.trace_id(TENANT, session, 'r1'):032x}"]),
+        what=f"Phoenix holding {len(expected)} spans",
+        until=lambda found: len(found) >= len(expected),
+    )
+    assert tree_in(stored) == expected
