@@ -26,6 +26,9 @@ from laneledger.otel.mapping import SpanRecord
 DEFAULT_ENDPOINT = "http://localhost:4318/v1/traces"
 SERVICE_NAME = "laneledger"
 SCOPE = InstrumentationScope("laneledger.otel", __version__)
+# Spans per OTLP request: receivers cap a request's size (a few MiB), and a
+# span here is one to two KiB of attributes.
+SPANS_PER_REQUEST = 512
 _KINDS = {"internal": SpanKind.INTERNAL, "client": SpanKind.CLIENT}
 _STATUS = {"unset": StatusCode.UNSET, "ok": StatusCode.OK, "error": StatusCode.ERROR}
 
@@ -67,16 +70,18 @@ class SpanSender:
         self._resource = Resource.create({"service.name": SERVICE_NAME, **(resource_attributes or {})})
 
     async def send(self, records: Sequence[SpanRecord]) -> None:
-        if not records:
-            return
-        spans = [readable_span(r, self._resource) for r in records]
-        # The exporter is synchronous (requests): off the event loop.
-        result = await asyncio.to_thread(self._exporter.export, spans)
-        if result is not SpanExportResult.SUCCESS:
-            raise LedgerUnavailable(
-                f"the OTLP receiver at {self.endpoint} did not take {len(spans)} span(s)",
-                endpoint=self.endpoint,
-            )
+        """Every span, in requests of at most ``SPANS_PER_REQUEST``. When one
+        fails, those before it were taken: sending all again repeats them,
+        with the same ids."""
+        for first in range(0, len(records), SPANS_PER_REQUEST):
+            spans = [readable_span(r, self._resource) for r in records[first : first + SPANS_PER_REQUEST]]
+            # The exporter is synchronous (requests): off the event loop.
+            result = await asyncio.to_thread(self._exporter.export, spans)
+            if result is not SpanExportResult.SUCCESS:
+                raise LedgerUnavailable(
+                    f"the OTLP receiver at {self.endpoint} did not take {len(spans)} span(s)",
+                    endpoint=self.endpoint,
+                )
 
     def close(self) -> None:
         self._exporter.shutdown()  # type: ignore[no-untyped-call]
