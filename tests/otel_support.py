@@ -13,11 +13,11 @@ TAIL = "http://tail.test:8471"
 
 
 async def record_demo_run(
-    nats_url: str, session_id: str, run_id: str, *, seed: int, pace: float = 0.0
+    nats_url: str, session_id: str, run_id: str, *, seed: int, pace: float = 0.0, tenant: str = TENANT
 ) -> None:
     """One demo agent's run (3 turns: retried reads, a failed write, a
     sub-agent spawned by an ``Agent`` tool call, a pause), to its end."""
-    await run_agent(nats_url, TENANT, session_id, run_id, f"agent-{run_id}", 3, seed, pace)
+    await run_agent(nats_url, tenant, session_id, run_id, f"agent-{run_id}", 3, seed, pace)
 
 
 def expected_tree(structure: StructurePage) -> dict[int, tuple[int | None, str]]:

@@ -182,6 +182,7 @@ async def test_live_export_acknowledges_nothing_the_receiver_did_not_take(
 ) -> None:
     session = "s-otel-down"
     await record_demo_run(nats_server.url, session, "r1", seed=7)
+    await record_demo_run(nats_server.url, session, "r1", seed=8, tenant="globex")  # not exported
     js = client.nc.jetstream()
     last = (await js.stream_info(EVENTS_STREAM)).state.last_seq
     nobody = f"http://127.0.0.1:{free_port()}/v1/traces"  # no receiver listens there
@@ -199,7 +200,7 @@ async def test_live_export_acknowledges_nothing_the_receiver_did_not_take(
         await down.kill()
     assert down.sent == []
 
-    up = LiveExporter(nats_server.url, phoenix.traces_endpoint)
+    up = LiveExporter(nats_server.url, phoenix.traces_endpoint, "--tenant", TENANT)
     await up.start()
     try:
         await up.read_until(lambda: up.through >= last)
@@ -213,3 +214,6 @@ async def test_live_export_acknowledges_nothing_the_receiver_did_not_take(
         until=lambda found: len(found) >= len(expected),
     )
     assert tree_in(stored) == expected
+    assert phoenix.spans([f"{ids.trace_id('globex', session, 'r1'):032x}"]) == [], (
+        "--tenant acme: acme's only"
+    )

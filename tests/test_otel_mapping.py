@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from otel_support import TAIL, TENANT, expected_tree, record_demo_run
+from test_claude_code_import import FIXTURES, import_capture
 
 from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.model import CommittedEvent, Lane
@@ -153,3 +154,23 @@ def test_ids_are_derived_from_ledger_ids() -> None:
     with pytest.raises(InvalidRequest, match="RFC 3339"):
         ids.timestamp_ns("yesterday")
     assert ids.timestamp_ns("2026-01-01T01:00:00+01:00") == ids.timestamp_ns("2026-01-01T00:00:00Z")
+
+
+async def test_a_claude_code_capture_links_each_sub_agent_to_its_spawning_tool_call(client) -> None:
+    summary = await import_capture(client, FIXTURES / "parallel-subagents.jsonl")
+    found = await map_history(client, SpanMapper(tail_url=TAIL), summary.session_id, tenant="acme")
+    spans = {s.span_id: s for s in found.spans}
+    subagents = [s for s in found.spans if s.attributes.get("laneledger.lane_kind") == "subagent"]
+    assert len(subagents) == 3, "two parallel sub-agents and a nested one"
+    for sub in subagents:
+        spawner = spans[sub.parent_span_id]  # type: ignore[index]
+        assert spawner.name.startswith("execute_tool ")
+        # Claude Code names a sub-agent's lane after the tool use that spawned it.
+        assert sub.name == f"invoke_agent sub-{spawner.attributes['gen_ai.tool.call.id']}"
+        assert spawner.trace_id == sub.trace_id
+    # The nested one was spawned by a tool call made inside another sub-agent.
+    sub_ids = {s.span_id for s in subagents}
+    inside = [s for s in subagents if spans[s.parent_span_id].parent_span_id in sub_ids]  # type: ignore[index]
+    assert len(inside) == 1
+    chats = [s for s in found.spans if s.name.startswith("chat ")]
+    assert chats and all(s.attributes["gen_ai.request.model"] for s in chats)

@@ -67,7 +67,11 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     what.add_argument("--session", dest="session_id", metavar="SESSION", help="export one session")
     what.add_argument("--live", action="store_true", help="follow the committed stream until stopped")
     sub.add_argument("--run", dest="run_id", metavar="RUN", help="with --session: only this run")
-    sub.add_argument("--tenant", help="whose session (needed only when several tenants have the id)")
+    sub.add_argument(
+        "--tenant",
+        help="--session: whose session (needed only when several tenants have the id); "
+        "--live: export only this tenant's events (default: every tenant's)",
+    )
     sub.add_argument(
         "--endpoint",
         default=os.environ.get(ENDPOINT_ENV, DEFAULT_ENDPOINT),
@@ -149,6 +153,7 @@ async def _live(args: argparse.Namespace, sender: SpanSender) -> int:
             SpanMapper(tail_url=args.tail_url),
             stream=args.stream,
             consumer=args.consumer,
+            tenant=args.tenant,
             progress=progress,
         )
         await exporter.run()

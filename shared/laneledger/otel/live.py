@@ -58,6 +58,7 @@ class LiveExporter:
         *,
         stream: str = EVENTS_STREAM,
         consumer: str = DEFAULT_CONSUMER,
+        tenant: str | None = None,
         batch_size: int = 200,
         idle_s: float = 0.5,
         progress: Progress | None = None,
@@ -69,6 +70,7 @@ class LiveExporter:
         self._mapper = mapper
         self._stream = stream
         self._consumer = consumer
+        self._tenant = tenant  # export only its events (None: every tenant's)
         self._batch_size = batch_size
         self._idle_s = idle_s
         self._progress = progress
@@ -143,6 +145,9 @@ class LiveExporter:
             self._progress(len(spans), msgs[-1].metadata.sequence.stream)
 
     async def _feed(self, position: int, event: CommittedEvent) -> list[SpanRecord]:
+        if self._tenant is not None and event.tenant != self._tenant:
+            self.position = position
+            return []
         if not self._mapper.knows_lane(event.tenant, event.lane_id):
             lane = await _retrying(
                 lambda: self._client.get_lane(event.lane_id, tenant=event.tenant), "read a lane"
