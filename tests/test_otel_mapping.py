@@ -9,6 +9,8 @@ import pytest
 from otel_support import TAIL, TENANT, expected_tree, record_demo_run
 from test_claude_code_import import FIXTURES, import_capture
 
+from laneledger.cli import build_parser, main
+from laneledger.cli.otel import HEADERS_ENV, headers_of
 from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.model import CommittedEvent, Lane
 from laneledger.otel import ids
@@ -174,3 +176,17 @@ async def test_a_claude_code_capture_links_each_sub_agent_to_its_spawning_tool_c
     assert len(inside) == 1
     chats = [s for s in found.spans if s.name.startswith("chat ")]
     assert chats and all(s.attributes["gen_ai.request.model"] for s in chats)
+
+
+def test_headers_come_from_the_flags_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(HEADERS_ENV, "Authorization=Basic cGs6c2s=, x-langfuse-ingestion-version=4")
+    args = build_parser().parse_args(
+        ["otel", "export", "--live", "--header", "x-langfuse-ingestion-version=5"]
+    )
+    assert headers_of(args) == {"Authorization": "Basic cGs6c2s=", "x-langfuse-ingestion-version": "5"}
+    monkeypatch.setenv(HEADERS_ENV, "no-equals-sign")
+    with pytest.raises(ValueError, match=HEADERS_ENV):
+        headers_of(args)
+    assert main(["otel", "export", "--live"]) == 2, "a malformed header variable is a usage error"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["otel", "export", "--live", "--header", "=x"])
