@@ -18,6 +18,7 @@ from otel_fixtures import Phoenix
 from otel_support import TAIL, TENANT, expected_tree, record_demo_run
 from polling import eventually
 
+from laneledger.contract.errors import LedgerError
 from laneledger.contract.subjects import EVENTS_STREAM
 from laneledger.otel import ids
 from laneledger.otel.history import map_history
@@ -217,3 +218,36 @@ async def test_live_export_acknowledges_nothing_the_receiver_did_not_take(
     assert phoenix.spans([f"{ids.trace_id('globex', session, 'r1'):032x}"]) == [], (
         "--tenant acme: acme's only"
     )
+
+
+async def test_live_export_goes_on_across_a_nats_server_restart(
+    nats_server, client: LedgerClient, checkpoint_service, phoenix: Phoenix
+) -> None:
+    session = "s-otel-restart"
+    js = client.nc.jetstream()
+    exporter = LiveExporter(nats_server.url, phoenix.traces_endpoint)
+    await exporter.start()
+    try:
+        await record_demo_run(nats_server.url, session, "r1", seed=9)
+        first = (await js.stream_info(EVENTS_STREAM)).state.last_seq
+        await exporter.read_until(lambda: exporter.through >= first)
+        nats_server.restart()
+        await eventually(
+            lambda: client.ensure_actor(TENANT, "agent:otel-restart/main@1", "agent"),
+            what="the sequencer answering again after the restart",
+            retry_on=LedgerError,
+        )
+        await record_demo_run(nats_server.url, session, "r2", seed=10)
+        last = (await js.stream_info(EVENTS_STREAM)).state.last_seq
+        await exporter.read_until(lambda: exporter.through >= last)
+    finally:
+        await exporter.kill()
+    expected = expected_tree(await client.load_structure(session, tenant=TENANT))
+    assert exporter.spans_sent == len(expected)
+    traces = [f"{ids.trace_id(TENANT, session, run):032x}" for run in ("r1", "r2")]
+    stored = await eventually(
+        lambda: phoenix.spans(traces),
+        what=f"Phoenix holding {len(expected)} spans",
+        until=lambda found: len(found) >= len(expected),
+    )
+    assert tree_in(stored) == expected

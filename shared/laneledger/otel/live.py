@@ -26,7 +26,9 @@ from typing import TypeVar
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeout
+from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
@@ -78,19 +80,33 @@ class LiveExporter:
 
     async def run(self) -> None:
         """Export until cancelled."""
-        floor, delivered = await _retrying(self._ensure_consumer, "open the durable consumer")
-        if delivered:
-            await self._catch_up(floor, delivered)
-        sub = await self._js.pull_subscribe_bind(durable=self._consumer, stream=self._stream)
-        try:
-            while True:
+        while True:
+            floor, delivered = await _retrying(self._ensure_consumer, "open the durable consumer")
+            if delivered > self.position:
+                await self._catch_up(floor, delivered)
+            sub = await self._js.pull_subscribe_bind(durable=self._consumer, stream=self._stream)
+            try:
+                await self._follow(sub)  # returns at a gap: catch up again, from the stream
+            finally:
                 try:
-                    msgs = await sub.fetch(self._batch_size, timeout=self._idle_s)
-                except NatsTimeout:
-                    continue
-                await self._export_batch(msgs)
-        finally:
-            await sub.unsubscribe()
+                    await sub.unsubscribe()
+                except NatsError:
+                    pass  # NATS away: the subscription went with the connection
+
+    async def _follow(self, sub: JetStreamContext.PullSubscription) -> None:
+        while True:
+            try:
+                msgs = await sub.fetch(self._batch_size, timeout=self._idle_s)
+            except NatsTimeout:
+                continue
+            except NotFoundError:
+                return  # the consumer was deleted: made again, its redeliveries skipped
+            except NatsError as exc:  # reconnecting: the client resubscribes by itself
+                log.warning("cannot fetch from %s (%s); retrying", self._consumer, exc)
+                await asyncio.sleep(0.5)
+                continue
+            if not await self._export_batch(msgs):
+                return
 
     async def _ensure_consumer(self) -> tuple[int, int]:
         """The durable consumer (made on first start): its acknowledgement
@@ -113,11 +129,12 @@ class LiveExporter:
     async def _catch_up(self, floor: int, delivered: int) -> None:
         """Rebuild the spans open at ``floor`` by mapping positions 1..floor
         again (sending nothing: what ended there was sent), then export what
-        the last run was delivered but did not acknowledge (floor+1..delivered):
-        the durable consumer hands those out again only after its ack wait,
-        and acknowledging a later message acknowledges them too."""
+        the consumer delivered but nobody acknowledged (floor+1..delivered):
+        it hands those out again only after its ack wait, and acknowledging a
+        later message acknowledges them too. After a gap the mapping is
+        current up to ``self.position``, and reading starts after it."""
         follower = StreamFollower(self._nc, stream=self._stream, name=f"{self._consumer}-rebuild")
-        await follower.open(0)
+        await follower.open(self.position)  # 0 at the start; after a gap, where mapping stopped
         pending: list[SpanRecord] = []
         try:
             while self.position < delivered:
@@ -132,17 +149,31 @@ class LiveExporter:
         if self._progress is not None and delivered > floor:
             self._progress(len(pending), delivered)
 
-    async def _export_batch(self, msgs: list[Msg]) -> None:
+    async def _export_batch(self, msgs: list[Msg]) -> bool:
+        """Map, send, then acknowledge; False at a gap (a message after the
+        next one due: the one due was lost in transit, at a reconnect), after
+        exporting and acknowledging what came before it."""
         spans: list[SpanRecord] = []
+        last: Msg | None = None
+        contiguous = True
         for msg in msgs:
             position = msg.metadata.sequence.stream
             if position <= self.position:
+                last = msg
                 continue  # delivered again (an acknowledgement that did not arrive)
+            if position != self.position + 1:
+                log.warning("position %d came where %d was due; re-reading", position, self.position + 1)
+                contiguous = False
+                break
             spans.extend(await self._feed(position, _events.decode(msg.data)))
-        await _retrying(lambda: self._sender.send(spans), f"send {len(spans)} span(s)")
-        await _retrying(lambda: msgs[-1].ack_sync(timeout=5.0), "acknowledge the batch")
-        if self._progress is not None:
-            self._progress(len(spans), msgs[-1].metadata.sequence.stream)
+            last = msg
+        if last is not None:
+            await _retrying(lambda: self._sender.send(spans), f"send {len(spans)} span(s)")
+            acked = last  # acknowledging it acknowledges everything before it (ack policy all)
+            await _retrying(lambda: acked.ack_sync(timeout=5.0), "acknowledge the batch")
+            if self._progress is not None:
+                self._progress(len(spans), acked.metadata.sequence.stream)
+        return contiguous
 
     async def _feed(self, position: int, event: CommittedEvent) -> list[SpanRecord]:
         if self._tenant is not None and event.tenant != self._tenant:
