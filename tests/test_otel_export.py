@@ -69,6 +69,13 @@ async def test_export_session_sends_every_span_once_with_its_parent(
         assert len(stored) == len(expected), "every span once"
         assert tree_in(stored) == expected, "the right parents"
 
+    r1 = [s for s in mapped.spans if s.trace_id == ids.trace_id(TENANT, session, "r1")]
+    one_run = await asyncio.to_thread(
+        subprocess.run, [*export, "--run", "r1"], capture_output=True, text=True, timeout=60
+    )
+    assert one_run.returncode == 0, one_run.stderr
+    assert f"exported {len(r1)} span(s)" in one_run.stderr and 0 < len(r1) < len(expected)
+
     by_id = {int(s["span_id"], 16): s for s in stored}
     for span in mapped.spans:
         got = by_id[span.span_id]
