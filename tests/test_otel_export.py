@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 import pytest
+from deployment_support import connections_of, deployed_sequencer, url_for
 from metrics_support import free_port
 from nats.js.errors import NotFoundError
 from otel_fixtures import Phoenix
@@ -25,6 +26,7 @@ from laneledger.otel.history import map_history
 from laneledger.otel.live import DEFAULT_CONSUMER
 from laneledger.otel.mapping import SpanMapper
 from laneledger.sdk.client import LedgerClient
+from laneledger.sdk.guard import Guard
 
 pytestmark = pytest.mark.slow
 CLI = [sys.executable, "-m", "laneledger.cli", "otel", "export"]
@@ -258,3 +260,44 @@ async def test_live_export_goes_on_across_a_nats_server_restart(
         until=lambda found: len(found) >= len(expected),
     )
     assert tree_in(stored) == expected
+
+
+async def test_live_export_runs_as_the_deployed_otel_user(
+    secured_server, passwords, tmp_path, phoenix: Phoenix
+) -> None:
+    """deploy/nats.conf's `otel` user may do all the live exporter does."""
+    seq_nc, seq_replies = await connections_of(secured_server, "sequencer", passwords)
+    sequencer = deployed_sequencer(seq_nc, seq_replies, tmp_path / "ledger.db")
+    await sequencer.start()
+    session = "s-otel-user"
+    exporter = LiveExporter(url_for(secured_server, "otel", passwords), phoenix.traces_endpoint)
+    try:
+        async with await LedgerClient.connect(url_for(secured_server, "producer", passwords)) as client:
+            actor = await client.ensure_actor(TENANT, "agent:otel-user/main@1", "agent")
+            guard = await Guard.open(client, TENANT, session, "r1", "main", actor.id)
+            await guard.start_run()
+            async with guard.turn() as turn:
+                async with turn.model_call("claude-sonnet", provider="anthropic") as call:
+                    async with call.attempt() as attempt:
+                        attempt.inference(text="hi", input_tokens=3, output_tokens=1)
+                async with turn.tool_call("Read", effect="read", idempotency="inherent") as tool:
+                    async with tool.attempt() as attempt:
+                        attempt.complete(bytes=1)
+            await guard.commit(guard.event("run.completed", "r1", {}))
+        last = (await seq_nc.jetstream().stream_info(EVENTS_STREAM)).state.last_seq
+        await exporter.start()
+        await exporter.read_until(lambda: exporter.through >= last)
+    finally:
+        if exporter.proc is not None:
+            await exporter.kill()
+        await sequencer.stop()
+        await seq_nc.close()
+        await seq_replies.close()
+    assert exporter.spans_sent == 3, "the run, its model call and its tool call"
+    stored = await eventually(
+        lambda: phoenix.spans([f"{ids.trace_id(TENANT, session, 'r1'):032x}"]),
+        what="Phoenix holding the run's 3 spans",
+        until=lambda found: len(found) >= 3,
+    )
+    names = sorted(s["name"] for s in stored)
+    assert names == ["chat claude-sonnet", "execute_tool Read", "invoke_agent main"]
