@@ -13,6 +13,7 @@ fixture as a parameter and imports nothing for it:
 * browser_fixtures.py: ``browser``
 * deployment_fixtures.py: ``passwords``, ``secured_server``, ``tenant_server``
   (deploy/nats.conf, its users and their permissions)
+* otel_fixtures.py: ``phoenix`` (a real OTLP receiver, once per test session)
 
 Markers (declared in pyproject.toml, ``--strict-markers``): ``nats`` is added
 here to every test that uses a nats-server fixture; tests that start servers
@@ -38,6 +39,7 @@ pytest_plugins = [
     "checkpoint_fixtures",
     "browser_fixtures",
     "deployment_fixtures",
+    "otel_fixtures",
 ]
 
 _FAULT_SUITE = Path(__file__).resolve().parent / "fault"

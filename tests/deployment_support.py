@@ -18,7 +18,16 @@ from laneledger.services.sequencer.service import Sequencer
 from laneledger.store import LedgerWriter, open_ledger
 
 CONF = Path(__file__).resolve().parents[1] / "deploy" / "nats.conf"
-USERS = ("producer", "sequencer", "sequencer-replies", "tail", "metrics", "checkpoint", "checkpoint-replies")
+USERS = (
+    "producer",
+    "sequencer",
+    "sequencer-replies",
+    "tail",
+    "metrics",
+    "checkpoint",
+    "checkpoint-replies",
+    "otel",
+)
 TENANTS = ("acme", "globex")  # what ``tenant_server`` renders the config for
 
 

@@ -17,6 +17,7 @@ import aiohttp
 import msgspec
 import nats
 import pytest
+from deployment_support import USERS
 from failure_logs import show_log_on_failure
 from prometheus_client import CollectorRegistry
 
@@ -36,7 +37,6 @@ from laneledger.store import LedgerWriter, open_ledger
 # Tests that start a nats-server themselves, not through the nats_server
 # fixture (which marks its users), are marked `nats` by hand.
 CONF = Path(__file__).resolve().parents[1] / "deploy" / "nats.conf"
-USERS = ("producer", "sequencer", "sequencer-replies", "tail", "metrics", "checkpoint", "checkpoint-replies")
 OBJ = "OBJ_LEDGER_CHECKPOINT_ARTIFACTS"
 
 # What each user must be allowed to publish for artifacts (spec/checkpoint.md).

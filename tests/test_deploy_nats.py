@@ -98,7 +98,7 @@ async def test_wrong_password_is_refused(secured_server, passwords):
 
 @pytest.mark.nats
 async def test_readers_cannot_publish_committed_events(secured_server, passwords):
-    for user in ("tail", "metrics", "checkpoint"):
+    for user in ("tail", "metrics", "checkpoint", "otel"):
         violations = await attempts(
             url_for(secured_server, user, passwords), publish=["ledger.events.acme.s.r.l"]
         )

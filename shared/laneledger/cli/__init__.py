@@ -5,7 +5,7 @@ Commands live in small modules, each adding its subcommands to the parser:
 service), ``ledger`` (export, inspect), ``branching`` (rewind, fork),
 ``tail`` (follow live), ``imports`` (import claude-code), ``hooks`` (hook claude-code),
 ``run`` (up, demo), ``natsconf`` (nats-config), ``repair`` (repair-stream), ``restore``
-(restore). Every command is a
+(restore), ``otel`` (otel export). Every command is a
 function taking the parsed arguments and returning an exit status:
 
     0  success
@@ -29,6 +29,7 @@ from laneledger.cli import (
     imports,
     ledger,
     natsconf,
+    otel,
     repair,
     restore,
     run,
@@ -48,7 +49,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    for module in (files, verify, ledger, branching, imports, hooks, tail, run, natsconf, repair, restore):
+    for module in (
+        files,
+        verify,
+        ledger,
+        branching,
+        imports,
+        hooks,
+        tail,
+        run,
+        natsconf,
+        repair,
+        restore,
+        otel,
+    ):
         module.add_commands(commands)
     return parser
 

@@ -483,6 +483,8 @@ class AttemptScope:
         base = {"action_type": a.action_type, "name": a.name, "attempt_no": self.attempt_no}
         if a.action_type == "model_call":
             base["model"] = a.name
+            if a.provider is not None:  # so a reader (the OTel mapping) names it without the cost
+                base["provider"] = a.provider
         return base
 
     async def __aenter__(self) -> AttemptScope:
