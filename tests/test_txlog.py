@@ -259,16 +259,56 @@ async def test_a_record_larger_than_a_message_is_split_and_one_cut_short_is_skip
         await txlog.append_async(b"stale", after=10)
 
 
+async def test_an_emptied_log_starts_again_after_the_file(nats_server, nc, js, tmp_path: Path):
+    """The stream lost (deleted, or a NATS store wiped) while the file stays:
+    the file is the only record of what came before, and the log starts
+    again after it. A rebuild from the log alone then stops at that point."""
+    db = tmp_path / "ledger.db"
+    service = await start(nc, db)
+    try:
+        async with await LedgerClient.connect(nats_server.url, timeout=5.0) as client:
+            actor = await client.ensure_actor("acme", "agent:emptied-log", "agent")
+            lane = await client.create_lane("acme", "s", "r", "main", actor_id=actor.id)
+            event = make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload={"text": "before"})
+            await client.append(lane, 0, [event])
+    finally:
+        await service.stop()
+    await js.delete_stream("LEDGER_TXLOG")
+    service = await start(nc, db)
+    try:
+        assert service._writer.log_restarted_after == 1
+        async with await LedgerClient.connect(nats_server.url, timeout=5.0) as client:
+            event = make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload={"text": "after"})
+            assert (await client.append(lane, 1, [event])).positions == [2]
+    finally:
+        await service.stop()
+    assert dump(db)["meta"] == [("1",)]  # the new log's first record
+    rebuilt = tmp_path / "rebuilt.db"
+    status = await asyncio.to_thread(cli_main, ["restore", "--db", str(rebuilt), "--nats", nats_server.url])
+    assert status == 2  # refused at the record that continues position 1, which the log never held
+    assert dump(rebuilt)["events"] == []
+
+
 async def test_a_log_shorter_than_the_file_is_refused_at_start(nats_server, nc, js, tmp_path: Path):
     db = tmp_path / "ledger.db"
     service = await start(nc, db)
     try:
         async with await LedgerClient.connect(nats_server.url, timeout=5.0) as client:
-            await client.ensure_actor("acme", "agent:short-log", "agent")
+            for i in range(3):
+                await client.ensure_actor("acme", f"agent:short-log-{i}", "agent")
     finally:
         await service.stop()
-    await js.delete_stream("LEDGER_TXLOG")  # as if the stream were lost or reset
+    await js.delete_stream("LEDGER_TXLOG")
+    other = await start(nc, tmp_path / "other.db")  # another ledger's log, one record long
+    try:
+        async with await LedgerClient.connect(nats_server.url, timeout=5.0) as client:
+            await client.ensure_actor("acme", "agent:other-ledger", "agent")
+    finally:
+        await other.stop()
+    refusing = Sequencer(nc, LedgerWriter(open_ledger(db)), SequencerMetrics(CollectorRegistry()))
     with pytest.raises(IntegrityError) as refused:
-        await start(nc, db)
+        await refusing.start()
+    await refusing.stop()
     assert refused.value.details["kind"] == "txlog_behind_file"
-    assert refused.value.details["file_txlog_seq"] == 1
+    assert refused.value.details["file_txlog_seq"] == 3
+    assert refused.value.details["stream_last_sequence"] == 1

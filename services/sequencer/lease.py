@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from dataclasses import dataclass
 
 import nats.errors
@@ -63,9 +64,7 @@ class Lease:
         self._kv: KeyValue | None = None
         self._revision = 0
         self.seen_holder: str | None = None  # who held it when we last looked
-        self._value = json.dumps(
-            {"holder": holder, "host": socket.gethostname(), "pid": os.getpid()}
-        ).encode()
+        self._who = {"holder": holder, "host": socket.gethostname(), "pid": os.getpid()}
 
     async def open(self) -> None:
         try:
@@ -83,7 +82,7 @@ class Lease:
         """Take the lease if nobody holds it (or this file does, from before
         a restart); False when another holds it. Raises on NATS errors."""
         try:
-            self._revision = await self.kv.create(LEASE_KEY, self._value)
+            self._revision = await self.kv.create(LEASE_KEY, self._value())
             self.seen_holder = self.holder
             return True
         except KeyWrongLastSequenceError:
@@ -96,7 +95,7 @@ class Lease:
         if self.seen_holder != self.holder:
             return False
         try:
-            self._revision = await self.kv.update(LEASE_KEY, self._value, last=entry.revision)
+            self._revision = await self.kv.update(LEASE_KEY, self._value(), last=entry.revision)
         except KeyWrongLastSequenceError:
             return False
         return True
@@ -105,10 +104,15 @@ class Lease:
         """Rewrite the lease; False when it is no longer ours (it expired,
         and maybe another took it). Raises on NATS errors."""
         try:
-            self._revision = await self.kv.update(LEASE_KEY, self._value, last=self._revision)
+            self._revision = await self.kv.update(LEASE_KEY, self._value(), last=self._revision)
         except KeyWrongLastSequenceError:
             return False
         return True
+
+    def _value(self) -> bytes:
+        # renewed_at (Unix seconds): when the lease was last written, so an
+        # operator (or bench/failover.py) can tell when it expires.
+        return json.dumps({**self._who, "renewed_at": time.time()}).encode()
 
     async def release(self) -> None:
         """Give the lease up (a clean stop), so a standby need not wait for

@@ -75,7 +75,6 @@ log = logging.getLogger("laneledger.sequencer")
 
 T = TypeVar("T")
 COMMAND_OPS = ops_of(Command)
-DEFAULT_LEASE = LeaseSettings()
 _PIPELINE = 2  # batches committing or waiting to be finished
 _ANSWERING = 8  # committed batches waiting for the committed stream before their answers
 
@@ -129,9 +128,10 @@ class SequencerSettings:
     # of the structure and the receipts (bench/append.py compares the two).
     txlog: bool = True
     # Be active only while holding the lease (roles.py), a standby otherwise;
-    # None: active from the start, whoever else runs. Only with the log
-    # (a standby follows it): with ``txlog`` off there is no lease.
-    lease: LeaseSettings | None = DEFAULT_LEASE
+    # None (a sequencer embedded in a program or a test): active from the
+    # start. The service always runs with one (__main__.py). Only with the
+    # log (a standby follows it): with ``txlog`` off there is no lease.
+    lease: LeaseSettings | None = None
 
 
 class Sequencer:
@@ -162,8 +162,10 @@ class Sequencer:
         self._tasks: list[asyncio.Task[None]] = []  # what ``wait`` watches
         self._active: list[asyncio.Task[None]] = []  # the active role's tasks
         self.active = False
+        self._stopped = False
+        # activate / stand_down one at a time (the role keeper's and stop()'s)
+        self._role_change = asyncio.Lock()
         self._roles: RoleKeeper | None = None
-        self._intake: Intake | None = None
         self._blob_check: BlobCheck  # opened by start(), before any append is pulled
         self._commands = RequestServer[Command](
             nc,
@@ -283,6 +285,12 @@ class Sequencer:
         """Become the one that commits: the file first takes the log's last
         records, then requests are pulled, commands answered, the committed
         stream mirrored."""
+        async with self._role_change:
+            if self._stopped:
+                raise RuntimeError("the sequencer is stopped")
+            await self._activate()
+
+    async def _activate(self) -> None:
         s = self._settings
         if s.txlog:
             await self.follow()
@@ -290,7 +298,6 @@ class Sequencer:
         self._metrics.last_position.set(self._writer.last_position)
         intake = Intake(self._nc, self._js, s.subjects, s.replicas, s.batch_size, gate=self._blobs_ahead)
         await intake.open(s.tenants)
-        self._intake = intake
         await self._commands.start()  # served one at a time, in arrival order
         self._halt.clear()
         self._active = [
@@ -304,6 +311,10 @@ class Sequencer:
         """Stop committing: no more pulls or commands; the batch in hand
         finishes (the log refuses it if another took over), the mirror
         flushes, and the active tasks end."""
+        async with self._role_change:
+            await self._stand_down(drain_timeout_s)
+
+    async def _stand_down(self, drain_timeout_s: float) -> None:
         self.active = False
         self._halt.set()
         await self._commands.stop()
@@ -343,6 +354,14 @@ class Sequencer:
         self._writer.use_txlog(txlog)
         applied = await self._in_writer(self._writer.catch_up)
         self._count_log_use()
+        if self._writer.log_restarted_after is not None:
+            log.warning(
+                "%s was empty while the ledger file had applied records from it (the stream was "
+                "lost or reset): it starts again after position %d; the file is the only record "
+                "of what came before",
+                s.subjects.txlog_stream,
+                self._writer.log_restarted_after,
+            )
         if applied:
             log.info(
                 "applied %d transactions from %s; the ledger is at position %d",
@@ -365,6 +384,7 @@ class Sequencer:
         """Stop pulling, let the current batch finish, flush the mirror; give
         the lease up."""
         self.ready = False
+        self._stopped = True
         if self._roles is not None:
             await cancel_tasks(self._tasks, timeout_s=drain_timeout_s)
         await self.stand_down(drain_timeout_s=drain_timeout_s)

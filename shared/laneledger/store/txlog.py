@@ -196,7 +196,7 @@ class TxLog(Protocol):
     def read_after(self, after: int) -> tuple[Iterable[tuple[int, bytes]], int]:
         """The complete records after position ``after``, as (position,
         bytes) in order, and the log's last position (an unfinished record at
-        its end is left out; the writer's next append goes after it). Raises
-        ``IntegrityError`` if the log ends before ``after``, and
-        ``TxLogUnavailable`` if it cannot be read."""
+        its end is left out; the writer's next append goes after it). The
+        last position may be below ``after`` (a log lost or reset): none then.
+        Raises ``TxLogUnavailable`` if the log cannot be read."""
         ...

@@ -82,15 +82,8 @@ class JetStreamTxLog:
 
     def read_after(self, after: int) -> tuple[Iterator[tuple[int, bytes]], int]:
         last = self._wait(self.last_seq())
-        if last < after:
-            raise IntegrityError(
-                "the transaction log ends before what this ledger file applied: the stream is "
-                "not this ledger's, or it was reset",
-                kind="txlog_behind_file",
-                stream=self._stream,
-                stream_last_sequence=last,
-                file_txlog_seq=after,
-            )
+        if last <= after:
+            return iter(()), last
         return self._records(after, last, lambda seq: self._wait(self._get(seq))), last
 
     def _wait(self, work: Coroutine[Any, Any, T]) -> T:

@@ -35,6 +35,7 @@ from laneledger.contract.errors import (
     EntityConflict,
     EntityNotFound,
     IdempotencyViolation,
+    IntegrityError,
     InvalidPayload,
     InvalidRequest,
     InvalidSignature,
@@ -247,6 +248,7 @@ class LedgerWriter:
         # writer's records): read it before anything is read or written.
         self._behind = False
         self.applied_from_log = 0  # records applied by ``catch_up``, in all
+        self.log_restarted_after: int | None = None  # set when an empty log starts after this file
         # Reads answer from the file as it is, even one behind the log (a full
         # disk, say, refuses to take the log's records); what writes or
         # decides catches up first (``_before_use``, ``current``).
@@ -703,6 +705,8 @@ class LedgerWriter:
             return 0
         db = self._db
         records, end = self._txlog.read_after(self.txlog_seq)
+        if end < self.txlog_seq:
+            self._restart_log(end)
         applied = 0
         for seq, data in records:
             record = decode_record(data, seq=seq)
@@ -723,6 +727,27 @@ class LedgerWriter:
             self._lanes.clear()
         self._behind = False
         return applied
+
+    def _restart_log(self, end: int) -> None:
+        """The log ends before what this file applied. Empty, it was lost or
+        reset: the file is the only record of what came before, and the log
+        starts again after it (its first record's ``position_before`` says
+        where: a rebuild from the log alone stops there, ``txlog_gap``). Not
+        empty, it is another ledger's, or was cut: refused."""
+        if end != 0:
+            raise IntegrityError(
+                "the transaction log ends before what this ledger file applied: the stream is "
+                "not this ledger's, or it was cut short",
+                kind="txlog_behind_file",
+                stream_last_sequence=end,
+                file_txlog_seq=self.txlog_seq,
+            )
+        with failures_as("ledger write failed", roll_back=self._db):
+            begin(self._db)
+            record_applied_position(self._db, TXLOG_KEY, 0)
+            commit(self._db)
+        self.log_restarted_after = self.last_position
+        self.txlog_seq = 0
 
     # ---------------------------------------------------------------- lookups
 
