@@ -100,6 +100,38 @@ def _latency_rows(r: dict) -> list[tuple[str, str]]:
     ]
 
 
+def _txlog_rows(r: dict) -> list[tuple[str, str]]:
+    """bench/append.py --txlog-off-too: committing through LEDGER_TXLOG, and not."""
+    return [
+        (
+            "committed appends, max load, with the replicated transaction log (the default) / "
+            "`--txlog off` (the SQLite file alone), same run",
+            f"{_n(r['committed_per_s'])} / {_n(r['txlog_off_committed_per_s'])} events/s",
+        ),
+        (
+            f"receipt latency at the same offered load ({_n(r['offered_per_s_latency_phase'])} events/s), "
+            "with the transaction log / `--txlog off`, same run",
+            f"p50 {r['receipt_p50_ms_at_20pct']:.1f} ms, p99 {r['receipt_p99_ms_at_20pct']:.1f} ms / "
+            f"p50 {r['txlog_off_receipt_p50_ms_at_20pct']:.1f} ms, "
+            f"p99 {r['txlog_off_receipt_p99_ms_at_20pct']:.1f} ms",
+        ),
+    ]
+
+
+def _failover_rows(r: dict) -> list[tuple[str, str]]:
+    where = "a three-node cluster, R3" if r["cluster"] else "one nats-server"
+    return [
+        (
+            f"failover: the active sequencer SIGKILLed {r['kills']} times ({where}, lease TTL "
+            f"{r['lease_ttl_s']:g} s, {r['lanes']} producers): from its lease's expiry to the standby's "
+            "first commit / the longest a producer waited for a receipt",
+            f"p50 {r['expiry_to_first_commit_p50_ms']:.0f} ms, "
+            f"max {r['expiry_to_first_commit_max_ms']:.0f} ms / "
+            f"p50 {r['producer_gap_p50_ms']:.0f} ms, max {r['producer_gap_max_ms']:.0f} ms",
+        )
+    ]
+
+
 def _tail_rows(r: dict) -> list[tuple[str, str]]:
     plural = "s" if r["subscribers"] != 1 else ""
     return [
@@ -285,6 +317,9 @@ BENCHES = [
     Bench("append", ["bench/append.py"], _append_rows),
     Bench("append-10pct", ["bench/append.py", "--load-fraction", "0.1", "--no-bare"], _latency_rows),
     Bench("append-2pct", ["bench/append.py", "--load-fraction", "0.02", "--no-bare"], _latency_rows),
+    Bench("append-txlog", ["bench/append.py", "--no-bare", "--txlog-off-too"], _txlog_rows),
+    Bench("failover", ["bench/failover.py"], _failover_rows),
+    Bench("failover-cluster", ["bench/failover.py", "--cluster"], _failover_rows),
     Bench("tail", ["bench/tail.py"], _tail_rows),
     Bench("tail-1", ["bench/tail.py", "--subscribers", "1", "--subscriber-procs", "1"], _tail_rows),
     Bench("drain", ["bench/drain.py"], _drain_rows),
