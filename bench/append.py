@@ -39,6 +39,11 @@ SQLite file, and P producer processes (``bench/producer.py``). Phases:
    sequencer could commit here with producers as cheap as the baseline's
    (``bare_ceiling_*``). ``--no-bare`` skips phases 4 and 6.
 
+``--cluster`` runs everything on a three-node nats-server cluster on
+loopback with R3 streams (the sequencer's ``--replicas 3``; the raw stream
+R3 too); the ceiling phases are skipped there (the stand-in connects to one
+server).
+
 ``--txlog-off-too``: after phase 3, the sequencer is restarted with
 ``--txlog off`` (the SQLite file alone, without the replicated transaction
 log of spec/replication.md) and phases 1 and 3 run again, 3 at the same
@@ -98,6 +103,7 @@ from laneledger.contract.canonical import canonicalize  # noqa: E402
 from laneledger.contract.ids import new_id  # noqa: E402
 from laneledger.contract.model import Lane  # noqa: E402
 from laneledger.contract.subjects import Subjects  # noqa: E402
+from laneledger.devtools.natscluster import NatsCluster  # noqa: E402
 from laneledger.devtools.natsserver import NatsServer  # noqa: E402
 from laneledger.sdk.client import LedgerClient  # noqa: E402
 from laneledger.services.sequencer.streams import append_stream_config  # noqa: E402
@@ -184,6 +190,29 @@ class CpuSnapshot:
 
 
 # -- metrics -------------------------------------------------------------------------------
+
+
+class LoopbackCluster:
+    """``--cluster``: a three-node nats-server cluster on loopback in the
+    place of the one server (``url``: every node's, comma-separated)."""
+
+    def __init__(self, base: Path) -> None:
+        self.cluster = NatsCluster(base)
+
+    @property
+    def url(self) -> str:
+        return ",".join(self.cluster.urls)
+
+    async def astart(self) -> None:
+        await asyncio.to_thread(self.cluster.start)
+
+    def stop(self) -> None:
+        self.cluster.stop()
+
+
+def nats_pids(nats: NatsServer | LoopbackCluster) -> list[int]:
+    servers = nats.cluster.nodes if isinstance(nats, LoopbackCluster) else [nats]
+    return [s.pid for s in servers if s.pid is not None]
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -275,7 +304,10 @@ class Bench:
         self.tmp = tempfile.TemporaryDirectory(prefix="laneledger-bench-", dir=args.dir)
         self.dir = Path(self.tmp.name)
         self.db = self.dir / "ledger.db"
-        self.nats = NatsServer(self.dir / "nats")
+        self.nats: NatsServer | LoopbackCluster = (
+            LoopbackCluster(self.dir / "cluster") if args.cluster else NatsServer(self.dir / "nats")
+        )
+        self.replicas = 3 if args.cluster else 1
         self.sequencer: subprocess.Popen | None = None
         self.producers: list[subprocess.Popen] = []
         self.metrics_url = ""
@@ -311,6 +343,8 @@ class Bench:
             cmd += ["--batch-size", str(self.args.batch_size)]
         if not null and not self.txlog:
             cmd += ["--txlog", "off"]
+        if not null:
+            cmd += ["--replicas", str(self.replicas)]
         env = dict(os.environ, LANELEDGER_LOG_LEVEL="WARNING")
         with open(out, "wb") as o, open(err, "wb") as e:
             self.sequencer = subprocess.Popen(
@@ -378,10 +412,10 @@ class Bench:
         return parse_metrics(text), (t + time.monotonic()) / 2
 
     def cpu_snapshot(self) -> CpuSnapshot:
-        assert self.sequencer is not None and self.nats.pid is not None
+        assert self.sequencer is not None
         procs = {
             "sequencer": cpu_seconds(self.sequencer.pid),
-            "nats-server": cpu_seconds(self.nats.pid),
+            "nats-server": sum(cpu_seconds(pid) for pid in nats_pids(self.nats)),
             "bench (this process)": cpu_seconds(os.getpid()),
         }
         for i, p in enumerate(self.producers):
@@ -634,6 +668,8 @@ class Bench:
         args, P, E = self.args, self.P, self.E
         self.steps_done = 0
         self.steps = 1 if args.latency_at is not None else 4 if args.no_bare else 6
+        if args.cluster and args.latency_at is None:
+            self.steps -= 1 if args.no_bare else 2  # no ceiling phases
         if args.txlog_off_too and args.latency_at is None:
             self.steps += 3
         log(
@@ -677,13 +713,15 @@ class Bench:
             if not args.no_bare:
                 result |= await self._phase_bare()
                 result["bare_ratio"] = ratio(result["bare_committed_per_s"], result["raw_publish_per_s"])
-            result |= await self._phase_ceiling(result["raw_publish_per_s"])
-            if not args.no_bare:
+            if not args.cluster:  # the stand-in connects to one server
+                result |= await self._phase_ceiling(result["raw_publish_per_s"])
+            if not args.no_bare and not args.cluster:
                 result |= await self._phase_ceiling(result["raw_publish_per_s"], "bare")
         else:
             result = await self._phase_latency(args.latency_at / E, "fixed load")
         ok = all(c[1] for c in self.checks)
         result |= {
+            "cluster": args.cluster,
             "load_fraction": None if args.latency_at else args.load_fraction,
             "events_per_append": E,
             "producers": P,
@@ -815,7 +853,7 @@ class Bench:
             f"\n{self.step()} raw JetStream baseline: {P} producers, publish_async of the same bodies to "
             f"{RAW_STREAM} (file storage, same settings as LEDGER_APPEND), window {args.window} acks/producer"
         )
-        cfg = append_stream_config(RAW_STREAM, Subjects(RAW_PREFIX), 1)
+        cfg = append_stream_config(RAW_STREAM, Subjects(RAW_PREFIX), self.replicas)
         cfg.description = "laneledger benchmark: raw publish baseline"
         await self.js.add_stream(cfg)
         raw = await self.run_phase("raw", "raw", args.seconds, monitor_ledger=False)
@@ -985,6 +1023,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--batch-size", type=int, default=None, help="the sequencer's --batch-size (default: its own)"
+    )
+    p.add_argument(
+        "--cluster",
+        action="store_true",
+        help="a three-node loopback cluster with R3 streams in the place of one nats-server "
+        "(without the ceiling phases)",
     )
     p.add_argument(
         "--txlog-off-too",

@@ -132,6 +132,15 @@ class Producer:
                 self.progress.notify_all()
 
 
+def first_commit_after(p: Producer, killed_at: float) -> int | None:
+    """Index of p's first receipt for a commit made after ``killed_at``: by
+    the successor (a replay keeps its original commit's time)."""
+    for i, (_, committed, replayed) in enumerate(p.receipts):
+        if not replayed and seconds(committed) > killed_at:
+            return i
+    return None
+
+
 def seconds(iso: str) -> float:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
@@ -181,30 +190,24 @@ async def run(args: argparse.Namespace) -> dict:
                 expiry_to_commit, gaps = [], []
                 for k in range(args.kills):
                     active = await active_of(http, sequencers)
-                    killed_at = time.monotonic()
-                    counts = [len(p.receipts) for p in producers]
                     active.kill()
+                    killed_at = time.time()  # receipts carry wall-clock committed_at
                     # Its last renewal stays in the lease until the lease expires.
                     lease = json.loads((await kv.get("sequencer")).value or b"{}")
                     expires = float(lease["renewed_at"]) + args.lease_ttl_s
-                    # Two receipts each after the kill: the first may be a replay of
-                    # what was in flight (committed by the killed one); the second
-                    # was committed by the successor.
+
                     async with progress:
                         await progress.wait_for(
-                            lambda counts=counts: all(
-                                len(p.receipts) > c + 1 for p, c in zip(producers, counts, strict=True)
+                            lambda killed_at=killed_at: all(
+                                first_commit_after(p, killed_at) is not None for p in producers
                             )
                         )
-                    fresh = [
-                        r for p, c in zip(producers, counts, strict=True) for r in p.receipts[c:] if not r[2]
-                    ]
-                    first_commit = min(seconds(committed) for _, committed, _ in fresh)
+                    firsts = [(p, first_commit_after(p, killed_at) or 0) for p in producers]
+                    first_commit = min(seconds(p.receipts[i][1]) for p, i in firsts)
                     expiry_to_commit.append(first_commit - expires)
-                    gap = max(
-                        p.receipts[c][0] - (p.receipts[c - 1][0] if c else killed_at)
-                        for p, c in zip(producers, counts, strict=True)
-                    )
+                    # The longest wait: from a producer's last receipt before its
+                    # first post-kill commit to that commit's receipt.
+                    gap = max(p.receipts[i][0] - p.receipts[i - 1][0] for p, i in firsts if i > 0)
                     gaps.append(gap)
                     print(
                         f"kill {k + 1}/{args.kills}: {active.name} killed; expiry to first commit "
