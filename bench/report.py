@@ -102,14 +102,16 @@ def _latency_rows(r: dict) -> list[tuple[str, str]]:
 
 def _txlog_rows(r: dict) -> list[tuple[str, str]]:
     """bench/append.py --txlog-off-too: committing through LEDGER_TXLOG, and not."""
+    where = "three-node loopback cluster, R3 streams" if r.get("cluster") else "one nats-server"
     return [
         (
-            "committed appends, max load, with the replicated transaction log (the default) / "
+            f"committed appends, max load ({where}), with the replicated transaction log (the default) / "
             "`--txlog off` (the SQLite file alone), same run",
             f"{_n(r['committed_per_s'])} / {_n(r['txlog_off_committed_per_s'])} events/s",
         ),
         (
-            f"receipt latency at the same offered load ({_n(r['offered_per_s_latency_phase'])} events/s), "
+            f"receipt latency at the same offered load ({where}, {_n(r['offered_per_s_latency_phase'])} "
+            "events/s), "
             "with the transaction log / `--txlog off`, same run",
             f"p50 {r['receipt_p50_ms_at_20pct']:.1f} ms, p99 {r['receipt_p99_ms_at_20pct']:.1f} ms / "
             f"p50 {r['txlog_off_receipt_p50_ms_at_20pct']:.1f} ms, "
@@ -318,6 +320,9 @@ BENCHES = [
     Bench("append-10pct", ["bench/append.py", "--load-fraction", "0.1", "--no-bare"], _latency_rows),
     Bench("append-2pct", ["bench/append.py", "--load-fraction", "0.02", "--no-bare"], _latency_rows),
     Bench("append-txlog", ["bench/append.py", "--no-bare", "--txlog-off-too"], _txlog_rows),
+    Bench(
+        "append-txlog-cluster", ["bench/append.py", "--no-bare", "--txlog-off-too", "--cluster"], _txlog_rows
+    ),
     Bench("failover", ["bench/failover.py"], _failover_rows),
     Bench("failover-cluster", ["bench/failover.py", "--cluster"], _failover_rows),
     Bench("tail", ["bench/tail.py"], _tail_rows),
