@@ -190,6 +190,7 @@ async def run(args: argparse.Namespace) -> dict:
                 expiry_to_commit, gaps = [], []
                 for k in range(args.kills):
                     active = await active_of(http, sequencers)
+                    received_before = [len(p.receipts) for p in producers]
                     active.kill()
                     killed_at = time.time()  # receipts carry wall-clock committed_at
                     # Its last renewal stays in the lease until the lease expires.
@@ -205,9 +206,13 @@ async def run(args: argparse.Namespace) -> dict:
                     firsts = [(p, first_commit_after(p, killed_at) or 0) for p in producers]
                     first_commit = min(seconds(p.receipts[i][1]) for p, i in firsts)
                     expiry_to_commit.append(first_commit - expires)
-                    # The longest wait: from a producer's last receipt before its
-                    # first post-kill commit to that commit's receipt.
-                    gap = max(p.receipts[i][0] - p.receipts[i - 1][0] for p, i in firsts if i > 0)
+                    # The longest a producer waited for a receipt, from its last one
+                    # before the kill to its first post-kill commit's.
+                    gap = max(
+                        p.receipts[j][0] - p.receipts[j - 1][0]
+                        for (p, i), before in zip(firsts, received_before, strict=True)
+                        for j in range(max(before, 1), i + 1)
+                    )
                     gaps.append(gap)
                     print(
                         f"kill {k + 1}/{args.kills}: {active.name} killed; expiry to first commit "
