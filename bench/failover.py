@@ -169,7 +169,7 @@ async def run(args: argparse.Namespace) -> dict:
             url = server.url
         extra = ["--lease-ttl-s", str(args.lease_ttl_s), "--replicas", "3" if args.cluster else "1"]
         sequencers = [Sequencer(n, url, base / n, extra) for n in ("a", "b")]
-        nc = await nats.connect(url)
+        nc = await nats.connect(url.split(","))
         kv = None
         try:
             for s in sequencers:
