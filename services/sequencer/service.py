@@ -352,8 +352,7 @@ class Sequencer:
             self._js, s.subjects, asyncio.get_running_loop(), max_payload=self._nc.max_payload
         )
         self._writer.use_txlog(txlog)
-        applied = await self._in_writer(self._writer.catch_up)
-        self._count_log_use()
+        applied = await self.follow()
         if self._writer.log_restarted_after is not None:
             log.warning(
                 "%s was empty while the ledger file had applied records from it (the stream was "
