@@ -22,7 +22,10 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import nats
@@ -117,92 +120,77 @@ async def laneledger(*args: str) -> None:
     assert done.returncode == 0, f"laneledger {' '.join(args)}: {out.decode()} {err.decode()}"
 
 
-async def cluster_js(cluster):
+@asynccontextmanager
+async def loaded_rig(cluster, tmp_path: Path, request) -> AsyncIterator[tuple[FaultRig, Any]]:
+    """The rig with a standby on the cluster (both sequencers start on the
+    first node; the client learns the others), under load from producers
+    spread over the nodes; and a JetStream context of the test's own."""
     nc = await nats.connect(cluster.urls, reconnect_time_wait=0.1, max_reconnect_attempts=-1)
-    return nc, nc.jetstream()
-
-
-def rig_on(cluster, tmp_path: Path, request) -> FaultRig:
-    # Both sequencers start on the first node; the client learns the others.
-    return FaultRig(cluster.urls[0], tmp_path, request, replicas=3, standby=True, lease_ttl_s=LEASE_TTL_S)
+    try:
+        rig = FaultRig(cluster.urls[0], tmp_path, request, replicas=3, standby=True, lease_ttl_s=LEASE_TTL_S)
+        async with rig:
+            await rig.start_load(urls=cluster.urls)
+            yield rig, nc.jetstream()
+    finally:
+        await nc.close()
 
 
 @fault_timeout
 async def test_killing_the_active_sequencer_again_and_again_loses_nothing(cluster, tmp_path, request):
-    nc, js = await cluster_js(cluster)
-    try:
-        async with rig_on(cluster, tmp_path, request) as rig:
-            await rig.start_load(urls=cluster.urls)
-            for _ in range(KILLS):
-                active = await the_active_one(rig)
-                active.kill()
-                await other_takes_over(rig, active)
-                await rig.wait_for_outcomes(more=30)
-                await asyncio.to_thread(active.restart, 60.0)  # back as a standby
-            summary = await finish(rig, js, tmp_path)
-    finally:
-        await nc.close()
+    async with loaded_rig(cluster, tmp_path, request) as (rig, js):
+        for _ in range(KILLS):
+            active = await the_active_one(rig)
+            active.kill()
+            await other_takes_over(rig, active)
+            await rig.wait_for_outcomes(more=30)
+            await asyncio.to_thread(active.restart, 60.0)  # back as a standby
+        summary = await finish(rig, js, tmp_path)
     print(f"failover: {KILLS} kills of the active sequencer, {summary}")
 
 
 @fault_timeout
 async def test_a_lost_disk_is_rebuilt_from_the_log_and_takes_over(cluster, tmp_path, request):
-    nc, js = await cluster_js(cluster)
-    try:
-        async with rig_on(cluster, tmp_path, request) as rig:
-            await rig.start_load(urls=cluster.urls)
-            lost = await the_active_one(rig)
-            lost.kill()
-            await asyncio.to_thread(delete_ledger_file, lost.db_path)
-            survivor = await other_takes_over(rig, lost)
-            await rig.wait_for_outcomes(more=30)
-            await asyncio.to_thread(lost.restart, 60.0)  # an empty file: the ledger comes from the log
-            survivor.kill()
-            await other_takes_over(rig, survivor)
-            await rig.wait_for_outcomes(more=30)
-            await asyncio.to_thread(survivor.restart, 60.0)
-            summary = await finish(rig, js, tmp_path)
-    finally:
-        await nc.close()
+    async with loaded_rig(cluster, tmp_path, request) as (rig, js):
+        lost = await the_active_one(rig)
+        lost.kill()
+        await asyncio.to_thread(delete_ledger_file, lost.db_path)
+        survivor = await other_takes_over(rig, lost)
+        await rig.wait_for_outcomes(more=30)
+        await asyncio.to_thread(lost.restart, 60.0)  # an empty file: the ledger comes from the log
+        survivor.kill()
+        await other_takes_over(rig, survivor)
+        await rig.wait_for_outcomes(more=30)
+        await asyncio.to_thread(survivor.restart, 60.0)
+        summary = await finish(rig, js, tmp_path)
     print(f"failover: a lost disk rebuilt from the log, {summary}")
 
 
 @fault_timeout
 async def test_a_paused_active_sequencer_is_deposed_and_commits_nothing(cluster, tmp_path, request):
-    nc, js = await cluster_js(cluster)
-    try:
-        async with rig_on(cluster, tmp_path, request) as rig:
-            await rig.start_load(urls=cluster.urls)
-            paused = await the_active_one(rig)
-            assert paused.pid is not None
-            os.kill(paused.pid, signal.SIGSTOP)
-            try:
-                await other_takes_over(rig, paused)
-                await rig.wait_for_outcomes(more=30)
-            finally:
-                os.kill(paused.pid, signal.SIGCONT)
-            await eventually(
-                lambda: role_of(paused), until=lambda r: r == "standby", what="the woken one standing down"
-            )
+    async with loaded_rig(cluster, tmp_path, request) as (rig, js):
+        paused = await the_active_one(rig)
+        assert paused.pid is not None
+        os.kill(paused.pid, signal.SIGSTOP)
+        try:
+            await other_takes_over(rig, paused)
             await rig.wait_for_outcomes(more=30)
-            summary = await finish(rig, js, tmp_path)
-    finally:
-        await nc.close()
+        finally:
+            os.kill(paused.pid, signal.SIGCONT)
+        await eventually(
+            lambda: role_of(paused), until=lambda r: r == "standby", what="the woken one standing down"
+        )
+        await rig.wait_for_outcomes(more=30)
+        summary = await finish(rig, js, tmp_path)
     print(f"failover: the active sequencer paused past its lease, {summary}")
 
 
 @fault_timeout
 async def test_killing_the_nats_node_the_sequencers_use_loses_nothing(cluster, tmp_path, request):
-    nc, js = await cluster_js(cluster)
-    try:
-        async with rig_on(cluster, tmp_path, request) as rig:
-            await rig.start_load(urls=cluster.urls)
-            cluster.kill(0)  # the node both sequencers (and the services) connected to
-            await rig.wait_for_outcomes(more=40, timeout=90)
-            await the_active_one(rig)
-            await asyncio.to_thread(cluster.start_node, 0)
-            await rig.wait_for_outcomes(more=20)
-            summary = await finish(rig, js, tmp_path)
-    finally:
-        await nc.close()
+    async with loaded_rig(cluster, tmp_path, request) as (rig, js):
+        cluster.kill(0)  # the node both sequencers (and the services) connected to
+        await rig.wait_for_outcomes(more=40, timeout=90)
+        await the_active_one(rig)
+        await asyncio.to_thread(cluster.start_node, 0)
+        await rig.wait_for_outcomes(more=20)
+        summary = await finish(rig, js, tmp_path)
     print(f"failover: the sequencers' NATS node killed, {summary}")
