@@ -288,7 +288,13 @@ class Sequencer:
         async with self._role_change:
             if self._stopped:
                 raise RuntimeError("the sequencer is stopped")
-            await self._activate()
+            try:
+                await self._activate()
+            except BaseException:
+                # Half active (NATS went away midway, say): undo it whole, so
+                # the next try starts from a standby again.
+                await self._stand_down(drain_timeout_s=5.0)
+                raise
 
     async def _activate(self) -> None:
         s = self._settings
@@ -298,10 +304,11 @@ class Sequencer:
         self._metrics.last_position.set(self._writer.last_position)
         intake = Intake(self._nc, self._js, s.subjects, s.replicas, s.batch_size, gate=self._blobs_ahead)
         await intake.open(s.tenants)
-        await self._commands.start()  # served one at a time, in arrival order
         self._halt.clear()
-        self._active = [
-            asyncio.create_task(self._pull_loop(intake), name="sequencer-pull"),
+        # The pull loop owns the intake from here: it stops it when it ends.
+        self._active = [asyncio.create_task(self._pull_loop(intake), name="sequencer-pull")]
+        await self._commands.start()  # served one at a time, in arrival order
+        self._active += [
             asyncio.create_task(self.mirror.run(), name="sequencer-mirror"),
             asyncio.create_task(self._backlog_loop(intake), name="sequencer-backlog"),
         ]
