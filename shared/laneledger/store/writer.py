@@ -91,6 +91,7 @@ from laneledger.store.sqlite import (
     fetch_all,
     record_applied_position,
     roll_back,
+    transaction,
 )
 from laneledger.store.txlog import (
     INSERT_ACTION,
@@ -638,11 +639,14 @@ class LedgerWriter:
                 [(seq, head, lane_id, tenant) for (tenant, lane_id), (seq, head) in state.heads.items()],
             ),
         ]
-        db = self._db
-        with failures_as("ledger commit failed", roll_back=db, position=position):
-            begin(db)
-            run_writes(db, writes)
+        self._open_writes(writes, "ledger commit failed", position=position)
         return writes
+
+    def _open_writes(self, writes: Writes, what: str, **details: Any) -> None:
+        """Run ``writes`` in a new transaction, left open for ``_commit``."""
+        with failures_as(what, roll_back=self._db, **details):
+            begin(self._db)
+            run_writes(self._db, writes)
 
     def _commit(self, writes: Writes, position_before: int, position: int) -> None:
         """End the open transaction that ran ``writes``: with a log, store
@@ -710,11 +714,9 @@ class LedgerWriter:
         applied = 0
         for seq, data in records:
             record = decode_record(data, seq=seq)
-            with failures_as("ledger commit failed", roll_back=db, txlog_seq=seq):
-                begin(db)
+            with transaction(db, "ledger commit failed", txlog_seq=seq):
                 apply_record(db, record, seq=seq, last_position=self.last_position)
                 record_applied_position(db, TXLOG_KEY, seq)
-                commit(db)
             self.txlog_seq = seq
             self.last_position = record.position
             self.applied_from_log += 1
@@ -742,10 +744,8 @@ class LedgerWriter:
                 stream_last_sequence=end,
                 file_txlog_seq=self.txlog_seq,
             )
-        with failures_as("ledger write failed", roll_back=self._db):
-            begin(self._db)
-            record_applied_position(self._db, TXLOG_KEY, 0)
-            commit(self._db)
+        with transaction(self._db, "ledger write failed") as db:
+            record_applied_position(db, TXLOG_KEY, 0)
         self.log_restarted_after = self.last_position
         self.txlog_seq = 0
 
@@ -1106,8 +1106,5 @@ class LedgerWriter:
     def _insert_many(self, writes: Writes) -> None:
         """A structure command's rows, in one transaction of their own."""
         self._before_use()
-        db = self._db
-        with failures_as("ledger write failed", roll_back=db):
-            begin(db)
-            run_writes(db, writes)
+        self._open_writes(writes, "ledger write failed")
         self._commit(writes, self.last_position, self.last_position)
