@@ -4,15 +4,15 @@ Run: .venv/bin/python bench/tlog.py [--events N] [--proofs P] [--target EVENTS_P
 
 1. Tree cost in the ledger's own transactions: builds two ledgers with the
    real writer (``LedgerWriter``, the sequencer's code; FULL durability),
-   batches of 100 appends of 10 events, round-robin over 100 lanes. One
-   commits each batch as the sequencer does today (``apply_batch``); the
-   other stages the same batch, appends its events' leaves
-   (``entry_leaf(entry_hash)``) to the tree in the batch's open transaction,
-   and commits (``stage_batch``, ``append_leaves``, ``commit_staged``: how
-   the integrator will wire it). Reports both rates, the tree's own time per
-   event, and that time as a share of the per-event budget at the
-   throughput target (``--target``: 0.6 × the raw JetStream rate of
-   bench/results/append.json, 38,218/s, so 22,931 events/s, 43.6 µs/event).
+   batches of 100 appends of 10 events, round-robin over 100 lanes, each
+   committed with ``apply_batch``. The writer extends the tree in every
+   batch's transaction (``store/tree.py``, called from ``txlog.run_writes``);
+   for the first ledger this bench replaces that call with a no-op (the
+   product has no such switch), for the second it times it. Reports both
+   rates, the tree's own time per event, and that time as a share of the
+   per-event budget at the throughput target (``--target``: 0.6 × the raw
+   JetStream rate of bench/results/append.json, 38,218/s, so 22,931
+   events/s, 43.6 µs/event).
 2. Disk: the tree's bytes per leaf (the two files, WAL checkpointed).
 3. Proofs at the final size: generation from the stored tree (SQLite) and
    verification of P random inclusion proofs and P random consistency
@@ -31,14 +31,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from laneledger.contract.model import AppendCommitted, CreateLane, EnsureActor, encode
+from laneledger.contract.model import CreateLane, EnsureActor, encode
 from laneledger.sdk.client import make_event
-from laneledger.store import LedgerWriter, open_ledger
+from laneledger.store import LedgerWriter, open_ledger, txlog
 from laneledger.store.append import prepare_append
-from laneledger.store.sqlite import transaction
 from laneledger.tlog import merkle, store
 from laneledger.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
-from laneledger.tlog.leaves import entry_leaf
 from laneledger.tlog.note import Signer
 
 PER_APPEND = 10
@@ -47,17 +45,17 @@ LANES = 100
 TARGET = round(0.6 * 38_218)  # events/s: README, Performance (ratio target 0.6 of raw JetStream)
 
 
+REAL_EXTEND_TREE = txlog.extend_tree
+
+
 class Ledger:
-    """A ledger file fed with identical batches; ``with_tree`` adds the
-    leaves to each batch's transaction."""
+    """A ledger file fed with identical batches; without ``with_tree`` the
+    writer's tree step is skipped, with it that step is timed."""
 
     def __init__(self, db: Path, *, with_tree: bool) -> None:
         self.conn = open_ledger(db)
         self.writer = LedgerWriter(self.conn)
         self.with_tree = with_tree
-        if with_tree:
-            with transaction(self.conn, "tlog tables"):
-                store.create_tables(self.conn)
         actor = self.writer.ensure_actor(EnsureActor(tenant="acme", key="agent:bench/main@1", kind="agent"))
         self.actor = actor.id
         self.lanes = [
@@ -92,22 +90,20 @@ class Ledger:
         return batch
 
     def commit(self, batch: list) -> None:
-        if not self.with_tree:
+        txlog.extend_tree = self._timed_extend_tree if self.with_tree else _no_tree
+        try:
             self.writer.apply_batch(batch)
-            return
-        staged = self.writer.stage_batch(batch)
+        finally:
+            txlog.extend_tree = REAL_EXTEND_TREE
+
+    def _timed_extend_tree(self, conn, events) -> None:
         started = time.perf_counter()
-        # Requests commit in order, so their new positions ascend: the
-        # leaves in receipt order are the leaves in position order.
-        leaves = [
-            entry_leaf(h)
-            for r in staged.receipts
-            if isinstance(r, AppendCommitted) and not r.replayed
-            for h in r.entry_hashes
-        ]
-        store.append_leaves(self.conn, leaves)
+        REAL_EXTEND_TREE(conn, events)
         self.tree_seconds += time.perf_counter() - started
-        self.writer.commit_staged(staged)
+
+
+def _no_tree(conn, events) -> None:
+    return None
 
 
 def build(ledgers: list[Ledger], events: int) -> dict[bool, dict]:
@@ -206,6 +202,7 @@ def main() -> None:
         plain, tree = ledgers
         events = tree.writer.last_position
         assert store.tree_size(tree.conn) == events == plain.writer.last_position
+        assert store.tree_size(plain.conn) == 0
         tree_us = tree.tree_seconds / events * 1e6
         budget_us = 1e6 / args.target
         rate = {k: round(events / v["wall"]) for k, v in spent.items()}

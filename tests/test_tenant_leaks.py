@@ -257,6 +257,7 @@ def as_version_2(db: Path) -> None:
             conn.execute(f"DROP TABLE {table}")
             conn.execute(f"ALTER TABLE {table}_v2 RENAME TO {table}")
         conn.execute("CREATE INDEX events_by_session ON events (session_id, position)")
+        conn.execute("DROP TABLE tlog_hashes")  # the Merkle tree came with version 4
         conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
         conn.commit()
     finally:

@@ -30,6 +30,8 @@ from laneledger.sdk.client import LaneRecorder, LedgerClient
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer
 from laneledger.store import LedgerWriter, open_ledger
+from laneledger.store.tree import extend_tree, leaf_of
+from laneledger.tlog import merkle
 
 SCRIPT = Path(sys.executable).with_name("laneledger")
 KEY = generate_private_key()
@@ -138,11 +140,14 @@ def move(db: Path, moves: dict[int, int]) -> None:
     )
 
 
-def append_forgery(db: Path, *, key: bytes | None = None, with_receipt: bool) -> int:
+def append_forgery(
+    db: Path, *, key: bytes | None = None, with_receipt: bool, with_tree: bool | None = None
+) -> int:
     """A new event at the end of lane "main" chained like the sequencer would
-    chain it (prev_hash = the head, entry_hash recomputed); with its receipt
-    and the lanes row updated it is indistinguishable without the HMAC key or
-    the committed stream."""
+    chain it (prev_hash = the head, entry_hash recomputed); with its receipt,
+    the lanes row updated and its Merkle leaf appended (``with_tree``, by
+    default with the receipt) it is indistinguishable without the HMAC key,
+    the committed stream or a signed checkpoint."""
     conn = sqlite3.connect(db)
     try:
         (last,) = conn.execute("SELECT max(position) FROM events").fetchone()
@@ -222,6 +227,14 @@ def append_forgery(db: Path, *, key: bytes | None = None, with_receipt: bool) ->
             ),
         ]
     sql(db, *statements)
+    if with_receipt if with_tree is None else with_tree:
+        conn = sqlite3.connect(db)
+        try:
+            conn.execute("BEGIN")
+            extend_tree(conn, [(last + 1, canonicalize(record))])
+            conn.commit()
+        finally:
+            conn.close()
     return last + 1
 
 
@@ -247,6 +260,8 @@ async def test_every_tampering_is_named_by_position_and_kind(built, tmp_path):
     assert (audit.signed_events, audit.causal_links) == (3, 3)
     assert [(w.kind, w.position, w.actor_id) for w in audit.warnings] == [("actor_prefix", 7, ids["bot"])]
     assert audit.warning_count == 1
+    bodies = sqlite3.connect(db).execute("SELECT body FROM events ORDER BY position").fetchall()
+    assert audit.tree_root == merkle.root_of([leaf_of(body) for (body,) in bodies]).hex()
 
     def forge(record: dict) -> None:
         record["signature"] = sign_event(record, OTHER)["signature"]
@@ -290,6 +305,24 @@ async def test_every_tampering_is_named_by_position_and_kind(built, tmp_path):
             "insert a re-chained event at the end",
             lambda d: append_forgery(d, with_receipt=False),
             "receipt_missing",
+            8,
+        ),
+        (
+            "insert a re-chained event, its receipt and lane head, but no leaf",
+            lambda d: append_forgery(d, with_receipt=True, with_tree=False),
+            "tree_mismatch",
+            8,
+        ),
+        (
+            "change a stored tree hash",
+            lambda d: sql(d, ("UPDATE tlog_hashes SET hashes = zeroblob(32) WHERE leaf = 2", ())),
+            "tree_mismatch",
+            3,
+        ),
+        (
+            "append a leaf for no event",
+            lambda d: sql(d, ("INSERT INTO tlog_hashes VALUES (7, zeroblob(32))", ())),
+            "tree_mismatch",
             8,
         ),
         ("reorder two events of one lane", lambda d: move(d, {3: 4, 4: 3}), "broken_link", 3),
@@ -351,12 +384,13 @@ async def test_every_tampering_is_named_by_position_and_kind(built, tmp_path):
         tamper(copy)
         assert fault_of(copy) == (kind, position), what
 
-    # A forgery re-chained with its receipt and lane head passes every check a
-    # plain SHA-256 ledger allows; the HMAC key or the stream catch it
-    # (test_cli_verify_with_nats_and_a_keyed_chain).
+    # A forgery re-chained with its receipt, lane head and leaf passes every
+    # check a plain SHA-256 ledger allows; the HMAC key, the stream or a
+    # checkpoint signed before it catch it (test_cli_verify_with_nats_and_a_keyed_chain).
     copy = copy_db(db, tmp_path / "forged.db")
     assert append_forgery(copy, with_receipt=True) == 8
-    assert audit_ledger(copy).events == 8
+    forged = audit_ledger(copy)
+    assert forged.events == 8 and forged.tree_root != audit.tree_root
 
     with pytest.raises(errors.IntegrityError) as caught:
         audit_ledger(db, strict_actors=True)
@@ -376,6 +410,7 @@ async def test_cli_verify_with_nats_checks_blobs_and_the_stream(built, nats_serv
         "1 blob references stored and matching; LEDGER_EVENTS identical "
         "(7 messages)"
     )
+    assert lines[3] == f"tree: 7 leaves, root {audit_ledger(db).tree_root}, recomputed and as stored"
     elsewhere = await acli(
         "verify", "--db", str(db), "--nats", nats_server.url, "--prefix", "other"
     )  # a prefix with no blob bucket

@@ -64,21 +64,15 @@ def corrupt_consistency(
 
 def committed_ledger(db, events: int, *, hmac_key: bytes | None = None):
     """A real ledger file (the sequencer's writer) with ``events`` events in
-    3 lanes, each batch's leaves appended to the tree in the batch's own
-    transaction, as the integration will do. Returns the writer's
-    connection."""
+    3 lanes; the writer appends each batch's leaves to the tree in the
+    batch's own transaction. Returns the writer's connection."""
     from laneledger.contract.model import AppendCommitted, CreateLane, EnsureActor, encode
     from laneledger.sdk.client import make_event
     from laneledger.store import LedgerWriter, open_ledger
     from laneledger.store.append import prepare_append
-    from laneledger.store.sqlite import transaction
-    from laneledger.tlog import store
-    from laneledger.tlog.leaves import entry_leaf
 
     conn = open_ledger(db)
     writer = LedgerWriter(conn, hmac_key=hmac_key)
-    with transaction(conn, "tlog tables"):
-        store.create_tables(conn)
     actor = writer.ensure_actor(EnsureActor(tenant="acme", key="agent:tlog/test@1", kind="agent"))
     lanes = [
         writer.create_lane(CreateLane(tenant="acme", session_id="s", run_id="r", name=f"l{i}"))
@@ -100,9 +94,6 @@ def committed_ledger(db, events: int, *, hmac_key: bytes | None = None):
             }
         )
         seqs[lane.id] += len(proposed)
-        staged = writer.stage_batch([prepare_append(body)])
-        receipt = staged.receipts[0]
+        receipt = writer.apply_batch([prepare_append(body)]).receipts[0]
         assert isinstance(receipt, AppendCommitted), receipt
-        store.append_leaves(conn, [entry_leaf(h) for h in receipt.entry_hashes])
-        writer.commit_staged(staged)
     return conn

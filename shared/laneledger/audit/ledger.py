@@ -72,6 +72,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from laneledger.audit.identity import identity_findings
+from laneledger.audit.tree import TreeCheck, has_tree
 from laneledger.contract.chain import GENESIS_HASH, LaneChains, append_digest
 from laneledger.contract.contentref import refs_in
 from laneledger.contract.errors import (
@@ -147,6 +148,9 @@ class LedgerAudit:
     blob_refs: int = 0  # content references checked (0 without a blob check)
     warnings: tuple[Finding, ...] = ()  # the first MAX_WARNINGS
     warning_count: int = 0
+    # The Merkle tree recomputed from the events, equal to the stored one
+    # (spec/tlog.md): its root, hex; None for a file older than the tree.
+    tree_root: str | None = None
 
 
 @dataclass(slots=True)
@@ -299,6 +303,13 @@ def _audit(db: sqlite3.Connection, key: bytes | None, page: int, checks: _EventC
     position = 0
     receipt_of = db.cursor()
     receipt_sql = _receipt_query(db)
+    tree = (
+        TreeCheck(
+            _pages(db, "SELECT leaf, hashes FROM tlog_hashes WHERE leaf > ? ORDER BY leaf LIMIT ?", -1, page)
+        )
+        if has_tree(db)
+        else None
+    )
 
     def close_group() -> None:
         nonlocal groups
@@ -353,6 +364,8 @@ def _audit(db: sqlite3.Connection, key: bytes | None, page: int, checks: _EventC
                     found=column,
                 )
         checks.check(record, position, row_lane, seq)
+        if tree is not None:
+            tree.add(position, record["entry_hash"])
 
         tip = tips.get((row_tenant, row_lane))
         if tip is None:
@@ -436,6 +449,7 @@ def _audit(db: sqlite3.Connection, key: bytes | None, page: int, checks: _EventC
             "unknown_lane", "the event's lane is not in the lanes table", tip.first_position, lane_id, 1
         )
 
+    tree_root = tree.finish().hex() if tree is not None else None
     return LedgerAudit(
         events=last_position,
         lanes=lanes,
@@ -447,6 +461,7 @@ def _audit(db: sqlite3.Connection, key: bytes | None, page: int, checks: _EventC
         blob_refs=checks.blob_refs,
         warnings=tuple(checks.warnings),
         warning_count=checks.warning_count,
+        tree_root=tree_root,
     )
 
 

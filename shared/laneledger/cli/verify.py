@@ -253,6 +253,7 @@ def db_report(audit: LedgerAudit) -> dict[str, Any]:
         "blob_refs": audit.blob_refs,
         "warning_count": audit.warning_count,
         "warnings": [w.to_wire() for w in audit.warnings],
+        "tree_root": audit.tree_root,
     }
 
 
@@ -276,6 +277,8 @@ def print_report(report: dict[str, Any]) -> None:
         checked.append(f"{report['stream']['name']} identical ({report['stream']['messages']} messages)")
     if checked:
         print("checked: " + "; ".join(checked))
+    if report.get("tree_root"):
+        print(f"tree: {report['last_position']} leaves, root {report['tree_root']}, recomputed and as stored")
 
 
 def hmac_key(text: str) -> bytes:

@@ -21,13 +21,17 @@ from laneledger.store.sqlite import (
     put_meta,
     transaction,
 )
+from laneledger.store.tree import build_tree
+from laneledger.tlog import store as tree_store
 
 # 2: append ids are scoped per tenant (receipts keyed by tenant and append
 # id); a version-1 file is migrated in place.
 # 3: every id is scoped per tenant (spec/object-model.md, "Identity"):
 # sessions, lanes, turns, actions, attempts and events are keyed by (id,
 # tenant), so two tenants may use one id; a version-2 file is migrated in place.
-SCHEMA_VERSION = 3
+# 4: the Merkle tree of the transparency log (spec/tlog.md): table
+# tlog_hashes, built from a version-3 file's events in place.
+SCHEMA_VERSION = 4
 
 # Keys put the id first: a lookup by id alone (a trusted caller naming no
 # tenant) and one by id and tenant are served by the same index. Only table
@@ -170,7 +174,13 @@ def _scope_all_ids(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX IF NOT EXISTS events_by_session ON events (session_id, position)")
 
 
-MIGRATIONS = {1: _scope_append_ids, 2: _scope_all_ids}
+def _build_tree(conn: sqlite3.Connection) -> None:
+    """Version 3 -> 4: the Merkle tree of the events already committed."""
+    tree_store.create_tables(conn)
+    build_tree(conn, conn.execute("SELECT position, body FROM events ORDER BY position"))
+
+
+MIGRATIONS = {1: _scope_append_ids, 2: _scope_all_ids, 3: _build_tree}
 
 
 def open_ledger(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:
@@ -184,7 +194,14 @@ def open_ledger(path: str | Path, *, readonly: bool = False) -> sqlite3.Connecti
         return open_readonly(path, what="ledger database")
     conn = open_database(path, durability=Durability.FULL, ddl=DDL, what="ledger database")
     try:
-        check_schema_version(conn, SCHEMA_VERSION, what="ledger database", path=path, migrations=MIGRATIONS)
+        check_schema_version(
+            conn,
+            SCHEMA_VERSION,
+            what="ledger database",
+            path=path,
+            migrations=MIGRATIONS,
+            on_create=tree_store.create_tables,  # here, not in DDL: tlog.store imports this package
+        )
     except BaseException:
         conn.close()
         raise

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import msgspec
 
 from laneledger.contract.errors import IntegrityError, InternalError
+from laneledger.store.tree import extend_tree
 
 # meta.txlog_seq: the log position of the last record this file holds.
 TXLOG_KEY = "txlog_seq"
@@ -141,9 +142,13 @@ def decode_record(data: bytes, *, seq: int) -> TxRecord:
 
 
 def run_writes(conn: sqlite3.Connection, writes: Writes) -> None:
-    """Execute a transaction's statements (inside the caller's transaction)."""
+    """Execute a transaction's statements (inside the caller's transaction).
+    Inserted events extend the Merkle tree in the same transaction: the tree
+    is derived from them, so a record never carries it (store/tree.py)."""
     for statement, rows in writes:
         conn.executemany(statement.sql, rows)
+        if statement is INSERT_EVENT:
+            extend_tree(conn, [(row[0], row[9]) for row in rows])
 
 
 def apply_record(conn: sqlite3.Connection, record: TxRecord, *, seq: int, last_position: int) -> None:

@@ -9,16 +9,18 @@ from laneledger.tlog.merkle import leaf_hash
 
 
 def entry_leaf(entry_hash: str) -> bytes:
-    """The leaf hash of an event: ``SHA-256(0x00 || bytes of entry_hash)``."""
-    try:
-        raw = bytes.fromhex(entry_hash)
-    except (TypeError, ValueError):
-        raw = b""
+    """The leaf hash of an event: ``SHA-256(0x00 || bytes of entry_hash)``.
+    (Called for every committed event: written for speed.)"""
     # 64 characters making 32 bytes: hex digits only, no spaces (upper case
     # would name the same bytes, so the same leaf)
-    if len(raw) != 32 or len(entry_hash) != 64:
-        raise InvalidRequest("an entry_hash is 64 lowercase hex digits", path="entry_hash", found=entry_hash)
-    return leaf_hash(raw)
+    if type(entry_hash) is str and len(entry_hash) == 64:
+        try:
+            raw = bytes.fromhex(entry_hash)
+        except ValueError:
+            raw = b""
+        if len(raw) == 32:
+            return leaf_hash(raw)
+    raise InvalidRequest("an entry_hash is 64 lowercase hex digits", path="entry_hash", found=entry_hash)
 
 
 def leaf_index(position: int) -> int:

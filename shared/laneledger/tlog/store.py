@@ -71,6 +71,36 @@ def _frontier_nodes(size: int) -> list[Node]:
     return [(level, (size >> level) - 1) for level in reversed(range(size.bit_length())) if size >> level & 1]
 
 
+def grow(frontier: list[bytes], r: int, leaf: bytes) -> bytes:
+    """Add leaf ``r`` to a tree of ``r`` leaves and return its row: the leaf's
+    hash, then each subtree it completes (one per trailing 1 bit of ``r``).
+    ``frontier`` holds that tree's perfect subtrees, largest first
+    (``_frontier_nodes``), and is moved to the tree of ``r + 1`` leaves."""
+    if not r & 1:  # half the leaves complete no subtree
+        frontier.append(leaf)
+        return leaf
+    h = leaf
+    completed = [h]
+    bits = r
+    while bits & 1:
+        h = merkle.node_hash(frontier.pop(), h)
+        completed.append(h)
+        bits >>= 1
+    frontier.append(h)
+    return b"".join(completed)
+
+
+def frontier_root(frontier: Sequence[bytes]) -> bytes:
+    """The root of the tree whose perfect subtrees are ``frontier``, largest
+    first (RFC 9162: the smaller ones fold in from the right)."""
+    if not frontier:
+        return merkle.EMPTY_ROOT
+    h = frontier[-1]
+    for left in reversed(frontier[:-1]):
+        h = merkle.node_hash(left, h)
+    return h
+
+
 def append_leaves(conn: sqlite3.Connection, leaves: Sequence[bytes]) -> int:
     """Append leaf hashes (``merkle.leaf_hash`` of each leaf's data) in the
     caller's open transaction; return the new tree size."""
@@ -80,18 +110,8 @@ def append_leaves(conn: sqlite3.Connection, leaves: Sequence[bytes]) -> int:
         if type(leaf) is not bytes or len(leaf) != HASH_SIZE:
             raise InvalidRequest(f"leaf {i} is not a {HASH_SIZE}-byte hash", path=f"leaves[{i}]")
     size = tree_size(conn)
-    stack = StoredTree(conn).subtree_hashes(_frontier_nodes(size))
-    node_hash = merkle.node_hash
-    rows: list[tuple[int, bytes]] = []
-    for r, h in enumerate(leaves, start=size):
-        completed = [h]
-        bits = r
-        while bits & 1:  # each trailing 1 bit of r completes one more subtree
-            h = node_hash(stack.pop(), h)
-            completed.append(h)
-            bits >>= 1
-        stack.append(h)
-        rows.append((r, b"".join(completed)))
+    frontier = StoredTree(conn).subtree_hashes(_frontier_nodes(size))
+    rows = [(r, grow(frontier, r, leaf)) for r, leaf in enumerate(leaves, start=size)]
     with failures_as("tlog append failed", size=size):
         conn.executemany("INSERT INTO tlog_hashes (leaf, hashes) VALUES (?, ?)", rows)
     return size + len(leaves)
