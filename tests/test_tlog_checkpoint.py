@@ -8,6 +8,7 @@ import base64
 import pytest
 
 from laneledger.contract.errors import (
+    InternalError,
     InvalidRequest,
     MalformedMessage,
     NoteSignatureInvalid,
@@ -179,3 +180,32 @@ def test_a_witness_refuses_a_checkpoint_the_log_did_not_sign():
     with pytest.raises(NoteUnverified):
         witness.cosign(sign_checkpoint(checkpoint(5), Signer.generate(ORIGIN)))
     assert witness.latest is None
+
+
+def test_a_witness_with_a_state_file_remembers_across_restarts(tmp_path):
+    state = tmp_path / "witness" / "acme.checkpoint"
+    state.parent.mkdir()
+    w1 = Cosigner.generate("witness.example/w1", clock=lambda: T0)
+    Witness(w1, LOG.verifier(), origin=ORIGIN, state=state).cosign(sign_checkpoint(checkpoint(12), LOG))
+    assert open_checkpoint(state.read_text(), [LOG.verifier()], origin=ORIGIN)[0] == checkpoint(12)
+
+    restarted = Witness(w1, LOG.verifier(), origin=ORIGIN, state=state)
+    assert restarted.latest == checkpoint(12)
+    truncated = sign_checkpoint(checkpoint(4), LOG)
+    with pytest.raises(ProofInvalid):  # without the state it would have cosigned this first one
+        restarted.cosign(truncated, [])
+    rewritten = Checkpoint(ORIGIN, 13, merkle.root_of([bytes(32), *reversed(LEAVES)][:13]))
+    with pytest.raises(ProofInvalid):
+        restarted.cosign(sign_checkpoint(rewritten, LOG), merkle.consistency_proof(12, 13, SOURCE))
+    assert Witness(w1, LOG.verifier(), origin=ORIGIN, state=state).latest == checkpoint(12)
+    restarted.cosign(sign_checkpoint(checkpoint(13), LOG), merkle.consistency_proof(12, 13, SOURCE))
+    assert Witness(w1, LOG.verifier(), origin=ORIGIN, state=state).latest == checkpoint(13)
+    assert sorted(p.name for p in state.parent.iterdir()) == ["acme.checkpoint"]  # no temporary left
+
+
+def test_a_witness_refuses_a_state_file_the_log_did_not_sign(tmp_path):
+    state = tmp_path / "acme.checkpoint"
+    state.write_text(sign_checkpoint(checkpoint(3), Signer.generate(ORIGIN)))
+    with pytest.raises(InternalError) as caught:
+        Witness(Cosigner.generate("witness.example/w1"), LOG.verifier(), origin=ORIGIN, state=state)
+    assert caught.value.details == {"path": str(state)}
