@@ -103,6 +103,15 @@ def txlog_stream_config(subjects: Subjects, replicas: int) -> StreamConfig:
     )
 
 
+def tlog_stream_config(subjects: Subjects, replicas: int) -> StreamConfig:
+    return _permanent_stream(
+        subjects.tlog_stream,
+        "laneledger signed tree heads (C2SP checkpoints of the ledger's Merkle tree)",
+        subjects.tlog_checkpoint,
+        replicas,
+    )
+
+
 def _permanent_stream(name: str, description: str, subject: str, replicas: int) -> StreamConfig:
     """A stream nothing may shorten: no limits, no deletes, no purges."""
     return StreamConfig(

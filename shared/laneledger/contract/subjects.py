@@ -211,6 +211,17 @@ class Subjects:
     def txlog(self) -> str:
         return f"{self.prefix}.txlog"
 
+    # The transparency log's signed tree heads (spec/tlog.md): one subject,
+    # which only the sequencer may publish on; message data is the signed
+    # note, Nats-Msg-Id ``tree-<size>``.
+    @property
+    def tlog_stream(self) -> str:
+        return f"{_stream_stem(self.prefix)}_TLOG"
+
+    @property
+    def tlog_checkpoint(self) -> str:
+        return f"{self.prefix}.tlog.checkpoint"
+
     # The KV bucket of the lease that picks the active sequencer.
     @property
     def lease_bucket(self) -> str:
