@@ -37,10 +37,12 @@ from laneledger.runtime.servicemain import (
 )
 from laneledger.sdk.natsconnect import connect_nats
 from laneledger.store import LedgerWriter, open_ledger
+from laneledger.tlog.note import Signer
 
 from .lease import LeaseSettings
 from .metrics import SequencerMetrics
 from .service import Sequencer, SequencerSettings
+from .treeheads import TreeHeadSettings
 
 log = logging.getLogger("laneledger.sequencer")
 
@@ -75,6 +77,21 @@ SETTINGS = [
         help="file holding the chain HMAC key; without it the chain is plain SHA-256",
     ),
     Setting(
+        "--tlog-key-file",
+        "TLOG_KEY_FILE",
+        None,
+        help="file holding the transparency log's signing key (PRIVATE+KEY+<origin>+…, from "
+        "`laneledger tlog keygen`); with it the active sequencer signs checkpoints of the Merkle "
+        "tree onto LEDGER_TLOG (spec/tlog.md); without it none are signed",
+    ),
+    Setting(
+        "--tlog-checkpoint-interval-s",
+        "TLOG_CHECKPOINT_INTERVAL_S",
+        10.0,
+        positive_float,
+        help="sign a checkpoint this often when the tree grew (and on request, ledger.tlog.sign)",
+    ),
+    Setting(
         "--redact-patterns",
         "REDACT_PATTERNS",
         None,
@@ -98,6 +115,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 async def run(args: argparse.Namespace) -> None:
     # Start-up, before the loop serves anything: blocking file calls are fine here.
     key = Path(args.hmac_key_file).read_bytes().strip() if args.hmac_key_file else None  # noqa: ASYNC240
+    tree_heads = (
+        TreeHeadSettings(
+            Signer.from_file(args.tlog_key_file),
+            interval_s=args.tlog_checkpoint_interval_s,
+        )
+        if args.tlog_key_file
+        else None
+    )
     Path(args.db).parent.mkdir(parents=True, exist_ok=True)
     writer = LedgerWriter(open_ledger(args.db), hmac_key=key)
     registry = CollectorRegistry()
@@ -116,6 +141,7 @@ async def run(args: argparse.Namespace) -> None:
         lease=LeaseSettings(
             ttl_s=args.lease_ttl_s, renew_s=args.lease_ttl_s / 5, try_s=args.lease_ttl_s / 10
         ),
+        tree_heads=tree_heads,
     )
     sequencer = Sequencer(nc, writer, metrics, settings, reply_nc=reply_nc)
     app = web.Application()

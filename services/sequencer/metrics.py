@@ -86,6 +86,16 @@ class SequencerMetrics:
             "The transaction log position the ledger file holds",
             registry=registry,
         )
+        self.tree_heads_signed = Counter(
+            "laneledger_sequencer_tree_heads_signed_total",
+            "Signed checkpoints of the Merkle tree published on LEDGER_TLOG (spec/tlog.md)",
+            registry=registry,
+        )
+        self.tree_head_size = Gauge(
+            "laneledger_sequencer_tree_head_size",
+            "The tree size of the last checkpoint this sequencer signed",
+            registry=registry,
+        )
         self.last_position = Gauge(
             "laneledger_sequencer_last_position",
             "Last committed ledger position",

@@ -67,8 +67,9 @@ from .lease import Lease, LeaseSettings
 from .metrics import SequencerMetrics
 from .mirror import CommittedStreamMirror, StreamFault
 from .roles import RoleKeeper
-from .streams import ensure_stream, events_stream_config, txlog_stream_config
+from .streams import ensure_stream, events_stream_config, tlog_stream_config, txlog_stream_config
 from .tenancy import scope_command
+from .treeheads import TreeHeads, TreeHeadSettings
 from .writerthread import WriterThread
 
 log = logging.getLogger("laneledger.sequencer")
@@ -132,6 +133,9 @@ class SequencerSettings:
     # start. The service always runs with one (__main__.py). Only with the
     # log (a standby follows it): with ``txlog`` off there is no lease.
     lease: LeaseSettings | None = None
+    # Sign the Merkle tree's heads and publish them on LEDGER_TLOG
+    # (treeheads.py, spec/tlog.md); None: no signing key, no checkpoints.
+    tree_heads: TreeHeadSettings | None = None
 
 
 class Sequencer:
@@ -205,6 +209,18 @@ class Sequencer:
         # Read at scrape time: a value set when a batch is queued would stay
         # at 1 once the mirror drains the last batch of a burst.
         metrics.mirror_backlog.set_function(lambda: self.mirror.backlog)
+        self.tree_heads = (
+            TreeHeads(
+                nc,
+                self._reply_nc,
+                settings.subjects,
+                settings.tree_heads,
+                read_head=lambda: self._in_writer(writer.tree_head),
+                metrics=metrics,
+            )
+            if settings.tree_heads is not None
+            else None
+        )
 
     @property
     def accepting(self) -> bool:
@@ -312,6 +328,9 @@ class Sequencer:
             asyncio.create_task(self.mirror.run(), name="sequencer-mirror"),
             asyncio.create_task(self._backlog_loop(intake), name="sequencer-backlog"),
         ]
+        if self.tree_heads is not None:
+            await ensure_stream(self._js, tlog_stream_config(s.subjects, s.replicas))
+            self._active.append(asyncio.create_task(self.tree_heads.run(), name="sequencer-tree-heads"))
         self.active = True
 
     async def stand_down(self, *, drain_timeout_s: float = 10.0) -> None:

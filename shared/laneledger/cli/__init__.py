@@ -5,7 +5,7 @@ Commands live in small modules, each adding its subcommands to the parser:
 service), ``ledger`` (export, inspect), ``branching`` (rewind, fork),
 ``tail`` (follow live), ``imports`` (import claude-code), ``hooks`` (hook claude-code),
 ``run`` (up, demo), ``natsconf`` (nats-config), ``repair`` (repair-stream), ``restore``
-(restore), ``otel`` (otel export). Every command is a
+(restore), ``otel`` (otel export), ``tlog`` (keygen, note-key, sign). Every command is a
 function taking the parsed arguments and returning an exit status:
 
     0  success
@@ -34,6 +34,7 @@ from laneledger.cli import (
     restore,
     run,
     tail,
+    tlog,
     verify,
 )
 from laneledger.cli.report import PROG, display, fail, located
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         repair,
         restore,
         otel,
+        tlog,
     ):
         module.add_commands(commands)
     return parser

@@ -222,6 +222,12 @@ class Subjects:
     def tlog_checkpoint(self) -> str:
         return f"{self.prefix}.tlog.checkpoint"
 
+    # A request for a checkpoint now (trusted users only), answered by the
+    # active sequencer with the signed note.
+    @property
+    def tlog_sign(self) -> str:
+        return f"{self.prefix}.tlog.sign"
+
     # The KV bucket of the lease that picks the active sequencer.
     @property
     def lease_bucket(self) -> str:

@@ -114,6 +114,7 @@ from laneledger.store.txlog import (
     encode_record,
     run_writes,
 )
+from laneledger.tlog import store as tree_store
 
 T = TypeVar("T")
 
@@ -672,6 +673,13 @@ class LedgerWriter:
             return
         with failures_as("ledger commit failed", roll_back=db, position=position):
             commit(db)
+
+    def tree_head(self) -> tuple[int, bytes]:
+        """The Merkle tree's size and root as committed (spec/tlog.md): what a
+        signed checkpoint states. With a log, the file takes what it missed first."""
+        self._before_use()
+        size = tree_store.tree_size(self._db)
+        return size, tree_store.root(self._db, size)
 
     # ------------------------------------------------------------ the log
 

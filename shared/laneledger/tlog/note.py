@@ -24,6 +24,7 @@ import binascii
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from cryptography.exceptions import InvalidSignature as _BadSignature
@@ -207,6 +208,18 @@ class Signer:
 
     def to_text(self) -> str:
         return format_key_text(self.name, ED25519, raw_seed(self.private_key), self.key_id, private=True)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Signer:
+        """The signer whose key text a file holds (surrounding whitespace
+        ignored), as ``laneledger tlog keygen`` writes it."""
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidRequest(
+                f"cannot read the signing key file: {exc}", path="key_file", file=str(path)
+            ) from None
+        return cls.from_text(text.strip())
 
 
 @dataclass(frozen=True)
