@@ -5,7 +5,7 @@ Commands live in small modules, each adding its subcommands to the parser:
 service), ``ledger`` (export, inspect), ``branching`` (rewind, fork),
 ``tail`` (follow live), ``imports`` (import claude-code), ``hooks`` (hook claude-code),
 ``run`` (up, demo), ``natsconf`` (nats-config), ``repair`` (repair-stream), ``restore``
-(restore), ``otel`` (otel export), ``tlog`` (keygen, note-key, sign). Every command is a
+(restore), ``otel`` (otel export), ``tlog`` (keygen, note-key, sign), ``bundles`` (prove). Every command is a
 function taking the parsed arguments and returning an exit status:
 
     0  success
@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from laneledger import __version__
 from laneledger.cli import (
     branching,
+    bundles,
     files,
     hooks,
     imports,
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         restore,
         otel,
         tlog,
+        bundles,
     ):
         module.add_commands(commands)
     return parser

@@ -12,12 +12,16 @@ import argparse
 import asyncio
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from laneledger.cli.natsoption import add_nats_option
 from laneledger.contract.errors import InvalidRequest, LedgerUnavailable, error_from_wire
 from laneledger.contract.subjects import Subjects
+
+if TYPE_CHECKING:
+    from laneledger.sdk.client import LedgerClient
 
 SIGN_TIMEOUT_S = 10.0
 
@@ -90,25 +94,29 @@ def cmd_note_key(args: argparse.Namespace) -> int:
 
 
 def cmd_sign(args: argparse.Namespace) -> int:
-    note = asyncio.run(_request_checkpoint(args.nats, Subjects(args.prefix)))
-    sys.stdout.write(note)
+    from laneledger.sdk.client import LedgerClient
+
+    async def sign() -> str:
+        async with await LedgerClient.connect(args.nats) as client:
+            return await request_checkpoint(client, Subjects(args.prefix))
+
+    sys.stdout.write(asyncio.run(sign()))
     return 0
 
 
-async def _request_checkpoint(nats_url: str, subjects: Subjects) -> str:
+async def request_checkpoint(client: LedgerClient, subjects: Subjects) -> str:
+    """A checkpoint of the tree as committed now, from the active sequencer."""
     from nats.errors import NoRespondersError, TimeoutError
 
     from laneledger.contract.model import Reply, ReplyError
-    from laneledger.sdk.client import LedgerClient
 
-    async with await LedgerClient.connect(nats_url) as client:
-        try:
-            msg = await client.nc.request(subjects.tlog_sign, b"", timeout=SIGN_TIMEOUT_S)
-        except (NoRespondersError, TimeoutError):
-            raise LedgerUnavailable(
-                "no sequencer signs checkpoints here (none active, or none has --tlog-key-file)",
-                subject=subjects.tlog_sign,
-            ) from None
+    try:
+        msg = await client.nc.request(subjects.tlog_sign, b"", timeout=SIGN_TIMEOUT_S)
+    except (NoRespondersError, TimeoutError):
+        raise LedgerUnavailable(
+            "no sequencer signs checkpoints here (none active, or none has --tlog-key-file)",
+            subject=subjects.tlog_sign,
+        ) from None
     reply = msgspec.json.decode(msg.data, type=Reply)
     if isinstance(reply, ReplyError):
         raise error_from_wire(**msgspec.structs.asdict(reply.error))

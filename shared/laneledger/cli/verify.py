@@ -22,6 +22,7 @@ from laneledger.audit.ledger import (
     read_export,
     verify_export,
 )
+from laneledger.cli.bundles import add_verify_options, verify_bundle_file
 from laneledger.cli.natsoption import add_nats_option
 from laneledger.cli.report import fail
 from laneledger.compat.korg import read_journal, verify_journal
@@ -119,6 +120,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     sub.add_argument(
         "--json", action="store_true", help="print one JSON report instead of text (--db and export files)"
     )
+    add_verify_options(sub)
     sub.set_defaults(run=cmd_verify)
 
 
@@ -133,6 +135,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
         stream_wait_s = stream_wait(args.stream_wait_s)
     except ValueError as exc:
         return fail(f"verify: {exc}")
+    if args.note_key is not None:
+        if not args.file:
+            return fail("verify: --note-key checks a bundle FILE")
+        return verify_bundle_file(args, key)
+    if args.witness or args.quorum is not None:
+        return fail("verify: --witness and --quorum are for a bundle, with --note-key")
     try:
         if args.url:
             return verify_url(args.url, args.token_file)
