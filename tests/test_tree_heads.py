@@ -13,10 +13,12 @@ import sys
 from pathlib import Path
 
 import msgspec
+import pytest
 from polling import eventually
 from prometheus_client import CollectorRegistry
 from sequencer_process import SequencerProcess
 
+from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.model import Reply, ReplyOk
 from laneledger.contract.subjects import Subjects
 from laneledger.sdk.client import LaneRecorder, LedgerClient
@@ -27,6 +29,7 @@ from laneledger.store import LedgerWriter, open_ledger
 from laneledger.store.tree import leaf_of
 from laneledger.tlog import merkle
 from laneledger.tlog.checkpoint import Checkpoint, open_checkpoint
+from laneledger.tlog.cosignature import CosignatureVerifier, Cosigner
 from laneledger.tlog.note import Signer, Verifier
 
 SCRIPT = Path(sys.executable).with_name("laneledger")
@@ -206,3 +209,14 @@ async def test_the_sequencer_service_signs_with_its_key_file(nats_server, js, tm
         timeout=60,
     )
     assert result.returncode == 2 and "key" in result.stderr, result.stderr
+
+
+def test_keygen_makes_a_witness_key_too(tmp_path):
+    key_file = tmp_path / "witness.key"
+    made = cli("tlog", "keygen", "--witness", "--origin", "witness.example/w1", "--key-file", str(key_file))
+    assert made.returncode == 0, made.stderr
+    verifier = CosignatureVerifier.from_text(made.stdout.strip())
+    assert verifier.key_id == Cosigner.from_text(key_file.read_text().strip()).key_id
+    assert cli("tlog", "note-key", "--key-file", str(key_file)).stdout == made.stdout
+    with pytest.raises(InvalidRequest):  # a witness key is not a log's signing key
+        Signer.from_file(key_file)

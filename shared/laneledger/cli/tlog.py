@@ -42,14 +42,20 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "overwritten) and print the public note key (<origin>+<key id>+<base64>). The origin "
         "names the log in every checkpoint, e.g. ledger.example.com/acme: no spaces, no '+'.",
     )
-    keygen.add_argument("--origin", required=True, help="the log's name: the key's name")
+    keygen.add_argument("--origin", required=True, help="the log's name (or the witness's): the key's name")
     keygen.add_argument("--key-file", metavar="FILE", required=True, help="where to write the key")
+    keygen.add_argument(
+        "--witness",
+        action="store_true",
+        help="a witness's cosigning key (C2SP tlog-cosignature, key type 0x04) instead of a log's",
+    )
     keygen.set_defaults(run=cmd_keygen)
 
     note_key = sub.add_parser(
         "note-key",
         help="print the public note key of a signing key file",
-        description="Print the verifier key (<origin>+<key id>+<base64>) of the key in FILE.",
+        description="Print the verifier key (<name>+<key id>+<base64>) of the key in FILE: a log's "
+        "or a witness's.",
     )
     note_key.add_argument("--key-file", metavar="FILE", required=True)
     note_key.set_defaults(run=cmd_note_key)
@@ -66,6 +72,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
+    from laneledger.tlog.cosignature import Cosigner
     from laneledger.tlog.note import Signer, valid_name
 
     if not valid_name(args.origin):
@@ -73,7 +80,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
             f"an origin is a key name: non-empty, no spaces, no '+' (got {args.origin!r})",
             file="--origin",
         )
-    signer = Signer.generate(args.origin)
+    signer = Cosigner.generate(args.origin) if args.witness else Signer.generate(args.origin)
     try:
         fd = os.open(args.key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
@@ -87,9 +94,15 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 
 def cmd_note_key(args: argparse.Namespace) -> int:
-    from laneledger.tlog.note import Signer
+    from laneledger.tlog.cosignature import Cosigner
+    from laneledger.tlog.note import Signer, read_key_file
 
-    print(Signer.from_file(args.key_file).verifier().to_text())
+    text = read_key_file(args.key_file)
+    try:
+        key: Signer | Cosigner = Signer.from_text(text)
+    except InvalidRequest:
+        key = Cosigner.from_text(text)  # a witness's, or refused naming what is wrong
+    print(key.verifier().to_text())
     return 0
 
 

@@ -211,15 +211,16 @@ class Signer:
 
     @classmethod
     def from_file(cls, path: str | Path) -> Signer:
-        """The signer whose key text a file holds (surrounding whitespace
-        ignored), as ``laneledger tlog keygen`` writes it."""
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InvalidRequest(
-                f"cannot read the signing key file: {exc}", path="key_file", file=str(path)
-            ) from None
-        return cls.from_text(text.strip())
+        return cls.from_text(read_key_file(path))
+
+
+def read_key_file(path: str | Path) -> str:
+    """The key text a file holds (surrounding whitespace ignored), as
+    ``laneledger tlog keygen`` writes it."""
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(f"cannot read the key file: {exc}", path="key_file", file=str(path)) from None
 
 
 @dataclass(frozen=True)
