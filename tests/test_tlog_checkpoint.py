@@ -16,7 +16,13 @@ from laneledger.contract.errors import (
     ProofInvalid,
 )
 from laneledger.tlog import merkle
-from laneledger.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
+from laneledger.tlog.checkpoint import (
+    Checkpoint,
+    open_checkpoint,
+    open_cosigned,
+    sign_checkpoint,
+    verify_extension,
+)
 from laneledger.tlog.cosignature import CosignatureVerifier, Cosigner, signed_message
 from laneledger.tlog.note import Signer, Verifier, key_id, open_note, raw_public
 from laneledger.tlog.witness import Witness
@@ -209,3 +215,39 @@ def test_a_witness_refuses_a_state_file_the_log_did_not_sign(tmp_path):
     with pytest.raises(InternalError) as caught:
         Witness(Cosigner.generate("witness.example/w1"), LOG.verifier(), origin=ORIGIN, state=state)
     assert caught.value.details == {"path": str(state)}
+
+
+def test_verify_extension_accepts_a_grown_tree_and_refuses_a_shrunk_or_forked_one():
+    old, new = sign_checkpoint(checkpoint(7), LOG), sign_checkpoint(checkpoint(13), LOG)
+    proof = merkle.consistency_proof(7, 13, SOURCE)
+    a, b, cosigned = verify_extension(old, new, proof, LOG.verifier(), origin=ORIGIN)
+    assert (a.size, b.size, cosigned) == (7, 13, ())
+    with pytest.raises(ProofInvalid):
+        verify_extension(new, old, [], LOG.verifier(), origin=ORIGIN)  # shrank
+    forked = merkle.LeafList([*LEAVES[:5], merkle.leaf_hash(b"other"), *LEAVES[6:]])
+    fork = sign_checkpoint(Checkpoint(ORIGIN, 13, merkle.root(13, forked)), LOG)
+    with pytest.raises(ProofInvalid):
+        verify_extension(old, fork, merkle.consistency_proof(7, 13, forked), LOG.verifier(), origin=ORIGIN)
+    with pytest.raises(NoteUnverified):  # another key with the log's name signed the newer one
+        verify_extension(
+            old,
+            sign_checkpoint(checkpoint(13), Signer.generate(ORIGIN)),
+            proof,
+            LOG.verifier(),
+            origin=ORIGIN,
+        )
+
+
+def test_open_cosigned_counts_only_the_named_witnesses_that_cosigned():
+    alice, bob = Cosigner.generate("w/alice", clock=lambda: T0), Cosigner.generate("w/bob", clock=lambda: T0)
+    signed = Witness(alice, LOG.verifier(), origin=ORIGIN).cosign(sign_checkpoint(checkpoint(9), LOG))
+    witnesses = [alice.verifier(), bob.verifier()]
+    parsed, cosigned = open_cosigned(signed, LOG.verifier(), origin=ORIGIN, witnesses=witnesses, quorum=1)
+    assert (parsed.size, cosigned) == (9, ("w/alice",))
+    with pytest.raises(NoteUnverified) as short:
+        open_cosigned(signed, LOG.verifier(), origin=ORIGIN, witnesses=witnesses, quorum=2)
+    assert short.value.details["quorum"] == 2
+    alone = Witness(alice, LOG.verifier(), origin=ORIGIN).cosign(sign_checkpoint(checkpoint(9), LOG))
+    only_witness = alone[: alone.index("\n\n") + 2] + alone.splitlines(keepends=True)[-1]
+    with pytest.raises(NoteUnverified, match="the log did not sign"):
+        open_cosigned(only_witness, LOG.verifier(), origin=ORIGIN, witnesses=witnesses)

@@ -5,8 +5,9 @@ Commands live in small modules, each adding its subcommands to the parser:
 service), ``ledger`` (export, inspect), ``branching`` (rewind, fork),
 ``tail`` (follow live), ``imports`` (import claude-code), ``hooks`` (hook claude-code),
 ``run`` (up, demo), ``natsconf`` (nats-config), ``repair`` (repair-stream), ``restore``
-(restore), ``otel`` (otel export), ``tlog`` (keygen, note-key, sign), ``bundles`` (prove). Every command is a
-function taking the parsed arguments and returning an exit status:
+(restore), ``otel`` (otel export), ``tlog`` (keygen, note-key, sign), ``bundles`` (prove),
+``witness`` (witness). Every command is a function taking the parsed arguments
+and returning an exit status:
 
     0  success
     1  the check ran and failed (``verify`` found a bad record)
@@ -37,6 +38,7 @@ from laneledger.cli import (
     tail,
     tlog,
     verify,
+    witness,
 )
 from laneledger.cli.report import PROG, display, fail, located
 from laneledger.contract.errors import LedgerError, RequestError
@@ -66,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
         otel,
         tlog,
         bundles,
+        witness,
     ):
         module.add_commands(commands)
     return parser

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from laneledger.audit.ledger import audit_ledger, check_stream
+from laneledger.cli.hmackey import read_hmac_key_file
 from laneledger.cli.natsoption import add_nats_option
 from laneledger.cli.report import refused
-from laneledger.cli.verify import read_key_file
 from laneledger.contract.errors import IntegrityError
 from laneledger.contract.subjects import Subjects
 
@@ -70,7 +70,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def cmd_repair_stream(args: argparse.Namespace) -> int:
     Path(args.db).stat()  # a missing file is named before anything connects
     try:
-        audit = audit_ledger(args.db, hmac_key=read_key_file(args.hmac_key_file))
+        audit = audit_ledger(args.db, hmac_key=read_hmac_key_file(args.hmac_key_file))
     except IntegrityError as fault:
         return refused(f"repair-stream: the database does not verify, so nothing is rebuilt from it: {fault}")
     return asyncio.run(_repair(args, audit.events))

@@ -22,7 +22,8 @@ from laneledger.audit.ledger import (
     read_export,
     verify_export,
 )
-from laneledger.cli.bundles import add_verify_options, verify_bundle_file
+from laneledger.cli.bundles import add_verify_options, verify_bundle_file, verify_checkpoints
+from laneledger.cli.hmackey import HMAC_KEY_FILE_ENV, read_hmac_key_file
 from laneledger.cli.natsoption import add_nats_option
 from laneledger.cli.report import fail
 from laneledger.compat.korg import read_journal, verify_journal
@@ -32,7 +33,6 @@ from laneledger.contract.subjects import Subjects
 from laneledger.runtime.access import CLIENT_TOKEN_FILE_ENV, client_headers
 
 FILE_FORMATS = ("laneledger", "korg-ledger-v1")
-HMAC_KEY_FILE_ENV = "LANELEDGER_HMAC_KEY_FILE"  # the sequencer's and the tail's, too
 SHOWN_WARNINGS = 20
 STREAM_WAIT_ENV = "LANELEDGER_VERIFY_STREAM_WAIT_S"
 DEFAULT_STREAM_WAIT_S = 5.0
@@ -130,11 +130,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return fail("verify: --nats and --strict-actors need --db")
     if args.public_key is not None and (args.format != "korg-ledger-v1" or not args.file):
         return fail("verify: --public-key is for a --format korg-ledger-v1 file")
-    key = args.hmac_key if args.hmac_key is not None else read_key_file(args.hmac_key_file)
+    key = args.hmac_key if args.hmac_key is not None else read_hmac_key_file(args.hmac_key_file)
     try:
         stream_wait_s = stream_wait(args.stream_wait_s)
     except ValueError as exc:
         return fail(f"verify: {exc}")
+    if args.checkpoint:
+        return verify_checkpoints(args)
     if args.note_key is not None:
         if not args.file:
             return fail("verify: --note-key checks a bundle FILE")
@@ -170,15 +172,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
     else:
         print_report(report)
     return 0
-
-
-def read_key_file(path: str | None) -> bytes | None:
-    if not path:
-        return None
-    key = Path(path).read_bytes().strip()
-    if not key:
-        raise InvalidRequest("the HMAC key file is empty", file=path)
-    return key
 
 
 def stream_wait(given: float | None) -> float:

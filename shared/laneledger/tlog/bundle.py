@@ -28,12 +28,12 @@ from typing import Any
 import msgspec
 
 from laneledger.contract.chain import entry_hash
-from laneledger.contract.errors import InvalidRequest, MalformedMessage, NoteUnverified, ProofInvalid
+from laneledger.contract.errors import InvalidRequest, MalformedMessage, ProofInvalid
 from laneledger.tlog import merkle, store
-from laneledger.tlog.checkpoint import Checkpoint
+from laneledger.tlog.checkpoint import Checkpoint, open_cosigned
 from laneledger.tlog.leaves import entry_leaf, leaf_index
 from laneledger.tlog.merkle import HASH_SIZE
-from laneledger.tlog.note import NoteVerifier, open_note, split_note
+from laneledger.tlog.note import NoteVerifier, split_note
 
 HEADER = "c2sp.org/tlog-proof@v1"
 
@@ -178,27 +178,9 @@ def verify_bundle(
     given too), and the inclusion proof of its entry hash."""
     if isinstance(bundle, str):
         bundle = Bundle.parse(bundle)
-    note = open_note(bundle.checkpoint, [log, *witnesses])
-    signed_by = {(s.name, s.key_id) for s in note.verified}
-    if (log.name, log.key_id) not in signed_by:
-        raise NoteUnverified(
-            "the log did not sign the checkpoint",
-            reason=NoteUnverified.reason,
-            signers=sorted(n for n, _ in signed_by),
-        )
-    cosigned = tuple(w.name for w in witnesses if (w.name, w.key_id) in signed_by)
-    if len(cosigned) < quorum:
-        raise NoteUnverified(
-            f"{len(cosigned)} of the {quorum} witness cosignatures required",
-            reason=NoteUnverified.reason,
-            signers=list(cosigned),
-            quorum=quorum,
-        )
-    checkpoint = Checkpoint.parse(note.text)
-    if checkpoint.origin != origin:
-        raise InvalidRequest(
-            "the checkpoint is another log's", path="origin", found=checkpoint.origin, expected=origin
-        )
+    checkpoint, cosigned = open_cosigned(
+        bundle.checkpoint, log, origin=origin, witnesses=witnesses, quorum=quorum
+    )
     event = _event_of(bundle.extra, bundle.index, hmac_key) if bundle.extra is not None else None
     if event is not None:
         if entry_hash_hex is not None and entry_hash_hex != event["entry_hash"]:

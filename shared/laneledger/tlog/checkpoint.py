@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from laneledger.contract.errors import InvalidRequest, MalformedMessage
+from laneledger.contract.errors import InvalidRequest, MalformedMessage, NoteUnverified
+from laneledger.tlog import merkle
 from laneledger.tlog.merkle import HASH_SIZE
 from laneledger.tlog.note import Note, NoteSigner, NoteVerifier, open_note, sign_note
 
@@ -108,3 +109,59 @@ def open_checkpoint(
             "the checkpoint is another log's", path="origin", found=checkpoint.origin, expected=origin
         )
     return checkpoint, note
+
+
+def open_cosigned(
+    signed: str | bytes,
+    log: NoteVerifier,
+    *,
+    origin: str,
+    witnesses: Sequence[NoteVerifier] = (),
+    quorum: int = 0,
+) -> tuple[Checkpoint, tuple[str, ...]]:
+    """Open a checkpoint the log itself must have signed (however many
+    witnesses did), cosigned by at least ``quorum`` of ``witnesses``; returns
+    it and the names of the witnesses whose cosignatures verified."""
+    note = open_note(signed, [log, *witnesses])
+    signed_by = {(s.name, s.key_id) for s in note.verified}
+    if (log.name, log.key_id) not in signed_by:
+        raise NoteUnverified(
+            "the log did not sign the checkpoint",
+            reason=NoteUnverified.reason,
+            signers=sorted(n for n, _ in signed_by),
+        )
+    cosigned = tuple(w.name for w in witnesses if (w.name, w.key_id) in signed_by)
+    if len(cosigned) < quorum:
+        raise NoteUnverified(
+            f"{len(cosigned)} of the {quorum} witness cosignatures required",
+            reason=NoteUnverified.reason,
+            signers=list(cosigned),
+            quorum=quorum,
+        )
+    checkpoint = Checkpoint.parse(note.text)
+    if checkpoint.origin != origin:
+        raise InvalidRequest(
+            "the checkpoint is another log's", path="origin", found=checkpoint.origin, expected=origin
+        )
+    return checkpoint, cosigned
+
+
+def verify_extension(
+    old_signed: str | bytes,
+    new_signed: str | bytes,
+    proof: Sequence[bytes],
+    log: NoteVerifier,
+    *,
+    origin: str,
+    witnesses: Sequence[NoteVerifier] = (),
+    quorum: int = 0,
+) -> tuple[Checkpoint, Checkpoint, tuple[str, ...]]:
+    """Check that the log signed both checkpoints (the newer one cosigned by
+    ``quorum`` of ``witnesses``) and that the newer tree extends the older
+    one (RFC 9162 consistency ``proof``): a tree that shrank, or one that
+    differs in any leaf the older one holds, is ``ProofInvalid``. Returns
+    both checkpoints, older first, and the witnesses that cosigned the newer."""
+    old, _ = open_cosigned(old_signed, log, origin=origin)
+    new, cosigned = open_cosigned(new_signed, log, origin=origin, witnesses=witnesses, quorum=quorum)
+    merkle.verify_consistency(old.size, new.size, old.root, new.root, proof)
+    return old, new, cosigned
