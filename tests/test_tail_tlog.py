@@ -350,3 +350,21 @@ def test_a_message_that_is_no_event_gets_the_hash_of_its_bytes_as_leaf(tmp_path)
         assert tree_store.root(conn, 1) == merkle.leaf_hash(b"not an event")
     finally:
         model.close()
+
+
+def test_the_tail_takes_witness_keys_from_its_options_or_environment(monkeypatch, capsys):
+    from laneledger.services.tail.__main__ import parse_args
+
+    one, two = (Cosigner.generate(f"witness.example/w{n}").verifier().to_text() for n in (1, 2))
+    monkeypatch.delenv("LANELEDGER_TLOG_WITNESS_KEYS", raising=False)
+    assert parse_args([]).tlog_witness_key == ()
+    given = parse_args(["--tlog-witness-key", one, "--tlog-witness-key", two]).tlog_witness_key
+    assert [w.to_text() for w in given] == [one, two]
+    monkeypatch.setenv("LANELEDGER_TLOG_WITNESS_KEYS", f"{two} {one}")
+    assert [w.to_text() for w in parse_args([]).tlog_witness_key] == [two, one]
+    note_key = Signer.generate(ORIGIN).verifier().to_text()  # a log's key, not a witness's
+    monkeypatch.setenv("LANELEDGER_TLOG_WITNESS_KEYS", note_key)
+    with pytest.raises(SystemExit) as stopped:
+        parse_args([])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.startswith("laneledger-tail: LANELEDGER_TLOG_WITNESS_KEYS=")
