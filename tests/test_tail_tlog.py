@@ -6,6 +6,7 @@ them, proofs, session bundles and witnesses' cosignatures over HTTP."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import secrets
 import sqlite3
@@ -25,6 +26,7 @@ from laneledger.sdk.client import LaneRecorder, LedgerClient
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer, SequencerSettings
 from laneledger.services.sequencer.treeheads import TreeHeadSettings
+from laneledger.services.tail import tlogmodel
 from laneledger.services.tail.readmodel import ReadModel
 from laneledger.store import LedgerWriter, open_ledger
 from laneledger.store.tree import leaf_of
@@ -368,3 +370,39 @@ def test_the_tail_takes_witness_keys_from_its_options_or_environment(monkeypatch
         parse_args([])
     assert stopped.value.code == 2
     assert capsys.readouterr().err.startswith("laneledger-tail: LANELEDGER_TLOG_WITNESS_KEYS=")
+
+
+async def test_a_checkpoint_beyond_the_tails_tree_waits_for_it(log, js, tmp_path):
+    """The follower on a read model that has applied 3 of the 6 positions a
+    checkpoint covers: it keeps the checkpoint unread, and takes it once the
+    read model has them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from laneledger.services.tail.metrics import TailMetrics
+    from laneledger.services.tail.tlogfollow import CheckpointFollower
+
+    await record(log.client, "acme", "s1", 2, 3)
+    note = await log.sign()
+    assert size_of(note) == 6
+    conn = sqlite3.connect(f"file:{log.db}?mode=ro", uri=True)
+    events = [(p, bytes(b)) for p, b in conn.execute("SELECT position, body FROM events ORDER BY position")]
+    conn.close()
+
+    model = ReadModel(tmp_path / "tail.db")
+    apply_thread = ThreadPoolExecutor(1)
+    registry = CollectorRegistry()
+    metrics = TailMetrics(registry)
+    try:
+        follower = CheckpointFollower(js, SUBJECTS, model, apply_thread, metrics, interval_s=1.0)
+        await asyncio.get_running_loop().run_in_executor(apply_thread, model.apply, events[:3])
+        await follower.read_new()
+        assert (model.checkpoint_sequence, model.checkpoint_size) == (1, 0)  # size 0 only; 6 waits
+        await asyncio.get_running_loop().run_in_executor(apply_thread, model.apply, events[3:])
+        await follower.read_new()
+        assert (model.checkpoint_sequence, model.checkpoint_size) == (2, 6)
+        assert tlogmodel.served_note(model.connection(), 6) == note
+        assert registry.get_sample_value("laneledger_tail_tlog_checkpoint_mismatches_total") == 0
+        assert registry.get_sample_value("laneledger_tail_tlog_checkpoint_size") == 6
+    finally:
+        apply_thread.shutdown()
+        model.close()

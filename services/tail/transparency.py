@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import sqlite3
 from concurrent.futures import Executor
 from typing import Any
 
@@ -28,6 +29,7 @@ from laneledger.contract.errors import (
 from laneledger.runtime.access import scope_of
 from laneledger.runtime.apidoc import JSON_MEDIA, error_responses, json_body
 from laneledger.runtime.httpjson import json_response
+from laneledger.store.sqlite import failures_as
 from laneledger.tlog import store as tree_store
 from laneledger.tlog.bundle import make_bundle
 from laneledger.tlog.checkpoint import Checkpoint
@@ -42,6 +44,7 @@ from .owners import TENANT_PARAMETER_DOC
 from .readmodel import ReadModel, Row
 from .routes import ReadModelRoutes
 
+_READ_FAILED = "read model read failed"
 MAX_COSIGNED_BYTES = 64 * 1024  # a posted checkpoint: 100 signature lines fit many times over
 TEXT = "text/plain"
 
@@ -133,9 +136,10 @@ class Transparency(ReadModelRoutes):
 
     def _served(self, size: int | None) -> str | None:
         conn = self._model.connection()
-        if size is None:
-            size = tlogmodel.latest_size(conn)
-        return None if size is None else tlogmodel.served_note(conn, size)
+        with failures_as(_READ_FAILED):
+            if size is None:
+                size = tlogmodel.latest_size(conn)
+            return None if size is None else tlogmodel.served_note(conn, size)
 
     async def consistency(self, request: web.Request) -> web.Response:
         query = Query(request, ("old", "new"))
@@ -172,7 +176,8 @@ class Transparency(ReadModelRoutes):
         )
 
     def _stored(self, size: int) -> str | None:
-        return tlogmodel.stored_note(self._model.connection(), size)
+        with failures_as(_READ_FAILED):
+            return tlogmodel.stored_note(self._model.connection(), size)
 
     # -- per event or session, guarded -----------------------------------------------------------
 
@@ -188,8 +193,9 @@ class Transparency(ReadModelRoutes):
 
     def _event_bundle(self, row: Row, size: int | None) -> str:
         conn = self._model.connection()
-        note = self._covering(conn, row.position, size, f"position {row.position}")
-        return make_bundle(conn, row.position, note, event=row.body).format()
+        with failures_as(_READ_FAILED):
+            note = self._covering(conn, row.position, size, f"position {row.position}")
+            return make_bundle(conn, row.position, note, event=row.body).format()
 
     async def session_proof(self, request: web.Request) -> web.Response:
         query = Query(request, ("tenant", "size"))
@@ -204,17 +210,18 @@ class Transparency(ReadModelRoutes):
         return web.Response(body=bundle, content_type=JSON_MEDIA)
 
     def _session_bundle(self, tenant: str, session_id: str, size: int | None) -> bytes:
-        conn = self._model.connection()
-        (last,) = conn.execute(
+        ((last,),) = self._model.query(
             "SELECT max(position) FROM events WHERE session_id = ? AND tenant = ?", (session_id, tenant)
-        ).fetchone()
+        )
         if last is None:
             raise EntityNotFound("no such session", kind="session", session_id=session_id)
-        note = self._covering(conn, last, size, f"the session's last event (position {last})")
-        return make_session_bundle(conn, tenant, session_id, note).format()
+        conn = self._model.connection()
+        with failures_as(_READ_FAILED):
+            note = self._covering(conn, last, size, f"the session's last event (position {last})")
+            return make_session_bundle(conn, tenant, session_id, note).format()
 
     @staticmethod
-    def _covering(conn: Any, position: int, size: int | None, what: str) -> str:
+    def _covering(conn: sqlite3.Connection, position: int, size: int | None, what: str) -> str:
         """The served checkpoint of ``size`` (default: the latest), which must
         cover ``position``."""
         latest = tlogmodel.latest_size(conn)
