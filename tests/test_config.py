@@ -79,3 +79,17 @@ def test_port_parser():
     assert port("0") == 0 and port("65535") == 65535
     with pytest.raises(ValueError, match=r"a port is 0\.\.65535"):
         port("-1")
+
+
+def test_a_repeated_setting_reads_each_flag_or_the_variables_words(monkeypatch, capsys):
+    keys = [Setting("--key", "KEYS", (), positive_int, repeated=True)]
+    monkeypatch.delenv("LANELEDGER_KEYS", raising=False)
+    assert parse_settings("x", None, keys, []).key == ()
+    assert parse_settings("x", None, keys, ["--key", "1", "--key", "22"]).key == (1, 22)
+    monkeypatch.setenv("LANELEDGER_KEYS", " 3\n4  5 ")
+    assert parse_settings("x", None, keys, []).key == (3, 4, 5)
+    assert parse_settings("x", None, keys, ["--key", "6"]).key == (6,)  # the flag wins
+    monkeypatch.setenv("LANELEDGER_KEYS", "3 zero")
+    with pytest.raises(SystemExit) as stopped:
+        parse_settings("x", None, keys, [])
+    assert stopped.value.code == 2 and capsys.readouterr().err.startswith("x: LANELEDGER_KEYS='3 zero': ")

@@ -33,6 +33,12 @@ from laneledger.services.checkpoint.http import checkpoint_app
 from laneledger.services.checkpoint.metrics import CheckpointMetrics
 from laneledger.services.checkpoint.service import CheckpointService, CheckpointSettings
 from laneledger.services.checkpoint.store import CheckpointStore
+from laneledger.services.sequencer.metrics import SequencerMetrics
+from laneledger.services.sequencer.service import Sequencer, SequencerSettings
+from laneledger.services.sequencer.treeheads import TreeHeadSettings
+from laneledger.services.tail.service import TailService, TailSettings
+from laneledger.store import LedgerWriter, open_ledger
+from laneledger.tlog.note import Signer
 
 
 @pytest.mark.nats
@@ -80,6 +86,51 @@ async def test_services_run_under_their_users_and_producers_cannot_forge(secured
         info = await seq_nc.jetstream().stream_info("LEDGER_EVENTS")
         assert info.state.messages == 1
     finally:
+        await sequencer.stop()
+        await seq_nc.close()
+        await seq_replies.close()
+
+
+@pytest.mark.nats
+async def test_the_tail_user_reads_the_transparency_logs_checkpoints(secured_server, passwords, tmp_path):
+    """The sequencer signs checkpoints onto LEDGER_TLOG as its user; the tail,
+    as its own, reads them and serves them; it may not write that stream."""
+    signer = Signer.generate("ledger.example/deployed")
+    seq_nc, seq_replies = await connections_of(secured_server, "sequencer", passwords)
+    sequencer = Sequencer(
+        seq_nc,
+        LedgerWriter(open_ledger(tmp_path / "ledger.db")),
+        SequencerMetrics(CollectorRegistry()),
+        SequencerSettings(tree_heads=TreeHeadSettings(signer, interval_s=0.2)),
+        reply_nc=seq_replies,
+    )
+    await sequencer.start()
+    tail_nc = await nats.connect(url_for(secured_server, "tail", passwords))
+    tail = TailService(tail_nc, TailSettings(data_dir=tmp_path / "tail", watch_interval_s=0.2))
+    port = await tail.start("127.0.0.1", 0)
+    try:
+        async with await LedgerClient.connect(url_for(secured_server, "producer", passwords)) as client:
+            actor = await client.ensure_actor("acme", "agent:secured@1", "agent")
+            lane = await LaneRecorder.open(client, "acme", "s", "r", "main", actor_id=actor.id)
+            await lane.append([lane.event("run.started", actor_id=actor.id, subject_id="r")])
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http:
+
+            async def latest() -> str:
+                async with http.get("/api/v1/tlog/checkpoint") as answer:
+                    return await answer.text() if answer.status == 200 else ""
+
+            note = await eventually(
+                latest, until=lambda text: text.startswith(f"{signer.name}\n1\n"), what="checkpoint 1"
+            )
+        last = await seq_nc.jetstream().get_last_msg("LEDGER_TLOG", "ledger.tlog.checkpoint")
+        assert note == last.data.decode()
+        violations = await attempts(
+            url_for(secured_server, "tail", passwords), publish=["ledger.tlog.checkpoint"]
+        )
+        assert refused(violations, "ledger.tlog.checkpoint"), violations
+    finally:
+        await tail.stop()
+        await tail_nc.close()
         await sequencer.stop()
         await seq_nc.close()
         await seq_replies.close()

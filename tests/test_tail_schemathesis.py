@@ -4,13 +4,15 @@ real sequencer, some committed events, and the tail as its own OS process.
 Every operation of the OpenAPI document the tail serves at
 ``/api/v1/openapi.json`` is fuzzed by ``schemathesis_support`` (no 5xx,
 answers conform to the document, invalid requests refused with a 4xx),
-twice: with the operator's bearer token and with a tenant's.
+twice: with the operator's bearer token and with a tenant's. The sequencer
+signs checkpoints, so the transparency log's routes have some to serve.
 """
 
 from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import AsyncIterator
 
 import pytest
 import requests
@@ -20,8 +22,26 @@ from schemathesis_support import bearer, fuzz_every_operation
 from tail_support import TailProcess, ev, fill, new_lane
 
 from laneledger.sdk.client import LedgerClient
+from laneledger.services.sequencer.service import Sequencer, SequencerSettings
+from laneledger.services.sequencer.treeheads import TreeHeadSettings
+from laneledger.tlog.note import Signer
 
 pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture
+async def sequencer(nc, tmp_path) -> AsyncIterator[Sequencer]:
+    """The real sequencer (as ``ledger_fixtures``'), signing checkpoints."""
+    from ledger_fixtures import start_sequencer
+
+    settings = SequencerSettings(
+        tree_heads=TreeHeadSettings(Signer.generate("ledger.example/fuzz"), interval_s=0.2)
+    )
+    service = await start_sequencer(nc, tmp_path / "ledger.db", settings)
+    try:
+        yield service
+    finally:
+        await service.stop()
 
 
 @pytest.mark.slow
@@ -51,6 +71,14 @@ async def test_the_tail_api_survives_schemathesis(client: LedgerClient, actor, n
             until=lambda answer: answer.json().get("last_position", 0) > positions[-1],
             what=f"the tail's /api/v1/verify past position {positions[-1]}",
         )
+        covered = positions[-1] + 1  # the session.completed: the last position
+        await eventually(
+            lambda: asyncio.to_thread(
+                requests.get, f"{tail.url}/api/v1/tlog/checkpoints/{covered}", timeout=10
+            ),
+            until=lambda answer: answer.status_code == 200,
+            what=f"the tail to serve a checkpoint of size {covered}",
+        )
         schema = schemathesis.openapi.from_url(f"{tail.url}/api/v1/openapi.json")
         known = {
             "lane_id": lane.id,
@@ -58,14 +86,17 @@ async def test_the_tail_api_survives_schemathesis(client: LedgerClient, actor, n
             "run_id": "r1",
             "position": positions[5],
             "tenant": "acme",
+            "size": covered,
+            "old": 1,
+            "new": covered,
         }
         never_ok = await fuzz_every_operation(schema, tail.url, headers, known)
         # Authenticated, and aimed at data that exists: every read succeeded
-        # at least once (there are no blobs to read, and a generated body never
-        # hashes to the generated name a Korg blob upload is put at).
-        assert [line for line in never_ok if "/blobs/" not in line and "/api/blob/" not in line] == [], (
-            never_ok
-        )
+        # at least once (there are no blobs to read, a generated body never
+        # hashes to the generated name a Korg blob upload is put at, and none
+        # is a witness's cosignature of a checkpoint).
+        unreachable = ("/blobs/", "/api/blob/", "/tlog/cosignatures")
+        assert [line for line in never_ok if not any(u in line for u in unreachable)] == [], never_ok
         # A tenant's token: the same answers, narrowed to its tenant.
         await fuzz_every_operation(schema, tail.url, bearer(tenant_token), known)
         # The Korg appends it made went through the sequencer like any other.

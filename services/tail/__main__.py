@@ -14,6 +14,7 @@ import logging
 import sys
 from pathlib import Path
 
+from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.subjects import Subjects
 from laneledger.runtime.access import access_settings, policy_of
 from laneledger.runtime.config import Setting, common_settings, parse_settings, positive_float
@@ -27,6 +28,7 @@ from laneledger.runtime.servicemain import (
 )
 from laneledger.sdk.natsconnect import connect_nats
 from laneledger.store.sqlite import remove_database
+from laneledger.tlog.cosignature import CosignatureVerifier
 
 from .korg import KorgSettings
 from .service import TailService, TailSettings
@@ -39,6 +41,13 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise ValueError("must be 0 or more")
     return value
+
+
+def witness_key(text: str) -> CosignatureVerifier:
+    try:
+        return CosignatureVerifier.from_text(text)
+    except InvalidRequest as exc:
+        raise ValueError(exc.message) from None
 
 
 SETTINGS = [
@@ -81,6 +90,15 @@ SETTINGS = [
     Setting("--korg-session", "KORG_SESSION", "korg", help="session of Korg tool calls that name none"),
     Setting("--korg-run", "KORG_RUN", "korg", help="run of Korg tool calls"),
     *access_settings(),
+    Setting(
+        "--tlog-witness-key",
+        "TLOG_WITNESS_KEYS",
+        (),
+        witness_key,
+        help="a witness's public cosignature key, name+keyid+base64, whose cosignatures of the "
+        "checkpoints the tail keeps and serves (repeat for several; the variable: separated by spaces)",
+        repeated=True,
+    ),
 ]
 
 
@@ -103,6 +121,7 @@ def settings_of(args: argparse.Namespace) -> TailSettings:
         hmac_key=key,
         korg=KorgSettings(args.korg_tenant, args.korg_session, args.korg_run),
         access=policy_of("laneledger-tail", args, args.http_host),
+        tlog_witnesses=args.tlog_witness_key,
     )
 
 

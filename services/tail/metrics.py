@@ -43,3 +43,13 @@ class TailMetrics:
             ["route", "status"],
             registry=registry,
         )
+        self.tlog_checkpoint_size = Gauge(
+            "laneledger_tail_tlog_checkpoint_size",
+            "Tree size of the latest checkpoint the tail serves (0: none yet).",
+            registry=registry,
+        )
+        self.tlog_checkpoint_mismatches = Counter(
+            "laneledger_tail_tlog_checkpoint_mismatches_total",
+            "LEDGER_TLOG messages not served: a root that is not the tail's tree's, or not a checkpoint.",
+            registry=registry,
+        )

@@ -20,7 +20,7 @@ from laneledger.runtime.apidoc import (
 )
 from laneledger.runtime.httpjson import json_response
 
-from . import timeline
+from . import timeline, transparency
 from .owners import TENANT_PARAMETER_DOC
 
 
@@ -1145,6 +1145,8 @@ def _secure(paths: dict[str, Any]) -> None:
 QUERY_TOKEN_PATHS = ("/api/v1/events",)
 SCHEMAS.update(timeline.SCHEMAS)
 PATHS.update(timeline.PATHS)
+SCHEMAS.update(transparency.SCHEMAS)
+PATHS.update(transparency.PATHS)
 _secure(PATHS)
 
 DOCUMENT: dict[str, Any] = document(

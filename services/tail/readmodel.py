@@ -2,10 +2,12 @@
 
 One row per committed event, keyed by ledger position, with the fields the
 tail filters and pages on copied out of the body into indexed columns, and
-``meta.applied_position``: the last position applied; and the sessions index
-(``sessions.py``), a summary per session. All are written in the same
+``meta.applied_position``: the last position applied; the sessions index
+(``sessions.py``), a summary per session; and the ledger's Merkle tree of
+those positions (``tlogmodel.py``). All are written in the same
 transaction, so after any stop or crash the tail resumes exactly
-after what it has: no position is skipped or stored twice.
+after what it has: no position is skipped or stored twice. The checkpoints
+and cosignatures the tail serves are kept here too (``tlogmodel.py``).
 
 Durability is ``Durability.NORMAL`` (WAL): a power loss may roll back the
 last transactions, but never splits rows from the position stored with them,
@@ -41,7 +43,10 @@ from laneledger.store.sqlite import (
     record_applied_position,
     transaction,
 )
+from laneledger.tlog.checkpoint import Checkpoint
+from laneledger.tlog.note import Signature
 
+from . import tlogmodel
 from .sessions import DDL as SESSIONS_DDL
 from .sessions import SessionIndex
 
@@ -73,6 +78,7 @@ CREATE INDEX IF NOT EXISTS events_by_type ON events (event_type, position);
 CREATE INDEX IF NOT EXISTS events_by_event_id ON events (event_id);
 """
     + SESSIONS_DDL
+    + tlogmodel.DDL
 )
 
 _APPLIED = "applied_position"  # the meta key of the last position stored
@@ -159,6 +165,13 @@ class ReadModel:
         self.applied = applied_position(self._db, _APPLIED, what=f"cannot open {_WHAT}")
         self._add_causation()
         SessionIndex.catch_up(self._db, self._rows_after, self.applied)
+        tlogmodel.build(self._db, self.applied)
+        # The last LEDGER_TLOG sequence read, and the largest checkpoint kept.
+        self.checkpoint_sequence = applied_position(
+            self._db, tlogmodel.STREAM_SEQUENCE, what=f"cannot open {_WHAT}"
+        )
+        with failures_as(f"cannot open {_WHAT}"):
+            self.checkpoint_size = tlogmodel.latest_size(self._db)
 
     def _add_causation(self) -> None:
         """A read model from before ``causation_id`` was a column: add it and
@@ -240,11 +253,34 @@ class ReadModel:
                 ],
             )
             SessionIndex.fold(db, rows)
+            tlogmodel.extend(db, [(r.position, r.body) for r in rows])
             record_applied_position(db, _APPLIED, rows[-1].position)
         self.applied = rows[-1].position
         return rows
 
+    def take_checkpoint(self, sequence: int, checkpoint: Checkpoint | None, note: str) -> bool:
+        """Record that LEDGER_TLOG's message ``sequence`` was read, and keep
+        its checkpoint if its root is the tree's at its size (which the tree
+        must have reached); ``checkpoint`` None: the message is not one.
+        Whether it was kept."""
+        with transaction(self._db, "read model write failed") as db:
+            kept = checkpoint is not None and tlogmodel.store_checkpoint(db, checkpoint, note)
+            put_meta(db, tlogmodel.STREAM_SEQUENCE, sequence)
+        self.checkpoint_sequence = sequence
+        if checkpoint is not None and kept:
+            self.checkpoint_size = max(self.checkpoint_size or 0, checkpoint.size)
+        return kept
+
+    def store_cosignatures(self, size: int, cosignatures: list[Signature]) -> None:
+        with transaction(self._db, "read model write failed") as db:
+            tlogmodel.store_cosignatures(db, size, cosignatures)
+
     # -- reading (any reader thread) --------------------------------------------------------
+
+    def connection(self) -> sqlite3.Connection:
+        """This reader thread's read-only connection, for a library that
+        reads a connection itself (``laneledger.tlog``)."""
+        return self._conn()
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)

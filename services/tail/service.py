@@ -1,6 +1,7 @@
 """The tail service: follows LEDGER_EVENTS into its read model and serves the
-HTTP API (live tail, history, blobs, verification, Korg compatibility,
-OpenAPI) next to /healthz, /readyz and /metrics.
+HTTP API (live tail, history, blobs, verification, Korg compatibility, the
+transparency log, OpenAPI) next to /healthz, /readyz and /metrics; follows
+LEDGER_TLOG for the checkpoints it serves.
 
 ``TailService`` takes its NATS connection and settings from the caller
 (``__main__`` in production, the tests in-process), so the same object runs
@@ -30,6 +31,7 @@ from laneledger.runtime.httpjson import errors_middleware
 from laneledger.runtime.opsserver import ops_routes, start_http
 from laneledger.runtime.servicemain import cancel_tasks, first_task_end
 from laneledger.sdk.client import LedgerClient
+from laneledger.tlog.cosignature import CosignatureVerifier
 
 from .activity import Activity
 from .blobs import BlobReader, blob_route
@@ -47,6 +49,8 @@ from .rewinds import InvalidationLookup
 from .sessions import Sessions
 from .sse import Tail, TerminalLookup
 from .timeline import Timeline
+from .tlogfollow import CheckpointFollower
+from .transparency import Transparency
 from .verify import Verifier
 
 log = logging.getLogger("laneledger.tail")
@@ -65,7 +69,8 @@ class TailSettings:
     korg: KorgSettings = field(default_factory=KorgSettings)
     access: AccessPolicy = field(default_factory=AccessPolicy)  # no tokens: open (access.py)
     ledger_timeout_s: float = 5.0  # sequencer commands (structure reads, Korg appends)
-    watch_interval_s: float = 1.0  # how often the stream's last sequence is asked
+    watch_interval_s: float = 1.0  # how often the stream's last sequence (and LEDGER_TLOG) is read
+    tlog_witnesses: tuple[CosignatureVerifier, ...] = ()  # whose cosignatures the tail keeps
     stall_s: float = 5.0  # behind without progress this long: re-open the follower
     shutdown_grace_s: float = 1.0  # for subscribers to finish before they are cancelled
 
@@ -96,6 +101,14 @@ class TailService:
             terminal_before=TerminalLookup(self.model, self._readers),
             invalidated=InvalidationLookup(self.model, self._readers),
         )
+        self.checkpoints = CheckpointFollower(
+            nc.jetstream(),
+            settings.subjects,
+            self.model,
+            self._apply_thread,
+            self.metrics,
+            settings.watch_interval_s,
+        )
         self._consumer = f"laneledger-tail-{new_id()[-12:]}"
         self.stream_last: int | None = None  # None: not known right now
         self._tasks: list[asyncio.Task[None]] = []
@@ -118,6 +131,9 @@ class TailService:
         app.add_routes(History(self.model, self._readers, self.feed, self.ledger).routes())
         app.add_routes([CausalTree(self.model, self._readers, self.feed, self.ledger).route()])
         app.add_routes([Timeline(self.model, self._readers, self.feed, self.ledger).route()])
+        app.add_routes(
+            Transparency(self.model, self._readers, self.feed, self._apply_thread, s.tlog_witnesses).routes()
+        )
         self._verifier = Verifier(self.model, self._readers, self.feed, self.ledger, s.hmac_key)
         app.add_routes(
             [
@@ -155,6 +171,7 @@ class TailService:
         self._tasks = [
             asyncio.create_task(self._follow_forever(), name="tail-follow"),
             asyncio.create_task(self._watch(), name="tail-watch"),
+            asyncio.create_task(self.checkpoints.run(), name="tail-checkpoints"),
         ]
         self._runner, bound = await start_http(self.app, host, port)
         return bound

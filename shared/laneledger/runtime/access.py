@@ -51,7 +51,10 @@ log = logging.getLogger("laneledger.runtime.access")
 
 ACCESS_TOKEN_PARAMETER = "access_token"
 PUBLIC_PATHS = frozenset({"/", "/healthz", "/readyz", "/metrics", "/api/v1/openapi.json"})
-PUBLIC_PREFIX = "/console/"  # the console's static files
+# The console's static files; the transparency log's tree heads, consistency
+# proofs and witness cosignatures, which are for outsiders (spec/tlog.md,
+# "Served by the tail") and hold no tenant's data.
+PUBLIC_PREFIXES = ("/console/", "/api/v1/tlog/")
 MIN_TOKEN_LENGTH = 16  # a configured token shorter than this is refused as guessable
 _HASHED = re.compile(r"^sha256:([0-9a-f]{64})$")
 _TENANT = re.compile(r"^\S{1,256}$")
@@ -274,9 +277,10 @@ def client_headers(token_file: str | None) -> dict[str, str]:
 def guarded(path: str) -> bool:
     """Whether a path needs a token: every one but those that serve no
     tenant's data (the probes, ``/metrics``, the API's own description, the
-    console's page and static files). Deny by default, so a route added later
-    is guarded until someone decides otherwise."""
-    return path not in PUBLIC_PATHS and not path.startswith(PUBLIC_PREFIX)
+    console's page and static files, the transparency log's log-wide
+    routes). Deny by default, so a route added later is guarded until
+    someone decides otherwise."""
+    return path not in PUBLIC_PATHS and not path.startswith(PUBLIC_PREFIXES)
 
 
 def bearer_token(request: web.Request, query_allowed: bool) -> str | None:

@@ -20,12 +20,23 @@ PREFIX = "LANELEDGER_"
 
 
 class Setting:
-    """One option: ``--flag`` with the environment variable ``LANELEDGER_<ENV>``."""
+    """One option: ``--flag`` with the environment variable ``LANELEDGER_<ENV>``.
+    ``repeated``: the flag may be given several times, the variable holds
+    whitespace-separated values; either way ``parse`` reads each value and
+    the setting is their tuple."""
 
     def __init__(
-        self, flag: str, env: str, default: Any, parse: Callable[[str], Any] = str, help: str = ""
+        self,
+        flag: str,
+        env: str,
+        default: Any,
+        parse: Callable[[str], Any] = str,
+        help: str = "",
+        *,
+        repeated: bool = False,
     ) -> None:
         self.flag, self.env, self.default, self.parse, self.help = flag, PREFIX + env, default, parse, help
+        self.repeated = repeated
 
     @property
     def dest(self) -> str:
@@ -113,6 +124,7 @@ def parse_settings(
         parser.add_argument(
             setting.flag,
             default=None,
+            action="append" if setting.repeated else "store",
             help=f"{setting.help} (env {setting.env}, default {setting.default!r})",
         )
     args = parser.parse_args(argv)
@@ -125,7 +137,11 @@ def parse_settings(
             setattr(args, setting.dest, setting.default)
             continue
         try:
-            setattr(args, setting.dest, setting.parse(text))
+            if setting.repeated:
+                values = text.split() if isinstance(text, str) else text
+                setattr(args, setting.dest, tuple(setting.parse(value) for value in values))
+            else:
+                setattr(args, setting.dest, setting.parse(text))
         except ValueError as exc:
             print(f"{prog}: {source}={text!r}: {exc}", file=sys.stderr)
             raise SystemExit(2) from None

@@ -11,7 +11,7 @@ restored file's tree the writer's, hash for hash.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import msgspec
 
@@ -35,11 +35,17 @@ def leaf_of(body: bytes) -> bytes:
     return tree_leaves.entry_leaf(_entry_hash.decode(body).entry_hash)
 
 
-def extend_tree(conn: sqlite3.Connection, events: Sequence[tuple[int, bytes]]) -> None:
+def extend_tree(
+    conn: sqlite3.Connection,
+    events: Sequence[tuple[int, bytes]],
+    *,
+    leaf: Callable[[bytes], bytes] = leaf_of,
+) -> None:
     """Append the leaves of ``events`` ((position, body), in position order)
     inside the caller's open transaction. The first must be the position
     right after the tree's last leaf: a tree that disagrees with the events
-    is refused, never extended out of place."""
+    is refused, never extended out of place. ``leaf``: a body's leaf hash
+    (the tail's read model also has messages that are not events)."""
     if not events:
         return
     size = tree_store.tree_size(conn)
@@ -50,7 +56,7 @@ def extend_tree(conn: sqlite3.Connection, events: Sequence[tuple[int, bytes]]) -
             tree_size=size,
             first_position=events[0][0],
         )
-    tree_store.append_leaves(conn, [leaf_of(body) for _, body in events])
+    tree_store.append_leaves(conn, [leaf(body) for _, body in events])
 
 
 def build_tree(conn: sqlite3.Connection, events: Iterable[tuple[int, bytes]], *, page: int = 10_000) -> None:

@@ -1,0 +1,399 @@
+"""The transparency log as the tail serves it (spec/tlog.md, "Served by the
+tail"; spec/tail.md, "Transparency log").
+
+Log-wide, public (``/api/v1/tlog/``): the checkpoints the tail kept from
+LEDGER_TLOG with the witnesses' cosignatures it holds, consistency proofs
+between tree sizes, and the witnesses' cosignatures posted to it. Per event
+or session, guarded like every read of tenant data: a C2SP tlog-proof of one
+event, a session bundle. Everything is read from the read model (the tree
+is its own, ``tlogmodel.py``); posted cosignatures are stored through the
+apply thread, the read model's one writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import sqlite3
+from concurrent.futures import Executor
+from typing import Any
+
+from aiohttp import web
+
+from laneledger.contract.errors import (
+    EntityNotFound,
+    InvalidRequest,
+    LedgerUnavailable,
+    RequestTooLarge,
+)
+from laneledger.runtime.access import scope_of
+from laneledger.runtime.apidoc import JSON_MEDIA, error_responses, json_body
+from laneledger.runtime.httpjson import json_response
+from laneledger.store.sqlite import failures_as
+from laneledger.tlog import store as tree_store
+from laneledger.tlog.bundle import make_bundle
+from laneledger.tlog.checkpoint import Checkpoint
+from laneledger.tlog.cosignature import CosignatureVerifier
+from laneledger.tlog.note import Signature, split_note
+from laneledger.tlog.sessionbundle import make_session_bundle
+
+from . import tlogmodel
+from .api import Query, parse_int
+from .feed import Feed
+from .owners import TENANT_PARAMETER_DOC
+from .readmodel import ReadModel, Row
+from .routes import ReadModelRoutes
+
+_READ_FAILED = "read model read failed"
+MAX_COSIGNED_BYTES = 64 * 1024  # a posted checkpoint: 100 signature lines fit many times over
+TEXT = "text/plain"
+
+
+def _text(body: str | bytes) -> web.Response:
+    return web.Response(
+        body=body.encode() if isinstance(body, str) else body, content_type=TEXT, charset="utf-8"
+    )
+
+
+def _no_checkpoint(**ident: object) -> EntityNotFound:
+    return EntityNotFound("the tail has no such checkpoint", kind="checkpoint", **ident)
+
+
+def _not_covered(what: str, position: int, latest: int | None) -> LedgerUnavailable:
+    return LedgerUnavailable(
+        f"no checkpoint covers {what} yet: the sequencer signs one every interval; ask again",
+        position=position,
+        checkpoint_size=latest,
+    )
+
+
+def accepted_cosignatures(
+    text: str, signatures: list[Signature], witnesses: tuple[CosignatureVerifier, ...]
+) -> list[Signature]:
+    """The signatures on ``text`` by configured witnesses, each verified;
+    one that does not verify refuses them all."""
+    known = {(w.name, w.key_id): w for w in witnesses}
+    accepted: dict[tuple[str, int], Signature] = {}
+    for sig in signatures:
+        witness = known.get((sig.name, sig.key_id))
+        if witness is None or (sig.name, sig.key_id) in accepted:
+            continue
+        if not witness.verify(text.encode(), sig.signature):
+            raise InvalidRequest(
+                f"the cosignature of {tlogmodel.witness_key(sig)} does not verify",
+                reason="note_signature_invalid",
+                key=tlogmodel.witness_key(sig),
+            )
+        accepted[(sig.name, sig.key_id)] = sig
+    if not accepted:
+        raise InvalidRequest(
+            "no configured witness cosigned the checkpoint",
+            reason="note_unverified",
+            signers=[tlogmodel.witness_key(s) for s in signatures],
+        )
+    return list(accepted.values())
+
+
+class Transparency(ReadModelRoutes):
+    def __init__(
+        self,
+        model: ReadModel,
+        readers: Executor,
+        feed: Feed,
+        apply_thread: Executor,
+        witnesses: tuple[CosignatureVerifier, ...],
+    ) -> None:
+        super().__init__(model, readers, feed)
+        self._apply_thread = apply_thread
+        self._witnesses = witnesses
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/api/v1/tlog/checkpoint", self.latest, name="tlog_checkpoint"),
+            web.get("/api/v1/tlog/checkpoints/{size}", self.at_size, name="tlog_checkpoints"),
+            web.get("/api/v1/tlog/consistency", self.consistency, name="tlog_consistency"),
+            web.post("/api/v1/tlog/cosignatures", self.cosign, name="tlog_cosignatures"),
+            web.get("/api/v1/proofs/{position}", self.event_proof, name="event_proof"),
+            web.get("/api/v1/sessions/{session_id}/proof", self.session_proof, name="session_proof"),
+        ]
+
+    # -- log-wide, public ------------------------------------------------------------------
+
+    async def latest(self, request: web.Request) -> web.Response:
+        Query(request, ())
+        note = await self._read(self._served, None)
+        if note is None:
+            raise _no_checkpoint()
+        return _text(note)
+
+    async def at_size(self, request: web.Request) -> web.Response:
+        Query(request, ())
+        size = parse_int(request.match_info["size"], "size")
+        note = await self._read(self._served, size)
+        if note is None:
+            raise _no_checkpoint(size=size)
+        return _text(note)
+
+    def _served(self, size: int | None) -> str | None:
+        conn = self._model.connection()
+        with failures_as(_READ_FAILED):
+            if size is None:
+                size = tlogmodel.latest_size(conn)
+            return None if size is None else tlogmodel.served_note(conn, size)
+
+    async def consistency(self, request: web.Request) -> web.Response:
+        query = Query(request, ("old", "new"))
+        tree = self._feed.applied  # committed, so every reader sees at least this tree
+        new = query.integer("new", low=0, high=tree)
+        if new is None:
+            raise InvalidRequest("new (a tree size) is required", parameter="new")
+        old = query.integer("old", low=0, high=new)
+        if old is None:
+            raise InvalidRequest("old (a tree size) is required", parameter="old")
+        proof = await self._read(self._consistency, old, new)
+        return json_response(
+            {"old_size": old, "new_size": new, "proof": [base64.b64encode(h).decode() for h in proof]}
+        )
+
+    def _consistency(self, old: int, new: int) -> list[bytes]:
+        return tree_store.consistency_proof(self._model.connection(), old, new)
+
+    async def cosign(self, request: web.Request) -> web.Response:
+        Query(request, ())
+        data = await _cosigned_bytes(request)
+        text, signatures = split_note(data)
+        checkpoint = Checkpoint.parse(text)
+        note = await self._read(self._stored, checkpoint.size)
+        if note is None or split_note(note)[0] != text:
+            raise _no_checkpoint(size=checkpoint.size)
+        accepted = accepted_cosignatures(text, signatures, self._witnesses)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(
+            self._apply_thread, self._model.store_cosignatures, checkpoint.size, accepted
+        )
+        return json_response(
+            {"size": checkpoint.size, "witnesses": [tlogmodel.witness_key(s) for s in accepted]}
+        )
+
+    def _stored(self, size: int) -> str | None:
+        with failures_as(_READ_FAILED):
+            return tlogmodel.stored_note(self._model.connection(), size)
+
+    # -- per event or session, guarded -----------------------------------------------------------
+
+    async def event_proof(self, request: web.Request) -> web.Response:
+        query = Query(request, ("size",))
+        position = parse_int(request.match_info["position"], "position", low=1)
+        size = query.integer("size")
+        row: Row = await self._read(self._model.event_at, position)
+        if not row.event_type or not scope_of(request).allows(row.tenant):  # as if it were not there
+            raise EntityNotFound("no committed event at this position (yet)", kind="event", position=position)
+        bundle = await self._read(self._event_bundle, row, size)
+        return _text(bundle)
+
+    def _event_bundle(self, row: Row, size: int | None) -> str:
+        conn = self._model.connection()
+        with failures_as(_READ_FAILED):
+            note = self._covering(conn, row.position, size, f"position {row.position}")
+            return make_bundle(conn, row.position, note, event=row.body).format()
+
+    async def session_proof(self, request: web.Request) -> web.Response:
+        query = Query(request, ("tenant", "size"))
+        session_id = request.match_info["session_id"]
+        if not 1 <= len(session_id) <= 256:
+            raise InvalidRequest("session_id must be 1 to 256 characters", parameter="session_id")
+        size = query.integer("size")
+        scope = await self._owner(request, query, "session", session_id)
+        if scope.tenant is None:  # no tenant has such a session
+            raise EntityNotFound("no such session", kind="session", session_id=session_id)
+        bundle = await self._read(self._session_bundle, scope.tenant, session_id, size)
+        return web.Response(body=bundle, content_type=JSON_MEDIA)
+
+    def _session_bundle(self, tenant: str, session_id: str, size: int | None) -> bytes:
+        ((last,),) = self._model.query(
+            "SELECT max(position) FROM events WHERE session_id = ? AND tenant = ?", (session_id, tenant)
+        )
+        if last is None:
+            raise EntityNotFound("no such session", kind="session", session_id=session_id)
+        conn = self._model.connection()
+        with failures_as(_READ_FAILED):
+            note = self._covering(conn, last, size, f"the session's last event (position {last})")
+            return make_session_bundle(conn, tenant, session_id, note).format()
+
+    @staticmethod
+    def _covering(conn: sqlite3.Connection, position: int, size: int | None, what: str) -> str:
+        """The served checkpoint of ``size`` (default: the latest), which must
+        cover ``position``."""
+        latest = tlogmodel.latest_size(conn)
+        if size is None:
+            if latest is None or latest < position:
+                raise _not_covered(what, position, latest)
+            size = latest
+        note = tlogmodel.served_note(conn, size)
+        if note is None:
+            raise _no_checkpoint(size=size)
+        if size < position:
+            raise InvalidRequest(
+                f"the checkpoint of size {size} does not cover {what}", parameter="size", found=size
+            )
+        return note
+
+
+async def _cosigned_bytes(request: web.Request) -> bytes:
+    def too_large() -> RequestTooLarge:
+        return RequestTooLarge("a cosigned checkpoint is at most 64 KiB", limit_bytes=MAX_COSIGNED_BYTES)
+
+    if request.content_length is not None and request.content_length > MAX_COSIGNED_BYTES:
+        raise too_large()
+    data = bytearray()
+    async for chunk in request.content.iter_chunked(16 * 1024):
+        data += chunk
+        if len(data) > MAX_COSIGNED_BYTES:
+            raise too_large()
+    return bytes(data)
+
+
+# -- the OpenAPI document's part (openapi.py) ------------------------------------------------
+
+
+def _obj(required: list[str], props: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "required": required, "properties": props, "additionalProperties": False}
+
+
+_B64_HASH = {"type": "string", "pattern": "^[A-Za-z0-9+/]{43}=$"}
+_SIZE = {"type": "integer", "minimum": 0}
+_NOTE = {
+    "description": "a C2SP signed note",
+    "content": {TEXT: {"schema": {"type": "string"}}},
+}
+
+
+def _param(
+    name: str, where: str, schema: dict[str, Any], description: str, required: bool = False
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": where,
+        "required": required or where == "path",
+        "schema": schema,
+        "description": description,
+    }
+
+
+_CHECKPOINT_SIZE = _param(
+    "size",
+    "query",
+    _SIZE,
+    "under the checkpoint of this tree size (one the tail serves); default: the latest",
+)
+
+SCHEMAS: dict[str, Any] = {
+    "TlogConsistency": _obj(
+        ["old_size", "new_size", "proof"],
+        {"old_size": _SIZE, "new_size": _SIZE, "proof": {"type": "array", "items": _B64_HASH}},
+    ),
+    "TlogCosigned": _obj(
+        ["size", "witnesses"],
+        {"size": _SIZE, "witnesses": {"type": "array", "items": {"type": "string"}, "minItems": 1}},
+    ),
+    "SessionBundle": _obj(
+        ["format", "tenant", "session_id", "checkpoint", "events"],
+        {
+            "format": {"const": "laneledger-session-bundle/v1"},
+            "tenant": {"type": "string"},
+            "session_id": {"type": "string"},
+            "checkpoint": {"type": "string", "description": "the signed checkpoint, verbatim"},
+            "events": {
+                "type": "array",
+                "items": _obj(
+                    ["index", "event", "proof"],
+                    {
+                        "index": _SIZE,
+                        "event": {"type": "string", "description": "base64 of the committed bytes"},
+                        "proof": {"type": "array", "items": _B64_HASH},
+                    },
+                ),
+            },
+        },
+    ),
+}
+
+PATHS: dict[str, Any] = {
+    "/api/v1/tlog/checkpoint": {
+        "get": {
+            "operationId": "tlogCheckpoint",
+            "summary": "the latest checkpoint the tail serves, with the witnesses' cosignatures it holds "
+            "(public)",
+            "responses": {"200": _NOTE, **error_responses(400, 404)},
+        }
+    },
+    "/api/v1/tlog/checkpoints/{size}": {
+        "get": {
+            "operationId": "tlogCheckpointOfSize",
+            "summary": "the checkpoint of one tree size, with its cosignatures (public)",
+            "parameters": [_param("size", "path", _SIZE, "the tree size")],
+            "responses": {"200": _NOTE, **error_responses(400, 404)},
+        }
+    },
+    "/api/v1/tlog/consistency": {
+        "get": {
+            "operationId": "tlogConsistency",
+            "summary": "a consistency proof of the tree from size old to size new (public)",
+            "parameters": [
+                _param("old", "query", _SIZE, "the older tree size, at most new", required=True),
+                _param("new", "query", _SIZE, "the newer tree size, at most the tail's", required=True),
+            ],
+            "responses": {
+                "200": json_body("TlogConsistency", "the proof, base64 hashes"),
+                **error_responses(400),
+            },
+        }
+    },
+    "/api/v1/tlog/cosignatures": {
+        "post": {
+            "operationId": "tlogCosign",
+            "summary": "a witness's cosignatures of a checkpoint the tail serves: kept and served with it "
+            "(public: the signature authenticates)",
+            "requestBody": {
+                "required": True,
+                "content": {TEXT: {"schema": {"type": "string", "maxLength": MAX_COSIGNED_BYTES}}},
+            },
+            "responses": {
+                "200": json_body("TlogCosigned", "the witnesses whose cosignatures were kept"),
+                **error_responses(400, 404, 413),
+            },
+        }
+    },
+    "/api/v1/proofs/{position}": {
+        "get": {
+            "operationId": "eventProof",
+            "summary": "a C2SP tlog-proof of one event (with the event), under a checkpoint the tail serves",
+            "parameters": [
+                _param("position", "path", {"type": "integer", "minimum": 1}, "ledger position"),
+                _CHECKPOINT_SIZE,
+            ],
+            "responses": {
+                "200": {"description": "the tlog-proof", "content": {TEXT: {"schema": {"type": "string"}}}},
+                **error_responses(400, 404, 503),
+            },
+        }
+    },
+    "/api/v1/sessions/{session_id}/proof": {
+        "get": {
+            "operationId": "sessionProof",
+            "summary": "a session bundle: every event of the session with its inclusion proof under one "
+            "checkpoint the tail serves",
+            "parameters": [
+                _param(
+                    "session_id", "path", {"type": "string", "minLength": 1, "maxLength": 256}, "session id"
+                ),
+                TENANT_PARAMETER_DOC,
+                _CHECKPOINT_SIZE,
+            ],
+            "responses": {
+                "200": json_body("SessionBundle", "the session bundle"),
+                **error_responses(400, 404, 503),
+            },
+        }
+    },
+}
