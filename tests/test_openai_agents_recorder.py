@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator, Callable
 from decimal import Decimal
 from pathlib import Path
@@ -64,6 +65,20 @@ async def tracing(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Callable[[Op
 
     yield use
     set_trace_processors([])
+
+
+LANELEDGER = Path(sys.executable).with_name("laneledger")  # the installed command
+
+
+async def laneledger_cli(*args: str) -> tuple[int, str, str]:
+    """The real ``laneledger`` command, as a subprocess (not blocking this
+    loop, where the sequencer runs)."""
+    proc = await asyncio.create_subprocess_exec(
+        str(LANELEDGER), *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
 
 
 def ordered(view: Any) -> list[Any]:
@@ -183,6 +198,14 @@ async def test_a_run_with_a_tool_and_a_handoff_records_the_spine(
 
     await audit(nc, tmp_path / "ledger.db", len(events))
     assert audit_ledger(tmp_path / "ledger.db").causal_links == len(events) - 2
+    # The command a user runs: chains, causation, blobs and the committed stream.
+    code, out, err = await laneledger_cli(
+        "verify", "--db", str(tmp_path / "ledger.db"), "--nats", nats_server.url
+    )
+    assert code == 0, err + out
+    assert f"intact: {len(events)} events in 2 lanes" in out, out
+    assert "blob references stored and matching" in out and "identical" in out, out
+    assert "WARN" not in out, out
 
 
 async def test_an_append_refused_behind_others_is_appended_again_in_order(
