@@ -26,7 +26,7 @@ from ledger_fixtures import start_sequencer
 
 from laneledger.adapters.claude_agent import DENIED, HOOK_GUARANTEES, ClaudeAgentRecorder
 from laneledger.audit.ledger import audit_ledger
-from laneledger.contract.errors import EntityNotFound, InvalidRequest
+from laneledger.contract.errors import EntityNotFound, InvalidRequest, LedgerError
 from laneledger.sdk.client import LedgerClient
 from laneledger.sdk.guarantees import HOOKS
 from laneledger.sdk.spine import SPAWNED_BY
@@ -322,7 +322,141 @@ async def test_a_malformed_hook_input_is_a_typed_error(client, sequencer):
 
 def test_guarantees_state_every_hook():
     assert set(HOOK_GUARANTEES.hooks) == set(HOOKS)
-    assert HOOK_GUARANTEES.hooks["requested_before_call"] == "strict"
+    # Every strict claim has its failure-injection test in this file; a hook
+    # raised to strict needs one before it joins this set. The run's end
+    # (Stop) and a tool call's outcome (PostToolUse) come after the work and
+    # cannot stop anything: best effort.
+    strict = {hook for hook, level in HOOK_GUARANTEES.hooks.items() if level == "strict"}
+    assert strict == {"requested_before_call"}
+    assert HOOK_GUARANTEES.hooks["run"] == HOOK_GUARANTEES.hooks["tool_call"] == "best_effort"
+
+
+def stop(session: str) -> StopHookInput:
+    return StopHookInput(**{**BASE, "session_id": session}, hook_event_name="Stop", stop_hook_active=False)
+
+
+def count(events: list[Any], event_type: str) -> int:
+    return sum(1 for e in events if e.event_type == event_type)
+
+
+async def test_a_session_whose_start_finds_the_ledger_down_starts_once_and_a_lost_stop_is_resent(
+    nats_server, nc, sequencer, tmp_path: Path
+):
+    """Failure injection for a session's start (part of the strict request):
+    the first PreToolUse of a session finds the sequencer stopped, so the
+    tool is denied and nothing of the session is recorded; resent once the
+    sequencer is back, the run starts once. Then the best-effort end: a Stop
+    with the sequencer stopped raises the typed error to the caller, and the
+    Stop sent again records run.completed once."""
+    async with await LedgerClient.connect(nats_server.url, timeout=2.0) as client:
+        hooks = ClaudeAgentRecorder(client, tenant="acme", timeout=1.0).hooks()
+        await sequencer.stop()
+        out = await call(hooks, pre("first", session="sess-cold"))
+        assert out["hookSpecificOutput"]["permissionDecision"] == "deny"
+        back = await start_sequencer(nc, tmp_path / "ledger.db", SequencerSettings())
+        try:
+            await asyncio.sleep(1.0)  # anything that got through would have committed by now
+            with pytest.raises(EntityNotFound):  # not even the session
+                await client.load_session("sess-cold", tenant="acme")
+            assert await call(hooks, pre("first", session="sess-cold")) == {}
+            assert await call(hooks, pre("first", session="sess-cold")) == {}  # resent
+            events = events_of(await client.load_session("sess-cold", tenant="acme"))
+            assert [e.event_type for e in events] == [
+                "session.started",
+                "run.started",
+                "turn.started",
+                "context.prompt_composed",
+                "action.started",
+                "attempt.requested",
+            ]
+        finally:
+            await back.stop()
+        with pytest.raises(LedgerError):  # the typed error reaches the caller
+            await call(hooks, stop("sess-cold"))
+        back = await start_sequencer(nc, tmp_path / "ledger.db", SequencerSettings())
+        try:
+            await asyncio.sleep(1.0)
+            events = events_of(await client.load_session("sess-cold", tenant="acme"))
+            assert count(events, "run.completed") == 0
+            assert await call(hooks, stop("sess-cold")) == {}
+            assert await call(hooks, stop("sess-cold")) == {}  # resent
+            events = events_of(await client.load_session("sess-cold", tenant="acme"))
+            assert [count(events, t) for t in ("run.started", "run.completed", "turn.completed")] == [1, 1, 1]
+            assert [e.event_type for e in events][-2:] == ["turn.completed", "run.completed"]
+            audit = audit_ledger(tmp_path / "ledger.db")
+            assert audit.events == len(events) and audit.warning_count == 0
+        finally:
+            await back.stop()
+
+
+async def test_a_start_and_a_stop_that_commit_late_are_recorded_once(
+    nats_server, sequencer_proc, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Failure injection at the boundary: the sequencer process is frozen
+    (SIGSTOP) just as the hook sends its append, which JetStream keeps. A
+    session's start: the tool is denied, the start commits once the
+    sequencer runs again, and the PreToolUse sent again starts nothing new.
+    A Stop: the typed error reaches the caller, the Stop commits late, and
+    the Stop sent again records run.completed once."""
+    async with await LedgerClient.connect(nats_server.url, timeout=1.0) as client:
+        recorder = ClaudeAgentRecorder(client, tenant="acme", timeout=0.5)
+        hooks = recorder.hooks()
+        pid = sequencer_proc.pid
+        assert pid is not None
+        append = client.append
+        freeze: list[bool] = []
+
+        async def frozen_append(*args: Any, **kwargs: Any) -> Any:
+            if freeze:
+                freeze.clear()
+                os.kill(pid, signal.SIGSTOP)
+            return await append(*args, **kwargs)
+
+        monkeypatch.setattr(client, "append", frozen_append)
+
+        async def settled(n: int) -> list[Any]:
+            for _ in range(100):
+                try:
+                    events = events_of(await client.load_session("sess-late", tenant="acme"))
+                except EntityNotFound:
+                    events = []
+                if len(events) >= n:
+                    return events
+                await asyncio.sleep(0.1)
+            raise AssertionError(f"{n} events never committed")
+
+        try:
+            freeze.append(True)
+            out = await call(hooks, pre("late-1", session="sess-late"))
+            assert not freeze, "the start's append was sent"
+            os.kill(pid, signal.SIGCONT)
+            assert out["hookSpecificOutput"]["permissionDecision"] == "deny"
+            events = await settled(4)  # the start, committed late; nothing of the denied call
+            assert [e.event_type for e in events] == [
+                "session.started",
+                "run.started",
+                "turn.started",
+                "context.prompt_composed",
+            ]
+            assert await call(hooks, pre("late-1", session="sess-late")) == {}
+            events = await settled(6)
+            assert count(events, "run.started") == count(events, "session.started") == 1
+
+            freeze.append(True)
+            with pytest.raises(LedgerError):
+                await call(hooks, stop("sess-late"))
+            assert not freeze, "the Stop's append was sent"
+            os.kill(pid, signal.SIGCONT)
+            events = await settled(8)
+            assert [e.event_type for e in events][-2:] == ["turn.completed", "run.completed"]
+            assert await call(hooks, stop("sess-late")) == {}
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        events = events_of(await client.load_session("sess-late", tenant="acme"))
+        assert len(events) == 8 and count(events, "run.completed") == 1
+    sequencer_proc.stop()
+    audit = audit_ledger(tmp_path / "ledger.db")
+    assert audit.events == 8 and audit.warning_count == 0
 
 
 async def test_a_request_that_commits_after_its_deny_is_closed_as_denied(

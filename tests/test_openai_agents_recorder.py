@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator, Callable
 from decimal import Decimal
 from pathlib import Path
@@ -37,6 +38,9 @@ from laneledger.adapters.openai_agents_mapping import DENIED, guarantees
 from laneledger.audit.blobs import audit_ledger_with_blobs, open_blob_store
 from laneledger.audit.ledger import audit_ledger
 from laneledger.contract.errors import InvalidRequest, LedgerError
+from laneledger.otel import ids
+from laneledger.otel.history import map_history
+from laneledger.otel.mapping import SpanMapper
 from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.sdk.guarantees import HOOKS
 from laneledger.sdk.spine import SPAWNED_BY
@@ -61,6 +65,20 @@ async def tracing(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Callable[[Op
 
     yield use
     set_trace_processors([])
+
+
+LANELEDGER = Path(sys.executable).with_name("laneledger")  # the installed command
+
+
+async def laneledger_cli(*args: str) -> tuple[int, str, str]:
+    """The real ``laneledger`` command, as a subprocess (not blocking this
+    loop, where the sequencer runs)."""
+    proc = await asyncio.create_subprocess_exec(
+        str(LANELEDGER), *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
 
 
 def ordered(view: Any) -> list[Any]:
@@ -141,6 +159,7 @@ async def test_a_run_with_a_tool_and_a_handoff_records_the_spine(
         requested, completed, cost = call[1], call[2], call[3]
         assert requested.payload["action_type"] == "model_call"
         assert requested.payload["model"] == "fake-triage"
+        assert requested.payload["provider"] == "openai"
         assert completed.causation_id == requested.id and completed.subject_id == requested.subject_id
         assert completed.payload["outcome"]["input_tokens"] == 100
         assert completed.payload["outcome"]["output_tokens"] == 20
@@ -179,6 +198,14 @@ async def test_a_run_with_a_tool_and_a_handoff_records_the_spine(
 
     await audit(nc, tmp_path / "ledger.db", len(events))
     assert audit_ledger(tmp_path / "ledger.db").causal_links == len(events) - 2
+    # The command a user runs: chains, causation, blobs and the committed stream.
+    code, out, err = await laneledger_cli(
+        "verify", "--db", str(tmp_path / "ledger.db"), "--nats", nats_server.url
+    )
+    assert code == 0, err + out
+    assert f"intact: {len(events)} events in 2 lanes" in out, out
+    assert "blob references stored and matching" in out and "identical" in out, out
+    assert "WARN" not in out, out
 
 
 async def test_an_append_refused_behind_others_is_appended_again_in_order(
@@ -564,6 +591,8 @@ async def test_a_response_span_is_a_model_call_with_its_model_and_usage(
     cost = next(e for e in events if e.event_type == "cost.recorded")
     # The model is known once the response is in: the outcome and the cost name it.
     assert requested.payload["name"] == "openai-responses"
+    assert "model" not in requested.payload  # a placeholder is not put forward as the model
+    assert requested.payload["provider"] == "openai"
     outcome = completed.payload["outcome"]
     assert (outcome["model"], outcome["response_id"]) == ("gpt-fake", "resp_1")
     assert (outcome["input_tokens"], outcome["output_tokens"], outcome["cache_read_tokens"]) == (7, 3, 2)
@@ -644,3 +673,96 @@ def test_guarantees_state_every_hook() -> None:
         assert stated.hooks["requested_before_call"] == ("strict" if strict else "best_effort")
         assert stated.hooks["cost"] == "unsupported"
     assert guarantees(strict_tools=False, priced=True).hooks["cost"] == "best_effort"
+
+
+async def test_a_recorded_run_maps_to_genai_spans(nats_server, client, tracing) -> None:
+    """The OpenTelemetry mapping (spec/otel.md) over what this recorder
+    recorded: a Responses API agent (its request names no model; the
+    response does) calls a strict tool and hands off to a Chat Completions
+    agent. The spans' names and gen_ai.* attributes, as exported."""
+    ran: list[str] = []
+
+    @function_tool
+    async def lookup_order(order_id: str) -> str:
+        """Look an order up."""
+        ran.append(order_id)
+        return "shipped"
+
+    billing = Agent(name="billing", model=FakeModel("fake-billing", [[text("refund issued")]]))
+    triage = Agent(
+        name="triage",
+        tools=[lookup_order],
+        handoffs=[billing],
+        model=FakeModel(
+            "gpt-triage",
+            [
+                [tool_call("lookup_order", '{"order_id": "A-17"}', "call-1")],
+                [tool_call("transfer_to_billing", "{}", "call-2")],
+            ],
+        ),
+    )
+    recorder = await OpenAIAgentsRecorder.connect(nats_server.url, tenant="acme", strict_tools=True)
+    tracing(recorder)
+    try:
+        result = await Runner.run(
+            triage,
+            "where is my refund?",
+            hooks=recorder.run_hooks(),
+            run_config=RunConfig(group_id="conv-otel"),
+        )
+        await recorder.flush()
+    finally:
+        await recorder.close()
+    assert result.final_output == "refund issued" and ran == ["A-17"] and recorder.lost == 0
+
+    structure = await client.load_structure("conv-otel", tenant="acme")
+    main = next(lane for lane in structure.lanes if lane.name == "main")
+    sub = next(lane for lane in structure.lanes if lane.name != "main")
+    found = await map_history(client, SpanMapper(tail_url="http://tail.test"), "conv-otel", tenant="acme")
+    assert found.open_spans == 0
+    spans = sorted(found.spans, key=lambda span: span.start_ns)
+    by_name: dict[str, list[Any]] = {}
+    for span in spans:
+        by_name.setdefault(span.name, []).append(span)
+    assert {name: len(group) for name, group in by_name.items()} == {
+        "chat fake-billing": 1,
+        "chat gpt-triage": 2,  # named by the model that answered: the request names none
+        "execute_tool handoff": 1,
+        "execute_tool lookup_order": 1,
+        f"invoke_agent {sub.name}": 1,
+        "invoke_agent main": 1,
+    }
+    (run,) = by_name["invoke_agent main"]
+    trace = ids.trace_id("acme", "conv-otel", run.attributes["laneledger.run_id"])
+    assert {span.trace_id for span in spans} == {trace} and run.parent_span_id is None
+    for span in spans:
+        assert span.attributes["gen_ai.conversation.id"] == "conv-otel"
+    assert run.attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert (run.attributes["gen_ai.agent.name"], run.attributes["gen_ai.agent.id"]) == ("main", main.actor_id)
+
+    for chat in by_name["chat gpt-triage"]:
+        a = chat.attributes
+        assert a["gen_ai.operation.name"] == "chat" and chat.kind == "client"
+        assert a["gen_ai.provider.name"] == "openai"
+        assert "gen_ai.request.model" not in a  # the request did not know it
+        assert a["gen_ai.response.model"] == "gpt-triage"
+        assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (7, 3)
+        assert a["gen_ai.agent.name"] == "main" and chat.parent_span_id == run.span_id
+    (billing_chat,) = by_name["chat fake-billing"]
+    a = billing_chat.attributes
+    assert a["gen_ai.provider.name"] == "openai"
+    assert a["gen_ai.request.model"] == "fake-billing"
+    assert "gen_ai.response.model" not in a  # a generation span's model is the request's
+    assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (100, 20)
+    (sub_span,) = by_name[f"invoke_agent {sub.name}"]
+    assert a["gen_ai.agent.name"] == sub.name and billing_chat.parent_span_id == sub_span.span_id
+    assert sub_span.attributes["gen_ai.agent.id"] == sub.actor_id
+
+    (tool,) = by_name["execute_tool lookup_order"]
+    assert tool.attributes["gen_ai.tool.name"] == "lookup_order"
+    assert tool.attributes["gen_ai.tool.call.id"] == "call-1"  # the SDK's call id, not the attempt id
+    assert tool.attributes["gen_ai.agent.name"] == "main" and tool.parent_span_id == run.span_id
+    (handoff,) = by_name["execute_tool handoff"]
+    assert handoff.attributes["gen_ai.tool.call.id"] == handoff.attributes["laneledger.subject_id"]
+    assert sub_span.parent_span_id == handoff.span_id  # the sub-agent hangs off the call that spawned it
+    assert "shipped" not in repr([span.attributes for span in spans]), "no content inline"

@@ -1,11 +1,13 @@
 """What a wheel of laneledger installs: one top-level package, ``laneledger``
 (the services as ``laneledger.services``), every package of the source tree,
-``py.typed``, and console scripts that name importable functions."""
+``py.typed``, console scripts that name importable functions, and a lean
+core: the SDKs and the OpenTelemetry exporter only as extras."""
 
 from __future__ import annotations
 
 import configparser
 import importlib
+import re
 import subprocess
 import sys
 import zipfile
@@ -86,3 +88,40 @@ def test_console_scripts_name_importable_functions(wheel):
         module, _, function = target.partition(":")
         assert module.startswith("laneledger.")
         assert callable(getattr(importlib.import_module(module), function)), target
+
+
+# Packages only an adapter, the exporter or their tests need: never in the
+# core install (issue 23: "each SDK and the exporter is an optional extra").
+OPTIONAL = re.compile(r"^(openai-agents|claude-agent-sdk|langgraph.*|opentelemetry.*|arize-phoenix)$")
+EXTRA = re.compile(r"""\bextra\s*==\s*["']([^"']+)["']""")
+
+
+def requires_dist(wheel: zipfile.ZipFile) -> list[tuple[str, list[str]]]:
+    """Each Requires-Dist of the wheel: its normalized name and the extras
+    its marker names (none: the core install)."""
+    (metadata,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    found = []
+    for line in wheel.read(metadata).decode().splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        requirement, _, marker = line.removeprefix("Requires-Dist:").partition(";")
+        name = re.match(r"\s*([A-Za-z0-9._-]+)", requirement)
+        assert name is not None, line
+        found.append((re.sub(r"[-_.]+", "-", name.group(1)).lower(), EXTRA.findall(marker)))
+    return found
+
+
+def test_the_core_install_has_no_sdk_or_exporter(wheel):
+    requires = requires_dist(wheel)
+    core = {name for name, extras in requires if not extras}
+    assert "nats-py" in core and "msgspec" in core  # the parsing sees the core
+    assert sorted(name for name in core if OPTIONAL.match(name)) == []
+    # Each adapter and the exporter is an extra of its own (and the tests' dev).
+    by_extra: dict[str, set[str]] = {}
+    for name, extras in requires:
+        for extra in extras:
+            by_extra.setdefault(extra, set()).add(name)
+    assert by_extra["openai-agents"] == {"openai-agents"}
+    assert by_extra["claude-agent"] == {"claude-agent-sdk"}
+    assert by_extra["langgraph"] == {"langgraph-checkpoint"}
+    assert by_extra["otel"] == {"opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http"}

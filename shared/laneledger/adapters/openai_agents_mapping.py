@@ -53,6 +53,12 @@ RUNTIME = "openai-agents"
 DENIED = "denied_unrecorded"
 TOOL_ERROR = "tool_error"
 MODEL_ERROR = "model_error"
+# A model call's action name when its span does not name the model (yet): a
+# response span names it only in its Response. Not a model: a request so
+# named has no ``model``.
+RESPONSES_ACTION = "openai-responses"
+UNKNOWN_MODEL = "unknown"
+UNNAMED_MODELS = frozenset({RESPONSES_ACTION, UNKNOWN_MODEL})
 EXT = "ext.openai_agents"
 MODEL_SPANS = ("generation", "response")
 
@@ -572,7 +578,7 @@ class TraceMapper(DerivedRecorder):
         model = span.data.get("model")
         if isinstance(model, str) and model:
             return model
-        return "openai-responses" if span.kind == "response" else "unknown"
+        return RESPONSES_ACTION if span.kind == "response" else UNKNOWN_MODEL
 
     async def _request_events(
         self,
@@ -620,7 +626,13 @@ class TraceMapper(DerivedRecorder):
         )
         request_payload = {**base, "attempt_no": 1, "span_id": key, **extra}
         if model_call:
-            request_payload["model"] = name
+            # The model as the request knows it: a generation span names it
+            # from its start, a response span only once the response is in
+            # (then the outcome's ``model`` names it), so ``name`` may be a
+            # placeholder that is not put forward as the model.
+            if name not in UNNAMED_MODELS:
+                request_payload["model"] = name
+            request_payload["provider"] = self.provider
         requested = self._event(
             agent.lane,
             run,

@@ -230,21 +230,28 @@ class SpanMapper:
         if isinstance(p.get("attempt_no"), int):
             attributes["laneledger.attempt_no"] = p["attempt_no"]
         if operation == "chat":
-            model = str(p.get("model") or name)
-            attributes["gen_ai.request.model"] = model
+            requested = _text(p.get("model"))
+            if requested is not None:
+                attributes["gen_ai.request.model"] = requested
             if isinstance(p.get("provider"), str):
                 attributes["gen_ai.provider.name"] = p["provider"]
             outcome = end.payload.get("outcome")
+            responded: str | None = None
             if isinstance(outcome, dict):
+                responded = _text(outcome.get("model"))
+                if responded is not None:
+                    attributes["gen_ai.response.model"] = responded
                 for ours, theirs in (("input_tokens", "input_tokens"), ("output_tokens", "output_tokens")):
                     value = outcome.get(ours)
                     if type(value) is int:
                         attributes[f"gen_ai.usage.{theirs}"] = value
-            span_name = f"chat {model}"
+            # {operation} {request model}; a request that does not know its
+            # model (a Responses API call) is named by the model that answered.
+            span_name = f"chat {requested or responded or name}"
         else:
             attributes["gen_ai.tool.name"] = name
-            call_id = p.get("tool_use_id")
-            attributes["gen_ai.tool.call.id"] = call_id if isinstance(call_id, str) else request.subject_id
+            call_id = _text(p.get("tool_use_id")) or _text(p.get("tool_call_id"))
+            attributes["gen_ai.tool.call.id"] = call_id or request.subject_id
             span_name = f"execute_tool {name}"
         meta = self._meta(request)
         attributes["gen_ai.agent.name"] = meta.name
@@ -322,6 +329,11 @@ class SpanMapper:
             f"{self._tail_url}/api/v1/blobs/{hex_of(ref)}?tenant={_query(event.tenant)}"
             for ref, _size in refs_in(event.payload)
         ]
+
+
+def _text(value: Any) -> str | None:
+    """A non-empty string, else None."""
+    return value if isinstance(value, str) and value else None
 
 
 def _query(value: str) -> str:
