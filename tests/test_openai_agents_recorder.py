@@ -671,6 +671,8 @@ def test_guarantees_state_every_hook() -> None:
         stated = guarantees(strict_tools=strict, priced=False)
         assert set(stated.hooks) == set(HOOKS)
         assert stated.hooks["requested_before_call"] == ("strict" if strict else "best_effort")
+        # Only what the failure-injection tests above prove is strict: the request before the call.
+        assert {hook for hook, level in stated.hooks.items() if level == "strict"} <= {"requested_before_call"}
         assert stated.hooks["cost"] == "unsupported"
     assert guarantees(strict_tools=False, priced=True).hooks["cost"] == "best_effort"
 

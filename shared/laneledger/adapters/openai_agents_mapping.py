@@ -48,7 +48,7 @@ from laneledger.sdk.spine import PROMPT_EVENT, SPAWNED_BY, Spine
 log = logging.getLogger(__name__)
 
 ADAPTER = "laneledger.openai-agents"
-ADAPTER_VERSION = "1"
+ADAPTER_VERSION = "2"  # 2: a tool call's outcome is best effort, strict or not
 RUNTIME = "openai-agents"
 DENIED = "denied_unrecorded"
 TOOL_ERROR = "tool_error"
@@ -74,7 +74,9 @@ def guarantees(*, strict_tools: bool, priced: bool) -> AdapterGuarantees:
     """What the recorder guarantees: everything it sees through the tracing
     processor is after the fact (the SDK calls processors without letting
     them stop anything); with the run hooks, a function tool's request is
-    committed before the tool runs, or the tool does not run."""
+    committed before the tool runs, or the tool does not run. Its outcome
+    still comes from the processor, so ``tool_call`` (request and outcome)
+    stays best effort."""
     strict_or_not: Level = "strict" if strict_tools else "best_effort"
     return AdapterGuarantees(
         adapter=ADAPTER,
@@ -83,7 +85,7 @@ def guarantees(*, strict_tools: bool, priced: bool) -> AdapterGuarantees:
             "run": "best_effort",
             "turn": "best_effort",
             "model_call": "best_effort",
-            "tool_call": strict_or_not,
+            "tool_call": "best_effort",
             "requested_before_call": strict_or_not,
             "outcome": "best_effort",
             "cost": "best_effort" if priced else "unsupported",
