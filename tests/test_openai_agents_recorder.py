@@ -11,12 +11,12 @@ import asyncio
 import os
 import signal
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import nats
 import pytest
 import pytest_asyncio
 from agents import (
@@ -43,6 +43,7 @@ from laneledger.otel.history import map_history
 from laneledger.otel.mapping import SpanMapper
 from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.sdk.guarantees import HOOKS
+from laneledger.sdk.pubacks import AckInbox
 from laneledger.sdk.spine import SPAWNED_BY
 from laneledger.services.sequencer.service import SequencerSettings
 
@@ -389,13 +390,15 @@ async def test_a_ledger_that_is_down_stops_the_tool_and_loses_nothing(
 
 
 async def test_a_request_that_commits_after_the_tool_was_stopped_is_closed(
-    nats_server, sequencer_proc, tracing, tmp_path: Path
+    nats_server, sequencer_proc, tracing, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Failure injection at the boundary: the sequencer process is frozen
-    (SIGSTOP) the moment the tool's request reaches NATS, so its receipt does
-    not come in time and the tool is stopped; once the sequencer runs again
-    the request commits, and the failure queued behind it closes it as
-    ``denied_unrecorded``: no attempt is left open for a tool that never ran."""
+    (SIGSTOP) just as the tool's request is published, so the request reaches
+    JetStream but its receipt does not come in time and the tool is stopped;
+    once the sequencer runs again the request commits, and the failure
+    queued behind it closes it as ``denied_unrecorded``: no attempt is left
+    open for a tool that never ran. (Frozen by the publisher, not when a tap
+    sees the message: a sequencer quicker than the tap would commit first.)"""
     ran: list[str] = []
     recorder = await OpenAIAgentsRecorder.connect(
         nats_server.url, tenant="acme", strict_tools=True, timeout=1.0
@@ -403,16 +406,16 @@ async def test_a_request_that_commits_after_the_tool_was_stopped_is_closed(
     tracing(recorder)
     pid = sequencer_proc.pid
     assert pid is not None
-    tap = await nats.connect(nats_server.url)
-    frozen = asyncio.Event()
+    frozen = threading.Event()  # set on the recorder's thread
+    publish = AckInbox.publish
 
-    async def freeze_on_the_tool_request(msg: Any) -> None:
-        if b'"attempt.requested"' in msg.data and b"lookup_order" in msg.data and not frozen.is_set():
+    async def freeze_then_publish(inbox: AckInbox, subject: str, body: bytes, headers: Any = None) -> Any:
+        if b'"attempt.requested"' in body and b"lookup_order" in body and not frozen.is_set():
             os.kill(pid, signal.SIGSTOP)
             frozen.set()
+        return await publish(inbox, subject, body, headers)
 
-    await tap.subscribe("ledger.append.acme.>", cb=freeze_on_the_tool_request)
-    await tap.flush()
+    monkeypatch.setattr(AckInbox, "publish", freeze_then_publish)
     try:
         with pytest.raises(UserError) as raised:
             await Runner.run(
@@ -425,7 +428,6 @@ async def test_a_request_that_commits_after_the_tool_was_stopped_is_closed(
         assert isinstance(raised.value.__cause__, LedgerError)
     finally:
         os.kill(pid, signal.SIGCONT)
-        await tap.close()
     try:
         await recorder.flush(timeout=60)
     finally:
@@ -672,7 +674,9 @@ def test_guarantees_state_every_hook() -> None:
         assert set(stated.hooks) == set(HOOKS)
         assert stated.hooks["requested_before_call"] == ("strict" if strict else "best_effort")
         # Only what the failure-injection tests above prove is strict: the request before the call.
-        assert {hook for hook, level in stated.hooks.items() if level == "strict"} <= {"requested_before_call"}
+        assert {hook for hook, level in stated.hooks.items() if level == "strict"} <= {
+            "requested_before_call"
+        }
         assert stated.hooks["cost"] == "unsupported"
     assert guarantees(strict_tools=False, priced=True).hooks["cost"] == "best_effort"
 
