@@ -13,9 +13,11 @@ import time
 from pathlib import Path
 
 import aiohttp
+import msgspec
 import pytest
 from failure_logs import show_log_on_failure
 from polling import eventually
+from receipt_check import check_receipts_held
 from sequencer_process import SequencerProcess
 from test_txlog import dump
 
@@ -49,6 +51,13 @@ class Producer:
         self.seq = 0
         self.receipts = []
         self.longest_gap_s = 0.0
+
+    def check_held_by(self, *dbs: Path) -> None:
+        """Every receipt it got is for events each file holds, byte for byte,
+        and is the receipt each stored (``receipt_check``)."""
+        got = [msgspec.to_builtins(r) for r in self.receipts]
+        for db in dbs:
+            assert check_receipts_held(got, db) == len(got)
 
     async def append(self) -> None:
         event = make_event(self.lane.id, "stream.text_delta", actor_id=self.actor_id, payload={"n": self.seq})
@@ -114,6 +123,7 @@ async def test_the_standby_follows_and_takes_over_from_a_killed_active_sequencer
     assert positions == list(range(1, 26))  # every append once, in order
     assert audit_ledger(second.db_path).events == 25
     assert await compare_with_stream(js, second.db_path) == 25
+    producer.check_held_by(first.db_path, second.db_path)
 
 
 async def test_a_paused_active_sequencer_is_deposed_and_stands_down_when_it_wakes(
@@ -151,3 +161,4 @@ async def test_a_paused_active_sequencer_is_deposed_and_stands_down_when_it_wake
     positions = [p for r in producer.receipts for p in r.positions]
     assert positions == list(range(1, 16))
     assert await compare_with_stream(js, second.db_path) == 15
+    producer.check_held_by(first.db_path, second.db_path)
