@@ -82,8 +82,12 @@ async def shows(
     )
 
 
-def sequencer(nats_url: str, tmp_path: Path, name: str, request: pytest.FixtureRequest) -> SequencerProcess:
-    seq = SequencerProcess(nats_url, tmp_path / name / "ledger.db", log_dir=tmp_path / name, extra_args=LEASE)
+def sequencer(
+    nats_url: str, tmp_path: Path, name: str, request: pytest.FixtureRequest, *extra_args: str
+) -> SequencerProcess:
+    seq = SequencerProcess(
+        nats_url, tmp_path / name / "ledger.db", log_dir=tmp_path / name, extra_args=(*LEASE, *extra_args)
+    )
     show_log_on_failure(request, seq)
     return seq
 
