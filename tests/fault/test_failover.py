@@ -245,7 +245,7 @@ async def cut_off_rig(tmp_path: Path, request) -> AsyncIterator[tuple[FaultRig, 
         await asyncio.to_thread(cluster.stop)
 
 
-async def lease_lost(seq: SequencerProcess) -> tuple[float | None, float | None]:
+async def role_metrics(seq: SequencerProcess) -> tuple[float | None, float | None]:
     """(laneledger_sequencer_lease_lost_total, laneledger_sequencer_active) on its /metrics."""
     samples = parse(await scrape(seq.http_url or ""))
     return value(samples, "laneledger_sequencer_lease_lost_total"), value(
@@ -258,7 +258,7 @@ async def test_an_active_sequencer_cut_off_from_nats_stands_down_and_catches_up(
     async with cut_off_rig(tmp_path, request) as (rig, js, link):
         cut = await the_active_one(rig)
         assert cut is rig.sequencer, "the sequencer behind the link starts first, so active"
-        assert await lease_lost(cut) == (0, 1)
+        assert await role_metrics(cut) == (0, 1)
         link.sever()
         successor = await other_takes_over(rig, cut)
         await eventually(
@@ -266,7 +266,7 @@ async def test_an_active_sequencer_cut_off_from_nats_stands_down_and_catches_up(
             what="the cut-off sequencer standing down",
         )
         await eventually(
-            lambda: lease_lost(cut), until=lambda found: found == (1, 0), what="lease_lost 1, active 0"
+            lambda: role_metrics(cut), until=lambda found: found == (1, 0), what="lease_lost 1, active 0"
         )
         await rig.wait_for_outcomes(more=30)  # the load goes on through the successor
         link.restore()
