@@ -22,7 +22,10 @@ FILE gets one JSON line per request, written when its outcome is known:
 ``append_id``, ``lane_id``, ``outcome`` (``committed``, an error code, or
 ``timeout`` when the time limit cut it off), ``first_seq``, ``last_seq``,
 ``positions``, plus ``event_ids``, ``expected_last_seq``, ``sends``,
-``accepted`` (a PubAck was seen for it), ``replayed`` and ``producer``.
+``accepted`` (a PubAck was seen for it), ``replayed`` and ``producer``; a
+committed one also ``receipt``, the whole receipt as it came (entry hashes,
+digest, committed_at, …), which ``check_against_ledger`` holds the ledger to
+(``receipt_check.py``).
 
 ``--cost-share`` makes that share of the events ``cost.recorded`` (with a
 decimal amount and token counts) instead of ``stream.text_delta``, so
@@ -57,7 +60,9 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
 from polling import eventually
+from receipt_check import check_receipts_held
 
 from laneledger.contract.errors import LaneConflict, LedgerError, TransportError
 from laneledger.contract.ids import new_id
@@ -268,6 +273,7 @@ class Producer:
                 replayed=receipt.replayed,
                 error=None,
                 receipt_event_ids=list(receipt.event_ids),
+                receipt=msgspec.to_builtins(receipt),
             )
             self.heads[lane.id] = max(self.heads[lane.id], receipt.last_seq)
             break
@@ -549,7 +555,10 @@ def check_against_ledger(lines: list[dict], db_path: str | os.PathLike[str]) -> 
     and positions its receipt named, under exactly one stored receipt; a
     conflicted append left nothing; nothing else is in the ledger; every lane
     is dense and its head is its last event; the committed event count equals
-    the last position. Returns counts."""
+    the last position; and every receipt a producer got is for events the
+    ledger holds with its positions, ids and entry hashes, and is the receipt
+    stored for that request (``receipt_check.check_receipts_held``). Returns
+    counts."""
     import sqlite3
     from collections import Counter, defaultdict
 
@@ -614,6 +623,9 @@ def check_against_ledger(lines: list[dict], db_path: str | os.PathLike[str]) -> 
         assert heads[lane_id][0] == len(seqs), f"lane {lane_id}: head is not its last event"
         body = json.loads(last_hash[lane_id])
         assert heads[lane_id][1] == body["entry_hash"], f"lane {lane_id}: head hash differs"
+    unrecorded = [line["append_id"] for line in committed if "receipt" not in line]
+    assert not unrecorded, f"committed appends without the receipt the producer got: {unrecorded[:5]}"
+    receipts_checked = check_receipts_held((line["receipt"] for line in committed), db_path)
     n_events = sum(len(line["event_ids"]) for line in committed)
     last_position = events[-1][0] if events else 0
     assert n_events == len(events) == last_position, (n_events, len(events), last_position)
@@ -625,6 +637,7 @@ def check_against_ledger(lines: list[dict], db_path: str | os.PathLike[str]) -> 
         "replayed": sum(1 for line in committed if line["replayed"]),
         "resent": sum(1 for line in lines if line["sends"] > 1),
         "lanes_used": len(seqs_by_lane),
+        "receipts_checked": receipts_checked,
     }
 
 

@@ -85,7 +85,11 @@ def test_compose_has_healthchecks_dependencies_and_restarts():
 def test_prometheus_scrapes_every_service_at_its_port():
     config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
     targets = {t for job in config["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]}
-    assert targets == {f"{name}:{port}" for name, port in SERVICES.items()}
+    standby = f"sequencer-standby:{SERVICES['sequencer']}"  # docker-compose's second sequencer
+    assert targets == {f"{name}:{port}" for name, port in SERVICES.items()} | {standby}
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert standby in jobs["laneledger-sequencer"]["static_configs"][0]["targets"]
+    assert "sequencer-standby" in compose()["services"], "the scraped standby is a compose service"
     mounts = compose()["services"]["prometheus"]["volumes"]
     for rule_file in config["rule_files"]:
         assert any(m.startswith(f"./deploy/{rule_file}:") for m in mounts), rule_file

@@ -128,6 +128,7 @@ def test_alert_rules_and_scrape_config_pass_promtool():
     rules = (DEPLOY / "alerts.yml").read_text()
     for alert in (
         "LaneledgerSequencerDown",
+        "LaneledgerNoSingleActiveSequencer",
         "LaneledgerMetricsConsumerLag",
         "LaneledgerUnresolvedAttemptsGrowing",
         "LaneledgerLaneConflictRateHigh",
@@ -155,6 +156,7 @@ async def test_prometheus_scrapes_the_known_workload(
                 "metrics:8472": metrics.url.removeprefix("http://"),
                 # Not running in this test: addresses where nothing listens.
                 "tail:8471": f"127.0.0.1:{free_port()}",
+                "sequencer-standby:8470": f"127.0.0.1:{free_port()}",
                 "checkpoint:8473": f"127.0.0.1:{free_port()}",
             },
         )

@@ -3,7 +3,8 @@
 A standby follows LEDGER_TXLOG (its file takes every new record, every
 ``try_s``) and tries to take the lease; once it has it, it becomes active:
 it reads the log's last records, then pulls requests, answers commands and
-mirrors the committed stream. The active one renews the lease; when renewing
+mirrors the committed stream. A standby that finds the log written with
+another chain key (``ChainKeyDiffers``) ends instead. The active one renews the lease; when renewing
 is refused (the lease expired, or another holds it) or has not succeeded for
 a whole TTL (cut off from NATS), it stands down: it stops pulling and
 answering, finishes nothing new, and follows again. Whatever it was doing
@@ -17,6 +18,8 @@ import asyncio
 import logging
 import time
 from typing import Protocol
+
+from laneledger.store.chainkey import ChainKeyDiffers
 
 from .lease import Lease
 from .metrics import SequencerMetrics
@@ -74,8 +77,8 @@ class RoleKeeper:
                     if await self._lease.acquire():
                         await self._become_active()
                         continue
-                except asyncio.CancelledError:
-                    raise
+                except (asyncio.CancelledError, ChainKeyDiffers):
+                    raise  # another HMAC key wrote the log: never take over (store/chainkey.py)
                 except Exception as exc:  # noqa: BLE001 - NATS away: try again
                     log.warning("standby could not follow the log or try the lease: %s", exc)
                 self._show_holder()

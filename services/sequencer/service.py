@@ -375,8 +375,13 @@ class Sequencer:
         s = self._settings
         await ensure_stream(self._js, txlog_stream_config(s.subjects, s.replicas))
         txlog = JetStreamTxLog(
-            self._js, s.subjects, asyncio.get_running_loop(), max_payload=self._nc.max_payload
+            self._js,
+            s.subjects,
+            asyncio.get_running_loop(),
+            max_payload=self._nc.max_payload,
+            chain_key=self._writer.chain_key,
         )
+        await txlog.check_last_writer()  # another HMAC key on the log: do not start
         self._writer.use_txlog(txlog)
         applied = await self.follow()
         if self._writer.log_restarted_after is not None:

@@ -77,7 +77,9 @@ class FaultRig:
     ``replicas`` is what the sequencer and the checkpoint service create
     their streams with (3 on a cluster); ``standby``: a second sequencer on
     its own file (``standby_db``), both with a lease of ``lease_ttl_s``
-    (spec/replication.md, "The lease")."""
+    (spec/replication.md, "The lease"); ``sequencer_urls``: the NATS URL
+    each sequencer (the first, then the standby) connects to instead of
+    ``nats_url`` (one of them through a ``tcp_link.TcpLink``, say)."""
 
     def __init__(
         self,
@@ -89,21 +91,23 @@ class FaultRig:
         replicas: int = 1,
         standby: bool = False,
         lease_ttl_s: float = 1.0,
+        sequencer_urls: tuple[str, str] | None = None,
     ) -> None:
         self.nats_url = nats_url
+        first_url, standby_url = sequencer_urls or (nats_url, nats_url)
         self.dir = Path(tmp_path)
         self.db = Path(db_path) if db_path is not None else self.dir / "ledger.db"
         self.consumers = Consumers(
             tail=self.dir / "tail", metrics=self.dir / "metrics", checkpoint=self.dir / "checkpoint"
         )
         sequencer_args = ("--replicas", str(replicas), "--lease-ttl-s", str(lease_ttl_s))
-        self.sequencer = SequencerProcess(nats_url, self.db, log_dir=self.dir, extra_args=sequencer_args)
+        self.sequencer = SequencerProcess(first_url, self.db, log_dir=self.dir, extra_args=sequencer_args)
         self.sequencers = [self.sequencer]
         if standby:
             self.standby_db = self.dir / "standby" / "ledger.db"
             self.sequencers.append(
                 SequencerProcess(
-                    nats_url, self.standby_db, log_dir=self.dir / "standby", extra_args=sequencer_args
+                    standby_url, self.standby_db, log_dir=self.dir / "standby", extra_args=sequencer_args
                 )
             )
         self.tail = tail_process(nats_url, self.consumers.tail, self.dir)

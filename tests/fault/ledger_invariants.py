@@ -6,7 +6,10 @@ difference it finds:
 
 1. every request a producer made has exactly one outcome, every committed
    append is in the ledger exactly once where its receipt said, nothing else
-   is, lanes are dense (``producer_proc.check_against_ledger``);
+   is, lanes are dense, and every receipt a producer got names events the
+   file holds byte for byte (position, id, entry hash from ``events.body``)
+   and is the receipt stored for its request (``producer_proc.check_against_ledger``,
+   ``receipt_check.check_receipts_held``);
 2. every chain verifies and every receipt matches its events
    (``laneledger.audit.ledger.audit_ledger``);
 3. LEDGER_EVENTS equals SQLite: sequence == position, byte-identical bodies,

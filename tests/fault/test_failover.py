@@ -12,6 +12,11 @@ row for row:
   ledger from the log, then takes over when the other is killed;
 * SIGSTOP it past its lease, then SIGCONT: it stands down;
 * kill the NATS node both sequencers are connected to;
+* cut the active one alone off from NATS (its only link to its node, a
+  ``tcp_link.TcpLink``, severed on a cluster whose nodes do not advertise
+  each other): the standby, on the other nodes, takes over; the cut-off one
+  stands down (``lease_lost``), and once the link is back it follows as a
+  current standby;
 * and, after each, a file restored from the streams alone (``laneledger
   restore``) equals them and ``laneledger verify`` passes against the stream.
 """
@@ -29,18 +34,24 @@ from typing import Any
 
 import aiohttp
 import nats
+from failure_logs import show_log_on_failure
 from fault_harness import FaultRig, fault_timeout, scaled
 from ledger_invariants import check_invariants
+from metrics_support import parse, scrape, value
 from polling import eventually
 from producer_proc import wait_for_producers
 from sequencer_process import SequencerProcess
+from tcp_link import LOOPBACK, TcpLink
 from test_txlog import dump
+
+from laneledger.devtools.natscluster import NatsCluster
 
 KILLS = scaled(3, 10)
 LEASE_TTL_S = 1.0
 
 
-async def role_of(seq: SequencerProcess) -> str | None:
+async def readiness(seq: SequencerProcess) -> tuple[int, str | None] | None:
+    """(/readyz status, the role it says), or None when it does not answer."""
     if not seq.running or seq.http_url is None:
         return None
     try:
@@ -48,9 +59,14 @@ async def role_of(seq: SequencerProcess) -> str | None:
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http,
             http.get(f"{seq.http_url}/readyz") as resp,
         ):
-            return (await resp.json()).get("role")
+            return resp.status, (await resp.json()).get("role")
     except (aiohttp.ClientError, TimeoutError, ValueError):
         return None
+
+
+async def role_of(seq: SequencerProcess) -> str | None:
+    found = await readiness(seq)
+    return found[1] if found else None
 
 
 async def the_active_one(rig: FaultRig) -> SequencerProcess:
@@ -194,3 +210,73 @@ async def test_killing_the_nats_node_the_sequencers_use_loses_nothing(cluster, t
         await rig.wait_for_outcomes(more=20)
         summary = await finish(rig, js, tmp_path)
     print(f"failover: the sequencers' NATS node killed, {summary}")
+
+
+@asynccontextmanager
+async def cut_off_rig(tmp_path: Path, request) -> AsyncIterator[tuple[FaultRig, Any, TcpLink]]:
+    """The rig on a three-node cluster whose nodes do not advertise each
+    other to clients, so each process reaches only the servers it is given:
+    the first sequencer node 0 through a ``TcpLink`` and nothing else; the
+    standby nodes 1 and 2; the services all three; the producers one each."""
+    cluster = NatsCluster(tmp_path / "cluster", size=3, no_advertise=True)
+    await asyncio.to_thread(cluster.start)
+    for node in cluster.nodes:
+        show_log_on_failure(request, node)
+    try:
+        assert cluster.nodes[0].port is not None
+        with TcpLink(LOOPBACK, cluster.nodes[0].port) as link:
+            nc = await nats.connect(cluster.urls, reconnect_time_wait=0.1, max_reconnect_attempts=-1)
+            try:
+                rig = FaultRig(
+                    ",".join(cluster.urls),
+                    tmp_path,
+                    request,
+                    replicas=3,
+                    standby=True,
+                    lease_ttl_s=LEASE_TTL_S,
+                    sequencer_urls=(link.url, ",".join(cluster.urls[1:])),
+                )
+                async with rig:
+                    await rig.start_load(urls=cluster.urls)
+                    yield rig, nc.jetstream(), link
+            finally:
+                await nc.close()
+    finally:
+        await asyncio.to_thread(cluster.stop)
+
+
+async def role_metrics(seq: SequencerProcess) -> tuple[float | None, float | None]:
+    """(laneledger_sequencer_lease_lost_total, laneledger_sequencer_active) on its /metrics."""
+    samples = parse(await scrape(seq.http_url or ""))
+    return value(samples, "laneledger_sequencer_lease_lost_total"), value(
+        samples, "laneledger_sequencer_active"
+    )
+
+
+@fault_timeout
+async def test_an_active_sequencer_cut_off_from_nats_stands_down_and_catches_up(tmp_path, request):
+    async with cut_off_rig(tmp_path, request) as (rig, js, link):
+        cut = await the_active_one(rig)
+        assert cut is rig.sequencer, "the sequencer behind the link starts first, so active"
+        assert await role_metrics(cut) == (0, 1)
+        link.sever()
+        successor = await other_takes_over(rig, cut)
+        await eventually(
+            lambda: "lease not renewed for a whole TTL" in cut.log_text(),
+            what="the cut-off sequencer standing down",
+        )
+        await eventually(
+            lambda: role_metrics(cut), until=lambda found: found == (1, 0), what="lease_lost 1, active 0"
+        )
+        await rig.wait_for_outcomes(more=30)  # the load goes on through the successor
+        link.restore()
+        await eventually(
+            lambda: readiness(cut),
+            until=lambda r: r == (200, "standby"),
+            what="the cut-off one a current standby",
+        )
+        await rig.wait_for_outcomes(more=30)
+        assert await role_of(successor) == "active"
+        assert link.connections > 1, "the cut-off sequencer came back through the link"
+        summary = await finish(rig, js, tmp_path)
+    print(f"failover: the active sequencer cut off from NATS, {summary}")

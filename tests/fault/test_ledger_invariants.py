@@ -1,7 +1,8 @@
 """The fault suite's checker can fail: consumer files derived from a real
 ledger pass, and each kind of damage a crash could leave — a missing or
 altered read-model row, an event folded twice, a lost label or lane index
-entry, a consumer that stopped short — is reported."""
+entry, a consumer that stopped short — is reported; and so is a receipt a
+producer holds that the ledger does not bear out (``receipt_check``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import re
 import sqlite3
 from pathlib import Path
 
+import msgspec
 import pytest
 from ledger_invariants import (
     Consumers,
@@ -19,6 +21,7 @@ from ledger_invariants import (
     ledger_events,
     wait_for_consumers,
 )
+from receipt_check import check_receipts_held
 
 from laneledger.sdk.client import make_event
 from laneledger.services.checkpoint.store import CheckpointStore, LaneEvent
@@ -155,3 +158,29 @@ async def test_a_consumer_that_stops_short_is_reported(events, tmp_path: Path):
         AssertionError, match=re.escape(f"past the ledger's position {last - 1}: {{'tail': {last}}}")
     ):
         await wait_for_consumers(Consumers(tail=files["tail"].parent), last - 1, timeout=0.3)
+
+
+async def test_a_receipt_the_ledger_does_not_bear_out_is_refused(client, actor, tmp_path: Path):
+    lane = await client.create_lane("acme", "s", "r", "main", actor_id=actor.id)
+    events = [
+        make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload={"text": str(i)})
+        for i in range(3)
+    ]
+    receipt = msgspec.to_builtins(await client.append(lane, 0, events))
+    db = tmp_path / "ledger.db"
+    assert check_receipts_held([receipt], db) == 1
+    assert check_receipts_held([{**receipt, "replayed": True}], db) == 1  # a resend's answer
+
+    hashes = list(receipt["entry_hashes"])
+    hashes[1] = ("0" if hashes[1][0] != "0" else "1") + hashes[1][1:]
+    for damaged, message in (
+        ({**receipt, "entry_hashes": hashes}, "position 2 differs .*entry_hash"),
+        ({**receipt, "event_ids": receipt["event_ids"][::-1]}, "position 1 differs .*'id'"),
+        ({**receipt, "positions": [p + 1 for p in receipt["positions"]]}, "position 2 differs .*'seq'"),
+        ({**receipt, "positions": [p + 3 for p in receipt["positions"]]}, "no event at position 4"),
+        ({**receipt, "committed_at": "2020-01-01T00:00:00Z"}, "position 1 differs .*committed_at"),
+        ({**receipt, "digest": "sha256:" + "0" * 64}, "stored receipt differs"),
+        ({**receipt, "append_id": "nobody-sent-this"}, "differs .*append_id"),
+    ):
+        with pytest.raises(AssertionError, match=message):
+            check_receipts_held([receipt, damaged], db)

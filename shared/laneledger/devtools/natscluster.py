@@ -62,7 +62,9 @@ def _free_ports(n: int, host: str) -> list[int]:
 
 class NatsCluster:
     """``size`` nats-servers with JetStream, clustered as ``name`` on ``host``,
-    storing under ``base_dir/n<i>`` and logging to ``base_dir/n<i>.log``."""
+    storing under ``base_dir/n<i>`` and logging to ``base_dir/n<i>.log``.
+    ``no_advertise``: the nodes do not tell clients about each other, so a
+    client reaches only the servers it was given."""
 
     def __init__(
         self,
@@ -72,6 +74,7 @@ class NatsCluster:
         name: str = "laneledger",
         host: str = "127.0.0.1",
         binary: str | os.PathLike[str] | None = None,
+        no_advertise: bool = False,
     ) -> None:
         if size < 1:
             raise ValueError("a cluster has at least one node")
@@ -80,6 +83,7 @@ class NatsCluster:
         self.name = name
         self.host = host
         self.binary = binary
+        self.no_advertise = no_advertise
         self.route_ports: list[int] = []
         self.nodes: list[NatsServer] = []
 
@@ -131,6 +135,7 @@ class NatsCluster:
                     f"nats://{self.host}:{port}",
                     "--routes",
                     routes,
+                    *(("--no_advertise=true",) if self.no_advertise else ()),
                 ),
             )
             for i, port in enumerate(route_ports)

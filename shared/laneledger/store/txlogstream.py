@@ -11,6 +11,11 @@ last saw, and a writer that is behind — another sequencer wrote — is refused
 parts are there; a record cut short (its writer died or was refused midway)
 is followed by a new record's first part, and readers skip it.
 
+Given ``chain_key`` (a sequencer's, ``store/chainkey.py``), every part it
+appends carries that fingerprint, and every part it reads must carry the
+same one or none (``ChainKeyDiffers``); without it (``laneledger restore``,
+which hashes nothing) parts are neither stamped nor checked.
+
 The writer is synchronous and runs on the sequencer's writer thread; this
 class runs its JetStream calls on the event loop (it is made on the loop's
 thread) and waits for them on the writer's. It refuses to wait on the loop's
@@ -30,6 +35,7 @@ from nats.js.errors import APIError, NotFoundError
 
 from laneledger.contract.errors import IntegrityError
 from laneledger.contract.subjects import Subjects
+from laneledger.store.chainkey import CHAIN_KEY_HEADER, check_chain_key
 from laneledger.store.txlog import TxLogMoved, TxLogUnavailable
 
 T = TypeVar("T")
@@ -66,6 +72,7 @@ class JetStreamTxLog:
         *,
         max_payload: int,
         timeout_s: float = 10.0,
+        chain_key: str | None = None,
     ) -> None:
         self._js = js
         self._stream = subjects.txlog_stream
@@ -74,6 +81,8 @@ class JetStreamTxLog:
         self._loop_thread = threading.get_ident()  # made on the loop's thread
         self._part_bytes = max(max_payload - _HEADER_ROOM, 1024)
         self._timeout_s = timeout_s
+        self._chain_key = chain_key
+        self._stamp = {CHAIN_KEY_HEADER: chain_key} if chain_key is not None else {}
 
     # -- the writer's side (TxLog), on the writer thread
 
@@ -84,7 +93,7 @@ class JetStreamTxLog:
         last = self._wait(self.last_seq())
         if last <= after:
             return iter(()), last
-        return self._records(after, last, lambda seq: self._wait(self._get(seq))), last
+        return self._records(after, last, lambda seq: self._checked(seq, self._wait(self._get(seq)))), last
 
     def _wait(self, work: Coroutine[Any, Any, T]) -> T:
         if threading.get_ident() == self._loop_thread:
@@ -98,7 +107,11 @@ class JetStreamTxLog:
         parts = split_record(record, self._part_bytes)
         seq = after
         for i, part in enumerate(parts, start=1):
-            headers = {PART_HEADER: f"{i}/{len(parts)}", "Nats-Expected-Last-Sequence": str(seq)}
+            headers = {
+                PART_HEADER: f"{i}/{len(parts)}",
+                "Nats-Expected-Last-Sequence": str(seq),
+                **self._stamp,
+            }
             try:
                 ack = await self._js.publish(
                     self._subject, part, timeout=self._timeout_s, stream=self._stream, headers=headers
@@ -135,6 +148,20 @@ class JetStreamTxLog:
                 "the transaction log cannot be read", stream=self._stream, error=type(exc).__name__
             ) from exc
         return int(info.state.last_seq)
+
+    async def check_last_writer(self) -> None:
+        """Refuse a log whose last message was written with another chain
+        key (``ChainKeyDiffers``); an empty log, or no key to check, passes."""
+        last = await self.last_seq()
+        if self._chain_key is not None and last > 0:
+            self._checked(last, await self._get(last))
+
+    def _checked(
+        self, seq: int, message: tuple[dict[str, str] | None, bytes]
+    ) -> tuple[dict[str, str] | None, bytes]:
+        if self._chain_key is not None:
+            check_chain_key(self._chain_key, (message[0] or {}).get(CHAIN_KEY_HEADER), txlog_seq=seq)
+        return message
 
     async def _get(self, seq: int) -> tuple[dict[str, str] | None, bytes]:
         try:

@@ -80,6 +80,7 @@ from laneledger.contract.vocabulary import (
 )
 from laneledger.history.causality import REWOUND
 from laneledger.store.append import PreparedAppend
+from laneledger.store.chainkey import chain_key_fingerprint
 from laneledger.store.reader import LedgerReader, lane_from_row
 from laneledger.store.schema import file_id as schema_file_id
 from laneledger.store.sqlite import (
@@ -682,6 +683,12 @@ class LedgerWriter:
         return size, tree_store.root(self._db, size)
 
     # ------------------------------------------------------------ the log
+
+    @property
+    def chain_key(self) -> str:
+        """The fingerprint of how this writer hashes chains (its HMAC key, or
+        none): every sequencer on one log must have the same (``store/chainkey.py``)."""
+        return chain_key_fingerprint(self._key)
 
     def file_id(self) -> str:
         """This file's own id (``schema.file_id``): the sequencer's lease holder."""
