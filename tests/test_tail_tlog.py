@@ -18,18 +18,14 @@ import pytest
 import pytest_asyncio
 from polling import eventually
 from prometheus_client import CollectorRegistry
+from tlog_support import file_root, size_of, start_signing_sequencer
 
 from laneledger.cli.tlog import request_checkpoint
 from laneledger.contract.subjects import Subjects
 from laneledger.runtime.access import AccessPolicy
 from laneledger.sdk.client import LaneRecorder, LedgerClient
-from laneledger.services.sequencer.metrics import SequencerMetrics
-from laneledger.services.sequencer.service import Sequencer, SequencerSettings
-from laneledger.services.sequencer.treeheads import TreeHeadSettings
 from laneledger.services.tail import tlogmodel
 from laneledger.services.tail.readmodel import ReadModel
-from laneledger.store import LedgerWriter, open_ledger
-from laneledger.store.tree import leaf_of
 from laneledger.tlog import merkle
 from laneledger.tlog import store as tree_store
 from laneledger.tlog.bundle import verify_bundle
@@ -62,13 +58,7 @@ async def log(nats_server, nc, tmp_path) -> AsyncIterator[Log]:
     request only (its interval is an hour)."""
     signer = Signer.generate(ORIGIN)
     db = tmp_path / "ledger.db"
-    service = Sequencer(
-        nc,
-        LedgerWriter(open_ledger(db)),
-        SequencerMetrics(CollectorRegistry()),
-        SequencerSettings(tree_heads=TreeHeadSettings(signer, interval_s=3600)),
-    )
-    await service.start()
+    service = await start_signing_sequencer(nc, db, signer, interval_s=3600)
     try:
         async with await LedgerClient.connect(nats_server.url, timeout=5.0) as client:
             yield Log(db, signer, client)
@@ -82,20 +72,6 @@ async def record(client: LedgerClient, tenant: str, session: str, lanes: int, ev
         lane = await LaneRecorder.open(client, tenant, session, "r1", f"lane{n}", actor_id=actor.id)
         for k in range(events):
             await lane.append([lane.event("stream.text_delta", actor_id=actor.id, payload={"k": k})])
-
-
-def size_of(note: str) -> int:
-    return Checkpoint.parse(split_note(note)[0]).size
-
-
-def file_root(db: Path, size: int) -> bytes:
-    """The root of the first ``size`` events of a ledger file, from their bodies."""
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        rows = conn.execute("SELECT body FROM events WHERE position <= ? ORDER BY position", (size,))
-        return merkle.root_of([leaf_of(body) for (body,) in rows])
-    finally:
-        conn.close()
 
 
 def tail_root(tail_dir: Path, size: int) -> bytes:

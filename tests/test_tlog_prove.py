@@ -13,13 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
+from tlog_support import start_signing_sequencer
 
 from laneledger.sdk.client import LaneRecorder, LedgerClient
-from laneledger.services.sequencer.metrics import SequencerMetrics
-from laneledger.services.sequencer.service import Sequencer, SequencerSettings
-from laneledger.services.sequencer.treeheads import TreeHeadSettings
-from laneledger.store import LedgerWriter, open_ledger
 from laneledger.tlog.cosignature import Cosigner
 from laneledger.tlog.note import Signer
 from laneledger.tlog.witness import Witness
@@ -42,13 +38,7 @@ async def ledger(nats_server, nc, tmp_path):
     for fresh ones), two sessions of three lanes; yields (db, signer)."""
     signer = Signer.generate(ORIGIN)
     db = tmp_path / "ledger.db"
-    service = Sequencer(
-        nc,
-        LedgerWriter(open_ledger(db)),
-        SequencerMetrics(CollectorRegistry()),
-        SequencerSettings(tree_heads=TreeHeadSettings(signer, interval_s=3600)),
-    )
-    await service.start()
+    service = await start_signing_sequencer(nc, db, signer, interval_s=3600)
     try:
         async with await LedgerClient.connect(nats_server.url, timeout=5.0) as client:
             actor = await client.ensure_actor("acme", "agent:prove-tests", "agent")

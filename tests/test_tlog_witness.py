@@ -18,7 +18,7 @@ from pathlib import Path
 import nats
 import pytest
 from polling import eventually
-from prometheus_client import CollectorRegistry
+from tlog_support import start_signing_sequencer
 
 from laneledger.contract.errors import (
     EntityNotFound,
@@ -30,11 +30,7 @@ from laneledger.contract.errors import (
 from laneledger.devtools.natsserver import NatsServer
 from laneledger.runtime.access import AccessPolicy
 from laneledger.sdk.client import LaneRecorder, LedgerClient
-from laneledger.services.sequencer.metrics import SequencerMetrics
-from laneledger.services.sequencer.service import Sequencer, SequencerSettings
-from laneledger.services.sequencer.treeheads import TreeHeadSettings
 from laneledger.services.tail.service import TailService, TailSettings
-from laneledger.store import LedgerWriter, open_ledger
 from laneledger.tlog.checkpoint import Checkpoint, sign_checkpoint
 from laneledger.tlog.client import LogClient
 from laneledger.tlog.cosignature import Cosigner
@@ -86,13 +82,7 @@ class Ledger:
 async def running_ledger(tmp: Path, signer: Signer, witnesses: list[Cosigner] = ()) -> AsyncIterator[Ledger]:
     async with NatsServer(tmp / "nats") as server:
         nc = await nats.connect(server.url)
-        sequencer = Sequencer(
-            nc,
-            LedgerWriter(open_ledger(tmp / "ledger.db")),
-            SequencerMetrics(CollectorRegistry()),
-            SequencerSettings(tree_heads=TreeHeadSettings(signer, interval_s=0.2)),
-        )
-        await sequencer.start()
+        sequencer = await start_signing_sequencer(nc, tmp / "ledger.db", signer)
         tail_nc = await nats.connect(server.url)
         tail = TailService(
             tail_nc,

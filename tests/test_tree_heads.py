@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -15,18 +14,14 @@ from pathlib import Path
 import msgspec
 import pytest
 from polling import eventually
-from prometheus_client import CollectorRegistry
 from sequencer_process import SequencerProcess
+from tlog_support import file_root, start_signing_sequencer
 
 from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.model import Reply, ReplyOk
 from laneledger.contract.subjects import Subjects
 from laneledger.sdk.client import LaneRecorder, LedgerClient
-from laneledger.services.sequencer.metrics import SequencerMetrics
-from laneledger.services.sequencer.service import Sequencer, SequencerSettings
-from laneledger.services.sequencer.treeheads import TreeHeadSettings
-from laneledger.store import LedgerWriter, open_ledger
-from laneledger.store.tree import leaf_of
+from laneledger.store import open_ledger
 from laneledger.tlog import merkle
 from laneledger.tlog.checkpoint import Checkpoint, open_checkpoint
 from laneledger.tlog.cosignature import CosignatureVerifier, Cosigner
@@ -39,27 +34,6 @@ ORIGIN = "ledger.example/acme"
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
-
-
-async def start(nc, db: Path, signer: Signer, interval_s: float = 0.2) -> Sequencer:
-    service = Sequencer(
-        nc,
-        LedgerWriter(open_ledger(db)),
-        SequencerMetrics(CollectorRegistry()),
-        SequencerSettings(tree_heads=TreeHeadSettings(signer, interval_s=interval_s)),
-    )
-    await service.start()
-    return service
-
-
-def file_root(db: Path, size: int) -> bytes:
-    """The root of the first ``size`` events, from their bodies alone."""
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        bodies = conn.execute("SELECT body FROM events WHERE position <= ? ORDER BY position", (size,))
-        return merkle.root_of([leaf_of(body) for (body,) in bodies])
-    finally:
-        conn.close()
 
 
 def head_of(note: str, signer: Signer) -> Checkpoint:
@@ -84,7 +58,7 @@ async def record(client: LedgerClient, actor_id: str, name: str, events: int) ->
 async def test_checkpoints_are_signed_as_the_tree_grows_once_per_size(nats_server, nc, js, tmp_path):
     signer = Signer.generate(ORIGIN)
     db = tmp_path / "ledger.db"
-    service = await start(nc, db, signer)
+    service = await start_signing_sequencer(nc, db, signer)
     try:
         async with await LedgerClient.connect(nats_server.url, timeout=5.0) as client:
             actor = await client.ensure_actor("acme", "agent:tlog-tests", "agent")
@@ -124,7 +98,9 @@ async def test_checkpoints_are_signed_as_the_tree_grows_once_per_size(nats_serve
 async def test_a_checkpoint_on_request_and_none_again_after_a_restart(nats_server, nc, js, tmp_path):
     signer = Signer.generate(ORIGIN)
     db = tmp_path / "ledger.db"
-    service = await start(nc, db, signer, interval_s=3600)  # signs at start, then on request only
+    service = await start_signing_sequencer(
+        nc, db, signer, interval_s=3600
+    )  # signs at start, then on request only
     try:
         async with await LedgerClient.connect(nats_server.url, timeout=5.0) as client:
             actor = await client.ensure_actor("acme", "agent:tlog-tests", "agent")
@@ -139,7 +115,7 @@ async def test_a_checkpoint_on_request_and_none_again_after_a_restart(nats_serve
         assert notes[-1] == signed.stdout and len(notes) == 2  # size 0 at start, then 3
     finally:
         await service.stop()
-    restarted = await start(nc, db, signer, interval_s=3600)
+    restarted = await start_signing_sequencer(nc, db, signer, interval_s=3600)
     try:
         await eventually(lambda: restarted.tree_heads.latest, what="the restarted signer's first look")
         assert await checkpoints(js) == notes  # size 3 is on the stream already

@@ -1,10 +1,24 @@
 """Shared by the transparency log tests: the Go test's corruptions of a
 proof (transparency-dev/merkle proof/verify_test.go), each of which must
-fail to verify."""
+fail to verify; a real sequencer that signs checkpoints; a ledger file's
+root recomputed from its event bodies alone."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from laneledger.services.sequencer.metrics import SequencerMetrics
+from laneledger.services.sequencer.service import Sequencer, SequencerSettings
+from laneledger.services.sequencer.treeheads import TreeHeadSettings
+from laneledger.store import LedgerWriter, open_ledger
+from laneledger.store.tree import leaf_of
+from laneledger.tlog import merkle
+from laneledger.tlog.checkpoint import Checkpoint
+from laneledger.tlog.note import Signer, split_note
 
 SOME_HASH = bytes.fromhex("abacaba000000000000000000000000000000000000000000060061e00123456")
 EMPTY_TREE = bytes.fromhex("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
@@ -97,3 +111,31 @@ def committed_ledger(db, events: int, *, hmac_key: bytes | None = None):
         receipt = writer.apply_batch([prepare_append(body)]).receipts[0]
         assert isinstance(receipt, AppendCommitted), receipt
     return conn
+
+
+async def start_signing_sequencer(nc, db: Path, signer: Signer, interval_s: float = 0.2) -> Sequencer:
+    """A real sequencer on ``db`` signing checkpoints with ``signer`` at its
+    start and every ``interval_s`` when the tree grew."""
+    service = Sequencer(
+        nc,
+        LedgerWriter(open_ledger(db)),
+        SequencerMetrics(CollectorRegistry()),
+        SequencerSettings(tree_heads=TreeHeadSettings(signer, interval_s=interval_s)),
+    )
+    await service.start()
+    return service
+
+
+def file_root(db: Path, size: int) -> bytes:
+    """The root of the first ``size`` events of a ledger file, from their bodies alone."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        bodies = conn.execute("SELECT body FROM events WHERE position <= ? ORDER BY position", (size,))
+        return merkle.root_of([leaf_of(body) for (body,) in bodies])
+    finally:
+        conn.close()
+
+
+def size_of(note: str) -> int:
+    """The tree size a signed checkpoint states."""
+    return Checkpoint.parse(split_note(note)[0]).size

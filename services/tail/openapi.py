@@ -15,6 +15,7 @@ from laneledger.runtime.apidoc import (
     error_responses,
     json_body,
     ops_paths,
+    parameter,
     schema_ref,
     secure_guarded,
 )
@@ -702,49 +703,37 @@ SCHEMAS: dict[str, Any] = {
 }
 
 
-def _param(
-    name: str, where: str, schema: dict[str, Any], description: str, required: bool = False
-) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": where,
-        "required": required or where == "path",
-        "schema": schema,
-        "description": description,
-    }
-
-
 _TEXT = {"type": "string", "minLength": 1, "maxLength": 256}
 _PAGE_PARAMS = [
-    _param(
+    parameter(
         "cursor",
         "query",
         {"type": "integer", "minimum": 0},
         "exclusive start key: forward returns keys > cursor, backward keys < cursor",
     ),
-    _param(
+    parameter(
         "direction",
         "query",
         {"enum": ["forward", "backward"], "default": "forward"},
         "forward: oldest first; backward: newest first",
     ),
-    _param(
+    parameter(
         "limit",
         "query",
         {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
         "events per page",
     ),
 ]
-_SESSION = _param("session_id", "path", _TEXT, "host session id")
-_EXCLUDE = _param(
+_SESSION = parameter("session_id", "path", _TEXT, "host session id")
+_EXCLUDE = parameter(
     "exclude_invalidated",
     "query",
     {"enum": ["false", "true"], "default": "false"},
     "true: leave out the session's events its session.rewound events invalidate",
 )
-_RUN = _param("run_id", "path", _TEXT, "host run id")
+_RUN = parameter("run_id", "path", _TEXT, "host run id")
 _OWNER = TENANT_PARAMETER_DOC
-_SHA256 = _param(
+_SHA256 = parameter(
     "sha256",
     "path",
     {"type": "string", "pattern": "^(sha256:)?[0-9a-f]{64}$"},
@@ -795,25 +784,25 @@ PATHS: dict[str, Any] = {
                 "`event: end` frame whose id is the terminal event's position."
             ),
             "parameters": [
-                _param("tenant", "query", _TEXT, "only this tenant"),
-                _param("session_id", "query", _TEXT, "only this session; follows it to its end"),
-                _param("run_id", "query", _TEXT, "only this run; follows it to its end"),
-                _param("lane_id", "query", _TEXT, "only this lane"),
-                _param("actor_id", "query", _TEXT, "only this actor"),
-                _param("event_type", "query", _TEXT, "event types starting with this prefix"),
-                _param(
+                parameter("tenant", "query", _TEXT, "only this tenant"),
+                parameter("session_id", "query", _TEXT, "only this session; follows it to its end"),
+                parameter("run_id", "query", _TEXT, "only this run; follows it to its end"),
+                parameter("lane_id", "query", _TEXT, "only this lane"),
+                parameter("actor_id", "query", _TEXT, "only this actor"),
+                parameter("event_type", "query", _TEXT, "event types starting with this prefix"),
+                parameter(
                     "from_position",
                     "query",
                     {"type": "integer", "minimum": 0},
                     "the last position the client has; delivery starts after it (default 0)",
                 ),
-                _param(
+                parameter(
                     "Last-Event-ID",
                     "header",
                     {"type": "string", "pattern": "^[0-9]+$"},
                     "as from_position, and wins over it",
                 ),
-                _param(
+                parameter(
                     "exclude_invalidated",
                     "query",
                     {"enum": ["false", "true"], "default": "false"},
@@ -835,8 +824,8 @@ PATHS: dict[str, Any] = {
             "operationId": "getEvent",
             "summary": "one committed event by ledger position",
             "parameters": [
-                _param("position", "path", _POS, "ledger position"),
-                _param(
+                parameter("position", "path", _POS, "ledger position"),
+                parameter(
                     "exclude_invalidated",
                     "query",
                     {"enum": ["false", "true"], "default": "false"},
@@ -854,11 +843,11 @@ PATHS: dict[str, Any] = {
             "operationId": "laneEvents",
             "summary": "a lane's events; cursor is a lane seq (a position with with_origin)",
             "parameters": [
-                _param("lane_id", "path", _TEXT, "lane id"),
+                parameter("lane_id", "path", _TEXT, "lane id"),
                 *_PAGE_PARAMS,
                 _EXCLUDE,
                 _OWNER,
-                _param(
+                parameter(
                     "with_origin",
                     "query",
                     {"enum": ["false", "true"], "default": "false"},
@@ -888,13 +877,13 @@ PATHS: dict[str, Any] = {
             "spines (main agent, sub-agents, forks) and rewinds",
             "parameters": [
                 _SESSION,
-                _param(
+                parameter(
                     "cursor",
                     "query",
                     {"type": "integer", "minimum": 0},
                     "nodes with position > cursor (default 0)",
                 ),
-                _param(
+                parameter(
                     "limit",
                     "query",
                     {"type": "integer", "minimum": 1, "maximum": 2000, "default": 500},
@@ -937,7 +926,7 @@ PATHS: dict[str, Any] = {
             "summary": "a content-addressed blob, raw",
             "parameters": [
                 _SHA256,
-                _param(
+                parameter(
                     "tenant",
                     "query",
                     _TEXT,
@@ -956,9 +945,9 @@ PATHS: dict[str, Any] = {
             "operationId": "verify",
             "summary": "recompute the hash chains of a lane, a session or (no parameter) the ledger",
             "parameters": [
-                _param("lane_id", "query", _TEXT, "verify this lane"),
-                _param("session_id", "query", _TEXT, "verify this session's lanes"),
-                _param(
+                parameter("lane_id", "query", _TEXT, "verify this lane"),
+                parameter("session_id", "query", _TEXT, "verify this session's lanes"),
+                parameter(
                     "tenant",
                     "query",
                     _TEXT,
@@ -976,7 +965,7 @@ PATHS: dict[str, Any] = {
         "get": {
             "operationId": "consoleAsset",
             "summary": "a static file of the web console",
-            "parameters": [_param("asset", "path", {"enum": ["app.js", "app.css"]}, "file name")],
+            "parameters": [parameter("asset", "path", {"enum": ["app.js", "app.css"]}, "file name")],
             "responses": {
                 "200": {
                     "description": "the file",
@@ -994,10 +983,10 @@ PATHS: dict[str, Any] = {
             "operationId": "costs",
             "summary": "cost.recorded totals by currency, model and tenant, and a series over time",
             "parameters": [
-                _param("tenant", "query", _TEXT, "only this tenant"),
-                _param("session_id", "query", _TEXT, "only this session"),
-                _param("run_id", "query", _TEXT, "only this run"),
-                _param(
+                parameter("tenant", "query", _TEXT, "only this tenant"),
+                parameter("session_id", "query", _TEXT, "only this session"),
+                parameter("run_id", "query", _TEXT, "only this run"),
+                parameter(
                     "bucket_s",
                     "query",
                     {"type": "integer", "minimum": 1, "maximum": 2678400},
@@ -1012,8 +1001,10 @@ PATHS: dict[str, Any] = {
             "operationId": "eventCausation",
             "summary": "an event's cause and the events it caused (same tenant), oldest first",
             "parameters": [
-                _param("position", "path", _POS, "ledger position"),
-                _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000}, "caused (100)"),
+                parameter("position", "path", _POS, "ledger position"),
+                parameter(
+                    "limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000}, "caused (100)"
+                ),
             ],
             "responses": {
                 "200": json_body("EventCausation", "its cause and what it caused"),
@@ -1026,21 +1017,23 @@ PATHS: dict[str, Any] = {
             "operationId": "sessions",
             "summary": "the sessions index: one summary per session, newest (last event) first",
             "parameters": [
-                _param("tenant", "query", _TEXT, "only this tenant (a tenant's token: its own)"),
-                _param(
+                parameter("tenant", "query", _TEXT, "only this tenant (a tenant's token: its own)"),
+                parameter(
                     "status",
                     "query",
                     {"enum": ["running", "completed", "failed", "unresolved", "paused"]},
                     "a status, or unresolved (attempts open) / paused (pauses pending)",
                 ),
-                _param("actor_id", "query", _TEXT, "sessions with an event of this actor"),
-                _param("q", "query", _TEXT, "text in the session id"),
-                _param("since", "query", _TEXT, "active at or after this time (RFC 3339)"),
-                _param("until", "query", _TEXT, "active at or before this time (RFC 3339)"),
-                _param(
+                parameter("actor_id", "query", _TEXT, "sessions with an event of this actor"),
+                parameter("q", "query", _TEXT, "text in the session id"),
+                parameter("since", "query", _TEXT, "active at or after this time (RFC 3339)"),
+                parameter("until", "query", _TEXT, "active at or before this time (RFC 3339)"),
+                parameter(
                     "before", "query", {"type": "integer", "minimum": 1}, "last event before this position"
                 ),
-                _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 500}, "page size (50)"),
+                parameter(
+                    "limit", "query", {"type": "integer", "minimum": 1, "maximum": 500}, "page size (50)"
+                ),
             ],
             "responses": {
                 "200": json_body("SessionPage", "a page of sessions"),
@@ -1079,9 +1072,9 @@ PATHS: dict[str, Any] = {
             "operationId": "korgJournal",
             "summary": "Korg: the tool-call journal as NDJSON, one KorgEnvelope per line, oldest first",
             "parameters": [
-                _param("session_id", "query", _TEXT, "only this session"),
-                _param("cursor", "query", {"type": "integer", "minimum": 0}, "returns seq_id > cursor"),
-                _param("limit", "query", {"type": "integer", "minimum": 1}, "at most this many"),
+                parameter("session_id", "query", _TEXT, "only this session"),
+                parameter("cursor", "query", {"type": "integer", "minimum": 0}, "returns seq_id > cursor"),
+                parameter("limit", "query", {"type": "integer", "minimum": 1}, "at most this many"),
             ],
             "responses": {
                 "200": {
@@ -1133,7 +1126,7 @@ def _secure(paths: dict[str, Any]) -> None:
         if path in QUERY_TOKEN_PATHS:
             operation["security"].append({"accessTokenQuery": []})
             operation["parameters"].append(
-                _param(
+                parameter(
                     ACCESS_TOKEN_PARAMETER,
                     "query",
                     {"type": "string", "minLength": 1},

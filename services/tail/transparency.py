@@ -27,7 +27,7 @@ from laneledger.contract.errors import (
     RequestTooLarge,
 )
 from laneledger.runtime.access import scope_of
-from laneledger.runtime.apidoc import JSON_MEDIA, error_responses, json_body
+from laneledger.runtime.apidoc import JSON_MEDIA, error_responses, json_body, parameter
 from laneledger.runtime.httpjson import json_response
 from laneledger.store.sqlite import failures_as
 from laneledger.tlog import store as tree_store
@@ -268,19 +268,7 @@ _NOTE = {
 }
 
 
-def _param(
-    name: str, where: str, schema: dict[str, Any], description: str, required: bool = False
-) -> dict[str, Any]:
-    return {
-        "name": name,
-        "in": where,
-        "required": required or where == "path",
-        "schema": schema,
-        "description": description,
-    }
-
-
-_CHECKPOINT_SIZE = _param(
+_CHECKPOINT_SIZE = parameter(
     "size",
     "query",
     _SIZE,
@@ -331,7 +319,7 @@ PATHS: dict[str, Any] = {
         "get": {
             "operationId": "tlogCheckpointOfSize",
             "summary": "the checkpoint of one tree size, with its cosignatures (public)",
-            "parameters": [_param("size", "path", _SIZE, "the tree size")],
+            "parameters": [parameter("size", "path", _SIZE, "the tree size")],
             "responses": {"200": _NOTE, **error_responses(400, 404)},
         }
     },
@@ -340,8 +328,8 @@ PATHS: dict[str, Any] = {
             "operationId": "tlogConsistency",
             "summary": "a consistency proof of the tree from size old to size new (public)",
             "parameters": [
-                _param("old", "query", _SIZE, "the older tree size, at most new", required=True),
-                _param("new", "query", _SIZE, "the newer tree size, at most the tail's", required=True),
+                parameter("old", "query", _SIZE, "the older tree size, at most new", required=True),
+                parameter("new", "query", _SIZE, "the newer tree size, at most the tail's", required=True),
             ],
             "responses": {
                 "200": json_body("TlogConsistency", "the proof, base64 hashes"),
@@ -369,7 +357,7 @@ PATHS: dict[str, Any] = {
             "operationId": "eventProof",
             "summary": "a C2SP tlog-proof of one event (with the event), under a checkpoint the tail serves",
             "parameters": [
-                _param("position", "path", {"type": "integer", "minimum": 1}, "ledger position"),
+                parameter("position", "path", {"type": "integer", "minimum": 1}, "ledger position"),
                 _CHECKPOINT_SIZE,
             ],
             "responses": {
@@ -384,7 +372,7 @@ PATHS: dict[str, Any] = {
             "summary": "a session bundle: every event of the session with its inclusion proof under one "
             "checkpoint the tail serves",
             "parameters": [
-                _param(
+                parameter(
                     "session_id", "path", {"type": "string", "minLength": 1, "maxLength": 256}, "session id"
                 ),
                 TENANT_PARAMETER_DOC,

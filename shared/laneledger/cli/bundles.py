@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from laneledger.cli.hmackey import HMAC_KEY_FILE_ENV, read_hmac_key_file
+from laneledger.cli.hmackey import add_hmac_key_file_option, read_hmac_key_file
 from laneledger.cli.natsoption import add_nats_option
 from laneledger.cli.report import fail, refused
 from laneledger.contract.errors import IntegrityError, InvalidRequest
@@ -61,13 +61,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="the log's public note key: the proof is checked against it before it is written "
         "(required with --url)",
     )
-    sub.add_argument(
-        "--hmac-key-file",
-        metavar="FILE",
-        default=os.environ.get(HMAC_KEY_FILE_ENV),
-        help="with --note-key: the ledger's HMAC key, for a keyed ledger's entry hashes "
-        f"(env {HMAC_KEY_FILE_ENV})",
-    )
+    add_hmac_key_file_option(sub, "with --note-key: the ledger's HMAC key, for a keyed ledger's entry hashes")
     sub.add_argument(
         "--token-file",
         metavar="FILE",

@@ -4,6 +4,8 @@ the tail do, never from the command line."""
 
 from __future__ import annotations
 
+import argparse
+import os
 from pathlib import Path
 
 from laneledger.contract.errors import InvalidRequest
@@ -19,3 +21,15 @@ def read_hmac_key_file(path: str | None) -> bytes | None:
     if not key:
         raise InvalidRequest("the HMAC key file is empty", file=path)
     return key
+
+
+def add_hmac_key_file_option(
+    parser: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup, help: str
+) -> None:
+    """``--hmac-key-file FILE``, defaulting to ``$LANELEDGER_HMAC_KEY_FILE``."""
+    parser.add_argument(
+        "--hmac-key-file",
+        metavar="FILE",
+        default=os.environ.get(HMAC_KEY_FILE_ENV),
+        help=f"{help} (env {HMAC_KEY_FILE_ENV})",
+    )

@@ -23,7 +23,7 @@ from laneledger.audit.ledger import (
     verify_export,
 )
 from laneledger.cli.bundles import add_verify_options, verify_bundle_file, verify_checkpoints
-from laneledger.cli.hmackey import HMAC_KEY_FILE_ENV, read_hmac_key_file
+from laneledger.cli.hmackey import add_hmac_key_file_option, read_hmac_key_file
 from laneledger.cli.natsoption import add_nats_option
 from laneledger.cli.report import fail
 from laneledger.compat.korg import read_journal, verify_journal
@@ -79,12 +79,8 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         type=hmac_key,
         help="verify HMAC-SHA256 entry hashes under KEY (UTF-8) instead of plain SHA-256",
     )
-    key.add_argument(
-        "--hmac-key-file",
-        metavar="FILE",
-        default=os.environ.get(HMAC_KEY_FILE_ENV),
-        help="read the HMAC key from FILE, as the sequencer does (surrounding "
-        f"whitespace stripped; env {HMAC_KEY_FILE_ENV})",
+    add_hmac_key_file_option(
+        key, "read the HMAC key from FILE, as the sequencer does (surrounding whitespace stripped)"
     )
     sub.add_argument(
         "--public-key",

@@ -21,6 +21,19 @@ def json_body(schema_name: str, description: str) -> dict[str, Any]:
     return {"description": description, "content": {JSON_MEDIA: {"schema": schema_ref(schema_name)}}}
 
 
+def parameter(
+    name: str, where: str, schema: dict[str, Any], description: str, required: bool = False
+) -> dict[str, Any]:
+    """An OpenAPI parameter; one in the path is always required."""
+    return {
+        "name": name,
+        "in": where,
+        "required": required or where == "path",
+        "schema": schema,
+        "description": description,
+    }
+
+
 def error_response() -> dict[str, str]:
     """A reference to the shared typed error response (spec/errors.md)."""
     return {"$ref": "#/components/responses/Error"}

@@ -96,6 +96,16 @@ def sign_checkpoint(checkpoint: Checkpoint, signer: NoteSigner) -> str:
     return sign_note(checkpoint.body(), [signer])
 
 
+def _of_origin(text: str, origin: str) -> Checkpoint:
+    """The checkpoint a note's text is, refused when it is another log's."""
+    checkpoint = Checkpoint.parse(text)
+    if checkpoint.origin != origin:
+        raise InvalidRequest(
+            "the checkpoint is another log's", path="origin", found=checkpoint.origin, expected=origin
+        )
+    return checkpoint
+
+
 def open_checkpoint(
     signed: str | bytes, verifiers: Iterable[NoteVerifier], *, origin: str
 ) -> tuple[Checkpoint, Note]:
@@ -103,11 +113,7 @@ def open_checkpoint(
     (``open_note``), then the body's; a checkpoint of another log is
     ``invalid_request`` (``path: "origin"``)."""
     note = open_note(signed, verifiers)
-    checkpoint = Checkpoint.parse(note.text)
-    if checkpoint.origin != origin:
-        raise InvalidRequest(
-            "the checkpoint is another log's", path="origin", found=checkpoint.origin, expected=origin
-        )
+    checkpoint = _of_origin(note.text, origin)
     return checkpoint, note
 
 
@@ -138,11 +144,7 @@ def open_cosigned(
             signers=list(cosigned),
             quorum=quorum,
         )
-    checkpoint = Checkpoint.parse(note.text)
-    if checkpoint.origin != origin:
-        raise InvalidRequest(
-            "the checkpoint is another log's", path="origin", found=checkpoint.origin, expected=origin
-        )
+    checkpoint = _of_origin(note.text, origin)
     return checkpoint, cosigned
 
 
