@@ -236,6 +236,41 @@ def test_a_seed_cut_short_is_completed_once_by_its_file(tmp_path: Path):
     assert dump(tmp_path / "fresh.db") == dump(db)
 
 
+class Interleaving:
+    """A's view of a shared log: before A's ``at``-th append, B runs."""
+
+    def __init__(self, log: MemoryLog, at: int, meanwhile) -> None:
+        self.log, self.at, self.meanwhile, self.appends = log, at, meanwhile, 0
+
+    def append(self, record: bytes, *, after: int) -> int:
+        self.appends += 1
+        if self.appends == self.at:
+            self.meanwhile()
+        return self.log.append(record, after=after)
+
+    def read_after(self, after: int):
+        return self.log.read_after(after)
+
+
+def test_two_writers_seeding_one_file_interleaved_put_each_row_on_the_log_once(tmp_path: Path):
+    """A appends the seed's first record; B (a copy of the file) starts,
+    skips it and appends the rest; A's next append is refused (the log
+    moved), it reads B's records, skips them, and both go on equal."""
+    db = structure_file(tmp_path / "a.db")
+    copy_ledger(db, tmp_path / "b.db")
+    log = MemoryLog()
+    b = with_log(tmp_path / "b.db", log, max_rows=3)
+    a = with_log(db, Interleaving(log, 2, b.catch_up), max_rows=2)
+    assert a.catch_up() == 0
+    assert (a.seeded_rows, b.seeded_rows) == (2, 8)
+    assert seed_slices(records_of(log)) == [(0, 2), (2, 5), (5, 8), (8, 10)]
+    assert a.applied_from_log == b.applied_from_log == 0
+    assert dump(db) == dump(tmp_path / "b.db")
+    a.ensure_actor(EnsureActor(tenant="acme", key="agent:a", kind="agent"))
+    b.catch_up()
+    assert dump(db) == dump(tmp_path / "b.db")
+
+
 def test_a_file_that_differs_from_the_seed_is_refused_whole(tmp_path: Path):
     log = MemoryLog()
     with_log(structure_file(tmp_path / "seeded.db"), log, max_rows=4).catch_up()
