@@ -259,10 +259,11 @@ async def test_a_record_larger_than_a_message_is_split_and_one_cut_short_is_skip
         await txlog.append_async(b"stale", after=10)
 
 
-async def test_an_emptied_log_starts_again_after_the_file(nats_server, nc, js, tmp_path: Path):
+async def test_an_emptied_log_is_seeded_again_from_the_file(nats_server, nc, js, tmp_path: Path):
     """The stream lost (deleted, or a NATS store wiped) while the file stays:
-    the file is the only record of what came before, and the log starts
-    again after it. A rebuild from the log alone then stops at that point."""
+    the file's rows go back on the log first (a seed, store/txlogseed.py),
+    then the ledger goes on. A rebuild from the log alone equals the file,
+    and a standby's copy from before the loss takes the seed as its own."""
     db = tmp_path / "ledger.db"
     service = await start(nc, db)
     try:
@@ -273,20 +274,35 @@ async def test_an_emptied_log_starts_again_after_the_file(nats_server, nc, js, t
             await client.append(lane, 0, [event])
     finally:
         await service.stop()
+    standby = tmp_path / "standby.db"
+    source, copy = sqlite3.connect(db), sqlite3.connect(standby)
+    source.backup(copy)
+    source.close()
+    copy.close()
     await js.delete_stream("LEDGER_TXLOG")
     service = await start(nc, db)
     try:
         assert service._writer.log_restarted_after == 1
+        assert service._writer.seeded_rows == 6  # actor, session, lane, event, receipt, the lane's head
         async with await LedgerClient.connect(nats_server.url, timeout=5.0) as client:
             event = make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload={"text": "after"})
             assert (await client.append(lane, 1, [event])).positions == [2]
     finally:
         await service.stop()
-    assert dump(db)["meta"] == [("1",)]  # the new log's first record
+    assert dump(db)["meta"] == [("2",)]  # the seed, then the append
     rebuilt = tmp_path / "rebuilt.db"
     status = await asyncio.to_thread(cli_main, ["restore", "--db", str(rebuilt), "--nats", nats_server.url])
-    assert status == 2  # refused at the record that continues position 1, which the log never held
-    assert dump(rebuilt)["events"] == []
+    assert status == 0
+    assert dump(rebuilt) == dump(db)
+    # The copy had applied 3 records of the lost log, more than the new one
+    # holds: it starts over on it, skips the seed (its rows) and takes the rest.
+    service = await start(nc, standby)
+    try:
+        assert service._writer.log_restarted_after == 1
+        assert service._writer.applied_from_log == 1
+    finally:
+        await service.stop()
+    assert dump(standby) == dump(db)
 
 
 async def test_a_log_shorter_than_the_file_is_refused_at_start(nats_server, nc, js, tmp_path: Path):

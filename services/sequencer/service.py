@@ -386,11 +386,18 @@ class Sequencer:
         applied = await self.follow()
         if self._writer.log_restarted_after is not None:
             log.warning(
-                "%s was empty while the ledger file had applied records from it (the stream was "
-                "lost or reset): it starts again after position %d; the file is the only record "
-                "of what came before",
+                "%s ended before what the ledger file had applied from it (the stream was lost "
+                "or reset): it starts again from the file, at position %d",
                 s.subjects.txlog_stream,
                 self._writer.log_restarted_after,
+            )
+        if self._writer.seeded_rows:
+            log.info(
+                "seeded %s with %d rows of the ledger file (up to position %d): a file rebuilt "
+                "from the log alone now holds them",
+                s.subjects.txlog_stream,
+                self._writer.seeded_rows,
+                self._writer.last_position,
             )
         if applied:
             log.info(

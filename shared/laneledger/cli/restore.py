@@ -53,7 +53,7 @@ async def _restore(args: argparse.Namespace) -> int:
         async with await LedgerClient.connect(args.nats) as client:
             loop = asyncio.get_running_loop()
             txlog = JetStreamTxLog(client.nc.jetstream(), subjects, loop, max_payload=client.nc.max_payload)
-            writer.use_txlog(txlog)
+            writer.use_txlog(txlog, seed=False)  # restore reads the log, never appends to it
             # The writer waits on the loop for each read: it runs on a thread.
             applied = await asyncio.to_thread(writer.catch_up)
     finally:

@@ -36,6 +36,11 @@ from laneledger.store.tree import extend_tree
 # meta.txlog_seq: the log position of the last record this file holds.
 TXLOG_KEY = "txlog_seq"
 RECORD_VERSION = 1
+# A record of a seed (store/txlogseed.py): the rows of a file that predates
+# its log, with a ``SeedMark``. Its own version, so that a reader that does
+# not know seeds refuses one instead of applying it to a file that already
+# holds its rows.
+SEED_RECORD_VERSION = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,15 +101,40 @@ STATEMENTS = {
 Writes = list[tuple[Statement, list[tuple[Any, ...]]]]
 
 
+class SeedMark(msgspec.Struct, array_like=True, frozen=True):
+    """What makes a record part of a seed (store/txlogseed.py), and the
+    state of the file the seed was taken from: every seed record of one
+    seed carries the same state and its own slice of the seed's rows."""
+
+    position: int  # the file's last position
+    root: bytes  # its Merkle tree root at that position
+    counts: dict[str, int]  # rows per table
+    digest: bytes  # SHA-256 of all the seed's rows, in order
+    rows: int  # how many rows the whole seed has
+    first: int  # this record's rows are rows[first:end] of the seed
+    end: int
+
+
 class TxRecord(msgspec.Struct, array_like=True, frozen=True):
     """One writer transaction. ``position_before``/``position``: the ledger's
     last position before and after it (equal for a structure command), so a
-    replay can check that the record continues the file it is applied to."""
+    replay can check that the record continues the file it is applied to.
+    ``seed``: set on a seed's records only (version 2)."""
 
     version: int
     position_before: int
     position: int
     # (statement name, parameter rows): values are str, int, bytes or None
+    writes: list[tuple[str, list[list[Any]]]]
+    seed: SeedMark | None = None
+
+
+class _PlainRecord(msgspec.Struct, array_like=True, frozen=True):
+    """A version-1 record as encoded: no trailing seed field."""
+
+    version: int
+    position_before: int
+    position: int
     writes: list[tuple[str, list[list[Any]]]]
 
 
@@ -112,15 +142,16 @@ _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(TxRecord)
 
 
+def _named(writes: Writes) -> list[tuple[str, list[list[Any]]]]:
+    return [(statement.name, [list(row) for row in rows]) for statement, rows in writes]
+
+
 def encode_record(writes: Writes, *, position_before: int, position: int) -> bytes:
-    return _encoder.encode(
-        TxRecord(
-            RECORD_VERSION,
-            position_before,
-            position,
-            [(statement.name, [list(row) for row in rows]) for statement, rows in writes],
-        )
-    )
+    return _encoder.encode(_PlainRecord(RECORD_VERSION, position_before, position, _named(writes)))
+
+
+def encode_seed_record(writes: Writes, *, position_before: int, position: int, seed: SeedMark) -> bytes:
+    return _encoder.encode(TxRecord(SEED_RECORD_VERSION, position_before, position, _named(writes), seed))
 
 
 def decode_record(data: bytes, *, seq: int) -> TxRecord:
@@ -130,13 +161,20 @@ def decode_record(data: bytes, *, seq: int) -> TxRecord:
         raise IntegrityError(
             "transaction log record is undecodable", kind="txlog_record", txlog_seq=seq
         ) from exc
-    if record.version != RECORD_VERSION:
+    if record.version not in (RECORD_VERSION, SEED_RECORD_VERSION):
         raise IntegrityError(
             "transaction log record has an unknown version",
             kind="txlog_record",
             txlog_seq=seq,
             found=record.version,
-            expected=RECORD_VERSION,
+            expected=[RECORD_VERSION, SEED_RECORD_VERSION],
+        )
+    if (record.version == SEED_RECORD_VERSION) != (record.seed is not None):
+        raise IntegrityError(
+            "transaction log record: a seed record (version 2) and only it carries a seed mark",
+            kind="txlog_record",
+            txlog_seq=seq,
+            found=record.version,
         )
     return record
 

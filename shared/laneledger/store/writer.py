@@ -79,6 +79,7 @@ from laneledger.contract.vocabulary import (
     check_payload,
 )
 from laneledger.history.causality import REWOUND
+from laneledger.store import txlogseed
 from laneledger.store.append import PreparedAppend
 from laneledger.store.chainkey import chain_key_fingerprint
 from laneledger.store.reader import LedgerReader, lane_from_row
@@ -90,6 +91,8 @@ from laneledger.store.sqlite import (
     commit,
     failures_as,
     fetch_all,
+    meta_value,
+    put_meta,
     record_applied_position,
     roll_back,
     transaction,
@@ -109,6 +112,7 @@ from laneledger.store.txlog import (
     TxLog,
     TxLogMoved,
     TxLogUnavailable,
+    TxRecord,
     Writes,
     apply_record,
     decode_record,
@@ -118,6 +122,33 @@ from laneledger.store.txlog import (
 from laneledger.tlog import store as tree_store
 
 T = TypeVar("T")
+
+# meta.txlog_seed, while this file is inside a seed of the log
+# (store/txlogseed.py): "<digest hex> <rows taken> <rows in all> <apply|skip>".
+SEED_KEY = "txlog_seed"
+
+
+@dataclass(frozen=True, slots=True)
+class SeedProgress:
+    """How far this file is through the log's seed: ``end`` of its ``rows``
+    taken, each record applied (the file was empty) or skipped (the file
+    holds the seeded rows: it is the file seeded, or an equal copy)."""
+
+    digest: bytes
+    end: int
+    rows: int
+    applying: bool
+
+    def encode(self) -> str:
+        return f"{self.digest.hex()} {self.end} {self.rows} {'apply' if self.applying else 'skip'}"
+
+    @classmethod
+    def decode(cls, value: str | None) -> SeedProgress | None:
+        if value is None:
+            return None
+        digest, end, rows, mode = value.split()
+        return cls(bytes.fromhex(digest), int(end), int(rows), mode == "apply")
+
 
 # In the canonical bytes of a committed event, "entry_hash" is immediately
 # followed by "event_type" (no allowed top-level key sorts between them), and a
@@ -252,6 +283,15 @@ class LedgerWriter:
         self._behind = False
         self.applied_from_log = 0  # records applied by ``catch_up``, in all
         self.log_restarted_after: int | None = None  # set when an empty log starts after this file
+        # With a log that holds nothing of a non-empty file, seed it with the
+        # file's rows (store/txlogseed.py) before anything else is appended;
+        # ``use_txlog(seed=False)`` (``laneledger restore``) never appends.
+        self._seed_allowed = True
+        self.seed_max_rows = txlogseed.MAX_ROWS
+        self.seed_max_bytes = txlogseed.MAX_BYTES
+        with failures_as("ledger read failed"):
+            self._seed = SeedProgress.decode(meta_value(conn, SEED_KEY))
+        self.seeded_rows = 0  # rows this writer appended to the log as a seed
         # Reads answer from the file as it is, even one behind the log (a full
         # disk, say, refuses to take the log's records); what writes or
         # decides catches up first (``_before_use``, ``current``).
@@ -646,6 +686,15 @@ class LedgerWriter:
 
     def _open_writes(self, writes: Writes, what: str, **details: Any) -> None:
         """Run ``writes`` in a new transaction, left open for ``_commit``."""
+        if self._txlog is not None and self._seed is not None:
+            raise IntegrityError(
+                "the transaction log's seed is not complete: nothing can be written after it until "
+                "the sequencer whose file it was taken from (or an equal copy) completes it",
+                kind="txlog_seed_incomplete",
+                txlog_seq=self.txlog_seq,
+                seed_rows=self._seed.rows,
+                seed_rows_on_log=self._seed.end,
+            )
         with failures_as(what, roll_back=self._db, **details):
             begin(self._db)
             run_writes(self._db, writes)
@@ -695,11 +744,15 @@ class LedgerWriter:
         self._refuse_if_staged()
         return schema_file_id(self._db)
 
-    def use_txlog(self, txlog: TxLog) -> None:
+    def use_txlog(self, txlog: TxLog, *, seed: bool = True) -> None:
         """From now on store every transaction on ``txlog`` before it
-        commits; what the log holds beyond this file is applied first."""
+        commits; what the log holds beyond this file is applied first.
+        ``seed``: a log holding nothing of this non-empty file is first
+        given the file's rows (store/txlogseed.py); False: never appended to
+        but by a write (``laneledger restore``)."""
         self._refuse_if_staged()
         self._txlog = txlog
+        self._seed_allowed = seed
         self._behind = True
         # The log, replicated, is what makes a commit durable now: the file
         # need not wait for the disk at every COMMIT. A power cut may roll
@@ -718,17 +771,55 @@ class LedgerWriter:
     def catch_up(self) -> int:
         """Apply the log's records after ``txlog_seq``, each in its own
         transaction with its position, and return how many. The cache of
-        lane heads is dropped: it is reloaded from the file."""
+        lane heads is dropped: it is reloaded from the file. A log holding
+        nothing of this non-empty file is seeded with it, and a seed of
+        this file's state left incomplete is completed (``_write_seed``)."""
         self._refuse_if_staged()
         if self._txlog is None:
             return 0
+        # Until this returns, the file may lack what the log holds (or a
+        # seed it was appending may be unfinished): the next use reads again.
+        self._behind = True
+        applied, _ = self._read_log()
+        idle = 0
+        while self._seed_due():
+            try:
+                self._write_seed()
+            except TxLogMoved:
+                # Another writer appended first: its seed (taken or refused
+                # as any), or the rest of this one's. Read it, then see.
+                more, taken = self._read_log()
+                applied += more
+                idle = 0 if taken else idle + 1
+                if idle == 3:
+                    raise
+        self._behind = False
+        return applied
+
+    def _read_log(self) -> tuple[int, int]:
+        """Take the log's records after ``txlog_seq``: (applied, taken —
+        applied or, a seed's this file holds, skipped)."""
+        assert self._txlog is not None
         db = self._db
         records, end = self._txlog.read_after(self.txlog_seq)
         if end < self.txlog_seq:
             self._restart_log(end)
-        applied = 0
+            records, end = self._txlog.read_after(self.txlog_seq)
+        applied = taken = 0
         for seq, data in records:
             record = decode_record(data, seq=seq)
+            taken += 1
+            if record.seed is not None:
+                applied += self._take_seed_record(record, seq)
+                continue
+            if self._seed is not None:
+                raise IntegrityError(
+                    "a transaction log record follows a seed that is not complete",
+                    kind="txlog_seed_incomplete",
+                    txlog_seq=seq,
+                    seed_rows=self._seed.rows,
+                    seed_rows_on_log=self._seed.end,
+                )
             with transaction(db, "ledger commit failed", txlog_seq=seq):
                 apply_record(db, record, seq=seq, last_position=self.last_position)
                 record_applied_position(db, TXLOG_KEY, seq)
@@ -742,16 +833,118 @@ class LedgerWriter:
             # Lane heads moved; actors only appear and never change, so
             # their cache stays (a new one is loaded when first named).
             self._lanes.clear()
-        self._behind = False
-        return applied
+        return applied, taken
+
+    def _take_seed_record(self, record: TxRecord, seq: int) -> int:
+        """A seed's record (store/txlogseed.py): applied to a file that was
+        empty when the seed began, skipped by a file whose state is the one
+        the seed announces (its rows are there); any other file is refused,
+        before anything of the seed is written to it. 1 if applied."""
+        mark = record.seed
+        assert mark is not None
+        db = self._db
+        progress = self._seed
+        if mark.first == 0 and progress is None:
+            if txlogseed.is_empty(db):
+                applying = True
+            else:
+                txlogseed.check_tables(db)
+                if txlogseed.quick_mismatch(db, self.last_position, mark) or not txlogseed.file_state(
+                    db, self.last_position
+                ).matches(mark):
+                    raise IntegrityError(
+                        "the transaction log begins with a seed of another ledger file than this one: "
+                        "this file is not empty and differs from it (start on an empty file, or with "
+                        "the file the log was seeded from)",
+                        kind="txlog_seed_differs",
+                        txlog_seq=seq,
+                        seed_position=mark.position,
+                        seed_counts=mark.counts,
+                        file_position=self.last_position,
+                        file_counts=txlogseed.counts(db),
+                    )
+                applying = False
+        elif progress is None or progress.digest != mark.digest or progress.end != mark.first:
+            raise IntegrityError(
+                "a transaction log seed record does not continue the seed this file is in",
+                kind="txlog_record",
+                txlog_seq=seq,
+                seed_first_row=mark.first,
+                file_seed_rows=None if progress is None else progress.end,
+            )
+        else:
+            applying = progress.applying
+        done = mark.end == mark.rows
+        after = None if done else SeedProgress(mark.digest, mark.end, mark.rows, applying)
+        with transaction(db, "ledger commit failed", txlog_seq=seq):
+            if applying:
+                apply_record(db, record, seq=seq, last_position=self.last_position)
+            record_applied_position(db, TXLOG_KEY, seq)
+            self._record_seed(db, after)
+        self.txlog_seq = seq
+        self._seed = after
+        if not applying:
+            return 0
+        self.last_position = record.position
+        self.applied_from_log += 1
+        return 1
+
+    @staticmethod
+    def _record_seed(db: sqlite3.Connection, progress: SeedProgress | None) -> None:
+        if progress is None:
+            db.execute("DELETE FROM meta WHERE key = ?", (SEED_KEY,))
+        else:
+            put_meta(db, SEED_KEY, progress.encode())
+
+    def _seed_due(self) -> bool:
+        """Whether this writer appends (the rest of) a seed now: its file
+        holds rows and the log nothing of them, or the log holds the start
+        of a seed of this very file (one cut short by a crash)."""
+        if not self._seed_allowed:
+            return False
+        if self._seed is not None:
+            return not self._seed.applying
+        return applied_position(
+            self._db, TXLOG_KEY, what="ledger read failed"
+        ) == 0 and not txlogseed.is_empty(self._db)
+
+    def _write_seed(self) -> None:
+        """Append this file's rows to the log as a seed, from the row where
+        a seed of it stopped (0 for a new one), each record right after the
+        last; the file records each as taken (it holds its rows)."""
+        assert self._txlog is not None
+        db = self._db
+        txlogseed.check_tables(db)
+        state = txlogseed.file_state(db, self.last_position)
+        start = 0
+        if self._seed is not None:
+            if self._seed.digest != state.digest:
+                raise IntegrityError(
+                    "this ledger file changed since it began seeding the transaction log",
+                    kind="txlog_seed_differs",
+                    txlog_seq=self.txlog_seq,
+                )
+            start = self._seed.end
+        for data, mark in txlogseed.seed_records(
+            db, state, start=start, max_rows=self.seed_max_rows, max_bytes=self.seed_max_bytes
+        ):
+            seq = self._txlog.append(data, after=self.txlog_seq)
+            after = None if mark.end == mark.rows else SeedProgress(mark.digest, mark.end, mark.rows, False)
+            with transaction(db, "ledger write failed", txlog_seq=seq):
+                record_applied_position(db, TXLOG_KEY, seq)
+                self._record_seed(db, after)
+            self.txlog_seq = seq
+            self._seed = after
+            self.seeded_rows += mark.end - mark.first
 
     def _restart_log(self, end: int) -> None:
         """The log ends before what this file applied. Empty, it was lost or
         reset: the file is the only record of what came before, and the log
-        starts again after it (its first record's ``position_before`` says
-        where: a rebuild from the log alone stops there, ``txlog_gap``). Not
-        empty, it is another ledger's, or was cut: refused."""
-        if end != 0:
+        starts again (``catch_up`` seeds it with the file). Beginning with a
+        seed, it was lost and another writer seeded it again: this file
+        reads it from the start (and skips it if it is this file's state).
+        Otherwise it is another ledger's, or was cut: refused."""
+        if end != 0 and not self._log_begins_with_seed():
             raise IntegrityError(
                 "the transaction log ends before what this ledger file applied: the stream is "
                 "not this ledger's, or it was cut short",
@@ -761,8 +954,18 @@ class LedgerWriter:
             )
         with transaction(self._db, "ledger write failed") as db:
             record_applied_position(db, TXLOG_KEY, 0)
+            self._record_seed(db, None)
         self.log_restarted_after = self.last_position
         self.txlog_seq = 0
+        self._seed = None
+
+    def _log_begins_with_seed(self) -> bool:
+        assert self._txlog is not None
+        records, _ = self._txlog.read_after(0)
+        for seq, data in records:
+            mark = decode_record(data, seq=seq).seed
+            return mark is not None and mark.first == 0
+        return False
 
     # ---------------------------------------------------------------- lookups
 
