@@ -124,7 +124,7 @@ async def test_the_tails_tree_and_checkpoints_are_the_ledgers(log, start_tail, t
 
     proof = (await tail.api.get("/api/v1/tlog/consistency", params={"old": "3", "new": "11"})).json()
     assert proof["old_size"] == 3 and proof["new_size"] == 11
-    heads = [Checkpoint.parse(split_note(n)[0]) for n in signed]
+    heads = [Checkpoint.of_note(n) for n in signed]
     merkle.verify_consistency(
         3, 11, heads[1].root, heads[2].root, [base64.b64decode(h) for h in proof["proof"]]
     )

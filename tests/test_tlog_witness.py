@@ -71,7 +71,7 @@ class Ledger:
         async with LogClient(self.url) as log:
             await eventually(
                 log.checkpoint,
-                until=lambda note: Checkpoint.parse(split_note(note)[0]).size == size,
+                until=lambda note: Checkpoint.of_note(note).size == size,
                 retry_on=(LedgerError,),
                 what=f"a served checkpoint of size {size}",
             )
@@ -184,7 +184,7 @@ async def test_a_witness_cosigns_a_growing_ledger_and_refuses_a_rewritten_or_tru
         truncated = await asyncio.to_thread(witness, c.url, signer, alice_key, state)
         assert truncated.returncode == 1
         assert truncated.stdout.startswith(f"REFUSED {ORIGIN} at size {short}: ")
-    assert Checkpoint.parse(split_note(state.read_text())[0]).size == vouched  # still the tree it vouched for
+    assert Checkpoint.of_note(state.read_text()).size == vouched  # still the tree it vouched for
 
 
 async def test_verify_checkpoints_accepts_a_ledger_that_grew_and_refuses_one_that_did_not(tmp_path):
@@ -222,7 +222,7 @@ async def test_verify_checkpoints_accepts_a_ledger_that_grew_and_refuses_one_tha
         # A checkpoint the log did not sign is refused before any proof is asked.
         impostor = Signer.generate(ORIGIN)
         forged = tmp_path / "forged"
-        forged.write_text(sign_checkpoint(Checkpoint.parse(split_note(newer.read_text())[0]), impostor))
+        forged.write_text(sign_checkpoint(Checkpoint.of_note(newer.read_text()), impostor))
         unsigned = await asyncio.to_thread(check, older, forged)
         assert unsigned.returncode == 1 and "no trusted key signed" in unsigned.stdout
 

@@ -18,7 +18,7 @@ from laneledger.store import LedgerWriter, open_ledger
 from laneledger.store.tree import leaf_of
 from laneledger.tlog import merkle
 from laneledger.tlog.checkpoint import Checkpoint
-from laneledger.tlog.note import Signer, split_note
+from laneledger.tlog.note import Signer
 
 SOME_HASH = bytes.fromhex("abacaba000000000000000000000000000000000000000000060061e00123456")
 EMPTY_TREE = bytes.fromhex("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
@@ -138,4 +138,4 @@ def file_root(db: Path, size: int) -> bytes:
 
 def size_of(note: str) -> int:
     """The tree size a signed checkpoint states."""
-    return Checkpoint.parse(split_note(note)[0]).size
+    return Checkpoint.of_note(note).size

@@ -23,18 +23,11 @@ from nats.js.errors import NotFoundError
 from laneledger.contract.errors import LedgerError
 from laneledger.contract.subjects import Subjects
 from laneledger.tlog.checkpoint import Checkpoint
-from laneledger.tlog.note import split_note
 
 from .metrics import TailMetrics
 from .readmodel import ReadModel
 
 log = logging.getLogger("laneledger.tail")
-
-
-def parse_checkpoint(data: bytes) -> Checkpoint:
-    """The checkpoint a signed note carries (signatures not checked)."""
-    text, _ = split_note(data)
-    return Checkpoint.parse(text)
 
 
 class CheckpointFollower:
@@ -81,7 +74,7 @@ class CheckpointFollower:
                 raise RuntimeError(f"{self._subjects.tlog_stream} answered a message without its sequence")
             data = msg.data or b""
             try:
-                checkpoint: Checkpoint | None = parse_checkpoint(data)
+                checkpoint: Checkpoint | None = Checkpoint.of_note(data)
             except LedgerError as exc:
                 checkpoint = None
                 log.error(

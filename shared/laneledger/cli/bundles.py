@@ -193,18 +193,17 @@ async def _checkpoint_covering(nats_url: str, subjects: Subjects, position: int)
     from laneledger.cli.tlog import request_checkpoint
     from laneledger.sdk.client import LedgerClient
     from laneledger.tlog.checkpoint import Checkpoint
-    from laneledger.tlog.note import split_note
 
     async with await LedgerClient.connect(nats_url) as client:
         try:
             msg = await client.nc.jetstream().get_last_msg(subjects.tlog_stream, subjects.tlog_checkpoint)
             note = (msg.data or b"").decode()
-            if Checkpoint.parse(split_note(note)[0]).size >= position:
+            if Checkpoint.of_note(note).size >= position:
                 return note
         except NotFoundError:
             pass
         note = await request_checkpoint(client, subjects)
-    if Checkpoint.parse(split_note(note)[0]).size < position:
+    if Checkpoint.of_note(note).size < position:
         raise InvalidRequest("no signed checkpoint covers the position yet", path="position", found=position)
     return note
 
@@ -275,13 +274,12 @@ def verify_checkpoints(args: argparse.Namespace) -> int:
     exit 0 when the log signed both and the newer tree extends the older."""
     from laneledger.tlog.checkpoint import Checkpoint, verify_extension
     from laneledger.tlog.client import LogClient
-    from laneledger.tlog.note import split_note
 
     if len(args.checkpoint) != 2 or args.note_key is None or not args.url:
         return fail("verify: --checkpoint OLD --checkpoint NEW needs --note-key and --url (the tail to ask)")
     trust = _trust(args.note_key, args.witness, args.quorum)
     old_signed, new_signed = (Path(path).read_text(encoding="utf-8") for path in args.checkpoint)
-    old_size, new_size = (Checkpoint.parse(split_note(text)[0]).size for text in (old_signed, new_signed))
+    old_size, new_size = (Checkpoint.of_note(text).size for text in (old_signed, new_signed))
 
     async def fetch() -> list[bytes]:
         if not 0 < old_size < new_size:

@@ -108,8 +108,7 @@ def make_bundle(
     signed (its tree must cover the position), from the stored tree;
     ``event``: its committed bytes, to carry in ``extra``."""
     index = leaf_index(position)
-    text, _ = split_note(signed_checkpoint)
-    checkpoint = Checkpoint.parse(text)
+    checkpoint = Checkpoint.of_note(signed_checkpoint)
     if index >= checkpoint.size:
         raise InvalidRequest(
             "the checkpoint's tree does not cover the position",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from laneledger.contract.errors import InvalidRequest, MalformedMessage, NoteUnverified
 from laneledger.tlog import merkle
 from laneledger.tlog.merkle import HASH_SIZE
-from laneledger.tlog.note import Note, NoteSigner, NoteVerifier, open_note, sign_note
+from laneledger.tlog.note import Note, NoteSigner, NoteVerifier, open_note, sign_note, split_note
 
 MAX_SIZE = 2**63 - 1  # what a signed 64-bit integer holds (Go's tlog uses int64)
 
@@ -81,6 +81,13 @@ class Checkpoint:
             if not _printable(line):
                 raise _malformed("checkpoint_extension", i, "an extension line is empty")
         return cls(origin, int(size), raw, tuple(extensions))
+
+    @classmethod
+    def of_note(cls, signed: str | bytes) -> Checkpoint:
+        """The checkpoint a signed note carries, its signatures NOT checked
+        (``open_checkpoint`` checks them): for what a reader only routes or
+        compares, such as a tree size to ask a proof for."""
+        return cls.parse(split_note(signed)[0])
 
 
 def sign_checkpoint(checkpoint: Checkpoint, signer: NoteSigner) -> str:
