@@ -35,6 +35,7 @@ from laneledger.tlog.checkpoint import Checkpoint, sign_checkpoint
 from laneledger.tlog.client import LogClient
 from laneledger.tlog.cosignature import Cosigner
 from laneledger.tlog.note import Signer, split_note
+from laneledger.tlog.sessionbundle import verify_session_bundle
 
 SCRIPT = Path(sys.executable).with_name("laneledger")
 ORIGIN = "ledger.example/acme"
@@ -240,6 +241,13 @@ async def test_the_client_names_what_the_tail_refused(tmp_path):
         async with LogClient(a.url, headers={"Authorization": f"Bearer {TOKENS['globex']}"}) as log:
             with pytest.raises(EntityNotFound):
                 await log.inclusion_bundle(2)  # acme's event, as if there were none
+        # Any string is an id: one with '/', '?', '#' and a space is sent as one path segment.
+        odd = "runs/2026 ?#1"
+        size = await a.append("acme", odd, 2)
+        async with LogClient(a.url, headers={"Authorization": f"Bearer {TOKENS['acme']}"}) as log:
+            bundle = await log.session_bundle(odd)
+        verified = verify_session_bundle(bundle, signer.verifier(), origin=ORIGIN)
+        assert (verified.events, verified.checkpoint_size) == (2, size)
     async with LogClient(a.url, timeout_s=2.0) as gone:
         with pytest.raises(LedgerUnavailable):
             await gone.checkpoint()

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
@@ -71,7 +73,8 @@ class LogClient:
     ) -> bytes:
         """Every event of a session, each with its inclusion proof, under one checkpoint."""
         params = {k: str(v) for k, v in (("tenant", tenant), ("size", size)) if v is not None}
-        return await self._request("GET", f"/api/v1/sessions/{session_id}/proof", params=params)
+        path = f"/api/v1/sessions/{quote(session_id, safe='')}/proof"  # an id may hold '/', '?', …
+        return await self._request("GET", path, params=params)
 
     async def add_cosignature(self, cosigned: str) -> dict[str, Any]:
         """Hand the tail a checkpoint carrying a witness's cosignature."""
@@ -102,8 +105,6 @@ class LogClient:
 
 
 def _json(body: bytes) -> Any:
-    import json
-
     try:
         return json.loads(body)
     except ValueError:
