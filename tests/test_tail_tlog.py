@@ -220,7 +220,7 @@ async def test_witness_cosignatures_are_kept_served_and_checked(log, start_tail)
     stored = await tail.api.post("/api/v1/tlog/cosignatures", data=cosigned.encode())
     assert stored.status == 200, stored.body
     key = f"{WITNESS}+{witness.key_id:08x}"
-    assert stored.json() == {"size": 3, "witnesses": [key]}
+    assert stored.json() == {"size": 3, "witnesses": [key], "kept_newer": []}
     assert (await tail.api.get("/api/v1/tlog/checkpoint")).body.decode() == cosigned
     proof = (await tail.api.get("/api/v1/proofs/3")).body.decode()
     checked = verify_bundle(
@@ -263,6 +263,45 @@ async def test_witness_cosignatures_are_kept_served_and_checked(log, start_tail)
     await start_tail.stop(tail)
     again = await start_tail(tlog_witnesses=(witness.verifier(),))
     assert (await again.api.get("/api/v1/tlog/checkpoints/3")).body.decode() == cosigned
+
+
+async def test_an_older_cosignature_never_replaces_a_newer_one(log, start_tail):
+    now = [1_700_000_100]
+    witness = Cosigner.generate(WITNESS, clock=lambda: now[0])
+    key = f"{WITNESS}+{witness.key_id:08x}"
+    tail = await start_tail(tlog_witnesses=(witness.verifier(),))
+    await record(log.client, "acme", "s1", 1, 2)
+    text2, log2 = split_note(await log.sign())
+    await served(tail, 2)
+    older = sign_note(text2, [witness], keep=log2)
+    now[0] += 60
+    newer = sign_note(text2, [witness], keep=log2)
+    assert older != newer
+
+    async def post(note: str) -> dict:
+        answer = await tail.api.post("/api/v1/tlog/cosignatures", data=note.encode())
+        assert answer.status == 200, answer.body
+        return answer.json()
+
+    assert await post(newer) == {"size": 2, "witnesses": [key], "kept_newer": []}
+    # The older one, re-posted (or arriving late): accepted, and the newer stays.
+    assert await post(older) == {"size": 2, "witnesses": [key], "kept_newer": [key]}
+    assert (await tail.api.get("/api/v1/tlog/checkpoints/2")).body.decode() == newer
+    # The same one again: idempotent.
+    assert await post(newer) == {"size": 2, "witnesses": [key], "kept_newer": []}
+    assert (await tail.api.get("/api/v1/tlog/checkpoints/2")).body.decode() == newer
+
+    # A cosignature of a smaller tree, posted after one of a larger, leaves
+    # the larger one's (the latest checkpoint's) in place.
+    await record(log.client, "acme", "s1", 1, 1)
+    text3, log3 = split_note(await log.sign())
+    await served(tail, 3)
+    now[0] += 60
+    latest = sign_note(text3, [witness], keep=log3)
+    assert (await post(latest))["kept_newer"] == []
+    assert await post(older) == {"size": 2, "witnesses": [key], "kept_newer": [key]}
+    assert (await tail.api.get("/api/v1/tlog/checkpoint")).body.decode() == latest
+    assert (await tail.api.get("/api/v1/tlog/checkpoints/2")).body.decode() == newer
 
 
 async def test_a_checkpoint_that_is_not_the_tails_tree_is_not_served(log, start_tail, js):

@@ -271,9 +271,9 @@ class ReadModel:
             self.checkpoint_size = max(self.checkpoint_size or 0, checkpoint.size)
         return kept
 
-    def store_cosignatures(self, size: int, cosignatures: list[Signature]) -> None:
+    def store_cosignatures(self, size: int, cosignatures: list[Signature]) -> list[str]:
         with transaction(self._db, "read model write failed") as db:
-            tlogmodel.store_cosignatures(db, size, cosignatures)
+            return tlogmodel.store_cosignatures(db, size, cosignatures)
 
     # -- reading (any reader thread) --------------------------------------------------------
 

@@ -28,6 +28,7 @@ from laneledger.store.tree import extend_tree, leaf_of
 from laneledger.tlog import merkle
 from laneledger.tlog import store as tree_store
 from laneledger.tlog.checkpoint import Checkpoint
+from laneledger.tlog.cosignature import signed_at
 from laneledger.tlog.note import Signature, parse_signature_line, sign_note, split_note
 
 DDL = (
@@ -123,14 +124,32 @@ def served_note(conn: sqlite3.Connection, size: int) -> str | None:
     return sign_note(text, [], keep=[*signatures, *cosignatures])
 
 
-def store_cosignatures(conn: sqlite3.Connection, size: int, cosignatures: Sequence[Signature]) -> None:
-    """Keep each witness's cosignature of the checkpoint of ``size``, in
-    place of its earlier one (in the caller's transaction)."""
-    conn.executemany(
-        "INSERT INTO tlog_cosignatures (size, witness, line) VALUES (?, ?, ?)"
-        " ON CONFLICT (size, witness) DO UPDATE SET line = excluded.line",
-        [(size, witness_key(s), s.line().rstrip("\n")) for s in cosignatures],
-    )
+def store_cosignatures(conn: sqlite3.Connection, size: int, cosignatures: Sequence[Signature]) -> list[str]:
+    """Keep each witness's (verified) cosignature of the checkpoint of
+    ``size`` unless the one held for that witness and size is at least as
+    new (C2SP cosignatures carry their time): an older one, re-posted or
+    late, never replaces a newer one. Returns the witnesses whose held,
+    newer cosignature was kept instead. In the caller's transaction (the
+    read model's one writer), so the read and the write cannot interleave."""
+    kept_newer = []
+    for signature in cosignatures:
+        witness = witness_key(signature)
+        held = conn.execute(
+            "SELECT line FROM tlog_cosignatures WHERE size = ? AND witness = ?", (size, witness)
+        ).fetchone()
+        if held is not None:
+            held_at = signed_at(parse_signature_line(held[0]).signature)
+            posted_at = signed_at(signature.signature)
+            if posted_at < held_at:
+                kept_newer.append(witness)
+            if posted_at <= held_at:  # the same time is the same cosignature (Ed25519 is deterministic)
+                continue
+        conn.execute(
+            "INSERT INTO tlog_cosignatures (size, witness, line) VALUES (?, ?, ?)"
+            " ON CONFLICT (size, witness) DO UPDATE SET line = excluded.line",
+            (size, witness, signature.line().rstrip("\n")),
+        )
+    return kept_newer
 
 
 def witness_key(signature: Signature) -> str:

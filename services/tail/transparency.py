@@ -168,11 +168,15 @@ class Transparency(ReadModelRoutes):
             raise _no_checkpoint(size=checkpoint.size)
         accepted = accepted_cosignatures(text, signatures, self._witnesses)
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(
+        kept_newer = await loop.run_in_executor(
             self._apply_thread, self._model.store_cosignatures, checkpoint.size, accepted
         )
         return json_response(
-            {"size": checkpoint.size, "witnesses": [tlogmodel.witness_key(s) for s in accepted]}
+            {
+                "size": checkpoint.size,
+                "witnesses": [tlogmodel.witness_key(s) for s in accepted],
+                "kept_newer": kept_newer,
+            }
         )
 
     def _stored(self, size: int) -> str | None:
@@ -281,8 +285,17 @@ SCHEMAS: dict[str, Any] = {
         {"old_size": _SIZE, "new_size": _SIZE, "proof": {"type": "array", "items": _B64_HASH}},
     ),
     "TlogCosigned": _obj(
-        ["size", "witnesses"],
-        {"size": _SIZE, "witnesses": {"type": "array", "items": {"type": "string"}, "minItems": 1}},
+        ["size", "witnesses", "kept_newer"],
+        {
+            "size": _SIZE,
+            "witnesses": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+            "kept_newer": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "those of witnesses whose posted cosignature is older than the one "
+                "the tail holds for this size, which it keeps",
+            },
+        },
     ),
     "SessionBundle": _obj(
         ["format", "tenant", "session_id", "checkpoint", "events"],
@@ -347,7 +360,10 @@ PATHS: dict[str, Any] = {
                 "content": {TEXT: {"schema": {"type": "string", "maxLength": MAX_COSIGNED_BYTES}}},
             },
             "responses": {
-                "200": json_body("TlogCosigned", "the witnesses whose cosignatures were kept"),
+                "200": json_body(
+                    "TlogCosigned",
+                    "the witnesses whose cosignatures the tail holds (an older one never replaces a newer)",
+                ),
                 **error_responses(400, 404, 413),
             },
         }

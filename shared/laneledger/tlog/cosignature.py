@@ -47,6 +47,12 @@ def unix_seconds() -> int:
     return int(time.time())
 
 
+def signed_at(signature: bytes) -> int:
+    """When a cosignature says it was made: the big-endian u64 before the
+    Ed25519 signature (POSIX seconds). Meaningful once the signature verified."""
+    return int.from_bytes(signature[:8], "big")
+
+
 @dataclass(frozen=True)
 class CosignatureVerifier:
     """Checks one witness's cosignatures (a ``NoteVerifier``)."""
@@ -64,7 +70,7 @@ class CosignatureVerifier:
     def verify(self, text: bytes, signature: bytes) -> bool:
         if len(signature) != _TIMESTAMPED_SIZE:
             return False
-        timestamp = int.from_bytes(signature[:8], "big")
+        timestamp = signed_at(signature)
         if timestamp > MAX_TIMESTAMP:
             return False
         try:
@@ -78,7 +84,7 @@ class CosignatureVerifier:
         signatures), or None."""
         for sig in note.verified:
             if (sig.name, sig.key_id) == (self.name, self.key_id):
-                return int.from_bytes(sig.signature[:8], "big")
+                return signed_at(sig.signature)
         return None
 
     @classmethod
