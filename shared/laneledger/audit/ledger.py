@@ -100,6 +100,7 @@ __all__ = [
     "export_ledger",
     "position_gap",
     "read_export",
+    "stream_message",
     "verify_export",
 ]
 
@@ -723,6 +724,19 @@ async def compare_with_stream(
     return (await check_stream(js, db_path, stream, **options)).messages
 
 
+async def stream_message(js: Any, stream: str, sequence: int) -> bytes | None:
+    """The data of ``stream``'s message ``sequence``, read directly (one
+    message by its sequence: JetStream's message get, no consumer, nothing
+    in flight to lose), or None when the stream holds none there."""
+    from nats.js.errors import NotFoundError
+
+    try:
+        msg = await js.get_msg(stream, sequence)
+    except NotFoundError:
+        return None
+    return bytes(msg.data or b"")
+
+
 async def check_stream(
     js: Any,
     db_path: str | Path,
@@ -730,6 +744,7 @@ async def check_stream(
     *,
     wait_s: float = 0.0,
     batch: int = 500,
+    read_bytes: int | None = None,
     timeout: float = 60.0,
     stall_s: float = STALL_S,
 ) -> StreamCheck:
@@ -748,8 +763,14 @@ async def check_stream(
     is compared too; otherwise ``stream_behind``.
 
     The stream is read in order by a ``StreamFollower`` on ``js``'s
-    connection, with gaps as findings (``on_gap="fail"``): a sequence missing
-    from the stream is ``sequence_mismatch`` at its position, never re-read.
+    connection, in pulls bounded by ``read_bytes`` (default the follower's
+    ``READ_BUDGET_BYTES``; and messages held in
+    memory: the database rows are read one at a time), with gaps as findings
+    (``on_gap="fail"``). A gap is then read directly (``stream_message``): a
+    sequence missing from the stream is ``sequence_mismatch`` at its
+    position, never re-read; one the stream does hold was lost on the way to
+    this reader (a slow consumer, a reconnect) and is ``LedgerUnavailable``
+    (kind ``stream_read_lost``): retry, nothing is known to be wrong.
     A consumer nobody serves (503: a cluster consumer without a leader) is
     retried until ``timeout`` (``stream_timeout``); one that answers but
     delivers nothing for ``stall_s`` is ``stream_stalled``.
@@ -771,7 +792,12 @@ async def check_stream(
     # nats-py offers a context's connection only as ``_nc``; the follower
     # pulls over the connection itself. Ephemeral, named so it can be deleted.
     follower = StreamFollower(
-        js._nc, stream=stream, name=f"audit-{secrets.token_hex(8)}", batch_size=batch, on_gap="fail"
+        js._nc,
+        stream=stream,
+        name=f"audit-{secrets.token_hex(8)}",
+        batch_size=batch,
+        max_bytes=read_bytes,
+        on_gap="fail",
     )
     try:
         db.execute("BEGIN")
@@ -787,11 +813,9 @@ async def check_stream(
                 ledger_last_position=ledger_last,
             )
 
-        rows = _pages(
-            db,
-            "SELECT position, body FROM events WHERE position > ? ORDER BY position LIMIT ?",
-            -(2**63),
-            1000,
+        # One row at a time (a body may be near 1 MiB), in this transaction's snapshot.
+        rows: Iterator[tuple[int, bytes]] = iter(
+            db.execute("SELECT position, body FROM events ORDER BY position")
         )
         compared = 0  # the last position compared
 
@@ -828,6 +852,17 @@ async def check_stream(
                     msgs = await before_deadline(follower.read(last - compared))
                 except StreamGap as gap:
                     row_at(gap.position)  # a gap on both sides is the ledger's
+                    if await before_deadline(stream_message(js, stream, gap.position)) is not None:
+                        raise LedgerUnavailable(
+                            f"position {gap.position}: stream_read_lost: the stream holds the "
+                            f"message, but it did not reach this reader (sequence {gap.sequence} "
+                            "came instead: dropped on the way, by a slow consumer or a reconnect); "
+                            "nothing is known to be wrong with the stream: run the check again",
+                            kind="stream_read_lost",
+                            position=gap.position,
+                            stream_sequence=gap.sequence,
+                            stream=stream,
+                        ) from None
                     raise IntegrityError(
                         f"position {gap.position}: sequence_mismatch: the stream's message there "
                         f"has sequence {gap.sequence}",

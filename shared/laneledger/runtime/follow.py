@@ -15,16 +15,23 @@ is the caller's to say (``on_gap``):
   then it is a hole, not a loss in transit). Each service keeps the position it
   applied in its own SQLite file, in the same transaction as what it derived
   from the events, so a restart neither skips nor repeats.
-- ``"fail"`` (the verifier, ``audit.ledger.check_stream``): the sequence is
-  genuinely absent (deleted from the stream) and the gap is a finding: the
-  next ``read`` raises ``StreamGap`` naming the position and the sequence
-  found there, instead of re-reading it forever.
+- ``"fail"`` (the verifier, ``audit.ledger.check_stream``): the gap is a
+  finding: the next ``read`` raises ``StreamGap`` naming the position and
+  the sequence found there, instead of re-reading it forever; the verifier
+  reads the missing sequence directly to tell a hole in the stream from a
+  message lost on the way.
 
 Either way the follower recovers a consumer that vanished (a nats-server
 restart drops it): quiet for ``stall_check_s`` while the stream is ahead of
 the last position, it re-creates the consumer from there. It waits (retrying)
 while NATS or the stream is not there yet: a service may start before the
 sequencer created the stream; a caller with a deadline bounds that itself.
+
+Its pulls are bounded in bytes as well as messages (``max_bytes``, default
+``READ_BUDGET_BYTES``; ``PullFeed``): a stream of events near the 1 MiB
+max_payload is read a few messages at a time, never 500 at once, so neither
+nats-server's per-client pending limit nor the reader's memory is
+overrun.
 
 Two ways to read: iterate ``batches(after)`` (the services), or drive
 ``open``/``read``/``close`` (a caller that keeps its own deadlines between
@@ -51,6 +58,7 @@ from laneledger.runtime.pullfeed import PullFeed
 log = logging.getLogger("laneledger.runtime.follow")
 
 OnGap = Literal["reread", "fail"]
+READ_BUDGET_BYTES = 8 * 1024 * 1024  # per pull request, and buffered at most
 
 
 class StreamGap(Exception):
@@ -131,6 +139,7 @@ class StreamFollower:
         stream: str = EVENTS_STREAM,
         name: str,
         batch_size: int = 500,
+        max_bytes: int | None = None,
         idle_timeout_s: float = 0.5,
         stall_check_s: float = 3.0,
         on_gap: OnGap = "reread",
@@ -141,6 +150,7 @@ class StreamFollower:
         self._stream = stream
         self._name = name  # consumer name; one per service instance
         self._batch_size = batch_size
+        self._max_bytes = READ_BUDGET_BYTES if max_bytes is None else max_bytes
         self._idle_timeout_s = idle_timeout_s
         self._stall_check_s = stall_check_s
         self._on_gap = on_gap
@@ -288,7 +298,9 @@ class StreamFollower:
         except NotFoundError:
             pass
         await self._js.add_consumer(self._stream, config)
-        self._feed = PullFeed(self._nc, self._stream, self._name, credits=2 * self._batch_size)
+        self._feed = PullFeed(
+            self._nc, self._stream, self._name, credits=2 * self._batch_size, max_bytes=self._max_bytes
+        )
         await self._feed.start()
 
     async def close(self) -> None:

@@ -14,6 +14,16 @@ buffer has room. A 503 means nobody serves the consumer (a cluster consumer
 without a leader, or one that is gone): the feed notes it (``unavailable``)
 and asks again only when ``next_batch`` next looks, like after a 409, so an
 election cannot turn into a tight loop of unanswered requests.
+
+With ``max_bytes`` the feed is bounded in bytes as well as messages: each
+pull request asks for at most that many bytes (JetStream's ``max_bytes``;
+the server ends the request with a 409 "Message Size Exceeds MaxBytes" when
+the next message would not fit, which is an ordinary end here), and no new
+request goes out while that many bytes wait in the buffer. So at most about
+twice ``max_bytes`` is ever on its way or held, however large the messages:
+nats-server is never asked to push more than a client can take. The budget
+is raised to twice the server's max_payload if smaller, so one message always
+fits.
 """
 
 from __future__ import annotations
@@ -27,7 +37,10 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 STATUS_HEADER = "Status"
+DESCRIPTION_HEADER = "Description"
 NO_RESPONDERS = "503"
+# A byte-bounded request that delivered what fitted: over, like an expiry.
+BUDGET_SPENT = ("409", "message size exceeds maxbytes")
 
 
 class PullFeed:
@@ -40,6 +53,7 @@ class PullFeed:
         credits: int = 1000,
         expires_s: float = 1.0,
         max_buffered: int = 4000,
+        max_bytes: int | None = None,
         arrived: asyncio.Event | None = None,
     ) -> None:
         self._nc = nc
@@ -48,7 +62,9 @@ class PullFeed:
         self._expires_ns = int(expires_s * 1e9)
         self._expires_s = expires_s
         self._max_buffered = max_buffered
+        self._max_bytes = max_bytes  # per pull request, and held at most (see the module docstring)
         self._buffer: deque[Msg] = deque()
+        self._buffered_bytes = 0
         # Set when a message arrives; several feeds read together share one.
         self._arrived = arrived or asyncio.Event()
         self._inbox = ""
@@ -60,6 +76,8 @@ class PullFeed:
         self.unavailable = False  # the last pull request was answered 503
 
     async def start(self) -> None:
+        if self._max_bytes is not None:
+            self._max_bytes = max(self._max_bytes, 2 * self._nc.max_payload)
         self._inbox = self._nc.new_inbox()
         self._sub = await self._nc.subscribe(
             self._inbox, cb=self._on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1
@@ -74,7 +92,7 @@ class PullFeed:
             await self._sub.unsubscribe()
             self._sub = None
         while self._buffer:
-            msg = self._buffer.popleft()
+            msg = self._popleft()
             if msg.reply:
                 try:
                     await msg.nak()
@@ -100,17 +118,23 @@ class PullFeed:
             except TimeoutError:
                 pass
             await self.ask_if_idle()
-        take = min(max_msgs, len(self._buffer))
-        batch = [self._buffer.popleft() for _ in range(take)]
+        batch = self.take(max_msgs)
         await self.ask_if_idle()
         return batch
+
+    def _popleft(self) -> Msg:
+        msg = self._buffer.popleft()
+        self._buffered_bytes -= len(msg.data)
+        return msg
 
     async def _ask(self) -> None:
         self._outstanding = self._credits
         self._request_over.clear()
         self._asked_at = asyncio.get_running_loop().time()
-        request = json.dumps({"batch": self._credits, "expires": self._expires_ns}).encode()
-        await self._nc.publish(self._next_subject, request, reply=self._inbox)
+        request: dict[str, int] = {"batch": self._credits, "expires": self._expires_ns}
+        if self._max_bytes is not None:
+            request["max_bytes"] = self._max_bytes
+        await self._nc.publish(self._next_subject, json.dumps(request).encode(), reply=self._inbox)
 
     async def wind_down(self) -> None:
         """Ask for nothing more and wait (bounded by the request's expiry) for
@@ -132,7 +156,7 @@ class PullFeed:
 
     def take(self, max_msgs: int) -> list[Msg]:
         """What has arrived, up to ``max_msgs``, without waiting."""
-        return [self._buffer.popleft() for _ in range(min(max_msgs, len(self._buffer)))]
+        return [self._popleft() for _ in range(min(max_msgs, len(self._buffer)))]
 
     async def ask_if_idle(self) -> None:
         """Ask the server for more if the last request is over and there is room."""
@@ -141,7 +165,10 @@ class PullFeed:
         if self._winding_down:
             return
         stale = asyncio.get_running_loop().time() - self._asked_at > self._expires_s * 2
-        if (self._outstanding <= 0 or stale) and len(self._buffer) < self._max_buffered:
+        room = len(self._buffer) < self._max_buffered and (
+            self._max_bytes is None or self._buffered_bytes < self._max_bytes
+        )
+        if (self._outstanding <= 0 or stale) and room:
             await self._ask()
 
     async def _on_msg(self, msg: Msg) -> None:
@@ -155,11 +182,13 @@ class PullFeed:
             self._outstanding = 0
             self._request_over.set()
             self.unavailable = status == NO_RESPONDERS
-            if status not in ("409", NO_RESPONDERS):
+            spent = (status, msg.headers.get(DESCRIPTION_HEADER, "").lower()) == BUDGET_SPENT
+            if spent or status not in ("409", NO_RESPONDERS):
                 await self.ask_if_idle()
             return
         self.unavailable = False
         self._buffer.append(msg)
+        self._buffered_bytes += len(msg.data)
         self._outstanding -= 1
         self._arrived.set()
         if self._outstanding <= 0:

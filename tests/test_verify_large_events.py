@@ -1,0 +1,118 @@
+"""`laneledger verify --db --nats` and `laneledger repair-stream` on a ledger
+of events near NATS's 1 MiB max_payload (spec/verify.md, "Reading the
+stream"). The comparison reads the stream in byte-bounded pulls, so it never
+asks nats-server for more than a client may hold; a message lost on the way
+to the client is a typed read error that says to retry, never a gap in the
+ledger; and repair-stream deletes nothing that a direct read shows equal to
+the database."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+from nats.aio.client import Client as NATS
+from polling import eventually
+
+from laneledger.audit.ledger import check_stream
+from laneledger.contract.errors import LedgerUnavailable
+from laneledger.contract.model import encode
+from laneledger.contract.subjects import REPLY_HEADER, Subjects
+from laneledger.runtime.follow import READ_BUDGET_BYTES
+from laneledger.runtime.pullfeed import PullFeed
+from laneledger.sdk.client import make_event
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+EVENTS = 100
+EVENT_BYTES = 900 * 1024  # with its envelope, just under the 1 MiB max_payload
+
+
+def laneledger(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "laneledger.cli", *args], capture_output=True, text=True, timeout=180
+    )
+
+
+@pytest.fixture
+async def large_ledger(client, actor, sequencer, js, tmp_path):
+    """EVENTS events of about 900 KiB each (90 MiB), all on LEDGER_EVENTS.
+    Appended as a producer that does not use the SDK may (the SDK would move
+    the text to a blob): the payload inline, the request raw on its subject."""
+    lane = await client.create_lane("acme", "session-1", "run-1", "main", actor_id=actor.id)
+    words = "lorem ipsum dolor sit amet " * (EVENT_BYTES // 27 + 1)
+    for seq in range(EVENTS):
+        event = dict(make_event(lane.id, "stream.text_delta", actor_id=actor.id))
+        event["payload"] = {"text": f"{seq:06d} {words}"[:EVENT_BYTES]}
+        body = encode(
+            {"lane_id": lane.id, "expected_last_seq": seq, "append_id": f"a{seq}", "events": [event]}
+        )
+        await js.publish(Subjects().append("acme", lane.id), body, headers={REPLY_HEADER: "_INBOX.unread"})
+    await eventually(
+        lambda: sequencer.mirror.published,
+        until=lambda published: published >= EVENTS,
+        what=f"the committed stream at position {EVENTS}",
+        timeout=60,
+    )
+    db = tmp_path / "ledger.db"
+    (smallest,) = sqlite3.connect(db).execute("SELECT min(length(body)) FROM events").fetchone()
+    assert smallest > EVENT_BYTES
+    return db
+
+
+async def test_verify_nats_passes_on_events_near_max_payload(large_ledger, nats_server):
+    result = laneledger("verify", "--db", str(large_ledger), "--nats", nats_server.url)
+    assert result.returncode == 0, result
+    assert f"LEDGER_EVENTS identical ({EVENTS} messages)" in result.stdout
+
+
+async def test_the_comparison_pulls_a_bounded_number_of_bytes(large_ledger, js, monkeypatch):
+    asked: list[dict] = []
+    real_publish = NATS.publish
+
+    async def publish(self, subject, payload=b"", reply="", headers=None):
+        if subject.startswith("$JS.API.CONSUMER.MSG.NEXT.LEDGER_EVENTS.audit-"):
+            asked.append(json.loads(payload))
+        return await real_publish(self, subject, payload, reply=reply, headers=headers)
+
+    monkeypatch.setattr(NATS, "publish", publish)
+    assert (await check_stream(js, large_ledger)).messages == EVENTS
+    # 90 MiB read in pulls of at most 8 MiB each: more than ten of them.
+    assert len(asked) > EVENTS * EVENT_BYTES // READ_BUDGET_BYTES
+    assert all(request["max_bytes"] == READ_BUDGET_BYTES for request in asked), asked
+
+
+def drop_once_at_the_client(monkeypatch, sequence: int) -> list[int]:
+    """The comparison's feed loses stream message ``sequence`` once, as a
+    client dropped as a slow consumer (or reconnecting) loses what was on its way."""
+    dropped: list[int] = []
+    real_on_msg = PullFeed._on_msg
+
+    async def on_msg(self, msg):
+        if msg.reply and not dropped and msg.metadata.sequence.stream == sequence:
+            dropped.append(sequence)
+            return None
+        return await real_on_msg(self, msg)
+
+    monkeypatch.setattr(PullFeed, "_on_msg", on_msg)
+    return dropped
+
+
+async def test_a_message_lost_on_the_way_is_a_read_error_not_a_gap(large_ledger, js, monkeypatch):
+    dropped = drop_once_at_the_client(monkeypatch, 42)
+    with pytest.raises(LedgerUnavailable) as caught:
+        await check_stream(js, large_ledger)
+    assert dropped == [42]
+    assert caught.value.details == {
+        "kind": "stream_read_lost",
+        "position": 42,
+        "stream_sequence": 43,
+        "stream": "LEDGER_EVENTS",
+    }
+    assert caught.value.retryable and "run the check again" in caught.value.message
+    # Run again, nothing lost: intact.
+    monkeypatch.undo()
+    assert (await check_stream(js, large_ledger)).messages == EVENTS
