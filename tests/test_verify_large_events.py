@@ -4,10 +4,11 @@ stream"). The comparison reads the stream in byte-bounded pulls, so it never
 asks nats-server for more than a client may hold; a message lost on the way
 to the client is a typed read error that says to retry, never a gap in the
 ledger; and repair-stream deletes nothing that a direct read shows equal to
-the database."""
+the database (the repair of a true divergence: tests/test_foreign_message.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import subprocess
@@ -18,7 +19,8 @@ from nats.aio.client import Client as NATS
 from polling import eventually
 
 from laneledger.audit.ledger import check_stream
-from laneledger.contract.errors import LedgerUnavailable
+from laneledger.cli import main as laneledger_main
+from laneledger.contract.errors import IntegrityError, LedgerUnavailable
 from laneledger.contract.model import encode
 from laneledger.contract.subjects import REPLY_HEADER, Subjects
 from laneledger.runtime.follow import READ_BUDGET_BYTES
@@ -116,3 +118,46 @@ async def test_a_message_lost_on_the_way_is_a_read_error_not_a_gap(large_ledger,
     # Run again, nothing lost: intact.
     monkeypatch.undo()
     assert (await check_stream(js, large_ledger)).messages == EVENTS
+
+
+async def repair_stream(nats_url: str, db, *args: str) -> int:
+    """``laneledger repair-stream --yes`` in this process (so a test can
+    simulate a client fault), on a thread: the sequencer runs on this loop."""
+    argv = ["repair-stream", "--db", str(db), "--nats", nats_url, "--yes", *args]
+    return await asyncio.to_thread(laneledger_main, argv)
+
+
+async def test_repair_stream_deletes_nothing_when_a_message_is_lost_on_the_way(
+    large_ledger, js, nats_server, monkeypatch, capsys
+):
+    created = (await js.stream_info("LEDGER_EVENTS")).created
+    dropped = drop_once_at_the_client(monkeypatch, 42)
+    assert await repair_stream(nats_server.url, large_ledger) == 2
+    assert dropped == [42]
+    assert "stream_read_lost" in capsys.readouterr().err
+    info = await js.stream_info("LEDGER_EVENTS")
+    assert (info.created, info.state.messages) == (created, EVENTS)
+
+
+async def test_repair_stream_reads_what_the_comparison_names_again_before_deleting(
+    large_ledger, js, nats_server, monkeypatch, capsys
+):
+    created = (await js.stream_info("LEDGER_EVENTS")).created
+
+    async def false_alarm(*args, **kwargs):
+        # What the comparison said before it read in bounded pulls and
+        # confirmed its gaps (issue 34): a message lost on its way, as a gap.
+        raise IntegrityError(
+            "position 42: sequence_mismatch: the stream's message there has sequence 43",
+            kind="sequence_mismatch",
+            position=42,
+            stream_sequence=43,
+        )
+
+    monkeypatch.setattr("laneledger.cli.repair.check_stream", false_alarm)
+    assert await repair_stream(nats_server.url, large_ledger) == 1
+    err = capsys.readouterr().err
+    assert "LEDGER_EVENTS is intact at position 42" in err and "nothing deleted" in err, err
+    info = await js.stream_info("LEDGER_EVENTS")
+    assert (info.created, info.state.messages) == (created, EVENTS)
+    assert not list(large_ledger.parent.glob("*.foreign-*.jsonl"))  # nothing saved either

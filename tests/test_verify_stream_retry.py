@@ -18,7 +18,7 @@ import pytest
 from nats.aio.client import Client as NATS
 from polling import eventually
 
-from laneledger.audit.ledger import check_stream
+from laneledger.audit.ledger import check_stream, stream_difference
 from laneledger.contract.errors import IntegrityError
 from laneledger.sdk.client import make_event
 
@@ -138,3 +138,20 @@ async def test_a_message_deleted_from_the_streams_end_is_a_count_mismatch(mirror
     with pytest.raises(IntegrityError) as caught:
         await check_stream(js, mirrored_ledger, stream, timeout=20.0)
     assert (caught.value.details["kind"], caught.value.details["position"]) == ("count_mismatch", EVENTS)
+
+
+async def test_a_direct_read_tells_where_the_stream_differs(mirrored_ledger, js):
+    stream = await copy_of_the_stream(js, mirrored_ledger)
+    assert [await stream_difference(js, mirrored_ledger, stream, p) for p in (1, EVENTS)] == [None, None]
+    assert await stream_difference(js, mirrored_ledger, stream, EVENTS + 1) is None  # nothing beyond
+    await js.delete_msg(stream, 17)
+    assert await stream_difference(js, mirrored_ledger, stream, 17) == "message 17 is missing from the stream"
+    await js.publish("copy.events", b'{"foreign": true}')
+    assert await stream_difference(js, mirrored_ledger, stream, EVENTS + 1) == (
+        f"the stream holds message {EVENTS + 1}, past the ledger's last position"
+    )
+    await js.add_stream(name="OTHER", subjects=["other.>"])
+    await js.publish("other.events", b'{"foreign": true}')
+    assert (
+        await stream_difference(js, mirrored_ledger, "OTHER", 1) == "message 1 differs from the stored body"
+    )

@@ -100,6 +100,7 @@ __all__ = [
     "export_ledger",
     "position_gap",
     "read_export",
+    "stream_difference",
     "stream_message",
     "verify_export",
 ]
@@ -735,6 +736,33 @@ async def stream_message(js: Any, stream: str, sequence: int) -> bytes | None:
     except NotFoundError:
         return None
     return bytes(msg.data or b"")
+
+
+async def stream_difference(js: Any, db_path: str | Path, stream: str, position: int) -> str | None:
+    """How ``stream`` differs from the ledger at ``position``, by direct reads
+    only (no consumer: nothing in flight that a slow client could lose), or
+    None when it does not: message ``position`` equals the stored body or,
+    past the ledger's end, the stream holds nothing from there on. The
+    second opinion ``laneledger repair-stream`` asks before it deletes."""
+    from nats.js.errors import NotFoundError
+
+    db = open_ledger(db_path, readonly=True)
+    try:
+        row = db.execute("SELECT body FROM events WHERE position = ?", (position,)).fetchone()
+    finally:
+        db.close()
+    if row is None:  # past the ledger's end: anything the stream holds from here is more
+        try:
+            beyond = await js.get_msg(stream, position, subject=">", next=True)
+        except NotFoundError:
+            return None
+        return f"the stream holds message {beyond.seq}, past the ledger's last position"
+    data = await stream_message(js, stream, position)
+    if data is None:
+        return f"message {position} is missing from the stream"
+    if data != bytes(row[0]):
+        return f"message {position} differs from the stored body"
+    return None
 
 
 async def check_stream(

@@ -9,7 +9,11 @@ the source of truth, and replaces the stream:
    stream is rebuilt from;
 2. the stream must differ from it in content (``data_mismatch``,
    ``stream_ahead``, ``sequence_mismatch``, ``count_mismatch``); a stream
-   that equals the ledger, or merely trails it, is left alone;
+   that equals the ledger, or merely trails it, is left alone. The
+   comparison reads through a consumer, where a message lost on its way
+   could look like a gap; so what it names is read again directly, one
+   message by its sequence (``stream_difference``), and unless that read
+   shows the difference too, nothing is deleted;
 3. every message from the first foreign position on is saved to a JSONL
    file (sequence, subject, headers, data in base64), for whoever
    investigates how it got there;
@@ -28,7 +32,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from laneledger.audit.ledger import audit_ledger, check_stream
+from laneledger.audit.ledger import audit_ledger, check_stream, stream_difference
 from laneledger.cli.hmackey import read_hmac_key_file
 from laneledger.cli.natsoption import add_nats_option
 from laneledger.cli.report import refused
@@ -46,10 +50,12 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="replace a committed stream that holds messages the ledger did not write",
         description="When LEDGER_EVENTS holds a message the ledger did not write (the sequencer "
         "then commits nothing and is not ready; spec/wire.md, 'Foreign messages'): check the "
-        "database, save the stream's messages from the first foreign one on to a file, and "
-        "delete the stream, which the sequencer recreates from the database. Connect as a NATS "
-        "user that may manage the stream (the sequencer's). Exit 0 repaired (or nothing to "
-        "repair), 1 refused (the database does not verify, or the stream only trails it).",
+        "database, confirm the difference by reading the stream directly, save the stream's "
+        "messages from the first foreign one on to a file, and delete the stream, which the "
+        "sequencer recreates from the database. Connect as a NATS user that may manage the "
+        "stream (the sequencer's). Exit 0 repaired (or nothing to repair), 1 refused (the "
+        "database does not verify, the stream only trails it, or read directly it is intact), "
+        "2 the stream could not be read whole (retry).",
     )
     sub.add_argument("--db", metavar="FILE", required=True, help="the ledger SQLite database")
     add_nats_option(sub)
@@ -91,7 +97,16 @@ async def _repair(args: argparse.Namespace, events: int) -> int:
                     f"repair-stream: {stream} does not hold foreign messages ({fault}); "
                     "nothing deleted: a stream that trails the ledger catches up by itself"
                 )
-            first, found = int(fault.details.get("position", 1)), fault.message
+            first = int(fault.details.get("position", 1))
+            difference = await stream_difference(js, args.db, stream, first)
+            if difference is None:
+                return refused(
+                    f"repair-stream: {stream} is intact at position {first}: read directly, it "
+                    f"equals the ledger there, so the comparison's finding ({fault.message}) was a "
+                    "read error, not a foreign message; nothing deleted: run `laneledger verify "
+                    "--db --nats` again"
+                )
+            found = f"{fault.message}; read directly, {difference}"
         else:
             print(f"{stream} equals the ledger ({checked.messages} events): nothing to repair")
             return 0
