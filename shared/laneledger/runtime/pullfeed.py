@@ -23,7 +23,9 @@ request goes out while that many bytes wait in the buffer. So at most about
 twice ``max_bytes`` is ever on its way or held, however large the messages:
 nats-server is never asked to push more than a client can take. The budget
 is raised to twice the server's max_payload if smaller, so one message always
-fits.
+fits; should one still not (stored under a larger max_payload), a request that
+delivered nothing doubles it, up to ``MAX_PULL_BYTES``, rather than asking
+again for what cannot come.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ DESCRIPTION_HEADER = "Description"
 NO_RESPONDERS = "503"
 # A byte-bounded request that delivered what fitted: over, like an expiry.
 BUDGET_SPENT = ("409", "message size exceeds maxbytes")
+MAX_PULL_BYTES = 2 * 64 * 1024 * 1024  # twice NATS's largest max_payload
 
 
 class PullFeed:
@@ -175,14 +178,18 @@ class PullFeed:
         if not msg.data and msg.headers and STATUS_HEADER in msg.headers:
             # 408 expired / 409 (max ack pending, leadership change, …) / 503
             # (no one serves the consumer): this request is over. Ask again at
-            # once after an expiry; after a 409 or 503 let next_batch ask when
+            # once after an expiry or a spent byte budget; after another 409
+            # or a 503 let next_batch ask when
             # it next looks, so a full ack window or a consumer without a
             # leader cannot turn into a tight loop of refused requests.
             status = msg.headers[STATUS_HEADER]
+            delivered_none = self._outstanding == self._credits
             self._outstanding = 0
             self._request_over.set()
             self.unavailable = status == NO_RESPONDERS
             spent = (status, msg.headers.get(DESCRIPTION_HEADER, "").lower()) == BUDGET_SPENT
+            if spent and delivered_none and self._max_bytes is not None:
+                self._max_bytes = min(2 * self._max_bytes, MAX_PULL_BYTES)  # not even one fitted
             if spent or status not in ("409", NO_RESPONDERS):
                 await self.ask_if_idle()
             return
