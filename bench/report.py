@@ -175,6 +175,16 @@ def _verify_rows(r: dict) -> list[tuple[str, str]]:
     ]
 
 
+def _verify_stream_rows(r: dict) -> list[tuple[str, str]]:
+    return [
+        (
+            f"`laneledger verify --nats` stream comparison over {_n(r['events'])} events of "
+            f"{r['event_kib']} KiB inline ({r['stream_mib']} MiB), in byte-bounded pulls",
+            f"{r['mib_per_s']} MiB/s; Python heap peak {r['heap_peak_mib']:.1f} MiB",
+        )
+    ]
+
+
 def _drain_signed_rows(r: dict) -> list[tuple[str, str]]:
     return [
         (
@@ -336,6 +346,7 @@ BENCHES = [
     Bench("drain-signed", ["bench/drain.py", "--requests", "10000", "--signed"], _drain_signed_rows),
     Bench("redaction", ["bench/redaction.py"], _redaction_rows),
     Bench("verify", ["bench/verify.py"], _verify_rows),
+    Bench("verify-stream", ["bench/verify.py", "--stream"], _verify_stream_rows),
     Bench("rss", ["bench/rss.py"], _rss_rows),
     Bench("fairness", ["bench/fairness.py"], _fairness_rows),
     Bench("langgraph", ["bench/langgraph_savers.py"], _langgraph_rows),
