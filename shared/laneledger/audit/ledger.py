@@ -725,17 +725,31 @@ async def compare_with_stream(
     return (await check_stream(js, db_path, stream, **options)).messages
 
 
+async def _direct_get(js: Any, stream: str, sequence: int, *, or_next: bool = False) -> Any:
+    """``stream``'s message ``sequence`` (``or_next``: the first at or after
+    it) by JetStream's message get, or None when there is none; NATS's own
+    failures leave as ``LedgerUnavailable``."""
+    import nats.errors
+    from nats.js.errors import NotFoundError
+
+    try:
+        if or_next:
+            return await js.get_msg(stream, sequence, subject=">", next=True)
+        return await js.get_msg(stream, sequence)
+    except NotFoundError:
+        return None
+    except (nats.errors.Error, TimeoutError) as exc:
+        raise LedgerUnavailable(
+            f"cannot read message {sequence} of {stream} directly: {exc!r}", stream=stream, sequence=sequence
+        ) from exc
+
+
 async def stream_message(js: Any, stream: str, sequence: int) -> bytes | None:
     """The data of ``stream``'s message ``sequence``, read directly (one
     message by its sequence: JetStream's message get, no consumer, nothing
     in flight to lose), or None when the stream holds none there."""
-    from nats.js.errors import NotFoundError
-
-    try:
-        msg = await js.get_msg(stream, sequence)
-    except NotFoundError:
-        return None
-    return bytes(msg.data or b"")
+    msg = await _direct_get(js, stream, sequence)
+    return None if msg is None else bytes(msg.data or b"")
 
 
 async def stream_difference(js: Any, db_path: str | Path, stream: str, position: int) -> str | None:
@@ -744,19 +758,18 @@ async def stream_difference(js: Any, db_path: str | Path, stream: str, position:
     None when it does not: message ``position`` equals the stored body or,
     past the ledger's end, the stream holds nothing from there on. The
     second opinion ``laneledger repair-stream`` asks before it deletes."""
-    from nats.js.errors import NotFoundError
-
     db = open_ledger(db_path, readonly=True)
     try:
         row = db.execute("SELECT body FROM events WHERE position = ?", (position,)).fetchone()
     finally:
         db.close()
     if row is None:  # past the ledger's end: anything the stream holds from here is more
-        try:
-            beyond = await js.get_msg(stream, position, subject=">", next=True)
-        except NotFoundError:
-            return None
-        return f"the stream holds message {beyond.seq}, past the ledger's last position"
+        beyond = await _direct_get(js, stream, position, or_next=True)
+        return (
+            None
+            if beyond is None
+            else f"the stream holds message {beyond.seq}, past the ledger's last position"
+        )
     data = await stream_message(js, stream, position)
     if data is None:
         return f"message {position} is missing from the stream"
@@ -792,13 +805,13 @@ async def check_stream(
 
     The stream is read in order by a ``StreamFollower`` on ``js``'s
     connection, in pulls bounded by ``read_bytes`` (default the follower's
-    ``READ_BUDGET_BYTES``; and messages held in
-    memory: the database rows are read one at a time), with gaps as findings
-    (``on_gap="fail"``). A gap is then read directly (``stream_message``): a
-    sequence missing from the stream is ``sequence_mismatch`` at its
-    position, never re-read; one the stream does hold was lost on the way to
-    this reader (a slow consumer, a reconnect) and is ``LedgerUnavailable``
-    (kind ``stream_read_lost``): retry, nothing is known to be wrong.
+    ``READ_BUDGET_BYTES``; the database rows are read one at a time, so
+    memory stays bounded), with gaps as findings (``on_gap="fail"``). A gap
+    is then read directly (``stream_message``): a sequence missing from the
+    stream is ``sequence_mismatch`` at its position, never re-read; one the
+    stream does hold was lost on the way to this reader (a slow consumer, a
+    reconnect) and is ``LedgerUnavailable`` (kind ``stream_read_lost``):
+    retry, nothing is known to be wrong.
     A consumer nobody serves (503: a cluster consumer without a leader) is
     retried until ``timeout`` (``stream_timeout``); one that answers but
     delivers nothing for ``stall_s`` is ``stream_stalled``.

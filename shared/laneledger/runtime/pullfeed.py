@@ -179,9 +179,9 @@ class PullFeed:
             # 408 expired / 409 (max ack pending, leadership change, …) / 503
             # (no one serves the consumer): this request is over. Ask again at
             # once after an expiry or a spent byte budget; after another 409
-            # or a 503 let next_batch ask when
-            # it next looks, so a full ack window or a consumer without a
-            # leader cannot turn into a tight loop of refused requests.
+            # or a 503 let next_batch ask when it next looks, so a full ack
+            # window or a consumer without a leader cannot turn into a tight
+            # loop of refused requests.
             status = msg.headers[STATUS_HEADER]
             delivered_none = self._outstanding == self._credits
             self._outstanding = 0
