@@ -143,9 +143,9 @@ async def test_a_message_lost_on_the_way_is_a_read_error_not_a_gap(large_ledger,
 
 
 async def repair_stream(nats_url: str, db: Path, *args: str) -> int:
-    """``laneledger repair-stream --yes`` in this process (so a test can
-    simulate a client fault), on a thread: the sequencer runs on this loop."""
-    argv = ["repair-stream", "--db", str(db), "--nats", nats_url, "--yes", *args]
+    """``laneledger repair-stream`` in this process (so a test can simulate
+    a client fault), on a thread: the sequencer runs on this loop."""
+    argv = ["repair-stream", "--db", str(db), "--nats", nats_url, *args]
     return await asyncio.to_thread(laneledger_main, argv)
 
 
@@ -154,7 +154,7 @@ async def test_repair_stream_deletes_nothing_when_a_message_is_lost_on_the_way(
 ):
     created = (await js.stream_info("LEDGER_EVENTS")).created
     dropped = drop_once_at_the_client(monkeypatch, 42)
-    assert await repair_stream(nats_server.url, large_ledger) == 2
+    assert await repair_stream(nats_server.url, large_ledger, "--yes") == 2
     assert dropped == [42]
     assert "stream_read_lost" in capsys.readouterr().err
     info = await js.stream_info("LEDGER_EVENTS")
@@ -177,9 +177,11 @@ async def test_repair_stream_reads_what_the_comparison_names_again_before_deleti
         )
 
     monkeypatch.setattr("laneledger.cli.repair.check_stream", false_alarm)
-    assert await repair_stream(nats_server.url, large_ledger) == 1
-    err = capsys.readouterr().err
-    assert "LEDGER_EVENTS is intact at position 42" in err and "nothing deleted" in err, err
+    for yes in ((), ("--yes",)):  # neither offered nor done
+        assert await repair_stream(nats_server.url, large_ledger, *yes) == 1
+        out, err = capsys.readouterr()
+        assert "LEDGER_EVENTS is intact at position 42" in err and "nothing deleted" in err, err
+        assert "saves" not in out and "deleted it" not in out, out
     info = await js.stream_info("LEDGER_EVENTS")
     assert (info.created, info.state.messages) == (created, EVENTS)
     assert not list(large_ledger.parent.glob("*.foreign-*.jsonl"))  # nothing saved either
