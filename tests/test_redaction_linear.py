@@ -11,7 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from laneledger.contract.redaction import _HINTS, DEFAULT_PATTERNS, Redactor, marker
+from laneledger.contract.model import EnsureActor, ProposedCheckpoint
+from laneledger.contract.redaction import (
+    _HINTS,
+    DEFAULT_PATTERNS,
+    DEFAULT_REDACTOR,
+    Redactor,
+    marker,
+    redact_checkpoint_state,
+    redact_command,
+)
 
 MIB = 1 << 20
 USER_PATTERNS = {"acme_key": r"\bACME-[0-9A-F]{8,}-[0-9]{4}\b"}
@@ -109,3 +118,26 @@ def test_the_linear_forms_redact_exactly_as_the_patterns(parts: list[str]) -> No
     text = "".join(parts)
     rules: dict[str, int] = {}
     assert (Redactor().redact_text(text, rules), rules) == old_redact_text(text)
+
+
+# The issue's other two carriers of the same input: an actor's display name
+# (a command the sequencer redacts) and a checkpoint's inline state (the
+# checkpoint service redacts). Every default rule may run on such a string,
+# so the bound is the rules' sum, still a small fraction of a lease's TTL.
+ALL_RULES_MS = 50 * len(DEFAULT_PATTERNS)
+
+
+def test_an_adversarial_display_name_redacts_in_linear_time() -> None:
+    name = fill("-----BEGIN PRIVATE KEY-----\n") + fill("eyJ-", MIB // 4)
+    cmd = EnsureActor(tenant="acme", key="agent-1", kind="agent", display_name=name)
+    done, rules = redact_command(cmd, DEFAULT_REDACTOR)
+    assert done.display_name == name and rules == {}
+    assert cpu_ms(lambda: redact_command(cmd, DEFAULT_REDACTOR)) <= ALL_RULES_MS
+
+
+def test_adversarial_inline_checkpoint_state_redacts_in_linear_time() -> None:
+    state = {"notes": fill("eyJabcde.eyJ-"), "log": fill("password= \t", MIB // 4)}
+    proposal = ProposedCheckpoint(id="cp-1", key="k", format="application/json", state=state)
+    done, rules = redact_checkpoint_state(proposal, DEFAULT_REDACTOR)
+    assert set(rules) == {"jwt", "secret_assignment"} and done.state != state
+    assert cpu_ms(lambda: redact_checkpoint_state(proposal, DEFAULT_REDACTOR)) <= ALL_RULES_MS
