@@ -53,7 +53,7 @@ def adversarial(kib: int) -> None:
     from test_redaction_linear import ADVERSARIAL, USER_PATTERNS, fill
 
     redactor = Redactor(USER_PATTERNS)
-    shapes = {shape.name: shape for shape, _ in redactor._shapes}
+    shapes = redactor.shapes
     patterns = {**redactor.patterns}
     figures = {}
     for rule, units in ADVERSARIAL.items():

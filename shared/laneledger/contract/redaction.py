@@ -322,6 +322,7 @@ class Redactor:
             patterns[name] = pattern
             shapes[name] = shape
         self.patterns = patterns
+        self.shapes = shapes  # how each rule runs, by name (bench/redaction.py times them)
         # (shape, hint): a configured pattern has no hint, it always runs.
         self._shapes = [
             (shape, _HINTS[shape.name] if isinstance(shape, Shape) else None) for shape in shapes.values()
