@@ -50,7 +50,7 @@ def best_of_three(fn) -> float:
 
 def adversarial(kib: int) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from test_redaction_linear import ADVERSARIAL, USER_PATTERNS, fill
+    from test_redaction_linear import ADVERSARIAL, USER_MATCH_FLOOD, USER_PATTERNS, fill
 
     redactor = Redactor(USER_PATTERNS)
     shapes = redactor.shapes
@@ -67,7 +67,10 @@ def adversarial(kib: int) -> None:
             before = max(before, whole)
         figures[rule] = {"before_ms": round(before, 1), "after_ms": round(after, 1)}
         print(f"{rule:20s} before {before:9.1f} ms   after {after:6.1f} ms   ({kib} KiB, worst input)")
-    print(json.dumps({"kib": kib, "rules": figures}))
+    flood = fill(USER_MATCH_FLOOD, kib << 10)
+    flood_ms = best_of_three(partial(shapes["acme_key"].subn, flood)) * 1000
+    print(f"acme_key on its densest flood of matches  {flood_ms:6.1f} ms ({kib} KiB)")
+    print(json.dumps({"kib": kib, "rules": figures, "acme_key_match_flood_ms": round(flood_ms, 1)}))
 
 
 def main() -> None:

@@ -126,22 +126,23 @@ class Shape:
         self.regex = re.compile(pattern)
         self.marker = marker(name)
         self._folded = search_folded
-        self._group = "secret" if "secret" in self.regex.groupindex else None
+        self._group = self.regex.groupindex.get("secret")  # only it is replaced
 
     def subn(self, text: str) -> tuple[str, int]:
         if self._group is None:
             return self.regex.subn(self.marker, text)
-        haystack = fold_case(text) if self._folded else text
-        pieces: list[str] = []
+        group = self._group
+        kept: list[str] = []  # what lies around the secrets, joined by markers
+        keep = kept.append  # (the loop is most of the cost on a flood of matches)
         last = 0
-        for match in self.regex.finditer(haystack):
-            start, end = match.span(self._group)
-            pieces += (text[last:start], self.marker)
+        for match in self.regex.finditer(fold_case(text) if self._folded else text):
+            start, end = match.span(group)
+            keep(text[last:start])
             last = end
-        if not pieces:
+        if not kept:
             return text, 0
-        pieces.append(text[last:])
-        return "".join(pieces), len(pieces) // 2
+        keep(text[last:])
+        return self.marker.join(kept), len(kept) - 1
 
 
 class PemShape(Shape):
@@ -164,11 +165,11 @@ class Re2Shape:
 
     def subn(self, text: str) -> tuple[str, int]:
         data = text.encode("utf-8", "surrogatepass")
-        pieces: list[bytes] = []
+        kept: list[bytes] = []  # what lies around the matches, joined by markers
+        keep, match = kept.append, self.regex.Match  # (the loop is the cost of a flood of matches)
         pos, end, last = 0, len(data), 0
-        marker_bytes = self.marker.encode()
         while pos <= end:
-            start, stop = self.regex.Match(_RE2_UNANCHORED, data, pos, end)[0]
+            start, stop = match(_RE2_UNANCHORED, data, pos, end)[0]
             if start < 0:
                 break
             if stop == start:  # an empty match (``\b``): nothing to replace; on to the next character
@@ -176,12 +177,12 @@ class Re2Shape:
                 while pos < end and data[pos] & 0xC0 == 0x80:
                     pos += 1
                 continue
-            pieces += (data[last:start], marker_bytes)
+            keep(data[last:start])
             pos = last = stop
-        if not pieces:
+        if not kept:
             return text, 0
-        pieces.append(data[last:])
-        return b"".join(pieces).decode("utf-8", "surrogatepass"), len(pieces) // 2
+        keep(data[last:])
+        return self.marker.encode().join(kept).decode("utf-8", "surrogatepass"), len(kept) - 1
 
 
 def compile_re2(pattern: str) -> Any:
