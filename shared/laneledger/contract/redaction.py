@@ -146,6 +146,9 @@ class Shape:
 
 
 class PemShape(Shape):
+    """The PEM pattern, run only up to the text's last footer: there every
+    BEGIN it tries has an END after it, so each try ends at the nearest one."""
+
     def subn(self, text: str) -> tuple[str, int]:
         last = _PEM_LAST_FOOTER.match(text)
         if last is None:
