@@ -164,3 +164,24 @@ def test_adversarial_inline_checkpoint_state_redacts_in_linear_time() -> None:
     done, rules = redact_checkpoint_state(proposal, DEFAULT_REDACTOR)
     assert set(rules) == {"jwt", "secret_assignment"} and done.state != state
     assert cpu_ms(lambda: redact_checkpoint_state(proposal, DEFAULT_REDACTOR)) <= ALL_RULES_MS
+
+
+# Configured patterns that mean the same to RE2 and to Python's engine on
+# ASCII text (RE2's \b \w \s \d are ASCII; spec/content.md).
+SAME_IN_BOTH = [r"\bACME-[0-9A-F]{8,}-[0-9]{4}\b", r"(?i)badge[ :=]+\w{6,}", r"x[a-c]*y|ab+c", r"\d{3}-\d{4}"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(SAME_IN_BOTH),
+    st.lists(
+        st.sampled_from(
+            ["ACME-", "0123456789ABCDEF", "-", "1234", " ", "Badge", "=", "xy", "abbbc", "x", "c"]
+        )
+        | st.text(alphabet=st.characters(max_codepoint=127), max_size=4),
+        max_size=40,
+    ),
+)
+def test_a_configured_pattern_replaces_what_pythons_engine_would(pattern: str, parts: list[str]) -> None:
+    text = "".join(parts)
+    assert Redactor({"rule": pattern}).shapes["rule"].subn(text) == re.subn(pattern, marker("rule"), text)
