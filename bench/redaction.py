@@ -9,14 +9,24 @@ redactor: decode, redact, digest) and the SDK's content step
 event, on ``bench/producer.py``'s events (~300-500 bytes each; model and tool
 calls, deltas, costs). Best of three passes of process CPU time. The last
 line is one JSON object.
+
+    .venv/bin/python bench/redaction.py --adversarial [--kib N]
+
+Times instead, per rule, the worst of the adversarial inputs of
+tests/test_redaction_linear.py (N KiB each, 1024 by default): the rule as
+its pattern states it under Python's regex engine ("before"; quadratic rules
+are timed on a tenth of the input and scaled by 100, since 1 MiB takes
+minutes) and as the redactor runs it ("after").
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -38,10 +48,41 @@ def best_of_three(fn) -> float:
     return best
 
 
+def adversarial(kib: int) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from test_redaction_linear import ADVERSARIAL, USER_MATCH_FLOOD, USER_PATTERNS, fill
+
+    redactor = Redactor(USER_PATTERNS)
+    shapes = redactor.shapes
+    patterns = {**redactor.patterns}
+    figures = {}
+    for rule, units in ADVERSARIAL.items():
+        before = after = 0.0
+        shape, regex = shapes[rule], re.compile(patterns[rule])
+        for unit in units:
+            text, tenth = fill(unit, kib << 10), fill(unit, (kib << 10) // 10)
+            after = max(after, best_of_three(partial(shape.subn, text)) * 1000)
+            small = best_of_three(partial(regex.subn, "x", tenth)) * 1000
+            whole = best_of_three(partial(regex.subn, "x", text)) * 1000 if small < 50 else small * 100
+            before = max(before, whole)
+        figures[rule] = {"before_ms": round(before, 1), "after_ms": round(after, 1)}
+        print(f"{rule:20s} before {before:9.1f} ms   after {after:6.1f} ms   ({kib} KiB, worst input)")
+    flood = fill(USER_MATCH_FLOOD, kib << 10)
+    flood_ms = best_of_three(partial(shapes["acme_key"].subn, flood)) * 1000
+    print(f"acme_key on its densest flood of matches  {flood_ms:6.1f} ms ({kib} KiB)")
+    print(json.dumps({"kib": kib, "rules": figures, "acme_key_match_flood_ms": round(flood_ms, 1)}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=20_000)
-    n = parser.parse_args().events
+    parser.add_argument("--adversarial", action="store_true")
+    parser.add_argument("--kib", type=int, default=1024)
+    args = parser.parse_args()
+    if args.adversarial:
+        adversarial(args.kib)
+        return
+    n = args.events
     lane = Lane(
         id="lane-1", tenant="acme", session_id="s", run_id="r", name="main", created_at="2026-01-01T00:00:00Z"
     )

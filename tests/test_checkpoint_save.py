@@ -109,6 +109,23 @@ async def test_inline_state_over_the_limit_is_refused_or_spilled(checkpoints: Ch
     assert await checkpoints.load_state(saved) == big
 
 
+async def test_adversarial_inline_state_is_refused_promptly_and_the_service_goes_on(
+    checkpoints: CheckpointClient, nc
+):
+    """The issue's input as inline state (~800 KB of what made redaction
+    quadratic: PEM BEGIN markers without END, ``eyJ-`` chains): the service
+    redacts before it measures, in linear time, so the refusal comes at once
+    (before: minutes of its event loop) and the next save is served."""
+    state = {"notes": ("-----BEGIN PRIVATE KEY-----\n" * 15_000) + ("eyJ-" * 100_000)}
+    proposal = ProposedCheckpoint(id=new_id(), key="k-adv", format=FORMAT, state=state)
+    reply = await nc.request(
+        "ledger.checkpoint.save", encode(SaveCheckpoint(expected_revision=0, checkpoint=proposal)), timeout=5
+    )
+    assert b'"request_too_large"' in reply.data
+    saved = await checkpoints.save("k-adv", expected_revision=0, format=FORMAT, state={"turn": 1})
+    assert saved.revision == 1
+
+
 async def test_requests_are_checked(checkpoints: CheckpointClient, nc):
     with pytest.raises(errors.InvalidRequest):
         await checkpoints.save("k7", expected_revision=0, format=FORMAT, state=1, terminal=True)

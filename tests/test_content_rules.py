@@ -229,6 +229,11 @@ def test_the_sequencer_settings_refuse_a_bad_pattern_naming_the_variable(monkeyp
     assert stopped.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("laneledger-sequencer: LANELEDGER_REDACT_PATTERNS=") and "'acme'" in err
+    monkeypatch.setenv("LANELEDGER_REDACT_PATTERNS", '{"acme": "(a|aa)+(?=b)"}')  # lookahead: not linear
+    with pytest.raises(SystemExit) as stopped:
+        parse_args([])
+    assert stopped.value.code == 2
+    assert NOT_LINEAR in capsys.readouterr().err
     monkeypatch.setenv("LANELEDGER_REDACT_PATTERNS", '["ACME-[0-9]+"]')
     monkeypatch.setenv("LANELEDGER_REDACT_KEYS", "pin")
     args = parse_args([])
@@ -247,12 +252,18 @@ def test_the_sdk_reads_its_extras_from_the_environment():
     }
 
 
+NOT_LINEAR = "'acme' cannot be run in linear time"
+
+
 @pytest.mark.parametrize(
     ("variable", "value", "problem"),
     [
         ("LANELEDGER_REDACT_PATTERNS", "nope", "not JSON"),
         ("LANELEDGER_REDACT_PATTERNS", '{"acme": "(unclosed"}', "'acme' is not a regex"),
         ("LANELEDGER_REDACT_PATTERNS", '["a*"]', "matches the empty string"),
+        # RE2 runs configured patterns (linear time): what it cannot run is refused.
+        ("LANELEDGER_REDACT_PATTERNS", '{"acme": "(?<=key=)[0-9]{8}"}', NOT_LINEAR),
+        ("LANELEDGER_REDACT_PATTERNS", '{"acme": "(x+)\\\\1"}', NOT_LINEAR),
         ("LANELEDGER_REDACT_PATTERNS", '{"bad name!": "X-[0-9]+"}', "rule name 'bad name!'"),
         ("LANELEDGER_REDACT_KEYS", ", ,-", "comma-separated key words"),
     ],

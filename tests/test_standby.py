@@ -13,6 +13,8 @@ import os
 import signal
 import sqlite3
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aiohttp
@@ -23,6 +25,7 @@ from metrics_support import Samples, parse, scrape, value
 from polling import eventually
 from receipt_check import check_receipts_held
 from sequencer_process import SequencerProcess
+from service_process import REPO
 from test_txlog import dump
 
 from laneledger.audit.ledger import audit_ledger, compare_with_stream
@@ -83,13 +86,51 @@ async def shows(
 
 
 def sequencer(
-    nats_url: str, tmp_path: Path, name: str, request: pytest.FixtureRequest, *extra_args: str
+    nats_url: str,
+    tmp_path: Path,
+    name: str,
+    request: pytest.FixtureRequest,
+    *extra_args: str,
+    module: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> SequencerProcess:
+    """A sequencer process on its own file; ``module`` (with ``env``) runs a
+    test's wrapper of the real one (tests/ is then on PYTHONPATH)."""
     seq = SequencerProcess(
         nats_url, tmp_path / name / "ledger.db", log_dir=tmp_path / name, extra_args=(*LEASE, *extra_args)
     )
+    if module is not None:
+        seq.module = module
+        seq.env = {"PYTHONPATH": str(REPO / "tests"), **(env or {})}
     show_log_on_failure(request, seq)
     return seq
+
+
+async def new_lane_producer(client: LedgerClient, actor_key: str) -> Producer:
+    """A ``Producer`` on a new lane of a new actor of tenant acme."""
+    actor = await client.ensure_actor("acme", actor_key, "agent")
+    lane = await client.create_lane("acme", "s", "r", "main", actor_id=actor.id)
+    return Producer(client, lane, actor.id)
+
+
+@asynccontextmanager
+async def active_and_standby(
+    first: SequencerProcess, second: SequencerProcess, actor_key: str, appends: int
+) -> AsyncIterator[Producer]:
+    """``first`` started (active), then ``second`` (standby); a producer that
+    made ``appends`` appends through ``first``, which /metrics show active
+    and the holder. Both stopped after."""
+    first.start()
+    second.start()
+    try:
+        async with await LedgerClient.connect(first.nats_url, timeout=5.0) as client:
+            producer = await new_lane_producer(client, actor_key)
+            await producer.run(appends)
+            await shows(first, active=1, holder=first, failovers=0, lease_lost=0)
+            yield producer
+    finally:
+        first.stop()
+        second.stop()
 
 
 class Producer:
@@ -142,9 +183,7 @@ async def test_the_standby_follows_and_takes_over_from_a_killed_active_sequencer
     assert "role=standby" in second.ready_line
     try:
         async with await LedgerClient.connect(nats_server.url, timeout=5.0) as client:
-            actor = await client.ensure_actor("acme", "agent:standby@1", "agent")
-            lane = await client.create_lane("acme", "s", "r", "main", actor_id=actor.id)
-            producer = Producer(client, lane, actor.id)
+            producer = await new_lane_producer(client, "agent:standby@1")
             await producer.run(10)
             # The standby's file follows the log, and /readyz says it is a current standby.
             await eventually(
@@ -186,36 +225,24 @@ async def test_a_paused_active_sequencer_is_deposed_and_stands_down_when_it_wake
 ):
     first = sequencer(nats_server.url, tmp_path, "first", request)
     second = sequencer(nats_server.url, tmp_path, "second", request)
-    first.start()
-    second.start()
-    try:
-        async with await LedgerClient.connect(nats_server.url, timeout=5.0) as client:
-            actor = await client.ensure_actor("acme", "agent:paused@1", "agent")
-            lane = await client.create_lane("acme", "s", "r", "main", actor_id=actor.id)
-            producer = Producer(client, lane, actor.id)
-            await producer.run(5)
-            await shows(first, active=1, holder=first, failovers=0, lease_lost=0)
-
-            assert first.pid is not None
-            os.kill(first.pid, signal.SIGSTOP)  # past its lease: the standby takes over
-            await producer.run(5)
-            assert await role(second) == "active"
-            await shows(second, active=1, holder=second, failovers=1, lease_lost=0)
-            os.kill(first.pid, signal.SIGCONT)
-            await eventually(
-                lambda: "standing down" in first.log_text(),
-                what="the woken sequencer standing down",
-            )
-            await eventually(lambda: role(first), until=lambda r: r == "standby", what="its role: standby")
-            await shows(first, active=0, holder=second, failovers=0, lease_lost=1, lag=0)
-            await producer.run(5)  # the new active one goes on
-            await eventually(
-                lambda: dump(first.db_path) == dump(second.db_path),
-                what="the deposed sequencer's file following the active one's",
-            )
-    finally:
-        first.stop()
-        second.stop()
+    async with active_and_standby(first, second, "agent:paused@1", 5) as producer:
+        assert first.pid is not None
+        os.kill(first.pid, signal.SIGSTOP)  # past its lease: the standby takes over
+        await producer.run(5)
+        assert await role(second) == "active"
+        await shows(second, active=1, holder=second, failovers=1, lease_lost=0)
+        os.kill(first.pid, signal.SIGCONT)
+        await eventually(
+            lambda: "standing down" in first.log_text(),
+            what="the woken sequencer standing down",
+        )
+        await eventually(lambda: role(first), until=lambda r: r == "standby", what="its role: standby")
+        await shows(first, active=0, holder=second, failovers=0, lease_lost=1, lag=0)
+        await producer.run(5)  # the new active one goes on
+        await eventually(
+            lambda: dump(first.db_path) == dump(second.db_path),
+            what="the deposed sequencer's file following the active one's",
+        )
     positions = [p for r in producer.receipts for p in r.positions]
     assert positions == list(range(1, 16))
     assert await compare_with_stream(js, second.db_path) == 15

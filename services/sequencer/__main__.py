@@ -141,6 +141,7 @@ async def run(args: argparse.Namespace) -> None:
         lease=LeaseSettings(
             ttl_s=args.lease_ttl_s, renew_s=args.lease_ttl_s / 5, try_s=args.lease_ttl_s / 10
         ),
+        lease_nats=lambda: connect_nats(args.nats, name="laneledger-sequencer-lease"),
         tree_heads=tree_heads,
     )
     sequencer = Sequencer(nc, writer, metrics, settings, reply_nc=reply_nc)

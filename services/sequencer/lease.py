@@ -15,23 +15,39 @@ sequencer that has not noticed yet commits nothing.
 A holder is a ledger file (``holder``: its ``meta.file_id``): a sequencer
 restarted on the same file takes its own unexpired lease back at once
 instead of waiting for it to expire.
+
+The lease lives on a thread of its own (``LeaseThread``), with its own event
+loop and NATS connection, and is renewed there: a request's CPU work on the
+sequencer's event loop (redaction, canonical form of a large append) cannot
+hold a renewal back, so no producer can make the active one lose the lease.
+The thread stops renewing when the event loop has not come round for
+``stall_s`` (wedged, not busy): the lease then expires and a standby takes
+over, as if the process were paused.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 import socket
+import threading
 import time
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import nats.errors
+from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 LEASE_KEY = "sequencer"
+log = logging.getLogger("laneledger.sequencer.lease")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -39,6 +55,9 @@ class LeaseSettings:
     ttl_s: float = 2.0  # a lease not renewed for this long expires
     renew_s: float = 0.4  # how often the holder renews it
     try_s: float = 0.2  # how often a standby tries to take it
+    # The lease thread stops renewing once the event loop has not come round
+    # for this long: a loop wedged for good must not hold the lease for good.
+    stall_s: float = 30.0
 
 
 def lease_bucket_config(bucket: str, settings: LeaseSettings, replicas: int) -> KeyValueConfig:
@@ -117,6 +136,8 @@ class Lease:
     async def release(self) -> None:
         """Give the lease up (a clean stop), so a standby need not wait for
         it to expire. Best effort: it expires anyway."""
+        if self._kv is None:
+            return  # never opened
         try:
             await self.kv.delete(LEASE_KEY, last=self._revision)
         except (nats.errors.Error, KeyWrongLastSequenceError, TimeoutError):
@@ -129,3 +150,119 @@ def _holder_of(value: bytes | None) -> str | None:
     except (ValueError, AttributeError):
         return None
     return holder if isinstance(holder, str) else None
+
+
+class LeaseThread:
+    """A ``Lease`` on a thread of its own, with its own event loop and NATS
+    connection (``connect``, called on that loop), renewed there every
+    ``renew_s`` once ``keep()`` is called. The sequencer's event loop calls
+    ``open``/``acquire``/``release`` across, reads ``lost``, and calls
+    ``beat()`` each time it comes round."""
+
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[NATS]],
+        bucket: str,
+        holder: str,
+        settings: LeaseSettings,
+        replicas: int,
+    ) -> None:
+        self._connect = connect
+        self._bucket, self.holder, self.settings, self._replicas = bucket, holder, settings, replicas
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="sequencer-lease", daemon=True)
+        self._nc: NATS | None = None
+        self._lease: Lease | None = None
+        self._renewing: asyncio.Task[None] | None = None
+        # Written by the lease thread, read by the event loop (one attribute
+        # each, so no lock): why the lease is no longer ours, or None.
+        self.lost: str | None = None
+        self._beat = time.monotonic()  # written by the event loop
+
+    @property
+    def seen_holder(self) -> str | None:
+        return self._lease.seen_holder if self._lease is not None else None
+
+    async def _across(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the lease thread's loop; its result here."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
+    async def open(self) -> None:
+        self._thread.start()
+        await self._across(self._open())
+
+    async def _open(self) -> None:
+        self._nc = await self._connect()
+        self._lease = Lease(self._nc.jetstream(), self._bucket, self.holder, self.settings, self._replicas)
+        await self._lease.open()
+
+    async def acquire(self) -> bool:
+        assert self._lease is not None, "LeaseThread.open() first"
+        return await self._across(self._lease.acquire())
+
+    def beat(self) -> None:
+        """The event loop came round: renewing goes on."""
+        self._beat = time.monotonic()
+
+    async def keep(self) -> None:
+        """Renew the lease, just acquired, on the lease thread until it is
+        lost or ``release``d."""
+        self.lost = None
+        self.beat()
+        await self._across(self._start_renewing())
+
+    async def _start_renewing(self) -> None:
+        self._renewing = asyncio.create_task(self._renew_loop(), name="lease-renew")
+
+    async def _renew_loop(self) -> None:
+        assert self._lease is not None
+        settings = self.settings
+        renewed_at = time.monotonic()
+        while True:
+            await asyncio.sleep(settings.renew_s)
+            stalled = time.monotonic() - self._beat
+            if stalled > settings.stall_s:
+                self.lost = f"the event loop has not come round for {stalled:.1f} s: not renewing"
+                return
+            try:
+                if not await self._lease.renew():
+                    self.lost = "the lease is no longer this sequencer's"
+                    return
+                renewed_at = time.monotonic()
+            except Exception as exc:  # noqa: BLE001 - unknown: the lease may still be ours
+                if time.monotonic() - renewed_at < settings.ttl_s:
+                    log.warning("lease not renewed (%s); trying again", exc)
+                    continue
+                self.lost = f"lease not renewed for a whole TTL ({exc})"
+                return
+
+    async def stop_renewing(self) -> None:
+        await self._across(self._stop_renewing())
+
+    async def _stop_renewing(self) -> None:
+        if self._renewing is not None:
+            self._renewing.cancel()
+            await asyncio.gather(self._renewing, return_exceptions=True)
+            self._renewing = None
+
+    async def release(self) -> None:
+        """Stop renewing and give the lease up (best effort), then close the
+        thread's connection and end the thread."""
+        if not self._thread.is_alive():
+            return
+        try:
+            await self._across(self._release())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            await asyncio.to_thread(self._thread.join)
+            self._loop.close()
+
+    async def _release(self) -> None:
+        await self._stop_renewing()
+        if self._lease is not None:
+            await self._lease.release()
+        if self._nc is not None:
+            try:
+                await self._nc.close()
+            except Exception as exc:  # noqa: BLE001 - closing anyway
+                log.debug("lease connection not closed cleanly: %s", exc)

@@ -4,9 +4,11 @@ A standby follows LEDGER_TXLOG (its file takes every new record, every
 ``try_s``) and tries to take the lease; once it has it, it becomes active:
 it reads the log's last records, then pulls requests, answers commands and
 mirrors the committed stream. A standby that finds the log written with
-another chain key (``ChainKeyDiffers``) ends instead. The active one renews the lease; when renewing
-is refused (the lease expired, or another holds it) or has not succeeded for
-a whole TTL (cut off from NATS), it stands down: it stops pulling and
+another chain key (``ChainKeyDiffers``) ends instead. The active one's lease
+is renewed on the lease's own thread (lease.py, ``LeaseThread``), which a busy
+event loop cannot hold back; when renewing is refused (the lease expired, or
+another holds it), has not succeeded for a whole TTL (cut off from NATS), or
+stopped because this loop stalled for ``stall_s``, it stands down: it stops pulling and
 answering, finishes nothing new, and follows again. Whatever it was doing
 when it was deposed is refused by the log (store/txlog.py) and redelivered to
 its successor.
@@ -21,7 +23,7 @@ from typing import Protocol
 
 from laneledger.store.chainkey import ChainKeyDiffers
 
-from .lease import Lease
+from .lease import LeaseThread
 from .metrics import SequencerMetrics
 
 log = logging.getLogger("laneledger.sequencer.roles")
@@ -39,13 +41,12 @@ class Roles(Protocol):
 
 
 class RoleKeeper:
-    def __init__(self, sequencer: Roles, lease: Lease, metrics: SequencerMetrics) -> None:
+    def __init__(self, sequencer: Roles, lease: LeaseThread, metrics: SequencerMetrics) -> None:
         self._seq = sequencer
         self._lease = lease
         self._metrics = metrics
         self.lag = 0  # log records the file was behind at the last look
         self._followed_at = 0.0  # when the file last took the whole log (monotonic)
-        self._renewed_at = 0.0
         self._was_standby = False
 
     @property
@@ -68,7 +69,9 @@ class RoleKeeper:
         while True:
             if self._seq.active:
                 await self._watch(settings.renew_s)
-                await self._renew()
+                self._lease.beat()
+                if self._lease.lost is not None:
+                    await self._stand_down(self._lease.lost)
             else:
                 try:
                     self.lag = await self._seq.follow()
@@ -91,28 +94,20 @@ class RoleKeeper:
             task.result()  # an integrity fault ends the service, as without a lease
             raise RuntimeError(f"sequencer task {task.get_name()} ended while active")
 
-    async def _renew(self) -> None:
-        try:
-            kept = await self._lease.renew()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - unknown: the lease may still be ours
-            if time.monotonic() - self._renewed_at < self._lease.settings.ttl_s:
-                log.warning("lease not renewed (%s); trying again", exc)
-                return
-            log.error("lease not renewed for a whole TTL (%s): standing down", exc)
-            kept = False
-        if kept:
-            self._renewed_at = time.monotonic()
-            return
-        log.warning("the lease is no longer this sequencer's: standing down to standby")
+    async def _stand_down(self, why: str) -> None:
+        log.warning("%s: standing down to standby", why)
         self._metrics.lease_lost.inc()
+        await self._lease.stop_renewing()
         await self._seq.stand_down()
         self._became_standby()
 
     async def _become_active(self) -> None:
-        self._renewed_at = time.monotonic()
-        await self._seq.activate()
+        await self._lease.keep()
+        try:
+            await self._seq.activate()
+        except BaseException:
+            await self._lease.stop_renewing()  # a standby again: the lease expires
+            raise
         self.lag = 0
         self._metrics.active.set(1)
         self._metrics.txlog_lag.set(0)
@@ -134,5 +129,5 @@ class RoleKeeper:
 
     async def release(self) -> None:
         """A clean stop: give the lease up (if it is still this sequencer's)
-        so a standby need not wait for it to expire."""
+        so a standby need not wait for it to expire; end the lease thread."""
         await self._lease.release()

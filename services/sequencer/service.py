@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -63,7 +63,7 @@ from laneledger.store.writer import BatchResult, rejection
 
 from .blobcheck import BlobCheck
 from .intake import Intake
-from .lease import Lease, LeaseSettings
+from .lease import LeaseSettings, LeaseThread
 from .metrics import SequencerMetrics
 from .mirror import CommittedStreamMirror, StreamFault
 from .roles import RoleKeeper
@@ -133,6 +133,9 @@ class SequencerSettings:
     # start. The service always runs with one (__main__.py). Only with the
     # log (a standby follows it): with ``txlog`` off there is no lease.
     lease: LeaseSettings | None = None
+    # Opens the lease thread's own NATS connection (lease.py, ``LeaseThread``),
+    # on that thread's event loop; needed with ``lease``.
+    lease_nats: Callable[[], Awaitable[NATS]] | None = None
     # Sign the Merkle tree's heads and publish them on LEDGER_TLOG
     # (treeheads.py, spec/tlog.md); None: no signing key, no checkpoints.
     tree_heads: TreeHeadSettings | None = None
@@ -288,7 +291,9 @@ class Sequencer:
             self._tasks = self._active
         else:
             holder = await self._in_writer(self._writer.file_id)
-            lease = Lease(self._js, s.subjects.lease_bucket, holder, s.lease, s.replicas)
+            if s.lease_nats is None:
+                raise ValueError("SequencerSettings.lease needs lease_nats, the lease thread's connection")
+            lease = LeaseThread(s.lease_nats, s.subjects.lease_bucket, holder, s.lease, s.replicas)
             self._roles = RoleKeeper(self, lease, self._metrics)
             await self._roles.start()
             self._tasks = [asyncio.create_task(self._roles.run(), name="sequencer-roles")]

@@ -18,11 +18,12 @@ import itertools
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import msgspec
+import re2._re2 as re2_api  # type: ignore[import-untyped]
 
 from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.model import ProposedCheckpoint
@@ -74,6 +75,145 @@ _HINTS: dict[str, tuple[bool, tuple[str, ...]]] = {
     "url_credentials": (False, ("://",)),
     "secret_assignment": (True, ("key", "secret", "pass", "pwd", "token", "credential", "auth", "cookie")),
 }
+
+# Every shape runs in time linear in its text (spec/content.md, "Linear
+# time"): a producer's string of any size costs the sequencer a bounded
+# amount of CPU per byte. Most default shapes are linear as written under
+# Python's backtracking engine (a candidate's run ends at a character its
+# class excludes, so candidates' scans do not overlap); the three below are
+# not, and run as equivalent forms that are (tests/test_redaction_linear.py
+# checks them against the patterns above on random secret-laden text).
+_TOKEN = "[A-Za-z0-9_-]"
+# A JWT's first segment is the whole rest of its character run (``.`` ends
+# it), so only a run's first candidate start need be tried: the atomic group
+# commits to it, and the lookbehind starts one try per run instead of one per
+# ``eyJ`` in it (``eyJ-eyJ-…`` was quadratic).
+_JWT_LINEAR = (
+    rf"(?<!{_TOKEN})(?>{_TOKEN}*?(?=\beyJ{_TOKEN}{{5}}))"
+    rf"(?P<secret>eyJ{_TOKEN}{{5,}}+\.eyJ{_TOKEN}{{5,}}+\.{_TOKEN}{{10,}})"
+)
+# The PEM footer last in a text: a PEM block ends at a footer, so the
+# pattern runs only up to the last one (a BEGIN with no END after it was a
+# scan to the end of the text per BEGIN).
+_PEM_LAST_FOOTER = re.compile(r"[\s\S]*-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----")
+# secret_assignment runs case-sensitively on the text folded to lower case
+# (Python's case-insensitive scan cost ~120 ms per MiB): the folding maps
+# exactly the characters that match an ASCII letter case-insensitively
+# (with ``İ`` ``ı`` -> ``i`` and ``ſ`` -> ``s``, which ``str.lower`` leaves
+# or lengthens) and keeps every offset; the key words form a trie and the
+# quantifiers that cannot give anything back are possessive.
+_ASSIGNMENT_FOLDED = (
+    r"(?:a(?:pi[_-]?key|uth(?:orization)?|ccess[_-]?key)|secrets?|"
+    r"p(?:ass(?:words?|wd)|wd|rivate[_-]?key)|token|c(?:redentials?|ookie))"
+    r"[\"']?+\s*+[:=]\s*+[\"']?+(?!\[redacted:)"
+    r"(?P<secret>(?:(?:basic|bearer|token)\s++)?[^\s\"',;&]{6,}+)"
+)
+
+
+def fold_case(text: str) -> str:
+    """``text`` in lower case, offset for offset, such that a character
+    matches an ASCII letter case-insensitively (``re.IGNORECASE``) exactly
+    when its folded form is that letter in lower case."""
+    return text.replace("\u0130", "i").replace("\u0131", "i").replace("\u017f", "s").lower()
+
+
+class Shape:
+    """One rule's pattern, applied by ``subn``: the text with each match (or
+    its ``secret`` group) replaced by the rule's marker, and the count."""
+
+    def __init__(self, name: str, pattern: str, *, search_folded: bool = False) -> None:
+        self.name = name
+        self.regex = re.compile(pattern)
+        self.marker = marker(name)
+        self._folded = search_folded
+        self._group = self.regex.groupindex.get("secret")  # only it is replaced
+
+    def subn(self, text: str) -> tuple[str, int]:
+        if self._group is None:
+            return self.regex.subn(self.marker, text)
+        group = self._group
+        kept: list[str] = []  # what lies around the secrets, joined by markers
+        keep = kept.append  # (the loop is most of the cost on a flood of matches)
+        last = 0
+        for match in self.regex.finditer(fold_case(text) if self._folded else text):
+            start, end = match.span(group)
+            keep(text[last:start])
+            last = end
+        if not kept:
+            return text, 0
+        keep(text[last:])
+        return self.marker.join(kept), len(kept) - 1
+
+
+class PemShape(Shape):
+    """The PEM pattern, run only up to the text's last footer: there every
+    BEGIN it tries has an END after it, so each try ends at the nearest one."""
+
+    def subn(self, text: str) -> tuple[str, int]:
+        last = _PEM_LAST_FOOTER.match(text)
+        if last is None:
+            return text, 0
+        head, n = self.regex.subn(self.marker, text[: last.end()])
+        return (head + text[last.end() :], n) if n else (text, 0)
+
+
+class Re2Shape:
+    """A configured pattern, run by RE2 (linear time in its input whatever
+    the pattern: no backtracking) on the text's UTF-8 bytes."""
+
+    def __init__(self, name: str, pattern: str) -> None:
+        self.name = name
+        self.marker = marker(name)
+        self.regex = compile_re2(pattern)
+
+    def subn(self, text: str) -> tuple[str, int]:
+        data = text.encode("utf-8", "surrogatepass")
+        kept: list[bytes] = []  # what lies around the matches, joined by markers
+        keep, match = kept.append, self.regex.Match  # (the loop is the cost of a flood of matches)
+        pos, end, last = 0, len(data), 0
+        while pos <= end:
+            start, stop = match(_RE2_UNANCHORED, data, pos, end)[0]
+            if start < 0:
+                break
+            if stop == start:  # an empty match (``\b``): nothing to replace; on to the next character
+                pos = stop + 1
+                while pos < end and data[pos] & 0xC0 == 0x80:
+                    pos += 1
+                continue
+            keep(data[last:start])
+            pos = last = stop
+        if not kept:
+            return text, 0
+        keep(data[last:])
+        return self.marker.encode().join(kept).decode("utf-8", "surrogatepass"), len(kept) - 1
+
+
+def compile_re2(pattern: str) -> Any:
+    """``pattern`` compiled by RE2; ``ValueError`` naming what RE2 refuses
+    (lookaround, backreferences, possessive quantifiers: what a linear-time
+    engine cannot run)."""
+    options = re2_api.RE2.Options()
+    options.log_errors = False
+    options.never_capture = True
+    regex = re2_api.RE2(pattern.encode("utf-8", "surrogatepass"), options)
+    if not regex.ok():
+        error = regex.error()
+        raise ValueError(error.decode(errors="replace") if isinstance(error, bytes) else str(error))
+    return regex
+
+
+_RE2_UNANCHORED = re2_api.RE2.Anchor.UNANCHORED
+
+
+def default_shape(name: str) -> Shape:
+    if name == "pem_private_key":
+        return PemShape(name, DEFAULT_PATTERNS[name])
+    if name == "jwt":
+        return Shape(name, _JWT_LINEAR)
+    if name == "secret_assignment":
+        return Shape(name, _ASSIGNMENT_FOLDED, search_folded=True)
+    return Shape(name, DEFAULT_PATTERNS[name])
+
 
 # Key words that make a key secret. A key is split into words at ``_``, ``-``,
 # ``.``, spaces and camelCase humps; ``apiKey``/``api_key``/``x-api-key`` all
@@ -169,6 +309,7 @@ class Redactor:
         if not isinstance(extra_patterns, Mapping):
             extra_patterns = {f"custom_{i}": p for i, p in enumerate(extra_patterns, 1)}
         patterns = {**DEFAULT_PATTERNS}
+        shapes: dict[str, Shape | Re2Shape] = {name: default_shape(name) for name in DEFAULT_PATTERNS}
         for name, pattern in extra_patterns.items():
             if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
                 raise ValueError(f"redaction rule name {name!r}: use 1-64 of [A-Za-z0-9_.-]")
@@ -176,23 +317,24 @@ class Redactor:
                 re.compile(pattern)
             except re.error as exc:
                 raise ValueError(f"redaction pattern {name!r} is not a regex: {exc}") from None
-            if re.search(pattern, ""):
+            try:
+                shape = Re2Shape(name, pattern)
+            except ValueError as exc:
+                raise ValueError(f"redaction pattern {name!r} cannot be run in linear time: {exc}") from None
+            if shape.regex.Match(_RE2_UNANCHORED, b"", 0, 0)[0][0] >= 0:
                 raise ValueError(f"redaction pattern {name!r} matches the empty string")
             patterns[name] = pattern
+            shapes[name] = shape
         self.patterns = patterns
-        # (name, compiled, hint): a configured pattern has no hint, it always runs.
+        self.shapes = shapes  # how each rule runs, by name (bench/redaction.py times them)
+        # (shape, hint): a configured pattern has no hint, it always runs.
         self._shapes = [
-            (
-                name,
-                re.compile(p),
-                _HINTS.get(name) if name in DEFAULT_PATTERNS and p == DEFAULT_PATTERNS[name] else None,
-            )
-            for name, p in patterns.items()
+            (shape, _HINTS[shape.name] if isinstance(shape, Shape) else None) for shape in shapes.values()
         ]
         # Every hint at once: a string holding none skips all the patterns.
         # None when a configured pattern (no hint) must always run.
         self._prefilter: tuple[tuple[str, ...], tuple[str, ...]] | None = None
-        hints = [hint for _, _, hint in self._shapes if hint is not None]
+        hints = [hint for _, hint in self._shapes if hint is not None]
         if len(hints) == len(self._shapes):
             self._prefilter = (
                 tuple(s for h in hints if not h[0] for s in h[1]),
@@ -333,7 +475,7 @@ class Redactor:
                 return text
         if is_marker(text):
             return text
-        for name, shape, hint in self._shapes:
+        for shape, hint in self._shapes:
             if hint is not None:
                 if hint[0]:
                     lower = text.lower() if lower is None else lower
@@ -342,13 +484,9 @@ class Redactor:
                     haystack = text
                 if not any(s in haystack for s in hint[1]):
                     continue
-            replacement = marker(name)
-            replace: str | Callable[[re.Match[str]], str] = replacement
-            if "secret" in shape.groupindex:  # replace only the named part
-                replace = _keep_around(shape.groupindex["secret"], replacement)
-            text, n = shape.subn(replace, text)
+            text, n = shape.subn(text)
             if n:
-                rules[name] = rules.get(name, 0) + n
+                rules[shape.name] = rules.get(shape.name, 0) + n
         return text
 
     def _walk(self, value: Any, rules: dict[str, int]) -> Any:
@@ -372,15 +510,6 @@ class Redactor:
         if isinstance(value, list):
             return [self._walk(item, rules) for item in value]
         return value  # numbers, booleans, null: never a secret by shape
-
-
-def _keep_around(group: int, replacement: str) -> Callable[[re.Match[str]], str]:
-    def sub(match: re.Match[str]) -> str:
-        start, end = match.span(group)
-        whole = match.group(0)
-        return whole[: start - match.start()] + replacement + whole[end - match.start() :]
-
-    return sub
 
 
 DEFAULT_REDACTOR = Redactor()

@@ -1,0 +1,123 @@
+"""The lease is renewed where a busy event loop cannot starve it
+(spec/replication.md, "The lease"): the active sequencer's event loop held
+in CPU work for three lease TTLs does not lose it, and the standby does not
+take over; requests sent meanwhile are answered once the loop is free. And
+the issue's attack itself, ~800 KB of what made redaction quadratic as an
+append's payload and as an actor's display name, costs no failover."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from pathlib import Path
+
+import nats
+import pytest
+from polling import eventually
+from raw_appends import Inbox
+from test_standby import active_and_standby, role, sequencer, shows
+
+from laneledger.contract.model import AppendCommitted
+from laneledger.contract.redaction import DEFAULT_REDACTOR
+from laneledger.contract.subjects import Subjects
+from laneledger.sdk.client import LedgerClient, make_event
+from laneledger.services.sequencer.lease import LeaseSettings, LeaseThread
+
+BUSY_S = 3.0  # three times the TTL of LEASE (1 s)
+
+
+async def test_an_active_sequencer_with_a_busy_event_loop_keeps_its_lease(
+    nats_server, js, tmp_path: Path, request: pytest.FixtureRequest
+):
+    env = {"LANELEDGER_TEST_BUSY_S": str(BUSY_S)}
+    first = sequencer(nats_server.url, tmp_path, "first", request, module="busy_loop_sequencer", env=env)
+    second = sequencer(nats_server.url, tmp_path, "second", request)
+    async with active_and_standby(first, second, "agent:busy@1", 3) as producer:
+        assert first.pid is not None
+        os.kill(first.pid, signal.SIGUSR1)
+        await eventually(lambda: "busy for" in first.log_text(), what="the first one's loop busy")
+        sent = asyncio.create_task(producer.run(2))  # waits for the loop, and is answered by it
+        await asyncio.sleep(BUSY_S + 1.0)
+        assert await role(second) == "standby"
+        await eventually(lambda: "busy no more" in first.log_text(), what="the first one's loop free")
+        await sent
+        await shows(first, active=1, holder=first, failovers=0, lease_lost=0)
+        await shows(second, active=0, holder=first, failovers=0, lease_lost=0)
+        assert "standing down" not in first.log_text()
+        assert "took the lease over" not in second.log_text()
+    positions = [p for r in producer.receipts for p in r.positions]
+    assert positions == list(range(1, 6))
+    producer.check_held_by(first.db_path, second.db_path)
+
+
+# What was quadratic before: PEM BEGIN markers without END, JWT-like chains,
+# ``password=`` floods (the issue: 145 KB held the event loop 6 s).
+ADVERSARIAL = "".join(
+    (unit * (200_000 // len(unit) + 1))[:200_000]
+    for unit in ("-----BEGIN PRIVATE KEY-----\n", "eyJ-", "eyJabcde.eyJ-", "password= \t")
+)
+
+
+async def test_adversarial_appends_and_display_names_cost_no_failover(
+    nats_server, js, tmp_path: Path, request: pytest.FixtureRequest
+):
+    first = sequencer(nats_server.url, tmp_path, "first", request)
+    second = sequencer(nats_server.url, tmp_path, "second", request)
+    first.start()
+    second.start()
+    nc = await nats.connect(nats_server.url)
+    try:
+        async with await LedgerClient.connect(nats_server.url, timeout=10.0) as client, Inbox(nc) as inbox:
+            actor = await client.ensure_actor("acme", "agent:adversary@1", "agent", display_name=ADVERSARIAL)
+            assert actor.display_name == DEFAULT_REDACTOR.redact_text(ADVERSARIAL) != ADVERSARIAL
+            lane = await client.create_lane("acme", "s", "r", "main", actor_id=actor.id)
+            for seq in range(3):  # three, as in the issue: three failovers then
+                event = {
+                    **make_event(lane.id, "ext.acme.note", actor_id=actor.id),
+                    "payload": {"t": ADVERSARIAL},
+                }
+                body = {
+                    "lane_id": lane.id,
+                    "expected_last_seq": seq,
+                    "append_id": f"adv-{seq}",
+                    "events": [event],
+                }
+                receipt = await inbox.ask(Subjects().append("acme", lane.id), json.dumps(body).encode())
+                assert isinstance(receipt, AppendCommitted) and receipt.last_seq == seq + 1
+            await shows(first, active=1, holder=first, failovers=0, lease_lost=0)
+            await shows(second, active=0, holder=first, failovers=0, lease_lost=0)
+    finally:
+        await nc.close()
+        first.stop()
+        second.stop()
+
+
+async def test_the_lease_thread_stops_renewing_once_the_loop_stalls_for_good(nats_server):
+    """A loop that does not come round for ``stall_s`` (wedged, not busy)
+    must not hold the lease for good: the thread stops renewing, says why,
+    and the lease expires for another to take."""
+    settings = LeaseSettings(ttl_s=1.0, renew_s=0.1, try_s=0.1, stall_s=0.6)
+
+    def lease(holder: str) -> LeaseThread:
+        return LeaseThread(lambda: nats.connect(nats_server.url), "TEST_LEASE", holder, settings, 1)
+
+    wedged, other = lease("wedged"), lease("other")
+    try:
+        await wedged.open()
+        await other.open()
+        assert await wedged.acquire()
+        await wedged.keep()
+        for _ in range(12):  # the loop comes round: renewed past the TTL
+            wedged.beat()
+            await asyncio.sleep(0.1)
+        assert wedged.lost is None and not await other.acquire()
+        lost = await eventually(
+            lambda: wedged.lost, until=lambda why: why is not None, what="renewing stopped"
+        )
+        assert "has not come round" in lost
+        assert await eventually(other.acquire, until=bool, what="the other taking the expired lease")
+    finally:
+        await wedged.release()
+        await other.release()
