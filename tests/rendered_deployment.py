@@ -1,0 +1,280 @@
+"""laneledger exactly as the README tells ops to deploy it for many tenants:
+``laneledger nats-config --tenants-file`` renders ``deploy/nats.conf``, a real
+nats-server runs on the rendered file (port picked by the server, its store
+in the test's directory), and every service runs as its own OS process and
+its own NATS user, with the same tenants file:
+
+* an active and a standby sequencer (``sequencer`` and, for receipts,
+  ``sequencer-replies``), each on its own ledger file;
+* the tail and the checkpoint service, guarded by per-tenant HTTP tokens
+  (the checkpoint service replying as ``checkpoint-replies``);
+* the metrics service;
+
+and tenants' producers connect as ``producer-<tenant>`` (in the tenant's
+own NATS account). The fixture is ``rendered_deployment``
+(``deployment_fixtures.py``)::
+
+    async def test_x(rendered_deployment):
+        d = rendered_deployment
+        async with await d.connect("acme") as acme:        # a LedgerClient as producer-acme
+            ...
+        d.token("acme")                                     # acme's HTTP bearer token
+        d.sequencer, d.standby, d.tail, d.checkpoint, d.metrics   # ServiceProcess handles
+        await d.fail_over()                                 # kill the active; the standby takes over
+        d.restart_standby()                                 # the killed one back, as the standby
+        async with d.admin() as nc: ...                     # a NATS connection as `sequencer` (stream info)
+        d.permission_violations()                           # what nats-server refused anyone
+        await d.verify()                                    # `laneledger verify --db` on the active's file
+
+The tenants are ``TENANTS`` (acme and globex). Nothing here is fixed
+globally: ports are chosen by the server or the OS, files live in the test's
+``tmp_path``, so tests using it may run in parallel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import secrets
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import nats
+from deployment_support import CONF, TENANTS, url_for
+from nats.aio.client import Client as NATS
+from polling import eventually
+from sequencer_process import SequencerProcess
+from service_process import REPO, ServiceProcess
+
+from laneledger.devtools.natsserver import NatsServer
+from laneledger.sdk.client import LedgerClient
+
+TENANTS_FILE = """\
+[defaults]
+append_rate = 2000
+append_burst = 2000
+append_backlog = 20000
+
+[tenants.acme]
+
+[tenants.globex]
+"""
+assert all(f"[tenants.{t}]" in TENANTS_FILE for t in TENANTS)
+# Short, so a failover takes about a second (spec/replication.md, "The lease").
+LEASE_TTL_S = "1"
+# What nats-server logs when it refuses a user's publish or subscription.
+_VIOLATION = re.compile(r"^.*(?:Publish|Subscription) Violation.*$", re.MULTILINE)
+
+
+def render_config(tenants_file: Path, out: Path) -> None:
+    """``laneledger nats-config --tenants-file`` as ops run it, checked by ``nats-server -t``."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "laneledger.cli",
+            "nats-config",
+            "--tenants-file",
+            str(tenants_file),
+            "--template",
+            str(CONF),
+            "-o",
+            str(out),
+        ],
+        check=True,
+        cwd=REPO,
+        timeout=60,
+    )
+
+
+@dataclass
+class RenderedDeployment:
+    """The running deployment (see the module text). ``sequencer`` is the
+    active sequencer and ``standby`` the other; ``fail_over`` swaps them."""
+
+    server: NatsServer
+    passwords: dict[str, str]
+    dir: Path
+    tenants_file: Path
+    tokens: dict[str, str]
+    operator_token: str
+    sequencer: SequencerProcess
+    standby: SequencerProcess
+    tail: ServiceProcess
+    checkpoint: ServiceProcess
+    metrics: ServiceProcess
+    tenants: tuple[str, ...] = TENANTS
+    _clients: list[LedgerClient] = field(default_factory=list)
+
+    # -- who connects how -------------------------------------------------------
+
+    def url(self, user: str) -> str:
+        """The NATS URL of a deploy user (``sequencer``, ``producer-acme``, …)."""
+        return url_for(self.server, user, self.passwords)
+
+    async def connect(self, tenant: str, **kwargs: object) -> LedgerClient:
+        """A client of ``tenant``'s producer, as ``producer-<tenant>``
+        (``LedgerClient.connect(url, tenant=T)``, as the README says)."""
+        client = await LedgerClient.connect(self.url(f"producer-{tenant}"), tenant=tenant, **kwargs)  # type: ignore[arg-type]
+        self._clients.append(client)
+        return client
+
+    def token(self, tenant: str) -> str:
+        """``tenant``'s HTTP bearer token for the tail and the checkpoint service."""
+        return self.tokens[tenant]
+
+    @asynccontextmanager
+    async def admin(self) -> AsyncIterator[NATS]:
+        """A connection as the ``sequencer`` user (``$JS.API.>``): for a test
+        to look at streams and consumers, not to act as a producer."""
+        nc = await nats.connect(self.url("sequencer"))
+        try:
+            yield nc
+        finally:
+            await nc.close()
+
+    # -- the sequencers -----------------------------------------------------------
+
+    async def fail_over(self) -> SequencerProcess:
+        """Kill the active sequencer (SIGKILL, a crash) and wait until the
+        standby says it is active; it becomes ``sequencer``, the killed one
+        ``standby`` (stopped until ``restart_standby``)."""
+        killed, survivor = self.sequencer, self.standby
+        killed.kill()
+        await eventually(
+            lambda: _role(survivor),
+            until=lambda role: role == "active",
+            what=f"{survivor.db_path.parent.name} active after the failover",
+            retry_on=(aiohttp.ClientError,),
+        )
+        self.sequencer, self.standby = survivor, killed
+        return survivor
+
+    def restart_standby(self) -> SequencerProcess:
+        """Start the stopped standby again on its own file."""
+        return self.standby.start(timeout=30)
+
+    # -- what went wrong ------------------------------------------------------------
+
+    def permission_violations(self) -> list[str]:
+        """Every publish or subscription nats-server refused, as it logged it."""
+        return _VIOLATION.findall(self.server.log_text())
+
+    async def close_clients(self) -> None:
+        await asyncio.gather(*(c.close() for c in self._clients), return_exceptions=True)
+        self._clients.clear()
+
+    async def verify(self) -> subprocess.CompletedProcess[str]:
+        """``laneledger verify --db`` on the active sequencer's ledger file."""
+        return await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "laneledger.cli", "verify", "--db", str(self.sequencer.db_path)],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+        )
+
+    @property
+    def services(self) -> tuple[ServiceProcess, ...]:
+        return (self.sequencer, self.standby, self.tail, self.checkpoint, self.metrics)
+
+    def stop(self) -> None:
+        for proc in reversed(self.services):
+            proc.stop()
+
+
+async def _role(seq: SequencerProcess) -> str | None:
+    async with aiohttp.ClientSession() as http, http.get(f"{seq.http_url}/readyz") as resp:
+        role: str | None = (await resp.json()).get("role")
+        return role
+
+
+def _sequencer(d: Path, name: str, server: NatsServer, passwords: dict[str, str], tenants_file: Path):
+    return SequencerProcess(
+        url_for(server, "sequencer", passwords),
+        d / name / "ledger.db",
+        log_dir=d / name,
+        extra_args=(
+            "--reply-nats",
+            url_for(server, "sequencer-replies", passwords),
+            "--tenants-file",
+            str(tenants_file),
+            "--lease-ttl-s",
+            LEASE_TTL_S,
+        ),
+    )
+
+
+def _service(module: str, d: Path, user: str, server: NatsServer, passwords: dict[str, str], *args: str):
+    name = module.rsplit(".", 1)[-1]
+    return ServiceProcess(
+        module,
+        [
+            "--nats",
+            url_for(server, user, passwords),
+            "--data",
+            str(d / name),
+            "--http-host",
+            "127.0.0.1",
+            "--http-port",
+            "0",
+            *args,
+        ],
+        d / name,
+    )
+
+
+async def start_rendered_deployment(
+    d: Path, server: NatsServer, passwords: dict[str, str]
+) -> RenderedDeployment:
+    """Start every service on ``server`` (which runs the config
+    ``render_config`` wrote for ``d / "tenants.toml"``); the active
+    sequencer first, so it is the one holding the lease."""
+    tenants_file = d / "tenants.toml"
+    tokens = {t: f"{t}-read-token-{secrets.token_hex(8)}" for t in TENANTS}
+    tokens_file = d / "tokens"
+    tokens_file.write_text("".join(f"{t} {tok}\n" for t, tok in tokens.items()))
+    operator_file = d / "operator-token"
+    operator_token = f"operator-token-{secrets.token_hex(8)}"
+    operator_file.write_text(operator_token + "\n")
+    guarded = ("--tokens-file", str(tokens_file), "--operator-token-file", str(operator_file))
+    deployment = RenderedDeployment(
+        server=server,
+        passwords=passwords,
+        dir=d,
+        tenants_file=tenants_file,
+        tokens=tokens,
+        operator_token=operator_token,
+        sequencer=_sequencer(d, "sequencer-a", server, passwords, tenants_file),
+        standby=_sequencer(d, "sequencer-b", server, passwords, tenants_file),
+        tail=_service("laneledger.services.tail", d, "tail", server, passwords, *guarded),
+        checkpoint=_service(
+            "laneledger.services.checkpoint",
+            d,
+            "checkpoint",
+            server,
+            passwords,
+            "--reply-nats",
+            url_for(server, "checkpoint-replies", passwords),
+            "--tenants-file",
+            str(tenants_file),
+            *guarded,
+        ),
+        metrics=_service("laneledger.services.metrics", d, "metrics", server, passwords),
+    )
+    try:
+        await asyncio.to_thread(deployment.sequencer.start, 30)
+        assert "role=active" in deployment.sequencer.ready_line, deployment.sequencer.ready_line
+        others = (deployment.standby, deployment.tail, deployment.checkpoint, deployment.metrics)
+        await asyncio.gather(*(asyncio.to_thread(proc.start, 30) for proc in others))
+        assert "role=standby" in deployment.standby.ready_line, deployment.standby.ready_line
+    except BaseException:
+        deployment.stop()
+        raise
+    return deployment
