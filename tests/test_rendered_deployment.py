@@ -4,22 +4,33 @@ as its own deploy user and the tenants file (``rendered_deployment``), both
 tenants' appends are committed and acknowledged once: the append streams are
 empty after the commit, nothing is redelivered or left pending, each receipt
 arrives once; and the same holds after the active sequencer is killed and
-the standby takes over. nats-server refuses no deploy user anything."""
+the standby takes over. nats-server refuses no deploy user anything.
+
+And a tenant's receipts go to its own inbox only (item 6): with a tenants
+file an append on acme's subjects whose ``Ledger-Reply-To`` lies in the
+trusted users' ``_INBOX.`` is refused, acknowledged off the stream, counted
+and logged, and no receipt goes there."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from typing import Any
 
 import aiohttp
 import msgspec
 import nats
+import pytest
+from metrics_support import parse, scrape, value
 from polling import eventually
 from rendered_deployment import RenderedDeployment
 
+from laneledger.contract.errors import EntityNotFound
+from laneledger.contract.ids import new_id
 from laneledger.contract.model import AppendCommitted, Receipt
-from laneledger.contract.subjects import Subjects, inbox_prefix, token
+from laneledger.contract.subjects import REPLY_HEADER, Subjects, inbox_prefix, reply_refusal, token
+from laneledger.runtime.throttledlog import ThrottledWarning
 from laneledger.sdk.checkpoints import CheckpointClient
 from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.services.sequencer.streams import SEQUENCER_CONSUMER
@@ -139,3 +150,125 @@ async def test_the_rendered_deployment_commits_each_append_once_before_and_after
     verified = await d.verify()
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert d.permission_violations() == []
+
+
+# -- receipts only to the tenant's own inbox (issue 34, item 6) ----------------
+
+
+@pytest.mark.parametrize(
+    ("reply", "tenant_token", "trusted_inbox", "allowed"),
+    [
+        ("_INBOX_acme.abc.1", "acme", False, True),
+        ("_INBOX.abc.1", "acme", False, False),  # the trusted users' space: not a tenant's
+        ("_INBOX_globex.abc.1", "acme", False, False),
+        ("_INBOX.abc.1", "acme", True, True),  # no tenants file: one account, every producer trusted
+        ("_INBOX.abc.1", None, False, True),  # not on a tenant's subjects
+    ],
+)
+def test_with_a_tenants_file_a_tenants_subjects_are_answered_in_its_inbox_only(
+    reply: str, tenant_token: str | None, trusted_inbox: bool, allowed: bool
+) -> None:
+    refusal = reply_refusal(reply, tenant_token, trusted_inbox=trusted_inbox)
+    assert (refusal is None) is allowed, refusal
+    if not allowed:
+        assert refusal is not None and "outside the requester's inbox" in refusal
+
+
+def test_a_warning_requesters_can_cause_is_logged_at_most_once_per_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [0.0]
+    warning = ThrottledWarning(logging.getLogger("t"), "refused", every_s=10.0, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="t"):
+        for n in range(5):
+            warning.note(f"request {n}")
+        now[0] = 10.0
+        warning.note("request 5")
+    assert [r.getMessage() for r in caplog.records] == [
+        "refused (1 since the last such line): request 0",
+        "refused (5 since the last such line): request 5",
+    ]
+
+
+async def test_a_tenants_append_aimed_at_the_trusted_inbox_is_refused_acknowledged_and_counted(
+    rendered_deployment: RenderedDeployment,
+) -> None:
+    d = rendered_deployment
+    acme = await d.connect("acme", timeout=5.0)
+    actor = await acme.ensure_actor("acme", "agent:acme@1", "agent")
+    lane = await acme.create_lane("acme", "s-1", "r-1", "main", actor_id=actor.id)
+    # A trusted user listening on the trusted inbox space, where acme aims.
+    trusted = await nats.connect(d.url("producer"))
+    landed: list[bytes] = []  # everything published there
+    receipted: list[str] = []  # the append ids of receipts among it
+
+    async def note(msg: Any) -> None:
+        landed.append(msg.data)
+        try:
+            receipted.extend(r.append_id or "" for r in _receipts.decode(msg.data))
+        except msgspec.DecodeError:
+            pass
+
+    await trusted.subscribe("_INBOX.>", cb=note)
+    await trusted.flush()
+    aimed_id = new_id()
+    body = msgspec.json.encode(
+        {
+            "lane_id": lane.id,
+            "expected_last_seq": 0,
+            "append_id": aimed_id,
+            "events": [make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload={"n": 0})],
+        }
+    )
+    try:
+        raw = await nats.connect(d.url("producer-acme"), inbox_prefix=inbox_prefix("acme"))
+        ack = await raw.request(
+            SUBJECTS.append("acme", lane.id), body, headers={REPLY_HEADER: "_INBOX.trusted.1"}, timeout=5
+        )
+        assert b'"seq"' in ack.data  # JetStream took it
+        await raw.close()
+
+        samples = await eventually(
+            lambda: _sequencer_samples(d),
+            until=lambda s: (
+                value(s, "laneledger_sequencer_refused_reply_subjects_total", kind="receipt") == 1
+            ),
+            what="the aimed receipt refused and counted",
+        )
+        assert value(samples, "laneledger_sequencer_rejections_unanswered_total", code="invalid_request") == 1
+        with pytest.raises(EntityNotFound):
+            await acme.get_receipt(aimed_id)  # refused, not committed
+        assert "receipt may not go where it asks" in d.sequencer.log_text()
+
+        # A trusted harness receives a tenant's receipts in that tenant's
+        # inbox (nats-config lets `producer` subscribe there).
+        async with LedgerClient(trusted, tenant_inboxes=True, timeout=5.0) as harness:
+            receipt = await harness.append(
+                lane, 0, [make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload={"n": 1})]
+            )
+        assert isinstance(receipt, AppendCommitted) and receipt.positions == [1]
+
+        # Acknowledged off acme's stream, nothing redelivered; nothing in _INBOX.
+        async with d.admin() as nc:
+            stream = SUBJECTS.tenant_append_stream(token("acme"))
+            js = nc.jetstream()
+            await eventually(
+                lambda: js.stream_info(stream),
+                until=lambda info: info.state.messages == 0,
+                what=f"{stream} empty",
+            )
+            consumer = await js.consumer_info(stream, SEQUENCER_CONSUMER)
+            assert (consumer.num_redelivered, consumer.num_ack_pending) == (0, 0)
+        await asyncio.sleep(0.3)
+        # The watcher does see that space: the request itself, pulled by the
+        # sequencer into its inbox; but no receipt for it.
+        assert any(aimed_id.encode() in data for data in landed)
+        assert aimed_id not in receipted
+    finally:
+        await trusted.close()
+    assert d.permission_violations() == []
+
+
+async def _sequencer_samples(d: RenderedDeployment) -> Any:
+    assert d.sequencer.http_url is not None
+    return parse(await scrape(d.sequencer.http_url))
