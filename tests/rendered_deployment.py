@@ -5,7 +5,8 @@ in the test's directory), and every service runs as its own OS process and
 its own NATS user, with the same tenants file:
 
 * an active and a standby sequencer (``sequencer`` and, for receipts,
-  ``sequencer-replies``), each on its own ledger file;
+  ``sequencer-replies``), each on its own ledger file, signing the
+  transparency log's checkpoints with one key (``tlog_key``);
 * the tail and the checkpoint service, guarded by per-tenant HTTP tokens
   (the checkpoint service replying as ``checkpoint-replies``);
 * the metrics service;
@@ -19,6 +20,7 @@ own NATS account). The fixture is ``rendered_deployment``
         async with await d.connect("acme") as acme:        # a LedgerClient as producer-acme
             ...
         d.token("acme")                                     # acme's HTTP bearer token
+        await d.get(d.tail, "/api/v1/sessions", tenant="acme")  # (status, body) with acme's token
         d.sequencer, d.standby, d.tail, d.checkpoint, d.metrics   # ServiceProcess handles
         await d.fail_over()                                 # kill the active; the standby takes over
         d.restart_standby()                                 # the killed one back, as the standby
@@ -53,6 +55,7 @@ from service_process import REPO, ServiceProcess
 
 from laneledger.devtools.natsserver import NatsServer
 from laneledger.sdk.client import LedgerClient
+from laneledger.tlog.note import Signer
 
 TENANTS_FILE = """\
 [defaults]
@@ -67,6 +70,8 @@ append_backlog = 20000
 assert all(f"[tenants.{t}]" in TENANTS_FILE for t in TENANTS)
 # Short, so a failover takes about a second (spec/replication.md, "The lease").
 LEASE_TTL_S = "1"
+TLOG_ORIGIN = "laneledger.test/rendered"
+TLOG_INTERVAL_S = "0.5"  # checkpoints signed this often while the tree grows
 # What nats-server logs when it refuses a user's publish or subscription.
 _VIOLATION = re.compile(r"^.*(?:Publish|Subscription) Violation.*$", re.MULTILINE)
 
@@ -101,6 +106,7 @@ class RenderedDeployment:
     passwords: dict[str, str]
     dir: Path
     tenants_file: Path
+    tlog_key: Signer  # the transparency log's: verifier() checks its checkpoints
     tokens: dict[str, str]
     operator_token: str
     sequencer: SequencerProcess
@@ -127,6 +133,18 @@ class RenderedDeployment:
     def token(self, tenant: str) -> str:
         """``tenant``'s HTTP bearer token for the tail and the checkpoint service."""
         return self.tokens[tenant]
+
+    async def get(
+        self, service: ServiceProcess, path: str, *, tenant: str | None = None, **params: str
+    ) -> tuple[int, bytes]:
+        """``GET path`` of the tail or the checkpoint service with
+        ``tenant``'s token (None: the operator's); its status and body."""
+        token = self.operator_token if tenant is None else self.token(tenant)
+        async with (
+            aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as http,
+            http.get(f"{service.http_url}{path}", params=params) as resp,
+        ):
+            return resp.status, await resp.read()
 
     @asynccontextmanager
     async def admin(self) -> AsyncIterator[NATS]:
@@ -195,7 +213,7 @@ async def _role(seq: SequencerProcess) -> str | None:
         return role
 
 
-def _sequencer(d: Path, name: str, server: NatsServer, passwords: dict[str, str], tenants_file: Path):
+def _sequencer(d: Path, name: str, server: NatsServer, passwords: dict[str, str]) -> SequencerProcess:
     return SequencerProcess(
         url_for(server, "sequencer", passwords),
         d / name / "ledger.db",
@@ -204,14 +222,20 @@ def _sequencer(d: Path, name: str, server: NatsServer, passwords: dict[str, str]
             "--reply-nats",
             url_for(server, "sequencer-replies", passwords),
             "--tenants-file",
-            str(tenants_file),
+            str(d / "tenants.toml"),
             "--lease-ttl-s",
             LEASE_TTL_S,
+            "--tlog-key-file",
+            str(d / "tlog.key"),
+            "--tlog-checkpoint-interval-s",
+            TLOG_INTERVAL_S,
         ),
     )
 
 
-def _service(module: str, d: Path, user: str, server: NatsServer, passwords: dict[str, str], *args: str):
+def _service(
+    module: str, d: Path, user: str, server: NatsServer, passwords: dict[str, str], *args: str
+) -> ServiceProcess:
     name = module.rsplit(".", 1)[-1]
     return ServiceProcess(
         module,
@@ -244,15 +268,19 @@ async def start_rendered_deployment(
     operator_token = f"operator-token-{secrets.token_hex(8)}"
     operator_file.write_text(operator_token + "\n")
     guarded = ("--tokens-file", str(tokens_file), "--operator-token-file", str(operator_file))
+    tlog_key = Signer.generate(TLOG_ORIGIN)
+    (d / "tlog.key").write_text(tlog_key.to_text() + "\n")
+    (d / "tlog.key").chmod(0o600)
     deployment = RenderedDeployment(
         server=server,
         passwords=passwords,
         dir=d,
         tenants_file=tenants_file,
+        tlog_key=tlog_key,
         tokens=tokens,
         operator_token=operator_token,
-        sequencer=_sequencer(d, "sequencer-a", server, passwords, tenants_file),
-        standby=_sequencer(d, "sequencer-b", server, passwords, tenants_file),
+        sequencer=_sequencer(d, "sequencer-a", server, passwords),
+        standby=_sequencer(d, "sequencer-b", server, passwords),
         tail=_service("laneledger.services.tail", d, "tail", server, passwords, *guarded),
         checkpoint=_service(
             "laneledger.services.checkpoint",

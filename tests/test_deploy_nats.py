@@ -251,6 +251,22 @@ async def test_only_the_sequencer_writes_events_and_consumers_append_as_no_one_e
     assert await attempts(url_for(tenant_server, "producer", passwords), subscribe=["_INBOX_acme.abc"]) == []
 
 
+async def test_the_sequencer_acknowledges_on_every_append_stream_whatever_the_tenants_file(
+    tenant_server, passwords
+):
+    """Its consumer on the shared stream, a rendered tenant's, and one the
+    config does not name (a tenant dropped from the file: its retired
+    stream is still read until empty); no other consumer's."""
+    acks = [
+        f"$JS.ACK.{stream}.sequencer.1.1.1.1796444927286999513.0"
+        for stream in ("LEDGER_APPEND", "LEDGER_APPEND_acme", "LEDGER_APPEND_initech")
+    ]
+    other = "$JS.ACK.LEDGER_EVENTS.otel.1.1.1.1796444927286999513.0"
+    violations = await attempts(url_for(tenant_server, "sequencer", passwords), publish=[*acks, other])
+    assert [v for v in violations if not refused([v], other)] == []
+    assert refused(violations, other)
+
+
 def test_nats_config_renders_the_shipped_file_and_refuses_bad_tenants(tmp_path):
     from laneledger.cli import main
     from laneledger.runtime.natsconfig import render

@@ -14,17 +14,21 @@ and logged, and no receipt goes there."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import re
+import sqlite3
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
-import aiohttp
 import msgspec
 import nats
 import pytest
 from metrics_support import parse, scrape, value
 from polling import eventually
-from rendered_deployment import RenderedDeployment
+from rendered_deployment import TLOG_ORIGIN, RenderedDeployment
+from sequencer_process import ledger_last_position
 
 from laneledger.contract.errors import EntityNotFound
 from laneledger.contract.ids import new_id
@@ -34,6 +38,7 @@ from laneledger.runtime.throttledlog import ThrottledWarning
 from laneledger.sdk.checkpoints import CheckpointClient
 from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.services.sequencer.streams import SEQUENCER_CONSUMER
+from laneledger.tlog.checkpoint import open_checkpoint
 
 SUBJECTS = Subjects()
 APPENDS = 4  # per tenant, before and after the failover
@@ -66,9 +71,10 @@ class InboxWatch:
 
 async def append_all(client: LedgerClient, lane: Any, actor_id: str, first: int, ids: list[str]) -> None:
     """``APPENDS`` appends, one event each, from lane seq ``first``; one
-    carries a payload large enough to go by blob (the tenant's buckets)."""
+    carries a payload large enough to go by blob (the tenant's buckets),
+    its own: the blob of no other tenant."""
     for n in range(first, first + APPENDS):
-        payload = {"n": n, "text": "x" * 2048 if n == first else "short"}
+        payload = {"n": n, "text": f"{lane.tenant} " * 400 if n == first else "short"}  # its own blob
         event = make_event(lane.id, "stream.text_delta", actor_id=actor_id, payload=payload)
         append_id = f"{lane.id}-{n}"
         receipt = await client.append(lane, n, [event], append_id=append_id, retries=20, timeout=5.0)
@@ -102,13 +108,24 @@ async def settled(d: RenderedDeployment, watches: dict[str, InboxWatch], ids: di
         assert dict(watches[tenant].seen) == Counter(ids[tenant])
 
 
-async def tail_sessions(d: RenderedDeployment, tenant: str) -> Any:
-    async with (
-        aiohttp.ClientSession(headers={"Authorization": f"Bearer {d.token(tenant)}"}) as http,
-        http.get(f"{d.tail.http_url}/api/v1/sessions") as resp,
-    ):
-        assert resp.status == 200, await resp.text()
-        return await resp.json()
+def sessions_of(body: bytes) -> list[tuple[str, str]]:
+    return [(s["session_id"], s["tenant"]) for s in json.loads(body)["sessions"]]
+
+
+def signed_size(d: RenderedDeployment, note: bytes) -> int:
+    """The tree size of a checkpoint the deployment's log key signed."""
+    checkpoint, _ = open_checkpoint(note, [d.tlog_key.verifier()], origin=TLOG_ORIGIN)
+    return checkpoint.size
+
+
+def blob_refs(db: Path, tenant: str) -> list[str]:
+    """The hex digests of the blobs ``tenant``'s events reference."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT body FROM events WHERE tenant = ?", (tenant,)).fetchall()
+    finally:
+        conn.close()
+    return [m for (body,) in rows for m in re.findall(r'"_ref":"sha256:([0-9a-f]{64})"', str(body))]
 
 
 async def test_the_rendered_deployment_commits_each_append_once_before_and_after_a_failover(
@@ -133,12 +150,33 @@ async def test_the_rendered_deployment_commits_each_append_once_before_and_after
             "k-1", expected_revision=0, format="test/v1", state={"at": 1}, session_id="s-1", run_id="r-1"
         )
         assert saved.revision == 1
-        page = await eventually(
-            lambda: tail_sessions(d, "globex"),
-            until=lambda page: [s["session_id"] for s in page["sessions"]] == ["s-1"],
-            what="globex's session in the tail's index (its token: its own only)",
+        artifact = await CheckpointClient(client).save(
+            "k-2",
+            expected_revision=0,
+            format="test/v1",
+            data=b"artifact bytes " * 100,
+            media_type="application/octet-stream",
+            session_id="s-1",
+            run_id="r-1",
         )
-        assert {s["tenant"] for s in page["sessions"]} == {"globex"}
+        assert artifact.revision == 1
+        await eventually(
+            lambda: d.get(d.tail, "/api/v1/sessions", tenant="globex"),
+            until=lambda got: got[0] == 200 and sessions_of(got[1]) == [("s-1", "globex")],
+            what="globex's session, and only globex's, in the tail's index",
+        )
+        # acme's blob (its 2 KiB payload), served to acme's token, not globex's.
+        (acme_blob,) = blob_refs(d.sequencer.db_path, "acme")
+        assert (await d.get(d.tail, f"/api/v1/blobs/{acme_blob}", tenant="acme"))[0] == 200
+        assert (await d.get(d.tail, f"/api/v1/blobs/{acme_blob}", tenant="globex"))[0] == 404
+        # The transparency log: the sequencer signs checkpoints, the tail serves them.
+        last = ledger_last_position(d.sequencer.db_path)
+        assert last == 2 * APPENDS
+        await eventually(
+            lambda: d.get(d.tail, "/api/v1/tlog/checkpoint"),
+            until=lambda got: got[0] == 200 and signed_size(d, got[1]) == last,
+            what="a signed checkpoint of the tree with every event so far, from the tail",
+        )
 
         await d.fail_over()
         await asyncio.gather(*(append_all(c, lane, a, APPENDS, ids[t]) for t, (c, lane, a) in lanes.items()))
