@@ -92,5 +92,7 @@ async def rendered_deployment(
         finally:
             await deployment.close_clients()
             await asyncio.to_thread(deployment.stop)
+        # Whatever a test's producers tried, the services lacked no permission.
+        assert deployment.permission_violations(services_only=True) == []
     finally:
         await server.astop()

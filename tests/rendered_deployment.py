@@ -26,6 +26,7 @@ own NATS account). The fixture is ``rendered_deployment``
         d.restart_standby()                                 # the killed one back, as the standby
         async with d.admin() as nc: ...                     # a NATS connection as `sequencer` (stream info)
         d.permission_violations()                           # what nats-server refused anyone
+        # (at teardown the fixture fails if it refused a service's user anything)
         await d.verify()                                    # `laneledger verify --db` on the active's file
 
 The tenants are ``TENANTS`` (acme and globex). Nothing here is fixed
@@ -74,6 +75,8 @@ TLOG_ORIGIN = "laneledger.test/rendered"
 TLOG_INTERVAL_S = "0.5"  # checkpoints signed this often while the tree grows
 # What nats-server logs when it refuses a user's publish or subscription.
 _VIOLATION = re.compile(r"^.*(?:Publish|Subscription) Violation.*$", re.MULTILINE)
+# ... - "LEDGER/user:sequencer" - Publish Violation - Subject "..."
+_SERVICE_USER = re.compile(r'"LEDGER/user:(?!producer")[^"]+"')
 
 
 def render_config(tenants_file: Path, out: Path) -> None:
@@ -179,9 +182,14 @@ class RenderedDeployment:
 
     # -- what went wrong ------------------------------------------------------------
 
-    def permission_violations(self) -> list[str]:
-        """Every publish or subscription nats-server refused, as it logged it."""
-        return _VIOLATION.findall(self.server.log_text())
+    def permission_violations(self, *, services_only: bool = False) -> list[str]:
+        """Every publish or subscription nats-server refused, as it logged it;
+        ``services_only``: those of the services' users (not producers'),
+        which the fixture checks are none when the test ends."""
+        found = _VIOLATION.findall(self.server.log_text())
+        if services_only:
+            found = [line for line in found if _SERVICE_USER.search(line)]
+        return found
 
     async def close_clients(self) -> None:
         await asyncio.gather(*(c.close() for c in self._clients), return_exceptions=True)

@@ -25,10 +25,11 @@ from typing import Any
 import msgspec
 import nats
 import pytest
-from metrics_support import parse, scrape, value
+from metrics_support import parse, scrape, total, value
 from polling import eventually
 from rendered_deployment import TLOG_ORIGIN, RenderedDeployment
 from sequencer_process import ledger_last_position
+from service_process import ServiceProcess
 
 from laneledger.contract.errors import EntityNotFound
 from laneledger.contract.ids import new_id
@@ -181,6 +182,13 @@ async def test_the_rendered_deployment_commits_each_append_once_before_and_after
         await d.fail_over()
         await asyncio.gather(*(append_all(c, lane, a, APPENDS, ids[t]) for t, (c, lane, a) in lanes.items()))
         await settled(d, watches, ids)
+        # The metrics service folds both tenants' events, across the failover.
+        each = [2 * APPENDS] * len(d.tenants)
+        await eventually(
+            lambda: _samples(d.metrics),
+            until=lambda s: [total(s, "laneledger_events_total", tenant=t) for t in d.tenants] == each,
+            what="the metrics service's events_total of each tenant",
+        )
     finally:
         for watch in watches.values():
             await watch.close()
@@ -267,7 +275,7 @@ async def test_a_tenants_append_aimed_at_the_trusted_inbox_is_refused_acknowledg
         await raw.close()
 
         samples = await eventually(
-            lambda: _sequencer_samples(d),
+            lambda: _samples(d.sequencer),
             until=lambda s: (
                 value(s, "laneledger_sequencer_refused_reply_subjects_total", kind="receipt") == 1
             ),
@@ -307,6 +315,6 @@ async def test_a_tenants_append_aimed_at_the_trusted_inbox_is_refused_acknowledg
     assert d.permission_violations() == []
 
 
-async def _sequencer_samples(d: RenderedDeployment) -> Any:
-    assert d.sequencer.http_url is not None
-    return parse(await scrape(d.sequencer.http_url))
+async def _samples(service: ServiceProcess) -> Any:
+    assert service.http_url is not None
+    return parse(await scrape(service.http_url))
