@@ -31,13 +31,13 @@ from rendered_deployment import TLOG_ORIGIN, RenderedDeployment
 from sequencer_process import ledger_last_position
 from service_process import ServiceProcess
 
-from laneledger.contract.errors import EntityNotFound
+from laneledger.contract.errors import EntityNotFound, InvalidRequest
 from laneledger.contract.ids import new_id
 from laneledger.contract.model import AppendCommitted, Receipt
 from laneledger.contract.subjects import REPLY_HEADER, Subjects, inbox_prefix, reply_refusal, token
 from laneledger.runtime.throttledlog import ThrottledWarning
 from laneledger.sdk.checkpoints import CheckpointClient
-from laneledger.sdk.client import LedgerClient, make_event
+from laneledger.sdk.client import TENANT_INBOXES_ENV, LedgerClient, make_event, tenant_inboxes_from_env
 from laneledger.services.sequencer.streams import SEQUENCER_CONSUMER
 from laneledger.tlog.checkpoint import open_checkpoint
 
@@ -218,6 +218,17 @@ def test_with_a_tenants_file_a_tenants_subjects_are_answered_in_its_inbox_only(
     assert (refusal is None) is allowed, refusal
     if not allowed:
         assert refusal is not None and "outside the requester's inbox" in refusal
+
+
+def test_a_trusted_client_takes_tenant_inboxes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(TENANT_INBOXES_ENV, raising=False)
+    assert tenant_inboxes_from_env() is False
+    monkeypatch.setenv(TENANT_INBOXES_ENV, "on")
+    assert tenant_inboxes_from_env() is True
+    monkeypatch.setenv(TENANT_INBOXES_ENV, "yes please")
+    with pytest.raises(InvalidRequest, match=TENANT_INBOXES_ENV) as refused:
+        tenant_inboxes_from_env()
+    assert refused.value.details["value"] == "yes please"
 
 
 def test_a_warning_requesters_can_cause_is_logged_at_most_once_per_interval(

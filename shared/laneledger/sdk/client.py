@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -97,6 +98,21 @@ from laneledger.sdk.pubacks import AckInbox, PubAck, limit_reached
 T = TypeVar("T")
 Wait = Literal["commit", "accept"]
 log = logging.getLogger("laneledger.sdk.client")
+
+# ``on``: a trusted client receives each tenant's receipts in that tenant's
+# inbox (``LedgerClient(tenant_inboxes=...)`` unset), as a deployment with a
+# tenants file requires; so the CLI's appending commands work there as the
+# shared producer.
+TENANT_INBOXES_ENV = "LANELEDGER_TENANT_INBOXES"
+
+
+def tenant_inboxes_from_env() -> bool:
+    value = os.environ.get(TENANT_INBOXES_ENV, "off")
+    if value not in ("on", "off"):
+        raise InvalidRequest(
+            f"{TENANT_INBOXES_ENV} must be on or off", variable=TENANT_INBOXES_ENV, value=value[:40]
+        )
+    return value == "on"
 
 
 NO_RESPONDERS_GRACE_S = 1.0  # how long a command is asked again while no sequencer subscribes
@@ -236,7 +252,7 @@ class LedgerClient:
         redactor: Redactor | None = None,
         tenant: str | None = None,
         js_api_prefix: str | None = None,
-        tenant_inboxes: bool = False,
+        tenant_inboxes: bool | None = None,
     ) -> None:
         self.nc = nc
         # The JetStream API (blob and artifact buckets): the connection's own
@@ -259,6 +275,8 @@ class LedgerClient:
         # ``tenant_inboxes``: with a tenants file the sequencer sends them
         # nowhere else (spec/wire.md, "Replies"); otherwise to the
         # connection's own inbox. One subscription per prefix, by prefix.
+        if tenant_inboxes is None:
+            tenant_inboxes = tenant_inboxes_from_env()
         self._tenant_inboxes = tenant_inboxes or tenant is not None
         self._inboxes: dict[str, tuple[str, Subscription]] = {}
         # Futures of appends waiting for their receipt, by append id.
@@ -291,8 +309,9 @@ class LedgerClient:
         ``subjects.TENANT_JS_API_PREFIX``: found out by asking it once.
         ``tenant_inboxes`` (a trusted client, no ``tenant``): receive each
         tenant's receipts under that tenant's inbox prefix, as a deployment
-        with a tenants file requires (spec/wire.md, "Replies"); a tenant's
-        client always does."""
+        with a tenants file requires (spec/wire.md, "Replies"); unset:
+        ``$LANELEDGER_TENANT_INBOXES`` (``on``/``off``, default off); a
+        tenant's client always does."""
         if inbox_prefix is None and tenant is not None:
             inbox_prefix = tenant_inbox_prefix(tenant)
         try:
