@@ -23,7 +23,7 @@ own NATS account). The fixture is ``rendered_deployment``
         await d.get(d.tail, "/api/v1/sessions", tenant="acme")  # (status, body) with acme's token
         d.sequencer, d.standby, d.tail, d.checkpoint, d.metrics   # ServiceProcess handles
         await d.fail_over()                                 # kill the active; the standby takes over
-        d.restart_standby()                                 # the killed one back, as the standby
+        await d.restart_standby()                           # the killed one back, as the standby
         async with d.admin() as nc: ...                     # a NATS connection as `sequencer` (stream info)
         d.permission_violations()                           # what nats-server refused anyone
         # (at teardown the fixture fails if it refused a service's user anything)
@@ -176,9 +176,12 @@ class RenderedDeployment:
         self.sequencer, self.standby = survivor, killed
         return survivor
 
-    def restart_standby(self) -> SequencerProcess:
-        """Start the stopped standby again on its own file."""
-        return self.standby.start(timeout=30)
+    async def restart_standby(self) -> SequencerProcess:
+        """Start the stopped standby again on its own file (off the event
+        loop, so the test's clients keep running); it follows as a standby."""
+        await asyncio.to_thread(self.standby.start, 30)
+        assert "role=standby" in self.standby.ready_line, self.standby.ready_line
+        return self.standby
 
     # -- what went wrong ------------------------------------------------------------
 

@@ -28,7 +28,7 @@ import pytest
 from metrics_support import parse, scrape, total, value
 from polling import eventually
 from rendered_deployment import TLOG_ORIGIN, RenderedDeployment
-from sequencer_process import ledger_last_position
+from sequencer_process import ledger_last_position, wait_for_ledger
 from service_process import ServiceProcess
 
 from laneledger.contract.errors import EntityNotFound, InvalidRequest
@@ -195,6 +195,9 @@ async def test_the_rendered_deployment_commits_each_append_once_before_and_after
 
     verified = await d.verify()
     assert verified.returncode == 0, verified.stdout + verified.stderr
+    # The killed sequencer comes back as the standby and catches up.
+    await d.restart_standby()
+    await wait_for_ledger(d.standby.db_path, 4 * APPENDS)
     assert d.permission_violations() == []
 
 
