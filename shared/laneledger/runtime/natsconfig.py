@@ -41,9 +41,9 @@ A tenant's account imports from ``LEDGER`` (``tenant_grants``):
 The account has no JetStream of its own. In ``LEDGER`` the renderer also lets
 the reply users (``sequencer-replies``, ``checkpoint-replies``) publish on
 the tenants' inboxes, the shared ``producer`` subscribe to them (with a
-tenants file a tenant's receipts go there only), the checkpoint service create and read each tenant's
-artifact bucket, the tail read each tenant's committed blobs, and the
-sequencer write them. The shared ``producer`` user stays in ``LEDGER``, for a
+tenants file a tenant's receipts go there only), the checkpoint service
+create and read each tenant's artifact bucket, the tail read each tenant's
+committed blobs, and the sequencer write them. The shared ``producer`` user stays in ``LEDGER``, for a
 trusted harness that writes for several tenants. ``--korg-tenant`` renders the
 tail's grants for its Korg endpoint's tenant (``korg`` in the template): its
 appends and commands, and its blob buckets (the tail uploads, the sequencer

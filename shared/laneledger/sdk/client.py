@@ -798,7 +798,11 @@ class LedgerClient:
         prefix = tenant_inbox_prefix(tenant) if self._tenant_inboxes else own_prefix
         if prefix not in self._inboxes:
             inbox = f"{prefix}.{unique}"
-            self._inboxes[prefix] = (inbox, await self.nc.subscribe(inbox, cb=self._on_receipts))
+            sub = await self.nc.subscribe(inbox, cb=self._on_receipts)
+            if prefix in self._inboxes:  # a concurrent append subscribed first: use its inbox
+                await sub.unsubscribe()
+            else:
+                self._inboxes[prefix] = (inbox, sub)
         future: asyncio.Future[Receipt] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(append_id, []).append(future)
         return self._inboxes[prefix][0], future
