@@ -19,6 +19,7 @@ own NATS account). The fixture is ``rendered_deployment``
         d = rendered_deployment
         async with await d.connect("acme") as acme:        # a LedgerClient as producer-acme
             ...
+        recorder = await d.lane("globex")                   # a LaneRecorder of a new globex lane
         d.token("acme")                                     # acme's HTTP bearer token
         await d.get(d.tail, "/api/v1/sessions", tenant="acme")  # (status, body) with acme's token
         d.sequencer, d.standby, d.tail, d.checkpoint, d.metrics   # ServiceProcess handles
@@ -55,7 +56,7 @@ from sequencer_process import SequencerProcess
 from service_process import REPO, ServiceProcess
 
 from laneledger.devtools.natsserver import NatsServer
-from laneledger.sdk.client import LedgerClient
+from laneledger.sdk.client import LaneRecorder, LedgerClient
 from laneledger.tlog.note import Signer
 
 TENANTS_FILE = """\
@@ -132,6 +133,16 @@ class RenderedDeployment:
         client = await LedgerClient.connect(self.url(f"producer-{tenant}"), tenant=tenant, **kwargs)  # type: ignore[arg-type]
         self._clients.append(client)
         return client
+
+    async def lane(
+        self, tenant: str, name: str = "main", *, session_id: str = "s-1", run_id: str = "r-1"
+    ) -> LaneRecorder:
+        """A new lane of ``tenant``'s, with an agent actor, written through
+        a client of its producer (``recorder.append(events)`` returns the
+        receipt; ``recorder.client``, ``recorder.lane``)."""
+        client = await self.connect(tenant, timeout=5.0)
+        actor = await client.ensure_actor(tenant, f"agent:{tenant}@1", "agent")
+        return await LaneRecorder.open(client, tenant, session_id, run_id, name, actor_id=actor.id)
 
     def token(self, tenant: str) -> str:
         """``tenant``'s HTTP bearer token for the tail and the checkpoint service."""

@@ -138,15 +138,14 @@ async def test_the_rendered_deployment_commits_each_append_once_before_and_after
     lanes = {}
     try:
         for tenant in d.tenants:
-            client = await d.connect(tenant, timeout=5.0)
-            actor = await client.ensure_actor(tenant, f"agent:{tenant}@1", "agent")
-            lane = await client.create_lane(tenant, "s-1", "r-1", "main", actor_id=actor.id)
-            lanes[tenant] = (client, lane, actor.id)
+            recorder = await d.lane(tenant)
+            assert recorder.lane.actor_id is not None
+            lanes[tenant] = (recorder.client, recorder.lane, recorder.lane.actor_id)
         await asyncio.gather(*(append_all(c, lane, a, 0, ids[t]) for t, (c, lane, a) in lanes.items()))
         await settled(d, watches, ids)
 
         # The checkpoint service and the tail serve each tenant as deployed.
-        client, lane, _ = lanes["acme"]
+        client = lanes["acme"][0]
         saved = await CheckpointClient(client).save(
             "k-1", expected_revision=0, format="test/v1", state={"at": 1}, session_id="s-1", run_id="r-1"
         )
@@ -254,9 +253,8 @@ async def test_a_tenants_append_aimed_at_the_trusted_inbox_is_refused_acknowledg
     rendered_deployment: RenderedDeployment,
 ) -> None:
     d = rendered_deployment
-    acme = await d.connect("acme", timeout=5.0)
-    actor = await acme.ensure_actor("acme", "agent:acme@1", "agent")
-    lane = await acme.create_lane("acme", "s-1", "r-1", "main", actor_id=actor.id)
+    recorder = await d.lane("acme")
+    acme, lane, actor_id = recorder.client, recorder.lane, recorder.lane.actor_id
     # A trusted user listening on the trusted inbox space, where acme aims.
     trusted = await nats.connect(d.url("producer"))
     landed: list[bytes] = []  # everything published there
@@ -277,7 +275,7 @@ async def test_a_tenants_append_aimed_at_the_trusted_inbox_is_refused_acknowledg
             "lane_id": lane.id,
             "expected_last_seq": 0,
             "append_id": aimed_id,
-            "events": [make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload={"n": 0})],
+            "events": [make_event(lane.id, "stream.text_delta", actor_id=actor_id, payload={"n": 0})],
         }
     )
     try:
@@ -304,7 +302,7 @@ async def test_a_tenants_append_aimed_at_the_trusted_inbox_is_refused_acknowledg
         # inbox (nats-config lets `producer` subscribe there).
         async with LedgerClient(trusted, tenant_inboxes=True, timeout=5.0) as harness:
             receipt = await harness.append(
-                lane, 0, [make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload={"n": 1})]
+                lane, 0, [make_event(lane.id, "stream.text_delta", actor_id=actor_id, payload={"n": 1})]
             )
         assert isinstance(receipt, AppendCommitted) and receipt.positions == [1]
 
