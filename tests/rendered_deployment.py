@@ -46,6 +46,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import nats
@@ -81,7 +82,8 @@ _SERVICE_USER = re.compile(r'"LEDGER/user:(?!producer")[^"]+"')
 
 
 def render_config(tenants_file: Path, out: Path) -> None:
-    """``laneledger nats-config --tenants-file`` as ops run it, checked by ``nats-server -t``."""
+    """``laneledger nats-config --tenants-file`` as ops run it (the fixture
+    then has ``nats-server -t`` check the file before serving it)."""
     subprocess.run(
         [
             sys.executable,
@@ -127,10 +129,10 @@ class RenderedDeployment:
         """The NATS URL of a deploy user (``sequencer``, ``producer-acme``, …)."""
         return url_for(self.server, user, self.passwords)
 
-    async def connect(self, tenant: str, **kwargs: object) -> LedgerClient:
+    async def connect(self, tenant: str, **kwargs: Any) -> LedgerClient:
         """A client of ``tenant``'s producer, as ``producer-<tenant>``
         (``LedgerClient.connect(url, tenant=T)``, as the README says)."""
-        client = await LedgerClient.connect(self.url(f"producer-{tenant}"), tenant=tenant, **kwargs)  # type: ignore[arg-type]
+        client = await LedgerClient.connect(self.url(f"producer-{tenant}"), tenant=tenant, **kwargs)
         self._clients.append(client)
         return client
 
@@ -149,9 +151,14 @@ class RenderedDeployment:
         return self.tokens[tenant]
 
     async def get(
-        self, service: ServiceProcess, path: str, *, tenant: str | None = None, **params: str
+        self,
+        service: ServiceProcess,
+        path: str,
+        *,
+        tenant: str | None = None,
+        params: dict[str, str] | None = None,
     ) -> tuple[int, bytes]:
-        """``GET path`` of the tail or the checkpoint service with
+        """``GET path?params`` of the tail or the checkpoint service with
         ``tenant``'s token (None: the operator's); its status and body."""
         token = self.operator_token if tenant is None else self.token(tenant)
         async with (
