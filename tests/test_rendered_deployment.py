@@ -258,10 +258,12 @@ async def test_a_tenants_append_aimed_at_the_trusted_inbox_is_refused_acknowledg
     # A trusted user listening on the trusted inbox space, where acme aims.
     trusted = await nats.connect(d.url("producer"))
     landed: list[bytes] = []  # everything published there
+    subjects: list[str] = []  # where
     receipted: list[str] = []  # the append ids of receipts among it
 
     async def note(msg: Any) -> None:
         landed.append(msg.data)
+        subjects.append(msg.subject)
         try:
             receipted.extend(r.append_id or "" for r in _receipts.decode(msg.data))
         except msgspec.DecodeError:
@@ -284,6 +286,15 @@ async def test_a_tenants_append_aimed_at_the_trusted_inbox_is_refused_acknowledg
             SUBJECTS.append("acme", lane.id), body, headers={REPLY_HEADER: "_INBOX.trusted.1"}, timeout=5
         )
         assert b'"seq"' in ack.data  # JetStream took it
+        # A checkpoint request aimed there too: served, and its reply goes to
+        # the server's _R_ subject, back into acme's account, not to LEDGER's _INBOX.
+        await raw.publish(SUBJECTS.checkpoint("info", "acme"), b'{"op": "info"}', reply="_INBOX.trusted.2")
+        await raw.flush()
+        await eventually(
+            lambda: _samples(d.checkpoint),
+            until=lambda s: value(s, "laneledger_checkpoint_requests_total", op="info", outcome="ok") == 1,
+            what="acme's aimed checkpoint request served",
+        )
         await raw.close()
 
         samples = await eventually(
@@ -322,6 +333,7 @@ async def test_a_tenants_append_aimed_at_the_trusted_inbox_is_refused_acknowledg
         # sequencer into its inbox; but no receipt for it.
         assert any(aimed_id.encode() in data for data in landed)
         assert aimed_id not in receipted
+        assert not {"_INBOX.trusted.1", "_INBOX.trusted.2"} & set(subjects)
     finally:
         await trusted.close()
     assert d.permission_violations() == []
