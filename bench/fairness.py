@@ -107,7 +107,7 @@ class Run:
         self.nats.start()
         self.start_sequencer()
         args = self.args
-        async with await LedgerClient.connect(self.nats.url, timeout=30.0) as client:
+        async with await LedgerClient.connect(self.nats.url, timeout=30.0, tenant_inboxes=True) as client:
             cfgs = []
             for tenant, lanes, mode, extra in (
                 ("acme", 8, "bare", {"window": args.flood_window}),

@@ -52,7 +52,7 @@ import msgspec
 from laneledger.contract.errors import LedgerError, LedgerTimeout
 from laneledger.contract.ids import new_id
 from laneledger.contract.model import Lane, encode
-from laneledger.contract.subjects import REPLY_HEADER, Subjects
+from laneledger.contract.subjects import REPLY_HEADER, Subjects, inbox_prefix
 from laneledger.sdk.client import LedgerClient, make_event
 
 # -- realistic events ------------------------------------------------------------------
@@ -228,10 +228,14 @@ class Producer:
     # -- set-up ------------------------------------------------------------------------
 
     async def prepare(self) -> None:
-        self.client = await LedgerClient.connect(self.cfg["url"], timeout=30.0)
+        self.client = await LedgerClient.connect(self.cfg["url"], timeout=30.0, tenant_inboxes=True)
         if self.mode in ("raw", "bare"):
             self.js = self.client.nc.jetstream(publish_async_max_pending=max(self.window, 1))
-            self.inbox = self.client.nc.new_inbox()
+            # Receipts in the lanes' tenant's inbox: with a tenants file the
+            # sequencer sends a tenant's nowhere else (spec/wire.md, "Replies").
+            own_prefix, unique = self.client.nc.new_inbox().rsplit(".", 1)
+            tenants = {lane.tenant for lane in self.lanes}
+            self.inbox = f"{inbox_prefix(tenants.pop()) if len(tenants) == 1 else own_prefix}.{unique}"
         if self.mode == "raw":
             for lane in self.lanes:
                 self.heads[lane.id] = lane.last_seq

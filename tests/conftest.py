@@ -11,7 +11,8 @@ fixture as a parameter and imports nothing for it:
 * tail_fixtures.py: ``start_tail``
 * checkpoint_fixtures.py: ``checkpoint_service``, ``checkpoints``
 * browser_fixtures.py: ``browser``
-* deployment_fixtures.py: ``passwords``, ``secured_server``, ``tenant_server``
+* deployment_fixtures.py: ``passwords``, ``secured_server``, ``tenant_server``,
+  ``rendered_deployment``
   (deploy/nats.conf, its users and their permissions)
 * otel_fixtures.py: ``phoenix`` (a real OTLP receiver, once per test session)
 
@@ -43,7 +44,7 @@ pytest_plugins = [
 ]
 
 _FAULT_SUITE = Path(__file__).resolve().parent / "fault"
-_NATS_FIXTURES = {"nats_server", "cluster", "secured_server", "tenant_server"}
+_NATS_FIXTURES = {"nats_server", "cluster", "secured_server", "tenant_server", "rendered_deployment"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

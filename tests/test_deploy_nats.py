@@ -235,8 +235,36 @@ async def test_only_the_sequencer_writes_events_and_consumers_append_as_no_one_e
         )
         assert refused(violations, "ledger.append.acme.l1"), (user, violations)
         assert refused(violations, "ledger.append.>"), (user, violations)
-    # The tail's Korg endpoint appends in its Korg tenant, and only there.
-    assert await attempts(url_for(tenant_server, "tail", passwords), publish=["ledger.append.korg.l1"]) == []
+    # The tail's Korg endpoint appends in its Korg tenant, and only there,
+    # and gets its receipts in that tenant's inbox (spec/wire.md, "Replies").
+    assert (
+        await attempts(
+            url_for(tenant_server, "tail", passwords),
+            publish=["ledger.append.korg.l1"],
+            subscribe=["_INBOX_korg.abc"],
+        )
+        == []
+    )
+    tail_elsewhere = await attempts(url_for(tenant_server, "tail", passwords), subscribe=["_INBOX_acme.abc"])
+    assert refused(tail_elsewhere, "_INBOX_acme.abc")
+    # The shared producer receives a rendered tenant's receipts in its inbox.
+    assert await attempts(url_for(tenant_server, "producer", passwords), subscribe=["_INBOX_acme.abc"]) == []
+
+
+async def test_the_sequencer_acknowledges_on_every_append_stream_whatever_the_tenants_file(
+    tenant_server, passwords
+):
+    """Its consumer on the shared stream, a rendered tenant's, and one the
+    config does not name (a tenant dropped from the file: its retired
+    stream is still read until empty); no other consumer's."""
+    acks = [
+        f"$JS.ACK.{stream}.sequencer.1.1.1.1796444927286999513.0"
+        for stream in ("LEDGER_APPEND", "LEDGER_APPEND_acme", "LEDGER_APPEND_initech")
+    ]
+    other = "$JS.ACK.LEDGER_EVENTS.otel.1.1.1.1796444927286999513.0"
+    violations = await attempts(url_for(tenant_server, "sequencer", passwords), publish=[*acks, other])
+    assert [v for v in violations if not refused([v], other)] == []
+    assert refused(violations, other)
 
 
 def test_nats_config_renders_the_shipped_file_and_refuses_bad_tenants(tmp_path):
@@ -265,6 +293,7 @@ def test_nats_config_renders_the_shipped_file_and_refuses_bad_tenants(tmp_path):
     text = out.read_text()
     assert "user: producer-acme" in text and '"ledger.append.korg-tools.>"' in text
     assert '"ledger.append.korg.>"' not in text  # the tail's one append subject moved
+    assert '"_INBOX_korg-tools.>"' in text and '"_INBOX_korg.>"' not in text  # and its receipts inbox
     # The tail reads acme's committed blob bucket and may not write it;
     # producer-acme writes its uploads bucket and only reads the committed
     # one, which the sequencer alone writes; no other blob bucket is acme's.

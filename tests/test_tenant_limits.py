@@ -108,7 +108,7 @@ async def test_each_declared_tenant_appends_through_its_own_stream(
         names = await _stream_names(js)
         assert {"LEDGER_APPEND_acme", "LEDGER_APPEND_globex"} <= names
         assert SUBJECTS.append_stream not in names  # it would overlap theirs
-        async with await LedgerClient.connect(nats_server.url, timeout=5.0) as client:
+        async with await LedgerClient.connect(nats_server.url, timeout=5.0, tenant_inboxes=True) as client:
             for tenant in ("acme", "globex"):
                 agent, lane = await _lane(client, tenant)
                 committed = await client.append(lane, 0, [_event(lane, agent, tenant)])
@@ -130,7 +130,7 @@ async def test_a_tenant_over_its_backlog_gets_quota_exceeded_and_others_are_unaf
     )
     sequencer = await start_sequencer(nc, tmp_path / "ledger.db", settings)
     try:
-        async with await LedgerClient.connect(nats_server.url, timeout=30.0) as client:
+        async with await LedgerClient.connect(nats_server.url, timeout=30.0, tenant_inboxes=True) as client:
             acme, acme_lane = await _lane(client, "acme")
             globex, globex_lane = await _lane(client, "globex")
             # The first request is taken at once (the burst) and answered
@@ -167,7 +167,7 @@ async def test_a_deep_backlog_delays_another_tenant_by_a_batch_not_by_its_length
 ) -> None:
     settings = SequencerSettings(tenants=parse_tenants(tenants_file()), batch_size=100)
     sequencer = await start_sequencer(nc, tmp_path / "ledger.db", settings)
-    async with await LedgerClient.connect(nats_server.url, timeout=60.0) as client:
+    async with await LedgerClient.connect(nats_server.url, timeout=60.0, tenant_inboxes=True) as client:
         acme, acme_lanes = (await _lane(client, "acme"))[0], []
         for i in range(20):
             acme_lanes.append((await _lane(client, "acme", f"lane-{i}"))[1])
@@ -197,7 +197,7 @@ async def test_the_shared_stream_is_retired_when_a_file_comes_and_back_when_it_g
     db = tmp_path / "ledger.db"
     tenants = SequencerSettings(tenants=parse_tenants(tenants_file()))
     sequencer = await start_sequencer(nc, db, SequencerSettings())
-    async with await LedgerClient.connect(nats_server.url, timeout=30.0) as client:
+    async with await LedgerClient.connect(nats_server.url, timeout=30.0, tenant_inboxes=True) as client:
         agent, lane = await _lane(client, "acme")
         await sequencer.stop()
         queued = [await client.submit(lane, i, [_event(lane, agent, f"{i}")]) for i in range(5)]

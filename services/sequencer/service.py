@@ -54,6 +54,7 @@ from laneledger.contract.subjects import REPLY_HEADER, RequestSubject, Subjects,
 from laneledger.runtime.requestserver import RequestServer, ops_of
 from laneledger.runtime.servicemain import cancel_tasks, first_task_end
 from laneledger.runtime.tenants import Tenants
+from laneledger.runtime.throttledlog import ThrottledWarning
 from laneledger.sdk.blobstore import BlobBuckets
 from laneledger.store import LedgerWriter
 from laneledger.store.append import PreparedAppend, prepare_append, readable_ids
@@ -157,6 +158,9 @@ class Sequencer:
         # only; ``nc`` (the committed stream, $JS.API) publishes nothing a
         # requester named. The same connection where no such user exists.
         self._reply_nc = reply_nc or nc
+        self._refused_receipts = ThrottledWarning(
+            log, "append refused: its receipt may not go where it asks (counted, acknowledged)"
+        )
         self._js = nc.jetstream()
         self._writer = writer
         self._metrics = metrics
@@ -715,8 +719,13 @@ class Sequencer:
             tenant_token: str | None = self._settings.subjects.parse_append(msg.subject).tenant_token
         except InvalidRequest:
             tenant_token = None
-        refusal = reply_refusal(reply_to, tenant_token)
-        return (None, refusal) if refusal is not None else (reply_to, None)
+        # With a tenants file every tenant is in its own NATS account: its
+        # receipts go to its own inbox only (spec/wire.md, "Replies").
+        refusal = reply_refusal(reply_to, tenant_token, trusted_inbox=self._settings.tenants is None)
+        if refusal is None:
+            return reply_to, None
+        self._refused_receipts.note(f"{msg.subject}: {REPLY_HEADER} {reply_to[:80]!r} is {refusal}")
+        return None, refusal
 
     # ----------------------------------------------------------------- commands
 

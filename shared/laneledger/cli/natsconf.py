@@ -21,8 +21,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "$LANELEDGER_PRODUCER_<TENANT>_PASSWORD) that may append, send commands and checkpoint "
         "requests only for its tenant, read only its own inbox (_INBOX_<tenant>) and use only its "
         "own blob and artifact buckets (connect its clients with LedgerClient.connect(url, "
-        "tenant=...)), limited in connections and subscriptions by the tenants file, and the "
-        "sequencer and checkpoint service allowed to answer on those inboxes.",
+        "tenant=...)), limited in connections and subscriptions by the tenants file, the "
+        "sequencer and checkpoint service allowed to answer on those inboxes, and the shared "
+        "producer to read them (LANELEDGER_TENANT_INBOXES=on).",
     )
     sub.add_argument(
         "--tenant",

@@ -63,7 +63,9 @@ _SUBJECT_TOKEN = re.compile(r"[^\s.*>]+")
 IMPORT_REPLY_PREFIX = "_R_"
 
 
-def reply_refusal(reply: str, tenant_token: str | None, *, request_reply: bool = False) -> str | None:
+def reply_refusal(
+    reply: str, tenant_token: str | None, *, request_reply: bool = False, trusted_inbox: bool = True
+) -> str | None:
     """Why a requester may not have its answer sent to ``reply``, or None.
 
     A requester names where its receipts and replies go (``Ledger-Reply-To``,
@@ -75,8 +77,12 @@ def reply_refusal(reply: str, tenant_token: str | None, *, request_reply: bool =
     for a request on a tenant's subjects (``tenant_token``), under that
     tenant's ``_INBOX_<token>.``; and for a request's own reply subject
     (``request_reply``, not ``Ledger-Reply-To``) under ``_R_.``, which only
-    the server sets, for a request from another account."""
-    prefixes = [TRUSTED_INBOX_PREFIX + "."]
+    the server sets, for a request from another account. ``trusted_inbox``
+    False (a deployment with a tenants file, where each tenant has a NATS
+    account of its own): a request on a tenant's subjects is answered in
+    that tenant's inbox only, never ``_INBOX.``, the trusted users' space,
+    which a tenant's ``Ledger-Reply-To`` could otherwise aim at."""
+    prefixes = [TRUSTED_INBOX_PREFIX + "."] if trusted_inbox or tenant_token is None else []
     if tenant_token is not None:
         prefixes.append(f"_INBOX_{tenant_token}.")
     if request_reply:

@@ -40,13 +40,14 @@ A tenant's account imports from ``LEDGER`` (``tenant_grants``):
 
 The account has no JetStream of its own. In ``LEDGER`` the renderer also lets
 the reply users (``sequencer-replies``, ``checkpoint-replies``) publish on
-the tenants' inboxes, the checkpoint service create and read each tenant's
-artifact bucket, the tail read each tenant's committed blobs, and the
-sequencer write them. The shared ``producer`` user stays in ``LEDGER``, for a
+the tenants' inboxes, the shared ``producer`` subscribe to them (with a
+tenants file a tenant's receipts go there only), the checkpoint service
+create and read each tenant's artifact bucket, the tail read each tenant's
+committed blobs, and the sequencer write them. The shared ``producer`` user stays in ``LEDGER``, for a
 trusted harness that writes for several tenants. ``--korg-tenant`` renders the
 tail's grants for its Korg endpoint's tenant (``korg`` in the template): its
 appends and commands, and its blob buckets (the tail uploads, the sequencer
-copies).
+copies), and its receipts inbox (``_INBOX_korg``).
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ _INBOX_ALLOW = '"_INBOX.>"'
 # The users receipts and replies leave on (the services' --reply-nats): the
 # only ones that publish on producers' inboxes.
 RESPONDERS = ("sequencer-replies", "checkpoint-replies")
+# The trusted harness's user: with a tenants file it receives a tenant's
+# receipts in that tenant's inbox (LedgerClient(tenant_inboxes=True)).
+TRUSTED_PRODUCER = "producer"
 ARTIFACTS = "LEDGER_CHECKPOINT_ARTIFACTS"  # the shared bucket; a tenant's is ARTIFACTS_<tenant>
 BLOBS = "LEDGER_BLOBS"  # likewise for committed content-reference blobs
 UPLOADS = "LEDGER_UPLOADS"  # a tenant's uploads bucket is UPLOADS_<tenant>; there is no shared one
@@ -158,10 +162,10 @@ def render(
     if len(set(variables)) != len(variables):
         raise ValueError("two tenants map to the same password variable")
     text = _korg_tenant(template, korg_tenant, prefix)
-    for user in RESPONDERS:
+    inboxes = ", ".join([_INBOX_ALLOW] + [f'"{inbox_prefix(t)}.>"' for t in tenants])
+    for user in (*RESPONDERS, TRUSTED_PRODUCER):
         if _INBOX_ALLOW not in _user_block(text, user).group(0):
-            raise TemplateError(f"user {user!r} publishes on no inbox")
-        inboxes = ", ".join([_INBOX_ALLOW] + [f'"{inbox_prefix(t)}.>"' for t in tenants])
+            raise TemplateError(f"user {user!r} has no inbox")
         text = _replace_in_user(text, user, _INBOX_ALLOW, inboxes)
     # The checkpoint service creates and reads each tenant's artifact bucket;
     # the tail reads each tenant's committed blob bucket.
@@ -214,6 +218,7 @@ def _korg_tenant(text: str, korg_tenant: str, prefix: str) -> str:
         '"ledger.cmd.korg.*"': f'"{prefix}.cmd.{k}.*"',
         f"{UPLOADS}_korg": tenant_bucket(UPLOADS, korg_tenant),
         f"{BLOBS}_korg": tenant_bucket(BLOBS, korg_tenant),
+        '"_INBOX_korg.>"': f'"{inbox_prefix(korg_tenant)}.>"',
     }
     for user in ("tail", "sequencer"):
         block = _user_block(text, user)

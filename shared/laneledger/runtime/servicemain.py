@@ -62,13 +62,16 @@ def tune_gc_after_start() -> None:
 
 def check_sdk_environment(prog: str) -> None:
     """For a service that appends or commands through the SDK (tail,
-    checkpoint): the SDK reads ``LANELEDGER_REDACT_*`` itself, so a bad value
+    checkpoint): the SDK reads ``LANELEDGER_REDACT_*`` and
+    ``LANELEDGER_TENANT_INBOXES`` itself, so a bad value
     must stop the service at start like any setting (exit 2, naming it), not
     later with a traceback."""
+    from laneledger.sdk.client import tenant_inboxes_from_env
     from laneledger.sdk.content import default_redactor
 
     try:
         default_redactor()
+        tenant_inboxes_from_env()
     except InvalidRequest as err:  # the same line as a bad setting (config.py)
         print(f"{prog}: {err.message}", file=sys.stderr)
         raise SystemExit(2) from None

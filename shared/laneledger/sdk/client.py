@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -97,6 +98,21 @@ from laneledger.sdk.pubacks import AckInbox, PubAck, limit_reached
 T = TypeVar("T")
 Wait = Literal["commit", "accept"]
 log = logging.getLogger("laneledger.sdk.client")
+
+# ``on``: a trusted client receives each tenant's receipts in that tenant's
+# inbox (``LedgerClient(tenant_inboxes=...)`` unset), as a deployment with a
+# tenants file requires; so the CLI's appending commands work there as the
+# shared producer.
+TENANT_INBOXES_ENV = "LANELEDGER_TENANT_INBOXES"
+
+
+def tenant_inboxes_from_env() -> bool:
+    value = os.environ.get(TENANT_INBOXES_ENV, "off")
+    if value not in ("on", "off"):
+        raise InvalidRequest(
+            f"{TENANT_INBOXES_ENV} must be on or off", variable=TENANT_INBOXES_ENV, value=value[:40]
+        )
+    return value == "on"
 
 
 NO_RESPONDERS_GRACE_S = 1.0  # how long a command is asked again while no sequencer subscribes
@@ -236,6 +252,7 @@ class LedgerClient:
         redactor: Redactor | None = None,
         tenant: str | None = None,
         js_api_prefix: str | None = None,
+        tenant_inboxes: bool | None = None,
     ) -> None:
         self.nc = nc
         # The JetStream API (blob and artifact buckets): the connection's own
@@ -253,8 +270,15 @@ class LedgerClient:
         self.subjects = subjects
         self.timeout = timeout
         self._owns = owns_connection
-        self._inbox: str | None = None
-        self._inbox_sub: Subscription | None = None
+        # Receipts of a tenant's appends come to that tenant's inbox prefix
+        # (_INBOX_<token>) for a tenant's client, and for a trusted one with
+        # ``tenant_inboxes``: with a tenants file the sequencer sends them
+        # nowhere else (spec/wire.md, "Replies"); otherwise to the
+        # connection's own inbox. One subscription per prefix, by prefix.
+        if tenant_inboxes is None:
+            tenant_inboxes = tenant_inboxes_from_env()
+        self._tenant_inboxes = tenant_inboxes or tenant is not None
+        self._inboxes: dict[str, tuple[str, Subscription]] = {}
         # Futures of appends waiting for their receipt, by append id.
         self._waiting: dict[str, list[asyncio.Future[Receipt]]] = {}
 
@@ -282,7 +306,12 @@ class LedgerClient:
         reached (blob and artifact buckets); by default the connection's own
         account's, or, for a ``tenant`` whose producer user is in its own
         account (``laneledger nats-config``), the ledger account's through
-        ``subjects.TENANT_JS_API_PREFIX``: found out by asking it once."""
+        ``subjects.TENANT_JS_API_PREFIX``: found out by asking it once.
+        ``tenant_inboxes`` (a trusted client, no ``tenant``): receive each
+        tenant's receipts under that tenant's inbox prefix, as a deployment
+        with a tenants file requires (spec/wire.md, "Replies"); unset:
+        ``$LANELEDGER_TENANT_INBOXES`` (``on``/``off``, default off); a
+        tenant's client always does."""
         if inbox_prefix is None and tenant is not None:
             inbox_prefix = tenant_inbox_prefix(tenant)
         try:
@@ -323,9 +352,9 @@ class LedgerClient:
 
     async def close(self) -> None:
         await self._acks.close()
-        if self._inbox_sub is not None:
-            await self._inbox_sub.unsubscribe()
-            self._inbox_sub = None
+        for _, sub in self._inboxes.values():
+            await sub.unsubscribe()
+        self._inboxes.clear()
         for futures in self._waiting.values():
             for future in futures:
                 future.cancel()
@@ -608,7 +637,7 @@ class LedgerClient:
                 limit_bytes=MAX_REQUEST_BYTES,
                 append_id=append_id,
             )
-        reply_to, future = await self._expect_receipt(append_id)
+        reply_to, future = await self._expect_receipt(append_id, lane.tenant)
         try:
             # No Nats-Msg-Id: JetStream would swallow a resend whose original
             # was rejected, leaving no answer; the ledger's replay check makes
@@ -764,14 +793,19 @@ class LedgerClient:
             self._stored.clear()
         self._stored.add((tenant, ref, size))
 
-    async def _expect_receipt(self, append_id: str) -> tuple[str, asyncio.Future[Receipt]]:
-        if self._inbox is None or self._inbox_sub is None:
-            inbox = self.nc.new_inbox()
-            self._inbox_sub = await self.nc.subscribe(inbox, cb=self._on_receipts)
-            self._inbox = inbox
+    async def _expect_receipt(self, append_id: str, tenant: str) -> tuple[str, asyncio.Future[Receipt]]:
+        own_prefix, unique = self.nc.new_inbox().rsplit(".", 1)  # the connection's prefix, a nuid
+        prefix = tenant_inbox_prefix(tenant) if self._tenant_inboxes else own_prefix
+        if prefix not in self._inboxes:
+            inbox = f"{prefix}.{unique}"
+            sub = await self.nc.subscribe(inbox, cb=self._on_receipts)
+            if prefix in self._inboxes:  # a concurrent append subscribed first: use its inbox
+                await sub.unsubscribe()
+            else:
+                self._inboxes[prefix] = (inbox, sub)
         future: asyncio.Future[Receipt] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(append_id, []).append(future)
-        return self._inbox, future
+        return self._inboxes[prefix][0], future
 
     def _forget(self, append_id: str, future: asyncio.Future[Receipt]) -> None:
         waiting = self._waiting.get(append_id, [])
