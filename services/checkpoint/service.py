@@ -381,6 +381,7 @@ class CheckpointService:
         if proposal.artifact is not None:
             await self.artifacts.verify(proposal.artifact, scope.tenant, redactor=self.settings.redactor)
         tenant = derived or anchored  # None: the key's namespace (store.save)
+        tenants = self.settings.tenants
         return await self._db(
             self._store.save,
             proposal,
@@ -390,6 +391,8 @@ class CheckpointService:
             expected_revision=cmd.expected_revision,
             created_at=self._clock(),
             tenant=tenant,
+            # A tenant's quota; a save of no tenant (trusted) has none.
+            state_limit=tenants.limits_of(tenant).checkpoint_state_bytes if tenants and tenant else None,
         )
 
     def _check_proposal(self, proposal: ProposedCheckpoint) -> tuple[str, int]:

@@ -158,6 +158,9 @@ class Sequencer:
         self._writer = writer
         self._metrics = metrics
         self._settings = settings
+        tenants = settings.tenants
+        if tenants is not None:
+            writer.inline_usage.limit = lambda tenant: tenants.limits_of(tenant).inline_bytes
         # Every use of the writer goes through it: batches, commands, reads.
         self._writer_thread = WriterThread(
             writer, inline_commit_max=settings.inline_commit_max, on_thread_only=settings.txlog
@@ -316,6 +319,8 @@ class Sequencer:
         s = self._settings
         if s.txlog:
             await self.follow()
+        if s.tenants is not None:  # the one scan of the events table, off the loop
+            await self._in_writer(self._writer.inline_bytes_used)
         await self.mirror.check_at_start()  # a foreign message: start, but commit nothing
         self._metrics.last_position.set(self._writer.last_position)
         intake = Intake(self._nc, self._js, s.subjects, s.replicas, s.batch_size, gate=self._blobs_ahead)
