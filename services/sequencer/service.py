@@ -77,6 +77,7 @@ log = logging.getLogger("laneledger.sequencer")
 T = TypeVar("T")
 COMMAND_OPS = ops_of(Command)
 _PIPELINE = 2  # batches committing or waiting to be finished
+_ERASING = 64  # append requests erased at once (JetStream API requests in flight)
 _ANSWERING = 8  # committed batches waiting for the committed stream before their answers
 
 
@@ -90,7 +91,8 @@ class _Batch:
     # the requester's inbox, else None (checked once, in _prepare_batch).
     inboxes: list[str | None]
     # Requests that held secrets: securely erased from their append stream once
-    # committed (an ack alone leaves their bytes in the stream's files).
+    # committed, as refused ones are (an ack alone leaves their bytes in the
+    # stream's files).
     scrub: list[Msg] = field(default_factory=list)
 
 
@@ -621,10 +623,17 @@ class Sequencer:
         decided = iter(result.receipts)
         receipts = [o if o is not None else next(decided) for o in batch.outcomes]
 
-        # Committed: erase what held secrets, then publish; the inbound
-        # messages leave the work queue once the stream has the batch.
-        if batch.scrub:
-            await self._scrub(batch.scrub)
+        # Committed: erase what held secrets and what was refused (it may
+        # hold a secret it was refused for, or one never read), then publish;
+        # the inbound messages leave the work queue once the stream has the batch.
+        secret = {id(msg) for msg in batch.scrub}
+        erase = [
+            msg
+            for msg, receipt in zip(msgs, receipts, strict=True)
+            if id(msg) in secret or isinstance(receipt, AppendRejected)
+        ]
+        if erase:
+            await self._scrub(erase)
         self._metrics.events.inc(len(result.committed))
         self._metrics.last_position.set(self._writer.last_position)
         self._count_log_use()
@@ -637,16 +646,21 @@ class Sequencer:
         return _Answer(batch, receipts, through)
 
     async def _scrub(self, msgs: list[Msg]) -> None:
-        """Erase committed requests that held secrets from their append
-        stream: a JetStream message delete overwrites the stored bytes (an
-        ack in a work queue only marks them removed). Best effort: a failure
-        is logged, the request still commits and is acked."""
-        for msg in msgs:
+        """Erase decided requests from their append stream (those that held
+        secrets, those refused): a JetStream message delete overwrites the
+        stored bytes (an ack in a work queue only marks them removed). At
+        most ``_ERASING`` at once. Best effort: a failure is logged, the
+        request's outcome stands and it is acked."""
+
+        async def erase(msg: Msg) -> None:
             stream = msg.metadata.stream
             try:
                 await self._js.delete_msg(stream, msg.metadata.sequence.stream)
-            except Exception as exc:  # noqa: BLE001 - logged; the commit stands
-                log.warning("could not erase a redacted request from %s: %s", stream, exc)
+            except Exception as exc:  # noqa: BLE001 - logged; the outcome stands
+                log.warning("could not erase a decided request from %s: %s", stream, exc)
+
+        for start in range(0, len(msgs), _ERASING):
+            await asyncio.gather(*(erase(msg) for msg in msgs[start : start + _ERASING]))
 
     def _prepare(self, msg: Msg, refusal: str | None) -> PreparedAppend:
         """Step 0 of one request; ``refusal``: why its Ledger-Reply-To may not
