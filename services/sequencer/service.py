@@ -284,7 +284,7 @@ class Sequencer:
             blob_bytes=lambda token: tenants.limits_of_token(token).blob_bytes if tenants else None,
         )
         await blobs.ensure()  # the shared bucket; a tenant's on its first command
-        self._blob_check = BlobCheck(blobs, self._metrics)
+        self._blob_check = BlobCheck(blobs, self._metrics, s.redactor)
         if s.txlog:
             await self._open_txlog()
         self._metrics.last_position.set(self._writer.last_position)
