@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from ledger_fixtures import start_sequencer
+from polling import eventually
 from prometheus_client import CollectorRegistry
 
 from laneledger.contract import errors
@@ -228,3 +229,56 @@ def test_the_example_tenants_file_documents_every_limit_at_its_default() -> None
     text = path.read_text()
     missing = [f.name for f in dataclasses.fields(TenantLimits) if f"\n{f.name} = " not in text]
     assert missing == []
+
+
+async def test_a_standby_that_takes_over_knows_the_tenants_inline_usage(
+    nats_server, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Real sequencer processes, each on its own file: the standby's count is
+    the replicated file's, so after the active is killed acme is still at its
+    limit, and globex is not held by it."""
+    from test_standby import sequencer as sequencer_process
+
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(_tenants('inline_bytes = "8KiB"'))
+    first = sequencer_process(nats_server.url, tmp_path, "first", request, "--tenants-file", str(tenants))
+    second = sequencer_process(nats_server.url, tmp_path, "second", request, "--tenants-file", str(tenants))
+    first.start()
+    second.start()
+    assert "role=standby" in second.ready_line
+    try:
+        async with await LedgerClient.connect(nats_server.url, timeout=10.0) as client:
+            lanes = {}
+            for tenant in ("acme", "globex"):
+                agent = await client.ensure_actor(tenant, f"agent:{tenant}", "agent")
+                lanes[tenant] = (agent, await client.create_lane(tenant, "s", "r", "main", actor_id=agent.id))
+
+            def events(tenant: str, n: int) -> list:
+                agent, lane = lanes[tenant]
+                return [
+                    make_event(lane.id, "stream.text_delta", actor_id=agent.id, payload={"t": "w" * 1000})
+                    for _ in range(n)
+                ]
+
+            _, lane = lanes["acme"]
+            filled = await client.append(lane, 0, events("acme", 4))
+            with pytest.raises(errors.QuotaExceeded) as before:
+                await client.append(lane, filled.last_seq, events("acme", 2), retries=0)
+            first.kill()
+
+            async def refused_by_the_new_active() -> errors.QuotaExceeded | None:
+                try:
+                    await client.append(lane, filled.last_seq, events("acme", 2), retries=0, timeout=2.0)
+                except errors.QuotaExceeded as exc:
+                    return exc
+                except errors.LedgerError:
+                    return None  # no active sequencer yet
+                raise AssertionError("the new active sequencer committed past acme's inline_bytes")
+
+            after = await eventually(refused_by_the_new_active, what="the standby to take over", timeout=20)
+            assert after.details["used_bytes"] == before.value.details["used_bytes"]
+            _, glane = lanes["globex"]
+            assert (await client.append(glane, 0, events("globex", 4))).last_seq == 4
+    finally:
+        first.stop()
+        second.stop()

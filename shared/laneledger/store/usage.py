@@ -5,8 +5,8 @@ event body, by tenant), never kept beside it: a restart, a standby that
 replicated the file through the transaction log, and a file restored from
 the log all count exactly what they hold. It is summed once (one scan of the
 events table, which the sequencer runs on its writer thread as it becomes
-active), then kept current by the writer's own commits; rows it applies from
-the log make it sum again on next use. Normative text: spec/wire.md,
+active), then kept current by the writer's own commits and by the rows it
+applies from the log, never summed again. Normative text: spec/wire.md,
 "Tenants and limits".
 """
 
@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from typing import Any
 
 from laneledger.contract.errors import QuotaExceeded
 from laneledger.store.sqlite import failures_as
+from laneledger.store.txlog import INSERT_EVENT
 
+_TENANT = 4  # an INSERT_EVENT row's tenant; its body is the last value
 # A tenant's limit by its name; None: unlimited (no tenants file).
 InlineLimit = Callable[[str], int | None]
 
@@ -62,6 +65,11 @@ class InlineUsage:
             for tenant, n in by_tenant.items():
                 self._used[tenant] = self._used.get(tenant, 0) + n
 
-    def forget(self) -> None:
-        """Rows came from elsewhere (the log): sum again on next use."""
-        self._used = None
+    def add_logged(self, writes: list[tuple[str, list[list[Any]]]]) -> None:
+        """A record of the log (``TxRecord.writes``) was applied: its events' bytes."""
+        added: dict[str, int] = {}
+        for name, rows in writes:
+            if name == INSERT_EVENT.name:
+                for row in rows:
+                    added[row[_TENANT]] = added.get(row[_TENANT], 0) + len(row[-1])
+        self.add(added)

@@ -839,6 +839,7 @@ class LedgerWriter:
             with transaction(db, "ledger commit failed", txlog_seq=seq):
                 apply_record(db, record, seq=seq, last_position=self.last_position)
                 record_applied_position(db, TXLOG_KEY, seq)
+            self.inline_usage.add_logged(record.writes)
             self.txlog_seq = seq
             self.last_position = record.position
             self.applied_from_log += 1
@@ -849,7 +850,6 @@ class LedgerWriter:
             # Lane heads moved; actors only appear and never change, so
             # their cache stays (a new one is loaded when first named).
             self._lanes.clear()
-            self.inline_usage.forget()
         return applied, taken
 
     def _take_seed_record(self, record: TxRecord, seq: int) -> int:
@@ -902,6 +902,7 @@ class LedgerWriter:
         self._seed = after
         if not applying:
             return 0
+        self.inline_usage.add_logged(record.writes)
         self.last_position = record.position
         self.applied_from_log += 1
         return 1
