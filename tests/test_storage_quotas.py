@@ -5,6 +5,7 @@ files; the refusals end to end over a real nats-server."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -130,25 +131,33 @@ def _tenants(acme: str) -> str:
     return f"[tenants.acme]\n{acme}\n[tenants.globex]\n"
 
 
+async def _lanes(client: LedgerClient) -> dict[str, tuple]:
+    """``{tenant: (agent, lane)}`` for acme and globex."""
+    lanes = {}
+    for tenant in ("acme", "globex"):
+        agent = await client.ensure_actor(tenant, f"agent:{tenant}", "agent")
+        lanes[tenant] = (agent, await client.create_lane(tenant, "s", "r", "main", actor_id=agent.id))
+    return lanes
+
+
+def _events(lanes: dict[str, tuple], tenant: str, n: int) -> list:
+    """``n`` events of about 1.6 KB stored each (1000 characters: inline)."""
+    agent, lane = lanes[tenant]
+    return [
+        make_event(lane.id, "stream.text_delta", actor_id=agent.id, payload={"t": "z" * 1000})
+        for _ in range(n)
+    ]
+
+
 async def test_the_sequencer_refuses_inline_events_past_inline_bytes(nats_server, nc, tmp_path: Path) -> None:
     settings = SequencerSettings(tenants=parse_tenants(_tenants('inline_bytes = "8KiB"')))
     sequencer = await start_sequencer(nc, tmp_path / "ledger.db", settings)
     try:
         async with await LedgerClient.connect(nats_server.url, timeout=10.0) as client:
-            lanes = {}
-            for tenant in ("acme", "globex"):
-                agent = await client.ensure_actor(tenant, f"agent:{tenant}", "agent")
-                lanes[tenant] = (agent, await client.create_lane(tenant, "s", "r", "main", actor_id=agent.id))
+            lanes = await _lanes(client)
+            events = functools.partial(_events, lanes)
 
-            def events(tenant: str, n: int) -> list:
-                agent, lane = lanes[tenant]
-                text = "z" * 1000  # inline: at most 1 KiB stays in the event
-                return [
-                    make_event(lane.id, "stream.text_delta", actor_id=agent.id, payload={"t": text})
-                    for _ in range(n)
-                ]
-
-            agent, lane = lanes["acme"]
+            _, lane = lanes["acme"]
             committed = await client.append(lane, 0, events("acme", 4))
             with pytest.raises(errors.QuotaExceeded) as refused:
                 await client.append(lane, committed.last_seq, events("acme", 4), retries=0)
@@ -165,7 +174,7 @@ async def test_the_sequencer_refuses_inline_events_past_inline_bytes(nats_server
     sequencer = await start_sequencer(nc, tmp_path / "ledger.db", settings)
     try:
         async with await LedgerClient.connect(nats_server.url, timeout=10.0) as client:
-            agent, lane = lanes["acme"]
+            _, lane = lanes["acme"]
             with pytest.raises(errors.QuotaExceeded):
                 await client.append(lane, committed.last_seq, events("acme", 4), retries=0)
     finally:
@@ -248,17 +257,8 @@ async def test_a_standby_that_takes_over_knows_the_tenants_inline_usage(
     assert "role=standby" in second.ready_line
     try:
         async with await LedgerClient.connect(nats_server.url, timeout=10.0) as client:
-            lanes = {}
-            for tenant in ("acme", "globex"):
-                agent = await client.ensure_actor(tenant, f"agent:{tenant}", "agent")
-                lanes[tenant] = (agent, await client.create_lane(tenant, "s", "r", "main", actor_id=agent.id))
-
-            def events(tenant: str, n: int) -> list:
-                agent, lane = lanes[tenant]
-                return [
-                    make_event(lane.id, "stream.text_delta", actor_id=agent.id, payload={"t": "w" * 1000})
-                    for _ in range(n)
-                ]
+            lanes = await _lanes(client)
+            events = functools.partial(_events, lanes)
 
             _, lane = lanes["acme"]
             filled = await client.append(lane, 0, events("acme", 4))
