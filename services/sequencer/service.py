@@ -287,6 +287,7 @@ class Sequencer:
         self._blob_check = BlobCheck(blobs, self._metrics, s.redactor)
         if s.txlog:
             await self._open_txlog()
+        await self._count_inline_bytes()
         self._metrics.last_position.set(self._writer.last_position)
         if s.lease is None or not s.txlog:
             await self.activate()
@@ -299,6 +300,14 @@ class Sequencer:
             self._tasks = [asyncio.create_task(self._roles.run(), name="sequencer-roles")]
         self.ready = True
         log.info("sequencer ready, %s, at position %d", self.role, self._writer.last_position)
+
+    async def _count_inline_bytes(self) -> None:
+        """With tenants, sum each tenant's stored event bytes (its
+        ``inline_bytes``) on the writer thread: one scan of the events table
+        at start, by a standby too, so that taking over costs no scan; the
+        writer keeps the count from then on (store/usage.py)."""
+        if self._settings.tenants is not None:
+            await self._in_writer(self._writer.inline_bytes_used)
 
     # -------------------------------------------------------------- roles
 
@@ -321,8 +330,7 @@ class Sequencer:
         s = self._settings
         if s.txlog:
             await self.follow()
-        if s.tenants is not None:  # the one scan of the events table, off the loop
-            await self._in_writer(self._writer.inline_bytes_used)
+        await self._count_inline_bytes()  # known already: a standby's follows the log
         await self.mirror.check_at_start()  # a foreign message: start, but commit nothing
         self._metrics.last_position.set(self._writer.last_position)
         intake = Intake(self._nc, self._js, s.subjects, s.replicas, s.batch_size, gate=self._blobs_ahead)
