@@ -209,6 +209,11 @@ async def test_the_checkpoint_service_refuses_inline_state_past_checkpoint_state
             assert details["limit_bytes"] == 64 << 10 and details["used_bytes"] >= 60_000
             assert set(details) == {"limit", "tenant", "used_bytes", "request_bytes", "limit_bytes"}
             assert (await CheckpointClient(acme).latest("k")).revision == 3  # nothing written
+            # A trusted save naming no tenant lands in the key's namespace: acme's, full.
+            async with await LedgerClient.connect(nats_server.url, timeout=10.0) as trusted:
+                with pytest.raises(errors.QuotaExceeded) as refused:
+                    await CheckpointClient(trusted).save("k", expected_revision=3, format="f", state=state)
+                assert refused.value.details["tenant"] == "acme"
             # globex has its own quota.
             for revision in range(3):
                 await CheckpointClient(globex).save("k", expected_revision=revision, format="f", state=state)

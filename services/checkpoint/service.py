@@ -381,7 +381,6 @@ class CheckpointService:
         if proposal.artifact is not None:
             await self.artifacts.verify(proposal.artifact, scope.tenant, redactor=self.settings.redactor)
         tenant = derived or anchored  # None: the key's namespace (store.save)
-        tenants = self.settings.tenants
         return await self._db(
             self._store.save,
             proposal,
@@ -391,9 +390,14 @@ class CheckpointService:
             expected_revision=cmd.expected_revision,
             created_at=self._clock(),
             tenant=tenant,
-            # A tenant's quota; a save of no tenant (trusted) has none.
-            state_limit=tenants.limits_of(tenant).checkpoint_state_bytes if tenants and tenant else None,
+            state_limit=self._state_limit,
         )
+
+    def _state_limit(self, namespace: str) -> int | None:
+        """A tenant's ``checkpoint_state_bytes``, by the namespace a save
+        lands in (the no-tenant namespace ``""`` has none)."""
+        tenants = self.settings.tenants
+        return tenants.limits_of(namespace).checkpoint_state_bytes if tenants and namespace else None
 
     def _check_proposal(self, proposal: ProposedCheckpoint) -> tuple[str, int]:
         """The state digest and inline size, or the request error."""

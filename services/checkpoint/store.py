@@ -23,7 +23,7 @@ SQLite's failures leave as ``InternalError`` (laneledger.store.sqlite).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -522,30 +522,30 @@ class CheckpointStore:
         expected_revision: int,
         created_at: str,
         tenant: str | None = None,
-        state_limit: int | None = None,
+        state_limit: Callable[[str], int | None] = lambda namespace: None,
     ) -> tuple[Checkpoint, bool]:
         """Check again (another save may have won while this one waited for its
         anchor) and write revision ``expected_revision + 1`` in ``tenant``'s
         namespace; a save that names and derives none takes its key's
         (``key_namespace``). Returns the checkpoint and whether it was a replay.
-        ``state_limit``: the tenant's ``checkpoint_state_bytes`` (None: no
+        ``state_limit``: a namespace's ``checkpoint_state_bytes`` (None: no
         limit), which a new revision's ``state_bytes`` may not take it past."""
         with self._tx() as db:
             namespace = self.key_namespace(proposal.key) if tenant is None else tenant
             replay = self.precheck(proposal, content, expected_revision, namespace)
             if replay is not None:
                 return replay, True
-            used = self.state_used(namespace)
-            if state_limit is not None and used + state_bytes > state_limit:
+            used, limit = self.state_used(namespace), state_limit(namespace)
+            if limit is not None and used + state_bytes > limit:
                 raise QuotaExceeded(
                     f"the tenant's kept checkpoints would hold {used + state_bytes} bytes of inline "
-                    f"state, more than its checkpoint_state_bytes limit of {state_limit}: erase old "
+                    f"state, more than its checkpoint_state_bytes limit of {limit}: erase old "
                     "revisions, or save the state as an artifact",
                     limit="checkpoint_state_bytes",
                     tenant=namespace,
                     used_bytes=used,
                     request_bytes=state_bytes,
-                    limit_bytes=state_limit,
+                    limit_bytes=limit,
                 )
             tenant = tenant_of_namespace(namespace)
             checkpoint = Checkpoint(
