@@ -400,3 +400,55 @@ async def test_a_json_artifact_holding_a_secret_is_refused(
         "k-art", expected_revision=0, format="application/json", data=data, media_type="application/json"
     )
     assert saved.artifact is not None and saved.artifact.sha256 != ref.sha256
+
+
+async def test_a_refused_request_leaves_no_copy_in_the_append_streams_files(nats_server, nc, tmp_path):
+    """A request the sequencer refuses — for a secret-shaped identifier, or
+    any other reason, malformed JSON included — is erased from its append
+    stream before it is acked, as a committed one holding a secret is. An
+    ack alone would leave its bytes in the block file while requests behind
+    it wait in the stream (here: acme's rate lets one through every 5 s), so
+    the raw bytes of the nats-server's store are searched for them then."""
+    from ledger_fixtures import start_sequencer
+
+    from laneledger.runtime.tenants import parse_tenants
+    from laneledger.sdk.client import LedgerClient
+    from laneledger.services.sequencer.service import SequencerSettings
+
+    tenants = parse_tenants("[tenants.acme]\nappend_rate = 0.2\nappend_burst = 3\n")
+    sequencer = await start_sequencer(nc, tmp_path / "ledger.db", SequencerSettings(tenants=tenants))
+    try:
+        async with await LedgerClient.connect(nats_server.url, timeout=10.0) as client:
+            actor = await client.ensure_actor("acme", "agent:refused@1", "agent")
+            lane = await client.create_lane("acme", "s1", "r1", "refused", actor_id=actor.id)
+        subject = Subjects().append("acme", lane.id)
+
+        def request(append_id: str, expected: int = 0, **fields) -> bytes:
+            event = {**make_event(lane.id, "ext.acme.x", actor_id=actor.id), **fields}
+            body = {
+                "lane_id": lane.id,
+                "expected_last_seq": expected,
+                "append_id": append_id,
+                "events": [event],
+            }
+            return json.dumps(body).encode()
+
+        in_id, in_junk, in_conflict = (SHAPED_SECRETS[4][1], SHAPED_SECRETS[3][1], SHAPED_SECRETS[7][1])
+        async with Inbox(nc) as inbox:
+            await inbox.send(subject, request("r-1", subject_id=in_id))
+            await inbox.send(subject, f'{{"lane_id": "{in_junk}", '.encode())  # not JSON
+            await inbox.send(subject, request("r-3", expected=7, payload={"x": in_conflict}))
+            for n in range(3):  # waiting behind them, at acme's rate
+                await inbox.send(subject, request(f"pending-{n}", payload={"x": f"pending-{n}"}), reply=False)
+            refusals = {(await inbox.next()).error.code for _ in range(3)}
+        assert refusals == {"invalid_request", "malformed_message", "lane_conflict"}
+        store = tmp_path / "nats"
+        await eventually(
+            lambda: files_holding(store, [b"pending-2"]),
+            what="the waiting requests' bytes to reach the stream's block file",
+            timeout=4,
+            interval=0.05,
+        )
+        assert files_holding(store, [s.encode() for s in (in_id, in_junk, in_conflict)]) == {}
+    finally:
+        await sequencer.stop()

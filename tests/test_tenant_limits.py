@@ -304,10 +304,10 @@ async def test_a_tenants_blob_copy_delays_its_own_requests_not_another_tenants(
     copy_started, release = asyncio.Event(), asyncio.Event()
     commit_upload = BlobBuckets.commit_upload
 
-    async def paused(self: BlobBuckets, tenant_token: str, ref: str, size_bytes: int) -> bool:
+    async def paused(self: BlobBuckets, tenant_token: str, ref: str, size_bytes: int, **kw) -> bool:
         copy_started.set()
         await release.wait()
-        return await commit_upload(self, tenant_token, ref, size_bytes)
+        return await commit_upload(self, tenant_token, ref, size_bytes, **kw)
 
     monkeypatch.setattr(BlobBuckets, "commit_upload", paused)
     settings = SequencerSettings(tenants=parse_tenants(tenants_file()))

@@ -21,7 +21,6 @@ import io
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
@@ -31,6 +30,7 @@ from laneledger.contract.clock import system_clock
 from laneledger.contract.errors import IntegrityError, InvalidRequest, LedgerUnavailable
 from laneledger.contract.model import ArtifactRef
 from laneledger.contract.redaction import Redactor
+from laneledger.contract.secretscan import json_secret_rules
 from laneledger.contract.subjects import tenant_bucket
 from laneledger.runtime.tenants import Tenants
 from laneledger.sdk.checkpoints import (
@@ -252,18 +252,12 @@ class ArtifactStore:
 
 
 def _refuse_secrets(data: bytes, ref: ArtifactRef, redactor: Redactor) -> None:
-    try:
-        state = msgspec.json.decode(data)
-    except msgspec.DecodeError:
-        return  # not JSON after all: opaque bytes, as any other media type
-    if redactor.surely_clean(state):
-        return
-    done = redactor.redact(state)
-    if done.count:
+    rules = json_secret_rules(data, redactor)  # None: not JSON after all, opaque bytes
+    if rules:
         raise InvalidRequest(
             "the JSON artifact holds secret-shaped values; an artifact cannot be redacted, so "
             "save the state redacted (the SDK does)",
             path="$.checkpoint.artifact",
             sha256=ref.sha256,
-            rules=sorted(done.rules),
+            rules=sorted(rules),
         )

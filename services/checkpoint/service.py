@@ -390,7 +390,14 @@ class CheckpointService:
             expected_revision=cmd.expected_revision,
             created_at=self._clock(),
             tenant=tenant,
+            state_limit=self._state_limit,
         )
+
+    def _state_limit(self, namespace: str) -> int | None:
+        """A tenant's ``checkpoint_state_bytes``, by the namespace a save
+        lands in (the no-tenant namespace ``""`` has none)."""
+        tenants = self.settings.tenants
+        return tenants.limits_of(namespace).checkpoint_state_bytes if tenants and namespace else None
 
     def _check_proposal(self, proposal: ProposedCheckpoint) -> tuple[str, int]:
         """The state digest and inline size, or the request error."""

@@ -23,14 +23,14 @@ SQLite's failures leave as ``InternalError`` (laneledger.store.sqlite).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from laneledger.contract.errors import EntityNotFound, IdempotencyViolation, InvalidRequest
+from laneledger.contract.errors import EntityNotFound, IdempotencyViolation, InvalidRequest, QuotaExceeded
 from laneledger.contract.model import Checkpoint, CheckpointInfo, ProposedCheckpoint, decoder, encode
 from laneledger.sdk.checkpoints import RevisionConflict
 from laneledger.store.sqlite import (
@@ -241,6 +241,8 @@ def info_of(checkpoint: Checkpoint, state_bytes: int) -> CheckpointInfo:
 class CheckpointStore:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._db = conn
+        # Inline state bytes of the kept revisions, by namespace (``state_used``).
+        self._state_used: dict[str, int] = {}
 
     @classmethod
     def open(cls, path: str | Path) -> CheckpointStore:
@@ -520,16 +522,31 @@ class CheckpointStore:
         expected_revision: int,
         created_at: str,
         tenant: str | None = None,
+        state_limit: Callable[[str], int | None] = lambda namespace: None,
     ) -> tuple[Checkpoint, bool]:
         """Check again (another save may have won while this one waited for its
         anchor) and write revision ``expected_revision + 1`` in ``tenant``'s
         namespace; a save that names and derives none takes its key's
-        (``key_namespace``). Returns the checkpoint and whether it was a replay."""
+        (``key_namespace``). Returns the checkpoint and whether it was a replay.
+        ``state_limit``: a namespace's ``checkpoint_state_bytes`` (None: no
+        limit), which a new revision's ``state_bytes`` may not take it past."""
         with self._tx() as db:
             namespace = self.key_namespace(proposal.key) if tenant is None else tenant
             replay = self.precheck(proposal, content, expected_revision, namespace)
             if replay is not None:
                 return replay, True
+            used, limit = self.state_used(namespace), state_limit(namespace)
+            if limit is not None and used + state_bytes > limit:
+                raise QuotaExceeded(
+                    f"the tenant's kept checkpoints would hold {used + state_bytes} bytes of inline "
+                    f"state, more than its checkpoint_state_bytes limit of {limit}: erase old "
+                    "revisions, or save the state as an artifact",
+                    limit="checkpoint_state_bytes",
+                    tenant=namespace,
+                    used_bytes=used,
+                    request_bytes=state_bytes,
+                    limit_bytes=limit,
+                )
             tenant = tenant_of_namespace(namespace)
             checkpoint = Checkpoint(
                 id=proposal.id,
@@ -565,7 +582,19 @@ class CheckpointStore:
                     checkpoint.artifact.sha256 if checkpoint.artifact else None,
                 ),
             )
+        self._state_used[namespace] = used + state_bytes  # committed
         return checkpoint, False
+
+    def state_used(self, namespace: str) -> int:
+        """Inline state bytes the namespace's kept revisions hold: summed from
+        the file once (a restart counts what it keeps), then kept by ``save``
+        and ``erase``."""
+        if namespace not in self._state_used:
+            rows = self._rows(
+                "SELECT COALESCE(SUM(state_bytes), 0) FROM checkpoints WHERE tenant = ?", (namespace,)
+            )
+            self._state_used[namespace] = int(rows[0][0])
+        return self._state_used[namespace]
 
     def _by_id(self, checkpoint_id: str, tenant: str) -> tuple[str, bytes] | None:
         rows = self._rows(
@@ -678,6 +707,7 @@ class CheckpointStore:
         the tables."""
         with failures_as("checkpoint store write failed"):
             self._db.execute("PRAGMA secure_delete = ON")
+        self._state_used.pop(tenant, None)  # summed again on next use
         with self._tx() as db:
             for checkpoint_id in checkpoint_ids:
                 row = db.execute(

@@ -25,7 +25,11 @@ An append referencing a blob neither committed nor uploaded is refused
 the blob (``details.reason`` ``upload_mismatch``), and one over
 ``MAX_BLOB_BYTES`` is ``request_too_large``. When the store does not answer
 the append is refused ``unavailable`` (retryable: the producer resends the
-same append). Normative text: ``spec/content.md`` and ``spec/object-model.md``.
+same append). An upload holding a secret-shaped value (the redaction rules
+over the whole blob, ``contract/secretscan.py``) is erased from the uploads
+bucket, never copied, and the append refused ``invalid_request``
+(``details.reason`` ``blob_secret``, the ``rules``). Normative text:
+``spec/content.md`` and ``spec/object-model.md``.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from laneledger.contract.contentref import refs_in
 from laneledger.contract.errors import (
     BlobMissing,
     IntegrityError,
+    InvalidRequest,
     LedgerError,
     LedgerUnavailable,
     QuotaExceeded,
@@ -50,6 +55,7 @@ from laneledger.contract.errors import (
     TransportError,
 )
 from laneledger.contract.model import Receipt
+from laneledger.contract.redaction import DEFAULT_REDACTOR, Redactor
 from laneledger.sdk.blobstore import BlobBuckets
 from laneledger.store.append import PreparedAppend
 from laneledger.store.writer import rejection
@@ -68,8 +74,11 @@ Need = tuple[str, str, int]  # (tenant token, ref, size_bytes)
 
 
 class BlobCheck:
-    def __init__(self, store: BlobBuckets, metrics: SequencerMetrics) -> None:
+    def __init__(
+        self, store: BlobBuckets, metrics: SequencerMetrics, redactor: Redactor = DEFAULT_REDACTOR
+    ) -> None:
         self.store = store
+        self._redactor = redactor  # an upload holding a secret is refused (commit_upload)
         self._metrics = metrics
         self._present: OrderedDict[Need, None] = OrderedDict()
         # Needs found not present ahead of their batch (``warming``): when, and why.
@@ -197,10 +206,10 @@ class BlobCheck:
         tenant_token, ref, size = need
         async with self._copies:
             try:
-                copied = await self.store.commit_upload(tenant_token, ref, size)
-            except (IntegrityError, QuotaExceeded) as exc:
-                # The upload is not the blob, or the tenant's committed bucket is
-                # full: the producer's to fix, not the store's failure.
+                copied = await self.store.commit_upload(tenant_token, ref, size, redactor=self._redactor)
+            except (IntegrityError, QuotaExceeded, InvalidRequest) as exc:
+                # The upload is not the blob, holds a secret, or the tenant's
+                # committed bucket is full: the producer's to fix, not the store's failure.
                 self._metrics.blob_checks.labels("refused").inc()
                 failures[need] = exc
                 return
@@ -256,6 +265,13 @@ def _refusal(append: PreparedAppend, need: Need, path: str, failure: LedgerError
             "store the blob again, then resend",
             **names,
             reason="upload_mismatch",
+        )
+    if isinstance(failure, InvalidRequest):  # a secret: the upload is erased
+        return InvalidRequest(
+            f"{failure.message}, so the event is not committed",
+            **names,
+            reason=failure.details.get("reason"),
+            rules=failure.details.get("rules"),
         )
     if isinstance(failure, QuotaExceeded):
         return QuotaExceeded(

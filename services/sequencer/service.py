@@ -78,6 +78,7 @@ log = logging.getLogger("laneledger.sequencer")
 T = TypeVar("T")
 COMMAND_OPS = ops_of(Command)
 _PIPELINE = 2  # batches committing or waiting to be finished
+_ERASING = 64  # append requests erased at once (JetStream API requests in flight)
 _ANSWERING = 8  # committed batches waiting for the committed stream before their answers
 
 
@@ -91,7 +92,8 @@ class _Batch:
     # the requester's inbox, else None (checked once, in _prepare_batch).
     inboxes: list[str | None]
     # Requests that held secrets: securely erased from their append stream once
-    # committed (an ack alone leaves their bytes in the stream's files).
+    # committed, as refused ones are (an ack alone leaves their bytes in the
+    # stream's files).
     scrub: list[Msg] = field(default_factory=list)
 
 
@@ -165,6 +167,9 @@ class Sequencer:
         self._writer = writer
         self._metrics = metrics
         self._settings = settings
+        tenants = settings.tenants
+        if tenants is not None:
+            writer.inline_usage.limit = lambda tenant: tenants.limits_of(tenant).inline_bytes
         # Every use of the writer goes through it: batches, commands, reads.
         self._writer_thread = WriterThread(
             writer, inline_commit_max=settings.inline_commit_max, on_thread_only=settings.txlog
@@ -286,9 +291,10 @@ class Sequencer:
             blob_bytes=lambda token: tenants.limits_of_token(token).blob_bytes if tenants else None,
         )
         await blobs.ensure()  # the shared bucket; a tenant's on its first command
-        self._blob_check = BlobCheck(blobs, self._metrics)
+        self._blob_check = BlobCheck(blobs, self._metrics, s.redactor)
         if s.txlog:
             await self._open_txlog()
+        await self._count_inline_bytes()
         self._metrics.last_position.set(self._writer.last_position)
         if s.lease is None or not s.txlog:
             await self.activate()
@@ -303,6 +309,14 @@ class Sequencer:
             self._tasks = [asyncio.create_task(self._roles.run(), name="sequencer-roles")]
         self.ready = True
         log.info("sequencer ready, %s, at position %d", self.role, self._writer.last_position)
+
+    async def _count_inline_bytes(self) -> None:
+        """With tenants, sum each tenant's stored event bytes (its
+        ``inline_bytes``) on the writer thread: one scan of the events table
+        at start, by a standby too, so that taking over costs no scan; the
+        writer keeps the count from then on (store/usage.py)."""
+        if self._settings.tenants is not None:
+            await self._in_writer(self._writer.inline_bytes_used)
 
     # -------------------------------------------------------------- roles
 
@@ -325,6 +339,7 @@ class Sequencer:
         s = self._settings
         if s.txlog:
             await self.follow()
+        await self._count_inline_bytes()  # known already: a standby's follows the log
         await self.mirror.check_at_start()  # a foreign message: start, but commit nothing
         self._metrics.last_position.set(self._writer.last_position)
         intake = Intake(self._nc, self._js, s.subjects, s.replicas, s.batch_size, gate=self._blobs_ahead)
@@ -625,10 +640,17 @@ class Sequencer:
         decided = iter(result.receipts)
         receipts = [o if o is not None else next(decided) for o in batch.outcomes]
 
-        # Committed: erase what held secrets, then publish; the inbound
-        # messages leave the work queue once the stream has the batch.
-        if batch.scrub:
-            await self._scrub(batch.scrub)
+        # Committed: erase what held secrets and what was refused (it may
+        # hold a secret it was refused for, or one never read), then publish;
+        # the inbound messages leave the work queue once the stream has the batch.
+        secret = {id(msg) for msg in batch.scrub}
+        erase = [
+            msg
+            for msg, receipt in zip(msgs, receipts, strict=True)
+            if id(msg) in secret or isinstance(receipt, AppendRejected)
+        ]
+        if erase:
+            await self._scrub(erase)
         self._metrics.events.inc(len(result.committed))
         self._metrics.last_position.set(self._writer.last_position)
         self._count_log_use()
@@ -641,16 +663,21 @@ class Sequencer:
         return _Answer(batch, receipts, through)
 
     async def _scrub(self, msgs: list[Msg]) -> None:
-        """Erase committed requests that held secrets from their append
-        stream: a JetStream message delete overwrites the stored bytes (an
-        ack in a work queue only marks them removed). Best effort: a failure
-        is logged, the request still commits and is acked."""
-        for msg in msgs:
+        """Erase decided requests from their append stream (those that held
+        secrets, those refused): a JetStream message delete overwrites the
+        stored bytes (an ack in a work queue only marks them removed). At
+        most ``_ERASING`` at once. Best effort: a failure is logged, the
+        request's outcome stands and it is acked."""
+
+        async def erase(msg: Msg) -> None:
             stream = msg.metadata.stream
             try:
                 await self._js.delete_msg(stream, msg.metadata.sequence.stream)
-            except Exception as exc:  # noqa: BLE001 - logged; the commit stands
-                log.warning("could not erase a redacted request from %s: %s", stream, exc)
+            except Exception as exc:  # noqa: BLE001 - logged; the outcome stands
+                log.warning("could not erase a decided request from %s: %s", stream, exc)
+
+        for start in range(0, len(msgs), _ERASING):
+            await asyncio.gather(*(erase(msg) for msg in msgs[start : start + _ERASING]))
 
     def _prepare(self, msg: Msg, refusal: str | None) -> PreparedAppend:
         """Step 0 of one request; ``refusal``: why its Ledger-Reply-To may not

@@ -230,7 +230,9 @@ class QuotaExceeded(LedgerError):
     """One of a tenant's limits (its tenants file entry, spec/wire.md
     "Tenants and limits") is reached: nothing was stored. ``details``:
     ``limit`` (``append_backlog``, ``append_backlog_bytes``, ``blob_bytes``,
-    ``artifact_bytes``), ``tenant``, and where known the stream or bucket.
+    ``artifact_bytes``, ``inline_bytes``, ``checkpoint_state_bytes``),
+    ``tenant``, and where known the stream or bucket, or the tenant's
+    ``used_bytes``, ``request_bytes`` and ``limit_bytes``.
     Retryable: the same request succeeds once the backlog drains or space is
     freed; resend it later, more slowly."""
 

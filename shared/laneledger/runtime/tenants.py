@@ -7,8 +7,10 @@ from it (with its ``max_connections`` and ``max_subscriptions``), and the
 services read it (``--tenants-file`` /
 ``LANELEDGER_TENANTS_FILE``): the sequencer gives each tenant its own append
 stream, bounded by ``append_backlog``, takes from it at ``append_rate``, and
-bounds its blob buckets by ``blob_bytes``; the checkpoint service bounds its
-artifact bucket by ``artifact_bytes``. Normative text: spec/wire.md,
+bounds its blob buckets by ``blob_bytes`` and the bytes of its events kept in
+the ledger by ``inline_bytes``; the checkpoint service bounds its artifact
+bucket by ``artifact_bytes`` and its inline checkpoint state by
+``checkpoint_state_bytes``. Normative text: spec/wire.md,
 "Tenants and limits".
 
     [defaults]            # what every tenant gets unless its table says otherwise
@@ -50,6 +52,11 @@ class TenantLimits:
     blob_bytes: int = 1 << 30
     # Bytes of checkpoint artifacts (its artifact bucket).
     artifact_bytes: int = 1 << 30
+    # Bytes of its events the ledger keeps inline (each event's stored JSON:
+    # inline payload values up to 1 KiB, content references for larger ones).
+    inline_bytes: int = 4 << 30
+    # Bytes of inline checkpoint state (RFC 8785) its kept revisions hold.
+    checkpoint_state_bytes: int = 1 << 30
     # Append requests a second the sequencer takes from the tenant's stream;
     # faster ones wait there, up to the backlog.
     append_rate: float = 2000.0
@@ -66,7 +73,7 @@ class TenantLimits:
     max_subscriptions: int = 10_000
 
 
-_SIZES = ("blob_bytes", "artifact_bytes", "append_backlog_bytes")
+_SIZES = ("blob_bytes", "artifact_bytes", "inline_bytes", "checkpoint_state_bytes", "append_backlog_bytes")
 _COUNTS = ("append_burst", "append_backlog", "max_connections", "max_subscriptions")
 _KEYS = {f.name for f in dataclasses.fields(TenantLimits)}
 

@@ -57,15 +57,20 @@ from laneledger.contract.contentref import hex_of
 from laneledger.contract.errors import (
     EntityNotFound,
     IntegrityError,
+    InvalidRequest,
     LedgerError,
     LedgerTimeout,
     LedgerUnavailable,
     QuotaExceeded,
 )
+from laneledger.contract.redaction import Redactor
+from laneledger.contract.secretscan import secret_rules
 from laneledger.contract.subjects import Subjects, token, token_bucket
 from laneledger.sdk.objectstores import (
+    MIN_CHUNK_BYTES,
     bound_bucket,
     create_object_store,
+    erase_chunks,
     open_object_store,
     read_chunks,
     stream_of,
@@ -355,14 +360,19 @@ class BlobStore:
             raise mismatch("its chunks do not hash to it")
         return data
 
-    async def discard_upload(self, tenant_token: str, ref: str) -> None:
+    async def discard_upload(self, tenant_token: str, ref: str, *, erase: bool = False) -> None:
         """Remove an upload the sequencer has copied (its chunks and its
         metadata), so it stops counting against the tenant's ``blob_bytes``.
         Through the stream API (purges by subject): the sequencer may not
-        publish on an uploads bucket's ``$O.`` subjects."""
+        publish on an uploads bucket's ``$O.`` subjects. ``erase``: its
+        chunks are first overwritten, one message delete each (an upload
+        refused for a secret; a purge leaves the bytes in the stream's files)."""
         name = object_name(tenant_token, ref)
         info = await self._info(tenant_token, ref)
         stream = stream_of(self.bucket)
+        if erase and info is not None and _names_own_chunks(info):
+            most = (info.size or 0) // MIN_CHUNK_BYTES + 1  # as many as a read takes
+            await self._call("erase upload", ref, erase_chunks(self._js, self.bucket, info.nuid, most))
         meta = OBJ_META_PRE_TEMPLATE.format(
             bucket=self.bucket, obj=base64.urlsafe_b64encode(name.encode()).decode()
         )
@@ -512,17 +522,34 @@ class BlobBuckets:
             refs = await store.missing(tenant_token, refs)
         return refs
 
-    async def commit_upload(self, tenant_token: str, ref: str, size_bytes: int) -> bool:
+    async def commit_upload(
+        self, tenant_token: str, ref: str, size_bytes: int, *, redactor: Redactor | None = None
+    ) -> bool:
         """Copy the tenant's upload of this blob into its committed bucket
         (the sequencer, before an append referencing it commits): False
         when the tenant has no such upload; ``IntegrityError`` when the
-        upload is not that blob (``BlobStore.read_upload``)."""
+        upload is not that blob (``BlobStore.read_upload``). With a
+        ``redactor``, an upload holding a secret-shaped value is erased and
+        ``InvalidRequest`` (``reason: "blob_secret"``, the ``rules``) raised:
+        a blob cannot be redacted (it is named by its hash), so it is refused."""
         uploads = await self._existing(tenant_uploads_bucket_name(tenant_token, self._subjects))
         if uploads is None:
             return False
         data = await uploads.read_upload(tenant_token, ref, size_bytes)
         if data is None:
             return False
+        if redactor is not None:
+            # The whole blob at once (its size is bounded), off the event loop.
+            rules = await asyncio.to_thread(secret_rules, data, redactor)
+            if rules:
+                await uploads.discard_upload(tenant_token, ref, erase=True)
+                raise InvalidRequest(
+                    "the blob holds secret-shaped values; a blob is named by its hash and cannot be "
+                    "redacted, so it is refused and its upload erased: redact the value, then store it",
+                    reason="blob_secret",
+                    ref=ref,
+                    rules=sorted(rules),
+                )
         committed = await self.ensure(tenant_token)
         await committed._upload(tenant_token, ref, data)
         try:

@@ -19,9 +19,10 @@ consumers, and none may.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
-from nats.js.api import ObjectStoreConfig
+from nats.js.api import ObjectStoreConfig, RawStreamMsg
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 from nats.js.object_store import OBJ_CHUNKS_PRE_TEMPLATE, ObjectStore
@@ -80,25 +81,48 @@ async def bound_bucket(js: JetStreamContext, bucket: str, max_bytes: int | None)
         await js.update_stream(info.config.evolve(max_bytes=wanted))
 
 
+async def _chunk_msgs(js: JetStreamContext, stream: str, subject: str) -> AsyncIterator[RawStreamMsg]:
+    """The messages on ``subject`` in stream order, one ``STREAM.MSG.GET`` each."""
+    seq = 1
+    while True:
+        try:
+            msg = await js.get_msg(stream, seq=seq, subject=subject, next=True)
+        except NotFoundError:
+            return
+        if msg.seq is None:
+            return
+        yield msg
+        seq = msg.seq + 1
+
+
 async def read_chunks(js: JetStreamContext, bucket: str, nuid: str, size_bytes: int) -> bytes:
     """The chunks on ``$O.<bucket>.C.<nuid>`` in stream order, until
     ``size_bytes`` are read, there are no more, or one but the last is
     shorter than ``MIN_CHUNK_BYTES``. The caller checks what it got (size,
     digest): the metadata naming ``nuid`` may be a hostile producer's."""
     subject = OBJ_CHUNKS_PRE_TEMPLATE.format(bucket=bucket, obj=nuid)
-    stream = stream_of(bucket)
     data = bytearray()
-    seq = 1
-    while len(data) < size_bytes:
-        try:
-            msg = await js.get_msg(stream, seq=seq, subject=subject, next=True)
-        except NotFoundError:
-            break
-        if msg.seq is None:
-            break
+    if size_bytes <= 0:
+        return b""
+    async for msg in _chunk_msgs(js, stream_of(bucket), subject):
         chunk = msg.data or b""
         data += chunk
-        if len(data) < size_bytes and len(chunk) < MIN_CHUNK_BYTES:
+        if len(data) >= size_bytes or len(chunk) < MIN_CHUNK_BYTES:
             break
-        seq = msg.seq + 1
     return bytes(data)
+
+
+async def erase_chunks(js: JetStreamContext, bucket: str, nuid: str, max_msgs: int) -> int:
+    """Erase up to ``max_msgs`` chunks on ``$O.<bucket>.C.<nuid>``: a
+    JetStream message delete overwrites the stored bytes, where a purge only
+    marks them removed. How many were erased."""
+    stream = stream_of(bucket)
+    subject = OBJ_CHUNKS_PRE_TEMPLATE.format(bucket=bucket, obj=nuid)
+    erased = 0
+    async for msg in _chunk_msgs(js, stream, subject):
+        assert msg.seq is not None  # _chunk_msgs yields numbered messages only
+        await js.delete_msg(stream, msg.seq)
+        erased += 1
+        if erased >= max_msgs:
+            break
+    return erased

@@ -119,6 +119,7 @@ from laneledger.store.txlog import (
     encode_record,
     run_writes,
 )
+from laneledger.store.usage import InlineUsage
 from laneledger.tlog import store as tree_store
 
 T = TypeVar("T")
@@ -257,6 +258,7 @@ class _Batch:
     event_rows: list[tuple[Any, ...]] = field(default_factory=list)
     receipt_rows: list[tuple[str, str, str, str, bytes]] = field(default_factory=list)
     committed: list[CommittedRecord] = field(default_factory=list)
+    inline_bytes: dict[str, int] = field(default_factory=dict)  # stored event bytes, by tenant
 
 
 class LedgerWriter:
@@ -306,6 +308,9 @@ class LedgerWriter:
         # before the batch reaches this thread (PreparedAppend.signatures).
         self.actor_keys: dict[str, Ed25519PublicKey] = {}
         self.last_position = self.reader.last_position()
+        # Each tenant's stored event bytes against its ``inline_bytes`` limit
+        # (unlimited until the sequencer sets ``inline_usage.limit``).
+        self.inline_usage = InlineUsage()
 
     # ------------------------------------------------------------------ appends
 
@@ -394,6 +399,7 @@ class LedgerWriter:
         for (tenant, lane_id), (seq, head) in state.heads.items():
             lane = self._lanes[lane_id][tenant]
             lane.last_seq, lane.head_hash = seq, head
+        self.inline_usage.add(state.inline_bytes)
         return BatchResult(staged.receipts, state.committed)
 
     def roll_back_staged(self, staged: StagedBatch) -> None:
@@ -522,6 +528,10 @@ class LedgerWriter:
             entry_hashes=hashes,
             committed_at=committed_at,
         )
+        # the tenant's inline_bytes quota (nothing is staged yet: refusing here is clean)
+        adding = sum(len(row[-1]) for row in rows)
+        self.inline_usage.check(self._db, lane.tenant, state.inline_bytes.get(lane.tenant, 0), adding)
+        state.inline_bytes[lane.tenant] = state.inline_bytes.get(lane.tenant, 0) + adding
         state.event_rows.extend(rows)
         state.committed.extend(records)
         state.receipt_rows.append((lane.tenant, request.append_id, lane.id, append.digest, encode(receipt)))
@@ -724,6 +734,12 @@ class LedgerWriter:
         with failures_as("ledger commit failed", roll_back=db, position=position):
             commit(db)
 
+    def inline_bytes_used(self) -> dict[str, int]:
+        """Each tenant's stored event bytes (``store/usage.py``), summed from
+        the file when not known: the sequencer warms it as it becomes active."""
+        self._before_use()
+        return dict(self.inline_usage.used(self._db))
+
     def tree_head(self) -> tuple[int, bytes]:
         """The Merkle tree's size and root as committed (spec/tlog.md): what a
         signed checkpoint states. With a log, the file takes what it missed first."""
@@ -823,6 +839,7 @@ class LedgerWriter:
             with transaction(db, "ledger commit failed", txlog_seq=seq):
                 apply_record(db, record, seq=seq, last_position=self.last_position)
                 record_applied_position(db, TXLOG_KEY, seq)
+            self.inline_usage.add_logged(record.writes)
             self.txlog_seq = seq
             self.last_position = record.position
             self.applied_from_log += 1
@@ -885,6 +902,7 @@ class LedgerWriter:
         self._seed = after
         if not applying:
             return 0
+        self.inline_usage.add_logged(record.writes)
         self.last_position = record.position
         self.applied_from_log += 1
         return 1
