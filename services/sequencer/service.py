@@ -62,7 +62,7 @@ from laneledger.store.txlogstream import JetStreamTxLog
 from laneledger.store.writer import BatchResult, rejection
 
 from .blobcheck import BlobCheck
-from .intake import Intake
+from .intake import BatchBudget, Intake
 from .lease import Lease, LeaseSettings
 from .metrics import SequencerMetrics
 from .mirror import CommittedStreamMirror, StreamFault
@@ -109,6 +109,11 @@ class SequencerSettings:
     subjects: Subjects = Subjects()
     replicas: int = 1
     batch_size: int = 500
+    # A batch also holds at most this many events and bytes of requests
+    # (intake.BatchBudget: a tenant's huge requests cannot make one batch,
+    # and so another tenant's wait, long); one request is always taken.
+    batch_events: int = 1000
+    batch_bytes: int = 2 << 20
     # A batch of at most this many requests commits on the event loop, once
     # the writer thread is idle (writerthread.py: cheaper than the hand-off);
     # a larger one is written on the loop too and only its COMMIT (the
@@ -318,7 +323,8 @@ class Sequencer:
             await self.follow()
         await self.mirror.check_at_start()  # a foreign message: start, but commit nothing
         self._metrics.last_position.set(self._writer.last_position)
-        intake = Intake(self._nc, self._js, s.subjects, s.replicas, s.batch_size, gate=self._blobs_ahead)
+        budget = BatchBudget(s.batch_size, s.batch_events, s.batch_bytes)
+        intake = Intake(self._nc, self._js, s.subjects, s.replicas, budget, gate=self._blobs_ahead)
         await intake.open(s.tenants)
         self._halt.clear()
         # The pull loop owns the intake from here: it stops it when it ends.
@@ -466,7 +472,7 @@ class Sequencer:
                     except TimeoutError:
                         pass
                     continue
-                msgs, held = held or await intake.next_batch(s.batch_size, s.idle_wait_s), []
+                msgs, held = held or await intake.next_batch(s.idle_wait_s), []
                 if msgs and not self._stream_whole.is_set():
                     held = msgs  # the fault came while this batch was being fetched
                 elif msgs:

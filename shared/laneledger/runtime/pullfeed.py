@@ -7,6 +7,14 @@ the ledger's own work. ``PullFeed`` instead keeps one pull request for up to
 subscription callback into a buffer, and hands the sequencer whatever has
 arrived (up to a batch) as soon as anything has.
 
+With ``pull_bytes`` a pull request also asks for at most that many bytes
+(JetStream's ``max_bytes``), and the feed asks again only while its buffer
+holds less than that: what nats-server has to send the feed at any time is
+bounded in bytes, not only in messages, so a stream of large messages cannot
+pile up in the server's buffer for this connection until the server drops
+it as a slow consumer. ``pull_bytes`` must exceed the largest message (the
+server's max_payload, with its headers), or that message is never delivered.
+
 A pull request ends when all its messages were delivered or when it expires
 (the server then sends a status message: 404/408, or 409 for conditions such
 as a leadership change); either way the feed asks again, at once if the
@@ -40,6 +48,7 @@ class PullFeed:
         credits: int = 1000,
         expires_s: float = 1.0,
         max_buffered: int = 4000,
+        pull_bytes: int | None = None,
         arrived: asyncio.Event | None = None,
     ) -> None:
         self._nc = nc
@@ -48,7 +57,9 @@ class PullFeed:
         self._expires_ns = int(expires_s * 1e9)
         self._expires_s = expires_s
         self._max_buffered = max_buffered
+        self._pull_bytes = pull_bytes
         self._buffer: deque[Msg] = deque()
+        self._buffered_bytes = 0
         # Set when a message arrives; several feeds read together share one.
         self._arrived = arrived or asyncio.Event()
         self._inbox = ""
@@ -74,7 +85,7 @@ class PullFeed:
             await self._sub.unsubscribe()
             self._sub = None
         while self._buffer:
-            msg = self._buffer.popleft()
+            (msg,) = self.take(1)
             if msg.reply:
                 try:
                     await msg.nak()
@@ -100,8 +111,7 @@ class PullFeed:
             except TimeoutError:
                 pass
             await self.ask_if_idle()
-        take = min(max_msgs, len(self._buffer))
-        batch = [self._buffer.popleft() for _ in range(take)]
+        batch = self.take(max_msgs)
         await self.ask_if_idle()
         return batch
 
@@ -109,8 +119,10 @@ class PullFeed:
         self._outstanding = self._credits
         self._request_over.clear()
         self._asked_at = asyncio.get_running_loop().time()
-        request = json.dumps({"batch": self._credits, "expires": self._expires_ns}).encode()
-        await self._nc.publish(self._next_subject, request, reply=self._inbox)
+        pull: dict[str, int] = {"batch": self._credits, "expires": self._expires_ns}
+        if self._pull_bytes is not None:
+            pull["max_bytes"] = self._pull_bytes
+        await self._nc.publish(self._next_subject, json.dumps(pull).encode(), reply=self._inbox)
 
     async def wind_down(self) -> None:
         """Ask for nothing more and wait (bounded by the request's expiry) for
@@ -132,7 +144,14 @@ class PullFeed:
 
     def take(self, max_msgs: int) -> list[Msg]:
         """What has arrived, up to ``max_msgs``, without waiting."""
-        return [self._buffer.popleft() for _ in range(min(max_msgs, len(self._buffer)))]
+        taken = [self._buffer.popleft() for _ in range(min(max_msgs, len(self._buffer)))]
+        self._buffered_bytes -= sum(len(m.data) for m in taken)
+        return taken
+
+    def _has_room(self) -> bool:
+        if self._pull_bytes is not None and self._buffered_bytes >= self._pull_bytes:
+            return False
+        return len(self._buffer) < self._max_buffered
 
     async def ask_if_idle(self) -> None:
         """Ask the server for more if the last request is over and there is room."""
@@ -141,7 +160,7 @@ class PullFeed:
         if self._winding_down:
             return
         stale = asyncio.get_running_loop().time() - self._asked_at > self._expires_s * 2
-        if (self._outstanding <= 0 or stale) and len(self._buffer) < self._max_buffered:
+        if (self._outstanding <= 0 or stale) and self._has_room():
             await self._ask()
 
     async def _on_msg(self, msg: Msg) -> None:
@@ -160,6 +179,7 @@ class PullFeed:
             return
         self.unavailable = False
         self._buffer.append(msg)
+        self._buffered_bytes += len(msg.data)
         self._outstanding -= 1
         self._arrived.set()
         if self._outstanding <= 0:
