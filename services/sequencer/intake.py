@@ -77,7 +77,7 @@ log = logging.getLogger("laneledger.sequencer")
 
 # A request's work in rate tokens: one per event, or per this many bytes of
 # request, whichever is more (spec/wire.md, "Tenants and limits").
-TOKEN_BYTES = 4096
+TOKEN_BYTES = 1024
 # Asked of a stream in one pull request at most: a bound on what nats-server
 # holds for the sequencer from one tenant (PullFeed). Never below a request's
 # largest size (the server's max_payload), or that request could not be pulled.
@@ -125,7 +125,7 @@ class BatchBudget:
 
     requests: int = 500
     events: int = 1000
-    bytes: int = 2 << 20
+    bytes: int = 1 << 20
 
 
 @dataclass(slots=True)

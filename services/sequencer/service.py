@@ -93,6 +93,37 @@ class _Batch:
     # committed (an ack alone leaves their bytes in the stream's files).
     scrub: list[Msg] = field(default_factory=list)
 
+    @property
+    def size(self) -> int:
+        return sum(len(m.data) for m in self.msgs)
+
+
+class _Unanswered:
+    """Bytes of the requests taken and not yet answered, which the pull loop
+    keeps under a bound (``SequencerSettings.unanswered_bytes``)."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self._changed = asyncio.Event()
+
+    def add(self, n: int) -> None:
+        self.bytes += n
+
+    def done(self, n: int) -> None:
+        self.bytes -= n
+        self._changed.set()
+
+    async def below(self, limit: int, timeout: float) -> bool:
+        """Wait (up to ``timeout``) until fewer than ``limit`` bytes are unanswered."""
+        try:
+            async with asyncio.timeout(timeout):
+                while self.bytes >= limit:
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            return False
+        return True
+
 
 @dataclass
 class _Answer:
@@ -113,7 +144,11 @@ class SequencerSettings:
     # (intake.BatchBudget: a tenant's huge requests cannot make one batch,
     # and so another tenant's wait, long); one request is always taken.
     batch_events: int = 1000
-    batch_bytes: int = 2 << 20
+    batch_bytes: int = 1 << 20
+    # Bytes of requests taken but not yet answered (committing, or waiting
+    # for the committed stream) above which no more are taken: what a
+    # request taken now waits behind, bounded in bytes as well as in batches.
+    unanswered_bytes: int = 2 << 20
     # A batch of at most this many requests commits on the event loop, once
     # the writer thread is idle (writerthread.py: cheaper than the hand-off);
     # a larger one is written on the loop too and only its COMMIT (the
@@ -176,6 +211,7 @@ class Sequencer:
         self._role_change = asyncio.Lock()
         self._roles: RoleKeeper | None = None
         self._blob_check: BlobCheck  # opened by start(), before any append is pulled
+        self._unanswered = _Unanswered()  # each pull loop's own (_pull_loop)
         self._commands = RequestServer[Command](
             nc,
             base=settings.subjects.command_base,
@@ -459,6 +495,7 @@ class Sequencer:
         """
         s = self._settings
         in_flight: asyncio.Queue[_Batch | None] = asyncio.Queue(maxsize=_PIPELINE)
+        self._unanswered = _Unanswered()
         finisher = asyncio.create_task(self._finish_loop(in_flight), name="sequencer-finish")
         held: list[Msg] = []  # fetched as the stream was found foreign: committed once it is whole
         try:
@@ -471,6 +508,8 @@ class Sequencer:
                             await self._stream_whole.wait()
                     except TimeoutError:
                         pass
+                    continue
+                if not await self._unanswered.below(s.unanswered_bytes, s.idle_wait_s):
                     continue
                 msgs, held = held or await intake.next_batch(s.idle_wait_s), []
                 if msgs and not self._stream_whole.is_set():
@@ -515,7 +554,9 @@ class Sequencer:
         # meanwhile makes the next batch larger), then commits on the loop or
         # hands the COMMIT to the thread (writerthread.py).
         committing = await self._writer_thread.commit(prepared)
-        await in_flight.put(_Batch(msgs, outcomes, committing, started, inboxes, scrub))
+        batch = _Batch(msgs, outcomes, committing, started, inboxes, scrub)
+        self._unanswered.add(batch.size)
+        await in_flight.put(batch)
 
     async def _finish_loop(self, in_flight: asyncio.Queue[_Batch | None]) -> None:
         """Finish batches in commit order; answer them, in the same order, as
@@ -528,6 +569,8 @@ class Sequencer:
                 answer = await self._finish_batch(batch)
                 if answer is not None:
                     await answers.put(answer)
+                else:  # handed back
+                    self._unanswered.done(batch.size)
             await answers.put(None)
             await answerer
         except BaseException:
@@ -548,6 +591,7 @@ class Sequencer:
             for msg in batch.msgs:  # plain publishes: no task, no future per message
                 await publish(msg.reply, b"+ACK")
             await self._send_receipts(batch.msgs, answer.receipts, batch.inboxes)
+            self._unanswered.done(batch.size)
 
     def _prepare_batch(
         self, msgs: list[Msg]

@@ -51,7 +51,7 @@ class TenantLimits:
     # Bytes of checkpoint artifacts (its artifact bucket).
     artifact_bytes: int = 1 << 30
     # Work tokens a second the sequencer takes from the tenant's stream (a
-    # request costs max(1, its events, its bytes / 4096): sequencer/intake.py);
+    # request costs max(1, its events, its bytes / 1024): sequencer/intake.py);
     # faster requests wait there, up to the backlog.
     append_rate: float = 2000.0
     # Tokens taken at once after an idle spell (the token bucket's depth).
