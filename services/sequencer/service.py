@@ -47,7 +47,6 @@ from laneledger.contract.model import (
     LoadSession,
     LoadStructure,
     Receipt,
-    encode,
 )
 from laneledger.contract.redaction import DEFAULT_REDACTOR, Redactor, redact_command
 from laneledger.contract.subjects import REPLY_HEADER, RequestSubject, Subjects, reply_refusal, token
@@ -66,6 +65,7 @@ from .intake import BatchBudget, Intake
 from .lease import Lease, LeaseSettings
 from .metrics import SequencerMetrics
 from .mirror import CommittedStreamMirror, StreamFault
+from .receipts import check_receipt_fits, receipt_messages
 from .roles import RoleKeeper
 from .streams import ensure_stream, events_stream_config, tlog_stream_config, txlog_stream_config
 from .tenancy import scope_command
@@ -705,7 +705,7 @@ class Sequencer:
                 header=REPLY_HEADER,
                 subject=msg.subject,
             )
-        return prepare_append(
+        append = prepare_append(
             msg.data,
             tenant_token=subject.tenant_token,
             lane_token=subject.lane_token,
@@ -715,6 +715,8 @@ class Sequencer:
             actor_keys=self._writer.actor_keys,
             redactor=self._settings.redactor,
         )
+        check_receipt_fits(append, len(msg.data), self._reply_nc.max_payload)
+        return append
 
     async def _send_receipts(
         self, msgs: list[Msg], receipts: list[Receipt], inboxes: list[str | None]
@@ -745,7 +747,8 @@ class Sequencer:
         self._metrics.replays.inc(replayed)
         for reply_to, batch in by_inbox.items():
             try:
-                await self._reply_nc.publish(reply_to, encode(batch))
+                for message in receipt_messages(batch, self._reply_nc.max_payload):
+                    await self._reply_nc.publish(reply_to, message)
             except nats.errors.Error as exc:
                 log.warning("could not send receipts to %r: %s", reply_to, exc)
 
