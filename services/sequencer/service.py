@@ -61,7 +61,7 @@ from laneledger.store.txlogstream import JetStreamTxLog
 from laneledger.store.writer import BatchResult, rejection
 
 from .blobcheck import BlobCheck
-from .intake import BatchBudget, Intake
+from .intake import BatchBudget, Intake, Work
 from .lease import Lease, LeaseSettings
 from .metrics import SequencerMetrics
 from .mirror import CommittedStreamMirror, StreamFault
@@ -89,35 +89,35 @@ class _Batch:
     # Where each request's receipt goes: its Ledger-Reply-To when that lies in
     # the requester's inbox, else None (checked once, in _prepare_batch).
     inboxes: list[str | None]
+    # Its events and bytes, held against SequencerSettings.unanswered_batches.
+    work: Work
     # Requests that held secrets: securely erased from their append stream once
     # committed (an ack alone leaves their bytes in the stream's files).
     scrub: list[Msg] = field(default_factory=list)
 
-    @property
-    def size(self) -> int:
-        return sum(len(m.data) for m in self.msgs)
-
 
 class _Unanswered:
-    """Bytes of the requests taken and not yet answered, which the pull loop
-    keeps under a bound (``SequencerSettings.unanswered_bytes``)."""
+    """The work (events, bytes) of the requests taken and not yet answered,
+    which the pull loop keeps under a bound (``unanswered_batches``)."""
 
     def __init__(self) -> None:
-        self.bytes = 0
+        self.events = self.bytes = 0
         self._changed = asyncio.Event()
 
-    def add(self, n: int) -> None:
-        self.bytes += n
+    def add(self, work: Work) -> None:
+        self.events += work.events
+        self.bytes += work.bytes
 
-    def done(self, n: int) -> None:
-        self.bytes -= n
+    def done(self, work: Work) -> None:
+        self.events -= work.events
+        self.bytes -= work.bytes
         self._changed.set()
 
-    async def below(self, limit: int, timeout: float) -> bool:
-        """Wait (up to ``timeout``) until fewer than ``limit`` bytes are unanswered."""
+    async def below(self, limit: Work, timeout: float) -> bool:
+        """Wait (up to ``timeout``) until less than ``limit`` is unanswered, in both."""
         try:
             async with asyncio.timeout(timeout):
-                while self.bytes >= limit:
+                while self.events >= limit.events or self.bytes >= limit.bytes:
                     self._changed.clear()
                     await self._changed.wait()
         except TimeoutError:
@@ -145,10 +145,11 @@ class SequencerSettings:
     # and so another tenant's wait, long); one request is always taken.
     batch_events: int = 1000
     batch_bytes: int = 1 << 20
-    # Bytes of requests taken but not yet answered (committing, or waiting
-    # for the committed stream) above which no more are taken: what a
-    # request taken now waits behind, bounded in bytes as well as in batches.
-    unanswered_bytes: int = 2 << 20
+    # Batches' worth of events and bytes (batch_events, batch_bytes) taken but
+    # not yet answered (committing, or waiting for the committed stream) at
+    # which no more are taken: what a request taken now waits behind is
+    # bounded in work, not only in batches.
+    unanswered_batches: int = 2
     # A batch of at most this many requests commits on the event loop, once
     # the writer thread is idle (writerthread.py: cheaper than the hand-off);
     # a larger one is written on the loop too and only its COMMIT (the
@@ -496,6 +497,7 @@ class Sequencer:
         s = self._settings
         in_flight: asyncio.Queue[_Batch | None] = asyncio.Queue(maxsize=_PIPELINE)
         self._unanswered = _Unanswered()
+        unanswered = Work(s.unanswered_batches * s.batch_events, s.unanswered_batches * s.batch_bytes)
         finisher = asyncio.create_task(self._finish_loop(in_flight), name="sequencer-finish")
         held: list[Msg] = []  # fetched as the stream was found foreign: committed once it is whole
         try:
@@ -509,7 +511,7 @@ class Sequencer:
                     except TimeoutError:
                         pass
                     continue
-                if not await self._unanswered.below(s.unanswered_bytes, s.idle_wait_s):
+                if not await self._unanswered.below(unanswered, s.idle_wait_s):
                     continue
                 msgs, held = held or await intake.next_batch(s.idle_wait_s), []
                 if msgs and not self._stream_whole.is_set():
@@ -548,14 +550,17 @@ class Sequencer:
 
     async def _submit(self, msgs: list[Msg], in_flight: asyncio.Queue[_Batch | None]) -> None:
         outcomes, prepared, scrub, inboxes = self._prepare_batch(msgs)
+        # Its work, read off what step 0 decoded (a refused request: one event).
+        events = sum(len(append.request.events) for append in prepared) + len(msgs) - len(prepared)
+        work = Work(events, sum(len(m.data) for m in msgs))
         outcomes, prepared = await self._blob_check.apply(outcomes, prepared)
         started = time.perf_counter()  # commit_seconds: from here, waiting for the writer included
         # Waits for the writer thread (commits are in order anyway; what arrives
         # meanwhile makes the next batch larger), then commits on the loop or
         # hands the COMMIT to the thread (writerthread.py).
         committing = await self._writer_thread.commit(prepared)
-        batch = _Batch(msgs, outcomes, committing, started, inboxes, scrub)
-        self._unanswered.add(batch.size)
+        batch = _Batch(msgs, outcomes, committing, started, inboxes, work, scrub)
+        self._unanswered.add(work)
         await in_flight.put(batch)
 
     async def _finish_loop(self, in_flight: asyncio.Queue[_Batch | None]) -> None:
@@ -570,7 +575,7 @@ class Sequencer:
                 if answer is not None:
                     await answers.put(answer)
                 else:  # handed back
-                    self._unanswered.done(batch.size)
+                    self._unanswered.done(batch.work)
             await answers.put(None)
             await answerer
         except BaseException:
@@ -591,7 +596,7 @@ class Sequencer:
             for msg in batch.msgs:  # plain publishes: no task, no future per message
                 await publish(msg.reply, b"+ACK")
             await self._send_receipts(batch.msgs, answer.receipts, batch.inboxes)
-            self._unanswered.done(batch.size)
+            self._unanswered.done(batch.work)
 
     def _prepare_batch(
         self, msgs: list[Msg]
