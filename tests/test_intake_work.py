@@ -42,6 +42,8 @@ def test_a_request_costs_one_token_per_event_or_per_token_bytes_whichever_is_mor
     # What the batch will refuse unread still costs its bytes and one event.
     assert Work.of(_msg(b"not json")).events == 1
     assert Work.of(_msg(b'{"events": 5}')).events == 1
+    # More events than an append may hold: refused at once, charged as the most.
+    assert Work.of(_msg(json.dumps({"events": [1] * 200_000}).encode())).events == 1000
 
 
 def test_the_bucket_takes_a_request_once_it_holds_its_cost() -> None:

@@ -57,7 +57,7 @@ from nats.js import JetStreamContext
 from nats.js.api import StreamConfig
 from nats.js.errors import NotFoundError
 
-from laneledger.contract.model import MAX_REQUEST_BYTES
+from laneledger.contract.model import MAX_EVENTS_PER_APPEND, MAX_REQUEST_BYTES
 from laneledger.contract.subjects import Subjects
 from laneledger.runtime.pullfeed import PullFeed
 from laneledger.runtime.tenants import TenantLimits, Tenants
@@ -103,13 +103,15 @@ class Work:
     @classmethod
     def of(cls, msg: Msg) -> Work:
         """A request's work; one the batch will refuse unread (not JSON, not
-        an object, too large) counts one event."""
+        an object, too large) counts one event, and one with more events than
+        an append may hold no more than that limit (the batch refuses it at
+        once: it must not cost its tenant minutes of rate)."""
         size = len(msg.data) + len(msg.subject) + sum(len(k) + len(v) for k, v in (msg.headers or {}).items())
         try:
             events = len(_shape.decode(msg.data).events) if len(msg.data) <= MAX_REQUEST_BYTES else 1
         except (msgspec.DecodeError, RecursionError):
             events = 1
-        return cls(max(1, events), size)
+        return cls(min(max(1, events), MAX_EVENTS_PER_APPEND), size)
 
     @property
     def tokens(self) -> int:
