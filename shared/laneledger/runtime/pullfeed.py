@@ -72,8 +72,12 @@ class PullFeed:
 
     async def start(self) -> None:
         self._inbox = self._nc.new_inbox()
+        # With pull_bytes, what arrives is bounded by what was asked for (a
+        # request's max_bytes, and a second one asked once the first seems
+        # lost, on a buffer below max_bytes): the limit states that bound.
+        pending_bytes = -1 if self._pull_bytes is None else 4 * self._pull_bytes
         self._sub = await self._nc.subscribe(
-            self._inbox, cb=self._on_msg, pending_msgs_limit=-1, pending_bytes_limit=-1
+            self._inbox, cb=self._on_msg, pending_msgs_limit=-1, pending_bytes_limit=pending_bytes
         )
         await self._ask()
 
