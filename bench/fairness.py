@@ -17,8 +17,12 @@ shared append stream, served in arrival order. The second gives acme and
 globex the limits of ``deploy/tenants.toml`` (each its own append stream,
 read in turns, acme taken at its append rate). The third lifts acme's rate
 limit (1,000,000/s), so only the turns keep globex's requests from waiting
-behind acme's. The figure that matters is globex's receipt p99 with acme
-flooding (target: 50 ms, issue 19).
+behind acme's. The next four flood with heavy requests instead (issue 34):
+of about 0.9 MiB each (one event, its payload inline) and of 1000 events
+each, with the file's limits and with acme's rate lifted, up to
+``--heavy-window`` of them without a receipt. The figure that matters is
+globex's receipt p99 with acme flooding (target: 30 ms, issue 34).
+``--runs WORD`` keeps the runs whose name holds WORD.
 
 Ends with one JSON line (``bench/report.py`` stores it).
 """
@@ -57,8 +61,10 @@ def log(text: str) -> None:
 
 
 class Run:
-    def __init__(self, name: str, tenants_file: Path | None, args: argparse.Namespace) -> None:
-        self.name, self.tenants_file, self.args = name, tenants_file, args
+    def __init__(
+        self, name: str, tenants_file: Path | None, flood: dict[str, Any], args: argparse.Namespace
+    ) -> None:
+        self.name, self.tenants_file, self.flood, self.args = name, tenants_file, flood, args
         self.tmp = tempfile.TemporaryDirectory(prefix="laneledger-fairness-")
         self.dir = Path(self.tmp.name)
         self.nats = NatsServer(self.dir / "nats")
@@ -110,8 +116,8 @@ class Run:
         async with await LedgerClient.connect(self.nats.url, timeout=30.0, tenant_inboxes=True) as client:
             cfgs = []
             for tenant, lanes, mode, extra in (
-                ("acme", 8, "bare", {"window": args.flood_window}),
-                ("globex", 4, "paced", {"window": 1, "rate": GLOBEX_RATE}),
+                ("acme", 8, "bare", {"window": args.flood_window, "events_per_append": 1, **self.flood}),
+                ("globex", 4, "paced", {"window": 1, "rate": GLOBEX_RATE, "events_per_append": 1}),
             ):
                 actor = await client.ensure_actor(tenant, f"agent:{tenant}", "agent")
                 made = [
@@ -124,7 +130,6 @@ class Run:
                         "url": self.nats.url,
                         "actor_id": actor.id,
                         "lanes": [msgspec.to_builtins(lane) for lane in made],
-                        "events_per_append": 1,
                         "warmup_s": args.warmup,
                         "seconds": args.seconds,
                         "drain_s": 60.0,
@@ -150,6 +155,7 @@ class Run:
             "globex_receipt_max_ms": latencies[-1] if latencies else None,
             "globex_errors": {**globex["submit_errors"], **globex["rejected_codes"]},
             "acme_committed_per_s": acme["appends_committed_window"] / args.seconds,
+            "acme_events_per_s": acme["events_committed_window"] / args.seconds,
             "acme_submitted": acme["appends_submitted"],
             "acme_errors": {**acme["submit_errors"], **acme["rejected_codes"]},
         }
@@ -166,6 +172,8 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="measured window per run")
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--flood-window", type=int, default=10_000, help="acme's requests without a receipt")
+    parser.add_argument("--heavy-window", type=int, default=64, help="the same, in the heavy floods")
+    parser.add_argument("--runs", default="", help="only the runs whose name holds this")
     args = parser.parse_args()
     limits = load_tenants(str(TENANTS_FILE)).limits_of("acme")
     unlimited = Path(tempfile.mkdtemp(prefix="laneledger-fairness-")) / "tenants.toml"
@@ -174,12 +182,21 @@ async def main() -> None:
     )
     assert load_tenants(str(unlimited)).limits_of("acme").append_rate == 1_000_000
     results = []
-    for name, tenants_file in (
-        ("one shared stream", None),
-        ("per-tenant streams", TENANTS_FILE),
-        ("per-tenant streams, acme's rate unlimited", unlimited),
-    ):
-        run = Run(name, tenants_file, args)
+    bytes_flood = {"inline_bytes": 900_000, "window": args.heavy_window}
+    events_flood = {"events_per_append": 1000, "window": args.heavy_window}
+    runs: list[tuple[str, Path | None, dict[str, Any]]] = [
+        ("one shared stream", None, {}),
+        ("per-tenant streams", TENANTS_FILE, {}),
+        ("per-tenant streams, acme's rate unlimited", unlimited, {}),
+        ("0.9 MiB requests, per-tenant streams", TENANTS_FILE, bytes_flood),
+        ("0.9 MiB requests, per-tenant streams, acme's rate unlimited", unlimited, bytes_flood),
+        ("1000-event requests, per-tenant streams", TENANTS_FILE, events_flood),
+        ("1000-event requests, per-tenant streams, acme's rate unlimited", unlimited, events_flood),
+    ]
+    for name, tenants_file, flood in runs:
+        if args.runs not in name:
+            continue
+        run = Run(name, tenants_file, flood, args)
         try:
             log(f"{name}: acme floods, globex at {GLOBEX_RATE:g}/s for {args.seconds:g} s ...")
             result = await run.measure()
@@ -188,7 +205,8 @@ async def main() -> None:
         log(
             f"  globex receipt p50 {result['globex_receipt_p50_ms']:.1f} ms, "
             f"p99 {result['globex_receipt_p99_ms']:.1f} ms, max {result['globex_receipt_max_ms']:.1f} ms "
-            f"({result['globex_appends']} appends); acme committed {result['acme_committed_per_s']:,.0f}/s"
+            f"({result['globex_appends']} appends); acme committed {result['acme_committed_per_s']:,.0f}/s, "
+            f"{result['acme_events_per_s']:,.0f} events/s"
         )
         results.append(result)
     print(

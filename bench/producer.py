@@ -175,6 +175,15 @@ class EventFactory:
         return [self.next() for _ in range(k)]
 
 
+def _padded(events: list[dict[str, Any]], total_bytes: int) -> list[dict[str, Any]]:
+    """The events with prose added inline to their payloads, about
+    ``total_bytes`` in all (a raw producer's; the SDK would externalize it)."""
+    prose = "".join(_DELTAS)
+    each = total_bytes // len(events)
+    pad = (prose * (each // len(prose) + 1))[:each]
+    return [{**event, "payload": {**event["payload"], "pad": pad}} for event in events]
+
+
 def request_body(lane: Lane, expected_last_seq: int, append_id: str, events: list[dict[str, Any]]) -> bytes:
     """The append-request body exactly as ``LedgerClient.submit`` builds it."""
     return encode(
@@ -205,6 +214,9 @@ class Producer:
             lane.id: EventFactory(lane, self.actor_id, seed=i * 1_000_003)
             for i, lane in enumerate(self.lanes)
         }
+        # bare only: each request's events padded inline (not moved to blobs,
+        # as the SDK would) to about this many bytes in all: a byte flood.
+        self.inline_bytes: int = cfg.get("inline_bytes", 0)
         self.heads: dict[str, int] = {}
         self.client: LedgerClient | None = None
         # counters
@@ -407,7 +419,10 @@ class Producer:
             if time.monotonic() >= self.w1:
                 break
             lane = next(lanes)
-            body = request_body(lane, self.heads[lane.id], new_id(), self.factories[lane.id].batch(self.E))
+            events = self.factories[lane.id].batch(self.E)
+            if self.inline_bytes:
+                events = _padded(events, self.inline_bytes)
+            body = request_body(lane, self.heads[lane.id], new_id(), events)
             fut = await self.js.publish_async(
                 subjects.append(lane.tenant, lane.id), body, headers={REPLY_HEADER: self.inbox}
             )

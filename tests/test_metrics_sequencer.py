@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from laneledger.contract import errors
 from laneledger.contract.subjects import Subjects
 from laneledger.sdk.client import LedgerClient, make_event
-from laneledger.services.sequencer.intake import Intake
+from laneledger.services.sequencer.intake import BatchBudget, Intake
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer, SequencerSettings
 from laneledger.store import LedgerWriter, open_ledger
@@ -54,7 +54,7 @@ async def test_conflicts_replays_and_inbound_backlog(nats_server, nc, js, tmp_pa
     for _ in range(30):
         await js.publish(subject, b"{}")
     idle = Sequencer(nc, LedgerWriter(open_ledger(tmp_path / "other.db")), metrics, SETTINGS)
-    intake = Intake(nc, js, Subjects(), replicas=1, batch_size=500)
+    intake = Intake(nc, js, Subjects(), replicas=1, budget=BatchBudget())
     await intake.open(None)  # read (delivered, unacked: still backlog), never committed
     refreshing = asyncio.create_task(idle._backlog_loop(intake))  # only its refresher runs
 

@@ -38,12 +38,12 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from typing import Any
 
 import msgspec
 
-from laneledger.contract.contentref import refs_in
+from laneledger.contract.contentref import MAX_REFS_PER_APPEND, refs_in
 from laneledger.contract.errors import (
     BlobMissing,
     IntegrityError,
@@ -114,14 +114,17 @@ class BlobCheck:
         if not isinstance(events, list):
             return None
         try:
-            unknown = {
+            named = [
                 (tenant_token, ref, size)
                 for event in events
                 if isinstance(event, dict) and isinstance(payload := event.get("payload"), dict)
                 for ref, size in refs_in(payload)
-            } - self._present.keys()
+            ]
         except RecursionError:  # nested past any limit: the batch refuses it
             return None
+        if len(named) > MAX_REFS_PER_APPEND:  # nothing looked up: the batch refuses it
+            return None
+        unknown = set(named) - self._present.keys()
         return self._warm(unknown) if unknown else None
 
     async def _warm(self, unknown: set[Need]) -> None:
@@ -176,12 +179,9 @@ class BlobCheck:
         what is still not present: None when missing, else why (the
         store's error when it did not answer, the upload's when it is not
         the blob)."""
-        by_tenant: dict[str, list[tuple[str, int]]] = {}
-        for tenant_token, ref, size in unknown:
-            by_tenant.setdefault(tenant_token, []).append((ref, size))
         failures: dict[Need, LedgerError | None] = {}
         uncommitted: list[Need] = []
-        for tenant_token, refs in by_tenant.items():
+        for tenant_token, refs in _by_tenant(unknown).items():
             try:
                 missing = set(await self.store.missing(tenant_token, refs))
             except LedgerError as exc:
@@ -197,8 +197,28 @@ class BlobCheck:
                     uncommitted.append(need)
                 else:
                     self._remember(need)
-        await asyncio.gather(*(self._copy(need, failures) for need in uncommitted))
+        uploaded = await self._uploaded(uncommitted, failures)
+        await asyncio.gather(*(self._copy(need, failures) for need in uploaded))
         return failures
+
+    async def _uploaded(self, needs: list[Need], failures: dict[Need, LedgerError | None]) -> list[Need]:
+        """Those of ``needs`` their tenant may have uploaded (one concurrent
+        round of lookups); the others noted missing in ``failures``."""
+        found: list[Need] = []
+        for tenant_token, refs in _by_tenant(needs).items():
+            failure: LedgerError | None = None
+            try:
+                uploaded = set(await self.store.uploaded(tenant_token, refs))
+            except LedgerError as exc:
+                uploaded, failure = set(), exc
+            for ref, size in refs:
+                need = (tenant_token, ref, size)
+                if (ref, size) in uploaded:
+                    found.append(need)
+                else:
+                    failures[need] = failure
+                    self._metrics.blob_checks.labels("missing" if failure is None else "error").inc()
+        return found
 
     async def _copy(self, need: Need, failures: dict[Need, LedgerError | None]) -> None:
         """Commit the tenant's upload of the blob, remembered as present;
@@ -228,6 +248,13 @@ class BlobCheck:
         self._present[need] = None
         if len(self._present) > KNOWN_PRESENT_MAX:
             self._present.popitem(last=False)
+
+
+def _by_tenant(needs: Iterable[Need]) -> dict[str, list[tuple[str, int]]]:
+    by_tenant: dict[str, list[tuple[str, int]]] = {}
+    for tenant_token, ref, size in needs:
+        by_tenant.setdefault(tenant_token, []).append((ref, size))
+    return by_tenant
 
 
 def _needs(append: PreparedAppend) -> list[tuple[Need, str]]:

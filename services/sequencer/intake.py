@@ -5,17 +5,24 @@ by one ``PullFeed``. With one (``laneledger.runtime.tenants``), every
 declared tenant has its own stream, ``LEDGER_APPEND_<token>``, bounded by its
 backlog limits, and the intake takes from them in turns:
 
-* each batch is shared among the tenants that have requests waiting: a fair
-  share each (round-robin, starting one further every batch), what is left
-  to those with more, so a tenant with a deep backlog delays another's
-  request by about one batch, not by its backlog;
-* a tenant is taken from no faster than its ``append_rate`` (a token bucket
-  ``append_burst`` deep): what it sends faster waits in its own stream, and
-  JetStream refuses what goes beyond its backlog (the producer's
-  ``QuotaExceeded``), so a flood costs the sequencer no more than the rate;
-* a feed asks its stream for little more than its tenant may take: a request
-  held in the sequencer's memory instead of the stream would be redelivered
-  after the consumer's ack wait;
+* a batch is bounded in requests, events and bytes (``BatchBudget``), and
+  shared among the tenants that have requests waiting: a fair share of each
+  bound for each (round-robin, starting one further every batch), what is
+  left to those with more. Work is counted, not requests, so a tenant with a
+  deep backlog of huge or many-event requests delays another's request by
+  about one bounded batch, not by its backlog or its requests' size;
+* a tenant is taken from no faster than its ``append_rate`` in work tokens
+  (``work_tokens``: one per event or per ``TOKEN_BYTES`` of request, at least
+  one per request; a token bucket ``append_burst`` deep): what it sends
+  faster waits in its own stream, and JetStream refuses what goes beyond its
+  backlog (the producer's ``QuotaExceeded``), so a flood costs the
+  sequencer no more than the rate;
+* a feed asks its stream for little more than its tenant may take, and for
+  at most ``PULL_BYTES`` at a time (``PullFeed``): a request held in the
+  sequencer's memory instead of the stream would be redelivered after the
+  consumer's ack wait, and bytes asked for beyond what the sequencer reads
+  would pile up in nats-server until it drops the sequencer as a slow
+  consumer;
 * a request that must wait for work of its own before it may be committed
   (``gate``: the copies of blobs it references, ``BlobCheck.warming``) is
   held with the later requests of its stream while that work runs aside,
@@ -33,20 +40,24 @@ can be created (JetStream streams may not overlap). Spec: spec/wire.md,
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import StreamConfig
 from nats.js.errors import NotFoundError
 
+from laneledger.contract.model import MAX_EVENTS_PER_APPEND, MAX_REQUEST_BYTES
 from laneledger.contract.subjects import Subjects
 from laneledger.runtime.pullfeed import PullFeed
 from laneledger.runtime.tenants import TenantLimits, Tenants
@@ -64,8 +75,86 @@ from .streams import (
 log = logging.getLogger("laneledger.sequencer")
 
 
+# A request's work in rate tokens: one per event, or per this many bytes of
+# request, whichever is more (spec/wire.md, "Tenants and limits").
+TOKEN_BYTES = 1024
+# Asked of a stream in one pull request at most: a bound on what nats-server
+# holds for the sequencer from one tenant (PullFeed). Never below a request's
+# largest size (the server's max_payload), or that request could not be pulled.
+PULL_BYTES = 2 << 20
+
+
+class _Shape(msgspec.Struct):
+    """What the intake reads of a request: how many events (not decoded)."""
+
+    events: list[msgspec.Raw] = []
+
+
+_shape = msgspec.json.Decoder(_Shape)
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """What one request costs the sequencer: its events and bytes."""
+
+    events: int
+    bytes: int
+
+    @classmethod
+    def of(cls, msg: Msg) -> Work:
+        """A request's work; one the batch will refuse unread (not JSON, not
+        an object, too large) counts one event, and one with more events than
+        an append may hold no more than that limit (the batch refuses it at
+        once: it must not cost its tenant minutes of rate)."""
+        size = len(msg.data) + len(msg.subject) + sum(len(k) + len(v) for k, v in (msg.headers or {}).items())
+        try:
+            events = len(_shape.decode(msg.data).events) if len(msg.data) <= MAX_REQUEST_BYTES else 1
+        except (msgspec.DecodeError, RecursionError):
+            events = 1
+        return cls(min(max(1, events), MAX_EVENTS_PER_APPEND), size)
+
+    @property
+    def tokens(self) -> int:
+        """Its cost in ``append_rate`` tokens."""
+        return max(1, self.events, math.ceil(self.bytes / TOKEN_BYTES))
+
+
+@dataclass(frozen=True, slots=True)
+class BatchBudget:
+    """What one batch may hold: requests, their events, their bytes. A batch
+    always takes one request, however large (it is bounded by the request
+    limits: 1000 events, the server's max_payload)."""
+
+    requests: int = 500
+    events: int = 1000
+    bytes: int = 1 << 20
+
+
+@dataclass(slots=True)
+class _Left:
+    requests: int
+    events: int
+    bytes: int
+
+    def fits(self, work: Work) -> bool:
+        return self.requests >= 1 and self.events >= work.events and self.bytes >= work.bytes
+
+    def spend(self, work: Work) -> None:
+        self.requests -= 1
+        self.events -= work.events
+        self.bytes -= work.bytes
+
+    def share(self, among: int) -> _Left:
+        """One of ``among`` takers' fair part of what is left."""
+        return _Left(
+            max(1, self.requests // among), max(1, self.events // among), max(1, self.bytes // among)
+        )
+
+
 class TokenBucket:
-    """``rate`` a second, at most ``burst`` at once."""
+    """``rate`` tokens a second, at most ``burst`` at once. A request costing
+    ``n`` tokens may be taken once the bucket holds them (a full bucket, for
+    one costing more than the burst: it then goes into debt by the rest)."""
 
     def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.rate, self.burst, self._clock = rate, burst, clock
@@ -80,9 +169,14 @@ class TokenBucket:
     def take(self, n: int) -> None:
         self._tokens -= n
 
-    def wait_s(self) -> float:
-        """How long until one more may be taken."""
-        return max(0.0, (1.0 - self._tokens) / self.rate)
+    def ready(self, n: int = 1) -> bool:
+        """Whether a request costing ``n`` may be taken now."""
+        self.available()
+        return self._tokens >= min(n, self.burst)
+
+    def wait_s(self, n: int = 1) -> float:
+        """How long until a request costing ``n`` may be taken."""
+        return max(0.0, (min(n, self.burst) - self._tokens) / self.rate)
 
 
 # What a request must wait for before it may go into a batch (None: nothing).
@@ -103,12 +197,25 @@ class _Source:
     held: deque[Msg] = field(default_factory=deque)
     waiting: asyncio.Task[None] | None = None
     passed: Msg | None = None  # the first held request, once its gate has run
+    peeked: tuple[Msg, Work] | None = None  # the first held request's work, once read
 
-    def allowance(self) -> int:
-        if self.waiting is not None:
-            return 0
-        ready = len(self.held) + self.feed.buffered
-        return ready if self.bucket is None else min(ready, self.bucket.available())
+    def ready(self) -> bool:
+        """Whether its next request may be taken now (its rate allowing)."""
+        if self.waiting is not None or (work := self.next_work()) is None:
+            return False
+        return self.bucket is None or self.bucket.ready(work.tokens)
+
+    def next_work(self) -> Work | None:
+        """The work of its next request (moved from the feed to ``held``
+        to be read); None when it has none."""
+        if not self.held:
+            self.held.extend(self.feed.take(1))
+            if not self.held:
+                return None
+        first = self.held[0]
+        if self.peeked is None or self.peeked[0] is not first:
+            self.peeked = (first, Work.of(first))
+        return self.peeked[1]
 
 
 class Intake:
@@ -118,11 +225,12 @@ class Intake:
         js: JetStreamContext,
         subjects: Subjects,
         replicas: int,
-        batch_size: int,
+        budget: BatchBudget,
         gate: Gate | None = None,
     ) -> None:
         self._nc, self._js, self._subjects = nc, js, subjects
-        self._replicas, self._batch_size = replicas, batch_size
+        self._replicas, self._budget = replicas, budget
+        self._batch_size = budget.requests
         self._gate = gate
         self._arrived = asyncio.Event()
         self._sources: list[_Source] = []
@@ -191,6 +299,7 @@ class Intake:
             SEQUENCER_CONSUMER,
             credits=credits,
             max_buffered=buffered,
+            max_bytes=PULL_BYTES,  # PullFeed raises it so the largest request fits
             arrived=self._arrived,
         )
         await feed.start()
@@ -198,58 +307,66 @@ class Intake:
 
     # ------------------------------------------------------------------ reading
 
-    async def next_batch(self, max_msgs: int, timeout: float) -> list[Msg]:
-        """Up to ``max_msgs`` requests shared fairly among the streams (see
+    async def next_batch(self, timeout: float) -> list[Msg]:
+        """A batch within the budget, shared fairly among the streams (see
         the module text); waits up to ``timeout`` for the first one (less
         when a tenant's rate lets more be taken sooner), ``[]`` if none."""
-        if not any(source.allowance() for source in self._sources):
+        if not any(source.ready() for source in self._sources):
             self._arrived.clear()
             wait = timeout
             for source in self._sources:
-                if source.feed.buffered and source.bucket is not None:
-                    wait = min(wait, source.bucket.wait_s())
+                if source.bucket is not None and source.waiting is None and (work := source.next_work()):
+                    wait = min(wait, source.bucket.wait_s(work.tokens))
             try:
                 async with asyncio.timeout(wait):
                     await self._arrived.wait()
             except TimeoutError:
                 pass
-        batch = self._share(max_msgs)
+        batch = self._share()
         for source in self._sources:
             await source.feed.ask_if_idle()
         return batch
 
-    def _share(self, max_msgs: int) -> list[Msg]:
+    def _share(self) -> list[Msg]:
+        """Rounds over the sources with requests ready: in each, every one
+        takes up to its share of what the budget has left, the first request
+        of each taken if it fits what is left (any request, while the batch
+        is empty); until the budget is spent or nobody can take more."""
         n = len(self._sources)
         order = [self._sources[(self._turn + i) % n] for i in range(n)]
         self._turn = (self._turn + 1) % n if n else 0
+        b = self._budget
+        left = _Left(b.requests, b.events, b.bytes)
         batch: list[Msg] = []
-        active = [source for source in order if source.allowance()]
-        while active and len(batch) < max_msgs:
-            share = max(1, (max_msgs - len(batch)) // len(active))
-            for source in active:
-                taken = self._take(source, min(share, source.allowance(), max_msgs - len(batch)))
-                if source.bucket is not None:
-                    source.bucket.take(len(taken))
-                batch.extend(taken)
-            active = [source for source in active if source.allowance()]
+        active = [source for source in order if source.ready()]
+        while active:
+            share = left.share(len(active))  # each its own copy: what it took is its own
+            took = [self._take(source, left, dataclasses.replace(share), batch) for source in active]
+            active = [source for source, any_taken in zip(active, took, strict=True) if any_taken]
         return batch
 
-    def _take(self, source: _Source, n: int) -> list[Msg]:
-        """Up to ``n`` of the source's requests in order, stopping before one
-        whose gate has work to do (started aside: ``_hold``)."""
-        taken: list[Msg] = []
-        while len(taken) < n and source.waiting is None:
-            if not source.held:
-                source.held.extend(source.feed.take(n - len(taken)))
-                if not source.held:
-                    break
-            first = source.held[0]
-            work = None if self._gate is None or first is source.passed else self._gate(first)
-            if work is not None:
-                source.waiting = asyncio.create_task(self._hold(source, work), name=f"gate-{source.stream}")
+    def _take(self, source: _Source, left: _Left, share: _Left, batch: list[Msg]) -> bool:
+        """Append to ``batch`` the source's requests in order while they fit
+        what is ``left`` of the batch and its ``share`` of it (the first one
+        only what is left) and its rate, stopping before one whose gate has
+        work to do (started aside: ``_hold``). Whether any was taken."""
+        taken = 0
+        while source.ready():
+            first, work = source.held[0], source.next_work()
+            assert work is not None  # ready: it has a next request
+            if batch and not (left.fits(work) and (not taken or share.fits(work))):
                 break
-            taken.append(source.held.popleft())
-        return taken
+            gate = None if self._gate is None or first is source.passed else self._gate(first)
+            if gate is not None:
+                source.waiting = asyncio.create_task(self._hold(source, gate), name=f"gate-{source.stream}")
+                break
+            batch.append(source.held.popleft())
+            left.spend(work)
+            share.spend(work)
+            taken += 1
+            if source.bucket is not None:
+                source.bucket.take(work.tokens)
+        return taken > 0
 
     async def _hold(self, source: _Source, work: Coroutine[Any, Any, None]) -> None:
         """Run a held request's gate; meanwhile keep the held requests, and

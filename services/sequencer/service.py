@@ -47,7 +47,6 @@ from laneledger.contract.model import (
     LoadSession,
     LoadStructure,
     Receipt,
-    encode,
 )
 from laneledger.contract.redaction import DEFAULT_REDACTOR, Redactor, redact_command
 from laneledger.contract.subjects import REPLY_HEADER, RequestSubject, Subjects, reply_refusal, token
@@ -63,10 +62,11 @@ from laneledger.store.txlogstream import JetStreamTxLog
 from laneledger.store.writer import BatchResult, rejection
 
 from .blobcheck import BlobCheck
-from .intake import Intake
+from .intake import BatchBudget, Intake, Work
 from .lease import LeaseSettings, LeaseThread
 from .metrics import SequencerMetrics
 from .mirror import CommittedStreamMirror, StreamFault
+from .receipts import check_receipt_fits, receipt_messages
 from .roles import RoleKeeper
 from .streams import ensure_stream, events_stream_config, tlog_stream_config, txlog_stream_config
 from .tenancy import scope_command
@@ -91,10 +91,41 @@ class _Batch:
     # Where each request's receipt goes: its Ledger-Reply-To when that lies in
     # the requester's inbox, else None (checked once, in _prepare_batch).
     inboxes: list[str | None]
+    # Its events and bytes, held against SequencerSettings.unanswered_batches.
+    work: Work
     # Requests that held secrets: securely erased from their append stream once
     # committed, as refused ones are (an ack alone leaves their bytes in the
     # stream's files).
     scrub: list[Msg] = field(default_factory=list)
+
+
+class _Unanswered:
+    """The work (events, bytes) of the requests taken and not yet answered,
+    which the pull loop keeps under a bound (``unanswered_batches``)."""
+
+    def __init__(self) -> None:
+        self.events = self.bytes = 0
+        self._changed = asyncio.Event()
+
+    def add(self, work: Work) -> None:
+        self.events += work.events
+        self.bytes += work.bytes
+
+    def done(self, work: Work) -> None:
+        self.events -= work.events
+        self.bytes -= work.bytes
+        self._changed.set()
+
+    async def below(self, limit: Work, timeout: float) -> bool:
+        """Wait (up to ``timeout``) until less than ``limit`` is unanswered, in both."""
+        try:
+            async with asyncio.timeout(timeout):
+                while self.events >= limit.events or self.bytes >= limit.bytes:
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            return False
+        return True
 
 
 @dataclass
@@ -112,6 +143,17 @@ class SequencerSettings:
     subjects: Subjects = Subjects()
     replicas: int = 1
     batch_size: int = 500
+    # A batch also holds at most this many events and bytes of requests
+    # (intake.BatchBudget: a tenant's huge requests cannot make one batch,
+    # and so another tenant's wait, long); one request is always taken.
+    batch_events: int = 1000
+    batch_bytes: int = 1 << 20
+    # Batches' worth of events and bytes (batch_events, batch_bytes) taken but
+    # not yet answered (committing, or waiting for the committed stream) at
+    # which no more are taken: what a request taken now waits behind is
+    # bounded in work, not only in batches (one: bench/fairness.py's heavy
+    # floods wait a third as long as with two, for the same throughput).
+    unanswered_batches: int = 1
     # A batch of at most this many requests commits on the event loop, once
     # the writer thread is idle (writerthread.py: cheaper than the hand-off);
     # a larger one is written on the loop too and only its COMMIT (the
@@ -183,6 +225,7 @@ class Sequencer:
         self._role_change = asyncio.Lock()
         self._roles: RoleKeeper | None = None
         self._blob_check: BlobCheck  # opened by start(), before any append is pulled
+        self._unanswered = _Unanswered()  # each pull loop's own (_pull_loop)
         self._commands = RequestServer[Command](
             nc,
             base=settings.subjects.command_base,
@@ -342,7 +385,8 @@ class Sequencer:
         await self._count_inline_bytes()  # known already: a standby's follows the log
         await self.mirror.check_at_start()  # a foreign message: start, but commit nothing
         self._metrics.last_position.set(self._writer.last_position)
-        intake = Intake(self._nc, self._js, s.subjects, s.replicas, s.batch_size, gate=self._blobs_ahead)
+        budget = BatchBudget(s.batch_size, s.batch_events, s.batch_bytes)
+        intake = Intake(self._nc, self._js, s.subjects, s.replicas, budget, gate=self._blobs_ahead)
         await intake.open(s.tenants)
         self._halt.clear()
         # The pull loop owns the intake from here: it stops it when it ends.
@@ -477,6 +521,8 @@ class Sequencer:
         """
         s = self._settings
         in_flight: asyncio.Queue[_Batch | None] = asyncio.Queue(maxsize=_PIPELINE)
+        self._unanswered = _Unanswered()
+        unanswered = Work(s.unanswered_batches * s.batch_events, s.unanswered_batches * s.batch_bytes)
         finisher = asyncio.create_task(self._finish_loop(in_flight), name="sequencer-finish")
         held: list[Msg] = []  # fetched as the stream was found foreign: committed once it is whole
         try:
@@ -490,7 +536,9 @@ class Sequencer:
                     except TimeoutError:
                         pass
                     continue
-                msgs, held = held or await intake.next_batch(s.batch_size, s.idle_wait_s), []
+                if not await self._unanswered.below(unanswered, s.idle_wait_s):
+                    continue
+                msgs, held = held or await intake.next_batch(s.idle_wait_s), []
                 if msgs and not self._stream_whole.is_set():
                     held = msgs  # the fault came while this batch was being fetched
                 elif msgs:
@@ -527,13 +575,18 @@ class Sequencer:
 
     async def _submit(self, msgs: list[Msg], in_flight: asyncio.Queue[_Batch | None]) -> None:
         outcomes, prepared, scrub, inboxes = self._prepare_batch(msgs)
+        # Its work, read off what step 0 decoded (a refused request: one event).
+        events = sum(len(append.request.events) for append in prepared) + len(msgs) - len(prepared)
+        work = Work(events, sum(len(m.data) for m in msgs))
         outcomes, prepared = await self._blob_check.apply(outcomes, prepared)
         started = time.perf_counter()  # commit_seconds: from here, waiting for the writer included
         # Waits for the writer thread (commits are in order anyway; what arrives
         # meanwhile makes the next batch larger), then commits on the loop or
         # hands the COMMIT to the thread (writerthread.py).
         committing = await self._writer_thread.commit(prepared)
-        await in_flight.put(_Batch(msgs, outcomes, committing, started, inboxes, scrub))
+        batch = _Batch(msgs, outcomes, committing, started, inboxes, work, scrub)
+        self._unanswered.add(work)
+        await in_flight.put(batch)
 
     async def _finish_loop(self, in_flight: asyncio.Queue[_Batch | None]) -> None:
         """Finish batches in commit order; answer them, in the same order, as
@@ -546,6 +599,8 @@ class Sequencer:
                 answer = await self._finish_batch(batch)
                 if answer is not None:
                     await answers.put(answer)
+                else:  # handed back
+                    self._unanswered.done(batch.work)
             await answers.put(None)
             await answerer
         except BaseException:
@@ -566,6 +621,7 @@ class Sequencer:
             for msg in batch.msgs:  # plain publishes: no task, no future per message
                 await publish(msg.reply, b"+ACK")
             await self._send_receipts(batch.msgs, answer.receipts, batch.inboxes)
+            self._unanswered.done(batch.work)
 
     def _prepare_batch(
         self, msgs: list[Msg]
@@ -691,7 +747,7 @@ class Sequencer:
                 header=REPLY_HEADER,
                 subject=msg.subject,
             )
-        return prepare_append(
+        append = prepare_append(
             msg.data,
             tenant_token=subject.tenant_token,
             lane_token=subject.lane_token,
@@ -701,6 +757,8 @@ class Sequencer:
             actor_keys=self._writer.actor_keys,
             redactor=self._settings.redactor,
         )
+        check_receipt_fits(append, len(msg.data), self._reply_nc.max_payload)
+        return append
 
     async def _send_receipts(
         self, msgs: list[Msg], receipts: list[Receipt], inboxes: list[str | None]
@@ -731,7 +789,8 @@ class Sequencer:
         self._metrics.replays.inc(replayed)
         for reply_to, batch in by_inbox.items():
             try:
-                await self._reply_nc.publish(reply_to, encode(batch))
+                for message in receipt_messages(batch, self._reply_nc.max_payload):
+                    await self._reply_nc.publish(reply_to, message)
             except nats.errors.Error as exc:
                 log.warning("could not send receipts to %r: %s", reply_to, exc)
 

@@ -154,6 +154,12 @@ def _has_path(value: Any) -> bool:
     return False
 
 
+# Content references one append request may name, its events' together: each
+# is looked up (and, when only uploaded, copied) before the append commits,
+# so their number bounds that work (spec/content.md, "What an event references").
+MAX_REFS_PER_APPEND = 1000
+
+
 def refs_in(payload: Any) -> list[tuple[str, int]]:
     """Every ``(ref, size_bytes)`` a committed payload depends on: its
     sentinels and the descriptors of its ``payload_refs``, each once, in

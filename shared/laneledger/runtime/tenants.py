@@ -57,10 +57,11 @@ class TenantLimits:
     inline_bytes: int = 4 << 30
     # Bytes of inline checkpoint state (RFC 8785) its kept revisions hold.
     checkpoint_state_bytes: int = 1 << 30
-    # Append requests a second the sequencer takes from the tenant's stream;
-    # faster ones wait there, up to the backlog.
+    # Work tokens a second the sequencer takes from the tenant's stream (a
+    # request costs max(1, its events, its bytes / 1024): sequencer/intake.py);
+    # faster requests wait there, up to the backlog.
     append_rate: float = 2000.0
-    # Requests taken at once after an idle spell (the token bucket's depth).
+    # Tokens taken at once after an idle spell (the token bucket's depth).
     append_burst: int = 2000
     # Requests, and their bytes, that may wait in the tenant's append stream:
     # JetStream refuses a publish beyond either (the SDK's ``QuotaExceeded``).

@@ -522,6 +522,20 @@ class BlobBuckets:
             refs = await store.missing(tenant_token, refs)
         return refs
 
+    async def uploaded(self, tenant_token: str, refs: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """The ``(ref, size_bytes)`` of ``refs`` the tenant may have uploaded,
+        looked up concurrently: one round of lookups, so references to blobs
+        nobody uploaded are refused without a copy tried for each. Whether
+        an upload is the blob is ``commit_upload``'s to find (an unreadable
+        one is kept here for it to refuse)."""
+        uploads = await self._existing(tenant_uploads_bucket_name(tenant_token, self._subjects))
+        if uploads is None:
+            return []
+        infos = await asyncio.gather(
+            *(uploads._info(tenant_token, ref) for ref, _ in refs), return_exceptions=True
+        )
+        return [r for r, info in zip(refs, infos, strict=True) if info is not None]
+
     async def commit_upload(
         self, tenant_token: str, ref: str, size_bytes: int, *, redactor: Redactor | None = None
     ) -> bool:

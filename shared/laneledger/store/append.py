@@ -16,6 +16,7 @@ from msgspec import UNSET, to_builtins
 
 from laneledger.contract.canonical import admits_fast
 from laneledger.contract.chain import append_digest
+from laneledger.contract.contentref import MAX_REFS_PER_APPEND, refs_in
 from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.model import MAX_REQUEST_BYTES, AppendRequest, decode
 from laneledger.contract.redaction import (
@@ -72,6 +73,7 @@ def prepare_append(
         request, sent, redactions = _redacted(request, sent, redactor)
         for i, raw in enumerate(sent):
             refuse_secret_identifiers(raw, EVENT_IDENTIFIERS, redactor, at=f"$.events[{i}]")
+    _bound_refs(sent)
     signatures: tuple[bool | None, ...] = ()
     if actor_keys and any(event.signature is not UNSET for event in request.events):
         signatures = tuple(
@@ -84,6 +86,21 @@ def prepare_append(
     return PreparedAppend(
         request, sent, append_digest(sent, admitted=admitted), tenant_token, signatures, redactions, admitted
     )
+
+
+def _bound_refs(sent: list[dict[str, Any]]) -> None:
+    """Refuse an append naming more content references than the ledger
+    looks up for one (``MAX_REFS_PER_APPEND``), before any is looked up."""
+    named = sum(len(refs_in(event.get("payload"))) for event in sent)
+    if named > MAX_REFS_PER_APPEND:
+        raise InvalidRequest(
+            f"the append names {named} content references; at most {MAX_REFS_PER_APPEND} may be "
+            "named by one append: send its events in several",
+            path="$.events",
+            limit="refs_per_append",
+            limit_value=MAX_REFS_PER_APPEND,
+            found=named,
+        )
 
 
 def _redacted(

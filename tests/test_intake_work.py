@@ -1,0 +1,144 @@
+"""The sequencer's intake counts work, not requests (spec/wire.md, "Tenants
+and limits"): a batch is bounded in requests, events and bytes and shared
+among the tenants by those; a tenant's rate is charged in work tokens; every
+pull asks its stream for a bounded number of bytes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from nats.aio.msg import Msg
+from polling import eventually
+
+from laneledger.contract.subjects import Subjects, token
+from laneledger.runtime.tenants import Tenants, parse_tenants
+from laneledger.services.sequencer.intake import TOKEN_BYTES, BatchBudget, Intake, TokenBucket, Work
+from laneledger.services.sequencer.streams import SEQUENCER_CONSUMER
+
+SUBJECTS = Subjects()
+TENANTS = parse_tenants("[tenants.acme]\n[tenants.globex]\n")
+BUDGET = BatchBudget(requests=500, events=1000, bytes=2 << 20)
+
+
+def _request(events: int = 1, filler: int = 0) -> bytes:
+    """An append request's shape, as the intake reads it (the batch, not the
+    intake, decides whether it is a valid one)."""
+    return json.dumps({"events": [{"payload": {"text": "x" * filler}} for _ in range(events)]}).encode()
+
+
+def _msg(data: bytes) -> Msg:
+    return Msg(None, subject="ledger.append.acme.l1", data=data)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------ pure logic
+
+
+def test_a_request_costs_one_token_per_event_or_per_token_bytes_whichever_is_more() -> None:
+    assert Work.of(_msg(_request())).tokens == 1
+    assert Work.of(_msg(_request(events=1000))).tokens == 1000
+    huge = Work.of(_msg(_request(filler=900_000)))
+    assert huge.events == 1 and huge.tokens == -(-huge.bytes // TOKEN_BYTES) > 200
+    # What the batch will refuse unread still costs its bytes and one event.
+    assert Work.of(_msg(b"not json")).events == 1
+    assert Work.of(_msg(b'{"events": 5}')).events == 1
+    # More events than an append may hold: refused at once, charged as the most.
+    assert Work.of(_msg(json.dumps({"events": [1] * 200_000}).encode())).events == 1000
+
+
+def test_the_bucket_takes_a_request_once_it_holds_its_cost() -> None:
+    now = [0.0]
+    bucket = TokenBucket(rate=1000.0, burst=100, clock=lambda: now[0])
+    assert bucket.ready(1000)  # dearer than the burst: a full bucket will do ...
+    bucket.take(1000)  # ... and the rest is debt: 900 tokens
+    assert not bucket.ready(1)
+    assert bucket.wait_s(50) == pytest.approx(0.95)
+    now[0] += 0.94
+    assert not bucket.ready(50)
+    now[0] += 0.02
+    assert bucket.ready(50) and not bucket.ready(100)
+
+
+# ------------------------------------------------- against a real server
+
+
+async def _queued(nc, js, tenants: Tenants, queues: dict[str, list[bytes]]) -> Intake:
+    """An intake opened on append streams already holding ``queues``."""
+    made = Intake(nc, js, SUBJECTS, replicas=1, budget=BUDGET)
+    await made.open(tenants)  # creates the streams
+    await made.stop()
+    for tenant, bodies in queues.items():
+        for body in bodies:
+            await js.publish(SUBJECTS.append(tenant, "l1"), body)
+    intake = Intake(nc, js, SUBJECTS, replicas=1, budget=BUDGET)
+    await intake.open(tenants)
+    # The victim's requests were waiting before the batches were read: its
+    # feed has them (the first pull of each feed, not a batch, decides that).
+    if "globex" in queues:
+        stream = SUBJECTS.tenant_append_stream(token("globex"))
+        await eventually(
+            lambda: js.consumer_info(stream, SEQUENCER_CONSUMER),
+            until=lambda info: info.num_ack_pending == len(queues["globex"]),
+            what="globex's requests delivered to the intake",
+        )
+    return intake
+
+
+async def _until_globex_is_in(intake: Intake, globex: int) -> list[list[Msg]]:
+    """Batches read until ``globex`` requests of globex's are in one."""
+    found: list[list[Msg]] = []
+    while sum(_tenant(m) == "globex" for batch in found for m in batch) < globex:
+        batch = await intake.next_batch(5.0)
+        assert batch, "the intake found nothing waiting"
+        found.append(batch)
+    return found
+
+
+def _tenant(msg: Msg) -> str:
+    return msg.subject.split(".")[2]
+
+
+def _within(batch: list[Msg], budget: BatchBudget) -> bool:
+    work = [Work.of(m) for m in batch]
+    return len(batch) == 1 or (
+        len(batch) <= budget.requests
+        and sum(w.events for w in work) <= budget.events
+        and sum(w.bytes for w in work) <= budget.bytes
+    )
+
+
+@pytest.mark.parametrize(
+    "flood",
+    [
+        pytest.param([_request(filler=900_000) for _ in range(12)], id="900-kB-requests"),
+        pytest.param([_request(events=1000) for _ in range(6)], id="1000-event-requests"),
+    ],
+)
+async def test_a_flood_of_heavy_requests_delays_another_tenant_by_a_bounded_batch(
+    nats_server, nc, js, flood: list[bytes]
+) -> None:
+    intake = await _queued(nc, js, TENANTS, {"acme": flood, "globex": [_request(events=2)] * 20})
+    try:
+        batches = await _until_globex_is_in(intake, 20)
+    finally:
+        await intake.stop()
+    shape = [[_tenant(m) for m in batch] for batch in batches]
+    # Every batch within the budget (one heavy request alone may exceed it),
+    # and globex's requests are all in within a few batches, not behind the flood.
+    assert all(_within(batch, BUDGET) for batch in batches), shape
+    assert len(batches) <= 3, shape
+    acme = sum(_tenant(m) == "acme" for batch in batches for m in batch)
+    assert acme <= 2 * len(batches), shape
+
+
+async def test_a_tenants_rate_is_charged_in_work_tokens(nats_server, nc, js) -> None:
+    tenants = parse_tenants("[tenants.acme]\nappend_rate = 1000\nappend_burst = 1000\n[tenants.globex]\n")
+    intake = await _queued(nc, js, tenants, {"acme": [_request(events=1000) for _ in range(3)]})
+    try:
+        first = await intake.next_batch(5.0)
+        assert len(first) == 1
+        # 1000 tokens spent: the next 1000-event request waits about a second.
+        assert await intake.next_batch(0.5) == []
+        assert len(await intake.next_batch(2.0)) == 1
+    finally:
+        await intake.stop()
