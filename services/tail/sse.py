@@ -27,6 +27,7 @@ from laneledger.runtime.access import scope_of
 from . import rewinds
 from .api import Query, parse_int
 from .feed import EventFilter, Feed
+from .limits import TAILS, Limiter
 from .metrics import TailMetrics
 from .readmodel import ReadModel
 
@@ -62,8 +63,10 @@ class Tail:
         heartbeat_s: float,
         terminal_before: TerminalLookup,
         invalidated: rewinds.InvalidationLookup | None = None,
+        limit: Limiter | None = None,
     ) -> None:
         self._feed = feed
+        self._limit = limit or Limiter(TAILS, 2**31)
         self._invalidated = invalidated
         self._metrics = metrics
         self._heartbeat_s = heartbeat_s
@@ -71,6 +74,10 @@ class Tail:
         self.tasks: set[asyncio.Task[Any]] = set()  # open subscriptions, cancelled at shutdown
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        with self._limit.slot(scope_of(request)):  # over the token's limit: 429 before any work
+            return await self._subscribe(request)
+
+    async def _subscribe(self, request: web.Request) -> web.StreamResponse:
         filt, cursor, exclude = parse_subscription(request)
         gone = None
         if exclude:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import sqlite3
+from collections.abc import Iterator
 from concurrent.futures import Executor
 from typing import Any
 
@@ -35,11 +36,12 @@ from laneledger.tlog.bundle import make_bundle
 from laneledger.tlog.checkpoint import Checkpoint
 from laneledger.tlog.cosignature import CosignatureVerifier
 from laneledger.tlog.note import Signature, split_note
-from laneledger.tlog.sessionbundle import make_session_bundle
+from laneledger.tlog.sessionbundle import session_bundle_chunks
 
 from . import tlogmodel
 from .api import Query, parse_int
 from .feed import Feed
+from .limits import ReadLimits
 from .owners import TENANT_PARAMETER_DOC
 from .readmodel import ReadModel, Row
 from .routes import ReadModelRoutes
@@ -102,10 +104,12 @@ class Transparency(ReadModelRoutes):
         feed: Feed,
         apply_thread: Executor,
         witnesses: tuple[CosignatureVerifier, ...],
+        limits: ReadLimits,
     ) -> None:
         super().__init__(model, readers, feed)
         self._apply_thread = apply_thread
         self._witnesses = witnesses
+        self._limits = limits
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -197,7 +201,7 @@ class Transparency(ReadModelRoutes):
             note = self._covering(conn, row.position, size, f"position {row.position}")
             return make_bundle(conn, row.position, note, event=row.body).format()
 
-    async def session_proof(self, request: web.Request) -> web.Response:
+    async def session_proof(self, request: web.Request) -> web.StreamResponse:
         query = Query(request, ("tenant", "size"))
         session_id = request.match_info["session_id"]
         if not 1 <= len(session_id) <= 256:
@@ -206,10 +210,23 @@ class Transparency(ReadModelRoutes):
         scope = await self._owner(request, query, "session", session_id)
         if scope.tenant is None:  # no tenant has such a session
             raise EntityNotFound("no such session", kind="session", session_id=session_id)
-        bundle = await self._read(self._session_bundle, scope.tenant, session_id, size)
-        return web.Response(body=bundle, content_type=JSON_MEDIA)
+        with self._limits.reads.slot(scope_of(request)):
+            # Streamed a page at a time (sessionbundle.PAGE_EVENTS): the first
+            # page is read before the headers, so a refusal is a typed error;
+            # a client that leaves stops the reading at the next page.
+            chunks = await self._read(self._session_bundle, scope.tenant, session_id, size)
+            response = web.StreamResponse(headers={"Content-Type": JSON_MEDIA})
+            chunk: bytes | None = await self._read(next, chunks)
+            await response.prepare(request)
+            while chunk is not None:
+                await response.write(chunk)  # waits while the client is slow
+                if request.transport is None or request.transport.is_closing():
+                    raise ConnectionResetError("the client left")
+                chunk = await self._read(next, chunks, None)
+            await response.write_eof()
+            return response
 
-    def _session_bundle(self, tenant: str, session_id: str, size: int | None) -> bytes:
+    def _session_bundle(self, tenant: str, session_id: str, size: int | None) -> Iterator[bytes]:
         ((last,),) = self._model.query(
             "SELECT max(position) FROM events WHERE session_id = ? AND tenant = ?", (session_id, tenant)
         )
@@ -218,7 +235,7 @@ class Transparency(ReadModelRoutes):
         conn = self._model.connection()
         with failures_as(_READ_FAILED):
             note = self._covering(conn, last, size, f"the session's last event (position {last})")
-            return make_session_bundle(conn, tenant, session_id, note).format()
+        return session_bundle_chunks(self._model.connection, tenant, session_id, note)
 
     @staticmethod
     def _covering(conn: sqlite3.Connection, position: int, size: int | None, what: str) -> str:
