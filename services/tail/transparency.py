@@ -396,8 +396,8 @@ PATHS: dict[str, Any] = {
                 _CHECKPOINT_SIZE,
             ],
             "responses": {
-                "200": json_body("SessionBundle", "the session bundle"),
-                **error_responses(400, 404, 503),
+                "200": json_body("SessionBundle", "the session bundle (streamed)"),
+                **error_responses(400, 404, 429, 503),
             },
         }
     },
