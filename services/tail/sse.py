@@ -33,6 +33,11 @@ from .readmodel import ReadModel
 
 log = logging.getLogger("laneledger.tail")
 
+# An idle tail looks this often whether its client left (aiohttp does not
+# cancel a handler when it does), so it ends and frees its token's slot
+# (limits.py) within this time, not at its next keepalive.
+CLIENT_CHECK_S = 1.0
+
 PARAMETERS = ("tenant", "session_id", "run_id", "lane_id", "actor_id", "event_type", "from_position")
 
 
@@ -172,7 +177,8 @@ class Tail:
                 last_write = loop.time()
                 continue
             try:
-                async with asyncio.timeout(idle):  # not wait_for: it can swallow a cancel
+                # not wait_for: it can swallow a cancel
+                async with asyncio.timeout(min(idle, CLIENT_CHECK_S)):
                     await changed.wait()
             except TimeoutError:
                 pass
