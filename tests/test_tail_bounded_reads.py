@@ -25,10 +25,16 @@ from laneledger.contract.errors import QuotaExceeded
 from laneledger.contract.subjects import Subjects
 from laneledger.runtime.access import AccessPolicy, Scope
 from laneledger.sdk.client import LaneRecorder, LedgerClient
+from laneledger.services.tail import transparency
 from laneledger.services.tail.limits import READS, Limiter, LimitSettings
 from laneledger.tlog.client import LogClient
 from laneledger.tlog.note import Signer
-from laneledger.tlog.sessionbundle import PAGE_EVENTS, SessionBundle, verify_session_bundle
+from laneledger.tlog.sessionbundle import (
+    PAGE_EVENTS,
+    SessionBundle,
+    session_bundle_chunks,
+    verify_session_bundle,
+)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -67,6 +73,19 @@ async def record(client: LedgerClient, tenant: str, session: str, events: int, t
             for k in range(start, min(start + 200, events))
         ]
         await lane.append(batch)
+
+
+async def signed_session(ledger: Ledger, tail, events: int, text: str = "x") -> int:
+    """acme's session ``big`` of ``events`` events under a checkpoint the
+    in-process ``tail`` serves; the checkpoint's size."""
+    await record(ledger.client, "acme", "big", events, text)
+    size = await ledger.sign()
+    await eventually(
+        lambda: tail.api.get(f"/api/v1/tlog/checkpoints/{size}"),
+        until=lambda a: a.status == 200,
+        what="the tail to serve the checkpoint",
+    )
+    return size
 
 
 def quota_refusal(answer) -> dict:
@@ -159,13 +178,7 @@ async def test_a_session_proof_is_streamed_in_pages_and_verifies(ledger, start_t
     the same document the in-memory bundle is, and verifies offline."""
     tail = await start_tail()
     events = PAGE_EVENTS + 250
-    await record(ledger.client, "acme", "big", events)
-    size = await ledger.sign()
-    await eventually(
-        lambda: tail.api.get(f"/api/v1/tlog/checkpoints/{size}"),
-        until=lambda a: a.status == 200,
-        what="the tail to serve the checkpoint",
-    )
+    size = await signed_session(ledger, tail, events)
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{tail.url}/api/v1/sessions/big/proof") as response:
             assert response.status == 200 and response.headers["Content-Type"] == "application/json"
@@ -177,6 +190,33 @@ async def test_a_session_proof_is_streamed_in_pages_and_verifies(ledger, start_t
         assert await log_client.session_bundle("big") == body
     checked = verify_session_bundle(body, ledger.signer.verifier(), origin=ORIGIN)
     assert checked.events == events and checked.checkpoint_size == size
+
+
+async def test_a_session_proof_stops_reading_when_its_client_leaves(ledger, start_tail, monkeypatch):
+    """Pages of 5 events: the client takes the first bytes and leaves; the
+    tail reads a few more pages at most, never the whole session."""
+    pages: list[int] = []
+
+    def counted(*args, **kwargs):
+        for chunk in session_bundle_chunks(*args, page_events=5, **kwargs):
+            pages.append(len(chunk))
+            yield chunk
+
+    monkeypatch.setattr(transparency, "session_bundle_chunks", counted)
+    tail = await start_tail()
+    events = 2000
+    await signed_session(ledger, tail, events, text="t" * 1000)
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{tail.url}/api/v1/sessions/big/proof") as response:
+            assert response.status == 200
+            assert await response.content.read(1024)
+            response.close()  # the client leaves
+        await eventually(
+            lambda: metric_value(http, tail.url, "laneledger_tail_expensive_reads_in_flight"),
+            until=lambda v: v == 0,
+            what="the proof to stop once its client left",
+        )
+    assert 0 < len(pages) < events // 5, f"{len(pages)} pages read of {events // 5}"
 
 
 # -- the tail as a process: memory and work stop -------------------------------------------------
