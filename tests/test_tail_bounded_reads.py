@@ -17,16 +17,17 @@ import pytest
 import pytest_asyncio
 from polling import eventually
 from prometheus_client import CollectorRegistry, Gauge
-from tail_support import TailProcess
+from tail_support import TailProcess, wait_applied
 from tlog_support import size_of, start_signing_sequencer
 
 from laneledger.cli.tlog import request_checkpoint
-from laneledger.contract.errors import QuotaExceeded
+from laneledger.contract.errors import InternalError, LedgerUnavailable, QuotaExceeded
 from laneledger.contract.subjects import Subjects
 from laneledger.runtime.access import AccessPolicy, Scope
 from laneledger.sdk.client import LaneRecorder, LedgerClient
-from laneledger.services.tail import transparency
+from laneledger.services.tail import transparency, verify
 from laneledger.services.tail.limits import READS, Limiter, LimitSettings
+from laneledger.services.tail.verify import Verifier
 from laneledger.tlog.client import LogClient
 from laneledger.tlog.note import Signer
 from laneledger.tlog.sessionbundle import (
@@ -217,6 +218,61 @@ async def test_a_session_proof_stops_reading_when_its_client_leaves(ledger, star
             what="the proof to stop once its client left",
         )
     assert 0 < len(pages) < events // 5, f"{len(pages)} pages read of {events // 5}"
+
+
+async def test_a_session_proof_that_fails_mid_stream_is_a_failed_transfer(ledger, start_tail, monkeypatch):
+    """After the headers a failure cannot be a typed error: the connection is
+    cut, so no client takes a bundle that merely ends early for a whole one."""
+
+    def failing(*args, **kwargs):
+        yield next(session_bundle_chunks(*args, **kwargs))
+        raise InternalError("read model read failed: disk I/O error")
+
+    monkeypatch.setattr(transparency, "session_bundle_chunks", failing)
+    tail = await start_tail()
+    await signed_session(ledger, tail, 3)
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{tail.url}/api/v1/sessions/big/proof") as response:
+            assert response.status == 200
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await response.read()
+    async with LogClient(tail.url) as log_client:
+        with pytest.raises(LedgerUnavailable):
+            await log_client.session_bundle("big")
+
+
+async def test_a_verification_stops_when_its_client_leaves(ledger, start_tail, monkeypatch):
+    """One row per reader-thread call: the client leaves while the walk runs,
+    and the walk ends at its next page, long before the session's end."""
+    calls: list[int] = []
+    walk_page = Verifier._walk_page
+
+    def counted(self, *args):
+        calls.append(1)
+        return walk_page(self, *args)
+
+    monkeypatch.setattr(verify, "WALK_PAGE", 1)
+    monkeypatch.setattr(Verifier, "_walk_page", counted)
+    tail = await start_tail()
+    events = 2000
+    await record(ledger.client, "acme", "big", events)
+    await wait_applied(tail.service, events)
+    async with aiohttp.ClientSession() as http:
+        request = asyncio.create_task(http.get(f"{tail.url}/api/v1/verify?session_id=big"))
+        await eventually(
+            lambda: metric_value(http, tail.url, "laneledger_tail_expensive_reads_in_flight"),
+            until=lambda v: v == 1,
+            what="the verification to start",
+            interval=0.005,
+        )
+        request.cancel()  # the client leaves, its connection closed
+        await asyncio.gather(request, return_exceptions=True)
+        await eventually(
+            lambda: metric_value(http, tail.url, "laneledger_tail_expensive_reads_in_flight"),
+            until=lambda v: v == 0,
+            what="the verification to stop once its client left",
+        )
+    assert 0 < len(calls) < events, f"{len(calls)} pages walked of {events}"
 
 
 # -- the tail as a process: memory and work stop -------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import sqlite3
 from collections.abc import Iterator
 from concurrent.futures import Executor
@@ -24,6 +25,7 @@ from aiohttp import web
 from laneledger.contract.errors import (
     EntityNotFound,
     InvalidRequest,
+    LedgerError,
     LedgerUnavailable,
     RequestTooLarge,
 )
@@ -45,6 +47,8 @@ from .limits import ReadLimits
 from .owners import TENANT_PARAMETER_DOC
 from .readmodel import ReadModel, Row
 from .routes import ReadModelRoutes
+
+log = logging.getLogger("laneledger.tail")
 
 _READ_FAILED = "read model read failed"
 MAX_COSIGNED_BYTES = 64 * 1024  # a posted checkpoint: 100 signature lines fit many times over
@@ -218,11 +222,19 @@ class Transparency(ReadModelRoutes):
             response = web.StreamResponse(headers={"Content-Type": JSON_MEDIA})
             chunk: bytes | None = await self._read(next, chunks)
             await response.prepare(request)
-            while chunk is not None:
-                await response.write(chunk)  # waits while the client is slow
-                if request.transport is None or request.transport.is_closing():
-                    raise ConnectionResetError("the client left")
-                chunk = await self._read(next, chunks, None)
+            try:
+                while chunk is not None:
+                    await response.write(chunk)  # waits while the client is slow
+                    if request.transport is None or request.transport.is_closing():
+                        raise ConnectionResetError("the client left")
+                    chunk = await self._read(next, chunks, None)
+            except LedgerError as err:
+                # The headers are out: cut the connection, so the client sees
+                # a failed transfer, never a bundle that merely ends early.
+                log.error("session proof of %s ended: %s", session_id, err)
+                if request.transport is not None:
+                    request.transport.abort()
+                raise ConnectionResetError("the session proof failed mid-stream") from err
             await response.write_eof()
             return response
 
