@@ -1,6 +1,7 @@
 """``load_structure``: a session's lanes, turns, actions and attempts page by
 page through the sequencer's single writer, for sessions whose structure does
-not fit one NATS reply (``load_session`` answers ``request_too_large``)."""
+not fit one NATS reply; and ``load_session`` / ``load_run``, which read it so
+and their events page by page (``events_page``), each reply bounded."""
 
 from __future__ import annotations
 
@@ -38,8 +39,8 @@ async def test_a_structure_larger_than_one_reply_reads_in_pages(client, actor):
     )
     attempts = await asyncio.gather(*(client.create_attempt(main.id, a.id, 1) for a in actions))
     await client.append(main, 0, [ev(main, actor)])
-    with pytest.raises(errors.RequestTooLarge):
-        await client.load_session("big")
+    view = await client.load_session("big")  # over one reply: read in pages
+    assert [a.id for a in view.actions] == [a.id for a in actions] and len(view.events) == 1
 
     first = await client.load_structure_page("big")
     assert first.has_more and first.tenant == "acme"
@@ -76,3 +77,41 @@ async def test_unknown_and_malformed_structure_reads_are_typed_errors(client, ac
     body = msgspec.json.decode(reply.data)
     assert body["status"] == "error" and body["error"]["code"] == "invalid_request"
     assert "limit" in body["error"]["message"] + str(body["error"].get("details"))
+
+
+async def test_a_session_whose_events_do_not_fit_one_reply_loads_page_by_page(client, actor, nc):
+    main = await new_lane(client, actor, "bulky", "r1", "main")
+    side = await new_lane(client, actor, "bulky", "r2", "side")
+    head = 0
+    for start in range(0, 600, 100):  # ~2.1 MB of events: twice the 1 MiB max_payload
+        events = [
+            ev(
+                main,
+                actor,
+                payload={
+                    "text": f"{i:04d}" + "t" * 900,
+                    "more": "m" * 900,
+                    "rest": "r" * 900,
+                    "last": "l" * 800,
+                },
+            )
+            for i in range(start, start + 100)
+        ]
+        head = (await client.append(main, head, events)).last_seq
+    await client.append(side, 0, [ev(side, actor)])
+
+    first = await client.events_page("bulky")
+    assert first.has_more and 0 < len(first.events) < 601  # cut by bytes: one reply's work is bounded
+    assert len(msgspec.json.encode(first)) < nc.max_payload
+    second = await client.events_page("bulky", after_position=first.next_position, limit=2)
+    assert [e.seq for e in second.events] == [len(first.events) + 1, len(first.events) + 2]
+
+    view = await client.load_session("bulky")  # the SDK loops the pages
+    positions = [e.position for e in view.events]
+    assert len(positions) == 601 and positions == sorted(positions)
+    assert view.run_ids == ["r1", "r2"] and [lane.id for lane in view.lanes] == [main.id, side.id]
+    run = await client.load_run("bulky", "r2")
+    assert [e.lane_id for e in run.events] == [side.id] and [lane.id for lane in run.lanes] == [side.id]
+    with pytest.raises(errors.EntityNotFound) as caught:
+        await client.events_page("bulky", "no-such-run")
+    assert caught.value.details["kind"] == "run"

@@ -169,7 +169,10 @@ async def test_200_subscribers_and_one_reading_a_frame_a_second(
     grows by less than MANY_RSS_GROWTH_LIMIT over its level with all 201
     connected: per subscriber the tail holds a cursor and at most one page."""
     lane = await new_lane(client, actor)
-    tail = await TailProcess(nats_server.url, tmp_path / "tail", "--ring-size", "1024").start()
+    # 201 tails of one (open) scope: over the default per-token limit (spec/tail.md, "Limits and memory").
+    tail = await TailProcess(
+        nats_server.url, tmp_path / "tail", "--ring-size", "1024", "--max-tails-per-token", "256"
+    ).start()
     samples: list[int] = []
     others_done = asyncio.Event()
     slow_read_when_others_done: list[int] = []

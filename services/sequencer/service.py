@@ -850,10 +850,18 @@ class Sequencer:
                 return r.get_lane(cmd.lane_id, cmd.tenant)
             case LoadLane():
                 return r.load_lane(cmd.lane_id, cmd.after_seq, cmd.limit, cmd.tenant)
-            case LoadRun():
-                return r.load_run(cmd.session_id, cmd.run_id, cmd.tenant)
-            case LoadSession():
-                return r.load_session(cmd.session_id, cmd.tenant)
+            case LoadRun() | LoadSession():
+                # A page of events (the structure is load_structure's): one
+                # indexed range read and a reply within max_payload, however
+                # large the session.
+                return r.events_page(
+                    cmd.session_id,
+                    cmd.run_id if isinstance(cmd, LoadRun) else None,
+                    cmd.after_position,
+                    cmd.limit,
+                    max_bytes=self._nc.max_payload // 2,
+                    tenant=cmd.tenant,
+                )
             case LoadStructure():
                 # Half the reply limit for the rows: their encoding in the
                 # reply differs a little from the stored text.

@@ -17,7 +17,13 @@ from pathlib import Path
 from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.subjects import Subjects
 from laneledger.runtime.access import access_settings, policy_of
-from laneledger.runtime.config import Setting, common_settings, parse_settings, positive_float
+from laneledger.runtime.config import (
+    Setting,
+    common_settings,
+    parse_settings,
+    positive_float,
+    positive_int,
+)
 from laneledger.runtime.follow import StreamIdentity, rebuild_if_replaced
 from laneledger.runtime.servicemain import (
     check_sdk_environment,
@@ -31,6 +37,7 @@ from laneledger.store.sqlite import remove_database
 from laneledger.tlog.cosignature import CosignatureVerifier
 
 from .korg import KorgSettings
+from .limits import LimitSettings
 from .service import TailService, TailSettings
 
 log = logging.getLogger("laneledger.tail")
@@ -91,6 +98,20 @@ SETTINGS = [
     Setting("--korg-run", "KORG_RUN", "korg", help="run of Korg tool calls"),
     *access_settings(),
     Setting(
+        "--max-tails-per-token",
+        "TAIL_MAX_TAILS_PER_TOKEN",
+        LimitSettings.tails_per_token,
+        positive_int,
+        help="open live tails (SSE) per token at once; more are 429 (a tenant's tokens share one count)",
+    ),
+    Setting(
+        "--max-reads-per-token",
+        "TAIL_MAX_READS_PER_TOKEN",
+        LimitSettings.reads_per_token,
+        positive_int,
+        help="session proofs, verifications and history pages per token at once; more are 429",
+    ),
+    Setting(
         "--tlog-witness-key",
         "TLOG_WITNESS_KEYS",
         (),
@@ -122,6 +143,7 @@ def settings_of(args: argparse.Namespace) -> TailSettings:
         korg=KorgSettings(args.korg_tenant, args.korg_session, args.korg_run),
         access=policy_of("laneledger-tail", args, args.http_host),
         tlog_witnesses=args.tlog_witness_key,
+        limits=LimitSettings(args.max_tails_per_token, args.max_reads_per_token),
     )
 
 

@@ -38,6 +38,7 @@ from laneledger.sdk.client import LedgerClient
 from . import rewinds
 from .api import Query, parse_int
 from .feed import Feed
+from .limits import Limiter
 from .owners import TENANT_PARAMETER
 from .readmodel import ReadModel
 from .routes import ReadModelRoutes
@@ -105,16 +106,21 @@ class PageRequest:
 
 
 class History(ReadModelRoutes):
-    def __init__(self, model: ReadModel, readers: Executor, feed: Feed, ledger: LedgerClient) -> None:
+    def __init__(
+        self, model: ReadModel, readers: Executor, feed: Feed, ledger: LedgerClient, limits: Limiter
+    ) -> None:
         super().__init__(model, readers, feed)
         self._ledger = ledger
+        self._limits = limits  # pages of up to PAGE_BYTES: expensive reads
 
     def routes(self) -> list[web.RouteDef]:
         return [
             web.get("/api/v1/events/{position}", self.event, name="event"),
-            web.get("/api/v1/lanes/{lane_id}/events", self.lane_events, name="lane_events"),
-            web.get("/api/v1/sessions/{session_id}", self.session, name="session"),
-            web.get("/api/v1/sessions/{session_id}/runs/{run_id}", self.run, name="run"),
+            web.get(
+                "/api/v1/lanes/{lane_id}/events", self._limits.guard(self.lane_events), name="lane_events"
+            ),
+            web.get("/api/v1/sessions/{session_id}", self._limits.guard(self.session), name="session"),
+            web.get("/api/v1/sessions/{session_id}/runs/{run_id}", self._limits.guard(self.run), name="run"),
             web.get(
                 "/api/v1/sessions/{session_id}/runs/{run_id}/inspection", self.inspection, name="inspection"
             ),

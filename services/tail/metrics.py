@@ -53,3 +53,8 @@ class TailMetrics:
             "LEDGER_TLOG messages not served: a root that is not the tail's tree's, or not a checkpoint.",
             registry=registry,
         )
+        self.expensive_reads = Gauge(
+            "laneledger_tail_expensive_reads_in_flight",
+            "Session proofs, verifications and history pages being served now (limits.py).",
+            registry=registry,
+        )

@@ -815,7 +815,7 @@ PATHS: dict[str, Any] = {
                     "description": "an event stream",
                     "content": {"text/event-stream": {"schema": {"type": "string"}}},
                 },
-                **error_responses(400),
+                **error_responses(400, 429),
             },
         }
     },
@@ -856,7 +856,10 @@ PATHS: dict[str, Any] = {
                     "lane's own; a page holds one lane's events",
                 ),
             ],
-            "responses": {"200": json_body("LaneEvents", "one page"), **error_responses(400, 404, 503, 504)},
+            "responses": {
+                "200": json_body("LaneEvents", "one page"),
+                **error_responses(400, 404, 429, 503, 504),
+            },
         }
     },
     "/api/v1/sessions/{session_id}": {
@@ -866,7 +869,7 @@ PATHS: dict[str, Any] = {
             "parameters": [_SESSION, *_PAGE_PARAMS, _EXCLUDE, _OWNER],
             "responses": {
                 "200": json_body("Session", "the session and one page of its events"),
-                **error_responses(400, 404, 503, 504),
+                **error_responses(400, 404, 429, 503, 504),
             },
         }
     },
@@ -905,7 +908,7 @@ PATHS: dict[str, Any] = {
             "parameters": [_SESSION, _RUN, *_PAGE_PARAMS, _EXCLUDE, _OWNER],
             "responses": {
                 "200": json_body("Run", "the run and one page of its events"),
-                **error_responses(400, 404, 503, 504),
+                **error_responses(400, 404, 429, 503, 504),
             },
         }
     },
@@ -957,7 +960,7 @@ PATHS: dict[str, Any] = {
             ],
             "responses": {
                 "200": json_body("VerifyReport", "intact, or the first fault"),
-                **error_responses(400, 404, 503, 504),
+                **error_responses(400, 404, 429, 503, 504),
             },
         }
     },

@@ -42,6 +42,7 @@ from .costs import Costs
 from .feed import Feed
 from .history import History
 from .korg import Korg, KorgSettings
+from .limits import LimitSettings, ReadLimits
 from .metrics import TailMetrics
 from .openapi import QUERY_TOKEN_PATHS, openapi_route
 from .readmodel import ReadModel
@@ -73,6 +74,7 @@ class TailSettings:
     tlog_witnesses: tuple[CosignatureVerifier, ...] = ()  # whose cosignatures the tail keeps
     stall_s: float = 5.0  # behind without progress this long: re-open the follower
     shutdown_grace_s: float = 1.0  # for subscribers to finish before they are cancelled
+    limits: LimitSettings = field(default_factory=LimitSettings)  # per token: live tails, expensive reads
 
 
 class TailService:
@@ -89,6 +91,7 @@ class TailService:
         self.feed = Feed(self.model, self._readers, capacity=settings.ring_size)
         self.metrics.applied_position.set(self.feed.applied)
         self.ledger = LedgerClient(nc, subjects=settings.subjects, timeout=settings.ledger_timeout_s)
+        self.limits = ReadLimits(settings.limits, self.metrics.expensive_reads)
         # The Korg endpoint writes as its Korg tenant: its commands on the
         # tenant's subjects, its blobs in the tenant's buckets (its blob_bytes).
         self.korg_ledger = LedgerClient(
@@ -100,6 +103,7 @@ class TailService:
             heartbeat_s=settings.heartbeat_s,
             terminal_before=TerminalLookup(self.model, self._readers),
             invalidated=InvalidationLookup(self.model, self._readers),
+            limit=self.limits.tails,
         )
         self.checkpoints = CheckpointFollower(
             nc.jetstream(),
@@ -128,13 +132,15 @@ class TailService:
         )
         app.add_routes(ops_routes(self.registry, self.ready))
         app.add_routes([web.get("/api/v1/events", self.tail.handle, name="events")])
-        app.add_routes(History(self.model, self._readers, self.feed, self.ledger).routes())
+        app.add_routes(History(self.model, self._readers, self.feed, self.ledger, self.limits.reads).routes())
         app.add_routes([CausalTree(self.model, self._readers, self.feed, self.ledger).route()])
         app.add_routes([Timeline(self.model, self._readers, self.feed, self.ledger).route()])
         app.add_routes(
-            Transparency(self.model, self._readers, self.feed, self._apply_thread, s.tlog_witnesses).routes()
+            Transparency(
+                self.model, self._readers, self.feed, self._apply_thread, s.tlog_witnesses, self.limits
+            ).routes()
         )
-        self._verifier = Verifier(self.model, self._readers, self.feed, self.ledger, s.hmac_key)
+        self._verifier = Verifier(self.model, self._readers, self.feed, self.ledger, s.hmac_key, self.limits)
         app.add_routes(
             [
                 blob_route(BlobReader(self.nc.jetstream(), s.subjects, s.ledger_timeout_s)),

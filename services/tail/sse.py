@@ -27,10 +27,16 @@ from laneledger.runtime.access import scope_of
 from . import rewinds
 from .api import Query, parse_int
 from .feed import EventFilter, Feed
+from .limits import TAILS, Limiter
 from .metrics import TailMetrics
 from .readmodel import ReadModel
 
 log = logging.getLogger("laneledger.tail")
+
+# An idle tail looks this often whether its client left (aiohttp does not
+# cancel a handler when it does), so it ends and frees its token's slot
+# (limits.py) within this time, not at its next keepalive.
+CLIENT_CHECK_S = 1.0
 
 PARAMETERS = ("tenant", "session_id", "run_id", "lane_id", "actor_id", "event_type", "from_position")
 
@@ -62,8 +68,10 @@ class Tail:
         heartbeat_s: float,
         terminal_before: TerminalLookup,
         invalidated: rewinds.InvalidationLookup | None = None,
+        limit: Limiter | None = None,
     ) -> None:
         self._feed = feed
+        self._limit = limit or Limiter(TAILS, 2**31)
         self._invalidated = invalidated
         self._metrics = metrics
         self._heartbeat_s = heartbeat_s
@@ -71,6 +79,10 @@ class Tail:
         self.tasks: set[asyncio.Task[Any]] = set()  # open subscriptions, cancelled at shutdown
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        with self._limit.slot(scope_of(request)):  # over the token's limit: 429 before any work
+            return await self._subscribe(request)
+
+    async def _subscribe(self, request: web.Request) -> web.StreamResponse:
         filt, cursor, exclude = parse_subscription(request)
         gone = None
         if exclude:
@@ -165,7 +177,8 @@ class Tail:
                 last_write = loop.time()
                 continue
             try:
-                async with asyncio.timeout(idle):  # not wait_for: it can swallow a cancel
+                # not wait_for: it can swallow a cancel
+                async with asyncio.timeout(min(idle, CLIENT_CHECK_S)):
                     await changed.wait()
             except TimeoutError:
                 pass

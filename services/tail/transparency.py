@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import sqlite3
+from collections.abc import Iterator
 from concurrent.futures import Executor
 from typing import Any
 
@@ -23,6 +25,7 @@ from aiohttp import web
 from laneledger.contract.errors import (
     EntityNotFound,
     InvalidRequest,
+    LedgerError,
     LedgerUnavailable,
     RequestTooLarge,
 )
@@ -35,14 +38,17 @@ from laneledger.tlog.bundle import make_bundle
 from laneledger.tlog.checkpoint import Checkpoint
 from laneledger.tlog.cosignature import CosignatureVerifier
 from laneledger.tlog.note import Signature, split_note
-from laneledger.tlog.sessionbundle import make_session_bundle
+from laneledger.tlog.sessionbundle import session_bundle_chunks
 
 from . import tlogmodel
 from .api import Query, parse_int
 from .feed import Feed
+from .limits import ReadLimits
 from .owners import TENANT_PARAMETER_DOC
 from .readmodel import ReadModel, Row
 from .routes import ReadModelRoutes
+
+log = logging.getLogger("laneledger.tail")
 
 _READ_FAILED = "read model read failed"
 MAX_COSIGNED_BYTES = 64 * 1024  # a posted checkpoint: 100 signature lines fit many times over
@@ -102,10 +108,12 @@ class Transparency(ReadModelRoutes):
         feed: Feed,
         apply_thread: Executor,
         witnesses: tuple[CosignatureVerifier, ...],
+        limits: ReadLimits,
     ) -> None:
         super().__init__(model, readers, feed)
         self._apply_thread = apply_thread
         self._witnesses = witnesses
+        self._limits = limits
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -201,7 +209,7 @@ class Transparency(ReadModelRoutes):
             note = self._covering(conn, row.position, size, f"position {row.position}")
             return make_bundle(conn, row.position, note, event=row.body).format()
 
-    async def session_proof(self, request: web.Request) -> web.Response:
+    async def session_proof(self, request: web.Request) -> web.StreamResponse:
         query = Query(request, ("tenant", "size"))
         session_id = request.match_info["session_id"]
         if not 1 <= len(session_id) <= 256:
@@ -210,10 +218,31 @@ class Transparency(ReadModelRoutes):
         scope = await self._owner(request, query, "session", session_id)
         if scope.tenant is None:  # no tenant has such a session
             raise EntityNotFound("no such session", kind="session", session_id=session_id)
-        bundle = await self._read(self._session_bundle, scope.tenant, session_id, size)
-        return web.Response(body=bundle, content_type=JSON_MEDIA)
+        with self._limits.reads.slot(scope_of(request)):
+            # Streamed a page at a time (sessionbundle.PAGE_EVENTS): the first
+            # page is read before the headers, so a refusal is a typed error;
+            # a client that leaves stops the reading at the next page.
+            chunks = await self._read(self._session_bundle, scope.tenant, session_id, size)
+            response = web.StreamResponse(headers={"Content-Type": JSON_MEDIA})
+            chunk: bytes | None = await self._read(next, chunks)
+            await response.prepare(request)
+            try:
+                while chunk is not None:
+                    await response.write(chunk)  # waits while the client is slow
+                    if request.transport is None or request.transport.is_closing():
+                        raise ConnectionResetError("the client left")
+                    chunk = await self._read(next, chunks, None)
+            except LedgerError as err:
+                # The headers are out: cut the connection, so the client sees
+                # a failed transfer, never a bundle that merely ends early.
+                log.error("session proof of %s ended: %s", session_id, err)
+                if request.transport is not None:
+                    request.transport.abort()
+                raise ConnectionResetError("the session proof failed mid-stream") from err
+            await response.write_eof()
+            return response
 
-    def _session_bundle(self, tenant: str, session_id: str, size: int | None) -> bytes:
+    def _session_bundle(self, tenant: str, session_id: str, size: int | None) -> Iterator[bytes]:
         ((last,),) = self._model.query(
             "SELECT max(position) FROM events WHERE session_id = ? AND tenant = ?", (session_id, tenant)
         )
@@ -222,7 +251,7 @@ class Transparency(ReadModelRoutes):
         conn = self._model.connection()
         with failures_as(_READ_FAILED):
             note = self._covering(conn, last, size, f"the session's last event (position {last})")
-            return make_session_bundle(conn, tenant, session_id, note).format()
+        return session_bundle_chunks(self._model.connection, tenant, session_id, note)
 
     @staticmethod
     def _covering(conn: sqlite3.Connection, position: int, size: int | None, what: str) -> str:
@@ -395,8 +424,8 @@ PATHS: dict[str, Any] = {
                 _CHECKPOINT_SIZE,
             ],
             "responses": {
-                "200": json_body("SessionBundle", "the session bundle"),
-                **error_responses(400, 404, 503),
+                "200": json_body("SessionBundle", "the session bundle (streamed)"),
+                **error_responses(400, 404, 429, 503),
             },
         }
     },

@@ -39,12 +39,17 @@ from laneledger.contract.errors import (
 from laneledger.runtime.access import Scope, scope_of
 from laneledger.runtime.httpjson import json_response
 from laneledger.sdk.client import LedgerClient
+from laneledger.store.sqlite import failures_as
 
 from .api import Query
 from .feed import Feed
+from .limits import ReadLimits
 from .owners import TENANT_PARAMETER
 from .readmodel import COLUMNS, ReadModel, Row
 from .routes import ReadModelRoutes
+
+WALK_PAGE = 5000  # rows checked per reader-thread call
+_READ_FAILED = "read model read failed"
 
 # Row column -> the body field it copies.
 _COPIED = (
@@ -108,11 +113,18 @@ class Walk:
 
 class Verifier(ReadModelRoutes):
     def __init__(
-        self, model: ReadModel, readers: Executor, feed: Feed, ledger: LedgerClient, hmac_key: bytes | None
+        self,
+        model: ReadModel,
+        readers: Executor,
+        feed: Feed,
+        ledger: LedgerClient,
+        hmac_key: bytes | None,
+        limits: ReadLimits,
     ) -> None:
         super().__init__(model, readers, feed)
         self._ledger = ledger
         self._key = hmac_key
+        self._limits = limits
         self.stopping = threading.Event()  # set at shutdown: a long walk gives up
 
     def route(self) -> web.RouteDef:
@@ -138,7 +150,8 @@ class Verifier(ReadModelRoutes):
             if scope == "ledger":
                 scope = "tenant"
         walk = Walk(self._key, dense=scope == "ledger")
-        fault = await self._read(self._walk, walk, where, params, order, applied)
+        with self._limits.reads.slot(scope_of(request)):
+            fault = await self._walk(request, walk, where, params, order, applied)
         if scope == "ledger" and fault is None and walk.last_position != applied:
             fault = position_gap(walk.last_position + 1, None)
         if walk.events == 0 and fault is None:
@@ -186,20 +199,43 @@ class Verifier(ReadModelRoutes):
         named = access.narrow(query.text(TENANT_PARAMETER))
         return access if named is None else Scope(named, operator=access.operator)
 
-    def _walk(
-        self, walk: Walk, where: str, params: list[Any], order: str, applied: int
+    async def _walk(
+        self, request: web.Request, walk: Walk, where: str, params: list[Any], order: str, applied: int
     ) -> LedgerError | None:
-        rows = self._model.iterate(
-            f"SELECT {COLUMNS} FROM events WHERE {where} AND position <= ?"
-            f" AND {order} > ? ORDER BY {order} LIMIT ?",
-            [*params, applied],
-            key_index=0 if order == "position" else 6,
-        )
-        try:
-            for n, values in enumerate(rows):
-                if n % 1000 == 0 and self.stopping.is_set():
-                    raise LedgerUnavailable("the tail is stopping; verify again later")
-                walk.check(Row(*values))
-        except (ChainFault, IntegrityError) as fault:
-            return fault
-        return None
+        """The walk a page at a time on a reader thread (each page's rows are
+        checked as they come off SQLite and dropped): a client that leaves
+        stops it at the next page, and other reads get the threads between
+        pages."""
+        after: Any = -(2**63)
+        while True:
+            if request.transport is None or request.transport.is_closing():
+                raise ConnectionResetError("the client left")
+            fault, after, done = await self._read(self._walk_page, walk, where, params, order, applied, after)
+            if fault is not None or done:
+                return fault
+
+    def _walk_page(
+        self, walk: Walk, where: str, params: list[Any], order: str, applied: int, after: Any
+    ) -> tuple[LedgerError | None, Any, bool]:
+        """Checks up to WALK_PAGE rows after ``after`` (a key of ``order``):
+        the first fault, the last key checked, and whether the walk is done."""
+        key_index = 0 if order == "position" else 6
+        n = 0
+        with failures_as(_READ_FAILED):
+            rows = self._model.connection().execute(
+                f"SELECT {COLUMNS} FROM events WHERE {where} AND position <= ?"
+                f" AND {order} > ? ORDER BY {order} LIMIT ?",
+                [*params, applied, after, WALK_PAGE],
+            )
+            try:
+                for values in rows:
+                    if self.stopping.is_set():
+                        raise LedgerUnavailable("the tail is stopping; verify again later")
+                    walk.check(Row(*values))
+                    after = values[key_index]
+                    n += 1
+            except (ChainFault, IntegrityError) as fault:
+                return fault, after, True
+            finally:
+                rows.close()  # an unfinished statement would pin this thread's snapshot
+        return None, after, n < WALK_PAGE

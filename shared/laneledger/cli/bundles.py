@@ -155,7 +155,7 @@ async def _from_tail(args: argparse.Namespace) -> bytes:
 def _what_to_prove(conn: sqlite3.Connection, args: argparse.Namespace) -> tuple[int, Callable[[str], bytes]]:
     """The last position the proof needs, and how to make it from a checkpoint."""
     from laneledger.tlog.bundle import make_bundle
-    from laneledger.tlog.sessionbundle import make_session_bundle
+    from laneledger.tlog.sessionbundle import session_bundle_chunks
 
     if args.position is not None:
         position: int = args.position
@@ -182,7 +182,7 @@ def _what_to_prove(conn: sqlite3.Connection, args: argparse.Namespace) -> tuple[
         "SELECT max(position) FROM events WHERE session_id = ? AND tenant = ?", (session, tenant)
     ).fetchone()
     chosen = tenant
-    return last, lambda cp: make_session_bundle(conn, chosen, session, cp).format()
+    return last, lambda cp: b"".join(session_bundle_chunks(lambda: conn, chosen, session, cp))
 
 
 async def _checkpoint_covering(nats_url: str, subjects: Subjects, position: int) -> str:

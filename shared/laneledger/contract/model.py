@@ -359,13 +359,22 @@ class LoadLane(Frozen, frozen=True, kw_only=True, tag="load_lane", tag_field="op
 
 
 class LoadRun(Frozen, frozen=True, kw_only=True, tag="load_run", tag_field="op"):
+    """One page of a run's events (``EventsPage``); its structure is ``load_structure``'s."""
+
     session_id: Id
     run_id: Id
+    after_position: Annotated[int, Meta(ge=0, le=MAX_WIRE_INT)] = 0
+    limit: Annotated[int, Meta(ge=1, le=10_000)] = 1000
     tenant: Id | None = None  # whose ids: see above
 
 
 class LoadSession(Frozen, frozen=True, kw_only=True, tag="load_session", tag_field="op"):
+    """One page of a session's events (``EventsPage``): the SDK's
+    ``load_session`` reads them all, page by page, with the structure."""
+
     session_id: Id
+    after_position: Annotated[int, Meta(ge=0, le=MAX_WIRE_INT)] = 0
+    limit: Annotated[int, Meta(ge=1, le=10_000)] = 1000
     tenant: Id | None = None  # whose ids: see above
 
 
@@ -452,6 +461,20 @@ class StructurePage(Frozen, frozen=True, kw_only=True):
     actions: list[Action]
     attempts: list[Attempt]
     next: StructureCursor
+    has_more: bool
+
+
+class EventsPage(Frozen, frozen=True, kw_only=True):
+    """One ``load_session`` / ``load_run`` page: the session's (run's) events
+    after ``after_position`` by position, up to ``limit`` and half the
+    server's max_payload of stored bytes (at least one event);
+    ``next_position`` is the ``after_position`` of the next page."""
+
+    session_id: Id
+    tenant: Id
+    run_id: Id | None = None
+    events: list[CommittedEvent]
+    next_position: int
     has_more: bool
 
 

@@ -38,6 +38,9 @@ def error_response(err: LedgerError, status: int | None = None) -> web.Response:
     response = json_response({"error": err.to_wire()}, status or err.http_status)
     if isinstance(err, Unauthorized):
         response.headers["WWW-Authenticate"] = CHALLENGE
+    retry_after = err.details.get("retry_after_s")
+    if response.status == 429 and isinstance(retry_after, int):
+        response.headers["Retry-After"] = str(retry_after)  # RFC 9110: seconds
     return response
 
 

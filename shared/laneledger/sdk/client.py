@@ -53,6 +53,7 @@ from laneledger.contract.model import (
     CreateLane,
     CreateTurn,
     EnsureActor,
+    EventsPage,
     ForkPoint,
     GetLane,
     GetReceipt,
@@ -563,10 +564,66 @@ class LedgerClient:
             size = min(limit, size * 2)
 
     async def load_run(self, session_id: str, run_id: str, *, tenant: str | None = None) -> RunView:
-        return await self._command(LoadRun(session_id=session_id, run_id=run_id, tenant=tenant), RunView)
+        """A run whole, read page by page (``_whole``)."""
+        _, parts = await self._whole(session_id, run_id, tenant)
+        return RunView(session_id=session_id, run_id=run_id, **parts)
 
     async def load_session(self, session_id: str, *, tenant: str | None = None) -> SessionView:
-        return await self._command(LoadSession(session_id=session_id, tenant=tenant), SessionView)
+        """A session whole, read page by page (``_whole``)."""
+        structure, parts = await self._whole(session_id, None, tenant)
+        runs = sorted({lane.run_id for lane in structure.lanes})
+        return SessionView(session_id=session_id, tenant=structure.tenant, run_ids=runs, **parts)
+
+    async def _whole(
+        self, session_id: str, run_id: str | None, tenant: str | None
+    ) -> tuple[StructurePage, dict[str, Any]]:
+        """A session's (run's) structure (``load_structure``) and its events
+        (``events_pages``), each reply one page: the view's fields."""
+        structure = await self.load_structure(session_id, run_id, tenant=tenant)
+        events = [
+            e
+            async for page in self.events_pages(session_id, run_id, tenant=structure.tenant)
+            for e in page.events
+        ]
+        kinds = ("lanes", "turns", "actions", "attempts")
+        return structure, {**{kind: getattr(structure, kind) for kind in kinds}, "events": events}
+
+    async def events_page(
+        self,
+        session_id: str,
+        run_id: str | None = None,
+        after_position: int = 0,
+        limit: int = 1000,
+        *,
+        tenant: str | None = None,
+    ) -> EventsPage:
+        """One page of a session's (``run_id``: a run's) events after ``after_position``."""
+        cmd: LoadSession | LoadRun
+        if run_id is None:
+            cmd = LoadSession(
+                session_id=session_id, after_position=after_position, limit=limit, tenant=tenant
+            )
+        else:
+            cmd = LoadRun(
+                session_id=session_id,
+                run_id=run_id,
+                after_position=after_position,
+                limit=limit,
+                tenant=tenant,
+            )
+        return await self._command(cmd, EventsPage)
+
+    async def events_pages(
+        self, session_id: str, run_id: str | None = None, *, tenant: str | None = None
+    ) -> AsyncGenerator[EventsPage, None]:
+        """A session's (run's) events page by page to the end, for sessions of any size."""
+        after = 0
+        while True:
+            page = await self.events_page(session_id, run_id, after, tenant=tenant)
+            yield page
+            if not page.has_more:
+                return
+            after = page.next_position
 
     async def load_structure_page(
         self,

@@ -19,6 +19,7 @@ from laneledger.contract.model import (
     Action,
     AppendCommitted,
     Attempt,
+    EventsPage,
     Lane,
     LanePage,
     RunView,
@@ -172,6 +173,50 @@ class LedgerReader:
             lanes=lanes,
             **self._structure(tenant, [lane.id for lane in lanes]),
             events=self._events(*scope),
+        )
+
+    def events_page(
+        self,
+        session_id: str,
+        run_id: str | None = None,
+        after_position: int = 0,
+        limit: int = 1000,
+        max_bytes: int = 512 * 1024,
+        tenant: str | None = None,
+    ) -> EventsPage:
+        """One page of a session's (or run's) events after ``after_position``:
+        up to ``limit``, and no more stored bytes than ``max_bytes`` (at least
+        one event, so paging always advances). One indexed range read:
+        bounded work whatever the session's size."""
+        try:
+            owner = self.session_tenant(session_id, tenant)
+        except EntityNotFound:
+            if run_id is None:
+                raise
+            raise EntityNotFound("no such run", kind="run", id=run_id, session_id=session_id) from None
+        scope, params = "session_id = ? AND tenant = ?", [session_id, owner]
+        if run_id is not None:
+            scope, params = f"{scope} AND run_id = ?", [*params, run_id]
+            if not self._rows(f"SELECT 1 FROM lanes WHERE {scope} LIMIT 1", params):
+                raise EntityNotFound("no such run", kind="run", id=run_id, session_id=session_id)
+        rows = self._rows(
+            f"SELECT position, body FROM events WHERE {scope} AND position > ? ORDER BY position LIMIT ?",
+            (*params, after_position, limit + 1),
+        )
+        kept: list[tuple[Any, ...]] = []
+        budget = max_bytes
+        for row in rows[:limit]:
+            if len(row[1]) > budget and kept:
+                break
+            budget -= len(row[1])
+            kept.append(row)
+        return EventsPage(
+            session_id=session_id,
+            tenant=owner,
+            run_id=run_id,
+            events=[msgspec.Raw(body) for _, body in kept],  # type: ignore[misc]
+            next_position=kept[-1][0] if kept else after_position,
+            has_more=len(kept) < len(rows),
         )
 
     def load_structure(

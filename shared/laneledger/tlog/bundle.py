@@ -116,12 +116,17 @@ def make_bundle(
             found=position,
             size=checkpoint.size,
         )
+    check_tree(conn, checkpoint)
+    proof = store.inclusion_proof(conn, index, checkpoint.size)
+    return Bundle(index, tuple(proof), signed_checkpoint, event)
+
+
+def check_tree(conn: sqlite3.Connection, checkpoint: Checkpoint) -> None:
+    """The checkpoint must be of the stored tree: its root at its size."""
     if store.root(conn, checkpoint.size) != checkpoint.root:
         raise ProofInvalid(
             "the checkpoint is not of this tree", reason=ProofInvalid.reason, kind="checkpoint"
         )
-    proof = store.inclusion_proof(conn, index, checkpoint.size)
-    return Bundle(index, tuple(proof), signed_checkpoint, event)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,9 @@ class LogClient:
         self.url = url.rstrip("/")
         self._headers = dict(headers or {})
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        # A session bundle is streamed and may take long in all: only a
+        # stall (no byte for timeout_s) is a failure.
+        self._stream_timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
         self._http: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> LogClient:
@@ -74,7 +77,7 @@ class LogClient:
         """Every event of a session, each with its inclusion proof, under one checkpoint."""
         params = {k: str(v) for k, v in (("tenant", tenant), ("size", size)) if v is not None}
         path = f"/api/v1/sessions/{quote(session_id, safe='')}/proof"  # an id may hold '/', '?', …
-        return await self._request("GET", path, params=params)
+        return await self._request("GET", path, params=params, timeout=self._stream_timeout)
 
     async def add_cosignature(self, cosigned: str) -> dict[str, Any]:
         """Hand the tail a checkpoint carrying a witness's cosignature."""

@@ -23,7 +23,8 @@ from __future__ import annotations
 import base64
 import binascii
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,10 +32,15 @@ import msgspec
 
 from laneledger.contract.chain import LaneChains
 from laneledger.contract.errors import InvalidRequest, LedgerError, MalformedMessage, ProofInvalid
-from laneledger.tlog.bundle import Bundle, Verified, make_bundle, verify_bundle
+from laneledger.tlog import store
+from laneledger.tlog.bundle import Bundle, Verified, check_tree, verify_bundle
+from laneledger.tlog.checkpoint import Checkpoint
+from laneledger.tlog.leaves import leaf_index
 from laneledger.tlog.note import NoteVerifier
 
 FORMAT = "laneledger-session-bundle/v1"
+PAGE_EVENTS = 1000  # events read and encoded at a time
+PAGE_BYTES = 1 << 20  # …and about this many bytes of entries
 
 
 class _Entry(msgspec.Struct, forbid_unknown_fields=True):
@@ -43,11 +49,14 @@ class _Entry(msgspec.Struct, forbid_unknown_fields=True):
     proof: list[str]
 
 
-class _Document(msgspec.Struct, forbid_unknown_fields=True):
+class _Head(msgspec.Struct):
     format: str
     tenant: str
     session_id: str
     checkpoint: str
+
+
+class _Document(_Head, forbid_unknown_fields=True):
     events: list[_Entry]
 
 
@@ -107,22 +116,73 @@ def make_session_bundle(
     conn: sqlite3.Connection, tenant: str, session_id: str, signed_checkpoint: str
 ) -> SessionBundle:
     """The bundle of every event of the tenant's session under a checkpoint
-    of this ledger's tree (which must cover the session's last event), from
-    a ledger file."""
-    rows = conn.execute(
-        "SELECT position, body FROM events WHERE session_id = ? AND tenant = ? ORDER BY position",
-        (session_id, tenant),
-    ).fetchall()
-    if not rows:
+    of this ledger's tree, from a ledger file (in memory: for a big session
+    write ``session_bundle_chunks`` out instead)."""
+    return SessionBundle.parse(
+        b"".join(session_bundle_chunks(lambda: conn, tenant, session_id, signed_checkpoint))
+    )
+
+
+def session_bundle_chunks(
+    connect: Callable[[], sqlite3.Connection],
+    tenant: str,
+    session_id: str,
+    signed_checkpoint: str,
+    *,
+    page_events: int = PAGE_EVENTS,
+    page_bytes: int = PAGE_BYTES,
+) -> Iterator[bytes]:
+    """The bundle's JSON, a page of entries at a time (at most ``page_events``
+    events, and about ``page_bytes``), so no reader holds a big session whole.
+    The events are those of the session within the checkpoint's tree. The
+    first chunk (the head and the first page) is read before anything is
+    yielded: a checkpoint not of this tree, or a session with no event in it,
+    raises before the first byte. Each page calls ``connect()`` anew, so the
+    iterator may be advanced from any thread that has a connection."""
+    checkpoint = Checkpoint.of_note(signed_checkpoint)
+    check_tree(connect(), checkpoint)
+    entries, after = _entries(connect(), tenant, session_id, checkpoint.size, 0, page_events, page_bytes)
+    if not entries:
         raise InvalidRequest(
             "the ledger has no events of this session", path="session_id", found=session_id, tenant=tenant
         )
-    return SessionBundle(
-        tenant,
-        session_id,
-        signed_checkpoint,
-        tuple(make_bundle(conn, position, signed_checkpoint, event=bytes(body)) for position, body in rows),
+    head = msgspec.json.encode(_Head(FORMAT, tenant, session_id, signed_checkpoint))
+    yield head[:-1] + b',"events":[' + b",".join(entries)
+    while True:
+        entries, after = _entries(
+            connect(), tenant, session_id, checkpoint.size, after, page_events, page_bytes
+        )
+        if not entries:
+            break
+        yield b"," + b",".join(entries)
+    yield b"]}"
+
+
+def _entries(
+    conn: sqlite3.Connection, tenant: str, session_id: str, size: int, after: int, limit: int, max_bytes: int
+) -> tuple[list[bytes], int]:
+    """Encoded entries of the session's events after position ``after`` in
+    the tree of ``size``, and the last position read."""
+    entries: list[bytes] = []
+    used = 0
+    rows = conn.execute(
+        "SELECT position, body FROM events WHERE session_id = ? AND tenant = ?"
+        " AND position > ? AND position <= ? ORDER BY position LIMIT ?",
+        (session_id, tenant, after, size, limit),
     )
+    with closing(rows):  # an unfinished statement would pin the connection's snapshot
+        for position, body in rows:
+            index = leaf_index(position)
+            proof = store.inclusion_proof(conn, index, size)
+            entry = msgspec.json.encode(
+                _Entry(index, base64.b64encode(body).decode(), [base64.b64encode(h).decode() for h in proof])
+            )
+            entries.append(entry)
+            used += len(entry)
+            after = position
+            if used >= max_bytes:
+                break
+    return entries, after
 
 
 @dataclass(frozen=True)
