@@ -35,17 +35,6 @@ from laneledger.contract.model import (
     AppendCommitted,
     AppendRejected,
     Command,
-    CreateAction,
-    CreateAttempt,
-    CreateLane,
-    CreateTurn,
-    EnsureActor,
-    GetLane,
-    GetReceipt,
-    LoadLane,
-    LoadRun,
-    LoadSession,
-    LoadStructure,
     Receipt,
     encode,
 )
@@ -62,6 +51,7 @@ from laneledger.store.txlogstream import JetStreamTxLog
 from laneledger.store.writer import BatchResult, rejection
 
 from .blobcheck import BlobCheck
+from .commands import decide_command
 from .intake import Intake
 from .lease import Lease, LeaseSettings
 from .metrics import SequencerMetrics
@@ -732,41 +722,11 @@ class Sequencer:
         return self._writer.current(lambda: self._decide(cmd, tenant))
 
     def _decide(self, cmd: Command, tenant: str | None) -> Any:
-        w, r = self._writer, self._writer.reader
         if tenant is not None:
-            cmd = scope_command(cmd, tenant, r)
-        match cmd:
-            case EnsureActor():
-                return w.ensure_actor(cmd)
-            case CreateLane():
-                return w.create_lane(cmd)
-            case CreateTurn():
-                return w.create_turn(cmd)
-            case CreateAction():
-                return w.create_action(cmd)
-            case CreateAttempt():
-                return w.create_attempt(cmd)
-            case GetLane():
-                return r.get_lane(cmd.lane_id, cmd.tenant)
-            case LoadLane():
-                return r.load_lane(cmd.lane_id, cmd.after_seq, cmd.limit, cmd.tenant)
-            case LoadRun():
-                return r.load_run(cmd.session_id, cmd.run_id, cmd.tenant)
-            case LoadSession():
-                return r.load_session(cmd.session_id, cmd.tenant)
-            case LoadStructure():
-                # Half the reply limit for the rows: their encoding in the
-                # reply differs a little from the stored text.
-                return r.load_structure(
-                    cmd.session_id,
-                    cmd.run_id,
-                    cmd.after,
-                    cmd.limit,
-                    max_bytes=self._nc.max_payload // 2,
-                    tenant=cmd.tenant,
-                )
-            case GetReceipt():
-                return r.get_receipt(cmd.append_id, cmd.tenant)
+            cmd = scope_command(cmd, tenant, self._writer.reader)
+        # Half the reply limit for structure rows: their encoding in the
+        # reply differs a little from the stored text.
+        return decide_command(self._writer, cmd, max_structure_bytes=self._nc.max_payload // 2)
 
 
 def _reply_too_large(op: str, size: int, limit: int) -> RequestTooLarge:
