@@ -142,6 +142,13 @@ async def ledger_over_nats(nats_server: NatsServer, sequencer: Sequencer) -> Asy
         yield LedgerUnderTest(ledger, sequencer._writer)
 
 
+@pytest.fixture(name="client")
+def client_under_test(ledger_under_test: LedgerUnderTest) -> LedgerClient:
+    """``client`` for a contract suite's module (``client = client_under_test``
+    there): its tests, and ``actor``, run in-process and over NATS."""
+    return ledger_under_test.client
+
+
 # For a test of what only NATS does, in a suite on ``ledger_under_test``.
 OVER_NATS_ONLY = pytest.mark.parametrize(
     "ledger_under_test", [pytest.param("nats", id="over-nats", marks=pytest.mark.nats)], indirect=True

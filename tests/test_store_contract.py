@@ -8,18 +8,14 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from ledger_fixtures import OVER_NATS_ONLY, LedgerUnderTest
+from ledger_fixtures import OVER_NATS_ONLY, client_under_test
 
 from laneledger.contract import errors
 from laneledger.contract.chain import verify_chain
 from laneledger.contract.model import Actor, AppendCommitted, AppendRejected, Lane
 from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
 
-
-@pytest.fixture
-def client(ledger_under_test: LedgerUnderTest) -> LedgerClient:
-    """Every test's ledger (and ``actor``'s, which asks for ``client``)."""
-    return ledger_under_test.client
+client = client_under_test  # every test here runs in-process and over NATS
 
 
 async def new_lane(
