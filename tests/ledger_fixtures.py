@@ -142,10 +142,11 @@ async def ledger_over_nats(nats_server: NatsServer, sequencer: Sequencer) -> Asy
         yield LedgerUnderTest(ledger, sequencer._writer)
 
 
-@pytest.fixture(name="client")
-def client_under_test(ledger_under_test: LedgerUnderTest) -> LedgerClient:
-    """``client`` for a contract suite's module (``client = client_under_test``
-    there): its tests, and ``actor``, run in-process and over NATS."""
+def client_of_ledger_under_test(ledger_under_test: LedgerUnderTest) -> LedgerClient:
+    """A contract suite's module makes this its ``client`` fixture
+    (``client = pytest.fixture(client_of_ledger_under_test, name="client")``):
+    its tests, and ``actor``, then run in-process and over NATS. Not a fixture
+    here: in this plugin it would replace ``client`` for every test."""
     return ledger_under_test.client
 
 

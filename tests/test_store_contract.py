@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from ledger_fixtures import OVER_NATS_ONLY, client_under_test
+from ledger_fixtures import OVER_NATS_ONLY, client_of_ledger_under_test
 
 from laneledger.contract import errors
 from laneledger.contract.chain import verify_chain
 from laneledger.contract.model import Actor, AppendCommitted, AppendRejected, Lane
 from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
 
-client = client_under_test  # every test here runs in-process and over NATS
+# Every test here runs in-process and over NATS.
+client = pytest.fixture(client_of_ledger_under_test, name="client")
 
 
 async def new_lane(
