@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: run test test-programs lint fault bench install clean
+.PHONY: run test test-fast test-programs lint fault bench install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,8 +25,18 @@ run: $(STAMP)
 test-programs:
 	@$(PYTHON) tests/external_programs.py
 
+# In parallel: the tests mostly wait (on nats-servers, processes, timeouts),
+# so more workers than the 2 cores measured here pay off (README, Testing).
+# Tests that must not overlap are grouped in tests/conftest.py.
+TEST_WORKERS ?= 4
+PYTEST_PARALLEL = $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
+
 test: $(STAMP) test-programs
-	$(BIN)/python -m pytest -q
+	$(PYTEST_PARALLEL)
+
+# The inner loop: every test that needs no nats-server and no browser.
+test-fast: $(STAMP)
+	$(PYTEST_PARALLEL) -m "not nats and not browser"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

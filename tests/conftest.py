@@ -15,11 +15,18 @@ fixture as a parameter and imports nothing for it:
   ``rendered_deployment``
   (deploy/nats.conf, its users and their permissions)
 * otel_fixtures.py: ``phoenix`` (a real OTLP receiver, once per test session)
+* xdist_groups.py: the tests ``make test`` (in parallel) keeps together
 
 Markers (declared in pyproject.toml, ``--strict-markers``): ``nats`` is added
 here to every test that uses a nats-server fixture; tests that start servers
 of their own, ``browser``, ``fault`` and ``slow`` are marked where they are
-(``fault`` for everything under tests/fault/ is added here too).
+(``fault`` for everything under tests/fault/ is added here too). A test
+without the ``nats`` marker that starts a nats-server fails, naming the
+marker, so ``make test-fast`` (``-m "not nats and not browser"``) never
+waits on one.
+
+``make test`` runs the suite in parallel; xdist_groups.py says how, and
+which tests it keeps together (the fault suite, timed tests, the browser).
 
 Async tests and fixtures run on a function-scoped loop (``asyncio_mode = "auto"``
 in pyproject.toml); async fixtures are still declared with
@@ -29,8 +36,11 @@ in pyproject.toml); async fixtures are still declared with
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from laneledger.devtools.natsserver import NatsServer, find_nats_server
 
 pytest_plugins = [
     "failure_logs",
@@ -41,6 +51,7 @@ pytest_plugins = [
     "browser_fixtures",
     "deployment_fixtures",
     "otel_fixtures",
+    "xdist_groups",
 ]
 
 _FAULT_SUITE = Path(__file__).resolve().parent / "fault"
@@ -53,3 +64,26 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.nats)
         if _FAULT_SUITE in item.path.parents:
             item.add_marker(pytest.mark.fault)
+
+
+@pytest.fixture(autouse=True)
+def _nats_server_needs_the_nats_marker(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A test not marked ``nats`` cannot start the real nats-server (through
+    NatsServer or NatsCluster; a stand-in script as ``binary=`` may run), so
+    ``-m "not nats"`` means no server to wait on."""
+    if request.node.get_closest_marker("nats"):
+        return
+    start = NatsServer.start
+
+    def start_only_a_stand_in(self: NatsServer, *args: Any, **kwargs: Any) -> NatsServer:
+        if self.binary == find_nats_server():
+            pytest.fail(
+                f"{request.node.nodeid} starts a nats-server but is not marked nats:"
+                " add @pytest.mark.nats (or use the nats_server fixture)",
+                pytrace=False,
+            )
+        return start(self, *args, **kwargs)
+
+    monkeypatch.setattr(NatsServer, "start", start_only_a_stand_in)

@@ -4,17 +4,22 @@
   ``tmp_path``; ``sequencer_proc``: the same as a real OS process;
 * ``client``: a ``LedgerClient`` to it; ``actor``: an agent in tenant acme;
 * ``small_sequencer``: a sequencer whose request size limit is small enough
-  to exceed; ``small_ledger``: ``(client, actor, lane)`` on it.
+  to exceed; ``small_ledger``: ``(client, actor, lane)`` on it;
+* ``ledger_under_test``: a contract suite's ledger, run twice: in-process (a
+  ``LedgerWriter`` behind ``InProcessLedgerClient``, no NATS) and over NATS
+  (``client`` and ``sequencer``); ``.client`` and ``.writer`` either way.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 from failure_logs import show_log_on_failure
+from inprocess_ledger import InProcessLedgerClient
 from nats.aio.client import Client as NATS
 from prometheus_client import CollectorRegistry
 from sequencer_process import SequencerProcess
@@ -75,11 +80,8 @@ def sequencer_proc(
 
 @pytest_asyncio.fixture
 async def client(nats_server: NatsServer, sequencer: Sequencer) -> AsyncIterator[LedgerClient]:
-    ledger = await LedgerClient.connect(nats_server.url, timeout=5.0)
-    try:
+    async with await LedgerClient.connect(nats_server.url, timeout=5.0) as ledger:
         yield ledger
-    finally:
-        await ledger.close()
 
 
 @pytest_asyncio.fixture
@@ -99,3 +101,56 @@ async def small_ledger(
         yield client, actor, lane
     finally:
         await client.close()
+
+
+@dataclass
+class LedgerUnderTest:
+    client: LedgerClient
+    writer: LedgerWriter  # the store the client's requests end in, to look at directly
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("in-process", id="in-process"),
+        pytest.param("nats", id="over-nats", marks=pytest.mark.nats),
+    ]
+)
+def ledger_under_test(request: pytest.FixtureRequest) -> LedgerUnderTest:
+    """The ledger a contract suite specifies, in-process and over NATS; a
+    test run over NATS alone asks for it with ``OVER_NATS_ONLY``."""
+    found: LedgerUnderTest = request.getfixturevalue(
+        "ledger_over_nats" if request.param == "nats" else "ledger_in_process"
+    )
+    return found
+
+
+@pytest_asyncio.fixture
+async def ledger_in_process(tmp_path: Path) -> AsyncIterator[LedgerUnderTest]:
+    conn = open_ledger(tmp_path / "ledger.db")
+    writer = LedgerWriter(conn)
+    try:
+        yield LedgerUnderTest(InProcessLedgerClient(writer), writer)
+    finally:
+        conn.close()
+
+
+@pytest_asyncio.fixture
+async def ledger_over_nats(nats_server: NatsServer, sequencer: Sequencer) -> AsyncIterator[LedgerUnderTest]:
+    # The ``client`` fixture's ledger, by hand: a suite may name its own
+    # fixture ``client`` after ``ledger_under_test``.
+    async with await LedgerClient.connect(nats_server.url, timeout=5.0) as ledger:
+        yield LedgerUnderTest(ledger, sequencer._writer)
+
+
+def client_of_ledger_under_test(ledger_under_test: LedgerUnderTest) -> LedgerClient:
+    """A contract suite's module makes this its ``client`` fixture
+    (``client = pytest.fixture(client_of_ledger_under_test, name="client")``):
+    its tests, and ``actor``, then run in-process and over NATS. Not a fixture
+    here: in this plugin it would replace ``client`` for every test."""
+    return ledger_under_test.client
+
+
+# For a test of what only NATS does, in a suite on ``ledger_under_test``.
+OVER_NATS_ONLY = pytest.mark.parametrize(
+    "ledger_under_test", [pytest.param("nats", id="over-nats", marks=pytest.mark.nats)], indirect=True
+)

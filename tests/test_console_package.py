@@ -5,12 +5,11 @@ same-origin content security policy, and free of external resources."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 
 import pytest
-from tail_support import REPO
+from source_copy import copy_sources
 
 from laneledger.services.tail.console import ASSETS, DIRECTORY, PAGE
 
@@ -23,13 +22,7 @@ def test_a_build_of_the_package_carries_the_console(tmp_path):
     """setuptools' build_py, from pyproject.toml's package data, on a copy of
     the sources (so nothing is written into the working tree); what it builds
     is what a wheel holds."""
-    src = tmp_path / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, src / name)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for tree in ("shared", "services"):
-        shutil.copytree(REPO / tree, src / tree, ignore=ignore)
+    src = copy_sources(tmp_path / "src")
     out = tmp_path / "lib"
     done = subprocess.run(
         [

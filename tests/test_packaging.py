@@ -11,11 +11,9 @@ import re
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
+from source_copy import REPO, copy_sources
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -23,6 +21,7 @@ pytestmark = pytest.mark.timeout(180)
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     out = tmp_path_factory.mktemp("wheel")
+    src = copy_sources(out / "src")
     # No build isolation: the venv's setuptools, no download.
     done = subprocess.run(
         [
@@ -35,7 +34,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
             "-q",
             "-w",
             str(out),
-            str(REPO),
+            str(src),
         ],
         capture_output=True,
         text=True,

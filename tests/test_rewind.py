@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+from ledger_fixtures import client_of_ledger_under_test
 from worked_example import TENANT, record_worked_example
 
 from laneledger.contract.errors import EntityConflict, EntityNotFound, InvalidPayload, InvalidRequest
@@ -14,6 +15,9 @@ from laneledger.history.branching import fork_lane, rewind_session
 from laneledger.history.causality import Graph, Node, Subject, nodes_of, role_of
 from laneledger.history.rewind import Invalidation, invalidated, ranges
 from laneledger.sdk.client import LedgerClient, make_event
+
+# The tests that take a client run in-process and over NATS.
+client = pytest.fixture(client_of_ledger_under_test, name="client")
 
 
 def node(position: int, lane: str, role: str, cause: int | None, name: str = "x") -> Node:

@@ -8,6 +8,7 @@ import sqlite3
 import msgspec
 import pytest
 from cryptography.hazmat.primitives import serialization
+from ledger_fixtures import client_of_ledger_under_test
 
 from laneledger.contract import errors
 from laneledger.contract.canonical import canonicalize
@@ -28,6 +29,9 @@ from laneledger.sdk.content import default_redactor
 from laneledger.store import LedgerWriter, open_ledger
 from laneledger.store.append import prepare_append
 from laneledger.store.writer import hashed_body
+
+# The tests that take a client run in-process and over NATS.
+client = pytest.fixture(client_of_ledger_under_test, name="client")
 
 KEY = generate_private_key()
 OTHER = generate_private_key()

@@ -1,15 +1,22 @@
-"""The store contract (Agent Ledger's, restated in spec/object-model.md) as
-behaviour of the real sequencer over a real nats-server and SQLite file."""
+"""The store contract (Agent Ledger's, restated in spec/object-model.md),
+specified once and run twice (``ledger_under_test``): against the writer
+in-process (no NATS) and through the real sequencer over a real nats-server,
+each on a real SQLite file. What only NATS does is tested over NATS alone
+(``OVER_NATS_ONLY``)."""
 
 from __future__ import annotations
 
 import msgspec
 import pytest
+from ledger_fixtures import OVER_NATS_ONLY, client_of_ledger_under_test
 
 from laneledger.contract import errors
 from laneledger.contract.chain import verify_chain
 from laneledger.contract.model import Actor, AppendCommitted, AppendRejected, Lane
 from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
+
+# Every test here runs in-process and over NATS.
+client = pytest.fixture(client_of_ledger_under_test, name="client")
 
 
 async def new_lane(
@@ -287,15 +294,15 @@ async def test_load_session_and_run(client, actor):
         await client.load_run("s1", "r3")
 
 
-async def test_committed_content_never_changes(client, actor, sequencer):
+async def test_committed_content_never_changes(client, actor, ledger_under_test):
     lane = await new_lane(client, actor)
     events = [ev(lane, actor), ev(lane, actor)]
     receipt = await client.append(lane, 0, events, append_id="fixed")
-    before = sequencer._writer.reader.events_after(0)
+    before = ledger_under_test.writer.reader.events_after(0)
     with pytest.raises(errors.IdempotencyViolation):
         await client.append(lane, 2, [ev(lane, actor)], append_id="fixed")
     await client.append(lane, 0, events, append_id="fixed")  # a replay writes nothing
-    assert sequencer._writer.reader.events_after(0) == before
+    assert ledger_under_test.writer.reader.events_after(0) == before
     stored = await client.get_receipt("fixed")
     assert stored == receipt
     page = await client.load_lane(lane.id)
@@ -304,6 +311,7 @@ async def test_committed_content_never_changes(client, actor, sequencer):
         assert {k: as_dict[k] for k in sent} == sent  # the producer's fields, as sent
 
 
+@OVER_NATS_ONLY  # wait="accept": JetStream's ack
 async def test_recorder_serializes_and_tracks_head(client, actor):
     import asyncio
 
@@ -341,6 +349,7 @@ async def test_receipt_by_append_id_and_unknown(client, actor):
     assert caught.value.details == {"kind": "receipt", "id": "never"}
 
 
+@OVER_NATS_ONLY
 async def test_two_ledgers_share_one_nats_account(nc, client, actor, tmp_path):
     """A second sequencer under another prefix has its own streams and lanes."""
     from prometheus_client import CollectorRegistry
@@ -371,6 +380,7 @@ async def test_two_ledgers_share_one_nats_account(nc, client, actor, tmp_path):
         await other.stop()
 
 
+@OVER_NATS_ONLY
 async def test_a_reply_too_large_for_nats_is_a_typed_error(client, actor):
     lane = await new_lane(client, actor)
     text = "x" * 900

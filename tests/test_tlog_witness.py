@@ -37,6 +37,9 @@ from laneledger.tlog.cosignature import Cosigner
 from laneledger.tlog.note import Signer, split_note
 from laneledger.tlog.sessionbundle import verify_session_bundle
 
+# Each test starts its own nats-server (NatsServer, not the fixture).
+pytestmark = pytest.mark.nats
+
 SCRIPT = Path(sys.executable).with_name("laneledger")
 ORIGIN = "ledger.example/acme"
 TOKENS = {"acme": "acme-token-0123456789", "globex": "globex-token-0123456789"}

@@ -35,17 +35,6 @@ from laneledger.contract.model import (
     AppendCommitted,
     AppendRejected,
     Command,
-    CreateAction,
-    CreateAttempt,
-    CreateLane,
-    CreateTurn,
-    EnsureActor,
-    GetLane,
-    GetReceipt,
-    LoadLane,
-    LoadRun,
-    LoadSession,
-    LoadStructure,
     Receipt,
 )
 from laneledger.contract.redaction import DEFAULT_REDACTOR, Redactor, redact_command
@@ -62,6 +51,7 @@ from laneledger.store.txlogstream import JetStreamTxLog
 from laneledger.store.writer import BatchResult, rejection
 
 from .blobcheck import BlobCheck
+from .commands import decide_command
 from .intake import BatchBudget, Intake, Work
 from .lease import LeaseSettings, LeaseThread
 from .metrics import SequencerMetrics
@@ -832,49 +822,11 @@ class Sequencer:
         return self._writer.current(lambda: self._decide(cmd, tenant))
 
     def _decide(self, cmd: Command, tenant: str | None) -> Any:
-        w, r = self._writer, self._writer.reader
         if tenant is not None:
-            cmd = scope_command(cmd, tenant, r)
-        match cmd:
-            case EnsureActor():
-                return w.ensure_actor(cmd)
-            case CreateLane():
-                return w.create_lane(cmd)
-            case CreateTurn():
-                return w.create_turn(cmd)
-            case CreateAction():
-                return w.create_action(cmd)
-            case CreateAttempt():
-                return w.create_attempt(cmd)
-            case GetLane():
-                return r.get_lane(cmd.lane_id, cmd.tenant)
-            case LoadLane():
-                return r.load_lane(cmd.lane_id, cmd.after_seq, cmd.limit, cmd.tenant)
-            case LoadRun() | LoadSession():
-                # A page of events (the structure is load_structure's): one
-                # indexed range read and a reply within max_payload, however
-                # large the session.
-                return r.events_page(
-                    cmd.session_id,
-                    cmd.run_id if isinstance(cmd, LoadRun) else None,
-                    cmd.after_position,
-                    cmd.limit,
-                    max_bytes=self._nc.max_payload // 2,
-                    tenant=cmd.tenant,
-                )
-            case LoadStructure():
-                # Half the reply limit for the rows: their encoding in the
-                # reply differs a little from the stored text.
-                return r.load_structure(
-                    cmd.session_id,
-                    cmd.run_id,
-                    cmd.after,
-                    cmd.limit,
-                    max_bytes=self._nc.max_payload // 2,
-                    tenant=cmd.tenant,
-                )
-            case GetReceipt():
-                return r.get_receipt(cmd.append_id, cmd.tenant)
+            cmd = scope_command(cmd, tenant, self._writer.reader)
+        # Half the reply limit for a page's rows: their encoding in the reply
+        # differs a little from the stored text.
+        return decide_command(self._writer, cmd, max_page_bytes=self._nc.max_payload // 2)
 
 
 def _reply_too_large(op: str, size: int, limit: int) -> RequestTooLarge:

@@ -34,6 +34,7 @@ from typing import Any
 
 import aiohttp
 import nats
+import pytest
 from failure_logs import show_log_on_failure
 from fault_harness import FaultRig, fault_timeout, scaled
 from ledger_invariants import check_invariants
@@ -253,6 +254,7 @@ async def role_metrics(seq: SequencerProcess) -> tuple[float | None, float | Non
     )
 
 
+@pytest.mark.nats  # a cluster of its own (cut_off_rig), not the fixture
 @fault_timeout
 async def test_an_active_sequencer_cut_off_from_nats_stands_down_and_catches_up(tmp_path, request):
     async with cut_off_rig(tmp_path, request) as (rig, js, link):

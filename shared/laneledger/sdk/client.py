@@ -377,18 +377,22 @@ class LedgerClient:
         # Secrets never leave the process: free-form fields redacted, a
         # secret-shaped identifier refused here (the sequencer does it again).
         cmd, _ = redact_command(cmd, self.redactor)
-        body, subject, headers = (
-            encode(cmd),
-            self.subjects.command(op, self.tenant),
-            tenant_headers(self.tenant),
-        )
+        reply = decoder(Reply).decode(await self._request(op, encode(cmd)))
+        if isinstance(reply, ReplyError):
+            raise error_from_wire(reply.error.code, reply.error.message, reply.error.details)
+        return msgspec.convert(reply.result, result_type)
+
+    async def _request(self, op: str, body: bytes) -> bytes:
+        """One command's body to the sequencer; its reply's bytes (the
+        transport: tests/ledger_fixtures.py's in-process client replaces it)."""
+        subject, headers = self.subjects.command(op, self.tenant), tenant_headers(self.tenant)
         loop = asyncio.get_running_loop()
         give_up = loop.time() + min(NO_RESPONDERS_GRACE_S, self.timeout)
         pause = 0.05
         while True:
             try:
                 msg = await self.nc.request(subject, body, timeout=self.timeout, headers=headers)
-                break
+                return msg.data
             except nats.errors.NoRespondersError as exc:
                 # Nobody subscribed at this instant (a sequencer starting or
                 # restarting), so nobody got it: asked again for a moment
@@ -399,10 +403,6 @@ class LedgerClient:
                 pause *= 2
             except Exception as exc:
                 raise transport_error(exc, op) from exc
-        reply = decoder(Reply).decode(msg.data)
-        if isinstance(reply, ReplyError):
-            raise error_from_wire(reply.error.code, reply.error.message, reply.error.details)
-        return msgspec.convert(reply.result, result_type)
 
     async def ensure_actor(
         self,
@@ -679,21 +679,7 @@ class LedgerClient:
         """Publish an append and return once JetStream has durably accepted it
         (its content redacted and its blobs stored first)."""
         append_id = append_id or new_id()
-        body = encode(
-            {
-                "lane_id": lane.id,
-                "expected_last_seq": expected_last_seq,
-                "append_id": append_id,
-                "events": await self.store_content(lane.tenant, events),
-            }
-        )
-        if len(body) > MAX_REQUEST_BYTES:
-            raise RequestTooLarge(
-                f"append is {len(body)} bytes, the limit is {MAX_REQUEST_BYTES}",
-                size_bytes=len(body),
-                limit_bytes=MAX_REQUEST_BYTES,
-                append_id=append_id,
-            )
+        body = await self.append_body(lane, expected_last_seq, events, append_id)
         reply_to, future = await self._expect_receipt(append_id, lane.tenant)
         try:
             # No Nats-Msg-Id: JetStream would swallow a resend whose original
@@ -715,6 +701,28 @@ class LedgerClient:
             err.details.setdefault("append_id", append_id)
             raise err from exc
         return AppendHandle(append_id, accepted, future, self, lane.tenant)
+
+    async def append_body(
+        self, lane: Lane, expected_last_seq: int, events: Iterable[Mapping[str, Any]], append_id: str
+    ) -> bytes:
+        """The append request as published (its content redacted and its
+        blobs stored first); ``request_too_large`` over the size limit."""
+        body = encode(
+            {
+                "lane_id": lane.id,
+                "expected_last_seq": expected_last_seq,
+                "append_id": append_id,
+                "events": await self.store_content(lane.tenant, events),
+            }
+        )
+        if len(body) > MAX_REQUEST_BYTES:
+            raise RequestTooLarge(
+                f"append is {len(body)} bytes, the limit is {MAX_REQUEST_BYTES}",
+                size_bytes=len(body),
+                limit_bytes=MAX_REQUEST_BYTES,
+                append_id=append_id,
+            )
+        return body
 
     async def append(
         self,

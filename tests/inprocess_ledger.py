@@ -1,0 +1,78 @@
+"""The ledger without NATS: a ``LedgerClient`` whose transport is a direct
+call into a ``LedgerWriter`` in this process, for contract suites that run
+once in-process (milliseconds) and once over NATS through the sequencer
+(``ledger_under_test`` in ledger_fixtures.py).
+
+Everything but the transport is the real thing: the client builds, redacts
+and encodes each request as it would publish it; the sequencer's own code
+decodes it, checks it (``prepare_append``) and decides it (the writer,
+``decide_command``); the reply goes back through its wire encoding and the
+client's decoding, so an error arrives as the same typed error with the same
+details. What only NATS does (JetStream acks, reply size limits, subjects'
+permissions) is tested over NATS alone."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from nats.aio.client import Client as NATS
+
+from laneledger.contract.errors import LedgerError, RequestError
+from laneledger.contract.ids import new_id
+from laneledger.contract.model import AppendCommitted, Command, Lane, Receipt, ReplyOk, decode, encode
+from laneledger.contract.redaction import DEFAULT_REDACTOR, redact_command
+from laneledger.runtime.requestserver import error_reply
+from laneledger.sdk.client import LedgerClient, raise_if_rejected
+from laneledger.services.sequencer.commands import decide_command
+from laneledger.store import LedgerWriter
+from laneledger.store.append import prepare_append, readable_ids
+from laneledger.store.writer import rejection
+
+# nats-server's default max_payload: the sequencer sizes a structure page to
+# half of its connection's.
+NATS_MAX_PAYLOAD = 1024 * 1024
+
+
+class InProcessLedgerClient(LedgerClient):
+    def __init__(self, writer: LedgerWriter) -> None:
+        super().__init__(NATS())  # never connected: a use of NATS fails loudly
+        self.writer = writer
+
+    async def _request(self, op: str, body: bytes) -> bytes:
+        try:
+            cmd, _ = redact_command(decode(body, Command), DEFAULT_REDACTOR)  # as the sequencer does
+            result = self.writer.current(
+                lambda: decide_command(self.writer, cmd, max_page_bytes=NATS_MAX_PAYLOAD // 2)
+            )
+            return encode(ReplyOk(result=result))
+        except LedgerError as err:
+            return error_reply(err)
+
+    async def append(  # type: ignore[override]  # retries, timeout: a transport's, so none here
+        self,
+        lane: Lane,
+        expected_last_seq: int,
+        events: Iterable[Mapping[str, Any]],
+        *,
+        append_id: str | None = None,
+    ) -> AppendCommitted:
+        append_id = append_id or new_id()
+        body = await self.append_body(lane, expected_last_seq, list(events), append_id)
+        # The subject it would be published on carries the tenant and lane.
+        subject = self.subjects.parse_append(self.subjects.append(lane.tenant, lane.id))
+        receipt: Receipt
+        try:
+            prepared = prepare_append(
+                body,
+                tenant_token=subject.tenant_token,
+                lane_token=subject.lane_token,
+                actor_keys=self.writer.actor_keys,
+                redactor=DEFAULT_REDACTOR,
+            )
+            [receipt] = self.writer.apply_batch([prepared]).receipts
+        except RequestError as err:
+            sent_append_id, lane_id = readable_ids(body)
+            receipt = rejection(err, append_id=sent_append_id, lane_id=lane_id)
+        [received] = decode(encode([receipt]), list[Receipt])  # a receipts message (spec/wire.md)
+        return raise_if_rejected(received)
