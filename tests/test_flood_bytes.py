@@ -40,7 +40,7 @@ async def test_a_flood_of_1_mib_requests_never_drops_the_sequencer(
     )
     show_log_on_failure(request, seq)
     with seq.start():
-        async with await LedgerClient.connect(nats_server.url, timeout=60.0) as client:
+        async with await LedgerClient.connect(nats_server.url, timeout=60.0, tenant_inboxes=True) as client:
             lanes = {}
             for tenant in ("acme", "globex"):
                 actor = await client.ensure_actor(tenant, f"agent:{tenant}", "agent")

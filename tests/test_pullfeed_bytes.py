@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import nats
+import pytest
 from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig
 
@@ -18,6 +19,7 @@ from laneledger.runtime.pullfeed import PullFeed
 MESSAGE = 200 * 1024
 
 
+@pytest.mark.nats
 async def test_a_message_larger_than_the_budget_still_comes(tmp_path, monkeypatch):
     conf = tmp_path / "nats.conf"
     conf.write_text("jetstream { store_dir: $LANELEDGER_NATS_STORE_DIR }\n")

@@ -99,6 +99,7 @@ def small_server(tmp_path: Path, request: pytest.FixtureRequest):
         yield server
 
 
+@pytest.mark.nats
 async def test_a_batchs_receipts_over_max_payload_all_arrive(small_server, tmp_path: Path) -> None:
     """The sequencer's receipt path (``_send_receipts``, as a committed batch
     calls it) on a server whose max_payload the receipts exceed together."""

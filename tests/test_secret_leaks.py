@@ -418,7 +418,7 @@ async def test_a_refused_request_leaves_no_copy_in_the_append_streams_files(nats
     tenants = parse_tenants("[tenants.acme]\nappend_rate = 0.2\nappend_burst = 3\n")
     sequencer = await start_sequencer(nc, tmp_path / "ledger.db", SequencerSettings(tenants=tenants))
     try:
-        async with await LedgerClient.connect(nats_server.url, timeout=10.0) as client:
+        async with await LedgerClient.connect(nats_server.url, timeout=10.0, tenant_inboxes=True) as client:
             actor = await client.ensure_actor("acme", "agent:refused@1", "agent")
             lane = await client.create_lane("acme", "s1", "r1", "refused", actor_id=actor.id)
         subject = Subjects().append("acme", lane.id)

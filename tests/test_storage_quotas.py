@@ -153,7 +153,7 @@ async def test_the_sequencer_refuses_inline_events_past_inline_bytes(nats_server
     settings = SequencerSettings(tenants=parse_tenants(_tenants('inline_bytes = "8KiB"')))
     sequencer = await start_sequencer(nc, tmp_path / "ledger.db", settings)
     try:
-        async with await LedgerClient.connect(nats_server.url, timeout=10.0) as client:
+        async with await LedgerClient.connect(nats_server.url, timeout=10.0, tenant_inboxes=True) as client:
             lanes = await _lanes(client)
             events = functools.partial(_events, lanes)
 
@@ -173,7 +173,7 @@ async def test_the_sequencer_refuses_inline_events_past_inline_bytes(nats_server
     # A restart counts what the file holds: still full.
     sequencer = await start_sequencer(nc, tmp_path / "ledger.db", settings)
     try:
-        async with await LedgerClient.connect(nats_server.url, timeout=10.0) as client:
+        async with await LedgerClient.connect(nats_server.url, timeout=10.0, tenant_inboxes=True) as client:
             _, lane = lanes["acme"]
             with pytest.raises(errors.QuotaExceeded):
                 await client.append(lane, committed.last_seq, events("acme", 4), retries=0)
@@ -210,7 +210,7 @@ async def test_the_checkpoint_service_refuses_inline_state_past_checkpoint_state
             assert set(details) == {"limit", "tenant", "used_bytes", "request_bytes", "limit_bytes"}
             assert (await CheckpointClient(acme).latest("k")).revision == 3  # nothing written
             # A trusted save naming no tenant lands in the key's namespace: acme's, full.
-            async with await LedgerClient.connect(nats_server.url, timeout=10.0) as trusted:
+            async with await LedgerClient.connect(nats_server.url, timeout=10.0, tenant_inboxes=True) as trusted:
                 with pytest.raises(errors.QuotaExceeded) as refused:
                     await CheckpointClient(trusted).save("k", expected_revision=3, format="f", state=state)
                 assert refused.value.details["tenant"] == "acme"
@@ -261,7 +261,7 @@ async def test_a_standby_that_takes_over_knows_the_tenants_inline_usage(
     second.start()
     assert "role=standby" in second.ready_line
     try:
-        async with await LedgerClient.connect(nats_server.url, timeout=10.0) as client:
+        async with await LedgerClient.connect(nats_server.url, timeout=10.0, tenant_inboxes=True) as client:
             lanes = await _lanes(client)
             events = functools.partial(_events, lanes)
 
