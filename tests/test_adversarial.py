@@ -15,17 +15,22 @@ attached to the test report (``user_properties``).
 Latency. The issue's target is **p99 ≤ 50 ms during every flood**. It is
 NOT met on this loaded, shared 2-core machine; what is asserted is a
 regression guard, ``P99_GUARD_S`` (1 s), that held in every measured run
-(about 4x the worst p99 seen).
+(about 3x the worst p99 seen).
 Measured (``.venv/bin/python -m pytest -s tests/test_adversarial.py
--p no:cacheprovider``; globex p50 / p99 / max in ms):
+-p no:cacheprovider``, 2026-12-05, the machine shared with other sessions'
+work; globex p99 / max in ms, p50 4-7 ms throughout; with fewer than 100
+appends in an attack its p99 is its max):
 
-    attack               run 1
-    redaction bomb       4.0 / 109.6 / 109.6
-    byte flood           4.8 /  50.1 /  90.5
-    events flood         4.1 / 100.2 / 184.4
-    made-up refs         4.5 / 245.1 / 245.1
-    expensive reads      5.2 /  18.0 /  18.0  (tail RSS +42.3 MiB, bound 176)
-    quota bypass         4.3 /   9.5 /   9.5
+    attack            run 1          run 2          run 3
+    redaction bomb    109.6 / 109.6  115.0 / 115.0  108.4 / 108.4
+    byte flood         50.1 /  90.5   54.0 /  86.8   49.5 /  92.0
+    events flood      100.2 / 184.4  123.8 / 132.4  129.3 / 260.4
+    made-up refs      245.1 / 245.1  352.8 / 352.8  336.8 / 336.8
+    expensive reads    18.0 /  18.0   17.0 /  17.0   22.1 /  22.1
+    quota bypass        9.5 /   9.5    8.5 /   8.5   11.0 /  11.0
+
+The tail's RSS under the reads: +42.3, +38.5, +37.5 MiB (bound 176 MiB).
+No lease lost, no failover in any run.
 """
 
 from __future__ import annotations
