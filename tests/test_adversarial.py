@@ -408,6 +408,16 @@ async def test_expensive_reads_and_tails_from_position_one_are_limited_and_keep_
             while got < keep and (chunk := await response.content.read(64 * 1024)):
                 got += len(chunk)
 
+    globex_statuses: list[int] = []
+
+    async def globex_reads(answered: asyncio.Event) -> None:
+        """globex's own expensive read while acme holds its slots: acme's limits are acme's."""
+        await asyncio.wait_for(answered.wait(), timeout=30)
+        path = "/api/v1/verify"
+        globex_statuses.append(
+            (await d.get(d.tail, path, tenant="globex", params={"session_id": "victim"}))[0]
+        )
+
     async def attack() -> None:
         headers = {"Authorization": f"Bearer {d.token('acme')}"}
         timeout = aiohttp.ClientTimeout(total=60)
@@ -417,6 +427,7 @@ async def test_expensive_reads_and_tails_from_position_one_are_limited_and_keep_
                 for _ in range(2):  # two rounds, each more than acme's limits at once
                     answered = asyncio.Event()
                     await asyncio.gather(
+                        globex_reads(answered),
                         *(read(http, "/api/v1/sessions/big/proof", 4 * MiB, answered) for _ in range(PROOFS)),
                         *(
                             read(http, "/api/v1/verify?session_id=big", 4 * MiB, answered)
@@ -446,6 +457,17 @@ async def test_expensive_reads_and_tails_from_position_one_are_limited_and_keep_
     assert {r["details"]["limit"] for r in refusals} == {"live_tails", "expensive_reads"}
     assert all(r["code"] == "quota_exceeded" for r in refusals)
     assert growth < TAIL_RSS_GROWTH_BOUND, f"the tail grew by {growth / MiB:.1f} MiB"
+    assert globex_statuses == [200, 200]
+    # The work stopped with acme's clients (spec/tail.md: within 10 s).
+    tail_url = d.tail.http_url
+    assert tail_url is not None
+    for name in ("laneledger_tail_expensive_reads_in_flight", "laneledger_tail_subscribers"):
+        await eventually(
+            lambda: scrape(tail_url),
+            until=lambda text, name=name: value(parse(text), name) == 0,
+            what=f"{name} back to 0 once acme's clients left",
+            timeout=10,
+        )
 
 
 QUOTA_TENANTS = """\
