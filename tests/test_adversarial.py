@@ -30,7 +30,9 @@ appends in an attack its p99 is its max):
     quota bypass        9.5 /   9.5    8.5 /   8.5   11.0 /  11.0
 
 The tail's RSS under the reads: +42.3, +38.5, +37.5 MiB (bound 176 MiB).
-No lease lost, no failover in any run.
+No lease lost, no failover in any run. A fourth run, with the display-name
+and checkpoint-state bombs sent by a client that redacts nothing
+(``PassThrough``): redaction bomb 113.2 / 113.2, the others as above.
 """
 
 from __future__ import annotations
@@ -61,9 +63,11 @@ from laneledger.contract.model import (
     Actor,
     AppendCommitted,
     AppendRejected,
+    Checkpoint,
     Receipt,
     decoder,
 )
+from laneledger.contract.redaction import Redacted, Redactor
 from laneledger.contract.subjects import REPLY_HEADER, Subjects
 from laneledger.sdk.checkpoints import CheckpointClient
 from laneledger.sdk.client import LaneRecorder, make_event
@@ -282,19 +286,30 @@ async def test_redaction_bombs_neither_stall_globex_nor_cost_the_lease(
 ) -> None:
     d = rendered_deployment
     acme = await acme_raw(d, window=2)
+    # acme's own client redacts nothing: the services' redaction is attacked.
+    unredacted = await d.connect("acme", redactor=PassThrough(), timeout=30.0)
     names: list[object] = []
+    states: list[object] = []
+
+    async def answer(call: Awaitable[object], into: list[object]) -> None:
+        try:
+            into.append(await call)
+        except LedgerError as exc:
+            into.append(exc)
 
     async def attack() -> None:
         await acme.flood(lambda n: [acme.event({"text": BOMBS[n % 2]})], most=8)
-        for n, bomb in enumerate(BOMBS):  # the same as an actor's display name
-            try:
-                names.append(
-                    await acme.client.ensure_actor("acme", f"agent:bomb-{n}", "agent", display_name=bomb)
-                )
-            except LedgerError as exc:
-                names.append(exc)
+        for n, bomb in enumerate(BOMBS):  # as an actor's display name, as checkpoint state
+            await answer(
+                unredacted.ensure_actor("acme", f"agent:bomb-{n}", "agent", display_name=bomb), names
+            )
+            checkpoints = CheckpointClient(unredacted)
+            save = checkpoints.save(f"bomb-{n}", expected_revision=0, format="test/v1", state={"s": bomb})
+            await answer(save, states)
 
     await under_attack(d, request, "redaction bomb", attack, acme)
+    print(f"[redaction bomb] checkpoint saves: {[_shown(s) for s in states]}")
+    assert len(states) == len(BOMBS) and all(isinstance(s, LedgerError | Checkpoint) for s in states)
     # Redacted and committed, or refused with a typed error; nothing else.
     assert acme.receipts and acme.codes() <= {"committed", "request_too_large", "invalid_request"}
     print(f"[redaction bomb] display names: {[_shown(n) for n in names]}")
@@ -306,12 +321,27 @@ async def test_redaction_bombs_neither_stall_globex_nor_cost_the_lease(
         assert "[REDACTED:jwt]" in jwt_name.display_name
 
 
+class PassThrough(Redactor):
+    """A hostile producer's client: it redacts nothing before sending."""
+
+    def redact(self, value: Any) -> Redacted:
+        return Redacted(value, 0)
+
+    def redact_text(self, text: str, rules: dict[str, int] | None = None) -> str:
+        return text
+
+    def surely_clean(self, value: Any) -> bool:
+        return True
+
+
 def _shown(answer: object) -> str:
     """An actor or error, short (a bomb is 800 KB)."""
     if isinstance(answer, LedgerError):
         return f"{answer.code}: {str(answer)[:200]}"
-    name = getattr(answer, "display_name", None) or ""
-    return f"actor, display_name of {len(name)} chars: {name[:80]!r}"
+    if isinstance(answer, Actor):
+        name = answer.display_name or ""
+        return f"actor, display_name of {len(name)} chars: {name[:80]!r}"
+    return f"{type(answer).__name__} {str(answer)[:120]}"
 
 
 async def test_a_flood_of_0_9_mib_inline_events_does_not_stall_globex(
