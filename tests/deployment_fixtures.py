@@ -76,9 +76,15 @@ async def rendered_deployment(
     tmp_path: Path, passwords: dict[str, str], monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> AsyncIterator[RenderedDeployment]:
     """The whole system as deployed for acme and globex from
-    ``laneledger nats-config --tenants-file`` (``rendered_deployment.py``)."""
+    ``laneledger nats-config --tenants-file`` (``rendered_deployment.py``);
+    a test sets its own limits with ``@pytest.mark.tenants_file(text)``
+    (every tenant of ``TENANTS`` in it)."""
     _tenant_passwords(passwords, monkeypatch)
-    (tmp_path / "tenants.toml").write_text(TENANTS_FILE)
+    marker = request.node.get_closest_marker("tenants_file")
+    tenants_text = TENANTS_FILE if marker is None else marker.args[0]
+    missing = [t for t in TENANTS if f"[tenants.{t}]" not in tenants_text]
+    assert not missing, f"the tenants_file mark lacks the tenants {missing}"
+    (tmp_path / "tenants.toml").write_text(tenants_text)
     rendered = tmp_path / "nats.conf"
     await asyncio.to_thread(render_config, tmp_path / "tenants.toml", rendered)
     server = _serve(rendered, tmp_path, request)

@@ -30,7 +30,9 @@ own NATS account). The fixture is ``rendered_deployment``
         # (at teardown the fixture fails if it refused a service's user anything)
         await d.verify()                                    # `laneledger verify --db` on the active's file
 
-The tenants are ``TENANTS`` (acme and globex). Nothing here is fixed
+The tenants are ``TENANTS`` (acme and globex), with the limits of
+``TENANTS_FILE``; a test sets others with ``@pytest.mark.tenants_file(text)``.
+Nothing here is fixed
 globally: ports are chosen by the server or the OS, files live in the test's
 ``tmp_path``, so tests using it may run in parallel.
 """

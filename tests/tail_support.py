@@ -353,10 +353,16 @@ class TailProcess(ServiceProcess):
 
     def rss_bytes(self) -> int:
         """Its resident memory now (VmRSS from /proc)."""
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        raise AssertionError("no VmRSS")
+        assert self.pid is not None, "the tail is not running"
+        return rss_bytes(self.pid)
+
+
+def rss_bytes(pid: int) -> int:
+    """The resident memory of process ``pid`` now (VmRSS from /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
 
 
 async def rewrite_stopped_read_model(stop: Any, tail: Any, script: str) -> None:

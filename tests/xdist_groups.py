@@ -36,6 +36,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "tests/test_verify_live.py::test_verify_with_nats_under_load_reports_lag_not_a_fault",
         "tests/test_service_tasks.py::test_cancel_tasks_asks_again_when_a_task_swallowed_the_cancel",
         "tests/test_standby.py::test_the_standby_follows_and_takes_over_from_a_killed_active_sequencer",
+        "tests/test_adversarial.py::",  # globex's latency under each attack
     ),
     "browser": ("tests/test_console_browser.py::", "tests/test_console_timeline_browser.py::"),
     "phoenix": ("tests/test_otel_export.py::",),
