@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
+from laneledger.contract.ids import new_id
 from laneledger.contract.model import Receipt, decoder
+from laneledger.contract.subjects import inbox_prefix
 
 RECEIPT_WAIT_S = 10.0  # only a failing test waits this long
 
@@ -14,10 +16,12 @@ RECEIPT_WAIT_S = 10.0  # only a failing test waits this long
 class Inbox:
     """Publishes raw append bytes and collects the receipts they get."""
 
-    def __init__(self, nc) -> None:
+    def __init__(self, nc, *, tenant: str | None = None) -> None:
+        """``tenant``: receipts in that tenant's inbox, as the sequencer
+        requires of a request on its subjects when a tenants file is in force."""
         self.nc, self.js = nc, nc.jetstream()
         self.receipts: asyncio.Queue[Receipt] = asyncio.Queue()
-        self.subject = nc.new_inbox()
+        self.subject = nc.new_inbox() if tenant is None else f"{inbox_prefix(tenant)}.{new_id()}"
 
     async def __aenter__(self) -> Inbox:
         self.sub = await self.nc.subscribe(self.subject, cb=self._on)

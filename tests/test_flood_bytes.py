@@ -20,7 +20,7 @@ from sequencer_process import SequencerProcess
 
 from laneledger.contract.ids import new_id
 from laneledger.contract.model import MAX_REQUEST_BYTES
-from laneledger.contract.subjects import REPLY_HEADER, Subjects
+from laneledger.contract.subjects import REPLY_HEADER, Subjects, inbox_prefix
 from laneledger.sdk.client import LedgerClient, make_event
 
 pytestmark = pytest.mark.nats
@@ -46,7 +46,9 @@ async def test_a_flood_of_1_mib_requests_never_drops_the_sequencer(
                 actor = await client.ensure_actor(tenant, f"agent:{tenant}", "agent")
                 lane = await client.create_lane(tenant, f"s-{tenant}", "r1", "main", actor_id=actor.id)
                 lanes[tenant] = (actor, lane)
-            flooder = await nats.connect(nats_server.url, name="acme-flood")
+            flooder = await nats.connect(
+                nats_server.url, name="acme-flood", inbox_prefix=inbox_prefix("acme")
+            )
             try:
                 flooded = await _flood(flooder, *lanes["acme"])
                 latencies = await _globex_appends(client, *lanes["globex"])

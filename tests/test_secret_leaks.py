@@ -434,7 +434,7 @@ async def test_a_refused_request_leaves_no_copy_in_the_append_streams_files(nats
             return json.dumps(body).encode()
 
         in_id, in_junk, in_conflict = (SHAPED_SECRETS[4][1], SHAPED_SECRETS[3][1], SHAPED_SECRETS[7][1])
-        async with Inbox(nc) as inbox:
+        async with Inbox(nc, tenant="acme") as inbox:
             await inbox.send(subject, request("r-1", subject_id=in_id))
             await inbox.send(subject, f'{{"lane_id": "{in_junk}", '.encode())  # not JSON
             await inbox.send(subject, request("r-3", expected=7, payload={"x": in_conflict}))

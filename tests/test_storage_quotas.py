@@ -210,7 +210,8 @@ async def test_the_checkpoint_service_refuses_inline_state_past_checkpoint_state
             assert set(details) == {"limit", "tenant", "used_bytes", "request_bytes", "limit_bytes"}
             assert (await CheckpointClient(acme).latest("k")).revision == 3  # nothing written
             # A trusted save naming no tenant lands in the key's namespace: acme's, full.
-            async with await LedgerClient.connect(nats_server.url, timeout=10.0, tenant_inboxes=True) as trusted:
+            trusted_client = LedgerClient.connect(nats_server.url, timeout=10.0, tenant_inboxes=True)
+            async with await trusted_client as trusted:
                 with pytest.raises(errors.QuotaExceeded) as refused:
                     await CheckpointClient(trusted).save("k", expected_revision=3, format="f", state=state)
                 assert refused.value.details["tenant"] == "acme"
