@@ -9,6 +9,7 @@ import asyncio
 import re
 import subprocess
 import sys
+import tempfile
 from typing import Any
 
 import pytest
@@ -103,8 +104,9 @@ class LiveExporter:
         self.sent: list[tuple[int, int]] = []  # (spans, through position), every process's
 
     async def start(self) -> None:
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115  # a file, not a pipe: never fills up; closed with the test process
         self.proc = await asyncio.create_subprocess_exec(
-            *self.args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
+            *self.args, stdout=asyncio.subprocess.PIPE, stderr=self.stderr
         )
 
     async def read_until(self, done: Any, timeout: float = 60.0) -> None:
@@ -112,7 +114,10 @@ class LiveExporter:
         async with asyncio.timeout(timeout):
             while not done():
                 line = (await self.proc.stdout.readline()).decode().strip()
-                assert line, f"the exporter ended (exit {await self.proc.wait()})"
+                if not line:  # it ended: say why
+                    self.stderr.seek(0)
+                    why = self.stderr.read().decode()[-4000:]
+                    raise AssertionError(f"the exporter ended (exit {await self.proc.wait()}):\n{why}")
                 match = PROGRESS.match(line)
                 assert match, line
                 self.sent.append((int(match[1]), int(match[2])))

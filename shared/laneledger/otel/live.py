@@ -84,7 +84,10 @@ class LiveExporter:
             floor, delivered = await _retrying(self._ensure_consumer, "open the durable consumer")
             if delivered > self.position:
                 await self._catch_up(floor, delivered)
-            sub = await self._js.pull_subscribe_bind(durable=self._consumer, stream=self._stream)
+            sub = await _retrying(
+                lambda: self._js.pull_subscribe_bind(durable=self._consumer, stream=self._stream),
+                "bind to the durable consumer",
+            )
             try:
                 await self._follow(sub)  # returns at a gap: catch up again, from the stream
             finally:
@@ -134,11 +137,16 @@ class LiveExporter:
         later message acknowledges them too. After a gap the mapping is
         current up to ``self.position``, and reading starts after it."""
         follower = StreamFollower(self._nc, stream=self._stream, name=f"{self._consumer}-rebuild")
-        await follower.open(self.position)  # 0 at the start; after a gap, where mapping stopped
+        # 0 at the start; after a gap, where mapping stopped. Reads retried in
+        # place: a NATS restart must not end the exporter half-way through.
+        await _retrying(lambda: follower.open(self.position), "open the committed stream")
         pending: list[SpanRecord] = []
         try:
             while self.position < delivered:
-                for position, body in await follower.read(max_msgs=delivered - follower.position):
+                batch = await _retrying(
+                    lambda: follower.read(max_msgs=delivered - follower.position), "read the committed stream"
+                )
+                for position, body in batch:
                     spans = await self._feed(position, _events.decode(body))
                     if position > floor:
                         pending.extend(spans)
