@@ -1,0 +1,94 @@
+// The contract, proven by the shared vectors (spec/vectors/): the same files
+// the Python tests read (tests/test_vectors.py, tests/test_sdk_vectors.py).
+
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { test } from "node:test";
+import { fileURLToPath } from "node:url";
+
+import { appendDigest, canonicalString, entryHash, externalize, GENESIS_HASH, NotCanonicalizable, Redactor, redactEvent, refsIn, verifyChain, ChainFault } from "../src/index.js";
+
+// dist/test/ -> the repository's spec/vectors
+const VECTORS = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "spec", "vectors");
+const load = (...parts: string[]) => JSON.parse(readFileSync(join(VECTORS, ...parts), "utf8"));
+
+test("agent-ledger append vector: canonical string and digest", () => {
+  const vector = load("agent-ledger", "append.json");
+  assert.equal(canonicalString(vector.events), vector.canonical);
+  assert.equal(appendDigest(vector.events), vector.sha256);
+});
+
+test("canonical vectors: bytes, and refusals with path and reason", () => {
+  for (const vector of load("laneledger", "canonical.json")) {
+    const value = JSON.parse(vector.json);
+    if ("canonical" in vector) {
+      assert.equal(canonicalString(value), vector.canonical, vector.json);
+    } else {
+      assert.throws(() => canonicalString(value), (err: unknown) => {
+        assert.ok(err instanceof NotCanonicalizable, vector.json);
+        assert.equal(err.code, "not_canonicalizable");
+        assert.deepEqual(err.details, vector.refused, vector.json);
+        return true;
+      });
+    }
+  }
+});
+
+test("canonical refuses what JSON cannot carry", () => {
+  for (const [value, reason] of [[NaN, "non_finite_number"], [Infinity, "non_finite_number"], [10n, "unsupported_type"], [new Date(0), "unsupported_type"], [{ a: undefined }, "unsupported_type"]] as const) {
+    assert.throws(() => canonicalString(value), (err: unknown) => err instanceof NotCanonicalizable && err.details["reason"] === reason);
+  }
+  const cycle: unknown[] = [];
+  cycle.push(cycle);
+  assert.throws(() => canonicalString(cycle), (err: unknown) => err instanceof NotCanonicalizable && err.details["reason"] === "too_deep");
+});
+
+test("chain vector: digest, entry hashes (plain and HMAC) and verification", () => {
+  const vector = load("laneledger", "chain.json");
+  assert.equal(appendDigest(vector.events), vector.digest);
+  for (const [records, key] of [[vector.plain, undefined], [vector.hmac, vector.hmac_key]]) {
+    let prev = GENESIS_HASH;
+    for (const record of records) {
+      assert.equal(record.prev_hash, prev);
+      assert.equal(entryHash(record, key), record.entry_hash);
+      prev = record.entry_hash;
+    }
+    assert.equal(verifyChain(records, key), prev);
+  }
+  // Tampered content, a deleted record, a missing key: the first bad seq, named.
+  const tampered = structuredClone(vector.plain);
+  tampered[1].payload.i = 99;
+  assert.throws(() => verifyChain(tampered), (e: unknown) => e instanceof ChainFault && e.details["seq"] === 2 && e.details["kind"] === "content_tampered");
+  assert.throws(() => verifyChain([vector.plain[0], vector.plain[2]]), (e: unknown) => e instanceof ChainFault && e.details["seq"] === 3 && e.details["kind"] === "broken_link");
+  assert.throws(() => verifyChain(vector.hmac), (e: unknown) => e instanceof ChainFault && e.details["seq"] === 1);
+});
+
+test("content vectors: externalized payloads, blob bytes and refs", () => {
+  for (const vector of load("laneledger", "content.json")) {
+    const done = externalize(vector.payload);
+    assert.equal(canonicalString(done.payload), canonicalString(vector.externalized));
+    const blobs = Object.fromEntries([...done.blobs].map(([ref, data]) => [ref, data.toString("base64")]));
+    assert.deepEqual(blobs, vector.blobs);
+    assert.deepEqual(refsIn(done.payload), vector.refs);
+    // Idempotent: its own output changes nothing.
+    assert.equal(canonicalString(externalize(done.payload).payload), canonicalString(done.payload));
+  }
+});
+
+test("redaction vectors: the sequencer's output, byte for byte", () => {
+  const vectors = load("laneledger", "redaction.json");
+  const redactor = new Redactor();
+  for (const vector of [...vectors.texts, ...vectors.values]) {
+    const done = redactor.redact(vector.value);
+    assert.equal(canonicalString(done.value), canonicalString(vector.redacted), JSON.stringify(vector.value));
+    assert.deepEqual(done.rules, vector.rules, JSON.stringify(vector.value));
+    // Redacting twice changes nothing and counts nothing.
+    assert.deepEqual(redactor.redact(done.value).rules, {});
+  }
+  for (const vector of vectors.events) {
+    const [event, rules] = redactEvent(vector.event, redactor);
+    assert.deepEqual(event, vector.redacted);
+    assert.deepEqual(rules, vector.rules);
+  }
+});

@@ -1,0 +1,263 @@
+"""Write the laneledger vectors of this folder from the Python implementation.
+
+    .venv/bin/python spec/vectors/laneledger/generate.py          # rewrite them
+    .venv/bin/python spec/vectors/laneledger/generate.py --check  # fail if stale
+
+Every SDK reads them (tests/test_sdk_vectors.py, sdk-ts/test/vectors.test.ts):
+a rule whose output changes changes these files, and the other SDK's tests
+then say where it no longer agrees. Inputs are JSON texts, so each language
+parses the same value itself (numbers and lone surrogates included).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from laneledger.contract.canonical import canonicalize
+from laneledger.contract.chain import GENESIS_HASH, append_digest, link
+from laneledger.contract.contentref import externalize, refs_in
+from laneledger.contract.errors import LedgerError
+from laneledger.contract.redaction import Redactor, redact_event
+
+HERE = Path(__file__).resolve().parent
+
+CANONICAL_INPUTS = [
+    "null",
+    "true",
+    "false",
+    "0",
+    "-0.0",
+    "1.0",
+    "0.25",
+    "-1.5",
+    "0.000001",
+    "1e-7",
+    "1e15",
+    "1e21",
+    "1e22",
+    "5e-324",
+    "1.7976931348623157e308",
+    "123456789.123456789",
+    "9007199254740991",
+    "-9007199254740991",
+    "0.1",
+    "100",
+    "1e-5",
+    "3.0e2",
+    '"a\\"b\\\\c/\\u0008\\u000c\\n\\r\\t\\u0000\\u001f\\u007f\\u2028\\u2029"',
+    '"\\ud83d\\ude00 caf\\u00e9 \\u00ff"',
+    '{"b": 1, "a": 2, "aa": 3, "": 0, "A": 4}',
+    '{"\\ufb01": 1, "\\ud83d\\ude00": 2, "\\u00e9": 3, "z": 4}',
+    '[1, [2, [3, {}]], [], {"x": [null, true]}]',
+    '{"payload": {"items": [{"x": 0.5}, {"y": "z"}]}, "n": -12}',
+    # refusals
+    "9007199254740992",
+    "-9007199254740993",
+    "1e20",
+    "123456789012345678901",
+    '"\\ud800"',
+    '{"a": {"b c": ["\\udfff"]}}',
+    '{"k\\udc00": 1}',
+    '{"ok": [1, 2, {"deep": 1e16}]}',
+]
+
+
+def canonical_vectors() -> list[dict[str, Any]]:
+    out = []
+    for text in CANONICAL_INPUTS:
+        value = json.loads(text)
+        try:
+            out.append({"json": text, "canonical": canonicalize(value).decode("utf-8")})
+        except LedgerError as exc:
+            out.append({"json": text, "refused": exc.details})
+    return out
+
+
+LANE = "018f0c2a-0000-7000-8000-00000000000a"
+
+
+def chain_vector() -> dict[str, Any]:
+    events = [
+        {
+            "schema_version": "1.0",
+            "id": f"018f0c2a-0000-7000-8000-0000000001{i:02d}",
+            "lane_id": LANE,
+            "subject_id": LANE,
+            "event_type": "note.acme.step" if i != 2 else "lane.created",
+            "actor_id": "018f0c2a-0000-7000-8000-000000000001",
+            "occurred_at": f"2026-01-02T03:04:0{i}.5Z",
+            "payload": {"i": i, "text": "héllo \U0001f600", "ratio": i / 3},
+            "extensions": {},
+        }
+        for i in range(1, 4)
+    ]
+    events[2]["signature"] = "ab" * 64  # left out of the entry hash preimage
+    digest = append_digest(events)
+    chains: dict[str, list[dict[str, Any]]] = {}
+    for name, key in (("plain", None), ("hmac", b"laneledger-vector-key")):
+        prev, records = GENESIS_HASH, []
+        for seq, event in enumerate(events, start=1):
+            committed = {
+                **event,
+                "tenant": "acme",
+                "session_id": "s1",
+                "run_id": "r1",
+                "seq": seq,
+                "position": 40 + seq,
+                "append_id": "018f0c2a-0000-7000-8000-0000000000ff",
+                "committed_at": "2026-01-02T03:04:09.123456Z",
+            }
+            record = link(committed, prev, key=key)
+            records.append(record)
+            prev = record["entry_hash"]
+        chains[name] = records
+    return {
+        "events": events,
+        "digest": digest,
+        "hmac_key": "laneledger-vector-key",
+        "plain": chains["plain"],
+        "hmac": chains["hmac"],
+    }
+
+
+def _content_payloads() -> list[dict[str, Any]]:
+    big = "x" * 1500
+    return [
+        {"small": "y" * 100},
+        {"text": big},
+        {"exact": "z" * 1024, "over": "z" * 1025},
+        {"args": {"file_path": "a.py", "content": big}, "n": 1},
+        {"file_path": "p" * 3000, "nested": {"path": "q" * 2000}},
+        {"list": [big, "small", big], "obj": {"a": "é" * 600}},
+        {"many": [{"k": i, "v": "w" * 30} for i in range(60)]},
+        {
+            "payload_refs": [
+                {"sha256": "00" * 32, "size_bytes": 1, "label": "x", "media_type": "text/plain"}
+            ],
+            "t": big,
+        },
+        {"already": {"_ref": "sha256:" + "ab" * 32, "size_bytes": 2000}, "f": 0.5},
+        {"deep": {"a": {"b": {"c": big, "d": [big + "!"]}}}},
+    ]
+
+
+def content_vectors() -> list[dict[str, Any]]:
+    out = []
+    for payload in _content_payloads():
+        done = externalize(payload)
+        out.append(
+            {
+                "payload": payload,
+                "externalized": done.payload,
+                "blobs": {ref: base64.b64encode(data).decode() for ref, data in done.blobs.items()},
+                "refs": [[ref, size] for ref, size in refs_in(done.payload)],
+            }
+        )
+    return out
+
+
+REDACTION_TEXTS = [
+    "plain words, nothing secret",
+    "key sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123 in text",
+    "openai sk-proj-ABCDEFGHIJKLMNOPQRSTUVWX and sk-short",
+    "stripe sk_live_abcdefghijklmnop1234 rk_test_ABCDEFGHIJKLMNOPQ",
+    "gh ghp_abcdefghijklmnopqrstuvwxyz0123456789 github_pat_abcdefghijklmnopqrstuvwxyz",
+    "aws AKIAABCDEFGHIJKLMNOP and AKIAABCDEFGHIJKLMNOPQ (too long)",
+    "google AIzaSyA-abcdefghijklmnopqrstuvwxyz012345",
+    "slack xoxb-1234567890-abcdef",
+    "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.abcdefghijklmnop done",
+    "two jwts eyJaaaaa-eyJbbbbbb.eyJcccccc.dddddddddddd x-eyJeeeee.eyJffffff.gggggggggggg",
+    "Authorization: Bearer abcdefghijklmnop0123456789==",
+    "BEARER    abcdefghijklmnopqrst and bearer short",
+    "postgres://user:hunter2secret@db.example.com:5432/app",
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY----- after",
+    "-----BEGIN PRIVATE KEY----- no end here",
+    "password=hunter2hunter2 api_key: 'abcdef123456' token=\"zzzzzzzz\"",
+    'PASSWORD = "correct horse battery"; Secret:abcdefgh',
+    "auth=bearer abcdefghij and authorization=token qwertyuiop",
+    "\u017fecret=abcdefghij (long s) \u0131 PASSWORD=abcdefghij",
+    "api_key=[REDACTED:secret_assignment] stays",
+    "[REDACTED:jwt]",
+    "[REDACTED:jwt]\n",
+    "caf\u00e9sk-ant-api03-abcdefghijklmnopqrstuvwxyz (unicode word before)",
+    "\u00e9AKIAABCDEFGHIJKLMNOP\u00e9 and _AKIAABCDEFGHIJKLMNOP",
+    "bearer\x1cabcdefghijklmnopqrstuvwxyz (python whitespace)",
+    "bearer\ufeffabcdefghijklmnopqrstuvwxyz (not python whitespace)",
+    "password=\u3000abcdefgh and token\x85=abcdefghij",
+    "\U0001f600 token=\U0001f600\U0001f600\U0001f600\U0001f600\U0001f600\U0001f600 emoji",
+    "\u212aey=abcdefghij (kelvin sign)",
+    "api\u212aey=abcdefghij and \u0130ndex token\u0130=abcdefghij",
+    "cookie=abc",
+    "see https://example.com/path?token=abcdefgh&x=1",
+]
+
+REDACTION_VALUES: list[Any] = [
+    {"api_key": "abc", "apiKey": "abcdef", "x-api-key": ["a"], "input_tokens": 5, "max_tokens": "100"},
+    {"password": "", "token_count": "12", "auth_type": "basic", "Authorization": {"a": 1}},
+    {"session_key": "s", "clientSecret": "c", "private.key": "p", "accessKey": 7, "secret": None},
+    {"nested": [{"token": "t"}, {"note": "password=abcdefghij"}], "ok": True},
+    {"cookie": "[REDACTED:secret_key]", "credentials": "[REDACTED:x]\n", "pwd": "[redacted:x]"},
+    {"passphrase": "pp", "tokenUrl": "https://x", "secretName": "s", "secrets": {"a": "b"}},
+    {"authToken": "t", "auth_header_name": "n", "AUTH": "x", "myPasswordHint": "h"},
+    [
+        "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123",
+        1,
+        2.5,
+        None,
+        {"k": "AIzaSyA-abcdefghijklmnopqrstuvwxyz012345"},
+    ],
+]
+
+
+def _redacted(value: Any, redactor: Redactor) -> dict[str, Any]:
+    done = redactor.redact(value)
+    return {"value": value, "redacted": done.value, "rules": done.rules}
+
+
+def redaction_vectors() -> dict[str, Any]:
+    redactor = Redactor()
+    event = {
+        "id": "018f0c2a-0000-7000-8000-000000000001",
+        "payload": {"token": "x", "n": 1},
+        "extensions": {"note": "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123"},
+        "occurred_at": "password=abcdefghij",
+    }
+    redacted_event, rules = redact_event(event, redactor)
+    return {
+        "texts": [_redacted(text, redactor) for text in REDACTION_TEXTS],
+        "values": [_redacted(value, redactor) for value in REDACTION_VALUES],
+        "events": [{"event": event, "redacted": redacted_event, "rules": rules}],
+    }
+
+
+def files() -> dict[str, str]:
+    made = {
+        "canonical.json": canonical_vectors(),
+        "chain.json": chain_vector(),
+        "content.json": content_vectors(),
+        "redaction.json": redaction_vectors(),
+    }
+    return {name: json.dumps(data, indent=1, ensure_ascii=True) + "\n" for name, data in made.items()}
+
+
+def main() -> int:
+    stale = []
+    for name, text in files().items():
+        path = HERE / name
+        if "--check" in sys.argv:
+            if not path.exists() or path.read_text() != text:
+                stale.append(name)
+        else:
+            path.write_text(text)
+    if stale:
+        print(f"stale: {', '.join(stale)}; run {Path(__file__).name}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
