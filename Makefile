@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: run test test-fast test-programs lint fault bench install clean
+.PHONY: run test test-fast test-programs lint fault bench install clean sdk-ts sdk-ts-build
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,17 +31,36 @@ test-programs:
 TEST_WORKERS ?= 4
 PYTEST_PARALLEL = $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
-test: $(STAMP) test-programs
+test: $(STAMP) test-programs sdk-ts
 	$(PYTEST_PARALLEL)
 
 # The inner loop: every test that needs no nats-server and no browser.
 test-fast: $(STAMP)
 	$(PYTEST_PARALLEL) -m "not nats and not browser"
 
-lint: $(STAMP)
+lint: $(STAMP) sdk-ts
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+# The TypeScript SDK (sdk-ts/): its npm packages exactly as package-lock.json
+# pins them (npm ci, again only when the lock file changes), then tsc, which
+# type-checks it (strict) and compiles the tests tests/test_sdk_ts.py runs.
+# Without node and npm (tests/external_programs.py installs them as root)
+# it says so and tests/test_sdk_ts.py skips.
+SDK_TS_STAMP = sdk-ts/node_modules/.installed
+
+sdk-ts:
+	@if command -v node >/dev/null && command -v npm >/dev/null; then \
+		$(MAKE) --no-print-directory sdk-ts-build; \
+	else echo "no node/npm: the TypeScript SDK is not built; tests/test_sdk_ts.py skips"; fi
+
+sdk-ts-build: $(SDK_TS_STAMP)
+	cd sdk-ts && npx --no-install tsc -p tsconfig.json
+
+$(SDK_TS_STAMP): sdk-ts/package-lock.json
+	cd sdk-ts && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
 
 # The fault suite's long form (tests/fault/; `make test` runs its short form).
 fault: $(STAMP)
@@ -51,4 +70,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/report.py
 
 clean:
-	rm -rf $(VENV) .laneledger .pytest_cache
+	rm -rf $(VENV) .laneledger .pytest_cache sdk-ts/node_modules sdk-ts/dist

