@@ -16,6 +16,7 @@ from laneledger.contract.chain import append_digest, verify_chain
 from laneledger.contract.contentref import externalize, refs_in
 from laneledger.contract.errors import NotCanonicalizable
 from laneledger.contract.redaction import Redactor, redact_event
+from laneledger.contract.signing import check_signature, load_private_key
 
 HERE = Path(__file__).resolve().parents[1] / "spec" / "vectors" / "laneledger"
 
@@ -72,3 +73,9 @@ def test_redaction_vectors():
         assert (done.value, done.rules) == (vector["redacted"], vector["rules"])
     for vector in vectors["events"]:
         assert list(redact_event(vector["event"], redactor)) == [vector["redacted"], vector["rules"]]
+
+
+def test_signing_vector():
+    vector = load("signing.json")
+    public = load_private_key(vector["private_key_seed"]).public_key()
+    assert all(check_signature(event, public) for event in vector["signed"])

@@ -21,6 +21,8 @@ import {
 } from "./errors.js";
 import { newId } from "./ids.js";
 import { Redactor } from "./redaction.js";
+import { publicKeyHex } from "./signing.js";
+import type { KeyObject } from "node:crypto";
 import { inboxPrefix, objectName, REPLY_HEADER, Subjects, TENANT_JS_API_PREFIX, tenantHeaders } from "./subjects.js";
 
 export const MAX_REQUEST_BYTES = 1024 * 1024;
@@ -284,8 +286,11 @@ export class LedgerClient {
     return defined;
   }
 
-  ensureActor(tenant: string, key: string, kind: string, opts: { displayName?: string; attributes?: Record<string, unknown>; publicKey?: string } = {}): Promise<Actor> {
-    return this.command("ensure_actor", { tenant, key, kind, display_name: opts.displayName, attributes: opts.attributes ?? {}, public_key: opts.publicKey });
+  /** Register (or find) an actor. With `publicKey` (hex, or the private key
+   * whose public half to register) its events must be signed. */
+  ensureActor(tenant: string, key: string, kind: string, opts: { displayName?: string; attributes?: Record<string, unknown>; publicKey?: string | KeyObject } = {}): Promise<Actor> {
+    const publicKey = typeof opts.publicKey === "object" ? publicKeyHex(opts.publicKey) : opts.publicKey;
+    return this.command("ensure_actor", { tenant, key, kind, display_name: opts.displayName, attributes: opts.attributes ?? {}, public_key: publicKey });
   }
 
   createLane(tenant: string, sessionId: string, runId: string, name: string, opts: { kind?: string; parentLaneId?: string; actorId?: string; laneId?: string } = {}): Promise<Lane> {

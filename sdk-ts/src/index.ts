@@ -9,3 +9,4 @@ export * from "./content.js";
 export * from "./client.js";
 export * from "./recorder.js";
 export * from "./guard.js";
+export * from "./signing.js";

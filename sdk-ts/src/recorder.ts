@@ -6,6 +6,8 @@ import { prepared, type Event } from "./content.js";
 import { LedgerError } from "./errors.js";
 import { newId, now } from "./ids.js";
 import { Redactor } from "./redaction.js";
+import { signEvent } from "./signing.js";
+import type { KeyObject } from "node:crypto";
 
 export const SCHEMA_VERSION = "1.0";
 
@@ -17,6 +19,8 @@ export interface EventFields {
   extensions?: Record<string, unknown>;
   occurredAt?: string;
   eventId?: string;
+  /** The actor's ed25519 key: the event is signed (after redaction and externalization). */
+  privateKey?: KeyObject;
 }
 
 /** A proposed event with a fresh UUIDv7 id, its content redacted and its
@@ -35,7 +39,9 @@ export function makeEvent(laneId: string, eventType: string, fields: EventFields
     extensions: { ...(fields.extensions ?? {}) },
   };
   if (fields.causationId !== undefined) event["causation_id"] = fields.causationId;
-  return prepared(event, redactor);
+  // Redact and externalize before signing: the signature covers what is sent.
+  const done = prepared(event, redactor);
+  return fields.privateKey === undefined ? done : signEvent(done, fields.privateKey);
 }
 
 /** Writes one lane: serializes its appends, tracks the head (optimistic
@@ -48,31 +54,46 @@ export class LaneRecorder {
   private queue: Promise<unknown> = Promise.resolve();
   private outstanding: AppendHandle[] = [];
 
+  /** actor id -> private key: events of these actors are signed on append. */
+  readonly signers: Map<string, KeyObject>;
+
   constructor(
     readonly client: LedgerClient,
     public lane: Lane,
+    opts: { signers?: Map<string, KeyObject> } = {},
   ) {
     this.head = lane.last_seq;
+    this.signers = new Map(opts.signers ?? []);
   }
 
   /** Create the lane (idempotent by session, run and name) and resume its head. */
   static async open(
     client: LedgerClient, tenant: string, sessionId: string, runId: string, name: string,
-    opts: { kind?: string; parentLaneId?: string; actorId?: string } = {},
+    opts: { kind?: string; parentLaneId?: string; actorId?: string; signers?: Map<string, KeyObject> } = {},
   ): Promise<LaneRecorder> {
-    const lane = await client.createLane(tenant, sessionId, runId, name, opts);
-    return new LaneRecorder(client, await client.getLane(lane.id, { tenant: lane.tenant }));
+    const { signers, ...fields } = opts;
+    const lane = await client.createLane(tenant, sessionId, runId, name, fields);
+    return new LaneRecorder(client, await client.getLane(lane.id, { tenant: lane.tenant }), { ...(signers ? { signers } : {}) });
   }
 
+  /** makeEvent on this lane, signed when `actorId` is one of the signers. */
   event(eventType: string, fields: EventFields): Event {
-    return makeEvent(this.lane.id, eventType, fields, this.client.redactor);
+    const privateKey = fields.privateKey ?? this.signers.get(fields.actorId);
+    return makeEvent(this.lane.id, eventType, { ...fields, ...(privateKey ? { privateKey } : {}) }, this.client.redactor);
+  }
+
+  private signed(event: Event): Event {
+    const key = this.signers.get(String(event["actor_id"]));
+    return key !== undefined && !("signature" in event) ? signEvent(event, key) : event;
   }
 
   append(events: Event[], opts: { appendId?: string; wait?: "commit" }): Promise<AppendCommitted>;
   append(events: Event[], opts: { appendId?: string; wait: "accept" }): Promise<AppendHandle>;
   append(events: Event[]): Promise<AppendCommitted>;
   append(events: Event[], opts: { appendId?: string; wait?: "commit" | "accept" } = {}): Promise<AppendCommitted | AppendHandle> {
-    const ready = events.map((event) => prepared(event, this.client.redactor));
+    // Content first (redact, externalize), then sign what will be sent; an
+    // event signed already is left to submit's check.
+    const ready = events.map((event) => ("signature" in event ? event : this.signed(prepared(event, this.client.redactor))));
     return this.serially(async () => {
       if (opts.wait === "accept") {
         const handle = await this.client.submit(this.lane, this.head, ready, { ...(opts.appendId ? { appendId: opts.appendId } : {}) });

@@ -10,7 +10,7 @@ import { after, before, test } from "node:test";
 
 import {
   appendDigest, EntityNotFound, Guard, IdempotencyViolation, InvalidRequest, LaneConflict, LaneRecorder, LedgerClient,
-  LedgerUnavailable, newId, TenantMismatch, type Lane,
+  LedgerUnavailable, newId, TenantMismatch, type Lane, generatePrivateKey, makeEvent, SignatureRequired, signEvent,
 } from "../src/index.js";
 
 const URL = process.env["LANELEDGER_TS_NATS_URL"];
@@ -151,6 +151,20 @@ test("the attempt guard: the request is committed before the call runs", { skip 
     LaneConflict,
   );
   assert.equal(ran, false);
+});
+
+test("signed producers: a keyed actor's events are signed, an unsigned one is refused", { skip }, async () => {
+  const key = generatePrivateKey();
+  const signer = (await client.ensureActor("acme", "agent:ts-signed@1", "agent", { publicKey: key })).id;
+  const recorder = await LaneRecorder.open(client, "acme", SESSION, "r1", "signed", { actorId: signer, signers: new Map([[signer, key]]) });
+  const event = recorder.event("note.acme.step", { actorId: signer, payload: { token: "t", big: "s".repeat(2000) } });
+  assert.match(String(event["signature"]), /^[0-9a-f]{128}$/);
+  assert.equal((await recorder.append([event])).last_seq, 1);
+  const unsigned = makeEvent(recorder.lane.id, "note.acme.step", { actorId: signer }, client.redactor);
+  await assert.rejects(client.append(recorder.lane, 1, [unsigned]), (err: unknown) => err instanceof SignatureRequired && err.details["actor_id"] === signer);
+  // Signed over a secret: its signature would not cover what is sent, refused before sending.
+  const secret = signEvent({ ...unsigned, id: newId(), payload: { password: "hunter2" } }, key);
+  await assert.rejects(client.append(recorder.lane, 1, [secret]), (err: unknown) => err instanceof InvalidRequest && err.details["path"] === "$.events[0]");
 });
 
 test("an append the Python SDK will retry", { skip }, async () => {

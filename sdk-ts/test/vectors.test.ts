@@ -7,7 +7,10 @@ import { dirname, join } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { appendDigest, canonicalString, entryHash, externalize, GENESIS_HASH, NotCanonicalizable, Redactor, redactEvent, refsIn, verifyChain, ChainFault } from "../src/index.js";
+import {
+  appendDigest, canonicalString, ChainFault, checkSignature, entryHash, externalize, GENESIS_HASH, loadPrivateKey, loadPublicKey, NotCanonicalizable,
+  publicKeyHex, Redactor, redactEvent, refsIn, signEvent, verifyChain,
+} from "../src/index.js";
 
 // dist/test/ -> the repository's spec/vectors
 const VECTORS = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "spec", "vectors");
@@ -90,5 +93,18 @@ test("redaction vectors: the sequencer's output, byte for byte", () => {
     const [event, rules] = redactEvent(vector.event, redactor);
     assert.deepEqual(event, vector.redacted);
     assert.deepEqual(rules, vector.rules);
+  }
+});
+
+test("signing vector: ed25519 over the event without its signature, deterministic", () => {
+  const vector = load("laneledger", "signing.json");
+  const key = loadPrivateKey(vector.private_key_seed);
+  assert.equal(publicKeyHex(key), vector.public_key);
+  for (const event of vector.signed) {
+    const { signature, ...unsigned } = event;
+    assert.deepEqual(signEvent(unsigned, key), event);
+    assert.equal(signEvent(unsigned, key)["signature"], signature);
+    assert.ok(checkSignature(event, loadPublicKey(vector.public_key)));
+    assert.ok(!checkSignature({ ...event, event_type: "note.acme.other" }, loadPublicKey(vector.public_key)));
   }
 });

@@ -22,6 +22,7 @@ from laneledger.contract.chain import GENESIS_HASH, append_digest, link
 from laneledger.contract.contentref import externalize, refs_in
 from laneledger.contract.errors import LedgerError
 from laneledger.contract.redaction import Redactor, redact_event
+from laneledger.contract.signing import load_private_key, public_key_hex, sign_event
 
 HERE = Path(__file__).resolve().parent
 
@@ -121,6 +122,21 @@ def chain_vector() -> dict[str, Any]:
         "hmac_key": "laneledger-vector-key",
         "plain": chains["plain"],
         "hmac": chains["hmac"],
+    }
+
+
+SIGNING_SEED = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60"  # RFC 8032 test 1
+
+
+def signing_vector() -> dict[str, Any]:
+    """ed25519 over the canonical bytes of the proposed event without
+    ``signature`` (and, for a committed one, without the ledger's fields)."""
+    key = load_private_key(SIGNING_SEED)
+    events = chain_vector()["events"][:2]
+    return {
+        "private_key_seed": SIGNING_SEED,
+        "public_key": public_key_hex(key),
+        "signed": [sign_event({k: v for k, v in e.items() if k != "signature"}, key) for e in events],
     }
 
 
@@ -240,6 +256,7 @@ def files() -> dict[str, str]:
         "chain.json": chain_vector(),
         "content.json": content_vectors(),
         "redaction.json": redaction_vectors(),
+        "signing.json": signing_vector(),
     }
     return {name: json.dumps(data, indent=1, ensure_ascii=True) + "\n" for name, data in made.items()}
 
