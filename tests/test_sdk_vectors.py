@@ -68,7 +68,7 @@ def test_content_vectors():
 def test_redaction_vectors():
     vectors = load("redaction.json")
     redactor = Redactor()
-    for vector in vectors["texts"] + vectors["values"]:
+    for vector in vectors["texts"] + vectors["random_texts"] + vectors["values"]:
         done = redactor.redact(vector["value"])
         assert (done.value, done.rules) == (vector["redacted"], vector["rules"])
     for vector in vectors["events"]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import random
 import sys
 from pathlib import Path
 from typing import Any
@@ -229,6 +230,97 @@ REDACTION_VALUES: list[Any] = [
 ]
 
 
+# Pieces random texts are made of: the rules' words, separators and the
+# characters where Python's regex semantics differ from other engines'
+# (Unicode word characters and whitespace, case folding).
+_PIECES = [
+    "sk-ant-",
+    "sk-",
+    "proj-",
+    "sk_live_",
+    "rk_test_",
+    "ghp_",
+    "github_pat_",
+    "AKIA",
+    "AIza",
+    "xoxb-",
+    "eyJ",
+    "Bearer",
+    "bearer",
+    "BEARER",
+    "://",
+    "user:pw@",
+    "-----BEGIN PRIVATE KEY-----",
+    "-----END PRIVATE KEY-----",
+    "password",
+    "PassWord",
+    "api_key",
+    "api-key",
+    "apikey",
+    "secret",
+    "token",
+    "auth",
+    "authorization",
+    "cookie",
+    "credential",
+    "private_key",
+    "access-key",
+    "pwd",
+    "passwd",
+    "basic ",
+    "token ",
+    "=",
+    ":",
+    " = ",
+    '"',
+    "'",
+    ";",
+    ",",
+    "&",
+    ".",
+    "-",
+    "_",
+    " ",
+    "  ",
+    "\t",
+    "\n",
+    "\x1c",
+    "\x85",
+    "\u00a0",
+    "\u3000",
+    "\ufeff",
+    "\u017f",
+    "\u0131",
+    "\u0130",
+    "\u212a",
+    "\u00e9",
+    "\u00df",
+    "\u0663",
+    "\U0001f600",
+    "[REDACTED:x]",
+    "[redacted:",
+    "abcdefghij",
+    "ABCDEFGHIJKLMNOP",
+    "0123456789",
+    "a1b2c3d4e5f6g7h8i9j0k1l2m3n4o5p6",
+    "Z",
+    "x",
+    "eyJhbGciOi",
+    ".eyJzdWIi",
+    ".",
+    "abcdefghijklmnopqrstuvwxyz0123456789",
+    "ABCDEFGHIJKLMNOP0123",
+    "ant-api03-",
+    "_-",
+]
+
+
+def random_texts(n: int = 600, seed: int = 40) -> list[str]:
+    rng = random.Random(seed)
+    pieces = [json.loads(f'"{p}"') if "\\" in p else p for p in _PIECES]
+    return ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 14))) for _ in range(n)]
+
+
 def _redacted(value: Any, redactor: Redactor) -> dict[str, Any]:
     done = redactor.redact(value)
     return {"value": value, "redacted": done.value, "rules": done.rules}
@@ -245,6 +337,7 @@ def redaction_vectors() -> dict[str, Any]:
     redacted_event, rules = redact_event(event, redactor)
     return {
         "texts": [_redacted(text, redactor) for text in REDACTION_TEXTS],
+        "random_texts": [_redacted(text, redactor) for text in random_texts()],
         "values": [_redacted(value, redactor) for value in REDACTION_VALUES],
         "events": [{"event": event, "redacted": redacted_event, "rules": rules}],
     }
