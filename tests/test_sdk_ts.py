@@ -3,7 +3,9 @@ and the real sequencer (the fixtures every SDK test uses) serve the compiled
 node tests (sdk-ts/test/live.test.ts, told the server's URL in
 LANELEDGER_TS_NATS_URL); then ``laneledger verify`` checks the ledger they
 wrote, and an append the TypeScript SDK made is retried by the Python SDK
-with the same append id: a replay, not a violation.
+with the same append id: a replay, not a violation. A TypeScript producer
+(sdk-ts/tools/producer.ts) keeps every receipt it was told through a
+SIGKILL of the sequencer.
 
 ``make sdk-ts`` builds the package (``npm ci``, ``tsc``); ``make test`` runs
 it first. Skips only when node is absent."""
@@ -15,9 +17,11 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from external_programs import NODE
+from sequencer_process import SequencerProcess
 
 from laneledger.contract.chain import append_digest
 from laneledger.contract.model import Lane
@@ -77,6 +81,56 @@ async def test_the_typescript_sdk_against_a_real_ledger(
         written["receipt"]["entry_hashes"],
     )
 
-    db = str(tmp_path / "ledger.db")  # the sequencer fixture's file
-    code, out = await run(sys.executable, "-m", "laneledger.cli", "verify", "--db", db)
+    await verify(tmp_path / "ledger.db")  # the sequencer fixture's file
+
+
+async def test_a_killed_sequencer_loses_nothing_the_typescript_producer_was_told(
+    nats_server: NatsServer, sequencer_proc: SequencerProcess
+) -> None:
+    """SIGKILL the sequencer (a real process) while a TypeScript producer
+    appends: it resends with the same append ids until the restarted
+    sequencer answers, and every receipt it was given is in the ledger."""
+    count = 40
+    proc = await asyncio.create_subprocess_exec(
+        NODE.path or "node",
+        str(SDK / "dist" / "tools" / "producer.js"),
+        nats_server.url,
+        "crash-session",
+        str(count),
+        cwd=SDK,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    told: list[dict[str, Any]] = []
+    try:
+        while len(told) < 10:  # up and committing
+            line = await asyncio.wait_for(proc.stdout.readline(), 30)
+            assert line, (await proc.stderr.read()).decode()
+            told.append(json.loads(line))
+        sequencer_proc.kill()
+        await asyncio.sleep(0.5)  # down: the producer's appends wait in the stream
+        await asyncio.to_thread(sequencer_proc.start, 30.0)
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, err.decode()
+    told += [json.loads(line) for line in out.decode().splitlines()]
+    assert [r["last_seq"] for r in told] == list(range(1, count + 1))
+
+    async with await LedgerClient.connect(nats_server.url, timeout=5.0) as client:
+        for receipt in told:
+            kept = await client.get_receipt(receipt["append_id"], tenant="acme")
+            assert (kept.digest, kept.positions) == (receipt["digest"], receipt["positions"])
+    assert sequencer_proc.starts == 2
+    # One append spanned the outage: the kill hit traffic, not a pause.
+    assert max(r["waited_ms"] for r in told) >= 500, told
+    await verify(sequencer_proc.db_path)
+
+
+async def verify(db: Path) -> None:
+    """``laneledger verify --db``: the ledger file is intact."""
+    code, out = await run(sys.executable, "-m", "laneledger.cli", "verify", "--db", str(db))
     assert code == 0, out

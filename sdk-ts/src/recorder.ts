@@ -87,10 +87,11 @@ export class LaneRecorder {
     return key !== undefined && !("signature" in event) ? signEvent(event, key) : event;
   }
 
-  append(events: Event[], opts: { appendId?: string; wait?: "commit" }): Promise<AppendCommitted>;
+  /** `retries`: transport failures retried with the same append id (wait "commit"). */
+  append(events: Event[], opts: { appendId?: string; wait?: "commit"; retries?: number }): Promise<AppendCommitted>;
   append(events: Event[], opts: { appendId?: string; wait: "accept" }): Promise<AppendHandle>;
   append(events: Event[]): Promise<AppendCommitted>;
-  append(events: Event[], opts: { appendId?: string; wait?: "commit" | "accept" } = {}): Promise<AppendCommitted | AppendHandle> {
+  append(events: Event[], opts: { appendId?: string; wait?: "commit" | "accept"; retries?: number } = {}): Promise<AppendCommitted | AppendHandle> {
     // Content first (redact, externalize), then sign what will be sent; an
     // event signed already is left to submit's check.
     const ready = events.map((event) => ("signature" in event ? event : this.signed(prepared(event, this.client.redactor))));
@@ -101,7 +102,10 @@ export class LaneRecorder {
         this.outstanding.push(handle);
         return handle;
       }
-      const receipt = await this.client.append(this.lane, this.head, ready, { ...(opts.appendId ? { appendId: opts.appendId } : {}) });
+      const receipt = await this.client.append(this.lane, this.head, ready, {
+        ...(opts.appendId ? { appendId: opts.appendId } : {}),
+        ...(opts.retries !== undefined ? { retries: opts.retries } : {}),
+      });
       this.head = Math.max(this.head, receipt.last_seq);
       return receipt;
     });
