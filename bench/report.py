@@ -337,6 +337,18 @@ def _openai_agents_rows(r: dict) -> list[tuple[str, str]]:
     ]
 
 
+def _sdk_ts_rows(r: dict) -> list[tuple[str, str]]:
+    return [
+        (
+            f"{name} SDK producer: {r[key]['appends']:,} one-event appends over {r[key]['lanes']} lanes, "
+            "each waiting for its receipt (committed events/s; submit → receipt; producer CPU per append)",
+            f"{_n(r[key]['committed_per_s'])} events/s, p50 {r[key]['receipt_p50_ms']:.1f} ms, "
+            f"p99 {r[key]['receipt_p99_ms']:.1f} ms, {r[key]['cpu_ms_per_append']:.2f} ms CPU",
+        )
+        for name, key in (("Python", "python"), ("TypeScript", "typescript"))
+    ]
+
+
 BENCHES = [
     Bench("canonical", ["bench/canonical.py"], _canonical_rows),
     Bench("append", ["bench/append.py"], _append_rows),
@@ -365,6 +377,7 @@ BENCHES = [
     Bench("langgraph", ["bench/langgraph_savers.py"], _langgraph_rows),
     Bench("tlog", ["bench/tlog.py"], _tlog_rows),
     Bench("openai-agents", ["bench/openai_agents.py"], _openai_agents_rows),
+    Bench("sdk-ts", ["bench/sdk_ts.py"], _sdk_ts_rows),
     Bench("openai-agents-50ms", ["bench/openai_agents.py", "--model-ms", "50"], _openai_agents_rows),
 ]
 

@@ -51,7 +51,11 @@ export function isRef(value: Json): value is { _ref: string; size_bytes: number 
 /** The payload with its oversized values replaced (a new object; `payload`
  * is left as it was), the blobs' bytes and the descriptors added. */
 export function externalize(payload: Obj, threshold = THRESHOLD_BYTES): Externalized {
-  if (canonicalBytes(payload).length <= threshold) return { payload, blobs: new Map(), descriptors: [] };
+  // JSON.stringify writes a JSON value's canonical bytes but for the key
+  // order, so its length is theirs: a cheap first look at a small payload.
+  if (Buffer.byteLength(JSON.stringify(payload) ?? "") <= threshold || canonicalBytes(payload).length <= threshold) {
+    return { payload, blobs: new Map(), descriptors: [] };
+  }
   const blobs = new Map<string, Buffer>();
   const descriptors: Descriptor[] = [];
   const out: [string, Json][] = [];

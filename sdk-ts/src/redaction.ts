@@ -202,13 +202,43 @@ export class Redactor {
   }
 
   redact<T>(value: T): Redacted<T> {
+    if (this.surelyClean(value)) return { value, count: 0, rules: {} };
     const rules: Record<string, number> = {};
     const out = this.walk(value, rules) as T;
     return { value: out, count: Object.values(rules).reduce((a, b) => a + b, 0), rules };
   }
 
+  /** True when `value` surely holds no secret: no secret-named key and not
+   * one hint of a shape in its strings, tested joined, once (the walk's cost
+   * on a typical payload). Any doubt is false, and the walk decides. */
+  surelyClean(value: unknown): boolean {
+    const strings: string[] = [];
+    if (!this.gather(value, strings)) return false;
+    const joined = strings.join("\0");
+    const lower = joined.toLowerCase();
+    return !COMPILED.some(({ hint: [folded, hints] }) => hints.some((h) => (folded ? lower : joined).includes(h)));
+  }
+
+  private gather(value: unknown, strings: string[]): boolean {
+    if (typeof value === "string") {
+      if (value.length >= 6) strings.push(value);
+      return true;
+    }
+    if (Array.isArray(value)) return value.every((item) => this.gather(item, strings));
+    if (typeof value === "object" && value !== null) {
+      for (const [key, item] of Object.entries(value)) {
+        if (item === "") continue; // an empty value is kept under any key
+        if (!this.gather(item, strings)) return false;
+        if ((typeof item === "string" || (typeof item === "object" && item !== null)) && this.isSecretKey(key)) return false;
+      }
+      return true;
+    }
+    return value === null || typeof value === "number" || typeof value === "boolean";
+  }
+
   redactText(text: string, rules: Record<string, number> = {}): string {
-    if ([...text].length < 6 || isMarker(text)) return text; // no rule matches fewer than 6 characters
+    // No rule matches fewer than 6 characters (code points: 12 code units are surely 6).
+    if ((text.length < 12 && [...text].length < 6) || isMarker(text)) return text;
     const lower = text.toLowerCase(); // of the text as given, as the sequencer does
     for (const shape of COMPILED) {
       const [folded, hints] = shape.hint;
