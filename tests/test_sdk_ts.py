@@ -5,7 +5,8 @@ LANELEDGER_TS_NATS_URL); then ``laneledger verify`` checks the ledger they
 wrote, and an append the TypeScript SDK made is retried by the Python SDK
 with the same append id: a replay, not a violation. A TypeScript producer
 (sdk-ts/tools/producer.ts) keeps every receipt it was told through a
-SIGKILL of the sequencer.
+SIGKILL of the sequencer. On the deployment as rendered, a tenant's client
+(producer-acme, its own NATS account) stays within its grants.
 
 ``make sdk-ts`` builds the package (``npm ci``, ``tsc``); ``make test`` runs
 it first. Skips only when node is absent."""
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 from external_programs import NODE
+from rendered_deployment import RenderedDeployment
 from sequencer_process import SequencerProcess
 
 from laneledger.contract.chain import append_digest
@@ -35,10 +37,12 @@ SDK = Path(__file__).resolve().parents[1] / "sdk-ts"
 COMPILED = SDK / "dist" / "test"
 
 
-def compiled_tests() -> list[str]:
-    found = sorted(str(p) for p in COMPILED.glob("*.test.js"))
-    assert found, f"{COMPILED} holds no compiled tests: run `make sdk-ts` (npm ci, tsc)"
-    return found
+def compiled(*names: str) -> list[str]:
+    """The compiled node tests ``names`` (sdk-ts/test/<name>.test.ts)."""
+    found = [COMPILED / f"{name}.test.js" for name in names]
+    missing = [p.name for p in found if not p.exists()]
+    assert not missing, f"{COMPILED} lacks {missing}: run `make sdk-ts` (npm ci, tsc)"
+    return [str(p) for p in found]
 
 
 async def run(*command: str, env: dict[str, str] | None = None) -> tuple[int, str]:
@@ -63,7 +67,7 @@ async def test_the_typescript_sdk_against_a_real_ledger(
         NODE.path or "node",
         "--test",
         "--test-reporter=tap",
-        *compiled_tests(),
+        *compiled("vectors", "live"),
         env={"LANELEDGER_TS_NATS_URL": nats_server.url, "LANELEDGER_TS_OUT": str(handoff)},
     )
     assert code == 0, out
@@ -134,3 +138,28 @@ async def verify(db: Path) -> None:
     """``laneledger verify --db``: the ledger file is intact."""
     code, out = await run(sys.executable, "-m", "laneledger.cli", "verify", "--db", str(db))
     assert code == 0, out
+
+
+async def test_a_tenants_typescript_client_on_the_rendered_deployment(
+    rendered_deployment: RenderedDeployment,
+) -> None:
+    """As producer-acme and producer-globex, each in its own NATS account:
+    the TypeScript client stays within the tenant's grants (nats-server
+    refuses it nothing), its receipts come to its own inbox, its blobs go
+    through its uploads bucket, and it sees nothing of the other tenant."""
+    d = rendered_deployment
+    code, out = await run(
+        NODE.path or "node",
+        "--test",
+        "--test-reporter=tap",
+        *compiled("tenants"),
+        env={
+            "LANELEDGER_TS_ACME_URL": d.url("producer-acme"),
+            "LANELEDGER_TS_GLOBEX_URL": d.url("producer-globex"),
+        },
+    )
+    assert code == 0, out
+    assert "# pass 1" in out, out
+    assert d.permission_violations() == []
+    verified = await d.verify()
+    assert verified.returncode == 0, verified.stdout + verified.stderr

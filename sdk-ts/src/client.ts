@@ -180,7 +180,9 @@ export class LedgerClient {
     this.redactor = options.redactor ?? Redactor.fromEnv();
     this.timeoutMs = options.timeoutMs ?? 10_000;
     this.tenant = options.tenant;
-    this.js = jetstream(nc, { timeout: this.timeoutMs, ...(options.jsApiPrefix ? { apiPrefix: options.jsApiPrefix } : {}) });
+    // checkAPI off: nats.js would ask the account's JetStream info first,
+    // which a tenant's account may not (it reaches its own buckets only).
+    this.js = jetstream(nc, { timeout: this.timeoutMs, checkAPI: false, ...(options.jsApiPrefix ? { apiPrefix: options.jsApiPrefix } : {}) } as Parameters<typeof jetstream>[1]);
     this.tenantInboxes = options.tenantInboxes ?? (process.env["LANELEDGER_TENANT_INBOXES"] === "on" || options.tenant !== undefined);
     if (options.tenant !== undefined) this.tenantInboxes = true;
     this.ownInboxPrefix = options.inboxPrefix ?? (options.tenant !== undefined ? inboxPrefix(options.tenant) : "_INBOX");
@@ -189,7 +191,14 @@ export class LedgerClient {
   /** Connect, failing within `connectTimeoutMs` (default 5 s) with
    * `unavailable`; once connected, reconnect for as long as it takes. */
   static async connect(url: string | string[], options: ConnectOptions = {}): Promise<LedgerClient> {
-    const servers = natsServers(url);
+    // Credentials in a URL (nats://user:pass@host:port, as Python takes them)
+    // become the connection's user and password; never printed.
+    const given = natsServers(url).map((entry) => new URL(entry));
+    const withUser = given.find((u) => u.username);
+    const servers = given.map((u) => `${u.protocol}//${u.host}`);
+    if (withUser !== undefined && options.user === undefined) {
+      options = { ...options, user: decodeURIComponent(withUser.username), pass: decodeURIComponent(withUser.password) };
+    }
     const inbox = options.inboxPrefix ?? (options.tenant !== undefined ? inboxPrefix(options.tenant) : undefined);
     let nc: NatsConnection;
     try {
