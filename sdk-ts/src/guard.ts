@@ -4,10 +4,14 @@
 // commit, the typed error propagates and the call never happens. Leaving
 // commits `attempt.completed` (with the outcome) or `attempt.failed` (with
 // the error, which is then re-raised). Another `call.attempt()` is a retry.
+// Causation follows the Korg spines (laneledger.sdk.spine): the prompt is
+// the root, an inference's request points at the previous inference (or the
+// prompt), a tool call's at the inference that asked for it, a retry at the
+// failure before it.
 
 import type { AppendCommitted } from "./client.js";
 import type { Event } from "./content.js";
-import { LedgerError } from "./errors.js";
+import { InvalidRequest, LedgerError } from "./errors.js";
 import type { LaneRecorder } from "./recorder.js";
 
 /** How a failed attempt names its error: type, message, and the ledger code. */
@@ -20,9 +24,40 @@ export function errorPayload(err: unknown): Record<string, unknown> {
   return error;
 }
 
+export const PROMPT_EVENT = "context.prompt_composed";
+export const PROMPT_KINDS = ["user", "subagent"] as const;
+
+/** One agent's spine, as event ids: its prompt and its latest inference. */
+export class Spine {
+  promptId: string | undefined;
+  lastInferenceId: string | undefined;
+
+  /** What the next inference's request, a tool call's request, or a turn hangs off. */
+  cause(): string | undefined {
+    return this.lastInferenceId ?? this.promptId;
+  }
+}
+
+export type Level = "strict" | "best_effort" | "unsupported";
+
+/** What this guard records and how (spec/adapters.md), in run.started's
+ * payload.adapter, as the Python adapters declare theirs. Not yet here:
+ * sub-agents, pauses (hitl) and crash recovery (resume). */
+export const GUARD_GUARANTEES = {
+  adapter: "laneledger.guard-ts",
+  version: "1",
+  hooks: {
+    run: "strict", turn: "strict", model_call: "strict", tool_call: "strict", requested_before_call: "strict",
+    outcome: "strict", cost: "strict", causation: "strict", subagent: "unsupported", streaming: "unsupported",
+    hitl: "unsupported",
+  } satisfies Record<string, Level>,
+  recovery: "none",
+};
+
 export class Guard {
   nextTurnNo: number;
   lastReceipt: AppendCommitted | undefined;
+  readonly spine = new Spine();
 
   constructor(
     readonly recorder: LaneRecorder,
@@ -30,6 +65,25 @@ export class Guard {
     opts: { nextTurnNo?: number } = {},
   ) {
     this.nextTurnNo = opts.nextTurnNo ?? 1;
+  }
+
+  /** `run.started`, its payload naming the guard's guarantees (`adapter`). */
+  async startRun(payload: Record<string, unknown> = {}): Promise<Event> {
+    const event = this.event("run.started", this.recorder.lane.run_id, { ...payload, adapter: GUARD_GUARANTEES });
+    await this.commit(event);
+    return event;
+  }
+
+  /** The spine's root. A prompt the harness did not observe says so: `synthesized`. */
+  async prompt(text?: string, opts: { kind?: (typeof PROMPT_KINDS)[number]; synthesized?: boolean; cause?: string; payload?: Record<string, unknown> } = {}): Promise<Event> {
+    const kind = opts.kind ?? "user";
+    if (!PROMPT_KINDS.includes(kind)) throw new InvalidRequest(`a prompt's kind is one of ${PROMPT_KINDS.join(", ")}`, { kind });
+    const body: Record<string, unknown> = { prompt_kind: kind, synthesized: opts.synthesized ?? false, ...(opts.payload ?? {}) };
+    if (text !== undefined) body["text"] = text;
+    const event = this.event(PROMPT_EVENT, this.laneId, body, opts.cause);
+    await this.commit(event);
+    this.spine.promptId = event["id"] as string;
+    return event;
   }
 
   get laneId(): string {
@@ -53,16 +107,16 @@ export class Guard {
   async turn<T>(body: (turn: TurnScope) => Promise<T>): Promise<T> {
     const turnNo = this.nextTurnNo++;
     const turn = await this.recorder.client.createTurn(this.laneId, turnNo, { tenant: this.tenant });
-    await this.commit(this.event("turn.started", turn.id, { turn_no: turnNo }));
+    await this.commit(this.event("turn.started", turn.id, { turn_no: turnNo }, this.spine.cause()));
     const scope = new TurnScope(this, turn.id);
     let result: T;
     try {
       result = await body(scope);
     } catch (err) {
-      await recordFailure(this, this.event("turn.failed", turn.id, { turn_no: turnNo, error: errorPayload(err) }), err);
+      await recordFailure(this, this.event("turn.failed", turn.id, { turn_no: turnNo, error: errorPayload(err) }, this.spine.lastInferenceId), err);
       throw err;
     }
-    await this.commit(this.event("turn.completed", turn.id, { ...scope.outcome, turn_no: turnNo }));
+    await this.commit(this.event("turn.completed", turn.id, { ...scope.outcome, turn_no: turnNo }, this.spine.lastInferenceId));
     return result;
   }
 }
@@ -116,9 +170,9 @@ export class ActionScope {
       ...(this.opts.idempotencyKey !== undefined ? { idempotencyKey: this.opts.idempotencyKey } : {}),
     });
     this.actionId = action.id;
-    const started = g.event("action.started", action.id, { action_type: this.actionType, name: this.name, ...(this.opts.args ? { args: this.opts.args } : {}) });
+    this.cause = g.spine.cause(); // the inference before (or the prompt)
+    const started = g.event("action.started", action.id, { action_type: this.actionType, name: this.name, ...(this.opts.args ? { args: this.opts.args } : {}) }, this.cause);
     await g.commit(started);
-    this.cause = started["id"] as string;
     const payload = { action_type: this.actionType, name: this.name };
     let result: T;
     try {
@@ -147,7 +201,7 @@ export class ActionScope {
     }
     const request = g.event("attempt.requested", attempt.id, base, this.lastFailure ?? this.cause);
     await g.commit(request); // if this throws, the external call never runs
-    const scope = new AttemptScope(attempt.id);
+    const scope = new AttemptScope(this, attempt.id);
     const started = performance.now();
     let result: T;
     try {
@@ -160,21 +214,46 @@ export class ActionScope {
       throw err;
     }
     const completed = g.event("attempt.completed", attempt.id, { ...base, duration_ms: Math.round(performance.now() - started), outcome: scope.outcome }, request["id"] as string);
-    await g.commit(completed);
+    const cost = scope.cost === undefined ? [] : [g.event("cost.recorded", attempt.id, { ...scope.cost, action_id: this.actionId, attempt_id: attempt.id }, completed["id"] as string)];
+    await g.commit(completed, ...cost);
     this.lastTerminal = completed["id"] as string;
     this.succeeded = true;
+    if (this.actionType === "model_call") g.spine.lastInferenceId = completed["id"] as string;
     return result;
   }
 }
 
 export class AttemptScope {
   outcome: Record<string, unknown> = {};
+  cost: Record<string, unknown> | undefined;
 
-  constructor(readonly attemptId: string) {}
+  constructor(
+    readonly action: ActionScope,
+    readonly attemptId: string,
+  ) {}
 
   /** The attempt's outcome, committed with `attempt.completed`. */
   complete(outcome: Record<string, unknown>): void {
     Object.assign(this.outcome, outcome);
+  }
+
+  /** A model call's outcome: text, thinking, tokens, and its cost (a
+   * decimal string: then `cost.recorded` commits with the outcome). */
+  inference(fields: {
+    text?: string; thinking?: string; inputTokens?: number; outputTokens?: number; cacheReadTokens?: number;
+    cacheWriteTokens?: number; cost?: string; currency?: string; outcome?: Record<string, unknown>;
+  }): void {
+    if (this.action.actionType !== "model_call") throw new InvalidRequest("inference() is for model calls", { action_type: this.action.actionType });
+    const tokens = Object.fromEntries(
+      Object.entries({ input_tokens: fields.inputTokens, output_tokens: fields.outputTokens, cache_read_tokens: fields.cacheReadTokens, cache_write_tokens: fields.cacheWriteTokens })
+        .filter(([, v]) => v !== undefined),
+    );
+    const texts = Object.fromEntries(Object.entries({ text: fields.text, thinking: fields.thinking }).filter(([, v]) => v !== undefined));
+    Object.assign(this.outcome, texts, tokens, fields.outcome ?? {});
+    if (fields.cost !== undefined) {
+      if (this.action.opts.provider === undefined) throw new InvalidRequest("a cost needs the model call's provider", { field: "provider" });
+      this.cost = { provider: this.action.opts.provider, model: this.action.name, amount: fields.cost, currency: fields.currency ?? "USD", ...tokens };
+    }
   }
 }
 

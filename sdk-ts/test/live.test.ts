@@ -10,7 +10,7 @@ import { after, before, test } from "node:test";
 
 import {
   appendDigest, EntityNotFound, Guard, IdempotencyViolation, InvalidRequest, LaneConflict, LaneRecorder, LedgerClient,
-  LedgerUnavailable, newId, TenantMismatch, type Lane, generatePrivateKey, makeEvent, SignatureRequired, signEvent,
+  LedgerUnavailable, newId, TenantMismatch, type Lane, GUARD_GUARANTEES, RequestTooLarge, generatePrivateKey, makeEvent, SignatureRequired, signEvent,
 } from "../src/index.js";
 
 const URL = process.env["LANELEDGER_TS_NATS_URL"];
@@ -108,6 +108,19 @@ test("typed errors: an unknown lane, a wrong tenant, a malformed URL, no server"
   }
 });
 
+test("an append over 1 MiB is request_too_large, refused before anything is sent", { skip }, async () => {
+  const recorder = await LaneRecorder.open(client, "acme", SESSION, "r1", "too-large", { actorId });
+  // 1,200 values of 1,000 bytes: none over 1 KiB, so none becomes a reference.
+  const payload = Object.fromEntries(Array.from({ length: 1200 }, (_, i) => [`k${i}`, "v".repeat(1000)]));
+  await assert.rejects(recorder.append([recorder.event("note.acme.step", { actorId, payload })]), (err: unknown) => {
+    assert.ok(err instanceof RequestTooLarge);
+    assert.equal(err.details["limit_bytes"], 1024 * 1024);
+    assert.ok((err.details["size_bytes"] as number) > 1024 * 1024);
+    return true;
+  });
+  assert.equal(await recorder.reload(), 0);
+});
+
 test("a tenant's client: its own inbox, subjects and uploads bucket", { skip }, async () => {
   const scoped = await LedgerClient.connect(URL as string, { tenant: "acme" });
   try {
@@ -165,6 +178,33 @@ test("signed producers: a keyed actor's events are signed, an unsigned one is re
   // Signed over a secret: its signature would not cover what is sent, refused before sending.
   const secret = signEvent({ ...unsigned, id: newId(), payload: { password: "hunter2" } }, key);
   await assert.rejects(client.append(recorder.lane, 1, [secret]), (err: unknown) => err instanceof InvalidRequest && err.details["path"] === "$.events[0]");
+});
+
+test("the guard's spine: prompt → inference → the tool call it asked for; costs; run.started names its guarantees", { skip }, async () => {
+  const recorder = await LaneRecorder.open(client, "acme", SESSION, "r1", "spine", { actorId });
+  const guard = new Guard(recorder, actorId);
+  await guard.startRun();
+  const prompt = await guard.prompt("fix the failing test");
+  await guard.turn(async (turn) => {
+    await turn.modelCall("claude-sonnet-4", { provider: "anthropic" }, (call) =>
+      call.attempt(async (attempt) => attempt.inference({ text: "run the tests", inputTokens: 1200, outputTokens: 300, cost: "0.0123" })),
+    );
+    await turn.toolCall("run_tests", { effect: "read", idempotency: "inherent" }, (call) => call.attempt(async (attempt) => attempt.complete({ passed: true })));
+  });
+  const events = (await client.loadLane(recorder.lane.id)).events;
+  const byType = (type: string, actionType?: string) =>
+    events.filter((e) => e["event_type"] === type && (actionType === undefined || (e["payload"] as Record<string, unknown>)["action_type"] === actionType));
+  const [started] = byType("run.started");
+  assert.deepEqual((started?.["payload"] as Record<string, unknown>)["adapter"], GUARD_GUARANTEES);
+  const [inferenceRequest] = byType("attempt.requested", "model_call");
+  const [inference] = byType("attempt.completed", "model_call");
+  const [toolRequest] = byType("attempt.requested", "tool_call");
+  assert.equal(inferenceRequest?.["causation_id"], prompt["id"]);
+  assert.equal(inference?.["causation_id"], inferenceRequest?.["id"]);
+  assert.equal(toolRequest?.["causation_id"], inference?.["id"]);
+  const [cost] = byType("cost.recorded");
+  assert.equal((cost?.["payload"] as Record<string, unknown>)["amount"], "0.0123");
+  assert.equal(cost?.["causation_id"], inference?.["id"]);
 });
 
 test("an append the Python SDK will retry", { skip }, async () => {
