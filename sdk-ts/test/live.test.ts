@@ -10,7 +10,7 @@ import { after, before, test } from "node:test";
 
 import {
   appendDigest, EntityNotFound, Guard, IdempotencyViolation, InvalidRequest, LaneConflict, LaneRecorder, LedgerClient,
-  LedgerUnavailable, newId, TenantMismatch, type Lane, GUARD_GUARANTEES, RequestTooLarge, generatePrivateKey, makeEvent, SignatureRequired, signEvent,
+  LedgerUnavailable, newId, TenantMismatch, GUARD_GUARANTEES, RequestTooLarge, generatePrivateKey, makeEvent, SignatureRequired, signEvent,
 } from "../src/index.js";
 
 const URL = process.env["LANELEDGER_TS_NATS_URL"];
@@ -29,10 +29,6 @@ before(async () => {
 after(async () => {
   if (!skip) await client.close();
 });
-
-async function lane(name: string, on = client, tenant = "acme"): Promise<Lane> {
-  return on.createLane(tenant, SESSION, "r1", name, { actorId });
-}
 
 test("an append commits, its digest is the local one, and a resend is a replay", { skip }, async () => {
   const recorder = await LaneRecorder.open(client, "acme", SESSION, "r1", "main", { actorId });
