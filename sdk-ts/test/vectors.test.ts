@@ -9,7 +9,7 @@ import { fileURLToPath } from "node:url";
 
 import {
   appendDigest, canonicalString, ChainFault, checkSignature, entryHash, externalize, GENESIS_HASH, loadPrivateKey, loadPublicKey, NotCanonicalizable,
-  publicKeyHex, Redactor, redactEvent, refsIn, signEvent, verifyChain,
+  publicKeyHex, Redactor, redactEvent, refsIn, signEvent, verifyChain, ERRORS_BY_CODE, errorFromWire, LedgerError, StoreError,
 } from "../src/index.js";
 
 // dist/test/ -> the repository's spec/vectors
@@ -107,4 +107,27 @@ test("signing vector: ed25519 over the event without its signature, deterministi
     assert.ok(checkSignature(event, loadPublicKey(vector.public_key)));
     assert.ok(!checkSignature({ ...event, event_type: "note.acme.other" }, loadPublicKey(vector.public_key)));
   }
+});
+
+test("spec/errors.md: exactly its codes, each with its class and retryability", () => {
+  const text = readFileSync(join(VECTORS, "..", "errors.md"), "utf8");
+  const section = (text.split("\n## Codes\n")[1] ?? "").split("\n## ")[0] ?? "";
+  const rows = section.split("\n").filter((line) => line.startsWith("| `"));
+  const codes = rows.map((row) => {
+    const cells = row.replace(/^\||\|$/g, "").split("|").map((c) => c.trim());
+    const [code, className, retryable] = [cells[0]?.replace(/`/g, ""), cells[1]?.replace(/`/g, ""), cells[4]];
+    const cls = ERRORS_BY_CODE.get(code as string);
+    assert.ok(cls, `${code} has no class`);
+    assert.equal(cls.name, className, code);
+    const err = errorFromWire({ code: code as string, message: "m", details: { a: 1 } });
+    assert.ok(err instanceof cls && err.code === code && err.message === "m" && err.details["a"] === 1);
+    if (cls !== LedgerError) assert.equal(err.retryable ? "yes" : "no", retryable, code);
+    return code;
+  });
+  assert.deepEqual(new Set(codes), new Set(ERRORS_BY_CODE.keys()));
+  assert.equal(codes.length, ERRORS_BY_CODE.size);
+  // A code from a newer server is kept, with its retryable.
+  const newer = errorFromWire({ code: "brand_new", message: "x", retryable: true });
+  assert.ok(newer instanceof LedgerError && newer.code === "brand_new" && newer.retryable);
+  assert.ok(errorFromWire({ code: "lane_conflict", message: "x" }) instanceof StoreError);
 });
