@@ -9,7 +9,7 @@ import { fileURLToPath } from "node:url";
 
 import {
   appendDigest, canonicalString, ChainFault, checkSignature, entryHash, externalize, GENESIS_HASH, loadPrivateKey, loadPublicKey, NotCanonicalizable,
-  publicKeyHex, Redactor, redactEvent, refsIn, signEvent, verifyChain, ERRORS_BY_CODE, errorFromWire, LedgerError, StoreError,
+  publicKeyHex, Redactor, redactEvent, refsIn, signEvent, verifyChain, ERRORS_BY_CODE, errorFromWire, LedgerError, StoreError, Subjects, token, inboxPrefix, tenantHeaders,
 } from "../src/index.js";
 
 // dist/test/ -> the repository's spec/vectors
@@ -130,4 +130,23 @@ test("spec/errors.md: exactly its codes, each with its class and retryability", 
   const newer = errorFromWire({ code: "brand_new", message: "x", retryable: true });
   assert.ok(newer instanceof LedgerError && newer.code === "brand_new" && newer.retryable);
   assert.ok(errorFromWire({ code: "lane_conflict", message: "x" }) instanceof StoreError);
+});
+
+test("subjects vector: tokens, inboxes, tenant headers, subjects and buckets", () => {
+  for (const v of load("laneledger", "subjects.json")) {
+    const subjects = new Subjects(v.prefix);
+    const got = {
+      token: token(v.id),
+      inbox_prefix: inboxPrefix(v.id),
+      tenant_headers: tenantHeaders(v.id) ?? null,
+      append: subjects.append(v.id, "lane 1"),
+      command: subjects.command("get_lane", v.id),
+      command_trusted: subjects.command("get_lane"),
+      blob_bucket: subjects.blobBucket,
+      tenant_blob_bucket: subjects.tenantBlobBucket(v.id),
+      uploads_bucket: subjects.uploadsBucket(v.id),
+    };
+    const { prefix: _prefix, id: _id, ...expected } = v;
+    assert.deepEqual(got, expected, `${v.prefix} ${JSON.stringify(v.id)}`);
+  }
 });

@@ -24,6 +24,8 @@ from laneledger.contract.contentref import externalize, refs_in
 from laneledger.contract.errors import LedgerError
 from laneledger.contract.redaction import Redactor, redact_event
 from laneledger.contract.signing import load_private_key, public_key_hex, sign_event
+from laneledger.contract.subjects import Subjects, inbox_prefix, tenant_headers, token
+from laneledger.sdk.blobstore import bucket_name, tenant_bucket_name, tenant_uploads_bucket_name
 
 HERE = Path(__file__).resolve().parent
 
@@ -139,6 +141,44 @@ def signing_vector() -> dict[str, Any]:
         "public_key": public_key_hex(key),
         "signed": [sign_event({k: v for k, v in e.items() if k != "signature"}, key) for e in events],
     }
+
+
+SUBJECT_IDS = [
+    "acme",
+    "Acme-Corp-42",
+    "acme.corp",
+    "sess 42",
+    "a" * 64,
+    "a" * 65,
+    "",
+    "t_1",
+    "caf\u00e9",
+    "x>y*",
+]
+
+
+def subjects_vector() -> list[dict[str, Any]]:
+    """How ids become subject tokens, inboxes, command subjects and buckets."""
+    out = []
+    for prefix in ("ledger", "acme.prod"):
+        subjects = Subjects(prefix)
+        for value in SUBJECT_IDS:
+            out.append(
+                {
+                    "prefix": prefix,
+                    "id": value,
+                    "token": token(value),
+                    "inbox_prefix": inbox_prefix(value),
+                    "tenant_headers": tenant_headers(value),
+                    "append": subjects.append(value, "lane 1"),
+                    "command": subjects.command("get_lane", value),
+                    "command_trusted": subjects.command("get_lane"),
+                    "blob_bucket": bucket_name(subjects),
+                    "tenant_blob_bucket": tenant_bucket_name(token(value), subjects),
+                    "uploads_bucket": tenant_uploads_bucket_name(token(value), subjects),
+                }
+            )
+    return out
 
 
 def _content_payloads() -> list[dict[str, Any]]:
@@ -350,6 +390,7 @@ def files() -> dict[str, str]:
         "content.json": content_vectors(),
         "redaction.json": redaction_vectors(),
         "signing.json": signing_vector(),
+        "subjects.json": subjects_vector(),
     }
     return {name: json.dumps(data, indent=1, ensure_ascii=True) + "\n" for name, data in made.items()}
 
