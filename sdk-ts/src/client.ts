@@ -46,7 +46,14 @@ export interface Actor { id: string; tenant: string; key: string; kind: string; 
 export interface Turn { id: string; lane_id: string; turn_no: number; created_at: string }
 export interface Action { id: string; lane_id: string; turn_id: string; action_type: string; name: string; effect: string; idempotency: string; idempotency_key?: string | null; created_at: string }
 export interface Attempt { id: string; lane_id: string; action_id: string; attempt_no: number; created_at: string }
-export interface LanePage { lane: Lane; events: Record<string, unknown>[]; has_more: boolean }
+export type CommittedEvent = Record<string, unknown>;
+export interface LanePage { lane: Lane; events: CommittedEvent[]; has_more: boolean }
+export interface StructureCursor { lanes: number; turns: number; actions: number; attempts: number }
+export interface Structure { session_id: string; tenant: string; run_id?: string | null; lanes: Lane[]; turns: Turn[]; actions: Action[]; attempts: Attempt[] }
+export interface StructurePage extends Structure { next: StructureCursor; has_more: boolean }
+export interface EventsPage { session_id: string; tenant: string; run_id?: string | null; events: CommittedEvent[]; next_position: number; has_more: boolean }
+/** A session (or run) whole: its structure and every event, read page by page. */
+export interface SessionView extends Structure { run_ids: string[]; events: CommittedEvent[] }
 
 export interface AppendCommitted {
   outcome: "committed";
@@ -337,6 +344,69 @@ export class LedgerClient {
       events: page.events ?? [],
       has_more: page.has_more ?? false,
     }));
+  }
+
+  /** A lane's events after `afterSeq`, page by page to the end. A page
+   * whose reply would be over the server's max_payload is asked again at
+   * half the length, down to one event; the pages after it grow back. */
+  async *lanePages(laneId: string, afterSeq = 0, opts: { limit?: number; tenant?: string } = {}): AsyncGenerator<LanePage> {
+    const limit = opts.limit ?? 1000;
+    let size = limit;
+    for (;;) {
+      let page: LanePage;
+      try {
+        page = await this.loadLane(laneId, afterSeq, size, { ...(opts.tenant ? { tenant: opts.tenant } : {}) });
+      } catch (err) {
+        if (!(err instanceof RequestTooLarge) || size === 1) throw err;
+        size = Math.max(1, Math.floor(size / 2));
+        continue;
+      }
+      yield page;
+      const last = page.events.at(-1);
+      if (last === undefined || !page.has_more) return;
+      afterSeq = last["seq"] as number;
+      size = Math.min(limit, size * 2);
+    }
+  }
+
+  /** A session's (with `runId`, a run's) whole structure, page by page. */
+  async loadStructure(sessionId: string, runId?: string, opts: { tenant?: string } = {}): Promise<Structure> {
+    const ask = (after: StructureCursor, tenant: string | undefined) =>
+      this.command<StructurePage>("load_structure", { session_id: sessionId, run_id: runId, after, limit: 1000, tenant });
+    let page = await ask({ lanes: 0, turns: 0, actions: 0, attempts: 0 }, opts.tenant);
+    const whole: Structure = { session_id: page.session_id, tenant: page.tenant, run_id: page.run_id ?? null, lanes: [], turns: [], actions: [], attempts: [] };
+    for (;;) {
+      whole.lanes.push(...(page.lanes ?? []).map(withLaneDefaults));
+      whole.turns.push(...(page.turns ?? []));
+      whole.actions.push(...(page.actions ?? []));
+      whole.attempts.push(...(page.attempts ?? []));
+      if (!page.has_more) return whole;
+      // Every later page is of the first page's tenant (the id may have been resolved to it).
+      const next: Partial<StructureCursor> = page.next ?? {}; // fields at 0 are left out of replies
+      page = await ask({ lanes: next.lanes ?? 0, turns: next.turns ?? 0, actions: next.actions ?? 0, attempts: next.attempts ?? 0 }, page.tenant);
+    }
+  }
+
+  /** A session's (run's) events after `afterPosition`, page by page to the end. */
+  async *eventsPages(sessionId: string, runId?: string, opts: { tenant?: string } = {}): AsyncGenerator<EventsPage> {
+    let after = 0;
+    for (;;) {
+      const op = runId === undefined ? "load_session" : "load_run";
+      const page = await this.command<EventsPage>(op, { session_id: sessionId, run_id: runId, after_position: after, limit: 1000, tenant: opts.tenant });
+      const events = page.events ?? [];
+      yield { ...page, events, has_more: page.has_more ?? false };
+      if (!page.has_more) return;
+      after = page.next_position;
+    }
+  }
+
+  /** A session (with `runId`: a run) whole, however large: each reply is one page. */
+  async loadSession(sessionId: string, opts: { runId?: string; tenant?: string } = {}): Promise<SessionView> {
+    const structure = await this.loadStructure(sessionId, opts.runId, { ...(opts.tenant ? { tenant: opts.tenant } : {}) });
+    const events: CommittedEvent[] = [];
+    for await (const page of this.eventsPages(sessionId, opts.runId, { tenant: structure.tenant })) events.push(...page.events);
+    const runIds = [...new Set(structure.lanes.map((lane) => lane.run_id))].sort();
+    return { ...structure, run_ids: runIds, events };
   }
 
   getReceipt(appendId: string, opts: { tenant?: string } = {}): Promise<AppendCommitted> {

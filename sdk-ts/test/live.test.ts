@@ -203,6 +203,24 @@ test("the guard's spine: prompt → inference → the tool call it asked for; co
   assert.equal(cost?.["causation_id"], inference?.["id"]);
 });
 
+test("reading back: a session whole, a lane page by page", { skip }, async () => {
+  const session = `ts-read-${newId()}`;
+  const main = await LaneRecorder.open(client, "acme", session, "r1", "main", { actorId });
+  const other = await LaneRecorder.open(client, "acme", session, "r2", "main", { actorId });
+  for (let i = 0; i < 7; i++) await main.append([main.event("note.acme.step", { actorId, payload: { i } })]);
+  await other.append([other.event("note.acme.step", { actorId })]);
+  await client.createTurn(main.lane.id, 1, { tenant: "acme" });
+  const view = await client.loadSession(session);
+  assert.deepEqual(view.run_ids, ["r1", "r2"]);
+  assert.equal(view.lanes.length, 2);
+  assert.equal(view.turns.length, 1);
+  assert.equal(view.events.length, 8);
+  assert.equal((await client.loadSession(session, { runId: "r1" })).events.length, 7);
+  const pages = [];
+  for await (const page of client.lanePages(main.lane.id, 2, { limit: 2 })) pages.push(page.events.map((e) => e["seq"]));
+  assert.deepEqual(pages, [[3, 4], [5, 6], [7]]);
+});
+
 test("an append the Python SDK will retry", { skip }, async () => {
   const out = process.env["LANELEDGER_TS_OUT"];
   if (out === undefined) return;
