@@ -38,7 +38,9 @@ test: $(STAMP) test-programs
 test-fast: $(STAMP)
 	$(PYTEST_PARALLEL) -m "not nats and not browser"
 
+# Also the layers (laneledger.devtools.layers): no upward import, no cycle.
 lint: $(STAMP)
+	$(BIN)/python -m laneledger.devtools.layers
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

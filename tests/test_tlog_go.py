@@ -19,7 +19,7 @@ import pytest
 from external_programs import GO, GO_PATH, GO_X_MOD
 
 from laneledger.contract.errors import NoteSignatureInvalid
-from laneledger.store.sqlite import Durability, open_database, transaction
+from laneledger.sqlite import Durability, open_database, transaction
 from laneledger.tlog import merkle, store
 from laneledger.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
 from laneledger.tlog.cosignature import Cosigner

@@ -33,7 +33,7 @@ from laneledger.runtime.servicemain import (
     until_stopped,
 )
 from laneledger.sdk.natsconnect import connect_nats
-from laneledger.store.sqlite import remove_database
+from laneledger.sqlite import remove_database
 from laneledger.tlog.cosignature import CosignatureVerifier
 
 from .korg import KorgSettings

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import msgspec
 
 from laneledger.contract.errors import InternalError, InvalidRequest
-from laneledger.store.sqlite import transaction
+from laneledger.sqlite import transaction
 from laneledger.store.tree import extend_tree, leaf_of
 from laneledger.tlog import merkle
 from laneledger.tlog import store as tree_store

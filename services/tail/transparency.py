@@ -32,7 +32,7 @@ from laneledger.contract.errors import (
 from laneledger.runtime.access import scope_of
 from laneledger.runtime.apidoc import JSON_MEDIA, error_responses, json_body, parameter
 from laneledger.runtime.httpjson import json_response
-from laneledger.store.sqlite import failures_as
+from laneledger.sqlite import failures_as
 from laneledger.tlog import store as tree_store
 from laneledger.tlog.bundle import make_bundle
 from laneledger.tlog.checkpoint import Checkpoint
