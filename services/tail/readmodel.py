@@ -43,7 +43,9 @@ from laneledger.sqlite import (
     record_applied_position,
     transaction,
 )
-from laneledger.tlog.checkpoint import Checkpoint
+from laneledger.tlog.checkpoint import (
+    TreeHead as Checkpoint,  # the tlog's; the name goes when this file is reworked
+)
 from laneledger.tlog.note import Signature
 
 from . import tlogmodel

@@ -35,7 +35,9 @@ from laneledger.runtime.httpjson import json_response
 from laneledger.sqlite import failures_as
 from laneledger.tlog import store as tree_store
 from laneledger.tlog.bundle import make_bundle
-from laneledger.tlog.checkpoint import Checkpoint
+from laneledger.tlog.checkpoint import (
+    TreeHead as Checkpoint,  # the tlog's; the name goes when this file is reworked
+)
 from laneledger.tlog.cosignature import CosignatureVerifier
 from laneledger.tlog.note import Signature, split_note
 from laneledger.tlog.sessionbundle import session_bundle_chunks

@@ -34,7 +34,7 @@ from laneledger.contract.chain import LaneChains
 from laneledger.contract.errors import InvalidRequest, LedgerError, MalformedMessage, ProofInvalid
 from laneledger.tlog import store
 from laneledger.tlog.bundle import Bundle, Verified, check_tree, verify_bundle
-from laneledger.tlog.checkpoint import Checkpoint
+from laneledger.tlog.checkpoint import TreeHead
 from laneledger.tlog.leaves import leaf_index
 from laneledger.tlog.note import NoteVerifier
 
@@ -139,7 +139,7 @@ def session_bundle_chunks(
     yielded: a checkpoint not of this tree, or a session with no event in it,
     raises before the first byte. Each page calls ``connect()`` anew, so the
     iterator may be advanced from any thread that has a connection."""
-    checkpoint = Checkpoint.of_note(signed_checkpoint)
+    checkpoint = TreeHead.of_note(signed_checkpoint)
     check_tree(connect(), checkpoint)
     entries, after = _entries(connect(), tenant, session_id, checkpoint.size, 0, page_events, page_bytes)
     if not entries:
