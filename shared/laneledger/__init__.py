@@ -15,9 +15,9 @@ is reached through its subpackage, by audience:
 * ``laneledger.cli``: the ``laneledger`` command
 
 The packages form layers, each importing only those below it (contract →
-sqlite/sdk → tlog/runtime/history → store → audit/compat/otel/devtools →
-adapters → cli and the services), with no import cycle: the contract is
-``laneledger.devtools.layers``, which ``make lint`` checks.
+sqlite → tlog → store | sdk → runtime | history → audit | compat | otel |
+devtools → adapters → cli | the services), with no import cycle: the
+contract is ``laneledger.devtools.layers``, which ``make lint`` checks.
 """
 
 from laneledger.contract.errors import (

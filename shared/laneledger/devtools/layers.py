@@ -5,15 +5,16 @@ of its own layer nor above; and no module may import itself back through
 others (no import cycle). Bottom to top:
 
 0. ``contract``: the wire contract, no I/O
-1. ``sqlite`` (how every SQLite file is opened, its errors translated),
-   ``sdk`` (the producer SDK)
-2. ``tlog`` (the transparency log and its tree), ``runtime`` (what the
-   services share), ``history`` (causal graph, rewind, fork)
-3. ``store`` (the SQLite ledger), ``laneledger`` itself (the public API,
-   re-exported from ``sdk`` and ``contract``)
-4. ``audit``, ``compat``, ``otel``, ``devtools``
-5. ``adapters`` (built on ``compat``'s Korg mapping)
-6. ``cli`` and each service (``services.<name>``): none imports another
+1. ``sqlite``: how every SQLite file is opened, its errors translated
+2. ``tlog``: the transparency log and its tree
+3. ``store`` (the SQLite ledger) and ``sdk`` (the producer SDK): neither
+   knows the other; the SDK reaches the ledger over NATS only
+4. ``runtime`` (what the services share), ``history`` (causal graph,
+   rewind, fork), ``laneledger`` itself (the public API, re-exported from
+   ``sdk`` and ``contract``)
+5. ``audit``, ``compat``, ``otel``, ``devtools``
+6. ``adapters`` (built on ``compat``'s Korg mapping)
+7. ``cli`` and each service (``services.<name>``): none imports another
 
 Imports under ``TYPE_CHECKING`` and inside functions count: a dependency
 hidden from the import-time graph is a dependency still.
@@ -36,13 +37,14 @@ from pathlib import Path
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"contract"}),
-    frozenset({"sqlite", "sdk"}),
-    frozenset({"tlog", "runtime", "history"}),
-    frozenset({"store", "laneledger"}),
+    frozenset({"sqlite"}),
+    frozenset({"tlog"}),
+    frozenset({"store", "sdk"}),
+    frozenset({"runtime", "history", "laneledger"}),
     frozenset({"audit", "compat", "otel", "devtools"}),
     frozenset({"adapters"}),
     frozenset(
-        {"cli", "services", "services.checkpoint", "services.metrics", "services.sequencer", "services.tail"}
+        {"cli", "services"} | {f"services.{name}" for name in ("checkpoint", "metrics", "sequencer", "tail")}
     ),
 )
 

@@ -14,7 +14,7 @@ keeps its own shape (a consumer that re-reads, a follower that starts over)
 and only needs the next pause. Both take their ``sleep``, ``clock`` and
 random draw as arguments, so tests run them without waiting.
 
-In ``laneledger.sdk`` (the layer every other retrying package stands on).
+In ``laneledger.sdk``, the lowest layer that retries (laneledger.devtools.layers).
 """
 
 from __future__ import annotations
