@@ -88,10 +88,11 @@ async def retry(
     clock: Callable[[], float] = time.monotonic,
     draw: Callable[[], float] = random.random,
 ) -> T:
-    """``await action()`` until it returns; a failure ``retry_on`` accepts is
-    tried again after a pause (``on_retry(exc, pause)`` first: a log line)
-    while the policy's budgets allow, and is raised once they do not. Any
-    other exception (cancellation included) leaves at once."""
+    """``await action()`` until it returns. After a failure ``retry_on``
+    accepts, the action is run again after a pause (``on_retry(exc, pause)``
+    first: a log line) while the policy's budgets allow; once they do not,
+    that failure is raised. Any other exception (cancellation included)
+    leaves at once."""
     started = clock()
     failures = 0
     while True:
