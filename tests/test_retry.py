@@ -1,6 +1,7 @@
 """The one retry policy (laneledger.sdk.retry), in-process on a fake clock:
-the pauses it draws, what it retries, its attempt and time budgets, and the
-policies of the loops that use it, pause for pause."""
+the pauses it draws, what it retries, its attempt and time budgets, the
+policies of the loops that use it, pause for pause, and the OpenAI Agents
+recorder's rules for what it gives up."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import logging
 
 import pytest
 
-from laneledger.adapters.openai_agents_mapping import RECORD_BACKOFF
+from laneledger.adapters.openai_agents_mapping import RECORD_BACKOFF, TraceMapper
 from laneledger.contract.errors import InvalidRequest, LedgerError, LedgerUnavailable, TransportError
 from laneledger.otel.live import AWAY_BACKOFF
 from laneledger.runtime.follow import REREAD_BACKOFF
@@ -207,3 +208,28 @@ def test_a_backoff_that_cannot_pause_is_refused() -> None:
 def test_each_loop_keeps_the_bounds_it_had(backoff: Backoff, ceilings: list[float]) -> None:
     assert [backoff.ceiling(n) for n in range(len(ceilings))] == ceilings
     assert backoff.attempts is None and backoff.within is None  # budgets are per call
+
+
+def recorder_mapper() -> TraceMapper:
+    """The OpenAI Agents recorder's mapper; ``retrying`` never touches its client."""
+    return TraceMapper(None, tenant="acme", strict_tools=False)  # type: ignore[arg-type]
+
+
+def test_the_agents_recorder_drops_a_refusal_at_once_and_counts_it() -> None:
+    mapper, refused = recorder_mapper(), Flaky(1, InvalidRequest("bad span"))
+    assert asyncio.run(mapper.retrying("a span", refused)) is None
+    assert refused.calls == 1 and mapper.lost == 1
+
+
+def test_the_agents_recorder_stops_retrying_once_its_close_deadline_passed() -> None:
+    mapper, down = recorder_mapper(), Flaky(5, LedgerUnavailable("down"))
+    mapper.give_up_at = 0.0  # closed, and its deadline long past
+    assert asyncio.run(mapper.retrying("a span", down)) is None
+    assert down.calls == 1 and mapper.lost == 1
+
+
+def test_the_agents_recorder_lets_a_bug_through() -> None:
+    mapper = recorder_mapper()
+    with pytest.raises(KeyError):
+        asyncio.run(mapper.retrying("a span", Flaky(1, KeyError("trace"))))
+    assert mapper.lost == 0
