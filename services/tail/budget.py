@@ -89,6 +89,9 @@ class ReadBudget:
         return Hold(self, key, nbytes)
 
     async def _acquire(self, key: str, nbytes: int, wait_s: float | None) -> None:
+        if not self._waiters and self._fits(key, nbytes):
+            self._take(key, nbytes)  # the usual case: no future, no queue
+            return
         waiter = _Waiter(key, nbytes)
         self._waiters.append(waiter)
         self._grant()

@@ -140,18 +140,19 @@ class Tail:
             if out.gone():
                 return  # the client left while we waited
             changed = feed.changed()
-            try:
-                # The page is held against the tail's read memory (budget.py)
-                # from its read until it is written. Waiting for it, the tail
-                # still looks every CLIENT_CHECK_S whether its client left.
-                async with self._budget.hold(scope, PAGE_RESERVE, wait_s=CLIENT_CHECK_S) as held:
-                    cursor, sent, end = await self._send_page(out, held, filt, cursor, gone)
-            except QuotaExceeded:
-                continue
-            if end:
-                return
-            if sent:
-                last_write = loop.time()
+            if cursor < feed.applied:
+                try:
+                    # The page is held against the tail's read memory (budget.py)
+                    # from its read until it is written. Waiting for it, the tail
+                    # still looks every CLIENT_CHECK_S whether its client left.
+                    async with self._budget.hold(scope, PAGE_RESERVE, wait_s=CLIENT_CHECK_S) as held:
+                        cursor, sent, end = await self._send_page(out, held, filt, cursor, gone)
+                except QuotaExceeded:
+                    continue
+                if end:
+                    return
+                if sent:
+                    last_write = loop.time()
             if cursor < feed.applied:
                 continue  # more to read right away
             idle = self._heartbeat_s - (loop.time() - last_write)
