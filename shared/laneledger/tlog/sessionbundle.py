@@ -23,7 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
@@ -131,7 +131,7 @@ def session_bundle_chunks(
     *,
     page_events: int = PAGE_EVENTS,
     page_bytes: int = PAGE_BYTES,
-) -> Iterator[bytes]:
+) -> Generator[bytes, None, None]:
     """The bundle's JSON, a page of entries at a time (at most ``page_events``
     events, and about ``page_bytes``), so no reader holds a big session whole.
     The events are those of the session within the checkpoint's tree. The
