@@ -38,7 +38,10 @@ test: $(STAMP) test-programs sdk-ts
 test-fast: $(STAMP)
 	$(PYTEST_PARALLEL) -m "not nats and not browser"
 
+# Also the layers (laneledger.devtools.layers): no upward import, no cycle;
+# and the TypeScript SDK's type check (sdk-ts: tsc, strict).
 lint: $(STAMP) sdk-ts
+	$(BIN)/python -m laneledger.devtools.layers
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

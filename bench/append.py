@@ -74,9 +74,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
 import json
-import math
 import os
 import signal
 import sqlite3
@@ -103,6 +101,7 @@ from laneledger.contract.canonical import canonicalize  # noqa: E402
 from laneledger.contract.ids import new_id  # noqa: E402
 from laneledger.contract.model import Lane  # noqa: E402
 from laneledger.contract.subjects import Subjects  # noqa: E402
+from laneledger.devtools.benchkit import die_with_parent, percentile  # noqa: E402
 from laneledger.devtools.natscluster import NatsCluster  # noqa: E402
 from laneledger.devtools.natsserver import NatsServer  # noqa: E402
 from laneledger.sdk.client import LedgerClient  # noqa: E402
@@ -158,26 +157,6 @@ def system_busy_seconds() -> tuple[float, float]:
     idle = parts[3] + parts[4]  # idle + iowait
     total = sum(parts[:8])
     return (total - idle) / CLK_TCK, total / CLK_TCK
-
-
-def _die_with_parent() -> None:
-    """In a child, before exec: SIGTERM it when this process dies (Linux)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def terminate(proc: subprocess.Popen, timeout_s: float = 20.0) -> None:
-    """SIGTERM a child started in its own session and wait; SIGKILL its group if it hangs."""
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 @dataclass
@@ -270,14 +249,6 @@ def histogram(m0: dict[str, float], m1: dict[str, float], prefix: str, scale: fl
     return out
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of an ascending list."""
-    if not sorted_values:
-        return float("nan")
-    rank = max(1, math.ceil(q / 100.0 * len(sorted_values)))
-    return sorted_values[rank - 1]
-
-
 # -- the benchmark ----------------------------------------------------------------------------
 
 
@@ -355,7 +326,7 @@ class Bench:
                 stderr=e,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -454,7 +425,7 @@ class Bench:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=err,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         os.replace(self.dir / "producer-tmp.err", self.dir / f"producer-{proc.pid}.err")
         assert proc.stdin is not None

@@ -24,7 +24,10 @@ each, with the file's limits and with acme's rate lifted, up to
 globex's receipt p99 with acme flooding (target: 30 ms, issue 34).
 ``--runs WORD`` keeps the runs whose name holds WORD.
 
-Ends with one JSON line (``bench/report.py`` stores it).
+The scenario itself (the two producers, the figures) is
+``laneledger.devtools.fairness``, which ``tests/test_adversarial.py`` also
+runs on the deployment as rendered. Ends with one JSON line
+(``bench/report.py`` stores it).
 """
 
 from __future__ import annotations
@@ -40,20 +43,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(ROOT / "shared"))
 
-from append import _die_with_parent, percentile, terminate  # noqa: E402
-
+from laneledger.devtools import fairness  # noqa: E402
+from laneledger.devtools.benchkit import die_with_parent, terminate  # noqa: E402
 from laneledger.devtools.natsserver import NatsServer  # noqa: E402
 from laneledger.runtime.tenants import load_tenants  # noqa: E402
-from laneledger.sdk.client import LedgerClient  # noqa: E402
 
 TENANTS_FILE = ROOT / "deploy" / "tenants.toml"
-GLOBEX_RATE = 100.0
+GLOBEX_RATE = fairness.Load.globex_rate
 
 
 def log(text: str) -> None:
@@ -61,6 +61,8 @@ def log(text: str) -> None:
 
 
 class Run:
+    """A fresh nats-server and sequencer process (as deployed) for one run."""
+
     def __init__(
         self, name: str, tenants_file: Path | None, flood: dict[str, Any], args: argparse.Namespace
     ) -> None:
@@ -68,24 +70,7 @@ class Run:
         self.tmp = tempfile.TemporaryDirectory(prefix="laneledger-fairness-")
         self.dir = Path(self.tmp.name)
         self.nats = NatsServer(self.dir / "nats")
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def _spawn(self, cmd: list[str], err: Path, out: Path | None = None) -> subprocess.Popen[bytes]:
-        """A child process, its stderr in ``err``; its stdout in ``out``, or a pipe."""
-        env = dict(os.environ, LANELEDGER_LOG_LEVEL="WARNING")
-        with open(err, "wb") as e, open(out or os.devnull, "wb") as o:
-            proc = subprocess.Popen(
-                cmd,
-                cwd=ROOT,
-                stdin=subprocess.PIPE,
-                stdout=o if out is not None else subprocess.PIPE,
-                stderr=e,
-                env=env,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
-        self.procs.append(proc)
-        return proc
+        self.sequencer: subprocess.Popen[bytes] | None = None
 
     def start_sequencer(self) -> None:
         cmd = [sys.executable, "-m", "laneledger.services.sequencer", "--nats", self.nats.url]
@@ -93,76 +78,32 @@ class Run:
         if self.tenants_file is not None:
             cmd += ["--tenants-file", str(self.tenants_file)]
         out, err = self.dir / "sequencer.out", self.dir / "sequencer.err"
-        proc = self._spawn(cmd, err, out)
+        env = dict(os.environ, LANELEDGER_LOG_LEVEL="WARNING")
+        with open(err, "wb") as e, open(out, "wb") as o:
+            self.sequencer = proc = subprocess.Popen(
+                cmd, cwd=ROOT, stdout=o, stderr=e, env=env, start_new_session=True, preexec_fn=die_with_parent
+            )
         deadline = time.monotonic() + 30
         while "laneledger-sequencer ready" not in out.read_text(errors="replace"):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("sequencer did not start: " + err.read_text()[-2000:])
             time.sleep(0.05)
 
-    async def producer(self, cfg: dict[str, Any]) -> subprocess.Popen[bytes]:
-        proc = self._spawn([sys.executable, str(BENCH_DIR / "producer.py")], self.dir / f"{cfg['mode']}.err")
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write((json.dumps(cfg) + "\n").encode())
-        proc.stdin.flush()
-        if (await asyncio.to_thread(proc.stdout.readline)).strip() != b"ready":
-            raise RuntimeError(f"producer {cfg['mode']} did not start")
-        return proc
-
     async def measure(self) -> dict[str, Any]:
         self.nats.start()
         self.start_sequencer()
         args = self.args
-        async with await LedgerClient.connect(self.nats.url, timeout=30.0, tenant_inboxes=True) as client:
-            cfgs = []
-            for tenant, lanes, mode, extra in (
-                ("acme", 8, "bare", {"window": args.flood_window, "events_per_append": 1, **self.flood}),
-                ("globex", 4, "paced", {"window": 1, "rate": GLOBEX_RATE, "events_per_append": 1}),
-            ):
-                actor = await client.ensure_actor(tenant, f"agent:{tenant}", "agent")
-                made = [
-                    await client.create_lane(tenant, f"s-{tenant}", "r1", f"lane-{i}", actor_id=actor.id)
-                    for i in range(lanes)
-                ]
-                cfgs.append(
-                    {
-                        "mode": mode,
-                        "url": self.nats.url,
-                        "actor_id": actor.id,
-                        "lanes": [msgspec.to_builtins(lane) for lane in made],
-                        "warmup_s": args.warmup,
-                        "seconds": args.seconds,
-                        "drain_s": 60.0,
-                        **extra,
-                    }
-                )
-        procs = [await self.producer(cfg) for cfg in cfgs]
-        t0 = time.monotonic() + 0.3
-        for proc in procs:
-            assert proc.stdin is not None
-            proc.stdin.write(f"go {t0!r}\n".encode())
-            proc.stdin.flush()
-        acme, globex = [
-            json.loads(await asyncio.to_thread(proc.stdout.readline))  # type: ignore[union-attr]
-            for proc in procs
-        ]
-        latencies = sorted(globex["latencies_ms"])
-        return {
-            "run": self.name,
-            "globex_appends": len(latencies),
-            "globex_receipt_p50_ms": percentile(latencies, 50),
-            "globex_receipt_p99_ms": percentile(latencies, 99),
-            "globex_receipt_max_ms": latencies[-1] if latencies else None,
-            "globex_errors": {**globex["submit_errors"], **globex["rejected_codes"]},
-            "acme_committed_per_s": acme["appends_committed_window"] / args.seconds,
-            "acme_events_per_s": acme["events_committed_window"] / args.seconds,
-            "acme_submitted": acme["appends_submitted"],
-            "acme_errors": {**acme["submit_errors"], **acme["rejected_codes"]},
-        }
+        load = fairness.Load(
+            seconds=args.seconds, warmup_s=args.warmup, flood={"window": args.flood_window, **self.flood}
+        )
+        ledger = fairness.Ledger(url_of=lambda tenant: self.nats.url)
+        result = await fairness.run(ledger, load, BENCH_DIR / "producer.py", self.dir)
+        del result["acme"], result["globex"]  # the producers' own counts: not reported
+        return {"run": self.name, **result}
 
     def close(self) -> None:
-        for proc in reversed(self.procs):
-            terminate(proc)
+        if self.sequencer is not None:
+            terminate(self.sequencer)
         self.nats.stop()
         self.tmp.cleanup()
 

@@ -240,7 +240,10 @@ class Producer:
     # -- set-up ------------------------------------------------------------------------
 
     async def prepare(self) -> None:
-        self.client = await LedgerClient.connect(self.cfg["url"], timeout=30.0, tenant_inboxes=True)
+        if self.cfg.get("tenant"):  # a tenant's own user (laneledger nats-config): its subjects
+            self.client = await LedgerClient.connect(self.cfg["url"], timeout=30.0, tenant=self.cfg["tenant"])
+        else:
+            self.client = await LedgerClient.connect(self.cfg["url"], timeout=30.0, tenant_inboxes=True)
         if self.mode in ("raw", "bare"):
             self.js = self.client.nc.jetstream(publish_async_max_pending=max(self.window, 1))
             # Receipts in the lanes' tenant's inbox: with a tenants file the

@@ -46,7 +46,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
-from append import terminate
+from laneledger.devtools.benchkit import terminate
 
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent

@@ -36,7 +36,7 @@ from laneledger.sdk.client import make_event
 from laneledger.store import LedgerWriter, open_ledger, txlog
 from laneledger.store.append import prepare_append
 from laneledger.tlog import merkle, store
-from laneledger.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
+from laneledger.tlog.checkpoint import TreeHead, open_checkpoint, sign_checkpoint
 from laneledger.tlog.note import Signer
 
 PER_APPEND = 10
@@ -180,7 +180,7 @@ def proofs(conn, size: int, count: int) -> dict:
 
 def checkpoint_costs(conn, size: int) -> dict:
     signer = Signer.generate("ledger.example/bench")
-    cp = Checkpoint(signer.name, size, store.root(conn, size))
+    cp = TreeHead(signer.name, size, store.root(conn, size))
     signed, sign_us = timed(sign_checkpoint, [(cp, signer)] * 200)
     verifiers = [signer.verifier()]
     _, open_us = timed(

@@ -77,6 +77,7 @@ class Phoenix:
             except requests.ConnectionError:
                 pass
             time.sleep(0.25)
+        self.stop()  # a Phoenix that never became ready is not left running (it was, on a loaded machine)
         raise RuntimeError(f"Phoenix not ready in {STARTUP_TIMEOUT_S} s:\n{self.log_text()[-3000:]}")
 
     def stop(self) -> None:

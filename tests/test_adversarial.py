@@ -4,7 +4,11 @@ an active and a standby sequencer, the tail and the checkpoint service with
 tokens, every service as its deploy user). acme attacks holding only its own
 NATS user and HTTP token; globex, the victim, appends one event every 20 ms
 throughout from a lane recorder, and each of its receipts' latency is kept.
-Every attack is bounded in requests and in time, on loopback only.
+Every attack is bounded in requests and in time, on loopback only. The
+fairness benchmark's scenario (``laneledger.devtools.fairness``, which
+``bench/fairness.py`` runs on its own harness) runs here too, shortened to
+3 s: its globex producer's p50/p99 are printed and reported beside the
+victim's, under the same guard.
 
 After each attack: no sequencer lost its lease or failed over, the one that
 started active still is; every receipt globex got names events the ledger
@@ -47,6 +51,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -56,6 +61,7 @@ from metrics_support import parse, scrape, total, value
 from polling import eventually
 from receipt_check import check_receipts_held
 from rendered_deployment import RenderedDeployment
+from service_process import REPO
 from tail_support import rss_bytes
 
 from laneledger.contract.contentref import MAX_REFS_PER_APPEND
@@ -72,6 +78,7 @@ from laneledger.contract.model import (
 )
 from laneledger.contract.redaction import Redacted, Redactor
 from laneledger.contract.subjects import REPLY_HEADER, Subjects
+from laneledger.devtools import fairness
 from laneledger.sdk.checkpoints import CheckpointClient
 from laneledger.sdk.client import LaneRecorder, make_event
 
@@ -552,3 +559,33 @@ async def test_inline_events_and_inline_checkpoint_state_count_against_acmes_quo
     quota = [s for s in saves if isinstance(s, LedgerError)]
     assert stored and quota, saves
     assert {(e.code, e.details["limit"]) for e in quota} == {("quota_exceeded", "checkpoint_state_bytes")}
+
+
+# -- the fairness benchmark ----------------------------------------------------------------------
+
+# bench/fairness.py's scenario, shortened: acme floods one-event appends (up to
+# 1000 without a receipt), globex's paced producer appends 100/s, each a
+# process of bench/producer.py, each tenant as its own NATS user.
+FAIRNESS = fairness.Load(seconds=3.0, warmup_s=0.5, drain_s=10.0, flood={"window": 1000})
+
+
+async def test_the_fairness_benchmark_runs_on_the_deployment_as_rendered(
+    rendered_deployment: RenderedDeployment, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    d = rendered_deployment
+    ran: dict[str, Any] = {}
+
+    async def attack() -> None:
+        ledger = fairness.Ledger(url_of=lambda tenant: d.url(f"producer-{tenant}"), tenant_users=True)
+        ran.update(await fairness.run(ledger, FAIRNESS, REPO / "bench" / "producer.py", tmp_path))
+
+    await under_attack(d, request, "fairness", attack)
+    acme, globex = ran.pop("acme"), ran.pop("globex")
+    print(f"[fairness] globex's paced producer with acme flooding: {ran}")
+    request.node.user_properties.append(("adversarial fairness benchmark", ran))
+    # Every append of both has its receipt; globex's are all commits.
+    assert globex["receipt_timeouts"] == 0 and ran["globex_errors"] == {}, ran
+    assert globex["appends_committed"] == globex["appends_submitted"] > 0
+    assert acme["receipt_timeouts"] == 0 and acme["appends_committed"] > 0, acme
+    assert acme["appends_committed"] + acme["appends_rejected"] == acme["appends_submitted"]
+    assert ran["globex_receipt_p99_ms"] <= P99_GUARD_S * 1000, f"globex's p99 regressed: {ran}"

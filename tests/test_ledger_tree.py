@@ -15,10 +15,10 @@ from laneledger.audit.ledger import audit_ledger
 from laneledger.contract.errors import IntegrityError
 from laneledger.contract.model import AppendCommitted, AppendRejected, encode
 from laneledger.sdk.client import make_event
+from laneledger.sqlite import transaction
 from laneledger.store import LedgerWriter, open_ledger
 from laneledger.store.append import prepare_append
 from laneledger.store.schema import SCHEMA_VERSION
-from laneledger.store.sqlite import transaction
 from laneledger.store.tree import extend_tree, leaf_of
 from laneledger.tlog import merkle, store
 

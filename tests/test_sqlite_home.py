@@ -1,4 +1,4 @@
-"""SQLite's one home (laneledger.store.sqlite) on real files: the pragmas each
+"""SQLite's one home (laneledger.sqlite) on real files: the pragmas each
 store opens with, transactions that leave nothing behind, the applied
 position committed with its rows, schema versions, and every sqlite3 failure
 leaving as a typed ``InternalError`` naming what failed — the metrics store's
@@ -18,9 +18,7 @@ from laneledger.services.checkpoint.store import CheckpointStore, LaneEvent
 from laneledger.services.metrics.fold import LabelPolicy
 from laneledger.services.metrics.store import MetricsStore, SavedRows
 from laneledger.services.tail.readmodel import ReadModel
-from laneledger.store import open_ledger
-from laneledger.store.schema import SCHEMA_VERSION
-from laneledger.store.sqlite import (
+from laneledger.sqlite import (
     BUSY_TIMEOUT_MS,
     Durability,
     applied_position,
@@ -29,6 +27,8 @@ from laneledger.store.sqlite import (
     record_applied_position,
     transaction,
 )
+from laneledger.store import open_ledger
+from laneledger.store.schema import SCHEMA_VERSION
 
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -7,6 +7,7 @@ as its own process."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -193,15 +194,21 @@ async def test_a_session_proof_is_streamed_in_pages_and_verifies(ledger, start_t
     assert checked.events == events and checked.checkpoint_size == size
 
 
-async def test_a_session_proof_stops_reading_when_its_client_leaves(ledger, start_tail, monkeypatch):
+async def test_a_session_proof_stops_reading_when_its_client_leaves(ledger, start_tail, monkeypatch, caplog):
     """Pages of 5 events: the client takes the first bytes and leaves; the
-    tail reads a few more pages at most, never the whole session."""
+    tail reads a few more pages at most, never the whole session, closes the
+    pages' iterator, and logs no ERROR (a client leaving is no error)."""
+    caplog.set_level(logging.DEBUG, logger="laneledger.tail")
     pages: list[int] = []
+    closed: list[bool] = []
 
     def counted(*args, **kwargs):
-        for chunk in session_bundle_chunks(*args, page_events=5, **kwargs):
-            pages.append(len(chunk))
-            yield chunk
+        try:
+            for chunk in session_bundle_chunks(*args, page_events=5, **kwargs):
+                pages.append(len(chunk))
+                yield chunk
+        finally:
+            closed.append(True)
 
     monkeypatch.setattr(transparency, "session_bundle_chunks", counted)
     tail = await start_tail()
@@ -218,6 +225,9 @@ async def test_a_session_proof_stops_reading_when_its_client_leaves(ledger, star
             what="the proof to stop once its client left",
         )
     assert 0 < len(pages) < events // 5, f"{len(pages)} pages read of {events // 5}"
+    assert closed == [True]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert tail.service.read_memory.used == 0
 
 
 async def test_a_session_proof_that_fails_mid_stream_is_a_failed_transfer(ledger, start_tail, monkeypatch):

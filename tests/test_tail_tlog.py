@@ -29,7 +29,7 @@ from laneledger.services.tail.readmodel import ReadModel
 from laneledger.tlog import merkle
 from laneledger.tlog import store as tree_store
 from laneledger.tlog.bundle import verify_bundle
-from laneledger.tlog.checkpoint import Checkpoint, sign_checkpoint
+from laneledger.tlog.checkpoint import TreeHead, sign_checkpoint
 from laneledger.tlog.cosignature import Cosigner
 from laneledger.tlog.note import Signature, Signer, sign_note, split_note
 from laneledger.tlog.sessionbundle import verify_session_bundle
@@ -124,7 +124,7 @@ async def test_the_tails_tree_and_checkpoints_are_the_ledgers(log, start_tail, t
 
     proof = (await tail.api.get("/api/v1/tlog/consistency", params={"old": "3", "new": "11"})).json()
     assert proof["old_size"] == 3 and proof["new_size"] == 11
-    heads = [Checkpoint.of_note(n) for n in signed]
+    heads = [TreeHead.of_note(n) for n in signed]
     merkle.verify_consistency(
         3, 11, heads[1].root, heads[2].root, [base64.b64decode(h) for h in proof["proof"]]
     )
@@ -248,7 +248,7 @@ async def test_witness_cosignatures_are_kept_served_and_checked(log, start_tail)
     bad = await tail.api.post("/api/v1/tlog/cosignatures", data=tampered.encode())
     assert bad.status == 400 and bad.error["details"] == {"reason": "note_signature_invalid", "key": key}
 
-    other = sign_checkpoint(Checkpoint(ORIGIN, 3, bytes(32)), log.signer)  # a root the log never had
+    other = sign_checkpoint(TreeHead(ORIGIN, 3, bytes(32)), log.signer)  # a root the log never had
     foreign = await tail.api.post(
         "/api/v1/tlog/cosignatures", data=sign_note(split_note(other)[0], [witness]).encode()
     )
@@ -310,7 +310,7 @@ async def test_a_checkpoint_that_is_not_the_tails_tree_is_not_served(log, start_
     await log.sign()
     await served(tail, 4)
     # Signed with the log's own key, but not the ledger's tree at size 2.
-    forged = sign_checkpoint(Checkpoint(ORIGIN, 2, merkle.leaf_hash(b"forged")), log.signer)
+    forged = sign_checkpoint(TreeHead(ORIGIN, 2, merkle.leaf_hash(b"forged")), log.signer)
     await js.publish(SUBJECTS.tlog_checkpoint, forged.encode(), stream=SUBJECTS.tlog_stream)
     await js.publish(SUBJECTS.tlog_checkpoint, b"not a note", stream=SUBJECTS.tlog_stream)
     await record(log.client, "acme", "s1", 1, 1)

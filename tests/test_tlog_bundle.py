@@ -14,7 +14,7 @@ from tlog_support import committed_ledger
 from laneledger.contract.errors import InvalidRequest, MalformedMessage, NoteUnverified, ProofInvalid
 from laneledger.tlog import store
 from laneledger.tlog.bundle import Bundle, make_bundle, verify_bundle
-from laneledger.tlog.checkpoint import Checkpoint, sign_checkpoint
+from laneledger.tlog.checkpoint import TreeHead, sign_checkpoint
 from laneledger.tlog.cosignature import Cosigner
 from laneledger.tlog.note import Signer
 from laneledger.tlog.witness import Witness
@@ -34,7 +34,7 @@ def ledger(tmp_path_factory):
 
 def signed(conn, size=None) -> str:
     size = store.tree_size(conn) if size is None else size
-    text = sign_checkpoint(Checkpoint(ORIGIN, size, store.root(conn, size)), LOG)
+    text = sign_checkpoint(TreeHead(ORIGIN, size, store.root(conn, size)), LOG)
     for cosigner in (W1, W2):
         text = Witness(cosigner, LOG.verifier(), origin=ORIGIN).cosign(text)
     return text
@@ -127,7 +127,7 @@ def test_signatures_and_quorum(ledger):
 
 
 def test_a_checkpoint_of_another_tree_is_refused_when_making(ledger):
-    forged = sign_checkpoint(Checkpoint(ORIGIN, EVENTS, bytes(32)), LOG)
+    forged = sign_checkpoint(TreeHead(ORIGIN, EVENTS, bytes(32)), LOG)
     with pytest.raises(ProofInvalid):
         make_bundle(ledger, 1, forged)
 

@@ -17,14 +17,14 @@ from laneledger.contract.errors import (
 )
 from laneledger.tlog import merkle
 from laneledger.tlog.checkpoint import (
-    Checkpoint,
+    TreeHead,
     open_checkpoint,
     open_cosigned,
     sign_checkpoint,
     verify_extension,
 )
 from laneledger.tlog.cosignature import CosignatureVerifier, Cosigner, signed_message
-from laneledger.tlog.note import Signer, Verifier, key_id, open_note, raw_public
+from laneledger.tlog.note import Ed25519Verifier, Signer, key_id, open_note, raw_public
 from laneledger.tlog.witness import Witness
 
 ORIGIN = "ledger.example/acme"
@@ -34,13 +34,13 @@ SOURCE = merkle.LeafList(LEAVES)
 T0 = 1_700_000_000
 
 
-def checkpoint(size: int, *extensions: str) -> Checkpoint:
-    return Checkpoint(ORIGIN, size, merkle.root(size, SOURCE), extensions)
+def checkpoint(size: int, *extensions: str) -> TreeHead:
+    return TreeHead(ORIGIN, size, merkle.root(size, SOURCE), extensions)
 
 
 def test_the_specs_example_body_parses_and_formats_back():
     text = "example.com/behind-the-sofa\n20852163\nCsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=\n"
-    parsed = Checkpoint.parse(text)
+    parsed = TreeHead.parse(text)
     assert (parsed.origin, parsed.size, parsed.extensions) == ("example.com/behind-the-sofa", 20852163, ())
     assert parsed.root == base64.b64decode("CsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=")
     assert parsed.body() == text
@@ -48,7 +48,7 @@ def test_the_specs_example_body_parses_and_formats_back():
 
 def test_extension_lines_round_trip():
     cp = checkpoint(7, "ext one", "ext two")
-    assert Checkpoint.parse(cp.body()) == cp
+    assert TreeHead.parse(cp.body()) == cp
     assert cp.body().endswith("\next one\next two\n")
 
 
@@ -76,13 +76,13 @@ ROOT64 = base64.b64encode(bytes(32)).decode()
 )
 def test_a_body_that_is_not_exactly_a_checkpoint_is_malformed(text, reason, line):
     with pytest.raises(MalformedMessage) as caught:
-        Checkpoint.parse(text)
+        TreeHead.parse(text)
     assert caught.value.details == {"reason": reason, "line": line}
 
 
 def test_sizes_zero_and_the_largest_parse():
-    assert Checkpoint.parse(f"o\n0\n{ROOT64}\n").size == 0
-    assert Checkpoint.parse(f"o\n{2**63 - 1}\n{ROOT64}\n").size == 2**63 - 1
+    assert TreeHead.parse(f"o\n0\n{ROOT64}\n").size == 0
+    assert TreeHead.parse(f"o\n{2**63 - 1}\n{ROOT64}\n").size == 2**63 - 1
 
 
 @pytest.mark.parametrize(
@@ -99,7 +99,7 @@ def test_sizes_zero_and_the_largest_parse():
 def test_a_checkpoint_that_cannot_be_written_is_refused(kwargs, path):
     fields = {"origin": ORIGIN, "size": 1, "root": bytes(32), "extensions": (), **kwargs}
     with pytest.raises(InvalidRequest) as caught:
-        Checkpoint(**fields)
+        TreeHead(**fields)
     assert caught.value.details["path"] == path
 
 
@@ -116,7 +116,7 @@ def test_a_signed_checkpoint_opens_for_its_log_only():
 
 def test_the_log_signs_only_its_own_origin():
     with pytest.raises(InvalidRequest):
-        sign_checkpoint(Checkpoint("elsewhere.example/log", 1, bytes(32)), LOG)
+        sign_checkpoint(TreeHead("elsewhere.example/log", 1, bytes(32)), LOG)
 
 
 # -- cosignatures -------------------------------------------------------------
@@ -142,7 +142,7 @@ def test_cosigner_keys_round_trip_as_type_4_key_texts():
     assert CosignatureVerifier.from_text(vkey) == witness.verifier()
     assert Cosigner.from_text(witness.to_text()).to_text() == witness.to_text()
     with pytest.raises(InvalidRequest):
-        Verifier.from_text(vkey)  # not a log key
+        Ed25519Verifier.from_text(vkey)  # not a log key
     with pytest.raises(InvalidRequest):
         CosignatureVerifier.from_text(LOG.verifier().to_text())
 
@@ -158,7 +158,7 @@ def test_a_witness_cosigns_a_growing_tree_and_refuses_a_fork():
     assert w1.verifier().timestamp(open_note(first, [LOG.verifier()])) is None  # not trusted there
 
     fork = [bytes(32), *reversed(LEAVES)]  # another history of 13 leaves
-    forked = Checkpoint(ORIGIN, 13, merkle.root_of(fork[:13]))
+    forked = TreeHead(ORIGIN, 13, merkle.root_of(fork[:13]))
     with pytest.raises(ProofInvalid):
         witness.cosign(sign_checkpoint(forked, LOG), merkle.consistency_proof(12, 13, SOURCE))
     with pytest.raises(ProofInvalid):  # a tree that shrank
@@ -200,7 +200,7 @@ def test_a_witness_with_a_state_file_remembers_across_restarts(tmp_path):
     truncated = sign_checkpoint(checkpoint(4), LOG)
     with pytest.raises(ProofInvalid):  # without the state it would have cosigned this first one
         restarted.cosign(truncated, [])
-    rewritten = Checkpoint(ORIGIN, 13, merkle.root_of([bytes(32), *reversed(LEAVES)][:13]))
+    rewritten = TreeHead(ORIGIN, 13, merkle.root_of([bytes(32), *reversed(LEAVES)][:13]))
     with pytest.raises(ProofInvalid):
         restarted.cosign(sign_checkpoint(rewritten, LOG), merkle.consistency_proof(12, 13, SOURCE))
     assert Witness(w1, LOG.verifier(), origin=ORIGIN, state=state).latest == checkpoint(12)
@@ -225,7 +225,7 @@ def test_verify_extension_accepts_a_grown_tree_and_refuses_a_shrunk_or_forked_on
     with pytest.raises(ProofInvalid):
         verify_extension(new, old, [], LOG.verifier(), origin=ORIGIN)  # shrank
     forked = merkle.LeafList([*LEAVES[:5], merkle.leaf_hash(b"other"), *LEAVES[6:]])
-    fork = sign_checkpoint(Checkpoint(ORIGIN, 13, merkle.root(13, forked)), LOG)
+    fork = sign_checkpoint(TreeHead(ORIGIN, 13, merkle.root(13, forked)), LOG)
     with pytest.raises(ProofInvalid):
         verify_extension(old, fork, merkle.consistency_proof(7, 13, forked), LOG.verifier(), origin=ORIGIN)
     with pytest.raises(NoteUnverified):  # another key with the log's name signed the newer one

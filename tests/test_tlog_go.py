@@ -19,11 +19,11 @@ import pytest
 from external_programs import GO, GO_PATH, GO_X_MOD
 
 from laneledger.contract.errors import NoteSignatureInvalid
-from laneledger.store.sqlite import Durability, open_database, transaction
+from laneledger.sqlite import Durability, open_database, transaction
 from laneledger.tlog import merkle, store
-from laneledger.tlog.checkpoint import Checkpoint, open_checkpoint, sign_checkpoint
+from laneledger.tlog.checkpoint import TreeHead, open_checkpoint, sign_checkpoint
 from laneledger.tlog.cosignature import Cosigner
-from laneledger.tlog.note import Signer, Verifier, open_note, raw_public
+from laneledger.tlog.note import Ed25519Verifier, Signer, open_note, raw_public
 from laneledger.tlog.witness import Witness
 
 SOURCE_FILE = Path(__file__).parent / "fixtures" / "tlog" / "tlogcheck.go"
@@ -76,7 +76,7 @@ def write(tmp_path: Path, name: str, text: str) -> str:
 
 
 def signed_checkpoint(size: int) -> str:
-    return sign_checkpoint(Checkpoint(ORIGIN, size, merkle.root(size, TREE)), LOG)
+    return sign_checkpoint(TreeHead(ORIGIN, size, merkle.root(size, TREE)), LOG)
 
 
 def test_go_opens_our_checkpoint_with_our_verifier_key(tlogcheck, tmp_path):
@@ -158,11 +158,11 @@ def test_our_stored_rows_are_gos_stored_hash_layout(tlogcheck, tmp_path):
 
 
 def test_we_open_a_note_go_signed(tlogcheck, tmp_path):
-    body = Checkpoint(ORIGIN, 41, merkle.root(41, TREE)).body()
+    body = TreeHead(ORIGIN, 41, merkle.root(41, TREE)).body()
     done = run(tlogcheck, "sign", LOG.to_text(), write(tmp_path, "body", body))
     assert done.returncode == 0, done.stderr
     assert done.stdout == signed_checkpoint(41)  # Ed25519 is deterministic: the same bytes
-    checkpoint, _ = open_checkpoint(done.stdout, [Verifier.from_text(VKEY)], origin=ORIGIN)
+    checkpoint, _ = open_checkpoint(done.stdout, [Ed25519Verifier.from_text(VKEY)], origin=ORIGIN)
     assert checkpoint.size == 41 and checkpoint.root == merkle.root(41, TREE)
     with pytest.raises(NoteSignatureInvalid):
         open_note(done.stdout.replace("\n41\n", "\n42\n"), [LOG.verifier()])

@@ -8,7 +8,7 @@ import base64
 import pytest
 
 from laneledger.contract.errors import InvalidRequest, MalformedMessage, NoteSignatureInvalid, NoteUnverified
-from laneledger.tlog.note import Signature, Signer, Verifier, key_id, open_note, sign_note
+from laneledger.tlog.note import Ed25519Verifier, Signature, Signer, key_id, open_note, sign_note
 
 LOG = Signer.generate("log.example/ledger")
 OTHER = Signer.generate("witness.example/w1")
@@ -18,7 +18,7 @@ TEXT = "log.example/ledger\n3\n" + base64.b64encode(bytes(32)).decode() + "\n"
 def test_a_generated_key_round_trips_through_its_texts():
     again = Signer.from_text(LOG.to_text())
     assert again.to_text() == LOG.to_text()
-    assert Verifier.from_text(LOG.verifier().to_text()) == LOG.verifier()
+    assert Ed25519Verifier.from_text(LOG.verifier().to_text()) == LOG.verifier()
     vkey = LOG.verifier().to_text()
     name, hex_id, _ = vkey.split("+", 2)
     assert name == LOG.name and int(hex_id, 16) == LOG.key_id
@@ -113,7 +113,7 @@ def test_text_that_is_not_a_signed_note_is_malformed_with_a_reason(message, reas
 )
 def test_a_bad_verifier_key_is_an_invalid_request(text):
     with pytest.raises(InvalidRequest) as caught:
-        Verifier.from_text(text)
+        Ed25519Verifier.from_text(text)
     assert caught.value.details["path"] == "key"
 
 

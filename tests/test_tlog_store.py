@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from laneledger.contract.errors import InvalidRequest
-from laneledger.store.sqlite import Durability, open_database, transaction
+from laneledger.sqlite import Durability, open_database, transaction
 from laneledger.tlog import merkle, store
 from laneledger.tlog.leaves import entry_leaf, leaf_index
 

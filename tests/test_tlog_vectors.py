@@ -13,7 +13,7 @@ from tlog_support import corrupt_consistency, corrupt_inclusion
 
 from laneledger.contract.errors import LedgerError, ProofInvalid
 from laneledger.tlog import merkle
-from laneledger.tlog.note import Signer, Verifier, open_note, sign_note
+from laneledger.tlog.note import Ed25519Verifier, Signer, open_note, sign_note
 
 VECTORS = Path(__file__).resolve().parents[1] / "spec" / "vectors" / "tlog"
 MERKLE = json.loads((VECTORS / "merkle.json").read_text())
@@ -125,7 +125,7 @@ def test_inclusion_with_no_proof_and_wrong_hashes_fails(index, size):
 
 def test_the_published_keys_parse_to_one_pair():
     signer = Signer.from_text(NOTE["skey"])
-    verifier = Verifier.from_text(NOTE["vkey"])
+    verifier = Ed25519Verifier.from_text(NOTE["vkey"])
     assert signer.verifier().to_text() == NOTE["vkey"]
     assert signer.to_text() == NOTE["skey"]
     assert (signer.name, signer.key_id) == (verifier.name, verifier.key_id) == ("PeterNeumann", 0xC74F20A3)
@@ -137,7 +137,7 @@ def test_signing_reproduces_the_published_note_byte_for_byte():
 
 
 def test_the_published_note_opens_with_the_published_verifier():
-    note = open_note(NOTE["signed"], [Verifier.from_text(NOTE["vkey"])])
+    note = open_note(NOTE["signed"], [Ed25519Verifier.from_text(NOTE["vkey"])])
     assert note.text == NOTE["text"]
     assert [(s.name, s.key_id) for s in note.verified] == [("PeterNeumann", 0xC74F20A3)]
 
@@ -145,7 +145,7 @@ def test_the_published_note_opens_with_the_published_verifier():
 @pytest.mark.parametrize("bad", NOTE["bad_vkeys"], ids=lambda b: b["why"])
 def test_the_published_bad_verifier_keys_are_refused(bad):
     with pytest.raises(LedgerError):
-        Verifier.from_text(bad["vkey"])
+        Ed25519Verifier.from_text(bad["vkey"])
 
 
 def test_every_mangling_of_the_published_verifier_key_is_refused():
@@ -157,11 +157,11 @@ def test_every_mangling_of_the_published_verifier_key_is_refused():
         for j in range(i + 1, len(vkey) + 1):
             if (i, j) != (0, len(vkey)):
                 with pytest.raises(LedgerError):
-                    Verifier.from_text(vkey[i:j])
+                    Ed25519Verifier.from_text(vkey[i:j])
                 refused += 1
     for i in range(len(vkey)):
         with pytest.raises(LedgerError):
-            Verifier.from_text(vkey[:i] + chr(ord(vkey[i]) + 1) + vkey[i + 1 :])
+            Ed25519Verifier.from_text(vkey[:i] + chr(ord(vkey[i]) + 1) + vkey[i + 1 :])
         refused += 1
     assert refused > len(vkey) ** 2 // 2
 

@@ -31,7 +31,7 @@ from laneledger.devtools.natsserver import NatsServer
 from laneledger.runtime.access import AccessPolicy
 from laneledger.sdk.client import LaneRecorder, LedgerClient
 from laneledger.services.tail.service import TailService, TailSettings
-from laneledger.tlog.checkpoint import Checkpoint, sign_checkpoint
+from laneledger.tlog.checkpoint import TreeHead, sign_checkpoint
 from laneledger.tlog.client import LogClient
 from laneledger.tlog.cosignature import Cosigner
 from laneledger.tlog.note import Signer, split_note
@@ -75,7 +75,7 @@ class Ledger:
         async with LogClient(self.url) as log:
             await eventually(
                 log.checkpoint,
-                until=lambda note: Checkpoint.of_note(note).size == size,
+                until=lambda note: TreeHead.of_note(note).size == size,
                 retry_on=(LedgerError,),
                 what=f"a served checkpoint of size {size}",
             )
@@ -188,7 +188,7 @@ async def test_a_witness_cosigns_a_growing_ledger_and_refuses_a_rewritten_or_tru
         truncated = await asyncio.to_thread(witness, c.url, signer, alice_key, state)
         assert truncated.returncode == 1
         assert truncated.stdout.startswith(f"REFUSED {ORIGIN} at size {short}: ")
-    assert Checkpoint.of_note(state.read_text()).size == vouched  # still the tree it vouched for
+    assert TreeHead.of_note(state.read_text()).size == vouched  # still the tree it vouched for
 
 
 async def test_verify_checkpoints_accepts_a_ledger_that_grew_and_refuses_one_that_did_not(tmp_path):
@@ -226,7 +226,7 @@ async def test_verify_checkpoints_accepts_a_ledger_that_grew_and_refuses_one_tha
         # A checkpoint the log did not sign is refused before any proof is asked.
         impostor = Signer.generate(ORIGIN)
         forged = tmp_path / "forged"
-        forged.write_text(sign_checkpoint(Checkpoint.of_note(newer.read_text()), impostor))
+        forged.write_text(sign_checkpoint(TreeHead.of_note(newer.read_text()), impostor))
         unsigned = await asyncio.to_thread(check, older, forged)
         assert unsigned.returncode == 1 and "no trusted key signed" in unsigned.stdout
 

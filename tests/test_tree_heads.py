@@ -23,9 +23,9 @@ from laneledger.contract.subjects import Subjects
 from laneledger.sdk.client import LaneRecorder, LedgerClient
 from laneledger.store import open_ledger
 from laneledger.tlog import merkle
-from laneledger.tlog.checkpoint import Checkpoint, open_checkpoint
+from laneledger.tlog.checkpoint import TreeHead, open_checkpoint
 from laneledger.tlog.cosignature import CosignatureVerifier, Cosigner
-from laneledger.tlog.note import Signer, Verifier
+from laneledger.tlog.note import Ed25519Verifier, Signer
 
 SCRIPT = Path(sys.executable).with_name("laneledger")
 SUBJECTS = Subjects()
@@ -36,7 +36,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
 
 
-def head_of(note: str, signer: Signer) -> Checkpoint:
+def head_of(note: str, signer: Signer) -> TreeHead:
     return open_checkpoint(note, [signer.verifier()], origin=ORIGIN)[0]
 
 
@@ -83,7 +83,7 @@ async def test_checkpoints_are_signed_as_the_tree_grows_once_per_size(nats_serve
     sizes = [h.size for h in heads]
     assert sizes == sorted(set(sizes)) and sizes[-1] == 9 and first[-1] in notes
     for head in heads:  # each states the ledger's own tree at its size
-        assert head == Checkpoint(ORIGIN, head.size, file_root(db, head.size))
+        assert head == TreeHead(ORIGIN, head.size, file_root(db, head.size))
     conn = open_ledger(db)
     try:
         from laneledger.tlog import store
@@ -107,7 +107,7 @@ async def test_a_checkpoint_on_request_and_none_again_after_a_restart(nats_serve
             await record(client, actor.id, "main", 3)
         signed = await asyncio.to_thread(cli, "tlog", "sign", "--nats", nats_server.url)
         assert signed.returncode == 0, signed.stderr
-        assert head_of(signed.stdout, signer) == Checkpoint(ORIGIN, 3, file_root(db, 3))
+        assert head_of(signed.stdout, signer) == TreeHead(ORIGIN, 3, file_root(db, 3))
         again = await nc.request(SUBJECTS.tlog_sign, b"", timeout=5)
         reply = msgspec.json.decode(again.data, type=Reply)
         assert isinstance(reply, ReplyOk) and reply.result == {"checkpoint": signed.stdout}
@@ -133,7 +133,7 @@ def test_keygen_writes_a_private_key_once_and_prints_its_note_key(tmp_path):
     key_file = tmp_path / "tlog.key"
     made = cli("tlog", "keygen", "--origin", ORIGIN, "--key-file", str(key_file))
     assert made.returncode == 0, made.stderr
-    verifier = Verifier.from_text(made.stdout.strip())
+    verifier = Ed25519Verifier.from_text(made.stdout.strip())
     signer = Signer.from_file(key_file)
     assert (verifier.name, verifier.key_id) == (ORIGIN, signer.key_id)
     assert os.stat(key_file).st_mode & 0o777 == 0o600
@@ -149,7 +149,7 @@ def test_keygen_writes_a_private_key_once_and_prints_its_note_key(tmp_path):
 async def test_the_sequencer_service_signs_with_its_key_file(nats_server, js, tmp_path):
     key_file = tmp_path / "tlog.key"
     made = cli("tlog", "keygen", "--origin", ORIGIN, "--key-file", str(key_file))
-    verifier = Verifier.from_text(made.stdout.strip())
+    verifier = Ed25519Verifier.from_text(made.stdout.strip())
     seq = SequencerProcess(
         nats_server.url,
         tmp_path / "ledger.db",

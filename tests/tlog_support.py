@@ -17,7 +17,7 @@ from laneledger.services.sequencer.treeheads import TreeHeadSettings
 from laneledger.store import LedgerWriter, open_ledger
 from laneledger.store.tree import leaf_of
 from laneledger.tlog import merkle
-from laneledger.tlog.checkpoint import Checkpoint
+from laneledger.tlog.checkpoint import TreeHead
 from laneledger.tlog.note import Signer
 
 SOME_HASH = bytes.fromhex("abacaba000000000000000000000000000000000000000000060061e00123456")
@@ -138,4 +138,4 @@ def file_root(db: Path, size: int) -> bytes:
 
 def size_of(note: str) -> int:
     """The tree size a signed checkpoint states."""
-    return Checkpoint.of_note(note).size
+    return TreeHead.of_note(note).size

@@ -25,11 +25,14 @@ from laneledger.contract.model import Anchor
 from laneledger.contract.subjects import EVENTS_STREAM
 from laneledger.runtime.follow import StreamFollower, StreamIdentity, StreamReplaced
 from laneledger.sdk.checkpoints import LINKED_EVENT, AnchorMismatch, AnchorNotCommitted
+from laneledger.sdk.retry import Backoff, Pauses
 
 from .metrics import CheckpointMetrics
 from .store import CheckpointStore, LaneEvent
 
 log = logging.getLogger("laneledger.checkpoint.anchors")
+# Following the stream again after an error (no stream yet, NATS away).
+FOLLOW_BACKOFF = Backoff(first=0.4, cap=3.0)
 
 Db = Callable[..., Awaitable[Any]]  # runs a store method on the database thread
 
@@ -103,19 +106,18 @@ class AnchorIndex:
     async def run(self) -> None:
         """Apply the stream forever; on an error (no stream yet, NATS away)
         start again from the stored position after a pause."""
-        failures = 0
+        pauses = Pauses(FOLLOW_BACKOFF)
         while True:
             try:
                 async with aclosing(self._follower.batches(after=self.applied)) as batches:
                     async for batch in batches:
                         await self._apply(batch)
-                        failures = 0
+                        pauses.reset()
             except (asyncio.CancelledError, StreamReplaced):
                 raise  # StreamReplaced: the index is rebuilt at the next start
             except Exception as exc:  # noqa: BLE001 - logged; the loop starts over
-                failures += 1
                 log.warning("following %s failed (%s: %s); retrying", self._stream, type(exc).__name__, exc)
-                await asyncio.sleep(min(0.2 * 2 ** min(failures, 4), 3.0))
+                await pauses.wait()
 
     async def _apply(self, batch: list[tuple[int, bytes]]) -> None:
         events = [e for e in (lane_event(p, body) for p, body in batch) if e is not None]

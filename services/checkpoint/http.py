@@ -18,7 +18,7 @@ import msgspec
 from aiohttp import web
 
 from laneledger.contract.errors import ArtifactMissing, InvalidRequest, LedgerError, TenantMismatch
-from laneledger.contract.model import CheckpointCommand
+from laneledger.contract.model import CheckpointCommand, error_path
 from laneledger.runtime.access import AccessPolicy, Scope, bearer_token
 from laneledger.runtime.httpjson import errors_middleware, json_response
 from laneledger.runtime.opsserver import ops_routes
@@ -57,9 +57,7 @@ def _command(op: str, fields: dict[str, Any]) -> CheckpointCommand:
         command: CheckpointCommand = msgspec.convert({**fields, "op": op}, CheckpointCommand, strict=False)
         return command
     except msgspec.ValidationError as exc:
-        text = str(exc)
-        at = text.rfind(" - at `")
-        raise InvalidRequest(text, path=text[at + 7 : -1] if at >= 0 else "$") from exc
+        raise InvalidRequest(str(exc), path=error_path(exc)) from exc
 
 
 def _over_http(err: LedgerError) -> LedgerError:

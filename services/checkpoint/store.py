@@ -17,7 +17,7 @@ UNIQUE would treat as distinct from every other NULL). ``one_namespace`` is
 the one rule for which tenant's key or id a caller that names none means.
 
 Every method is synchronous and runs on the service's one database thread.
-SQLite's failures leave as ``InternalError`` (laneledger.store.sqlite).
+SQLite's failures leave as ``InternalError`` (laneledger.sqlite).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import msgspec
 from laneledger.contract.errors import EntityNotFound, IdempotencyViolation, InvalidRequest, QuotaExceeded
 from laneledger.contract.model import Checkpoint, CheckpointInfo, ProposedCheckpoint, decoder, encode
 from laneledger.sdk.checkpoints import RevisionConflict
-from laneledger.store.sqlite import (
+from laneledger.sqlite import (
     Durability,
     applied_position,
     check_schema_version,

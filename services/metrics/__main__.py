@@ -22,7 +22,7 @@ from laneledger.runtime.follow import StreamIdentity, rebuild_if_replaced
 from laneledger.runtime.opsserver import ops_routes, start_http
 from laneledger.runtime.servicemain import close_nats, run_main, stop_event, until_stopped
 from laneledger.sdk.natsconnect import connect_nats
-from laneledger.store.sqlite import remove_database
+from laneledger.sqlite import remove_database
 
 from .fold import CAPPED_LABELS, LabelPolicy
 from .service import MetricsService, MetricsSettings

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import msgspec
 
-from laneledger.store.sqlite import (
+from laneledger.sqlite import (
     Durability,
     applied_position,
     failures_as,

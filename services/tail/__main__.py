@@ -33,7 +33,7 @@ from laneledger.runtime.servicemain import (
     until_stopped,
 )
 from laneledger.sdk.natsconnect import connect_nats
-from laneledger.store.sqlite import remove_database
+from laneledger.sqlite import remove_database
 from laneledger.tlog.cosignature import CosignatureVerifier
 
 from .korg import KorgSettings
@@ -112,6 +112,14 @@ SETTINGS = [
         help="session proofs, verifications and history pages per token at once; more are 429",
     ),
     Setting(
+        "--read-memory-mib",
+        "TAIL_READ_MEMORY_MIB",
+        LimitSettings.read_memory_bytes >> 20,
+        positive_int,
+        help="MiB of event pages held for all readers at once (a quarter per token); "
+        "beyond it readers wait, a history page 5 s at most, then 429",
+    ),
+    Setting(
         "--tlog-witness-key",
         "TLOG_WITNESS_KEYS",
         (),
@@ -143,7 +151,7 @@ def settings_of(args: argparse.Namespace) -> TailSettings:
         korg=KorgSettings(args.korg_tenant, args.korg_session, args.korg_run),
         access=policy_of("laneledger-tail", args, args.http_host),
         tlog_witnesses=args.tlog_witness_key,
-        limits=LimitSettings(args.max_tails_per_token, args.max_reads_per_token),
+        limits=LimitSettings(args.max_tails_per_token, args.max_reads_per_token, args.read_memory_mib << 20),
     )
 
 

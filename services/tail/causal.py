@@ -19,7 +19,8 @@ from aiohttp import web
 
 from laneledger.contract.errors import EntityNotFound
 from laneledger.contract.model import JsonObject, Lane
-from laneledger.history.causality import REWIND, REWOUND, Subject, node_of, subjects_of
+from laneledger.contract.vocabulary import REWOUND
+from laneledger.history.causality import REWIND, Subject, node_of, subjects_of
 from laneledger.history.rewind import Invalidation
 from laneledger.runtime.httpjson import json_response
 from laneledger.sdk.client import LedgerClient

@@ -22,12 +22,16 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
+from laneledger.contract.model import MAX_REQUEST_BYTES
 from laneledger.contract.vocabulary import TERMINAL_EVENT_TYPES
 
 from .readmodel import ReadModel, Row
 
 PAGE_ROWS = 500
 PAGE_BYTES = 1 << 20
+# The most one page can be: PAGE_BYTES, overrun by at most one event (which
+# fits in one request), held against the tail's read memory (budget.py).
+PAGE_RESERVE = PAGE_BYTES + MAX_REQUEST_BYTES
 RING_SCAN = 2000  # positions one ring read looks at, so a read is bounded work
 RING_MAX_BODY = 16 << 10  # larger events are read from SQLite only
 

@@ -21,8 +21,10 @@ direction; ``has_more`` tells whether one exists now.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -37,9 +39,11 @@ from laneledger.sdk.client import LedgerClient
 
 from . import rewinds
 from .api import Query, parse_int
+from .budget import Hold, ReadBudget
 from .feed import Feed
 from .limits import Limiter
 from .owners import TENANT_PARAMETER
+from .pagestream import PIECE_BYTES, Piece, PieceStreamer
 from .readmodel import ReadModel
 from .routes import ReadModelRoutes
 
@@ -107,11 +111,18 @@ class PageRequest:
 
 class History(ReadModelRoutes):
     def __init__(
-        self, model: ReadModel, readers: Executor, feed: Feed, ledger: LedgerClient, limits: Limiter
+        self,
+        model: ReadModel,
+        readers: Executor,
+        feed: Feed,
+        ledger: LedgerClient,
+        limits: Limiter,
+        budget: ReadBudget,
     ) -> None:
         super().__init__(model, readers, feed)
         self._ledger = ledger
         self._limits = limits  # pages of up to PAGE_BYTES: expensive reads
+        self._pages = PieceStreamer(budget)  # pages streamed a piece at a time
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -155,7 +166,7 @@ class History(ReadModelRoutes):
 
     # -- a lane ----------------------------------------------------------------------------
 
-    async def lane_events(self, request: web.Request) -> web.Response:
+    async def lane_events(self, request: web.Request) -> web.StreamResponse:
         query = Query(request, (*PAGE_PARAMETERS, rewinds.PARAMETER, WITH_ORIGIN, TENANT_PARAMETER))
         page = PageRequest.read(query)
         lane_id = request.match_info["lane_id"]
@@ -163,30 +174,25 @@ class History(ReadModelRoutes):
         applied = self._feed.applied
         where, params = scoped("lane_id = ?", [lane_id], scope)
         if query.choice(WITH_ORIGIN, ("false", "true")) == "true":
-            return await self._fork_history(query, page, lane_id, applied, scope)
+            return await self._fork_history(request, query, page, lane_id, applied, scope)
         if rewinds.exclude_requested(query):
             # A lane is in one session: its rewinds are the ones that apply.
             session_id = await self._read(self._session_of, where, params)
             if session_id is not None:
                 where, params = await self._excluding(True, scope.tenant, session_id, applied, where, params)
-        events, next_cursor, more = await self._read(self._page, where, params, "seq", page, applied)
-        if not events and not await self._read(self._any, where, params):
-            lane = await self._ledger.get_lane(lane_id, tenant=scope.tenant)  # 404 unless it is just empty
-            scope.not_found_unless(lane.tenant, "lane", id=lane_id)
-        return json_response(
-            {
-                "lane_id": lane_id,
-                "direction": page.direction,
-                "events": events,
-                "next_cursor": next_cursor,
-                "has_more": more,
-                "applied_position": applied,
-            }
-        )
+        async with self._pages.hold(request) as held:
+            read = partial(self._page, where, params, "seq", applied=applied)
+            first = await self._read(read, page)
+            if not first[0] and not await self._read(self._any, where, params):
+                # 404 unless it is just empty
+                lane = await self._ledger.get_lane(lane_id, tenant=scope.tenant)
+                scope.not_found_unless(lane.tenant, "lane", id=lane_id)
+            head = {"lane_id": lane_id, "direction": page.direction}
+            return await self._send(request, held, head, first, read, page, applied)
 
     async def _fork_history(
-        self, query: Query, page: PageRequest, lane_id: str, applied: int, access: Scope
-    ) -> web.Response:
+        self, request: web.Request, query: Query, page: PageRequest, lane_id: str, applied: int, access: Scope
+    ) -> web.StreamResponse:
         """A lane with the history it was forked from: its origin's events up
         to the fork point (and so on up the origins), then its own, keyed by
         position. The segments follow each other in position order, and a
@@ -209,23 +215,16 @@ class History(ReadModelRoutes):
         if rewinds.exclude_requested(query):  # forks stay in their origin's session
             gone = await self._read(rewinds.invalidation, self._model, lane.tenant, lane.session_id, applied)
             segments = [rewinds.excluding(where, params, gone) for where, params in segments]
-        events, next_cursor, more = await self._read(self._segments_page, segments, page, applied)
-        return json_response(
-            {
-                "lane_id": lane_id,
-                "with_origin": True,
-                "origins": origins,
-                "direction": page.direction,
-                "events": events,
-                "next_cursor": next_cursor,
-                "has_more": more,
-                "applied_position": applied,
-            }
-        )
+        async with self._pages.hold(request) as held:
+            at, first = await self._read(self._segments_page, segments, page, applied)
+            read = partial(self._segment_piece, segments, at, applied=applied)
+            head = {"lane_id": lane_id, "with_origin": True, "origins": origins, "direction": page.direction}
+            # The page's later pieces come from the segment of its first (one segment a page).
+            return await self._send(request, held, head, first, read, page, applied)
 
     # -- a session and a run ----------------------------------------------------------------
 
-    async def session(self, request: web.Request) -> web.Response:
+    async def session(self, request: web.Request) -> web.StreamResponse:
         query = Query(request, (*PAGE_PARAMETERS, rewinds.PARAMETER, TENANT_PARAMETER))
         page = PageRequest.read(query)
         session_id = request.match_info["session_id"]
@@ -238,26 +237,22 @@ class History(ReadModelRoutes):
             applied,
             *scoped("session_id = ?", [session_id], access),
         )
-        known, (events, next_cursor, more) = await asyncio.gather(
-            self._structure(session_id, tenant=access.tenant),
-            self._read(self._page, *scope, "position", page, applied),
-        )
-        access.not_found_unless(known.tenant, "session", id=session_id)
-        return json_response(
-            {
+        read = partial(self._page, *scope, "position", applied=applied)
+        async with self._pages.hold(request) as held:
+            known, first = await asyncio.gather(
+                self._structure(session_id, tenant=access.tenant), self._read(read, page)
+            )
+            access.not_found_unless(known.tenant, "session", id=session_id)
+            head = {
                 "session_id": session_id,
                 "tenant": known.tenant,
                 "run_ids": known.run_ids,
                 **known.body(),
                 "direction": page.direction,
-                "events": events,
-                "next_cursor": next_cursor,
-                "has_more": more,
-                "applied_position": applied,
             }
-        )
+            return await self._send(request, held, head, first, read, page, applied)
 
-    async def run(self, request: web.Request) -> web.Response:
+    async def run(self, request: web.Request) -> web.StreamResponse:
         query = Query(request, (*PAGE_PARAMETERS, rewinds.PARAMETER, TENANT_PARAMETER))
         page = PageRequest.read(query)
         session_id, run_id = request.match_info["session_id"], request.match_info["run_id"]
@@ -270,23 +265,14 @@ class History(ReadModelRoutes):
             applied,
             *scoped("run_id = ? AND session_id = ?", [run_id, session_id], access),
         )
-        known, (events, next_cursor, more) = await asyncio.gather(
-            self._structure(session_id, run_id, tenant=access.tenant),
-            self._read(self._page, *scope, "position", page, applied),
-        )
-        access.not_found_unless(known.tenant, "run", id=run_id, session_id=session_id)
-        return json_response(
-            {
-                "session_id": session_id,
-                "run_id": run_id,
-                **known.body(),
-                "direction": page.direction,
-                "events": events,
-                "next_cursor": next_cursor,
-                "has_more": more,
-                "applied_position": applied,
-            }
-        )
+        read = partial(self._page, *scope, "position", applied=applied)
+        async with self._pages.hold(request) as held:
+            known, first = await asyncio.gather(
+                self._structure(session_id, run_id, tenant=access.tenant), self._read(read, page)
+            )
+            access.not_found_unless(known.tenant, "run", id=run_id, session_id=session_id)
+            head = {"session_id": session_id, "run_id": run_id, **known.body(), "direction": page.direction}
+            return await self._send(request, held, head, first, read, page, applied)
 
     async def inspection(self, request: web.Request) -> web.Response:
         """What the run's events say about how it ended and what is left open,
@@ -378,9 +364,26 @@ class History(ReadModelRoutes):
 
     # -- queries (reader threads) ----------------------------------------------------------
 
-    def _page(
-        self, where: str, params: list[Any], key: str, page: PageRequest, applied: int
-    ) -> tuple[list[msgspec.Raw], int | None, bool]:
+    async def _send(
+        self,
+        request: web.Request,
+        held: Hold,
+        head: dict[str, Any],
+        first: Piece,
+        read: Callable[[PageRequest], Piece],
+        page: PageRequest,
+        applied: int,
+    ) -> web.StreamResponse:
+        """The page whose first piece is ``first``, its others ``read`` (in a
+        reader thread) from the last key sent."""
+
+        async def piece(cursor: int | None, limit: int) -> Piece:
+            return await self._read(read, PageRequest(cursor, page.direction, limit))
+
+        return await self._pages.send_page(request, held, head, first, page.limit, PAGE_BYTES, piece, applied)
+
+    def _page(self, where: str, params: list[Any], key: str, page: PageRequest, applied: int) -> Piece:
+        """Up to ``page.limit`` events past the cursor, one piece of bytes at most."""
         if page.direction == "forward":
             bound, order, cursor = ">", "ASC", page.cursor or 0
         else:
@@ -390,7 +393,7 @@ class History(ReadModelRoutes):
             f" AND position <= ? AND {key} {bound} ? ORDER BY {key} {order}",
             [*params, applied, cursor],
             max_rows=page.limit,
-            max_bytes=PAGE_BYTES,
+            max_bytes=PIECE_BYTES,
             body_column=1,
         )
         events = [msgspec.Raw(body) for _, body in rows]
@@ -398,17 +401,28 @@ class History(ReadModelRoutes):
 
     def _segments_page(
         self, segments: list[tuple[str, list[Any]]], page: PageRequest, applied: int
-    ) -> tuple[list[msgspec.Raw], int | None, bool]:
-        """A page of the first segment with events past the cursor (by
-        position), and whether it or a later segment has more."""
+    ) -> tuple[int, Piece]:
+        """The first piece of the first segment with events past the cursor
+        (by position), and that segment's index."""
+        probe = PageRequest(page.cursor, page.direction, 1)
         for at, (where, params) in enumerate(segments):
-            events, next_cursor, more = self._page(where, params, "position", page, applied)
-            if events:
-                if not more:
-                    probe = PageRequest(next_cursor, page.direction, 1)
-                    more = any(self._page(w, p, "position", probe, applied)[0] for w, p in segments[at + 1 :])
-                return events, next_cursor, more
-        return [], None, False
+            if self._page(where, params, "position", probe, applied)[0]:
+                return at, self._segment_piece(segments, at, page, applied)
+        return len(segments), ([], None, False)
+
+    def _segment_piece(
+        self, segments: list[tuple[str, list[Any]]], at: int, page: PageRequest, applied: int
+    ) -> Piece:
+        """A piece of segment ``at`` past the cursor, and whether it or a
+        later segment has more (a page holds one segment's events only)."""
+        if at >= len(segments):
+            return [], None, False
+        where, params = segments[at]
+        events, next_cursor, more = self._page(where, params, "position", page, applied)
+        if not more:
+            probe = PageRequest(next_cursor if events else page.cursor, page.direction, 1)
+            more = any(self._page(w, p, "position", probe, applied)[0] for w, p in segments[at + 1 :])
+        return events, next_cursor, more
 
     def _session_of(self, where: str, params: list[Any]) -> str | None:
         """The session of the lane events ``where`` selects."""

@@ -41,6 +41,7 @@ from aiohttp import web
 
 from laneledger.compat.korg import KORG_LEDGER_V1
 from laneledger.contract.chain import GENESIS_HASH, link
+from laneledger.contract.contentref import MAX_REFS_PER_APPEND
 from laneledger.contract.errors import (
     CausationViolation,
     EntityNotFound,
@@ -49,7 +50,17 @@ from laneledger.contract.errors import (
     LedgerTimeout,
     RequestTooLarge,
 )
-from laneledger.contract.model import MAX_REQUEST_BYTES, AppendCommitted, Hash, Id, decode
+from laneledger.contract.model import (
+    MAX_REQUEST_BYTES,
+    MAX_WIRE_INT,
+    AppendCommitted,
+    Hash,
+    Id,
+    MediaType,
+    Name,
+    WireCount,
+    decode,
+)
 from laneledger.runtime.access import scope_of
 from laneledger.runtime.httpjson import json_response
 from laneledger.sdk.blobstore import MAX_BLOB_BYTES, TenantBlobStore
@@ -90,9 +101,9 @@ UPLOAD_CHUNK = 64 * 1024
 
 class PayloadRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     sha256: Hash
-    size_bytes: Annotated[int, msgspec.Meta(ge=0)]
-    label: str | None = None
-    media_type: str | None = None  # laneledger's descriptors carry it (spec/content.md)
+    size_bytes: WireCount
+    label: Name | None = None
+    media_type: MediaType | None = None  # laneledger's descriptors carry it (spec/content.md)
 
 
 class ToolCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -105,9 +116,10 @@ class ToolCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     args: Any
     result: Any
     success: bool
-    duration_ms: Annotated[int, msgspec.Meta(ge=0)]
-    triggered_by: int | None = None
-    payload_refs: list[PayloadRef] = []
+    duration_ms: WireCount
+    # Any I-JSON integer: one below 1 names no event (422 causation_violation).
+    triggered_by: Annotated[int, msgspec.Meta(ge=-MAX_WIRE_INT, le=MAX_WIRE_INT)] | None = None
+    payload_refs: Annotated[list[PayloadRef], msgspec.Meta(max_length=MAX_REFS_PER_APPEND)] = []
     event_type: Literal["AgentToolCall"] = "AgentToolCall"
     session_id: Id | None = None
 

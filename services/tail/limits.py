@@ -39,6 +39,7 @@ RETRY_AFTER_S = 1
 class LimitSettings:
     tails_per_token: int = 32  # open live tails
     reads_per_token: int = 4  # session proofs, verifications, history pages in flight
+    read_memory_bytes: int = 256 << 20  # pages held at once, all readers together (budget.py)
 
 
 def scope_key(scope: Scope) -> str:

@@ -58,3 +58,8 @@ class TailMetrics:
             "Session proofs, verifications and history pages being served now (limits.py).",
             registry=registry,
         )
+        self.read_memory = Gauge(
+            "laneledger_tail_read_memory_bytes",
+            "Bytes of event pages held for readers now, against --read-memory-mib (budget.py).",
+            registry=registry,
+        )

@@ -15,7 +15,7 @@ and whatever was rolled back is read again from the stream.
 
 ``ReadModel`` owns one writer connection (used from one thread, the apply
 thread) and a small pool of read-only connections, one per reader thread.
-SQLite's failures leave as ``InternalError`` (laneledger.store.sqlite).
+SQLite's failures leave as ``InternalError`` (laneledger.sqlite).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 import msgspec
 
 from laneledger.contract.errors import EntityNotFound, InternalError
-from laneledger.store.sqlite import (
+from laneledger.sqlite import (
     Durability,
     applied_position,
     failures_as,
@@ -43,7 +43,9 @@ from laneledger.store.sqlite import (
     record_applied_position,
     transaction,
 )
-from laneledger.tlog.checkpoint import Checkpoint
+from laneledger.tlog.checkpoint import (
+    TreeHead as Checkpoint,  # the tlog's; the name goes when this file is reworked
+)
 from laneledger.tlog.note import Signature
 
 from . import tlogmodel

@@ -17,7 +17,7 @@ import msgspec
 
 from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.model import JsonObject
-from laneledger.history.causality import REWOUND
+from laneledger.contract.vocabulary import REWOUND
 from laneledger.history.rewind import Invalidation
 
 from .api import Query

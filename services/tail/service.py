@@ -35,6 +35,7 @@ from laneledger.tlog.cosignature import CosignatureVerifier
 
 from .activity import Activity
 from .blobs import BlobReader, blob_route
+from .budget import ReadBudget
 from .causal import CausalTree
 from .causation import Causation
 from .console import console_routes
@@ -92,6 +93,7 @@ class TailService:
         self.metrics.applied_position.set(self.feed.applied)
         self.ledger = LedgerClient(nc, subjects=settings.subjects, timeout=settings.ledger_timeout_s)
         self.limits = ReadLimits(settings.limits, self.metrics.expensive_reads)
+        self.read_memory = ReadBudget(settings.limits.read_memory_bytes, self.metrics.read_memory)
         # The Korg endpoint writes as its Korg tenant: its commands on the
         # tenant's subjects, its blobs in the tenant's buckets (its blob_bytes).
         self.korg_ledger = LedgerClient(
@@ -104,6 +106,7 @@ class TailService:
             terminal_before=TerminalLookup(self.model, self._readers),
             invalidated=InvalidationLookup(self.model, self._readers),
             limit=self.limits.tails,
+            budget=self.read_memory,
         )
         self.checkpoints = CheckpointFollower(
             nc.jetstream(),
@@ -132,12 +135,20 @@ class TailService:
         )
         app.add_routes(ops_routes(self.registry, self.ready))
         app.add_routes([web.get("/api/v1/events", self.tail.handle, name="events")])
-        app.add_routes(History(self.model, self._readers, self.feed, self.ledger, self.limits.reads).routes())
+        memory = self.read_memory
+        history = History(self.model, self._readers, self.feed, self.ledger, self.limits.reads, memory)
+        app.add_routes(history.routes())
         app.add_routes([CausalTree(self.model, self._readers, self.feed, self.ledger).route()])
         app.add_routes([Timeline(self.model, self._readers, self.feed, self.ledger).route()])
         app.add_routes(
             Transparency(
-                self.model, self._readers, self.feed, self._apply_thread, s.tlog_witnesses, self.limits
+                self.model,
+                self._readers,
+                self.feed,
+                self._apply_thread,
+                s.tlog_witnesses,
+                self.limits,
+                memory,
             ).routes()
         )
         self._verifier = Verifier(self.model, self._readers, self.feed, self.ledger, s.hmac_key, self.limits)

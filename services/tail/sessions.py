@@ -36,7 +36,7 @@ from aiohttp import web
 from laneledger.contract.vocabulary import COST_SUM, TERMINAL_EVENT_TYPES
 from laneledger.runtime.access import scope_of
 from laneledger.runtime.httpjson import json_response
-from laneledger.store.sqlite import meta_value, put_meta, transaction
+from laneledger.sqlite import meta_value, put_meta, transaction
 
 from .api import Query
 

@@ -21,15 +21,17 @@ from typing import Any
 
 from aiohttp import web
 
-from laneledger.contract.errors import InvalidRequest, LedgerError
-from laneledger.runtime.access import scope_of
+from laneledger.contract.errors import InvalidRequest, LedgerError, QuotaExceeded
+from laneledger.runtime.access import Scope, scope_of
 
 from . import rewinds
 from .api import Query, parse_int
-from .feed import EventFilter, Feed
+from .budget import Hold, ReadBudget
+from .feed import PAGE_RESERVE, EventFilter, Feed
 from .limits import TAILS, Limiter
 from .metrics import TailMetrics
 from .readmodel import ReadModel
+from .streaming import ClientStream, client_stream
 
 log = logging.getLogger("laneledger.tail")
 
@@ -69,8 +71,10 @@ class Tail:
         terminal_before: TerminalLookup,
         invalidated: rewinds.InvalidationLookup | None = None,
         limit: Limiter | None = None,
+        budget: ReadBudget | None = None,
     ) -> None:
         self._feed = feed
+        self._budget = budget or ReadBudget(2**62)
         self._limit = limit or Limiter(TAILS, 2**31)
         self._invalidated = invalidated
         self._metrics = metrics
@@ -98,15 +102,13 @@ class Tail:
                 "X-Accel-Buffering": "no",
             }
         )
-        await response.prepare(request)
         task = asyncio.current_task()
         assert task is not None
         self.tasks.add(task)
         self._metrics.subscribers.inc()
         try:
-            await self._stream(request, response, filt, cursor, gone)
-        except ConnectionError:
-            pass  # the client left
+            async with client_stream(request, response, "live tail") as out:
+                await self._stream(scope_of(request), out, filt, cursor, gone)
         except LedgerError as err:
             # The headers are out: end the stream; the client resumes with
             # Last-Event-ID and loses nothing.
@@ -118,62 +120,44 @@ class Tail:
 
     async def _stream(
         self,
-        request: web.Request,
-        response: web.StreamResponse,
+        scope: Scope,
+        out: ClientStream,
         filt: EventFilter,
         cursor: int,
         gone: rewinds.ScopeInvalidation | None = None,
     ) -> None:
         loop = asyncio.get_running_loop()
-        await response.write(b"retry: 1000\n\n")
+        await out.write(b"retry: 1000\n\n")
         if filt.follows:
             # A reconnect after the end: the terminal event is behind the cursor.
             ended = await self._terminal_before(filt, cursor)
             if ended is not None:
-                await response.write(end_frame(filt, ended))
+                await out.write(end_frame(filt, ended))
                 return
         last_write = loop.time()
         feed = self._feed
         while not feed.closed:
-            if request.transport is None or request.transport.is_closing():
+            if out.gone():
                 return  # the client left while we waited
             changed = feed.changed()
-            entries, scanned = await feed.read(cursor, filt)
-            cursor = scanned
-            if entries:
-                if gone is not None:
-                    # Rewinds committed since the last look (whether or not the
-                    # filter lets them through) apply to what is sent from now on.
-                    assert self._invalidated is not None
-                    await self._invalidated.refresh(gone, filt.tenant, filt.session_id, feed.applied)
-                frames: list[bytes] = []
-                end = None
-                for entry in entries:
-                    # matches() requires a frame; the first test restates it for the checker.
-                    if (
-                        entry.frame is not None
-                        and filt.matches(entry)
-                        and not (
-                            gone is not None and gone.covers(entry.tenant, entry.session_id, entry.position)
-                        )
-                    ):
-                        frames.append(entry.frame)
-                    if filt.ends_with(entry):
-                        end = entry.position
-                        break
-                if end is not None:
-                    frames.append(end_frame(filt, end))
-                if frames:
-                    await response.write(b"".join(frames))  # waits while the client is slow
-                    self._metrics.frames.inc(len(frames) - (end is not None))
-                    last_write = loop.time()
-                if end is not None:
+            if cursor < feed.applied:
+                try:
+                    # The page is held against the tail's read memory (budget.py)
+                    # from its read until it is written. Waiting for it, the tail
+                    # still looks every CLIENT_CHECK_S whether its client left.
+                    async with self._budget.hold(scope, PAGE_RESERVE, wait_s=CLIENT_CHECK_S) as held:
+                        cursor, sent, end = await self._send_page(out, held, filt, cursor, gone)
+                except QuotaExceeded:
+                    continue
+                if end:
                     return
+                if sent:
+                    last_write = loop.time()
             if cursor < feed.applied:
                 continue  # more to read right away
             idle = self._heartbeat_s - (loop.time() - last_write)
             if idle <= 0:
-                await response.write(b": keepalive\n\n")
+                await out.write(b": keepalive\n\n")
                 last_write = loop.time()
                 continue
             try:
@@ -182,6 +166,50 @@ class Tail:
                     await changed.wait()
             except TimeoutError:
                 pass
+
+    async def _send_page(
+        self,
+        out: ClientStream,
+        held: Hold,
+        filt: EventFilter,
+        cursor: int,
+        gone: rewinds.ScopeInvalidation | None,
+    ) -> tuple[int, bool, bool]:
+        """Reads the page after ``cursor`` and writes what the client gets of
+        it: the next cursor, whether anything was written, whether the tail ended."""
+        feed = self._feed
+        entries, cursor = await feed.read(cursor, filt)
+        if not entries:
+            return cursor, False, False
+        if gone is not None:
+            # Rewinds committed since the last look (whether or not the
+            # filter lets them through) apply to what is sent from now on.
+            assert self._invalidated is not None
+            await self._invalidated.refresh(gone, filt.tenant, filt.session_id, feed.applied)
+        frames: list[bytes] = []
+        end = None
+        for entry in entries:
+            # matches() requires a frame; the first test restates it for the checker.
+            if (
+                entry.frame is not None
+                and filt.matches(entry)
+                and not (gone is not None and gone.covers(entry.tenant, entry.session_id, entry.position))
+            ):
+                frames.append(entry.frame)
+            if filt.ends_with(entry):
+                end = entry.position
+                break
+        if end is not None:
+            frames.append(end_frame(filt, end))
+        if not frames:
+            return cursor, False, False
+        data = b"".join(frames)
+        sent = len(frames) - (end is not None)
+        del entries, frames  # only the joined page is held while it is written
+        held.keep(len(data))
+        await out.write(data)  # waits while the client is slow
+        self._metrics.frames.inc(sent)
+        return cursor, True, end is not None
 
 
 def end_frame(filt: EventFilter, position: int) -> bytes:

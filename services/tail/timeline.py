@@ -36,8 +36,7 @@ from aiohttp import web
 
 from laneledger.contract.errors import EntityNotFound
 from laneledger.contract.model import Attempt, Lane, StructurePage
-from laneledger.contract.vocabulary import TERMINAL_EVENT_TYPES
-from laneledger.history.causality import REWOUND
+from laneledger.contract.vocabulary import REWOUND, TERMINAL_EVENT_TYPES
 from laneledger.runtime.apidoc import error_responses, json_body
 from laneledger.runtime.httpjson import json_response
 from laneledger.sdk.client import LedgerClient

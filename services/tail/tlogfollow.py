@@ -22,7 +22,9 @@ from nats.js.errors import NotFoundError
 
 from laneledger.contract.errors import LedgerError
 from laneledger.contract.subjects import Subjects
-from laneledger.tlog.checkpoint import Checkpoint
+from laneledger.tlog.checkpoint import (
+    TreeHead as Checkpoint,  # the tlog's; the name goes when this file is reworked
+)
 
 from .metrics import TailMetrics
 from .readmodel import ReadModel

@@ -23,11 +23,13 @@ from collections.abc import Sequence
 import msgspec
 
 from laneledger.contract.errors import InternalError, InvalidRequest
-from laneledger.store.sqlite import transaction
+from laneledger.sqlite import transaction
 from laneledger.store.tree import extend_tree, leaf_of
 from laneledger.tlog import merkle
 from laneledger.tlog import store as tree_store
-from laneledger.tlog.checkpoint import Checkpoint
+from laneledger.tlog.checkpoint import (
+    TreeHead as Checkpoint,  # the tlog's; the name goes when this file is reworked
+)
 from laneledger.tlog.cosignature import signed_at
 from laneledger.tlog.note import Signature, parse_signature_line, sign_note, split_note
 

@@ -39,7 +39,7 @@ from laneledger.contract.errors import (
 from laneledger.runtime.access import Scope, scope_of
 from laneledger.runtime.httpjson import json_response
 from laneledger.sdk.client import LedgerClient
-from laneledger.store.sqlite import failures_as
+from laneledger.sqlite import failures_as
 
 from .api import Query
 from .feed import Feed

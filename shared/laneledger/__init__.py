@@ -13,6 +13,11 @@ is reached through its subpackage, by audience:
   the services and their internals
 * ``laneledger.devtools``: nats-server for tests, ``laneledger up``, the demo
 * ``laneledger.cli``: the ``laneledger`` command
+
+The packages form layers, each importing only those below it (contract →
+sqlite → tlog → store | sdk → runtime | history → audit | compat | otel |
+devtools → adapters → cli | the services), with no import cycle: the
+contract is ``laneledger.devtools.layers``, which ``make lint`` checks.
 """
 
 from laneledger.contract.errors import (

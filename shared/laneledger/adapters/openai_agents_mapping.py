@@ -16,7 +16,6 @@ job retried after the ledger came back records once.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import deque
@@ -43,9 +42,14 @@ from laneledger.contract.vocabulary import DECIMAL_AMOUNT
 from laneledger.sdk.client import AppendHandle, LedgerClient
 from laneledger.sdk.content import prepared
 from laneledger.sdk.guarantees import AdapterGuarantees, Level
+from laneledger.sdk.retry import Backoff, retry
 from laneledger.sdk.spine import PROMPT_EVENT, SPAWNED_BY, Spine
 
 log = logging.getLogger(__name__)
+
+# A report the ledger could not take yet (unreachable, slow, a quota):
+# recorded again until it commits or the recorder's close deadline passes.
+RECORD_BACKOFF = Backoff(first=0.1, cap=2.0)
 
 ADAPTER = "laneledger.openai-agents"
 ADAPTER_VERSION = "2"  # 2: a tool call's outcome is best effort, strict or not
@@ -197,21 +201,19 @@ class TraceMapper(DerivedRecorder):
         unreachable or slow, a tenant quota reached) it is run again (derived
         ids make that safe), backing off, until the recorder closes and its
         deadline passes; any other refusal drops it (a bug here, logged)."""
-        delay = 0.1
-        while True:
-            try:
-                return await job()
-            except LedgerError as exc:
-                if not exc.retryable:
-                    self.lost += 1
-                    log.warning("laneledger: the ledger refused %s: %s", what, exc)
-                    return None
-                if self.give_up_at is not None and time.monotonic() >= self.give_up_at:
-                    self.lost += 1
-                    log.warning("laneledger: gave up recording %s: %s", what, exc)
-                    return None
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        try:
+            return await retry(job, RECORD_BACKOFF, retry_on=self._worth_retrying)
+        except LedgerError as exc:
+            self.lost += 1
+            if exc.retryable:
+                log.warning("laneledger: gave up recording %s: %s", what, exc)
+            else:
+                log.warning("laneledger: the ledger refused %s: %s", what, exc)
+            return None
+
+    def _worth_retrying(self, exc: Exception) -> bool:
+        past_close = self.give_up_at is not None and time.monotonic() >= self.give_up_at
+        return isinstance(exc, LedgerError) and exc.retryable and not past_close
 
     # -- traces -------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from laneledger.sdk.natsconnect import DEFAULT_NATS
 
 if TYPE_CHECKING:
     from laneledger.tlog.cosignature import CosignatureVerifier
-    from laneledger.tlog.note import Verifier
+    from laneledger.tlog.note import Ed25519Verifier
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -192,25 +192,25 @@ async def _checkpoint_covering(nats_url: str, subjects: Subjects, position: int)
 
     from laneledger.cli.tlog import request_checkpoint
     from laneledger.sdk.client import LedgerClient
-    from laneledger.tlog.checkpoint import Checkpoint
+    from laneledger.tlog.checkpoint import TreeHead
 
     async with await LedgerClient.connect(nats_url) as client:
         try:
             msg = await client.nc.jetstream().get_last_msg(subjects.tlog_stream, subjects.tlog_checkpoint)
             note = (msg.data or b"").decode()
-            if Checkpoint.of_note(note).size >= position:
+            if TreeHead.of_note(note).size >= position:
                 return note
         except NotFoundError:
             pass
         note = await request_checkpoint(client, subjects)
-    if Checkpoint.of_note(note).size < position:
+    if TreeHead.of_note(note).size < position:
         raise InvalidRequest("no signed checkpoint covers the position yet", path="position", found=position)
     return note
 
 
 @dataclass(frozen=True)
 class _Trust:
-    log: Verifier
+    log: Ed25519Verifier
     witnesses: list[CosignatureVerifier]
     quorum: int
 
@@ -218,7 +218,7 @@ class _Trust:
 def _trust(note_key: str, witness_keys: list[str], quorum: int | None) -> _Trust:
     """The log's key and the witnesses' from the command line (``InvalidRequest`` for a bad one)."""
     from laneledger.tlog.cosignature import CosignatureVerifier
-    from laneledger.tlog.note import Verifier
+    from laneledger.tlog.note import Ed25519Verifier
 
     witnesses = [CosignatureVerifier.from_text(text) for text in witness_keys]
     needed = len(witnesses) if quorum is None else quorum
@@ -226,7 +226,7 @@ def _trust(note_key: str, witness_keys: list[str], quorum: int | None) -> _Trust
         raise InvalidRequest(
             f"--quorum must be 0..{len(witnesses)} (the --witness keys given)", path="quorum"
         )
-    return _Trust(Verifier.from_text(note_key), witnesses, needed)
+    return _Trust(Ed25519Verifier.from_text(note_key), witnesses, needed)
 
 
 def verify_bundle_file(args: argparse.Namespace, hmac_key: bytes | None) -> int:
@@ -272,14 +272,14 @@ def check_bundle(data: bytes, trust: _Trust, hmac_key: bytes | None) -> str:
 def verify_checkpoints(args: argparse.Namespace) -> int:
     """``verify --checkpoint OLD --checkpoint NEW --note-key KEY --url TAIL``:
     exit 0 when the log signed both and the newer tree extends the older."""
-    from laneledger.tlog.checkpoint import Checkpoint, verify_extension
+    from laneledger.tlog.checkpoint import TreeHead, verify_extension
     from laneledger.tlog.client import LogClient
 
     if len(args.checkpoint) != 2 or args.note_key is None or not args.url:
         return fail("verify: --checkpoint OLD --checkpoint NEW needs --note-key and --url (the tail to ask)")
     trust = _trust(args.note_key, args.witness, args.quorum)
     old_signed, new_signed = (Path(path).read_text(encoding="utf-8") for path in args.checkpoint)
-    old_size, new_size = (Checkpoint.of_note(text).size for text in (old_signed, new_signed))
+    old_size, new_size = (TreeHead.of_note(text).size for text in (old_signed, new_signed))
 
     async def fetch() -> list[bytes]:
         if not 0 < old_size < new_size:

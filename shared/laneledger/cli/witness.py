@@ -78,12 +78,12 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def cmd_witness(args: argparse.Namespace) -> int:
     from laneledger.tlog.cosignature import Cosigner
-    from laneledger.tlog.note import Verifier, read_key_file
+    from laneledger.tlog.note import Ed25519Verifier, read_key_file
     from laneledger.tlog.witness import Witness
 
     if not args.interval_s > 0:
         return fail("witness: --interval-s must be a positive number of seconds")
-    log = Verifier.from_text(args.log_key)
+    log = Ed25519Verifier.from_text(args.log_key)
     witness = Witness(
         Cosigner.from_text(read_key_file(args.key_file)), log, origin=log.name, state=args.state
     )

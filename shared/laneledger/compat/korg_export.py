@@ -44,9 +44,9 @@ from laneledger.history.causality import (
     subjects_of,
 )
 from laneledger.history.rewind import Invalidation
+from laneledger.sqlite import fetch_all
 from laneledger.store.reader import LedgerReader
 from laneledger.store.schema import open_current_ledger
-from laneledger.store.sqlite import fetch_all
 
 SCHEMA_VERSION = "1.0"
 ROOT_SEQ = 1  # journal_order puts the root first

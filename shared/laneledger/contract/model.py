@@ -37,6 +37,7 @@ MAX_NESTING = 128
 
 Id = Annotated[str, Meta(min_length=1, max_length=MAX_ID_LENGTH)]
 Seq = Annotated[int, Meta(ge=0, le=MAX_WIRE_INT)]
+WireCount = Seq  # a size, a duration: any I-JSON integer from 0
 Hash = Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")]
 # RFC 3339 with a 'T', seconds, optional fraction, and an explicit offset. Kept
 # as the producer's string: the ledger never re-renders it.
@@ -45,6 +46,27 @@ Timestamp = Annotated[
     Meta(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$"),
 ]
 EventType = Annotated[str, Meta(min_length=3, max_length=128)]
+# Producer-sent text that is not an id (spec/wire.md, "Field bounds"): far
+# past what a harness sends, so the bound only ever stops an attack.
+MAX_LABEL_LENGTH = 128
+MAX_NAME_LENGTH = 1024
+MAX_ATTRIBUTES = 256  # entries of an actor's attributes
+MAX_ATTRIBUTES_BYTES = 64 * 1024  # their JSON
+Label = Annotated[str, Meta(min_length=1, max_length=MAX_LABEL_LENGTH)]  # a kind, an effect, a version
+Name = Annotated[str, Meta(max_length=MAX_NAME_LENGTH)]  # a display or action name, an idempotency key
+MediaType = Annotated[str, Meta(min_length=1, max_length=256)]
+Attributes = Annotated[dict[Id, Any], Meta(max_length=MAX_ATTRIBUTES)]
+
+
+def check_attributes(attributes: dict[str, Any]) -> None:
+    """``attributes`` within its byte bound. msgspec reports a ``ValueError``
+    from ``__post_init__`` at the struct, so the message names the field's
+    path the way msgspec's own do (``decode`` reads it from there)."""
+    size = len(msgspec.json.encode(attributes))
+    if size > MAX_ATTRIBUTES_BYTES:
+        raise ValueError(
+            f"attributes are {size} bytes of JSON, the limit is {MAX_ATTRIBUTES_BYTES} - at `$.attributes`"
+        )
 
 
 def timestamp_problem(value: str) -> str | None:
@@ -84,7 +106,7 @@ class ProposedEvent(Frozen, frozen=True, kw_only=True):
     from typed events.
     """
 
-    schema_version: str
+    schema_version: Label
     id: Id
     lane_id: Id
     subject_id: Id
@@ -265,7 +287,7 @@ class Anchor(Frozen, frozen=True, kw_only=True):
 class ArtifactRef(Frozen, frozen=True, kw_only=True):
     sha256: Hash
     size_bytes: Annotated[int, Meta(ge=0, le=MAX_WIRE_INT)]
-    media_type: str
+    media_type: MediaType
 
 
 class Checkpoint(Frozen, frozen=True, kw_only=True):
@@ -300,10 +322,13 @@ class Checkpoint(Frozen, frozen=True, kw_only=True):
 class EnsureActor(Frozen, frozen=True, kw_only=True, tag="ensure_actor", tag_field="op"):
     tenant: Id
     key: Id
-    kind: str
-    display_name: str | None = None
-    attributes: JsonObject = {}
+    kind: Label
+    display_name: Name | None = None
+    attributes: Attributes = {}
     public_key: PublicKey | None = None
+
+    def __post_init__(self) -> None:
+        check_attributes(self.attributes)
 
 
 class CreateLane(Frozen, frozen=True, kw_only=True, tag="create_lane", tag_field="op"):
@@ -311,7 +336,7 @@ class CreateLane(Frozen, frozen=True, kw_only=True, tag="create_lane", tag_field
     session_id: Id
     run_id: Id
     name: Id
-    kind: str = "main"
+    kind: Label = "main"
     parent_lane_id: Id | None = None
     actor_id: Id | None = None
     id: Id | None = None
@@ -329,11 +354,11 @@ class CreateTurn(Frozen, frozen=True, kw_only=True, tag="create_turn", tag_field
 class CreateAction(Frozen, frozen=True, kw_only=True, tag="create_action", tag_field="op"):
     lane_id: Id
     turn_id: Id
-    action_type: str
-    name: str
-    effect: str
-    idempotency: str
-    idempotency_key: str | None = None
+    action_type: Label
+    name: Name
+    effect: Label
+    idempotency: Label
+    idempotency_key: Name | None = None
     id: Id | None = None
     tenant: Id | None = None  # whose ids: see above
 
@@ -525,7 +550,7 @@ def decode(data: bytes, kind: TypeForm[T], *, max_bytes: int = MAX_REQUEST_BYTES
     try:
         return decoder(kind).decode(data)
     except msgspec.ValidationError as exc:
-        raise InvalidRequest(str(exc), path=_path_of(exc)) from exc
+        raise InvalidRequest(str(exc), path=error_path(exc)) from exc
     except msgspec.DecodeError as exc:
         raise MalformedMessage(f"not valid JSON: {exc}") from exc
     except RecursionError:  # unreachable below MAX_NESTING; kept so it can never escape
@@ -556,14 +581,16 @@ def nesting_depth(data: bytes) -> int:
     return deepest
 
 
-def _path_of(exc: msgspec.ValidationError) -> str:
+def error_path(exc: msgspec.ValidationError) -> str:
     # msgspec ends its messages with " - at `$.field[0]`" when it knows where.
     text = str(exc)
     marker = " - at `"
     at = text.rfind(marker)
     if at < 0:
         return "$"
-    return text[at + len(marker) : -1]
+    path = text[at + len(marker) : -1]
+    # A bad object key: "at `key` in `$.attributes`" names the object.
+    return path.removeprefix("key` in `")
 
 
 # =====================================================================================
@@ -571,8 +598,6 @@ def _path_of(exc: msgspec.ValidationError) -> str:
 # Requests are served on <prefix>.checkpoint.<op>, answered by a Reply like the
 # sequencer's commands. Add new structs below; do not change the ones above.
 # =====================================================================================
-
-MediaType = Annotated[str, Meta(min_length=1, max_length=256)]
 
 
 class ProposedCheckpoint(Frozen, frozen=True, kw_only=True):

@@ -43,6 +43,10 @@ AGENT_LEDGER_EVENT_TYPES = (
     "lane.framework.checkpoint.linked",
 )
 
+# A session's rewind (spec/history.md): the writer checks its target, the
+# history and the read model fold it.
+REWOUND = "session.rewound"
+
 # The event-log families the seeds name, as laneledger core types.
 LANELEDGER_EVENT_TYPES = (
     "lane.resumed",
@@ -61,7 +65,7 @@ LANELEDGER_EVENT_TYPES = (
     "context.compaction_applied",
     "context.tool_resolved",
     "verification.preflight",
-    "session.rewound",
+    REWOUND,
 )
 
 CORE_EVENT_TYPES = frozenset(AGENT_LEDGER_EVENT_TYPES + LANELEDGER_EVENT_TYPES)

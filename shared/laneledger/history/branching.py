@@ -17,7 +17,8 @@ import msgspec
 
 from laneledger.contract.errors import EntityNotFound, LaneConflict
 from laneledger.contract.model import AppendCommitted, CommittedEvent, ForkPoint, Lane, SessionView
-from laneledger.history.causality import REWOUND, Graph, nodes_of, subjects_of
+from laneledger.contract.vocabulary import REWOUND
+from laneledger.history.causality import Graph, nodes_of, subjects_of
 from laneledger.history.rewind import rewind_payload
 from laneledger.sdk.client import LedgerClient, make_event
 

@@ -22,10 +22,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from laneledger.contract.vocabulary import REWOUND
 from laneledger.sdk.spine import spawned_by, spine_role
 
 KORG_TOOL_CALL = "ext.korg.agent_tool_call"
-REWOUND = "session.rewound"
 
 PROMPT, INFERENCE, TOOL, REWIND, OTHER = "prompt", "inference", "tool", "rewind", "other"
 ROLES = (PROMPT, INFERENCE, TOOL, REWIND, OTHER)

@@ -39,13 +39,16 @@ from laneledger.otel.mapping import SpanMapper, SpanRecord
 from laneledger.otel.sdkspans import SpanSender
 from laneledger.runtime.follow import StreamFollower
 from laneledger.sdk.client import LedgerClient
+from laneledger.sdk.retry import Backoff, logged, retry
 
 log = logging.getLogger("laneledger.otel.live")
 T = TypeVar("T")
 _events = decoder(CommittedEvent)
 
 DEFAULT_CONSUMER = "laneledger-otel"
-RETRY_MAX_S = 10.0
+# A receiver or a NATS that is away: waited out, as long as it takes.
+AWAY = (TransportError, OSError, NotFoundError, NatsTimeout)
+AWAY_BACKOFF = Backoff(first=0.2, cap=10.0)
 
 Progress = Callable[[int, int], None]  # (spans sent in this batch, acknowledged through position)
 
@@ -199,11 +202,4 @@ class LiveExporter:
 async def _retrying(action: Callable[[], Awaitable[T]], what: str) -> T:
     """``action()`` until it succeeds: the exporter waits out a receiver or a
     NATS that is away rather than skip what it cannot deliver."""
-    delay = 0.2
-    while True:
-        try:
-            return await action()
-        except (TransportError, OSError, NotFoundError, NatsTimeout) as exc:
-            log.warning("cannot %s yet (%s); retrying in %.1f s", what, exc, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, RETRY_MAX_S)
+    return await retry(action, AWAY_BACKOFF, retry_on=AWAY, on_retry=logged(log, what))

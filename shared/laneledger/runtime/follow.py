@@ -54,11 +54,15 @@ from nats.js.errors import NotFoundError
 from laneledger.contract.errors import IntegrityError
 from laneledger.contract.subjects import EVENTS_STREAM
 from laneledger.runtime.pullfeed import PullFeed
+from laneledger.sdk.retry import Backoff, Pauses, logged, retry
 
 log = logging.getLogger("laneledger.runtime.follow")
 
 OnGap = Literal["reread", "fail"]
 READ_BUDGET_BYTES = 8 * 1024 * 1024  # per pull request, and buffered at most
+# Opening the consumer again, until NATS and the stream are there; and
+# re-reading a gap that keeps coming back (a hole in the stream itself).
+REREAD_BACKOFF = Backoff(first=0.1, cap=2.0)
 
 
 class StreamGap(Exception):
@@ -157,8 +161,8 @@ class StreamFollower:
         self._identity = identity
         self._feed: PullFeed | None = None
         self._gap: StreamGap | None = None  # found by the last read, acted on by the next
-        self._regap_position = 0  # where the last re-read gap was, and how often in a row
-        self._regaps = 0
+        self._regap_position = 0  # where the last re-read gap was
+        self._regap_pauses = Pauses(REREAD_BACKOFF)  # how often in a row it came back
         self._quiet_since = 0.0
         self.position = 0  # the last sequence handed out
         self.stream_last = 0  # the stream's last sequence when last asked
@@ -197,10 +201,10 @@ class StreamFollower:
             # same gap again is a hole in the stream itself: re-read it, but
             # paced, rather than re-create the consumer as fast as NATS answers.
             if gap.position == self._regap_position:
-                await asyncio.sleep(min(2.0, 0.1 * 2**self._regaps))
-                self._regaps = min(self._regaps + 1, 5)
+                await self._regap_pauses.wait()
             else:
-                self._regap_position, self._regaps = gap.position, 0
+                self._regap_position = gap.position
+                self._regap_pauses.reset()
             log.warning("gap after position %d (%s); re-reading from there", self.position, gap)
             await self._open_until_done(self.position)
         assert self._feed is not None, "read() before open()"
@@ -268,18 +272,14 @@ class StreamFollower:
             return False
 
     async def _open_until_done(self, after: int) -> None:
-        delay = 0.1
-        while True:
-            try:
-                await self._open(after)
-                self._quiet_since = asyncio.get_running_loop().time()
-                return
-            except StreamReplaced:
-                raise
-            except Exception as exc:  # noqa: BLE001 - retried; cancellation still ends it
-                log.info("cannot open a consumer on %s yet (%s); retrying", self._stream, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        # Anything but a replaced stream is waited out (cancellation still ends it).
+        await retry(
+            lambda: self._open(after),
+            REREAD_BACKOFF,
+            retry_on=lambda exc: not isinstance(exc, StreamReplaced),
+            on_retry=logged(log, f"open a consumer on {self._stream}", logging.INFO),
+        )
+        self._quiet_since = asyncio.get_running_loop().time()
 
     async def _open(self, after: int) -> None:
         await self.close()

@@ -28,13 +28,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-import itertools
 import json
 from collections.abc import Awaitable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar
 
 import msgspec
+from nats.aio.msg import Msg
 from nats.js.errors import DigestMismatchError, NotFoundError, ObjectNotFoundError
 from nats.js.object_store import ObjectStore
 
@@ -89,9 +89,10 @@ from laneledger.contract.model import (
 )
 from laneledger.contract.redaction import Redactor, redact_checkpoint_state
 from laneledger.contract.subjects import tenant_headers
-from laneledger.sdk.client import LaneRecorder, LedgerClient, transport_error
+from laneledger.sdk.client import TRANSPORT_BACKOFF, LaneRecorder, LedgerClient, transport_error
 from laneledger.sdk.objectstores import open_object_store, read_chunks
 from laneledger.sdk.pubacks import limit_reached_by
+from laneledger.sdk.retry import retry
 
 T = TypeVar("T")
 
@@ -215,22 +216,22 @@ class CheckpointClient:
         assert isinstance(op, str)  # every checkpoint command is tagged by its op name
         body = encode(cmd)
         timeout = self.timeout if timeout is None else timeout
-        for attempt in itertools.count():
+
+        async def once() -> Msg:
             try:
                 # On the ledger client's tenant's subject when it has one
                 # (spec/checkpoint.md, "Tenants").
-                msg = await self.nc.request(
+                return await self.nc.request(
                     self.subjects.checkpoint(op, self.ledger.tenant),
                     body,
                     timeout=timeout,
                     headers=tenant_headers(self.ledger.tenant),
                 )
-                break
             except Exception as exc:
-                err = _nats_error(exc, f"checkpoint {op}")
-                if not isinstance(err, TransportError) or attempt >= self.retries:
-                    raise err from exc
-                await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
+                raise _nats_error(exc, f"checkpoint {op}") from exc
+
+        backoff = replace(TRANSPORT_BACKOFF, attempts=self.retries + 1)
+        msg = await retry(once, backoff, retry_on=(TransportError,))
         reply = decoder(Reply).decode(msg.data)
         if isinstance(reply, ReplyError):
             refused = reply.error

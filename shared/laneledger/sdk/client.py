@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import os
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar
 
 import msgspec
@@ -95,6 +94,7 @@ from laneledger.sdk.content import PreparedEvent, blobs_of, default_redactor, pr
 from laneledger.sdk.deadline import within
 from laneledger.sdk.natsconnect import DEFAULT_NATS, connect_nats, nats_servers
 from laneledger.sdk.pubacks import AckInbox, PubAck, limit_reached
+from laneledger.sdk.retry import Backoff, retry
 
 T = TypeVar("T")
 Wait = Literal["commit", "accept"]
@@ -117,6 +117,10 @@ def tenant_inboxes_from_env() -> bool:
 
 
 NO_RESPONDERS_GRACE_S = 1.0  # how long a command is asked again while no sequencer subscribes
+NO_RESPONDERS_FIRST_PAUSE_S = 0.05
+# A request the transport lost, sent again (the same append id, the same
+# idempotent checkpoint body): its attempt budget is the caller's ``retries``.
+TRANSPORT_BACKOFF = Backoff(first=0.1, cap=2.0)
 
 
 def transport_error(exc: Exception, what: str, *, service: str = "sequencer") -> LedgerError:
@@ -386,23 +390,23 @@ class LedgerClient:
         """One command's body to the sequencer; its reply's bytes (the
         transport: tests/ledger_fixtures.py's in-process client replaces it)."""
         subject, headers = self.subjects.command(op, self.tenant), tenant_headers(self.tenant)
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + min(NO_RESPONDERS_GRACE_S, self.timeout)
-        pause = 0.05
-        while True:
-            try:
-                msg = await self.nc.request(subject, body, timeout=self.timeout, headers=headers)
-                return msg.data
-            except nats.errors.NoRespondersError as exc:
-                # Nobody subscribed at this instant (a sequencer starting or
-                # restarting), so nobody got it: asked again for a moment
-                # before it is an error.
-                if loop.time() + pause > give_up:
-                    raise transport_error(exc, op) from exc
-                await asyncio.sleep(pause)
-                pause *= 2
-            except Exception as exc:
-                raise transport_error(exc, op) from exc
+        # Nobody subscribed at this instant (a sequencer starting or
+        # restarting), so nobody got it: asked again for a moment before it
+        # is an error.
+        grace = min(NO_RESPONDERS_GRACE_S, self.timeout)
+        try:
+            msg = await retry(
+                lambda: self.nc.request(subject, body, timeout=self.timeout, headers=headers),
+                Backoff(
+                    first=NO_RESPONDERS_FIRST_PAUSE_S,
+                    cap=max(grace, NO_RESPONDERS_FIRST_PAUSE_S),
+                    within=grace,
+                ),
+                retry_on=(nats.errors.NoRespondersError,),
+            )
+        except Exception as exc:
+            raise transport_error(exc, op) from exc
+        return msg.data
 
     async def ensure_actor(
         self,
@@ -738,15 +742,12 @@ class LedgerClient:
         the same append id (safe: a resend gets the original receipt)."""
         append_id = append_id or new_id()
         events = list(events)
-        for attempt in itertools.count():
-            try:
-                handle = await self.submit(lane, expected_last_seq, events, append_id=append_id)
-                return await handle.receipt(timeout)
-            except TransportError:
-                if attempt >= retries:
-                    raise
-                await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
-        raise AssertionError("unreachable")
+
+        async def once() -> AppendCommitted:
+            handle = await self.submit(lane, expected_last_seq, events, append_id=append_id)
+            return await handle.receipt(timeout)
+
+        return await retry(once, replace(TRANSPORT_BACKOFF, attempts=retries + 1), retry_on=(TransportError,))
 
     # ------------------------------------------------------------- content
 

@@ -1,5 +1,5 @@
-"""The SQLite ledger: schema, the single writer, and reads; ``sqlite``: how
-every laneledger SQLite file (the services' too) is opened, written and read."""
+"""The SQLite ledger: schema, the single writer, and reads (how every
+laneledger SQLite file is opened, written and read: ``laneledger.sqlite``)."""
 
 from laneledger.store.reader import LedgerReader
 from laneledger.store.schema import open_ledger

@@ -29,7 +29,7 @@ from laneledger.contract.model import (
     Turn,
     decoder,
 )
-from laneledger.store.sqlite import fetch_all
+from laneledger.sqlite import fetch_all
 
 _FIRST_PAGE = StructureCursor()  # a cursor before every row
 # The structure tables stored as one encoded object a row, in page order.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from laneledger.contract.errors import InternalError
 from laneledger.contract.ids import new_id
-from laneledger.store.sqlite import (
+from laneledger.sqlite import (
     Durability,
     check_schema_version,
     failures_as,
@@ -200,7 +200,7 @@ def open_ledger(path: str | Path, *, readonly: bool = False) -> sqlite3.Connecti
             what="ledger database",
             path=path,
             migrations=MIGRATIONS,
-            on_create=tree_store.create_tables,  # here, not in DDL: tlog.store imports this package
+            on_create=tree_store.create_tables,  # the tree's tables are tlog.store's to define
         )
     except BaseException:
         conn.close()

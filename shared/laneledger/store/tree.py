@@ -16,9 +16,6 @@ from collections.abc import Callable, Iterable, Sequence
 import msgspec
 
 from laneledger.contract.errors import IntegrityError
-
-# Imported as modules, not names: laneledger.tlog.store imports this
-# package's sqlite module, so either may be imported first.
 from laneledger.tlog import leaves as tree_leaves
 from laneledger.tlog import store as tree_store
 

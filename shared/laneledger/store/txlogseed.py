@@ -32,7 +32,7 @@ from typing import Any
 import msgspec
 
 from laneledger.contract.errors import IntegrityError
-from laneledger.store.sqlite import failures_as
+from laneledger.sqlite import failures_as
 from laneledger.store.txlog import (
     INSERT_ACTION,
     INSERT_ACTOR,

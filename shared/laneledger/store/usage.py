@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from laneledger.contract.errors import QuotaExceeded
-from laneledger.store.sqlite import failures_as
+from laneledger.sqlite import failures_as
 from laneledger.store.txlog import INSERT_EVENT
 
 _TENANT = 4  # an INSERT_EVENT row's tenant; its body is the last value

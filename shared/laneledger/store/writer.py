@@ -74,17 +74,12 @@ from laneledger.contract.subjects import token
 from laneledger.contract.vocabulary import (
     EFFECT_KINDS,
     IDEMPOTENCY_CLASSES,
+    REWOUND,
     SCHEMA_VERSION,
     check_event_type,
     check_payload,
 )
-from laneledger.history.causality import REWOUND
-from laneledger.store import txlogseed
-from laneledger.store.append import PreparedAppend
-from laneledger.store.chainkey import chain_key_fingerprint
-from laneledger.store.reader import LedgerReader, lane_from_row
-from laneledger.store.schema import file_id as schema_file_id
-from laneledger.store.sqlite import (
+from laneledger.sqlite import (
     Durability,
     applied_position,
     begin,
@@ -97,6 +92,11 @@ from laneledger.store.sqlite import (
     roll_back,
     transaction,
 )
+from laneledger.store import txlogseed
+from laneledger.store.append import PreparedAppend
+from laneledger.store.chainkey import chain_key_fingerprint
+from laneledger.store.reader import LedgerReader, lane_from_row
+from laneledger.store.schema import file_id as schema_file_id
 from laneledger.store.txlog import (
     INSERT_ACTION,
     INSERT_ACTOR,

@@ -30,7 +30,7 @@ import msgspec
 from laneledger.contract.chain import entry_hash
 from laneledger.contract.errors import InvalidRequest, MalformedMessage, ProofInvalid
 from laneledger.tlog import merkle, store
-from laneledger.tlog.checkpoint import Checkpoint, open_cosigned
+from laneledger.tlog.checkpoint import TreeHead, open_cosigned
 from laneledger.tlog.leaves import entry_leaf, leaf_index
 from laneledger.tlog.merkle import HASH_SIZE
 from laneledger.tlog.note import NoteVerifier, split_note
@@ -108,7 +108,7 @@ def make_bundle(
     signed (its tree must cover the position), from the stored tree;
     ``event``: its committed bytes, to carry in ``extra``."""
     index = leaf_index(position)
-    checkpoint = Checkpoint.of_note(signed_checkpoint)
+    checkpoint = TreeHead.of_note(signed_checkpoint)
     if index >= checkpoint.size:
         raise InvalidRequest(
             "the checkpoint's tree does not cover the position",
@@ -121,7 +121,7 @@ def make_bundle(
     return Bundle(index, tuple(proof), signed_checkpoint, event)
 
 
-def check_tree(conn: sqlite3.Connection, checkpoint: Checkpoint) -> None:
+def check_tree(conn: sqlite3.Connection, checkpoint: TreeHead) -> None:
     """The checkpoint must be of the stored tree: its root at its size."""
     if store.root(conn, checkpoint.size) != checkpoint.root:
         raise ProofInvalid(
@@ -131,7 +131,7 @@ def check_tree(conn: sqlite3.Connection, checkpoint: Checkpoint) -> None:
 
 @dataclass(frozen=True)
 class Verified:
-    checkpoint: Checkpoint
+    checkpoint: TreeHead
     entry_hash: str
     event: dict[str, Any] | None  # the event of ``extra``, checked
     witnesses: tuple[str, ...]  # names of the witnesses whose cosignatures verified

@@ -35,7 +35,11 @@ def _printable(text: str) -> bool:
 
 
 @dataclass(frozen=True)
-class Checkpoint:
+class TreeHead:
+    """A tree head: what a C2SP checkpoint note says (its origin, size, root
+    and extension lines). Not named ``Checkpoint``: that is a saved agent
+    state (``laneledger.Checkpoint``)."""
+
     origin: str
     size: int
     root: bytes
@@ -58,7 +62,7 @@ class Checkpoint:
         return "".join(line + "\n" for line in lines)
 
     @classmethod
-    def parse(cls, text: str) -> Checkpoint:
+    def parse(cls, text: str) -> TreeHead:
         if not text.endswith("\n"):
             raise _malformed("checkpoint_lines", 0, "the text does not end with a newline")
         lines = text[:-1].split("\n")
@@ -83,14 +87,14 @@ class Checkpoint:
         return cls(origin, int(size), raw, tuple(extensions))
 
     @classmethod
-    def of_note(cls, signed: str | bytes) -> Checkpoint:
+    def of_note(cls, signed: str | bytes) -> TreeHead:
         """The checkpoint a signed note carries, its signatures NOT checked
         (``open_checkpoint`` checks them): for what a reader only routes or
         compares, such as a tree size to ask a proof for."""
         return cls.parse(split_note(signed)[0])
 
 
-def sign_checkpoint(checkpoint: Checkpoint, signer: NoteSigner) -> str:
+def sign_checkpoint(checkpoint: TreeHead, signer: NoteSigner) -> str:
     """The checkpoint as a signed note, signed by the log's key, whose name
     must be the checkpoint's origin."""
     if signer.name != checkpoint.origin:
@@ -103,9 +107,9 @@ def sign_checkpoint(checkpoint: Checkpoint, signer: NoteSigner) -> str:
     return sign_note(checkpoint.body(), [signer])
 
 
-def _of_origin(text: str, origin: str) -> Checkpoint:
+def _of_origin(text: str, origin: str) -> TreeHead:
     """The checkpoint a note's text is, refused when it is another log's."""
-    checkpoint = Checkpoint.parse(text)
+    checkpoint = TreeHead.parse(text)
     if checkpoint.origin != origin:
         raise InvalidRequest(
             "the checkpoint is another log's", path="origin", found=checkpoint.origin, expected=origin
@@ -115,7 +119,7 @@ def _of_origin(text: str, origin: str) -> Checkpoint:
 
 def open_checkpoint(
     signed: str | bytes, verifiers: Iterable[NoteVerifier], *, origin: str
-) -> tuple[Checkpoint, Note]:
+) -> tuple[TreeHead, Note]:
     """Open a signed checkpoint of the log named ``origin``: the note's rules
     (``open_note``), then the body's; a checkpoint of another log is
     ``invalid_request`` (``path: "origin"``)."""
@@ -131,7 +135,7 @@ def open_cosigned(
     origin: str,
     witnesses: Sequence[NoteVerifier] = (),
     quorum: int = 0,
-) -> tuple[Checkpoint, tuple[str, ...]]:
+) -> tuple[TreeHead, tuple[str, ...]]:
     """Open a checkpoint the log itself must have signed (however many
     witnesses did), cosigned by at least ``quorum`` of ``witnesses``; returns
     it and the names of the witnesses whose cosignatures verified."""
@@ -164,7 +168,7 @@ def verify_extension(
     origin: str,
     witnesses: Sequence[NoteVerifier] = (),
     quorum: int = 0,
-) -> tuple[Checkpoint, Checkpoint, tuple[str, ...]]:
+) -> tuple[TreeHead, TreeHead, tuple[str, ...]]:
     """Check that the log signed both checkpoints (the newer one cosigned by
     ``quorum`` of ``witnesses``) and that the newer tree extends the older
     one (RFC 9162 consistency ``proof``): a tree that shrank, or one that

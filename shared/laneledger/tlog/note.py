@@ -144,7 +144,7 @@ class NoteSigner(Protocol):
 
 
 @dataclass(frozen=True)
-class Verifier:
+class Ed25519Verifier:
     """An Ed25519 (type 0x01) note verifier."""
 
     name: str
@@ -165,7 +165,7 @@ class Verifier:
         return True
 
     @classmethod
-    def from_text(cls, text: str) -> Verifier:
+    def from_text(cls, text: str) -> Ed25519Verifier:
         name, claimed, key = decode_key_text(text, signature_type=ED25519, private=False)
         verifier = cls(name, Ed25519PublicKey.from_public_bytes(key))
         check_key_id(text, claimed, verifier.key_id)
@@ -193,8 +193,8 @@ class Signer:
     def key_id(self) -> int:
         return self.verifier().key_id
 
-    def verifier(self) -> Verifier:
-        return Verifier(self.name, self.private_key.public_key())
+    def verifier(self) -> Ed25519Verifier:
+        return Ed25519Verifier(self.name, self.private_key.public_key())
 
     def sign(self, text: bytes) -> bytes:
         return self.private_key.sign(text)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +34,7 @@ from laneledger.contract.chain import LaneChains
 from laneledger.contract.errors import InvalidRequest, LedgerError, MalformedMessage, ProofInvalid
 from laneledger.tlog import store
 from laneledger.tlog.bundle import Bundle, Verified, check_tree, verify_bundle
-from laneledger.tlog.checkpoint import Checkpoint
+from laneledger.tlog.checkpoint import TreeHead
 from laneledger.tlog.leaves import leaf_index
 from laneledger.tlog.note import NoteVerifier
 
@@ -131,7 +131,7 @@ def session_bundle_chunks(
     *,
     page_events: int = PAGE_EVENTS,
     page_bytes: int = PAGE_BYTES,
-) -> Iterator[bytes]:
+) -> Generator[bytes, None, None]:
     """The bundle's JSON, a page of entries at a time (at most ``page_events``
     events, and about ``page_bytes``), so no reader holds a big session whole.
     The events are those of the session within the checkpoint's tree. The
@@ -139,7 +139,7 @@ def session_bundle_chunks(
     yielded: a checkpoint not of this tree, or a session with no event in it,
     raises before the first byte. Each page calls ``connect()`` anew, so the
     iterator may be advanced from any thread that has a connection."""
-    checkpoint = Checkpoint.of_note(signed_checkpoint)
+    checkpoint = TreeHead.of_note(signed_checkpoint)
     check_tree(connect(), checkpoint)
     entries, after = _entries(connect(), tenant, session_id, checkpoint.size, 0, page_events, page_bytes)
     if not entries:

@@ -28,7 +28,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from laneledger.contract.errors import InternalError, InvalidRequest
-from laneledger.store.sqlite import failures_as
+from laneledger.sqlite import failures_as
 from laneledger.tlog import merkle
 from laneledger.tlog.merkle import HASH_SIZE, Node
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from laneledger.contract.errors import InternalError, LedgerError
 from laneledger.tlog import merkle
-from laneledger.tlog.checkpoint import Checkpoint, open_checkpoint
+from laneledger.tlog.checkpoint import TreeHead, open_checkpoint
 from laneledger.tlog.cosignature import Cosigner
 from laneledger.tlog.note import NoteVerifier, sign_note
 
@@ -31,11 +31,11 @@ class Witness:
         self.log = log
         self.origin = origin
         self.state = Path(state) if state is not None else None
-        self.latest: Checkpoint | None = None  # the last checkpoint cosigned
+        self.latest: TreeHead | None = None  # the last checkpoint cosigned
         if self.state is not None and self.state.exists():
             self.latest = self._load(self.state)
 
-    def _load(self, path: Path) -> Checkpoint:
+    def _load(self, path: Path) -> TreeHead:
         """The stored checkpoint, opened as any other: the log's signature and
         the origin are checked again (a file edited by hand is refused)."""
         try:

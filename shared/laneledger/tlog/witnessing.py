@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from laneledger.contract.errors import ProofInvalid
-from laneledger.tlog.checkpoint import Checkpoint, open_checkpoint
+from laneledger.tlog.checkpoint import TreeHead, open_checkpoint
 from laneledger.tlog.client import LogClient
 from laneledger.tlog.note import split_note
 from laneledger.tlog.witness import Witness
@@ -22,7 +22,7 @@ from laneledger.tlog.witness import Witness
 
 @dataclass(frozen=True)
 class WitnessRound:
-    checkpoint: Checkpoint  # the checkpoint the tail served
+    checkpoint: TreeHead  # the checkpoint the tail served
     cosigned: bool  # False: refused, or the tree already cosigned and the tail holds the cosignature
     refused: ProofInvalid | None = None  # why a tree that shrank or forked was not cosigned
 

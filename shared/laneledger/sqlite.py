@@ -1,9 +1,11 @@
 """SQLite, one home: how every laneledger database file is opened, changed
 and read, and the one place where SQLite's errors become laneledger errors.
 
-Four stores use it: the ledger (``schema``, ``writer``, ``reader``) and the
-files the metrics, checkpoint and tail services keep. Each keeps its own
-tables, meta keys and messages; what they share is here:
+Five stores use it: the ledger (``laneledger.store``), the transparency
+log's tree (``laneledger.tlog.store``) and the files the metrics, checkpoint
+and tail services keep (its layer is just above ``contract``: see
+laneledger.devtools.layers). Each keeps its own tables, meta keys and
+messages; what they share is here:
 
 * ``open_database``: WAL, a ``Durability``, a busy timeout, the DDL;
   ``open_readonly`` for readers that must never write;
