@@ -429,7 +429,11 @@ export class LedgerClient {
       await this.js.publish(this.subjects.append(lane.tenant, lane.id), body, { headers: hdrs, timeout: this.timeoutMs });
     } catch (err) {
       this.forget(appendId, waiter);
-      const refused = appendRefused(err, lane.tenant) ?? transportError(err, "append");
+      const refused =
+        appendRefused(err, lane.tenant) ??
+        (isNoResponders(err)
+          ? new LedgerUnavailable(`append: no stream takes ${this.subjects.append(lane.tenant, lane.id)} (with a tenants file, is the tenant declared?)`)
+          : transportError(err, "append"));
       refused.details["append_id"] ??= appendId;
       throw refused;
     }

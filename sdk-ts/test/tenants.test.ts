@@ -5,11 +5,15 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { EntityNotFound, LaneRecorder, LedgerClient, TenantMismatch, newId } from "../src/index.js";
+import { EntityNotFound, LaneRecorder, LedgerClient, LedgerUnavailable, TenantMismatch, newId } from "../src/index.js";
 
 const ACME = process.env["LANELEDGER_TS_ACME_URL"];
+const PRODUCER = process.env["LANELEDGER_TS_PRODUCER_URL"];
 const GLOBEX = process.env["LANELEDGER_TS_GLOBEX_URL"];
-const skip = ACME === undefined || GLOBEX === undefined ? "LANELEDGER_TS_ACME_URL / _GLOBEX_URL are not set (tests/test_sdk_ts.py sets them)" : false;
+const skip =
+  ACME === undefined || GLOBEX === undefined || PRODUCER === undefined
+    ? "LANELEDGER_TS_ACME_URL / _GLOBEX_URL / _PRODUCER_URL are not set (tests/test_sdk_ts.py sets them)"
+    : false;
 
 test("a tenant's client appends, uploads its blobs and sees no other tenant", { skip }, async () => {
   const acme = await LedgerClient.connect(ACME as string, { tenant: "acme", timeoutMs: 10_000 });
@@ -32,5 +36,22 @@ test("a tenant's client appends, uploads its blobs and sees no other tenant", { 
   } finally {
     await acme.close();
     await globex.close();
+  }
+});
+
+test("the shared producer writes for several tenants, its receipts in each tenant's inbox", { skip }, async () => {
+  const trusted = await LedgerClient.connect(PRODUCER as string, { tenantInboxes: true, timeoutMs: 10_000 });
+  try {
+    for (const tenant of ["acme", "globex"]) {
+      const actor = (await trusted.ensureActor(tenant, "agent:ts-shared@1", "agent")).id;
+      const recorder = await LaneRecorder.open(trusted, tenant, `ts-${newId()}`, "r1", "main", { actorId: actor });
+      assert.equal((await recorder.append([recorder.event("note.acme.step", { actorId: actor })])).last_seq, 1);
+    }
+    // A tenant the tenants file does not declare has no append stream: refused at once, said why.
+    const actor = (await trusted.ensureActor("initech", "agent:ts-shared@1", "agent")).id;
+    const lane = await trusted.createLane("initech", `ts-${newId()}`, "r1", "main", { actorId: actor });
+    await assert.rejects(trusted.submit(lane, 0, []), (err: unknown) => err instanceof LedgerUnavailable && /no stream takes/.test(err.message));
+  } finally {
+    await trusted.close();
   }
 });
