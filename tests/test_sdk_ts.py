@@ -29,6 +29,7 @@ from laneledger.contract.chain import append_digest
 from laneledger.contract.model import Lane
 from laneledger.devtools.natsserver import NatsServer
 from laneledger.sdk.client import LedgerClient
+from laneledger.services.checkpoint.service import CheckpointService
 from laneledger.services.sequencer.service import Sequencer
 
 pytestmark = [pytest.mark.nats, pytest.mark.skipif(not NODE.found, reason=NODE.missing)]
@@ -60,7 +61,7 @@ async def run(*command: str, env: dict[str, str] | None = None) -> tuple[int, st
 
 
 async def test_the_typescript_sdk_against_a_real_ledger(
-    nats_server: NatsServer, sequencer: Sequencer, tmp_path: Path
+    nats_server: NatsServer, sequencer: Sequencer, checkpoint_service: CheckpointService, tmp_path: Path
 ) -> None:
     handoff = tmp_path / "ts-append.json"
     code, out = await run(

@@ -250,8 +250,14 @@ export class LedgerClient {
 
   /** One command to the sequencer; its result, or the reply's typed error. */
   async command<T>(op: string, fields: Record<string, unknown>): Promise<T> {
-    const body = Buffer.from(JSON.stringify({ op, ...this.redactCommand(op, fields) }), "utf8");
-    const subject = this.subjects.command(op, this.tenant);
+    return this.request<T>(this.subjects.command(op, this.tenant), op, this.redactCommand(op, fields));
+  }
+
+  /** One request/reply to a ledger service on `subject` (on this client's
+   * tenant's subjects when it has one): `{"status": "ok", "result"}`, or
+   * the reply's typed error. Asked again for a moment while nobody subscribes. */
+  async request<T>(subject: string, op: string, fields: Record<string, unknown>): Promise<T> {
+    const body = Buffer.from(JSON.stringify({ op, ...fields }), "utf8");
     const extra = tenantHeaders(this.tenant);
     const hdrs = extra ? natsHeaders() : undefined;
     for (const [k, v] of Object.entries(extra ?? {})) hdrs?.set(k, v);
@@ -284,23 +290,28 @@ export class LedgerClient {
     }
   }
 
-  /** Secrets never leave the process: a command's free-form fields redacted,
-   * a secret-shaped identifier refused (the sequencer does both again). */
-  private redactCommand(op: string, fields: Record<string, unknown>): Record<string, unknown> {
+  /** A command's fields with `undefined` left out and its free-form fields
+   * redacted, after refusing a secret-shaped identifier among `identifiers`. */
+  redactFields(fields: Record<string, unknown>, identifiers: readonly string[], freeForm: readonly string[], at = "$"): Record<string, unknown> {
     const defined = Object.fromEntries(Object.entries(fields).filter(([, v]) => v !== undefined));
-    for (const name of COMMAND_IDENTIFIERS[op] ?? []) {
+    for (const name of identifiers) {
       const value = defined[name];
       if (typeof value !== "string") continue;
-      const done = this.redactor.redact(value);
-      const rule = Object.keys(done.rules)[0];
+      const rule = Object.keys(this.redactor.redact(value).rules)[0];
       if (rule !== undefined) {
-        throw new InvalidRequest(`${name} is secret-shaped (${rule}): an identifier cannot be redacted, so it is refused`, { path: `$.${name}`, rule });
+        throw new InvalidRequest(`${name} is secret-shaped (${rule}): an identifier cannot be redacted, so it is refused`, { path: `${at}.${name}`, rule });
       }
     }
-    for (const name of COMMAND_FREE_FORM[op] ?? []) {
+    for (const name of freeForm) {
       if (defined[name] !== undefined && defined[name] !== null) defined[name] = this.redactor.redact(defined[name]).value;
     }
     return defined;
+  }
+
+  /** Secrets never leave the process: a command's free-form fields redacted,
+   * a secret-shaped identifier refused (the sequencer does both again). */
+  private redactCommand(op: string, fields: Record<string, unknown>): Record<string, unknown> {
+    return this.redactFields(fields, COMMAND_IDENTIFIERS[op] ?? [], COMMAND_FREE_FORM[op] ?? []);
   }
 
   /** Register (or find) an actor. With `publicKey` (hex, or the private key

@@ -10,3 +10,4 @@ export * from "./client.js";
 export * from "./recorder.js";
 export * from "./guard.js";
 export * from "./signing.js";
+export * from "./checkpoints.js";

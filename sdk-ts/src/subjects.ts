@@ -48,6 +48,10 @@ export class Subjects {
     return tenant === undefined ? `${this.prefix}.cmd.${op}` : `${this.prefix}.cmd.${token(tenant)}.${op}`;
   }
 
+  checkpoint(op: string, tenant?: string): string {
+    return tenant === undefined ? `${this.prefix}.checkpoint.${op}` : `${this.prefix}.checkpoint.${token(tenant)}.${op}`;
+  }
+
   /** The shared bucket of trusted writers' blobs (LEDGER_BLOBS). */
   get blobBucket(): string {
     return `${bucketStem(this.prefix)}_BLOBS`;

@@ -10,7 +10,7 @@ import { after, before, test } from "node:test";
 
 import {
   appendDigest, EntityNotFound, Guard, IdempotencyViolation, InvalidRequest, LaneConflict, LaneRecorder, LedgerClient,
-  LedgerUnavailable, newId, TenantMismatch, GUARD_GUARANTEES, RequestTooLarge, generatePrivateKey, makeEvent, SignatureRequired, signEvent,
+  LedgerUnavailable, newId, TenantMismatch, GUARD_GUARANTEES, RequestTooLarge, CheckpointClient, EntityConflict, generatePrivateKey, makeEvent, SignatureRequired, signEvent,
 } from "../src/index.js";
 
 const URL = process.env["LANELEDGER_TS_NATS_URL"];
@@ -219,6 +219,24 @@ test("reading back: a session whole, a lane page by page", { skip }, async () =>
   const pages = [];
   for await (const page of client.lanePages(main.lane.id, 2, { limit: 2 })) pages.push(page.events.map((e) => e["seq"]));
   assert.deepEqual(pages, [[3, 4], [5, 6], [7]]);
+});
+
+test("checkpoints: revisions with optimistic concurrency, state redacted, read back", { skip }, async () => {
+  await LaneRecorder.open(client, "acme", SESSION, "r1", "checkpointed", { actorId }); // the session names the tenant
+  const checkpoints = new CheckpointClient(client);
+  const key = `thread-${newId()}`;
+  const opts = { format: "application/json", sessionId: SESSION, runId: "r1" };
+  const first = await checkpoints.save(key, { messages: ["hi"], api_key: "k" }, { ...opts, expectedRevision: 0 });
+  assert.equal(first.revision, 1);
+  assert.deepEqual(first.state, { messages: ["hi"], api_key: "[REDACTED:secret_key]" });
+  await assert.rejects(checkpoints.save(key, { messages: [] }, { ...opts, expectedRevision: 0 }), (err: unknown) => err instanceof EntityConflict && err.details["reason"] === "revision_conflict");
+  const second = await checkpoints.save(key, { messages: ["hi", "there"] }, { ...opts, expectedRevision: 1 });
+  assert.equal(second.revision, 2);
+  assert.equal((await checkpoints.latest(key))?.id, second.id);
+  assert.deepEqual((await checkpoints.get(first.id)).state, first.state);
+  assert.deepEqual((await checkpoints.revisions(key)).revisions.map((r) => r.revision), [1, 2]);
+  assert.equal(await checkpoints.latest(`nothing-${newId()}`), undefined);
+  await assert.rejects(checkpoints.save("password=hunter2hunter2", {}, { ...opts, expectedRevision: 0 }), (err: unknown) => err instanceof InvalidRequest && err.details["path"] === "$.checkpoint.key");
 });
 
 test("an append the Python SDK will retry", { skip }, async () => {
