@@ -13,6 +13,8 @@ tenants' requests go on into batches, so order within a stream is kept). The
 batch then takes the prepared append (``take``) instead of preparing it on
 the loop: what the loop pays for it is unpickling the result (about 3.5 ms of
 CPU for a thousand events, 0.1 ms for a 0.9 MiB one: ``bench/offloop.py``).
+A command as large (an actor's display name of a MiB, say) has its
+redaction done there too (``redact_command``).
 
 The worker has the sequencer's redactor (sent once, when it starts) and no
 actor keys: signatures of such a request are checked by the writer, as for
