@@ -23,9 +23,14 @@ request's rejection receipt; if the worker fails (or the pool is broken:
 it is made again for the next request), the batch prepares the request on
 the loop as before, so an outcome is never lost, only not moved off the loop.
 
-The pool starts on the first heavy request (a process costs its start and
-its memory; most ledgers never send one) and has ``workers`` processes (one
-by default: the loop and one worker use both cores of a small machine).
+The pool has ``workers`` processes (one by default: the loop and one worker
+use both cores of a small machine), each started at a lower CPU priority
+(``WORKER_NICENESS``): where the cores are contended, the loop serving every
+tenant goes before the heavy requests of one. It starts when the sequencer
+becomes active with a tenants file (``warm``: its start, half a second of
+CPU importing the ledger's code, is not paid in the middle of a tenant's
+traffic), else on the first heavy request (a process costs its start and
+its memory; a single-tenant ledger may never send one).
 Each stream holds at most one request at its gate, so at most one request
 per tenant waits for the pool.
 """
@@ -57,6 +62,8 @@ log = logging.getLogger("laneledger.sequencer")
 # (its step 0 costs several milliseconds of CPU: bench/offloop.py).
 HEAVY_BYTES = 64 * 1024
 HEAVY_EVENTS = 64
+# Added to a worker's niceness (lower CPU priority than the event loop's).
+WORKER_NICENESS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +96,12 @@ class OffLoop:
                 initargs=(self._redactor,),
             )
         return self._pool
+
+    def warm(self) -> None:
+        """Start the worker processes now, not on the first heavy request."""
+        pool = self._executor()
+        for _ in range(self._workers):
+            pool.submit(_noop)
 
     async def run(self, msg: Msg, tenant_token: str | None, lane_token: str | None) -> Prepared:
         """Prepare ``msg`` in a worker; kept for ``take``. Raises what the
@@ -133,11 +146,16 @@ _worker_redactor: Redactor | None = None
 def _start_worker(redactor: Redactor) -> None:
     global _worker_redactor
     _worker_redactor = redactor
+    os.nice(WORKER_NICENESS)
     # A worker outlives a killed sequencer otherwise (it waits on a queue
     # whose pipe it holds both ends of): it ends when its parent does.
     parent = multiprocessing.parent_process()
     if parent is not None:
         threading.Thread(target=_end_with, args=(parent.sentinel,), daemon=True).start()
+
+
+def _noop() -> None:
+    pass
 
 
 def _end_with(parent_sentinel: int) -> None:

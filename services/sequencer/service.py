@@ -380,6 +380,8 @@ class Sequencer:
         await self._count_inline_bytes()  # known already: a standby's follows the log
         await self.mirror.check_at_start()  # a foreign message: start, but commit nothing
         self._metrics.last_position.set(self._writer.last_position)
+        if s.tenants is not None:  # one tenant's heavy requests must not cost another the worker's start
+            self._offloop.warm()
         budget = BatchBudget(s.batch_size, s.batch_events, s.batch_bytes)
         intake = Intake(self._nc, self._js, s.subjects, s.replicas, budget, gate=self._ahead)
         await intake.open(s.tenants)
