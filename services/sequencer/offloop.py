@@ -12,7 +12,8 @@ and the later requests of its stream, are held while it runs; other
 tenants' requests go on into batches, so order within a stream is kept). The
 batch then takes the prepared append (``take``) instead of preparing it on
 the loop: what the loop pays for it is unpickling the result (about 3.5 ms of
-CPU for a thousand events, 0.1 ms for a 0.9 MiB one: ``bench/offloop.py``).
+CPU for a thousand events, 0.3 ms for a 0.9 MiB one, where step 0 took 16
+to 49 ms: ``bench/offloop.py``).
 A command as large (an actor's display name of a MiB, say) has its
 redaction done there too (``redact_command``).
 

@@ -5,9 +5,10 @@ LEDGER_APPEND, or one stream per tenant read fairly), applies them with the
 ``LedgerWriter`` in one dedicated thread (one SQLite transaction per batch),
 acks the inbound messages only after the commit, sends each producer its
 receipt, and hands the committed events to the mirror that publishes them on
-LEDGER_EVENTS. Structure commands and reads (``<prefix>.cmd.<op>``, or
-``<prefix>.cmd.<tenant>.<op>`` scoped to a tenant) run in the same writer
-thread, between batches.
+LEDGER_EVENTS. Heavy requests are prepared in a worker process first
+(``offloop.py``), so none holds the event loop long. Structure commands and
+reads (``<prefix>.cmd.<op>``, or ``<prefix>.cmd.<tenant>.<op>`` scoped to a
+tenant) run in the same writer thread, between batches.
 """
 
 from __future__ import annotations
