@@ -155,3 +155,18 @@ async def test_a_large_commands_redaction_runs_off_the_loop(
     assert actor.display_name is not None and "eyJhbGciOi" not in actor.display_name
     assert "[REDACTED:jwt]" in actor.display_name
     assert sequencers[-1] < 0.015, sequencers[-5:]
+
+
+async def test_a_light_request_behind_a_heavy_one_of_its_lane_keeps_its_place(
+    nc, sequencer, client, actor
+) -> None:
+    """The light request is ready long before the heavy one is prepared
+    aside; it still commits after it (expecting its position), not before."""
+    lane = await client.create_lane("acme", "s1", "r1", "order", actor_id=actor.id)
+    subject = client.subjects.append("acme", lane.id)
+    async with Inbox(nc) as inbox:
+        await inbox.send(subject, _request(lane.id, 0, [{"text": JWT_CHAIN}], actor.id))
+        await inbox.send(subject, _request(lane.id, 1, [{"text": "light"}], actor.id))
+        heavy, light = await inbox.next(), await inbox.next()
+    assert isinstance(heavy, AppendCommitted) and isinstance(light, AppendCommitted), (heavy, light)
+    assert (heavy.positions[0], light.positions[0]) == (heavy.positions[0], heavy.positions[0] + 1)
