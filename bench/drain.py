@@ -7,7 +7,7 @@ Prints events/s and the sequencer's CPU per event (all threads, and the
 ledger writer's part: the append algorithm and SQLite, on whichever thread
 it runs), then a JSON line.
 
-    .venv/bin/python bench/drain.py [--requests N] [--events-per-append E] [--signed]
+    .venv/bin/python bench/drain.py [--requests N] [--events-per-append E] [--signed] [--batch-size B]
 
 ``--signed``: the actor is registered with an ed25519 key and every event is
 signed, so the sequencer verifies every signature (spec/object-model.md,
@@ -33,7 +33,7 @@ from laneledger.devtools.natsserver import NatsServer
 from laneledger.runtime.servicemain import tune_gc_after_start
 from laneledger.sdk.client import make_event
 from laneledger.services.sequencer.metrics import SequencerMetrics
-from laneledger.services.sequencer.service import Sequencer
+from laneledger.services.sequencer.service import Sequencer, SequencerSettings
 from laneledger.services.sequencer.streams import append_stream_config, ensure_stream, events_stream_config
 from laneledger.store import LedgerWriter, open_ledger
 
@@ -51,7 +51,9 @@ def payload(i: int) -> dict:
     }
 
 
-async def run(requests: int, per_append: int, signed: bool = False) -> dict:
+async def run(
+    requests: int, per_append: int, signed: bool = False, batch_size: int = SequencerSettings.batch_size
+) -> dict:
     with (
         tempfile.TemporaryDirectory(prefix="laneledger-drain-") as tmp,
         NatsServer(Path(tmp) / "nats") as server,
@@ -119,7 +121,8 @@ async def run(requests: int, per_append: int, signed: bool = False) -> dict:
 
         writer.stage_batch = timed(writer.stage_batch)  # type: ignore[method-assign]
         writer.commit_staged = timed(writer.commit_staged)  # type: ignore[method-assign]
-        sequencer = Sequencer(nc, writer, SequencerMetrics(CollectorRegistry()))
+        settings = SequencerSettings(batch_size=batch_size)
+        sequencer = Sequencer(nc, writer, SequencerMetrics(CollectorRegistry()), settings)
         total = requests * per_append
         wall, cpu = time.perf_counter(), time.process_time()
         await sequencer.start()
@@ -141,6 +144,7 @@ async def run(requests: int, per_append: int, signed: bool = False) -> dict:
         "cpu_us_per_event": round(cpu / total * 1e6, 1),
         "writer_cpu_us_per_event": round(writer_cpu[0] / total * 1e6, 1),
         "seconds": round(wall, 2),
+        "batch_size": batch_size,
     }
 
 
@@ -148,6 +152,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=30_000)
     parser.add_argument("--events-per-append", type=int, default=1)
+    parser.add_argument(
+        "--batch-size", type=int, default=SequencerSettings.batch_size, help="requests per batch"
+    )
     parser.add_argument(
         "--signed", action="store_true", help="sign every event (an actor registered with an ed25519 key)"
     )
@@ -158,7 +165,7 @@ def main() -> None:
         uvloop.install()
     except ImportError:
         pass
-    result = asyncio.run(run(args.requests, args.events_per_append, args.signed))
+    result = asyncio.run(run(args.requests, args.events_per_append, args.signed, args.batch_size))
     print(
         f"drained {result['requests']} appends x {result['events_per_append']} event(s) in "
         f"{result['seconds']} s: {result['events_per_s']:,} events/s; sequencer CPU "

@@ -5,7 +5,9 @@ pull asks its stream for a bounded number of bytes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 import pytest
 from nats.aio.msg import Msg
@@ -13,7 +15,7 @@ from polling import eventually
 
 from laneledger.contract.subjects import Subjects, token
 from laneledger.runtime.tenants import Tenants, parse_tenants
-from laneledger.services.sequencer.intake import TOKEN_BYTES, BatchBudget, Intake, TokenBucket, Work
+from laneledger.services.sequencer.intake import TOKEN_BYTES, BatchBudget, Gate, Intake, TokenBucket, Work
 from laneledger.services.sequencer.streams import SEQUENCER_CONSUMER
 
 SUBJECTS = Subjects()
@@ -62,7 +64,9 @@ def test_the_bucket_takes_a_request_once_it_holds_its_cost() -> None:
 # ------------------------------------------------- against a real server
 
 
-async def _queued(nc, js, tenants: Tenants, queues: dict[str, list[bytes]]) -> Intake:
+async def _queued(
+    nc, js, tenants: Tenants, queues: dict[str, list[bytes]], gate: Gate | None = None
+) -> Intake:
     """An intake opened on append streams already holding ``queues``."""
     made = Intake(nc, js, SUBJECTS, replicas=1, budget=BUDGET)
     await made.open(tenants)  # creates the streams
@@ -70,7 +74,7 @@ async def _queued(nc, js, tenants: Tenants, queues: dict[str, list[bytes]]) -> I
     for tenant, bodies in queues.items():
         for body in bodies:
             await js.publish(SUBJECTS.append(tenant, "l1"), body)
-    intake = Intake(nc, js, SUBJECTS, replicas=1, budget=BUDGET)
+    intake = Intake(nc, js, SUBJECTS, replicas=1, budget=BUDGET, gate=gate)
     await intake.open(tenants)
     # The victim's requests were waiting before the batches were read: its
     # feed has them (the first pull of each feed, not a batch, decides that).
@@ -142,3 +146,36 @@ async def test_a_tenants_rate_is_charged_in_work_tokens(nats_server, nc, js) -> 
         assert len(await intake.next_batch(2.0)) == 1
     finally:
         await intake.stop()
+
+
+async def test_the_work_ahead_of_a_request_is_charged_to_its_tenants_rate(nats_server, nc, js) -> None:
+    """A gate's work (the lookups of a thousand blobs, say) costs the tokens
+    it reports: the request goes on, the tenant's next ones wait for them."""
+    tenants = parse_tenants("[tenants.acme]\nappend_rate = 1000\nappend_burst = 1000\n[tenants.globex]\n")
+
+    async def a_thousand_lookups() -> int:
+        return 1000
+
+    intake = await _queued(
+        nc, js, tenants, {"acme": [_request() for _ in range(3)]}, gate=lambda msg, work: a_thousand_lookups()
+    )
+    try:
+        taken_at = []
+        for _ in range(3):
+            batch = await _until_taken(intake)
+            assert len(batch) == 1
+            taken_at.append(time.monotonic())
+    finally:
+        await intake.stop()
+    # The first two pass on the bucket's burst (the second's lookups put it
+    # 1000 tokens in debt); the third waits about a second for the debt to
+    # be paid (a lower bound: a loaded machine only makes it longer).
+    assert taken_at[2] - taken_at[1] >= 0.8, taken_at
+
+
+async def _until_taken(intake: Intake) -> list[Msg]:
+    """The next batch holding anything (a gate's work may end a wait empty)."""
+    async with asyncio.timeout(10):
+        while not (batch := await intake.next_batch(1.0)):
+            pass
+    return batch

@@ -70,6 +70,10 @@ COPIES_AT_ONCE = 4
 # such by the batch: about as long as a request waits to go into one.
 WARMED_FOR_S = 30.0
 
+# What looking one blob up costs its tenant in rate tokens (intake.Work: an
+# event costs one): a request naming a thousand unknown blobs costs a thousand.
+TOKENS_PER_LOOKUP = 1
+
 Need = tuple[str, str, int]  # (tenant token, ref, size_bytes)
 
 
@@ -101,11 +105,12 @@ class BlobCheck:
             return
         self._buckets.add(tenant_token)
 
-    def warming(self, tenant_token: str, request: bytes) -> Coroutine[Any, Any, None] | None:
+    def warming(self, tenant_token: str, request: bytes) -> Coroutine[Any, Any, int] | None:
         """What must run before this append request goes into a batch: the
         lookups and copies of the blobs it references that are not known
         present; None when there are none (or the request is not readable:
-        the batch refuses it). Run by the intake, aside (the module text)."""
+        the batch refuses it). Run by the intake, aside (the module text);
+        returns its cost in the tenant's rate tokens: one per blob looked up."""
         try:
             body = msgspec.json.decode(request)
         except (msgspec.DecodeError, RecursionError):  # nested past any limit too: the batch refuses it
@@ -115,19 +120,24 @@ class BlobCheck:
             return None
         try:
             named = [
-                (tenant_token, ref, size)
+                ref
                 for event in events
                 if isinstance(event, dict) and isinstance(payload := event.get("payload"), dict)
-                for ref, size in refs_in(payload)
+                for ref in refs_in(payload)
             ]
         except RecursionError:  # nested past any limit: the batch refuses it
             return None
-        if len(named) > MAX_REFS_PER_APPEND:  # nothing looked up: the batch refuses it
+        return self.warming_refs(tenant_token, named)
+
+    def warming_refs(self, tenant_token: str, refs: list[tuple[str, int]]) -> Coroutine[Any, Any, int] | None:
+        """``warming`` of a request whose ``(ref, size_bytes)`` are known
+        already (its step 0 was done aside: offloop.py)."""
+        if len(refs) > MAX_REFS_PER_APPEND:  # nothing looked up: the batch refuses it
             return None
-        unknown = set(named) - self._present.keys()
+        unknown = {(tenant_token, ref, size) for ref, size in refs} - self._present.keys()
         return self._warm(unknown) if unknown else None
 
-    async def _warm(self, unknown: set[Need]) -> None:
+    async def _warm(self, unknown: set[Need]) -> int:
         failures = await self._look_up(unknown)
         now = time.monotonic()
         for need, failure in failures.items():
@@ -135,6 +145,7 @@ class BlobCheck:
             self._absent.move_to_end(need)
         while len(self._absent) > KNOWN_PRESENT_MAX:
             self._absent.popitem(last=False)
+        return len(unknown) * TOKENS_PER_LOOKUP
 
     async def apply(
         self, outcomes: list[Receipt | None], prepared: list[PreparedAppend]

@@ -24,10 +24,15 @@ backlog limits, and the intake takes from them in turns:
   would pile up in nats-server until it drops the sequencer as a slow
   consumer;
 * a request that must wait for work of its own before it may be committed
-  (``gate``: the copies of blobs it references, ``BlobCheck.warming``) is
-  held with the later requests of its stream while that work runs aside,
-  kept from redelivery meanwhile; the other streams go on into batches, so a
-  tenant's large uploads delay that tenant alone.
+  (``gate``: the lookups and copies of blobs it references,
+  ``BlobCheck.warming``; the preparation of a heavy request off the event
+  loop, ``offloop.py``) is held with the later requests of its stream while
+  that work runs aside, kept from redelivery meanwhile; the other streams go
+  on into batches, so a tenant's large uploads or heavy requests delay that
+  tenant alone. The work reports what it cost in tokens beyond the request's
+  own (a blob lookup: one, ``BlobCheck.warming``), charged to the tenant's
+  bucket, so a flood of references to made-up blobs is held to the rate
+  like a flood of bytes.
 
 A stream no longer wanted (a tenant dropped from the file; the shared stream
 once a file is given, or the tenants' streams once it is taken away) is
@@ -179,8 +184,9 @@ class TokenBucket:
         return max(0.0, (min(n, self.burst) - self._tokens) / self.rate)
 
 
-# What a request must wait for before it may go into a batch (None: nothing).
-Gate = Callable[[Msg], Coroutine[Any, Any, None] | None]
+# What a request must wait for before it may go into a batch (None: nothing);
+# the work returns its cost in rate tokens, charged to the request's tenant.
+Gate = Callable[[Msg, "Work"], Coroutine[Any, Any, int] | None]
 # While a request's gate runs, its stream's held requests are marked in
 # progress this often: well within the consumer's ack wait (streams.py).
 HOLD_HEARTBEAT_S = 3.0
@@ -356,7 +362,7 @@ class Intake:
             assert work is not None  # ready: it has a next request
             if batch and not (left.fits(work) and (not taken or share.fits(work))):
                 break
-            gate = None if self._gate is None or first is source.passed else self._gate(first)
+            gate = None if self._gate is None or first is source.passed else self._gate(first, work)
             if gate is not None:
                 source.waiting = asyncio.create_task(self._hold(source, gate), name=f"gate-{source.stream}")
                 break
@@ -368,11 +374,11 @@ class Intake:
                 source.bucket.take(work.tokens)
         return taken > 0
 
-    async def _hold(self, source: _Source, work: Coroutine[Any, Any, None]) -> None:
-        """Run a held request's gate; meanwhile keep the held requests, and
-        those buffered behind them, from being redelivered. Whatever the
-        gate's outcome, the request then goes on (the batch decides what
-        becomes of it)."""
+    async def _hold(self, source: _Source, work: Coroutine[Any, Any, int]) -> None:
+        """Run a held request's gate, its cost charged to the source's rate;
+        meanwhile keep the held requests, and those buffered behind them,
+        from being redelivered. Whatever the gate's outcome, the request
+        then goes on (the batch decides what becomes of it)."""
         task = asyncio.ensure_future(work)
         try:
             while not task.done():
@@ -383,7 +389,9 @@ class Intake:
                         source.feed.keep_buffered(),
                         return_exceptions=True,
                     )
-            task.result()
+            cost = task.result()
+            if source.bucket is not None:
+                source.bucket.take(cost)
         except asyncio.CancelledError:
             task.cancel()
             raise

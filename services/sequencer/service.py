@@ -5,9 +5,10 @@ LEDGER_APPEND, or one stream per tenant read fairly), applies them with the
 ``LedgerWriter`` in one dedicated thread (one SQLite transaction per batch),
 acks the inbound messages only after the commit, sends each producer its
 receipt, and hands the committed events to the mirror that publishes them on
-LEDGER_EVENTS. Structure commands and reads (``<prefix>.cmd.<op>``, or
-``<prefix>.cmd.<tenant>.<op>`` scoped to a tenant) run in the same writer
-thread, between batches.
+LEDGER_EVENTS. Heavy requests are prepared in a worker process first
+(``offloop.py``), so none holds the event loop long. Structure commands and
+reads (``<prefix>.cmd.<op>``, or ``<prefix>.cmd.<tenant>.<op>`` scoped to a
+tenant) run in the same writer thread, between batches.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import msgspec
 import nats.errors
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -56,6 +58,7 @@ from .intake import BatchBudget, Intake, Work
 from .lease import LeaseSettings, LeaseThread
 from .metrics import SequencerMetrics
 from .mirror import CommittedStreamMirror, StreamFault
+from .offloop import OffLoop, is_heavy
 from .receipts import check_receipt_fits, receipt_messages
 from .roles import RoleKeeper
 from .streams import ensure_stream, events_stream_config, tlog_stream_config, txlog_stream_config
@@ -153,6 +156,8 @@ class SequencerSettings:
     max_request_bytes: int = 1024 * 1024
     backlog_refresh_s: float = 1.0  # how often the inbound backlog gauge is refreshed
     stream_recheck_s: float = 2.0  # how often a committed stream found foreign is looked at again
+    # Worker processes preparing heavy requests off the event loop (offloop.py).
+    prepare_workers: int = 1
     # Secrets replaced before hashing (spec/content.md); the defaults plus
     # LANELEDGER_REDACT_* extras in the service.
     redactor: Redactor = DEFAULT_REDACTOR
@@ -215,6 +220,7 @@ class Sequencer:
         self._role_change = asyncio.Lock()
         self._roles: RoleKeeper | None = None
         self._blob_check: BlobCheck  # opened by start(), before any append is pulled
+        self._offloop = OffLoop(settings.redactor, settings.max_request_bytes, settings.prepare_workers)
         self._unanswered = _Unanswered()  # each pull loop's own (_pull_loop)
         self._commands = RequestServer[Command](
             nc,
@@ -375,8 +381,10 @@ class Sequencer:
         await self._count_inline_bytes()  # known already: a standby's follows the log
         await self.mirror.check_at_start()  # a foreign message: start, but commit nothing
         self._metrics.last_position.set(self._writer.last_position)
+        if s.tenants is not None:  # one tenant's heavy requests must not cost another the worker's start
+            self._offloop.warm()
         budget = BatchBudget(s.batch_size, s.batch_events, s.batch_bytes)
-        intake = Intake(self._nc, self._js, s.subjects, s.replicas, budget, gate=self._blobs_ahead)
+        intake = Intake(self._nc, self._js, s.subjects, s.replicas, budget, gate=self._ahead)
         await intake.open(s.tenants)
         self._halt.clear()
         # The pull loop owns the intake from here: it stops it when it ends.
@@ -486,6 +494,7 @@ class Sequencer:
         if self._roles is not None:
             await self._roles.release()
         await self._writer_thread.close()
+        self._offloop.close()
 
     async def _backlog_loop(self, intake: Intake) -> None:
         """Refresh the inbound backlog gauges from the consumers' info (and
@@ -550,9 +559,13 @@ class Sequencer:
                 finisher.cancel()
                 raise
 
-    def _blobs_ahead(self, msg: Msg) -> Coroutine[Any, Any, None] | None:
-        """The intake's gate: the blob lookups and copies an append request
-        needs, run before its batch (``BlobCheck.warming``)."""
+    def _ahead(self, msg: Msg, work: Work) -> Coroutine[Any, Any, int] | None:
+        """The intake's gate: what an append request needs before its batch,
+        run aside while its stream is held (its cost in rate tokens returned):
+        a heavy request's step 0, off the loop (offloop.py), then the blob
+        lookups and copies it needs (``BlobCheck.warming``)."""
+        if is_heavy(msg.data, work.events):
+            return self._prepare_aside(msg)
         if not request_may_reference(msg.data):  # the common case: no decoding
             return None
         try:
@@ -562,6 +575,18 @@ class Sequencer:
         if tenant_token is None:
             return None
         return self._blob_check.warming(tenant_token, msg.data)
+
+    async def _prepare_aside(self, msg: Msg) -> int:
+        try:
+            subject = self._settings.subjects.parse_append(msg.subject)
+        except InvalidRequest:
+            return 0  # the batch refuses it
+        prepared = await self._offloop.run(msg, subject.tenant_token, subject.lane_token)
+        tenant_token = subject.tenant_token
+        if tenant_token is None or not isinstance(prepared.outcome, PreparedAppend):
+            return 0
+        warming = self._blob_check.warming_refs(tenant_token, prepared.refs)
+        return await warming if warming is not None else 0
 
     async def _submit(self, msgs: list[Msg], in_flight: asyncio.Queue[_Batch | None]) -> None:
         outcomes, prepared, scrub, inboxes = self._prepare_batch(msgs)
@@ -626,8 +651,12 @@ class Sequencer:
         for msg in msgs:
             inbox, refusal = self._receipt_inbox(msg)
             inboxes.append(inbox)
+            aside = self._offloop.take(msg)  # prepared off the loop, ahead of the batch
+            if isinstance(aside, AppendRejected) and refusal is None:
+                outcomes.append(aside)
+                continue
             try:
-                append = self._prepare(msg, refusal)
+                append = self._prepare(msg, refusal, aside if isinstance(aside, PreparedAppend) else None)
                 prepared.append(append)
                 outcomes.append(None)  # decided by the writer (or the blob check)
                 if append.redactions:
@@ -725,9 +754,10 @@ class Sequencer:
         for start in range(0, len(msgs), _ERASING):
             await asyncio.gather(*(erase(msg) for msg in msgs[start : start + _ERASING]))
 
-    def _prepare(self, msg: Msg, refusal: str | None) -> PreparedAppend:
-        """Step 0 of one request; ``refusal``: why its Ledger-Reply-To may not
-        be answered (``_receipt_inbox``), which refuses it."""
+    def _prepare(self, msg: Msg, refusal: str | None, aside: PreparedAppend | None = None) -> PreparedAppend:
+        """Step 0 of one request (the rest of it, when it was ``prepared``
+        aside); ``refusal``: why its Ledger-Reply-To may not be answered
+        (``_receipt_inbox``), which refuses it."""
         subject = self._settings.subjects.parse_append(msg.subject)
         if refusal is not None:
             # Refused before anything is applied; its receipt goes nowhere,
@@ -737,7 +767,7 @@ class Sequencer:
                 header=REPLY_HEADER,
                 subject=msg.subject,
             )
-        append = prepare_append(
+        append = aside or prepare_append(
             msg.data,
             tenant_token=subject.tenant_token,
             lane_token=subject.lane_token,
@@ -811,7 +841,12 @@ class Sequencer:
         for any (trusted users). Runs in the writer thread, between batches."""
         # Free-form fields redacted, secret-shaped identifiers refused, as the
         # SDK does before sending (spec/content.md): for producers that do not.
-        cmd, rules = redact_command(cmd, self._settings.redactor)
+        # A large command's scan runs off the loop, as a heavy append's does
+        # (its encoding, C code, costs about a millisecond a MiB to measure).
+        if is_heavy(msgspec.json.encode(cmd), 0):
+            cmd, rules = await self._offloop.redact_command(cmd)
+        else:
+            cmd, rules = redact_command(cmd, self._settings.redactor)
         for rule, n in rules.items():
             self._metrics.redactions.labels(rule).inc(n)
         if target.tenant is not None:

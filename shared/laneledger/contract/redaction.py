@@ -308,6 +308,11 @@ class Redactor:
     ) -> None:
         if not isinstance(extra_patterns, Mapping):
             extra_patterns = {f"custom_{i}": p for i, p in enumerate(extra_patterns, 1)}
+        extra_keys = tuple(extra_keys)
+        # What it is made of: a copy is made of it again (``__reduce__``; a
+        # compiled RE2 pattern cannot be pickled), in the sequencer's step 0
+        # worker process (services/sequencer/offloop.py).
+        self._made_of = (dict(extra_patterns), extra_keys)
         patterns = {**DEFAULT_PATTERNS}
         shapes: dict[str, Shape | Re2Shape] = {name: default_shape(name) for name in DEFAULT_PATTERNS}
         for name, pattern in extra_patterns.items():
@@ -343,6 +348,9 @@ class Redactor:
         extra = {"".join(key_words(k)) for k in extra_keys if key_words(k)}
         self.key_words = DEFAULT_KEY_WORDS | extra
         self._key_cache: dict[str, bool] = {}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), self._made_of)
 
     @classmethod
     def from_config(cls, patterns: str | None, keys: str | None) -> Redactor:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import json
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -51,7 +52,12 @@ from nats.js.errors import (
     ObjectDeletedError,
     ObjectNotFoundError,
 )
-from nats.js.object_store import OBJ_CHUNKS_PRE_TEMPLATE, OBJ_META_PRE_TEMPLATE, ObjectStore
+from nats.js.object_store import (
+    OBJ_CHUNKS_PRE_TEMPLATE,
+    OBJ_META_PRE_TEMPLATE,
+    OBJ_STREAM_TEMPLATE,
+    ObjectStore,
+)
 
 from laneledger.contract.contentref import hex_of
 from laneledger.contract.errors import (
@@ -66,6 +72,7 @@ from laneledger.contract.errors import (
 from laneledger.contract.redaction import Redactor
 from laneledger.contract.secretscan import secret_rules
 from laneledger.contract.subjects import Subjects, token, token_bucket
+from laneledger.sdk.directget import NoDirectGet, last_messages
 from laneledger.sdk.objectstores import (
     MIN_CHUNK_BYTES,
     bound_bucket,
@@ -145,6 +152,16 @@ def object_name(tenant_token: str, ref: str) -> str:
     sequencer, which knows an append's tenant by its subject token, can look
     blobs up before it reads the lane."""
     return f"{tenant_token}/{hex_of(ref)}"
+
+
+def _is_blob(info: ObjectInfo | None, ref: str, size_bytes: int | None) -> bool:
+    """Whether ``info`` is the blob ``ref`` names (of ``size_bytes``, when given):
+    its stored digest is the name's."""
+    return (
+        info is not None
+        and info.digest == object_store_digest(hex_of(ref))
+        and (size_bytes is None or info.size == size_bytes)
+    )
 
 
 def object_store_digest(hex_sha256: str) -> str:
@@ -266,19 +283,47 @@ class BlobStore:
         return await self._has(token(tenant), ref, size_bytes)
 
     async def _has(self, tenant_token: str, ref: str, size_bytes: int | None) -> bool:
-        info = await self._info(tenant_token, ref)
-        return (
-            info is not None
-            and info.digest == object_store_digest(hex_of(ref))
-            and (size_bytes is None or info.size == size_bytes)
-        )
+        return _is_blob(await self._info(tenant_token, ref), ref, size_bytes)
+
+    async def infos(self, tenant_token: str, refs: list[str]) -> dict[str, ObjectInfo | None]:
+        """The object info under each of ``refs`` (None: none, or deleted),
+        in batched direct gets of their meta subjects (``directget.py``: one
+        request per thousand); one lookup per ref, concurrently, where the
+        bucket's stream allows no direct gets."""
+        meta = {
+            OBJ_META_PRE_TEMPLATE.format(
+                bucket=self.bucket,
+                obj=base64.urlsafe_b64encode(object_name(tenant_token, ref).encode()).decode(),
+            ): ref
+            for ref in refs
+        }
+        stream = OBJ_STREAM_TEMPLATE.format(bucket=self.bucket)
+        try:
+            found = await last_messages(self._js._nc, stream, list(meta), timeout_s=self.timeout_s)
+        except NoDirectGet:
+            infos = await asyncio.gather(*(self._info(tenant_token, ref) for ref in refs))
+            return dict(zip(refs, infos, strict=True))
+        except LedgerError:
+            raise
+        except Exception as exc:  # the connection closed or draining, say
+            raise LedgerUnavailable(f"blob lookups: {type(exc).__name__}: {exc}", bucket=self.bucket) from exc
+        out: dict[str, ObjectInfo | None] = dict.fromkeys(refs)
+        for subject, msg in found.items():
+            try:
+                info = ObjectInfo.from_response(json.loads(msg.data))
+            except Exception as exc:
+                raise IntegrityError(
+                    "the blob's object metadata is not readable", kind="blob_mismatch", ref=meta[subject]
+                ) from exc
+            out[meta[subject]] = None if info.deleted else info
+        return out
 
     async def missing(self, tenant_token: str, refs: list[tuple[str, int]]) -> list[tuple[str, int]]:
         """The ``(ref, size_bytes)`` of ``refs`` that the tenant with this
-        subject token (``subjects.token``) does not have, looked up
-        concurrently. The sequencer's batch check."""
-        found = await asyncio.gather(*(self._has(tenant_token, ref, size) for ref, size in refs))
-        return [r for r, ok in zip(refs, found, strict=True) if not ok]
+        subject token (``subjects.token``) does not have, looked up in
+        batches (``infos``). The sequencer's batch check."""
+        infos = await self.infos(tenant_token, [ref for ref, _ in refs])
+        return [(ref, size) for ref, size in refs if not _is_blob(infos[ref], ref, size)]
 
     async def get(self, tenant: str, ref: str) -> bytes:
         """The blob's bytes, checked against the name. ``EntityNotFound``
@@ -531,10 +576,14 @@ class BlobBuckets:
         uploads = await self._existing(tenant_uploads_bucket_name(tenant_token, self._subjects))
         if uploads is None:
             return []
-        infos = await asyncio.gather(
-            *(uploads._info(tenant_token, ref) for ref, _ in refs), return_exceptions=True
-        )
-        return [r for r, info in zip(refs, infos, strict=True) if info is not None]
+        try:
+            infos = await uploads.infos(tenant_token, [ref for ref, _ in refs])
+        except IntegrityError:  # an unreadable upload among them: kept for commit_upload to refuse
+            each = await asyncio.gather(
+                *(uploads._info(tenant_token, ref) for ref, _ in refs), return_exceptions=True
+            )
+            return [r for r, info in zip(refs, each, strict=True) if info is not None]
+        return [(ref, size) for ref, size in refs if infos[ref] is not None]
 
     async def commit_upload(
         self, tenant_token: str, ref: str, size_bytes: int, *, redactor: Redactor | None = None

@@ -1,0 +1,172 @@
+"""Heavy append requests are prepared off the sequencer's event loop
+(services/sequencer/offloop.py): a worker process does step 0 with the
+sequencer's redactor, its outcome is the one the loop would have reached,
+and the loop itself spends no more than a few milliseconds of CPU at a time
+on such a request."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+import pytest
+from nats.aio.msg import Msg
+from raw_appends import Inbox
+
+from laneledger.contract.ids import new_id
+from laneledger.contract.model import AppendCommitted, AppendRejected
+from laneledger.contract.redaction import Redacted, Redactor
+from laneledger.sdk.client import LedgerClient, make_event
+from laneledger.services.sequencer.offloop import HEAVY_BYTES, HEAVY_EVENTS, OffLoop, is_heavy
+from laneledger.store.append import PreparedAppend, prepare_append
+
+pytestmark = pytest.mark.timeout(90)
+
+LANE = new_id()
+REDACTOR = Redactor({"order_no": r"ORD-[0-9]{6}"})
+JWT_CHAIN = "eyJhbGciOi." * (600 * 1024 // 11)  # a redaction bomb: costly to scan
+
+
+def _request(lane_id: str, expected: int, payloads: list[Any], actor_id: str = "agent:a") -> bytes:
+    events = [{**make_event(lane_id, "stream.text_delta", actor_id=actor_id), "payload": p} for p in payloads]
+    return msgspec.json.encode(
+        {"append_id": new_id(), "lane_id": lane_id, "expected_last_seq": expected, "events": events}
+    )
+
+
+def _msg(data: bytes) -> Msg:
+    return Msg(None, subject="ledger.append.acme.l1", data=data)  # type: ignore[arg-type]
+
+
+def test_which_requests_are_heavy() -> None:
+    assert not is_heavy(b"x" * (HEAVY_BYTES - 1), HEAVY_EVENTS - 1)
+    assert is_heavy(b"x" * HEAVY_BYTES, 1) and is_heavy(b"{}", HEAVY_EVENTS)
+
+
+async def test_a_worker_reaches_the_outcome_the_loop_would() -> None:
+    offloop = OffLoop(REDACTOR, max_request_bytes=1 << 20)
+    try:
+        cases = {
+            "many events, a configured secret": _request(
+                LANE, 0, [{"text": f"ORD-{i:06d}"} for i in range(100)]
+            ),
+            "a redaction bomb": _request(LANE, 0, [{"text": JWT_CHAIN}]),
+            "not an append": b'{"events": [' + b"1," * 40_000 + b"1]}",
+        }
+        for name, data in cases.items():
+            msg = _msg(data)
+            await offloop.run(msg, None, None)
+            aside = offloop.take(msg)
+            assert offloop.take(msg) is None, name  # taken once
+            try:
+                inline: PreparedAppend | str = prepare_append(data, redactor=REDACTOR)
+            except Exception as exc:  # noqa: BLE001 - compared below
+                inline = getattr(exc, "code", "")
+            if isinstance(inline, PreparedAppend):
+                assert isinstance(aside, PreparedAppend), name
+                assert (aside.digest, aside.sent, dict(aside.redactions)) == (
+                    inline.digest,
+                    inline.sent,
+                    dict(inline.redactions),
+                ), name
+            else:
+                assert isinstance(aside, AppendRejected) and aside.error.code == inline, name
+        assert aside is not None
+    finally:
+        offloop.close()
+
+
+@pytest.fixture
+def loop_cpu() -> Iterator[list[tuple[object, float]]]:
+    """The CPU time (this thread's) of every callback and task step the
+    event loop runs while the test does, with the task it stepped (None for
+    a plain callback): the loop's stretches of work that nothing else on it
+    can interrupt, measured without the wall clock a loaded machine distorts."""
+    stretches: list[tuple[object, float]] = []
+    run = asyncio.events.Handle._run
+
+    def timed(handle: asyncio.events.Handle) -> None:
+        started = time.thread_time()
+        try:
+            run(handle)
+        finally:
+            stretches.append((getattr(handle._callback, "__self__", None), time.thread_time() - started))
+
+    asyncio.events.Handle._run = timed  # type: ignore[method-assign]
+    try:
+        yield stretches
+    finally:
+        asyncio.events.Handle._run = run  # type: ignore[method-assign]
+
+
+async def test_heavy_requests_cost_the_loop_a_few_milliseconds_at_a_time(
+    nc, sequencer, client, actor, loop_cpu: list[tuple[object, float]]
+) -> None:
+    lane = await client.create_lane("acme", "s1", "r1", "heavy", actor_id=actor.id)
+    heavy = [
+        _request(lane.id, 0, [{"text": JWT_CHAIN}], actor.id),
+        _request(lane.id, 1, [{"text": f"delta {i} " * 40} for i in range(1000)], actor.id),
+        _request(lane.id, 1001, [{"text": "x" * 900_000}], actor.id),
+    ]
+    async with Inbox(nc) as inbox:
+        loop_cpu.clear()
+        for body in heavy:
+            await inbox.send(client.subjects.append("acme", lane.id), body)
+        receipts = [await inbox.next() for _ in heavy]
+    assert [type(r) for r in receipts] == [AppendCommitted] * 3, receipts
+    assert [r.positions[-1] - r.positions[0] + 1 for r in receipts if isinstance(r, AppendCommitted)] == [
+        1,
+        1000,
+        1,
+    ]
+    page = await client.load_lane(lane.id, after_seq=0, limit=1)
+    assert "[REDACTED:jwt]" in msgspec.json.encode(page.events[0].payload).decode()
+    # Inline, step 0 of each costs the loop 15-50 ms of CPU in one stretch
+    # (bench/offloop.py); aside, the most is unpickling the 1000 events or
+    # publishing them on the committed stream. (This test's own task, which
+    # reads the receipts and the lane on the same loop, is not counted.) A
+    # bound in CPU time, not wall time, so a loaded machine does not move it.
+    test = asyncio.current_task()
+    sequencers = sorted(cpu for task, cpu in loop_cpu if task is not test)
+    assert sequencers[-1] < 0.015, sequencers[-5:]
+
+
+class _SendsAsIs(Redactor):
+    """A hostile producer's client: it redacts nothing before sending."""
+
+    def redact(self, value: Any) -> Redacted:
+        return Redacted(value, 0)
+
+    def surely_clean(self, value: Any) -> bool:
+        return True
+
+
+async def test_a_large_commands_redaction_runs_off_the_loop(
+    nats_server, sequencer, loop_cpu: list[tuple[object, float]]
+) -> None:
+    async with await LedgerClient.connect(nats_server.url, timeout=30.0, redactor=_SendsAsIs()) as client:
+        loop_cpu.clear()
+        actor = await client.ensure_actor("acme", "agent:bomb", "agent", display_name=JWT_CHAIN)
+        test = asyncio.current_task()
+        sequencers = sorted(cpu for task, cpu in loop_cpu if task is not test)
+    assert actor.display_name is not None and "eyJhbGciOi" not in actor.display_name
+    assert "[REDACTED:jwt]" in actor.display_name
+    assert sequencers[-1] < 0.015, sequencers[-5:]
+
+
+async def test_a_light_request_behind_a_heavy_one_of_its_lane_keeps_its_place(
+    nc, sequencer, client, actor
+) -> None:
+    """The light request is ready long before the heavy one is prepared
+    aside; it still commits after it (expecting its position), not before."""
+    lane = await client.create_lane("acme", "s1", "r1", "order", actor_id=actor.id)
+    subject = client.subjects.append("acme", lane.id)
+    async with Inbox(nc) as inbox:
+        await inbox.send(subject, _request(lane.id, 0, [{"text": JWT_CHAIN}], actor.id))
+        await inbox.send(subject, _request(lane.id, 1, [{"text": "light"}], actor.id))
+        heavy, light = await inbox.next(), await inbox.next()
+    assert isinstance(heavy, AppendCommitted) and isinstance(light, AppendCommitted), (heavy, light)
+    assert (heavy.positions[0], light.positions[0]) == (heavy.positions[0], heavy.positions[0] + 1)
