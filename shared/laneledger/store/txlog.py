@@ -24,7 +24,7 @@ against the same state; the log orders them (spec/replication.md).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -130,12 +130,14 @@ class TxRecord(msgspec.Struct, array_like=True, frozen=True):
 
 
 class _PlainRecord(msgspec.Struct, array_like=True, frozen=True):
-    """A version-1 record as encoded: no trailing seed field."""
+    """A version-1 record as encoded: no trailing seed field. Its rows are
+    the writer's tuples as they are: MessagePack writes a tuple as the same
+    array as a list, so nothing is copied to encode them."""
 
     version: int
     position_before: int
     position: int
-    writes: list[tuple[str, list[list[Any]]]]
+    writes: Sequence[tuple[str, Sequence[Sequence[Any]]]]
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -147,7 +149,8 @@ def _named(writes: Writes) -> list[tuple[str, list[list[Any]]]]:
 
 
 def encode_record(writes: Writes, *, position_before: int, position: int) -> bytes:
-    return _encoder.encode(_PlainRecord(RECORD_VERSION, position_before, position, _named(writes)))
+    named = [(statement.name, rows) for statement, rows in writes]
+    return _encoder.encode(_PlainRecord(RECORD_VERSION, position_before, position, named))
 
 
 def encode_seed_record(writes: Writes, *, position_before: int, position: int, seed: SeedMark) -> bytes:
