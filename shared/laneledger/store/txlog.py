@@ -182,14 +182,15 @@ def decode_record(data: bytes, *, seq: int) -> TxRecord:
     return record
 
 
-def run_writes(conn: sqlite3.Connection, writes: Writes) -> None:
+def run_writes(conn: sqlite3.Connection, writes: Writes, *, leaves: Sequence[bytes] | None = None) -> None:
     """Execute a transaction's statements (inside the caller's transaction).
     Inserted events extend the Merkle tree in the same transaction: the tree
-    is derived from them, so a record never carries it (store/tree.py)."""
+    is derived from them, so a record never carries it (store/tree.py).
+    ``leaves``: the inserted events' leaf hashes, when the caller has them."""
     for statement, rows in writes:
         conn.executemany(statement.sql, rows)
         if statement is INSERT_EVENT:
-            extend_tree(conn, [(row[0], row[9]) for row in rows])
+            extend_tree(conn, [(row[0], row[9]) for row in rows], leaves=leaves)
 
 
 def apply_record(conn: sqlite3.Connection, record: TxRecord, *, seq: int, last_position: int) -> None:

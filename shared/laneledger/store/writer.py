@@ -121,6 +121,7 @@ from laneledger.store.txlog import (
 )
 from laneledger.store.usage import InlineUsage
 from laneledger.tlog import store as tree_store
+from laneledger.tlog.leaves import entry_leaf
 
 T = TypeVar("T")
 
@@ -258,6 +259,7 @@ class _Batch:
     event_rows: list[tuple[Any, ...]] = field(default_factory=list)
     receipt_rows: list[tuple[str, str, str, str, bytes]] = field(default_factory=list)
     committed: list[CommittedRecord] = field(default_factory=list)
+    leaves: list[bytes] = field(default_factory=list)  # the Merkle leaf of each event row
     inline_bytes: dict[str, int] = field(default_factory=dict)  # stored event bytes, by tenant
 
 
@@ -467,7 +469,9 @@ class LedgerWriter:
             self._check_signature(append, index)
             in_request[event.id] = index
         # 6. commit (staged into the batch transaction)
-        event_ids, positions, hashes = [], [], []
+        event_ids: list[str] = []
+        positions: list[int] = []
+        hashes: list[str] = []
         rows, records = [], []
         for raw, event in zip(append.sent, request.events, strict=True):
             if event.event_type == REWOUND:  # nothing is staged yet: refusing here is clean
@@ -533,6 +537,7 @@ class LedgerWriter:
         self.inline_usage.check(self._db, lane.tenant, state.inline_bytes.get(lane.tenant, 0), adding)
         state.inline_bytes[lane.tenant] = state.inline_bytes.get(lane.tenant, 0) + adding
         state.event_rows.extend(rows)
+        state.leaves.extend(map(entry_leaf, hashes))
         state.committed.extend(records)
         state.receipt_rows.append((lane.tenant, request.append_id, lane.id, append.digest, encode(receipt)))
         state.receipts[(lane.tenant, request.append_id)] = receipt
@@ -691,10 +696,12 @@ class LedgerWriter:
                 [(seq, head, lane_id, tenant) for (tenant, lane_id), (seq, head) in state.heads.items()],
             ),
         ]
-        self._open_writes(writes, "ledger commit failed", position=position)
+        self._open_writes(writes, "ledger commit failed", leaves=state.leaves, position=position)
         return writes
 
-    def _open_writes(self, writes: Writes, what: str, **details: Any) -> None:
+    def _open_writes(
+        self, writes: Writes, what: str, *, leaves: list[bytes] | None = None, **details: Any
+    ) -> None:
         """Run ``writes`` in a new transaction, left open for ``_commit``."""
         if self._txlog is not None and self._seed is not None:
             raise IntegrityError(
@@ -707,7 +714,7 @@ class LedgerWriter:
             )
         with failures_as(what, roll_back=self._db, **details):
             begin(self._db)
-            run_writes(self._db, writes)
+            run_writes(self._db, writes, leaves=leaves)
 
     def _commit(self, writes: Writes, position_before: int, position: int) -> None:
         """End the open transaction that ran ``writes``: with a log, store
