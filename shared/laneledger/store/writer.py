@@ -21,7 +21,7 @@ import hmac
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 from msgspec import UNSET
@@ -199,9 +199,10 @@ class LaneHead:
     head_hash: str
 
 
-@dataclass(frozen=True, slots=True)
-class CommittedRecord:
-    """One committed event, ready for the committed stream."""
+class CommittedRecord(NamedTuple):
+    """One committed event, ready for the committed stream. A named tuple:
+    one is made per committed event, and a frozen dataclass costs a
+    ``object.__setattr__`` per field to make."""
 
     position: int
     event_id: str
@@ -478,17 +479,17 @@ class LedgerWriter:
                 self._check_rewind(event, lane, state, position + 1)
             position += 1
             last_seq += 1
-            record = dict(raw)
-            record.update(
-                tenant=lane.tenant,
-                session_id=lane.session_id,
-                run_id=lane.run_id,
-                seq=last_seq,
-                position=position,
-                append_id=request.append_id,
-                committed_at=committed_at,
-                prev_hash=head_hash,
-            )
+            record = {
+                **raw,
+                "tenant": lane.tenant,
+                "session_id": lane.session_id,
+                "run_id": lane.run_id,
+                "seq": last_seq,
+                "position": position,
+                "append_id": request.append_id,
+                "committed_at": committed_at,
+                "prev_hash": head_hash,
+            }
             # The event was walked for the digest; the fields added here are
             # str and ints far below 2^53, which the fast path writes exactly.
             head_hash, body = hashed_body(record, self._key, admitted=append.admitted)
