@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
@@ -464,9 +464,8 @@ class LedgerWriter:
             )
         # 5. per-event checks
         in_request: dict[str, int] = {}
-        request_ids = {event.id for event in request.events}
         for index, event in enumerate(request.events):
-            self._check_event(event, index, lane, state, known, subjects, in_request, request_ids)
+            self._check_event(event, index, lane, state, known, subjects, in_request, request.events)
             self._check_signature(append, index)
             in_request[event.id] = index
         # 6. commit (staged into the batch transaction)
@@ -556,7 +555,7 @@ class LedgerWriter:
         known: dict[tuple[str, str], tuple[str, int]],
         subjects: dict[tuple[str, str], str],
         in_request: dict[str, int],
-        request_ids: set[str],
+        request_events: Sequence[ProposedEvent],
     ) -> None:
         where = f"$.events[{index}]"
         if event.schema_version != SCHEMA_VERSION:
@@ -612,7 +611,7 @@ class LedgerWriter:
             found = known.get((lane.tenant, cause)) or state.events.get((lane.tenant, cause))
             if found is None:
                 # itself or a later event of this request, or nothing at all
-                reason = "not_earlier" if cause in request_ids else "unknown"
+                reason = "not_earlier" if any(e.id == cause for e in request_events) else "unknown"
                 raise CausationViolation(
                     "causation names no earlier event",
                     event_id=event.id,
