@@ -16,7 +16,7 @@ from msgspec import UNSET, to_builtins
 
 from laneledger.contract.canonical import admits_fast
 from laneledger.contract.chain import append_digest
-from laneledger.contract.contentref import MAX_REFS_PER_APPEND, refs_in
+from laneledger.contract.contentref import MAX_REFS_PER_APPEND, refs_in, request_may_reference
 from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.model import MAX_REQUEST_BYTES, AppendRequest, decode
 from laneledger.contract.redaction import (
@@ -49,6 +49,10 @@ class PreparedAppend:
     # Whether ``sent`` takes the canonical fast path (``admits_fast``): walked
     # once here, so the writer hashes each event without walking it again.
     admitted: bool = False
+    # False when the request's bytes cannot hold a content reference
+    # (``request_may_reference``, certain): its events' payloads are then
+    # not searched for one, here or by the sequencer's blob check.
+    may_reference: bool = True
 
 
 def prepare_append(
@@ -74,7 +78,9 @@ def prepare_append(
         request, sent, redactions = _redacted(request, sent, redactor)
         for i, raw in enumerate(sent):
             refuse_secret_identifiers(raw, EVENT_IDENTIFIERS, redactor, at=f"$.events[{i}]")
-    _bound_refs(sent)
+    may_reference = request_may_reference(data)
+    if may_reference:
+        _bound_refs(sent)
     signatures: tuple[bool | None, ...] = ()
     if actor_keys and any(event.signature is not UNSET for event in request.events):
         signatures = tuple(
@@ -85,7 +91,14 @@ def prepare_append(
         )
     admitted = admits_fast(sent)
     return PreparedAppend(
-        request, sent, append_digest(sent, admitted=admitted), tenant_token, signatures, redactions, admitted
+        request,
+        sent,
+        append_digest(sent, admitted=admitted),
+        tenant_token,
+        signatures,
+        redactions,
+        admitted,
+        may_reference,
     )
 
 
