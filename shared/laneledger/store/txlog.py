@@ -218,6 +218,23 @@ def apply_record(conn: sqlite3.Connection, record: TxRecord, *, seq: int, last_p
     run_writes(conn, writes)
 
 
+class MemoryTxLog:
+    """A ``TxLog`` in a list, with the stream's fencing: for tests, benches
+    and tools that run a writer without NATS."""
+
+    def __init__(self) -> None:
+        self.records: list[bytes] = []
+
+    def append(self, record: bytes, *, after: int) -> int:
+        if after != len(self.records):
+            raise TxLogMoved("the log moved on", expected_last_sequence=after)
+        self.records.append(record)
+        return len(self.records)
+
+    def read_after(self, after: int) -> tuple[list[tuple[int, bytes]], int]:
+        return list(enumerate(self.records, start=1))[max(after, 0) :], len(self.records)
+
+
 class TxLogMoved(InternalError):
     """The log holds records after the one the writer last applied: another
     writer's, or one of its own whose append looked failed. Nothing of the
