@@ -13,9 +13,10 @@ which must not change when only speed does.
 
     .venv/bin/python bench/step_cpu.py [--requests N] [--batch B] [--events-per-append E]
 
-For an A/B against another checkout, run it with that checkout's
-``shared`` directory first on PYTHONPATH (with its ``services`` linked in as
-``laneledger/services``), alternating with this one; for a figure that load
+For an A/B against another checkout (one that has ``txlog.MemoryTxLog``),
+run it with that checkout's ``shared`` directory first on PYTHONPATH (with
+its ``services`` linked in as ``laneledger/services``), alternating with
+this one; for a figure that load
 does not move, count instructions: ``valgrind --tool=callgrind`` over two
 sizes, the difference divided by the difference in requests.
 """
