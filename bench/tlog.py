@@ -96,13 +96,13 @@ class Ledger:
         finally:
             txlog.extend_tree = REAL_EXTEND_TREE
 
-    def _timed_extend_tree(self, conn, events) -> None:
+    def _timed_extend_tree(self, conn, events, **how) -> None:
         started = time.perf_counter()
-        REAL_EXTEND_TREE(conn, events)
+        REAL_EXTEND_TREE(conn, events, **how)
         self.tree_seconds += time.perf_counter() - started
 
 
-def _no_tree(conn, events) -> None:
+def _no_tree(conn, events, **how) -> None:
     return None
 
 

@@ -321,6 +321,21 @@ def test_the_fast_path_never_skips_a_secret_key(key, secret):
         assert secret not in json.dumps(redactor.redact(payload).value)
 
 
+def test_every_hint_alone_sends_a_text_to_the_walk():
+    """The fast path tests every hint (the case-sensitive ones as one
+    alternation in a short text, one by one in a long one): each, anywhere
+    in any gathered string, is doubt."""
+    redactor = Redactor()
+    assert redactor._prefilter is not None
+    exact, folded = redactor._prefilter
+    for hint in (*exact, *folded, *(h.upper() for h in folded)):
+        for text in (f"before{hint}after", "x" * 5000 + hint):
+            for payload in _nestings({"a": "clean words", "b": text}):
+                assert not redactor.surely_clean(payload), hint
+    assert redactor.surely_clean({"a": "clean words", "b": "before after"})
+    assert redactor.surely_clean({"a": "clean words", "b": "x" * 5000})
+
+
 def test_the_fast_path_passes_clean_payloads_unchanged_and_defers_to_configured_patterns():
     clean = {
         "model": "claude-sonnet",

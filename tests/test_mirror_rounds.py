@@ -10,6 +10,7 @@ import asyncio
 from polling import eventually
 
 from laneledger.contract.subjects import Subjects
+from laneledger.services.sequencer import mirror as mirror_module
 from laneledger.services.sequencer.mirror import CommittedStreamMirror
 from laneledger.services.sequencer.streams import ensure_stream, events_stream_config
 from laneledger.store import CommittedRecord
@@ -28,8 +29,8 @@ def record(position: int) -> CommittedRecord:
     )
 
 
-async def test_batches_queued_during_a_round_go_out_in_the_next_one(nc, js):
-    subjects = Subjects()
+async def empty_mirror(nc, js, subjects: Subjects) -> CommittedStreamMirror:
+    """A mirror of an empty ledger onto a new committed stream."""
     await ensure_stream(js, events_stream_config(subjects.events_stream, subjects, 1))
     mirror = CommittedStreamMirror(
         nc,
@@ -39,6 +40,12 @@ async def test_batches_queued_during_a_round_go_out_in_the_next_one(nc, js):
         ledger_last_position=lambda: 0,
     )
     await mirror.catch_up()
+    return mirror
+
+
+async def test_batches_queued_during_a_round_go_out_in_the_next_one(nc, js):
+    subjects = Subjects()
+    mirror = await empty_mirror(nc, js, subjects)
     rounds: list[int] = []  # the position each ack was asked for
     ask = mirror._acks.publish
 
@@ -65,3 +72,25 @@ async def test_batches_queued_during_a_round_go_out_in_the_next_one(nc, js):
     assert (info.state.messages, info.state.first_seq, info.state.last_seq) == (11, 1, 11)
     stored = await js.get_msg(subjects.events_stream, 7)
     assert stored.data == b'{"position": 7}'
+
+
+async def test_each_event_goes_out_on_its_lanes_subject_with_the_subject_cache_at_its_bound(
+    nc, js, monkeypatch
+):
+    """The mirror keeps each lane's subject (bounded, emptied when full):
+    over more lanes than the bound, every message still goes out on its own
+    lane's subject, hashed tokens included (a tenant name with a space)."""
+    monkeypatch.setattr(mirror_module, "_LANE_SUBJECTS", 2)
+    subjects = Subjects()
+    mirror = await empty_mirror(nc, js, subjects)
+    lanes = [("acme", "s", "r", "l1"), ("Acme Corp", "s 2", "r", "l1"), ("acme", "s", "r", "l3")]
+    records = [
+        CommittedRecord(p, f"e{p}", "stream.text_delta", *lanes[(p - 1) % 3], b'{"position": %d}' % p)
+        for p in range(1, 8)
+    ]
+    await mirror._publish_new(records)
+    assert mirror.published == 7 and len(mirror._lane_subjects) <= 2
+    for r in records:
+        stored = await js.get_msg(subjects.events_stream, r.position)
+        assert stored.subject == subjects.events(r.tenant, r.session_id, r.run_id, r.lane_id)
+        assert stored.data == r.body

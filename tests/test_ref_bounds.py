@@ -51,6 +51,20 @@ def test_an_append_naming_too_many_references_is_refused_naming_the_limit() -> N
     prepare_append(_request("lane-1", "actor-1", _made_up(MAX_REFS_PER_APPEND)))  # the bound itself is fine
 
 
+def test_references_spelled_with_escapes_are_counted_and_a_plain_request_is_not_searched() -> None:
+    """Step 0 searches payloads for references only when the request's bytes
+    may hold one: a ``"_ref"`` key spelled ``"\\u005fref"`` still counts."""
+    escaped = _request("lane-1", "actor-1", _made_up(MAX_REFS_PER_APPEND + 1)).replace(
+        b'"_ref"', b'"\\u005fref"'
+    )
+    assert b'"_ref"' not in escaped
+    with pytest.raises(InvalidRequest) as refused:
+        prepare_append(escaped)
+    assert refused.value.details["found"] == MAX_REFS_PER_APPEND + 1
+    assert prepare_append(_request("lane-1", "actor-1", _made_up(1))).may_reference
+    assert not prepare_append(_request("lane-1", "actor-1", {"text": "no reference"})).may_reference
+
+
 @pytest.mark.parametrize(
     ("refs", "code"),
     [(8000, "invalid_request"), (MAX_REFS_PER_APPEND, "blob_missing")],

@@ -6,7 +6,6 @@ files; the refusals end to end over a real nats-server."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -25,27 +24,10 @@ from laneledger.services.checkpoint.store import CheckpointStore
 from laneledger.services.sequencer.service import SequencerSettings
 from laneledger.store import LedgerWriter, open_ledger
 from laneledger.store.append import prepare_append
-from laneledger.store.txlog import TxLogMoved
+from laneledger.store.txlog import MemoryTxLog
 
 
-class ListLog:
-    """The replicated log as the writer sees it (store/txlog.py, ``TxLog``),
-    in a list: what a standby's writer follows."""
-
-    def __init__(self) -> None:
-        self.records: list[bytes] = []
-
-    def append(self, record: bytes, *, after: int) -> int:
-        if after != len(self.records):
-            raise TxLogMoved("the log moved on")
-        self.records.append(record)
-        return len(self.records)
-
-    def read_after(self, after: int) -> tuple[Iterable[tuple[int, bytes]], int]:
-        return list(enumerate(self.records, 1))[after:], len(self.records)
-
-
-def _writer(path: Path, limit: int | None, log: ListLog | None = None) -> LedgerWriter:
+def _writer(path: Path, limit: int | None, log: MemoryTxLog | None = None) -> LedgerWriter:
     writer = LedgerWriter(open_ledger(path))
     if log is not None:
         writer.use_txlog(log)
@@ -108,7 +90,7 @@ def test_an_append_past_the_limit_is_refused_naming_the_tenants_own_figures(tmp_
 
 
 def test_a_standby_that_follows_the_log_counts_what_the_active_stored(tmp_path: Path) -> None:
-    log = ListLog()
+    log = MemoryTxLog()
     active = _writer(tmp_path / "active.db", None, log)
     for i in range(3):
         _append(active, "acme", f"a{i}", "x" * 900)

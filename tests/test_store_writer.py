@@ -14,6 +14,7 @@ from laneledger.contract import errors
 from laneledger.contract.canonical import canonicalize
 from laneledger.contract.chain import verify_chain
 from laneledger.contract.model import AppendCommitted, CreateLane, EnsureActor, encode
+from laneledger.contract.redaction import DEFAULT_REDACTOR
 from laneledger.sdk.client import make_event
 from laneledger.store import LedgerWriter, open_ledger
 from laneledger.store.append import prepare_append
@@ -146,3 +147,40 @@ def test_appends_in_one_batch_see_each_other(ledger):
     assert conflict.error.code == "lane_conflict"
     assert conflict.error.details["actual_last_seq"] == 3
     assert [r.position for r in result.committed] == [1, 2, 3]
+
+
+STRIPE = "sk_live_51HfakeStripeKeyForTests0042"  # secret_corpus: stripe_key
+
+
+def _request(lane, actor, *events: dict) -> bytes:
+    return encode({"lane_id": lane.id, "expected_last_seq": 0, "append_id": "r1", "events": list(events)})
+
+
+@pytest.mark.parametrize("field", ["payload", "extensions"])
+def test_step0_redacts_a_secret_in_either_free_form_field(ledger, field):
+    """Step 0 tests a request's free-form fields and identifiers in one fast
+    path; a secret in any one of them still takes the per-event path."""
+    _, actor, lane = ledger()
+    clean = make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload={"text": "hello"})
+    leaky = {**make_event(lane.id, "stream.text_delta", actor_id=actor.id), field: {"note": STRIPE}}
+    prepared = prepare_append(_request(lane, actor, clean, leaky), redactor=DEFAULT_REDACTOR)
+    assert prepared.redactions == {"stripe_key": 1}
+    assert STRIPE.encode() not in encode(prepared.sent) and STRIPE not in repr(prepared.request)
+    assert prepared.sent[0] == clean
+
+
+@pytest.mark.parametrize("name", ["subject_id", "actor_id"])
+def test_step0_refuses_a_secret_shaped_identifier(ledger, name):
+    _, actor, lane = ledger()
+    clean = make_event(lane.id, "stream.text_delta", actor_id=actor.id)
+    leaky = {**make_event(lane.id, "stream.text_delta", actor_id=actor.id), name: STRIPE}
+    with pytest.raises(errors.InvalidRequest, match="secret-shaped") as refused:
+        prepare_append(_request(lane, actor, clean, leaky), redactor=DEFAULT_REDACTOR)
+    assert refused.value.details["path"] == f"$.events[1].{name}"
+
+
+def test_step0_leaves_a_clean_request_as_sent(ledger):
+    _, actor, lane = ledger()
+    events = [make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload={"n": i}) for i in range(3)]
+    prepared = prepare_append(_request(lane, actor, *events), redactor=DEFAULT_REDACTOR)
+    assert prepared.redactions == {} and prepared.sent == events

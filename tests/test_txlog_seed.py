@@ -26,25 +26,15 @@ from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer
 from laneledger.services.sequencer.streams import ensure_stream, txlog_stream_config
 from laneledger.store import LedgerWriter, open_ledger, txlogseed
-from laneledger.store.txlog import SEED_RECORD_VERSION, TxLogMoved, TxRecord, decode_record, encode_record
+from laneledger.store.txlog import (
+    SEED_RECORD_VERSION,
+    MemoryTxLog,
+    TxRecord,
+    decode_record,
+    encode_record,
+)
 from laneledger.store.txlogstream import JetStreamTxLog
 from laneledger.tlog import store as tree_store
-
-
-class MemoryLog:
-    """A TxLog in memory: the same fencing as the stream's, one message a record."""
-
-    def __init__(self) -> None:
-        self.records: list[bytes] = []
-
-    def append(self, record: bytes, *, after: int) -> int:
-        if after != len(self.records):
-            raise TxLogMoved("the log moved on", expected_last_sequence=after)
-        self.records.append(record)
-        return len(self.records)
-
-    def read_after(self, after: int) -> tuple[list[tuple[int, bytes]], int]:
-        return [(i, r) for i, r in enumerate(self.records, start=1) if i > after], len(self.records)
 
 
 class DyingLog:
@@ -76,7 +66,7 @@ def copy_ledger(source: Path, target: Path) -> None:
         dst.close()
 
 
-def records_of(log: MemoryLog) -> list[TxRecord]:
+def records_of(log: MemoryTxLog) -> list[TxRecord]:
     return [decode_record(data, seq=seq) for seq, data in log.read_after(0)[0]]
 
 
@@ -136,7 +126,7 @@ def test_a_table_the_seed_does_not_know_is_refused_not_skipped(tmp_path: Path):
     conn.execute("INSERT INTO notes VALUES ('kept nowhere else')")
     conn.commit()
     conn.close()
-    log = MemoryLog()
+    log = MemoryTxLog()
     writer = with_log(db, log)
     with pytest.raises(IntegrityError) as refused:
         writer.catch_up()
@@ -149,7 +139,7 @@ def test_a_structure_only_file_is_seeded_and_rebuilt(tmp_path: Path):
     db = structure_file(tmp_path / "ledger.db")
     before = dump(db)
     assert before["attempts"] and not before["events"]
-    log = MemoryLog()
+    log = MemoryTxLog()
     writer = with_log(db, log, max_rows=3)
     assert writer.catch_up() == 0
     records = records_of(log)
@@ -176,7 +166,7 @@ def test_a_version_2_file_from_before_the_log_is_seeded_and_rebuilt_with_its_tre
     ledger_of_two_tenants(db)
     as_version_2(db)
     copy_ledger(db, tmp_path / "copy.db")  # a standby's copy of it, also old
-    log = MemoryLog()
+    log = MemoryTxLog()
     writer = with_log(db, log, max_rows=1)  # the open migrates it; one row a record
     writer.catch_up()
     records = records_of(log)
@@ -205,7 +195,7 @@ def test_ordinary_records_are_version_1_as_before():
 def test_a_seed_cut_short_is_completed_once_by_its_file(tmp_path: Path):
     db = structure_file(tmp_path / "ledger.db")
     before = dump(db)
-    log = MemoryLog()
+    log = MemoryTxLog()
     dying = with_log(db, DyingLog(log, die_at=2), max_rows=2)
     with pytest.raises(RuntimeError):
         dying.catch_up()
@@ -239,7 +229,7 @@ def test_a_seed_cut_short_is_completed_once_by_its_file(tmp_path: Path):
 class Interleaving:
     """A's view of a shared log: before A's ``at``-th append, B runs."""
 
-    def __init__(self, log: MemoryLog, at: int, meanwhile) -> None:
+    def __init__(self, log: MemoryTxLog, at: int, meanwhile) -> None:
         self.log, self.at, self.meanwhile, self.appends = log, at, meanwhile, 0
 
     def append(self, record: bytes, *, after: int) -> int:
@@ -258,7 +248,7 @@ def test_two_writers_seeding_one_file_interleaved_put_each_row_on_the_log_once(t
     moved), it reads B's records, skips them, and both go on equal."""
     db = structure_file(tmp_path / "a.db")
     copy_ledger(db, tmp_path / "b.db")
-    log = MemoryLog()
+    log = MemoryTxLog()
     b = with_log(tmp_path / "b.db", log, max_rows=3)
     a = with_log(db, Interleaving(log, 2, b.catch_up), max_rows=2)
     assert a.catch_up() == 0
@@ -272,7 +262,7 @@ def test_two_writers_seeding_one_file_interleaved_put_each_row_on_the_log_once(t
 
 
 def test_a_file_that_differs_from_the_seed_is_refused_whole(tmp_path: Path):
-    log = MemoryLog()
+    log = MemoryTxLog()
     with_log(structure_file(tmp_path / "seeded.db"), log, max_rows=4).catch_up()
     other = structure_file(tmp_path / "other.db", extra_actor=True)
     before = dump(other)

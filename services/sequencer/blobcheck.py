@@ -270,7 +270,7 @@ def _by_tenant(needs: Iterable[Need]) -> dict[str, list[tuple[str, int]]]:
 
 def _needs(append: PreparedAppend) -> list[tuple[Need, str]]:
     """The blobs one append references, with the path of the payload naming each."""
-    if append.tenant_token is None:
+    if append.tenant_token is None or not append.may_reference:
         return []
     found: list[tuple[Need, str]] = []
     for i, event in enumerate(append.sent):

@@ -46,6 +46,9 @@ WRONG_LAST_SEQUENCE = 10071
 ReadAfter = Callable[[int, int], Awaitable[list[tuple[int, bytes]]]]
 
 
+_LANE_SUBJECTS = 10_000
+
+
 def event_headers(position: int) -> dict[str, str]:
     # The only header: the stream sequence *is* the position, and the body
     # carries everything else.
@@ -102,6 +105,10 @@ class CommittedStreamMirror:
         self._submitted = 0  # the last position handed to ``submit``
         self._advanced = asyncio.Condition()  # notified when ``published`` grows
         self._acks = AckInbox(nc)
+        # Each lane's subject on the stream, by (tenant, session, run, lane):
+        # four tokens to check or hash per event otherwise. Bounded: emptied
+        # when it holds _LANE_SUBJECTS lanes.
+        self._lane_subjects: dict[tuple[str, str, str, str], str] = {}
 
     async def submit(self, records: list[CommittedRecord]) -> None:
         """Queue one committed batch; waits when the mirror is far behind."""
@@ -286,16 +293,17 @@ class CommittedStreamMirror:
             if not fresh:
                 return
         await self._publish(
-            [
-                (
-                    r.position,
-                    self._subjects.events(r.tenant, r.session_id, r.run_id, r.lane_id),
-                    r.body,
-                    event_headers(r.position),
-                )
-                for r in fresh
-            ]
+            [(r.position, self._lane_subject(r), r.body, event_headers(r.position)) for r in fresh]
         )
+
+    def _lane_subject(self, record: CommittedRecord) -> str:
+        lane = (record.tenant, record.session_id, record.run_id, record.lane_id)
+        subject = self._lane_subjects.get(lane)
+        if subject is None:
+            if len(self._lane_subjects) >= _LANE_SUBJECTS:
+                self._lane_subjects.clear()
+            subject = self._lane_subjects[lane] = self._subjects.events(*lane)
+        return subject
 
     async def _publish_rows(self, rows: list[tuple[int, bytes]]) -> None:
         """Republish stored events (catch-up path): decode what routing needs."""

@@ -300,6 +300,11 @@ class Redacted:
     rules: dict[str, int] = field(default_factory=dict)  # how many per rule
 
 
+# The longest gathered text tested with the hints' one alternation (see
+# ``Redactor._exact_hints``): an event's strings are far shorter.
+_ONE_SCAN_MAX = 4096
+
+
 class Redactor:
     """Default shapes and key words plus configured extras."""
 
@@ -345,6 +350,14 @@ class Redactor:
                 tuple(s for h in hints if not h[0] for s in h[1]),
                 tuple(s for h in hints if h[0] for s in h[1]),
             )
+        # The case-sensitive hints as one alternation of literals: one scan of
+        # a short gathered text instead of one per hint (a match exists
+        # exactly when some hint occurs). Past _ONE_SCAN_MAX characters the
+        # per-hint search is used: on a text built against it (1 MiB of "A")
+        # the alternation costs 66 ms, the searches 15.
+        self._exact_hints: re.Pattern[str] | None = None
+        if self._prefilter is not None and self._prefilter[0]:
+            self._exact_hints = re.compile("|".join(map(re.escape, self._prefilter[0])))
         extra = {"".join(key_words(k)) for k in extra_keys if key_words(k)}
         self.key_words = DEFAULT_KEY_WORDS | extra
         self._key_cache: dict[str, bool] = {}
@@ -429,12 +442,16 @@ class Redactor:
         if not self._gather(value, strings):
             return False
         joined = "\0".join(strings)  # a hint found across it only costs the walk
-        exact, folded = self._prefilter
-        for hint in exact:  # a plain loop: half the cost of any() over a generator
-            if hint in joined:
+        exact = self._prefilter[0]
+        if len(joined) <= _ONE_SCAN_MAX and self._exact_hints is not None:
+            if self._exact_hints.search(joined):
                 return False
+        else:
+            for hint in exact:  # a plain loop, as below
+                if hint in joined:
+                    return False
         lower = joined.lower()
-        for hint in folded:  # noqa: SIM110 - a plain loop, as above
+        for hint in self._prefilter[1]:  # noqa: SIM110 - a plain loop: half the cost of any() over a generator
             if hint in lower:
                 return False
         return True
@@ -463,11 +480,19 @@ class Redactor:
                     continue
                 else:
                     return False
-                if type(key) is not str or self.is_secret_key(key):
+                if type(key) is not str:
+                    return False
+                secret = self._key_cache.get(key)  # the method's own cache, without its call
+                if secret is None:
+                    secret = self.is_secret_key(key)
+                if secret:
                     return False
             return True
         if kind is list:
-            return all(self._gather(item, strings) for item in value)
+            for item in value:  # noqa: SIM110 - a plain loop, as above
+                if not self._gather(item, strings):
+                    return False
+            return True
         return value is None or kind is int or kind is float or kind is bool
 
     def redact_text(self, text: str, rules: dict[str, int] | None = None) -> str:

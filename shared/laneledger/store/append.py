@@ -16,11 +16,12 @@ from msgspec import UNSET, to_builtins
 
 from laneledger.contract.canonical import admits_fast
 from laneledger.contract.chain import append_digest
-from laneledger.contract.contentref import MAX_REFS_PER_APPEND, refs_in
+from laneledger.contract.contentref import MAX_REFS_PER_APPEND, refs_in, request_may_reference
 from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.model import MAX_REQUEST_BYTES, AppendRequest, decode
 from laneledger.contract.redaction import (
     EVENT_IDENTIFIERS,
+    REDACTED_FIELDS,
     Redactor,
     redact_event,
     refuse_secret_identifiers,
@@ -48,6 +49,10 @@ class PreparedAppend:
     # Whether ``sent`` takes the canonical fast path (``admits_fast``): walked
     # once here, so the writer hashes each event without walking it again.
     admitted: bool = False
+    # False when the request's bytes cannot hold a content reference
+    # (``request_may_reference``, certain): its events' payloads are then
+    # not searched for one, here or by the sequencer's blob check.
+    may_reference: bool = True
 
 
 def prepare_append(
@@ -69,11 +74,13 @@ def prepare_append(
         )
     sent = [to_builtins(event) for event in request.events]
     redactions: dict[str, int] = {}
-    if redactor is not None:
+    if redactor is not None and not redactor.surely_clean([_redacted_or_refused(raw) for raw in sent]):
         request, sent, redactions = _redacted(request, sent, redactor)
         for i, raw in enumerate(sent):
             refuse_secret_identifiers(raw, EVENT_IDENTIFIERS, redactor, at=f"$.events[{i}]")
-    _bound_refs(sent)
+    may_reference = request_may_reference(data)
+    if may_reference:
+        _bound_refs(sent)
     signatures: tuple[bool | None, ...] = ()
     if actor_keys and any(event.signature is not UNSET for event in request.events):
         signatures = tuple(
@@ -84,8 +91,25 @@ def prepare_append(
         )
     admitted = admits_fast(sent)
     return PreparedAppend(
-        request, sent, append_digest(sent, admitted=admitted), tenant_token, signatures, redactions, admitted
+        request,
+        sent,
+        append_digest(sent, admitted=admitted),
+        tenant_token,
+        signatures,
+        redactions,
+        admitted,
+        may_reference,
     )
+
+
+def _redacted_or_refused(event: dict[str, Any]) -> list[Any]:
+    """What of ``event`` redaction reads (its free-form fields) and what it
+    refuses when secret-shaped (its identifiers), for one ``surely_clean``
+    over the whole request: the fast path's test of the joined strings then
+    runs once, not once per field group. Clean together means clean apart
+    (a hint or secret key in one group is one in the whole); any doubt takes
+    the per-event path."""
+    return [event.get(name) for name in (*REDACTED_FIELDS, *EVENT_IDENTIFIERS)]
 
 
 def _bound_refs(sent: list[dict[str, Any]]) -> None:

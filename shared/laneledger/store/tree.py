@@ -37,12 +37,15 @@ def extend_tree(
     events: Sequence[tuple[int, bytes]],
     *,
     leaf: Callable[[bytes], bytes] = leaf_of,
+    leaves: Sequence[bytes] | None = None,
 ) -> None:
     """Append the leaves of ``events`` ((position, body), in position order)
     inside the caller's open transaction. The first must be the position
     right after the tree's last leaf: a tree that disagrees with the events
     is refused, never extended out of place. ``leaf``: a body's leaf hash
-    (the tail's read model also has messages that are not events)."""
+    (the tail's read model also has messages that are not events).
+    ``leaves``: the events' leaf hashes, when the caller has them (the
+    writer, from the entry hashes it just computed): no body is decoded."""
     if not events:
         return
     size = tree_store.tree_size(conn)
@@ -53,7 +56,7 @@ def extend_tree(
             tree_size=size,
             first_position=events[0][0],
         )
-    tree_store.append_leaves(conn, [leaf(body) for _, body in events])
+    tree_store.append_leaves(conn, [leaf(body) for _, body in events] if leaves is None else leaves)
 
 
 def build_tree(conn: sqlite3.Connection, events: Iterable[tuple[int, bytes]], *, page: int = 10_000) -> None:

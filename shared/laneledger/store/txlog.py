@@ -24,7 +24,7 @@ against the same state; the log orders them (spec/replication.md).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -130,12 +130,14 @@ class TxRecord(msgspec.Struct, array_like=True, frozen=True):
 
 
 class _PlainRecord(msgspec.Struct, array_like=True, frozen=True):
-    """A version-1 record as encoded: no trailing seed field."""
+    """A version-1 record as encoded: no trailing seed field. Its rows are
+    the writer's tuples as they are: MessagePack writes a tuple as the same
+    array as a list, so nothing is copied to encode them."""
 
     version: int
     position_before: int
     position: int
-    writes: list[tuple[str, list[list[Any]]]]
+    writes: Sequence[tuple[str, Sequence[Sequence[Any]]]]
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -147,7 +149,8 @@ def _named(writes: Writes) -> list[tuple[str, list[list[Any]]]]:
 
 
 def encode_record(writes: Writes, *, position_before: int, position: int) -> bytes:
-    return _encoder.encode(_PlainRecord(RECORD_VERSION, position_before, position, _named(writes)))
+    named = [(statement.name, rows) for statement, rows in writes]
+    return _encoder.encode(_PlainRecord(RECORD_VERSION, position_before, position, named))
 
 
 def encode_seed_record(writes: Writes, *, position_before: int, position: int, seed: SeedMark) -> bytes:
@@ -179,14 +182,15 @@ def decode_record(data: bytes, *, seq: int) -> TxRecord:
     return record
 
 
-def run_writes(conn: sqlite3.Connection, writes: Writes) -> None:
+def run_writes(conn: sqlite3.Connection, writes: Writes, *, leaves: Sequence[bytes] | None = None) -> None:
     """Execute a transaction's statements (inside the caller's transaction).
     Inserted events extend the Merkle tree in the same transaction: the tree
-    is derived from them, so a record never carries it (store/tree.py)."""
+    is derived from them, so a record never carries it (store/tree.py).
+    ``leaves``: the inserted events' leaf hashes, when the caller has them."""
     for statement, rows in writes:
         conn.executemany(statement.sql, rows)
         if statement is INSERT_EVENT:
-            extend_tree(conn, [(row[0], row[9]) for row in rows])
+            extend_tree(conn, [(row[0], row[9]) for row in rows], leaves=leaves)
 
 
 def apply_record(conn: sqlite3.Connection, record: TxRecord, *, seq: int, last_position: int) -> None:
@@ -212,6 +216,23 @@ def apply_record(conn: sqlite3.Connection, record: TxRecord, *, seq: int, last_p
             )
         writes.append((statement, [tuple(row) for row in rows]))
     run_writes(conn, writes)
+
+
+class MemoryTxLog:
+    """A ``TxLog`` in a list, with the stream's fencing: for tests, benches
+    and tools that run a writer without NATS."""
+
+    def __init__(self) -> None:
+        self.records: list[bytes] = []
+
+    def append(self, record: bytes, *, after: int) -> int:
+        if after != len(self.records):
+            raise TxLogMoved("the log moved on", expected_last_sequence=after)
+        self.records.append(record)
+        return len(self.records)
+
+    def read_after(self, after: int) -> tuple[list[tuple[int, bytes]], int]:
+        return list(enumerate(self.records, start=1))[max(after, 0) :], len(self.records)
 
 
 class TxLogMoved(InternalError):

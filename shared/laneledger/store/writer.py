@@ -19,9 +19,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 from msgspec import UNSET
@@ -121,6 +121,7 @@ from laneledger.store.txlog import (
 )
 from laneledger.store.usage import InlineUsage
 from laneledger.tlog import store as tree_store
+from laneledger.tlog.leaves import entry_leaf
 
 T = TypeVar("T")
 
@@ -198,9 +199,10 @@ class LaneHead:
     head_hash: str
 
 
-@dataclass(frozen=True, slots=True)
-class CommittedRecord:
-    """One committed event, ready for the committed stream."""
+class CommittedRecord(NamedTuple):
+    """One committed event, ready for the committed stream. A named tuple:
+    one is made per committed event, and a frozen dataclass costs a
+    ``object.__setattr__`` per field to make."""
 
     position: int
     event_id: str
@@ -258,6 +260,7 @@ class _Batch:
     event_rows: list[tuple[Any, ...]] = field(default_factory=list)
     receipt_rows: list[tuple[str, str, str, str, bytes]] = field(default_factory=list)
     committed: list[CommittedRecord] = field(default_factory=list)
+    leaves: list[bytes] = field(default_factory=list)  # the Merkle leaf of each event row
     inline_bytes: dict[str, int] = field(default_factory=dict)  # stored event bytes, by tenant
 
 
@@ -461,30 +464,31 @@ class LedgerWriter:
             )
         # 5. per-event checks
         in_request: dict[str, int] = {}
-        request_ids = {event.id for event in request.events}
         for index, event in enumerate(request.events):
-            self._check_event(event, index, lane, state, known, subjects, in_request, request_ids)
+            self._check_event(event, index, lane, state, known, subjects, in_request, request.events)
             self._check_signature(append, index)
             in_request[event.id] = index
         # 6. commit (staged into the batch transaction)
-        event_ids, positions, hashes = [], [], []
+        event_ids: list[str] = []
+        positions: list[int] = []
+        hashes: list[str] = []
         rows, records = [], []
         for raw, event in zip(append.sent, request.events, strict=True):
             if event.event_type == REWOUND:  # nothing is staged yet: refusing here is clean
                 self._check_rewind(event, lane, state, position + 1)
             position += 1
             last_seq += 1
-            record = dict(raw)
-            record.update(
-                tenant=lane.tenant,
-                session_id=lane.session_id,
-                run_id=lane.run_id,
-                seq=last_seq,
-                position=position,
-                append_id=request.append_id,
-                committed_at=committed_at,
-                prev_hash=head_hash,
-            )
+            record = {
+                **raw,
+                "tenant": lane.tenant,
+                "session_id": lane.session_id,
+                "run_id": lane.run_id,
+                "seq": last_seq,
+                "position": position,
+                "append_id": request.append_id,
+                "committed_at": committed_at,
+                "prev_hash": head_hash,
+            }
             # The event was walked for the digest; the fields added here are
             # str and ints far below 2^53, which the fast path writes exactly.
             head_hash, body = hashed_body(record, self._key, admitted=append.admitted)
@@ -533,6 +537,7 @@ class LedgerWriter:
         self.inline_usage.check(self._db, lane.tenant, state.inline_bytes.get(lane.tenant, 0), adding)
         state.inline_bytes[lane.tenant] = state.inline_bytes.get(lane.tenant, 0) + adding
         state.event_rows.extend(rows)
+        state.leaves.extend(map(entry_leaf, hashes))
         state.committed.extend(records)
         state.receipt_rows.append((lane.tenant, request.append_id, lane.id, append.digest, encode(receipt)))
         state.receipts[(lane.tenant, request.append_id)] = receipt
@@ -550,7 +555,7 @@ class LedgerWriter:
         known: dict[tuple[str, str], tuple[str, int]],
         subjects: dict[tuple[str, str], str],
         in_request: dict[str, int],
-        request_ids: set[str],
+        request_events: Sequence[ProposedEvent],
     ) -> None:
         where = f"$.events[{index}]"
         if event.schema_version != SCHEMA_VERSION:
@@ -606,7 +611,7 @@ class LedgerWriter:
             found = known.get((lane.tenant, cause)) or state.events.get((lane.tenant, cause))
             if found is None:
                 # itself or a later event of this request, or nothing at all
-                reason = "not_earlier" if cause in request_ids else "unknown"
+                reason = "not_earlier" if any(e.id == cause for e in request_events) else "unknown"
                 raise CausationViolation(
                     "causation names no earlier event",
                     event_id=event.id,
@@ -691,10 +696,12 @@ class LedgerWriter:
                 [(seq, head, lane_id, tenant) for (tenant, lane_id), (seq, head) in state.heads.items()],
             ),
         ]
-        self._open_writes(writes, "ledger commit failed", position=position)
+        self._open_writes(writes, "ledger commit failed", leaves=state.leaves, position=position)
         return writes
 
-    def _open_writes(self, writes: Writes, what: str, **details: Any) -> None:
+    def _open_writes(
+        self, writes: Writes, what: str, *, leaves: list[bytes] | None = None, **details: Any
+    ) -> None:
         """Run ``writes`` in a new transaction, left open for ``_commit``."""
         if self._txlog is not None and self._seed is not None:
             raise IntegrityError(
@@ -707,7 +714,7 @@ class LedgerWriter:
             )
         with failures_as(what, roll_back=self._db, **details):
             begin(self._db)
-            run_writes(self._db, writes)
+            run_writes(self._db, writes, leaves=leaves)
 
     def _commit(self, writes: Writes, position_before: int, position: int) -> None:
         """End the open transaction that ran ``writes``: with a log, store
