@@ -10,31 +10,14 @@ import json
 import msgspec
 import pytest
 from korg_dogfood import korg_reference_verify
-from tail_support import fill, new_lane, wait_applied
+from tail_support import MAIN, SUB, fill, new_lane, wait_applied
+from tail_support import korg_call as call
 
 from laneledger.compat.korg import read_journal, verify_journal
 from laneledger.contract.errors import ChainFault
 from laneledger.sdk.blobstore import BlobStore
 
 pytestmark = pytest.mark.timeout(90)
-
-MAIN = "agent:claude-code/main@2.1"
-SUB = "agent:claude-code/sub-0f3a9c21@2.1"
-
-
-def call(source: str, tool: str, triggered_by: int | None = None, **extra) -> dict:
-    body = {
-        "source_agent": source,
-        "tool_name": tool,
-        "args": {"file_path": "src/app.py"},
-        "result": {"success": True},
-        "success": True,
-        "duration_ms": 142,
-        "triggered_by": triggered_by,
-        "payload_refs": [],
-    }
-    body.update(extra)
-    return body
 
 
 async def post(tail, body) -> dict:

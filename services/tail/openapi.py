@@ -21,7 +21,7 @@ from laneledger.runtime.apidoc import (
 )
 from laneledger.runtime.httpjson import json_response
 
-from . import timeline, transparency
+from . import korgreaddoc, timeline, transparency
 from .owners import TENANT_PARAMETER_DOC
 
 
@@ -1143,6 +1143,8 @@ SCHEMAS.update(timeline.SCHEMAS)
 PATHS.update(timeline.PATHS)
 SCHEMAS.update(transparency.SCHEMAS)
 PATHS.update(transparency.PATHS)
+SCHEMAS.update(korgreaddoc.SCHEMAS)
+PATHS.update(korgreaddoc.PATHS)
 _secure(PATHS)
 
 DOCUMENT: dict[str, Any] = document(
