@@ -7,7 +7,9 @@ laneledger's own proofs (spec/mcp.md)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
 import json
 import os
 import sys
@@ -28,6 +30,7 @@ from mcp_types.version import LATEST_HANDSHAKE_VERSION
 from tail_support import MAIN, SUB, fill, new_lane, wait_applied
 from tail_support import korg_call as call
 
+from laneledger.mcp.server import BLOB_CAP
 from laneledger.mcp.subscriptions import matches
 from laneledger.mcp.uris import BadUri, parse
 from laneledger.runtime.access import AccessPolicy
@@ -370,3 +373,41 @@ async def test_laneledger_resources_and_tenancy(client, actor, start_tail, tmp_p
         with pytest.raises(MCPError) as raised:
             await session.list_resources()
         assert raised.value.error.data["reason"] == "unauthorized"
+
+
+async def test_blobs_as_korg_8_4_packs_them(client, start_tail):
+    tail = await start_tail()
+    await korg_session(tail)
+    blobs = {
+        "json": (b'{"k": [1, 2]}', "application/json"),
+        "text": ("héllo, not json".encode(), "text/plain"),
+        "binary": (bytes(range(256)) * 4, "application/octet-stream"),
+    }
+    digests = {}
+    for name, (data, _) in blobs.items():
+        digest = hashlib.sha256(data).hexdigest()
+        answer = await tail.api.request("PUT", f"/api/blob/{digest}", data=data)
+        assert answer.status == 200, answer.body
+        digests[name] = digest
+    big = os.urandom(BLOB_CAP + 1)
+    big_digest = hashlib.sha256(big).hexdigest()
+    assert (await tail.api.request("PUT", f"/api/blob/{big_digest}", data=big)).status == 200
+    async with stdio_session(tail.url) as session:
+        for name, (data, mime) in blobs.items():
+            # Korg names blobs by lowercase hex; uppercase reads the same blob.
+            (content,) = (await session.read_resource(f"korg://local/blob/{digests[name].upper()}")).contents
+            assert content.mime_type == mime, name
+            if isinstance(content, mcp.types.BlobResourceContents):
+                assert base64.b64decode(content.blob) == data
+            else:
+                assert content.text.encode() == data
+        code, data = await reason_of(session, f"korg://local/blob/{big_digest}")
+        assert code == -32603
+        assert data == {
+            "reason": "blob_too_large",
+            "sha256": big_digest,
+            "size_bytes": BLOB_CAP + 1,
+            "http_url": f"/api/blob/{big_digest}",
+        }
+        integrity = await read_json(session, "korg://local/stats/integrity")
+        assert integrity["ledger"] == "local" and integrity["verify"]

@@ -270,6 +270,10 @@ async def test_a_blob_a_client_externalized_is_uploaded_before_its_reference(cli
     assert blob.headers["Content-Type"] == "application/json" and blob.headers["ETag"] == f'"{digest}"'
     bad = await tail.api.request("PUT", "/api/blob/not-a-hash", data=b"x")
     assert bad.status == 400 and bad.error["details"]["parameter"] == "sha256"
+    # Korg answers a read by uppercase hex 404, as a blob it does not have (its MCP layer: not_found).
+    upper = await tail.api.get(f"/api/blob/{digest.upper()}")
+    assert upper.status == 404 and upper.error["details"]["kind"] == "blob"
+    assert (await tail.api.get("/api/blob/not-a-hash")).status == 400
 
 
 async def test_the_korg_blob_routes_are_the_korg_tenants(client, start_tail):

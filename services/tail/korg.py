@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import hashlib
+import re
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -86,6 +87,7 @@ WAIT_FOR_CAUSE_S = 5.0
 MAX_RECORDERS = 1024
 JOURNAL_PAGE = 500
 UPLOAD_CHUNK = 64 * 1024
+_UPPER_HEX = re.compile(r"(?=.*[A-F])[0-9a-fA-F]{64}")
 
 
 class PayloadRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -362,7 +364,10 @@ class Korg:
         referenced by a committed call; 404 when neither, as for another
         tenant's token."""
         Query(request, ())
-        sha256 = parse_sha256(request.match_info["sha256"])
+        raw = request.match_info["sha256"]
+        if _UPPER_HEX.fullmatch(raw):  # Korg's store names blobs in lowercase: another name is absent
+            raise EntityNotFound("no blob has this name (names are lowercase hex)", kind="blob", ref=raw)
+        sha256 = parse_sha256(raw)
         tenant = self._settings.tenant
         scope_of(request).not_found_unless(tenant, "blob", ref=f"sha256:{sha256}")
         try:
