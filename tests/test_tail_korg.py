@@ -343,3 +343,38 @@ async def test_the_journal_is_a_korg_ledger_v1_chain(client, actor, start_tail, 
     with pytest.raises(ChainFault) as fault:
         verify_journal(forged)
     assert fault.value.details["kind"] == "content_tampered" and fault.value.details["seq"] == 3
+
+
+async def test_the_journal_holds_natively_recorded_sessions_of_the_korg_tenant(client, start_tail, tmp_path):
+    """A session recorded natively in the Korg tenant (the SDK, an importer)
+    is in /api/journal as its Korg records (issue 37: it was invisible), with
+    the same seq_ids (positions), and the whole journal still verifies as
+    korg-ledger-v1, chain and causal DAG; ``triggered_by=`` selects the
+    children of one event (Korg's server and dogfood script use it)."""
+    tail = await start_tail()
+    root = await post(tail, call("human:dusk", "user_prompt"))
+    child = await post(tail, call(MAIN, "Edit", root["seq_id"]))
+    agent = await client.ensure_actor("korg", "agent:native@1", "agent")
+    lane = await new_lane(client, agent, "native-session", tenant="korg")
+    native = await fill(client, lane, agent, 3)
+    await wait_applied(tail.service, native[-1])
+    lines = journal_records(await tail.api.get("/api/journal"))
+    assert [line["seq_id"] for line in lines] == [root["seq_id"], child["seq_id"], *native]
+    first_native = lines[2]
+    assert first_native["event"]["source_agent"] == agent.id
+    assert first_native["event"]["tool_name"] == "stream.text_delta"
+    assert first_native["event"]["args"] == {"text": "hi"}
+    assert first_native["metadata"]["session_id"] == "native-session"
+    # A native event names its cause, or its session's first event (the root).
+    assert [line["metadata"]["triggered_by"] for line in lines[2:]] == [None, native[0], native[0]]
+    path = tmp_path / "journal.jsonl"
+    path.write_bytes((await tail.api.get("/api/journal")).body)
+    assert verify_journal(read_journal(path)) == lines[-1]["entry_hash"]
+    assert korg_reference_verify(lines) == []
+
+    children = journal_records(
+        await tail.api.get("/api/journal", params={"triggered_by": str(root["seq_id"])})
+    )
+    assert [c["seq_id"] for c in children] == [child["seq_id"]]
+    assert children[0] == lines[1]  # the same chained record: a filter only chooses what is sent
+    assert (await tail.api.get("/api/journal", params={"triggered_by": "x"})).status == 400

@@ -1073,11 +1073,17 @@ PATHS: dict[str, Any] = {
     "/api/journal": {
         "get": {
             "operationId": "korgJournal",
-            "summary": "Korg: the tool-call journal as NDJSON, one KorgEnvelope per line, oldest first",
+            "summary": "Korg: the Korg tenant's journal as NDJSON, one KorgEnvelope per line, oldest first",
             "parameters": [
                 parameter("session_id", "query", _TEXT, "only this session"),
                 parameter("cursor", "query", {"type": "integer", "minimum": 0}, "returns seq_id > cursor"),
                 parameter("limit", "query", {"type": "integer", "minimum": 1}, "at most this many"),
+                parameter(
+                    "triggered_by",
+                    "query",
+                    {"type": "integer", "minimum": 0},
+                    "only the children of this seq_id",
+                ),
             ],
             "responses": {
                 "200": {
