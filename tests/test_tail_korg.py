@@ -4,8 +4,10 @@ korg-ledger-v1 chain) and PUT/GET /api/blob/{sha256}."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -13,11 +15,13 @@ from korg_dogfood import korg_reference_verify
 from tail_support import MAIN, SUB, fill, new_lane, wait_applied
 from tail_support import korg_call as call
 
+from laneledger.compat.claudecode import DEFAULT_HUMAN, RUNTIME, ClaudeCodeImport
 from laneledger.compat.korg import read_journal, verify_journal
 from laneledger.contract.errors import ChainFault
 from laneledger.sdk.blobstore import BlobStore
 
 pytestmark = pytest.mark.timeout(90)
+CLAUDE_CODE_CAPTURE = Path(__file__).resolve().parent / "fixtures" / "claude-code" / "session.jsonl"
 
 
 async def post(tail, body) -> dict:
@@ -378,3 +382,27 @@ async def test_the_journal_holds_natively_recorded_sessions_of_the_korg_tenant(c
     assert [c["seq_id"] for c in children] == [child["seq_id"]]
     assert children[0] == lines[1]  # the same chained record: a filter only chooses what is sent
     assert (await tail.api.get("/api/journal", params={"triggered_by": "x"})).status == 400
+
+
+async def test_a_claude_code_import_into_the_korg_tenant_after_korg_posts(client, start_tail):
+    """Korg's stream-json adapter and laneledger's importer name the same
+    agents (issue 37: the import failed with entity_conflict on the actor a
+    Korg post had registered with another description): the import adopts
+    it, and the whole tenant's journal holds both."""
+    tail = await start_tail()
+    root = await post(tail, call(f"agent:{RUNTIME}/main@2.1.150", "user_prompt"))
+    await post(tail, call(DEFAULT_HUMAN, "user_prompt"))
+    importer = ClaudeCodeImport(client, tenant="korg")
+    summary = await importer.run(
+        (await asyncio.to_thread(CLAUDE_CODE_CAPTURE.read_bytes)).splitlines(keepends=True)
+    )
+    session = await client.load_session(summary.session_id, tenant="korg")
+    await wait_applied(tail.service, max(e.position for e in session.events))
+    lines = journal_records(await tail.api.get("/api/journal"))
+    assert lines[0]["seq_id"] == root["seq_id"]
+    imported = [line for line in lines if line["metadata"]["session_id"] == summary.session_id]
+    assert len(imported) == len(session.events)
+    korg_actor = await client.ensure_actor(
+        "korg", f"agent:{RUNTIME}/main@2.1.150", "agent", display_name=f"agent:{RUNTIME}/main@2.1.150"
+    )
+    assert any(e.actor_id == korg_actor.id for e in session.events)  # the one actor of that key

@@ -256,7 +256,7 @@ class Korg:
             recorder = self._recorders.get(key)
             if recorder is None:
                 s = self._settings
-                actor = await self._ledger.ensure_actor(
+                actor = await self._ledger.adopt_actor(
                     s.tenant,
                     source_agent,
                     ACTOR_KINDS[source_agent.split(":", 1)[0]],

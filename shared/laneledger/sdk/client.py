@@ -29,6 +29,7 @@ from laneledger.contract.clock import system_clock
 from laneledger.contract.contentref import refs_in
 from laneledger.contract.errors import (
     BlobMissing,
+    EntityConflict,
     EntityNotFound,
     InvalidRequest,
     LedgerError,
@@ -242,6 +243,9 @@ async def _tenant_js_api_prefix(nc: NATS, tenant: str, subjects: Subjects) -> st
     return TENANT_JS_API_PREFIX
 
 
+_DESCRIPTIVE = frozenset({"display_name", "attributes"})  # what adopt_actor lets differ
+
+
 class LedgerClient:
     def __init__(
         self,
@@ -431,6 +435,37 @@ class LedgerClient:
             ),
             Actor,
         )
+
+    async def adopt_actor(
+        self,
+        tenant: str,
+        key: str,
+        kind: str,
+        *,
+        display_name: str | None = None,
+        attributes: Mapping[str, Any] | None = None,
+    ) -> Actor:
+        """The actor of ``key``: registered with these fields when new; when it
+        exists with another description (``display_name``, ``attributes``),
+        that actor as it is — a key names one actor, whoever registered it
+        first (a Korg post and an importer describe the same agent
+        differently). Another ``kind`` or key pair stays ``entity_conflict``."""
+        try:
+            return await self.ensure_actor(
+                tenant, key, kind, display_name=display_name, attributes=attributes
+            )
+        except EntityConflict as conflict:
+            differing = conflict.details.get("differing")
+            if not isinstance(differing, dict) or not differing or set(differing) - _DESCRIPTIVE:
+                raise
+            stored = {name: value["stored"] for name, value in differing.items()}
+            return await self.ensure_actor(
+                tenant,
+                key,
+                kind,
+                display_name=stored.get("display_name", display_name),
+                attributes=stored.get("attributes", attributes),
+            )
 
     async def create_lane(
         self,
