@@ -391,15 +391,17 @@ async def test_a_claude_code_import_into_the_korg_tenant_after_korg_posts(client
     it, and the whole tenant's journal holds both."""
     tail = await start_tail()
     root = await post(tail, call(f"agent:{RUNTIME}/main@2.1.150", "user_prompt"))
-    await post(tail, call(DEFAULT_HUMAN, "user_prompt"))
     importer = ClaudeCodeImport(client, tenant="korg")
     summary = await importer.run(
         (await asyncio.to_thread(CLAUDE_CODE_CAPTURE.read_bytes)).splitlines(keepends=True)
     )
     session = await client.load_session(summary.session_id, tenant="korg")
     await wait_applied(tail.service, max(e.position for e in session.events))
+    # The reverse: a Korg post as the human the importer registered.
+    after = await post(tail, call(DEFAULT_HUMAN, "user_prompt"))
+    await wait_applied(tail.service, after["seq_id"])
     lines = journal_records(await tail.api.get("/api/journal"))
-    assert lines[0]["seq_id"] == root["seq_id"]
+    assert lines[0]["seq_id"] == root["seq_id"] and lines[-1]["seq_id"] == after["seq_id"]
     imported = [line for line in lines if line["metadata"]["session_id"] == summary.session_id]
     assert len(imported) == len(session.events)
     korg_actor = await client.ensure_actor(

@@ -256,11 +256,12 @@ class Korg:
             recorder = self._recorders.get(key)
             if recorder is None:
                 s = self._settings
-                actor = await self._ledger.adopt_actor(
+                actor = await self._ledger.ensure_actor(
                     s.tenant,
                     source_agent,
                     ACTOR_KINDS[source_agent.split(":", 1)[0]],
                     display_name=source_agent,
+                    adopt=True,  # an importer may have registered the agent with its own description
                 )
                 kind = "subagent" if "/sub-" in source_agent else "main"
                 recorder = await LaneRecorder.open(

@@ -243,7 +243,7 @@ async def _tenant_js_api_prefix(nc: NATS, tenant: str, subjects: Subjects) -> st
     return TENANT_JS_API_PREFIX
 
 
-_DESCRIPTIVE = frozenset({"display_name", "attributes"})  # what adopt_actor lets differ
+_DESCRIPTIVE = frozenset({"display_name", "attributes"})  # what ensure_actor(adopt=True) lets differ
 
 
 class LedgerClient:
@@ -417,55 +417,34 @@ class LedgerClient:
         display_name: str | None = None,
         attributes: Mapping[str, Any] | None = None,
         public_key: str | Ed25519PrivateKey | None = None,
+        adopt: bool = False,
     ) -> Actor:
         """Register (or find) an actor. With ``public_key`` (hex, or the
         private key whose public half to register) its events must be signed;
         the key is part of the actor: another key for the same ``key`` is an
-        ``entity_conflict``."""
+        ``entity_conflict``, as is another description — unless ``adopt``:
+        then an actor of ``key`` that exists with another ``display_name`` or
+        ``attributes`` is that actor as it is (a key names one actor, whoever
+        registered it first: a Korg post and an importer describe the same
+        agent differently); another ``kind`` or public key stays a conflict."""
         if isinstance(public_key, Ed25519PrivateKey):
             public_key = public_key_hex(public_key)
-        return await self._command(
-            EnsureActor(
-                tenant=tenant,
-                key=key,
-                kind=kind,
-                display_name=display_name,
-                attributes=dict(attributes or {}),
-                public_key=public_key,
-            ),
-            Actor,
+        command = EnsureActor(
+            tenant=tenant,
+            key=key,
+            kind=kind,
+            display_name=display_name,
+            attributes=dict(attributes or {}),
+            public_key=public_key,
         )
-
-    async def adopt_actor(
-        self,
-        tenant: str,
-        key: str,
-        kind: str,
-        *,
-        display_name: str | None = None,
-        attributes: Mapping[str, Any] | None = None,
-    ) -> Actor:
-        """The actor of ``key``: registered with these fields when new; when it
-        exists with another description (``display_name``, ``attributes``),
-        that actor as it is — a key names one actor, whoever registered it
-        first (a Korg post and an importer describe the same agent
-        differently). Another ``kind`` or key pair stays ``entity_conflict``."""
         try:
-            return await self.ensure_actor(
-                tenant, key, kind, display_name=display_name, attributes=attributes
-            )
+            return await self._command(command, Actor)
         except EntityConflict as conflict:
             differing = conflict.details.get("differing")
-            if not isinstance(differing, dict) or not differing or set(differing) - _DESCRIPTIVE:
+            if not adopt or not isinstance(differing, dict) or not differing or set(differing) - _DESCRIPTIVE:
                 raise
             stored = {name: value["stored"] for name, value in differing.items()}
-            return await self.ensure_actor(
-                tenant,
-                key,
-                kind,
-                display_name=stored.get("display_name", display_name),
-                attributes=stored.get("attributes", attributes),
-            )
+            return await self._command(msgspec.structs.replace(command, **stored), Actor)
 
     async def create_lane(
         self,
