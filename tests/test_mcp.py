@@ -27,13 +27,19 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
+from polling import eventually
 from tail_support import MAIN, SUB, fill, new_lane, wait_applied
 from tail_support import korg_call as call
+from tlog_support import size_of, start_signing_sequencer
 
 from laneledger.mcp.server import BLOB_CAP
 from laneledger.mcp.subscriptions import matches
 from laneledger.mcp.uris import BadUri, parse
 from laneledger.runtime.access import AccessPolicy
+from laneledger.sdk.client import LaneRecorder, LedgerClient
+from laneledger.tlog.bundle import verify_bundle
+from laneledger.tlog.note import Signer
+from laneledger.tlog.sessionbundle import verify_session_bundle
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -411,3 +417,50 @@ async def test_blobs_as_korg_8_4_packs_them(client, start_tail):
         }
         integrity = await read_json(session, "korg://local/stats/integrity")
         assert integrity["ledger"] == "local" and integrity["verify"]
+
+
+async def test_an_agent_proves_what_it_did(nats_server, nc, start_tail, tmp_path: Path):
+    """laneledger's own resources: an event's inclusion proof under the latest
+    signed checkpoint, the session bundle and the checkpoint verify offline
+    with the log's key; the verify tool checks the session's chains."""
+    signer = Signer.generate("ledger.example/acme")
+    sequencer = await start_signing_sequencer(nc, tmp_path / "ledger.db", signer)
+    try:
+        async with await LedgerClient.connect(nats_server.url, timeout=5.0) as client:
+            actor = await client.ensure_actor("acme", "agent:prover@1", "agent")
+            lane = await LaneRecorder.open(client, "acme", "s1", "r1", "main", actor_id=actor.id)
+            receipt = await lane.append(
+                [lane.event("stream.text_delta", actor_id=actor.id, payload={"k": k}) for k in range(3)]
+            )
+        last = receipt.positions[-1]
+        tail = await start_tail()
+        await eventually(
+            lambda: tail.api.get("/api/v1/tlog/checkpoint"),
+            until=lambda a: a.status == 200 and size_of(a.body.decode()) >= last,
+            what="a checkpoint covering the session",
+        )
+        async with stdio_session(tail.url) as session:
+            (proof,) = (
+                await session.read_resource(f"laneledger://acme/proof/{receipt.positions[1]}")
+            ).contents
+            assert proof.mime_type == "text/plain"
+            verified = verify_bundle(proof.text, signer.verifier(), origin="ledger.example/acme")
+            assert verified.event is not None and verified.event["position"] == receipt.positions[1]
+            (bundle,) = (await session.read_resource("laneledger://acme/session/s1/bundle")).contents
+            assert bundle.mime_type == "application/json"
+            checked = verify_session_bundle(
+                bundle.text.encode(), signer.verifier(), origin="ledger.example/acme"
+            )
+            assert checked.events == 3
+            (note,) = (await session.read_resource("laneledger://acme/log/checkpoint")).contents
+            assert note.text.startswith("ledger.example/acme\n")
+            timeline = await read_json(session, "laneledger://acme/session/s1/timeline")
+            assert timeline["session_id"] == "s1"
+            tree = await read_json(session, "laneledger://acme/session/s1/causal-tree")
+            assert tree["session_id"] == "s1"
+            verify = await session.call_tool(
+                "laneledger_verify_session", {"ledger": "acme", "session_id": "s1"}
+            )
+            assert not verify.is_error, verify.content
+    finally:
+        await sequencer.stop()

@@ -116,7 +116,7 @@ class LedgerServer:
         if target.scheme == KORG:
             contents = await self._read_korg(caller, uri, target)
         else:
-            contents = _json(uri, await self._read_laneledger(caller, target))
+            contents = await self._read_laneledger(caller, uri, target)
         return types.ReadResourceResult(contents=[contents])
 
     async def _read_korg(self, caller: Caller, uri: str, t: Target) -> Contents:
@@ -176,22 +176,22 @@ class LedgerServer:
             raise _mcp_error(exc, t.ledger) from None
         return catalog.blob_contents(uri, data)
 
-    async def _read_laneledger(self, caller: Caller, t: Target) -> Any:
+    async def _read_laneledger(self, caller: Caller, uri: str, t: Target) -> Contents:
+        """laneledger's own: the tail's answer as it serves it (JSON, or the
+        proofs' and checkpoints' signed text)."""
         tenant = await self._tenant(caller, t.ledger)
-        if t.kind == "ll_checkpoint":
-            checkpoint = await self._get_text(caller, "/api/v1/tlog/checkpoint", t.ledger)
-            cosignatures = await self._get(caller, "/api/v1/tlog/cosignatures", t.ledger)
-            return {"checkpoint": checkpoint, "cosignatures": cosignatures}
+        if t.kind == "ll_checkpoint":  # the signed note, with the witnesses' cosignatures it holds
+            return await self._raw(caller, uri, "/api/v1/tlog/checkpoint", t.ledger)
         if t.kind in ("ll_event", "ll_proof"):
             position = t.ids[0]
             event = await self._get(caller, f"/api/v1/events/{position}", t.ledger)
-            if not isinstance(event, dict) or event.get("tenant") != tenant:  # another tenant's: not here
+            if not isinstance(event, dict) or event.get("tenant") != tenant:  # another ledger's: not here
                 raise error(
                     INVALID_PARAMS, "no such event in this ledger", "not_found", position=int(position)
                 )
             if t.kind == "ll_event":
-                return event
-            return await self._get(caller, f"/api/v1/proofs/{position}", t.ledger)
+                return _json(uri, event)
+            return await self._raw(caller, uri, f"/api/v1/proofs/{position}", t.ledger)
         session = quote(t.ids[0], safe="")
         suffix = {
             "ll_session": "",
@@ -199,9 +199,8 @@ class LedgerServer:
             "ll_causal_tree": "/causal-tree",
             "ll_bundle": "/proof",
         }
-        return await self._get(
-            caller, f"/api/v1/sessions/{session}{suffix[t.kind]}", t.ledger, {"tenant": tenant}
-        )
+        path = f"/api/v1/sessions/{session}{suffix[t.kind]}"
+        return await self._raw(caller, uri, path, t.ledger, {"tenant": tenant})
 
     # -- subscriptions (§8.5) ---------------------------------------------------------------
 
@@ -361,12 +360,15 @@ class LedgerServer:
         except TailError as exc:
             raise _mcp_error(exc, ledger) from None
 
-    async def _get_text(self, caller: Caller, path: str, ledger: str | None) -> str:
+    async def _raw(
+        self, caller: Caller, uri: str, path: str, ledger: str, params: dict[str, str] | None = None
+    ) -> Contents:
+        """The tail's answer as text of its own media type."""
         try:
-            data, _ = await self.tail.get_bytes(path, caller.token)
+            data, ctype = await self.tail.get_bytes(path, caller.token, params)
         except TailError as exc:
             raise _mcp_error(exc, ledger) from None
-        return data.decode("utf-8", "replace")
+        return catalog.text_contents(uri, data.decode("utf-8", "replace"), ctype.split(";")[0].strip())
 
 
 def _parse(uri: str) -> Target:
