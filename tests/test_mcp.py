@@ -22,11 +22,11 @@ from urllib.parse import quote
 import mcp.client.session
 import mcp.types
 import pytest
-from mcp import ClientSession, StdioServerParameters
+from mcp import Client, ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types.version import LATEST_HANDSHAKE_VERSION
+from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 from polling import eventually
 from tail_support import MAIN, SUB, fill, new_lane, wait_applied
 from tail_support import korg_call as call
@@ -343,6 +343,12 @@ async def test_subscriptions_over_streamable_http(client, start_tail):
         assert updates.empty()
         listed = await read_json(session, f"korg://local/session/{new_root}")
         assert listed["total_events"] == 1
+        # A client of the 2026-07-28 era (no handshake; the SDK's Client probes
+        # for it) reads the same resources.
+        async with Client(url) as modern:
+            assert modern.protocol_version == LATEST_MODERN_VERSION
+            result = await modern.read_resource(f"korg://local/session/{new_root}")
+            assert json.loads(result.contents[0].text)["root_seq"] == new_root
 
 
 async def test_laneledger_resources_and_tenancy(client, actor, start_tail, tmp_path: Path):
