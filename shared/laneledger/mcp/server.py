@@ -130,13 +130,14 @@ class LedgerServer:
             return _json(uri, await self._integrity(caller, t.ledger))
         if t.kind == "blob":
             return await self._blob(caller, uri, t)
+        n = t.ids[0] if t.ids else ""
         path = {
             "recent": "/ledger/recent",
             "heads": "/ledger/heads",
-            "session": f"/session/{t.ids[0]}" if t.ids else "",
-            "summary": f"/session/{t.ids[0]}/summary" if t.ids else "",
-            "events": f"/session/{t.ids[0]}/events" if t.ids else "",
-            "event": f"/event/{t.ids[0]}" if t.ids else "",
+            "session": f"/session/{n}",
+            "summary": f"/session/{n}/summary",
+            "events": f"/session/{n}/events",
+            "event": f"/event/{n}",
             "agent": "/agent/recent",
         }[t.kind]
         params = dict(t.query)
@@ -153,14 +154,11 @@ class LedgerServer:
     async def _blob(self, caller: Caller, uri: str, t: Target) -> Contents:
         sha256 = t.ids[0].lower()  # Korg names blobs by lowercase hex; accept either
         tenant = await self._tenant(caller, t.ledger)
-        http_path = (
-            f"/api/blob/{sha256}" if t.ledger == "local" else f"/api/v1/blobs/{sha256}?tenant={tenant}"
-        )
-        path, params = (
-            (f"/api/blob/{sha256}", None)
-            if t.ledger == "local"
-            else (f"/api/v1/blobs/{sha256}", {"tenant": tenant})
-        )
+        if t.ledger == "local":  # Korg's own blob route (§8.4.1), uploads included
+            path, params, http_url = f"/api/blob/{sha256}", None, f"/api/blob/{sha256}"
+        else:
+            path, params = f"/api/v1/blobs/{sha256}", {"tenant": tenant}
+            http_url = f"{path}?tenant={quote(tenant, safe='')}"
         try:
             data, _ = await self.tail.get_bytes(path, caller.token, params, max_bytes=BLOB_CAP)
         except TailError as exc:
@@ -171,7 +169,7 @@ class LedgerServer:
                     "blob_too_large",
                     sha256=sha256,
                     size_bytes=exc.details.get("size_bytes"),
-                    http_url=http_path,
+                    http_url=http_url,
                 ) from None
             raise _mcp_error(exc, t.ledger) from None
         return catalog.blob_contents(uri, data)
