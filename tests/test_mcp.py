@@ -110,6 +110,16 @@ async def http_server(tail_url: str) -> AsyncIterator[str]:
         await proc.wait()
 
 
+async def live_feeds(tail) -> float:
+    """The tail's open SSE subscriptions (its /metrics)."""
+    text = (await tail.api.get("/metrics")).body.decode()
+    return next(
+        float(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith("laneledger_tail_subscribers ")
+    )
+
+
 async def read_json(session: ClientSession, uri: str) -> Any:
     result = await session.read_resource(uri)
     (content,) = result.contents
@@ -314,35 +324,40 @@ async def test_subscriptions_over_streamable_http(client, start_tail):
         if isinstance(message, mcp.types.ResourceUpdatedNotification):
             updates.put_nowait((str(message.params.uri), time.monotonic()))
 
-    async with (
-        http_server(tail.url) as url,
-        streamable_http_client(url) as (read, write),
-        ClientSession(read, write, message_handler=on_message) as session,
-    ):
-        init = await session.initialize()  # the current protocol version
-        assert init.protocol_version == LATEST_HANDSHAKE_VERSION != "2024-11-05"
-        assert init.capabilities.resources is not None and init.capabilities.resources.subscribe is True
-        recent = "korg://local/ledger/recent"
-        summary = f"korg://local/session/{s['root']}/summary"
-        sub_agent = f"korg://local/agent/{quote(SUB, safe='')}/recent"
-        heads = "korg://local/ledger/heads"
-        for uri in (recent, recent, summary, sub_agent, heads):  # a repeat is a no-op (§8.5.3)
-            assert isinstance(await session.subscribe_resource(uri), mcp.types.EmptyResult)
-        await asyncio.sleep(0.3)  # the feed connects
-        await post(tail, call(MAIN, "Bash", s["llm2"]))
-        got = sorted([(await asyncio.wait_for(updates.get(), 10))[0] for _ in range(2)])
-        assert got == sorted([recent, summary])  # one per URI; not the sub-agent's, not a head
-        await session.unsubscribe_resource(summary)
-        new_root = await post(tail, call("human:dusk", "user_prompt"))
-        got = sorted([(await asyncio.wait_for(updates.get(), 10))[0] for _ in range(2)])
-        assert got == sorted([recent, heads])
-        await post(tail, call(SUB, "Grep", s["read"]))
-        got = sorted([(await asyncio.wait_for(updates.get(), 10))[0] for _ in range(2)])
-        assert got == sorted([recent, sub_agent])
-        await asyncio.sleep(0.3)
-        assert updates.empty()
-        listed = await read_json(session, f"korg://local/session/{new_root}")
-        assert listed["total_events"] == 1
+    async with http_server(tail.url) as url:
+        async with (
+            streamable_http_client(url) as (read, write),
+            ClientSession(read, write, message_handler=on_message) as session,
+        ):
+            init = await session.initialize()  # the current protocol version
+            assert init.protocol_version == LATEST_HANDSHAKE_VERSION != "2024-11-05"
+            assert init.capabilities.resources is not None and init.capabilities.resources.subscribe is True
+            recent = "korg://local/ledger/recent"
+            summary = f"korg://local/session/{s['root']}/summary"
+            sub_agent = f"korg://local/agent/{quote(SUB, safe='')}/recent"
+            heads = "korg://local/ledger/heads"
+            for uri in (recent, recent, summary, sub_agent, heads):  # a repeat is a no-op (§8.5.3)
+                assert isinstance(await session.subscribe_resource(uri), mcp.types.EmptyResult)
+            # One feed (the tail's SSE) for the connection's one ledger, however many URIs.
+            await eventually(lambda: live_feeds(tail), until=lambda n: n == 1, what="the server's feed")
+            await post(tail, call(MAIN, "Bash", s["llm2"]))
+            got = sorted([(await asyncio.wait_for(updates.get(), 10))[0] for _ in range(2)])
+            assert got == sorted([recent, summary])  # one per URI; not the sub-agent's, not a head
+            await session.unsubscribe_resource(summary)
+            new_root = await post(tail, call("human:dusk", "user_prompt"))
+            got = sorted([(await asyncio.wait_for(updates.get(), 10))[0] for _ in range(2)])
+            assert got == sorted([recent, heads])
+            await post(tail, call(SUB, "Grep", s["read"]))
+            got = sorted([(await asyncio.wait_for(updates.get(), 10))[0] for _ in range(2)])
+            assert got == sorted([recent, sub_agent])
+            await asyncio.sleep(0.3)
+            assert updates.empty()
+            listed = await read_json(session, f"korg://local/session/{new_root}")
+            assert listed["total_events"] == 1
+            never = "korg://local/ledger/heads?limit=1"
+            assert isinstance(await session.unsubscribe_resource(never), mcp.types.EmptyResult)  # a no-op
+        # The session ended (the client's DELETE): its feed is closed with it (§8.5.4).
+        await eventually(lambda: live_feeds(tail), until=lambda n: n == 0, what="the feed closed")
         # A client of the 2026-07-28 era (no handshake; the SDK's Client probes
         # for it) reads the same resources.
         async with Client(url) as modern:
