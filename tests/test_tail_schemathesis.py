@@ -89,6 +89,11 @@ async def test_the_tail_api_survives_schemathesis(client: LedgerClient, actor, n
             "size": covered,
             "old": 1,
             "new": covered,
+            # The indexed Korg view (spec/korg-mapping.md): the session's root is its first event.
+            "ledger": "acme",
+            "root_seq": positions[0],
+            "seq_id": positions[5],
+            "source_agent": actor.id,
         }
         never_ok = await fuzz_every_operation(schema, tail.url, headers, known)
         # Authenticated, and aimed at data that exists: every read succeeded

@@ -20,7 +20,8 @@ The mapping (normative text: ``spec/korg-mapping.md``):
   a client that externalized a value itself uploads the blob first with
   ``PUT /api/blob/{sha256}``, the path Korg's server reads blobs at.
 
-The journal renders those events back in the Korg §1.2 envelope shape,
+The journal renders those events — and the Korg tenant's natively recorded
+ones, as ``korg_view`` maps them — in the Korg §1.2 envelope shape,
 chained under korg-ledger-v1 (top-level ``prev_hash`` / ``entry_hash``) so
 Korg's verifiers and ``laneledger verify --format korg-ledger-v1`` take it.
 """
@@ -30,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import hashlib
+import re
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -39,7 +41,9 @@ from typing import Annotated, Any, Literal
 import msgspec
 from aiohttp import web
 
+from laneledger.compat import korg_view
 from laneledger.compat.korg import KORG_LEDGER_V1
+from laneledger.compat.korg_view import TOOL_CALL_FIELDS
 from laneledger.contract.chain import GENESIS_HASH, link
 from laneledger.contract.contentref import MAX_REFS_PER_APPEND
 from laneledger.contract.errors import (
@@ -97,6 +101,7 @@ WAIT_FOR_CAUSE_S = 5.0
 MAX_RECORDERS = 1024
 JOURNAL_PAGE = 500
 UPLOAD_CHUNK = 64 * 1024
+_UPPER_HEX = re.compile(r"(?=.*[A-F])[0-9a-fA-F]{64}")
 
 
 class PayloadRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -130,6 +135,7 @@ class _Body(msgspec.Struct):
 
     id: str
     session_id: str
+    event_type: str
     occurred_at: str
     committed_at: str
     prev_hash: str
@@ -267,6 +273,7 @@ class Korg:
                     source_agent,
                     ACTOR_KINDS[source_agent.split(":", 1)[0]],
                     display_name=source_agent,
+                    adopt=True,  # an importer may have registered the agent with its own description
                 )
                 kind = "subagent" if "/sub-" in source_agent else "main"
                 recorder = await LaneRecorder.open(
@@ -293,10 +300,11 @@ class Korg:
     # -- GET /api/journal ---------------------------------------------------------------------
 
     async def journal(self, request: web.Request) -> web.StreamResponse:
-        query = Query(request, ("session_id", "cursor", "limit"))
+        query = Query(request, ("session_id", "cursor", "limit", "triggered_by"))
         session_id = query.text("session_id")
         cursor = query.integer("cursor", 0)
         limit = query.integer("limit", None, low=1)
+        cause = query.integer("triggered_by", None)
         applied = self._feed.applied
         if not scope_of(request).allows(self._settings.tenant):
             limit = 0  # the journal is the Korg tenant's: another tenant's token sees none of it
@@ -309,7 +317,7 @@ class Korg:
         sent, after, prev = 0, 0, GENESIS_HASH
         while limit is None or sent < limit:
             page = await loop.run_in_executor(
-                self._readers, self._chained_page, session_id, after, applied, prev, cursor
+                self._readers, self._chained_page, session_id, after, applied, prev, (cursor, cause)
             )
             if page.lines and limit is not None:
                 page.lines[limit - sent :] = []
@@ -323,26 +331,33 @@ class Korg:
         return response
 
     def _chained_page(
-        self, session_id: str | None, after: int, applied: int, prev: str, cursor: int
+        self, session_id: str | None, after: int, applied: int, prev: str, send: tuple[int, int | None]
     ) -> _Page:
+        """``send``: (cursor, triggered_by) — which of the chained lines are sent."""
+        cursor, cause = send
         rows = self._page(session_id, after, applied, JOURNAL_PAGE)
         lines = []
         # A committed event is RFC 8785 canonical, so korg-ledger-v1 can hash it.
-        for position, body in rows:
-            record = link(envelope(position, body), prev, profile=KORG_LEDGER_V1)
+        for position, body, agent, triggered_by in rows:
+            record = link(envelope(position, body, agent, triggered_by), prev, profile=KORG_LEDGER_V1)
             prev = record["entry_hash"]
-            if position > cursor:
+            if position > cursor and (cause is None or triggered_by == cause):
                 lines.append(msgspec.json.encode(record) + b"\n")
         return _Page(lines, len(rows), rows[-1][0] if rows else after, prev)
 
-    def _page(self, session_id: str | None, cursor: int, applied: int, limit: int) -> list[tuple[int, bytes]]:
-        where, params = "tenant = ? AND event_type = ?", [self._settings.tenant, EVENT_TYPE]
+    def _page(
+        self, session_id: str | None, cursor: int, applied: int, limit: int
+    ) -> list[tuple[int, bytes, str, int | None]]:
+        """Every event of the Korg tenant (tool calls and natively recorded
+        events alike), with its Korg source_agent and triggered_by (``korgindex``)."""
+        where, params = "e.tenant = ?", [self._settings.tenant]
         if session_id is not None:
-            where += " AND session_id = ?"
+            where += " AND e.session_id = ?"
             params.append(session_id)
         return self._model.query(
-            f"SELECT position, body FROM events WHERE {where} AND position > ? AND position <= ?"
-            " ORDER BY position LIMIT ?",
+            "SELECT e.position, e.body, k.source_agent, k.triggered_by"
+            f" FROM events e JOIN korg_index k USING (position) WHERE {where}"
+            " AND e.position > ? AND e.position <= ? ORDER BY e.position LIMIT ?",
             [*params, cursor, applied, limit],
         )
 
@@ -374,7 +389,10 @@ class Korg:
         referenced by a committed call; 404 when neither, as for another
         tenant's token."""
         Query(request, ())
-        sha256 = parse_sha256(request.match_info["sha256"])
+        raw = request.match_info["sha256"]
+        if _UPPER_HEX.fullmatch(raw):  # Korg's store names blobs in lowercase: another name is absent
+            raise EntityNotFound("no blob has this name (names are lowercase hex)", kind="blob", ref=raw)
+        sha256 = parse_sha256(raw)
         tenant = self._settings.tenant
         scope_of(request).not_found_unless(tenant, "blob", ref=f"sha256:{sha256}")
         try:
@@ -441,10 +459,14 @@ def read_tool_call(data: bytes) -> ToolCall:
     return call
 
 
-def envelope(position: int, body: bytes) -> dict[str, Any]:
-    """The Korg §1.2 envelope of a committed tool-call event, unchained."""
+def envelope(position: int, body: bytes, source_agent: str, triggered_by: int | None) -> dict[str, Any]:
+    """The Korg §1.2 envelope of a committed event, unchained: a tool call as
+    posted; a natively recorded event as its Korg record (``korg_view``)."""
     ev = _body.decode(body)
     p = ev.payload
+    if ev.event_type != EVENT_TYPE:
+        native = korg_view.record(msgspec.json.decode(body), source_agent, triggered_by, 0)
+        p = {k: native[k] for k in TOOL_CALL_FIELDS}
     refs = p.get("payload_refs", [])
     return {
         "schema_version": SCHEMA_VERSION,

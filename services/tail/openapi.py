@@ -21,7 +21,7 @@ from laneledger.runtime.apidoc import (
 )
 from laneledger.runtime.httpjson import json_response
 
-from . import timeline, transparency
+from . import korgreaddoc, timeline, transparency
 from .owners import TENANT_PARAMETER_DOC
 
 
@@ -1073,11 +1073,17 @@ PATHS: dict[str, Any] = {
     "/api/journal": {
         "get": {
             "operationId": "korgJournal",
-            "summary": "Korg: the tool-call journal as NDJSON, one KorgEnvelope per line, oldest first",
+            "summary": "Korg: the Korg tenant's journal as NDJSON, one KorgEnvelope per line, oldest first",
             "parameters": [
                 parameter("session_id", "query", _TEXT, "only this session"),
                 parameter("cursor", "query", {"type": "integer", "minimum": 0}, "returns seq_id > cursor"),
                 parameter("limit", "query", {"type": "integer", "minimum": 1}, "at most this many"),
+                parameter(
+                    "triggered_by",
+                    "query",
+                    {"type": "integer", "minimum": 0},
+                    "only the children of this seq_id",
+                ),
             ],
             "responses": {
                 "200": {
@@ -1143,6 +1149,8 @@ SCHEMAS.update(timeline.SCHEMAS)
 PATHS.update(timeline.PATHS)
 SCHEMAS.update(transparency.SCHEMAS)
 PATHS.update(transparency.PATHS)
+SCHEMAS.update(korgreaddoc.SCHEMAS)
+PATHS.update(korgreaddoc.PATHS)
 _secure(PATHS)
 
 DOCUMENT: dict[str, Any] = document(

@@ -48,7 +48,7 @@ from laneledger.tlog.checkpoint import (
 )
 from laneledger.tlog.note import Signature
 
-from . import tlogmodel
+from . import korgindex, tlogmodel
 from .sessions import DDL as SESSIONS_DDL
 from .sessions import SessionIndex
 
@@ -80,6 +80,7 @@ CREATE INDEX IF NOT EXISTS events_by_type ON events (event_type, position);
 CREATE INDEX IF NOT EXISTS events_by_event_id ON events (event_id);
 """
     + SESSIONS_DDL
+    + korgindex.DDL
     + tlogmodel.DDL
 )
 
@@ -167,6 +168,7 @@ class ReadModel:
         self.applied = applied_position(self._db, _APPLIED, what=f"cannot open {_WHAT}")
         self._add_causation()
         SessionIndex.catch_up(self._db, self._rows_after, self.applied)
+        korgindex.catch_up(self._db, self._rows_after, self.applied)
         tlogmodel.build(self._db, self.applied)
         # The last LEDGER_TLOG sequence read, and the largest checkpoint kept.
         self.checkpoint_sequence = applied_position(
@@ -255,6 +257,7 @@ class ReadModel:
                 ],
             )
             SessionIndex.fold(db, rows)
+            korgindex.fold(db, rows)  # after the sessions index: it reads a session's first event
             tlogmodel.extend(db, [(r.position, r.body) for r in rows])
             record_applied_position(db, _APPLIED, rows[-1].position)
         self.applied = rows[-1].position

@@ -43,6 +43,7 @@ from .costs import Costs
 from .feed import Feed
 from .history import History
 from .korg import Korg, KorgSettings
+from .korgread import KorgRead
 from .limits import LimitSettings, ReadLimits
 from .metrics import TailMetrics
 from .openapi import QUERY_TOKEN_PATHS, openapi_route
@@ -169,6 +170,7 @@ class TailService:
                 s.korg, self.korg_ledger, self.model, self._readers, self.feed, self.refresh_stream_last
             ).routes()
         )
+        app.add_routes(KorgRead(self.model, self._readers, self.feed).routes(s.korg.tenant))
         return app
 
     @web.middleware

@@ -6,7 +6,7 @@ service), ``ledger`` (export, inspect), ``branching`` (rewind, fork),
 ``tail`` (follow live), ``imports`` (import claude-code), ``hooks`` (hook claude-code),
 ``run`` (up, demo), ``natsconf`` (nats-config), ``repair`` (repair-stream), ``restore``
 (restore), ``otel`` (otel export), ``tlog`` (keygen, note-key, sign), ``bundles`` (prove),
-``witness`` (witness). Every command is a function taking the parsed arguments
+``witness`` (witness), ``mcp`` (mcp). Every command is a function taking the parsed arguments
 and returning an exit status:
 
     0  success
@@ -30,6 +30,7 @@ from laneledger.cli import (
     hooks,
     imports,
     ledger,
+    mcp,
     natsconf,
     otel,
     repair,
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         imports,
         hooks,
         tail,
+        mcp,
         run,
         natsconf,
         repair,

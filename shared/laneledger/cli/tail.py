@@ -29,13 +29,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--event-type is a prefix. Following a session or run ends after its terminal event. "
         "Readable lines (coloured on a terminal) or, with --json, one committed event per line.",
     )
-    sub.add_argument("--url", default="http://127.0.0.1:8471", help="tail service URL")
-    sub.add_argument(
-        "--token-file",
-        metavar="FILE",
-        default=os.environ.get(CLIENT_TOKEN_FILE_ENV),
-        help=f"the bearer token to read it with (env {CLIENT_TOKEN_FILE_ENV})",
-    )
+    add_tail_options(sub)
     for name in FILTERS:
         sub.add_argument(f"--{name.replace('_', '-')}", dest=name, metavar="VALUE")
     sub.add_argument(
@@ -47,6 +41,17 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     sub.add_argument("--json", action="store_true", help="print each committed event as JSON")
     sub.set_defaults(run=cmd_tail)
+
+
+def add_tail_options(sub: argparse.ArgumentParser) -> None:
+    """``--url`` and ``--token-file``: which tail service, read with which token."""
+    sub.add_argument("--url", default="http://127.0.0.1:8471", help="tail service URL")
+    sub.add_argument(
+        "--token-file",
+        metavar="FILE",
+        default=os.environ.get(CLIENT_TOKEN_FILE_ENV),
+        help=f"the bearer token to read it with (env {CLIENT_TOKEN_FILE_ENV})",
+    )
 
 
 def cmd_tail(args: argparse.Namespace) -> int:

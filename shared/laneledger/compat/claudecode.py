@@ -404,7 +404,7 @@ class ClaudeCodeImport:
             run = "cc-" + derived_id(RUNTIME, json.dumps(init, sort_keys=True))
         self.summary.session_id, self.summary.run_id = session, run
         actor = await self._actor("main")
-        self._human_id = (await self.client.ensure_actor(self.tenant, self.human, "human")).id
+        self._human_id = (await self.client.ensure_actor(self.tenant, self.human, "human", adopt=True)).id
         recorder = await LaneRecorder.open(self.client, self.tenant, session, run, "main", actor_id=actor)
         # occurred_at: the capture's own timestamps where it has them, else
         # the time of the first import — read back from the session.started it
@@ -486,11 +486,12 @@ class ClaudeCodeImport:
         main.spine.prompted(prompt["id"])
 
     async def _actor(self, key: str) -> str:
-        actor = await self.client.ensure_actor(
+        actor = await self.client.ensure_actor(  # a Korg post may have registered it first
             self.tenant,
             f"agent:{RUNTIME}/{key}@{self._version}",
             "agent",
             attributes={"runtime": RUNTIME, "version": self._version},
+            adopt=True,
         )
         return actor.id
 

@@ -28,6 +28,7 @@ from laneledger.contract.clock import system_clock
 from laneledger.contract.contentref import refs_in
 from laneledger.contract.errors import (
     BlobMissing,
+    EntityConflict,
     EntityNotFound,
     InvalidRequest,
     LedgerError,
@@ -246,6 +247,9 @@ async def _tenant_js_api_prefix(nc: NATS, tenant: str, subjects: Subjects) -> st
     return TENANT_JS_API_PREFIX
 
 
+_DESCRIPTIVE = frozenset({"display_name", "attributes"})  # what ensure_actor(adopt=True) lets differ
+
+
 class LedgerClient:
     def __init__(
         self,
@@ -417,24 +421,34 @@ class LedgerClient:
         display_name: str | None = None,
         attributes: Mapping[str, Any] | None = None,
         public_key: str | Ed25519PrivateKey | None = None,
+        adopt: bool = False,
     ) -> Actor:
         """Register (or find) an actor. With ``public_key`` (hex, or the
         private key whose public half to register) its events must be signed;
         the key is part of the actor: another key for the same ``key`` is an
-        ``entity_conflict``."""
+        ``entity_conflict``, as is another description — unless ``adopt``:
+        then an actor of ``key`` that exists with another ``display_name`` or
+        ``attributes`` is that actor as it is (a key names one actor, whoever
+        registered it first: a Korg post and an importer describe the same
+        agent differently); another ``kind`` or public key stays a conflict."""
         if isinstance(public_key, Ed25519PrivateKey):
             public_key = public_key_hex(public_key)
-        return await self._command(
-            EnsureActor(
-                tenant=tenant,
-                key=key,
-                kind=kind,
-                display_name=display_name,
-                attributes=dict(attributes or {}),
-                public_key=public_key,
-            ),
-            Actor,
+        command = EnsureActor(
+            tenant=tenant,
+            key=key,
+            kind=kind,
+            display_name=display_name,
+            attributes=dict(attributes or {}),
+            public_key=public_key,
         )
+        try:
+            return await self._command(command, Actor)
+        except EntityConflict as conflict:
+            differing = conflict.details.get("differing")
+            if not adopt or not isinstance(differing, dict) or not differing or set(differing) - _DESCRIPTIVE:
+                raise
+            stored = {name: value["stored"] for name, value in differing.items()}
+            return await self._command(msgspec.structs.replace(command, **stored), Actor)
 
     async def create_lane(
         self,

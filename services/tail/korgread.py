@@ -1,0 +1,176 @@
+"""``GET /api/korg/{ledger}/…``: the indexed reads behind Korg §8's MCP
+resources (normative text: ``spec/korg-mapping.md``, "Indexed Korg view";
+the MCP server, ``laneledger.mcp``, maps each ``korg://{ledger}/…`` URI to
+one of these).
+
+``{ledger}`` is a tenant; ``local`` is the tail's Korg tenant. A ledger the
+token may not read is 404 ``entity_not_found`` (kind ``ledger``), exactly as
+one that does not exist. Cursors are ledger positions (``seq_id``); tail
+surfaces page newest→oldest (``seq_id < cursor``), head surfaces
+oldest→newest (``seq_id > cursor``), as §8.3.1 says.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from laneledger.compat import korg_view
+from laneledger.compat.korg_export import SCHEMA_VERSION
+from laneledger.contract.errors import EntityNotFound, InvalidRequest
+from laneledger.runtime.access import scope_of
+from laneledger.runtime.httpjson import json_response
+
+from . import korgindex
+from .api import Query, parse_int
+from .routes import ReadModelRoutes
+
+LOCAL = "local"  # Korg §8.1: the one ledger of a v1 Korg server
+# §8.3 defaults and maxima: (default, max).
+SUMMARY_LIMITS = (100, 1000)
+EVENTS_LIMITS = (50, 500)
+HEADS_LIMITS = (100, 1000)
+MAX_AGENTS = 256  # session metadata lists at most this many agents (agent_count is exact)
+MAX_LEDGERS = 1000
+
+_decode = msgspec.json.Decoder(dict[str, Any])
+
+
+class KorgRead(ReadModelRoutes):
+    korg_tenant: str = "korg"
+
+    def routes(self, korg_tenant: str) -> list[web.RouteDef]:
+        self.korg_tenant = korg_tenant
+        base = "/api/korg/{ledger}"
+        return [
+            web.get("/api/korg", self.list_ledgers, name="korg_ledgers"),
+            web.get(f"{base}/ledger/recent", self.recent, name="korg_recent"),
+            web.get(f"{base}/ledger/heads", self.heads, name="korg_heads"),
+            web.get(f"{base}/agent/recent", self.agent_recent, name="korg_agent_recent"),
+            web.get(f"{base}/session/{{root_seq}}", self.session, name="korg_session"),
+            web.get(f"{base}/session/{{root_seq}}/summary", self.summary, name="korg_session_summary"),
+            web.get(f"{base}/session/{{root_seq}}/events", self.events, name="korg_session_events"),
+            web.get(f"{base}/event/{{seq_id}}", self.event, name="korg_event"),
+        ]
+
+    async def _tenant(self, request: web.Request) -> str:
+        """The tenant ``{ledger}`` names, if this token may read it and it has events."""
+        ledger = request.match_info["ledger"]
+        tenant = self.korg_tenant if ledger == LOCAL else ledger
+        if not scope_of(request).allows(tenant) or not await self._read(
+            korgindex.has_ledger, self._model, tenant
+        ):
+            raise EntityNotFound("no such ledger", kind="ledger", ledger=ledger[:256])
+        return tenant
+
+    async def list_ledgers(self, request: web.Request) -> web.Response:
+        """The ledgers this token may read (``local`` for the Korg tenant,
+        whose tenant is ``local_tenant`` when the token may read it)."""
+        Query(request, ())
+        scope = scope_of(request)
+        tenants = await self._read(korgindex.ledgers, self._model, MAX_LEDGERS)
+        names = [LOCAL if t == self.korg_tenant else t for t in tenants if scope.allows(t)]
+        local = self.korg_tenant if scope.allows(self.korg_tenant) else None
+        return json_response({"ledgers": names, "local_tenant": local})
+
+    async def recent(self, request: web.Request) -> web.Response:
+        query = Query(request, ("cursor", "limit", "triggered_by"))
+        return await self._recent(request, query, None)
+
+    async def agent_recent(self, request: web.Request) -> web.Response:
+        query = Query(request, ("cursor", "limit", "source_agent", "triggered_by"))
+        agent = query.text("source_agent")
+        if agent is None:
+            raise InvalidRequest("name the agent (source_agent=)", parameter="source_agent")
+        return await self._recent(request, query, agent)
+
+    async def _recent(self, request: web.Request, query: Query, agent: str | None) -> web.Response:
+        tenant = await self._tenant(request)
+        before = query.integer("cursor", None, low=1)
+        limit = query.integer("limit", EVENTS_LIMITS[0], low=1, high=EVENTS_LIMITS[1])
+        cause = query.integer("triggered_by", None, low=1)
+        entries, more = await self._read(korgindex.recent, self._model, tenant, before, limit, agent, cause)
+        return json_response(_page([_full(e) for e in entries], more))
+
+    async def heads(self, request: web.Request) -> web.Response:
+        query = Query(request, ("cursor", "limit"))
+        tenant = await self._tenant(request)
+        before = query.integer("cursor", None, low=1)
+        limit = query.integer("limit", HEADS_LIMITS[0], low=1, high=HEADS_LIMITS[1])
+        roots = await self._read(korgindex.heads, self._model, tenant, before, limit + 1)
+        more = len(roots) > limit
+        roots = roots[:limit]
+        return json_response({"heads": roots, "next_cursor": roots[-1] if more else None, "has_more": more})
+
+    async def _root(self, request: web.Request, tenant: str) -> korgindex.Entry:
+        root = parse_int(request.match_info["root_seq"], "root_seq", low=1)
+        entry = await self._read(korgindex.event, self._model, tenant, root)
+        if entry is None or entry[4] != entry[0]:
+            raise EntityNotFound("no session has this root", kind="session", root_seq=root)
+        return entry
+
+    async def session(self, request: web.Request) -> web.Response:
+        Query(request, ())
+        tenant = await self._tenant(request)
+        root = await self._root(request, tenant)
+        count, last, agents = await self._read(
+            korgindex.session_facts, self._model, tenant, root[0], MAX_AGENTS
+        )
+        last_entry = await self._read(korgindex.event, self._model, tenant, last)
+        last_at = _decode.decode(last_entry[1])["committed_at"] if last_entry else None
+        return json_response(
+            {
+                "root_seq": root[0],
+                "root_event": _full(root),
+                "total_events": count,
+                "agent_count": len(agents),
+                "agents": agents,
+                "first_seq": root[0],
+                "last_seq": last,
+                "last_event_at": last_at,
+                "last_event_seq": last,
+                "schema_version": SCHEMA_VERSION,
+            }
+        )
+
+    async def summary(self, request: web.Request) -> web.Response:
+        return await self._session_page(request, SUMMARY_LIMITS, skeleton=True)
+
+    async def events(self, request: web.Request) -> web.Response:
+        return await self._session_page(request, EVENTS_LIMITS, skeleton=False)
+
+    async def _session_page(
+        self, request: web.Request, limits: tuple[int, int], *, skeleton: bool
+    ) -> web.Response:
+        query = Query(request, ("cursor", "limit", "source_agent"))
+        tenant = await self._tenant(request)
+        root = await self._root(request, tenant)
+        after = query.integer("cursor", 0)
+        limit = query.integer("limit", limits[0], low=1, high=limits[1])
+        entries, more = await self._read(
+            korgindex.session, self._model, tenant, root[0], after, limit, query.text("source_agent")
+        )
+        records = [_full(e) for e in entries]
+        if skeleton:
+            records = [korg_view.skeleton(r) for r in records]
+        return json_response(_page(records, more))
+
+    async def event(self, request: web.Request) -> web.Response:
+        Query(request, ())
+        tenant = await self._tenant(request)
+        seq_id = parse_int(request.match_info["seq_id"], "seq_id", low=1)
+        entry = await self._read(korgindex.event, self._model, tenant, seq_id)
+        if entry is None:
+            raise EntityNotFound("no event at this seq_id", kind="event", seq_id=seq_id)
+        return json_response(_full(entry))
+
+
+def _full(entry: korgindex.Entry) -> dict[str, Any]:
+    _, body, agent, triggered_by, root = entry
+    return korg_view.record(_decode.decode(body), agent, triggered_by, root)
+
+
+def _page(records: list[dict[str, Any]], more: bool) -> dict[str, Any]:
+    return {"events": records, "next_cursor": records[-1]["seq_id"] if records else None, "has_more": more}

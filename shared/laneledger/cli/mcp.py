@@ -1,0 +1,41 @@
+"""``mcp``: laneledger's MCP server over a tail service (spec/mcp.md)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from laneledger.cli.tail import add_tail_options
+from laneledger.contract.errors import InvalidRequest
+
+
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sub = commands.add_parser(
+        "mcp",
+        help="serve the ledger to agents over MCP (Korg §8 resources, proofs, subscriptions)",
+        description="An MCP server reading a tail service: over stdio (for `claude mcp add` and .mcp.json), "
+        "or with --serve over streamable HTTP at http://LISTEN/mcp, each client's bearer token passed "
+        "through to the tail.",
+    )
+    add_tail_options(sub)  # stdio: --token-file is the token; --serve: each client's own
+    sub.add_argument("--serve", action="store_true", help="serve streamable HTTP instead of stdio")
+    sub.add_argument(
+        "--listen", default="127.0.0.1:8474", metavar="HOST:PORT", help="--serve: where (port 0: any)"
+    )
+    sub.set_defaults(run=cmd_mcp)
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from laneledger.mcp.serve import serve_http, serve_stdio  # the SDK loads only for this command
+
+    if args.serve:
+        host, _, port = args.listen.rpartition(":")
+        if not host or not port.isdigit():
+            raise InvalidRequest("--listen must be HOST:PORT", parameter="listen", found=args.listen)
+        host = host.strip("[]")
+        asyncio.run(serve_http(args.url, host, int(port)))
+        return 0
+    token = Path(args.token_file).read_text().strip() if args.token_file else None
+    asyncio.run(serve_stdio(args.url, token))
+    return 0

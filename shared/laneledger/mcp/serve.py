@@ -1,0 +1,49 @@
+"""Run the MCP server over stdio (one client, the configured token) or
+streamable HTTP (many clients, each with its own bearer token, passed
+through to the tail)."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from typing import Any
+
+import aiohttp
+import uvicorn
+from mcp.server.stdio import stdio_server
+
+from .server import LedgerServer
+from .tailclient import TailClient
+
+PATH = "/mcp"
+BEARER = "bearer "
+
+
+async def serve_stdio(url: str, token: str | None) -> None:
+    async with aiohttp.ClientSession() as http:
+        ledger = LedgerServer(TailClient(url, http), lambda _context: token)
+        async with stdio_server() as (read, write):
+            await ledger.server.run(read, write, ledger.initialization_options())
+
+
+def bearer_of(context: Any) -> str | None:
+    """The token of the HTTP request a handler serves (``Authorization: Bearer``)."""
+    request = getattr(context, "request", None)
+    header = request.headers.get("authorization", "") if request is not None else ""
+    return header[len(BEARER) :].strip() or None if header.lower().startswith(BEARER) else None
+
+
+async def serve_http(url: str, host: str, port: int) -> None:
+    """Serve until stopped; prints ``mcp http://HOST:PORT/mcp`` once listening.
+    The SDK's app: sessions bounded in number and idle time, request bodies in
+    size, and DNS-rebinding protection on a loopback address."""
+    async with aiohttp.ClientSession() as http:
+        ledger = LedgerServer(TailClient(url, http), bearer_of)
+        app = ledger.server.streamable_http_app(streamable_http_path=PATH, host=host)
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        bound = sock.getsockname()[1]
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        print(f"mcp http://{host}:{bound}{PATH}", flush=True, file=sys.stdout)
+        await server.serve(sockets=[sock])
