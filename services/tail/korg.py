@@ -74,6 +74,7 @@ from .api import Query
 from .blobs import BlobReader, blob_response, content_type, parse_sha256
 from .feed import Feed
 from .readmodel import ReadModel
+from .streaming import client_stream
 
 EVENT_TYPE = "ext.korg.agent_tool_call"
 RECORDER = "korg:api"  # Korg §1.2.6: the recorder of every HTTP append
@@ -309,25 +310,25 @@ class Korg:
         if not scope_of(request).allows(self._settings.tenant):
             limit = 0  # the journal is the Korg tenant's: another tenant's token sees none of it
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-        await response.prepare(request)
-        loop = asyncio.get_running_loop()
-        # The chain runs over the whole selected journal from its first record,
-        # whatever the cursor, so pages of one journal link up: the records up
-        # to the cursor are read and hashed, not sent.
-        sent, after, prev = 0, 0, GENESIS_HASH
-        while limit is None or sent < limit:
-            page = await loop.run_in_executor(
-                self._readers, self._chained_page, session_id, after, applied, prev, (cursor, cause)
-            )
-            if page.lines and limit is not None:
-                page.lines[limit - sent :] = []
-            if page.lines:
-                await response.write(b"".join(page.lines))
-                sent += len(page.lines)
-            if page.rows < JOURNAL_PAGE:
-                break
-            after, prev = page.last_position, page.tip
-        await response.write_eof()
+        async with client_stream(request, response, "korg journal") as out:
+            loop = asyncio.get_running_loop()
+            # The chain runs over the whole selected journal from its first record,
+            # whatever the cursor, so pages of one journal link up: the records up
+            # to the cursor are read and hashed, not sent.
+            sent, after, prev = 0, 0, GENESIS_HASH
+            while limit is None or sent < limit:
+                page = await loop.run_in_executor(
+                    self._readers, self._chained_page, session_id, after, applied, prev, (cursor, cause)
+                )
+                if page.lines and limit is not None:
+                    page.lines[limit - sent :] = []
+                if page.lines:
+                    await out.write(b"".join(page.lines))
+                    sent += len(page.lines)
+                if page.rows < JOURNAL_PAGE:
+                    break
+                after, prev = page.last_position, page.tip
+            await response.write_eof()
         return response
 
     def _chained_page(

@@ -26,7 +26,7 @@ import msgspec
 
 from laneledger.compat.korg_view import source_agent_of
 from laneledger.history.causality import KORG_TOOL_CALL
-from laneledger.store.sqlite import meta_value, put_meta, transaction
+from laneledger.sqlite import meta_value, put_meta, transaction
 
 if TYPE_CHECKING:
     from .readmodel import ReadModel, Row

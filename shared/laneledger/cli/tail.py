@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -15,6 +14,7 @@ import aiohttp
 from laneledger.contract.errors import LedgerUnavailable
 from laneledger.contract.vocabulary import family_of
 from laneledger.runtime.access import CLIENT_TOKEN_FILE_ENV, client_headers
+from laneledger.runtime.sseframes import frames
 
 FILTERS = ("tenant", "session_id", "run_id", "lane_id", "actor_id", "event_type")
 COLOURS = {"lifecycle": "36", "cost": "33", "hitl": "35", "streaming": "2", "extension": "34"}
@@ -89,22 +89,6 @@ async def follow(args: argparse.Namespace) -> int:
     except aiohttp.ClientError as exc:
         raise LedgerUnavailable(f"cannot read {args.url}: {exc}") from exc
     return 0
-
-
-async def frames(stream: aiohttp.StreamReader) -> AsyncIterator[tuple[str, str]]:
-    """(event kind, data) of each SSE frame; comments (heartbeats) skipped."""
-    kind = "message"
-    data: list[str] = []
-    async for raw in stream:
-        text = raw.decode().rstrip("\r\n")
-        if not text:
-            if data:
-                yield kind, "\n".join(data)
-            kind, data = "message", []
-        elif text.startswith("event:"):
-            kind = text[6:].strip()
-        elif text.startswith("data:"):
-            data.append(text[5:].lstrip())
 
 
 def line(event: dict[str, Any], colour: bool) -> str:

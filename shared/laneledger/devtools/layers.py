@@ -42,7 +42,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"store", "sdk"}),
     frozenset({"runtime", "history", "laneledger"}),
     frozenset({"audit", "compat", "otel", "devtools"}),
-    frozenset({"adapters"}),
+    frozenset({"adapters", "mcp"}),
     frozenset(
         {"cli", "services"} | {f"services.{name}" for name in ("checkpoint", "metrics", "sequencer", "tail")}
     ),

@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 
-from laneledger.cli.tail import frames
+from laneledger.runtime.sseframes import frames
 
 READ_TIMEOUT_S = 10.0
 MAX_READ_BYTES = 16 * 1024 * 1024  # above the 10 MB blob cap, so that error is ours to give
