@@ -583,11 +583,14 @@ export class LedgerClient {
     }
   }
 
-  private bucket(name: string): Promise<ObjectStore> {
+  /** @internal An object store bucket, opened once. `missing`: the error
+   * when it is not there (by default: a blob bucket the sequencer creates). */
+  bucket(name: string, missing?: (cause: string) => LedgerError): Promise<ObjectStore> {
     let store = this.stores.get(name);
     if (store === undefined) {
       store = new Objm(this.js).open(name).catch((err) => {
         this.stores.delete(name);
+        if (missing !== undefined) throw missing(String(err));
         throw new EntityNotFound(`no blob bucket ${name}: the sequencer creates it (a tenant's, on the tenant's first command)`, { kind: "blob_bucket", bucket: name, cause: String(err) });
       });
       this.stores.set(name, store);

@@ -1,4 +1,4 @@
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 
 let lastMs = 0;
 let counter = 0;
@@ -26,4 +26,17 @@ export function newId(): string {
 /** RFC 3339 UTC with microseconds and a 'Z', the form the ledger writes. */
 export function now(): string {
   return new Date().toISOString().replace("Z", "000Z");
+}
+
+/** A deterministic UUIDv7-shaped id (laneledger.contract.ids.derived_id):
+ * the 48-bit time field `atMs`, the rest from SHA-256 of `parts`. */
+export function derivedId(parts: string[], atMs = 0): string {
+  const digest = createHash("sha256").update(parts.join("\x1f"), "utf8").digest();
+  const bytes = Buffer.alloc(16);
+  bytes.writeUIntBE(atMs, 0, 6);
+  digest.copy(bytes, 6, 0, 10);
+  bytes[6] = 0x70 | ((bytes[6] as number) & 0x0f);
+  bytes[8] = 0x80 | ((bytes[8] as number) & 0x3f);
+  const hex = bytes.toString("hex");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
 }

@@ -13,6 +13,7 @@ import {
 } from "../src/index.js";
 
 // dist/test/ -> the repository's spec/vectors
+import { nsKey, recordId, threadKey, writesKeyOf } from "../src/langgraph_records.js";
 const VECTORS = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "spec", "vectors");
 const load = (...parts: string[]) => JSON.parse(readFileSync(join(VECTORS, ...parts), "utf8"));
 
@@ -148,5 +149,17 @@ test("subjects vector: tokens, inboxes, tenant headers, subjects and buckets", (
     };
     const { prefix: _prefix, id: _id, ...expected } = v;
     assert.deepEqual(got, expected, `${v.prefix} ${JSON.stringify(v.id)}`);
+  }
+});
+
+test("langgraph vector: the LangGraph savers' keys and record ids", () => {
+  for (const v of load("laneledger", "langgraph.json")) {
+    const record = recordId(v.thread_id, v.checkpoint_ns, v.checkpoint_id);
+    const nsk = nsKey(v.thread_id, v.checkpoint_ns);
+    assert.deepEqual(
+      { thread_key: threadKey(v.thread_id), ns_key: nsk, record_id: record, writes_key: writesKeyOf(nsk, record) },
+      { thread_key: v.thread_key, ns_key: v.ns_key, record_id: v.record_id, writes_key: v.writes_key },
+      JSON.stringify(v.thread_id),
+    );
   }
 });

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from laneledger.adapters.langgraph_records import ns_key, record_id, thread_key, writes_key
 from laneledger.contract.canonical import canonicalize
 from laneledger.contract.chain import GENESIS_HASH, append_digest, link
 from laneledger.contract.contentref import externalize, refs_in
@@ -179,6 +180,29 @@ def subjects_vector() -> list[dict[str, Any]]:
                 }
             )
     return out
+
+
+LANGGRAPH_IDS = [
+    ("t-1", "", "1ef4f797-8335-6428-8001-8a1503f9b875"),
+    ("a/b c!*(\u00e9)~", "parent:3f2c|child", "1ef"),
+    ("%2F", "/", "x"),
+]
+
+
+def langgraph_vector() -> list[dict[str, Any]]:
+    """The LangGraph savers' keys and record ids (spec/langgraph.md)."""
+    return [
+        {
+            "thread_id": thread,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint,
+            "thread_key": thread_key(thread),
+            "ns_key": ns_key(thread, ns),
+            "record_id": record_id(thread, ns, checkpoint),
+            "writes_key": writes_key(thread, ns, checkpoint),
+        }
+        for thread, ns, checkpoint in LANGGRAPH_IDS
+    ]
 
 
 def _content_payloads() -> list[dict[str, Any]]:
@@ -391,6 +415,7 @@ def files() -> dict[str, str]:
         "redaction.json": redaction_vectors(),
         "signing.json": signing_vector(),
         "subjects.json": subjects_vector(),
+        "langgraph.json": langgraph_vector(),
     }
     return {name: json.dumps(data, indent=1, ensure_ascii=True) + "\n" for name, data in made.items()}
 

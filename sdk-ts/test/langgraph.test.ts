@@ -1,0 +1,93 @@
+// LaneledgerSaver (src/langgraph.ts) on the real services, beyond what
+// LangGraph.js's conformance suite asks (tests/test_sdk_ts.py runs both):
+// the ledger event each record is anchored to, a record over the inline
+// limit stored as an artifact, values redacted before serde, deleteThread
+// recorded then erased, bad configs refused with typed errors.
+
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+
+import { emptyCheckpoint, uuid6 } from "@langchain/langgraph-checkpoint";
+import { CheckpointClient, EntityNotFound, InvalidRequest, newId, type Checkpoint } from "../src/index.js";
+import { LaneledgerSaver } from "../src/langgraph.js";
+import { CHECKPOINT_EVENT, CHECKPOINT_FORMAT, ERASED_EVENT, nsKey, recordId, WRITES_EVENT } from "../src/langgraph_records.js";
+
+const URL = process.env["LANELEDGER_TS_NATS_URL"];
+const skip = URL === undefined ? "LANELEDGER_TS_NATS_URL is not set (tests/test_sdk_ts.py sets it)" : false;
+const TENANT = "acme";
+
+let saver: LaneledgerSaver;
+let checkpoints: CheckpointClient;
+
+before(async () => {
+  if (skip) return;
+  saver = await LaneledgerSaver.connect(URL as string, { tenant: TENANT });
+  checkpoints = new CheckpointClient(saver.client);
+});
+
+after(async () => {
+  if (!skip) await saver.close();
+});
+
+const meta = { source: "loop" as const, step: 1, parents: {}, run_id: "run-7" };
+
+test("a checkpoint is anchored to the committed event naming its id, key and digest, never its values", { skip }, async () => {
+  const thread = `lg-${newId()}`;
+  const checkpoint = { ...emptyCheckpoint(), id: uuid6(0), channel_values: { messages: ["a value the ledger never holds"] }, channel_versions: { messages: 1 } };
+  const config = await saver.put({ configurable: { thread_id: thread, checkpoint_ns: "" } }, checkpoint, meta, { messages: 1 });
+  await saver.putWrites(config, [["messages", "a pending write"]], "task-1", "~a");
+
+  const stored = await checkpoints.get(recordId(thread, "", checkpoint.id), { tenant: TENANT });
+  assert.equal(stored.key, nsKey(thread, ""));
+  assert.deepEqual([stored.format, stored.session_id, stored.run_id], [CHECKPOINT_FORMAT, thread, "run-7"]);
+  const session = await saver.client.loadSession(thread, { tenant: TENANT });
+  const recorded = session.events.find((e) => e["event_type"] === CHECKPOINT_EVENT);
+  assert.ok(recorded && stored.anchor, "the checkpoint event and the record's anchor");
+  assert.equal(recorded["id"], stored.anchor.event_id);
+  const payload = recorded["payload"] as Record<string, unknown>;
+  assert.deepEqual([payload["checkpoint_id"], payload["key"], payload["digest"]], [stored.id, stored.key, stored.digest]);
+  assert.deepEqual(session.events.map((e) => e["event_type"]), [CHECKPOINT_EVENT, WRITES_EVENT]);
+  assert.ok(!JSON.stringify(session.events).includes("never holds") && !JSON.stringify(session.events).includes("pending write"));
+  assert.deepEqual(session.run_ids, ["run-7"]); // the writes went to the lane of the checkpoint's run
+
+  const tuple = await saver.getTuple(config);
+  assert.deepEqual(tuple?.checkpoint.channel_values, checkpoint.channel_values);
+  assert.deepEqual(tuple?.pendingWrites, [["task-1", "messages", "a pending write"]]);
+});
+
+test("a record over the service's inline limit is an artifact, uploaded first; values are redacted before serde", { skip }, async () => {
+  const thread = `lg-${newId()}`;
+  const limit = (await checkpoints.info()).max_inline_bytes;
+  const big = "b".repeat(limit);
+  const checkpoint = { ...emptyCheckpoint(), id: uuid6(1), channel_values: { notes: big, settings: { api_key: "k-123", model: "m" } } };
+  const config = await saver.put({ configurable: { thread_id: thread } }, checkpoint, meta, {});
+  const stored = await checkpoints.get(recordId(thread, "", checkpoint.id), { tenant: TENANT });
+  assert.ok(stored.artifact && stored.state === undefined, "saved by reference");
+  assert.equal(stored.digest, stored.artifact.sha256);
+  const tuple = await saver.getTuple(config);
+  assert.equal(tuple?.checkpoint.channel_values["notes"], big);
+  assert.deepEqual(tuple?.checkpoint.channel_values["settings"], { api_key: "[REDACTED:secret_key]", model: "m" });
+
+  // deleteThread: the erasure is recorded (ids and digests), then the record and its blob are gone.
+  await saver.deleteThread(thread);
+  assert.equal(await saver.getTuple(config), undefined);
+  await assert.rejects(checkpoints.get(stored.id, { tenant: TENANT }), (err: unknown) => err instanceof EntityNotFound && err.details["reason"] === "erased");
+  await assert.rejects(checkpoints.loadState(stored as Checkpoint), (err: unknown) => err instanceof EntityNotFound && err.details["reason"] === "artifact_missing");
+  const session = await saver.client.loadSession(thread, { tenant: TENANT });
+  const erased = session.events.find((e) => e["event_type"] === ERASED_EVENT);
+  const listed = (erased?.["payload"] as { checkpoints: { checkpoint_id: string; digest: string }[] }).checkpoints;
+  assert.deepEqual(listed.map((c) => [c.checkpoint_id, c.digest]), [[stored.id, stored.digest]]);
+});
+
+test("bad configs are refused with typed errors before anything is written", { skip }, async () => {
+  const checkpoint = { ...emptyCheckpoint(), id: uuid6(2) };
+  await assert.rejects(saver.put({ configurable: {} }, checkpoint, meta, {}), (err: unknown) => err instanceof InvalidRequest && err.details["path"] === "$.configurable.thread_id");
+  await assert.rejects(
+    saver.putWrites({ configurable: { thread_id: "t" } }, [["c", 1]], "task"),
+    (err: unknown) => err instanceof InvalidRequest && err.details["path"] === "$.configurable.checkpoint_id",
+  );
+  await assert.rejects(
+    saver.put({ configurable: { thread_id: "t".repeat(300) } }, checkpoint, meta, {}),
+    (err: unknown) => err instanceof InvalidRequest && err.details["key_length"] === 310 && err.details["limit"] === 256,
+  );
+});
