@@ -40,17 +40,22 @@ export class Spine {
 
 export type Level = "strict" | "best_effort" | "unsupported";
 
+/** The recording hooks every adapter states a level for (spec/adapters.md, "Guarantees"). */
+export const HOOKS = ["run", "turn", "model_call", "tool_call", "requested_before_call", "outcome", "cost", "causation", "subagent", "streaming", "hitl"] as const;
+export type Hook = (typeof HOOKS)[number];
+
+/** Every hook at `level` but those `others` name. */
+export function hooksAt(level: Level, others: Partial<Record<Hook, Level>> = {}): Record<Hook, Level> {
+  return Object.fromEntries(HOOKS.map((hook) => [hook, others[hook] ?? level])) as Record<Hook, Level>;
+}
+
 /** What this guard records and how (spec/adapters.md), in run.started's
  * payload.adapter, as the Python adapters declare theirs. Not yet here:
  * sub-agents, pauses (hitl) and crash recovery (resume). */
 export const GUARD_GUARANTEES = {
   adapter: "laneledger.guard-ts",
   version: "1",
-  hooks: {
-    run: "strict", turn: "strict", model_call: "strict", tool_call: "strict", requested_before_call: "strict",
-    outcome: "strict", cost: "strict", causation: "strict", subagent: "unsupported", streaming: "unsupported",
-    hitl: "unsupported",
-  } satisfies Record<string, Level>,
+  hooks: hooksAt("strict", { subagent: "unsupported", streaming: "unsupported", hitl: "unsupported" }),
   recovery: "none",
 };
 
