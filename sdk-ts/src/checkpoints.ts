@@ -162,8 +162,9 @@ export class CheckpointClient {
    * every revision saved with one of `runIds` (under `keyPrefix`) and of
    * every key under one of `keyPrefixes`, with the artifacts nothing else
    * references (spec/checkpoint.md, "Erasure"); `dryRun`: only say what
-   * would be erased. Batches of 1000, answered page by page. */
-  async erase(opts: { keys?: string[]; checkpointIds?: string[]; runIds?: string[]; keyPrefix?: string; keyPrefixes?: string[]; dryRun?: boolean; tenant?: string }): Promise<ErasureReport> {
+   * would be erased (`listAtMost`: a dry run stops paging once it listed
+   * more than that many). Batches of 1000, answered page by page. */
+  async erase(opts: { keys?: string[]; checkpointIds?: string[]; runIds?: string[]; keyPrefix?: string; keyPrefixes?: string[]; dryRun?: boolean; listAtMost?: number; tenant?: string }): Promise<ErasureReport> {
     let todo = [opts.keys ?? [], opts.checkpointIds ?? [], opts.runIds ?? []];
     let prefixes = opts.keyPrefixes ?? [];
     const whole: ErasureReport = { erased: [], artifacts_erased: [] };
@@ -181,6 +182,7 @@ export class CheckpointClient {
         whole.erased.push(...erased);
         whole.artifacts_erased.push(...(report.artifacts_erased ?? []));
         if (!report.has_more || !erased.length) break;
+        if (opts.dryRun && opts.listAtMost !== undefined && whole.erased.length > opts.listAtMost) return { ...whole, has_more: true };
         after = erased[erased.length - 1];
       }
       prefixes = [];

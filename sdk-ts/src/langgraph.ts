@@ -31,6 +31,9 @@ import {
 export const ACTOR_KEY = "service:langgraph-saver";
 const SAVE_ATTEMPTS = 16; // revision or lane-head races retried (another writer won)
 const FETCH_BATCH = 16; // records fetched at once while listing
+// The records (checkpoints and writes) a list across namespaces or threads
+// may go through: past it, the search is refused rather than left unbounded.
+export const LIST_SEARCH_LIMIT = 10_000;
 
 type Conf = { thread_id: string; checkpoint_ns: string; checkpoint_id?: string };
 
@@ -77,16 +80,18 @@ export class LaneledgerSaver extends BaseCheckpointSaver {
   constructor(
     readonly client: LedgerClient,
     readonly tenant: string,
-    opts: { serde?: SerializerProtocol; recordEvents?: boolean; actorKey?: string } = {},
+    opts: { serde?: SerializerProtocol; recordEvents?: boolean; actorKey?: string; listSearchLimit?: number } = {},
   ) {
     super(opts.serde);
     this.checkpoints = new CheckpointClient(client);
     this.recordEvents = opts.recordEvents ?? true;
     this.actorKey = opts.actorKey ?? ACTOR_KEY;
+    this.listSearchLimit = opts.listSearchLimit ?? LIST_SEARCH_LIMIT;
   }
 
   private readonly recordEvents: boolean;
   private readonly actorKey: string;
+  private readonly listSearchLimit: number;
 
   /** Register the saver's actor (`service:langgraph-saver`, kind `service`). */
   async setup(): Promise<void> {
@@ -273,7 +278,12 @@ export class LaneledgerSaver extends BaseCheckpointSaver {
     } else {
       const prefix = threadId !== undefined ? threadKey(threadId) + "/ns/" : KEY_PREFIX;
       const wantNs = checkpointNs === undefined ? undefined : quote(checkpointNs);
-      const listed = (await this.checkpoints.erase({ keyPrefixes: [prefix], dryRun: true, tenant: this.tenant })).erased;
+      const listed = (await this.checkpoints.erase({ keyPrefixes: [prefix], dryRun: true, listAtMost: this.listSearchLimit, tenant: this.tenant })).erased;
+      if (listed.length > this.listSearchLimit) {
+        throw new InvalidRequest(`list without ${threadId === undefined ? "a thread_id" : "a checkpoint_ns"} searches at most ${this.listSearchLimit} records; these keys hold more: name the ${threadId === undefined ? "thread" : "namespace"}`, {
+          path: "$.configurable", limit: this.listSearchLimit, key_prefix: prefix,
+        });
+      }
       const infos = listed.filter((i) => i.format === CHECKPOINT_FORMAT && (wantNs === undefined || i.key.split("/")[3] === wantNs));
       const tuples: CheckpointTuple[] = [];
       for await (const t of this.fetch(infos)) tuples.push(t);

@@ -91,3 +91,27 @@ test("bad configs are refused with typed errors before anything is written", { s
     (err: unknown) => err instanceof InvalidRequest && err.details["key_length"] === 310 && err.details["limit"] === 256,
   );
 });
+
+test("a list across threads or namespaces goes through a bounded number of records, else is refused", { skip }, async () => {
+  const bounded = new LaneledgerSaver(saver.client, TENANT, { listSearchLimit: 2 });
+  await bounded.setup();
+  const thread = `lg-${newId()}`;
+  const ids: string[] = [];
+  for (const [i, ns] of ["", "child", "other"].entries()) {
+    ids.push(uuid6(10 + i));
+    await bounded.put({ configurable: { thread_id: thread, checkpoint_ns: ns } }, { ...emptyCheckpoint(), id: ids[i] as string }, meta, {});
+  }
+  const all = async (config: { configurable: Record<string, string> }) => {
+    const out = [];
+    for await (const t of bounded.list(config)) out.push(t.checkpoint.id);
+    return out;
+  };
+  assert.equal((await all({ configurable: { thread_id: thread, checkpoint_ns: "child" } })).length, 1); // one key: no search
+  const searches: { configurable: Record<string, string> }[] = [{ configurable: { thread_id: thread } }, { configurable: {} }];
+  for (const config of searches) {
+    await assert.rejects(all(config), (err: unknown) => err instanceof InvalidRequest && err.details["limit"] === 2 && err.details["path"] === "$.configurable");
+  }
+  const unbounded = [];
+  for await (const t of saver.list({ configurable: { thread_id: thread } })) unbounded.push(t.checkpoint.id);
+  assert.deepEqual(unbounded, [...ids].sort().reverse()); // newest checkpoint id first, across the namespaces
+});
