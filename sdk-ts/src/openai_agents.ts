@@ -17,11 +17,11 @@
 //   await run(agent, "…");
 //   await recorder.close();
 
-import type { Span, Trace, TracingProcessor } from "@openai/agents-core";
+import { defineToolInputGuardrail, getCurrentSpan, ToolGuardrailFunctionOutputFactory, type Span, type ToolInputGuardrailDefinition, type Trace, type TracingProcessor } from "@openai/agents-core";
 import { LedgerClient, type ConnectOptions } from "./client.js";
 import type { Event } from "./content.js";
-import { LedgerError } from "./errors.js";
-import { hooksAt, Spine } from "./guard.js";
+import { InvalidRequest, LedgerError, LedgerTimeout, LedgerUnavailable } from "./errors.js";
+import { errorPayload, hooksAt, Spine } from "./guard.js";
 import { derivedId } from "./ids.js";
 import { LaneRecorder } from "./recorder.js";
 
@@ -32,6 +32,9 @@ export const OPENAI_AGENTS_GUARANTEES = {
   hooks: hooksAt("best_effort", { cost: "unsupported", subagent: "unsupported", streaming: "unsupported", hitl: "unsupported" }),
   recovery: "none",
 };
+
+/** With `strictTools` (and `recorder.strictToolGuardrail` on the tools): a tool's request commits before it runs. */
+export const OPENAI_AGENTS_STRICT_GUARANTEES = { ...OPENAI_AGENTS_GUARANTEES, hooks: { ...OPENAI_AGENTS_GUARANTEES.hooks, requested_before_call: "strict" as const } };
 
 const MODEL_SPANS = new Set(["generation", "response"]);
 const TOOL_SPANS = new Set(["function", "handoff"]);
@@ -47,16 +50,68 @@ export class OpenAIAgentsRecorder implements TracingProcessor {
   private queue: Promise<void> = Promise.resolve();
   private readonly runs = new Map<string, Promise<RunState>>(); // by trace id
   private readonly calls = new Map<string, CallState>(); // by span id
+  // Why a function span's start was not recorded, for the strict guardrail
+  // to name; dropped when the span ends, so at most the spans in flight.
+  private readonly startFailures = new Map<string, unknown>(); // by span id
 
   constructor(
     readonly client: LedgerClient,
     readonly tenant: string,
-    readonly opts: { provider?: string; agentVersion?: string } = {},
-  ) {}
+    readonly opts: { provider?: string; agentVersion?: string; strictTools?: boolean; timeoutMs?: number } = {},
+  ) {
+    const t = opts.timeoutMs;
+    if (t !== undefined && !(Number.isFinite(t) && t > 0)) throw new InvalidRequest("timeoutMs must be a positive number of milliseconds", { timeoutMs: t });
+  }
 
-  static async connect(url: string | string[], opts: { tenant: string; scoped?: boolean; provider?: string; connect?: ConnectOptions }): Promise<OpenAIAgentsRecorder> {
-    const client = await LedgerClient.connect(url, { ...opts.connect, ...(opts.scoped ? { tenant: opts.tenant } : {}) });
-    return new OpenAIAgentsRecorder(client, opts.tenant, { ...(opts.provider ? { provider: opts.provider } : {}) });
+  static async connect(url: string | string[], opts: { tenant: string; scoped?: boolean; provider?: string; strictTools?: boolean; timeoutMs?: number; connect?: ConnectOptions }): Promise<OpenAIAgentsRecorder> {
+    const { tenant, scoped, connect, ...rest } = opts;
+    const client = await LedgerClient.connect(url, { ...connect, ...(scoped ? { tenant } : {}) });
+    return new OpenAIAgentsRecorder(client, tenant, rest);
+  }
+
+  get guarantees(): typeof OPENAI_AGENTS_GUARANTEES {
+    return this.opts.strictTools ? OPENAI_AGENTS_STRICT_GUARANTEES : OPENAI_AGENTS_GUARANTEES;
+  }
+
+  /** A tool input guardrail (`tool({ ..., inputGuardrails: [recorder.strictToolGuardrail] })`):
+   * the SDK awaits it inside the tool's function span, before the tool runs,
+   * and a `throwException` ends the run (`ToolInputGuardrailTripwireTriggered`)
+   * without running the tool. It waits until the span's `attempt.requested`
+   * has committed (everything reported before it first), at most `timeoutMs`
+   * (default 5 s); when that cannot be, the tool does not run and the
+   * tripwire's output names the ledger error. */
+  get strictToolGuardrail(): ToolInputGuardrailDefinition {
+    return defineToolInputGuardrail({
+      name: "laneledger-request-before-call",
+      run: async () => {
+        try {
+          await this.requestCommitted(getCurrentSpan());
+          return ToolGuardrailFunctionOutputFactory.allow();
+        } catch (err) {
+          return ToolGuardrailFunctionOutputFactory.throwException({ laneledger: errorPayload(err) });
+        }
+      },
+    });
+  }
+
+  private async requestCommitted(span: Span<any> | null): Promise<void> {
+    if (!this.opts.strictTools) throw new InvalidRequest("strictToolGuardrail needs a recorder made with strictTools: its run.started must say so");
+    if (span === null || span.spanData?.type !== "function") {
+      throw new InvalidRequest("the tool runs outside a traced function span (tracing off?): its request cannot be recorded first");
+    }
+    const timeoutMs = this.opts.timeoutMs ?? 5000;
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new LedgerTimeout(`the tool's request did not commit within ${timeoutMs} ms`, { span_id: span.spanId })), timeoutMs)));
+    try {
+      await Promise.race([this.queue, late]); // the span's start job was posted before the guardrail ran
+    } finally {
+      clearTimeout(timer);
+    }
+    if (!this.calls.has(span.spanId)) {
+      const cause = this.startFailures.get(span.spanId);
+      this.startFailures.delete(span.spanId);
+      throw cause instanceof LedgerError ? cause : new LedgerUnavailable(`the tool's request could not be recorded: ${cause instanceof Error ? cause.message : "its run's start was not recorded"}`, { span_id: span.spanId });
+    }
   }
 
   /** For `setTraceProcessors([recorder.processor])` / `addTraceProcessor`. */
@@ -78,10 +133,11 @@ export class OpenAIAgentsRecorder implements TracingProcessor {
 
   onSpanStart(span: Span<any>): Promise<void> {
     const copy = exported(span);
-    return this.post(() => this.spanStarted(copy));
+    return this.post(() => this.spanStarted(copy), (err) => this.startFailures.set(copy.id, err));
   }
 
   onSpanEnd(span: Span<any>): Promise<void> {
+    this.startFailures.delete(span.spanId); // its guardrail, if any, has run
     const copy = exported(span);
     return this.post(() => this.spanEnded(copy));
   }
@@ -100,9 +156,10 @@ export class OpenAIAgentsRecorder implements TracingProcessor {
     await this.client.close();
   }
 
-  private post(job: () => Promise<void>): Promise<void> {
+  private post(job: () => Promise<void>, failed?: (err: unknown) => void): Promise<void> {
     this.queue = this.queue.then(job).catch((err: unknown) => {
       this.lost += 1;
+      failed?.(err);
       console.warn(`laneledger: an OpenAI Agents report was not recorded: ${err instanceof LedgerError ? `${err.code}: ` : ""}${err instanceof Error ? err.message : String(err)}`);
     });
     return Promise.resolve(); // never makes the SDK wait, never rejects
@@ -132,7 +189,7 @@ export class OpenAIAgentsRecorder implements TracingProcessor {
       const turn = await this.client.createTurn(lane.lane.id, 1, { turnId: this.id(t.traceId, "turn"), tenant: this.tenant });
       const run: RunState = { lane, actorId: actor.id, turnId: turn.id, spine: new Spine() };
       const what = [t.traceId, "start"];
-      const started = this.event(run, "run.started", t.traceId, { adapter: OPENAI_AGENTS_GUARANTEES, workflow_name: t.name, group_id: t.groupId, metadata: t.metadata }, what, null);
+      const started = this.event(run, "run.started", t.traceId, { adapter: this.guarantees, workflow_name: t.name, group_id: t.groupId, metadata: t.metadata }, what, null);
       const prompt = this.event(run, "context.prompt_composed", lane.lane.id, { prompt_kind: "user", synthesized: true, label: "the run's input (traces do not carry it)" }, what, null);
       const turnStarted = this.event(run, "turn.started", turn.id, { turn_no: 1 }, what, null, prompt["id"] as string);
       await this.commit(run, [started, prompt, turnStarted], what);
@@ -144,9 +201,10 @@ export class OpenAIAgentsRecorder implements TracingProcessor {
   }
 
   private async traceEnded(traceId: string): Promise<void> {
-    const run = await this.runs.get(traceId);
+    const starting = this.runs.get(traceId);
+    this.runs.delete(traceId); // also when its start failed (the promise rejects)
+    const run = await starting;
     if (run === undefined) return; // its start was not recorded: nothing to end
-    this.runs.delete(traceId);
     const what = [traceId, "end"];
     const turnDone = this.event(run, "turn.completed", run.turnId, { turn_no: 1 }, what, null, run.spine.lastInferenceId);
     const end = run.error === undefined

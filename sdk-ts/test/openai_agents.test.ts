@@ -7,8 +7,9 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
-import { Agent, Runner, setTraceProcessors, setTracingDisabled, tool, Usage, withGenerationSpan, type Model, type ModelRequest, type ModelResponse } from "@openai/agents-core";
+import { Agent, Runner, setTraceProcessors, ToolCallError, ToolInputGuardrailTripwireTriggered, setTracingDisabled, tool, Usage, withGenerationSpan, type Model, type ModelRequest, type ModelResponse } from "@openai/agents-core";
 import { z } from "zod";
+import { InvalidRequest } from "../src/errors.js";
 import { OPENAI_AGENTS_GUARANTEES, OpenAIAgentsRecorder } from "../src/openai_agents.js";
 
 const URL = process.env["LANELEDGER_TS_NATS_URL"];
@@ -104,6 +105,57 @@ test("a failing tool is attempt.failed (tool_error) and action.failed; a recorde
     assert.equal(again.finalOutput, "2 + 3 = 5");
     await dead.forceFlush();
     assert.ok(dead.lost > 0, "what could not be recorded is counted");
+  } finally {
+    setTraceProcessors([recorder.processor]);
+  }
+});
+
+test("strictTools: the tool runs only once its attempt.requested has committed; when it cannot commit, the tool never runs", { skip }, async () => {
+  const strict = await OpenAIAgentsRecorder.connect(URL as string, { tenant: "acme", strictTools: true });
+  const group = `oa-strict-${Date.now()}`;
+  const seen: string[][] = [];
+  const add = tool({
+    name: "add", description: "adds", parameters: z.object({ a: z.number(), b: z.number() }), inputGuardrails: [strict.strictToolGuardrail],
+    execute: async ({ a, b }) => {
+      const events = (await strict.client.loadSession(group, { tenant: "acme" })).events;
+      seen.push(events.filter((e) => (e["payload"] as Record<string, unknown>)["name"] === "add").map((e) => String(e["event_type"])));
+      return String(a + b);
+    },
+  });
+  setTraceProcessors([strict.processor]);
+  try {
+    const result = await new Runner({ groupId: group }).run(new Agent({ name: "calc", instructions: "add", model: new FakeModel(), tools: [add] }), "2 + 3?");
+    assert.equal(result.finalOutput, "2 + 3 = 5");
+    assert.deepEqual(seen, [["action.started", "attempt.requested"]]); // committed before the tool ran
+    await strict.forceFlush();
+    const started = (await strict.client.loadSession(group, { tenant: "acme" })).events[0];
+    assert.equal(((started?.["payload"] as Record<string, unknown>)["adapter"] as { hooks: Record<string, string> }).hooks["requested_before_call"], "strict");
+
+    // The ledger cannot take the request: the run ends with the SDK's tripwire, the tool never runs.
+    await strict.client.close();
+    seen.length = 0;
+    await assert.rejects(
+      new Runner({ groupId: `oa-strict-down-${Date.now()}` }).run(new Agent({ name: "calc", instructions: "add", model: new FakeModel(), tools: [add] }), "2 + 3?"),
+      (err: unknown) => {
+        // The SDK wraps the tripwire; its result carries the guardrail's output, naming the ledger error.
+        assert.ok(err instanceof ToolCallError && err.error instanceof ToolInputGuardrailTripwireTriggered, String(err));
+        const info = (err.error as ToolInputGuardrailTripwireTriggered).result.output.outputInfo as { laneledger: { code?: string } };
+        assert.equal(info.laneledger.code, "unavailable");
+        return true;
+      },
+    );
+    assert.deepEqual(seen, []);
+
+    // A recorder made without strictTools refuses too: its run.started declares best_effort.
+    setTraceProcessors([recorder.processor]);
+    let unsureRan = 0;
+    const unsure = tool({ name: "add", description: "adds", parameters: z.object({ a: z.number(), b: z.number() }), inputGuardrails: [recorder.strictToolGuardrail], execute: async () => { unsureRan += 1; return "5"; } });
+    await assert.rejects(
+      new Runner({ groupId: `oa-unsure-${Date.now()}` }).run(new Agent({ name: "calc", instructions: "add", model: new FakeModel(), tools: [unsure] }), "2 + 3?"),
+      (err: unknown) => err instanceof ToolCallError && ((err.error as ToolInputGuardrailTripwireTriggered).result.output.outputInfo as { laneledger: { code?: string } }).laneledger.code === "invalid_request",
+    );
+    assert.equal(unsureRan, 0);
+    assert.throws(() => new OpenAIAgentsRecorder(recorder.client, "acme", { strictTools: true, timeoutMs: 0 }), InvalidRequest);
   } finally {
     setTraceProcessors([recorder.processor]);
   }
