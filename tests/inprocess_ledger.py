@@ -11,7 +11,7 @@ client's decoding, so an error arrives as the same typed error with the same
 details. What only NATS does (JetStream acks, reply size limits, subjects'
 permissions) is tested over NATS alone.
 
-``follow_writer`` stands in for following LEDGER_EVENTS: the read models
+``WriterFollower`` stands in for following LEDGER_EVENTS: the read models
 (the tail's, the checkpoint service's anchor index) are fed the writer's
 committed events, in order, through their own ``apply_committed``."""
 
@@ -37,7 +37,7 @@ from laneledger.store.writer import rejection
 # nats-server's default max_payload: the sequencer sizes a structure page to
 # half of its connection's.
 NATS_MAX_PAYLOAD = 1024 * 1024
-FOLLOW_INTERVAL_S = 0.01  # how often follow_writer looks for newly committed events
+FOLLOW_INTERVAL_S = 0.01  # how often WriterFollower.run looks for newly committed events
 
 
 class InProcessLedgerClient(LedgerClient):
@@ -84,19 +84,33 @@ class InProcessLedgerClient(LedgerClient):
         return raise_if_rejected(received)
 
 
-async def follow_writer(
-    writer: LedgerWriter,
-    applied: Callable[[], int],
-    apply_committed: Callable[[list[tuple[int, bytes]]], Awaitable[None]],
-    *,
-    batch_size: int = 500,
-) -> None:
-    """Forever (cancel it): feed ``apply_committed`` the writer's committed
-    events after ``applied()``, one batch at a time, as a follower of the
-    committed stream would."""
-    while True:
-        batch = writer.reader.events_after(applied(), batch_size)
-        if batch:
-            await apply_committed(batch)
-        else:
+class WriterFollower:
+    """Feeds ``apply_committed`` the writer's committed events after
+    ``applied()``, in order, one batch at a time, as a follower of the
+    committed stream would: ``run()`` forever (a task; cancel it), or
+    ``catch_up()`` now (to stand for a follower that is prompt: everything
+    committed before a request is applied before it is served)."""
+
+    def __init__(
+        self,
+        writer: LedgerWriter,
+        applied: Callable[[], int],
+        apply_committed: Callable[[list[tuple[int, bytes]]], Awaitable[None]],
+        *,
+        batch_size: int = 500,
+    ) -> None:
+        self._writer = writer
+        self._applied = applied
+        self._apply_committed = apply_committed
+        self._batch_size = batch_size
+        self._lock = asyncio.Lock()  # one batch at a time: a position is applied once
+
+    async def catch_up(self) -> None:
+        async with self._lock:
+            while batch := self._writer.reader.events_after(self._applied(), self._batch_size):
+                await self._apply_committed(batch)
+
+    async def run(self) -> None:
+        while True:
+            await self.catch_up()
             await asyncio.sleep(FOLLOW_INTERVAL_S)

@@ -10,7 +10,7 @@
 
 * The same without NATS, for tests of route logic (``make test-fast``): the
   real ``TailService`` app served by aiohttp's ``TestServer``, its read model
-  fed what an in-process ``LedgerWriter`` commits (``follow_writer``, through
+  fed what an in-process ``LedgerWriter`` commits (``WriterFollower``, through
   the service's own ``apply_committed``), its structure reads
   answered by that writer. A module opts in by replacing two fixtures; its
   tests are unchanged::
@@ -35,7 +35,7 @@ import aiohttp
 import nats
 import pytest_asyncio
 from aiohttp.test_utils import TestServer
-from inprocess_ledger import InProcessLedgerClient, follow_writer
+from inprocess_ledger import InProcessLedgerClient, WriterFollower
 from ledger_fixtures import LedgerUnderTest
 from nats.aio.client import Client as NATS
 from tail_support import TailAPI
@@ -118,12 +118,12 @@ class InProcessTailStarter:
         url = str(server.make_url("")).rstrip("/")
         tail = RunningTail(service, TailAPI(url, self._session), url, nc)
         follower = asyncio.create_task(
-            follow_writer(
+            WriterFollower(
                 self._writer,
                 lambda: service.feed.applied,
                 service.apply_committed,
                 batch_size=service.settings.batch_size,
-            ),
+            ).run(),
             name="tail-follow-writer",
         )
         self._running[tail] = (server, follower)
