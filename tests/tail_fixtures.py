@@ -150,13 +150,21 @@ def client_in_process(ledger_in_process: LedgerUnderTest) -> LedgerClient:
     return ledger_in_process.client
 
 
-async def start_tail_in_process(
-    ledger_in_process: LedgerUnderTest, tmp_path: Path
-) -> AsyncIterator[InProcessTailStarter]:
-    """A module's ``start_tail`` (see this module's docstring)."""
+@contextlib.asynccontextmanager
+async def in_process_tails(writer: LedgerWriter, data_dir: Path) -> AsyncIterator[InProcessTailStarter]:
+    """Tails in-process over ``writer``, all stopped on exit (for a test with
+    a writer of its own, e.g. HMAC-keyed; else ``start_tail_in_process``)."""
     async with aiohttp.ClientSession(read_bufsize=1 << 21) as session:
-        starter = InProcessTailStarter(ledger_in_process.writer, tmp_path / "tail", session)
+        starter = InProcessTailStarter(writer, data_dir, session)
         try:
             yield starter
         finally:
             await starter.stop_all()
+
+
+async def start_tail_in_process(
+    ledger_in_process: LedgerUnderTest, tmp_path: Path
+) -> AsyncIterator[InProcessTailStarter]:
+    """A module's ``start_tail`` (see this module's docstring)."""
+    async with in_process_tails(ledger_in_process.writer, tmp_path / "tail") as starter:
+        yield starter
