@@ -233,14 +233,17 @@ class Intake:
         replicas: int,
         budget: BatchBudget,
         gate: Gate | None = None,
+        pull_expires_s: float = 1.0,
     ) -> None:
         self._nc, self._js, self._subjects = nc, js, subjects
+        self._pull_expires_s = pull_expires_s
         self._replicas, self._budget = replicas, budget
         self._batch_size = budget.requests
         self._gate = gate
         self._arrived = asyncio.Event()
         self._sources: list[_Source] = []
         self._turn = 0
+        self._stopping = False  # set by wake(): ask the server for nothing more
 
     async def open(self, tenants: Tenants | None) -> None:
         """Retire the streams not wanted, make sure of the wanted ones and
@@ -304,6 +307,7 @@ class Intake:
             stream,
             SEQUENCER_CONSUMER,
             credits=credits,
+            expires_s=self._pull_expires_s,
             max_buffered=buffered,
             max_bytes=PULL_BYTES,  # PullFeed raises it so the largest request fits
             arrived=self._arrived,
@@ -329,8 +333,9 @@ class Intake:
             except TimeoutError:
                 pass
         batch = self._share()
-        for source in self._sources:
-            await source.feed.ask_if_idle()
+        if not self._stopping:
+            for source in self._sources:
+                await source.feed.ask_if_idle()
         return batch
 
     def _share(self) -> list[Msg]:
@@ -414,6 +419,13 @@ class Intake:
                 batch.append(source.held.popleft())
             batch.extend(source.feed.take(max_msgs - len(batch)))
         return batch
+
+    def wake(self) -> None:
+        """The sequencer is stopping: end the wait of ``next_batch`` now, and
+        open no new pull request, so ``wind_down`` waits only for what is
+        left of the open one's expiry (not an idle wait plus a fresh one's)."""
+        self._stopping = True
+        self._arrived.set()
 
     async def wind_down(self) -> None:
         await asyncio.gather(*(source.feed.wind_down() for source in self._sources))

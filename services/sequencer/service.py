@@ -153,6 +153,9 @@ class SequencerSettings:
     # fsync) runs on the thread, while the loop prepares the next batch.
     inline_commit_max: int = 32
     idle_wait_s: float = 0.5  # how long one wait for new requests lasts
+    # How long one pull request for append requests lasts: a stop waits for
+    # the open one to end (so nothing is delivered after it), at most this.
+    pull_expires_s: float = 1.0
     max_request_bytes: int = 1024 * 1024
     backlog_refresh_s: float = 1.0  # how often the inbound backlog gauge is refreshed
     stream_recheck_s: float = 2.0  # how often a committed stream found foreign is looked at again
@@ -214,6 +217,7 @@ class Sequencer:
         self._halt = asyncio.Event()  # set: the pull loop stops (stop(), or standing down)
         self._tasks: list[asyncio.Task[None]] = []  # what ``wait`` watches
         self._active: list[asyncio.Task[None]] = []  # the active role's tasks
+        self._intake: Intake | None = None  # the active role's, owned by its pull loop
         self.active = False
         self._stopped = False
         # activate / stand_down one at a time (the role keeper's and stop()'s)
@@ -384,7 +388,15 @@ class Sequencer:
         if s.tenants is not None:  # one tenant's heavy requests must not cost another the worker's start
             self._offloop.warm()
         budget = BatchBudget(s.batch_size, s.batch_events, s.batch_bytes)
-        intake = Intake(self._nc, self._js, s.subjects, s.replicas, budget, gate=self._ahead)
+        intake = self._intake = Intake(
+            self._nc,
+            self._js,
+            s.subjects,
+            s.replicas,
+            budget,
+            gate=self._ahead,
+            pull_expires_s=s.pull_expires_s,
+        )
         await intake.open(s.tenants)
         self._halt.clear()
         # The pull loop owns the intake from here: it stops it when it ends.
@@ -409,6 +421,8 @@ class Sequencer:
     async def _stand_down(self, drain_timeout_s: float) -> None:
         self.active = False
         self._halt.set()
+        if self._intake is not None:
+            self._intake.wake()
         await self._commands.stop()
         pull_task = self._active[0] if self._active else None
         if pull_task is not None:
