@@ -48,7 +48,6 @@ from laneledger.compat.claudecode_lines import (
     SystemLine,
     ToolUseBlock,
     UserLine,
-    decimal_string,
     decode_as,
     decode_line,
     duration_ms,
@@ -66,6 +65,7 @@ from laneledger.compat.claudecode_names import (
     subagent_display_id,
     tool_effect,
 )
+from laneledger.compat.claudecode_payloads import inference_outcome, result_costs, run_outcome
 from laneledger.contract.clock import system_clock
 from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.ids import derived_id
@@ -605,25 +605,7 @@ class ClaudeCodeImport:
             at,
             f"{key}/requested",
         )
-        texts = [b.get("text") for b in message.blocks if b.get("type") == "text"]
-        thinking = [b.get("thinking") for b in message.blocks if b.get("type") == "thinking"]
-        outcome: dict[str, Any] = {
-            "text": "\n".join(t for t in texts if isinstance(t, str)),
-            "thinking": "\n".join(t for t in thinking if isinstance(t, str)),
-            "stop_reason": message.stop_reason,
-            "tool_uses": [b.get("id") for b in message.blocks if b.get("type") == "tool_use"],
-        }
-        if any(b.get("type") == "redacted_thinking" for b in message.blocks):
-            outcome["redacted_thinking"] = True
-        usage = message.usage
-        for ours, theirs in (
-            ("input_tokens", "input_tokens"),
-            ("output_tokens", "output_tokens"),
-            ("cache_read_tokens", "cache_read_input_tokens"),
-            ("cache_write_tokens", "cache_creation_input_tokens"),
-        ):
-            if isinstance(usage.get(theirs), int) and not isinstance(usage.get(theirs), bool):
-                outcome[ours] = usage[theirs]
+        outcome = inference_outcome(message.blocks, message.usage, message.stop_reason)
         completed = self._event(
             agent,
             "attempt.completed",
@@ -764,73 +746,13 @@ class ClaudeCodeImport:
         at = self._at(obj)
         cause = main.spine.inference_cause()
         events = []
-        model_usage = line.model_usage
-        if isinstance(model_usage, dict) and model_usage:
-            for model, usage in sorted(model_usage.items()):
-                if not isinstance(usage, dict) or "costUSD" not in usage:
-                    continue
-                cost: dict[str, Any] = {
-                    "provider": "anthropic",
-                    "model": model,
-                    "currency": "USD",
-                    "amount": decimal_string(usage["costUSD"], f"modelUsage.{model}.costUSD", line_no),
-                }
-                for ours, theirs in (
-                    ("input_tokens", "inputTokens"),
-                    ("output_tokens", "outputTokens"),
-                    ("cache_read_tokens", "cacheReadInputTokens"),
-                    ("cache_write_tokens", "cacheCreationInputTokens"),
-                ):
-                    if isinstance(usage.get(theirs), int) and not isinstance(usage.get(theirs), bool):
-                        cost[ours] = usage[theirs]
-                events.append(
-                    self._event(
-                        main,
-                        "cost.recorded",
-                        self.summary.run_id,
-                        cost,
-                        cause,
-                        at,
-                        f"result/{line_no}/cost/{model}",
-                    )
-                )
-        elif line.total_cost_usd is not None:
+        for key, cost in result_costs(line, (self._init or {}).get("model"), line_no):
             events.append(
                 self._event(
-                    main,
-                    "cost.recorded",
-                    self.summary.run_id,
-                    {
-                        "provider": "anthropic",
-                        "model": str((self._init or {}).get("model") or "unknown"),
-                        "currency": "USD",
-                        "amount": decimal_string(line.total_cost_usd, "total_cost_usd", line_no),
-                    },
-                    cause,
-                    at,
-                    f"result/{line_no}/cost",
+                    main, "cost.recorded", self.summary.run_id, cost, cause, at, f"result/{line_no}/{key}"
                 )
             )
-        failed = line.is_error is True or line.subtype not in (None, "success")
-        summary: dict[str, Any] = {"subtype": line.subtype, "is_error": line.is_error}
-        if line.total_cost_usd is not None:
-            summary["total_cost_usd"] = decimal_string(line.total_cost_usd, "total_cost_usd", line_no)
-        for name in (
-            "num_turns",
-            "duration_ms",
-            "duration_api_ms",
-            "result",
-            "usage",
-            "permission_denials",
-            "stop_reason",
-        ):
-            if name in obj:
-                summary[name] = obj[name]
-        if failed:
-            summary["error"] = {
-                "code": str(line.subtype or "error"),
-                "message": str(obj.get("result") or line.subtype or ""),
-            }
+        failed, summary = run_outcome(line, obj, line_no)
         events.append(
             self._event(
                 main,
