@@ -15,7 +15,8 @@ from korg_dogfood import korg_reference_verify
 from tail_support import MAIN, SUB, fill, new_lane, wait_applied
 from tail_support import korg_call as call
 
-from laneledger.compat.claudecode import DEFAULT_HUMAN, RUNTIME, ClaudeCodeImport
+from laneledger.compat.claudecode import ClaudeCodeImport
+from laneledger.compat.claudecode_names import DEFAULT_HUMAN, RUNTIME
 from laneledger.compat.korg import read_journal, verify_journal
 from laneledger.contract.errors import ChainFault
 from laneledger.sdk.blobstore import BlobStore

@@ -17,7 +17,8 @@ from prometheus_client import CollectorRegistry
 from sequencer_process import SequencerProcess
 from service_process import REPO, ServiceProcess
 
-from laneledger.audit.ledger import audit_ledger, compare_with_stream
+from laneledger.audit.ledger import audit_ledger
+from laneledger.audit.stream import compare_with_stream
 from laneledger.cli import main as cli_main
 from laneledger.contract.errors import IntegrityError, TransportError
 from laneledger.contract.model import CreateLane, EnsureActor
