@@ -366,6 +366,56 @@ async def test_subscriptions_over_streamable_http(client, start_tail):
             assert json.loads(result.contents[0].text)["root_seq"] == new_root
 
 
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_listen_gives_2026_07_28_clients_korg_8_5(client, start_tail, transport):
+    """``subscriptions/listen`` (no handshake): the stream is the subscription,
+    with §8.5's predicates, one feed per ledger, closed with the stream."""
+    tail = await start_tail()
+    s = await korg_session(tail)
+    recent, heads = "korg://local/ledger/recent", "korg://local/ledger/heads"
+    summary = f"korg://local/session/{s['root']}/summary"
+    sub_agent = f"korg://local/agent/{quote(SUB, safe='')}/recent"
+    async with contextlib.AsyncExitStack() as stack:
+        if transport == "http":
+            server: Any = await stack.enter_async_context(http_server(tail.url))
+        else:
+            command = mcp_command(tail.url)
+            server = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+        modern = await stack.enter_async_context(Client(server))
+        assert modern.protocol_version == LATEST_MODERN_VERSION
+        async with modern.listen(resource_subscriptions=[recent, recent, summary, sub_agent, heads]) as sub:
+            assert sub.honored.resource_subscriptions == [recent, summary, sub_agent, heads]
+
+            async def next_uris(n: int) -> list[str]:
+                return sorted([(await asyncio.wait_for(anext(sub), 10)).uri for _ in range(n)])
+
+            await eventually(lambda: live_feeds(tail), until=lambda n: n == 1, what="the listen feed")
+            await post(tail, call(MAIN, "Bash", s["llm2"]))
+            assert await next_uris(2) == sorted([recent, summary])  # not the sub-agent's, not a head
+            await post(tail, call("human:dusk", "user_prompt"))
+            assert await next_uris(2) == sorted([recent, heads])
+            await post(tail, call(SUB, "Grep", s["read"]))  # in the first session
+            assert await next_uris(3) == sorted([recent, summary, sub_agent])
+        # The stream ended: its feed is closed with it (§8.5.4), the connection open.
+        await eventually(lambda: live_feeds(tail), until=lambda n: n == 0, what="the feed closed")
+        for uri, reason in (
+            (f"korg://local/event/{s['read']}", "not_subscribable"),
+            ("korg://nobody/ledger/recent", "unknown_ledger"),
+            ("korg://local/session/999999/summary", "not_found"),
+        ):
+            with pytest.raises(MCPError) as raised:
+                async with modern.listen(resource_subscriptions=[recent, uri]):
+                    pass
+            assert raised.value.error.data["reason"] == reason, uri
+        with pytest.raises(MCPError) as raised:
+            async with modern.listen(
+                resource_subscriptions=[f"korg://local/agent/a{i}/recent" for i in range(257)]
+            ):
+                pass
+        assert raised.value.error.data["reason"] == "too_many_subscriptions"
+        assert await live_feeds(tail) == 0  # a refused listen starts nothing
+
+
 async def test_laneledger_resources_and_tenancy(client, actor, start_tail, tmp_path: Path):
     """A tenant's token reads only its ledger: another ledger, existing or not,
     is the same ``unknown_ledger``, and the list shows only its own."""
