@@ -32,6 +32,7 @@ from tail_support import MAIN, SUB, fill, new_lane, wait_applied
 from tail_support import korg_call as call
 from tlog_support import size_of, start_signing_sequencer
 
+from laneledger.mcp.serve import mcp_url_of
 from laneledger.mcp.server import BLOB_CAP
 from laneledger.mcp.subscriptions import matches
 from laneledger.mcp.uris import BadUri, parse
@@ -103,8 +104,8 @@ async def http_server(tail_url: str) -> AsyncIterator[str]:
     try:
         assert proc.stdout is not None
         line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
-        assert line.startswith("mcp http://127.0.0.1:"), line
-        yield line.split()[1]
+        assert line.startswith("laneledger-mcp ready http=http://127.0.0.1:"), line
+        yield mcp_url_of(line)
     finally:
         proc.terminate()
         await proc.wait()
