@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import httpx2
 import mcp.client.session
 import mcp.types
 import pytest
@@ -451,6 +452,44 @@ async def test_laneledger_resources_and_tenancy(client, actor, start_tail, tmp_p
         with pytest.raises(MCPError) as raised:
             await session.list_resources()
         assert raised.value.error.data["reason"] == "unauthorized"
+
+
+async def test_the_deployed_mcp_server_reads_each_tenant_with_its_own_token(rendered_deployment):
+    """The container's command on the rendered deployment (a tail with
+    per-tenant tokens): a token reads its own ledger, another tenant's is
+    ``unknown_ledger``, no token is the tail's ``unauthorized``."""
+    d = rendered_deployment
+    recorder = await d.lane("acme")
+    actor = await recorder.client.ensure_actor("acme", "agent:acme@1", "agent")
+    receipt = await recorder.append([recorder.event("run.started", actor_id=actor.id, subject_id="r-1")])
+    mcp_server = await d.start_mcp()
+    endpoint = f"{mcp_server.http_url}/mcp"
+
+    @contextlib.asynccontextmanager
+    async def as_tenant(tenant: str | None) -> AsyncIterator[ClientSession]:
+        headers = {"Authorization": f"Bearer {d.token(tenant)}"} if tenant else None
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=30) as http,
+            streamable_http_client(endpoint, http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            yield session
+
+    async with as_tenant("acme") as acme:
+        listed = {str(r.uri) for r in (await acme.list_resources()).resources}
+        assert "korg://acme/ledger/recent" in listed and not any("globex" in uri for uri in listed)
+        recent = await eventually(
+            lambda: read_json(acme, "korg://acme/ledger/recent"),
+            until=lambda found: found["events"],
+            what="acme's event in the tail",
+        )
+        assert recent["events"][0]["seq_id"] == receipt.positions[0]
+        assert (await reason_of(acme, "korg://globex/ledger/recent"))[1]["reason"] == "unknown_ledger"
+    async with as_tenant(None) as nobody:
+        assert (await reason_of(nobody, "korg://acme/ledger/recent"))[1]["reason"] == "unauthorized"
+    async with httpx2.AsyncClient() as http:
+        assert (await http.get(f"{mcp_server.http_url}/healthz")).status_code == 200
 
 
 async def test_blobs_as_korg_8_4_packs_them(client, start_tail):
