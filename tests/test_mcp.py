@@ -34,7 +34,7 @@ from tail_support import korg_call as call
 from tlog_support import size_of, start_signing_sequencer
 
 from laneledger.mcp.serve import mcp_url_of
-from laneledger.mcp.server import BLOB_CAP
+from laneledger.mcp.server import BLOB_CAP, MAX_LISTENS
 from laneledger.mcp.subscriptions import matches
 from laneledger.mcp.uris import BadUri, parse
 from laneledger.runtime.access import AccessPolicy
@@ -385,6 +385,8 @@ async def test_listen_gives_2026_07_28_clients_korg_8_5(client, start_tail, tran
             server = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
         modern = await stack.enter_async_context(Client(server))
         assert modern.protocol_version == LATEST_MODERN_VERSION
+        resources = modern.server_capabilities.resources
+        assert resources is not None and resources.subscribe is True
         async with modern.listen(resource_subscriptions=[recent, recent, summary, sub_agent, heads]) as sub:
             assert sub.honored.resource_subscriptions == [recent, summary, sub_agent, heads]
 
@@ -416,6 +418,15 @@ async def test_listen_gives_2026_07_28_clients_korg_8_5(client, start_tail, tran
                 pass
         assert raised.value.error.data["reason"] == "too_many_subscriptions"
         assert await live_feeds(tail) == 0  # a refused listen starts nothing
+        async with contextlib.AsyncExitStack() as streams:  # open streams per token are bounded
+            for _ in range(MAX_LISTENS):
+                await streams.enter_async_context(modern.listen())
+            with pytest.raises(MCPError) as raised:
+                async with modern.listen():
+                    pass
+            assert raised.value.error.data["reason"] == "too_many_subscriptions"
+        async with modern.listen() as again:  # closed streams are counted out
+            assert again.honored.resource_subscriptions is None
 
 
 async def test_laneledger_resources_and_tenancy(client, actor, start_tail, tmp_path: Path):
@@ -459,9 +470,13 @@ async def test_the_deployed_mcp_server_reads_each_tenant_with_its_own_token(rend
     per-tenant tokens): a token reads its own ledger, another tenant's is
     ``unknown_ledger``, no token is the tail's ``unauthorized``."""
     d = rendered_deployment
-    recorder = await d.lane("acme")
-    actor = await recorder.client.ensure_actor("acme", "agent:acme@1", "agent")
-    receipt = await recorder.append([recorder.event("run.started", actor_id=actor.id, subject_id="r-1")])
+    receipts = {}
+    for tenant in ("acme", "globex"):
+        recorder = await d.lane(tenant)
+        actor = await recorder.client.ensure_actor(tenant, f"agent:{tenant}@1", "agent")
+        receipts[tenant] = await recorder.append(
+            [recorder.event("run.started", actor_id=actor.id, subject_id="r-1")]
+        )
     mcp_server = await d.start_mcp()
     endpoint = f"{mcp_server.http_url}/mcp"
 
@@ -476,15 +491,22 @@ async def test_the_deployed_mcp_server_reads_each_tenant_with_its_own_token(rend
             await session.initialize()
             yield session
 
+    async def first_event(session: ClientSession, tenant: str) -> int:
+        recent = await eventually(  # a ledger exists once the tail has applied its first event
+            lambda: read_json(session, f"korg://{tenant}/ledger/recent"),
+            until=lambda found: found["events"],
+            what=f"{tenant}'s event in the tail",
+            retry_on=(MCPError,),
+        )
+        return int(recent["events"][0]["seq_id"])
+
+    async with as_tenant("globex") as globex:
+        assert await first_event(globex, "globex") == receipts["globex"].positions[0]
     async with as_tenant("acme") as acme:
+        assert await first_event(acme, "acme") == receipts["acme"].positions[0]
         listed = {str(r.uri) for r in (await acme.list_resources()).resources}
         assert "korg://acme/ledger/recent" in listed and not any("globex" in uri for uri in listed)
-        recent = await eventually(
-            lambda: read_json(acme, "korg://acme/ledger/recent"),
-            until=lambda found: found["events"],
-            what="acme's event in the tail",
-        )
-        assert recent["events"][0]["seq_id"] == receipt.positions[0]
+        # globex's ledger exists (globex just read it): for acme it is as if it did not.
         assert (await reason_of(acme, "korg://globex/ledger/recent"))[1]["reason"] == "unknown_ledger"
     async with as_tenant(None) as nobody:
         assert (await reason_of(nobody, "korg://acme/ledger/recent"))[1]["reason"] == "unauthorized"
