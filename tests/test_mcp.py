@@ -510,6 +510,11 @@ async def test_the_deployed_mcp_server_reads_each_tenant_with_its_own_token(rend
         assert (await reason_of(acme, "korg://globex/ledger/recent"))[1]["reason"] == "unknown_ledger"
     async with as_tenant(None) as nobody:
         assert (await reason_of(nobody, "korg://acme/ledger/recent"))[1]["reason"] == "unauthorized"
+    async with Client(endpoint) as anonymous:  # 2026-07-28: a listen stream needs a token the tail knows
+        with pytest.raises(MCPError) as raised:
+            async with anonymous.listen():
+                pass
+        assert raised.value.error.data["reason"] == "unauthorized"
     async with httpx2.AsyncClient() as http:
         assert (await http.get(f"{mcp_server.http_url}/healthz")).status_code == 200
 

@@ -36,6 +36,7 @@ BLOB_CAP = 10 * 1024 * 1024  # Korg §8.4.2: larger blobs are blob_too_large, ne
 INVALID_PARAMS, INTERNAL = -32602, -32603
 QUERY_LIMITS = (20, 200)  # korg_query_events: default, max (Korg's tool)
 MAX_LISTENS = 16  # open subscriptions/listen streams per token: each holds feeds
+MAX_LISTENS_TOTAL = 1024  # and in all (an open tail takes any token string)
 QUERY_PAGES = 5  # korg_query_events reads at most this many pages when it filters by tool_name
 
 
@@ -236,6 +237,9 @@ class LedgerServer:
             raise _too_many(f"at most {MAX_SUBSCRIPTIONS} URIs per listen stream")
         if self._listens.get(caller.token, 0) >= MAX_LISTENS:
             raise _too_many(f"at most {MAX_LISTENS} listen streams open per token")
+        if sum(self._listens.values()) >= MAX_LISTENS_TOTAL:
+            raise _too_many(f"at most {MAX_LISTENS_TOTAL} listen streams open on this server")
+        await self._ledgers(caller)  # the tail knows this token (even with no URI to check)
         targets = [(uri, _subscribable(uri)) for uri in uris]
         starts = [await self._feed_start(caller, target) for _, target in targets]
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: listen_id}
