@@ -280,6 +280,22 @@ def _langgraph_rows(r: dict) -> list[tuple[str, str]]:
     ]
 
 
+def _mcp_notify_rows(r: dict) -> list[tuple[str, str]]:
+    return [
+        (
+            f"MCP subscription: commit → `notifications/resources/updated` at the client, {_n(r['events'])} "
+            "events one at a time, `laneledger mcp --serve` over the tail (target ≤ 100 ms)",
+            f"p50 {r['notify_p50_ms']:.1f} ms, p99 {r['notify_p99_ms']:.1f} ms, "
+            f"max {r['notify_max_ms']:.1f} ms",
+        ),
+        (
+            f"an idle MCP server with subscriptions open, {r['idle_s']:g} s: "
+            "CPU of the MCP server / the tail",
+            f"{r['idle_cpu_s_mcp']:.3f} / {r['idle_cpu_s_tail']:.3f} CPU s",
+        ),
+    ]
+
+
 def _tlog_rows(r: dict) -> list[tuple[str, str]]:
     inc, con, cp = r["proofs"]["inclusion"], r["proofs"]["consistency"], r["checkpoint"]
     n = _n(r["events"])
@@ -376,6 +392,7 @@ BENCHES = [
     Bench("fairness", ["bench/fairness.py"], _fairness_rows),
     Bench("langgraph", ["bench/langgraph_savers.py"], _langgraph_rows),
     Bench("tlog", ["bench/tlog.py"], _tlog_rows),
+    Bench("mcp-notify", ["bench/mcp_notify.py"], _mcp_notify_rows),
     Bench("openai-agents", ["bench/openai_agents.py"], _openai_agents_rows),
     Bench("sdk-ts", ["bench/sdk_ts.py"], _sdk_ts_rows),
     Bench("openai-agents-50ms", ["bench/openai_agents.py", "--model-ms", "50"], _openai_agents_rows),

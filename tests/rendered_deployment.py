@@ -29,6 +29,7 @@ own NATS account). The fixture is ``rendered_deployment``
         d.permission_violations()                           # what nats-server refused anyone
         # (at teardown the fixture fails if it refused a service's user anything)
         await d.verify()                                    # `laneledger verify --db` on the active's file
+        mcp = await d.start_mcp()                           # `laneledger mcp --serve` over the tail
 
 The tenants are ``TENANTS`` (acme and globex), with the limits of
 ``TENANTS_FILE``; a test sets others with ``@pytest.mark.tenants_file(text)``.
@@ -123,6 +124,7 @@ class RenderedDeployment:
     checkpoint: ServiceProcess
     metrics: ServiceProcess
     tenants: tuple[str, ...] = TENANTS
+    mcp: ServiceProcess | None = None  # started by start_mcp, for the tests that read over MCP
     _clients: list[LedgerClient] = field(default_factory=list)
 
     # -- who connects how -------------------------------------------------------
@@ -179,6 +181,24 @@ class RenderedDeployment:
         finally:
             await nc.close()
 
+    async def start_mcp(self) -> ServiceProcess:
+        """The MCP server as its container runs it (``laneledger mcp --serve``,
+        its tail URL from the environment), on a port the OS picks; its
+        endpoint is ``<http_url>/mcp``, each client with its own token."""
+        if self.mcp is None:
+            self.mcp = ServiceProcess(
+                "laneledger.cli",
+                ["mcp", "--serve"],
+                self.dir / "mcp",
+                log_name="mcp",
+                env={
+                    "LANELEDGER_MCP_LISTEN": "127.0.0.1:0",
+                    "LANELEDGER_MCP_TAIL_URL": str(self.tail.http_url),
+                },
+            )
+        await asyncio.to_thread(self.mcp.start, 30)
+        return self.mcp
+
     # -- the sequencers -----------------------------------------------------------
 
     async def fail_over(self) -> SequencerProcess:
@@ -231,7 +251,8 @@ class RenderedDeployment:
 
     @property
     def services(self) -> tuple[ServiceProcess, ...]:
-        return (self.sequencer, self.standby, self.tail, self.checkpoint, self.metrics)
+        found = (self.sequencer, self.standby, self.tail, self.checkpoint, self.metrics)
+        return found if self.mcp is None else (*found, self.mcp)
 
     def stop(self) -> None:
         for proc in reversed(self.services):

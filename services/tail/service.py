@@ -42,7 +42,7 @@ from .console import console_routes
 from .costs import Costs
 from .feed import Feed
 from .history import History
-from .korg import Korg, KorgSettings
+from .korg import Korg, KorgSettings, missing_token_hint
 from .korgread import KorgRead
 from .limits import LimitSettings, ReadLimits
 from .metrics import TailMetrics
@@ -143,7 +143,9 @@ class TailService:
             middlewares=[
                 self._count,
                 errors_middleware,
-                access_middleware(s.access, query_token_paths=QUERY_TOKEN_PATHS),
+                access_middleware(
+                    s.access, query_token_paths=QUERY_TOKEN_PATHS, missing_token_hint=missing_token_hint
+                ),
             ]
         )
         app.add_routes(ops_routes(self.registry, self.ready))
