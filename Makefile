@@ -26,7 +26,7 @@ test-programs:
 	@$(PYTHON) tests/external_programs.py
 
 # In parallel: the tests mostly wait (on nats-servers, processes, timeouts),
-# so more workers than the 2 cores measured here pay off (README, Testing).
+# so more workers than the 2 cores measured here pay off (docs/testing.md).
 # Tests that must not overlap are grouped in tests/conftest.py.
 TEST_WORKERS ?= 4
 PYTEST_PARALLEL = $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25

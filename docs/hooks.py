@@ -33,10 +33,18 @@ def settings_table(service: str) -> str:
     rows = ["| variable | flag | default | meaning |", "|---|---|---|---|"]
     for setting in module.SETTINGS:
         flag = f"`{setting.flag}`" + (" (repeatable)" if setting.repeated else "")
-        default = "unset" if setting.default is None else f"`{setting.default}`"
         meaning = setting.help.replace("|", "\\|")
-        rows.append(f"| `{setting.env}` | {flag} | {default} | {meaning} |")
+        rows.append(f"| `{setting.env}` | {flag} | {shown(setting.default)} | {meaning} |")
     return "\n".join(rows)
+
+
+def shown(default: object) -> str:
+    """A default as its variable would spell it."""
+    if default is None or default in ((), []):
+        return "unset"
+    if isinstance(default, bool):
+        return "`on`" if default else "`off`"
+    return f"`{default}`"
 
 
 def rendered_nats_conf() -> str:
