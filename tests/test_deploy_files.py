@@ -5,15 +5,14 @@ service's own --help, which lists the variables it reads.)"""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
+from docs_support import docs_hooks
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -95,15 +94,6 @@ def test_prometheus_scrapes_every_service_at_its_port():
     mounts = compose()["services"]["prometheus"]["volumes"]
     for rule_file in config["rule_files"]:
         assert any(m.startswith(f"./deploy/{rule_file}:") for m in mounts), rule_file
-
-
-def docs_hooks() -> ModuleType:
-    """docs/hooks.py, the docs site's mkdocs hook (not a package module)."""
-    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("service", SERVICES)

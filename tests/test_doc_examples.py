@@ -13,10 +13,13 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from docs_support import docs_hooks
 
 from laneledger.devtools.natsserver import NatsServer
 
@@ -104,3 +107,20 @@ async def test_example_runs_against_the_ledger(
 ):
     monkeypatch.chdir(tmp_path)
     await run_example(example, example.code.replace(DEFAULT_NATS, nats_server.url), capsys)
+
+
+def test_the_site_shows_a_norun_example_as_python():
+    page = "text\n```python norun: needs a key\nprint(1)\n```\n"
+    assert docs_hooks().expand(page) == "text\n```python\nprint(1)\n```\n"
+
+
+def test_the_nats_conf_page_is_what_nats_config_prints():
+    printed = subprocess.run(
+        [sys.executable, "-m", "laneledger.cli", "nats-config", "--tenants-file", "deploy/tenants.toml"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=True,
+    ).stdout
+    assert docs_hooks().rendered_nats_conf() == f"```\n{printed.rstrip()}\n```"
