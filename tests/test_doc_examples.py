@@ -124,3 +124,11 @@ def test_the_nats_conf_page_is_what_nats_config_prints():
         check=True,
     ).stdout
     assert docs_hooks().rendered_nats_conf() == f"```\n{printed.rstrip()}\n```"
+
+
+def test_the_readme_links_resolve():
+    """The site checks its own links (``mkdocs build --strict``); the README
+    is not a page of it, so its links into docs/ and spec/ are checked here."""
+    targets = re.findall(r"\]\(([^)#]+)[^)]*\)", (ROOT / "README.md").read_text())
+    assert len(targets) > 10
+    assert [t for t in targets if "://" not in t and not (ROOT / t).exists()] == []
