@@ -1,4 +1,4 @@
-"""Run the benchmarks and write the README's performance table from what they print.
+"""Run the benchmarks and write the docs' performance table (docs/performance.md) from what they print.
 
     .venv/bin/python bench/report.py            # run every benchmark, store results, rewrite the table
     .venv/bin/python bench/report.py --only rss # run some of them (names below), then rewrite
@@ -6,9 +6,9 @@
 
 Each benchmark ends by printing one JSON line; that line, with the command,
 the time and a description of the machine, is stored in
-``bench/results/<name>.json`` (committed, so every figure in the README can
+``bench/results/<name>.json`` (committed, so every figure in the docs can
 be traced to a run). The table between the ``bench-table`` markers in
-README.md is generated from those files and nothing else.
+docs/performance.md is generated from those files and nothing else.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "performance.md"
 BEGIN, END = "<!-- bench-table:begin -->", "<!-- bench-table:end -->"
 
 
@@ -468,12 +468,12 @@ def table() -> str:
 
 
 def render() -> None:
-    text = README.read_text()
+    text = PAGE.read_text()
     pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
     if not pattern.search(text):
-        raise SystemExit(f"README.md has no {BEGIN} … {END} block")
-    README.write_text(pattern.sub(lambda _: f"{BEGIN}\n{table()}\n{END}", text))
-    print("README.md performance table rewritten")
+        raise SystemExit(f"docs/performance.md has no {BEGIN} … {END} block")
+    PAGE.write_text(pattern.sub(lambda _: f"{BEGIN}\n{table()}\n{END}", text))
+    print("docs/performance.md performance table rewritten")
 
 
 def main() -> None:

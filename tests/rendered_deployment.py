@@ -1,4 +1,4 @@
-"""laneledger exactly as the README tells ops to deploy it for many tenants:
+"""laneledger exactly as the docs tell ops (docs/tenants.md) to deploy it for many tenants:
 ``laneledger nats-config --tenants-file`` renders ``deploy/nats.conf``, a real
 nats-server runs on the rendered file (port picked by the server, its store
 in the test's directory), and every service runs as its own OS process and
@@ -135,7 +135,7 @@ class RenderedDeployment:
 
     async def connect(self, tenant: str, **kwargs: Any) -> LedgerClient:
         """A client of ``tenant``'s producer, as ``producer-<tenant>``
-        (``LedgerClient.connect(url, tenant=T)``, as the README says)."""
+        (``LedgerClient.connect(url, tenant=T)``, as docs/nats-conf.md says)."""
         client = await LedgerClient.connect(self.url(f"producer-{tenant}"), tenant=tenant, **kwargs)
         self._clients.append(client)
         return client

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from docs_support import docs_hooks
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -121,10 +122,12 @@ def test_prometheus_scrapes_every_service_at_its_port():
 
 
 @pytest.mark.parametrize("service", SERVICES)
-def test_the_readme_lists_every_variable(service):
-    readme = (ROOT / "README.md").read_text()
-    missing = {name for name in variables_read_by(service) if f"`{name}`" not in readme}
-    assert missing == set()
+def test_the_settings_page_lists_every_variable(service):
+    page = (ROOT / "docs" / "settings.md").read_text()
+    assert f"<!-- settings-table:{service} -->" in page
+    table = docs_hooks().expand(f"<!-- settings-table:{service} -->")
+    listed = set(re.findall(r"^\| `(LANELEDGER_[A-Z0-9_]+)`", table, re.M))
+    assert listed == variables_read_by(service)
 
 
 def test_the_readme_opens_with_the_two_commands():
