@@ -235,6 +235,22 @@ async def test_the_worker_runs_niced_and_a_dead_one_is_replaced_without_losing_t
         await offloop.close()
 
 
+async def test_a_stuck_worker_is_ended_after_the_job_timeout_and_replaced() -> None:
+    offloop = OffLoop(REDACTOR, max_request_bytes=1 << 20, job_timeout_s=1.0)
+    try:
+        light = _msg(_request(LANE, 0, [{"text": "light"}]))
+        await offloop.run(light, None, None)
+        pid = offloop.worker_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)  # alive, answering nothing
+        with pytest.raises(WorkerFailed, match="answered no job"):
+            await offloop.run(light, None, None)
+        await offloop.run(light, None, None)
+        assert offloop.worker_pid not in (None, pid) and _gone(pid)
+    finally:
+        await offloop.close()
+
+
 _PARENT = """
 import asyncio, sys
 from laneledger.contract.redaction import DEFAULT_REDACTOR

@@ -21,8 +21,9 @@ too (``redact_command``).
 The worker has the sequencer's redactor (sent once, when it starts) and no
 actor keys: signatures of such a request are checked by the writer, as for
 any actor it did not know yet. What the worker refuses comes back as the
-request's rejection receipt; if the worker fails (it dies, or cannot
-start: a new one starts with the next heavy request), the batch prepares
+request's rejection receipt; if the worker fails (it dies, cannot start,
+or answers no job in ``JOB_TIMEOUT_S``: it is then killed; a new one starts
+with the next heavy request), the batch prepares
 the request on the loop as before, so an outcome is never lost, only not
 moved off the loop.
 
@@ -66,6 +67,12 @@ log = logging.getLogger("laneledger.sequencer")
 # (its step 0 costs several milliseconds of CPU: bench/offloop.py).
 HEAVY_BYTES = 64 * 1024
 HEAVY_EVENTS = 64
+# A job the worker has not answered in this long (a MiB takes it well under
+# 0.1 s of CPU) ends it: it is stuck, and its jobs are done on the loop.
+JOB_TIMEOUT_S = 10.0
+# The same, before the worker's first answer: its start (importing the
+# ledger's code, niced, on a loaded machine) can take seconds.
+START_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +95,10 @@ def is_heavy(data: bytes, events: int) -> bool:
 class _Worker:
     """One running worker process and the jobs it has not answered yet."""
 
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
+    def __init__(self, proc: asyncio.subprocess.Process, job_timeout_s: float) -> None:
+        self.proc, self.job_timeout_s = proc, job_timeout_s
+        self.killed = False  # ended by the loop (its reader may not have seen it yet)
+        self.answered = False  # it has answered a job: it has started
         self.pending: dict[int, asyncio.Future[Done]] = {}
         self.reader = asyncio.create_task(self._read(), name="step0-worker-reader")
 
@@ -102,6 +111,7 @@ class _Worker:
             while True:
                 (size,) = HEADER.unpack(await stdout.readexactly(HEADER.size))
                 done = decode(await stdout.readexactly(check_size(size)))
+                self.answered = True
                 future = self.pending.pop(done.id, None)
                 if future is not None and not future.done():
                     future.set_result(done)
@@ -109,7 +119,7 @@ class _Worker:
             pass
         except Exception as exc:  # noqa: BLE001 - a frame it should not send: it is ended
             failure = WorkerFailed(f"the step 0 worker sent what it should not: {exc}")
-            self.proc.kill()
+            self.kill()
         finally:
             for future in self.pending.values():
                 if not future.done():
@@ -118,7 +128,7 @@ class _Worker:
 
     @property
     def alive(self) -> bool:
-        return not self.reader.done()
+        return not (self.killed or self.reader.done())
 
     async def ask(self, job: Job) -> Done:
         stdin = self.proc.stdin
@@ -133,21 +143,33 @@ class _Worker:
         except (ConnectionError, RuntimeError) as exc:
             self.pending.pop(job.id, None)
             raise WorkerFailed(f"the step 0 worker process took no job: {exc}") from exc
-        done = await future
+        timeout_s = self.job_timeout_s if self.answered else max(self.job_timeout_s, START_TIMEOUT_S)
+        try:
+            async with asyncio.timeout(timeout_s):
+                done = await future
+        except TimeoutError:
+            self.kill()  # its reader then fails every job it holds
+            raise WorkerFailed(f"the step 0 worker answered no job in {timeout_s:g} s") from None
         if done.failure is not None:
             raise WorkerFailed(f"the step 0 worker failed: {done.failure}")
         return done
 
-    async def end(self) -> None:
+    def kill(self) -> None:
+        self.killed = True
         if self.proc.returncode is None:
             self.proc.kill()
+
+    async def end(self) -> None:
+        self.kill()
         await self.proc.wait()
         await asyncio.gather(self.reader, return_exceptions=True)
 
 
 class OffLoop:
-    def __init__(self, redactor: Redactor, max_request_bytes: int) -> None:
-        self._redactor, self._max_bytes = redactor, max_request_bytes
+    def __init__(
+        self, redactor: Redactor, max_request_bytes: int, job_timeout_s: float = JOB_TIMEOUT_S
+    ) -> None:
+        self._redactor, self._max_bytes, self._job_timeout_s = redactor, max_request_bytes, job_timeout_s
         self._worker: _Worker | None = None
         self._starting: asyncio.Lock | None = None
         self._ids = itertools.count()
@@ -179,7 +201,7 @@ class OffLoop:
             assert proc.stdin is not None
             patterns, keys = self._redactor.made_of
             proc.stdin.write(frame(Hello(patterns, list(keys))))
-            self._worker = _Worker(proc)
+            self._worker = _Worker(proc, self._job_timeout_s)
             return self._worker
 
     @property
