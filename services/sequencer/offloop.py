@@ -246,8 +246,13 @@ class OffLoop:
         assert done.command is not None
         return done.command, done.rules
 
-    async def close(self) -> None:
+    def forget_untaken(self) -> None:
+        """Drop what was prepared for requests no batch took (the intake
+        stopped and handed them back: redelivered, they are prepared again)."""
         self._ready.clear()
+
+    async def close(self) -> None:
+        self.forget_untaken()
         if self._worker is not None:
             await self._worker.end()
             self._worker = None

@@ -551,6 +551,7 @@ class Sequencer:
             # What was held for a foreign stream goes back at once (not after the ack wait).
             await asyncio.gather(*(m.nak() for m in held), return_exceptions=True)
             await intake.stop()
+            self._offloop.forget_untaken()  # every request taken was submitted above
             try:
                 await in_flight.put(None)
                 await finisher
