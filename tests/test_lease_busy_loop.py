@@ -70,8 +70,14 @@ async def test_adversarial_appends_and_display_names_cost_no_failover(
     nc = await nats.connect(nats_server.url)
     try:
         async with await LedgerClient.connect(nats_server.url, timeout=10.0) as client, Inbox(nc) as inbox:
-            actor = await client.ensure_actor("acme", "agent:adversary@1", "agent", display_name=ADVERSARIAL)
-            assert actor.display_name == DEFAULT_REDACTOR.redact_text(ADVERSARIAL) != ADVERSARIAL
+            # The largest adversarial command the field bounds let through
+            # (spec/wire.md: a display name of 1024 characters, 64 KiB of attributes).
+            name, note = ADVERSARIAL[400_000:401_024], ADVERSARIAL[450_000:500_000]
+            actor = await client.ensure_actor(
+                "acme", "agent:adversary@1", "agent", display_name=name, attributes={"note": note}
+            )
+            assert actor.display_name == DEFAULT_REDACTOR.redact_text(name) != name
+            assert actor.attributes["note"] == DEFAULT_REDACTOR.redact_text(note) != note
             lane = await client.create_lane("acme", "s", "r", "main", actor_id=actor.id)
             for seq in range(3):  # three, as in the issue: three failovers then
                 event = {
