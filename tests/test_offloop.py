@@ -221,8 +221,9 @@ async def test_the_worker_runs_niced_and_a_dead_one_is_replaced_without_losing_t
         assert pid is not None and offloop.take(light) is not None
         assert os.getpriority(os.PRIO_PROCESS, pid) >= os.getpriority(os.PRIO_PROCESS, 0) + WORKER_NICENESS
         msg = _msg(_request(LANE, 0, [{"text": JWT_CHAIN}]))
+        os.kill(pid, signal.SIGSTOP)  # so the job is still unanswered when it dies
         job = asyncio.create_task(offloop.run(msg, None, None))
-        await asyncio.sleep(0.05)  # the job sent; the worker dies in it (or before it)
+        await asyncio.sleep(0.05)
         os.kill(pid, signal.SIGKILL)
         with pytest.raises(WorkerFailed):  # the batch then prepares it on the loop
             await job
