@@ -74,9 +74,14 @@ async def test_adversarial_appends_and_display_names_cost_no_failover(
             # bounds"): the attack as a name is refused on decoding, naming it.
             with pytest.raises(InvalidRequest, match=r"\$\.display_name"):
                 await client.ensure_actor("acme", "agent:adversary@1", "agent", display_name=ADVERSARIAL)
-            name = "".join((unit * 300)[:256] for unit in UNITS)  # every unit, 1024 characters in all
-            actor = await client.ensure_actor("acme", "agent:adversary@1", "agent", display_name=name)
+            # The largest adversarial command the field bounds let through
+            # (spec/wire.md: a display name of 1024 characters, 64 KiB of attributes).
+            name, note = ADVERSARIAL[400_000:401_024], ADVERSARIAL[450_000:500_000]
+            actor = await client.ensure_actor(
+                "acme", "agent:adversary@1", "agent", display_name=name, attributes={"note": note}
+            )
             assert actor.display_name == DEFAULT_REDACTOR.redact_text(name) != name
+            assert actor.attributes["note"] == DEFAULT_REDACTOR.redact_text(note) != note
             lane = await client.create_lane("acme", "s", "r", "main", actor_id=actor.id)
             for seq in range(3):  # three, as in the issue: three failovers then
                 event = {

@@ -10,7 +10,9 @@ backlog limits, and the intake takes from them in turns:
   bound for each (round-robin, starting one further every batch), what is
   left to those with more. Work is counted, not requests, so a tenant with a
   deep backlog of huge or many-event requests delays another's request by
-  about one bounded batch, not by its backlog or its requests' size;
+  about one bounded batch, not by its backlog or its requests' size (and a
+  tenant's first request of a batch joins it beyond the budget spent by
+  another's, within its share of one more budget: ``_share``);
 * a tenant is taken from no faster than its ``append_rate`` in work tokens
   (``work_tokens``: one per event or per ``TOKEN_BYTES`` of request, at least
   one per request; a token bucket ``append_burst`` deep): what it sends
@@ -342,31 +344,58 @@ class Intake:
         """Rounds over the sources with requests ready: in each, every one
         takes up to its share of what the budget has left, the first request
         of each taken if it fits what is left (any request, while the batch
-        is empty); until the budget is spent or nobody can take more."""
+        is empty); until the budget is spent or nobody can take more.
+
+        A source's first request of the batch that no longer fits what is
+        left may still join beyond the budget if it fits the source's fair
+        share of one more budget (``overdraft``): another tenant's small
+        request is not sent to the next batch because one tenant's large
+        request spent this one's budget. A batch is so at most its first
+        request (or the budget, if more) plus one budget."""
         n = len(self._sources)
         order = [self._sources[(self._turn + i) % n] for i in range(n)]
         self._turn = (self._turn + 1) % n if n else 0
         b = self._budget
         left = _Left(b.requests, b.events, b.bytes)
+        one_more = _Left(b.requests, b.events, b.bytes)
         batch: list[Msg] = []
         active = [source for source in order if source.ready()]
+        first_round = True  # where each source's first request of the batch is
         while active:
-            share = left.share(len(active))  # each its own copy: what it took is its own
-            took = [self._take(source, left, dataclasses.replace(share), batch) for source in active]
+            # Each its own copy of its shares: what it took is its own.
+            share = left.share(len(active))
+            overdraft = one_more.share(len(active)) if first_round else None
+            took = [
+                self._take(
+                    source,
+                    left,
+                    dataclasses.replace(share),
+                    batch,
+                    overdraft and dataclasses.replace(overdraft),
+                )
+                for source in active
+            ]
             active = [source for source, any_taken in zip(active, took, strict=True) if any_taken]
+            first_round = False
         return batch
 
-    def _take(self, source: _Source, left: _Left, share: _Left, batch: list[Msg]) -> bool:
+    def _take(
+        self, source: _Source, left: _Left, share: _Left, batch: list[Msg], overdraft: _Left | None = None
+    ) -> bool:
         """Append to ``batch`` the source's requests in order while they fit
         what is ``left`` of the batch and its ``share`` of it (the first one
-        only what is left) and its rate, stopping before one whose gate has
+        only what is left, or else the ``overdraft`` beyond the budget: then
+        it alone is taken) and its rate, stopping before one whose gate has
         work to do (started aside: ``_hold``). Whether any was taken."""
         taken = 0
         while source.ready():
             first, work = source.held[0], source.next_work()
             assert work is not None  # ready: it has a next request
+            beyond = False
             if batch and not (left.fits(work) and (not taken or share.fits(work))):
-                break
+                if taken or overdraft is None or not overdraft.fits(work):
+                    break
+                beyond = True
             gate = None if self._gate is None or first is source.passed else self._gate(first, work)
             if gate is not None:
                 source.waiting = asyncio.create_task(self._hold(source, gate), name=f"gate-{source.stream}")
@@ -377,6 +406,8 @@ class Intake:
             taken += 1
             if source.bucket is not None:
                 source.bucket.take(work.tokens)
+            if beyond:
+                break
         return taken > 0
 
     async def _hold(self, source: _Source, work: Coroutine[Any, Any, int]) -> None:
