@@ -41,6 +41,10 @@ _CHECKED = (
 )
 
 
+# Turned on in an existing stream when wanted (it adds a way to publish and
+# takes nothing away); never turned off.
+_ENABLED_ON_UPGRADE = ("allow_atomic",)
+
 # What a tenants file may change on an existing tenant append stream.
 LIMITS = ("max_msgs", "max_bytes")
 
@@ -85,13 +89,19 @@ def _append_stream(
     )
 
 
-def events_stream_config(name: str, subjects: Subjects, replicas: int) -> StreamConfig:
-    return _permanent_stream(
+def events_stream_config(
+    name: str, subjects: Subjects, replicas: int, *, atomic: bool = False
+) -> StreamConfig:
+    """``atomic``: allow atomic batch publish (the mirror's; a server 2.12+,
+    ``laneledger.store.atomicbatch.supports_atomic``)."""
+    config = _permanent_stream(
         name,
         "laneledger committed events (stream sequence == ledger position)",
         subjects.events_wildcard,
         replicas,
     )
+    config.allow_atomic = atomic or None
+    return config
 
 
 def txlog_stream_config(subjects: Subjects, replicas: int) -> StreamConfig:
@@ -163,6 +173,12 @@ async def ensure_stream(
     }
     if differing and set(differing) <= set(updatable):
         await js.update_stream(wanted)
+        return
+    enable = [n for n in _ENABLED_ON_UPGRADE if getattr(wanted, n) and not getattr(info.config, n)]
+    if enable and not differing:
+        for name in enable:
+            setattr(info.config, name, True)
+        await js.update_stream(info.config)
         return
     if differing:
         raise InternalError(
