@@ -443,13 +443,15 @@ class Sequencer:
         everything the log does (a file that missed its last commits, or an
         empty one: the ledger is rebuilt from the log)."""
         s = self._settings
-        await ensure_stream(self._js, txlog_stream_config(s.subjects, s.replicas))
+        atomic = supports_atomic(self._nc)
+        await ensure_stream(self._js, txlog_stream_config(s.subjects, s.replicas, atomic=atomic))
         txlog = JetStreamTxLog(
             self._js,
             s.subjects,
             asyncio.get_running_loop(),
             max_payload=self._nc.max_payload,
             chain_key=self._writer.chain_key,
+            nc=self._nc,
         )
         await txlog.check_last_writer()  # another HMAC key on the log: do not start
         self._writer.use_txlog(txlog)

@@ -94,22 +94,23 @@ def events_stream_config(
 ) -> StreamConfig:
     """``atomic``: allow atomic batch publish (the mirror's; a server 2.12+,
     ``laneledger.store.atomicbatch.supports_atomic``)."""
-    config = _permanent_stream(
+    return _permanent_stream(
         name,
         "laneledger committed events (stream sequence == ledger position)",
         subjects.events_wildcard,
         replicas,
+        atomic,
     )
-    config.allow_atomic = atomic or None
-    return config
 
 
-def txlog_stream_config(subjects: Subjects, replicas: int) -> StreamConfig:
+def txlog_stream_config(subjects: Subjects, replicas: int, *, atomic: bool = False) -> StreamConfig:
+    """``atomic``: as ``events_stream_config`` (a record's parts as atomic batches)."""
     return _permanent_stream(
         subjects.txlog_stream,
         "laneledger writer transactions (the ledger's replicated source of truth)",
         subjects.txlog,
         replicas,
+        atomic,
     )
 
 
@@ -122,7 +123,9 @@ def tlog_stream_config(subjects: Subjects, replicas: int) -> StreamConfig:
     )
 
 
-def _permanent_stream(name: str, description: str, subject: str, replicas: int) -> StreamConfig:
+def _permanent_stream(
+    name: str, description: str, subject: str, replicas: int, atomic: bool = False
+) -> StreamConfig:
     """A stream nothing may shorten: no limits, no deletes, no purges."""
     return StreamConfig(
         name=name,
@@ -139,6 +142,7 @@ def _permanent_stream(name: str, description: str, subject: str, replicas: int) 
         deny_delete=True,
         deny_purge=True,
         allow_rollup_hdrs=False,
+        allow_atomic=atomic or None,
     )
 
 

@@ -95,19 +95,20 @@ async def publish_batch(
     messages: Sequence[tuple[str, bytes]],
     *,
     expected_last_sequence: int | None = None,
-    headers: dict[str, str] | None = None,
+    per_message_headers: Sequence[dict[str, str]] | None = None,
     timeout: float = 10.0,
 ) -> BatchAck:
     """Publish ``messages`` ((subject, body), 1..``MAX_MESSAGES`` of them) as
     one atomic batch and return the commit's ack, refusals included (its
-    ``error``). ``headers`` go on every message. Raises ``BatchUnanswered``
+    ``error``). ``per_message_headers[i]`` go on message i. Raises ``BatchUnanswered``
     when the commit is not answered within ``timeout``."""
     if not 1 <= len(messages) <= MAX_MESSAGES:
         raise ValueError(f"an atomic batch holds 1 to {MAX_MESSAGES} messages, not {len(messages)}")
     batch_id = _ids.next().decode()
     last = len(messages)
     for i, (subject, body) in enumerate(messages, 1):
-        message_headers = {**(headers or {}), BATCH_ID: batch_id, BATCH_SEQUENCE: str(i)}
+        own = per_message_headers[i - 1] if per_message_headers is not None else {}
+        message_headers = {**own, BATCH_ID: batch_id, BATCH_SEQUENCE: str(i)}
         if i == 1 and expected_last_sequence is not None:
             message_headers[EXPECTED_LAST_SEQUENCE] = str(expected_last_sequence)
         if i < last:
