@@ -155,6 +155,20 @@ def _drain_rows(r: dict) -> list[tuple[str, str]]:
     ]
 
 
+def _peers_rows(r: dict) -> list[tuple[str, str]]:
+    return [
+        (
+            f"beside python `eventsourcing` on SQLite (one fsync per append, ~"
+            f"{r['eventsourcing_sqlite']['mean_event_bytes']}-byte events), {n} event(s) per append, "
+            f"median of {r['rounds']} interleaved rounds: laneledger's sequencer / eventsourcing",
+            f"{_n(r[f'per_append_{n}']['laneledger']['events_per_s'])} / "
+            f"{_n(r[f'per_append_{n}']['eventsourcing']['events_per_s'])} events/s "
+            f"({r[f'per_append_{n}']['ratio']:.1f}×)",
+        )
+        for n in (1, 10)
+    ]
+
+
 def _canonical_rows(r: dict) -> list[tuple[str, str]]:
     return [
         (
@@ -385,6 +399,7 @@ BENCHES = [
         _drain_batched_rows,
     ),
     Bench("drain-signed", ["bench/drain.py", "--requests", "10000", "--signed"], _drain_signed_rows),
+    Bench("peers", ["bench/peers.py"], _peers_rows),
     Bench("redaction", ["bench/redaction.py"], _redaction_rows),
     Bench("verify", ["bench/verify.py"], _verify_rows),
     Bench("verify-stream", ["bench/verify.py", "--stream"], _verify_stream_rows),

@@ -48,6 +48,7 @@ from laneledger.runtime.throttledlog import ThrottledWarning
 from laneledger.sdk.blobstore import BlobBuckets
 from laneledger.store import LedgerWriter
 from laneledger.store.append import PreparedAppend, prepare_append, readable_ids
+from laneledger.store.atomicbatch import supports_atomic
 from laneledger.store.txlog import TxLogMoved
 from laneledger.store.txlogstream import JetStreamTxLog
 from laneledger.store.writer import BatchResult, rejection
@@ -295,7 +296,10 @@ class Sequencer:
 
     async def _ensure_events_stream(self) -> None:
         s = self._settings
-        await ensure_stream(self._js, events_stream_config(s.subjects.events_stream, s.subjects, s.replicas))
+        atomic = supports_atomic(self._nc)
+        await ensure_stream(
+            self._js, events_stream_config(s.subjects.events_stream, s.subjects, s.replicas, atomic=atomic)
+        )
 
     def _on_stream_fault(self, fault: StreamFault | None) -> None:
         """The mirror found what the ledger did not write on the committed
@@ -324,7 +328,7 @@ class Sequencer:
 
     async def start(self) -> None:
         s = self._settings
-        await ensure_stream(self._js, events_stream_config(s.subjects.events_stream, s.subjects, s.replicas))
+        await self._ensure_events_stream()
         tenants = s.tenants
         blobs = BlobBuckets(
             self._js,
@@ -452,13 +456,15 @@ class Sequencer:
         everything the log does (a file that missed its last commits, or an
         empty one: the ledger is rebuilt from the log)."""
         s = self._settings
-        await ensure_stream(self._js, txlog_stream_config(s.subjects, s.replicas))
+        atomic = supports_atomic(self._nc)
+        await ensure_stream(self._js, txlog_stream_config(s.subjects, s.replicas, atomic=atomic))
         txlog = JetStreamTxLog(
             self._js,
             s.subjects,
             asyncio.get_running_loop(),
             max_payload=self._nc.max_payload,
             chain_key=self._writer.chain_key,
+            nc=self._nc,
         )
         await txlog.check_last_writer()  # another HMAC key on the log: do not start
         self._writer.use_txlog(txlog)
