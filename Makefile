@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: run test test-fast test-programs mcp-inspector lint fault bench install clean sdk-ts sdk-ts-build
+.PHONY: run test test-fast test-programs mcp-inspector lint docs fault bench install clean sdk-ts sdk-ts-build
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ test-programs:
 	@$(PYTHON) tests/external_programs.py
 
 # In parallel: the tests mostly wait (on nats-servers, processes, timeouts),
-# so more workers than the 2 cores measured here pay off (README, Testing).
+# so more workers than the 2 cores measured here pay off (docs/testing.md).
 # Tests that must not overlap are grouped in tests/conftest.py.
 TEST_WORKERS ?= 4
 PYTEST_PARALLEL = $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
@@ -48,12 +48,18 @@ test-fast: $(STAMP)
 	$(PYTEST_PARALLEL) -m "not nats and not browser"
 
 # Also the layers (laneledger.devtools.layers): no upward import, no cycle;
-# and the TypeScript SDK's type check (sdk-ts: tsc, strict).
-lint: $(STAMP) sdk-ts
+# the TypeScript SDK's type check (sdk-ts: tsc, strict); and the docs site.
+lint: $(STAMP) sdk-ts docs
 	$(BIN)/python -m laneledger.devtools.layers
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+# The docs site (mkdocs.yml: docs/, spec/, the API reference from the
+# docstrings, the settings tables from each service's settings), built
+# strictly: a broken link or a warning fails. Into build/site/.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 # The TypeScript SDK (sdk-ts/): its npm packages exactly as package-lock.json
 # pins them (npm ci, again only when the lock file changes), then tsc, which

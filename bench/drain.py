@@ -61,7 +61,7 @@ async def run(
         nc = await nats.connect(server.url)
         js, subjects = nc.jetstream(), Subjects()
         await ensure_stream(js, append_stream_config("LEDGER_APPEND", subjects, 1))
-        await ensure_stream(js, events_stream_config("LEDGER_EVENTS", subjects, 1))
+        await ensure_stream(js, events_stream_config("LEDGER_EVENTS", subjects, 1, atomic=True))
         writer = LedgerWriter(open_ledger(Path(tmp) / "ledger.db"))
         key = generate_private_key() if signed else None
         actor = writer.ensure_actor(

@@ -24,6 +24,13 @@ each, with the file's limits and with acme's rate lifted, up to
 globex's receipt p99 with acme flooding (target: 30 ms, issue 34).
 ``--runs WORD`` keeps the runs whose name holds WORD.
 
+With each run's latency, the CPU seconds (utime + stime, /proc) spent over
+the run by the sequencer's event loop thread (``loop_cpu_s``: what every
+tenant's batches, receipts and lease wait behind), by the whole sequencer
+process (its writer thread too) and by its step 0 worker process
+(``prep_worker_cpu_s``, services/sequencer/prepworker.py), and the run's wall
+seconds: figures a loaded machine moves less than it moves the latency.
+
 The scenario itself (the two producers, the figures) is
 ``laneledger.devtools.fairness``, which ``tests/test_adversarial.py`` also
 runs on the deployment as rendered. Ends with one JSON line
@@ -46,6 +53,8 @@ from typing import Any
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(ROOT / "shared"))
+
+from append import cpu_seconds, thread_cpu_seconds  # noqa: E402
 
 from laneledger.devtools import fairness  # noqa: E402
 from laneledger.devtools.benchkit import die_with_parent, terminate  # noqa: E402
@@ -89,17 +98,33 @@ class Run:
                 raise RuntimeError("sequencer did not start: " + err.read_text()[-2000:])
             time.sleep(0.05)
 
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds so far: the sequencer's loop thread, the process, its worker."""
+        assert self.sequencer is not None
+        pid = self.sequencer.pid
+        try:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            children = []
+        return {
+            "loop_cpu_s": thread_cpu_seconds(pid).get(pid, 0.0),
+            "sequencer_cpu_s": cpu_seconds(pid),
+            "prep_worker_cpu_s": sum(cpu_seconds(int(child)) for child in children),
+        }
+
     async def measure(self) -> dict[str, Any]:
         self.nats.start()
         self.start_sequencer()
+        cpu_before, started = self.cpu(), time.monotonic()
         args = self.args
         load = fairness.Load(
             seconds=args.seconds, warmup_s=args.warmup, flood={"window": args.flood_window, **self.flood}
         )
         ledger = fairness.Ledger(url_of=lambda tenant: self.nats.url)
         result = await fairness.run(ledger, load, BENCH_DIR / "producer.py", self.dir)
+        cpu = {k: round(v - cpu_before[k], 2) for k, v in self.cpu().items()}
         del result["acme"], result["globex"]  # the producers' own counts: not reported
-        return {"run": self.name, **result}
+        return {"run": self.name, **result, **cpu, "wall_s": round(time.monotonic() - started, 2)}
 
     def close(self) -> None:
         if self.sequencer is not None:
@@ -148,6 +173,10 @@ async def main() -> None:
             f"p99 {result['globex_receipt_p99_ms']:.1f} ms, max {result['globex_receipt_max_ms']:.1f} ms "
             f"({result['globex_appends']} appends); acme committed {result['acme_committed_per_s']:,.0f}/s, "
             f"{result['acme_events_per_s']:,.0f} events/s"
+        )
+        log(
+            f"  CPU over {result['wall_s']:g} s: sequencer loop {result['loop_cpu_s']:.2f} s, "
+            f"process {result['sequencer_cpu_s']:.2f} s, step 0 worker {result['prep_worker_cpu_s']:.2f} s"
         )
         results.append(result)
     print(

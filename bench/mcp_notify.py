@@ -38,6 +38,7 @@ TENANT = "bench"
 
 
 async def run(args: argparse.Namespace) -> int:
+    from laneledger.mcp.serve import mcp_url_of
     from laneledger.sdk.client import LaneRecorder, LedgerClient
 
     bench = Bench(argparse.Namespace())
@@ -70,7 +71,7 @@ async def run(args: argparse.Namespace) -> int:
             stdin=asyncio.subprocess.DEVNULL,
         )
         assert mcp_proc.stdout is not None
-        url = (await asyncio.wait_for(mcp_proc.stdout.readline(), 30)).decode().split()[1]
+        url = mcp_url_of((await asyncio.wait_for(mcp_proc.stdout.readline(), 30)).decode())
         arrivals: asyncio.Queue[tuple[str, float]] = asyncio.Queue()
 
         async def on_message(message: object) -> None:

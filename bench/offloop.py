@@ -10,8 +10,9 @@ on it in one stretch:
 * **inline** (before services/sequencer/offloop.py): ``prepare_append`` with
   the default redactor, as ``Sequencer._prepare_batch`` ran it on the loop;
 * **aside**: what the loop still does for a request prepared in the worker
-  process: read its work (``intake.Work.of``), and unpickle the worker's
-  result (``offloop.Prepared``) as ``run_in_executor`` does.
+  process (services/sequencer/prepworker.py): read its work
+  (``intake.Work.of``), and decode the worker's answer (``prepworker.Done``:
+  msgpack, the prepared append and the references it names).
 
 Best of ``--rounds`` of process CPU time (no I/O, one process: no other
 load distorts it beyond the machine's speed). The last line is one JSON object.
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import pickle
 import sys
 import time
 from collections.abc import Callable
@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "shared"))
 from laneledger.contract.ids import new_id  # noqa: E402
 from laneledger.contract.redaction import DEFAULT_REDACTOR  # noqa: E402
 from laneledger.sdk.client import make_event  # noqa: E402
-from laneledger.services.sequencer import offloop  # noqa: E402
+from laneledger.services.sequencer import prepworker  # noqa: E402
 from laneledger.services.sequencer.intake import Work  # noqa: E402
 from laneledger.store.append import prepare_append  # noqa: E402
 
@@ -79,7 +79,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    offloop._start_worker(DEFAULT_REDACTOR)  # this process plays the worker too
+    done_decoder = msgspec.msgpack.Decoder(prepworker.Done)
     results: dict[str, dict[str, float]] = {}
     for name, data in SHAPES.items():
 
@@ -89,11 +89,13 @@ def main() -> None:
             except Exception:  # noqa: BLE001 - a refusal costs what it costs
                 pass
 
-        result = pickle.dumps(offloop._prepare(data, None, None, 1 << 20), protocol=pickle.HIGHEST_PROTOCOL)
+        # This process plays the worker too (a tenant's request: its references are found there).
+        job = prepworker.Job(0, data, "acme", None, 1 << 20)
+        answer = prepworker.frame(prepworker._do(job, DEFAULT_REDACTOR))[prepworker.HEADER.size :]
 
-        def aside(data: bytes = data, result: bytes = result) -> None:
+        def aside(data: bytes = data, answer: bytes = answer) -> None:
             Work.of(_Msg(data))
-            pickle.loads(result)
+            done_decoder.decode(answer)
 
         results[name] = {
             "bytes": len(data),

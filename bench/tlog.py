@@ -42,7 +42,7 @@ from laneledger.tlog.note import Signer
 PER_APPEND = 10
 APPENDS_PER_BATCH = 100
 LANES = 100
-TARGET = round(0.6 * 38_218)  # events/s: README, Performance (ratio target 0.6 of raw JetStream)
+TARGET = round(0.6 * 38_218)  # events/s: docs/performance.md (ratio target 0.6 of raw JetStream)
 
 
 REAL_EXTEND_TREE = txlog.extend_tree

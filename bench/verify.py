@@ -38,7 +38,8 @@ from pathlib import Path
 
 import nats
 
-from laneledger.audit.ledger import audit_ledger, check_stream
+from laneledger.audit.ledger import audit_ledger
+from laneledger.audit.stream import check_stream
 from laneledger.contract.model import CreateLane, EnsureActor, encode
 from laneledger.contract.signing import generate_private_key, public_key_hex
 from laneledger.devtools.natsserver import NatsServer

@@ -8,8 +8,10 @@ fixture as a parameter and imports nothing for it:
 * nats_fixtures.py: ``nats_server``, ``cluster``, ``nc``, ``js``
 * ledger_fixtures.py: ``sequencer``, ``sequencer_proc``, ``client``, ``actor``,
   ``small_sequencer``, ``small_ledger``
-* tail_fixtures.py: ``start_tail``
-* checkpoint_fixtures.py: ``checkpoint_service``, ``checkpoints``
+* tail_fixtures.py: ``start_tail``; and, for route logic without NATS,
+  ``client_in_process`` and ``start_tail_in_process`` (a module's overrides)
+* checkpoint_fixtures.py: ``checkpoint_service``, ``checkpoints``,
+  ``checkpoints_under_test`` (a contract suite's, in-process and over NATS)
 * browser_fixtures.py: ``browser``
 * deployment_fixtures.py: ``passwords``, ``secured_server``, ``tenant_server``,
   ``rendered_deployment``

@@ -9,11 +9,16 @@ decodes it, checks it (``prepare_append``) and decides it (the writer,
 ``decide_command``); the reply goes back through its wire encoding and the
 client's decoding, so an error arrives as the same typed error with the same
 details. What only NATS does (JetStream acks, reply size limits, subjects'
-permissions) is tested over NATS alone."""
+permissions) is tested over NATS alone.
+
+``WriterFollower`` stands in for following LEDGER_EVENTS: the read models
+(the tail's, the checkpoint service's anchor index) are fed the writer's
+committed events, in order, through their own ``apply_committed``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from nats.aio.client import Client as NATS
@@ -32,6 +37,7 @@ from laneledger.store.writer import rejection
 # nats-server's default max_payload: the sequencer sizes a structure page to
 # half of its connection's.
 NATS_MAX_PAYLOAD = 1024 * 1024
+FOLLOW_INTERVAL_S = 0.01  # how often WriterFollower.run looks for newly committed events
 
 
 class InProcessLedgerClient(LedgerClient):
@@ -76,3 +82,35 @@ class InProcessLedgerClient(LedgerClient):
             receipt = rejection(err, append_id=sent_append_id, lane_id=lane_id)
         [received] = decode(encode([receipt]), list[Receipt])  # a receipts message (spec/wire.md)
         return raise_if_rejected(received)
+
+
+class WriterFollower:
+    """Feeds ``apply_committed`` the writer's committed events after
+    ``applied()``, in order, one batch at a time, as a follower of the
+    committed stream would: ``run()`` forever (a task; cancel it), or
+    ``catch_up()`` now (to stand for a follower that is prompt: everything
+    committed before a request is applied before it is served)."""
+
+    def __init__(
+        self,
+        writer: LedgerWriter,
+        applied: Callable[[], int],
+        apply_committed: Callable[[list[tuple[int, bytes]]], Awaitable[None]],
+        *,
+        batch_size: int = 500,
+    ) -> None:
+        self._writer = writer
+        self._applied = applied
+        self._apply_committed = apply_committed
+        self._batch_size = batch_size
+        self._lock = asyncio.Lock()  # one batch at a time: a position is applied once
+
+    async def catch_up(self) -> None:
+        async with self._lock:
+            while batch := self._writer.reader.events_after(self._applied(), self._batch_size):
+                await self._apply_committed(batch)
+
+    async def run(self) -> None:
+        while True:
+            await self.catch_up()
+            await asyncio.sleep(FOLLOW_INTERVAL_S)

@@ -32,6 +32,9 @@ from laneledger.services.sequencer.service import Sequencer, SequencerSettings
 from laneledger.store import LedgerWriter, open_ledger
 
 SMALL_REQUEST_LIMIT = 16 * 1024  # small_sequencer's max_request_bytes
+# The in-process sequencers' pull requests last this long (the service's: 1 s):
+# stopping one waits for the open request to end, at every test's teardown.
+PULL_EXPIRES_S = 0.2
 
 
 async def start_sequencer(nc: NATS, db_path: Path, settings: SequencerSettings) -> Sequencer:
@@ -46,7 +49,9 @@ async def sequencer(nc: NATS, tmp_path: Path) -> AsyncIterator[Sequencer]:
     """The real sequencer, running in this test's event loop on its own NATS
     connection and a SQLite file in ``tmp_path``. Crash tests run it as a
     subprocess instead (``sequencer_proc``)."""
-    service = await start_sequencer(nc, tmp_path / "ledger.db", SequencerSettings())
+    service = await start_sequencer(
+        nc, tmp_path / "ledger.db", SequencerSettings(pull_expires_s=PULL_EXPIRES_S)
+    )
     try:
         yield service
     finally:
@@ -56,7 +61,7 @@ async def sequencer(nc: NATS, tmp_path: Path) -> AsyncIterator[Sequencer]:
 @pytest_asyncio.fixture
 async def small_sequencer(nc: NATS, tmp_path: Path) -> AsyncIterator[Sequencer]:
     """A sequencer whose request size limit is ``SMALL_REQUEST_LIMIT``."""
-    settings = SequencerSettings(max_request_bytes=SMALL_REQUEST_LIMIT)
+    settings = SequencerSettings(max_request_bytes=SMALL_REQUEST_LIMIT, pull_expires_s=PULL_EXPIRES_S)
     service = await start_sequencer(nc, tmp_path / "ledger.db", settings)
     try:
         yield service

@@ -10,8 +10,12 @@ A test using ``nats_server`` or ``cluster`` is marked ``nats`` automatically
 
 from __future__ import annotations
 
+import json
+import re
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import nats
 import pytest
@@ -22,6 +26,18 @@ from nats.js import JetStreamContext
 
 from laneledger.devtools.natscluster import NatsCluster
 from laneledger.devtools.natsserver import NatsServer
+
+_MONITOR = re.compile(r"Starting http monitor on (\S+:\d+)")
+
+
+def jetstream_settings(server: NatsServer) -> dict[str, Any]:
+    """What a running server says of its JetStream settings (``/varz``);
+    it must have been started with monitoring (``-m -1``)."""
+    found = _MONITOR.findall(server.log_text())
+    assert found, "the server was started without monitoring (-m -1)"
+    with urllib.request.urlopen(f"http://{found[-1]}/varz", timeout=5) as reply:
+        settings: dict[str, Any] = json.load(reply)["jetstream"]["config"]
+    return settings
 
 
 @pytest.fixture

@@ -74,8 +74,8 @@ class Phoenix:
                     self.startup_s = time.monotonic() - began
                     print(f"Phoenix ready in {self.startup_s:.1f} s at {self.url}", file=sys.stderr)
                     return self
-            except requests.ConnectionError:
-                pass
+            except (requests.ConnectionError, requests.Timeout):
+                pass  # not listening yet, or listening but still starting (a read timeout)
             time.sleep(0.25)
         self.stop()  # a Phoenix that never became ready is not left running (it was, on a loaded machine)
         raise RuntimeError(f"Phoenix not ready in {STARTUP_TIMEOUT_S} s:\n{self.log_text()[-3000:]}")

@@ -1,4 +1,4 @@
-"""laneledger exactly as the README tells ops to deploy it for many tenants:
+"""laneledger exactly as the docs tell ops (docs/tenants.md) to deploy it for many tenants:
 ``laneledger nats-config --tenants-file`` renders ``deploy/nats.conf``, a real
 nats-server runs on the rendered file (port picked by the server, its store
 in the test's directory), and every service runs as its own OS process and
@@ -29,6 +29,7 @@ own NATS account). The fixture is ``rendered_deployment``
         d.permission_violations()                           # what nats-server refused anyone
         # (at teardown the fixture fails if it refused a service's user anything)
         await d.verify()                                    # `laneledger verify --db` on the active's file
+        mcp = await d.start_mcp()                           # `laneledger mcp --serve` over the tail
 
 The tenants are ``TENANTS`` (acme and globex), with the limits of
 ``TENANTS_FILE``; a test sets others with ``@pytest.mark.tenants_file(text)``.
@@ -123,6 +124,7 @@ class RenderedDeployment:
     checkpoint: ServiceProcess
     metrics: ServiceProcess
     tenants: tuple[str, ...] = TENANTS
+    mcp: ServiceProcess | None = None  # started by start_mcp, for the tests that read over MCP
     _clients: list[LedgerClient] = field(default_factory=list)
 
     # -- who connects how -------------------------------------------------------
@@ -133,7 +135,7 @@ class RenderedDeployment:
 
     async def connect(self, tenant: str, **kwargs: Any) -> LedgerClient:
         """A client of ``tenant``'s producer, as ``producer-<tenant>``
-        (``LedgerClient.connect(url, tenant=T)``, as the README says)."""
+        (``LedgerClient.connect(url, tenant=T)``, as docs/nats-conf.md says)."""
         client = await LedgerClient.connect(self.url(f"producer-{tenant}"), tenant=tenant, **kwargs)
         self._clients.append(client)
         return client
@@ -178,6 +180,24 @@ class RenderedDeployment:
             yield nc
         finally:
             await nc.close()
+
+    async def start_mcp(self) -> ServiceProcess:
+        """The MCP server as its container runs it (``laneledger mcp --serve``,
+        its tail URL from the environment), on a port the OS picks; its
+        endpoint is ``<http_url>/mcp``, each client with its own token."""
+        if self.mcp is None:
+            self.mcp = ServiceProcess(
+                "laneledger.cli",
+                ["mcp", "--serve"],
+                self.dir / "mcp",
+                log_name="mcp",
+                env={
+                    "LANELEDGER_MCP_LISTEN": "127.0.0.1:0",
+                    "LANELEDGER_MCP_TAIL_URL": str(self.tail.http_url),
+                },
+            )
+        await asyncio.to_thread(self.mcp.start, 30)
+        return self.mcp
 
     # -- the sequencers -----------------------------------------------------------
 
@@ -231,7 +251,8 @@ class RenderedDeployment:
 
     @property
     def services(self) -> tuple[ServiceProcess, ...]:
-        return (self.sequencer, self.standby, self.tail, self.checkpoint, self.metrics)
+        found = (self.sequencer, self.standby, self.tail, self.checkpoint, self.metrics)
+        return found if self.mcp is None else (*found, self.mcp)
 
     def stop(self) -> None:
         for proc in reversed(self.services):

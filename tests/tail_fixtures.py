@@ -7,10 +7,25 @@
       tail = await start_tail(**TailSettings overrides)
       tail.api.get("/api/v1/lanes"); tail.feed.applied
       await start_tail.stop(tail)   # else every tail started is stopped at teardown
+
+* The same without NATS, for tests of route logic (``make test-fast``): the
+  real ``TailService`` app served by aiohttp's ``TestServer``, its read model
+  fed what an in-process ``LedgerWriter`` commits (``WriterFollower``, through
+  the service's own ``apply_committed``), its structure reads
+  answered by that writer. A module opts in by replacing two fixtures; its
+  tests are unchanged::
+
+      client = pytest.fixture(client_in_process, name="client")
+      start_tail = pytest_asyncio.fixture(start_tail_in_process, name="start_tail")
+
+  What only the real stream shows (SSE over a live follower, restart of the
+  follower, readiness, blobs in JetStream, NATS users) stays on ``start_tail``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,14 +34,19 @@ from typing import Any
 import aiohttp
 import nats
 import pytest_asyncio
+from aiohttp.test_utils import TestServer
+from inprocess_ledger import InProcessLedgerClient, WriterFollower
+from ledger_fixtures import LedgerUnderTest
 from nats.aio.client import Client as NATS
 from tail_support import TailAPI
 
 from laneledger.devtools.natsserver import NatsServer
+from laneledger.sdk.client import LedgerClient
 from laneledger.services.tail.service import TailService, TailSettings
+from laneledger.store import LedgerWriter
 
 
-@dataclass
+@dataclass(eq=False)  # a key of the in-process starter: by identity
 class RunningTail:
     service: TailService
     api: TailAPI
@@ -74,3 +94,77 @@ async def start_tail(nats_server: NatsServer, tmp_path: Path) -> AsyncIterator[T
         finally:
             for tail in list(starter.running):
                 await starter.stop(tail)
+
+
+# -- without NATS ------------------------------------------------------------------------
+
+
+class InProcessTailStarter:
+    """``start_tail``'s interface (``RunningTail``, ``stop``) over a writer in
+    this process; ``nc`` is never connected, so a use of NATS fails loudly."""
+
+    def __init__(self, writer: LedgerWriter, data_dir: Path, session: aiohttp.ClientSession) -> None:
+        self._writer = writer
+        self._data_dir = data_dir
+        self._session = session
+        self._running: dict[RunningTail, tuple[TestServer, asyncio.Task[None]]] = {}
+
+    async def __call__(self, **overrides: Any) -> RunningTail:
+        overrides.setdefault("data_dir", self._data_dir)
+        nc = NATS()
+        service = TailService(nc, TailSettings(**overrides), ledger=InProcessLedgerClient(self._writer))
+        server = TestServer(service.app, host="127.0.0.1", port=0)
+        await server.start_server()
+        url = str(server.make_url("")).rstrip("/")
+        tail = RunningTail(service, TailAPI(url, self._session), url, nc)
+        follower = asyncio.create_task(
+            WriterFollower(
+                self._writer,
+                lambda: service.feed.applied,
+                service.apply_committed,
+                batch_size=service.settings.batch_size,
+            ).run(),
+            name="tail-follow-writer",
+        )
+        self._running[tail] = (server, follower)
+        return tail
+
+    async def stop(self, tail: RunningTail) -> None:
+        if tail not in self._running:
+            return
+        server, follower = self._running.pop(tail)
+        follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follower
+        await server.close()
+        await tail.service.stop()
+
+    async def stop_all(self) -> None:
+        for tail in list(self._running):
+            await self.stop(tail)
+
+
+def client_in_process(ledger_in_process: LedgerUnderTest) -> LedgerClient:
+    """A module's ``client`` (see this module's docstring): the in-process
+    ledger's, so ``actor`` and the tail's writer are the same store."""
+    return ledger_in_process.client
+
+
+@contextlib.asynccontextmanager
+async def in_process_tails(writer: LedgerWriter, data_dir: Path) -> AsyncIterator[InProcessTailStarter]:
+    """Tails in-process over ``writer``, all stopped on exit (for a test with
+    a writer of its own, e.g. HMAC-keyed; else ``start_tail_in_process``)."""
+    async with aiohttp.ClientSession(read_bufsize=1 << 21) as session:
+        starter = InProcessTailStarter(writer, data_dir, session)
+        try:
+            yield starter
+        finally:
+            await starter.stop_all()
+
+
+async def start_tail_in_process(
+    ledger_in_process: LedgerUnderTest, tmp_path: Path
+) -> AsyncIterator[InProcessTailStarter]:
+    """A module's ``start_tail`` (see this module's docstring)."""
+    async with in_process_tails(ledger_in_process.writer, tmp_path / "tail") as starter:
+        yield starter

@@ -11,7 +11,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from sequencer_process import wait_for_stream
 
-from laneledger.audit.ledger import audit_ledger, compare_with_stream
+from laneledger.audit.ledger import audit_ledger
+from laneledger.audit.stream import compare_with_stream
 from laneledger.contract import errors
 from laneledger.contract.canonical import canonicalize
 from laneledger.contract.chain import GENESIS_HASH, entry_hash

@@ -29,7 +29,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from raw_appends import Inbox
 
-from laneledger.audit.ledger import audit_ledger, check_stream
+from laneledger.audit.ledger import audit_ledger
+from laneledger.audit.stream import check_stream
 from laneledger.contract.errors import ERRORS_BY_CODE, RequestError, StoreError
 from laneledger.contract.model import AppendCommitted, AppendRejected, ReplyError, ReplyOk, decoder
 from laneledger.contract.subjects import Subjects

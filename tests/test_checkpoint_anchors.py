@@ -7,6 +7,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from checkpoint_fixtures import (
+    CHECKPOINTS_OVER_NATS_ONLY,
+    checkpoints_of_checkpoints_under_test,
+    client_of_checkpoints_under_test,
+)
 from polling import eventually
 
 from laneledger.contract import errors
@@ -14,6 +19,10 @@ from laneledger.contract.ids import new_id
 from laneledger.contract.model import Actor, Anchor
 from laneledger.sdk.checkpoints import AnchorMismatch, AnchorNotCommitted, CheckpointClient, anchor_of
 from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
+
+# The checkpoint contract, run in-process and over NATS (checkpoint_fixtures.py).
+client = pytest.fixture(client_of_checkpoints_under_test, name="client")
+checkpoints = pytest.fixture(checkpoints_of_checkpoints_under_test, name="checkpoints")
 
 FORMAT = "application/vnd.tests.state+json;version=1"
 
@@ -107,7 +116,7 @@ async def test_an_unknown_lane_times_out_with_the_typed_error(client, actor, che
 
 
 async def test_an_anchor_ahead_succeeds_once_the_event_commits_within_the_wait(
-    client, actor, checkpoints: CheckpointClient, checkpoint_service
+    client, actor, checkpoints: CheckpointClient, checkpoints_under_test
 ):
     recorder = await lane_with_events(client, actor, 2)
     # Event ids are the producer's: the anchor can name the next event first.
@@ -118,7 +127,8 @@ async def test_an_anchor_ahead_succeeds_once_the_event_commits_within_the_wait(
     )
     try:
         await eventually(
-            lambda: checkpoint_service.anchors.waiting == 1, what="the save to be waiting for its anchor"
+            lambda: checkpoints_under_test.service.anchors.waiting == 1,
+            what="the save to be waiting for its anchor",
         )
         assert not saving.done()
         receipt = await recorder.append([upcoming])
@@ -135,7 +145,7 @@ async def test_an_anchor_ahead_succeeds_once_the_event_commits_within_the_wait(
 
 
 async def test_an_anchor_ahead_that_commits_as_another_event_is_a_mismatch(
-    client, actor, checkpoints: CheckpointClient, checkpoint_service
+    client, actor, checkpoints: CheckpointClient, checkpoints_under_test
 ):
     recorder = await lane_with_events(client, actor, 1)
     anchor = Anchor(lane_id=recorder.lane.id, seq=2, event_id=new_id())
@@ -144,7 +154,8 @@ async def test_an_anchor_ahead_that_commits_as_another_event_is_a_mismatch(
     )
     try:
         await eventually(
-            lambda: checkpoint_service.anchors.waiting == 1, what="the save to be waiting for its anchor"
+            lambda: checkpoints_under_test.service.anchors.waiting == 1,
+            what="the save to be waiting for its anchor",
         )
         receipt = await recorder.append([recorder.event("turn.started", actor_id=actor.id)])
         with pytest.raises(AnchorMismatch) as caught:
@@ -154,6 +165,7 @@ async def test_an_anchor_ahead_that_commits_as_another_event_is_a_mismatch(
     assert caught.value.details["committed_event_id"] == receipt.event_ids[0]
 
 
+@CHECKPOINTS_OVER_NATS_ONLY
 async def test_the_index_keeps_its_position_with_what_it_derived(client, actor, checkpoint_service, js):
     await lane_with_events(client, actor, 5)
     # The receipt comes before the sequencer publishes to the stream: wait for both.

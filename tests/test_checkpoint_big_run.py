@@ -18,7 +18,7 @@ from laneledger.sdk.client import LaneRecorder
 pytestmark = pytest.mark.timeout(120)
 
 FORMAT = "application/vnd.tests.loop-state+json;version=1"
-ACTIONS = 450  # ~1.1 MB of action names: the structure alone is over the 1 MiB max_payload
+ACTIONS = 1100  # ~1.1 MB of action names (each at its 1024-character bound): over the 1 MiB max_payload
 BULKY = 400  # events of ~3.5 kB: 1000 of them are far over one reply, 400 are ~1.4 MB
 
 
@@ -33,7 +33,7 @@ async def big_run(client, actor) -> tuple[LaneRecorder, list, list]:
     actions = await asyncio.gather(
         *(
             client.create_action(
-                main.lane.id, turn.id, "tool_call", f"{i:04d}" + "n" * 2500, effect=effect, idempotency=idem
+                main.lane.id, turn.id, "tool_call", f"{i:04d}" + "n" * 1020, effect=effect, idempotency=idem
             )
             for i, (effect, idem) in enumerate(kinds)
         )
@@ -48,7 +48,13 @@ async def big_run(client, actor) -> tuple[LaneRecorder, list, list]:
     assert len((await client.load_session("big")).actions) == len(actions) + 1
 
     await main.append([main.event("run.started", actor_id=actor.id, subject_id="r1")])
-    await main.append([main.event("attempt.requested", actor_id=actor.id, subject_id=a.id) for a in attempts])
+    for start in range(0, len(attempts), 500):  # at most 1000 events per append
+        await main.append(
+            [
+                main.event("attempt.requested", actor_id=actor.id, subject_id=a.id)
+                for a in attempts[start : start + 500]
+            ]
+        )
     for start in range(0, BULKY, 200):  # a path is never moved to a blob: the events stay big
         await main.append(
             [
@@ -56,9 +62,14 @@ async def big_run(client, actor) -> tuple[LaneRecorder, list, list]:
                 for i in range(start, start + 200)
             ]
         )
-    await main.append(
-        [main.event("attempt.completed", actor_id=actor.id, subject_id=a.id) for a in attempts[:-3]]
-    )
+    completed = attempts[:-3]
+    for start in range(0, len(completed), 500):
+        await main.append(
+            [
+                main.event("attempt.completed", actor_id=actor.id, subject_id=a.id)
+                for a in completed[start : start + 500]
+            ]
+        )
     await side.append([side.event("attempt.requested", actor_id=actor.id, subject_id=side_attempt.id)])
     return main, attempts, [side_attempt]
 
@@ -70,7 +81,9 @@ async def test_a_run_larger_than_one_reply_is_planned_and_inspected(
     # What the service used to read, now in pages (structure, then events).
     assert len((await client.load_run("big", "r1")).events) == 2 + BULKY + 2 * len(attempts) - 3
     with pytest.raises(errors.RequestTooLarge):
-        await client.load_lane(main.lane.id, 0, limit=1000)  # one page of 1000 is too large too
+        # one page of 1000 from the bulky events on (run.started and the
+        # requested attempts come first) is too large too
+        await client.load_lane(main.lane.id, 1 + len(attempts), limit=1000)
     head = main.head
 
     # The whole lane, no checkpoint: the service sends what fits one reply,

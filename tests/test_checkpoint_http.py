@@ -1,5 +1,8 @@
 """The checkpoint service's HTTP reads: the same answers as over NATS, errors
-as {"error": ErrorBody} with spec/errors.md's status, and the ops endpoints."""
+as {"error": ErrorBody} with spec/errors.md's status, and the ops endpoints.
+The routes' logic runs twice (``checkpoints_under_test``: the service
+in-process, and over NATS); artifacts (JetStream's object store) and
+readiness over NATS alone."""
 
 from __future__ import annotations
 
@@ -7,7 +10,14 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import msgspec
+import pytest
 import pytest_asyncio
+from checkpoint_fixtures import (
+    CHECKPOINTS_OVER_NATS_ONLY,
+    CheckpointsUnderTest,
+    checkpoints_of_checkpoints_under_test,
+    client_of_checkpoints_under_test,
+)
 from polling import eventually
 
 from laneledger.contract.model import Checkpoint, RecoveryPlan, RevisionPage, RunInspection
@@ -18,10 +28,13 @@ from laneledger.services.checkpoint.http import checkpoint_app
 
 FORMAT = "application/vnd.tests.loop-state+json;version=1"
 
+client = pytest.fixture(client_of_checkpoints_under_test, name="client")
+checkpoints = pytest.fixture(checkpoints_of_checkpoints_under_test, name="checkpoints")
+
 
 @pytest_asyncio.fixture
-async def http(checkpoint_service) -> AsyncIterator[tuple[aiohttp.ClientSession, str]]:
-    app = checkpoint_app(checkpoint_service)
+async def http(checkpoints_under_test: CheckpointsUnderTest) -> AsyncIterator[aiohttp.ClientSession]:
+    app = checkpoint_app(checkpoints_under_test.service)
     runner, port = await start_http(app, "127.0.0.1", 0)
     try:
         async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as session:
@@ -72,11 +85,17 @@ async def test_reads_over_http(http, client, actor, checkpoints: CheckpointClien
     status, body = await get(session, "/api/v1/info")
     assert status == 200 and msgspec.json.decode(body)["max_inline_bytes"] == 4096
 
+
+@CHECKPOINTS_OVER_NATS_ONLY
+async def test_an_artifact_over_http(http, checkpoints: CheckpointClient):
+    session = http
     blob = b"artifact bytes over http"
     ref = await checkpoints.put_artifact(blob, "text/plain")
     async with session.get(f"/api/v1/artifacts/{ref.sha256}") as response:
         assert response.status == 200 and await response.read() == blob
         assert response.headers["ETag"] == f'"{ref.sha256}"'
+    status, _ = await get(session, f"/api/v1/artifacts/{'0' * 64}")
+    assert status == 404
 
 
 async def test_errors_over_http(http, checkpoints: CheckpointClient):
@@ -89,8 +108,6 @@ async def test_errors_over_http(http, checkpoints: CheckpointClient):
     assert status == 400 and error["code"] == "invalid_request"
     status, body = await get(session, "/api/v1/revisions", key="k", limit="many")
     assert status == 400 and msgspec.json.decode(body)["error"]["details"]["path"] == "$.limit"
-    status, _ = await get(session, f"/api/v1/artifacts/{'0' * 64}")
-    assert status == 404
     status, body = await get(session, "/api/v1/artifacts/not-a-sha")
     error = msgspec.json.decode(body)["error"]
     assert status == 400 and error["details"]["parameter"] == "sha256", error
@@ -110,6 +127,7 @@ async def test_errors_over_http(http, checkpoints: CheckpointClient):
         assert (await response.json())["error"]["details"]["parameter"] == "key"
 
 
+@CHECKPOINTS_OVER_NATS_ONLY  # /readyz: connected to NATS
 async def test_ops_endpoints_and_save_metrics(http, checkpoints: CheckpointClient, checkpoint_service):
     session = http
     await checkpoints.save("m", expected_revision=0, format=FORMAT, state=1)

@@ -4,10 +4,18 @@ and the lane's unresolved attempts with their retry-safety verdict."""
 from __future__ import annotations
 
 import pytest
+from checkpoint_fixtures import (
+    checkpoints_of_checkpoints_under_test,
+    client_of_checkpoints_under_test,
+)
 
 from laneledger.contract import errors
 from laneledger.sdk.checkpoints import CheckpointClient, anchor_of
 from laneledger.sdk.client import LaneRecorder
+
+# The checkpoint contract, run in-process and over NATS (checkpoint_fixtures.py).
+client = pytest.fixture(client_of_checkpoints_under_test, name="client")
+checkpoints = pytest.fixture(checkpoints_of_checkpoints_under_test, name="checkpoints")
 
 FORMAT = "application/vnd.tests.loop-state+json;version=1"
 

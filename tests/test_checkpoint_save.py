@@ -1,9 +1,12 @@
-"""Checkpoint saves against the real checkpoint service and sequencer over a
-real nats-server: revisions, idempotency, reads, inline limits."""
+"""The checkpoint store's contract: revisions, idempotency, reads, inline
+limits. Run twice (``checkpoints_under_test``): against the checkpoint
+service in-process, and over a real nats-server through the real service
+and sequencer; what only NATS does (raw requests, artifacts) over NATS alone."""
 
 from __future__ import annotations
 
 import pytest
+from checkpoint_fixtures import CHECKPOINTS_OVER_NATS_ONLY, checkpoints_of_checkpoints_under_test
 
 from laneledger.contract import errors
 from laneledger.contract.ids import new_id
@@ -11,6 +14,8 @@ from laneledger.contract.model import ProposedCheckpoint, SaveCheckpoint, encode
 from laneledger.sdk.checkpoints import CheckpointClient, RevisionConflict, content_digest, state_digest
 
 FORMAT = "application/vnd.tests.loop-state+json;version=1"
+
+checkpoints = pytest.fixture(checkpoints_of_checkpoints_under_test, name="checkpoints")
 
 
 async def test_first_save_is_revision_one_and_each_save_the_next(checkpoints: CheckpointClient):
@@ -94,6 +99,7 @@ async def test_get_of_an_unknown_id_is_not_found(checkpoints: CheckpointClient):
     assert caught.value.details == {"kind": "checkpoint", "id": "no-such-checkpoint"}
 
 
+@CHECKPOINTS_OVER_NATS_ONLY
 async def test_inline_state_over_the_limit_is_refused_or_spilled(checkpoints: CheckpointClient, nc):
     big = {"text": "x" * 5000}  # the fixture's service allows 4096 inline bytes
     proposal = ProposedCheckpoint(id=new_id(), key="k6", format=FORMAT, state=big)
@@ -109,6 +115,7 @@ async def test_inline_state_over_the_limit_is_refused_or_spilled(checkpoints: Ch
     assert await checkpoints.load_state(saved) == big
 
 
+@CHECKPOINTS_OVER_NATS_ONLY
 async def test_adversarial_inline_state_is_refused_promptly_and_the_service_goes_on(
     checkpoints: CheckpointClient, nc
 ):
@@ -126,6 +133,7 @@ async def test_adversarial_inline_state_is_refused_promptly_and_the_service_goes
     assert saved.revision == 1
 
 
+@CHECKPOINTS_OVER_NATS_ONLY
 async def test_requests_are_checked(checkpoints: CheckpointClient, nc):
     with pytest.raises(errors.InvalidRequest):
         await checkpoints.save("k7", expected_revision=0, format=FORMAT, state=1, terminal=True)

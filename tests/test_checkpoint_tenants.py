@@ -7,12 +7,20 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
+from checkpoint_fixtures import (
+    checkpoints_of_checkpoints_under_test,
+    client_of_checkpoints_under_test,
+)
 
 from laneledger.contract.errors import EntityNotFound, RevisionConflict
 from laneledger.contract.model import ArtifactRef, Checkpoint, ProposedCheckpoint, encode
 from laneledger.sdk.checkpoints import AnchorNotCommitted, anchor_of
 from laneledger.sdk.client import LaneRecorder
 from laneledger.services.checkpoint.store import SCHEMA_VERSION, CheckpointStore, LaneEvent
+
+# The checkpoint contract, run in-process and over NATS (checkpoint_fixtures.py).
+client = pytest.fixture(client_of_checkpoints_under_test, name="client")
+checkpoints = pytest.fixture(checkpoints_of_checkpoints_under_test, name="checkpoints")
 
 FORMAT = "application/vnd.tests.state+json;version=1"
 

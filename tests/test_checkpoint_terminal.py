@@ -7,6 +7,11 @@ between) is reported by inspection and by reconcile."""
 from __future__ import annotations
 
 import pytest
+from checkpoint_fixtures import (
+    CHECKPOINTS_OVER_NATS_ONLY,
+    checkpoints_of_checkpoints_under_test,
+    client_of_checkpoints_under_test,
+)
 
 from laneledger.contract.model import Actor
 from laneledger.sdk.checkpoints import (
@@ -16,6 +21,10 @@ from laneledger.sdk.checkpoints import (
     reconcile,
 )
 from laneledger.sdk.client import LaneRecorder, LedgerClient
+
+# The checkpoint contract, run in-process and over NATS (checkpoint_fixtures.py).
+client = pytest.fixture(client_of_checkpoints_under_test, name="client")
+checkpoints = pytest.fixture(checkpoints_of_checkpoints_under_test, name="checkpoints")
 
 FORMAT = "application/vnd.tests.loop-state+json;version=1"
 
@@ -79,6 +88,7 @@ async def test_link_and_run_completion_in_one_inspectable_append(
     assert await reconcile(checkpoints, min_position=completed.position) == []
 
 
+@CHECKPOINTS_OVER_NATS_ONLY  # reconcile() given a LedgerClient makes its own CheckpointClient: NATS
 async def test_a_terminal_revision_saved_but_never_linked_is_reported(client, actor, checkpoints):
     recorder = await open_lane(client, actor)
     # The harness saved its terminal checkpoint and crashed before the link.

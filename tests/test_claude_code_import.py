@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from msgspec import UNSET
 
-from laneledger.compat.claudecode import IMPORT_GUARANTEES, ClaudeCodeImport
+from laneledger.compat.claudecode import ClaudeCodeImport
+from laneledger.compat.claudecode_names import IMPORT_GUARANTEES
 from laneledger.contract.errors import InvalidRequest, MalformedMessage
 from laneledger.sdk.guarantees import AdapterGuarantees
 from laneledger.sdk.spine import spawned_by, spine_role

@@ -20,7 +20,8 @@ from korg_dogfood import dogfood
 from msgspec import UNSET
 from test_claude_code_import import FIXTURES, VERSION, import_capture, run_cli
 
-from laneledger.compat.claudecode import ClaudeCodeImport, subagent_display_id
+from laneledger.compat.claudecode import ClaudeCodeImport
+from laneledger.compat.claudecode_names import subagent_display_id
 from laneledger.contract.errors import InvalidRequest
 from laneledger.history.branching import rewind_session, session_graph
 from laneledger.history.rewind import Invalidation

@@ -9,9 +9,15 @@ import subprocess
 import sys
 
 import pytest
+import pytest_asyncio
 from source_copy import copy_sources
+from tail_fixtures import client_in_process, start_tail_in_process
 
 from laneledger.services.tail.console import ASSETS, DIRECTORY, PAGE
+
+# Route logic: the tail's app in-process over an in-process writer (tail_fixtures.py).
+client = pytest.fixture(client_in_process, name="client")
+start_tail = pytest_asyncio.fixture(start_tail_in_process, name="start_tail")
 
 pytestmark = pytest.mark.timeout(90)
 

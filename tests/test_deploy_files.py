@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from docs_support import docs_hooks
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -66,6 +67,31 @@ def test_every_variable_set_is_one_the_service_reads(service):
     assert f"{SERVICES[service]}:{SERVICES[service]}" in spec["ports"]
 
 
+def test_the_mcp_container_serves_laneledger_mcp_over_the_tail():
+    """Not a NATS service: a client of the tail, configured by environment
+    (what ``laneledger mcp --help`` reads), with a health check like the others."""
+    text = dockerfile("mcp")
+    assert 'CMD ["python", "-m", "laneledger.cli", "mcp", "--serve"]' in text
+    assert re.search(r"^USER (?!root)\w+", text, re.M), "runs as root"
+    assert "HEALTHCHECK" in text and "/healthz" in text and "EXPOSE 8475" in text
+    result = subprocess.run(
+        [sys.executable, "-m", "laneledger.cli", "mcp", "--help"], capture_output=True, timeout=60, cwd=ROOT
+    )
+    reads = set(re.findall(r"env\s+(LANELEDGER_[A-Z0-9_]+)", result.stdout.decode()))
+    env = dockerfile_env(text)
+    assert set(env) <= reads, set(env) - reads
+    spec = compose()["services"]["mcp"]
+    assert spec["build"]["dockerfile"] == "deploy/mcp.Dockerfile"
+    assert set(spec["environment"]) <= reads and spec["environment"]["LANELEDGER_MCP_TAIL_URL"] == (
+        f"http://tail:{SERVICES['tail']}"
+    )
+    assert env["LANELEDGER_MCP_LISTEN"].endswith(":8475") and "8475:8475" in spec["ports"]
+    assert spec["depends_on"]["tail"]["condition"] == "service_healthy"
+    assert spec["restart"] == "unless-stopped"
+    host_ports = [p.split(":")[0] for svc in compose()["services"].values() for p in svc.get("ports", [])]
+    assert len(host_ports) == len(set(host_ports)), "two containers publish one host port"
+
+
 def test_compose_has_healthchecks_dependencies_and_restarts():
     services = compose()["services"]
     assert set(SERVICES) | {"nats", "prometheus"} <= set(services)
@@ -96,10 +122,12 @@ def test_prometheus_scrapes_every_service_at_its_port():
 
 
 @pytest.mark.parametrize("service", SERVICES)
-def test_the_readme_lists_every_variable(service):
-    readme = (ROOT / "README.md").read_text()
-    missing = {name for name in variables_read_by(service) if f"`{name}`" not in readme}
-    assert missing == set()
+def test_the_settings_page_lists_every_variable(service):
+    page = (ROOT / "docs" / "settings.md").read_text()
+    assert f"<!-- settings-table:{service} -->" in page
+    table = docs_hooks().expand(f"<!-- settings-table:{service} -->")
+    listed = set(re.findall(r"^\| `(LANELEDGER_[A-Z0-9_]+)`", table, re.M))
+    assert listed == variables_read_by(service)
 
 
 def test_the_readme_opens_with_the_two_commands():

@@ -12,6 +12,7 @@ import nats
 import nats.errors
 import pytest
 from deployment_support import CONF, TENANTS, attempts, connections_of, deployed_sequencer, refused, url_for
+from nats_fixtures import jetstream_settings
 from polling import eventually
 from prometheus_client import CollectorRegistry
 
@@ -46,6 +47,21 @@ def test_nats_server_accepts_the_config(passwords):
     result = subprocess.run([find_nats_server(), "-t", "-c", str(CONF)], capture_output=True, timeout=30)
     assert result.returncode == 0, result.stderr
     assert b"is valid" in result.stdout + result.stderr
+
+
+@pytest.mark.nats
+@pytest.mark.parametrize("server", ["secured_server", "tenant_server"])
+def test_the_shipped_and_rendered_configs_fsync_every_write(server, request):
+    assert jetstream_settings(request.getfixturevalue(server))["sync_always"] is True
+
+
+def test_a_template_that_does_not_fsync_every_write_is_not_rendered():
+    from laneledger.runtime.natsconfig import TemplateError, render
+
+    template = CONF.read_text()
+    for lax in ("sync_interval: 2m", "# sync_interval: always", ""):
+        with pytest.raises(TemplateError, match="sync_interval: always"):
+            render(template.replace("sync_interval: always", lax), ["acme"])
 
 
 @pytest.mark.nats

@@ -24,7 +24,7 @@ from polling import eventually
 from sequencer_process import ledger_last_position
 from tail_support import TailProcess
 
-from laneledger.audit.ledger import check_stream
+from laneledger.audit.stream import check_stream
 from laneledger.contract.errors import EntityNotFound
 from laneledger.sdk.client import LaneRecorder, LedgerClient
 

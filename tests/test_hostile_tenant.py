@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry
 from raw_appends import Inbox
 
 from laneledger.audit.blobs import audit_ledger_with_blobs
-from laneledger.audit.ledger import check_stream
+from laneledger.audit.stream import check_stream
 from laneledger.contract.errors import EntityNotFound
 from laneledger.contract.ids import new_id
 from laneledger.contract.model import AppendCommitted, AppendRejected

@@ -3,7 +3,8 @@
 in CPU work for three lease TTLs does not lose it, and the standby does not
 take over; requests sent meanwhile are answered once the loop is free. And
 the issue's attack itself, ~800 KB of what made redaction quadratic as an
-append's payload and as an actor's display name, costs no failover."""
+append's payload, costs no failover; as an actor's display name it is
+refused on decoding (names are bounded, spec/wire.md "Field bounds")."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from polling import eventually
 from raw_appends import Inbox
 from test_standby import active_and_standby, role, sequencer, shows
 
+from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.model import AppendCommitted
 from laneledger.contract.redaction import DEFAULT_REDACTOR
 from laneledger.contract.subjects import Subjects
@@ -54,10 +56,8 @@ async def test_an_active_sequencer_with_a_busy_event_loop_keeps_its_lease(
 
 # What was quadratic before: PEM BEGIN markers without END, JWT-like chains,
 # ``password=`` floods (the issue: 145 KB held the event loop 6 s).
-ADVERSARIAL = "".join(
-    (unit * (200_000 // len(unit) + 1))[:200_000]
-    for unit in ("-----BEGIN PRIVATE KEY-----\n", "eyJ-", "eyJabcde.eyJ-", "password= \t")
-)
+UNITS = ("-----BEGIN PRIVATE KEY-----\n", "eyJ-", "eyJabcde.eyJ-", "password= \t")
+ADVERSARIAL = "".join((unit * (200_000 // len(unit) + 1))[:200_000] for unit in UNITS)
 
 
 async def test_adversarial_appends_and_display_names_cost_no_failover(
@@ -70,8 +70,18 @@ async def test_adversarial_appends_and_display_names_cost_no_failover(
     nc = await nats.connect(nats_server.url)
     try:
         async with await LedgerClient.connect(nats_server.url, timeout=10.0) as client, Inbox(nc) as inbox:
-            actor = await client.ensure_actor("acme", "agent:adversary@1", "agent", display_name=ADVERSARIAL)
-            assert actor.display_name == DEFAULT_REDACTOR.redact_text(ADVERSARIAL) != ADVERSARIAL
+            # A display name is bounded (1024 characters, spec/wire.md "Field
+            # bounds"): the attack as a name is refused on decoding, naming it.
+            with pytest.raises(InvalidRequest, match=r"\$\.display_name"):
+                await client.ensure_actor("acme", "agent:adversary@1", "agent", display_name=ADVERSARIAL)
+            # The largest adversarial command the field bounds let through
+            # (spec/wire.md: a display name of 1024 characters, 64 KiB of attributes).
+            name, note = ADVERSARIAL[400_000:401_024], ADVERSARIAL[450_000:500_000]
+            actor = await client.ensure_actor(
+                "acme", "agent:adversary@1", "agent", display_name=name, attributes={"note": note}
+            )
+            assert actor.display_name == DEFAULT_REDACTOR.redact_text(name) != name
+            assert actor.attributes["note"] == DEFAULT_REDACTOR.redact_text(note) != note
             lane = await client.create_lane("acme", "s", "r", "main", actor_id=actor.id)
             for seq in range(3):  # three, as in the issue: three failovers then
                 event = {

@@ -10,7 +10,8 @@ import pytest
 from producer_proc import check_against_ledger, create_lanes, start_producers, wait_for_producers
 from sequencer_process import wait_for_stream
 
-from laneledger.audit.ledger import audit_ledger, compare_with_stream
+from laneledger.audit.ledger import audit_ledger
+from laneledger.audit.stream import compare_with_stream
 
 N_LANES = 100
 N_HOT = 10

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import httpx2
 import mcp.client.session
 import mcp.types
 import pytest
@@ -32,7 +33,8 @@ from tail_support import MAIN, SUB, fill, new_lane, wait_applied
 from tail_support import korg_call as call
 from tlog_support import size_of, start_signing_sequencer
 
-from laneledger.mcp.server import BLOB_CAP
+from laneledger.mcp.serve import mcp_url_of
+from laneledger.mcp.server import BLOB_CAP, MAX_LISTENS
 from laneledger.mcp.subscriptions import matches
 from laneledger.mcp.uris import BadUri, parse
 from laneledger.runtime.access import AccessPolicy
@@ -103,8 +105,8 @@ async def http_server(tail_url: str) -> AsyncIterator[str]:
     try:
         assert proc.stdout is not None
         line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
-        assert line.startswith("mcp http://127.0.0.1:"), line
-        yield line.split()[1]
+        assert line.startswith("laneledger-mcp ready http=http://127.0.0.1:"), line
+        yield mcp_url_of(line)
     finally:
         proc.terminate()
         await proc.wait()
@@ -366,6 +368,67 @@ async def test_subscriptions_over_streamable_http(client, start_tail):
             assert json.loads(result.contents[0].text)["root_seq"] == new_root
 
 
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_listen_gives_2026_07_28_clients_korg_8_5(client, start_tail, transport):
+    """``subscriptions/listen`` (no handshake): the stream is the subscription,
+    with §8.5's predicates, one feed per ledger, closed with the stream."""
+    tail = await start_tail()
+    s = await korg_session(tail)
+    recent, heads = "korg://local/ledger/recent", "korg://local/ledger/heads"
+    summary = f"korg://local/session/{s['root']}/summary"
+    sub_agent = f"korg://local/agent/{quote(SUB, safe='')}/recent"
+    async with contextlib.AsyncExitStack() as stack:
+        if transport == "http":
+            server: Any = await stack.enter_async_context(http_server(tail.url))
+        else:
+            command = mcp_command(tail.url)
+            server = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+        modern = await stack.enter_async_context(Client(server))
+        assert modern.protocol_version == LATEST_MODERN_VERSION
+        resources = modern.server_capabilities.resources
+        assert resources is not None and resources.subscribe is True
+        async with modern.listen(resource_subscriptions=[recent, recent, summary, sub_agent, heads]) as sub:
+            assert sub.honored.resource_subscriptions == [recent, summary, sub_agent, heads]
+
+            async def next_uris(n: int) -> list[str]:
+                return sorted([(await asyncio.wait_for(anext(sub), 10)).uri for _ in range(n)])
+
+            await eventually(lambda: live_feeds(tail), until=lambda n: n == 1, what="the listen feed")
+            await post(tail, call(MAIN, "Bash", s["llm2"]))
+            assert await next_uris(2) == sorted([recent, summary])  # not the sub-agent's, not a head
+            await post(tail, call("human:dusk", "user_prompt"))
+            assert await next_uris(2) == sorted([recent, heads])
+            await post(tail, call(SUB, "Grep", s["read"]))  # in the first session
+            assert await next_uris(3) == sorted([recent, summary, sub_agent])
+        # The stream ended: its feed is closed with it (§8.5.4), the connection open.
+        await eventually(lambda: live_feeds(tail), until=lambda n: n == 0, what="the feed closed")
+        for uri, reason in (
+            (f"korg://local/event/{s['read']}", "not_subscribable"),
+            ("korg://nobody/ledger/recent", "unknown_ledger"),
+            ("korg://local/session/999999/summary", "not_found"),
+        ):
+            with pytest.raises(MCPError) as raised:
+                async with modern.listen(resource_subscriptions=[recent, uri]):
+                    pass
+            assert raised.value.error.data["reason"] == reason, uri
+        with pytest.raises(MCPError) as raised:
+            async with modern.listen(
+                resource_subscriptions=[f"korg://local/agent/a{i}/recent" for i in range(257)]
+            ):
+                pass
+        assert raised.value.error.data["reason"] == "too_many_subscriptions"
+        assert await live_feeds(tail) == 0  # a refused listen starts nothing
+        async with contextlib.AsyncExitStack() as streams:  # open streams per token are bounded
+            for _ in range(MAX_LISTENS):
+                await streams.enter_async_context(modern.listen())
+            with pytest.raises(MCPError) as raised:
+                async with modern.listen():
+                    pass
+            assert raised.value.error.data["reason"] == "too_many_subscriptions"
+        async with modern.listen() as again:  # closed streams are counted out
+            assert again.honored.resource_subscriptions is None
+
+
 async def test_laneledger_resources_and_tenancy(client, actor, start_tail, tmp_path: Path):
     """A tenant's token reads only its ledger: another ledger, existing or not,
     is the same ``unknown_ledger``, and the list shows only its own."""
@@ -400,6 +463,60 @@ async def test_laneledger_resources_and_tenancy(client, actor, start_tail, tmp_p
         with pytest.raises(MCPError) as raised:
             await session.list_resources()
         assert raised.value.error.data["reason"] == "unauthorized"
+
+
+async def test_the_deployed_mcp_server_reads_each_tenant_with_its_own_token(rendered_deployment):
+    """The container's command on the rendered deployment (a tail with
+    per-tenant tokens): a token reads its own ledger, another tenant's is
+    ``unknown_ledger``, no token is the tail's ``unauthorized``."""
+    d = rendered_deployment
+    receipts = {}
+    for tenant in ("acme", "globex"):
+        recorder = await d.lane(tenant)
+        actor = await recorder.client.ensure_actor(tenant, f"agent:{tenant}@1", "agent")
+        receipts[tenant] = await recorder.append(
+            [recorder.event("run.started", actor_id=actor.id, subject_id="r-1")]
+        )
+    mcp_server = await d.start_mcp()
+    endpoint = f"{mcp_server.http_url}/mcp"
+
+    @contextlib.asynccontextmanager
+    async def as_tenant(tenant: str | None) -> AsyncIterator[ClientSession]:
+        headers = {"Authorization": f"Bearer {d.token(tenant)}"} if tenant else None
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=30) as http,
+            streamable_http_client(endpoint, http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            yield session
+
+    async def first_event(session: ClientSession, tenant: str) -> int:
+        recent = await eventually(  # a ledger exists once the tail has applied its first event
+            lambda: read_json(session, f"korg://{tenant}/ledger/recent"),
+            until=lambda found: found["events"],
+            what=f"{tenant}'s event in the tail",
+            retry_on=(MCPError,),
+        )
+        return int(recent["events"][0]["seq_id"])
+
+    async with as_tenant("globex") as globex:
+        assert await first_event(globex, "globex") == receipts["globex"].positions[0]
+    async with as_tenant("acme") as acme:
+        assert await first_event(acme, "acme") == receipts["acme"].positions[0]
+        listed = {str(r.uri) for r in (await acme.list_resources()).resources}
+        assert "korg://acme/ledger/recent" in listed and not any("globex" in uri for uri in listed)
+        # globex's ledger exists (globex just read it): for acme it is as if it did not.
+        assert (await reason_of(acme, "korg://globex/ledger/recent"))[1]["reason"] == "unknown_ledger"
+    async with as_tenant(None) as nobody:
+        assert (await reason_of(nobody, "korg://acme/ledger/recent"))[1]["reason"] == "unauthorized"
+    async with Client(endpoint) as anonymous:  # 2026-07-28: a listen stream needs a token the tail knows
+        with pytest.raises(MCPError) as raised:
+            async with anonymous.listen():
+                pass
+        assert raised.value.error.data["reason"] == "unauthorized"
+    async with httpx2.AsyncClient() as http:
+        assert (await http.get(f"{mcp_server.http_url}/healthz")).status_code == 200
 
 
 async def test_blobs_as_korg_8_4_packs_them(client, start_tail):

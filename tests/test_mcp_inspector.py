@@ -17,6 +17,8 @@ from external_programs import NODE
 from tail_support import MAIN, SUB, wait_applied
 from tail_support import korg_call as call
 
+from laneledger.mcp.serve import mcp_url_of
+
 pytestmark = pytest.mark.timeout(120)
 
 INSPECTOR = Path(__file__).resolve().parent / "mcp-inspector" / "node_modules" / ".bin" / "mcp-inspector"
@@ -93,7 +95,7 @@ async def test_the_inspector_reads_korg_resources_over_stdio_and_http(client, st
     )
     try:
         assert proc.stdout is not None
-        url = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode().split()[1]
+        url = mcp_url_of((await asyncio.wait_for(proc.stdout.readline(), 30)).decode())
         status, read, text = await inspect(
             url, method="resources/read", transport="http", uri="korg://local/ledger/heads"
         )

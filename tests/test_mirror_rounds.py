@@ -1,7 +1,8 @@
 """The committed-stream mirror publishes every batch queued while it waited
 for the server in one round, with one ack wait: small batches arriving faster
 than an ack round trip must not queue up behind each other (the tail would
-see every commit late)."""
+see every commit late). On a stream that allows them, a round goes out as
+atomic batches (ADR-50), one ack each; one by one where it does not."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from laneledger.services.sequencer import mirror as mirror_module
 from laneledger.services.sequencer.mirror import CommittedStreamMirror
 from laneledger.services.sequencer.streams import ensure_stream, events_stream_config
 from laneledger.store import CommittedRecord
+from laneledger.store.atomicbatch import BATCH_ID, BATCH_SEQUENCE, MAX_MESSAGES
 
 
 def record(position: int) -> CommittedRecord:
@@ -29,9 +31,9 @@ def record(position: int) -> CommittedRecord:
     )
 
 
-async def empty_mirror(nc, js, subjects: Subjects) -> CommittedStreamMirror:
+async def empty_mirror(nc, js, subjects: Subjects, atomic: bool = False) -> CommittedStreamMirror:
     """A mirror of an empty ledger onto a new committed stream."""
-    await ensure_stream(js, events_stream_config(subjects.events_stream, subjects, 1))
+    await ensure_stream(js, events_stream_config(subjects.events_stream, subjects, 1, atomic=atomic))
     mirror = CommittedStreamMirror(
         nc,
         subjects,
@@ -94,3 +96,78 @@ async def test_each_event_goes_out_on_its_lanes_subject_with_the_subject_cache_a
         stored = await js.get_msg(subjects.events_stream, r.position)
         assert stored.subject == subjects.events(r.tenant, r.session_id, r.run_id, r.lane_id)
         assert stored.data == r.body
+
+
+async def stored(js, subjects: Subjects) -> list[tuple[int, bytes]]:
+    info = await js.stream_info(subjects.events_stream)
+    return [
+        (seq, (await js.get_msg(subjects.events_stream, seq)).data)
+        for seq in range(info.state.first_seq, info.state.last_seq + 1)
+    ]
+
+
+def spy_on_batches(monkeypatch) -> list[tuple[int, int]]:
+    """(expected last sequence, messages) of every atomic batch the mirror sends."""
+    sent: list[tuple[int, int]] = []
+    publish = mirror_module.publish_batch
+
+    async def spy(nc, messages, *, expected_last_sequence, **kwargs):
+        sent.append((expected_last_sequence, len(messages)))
+        return await publish(nc, messages, expected_last_sequence=expected_last_sequence, **kwargs)
+
+    monkeypatch.setattr(mirror_module, "publish_batch", spy)
+    return sent
+
+
+async def test_a_round_goes_out_as_atomic_batches_of_at_most_a_thousand_events(nc, js, monkeypatch):
+    subjects = Subjects()
+    mirror = await empty_mirror(nc, js, subjects, atomic=True)
+    assert mirror.atomic
+    sent = spy_on_batches(monkeypatch)
+    records = [record(p) for p in range(1, MAX_MESSAGES + 501)]
+    await mirror._publish_new(records)
+    assert sent == [(0, MAX_MESSAGES), (MAX_MESSAGES, 500)]
+    assert mirror._acks._sub is None  # no message acknowledged one by one
+    assert mirror.published == MAX_MESSAGES + 500
+    assert await stored(js, subjects) == [(r.position, r.body) for r in records]
+
+
+async def test_a_stream_that_stops_allowing_atomic_batches_gets_them_one_by_one(nc, js, monkeypatch):
+    subjects = Subjects()
+    mirror = await empty_mirror(nc, js, subjects, atomic=True)
+    config = (await js.stream_info(subjects.events_stream)).config
+    config.allow_atomic = False
+    await js.update_stream(config)
+    sent = spy_on_batches(monkeypatch)
+    await mirror._publish_new([record(1), record(2)])
+    assert sent == [(0, 2)] and not mirror.atomic  # refused once, then the old path
+    await mirror._publish_new([record(3)])
+    assert sent == [(0, 2)]
+    assert await stored(js, subjects) == [(p, record(p).body) for p in (1, 2, 3)]
+
+
+async def test_a_mirror_that_died_between_its_batch_and_the_commit_left_nothing(nc, js):
+    """The dead mirror's uncommitted batch is never stored: its successor
+    publishes the same positions from the ledger, and they land at them."""
+    subjects = Subjects()
+    await ensure_stream(js, events_stream_config(subjects.events_stream, subjects, 1, atomic=True))
+    for p in (1, 2):  # sent, never committed
+        await nc.publish(
+            subjects.events("acme", "s", "r", "lane"),
+            b"from the dead mirror",
+            headers={BATCH_ID: "dead", BATCH_SEQUENCE: str(p)},
+        )
+    await nc.flush()
+    mirror = await empty_mirror(nc, js, subjects, atomic=True)
+    await mirror._publish_new([record(1), record(2), record(3)])
+    assert await stored(js, subjects) == [(p, record(p).body) for p in (1, 2, 3)]
+
+
+async def test_an_existing_committed_stream_is_upgraded_to_allow_atomic_batches(js):
+    subjects = Subjects()
+    await ensure_stream(js, events_stream_config(subjects.events_stream, subjects, 1))
+    assert not (await js.stream_info(subjects.events_stream)).config.allow_atomic
+    await ensure_stream(js, events_stream_config(subjects.events_stream, subjects, 1, atomic=True))
+    assert (await js.stream_info(subjects.events_stream)).config.allow_atomic
+    await ensure_stream(js, events_stream_config(subjects.events_stream, subjects, 1))  # never turned off
+    assert (await js.stream_info(subjects.events_stream)).config.allow_atomic

@@ -15,6 +15,7 @@ from pathlib import Path
 import nats
 import pytest
 from nats.js.api import StreamConfig
+from nats_fixtures import jetstream_settings
 from polling import eventually, eventually_sync
 
 from laneledger.contract.errors import LedgerUnavailable
@@ -122,6 +123,14 @@ def test_port_is_chosen_by_the_server_and_read_from_its_log(nats_server, tmp_pat
 
     with NatsServer(tmp_path / "second") as other:
         assert other.port != port
+
+
+@pytest.mark.nats
+def test_jetstream_fsyncs_every_write(tmp_path):
+    with NatsServer(tmp_path / "nats", extra_args=("-m", "-1")) as server:
+        settings = jetstream_settings(server)
+        assert settings["sync_always"] is True
+        assert settings["store_dir"] == str(tmp_path / "nats" / "jetstream")
 
 
 # -- (c) stop, kill, restart --------------------------------------------------------

@@ -7,6 +7,10 @@ on such a request."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +24,8 @@ from laneledger.contract.ids import new_id
 from laneledger.contract.model import AppendCommitted, AppendRejected
 from laneledger.contract.redaction import Redacted, Redactor
 from laneledger.sdk.client import LedgerClient, make_event
-from laneledger.services.sequencer.offloop import HEAVY_BYTES, HEAVY_EVENTS, OffLoop, is_heavy
+from laneledger.services.sequencer.offloop import HEAVY_BYTES, HEAVY_EVENTS, OffLoop, WorkerFailed, is_heavy
+from laneledger.services.sequencer.prepworker import WORKER_NICENESS
 from laneledger.store.append import PreparedAppend, prepare_append
 
 pytestmark = pytest.mark.timeout(90)
@@ -59,8 +64,9 @@ async def test_a_worker_reaches_the_outcome_the_loop_would() -> None:
         for name, data in cases.items():
             msg = _msg(data)
             await offloop.run(msg, None, None)
-            aside = offloop.take(msg)
-            assert offloop.take(msg) is None, name  # taken once
+            taken = offloop.take(msg)
+            assert taken is not None and offloop.take(msg) is None, name  # taken once
+            aside = taken.outcome
             try:
                 inline: PreparedAppend | str = prepare_append(data, redactor=REDACTOR)
             except Exception as exc:  # noqa: BLE001 - compared below
@@ -74,9 +80,8 @@ async def test_a_worker_reaches_the_outcome_the_loop_would() -> None:
                 ), name
             else:
                 assert isinstance(aside, AppendRejected) and aside.error.code == inline, name
-        assert aside is not None
     finally:
-        offloop.close()
+        await offloop.close()
 
 
 @pytest.fixture
@@ -134,6 +139,25 @@ async def test_heavy_requests_cost_the_loop_a_few_milliseconds_at_a_time(
     assert sequencers[-1] < 0.015, sequencers[-5:]
 
 
+async def test_a_missing_blob_in_a_request_prepared_aside_is_named_by_its_event(
+    nc, sequencer, client, actor
+) -> None:
+    """The references come back from the worker with the index of the event
+    naming each: the refusal names that event and its path."""
+    lane = await client.create_lane("acme", "s1", "r1", "refs", actor_id=actor.id)
+    made_up = {"_ref": "sha256:" + "ab" * 32, "size_bytes": 10}
+    payloads: list[Any] = [{"text": f"delta {i}"} for i in range(HEAVY_EVENTS + 6)]
+    payloads[HEAVY_EVENTS] = {"content": made_up}
+    body = _request(lane.id, 0, payloads, actor.id)
+    async with Inbox(nc) as inbox:
+        await inbox.send(client.subjects.append("acme", lane.id), body)
+        receipt = await inbox.next()
+    assert isinstance(receipt, AppendRejected) and receipt.error.code == "blob_missing", receipt
+    event_id = msgspec.json.decode(body)["events"][HEAVY_EVENTS]["id"]
+    assert receipt.error.details["path"] == f"$.events[{HEAVY_EVENTS}].payload"
+    assert receipt.error.details["event_id"] == event_id
+
+
 class _SendsAsIs(Redactor):
     """A hostile producer's client: it redacts nothing before sending."""
 
@@ -149,11 +173,18 @@ async def test_a_large_commands_redaction_runs_off_the_loop(
 ) -> None:
     async with await LedgerClient.connect(nats_server.url, timeout=30.0, redactor=_SendsAsIs()) as client:
         loop_cpu.clear()
-        actor = await client.ensure_actor("acme", "agent:bomb", "agent", display_name=JWT_CHAIN)
+        # As large as the field bounds let a command be (spec/wire.md): heavy.
+        actor = await client.ensure_actor(
+            "acme",
+            "agent:bomb",
+            "agent",
+            display_name=JWT_CHAIN[:1023],
+            attributes={"note": JWT_CHAIN[: 64 * 1024 - 16]},
+        )
         test = asyncio.current_task()
         sequencers = sorted(cpu for task, cpu in loop_cpu if task is not test)
     assert actor.display_name is not None and "eyJhbGciOi" not in actor.display_name
-    assert "[REDACTED:jwt]" in actor.display_name
+    assert "[REDACTED:jwt]" in actor.display_name and "[REDACTED:jwt]" in str(actor.attributes)
     assert sequencers[-1] < 0.015, sequencers[-5:]
 
 
@@ -170,3 +201,82 @@ async def test_a_light_request_behind_a_heavy_one_of_its_lane_keeps_its_place(
         heavy, light = await inbox.next(), await inbox.next()
     assert isinstance(heavy, AppendCommitted) and isinstance(light, AppendCommitted), (heavy, light)
     assert (heavy.positions[0], light.positions[0]) == (heavy.positions[0], heavy.positions[0] + 1)
+
+
+def _gone(pid: int) -> bool:
+    """Whether the process has ended (a zombie waiting for its reaper has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+async def test_the_worker_runs_niced_and_a_dead_one_is_replaced_without_losing_the_request() -> None:
+    offloop = OffLoop(REDACTOR, max_request_bytes=1 << 20)
+    try:
+        light = _msg(_request(LANE, 0, [{"text": "light"}]))
+        await offloop.run(light, None, None)  # the worker has started (and niced itself)
+        pid = offloop.worker_pid
+        assert pid is not None and offloop.take(light) is not None
+        assert os.getpriority(os.PRIO_PROCESS, pid) >= os.getpriority(os.PRIO_PROCESS, 0) + WORKER_NICENESS
+        msg = _msg(_request(LANE, 0, [{"text": JWT_CHAIN}]))
+        os.kill(pid, signal.SIGSTOP)  # so the job is still unanswered when it dies
+        job = asyncio.create_task(offloop.run(msg, None, None))
+        await asyncio.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(WorkerFailed):  # the batch then prepares it on the loop
+            await job
+        assert offloop.take(msg) is None
+        await offloop.run(msg, None, None)  # a new worker
+        taken = offloop.take(msg)
+        assert taken is not None and isinstance(taken.outcome, PreparedAppend)
+        assert offloop.worker_pid not in (None, pid)
+    finally:
+        await offloop.close()
+
+
+async def test_a_stuck_worker_is_ended_after_the_job_timeout_and_replaced() -> None:
+    offloop = OffLoop(REDACTOR, max_request_bytes=1 << 20, job_timeout_s=1.0)
+    try:
+        light = _msg(_request(LANE, 0, [{"text": "light"}]))
+        await offloop.run(light, None, None)
+        pid = offloop.worker_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)  # alive, answering nothing
+        with pytest.raises(WorkerFailed, match="answered no job"):
+            await offloop.run(light, None, None)
+        await offloop.run(light, None, None)
+        assert offloop.worker_pid not in (None, pid) and _gone(pid)
+    finally:
+        await offloop.close()
+
+
+_PARENT = """
+import asyncio, sys
+from laneledger.contract.redaction import DEFAULT_REDACTOR
+from laneledger.services.sequencer.offloop import OffLoop
+
+async def main():
+    offloop = OffLoop(DEFAULT_REDACTOR, 1 << 20)
+    await offloop.warm()
+    print(offloop.worker_pid, flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+def test_a_sigkilled_sequencer_leaves_no_worker_behind() -> None:
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        worker = int(parent.stdout.readline())
+        assert not _gone(worker)
+    finally:
+        parent.kill()  # SIGKILL: nothing of the parent's runs
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while not _gone(worker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(worker), f"worker {worker} outlived its parent"

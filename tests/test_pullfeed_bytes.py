@@ -13,7 +13,7 @@ import pytest
 from nats.aio.client import Client as NATS
 from nats.js.api import AckPolicy, ConsumerConfig
 
-from laneledger.devtools.natsserver import NatsServer
+from laneledger.devtools.natsserver import JETSTREAM_CONFIG, NatsServer
 from laneledger.runtime.pullfeed import PullFeed
 
 MESSAGE = 200 * 1024
@@ -22,7 +22,7 @@ MESSAGE = 200 * 1024
 @pytest.mark.nats
 async def test_a_message_larger_than_the_budget_still_comes(tmp_path, monkeypatch):
     conf = tmp_path / "nats.conf"
-    conf.write_text("jetstream { store_dir: $LANELEDGER_NATS_STORE_DIR }\n")
+    conf.write_text(JETSTREAM_CONFIG)
     with NatsServer(tmp_path / "nats", config=conf) as server:
         nc = await nats.connect(server.url)
         js = nc.jetstream()
@@ -31,7 +31,7 @@ async def test_a_message_larger_than_the_budget_still_comes(tmp_path, monkeypatc
             await js.publish("s.x", bytes([n]) * MESSAGE)
         await js.add_consumer("S", ConsumerConfig(name="c", ack_policy=AckPolicy.NONE))
         await nc.close()
-        conf.write_text("max_payload: 64KB\njetstream { store_dir: $LANELEDGER_NATS_STORE_DIR }\n")
+        conf.write_text("max_payload: 64KB\n" + JETSTREAM_CONFIG)
         server.restart()
 
         asked: list[int] = []

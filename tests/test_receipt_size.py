@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from laneledger.contract.errors import RequestTooLarge
 from laneledger.contract.model import AppendCommitted, Receipt, decoder, encode
 from laneledger.contract.subjects import REPLY_HEADER
-from laneledger.devtools.natsserver import NatsServer
+from laneledger.devtools.natsserver import JETSTREAM_CONFIG, NatsServer
 from laneledger.sdk.client import make_event
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.receipts import check_receipt_fits, receipt_bound, receipt_messages
@@ -90,9 +90,7 @@ def test_a_request_whose_receipt_could_not_fit_is_refused_before_it_commits() ->
 def small_server(tmp_path: Path, request: pytest.FixtureRequest):
     """A nats-server whose max_payload is 256 KiB."""
     conf = tmp_path / "nats.conf"
-    conf.write_text(
-        f"max_payload: {SMALL_MAX_PAYLOAD}\njetstream {{ store_dir: $LANELEDGER_NATS_STORE_DIR }}\n"
-    )
+    conf.write_text(f"max_payload: {SMALL_MAX_PAYLOAD}\n{JETSTREAM_CONFIG}")
     server = NatsServer(tmp_path / "nats", config=conf)
     show_log_on_failure(request, server)
     with server:

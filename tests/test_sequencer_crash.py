@@ -13,7 +13,8 @@ from producer_proc import create_lanes
 from prometheus_client import CollectorRegistry
 from sequencer_process import wait_for_ledger, wait_for_stream
 
-from laneledger.audit.ledger import audit_ledger, compare_with_stream
+from laneledger.audit.ledger import audit_ledger
+from laneledger.audit.stream import compare_with_stream
 from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.mirror import CommittedStreamMirror

@@ -28,7 +28,8 @@ from sequencer_process import SequencerProcess
 from service_process import REPO
 from test_txlog import dump
 
-from laneledger.audit.ledger import audit_ledger, compare_with_stream
+from laneledger.audit.ledger import audit_ledger
+from laneledger.audit.stream import compare_with_stream
 from laneledger.sdk.client import LedgerClient, make_event
 
 LEASE = ("--lease-ttl-s", "1")

@@ -18,7 +18,7 @@ from sequencer_process import SequencerProcess, SequencerProcessError
 from test_standby import Producer, role, sequencer
 from test_txlog import dump
 
-from laneledger.audit.ledger import compare_with_stream
+from laneledger.audit.stream import compare_with_stream
 from laneledger.sdk.client import LedgerClient
 from laneledger.store.chainkey import chain_key_fingerprint
 

@@ -23,18 +23,20 @@ async def test_a_structure_larger_than_one_reply_reads_in_pages(client, actor):
     other = await new_lane(client, actor, "elsewhere", "r1", "main")
     await client.create_turn(other.id, 1)  # another session's rows are never in the pages
     turns = [await client.create_turn(lane.id, 1) for lane in (main, side)]
-    # ~1.1 MB of action names: the structure alone is over the 1 MiB max_payload.
+    # ~1.1 MB of action names and idempotency keys (each at its 1024-character
+    # bound): the structure alone is over the 1 MiB max_payload.
     actions = await asyncio.gather(
         *(
             client.create_action(
                 main.id,
                 turns[0].id,
                 "tool_call",
-                f"{i:04d}" + "n" * 2500,
+                f"{i:04d}" + "n" * 1020,
                 effect="read",
-                idempotency="inherent",
+                idempotency="keyed",
+                idempotency_key=f"{i:04d}" + "k" * 1020,
             )
-            for i in range(450)
+            for i in range(550)
         )
     )
     attempts = await asyncio.gather(*(client.create_attempt(main.id, a.id, 1) for a in actions))

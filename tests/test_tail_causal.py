@@ -1,15 +1,22 @@
-"""The tail's causal tree and its ``exclude_invalidated`` reads, over real
-HTTP against a real tail, sequencer and nats-server (every answer is checked
-against the tail's OpenAPI document by ``TailAPI``)."""
+"""The tail's causal tree and its ``exclude_invalidated`` reads, over HTTP
+against the tail's app in-process, its read model fed by an in-process writer
+(tail_fixtures.py; every answer is checked against the tail's OpenAPI
+document by ``TailAPI``)."""
 
 from __future__ import annotations
 
+import pytest
+import pytest_asyncio
+from tail_fixtures import client_in_process, start_tail_in_process
 from tail_support import wait_applied
 from worked_example import SPINES, TENANT, record_worked_example
 
 from laneledger.contract.model import StructureCursor
 from laneledger.history.branching import fork_lane, rewind_session
 from laneledger.sdk.client import LedgerClient, make_event
+
+client = pytest.fixture(client_in_process, name="client")
+start_tail = pytest_asyncio.fixture(start_tail_in_process, name="start_tail")
 
 TREE = "/api/v1/sessions/{}/causal-tree"
 

@@ -15,7 +15,8 @@ from korg_dogfood import korg_reference_verify
 from tail_support import MAIN, SUB, fill, new_lane, wait_applied
 from tail_support import korg_call as call
 
-from laneledger.compat.claudecode import DEFAULT_HUMAN, RUNTIME, ClaudeCodeImport
+from laneledger.compat.claudecode import ClaudeCodeImport
+from laneledger.compat.claudecode_names import DEFAULT_HUMAN, RUNTIME
 from laneledger.compat.korg import read_journal, verify_journal
 from laneledger.contract.errors import ChainFault
 from laneledger.sdk.blobstore import BlobStore
@@ -298,6 +299,32 @@ async def test_the_korg_blob_routes_are_the_korg_tenants(client, start_tail):
     assert (await tail.api.get(f"/api/blob/{digest}", headers=bearer("korg"))).body == data
     hidden = await tail.api.get(f"/api/blob/{digest}", headers=bearer("acme"))
     assert hidden.status == 404 and hidden.error["code"] == "entity_not_found"
+
+
+async def test_korg_clients_without_a_token_are_told_why_and_what_to_use(client, start_tail):
+    """Korg's own MCP server sends no token: a tail with tokens refuses it on
+    every route (no loopback exception, spec/mcp.md), with a typed 401 whose
+    hint names the way out; a wrong token or a laneledger route gets no hint."""
+    from laneledger.runtime.access import AccessPolicy
+
+    tokens = {"korg": "k" * 20, "acme": "a" * 20}
+    tail = await start_tail(access=AccessPolicy.from_tokens(tokens))
+    sha256 = "ab" * 32
+    for method, path, body in (
+        ("GET", "/api/journal", None),
+        ("POST", "/api/agent/tool-call", call("human:dusk", "user_prompt")),
+        ("GET", f"/api/blob/{sha256}", None),
+    ):
+        refused = await tail.api.request(method, path, json_body=body)
+        assert refused.status == 401, path
+        assert refused.error["code"] == "unauthorized" and refused.error["details"]["reason"] == "missing"
+        assert "laneledger mcp --url TAIL --token-file FILE" in refused.error["details"]["hint"], path
+    wrong = await tail.api.get("/api/journal", headers={"Authorization": "Bearer " + "x" * 20})
+    assert wrong.status == 401 and wrong.error["details"] == {"reason": "invalid"}
+    native = await tail.api.get("/api/v1/sessions")
+    assert native.status == 401 and native.error["details"] == {"reason": "missing"}
+    with_token = await tail.api.get("/api/journal", headers={"Authorization": f"Bearer {tokens['korg']}"})
+    assert with_token.status == 200
 
 
 async def test_the_journal_is_a_korg_ledger_v1_chain(client, actor, start_tail, tmp_path):

@@ -5,12 +5,19 @@ event and the live tail without a session filter; a fork's full history
 
 from __future__ import annotations
 
+import pytest
+import pytest_asyncio
+from tail_fixtures import client_in_process, start_tail_in_process
 from tail_support import wait_applied
 from worked_example import TENANT, record_worked_example
 
 from laneledger.history.branching import fork_history, fork_lane, rewind_session
 from laneledger.sdk.client import LedgerClient
 from laneledger.services.tail import rewinds
+
+# Route logic: the tail's app in-process over an in-process writer (tail_fixtures.py).
+client = pytest.fixture(client_in_process, name="client")
+start_tail = pytest_asyncio.fixture(start_tail_in_process, name="start_tail")
 
 EXCLUDE = {"exclude_invalidated": "true"}
 

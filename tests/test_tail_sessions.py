@@ -8,10 +8,16 @@ the OpenAPI document by ``TailAPI``."""
 from __future__ import annotations
 
 import pytest
+import pytest_asyncio
+from tail_fixtures import client_in_process, start_tail_in_process
 from tail_support import new_lane, rewrite_stopped_read_model, wait_applied
 
 from laneledger.runtime.access import AccessPolicy
 from laneledger.sdk.client import make_event
+
+# Route logic: the tail's app in-process over an in-process writer (tail_fixtures.py).
+client = pytest.fixture(client_in_process, name="client")
+start_tail = pytest_asyncio.fixture(start_tail_in_process, name="start_tail")
 
 pytestmark = pytest.mark.timeout(90)
 

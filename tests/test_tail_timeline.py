@@ -6,12 +6,19 @@ pages that join up, tenant scoping, typed errors."""
 
 from __future__ import annotations
 
+import pytest
+import pytest_asyncio
+from tail_fixtures import client_in_process, start_tail_in_process
 from tail_support import wait_applied
 from test_console_browser import workload
 
 from laneledger.history.branching import rewind_session
 from laneledger.runtime.access import AccessPolicy
 from laneledger.sdk.client import make_event
+
+# Route logic: the tail's app in-process over an in-process writer (tail_fixtures.py).
+client = pytest.fixture(client_in_process, name="client")
+start_tail = pytest_asyncio.fixture(start_tail_in_process, name="start_tail")
 
 TIMELINE = "/api/v1/sessions/{}/timeline"
 

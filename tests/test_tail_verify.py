@@ -1,20 +1,26 @@
 """GET /api/v1/verify: the tail recomputes the hash chains of its own copy of
 the ledger (what it serves) and names the first bad position and the kind of
-fault. Tampering is done to the tail's read model file."""
+fault. Tampering is done to the tail's read model file. In-process: the
+tail's app over an in-process writer (tail_fixtures.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 
 import msgspec
 import pytest
-from prometheus_client import CollectorRegistry
+import pytest_asyncio
+from inprocess_ledger import InProcessLedgerClient
+from tail_fixtures import client_in_process, in_process_tails, start_tail_in_process
 from tail_support import fill, new_lane, wait_applied
 
 from laneledger.sdk.client import LedgerClient
-from laneledger.services.sequencer.metrics import SequencerMetrics
-from laneledger.services.sequencer.service import Sequencer
 from laneledger.store import LedgerWriter, open_ledger
+
+# Route logic: the tail's app in-process over an in-process writer (tail_fixtures.py).
+client = pytest.fixture(client_in_process, name="client")
+start_tail = pytest_asyncio.fixture(start_tail_in_process, name="start_tail")
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -147,13 +153,14 @@ async def test_a_row_that_disagrees_with_its_event_and_an_unreadable_body(client
     assert fault["details"]["position"] == positions[0]
 
 
-async def test_hmac_keyed_chains(nats_server, nc, tmp_path, start_tail):
+async def test_hmac_keyed_chains(tmp_path):
     key = b"tail-test-key"
-    writer = LedgerWriter(open_ledger(tmp_path / "keyed.db"), hmac_key=key)
-    sequencer = Sequencer(nc, writer, SequencerMetrics(CollectorRegistry()))
-    await sequencer.start()
-    client = await LedgerClient.connect(nats_server.url, timeout=5.0)
-    try:
+    conn = open_ledger(tmp_path / "keyed.db")
+    writer = LedgerWriter(conn, hmac_key=key)
+    client = InProcessLedgerClient(writer)
+    async with contextlib.AsyncExitStack() as stack:
+        stack.callback(conn.close)
+        start_tail = await stack.enter_async_context(in_process_tails(writer, tmp_path / "tail"))
         actor = await client.ensure_actor("acme", "agent:tests/main@1", "agent")
         lane = await new_lane(client, actor)
         positions = await fill(client, lane, actor, 5)
@@ -168,6 +175,3 @@ async def test_hmac_keyed_chains(nats_server, nc, tmp_path, start_tail):
         assert bad["intact"] is False and bad["keyed"] is False
         assert bad["fault"]["details"]["kind"] == "content_tampered"
         assert bad["fault"]["details"]["position"] == positions[0]
-    finally:
-        await client.close()
-        await sequencer.stop()

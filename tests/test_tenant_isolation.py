@@ -130,6 +130,11 @@ async def world(client, actor, sequencer, checkpoint_service, checkpoints, start
             "artifact": art.artifact.sha256,
             "tenant": tenant,
             "actor_id": who.id,
+            # The Korg view (spec/korg-mapping.md): the ledger is the tenant, a
+            # native session's root its first event, seq_id a position.
+            "ledger": tenant,
+            "root_seq": str(receipt.positions[0]),
+            "seq_id": str(receipt.positions[-1]),
         }
     blobs = await BlobStore.open(js)  # what a producer's SDK stores into, per tenant
     ids["acme"]["sha256"] = hex_of(await blobs.put("acme", ACME_BLOB))

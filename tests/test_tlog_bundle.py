@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-from pathlib import Path
 
 import pytest
 from tlog_support import committed_ledger
@@ -169,13 +168,3 @@ def test_a_keyed_ledgers_event_checks_with_its_hmac_key_only(tmp_path):
         assert caught.value.details["field"] == "entry_hash"
     finally:
         conn.close()
-
-
-def test_the_readme_example_runs(tmp_path, monkeypatch, capsys):
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    block = readme.split("<!-- tlog-example:begin -->\n```python\n", 1)[1].split(
-        "```\n<!-- tlog-example:end -->"
-    )[0]
-    monkeypatch.chdir(tmp_path)
-    exec(compile(block, "README.md", "exec"), {})
-    assert capsys.readouterr().out == "5 ('witness.example/w1',)\n"

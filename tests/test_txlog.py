@@ -17,7 +17,8 @@ from prometheus_client import CollectorRegistry
 from sequencer_process import SequencerProcess
 from service_process import REPO, ServiceProcess
 
-from laneledger.audit.ledger import audit_ledger, compare_with_stream
+from laneledger.audit.ledger import audit_ledger
+from laneledger.audit.stream import compare_with_stream
 from laneledger.cli import main as cli_main
 from laneledger.contract.errors import IntegrityError, TransportError
 from laneledger.contract.model import CreateLane, EnsureActor
@@ -26,7 +27,7 @@ from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer, SequencerSettings
 from laneledger.services.sequencer.streams import ensure_stream, txlog_stream_config
-from laneledger.store import LedgerWriter, open_ledger
+from laneledger.store import LedgerWriter, open_ledger, txlogstream
 from laneledger.store.txlog import TxLogMoved
 from laneledger.store.txlogstream import PART_HEADER, JetStreamTxLog
 
@@ -257,6 +258,42 @@ async def test_a_record_larger_than_a_message_is_split_and_one_cut_short_is_skip
     # Only a record's own position counts as "after": the log moved on past 10.
     with pytest.raises(TxLogMoved):
         await txlog.append_async(b"stale", after=10)
+
+
+async def test_a_records_parts_go_out_as_one_atomic_batch_where_the_stream_allows_it(nc, js, monkeypatch):
+    """The same parts at the same sequences, read back the same, with one
+    ack; fenced by the first part's expected sequence; and one by one again
+    once the stream stops allowing batches."""
+    subjects = Subjects()
+    await ensure_stream(js, txlog_stream_config(subjects, 1, atomic=True))
+    txlog = JetStreamTxLog(js, subjects, asyncio.get_running_loop(), max_payload=1536, nc=nc)
+    assert await txlog.last_seq() == 0 and txlog.atomic
+    sent: list[tuple[int | None, int]] = []
+    publish = txlogstream.publish_batch
+
+    async def spy(nc, messages, *, expected_last_sequence, **kwargs):
+        sent.append((expected_last_sequence, len(messages)))
+        return await publish(nc, messages, expected_last_sequence=expected_last_sequence, **kwargs)
+
+    monkeypatch.setattr(txlogstream, "publish_batch", spy)
+    big = bytes(range(256)) * 40  # ten parts of 1 KiB
+    assert await txlog.append_async(big, after=0) == 10
+    assert await txlog.append_async(b"one part", after=10) == 11  # alone: no batch
+    assert sent == [(0, 10)]
+    assert (await js.get_msg(subjects.txlog_stream, 4)).headers[PART_HEADER] == "4/10"
+    with pytest.raises(TxLogMoved):
+        await txlog.append_async(big, after=10)
+    assert sent == [(0, 10), (10, 10)]
+    config = (await js.stream_info(subjects.txlog_stream)).config
+    config.allow_atomic = False
+    await js.update_stream(config)
+    assert await txlog.append_async(big, after=11) == 21
+    assert not txlog.atomic and sent == [(0, 10), (10, 10), (11, 10)]  # refused once, then one by one
+
+    def read_all() -> list[tuple[int, bytes]]:
+        return list(txlog.read_after(0)[0])
+
+    assert await asyncio.to_thread(read_all) == [(10, big), (11, b"one part"), (21, big)]
 
 
 async def test_an_emptied_log_is_seeded_again_from_the_file(nats_server, nc, js, tmp_path: Path):

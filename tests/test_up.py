@@ -16,6 +16,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 from failure_logs import show_log_on_failure
+from mcp import Client
+from mcp.shared.exceptions import MCPError
 from polling import eventually, eventually_sync
 
 from laneledger.sdk.client import LaneRecorder, LedgerClient
@@ -111,6 +113,7 @@ async def test_up_runs_everything_and_leaves_nothing_behind(tmp_path, request):
             "NATS",
             "console",
             "live tail",
+            "MCP (agents)",
             "ledger metrics",
             "sequencer ops",
             "tail ops",
@@ -121,13 +124,25 @@ async def test_up_runs_everything_and_leaves_nothing_behind(tmp_path, request):
                 base = urls[label].rsplit("/metrics", 1)[0]
                 async with http.get(f"{base}/healthz") as response:
                     assert response.status == 200, label
+            async with http.get(urls["MCP (agents)"].replace("/mcp", "/healthz")) as response:
+                assert response.status == 200
         async with await LedgerClient.connect(urls["NATS"]) as client:
             actor = await client.ensure_actor("acme", "agent:up@1", "agent")
             lane = await LaneRecorder.open(client, "acme", "s", "r", "main", actor_id=actor.id)
-            await lane.append([lane.event("run.started", actor_id=actor.id, subject_id="r")])
+            receipt = await lane.append([lane.event("run.started", actor_id=actor.id, subject_id="r")])
+        # An agent reads it over MCP, at the URL printed, the way `claude mcp add` would add it.
+        async with Client(urls["MCP (agents)"]) as agent:
+            recent = await eventually(
+                lambda: agent.read_resource("korg://acme/ledger/recent"),
+                what="the MCP server serving acme's ledger",
+                until=lambda found: json.loads(found.contents[0].text)["events"],
+                retry_on=(MCPError,),
+            )
+            assert json.loads(recent.contents[0].text)["events"][0]["seq_id"] == receipt.positions[0]
     finally:
         assert up.stop() == 0
     assert processes_mentioning(str(tmp_path / "data")) == []
+    assert processes_mentioning(urls["console"].rstrip("/")) == []  # the MCP server's --url: stopped too
     assert "laneledger stopped" in up.log.read_text()
 
     urls = up.start()  # the same data dir: the same ledger

@@ -20,7 +20,7 @@ import pytest
 from nats.aio.client import Client as NATS
 from polling import eventually
 
-from laneledger.audit.ledger import check_stream
+from laneledger.audit.stream import check_stream
 from laneledger.cli import main as laneledger_main
 from laneledger.contract.errors import IntegrityError, LedgerUnavailable
 from laneledger.contract.model import encode

@@ -18,7 +18,7 @@ from polling import eventually
 from producer_proc import create_lanes, start_producers, wait_for_producers
 from sequencer_process import ledger_last_position, wait_for_ledger, wait_for_stream
 
-from laneledger.audit.ledger import StreamCheck, check_stream
+from laneledger.audit.stream import StreamCheck, check_stream
 
 SCRIPT = Path(sys.executable).with_name("laneledger")
 LAG_TRIES_S = 20.0  # how long to look for a moment the stream trails SQLite

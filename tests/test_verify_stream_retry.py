@@ -18,7 +18,7 @@ import pytest
 from nats.aio.client import Client as NATS
 from polling import eventually
 
-from laneledger.audit.ledger import check_stream, stream_difference
+from laneledger.audit.stream import check_stream, stream_difference
 from laneledger.contract.errors import IntegrityError
 from laneledger.sdk.client import make_event
 

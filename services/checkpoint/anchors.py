@@ -111,7 +111,7 @@ class AnchorIndex:
             try:
                 async with aclosing(self._follower.batches(after=self.applied)) as batches:
                     async for batch in batches:
-                        await self._apply(batch)
+                        await self.apply_committed(batch)
                         pauses.reset()
             except (asyncio.CancelledError, StreamReplaced):
                 raise  # StreamReplaced: the index is rebuilt at the next start
@@ -119,7 +119,9 @@ class AnchorIndex:
                 log.warning("following %s failed (%s: %s); retrying", self._stream, type(exc).__name__, exc)
                 await pauses.wait()
 
-    async def _apply(self, batch: list[tuple[int, bytes]]) -> None:
+    async def apply_committed(self, batch: list[tuple[int, bytes]]) -> None:
+        """Store what the index keeps of committed events ((position, body), in
+        order): what following LEDGER_EVENTS does with each batch."""
         events = [e for e in (lane_event(p, body) for p, body in batch) if e is not None]
         last = batch[-1][0]
         await self._db(self._store.apply_events, last, events)

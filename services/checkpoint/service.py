@@ -119,7 +119,11 @@ class CheckpointService:
         *,
         clock: Clock = system_clock,
         reply_nc: NATS | None = None,
+        ledger: LedgerClient | None = None,
     ) -> None:
+        """``ledger``: where structure reads go (the sequencer over ``nc`` when
+        None); the tests' in-process service passes a client of an in-process
+        writer (tests/checkpoint_fixtures.py)."""
         self._nc = nc
         self._store = store
         self.metrics = metrics
@@ -144,7 +148,9 @@ class CheckpointService:
             timeout_s=settings.ledger_timeout_s,
             tenants=settings.tenants,
         )
-        self.ledger = LedgerClient(nc, subjects=settings.subjects, timeout=settings.ledger_timeout_s)
+        self.ledger = ledger or LedgerClient(
+            nc, subjects=settings.subjects, timeout=settings.ledger_timeout_s
+        )
         # Each request in a task of its own: a save may wait for its anchor,
         # and must not hold up the requests behind it.
         self._requests = RequestServer[CheckpointCommand](

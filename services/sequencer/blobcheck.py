@@ -61,6 +61,7 @@ from laneledger.store.append import PreparedAppend
 from laneledger.store.writer import rejection
 
 from .metrics import SequencerMetrics
+from .prepworker import Ref, append_refs
 
 log = logging.getLogger("laneledger.sequencer")
 KNOWN_PRESENT_MAX = 100_000  # remembered (tenant token, ref, size) triples
@@ -120,21 +121,21 @@ class BlobCheck:
             return None
         try:
             named = [
-                ref
-                for event in events
+                (ref, size, i)
+                for i, event in enumerate(events)
                 if isinstance(event, dict) and isinstance(payload := event.get("payload"), dict)
-                for ref in refs_in(payload)
+                for ref, size in refs_in(payload)
             ]
         except RecursionError:  # nested past any limit: the batch refuses it
             return None
         return self.warming_refs(tenant_token, named)
 
-    def warming_refs(self, tenant_token: str, refs: list[tuple[str, int]]) -> Coroutine[Any, Any, int] | None:
-        """``warming`` of a request whose ``(ref, size_bytes)`` are known
-        already (its step 0 was done aside: offloop.py)."""
+    def warming_refs(self, tenant_token: str, refs: list[Ref]) -> Coroutine[Any, Any, int] | None:
+        """``warming`` of a request whose references are known already (its
+        step 0 was done aside: offloop.py)."""
         if len(refs) > MAX_REFS_PER_APPEND:  # nothing looked up: the batch refuses it
             return None
-        unknown = {(tenant_token, ref, size) for ref, size in refs} - self._present.keys()
+        unknown = {(tenant_token, ref, size) for ref, size, _ in refs} - self._present.keys()
         return self._warm(unknown) if unknown else None
 
     async def _warm(self, unknown: set[Need]) -> int:
@@ -148,11 +149,17 @@ class BlobCheck:
         return len(unknown) * TOKENS_PER_LOOKUP
 
     async def apply(
-        self, outcomes: list[Receipt | None], prepared: list[PreparedAppend]
+        self,
+        outcomes: list[Receipt | None],
+        prepared: list[PreparedAppend],
+        named: list[list[Ref] | None] | None = None,
     ) -> tuple[list[Receipt | None], list[PreparedAppend]]:
         """``(outcomes, prepared)`` with each append whose blobs are not all
-        present turned from "the writer decides" (None) into its rejection."""
-        needs = [_needs(append) for append in prepared]
+        present turned from "the writer decides" (None) into its rejection.
+        ``named``: per append, the references its step 0 found aside
+        (offloop.py), None where they are to be found here (on the loop)."""
+        aside = named or [None] * len(prepared)
+        needs = [_needs(append, refs) for append, refs in zip(prepared, aside, strict=True)]
         unknown = {n for per in needs for n, _ in per if n not in self._present}
         if not unknown:
             for per in needs:
@@ -177,7 +184,7 @@ class BlobCheck:
                 out.append(outcome)
                 continue
             append, per = next(decided)
-            err = next((_refusal(append, n, path, failures[n]) for n, path in per if n in failures), None)
+            err = next((_refusal(append, n, i, failures[n]) for n, i in per if n in failures), None)
             if err is None:
                 kept.append(append)
                 out.append(None)
@@ -268,23 +275,19 @@ def _by_tenant(needs: Iterable[Need]) -> dict[str, list[tuple[str, int]]]:
     return by_tenant
 
 
-def _needs(append: PreparedAppend) -> list[tuple[Need, str]]:
-    """The blobs one append references, with the path of the payload naming each."""
-    if append.tenant_token is None or not append.may_reference:
+def _needs(append: PreparedAppend, named: list[Ref] | None) -> list[tuple[Need, int]]:
+    """The blobs one append references, with the index of the event naming
+    each: ``named``, or else found in its events (``append_refs``)."""
+    tenant_token = append.tenant_token
+    if tenant_token is None:
         return []
-    found: list[tuple[Need, str]] = []
-    for i, event in enumerate(append.sent):
-        payload = event.get("payload")
-        if not isinstance(payload, dict):
-            continue
-        for ref, size in refs_in(payload):
-            found.append(((append.tenant_token, ref, size), f"$.events[{i}].payload"))
-    return found
+    refs = append_refs(append) if named is None else named
+    return [((tenant_token, ref, size), i) for ref, size, i in refs]
 
 
-def _refusal(append: PreparedAppend, need: Need, path: str, failure: LedgerError | None) -> LedgerError:
+def _refusal(append: PreparedAppend, need: Need, index: int, failure: LedgerError | None) -> LedgerError:
     _, ref, size = need
-    index = int(path[len("$.events[") :].split("]", 1)[0])
+    path = f"$.events[{index}].payload"
     names = {"event_id": append.sent[index].get("id"), "ref": ref, "size_bytes": size, "path": path}
     if failure is None:
         return BlobMissing(

@@ -10,7 +10,9 @@ backlog limits, and the intake takes from them in turns:
   bound for each (round-robin, starting one further every batch), what is
   left to those with more. Work is counted, not requests, so a tenant with a
   deep backlog of huge or many-event requests delays another's request by
-  about one bounded batch, not by its backlog or its requests' size;
+  about one bounded batch, not by its backlog or its requests' size (and a
+  tenant's first request of a batch joins it beyond the budget spent by
+  another's, within its share of one more budget: ``_share``);
 * a tenant is taken from no faster than its ``append_rate`` in work tokens
   (``work_tokens``: one per event or per ``TOKEN_BYTES`` of request, at least
   one per request; a token bucket ``append_burst`` deep): what it sends
@@ -233,14 +235,17 @@ class Intake:
         replicas: int,
         budget: BatchBudget,
         gate: Gate | None = None,
+        pull_expires_s: float = 1.0,
     ) -> None:
         self._nc, self._js, self._subjects = nc, js, subjects
+        self._pull_expires_s = pull_expires_s
         self._replicas, self._budget = replicas, budget
         self._batch_size = budget.requests
         self._gate = gate
         self._arrived = asyncio.Event()
         self._sources: list[_Source] = []
         self._turn = 0
+        self._stopping = False  # set by wake(): ask the server for nothing more
 
     async def open(self, tenants: Tenants | None) -> None:
         """Retire the streams not wanted, make sure of the wanted ones and
@@ -304,6 +309,7 @@ class Intake:
             stream,
             SEQUENCER_CONSUMER,
             credits=credits,
+            expires_s=self._pull_expires_s,
             max_buffered=buffered,
             max_bytes=PULL_BYTES,  # PullFeed raises it so the largest request fits
             arrived=self._arrived,
@@ -329,39 +335,67 @@ class Intake:
             except TimeoutError:
                 pass
         batch = self._share()
-        for source in self._sources:
-            await source.feed.ask_if_idle()
+        if not self._stopping:
+            for source in self._sources:
+                await source.feed.ask_if_idle()
         return batch
 
     def _share(self) -> list[Msg]:
         """Rounds over the sources with requests ready: in each, every one
         takes up to its share of what the budget has left, the first request
         of each taken if it fits what is left (any request, while the batch
-        is empty); until the budget is spent or nobody can take more."""
+        is empty); until the budget is spent or nobody can take more.
+
+        A source's first request of the batch that no longer fits what is
+        left may still join beyond the budget if it fits the source's fair
+        share of one more budget (``overdraft``): another tenant's small
+        request is not sent to the next batch because one tenant's large
+        request spent this one's budget. A batch is so at most its first
+        request (or the budget, if more) plus one budget."""
         n = len(self._sources)
         order = [self._sources[(self._turn + i) % n] for i in range(n)]
         self._turn = (self._turn + 1) % n if n else 0
         b = self._budget
         left = _Left(b.requests, b.events, b.bytes)
+        one_more = _Left(b.requests, b.events, b.bytes)
         batch: list[Msg] = []
         active = [source for source in order if source.ready()]
+        first_round = True  # where each source's first request of the batch is
         while active:
-            share = left.share(len(active))  # each its own copy: what it took is its own
-            took = [self._take(source, left, dataclasses.replace(share), batch) for source in active]
+            # Each its own copy of its shares: what it took is its own.
+            share = left.share(len(active))
+            overdraft = one_more.share(len(active)) if first_round else None
+            took = [
+                self._take(
+                    source,
+                    left,
+                    dataclasses.replace(share),
+                    batch,
+                    overdraft and dataclasses.replace(overdraft),
+                )
+                for source in active
+            ]
             active = [source for source, any_taken in zip(active, took, strict=True) if any_taken]
+            first_round = False
         return batch
 
-    def _take(self, source: _Source, left: _Left, share: _Left, batch: list[Msg]) -> bool:
+    def _take(
+        self, source: _Source, left: _Left, share: _Left, batch: list[Msg], overdraft: _Left | None = None
+    ) -> bool:
         """Append to ``batch`` the source's requests in order while they fit
         what is ``left`` of the batch and its ``share`` of it (the first one
-        only what is left) and its rate, stopping before one whose gate has
+        only what is left, or else the ``overdraft`` beyond the budget: then
+        it alone is taken) and its rate, stopping before one whose gate has
         work to do (started aside: ``_hold``). Whether any was taken."""
         taken = 0
         while source.ready():
             first, work = source.held[0], source.next_work()
             assert work is not None  # ready: it has a next request
+            beyond = False
             if batch and not (left.fits(work) and (not taken or share.fits(work))):
-                break
+                if taken or overdraft is None or not overdraft.fits(work):
+                    break
+                beyond = True
             gate = None if self._gate is None or first is source.passed else self._gate(first, work)
             if gate is not None:
                 source.waiting = asyncio.create_task(self._hold(source, gate), name=f"gate-{source.stream}")
@@ -372,6 +406,8 @@ class Intake:
             taken += 1
             if source.bucket is not None:
                 source.bucket.take(work.tokens)
+            if beyond:
+                break
         return taken > 0
 
     async def _hold(self, source: _Source, work: Coroutine[Any, Any, int]) -> None:
@@ -414,6 +450,13 @@ class Intake:
                 batch.append(source.held.popleft())
             batch.extend(source.feed.take(max_msgs - len(batch)))
         return batch
+
+    def wake(self) -> None:
+        """The sequencer is stopping: end the wait of ``next_batch`` now, and
+        open no new pull request, so ``wind_down`` waits only for what is
+        left of the open one's expiry (not an idle wait plus a fresh one's)."""
+        self._stopping = True
+        self._arrived.set()
 
     async def wind_down(self) -> None:
         await asyncio.gather(*(source.feed.wind_down() for source in self._sources))

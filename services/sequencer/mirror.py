@@ -7,9 +7,13 @@ at start-up, after a crash between commit and publish, after a failed
 publish — the mirror reads the stream's last sequence and republishes what
 the ledger has beyond it.
 
-Publishes within a batch are pipelined and only the last asks for an ack
-(see ``_publish``); batches are published one after another by a single
-task, in position order.
+A round of events is published as atomic batches (``laneledger.store.
+atomicbatch``, ADR-50) when the server and the stream allow them: up to
+1,000 events stored as a unit with one ack (and one fsync), fenced by
+``Nats-Expected-Last-Sequence`` on the first. Otherwise each message
+carries that header, publishes are pipelined and only the last asks for an
+ack (``_publish_one_by_one``). Rounds are published one after another by a
+single task, in position order.
 
 A message on the stream that the ledger did not write (published by a user
 that should not have been able to, spec/wire.md "Foreign messages") takes a
@@ -35,8 +39,16 @@ from nats.js.errors import NotFoundError
 from laneledger.contract.errors import IntegrityError
 from laneledger.contract.model import CommittedEvent, decoder
 from laneledger.contract.subjects import Subjects
-from laneledger.sdk.pubacks import AckInbox
+from laneledger.sdk.pubacks import AckInbox, PubAck
 from laneledger.store import CommittedRecord
+from laneledger.store.atomicbatch import (
+    ATOMIC_DISABLED,
+    BatchAck,
+    BatchUnanswered,
+    batches,
+    publish_batch,
+    supports_atomic,
+)
 
 log = logging.getLogger("laneledger.sequencer.mirror")
 
@@ -105,6 +117,9 @@ class CommittedStreamMirror:
         self._submitted = 0  # the last position handed to ``submit``
         self._advanced = asyncio.Condition()  # notified when ``published`` grows
         self._acks = AckInbox(nc)
+        # Atomic batches: set from the server's version and the stream's
+        # allow_atomic at each catch-up; off for good once the stream refuses one.
+        self.atomic = False
         # Each lane's subject on the stream, by (tenant, session, run, lane):
         # four tokens to check or hash per event otherwise. Bounded: emptied
         # when it holds _LANE_SUBJECTS lanes.
@@ -232,6 +247,7 @@ class CommittedStreamMirror:
             self.published = 0
             info = await self._js.stream_info(self._stream)
         last = info.state.last_seq
+        self.atomic = bool(info.config.allow_atomic) and supports_atomic(self._nc)
         ledger_last = self._ledger_last()
         if last > ledger_last:
             raise StreamFault(
@@ -292,9 +308,7 @@ class CommittedStreamMirror:
             fresh = [r for r in fresh if r.position > self.published]
             if not fresh:
                 return
-        await self._publish(
-            [(r.position, self._lane_subject(r), r.body, event_headers(r.position)) for r in fresh]
-        )
+        await self._publish([(r.position, self._lane_subject(r), r.body) for r in fresh])
 
     def _lane_subject(self, record: CommittedRecord) -> str:
         lane = (record.tenant, record.session_id, record.run_id, record.lane_id)
@@ -315,12 +329,36 @@ class CommittedStreamMirror:
                     position,
                     self._subjects.events(event.tenant, event.session_id, event.run_id, event.lane_id),
                     bytes(body),
-                    event_headers(position),
                 )
             )
         await self._publish(items)
 
-    async def _publish(self, items: list[tuple[int, str, bytes, dict[str, str]]]) -> None:
+    async def _publish(self, items: list[tuple[int, str, bytes]]) -> None:
+        """Publish (position, subject, body) in position order: as atomic
+        batches when allowed, else one by one."""
+        done = 0
+        if self.atomic:
+            for chunk in batches([len(body) for _, _, body in items]):
+                first, last = items[chunk.start][0], items[chunk.stop - 1][0]
+                try:
+                    ack = await publish_batch(
+                        self._nc,
+                        [(subject, body) for _, subject, body in items[chunk.start : chunk.stop]],
+                        expected_last_sequence=first - 1,
+                        timeout=self._ack_timeout,
+                    )
+                except BatchUnanswered as exc:
+                    raise StreamPublishError(str(exc)) from None
+                if ack.error is not None and ack.error.err_code == ATOMIC_DISABLED:
+                    log.warning("the committed stream refuses atomic batches; publishing one by one")
+                    self.atomic = False
+                    break
+                await self._check_ack(ack, first, last)
+                done = chunk.stop
+        if done < len(items):
+            await self._publish_one_by_one(items[done:])
+
+    async def _publish_one_by_one(self, items: list[tuple[int, str, bytes]]) -> None:
         """Publish in position order, with an ack asked for the last one only.
 
         Every message carries ``Nats-Expected-Last-Sequence``, so JetStream
@@ -329,21 +367,25 @@ class CommittedStreamMirror:
         position only if every earlier one was stored at its own: one ack per
         batch proves the whole batch, and a failure anywhere shows up there.
         """
-        last = items[-1][0]
-        for _, subject, body, headers in items[:-1]:
-            await self._nc.publish(subject, body, headers=headers)
-        _, subject, body, headers = items[-1]
-        waiting = await self._acks.publish(subject, body, headers)
+        first, last = items[0][0], items[-1][0]
+        for position, subject, body in items[:-1]:
+            await self._nc.publish(subject, body, headers=event_headers(position))
+        _, subject, body = items[-1]
+        waiting = await self._acks.publish(subject, body, event_headers(last))
         try:
             ack = await asyncio.wait_for(waiting, self._ack_timeout)
         except TimeoutError:
             self._acks.forget(waiting)
             raise StreamPublishError(f"no ack for position {last} after {self._ack_timeout}s") from None
+        await self._check_ack(ack, first, last)
+
+    async def _check_ack(self, ack: PubAck | BatchAck, first: int, last: int) -> None:
+        """Positions ``first``..``last`` are stored at their sequences, or raise."""
         if ack.error is not None:
             if ack.error.err_code == WRONG_LAST_SEQUENCE:
-                log.info("stream is not where the ledger expects it before position %d", items[0][0])
+                log.info("stream is not where the ledger expects it before position %d", first)
             raise StreamPublishError(
-                f"positions {items[0][0]}..{last}: {ack.error.description} (err_code {ack.error.err_code})"
+                f"positions {first}..{last}: {ack.error.description} (err_code {ack.error.err_code})"
             )
         if ack.seq != last:
             raise IntegrityError(

@@ -48,6 +48,7 @@ from laneledger.runtime.throttledlog import ThrottledWarning
 from laneledger.sdk.blobstore import BlobBuckets
 from laneledger.store import LedgerWriter
 from laneledger.store.append import PreparedAppend, prepare_append, readable_ids
+from laneledger.store.atomicbatch import supports_atomic
 from laneledger.store.txlog import TxLogMoved
 from laneledger.store.txlogstream import JetStreamTxLog
 from laneledger.store.writer import BatchResult, rejection
@@ -59,6 +60,7 @@ from .lease import LeaseSettings, LeaseThread
 from .metrics import SequencerMetrics
 from .mirror import CommittedStreamMirror, StreamFault
 from .offloop import OffLoop, is_heavy
+from .prepworker import Ref
 from .receipts import check_receipt_fits, receipt_messages
 from .roles import RoleKeeper
 from .streams import ensure_stream, events_stream_config, tlog_stream_config, txlog_stream_config
@@ -153,11 +155,12 @@ class SequencerSettings:
     # fsync) runs on the thread, while the loop prepares the next batch.
     inline_commit_max: int = 32
     idle_wait_s: float = 0.5  # how long one wait for new requests lasts
+    # How long one pull request for append requests lasts: a stop waits for
+    # the open one to end (so nothing is delivered after it), at most this.
+    pull_expires_s: float = 1.0
     max_request_bytes: int = 1024 * 1024
     backlog_refresh_s: float = 1.0  # how often the inbound backlog gauge is refreshed
     stream_recheck_s: float = 2.0  # how often a committed stream found foreign is looked at again
-    # Worker processes preparing heavy requests off the event loop (offloop.py).
-    prepare_workers: int = 1
     # Secrets replaced before hashing (spec/content.md); the defaults plus
     # LANELEDGER_REDACT_* extras in the service.
     redactor: Redactor = DEFAULT_REDACTOR
@@ -214,13 +217,14 @@ class Sequencer:
         self._halt = asyncio.Event()  # set: the pull loop stops (stop(), or standing down)
         self._tasks: list[asyncio.Task[None]] = []  # what ``wait`` watches
         self._active: list[asyncio.Task[None]] = []  # the active role's tasks
+        self._intake: Intake | None = None  # the active role's, owned by its pull loop
         self.active = False
         self._stopped = False
         # activate / stand_down one at a time (the role keeper's and stop()'s)
         self._role_change = asyncio.Lock()
         self._roles: RoleKeeper | None = None
         self._blob_check: BlobCheck  # opened by start(), before any append is pulled
-        self._offloop = OffLoop(settings.redactor, settings.max_request_bytes, settings.prepare_workers)
+        self._offloop = OffLoop(settings.redactor, settings.max_request_bytes)
         self._unanswered = _Unanswered()  # each pull loop's own (_pull_loop)
         self._commands = RequestServer[Command](
             nc,
@@ -292,7 +296,10 @@ class Sequencer:
 
     async def _ensure_events_stream(self) -> None:
         s = self._settings
-        await ensure_stream(self._js, events_stream_config(s.subjects.events_stream, s.subjects, s.replicas))
+        atomic = supports_atomic(self._nc)
+        await ensure_stream(
+            self._js, events_stream_config(s.subjects.events_stream, s.subjects, s.replicas, atomic=atomic)
+        )
 
     def _on_stream_fault(self, fault: StreamFault | None) -> None:
         """The mirror found what the ledger did not write on the committed
@@ -321,7 +328,7 @@ class Sequencer:
 
     async def start(self) -> None:
         s = self._settings
-        await ensure_stream(self._js, events_stream_config(s.subjects.events_stream, s.subjects, s.replicas))
+        await self._ensure_events_stream()
         tenants = s.tenants
         blobs = BlobBuckets(
             self._js,
@@ -382,9 +389,17 @@ class Sequencer:
         await self.mirror.check_at_start()  # a foreign message: start, but commit nothing
         self._metrics.last_position.set(self._writer.last_position)
         if s.tenants is not None:  # one tenant's heavy requests must not cost another the worker's start
-            self._offloop.warm()
+            await self._offloop.warm()
         budget = BatchBudget(s.batch_size, s.batch_events, s.batch_bytes)
-        intake = Intake(self._nc, self._js, s.subjects, s.replicas, budget, gate=self._ahead)
+        intake = self._intake = Intake(
+            self._nc,
+            self._js,
+            s.subjects,
+            s.replicas,
+            budget,
+            gate=self._ahead,
+            pull_expires_s=s.pull_expires_s,
+        )
         await intake.open(s.tenants)
         self._halt.clear()
         # The pull loop owns the intake from here: it stops it when it ends.
@@ -409,6 +424,8 @@ class Sequencer:
     async def _stand_down(self, drain_timeout_s: float) -> None:
         self.active = False
         self._halt.set()
+        if self._intake is not None:
+            self._intake.wake()
         await self._commands.stop()
         pull_task = self._active[0] if self._active else None
         if pull_task is not None:
@@ -439,13 +456,15 @@ class Sequencer:
         everything the log does (a file that missed its last commits, or an
         empty one: the ledger is rebuilt from the log)."""
         s = self._settings
-        await ensure_stream(self._js, txlog_stream_config(s.subjects, s.replicas))
+        atomic = supports_atomic(self._nc)
+        await ensure_stream(self._js, txlog_stream_config(s.subjects, s.replicas, atomic=atomic))
         txlog = JetStreamTxLog(
             self._js,
             s.subjects,
             asyncio.get_running_loop(),
             max_payload=self._nc.max_payload,
             chain_key=self._writer.chain_key,
+            nc=self._nc,
         )
         await txlog.check_last_writer()  # another HMAC key on the log: do not start
         self._writer.use_txlog(txlog)
@@ -494,7 +513,7 @@ class Sequencer:
         if self._roles is not None:
             await self._roles.release()
         await self._writer_thread.close()
-        self._offloop.close()
+        await self._offloop.close()
 
     async def _backlog_loop(self, intake: Intake) -> None:
         """Refresh the inbound backlog gauges from the consumers' info (and
@@ -552,6 +571,7 @@ class Sequencer:
             # What was held for a foreign stream goes back at once (not after the ack wait).
             await asyncio.gather(*(m.nak() for m in held), return_exceptions=True)
             await intake.stop()
+            self._offloop.forget_untaken()  # every request taken was submitted above
             try:
                 await in_flight.put(None)
                 await finisher
@@ -589,11 +609,11 @@ class Sequencer:
         return await warming if warming is not None else 0
 
     async def _submit(self, msgs: list[Msg], in_flight: asyncio.Queue[_Batch | None]) -> None:
-        outcomes, prepared, scrub, inboxes = self._prepare_batch(msgs)
+        outcomes, prepared, named, scrub, inboxes = self._prepare_batch(msgs)
         # Its work, read off what step 0 decoded (a refused request: one event).
         events = sum(len(append.request.events) for append in prepared) + len(msgs) - len(prepared)
         work = Work(events, sum(len(m.data) for m in msgs))
-        outcomes, prepared = await self._blob_check.apply(outcomes, prepared)
+        outcomes, prepared = await self._blob_check.apply(outcomes, prepared, named)
         started = time.perf_counter()  # commit_seconds: from here, waiting for the writer included
         # Waits for the writer thread (commits are in order anyway; what arrives
         # meanwhile makes the next batch larger), then commits on the loop or
@@ -640,24 +660,30 @@ class Sequencer:
 
     def _prepare_batch(
         self, msgs: list[Msg]
-    ) -> tuple[list[Receipt | None], list[PreparedAppend], list[Msg], list[str | None]]:
+    ) -> tuple[
+        list[Receipt | None], list[PreparedAppend], list[list[Ref] | None], list[Msg], list[str | None]
+    ]:
         """Step 0 for every message; a request error is its final outcome.
-        Also the messages that held secrets (see ``_Batch.scrub``) and where
-        each receipt may go (``_Batch.inboxes``)."""
+        Also, per prepared append, the content references found aside (None:
+        prepared here), the messages that held secrets (see ``_Batch.scrub``)
+        and where each receipt may go (``_Batch.inboxes``)."""
         outcomes: list[Receipt | None] = []
         prepared: list[PreparedAppend] = []
+        named: list[list[Ref] | None] = []
         scrub: list[Msg] = []
         inboxes: list[str | None] = []
         for msg in msgs:
             inbox, refusal = self._receipt_inbox(msg)
             inboxes.append(inbox)
             aside = self._offloop.take(msg)  # prepared off the loop, ahead of the batch
-            if isinstance(aside, AppendRejected) and refusal is None:
-                outcomes.append(aside)
+            outcome = aside.outcome if aside is not None else None
+            if isinstance(outcome, AppendRejected) and refusal is None:
+                outcomes.append(outcome)
                 continue
             try:
-                append = self._prepare(msg, refusal, aside if isinstance(aside, PreparedAppend) else None)
+                append = self._prepare(msg, refusal, outcome if isinstance(outcome, PreparedAppend) else None)
                 prepared.append(append)
+                named.append(aside.refs if aside is not None and append is outcome else None)
                 outcomes.append(None)  # decided by the writer (or the blob check)
                 if append.redactions:
                     scrub.append(msg)
@@ -671,7 +697,7 @@ class Sequencer:
                 append_id, lane_id = readable_ids(msg.data)
                 internal = InternalError(f"{type(exc).__name__}: {exc}")
                 outcomes.append(rejection(internal, append_id=append_id, lane_id=lane_id))
-        return outcomes, prepared, scrub, inboxes
+        return outcomes, prepared, named, scrub, inboxes
 
     async def _finish_batch(self, batch: _Batch) -> _Answer | None:
         """The batch's commit outcome: what to answer once the committed

@@ -41,6 +41,10 @@ _CHECKED = (
 )
 
 
+# Turned on in an existing stream when wanted (it adds a way to publish and
+# takes nothing away); never turned off.
+_ENABLED_ON_UPGRADE = ("allow_atomic",)
+
 # What a tenants file may change on an existing tenant append stream.
 LIMITS = ("max_msgs", "max_bytes")
 
@@ -85,21 +89,28 @@ def _append_stream(
     )
 
 
-def events_stream_config(name: str, subjects: Subjects, replicas: int) -> StreamConfig:
+def events_stream_config(
+    name: str, subjects: Subjects, replicas: int, *, atomic: bool = False
+) -> StreamConfig:
+    """``atomic``: allow atomic batch publish (the mirror's; a server 2.12+,
+    ``laneledger.store.atomicbatch.supports_atomic``)."""
     return _permanent_stream(
         name,
         "laneledger committed events (stream sequence == ledger position)",
         subjects.events_wildcard,
         replicas,
+        atomic,
     )
 
 
-def txlog_stream_config(subjects: Subjects, replicas: int) -> StreamConfig:
+def txlog_stream_config(subjects: Subjects, replicas: int, *, atomic: bool = False) -> StreamConfig:
+    """``atomic``: as ``events_stream_config`` (a record's parts as atomic batches)."""
     return _permanent_stream(
         subjects.txlog_stream,
         "laneledger writer transactions (the ledger's replicated source of truth)",
         subjects.txlog,
         replicas,
+        atomic,
     )
 
 
@@ -112,7 +123,9 @@ def tlog_stream_config(subjects: Subjects, replicas: int) -> StreamConfig:
     )
 
 
-def _permanent_stream(name: str, description: str, subject: str, replicas: int) -> StreamConfig:
+def _permanent_stream(
+    name: str, description: str, subject: str, replicas: int, atomic: bool = False
+) -> StreamConfig:
     """A stream nothing may shorten: no limits, no deletes, no purges."""
     return StreamConfig(
         name=name,
@@ -129,6 +142,7 @@ def _permanent_stream(name: str, description: str, subject: str, replicas: int) 
         deny_delete=True,
         deny_purge=True,
         allow_rollup_hdrs=False,
+        allow_atomic=atomic or None,
     )
 
 
@@ -163,6 +177,12 @@ async def ensure_stream(
     }
     if differing and set(differing) <= set(updatable):
         await js.update_stream(wanted)
+        return
+    enable = [n for n in _ENABLED_ON_UPGRADE if getattr(wanted, n) and not getattr(info.config, n)]
+    if enable and not differing:
+        for name in enable:
+            setattr(info.config, name, True)
+        await js.update_stream(info.config)
         return
     if differing:
         raise InternalError(

@@ -6,8 +6,8 @@ One worker thread gives that order and that single use. Handing a small call
 to it costs more than the call, though: with two requests per batch at 20 %
 of max load, the hand-off and the two threads taking turns with the GIL made
 a commit take 4.9 ms on average, where on the event loop it takes 0.6 ms (the
-sequencer's ``commit_seconds``, from ``bench/append.py``; README,
-"Performance"). So ``commit`` first waits until the thread is idle (nothing
+sequencer's ``commit_seconds``, from ``bench/append.py``; docs/performance.md).
+So ``commit`` first waits until the thread is idle (nothing
 handed to it still running or waiting: the order holds, the connection is
 free), then, in one step of the event loop:
 

@@ -102,6 +102,13 @@ WAIT_FOR_CAUSE_S = 5.0
 MAX_RECORDERS = 1024
 JOURNAL_PAGE = 500
 UPLOAD_CHUNK = 64 * 1024
+# Korg's own HTTP routes, as Korg's clients call them (its MCP server among them).
+KORG_PATHS = ("/api/agent/tool-call", "/api/journal", "/api/blob/")
+NO_TOKEN_HINT = (
+    "Korg's own clients send no token (its MCP server among them) and this tail requires one: "
+    "send Authorization: Bearer <the Korg tenant's token>, or read over MCP with "
+    "`laneledger mcp --url TAIL --token-file FILE` (spec/mcp.md)"
+)
 _UPPER_HEX = re.compile(r"(?=.*[A-F])[0-9a-fA-F]{64}")
 
 
@@ -440,6 +447,12 @@ async def _body_bytes(request: web.Request) -> bytes:
         return await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise RequestTooLarge("request body too large", limit_bytes=MAX_REQUEST_BYTES) from None
+
+
+def missing_token_hint(path: str) -> str | None:
+    """What a Korg client that sent no token is told (spec/mcp.md: the tail
+    serves no route without one; loopback is not an identity)."""
+    return NO_TOKEN_HINT if path.startswith(KORG_PATHS) else None
 
 
 def read_tool_call(data: bytes) -> ToolCall:

@@ -19,14 +19,14 @@ The queries below run on the reader threads (``ReadModel.query``).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from laneledger.compat.korg_view import source_agent_of
 from laneledger.history.causality import KORG_TOOL_CALL
-from laneledger.sqlite import meta_value, put_meta, transaction
+from laneledger.sqlite import put_meta
 
 if TYPE_CHECKING:
     from .readmodel import ReadModel, Row
@@ -45,7 +45,7 @@ CREATE INDEX IF NOT EXISTS korg_by_agent ON korg_index (tenant, source_agent, po
 CREATE INDEX IF NOT EXISTS korg_by_cause ON korg_index (tenant, triggered_by, position);
 CREATE INDEX IF NOT EXISTS korg_heads ON korg_index (tenant, position) WHERE root = position;
 """
-_FOLDED = "korg_index_position"  # meta key: the last position folded
+FOLDED = "korg_index_position"  # meta key: the last position folded
 
 
 class _Detail(msgspec.Struct):
@@ -81,7 +81,7 @@ def fold(db: sqlite3.Connection, rows: Iterable[Row]) -> None:
             (row.position, row.tenant, root, source_agent_of(row.event_type, payload, row.actor_id), cause),
         )
     if last:
-        put_meta(db, _FOLDED, last)
+        put_meta(db, FOLDED, last)
 
 
 def _position_of(db: sqlite3.Connection, event_id: str) -> int | None:
@@ -99,20 +99,6 @@ def _session_first(db: sqlite3.Connection, tenant: str, session_id: str) -> int 
         "SELECT first_position FROM session_index WHERE tenant = ? AND session_id = ?", (tenant, session_id)
     ).fetchone()
     return None if found is None else int(found[0])
-
-
-def catch_up(
-    db: sqlite3.Connection, rows_after: Callable[[int, int], list[Row]], applied: int, page: int = 5000
-) -> None:
-    """Fold what the read model holds beyond the index (a file written before it existed)."""
-    folded = int(meta_value(db, _FOLDED) or 0)
-    while folded < applied:
-        rows = rows_after(folded, page)
-        if not rows:
-            return
-        with transaction(db, "korg index write failed"):
-            fold(db, rows)
-        folded = rows[-1].position
 
 
 # -- reads (reader threads) -----------------------------------------------------------------

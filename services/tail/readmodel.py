@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,7 @@ from laneledger.tlog.checkpoint import (
 )
 from laneledger.tlog.note import Signature
 
-from . import korgindex, tlogmodel
+from . import korgindex, sessions, tlogmodel
 from .sessions import DDL as SESSIONS_DDL
 from .sessions import SessionIndex
 
@@ -86,6 +86,7 @@ CREATE INDEX IF NOT EXISTS events_by_event_id ON events (event_id);
 
 _APPLIED = "applied_position"  # the meta key of the last position stored
 _WHAT = "the tail's read model"
+CATCH_UP_PAGE = 5000  # rows per transaction when an index catches up on open
 
 COLUMNS = (
     "position, event_id, tenant, session_id, run_id, lane_id, seq, actor_id, subject_id, event_type, body,"
@@ -167,8 +168,8 @@ class ReadModel:
         # Authoritative: only the apply thread changes it, inside the transaction.
         self.applied = applied_position(self._db, _APPLIED, what=f"cannot open {_WHAT}")
         self._add_causation()
-        SessionIndex.catch_up(self._db, self._rows_after, self.applied)
-        korgindex.catch_up(self._db, self._rows_after, self.applied)
+        self._catch_up(sessions.FOLDED, SessionIndex.fold, "sessions index write failed")
+        self._catch_up(korgindex.FOLDED, korgindex.fold, "korg index write failed")
         tlogmodel.build(self._db, self.applied)
         # The last LEDGER_TLOG sequence read, and the largest checkpoint kept.
         self.checkpoint_sequence = applied_position(
@@ -176,6 +177,20 @@ class ReadModel:
         )
         with failures_as(f"cannot open {_WHAT}"):
             self.checkpoint_size = tlogmodel.latest_size(self._db)
+
+    def _catch_up(
+        self, folded_key: str, fold: Callable[[sqlite3.Connection, list[Row]], None], what: str
+    ) -> None:
+        """Fold into one derived index (its last position at ``folded_key``)
+        what the read model holds beyond it: a file written before it existed."""
+        folded = int(meta_value(self._db, folded_key) or 0)
+        while folded < self.applied:
+            rows = self._rows_after(folded, CATCH_UP_PAGE)
+            if not rows:
+                return
+            with transaction(self._db, what):
+                fold(self._db, rows)
+            folded = rows[-1].position
 
     def _add_causation(self) -> None:
         """A read model from before ``causation_id`` was a column: add it and

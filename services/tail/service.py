@@ -42,7 +42,7 @@ from .console import console_routes
 from .costs import Costs
 from .feed import Feed
 from .history import History
-from .korg import Korg, KorgSettings
+from .korg import Korg, KorgSettings, missing_token_hint
 from .korgread import KorgRead
 from .limits import LimitSettings, ReadLimits
 from .metrics import TailMetrics
@@ -80,7 +80,17 @@ class TailSettings:
 
 
 class TailService:
-    def __init__(self, nc: NATS, settings: TailSettings, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        nc: NATS,
+        settings: TailSettings,
+        registry: CollectorRegistry | None = None,
+        *,
+        ledger: LedgerClient | None = None,
+    ) -> None:
+        """``ledger``: where structure reads go (the sequencer over ``nc`` when
+        None); the tests' in-process tail passes a client of an in-process
+        writer (tests/tail_fixtures.py)."""
         self.nc = nc
         self.settings = settings
         self.registry = registry or CollectorRegistry()
@@ -92,7 +102,9 @@ class TailService:
         self._readers = ThreadPoolExecutor(4, thread_name_prefix="tail-read")
         self.feed = Feed(self.model, self._readers, capacity=settings.ring_size)
         self.metrics.applied_position.set(self.feed.applied)
-        self.ledger = LedgerClient(nc, subjects=settings.subjects, timeout=settings.ledger_timeout_s)
+        self.ledger = ledger or LedgerClient(
+            nc, subjects=settings.subjects, timeout=settings.ledger_timeout_s
+        )
         self.limits = ReadLimits(settings.limits, self.metrics.expensive_reads)
         self.read_memory = ReadBudget(settings.limits.read_memory_bytes, self.metrics.read_memory)
         # The Korg endpoint writes as its Korg tenant: its commands on the
@@ -131,7 +143,9 @@ class TailService:
             middlewares=[
                 self._count,
                 errors_middleware,
-                access_middleware(s.access, query_token_paths=QUERY_TOKEN_PATHS),
+                access_middleware(
+                    s.access, query_token_paths=QUERY_TOKEN_PATHS, missing_token_hint=missing_token_hint
+                ),
             ]
         )
         app.add_routes(ops_routes(self.registry, self.ready))
@@ -265,10 +279,12 @@ class TailService:
             async for batch in batches:
                 # Shielded: a cancel (stall watchdog, stop) must not separate
                 # a committed batch from its publication to subscribers.
-                self._applying = asyncio.ensure_future(self._apply(batch))
+                self._applying = asyncio.ensure_future(self.apply_committed(batch))
                 await asyncio.shield(self._applying)
 
-    async def _apply(self, batch: list[tuple[int, bytes]]) -> None:
+    async def apply_committed(self, batch: list[tuple[int, bytes]]) -> None:
+        """Apply committed events ((position, body), in order) and publish them
+        to subscribers: what following LEDGER_EVENTS does with each batch."""
         started = time.perf_counter()
         loop = asyncio.get_running_loop()
         rows = await loop.run_in_executor(self._apply_thread, self.model.apply, batch)

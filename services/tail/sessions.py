@@ -4,7 +4,8 @@ One row per (tenant, session) in the read model's ``session_index``, kept
 up to date in the same transaction as the events it summarises
 (``SessionIndex.fold``, called by ``ReadModel.apply``), so listing sessions
 costs a page of an index, not a scan of their events. A read model written
-before the index existed is folded once when it is opened (``catch_up``).
+before the index existed is folded once when it is opened
+(``ReadModel._catch_up``).
 
 What a session row says, from its events alone:
 
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import Executor
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
@@ -36,7 +37,7 @@ from aiohttp import web
 from laneledger.contract.vocabulary import COST_SUM, TERMINAL_EVENT_TYPES
 from laneledger.runtime.access import scope_of
 from laneledger.runtime.httpjson import json_response
-from laneledger.sqlite import meta_value, put_meta, transaction
+from laneledger.sqlite import put_meta
 
 from .api import Query
 
@@ -84,7 +85,7 @@ STATUSES = ("running", "completed", "failed")
 FILTERS = (*STATUSES, "unresolved", "paused")
 PARAMETERS = ("tenant", "status", "actor_id", "q", "since", "until", "before", "limit")
 MAX_LIMIT = 500
-_FOLDED = "sessions_folded_position"  # meta key: the last position folded into the index
+FOLDED = "sessions_folded_position"  # meta key: the last position folded into the index
 
 _RUN_ENDS = frozenset(TERMINAL_EVENT_TYPES["run"])
 _ATTEMPT_ENDS = frozenset(TERMINAL_EVENT_TYPES["attempt"])
@@ -155,22 +156,7 @@ class SessionIndex:
         for key in spans:
             _summarise(db, key)
         if last:
-            put_meta(db, _FOLDED, last)
-
-    @staticmethod
-    def catch_up(
-        db: sqlite3.Connection, rows_after: Callable[[int, int], list[Row]], applied: int, page: int = 5000
-    ) -> None:
-        """Fold what the read model holds beyond the index (a file written
-        before it existed); ``rows_after(position, n)`` reads rows in order."""
-        folded = int(meta_value(db, _FOLDED) or 0)
-        while folded < applied:
-            rows = rows_after(folded, page)
-            if not rows:
-                return
-            with transaction(db, "sessions index write failed"):
-                SessionIndex.fold(db, rows)
-            folded = rows[-1].position
+            put_meta(db, FOLDED, last)
 
 
 def _members(row: Row) -> list[tuple[str, str]]:

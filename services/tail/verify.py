@@ -27,7 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
-from laneledger.audit.ledger import decode_body, position_gap
+from laneledger.audit.faults import decode_body, position_gap
 from laneledger.contract.chain import LaneChains
 from laneledger.contract.errors import (
     ChainFault,
@@ -70,7 +70,7 @@ _COPIED = (
 class Walk:
     """The state of one verification walk. The chain checks are
     ``laneledger.contract.chain.LaneChains`` and the body/position checks
-    ``laneledger.audit.ledger``'s, the very ones ``laneledger verify --db`` runs;
+    ``laneledger.audit.faults``', the very ones ``laneledger verify --db`` runs;
     only the read model's own columns are checked here."""
 
     key: bytes | None

@@ -37,7 +37,8 @@ from polling import eventually
 from producer_proc import check_against_ledger
 from sequencer_process import wait_for_stream
 
-from laneledger.audit.ledger import audit_ledger, compare_with_stream
+from laneledger.audit.ledger import audit_ledger
+from laneledger.audit.stream import compare_with_stream
 from laneledger.services.metrics.fold import LabelPolicy, State, fold_message
 from laneledger.services.metrics.store import rows_of
 

@@ -13,7 +13,7 @@ import pytest
 from fault_harness import FaultRig, fault_timeout, scaled, seeded_rng
 from sequencer_process import ledger_last_position
 
-from laneledger.audit.ledger import compare_with_stream
+from laneledger.audit.stream import compare_with_stream
 
 KILLS = scaled(3, 20)
 

@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from laneledger.adapters.derived import DerivedRecorder
-from laneledger.compat.claudecode import DEFAULT_HUMAN, SPAWN_TOOLS, tool_effect
+from laneledger.compat.claudecode_names import DEFAULT_HUMAN, SPAWN_TOOLS, tool_effect
 from laneledger.contract.errors import InvalidRequest, LedgerError
 from laneledger.contract.model import Lane
 from laneledger.sdk.client import LedgerClient

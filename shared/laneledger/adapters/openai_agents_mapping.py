@@ -35,7 +35,7 @@ from laneledger.adapters.openai_agents_spans import (
     id8,
     tokens_of,
 )
-from laneledger.compat.claudecode import DEFAULT_HUMAN
+from laneledger.compat.claudecode_names import DEFAULT_HUMAN
 from laneledger.contract.errors import DuplicateEvent, IdempotencyViolation, InvalidRequest, LedgerError
 from laneledger.contract.model import Lane
 from laneledger.contract.vocabulary import DECIMAL_AMOUNT

@@ -9,7 +9,7 @@ An actor's ``key`` names who acts:
   characters (of ``[0-9A-Za-z_-]``) derived from the parent tool-use id that
   spawned it and unique among the sub-agents of its session. Korg §2b writes
   the id's first 8, which every Claude Code id shares (``toolu_01``); the
-  Claude Code importer's choice is ``compat.claudecode.subagent_display_id``
+  Claude Code importer's choice is ``compat.claudecode_names.subagent_display_id``
   (``spec/claude-code.md``, "Sub-agents"). The check here sees one key, so
   it checks that form, not the uniqueness;
 * ``human:<identifier>``, ``korg:<component>``, ``mcp:<server>``,

@@ -24,7 +24,7 @@ from typing import Any
 from laneledger.adapters.claude_agent import ClaudeAgentRecorder, deny
 from laneledger.cli.natsoption import add_nats_option
 from laneledger.cli.report import PROG, fail
-from laneledger.compat.claudecode import DEFAULT_HUMAN, is_human_key
+from laneledger.compat.claudecode_names import DEFAULT_HUMAN, is_human_key
 from laneledger.contract.errors import InvalidRequest, LedgerError, RequestError
 from laneledger.sdk.client import LedgerClient
 from laneledger.sdk.natsconnect import DEFAULT_NATS, checked_nats

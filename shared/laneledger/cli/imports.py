@@ -12,7 +12,8 @@ from typing import IO, Any
 
 from laneledger.cli.natsoption import add_nats_option
 from laneledger.cli.report import STDIN, fail
-from laneledger.compat.claudecode import DEFAULT_HUMAN, ClaudeCodeImport, is_human_key
+from laneledger.compat.claudecode import ClaudeCodeImport
+from laneledger.compat.claudecode_names import DEFAULT_HUMAN, is_human_key
 from laneledger.sdk.client import LedgerClient
 
 

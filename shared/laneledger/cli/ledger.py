@@ -11,7 +11,7 @@ from typing import BinaryIO
 
 import msgspec
 
-from laneledger.audit.ledger import export_ledger
+from laneledger.audit.export import export_ledger
 from laneledger.cli.natsoption import add_nats_option
 from laneledger.cli.verify import hmac_key
 from laneledger.compat.korg_export import export_session_from_db

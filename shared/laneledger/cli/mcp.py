@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 from pathlib import Path
 
 from laneledger.cli.tail import add_tail_options
 from laneledger.contract.errors import InvalidRequest
+
+PORT = 8475  # --serve's default port, beside the services' 8470-8474
+LISTEN_ENV = "LANELEDGER_MCP_LISTEN"
+TAIL_URL_ENV = "LANELEDGER_MCP_TAIL_URL"  # --url (env): the tail it reads
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -18,10 +23,15 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "or with --serve over streamable HTTP at http://LISTEN/mcp, each client's bearer token passed "
         "through to the tail.",
     )
-    add_tail_options(sub)  # stdio: --token-file is the token; --serve: each client's own
+    # stdio: --token-file is the token; --serve: each client's own. As a deployed
+    # service (deploy/mcp.Dockerfile) it is configured by environment.
+    add_tail_options(sub, url_env=TAIL_URL_ENV)
     sub.add_argument("--serve", action="store_true", help="serve streamable HTTP instead of stdio")
     sub.add_argument(
-        "--listen", default="127.0.0.1:8474", metavar="HOST:PORT", help="--serve: where (port 0: any)"
+        "--listen",
+        default=os.environ.get(LISTEN_ENV, f"127.0.0.1:{PORT}"),
+        metavar="HOST:PORT",
+        help=f"--serve: where (port 0: any; env {LISTEN_ENV})",
     )
     sub.set_defaults(run=cmd_mcp)
 

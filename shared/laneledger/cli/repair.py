@@ -32,7 +32,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from laneledger.audit.ledger import audit_ledger, check_stream, stream_difference
+from laneledger.audit.ledger import audit_ledger
+from laneledger.audit.stream import check_stream, stream_difference
 from laneledger.cli.hmackey import read_hmac_key_file
 from laneledger.cli.natsoption import add_nats_option
 from laneledger.cli.report import refused

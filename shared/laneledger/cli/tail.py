@@ -43,9 +43,16 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     sub.set_defaults(run=cmd_tail)
 
 
-def add_tail_options(sub: argparse.ArgumentParser) -> None:
-    """``--url`` and ``--token-file``: which tail service, read with which token."""
-    sub.add_argument("--url", default="http://127.0.0.1:8471", help="tail service URL")
+def add_tail_options(sub: argparse.ArgumentParser, url_env: str | None = None) -> None:
+    """``--url`` and ``--token-file``: which tail service, read with which
+    token (``url_env``: a variable that sets ``--url``)."""
+    default = "http://127.0.0.1:8471"
+    if url_env is None:
+        sub.add_argument("--url", default=default, help="tail service URL")
+    else:
+        sub.add_argument(
+            "--url", default=os.environ.get(url_env, default), help=f"tail service URL (env {url_env})"
+        )
     sub.add_argument(
         "--token-file",
         metavar="FILE",

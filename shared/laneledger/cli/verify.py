@@ -14,14 +14,9 @@ from typing import Any
 
 import aiohttp
 
-from laneledger.audit.ledger import (
-    LedgerAudit,
-    StreamCheck,
-    audit_ledger,
-    check_stream,
-    read_export,
-    verify_export,
-)
+from laneledger.audit.export import read_export, verify_export
+from laneledger.audit.ledger import LedgerAudit, audit_ledger
+from laneledger.audit.stream import StreamCheck, check_stream
 from laneledger.cli.bundles import add_verify_options, verify_bundle_file, verify_checkpoints
 from laneledger.cli.hmackey import add_hmac_key_file_option, read_hmac_key_file
 from laneledger.cli.natsoption import add_nats_option

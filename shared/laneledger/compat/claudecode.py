@@ -26,72 +26,51 @@ sequencer:
 Every id (lanes aside, which are keyed by name), every ``append_id`` and
 every ``occurred_at`` derive from the capture, so importing the same capture
 again gets the original receipts back instead of duplicates.
+This module is the mapping; the lines are decoded and checked first, in
+``laneledger.compat.claudecode_lines``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from collections import Counter
-from collections.abc import AsyncIterable, Collection, Iterable
+from collections.abc import AsyncIterable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
-from decimal import Decimal, InvalidOperation
-from typing import Any, TypeVar
+from typing import Any
 
+from laneledger.compat.claudecode_lines import (
+    SUB_LANE_PREFIX,
+    AssistantLine,
+    CaptureLine,
+    RateLimitLine,
+    ResultLine,
+    StreamEventLine,
+    SystemLine,
+    ToolUseBlock,
+    UserLine,
+    decode_as,
+    decode_line,
+    duration_ms,
+    epoch_ms,
+    parse_line,
+    text_of,
+    timestamp_of,
+)
+from laneledger.compat.claudecode_names import (
+    DEFAULT_HUMAN,
+    IMPORT_GUARANTEES,
+    RUNTIME,
+    SPAWN_TOOLS,
+    is_human_key,
+    subagent_display_id,
+    tool_effect,
+)
+from laneledger.compat.claudecode_payloads import inference_outcome, result_costs, run_outcome
 from laneledger.contract.clock import system_clock
 from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.ids import derived_id
-from laneledger.contract.strictjson import decode_json
 from laneledger.sdk.client import LaneRecorder, LedgerClient
-from laneledger.sdk.guarantees import AdapterGuarantees
 from laneledger.sdk.spine import PROMPT_EVENT, SPAWNED_BY, Spine
-
-ADAPTER = "laneledger.claude-code"
-# 2: each sub-agent its own lane and actor (1 merged those whose tool-use ids
-# share 8 leading characters, i.e. all of them), the root prompt a human's,
-# a sub-agent's turn ended by its spawning call's result.
-ADAPTER_VERSION = "2"
-RUNTIME = "claude-code"
-# Who typed the prompt is not in a capture; a caller that knows says so.
-DEFAULT_HUMAN = "human:unknown"
-
-
-def is_human_key(key: str) -> bool:
-    """Whether ``key`` is a human's actor key, ``human:<identifier>``."""
-    return key.startswith("human:") and key != "human:"
-
-
-T = TypeVar("T")
-
-IMPORT_GUARANTEES = AdapterGuarantees(
-    adapter=ADAPTER,
-    version=ADAPTER_VERSION,
-    hooks={
-        "run": "best_effort",
-        "turn": "best_effort",
-        "model_call": "best_effort",
-        "tool_call": "best_effort",
-        "requested_before_call": "unsupported",
-        "outcome": "best_effort",
-        "cost": "best_effort",
-        "causation": "best_effort",
-        "subagent": "best_effort",
-        "streaming": "unsupported",
-        "hitl": "unsupported",
-    },
-    recovery="none",
-)
-
-# Tool names (verbatim, as Claude Code sends them) by effect; anything else
-# is "unknown". Spawning a sub-agent is "Task" on older versions, "Agent" on
-# newer ones (Korg §2b).
-READ_TOOLS = frozenset(
-    {"Read", "Grep", "Glob", "LS", "WebFetch", "WebSearch", "TodoRead", "NotebookRead", "BashOutput"}
-)
-WRITE_TOOLS = frozenset({"Edit", "MultiEdit", "Write", "NotebookEdit", "TodoWrite"})
-SPAWN_TOOLS = frozenset({"Task", "Agent"})
 
 EXTENSION_TYPES = {
     "hook": "ext.claude_code.hook",  # system hook_* lines
@@ -105,89 +84,6 @@ EXTENSION_TYPES = {
 # Lines before the init line (SessionStart hooks) are held until it comes; a
 # capture without one is refused rather than held without bound.
 MAX_LINES_BEFORE_INIT = 1000
-_TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$")
-_MAX_DECIMALS = Decimal(10) ** -18
-SUB_LANE_PREFIX = "sub-"
-# A lane name is an Id (at most 256 characters): the prefix and the full id.
-MAX_PARENT_TOOL_USE_ID = 256 - len(SUB_LANE_PREFIX)
-# The <id8> of the actor key agent:<runtime>/sub-<id8>@<v> (spec/verify.md).
-_DISPLAY_ID = re.compile(r"^[0-9A-Za-z_-]{8}$")
-
-
-def parse_line(raw: str | bytes, line_no: int) -> dict[str, Any] | None:
-    """One capture line as an object; None for a blank line. A line that is
-    not strict JSON (``strictjson``: no NaN, no duplicate keys) is
-    ``MalformedMessage``, one that is not an object with a string ``type``
-    is ``InvalidRequest``; both name the line in ``details.line``."""
-    data = raw.encode() if isinstance(raw, str) else raw
-    if not data.strip():
-        return None
-    value = decode_json(data, file="", line=line_no)
-    if not isinstance(value, dict):
-        raise InvalidRequest("not a JSON object", line=line_no, path="$", reason="not_an_object")
-    if not isinstance(value.get("type"), str):
-        raise InvalidRequest('no string "type"', line=line_no, path="$.type", reason="no_type")
-    return value
-
-
-def decimal_string(value: Any, what: str, line_no: int) -> str:
-    """A JSON number (Claude Code writes costs as floats) as the decimal
-    string cost.recorded wants, rounded to 18 places."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise InvalidRequest(f"{what} is not a number", line=line_no, path=f"$.{what}")
-    try:
-        amount = Decimal(repr(value) if isinstance(value, float) else str(value))
-    except InvalidOperation:
-        raise InvalidRequest(f"{what} is not a number", line=line_no, path=f"$.{what}") from None
-    if not amount.is_finite():
-        raise InvalidRequest(f"{what} is not finite", line=line_no, path=f"$.{what}")
-    text = format(amount.quantize(_MAX_DECIMALS).normalize(), "f")
-    return "0" if text in ("-0", "") else text
-
-
-def subagent_display_id(ptuid: str, taken: Collection[str]) -> str:
-    """The 8 characters naming the sub-agent spawned by tool call ``ptuid`` in
-    its actor key (``agent:claude-code/sub-<id8>@<v>``), none of ``taken``
-    (the session's sub-agents named before it).
-
-    Korg §2b writes ``ptuid[:8]``, but every Claude Code tool-use id starts
-    ``toolu_01``: the first 8 characters name every sub-agent alike. The last
-    8 are the id's random part; where they are not 8 id characters, or an
-    earlier sub-agent of the session has them, 8 hex digits of a digest of the
-    id (and of a counter, until one is free). The name depends only on the id
-    and the sub-agents before it, so a re-import names each one alike."""
-    candidate, n = ptuid[-8:], 0
-    while not _DISPLAY_ID.match(candidate) or candidate in taken:
-        candidate = hashlib.sha256(f"{n}\0{ptuid}".encode()).hexdigest()[:8]
-        n += 1
-    return candidate
-
-
-def tool_effect(name: str) -> str:
-    if name in READ_TOOLS:
-        return "read"
-    if name in WRITE_TOOLS:
-        return "write"
-    return "unknown"
-
-
-def _text_of(content: Any) -> str | None:
-    """A user message's or tool result's text: a string, or text blocks."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"]
-        texts = [p for p in parts if isinstance(p, str)]
-        return "\n".join(texts) if texts else None
-    return None
-
-
-def _need(value: object, kind: type[T], path: str, line_no: int) -> T:
-    if not isinstance(value, kind):
-        raise InvalidRequest(
-            f"{path} is missing or of the wrong type", line=line_no, path=path, reason="wrong_shape"
-        )
-    return value
 
 
 @dataclass
@@ -342,8 +238,8 @@ class ClaudeCodeImport:
         )
 
     def _at(self, obj: dict[str, Any]) -> str:
-        stamp = obj.get("timestamp")
-        if isinstance(stamp, str) and _TIMESTAMP.match(stamp):
+        stamp = timestamp_of(obj)
+        if stamp is not None:
             self._clock = stamp
         return self._clock
 
@@ -397,7 +293,7 @@ class ClaudeCodeImport:
     async def _start(self, init: dict[str, Any], line_no: int) -> None:
         self._init = init
         session = self._session_override or init.get("session_id")
-        session = _need(session, str, "$.session_id", line_no)
+        session = decode_as(session, str, line_no, at="$.session_id")
         self._version = str(init.get("claude_code_version") or init.get("version") or "unknown")
         run = self._run_override or init.get("uuid")
         if not isinstance(run, str) or not run:
@@ -413,11 +309,9 @@ class ClaudeCodeImport:
             first = (await self.client.load_lane(recorder.lane.id, 0, limit=1, tenant=self.tenant)).events[0]
             self._anchor = first.occurred_at
         else:
-            self._anchor = (
-                init["timestamp"] if _TIMESTAMP.match(str(init.get("timestamp"))) else system_clock()
-            )
+            self._anchor = timestamp_of(init) or system_clock()
         self._clock = self._anchor
-        self._anchor_ms = _epoch_ms(self._anchor)
+        self._anchor_ms = epoch_ms(self._anchor)
         turn = await self.client.create_turn(
             recorder.lane.id, 1, turn_id=self._id("turn", "main"), tenant=self.tenant
         )
@@ -495,9 +389,7 @@ class ClaudeCodeImport:
         )
         return actor.id
 
-    async def _subagent(
-        self, ptuid: str, obj: dict[str, Any], line_no: int, prompt_text: str | None
-    ) -> Agent:
+    async def _subagent(self, ptuid: str, obj: dict[str, Any], prompt_text: str | None) -> Agent:
         """The sub-agent spawned by tool call ``ptuid``, started on first sight:
         its lane under the spawning agent's, its actor, and its prompt caused
         by the spawning inference (§2b)."""
@@ -562,11 +454,11 @@ class ClaudeCodeImport:
         agent.spine.prompted(prompt["id"])
         return agent
 
-    async def _agent_for(self, obj: dict[str, Any], line_no: int) -> Agent:
-        ptuid = _parent_tool_use_id(obj, line_no)
+    async def _agent_for(self, ptuid: str | None, obj: dict[str, Any]) -> Agent:
+        """The agent of a line (``obj``, with its decoded ``ptuid``)."""
         if ptuid is None:
             return self._agents["main"]
-        return await self._subagent(ptuid, obj, line_no, None)
+        return await self._subagent(ptuid, obj, None)
 
     async def _end_subagent(self, ptuid: str, failed: bool, message: str, at: str) -> None:
         """The spawning call's result is the sub-agent's return: its turn
@@ -593,37 +485,37 @@ class ClaudeCodeImport:
     # -- lines ------------------------------------------------------------------------------------
 
     async def _dispatch(self, obj: dict[str, Any], line_no: int) -> None:
-        kind = obj["type"]
-        if kind == "assistant":
-            await self._assistant(obj, line_no)
+        line = decode_line(obj, line_no)
+        if isinstance(line, AssistantLine):
+            await self._assistant(line, obj, line_no)
             return
         # Any other line ends the message being assembled for its agent (and a
         # result line, every one).
-        ptuid = _parent_tool_use_id(obj, line_no)
+        ptuid = line.parent_tool_use_id
         agent_key = "main" if ptuid is None else _sub_key(ptuid)
         for key in list(self._messages):
-            if kind == "result" or key == agent_key:
+            if isinstance(line, ResultLine) or key == agent_key:
                 await self._flush_message(key)
-        if kind == "user":
-            await self._user(obj, line_no)
-        elif kind == "result":
-            await self._result(obj, line_no)
-        elif kind == "stream_event":
+        if isinstance(line, UserLine):
+            await self._user(line, obj, line_no)
+        elif isinstance(line, ResultLine):
+            await self._result(line, obj, line_no)
+        elif isinstance(line, StreamEventLine):
             self.summary.dropped["stream_event"] += 1
-        elif kind == "system":
-            subtype = str(obj.get("subtype") or "")
+        elif isinstance(line, SystemLine):
+            subtype = str(line.subtype or "")
             group = (
                 "hook" if subtype.startswith("hook_") else "task" if subtype.startswith("task_") else "system"
             )
-            await self._extension(EXTENSION_TYPES[group], obj, line_no)
-        elif kind == "rate_limit_event":
-            await self._extension(EXTENSION_TYPES["rate_limit"], obj, line_no)
+            await self._extension(EXTENSION_TYPES[group], line, obj, line_no)
+        elif isinstance(line, RateLimitLine):
+            await self._extension(EXTENSION_TYPES["rate_limit"], line, obj, line_no)
         else:
-            await self._extension(EXTENSION_TYPES["unknown"], obj, line_no)
+            await self._extension(EXTENSION_TYPES["unknown"], line, obj, line_no)
 
-    async def _extension(self, event_type: str, obj: dict[str, Any], line_no: int) -> None:
+    async def _extension(self, event_type: str, line: CaptureLine, obj: dict[str, Any], line_no: int) -> None:
         """A line kept as it came, on its agent's lane, hanging off the spine."""
-        agent = await self._agent_for(obj, line_no)
+        agent = await self._agent_for(line.parent_tool_use_id, obj)
         event = self._event(
             agent,
             event_type,
@@ -635,18 +527,17 @@ class ClaudeCodeImport:
         )
         await self._append(agent, [event])
 
-    async def _assistant(self, obj: dict[str, Any], line_no: int) -> None:
-        message = _need(obj.get("message"), dict, "$.message", line_no)
-        message_id = _need(message.get("id"), str, "$.message.id", line_no)
-        content = _need(message.get("content"), list, "$.message.content", line_no)
-        agent = await self._agent_for(obj, line_no)
+    async def _assistant(self, line: AssistantLine, obj: dict[str, Any], line_no: int) -> None:
+        message = line.message
+        message_id, content = message.id, message.content
+        agent = await self._agent_for(line.parent_tool_use_id, obj)
         if (agent.key, message_id) in self._flushed:
             # A repeat of a message already recorded: nothing new is dropped.
             new = [
                 b for b in content if isinstance(b, dict) and b not in self._flushed[agent.key, message_id]
             ]
             if new:
-                await self._extension(EXTENSION_TYPES["late"], obj, line_no)
+                await self._extension(EXTENSION_TYPES["late"], line, obj, line_no)
             else:
                 self.summary.dropped["repeat"] += 1
             return
@@ -656,7 +547,7 @@ class ClaudeCodeImport:
             current = None
         if current is None:
             current = Message(
-                agent.key, message_id, str(message.get("model") or "unknown"), [], {}, None, line_no, None
+                agent.key, message_id, str(message.model or "unknown"), [], {}, None, line_no, None
             )
             self._messages[agent.key] = current
         # Streaming repeats: the same message id on several lines, each with
@@ -664,10 +555,10 @@ class ClaudeCodeImport:
         for block in content:
             if isinstance(block, dict) and block not in current.blocks:
                 current.blocks.append(block)
-        if isinstance(message.get("usage"), dict):
-            current.usage = message["usage"]
-        if message.get("stop_reason") is not None:
-            current.stop_reason = message["stop_reason"]
+        if isinstance(message.usage, dict):
+            current.usage = message.usage
+        if message.stop_reason is not None:
+            current.stop_reason = message.stop_reason
         current.timestamp = self._at(obj)
 
     async def _flush_holding(self, tool_use_id: str) -> None:
@@ -714,25 +605,7 @@ class ClaudeCodeImport:
             at,
             f"{key}/requested",
         )
-        texts = [b.get("text") for b in message.blocks if b.get("type") == "text"]
-        thinking = [b.get("thinking") for b in message.blocks if b.get("type") == "thinking"]
-        outcome: dict[str, Any] = {
-            "text": "\n".join(t for t in texts if isinstance(t, str)),
-            "thinking": "\n".join(t for t in thinking if isinstance(t, str)),
-            "stop_reason": message.stop_reason,
-            "tool_uses": [b.get("id") for b in message.blocks if b.get("type") == "tool_use"],
-        }
-        if any(b.get("type") == "redacted_thinking" for b in message.blocks):
-            outcome["redacted_thinking"] = True
-        usage = message.usage
-        for ours, theirs in (
-            ("input_tokens", "input_tokens"),
-            ("output_tokens", "output_tokens"),
-            ("cache_read_tokens", "cache_read_input_tokens"),
-            ("cache_write_tokens", "cache_creation_input_tokens"),
-        ):
-            if isinstance(usage.get(theirs), int) and not isinstance(usage.get(theirs), bool):
-                outcome[ours] = usage[theirs]
+        outcome = inference_outcome(message.blocks, message.usage, message.stop_reason)
         completed = self._event(
             agent,
             "attempt.completed",
@@ -753,8 +626,8 @@ class ClaudeCodeImport:
     async def _tool_requested(
         self, agent: Agent, block: dict[str, Any], inference_id: str, at: str, line_no: int
     ) -> dict[str, Any]:
-        tool_use_id = _need(block.get("id"), str, "$.message.content[].id", line_no)
-        name = _need(block.get("name"), str, "$.message.content[].name", line_no)
+        tool_use = decode_as(block, ToolUseBlock, line_no, at="$.message.content[]")
+        tool_use_id, name = tool_use.id, tool_use.name
         key = f"tool/{tool_use_id}"
         action_id, attempt_id = self._id("action", key), self._id("attempt", key)
         lane_id = agent.recorder.lane.id
@@ -769,8 +642,7 @@ class ClaudeCodeImport:
             tenant=self.tenant,
         )
         await self.client.create_attempt(lane_id, action_id, 1, attempt_id=attempt_id, tenant=self.tenant)
-        given = block.get("input")
-        tool_input: dict[str, Any] = given if isinstance(given, dict) else {}
+        tool_input: dict[str, Any] = tool_use.input if isinstance(tool_use.input, dict) else {}
         requested = self._event(
             agent,
             "attempt.requested",
@@ -802,24 +674,22 @@ class ClaudeCodeImport:
             self._spawned[tool_use_id] = pending  # its sub-agent may outlive the pending call
         return requested
 
-    async def _user(self, obj: dict[str, Any], line_no: int) -> None:
-        message = _need(obj.get("message"), dict, "$.message", line_no)
-        content = message.get("content")
-        ptuid = _parent_tool_use_id(obj, line_no)
+    async def _user(self, line: UserLine, obj: dict[str, Any], line_no: int) -> None:
+        content = line.message.content
+        ptuid = line.parent_tool_use_id
         blocks = content if isinstance(content, list) else []
         results = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
-        text = _text_of(content)
+        text = text_of(content)
         if text is not None and not results:
             if ptuid is not None and _sub_key(ptuid) not in self._agents:
-                await self._subagent(ptuid, obj, line_no, text)  # §2b: the sub-agent's prompt
+                await self._subagent(ptuid, obj, text)  # §2b: the sub-agent's prompt
                 return
-            agent = await self._agent_for(obj, line_no)
+            agent = await self._agent_for(ptuid, obj)
             await self._append(agent, [self._prompt(agent, text, self._at(obj), f"line/{line_no}")])
             return
         if not results:
-            await self._extension(EXTENSION_TYPES["unknown"], obj, line_no)
+            await self._extension(EXTENSION_TYPES["unknown"], line, obj, line_no)
             return
-        tool_use_result = obj.get("tool_use_result")
         for index, block in enumerate(results):
             tool_use_id = block.get("tool_use_id")
             pending = None
@@ -827,7 +697,7 @@ class ClaudeCodeImport:
                 await self._flush_holding(tool_use_id)
                 pending = self._pending.pop(tool_use_id, None)
             if pending is None or not isinstance(tool_use_id, str):
-                agent = await self._agent_for(obj, line_no)
+                agent = await self._agent_for(ptuid, obj)
                 event = self._event(
                     agent,
                     EXTENSION_TYPES["unmatched"],
@@ -847,16 +717,16 @@ class ClaudeCodeImport:
                 "tool_use_id": tool_use_id,
                 "success": not failed,
             }
-            duration = _duration_ms(tool_use_result)
+            duration = duration_ms(line.tool_use_result)
             if duration is not None:
                 payload["duration_ms"] = duration
             result = block.get("content")
             if failed:
-                payload["error"] = {"code": "tool_error", "message": _text_of(result) or ""}
+                payload["error"] = {"code": "tool_error", "message": text_of(result) or ""}
             else:
                 payload["outcome"] = {"content": result}
             if pending.name in SPAWN_TOOLS:
-                await self._end_subagent(tool_use_id, failed, _text_of(result) or "", self._at(obj))
+                await self._end_subagent(tool_use_id, failed, text_of(result) or "", self._at(obj))
             event = self._event(
                 pending.agent,
                 "attempt.failed" if failed else "attempt.completed",
@@ -868,81 +738,21 @@ class ClaudeCodeImport:
             )
             await self._append(pending.agent, [event])
         if text is not None:  # text next to tool results (e.g. an interruption notice)
-            agent = await self._agent_for(obj, line_no)
+            agent = await self._agent_for(ptuid, obj)
             await self._append(agent, [self._prompt(agent, text, self._at(obj), f"line/{line_no}/text")])
 
-    async def _result(self, obj: dict[str, Any], line_no: int) -> None:
+    async def _result(self, line: ResultLine, obj: dict[str, Any], line_no: int) -> None:
         main = self._agents["main"]
         at = self._at(obj)
         cause = main.spine.inference_cause()
         events = []
-        model_usage = obj.get("modelUsage")
-        if isinstance(model_usage, dict) and model_usage:
-            for model, usage in sorted(model_usage.items()):
-                if not isinstance(usage, dict) or "costUSD" not in usage:
-                    continue
-                cost: dict[str, Any] = {
-                    "provider": "anthropic",
-                    "model": model,
-                    "currency": "USD",
-                    "amount": decimal_string(usage["costUSD"], f"modelUsage.{model}.costUSD", line_no),
-                }
-                for ours, theirs in (
-                    ("input_tokens", "inputTokens"),
-                    ("output_tokens", "outputTokens"),
-                    ("cache_read_tokens", "cacheReadInputTokens"),
-                    ("cache_write_tokens", "cacheCreationInputTokens"),
-                ):
-                    if isinstance(usage.get(theirs), int) and not isinstance(usage.get(theirs), bool):
-                        cost[ours] = usage[theirs]
-                events.append(
-                    self._event(
-                        main,
-                        "cost.recorded",
-                        self.summary.run_id,
-                        cost,
-                        cause,
-                        at,
-                        f"result/{line_no}/cost/{model}",
-                    )
-                )
-        elif obj.get("total_cost_usd") is not None:
+        for key, cost in result_costs(line, (self._init or {}).get("model"), line_no):
             events.append(
                 self._event(
-                    main,
-                    "cost.recorded",
-                    self.summary.run_id,
-                    {
-                        "provider": "anthropic",
-                        "model": str((self._init or {}).get("model") or "unknown"),
-                        "currency": "USD",
-                        "amount": decimal_string(obj["total_cost_usd"], "total_cost_usd", line_no),
-                    },
-                    cause,
-                    at,
-                    f"result/{line_no}/cost",
+                    main, "cost.recorded", self.summary.run_id, cost, cause, at, f"result/{line_no}/{key}"
                 )
             )
-        failed = obj.get("is_error") is True or obj.get("subtype") not in (None, "success")
-        summary: dict[str, Any] = {"subtype": obj.get("subtype"), "is_error": obj.get("is_error")}
-        if obj.get("total_cost_usd") is not None:
-            summary["total_cost_usd"] = decimal_string(obj["total_cost_usd"], "total_cost_usd", line_no)
-        for name in (
-            "num_turns",
-            "duration_ms",
-            "duration_api_ms",
-            "result",
-            "usage",
-            "permission_denials",
-            "stop_reason",
-        ):
-            if name in obj:
-                summary[name] = obj[name]
-        if failed:
-            summary["error"] = {
-                "code": str(obj.get("subtype") or "error"),
-                "message": str(obj.get("result") or obj.get("subtype") or ""),
-            }
+        failed, summary = run_outcome(line, obj, line_no)
         events.append(
             self._event(
                 main,
@@ -971,39 +781,3 @@ class ClaudeCodeImport:
 def _sub_key(ptuid: str) -> str:
     """A sub-agent's key and lane name: its full parent tool-use id."""
     return SUB_LANE_PREFIX + ptuid
-
-
-def _parent_tool_use_id(obj: dict[str, Any], line_no: int) -> str | None:
-    """The line's ``parent_tool_use_id``: None (absent or null) for the main
-    agent, else a non-empty string short enough to name a lane."""
-    ptuid = obj.get("parent_tool_use_id")
-    if ptuid is None:
-        return None
-    ptuid = _need(ptuid, str, "$.parent_tool_use_id", line_no)
-    if not 0 < len(ptuid) <= MAX_PARENT_TOOL_USE_ID:
-        raise InvalidRequest(
-            f"parent_tool_use_id is empty or longer than {MAX_PARENT_TOOL_USE_ID} characters",
-            line=line_no,
-            path="$.parent_tool_use_id",
-            reason="wrong_shape",
-        )
-    return ptuid
-
-
-def _duration_ms(tool_use_result: Any) -> int | None:
-    """A tool's duration where the capture states one (Claude Code puts it on
-    some tools' ``tool_use_result``)."""
-    if not isinstance(tool_use_result, dict):
-        return None
-    for name in ("durationMs", "totalDurationMs", "duration_ms"):
-        value = tool_use_result.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            return value
-    return None
-
-
-def _epoch_ms(stamp: str) -> int:
-    """Milliseconds since the epoch of an RFC 3339 timestamp (the fraction
-    cut to microseconds, which is all ``datetime`` holds)."""
-    stamp = re.sub(r"(\.\d{6})\d+", r"\1", stamp).replace("Z", "+00:00")
-    return int(datetime.fromisoformat(stamp).timestamp() * 1000)

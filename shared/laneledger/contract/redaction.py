@@ -316,7 +316,7 @@ class Redactor:
         extra_keys = tuple(extra_keys)
         # What it is made of: a copy is made of it again (``__reduce__``; a
         # compiled RE2 pattern cannot be pickled), in the sequencer's step 0
-        # worker process (services/sequencer/offloop.py).
+        # worker process (services/sequencer/prepworker.py: ``made_of``).
         self._made_of = (dict(extra_patterns), extra_keys)
         patterns = {**DEFAULT_PATTERNS}
         shapes: dict[str, Shape | Re2Shape] = {name: default_shape(name) for name in DEFAULT_PATTERNS}
@@ -364,6 +364,11 @@ class Redactor:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), self._made_of)
+
+    @property
+    def made_of(self) -> tuple[dict[str, str], tuple[str, ...]]:
+        """``(extra_patterns, extra_keys)``: ``Redactor(*made_of)`` is a copy."""
+        return self._made_of
 
     @classmethod
     def from_config(cls, patterns: str | None, keys: str | None) -> Redactor:

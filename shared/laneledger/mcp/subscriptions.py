@@ -3,9 +3,10 @@ SSE of committed events (never by re-reading a journal: an idle session
 with no subscription holds no connection; one with subscriptions holds one
 SSE per ledger, which costs nothing while nothing commits).
 
-The registry is per session, in memory, keyed by URI (§8.5.3: subscribe is
-idempotent, unsubscribe removes the URI, no ids) and forward-looking (the
-feed starts after the ledger's newest event at the first subscription).
+The registry is per session (a 2026-07-28 client: per listen stream), in
+memory, keyed by URI (§8.5.3: subscribe is idempotent, unsubscribe removes
+the URI, no ids) and forward-looking (the feed starts after the ledger's
+newest event at the first subscription).
 Each committed event is matched against §8.5.2's predicates; a match sends
 one ``notifications/resources/updated`` per URI.
 """

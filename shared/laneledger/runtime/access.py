@@ -307,17 +307,30 @@ def bearer_token(request: web.Request, query_allowed: bool) -> str | None:
     return values[0]
 
 
-def access_middleware(policy: AccessPolicy, *, query_token_paths: Collection[str] = ()) -> Middleware:
+def access_middleware(
+    policy: AccessPolicy,
+    *,
+    query_token_paths: Collection[str] = (),
+    missing_token_hint: Callable[[str], str | None] = lambda _path: None,
+) -> Middleware:
     """aiohttp middleware: ``request[SCOPE]`` for every guarded path. A
     missing or wrong token raises 401 ``unauthorized`` into the service's
-    error handling, which must run outside this middleware."""
+    error handling, which must run outside this middleware;
+    ``missing_token_hint(path)``: what a client that sent none should do
+    instead (``details.hint``), where the service knows one."""
 
     @web.middleware
     async def middleware(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         if guarded(request.path):
-            request[SCOPE] = policy.scope_of(bearer_token(request, request.path in query_token_paths))
+            try:
+                request[SCOPE] = policy.scope_of(bearer_token(request, request.path in query_token_paths))
+            except Unauthorized as exc:
+                hint = missing_token_hint(request.path) if exc.details.get("reason") == "missing" else None
+                if hint is not None:
+                    exc.details["hint"] = hint
+                raise
         return await handler(request)
 
     return middleware

@@ -1,5 +1,5 @@
 """Service settings: every option is a flag with an environment variable
-behind it, all named ``LANELEDGER_*`` (the README lists them).
+behind it, all named ``LANELEDGER_*`` (docs/settings.md lists them, generated from each service's settings).
 
 A value that does not parse stops the service before it starts: exit status
 2 and one line naming the variable (or flag) and what was wrong with it.

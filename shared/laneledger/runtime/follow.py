@@ -15,7 +15,7 @@ is the caller's to say (``on_gap``):
   then it is a hole, not a loss in transit). Each service keeps the position it
   applied in its own SQLite file, in the same transaction as what it derived
   from the events, so a restart neither skips nor repeats.
-- ``"fail"`` (the verifier, ``audit.ledger.check_stream``): the gap is a
+- ``"fail"`` (the verifier, ``audit.stream.check_stream``): the gap is a
   finding: the next ``read`` raises ``StreamGap`` naming the position and
   the sequence found there, instead of re-reading it forever; the verifier
   reads the missing sequence directly to tell a hole in the stream from a

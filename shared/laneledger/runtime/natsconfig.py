@@ -38,6 +38,11 @@ A tenant's account imports from ``LEDGER`` (``tenant_grants``):
   producer can delete or overwrite a committed blob). No consumer creation: a
   push consumer delivers where its creator says (objectstores.read_chunks).
 
+The template must fsync JetStream on every write (``sync_interval:
+always`` in its ``jetstream`` block, spec/replication.md "Durability"): a
+rendered file that would acknowledge what a power cut can take back is
+refused (``TemplateError``).
+
 The account has no JetStream of its own. In ``LEDGER`` the renderer also lets
 the reply users (``sequencer-replies``, ``checkpoint-replies``) publish on
 the tenants' inboxes, the shared ``producer`` subscribe to them (with a
@@ -72,6 +77,7 @@ BLOBS = "LEDGER_BLOBS"  # likewise for committed content-reference blobs
 UPLOADS = "LEDGER_UPLOADS"  # a tenant's uploads bucket is UPLOADS_<tenant>; there is no shared one
 _SEQUENCER_API = '"$JS.API.>"'
 _JS_API = "$JS.API."
+_SYNC_ALWAYS = re.compile(r"(?m)^\s*(?:sync_interval|sync)\s*[:=]\s*\"?always\"?\s*(?:#.*)?$")
 
 
 def _bucket_permission(bucket: str) -> re.Pattern[str]:
@@ -158,6 +164,8 @@ def render(
     for tenant in (*tenants, korg_tenant):
         if not TENANT_NAME.match(tenant):
             raise ValueError(f"tenant {tenant!r}: letters, digits, '_' and '-', at most 64")
+    if not _SYNC_ALWAYS.search(template):
+        raise TemplateError("the template's jetstream block lacks 'sync_interval: always'")
     variables = [password_variable(t) for t in tenants]
     if len(set(variables)) != len(variables):
         raise ValueError("two tenants map to the same password variable")

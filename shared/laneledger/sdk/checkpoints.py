@@ -210,12 +210,20 @@ class CheckpointClient:
     async def _request(
         self, cmd: CheckpointCommand, result_type: type[T], *, timeout: float | None = None
     ) -> T:
-        """One request; transport failures are retried with the same body
-        (every checkpoint op is a read or an idempotent save)."""
+        """One request and its reply, decoded (a refusal raised as its typed error)."""
         op = type(cmd).__struct_config__.tag
         assert isinstance(op, str)  # every checkpoint command is tagged by its op name
-        body = encode(cmd)
-        timeout = self.timeout if timeout is None else timeout
+        data = await self._exchange(op, encode(cmd), self.timeout if timeout is None else timeout)
+        reply = decoder(Reply).decode(data)
+        if isinstance(reply, ReplyError):
+            refused = reply.error
+            raise error_from_wire(refused.code, refused.message, refused.details, refused.retryable)
+        return msgspec.convert(reply.result, result_type)
+
+    async def _exchange(self, op: str, body: bytes, timeout: float) -> bytes:
+        """The transport: one request's reply body. Transport failures are
+        retried with the same body (every checkpoint op is a read or an
+        idempotent save)."""
 
         async def once() -> Msg:
             try:
@@ -232,11 +240,7 @@ class CheckpointClient:
 
         backoff = replace(TRANSPORT_BACKOFF, attempts=self.retries + 1)
         msg = await retry(once, backoff, retry_on=(TransportError,))
-        reply = decoder(Reply).decode(msg.data)
-        if isinstance(reply, ReplyError):
-            refused = reply.error
-            raise error_from_wire(refused.code, refused.message, refused.details, refused.retryable)
-        return msgspec.convert(reply.result, result_type)
+        return msg.data
 
     async def info(self, *, refresh: bool = False) -> CheckpointServiceInfo:
         """The service's limits and progress (cached; ``refresh`` asks again)."""

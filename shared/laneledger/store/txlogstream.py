@@ -11,6 +11,13 @@ last saw, and a writer that is behind — another sequencer wrote — is refused
 parts are there; a record cut short (its writer died or was refused midway)
 is followed by a new record's first part, and readers skip it.
 
+A record of several parts goes out as atomic batches (``store/atomicbatch.py``,
+ADR-50) when the writer gives its NATS client (``nc``), the server is 2.12+
+and the stream allows them: its parts, with the same headers (the expected
+sequence on a batch's first part only), stored together with one ack instead
+of one round trip each, and never cut short within a batch. A one-part
+record, and every record where batches are refused, is published as before.
+
 Given ``chain_key`` (a sequencer's, ``store/chainkey.py``), every part it
 appends carries that fingerprint, and every part it reads must carry the
 same one or none (``ChainKeyDiffers``); without it (``laneledger restore``,
@@ -30,11 +37,19 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 import nats.errors
+from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
 
 from laneledger.contract.errors import IntegrityError
 from laneledger.contract.subjects import Subjects
+from laneledger.store.atomicbatch import (
+    ATOMIC_DISABLED,
+    BatchUnanswered,
+    batches,
+    publish_batch,
+    supports_atomic,
+)
 from laneledger.store.chainkey import CHAIN_KEY_HEADER, check_chain_key
 from laneledger.store.txlog import TxLogMoved, TxLogUnavailable
 
@@ -73,8 +88,13 @@ class JetStreamTxLog:
         max_payload: int,
         timeout_s: float = 10.0,
         chain_key: str | None = None,
+        nc: NATS | None = None,
     ) -> None:
         self._js = js
+        self._nc = nc
+        # Multi-part records as atomic batches: known at each look at the
+        # stream (``last_seq``); off for good once the stream refuses one.
+        self.atomic = False
         self._stream = subjects.txlog_stream
         self._subject = subjects.txlog
         self._loop = loop
@@ -105,36 +125,67 @@ class JetStreamTxLog:
 
     async def append_async(self, record: bytes, *, after: int) -> int:
         parts = split_record(record, self._part_bytes)
+        headers = [{PART_HEADER: f"{i}/{len(parts)}", **self._stamp} for i in range(1, len(parts) + 1)]
+        if self.atomic and len(parts) > 1:
+            return await self._append_batches(parts, headers, after)
         seq = after
-        for i, part in enumerate(parts, start=1):
-            headers = {
-                PART_HEADER: f"{i}/{len(parts)}",
-                "Nats-Expected-Last-Sequence": str(seq),
-                **self._stamp,
-            }
+        for part, part_headers in zip(parts, headers, strict=True):
             try:
                 ack = await self._js.publish(
-                    self._subject, part, timeout=self._timeout_s, stream=self._stream, headers=headers
+                    self._subject,
+                    part,
+                    timeout=self._timeout_s,
+                    stream=self._stream,
+                    headers={**part_headers, "Nats-Expected-Last-Sequence": str(seq)},
                 )
             except APIError as exc:
-                if exc.err_code == WRONG_LAST_SEQUENCE:
-                    raise TxLogMoved(
-                        "the transaction log moved on: another writer appended, or an earlier "
-                        "append's outcome was unknown; nothing was committed",
-                        stream=self._stream,
-                        expected_last_sequence=seq,
-                    ) from exc
-                raise TxLogUnavailable(
-                    "the transaction log refused the record", stream=self._stream, error=str(exc)
-                ) from exc
+                raise self._refused(exc.err_code, str(exc), seq) from exc
             except (nats.errors.Error, TimeoutError) as exc:
-                raise TxLogUnavailable(
-                    "the transaction log did not acknowledge the record (it may hold it)",
-                    stream=self._stream,
-                    error=type(exc).__name__,
-                ) from exc
+                raise self._unanswered(type(exc).__name__) from exc
             seq = ack.seq
         return seq
+
+    async def _append_batches(self, parts: list[bytes], headers: list[dict[str, str]], after: int) -> int:
+        assert self._nc is not None  # ``atomic`` is set only with a client
+        seq = after
+        for chunk in batches([len(part) for part in parts]):
+            try:
+                ack = await publish_batch(
+                    self._nc,
+                    [(self._subject, parts[i]) for i in chunk],
+                    expected_last_sequence=seq,
+                    per_message_headers=[headers[i] for i in chunk],
+                    timeout=self._timeout_s,
+                )
+            except BatchUnanswered as exc:
+                raise self._unanswered(str(exc)) from exc
+            except nats.errors.Error as exc:
+                raise self._unanswered(type(exc).__name__) from exc
+            if ack.error is not None and ack.error.err_code == ATOMIC_DISABLED and chunk.start == 0:
+                self.atomic = False  # nothing of the record is stored: all of it one by one
+                return await self.append_async(b"".join(parts), after=after)
+            if ack.error is not None:
+                raise self._refused(ack.error.err_code, ack.error.description, seq)
+            assert ack.seq is not None
+            seq = ack.seq
+        return seq
+
+    def _refused(self, err_code: int | None, error: str, seq: int) -> TxLogMoved | TxLogUnavailable:
+        if err_code == WRONG_LAST_SEQUENCE:
+            return TxLogMoved(
+                "the transaction log moved on: another writer appended, or an earlier "
+                "append's outcome was unknown; nothing was committed",
+                stream=self._stream,
+                expected_last_sequence=seq,
+            )
+        return TxLogUnavailable("the transaction log refused the record", stream=self._stream, error=error)
+
+    def _unanswered(self, error: str) -> TxLogUnavailable:
+        return TxLogUnavailable(
+            "the transaction log did not acknowledge the record (it may hold it)",
+            stream=self._stream,
+            error=error,
+        )
 
     async def last_seq(self) -> int:
         try:
@@ -147,6 +198,7 @@ class JetStreamTxLog:
             raise TxLogUnavailable(
                 "the transaction log cannot be read", stream=self._stream, error=type(exc).__name__
             ) from exc
+        self.atomic = self._nc is not None and bool(info.config.allow_atomic) and supports_atomic(self._nc)
         return int(info.state.last_seq)
 
     async def check_last_writer(self) -> None:
