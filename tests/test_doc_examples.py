@@ -132,3 +132,11 @@ def test_the_readme_links_resolve():
     targets = re.findall(r"\]\(([^)#]+)[^)]*\)", (ROOT / "README.md").read_text())
     assert len(targets) > 10
     assert [t for t in targets if "://" not in t and not (ROOT / t).exists()] == []
+
+
+def test_the_readme_typescript_example_is_the_type_checked_one():
+    """The README's TypeScript block is sdk-ts/examples/readme.ts, which
+    `make lint` type-checks (tsc) and tests/test_sdk_ts.py runs; the docs'
+    TypeScript page includes the file itself."""
+    blocks = re.findall(r"^```ts\n(.*?)^```$", (ROOT / "README.md").read_text(), re.M | re.S)
+    assert blocks == [(ROOT / "sdk-ts" / "examples" / "readme.ts").read_text()]

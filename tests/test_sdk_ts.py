@@ -171,6 +171,29 @@ async def test_a_killed_sequencer_loses_nothing_the_typescript_producer_was_told
     await verify(sequencer_proc.db_path)
 
 
+async def test_the_readme_typescript_example_runs_on_a_real_ledger(
+    nats_server: NatsServer, sequencer: Sequencer, tmp_path: Path
+) -> None:
+    """The README's TypeScript example (sdk-ts/examples/readme.ts, which
+    tsc type-checks; tests/test_doc_examples.py holds the README's block to
+    it) as compiled, its URL swapped for the test server's: it commits its
+    two events and prints their receipt; the ledger then verifies."""
+    example = SDK / "dist" / "examples" / "readme.js"
+    assert example.exists(), f"{example} is missing: run `make sdk-ts` (npm ci, tsc)"
+    # Inside the package, so that "@laneledger/sdk" resolves to dist/ as it does for users.
+    runnable = example.with_name(f"readme.{os.getpid()}.mjs")
+    runnable.write_text(example.read_text().replace("nats://127.0.0.1:4222", nats_server.url))
+    try:
+        code, out = await run(NODE.path or "node", str(runnable))
+    finally:
+        runnable.unlink()
+    assert code == 0, out
+    printed = re.fullmatch(r"(\d+) (\d+) \[\s*'([0-9a-f]{64})',\s*'([0-9a-f]{64})'\s*\]\s*", out)
+    assert printed is not None, out
+    assert int(printed[2]) == int(printed[1]) + 1, out
+    await verify(tmp_path / "ledger.db")
+
+
 async def verify(db: Path) -> None:
     """``laneledger verify --db``: the ledger file is intact."""
     code, out = await run(sys.executable, "-m", "laneledger.cli", "verify", "--db", str(db))
