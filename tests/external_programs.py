@@ -86,6 +86,38 @@ GO_X_MOD = Program(
 NODE = Program("node", "node", "nodejs", "tests/test_sdk_ts.py and tests/test_mcp_inspector.py")
 NPM = Program("npm", "npm", "npm", "tests/test_sdk_ts.py and tests/test_mcp_inspector.py")
 PROGRAMS = (CHROMIUM, PROMETHEUS, PROMTOOL, GO, GO_X_MOD, NODE, NPM)
+# The TypeScript SDK's oldest Node: package.json's engines say 20, and the
+# LangGraph.js suite's vitest (pinned by the lock file) needs 20.19. Debian
+# 12's nodejs is 18 (too old); Debian 13's is 20.19.
+SDK_TS_NODE = (20, 19)
+
+
+def node_version() -> tuple[int, int] | None:
+    """``node --version`` as (major, minor); None without node or when it
+    does not answer as Node does."""
+    if NODE.path is None:
+        return None
+    try:
+        done = subprocess.run([NODE.path, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    major, _, rest = done.stdout.strip().removeprefix("v").partition(".")
+    minor = rest.partition(".")[0]
+    return (int(major), int(minor)) if major.isdigit() and minor.isdigit() else None
+
+
+def sdk_ts_node_missing() -> str | None:
+    """Why the TypeScript SDK's tests cannot run on this node, or None."""
+    if not NODE.found:
+        return NODE.missing
+    found = node_version()
+    if found is None or found < SDK_TS_NODE:
+        shown = "an unknown version" if found is None else f"{found[0]}.{found[1]}"
+        want = ".".join(map(str, SDK_TS_NODE))
+        return (
+            f"node at {NODE.path} is {shown}; the TypeScript SDK needs {want} or later (Debian 13's nodejs)"
+        )
+    return None
 
 
 def install_missing() -> int:
@@ -93,6 +125,9 @@ def install_missing() -> int:
     Always 0: a program that cannot be had makes its tests skip."""
     missing = [p for p in PROGRAMS if not p.found]
     if not missing:
+        too_old = sdk_ts_node_missing()
+        if too_old:
+            print(f"tests/external_programs.py: {too_old}; until then tests/test_sdk_ts.py skips")
         return 0
     packages = sorted({p.package for p in missing})
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
@@ -114,6 +149,9 @@ def install_missing() -> int:
     for p in PROGRAMS:
         if not p.found:
             print(f"tests/external_programs.py: still {p.missing}; {p.used_by} skips")
+    too_old = NODE.found and sdk_ts_node_missing()
+    if too_old:
+        print(f"tests/external_programs.py: {too_old}; until then tests/test_sdk_ts.py skips")
     return 0
 
 

@@ -11,7 +11,8 @@ On the deployment as rendered, a tenant's client
 (producer-acme, its own NATS account) stays within its grants.
 
 ``make sdk-ts`` builds the package (``npm ci``, ``tsc``); ``make test`` runs
-it first. Skips only when node is absent."""
+it first. Skips only when node is absent or older than the SDK needs
+(``external_programs.SDK_TS_NODE``)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from external_programs import NODE
+from external_programs import NODE, sdk_ts_node_missing
 from rendered_deployment import RenderedDeployment
 from sequencer_process import SequencerProcess
 
@@ -35,7 +36,8 @@ from laneledger.sdk.client import LedgerClient
 from laneledger.services.checkpoint.service import CheckpointService
 from laneledger.services.sequencer.service import Sequencer
 
-pytestmark = [pytest.mark.nats, pytest.mark.skipif(not NODE.found, reason=NODE.missing)]
+NODE_MISSING = sdk_ts_node_missing()
+pytestmark = [pytest.mark.nats, pytest.mark.skipif(NODE_MISSING is not None, reason=NODE_MISSING or "")]
 
 SDK = Path(__file__).resolve().parents[1] / "sdk-ts"
 COMPILED = SDK / "dist" / "test"
