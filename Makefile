@@ -48,7 +48,8 @@ test-fast: $(STAMP)
 	$(PYTEST_PARALLEL) -m "not nats and not browser"
 
 # Also the layers (laneledger.devtools.layers): no upward import, no cycle;
-# the TypeScript SDK's type check (sdk-ts: tsc, strict); and the docs site.
+# the TypeScript SDK's type check and lint (sdk-ts: tsc, strict; ESLint);
+# and the docs site.
 lint: $(STAMP) sdk-ts docs
 	$(BIN)/python -m laneledger.devtools.layers
 	$(BIN)/ruff check .
@@ -63,7 +64,8 @@ docs: $(STAMP)
 
 # The TypeScript SDK (sdk-ts/): its npm packages exactly as package-lock.json
 # pins them (npm ci, again only when the lock file changes), then tsc, which
-# type-checks it (strict) and compiles the tests tests/test_sdk_ts.py runs.
+# type-checks it (strict) and compiles the tests tests/test_sdk_ts.py runs,
+# then ESLint (sdk-ts/eslint.config.js: the recommended rules).
 # Without node and npm (tests/external_programs.py installs them as root)
 # it says so and tests/test_sdk_ts.py skips.
 SDK_TS_STAMP = sdk-ts/node_modules/.installed
@@ -75,6 +77,7 @@ sdk-ts:
 
 sdk-ts-build: $(SDK_TS_STAMP)
 	cd sdk-ts && npx --no-install tsc -p tsconfig.json
+	cd sdk-ts && npx --no-install eslint .
 
 $(SDK_TS_STAMP): sdk-ts/package-lock.json
 	cd sdk-ts && npm ci --no-audit --no-fund --loglevel=error

@@ -17,7 +17,7 @@
 //   await run(agent, "…");
 //   await recorder.close();
 
-import { defineToolInputGuardrail, getCurrentSpan, ToolGuardrailFunctionOutputFactory, type Span, type ToolInputGuardrailDefinition, type Trace, type TracingProcessor } from "@openai/agents-core";
+import { defineToolInputGuardrail, getCurrentSpan, ToolGuardrailFunctionOutputFactory, type Span, type SpanData, type ToolInputGuardrailDefinition, type Trace, type TracingProcessor } from "@openai/agents-core";
 import { LedgerClient, type ConnectOptions } from "./client.js";
 import type { Event } from "./content.js";
 import { InvalidRequest, LedgerError, LedgerTimeout, LedgerUnavailable } from "./errors.js";
@@ -94,7 +94,7 @@ export class OpenAIAgentsRecorder implements TracingProcessor {
     });
   }
 
-  private async requestCommitted(span: Span<any> | null): Promise<void> {
+  private async requestCommitted(span: Span<SpanData> | null): Promise<void> {
     if (!this.opts.strictTools) throw new InvalidRequest("strictToolGuardrail needs a recorder made with strictTools: its run.started must say so");
     if (span === null || span.spanData?.type !== "function") {
       throw new InvalidRequest("the tool runs outside a traced function span (tracing off?): its request cannot be recorded first");
@@ -131,12 +131,12 @@ export class OpenAIAgentsRecorder implements TracingProcessor {
     return this.post(() => this.traceEnded(traceId));
   }
 
-  onSpanStart(span: Span<any>): Promise<void> {
+  onSpanStart(span: Span<SpanData>): Promise<void> {
     const copy = exported(span);
     return this.post(() => this.spanStarted(copy), (err) => this.startFailures.set(copy.id, err));
   }
 
-  onSpanEnd(span: Span<any>): Promise<void> {
+  onSpanEnd(span: Span<SpanData>): Promise<void> {
     this.startFailures.delete(span.spanId); // its guardrail, if any, has run
     const copy = exported(span);
     return this.post(() => this.spanEnded(copy));
@@ -266,7 +266,7 @@ export class OpenAIAgentsRecorder implements TracingProcessor {
 }
 
 /** The span as reported, as JSON values: the SDK keeps filling its data afterwards. */
-function exported(span: Span<any>): Exported {
+function exported(span: Span<SpanData>): Exported {
   const json = JSON.parse(JSON.stringify(span.toJSON() ?? {})) as Record<string, unknown>;
   return {
     id: span.spanId,
