@@ -134,9 +134,13 @@ def test_the_readme_links_resolve():
     assert [t for t in targets if "://" not in t and not (ROOT / t).exists()] == []
 
 
-def test_the_readme_typescript_example_is_the_type_checked_one():
-    """The README's TypeScript block is sdk-ts/examples/readme.ts, which
-    `make lint` type-checks (tsc) and tests/test_sdk_ts.py runs; the docs'
-    TypeScript page includes the file itself."""
-    blocks = re.findall(r"^```ts\n(.*?)^```$", (ROOT / "README.md").read_text(), re.M | re.S)
-    assert blocks == [(ROOT / "sdk-ts" / "examples" / "readme.ts").read_text()]
+def test_the_readme_typescript_examples_are_the_type_checked_ones():
+    """Each ```ts block of README.md and sdk-ts/README.md (which GitHub and
+    npm show as they are, so they cannot include a file) is a file of
+    sdk-ts/examples/, which `make lint` type-checks (tsc) and lints (ESLint);
+    tests/test_sdk_ts.py runs the README's. The docs' TypeScript page
+    includes the files themselves."""
+    examples = ROOT / "sdk-ts" / "examples"
+    for readme, names in (("README.md", ["readme.ts"]), ("sdk-ts/README.md", ["guard.ts"])):
+        blocks = re.findall(r"^```ts\n(.*?)^```$", (ROOT / readme).read_text(), re.M | re.S)
+        assert blocks == [(examples / name).read_text() for name in names], readme
