@@ -12,6 +12,9 @@ import contextlib
 import hashlib
 import json
 import os
+import re
+import shlex
+import socket
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -33,6 +36,7 @@ from tail_support import MAIN, SUB, fill, new_lane, wait_applied
 from tail_support import korg_call as call
 from tlog_support import size_of, start_signing_sequencer
 
+from laneledger.mcp import catalog
 from laneledger.mcp.serve import mcp_url_of
 from laneledger.mcp.server import BLOB_CAP, MAX_LISTENS
 from laneledger.mcp.subscriptions import matches
@@ -44,6 +48,7 @@ from laneledger.tlog.note import Signer
 from laneledger.tlog.sessionbundle import verify_session_bundle
 
 pytestmark = pytest.mark.timeout(120)
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 async def post(tail, body: dict) -> int:
@@ -176,6 +181,46 @@ def test_subscription_predicates_are_korg_8_5_2():
     assert not matches(parse("korg://local/session/8/summary"), MAIN, child)
 
 
+# Korg's own MCP server's tools (korg_mcp_server.py v1): property -> JSON type, and required.
+KORG_TOOLS = {
+    "korg_append_event": (
+        {
+            "source_agent": "string",
+            "tool_name": "string",
+            "args": "object",
+            "result": "object",
+            "success": "boolean",
+            "duration_ms": "integer",
+            "triggered_by": "integer",
+            "payload_refs": "array",
+        },
+        ["source_agent", "tool_name", "args", "result", "success", "duration_ms"],
+    ),
+    "korg_query_events": (
+        {"limit": "integer", "tool_name": "string", "triggered_by": "integer", "source_agent": "string"},
+        [],
+    ),
+}
+
+
+def test_the_korg_tools_take_korg_s_input_schemas():
+    """Korg's properties with Korg's types and Korg's required list; what
+    laneledger adds (``ledger``) is optional, so a Korg client's call is valid."""
+    tools = {tool.name: tool.input_schema for tool in catalog.tools()}
+    for name, (types, required) in KORG_TOOLS.items():
+        schema = tools[name]
+        assert schema["type"] == "object" and schema["required"] == required, name
+        ours = {k: v["type"] for k, v in schema["properties"].items()}
+        assert {k: ours[k] for k in types} == types, name
+        assert not set(required) - set(types), name
+    refs = tools["korg_append_event"]["properties"]["payload_refs"]["items"]
+    assert refs["required"] == ["sha256", "size_bytes"]
+    assert set(tools["korg_query_events"]["properties"]) - set(KORG_TOOLS["korg_query_events"][0]) == {
+        "ledger"
+    }
+    assert tools["laneledger_verify_session"]["required"] == ["session_id"]
+
+
 # -- over stdio -------------------------------------------------------------------------------
 
 
@@ -253,9 +298,13 @@ async def test_korg_resources_over_stdio(client, actor, start_tail):
         assert (code, data["reason"]) == (-32602, "unknown_ledger")
         code, data = await reason_of(session, "korg://local/blob/" + "ab" * 32)
         assert (code, data["reason"]) == (-32602, "not_found")
+        immutable = f"korg://local/event/{s['read']}"
         with pytest.raises(MCPError) as raised:
-            await session.subscribe_resource(f"korg://local/event/{s['read']}")
-        assert raised.value.error.data["reason"] == "not_subscribable"
+            await session.subscribe_resource(immutable)
+        assert (raised.value.error.code, raised.value.error.data) == (
+            -32602,
+            {"reason": "not_subscribable", "uri": immutable},
+        )
 
         schema = await read_json(session, "korg://local/schema/event")
         assert schema["required"] == ["source_agent", "tool_name", "args", "result", "success", "duration_ms"]
@@ -291,6 +340,11 @@ async def test_tools_and_protocol_2024_11_05(client, start_tail, monkeypatch):
     async with stdio_session(tail.url, inits=inits) as session:
         assert inits[0].protocol_version == "2024-11-05"
         assert inits[0].server_info.name == "laneledger"
+        # §8.5.4: the initialization says subscriptions are not persisted; like
+        # Korg's server, subscribe but no listChanged (no list_changed is ever sent).
+        assert "in memory only" in (inits[0].instructions or "")
+        resources = inits[0].capabilities.resources
+        assert resources is not None and resources.subscribe is True and not resources.list_changed
         tools = {t.name: t for t in (await session.list_tools()).tools}
         assert {"korg_append_event", "korg_query_events", "laneledger_verify_session"} <= set(tools)
         prompt = call("human:dusk", "user_prompt")
@@ -310,8 +364,88 @@ async def test_tools_and_protocol_2024_11_05(client, start_tail, monkeypatch):
         assert [e["seq_id"] for e in by_tool["events"]] == [seq]
         bad = await session.call_tool("korg_append_event", call(MAIN, "Edit", child_seq + 1000))
         assert bad.is_error
+        # The SDK checks the input against Korg's schema before the tool runs.
+        missing = await session.call_tool("korg_append_event", {"source_agent": MAIN, "tool_name": "Edit"})
+        assert missing.is_error and "required" in missing.content[0].text
         verified = await session.call_tool("laneledger_verify_session", {"session_id": "korg"})
         assert not verified.is_error, verified.content
+
+
+async def test_pages_keep_korg_8_3_default_and_maximum_limits(client, actor, start_tail):
+    """§8.3's limits, read through MCP on a 1001-event native session: the
+    defaults, the maxima, and a limit above a maximum refused as
+    ``invalid_params``; an agent's page names the agent; the session's first
+    event stays readable (reads are indexed, not a window)."""
+    tail = await start_tail()
+    lane = await new_lane(client, actor, "long")
+    positions = await fill(client, lane, actor, 1001, per_append=500)
+    await wait_applied(tail.service, positions[-1])
+    ledger = lane.tenant
+    root = positions[0]
+    agent = quote(actor.id, safe="")
+    async with stdio_session(tail.url) as session:
+        for uri, default, maximum in (
+            (f"korg://{ledger}/session/{root}/summary", 100, 1000),
+            (f"korg://{ledger}/session/{root}/events", 50, 500),
+            (f"korg://{ledger}/ledger/recent", 50, 500),
+            (f"korg://{ledger}/agent/{agent}/recent", 50, 500),
+        ):
+            first = await read_json(session, uri)
+            assert len(first["events"]) == default and first["has_more"] is True, uri
+            most = await read_json(session, f"{uri}?limit={maximum}")
+            assert len(most["events"]) == maximum and most["has_more"] is True, uri
+            code, data = await reason_of(session, f"{uri}?limit={maximum + 1}")
+            assert (code, data["reason"]) == (-32602, "invalid_params"), uri
+            assert data["details"]["parameter"] == "limit", uri
+        oldest = await read_json(session, f"korg://{ledger}/session/{root}/summary?limit=1")
+        assert [e["seq_id"] for e in oldest["events"]] == [root]
+        newest = await read_json(session, f"korg://{ledger}/agent/{agent}/recent?limit=1")
+        assert newest["source_agent"] == actor.id
+        assert [e["seq_id"] for e in newest["events"]] == [positions[-1]]
+        assert (await read_json(session, f"korg://{ledger}/event/{root}"))["seq_id"] == root
+
+
+async def test_an_unreachable_tail_is_tail_unreachable():
+    """§8.6's table: a tail that cannot be reached is -32603 ``tail_unreachable``,
+    for a read and (as the tool's result) for a tool."""
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    async with stdio_session(closed) as session:
+        code, data = await reason_of(session, "korg://local/ledger/recent")
+        assert (code, data["reason"]) == (-32603, "tail_unreachable")
+        failed = await session.call_tool("korg_query_events", {})
+        assert failed.is_error and json.loads(failed.content[0].text)["reason"] == "tail_unreachable"
+
+
+async def test_the_readme_s_claude_mcp_add_line_and_mcp_json_launch_the_server(
+    client, start_tail, tmp_path: Path
+):
+    """The README's two ways to add the server, run as written (``laneledger``
+    on PATH, the shell's ``~``), the tail URL swapped for the test tail's: each
+    reads the Korg tenant with the token in its file."""
+    token = "korg-token-0123456789abcdef"
+    tail = await start_tail(access=AccessPolicy.from_tokens({"korg": token}))
+    await korg_session_with(tail, token)
+    readme = README.read_text()
+    line = re.search(r"^claude mcp add laneledger -- (.+)$", readme, re.M)
+    block = re.search(r'^```json\n(\{"mcpServers".*?)^```$', readme, re.M | re.S)
+    assert line is not None and block is not None
+    server = json.loads(block.group(1))["mcpServers"]["laneledger"]
+    home, project = tmp_path / "home", tmp_path / "project"
+    for folder in (home, project):
+        (folder / ".laneledger").mkdir(parents=True)
+        (folder / ".laneledger" / "token").write_text(token + "\n")
+    env = {**os.environ, "HOME": str(home), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    shell = [str(home) + word[1:] if word.startswith("~/") else word for word in shlex.split(line.group(1))]
+    for written, cwd in ((shell, tmp_path), ([server["command"], *server["args"]], project)):
+        command = [tail.url if word == "http://127.0.0.1:8471" else word for word in written]
+        assert command[:2] == ["laneledger", "mcp"] and tail.url in command, written
+        params = StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=cwd)
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            heads = await read_json(session, "korg://local/ledger/heads")
+            assert len(heads["heads"]) == 1, command
 
 
 # -- over streamable HTTP, with subscriptions ------------------------------------------------
