@@ -17,6 +17,7 @@ import shlex
 import socket
 import sys
 import time
+import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 from polling import eventually
-from tail_support import MAIN, SUB, fill, new_lane, wait_applied
+from tail_support import MAIN, SUB, ev, fill, new_lane, wait_applied
 from tail_support import korg_call as call
 from tlog_support import size_of, start_signing_sequencer
 
@@ -330,6 +331,75 @@ async def test_a_native_session_is_a_korg_session(client, actor, start_tail):
         assert all(
             e["source_agent"] == actor.id for e in events["events"] if e["metadata"]["lane_id"] == lane.id
         )
+
+
+async def test_a_native_session_at_any_depth_is_one_korg_session(client, start_tail):
+    """A natively recorded session with a sub-agent lane and a sub-sub-agent
+    lane is one Korg session (its root: the session's first event): every
+    spine in its events, each spine by source_agent, and a commit three lanes
+    deep notifies the session's subscription."""
+    tail = await start_tail()
+    names = ("main", "sub", "subsub")
+    actors = [await client.ensure_actor("acme", f"agent:deep/{name}@1", "agent") for name in names]
+    lanes = [await client.create_lane("acme", "deep", "r1", "main", actor_id=actors[0].id)]
+    for depth in (1, 2):
+        lanes.append(
+            await client.create_lane(
+                "acme",
+                "deep",
+                "r1",
+                names[depth],
+                kind="subagent",
+                parent_lane_id=lanes[-1].id,
+                actor_id=actors[depth].id,
+            )
+        )
+
+    async def put(depth: int, cause: str | None) -> tuple[int, str]:
+        event = ev(lanes[depth], actors[depth], causation_id=cause)
+        head = (await client.get_lane(lanes[depth].id)).last_seq
+        return (await client.append(lanes[depth], head, [event])).positions[0], event["id"]
+
+    root, root_id = await put(0, None)
+    sub, sub_id = await put(1, root_id)
+    deep, _ = await put(2, sub_id)
+    await wait_applied(tail.service, deep)
+    updates: asyncio.Queue[str] = asyncio.Queue()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mcp.types.ResourceUpdatedNotification):
+            updates.put_nowait(str(message.params.uri))
+
+    command = mcp_command(tail.url)
+    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write, message_handler=on_message) as session,
+    ):
+        await session.initialize()
+        assert (await read_json(session, "korg://acme/ledger/heads"))["heads"] == [root]
+        events = (await read_json(session, f"korg://acme/session/{root}/events"))["events"]
+        assert [(e["seq_id"], e["triggered_by"], e["source_agent"]) for e in events] == [
+            (root, None, actors[0].id),
+            (sub, root, actors[1].id),
+            (deep, sub, actors[2].id),
+        ]
+        meta = await read_json(session, f"korg://acme/session/{root}")
+        assert (meta["total_events"], meta["agent_count"], meta["last_seq"]) == (3, 3, deep)
+        deepest = quote(actors[2].id, safe="")
+        spine = await read_json(session, f"korg://acme/session/{root}/summary?source_agent={deepest}")
+        assert [e["seq_id"] for e in spine["events"]] == [deep]
+        summary, agent = f"korg://acme/session/{root}/summary", f"korg://acme/agent/{deepest}/recent"
+        with warnings.catch_warnings():  # the handshake era's subscribe, which this server serves
+            warnings.simplefilter("ignore")
+            for uri in (summary, agent):
+                await session.subscribe_resource(uri)
+        await eventually(lambda: live_feeds(tail), until=lambda n: n == 1, what="the server's feed")
+        again, _ = await put(2, sub_id)
+        got = sorted([await asyncio.wait_for(updates.get(), 10) for _ in range(2)])
+        assert got == sorted([summary, agent])
+        tail_of_session = await read_json(session, f"{summary}?cursor={deep}")
+        assert [e["seq_id"] for e in tail_of_session["events"]] == [again]
 
 
 async def test_tools_and_protocol_2024_11_05(client, start_tail, monkeypatch):
