@@ -572,6 +572,43 @@ async def test_subscriptions_over_streamable_http(client, start_tail):
             assert json.loads(result.contents[0].text)["root_seq"] == new_root
 
 
+async def test_a_subscription_outlives_a_tail_restart(client, start_tail):
+    """§8.5.1: a feed that fails is retried without dropping its
+    subscriptions; it resumes after the last position it saw, so the event
+    before the restart is not notified twice and the one after is."""
+    tail = await start_tail()
+    s = await korg_session(tail)
+    port = int(tail.url.rsplit(":", 1)[1])
+    updates: asyncio.Queue[str] = asyncio.Queue()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mcp.types.ResourceUpdatedNotification):
+            updates.put_nowait(str(message.params.uri))
+
+    command = mcp_command(tail.url)
+    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+    summary = f"korg://local/session/{s['root']}/summary"
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write, message_handler=on_message) as session,
+    ):
+        await session.initialize()
+        with warnings.catch_warnings():  # the handshake era's subscribe, which this server serves
+            warnings.simplefilter("ignore")
+            await session.subscribe_resource(summary)
+        await eventually(lambda: live_feeds(tail), until=lambda n: n == 1, what="the server's feed")
+        before = await post(tail, call(MAIN, "Bash", s["llm2"]))
+        assert await asyncio.wait_for(updates.get(), 10) == summary
+        await start_tail.stop(tail)
+        tail = await start_tail(port=port)  # the same data, the same URL
+        await wait_applied(tail.service, before)
+        await eventually(lambda: live_feeds(tail), until=lambda n: n == 1, what="the feed resumed")
+        await post(tail, call(MAIN, "Grep", before))
+        assert await asyncio.wait_for(updates.get(), 10) == summary
+        await asyncio.sleep(0.3)
+        assert updates.empty()  # one per event: the one before the restart was not sent again
+
+
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_listen_gives_2026_07_28_clients_korg_8_5(client, start_tail, transport):
     """``subscriptions/listen`` (no handshake): the stream is the subscription,
