@@ -699,6 +699,21 @@ async def test_laneledger_resources_and_tenancy(client, actor, start_tail, tmp_p
         # An event of the Korg tenant is not in this ledger.
         code, data = await reason_of(session, f"laneledger://{lane.tenant}/event/{s['root']}")
         assert (code, data["reason"]) == (-32602, "not_found")
+        # Nor may it subscribe to, query or append to another ledger.
+        with warnings.catch_warnings():  # the handshake era's subscribe, which this server serves
+            warnings.simplefilter("ignore")
+            for uri in ("korg://local/ledger/recent", f"korg://local/session/{s['root']}/summary"):
+                with pytest.raises(MCPError) as raised:
+                    await session.subscribe_resource(uri)
+                assert raised.value.error.data["reason"] == "unknown_ledger", uri
+        for tool, arguments in (
+            ("korg_query_events", {}),
+            ("korg_append_event", call(MAIN, "Edit", s["root"])),
+            ("laneledger_verify_session", {"session_id": "korg"}),
+        ):
+            refused = await session.call_tool(tool, arguments)
+            assert refused.is_error, tool
+            assert json.loads(refused.content[0].text)["reason"] == "unknown_ledger", tool
     # Without a token: the tail refuses, and the client is told why.
     async with stdio_session(tail.url) as session:
         with pytest.raises(MCPError) as raised:
