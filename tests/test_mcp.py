@@ -43,6 +43,7 @@ from laneledger.mcp.server import BLOB_CAP, MAX_LISTENS
 from laneledger.mcp.subscriptions import matches
 from laneledger.mcp.uris import BadUri, parse
 from laneledger.runtime.access import AccessPolicy
+from laneledger.sdk.blobstore import BlobStore
 from laneledger.sdk.client import LaneRecorder, LedgerClient
 from laneledger.tlog.bundle import verify_bundle
 from laneledger.tlog.note import Signer
@@ -775,9 +776,14 @@ async def test_the_deployed_mcp_server_reads_each_tenant_with_its_own_token(rend
         assert (await http.get(f"{mcp_server.http_url}/healthz")).status_code == 200
 
 
-async def test_blobs_as_korg_8_4_packs_them(client, start_tail):
+async def test_blobs_as_korg_8_4_packs_them(client, actor, start_tail):
     tail = await start_tail()
     await korg_session(tail)
+    lane = await new_lane(client, actor, "with-blobs")  # a tenant's ledger: its blobs are its own
+    await wait_applied(tail.service, (await fill(client, lane, actor, 1))[0])
+    store = await BlobStore.open(tail.nc.jetstream())
+    own = (await store.put(lane.tenant, b"a tenant's notes")).removeprefix("sha256:")
+    own_big = (await store.put(lane.tenant, os.urandom(BLOB_CAP + 1))).removeprefix("sha256:")
     blobs = {
         "json": (b'{"k": [1, 2]}', "application/json"),
         "text": ("héllo, not json".encode(), "text/plain"),
@@ -809,6 +815,15 @@ async def test_blobs_as_korg_8_4_packs_them(client, start_tail):
             "size_bytes": BLOB_CAP + 1,
             "http_url": f"/api/blob/{big_digest}",
         }
+        (content,) = (await session.read_resource(f"korg://{lane.tenant}/blob/{own}")).contents
+        assert (content.mime_type, content.text) == ("text/plain", "a tenant's notes")
+        code, data = await reason_of(session, f"korg://{lane.tenant}/blob/{own_big}")
+        assert (code, data["reason"], data["size_bytes"]) == (-32603, "blob_too_large", BLOB_CAP + 1)
+        assert data["http_url"] == f"/api/v1/blobs/{own_big}?tenant={lane.tenant}"
+        assert (await tail.api.get(data["http_url"])).status == 200  # the escape hatch serves it
+        # Another ledger's blob is not in this one.
+        code, data = await reason_of(session, f"korg://local/blob/{own}")
+        assert (code, data["reason"]) == (-32602, "not_found")
         integrity = await read_json(session, "korg://local/stats/integrity")
         assert integrity["ledger"] == "local" and integrity["verify"]
 
