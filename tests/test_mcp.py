@@ -254,6 +254,8 @@ async def test_korg_resources_over_stdio(client, actor, start_tail):
         assert meta["agent_count"] == 3 and set(meta["agents"]) == {"human:dusk", MAIN, SUB}
         assert meta["root_event"]["tool_name"] == "user_prompt" and meta["root_event"]["triggered_by"] is None
         assert "status" not in meta and meta["schema_version"] == "1.0"
+        last = await read_json(session, f"korg://local/event/{s['llm2']}")
+        assert meta["last_event_at"] == last["timestamp"] and meta["last_event_at"].endswith("Z")
 
         # §8.3.1 head surface: oldest first, seq_id > cursor, all spines mixed.
         events = await read_json(session, f"korg://local/session/{s['root']}/events?limit=2")
@@ -433,6 +435,12 @@ async def test_tools_and_protocol_2024_11_05(client, start_tail, monkeypatch):
             (await session.call_tool("korg_query_events", {"tool_name": "user_prompt"})).content[0].text
         )
         assert [e["seq_id"] for e in by_tool["events"]] == [seq]
+        by_agent = json.loads(
+            (await session.call_tool("korg_query_events", {"source_agent": MAIN})).content[0].text
+        )
+        assert [e["seq_id"] for e in by_agent["events"]] == [child_seq]
+        one = json.loads((await session.call_tool("korg_query_events", {"limit": 1})).content[0].text)
+        assert (one["count"], [e["seq_id"] for e in one["events"]]) == (1, [child_seq])  # newest first
         bad = await session.call_tool("korg_append_event", call(MAIN, "Edit", child_seq + 1000))
         assert bad.is_error
         # The SDK checks the input against Korg's schema before the tool runs.
@@ -532,6 +540,22 @@ async def test_subscriptions_over_streamable_http(client, start_tail):
             updates.put_nowait((str(message.params.uri), time.monotonic()))
 
     async with http_server(tail.url) as url:
+        # On a loopback address the SDK refuses another Host (DNS rebinding) or Origin.
+        hello = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2024-11-05",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "0"},
+            },
+        }
+        accept = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+        async with httpx2.AsyncClient(timeout=30) as http:
+            rebound = await http.post(url, json=hello, headers={**accept, "Host": "evil.example"})
+            foreign = await http.post(url, json=hello, headers={**accept, "Origin": "http://evil.example"})
+        assert (rebound.status_code, foreign.status_code) == (421, 403)
         async with (
             streamable_http_client(url) as (read, write),
             ClientSession(read, write, message_handler=on_message) as session,
