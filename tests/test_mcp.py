@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx2
+import jsonschema
 import mcp.client.session
 import mcp.types
 import pytest
@@ -311,7 +312,10 @@ async def test_korg_resources_over_stdio(client, actor, start_tail):
         )
 
         schema = await read_json(session, "korg://local/schema/event")
+        assert schema["title"] == "AgentToolCall"
         assert schema["required"] == ["source_agent", "tool_name", "args", "result", "success", "duration_ms"]
+        for record in [*events["events"], *rest["events"], one]:  # the schema describes what is read
+            jsonschema.validate(record, schema)
 
 
 async def test_a_native_session_is_a_korg_session(client, actor, start_tail):
@@ -334,6 +338,9 @@ async def test_a_native_session_is_a_korg_session(client, actor, start_tail):
         assert all(
             e["source_agent"] == actor.id for e in events["events"] if e["metadata"]["lane_id"] == lane.id
         )
+        schema = await read_json(session, f"korg://{tenant}/schema/event")
+        for record in events["events"]:  # a native event is an AgentToolCall too
+            jsonschema.validate(record, schema)
 
 
 async def test_a_native_session_at_any_depth_is_one_korg_session(client, start_tail):
