@@ -305,7 +305,13 @@ def _mcp_notify_rows(r: dict) -> list[tuple[str, str]]:
         (
             f"an idle MCP server with subscriptions open, {r['idle_s']:g} s: "
             "CPU of the MCP server / the tail",
-            f"{r['idle_cpu_s_mcp']:.3f} / {r['idle_cpu_s_tail']:.3f} CPU s",
+            f"{r['idle_cpu_s_mcp']:.3f} / {r['idle_cpu_s_tail']:.3f} CPU s"
+            + (
+                f" (connected, no subscription: {r['idle_cpu_s_mcp_unsubscribed']:.3f} / "
+                f"{r['idle_cpu_s_tail_unsubscribed']:.3f})"
+                if "idle_cpu_s_mcp_unsubscribed" in r
+                else ""
+            ),
         ),
     ]
 
