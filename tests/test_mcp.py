@@ -909,3 +909,16 @@ async def test_an_agent_proves_what_it_did(nats_server, nc, start_tail, tmp_path
             assert not verify.is_error, verify.content
     finally:
         await sequencer.stop()
+
+
+def test_serve_refuses_a_token_file(tmp_path, capsys):
+    """Over HTTP each client brings its own token: one file's token for every
+    client would hand it to anyone who reaches the port."""
+    from laneledger.cli import main
+
+    token = tmp_path / "token"
+    token.write_text("acme-secret\n")
+    code = main(["mcp", "--serve", "--url", "http://127.0.0.1:9", "--token-file", str(token)])
+    assert code != 0
+    err = capsys.readouterr().err
+    assert "--token-file is for stdio" in err and "acme-secret" not in err
