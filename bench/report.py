@@ -134,6 +134,25 @@ def _failover_rows(r: dict) -> list[tuple[str, str]]:
     ]
 
 
+def _txlog_catchup_rows(r: dict) -> list[tuple[str, str]]:
+    where = "a three-node cluster, R3 log" if r["cluster"] else "one nats-server"
+    load = f", {r['burn']} busy-looping processes on the machine" if r["burn"] else ""
+    rates = r["records_per_s"]
+    windows = ", ".join(
+        f"{way.removeprefix('pipelined, ')}: {_n(rate)}"
+        for way, rate in rates.items()
+        if way != "one get per round trip"
+    )
+    return [
+        (
+            f"catch-up reads of `LEDGER_TXLOG` ({r['records']} one-part records of "
+            f"{r['record_bytes']} bytes, {where}{load}; the writer's SQLite work not timed): one get "
+            "per round trip (the read before 2026-12-05) / pipelined by `READ_WINDOW` (16 since)",
+            f"{_n(rates['one get per round trip'])} / {windows} records/s",
+        )
+    ]
+
+
 def _tail_rows(r: dict) -> list[tuple[str, str]]:
     plural = "s" if r["subscribers"] != 1 else ""
     return [
@@ -396,6 +415,10 @@ BENCHES = [
     ),
     Bench("failover", ["bench/failover.py"], _failover_rows),
     Bench("failover-cluster", ["bench/failover.py", "--cluster"], _failover_rows),
+    Bench("txlog-catchup", ["bench/txlog_catchup.py"], _txlog_catchup_rows),
+    Bench(
+        "txlog-catchup-loaded", ["bench/txlog_catchup.py", "--cluster", "--burn", "2"], _txlog_catchup_rows
+    ),
     Bench("tail", ["bench/tail.py"], _tail_rows),
     Bench("tail-1", ["bench/tail.py", "--subscribers", "1", "--subscriber-procs", "1"], _tail_rows),
     Bench("drain", ["bench/drain.py"], _drain_rows),
