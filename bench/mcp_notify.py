@@ -12,11 +12,14 @@ a time; latency = the wall clock when the client has the notification - the
 receipt's ``committed_at`` (the sequencer's wall clock, same machine).
 
 Idle cost: the CPU seconds (utime + stime, /proc) of the MCP server and the
-tail over ``--idle-s`` seconds with the subscriptions open and nothing
-committed (the server follows the tail's SSE; it polls nothing).
+tail over ``--idle-s`` seconds with nothing committed, twice: with the
+client connected and no subscription (the baseline: the process and its
+HTTP server alone), then with the subscriptions open (the server follows the
+tail's SSE; it polls nothing, so the two should not differ).
 
 Prints p50/p99/max and, as the last line, one JSON object
-(``notify_p50_ms``, ``notify_p99_ms``, ``notify_max_ms``, ``idle_cpu_s_mcp``, ...).
+(``notify_p50_ms``, ``notify_p99_ms``, ``notify_max_ms``, ``idle_cpu_s_mcp``,
+``idle_cpu_s_mcp_unsubscribed``, ...).
 On a loaded machine wall-clock figures say little: judge them on a quiet one.
 """
 
@@ -84,6 +87,8 @@ async def run(args: argparse.Namespace) -> int:
             ClientSession(read, write, message_handler=on_message) as session,
         ):
             await session.initialize()
+            mcp_pid, tail_pid = mcp_proc.pid, bench.procs["tail"].pid
+            baseline = await idle_cpu(args.idle_s, mcp_pid, tail_pid)
             with warnings.catch_warnings():  # the handshake era's subscribe, which this server serves
                 warnings.simplefilter("ignore")
                 for uri in uris:
@@ -96,10 +101,7 @@ async def run(args: argparse.Namespace) -> int:
                     uri, at = await asyncio.wait_for(arrivals.get(), 10)
                     latencies[uri].append((at - committed) * 1000)
                 await asyncio.sleep(args.interval_ms / 1000)
-            mcp_pid, tail_pid = mcp_proc.pid, bench.procs["tail"].pid
-            before = cpu_seconds(mcp_pid), cpu_seconds(tail_pid)
-            await asyncio.sleep(args.idle_s)
-            idle = cpu_seconds(mcp_pid) - before[0], cpu_seconds(tail_pid) - before[1]
+            idle = await idle_cpu(args.idle_s, mcp_pid, tail_pid)
         await ledger.close()
         every = sorted(v for values in latencies.values() for v in values)
         log(f"laneledger mcp notify bench: {args.events} events, {len(uris)} subscriptions, dir {bench.dir}")
@@ -109,6 +111,10 @@ async def run(args: argparse.Namespace) -> int:
                 f"  {uri}: p50 {percentile(values, 0.5):.1f} ms  p99 {percentile(values, 0.99):.1f} ms"
                 f"  max {values[-1]:.1f} ms"
             )
+        log(
+            f"  idle {args.idle_s:.0f} s, no subscription:"
+            f" mcp {baseline[0]:.3f} CPU s, tail {baseline[1]:.3f} CPU s"
+        )
         log(
             f"  idle {args.idle_s:.0f} s with subscriptions open:"
             f" mcp {idle[0]:.3f} CPU s, tail {idle[1]:.3f} CPU s"
@@ -123,6 +129,8 @@ async def run(args: argparse.Namespace) -> int:
                     "idle_s": args.idle_s,
                     "idle_cpu_s_mcp": round(idle[0], 4),
                     "idle_cpu_s_tail": round(idle[1], 4),
+                    "idle_cpu_s_mcp_unsubscribed": round(baseline[0], 4),
+                    "idle_cpu_s_tail_unsubscribed": round(baseline[1], 4),
                 }
             ),
             flush=True,
@@ -135,11 +143,18 @@ async def run(args: argparse.Namespace) -> int:
         bench.cleanup()
 
 
+async def idle_cpu(seconds: float, *pids: int) -> tuple[float, ...]:
+    """The CPU seconds each process spends while nothing is committed."""
+    before = [cpu_seconds(pid) for pid in pids]
+    await asyncio.sleep(seconds)
+    return tuple(cpu_seconds(pid) - b for pid, b in zip(pids, before, strict=True))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=200)
     parser.add_argument("--interval-ms", type=float, default=20.0, help="pause between appends")
-    parser.add_argument("--idle-s", type=float, default=5.0)
+    parser.add_argument("--idle-s", type=float, default=10.0)
     return asyncio.run(run(parser.parse_args(argv)))
 
 

@@ -134,6 +134,25 @@ def _failover_rows(r: dict) -> list[tuple[str, str]]:
     ]
 
 
+def _txlog_catchup_rows(r: dict) -> list[tuple[str, str]]:
+    where = "a three-node cluster, R3 log" if r["cluster"] else "one nats-server"
+    load = f", {r['burn']} busy-looping processes on the machine" if r["burn"] else ""
+    rates = r["records_per_s"]
+    windows = ", ".join(
+        f"{way.removeprefix('pipelined, ')}: {_n(rate)}"
+        for way, rate in rates.items()
+        if way != "one get per round trip"
+    )
+    return [
+        (
+            f"catch-up reads of `LEDGER_TXLOG` ({r['records']} one-part records of "
+            f"{r['record_bytes']} bytes, {where}{load}; the writer's SQLite work not timed): one get "
+            "per round trip (the read before 2026-12-05) / pipelined by `READ_WINDOW` (16 since)",
+            f"{_n(rates['one get per round trip'])} / {windows} records/s",
+        )
+    ]
+
+
 def _tail_rows(r: dict) -> list[tuple[str, str]]:
     plural = "s" if r["subscribers"] != 1 else ""
     return [
@@ -305,7 +324,13 @@ def _mcp_notify_rows(r: dict) -> list[tuple[str, str]]:
         (
             f"an idle MCP server with subscriptions open, {r['idle_s']:g} s: "
             "CPU of the MCP server / the tail",
-            f"{r['idle_cpu_s_mcp']:.3f} / {r['idle_cpu_s_tail']:.3f} CPU s",
+            f"{r['idle_cpu_s_mcp']:.3f} / {r['idle_cpu_s_tail']:.3f} CPU s"
+            + (
+                f" (connected, no subscription: {r['idle_cpu_s_mcp_unsubscribed']:.3f} / "
+                f"{r['idle_cpu_s_tail_unsubscribed']:.3f})"
+                if "idle_cpu_s_mcp_unsubscribed" in r
+                else ""
+            ),
         ),
     ]
 
@@ -390,6 +415,10 @@ BENCHES = [
     ),
     Bench("failover", ["bench/failover.py"], _failover_rows),
     Bench("failover-cluster", ["bench/failover.py", "--cluster"], _failover_rows),
+    Bench("txlog-catchup", ["bench/txlog_catchup.py"], _txlog_catchup_rows),
+    Bench(
+        "txlog-catchup-loaded", ["bench/txlog_catchup.py", "--cluster", "--burn", "2"], _txlog_catchup_rows
+    ),
     Bench("tail", ["bench/tail.py"], _tail_rows),
     Bench("tail-1", ["bench/tail.py", "--subscribers", "1", "--subscriber-procs", "1"], _tail_rows),
     Bench("drain", ["bench/drain.py"], _drain_rows),

@@ -71,8 +71,9 @@ class TailStarter:
         nc = await nats.connect(
             self._nats_url, name="laneledger-tail-test", reconnect_time_wait=0.1, max_reconnect_attempts=-1
         )
+        port = overrides.pop("port", 0)  # a restarted tail at the URL its clients know
         service = TailService(nc, TailSettings(**overrides))
-        port = await service.start("127.0.0.1", 0)
+        port = await service.start("127.0.0.1", port)
         url = f"http://127.0.0.1:{port}"
         tail = RunningTail(service, TailAPI(url, self._session), url, nc)
         self.running.append(tail)

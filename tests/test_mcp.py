@@ -12,14 +12,19 @@ import contextlib
 import hashlib
 import json
 import os
+import re
+import shlex
+import socket
 import sys
 import time
+import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx2
+import jsonschema
 import mcp.client.session
 import mcp.types
 import pytest
@@ -29,21 +34,24 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 from polling import eventually
-from tail_support import MAIN, SUB, fill, new_lane, wait_applied
+from tail_support import MAIN, SUB, ev, fill, new_lane, wait_applied
 from tail_support import korg_call as call
 from tlog_support import size_of, start_signing_sequencer
 
+from laneledger.mcp import catalog
 from laneledger.mcp.serve import mcp_url_of
 from laneledger.mcp.server import BLOB_CAP, MAX_LISTENS
 from laneledger.mcp.subscriptions import matches
 from laneledger.mcp.uris import BadUri, parse
 from laneledger.runtime.access import AccessPolicy
+from laneledger.sdk.blobstore import BlobStore
 from laneledger.sdk.client import LaneRecorder, LedgerClient
 from laneledger.tlog.bundle import verify_bundle
 from laneledger.tlog.note import Signer
 from laneledger.tlog.sessionbundle import verify_session_bundle
 
 pytestmark = pytest.mark.timeout(120)
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 async def post(tail, body: dict) -> int:
@@ -176,6 +184,46 @@ def test_subscription_predicates_are_korg_8_5_2():
     assert not matches(parse("korg://local/session/8/summary"), MAIN, child)
 
 
+# Korg's own MCP server's tools (korg_mcp_server.py v1): property -> JSON type, and required.
+KORG_TOOLS = {
+    "korg_append_event": (
+        {
+            "source_agent": "string",
+            "tool_name": "string",
+            "args": "object",
+            "result": "object",
+            "success": "boolean",
+            "duration_ms": "integer",
+            "triggered_by": "integer",
+            "payload_refs": "array",
+        },
+        ["source_agent", "tool_name", "args", "result", "success", "duration_ms"],
+    ),
+    "korg_query_events": (
+        {"limit": "integer", "tool_name": "string", "triggered_by": "integer", "source_agent": "string"},
+        [],
+    ),
+}
+
+
+def test_the_korg_tools_take_korg_s_input_schemas():
+    """Korg's properties with Korg's types and Korg's required list; what
+    laneledger adds (``ledger``) is optional, so a Korg client's call is valid."""
+    tools = {tool.name: tool.input_schema for tool in catalog.tools()}
+    for name, (types, required) in KORG_TOOLS.items():
+        schema = tools[name]
+        assert schema["type"] == "object" and schema["required"] == required, name
+        ours = {k: v["type"] for k, v in schema["properties"].items()}
+        assert {k: ours[k] for k in types} == types, name
+        assert not set(required) - set(types), name
+    refs = tools["korg_append_event"]["properties"]["payload_refs"]["items"]
+    assert refs["required"] == ["sha256", "size_bytes"]
+    assert set(tools["korg_query_events"]["properties"]) - set(KORG_TOOLS["korg_query_events"][0]) == {
+        "ledger"
+    }
+    assert tools["laneledger_verify_session"]["required"] == ["session_id"]
+
+
 # -- over stdio -------------------------------------------------------------------------------
 
 
@@ -207,6 +255,8 @@ async def test_korg_resources_over_stdio(client, actor, start_tail):
         assert meta["agent_count"] == 3 and set(meta["agents"]) == {"human:dusk", MAIN, SUB}
         assert meta["root_event"]["tool_name"] == "user_prompt" and meta["root_event"]["triggered_by"] is None
         assert "status" not in meta and meta["schema_version"] == "1.0"
+        last = await read_json(session, f"korg://local/event/{s['llm2']}")
+        assert meta["last_event_at"] == last["timestamp"] and meta["last_event_at"].endswith("Z")
 
         # §8.3.1 head surface: oldest first, seq_id > cursor, all spines mixed.
         events = await read_json(session, f"korg://local/session/{s['root']}/events?limit=2")
@@ -253,12 +303,19 @@ async def test_korg_resources_over_stdio(client, actor, start_tail):
         assert (code, data["reason"]) == (-32602, "unknown_ledger")
         code, data = await reason_of(session, "korg://local/blob/" + "ab" * 32)
         assert (code, data["reason"]) == (-32602, "not_found")
+        immutable = f"korg://local/event/{s['read']}"
         with pytest.raises(MCPError) as raised:
-            await session.subscribe_resource(f"korg://local/event/{s['read']}")
-        assert raised.value.error.data["reason"] == "not_subscribable"
+            await session.subscribe_resource(immutable)
+        assert (raised.value.error.code, raised.value.error.data) == (
+            -32602,
+            {"reason": "not_subscribable", "uri": immutable},
+        )
 
         schema = await read_json(session, "korg://local/schema/event")
+        assert schema["title"] == "AgentToolCall"
         assert schema["required"] == ["source_agent", "tool_name", "args", "result", "success", "duration_ms"]
+        for record in [*events["events"], *rest["events"], one]:  # the schema describes what is read
+            jsonschema.validate(record, schema)
 
 
 async def test_a_native_session_is_a_korg_session(client, actor, start_tail):
@@ -281,6 +338,78 @@ async def test_a_native_session_is_a_korg_session(client, actor, start_tail):
         assert all(
             e["source_agent"] == actor.id for e in events["events"] if e["metadata"]["lane_id"] == lane.id
         )
+        schema = await read_json(session, f"korg://{tenant}/schema/event")
+        for record in events["events"]:  # a native event is an AgentToolCall too
+            jsonschema.validate(record, schema)
+
+
+async def test_a_native_session_at_any_depth_is_one_korg_session(client, start_tail):
+    """A natively recorded session with a sub-agent lane and a sub-sub-agent
+    lane is one Korg session (its root: the session's first event): every
+    spine in its events, each spine by source_agent, and a commit three lanes
+    deep notifies the session's subscription."""
+    tail = await start_tail()
+    names = ("main", "sub", "subsub")
+    actors = [await client.ensure_actor("acme", f"agent:deep/{name}@1", "agent") for name in names]
+    lanes = [await client.create_lane("acme", "deep", "r1", "main", actor_id=actors[0].id)]
+    for depth in (1, 2):
+        lanes.append(
+            await client.create_lane(
+                "acme",
+                "deep",
+                "r1",
+                names[depth],
+                kind="subagent",
+                parent_lane_id=lanes[-1].id,
+                actor_id=actors[depth].id,
+            )
+        )
+
+    async def put(depth: int, cause: str | None) -> tuple[int, str]:
+        event = ev(lanes[depth], actors[depth], causation_id=cause)
+        head = (await client.get_lane(lanes[depth].id)).last_seq
+        return (await client.append(lanes[depth], head, [event])).positions[0], event["id"]
+
+    root, root_id = await put(0, None)
+    sub, sub_id = await put(1, root_id)
+    deep, _ = await put(2, sub_id)
+    await wait_applied(tail.service, deep)
+    updates: asyncio.Queue[str] = asyncio.Queue()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mcp.types.ResourceUpdatedNotification):
+            updates.put_nowait(str(message.params.uri))
+
+    command = mcp_command(tail.url)
+    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write, message_handler=on_message) as session,
+    ):
+        await session.initialize()
+        assert (await read_json(session, "korg://acme/ledger/heads"))["heads"] == [root]
+        events = (await read_json(session, f"korg://acme/session/{root}/events"))["events"]
+        assert [(e["seq_id"], e["triggered_by"], e["source_agent"]) for e in events] == [
+            (root, None, actors[0].id),
+            (sub, root, actors[1].id),
+            (deep, sub, actors[2].id),
+        ]
+        meta = await read_json(session, f"korg://acme/session/{root}")
+        assert (meta["total_events"], meta["agent_count"], meta["last_seq"]) == (3, 3, deep)
+        deepest = quote(actors[2].id, safe="")
+        spine = await read_json(session, f"korg://acme/session/{root}/summary?source_agent={deepest}")
+        assert [e["seq_id"] for e in spine["events"]] == [deep]
+        summary, agent = f"korg://acme/session/{root}/summary", f"korg://acme/agent/{deepest}/recent"
+        with warnings.catch_warnings():  # the handshake era's subscribe, which this server serves
+            warnings.simplefilter("ignore")
+            for uri in (summary, agent):
+                await session.subscribe_resource(uri)
+        await eventually(lambda: live_feeds(tail), until=lambda n: n == 1, what="the server's feed")
+        again, _ = await put(2, sub_id)
+        got = sorted([await asyncio.wait_for(updates.get(), 10) for _ in range(2)])
+        assert got == sorted([summary, agent])
+        tail_of_session = await read_json(session, f"{summary}?cursor={deep}")
+        assert [e["seq_id"] for e in tail_of_session["events"]] == [again]
 
 
 async def test_tools_and_protocol_2024_11_05(client, start_tail, monkeypatch):
@@ -291,6 +420,11 @@ async def test_tools_and_protocol_2024_11_05(client, start_tail, monkeypatch):
     async with stdio_session(tail.url, inits=inits) as session:
         assert inits[0].protocol_version == "2024-11-05"
         assert inits[0].server_info.name == "laneledger"
+        # §8.5.4: the initialization says subscriptions are not persisted; like
+        # Korg's server, subscribe but no listChanged (no list_changed is ever sent).
+        assert "in memory only" in (inits[0].instructions or "")
+        resources = inits[0].capabilities.resources
+        assert resources is not None and resources.subscribe is True and not resources.list_changed
         tools = {t.name: t for t in (await session.list_tools()).tools}
         assert {"korg_append_event", "korg_query_events", "laneledger_verify_session"} <= set(tools)
         prompt = call("human:dusk", "user_prompt")
@@ -308,10 +442,96 @@ async def test_tools_and_protocol_2024_11_05(client, start_tail, monkeypatch):
             (await session.call_tool("korg_query_events", {"tool_name": "user_prompt"})).content[0].text
         )
         assert [e["seq_id"] for e in by_tool["events"]] == [seq]
+        by_agent = json.loads(
+            (await session.call_tool("korg_query_events", {"source_agent": MAIN})).content[0].text
+        )
+        assert [e["seq_id"] for e in by_agent["events"]] == [child_seq]
+        one = json.loads((await session.call_tool("korg_query_events", {"limit": 1})).content[0].text)
+        assert (one["count"], [e["seq_id"] for e in one["events"]]) == (1, [child_seq])  # newest first
         bad = await session.call_tool("korg_append_event", call(MAIN, "Edit", child_seq + 1000))
         assert bad.is_error
+        # The SDK checks the input against Korg's schema before the tool runs.
+        missing = await session.call_tool("korg_append_event", {"source_agent": MAIN, "tool_name": "Edit"})
+        assert missing.is_error and "required" in missing.content[0].text
         verified = await session.call_tool("laneledger_verify_session", {"session_id": "korg"})
         assert not verified.is_error, verified.content
+
+
+async def test_pages_keep_korg_8_3_default_and_maximum_limits(client, actor, start_tail):
+    """§8.3's limits, read through MCP on a 1001-event native session: the
+    defaults, the maxima, and a limit above a maximum refused as
+    ``invalid_params``; an agent's page names the agent; the session's first
+    event stays readable (reads are indexed, not a window)."""
+    tail = await start_tail()
+    lane = await new_lane(client, actor, "long")
+    positions = await fill(client, lane, actor, 1001, per_append=500)
+    await wait_applied(tail.service, positions[-1])
+    ledger = lane.tenant
+    root = positions[0]
+    agent = quote(actor.id, safe="")
+    async with stdio_session(tail.url) as session:
+        for uri, default, maximum in (
+            (f"korg://{ledger}/session/{root}/summary", 100, 1000),
+            (f"korg://{ledger}/session/{root}/events", 50, 500),
+            (f"korg://{ledger}/ledger/recent", 50, 500),
+            (f"korg://{ledger}/agent/{agent}/recent", 50, 500),
+        ):
+            first = await read_json(session, uri)
+            assert len(first["events"]) == default and first["has_more"] is True, uri
+            most = await read_json(session, f"{uri}?limit={maximum}")
+            assert len(most["events"]) == maximum and most["has_more"] is True, uri
+            code, data = await reason_of(session, f"{uri}?limit={maximum + 1}")
+            assert (code, data["reason"]) == (-32602, "invalid_params"), uri
+            assert data["details"]["parameter"] == "limit", uri
+        oldest = await read_json(session, f"korg://{ledger}/session/{root}/summary?limit=1")
+        assert [e["seq_id"] for e in oldest["events"]] == [root]
+        newest = await read_json(session, f"korg://{ledger}/agent/{agent}/recent?limit=1")
+        assert newest["source_agent"] == actor.id
+        assert [e["seq_id"] for e in newest["events"]] == [positions[-1]]
+        assert (await read_json(session, f"korg://{ledger}/event/{root}"))["seq_id"] == root
+
+
+async def test_an_unreachable_tail_is_tail_unreachable():
+    """§8.6's table: a tail that cannot be reached is -32603 ``tail_unreachable``,
+    for a read and (as the tool's result) for a tool."""
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    async with stdio_session(closed) as session:
+        code, data = await reason_of(session, "korg://local/ledger/recent")
+        assert (code, data["reason"]) == (-32603, "tail_unreachable")
+        failed = await session.call_tool("korg_query_events", {})
+        assert failed.is_error and json.loads(failed.content[0].text)["reason"] == "tail_unreachable"
+
+
+async def test_the_readme_s_claude_mcp_add_line_and_mcp_json_launch_the_server(
+    client, start_tail, tmp_path: Path
+):
+    """The README's two ways to add the server, run as written (``laneledger``
+    on PATH, the shell's ``~``), the tail URL swapped for the test tail's: each
+    reads the Korg tenant with the token in its file."""
+    token = "korg-token-0123456789abcdef"
+    tail = await start_tail(access=AccessPolicy.from_tokens({"korg": token}))
+    await korg_session_with(tail, token)
+    readme = README.read_text()
+    line = re.search(r"^claude mcp add laneledger -- (.+)$", readme, re.M)
+    block = re.search(r'^```json\n(\{"mcpServers".*?)^```$', readme, re.M | re.S)
+    assert line is not None and block is not None
+    server = json.loads(block.group(1))["mcpServers"]["laneledger"]
+    home, project = tmp_path / "home", tmp_path / "project"
+    for folder in (home, project):
+        (folder / ".laneledger").mkdir(parents=True)
+        (folder / ".laneledger" / "token").write_text(token + "\n")
+    env = {**os.environ, "HOME": str(home), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    shell = [str(home) + word[1:] if word.startswith("~/") else word for word in shlex.split(line.group(1))]
+    for written, cwd in ((shell, tmp_path), ([server["command"], *server["args"]], project)):
+        command = [tail.url if word == "http://127.0.0.1:8471" else word for word in written]
+        assert command[:2] == ["laneledger", "mcp"] and tail.url in command, written
+        params = StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=cwd)
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            heads = await read_json(session, "korg://local/ledger/heads")
+            assert len(heads["heads"]) == 1, command
 
 
 # -- over streamable HTTP, with subscriptions ------------------------------------------------
@@ -327,6 +547,22 @@ async def test_subscriptions_over_streamable_http(client, start_tail):
             updates.put_nowait((str(message.params.uri), time.monotonic()))
 
     async with http_server(tail.url) as url:
+        # On a loopback address the SDK refuses another Host (DNS rebinding) or Origin.
+        hello = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2024-11-05",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "0"},
+            },
+        }
+        accept = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+        async with httpx2.AsyncClient(timeout=30) as http:
+            rebound = await http.post(url, json=hello, headers={**accept, "Host": "evil.example"})
+            foreign = await http.post(url, json=hello, headers={**accept, "Origin": "http://evil.example"})
+        assert (rebound.status_code, foreign.status_code) == (421, 403)
         async with (
             streamable_http_client(url) as (read, write),
             ClientSession(read, write, message_handler=on_message) as session,
@@ -366,6 +602,48 @@ async def test_subscriptions_over_streamable_http(client, start_tail):
             assert modern.protocol_version == LATEST_MODERN_VERSION
             result = await modern.read_resource(f"korg://local/session/{new_root}")
             assert json.loads(result.contents[0].text)["root_seq"] == new_root
+
+
+async def test_a_subscription_outlives_a_tail_restart(client, start_tail):
+    """§8.5.1: a feed that fails is retried without dropping its
+    subscriptions; it resumes after the last position it saw, so the event
+    before the restart is not notified twice and the one after is."""
+    tail = await start_tail()
+    s = await korg_session(tail)
+    port = int(tail.url.rsplit(":", 1)[1])
+    updates: asyncio.Queue[str] = asyncio.Queue()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mcp.types.ResourceUpdatedNotification):
+            updates.put_nowait(str(message.params.uri))
+
+    command = mcp_command(tail.url)
+    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+    summary = f"korg://local/session/{s['root']}/summary"
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write, message_handler=on_message) as session,
+    ):
+        await session.initialize()
+        with warnings.catch_warnings():  # the handshake era's subscribe, which this server serves
+            warnings.simplefilter("ignore")
+            await session.subscribe_resource(summary)
+        await eventually(lambda: live_feeds(tail), until=lambda n: n == 1, what="the server's feed")
+        before = await post(tail, call(MAIN, "Bash", s["llm2"]))
+        assert await asyncio.wait_for(updates.get(), 10) == summary
+        await start_tail.stop(tail)
+        tail = await start_tail(port=port)  # the same data, the same URL
+        await wait_applied(tail.service, before)
+        await eventually(lambda: live_feeds(tail), until=lambda n: n == 1, what="the feed resumed")
+        await post(tail, call(MAIN, "Grep", before))
+        assert await asyncio.wait_for(updates.get(), 10) == summary
+        await asyncio.sleep(0.3)
+        assert updates.empty()  # one per event: the one before the restart was not sent again
+        # Its last subscription gone, the connection follows nothing: idle costs nothing.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            await session.unsubscribe_resource(summary)
+        await eventually(lambda: live_feeds(tail), until=lambda n: n == 0, what="the feed closed")
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
@@ -458,6 +736,21 @@ async def test_laneledger_resources_and_tenancy(client, actor, start_tail, tmp_p
         # An event of the Korg tenant is not in this ledger.
         code, data = await reason_of(session, f"laneledger://{lane.tenant}/event/{s['root']}")
         assert (code, data["reason"]) == (-32602, "not_found")
+        # Nor may it subscribe to, query or append to another ledger.
+        with warnings.catch_warnings():  # the handshake era's subscribe, which this server serves
+            warnings.simplefilter("ignore")
+            for uri in ("korg://local/ledger/recent", f"korg://local/session/{s['root']}/summary"):
+                with pytest.raises(MCPError) as raised:
+                    await session.subscribe_resource(uri)
+                assert raised.value.error.data["reason"] == "unknown_ledger", uri
+        for tool, arguments in (
+            ("korg_query_events", {}),
+            ("korg_append_event", call(MAIN, "Edit", s["root"])),
+            ("laneledger_verify_session", {"session_id": "korg"}),
+        ):
+            refused = await session.call_tool(tool, arguments)
+            assert refused.is_error, tool
+            assert json.loads(refused.content[0].text)["reason"] == "unknown_ledger", tool
     # Without a token: the tail refuses, and the client is told why.
     async with stdio_session(tail.url) as session:
         with pytest.raises(MCPError) as raised:
@@ -519,9 +812,14 @@ async def test_the_deployed_mcp_server_reads_each_tenant_with_its_own_token(rend
         assert (await http.get(f"{mcp_server.http_url}/healthz")).status_code == 200
 
 
-async def test_blobs_as_korg_8_4_packs_them(client, start_tail):
+async def test_blobs_as_korg_8_4_packs_them(client, actor, start_tail):
     tail = await start_tail()
     await korg_session(tail)
+    lane = await new_lane(client, actor, "with-blobs")  # a tenant's ledger: its blobs are its own
+    await wait_applied(tail.service, (await fill(client, lane, actor, 1))[0])
+    store = await BlobStore.open(tail.nc.jetstream())
+    own = (await store.put(lane.tenant, b"a tenant's notes")).removeprefix("sha256:")
+    own_big = (await store.put(lane.tenant, os.urandom(BLOB_CAP + 1))).removeprefix("sha256:")
     blobs = {
         "json": (b'{"k": [1, 2]}', "application/json"),
         "text": ("héllo, not json".encode(), "text/plain"),
@@ -553,6 +851,15 @@ async def test_blobs_as_korg_8_4_packs_them(client, start_tail):
             "size_bytes": BLOB_CAP + 1,
             "http_url": f"/api/blob/{big_digest}",
         }
+        (content,) = (await session.read_resource(f"korg://{lane.tenant}/blob/{own}")).contents
+        assert (content.mime_type, content.text) == ("text/plain", "a tenant's notes")
+        code, data = await reason_of(session, f"korg://{lane.tenant}/blob/{own_big}")
+        assert (code, data["reason"], data["size_bytes"]) == (-32603, "blob_too_large", BLOB_CAP + 1)
+        assert data["http_url"] == f"/api/v1/blobs/{own_big}?tenant={lane.tenant}"
+        assert (await tail.api.get(data["http_url"])).status == 200  # the escape hatch serves it
+        # Another ledger's blob is not in this one.
+        code, data = await reason_of(session, f"korg://local/blob/{own}")
+        assert (code, data["reason"]) == (-32602, "not_found")
         integrity = await read_json(session, "korg://local/stats/integrity")
         assert integrity["ledger"] == "local" and integrity["verify"]
 
@@ -602,3 +909,16 @@ async def test_an_agent_proves_what_it_did(nats_server, nc, start_tail, tmp_path
             assert not verify.is_error, verify.content
     finally:
         await sequencer.stop()
+
+
+def test_serve_refuses_a_token_file(tmp_path, capsys):
+    """Over HTTP each client brings its own token: one file's token for every
+    client would hand it to anyone who reaches the port."""
+    from laneledger.cli import main
+
+    token = tmp_path / "token"
+    token.write_text("acme-secret\n")
+    code = main(["mcp", "--serve", "--url", "http://127.0.0.1:9", "--token-file", str(token)])
+    assert code != 0
+    err = capsys.readouterr().err
+    assert "--token-file is for stdio" in err and "acme-secret" not in err

@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from external_programs import NODE
@@ -79,6 +80,48 @@ async def test_the_inspector_reads_korg_resources_over_stdio_and_http(client, st
     assert [e["seq_id"] for e in page["events"]] == [root, llm, sub]
     assert [e["triggered_by"] for e in page["events"]] == [None, root, llm]
     assert page["has_more"] is False
+
+    # §8.2: the six templates, blob included; a blob URI is never listed.
+    status, templates, _ = await inspect(*stdio, method="resources/templates/list")
+    assert status == 0
+    korg = {t["uriTemplate"] for t in templates["resourceTemplates"] if t["uriTemplate"].startswith("korg:")}
+    assert korg == {
+        f"korg://{{ledger}}/{path}"
+        for path in (
+            "session/{root_seq}",
+            "session/{root_seq}/summary",
+            "session/{root_seq}/events",
+            "event/{seq_id}",
+            "agent/{source_agent}/recent",
+            "blob/{sha256}",
+        )
+    }
+    assert not any("/blob/" in uri for uri in uris)
+
+    # §8.3.1's worked example, tail surface: newest first, next_cursor the last seq_id.
+    status, read, _ = await inspect(*stdio, method="resources/read", uri="korg://local/ledger/recent?limit=2")
+    page = json.loads(read["contents"][0]["text"])
+    assert ([e["seq_id"] for e in page["events"]], page["next_cursor"], page["has_more"]) == (
+        [sub, llm],
+        llm,
+        True,
+    )
+    # The sub-agent's spine alone, as §8.3's skeleton.
+    status, read, _ = await inspect(
+        *stdio,
+        method="resources/read",
+        uri=f"korg://local/session/{root}/summary?source_agent={quote(SUB, safe='')}",
+    )
+    (skeleton,) = json.loads(read["contents"][0]["text"])["events"]
+    assert skeleton == {
+        "seq_id": sub,
+        "source_agent": SUB,
+        "tool_name": "user_prompt",
+        "triggered_by": llm,
+        "success": True,
+        "duration_ms": 142,
+        "has_payload_refs": False,
+    }
 
     status, _, text = await inspect(*stdio, method="resources/read", uri="korg://local/event/999999")
     assert status != 0 and "-32602" in text

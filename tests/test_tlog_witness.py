@@ -8,6 +8,7 @@ that a ledger only grew; a verifier can require k of n witnesses."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import subprocess
 import sys
@@ -17,6 +18,9 @@ from pathlib import Path
 
 import nats
 import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.types import TextResourceContents
 from polling import eventually
 from tlog_support import start_signing_sequencer
 
@@ -151,10 +155,18 @@ async def test_a_witness_cosigns_a_growing_ledger_and_refuses_a_rewritten_or_tru
         async with LogClient(a.url) as log:
             served = await log.checkpoint()
         assert [s.name for s in split_note(served)[1]] == [ORIGIN, alice.name]
-
-        # k of n: the proof a tenant fetches carries alice's cosignature, not bob's.
         token = tmp_path / "acme.token"
         token.write_text(TOKENS["acme"])
+        # An agent reads the same note over MCP (issue 37): the latest
+        # checkpoint with the witness's cosignature, verifiable offline.
+        mcp = [sys.executable, "-m", "laneledger.cli", "mcp", "--url", a.url, "--token-file", str(token)]
+        server = StdioServerParameters(command=mcp[0], args=mcp[1:], env=dict(os.environ))
+        async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            (note,) = (await session.read_resource("laneledger://acme/log/checkpoint")).contents
+        assert isinstance(note, TextResourceContents) and note.text == served
+
+        # k of n: the proof a tenant fetches carries alice's cosignature, not bob's.
         out = tmp_path / "p3.tlog-proof"
         made = await acli(
             "prove", "--url", a.url, "--token-file", str(token), "--position", "3",

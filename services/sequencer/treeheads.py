@@ -31,9 +31,10 @@ from laneledger.contract.model import ReplyOk, encode
 from laneledger.contract.subjects import Subjects
 from laneledger.runtime.requestserver import error_reply
 from laneledger.tlog.checkpoint import (
-    TreeHead as Checkpoint,  # the tlog's; the name goes when this file is reworked
+    TreeHead,
+    open_checkpoint,
+    sign_checkpoint,
 )
-from laneledger.tlog.checkpoint import open_checkpoint, sign_checkpoint
 from laneledger.tlog.note import Signer
 
 from .metrics import SequencerMetrics
@@ -96,7 +97,7 @@ class TreeHeads:
                     checkpoint_size=self._latest_size,
                 )
             signer = self._settings.signer
-            note = sign_checkpoint(Checkpoint(signer.name, size, root), signer)
+            note = sign_checkpoint(TreeHead(signer.name, size, root), signer)
             await self._js.publish(
                 self._subjects.tlog_checkpoint,
                 note.encode(),

@@ -92,7 +92,10 @@ class KorgRead(ReadModelRoutes):
         limit = query.integer("limit", EVENTS_LIMITS[0], low=1, high=EVENTS_LIMITS[1])
         cause = query.integer("triggered_by", None, low=1)
         entries, more = await self._read(korgindex.recent, self._model, tenant, before, limit, agent, cause)
-        return json_response(_page([_full(e) for e in entries], more))
+        page = _page([_full(e) for e in entries], more)
+        if agent is not None:  # the agent's page names it, as Korg's own server's does
+            page = {"source_agent": agent, **page}
+        return json_response(page)
 
     async def heads(self, request: web.Request) -> web.Response:
         query = Query(request, ("cursor", "limit"))

@@ -83,6 +83,7 @@ SCHEMAS: dict[str, Any] = {
             },
             "next_cursor": {"type": ["integer", "null"]},
             "has_more": {"type": "boolean"},
+            "source_agent": {"type": "string", "description": "the agent (agent/recent only)"},
         },
     },
     "KorgHeads": {

@@ -44,7 +44,7 @@ from laneledger.sqlite import (
     transaction,
 )
 from laneledger.tlog.checkpoint import (
-    TreeHead as Checkpoint,  # the tlog's; the name goes when this file is reworked
+    TreeHead,
 )
 from laneledger.tlog.note import Signature
 
@@ -278,7 +278,7 @@ class ReadModel:
         self.applied = rows[-1].position
         return rows
 
-    def take_checkpoint(self, sequence: int, checkpoint: Checkpoint | None, note: str) -> bool:
+    def take_checkpoint(self, sequence: int, checkpoint: TreeHead | None, note: str) -> bool:
         """Record that LEDGER_TLOG's message ``sequence`` was read, and keep
         its checkpoint if its root is the tree's at its size (which the tree
         must have reached); ``checkpoint`` None: the message is not one.

@@ -23,7 +23,7 @@ from nats.js.errors import NotFoundError
 from laneledger.contract.errors import LedgerError
 from laneledger.contract.subjects import Subjects
 from laneledger.tlog.checkpoint import (
-    TreeHead as Checkpoint,  # the tlog's; the name goes when this file is reworked
+    TreeHead,
 )
 
 from .metrics import TailMetrics
@@ -76,7 +76,7 @@ class CheckpointFollower:
                 raise RuntimeError(f"{self._subjects.tlog_stream} answered a message without its sequence")
             data = msg.data or b""
             try:
-                checkpoint: Checkpoint | None = Checkpoint.of_note(data)
+                checkpoint: TreeHead | None = TreeHead.of_note(data)
             except LedgerError as exc:
                 checkpoint = None
                 log.error(

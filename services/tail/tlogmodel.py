@@ -28,7 +28,7 @@ from laneledger.store.tree import extend_tree, leaf_of
 from laneledger.tlog import merkle
 from laneledger.tlog import store as tree_store
 from laneledger.tlog.checkpoint import (
-    TreeHead as Checkpoint,  # the tlog's; the name goes when this file is reworked
+    TreeHead,
 )
 from laneledger.tlog.cosignature import signed_at
 from laneledger.tlog.note import Signature, parse_signature_line, sign_note, split_note
@@ -87,7 +87,7 @@ def build(conn: sqlite3.Connection, applied: int, *, page: int = 5000) -> None:
 # -- checkpoints -------------------------------------------------------------------------
 
 
-def store_checkpoint(conn: sqlite3.Connection, checkpoint: Checkpoint, note: str) -> bool:
+def store_checkpoint(conn: sqlite3.Connection, checkpoint: TreeHead, note: str) -> bool:
     """Keep ``note`` (whose text is ``checkpoint``) when its root is this
     tree's at its size; False, and nothing kept, when it is not. The tree
     must already hold ``checkpoint.size`` leaves. A size already kept keeps

@@ -35,7 +35,7 @@ from laneledger.sqlite import failures_as
 from laneledger.tlog import store as tree_store
 from laneledger.tlog.bundle import make_bundle
 from laneledger.tlog.checkpoint import (
-    TreeHead as Checkpoint,  # the tlog's; the name goes when this file is reworked
+    TreeHead,
 )
 from laneledger.tlog.cosignature import CosignatureVerifier
 from laneledger.tlog.note import Signature, split_note
@@ -175,7 +175,7 @@ class Transparency(ReadModelRoutes):
         Query(request, ())
         data = await _cosigned_bytes(request)
         text, signatures = split_note(data)
-        checkpoint = Checkpoint.parse(text)
+        checkpoint = TreeHead.parse(text)
         note = await self._read(self._stored, checkpoint.size)
         if note is None or split_note(note)[0] != text:
             raise _no_checkpoint(size=checkpoint.size)

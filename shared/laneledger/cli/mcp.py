@@ -9,6 +9,7 @@ from pathlib import Path
 
 from laneledger.cli.tail import add_tail_options
 from laneledger.contract.errors import InvalidRequest
+from laneledger.runtime.access import CLIENT_TOKEN_FILE_ENV
 
 PORT = 8475  # --serve's default port, beside the services' 8470-8474
 LISTEN_ENV = "LANELEDGER_MCP_LISTEN"
@@ -40,6 +41,14 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from laneledger.mcp.serve import serve_http, serve_stdio  # the SDK loads only for this command
 
     if args.serve:
+        # Each HTTP client brings its own token: one file's for every client would
+        # lend it to anyone who reaches the port. Refused when given; the
+        # variable (set for the other commands) is not used here.
+        if args.token_file and args.token_file != os.environ.get(CLIENT_TOKEN_FILE_ENV):
+            raise InvalidRequest(
+                "--token-file is for stdio: with --serve each client sends its own bearer token",
+                parameter="token_file",
+            )
         host, _, port = args.listen.rpartition(":")
         if not host or not port.isdigit():
             raise InvalidRequest("--listen must be HOST:PORT", parameter="listen", found=args.listen)

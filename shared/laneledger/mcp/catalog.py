@@ -156,6 +156,24 @@ EVENT_SCHEMA: dict[str, Any] = {
     "required": ["source_agent", "tool_name", "args", "result", "success", "duration_ms"],
 }
 
+# ``korg://{ledger}/schema/event`` (§8.2): the AgentToolCall as every record read
+# here carries it, so a client can validate what it reads: the append shape,
+# but a root's triggered_by is null (the append tool's input omits it).
+RECORD_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "AgentToolCall",
+    "description": "One event of a korg:// ledger (Korg agent event spec §1). Records read here"
+    " also carry seq_id, event_type, timestamp and metadata.",
+    **EVENT_SCHEMA,
+    "properties": {
+        **EVENT_SCHEMA["properties"],
+        "triggered_by": {
+            "type": ["integer", "null"],
+            "description": "seq_id of the event that caused this one; null for a root.",
+        },
+    },
+}
+
 _QUERY_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {

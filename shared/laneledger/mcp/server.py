@@ -129,7 +129,7 @@ class LedgerServer:
         if t.kind in ("schema_event", "schema_spec", "integrity"):
             await self._tenant(caller, t.ledger)  # the ledger must exist for this caller
             if t.kind == "schema_event":
-                return _json(uri, catalog.EVENT_SCHEMA)
+                return _json(uri, catalog.RECORD_SCHEMA)
             if t.kind == "schema_spec":
                 return catalog.text_contents(uri, catalog.SPEC_TEXT, "text/markdown")
             return _json(uri, await self._integrity(caller, t.ledger))

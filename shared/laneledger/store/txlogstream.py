@@ -27,13 +27,22 @@ The writer is synchronous and runs on the sequencer's writer thread; this
 class runs its JetStream calls on the event loop (it is made on the loop's
 thread) and waits for them on the writer's. It refuses to wait on the loop's
 own thread, where it would deadlock.
+
+Reading is pipelined: the log's messages are fetched ``READ_WINDOW`` at a
+time, concurrently on the loop, and the next window is in flight while the
+writer applies the one before. Fetched one message per round trip (writer
+thread -> loop -> NATS and back), a sequencer back from a network cut on a
+loaded machine applied about 33 records/s while the active one kept writing,
+and was still not a current standby 30 s later (spec/replication.md,
+"Reading"; bench/txlog_catchup.py measures the read rate).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import nats.errors
@@ -58,6 +67,10 @@ PART_HEADER = "Ledger-Txlog-Part"  # "<i>/<n>", 1-based
 WRONG_LAST_SEQUENCE = 10071
 # Room left in a message for its headers (the part and the expected sequence).
 _HEADER_ROOM = 512
+# Log messages fetched at once when reading; with the next window in flight,
+# at most twice this many are held (each at most ``max_payload`` bytes).
+READ_WINDOW = 16
+Message = tuple[dict[str, str] | None, bytes]  # a stored part: its headers and data
 
 
 def split_record(record: bytes, part_bytes: int) -> list[bytes]:
@@ -113,13 +126,40 @@ class JetStreamTxLog:
         last = self._wait(self.last_seq())
         if last <= after:
             return iter(()), last
-        return self._records(after, last, lambda seq: self._checked(seq, self._wait(self._get(seq)))), last
+        return self._records(self._messages(after, last)), last
 
-    def _wait(self, work: Coroutine[Any, Any, T]) -> T:
+    def _messages(self, after: int, last: int) -> Iterator[tuple[int, Message]]:
+        """Messages after..last in order, checked, a window at a time: the
+        next window is fetched while the caller takes this one's."""
+
+        def fetch(first: int) -> Future[list[Message]] | None:
+            seqs = range(first, min(first + READ_WINDOW, last + 1))
+            return self._submit(self._get_window(seqs)) if seqs else None
+
+        window = None
+        ahead = fetch(after + 1)
+        try:
+            while ahead is not None:
+                window, first = ahead, after + 1
+                after += READ_WINDOW
+                ahead = fetch(after + 1)
+                for seq, message in enumerate(window.result(self._timeout_s * 2), start=first):
+                    yield seq, self._checked(seq, message)
+        finally:
+            # A reader that stopped early, or a window that failed or timed
+            # out: nothing more is fetched for it (done ones ignore this).
+            for pending in (window, ahead):
+                if pending is not None:
+                    pending.cancel()
+
+    def _submit(self, work: Coroutine[Any, Any, T]) -> Future[T]:
         if threading.get_ident() == self._loop_thread:
             work.close()
             raise RuntimeError("the transaction log is waited on from the writer thread, never the loop")
-        return asyncio.run_coroutine_threadsafe(work, self._loop).result(self._timeout_s * 2)
+        return asyncio.run_coroutine_threadsafe(work, self._loop)
+
+    def _wait(self, work: Coroutine[Any, Any, T]) -> T:
+        return self._submit(work).result(self._timeout_s * 2)
 
     # -- on the loop
 
@@ -208,14 +248,22 @@ class JetStreamTxLog:
         if self._chain_key is not None and last > 0:
             self._checked(last, await self._get(last))
 
-    def _checked(
-        self, seq: int, message: tuple[dict[str, str] | None, bytes]
-    ) -> tuple[dict[str, str] | None, bytes]:
+    def _checked(self, seq: int, message: Message) -> Message:
         if self._chain_key is not None:
             check_chain_key(self._chain_key, (message[0] or {}).get(CHAIN_KEY_HEADER), txlog_seq=seq)
         return message
 
-    async def _get(self, seq: int) -> tuple[dict[str, str] | None, bytes]:
+    async def _get_window(self, seqs: range) -> list[Message]:
+        """The messages at ``seqs``, fetched concurrently; the first failure
+        ends the rest."""
+        gets = [asyncio.ensure_future(self._get(seq)) for seq in seqs]
+        try:
+            return await asyncio.gather(*gets)
+        finally:
+            for get in gets:
+                get.cancel()  # done ones ignore it
+
+    async def _get(self, seq: int) -> Message:
         try:
             msg = await self._js.get_msg(self._stream, seq)
         except (nats.errors.Error, TimeoutError) as exc:
@@ -225,14 +273,11 @@ class JetStreamTxLog:
         return msg.headers, msg.data or b""
 
     @staticmethod
-    def _records(
-        after: int, last: int, get: Callable[[int], tuple[dict[str, str] | None, bytes]]
-    ) -> Iterator[tuple[int, bytes]]:
-        """The complete records among positions after..last, in order, as
-        (the position of their last part, their bytes)."""
+    def _records(messages: Iterator[tuple[int, Message]]) -> Iterator[tuple[int, bytes]]:
+        """The complete records among ``messages`` (in order, by position),
+        as (the position of their last part, their bytes)."""
         parts: list[bytes] = []
-        for seq in range(after + 1, last + 1):
-            headers, data = get(seq)
+        for seq, (headers, data) in messages:
             i, n = part_of(headers, seq)
             if i == 1:
                 parts = []  # a record cut short before this one is skipped
