@@ -55,6 +55,7 @@ lint: $(STAMP) sdk-ts docs
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/python bench/report.py --check
 
 # The docs site (mkdocs.yml: docs/, spec/, the API reference from the
 # docstrings, the settings tables from each service's settings), built

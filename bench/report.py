@@ -3,17 +3,23 @@
     .venv/bin/python bench/report.py            # run every benchmark, store results, rewrite the table
     .venv/bin/python bench/report.py --only rss # run some of them (names below), then rewrite
     .venv/bin/python bench/report.py --render   # rewrite the table from the stored results only
+    .venv/bin/python bench/report.py --check    # fail if the table is not what --render writes
 
 Each benchmark ends by printing one JSON line; that line, with the command,
 the time and a description of the machine, is stored in
 ``bench/results/<name>.json`` (committed, so every figure in the docs can
 be traced to a run). The table between the ``bench-table`` markers in
-docs/performance.md is generated from those files and nothing else.
+docs/performance.md is generated from those files and nothing else: a row
+edited by hand fails ``--check`` (tests/test_perf_table.py). A figure
+measured outside this script (an A/B over two checkouts) is stored as such a
+file too, with a ``note`` saying how it was made, under a bench with no
+``args``: ``--render`` shows it, a run never overwrites it.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import platform
@@ -34,7 +40,7 @@ BEGIN, END = "<!-- bench-table:begin -->", "<!-- bench-table:end -->"
 @dataclass(frozen=True)
 class Bench:
     name: str
-    args: list[str]  # after `python`
+    args: list[str] | None  # after `python`; None: measured by hand, stored, never run from here
     rows: Callable[[dict], list[tuple[str, str]]]  # (what, figure) rows from its JSON line
 
 
@@ -245,6 +251,45 @@ def _redaction_rows(r: dict) -> list[tuple[str, str]]:
     ]
 
 
+def _redaction_adversarial_rows(r: dict) -> list[tuple[str, str]]:
+    rules = r["rules"]
+    after = max(rules, key=lambda rule: rules[rule]["after_ms"])
+    before = max(rules, key=lambda rule: rules[rule]["before_ms"])
+    worst = rules[before]
+    # bench/redaction.py times a rule too slow on a tenth of the input as
+    # a quadratic one: that tenth's time x 100, an estimate.
+    before_figure = (
+        f"~{worst['before_ms'] / 1000:.0f} s (`{before}`, quadratic)"
+        if worst.get("before_estimated")
+        else f"{worst['before_ms']:.0f} ms (`{before}`)"
+    )
+    size = f"{r['kib'] // 1024} MiB" if r["kib"] % 1024 == 0 else f"{r['kib']} KiB"
+    return [
+        (
+            f"redaction of {size} built against one rule (BEGIN markers without END, "
+            "`eyJ-` chains, floods of matches, …), worst rule: after / before (per rule: `spec/content.md`)",
+            f"{rules[after]['after_ms']:.0f} ms CPU (`{after}`) / {before_figure}",
+        )
+    ]
+
+
+def _drain_ab_rows(r: dict) -> list[tuple[str, str]]:
+    def span(side: str, key: str) -> str:
+        low, high = r[side][key]
+        return f"{low:.0f}–{high:.0f}"
+
+    return [
+        (
+            f"the sequencer alone draining {_n(r['requests'])} one-event appends, A/B of {r['change']}, "
+            f"{r['rounds']} alternated rounds on a machine loaded by other work (its events/s not "
+            "comparable): after / before",
+            f"{span('after', 'cpu_us_per_event')} / {span('before', 'cpu_us_per_event')} µs CPU/event, "
+            f"{span('after', 'writer_cpu_us_per_event')} / {span('before', 'writer_cpu_us_per_event')} µs "
+            "of it in the ledger writer",
+        )
+    ]
+
+
 def _rss_rows(r: dict) -> list[tuple[str, str]]:
     return [
         (
@@ -428,12 +473,14 @@ BENCHES = [
         _drain_batched_rows,
     ),
     Bench("drain-signed", ["bench/drain.py", "--requests", "10000", "--signed"], _drain_signed_rows),
+    Bench("drain-writer-speed-ab", None, _drain_ab_rows),
     Bench("peers", ["bench/peers.py"], _peers_rows),
     Bench("redaction", ["bench/redaction.py"], _redaction_rows),
+    Bench("redaction-adversarial", ["bench/redaction.py", "--adversarial"], _redaction_adversarial_rows),
     Bench("verify", ["bench/verify.py"], _verify_rows),
     Bench("verify-stream", ["bench/verify.py", "--stream"], _verify_stream_rows),
     Bench("rss", ["bench/rss.py"], _rss_rows),
-    Bench("fairness", ["bench/fairness.py"], _fairness_rows),
+    Bench("fairness", ["bench/fairness.py", "--seconds", "8"], _fairness_rows),  # the stored run's length
     Bench("langgraph", ["bench/langgraph_savers.py"], _langgraph_rows),
     Bench("tlog", ["bench/tlog.py"], _tlog_rows),
     Bench("mcp-notify", ["bench/mcp_notify.py"], _mcp_notify_rows),
@@ -472,6 +519,7 @@ def last_json_line(text: str) -> dict:
 
 
 def run(bench: Bench) -> None:
+    assert bench.args is not None
     cmd = [sys.executable, *bench.args]
     print(f"\n=== {bench.name}: {' '.join(['.venv/bin/python', *bench.args])}", flush=True)
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
@@ -494,6 +542,11 @@ def run(bench: Bench) -> None:
 
 def table() -> str:
     rows, machines, missing = [], set(), []
+    unknown = {path.stem for path in RESULTS.glob("*.json")} - {bench.name for bench in BENCHES}
+    if unknown:  # a stored result no bench renders would be a row lost without a word
+        raise SystemExit(
+            f"bench/results/ holds results no bench in bench/report.py renders: {sorted(unknown)}"
+        )
     for bench in BENCHES:
         path = RESULTS / f"{bench.name}.json"
         if not path.exists():
@@ -511,23 +564,47 @@ def table() -> str:
     return "\n".join([*head, "", "| what | figure | command (run on) |", "|---|---|---|", *rows])
 
 
-def render() -> None:
-    text = PAGE.read_text()
+def rendered(page: str) -> str:
+    """The page with its table block replaced by what bench/results/ holds."""
     pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
-    if not pattern.search(text):
+    if not pattern.search(page):
         raise SystemExit(f"docs/performance.md has no {BEGIN} … {END} block")
-    PAGE.write_text(pattern.sub(lambda _: f"{BEGIN}\n{table()}\n{END}", text))
+    return pattern.sub(lambda _: f"{BEGIN}\n{table()}\n{END}", page)
+
+
+def render() -> None:
+    PAGE.write_text(rendered(PAGE.read_text()))
     print("docs/performance.md performance table rewritten")
+
+
+def check(page: str) -> None:
+    """Refuse a table that is not generated: a row edited by hand is a figure no command reproduces."""
+    expected = rendered(page)
+    if expected != page:
+        diff = difflib.unified_diff(
+            page.splitlines(), expected.splitlines(), "docs/performance.md", "--render", lineterm="", n=0
+        )
+        raise SystemExit(
+            "docs/performance.md's table is not what `bench/report.py --render` writes from "
+            "bench/results/ (store a result, then render):\n" + "\n".join(diff)
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", nargs="+", choices=[b.name for b in BENCHES])
+    parser.add_argument("--only", nargs="+", choices=[b.name for b in BENCHES if b.args is not None])
     parser.add_argument("--render", action="store_true", help="only rewrite the table from stored results")
+    parser.add_argument(
+        "--check", action="store_true", help="only check that the table is what --render would write"
+    )
     args = parser.parse_args()
+    if args.check:
+        check(PAGE.read_text())
+        print("docs/performance.md performance table is generated")
+        return
     if not args.render:
         for bench in BENCHES:
-            if args.only is None or bench.name in args.only:
+            if bench.args is not None and (args.only is None or bench.name in args.only):
                 run(bench)
     render()
 
