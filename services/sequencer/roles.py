@@ -21,12 +21,28 @@ import logging
 import time
 from typing import Protocol
 
+import nats.errors
+import nats.js.errors
+
+from laneledger.sdk.retry import Backoff, logged, retry
 from laneledger.store.chainkey import ChainKeyDiffers
 
 from .lease import LeaseThread
 from .metrics import SequencerMetrics
 
 log = logging.getLogger("laneledger.sequencer.roles")
+
+# What NATS answers while it settles: a lease bucket just made on a cluster
+# has no leader yet ("no response from stream"), a node is still joining.
+# The first try of the lease waits that out, for a while, rather than end
+# the service; later tries are the standby's loop, which always goes on.
+NATS_SETTLING = (
+    nats.errors.NoRespondersError,
+    nats.errors.TimeoutError,
+    nats.js.errors.NoStreamResponseError,
+    nats.js.errors.ServiceUnavailableError,
+)
+FIRST_TRY_BACKOFF = Backoff(first=0.1, cap=2.0, within=30.0)
 
 
 class Roles(Protocol):
@@ -58,7 +74,13 @@ class RoleKeeper:
         """Open the lease and try it once: a lone sequencer (or one restarted
         on its own file) is active before this returns."""
         await self._lease.open()
-        if await self._lease.acquire():
+        taken = await retry(
+            self._lease.acquire,
+            FIRST_TRY_BACKOFF,
+            retry_on=NATS_SETTLING,
+            on_retry=logged(log, "try the lease"),
+        )
+        if taken:
             await self._become_active()
         else:
             self._became_standby()
