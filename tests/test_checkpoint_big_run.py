@@ -6,6 +6,8 @@ max_payload), never the whole run at once (``load_run`` fails here)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Iterable
+from typing import TypeVar
 
 import pytest
 
@@ -17,9 +19,25 @@ from laneledger.sdk.client import LaneRecorder
 
 pytestmark = pytest.mark.timeout(120)
 
+T = TypeVar("T")
+
 FORMAT = "application/vnd.tests.loop-state+json;version=1"
 ACTIONS = 1100  # ~1.1 MB of action names (each at its 1024-character bound): over the 1 MiB max_payload
 BULKY = 400  # events of ~3.5 kB: 1000 of them are far over one reply, 400 are ~1.4 MB
+
+
+async def gather_some(commands: Iterable[Awaitable[T]], at_once: int = 100) -> list[T]:
+    """The commands' answers in order, at most ``at_once`` in flight: this
+    test is about a run too large for one reply, not a burst of 1100
+    commands, whose last answers a loaded machine can keep past the
+    client's timeout."""
+    gate = asyncio.Semaphore(at_once)
+
+    async def one(command: Awaitable[T]) -> T:
+        async with gate:
+            return await command
+
+    return await asyncio.gather(*(one(c) for c in commands))
 
 
 async def big_run(client, actor) -> tuple[LaneRecorder, list, list]:
@@ -30,15 +48,13 @@ async def big_run(client, actor) -> tuple[LaneRecorder, list, list]:
     side = await LaneRecorder.open(client, "acme", "big", "r1", "side", actor_id=actor.id)
     turn = await client.create_turn(main.lane.id, 1)
     kinds = [("read", "inherent")] * (ACTIONS - 3) + [("write", "none"), ("write", "keyed"), ("read", "none")]
-    actions = await asyncio.gather(
-        *(
-            client.create_action(
-                main.lane.id, turn.id, "tool_call", f"{i:04d}" + "n" * 1020, effect=effect, idempotency=idem
-            )
-            for i, (effect, idem) in enumerate(kinds)
+    actions = await gather_some(
+        client.create_action(
+            main.lane.id, turn.id, "tool_call", f"{i:04d}" + "n" * 1020, effect=effect, idempotency=idem
         )
+        for i, (effect, idem) in enumerate(kinds)
     )
-    attempts = await asyncio.gather(*(client.create_attempt(main.lane.id, a.id, 1) for a in actions))
+    attempts = await gather_some(client.create_attempt(main.lane.id, a.id, 1) for a in actions)
     side_turn = await client.create_turn(side.lane.id, 1)
     side_action = await client.create_action(
         side.lane.id, side_turn.id, "tool_call", "send_mail", effect="write", idempotency="none"
