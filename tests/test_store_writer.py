@@ -18,7 +18,7 @@ from laneledger.contract.redaction import DEFAULT_REDACTOR
 from laneledger.sdk.client import make_event
 from laneledger.store import LedgerWriter, open_ledger
 from laneledger.store.append import prepare_append
-from laneledger.store.writer import hashed_body
+from laneledger.store.entryhash import hashed_body
 
 
 def fixed_clock() -> str:

@@ -16,17 +16,14 @@ batch's uncommitted rows.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import sqlite3
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import msgspec
 from msgspec import UNSET
 
-from laneledger.contract.canonical import canonicalize
 from laneledger.contract.chain import GENESIS_HASH
 from laneledger.contract.clock import Clock, system_clock
 from laneledger.contract.errors import (
@@ -58,7 +55,6 @@ from laneledger.contract.model import (
     CreateLane,
     CreateTurn,
     EnsureActor,
-    ErrorBody,
     ForkOrigin,
     ForkPoint,
     Lane,
@@ -94,7 +90,9 @@ from laneledger.sqlite import (
 )
 from laneledger.store import txlogseed
 from laneledger.store.append import PreparedAppend
+from laneledger.store.batch import BatchResult, BatchState, CommittedRecord, LaneHead, StagedBatch, rejection
 from laneledger.store.chainkey import chain_key_fingerprint
+from laneledger.store.entryhash import hashed_body
 from laneledger.store.reader import LedgerReader, lane_from_row
 from laneledger.store.schema import file_id as schema_file_id
 from laneledger.store.txlog import (
@@ -150,118 +148,6 @@ class SeedProgress:
             return None
         digest, end, rows, mode = value.split()
         return cls(bytes.fromhex(digest), int(end), int(rows), mode == "apply")
-
-
-# In the canonical bytes of a committed event, "entry_hash" is immediately
-# followed by "event_type" (no allowed top-level key sorts between them), and a
-# quote inside a string value is always escaped, so the first ',"event_type":'
-# is the key itself.
-_BEFORE_EVENT_TYPE = b',"event_type":'
-# "signature" sorts between "session_id" and "subject_id"; everything after it
-# is a string, and payload/extensions (where a nested "subject_id" key could
-# sit) come before, so the *last* ',"subject_id":' is the top-level key.
-_BEFORE_SUBJECT_ID = b',"subject_id":'
-
-
-def hashed_body(record: dict[str, Any], key: bytes | None, *, admitted: bool = False) -> tuple[str, bytes]:
-    """The entry hash of a committed event (``record`` has every field but
-    ``entry_hash``) and its stored canonical bytes, with ``entry_hash`` in.
-
-    Canonicalizes once and splices the hash (and a ``signature``, which is
-    outside the preimage: spec/canonical.md §3) in, instead of canonicalizing
-    the record twice; ``tests/test_store_writer.py`` checks the result equals
-    ``canonicalize`` of the full record. ``admitted``: see ``canonicalize``.
-    """
-    signature = record.get("signature")
-    if signature is not None:
-        record = {k: v for k, v in record.items() if k != "signature"}
-    preimage = canonicalize(record, admitted=admitted)
-    digest = (
-        hashlib.sha256(preimage).hexdigest()
-        if key is None
-        else hmac.new(key, preimage, hashlib.sha256).hexdigest()
-    )
-    at = preimage.index(_BEFORE_EVENT_TYPE)
-    body = b'%s,"entry_hash":"%s"%s' % (preimage[:at], digest.encode(), preimage[at:])
-    if signature is not None:  # 128 hex digits (model.Signature): nothing to escape
-        at = body.rindex(_BEFORE_SUBJECT_ID)
-        body = b'%s,"signature":"%s"%s' % (body[:at], signature.encode(), body[at:])
-    return digest, body
-
-
-@dataclass(slots=True)
-class LaneHead:
-    id: str
-    tenant: str
-    session_id: str
-    run_id: str
-    last_seq: int
-    head_hash: str
-
-
-class CommittedRecord(NamedTuple):
-    """One committed event, ready for the committed stream. A named tuple:
-    one is made per committed event, and a frozen dataclass costs a
-    ``object.__setattr__`` per field to make."""
-
-    position: int
-    event_id: str
-    event_type: str
-    tenant: str
-    session_id: str
-    run_id: str
-    lane_id: str
-    body: bytes
-
-
-@dataclass(slots=True)
-class BatchResult:
-    receipts: list[Receipt]  # one per request, in request order
-    committed: list[CommittedRecord]  # in position order
-
-
-@dataclass(frozen=True, slots=True)
-class StagedBatch:
-    """A batch written in an open transaction (``LedgerWriter.stage_batch``):
-    only ``commit_staged`` (or ``roll_back_staged``) of the writer that
-    staged it ends it, and nothing else may use that writer until then."""
-
-    receipts: list[Receipt]
-    state: _Batch
-    position: int  # the last position it takes
-    position_before: int
-    writes: Writes  # what its transaction ran (empty: nothing to commit)
-
-
-def rejection(err: LedgerError, append: PreparedAppend | None = None, **ids: Any) -> AppendRejected:
-    if append is not None:
-        ids = {
-            "append_id": append.request.append_id,
-            "lane_id": append.request.lane_id,
-            "digest": append.digest,
-        }
-    return AppendRejected(
-        error=ErrorBody(code=err.code, message=err.message, retryable=err.retryable, details=err.details),
-        **ids,
-    )
-
-
-@dataclass(slots=True)
-class _Batch:
-    """What the requests of one batch have done so far, not yet committed."""
-
-    receipts: dict[tuple[str, str], AppendCommitted] = field(default_factory=dict)  # (tenant, append id)
-    events: dict[tuple[str, str], tuple[str, int]] = field(
-        default_factory=dict
-    )  # (tenant, id) -> (session, position)
-    heads: dict[tuple[str, str], tuple[int, str]] = field(
-        default_factory=dict
-    )  # (tenant, lane) -> (seq, hash)
-    event_rows: list[tuple[Any, ...]] = field(default_factory=list)
-    receipt_rows: list[tuple[str, str, str, str, bytes]] = field(default_factory=list)
-    committed: list[CommittedRecord] = field(default_factory=list)
-    leaves: list[bytes] = field(default_factory=list)  # the Merkle leaf of each event row
-    inline_bytes: dict[str, int] = field(default_factory=dict)  # stored event bytes, by tenant
 
 
 class LedgerWriter:
@@ -372,7 +258,7 @@ class LedgerWriter:
         self._load_actors({e.actor_id for a in batch for e in a.request.events})
         subjects = self._subject_lanes({e.subject_id for a in batch for e in a.request.events})
 
-        state = _Batch()
+        state = BatchState()
         position = before = self.last_position
         receipts: list[Receipt] = []
         for append in batch:
@@ -429,7 +315,7 @@ class LedgerWriter:
     def _apply_one(
         self,
         append: PreparedAppend,
-        state: _Batch,
+        state: BatchState,
         stored: dict[tuple[str, str], AppendCommitted],
         known: dict[tuple[str, str], tuple[str, int]],
         subjects: dict[tuple[str, str], str],
@@ -551,7 +437,7 @@ class LedgerWriter:
         event: ProposedEvent,
         index: int,
         lane: LaneHead,
-        state: _Batch,
+        state: BatchState,
         known: dict[tuple[str, str], tuple[str, int]],
         subjects: dict[tuple[str, str], str],
         in_request: dict[str, int],
@@ -654,7 +540,7 @@ class LedgerWriter:
                 "the signature does not verify under the actor's key", reason="forged", **where
             )
 
-    def _check_rewind(self, event: ProposedEvent, lane: LaneHead, state: _Batch, position: int) -> None:
+    def _check_rewind(self, event: ProposedEvent, lane: LaneHead, state: BatchState, position: int) -> None:
         """A ``session.rewound`` event (its shape is checked already) must name
         an event of its own session at the position it says, and cover only
         positions before its own: a rewind cannot reach future events."""
@@ -687,7 +573,7 @@ class LedgerWriter:
                 expected=found[1],
             )
 
-    def _write(self, state: _Batch, position: int) -> Writes:
+    def _write(self, state: BatchState, position: int) -> Writes:
         writes: Writes = [
             (INSERT_EVENT, state.event_rows),
             (INSERT_RECEIPT, list(state.receipt_rows)),
