@@ -17,7 +17,7 @@ batch's uncommitted rows.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -27,18 +27,13 @@ from msgspec import UNSET
 from laneledger.contract.chain import GENESIS_HASH
 from laneledger.contract.clock import Clock, system_clock
 from laneledger.contract.errors import (
-    CausationViolation,
-    DuplicateEvent,
     EntityConflict,
     EntityNotFound,
     IdempotencyViolation,
     IntegrityError,
-    InvalidPayload,
     InvalidRequest,
-    InvalidSignature,
     LaneConflict,
     LedgerError,
-    SignatureRequired,
     StoreError,
     SubjectMismatch,
     TenantMismatch,
@@ -58,22 +53,17 @@ from laneledger.contract.model import (
     ForkOrigin,
     ForkPoint,
     Lane,
-    ProposedEvent,
     Receipt,
     Turn,
     decoder,
     encode,
-    timestamp_problem,
 )
-from laneledger.contract.signing import Ed25519PublicKey, check_signature, load_public_key
+from laneledger.contract.signing import Ed25519PublicKey, load_public_key
 from laneledger.contract.subjects import token
 from laneledger.contract.vocabulary import (
     EFFECT_KINDS,
     IDEMPOTENCY_CLASSES,
     REWOUND,
-    SCHEMA_VERSION,
-    check_event_type,
-    check_payload,
 )
 from laneledger.sqlite import (
     Durability,
@@ -93,8 +83,11 @@ from laneledger.store.append import PreparedAppend
 from laneledger.store.batch import BatchResult, BatchState, CommittedRecord, LaneHead, StagedBatch, rejection
 from laneledger.store.chainkey import chain_key_fingerprint
 from laneledger.store.entryhash import hashed_body
+from laneledger.store.eventchecks import check_event
 from laneledger.store.reader import LedgerReader, lane_from_row
+from laneledger.store.rewinds import check_rewind
 from laneledger.store.schema import file_id as schema_file_id
+from laneledger.store.signatures import check_actor_signature
 from laneledger.store.txlog import (
     INSERT_ACTION,
     INSERT_ACTOR,
@@ -351,8 +344,10 @@ class LedgerWriter:
         # 5. per-event checks
         in_request: dict[str, int] = {}
         for index, event in enumerate(request.events):
-            self._check_event(event, index, lane, state, known, subjects, in_request, request.events)
-            self._check_signature(append, index)
+            check_event(
+                event, index, lane, state, known, subjects, in_request, request.events, self._actor_tenants
+            )
+            check_actor_signature(append, index, self.actor_keys)
             in_request[event.id] = index
         # 6. commit (staged into the batch transaction)
         event_ids: list[str] = []
@@ -361,7 +356,7 @@ class LedgerWriter:
         rows, records = [], []
         for raw, event in zip(append.sent, request.events, strict=True):
             if event.event_type == REWOUND:  # nothing is staged yet: refusing here is clean
-                self._check_rewind(event, lane, state, position + 1)
+                check_rewind(event, lane, state, position + 1, self._stored_event)
             position += 1
             last_seq += 1
             record = {
@@ -431,147 +426,6 @@ class LedgerWriter:
         for event_id, pos in zip(event_ids, positions, strict=True):
             state.events[(lane.tenant, event_id)] = (lane.session_id, pos)
         return receipt, position
-
-    def _check_event(
-        self,
-        event: ProposedEvent,
-        index: int,
-        lane: LaneHead,
-        state: BatchState,
-        known: dict[tuple[str, str], tuple[str, int]],
-        subjects: dict[tuple[str, str], str],
-        in_request: dict[str, int],
-        request_events: Sequence[ProposedEvent],
-    ) -> None:
-        where = f"$.events[{index}]"
-        if event.schema_version != SCHEMA_VERSION:
-            raise InvalidRequest(
-                f"schema_version must be {SCHEMA_VERSION!r}",
-                path=f"{where}.schema_version",
-                found=event.schema_version,
-            )
-        problem = timestamp_problem(event.occurred_at)
-        if problem is not None:
-            raise InvalidRequest(
-                f"occurred_at is not a real instant: {problem}",
-                path=f"{where}.occurred_at",
-                found=event.occurred_at,
-            )
-        if event.lane_id != lane.id:
-            raise SubjectMismatch(
-                "event names another lane than the append request",
-                event_id=event.id,
-                event_lane_id=event.lane_id,
-                lane_id=lane.id,
-            )
-        check_event_type(event.event_type)
-        check_payload(event.event_type, event.payload)
-        key = (lane.tenant, event.id)  # event ids are the tenant's own
-        if key in known or key in state.events or event.id in in_request:
-            committed = known.get(key) or state.events.get(key)
-            raise DuplicateEvent(
-                "event id already used",
-                event_id=event.id,
-                position=committed[1] if committed else None,  # None: it repeats within the request
-            )
-        # Actor ids are the ledger's (minted unique); another tenant's actor is
-        # answered as a missing one.
-        actor_tenant = self._actor_tenants.get(event.actor_id)
-        if actor_tenant != lane.tenant:
-            raise EntityNotFound("no such actor", kind="actor", id=event.actor_id)
-        subject = event.subject_id
-        if subject not in (lane.id, lane.session_id, lane.run_id):
-            owner = subjects.get((lane.tenant, subject))
-            if owner != lane.id:
-                raise SubjectMismatch(
-                    "subject is not part of the target lane",
-                    event_id=event.id,
-                    subject_id=subject,
-                    lane_id=lane.id,
-                    reason="unknown_subject" if owner is None else "other_lane",
-                )
-        cause = event.causation_id
-        if cause is not UNSET:
-            if cause in in_request:
-                return  # an earlier event of this request: same lane, earlier
-            found = known.get((lane.tenant, cause)) or state.events.get((lane.tenant, cause))
-            if found is None:
-                # itself or a later event of this request, or nothing at all
-                reason = "not_earlier" if any(e.id == cause for e in request_events) else "unknown"
-                raise CausationViolation(
-                    "causation names no earlier event",
-                    event_id=event.id,
-                    causation_id=cause,
-                    reason=reason,
-                )
-            if found[0] != lane.session_id:
-                raise CausationViolation(
-                    "causation crosses sessions",
-                    event_id=event.id,
-                    causation_id=cause,
-                    reason="other_session",
-                )
-
-    def _check_signature(self, append: PreparedAppend, index: int) -> None:
-        """A keyed actor's event must carry its valid signature; an unkeyed
-        actor's event must carry none (spec/object-model.md, "Signed producers")."""
-        event = append.request.events[index]
-        key = self.actor_keys.get(event.actor_id)
-        if key is None and event.signature is UNSET:
-            return
-        where: dict[str, Any] = dict(
-            event_id=event.id, actor_id=event.actor_id, path=f"$.events[{index}].signature"
-        )
-        if key is None:
-            raise InvalidSignature(
-                "signed by an actor registered without a public key", reason="unregistered_key", **where
-            )
-        if event.signature is UNSET:
-            raise SignatureRequired(
-                "the actor is registered with a public key; the event is not signed", **where
-            )
-        ok = append.signatures[index] if append.signatures else None
-        if ok is None:  # not checked before the batch (key not cached then)
-            ok = check_signature(append.sent[index], key)
-        if not ok:
-            if append.redactions:  # it verifies over what is stored, which lost its secrets
-                where["redacted"] = True
-            raise InvalidSignature(
-                "the signature does not verify under the actor's key", reason="forged", **where
-            )
-
-    def _check_rewind(self, event: ProposedEvent, lane: LaneHead, state: BatchState, position: int) -> None:
-        """A ``session.rewound`` event (its shape is checked already) must name
-        an event of its own session at the position it says, and cover only
-        positions before its own: a rewind cannot reach future events."""
-        payload = event.payload
-        if payload["as_of_position"] >= position:
-            raise InvalidPayload(
-                "a rewind covers only events committed before it",
-                field="payload.as_of_position",
-                found=payload["as_of_position"],
-                position=position,
-            )
-        target = payload["target_event_id"]
-        found = state.events.get((lane.tenant, target))
-        if found is None:
-            rows = self._rows(
-                "SELECT session_id, position FROM events WHERE id = ? AND tenant = ?", (target, lane.tenant)
-            )
-            found = rows[0] if rows else None
-        if found is None or found[0] != lane.session_id:
-            raise InvalidPayload(
-                "the rewind target is not an event of this session",
-                field="payload.target_event_id",
-                found=target,
-            )
-        if found[1] != payload["target_position"]:
-            raise InvalidPayload(
-                "the rewind target is at another position",
-                field="payload.target_position",
-                found=payload["target_position"],
-                expected=found[1],
-            )
 
     def _write(self, state: BatchState, position: int) -> Writes:
         writes: Writes = [
@@ -889,6 +743,13 @@ class LedgerWriter:
             marks = ",".join("?" * len(chunk))
             rows.extend(fetch_all(self._db, sql.format(marks=marks), chunk, what="ledger read failed"))
         return rows
+
+    def _stored_event(self, event_id: str, tenant: str) -> tuple[str, int] | None:
+        """A committed event's (session, position), or None."""
+        rows = self._rows(
+            "SELECT session_id, position FROM events WHERE id = ? AND tenant = ?", (event_id, tenant)
+        )
+        return (rows[0][0], rows[0][1]) if rows else None
 
     def _stored_receipts(self, append_ids: set[str]) -> dict[tuple[str, str], AppendCommitted]:
         """The receipts of these append ids, by (tenant, append id)."""
