@@ -58,8 +58,7 @@ from laneledger.contract.model import (
     decoder,
     encode,
 )
-from laneledger.contract.signing import Ed25519PublicKey, load_public_key
-from laneledger.contract.subjects import token
+from laneledger.contract.signing import load_public_key
 from laneledger.contract.vocabulary import (
     EFFECT_KINDS,
     IDEMPOTENCY_CLASSES,
@@ -71,7 +70,6 @@ from laneledger.sqlite import (
     begin,
     commit,
     failures_as,
-    fetch_all,
     meta_value,
     put_meta,
     record_applied_position,
@@ -84,6 +82,7 @@ from laneledger.store.batch import BatchResult, BatchState, CommittedRecord, Lan
 from laneledger.store.chainkey import chain_key_fingerprint
 from laneledger.store.entryhash import hashed_body
 from laneledger.store.eventchecks import check_event
+from laneledger.store.lookups import LedgerLookups
 from laneledger.store.reader import LedgerReader, lane_from_row
 from laneledger.store.rewinds import check_rewind
 from laneledger.store.schema import file_id as schema_file_id
@@ -180,15 +179,10 @@ class LedgerWriter:
         # disk, say, refuses to take the log's records); what writes or
         # decides catches up first (``_before_use``, ``current``).
         self.reader = LedgerReader(conn, before_read=self._refuse_if_staged)
-        # Lane heads by id, then tenant (ids are each tenant's own): a lane
-        # id is loaded for every tenant at once, and a lane created after
-        # that is added here, so an id's entry always holds all its lanes.
-        self._lanes: dict[str, dict[str, LaneHead]] = {}
-        self._actor_tenants: dict[str, str] = {}
-        # Actors registered with a public key. Keys never change, so the
-        # sequencer may read this from its event loop to check signatures
-        # before the batch reaches this thread (PreparedAppend.signatures).
-        self.actor_keys: dict[str, Ed25519PublicKey] = {}
+        self._lookups = LedgerLookups(conn, before_use=self._before_use)
+        # The sequencer reads the actors' keys from its event loop
+        # (PreparedAppend.signatures): the cache's own dict, never replaced.
+        self.actor_keys = self._lookups.actor_keys
         self.last_position = self.reader.last_position()
         # Each tenant's stored event bytes against its ``inline_bytes`` limit
         # (unlimited until the sequencer sets ``inline_usage.limit``).
@@ -242,14 +236,14 @@ class LedgerWriter:
         durable commit (the fsync) on another thread."""
         self._before_use()
         committed_at = self._clock()
-        stored = self._stored_receipts({a.request.append_id for a in batch})
-        known = self._known_events(
+        stored = self._lookups.stored_receipts({a.request.append_id for a in batch})
+        known = self._lookups.known_events(
             {e.id for a in batch for e in a.request.events}
             | {e.causation_id for a in batch for e in a.request.events if e.causation_id is not UNSET}
         )
-        self._load_lanes({a.request.lane_id for a in batch})
-        self._load_actors({e.actor_id for a in batch for e in a.request.events})
-        subjects = self._subject_lanes({e.subject_id for a in batch for e in a.request.events})
+        self._lookups.load_lanes({a.request.lane_id for a in batch})
+        self._lookups.load_actors({e.actor_id for a in batch for e in a.request.events})
+        subjects = self._lookups.subject_lanes({e.subject_id for a in batch for e in a.request.events})
 
         state = BatchState()
         position = before = self.last_position
@@ -278,9 +272,7 @@ class LedgerWriter:
         finally:
             self._staged = None
         self.last_position = staged.position
-        for (tenant, lane_id), (seq, head) in state.heads.items():
-            lane = self._lanes[lane_id][tenant]
-            lane.last_seq, lane.head_hash = seq, head
+        self._lookups.move_heads(state.heads)
         self.inline_usage.add(state.inline_bytes)
         return BatchResult(staged.receipts, state.committed)
 
@@ -318,7 +310,7 @@ class LedgerWriter:
         request = append.request
         # 1. the lane: the subject's tenant's lane of this id (every id is
         # its tenant's own; another tenant's is not even looked at)
-        lane = self._append_lane(request.lane_id, append.tenant_token)
+        lane = self._lookups.append_lane(request.lane_id, append.tenant_token)
         # 2. replay, 3. idempotency violation: append ids are the tenant's own
         previous = state.receipts.get((lane.tenant, request.append_id)) or stored.get(
             (lane.tenant, request.append_id)
@@ -345,7 +337,15 @@ class LedgerWriter:
         in_request: dict[str, int] = {}
         for index, event in enumerate(request.events):
             check_event(
-                event, index, lane, state, known, subjects, in_request, request.events, self._actor_tenants
+                event,
+                index,
+                lane,
+                state,
+                known,
+                subjects,
+                in_request,
+                request.events,
+                self._lookups.actor_tenants,
             )
             check_actor_signature(append, index, self.actor_keys)
             in_request[event.id] = index
@@ -356,7 +356,7 @@ class LedgerWriter:
         rows, records = [], []
         for raw, event in zip(append.sent, request.events, strict=True):
             if event.event_type == REWOUND:  # nothing is staged yet: refusing here is clean
-                check_rewind(event, lane, state, position + 1, self._stored_event)
+                check_rewind(event, lane, state, position + 1, self._lookups.stored_event)
             position += 1
             last_seq += 1
             record = {
@@ -594,9 +594,7 @@ class LedgerWriter:
         # An unfinished record ends the log: the next append goes after it.
         self.txlog_seq = max(self.txlog_seq, end)
         if applied:
-            # Lane heads moved; actors only appear and never change, so
-            # their cache stays (a new one is loaded when first named).
-            self._lanes.clear()
+            self._lookups.forget_lanes()
         return applied, taken
 
     def _take_seed_record(self, record: TxRecord, seq: int) -> int:
@@ -732,93 +730,12 @@ class LedgerWriter:
             return mark is not None and mark.first == 0
         return False
 
-    # ---------------------------------------------------------------- lookups
-
-    def _in(self, sql: str, keys: set[str]) -> list[tuple[Any, ...]]:
-        """Run ``sql`` (with one ``{marks}`` placeholder) over ``keys`` in chunks."""
-        self._before_use()
-        keys_list, rows = list(keys), []
-        for start in range(0, len(keys_list), 500):
-            chunk = keys_list[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            rows.extend(fetch_all(self._db, sql.format(marks=marks), chunk, what="ledger read failed"))
-        return rows
-
-    def _stored_event(self, event_id: str, tenant: str) -> tuple[str, int] | None:
-        """A committed event's (session, position), or None."""
-        rows = self._rows(
-            "SELECT session_id, position FROM events WHERE id = ? AND tenant = ?", (event_id, tenant)
-        )
-        return (rows[0][0], rows[0][1]) if rows else None
-
-    def _stored_receipts(self, append_ids: set[str]) -> dict[tuple[str, str], AppendCommitted]:
-        """The receipts of these append ids, by (tenant, append id)."""
-        rows = self._in(
-            "SELECT tenant, append_id, body FROM receipts WHERE append_id IN ({marks})", append_ids
-        )
-        receipt = decoder(AppendCommitted)
-        return {(tenant, append_id): receipt.decode(body) for tenant, append_id, body in rows}
-
-    def _known_events(self, ids: set[str]) -> dict[tuple[str, str], tuple[str, int]]:
-        """Committed events by (tenant, id): (session, position)."""
-        rows = self._in("SELECT id, session_id, position, tenant FROM events WHERE id IN ({marks})", ids)
-        return {(tenant, event_id): (session, position) for event_id, session, position, tenant in rows}
-
-    def _load_lanes(self, ids: set[str]) -> None:
-        missing = ids - self._lanes.keys()
-        for lane_id in missing:
-            self._lanes[lane_id] = {}
-        for lane_id, tenant, session, run, last_seq, head in self._in(
-            "SELECT id, tenant, session_id, run_id, last_seq, head_hash FROM lanes WHERE id IN ({marks})",
-            missing,
-        ):
-            self._lanes[lane_id][tenant] = LaneHead(lane_id, tenant, session, run, last_seq, head)
-
-    def _append_lane(self, lane_id: str, tenant_token: str | None) -> LaneHead:
-        """The lane an append names (loaded by ``_load_lanes``): the one of
-        the subject's tenant. Without a subject (a writer used directly) the
-        only lane of this id, or ``invalid_request`` when several tenants
-        have one."""
-        lanes = self._lanes.get(lane_id, {})
-        if tenant_token is not None:
-            for lane in lanes.values():
-                if token(lane.tenant) == tenant_token:
-                    return lane
-            raise EntityNotFound("no such lane", kind="lane", id=lane_id)
-        if len(lanes) > 1:
-            raise InvalidRequest(
-                "several tenants have a lane with this id: append on the tenant's subject",
-                path="$.lane_id",
-                id=lane_id,
-            )
-        for lane in lanes.values():
-            return lane
-        raise EntityNotFound("no such lane", kind="lane", id=lane_id)
-
-    def _load_actors(self, ids: set[str]) -> None:
-        missing = ids - self._actor_tenants.keys()
-        for (body,) in self._in("SELECT body FROM actors WHERE id IN ({marks})", missing):
-            self._remember_actor(decoder(Actor).decode(body))
-
-    def _remember_actor(self, actor: Actor) -> None:
-        self._actor_tenants[actor.id] = actor.tenant
-        if actor.public_key is not None:
-            self.actor_keys[actor.id] = load_public_key(actor.public_key)
-
-    def _subject_lanes(self, ids: set[str]) -> dict[tuple[str, str], str]:
-        """The lane of each turn, action and attempt among ``ids``, by (tenant, id)."""
-        found: dict[tuple[str, str], str] = {}
-        for table in ("turns", "actions", "attempts"):
-            for entity_id, tenant, lane_id in self._in(
-                f"SELECT id, tenant, lane_id FROM {table} WHERE id IN ({{marks}})", ids
-            ):
-                found[(tenant, entity_id)] = lane_id
-        return found
-
     # ------------------------------------------------------------- structure
 
     def ensure_actor(self, cmd: EnsureActor) -> Actor:
-        rows = self._rows("SELECT body FROM actors WHERE tenant = ? AND key = ?", (cmd.tenant, cmd.key))
+        rows = self._lookups.rows(
+            "SELECT body FROM actors WHERE tenant = ? AND key = ?", (cmd.tenant, cmd.key)
+        )
         if rows:
             actor: Actor = decoder(Actor).decode(rows[0][0])
             self._same_or_conflict(
@@ -841,7 +758,7 @@ class LedgerWriter:
             INSERT_ACTOR,
             (actor.id, actor.tenant, actor.key, encode(actor)),
         )
-        self._remember_actor(actor)
+        self._lookups.remember_actor(actor)
         return actor
 
     def create_lane(self, cmd: CreateLane) -> Lane:
@@ -854,7 +771,7 @@ class LedgerWriter:
                     expected=cmd.fork_of.lane_id,
                 )
             cmd = msgspec.structs.replace(cmd, parent_lane_id=cmd.fork_of.lane_id)
-        rows = self._rows(
+        rows = self._lookups.rows(
             "SELECT body, last_seq, head_hash FROM lanes"
             " WHERE session_id = ? AND tenant = ? AND run_id = ? AND name = ?",
             (cmd.session_id, cmd.tenant, cmd.run_id, cmd.name),
@@ -890,8 +807,8 @@ class LedgerWriter:
                     parent_session_id=parent.session_id,
                 )
         if cmd.actor_id is not None:
-            self._load_actors({cmd.actor_id})
-            tenant = self._actor_tenants.get(cmd.actor_id)
+            self._lookups.load_actors({cmd.actor_id})
+            tenant = self._lookups.actor_tenants.get(cmd.actor_id)
             if tenant is None:
                 raise EntityNotFound("no such actor", kind="actor", id=cmd.actor_id)
             if tenant != cmd.tenant:
@@ -935,16 +852,13 @@ class LedgerWriter:
                 ),
             ]
         )
-        self._load_lanes({lane.id})  # the id's other tenants' lanes first, then this one
-        self._lanes[lane.id][lane.tenant] = LaneHead(
-            lane.id, lane.tenant, lane.session_id, lane.run_id, 0, GENESIS_HASH
-        )
+        self._lookups.add_lane(LaneHead(lane.id, lane.tenant, lane.session_id, lane.run_id, 0, GENESIS_HASH))
         return lane
 
     def _fork_origin(self, point: ForkPoint, tenant: str) -> ForkOrigin:
         """Resolve a fork point (its lane was checked as the parent: it exists,
         in this session) to the committed event the fork references."""
-        rows = self._rows(
+        rows = self._lookups.rows(
             "SELECT position, id, body FROM events WHERE lane_id = ? AND tenant = ? AND seq = ?",
             (point.lane_id, tenant, point.seq),
         )
@@ -967,7 +881,7 @@ class LedgerWriter:
 
     def create_turn(self, cmd: CreateTurn) -> Turn:
         tenant = self.reader.get_lane(cmd.lane_id, cmd.tenant).tenant
-        rows = self._rows(
+        rows = self._lookups.rows(
             "SELECT body FROM turns WHERE lane_id = ? AND tenant = ? AND turn_no = ?",
             (cmd.lane_id, tenant, cmd.turn_no),
         )
@@ -994,7 +908,9 @@ class LedgerWriter:
             )
         tenant = self._owned_by_lane("turns", "turn", cmd.turn_id, cmd.lane_id, cmd.tenant)
         if cmd.id is not None:
-            rows = self._rows("SELECT body FROM actions WHERE id = ? AND tenant = ?", (cmd.id, tenant))
+            rows = self._lookups.rows(
+                "SELECT body FROM actions WHERE id = ? AND tenant = ?", (cmd.id, tenant)
+            )
             if rows:
                 action: Action = decoder(Action).decode(rows[0][0])
                 fields = (
@@ -1027,7 +943,7 @@ class LedgerWriter:
 
     def create_attempt(self, cmd: CreateAttempt) -> Attempt:
         tenant = self._owned_by_lane("actions", "action", cmd.action_id, cmd.lane_id, cmd.tenant)
-        rows = self._rows(
+        rows = self._lookups.rows(
             "SELECT body FROM attempts WHERE action_id = ? AND tenant = ? AND attempt_no = ?",
             (cmd.action_id, tenant, cmd.attempt_no),
         )
@@ -1066,7 +982,9 @@ class LedgerWriter:
     def _owned_by_lane(self, table: str, kind: str, entity_id: str, lane_id: str, tenant: str | None) -> str:
         """Check that ``entity_id`` is of the lane; return the lane's tenant."""
         tenant = self.reader.get_lane(lane_id, tenant).tenant
-        rows = self._rows(f"SELECT lane_id FROM {table} WHERE id = ? AND tenant = ?", (entity_id, tenant))
+        rows = self._lookups.rows(
+            f"SELECT lane_id FROM {table} WHERE id = ? AND tenant = ?", (entity_id, tenant)
+        )
         if not rows:
             raise EntityNotFound(f"no such {kind}", kind=kind, id=entity_id)
         if rows[0][0] != lane_id:
@@ -1081,14 +999,10 @@ class LedgerWriter:
 
     def _unused_id(self, table: str, kind: str, entity_id: str | None, tenant: str) -> None:
         """A new id must be free among the tenant's own (other tenants' are not looked at)."""
-        if entity_id is not None and self._rows(
+        if entity_id is not None and self._lookups.rows(
             f"SELECT 1 FROM {table} WHERE id = ? AND tenant = ?", (entity_id, tenant)
         ):
             raise EntityConflict(f"{kind} id already names another {kind}", kind=kind, id=entity_id)
-
-    def _rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        self._before_use()
-        return fetch_all(self._db, sql, params, what="ledger read failed")
 
     def _insert(self, statement: Statement, params: tuple[Any, ...]) -> None:
         self._insert_many([(statement, [params])])
