@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import msgspec
@@ -30,7 +29,6 @@ from laneledger.contract.errors import (
     EntityConflict,
     EntityNotFound,
     IdempotencyViolation,
-    IntegrityError,
     InvalidRequest,
     LaneConflict,
     LedgerError,
@@ -65,18 +63,9 @@ from laneledger.contract.vocabulary import (
     REWOUND,
 )
 from laneledger.sqlite import (
-    Durability,
-    applied_position,
-    begin,
-    commit,
     failures_as,
-    meta_value,
-    put_meta,
-    record_applied_position,
     roll_back,
-    transaction,
 )
-from laneledger.store import txlogseed
 from laneledger.store.append import PreparedAppend
 from laneledger.store.batch import BatchResult, BatchState, CommittedRecord, LaneHead, StagedBatch, rejection
 from laneledger.store.chainkey import chain_key_fingerprint
@@ -97,49 +86,17 @@ from laneledger.store.txlog import (
     INSERT_SESSION,
     INSERT_TURN,
     MOVE_LANE_HEAD,
-    TXLOG_KEY,
     Statement,
     TxLog,
     TxLogMoved,
-    TxLogUnavailable,
-    TxRecord,
     Writes,
-    apply_record,
-    decode_record,
-    encode_record,
-    run_writes,
 )
+from laneledger.store.txlogsync import TxLogSync
 from laneledger.store.usage import InlineUsage
 from laneledger.tlog import store as tree_store
 from laneledger.tlog.leaves import entry_leaf
 
 T = TypeVar("T")
-
-# meta.txlog_seed, while this file is inside a seed of the log
-# (store/txlogseed.py): "<digest hex> <rows taken> <rows in all> <apply|skip>".
-SEED_KEY = "txlog_seed"
-
-
-@dataclass(frozen=True, slots=True)
-class SeedProgress:
-    """How far this file is through the log's seed: ``end`` of its ``rows``
-    taken, each record applied (the file was empty) or skipped (the file
-    holds the seeded rows: it is the file seeded, or an equal copy)."""
-
-    digest: bytes
-    end: int
-    rows: int
-    applying: bool
-
-    def encode(self) -> str:
-        return f"{self.digest.hex()} {self.end} {self.rows} {'apply' if self.applying else 'skip'}"
-
-    @classmethod
-    def decode(cls, value: str | None) -> SeedProgress | None:
-        if value is None:
-            return None
-        digest, end, rows, mode = value.split()
-        return cls(bytes.fromhex(digest), int(end), int(rows), mode == "apply")
 
 
 class LedgerWriter:
@@ -156,25 +113,6 @@ class LedgerWriter:
         # The batch whose transaction is open, between stage_batch and
         # commit_staged: while set, every other use of the connection raises.
         self._staged: StagedBatch | None = None
-        # The replicated log every transaction is stored on before its COMMIT
-        # (store/txlog.py, ``use_txlog``); None: the file alone.
-        self._txlog: TxLog | None = None
-        self.txlog_seq = applied_position(conn, TXLOG_KEY, what="ledger read failed")
-        # The log may hold what the file lacks (at start: a crash after the
-        # log's ack; later: an append whose outcome was unknown, or another
-        # writer's records): read it before anything is read or written.
-        self._behind = False
-        self.applied_from_log = 0  # records applied by ``catch_up``, in all
-        self.log_restarted_after: int | None = None  # set when an empty log starts after this file
-        # With a log that holds nothing of a non-empty file, seed it with the
-        # file's rows (store/txlogseed.py) before anything else is appended;
-        # ``use_txlog(seed=False)`` (``laneledger restore``) never appends.
-        self._seed_allowed = True
-        self.seed_max_rows = txlogseed.MAX_ROWS
-        self.seed_max_bytes = txlogseed.MAX_BYTES
-        with failures_as("ledger read failed"):
-            self._seed = SeedProgress.decode(meta_value(conn, SEED_KEY))
-        self.seeded_rows = 0  # rows this writer appended to the log as a seed
         # Reads answer from the file as it is, even one behind the log (a full
         # disk, say, refuses to take the log's records); what writes or
         # decides catches up first (``_before_use``, ``current``).
@@ -183,10 +121,16 @@ class LedgerWriter:
         # The sequencer reads the actors' keys from its event loop
         # (PreparedAppend.signatures): the cache's own dict, never replaced.
         self.actor_keys = self._lookups.actor_keys
-        self.last_position = self.reader.last_position()
         # Each tenant's stored event bytes against its ``inline_bytes`` limit
         # (unlimited until the sequencer sets ``inline_usage.limit``).
         self.inline_usage = InlineUsage()
+        # Commits, and the file kept in step with its transaction log.
+        self._log = TxLogSync(
+            conn,
+            last_position=self.reader.last_position(),
+            inline_usage=self.inline_usage,
+            forget_lanes=self._lookups.forget_lanes,
+        )
 
     # ------------------------------------------------------------------ appends
 
@@ -200,7 +144,7 @@ class LedgerWriter:
         # Rejections decided without a write were decided on this file alone:
         # with a log, confirm nothing newer is there before they go out.
         if (
-            self._txlog is not None
+            self._log.txlog is not None
             and not result.committed
             and any(isinstance(r, AppendRejected) for r in result.receipts)
             and self.catch_up()
@@ -223,7 +167,7 @@ class LedgerWriter:
                 if attempt == tries:
                     raise
             except StoreError:
-                if self._txlog is None or attempt == tries or not self.catch_up():
+                if self._log.txlog is None or attempt == tries or not self.catch_up():
                     raise
         raise AssertionError("unreachable: the last try returns or raises")
 
@@ -246,7 +190,7 @@ class LedgerWriter:
         subjects = self._lookups.subject_lanes({e.subject_id for a in batch for e in a.request.events})
 
         state = BatchState()
-        position = before = self.last_position
+        position = before = self._log.last_position
         receipts: list[Receipt] = []
         for append in batch:
             try:
@@ -268,10 +212,9 @@ class LedgerWriter:
         state = staged.state
         try:
             if staged.writes:
-                self._commit(staged.writes, staged.position_before, staged.position)
+                self._log.commit_writes(staged.writes, staged.position_before, staged.position)
         finally:
             self._staged = None
-        self.last_position = staged.position
         self._lookups.move_heads(state.heads)
         self.inline_usage.add(state.inline_bytes)
         return BatchResult(staged.receipts, state.committed)
@@ -436,50 +379,8 @@ class LedgerWriter:
                 [(seq, head, lane_id, tenant) for (tenant, lane_id), (seq, head) in state.heads.items()],
             ),
         ]
-        self._open_writes(writes, "ledger commit failed", leaves=state.leaves, position=position)
+        self._log.open_writes(writes, "ledger commit failed", leaves=state.leaves, position=position)
         return writes
-
-    def _open_writes(
-        self, writes: Writes, what: str, *, leaves: list[bytes] | None = None, **details: Any
-    ) -> None:
-        """Run ``writes`` in a new transaction, left open for ``_commit``."""
-        if self._txlog is not None and self._seed is not None:
-            raise IntegrityError(
-                "the transaction log's seed is not complete: nothing can be written after it until "
-                "the sequencer whose file it was taken from (or an equal copy) completes it",
-                kind="txlog_seed_incomplete",
-                txlog_seq=self.txlog_seq,
-                seed_rows=self._seed.rows,
-                seed_rows_on_log=self._seed.end,
-            )
-        with failures_as(what, roll_back=self._db, **details):
-            begin(self._db)
-            run_writes(self._db, writes, leaves=leaves)
-
-    def _commit(self, writes: Writes, position_before: int, position: int) -> None:
-        """End the open transaction that ran ``writes``: with a log, store
-        them on it first, and commit only once it holds them."""
-        db = self._db
-        if self._txlog is not None:
-            record = encode_record(writes, position_before=position_before, position=position)
-            try:
-                seq = self._txlog.append(record, after=self.txlog_seq)
-            except (TxLogMoved, TxLogUnavailable):
-                self._behind = True
-                with failures_as("ledger rollback failed", position=position):
-                    roll_back(db)
-                raise
-            # From here the log holds the transaction: if the file fails to
-            # take it, it is behind the log and reads it back before going on.
-            self._behind = True
-            with failures_as("ledger commit failed", roll_back=db, position=position):
-                record_applied_position(db, TXLOG_KEY, seq)
-                commit(db)
-            self.txlog_seq = seq
-            self._behind = False
-            return
-        with failures_as("ledger commit failed", roll_back=db, position=position):
-            commit(db)
 
     def inline_bytes_used(self) -> dict[str, int]:
         """Each tenant's stored event bytes (``store/usage.py``), summed from
@@ -495,6 +396,47 @@ class LedgerWriter:
         return size, tree_store.root(self._db, size)
 
     # ------------------------------------------------------------ the log
+
+    @property
+    def last_position(self) -> int:
+        """The position of the file's last committed event."""
+        return self._log.last_position
+
+    @property
+    def txlog_seq(self) -> int:
+        """The log position of the last record this file holds."""
+        return self._log.txlog_seq
+
+    @property
+    def applied_from_log(self) -> int:
+        """Records applied by ``catch_up``, in all."""
+        return self._log.applied_from_log
+
+    @property
+    def log_restarted_after(self) -> int | None:
+        """The file's last position when an empty log started after it."""
+        return self._log.log_restarted_after
+
+    @property
+    def seeded_rows(self) -> int:
+        """Rows this writer appended to the log as a seed."""
+        return self._log.seeded_rows
+
+    @property
+    def seed_max_rows(self) -> int:
+        return self._log.seed_max_rows
+
+    @seed_max_rows.setter
+    def seed_max_rows(self, rows: int) -> None:
+        self._log.seed_max_rows = rows
+
+    @property
+    def seed_max_bytes(self) -> int:
+        return self._log.seed_max_bytes
+
+    @seed_max_bytes.setter
+    def seed_max_bytes(self, size: int) -> None:
+        self._log.seed_max_bytes = size
 
     @property
     def chain_key(self) -> str:
@@ -514,221 +456,21 @@ class LedgerWriter:
         given the file's rows (store/txlogseed.py); False: never appended to
         but by a write (``laneledger restore``)."""
         self._refuse_if_staged()
-        self._txlog = txlog
-        self._seed_allowed = seed
-        self._behind = True
-        # The log, replicated, is what makes a commit durable now: the file
-        # need not wait for the disk at every COMMIT. A power cut may roll
-        # back its last transactions, whole (rows with their log position),
-        # and the next start reads them back from the log.
-        with failures_as("ledger write failed"):
-            self._db.execute(f"PRAGMA synchronous = {Durability.NORMAL.value}")
+        self._log.use(txlog, seed=seed)
 
     def _before_use(self) -> None:
         """Every read and write comes here first: refused while a staged
         batch is open; with a log, the file first takes what it missed."""
         self._refuse_if_staged()
-        if self._behind:
+        if self._log.behind:
             self.catch_up()
 
     def catch_up(self) -> int:
         """Apply the log's records after ``txlog_seq``, each in its own
-        transaction with its position, and return how many. The cache of
-        lane heads is dropped: it is reloaded from the file. A log holding
-        nothing of this non-empty file is seeded with it, and a seed of
-        this file's state left incomplete is completed (``_write_seed``)."""
+        transaction with its position, and return how many; seed the log
+        first when it is due (``TxLogSync.catch_up``)."""
         self._refuse_if_staged()
-        if self._txlog is None:
-            return 0
-        # Until this returns, the file may lack what the log holds (or a
-        # seed it was appending may be unfinished): the next use reads again.
-        self._behind = True
-        applied, _ = self._read_log()
-        idle = 0
-        while self._seed_due():
-            try:
-                self._write_seed()
-            except TxLogMoved:
-                # Another writer appended first: its seed (taken or refused
-                # as any), or the rest of this one's. Read it, then see.
-                more, taken = self._read_log()
-                applied += more
-                idle = 0 if taken else idle + 1
-                if idle == 3:
-                    raise
-        self._behind = False
-        return applied
-
-    def _read_log(self) -> tuple[int, int]:
-        """Take the log's records after ``txlog_seq``: (applied, taken —
-        applied or, a seed's this file holds, skipped)."""
-        assert self._txlog is not None
-        db = self._db
-        records, end = self._txlog.read_after(self.txlog_seq)
-        if end < self.txlog_seq:
-            self._restart_log(end)
-            records, end = self._txlog.read_after(self.txlog_seq)
-        applied = taken = 0
-        for seq, data in records:
-            record = decode_record(data, seq=seq)
-            taken += 1
-            if record.seed is not None:
-                applied += self._take_seed_record(record, seq)
-                continue
-            if self._seed is not None:
-                raise IntegrityError(
-                    "a transaction log record follows a seed that is not complete",
-                    kind="txlog_seed_incomplete",
-                    txlog_seq=seq,
-                    seed_rows=self._seed.rows,
-                    seed_rows_on_log=self._seed.end,
-                )
-            with transaction(db, "ledger commit failed", txlog_seq=seq):
-                apply_record(db, record, seq=seq, last_position=self.last_position)
-                record_applied_position(db, TXLOG_KEY, seq)
-            self.inline_usage.add_logged(record.writes)
-            self.txlog_seq = seq
-            self.last_position = record.position
-            self.applied_from_log += 1
-            applied += 1
-        # An unfinished record ends the log: the next append goes after it.
-        self.txlog_seq = max(self.txlog_seq, end)
-        if applied:
-            self._lookups.forget_lanes()
-        return applied, taken
-
-    def _take_seed_record(self, record: TxRecord, seq: int) -> int:
-        """A seed's record (store/txlogseed.py): applied to a file that was
-        empty when the seed began, skipped by a file whose state is the one
-        the seed announces (its rows are there); any other file is refused,
-        before anything of the seed is written to it. 1 if applied."""
-        mark = record.seed
-        assert mark is not None
-        db = self._db
-        progress = self._seed
-        if mark.first == 0 and progress is None:
-            if txlogseed.is_empty(db):
-                applying = True
-            else:
-                txlogseed.check_tables(db)
-                if txlogseed.quick_mismatch(db, self.last_position, mark) or not txlogseed.file_state(
-                    db, self.last_position
-                ).matches(mark):
-                    raise IntegrityError(
-                        "the transaction log begins with a seed of another ledger file than this one: "
-                        "this file is not empty and differs from it (start on an empty file, or with "
-                        "the file the log was seeded from)",
-                        kind="txlog_seed_differs",
-                        txlog_seq=seq,
-                        seed_position=mark.position,
-                        seed_counts=mark.counts,
-                        file_position=self.last_position,
-                        file_counts=txlogseed.counts(db),
-                    )
-                applying = False
-        elif progress is None or progress.digest != mark.digest or progress.end != mark.first:
-            raise IntegrityError(
-                "a transaction log seed record does not continue the seed this file is in",
-                kind="txlog_record",
-                txlog_seq=seq,
-                seed_first_row=mark.first,
-                file_seed_rows=None if progress is None else progress.end,
-            )
-        else:
-            applying = progress.applying
-        done = mark.end == mark.rows
-        after = None if done else SeedProgress(mark.digest, mark.end, mark.rows, applying)
-        with transaction(db, "ledger commit failed", txlog_seq=seq):
-            if applying:
-                apply_record(db, record, seq=seq, last_position=self.last_position)
-            record_applied_position(db, TXLOG_KEY, seq)
-            self._record_seed(db, after)
-        self.txlog_seq = seq
-        self._seed = after
-        if not applying:
-            return 0
-        self.inline_usage.add_logged(record.writes)
-        self.last_position = record.position
-        self.applied_from_log += 1
-        return 1
-
-    @staticmethod
-    def _record_seed(db: sqlite3.Connection, progress: SeedProgress | None) -> None:
-        if progress is None:
-            db.execute("DELETE FROM meta WHERE key = ?", (SEED_KEY,))
-        else:
-            put_meta(db, SEED_KEY, progress.encode())
-
-    def _seed_due(self) -> bool:
-        """Whether this writer appends (the rest of) a seed now: its file
-        holds rows and the log nothing of them, or the log holds the start
-        of a seed of this very file (one cut short by a crash)."""
-        if not self._seed_allowed:
-            return False
-        if self._seed is not None:
-            return not self._seed.applying
-        return applied_position(
-            self._db, TXLOG_KEY, what="ledger read failed"
-        ) == 0 and not txlogseed.is_empty(self._db)
-
-    def _write_seed(self) -> None:
-        """Append this file's rows to the log as a seed, from the row where
-        a seed of it stopped (0 for a new one), each record right after the
-        last; the file records each as taken (it holds its rows)."""
-        assert self._txlog is not None
-        db = self._db
-        txlogseed.check_tables(db)
-        state = txlogseed.file_state(db, self.last_position)
-        start = 0
-        if self._seed is not None:
-            if self._seed.digest != state.digest:
-                raise IntegrityError(
-                    "this ledger file changed since it began seeding the transaction log",
-                    kind="txlog_seed_differs",
-                    txlog_seq=self.txlog_seq,
-                )
-            start = self._seed.end
-        for data, mark in txlogseed.seed_records(
-            db, state, start=start, max_rows=self.seed_max_rows, max_bytes=self.seed_max_bytes
-        ):
-            seq = self._txlog.append(data, after=self.txlog_seq)
-            after = None if mark.end == mark.rows else SeedProgress(mark.digest, mark.end, mark.rows, False)
-            with transaction(db, "ledger write failed", txlog_seq=seq):
-                record_applied_position(db, TXLOG_KEY, seq)
-                self._record_seed(db, after)
-            self.txlog_seq = seq
-            self._seed = after
-            self.seeded_rows += mark.end - mark.first
-
-    def _restart_log(self, end: int) -> None:
-        """The log ends before what this file applied. Empty, it was lost or
-        reset: the file is the only record of what came before, and the log
-        starts again (``catch_up`` seeds it with the file). Beginning with a
-        seed, it was lost and another writer seeded it again: this file
-        reads it from the start (and skips it if it is this file's state).
-        Otherwise it is another ledger's, or was cut: refused."""
-        if end != 0 and not self._log_begins_with_seed():
-            raise IntegrityError(
-                "the transaction log ends before what this ledger file applied: the stream is "
-                "not this ledger's, or it was cut short",
-                kind="txlog_behind_file",
-                stream_last_sequence=end,
-                file_txlog_seq=self.txlog_seq,
-            )
-        with transaction(self._db, "ledger write failed") as db:
-            record_applied_position(db, TXLOG_KEY, 0)
-            self._record_seed(db, None)
-        self.log_restarted_after = self.last_position
-        self.txlog_seq = 0
-        self._seed = None
-
-    def _log_begins_with_seed(self) -> bool:
-        assert self._txlog is not None
-        records, _ = self._txlog.read_after(0)
-        for seq, data in records:
-            mark = decode_record(data, seq=seq).seed
-            return mark is not None and mark.first == 0
-        return False
+        return self._log.catch_up()
 
     # ------------------------------------------------------------- structure
 
@@ -1010,5 +752,5 @@ class LedgerWriter:
     def _insert_many(self, writes: Writes) -> None:
         """A structure command's rows, in one transaction of their own."""
         self._before_use()
-        self._open_writes(writes, "ledger write failed")
-        self._commit(writes, self.last_position, self.last_position)
+        self._log.open_writes(writes, "ledger write failed")
+        self._log.commit_writes(writes, self._log.last_position, self._log.last_position)
