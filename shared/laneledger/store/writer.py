@@ -1,5 +1,15 @@
-"""The only code that writes a ledger: structure commands and the append
-algorithm of spec/object-model.md, steps 1–6.
+"""The only code that writes a ledger: the append algorithm of
+spec/object-model.md, steps 1–6, and the structure commands.
+
+``LedgerWriter`` runs the algorithm (its batches, their staging and commit)
+and composes the rest, each in its own module of ``store``:
+
+- ``eventchecks``, ``signatures``, ``rewinds``: what each event must be (step 5)
+- ``entryhash``: a committed event's hash and stored bytes (step 6)
+- ``batch``: a batch's heads, rows, receipts and rejections on the way
+- ``lookups``: what it reads of the file by id, and its caches
+- ``structure``: actors, lanes, turns, actions and attempts
+- ``txlogsync``: commits, on the transaction log first; catch-up and seeding
 
 ``LedgerWriter`` is synchronous and not thread-safe on purpose: the sequencer
 gives it one user at a time (services/sequencer/writerthread.py), so a whole
@@ -455,8 +465,8 @@ class LedgerWriter:
 
     def catch_up(self) -> int:
         """Apply the log's records after ``txlog_seq``, each in its own
-        transaction with its position, and return how many; seed the log
-        first when it is due (``TxLogSync.catch_up``)."""
+        transaction with its position, and return how many; then seed the
+        log, or complete its seed, when that is due (``TxLogSync.catch_up``)."""
         self._refuse_if_staged()
         return self._log.catch_up()
 
