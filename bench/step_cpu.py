@@ -34,7 +34,7 @@ from pathlib import Path
 
 from drain import payload  # the same requests as bench/drain.py
 
-import laneledger.store.writer as writer_module
+import laneledger.store.structure as structure_module
 from laneledger.contract.model import CreateLane, EnsureActor, encode
 from laneledger.contract.redaction import DEFAULT_REDACTOR
 from laneledger.store import LedgerWriter, open_ledger
@@ -48,7 +48,7 @@ CLOCK = "2026-12-05T07:00:00.000000Z"
 
 def run(requests: int, batch: int, per_append: int) -> dict:
     minted = itertools.count()
-    writer_module.new_id = lambda: f"01900000-0000-7000-8000-{next(minted):012d}"  # fixed ids
+    structure_module.new_id = lambda: f"01900000-0000-7000-8000-{next(minted):012d}"  # fixed ids
     with tempfile.TemporaryDirectory(prefix="laneledger-step-cpu-") as tmp:
         log = MemoryTxLog()
         writer = LedgerWriter(open_ledger(Path(tmp) / "ledger.db"), clock=lambda: CLOCK)

@@ -32,7 +32,7 @@ from laneledger.sdk.client import LedgerClient, raise_if_rejected
 from laneledger.services.sequencer.commands import decide_command
 from laneledger.store import LedgerWriter
 from laneledger.store.append import prepare_append, readable_ids
-from laneledger.store.writer import rejection
+from laneledger.store.batch import rejection
 
 # nats-server's default max_payload: the sequencer sizes a structure page to
 # half of its connection's.

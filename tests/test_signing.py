@@ -28,7 +28,7 @@ from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
 from laneledger.sdk.content import default_redactor
 from laneledger.store import LedgerWriter, open_ledger
 from laneledger.store.append import prepare_append
-from laneledger.store.writer import hashed_body
+from laneledger.store.entryhash import hashed_body
 
 # The tests that take a client run in-process and over NATS.
 client = pytest.fixture(client_of_ledger_under_test, name="client")

@@ -18,7 +18,7 @@ from laneledger.contract.redaction import DEFAULT_REDACTOR
 from laneledger.sdk.client import make_event
 from laneledger.store import LedgerWriter, open_ledger
 from laneledger.store.append import prepare_append
-from laneledger.store.writer import hashed_body
+from laneledger.store.entryhash import hashed_body
 
 
 def fixed_clock() -> str:
@@ -124,10 +124,11 @@ def test_a_staged_batch_whose_commit_fails_leaves_nothing(ledger):
     batch = [append(lane, actor, 2, 2, "a2"), append(lane, actor, 4, 1, "a3")]
     staged = writer.stage_batch(batch)
     assert writer._db.in_transaction and writer.last_position == 2
-    conn, writer._db = writer._db, CommitRefused(writer._db)
+    # the connection the commit goes through (store/txlogsync.py)
+    conn, writer._log._db = writer._log._db, CommitRefused(writer._log._db)
     with pytest.raises(errors.InternalError, match="disk I/O error"):
         writer.commit_staged(staged)
-    writer._db = conn
+    writer._log._db = conn
     assert not conn.in_transaction and writer.last_position == 2
     assert [msgspec.json.decode(b)["seq"] for _, b in writer.reader.events_after(0)] == [1, 2]
     result = writer.commit_staged(writer.stage_batch(batch))

@@ -58,7 +58,7 @@ from laneledger.contract.model import Receipt
 from laneledger.contract.redaction import DEFAULT_REDACTOR, Redactor
 from laneledger.sdk.blobstore import BlobBuckets
 from laneledger.store.append import PreparedAppend
-from laneledger.store.writer import rejection
+from laneledger.store.batch import rejection
 
 from .metrics import SequencerMetrics
 from .prepworker import Ref, append_refs

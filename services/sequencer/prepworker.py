@@ -30,7 +30,7 @@ from laneledger.contract.errors import RequestError
 from laneledger.contract.model import AppendRejected, Command, ErrorBody
 from laneledger.contract.redaction import Redactor, redact_command
 from laneledger.store.append import PreparedAppend, prepare_append, readable_ids
-from laneledger.store.writer import rejection
+from laneledger.store.batch import rejection
 
 MODULE = "laneledger.services.sequencer.prepworker"
 # Added to the worker's niceness (lower CPU priority than the event loop's).

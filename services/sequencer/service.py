@@ -49,9 +49,9 @@ from laneledger.sdk.blobstore import BlobBuckets
 from laneledger.store import LedgerWriter
 from laneledger.store.append import PreparedAppend, prepare_append, readable_ids
 from laneledger.store.atomicbatch import supports_atomic
+from laneledger.store.batch import BatchResult, rejection
 from laneledger.store.txlog import TxLogMoved
 from laneledger.store.txlogstream import JetStreamTxLog
-from laneledger.store.writer import BatchResult, rejection
 
 from .blobcheck import BlobCheck
 from .commands import decide_command

@@ -36,7 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from laneledger.store.append import PreparedAppend
-from laneledger.store.writer import BatchResult, LedgerWriter
+from laneledger.store.batch import BatchResult
+from laneledger.store.writer import LedgerWriter
 
 T = TypeVar("T")
 

@@ -32,7 +32,7 @@ from typing import Any
 import msgspec
 
 from laneledger.contract.errors import IntegrityError
-from laneledger.sqlite import failures_as
+from laneledger.sqlite import failures_as, put_meta
 from laneledger.store.txlog import (
     INSERT_ACTION,
     INSERT_ACTOR,
@@ -95,6 +95,42 @@ NOT_SEEDED = frozenset({"meta", "tlog_hashes"})
 # without its table's rows here would leave those rows out of every seed.
 if {statement.name for _, statement, _ in SEED_PLAN} != set(STATEMENTS):
     raise RuntimeError("store/txlogseed.py: SEED_PLAN does not cover every statement of store/txlog.py")
+
+# meta.txlog_seed, while this file is inside a seed of the log
+# (store/txlogseed.py): "<digest hex> <rows taken> <rows in all> <apply|skip>".
+SEED_KEY = "txlog_seed"
+
+
+@dataclass(frozen=True, slots=True)
+class SeedProgress:
+    """How far this file is through the log's seed: ``end`` of its ``rows``
+    taken, each record applied (the file was empty) or skipped (the file
+    holds the seeded rows: it is the file seeded, or an equal copy)."""
+
+    digest: bytes
+    end: int
+    rows: int
+    applying: bool
+
+    def encode(self) -> str:
+        return f"{self.digest.hex()} {self.end} {self.rows} {'apply' if self.applying else 'skip'}"
+
+    @classmethod
+    def decode(cls, value: str | None) -> SeedProgress | None:
+        if value is None:
+            return None
+        digest, end, rows, mode = value.split()
+        return cls(bytes.fromhex(digest), int(end), int(rows), mode == "apply")
+
+
+def record_progress(db: sqlite3.Connection, progress: SeedProgress | None) -> None:
+    """Store how far this file is through a seed (None: it is in none), in
+    the transaction that takes the seed's record."""
+    if progress is None:
+        db.execute("DELETE FROM meta WHERE key = ?", (SEED_KEY,))
+    else:
+        put_meta(db, SEED_KEY, progress.encode())
+
 
 MAX_ROWS = 1000
 MAX_BYTES = 4 << 20

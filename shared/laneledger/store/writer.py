@@ -1,5 +1,15 @@
-"""The only code that writes a ledger: structure commands and the append
-algorithm of spec/object-model.md, steps 1–6.
+"""The only code that writes a ledger: the append algorithm of
+spec/object-model.md, steps 1–6, and the structure commands.
+
+``LedgerWriter`` runs the algorithm (its batches, their staging and commit)
+and composes the rest, each in its own module of ``store``:
+
+- ``eventchecks``, ``signatures``, ``rewinds``: what each event must be (step 5)
+- ``entryhash``: a committed event's hash and stored bytes (step 6)
+- ``batch``: a batch's heads, rows, receipts and rejections on the way
+- ``lookups``: what it reads of the file by id, and its caches
+- ``structure``: actors, lanes, turns, actions and attempts
+- ``txlogsync``: commits, on the transaction log first; catch-up and seeding
 
 ``LedgerWriter`` is synchronous and not thread-safe on purpose: the sequencer
 gives it one user at a time (services/sequencer/writerthread.py), so a whole
@@ -16,37 +26,20 @@ batch's uncommitted rows.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import sqlite3
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import msgspec
 from msgspec import UNSET
 
-from laneledger.contract.canonical import canonicalize
-from laneledger.contract.chain import GENESIS_HASH
 from laneledger.contract.clock import Clock, system_clock
 from laneledger.contract.errors import (
-    CausationViolation,
-    DuplicateEvent,
-    EntityConflict,
-    EntityNotFound,
     IdempotencyViolation,
-    IntegrityError,
-    InvalidPayload,
-    InvalidRequest,
-    InvalidSignature,
     LaneConflict,
     LedgerError,
-    SignatureRequired,
     StoreError,
-    SubjectMismatch,
-    TenantMismatch,
 )
-from laneledger.contract.ids import new_id
 from laneledger.contract.model import (
     Action,
     Actor,
@@ -58,210 +51,43 @@ from laneledger.contract.model import (
     CreateLane,
     CreateTurn,
     EnsureActor,
-    ErrorBody,
-    ForkOrigin,
-    ForkPoint,
     Lane,
-    ProposedEvent,
     Receipt,
     Turn,
-    decoder,
     encode,
-    timestamp_problem,
 )
-from laneledger.contract.signing import Ed25519PublicKey, check_signature, load_public_key
-from laneledger.contract.subjects import token
 from laneledger.contract.vocabulary import (
-    EFFECT_KINDS,
-    IDEMPOTENCY_CLASSES,
     REWOUND,
-    SCHEMA_VERSION,
-    check_event_type,
-    check_payload,
 )
 from laneledger.sqlite import (
-    Durability,
-    applied_position,
-    begin,
-    commit,
     failures_as,
-    fetch_all,
-    meta_value,
-    put_meta,
-    record_applied_position,
     roll_back,
-    transaction,
 )
-from laneledger.store import txlogseed
 from laneledger.store.append import PreparedAppend
+from laneledger.store.batch import BatchResult, BatchState, CommittedRecord, StagedBatch, rejection
 from laneledger.store.chainkey import chain_key_fingerprint
-from laneledger.store.reader import LedgerReader, lane_from_row
+from laneledger.store.entryhash import hashed_body
+from laneledger.store.eventchecks import check_event
+from laneledger.store.lookups import LedgerLookups
+from laneledger.store.reader import LedgerReader
+from laneledger.store.rewinds import check_rewind
 from laneledger.store.schema import file_id as schema_file_id
+from laneledger.store.signatures import check_actor_signature
+from laneledger.store.structure import StructureCommands
 from laneledger.store.txlog import (
-    INSERT_ACTION,
-    INSERT_ACTOR,
-    INSERT_ATTEMPT,
     INSERT_EVENT,
-    INSERT_LANE,
     INSERT_RECEIPT,
-    INSERT_SESSION,
-    INSERT_TURN,
     MOVE_LANE_HEAD,
-    TXLOG_KEY,
-    Statement,
     TxLog,
     TxLogMoved,
-    TxLogUnavailable,
-    TxRecord,
     Writes,
-    apply_record,
-    decode_record,
-    encode_record,
-    run_writes,
 )
+from laneledger.store.txlogsync import TxLogSync
 from laneledger.store.usage import InlineUsage
 from laneledger.tlog import store as tree_store
 from laneledger.tlog.leaves import entry_leaf
 
 T = TypeVar("T")
-
-# meta.txlog_seed, while this file is inside a seed of the log
-# (store/txlogseed.py): "<digest hex> <rows taken> <rows in all> <apply|skip>".
-SEED_KEY = "txlog_seed"
-
-
-@dataclass(frozen=True, slots=True)
-class SeedProgress:
-    """How far this file is through the log's seed: ``end`` of its ``rows``
-    taken, each record applied (the file was empty) or skipped (the file
-    holds the seeded rows: it is the file seeded, or an equal copy)."""
-
-    digest: bytes
-    end: int
-    rows: int
-    applying: bool
-
-    def encode(self) -> str:
-        return f"{self.digest.hex()} {self.end} {self.rows} {'apply' if self.applying else 'skip'}"
-
-    @classmethod
-    def decode(cls, value: str | None) -> SeedProgress | None:
-        if value is None:
-            return None
-        digest, end, rows, mode = value.split()
-        return cls(bytes.fromhex(digest), int(end), int(rows), mode == "apply")
-
-
-# In the canonical bytes of a committed event, "entry_hash" is immediately
-# followed by "event_type" (no allowed top-level key sorts between them), and a
-# quote inside a string value is always escaped, so the first ',"event_type":'
-# is the key itself.
-_BEFORE_EVENT_TYPE = b',"event_type":'
-# "signature" sorts between "session_id" and "subject_id"; everything after it
-# is a string, and payload/extensions (where a nested "subject_id" key could
-# sit) come before, so the *last* ',"subject_id":' is the top-level key.
-_BEFORE_SUBJECT_ID = b',"subject_id":'
-
-
-def hashed_body(record: dict[str, Any], key: bytes | None, *, admitted: bool = False) -> tuple[str, bytes]:
-    """The entry hash of a committed event (``record`` has every field but
-    ``entry_hash``) and its stored canonical bytes, with ``entry_hash`` in.
-
-    Canonicalizes once and splices the hash (and a ``signature``, which is
-    outside the preimage: spec/canonical.md §3) in, instead of canonicalizing
-    the record twice; ``tests/test_store_writer.py`` checks the result equals
-    ``canonicalize`` of the full record. ``admitted``: see ``canonicalize``.
-    """
-    signature = record.get("signature")
-    if signature is not None:
-        record = {k: v for k, v in record.items() if k != "signature"}
-    preimage = canonicalize(record, admitted=admitted)
-    digest = (
-        hashlib.sha256(preimage).hexdigest()
-        if key is None
-        else hmac.new(key, preimage, hashlib.sha256).hexdigest()
-    )
-    at = preimage.index(_BEFORE_EVENT_TYPE)
-    body = b'%s,"entry_hash":"%s"%s' % (preimage[:at], digest.encode(), preimage[at:])
-    if signature is not None:  # 128 hex digits (model.Signature): nothing to escape
-        at = body.rindex(_BEFORE_SUBJECT_ID)
-        body = b'%s,"signature":"%s"%s' % (body[:at], signature.encode(), body[at:])
-    return digest, body
-
-
-@dataclass(slots=True)
-class LaneHead:
-    id: str
-    tenant: str
-    session_id: str
-    run_id: str
-    last_seq: int
-    head_hash: str
-
-
-class CommittedRecord(NamedTuple):
-    """One committed event, ready for the committed stream. A named tuple:
-    one is made per committed event, and a frozen dataclass costs a
-    ``object.__setattr__`` per field to make."""
-
-    position: int
-    event_id: str
-    event_type: str
-    tenant: str
-    session_id: str
-    run_id: str
-    lane_id: str
-    body: bytes
-
-
-@dataclass(slots=True)
-class BatchResult:
-    receipts: list[Receipt]  # one per request, in request order
-    committed: list[CommittedRecord]  # in position order
-
-
-@dataclass(frozen=True, slots=True)
-class StagedBatch:
-    """A batch written in an open transaction (``LedgerWriter.stage_batch``):
-    only ``commit_staged`` (or ``roll_back_staged``) of the writer that
-    staged it ends it, and nothing else may use that writer until then."""
-
-    receipts: list[Receipt]
-    state: _Batch
-    position: int  # the last position it takes
-    position_before: int
-    writes: Writes  # what its transaction ran (empty: nothing to commit)
-
-
-def rejection(err: LedgerError, append: PreparedAppend | None = None, **ids: Any) -> AppendRejected:
-    if append is not None:
-        ids = {
-            "append_id": append.request.append_id,
-            "lane_id": append.request.lane_id,
-            "digest": append.digest,
-        }
-    return AppendRejected(
-        error=ErrorBody(code=err.code, message=err.message, retryable=err.retryable, details=err.details),
-        **ids,
-    )
-
-
-@dataclass(slots=True)
-class _Batch:
-    """What the requests of one batch have done so far, not yet committed."""
-
-    receipts: dict[tuple[str, str], AppendCommitted] = field(default_factory=dict)  # (tenant, append id)
-    events: dict[tuple[str, str], tuple[str, int]] = field(
-        default_factory=dict
-    )  # (tenant, id) -> (session, position)
-    heads: dict[tuple[str, str], tuple[int, str]] = field(
-        default_factory=dict
-    )  # (tenant, lane) -> (seq, hash)
-    event_rows: list[tuple[Any, ...]] = field(default_factory=list)
-    receipt_rows: list[tuple[str, str, str, str, bytes]] = field(default_factory=list)
-    committed: list[CommittedRecord] = field(default_factory=list)
-    leaves: list[bytes] = field(default_factory=list)  # the Merkle leaf of each event row
-    inline_bytes: dict[str, int] = field(default_factory=dict)  # stored event bytes, by tenant
 
 
 class LedgerWriter:
@@ -278,42 +104,31 @@ class LedgerWriter:
         # The batch whose transaction is open, between stage_batch and
         # commit_staged: while set, every other use of the connection raises.
         self._staged: StagedBatch | None = None
-        # The replicated log every transaction is stored on before its COMMIT
-        # (store/txlog.py, ``use_txlog``); None: the file alone.
-        self._txlog: TxLog | None = None
-        self.txlog_seq = applied_position(conn, TXLOG_KEY, what="ledger read failed")
-        # The log may hold what the file lacks (at start: a crash after the
-        # log's ack; later: an append whose outcome was unknown, or another
-        # writer's records): read it before anything is read or written.
-        self._behind = False
-        self.applied_from_log = 0  # records applied by ``catch_up``, in all
-        self.log_restarted_after: int | None = None  # set when an empty log starts after this file
-        # With a log that holds nothing of a non-empty file, seed it with the
-        # file's rows (store/txlogseed.py) before anything else is appended;
-        # ``use_txlog(seed=False)`` (``laneledger restore``) never appends.
-        self._seed_allowed = True
-        self.seed_max_rows = txlogseed.MAX_ROWS
-        self.seed_max_bytes = txlogseed.MAX_BYTES
-        with failures_as("ledger read failed"):
-            self._seed = SeedProgress.decode(meta_value(conn, SEED_KEY))
-        self.seeded_rows = 0  # rows this writer appended to the log as a seed
         # Reads answer from the file as it is, even one behind the log (a full
         # disk, say, refuses to take the log's records); what writes or
         # decides catches up first (``_before_use``, ``current``).
         self.reader = LedgerReader(conn, before_read=self._refuse_if_staged)
-        # Lane heads by id, then tenant (ids are each tenant's own): a lane
-        # id is loaded for every tenant at once, and a lane created after
-        # that is added here, so an id's entry always holds all its lanes.
-        self._lanes: dict[str, dict[str, LaneHead]] = {}
-        self._actor_tenants: dict[str, str] = {}
-        # Actors registered with a public key. Keys never change, so the
-        # sequencer may read this from its event loop to check signatures
-        # before the batch reaches this thread (PreparedAppend.signatures).
-        self.actor_keys: dict[str, Ed25519PublicKey] = {}
-        self.last_position = self.reader.last_position()
+        self._lookups = LedgerLookups(conn, before_use=self._before_use)
+        # The sequencer reads the actors' keys from its event loop
+        # (PreparedAppend.signatures): the cache's own dict, never replaced.
+        self.actor_keys = self._lookups.actor_keys
         # Each tenant's stored event bytes against its ``inline_bytes`` limit
         # (unlimited until the sequencer sets ``inline_usage.limit``).
         self.inline_usage = InlineUsage()
+        # Commits, and the file kept in step with its transaction log.
+        self._log = TxLogSync(
+            conn,
+            last_position=self.reader.last_position(),
+            inline_usage=self.inline_usage,
+            forget_lanes=self._lookups.forget_lanes,
+        )
+        self._structure = StructureCommands(
+            clock=clock,
+            reader=self.reader,
+            lookups=self._lookups,
+            log=self._log,
+            before_use=self._before_use,
+        )
 
     # ------------------------------------------------------------------ appends
 
@@ -327,7 +142,7 @@ class LedgerWriter:
         # Rejections decided without a write were decided on this file alone:
         # with a log, confirm nothing newer is there before they go out.
         if (
-            self._txlog is not None
+            self._log.txlog is not None
             and not result.committed
             and any(isinstance(r, AppendRejected) for r in result.receipts)
             and self.catch_up()
@@ -350,7 +165,7 @@ class LedgerWriter:
                 if attempt == tries:
                     raise
             except StoreError:
-                if self._txlog is None or attempt == tries or not self.catch_up():
+                if self._log.txlog is None or attempt == tries or not self.catch_up():
                     raise
         raise AssertionError("unreachable: the last try returns or raises")
 
@@ -363,17 +178,17 @@ class LedgerWriter:
         durable commit (the fsync) on another thread."""
         self._before_use()
         committed_at = self._clock()
-        stored = self._stored_receipts({a.request.append_id for a in batch})
-        known = self._known_events(
+        stored = self._lookups.stored_receipts({a.request.append_id for a in batch})
+        known = self._lookups.known_events(
             {e.id for a in batch for e in a.request.events}
             | {e.causation_id for a in batch for e in a.request.events if e.causation_id is not UNSET}
         )
-        self._load_lanes({a.request.lane_id for a in batch})
-        self._load_actors({e.actor_id for a in batch for e in a.request.events})
-        subjects = self._subject_lanes({e.subject_id for a in batch for e in a.request.events})
+        self._lookups.load_lanes({a.request.lane_id for a in batch})
+        self._lookups.load_actors({e.actor_id for a in batch for e in a.request.events})
+        subjects = self._lookups.subject_lanes({e.subject_id for a in batch for e in a.request.events})
 
-        state = _Batch()
-        position = before = self.last_position
+        state = BatchState()
+        position = before = self._log.last_position
         receipts: list[Receipt] = []
         for append in batch:
             try:
@@ -395,13 +210,10 @@ class LedgerWriter:
         state = staged.state
         try:
             if staged.writes:
-                self._commit(staged.writes, staged.position_before, staged.position)
+                self._log.commit_writes(staged.writes, staged.position_before, staged.position)
         finally:
             self._staged = None
-        self.last_position = staged.position
-        for (tenant, lane_id), (seq, head) in state.heads.items():
-            lane = self._lanes[lane_id][tenant]
-            lane.last_seq, lane.head_hash = seq, head
+        self._lookups.move_heads(state.heads)
         self.inline_usage.add(state.inline_bytes)
         return BatchResult(staged.receipts, state.committed)
 
@@ -429,7 +241,7 @@ class LedgerWriter:
     def _apply_one(
         self,
         append: PreparedAppend,
-        state: _Batch,
+        state: BatchState,
         stored: dict[tuple[str, str], AppendCommitted],
         known: dict[tuple[str, str], tuple[str, int]],
         subjects: dict[tuple[str, str], str],
@@ -439,7 +251,7 @@ class LedgerWriter:
         request = append.request
         # 1. the lane: the subject's tenant's lane of this id (every id is
         # its tenant's own; another tenant's is not even looked at)
-        lane = self._append_lane(request.lane_id, append.tenant_token)
+        lane = self._lookups.append_lane(request.lane_id, append.tenant_token)
         # 2. replay, 3. idempotency violation: append ids are the tenant's own
         previous = state.receipts.get((lane.tenant, request.append_id)) or stored.get(
             (lane.tenant, request.append_id)
@@ -465,8 +277,18 @@ class LedgerWriter:
         # 5. per-event checks
         in_request: dict[str, int] = {}
         for index, event in enumerate(request.events):
-            self._check_event(event, index, lane, state, known, subjects, in_request, request.events)
-            self._check_signature(append, index)
+            check_event(
+                event,
+                index,
+                lane,
+                state,
+                known,
+                subjects,
+                in_request,
+                request.events,
+                self._lookups.actor_tenants,
+            )
+            check_actor_signature(append, index, self.actor_keys)
             in_request[event.id] = index
         # 6. commit (staged into the batch transaction)
         event_ids: list[str] = []
@@ -475,7 +297,7 @@ class LedgerWriter:
         rows, records = [], []
         for raw, event in zip(append.sent, request.events, strict=True):
             if event.event_type == REWOUND:  # nothing is staged yet: refusing here is clean
-                self._check_rewind(event, lane, state, position + 1)
+                check_rewind(event, lane, state, position + 1, self._lookups.stored_event)
             position += 1
             last_seq += 1
             record = {
@@ -546,148 +368,7 @@ class LedgerWriter:
             state.events[(lane.tenant, event_id)] = (lane.session_id, pos)
         return receipt, position
 
-    def _check_event(
-        self,
-        event: ProposedEvent,
-        index: int,
-        lane: LaneHead,
-        state: _Batch,
-        known: dict[tuple[str, str], tuple[str, int]],
-        subjects: dict[tuple[str, str], str],
-        in_request: dict[str, int],
-        request_events: Sequence[ProposedEvent],
-    ) -> None:
-        where = f"$.events[{index}]"
-        if event.schema_version != SCHEMA_VERSION:
-            raise InvalidRequest(
-                f"schema_version must be {SCHEMA_VERSION!r}",
-                path=f"{where}.schema_version",
-                found=event.schema_version,
-            )
-        problem = timestamp_problem(event.occurred_at)
-        if problem is not None:
-            raise InvalidRequest(
-                f"occurred_at is not a real instant: {problem}",
-                path=f"{where}.occurred_at",
-                found=event.occurred_at,
-            )
-        if event.lane_id != lane.id:
-            raise SubjectMismatch(
-                "event names another lane than the append request",
-                event_id=event.id,
-                event_lane_id=event.lane_id,
-                lane_id=lane.id,
-            )
-        check_event_type(event.event_type)
-        check_payload(event.event_type, event.payload)
-        key = (lane.tenant, event.id)  # event ids are the tenant's own
-        if key in known or key in state.events or event.id in in_request:
-            committed = known.get(key) or state.events.get(key)
-            raise DuplicateEvent(
-                "event id already used",
-                event_id=event.id,
-                position=committed[1] if committed else None,  # None: it repeats within the request
-            )
-        # Actor ids are the ledger's (minted unique); another tenant's actor is
-        # answered as a missing one.
-        actor_tenant = self._actor_tenants.get(event.actor_id)
-        if actor_tenant != lane.tenant:
-            raise EntityNotFound("no such actor", kind="actor", id=event.actor_id)
-        subject = event.subject_id
-        if subject not in (lane.id, lane.session_id, lane.run_id):
-            owner = subjects.get((lane.tenant, subject))
-            if owner != lane.id:
-                raise SubjectMismatch(
-                    "subject is not part of the target lane",
-                    event_id=event.id,
-                    subject_id=subject,
-                    lane_id=lane.id,
-                    reason="unknown_subject" if owner is None else "other_lane",
-                )
-        cause = event.causation_id
-        if cause is not UNSET:
-            if cause in in_request:
-                return  # an earlier event of this request: same lane, earlier
-            found = known.get((lane.tenant, cause)) or state.events.get((lane.tenant, cause))
-            if found is None:
-                # itself or a later event of this request, or nothing at all
-                reason = "not_earlier" if any(e.id == cause for e in request_events) else "unknown"
-                raise CausationViolation(
-                    "causation names no earlier event",
-                    event_id=event.id,
-                    causation_id=cause,
-                    reason=reason,
-                )
-            if found[0] != lane.session_id:
-                raise CausationViolation(
-                    "causation crosses sessions",
-                    event_id=event.id,
-                    causation_id=cause,
-                    reason="other_session",
-                )
-
-    def _check_signature(self, append: PreparedAppend, index: int) -> None:
-        """A keyed actor's event must carry its valid signature; an unkeyed
-        actor's event must carry none (spec/object-model.md, "Signed producers")."""
-        event = append.request.events[index]
-        key = self.actor_keys.get(event.actor_id)
-        if key is None and event.signature is UNSET:
-            return
-        where: dict[str, Any] = dict(
-            event_id=event.id, actor_id=event.actor_id, path=f"$.events[{index}].signature"
-        )
-        if key is None:
-            raise InvalidSignature(
-                "signed by an actor registered without a public key", reason="unregistered_key", **where
-            )
-        if event.signature is UNSET:
-            raise SignatureRequired(
-                "the actor is registered with a public key; the event is not signed", **where
-            )
-        ok = append.signatures[index] if append.signatures else None
-        if ok is None:  # not checked before the batch (key not cached then)
-            ok = check_signature(append.sent[index], key)
-        if not ok:
-            if append.redactions:  # it verifies over what is stored, which lost its secrets
-                where["redacted"] = True
-            raise InvalidSignature(
-                "the signature does not verify under the actor's key", reason="forged", **where
-            )
-
-    def _check_rewind(self, event: ProposedEvent, lane: LaneHead, state: _Batch, position: int) -> None:
-        """A ``session.rewound`` event (its shape is checked already) must name
-        an event of its own session at the position it says, and cover only
-        positions before its own: a rewind cannot reach future events."""
-        payload = event.payload
-        if payload["as_of_position"] >= position:
-            raise InvalidPayload(
-                "a rewind covers only events committed before it",
-                field="payload.as_of_position",
-                found=payload["as_of_position"],
-                position=position,
-            )
-        target = payload["target_event_id"]
-        found = state.events.get((lane.tenant, target))
-        if found is None:
-            rows = self._rows(
-                "SELECT session_id, position FROM events WHERE id = ? AND tenant = ?", (target, lane.tenant)
-            )
-            found = rows[0] if rows else None
-        if found is None or found[0] != lane.session_id:
-            raise InvalidPayload(
-                "the rewind target is not an event of this session",
-                field="payload.target_event_id",
-                found=target,
-            )
-        if found[1] != payload["target_position"]:
-            raise InvalidPayload(
-                "the rewind target is at another position",
-                field="payload.target_position",
-                found=payload["target_position"],
-                expected=found[1],
-            )
-
-    def _write(self, state: _Batch, position: int) -> Writes:
+    def _write(self, state: BatchState, position: int) -> Writes:
         writes: Writes = [
             (INSERT_EVENT, state.event_rows),
             (INSERT_RECEIPT, list(state.receipt_rows)),
@@ -696,50 +377,8 @@ class LedgerWriter:
                 [(seq, head, lane_id, tenant) for (tenant, lane_id), (seq, head) in state.heads.items()],
             ),
         ]
-        self._open_writes(writes, "ledger commit failed", leaves=state.leaves, position=position)
+        self._log.open_writes(writes, "ledger commit failed", leaves=state.leaves, position=position)
         return writes
-
-    def _open_writes(
-        self, writes: Writes, what: str, *, leaves: list[bytes] | None = None, **details: Any
-    ) -> None:
-        """Run ``writes`` in a new transaction, left open for ``_commit``."""
-        if self._txlog is not None and self._seed is not None:
-            raise IntegrityError(
-                "the transaction log's seed is not complete: nothing can be written after it until "
-                "the sequencer whose file it was taken from (or an equal copy) completes it",
-                kind="txlog_seed_incomplete",
-                txlog_seq=self.txlog_seq,
-                seed_rows=self._seed.rows,
-                seed_rows_on_log=self._seed.end,
-            )
-        with failures_as(what, roll_back=self._db, **details):
-            begin(self._db)
-            run_writes(self._db, writes, leaves=leaves)
-
-    def _commit(self, writes: Writes, position_before: int, position: int) -> None:
-        """End the open transaction that ran ``writes``: with a log, store
-        them on it first, and commit only once it holds them."""
-        db = self._db
-        if self._txlog is not None:
-            record = encode_record(writes, position_before=position_before, position=position)
-            try:
-                seq = self._txlog.append(record, after=self.txlog_seq)
-            except (TxLogMoved, TxLogUnavailable):
-                self._behind = True
-                with failures_as("ledger rollback failed", position=position):
-                    roll_back(db)
-                raise
-            # From here the log holds the transaction: if the file fails to
-            # take it, it is behind the log and reads it back before going on.
-            self._behind = True
-            with failures_as("ledger commit failed", roll_back=db, position=position):
-                record_applied_position(db, TXLOG_KEY, seq)
-                commit(db)
-            self.txlog_seq = seq
-            self._behind = False
-            return
-        with failures_as("ledger commit failed", roll_back=db, position=position):
-            commit(db)
 
     def inline_bytes_used(self) -> dict[str, int]:
         """Each tenant's stored event bytes (``store/usage.py``), summed from
@@ -755,6 +394,47 @@ class LedgerWriter:
         return size, tree_store.root(self._db, size)
 
     # ------------------------------------------------------------ the log
+
+    @property
+    def last_position(self) -> int:
+        """The position of the file's last committed event."""
+        return self._log.last_position
+
+    @property
+    def txlog_seq(self) -> int:
+        """The log position of the last record this file holds."""
+        return self._log.txlog_seq
+
+    @property
+    def applied_from_log(self) -> int:
+        """Records applied by ``catch_up``, in all."""
+        return self._log.applied_from_log
+
+    @property
+    def log_restarted_after(self) -> int | None:
+        """The file's last position when an empty log started after it."""
+        return self._log.log_restarted_after
+
+    @property
+    def seeded_rows(self) -> int:
+        """Rows this writer appended to the log as a seed."""
+        return self._log.seeded_rows
+
+    @property
+    def seed_max_rows(self) -> int:
+        return self._log.seed_max_rows
+
+    @seed_max_rows.setter
+    def seed_max_rows(self, rows: int) -> None:
+        self._log.seed_max_rows = rows
+
+    @property
+    def seed_max_bytes(self) -> int:
+        return self._log.seed_max_bytes
+
+    @seed_max_bytes.setter
+    def seed_max_bytes(self, size: int) -> None:
+        self._log.seed_max_bytes = size
 
     @property
     def chain_key(self) -> str:
@@ -774,580 +454,36 @@ class LedgerWriter:
         given the file's rows (store/txlogseed.py); False: never appended to
         but by a write (``laneledger restore``)."""
         self._refuse_if_staged()
-        self._txlog = txlog
-        self._seed_allowed = seed
-        self._behind = True
-        # The log, replicated, is what makes a commit durable now: the file
-        # need not wait for the disk at every COMMIT. A power cut may roll
-        # back its last transactions, whole (rows with their log position),
-        # and the next start reads them back from the log.
-        with failures_as("ledger write failed"):
-            self._db.execute(f"PRAGMA synchronous = {Durability.NORMAL.value}")
+        self._log.use(txlog, seed=seed)
 
     def _before_use(self) -> None:
         """Every read and write comes here first: refused while a staged
         batch is open; with a log, the file first takes what it missed."""
         self._refuse_if_staged()
-        if self._behind:
+        if self._log.behind:
             self.catch_up()
 
     def catch_up(self) -> int:
         """Apply the log's records after ``txlog_seq``, each in its own
-        transaction with its position, and return how many. The cache of
-        lane heads is dropped: it is reloaded from the file. A log holding
-        nothing of this non-empty file is seeded with it, and a seed of
-        this file's state left incomplete is completed (``_write_seed``)."""
+        transaction with its position, and return how many; then seed the
+        log, or complete its seed, when that is due (``TxLogSync.catch_up``)."""
         self._refuse_if_staged()
-        if self._txlog is None:
-            return 0
-        # Until this returns, the file may lack what the log holds (or a
-        # seed it was appending may be unfinished): the next use reads again.
-        self._behind = True
-        applied, _ = self._read_log()
-        idle = 0
-        while self._seed_due():
-            try:
-                self._write_seed()
-            except TxLogMoved:
-                # Another writer appended first: its seed (taken or refused
-                # as any), or the rest of this one's. Read it, then see.
-                more, taken = self._read_log()
-                applied += more
-                idle = 0 if taken else idle + 1
-                if idle == 3:
-                    raise
-        self._behind = False
-        return applied
-
-    def _read_log(self) -> tuple[int, int]:
-        """Take the log's records after ``txlog_seq``: (applied, taken —
-        applied or, a seed's this file holds, skipped)."""
-        assert self._txlog is not None
-        db = self._db
-        records, end = self._txlog.read_after(self.txlog_seq)
-        if end < self.txlog_seq:
-            self._restart_log(end)
-            records, end = self._txlog.read_after(self.txlog_seq)
-        applied = taken = 0
-        for seq, data in records:
-            record = decode_record(data, seq=seq)
-            taken += 1
-            if record.seed is not None:
-                applied += self._take_seed_record(record, seq)
-                continue
-            if self._seed is not None:
-                raise IntegrityError(
-                    "a transaction log record follows a seed that is not complete",
-                    kind="txlog_seed_incomplete",
-                    txlog_seq=seq,
-                    seed_rows=self._seed.rows,
-                    seed_rows_on_log=self._seed.end,
-                )
-            with transaction(db, "ledger commit failed", txlog_seq=seq):
-                apply_record(db, record, seq=seq, last_position=self.last_position)
-                record_applied_position(db, TXLOG_KEY, seq)
-            self.inline_usage.add_logged(record.writes)
-            self.txlog_seq = seq
-            self.last_position = record.position
-            self.applied_from_log += 1
-            applied += 1
-        # An unfinished record ends the log: the next append goes after it.
-        self.txlog_seq = max(self.txlog_seq, end)
-        if applied:
-            # Lane heads moved; actors only appear and never change, so
-            # their cache stays (a new one is loaded when first named).
-            self._lanes.clear()
-        return applied, taken
-
-    def _take_seed_record(self, record: TxRecord, seq: int) -> int:
-        """A seed's record (store/txlogseed.py): applied to a file that was
-        empty when the seed began, skipped by a file whose state is the one
-        the seed announces (its rows are there); any other file is refused,
-        before anything of the seed is written to it. 1 if applied."""
-        mark = record.seed
-        assert mark is not None
-        db = self._db
-        progress = self._seed
-        if mark.first == 0 and progress is None:
-            if txlogseed.is_empty(db):
-                applying = True
-            else:
-                txlogseed.check_tables(db)
-                if txlogseed.quick_mismatch(db, self.last_position, mark) or not txlogseed.file_state(
-                    db, self.last_position
-                ).matches(mark):
-                    raise IntegrityError(
-                        "the transaction log begins with a seed of another ledger file than this one: "
-                        "this file is not empty and differs from it (start on an empty file, or with "
-                        "the file the log was seeded from)",
-                        kind="txlog_seed_differs",
-                        txlog_seq=seq,
-                        seed_position=mark.position,
-                        seed_counts=mark.counts,
-                        file_position=self.last_position,
-                        file_counts=txlogseed.counts(db),
-                    )
-                applying = False
-        elif progress is None or progress.digest != mark.digest or progress.end != mark.first:
-            raise IntegrityError(
-                "a transaction log seed record does not continue the seed this file is in",
-                kind="txlog_record",
-                txlog_seq=seq,
-                seed_first_row=mark.first,
-                file_seed_rows=None if progress is None else progress.end,
-            )
-        else:
-            applying = progress.applying
-        done = mark.end == mark.rows
-        after = None if done else SeedProgress(mark.digest, mark.end, mark.rows, applying)
-        with transaction(db, "ledger commit failed", txlog_seq=seq):
-            if applying:
-                apply_record(db, record, seq=seq, last_position=self.last_position)
-            record_applied_position(db, TXLOG_KEY, seq)
-            self._record_seed(db, after)
-        self.txlog_seq = seq
-        self._seed = after
-        if not applying:
-            return 0
-        self.inline_usage.add_logged(record.writes)
-        self.last_position = record.position
-        self.applied_from_log += 1
-        return 1
-
-    @staticmethod
-    def _record_seed(db: sqlite3.Connection, progress: SeedProgress | None) -> None:
-        if progress is None:
-            db.execute("DELETE FROM meta WHERE key = ?", (SEED_KEY,))
-        else:
-            put_meta(db, SEED_KEY, progress.encode())
-
-    def _seed_due(self) -> bool:
-        """Whether this writer appends (the rest of) a seed now: its file
-        holds rows and the log nothing of them, or the log holds the start
-        of a seed of this very file (one cut short by a crash)."""
-        if not self._seed_allowed:
-            return False
-        if self._seed is not None:
-            return not self._seed.applying
-        return applied_position(
-            self._db, TXLOG_KEY, what="ledger read failed"
-        ) == 0 and not txlogseed.is_empty(self._db)
-
-    def _write_seed(self) -> None:
-        """Append this file's rows to the log as a seed, from the row where
-        a seed of it stopped (0 for a new one), each record right after the
-        last; the file records each as taken (it holds its rows)."""
-        assert self._txlog is not None
-        db = self._db
-        txlogseed.check_tables(db)
-        state = txlogseed.file_state(db, self.last_position)
-        start = 0
-        if self._seed is not None:
-            if self._seed.digest != state.digest:
-                raise IntegrityError(
-                    "this ledger file changed since it began seeding the transaction log",
-                    kind="txlog_seed_differs",
-                    txlog_seq=self.txlog_seq,
-                )
-            start = self._seed.end
-        for data, mark in txlogseed.seed_records(
-            db, state, start=start, max_rows=self.seed_max_rows, max_bytes=self.seed_max_bytes
-        ):
-            seq = self._txlog.append(data, after=self.txlog_seq)
-            after = None if mark.end == mark.rows else SeedProgress(mark.digest, mark.end, mark.rows, False)
-            with transaction(db, "ledger write failed", txlog_seq=seq):
-                record_applied_position(db, TXLOG_KEY, seq)
-                self._record_seed(db, after)
-            self.txlog_seq = seq
-            self._seed = after
-            self.seeded_rows += mark.end - mark.first
-
-    def _restart_log(self, end: int) -> None:
-        """The log ends before what this file applied. Empty, it was lost or
-        reset: the file is the only record of what came before, and the log
-        starts again (``catch_up`` seeds it with the file). Beginning with a
-        seed, it was lost and another writer seeded it again: this file
-        reads it from the start (and skips it if it is this file's state).
-        Otherwise it is another ledger's, or was cut: refused."""
-        if end != 0 and not self._log_begins_with_seed():
-            raise IntegrityError(
-                "the transaction log ends before what this ledger file applied: the stream is "
-                "not this ledger's, or it was cut short",
-                kind="txlog_behind_file",
-                stream_last_sequence=end,
-                file_txlog_seq=self.txlog_seq,
-            )
-        with transaction(self._db, "ledger write failed") as db:
-            record_applied_position(db, TXLOG_KEY, 0)
-            self._record_seed(db, None)
-        self.log_restarted_after = self.last_position
-        self.txlog_seq = 0
-        self._seed = None
-
-    def _log_begins_with_seed(self) -> bool:
-        assert self._txlog is not None
-        records, _ = self._txlog.read_after(0)
-        for seq, data in records:
-            mark = decode_record(data, seq=seq).seed
-            return mark is not None and mark.first == 0
-        return False
-
-    # ---------------------------------------------------------------- lookups
-
-    def _in(self, sql: str, keys: set[str]) -> list[tuple[Any, ...]]:
-        """Run ``sql`` (with one ``{marks}`` placeholder) over ``keys`` in chunks."""
-        self._before_use()
-        keys_list, rows = list(keys), []
-        for start in range(0, len(keys_list), 500):
-            chunk = keys_list[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            rows.extend(fetch_all(self._db, sql.format(marks=marks), chunk, what="ledger read failed"))
-        return rows
-
-    def _stored_receipts(self, append_ids: set[str]) -> dict[tuple[str, str], AppendCommitted]:
-        """The receipts of these append ids, by (tenant, append id)."""
-        rows = self._in(
-            "SELECT tenant, append_id, body FROM receipts WHERE append_id IN ({marks})", append_ids
-        )
-        receipt = decoder(AppendCommitted)
-        return {(tenant, append_id): receipt.decode(body) for tenant, append_id, body in rows}
-
-    def _known_events(self, ids: set[str]) -> dict[tuple[str, str], tuple[str, int]]:
-        """Committed events by (tenant, id): (session, position)."""
-        rows = self._in("SELECT id, session_id, position, tenant FROM events WHERE id IN ({marks})", ids)
-        return {(tenant, event_id): (session, position) for event_id, session, position, tenant in rows}
-
-    def _load_lanes(self, ids: set[str]) -> None:
-        missing = ids - self._lanes.keys()
-        for lane_id in missing:
-            self._lanes[lane_id] = {}
-        for lane_id, tenant, session, run, last_seq, head in self._in(
-            "SELECT id, tenant, session_id, run_id, last_seq, head_hash FROM lanes WHERE id IN ({marks})",
-            missing,
-        ):
-            self._lanes[lane_id][tenant] = LaneHead(lane_id, tenant, session, run, last_seq, head)
-
-    def _append_lane(self, lane_id: str, tenant_token: str | None) -> LaneHead:
-        """The lane an append names (loaded by ``_load_lanes``): the one of
-        the subject's tenant. Without a subject (a writer used directly) the
-        only lane of this id, or ``invalid_request`` when several tenants
-        have one."""
-        lanes = self._lanes.get(lane_id, {})
-        if tenant_token is not None:
-            for lane in lanes.values():
-                if token(lane.tenant) == tenant_token:
-                    return lane
-            raise EntityNotFound("no such lane", kind="lane", id=lane_id)
-        if len(lanes) > 1:
-            raise InvalidRequest(
-                "several tenants have a lane with this id: append on the tenant's subject",
-                path="$.lane_id",
-                id=lane_id,
-            )
-        for lane in lanes.values():
-            return lane
-        raise EntityNotFound("no such lane", kind="lane", id=lane_id)
-
-    def _load_actors(self, ids: set[str]) -> None:
-        missing = ids - self._actor_tenants.keys()
-        for (body,) in self._in("SELECT body FROM actors WHERE id IN ({marks})", missing):
-            self._remember_actor(decoder(Actor).decode(body))
-
-    def _remember_actor(self, actor: Actor) -> None:
-        self._actor_tenants[actor.id] = actor.tenant
-        if actor.public_key is not None:
-            self.actor_keys[actor.id] = load_public_key(actor.public_key)
-
-    def _subject_lanes(self, ids: set[str]) -> dict[tuple[str, str], str]:
-        """The lane of each turn, action and attempt among ``ids``, by (tenant, id)."""
-        found: dict[tuple[str, str], str] = {}
-        for table in ("turns", "actions", "attempts"):
-            for entity_id, tenant, lane_id in self._in(
-                f"SELECT id, tenant, lane_id FROM {table} WHERE id IN ({{marks}})", ids
-            ):
-                found[(tenant, entity_id)] = lane_id
-        return found
+        return self._log.catch_up()
 
     # ------------------------------------------------------------- structure
+    # (store/structure.py; any of them may be decided in ``current``)
 
     def ensure_actor(self, cmd: EnsureActor) -> Actor:
-        rows = self._rows("SELECT body FROM actors WHERE tenant = ? AND key = ?", (cmd.tenant, cmd.key))
-        if rows:
-            actor: Actor = decoder(Actor).decode(rows[0][0])
-            self._same_or_conflict(
-                "actor", cmd.key, actor, cmd, ("kind", "display_name", "attributes", "public_key")
-            )
-            return actor
-        if cmd.public_key is not None:
-            load_public_key(cmd.public_key)  # a valid curve point, or InvalidRequest now
-        actor = Actor(
-            id=new_id(),
-            tenant=cmd.tenant,
-            key=cmd.key,
-            kind=cmd.kind,
-            display_name=cmd.display_name,
-            attributes=cmd.attributes,
-            public_key=cmd.public_key,
-            created_at=self._clock(),
-        )
-        self._insert(
-            INSERT_ACTOR,
-            (actor.id, actor.tenant, actor.key, encode(actor)),
-        )
-        self._remember_actor(actor)
-        return actor
+        return self._structure.ensure_actor(cmd)
 
     def create_lane(self, cmd: CreateLane) -> Lane:
-        if cmd.fork_of is not None:  # a fork's parent is its origin lane
-            if cmd.parent_lane_id not in (None, cmd.fork_of.lane_id):
-                raise InvalidRequest(
-                    "a fork's parent lane is the lane it forks",
-                    path="$.parent_lane_id",
-                    found=cmd.parent_lane_id,
-                    expected=cmd.fork_of.lane_id,
-                )
-            cmd = msgspec.structs.replace(cmd, parent_lane_id=cmd.fork_of.lane_id)
-        rows = self._rows(
-            "SELECT body, last_seq, head_hash FROM lanes"
-            " WHERE session_id = ? AND tenant = ? AND run_id = ? AND name = ?",
-            (cmd.session_id, cmd.tenant, cmd.run_id, cmd.name),
-        )
-        if rows:
-            lane = lane_from_row(*rows[0])
-            fields = ("tenant", "kind", "parent_lane_id", "actor_id")
-            self._same_or_conflict("lane", cmd.name, lane, cmd, fields + (("id",) if cmd.id else ()))
-            stored_fork = lane.forked_from and ForkPoint(
-                lane_id=lane.forked_from.lane_id, seq=lane.forked_from.seq
-            )
-            if stored_fork != cmd.fork_of:
-                raise EntityConflict(
-                    "lane exists with other attributes",
-                    kind="lane",
-                    key=cmd.name,
-                    differing={
-                        "fork_of": {
-                            "stored": msgspec.to_builtins(stored_fork),
-                            "requested": msgspec.to_builtins(cmd.fork_of),
-                        }
-                    },
-                )
-            return lane
-        self._unused_id("lanes", "lane", cmd.id, cmd.tenant)
-        if cmd.parent_lane_id is not None:
-            parent = self.reader.get_lane(cmd.parent_lane_id, cmd.tenant)
-            if parent.session_id != cmd.session_id:
-                raise EntityConflict(
-                    "parent lane is in another session",
-                    kind="lane",
-                    parent_lane_id=cmd.parent_lane_id,
-                    parent_session_id=parent.session_id,
-                )
-        if cmd.actor_id is not None:
-            self._load_actors({cmd.actor_id})
-            tenant = self._actor_tenants.get(cmd.actor_id)
-            if tenant is None:
-                raise EntityNotFound("no such actor", kind="actor", id=cmd.actor_id)
-            if tenant != cmd.tenant:
-                raise TenantMismatch(
-                    "actor belongs to another tenant",
-                    what="actor",
-                    actor_id=cmd.actor_id,
-                    expected_tenant=cmd.tenant,
-                    tenant=tenant,
-                )
-        origin = self._fork_origin(cmd.fork_of, cmd.tenant) if cmd.fork_of is not None else None
-        now = self._clock()
-        lane = Lane(
-            id=cmd.id or new_id(),
-            tenant=cmd.tenant,
-            session_id=cmd.session_id,
-            run_id=cmd.run_id,
-            name=cmd.name,
-            kind=cmd.kind,
-            parent_lane_id=cmd.parent_lane_id,
-            actor_id=cmd.actor_id,
-            created_at=now,
-            forked_from=origin,
-        )
-        self._insert_many(
-            [
-                (INSERT_SESSION, [(lane.session_id, lane.tenant, now)]),
-                (
-                    INSERT_LANE,
-                    [
-                        (
-                            lane.id,
-                            lane.tenant,
-                            lane.session_id,
-                            lane.run_id,
-                            lane.name,
-                            encode(lane),
-                            GENESIS_HASH,
-                        )
-                    ],
-                ),
-            ]
-        )
-        self._load_lanes({lane.id})  # the id's other tenants' lanes first, then this one
-        self._lanes[lane.id][lane.tenant] = LaneHead(
-            lane.id, lane.tenant, lane.session_id, lane.run_id, 0, GENESIS_HASH
-        )
-        return lane
-
-    def _fork_origin(self, point: ForkPoint, tenant: str) -> ForkOrigin:
-        """Resolve a fork point (its lane was checked as the parent: it exists,
-        in this session) to the committed event the fork references."""
-        rows = self._rows(
-            "SELECT position, id, body FROM events WHERE lane_id = ? AND tenant = ? AND seq = ?",
-            (point.lane_id, tenant, point.seq),
-        )
-        if not rows:
-            raise EntityNotFound(
-                "the origin lane has no event at this seq",
-                kind="event",
-                lane_id=point.lane_id,
-                seq=point.seq,
-                last_seq=self.reader.get_lane(point.lane_id, tenant).last_seq,
-            )
-        position, event_id, body = rows[0]
-        return ForkOrigin(
-            lane_id=point.lane_id,
-            seq=point.seq,
-            position=position,
-            event_id=event_id,
-            entry_hash=msgspec.json.decode(body)["entry_hash"],
-        )
+        return self._structure.create_lane(cmd)
 
     def create_turn(self, cmd: CreateTurn) -> Turn:
-        tenant = self.reader.get_lane(cmd.lane_id, cmd.tenant).tenant
-        rows = self._rows(
-            "SELECT body FROM turns WHERE lane_id = ? AND tenant = ? AND turn_no = ?",
-            (cmd.lane_id, tenant, cmd.turn_no),
-        )
-        if rows:
-            turn: Turn = decoder(Turn).decode(rows[0][0])
-            self._same_or_conflict("turn", turn.id, turn, cmd, ("id",) if cmd.id else ())
-            return turn
-        self._unused_id("turns", "turn", cmd.id, tenant)
-        turn = Turn(id=cmd.id or new_id(), lane_id=cmd.lane_id, turn_no=cmd.turn_no, created_at=self._clock())
-        self._insert(
-            INSERT_TURN,
-            (turn.id, tenant, turn.lane_id, turn.turn_no, encode(turn)),
-        )
-        return turn
+        return self._structure.create_turn(cmd)
 
     def create_action(self, cmd: CreateAction) -> Action:
-        if cmd.effect not in EFFECT_KINDS:
-            raise InvalidRequest(f"effect must be one of {EFFECT_KINDS}", path="$.effect", found=cmd.effect)
-        if cmd.idempotency not in IDEMPOTENCY_CLASSES:
-            raise InvalidRequest(
-                f"idempotency must be one of {IDEMPOTENCY_CLASSES}",
-                path="$.idempotency",
-                found=cmd.idempotency,
-            )
-        tenant = self._owned_by_lane("turns", "turn", cmd.turn_id, cmd.lane_id, cmd.tenant)
-        if cmd.id is not None:
-            rows = self._rows("SELECT body FROM actions WHERE id = ? AND tenant = ?", (cmd.id, tenant))
-            if rows:
-                action: Action = decoder(Action).decode(rows[0][0])
-                fields = (
-                    "lane_id",
-                    "turn_id",
-                    "action_type",
-                    "name",
-                    "effect",
-                    "idempotency",
-                    "idempotency_key",
-                )
-                self._same_or_conflict("action", cmd.id, action, cmd, fields)
-                return action
-        action = Action(
-            id=cmd.id or new_id(),
-            lane_id=cmd.lane_id,
-            turn_id=cmd.turn_id,
-            action_type=cmd.action_type,
-            name=cmd.name,
-            effect=cmd.effect,
-            idempotency=cmd.idempotency,
-            idempotency_key=cmd.idempotency_key,
-            created_at=self._clock(),
-        )
-        self._insert(
-            INSERT_ACTION,
-            (action.id, tenant, action.lane_id, action.turn_id, encode(action)),
-        )
-        return action
+        return self._structure.create_action(cmd)
 
     def create_attempt(self, cmd: CreateAttempt) -> Attempt:
-        tenant = self._owned_by_lane("actions", "action", cmd.action_id, cmd.lane_id, cmd.tenant)
-        rows = self._rows(
-            "SELECT body FROM attempts WHERE action_id = ? AND tenant = ? AND attempt_no = ?",
-            (cmd.action_id, tenant, cmd.attempt_no),
-        )
-        if rows:
-            attempt: Attempt = decoder(Attempt).decode(rows[0][0])
-            self._same_or_conflict("attempt", attempt.id, attempt, cmd, ("id",) if cmd.id else ())
-            return attempt
-        self._unused_id("attempts", "attempt", cmd.id, tenant)
-        attempt = Attempt(
-            id=cmd.id or new_id(),
-            lane_id=cmd.lane_id,
-            action_id=cmd.action_id,
-            attempt_no=cmd.attempt_no,
-            created_at=self._clock(),
-        )
-        self._insert(
-            INSERT_ATTEMPT,
-            (attempt.id, tenant, attempt.lane_id, attempt.action_id, attempt.attempt_no, encode(attempt)),
-        )
-        return attempt
-
-    # -------------------------------------------------------- structure helpers
-
-    @staticmethod
-    def _same_or_conflict(kind: str, key: str, stored: Any, cmd: Any, fields: tuple[str, ...]) -> None:
-        differing = {
-            name: {"stored": getattr(stored, name), "requested": getattr(cmd, name)}
-            for name in fields
-            if getattr(stored, name) != getattr(cmd, name)
-        }
-        if differing:
-            raise EntityConflict(
-                f"{kind} exists with other attributes", kind=kind, key=key, differing=differing
-            )
-
-    def _owned_by_lane(self, table: str, kind: str, entity_id: str, lane_id: str, tenant: str | None) -> str:
-        """Check that ``entity_id`` is of the lane; return the lane's tenant."""
-        tenant = self.reader.get_lane(lane_id, tenant).tenant
-        rows = self._rows(f"SELECT lane_id FROM {table} WHERE id = ? AND tenant = ?", (entity_id, tenant))
-        if not rows:
-            raise EntityNotFound(f"no such {kind}", kind=kind, id=entity_id)
-        if rows[0][0] != lane_id:
-            raise SubjectMismatch(
-                f"{kind} belongs to another lane",
-                kind=kind,
-                id=entity_id,
-                lane_id=lane_id,
-                owner_lane_id=rows[0][0],
-            )
-        return tenant
-
-    def _unused_id(self, table: str, kind: str, entity_id: str | None, tenant: str) -> None:
-        """A new id must be free among the tenant's own (other tenants' are not looked at)."""
-        if entity_id is not None and self._rows(
-            f"SELECT 1 FROM {table} WHERE id = ? AND tenant = ?", (entity_id, tenant)
-        ):
-            raise EntityConflict(f"{kind} id already names another {kind}", kind=kind, id=entity_id)
-
-    def _rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        self._before_use()
-        return fetch_all(self._db, sql, params, what="ledger read failed")
-
-    def _insert(self, statement: Statement, params: tuple[Any, ...]) -> None:
-        self._insert_many([(statement, [params])])
-
-    def _insert_many(self, writes: Writes) -> None:
-        """A structure command's rows, in one transaction of their own."""
-        self._before_use()
-        self._open_writes(writes, "ledger write failed")
-        self._commit(writes, self.last_position, self.last_position)
+        return self._structure.create_attempt(cmd)
