@@ -296,3 +296,21 @@ async def test_import_claude_code_records_the_prompts_by_the_human_given(client,
     ]
     assert [e.actor_id for e in roots] == [dusk.id]  # the session's root prompt is dusk's
     assert unknown.id not in {e.actor_id for e in run_view.events}
+
+
+def test_an_error_that_is_no_files_is_named_by_its_type(monkeypatch, capsys):
+    """A timeout or a socket's error is an OSError too, with no file name and no
+    strerror: it is named by its type, not as '<stdin>: None'."""
+    import argparse
+
+    import laneledger.cli as cli
+
+    def timed_out(_args: argparse.Namespace) -> int:
+        raise TimeoutError
+
+    parser = argparse.ArgumentParser()
+    parser.set_defaults(run=timed_out)
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    assert cli.main([]) != 0
+    err = capsys.readouterr().err
+    assert "TimeoutError" in err and "None" not in err

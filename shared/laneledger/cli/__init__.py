@@ -90,7 +90,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # so the interpreter's final flush does not complain either.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-    except OSError as exc:  # missing file, a directory, no permission
+    except OSError as exc:
+        if exc.filename is None and exc.strerror is None:  # not a file's: a timeout, a socket's
+            return fail(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+        # missing file, a directory, no permission
         return fail(f"{exc.filename or display(getattr(args, 'file', None))}: {exc.strerror}")
     except KeyboardInterrupt:
         return 130

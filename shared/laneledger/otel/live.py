@@ -96,14 +96,14 @@ class LiveExporter:
             finally:
                 try:
                     await sub.unsubscribe()
-                except NatsError:
+                except (NatsError, TimeoutError):
                     pass  # NATS away: the subscription went with the connection
 
     async def _follow(self, sub: JetStreamContext.PullSubscription) -> None:
         while True:
             try:
                 msgs = await sub.fetch(self._batch_size, timeout=self._idle_s)
-            except NatsTimeout:
+            except TimeoutError:  # nats-py's, or asyncio's raw one from a fetch cut by a reconnect
                 continue
             except NotFoundError:
                 return  # the consumer was deleted: made again, its redeliveries skipped
