@@ -296,8 +296,8 @@ async def test_health_readiness_and_metrics(client, start_tail):
     refused = await tail.ingest.post("/api/agent/tool-call", json_body={"colour": "blue"})
     assert refused.status == 400
     metrics = (await tail.ingest.get("/metrics")).body.decode()
-    assert 'laneledger_ingest_requests_total{route="/api/agent/tool-call",status="200"} 1.0' in metrics
-    assert 'laneledger_ingest_requests_total{route="/api/agent/tool-call",status="400"} 1.0' in metrics
+    assert 'laneledger_ingest_http_requests_total{route="/api/agent/tool-call",status="200"} 1.0' in metrics
+    assert 'laneledger_ingest_http_requests_total{route="/api/agent/tool-call",status="400"} 1.0' in metrics
 
 
 def bearer(token: str) -> dict:

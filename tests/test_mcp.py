@@ -525,7 +525,8 @@ async def test_the_readme_s_claude_mcp_add_line_and_mcp_json_launch_the_server(
     env = {**os.environ, "HOME": str(home), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     shell = [str(home) + word[1:] if word.startswith("~/") else word for word in shlex.split(line.group(1))]
     for written, cwd in ((shell, tmp_path), ([server["command"], *server["args"]], project)):
-        command = [tail.url if word == "http://127.0.0.1:8471" else word for word in written]
+        swap = {"http://127.0.0.1:8471": tail.url, "http://127.0.0.1:8476": tail.ingest_url}
+        command = [swap.get(word, word) for word in written]
         assert command[:2] == ["laneledger", "mcp"] and tail.url in command, written
         params = StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=cwd)
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:

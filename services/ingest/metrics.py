@@ -9,7 +9,7 @@ class IngestMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         self.requests = Counter(
-            "laneledger_ingest_requests_total",
+            "laneledger_ingest_http_requests_total",
             "HTTP requests by route and status.",
             ["route", "status"],
             registry=registry,
