@@ -23,6 +23,7 @@ USERS = (
     "sequencer",
     "sequencer-replies",
     "tail",
+    "ingest",
     "metrics",
     "checkpoint",
     "checkpoint-replies",

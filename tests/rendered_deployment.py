@@ -7,8 +7,9 @@ its own NATS user, with the same tenants file:
 * an active and a standby sequencer (``sequencer`` and, for receipts,
   ``sequencer-replies``), each on its own ledger file, signing the
   transparency log's checkpoints with one key (``tlog_key``);
-* the tail and the checkpoint service, guarded by per-tenant HTTP tokens
-  (the checkpoint service replying as ``checkpoint-replies``);
+* the tail, the ingest service (Korg's HTTP writes) and the checkpoint
+  service, guarded by per-tenant HTTP tokens (the checkpoint service
+  replying as ``checkpoint-replies``);
 * the metrics service;
 
 and tenants' producers connect as ``producer-<tenant>`` (in the tenant's
@@ -22,7 +23,8 @@ own NATS account). The fixture is ``rendered_deployment``
         recorder = await d.lane("globex")                   # a LaneRecorder of a new globex lane
         d.token("acme")                                     # acme's HTTP bearer token
         await d.get(d.tail, "/api/v1/sessions", tenant="acme")  # (status, body) with acme's token
-        d.sequencer, d.standby, d.tail, d.checkpoint, d.metrics   # ServiceProcess handles
+        await d.send(d.ingest, "POST", "/api/agent/tool-call", json=body)  # the operator's token
+        d.sequencer, d.standby, d.tail, d.ingest, d.checkpoint, d.metrics   # ServiceProcess handles
         await d.fail_over()                                 # kill the active; the standby takes over
         await d.restart_standby()                           # the killed one back, as the standby
         async with d.admin() as nc: ...                     # a NATS connection as `sequencer` (stream info)
@@ -121,6 +123,7 @@ class RenderedDeployment:
     sequencer: SequencerProcess
     standby: SequencerProcess
     tail: ServiceProcess
+    ingest: ServiceProcess
     checkpoint: ServiceProcess
     metrics: ServiceProcess
     tenants: tuple[str, ...] = TENANTS
@@ -168,6 +171,18 @@ class RenderedDeployment:
         async with (
             aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as http,
             http.get(f"{service.http_url}{path}", params=params) as resp,
+        ):
+            return resp.status, await resp.read()
+
+    async def send(
+        self, service: ServiceProcess, method: str, path: str, *, tenant: str | None = None, **body: Any
+    ) -> tuple[int, bytes]:
+        """``method path`` with ``body`` (aiohttp's ``json=`` or ``data=``) and
+        ``tenant``'s token (None: the operator's); its status and body."""
+        token = self.operator_token if tenant is None else self.token(tenant)
+        async with (
+            aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as http,
+            http.request(method, f"{service.http_url}{path}", **body) as resp,
         ):
             return resp.status, await resp.read()
 
@@ -251,7 +266,7 @@ class RenderedDeployment:
 
     @property
     def services(self) -> tuple[ServiceProcess, ...]:
-        found = (self.sequencer, self.standby, self.tail, self.checkpoint, self.metrics)
+        found = (self.sequencer, self.standby, self.tail, self.ingest, self.checkpoint, self.metrics)
         return found if self.mcp is None else (*found, self.mcp)
 
     def stop(self) -> None:
@@ -289,13 +304,13 @@ def _service(
     module: str, d: Path, user: str, server: NatsServer, passwords: dict[str, str], *args: str
 ) -> ServiceProcess:
     name = module.rsplit(".", 1)[-1]
+    data = [] if name == "ingest" else ["--data", str(d / name)]  # the ingest keeps no state
     return ServiceProcess(
         module,
         [
             "--nats",
             url_for(server, user, passwords),
-            "--data",
-            str(d / name),
+            *data,
             "--http-host",
             "127.0.0.1",
             "--http-port",
@@ -334,6 +349,7 @@ async def start_rendered_deployment(
         sequencer=_sequencer(d, "sequencer-a", server, passwords),
         standby=_sequencer(d, "sequencer-b", server, passwords),
         tail=_service("laneledger.services.tail", d, "tail", server, passwords, *guarded),
+        ingest=_service("laneledger.services.ingest", d, "ingest", server, passwords, *guarded),
         checkpoint=_service(
             "laneledger.services.checkpoint",
             d,
@@ -351,7 +367,13 @@ async def start_rendered_deployment(
     try:
         await asyncio.to_thread(deployment.sequencer.start, 30)
         assert "role=active" in deployment.sequencer.ready_line, deployment.sequencer.ready_line
-        others = (deployment.standby, deployment.tail, deployment.checkpoint, deployment.metrics)
+        others = (
+            deployment.standby,
+            deployment.tail,
+            deployment.ingest,
+            deployment.checkpoint,
+            deployment.metrics,
+        )
         await asyncio.gather(*(asyncio.to_thread(proc.start, 30) for proc in others))
         assert "role=standby" in deployment.standby.ready_line, deployment.standby.ready_line
     except BaseException:

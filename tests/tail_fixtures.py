@@ -6,7 +6,12 @@
 
       tail = await start_tail(**TailSettings overrides)
       tail.api.get("/api/v1/lanes"); tail.feed.applied
+      tail.ingest.post("/api/agent/tool-call", json_body=...)  # Korg's writes
       await start_tail.stop(tail)   # else every tail started is stopped at teardown
+
+  Beside each tail runs the ingest service, as a deployment runs them: the
+  tail serves Korg's reads, the ingest (``tail.ingest``, its own NATS
+  connection, the tail's tokens and Korg tenant) Korg's writes.
 
 * The same without NATS, for tests of route logic (``make test-fast``): the
   real ``TailService`` app served by aiohttp's ``TestServer``, its read model
@@ -38,10 +43,12 @@ from aiohttp.test_utils import TestServer
 from inprocess_ledger import InProcessLedgerClient, WriterFollower
 from ledger_fixtures import LedgerUnderTest
 from nats.aio.client import Client as NATS
-from tail_support import TailAPI
+from tail_support import INGEST_CONTRACT, TailAPI
 
 from laneledger.devtools.natsserver import NatsServer
 from laneledger.sdk.client import LedgerClient
+from laneledger.services.ingest.korg import KorgSettings
+from laneledger.services.ingest.service import IngestService, IngestSettings
 from laneledger.services.tail.service import TailService, TailSettings
 from laneledger.store import LedgerWriter
 
@@ -52,6 +59,20 @@ class RunningTail:
     api: TailAPI
     url: str
     nc: NATS
+    # The ingest service beside it (None in process: no NATS), its answers
+    # checked against its own document.
+    ingest_api: TailAPI | None = None
+    ingest_service: IngestService | None = None
+    ingest_nc: NATS | None = None
+
+    @property
+    def ingest(self) -> TailAPI:
+        assert self.ingest_api is not None, "no ingest service beside an in-process tail"
+        return self.ingest_api
+
+    @property
+    def ingest_url(self) -> str:
+        return self.ingest.base_url
 
     @property
     def feed(self):
@@ -72,16 +93,31 @@ class TailStarter:
             self._nats_url, name="laneledger-tail-test", reconnect_time_wait=0.1, max_reconnect_attempts=-1
         )
         port = overrides.pop("port", 0)  # a restarted tail at the URL its clients know
-        service = TailService(nc, TailSettings(**overrides))
+        settings = TailSettings(**overrides)
+        service = TailService(nc, settings)
         port = await service.start("127.0.0.1", port)
         url = f"http://127.0.0.1:{port}"
-        tail = RunningTail(service, TailAPI(url, self._session), url, nc)
+        ingest_nc = await nats.connect(self._nats_url, name="laneledger-ingest-test")
+        ingest = IngestService(
+            ingest_nc,
+            IngestSettings(
+                subjects=settings.subjects,
+                korg=KorgSettings(tenant=settings.korg_tenant),
+                access=settings.access,
+            ),
+        )
+        ingest_url = f"http://127.0.0.1:{await ingest.start('127.0.0.1', 0)}"
+        ingest_api = TailAPI(ingest_url, self._session, INGEST_CONTRACT)
+        tail = RunningTail(service, TailAPI(url, self._session), url, nc, ingest_api, ingest, ingest_nc)
         self.running.append(tail)
         return tail
 
     async def stop(self, tail: RunningTail) -> None:
         if tail in self.running:
             self.running.remove(tail)
+            if tail.ingest_service is not None and tail.ingest_nc is not None:
+                await tail.ingest_service.stop()
+                await tail.ingest_nc.close()
             await tail.service.stop()
             await tail.nc.close()
 

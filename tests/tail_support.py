@@ -1,7 +1,8 @@
 """Helpers and fixtures for the tail service's tests.
 
-* ``TailAPI``: real HTTP (aiohttp) to a tail; every JSON, NDJSON and SSE
-  answer is checked against the tail's own OpenAPI document.
+* ``TailAPI``: real HTTP (aiohttp) to a tail (or the ingest service); every
+  JSON, NDJSON and SSE answer is checked against the service's own OpenAPI
+  document (``Contract``).
 * ``SSEStream``: reads server-sent events frame by frame.
 * ``TailProcess``: the tail as an OS process (``python -m laneledger.services.tail``).
 
@@ -27,6 +28,7 @@ from service_process import ServiceProcess
 
 from laneledger.contract.model import Actor, Lane
 from laneledger.sdk.client import LedgerClient, make_event
+from laneledger.services.ingest.openapi import DOCUMENT as INGEST_DOCUMENT
 from laneledger.services.tail.openapi import DOCUMENT
 from laneledger.services.tail.service import TailService
 
@@ -94,68 +96,81 @@ async def wait_ready(api: TailAPI, timeout: float = DEADLINE_S) -> None:
 
 # -- the OpenAPI contract ---------------------------------------------------------------
 
-_SPEC_URI = "urn:laneledger:tail-openapi"
-_REGISTRY = referencing.Registry().with_resource(
-    _SPEC_URI, referencing.Resource(contents=DOCUMENT, specification=referencing.jsonschema.DRAFT202012)
-)
-
 
 def _pointer(*parts: str) -> str:
     return "/".join(p.replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-def validator(pointer: str) -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator({"$ref": f"{_SPEC_URI}#/{pointer}"}, registry=_REGISTRY)
+class Contract:
+    """A service's OpenAPI document, to check its answers against (the
+    tail's, the ingest service's)."""
 
+    def __init__(self, document: dict, uri: str) -> None:
+        self.document = document
+        self._uri = uri
+        self._registry = referencing.Registry().with_resource(
+            uri, referencing.Resource(contents=document, specification=referencing.jsonschema.DRAFT202012)
+        )
+        self._templates = [
+            (re.compile("^" + re.sub(r"\{[^}]+\}", "[^/]+", template) + "$"), template)
+            for template in document["paths"]
+        ]
 
-def schema_validator(name: str) -> jsonschema.Draft202012Validator:
-    return validator(_pointer("components", "schemas", name))
+    def validator(self, pointer: str) -> jsonschema.Draft202012Validator:
+        return jsonschema.Draft202012Validator({"$ref": f"{self._uri}#/{pointer}"}, registry=self._registry)
 
+    def schema_validator(self, name: str) -> jsonschema.Draft202012Validator:
+        return self.validator(_pointer("components", "schemas", name))
 
-_TEMPLATES = [
-    (re.compile("^" + re.sub(r"\{[^}]+\}", "[^/]+", template) + "$"), template)
-    for template in DOCUMENT["paths"]
-]
+    def documented(self, path: str) -> bool:
+        return any(regex.match(path) for regex, _ in self._templates)
 
+    def template_of(self, path: str) -> str:
+        matches = [t for regex, t in self._templates if regex.match(path)]
+        assert matches, f"{path} is not in the OpenAPI document"
+        return min(matches, key=lambda t: t.count("{"))  # a literal segment beats a parameter
 
-def template_of(path: str) -> str:
-    matches = [t for regex, t in _TEMPLATES if regex.match(path)]
-    assert matches, f"{path} is not in the OpenAPI document"
-    return min(matches, key=lambda t: t.count("{"))  # a literal segment beats a parameter
-
-
-def check_against_openapi(method: str, path: str, status: int, content_type: str, body: bytes) -> None:
-    """Check one response against the document: the status is listed (or
-    ``default``), the content type is declared, and a JSON/NDJSON body
-    validates against its schema."""
-    template = template_of(path)
-    operation = DOCUMENT["paths"][template].get(method.lower())
-    if operation is None:  # a documented path, another method
-        assert status == 405, f"{method} {template} answered {status}"
-        schema_validator("Error").validate(json.loads(body))
-        return
-    responses = operation["responses"]
-    key = str(status) if str(status) in responses else "default"
-    assert key in responses, f"{method} {template}: status {status} not in the document"
-    response = responses[key]
-    ref = response.get("$ref")
-    if ref:
-        response = DOCUMENT["components"]["responses"][ref.rsplit("/", 1)[-1]]
-    media = content_type.split(";")[0].strip()
-    content = response.get("content", {})
-    assert media in content, f"{method} {template} {status}: content type {media} not documented"
-    if media == "application/json" and body:
+    def check(self, method: str, path: str, status: int, content_type: str, body: bytes) -> None:
+        """Check one response against the document: the status is listed (or
+        ``default``), the content type is declared, and a JSON/NDJSON body
+        validates against its schema."""
+        document = self.document
+        template = self.template_of(path)
+        operation = document["paths"][template].get(method.lower())
+        if operation is None:  # a documented path, another method
+            assert status == 405, f"{method} {template} answered {status}"
+            self.schema_validator("Error").validate(json.loads(body))
+            return
+        responses = operation["responses"]
+        key = str(status) if str(status) in responses else "default"
+        assert key in responses, f"{method} {template}: status {status} not in the document"
+        response = responses[key]
+        ref = response.get("$ref")
         if ref:
-            pointer = _pointer("components", "responses", ref.rsplit("/", 1)[-1], "content", media, "schema")
-        else:
-            pointer = _pointer(
-                "paths", template, method.lower(), "responses", key, "content", media, "schema"
-            )
-        validator(pointer).validate(json.loads(body))
-    elif media == "application/x-ndjson":
-        line_schema = schema_validator("KorgEnvelope")
-        for line in body.splitlines():
-            line_schema.validate(json.loads(line))
+            response = document["components"]["responses"][ref.rsplit("/", 1)[-1]]
+        media = content_type.split(";")[0].strip()
+        content = response.get("content", {})
+        assert media in content, f"{method} {template} {status}: content type {media} not documented"
+        if media == "application/json" and body:
+            if ref:
+                pointer = _pointer(
+                    "components", "responses", ref.rsplit("/", 1)[-1], "content", media, "schema"
+                )
+            else:
+                pointer = _pointer(
+                    "paths", template, method.lower(), "responses", key, "content", media, "schema"
+                )
+            self.validator(pointer).validate(json.loads(body))
+        elif media == "application/x-ndjson":
+            line_schema = self.schema_validator("KorgEnvelope")
+            for line in body.splitlines():
+                line_schema.validate(json.loads(line))
+
+
+TAIL_CONTRACT = Contract(DOCUMENT, "urn:laneledger:tail-openapi")
+INGEST_CONTRACT = Contract(INGEST_DOCUMENT, "urn:laneledger:ingest-openapi")
+schema_validator = TAIL_CONTRACT.schema_validator
+check_against_openapi = TAIL_CONTRACT.check
 
 
 # -- HTTP --------------------------------------------------------------------------------
@@ -176,9 +191,14 @@ class Answer:
 
 
 class TailAPI:
-    def __init__(self, base_url: str, session: aiohttp.ClientSession) -> None:
+    """``contract``: the document answers are checked against (the tail's by default)."""
+
+    def __init__(
+        self, base_url: str, session: aiohttp.ClientSession, contract: Contract = TAIL_CONTRACT
+    ) -> None:
         self.base_url = base_url
         self.session = session
+        self.contract = contract
 
     async def request(
         self,
@@ -202,13 +222,13 @@ class TailAPI:
         ) as resp:
             body = await resp.read()
             answer = Answer(resp.status, resp.headers, body)
-            if check and _documented(resp.url.raw_path):
-                check_against_openapi(
+            if check and self.contract.documented(resp.url.raw_path):
+                self.contract.check(
                     method, resp.url.raw_path, resp.status, resp.headers.get("Content-Type", ""), body
                 )
             elif check:  # an unknown route still answers with a typed error
                 assert resp.status >= 400
-                schema_validator("Error").validate(json.loads(body))
+                self.contract.schema_validator("Error").validate(json.loads(body))
         return answer
 
     async def get(self, path: str, **kwargs: Any) -> Answer:
@@ -219,10 +239,6 @@ class TailAPI:
 
     def stream(self, params: dict | None = None, headers: dict | None = None) -> SSEStream:
         return SSEStream(self, params or {}, headers or {})
-
-
-def _documented(path: str) -> bool:
-    return any(regex.match(path) for regex, _ in _TEMPLATES)
 
 
 @dataclass
@@ -399,3 +415,17 @@ def korg_call(source: str, tool: str, triggered_by: int | None = None, **extra: 
     }
     body.update(extra)
     return body
+
+
+async def korg_post(tail: Any, body: dict, headers: dict | None = None) -> dict:
+    """POST a tool call to the ingest service beside ``tail`` (a RunningTail); its 200 answer."""
+    answer = await tail.ingest.post("/api/agent/tool-call", json_body=body, headers=headers)
+    assert answer.status == 200, answer.body
+    result: dict = answer.json()
+    return result
+
+
+def journal_records(answer: Answer) -> list[dict]:
+    """The records of a ``GET /api/journal`` answer (NDJSON)."""
+    assert answer.status == 200, answer.body
+    return [json.loads(line) for line in answer.body.splitlines()]

@@ -16,7 +16,7 @@ from docs_support import docs_hooks
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
-SERVICES = {"sequencer": 8470, "tail": 8471, "metrics": 8472, "checkpoint": 8473}
+SERVICES = {"sequencer": 8470, "tail": 8471, "metrics": 8472, "checkpoint": 8473, "ingest": 8476}
 
 
 def compose() -> dict:

@@ -165,7 +165,7 @@ async def test_wrong_password_is_refused(secured_server, passwords):
 
 @pytest.mark.nats
 async def test_readers_cannot_publish_committed_events(secured_server, passwords):
-    for user in ("tail", "metrics", "checkpoint", "otel"):
+    for user in ("tail", "ingest", "metrics", "checkpoint", "otel"):
         violations = await attempts(
             url_for(secured_server, user, passwords), publish=["ledger.events.acme.s.r.l"]
         )
@@ -239,7 +239,7 @@ async def test_only_the_sequencer_writes_events_and_consumers_append_as_no_one_e
         "$JS.API.STREAM.DELETE.LEDGER_EVENTS",
         "$JS.API.STREAM.MSG.DELETE.LEDGER_EVENTS",
     ]
-    for user in ("producer", "producer-acme", "tail", "metrics", "checkpoint"):
+    for user in ("producer", "producer-acme", "tail", "ingest", "metrics", "checkpoint"):
         violations = await attempts(url_for(tenant_server, user, passwords), publish=forged_events)
         for subject in forged_events:
             assert refused(violations, subject), (user, subject, violations)
@@ -251,16 +251,34 @@ async def test_only_the_sequencer_writes_events_and_consumers_append_as_no_one_e
         )
         assert refused(violations, "ledger.append.acme.l1"), (user, violations)
         assert refused(violations, "ledger.append.>"), (user, violations)
-    # The tail's Korg endpoint appends in its Korg tenant, and only there,
-    # and gets its receipts in that tenant's inbox (spec/wire.md, "Replies").
-    assert (
-        await attempts(
-            url_for(tenant_server, "tail", passwords),
-            publish=["ledger.append.korg.l1"],
-            subscribe=["_INBOX_korg.abc"],
-        )
-        == []
+    # The tail only reads: not even in the Korg tenant may it append, command
+    # or write a blob (issue 38); the ingest service's user does that, in the
+    # Korg tenant only, and gets its receipts in that tenant's inbox
+    # (spec/wire.md, "Replies").
+    korg_writes = [
+        "ledger.append.korg.l1",
+        "ledger.cmd.korg.create_lane",
+        "$O.LEDGER_UPLOADS_korg.korg.abc",
+        "$JS.API.STREAM.PURGE.OBJ_LEDGER_UPLOADS_korg",
+    ]
+    tail_writes = await attempts(
+        url_for(tenant_server, "tail", passwords), publish=korg_writes, subscribe=["_INBOX_korg.abc"]
     )
+    for subject in [*korg_writes, "_INBOX_korg.abc"]:
+        assert refused(tail_writes, subject), (subject, tail_writes)
+    ingest_url = url_for(tenant_server, "ingest", passwords)
+    assert await attempts(ingest_url, publish=korg_writes, subscribe=["_INBOX_korg.abc"]) == []
+    elsewhere = [
+        "ledger.append.acme.l1",
+        "ledger.cmd.acme.create_lane",
+        "ledger.cmd.create_lane",
+        "$O.LEDGER_UPLOADS_acme.acme.abc",
+        "$JS.API.STREAM.MSG.GET.LEDGER_TLOG",
+        "$JS.API.CONSUMER.CREATE.LEDGER_EVENTS",
+    ]
+    ingest_elsewhere = await attempts(ingest_url, publish=elsewhere, subscribe=["_INBOX_acme.abc"])
+    for subject in [*elsewhere, "_INBOX_acme.abc"]:
+        assert refused(ingest_elsewhere, subject), (subject, ingest_elsewhere)
     tail_elsewhere = await attempts(url_for(tenant_server, "tail", passwords), subscribe=["_INBOX_acme.abc"])
     assert refused(tail_elsewhere, "_INBOX_acme.abc")
     # The shared producer receives a rendered tenant's receipts in its inbox.
@@ -308,12 +326,16 @@ def test_nats_config_renders_the_shipped_file_and_refuses_bad_tenants(tmp_path):
     )
     text = out.read_text()
     assert "user: producer-acme" in text and '"ledger.append.korg-tools.>"' in text
-    assert '"ledger.append.korg.>"' not in text  # the tail's one append subject moved
+    assert '"ledger.append.korg.>"' not in text  # the ingest's one append subject moved
     assert '"_INBOX_korg-tools.>"' in text and '"_INBOX_korg.>"' not in text  # and its receipts inbox
+    ingest_block = text[text.index("user: ingest\n") : text.index("user: metrics\n")]
+    assert '"ledger.append.korg-tools.>"' in ingest_block and '"ledger.cmd.korg-tools.*"' in ingest_block
+    assert '"$O.LEDGER_UPLOADS_korg-tools.>"' in ingest_block
     # The tail reads acme's committed blob bucket and may not write it;
     # producer-acme writes its uploads bucket and only reads the committed
     # one, which the sequencer alone writes; no other blob bucket is acme's.
-    tail_block = text[text.index("user: tail\n") : text.index("user: metrics\n")]
+    tail_block = text[text.index("user: tail\n") : text.index("user: ingest\n")]
+    assert "ledger.append." not in tail_block and "$O.LEDGER_UPLOADS" not in tail_block  # it only reads
     assert '"$JS.API.STREAM.MSG.GET.OBJ_LEDGER_BLOBS_acme"' in tail_block
     assert '"$O.LEDGER_BLOBS_acme.>"' not in tail_block
     # producer-acme is alone in its account, which imports from LEDGER the

@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from laneledger.compat.korg_append import read_tool_call
 from laneledger.contract.contentref import MAX_REFS_PER_APPEND
 from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.model import (
@@ -25,7 +26,6 @@ from laneledger.contract.model import (
 )
 from laneledger.sdk.client import make_event
 from laneledger.services.checkpoint.http import _command
-from laneledger.services.tail.korg import read_tool_call
 
 SHA = "0" * 64
 

@@ -129,12 +129,12 @@ async def drive(tail, workspace: Path) -> list[dict[str, Any]]:
     local = workspace / ".korg" / "blobs" / digest[:2] / digest  # where the adapter wrote it
     local.parent.mkdir(parents=True)
     local.write_bytes(data)
-    upload = await tail.api.request("PUT", f"/api/blob/{local.name}", data=local.read_bytes())
+    upload = await tail.ingest.request("PUT", f"/api/blob/{local.name}", data=local.read_bytes())
     assert upload.status == 200, upload.body
     answers: list[dict[str, Any]] = []
     for body, cause in adapter_calls({"_ref": f"sha256:{digest}", "size_bytes": len(data)}):
         body["triggered_by"] = None if cause is None else answers[cause]["seq_id"]
-        answer = await tail.api.post("/api/agent/tool-call", json_body=body)
+        answer = await tail.ingest.post("/api/agent/tool-call", json_body=body)
         assert answer.status == 200, (body["tool_name"], answer.body)
         answers.append(answer.json())
     return answers

@@ -55,7 +55,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 async def post(tail, body: dict) -> int:
-    answer = await tail.api.post("/api/agent/tool-call", json_body=body)
+    answer = await tail.ingest.post("/api/agent/tool-call", json_body=body)
     assert answer.status == 200, answer.body
     return int(answer.json()["seq_id"])
 
@@ -69,7 +69,7 @@ async def korg_session_with(tail, token: str | None) -> dict[str, int]:
     headers = {"Authorization": f"Bearer {token}"} if token else None
 
     async def post(tail, body: dict) -> int:
-        answer = await tail.api.post("/api/agent/tool-call", json_body=body, headers=headers)
+        answer = await tail.ingest.post("/api/agent/tool-call", json_body=body, headers=headers)
         assert answer.status == 200, answer.body
         return int(answer.json()["seq_id"])
 
@@ -417,7 +417,7 @@ async def test_tools_and_protocol_2024_11_05(client, start_tail, monkeypatch):
     # The SDK's client offering 2024-11-05, as Korg's tests and drivers speak it.
     monkeypatch.setattr(mcp.client.session, "LATEST_HANDSHAKE_VERSION", "2024-11-05")
     inits: list = []
-    async with stdio_session(tail.url, inits=inits) as session:
+    async with stdio_session(tail.url, "--ingest-url", tail.ingest_url, inits=inits) as session:
         assert inits[0].protocol_version == "2024-11-05"
         assert inits[0].server_info.name == "laneledger"
         # §8.5.4: the initialization says subscriptions are not persisted; like
@@ -525,7 +525,8 @@ async def test_the_readme_s_claude_mcp_add_line_and_mcp_json_launch_the_server(
     env = {**os.environ, "HOME": str(home), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     shell = [str(home) + word[1:] if word.startswith("~/") else word for word in shlex.split(line.group(1))]
     for written, cwd in ((shell, tmp_path), ([server["command"], *server["args"]], project)):
-        command = [tail.url if word == "http://127.0.0.1:8471" else word for word in written]
+        swap = {"http://127.0.0.1:8471": tail.url, "http://127.0.0.1:8476": tail.ingest_url}
+        command = [swap.get(word, word) for word in written]
         assert command[:2] == ["laneledger", "mcp"] and tail.url in command, written
         params = StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=cwd)
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
@@ -718,7 +719,9 @@ async def test_laneledger_resources_and_tenancy(client, actor, start_tail, tmp_p
     await wait_applied(tail.service, positions[-1])
     token_file = tmp_path / "token"
     token_file.write_text(own_token + "\n")
-    async with stdio_session(tail.url, "--token-file", str(token_file)) as session:
+    async with stdio_session(
+        tail.url, "--token-file", str(token_file), "--ingest-url", tail.ingest_url
+    ) as session:
         listed = {str(r.uri) for r in (await session.list_resources()).resources}
         assert f"korg://{lane.tenant}/ledger/recent" in listed
         assert not any(uri.startswith("korg://local/") for uri in listed)
@@ -828,12 +831,12 @@ async def test_blobs_as_korg_8_4_packs_them(client, actor, start_tail):
     digests = {}
     for name, (data, _) in blobs.items():
         digest = hashlib.sha256(data).hexdigest()
-        answer = await tail.api.request("PUT", f"/api/blob/{digest}", data=data)
+        answer = await tail.ingest.request("PUT", f"/api/blob/{digest}", data=data)
         assert answer.status == 200, answer.body
         digests[name] = digest
     big = os.urandom(BLOB_CAP + 1)
     big_digest = hashlib.sha256(big).hexdigest()
-    assert (await tail.api.request("PUT", f"/api/blob/{big_digest}", data=big)).status == 200
+    assert (await tail.ingest.request("PUT", f"/api/blob/{big_digest}", data=big)).status == 200
     async with stdio_session(tail.url) as session:
         for name, (data, mime) in blobs.items():
             # Korg names blobs by lowercase hex; uppercase reads the same blob.

@@ -53,7 +53,7 @@ async def inspect(*target: str, method: str, **options: str) -> tuple[int, Any, 
 
 
 async def post(tail, body: dict) -> int:
-    answer = await tail.api.post("/api/agent/tool-call", json_body=body)
+    answer = await tail.ingest.post("/api/agent/tool-call", json_body=body)
     assert answer.status == 200, answer.body
     return int(answer.json()["seq_id"])
 

@@ -82,6 +82,7 @@ def test_console_scripts_name_importable_functions(wheel):
         "laneledger-tail",
         "laneledger-metrics",
         "laneledger-checkpoint",
+        "laneledger-ingest",
     }
     for target in scripts.values():
         module, _, function = target.partition(":")

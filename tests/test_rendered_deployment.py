@@ -14,6 +14,7 @@ and logged, and no receipt goes there."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import re
@@ -27,14 +28,16 @@ import nats
 import pytest
 from metrics_support import parse, scrape, total, value
 from polling import eventually
-from rendered_deployment import TLOG_ORIGIN, RenderedDeployment
+from rendered_deployment import TENANTS_FILE, TLOG_ORIGIN, RenderedDeployment
 from sequencer_process import ledger_last_position, wait_for_ledger
 from service_process import ServiceProcess
+from tail_support import MAIN, korg_call
 
 from laneledger.contract.errors import EntityNotFound, InvalidRequest
 from laneledger.contract.ids import new_id
 from laneledger.contract.model import AppendCommitted, Receipt
 from laneledger.contract.subjects import REPLY_HEADER, Subjects, inbox_prefix, reply_refusal, token
+from laneledger.runtime.natsconfig import password_variable
 from laneledger.runtime.throttledlog import ThrottledWarning
 from laneledger.sdk.checkpoints import CheckpointClient
 from laneledger.sdk.client import TENANT_INBOXES_ENV, LedgerClient, make_event, tenant_inboxes_from_env
@@ -197,6 +200,46 @@ async def test_the_rendered_deployment_commits_each_append_once_before_and_after
     # The killed sequencer comes back as the standby and catches up.
     await d.restart_standby()
     await wait_for_ledger(d.standby.db_path, 4 * APPENDS)
+    assert d.permission_violations() == []
+
+
+@pytest.fixture
+def korg_producer_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rendered producer-korg's password, set before nats-server reads its config."""
+    monkeypatch.setenv(password_variable("korg"), "test-korg-secret")
+
+
+# With a tenants file, the Korg tenant must be declared too (docs/tenants.md).
+@pytest.mark.tenants_file(TENANTS_FILE + "\n[tenants.korg]\n")
+async def test_korg_writes_go_through_the_ingest_service_as_deployed(
+    korg_producer_password: None, rendered_deployment: RenderedDeployment
+) -> None:
+    """The ingest service, as its own NATS user, appends Korg's calls (one
+    naming its cause, read from LEDGER_EVENTS by position; one with a value
+    over 1 KiB, stored as a blob first) and uploads a blob, with no permission
+    refused anyone; the tail, which may write none of it, serves it all back."""
+    d = rendered_deployment
+    data = b"uploaded " * 300
+    digest = hashlib.sha256(data).hexdigest()
+    assert (await d.send(d.ingest, "PUT", f"/api/blob/{digest}", data=data))[0] == 200
+    status, body = await d.send(d.ingest, "POST", "/api/agent/tool-call", json=korg_call(MAIN, "user_prompt"))
+    assert status == 200, body
+    root = json.loads(body)["seq_id"]
+    child = korg_call(MAIN, "Bash", root, result="x" * 2000)
+    status, body = await d.send(d.ingest, "POST", "/api/agent/tool-call", json=child)
+    assert status == 200, body
+    refused = await d.send(d.ingest, "POST", "/api/agent/tool-call", tenant="acme", json=child)
+    assert refused[0] == 403 and json.loads(refused[1])["error"]["code"] == "tenant_mismatch"
+    journal = await eventually(
+        lambda: d.get(d.tail, "/api/journal"),
+        until=lambda got: got[0] == 200 and len(got[1].splitlines()) == 2,
+        what="both calls in the tail's Korg journal",
+    )
+    records = [json.loads(line) for line in journal[1].splitlines()]
+    assert [r["metadata"]["triggered_by"] for r in records] == [None, root]
+    stored = records[1]["event"]["result"]["_ref"].removeprefix("sha256:")
+    for blob in (digest, stored):
+        assert (await d.get(d.tail, f"/api/blob/{blob}"))[0] == 200, blob
     assert d.permission_violations() == []
 
 

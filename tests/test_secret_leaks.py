@@ -112,8 +112,8 @@ async def test_no_secret_reaches_a_file_or_a_response(
     )
     last = await recorder.append([big])
 
-    # 3. The tail's Korg endpoint (appends through the SDK inside the tail).
-    korg = await tail.api.post(
+    # 3. Korg's HTTP append (through the SDK inside the ingest service).
+    korg = await tail.ingest.post(
         "/api/agent/tool-call",
         json_body={
             "source_agent": "agent:leaky@1.0",

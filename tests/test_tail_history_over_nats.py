@@ -71,7 +71,7 @@ async def test_structure_reads_without_a_sequencer_are_503(client, actor, start_
         answer = await tail.api.get(path)
         assert answer.status == 503, path
         assert answer.error["code"] == "unavailable" and answer.error["retryable"] is True
-    korg = await tail.api.post(
+    korg = await tail.ingest.post(
         "/api/agent/tool-call",
         json_body={
             "source_agent": "agent:korgex@0.2.2",

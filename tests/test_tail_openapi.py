@@ -31,7 +31,7 @@ async def test_every_operation_answers_as_documented(client, actor, start_tail, 
             {**_event(lane, actor, "run.completed", "r1")},
         ],
     )
-    korg = await api.post(
+    korg = await tail.ingest.post(  # Korg's writes are the ingest's; the tail reads them
         "/api/agent/tool-call",
         json_body={
             "source_agent": "agent:korgex@0.2.2",

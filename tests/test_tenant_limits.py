@@ -353,11 +353,12 @@ def test_a_request_that_may_reference_a_blob_is_never_missed() -> None:
         assert request_may_reference(b'{"events":[{"payload":{' + spelled + b":1}}]}"), spelled
 
 
-async def test_the_tails_korg_blobs_count_against_the_korg_tenants_blob_bytes(
+async def test_korg_blob_uploads_count_against_the_korg_tenants_blob_bytes(
     nats_server, nc, js, tmp_path: Path, start_tail
 ) -> None:
-    """The tail's Korg endpoint stores blobs as its Korg tenant: uploaded into
-    the tenant's uploads bucket, bounded by the tenant's blob_bytes."""
+    """The ingest service stores Korg's blobs as the Korg tenant: uploaded into
+    the tenant's uploads bucket, bounded by the tenant's blob_bytes; the tail
+    serves an upload not yet referenced."""
     text = tenants_file() + '[tenants.korg]\nblob_bytes = "64KiB"\n'
     sequencer = await start_sequencer(
         nc, tmp_path / "ledger.db", SequencerSettings(tenants=parse_tenants(text))
@@ -366,12 +367,14 @@ async def test_the_tails_korg_blobs_count_against_the_korg_tenants_blob_bytes(
         tail = await start_tail()
         small = b"s" * 40_000
         digest = hashlib.sha256(small).hexdigest()
-        stored = await tail.api.request("PUT", f"/api/blob/{digest}", data=small)
+        stored = await tail.ingest.request("PUT", f"/api/blob/{digest}", data=small)
         assert stored.status == 200, stored.body
         assert (await js.stream_info("OBJ_LEDGER_UPLOADS_korg")).state.bytes > len(small)
         assert (await tail.api.get(f"/api/blob/{digest}")).body == small  # uploaded, served
         large = b"l" * 80_000
-        refused = await tail.api.request("PUT", f"/api/blob/{hashlib.sha256(large).hexdigest()}", data=large)
+        refused = await tail.ingest.request(
+            "PUT", f"/api/blob/{hashlib.sha256(large).hexdigest()}", data=large
+        )
         assert refused.status == 429, refused.body
         assert refused.error["code"] == "quota_exceeded"
         assert refused.error["details"]["limit"] == "blob_bytes"

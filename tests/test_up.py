@@ -19,6 +19,7 @@ from failure_logs import show_log_on_failure
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from polling import eventually, eventually_sync
+from tail_support import korg_call
 
 from laneledger.sdk.client import LaneRecorder, LedgerClient
 
@@ -118,9 +119,11 @@ async def test_up_runs_everything_and_leaves_nothing_behind(tmp_path, request):
             "sequencer ops",
             "tail ops",
             "checkpoint ops",
+            "Korg writes",
+            "ingest ops",
         } <= urls.keys()
         async with aiohttp.ClientSession() as http:
-            for label in ("sequencer ops", "tail ops", "ledger metrics", "checkpoint ops"):
+            for label in ("sequencer ops", "tail ops", "ledger metrics", "checkpoint ops", "ingest ops"):
                 base = urls[label].rsplit("/metrics", 1)[0]
                 async with http.get(f"{base}/healthz") as response:
                     assert response.status == 200, label
@@ -139,10 +142,25 @@ async def test_up_runs_everything_and_leaves_nothing_behind(tmp_path, request):
                 retry_on=(MCPError,),
             )
             assert json.loads(recent.contents[0].text)["events"][0]["seq_id"] == receipt.positions[0]
+            # Korg's writes go to the ingest service, at the URL printed; the MCP server reads them back.
+            async with (
+                aiohttp.ClientSession() as http,
+                http.post(urls["Korg writes"], json=korg_call("human:dusk", "user_prompt")) as posted,
+            ):
+                assert posted.status == 200, await posted.text()
+                seq_id = (await posted.json())["seq_id"]
+            korg = await eventually(
+                lambda: agent.read_resource("korg://local/ledger/recent"),
+                what="the MCP server serving the Korg tenant's call",
+                until=lambda found: json.loads(found.contents[0].text)["events"],
+                retry_on=(MCPError,),
+            )
+            assert json.loads(korg.contents[0].text)["events"][0]["seq_id"] == seq_id
     finally:
         assert up.stop() == 0
     assert processes_mentioning(str(tmp_path / "data")) == []
     assert processes_mentioning(urls["console"].rstrip("/")) == []  # the MCP server's --url: stopped too
+    assert processes_mentioning(urls["NATS"]) == []  # every service's --nats, the ingest's among them
     assert "laneledger stopped" in up.log.read_text()
 
     urls = up.start()  # the same data dir: the same ledger
@@ -152,7 +170,7 @@ async def test_up_runs_everything_and_leaves_nothing_behind(tmp_path, request):
             lane = await LaneRecorder.open(client, "acme", "s", "r", "main", actor_id=actor.id)
             assert lane.head == 1
             receipt = await lane.append([lane.event("run.completed", actor_id=actor.id, subject_id="r")])
-            assert receipt.positions == [2]
+            assert receipt.positions == [seq_id + 1]  # after the run.started and the Korg call
     finally:
         assert up.stop() == 0
     assert processes_mentioning(str(tmp_path / "data")) == []

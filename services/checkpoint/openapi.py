@@ -34,9 +34,9 @@ from laneledger.runtime.apidoc import (
     SCHEMA_REF,
     document,
     error_responses,
+    error_schemas,
     json_body,
     ops_paths,
-    schema_ref,
     secure_guarded,
 )
 
@@ -46,25 +46,7 @@ _, SCHEMAS = msgspec.json.schema_components(
     (Checkpoint, RevisionPage, RecoveryPlan, RunInspection, ReconcileReport, CheckpointServiceInfo),
     ref_template=SCHEMA_REF,
 )
-# What every error is over HTTP: ``LedgerError.to_wire`` always carries all four.
-SCHEMAS["ErrorBody"] = {
-    "type": "object",
-    "required": ["code", "message", "retryable", "details"],
-    "additionalProperties": False,
-    "properties": {
-        "code": {"type": "string", "description": "stable code, spec/errors.md"},
-        "message": {"type": "string"},
-        "retryable": {"type": "boolean"},
-        "details": {"type": "object"},
-    },
-}
-SCHEMAS["Error"] = {
-    "type": "object",
-    "required": ["error"],
-    "additionalProperties": False,
-    "properties": {"error": schema_ref("ErrorBody")},
-}
-SCHEMAS["Status"] = {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}}
+SCHEMAS.update(error_schemas())
 
 
 TENANT_DESCRIPTION = (

@@ -1,9 +1,9 @@
 """`python -m laneledger.services.tail` (also `laneledger-tail`): the live tail and HTTP API.
 
 Follows the committed stream into its own SQLite read model under ``--data``
-and serves SSE, history, blobs, verification, the Korg endpoints and a
-console (spec/tail.md). Every option also reads an environment variable, so
-a container needs no arguments. On SIGTERM or SIGINT it ends open tails,
+and serves SSE, history, blobs, verification, Korg's reads and a console
+(spec/tail.md); Korg's writes are the ingest service's. Every option also
+reads an environment variable, so a container needs no arguments. On SIGTERM or SIGINT it ends open tails,
 stops following, and flushes and closes its NATS connection.
 """
 
@@ -36,7 +36,6 @@ from laneledger.sdk.natsconnect import connect_nats
 from laneledger.sqlite import remove_database
 from laneledger.tlog.cosignature import CosignatureVerifier
 
-from .korg import KorgSettings
 from .limits import LimitSettings
 from .service import TailService, TailSettings
 
@@ -93,9 +92,12 @@ SETTINGS = [
         None,
         help="file holding the chain's HMAC key, to verify a keyed ledger",
     ),
-    Setting("--korg-tenant", "KORG_TENANT", "korg", help="tenant of Korg tool calls"),
-    Setting("--korg-session", "KORG_SESSION", "korg", help="session of Korg tool calls that name none"),
-    Setting("--korg-run", "KORG_RUN", "korg", help="run of Korg tool calls"),
+    Setting(
+        "--korg-tenant",
+        "KORG_TENANT",
+        "korg",
+        help="tenant whose journal and blobs the Korg read routes serve",
+    ),
     *access_settings(),
     Setting(
         "--max-tails-per-token",
@@ -134,7 +136,7 @@ SETTINGS = [
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parse_settings("laneledger-tail", __doc__, SETTINGS, argv)
     args.stream = args.stream or Subjects(args.prefix).events_stream
-    check_sdk_environment("laneledger-tail")  # its Korg endpoint appends through the SDK
+    check_sdk_environment("laneledger-tail")  # it reads structure and Korg blobs through the SDK
     return args
 
 
@@ -148,7 +150,7 @@ def settings_of(args: argparse.Namespace) -> TailSettings:
         ready_max_lag=args.ready_max_lag,
         ring_size=args.ring_size,
         hmac_key=key,
-        korg=KorgSettings(args.korg_tenant, args.korg_session, args.korg_run),
+        korg_tenant=args.korg_tenant,
         access=policy_of("laneledger-tail", args, args.http_host),
         tlog_witnesses=args.tlog_witness_key,
         limits=LimitSettings(args.max_tails_per_token, args.max_reads_per_token, args.read_memory_mib << 20),

@@ -15,19 +15,17 @@ structured value's canonical bytes are), else UTF-8 text, else octet-stream.
 from __future__ import annotations
 
 import json
-import re
 
 from aiohttp import web
 from nats.js.client import JetStreamContext
 
+from laneledger.contract.contentref import parse_sha256
 from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.subjects import Subjects
 from laneledger.runtime.access import scope_of
 from laneledger.sdk.blobstore import BlobBuckets
 
 from .api import Query
-
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 class BlobReader:
@@ -52,14 +50,6 @@ def content_type(data: bytes) -> str:
     except ValueError:
         return "text/plain; charset=utf-8"
     return "application/json"
-
-
-def parse_sha256(raw: str) -> str:
-    """A lowercase hex sha256, optionally written as a content ref's ``sha256:<hex>``."""
-    value = raw[len("sha256:") :] if raw.startswith("sha256:") else raw
-    if not _SHA256.match(value):
-        raise InvalidRequest("sha256 must be 64 lowercase hex digits", parameter="sha256", found=raw[:80])
-    return value
 
 
 def blob_route(store: BlobReader) -> web.RouteDef:

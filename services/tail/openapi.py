@@ -593,42 +593,6 @@ SCHEMAS: dict[str, Any] = {
             "cost": {"type": "array", "items": schema_ref("Money")},
         },
     ),
-    "KorgPayloadRef": _obj(
-        ["sha256", "size_bytes"], {"sha256": _HASH, "size_bytes": _COUNT, "label": {"type": "string"}}
-    ),
-    "KorgToolCall": {
-        "type": "object",
-        "required": ["source_agent", "tool_name", "args", "result", "success", "duration_ms"],
-        "properties": {
-            "event_type": {"const": "AgentToolCall"},
-            "source_agent": {"type": "string", "pattern": "^(agent|human|korg|mcp|import):.+"},
-            "tool_name": {"type": "string", "minLength": 1, "maxLength": 256},
-            "args": {"description": "any JSON value (Korg's server takes any)"},
-            "result": {"description": "any JSON value; Korg's stream-json adapter sends strings"},
-            "success": {"type": "boolean"},
-            "duration_ms": {"type": "integer", "minimum": 0},
-            "triggered_by": {
-                "type": ["integer", "null"],
-                "description": "seq_id (ledger position) of the parent event",
-            },
-            "payload_refs": {"type": "array", "items": schema_ref("KorgPayloadRef")},
-            "session_id": {**_NULLABLE_ID, "description": "null or absent: the --korg-session default"},
-        },
-        "description": "Korg AgentToolCall append shape. The server-derived fields of Korg "
-        "§1.2.7 are ignored when present; any other field is refused.",
-    },
-    "KorgAppended": _obj(
-        ["seq_id", "event_id", "session_id", "lane_id", "lane_seq", "entry_hash"],
-        {
-            "seq_id": _POS,
-            "event_id": _ID,
-            "session_id": _ID,
-            "lane_id": _ID,
-            "lane_seq": _POS,
-            "entry_hash": _HASH,
-        },
-    ),
-    "KorgBlobStored": _obj(["sha256", "size_bytes"], {"sha256": _HASH, "size_bytes": _COUNT}),
     "KorgEnvelope": _obj(
         ["schema_version", "seq_id", "metadata", "event", "prev_hash", "entry_hash"],
         {
@@ -1056,20 +1020,6 @@ PATHS: dict[str, Any] = {
             },
         }
     },
-    "/api/agent/tool-call": {
-        "post": {
-            "operationId": "korgToolCall",
-            "summary": "Korg: append one AgentToolCall; answers its seq_id (the ledger position)",
-            "requestBody": {
-                "required": True,
-                "content": {JSON_MEDIA: {"schema": schema_ref("KorgToolCall")}},
-            },
-            "responses": {
-                "200": json_body("KorgAppended", "committed"),
-                **error_responses(400, 403, 409, 413, 422, 503, 504),
-            },
-        }
-    },
     "/api/journal": {
         "get": {
             "operationId": "korgJournal",
@@ -1100,20 +1050,6 @@ PATHS: dict[str, Any] = {
         }
     },
     "/api/blob/{sha256}": {
-        "put": {
-            "operationId": "korgPutBlob",
-            "summary": "Korg: store a blob of the Korg tenant before posting its content reference "
-            "(a client's .korg/blobs/<sha256[:2]>/<sha256>, uploaded at its name)",
-            "parameters": [_SHA256],
-            "requestBody": {
-                "required": True,
-                "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
-            },
-            "responses": {
-                "200": json_body("KorgBlobStored", "stored (or already there)"),
-                **error_responses(400, 403, 413, 429, 503, 504),
-            },
-        },
         "get": {
             "operationId": "korgGetBlob",
             "summary": "Korg: a blob of the Korg tenant, raw (Korg §8.4.1)",

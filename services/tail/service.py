@@ -1,5 +1,5 @@
 """The tail service: follows LEDGER_EVENTS into its read model and serves the
-HTTP API (live tail, history, blobs, verification, Korg compatibility, the
+HTTP API (live tail, history, blobs, verification, Korg's reads, the
 transparency log, OpenAPI) next to /healthz, /readyz and /metrics; follows
 LEDGER_TLOG for the checkpoints it serves.
 
@@ -42,7 +42,7 @@ from .console import console_routes
 from .costs import Costs
 from .feed import Feed
 from .history import History
-from .korg import Korg, KorgSettings, missing_token_hint
+from .korg import KorgReads, missing_token_hint
 from .korgread import KorgRead
 from .limits import LimitSettings, ReadLimits
 from .metrics import TailMetrics
@@ -69,9 +69,9 @@ class TailSettings:
     ring_size: int = 4096  # recent events kept in memory for live subscribers
     batch_size: int = 500  # stream messages per applied batch, at most
     hmac_key: bytes | None = None  # to verify HMAC-keyed chains
-    korg: KorgSettings = field(default_factory=KorgSettings)
+    korg_tenant: str = "korg"  # whose journal and blobs the Korg read routes serve
     access: AccessPolicy = field(default_factory=AccessPolicy)  # no tokens: open (access.py)
-    ledger_timeout_s: float = 5.0  # sequencer commands (structure reads, Korg appends)
+    ledger_timeout_s: float = 5.0  # sequencer commands (structure reads)
     watch_interval_s: float = 1.0  # how often the stream's last sequence (and LEDGER_TLOG) is read
     tlog_witnesses: tuple[CosignatureVerifier, ...] = ()  # whose cosignatures the tail keeps
     stall_s: float = 5.0  # behind without progress this long: re-open the follower
@@ -107,11 +107,6 @@ class TailService:
         )
         self.limits = ReadLimits(settings.limits, self.metrics.expensive_reads)
         self.read_memory = ReadBudget(settings.limits.read_memory_bytes, self.metrics.read_memory)
-        # The Korg endpoint writes as its Korg tenant: its commands on the
-        # tenant's subjects, its blobs in the tenant's buckets (its blob_bytes).
-        self.korg_ledger = LedgerClient(
-            nc, subjects=settings.subjects, timeout=settings.ledger_timeout_s, tenant=settings.korg.tenant
-        )
         self.tail = Tail(
             self.feed,
             self.metrics,
@@ -179,12 +174,17 @@ class TailService:
                 *console_routes(),
             ]
         )
-        app.add_routes(
-            Korg(
-                s.korg, self.korg_ledger, self.model, self._readers, self.feed, self.refresh_stream_last
-            ).routes()
+        korg = KorgReads(
+            s.korg_tenant,
+            self.nc.jetstream(),
+            s.subjects,
+            s.ledger_timeout_s,
+            self.model,
+            self._readers,
+            self.feed,
         )
-        app.add_routes(KorgRead(self.model, self._readers, self.feed).routes(s.korg.tenant))
+        app.add_routes(korg.routes())
+        app.add_routes(KorgRead(self.model, self._readers, self.feed).routes(s.korg_tenant))
         return app
 
     @web.middleware
@@ -229,7 +229,6 @@ class TailService:
         if self._runner is not None:
             await self._runner.cleanup()
         await self.ledger.close()
-        await self.korg_ledger.close()
         self._apply_thread.shutdown(wait=True)
         self._readers.shutdown(wait=True)
         self.model.close()

@@ -9,12 +9,10 @@ import sys
 import msgspec
 
 from laneledger.cli.natsoption import add_nats_option
+from laneledger.compat.korg_append import ACTOR_KINDS  # as the ingest service registers Korg's agents
 from laneledger.contract.model import Lane
 from laneledger.history.branching import Rewound, fork_lane, rewind_session
 from laneledger.sdk.client import LedgerClient
-
-# Korg §1.1 prefixes -> actor kinds (as the tail's Korg endpoint registers them).
-ACTOR_KINDS = {"agent": "agent", "human": "human", "korg": "service", "mcp": "tool", "import": "service"}
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -11,9 +11,10 @@ from laneledger.cli.tail import add_tail_options
 from laneledger.contract.errors import InvalidRequest
 from laneledger.runtime.access import CLIENT_TOKEN_FILE_ENV
 
-PORT = 8475  # --serve's default port, beside the services' 8470-8474
+PORT = 8475  # --serve's default port, beside the services' 8470-8474 and 8476
 LISTEN_ENV = "LANELEDGER_MCP_LISTEN"
 TAIL_URL_ENV = "LANELEDGER_MCP_TAIL_URL"  # --url (env): the tail it reads
+INGEST_URL_ENV = "LANELEDGER_MCP_INGEST_URL"  # --ingest-url (env): where korg_append_event posts
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,6 +28,13 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     # stdio: --token-file is the token; --serve: each client's own. As a deployed
     # service (deploy/mcp.Dockerfile) it is configured by environment.
     add_tail_options(sub, url_env=TAIL_URL_ENV)
+    sub.add_argument(
+        "--ingest-url",
+        default=os.environ.get(INGEST_URL_ENV),
+        metavar="URL",
+        help="the ingest service, where the korg_append_event tool posts "
+        f"(default: --url, one base URL routing Korg's writes; env {INGEST_URL_ENV})",
+    )
     sub.add_argument("--serve", action="store_true", help="serve streamable HTTP instead of stdio")
     sub.add_argument(
         "--listen",
@@ -53,8 +61,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         if not host or not port.isdigit():
             raise InvalidRequest("--listen must be HOST:PORT", parameter="listen", found=args.listen)
         host = host.strip("[]")
-        asyncio.run(serve_http(args.url, host, int(port)))
+        asyncio.run(serve_http(args.url, host, int(port), args.ingest_url))
         return 0
     token = Path(args.token_file).read_text().strip() if args.token_file else None
-    asyncio.run(serve_stdio(args.url, token))
+    asyncio.run(serve_stdio(args.url, token, args.ingest_url))
     return 0

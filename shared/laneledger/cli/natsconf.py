@@ -38,7 +38,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="the tenants file (deploy/tenants.toml) the services read too: a user for each tenant in it",
     )
     sub.add_argument(
-        "--korg-tenant", default="korg", help="the tenant of the tail's Korg endpoint, its one append subject"
+        "--korg-tenant", default="korg", help="the Korg tenant: the ingest service's one append subject"
     )
     sub.add_argument("--template", default="deploy/nats.conf", help="the config to render")
     sub.add_argument("-o", "--output", help="write here instead of stdout")

@@ -38,6 +38,15 @@ _REF = re.compile(r"^sha256:([0-9a-f]{64})$")
 _HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
+def parse_sha256(raw: str) -> str:
+    """A blob's name in an HTTP path: lowercase hex sha256, optionally written
+    as a content ref's ``sha256:<hex>``."""
+    value = raw[len("sha256:") :] if raw.startswith("sha256:") else raw
+    if not _HEX.match(value):
+        raise InvalidRequest("sha256 must be 64 lowercase hex digits", parameter="sha256", found=raw[:80])
+    return value
+
+
 def canonical_bytes(value: Any) -> bytes:
     if isinstance(value, str):
         return value.encode("utf-8", "surrogatepass")

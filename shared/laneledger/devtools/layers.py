@@ -44,7 +44,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"audit", "compat", "otel", "devtools"}),
     frozenset({"adapters", "mcp"}),
     frozenset(
-        {"cli", "services"} | {f"services.{name}" for name in ("checkpoint", "metrics", "sequencer", "tail")}
+        {"cli", "services"}
+        | {f"services.{name}" for name in ("checkpoint", "ingest", "metrics", "sequencer", "tail")}
     ),
 )
 

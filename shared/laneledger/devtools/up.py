@@ -85,14 +85,21 @@ async def _stop(service: RunningService, timeout: float = 15.0) -> None:
         await asyncio.gather(service.pump, return_exceptions=True)
 
 
-SERVICES = ("sequencer", "tail", "metrics", "checkpoint", "mcp")
-DEFAULT_PORTS = {"sequencer": 8470, "tail": 8471, "metrics": 8472, "checkpoint": 8473, "mcp": 8475}
+SERVICES = ("sequencer", "tail", "metrics", "checkpoint", "ingest", "mcp")
+DEFAULT_PORTS = {
+    "sequencer": 8470,
+    "tail": 8471,
+    "metrics": 8472,
+    "checkpoint": 8473,
+    "mcp": 8475,
+    "ingest": 8476,
+}
 
 
 def service_specs(
     data_dir: Path, nats_url: str, host: str, ports: dict[str, int], *, standby: bool = False
 ) -> list[ServiceSpec]:
-    """The four services, each started exactly as its container starts it;
+    """The five services, each started exactly as its container starts it;
     ``standby``: and a second sequencer on its own file, a standby until the
     first one stops (spec/replication.md, "The lease"), on a free port."""
     common = ["--nats", nats_url, "--http-host", host]
@@ -114,14 +121,19 @@ def service_specs(
             )
             for name in ("tail", "metrics", "checkpoint")
         ),
+        # Stateless: no --data.
+        ServiceSpec("ingest", "laneledger.services.ingest", [*common, "--http-port", str(ports["ingest"])]),
     ]
 
 
-def mcp_spec(host: str, port: int, tail_url: str) -> ServiceSpec:
-    """The MCP server over the tail, as its container runs it (``laneledger
-    mcp --serve``, spec/mcp.md): started once the tail's URL is known."""
+def mcp_spec(host: str, port: int, tail_url: str, ingest_url: str) -> ServiceSpec:
+    """The MCP server over the tail (its appends to the ingest service), as
+    its container runs it (``laneledger mcp --serve``, spec/mcp.md): started
+    once their URLs are known."""
     return ServiceSpec(
-        "mcp", "laneledger.cli", ["mcp", "--serve", "--listen", f"{host}:{port}", "--url", tail_url]
+        "mcp",
+        "laneledger.cli",
+        ["mcp", "--serve", "--listen", f"{host}:{port}", "--url", tail_url, "--ingest-url", ingest_url],
     )
 
 
@@ -153,17 +165,23 @@ async def run_up(
     try:
         for spec in service_specs(data_dir, nats_url, host, ports, standby=standby):
             running.append(await _start(spec, ready_timeout))
-        tail_url = next(service.url or "" for service in running if service.spec.name == "tail")
-        running.append(await _start(mcp_spec(host, ports["mcp"], tail_url), ready_timeout))
+        started = {service.spec.name: service.url or "" for service in running}
+        running.append(
+            await _start(mcp_spec(host, ports["mcp"], started["tail"], started["ingest"]), ready_timeout)
+        )
         urls = {service.spec.name: service.url or "" for service in running}
         print("\nlaneledger is up", flush=True)
         for label, url in (
             ("NATS", nats_url),
             ("console", f"{urls['tail']}/"),
             ("live tail", f"{urls['tail']}/api/v1/events"),
+            ("Korg writes", f"{urls['ingest']}/api/agent/tool-call"),
             ("MCP (agents)", f"{urls['mcp']}/mcp"),
             ("ledger metrics", f"{urls['metrics']}/metrics"),
-            *((f"{name} ops", f"{urls[name]}/metrics") for name in ("sequencer", "tail", "checkpoint")),
+            *(
+                (f"{name} ops", f"{urls[name]}/metrics")
+                for name in ("sequencer", "tail", "checkpoint", "ingest")
+            ),
             *((("standby ops", f"{urls['sequencer-standby']}/metrics"),) if standby else ()),
             ("data", str(data_dir)),
         ):

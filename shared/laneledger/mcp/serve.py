@@ -23,9 +23,13 @@ PATH = "/mcp"
 BEARER = "bearer "
 
 
-async def serve_stdio(url: str, token: str | None) -> None:
+def _ingest(url: str | None, http: aiohttp.ClientSession) -> TailClient | None:
+    return TailClient(url, http, "the ingest service") if url else None
+
+
+async def serve_stdio(url: str, token: str | None, ingest_url: str | None = None) -> None:
     async with aiohttp.ClientSession() as http:
-        ledger = LedgerServer(TailClient(url, http), lambda _context: token)
+        ledger = LedgerServer(TailClient(url, http), lambda _context: token, _ingest(ingest_url, http))
         async with stdio_server() as (read, write):
             await ledger.server.run(read, write, ledger.initialization_options())
 
@@ -51,19 +55,22 @@ async def healthz(_request: Request) -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
 
-async def serve_http(url: str, host: str, port: int) -> None:
+async def serve_http(url: str, host: str, port: int, ingest_url: str | None = None) -> None:
     """Serve until stopped; once listening prints the line every service
     prints, ``laneledger-mcp ready http=http://HOST:PORT mcp=http://HOST:PORT/mcp``.
     The SDK's app: sessions bounded in number and idle time, request bodies in
     size, and DNS-rebinding protection on a loopback address."""
     async with aiohttp.ClientSession() as http:
-        ledger = LedgerServer(TailClient(url, http), bearer_of)
+        ledger = LedgerServer(TailClient(url, http), bearer_of, _ingest(ingest_url, http))
         app = ledger.server.streamable_http_app(
             streamable_http_path=PATH, host=host, custom_starlette_routes=[Route("/healthz", healthz)]
         )
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
+        # Listening before the ready line, so a client that reads it never
+        # finds the port closed (uvicorn listens only once it serves).
+        sock.listen(2048)
         bound = sock.getsockname()[1]
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
         base = f"http://[{host}]:{bound}" if ":" in host else f"http://{host}:{bound}"

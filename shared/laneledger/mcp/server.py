@@ -56,12 +56,16 @@ _SUBSCRIPTIONS = "laneledger.subscriptions"  # the key of a connection's registr
 
 
 class LedgerServer:
-    """One ``mcp`` low-level ``Server`` over one tail. ``token_of`` reads the
-    caller's token from the request context (stdio: the configured one;
+    """One ``mcp`` low-level ``Server`` over one tail (and the ingest service,
+    for appends). ``token_of`` reads the caller's token from the request context (stdio: the configured one;
     streamable HTTP: the request's ``Authorization``)."""
 
-    def __init__(self, tail: TailClient, token_of: TokenOf) -> None:
+    def __init__(self, tail: TailClient, token_of: TokenOf, ingest: TailClient | None = None) -> None:
+        """``ingest``: where ``korg_append_event`` posts (the ingest service,
+        spec/korg-mapping.md); None: the tail's URL, for a deployment that
+        routes Korg's writes and reads behind one base URL."""
         self.tail = tail
+        self.ingest = ingest or tail
         self._token_of = token_of
         self._listens: dict[str | None, int] = {}  # open listen streams per token
         schemas = {tool.name: tool.input_schema for tool in catalog.tools()}
@@ -354,7 +358,7 @@ class LedgerServer:
         if body.get("triggered_by") is None:
             body.pop("triggered_by", None)
         try:
-            answer = await self.tail.post_json("/api/agent/tool-call", caller.token, body)
+            answer = await self.ingest.post_json("/api/agent/tool-call", caller.token, body)
         except TailError as exc:
             raise _mcp_error(exc, "local") from None
         seq_id = answer["seq_id"]

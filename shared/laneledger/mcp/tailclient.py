@@ -29,9 +29,13 @@ class TailError(Exception):
 
 
 class TailClient:
-    def __init__(self, url: str, http: aiohttp.ClientSession) -> None:
+    """A laneledger service over HTTP: the tail, or the ingest service
+    (``what``: which, for the errors)."""
+
+    def __init__(self, url: str, http: aiohttp.ClientSession, what: str = "the tail") -> None:
         self.url = url.rstrip("/")
         self._http = http
+        self._what = what
 
     @staticmethod
     def headers(token: str | None) -> dict[str, str]:
@@ -63,7 +67,7 @@ class TailClient:
                     raise _error(response.status, data)
                 return data, response.headers.get("Content-Type", "application/octet-stream")
         except aiohttp.ClientError as exc:
-            raise TailError("unavailable", f"cannot reach the tail at {self.url}: {exc}") from exc
+            raise TailError("unavailable", f"cannot reach {self._what} at {self.url}: {exc}") from exc
 
     async def post_json(self, path: str, token: str | None, body: Any) -> Any:
         try:
@@ -75,7 +79,7 @@ class TailClient:
                     raise _error(response.status, data)
                 return json.loads(data)
         except aiohttp.ClientError as exc:
-            raise TailError("unavailable", f"cannot reach the tail at {self.url}: {exc}") from exc
+            raise TailError("unavailable", f"cannot reach {self._what} at {self.url}: {exc}") from exc
 
     async def committed(
         self, token: str | None, tenant: str | None, after: int

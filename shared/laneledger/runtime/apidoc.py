@@ -16,6 +16,32 @@ def schema_ref(name: str) -> dict[str, str]:
     return {"$ref": SCHEMA_REF.format(name=name)}
 
 
+def error_schemas() -> dict[str, Any]:
+    """The schemas every document's errors and probes use: ``Error`` (what
+    every error is over HTTP, ``{"error": ErrorBody}``: ``LedgerError.to_wire``
+    always carries all four fields) and ``Status`` (/healthz, /readyz)."""
+    return {
+        "ErrorBody": {
+            "type": "object",
+            "required": ["code", "message", "retryable", "details"],
+            "additionalProperties": False,
+            "properties": {
+                "code": {"type": "string", "description": "stable code, spec/errors.md"},
+                "message": {"type": "string"},
+                "retryable": {"type": "boolean"},
+                "details": {"type": "object"},
+            },
+        },
+        "Error": {
+            "type": "object",
+            "required": ["error"],
+            "additionalProperties": False,
+            "properties": {"error": schema_ref("ErrorBody")},
+        },
+        "Status": {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}},
+    }
+
+
 def json_body(schema_name: str, description: str) -> dict[str, Any]:
     """A response whose JSON body is the named component schema."""
     return {"description": description, "content": {JSON_MEDIA: {"schema": schema_ref(schema_name)}}}

@@ -48,11 +48,12 @@ the reply users (``sequencer-replies``, ``checkpoint-replies``) publish on
 the tenants' inboxes, the shared ``producer`` subscribe to them (with a
 tenants file a tenant's receipts go there only), the checkpoint service
 create and read each tenant's artifact bucket, the tail read each tenant's
-committed blobs, and the sequencer write them. The shared ``producer`` user stays in ``LEDGER``, for a
-trusted harness that writes for several tenants. ``--korg-tenant`` renders the
-tail's grants for its Korg endpoint's tenant (``korg`` in the template): its
-appends and commands, and its blob buckets (the tail uploads, the sequencer
-copies), and its receipts inbox (``_INBOX_korg``).
+committed blobs, and the sequencer write them. The shared ``producer`` user
+stays in ``LEDGER``, for a trusted harness that writes for several tenants.
+``--korg-tenant`` renders the grants for the Korg tenant (``korg`` in the
+template): the ingest service's appends and commands, its receipts inbox
+(``_INBOX_korg``) and its blob buckets (the ingest uploads, the sequencer
+copies, the tail reads).
 """
 
 from __future__ import annotations
@@ -217,9 +218,9 @@ def render(
 
 
 def _korg_tenant(text: str, korg_tenant: str, prefix: str) -> str:
-    """The template's grants for the tail's Korg tenant (``korg``: its
-    appends and commands; its blob buckets, to the tail and the sequencer)
-    for ``korg_tenant``."""
+    """The template's grants for the Korg tenant (``korg``: the ingest's
+    appends and commands; its blob buckets, to the ingest, the tail and the
+    sequencer) for ``korg_tenant``."""
     k = token(korg_tenant)
     renames = {
         '"ledger.append.korg.>"': f'"{prefix}.append.{k}.>"',
@@ -228,14 +229,14 @@ def _korg_tenant(text: str, korg_tenant: str, prefix: str) -> str:
         f"{BLOBS}_korg": tenant_bucket(BLOBS, korg_tenant),
         '"_INBOX_korg.>"': f'"{inbox_prefix(korg_tenant)}.>"',
     }
-    for user in ("tail", "sequencer"):
+    for user in ("ingest", "tail", "sequencer"):
         block = _user_block(text, user)
         renamed = block.group(0)
         for old, new in renames.items():
             renamed = renamed.replace(old, new)
         text = text[: block.start()] + renamed + text[block.end() :]
-    if f'"{prefix}.append.{k}.>"' not in _user_block(text, "tail").group(0):
-        raise TemplateError("user 'tail' does not append in the Korg tenant (ledger.append.korg.>)")
+    if f'"{prefix}.append.{k}.>"' not in _user_block(text, "ingest").group(0):
+        raise TemplateError("user 'ingest' does not append in the Korg tenant (ledger.append.korg.>)")
     return text
 
 

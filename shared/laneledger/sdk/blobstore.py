@@ -17,7 +17,7 @@ NATS permissions cannot restrict an object store by object name, so only
 separate buckets keep one tenant's producer from reading another's blobs over
 raw JetStream. The shared bucket ``LEDGER_BLOBS`` (for the default prefix;
 created by the sequencer at start) holds the blobs of trusted writers (the
-trusted producer with no tenant-scoped client, the tail's Korg endpoint) and
+trusted producer with no tenant-scoped client) and
 those written before tenant buckets existed; only trusted users write it.
 Either way an object is named ``<tenant token>/<hex sha256>`` (a read names
 its tenant even in the shared bucket); within a tenant blobs are

@@ -1,0 +1,113 @@
+"""The OpenAPI 3.1 document of the ingest service, served at
+``/api/v1/openapi.json``.
+
+The bodies are generated from the msgspec structs the service decodes and
+answers with (``laneledger.compat.korg_append``), so the document cannot
+drift from the wire. ``tests/test_ingest_korg.py`` validates it, checks it
+names exactly the routes the service serves, and checks every answer of the
+tests against it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from laneledger.compat.korg_append import SERVER_DERIVED, BlobStored, ToolCall, ToolCallAppended
+from laneledger.runtime.apidoc import (
+    JSON_MEDIA,
+    SCHEMA_REF,
+    document,
+    error_responses,
+    error_schemas,
+    json_body,
+    ops_paths,
+    parameter,
+    schema_ref,
+    secure_guarded,
+)
+
+OPENAPI_PATH = "/api/v1/openapi.json"
+
+_, SCHEMAS = msgspec.json.schema_components((ToolCall, ToolCallAppended, BlobStored), ref_template=SCHEMA_REF)
+SCHEMAS.update(error_schemas())
+SCHEMAS["ToolCall"]["description"] = (
+    "Korg's AgentToolCall append shape (Korg §1, §1.2.1) and an optional session_id; any "
+    "other field is refused (400 naming its path)."
+)
+# What read_tool_call checks beyond the struct: the Korg §1.1 prefix.
+SCHEMAS["ToolCall"]["properties"]["source_agent"]["pattern"] = "^(agent|human|korg|mcp|import):[\\s\\S]+$"
+# Korg §1.2.7: the fields the server derives are taken and ignored.
+SCHEMAS["ToolCall"]["properties"].update(
+    {name: {"description": "server-derived (Korg §1.2.7): ignored"} for name in sorted(SERVER_DERIVED)}
+)
+_SHA256 = parameter(
+    "sha256",
+    "path",
+    {"type": "string", "pattern": "^(sha256:)?[0-9a-f]{64}$"},
+    "the blob's lowercase hex sha256 (or sha256:<hex>)",
+)
+
+PATHS: dict[str, Any] = {
+    **ops_paths("connected to NATS"),
+    OPENAPI_PATH: {
+        "get": {
+            "operationId": "openapi",
+            "summary": "this document",
+            "responses": {
+                "200": {"description": "OpenAPI 3.1", "content": {JSON_MEDIA: {"schema": {"type": "object"}}}}
+            },
+        }
+    },
+    "/api/agent/tool-call": {
+        "post": {
+            "operationId": "korgToolCall",
+            "summary": "Korg: append one AgentToolCall in the Korg tenant; answers its seq_id "
+            "(the ledger position)",
+            "requestBody": {"required": True, "content": {JSON_MEDIA: {"schema": schema_ref("ToolCall")}}},
+            "responses": {
+                "200": json_body("ToolCallAppended", "committed"),
+                **error_responses(400, 403, 409, 413, 422, 429, 503, 504),
+            },
+        }
+    },
+    "/api/blob/{sha256}": {
+        "put": {
+            "operationId": "korgPutBlob",
+            "summary": "Korg: store a blob of the Korg tenant before posting its content reference "
+            "(a client's .korg/blobs/<sha256[:2]>/<sha256>, uploaded at its name)",
+            "parameters": [_SHA256],
+            "requestBody": {
+                "required": True,
+                "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+            },
+            "responses": {
+                "200": json_body("BlobStored", "stored (or already there)"),
+                **error_responses(400, 403, 413, 429, 503, 504),
+            },
+        }
+    },
+}
+# Every write takes a bearer token: 401 without one; 403 for another tenant's.
+secure_guarded(PATHS, "401", "403")
+
+DOCUMENT: dict[str, Any] = document(
+    title="laneledger ingest",
+    description="HTTP writes for clients without a NATS connection: Korg's tool calls and "
+    "blob uploads, appended as the Korg tenant through the sequencer. The tail serves the "
+    'reads of the same paths. Every error is {"error": ErrorBody} (spec/errors.md); see '
+    "spec/korg-mapping.md.",
+    paths=PATHS,
+    schemas=SCHEMAS,
+    bearer_description="the Korg tenant's token or the operator's; spec/korg-mapping.md",
+)
+_BODY = msgspec.json.encode(DOCUMENT)
+
+
+def openapi_route() -> web.RouteDef:
+    async def serve(_: web.Request) -> web.Response:
+        return web.Response(body=_BODY, content_type=JSON_MEDIA)
+
+    return web.get(OPENAPI_PATH, serve, name="openapi")
