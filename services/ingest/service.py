@@ -11,7 +11,6 @@ both ways.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -21,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from laneledger.contract.subjects import Subjects
 from laneledger.runtime.access import AccessPolicy, access_middleware
 from laneledger.runtime.httpjson import errors_middleware
-from laneledger.runtime.opsserver import ops_routes, start_http
+from laneledger.runtime.opsserver import counting_middleware, ops_routes, start_http
 from laneledger.sdk.client import LedgerClient
 
 from .committed import CommittedEvents
@@ -58,20 +57,11 @@ class IngestService:
 
     def _make_app(self) -> web.Application:
         access = access_middleware(self.settings.access, missing_token_hint=missing_token_hint)
-        app = web.Application(middlewares=[self._count, errors_middleware, access])
+        count = counting_middleware(self.metrics.requests)
+        app = web.Application(middlewares=[count, errors_middleware, access])
         app.add_routes(ops_routes(self.registry, self.ready))
         app.add_routes([openapi_route(), *self._korg.routes()])
         return app
-
-    @web.middleware
-    async def _count(
-        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        response = await handler(request)
-        route = request.match_info.route.resource
-        name = route.canonical if route is not None else "unmatched"
-        self.metrics.requests.labels(name, str(response.status)).inc()
-        return response
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Serve; returns the bound HTTP port."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from laneledger.contract.subjects import EVENTS_STREAM, Subjects
 from laneledger.runtime.access import AccessPolicy, access_middleware
 from laneledger.runtime.follow import StreamFollower, StreamIdentity, StreamReplaced
 from laneledger.runtime.httpjson import errors_middleware
-from laneledger.runtime.opsserver import ops_routes, start_http
+from laneledger.runtime.opsserver import counting_middleware, ops_routes, start_http
 from laneledger.runtime.servicemain import cancel_tasks, first_task_end
 from laneledger.sdk.client import LedgerClient
 from laneledger.tlog.cosignature import CosignatureVerifier
@@ -136,7 +135,7 @@ class TailService:
         s = self.settings
         app = web.Application(
             middlewares=[
-                self._count,
+                counting_middleware(self.metrics.requests),
                 errors_middleware,
                 access_middleware(
                     s.access, query_token_paths=QUERY_TOKEN_PATHS, missing_token_hint=missing_token_hint
@@ -186,16 +185,6 @@ class TailService:
         app.add_routes(korg.routes())
         app.add_routes(KorgRead(self.model, self._readers, self.feed).routes(s.korg_tenant))
         return app
-
-    @web.middleware
-    async def _count(
-        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        response = await handler(request)
-        route = request.match_info.route.resource
-        name = route.canonical if route is not None else "unmatched"
-        self.metrics.requests.labels(name, str(response.status)).inc()
-        return response
 
     # -- lifecycle -----------------------------------------------------------------------
 

@@ -6,11 +6,12 @@ stuck"; /readyz asks the service whether it can do its job right now.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from aiohttp.typedefs import Middleware
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 
 
 def ops_routes(
@@ -34,6 +35,24 @@ def ops_routes(
         return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     return [web.get("/healthz", healthz), web.get("/readyz", readyz), web.get("/metrics", metrics)]
+
+
+def counting_middleware(requests: Counter) -> Middleware:
+    """Counts every answered request in ``requests`` (labels: the route's
+    canonical path, or ``unmatched``, and the status), so a path's ids never
+    become label values."""
+
+    @web.middleware
+    async def count(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        response = await handler(request)
+        route = request.match_info.route.resource
+        name = route.canonical if route is not None else "unmatched"
+        requests.labels(name, str(response.status)).inc()
+        return response
+
+    return count
 
 
 # The longest request line a documented request can need: a handful of query
