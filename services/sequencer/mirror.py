@@ -25,6 +25,12 @@ publishing and reports it (``on_fault``: the sequencer stops committing and
 is not ready), and looks again every ``recheck_s``: once the stream equals
 the ledger again (``laneledger repair-stream`` deleted it, and the mirror
 recreated it from the ledger), it reports the recovery and goes on.
+
+A deposed sequencer (``deposed()``: its lease was refused) finds the stream
+past its ledger as a matter of course: its successor wrote it. That is not
+reported as a fault; it publishes nothing more and is cancelled when the
+sequencer stands down (``forget_fault``). The next activation checks the
+stream afresh (``check_at_start``).
 """
 
 from __future__ import annotations
@@ -97,6 +103,7 @@ class CommittedStreamMirror:
         *,
         ensure_stream: Callable[[], Awaitable[None]] | None = None,
         on_fault: Notify | None = None,
+        deposed: Callable[[], bool] = lambda: False,
         queue_batches: int = 64,
         ack_timeout_s: float = 10.0,
         recheck_s: float = 2.0,
@@ -110,6 +117,8 @@ class CommittedStreamMirror:
         self._ack_timeout = ack_timeout_s
         self._ensure_stream = ensure_stream
         self._on_fault = on_fault
+        self._deposed = deposed
+        self._fault_reported = False  # on_fault told of ``fault`` (not found while deposed)
         self._recheck_s = recheck_s
         self.fault: StreamFault | None = None  # while set, nothing is published
         self._queue: asyncio.Queue[list[CommittedRecord]] = asyncio.Queue(queue_batches)
@@ -205,8 +214,22 @@ class CommittedStreamMirror:
 
     def _report(self, fault: StreamFault | None) -> None:
         self.fault = fault
+        if fault is not None and self._deposed():
+            log.info(
+                "the committed stream is its successor's to write: this sequencer was deposed (%s)", fault
+            )
+            return
+        if fault is None and not self._fault_reported:
+            return
+        self._fault_reported = fault is not None
         if self._on_fault is not None:
             self._on_fault(fault)
+
+    def forget_fault(self) -> None:
+        """The sequencer stood down: whatever the stream held is the active
+        one's to find; the next ``check_at_start`` looks again."""
+        self.fault = None
+        self._fault_reported = False
 
     async def _until_whole_again(self) -> None:
         """While the stream holds what the ledger did not write, publish
@@ -231,6 +254,8 @@ class CommittedStreamMirror:
             await self.catch_up()
         except StreamFault as fault:
             self._report(fault)
+        else:
+            self._report(None)  # whole: a fault reported before is over
 
     async def catch_up(self) -> None:
         """Republish everything the ledger has beyond the stream's last

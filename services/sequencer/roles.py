@@ -70,6 +70,12 @@ class RoleKeeper:
         """A standby whose file took the whole log within the last few looks."""
         return time.monotonic() - self._followed_at < 5 * self._lease.settings.try_s
 
+    @property
+    def deposed(self) -> bool:
+        """The lease is no longer this sequencer's (renewing it was refused
+        or stopped), whether or not it has stood down yet."""
+        return self._lease.lost is not None
+
     async def start(self) -> None:
         """Open the lease and try it once: a lone sequencer (or one restarted
         on its own file) is active before this returns."""

@@ -259,6 +259,8 @@ class Sequencer:
             ledger_last_position=lambda: writer.last_position,
             ensure_stream=self._ensure_events_stream,
             on_fault=self._on_stream_fault,
+            # Its lease refused: a successor writes the stream (roles.py).
+            deposed=lambda: self._roles is not None and self._roles.deposed,
             recheck_s=settings.stream_recheck_s,
         )
         # Read at scrape time: a value set when a batch is queued would stay
@@ -429,10 +431,13 @@ class Sequencer:
         await self._commands.stop()
         pull_task = self._active[0] if self._active else None
         if pull_task is not None:
-            try:
-                await asyncio.wait_for(pull_task, timeout=drain_timeout_s)
-            except (TimeoutError, Exception):  # noqa: BLE001 - stopping anyway
-                pull_task.cancel()
+            # Not ``wait_for``: after its timeout it cancels once and then waits
+            # for the task without bound, and the pull loop's batches may be
+            # waiting for a committed stream that a deposed sequencer never
+            # sees reach them. ``cancel_tasks`` asks again and gives up in time.
+            # What the task ended with is left to the ``cancel_tasks`` below.
+            _, running = await asyncio.wait({pull_task}, timeout=drain_timeout_s)
+            await cancel_tasks(running, timeout_s=drain_timeout_s)
         try:
             async with asyncio.timeout(drain_timeout_s):
                 await self.mirror.taken_up()
@@ -440,6 +445,19 @@ class Sequencer:
             pass  # stopping anyway: the next start's catch-up publishes the rest
         await cancel_tasks(self._active, timeout_s=drain_timeout_s)
         self._active = []
+        self._forget_stream_fault()
+
+    def _forget_stream_fault(self) -> None:
+        """Standing down: a standby publishes nothing, so what the committed
+        stream holds is the active one's to find (a deposed one's mirror may
+        have reported its successor's messages before it learnt it was
+        deposed). The next activation checks the stream again."""
+        self.mirror.forget_fault()
+        if self.stream_fault is not None:
+            log.info("standing down: the committed stream is left to the active sequencer to check")
+            self.stream_fault = None
+            self._metrics.stream_fault.set(0)
+            self._stream_whole.set()
 
     async def follow(self) -> int:
         """Apply what the log holds beyond the file (a standby does, every
@@ -568,16 +586,13 @@ class Sequencer:
             while self._stream_whole.is_set() and not finisher.done() and (msgs := intake.take(s.batch_size)):
                 await self._submit(msgs, in_flight)
         finally:
-            # What was held for a foreign stream goes back at once (not after the ack wait).
-            await asyncio.gather(*(m.nak() for m in held), return_exceptions=True)
-            await intake.stop()
-            self._offloop.forget_untaken()  # every request taken was submitted above
             try:
-                await in_flight.put(None)
-                await finisher
-            except asyncio.CancelledError:  # stop() gave up waiting: so does the finisher
-                finisher.cancel()
-                raise
+                # What was held for a foreign stream goes back at once (not after the ack wait).
+                await asyncio.gather(*(m.nak() for m in held), return_exceptions=True)
+                await intake.stop()
+                self._offloop.forget_untaken()  # every request taken was submitted above
+            finally:
+                await _end_finisher(finisher, in_flight)
 
     def _ahead(self, msg: Msg, work: Work) -> Coroutine[Any, Any, int] | None:
         """The intake's gate: what an append request needs before its batch,
@@ -888,6 +903,26 @@ class Sequencer:
         # Half the reply limit for a page's rows: their encoding in the reply
         # differs a little from the stored text.
         return decide_command(self._writer, cmd, max_page_bytes=self._nc.max_payload // 2)
+
+
+async def _end_finisher(finisher: asyncio.Task[None], in_flight: asyncio.Queue[_Batch | None]) -> None:
+    """The pull loop's end: the finisher finishes what was submitted, unless
+    the pull loop is being cancelled (stand_down or stop gave up waiting).
+    Then the finisher is cancelled too, even if the cancel already reached
+    the pull loop elsewhere: its batches may wait for the committed stream
+    to reach positions it never will (a successor wrote it; or it refuses
+    them), and their requests, unacked, are redelivered and answered from
+    the ledger."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        finisher.cancel()
+        return
+    try:
+        await in_flight.put(None)
+        await finisher
+    except asyncio.CancelledError:
+        finisher.cancel()
+        raise
 
 
 def _reply_too_large(op: str, size: int, limit: int) -> RequestTooLarge:
