@@ -99,7 +99,7 @@ DEFAULT_PORTS = {
 def service_specs(
     data_dir: Path, nats_url: str, host: str, ports: dict[str, int], *, standby: bool = False
 ) -> list[ServiceSpec]:
-    """The five services, each started exactly as its container starts it;
+    """The services, each started exactly as its container starts it;
     ``standby``: and a second sequencer on its own file, a standby until the
     first one stops (spec/replication.md, "The lease"), on a free port."""
     common = ["--nats", nats_url, "--http-host", host]
