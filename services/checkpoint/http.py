@@ -20,10 +20,11 @@ from aiohttp import web
 from laneledger.contract.errors import ArtifactMissing, InvalidRequest, LedgerError, TenantMismatch
 from laneledger.contract.model import CheckpointCommand, error_path
 from laneledger.runtime.access import AccessPolicy, Scope, bearer_token
+from laneledger.runtime.apidoc import OPENAPI_PATH
 from laneledger.runtime.httpjson import errors_middleware, json_response
 from laneledger.runtime.opsserver import ops_routes
 
-from .openapi import DOCUMENT, OPENAPI_PATH
+from .openapi import DOCUMENT
 from .service import CheckpointService
 from .store import TENANT_PATH
 

@@ -30,17 +30,15 @@ from laneledger.contract.model import (
     RunInspection,
 )
 from laneledger.runtime.apidoc import (
-    JSON_MEDIA,
     SCHEMA_REF,
     document,
     error_responses,
     error_schemas,
     json_body,
+    openapi_paths,
     ops_paths,
     secure_guarded,
 )
-
-OPENAPI_PATH = "/api/v1/openapi.json"
 
 _, SCHEMAS = msgspec.json.schema_components(
     (Checkpoint, RevisionPage, RecoveryPlan, RunInspection, ReconcileReport, CheckpointServiceInfo),
@@ -107,15 +105,7 @@ def _read(
 
 PATHS: dict[str, Any] = {
     **ops_paths("connected to NATS and at most --ready-max-lag events behind the committed stream"),
-    OPENAPI_PATH: {
-        "get": {
-            "operationId": "openapi",
-            "summary": "this document",
-            "responses": {
-                "200": {"description": "OpenAPI 3.1", "content": {JSON_MEDIA: {"schema": {"type": "object"}}}}
-            },
-        }
-    },
+    **openapi_paths(),
     "/api/v1/checkpoints/{checkpoint_id}": _read(
         "getCheckpoint",
         "one checkpoint by id, with its inline state",

@@ -18,18 +18,18 @@ from aiohttp import web
 from laneledger.compat.korg_append import SERVER_DERIVED, BlobStored, ToolCall, ToolCallAppended
 from laneledger.runtime.apidoc import (
     JSON_MEDIA,
+    OPENAPI_PATH,
     SCHEMA_REF,
     document,
     error_responses,
     error_schemas,
     json_body,
+    openapi_paths,
     ops_paths,
     parameter,
     schema_ref,
     secure_guarded,
 )
-
-OPENAPI_PATH = "/api/v1/openapi.json"
 
 _, SCHEMAS = msgspec.json.schema_components((ToolCall, ToolCallAppended, BlobStored), ref_template=SCHEMA_REF)
 SCHEMAS.update(error_schemas())
@@ -52,15 +52,7 @@ _SHA256 = parameter(
 
 PATHS: dict[str, Any] = {
     **ops_paths("connected to NATS"),
-    OPENAPI_PATH: {
-        "get": {
-            "operationId": "openapi",
-            "summary": "this document",
-            "responses": {
-                "200": {"description": "OpenAPI 3.1", "content": {JSON_MEDIA: {"schema": {"type": "object"}}}}
-            },
-        }
-    },
+    **openapi_paths(),
     "/api/agent/tool-call": {
         "post": {
             "operationId": "korgToolCall",

@@ -72,6 +72,28 @@ def error_responses(*statuses: int) -> dict[str, Any]:
     return found
 
 
+OBJECT_BODY = {"schema": {"type": "object"}}
+OPENAPI_PATH = "/api/v1/openapi.json"  # where each service serves its own document
+
+
+def openapi_paths() -> dict[str, Any]:
+    """The path item of the route serving the document itself."""
+    return {
+        OPENAPI_PATH: {
+            "get": {
+                "operationId": "openapi",
+                "summary": "this document",
+                "responses": {
+                    "200": {
+                        "description": "OpenAPI 3.1",
+                        "content": {JSON_MEDIA: {"schema": {"type": "object"}}},
+                    }
+                },
+            }
+        }
+    }
+
+
 def ops_paths(ready_summary: str) -> dict[str, Any]:
     """The operations routes every service serves (runtime/opsserver.py):
     ``/healthz``, ``/readyz`` (``ready_summary``: what ready means for this
