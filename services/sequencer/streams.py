@@ -6,12 +6,15 @@ at start-up, never silently changed; only a tenant's limits are updated."""
 
 from __future__ import annotations
 
+import logging
+
 from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
     DeliverPolicy,
     DiscardPolicy,
+    PersistMode,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -21,6 +24,8 @@ from nats.js.errors import NotFoundError
 from laneledger.contract.errors import InternalError
 from laneledger.contract.subjects import Subjects
 from laneledger.runtime.tenants import TenantLimits
+
+log = logging.getLogger("laneledger.sequencer")
 
 DUPLICATE_WINDOW_S = 120.0
 SEQUENCER_CONSUMER = "sequencer"
@@ -86,6 +91,14 @@ def _append_stream(
         deny_delete=False,
         deny_purge=False,
         allow_rollup_hdrs=False,
+        # A request's promise is its receipt, not this stream's PubAck: one
+        # lost before its commit is resent by its producer (same append id,
+        # same receipt). So on one server the requests are not fsynced one
+        # by one (ADR-56's R1 `async` mode; JetStream refuses it for R3,
+        # where a quorum stores each request); the transaction log and the
+        # committed stream still are, before any receipt (spec/replication.md,
+        # "Durability").
+        persist_mode=PersistMode.ASYNC if replicas == 1 else None,
     )
 
 
@@ -170,6 +183,7 @@ async def ensure_stream(
     except NotFoundError:
         await js.add_stream(wanted)
         return
+    _warn_on_persist_mode(info.config, wanted)
     differing = {
         name: {"found": getattr(info.config, name), "wanted": getattr(wanted, name)}
         for name in _CHECKED
@@ -189,6 +203,23 @@ async def ensure_stream(
             f"stream {wanted.name} exists with other settings; refusing to change it",
             stream=wanted.name,
             differing=differing,
+        )
+
+
+def _warn_on_persist_mode(found: StreamConfig, wanted: StreamConfig) -> None:
+    """JetStream cannot change a stream's persist mode, so an append stream
+    made by an older sequencer keeps fsyncing each request: correct, slower."""
+    found_mode = PersistMode(found.persist_mode or PersistMode.DEFAULT)
+    wanted_mode = PersistMode(wanted.persist_mode or PersistMode.DEFAULT)
+    if found_mode != wanted_mode:
+        log.warning(
+            "stream %s has persist mode %s, not %s (JetStream cannot change it in place); it works, "
+            "more slowly. To move it: stop the producers, let the sequencer drain it, stop the sequencer, "
+            "delete the stream (nats stream rm %s) and start the sequencer, which makes it anew",
+            wanted.name,
+            found_mode.value,
+            wanted_mode.value,
+            wanted.name,
         )
 
 
