@@ -4,6 +4,12 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
+# Bytecode is cached (__pycache__/, git-ignored) even where the environment
+# turns that off (PYTHONDONTWRITEBYTECODE=1): otherwise every test worker,
+# CLI call and service process compiles laneledger again, and pytest rewrites
+# the asserts of every test module again (about 6 s of CPU per worker here).
+export PYTHONDONTWRITEBYTECODE :=
+
 .PHONY: run test test-fast test-programs mcp-inspector lint docs fault bench install clean sdk-ts sdk-ts-build
 
 $(STAMP): pyproject.toml

@@ -310,7 +310,45 @@ def test_an_error_that_is_no_files_is_named_by_its_type(monkeypatch, capsys):
 
     parser = argparse.ArgumentParser()
     parser.set_defaults(run=timed_out)
-    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(cli, "build_parser", lambda _command=None: parser)
     assert cli.main([]) != 0
     err = capsys.readouterr().err
     assert "TimeoutError" in err and "None" not in err
+
+
+def test_the_command_table_names_each_command_by_the_module_that_defines_it():
+    """``laneledger.cli.COMMANDS`` lets a run import its command's module
+    alone: it must list every command a module defines, with that module,
+    and nothing else."""
+    import argparse
+    import importlib
+
+    import laneledger.cli as cli
+
+    defined: dict[str, str] = {}
+    for module in dict.fromkeys(cli.COMMANDS.values()):
+        commands = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(f"laneledger.cli.{module}").add_commands(commands)
+        defined.update(dict.fromkeys(commands.choices, module))
+    assert defined == cli.COMMANDS
+    assert set(cli.build_parser()._subparsers._group_actions[0].choices) == set(cli.COMMANDS)
+
+
+@pytest.mark.parametrize("command", ["verify", "digest", "canonicalize", "tlog"])
+def test_a_file_command_starts_without_nats_or_the_other_commands(command):
+    """The commands that read files start without importing nats-py (with
+    aiohttp, 0.2 s of CPU) or the modules of unrelated commands."""
+    import laneledger.cli as cli
+
+    probe = (
+        f"import sys; from laneledger import cli; cli.build_parser({command!r}); "
+        "print(' '.join(m for m in sys.modules if m == 'nats' or m.startswith('laneledger.cli.')))"
+    )
+    loaded = set(
+        subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+        ).stdout.split()
+    )
+    assert "nats" not in loaded
+    assert f"laneledger.cli.{cli.COMMANDS[command]}" in loaded
+    assert not loaded & {f"laneledger.cli.{m}" for m in ("ledger", "run", "hooks", "imports", "otel", "mcp")}

@@ -20,6 +20,9 @@ devtools → adapters → cli | the services), with no import cycle: the
 contract is ``laneledger.devtools.layers``, which ``make lint`` checks.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from laneledger.contract.errors import (
     AnchorMismatch,
     AnchorNotCommitted,
@@ -77,16 +80,46 @@ from laneledger.contract.model import (
     SessionView,
     Turn,
 )
-from laneledger.sdk.checkpoints import (
-    CheckpointClient,
-    RunCompletion,
-    complete_run,
-    reconcile,
-)
-from laneledger.sdk.client import AppendHandle, LaneRecorder, LedgerClient, make_event
-from laneledger.sdk.content import PreparedEvent
-from laneledger.sdk.guarantees import AdapterGuarantees
-from laneledger.sdk.guard import Guard
+
+if TYPE_CHECKING:
+    from laneledger.sdk.checkpoints import (
+        CheckpointClient,
+        RunCompletion,
+        complete_run,
+        reconcile,
+    )
+    from laneledger.sdk.client import AppendHandle, LaneRecorder, LedgerClient, make_event
+    from laneledger.sdk.content import PreparedEvent
+    from laneledger.sdk.guarantees import AdapterGuarantees
+    from laneledger.sdk.guard import Guard
+
+# The SDK's names are imported when first asked for, not with the package:
+# every ``import laneledger.<anything>`` runs this module, and the SDK brings
+# nats-py and aiohttp (0.2 s of CPU), which the CLI's file commands, the
+# contract and the store do not need.
+_SDK_NAMES = {
+    "CheckpointClient": "laneledger.sdk.checkpoints",
+    "RunCompletion": "laneledger.sdk.checkpoints",
+    "complete_run": "laneledger.sdk.checkpoints",
+    "reconcile": "laneledger.sdk.checkpoints",
+    "AppendHandle": "laneledger.sdk.client",
+    "LaneRecorder": "laneledger.sdk.client",
+    "LedgerClient": "laneledger.sdk.client",
+    "make_event": "laneledger.sdk.client",
+    "PreparedEvent": "laneledger.sdk.content",
+    "AdapterGuarantees": "laneledger.sdk.guarantees",
+    "Guard": "laneledger.sdk.guard",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _SDK_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'laneledger' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __version__ = "0.1.0"
 

@@ -18,34 +18,48 @@ and returning an exit status:
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
 
 from laneledger import __version__
-from laneledger.cli import (
-    branching,
-    bundles,
-    files,
-    hooks,
-    imports,
-    ledger,
-    mcp,
-    natsconf,
-    otel,
-    repair,
-    restore,
-    run,
-    tail,
-    tlog,
-    verify,
-    witness,
-)
 from laneledger.cli.report import PROG, display, fail, located
 from laneledger.contract.errors import LedgerError, RequestError
 
+# Each command and the module under laneledger.cli that defines it (its
+# add_commands), in the order `laneledger --help` lists them. Only the module
+# of the command being run is imported: together they bring nats-py, aiohttp
+# and most of laneledger, which `laneledger verify FILE` does not need (pip
+# keeps its commands the same way). tests/test_cli.py checks this table
+# against what the modules define.
+COMMANDS: dict[str, str] = {
+    "canonicalize": "files",
+    "digest": "files",
+    "verify": "verify",
+    "export": "ledger",
+    "inspect": "ledger",
+    "reconcile": "ledger",
+    "rewind": "branching",
+    "fork": "branching",
+    "import": "imports",
+    "hook": "hooks",
+    "tail": "tail",
+    "mcp": "mcp",
+    "up": "run",
+    "demo": "run",
+    "nats-config": "natsconf",
+    "repair-stream": "repair",
+    "restore": "restore",
+    "otel": "otel",
+    "tlog": "tlog",
+    "prove": "bundles",
+    "witness": "witness",
+}
 
-def build_parser() -> argparse.ArgumentParser:
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of ``command``'s module alone."""
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="laneledger: an execution ledger for AI-agent harnesses.",
@@ -54,30 +68,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    for module in (
-        files,
-        verify,
-        ledger,
-        branching,
-        imports,
-        hooks,
-        tail,
-        mcp,
-        run,
-        natsconf,
-        repair,
-        restore,
-        otel,
-        tlog,
-        bundles,
-        witness,
-    ):
-        module.add_commands(commands)
+    modules = [COMMANDS[command]] if command in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
+    for name in modules:
+        importlib.import_module(f"laneledger.cli.{name}").add_commands(commands)
     return parser
 
 
+def _command_named(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names, when its first word is one."""
+    return argv[0] if argv and argv[0] in COMMANDS else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(_command_named(argv)).parse_args(argv)
     command: Callable[[argparse.Namespace], int] = args.run  # set by each add_commands
     try:
         return command(args)

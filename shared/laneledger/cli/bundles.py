@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from laneledger.cli.clienttoken import CLIENT_TOKEN_FILE_ENV, client_headers
 from laneledger.cli.hmackey import add_hmac_key_file_option, read_hmac_key_file
 from laneledger.cli.natsoption import add_nats_option
 from laneledger.cli.report import fail, refused
 from laneledger.contract.errors import IntegrityError, InvalidRequest
 from laneledger.contract.subjects import Subjects
-from laneledger.runtime.access import CLIENT_TOKEN_FILE_ENV, client_headers
 from laneledger.sdk.natsconnect import DEFAULT_NATS
 
 if TYPE_CHECKING:

@@ -7,9 +7,9 @@ import asyncio
 import os
 from pathlib import Path
 
+from laneledger.cli.clienttoken import CLIENT_TOKEN_FILE_ENV
 from laneledger.cli.tail import add_tail_options
 from laneledger.contract.errors import InvalidRequest
-from laneledger.runtime.access import CLIENT_TOKEN_FILE_ENV
 
 PORT = 8475  # --serve's default port, beside the services' 8470-8474 and 8476
 LISTEN_ENV = "LANELEDGER_MCP_LISTEN"

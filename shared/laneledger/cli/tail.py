@@ -11,9 +11,9 @@ from typing import Any
 
 import aiohttp
 
+from laneledger.cli.clienttoken import CLIENT_TOKEN_FILE_ENV, client_headers
 from laneledger.contract.errors import LedgerUnavailable
 from laneledger.contract.vocabulary import family_of
-from laneledger.runtime.access import CLIENT_TOKEN_FILE_ENV, client_headers
 from laneledger.runtime.sseframes import frames
 
 FILTERS = ("tenant", "session_id", "run_id", "lane_id", "actor_id", "event_type")

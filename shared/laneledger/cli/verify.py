@@ -12,12 +12,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from laneledger.audit.export import read_export, verify_export
 from laneledger.audit.ledger import LedgerAudit, audit_ledger
 from laneledger.audit.stream import StreamCheck, check_stream
 from laneledger.cli.bundles import add_verify_options, verify_bundle_file, verify_checkpoints
+from laneledger.cli.clienttoken import CLIENT_TOKEN_FILE_ENV, client_headers
 from laneledger.cli.hmackey import add_hmac_key_file_option, read_hmac_key_file
 from laneledger.cli.natsoption import add_nats_option
 from laneledger.cli.report import fail
@@ -25,7 +24,6 @@ from laneledger.compat.korg import read_journal, verify_journal
 from laneledger.contract.errors import ChainFault, IntegrityError, InvalidRequest, LedgerUnavailable
 from laneledger.contract.signing import Ed25519PublicKey, load_public_key
 from laneledger.contract.subjects import Subjects
-from laneledger.runtime.access import CLIENT_TOKEN_FILE_ENV, client_headers
 
 FILE_FORMATS = ("laneledger", "korg-ledger-v1")
 SHOWN_WARNINGS = 20
@@ -287,6 +285,8 @@ def korg_public_key(text: str) -> Ed25519PublicKey:
 
 
 def verify_url(url: str, token_file: str | None = None) -> int:
+    import aiohttp  # here: verifying a file needs no HTTP client
+
     headers = client_headers(token_file)
 
     async def fetch() -> dict[str, Any]:

@@ -18,9 +18,9 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from laneledger.cli.clienttoken import CLIENT_TOKEN_FILE_ENV, client_headers
 from laneledger.cli.report import PROG, fail
 from laneledger.contract.errors import IntegrityError, LedgerError
-from laneledger.runtime.access import CLIENT_TOKEN_FILE_ENV, client_headers
 
 if TYPE_CHECKING:
     from laneledger.tlog.witness import Witness

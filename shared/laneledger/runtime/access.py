@@ -263,17 +263,6 @@ def announce(policy: AccessPolicy, service: str, host: str) -> None:
 # -- HTTP -------------------------------------------------------------------------------
 
 
-CLIENT_TOKEN_FILE_ENV = "LANELEDGER_TOKEN_FILE"  # the CLI's token, for `tail` and `verify --url`
-
-
-def client_headers(token_file: str | None) -> dict[str, str]:
-    """``Authorization`` for a client reading a guarded service, from a file
-    holding its token (``OSError`` if it cannot be read); none without a file."""
-    if not token_file:
-        return {}
-    return {"Authorization": "Bearer " + Path(token_file).read_text().strip()}
-
-
 def guarded(path: str) -> bool:
     """Whether a path needs a token: every one but those that serve no
     tenant's data (the probes, ``/metrics``, the API's own description, the

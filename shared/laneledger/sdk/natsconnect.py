@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import nats
-from nats.aio.client import Client as NATS
+if TYPE_CHECKING:
+    from nats.aio.client import Client as NATS
 
 __all__ = ["DEFAULT_NATS", "checked_nats", "connect_nats", "nats_servers"]
 
@@ -71,6 +71,8 @@ async def connect_nats(setting: str | Sequence[str], *, name: str, **options: An
     """Connect to the servers of ``setting`` as ``name``, reconnecting for as
     long as it takes (at start too: a service waits for NATS rather than
     exit). ``options`` go to ``nats.connect`` and override these."""
+    import nats  # here: a CLI command checks its --nats setting without loading nats-py
+
     defaults: dict[str, Any] = {
         "max_reconnect_attempts": -1,
         "reconnect_time_wait": RECONNECT_WAIT_S,

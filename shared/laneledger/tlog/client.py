@@ -26,7 +26,7 @@ DEFAULT_TIMEOUT_S = 10.0
 
 class LogClient:
     """One tail service's transparency-log routes. ``headers``: its bearer
-    token (``runtime.access.client_headers``) for the proof routes, which
+    token (``cli.clienttoken.client_headers``) for the proof routes, which
     answer a tenant's token only for its own events; the log-wide routes
     (checkpoints, consistency, cosignatures) need none."""
 
