@@ -25,13 +25,10 @@ from laneledger.runtime.httpjson import json_response
 
 from . import korgindex
 from .api import Query, parse_int
+from .queries import EVENTS_LIMITS, HEADS_LIMITS, SUMMARY_LIMITS
 from .routes import ReadModelRoutes
 
 LOCAL = "local"  # Korg §8.1: the one ledger of a v1 Korg server
-# §8.3 defaults and maxima: (default, max).
-SUMMARY_LIMITS = (100, 1000)
-EVENTS_LIMITS = (50, 500)
-HEADS_LIMITS = (100, 1000)
 MAX_AGENTS = 256  # session metadata lists at most this many agents (agent_count is exact)
 MAX_LEDGERS = 1000
 

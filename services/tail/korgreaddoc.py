@@ -7,7 +7,7 @@ from typing import Any
 from laneledger.compat.korg_view import TOOL_CALL_FIELDS
 from laneledger.runtime.apidoc import error_responses, json_body, parameter, schema_ref
 
-from .korgread import EVENTS_LIMITS, HEADS_LIMITS, SUMMARY_LIMITS
+from .queries import EVENTS_LIMITS, HEADS_LIMITS, SUMMARY_LIMITS
 
 _TEXT = {"type": "string", "minLength": 1, "maxLength": 256}
 _POSITION = {"type": "integer", "minimum": 1}

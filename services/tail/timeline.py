@@ -46,11 +46,10 @@ from . import rewinds
 from .api import Query
 from .feed import Feed
 from .owners import TENANT_PARAMETER, TENANT_PARAMETER_DOC
+from .queries import SPANS_DEFAULT, SPANS_MAX
 from .readmodel import ReadModel
 from .routes import ReadModelRoutes
 
-SPANS_DEFAULT = 2000
-SPANS_MAX = 5000
 ID_CHUNK = 500  # ids per IN (...) lookup
 PARAMETERS = ("cursor", "limit", TENANT_PARAMETER)
 
