@@ -23,15 +23,6 @@ from .api import Query
 from .readmodel import ReadModel
 
 TENANT_PARAMETER = "tenant"
-# The parameter as the OpenAPI document shows it on every such route.
-TENANT_PARAMETER_DOC: dict[str, Any] = {
-    "name": TENANT_PARAMETER,
-    "in": "query",
-    "required": False,
-    "schema": {"type": "string", "minLength": 1, "maxLength": 256},
-    "description": "whose id it is (every id is its tenant's own): the token's own by default; with the "
-    "operator token or on an open tail, needed only when several tenants have the id",
-}
 
 # Which tenants the read model knows with an id, by kind (at most two: one
 # more than an answer needs).

@@ -219,6 +219,8 @@ class ConsoleAssetQuery(Parameters, kw_only=True):
 
 # -- the transparency log (transparency.py) --------------------------------------------------
 
+MAX_COSIGNED_BYTES = 64 * 1024  # a posted checkpoint: 100 signature lines fit many times over
+
 CHECKPOINT_SIZE = Meta(
     description="under the checkpoint of this tree size (one the tail serves); default: the latest"
 )

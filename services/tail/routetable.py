@@ -51,7 +51,7 @@ from .answers.sessions import SessionPage
 from .answers.timeline import Timeline
 from .answers.tlog import SessionBundle, TlogConsistency, TlogCosigned
 from .answers.verify import VerifyReport
-from .transparency import MAX_COSIGNED_BYTES
+from .queries import MAX_COSIGNED_BYTES
 
 TEXT = "text/plain"
 # The typed errors a read from the read model may answer: 400 for a parameter

@@ -45,9 +45,9 @@ from .korg import KorgReads, missing_token_hint
 from .korgread import KorgRead
 from .limits import LimitSettings, ReadLimits
 from .metrics import TailMetrics
-from .openapi import QUERY_TOKEN_PATHS, openapi_route
 from .readmodel import ReadModel
 from .rewinds import InvalidationLookup
+from .routetable import QUERY_TOKEN_PATHS, openapi_route
 from .sessions import Sessions
 from .sse import Tail, TerminalLookup
 from .timeline import Timeline

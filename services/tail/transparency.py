@@ -18,7 +18,6 @@ import logging
 import sqlite3
 from collections.abc import Generator
 from concurrent.futures import Executor
-from typing import Any
 
 from aiohttp import web
 
@@ -29,7 +28,7 @@ from laneledger.contract.errors import (
     RequestTooLarge,
 )
 from laneledger.runtime.access import scope_of
-from laneledger.runtime.apidoc import JSON_MEDIA, error_responses, json_body, parameter
+from laneledger.runtime.apidoc import JSON_MEDIA
 from laneledger.runtime.httpjson import json_response
 from laneledger.sqlite import failures_as
 from laneledger.tlog import store as tree_store
@@ -46,15 +45,14 @@ from .api import Query, parse_int
 from .budget import ReadBudget
 from .feed import Feed
 from .limits import ReadLimits
-from .owners import TENANT_PARAMETER_DOC
 from .pagestream import PieceStreamer
+from .queries import MAX_COSIGNED_BYTES
 from .readmodel import ReadModel, Row
 from .routes import ReadModelRoutes
 
 log = logging.getLogger("laneledger.tail")
 
 _READ_FAILED = "read model read failed"
-MAX_COSIGNED_BYTES = 64 * 1024  # a posted checkpoint: 100 signature lines fit many times over
 TEXT = "text/plain"
 
 
@@ -283,149 +281,3 @@ async def _cosigned_bytes(request: web.Request) -> bytes:
         if len(data) > MAX_COSIGNED_BYTES:
             raise too_large()
     return bytes(data)
-
-
-# -- the OpenAPI document's part (openapi.py) ------------------------------------------------
-
-
-def _obj(required: list[str], props: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "object", "required": required, "properties": props, "additionalProperties": False}
-
-
-_B64_HASH = {"type": "string", "pattern": "^[A-Za-z0-9+/]{43}=$"}
-_SIZE = {"type": "integer", "minimum": 0}
-_NOTE = {
-    "description": "a C2SP signed note",
-    "content": {TEXT: {"schema": {"type": "string"}}},
-}
-
-
-_CHECKPOINT_SIZE = parameter(
-    "size",
-    "query",
-    _SIZE,
-    "under the checkpoint of this tree size (one the tail serves); default: the latest",
-)
-
-SCHEMAS: dict[str, Any] = {
-    "TlogConsistency": _obj(
-        ["old_size", "new_size", "proof"],
-        {"old_size": _SIZE, "new_size": _SIZE, "proof": {"type": "array", "items": _B64_HASH}},
-    ),
-    "TlogCosigned": _obj(
-        ["size", "witnesses", "kept_newer"],
-        {
-            "size": _SIZE,
-            "witnesses": {"type": "array", "items": {"type": "string"}, "minItems": 1},
-            "kept_newer": {
-                "type": "array",
-                "items": {"type": "string"},
-                "description": "those of witnesses whose posted cosignature is older than the one "
-                "the tail holds for this size, which it keeps",
-            },
-        },
-    ),
-    "SessionBundle": _obj(
-        ["format", "tenant", "session_id", "checkpoint", "events"],
-        {
-            "format": {"const": "laneledger-session-bundle/v1"},
-            "tenant": {"type": "string"},
-            "session_id": {"type": "string"},
-            "checkpoint": {"type": "string", "description": "the signed checkpoint, verbatim"},
-            "events": {
-                "type": "array",
-                "items": _obj(
-                    ["index", "event", "proof"],
-                    {
-                        "index": _SIZE,
-                        "event": {"type": "string", "description": "base64 of the committed bytes"},
-                        "proof": {"type": "array", "items": _B64_HASH},
-                    },
-                ),
-            },
-        },
-    ),
-}
-
-PATHS: dict[str, Any] = {
-    "/api/v1/tlog/checkpoint": {
-        "get": {
-            "operationId": "tlogCheckpoint",
-            "summary": "the latest checkpoint the tail serves, with the witnesses' cosignatures it holds "
-            "(public)",
-            "responses": {"200": _NOTE, **error_responses(400, 404)},
-        }
-    },
-    "/api/v1/tlog/checkpoints/{size}": {
-        "get": {
-            "operationId": "tlogCheckpointOfSize",
-            "summary": "the checkpoint of one tree size, with its cosignatures (public)",
-            "parameters": [parameter("size", "path", _SIZE, "the tree size")],
-            "responses": {"200": _NOTE, **error_responses(400, 404)},
-        }
-    },
-    "/api/v1/tlog/consistency": {
-        "get": {
-            "operationId": "tlogConsistency",
-            "summary": "a consistency proof of the tree from size old to size new (public)",
-            "parameters": [
-                parameter("old", "query", _SIZE, "the older tree size, at most new", required=True),
-                parameter("new", "query", _SIZE, "the newer tree size, at most the tail's", required=True),
-            ],
-            "responses": {
-                "200": json_body("TlogConsistency", "the proof, base64 hashes"),
-                **error_responses(400),
-            },
-        }
-    },
-    "/api/v1/tlog/cosignatures": {
-        "post": {
-            "operationId": "tlogCosign",
-            "summary": "a witness's cosignatures of a checkpoint the tail serves: kept and served with it "
-            "(public: the signature authenticates)",
-            "requestBody": {
-                "required": True,
-                "content": {TEXT: {"schema": {"type": "string", "maxLength": MAX_COSIGNED_BYTES}}},
-            },
-            "responses": {
-                "200": json_body(
-                    "TlogCosigned",
-                    "the witnesses whose cosignatures the tail holds (an older one never replaces a newer)",
-                ),
-                **error_responses(400, 404, 413),
-            },
-        }
-    },
-    "/api/v1/proofs/{position}": {
-        "get": {
-            "operationId": "eventProof",
-            "summary": "a C2SP tlog-proof of one event (with the event), under a checkpoint the tail serves",
-            "parameters": [
-                parameter("position", "path", {"type": "integer", "minimum": 1}, "ledger position"),
-                _CHECKPOINT_SIZE,
-            ],
-            "responses": {
-                "200": {"description": "the tlog-proof", "content": {TEXT: {"schema": {"type": "string"}}}},
-                **error_responses(400, 404, 503),
-            },
-        }
-    },
-    "/api/v1/sessions/{session_id}/proof": {
-        "get": {
-            "operationId": "sessionProof",
-            "summary": "a session bundle: every event of the session with its inclusion proof under one "
-            "checkpoint the tail serves",
-            "parameters": [
-                parameter(
-                    "session_id", "path", {"type": "string", "minLength": 1, "maxLength": 256}, "session id"
-                ),
-                TENANT_PARAMETER_DOC,
-                _CHECKPOINT_SIZE,
-            ],
-            "responses": {
-                "200": json_body("SessionBundle", "the session bundle (streamed)"),
-                **error_responses(400, 404, 429, 503),
-            },
-        }
-    },
-}
