@@ -20,22 +20,12 @@ from laneledger.contract.errors import InvalidRequest
 from laneledger.runtime.access import Scope, scope_of
 
 from .api import Query
+from .projections.session_index import tenants_with
 from .readmodel import ReadModel
 
 TENANT_PARAMETER = "tenant"
 
-# Which tenants the read model knows with an id, by kind (at most two: one
-# more than an answer needs).
-_TENANTS = {
-    "session": "SELECT tenant FROM session_index WHERE session_id = ? LIMIT 2",
-    "lane": "SELECT DISTINCT tenant FROM session_members WHERE kind = 'lane' AND member = ? LIMIT 2",
-}
-
 Read = Callable[..., Awaitable[Any]]
-
-
-def tenants_with(model: ReadModel, kind: str, entity_id: str) -> list[str]:
-    return [tenant for (tenant,) in model.query(_TENANTS[kind], [entity_id])]
 
 
 async def owner_scope(

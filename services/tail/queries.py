@@ -44,7 +44,7 @@ class NoParameters(Parameters):
 
 
 class EventPageQuery(Parameters, kw_only=True):
-    """A page of events (history.py)."""
+    """A page of events (handlers/history.py)."""
 
     cursor: (
         Annotated[
@@ -112,7 +112,7 @@ class TimelineQuery(OwnedSessionQuery, kw_only=True):
 
 
 class TailQuery(Parameters, kw_only=True):
-    """The live tail's filters (sse.py)."""
+    """The live tail's filters (handlers/sse.py)."""
 
     tenant: Annotated[Text, Meta(description="only this tenant")] | None = None
     session_id: Annotated[Text, Meta(description="only this session; follows it to its end")] | None = None
@@ -217,7 +217,7 @@ class ConsoleAssetQuery(Parameters, kw_only=True):
     asset: Annotated[Literal["app.js", "app.css"], Meta(description="file name")]
 
 
-# -- the transparency log (transparency.py) --------------------------------------------------
+# -- the transparency log (handlers/transparency.py) --------------------------------------------------
 
 MAX_COSIGNED_BYTES = 64 * 1024  # a posted checkpoint: 100 signature lines fit many times over
 
@@ -246,7 +246,7 @@ class SessionProofQuery(Parameters, kw_only=True):
     size: Annotated[Size, CHECKPOINT_SIZE] | None = None
 
 
-# -- Korg (korgread.py, korg.py) ------------------------------------------------------------------
+# -- Korg (handlers/korgread.py, handlers/korg.py) -------------------------------------------------
 
 # Korg §8.3's defaults and maxima per page: (default, max).
 SUMMARY_LIMITS = (100, 1000)

@@ -229,7 +229,7 @@ OPERATIONS: tuple[Operation, ...] = (
         params=q.CostsQuery,
         errors=(400, 403, 500),
     ),
-    # -- the transparency log (transparency.py) ------------------------------------------------
+    # -- the transparency log (handlers/transparency.py) ------------------------------------------------
     Operation(
         "/api/v1/tlog/checkpoint",
         "tlogCheckpoint",
@@ -286,7 +286,7 @@ OPERATIONS: tuple[Operation, ...] = (
         params=q.SessionProofQuery,
         errors=(400, 404, 429, 503),
     ),
-    # -- Korg's reads (korgread.py, korg.py) ----------------------------------------------------
+    # -- Korg's reads (handlers/korgread.py, handlers/korg.py) --------------------------------------
     Operation(
         "/api/journal",
         "korgJournal",

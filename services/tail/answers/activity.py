@@ -1,4 +1,4 @@
-"""The answer of a session's activity (``activity.py``): its turns, actions
+"""The answer of a session's activity (``handlers/activity.py``): its turns, actions
 and attempts as spans, and its human-in-the-loop pauses."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The answers of a session's causal tree (``causal.py``) and of an event's
-causation (``causation.py``)."""
+"""The answers of a session's causal tree (``handlers/causal.py``) and of an event's
+causation (``handlers/causation.py``)."""
 
 from __future__ import annotations
 

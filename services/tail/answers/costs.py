@@ -1,4 +1,4 @@
-"""The answer of ``/api/v1/costs`` (``costs.py``): cost.recorded sums."""
+"""The answer of ``/api/v1/costs`` (``handlers/costs.py``): cost.recorded sums."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The answers of the history routes (``history.py``): pages of committed
+"""The answers of the history routes (``handlers/history.py``): pages of committed
 events, with the session's or run's structure, and a run's inspection."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The answers of Korg's read routes (``korgread.py``, ``korg.py``): its
+"""The answers of Korg's read routes (``handlers/korgread.py``, ``korg.py``): its
 §8 records and pages, and the §1.2 envelopes of ``/api/journal``
 (spec/korg-mapping.md)."""
 

@@ -1,4 +1,4 @@
-"""The answer of the sessions index (``sessions.py``)."""
+"""The answer of the sessions index (``handlers/sessions.py``)."""
 
 from __future__ import annotations
 

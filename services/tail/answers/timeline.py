@@ -1,4 +1,4 @@
-"""The answer of a session's timeline (``timeline.py``): its turns and
+"""The answer of a session's timeline (``handlers/timeline.py``): its turns and
 attempts as spans on a time axis, by lane."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The JSON answers of the transparency log's routes (``transparency.py``);
+"""The JSON answers of the transparency log's routes (``handlers/transparency.py``);
 its checkpoints and proofs are text (C2SP notes)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The answer of ``/api/v1/verify`` (``verify.py``)."""
+"""The answer of ``/api/v1/verify`` (``handlers/verify.py``)."""
 
 from __future__ import annotations
 

@@ -24,14 +24,14 @@ from aiohttp import web
 from laneledger.contract.errors import InvalidRequest, LedgerError, QuotaExceeded
 from laneledger.runtime.access import Scope, scope_of
 
-from . import rewinds
-from .api import Query, parse_int
-from .budget import Hold, ReadBudget
-from .feed import PAGE_RESERVE, EventFilter, Feed
-from .limits import TAILS, Limiter
-from .metrics import TailMetrics
-from .readmodel import ReadModel
-from .streaming import ClientStream, client_stream
+from .. import rewinds
+from ..api import Query, parse_int
+from ..budget import Hold, ReadBudget
+from ..feed import PAGE_RESERVE, EventFilter, Feed
+from ..limits import TAILS, Limiter
+from ..metrics import TailMetrics
+from ..readmodel import ReadModel
+from ..streaming import ClientStream, client_stream
 
 log = logging.getLogger("laneledger.tail")
 

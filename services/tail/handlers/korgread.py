@@ -23,10 +23,10 @@ from laneledger.contract.errors import EntityNotFound, InvalidRequest
 from laneledger.runtime.access import scope_of
 from laneledger.runtime.httpjson import json_response
 
-from . import korgindex
-from .api import Query, parse_int
-from .queries import EVENTS_LIMITS, HEADS_LIMITS, SUMMARY_LIMITS
-from .routes import ReadModelRoutes
+from ..api import Query, parse_int
+from ..projections import korg_index
+from ..queries import EVENTS_LIMITS, HEADS_LIMITS, SUMMARY_LIMITS
+from ..routes import ReadModelRoutes
 
 LOCAL = "local"  # Korg §8.1: the one ledger of a v1 Korg server
 MAX_AGENTS = 256  # session metadata lists at most this many agents (agent_count is exact)
@@ -57,7 +57,7 @@ class KorgRead(ReadModelRoutes):
         ledger = request.match_info["ledger"]
         tenant = self.korg_tenant if ledger == LOCAL else ledger
         if not scope_of(request).allows(tenant) or not await self._read(
-            korgindex.has_ledger, self._model, tenant
+            korg_index.has_ledger, self._model, tenant
         ):
             raise EntityNotFound("no such ledger", kind="ledger", ledger=ledger[:256])
         return tenant
@@ -67,7 +67,7 @@ class KorgRead(ReadModelRoutes):
         whose tenant is ``local_tenant`` when the token may read it)."""
         Query(request, ())
         scope = scope_of(request)
-        tenants = await self._read(korgindex.ledgers, self._model, MAX_LEDGERS)
+        tenants = await self._read(korg_index.ledgers, self._model, MAX_LEDGERS)
         names = [LOCAL if t == self.korg_tenant else t for t in tenants if scope.allows(t)]
         local = self.korg_tenant if scope.allows(self.korg_tenant) else None
         return json_response({"ledgers": names, "local_tenant": local})
@@ -88,7 +88,7 @@ class KorgRead(ReadModelRoutes):
         before = query.integer("cursor", None, low=1)
         limit = query.integer("limit", EVENTS_LIMITS[0], low=1, high=EVENTS_LIMITS[1])
         cause = query.integer("triggered_by", None, low=1)
-        entries, more = await self._read(korgindex.recent, self._model, tenant, before, limit, agent, cause)
+        entries, more = await self._read(korg_index.recent, self._model, tenant, before, limit, agent, cause)
         page = _page([_full(e) for e in entries], more)
         if agent is not None:  # the agent's page names it, as Korg's own server's does
             page = {"source_agent": agent, **page}
@@ -99,14 +99,14 @@ class KorgRead(ReadModelRoutes):
         tenant = await self._tenant(request)
         before = query.integer("cursor", None, low=1)
         limit = query.integer("limit", HEADS_LIMITS[0], low=1, high=HEADS_LIMITS[1])
-        roots = await self._read(korgindex.heads, self._model, tenant, before, limit + 1)
+        roots = await self._read(korg_index.heads, self._model, tenant, before, limit + 1)
         more = len(roots) > limit
         roots = roots[:limit]
         return json_response({"heads": roots, "next_cursor": roots[-1] if more else None, "has_more": more})
 
-    async def _root(self, request: web.Request, tenant: str) -> korgindex.Entry:
+    async def _root(self, request: web.Request, tenant: str) -> korg_index.Entry:
         root = parse_int(request.match_info["root_seq"], "root_seq", low=1)
-        entry = await self._read(korgindex.event, self._model, tenant, root)
+        entry = await self._read(korg_index.event, self._model, tenant, root)
         if entry is None or entry[4] != entry[0]:
             raise EntityNotFound("no session has this root", kind="session", root_seq=root)
         return entry
@@ -116,9 +116,9 @@ class KorgRead(ReadModelRoutes):
         tenant = await self._tenant(request)
         root = await self._root(request, tenant)
         count, last, agents = await self._read(
-            korgindex.session_facts, self._model, tenant, root[0], MAX_AGENTS
+            korg_index.session_facts, self._model, tenant, root[0], MAX_AGENTS
         )
-        last_entry = await self._read(korgindex.event, self._model, tenant, last)
+        last_entry = await self._read(korg_index.event, self._model, tenant, last)
         last_at = _decode.decode(last_entry[1])["committed_at"] if last_entry else None
         return json_response(
             {
@@ -150,7 +150,7 @@ class KorgRead(ReadModelRoutes):
         after = query.integer("cursor", 0)
         limit = query.integer("limit", limits[0], low=1, high=limits[1])
         entries, more = await self._read(
-            korgindex.session, self._model, tenant, root[0], after, limit, query.text("source_agent")
+            korg_index.session, self._model, tenant, root[0], after, limit, query.text("source_agent")
         )
         records = [_full(e) for e in entries]
         if skeleton:
@@ -161,13 +161,13 @@ class KorgRead(ReadModelRoutes):
         Query(request, ())
         tenant = await self._tenant(request)
         seq_id = parse_int(request.match_info["seq_id"], "seq_id", low=1)
-        entry = await self._read(korgindex.event, self._model, tenant, seq_id)
+        entry = await self._read(korg_index.event, self._model, tenant, seq_id)
         if entry is None:
             raise EntityNotFound("no event at this seq_id", kind="event", seq_id=seq_id)
         return json_response(_full(entry))
 
 
-def _full(entry: korgindex.Entry) -> dict[str, Any]:
+def _full(entry: korg_index.Entry) -> dict[str, Any]:
     _, body, agent, triggered_by, root = entry
     return korg_view.record(_decode.decode(body), agent, triggered_by, root)
 

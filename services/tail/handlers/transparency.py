@@ -6,7 +6,7 @@ LEDGER_TLOG with the witnesses' cosignatures it holds, consistency proofs
 between tree sizes, and the witnesses' cosignatures posted to it. Per event
 or session, guarded like every read of tenant data: a C2SP tlog-proof of one
 event, a session bundle. Everything is read from the read model (the tree
-is its own, ``tlogmodel.py``); posted cosignatures are stored through the
+is its own, ``tlog.py``); posted cosignatures are stored through the
 apply thread, the read model's one writer.
 """
 
@@ -40,15 +40,16 @@ from laneledger.tlog.cosignature import CosignatureVerifier
 from laneledger.tlog.note import Signature, split_note
 from laneledger.tlog.sessionbundle import session_bundle_chunks
 
-from . import tlogmodel
-from .api import Query, parse_int
-from .budget import ReadBudget
-from .feed import Feed
-from .limits import ReadLimits
-from .pagestream import PieceStreamer
-from .queries import MAX_COSIGNED_BYTES
-from .readmodel import ReadModel, Row
-from .routes import ReadModelRoutes
+from ..api import Query, parse_int
+from ..budget import ReadBudget
+from ..feed import Feed
+from ..limits import ReadLimits
+from ..pagestream import PieceStreamer
+from ..projections import tlog
+from ..projections.events import Row, event_at
+from ..queries import MAX_COSIGNED_BYTES
+from ..readmodel import ReadModel
+from ..routes import ReadModelRoutes
 
 log = logging.getLogger("laneledger.tail")
 
@@ -87,16 +88,16 @@ def accepted_cosignatures(
             continue
         if not witness.verify(text.encode(), sig.signature):
             raise InvalidRequest(
-                f"the cosignature of {tlogmodel.witness_key(sig)} does not verify",
+                f"the cosignature of {tlog.witness_key(sig)} does not verify",
                 reason="note_signature_invalid",
-                key=tlogmodel.witness_key(sig),
+                key=tlog.witness_key(sig),
             )
         accepted[(sig.name, sig.key_id)] = sig
     if not accepted:
         raise InvalidRequest(
             "no configured witness cosigned the checkpoint",
             reason="note_unverified",
-            signers=[tlogmodel.witness_key(s) for s in signatures],
+            signers=[tlog.witness_key(s) for s in signatures],
         )
     return list(accepted.values())
 
@@ -149,8 +150,8 @@ class Transparency(ReadModelRoutes):
         conn = self._model.connection()
         with failures_as(_READ_FAILED):
             if size is None:
-                size = tlogmodel.latest_size(conn)
-            return None if size is None else tlogmodel.served_note(conn, size)
+                size = tlog.latest_size(conn)
+            return None if size is None else tlog.served_note(conn, size)
 
     async def consistency(self, request: web.Request) -> web.Response:
         query = Query(request, ("old", "new"))
@@ -185,14 +186,14 @@ class Transparency(ReadModelRoutes):
         return json_response(
             {
                 "size": checkpoint.size,
-                "witnesses": [tlogmodel.witness_key(s) for s in accepted],
+                "witnesses": [tlog.witness_key(s) for s in accepted],
                 "kept_newer": kept_newer,
             }
         )
 
     def _stored(self, size: int) -> str | None:
         with failures_as(_READ_FAILED):
-            return tlogmodel.stored_note(self._model.connection(), size)
+            return tlog.stored_note(self._model.connection(), size)
 
     # -- per event or session, guarded -----------------------------------------------------------
 
@@ -200,7 +201,7 @@ class Transparency(ReadModelRoutes):
         query = Query(request, ("size",))
         position = parse_int(request.match_info["position"], "position", low=1)
         size = query.integer("size")
-        row: Row = await self._read(self._model.event_at, position)
+        row: Row = await self._read(event_at, self._model, position)
         if not row.event_type or not scope_of(request).allows(row.tenant):  # as if it were not there
             raise EntityNotFound("no committed event at this position (yet)", kind="event", position=position)
         bundle = await self._read(self._event_bundle, row, size)
@@ -254,12 +255,12 @@ class Transparency(ReadModelRoutes):
     def _covering(conn: sqlite3.Connection, position: int, size: int | None, what: str) -> str:
         """The served checkpoint of ``size`` (default: the latest), which must
         cover ``position``."""
-        latest = tlogmodel.latest_size(conn)
+        latest = tlog.latest_size(conn)
         if size is None:
             if latest is None or latest < position:
                 raise _not_covered(what, position, latest)
             size = latest
-        note = tlogmodel.served_note(conn, size)
+        note = tlog.served_note(conn, size)
         if note is None:
             raise _no_checkpoint(size=size)
         if size < position:

@@ -25,7 +25,7 @@ from laneledger.contract.subjects import Subjects
 from laneledger.runtime.access import scope_of
 from laneledger.sdk.blobstore import BlobBuckets
 
-from .api import Query
+from ..api import Query
 
 
 class BlobReader:

@@ -28,9 +28,9 @@ from laneledger.contract.vocabulary import COST_SUM
 from laneledger.runtime.access import scope_of
 from laneledger.runtime.httpjson import json_response
 
-from .api import Query
-from .feed import Feed
-from .readmodel import ReadModel
+from ..api import Query
+from ..feed import Feed
+from ..readmodel import ReadModel
 
 PARAMETERS = ("tenant", "session_id", "run_id", "bucket_s")
 MAX_BUCKET_S = 31 * 86400

@@ -4,7 +4,7 @@ For the console's event detail: the event its ``causation_id`` names (in
 the same tenant; null when it names none, or one the read model does not
 hold), and the events whose ``causation_id`` is this event's id, oldest
 first, at most ``limit`` (more: ``more_caused``). Read from the read model's
-``causation_id`` column and its index (``readmodel.CAUSATION_INDEX``), so
+``causation_id`` column and its index (``projections.events.CAUSATION_INDEX``), so
 it costs two index lookups however large the session is. Tenant-scoped like
 ``/api/v1/events/{position}``: another tenant's event is not there.
 """
@@ -21,8 +21,9 @@ from laneledger.contract.errors import EntityNotFound
 from laneledger.runtime.access import scope_of
 from laneledger.runtime.httpjson import json_response
 
-from .api import Query, parse_int
-from .readmodel import ReadModel, Row
+from ..api import Query, parse_int
+from ..projections.events import Row, event_at
+from ..readmodel import ReadModel
 
 CAUSED_DEFAULT = 100
 CAUSED_MAX = 1000
@@ -42,7 +43,7 @@ class Causation:
         position = parse_int(request.match_info["position"], "position", low=1)
         limit = query.integer("limit", CAUSED_DEFAULT, low=1, high=CAUSED_MAX)
         loop = asyncio.get_running_loop()
-        row = await loop.run_in_executor(self._readers, self._model.event_at, position)
+        row = await loop.run_in_executor(self._readers, event_at, self._model, position)
         if not row.event_type or not scope_of(request).allows(row.tenant):  # as if it were not there
             raise EntityNotFound("no committed event at this position (yet)", kind="event", position=position)
         found = await loop.run_in_executor(self._readers, self._links, row, limit)

@@ -32,9 +32,9 @@ from laneledger.contract.errors import EntityNotFound, IntegrityError
 from laneledger.contract.vocabulary import COST_SUM, TERMINAL_EVENT_TYPES
 from laneledger.runtime.httpjson import json_response
 
-from .api import Query
-from .owners import TENANT_PARAMETER
-from .routes import ReadModelRoutes
+from ..api import Query
+from ..owners import TENANT_PARAMETER
+from ..routes import ReadModelRoutes
 
 OPENERS = {"turn.started": "turn", "action.started": "action", "attempt.requested": "attempt"}
 CLOSERS = {t: kind for kind in ("turn", "action", "attempt") for t in TERMINAL_EVENT_TYPES[kind]}

@@ -37,15 +37,16 @@ from laneledger.runtime.access import Scope, scope_of
 from laneledger.runtime.httpjson import json_response
 from laneledger.sdk.client import LedgerClient
 
-from . import rewinds
-from .api import Query, parse_int
-from .budget import Hold, ReadBudget
-from .feed import Feed
-from .limits import Limiter
-from .owners import TENANT_PARAMETER
-from .pagestream import PIECE_BYTES, Piece, PieceStreamer
-from .readmodel import ReadModel
-from .routes import ReadModelRoutes
+from .. import rewinds
+from ..api import Query, parse_int
+from ..budget import Hold, ReadBudget
+from ..feed import Feed
+from ..limits import Limiter
+from ..owners import TENANT_PARAMETER
+from ..pagestream import PIECE_BYTES, Piece, PieceStreamer
+from ..projections.events import event_at
+from ..readmodel import ReadModel
+from ..routes import ReadModelRoutes
 
 PAGE_DEFAULT = 100
 PAGE_MAX = 1000
@@ -142,7 +143,7 @@ class History(ReadModelRoutes):
     async def event(self, request: web.Request) -> web.Response:
         query = Query(request, (rewinds.PARAMETER,))
         position = parse_int(request.match_info["position"], "position", low=1)
-        row = await self._read(self._model.event_at, position)
+        row = await self._read(event_at, self._model, position)
         if not scope_of(request).allows(row.tenant):  # as if it were not there
             raise EntityNotFound("no committed event at this position (yet)", kind="event", position=position)
         if not row.event_type:

@@ -41,12 +41,13 @@ from laneledger.runtime.httpjson import json_response
 from laneledger.sdk.client import LedgerClient
 from laneledger.sqlite import failures_as
 
-from .api import Query
-from .feed import Feed
-from .limits import ReadLimits
-from .owners import TENANT_PARAMETER
-from .readmodel import COLUMNS, ReadModel, Row
-from .routes import ReadModelRoutes
+from ..api import Query
+from ..feed import Feed
+from ..limits import ReadLimits
+from ..owners import TENANT_PARAMETER
+from ..projections.events import COLUMNS, Row
+from ..readmodel import ReadModel
+from ..routes import ReadModelRoutes
 
 WALK_PAGE = 5000  # rows checked per reader-thread call
 _READ_FAILED = "read model read failed"

@@ -34,11 +34,11 @@ from laneledger.contract.subjects import Subjects, token
 from laneledger.runtime.access import scope_of
 from laneledger.sdk.blobstore import BlobStore, tenant_uploads_bucket_name
 
-from .api import Query
+from ..api import Query
+from ..feed import Feed
+from ..readmodel import ReadModel
+from ..streaming import client_stream
 from .blobs import BlobReader, blob_response, content_type
-from .feed import Feed
-from .readmodel import ReadModel
-from .streaming import client_stream
 
 RECORDER = "korg:api"  # Korg §1.2.6: the recorder of every HTTP append
 SCHEMA_VERSION = "1.0"
@@ -151,7 +151,7 @@ class KorgReads:
         self, session_id: str | None, cursor: int, applied: int, limit: int
     ) -> list[tuple[int, bytes, str, int | None]]:
         """Every event of the Korg tenant (tool calls and natively recorded
-        events alike), with its Korg source_agent and triggered_by (``korgindex``)."""
+        events alike), with its Korg source_agent and triggered_by (``projections/korg_index.py``)."""
         where, params = "e.tenant = ?", [self._tenant]
         if session_id is not None:
             where += " AND e.session_id = ?"

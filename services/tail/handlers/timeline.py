@@ -41,13 +41,13 @@ from laneledger.runtime.httpjson import json_response
 from laneledger.sdk.client import LedgerClient
 from laneledger.sdk.spine import spawned_by
 
-from . import rewinds
-from .api import Query
-from .feed import Feed
-from .owners import TENANT_PARAMETER
-from .queries import SPANS_DEFAULT, SPANS_MAX
-from .readmodel import ReadModel
-from .routes import ReadModelRoutes
+from .. import rewinds
+from ..api import Query
+from ..feed import Feed
+from ..owners import TENANT_PARAMETER
+from ..queries import SPANS_DEFAULT, SPANS_MAX
+from ..readmodel import ReadModel
+from ..routes import ReadModelRoutes
 
 ID_CHUNK = 500  # ids per IN (...) lookup
 PARAMETERS = ("cursor", "limit", TENANT_PARAMETER)

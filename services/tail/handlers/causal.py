@@ -26,13 +26,13 @@ from laneledger.runtime.httpjson import json_response
 from laneledger.sdk.client import LedgerClient
 from laneledger.sdk.spine import spawned_by
 
-from . import rewinds
-from .api import Query
-from .feed import Feed
+from .. import rewinds
+from ..api import Query
+from ..feed import Feed
+from ..owners import TENANT_PARAMETER
+from ..readmodel import ReadModel
+from ..routes import ReadModelRoutes
 from .history import scoped
-from .owners import TENANT_PARAMETER
-from .readmodel import ReadModel
-from .routes import ReadModelRoutes
 
 TREE_DEFAULT = 500
 TREE_MAX = 2000
