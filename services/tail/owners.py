@@ -19,7 +19,6 @@ from typing import Any
 from laneledger.contract.errors import InvalidRequest
 from laneledger.runtime.access import Scope, scope_of
 
-from .api import Query
 from .projections.session_index import tenants_with
 from .readmodel import ReadModel
 
@@ -29,12 +28,13 @@ Read = Callable[..., Awaitable[Any]]
 
 
 async def owner_scope(
-    request: Any, query: Query, read: Read, model: ReadModel, kind: str, entity_id: str
+    request: Any, tenant: str | None, read: Read, model: ReadModel, kind: str, entity_id: str
 ) -> Scope:
     """The request's scope narrowed to the tenant whose ``kind`` ``entity_id``
-    it means (see the module docstring); ``read`` runs a query on a reader thread."""
+    it means (see the module docstring), ``tenant`` the parameter's value;
+    ``read`` runs a query on a reader thread."""
     scope = scope_of(request)
-    named = scope.narrow(query.text(TENANT_PARAMETER))
+    named = scope.narrow(tenant)
     if named is not None:
         return Scope(named, operator=scope.operator)
     tenants = await read(tenants_with, model, kind, entity_id)

@@ -179,6 +179,9 @@ class VerifyQuery(Parameters, kw_only=True):
     ) = None
 
 
+MAX_BUCKET_S = 31 * 86400  # a cost series' widest bucket
+
+
 class CostsQuery(Parameters, kw_only=True):
     tenant: Annotated[Text, Meta(description="only this tenant")] | None = None
     session_id: Annotated[Text, Meta(description="only this session")] | None = None
@@ -188,7 +191,7 @@ class CostsQuery(Parameters, kw_only=True):
             int,
             Meta(
                 ge=1,
-                le=2678400,
+                le=MAX_BUCKET_S,
                 description="series bucket width in seconds (default: chosen for at most 120 buckets)",
             ),
         ]
@@ -257,14 +260,14 @@ LEDGER = Meta(description="a tenant; local: the tail's Korg tenant")
 ROOT = Meta(description="the seq_id of the session's root")
 AGENT = Meta(description="only this agent's events")
 CAUSE = Meta(description="only the events this seq_id triggered")
-OLDER = Meta(description="returns seq_id < cursor")
+OLDER = Meta(description="returns seq_id < cursor")  # so at least 1
 NEWER = Meta(description="returns seq_id > cursor")
 AT_MOST = "at most this many"
 
 
 class KorgRecentQuery(Parameters, kw_only=True):
     ledger: Annotated[Text, LEDGER]
-    cursor: Annotated[Size, OLDER] | None = None
+    cursor: Annotated[Position, OLDER] | None = None
     limit: Annotated[int, Meta(ge=1, le=EVENTS_LIMITS[1], description=AT_MOST)] = EVENTS_LIMITS[0]
     triggered_by: Annotated[Position, CAUSE] | None = None
 
@@ -275,7 +278,7 @@ class KorgAgentRecentQuery(KorgRecentQuery, kw_only=True):
 
 class KorgHeadsQuery(Parameters, kw_only=True):
     ledger: Annotated[Text, LEDGER]
-    cursor: Annotated[Size, OLDER] | None = None
+    cursor: Annotated[Position, OLDER] | None = None
     limit: Annotated[int, Meta(ge=1, le=HEADS_LIMITS[1], description=AT_MOST)] = HEADS_LIMITS[0]
 
 

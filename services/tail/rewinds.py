@@ -20,14 +20,9 @@ from laneledger.contract.model import JsonObject
 from laneledger.contract.vocabulary import REWOUND
 from laneledger.history.rewind import Invalidation
 
-from .api import Query
 from .readmodel import ReadModel
 
-PARAMETER = "exclude_invalidated"
-
-
-def exclude_requested(query: Query) -> bool:
-    return query.choice(PARAMETER, ("false", "true")) == "true"
+PARAMETER = "exclude_invalidated"  # each route's: queries.py
 
 
 def invalidation(model: ReadModel, tenant: str | None, session_id: str, applied: int) -> Invalidation:

@@ -419,8 +419,9 @@ DOCUMENT: dict[str, Any] = document(
     'laneledger committed stream. Every error is {"error": ErrorBody} '
     "(spec/errors.md); see spec/tail.md.",
     paths=_paths(),
-    # The structure objects the history routes show in full (history.full).
-    schemas=answer_schemas(OPERATIONS, in_full=(Lane, Turn, Action, Attempt)),
+    # The structure objects the history routes show in full (history.full),
+    # and an answer whose default is always there.
+    schemas=answer_schemas(OPERATIONS, in_full=(Lane, Turn, Action, Attempt, KorgSession)),
     bearer_description="a tenant's token (sees that tenant only) or the "
     "operator's (every tenant); spec/tail.md, Access",
     security_schemes={

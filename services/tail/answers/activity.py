@@ -12,6 +12,8 @@ from laneledger.contract.model import Id, Timestamp
 from . import Answer, Count, Position
 from .costs import Money
 
+Outcome = Literal["completed", "failed"]
+
 
 class Span(Answer, kw_only=True):
     id: Id
@@ -19,9 +21,7 @@ class Span(Answer, kw_only=True):
     run_id: Id | None
     started_position: Position | None
     started_at: Timestamp | None
-    outcome: Annotated[
-        Literal["completed", "failed"] | None, Meta(description="null while open (an unresolved attempt)")
-    ]
+    outcome: Annotated[Outcome | None, Meta(description="null while open (an unresolved attempt)")]
     ended_position: Position | None
     ended_at: Timestamp | None
     duration_ms: Annotated[int | None, Meta(description="between the two events' occurred_at")]

@@ -16,8 +16,8 @@ class Money(Answer, kw_only=True):
     amount: Decimal
 
 
-class Tally(Answer, kw_only=True):
-    """A cost sum in one currency."""
+class CostTotal(Answer, kw_only=True):
+    """A cost sum in one currency, with the tokens and events behind it."""
 
     currency: str
     amount: Decimal
@@ -26,12 +26,12 @@ class Tally(Answer, kw_only=True):
     output_tokens: Count
 
 
-class ModelTally(Tally, kw_only=True):
+class ModelCost(CostTotal, kw_only=True):
     provider: str
     model: str
 
 
-class TenantTally(Tally, kw_only=True):
+class TenantCost(CostTotal, kw_only=True):
     tenant: Id
 
 
@@ -52,9 +52,9 @@ class CostReport(Answer, kw_only=True):
     run_id: Id | None
     events: Count
     bucket_s: Annotated[int, Meta(ge=1, description="width of a series bucket, as asked or chosen")]
-    totals: list[Tally]
-    by_model: list[ModelTally]
-    by_tenant: list[TenantTally]
+    totals: list[CostTotal]
+    by_model: list[ModelCost]
+    by_tenant: list[TenantCost]
     series: Annotated[
         list[CostPoint], Meta(description="one point per (bucket, model, tenant, currency), by bucket start")
     ]

@@ -87,9 +87,9 @@ class KorgSession(Answer, kw_only=True):
     agents: list[str]
     first_seq: Position
     last_seq: Position
-    last_event_at: str
+    last_event_at: str | None
     last_event_seq: Position
-    schema_version: SchemaVersion
+    schema_version: SchemaVersion = "1.0"
 
 
 class KorgLedgers(Answer, kw_only=True):

@@ -21,12 +21,12 @@ from laneledger.contract.errors import EntityNotFound
 from laneledger.runtime.access import scope_of
 from laneledger.runtime.httpjson import json_response
 
-from ..api import Query, parse_int
+from ..answers.causal import EventCausation, EventRef
+from ..api import decode_parameters
 from ..projections.events import Row, event_at
+from ..queries import CausationQuery
 from ..readmodel import ReadModel
 
-CAUSED_DEFAULT = 100
-CAUSED_MAX = 1000
 _REF = "position, event_id, event_type, lane_id, seq, session_id"
 
 
@@ -39,9 +39,8 @@ class Causation:
         return web.get("/api/v1/events/{position}/causation", self.get, name="event_causation")
 
     async def get(self, request: web.Request) -> web.Response:
-        query = Query(request, ("limit",))
-        position = parse_int(request.match_info["position"], "position", low=1)
-        limit = query.integer("limit", CAUSED_DEFAULT, low=1, high=CAUSED_MAX)
+        query = decode_parameters(request, CausationQuery)
+        position, limit = query.position, query.limit
         loop = asyncio.get_running_loop()
         row = await loop.run_in_executor(self._readers, event_at, self._model, position)
         if not row.event_type or not scope_of(request).allows(row.tenant):  # as if it were not there
@@ -49,7 +48,7 @@ class Causation:
         found = await loop.run_in_executor(self._readers, self._links, row, limit)
         return json_response(found)
 
-    def _links(self, row: Row, limit: int) -> dict[str, Any]:
+    def _links(self, row: Row, limit: int) -> EventCausation:
         cause = None
         if row.causation_id:
             rows = self._model.query(
@@ -61,23 +60,23 @@ class Causation:
             f"SELECT {_REF} FROM events WHERE causation_id = ? AND tenant = ? ORDER BY position LIMIT ?",
             (row.event_id, row.tenant, limit + 1),
         )
-        return {
-            "position": row.position,
-            "event_id": row.event_id,
-            "causation_id": row.causation_id or None,
-            "cause": cause,
-            "caused": [_ref(r) for r in caused[:limit]],
-            "more_caused": len(caused) > limit,
-        }
+        return EventCausation(
+            position=row.position,
+            event_id=row.event_id,
+            causation_id=row.causation_id or None,
+            cause=cause,
+            caused=[_ref(r) for r in caused[:limit]],
+            more_caused=len(caused) > limit,
+        )
 
 
-def _ref(row: tuple[Any, ...]) -> dict[str, Any]:
+def _ref(row: tuple[Any, ...]) -> EventRef:
     position, event_id, event_type, lane_id, seq, session_id = row
-    return {
-        "position": position,
-        "event_id": event_id,
-        "event_type": event_type,
-        "lane_id": lane_id,
-        "seq": seq,
-        "session_id": session_id,
-    }
+    return EventRef(
+        position=position,
+        event_id=event_id,
+        event_type=event_type,
+        lane_id=lane_id,
+        seq=seq,
+        session_id=session_id,
+    )

@@ -16,15 +16,14 @@ from aiohttp import web
 from laneledger.runtime.access import scope_of
 from laneledger.runtime.httpjson import json_response
 
-from ..api import Query
+from ..answers.sessions import SessionPage
+from ..api import decode_parameters
 from ..projections import session_index
+from ..queries import SessionsQuery
 
 if TYPE_CHECKING:
     from ..feed import Feed
     from ..readmodel import ReadModel
-
-PARAMETERS = ("tenant", "status", "actor_id", "q", "since", "until", "before", "limit")
-MAX_LIMIT = 500
 
 
 class Sessions:
@@ -37,19 +36,12 @@ class Sessions:
         return web.get("/api/v1/sessions", self.sessions, name="sessions")
 
     async def sessions(self, request: web.Request) -> web.Response:
-        query = Query(request, PARAMETERS)
-        tenant = scope_of(request).narrow(query.text("tenant"))  # access.py
-        filters = {
-            "tenant": tenant,
-            "status": query.optional_choice("status", session_index.FILTERS),
-            "actor_id": query.text("actor_id"),
-            "q": query.text("q"),
-            "since": query.text("since"),
-            "until": query.text("until"),
-            "before": query.integer("before", None, low=1),
-        }
-        limit = query.integer("limit", 50, low=1, high=MAX_LIMIT)
-        page = await asyncio.get_running_loop().run_in_executor(
-            self._readers, session_index.page, self._model, filters, limit
+        query = decode_parameters(request, SessionsQuery)
+        tenant = scope_of(request).narrow(query.tenant)  # access.py
+        sessions, next_before = await asyncio.get_running_loop().run_in_executor(
+            self._readers, session_index.page, self._model, query, tenant
         )
-        return json_response({"applied_position": self._feed.applied, **page})
+        applied = self._feed.applied
+        return json_response(
+            SessionPage(applied_position=applied, sessions=sessions, next_before=next_before)
+        )

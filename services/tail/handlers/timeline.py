@@ -42,15 +42,14 @@ from laneledger.sdk.client import LedgerClient
 from laneledger.sdk.spine import spawned_by
 
 from .. import rewinds
-from ..api import Query
+from ..answers import timeline as answer
+from ..api import decode_parameters
 from ..feed import Feed
-from ..owners import TENANT_PARAMETER
-from ..queries import SPANS_DEFAULT, SPANS_MAX
+from ..queries import TimelineQuery
 from ..readmodel import ReadModel
 from ..routes import ReadModelRoutes
 
 ID_CHUNK = 500  # ids per IN (...) lookup
-PARAMETERS = ("cursor", "limit", TENANT_PARAMETER)
 
 OPENERS = {"turn.started": "turn", "attempt.requested": "attempt"}
 CLOSERS = {t: kind for kind in ("turn", "attempt") for t in TERMINAL_EVENT_TYPES[kind]}
@@ -102,12 +101,10 @@ class Timeline(ReadModelRoutes):
         return web.get("/api/v1/sessions/{session_id}/timeline", self.get, name="timeline")
 
     async def get(self, request: web.Request) -> web.Response:
-        query = Query(request, PARAMETERS)
-        cursor = query.integer("cursor", 0)
-        limit = query.integer("limit", SPANS_DEFAULT, low=1, high=SPANS_MAX)
-        session_id = request.match_info["session_id"]
+        query = decode_parameters(request, TimelineQuery)
+        cursor, limit, session_id = query.cursor or 0, query.limit, query.session_id
         applied = self._feed.applied
-        scope = await self._owner(request, query, "session", session_id)
+        scope = await self._owner(request, query.tenant, "session", session_id)
         where, params = "session_id = ?", [session_id]
         if scope.tenant is not None:
             where, params = f"{where} AND tenant = ?", [*params, scope.tenant]
@@ -121,17 +118,19 @@ class Timeline(ReadModelRoutes):
         known = {lane.id: lane for lane in view.lanes}
         for lane_id, entry in lanes.items():
             entry.update(_described(known.get(lane_id)))
+        # The lanes and spans are built as dicts by the reads below; read as
+        # the answer's Structs here, so a part that drifted from the document fails.
         return json_response(
-            {
-                "session_id": session_id,
-                "applied_position": applied,
-                "origin_at": clock.origin,
-                "end_ms": max((lane["last_ms"] or 0 for lane in lanes.values()), default=0),
-                "lanes": list(lanes.values()),
-                "spans": spans,
-                "next_cursor": last_read,
-                "has_more": more,
-            }
+            answer.Timeline(
+                session_id=session_id,
+                applied_position=applied,
+                origin_at=clock.origin,
+                end_ms=max((lane["last_ms"] or 0 for lane in lanes.values()), default=0),
+                lanes=msgspec.convert(list(lanes.values()), list[answer.TimelineLane]),
+                spans=msgspec.convert(spans, list[answer.TimelineSpan]),
+                next_cursor=last_read,
+                has_more=more,
+            )
         )
 
     # -- reader threads ----------------------------------------------------------------------

@@ -40,14 +40,22 @@ from laneledger.tlog.cosignature import CosignatureVerifier
 from laneledger.tlog.note import Signature, split_note
 from laneledger.tlog.sessionbundle import session_bundle_chunks
 
-from ..api import Query, parse_int
+from ..answers.tlog import TlogConsistency, TlogCosigned
+from ..api import decode_parameters, within
 from ..budget import ReadBudget
 from ..feed import Feed
 from ..limits import ReadLimits
 from ..pagestream import PieceStreamer
 from ..projections import tlog
 from ..projections.events import Row, event_at
-from ..queries import MAX_COSIGNED_BYTES
+from ..queries import (
+    MAX_COSIGNED_BYTES,
+    CheckpointQuery,
+    ConsistencyQuery,
+    EventProofQuery,
+    NoParameters,
+    SessionProofQuery,
+)
 from ..readmodel import ReadModel
 from ..routes import ReadModelRoutes
 
@@ -132,15 +140,14 @@ class Transparency(ReadModelRoutes):
     # -- log-wide, public ------------------------------------------------------------------
 
     async def latest(self, request: web.Request) -> web.Response:
-        Query(request, ())
+        decode_parameters(request, NoParameters)
         note = await self._read(self._served, None)
         if note is None:
             raise _no_checkpoint()
         return _text(note)
 
     async def at_size(self, request: web.Request) -> web.Response:
-        Query(request, ())
-        size = parse_int(request.match_info["size"], "size")
+        size = decode_parameters(request, CheckpointQuery).size
         note = await self._read(self._served, size)
         if note is None:
             raise _no_checkpoint(size=size)
@@ -154,24 +161,20 @@ class Transparency(ReadModelRoutes):
             return None if size is None else tlog.served_note(conn, size)
 
     async def consistency(self, request: web.Request) -> web.Response:
-        query = Query(request, ("old", "new"))
+        query = decode_parameters(request, ConsistencyQuery)
         tree = self._feed.applied  # committed, so every reader sees at least this tree
-        new = query.integer("new", low=0, high=tree)
-        if new is None:
-            raise InvalidRequest("new (a tree size) is required", parameter="new")
-        old = query.integer("old", low=0, high=new)
-        if old is None:
-            raise InvalidRequest("old (a tree size) is required", parameter="old")
+        new = within(query.new, "new", high=tree)
+        old = within(query.old, "old", high=new)
         proof = await self._read(self._consistency, old, new)
         return json_response(
-            {"old_size": old, "new_size": new, "proof": [base64.b64encode(h).decode() for h in proof]}
+            TlogConsistency(old_size=old, new_size=new, proof=[base64.b64encode(h).decode() for h in proof])
         )
 
     def _consistency(self, old: int, new: int) -> list[bytes]:
         return tree_store.consistency_proof(self._model.connection(), old, new)
 
     async def cosign(self, request: web.Request) -> web.Response:
-        Query(request, ())
+        decode_parameters(request, NoParameters)
         data = await _cosigned_bytes(request)
         text, signatures = split_note(data)
         checkpoint = TreeHead.parse(text)
@@ -183,13 +186,8 @@ class Transparency(ReadModelRoutes):
         kept_newer = await loop.run_in_executor(
             self._apply_thread, self._model.store_cosignatures, checkpoint.size, accepted
         )
-        return json_response(
-            {
-                "size": checkpoint.size,
-                "witnesses": [tlog.witness_key(s) for s in accepted],
-                "kept_newer": kept_newer,
-            }
-        )
+        witnesses = [tlog.witness_key(s) for s in accepted]
+        return json_response(TlogCosigned(size=checkpoint.size, witnesses=witnesses, kept_newer=kept_newer))
 
     def _stored(self, size: int) -> str | None:
         with failures_as(_READ_FAILED):
@@ -198,9 +196,8 @@ class Transparency(ReadModelRoutes):
     # -- per event or session, guarded -----------------------------------------------------------
 
     async def event_proof(self, request: web.Request) -> web.Response:
-        query = Query(request, ("size",))
-        position = parse_int(request.match_info["position"], "position", low=1)
-        size = query.integer("size")
+        query = decode_parameters(request, EventProofQuery)
+        position, size = query.position, query.size
         row: Row = await self._read(event_at, self._model, position)
         if not row.event_type or not scope_of(request).allows(row.tenant):  # as if it were not there
             raise EntityNotFound("no committed event at this position (yet)", kind="event", position=position)
@@ -214,12 +211,9 @@ class Transparency(ReadModelRoutes):
             return make_bundle(conn, row.position, note, event=row.body).format()
 
     async def session_proof(self, request: web.Request) -> web.StreamResponse:
-        query = Query(request, ("tenant", "size"))
-        session_id = request.match_info["session_id"]
-        if not 1 <= len(session_id) <= 256:
-            raise InvalidRequest("session_id must be 1 to 256 characters", parameter="session_id")
-        size = query.integer("size")
-        scope = await self._owner(request, query, "session", session_id)
+        query = decode_parameters(request, SessionProofQuery)
+        session_id, size = query.session_id, query.size
+        scope = await self._owner(request, query.tenant, "session", session_id)
         if scope.tenant is None:  # no tenant has such a session
             raise EntityNotFound("no such session", kind="session", session_id=session_id)
         with self._limits.reads.slot(scope_of(request)):

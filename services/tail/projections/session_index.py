@@ -28,6 +28,9 @@ import msgspec
 from laneledger.contract.vocabulary import COST_SUM, TERMINAL_EVENT_TYPES
 from laneledger.sqlite import put_meta
 
+from ..answers.costs import Money
+from ..answers.sessions import SessionSummary
+from ..queries import SessionsQuery
 from . import Reads
 from .events import Row
 
@@ -66,9 +69,7 @@ CREATE TABLE IF NOT EXISTS session_costs (
 ) WITHOUT ROWID;
 """
 
-STATUSES = ("running", "completed", "failed")
-# What ``status=`` filters on: a status, or what needs a person's attention.
-FILTERS = (*STATUSES, "unresolved", "paused")
+STATUSES = ("running", "completed", "failed")  # what ``status=`` filters on, but for those below
 FOLDED = "sessions_folded_position"  # meta key: the last position folded into the index
 
 _RUN_ENDS = frozenset(TERMINAL_EVENT_TYPES["run"])
@@ -201,88 +202,85 @@ def _summarise(db: sqlite3.Connection, key: tuple[str, str]) -> None:
     )
 
 
-def page(reads: Reads, f: dict[str, Any], limit: int) -> dict[str, Any]:
-    """A page of the index, newest (last event) first, under the filters ``f``
-    (the route's parameters), and the next page's ``before``."""
+def page(reads: Reads, query: SessionsQuery, tenant: str | None) -> tuple[list[SessionSummary], int | None]:
+    """A page of the index, newest (last event) first, under the route's
+    filters (``tenant``: the one its token allows), and the next page's
+    ``before``: sessions whose last event is older than this page's oldest."""
     where: list[str] = []
     params: list[Any] = []
-    if f["tenant"] is not None:
+    if tenant is not None:
         where.append("s.tenant = ?")
-        params.append(f["tenant"])
-    if f["status"] in STATUSES:
+        params.append(tenant)
+    if query.status in STATUSES:
         where.append("s.status = ?")
-        params.append(f["status"])
-    elif f["status"] == "unresolved":
+        params.append(query.status)
+    elif query.status == "unresolved":
         where.append("s.attempts_open > 0")
-    elif f["status"] == "paused":
+    elif query.status == "paused":
         where.append("s.pauses_pending > 0")
-    if f["q"] is not None:
+    if query.q is not None:
         where.append("instr(s.session_id, ?) > 0")
-        params.append(f["q"])
-    if f["since"] is not None:  # active at or after
+        params.append(query.q)
+    if query.since is not None:  # active at or after
         where.append("s.last_at >= ?")
-        params.append(f["since"])
-    if f["until"] is not None:  # active at or before
+        params.append(query.since)
+    if query.until is not None:  # active at or before
         where.append("s.first_at <= ?")
-        params.append(f["until"])
-    if f["before"] is not None:
+        params.append(query.until)
+    if query.before is not None:
         where.append("s.last_position < ?")
-        params.append(f["before"])
-    if f["actor_id"] is not None:
+        params.append(query.before)
+    if query.actor_id is not None:
         where.append(
             "EXISTS (SELECT 1 FROM session_members m WHERE m.tenant = s.tenant"
             " AND m.session_id = s.session_id AND m.kind = 'actor' AND m.member = ?)"
         )
-        params.append(f["actor_id"])
+        params.append(query.actor_id)
     sql = (
         "SELECT s.tenant, s.session_id, s.first_position, s.last_position, s.first_at, s.last_at,"
         " s.events, s.runs, s.lanes, s.status, s.attempts_open, s.pauses_pending FROM session_index s"
         + (" WHERE " + " AND ".join(where) if where else "")
         + " ORDER BY s.last_position DESC LIMIT ?"
     )
-    rows = reads.query(sql, [*params, limit + 1])
-    more = len(rows) > limit
-    rows = rows[:limit]
+    rows = reads.query(sql, [*params, query.limit + 1])
+    more = len(rows) > query.limit
+    rows = rows[: query.limit]
     costs = _costs(reads, [(row[0], row[1]) for row in rows])
-    sessions = [_session(row, costs.get((row[0], row[1]), [])) for row in rows]
-    return {
-        "sessions": sessions,
-        # The next page: sessions whose last event is older than this page's oldest.
-        "next_before": sessions[-1]["last_position"] if more else None,
-    }
+    sessions = [_summary(row, costs.get((row[0], row[1]), [])) for row in rows]
+    return sessions, sessions[-1].last_position if more else None
 
 
-def _costs(reads: Reads, keys: list[tuple[str, str]]) -> dict[tuple[str, str], list[dict[str, str]]]:
+def _costs(reads: Reads, keys: list[tuple[str, str]]) -> dict[tuple[str, str], list[Money]]:
     """The cost per currency of each session of a page, in one query."""
     if not keys:
         return {}
     marks = ",".join("(?,?)" for _ in keys)
-    found: dict[tuple[str, str], list[dict[str, str]]] = {}
+    found: dict[tuple[str, str], list[Money]] = {}
     for tenant, session_id, currency, amount in reads.query(
         "SELECT tenant, session_id, currency, amount FROM session_costs"
         f" WHERE (tenant, session_id) IN (VALUES {marks}) ORDER BY currency",
         [value for key in keys for value in key],
     ):
-        found.setdefault((tenant, session_id), []).append({"currency": currency, "amount": amount})
+        found.setdefault((tenant, session_id), []).append(Money(currency=currency, amount=amount))
     return found
 
 
-def _session(row: tuple[Any, ...], cost: list[dict[str, str]]) -> dict[str, Any]:
-    return {
-        "tenant": row[0],
-        "session_id": row[1],
-        "first_position": row[2],
-        "last_position": row[3],
-        "first_event_at": row[4],
-        "last_event_at": row[5],
-        "events": row[6],
-        "runs": row[7],
-        "lanes": row[8],
-        "status": row[9],
-        "attempts_open": row[10],
-        "pauses_pending": row[11],
-        "cost": cost,
-    }
+def _summary(row: tuple[Any, ...], cost: list[Money]) -> SessionSummary:
+    return SessionSummary(
+        tenant=row[0],
+        session_id=row[1],
+        first_position=row[2],
+        last_position=row[3],
+        first_event_at=row[4],
+        last_event_at=row[5],
+        events=row[6],
+        runs=row[7],
+        lanes=row[8],
+        status=row[9],
+        attempts_open=row[10],
+        pauses_pending=row[11],
+        cost=cost,
+    )
 
 
 # Which tenants the index knows with an id, by kind (at most two: one more
