@@ -53,8 +53,8 @@ def decode_parameters(request: web.Request, params: type[P]) -> P:
         values[name] = found[0]
     for name in _integers(params):
         raw = values.get(name)
-        if raw is not None and not (raw.isascii() and raw.isdigit() and len(raw) <= 16):
-            raise InvalidRequest(f"{name} must be a decimal integer", parameter=name, found=raw[:64])
+        if raw is not None:
+            parse_int(raw, name)  # its syntax; its bounds are the Struct's
     try:
         return msgspec.convert(values, params, strict=False)
     except msgspec.ValidationError as exc:
