@@ -4,8 +4,8 @@ For the console's event detail: the event its ``causation_id`` names (in
 the same tenant; null when it names none, or one the read model does not
 hold), and the events whose ``causation_id`` is this event's id, oldest
 first, at most ``limit`` (more: ``more_caused``). Read from the read model's
-``causation_id`` column and its index (``projections.events.CAUSATION_INDEX``), so
-it costs two index lookups however large the session is. Tenant-scoped like
+``causation_id`` column and its index (``projections.events.causation``),
+so it costs two index lookups however large the session is. Tenant-scoped like
 ``/api/v1/events/{position}``: another tenant's event is not there.
 """
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import Executor
-from typing import Any
 
 from aiohttp import web
 
@@ -21,13 +20,10 @@ from laneledger.contract.errors import EntityNotFound
 from laneledger.runtime.access import scope_of
 from laneledger.runtime.httpjson import json_response
 
-from ..answers.causal import EventCausation, EventRef
 from ..api import decode_parameters
-from ..projections.events import Row, event_at
+from ..projections import events
 from ..queries import CausationQuery
 from ..readmodel import ReadModel
-
-_REF = "position, event_id, event_type, lane_id, seq, session_id"
 
 
 class Causation:
@@ -42,41 +38,8 @@ class Causation:
         query = decode_parameters(request, CausationQuery)
         position, limit = query.position, query.limit
         loop = asyncio.get_running_loop()
-        row = await loop.run_in_executor(self._readers, event_at, self._model, position)
+        row = await loop.run_in_executor(self._readers, events.event_at, self._model, position)
         if not row.event_type or not scope_of(request).allows(row.tenant):  # as if it were not there
             raise EntityNotFound("no committed event at this position (yet)", kind="event", position=position)
-        found = await loop.run_in_executor(self._readers, self._links, row, limit)
+        found = await loop.run_in_executor(self._readers, events.causation, self._model, row, limit)
         return json_response(found)
-
-    def _links(self, row: Row, limit: int) -> EventCausation:
-        cause = None
-        if row.causation_id:
-            rows = self._model.query(
-                f"SELECT {_REF} FROM events WHERE event_id = ? AND tenant = ? ORDER BY position LIMIT 1",
-                (row.causation_id, row.tenant),
-            )
-            cause = _ref(rows[0]) if rows else None
-        caused = self._model.query(
-            f"SELECT {_REF} FROM events WHERE causation_id = ? AND tenant = ? ORDER BY position LIMIT ?",
-            (row.event_id, row.tenant, limit + 1),
-        )
-        return EventCausation(
-            position=row.position,
-            event_id=row.event_id,
-            causation_id=row.causation_id or None,
-            cause=cause,
-            caused=[_ref(r) for r in caused[:limit]],
-            more_caused=len(caused) > limit,
-        )
-
-
-def _ref(row: tuple[Any, ...]) -> EventRef:
-    position, event_id, event_type, lane_id, seq, session_id = row
-    return EventRef(
-        position=position,
-        event_id=event_id,
-        event_type=event_type,
-        lane_id=lane_id,
-        seq=seq,
-        session_id=session_id,
-    )

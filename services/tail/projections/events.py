@@ -11,12 +11,16 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
 from laneledger.contract.errors import EntityNotFound
+from laneledger.contract.model import JsonObject
+from laneledger.contract.vocabulary import REWOUND
 from laneledger.sqlite import failures_as, fetch_all, meta_value, put_meta, transaction
 
+from ..answers.causal import EventCausation, EventRef
 from . import Reads
 
 DDL = """
@@ -180,3 +184,58 @@ def event_at(reads: Reads, position: int) -> Row:
     if not rows:
         raise EntityNotFound("no committed event at this position (yet)", kind="event", position=position)
     return Row(*rows[0])
+
+
+_REF = "position, event_id, event_type, lane_id, seq, session_id"
+
+
+def causation(reads: Reads, row: Row, limit: int) -> EventCausation:
+    """An event's cause (the event its ``causation_id`` names, in its tenant)
+    and the events it caused, oldest first, at most ``limit``: two lookups of
+    the ``causation_id`` and ``event_id`` indexes."""
+    cause = None
+    if row.causation_id:
+        rows = reads.query(
+            f"SELECT {_REF} FROM events WHERE event_id = ? AND tenant = ? ORDER BY position LIMIT 1",
+            (row.causation_id, row.tenant),
+        )
+        cause = _ref(rows[0]) if rows else None
+    caused = reads.query(
+        f"SELECT {_REF} FROM events WHERE causation_id = ? AND tenant = ? ORDER BY position LIMIT ?",
+        (row.event_id, row.tenant, limit + 1),
+    )
+    return EventCausation(
+        position=row.position,
+        event_id=row.event_id,
+        causation_id=row.causation_id or None,
+        cause=cause,
+        caused=[_ref(r) for r in caused[:limit]],
+        more_caused=len(caused) > limit,
+    )
+
+
+def _ref(row: tuple[Any, ...]) -> EventRef:
+    position, event_id, event_type, lane_id, seq, session_id = row
+    return EventRef(
+        position=position,
+        event_id=event_id,
+        event_type=event_type,
+        lane_id=lane_id,
+        seq=seq,
+        session_id=session_id,
+    )
+
+
+def rewinds_between(
+    reads: Reads, tenant: str | None, session_id: str | None, after: int, upto: int
+) -> list[tuple[str, str, JsonObject]]:
+    """``(tenant, session_id, payload)`` of the ``session.rewound`` events
+    committed in ``(after, upto]``, of one tenant and session when named, in
+    order (the event-type index serves it)."""
+    where, params = "event_type = ? AND position > ? AND position <= ?", [REWOUND, after, upto]
+    for column, value in (("tenant", tenant), ("session_id", session_id)):
+        if value is not None:
+            where += f" AND {column} = ?"
+            params.append(value)
+    rows = reads.query(f"SELECT tenant, session_id, body FROM events WHERE {where} ORDER BY position", params)
+    return [(tenant, sid, msgspec.json.decode(body).get("payload", {})) for tenant, sid, body in rows]
