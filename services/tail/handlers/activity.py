@@ -35,6 +35,7 @@ from laneledger.runtime.httpjson import json_response
 from ..answers import activity as answer
 from ..answers.costs import Money
 from ..api import decode_parameters
+from ..projections import events
 from ..queries import OwnedSessionQuery
 from ..routes import ReadModelRoutes
 
@@ -134,20 +135,15 @@ class Activity(ReadModelRoutes):
         return json_response(body)
 
     def _build(self, session_id: str, applied: int, tenant: str | None = None) -> answer.Activity:
-        scope, params = "session_id = ? AND position <= ?", [session_id, applied]
-        if tenant is not None:
-            scope, params = f"{scope} AND tenant = ?", [*params, tenant]
-        if not self._model.query(f"SELECT 1 FROM events WHERE {scope} LIMIT 1", params):
+        if not events.any_event(self._model, upto=applied, session_id=session_id, tenant=tenant):
             raise EntityNotFound("no events of this session (yet)", kind="session", id=session_id)
         spans: dict[str, dict[str, OpenSpan]] = {"turn": {}, "action": {}, "attempt": {}}
         pauses: dict[str, answer.Pause] = {}
         totals: dict[str, Decimal] = defaultdict(Decimal)
-        marks = ",".join("?" * len(TYPES))
-        sql = (
-            f"SELECT position, body FROM events WHERE {scope}"
-            f" AND event_type IN ({marks}) AND position > ? ORDER BY position LIMIT ?"
+        lifecycle = events.bodies_of_types(
+            self._model, TYPES, upto=applied, session_id=session_id, tenant=tenant
         )
-        for _, raw in self._model.iterate(sql, (*params, *TYPES)):
+        for _, raw in lifecycle:
             e = _decode.decode(raw)
             kind = OPENERS.get(e.event_type)
             if kind is not None:

@@ -31,6 +31,7 @@ from laneledger.runtime.httpjson import json_response
 from ..answers.costs import CostPoint, CostReport, CostTotal, ModelCost, TenantCost
 from ..api import decode_parameters
 from ..feed import Feed
+from ..projections import events
 from ..queries import MAX_BUCKET_S, CostsQuery
 from ..readmodel import ReadModel
 
@@ -132,18 +133,10 @@ class Costs:
         return json_response(report)
 
     def _report(self, filters: dict[str, str | None], bucket_s: int | None, applied: int) -> CostReport:
-        where = ["event_type = 'cost.recorded'", "position <= ?"]
-        params: list[Any] = [applied]
-        for column, value in filters.items():
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        sql = (
-            f"SELECT position, body FROM events WHERE {' AND '.join(where)}"
-            " AND position > ? ORDER BY position LIMIT ?"
-        )
         records: list[tuple[float, str, str, str, Decimal, CostPayload]] = []
-        for position, body in self._model.iterate(sql, params):
+        for position, body in events.bodies_of_types(
+            self._model, ("cost.recorded",), upto=applied, **filters
+        ):
             try:
                 event = _decode.decode(body)
                 amount = Decimal(event.payload.amount)

@@ -14,6 +14,7 @@ them, the routes read through it (``Reads``), and none knows HTTP.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 
@@ -32,3 +33,7 @@ class Reads(Protocol):
         max_bytes: int,
         body_column: int,
     ) -> tuple[list[tuple[Any, ...]], bool]: ...
+
+    def iterate(
+        self, sql: str, params: tuple[Any, ...] | list[Any], key_index: int = 0, page: int = 2000
+    ) -> Iterator[tuple[Any, ...]]: ...

@@ -9,7 +9,7 @@ from the bodies (``add_causation``).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -239,3 +239,38 @@ def rewinds_between(
             params.append(value)
     rows = reads.query(f"SELECT tenant, session_id, body FROM events WHERE {where} ORDER BY position", params)
     return [(tenant, sid, msgspec.json.decode(body).get("payload", {})) for tenant, sid, body in rows]
+
+
+def bodies_of_types(
+    reads: Reads, event_types: Sequence[str], *, upto: int, **scope: str | None
+) -> Iterator[tuple[int, bytes]]:
+    """``(position, body)`` of the events of ``event_types`` up to position
+    ``upto``, oldest first, in pages; ``scope``: columns (tenant, session_id,
+    run_id) that must equal a value, where it is not None."""
+    where, params = _scoped(upto, scope)
+    marks = ",".join("?" * len(event_types))
+    sql = (
+        f"SELECT position, body FROM events WHERE {where} AND event_type IN ({marks})"
+        " AND position > ? ORDER BY position LIMIT ?"
+    )
+    for position, body in reads.iterate(sql, [*params, *event_types]):
+        yield int(position), bytes(body)
+
+
+def any_event(reads: Reads, *, upto: int, **scope: str | None) -> bool:
+    """Whether an event up to position ``upto`` is in ``scope`` (as above)."""
+    where, params = _scoped(upto, scope)
+    return bool(reads.query(f"SELECT 1 FROM events WHERE {where} LIMIT 1", params))
+
+
+_SCOPE_COLUMNS = frozenset({"tenant", "session_id", "run_id"})
+
+
+def _scoped(upto: int, scope: dict[str, str | None]) -> tuple[str, list[Any]]:
+    where, params = "position <= ?", list[Any]([upto])
+    for column, value in sorted(scope.items()):
+        assert column in _SCOPE_COLUMNS, column  # a column name, never a value, goes into the SQL
+        if value is not None:
+            where += f" AND {column} = ?"
+            params.append(value)
+    return where, params
