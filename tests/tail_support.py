@@ -29,7 +29,7 @@ from service_process import ServiceProcess
 from laneledger.contract.model import Actor, Lane
 from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.services.ingest.openapi import DOCUMENT as INGEST_DOCUMENT
-from laneledger.services.tail.openapi import DOCUMENT
+from laneledger.services.tail.routetable import DOCUMENT
 from laneledger.services.tail.service import TailService
 
 REPO = Path(__file__).resolve().parent.parent

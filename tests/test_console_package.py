@@ -13,7 +13,7 @@ import pytest_asyncio
 from source_copy import copy_sources
 from tail_fixtures import client_in_process, start_tail_in_process
 
-from laneledger.services.tail.console import ASSETS, DIRECTORY, PAGE
+from laneledger.services.tail.handlers.console import ASSETS, DIRECTORY, PAGE
 
 # Route logic: the tail's app in-process over an in-process writer (tail_fixtures.py).
 client = pytest.fixture(client_in_process, name="client")

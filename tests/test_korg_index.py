@@ -1,4 +1,4 @@
-"""The tail's Korg index (services/tail/korgindex.py), in-process on a real
+"""The tail's Korg index (services/tail/korg_index.py), in-process on a real
 SQLite read model: what it records per event, that every §8 read is an
 index search (never a scan of the journal), and that a read model from
 before the index is folded when it is opened."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from laneledger.compat.korg_view import record, skeleton
-from laneledger.services.tail import korgindex
+from laneledger.services.tail.projections import korg_index
 from laneledger.services.tail.readmodel import ReadModel
 
 KORG = "ext.korg.agent_tool_call"
@@ -83,7 +83,7 @@ def test_each_event_is_indexed_with_its_korg_facts(model):
         (5, "korg", 1, "agent:a/sub-1234abcd@1", 3),
         (6, "acme", 2, "actor-1", 4),  # its causation_id
     ]
-    entry = korgindex.event(model, "acme", 6)
+    entry = korg_index.event(model, "acme", 6)
     assert entry is not None
     _, raw, agent, cause, root = entry
     full = record(json.loads(raw), agent, cause, root)
@@ -97,19 +97,19 @@ def test_each_event_is_indexed_with_its_korg_facts(model):
         "duration_ms": 7,
         "has_payload_refs": False,
     }
-    assert korgindex.event(model, "korg", 6) is None  # another tenant's position is not in this ledger
+    assert korg_index.event(model, "korg", 6) is None  # another tenant's position is not in this ledger
 
 
 def test_reads_page_by_index(model):
-    entries, more = korgindex.recent(model, "korg", None, 2, None)
+    entries, more = korg_index.recent(model, "korg", None, 2, None)
     assert [e[0] for e in entries] == [5, 3] and more
-    assert [e[0] for e in korgindex.recent(model, "korg", 3, 10, None)[0]] == [1]
-    assert [e[0] for e in korgindex.recent(model, "korg", None, 10, "agent:a/main@1")[0]] == [3]
-    assert [e[0] for e in korgindex.recent(model, "korg", None, 10, None, 3)[0]] == [5]
-    assert korgindex.heads(model, "korg", None, 10) == [1]
-    assert [e[0] for e in korgindex.session(model, "korg", 1, 1, 10, None)[0]] == [3, 5]
-    assert korgindex.session_facts(model, "acme", 2, 256) == (3, 6, ["actor-1"])
-    assert korgindex.ledgers(model, 10) == ["acme", "korg"]
+    assert [e[0] for e in korg_index.recent(model, "korg", 3, 10, None)[0]] == [1]
+    assert [e[0] for e in korg_index.recent(model, "korg", None, 10, "agent:a/main@1")[0]] == [3]
+    assert [e[0] for e in korg_index.recent(model, "korg", None, 10, None, 3)[0]] == [5]
+    assert korg_index.heads(model, "korg", None, 10) == [1]
+    assert [e[0] for e in korg_index.session(model, "korg", 1, 1, 10, None)[0]] == [3, 5]
+    assert korg_index.session_facts(model, "acme", 2, 256) == (3, 6, ["actor-1"])
+    assert korg_index.ledgers(model, 10) == ["acme", "korg"]
 
 
 def test_every_read_is_an_index_search_never_a_scan(model):
@@ -128,15 +128,15 @@ def test_every_read_is_an_index_search_never_a_scan(model):
         return real_query(sql, params)
 
     model.scan, model.query = scan, query
-    korgindex.recent(model, "korg", 4, 2, None)
-    korgindex.recent(model, "korg", None, 2, "agent:a/main@1")
-    korgindex.recent(model, "korg", None, 2, None, 3)
-    korgindex.heads(model, "korg", 4, 2)
-    korgindex.session(model, "korg", 1, 0, 2, "agent:a/main@1")
-    korgindex.event(model, "korg", 3)
-    korgindex.session_facts(model, "korg", 1, 10)
-    korgindex.has_ledger(model, "korg")
-    korgindex.ledgers(model, 5)
+    korg_index.recent(model, "korg", 4, 2, None)
+    korg_index.recent(model, "korg", None, 2, "agent:a/main@1")
+    korg_index.recent(model, "korg", None, 2, None, 3)
+    korg_index.heads(model, "korg", 4, 2)
+    korg_index.session(model, "korg", 1, 0, 2, "agent:a/main@1")
+    korg_index.event(model, "korg", 3)
+    korg_index.session_facts(model, "korg", 1, 10)
+    korg_index.has_ledger(model, "korg")
+    korg_index.ledgers(model, 5)
     assert len(captured) >= 10
     for sql, params in captured:
         plan = " | ".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
@@ -154,6 +154,6 @@ def test_a_read_model_from_before_the_index_is_folded_on_open(tmp_path: Path, mo
     again = ReadModel(path)
     try:
         assert again.query("SELECT count(*) FROM korg_index") == [(6,)]
-        assert korgindex.heads(again, "korg", None, 10) == [1]
+        assert korg_index.heads(again, "korg", None, 10) == [1]
     finally:
         again.close()

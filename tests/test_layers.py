@@ -1,6 +1,7 @@
 """The layers contract (laneledger.devtools.layers): the real tree keeps it,
-and the check finds an upward import, a same-layer import, a cycle and a
-package in no layer on small trees written for the purpose."""
+and the check finds an upward import, a same-layer import, a cycle, a
+package in no layer, and inside the tail an upward import and a module in
+no layer, on small trees written for the purpose."""
 
 from __future__ import annotations
 
@@ -85,18 +86,53 @@ def test_a_cycle_inside_one_package_is_found(tmp_path: Path) -> None:
     ]
 
 
-def test_the_tail_is_exempt_from_the_cycle_check_only(tmp_path: Path) -> None:
-    root = write_tree(tmp_path, {"__init__.py": "", "sdk/__init__.py": ""})
-    tail = root / "services" / "tail"
-    tail.mkdir()
+def write_tail(root: Path, files: dict[str, str]) -> Path:
+    """Files of a pretend ``laneledger.services.tail`` under ``root/services/tail``."""
+    write_tree(root, {"__init__.py": ""})
     (root / "services" / "__init__.py").write_text("")
-    (tail / "__init__.py").write_text("")
-    (tail / "feed.py").write_text("from laneledger.services.tail import sessions\n")
-    (tail / "sessions.py").write_text("from laneledger.services.tail import feed\nimport laneledger.cli\n")
-    (root / "shared" / "laneledger" / "cli.py").write_text("")
+    for name, text in {"__init__.py": "", **files}.items():
+        path = root / "services" / "tail" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def test_every_module_of_the_tail_is_in_one_of_its_layers() -> None:
+    tail = "laneledger.services.tail"
+    names = {
+        name[len(tail) + 1 :].split(".")[0]
+        for name in layers.modules({p: ROOT / d for p, d in layers.SOURCES.items()})
+        if name.startswith(tail + ".")
+    }
+    assert names == set().union(*layers.INNER_LAYERS[tail])
+
+
+def test_inside_the_tail_a_projection_may_not_import_what_is_above_it(tmp_path: Path) -> None:
+    root = write_tail(
+        tmp_path,
+        {
+            "projections/__init__.py": "",
+            "projections/events.py": "from ..readmodel import ReadModel\n",
+            "readmodel.py": "from .projections import events\nclass ReadModel: ...\n",
+            "handlers/__init__.py": "",
+            # below, and its own layer: allowed
+            "handlers/history.py": "from ..readmodel import ReadModel\nfrom . import verify\n",
+            "handlers/verify.py": "",
+        },
+    )
     assert layers.violations(root) == [
-        "laneledger.services.tail.sessions imports laneledger.cli: services.tail (layer 7) may import "
-        "only layers below it, and cli is in layer 7"
+        "laneledger.services.tail.projections.events imports laneledger.services.tail.readmodel: inside "
+        "laneledger.services.tail, projections (layer 1) may import only its layer and those below, "
+        "and readmodel is in layer 2",
+        "import cycle: laneledger.services.tail.projections.events <-> laneledger.services.tail.readmodel",
+    ]
+
+
+def test_a_module_of_the_tail_in_no_layer_is_refused(tmp_path: Path) -> None:
+    root = write_tail(tmp_path, {"grabbag.py": ""})
+    assert layers.violations(root) == [
+        "laneledger.services.tail.grabbag: grabbag is in no layer of laneledger.services.tail "
+        "(laneledger.devtools.layers.INNER_LAYERS)"
     ]
 
 

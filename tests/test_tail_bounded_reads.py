@@ -26,9 +26,9 @@ from laneledger.contract.errors import InternalError, LedgerUnavailable, QuotaEx
 from laneledger.contract.subjects import Subjects
 from laneledger.runtime.access import AccessPolicy, Scope
 from laneledger.sdk.client import LaneRecorder, LedgerClient
-from laneledger.services.tail import transparency, verify
+from laneledger.services.tail.handlers import transparency, verify
+from laneledger.services.tail.handlers.verify import Verifier
 from laneledger.services.tail.limits import READS, Limiter, LimitSettings
-from laneledger.services.tail.verify import Verifier
 from laneledger.tlog.client import LogClient
 from laneledger.tlog.note import Signer
 from laneledger.tlog.sessionbundle import (

@@ -1,4 +1,4 @@
-"""``GET /api/v1/events/{position}/causation`` (services/tail/causation.py):
+"""``GET /api/v1/events/{position}/causation`` (services/tail/handlers/causation.py):
 an event's cause and the events it caused, across lanes, in its tenant only,
 paged by ``limit``; and a read model from before its ``causation_id`` column
 gets it filled when opened. Answers are checked against the OpenAPI document

@@ -10,7 +10,7 @@ import pytest_asyncio
 from openapi_spec_validator import validate
 from tail_fixtures import client_in_process, start_tail_in_process
 
-from laneledger.services.tail.openapi import DOCUMENT
+from laneledger.services.tail.routetable import DOCUMENT
 
 pytestmark = pytest.mark.timeout(90)
 

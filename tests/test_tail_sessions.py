@@ -1,6 +1,7 @@
-"""``GET /api/v1/sessions``, the sessions index (services/tail/sessions.py):
-one summary per session — runs, lanes, first and last event, status, open
-attempts, pending pauses, events, cost — newest first, filtered and paged,
+"""``GET /api/v1/sessions``, the sessions index (services/tail/handlers/sessions.py;
+the index: services/tail/projections/session_index.py): one summary per
+session — runs, lanes, first and last event, status, open attempts, pending
+pauses, events, cost — newest first, filtered and paged,
 tenant-scoped, and kept by the read model as events are applied (also for a
 read model written before the index existed). Every answer is checked against
 the OpenAPI document by ``TailAPI``."""

@@ -14,7 +14,8 @@ from polling import eventually
 from tail_support import fill, new_lane, wait_applied
 
 from laneledger.runtime.access import Scope
-from laneledger.services.tail import history, pagestream
+from laneledger.services.tail import pagestream
+from laneledger.services.tail.handlers import history
 from laneledger.services.tail.limits import LimitSettings
 
 MiB = 1 << 20

@@ -24,7 +24,7 @@ from laneledger.cli.tlog import request_checkpoint
 from laneledger.contract.subjects import Subjects
 from laneledger.runtime.access import AccessPolicy
 from laneledger.sdk.client import LaneRecorder, LedgerClient
-from laneledger.services.tail import tlogmodel
+from laneledger.services.tail.projections import tlog
 from laneledger.services.tail.readmodel import ReadModel
 from laneledger.tlog import merkle
 from laneledger.tlog import store as tree_store
@@ -415,7 +415,7 @@ async def test_a_checkpoint_beyond_the_tails_tree_waits_for_it(log, js, tmp_path
         await asyncio.get_running_loop().run_in_executor(apply_thread, model.apply, events[3:])
         await follower.read_new()
         assert (model.checkpoint_sequence, model.checkpoint_size) == (2, 6)
-        assert tlogmodel.served_note(model.connection(), 6) == note
+        assert tlog.served_note(model.connection(), 6) == note
         assert registry.get_sample_value("laneledger_tail_tlog_checkpoint_mismatches_total") == 0
         assert registry.get_sample_value("laneledger_tail_tlog_checkpoint_size") == 6
     finally:

@@ -1,70 +1,23 @@
-"""Strict query parameters, which every tail route keeps (its JSON answers and
+"""Strict parameters, which every tail route keeps (its JSON answers and
 typed error bodies: ``laneledger.runtime.httpjson``).
 
-Query parameters are checked against the route's list: an unknown, repeated
-or malformed one is a 400 ``invalid_request`` whose ``details.parameter``
-names it.
+A route's path and query parameters are decoded into its Struct
+(``queries.py``, ``decode_parameters``): an unknown, repeated or malformed
+one is a 400 ``invalid_request`` whose ``details.parameter`` names it.
 """
 
 from __future__ import annotations
 
-from typing import overload
+import functools
+import re
+from typing import TypeVar
 
+import msgspec
 from aiohttp import web
 
 from laneledger.contract.errors import InvalidRequest
+from laneledger.contract.model import error_path
 from laneledger.runtime.access import ACCESS_TOKEN_PARAMETER
-
-
-class Query:
-    """The query parameters of one request, read against the route's allowed
-    names: each getter raises ``InvalidRequest`` naming the parameter."""
-
-    def __init__(self, request: web.Request, allowed: tuple[str, ...]) -> None:
-        self._values: dict[str, str] = {}
-        for name in request.query:
-            if name == ACCESS_TOKEN_PARAMETER:
-                continue  # the bearer token, read (and checked) by the access middleware
-            if name not in allowed:
-                raise InvalidRequest(
-                    f"unknown query parameter {name!r}", parameter=name, allowed=list(allowed)
-                )
-            values = request.query.getall(name)
-            if len(values) > 1:
-                raise InvalidRequest(f"query parameter {name!r} given more than once", parameter=name)
-            self._values[name] = values[0]
-
-    def text(self, name: str) -> str | None:
-        value = self._values.get(name)
-        if value is not None and not 1 <= len(value) <= 256:
-            raise InvalidRequest(f"{name} must be 1 to 256 characters", parameter=name)
-        return value
-
-    @overload
-    def integer(self, name: str, default: int, *, low: int = 0, high: int | None = None) -> int: ...
-    @overload
-    def integer(
-        self, name: str, default: None = None, *, low: int = 0, high: int | None = None
-    ) -> int | None: ...
-    def integer(
-        self, name: str, default: int | None = None, *, low: int = 0, high: int | None = None
-    ) -> int | None:
-        raw = self._values.get(name)
-        if raw is None:
-            return default
-        return parse_int(raw, name, low=low, high=high)
-
-    def choice(self, name: str, choices: tuple[str, ...]) -> str:
-        """One of ``choices``; the first when the parameter is absent."""
-        found = self.optional_choice(name, choices)
-        return choices[0] if found is None else found
-
-    def optional_choice(self, name: str, choices: tuple[str, ...]) -> str | None:
-        """One of ``choices``, or None when the parameter is absent."""
-        raw = self._values.get(name)
-        if raw is not None and raw not in choices:
-            raise InvalidRequest(f"{name} must be one of {', '.join(choices)}", parameter=name, found=raw)
-        return raw
 
 
 def parse_int(raw: str, name: str, *, low: int = 0, high: int | None = None) -> int:
@@ -76,3 +29,60 @@ def parse_int(raw: str, name: str, *, low: int = 0, high: int | None = None) -> 
         bounds = f"from {low}" + (f" to {high}" if high is not None else "")
         raise InvalidRequest(f"{name} must be {bounds}", parameter=name, found=value)
     return value
+
+
+P = TypeVar("P", bound=msgspec.Struct)
+
+
+def decode_parameters(request: web.Request, params: type[P]) -> P:
+    """The request's path and query parameters as the Struct ``params``
+    (``queries.py``): an unknown, repeated or malformed one is a 400
+    ``invalid_request`` whose ``details.parameter`` names it. An integer is
+    decimal digits only (msgspec alone would read ``5.0`` or ``1e3``)."""
+    fields = params.__struct_fields__
+    values: dict[str, str] = dict(request.match_info)
+    for name in request.query:
+        if name == ACCESS_TOKEN_PARAMETER:
+            continue  # the bearer token, read (and checked) by the access middleware
+        if name not in fields or name in request.match_info:
+            allowed = [field for field in fields if field not in request.match_info]
+            raise InvalidRequest(f"unknown query parameter {name!r}", parameter=name, allowed=allowed)
+        found = request.query.getall(name)
+        if len(found) > 1:
+            raise InvalidRequest(f"query parameter {name!r} given more than once", parameter=name)
+        values[name] = found[0]
+    for name in _integers(params):
+        raw = values.get(name)
+        if raw is not None:
+            parse_int(raw, name)  # its syntax; its bounds are the Struct's
+    try:
+        return msgspec.convert(values, params, strict=False)
+    except msgspec.ValidationError as exc:
+        message = str(exc).split(" - at `")[0]
+        missing = re.fullmatch(r"Object missing required field `(\w+)`", message)
+        name = missing[1] if missing else error_path(exc).removeprefix("$.")
+        raise InvalidRequest(f"{name}: {message}", parameter=name) from exc
+
+
+def within(value: int, name: str, *, high: int) -> int:
+    """``value`` of the parameter ``name``, at most ``high``: a bound only
+    known at the request (a tree size, say)."""
+    if value > high:
+        raise InvalidRequest(f"{name} must be from 0 to {high}", parameter=name, found=value)
+    return value
+
+
+@functools.cache
+def _integers(params: type[msgspec.Struct]) -> tuple[str, ...]:
+    """The fields of ``params`` that are integers (or may be)."""
+
+    def is_integer(t: msgspec.inspect.Type) -> bool:
+        if isinstance(t, msgspec.inspect.Metadata):
+            return is_integer(t.type)
+        if isinstance(t, msgspec.inspect.UnionType):
+            return any(is_integer(branch) for branch in t.types)
+        return isinstance(t, msgspec.inspect.IntType)
+
+    info = msgspec.inspect.type_info(params)
+    assert isinstance(info, msgspec.inspect.StructType)
+    return tuple(field.name for field in info.fields if is_integer(field.type))

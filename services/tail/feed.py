@@ -25,7 +25,8 @@ from typing import Any
 from laneledger.contract.model import MAX_REQUEST_BYTES
 from laneledger.contract.vocabulary import TERMINAL_EVENT_TYPES
 
-from .readmodel import ReadModel, Row
+from .projections.events import Row
+from .readmodel import ReadModel
 
 PAGE_ROWS = 500
 PAGE_BYTES = 1 << 20

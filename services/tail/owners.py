@@ -19,41 +19,22 @@ from typing import Any
 from laneledger.contract.errors import InvalidRequest
 from laneledger.runtime.access import Scope, scope_of
 
-from .api import Query
+from .projections.session_index import tenants_with
 from .readmodel import ReadModel
 
 TENANT_PARAMETER = "tenant"
-# The parameter as the OpenAPI document shows it on every such route.
-TENANT_PARAMETER_DOC: dict[str, Any] = {
-    "name": TENANT_PARAMETER,
-    "in": "query",
-    "required": False,
-    "schema": {"type": "string", "minLength": 1, "maxLength": 256},
-    "description": "whose id it is (every id is its tenant's own): the token's own by default; with the "
-    "operator token or on an open tail, needed only when several tenants have the id",
-}
-
-# Which tenants the read model knows with an id, by kind (at most two: one
-# more than an answer needs).
-_TENANTS = {
-    "session": "SELECT tenant FROM session_index WHERE session_id = ? LIMIT 2",
-    "lane": "SELECT DISTINCT tenant FROM session_members WHERE kind = 'lane' AND member = ? LIMIT 2",
-}
 
 Read = Callable[..., Awaitable[Any]]
 
 
-def tenants_with(model: ReadModel, kind: str, entity_id: str) -> list[str]:
-    return [tenant for (tenant,) in model.query(_TENANTS[kind], [entity_id])]
-
-
 async def owner_scope(
-    request: Any, query: Query, read: Read, model: ReadModel, kind: str, entity_id: str
+    request: Any, tenant: str | None, read: Read, model: ReadModel, kind: str, entity_id: str
 ) -> Scope:
     """The request's scope narrowed to the tenant whose ``kind`` ``entity_id``
-    it means (see the module docstring); ``read`` runs a query on a reader thread."""
+    it means (see the module docstring), ``tenant`` the parameter's value;
+    ``read`` runs a query on a reader thread."""
     scope = scope_of(request)
-    named = scope.narrow(query.text(TENANT_PARAMETER))
+    named = scope.narrow(tenant)
     if named is not None:
         return Scope(named, operator=scope.operator)
     tenants = await read(tenants_with, model, kind, entity_id)

@@ -13,32 +13,22 @@ import asyncio
 from concurrent.futures import Executor
 from typing import Any
 
-import msgspec
-
 from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.model import JsonObject
-from laneledger.contract.vocabulary import REWOUND
 from laneledger.history.rewind import Invalidation
 
-from .api import Query
+from .projections import events
 from .readmodel import ReadModel
 
-PARAMETER = "exclude_invalidated"
-
-
-def exclude_requested(query: Query) -> bool:
-    return query.choice(PARAMETER, ("false", "true")) == "true"
+PARAMETER = "exclude_invalidated"  # each route's: queries.py
 
 
 def invalidation(model: ReadModel, tenant: str | None, session_id: str, applied: int) -> Invalidation:
     """What the session's rewinds up to ``applied`` invalidate (reader
     thread). ``tenant``: whose session (ids are each tenant's own); None
     only where the read model knows one tenant with it (``owners``)."""
-    where, params = "session_id = ? AND event_type = ? AND position <= ?", [session_id, REWOUND, applied]
-    if tenant is not None:
-        where, params = where + " AND tenant = ?", [*params, tenant]
-    rows = model.query(f"SELECT body FROM events WHERE {where} ORDER BY position", params)
-    return Invalidation(msgspec.json.decode(body).get("payload", {}) for (body,) in rows)
+    rewound = events.rewinds_between(model, tenant, session_id, 0, applied)
+    return Invalidation(payload for _, _, payload in rewound)
 
 
 def excluding(where: str, params: list[Any], gone: Invalidation) -> tuple[str, list[Any]]:
@@ -85,20 +75,6 @@ class ScopeInvalidation:
         return gone is not None and position in gone
 
 
-def rewinds_between(
-    model: ReadModel, tenant: str | None, session_id: str | None, after: int, upto: int
-) -> list[tuple[str, str, JsonObject]]:
-    """``(tenant, session_id, payload)`` of the rewinds committed in ``(after, upto]``
-    in scope, in order (reader thread; the event-type index serves it)."""
-    where, params = "event_type = ? AND position > ? AND position <= ?", [REWOUND, after, upto]
-    for column, value in (("tenant", tenant), ("session_id", session_id)):
-        if value is not None:
-            where += f" AND {column} = ?"
-            params.append(value)
-    rows = model.query(f"SELECT tenant, session_id, body FROM events WHERE {where} ORDER BY position", params)
-    return [(tenant, sid, msgspec.json.decode(body).get("payload", {})) for tenant, sid, body in rows]
-
-
 class InvalidationLookup:
     """Keeps a live tail's ``ScopeInvalidation`` up to date, off the event loop."""
 
@@ -113,6 +89,6 @@ class InvalidationLookup:
         if applied <= gone.as_of:
             return
         rewound = await asyncio.get_running_loop().run_in_executor(
-            self._readers, rewinds_between, self._model, tenant, session_id, gone.as_of, applied
+            self._readers, events.rewinds_between, self._model, tenant, session_id, gone.as_of, applied
         )
         gone.add(rewound, applied)

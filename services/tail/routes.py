@@ -13,7 +13,6 @@ from aiohttp import web
 
 from laneledger.runtime.access import Scope
 
-from .api import Query
 from .owners import owner_scope
 
 if TYPE_CHECKING:
@@ -34,6 +33,7 @@ class ReadModelRoutes:
         """``fn(*args)`` on a reader thread."""
         return await asyncio.get_running_loop().run_in_executor(self._readers, fn, *args)
 
-    async def _owner(self, request: web.Request, query: Query, kind: str, entity_id: str) -> Scope:
-        """The request's scope narrowed to the tenant whose ``kind`` ``entity_id`` it means."""
-        return await owner_scope(request, query, self._read, self._model, kind, entity_id)
+    async def _owner(self, request: web.Request, tenant: str | None, kind: str, entity_id: str) -> Scope:
+        """The request's scope narrowed to the tenant whose ``kind`` ``entity_id``
+        it means; ``tenant``: the request's ``tenant`` parameter."""
+        return await owner_scope(request, tenant, self._read, self._model, kind, entity_id)

@@ -32,28 +32,28 @@ from laneledger.runtime.servicemain import cancel_tasks, first_task_end
 from laneledger.sdk.client import LedgerClient
 from laneledger.tlog.cosignature import CosignatureVerifier
 
-from .activity import Activity
-from .blobs import BlobReader, blob_route
 from .budget import ReadBudget
-from .causal import CausalTree
-from .causation import Causation
-from .console import console_routes
-from .costs import Costs
 from .feed import Feed
-from .history import History
-from .korg import KorgReads, missing_token_hint
-from .korgread import KorgRead
+from .handlers.activity import Activity
+from .handlers.blobs import BlobReader, blob_route
+from .handlers.causal import CausalTree
+from .handlers.causation import Causation
+from .handlers.console import console_routes
+from .handlers.costs import Costs
+from .handlers.history import History
+from .handlers.korg import KorgReads, missing_token_hint
+from .handlers.korgread import KorgRead
+from .handlers.sessions import Sessions
+from .handlers.sse import Tail, TerminalLookup
+from .handlers.timeline import Timeline
+from .handlers.transparency import Transparency
+from .handlers.verify import Verifier
 from .limits import LimitSettings, ReadLimits
 from .metrics import TailMetrics
-from .openapi import QUERY_TOKEN_PATHS, openapi_route
 from .readmodel import ReadModel
 from .rewinds import InvalidationLookup
-from .sessions import Sessions
-from .sse import Tail, TerminalLookup
-from .timeline import Timeline
+from .routetable import QUERY_TOKEN_PATHS, openapi_route
 from .tlogfollow import CheckpointFollower
-from .transparency import Transparency
-from .verify import Verifier
 
 log = logging.getLogger("laneledger.tail")
 

@@ -19,8 +19,11 @@ others (no import cycle). Bottom to top:
 Imports under ``TYPE_CHECKING`` and inside functions count: a dependency
 hidden from the import-time graph is a dependency still.
 
-``services.tail`` is exempt from the cycle check, not from the layers: its
-feed/readmodel/sessions circle is issue 38's tail restructuring.
+Inside a package, ``INNER_LAYERS`` may layer its modules too: the tail's
+(``services.tail``) are the wire's Structs, then its projections (one per
+read-model table), the read model composing them, what the handlers share,
+the handlers, and the app; a module there may import its own layer and
+those below, never above.
 
 Checked by the AST, not by importing (no third-party tool): it sees every
 import statement, runs in milliseconds, and names the file that broke the
@@ -49,8 +52,32 @@ LAYERS: tuple[frozenset[str], ...] = (
     ),
 )
 
-# Packages whose modules may import each other in a circle, for now.
-CYCLES_EXEMPT = ("laneledger.services.tail",)
+# Layers inside a package, bottom to top, by the name under it (a module or
+# a subpackage): a module may import its own layer's and those below.
+INNER_LAYERS: dict[str, tuple[frozenset[str], ...]] = {
+    "laneledger.services.tail": (
+        frozenset({"answers", "queries"}),  # the wire: parameters and answers as Structs, no I/O
+        frozenset({"projections"}),  # one module per read-model table: DDL, fold, queries
+        frozenset({"readmodel"}),  # the SQLite file, composing the projections
+        frozenset(  # what the handlers share: the live feed, limits, streaming, owners
+            {
+                "api",
+                "budget",
+                "feed",
+                "limits",
+                "metrics",
+                "owners",
+                "pagestream",
+                "rewinds",
+                "routes",
+                "streaming",
+                "tlogfollow",
+            }
+        ),
+        frozenset({"handlers"}),  # the HTTP handlers, one module per family of routes
+        frozenset({"routetable", "service", "__main__"}),  # the app, its document, the process
+    ),
+}
 
 # Where each top-level package's sources are, relative to the repository.
 SOURCES = {"laneledger": Path("shared/laneledger"), "laneledger.services": Path("services")}
@@ -117,9 +144,42 @@ def layer_violations(graph: Mapping[str, set[str]], layers: Sequence[frozenset[s
     return found
 
 
-def cycles(graph: Mapping[str, set[str]], exempt: tuple[str, ...] = ()) -> list[list[str]]:
-    """The import cycles (strongly connected modules, sorted), leaving out
-    those wholly inside an ``exempt`` package."""
+def inner_violations(
+    graph: Mapping[str, set[str]], inner: Mapping[str, Sequence[frozenset[str]]]
+) -> list[str]:
+    """Each import inside a layered package (``INNER_LAYERS``) from a module
+    to one of a layer above its own, and each module of it in no layer."""
+    found = []
+    for package, package_layers in inner.items():
+        level = {name: index for index, layer in enumerate(package_layers) for name in layer}
+
+        def part(module: str, package: str = package) -> str | None:
+            """The name under ``package`` that ``module`` is or is in."""
+            if not module.startswith(package + "."):
+                return None
+            return module[len(package) + 1 :].split(".")[0]
+
+        for module, targets in sorted(graph.items()):
+            name = part(module)
+            if name is None:
+                continue
+            if name not in level:
+                found.append(
+                    f"{module}: {name} is in no layer of {package} (laneledger.devtools.layers.INNER_LAYERS)"
+                )
+                continue
+            for target in sorted(targets):
+                other = part(target)
+                if other is not None and level.get(other, -1) > level[name]:
+                    found.append(
+                        f"{module} imports {target}: inside {package}, {name} (layer {level[name]}) "
+                        f"may import only its layer and those below, and {other} is in layer {level[other]}"
+                    )
+    return found
+
+
+def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """The import cycles (strongly connected modules, sorted)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -148,19 +208,22 @@ def cycles(graph: Mapping[str, set[str]], exempt: tuple[str, ...] = ()) -> list[
                 work.append((target, iter(sorted(graph[target]))))
             elif target in stack:
                 low[module] = min(low[module], index[target])
-    return [c for c in found if not all(m.startswith(exempt) for m in c)] if exempt else found
+    return found
 
 
 def violations(root: Path, sources: Mapping[str, Path] = SOURCES) -> list[str]:
-    """Everything wrong with the tree at ``root``: forbidden imports, then cycles."""
+    """Everything wrong with the tree at ``root``: forbidden imports (between
+    packages, then inside a layered one), then cycles."""
     found = modules({package: root / directory for package, directory in sources.items()})
     graph = {
         name: set(imports_of(name, path, is_package, found)) - {name}
         for name, (path, is_package) in found.items()
     }
-    return layer_violations(graph, LAYERS) + [
-        "import cycle: " + " <-> ".join(cycle) for cycle in cycles(graph, CYCLES_EXEMPT)
-    ]
+    return (
+        layer_violations(graph, LAYERS)
+        + inner_violations(graph, INNER_LAYERS)
+        + ["import cycle: " + " <-> ".join(cycle) for cycle in cycles(graph)]
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

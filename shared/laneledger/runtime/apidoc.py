@@ -1,10 +1,18 @@
-"""Building blocks of the services' OpenAPI 3.1 documents (the tail's and
-the checkpoint service's), so both spell references, JSON bodies and the
-typed error responses (spec/errors.md) the same way."""
+"""Building blocks of the services' OpenAPI 3.1 documents (the tail's, the
+checkpoint service's and the ingest's), so all spell references, JSON
+bodies, parameters and the typed error responses (spec/errors.md) the same
+way. A route's parameters and answers are msgspec Structs; its ``Operation``
+names them, and ``operation_paths`` and ``answer_schemas`` make the
+document's paths and schemas of them."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from laneledger.runtime.access import guarded
 
@@ -70,6 +78,112 @@ def error_responses(*statuses: int) -> dict[str, Any]:
     found = {str(s): error_response() for s in statuses}
     found["default"] = error_response()
     return found
+
+
+def parameters_of(
+    params: type[msgspec.Struct], path: str = "", descriptions: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """The parameters a handler decodes into the Struct ``params``: a field
+    named in the ``path`` template (``{name}``) is a path parameter, every
+    other a query parameter (a tagged Struct's tag left out). A field's
+    description (``Meta``, else ``descriptions``) is the parameter's; the path
+    parameters come first."""
+    (_, defs) = msgspec.json.schema_components((params,))
+    spec = defs[params.__name__]
+    in_path = set(re.findall(r"{(\w+)}", path))
+    tag_field = params.__struct_config__.tag_field
+    found = []
+    for name, schema in spec["properties"].items():
+        if name == tag_field:
+            continue
+        schema = dict(schema)
+        # ``X | None``: over HTTP, None is "leave the parameter out".
+        for branch in schema.pop("anyOf", []):
+            if branch.get("type") != "null":
+                schema.update(branch)
+        if schema.get("default", ...) is None:
+            del schema["default"]
+        description = schema.pop("description", None) or (descriptions or {}).get(name)
+        where = "path" if name in in_path else "query"
+        found.append(
+            {
+                "name": name,
+                "in": where,
+                "required": where == "path" or name in spec.get("required", ()),
+                "schema": schema,
+                **({"description": description} if description else {}),
+            }
+        )
+    return sorted(found, key=lambda p: p["in"] != "path")
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One route of a service, as its document shows it: its parameters
+    (a Struct, ``parameters_of``) and its answer, a JSON Struct (the
+    ``answer_schemas``) or, for what is not JSON (an event stream, a file,
+    a note), the 200 response object itself."""
+
+    path: str
+    operation_id: str
+    summary: str
+    answer: type[msgspec.Struct] | dict[str, Any]
+    answer_description: str = ""
+    params: type[msgspec.Struct] | None = None
+    errors: tuple[int, ...] = ()  # the statuses of typed errors; none: not even a default
+    method: str = "get"
+    description: str | None = None
+    extra_parameters: tuple[dict[str, Any], ...] = ()  # a header, say
+    request_body: dict[str, Any] | None = None
+    refers_to: tuple[type[msgspec.Struct], ...] = ()  # Structs a non-JSON answer names (an NDJSON line)
+    descriptions: Mapping[str, str] | None = None  # of parameters whose field has none (parameters_of)
+
+    def item(self) -> dict[str, Any]:
+        """The OpenAPI operation object."""
+        if isinstance(self.answer, dict):
+            ok = self.answer
+        else:
+            ok = json_body(self.answer.__name__, self.answer_description)
+        operation: dict[str, Any] = {"operationId": self.operation_id, "summary": self.summary}
+        if self.description is not None:
+            operation["description"] = self.description
+        parameters = (
+            parameters_of(self.params, self.path, self.descriptions) if self.params is not None else []
+        )
+        parameters += self.extra_parameters
+        if parameters:
+            operation["parameters"] = parameters
+        if self.request_body is not None:
+            operation["requestBody"] = self.request_body
+        operation["responses"] = {"200": ok, **(error_responses(*self.errors) if self.errors else {})}
+        return operation
+
+
+def operation_paths(operations: Iterable[Operation]) -> dict[str, Any]:
+    """The document's ``paths`` of ``operations``."""
+    paths: dict[str, Any] = {}
+    for operation in operations:
+        paths.setdefault(operation.path, {})[operation.method] = operation.item()
+    return paths
+
+
+def answer_schemas(
+    operations: Iterable[Operation], in_full: Iterable[type[msgspec.Struct]] = ()
+) -> dict[str, Any]:
+    """The component schemas of the operations' JSON answers (and of every
+    Struct they hold), then ``error_schemas``: a Struct named ``ErrorBody``
+    in an answer is the typed error's body, all four fields present.
+    ``in_full``: Structs whose defaults a service shows rather than leaves
+    out (``omit_defaults``), so every field is required."""
+    answers = {op.answer for op in operations if not isinstance(op.answer, dict)}
+    answers.update(struct for op in operations for struct in op.refers_to)
+    _, schemas = msgspec.json.schema_components(
+        sorted(answers, key=lambda t: t.__name__), ref_template=SCHEMA_REF
+    )
+    for struct in in_full:
+        schema = schemas[struct.__name__]
+        schema["required"] = list(schema["properties"])
+    return {**schemas, **error_schemas()}
 
 
 OBJECT_BODY = {"schema": {"type": "object"}}

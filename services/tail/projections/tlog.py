@@ -56,7 +56,7 @@ def message_leaf(body: bytes) -> bytes:
     """The leaf of one stream message. A committed event's is its entry
     hash's, as in the ledger's own tree. A message that is not a committed
     event (only a foreign publisher could put one on the stream;
-    ``readmodel.row_of`` stores it so positions stay dense) gets the hash of
+    ``events.row_of`` stores it so positions stay dense) gets the hash of
     its raw bytes: from there on the tail's tree is not the ledger's, so no
     checkpoint covering it matches the tail's root and none is served,
     which is right: the stream no longer holds the ledger the log signed."""

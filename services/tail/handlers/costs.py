@@ -28,12 +28,13 @@ from laneledger.contract.vocabulary import COST_SUM
 from laneledger.runtime.access import scope_of
 from laneledger.runtime.httpjson import json_response
 
-from .api import Query
-from .feed import Feed
-from .readmodel import ReadModel
+from ..answers.costs import CostPoint, CostReport, CostTotal, ModelCost, TenantCost
+from ..api import decode_parameters
+from ..feed import Feed
+from ..projections import events
+from ..queries import MAX_BUCKET_S, CostsQuery
+from ..readmodel import ReadModel
 
-PARAMETERS = ("tenant", "session_id", "run_id", "bucket_s")
-MAX_BUCKET_S = 31 * 86400
 MAX_BUCKETS = 120
 # Round bucket widths, so the plot's ticks fall on readable times.
 LADDER = (1, 5, 10, 30, 60, 300, 600, 1800, 3600, 3 * 3600, 6 * 3600, 86400, 7 * 86400, MAX_BUCKET_S)
@@ -77,7 +78,8 @@ class Tally:
         self.input_tokens += p.input_tokens
         self.output_tokens += p.output_tokens
 
-    def body(self) -> dict[str, Any]:
+    def fields(self) -> dict[str, Any]:
+        """The answer's fields of this sum (``answers.costs.CostTotal``)."""
         return {
             "amount": str(self.amount),
             "events": self.events,
@@ -121,29 +123,20 @@ class Costs:
         return web.get("/api/v1/costs", self.costs, name="costs")
 
     async def costs(self, request: web.Request) -> web.Response:
-        query = Query(request, PARAMETERS)
-        filters = {name: query.text(name) for name in ("tenant", "session_id", "run_id")}
-        filters["tenant"] = scope_of(request).narrow(filters["tenant"])  # access.py
-        bucket_s = query.integer("bucket_s", None, low=1, high=MAX_BUCKET_S)
+        query = decode_parameters(request, CostsQuery)
+        tenant = scope_of(request).narrow(query.tenant)  # access.py
+        filters = {"tenant": tenant, "session_id": query.session_id, "run_id": query.run_id}
         applied = self._feed.applied
         report = await asyncio.get_running_loop().run_in_executor(
-            self._readers, self._report, filters, bucket_s, applied
+            self._readers, self._report, filters, query.bucket_s, applied
         )
         return json_response(report)
 
-    def _report(self, filters: dict[str, str | None], bucket_s: int | None, applied: int) -> dict[str, Any]:
-        where = ["event_type = 'cost.recorded'", "position <= ?"]
-        params: list[Any] = [applied]
-        for column, value in filters.items():
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        sql = (
-            f"SELECT position, body FROM events WHERE {' AND '.join(where)}"
-            " AND position > ? ORDER BY position LIMIT ?"
-        )
+    def _report(self, filters: dict[str, str | None], bucket_s: int | None, applied: int) -> CostReport:
         records: list[tuple[float, str, str, str, Decimal, CostPayload]] = []
-        for position, body in self._model.iterate(sql, params):
+        for position, body in events.bodies_of_types(
+            self._model, ("cost.recorded",), upto=applied, **filters
+        ):
             try:
                 event = _decode.decode(body)
                 amount = Decimal(event.payload.amount)
@@ -177,21 +170,23 @@ class Costs:
             key = (int(epoch // width) * width, model, tenant, currency)
             series[key] = COST_SUM.add(series[key], amount)
 
-        return {
-            "applied_position": applied,
-            **filters,
-            "events": len(records),
-            "bucket_s": width,
-            "totals": [{"currency": c, **t.body()} for c, t in sorted(totals.items())],
-            "by_model": [
-                {"provider": pr, "model": m, "currency": c, **t.body()}
+        return CostReport(
+            applied_position=applied,
+            tenant=filters["tenant"],
+            session_id=filters["session_id"],
+            run_id=filters["run_id"],
+            events=len(records),
+            bucket_s=width,
+            totals=[CostTotal(currency=c, **t.fields()) for c, t in sorted(totals.items())],
+            by_model=[
+                ModelCost(provider=pr, model=m, currency=c, **t.fields())
                 for (pr, m, c), t in sorted(models.items())
             ],
-            "by_tenant": [
-                {"tenant": te, "currency": c, **t.body()} for (te, c), t in sorted(tenants.items())
+            by_tenant=[
+                TenantCost(tenant=te, currency=c, **t.fields()) for (te, c), t in sorted(tenants.items())
             ],
-            "series": [
-                {"start": _iso(start), "model": m, "tenant": te, "currency": c, "amount": str(amount)}
+            series=[
+                CostPoint(start=_iso(start), model=m, tenant=te, currency=c, amount=str(amount))
                 for (start, m, te, c), amount in sorted(series.items())
             ],
-        }
+        )

@@ -37,22 +37,19 @@ from aiohttp import web
 from laneledger.contract.errors import EntityNotFound
 from laneledger.contract.model import Attempt, Lane, StructurePage
 from laneledger.contract.vocabulary import REWOUND, TERMINAL_EVENT_TYPES
-from laneledger.runtime.apidoc import error_responses, json_body
 from laneledger.runtime.httpjson import json_response
 from laneledger.sdk.client import LedgerClient
 from laneledger.sdk.spine import spawned_by
 
-from . import rewinds
-from .api import Query
-from .feed import Feed
-from .owners import TENANT_PARAMETER, TENANT_PARAMETER_DOC
-from .readmodel import ReadModel
-from .routes import ReadModelRoutes
+from .. import rewinds
+from ..answers import timeline as answer
+from ..api import decode_parameters
+from ..feed import Feed
+from ..queries import TimelineQuery
+from ..readmodel import ReadModel
+from ..routes import ReadModelRoutes
 
-SPANS_DEFAULT = 2000
-SPANS_MAX = 5000
 ID_CHUNK = 500  # ids per IN (...) lookup
-PARAMETERS = ("cursor", "limit", TENANT_PARAMETER)
 
 OPENERS = {"turn.started": "turn", "attempt.requested": "attempt"}
 CLOSERS = {t: kind for kind in ("turn", "attempt") for t in TERMINAL_EVENT_TYPES[kind]}
@@ -104,12 +101,10 @@ class Timeline(ReadModelRoutes):
         return web.get("/api/v1/sessions/{session_id}/timeline", self.get, name="timeline")
 
     async def get(self, request: web.Request) -> web.Response:
-        query = Query(request, PARAMETERS)
-        cursor = query.integer("cursor", 0)
-        limit = query.integer("limit", SPANS_DEFAULT, low=1, high=SPANS_MAX)
-        session_id = request.match_info["session_id"]
+        query = decode_parameters(request, TimelineQuery)
+        cursor, limit, session_id = query.cursor or 0, query.limit, query.session_id
         applied = self._feed.applied
-        scope = await self._owner(request, query, "session", session_id)
+        scope = await self._owner(request, query.tenant, "session", session_id)
         where, params = "session_id = ?", [session_id]
         if scope.tenant is not None:
             where, params = f"{where} AND tenant = ?", [*params, scope.tenant]
@@ -123,17 +118,19 @@ class Timeline(ReadModelRoutes):
         known = {lane.id: lane for lane in view.lanes}
         for lane_id, entry in lanes.items():
             entry.update(_described(known.get(lane_id)))
+        # The lanes and spans are built as dicts by the reads below; read as
+        # the answer's Structs here, so a part that drifted from the document fails.
         return json_response(
-            {
-                "session_id": session_id,
-                "applied_position": applied,
-                "origin_at": clock.origin,
-                "end_ms": max((lane["last_ms"] or 0 for lane in lanes.values()), default=0),
-                "lanes": list(lanes.values()),
-                "spans": spans,
-                "next_cursor": last_read,
-                "has_more": more,
-            }
+            answer.Timeline(
+                session_id=session_id,
+                applied_position=applied,
+                origin_at=clock.origin,
+                end_ms=max((lane["last_ms"] or 0 for lane in lanes.values()), default=0),
+                lanes=msgspec.convert(list(lanes.values()), list[answer.TimelineLane]),
+                spans=msgspec.convert(spans, list[answer.TimelineSpan]),
+                next_cursor=last_read,
+                has_more=more,
+            )
         )
 
     # -- reader threads ----------------------------------------------------------------------
@@ -353,140 +350,3 @@ def _attempt(
         "attempt_no": number,
         "retry_of": retry_of,
     }
-
-
-# -- the OpenAPI document (merged into openapi.py's) --------------------------------------------
-
-_ID = {"type": "string", "minLength": 1, "maxLength": 256}
-_NULL_ID = {"type": ["string", "null"]}
-_NULL_TEXT = {"type": ["string", "null"]}
-_POS = {"type": "integer", "minimum": 1}
-_NULL_POS = {"type": ["integer", "null"], "minimum": 1}
-_MS = {"type": ["integer", "null"]}
-
-
-def _obj(props: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "object", "required": list(props), "properties": props, "additionalProperties": False}
-
-
-_LINK = {
-    "oneOf": [
-        {"type": "null"},
-        _obj({"position": _POS, "lane_id": _ID, "at": {"type": "string"}, "ms": _MS}),
-    ]
-}
-
-SCHEMAS: dict[str, Any] = {
-    "TimelineLane": _obj(
-        {
-            "lane_id": _ID,
-            "run_id": _NULL_ID,
-            "name": _NULL_TEXT,
-            "kind": _NULL_TEXT,
-            "parent_lane_id": _NULL_ID,
-            "actor_id": _NULL_ID,
-            "forked": {"type": "boolean"},
-            "events": {"type": "integer", "minimum": 1},
-            "first_position": _POS,
-            "last_position": _POS,
-            "first_at": {"type": "string"},
-            "last_at": {"type": "string"},
-            "first_ms": _MS,
-            "last_ms": _MS,
-            "spawned_from": _LINK,
-            "spawned_by": _LINK,
-        }
-    ),
-    "TimelineSpan": {
-        "type": "object",
-        "required": [
-            "kind",
-            "id",
-            "lane_id",
-            "name",
-            "started_position",
-            "started_at",
-            "start_ms",
-            "outcome",
-            "ended_position",
-            "ended_at",
-            "end_ms",
-            "invalidated",
-        ],
-        "properties": {
-            "kind": {"enum": ["turn", "attempt"]},
-            "id": _ID,
-            "lane_id": _ID,
-            "name": {"type": "string"},
-            "started_position": _POS,
-            "started_at": {"type": "string"},
-            "start_ms": _MS,
-            "outcome": {"enum": ["completed", "failed", None]},
-            "ended_position": _NULL_POS,
-            "ended_at": _NULL_TEXT,
-            "end_ms": _MS,
-            "invalidated": {"type": "boolean"},
-            "turn_no": {"type": ["integer", "null"]},
-            "action_type": _NULL_TEXT,
-            "action_id": _NULL_ID,
-            "attempt_no": {"type": ["integer", "null"]},
-            "retry_of": _NULL_ID,
-        },
-        "additionalProperties": False,
-    },
-    "Timeline": _obj(
-        {
-            "session_id": _ID,
-            "applied_position": {"type": "integer", "minimum": 0},
-            "origin_at": {"type": "string"},
-            "end_ms": {"type": "integer"},
-            "lanes": {"type": "array", "items": {"$ref": "#/components/schemas/TimelineLane"}},
-            "spans": {"type": "array", "items": {"$ref": "#/components/schemas/TimelineSpan"}},
-            "next_cursor": _NULL_POS,
-            "has_more": {"type": "boolean"},
-        }
-    ),
-}
-
-PATHS: dict[str, Any] = {
-    "/api/v1/sessions/{session_id}/timeline": {
-        "get": {
-            "operationId": "sessionTimeline",
-            "summary": "a session's turns and attempts as spans on a time axis, by lane "
-            "(spans paged by the position of their opening event), with spawn links and retries",
-            "parameters": [
-                {
-                    "name": "session_id",
-                    "in": "path",
-                    "required": True,
-                    "schema": _ID,
-                    "description": "host session id",
-                },
-                {
-                    "name": "cursor",
-                    "in": "query",
-                    "required": False,
-                    "schema": {"type": "integer", "minimum": 0},
-                    "description": "spans whose opening event's position is > cursor (default 0)",
-                },
-                {
-                    "name": "limit",
-                    "in": "query",
-                    "required": False,
-                    "schema": {
-                        "type": "integer",
-                        "minimum": 1,
-                        "maximum": SPANS_MAX,
-                        "default": SPANS_DEFAULT,
-                    },
-                    "description": "spans per page",
-                },
-                TENANT_PARAMETER_DOC,
-            ],
-            "responses": {
-                "200": json_body("Timeline", "the session's lanes and one page of its spans"),
-                **error_responses(400, 404, 500, 503, 504),
-            },
-        }
-    },
-}

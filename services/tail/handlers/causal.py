@@ -26,16 +26,14 @@ from laneledger.runtime.httpjson import json_response
 from laneledger.sdk.client import LedgerClient
 from laneledger.sdk.spine import spawned_by
 
-from . import rewinds
-from .api import Query
-from .feed import Feed
+from ..answers import causal as answer
+from ..api import decode_parameters
+from ..feed import Feed
+from ..queries import CausalTreeQuery
+from ..readmodel import ReadModel
+from ..routes import ReadModelRoutes
 from .history import scoped
-from .owners import TENANT_PARAMETER
-from .readmodel import ReadModel
-from .routes import ReadModelRoutes
 
-TREE_DEFAULT = 500
-TREE_MAX = 2000
 SCAN_CHUNK = 1000  # rows read per query while skipping invalidated events
 ID_CHUNK = 500  # ids per IN (...) lookup
 
@@ -49,13 +47,11 @@ class CausalTree(ReadModelRoutes):
         return web.get("/api/v1/sessions/{session_id}/causal-tree", self.get, name="causal_tree")
 
     async def get(self, request: web.Request) -> web.Response:
-        query = Query(request, ("cursor", "limit", rewinds.PARAMETER, TENANT_PARAMETER))
-        cursor = query.integer("cursor", 0)
-        limit = query.integer("limit", TREE_DEFAULT, low=1, high=TREE_MAX)
-        exclude = rewinds.exclude_requested(query)
-        session_id = request.match_info["session_id"]
+        query = decode_parameters(request, CausalTreeQuery)
+        cursor, limit, session_id = query.cursor or 0, query.limit, query.session_id
+        exclude = query.exclude_invalidated == "true"
         applied = self._feed.applied
-        scope = await self._owner(request, query, "session", session_id)
+        scope = await self._owner(request, query.tenant, "session", session_id)
         where, params = scoped("session_id = ?", [session_id], scope)
         spines = await self._read(self._spines, where, params, applied)
         if not spines:  # none, or another tenant's: the same answer
@@ -73,19 +69,21 @@ class CausalTree(ReadModelRoutes):
                 actor_id=lane.actor_id if lane else None,
                 forked_from=msgspec.to_builtins(lane.forked_from) if lane else None,
             )
+        # The parts are built as dicts by the reads below; read as the answer's
+        # Structs here, so a part that drifted from the document fails.
         return json_response(
-            {
-                "session_id": session_id,
-                "applied_position": applied,
-                "structure_complete": True,
-                "exclude_invalidated": exclude,
-                "spines": list(spines.values()),
-                "rewinds": rewound,
-                "roots": [n["position"] for n in nodes if n["cause"] is None and n["role"] != REWIND],
-                "nodes": nodes,
-                "next_cursor": nodes[-1]["position"] if nodes else None,
-                "has_more": more,
-            }
+            answer.CausalTree(
+                session_id=session_id,
+                applied_position=applied,
+                structure_complete=True,
+                exclude_invalidated=exclude,
+                spines=msgspec.convert(list(spines.values()), list[answer.CausalSpine]),
+                rewinds=msgspec.convert(rewound, list[answer.CausalRewind]),
+                roots=[n["position"] for n in nodes if n["cause"] is None and n["role"] != REWIND],
+                nodes=msgspec.convert(nodes, list[answer.CausalNode]),
+                next_cursor=nodes[-1]["position"] if nodes else None,
+                has_more=more,
+            )
         )
 
     async def _structure(

@@ -13,14 +13,14 @@ of an index, never a scan of the journal, however large the ledger:
   its cause's, or itself; a native event's is its laneledger session's first
   event (one laneledger session is one Korg session).
 
-The queries below run on the reader threads (``ReadModel.query``).
+The queries below run on the reader threads (``Reads``: the read model).
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
@@ -28,8 +28,8 @@ from laneledger.compat.korg_view import source_agent_of
 from laneledger.history.causality import KORG_TOOL_CALL
 from laneledger.sqlite import put_meta
 
-if TYPE_CHECKING:
-    from .readmodel import ReadModel, Row
+from . import Reads
+from .events import Row
 
 DDL = """
 CREATE TABLE IF NOT EXISTS korg_index (
@@ -112,16 +112,16 @@ _ENTRY = (
 )
 
 
-def has_ledger(model: ReadModel, tenant: str) -> bool:
-    return bool(model.query("SELECT 1 FROM korg_index WHERE tenant = ? LIMIT 1", [tenant]))
+def has_ledger(reads: Reads, tenant: str) -> bool:
+    return bool(reads.query("SELECT 1 FROM korg_index WHERE tenant = ? LIMIT 1", [tenant]))
 
 
-def ledgers(model: ReadModel, limit: int) -> list[str]:
+def ledgers(reads: Reads, limit: int) -> list[str]:
     """Tenants with events, at most ``limit`` (an index skip-scan per tenant)."""
     found: list[str] = []
     after = ""
     while len(found) < limit:
-        rows = model.query("SELECT min(tenant) FROM korg_index WHERE tenant > ?", [after])
+        rows = reads.query("SELECT min(tenant) FROM korg_index WHERE tenant > ?", [after])
         if not rows or rows[0][0] is None:
             break
         after = rows[0][0]
@@ -130,7 +130,7 @@ def ledgers(model: ReadModel, limit: int) -> list[str]:
 
 
 def recent(
-    model: ReadModel, tenant: str, before: int | None, limit: int, agent: str | None, cause: int | None = None
+    reads: Reads, tenant: str, before: int | None, limit: int, agent: str | None, cause: int | None = None
 ) -> Page:
     """Newest first, ``position < before``; one agent's with ``agent``, the
     events ``cause`` triggered with ``cause``."""
@@ -144,43 +144,43 @@ def recent(
     if before is not None:
         where += " AND k.position < ?"
         params.append(before)
-    return _entries(model, f"{_ENTRY} WHERE {where} ORDER BY k.position DESC", params, limit)
+    return _entries(reads, f"{_ENTRY} WHERE {where} ORDER BY k.position DESC", params, limit)
 
 
-def heads(model: ReadModel, tenant: str, before: int | None, limit: int) -> list[int]:
+def heads(reads: Reads, tenant: str, before: int | None, limit: int) -> list[int]:
     """Session roots, newest first (``limit`` + 1 to tell whether more follow)."""
     params: list[Any] = [tenant]
     where = "tenant = ? AND root = position"
     if before is not None:
         where += " AND position < ?"
         params.append(before)
-    rows = model.query(
+    rows = reads.query(
         f"SELECT position FROM korg_index WHERE {where} ORDER BY position DESC LIMIT ?", [*params, limit]
     )
     return [int(p) for (p,) in rows]
 
 
-def session(model: ReadModel, tenant: str, root: int, after: int, limit: int, agent: str | None) -> Page:
+def session(reads: Reads, tenant: str, root: int, after: int, limit: int, agent: str | None) -> Page:
     """A session's events oldest first, ``position > after``."""
     where, params = "k.tenant = ? AND k.root = ? AND k.position > ?", list[Any]([tenant, root, after])
     if agent is not None:
         where += " AND k.source_agent = ?"
         params.append(agent)
-    return _entries(model, f"{_ENTRY} WHERE {where} ORDER BY k.position", params, limit)
+    return _entries(reads, f"{_ENTRY} WHERE {where} ORDER BY k.position", params, limit)
 
 
-def event(model: ReadModel, tenant: str, position: int) -> Entry | None:
-    found, _ = _entries(model, f"{_ENTRY} WHERE k.position = ? AND k.tenant = ?", [position, tenant])
+def event(reads: Reads, tenant: str, position: int) -> Entry | None:
+    found, _ = _entries(reads, f"{_ENTRY} WHERE k.position = ? AND k.tenant = ?", [position, tenant])
     return found[0] if found else None
 
 
-def session_facts(model: ReadModel, tenant: str, root: int, max_agents: int) -> tuple[int, int, list[str]]:
+def session_facts(reads: Reads, tenant: str, root: int, max_agents: int) -> tuple[int, int, list[str]]:
     """(event count, last position, the first ``max_agents`` agents by name)."""
-    count, last = model.query(
+    count, last = reads.query(
         "SELECT count(*), coalesce(max(position), 0) FROM korg_index WHERE tenant = ? AND root = ?",
         [tenant, root],
     )[0]
-    agents = model.query(
+    agents = reads.query(
         "SELECT DISTINCT source_agent FROM korg_index WHERE tenant = ? AND root = ?"
         " ORDER BY source_agent LIMIT ?",
         [tenant, root, max_agents],
@@ -188,8 +188,8 @@ def session_facts(model: ReadModel, tenant: str, root: int, max_agents: int) -> 
     return int(count), int(last), [a for (a,) in agents]
 
 
-def _entries(model: ReadModel, sql: str, params: list[Any], limit: int = 1) -> Page:
+def _entries(reads: Reads, sql: str, params: list[Any], limit: int = 1) -> Page:
     """At most ``limit`` entries, fewer when their bodies reach ``PAGE_BYTES``
     (a page's memory is bounded however large events are), and whether more follow."""
-    rows, more = model.scan(sql, params, max_rows=limit, max_bytes=PAGE_BYTES, body_column=1)
+    rows, more = reads.scan(sql, params, max_rows=limit, max_bytes=PAGE_BYTES, body_column=1)
     return [(int(p), bytes(b), str(a), None if t is None else int(t), int(r)) for p, b, a, t, r in rows], more

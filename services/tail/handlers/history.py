@@ -37,22 +37,19 @@ from laneledger.runtime.access import Scope, scope_of
 from laneledger.runtime.httpjson import json_response
 from laneledger.sdk.client import LedgerClient
 
-from . import rewinds
-from .api import Query, parse_int
-from .budget import Hold, ReadBudget
-from .feed import Feed
-from .limits import Limiter
-from .owners import TENANT_PARAMETER
-from .pagestream import PIECE_BYTES, Piece, PieceStreamer
-from .readmodel import ReadModel
-from .routes import ReadModelRoutes
+from .. import rewinds
+from ..api import decode_parameters
+from ..budget import Hold, ReadBudget
+from ..feed import Feed
+from ..limits import Limiter
+from ..pagestream import PIECE_BYTES, Piece, PieceStreamer
+from ..projections.events import event_at
+from ..queries import EventPageQuery, EventQuery, InspectionQuery, LaneEventsQuery, RunQuery, SessionQuery
+from ..readmodel import ReadModel
+from ..routes import ReadModelRoutes
 
-PAGE_DEFAULT = 100
-PAGE_MAX = 1000
 PAGE_BYTES = 8 << 20
 _END = 2**62  # "no cursor" going backward: newer than any key
-PAGE_PARAMETERS = ("cursor", "direction", "limit")
-WITH_ORIGIN = "with_origin"  # a lane's events with those it was forked from
 ATTEMPT_TYPES = ("attempt.requested",) + TERMINAL_EVENT_TYPES["attempt"]
 CHECKPOINT_LINKED = "lane.framework.checkpoint.linked"
 SAFE_TO_RETRY = ("inherent", "keyed")
@@ -104,9 +101,8 @@ class PageRequest:
     limit: int
 
     @classmethod
-    def read(cls, query: Query) -> PageRequest:
-        limit = query.integer("limit", PAGE_DEFAULT, low=1, high=PAGE_MAX)
-        return cls(query.integer("cursor"), query.choice("direction", ("forward", "backward")), limit)
+    def read(cls, query: EventPageQuery) -> PageRequest:
+        return cls(query.cursor, query.direction, query.limit)
 
 
 class History(ReadModelRoutes):
@@ -140,9 +136,9 @@ class History(ReadModelRoutes):
     # -- one event -------------------------------------------------------------------------
 
     async def event(self, request: web.Request) -> web.Response:
-        query = Query(request, (rewinds.PARAMETER,))
-        position = parse_int(request.match_info["position"], "position", low=1)
-        row = await self._read(self._model.event_at, position)
+        query = decode_parameters(request, EventQuery)
+        position = query.position
+        row = await self._read(event_at, self._model, position)
         if not scope_of(request).allows(row.tenant):  # as if it were not there
             raise EntityNotFound("no committed event at this position (yet)", kind="event", position=position)
         if not row.event_type:
@@ -151,7 +147,7 @@ class History(ReadModelRoutes):
                 kind="not_an_event",
                 position=position,
             )
-        if rewinds.exclude_requested(query):
+        if query.exclude_invalidated == "true":
             gone = await self._read(
                 rewinds.invalidation, self._model, row.tenant, row.session_id, self._feed.applied
             )
@@ -167,15 +163,15 @@ class History(ReadModelRoutes):
     # -- a lane ----------------------------------------------------------------------------
 
     async def lane_events(self, request: web.Request) -> web.StreamResponse:
-        query = Query(request, (*PAGE_PARAMETERS, rewinds.PARAMETER, WITH_ORIGIN, TENANT_PARAMETER))
+        query = decode_parameters(request, LaneEventsQuery)
         page = PageRequest.read(query)
-        lane_id = request.match_info["lane_id"]
-        scope = await self._owner(request, query, "lane", lane_id)
+        lane_id = query.lane_id
+        scope = await self._owner(request, query.tenant, "lane", lane_id)
         applied = self._feed.applied
         where, params = scoped("lane_id = ?", [lane_id], scope)
-        if query.choice(WITH_ORIGIN, ("false", "true")) == "true":
+        if query.with_origin == "true":  # with the events it was forked from
             return await self._fork_history(request, query, page, lane_id, applied, scope)
-        if rewinds.exclude_requested(query):
+        if query.exclude_invalidated == "true":
             # A lane is in one session: its rewinds are the ones that apply.
             session_id = await self._read(self._session_of, where, params)
             if session_id is not None:
@@ -191,7 +187,13 @@ class History(ReadModelRoutes):
             return await self._send(request, held, head, first, read, page, applied)
 
     async def _fork_history(
-        self, request: web.Request, query: Query, page: PageRequest, lane_id: str, applied: int, access: Scope
+        self,
+        request: web.Request,
+        query: LaneEventsQuery,
+        page: PageRequest,
+        lane_id: str,
+        applied: int,
+        access: Scope,
     ) -> web.StreamResponse:
         """A lane with the history it was forked from: its origin's events up
         to the fork point (and so on up the origins), then its own, keyed by
@@ -212,7 +214,7 @@ class History(ReadModelRoutes):
             fork = (await self._ledger.get_lane(fork.lane_id, tenant=lane.tenant)).forked_from
         if page.direction == "forward":
             segments.reverse()
-        if rewinds.exclude_requested(query):  # forks stay in their origin's session
+        if query.exclude_invalidated == "true":  # forks stay in their origin's session
             gone = await self._read(rewinds.invalidation, self._model, lane.tenant, lane.session_id, applied)
             segments = [rewinds.excluding(where, params, gone) for where, params in segments]
         async with self._pages.hold(request) as held:
@@ -225,13 +227,13 @@ class History(ReadModelRoutes):
     # -- a session and a run ----------------------------------------------------------------
 
     async def session(self, request: web.Request) -> web.StreamResponse:
-        query = Query(request, (*PAGE_PARAMETERS, rewinds.PARAMETER, TENANT_PARAMETER))
+        query = decode_parameters(request, SessionQuery)
         page = PageRequest.read(query)
-        session_id = request.match_info["session_id"]
+        session_id = query.session_id
         applied = self._feed.applied
-        access = await self._owner(request, query, "session", session_id)
+        access = await self._owner(request, query.tenant, "session", session_id)
         scope = await self._excluding(
-            rewinds.exclude_requested(query),
+            query.exclude_invalidated == "true",
             access.tenant,
             session_id,
             applied,
@@ -253,13 +255,13 @@ class History(ReadModelRoutes):
             return await self._send(request, held, head, first, read, page, applied)
 
     async def run(self, request: web.Request) -> web.StreamResponse:
-        query = Query(request, (*PAGE_PARAMETERS, rewinds.PARAMETER, TENANT_PARAMETER))
+        query = decode_parameters(request, RunQuery)
         page = PageRequest.read(query)
-        session_id, run_id = request.match_info["session_id"], request.match_info["run_id"]
+        session_id, run_id = query.session_id, query.run_id
         applied = self._feed.applied
-        access = await self._owner(request, query, "session", session_id)
+        access = await self._owner(request, query.tenant, "session", session_id)
         scope = await self._excluding(
-            rewinds.exclude_requested(query),
+            query.exclude_invalidated == "true",
             access.tenant,
             session_id,
             applied,
@@ -277,10 +279,10 @@ class History(ReadModelRoutes):
     async def inspection(self, request: web.Request) -> web.Response:
         """What the run's events say about how it ended and what is left open,
         without choosing a status or a recovery policy for the orchestrator."""
-        query = Query(request, (TENANT_PARAMETER,))
-        session_id, run_id = request.match_info["session_id"], request.match_info["run_id"]
+        query = decode_parameters(request, InspectionQuery)
+        session_id, run_id = query.session_id, query.run_id
         applied = self._feed.applied
-        access = await self._owner(request, query, "session", session_id)
+        access = await self._owner(request, query.tenant, "session", session_id)
         view, rows = await asyncio.gather(
             self._structure(session_id, run_id, tenant=access.tenant),
             self._read(

@@ -6,7 +6,7 @@ LEDGER_TLOG with the witnesses' cosignatures it holds, consistency proofs
 between tree sizes, and the witnesses' cosignatures posted to it. Per event
 or session, guarded like every read of tenant data: a C2SP tlog-proof of one
 event, a session bundle. Everything is read from the read model (the tree
-is its own, ``tlogmodel.py``); posted cosignatures are stored through the
+is its own, ``tlog.py``); posted cosignatures are stored through the
 apply thread, the read model's one writer.
 """
 
@@ -18,7 +18,6 @@ import logging
 import sqlite3
 from collections.abc import Generator
 from concurrent.futures import Executor
-from typing import Any
 
 from aiohttp import web
 
@@ -29,7 +28,7 @@ from laneledger.contract.errors import (
     RequestTooLarge,
 )
 from laneledger.runtime.access import scope_of
-from laneledger.runtime.apidoc import JSON_MEDIA, error_responses, json_body, parameter
+from laneledger.runtime.apidoc import JSON_MEDIA
 from laneledger.runtime.httpjson import json_response
 from laneledger.sqlite import failures_as
 from laneledger.tlog import store as tree_store
@@ -41,20 +40,28 @@ from laneledger.tlog.cosignature import CosignatureVerifier
 from laneledger.tlog.note import Signature, split_note
 from laneledger.tlog.sessionbundle import session_bundle_chunks
 
-from . import tlogmodel
-from .api import Query, parse_int
-from .budget import ReadBudget
-from .feed import Feed
-from .limits import ReadLimits
-from .owners import TENANT_PARAMETER_DOC
-from .pagestream import PieceStreamer
-from .readmodel import ReadModel, Row
-from .routes import ReadModelRoutes
+from ..answers.tlog import TlogConsistency, TlogCosigned
+from ..api import decode_parameters, within
+from ..budget import ReadBudget
+from ..feed import Feed
+from ..limits import ReadLimits
+from ..pagestream import PieceStreamer
+from ..projections import tlog
+from ..projections.events import Row, event_at
+from ..queries import (
+    MAX_COSIGNED_BYTES,
+    CheckpointQuery,
+    ConsistencyQuery,
+    EventProofQuery,
+    NoParameters,
+    SessionProofQuery,
+)
+from ..readmodel import ReadModel
+from ..routes import ReadModelRoutes
 
 log = logging.getLogger("laneledger.tail")
 
 _READ_FAILED = "read model read failed"
-MAX_COSIGNED_BYTES = 64 * 1024  # a posted checkpoint: 100 signature lines fit many times over
 TEXT = "text/plain"
 
 
@@ -89,16 +96,16 @@ def accepted_cosignatures(
             continue
         if not witness.verify(text.encode(), sig.signature):
             raise InvalidRequest(
-                f"the cosignature of {tlogmodel.witness_key(sig)} does not verify",
+                f"the cosignature of {tlog.witness_key(sig)} does not verify",
                 reason="note_signature_invalid",
-                key=tlogmodel.witness_key(sig),
+                key=tlog.witness_key(sig),
             )
         accepted[(sig.name, sig.key_id)] = sig
     if not accepted:
         raise InvalidRequest(
             "no configured witness cosigned the checkpoint",
             reason="note_unverified",
-            signers=[tlogmodel.witness_key(s) for s in signatures],
+            signers=[tlog.witness_key(s) for s in signatures],
         )
     return list(accepted.values())
 
@@ -133,15 +140,14 @@ class Transparency(ReadModelRoutes):
     # -- log-wide, public ------------------------------------------------------------------
 
     async def latest(self, request: web.Request) -> web.Response:
-        Query(request, ())
+        decode_parameters(request, NoParameters)
         note = await self._read(self._served, None)
         if note is None:
             raise _no_checkpoint()
         return _text(note)
 
     async def at_size(self, request: web.Request) -> web.Response:
-        Query(request, ())
-        size = parse_int(request.match_info["size"], "size")
+        size = decode_parameters(request, CheckpointQuery).size
         note = await self._read(self._served, size)
         if note is None:
             raise _no_checkpoint(size=size)
@@ -151,28 +157,24 @@ class Transparency(ReadModelRoutes):
         conn = self._model.connection()
         with failures_as(_READ_FAILED):
             if size is None:
-                size = tlogmodel.latest_size(conn)
-            return None if size is None else tlogmodel.served_note(conn, size)
+                size = tlog.latest_size(conn)
+            return None if size is None else tlog.served_note(conn, size)
 
     async def consistency(self, request: web.Request) -> web.Response:
-        query = Query(request, ("old", "new"))
+        query = decode_parameters(request, ConsistencyQuery)
         tree = self._feed.applied  # committed, so every reader sees at least this tree
-        new = query.integer("new", low=0, high=tree)
-        if new is None:
-            raise InvalidRequest("new (a tree size) is required", parameter="new")
-        old = query.integer("old", low=0, high=new)
-        if old is None:
-            raise InvalidRequest("old (a tree size) is required", parameter="old")
+        new = within(query.new, "new", high=tree)
+        old = within(query.old, "old", high=new)
         proof = await self._read(self._consistency, old, new)
         return json_response(
-            {"old_size": old, "new_size": new, "proof": [base64.b64encode(h).decode() for h in proof]}
+            TlogConsistency(old_size=old, new_size=new, proof=[base64.b64encode(h).decode() for h in proof])
         )
 
     def _consistency(self, old: int, new: int) -> list[bytes]:
         return tree_store.consistency_proof(self._model.connection(), old, new)
 
     async def cosign(self, request: web.Request) -> web.Response:
-        Query(request, ())
+        decode_parameters(request, NoParameters)
         data = await _cosigned_bytes(request)
         text, signatures = split_note(data)
         checkpoint = TreeHead.parse(text)
@@ -184,25 +186,19 @@ class Transparency(ReadModelRoutes):
         kept_newer = await loop.run_in_executor(
             self._apply_thread, self._model.store_cosignatures, checkpoint.size, accepted
         )
-        return json_response(
-            {
-                "size": checkpoint.size,
-                "witnesses": [tlogmodel.witness_key(s) for s in accepted],
-                "kept_newer": kept_newer,
-            }
-        )
+        witnesses = [tlog.witness_key(s) for s in accepted]
+        return json_response(TlogCosigned(size=checkpoint.size, witnesses=witnesses, kept_newer=kept_newer))
 
     def _stored(self, size: int) -> str | None:
         with failures_as(_READ_FAILED):
-            return tlogmodel.stored_note(self._model.connection(), size)
+            return tlog.stored_note(self._model.connection(), size)
 
     # -- per event or session, guarded -----------------------------------------------------------
 
     async def event_proof(self, request: web.Request) -> web.Response:
-        query = Query(request, ("size",))
-        position = parse_int(request.match_info["position"], "position", low=1)
-        size = query.integer("size")
-        row: Row = await self._read(self._model.event_at, position)
+        query = decode_parameters(request, EventProofQuery)
+        position, size = query.position, query.size
+        row: Row = await self._read(event_at, self._model, position)
         if not row.event_type or not scope_of(request).allows(row.tenant):  # as if it were not there
             raise EntityNotFound("no committed event at this position (yet)", kind="event", position=position)
         bundle = await self._read(self._event_bundle, row, size)
@@ -215,12 +211,9 @@ class Transparency(ReadModelRoutes):
             return make_bundle(conn, row.position, note, event=row.body).format()
 
     async def session_proof(self, request: web.Request) -> web.StreamResponse:
-        query = Query(request, ("tenant", "size"))
-        session_id = request.match_info["session_id"]
-        if not 1 <= len(session_id) <= 256:
-            raise InvalidRequest("session_id must be 1 to 256 characters", parameter="session_id")
-        size = query.integer("size")
-        scope = await self._owner(request, query, "session", session_id)
+        query = decode_parameters(request, SessionProofQuery)
+        session_id, size = query.session_id, query.size
+        scope = await self._owner(request, query.tenant, "session", session_id)
         if scope.tenant is None:  # no tenant has such a session
             raise EntityNotFound("no such session", kind="session", session_id=session_id)
         with self._limits.reads.slot(scope_of(request)):
@@ -256,12 +249,12 @@ class Transparency(ReadModelRoutes):
     def _covering(conn: sqlite3.Connection, position: int, size: int | None, what: str) -> str:
         """The served checkpoint of ``size`` (default: the latest), which must
         cover ``position``."""
-        latest = tlogmodel.latest_size(conn)
+        latest = tlog.latest_size(conn)
         if size is None:
             if latest is None or latest < position:
                 raise _not_covered(what, position, latest)
             size = latest
-        note = tlogmodel.served_note(conn, size)
+        note = tlog.served_note(conn, size)
         if note is None:
             raise _no_checkpoint(size=size)
         if size < position:
@@ -283,149 +276,3 @@ async def _cosigned_bytes(request: web.Request) -> bytes:
         if len(data) > MAX_COSIGNED_BYTES:
             raise too_large()
     return bytes(data)
-
-
-# -- the OpenAPI document's part (openapi.py) ------------------------------------------------
-
-
-def _obj(required: list[str], props: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "object", "required": required, "properties": props, "additionalProperties": False}
-
-
-_B64_HASH = {"type": "string", "pattern": "^[A-Za-z0-9+/]{43}=$"}
-_SIZE = {"type": "integer", "minimum": 0}
-_NOTE = {
-    "description": "a C2SP signed note",
-    "content": {TEXT: {"schema": {"type": "string"}}},
-}
-
-
-_CHECKPOINT_SIZE = parameter(
-    "size",
-    "query",
-    _SIZE,
-    "under the checkpoint of this tree size (one the tail serves); default: the latest",
-)
-
-SCHEMAS: dict[str, Any] = {
-    "TlogConsistency": _obj(
-        ["old_size", "new_size", "proof"],
-        {"old_size": _SIZE, "new_size": _SIZE, "proof": {"type": "array", "items": _B64_HASH}},
-    ),
-    "TlogCosigned": _obj(
-        ["size", "witnesses", "kept_newer"],
-        {
-            "size": _SIZE,
-            "witnesses": {"type": "array", "items": {"type": "string"}, "minItems": 1},
-            "kept_newer": {
-                "type": "array",
-                "items": {"type": "string"},
-                "description": "those of witnesses whose posted cosignature is older than the one "
-                "the tail holds for this size, which it keeps",
-            },
-        },
-    ),
-    "SessionBundle": _obj(
-        ["format", "tenant", "session_id", "checkpoint", "events"],
-        {
-            "format": {"const": "laneledger-session-bundle/v1"},
-            "tenant": {"type": "string"},
-            "session_id": {"type": "string"},
-            "checkpoint": {"type": "string", "description": "the signed checkpoint, verbatim"},
-            "events": {
-                "type": "array",
-                "items": _obj(
-                    ["index", "event", "proof"],
-                    {
-                        "index": _SIZE,
-                        "event": {"type": "string", "description": "base64 of the committed bytes"},
-                        "proof": {"type": "array", "items": _B64_HASH},
-                    },
-                ),
-            },
-        },
-    ),
-}
-
-PATHS: dict[str, Any] = {
-    "/api/v1/tlog/checkpoint": {
-        "get": {
-            "operationId": "tlogCheckpoint",
-            "summary": "the latest checkpoint the tail serves, with the witnesses' cosignatures it holds "
-            "(public)",
-            "responses": {"200": _NOTE, **error_responses(400, 404)},
-        }
-    },
-    "/api/v1/tlog/checkpoints/{size}": {
-        "get": {
-            "operationId": "tlogCheckpointOfSize",
-            "summary": "the checkpoint of one tree size, with its cosignatures (public)",
-            "parameters": [parameter("size", "path", _SIZE, "the tree size")],
-            "responses": {"200": _NOTE, **error_responses(400, 404)},
-        }
-    },
-    "/api/v1/tlog/consistency": {
-        "get": {
-            "operationId": "tlogConsistency",
-            "summary": "a consistency proof of the tree from size old to size new (public)",
-            "parameters": [
-                parameter("old", "query", _SIZE, "the older tree size, at most new", required=True),
-                parameter("new", "query", _SIZE, "the newer tree size, at most the tail's", required=True),
-            ],
-            "responses": {
-                "200": json_body("TlogConsistency", "the proof, base64 hashes"),
-                **error_responses(400),
-            },
-        }
-    },
-    "/api/v1/tlog/cosignatures": {
-        "post": {
-            "operationId": "tlogCosign",
-            "summary": "a witness's cosignatures of a checkpoint the tail serves: kept and served with it "
-            "(public: the signature authenticates)",
-            "requestBody": {
-                "required": True,
-                "content": {TEXT: {"schema": {"type": "string", "maxLength": MAX_COSIGNED_BYTES}}},
-            },
-            "responses": {
-                "200": json_body(
-                    "TlogCosigned",
-                    "the witnesses whose cosignatures the tail holds (an older one never replaces a newer)",
-                ),
-                **error_responses(400, 404, 413),
-            },
-        }
-    },
-    "/api/v1/proofs/{position}": {
-        "get": {
-            "operationId": "eventProof",
-            "summary": "a C2SP tlog-proof of one event (with the event), under a checkpoint the tail serves",
-            "parameters": [
-                parameter("position", "path", {"type": "integer", "minimum": 1}, "ledger position"),
-                _CHECKPOINT_SIZE,
-            ],
-            "responses": {
-                "200": {"description": "the tlog-proof", "content": {TEXT: {"schema": {"type": "string"}}}},
-                **error_responses(400, 404, 503),
-            },
-        }
-    },
-    "/api/v1/sessions/{session_id}/proof": {
-        "get": {
-            "operationId": "sessionProof",
-            "summary": "a session bundle: every event of the session with its inclusion proof under one "
-            "checkpoint the tail serves",
-            "parameters": [
-                parameter(
-                    "session_id", "path", {"type": "string", "minLength": 1, "maxLength": 256}, "session id"
-                ),
-                TENANT_PARAMETER_DOC,
-                _CHECKPOINT_SIZE,
-            ],
-            "responses": {
-                "200": json_body("SessionBundle", "the session bundle (streamed)"),
-                **error_responses(400, 404, 429, 503),
-            },
-        }
-    },
-}

@@ -24,14 +24,15 @@ from aiohttp import web
 from laneledger.contract.errors import InvalidRequest, LedgerError, QuotaExceeded
 from laneledger.runtime.access import Scope, scope_of
 
-from . import rewinds
-from .api import Query, parse_int
-from .budget import Hold, ReadBudget
-from .feed import PAGE_RESERVE, EventFilter, Feed
-from .limits import TAILS, Limiter
-from .metrics import TailMetrics
-from .readmodel import ReadModel
-from .streaming import ClientStream, client_stream
+from .. import rewinds
+from ..api import decode_parameters, parse_int
+from ..budget import Hold, ReadBudget
+from ..feed import PAGE_RESERVE, EventFilter, Feed
+from ..limits import TAILS, Limiter
+from ..metrics import TailMetrics
+from ..queries import TailQuery
+from ..readmodel import ReadModel
+from ..streaming import ClientStream, client_stream
 
 log = logging.getLogger("laneledger.tail")
 
@@ -40,23 +41,26 @@ log = logging.getLogger("laneledger.tail")
 # (limits.py) within this time, not at its next keepalive.
 CLIENT_CHECK_S = 1.0
 
-PARAMETERS = ("tenant", "session_id", "run_id", "lane_id", "actor_id", "event_type", "from_position")
-
 
 def parse_subscription(request: web.Request) -> tuple[EventFilter, int, bool]:
     """The filter, the start position, and whether to leave out what the
     rewinds of the sessions in scope invalidate (``rewinds.py``)."""
-    query = Query(request, (*PARAMETERS, rewinds.PARAMETER))
-    fields = {name: query.text(name) for name in PARAMETERS[:-1]}
-    # The token's tenant is always part of the filter (access.py): another
-    # tenant named in ``tenant=`` is 403, never a view of it.
-    fields["tenant"] = scope_of(request).narrow(fields["tenant"])
-    filt = EventFilter(**fields)
-    start = query.integer("from_position", 0)
+    query = decode_parameters(request, TailQuery)
+    filt = EventFilter(
+        # The token's tenant is always part of the filter (access.py): another
+        # tenant named in ``tenant=`` is 403, never a view of it.
+        tenant=scope_of(request).narrow(query.tenant),
+        session_id=query.session_id,
+        run_id=query.run_id,
+        lane_id=query.lane_id,
+        actor_id=query.actor_id,
+        event_type=query.event_type,
+    )
+    start = query.from_position or 0
     header = request.headers.get("Last-Event-ID")
     if header is not None and header.strip():
         start = parse_int(header.strip(), "Last-Event-ID")
-    return filt, start, rewinds.exclude_requested(query)
+    return filt, start, query.exclude_invalidated == "true"
 
 
 class Tail:

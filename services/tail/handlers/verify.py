@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from msgspec import UNSET
 
 from laneledger.audit.faults import decode_body, position_gap
 from laneledger.contract.chain import LaneChains
@@ -41,12 +42,14 @@ from laneledger.runtime.httpjson import json_response
 from laneledger.sdk.client import LedgerClient
 from laneledger.sqlite import failures_as
 
-from .api import Query
-from .feed import Feed
-from .limits import ReadLimits
-from .owners import TENANT_PARAMETER
-from .readmodel import COLUMNS, ReadModel, Row
-from .routes import ReadModelRoutes
+from ..answers.verify import ErrorBody, VerifyReport, VerifyScope
+from ..api import decode_parameters
+from ..feed import Feed
+from ..limits import ReadLimits
+from ..projections.events import COLUMNS, Row
+from ..queries import VerifyQuery
+from ..readmodel import ReadModel
+from ..routes import ReadModelRoutes
 
 WALK_PAGE = 5000  # rows checked per reader-thread call
 _READ_FAILED = "read model read failed"
@@ -131,12 +134,13 @@ class Verifier(ReadModelRoutes):
         return web.get("/api/v1/verify", self.handle, name="verify")
 
     async def handle(self, request: web.Request) -> web.Response:
-        query = Query(request, ("lane_id", "session_id", TENANT_PARAMETER))
-        lane_id, session_id = query.text("lane_id"), query.text("session_id")
+        query = decode_parameters(request, VerifyQuery)
+        lane_id, session_id = query.lane_id, query.session_id
         if lane_id is not None and session_id is not None:
             raise InvalidRequest("give lane_id or session_id, not both", parameter="lane_id")
         applied = self._feed.applied
-        access = await self._access(request, query, lane_id, session_id)
+        access = await self._access(request, query.tenant, lane_id, session_id)
+        scope: VerifyScope
         if lane_id is not None:
             scope, where, params, order = "lane", "lane_id = ?", [lane_id], "seq"
         elif session_id is not None:
@@ -165,38 +169,36 @@ class Verifier(ReadModelRoutes):
                 # applied yet).
                 page = await self._ledger.load_structure_page(session_id, limit=1, tenant=access.tenant)
                 access.not_found_unless(page.tenant, "session", id=session_id)
-        report: dict[str, Any] = {
-            "scope": scope,
-            "intact": fault is None,
-            "events": walk.events,
-            "lanes": len(walk.tips),
-            "last_position": walk.last_position,
-            "applied_position": applied,
-            "keyed": self._key is not None,
-            "fault": fault.to_wire() if fault else None,
-        }
-        if scope == "tenant":
-            report["tenant"] = access.tenant
-        if lane_id is not None:
-            report["lane_id"] = lane_id
-        if session_id is not None:
-            report["session_id"] = session_id
-        if scope != "ledger":
+        report = VerifyReport(
+            scope=scope,
+            intact=fault is None,
+            events=walk.events,
+            lanes=len(walk.tips),
+            last_position=walk.last_position,
+            applied_position=applied,
+            keyed=self._key is not None,
+            fault=ErrorBody(**fault.to_wire()) if fault else None,
+            tenant=access.tenant if scope == "tenant" and access.tenant is not None else UNSET,
+            lane_id=UNSET if lane_id is None else lane_id,
+            session_id=UNSET if session_id is None else session_id,
             # One tenant's lanes (a tenant, session or lane walk), so lane ids are unique.
-            report["lane_tips"] = {lane: tip for (_, lane), (_, tip) in walk.tips.items()}
+            lane_tips=UNSET
+            if scope == "ledger"
+            else {lane: tip for (_, lane), (_, tip) in walk.tips.items()},
+        )
         return json_response(report)
 
     async def _access(
-        self, request: web.Request, query: Query, lane_id: str | None, session_id: str | None
+        self, request: web.Request, tenant: str | None, lane_id: str | None, session_id: str | None
     ) -> Scope:
         """The request's scope, narrowed to the tenant of the lane or session
         it names, or to the tenant the operator names (a tenant walk)."""
         if lane_id is not None:
-            return await self._owner(request, query, "lane", lane_id)
+            return await self._owner(request, tenant, "lane", lane_id)
         if session_id is not None:
-            return await self._owner(request, query, "session", session_id)
+            return await self._owner(request, tenant, "session", session_id)
         access = scope_of(request)
-        named = access.narrow(query.text(TENANT_PARAMETER))
+        named = access.narrow(tenant)
         return access if named is None else Scope(named, operator=access.operator)
 
     async def _walk(

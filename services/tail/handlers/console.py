@@ -17,7 +17,7 @@ from aiohttp import web
 
 from laneledger.contract.errors import EntityNotFound
 
-DIRECTORY = Path(__file__).resolve().parent / "console"
+DIRECTORY = Path(__file__).resolve().parent.parent / "console"  # services/tail/console/
 PAGE = "index.html"
 ASSETS = {"app.js": "text/javascript", "app.css": "text/css"}
 

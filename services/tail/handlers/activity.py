@@ -32,9 +32,12 @@ from laneledger.contract.errors import EntityNotFound, IntegrityError
 from laneledger.contract.vocabulary import COST_SUM, TERMINAL_EVENT_TYPES
 from laneledger.runtime.httpjson import json_response
 
-from .api import Query
-from .owners import TENANT_PARAMETER
-from .routes import ReadModelRoutes
+from ..answers import activity as answer
+from ..answers.costs import Money
+from ..api import decode_parameters
+from ..projections import events
+from ..queries import OwnedSessionQuery
+from ..routes import ReadModelRoutes
 
 OPENERS = {"turn.started": "turn", "action.started": "action", "attempt.requested": "attempt"}
 CLOSERS = {t: kind for kind in ("turn", "action", "attempt") for t in TERMINAL_EVENT_TYPES[kind]}
@@ -65,7 +68,9 @@ def _ms_between(start: str, end: str) -> int | None:
     return round(delta.total_seconds() * 1000)
 
 
-class Span:
+class OpenSpan:
+    """A turn, action or attempt as its events are read: opened, closed, costed."""
+
     __slots__ = (
         "cost",
         "ended_at",
@@ -84,32 +89,36 @@ class Span:
         self.run_id = e.run_id if e else None
         self.started_position = e.position if e else None
         self.started_at = e.occurred_at if e else None
-        self.outcome: str | None = None
+        self.outcome: answer.Outcome | None = None
         self.ended_position: int | None = None
         self.ended_at: str | None = None
         self.cost: dict[str, Decimal] = defaultdict(Decimal)
 
     def close(self, e: Event) -> None:
-        self.outcome = e.event_type.rsplit(".", 1)[1]
+        self.outcome = "failed" if e.event_type.endswith(".failed") else "completed"
         self.ended_position = e.position
         self.ended_at = e.occurred_at
         if self.lane_id is None:  # closed without an opening event
             self.lane_id, self.run_id = e.lane_id, e.run_id
 
-    def body(self) -> dict[str, Any]:
+    def answer(self) -> answer.Span:
         duration = _ms_between(self.started_at, self.ended_at) if self.started_at and self.ended_at else None
-        return {
-            "id": self.id,
-            "lane_id": self.lane_id,
-            "run_id": self.run_id,
-            "started_position": self.started_position,
-            "started_at": self.started_at,
-            "outcome": self.outcome,
-            "ended_position": self.ended_position,
-            "ended_at": self.ended_at,
-            "duration_ms": duration,
-            "cost": [{"currency": c, "amount": str(a)} for c, a in sorted(self.cost.items())],
-        }
+        return answer.Span(
+            id=self.id,
+            lane_id=self.lane_id,
+            run_id=self.run_id,
+            started_position=self.started_position,
+            started_at=self.started_at,
+            outcome=self.outcome,
+            ended_position=self.ended_position,
+            ended_at=self.ended_at,
+            duration_ms=duration,
+            cost=_money(self.cost),
+        )
+
+
+def _money(sums: dict[str, Decimal]) -> list[Money]:
+    return [Money(currency=c, amount=str(a)) for c, a in sorted(sums.items())]
 
 
 class Activity(ReadModelRoutes):
@@ -117,53 +126,48 @@ class Activity(ReadModelRoutes):
         return web.get("/api/v1/sessions/{session_id}/activity", self.activity, name="activity")
 
     async def activity(self, request: web.Request) -> web.Response:
-        query = Query(request, (TENANT_PARAMETER,))
-        session_id = request.match_info["session_id"]
+        query = decode_parameters(request, OwnedSessionQuery)
+        session_id = query.session_id
         applied = self._feed.applied
         # A session of another tenant is 404 (access.py); of several, one is named.
-        scope = await self._owner(request, query, "session", session_id)
+        scope = await self._owner(request, query.tenant, "session", session_id)
         body = await self._read(self._build, session_id, applied, scope.tenant)
         return json_response(body)
 
-    def _build(self, session_id: str, applied: int, tenant: str | None = None) -> dict[str, Any]:
-        scope, params = "session_id = ? AND position <= ?", [session_id, applied]
-        if tenant is not None:
-            scope, params = f"{scope} AND tenant = ?", [*params, tenant]
-        if not self._model.query(f"SELECT 1 FROM events WHERE {scope} LIMIT 1", params):
+    def _build(self, session_id: str, applied: int, tenant: str | None = None) -> answer.Activity:
+        if not events.any_event(self._model, upto=applied, session_id=session_id, tenant=tenant):
             raise EntityNotFound("no events of this session (yet)", kind="session", id=session_id)
-        spans: dict[str, dict[str, Span]] = {"turn": {}, "action": {}, "attempt": {}}
-        pauses: dict[str, dict[str, Any]] = {}
+        spans: dict[str, dict[str, OpenSpan]] = {"turn": {}, "action": {}, "attempt": {}}
+        pauses: dict[str, answer.Pause] = {}
         totals: dict[str, Decimal] = defaultdict(Decimal)
-        marks = ",".join("?" * len(TYPES))
-        sql = (
-            f"SELECT position, body FROM events WHERE {scope}"
-            f" AND event_type IN ({marks}) AND position > ? ORDER BY position LIMIT ?"
+        lifecycle = events.bodies_of_types(
+            self._model, TYPES, upto=applied, session_id=session_id, tenant=tenant
         )
-        for _, raw in self._model.iterate(sql, (*params, *TYPES)):
+        for _, raw in lifecycle:
             e = _decode.decode(raw)
             kind = OPENERS.get(e.event_type)
             if kind is not None:
-                spans[kind].setdefault(e.subject_id, Span(e.subject_id, e))
+                spans[kind].setdefault(e.subject_id, OpenSpan(e.subject_id, e))
             elif (kind := CLOSERS.get(e.event_type)) is not None:
-                span = spans[kind].setdefault(e.subject_id, Span(e.subject_id, None))
+                span = spans[kind].setdefault(e.subject_id, OpenSpan(e.subject_id, None))
                 if span.outcome is None:
                     span.close(e)
             elif e.event_type == "cost.recorded":
                 self._cost(e, spans, totals)
             else:
                 self._hitl(e, pauses)
-        return {
-            "session_id": session_id,
-            "applied_position": applied,
-            "turns": [s.body() for s in spans["turn"].values()],
-            "actions": [s.body() for s in spans["action"].values()],
-            "attempts": [s.body() for s in spans["attempt"].values()],
-            "pauses": list(pauses.values()),
-            "cost": [{"currency": c, "amount": str(a)} for c, a in sorted(totals.items())],
-        }
+        return answer.Activity(
+            session_id=session_id,
+            applied_position=applied,
+            turns=[s.answer() for s in spans["turn"].values()],
+            actions=[s.answer() for s in spans["action"].values()],
+            attempts=[s.answer() for s in spans["attempt"].values()],
+            pauses=list(pauses.values()),
+            cost=_money(totals),
+        )
 
     @staticmethod
-    def _cost(e: Event, spans: dict[str, dict[str, Span]], totals: dict[str, Decimal]) -> None:
+    def _cost(e: Event, spans: dict[str, dict[str, OpenSpan]], totals: dict[str, Decimal]) -> None:
         p = e.payload
         try:  # the sequencer checked the payload (vocabulary.json)
             amount, currency = Decimal(str(p["amount"])), str(p["currency"])
@@ -175,28 +179,28 @@ class Activity(ReadModelRoutes):
         for kind, key in (("attempt", "attempt_id"), ("action", "action_id")):
             subject = p.get(key)
             if isinstance(subject, str):
-                span = spans[kind].setdefault(subject, Span(subject, None))
+                span = spans[kind].setdefault(subject, OpenSpan(subject, None))
                 span.cost[currency] = COST_SUM.add(span.cost[currency], amount)
 
     @staticmethod
-    def _hitl(e: Event, pauses: dict[str, dict[str, Any]]) -> None:
+    def _hitl(e: Event, pauses: dict[str, answer.Pause]) -> None:
         pause_id = e.payload.get("pause_id")
         if not isinstance(pause_id, str):
             return
         if e.event_type == "hitl.paused":
             pauses.setdefault(
                 pause_id,
-                {
-                    "pause_id": pause_id,
-                    "lane_id": e.lane_id,
-                    "run_id": e.run_id,
-                    "position": e.position,
-                    "paused_at": e.occurred_at,
-                    "trigger": e.payload.get("trigger"),
-                    "decision": None,
-                    "responded_position": None,
-                },
+                answer.Pause(
+                    pause_id=pause_id,
+                    lane_id=e.lane_id,
+                    run_id=e.run_id,
+                    position=e.position,
+                    paused_at=e.occurred_at,
+                    trigger=e.payload.get("trigger"),
+                    decision=None,
+                    responded_position=None,
+                ),
             )
-        elif pause_id in pauses and pauses[pause_id]["decision"] is None:
-            pauses[pause_id]["decision"] = e.payload.get("decision")
-            pauses[pause_id]["responded_position"] = e.position
+        elif pause_id in pauses and pauses[pause_id].decision is None:
+            pauses[pause_id].decision = e.payload.get("decision")
+            pauses[pause_id].responded_position = e.position

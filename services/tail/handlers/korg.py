@@ -34,11 +34,12 @@ from laneledger.contract.subjects import Subjects, token
 from laneledger.runtime.access import scope_of
 from laneledger.sdk.blobstore import BlobStore, tenant_uploads_bucket_name
 
-from .api import Query
+from ..api import decode_parameters
+from ..feed import Feed
+from ..queries import KorgBlobQuery, KorgJournalQuery
+from ..readmodel import ReadModel
+from ..streaming import client_stream
 from .blobs import BlobReader, blob_response, content_type
-from .feed import Feed
-from .readmodel import ReadModel
-from .streaming import client_stream
 
 RECORDER = "korg:api"  # Korg §1.2.6: the recorder of every HTTP append
 SCHEMA_VERSION = "1.0"
@@ -102,11 +103,9 @@ class KorgReads:
     # -- GET /api/journal ---------------------------------------------------------------------
 
     async def journal(self, request: web.Request) -> web.StreamResponse:
-        query = Query(request, ("session_id", "cursor", "limit", "triggered_by"))
-        session_id = query.text("session_id")
-        cursor = query.integer("cursor", 0)
-        limit = query.integer("limit", None, low=1)
-        cause = query.integer("triggered_by", None)
+        query = decode_parameters(request, KorgJournalQuery)
+        session_id, limit, cause = query.session_id, query.limit, query.triggered_by
+        cursor = query.cursor or 0
         applied = self._feed.applied
         if not scope_of(request).allows(self._tenant):
             limit = 0  # the journal is the Korg tenant's: another tenant's token sees none of it
@@ -151,7 +150,7 @@ class KorgReads:
         self, session_id: str | None, cursor: int, applied: int, limit: int
     ) -> list[tuple[int, bytes, str, int | None]]:
         """Every event of the Korg tenant (tool calls and natively recorded
-        events alike), with its Korg source_agent and triggered_by (``korgindex``)."""
+        events alike), with its Korg source_agent and triggered_by (``projections/korg_index.py``)."""
         where, params = "e.tenant = ?", [self._tenant]
         if session_id is not None:
             where += " AND e.session_id = ?"
@@ -170,11 +169,10 @@ class KorgReads:
         layer reads): committed, or uploaded with ``PUT`` and not yet
         referenced by a committed call; 404 when neither, as for another
         tenant's token."""
-        Query(request, ())
         raw = request.match_info["sha256"]
         if _UPPER_HEX.fullmatch(raw):  # Korg's store names blobs in lowercase: another name is absent
             raise EntityNotFound("no blob has this name (names are lowercase hex)", kind="blob", ref=raw)
-        sha256 = parse_sha256(raw)
+        sha256 = parse_sha256(decode_parameters(request, KorgBlobQuery).sha256)
         tenant = self._tenant
         scope_of(request).not_found_unless(tenant, "blob", ref=f"sha256:{sha256}")
         try:

@@ -25,7 +25,8 @@ from laneledger.contract.subjects import Subjects
 from laneledger.runtime.access import scope_of
 from laneledger.sdk.blobstore import BlobBuckets
 
-from .api import Query
+from ..api import decode_parameters
+from ..queries import BlobQuery
 
 
 class BlobReader:
@@ -54,9 +55,9 @@ def content_type(data: bytes) -> str:
 
 def blob_route(store: BlobReader) -> web.RouteDef:
     async def get_blob(request: web.Request) -> web.Response:
-        query = Query(request, ("tenant",))
-        sha256 = parse_sha256(request.match_info["sha256"])
-        tenant = scope_of(request).narrow(query.text("tenant"))
+        query = decode_parameters(request, BlobQuery)
+        sha256 = parse_sha256(query.sha256)
+        tenant = scope_of(request).narrow(query.tenant)
         if tenant is None:  # an operator (or open) read: blobs live per tenant
             raise InvalidRequest("name the blob's tenant (tenant=)", parameter="tenant")
         data, ctype = await store.read(tenant, sha256)
