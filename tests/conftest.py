@@ -18,6 +18,7 @@ fixture as a parameter and imports nothing for it:
   (deploy/nats.conf, its users and their permissions)
 * otel_fixtures.py: ``phoenix`` (a real OTLP receiver, once per test session)
 * xdist_groups.py: the tests ``make test`` (in parallel) keeps together
+* cpu_report.py: with ``LANELEDGER_CPU_REPORT=DIR``, the CPU each test used
 
 Markers (declared in pyproject.toml, ``--strict-markers``): ``nats`` is added
 here to every test that uses a nats-server fixture; tests that start servers
@@ -45,6 +46,7 @@ import pytest
 from laneledger.devtools.natsserver import NatsServer, find_nats_server
 
 pytest_plugins = [
+    "cpu_report",
     "failure_logs",
     "nats_fixtures",
     "ledger_fixtures",
