@@ -25,6 +25,12 @@ SQLite file, and P producer processes (``bench/producer.py``). Phases:
    committed throughput of phase 1, spread over the producers with steady
    inter-arrival times; the time from ``submit`` to receipt of every append in
    the window gives p50 and p99.
+3b. **floor** - the same open-loop load, the raw phase's bodies
+   ``js.publish_async``-ed to a stream like ``LEDGER_APPEND``, and again to
+   one fsynced before each ack (as ``LEDGER_TXLOG`` and ``LEDGER_EVENTS``
+   are; on R3 the two are the same stream, run once): each publish's latency
+   to its JetStream ack, the floor under a receipt (``floor_*``,
+   ``floor_synced_*``).
 4. **bare max load** - phase 1 again, but the producers publish the raw
    phase's way (pre-built bodies, ``js.publish_async``, no SDK) to the
    ledger's subjects and count receipts on one subscription: what the ledger
@@ -118,6 +124,8 @@ HEADLINE = (
     "ratio",
     "receipt_p50_ms_at_20pct",
     "receipt_p99_ms_at_20pct",
+    "floor_p50_ms_at_20pct",
+    "floor_p99_ms_at_20pct",
 )
 
 
@@ -638,9 +646,9 @@ class Bench:
     async def _run(self) -> int:
         args, P, E = self.args, self.P, self.E
         self.steps_done = 0
-        self.steps = 1 if args.latency_at is not None else 4 if args.no_bare else 6
+        self.steps = 1 if args.latency_at is not None else 6 if args.no_bare else 8
         if args.cluster and args.latency_at is None:
-            self.steps -= 1 if args.no_bare else 2  # no ceiling phases
+            self.steps -= 2 if args.no_bare else 3  # no ceiling phases, one floor
         if args.txlog_off_too and args.latency_at is None:
             self.steps += 3
         log(
@@ -679,6 +687,9 @@ class Bench:
             result["ratio"] = ratio(result["committed_per_s"], result["raw_publish_per_s"])
             rate = max(args.load_fraction * result["committed_per_s"] / E, 1.0)  # appends/s
             result |= await self._phase_latency(rate, f"{100 * args.load_fraction:g} % load")
+            result |= await self._phase_floor(rate)
+            if not args.cluster:  # on R3 the append streams are fsynced too: one floor
+                result |= await self._phase_floor(rate, synced=True)
             if args.txlog_off_too:
                 result |= await self._phases_without_txlog(rate)
             if not args.no_bare:
@@ -706,7 +717,7 @@ class Bench:
             "code_sha256": self.code["code_sha256"],
             "git_head": self.code["git_head"],
         }
-        # The issue's five figures first, then the rest in the order measured.
+        # The issue's figures first, then the rest in the order measured.
         result = {k: result[k] for k in HEADLINE if k in result} | result
         p50, p99 = result["receipt_p50_ms_at_20pct"], result["receipt_p99_ms_at_20pct"]
         at = "the fixed load" if args.latency_at else f"{100 * args.load_fraction:g} %"
@@ -905,6 +916,44 @@ class Bench:
             "sequencer_mean_commit_ms_at_20pct": round(seq_lat["mean_commit_ms"], 3),
             "cpu_cores_20pct": {k: round(v, 2) for k, v in cpu_lat.items()},
         }
+
+    async def _phase_floor(self, rate: float, *, synced: bool = False) -> dict[str, Any]:
+        """3b. the floor under phase 3: the same open-loop load of the same
+        bodies publish_async-ed to a stream like LEDGER_APPEND (``synced``:
+        fsynced before each ack, as LEDGER_TXLOG and LEDGER_EVENTS are), each
+        publish's latency to its JetStream ack."""
+        args, P, E = self.args, self.P, self.E
+        kind = "fsynced before each ack, as LEDGER_TXLOG is" if synced else "the settings of LEDGER_APPEND"
+        log(
+            f"\n{self.step()} floor: the same open-loop load ({rate * E:,.0f} events/s) publish_async-ed to "
+            f"{RAW_STREAM} ({kind}); latency publish->ack"
+        )
+        cfg = append_stream_config(RAW_STREAM, Subjects(RAW_PREFIX), self.replicas)
+        cfg.description = "laneledger benchmark: raw publish floor"
+        if synced:
+            cfg.persist_mode = None
+        await self.js.add_stream(cfg)
+        extra = [{"rate": rate / P, "phase": i / P} for i in range(P)]
+        floor = await self.run_phase("floor", "raw-paced", args.seconds, monitor_ledger=False, extra=extra)
+        r = floor.results
+        lats = sorted(v for x in r for v in x["latencies_ms"])
+        offered = sum(x["offered_window"] for x in r)
+        errors = merge(x["errors"] for x in r)
+        p50, p99 = percentile(lats, 50), percentile(lats, 99)
+        log(
+            f"  publish->ack latency: p50 {p50:.2f} ms, p90 {percentile(lats, 90):.2f}, p99 {p99:.2f}, "
+            f"max {lats[-1] if lats else float('nan'):.2f} ms "
+            f"({len(lats)} of {offered} offered in the window)"
+        )
+        self.report_cpu(floor)
+        self.check(
+            "floor: every publish acked, none refused",
+            not errors and len(lats) == offered,
+            f"errors {errors}, latencies {len(lats)} of {offered} offered",
+        )
+        await self.js.delete_stream(RAW_STREAM)
+        key = "floor_synced" if synced else "floor"
+        return {f"{key}_p50_ms_at_20pct": round(p50, 3), f"{key}_p99_ms_at_20pct": round(p99, 3)}
 
     async def _phase_ceiling(self, raw_per_s: float, mode: str = "ledger") -> dict[str, Any]:
         """5. (and 6.) the same producers against a sequencer that does only its NATS traffic."""

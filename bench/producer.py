@@ -30,6 +30,9 @@ Modes:
 * ``paced`` - open-loop load at a fixed rate (appends/s) with steady
   inter-arrival times, round-robin over the lanes; the latency of every append
   from ``submit`` to its receipt is recorded.
+* ``raw-paced`` - the floor under ``paced``: the same open-loop load, the raw
+  phase's bodies ``js.publish_async``-ed to its stream, the latency of every
+  publish to its JetStream ack recorded.
 
 The event generator is shared with the orchestrator (which uses it to report
 event sizes).
@@ -38,6 +41,7 @@ event sizes).
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import os
@@ -45,6 +49,7 @@ import signal
 import sys
 import time
 from collections import deque
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
@@ -244,14 +249,14 @@ class Producer:
             self.client = await LedgerClient.connect(self.cfg["url"], timeout=30.0, tenant=self.cfg["tenant"])
         else:
             self.client = await LedgerClient.connect(self.cfg["url"], timeout=30.0, tenant_inboxes=True)
-        if self.mode in ("raw", "bare"):
+        if self.mode in ("raw", "bare", "raw-paced"):
             self.js = self.client.nc.jetstream(publish_async_max_pending=max(self.window, 1))
             # Receipts in the lanes' tenant's inbox: with a tenants file the
             # sequencer sends a tenant's nowhere else (spec/wire.md, "Replies").
             own_prefix, unique = self.client.nc.new_inbox().rsplit(".", 1)
             tenants = {lane.tenant for lane in self.lanes}
             self.inbox = f"{inbox_prefix(tenants.pop()) if len(tenants) == 1 else own_prefix}.{unique}"
-        if self.mode == "raw":
+        if self.mode in ("raw", "raw-paced"):
             for lane in self.lanes:
                 self.heads[lane.id] = lane.last_seq
             self.raw_subjects = Subjects(self.cfg["raw_prefix"])
@@ -444,10 +449,10 @@ class Producer:
 
     # -- paced: latency at a fixed offered load --------------------------------------------
 
-    async def run_paced(self) -> None:
+    async def _pace(self) -> AsyncIterator[tuple[float, Lane]]:
+        """The open-loop schedule: each send's scheduled instant and its lane,
+        yielded at that instant (late ones at once, their lag kept)."""
         rate = self.cfg["rate"]  # appends/s for this producer
-        queues = {lane.id: asyncio.Queue() for lane in self.lanes}
-        senders = [asyncio.create_task(self._paced_sender(lane, queues[lane.id])) for lane in self.lanes]
         await _sleep_until(self.t0)
         # Stagger producers inside one inter-arrival so they do not fire in step.
         start = self.t0 + self.cfg.get("phase", 0.0) / rate
@@ -455,7 +460,7 @@ class Producer:
         for k in itertools.count():
             scheduled = start + k / rate
             if scheduled >= self.w1:
-                break
+                return
             delay = scheduled - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -463,10 +468,45 @@ class Producer:
                 self.max_pacer_lag_ms = max(self.max_pacer_lag_ms, -delay * 1000.0)
             if self.w0 <= scheduled < self.w1:
                 self.offered_window += 1
-            queues[next(lanes).id].put_nowait(scheduled)
+            yield scheduled, next(lanes)
+
+    async def run_paced(self) -> None:
+        queues = {lane.id: asyncio.Queue() for lane in self.lanes}
+        senders = [asyncio.create_task(self._paced_sender(lane, queues[lane.id])) for lane in self.lanes]
+        async for scheduled, lane in self._pace():
+            queues[lane.id].put_nowait(scheduled)
         for q in queues.values():
             q.put_nowait(None)
         await asyncio.gather(*senders)
+
+    async def run_raw_paced(self) -> None:
+        self.raw_acked, self.raw_errors = 0, {}
+        pending: set[asyncio.Future] = set()
+
+        def acked(submitted: float, scheduled: float, fut: asyncio.Future) -> None:
+            arrived = time.monotonic()
+            pending.discard(fut)
+            if fut.cancelled() or fut.exception() is not None:
+                name = "cancelled" if fut.cancelled() else type(fut.exception()).__name__
+                self.raw_errors[name] = self.raw_errors.get(name, 0) + 1
+                return
+            self.raw_acked += 1
+            if self.w0 <= scheduled < self.w1:
+                self.latencies_ms.append((arrived - submitted) * 1000.0)
+                self.latencies_sched_ms.append((arrived - scheduled) * 1000.0)
+
+        async for scheduled, lane in self._pace():
+            body = request_body(lane, self.heads[lane.id], new_id(), self.factories[lane.id].batch(self.E))
+            self.heads[lane.id] += self.E
+            submitted = time.monotonic()
+            fut = await self.js.publish_async(
+                self.raw_subjects.append(lane.tenant, lane.id), body, headers={REPLY_HEADER: self.inbox}
+            )
+            self.appends_submitted += 1
+            pending.add(fut)
+            fut.add_done_callback(functools.partial(acked, submitted, scheduled))
+        if pending:
+            await asyncio.wait(list(pending), timeout=self.drain_s)
 
     async def _paced_sender(self, lane: Lane, queue: asyncio.Queue) -> None:
         assert self.client is not None
@@ -502,6 +542,16 @@ class Producer:
             "appends_submitted": self.appends_submitted,
             "submit_errors": self.submit_errors,
         }
+        if self.mode == "raw-paced":
+            out.update(
+                acked=self.raw_acked,
+                errors=self.raw_errors,
+                latencies_ms=self.latencies_ms,
+                latencies_sched_ms=self.latencies_sched_ms,
+                offered_window=self.offered_window,
+                max_pacer_lag_ms=self.max_pacer_lag_ms,
+            )
+            return out
         if self.mode == "raw":
             out.update(
                 acked=self.raw_acked,
@@ -572,6 +622,7 @@ async def main() -> None:
         "raw": producer.run_raw,
         "bare": producer.run_bare,
         "paced": producer.run_paced,
+        "raw-paced": producer.run_raw_paced,
     }[producer.mode]
     await asyncio.wait_for(run(), timeout=hard_limit)
     print(json.dumps(producer.result()), flush=True)
