@@ -38,12 +38,13 @@ from laneledger.contract.errors import (
     LedgerError,
     LedgerUnavailable,
 )
+from laneledger.contract.model import ErrorBody
 from laneledger.runtime.access import Scope, scope_of
 from laneledger.runtime.httpjson import json_response
 from laneledger.sdk.client import LedgerClient
 from laneledger.sqlite import failures_as
 
-from ..answers.verify import ErrorBody, VerifyReport, VerifyScope
+from ..answers.verify import VerifyReport, VerifyScope
 from ..api import decode_parameters
 from ..feed import Feed
 from ..limits import ReadLimits
