@@ -92,7 +92,12 @@ OPERATIONS: tuple[Operation, ...] = (
         "/api/v1/events",
         "tailEvents",
         "live tail (server-sent events): backfill after the resume position, then live",
-        {"description": "an event stream", "content": {"text/event-stream": _TEXT_FILE}},
+        {
+            "description": "an event stream",
+            "content": {
+                "text/event-stream": {**_TEXT_FILE, "x-data-schema": schema_ref(CommittedEvent.__name__)}
+            },
+        },
         params=q.TailQuery,
         errors=(400, 429),
         description=(
