@@ -2,6 +2,10 @@
 position, with the fields the tail filters and pages on copied out of the
 body into indexed columns. The other projections fold from its rows.
 
+Every read of the table is a query here, the views computed at read time
+(the timeline's, the causal tree's, a verify walk's) among them: a handler
+says which events it means with a ``Selection`` and never writes SQL.
+
 A read model from before ``causation_id`` was a column gets it once, filled
 from the bodies (``add_causation``).
 """
