@@ -17,22 +17,25 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import jsonschema
+import msgspec
 import referencing
 import referencing.jsonschema
 from polling import eventually
 from service_process import ServiceProcess
 
-from laneledger.contract.model import Actor, Lane
+from laneledger.contract.model import Actor, CommittedEvent, Lane
 from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.services.ingest.openapi import DOCUMENT as INGEST_DOCUMENT
+from laneledger.services.tail.answers.korg import KorgEnvelope
 from laneledger.services.tail.routetable import DOCUMENT
 from laneledger.services.tail.service import TailService
 
 REPO = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
 DEADLINE_S = 30.0  # every wait below is bounded by this (or less)
 
 # -- ledger data ------------------------------------------------------------------------
@@ -321,7 +324,8 @@ class SSEStream:
             if SSEStream._event_schema is None:
                 SSEStream._event_schema = schema_validator("CommittedEvent")
             SSEStream._event_schema.validate(frame.json())
-            assert frame.json()["position"] == frame.position
+            # The frame's data is the document's CommittedEvent, read as the Struct too.
+            assert decoded(frame.data.encode(), CommittedEvent).position == frame.position
         return frame
 
     async def collect(self, n: int, timeout: float = DEADLINE_S) -> list[Frame]:
@@ -426,6 +430,20 @@ async def korg_post(tail: Any, body: dict, headers: dict | None = None) -> dict:
 
 
 def journal_records(answer: Answer) -> list[dict]:
-    """The records of a ``GET /api/journal`` answer (NDJSON)."""
+    """The records of a ``GET /api/journal`` answer (NDJSON), each line
+    decoded into the document's ``KorgEnvelope`` too (so the hand-streamed
+    lines and the Struct cannot drift)."""
     assert answer.status == 200, answer.body
-    return [json.loads(line) for line in answer.body.splitlines()]
+    lines = answer.body.splitlines()
+    assert len(decoded_lines(answer.body, KorgEnvelope)) == len(lines)
+    return [json.loads(line) for line in lines]
+
+
+def decoded(body: bytes, answer: type[T]) -> T:
+    """A streamed answer read as its Struct (``answers/``): strict, so a field
+    the writer adds, drops or retypes fails here."""
+    return msgspec.json.decode(body, type=answer, strict=True)
+
+
+def decoded_lines(body: bytes, line: type[T]) -> list[T]:
+    return [decoded(raw, line) for raw in body.splitlines()]

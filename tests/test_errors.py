@@ -14,6 +14,7 @@ import pytest
 from laneledger.contract import errors as e
 from laneledger.contract.errors import ERRORS_BY_CODE, ERRORS_BY_REASON, LedgerError, error_from_wire
 from laneledger.contract.model import AppendRejected, ErrorBody, Receipt, Reply, ReplyError
+from laneledger.runtime.apidoc import SCHEMA_REF, error_schemas, require_what_is_sent
 from laneledger.runtime.httpjson import error_response
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -212,6 +213,59 @@ def test_receipt_and_reply_carry_the_body() -> None:
     reply = msgspec.json.decode(msgspec.json.encode({"status": "error", "error": err.to_wire()}), type=Reply)
     assert isinstance(reply, ReplyError)
     assert reply.error.details == {"lane_id": "l", "expected_last_seq": 1, "actual_last_seq": 2}
+
+
+def test_every_wire_sends_all_four_fields_and_reads_a_body_without_the_defaults() -> None:
+    """One ErrorBody: a NATS receipt and an HTTP error carry the same four
+    fields, even at their defaults; an older peer's body without them reads."""
+    err = e.EntityNotFound("no such lane", kind="lane")
+    quiet = ErrorBody(code="entity_not_found", message="no such lane")
+    rejected = msgspec.json.decode(
+        msgspec.json.encode(AppendRejected(error=quiet, append_id="a")), type=dict[str, object]
+    )
+    assert rejected["error"] == {
+        "code": "entity_not_found",
+        "message": "no such lane",
+        "retryable": False,
+        "details": {},
+    }
+    http = msgspec.json.decode(error_response(err).body, type=dict[str, object])
+    assert http == {"error": err.to_wire()} and set(err.to_wire()) == {
+        "code",
+        "message",
+        "retryable",
+        "details",
+    }
+    assert msgspec.json.decode(b'{"code": "x", "message": "m"}', type=ErrorBody) == ErrorBody(
+        code="x", message="m"
+    )
+
+
+def test_the_documents_error_schemas_are_the_structs_with_every_field_required() -> None:
+    schemas = error_schemas()
+    assert schemas["ErrorBody"]["required"] == ["code", "message", "retryable", "details"]
+    assert schemas["ErrorBody"]["additionalProperties"] is False
+    assert schemas["Error"]["properties"]["error"] == {"$ref": "#/components/schemas/ErrorBody"}
+    assert schemas["Error"]["required"] == ["error"]
+
+
+class Inner(msgspec.Struct, omit_defaults=True):  # sends what is not at its default
+    a: int
+    b: int = 0
+
+
+class Outer(msgspec.Struct):  # sends every field but those left UNSET
+    inner: list[Inner]
+    count: int = 0
+    names: list[str] = msgspec.field(default_factory=list)
+    note: str | msgspec.UnsetType = msgspec.UNSET
+
+
+def test_a_struct_that_sends_its_defaults_has_them_required_and_unset_fields_stay_optional() -> None:
+    _, schemas = msgspec.json.schema_components((Outer,), ref_template=SCHEMA_REF)
+    require_what_is_sent(schemas, (Outer,))
+    assert schemas["Outer"]["required"] == ["inner", "count", "names"]
+    assert schemas["Inner"]["required"] == ["a"]
 
 
 # -- spec/errors.md cannot drift ------------------------------------------------------

@@ -136,6 +136,35 @@ def test_a_module_of_the_tail_in_no_layer_is_refused(tmp_path: Path) -> None:
     ]
 
 
+def test_a_tail_handler_holding_sql_is_refused(tmp_path: Path) -> None:
+    root = write_tail(
+        tmp_path,
+        {
+            "handlers/__init__.py": "",
+            "handlers/history.py": (
+                "import sqlite3\n"
+                "from aiosqlite import connect\n"
+                "def page(model, where):\n"
+                '    return model.query(f"SELECT body FROM events WHERE {where}")\n'
+                "def run(conn):\n"
+                "    conn.execute('select 1')\n"
+            ),
+            # Plain words in a docstring are not SQL.
+            "handlers/verify.py": '"""Select the events to update, and delete nothing."""\n',
+        },
+    )
+    without_sql = "laneledger.services.tail.handlers holds no SQL (its queries are the projections')"
+    assert layers.violations(root) == [
+        f"laneledger.services.tail.handlers.history:{line}: {what}, and {without_sql}"
+        for line, what in [
+            (1, "imports sqlite3"),
+            (2, "imports aiosqlite"),
+            (4, "holds SQL text"),
+            (6, "calls execute"),
+        ]
+    ]
+
+
 def test_a_package_in_no_layer_is_refused(tmp_path: Path) -> None:
     root = write_tree(tmp_path, {"__init__.py": "", "gateway/__init__.py": ""})
     assert layers.violations(root) == [

@@ -10,7 +10,9 @@ import msgspec
 import pytest
 import pytest_asyncio
 from tail_fixtures import client_in_process, start_tail_in_process
-from tail_support import ev, fill, new_lane, wait_applied
+from tail_support import decoded, ev, fill, new_lane, wait_applied
+
+from laneledger.services.tail.answers.history import Inspection, LaneEvents, Run, Session
 
 # Route logic: the tail's app in-process over an in-process writer (tail_fixtures.py).
 client = pytest.fixture(client_in_process, name="client")
@@ -61,8 +63,11 @@ async def test_lane_events_page_forward_and_backward(client, actor, start_tail):
     ]
     assert [p["next_cursor"] for p in backward] == [16, 6, 1]
 
-    after = (await tail.api.get(path, params={"cursor": "20"})).json()
+    after_answer = await tail.api.get(path, params={"cursor": "20"})
+    after = after_answer.json()
     assert [e["seq"] for e in after["events"]] == [21, 22, 23, 24, 25]
+    streamed = decoded(after_answer.body, LaneEvents)  # the streamed page, as the document's Struct
+    assert [e.seq for e in streamed.events] == [21, 22, 23, 24, 25] and streamed.lane_id == lane.id
     assert after["has_more"] is False and after["applied_position"] >= positions[-1]
     before = (await tail.api.get(path, params={"cursor": "4", "direction": "backward"})).json()
     assert [e["seq"] for e in before["events"]] == [3, 2, 1]
@@ -176,6 +181,15 @@ async def test_session_and_run_views(client, actor, start_tail):
     assert [e for p in pages for e in p["events"]] == all_events
     assert [len(p["events"]) for p in pages] == [5, 5, 3]
 
+    # Written a piece at a time (history.py), the page reads as the document's Struct.
+    streamed = decoded((await tail.api.get("/api/v1/sessions/s1", params={"limit": "5"})).body, Session)
+    assert streamed.run_ids == ["r1", "r2"] and [lane.id for lane in streamed.lanes] == [
+        lane["id"] for lane in session["lanes"]
+    ]
+    assert len(streamed.attempts) == 5 and streamed.attempts[0].attempt_no == 1
+    assert [msgspec.to_builtins(e) for e in streamed.events] == pages[0]["events"]
+    assert (streamed.next_cursor, streamed.has_more) == (session["next_cursor"], True)
+
     backward = await _pages(tail.api, "/api/v1/sessions/s1", limit=4, direction="backward")
     assert [e for p in backward for e in p["events"]] == all_events[::-1]
 
@@ -183,6 +197,9 @@ async def test_session_and_run_views(client, actor, start_tail):
     assert len(run) == 1
     assert [e["run_id"] for e in run[0]["events"]] == ["r1"] * 12
     assert [lane["name"] for lane in run[0]["lanes"]] == ["main", "branch"]
+    streamed_run = decoded((await tail.api.get("/api/v1/sessions/s1/runs/r1")).body, Run)
+    assert streamed_run.run_id == "r1" and [lane.name for lane in streamed_run.lanes] == ["main", "branch"]
+    assert [e.position for e in streamed_run.events] == [e["position"] for e in run[0]["events"]]
     run2 = (await tail.api.get("/api/v1/sessions/s1/runs/r2")).json()
     assert [e["event_type"] for e in run2["events"]] == ["run.started"]
     assert run2["turns"] == [] and run2["actions"] == []
@@ -203,6 +220,12 @@ async def test_run_inspection(client, actor, start_tail):
     answer = await tail.api.get("/api/v1/sessions/s1/runs/r1/inspection")
     assert answer.status == 200
     got = answer.json()
+    # Built by hand (raw events spliced in), the answer reads as the document's Struct.
+    inspection = decoded(answer.body, Inspection)
+    assert [e.event_type for e in inspection.terminal_events] == ["run.completed"]
+    assert {u.attempt_id: u.reconcile_before_retry for u in inspection.unresolved_attempts} == {
+        u["attempt_id"]: u["reconcile_before_retry"] for u in got["unresolved_attempts"]
+    }
     assert [e["event_type"] for e in got["terminal_events"]] == ["run.completed"]
     assert got["terminal_events"][0]["position"] == s["last"].positions[1]
     (linked,) = got["linked_checkpoints"]

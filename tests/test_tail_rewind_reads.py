@@ -8,12 +8,13 @@ from __future__ import annotations
 import pytest
 import pytest_asyncio
 from tail_fixtures import client_in_process, start_tail_in_process
-from tail_support import wait_applied
+from tail_support import decoded, wait_applied
 from worked_example import TENANT, record_worked_example
 
 from laneledger.history.branching import fork_history, fork_lane, rewind_session
 from laneledger.sdk.client import LedgerClient
 from laneledger.services.tail import rewinds
+from laneledger.services.tail.answers.history import LaneEvents
 
 # Route logic: the tail's app in-process over an in-process writer (tail_fixtures.py).
 client = pytest.fixture(client_in_process, name="client")
@@ -119,7 +120,10 @@ async def test_a_forks_full_history_over_http_and_the_sdk(client: LedgerClient, 
         await _positions(tail.api, path.format(deeper.id), direction="backward", **with_origin)
         == expected[::-1]
     )
-    page = (await tail.api.get(path.format(deeper.id), params=with_origin)).json()
+    answer = await tail.api.get(path.format(deeper.id), params=with_origin)
+    page = answer.json()
+    streamed = decoded(answer.body, LaneEvents)  # the streamed page, as the document's Struct
+    assert streamed.with_origin is True and [o.lane_id for o in streamed.origins or []] == [early.id, main.id]
     assert [(o["lane_id"], o["seq"]) for o in page["origins"]] == [(early.id, 1), (main.id, 1)]
     assert page["with_origin"] is True and page["origins"][1]["position"] == pos[2]
     # Up to a later fork point, and without what a rewind invalidated.

@@ -18,12 +18,14 @@ import pytest
 import pytest_asyncio
 from polling import eventually
 from prometheus_client import CollectorRegistry
+from tail_support import decoded
 from tlog_support import file_root, size_of, start_signing_sequencer
 
 from laneledger.cli.tlog import request_checkpoint
 from laneledger.contract.subjects import Subjects
 from laneledger.runtime.access import AccessPolicy
 from laneledger.sdk.client import LaneRecorder, LedgerClient
+from laneledger.services.tail.answers.tlog import SessionBundle
 from laneledger.services.tail.projections import tlog
 from laneledger.services.tail.readmodel import ReadModel
 from laneledger.tlog import merkle
@@ -181,6 +183,8 @@ async def test_proofs_verify_offline_and_stay_within_the_tenant(log, start_tail)
     assert bundle.status == 200
     checked = verify_session_bundle(bundle.body, log.signer.verifier(), origin=ORIGIN)
     assert checked.events == 6 and checked.checkpoint_size == 8
+    streamed = decoded(bundle.body, SessionBundle)  # written in chunks, read as the document's Struct
+    assert (streamed.tenant, streamed.session_id, len(streamed.events)) == ("acme", "s1", 6)
 
     # Another tenant's event and session are missing, exactly as absent ones.
     theirs = await tail.api.get("/api/v1/proofs/7", headers=as_acme)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import Executor
-from typing import Any
 
 from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.model import JsonObject
@@ -29,14 +28,6 @@ def invalidation(model: ReadModel, tenant: str | None, session_id: str, applied:
     only where the read model knows one tenant with it (``owners``)."""
     rewound = events.rewinds_between(model, tenant, session_id, 0, applied)
     return Invalidation(payload for _, _, payload in rewound)
-
-
-def excluding(where: str, params: list[Any], gone: Invalidation) -> tuple[str, list[Any]]:
-    """``where`` (over one session's events) without the invalidated ones."""
-    for first, last in gone.spans():
-        where += " AND position NOT BETWEEN ? AND ?"
-        params = [*params, first, last]
-    return where, params
 
 
 MAX_TRACKED_SPANS = 100_000  # what one live tail without session_id may hold

@@ -3,8 +3,9 @@ routes: what the handlers answer with, and what the OpenAPI document's
 schemas are generated from (``services/tail/routetable.py``), so a field is
 named, typed and bounded in one place.
 
-Every field is present in an answer (required in the schema) unless its
-default is ``UNSET``: those are left out when they do not apply.
+Every field is present in an answer (required in the schema,
+``apidoc.require_what_is_sent``) unless its default is ``UNSET``: those are
+left out when they do not apply.
 """
 
 from __future__ import annotations

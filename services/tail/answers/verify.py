@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from msgspec import UNSET, Meta, UnsetType
 
-from laneledger.contract.model import Hash, Id
+from laneledger.contract.model import ErrorBody, Hash, Id
 
 from . import Answer, Count
-
-
-class ErrorBody(Answer, kw_only=True):
-    """A typed error's body as ``LedgerError.to_wire`` has it: all four fields
-    (``contract.model.ErrorBody`` leaves out its defaults). The document's
-    ``ErrorBody`` schema is ``apidoc.error_schemas``'s, the same."""
-
-    code: str
-    message: str
-    retryable: bool
-    details: dict[str, Any]
-
 
 VerifyScope = Literal["lane", "session", "ledger", "tenant"]
 

@@ -135,13 +135,13 @@ class Activity(ReadModelRoutes):
         return json_response(body)
 
     def _build(self, session_id: str, applied: int, tenant: str | None = None) -> answer.Activity:
-        if not events.any_event(self._model, upto=applied, session_id=session_id, tenant=tenant):
+        if not events.any_event(self._model, events.Selection(tenant, session_id), upto=applied):
             raise EntityNotFound("no events of this session (yet)", kind="session", id=session_id)
         spans: dict[str, dict[str, OpenSpan]] = {"turn": {}, "action": {}, "attempt": {}}
         pauses: dict[str, answer.Pause] = {}
         totals: dict[str, Decimal] = defaultdict(Decimal)
         lifecycle = events.bodies_of_types(
-            self._model, TYPES, upto=applied, session_id=session_id, tenant=tenant
+            self._model, events.Selection(tenant, session_id), TYPES, upto=applied
         )
         for _, raw in lifecycle:
             e = _decode.decode(raw)

@@ -29,13 +29,12 @@ from laneledger.sdk.spine import spawned_by
 from ..answers import causal as answer
 from ..api import decode_parameters
 from ..feed import Feed
+from ..projections import events
 from ..queries import CausalTreeQuery
 from ..readmodel import ReadModel
 from ..routes import ReadModelRoutes
-from .history import scoped
 
 SCAN_CHUNK = 1000  # rows read per query while skipping invalidated events
-ID_CHUNK = 500  # ids per IN (...) lookup
 
 
 class CausalTree(ReadModelRoutes):
@@ -52,13 +51,13 @@ class CausalTree(ReadModelRoutes):
         exclude = query.exclude_invalidated == "true"
         applied = self._feed.applied
         scope = await self._owner(request, query.tenant, "session", session_id)
-        where, params = scoped("session_id = ?", [session_id], scope)
-        spines = await self._read(self._spines, where, params, applied)
+        selection = events.Selection(scope.tenant, session_id)
+        spines = await self._read(self._spines, selection, applied)
         if not spines:  # none, or another tenant's: the same answer
             raise EntityNotFound("no such session", kind="session", id=session_id)
         lanes, subjects = await self._structure(session_id, scope.tenant)
         rewound, nodes, more = await self._read(
-            self._nodes, where, params, applied, cursor, limit, exclude, subjects
+            self._nodes, selection, applied, cursor, limit, exclude, subjects
         )
         for lane_id, spine in spines.items():
             lane = lanes.get(lane_id)
@@ -97,23 +96,27 @@ class CausalTree(ReadModelRoutes):
 
     # -- reader threads ----------------------------------------------------------------------
 
-    def _spines(self, where: str, params: list[Any], applied: int) -> dict[str, dict[str, Any]]:
-        rows = self._model.query(
-            f"SELECT lane_id, count(*), min(position), max(position) FROM events WHERE {where}"
-            " AND event_type != ? AND event_type != '' AND position <= ?"
-            " GROUP BY lane_id ORDER BY min(position)",
-            [*params, REWOUND, applied],
+    def _spines(self, selection: events.Selection, applied: int) -> dict[str, dict[str, Any]]:
+        spines: dict[str, dict[str, Any]] = {
+            e.lane_id: {
+                "lane_id": e.lane_id,
+                "events": e.events,
+                "first_position": e.first_position,
+                "last_position": e.last_position,
+            }
+            for e in events.lane_extents(self._model, selection, upto=applied)
+        }
+        firsts = events.rows_at(self._model, [s["first_position"] for s in spines.values()])
+        links: dict[int, tuple[Any, str | None]] = {}
+        for position, row in firsts.items():
+            body = msgspec.json.decode(row.body)
+            links[position] = (
+                body.get("causation_id"),
+                spawned_by(body["event_type"], body.get("payload") or {}),
+            )
+        known = events.positions_of(
+            self._model, selection, {i for pair in links.values() for i in pair if i is not None}
         )
-        spines = {
-            lane_id: {"lane_id": lane_id, "events": count, "first_position": first, "last_position": last}
-            for lane_id, count, first, last in rows
-        }
-        firsts = self._bodies([s["first_position"] for s in spines.values()])
-        links = {
-            p: (b.get("causation_id"), spawned_by(b["event_type"], b.get("payload") or {}))
-            for p, b in firsts.items()
-        }
-        known = self._positions(where, params, {i for pair in links.values() for i in pair if i is not None})
         for spine in spines.values():
             cause, spawner = links[spine["first_position"]]
             spine["first_cause"] = known.get(cause) if cause else None
@@ -122,28 +125,22 @@ class CausalTree(ReadModelRoutes):
 
     def _nodes(
         self,
-        where: str,
-        params: list[Any],
+        selection: events.Selection,
         applied: int,
         cursor: int,
         limit: int,
         exclude: bool,
         subjects: dict[str, Subject],
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
-        rewind_rows = self._model.query(
-            f"SELECT position, actor_id, body FROM events WHERE {where} AND event_type = ?"
-            " AND position <= ? ORDER BY position",
-            [*params, REWOUND, applied],
-        )
         rewinds: list[dict[str, Any]] = []
         gone = Invalidation()
-        for position, actor_id, body in rewind_rows:
-            payload = msgspec.json.decode(body).get("payload", {})
+        for row in events.rows_of_types(self._model, selection, (REWOUND,), upto=applied):
+            payload = msgspec.json.decode(row.body).get("payload", {})
             gone.add(payload)
             rewinds.append(
                 {
-                    "position": position,
-                    "actor_id": actor_id,
+                    "position": row.position,
+                    "actor_id": row.actor_id,
                     "target_position": payload.get("target_position"),
                     "invalidated": payload.get("invalidated", []),
                     "invalidated_count": payload.get("invalidated_count", 0),
@@ -152,23 +149,20 @@ class CausalTree(ReadModelRoutes):
         bodies: list[JsonObject] = []
         more = False
         while not more:
-            rows = self._model.query(
-                f"SELECT position, body FROM events WHERE {where} AND event_type != ''"
-                " AND position <= ? AND position > ? ORDER BY position LIMIT ?",
-                [*params, applied, cursor, SCAN_CHUNK],
-            )
-            for position, body in rows:
+            rows = events.bodies_after(self._model, selection, after=cursor, upto=applied, limit=SCAN_CHUNK)
+            for position, raw in rows:
                 if exclude and position in gone:
                     continue
                 if len(bodies) == limit:
                     more = True
                     break
-                bodies.append(msgspec.json.decode(body))
+                bodies.append(msgspec.json.decode(raw))
             if len(rows) < SCAN_CHUNK:
                 break
             cursor = rows[-1][0]
-        positions = self._positions(
-            where, params, {cause for b in bodies if (cause := b.get("causation_id")) is not None}
+        # The sequencer keeps causes in the session, and event ids are each tenant's own.
+        positions = events.positions_of(
+            self._model, selection, {cause for b in bodies if (cause := b.get("causation_id")) is not None}
         )
         nodes: list[dict[str, Any]] = []
         for body in bodies:
@@ -190,30 +184,3 @@ class CausalTree(ReadModelRoutes):
                 }
             )
         return rewinds, nodes, more
-
-    def _bodies(self, positions: list[int]) -> dict[int, JsonObject]:
-        found: dict[int, JsonObject] = {}
-        for start in range(0, len(positions), ID_CHUNK):
-            chunk = positions[start : start + ID_CHUNK]
-            for position, body in self._model.query(
-                f"SELECT position, body FROM events WHERE position IN ({','.join('?' * len(chunk))})", chunk
-            ):
-                found[position] = msgspec.json.decode(body)
-        return found
-
-    def _positions(self, where: str, params: list[Any], event_ids: set[str]) -> dict[str, int]:
-        """Event id -> position, for causes, among the session's events
-        ``where`` selects (the sequencer keeps causes in the session, and event
-        ids are each tenant's own)."""
-        ids = sorted(event_ids)
-        found: dict[str, int] = {}
-        for start in range(0, len(ids), ID_CHUNK):
-            chunk = ids[start : start + ID_CHUNK]
-            found.update(
-                self._model.query(
-                    f"SELECT event_id, position FROM events WHERE {where}"
-                    f" AND event_id IN ({','.join('?' * len(chunk))})",
-                    [*params, *chunk],
-                )
-            )
-        return found

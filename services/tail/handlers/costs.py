@@ -125,17 +125,17 @@ class Costs:
     async def costs(self, request: web.Request) -> web.Response:
         query = decode_parameters(request, CostsQuery)
         tenant = scope_of(request).narrow(query.tenant)  # access.py
-        filters = {"tenant": tenant, "session_id": query.session_id, "run_id": query.run_id}
+        selection = events.Selection(tenant, query.session_id, query.run_id)
         applied = self._feed.applied
         report = await asyncio.get_running_loop().run_in_executor(
-            self._readers, self._report, filters, query.bucket_s, applied
+            self._readers, self._report, selection, query.bucket_s, applied
         )
         return json_response(report)
 
-    def _report(self, filters: dict[str, str | None], bucket_s: int | None, applied: int) -> CostReport:
+    def _report(self, selection: events.Selection, bucket_s: int | None, applied: int) -> CostReport:
         records: list[tuple[float, str, str, str, Decimal, CostPayload]] = []
         for position, body in events.bodies_of_types(
-            self._model, ("cost.recorded",), upto=applied, **filters
+            self._model, selection, ("cost.recorded",), upto=applied
         ):
             try:
                 event = _decode.decode(body)
@@ -172,9 +172,9 @@ class Costs:
 
         return CostReport(
             applied_position=applied,
-            tenant=filters["tenant"],
-            session_id=filters["session_id"],
-            run_id=filters["run_id"],
+            tenant=selection.tenant,
+            session_id=selection.session_id,
+            run_id=selection.run_id,
             events=len(records),
             bucket_s=width,
             totals=[CostTotal(currency=c, **t.fields()) for c, t in sorted(totals.items())],

@@ -43,6 +43,7 @@ from ..budget import Hold, ReadBudget
 from ..feed import Feed
 from ..limits import Limiter
 from ..pagestream import PIECE_BYTES, Piece, PieceStreamer
+from ..projections import events
 from ..projections.events import event_at
 from ..queries import EventPageQuery, EventQuery, InspectionQuery, LaneEventsQuery, RunQuery, SessionQuery
 from ..readmodel import ReadModel
@@ -52,14 +53,8 @@ PAGE_BYTES = 8 << 20
 _END = 2**62  # "no cursor" going backward: newer than any key
 ATTEMPT_TYPES = ("attempt.requested",) + TERMINAL_EVENT_TYPES["attempt"]
 CHECKPOINT_LINKED = "lane.framework.checkpoint.linked"
+RUN_FACTS = TERMINAL_EVENT_TYPES["run"] + ATTEMPT_TYPES + (CHECKPOINT_LINKED,)  # what an inspection reads
 SAFE_TO_RETRY = ("inherent", "keyed")
-
-
-def scoped(where: str, params: list[Any], scope: Scope) -> tuple[str, list[Any]]:
-    """A read-model condition limited to the scope's tenant."""
-    if scope.tenant is None:
-        return where, params
-    return f"{where} AND tenant = ?", [*params, scope.tenant]
 
 
 def full(obj: msgspec.Struct | None) -> dict[str, Any] | None:
@@ -168,18 +163,18 @@ class History(ReadModelRoutes):
         lane_id = query.lane_id
         scope = await self._owner(request, query.tenant, "lane", lane_id)
         applied = self._feed.applied
-        where, params = scoped("lane_id = ?", [lane_id], scope)
+        selection = events.Selection(scope.tenant, lane_id=lane_id)
         if query.with_origin == "true":  # with the events it was forked from
             return await self._fork_history(request, query, page, lane_id, applied, scope)
         if query.exclude_invalidated == "true":
             # A lane is in one session: its rewinds are the ones that apply.
-            session_id = await self._read(self._session_of, where, params)
+            session_id = await self._read(events.session_of, self._model, selection)
             if session_id is not None:
-                where, params = await self._excluding(True, scope.tenant, session_id, applied, where, params)
+                selection = await self._excluding(True, session_id, applied, selection)
         async with self._pages.hold(request) as held:
-            read = partial(self._page, where, params, "seq", applied=applied)
+            read = partial(self._page, selection, "seq", applied=applied)
             first = await self._read(read, page)
-            if not first[0] and not await self._read(self._any, where, params):
+            if not first[0] and not await self._read(events.any_event, self._model, selection):
                 # 404 unless it is just empty
                 lane = await self._ledger.get_lane(lane_id, tenant=scope.tenant)
                 scope.not_found_unless(lane.tenant, "lane", id=lane_id)
@@ -204,19 +199,17 @@ class History(ReadModelRoutes):
         access.not_found_unless(lane.tenant, "lane", id=lane_id)
         origins = []
         # Forks stay in their tenant (and session): every segment is the lane's tenant's.
-        segments: list[tuple[str, list[Any]]] = [("lane_id = ? AND tenant = ?", [lane_id, lane.tenant])]
+        segments = [events.Selection(lane.tenant, lane_id=lane_id)]
         fork = lane.forked_from
         while fork is not None:  # a fork of a fork: each origin is older than its fork
             origins.append(full(fork))
-            segments.append(
-                ("lane_id = ? AND tenant = ? AND seq <= ?", [fork.lane_id, lane.tenant, fork.seq])
-            )
+            segments.append(events.Selection(lane.tenant, lane_id=fork.lane_id, max_seq=fork.seq))
             fork = (await self._ledger.get_lane(fork.lane_id, tenant=lane.tenant)).forked_from
         if page.direction == "forward":
             segments.reverse()
         if query.exclude_invalidated == "true":  # forks stay in their origin's session
             gone = await self._read(rewinds.invalidation, self._model, lane.tenant, lane.session_id, applied)
-            segments = [rewinds.excluding(where, params, gone) for where, params in segments]
+            segments = [segment.without(gone.spans()) for segment in segments]
         async with self._pages.hold(request) as held:
             at, first = await self._read(self._segments_page, segments, page, applied)
             read = partial(self._segment_piece, segments, at, applied=applied)
@@ -232,14 +225,13 @@ class History(ReadModelRoutes):
         session_id = query.session_id
         applied = self._feed.applied
         access = await self._owner(request, query.tenant, "session", session_id)
-        scope = await self._excluding(
+        selection = await self._excluding(
             query.exclude_invalidated == "true",
-            access.tenant,
             session_id,
             applied,
-            *scoped("session_id = ?", [session_id], access),
+            events.Selection(access.tenant, session_id),
         )
-        read = partial(self._page, *scope, "position", applied=applied)
+        read = partial(self._page, selection, "position", applied=applied)
         async with self._pages.hold(request) as held:
             known, first = await asyncio.gather(
                 self._structure(session_id, tenant=access.tenant), self._read(read, page)
@@ -260,14 +252,13 @@ class History(ReadModelRoutes):
         session_id, run_id = query.session_id, query.run_id
         applied = self._feed.applied
         access = await self._owner(request, query.tenant, "session", session_id)
-        scope = await self._excluding(
+        selection = await self._excluding(
             query.exclude_invalidated == "true",
-            access.tenant,
             session_id,
             applied,
-            *scoped("run_id = ? AND session_id = ?", [run_id, session_id], access),
+            events.Selection(access.tenant, session_id, run_id),
         )
-        read = partial(self._page, *scope, "position", applied=applied)
+        read = partial(self._page, selection, "position", applied=applied)
         async with self._pages.hold(request) as held:
             known, first = await asyncio.gather(
                 self._structure(session_id, run_id, tenant=access.tenant), self._read(read, page)
@@ -286,21 +277,22 @@ class History(ReadModelRoutes):
         view, rows = await asyncio.gather(
             self._structure(session_id, run_id, tenant=access.tenant),
             self._read(
-                self._run_facts,
-                *scoped("run_id = ? AND session_id = ?", [run_id, session_id], access),
-                applied,
+                partial(events.rows_of_types, upto=applied),
+                self._model,
+                events.Selection(access.tenant, session_id, run_id),
+                RUN_FACTS,
             ),
         )
         access.not_found_unless(view.tenant, "run", id=run_id, session_id=session_id)
-        terminal = [msgspec.Raw(body) for _, t, _, body in rows if t in TERMINAL_EVENT_TYPES["run"]]
-        linked = [msgspec.Raw(body) for _, t, _, body in rows if t == CHECKPOINT_LINKED]
+        terminal = [msgspec.Raw(r.body) for r in rows if r.event_type in TERMINAL_EVENT_TYPES["run"]]
+        linked = [msgspec.Raw(r.body) for r in rows if r.event_type == CHECKPOINT_LINKED]
         requested: dict[str, tuple[int, bytes]] = {}
         resolved: set[str] = set()
-        for position, event_type, subject_id, body in rows:
-            if event_type == "attempt.requested":
-                requested.setdefault(subject_id, (position, body))
-            elif event_type in TERMINAL_EVENT_TYPES["attempt"]:
-                resolved.add(subject_id)
+        for row in rows:
+            if row.event_type == "attempt.requested":
+                requested.setdefault(row.subject_id, (row.position, row.body))
+            elif row.event_type in TERMINAL_EVENT_TYPES["attempt"]:
+                resolved.add(row.subject_id)
         attempts = {a.id: a for a in view.attempts}
         actions = {a.id: a for a in view.actions}
         unresolved = []
@@ -335,19 +327,13 @@ class History(ReadModelRoutes):
         )
 
     async def _excluding(
-        self,
-        exclude: bool,
-        tenant: str | None,
-        session_id: str,
-        applied: int,
-        where: str,
-        params: list[Any],
-    ) -> tuple[str, list[Any]]:
-        """``where`` without the events the session's rewinds invalidated, when asked."""
+        self, exclude: bool, session_id: str, applied: int, selection: events.Selection
+    ) -> events.Selection:
+        """``selection`` without the events the session's rewinds invalidated, when asked."""
         if not exclude:
-            return where, params
-        gone = await self._read(rewinds.invalidation, self._model, tenant, session_id, applied)
-        return rewinds.excluding(where, params, gone)
+            return selection
+        gone = await self._read(rewinds.invalidation, self._model, selection.tenant, session_id, applied)
+        return selection.without(gone.spans())
 
     async def _structure(
         self, session_id: str, run_id: str | None = None, *, tenant: str | None = None
@@ -384,60 +370,42 @@ class History(ReadModelRoutes):
 
         return await self._pages.send_page(request, held, head, first, page.limit, PAGE_BYTES, piece, applied)
 
-    def _page(self, where: str, params: list[Any], key: str, page: PageRequest, applied: int) -> Piece:
+    def _page(self, selection: events.Selection, key: str, page: PageRequest, applied: int) -> Piece:
         """Up to ``page.limit`` events past the cursor, one piece of bytes at most."""
-        if page.direction == "forward":
-            bound, order, cursor = ">", "ASC", page.cursor or 0
-        else:
-            bound, order, cursor = "<", "DESC", _END if page.cursor is None else page.cursor
-        rows, more = self._model.scan(
-            f"SELECT {key}, body FROM events WHERE {where} AND event_type != ''"
-            f" AND position <= ? AND {key} {bound} ? ORDER BY {key} {order}",
-            [*params, applied, cursor],
+        forward = page.direction == "forward"
+        cursor = (0 if forward else _END) if page.cursor is None else page.cursor
+        rows, more = events.page(
+            self._model,
+            selection,
+            key,
+            forward=forward,
+            cursor=cursor,
+            upto=applied,
             max_rows=page.limit,
             max_bytes=PIECE_BYTES,
-            body_column=1,
         )
-        events = [msgspec.Raw(body) for _, body in rows]
-        return events, (rows[-1][0] if rows else None), more
+        return [msgspec.Raw(body) for _, body in rows], (rows[-1][0] if rows else None), more
 
     def _segments_page(
-        self, segments: list[tuple[str, list[Any]]], page: PageRequest, applied: int
+        self, segments: list[events.Selection], page: PageRequest, applied: int
     ) -> tuple[int, Piece]:
         """The first piece of the first segment with events past the cursor
         (by position), and that segment's index."""
         probe = PageRequest(page.cursor, page.direction, 1)
-        for at, (where, params) in enumerate(segments):
-            if self._page(where, params, "position", probe, applied)[0]:
+        for at, segment in enumerate(segments):
+            if self._page(segment, "position", probe, applied)[0]:
                 return at, self._segment_piece(segments, at, page, applied)
         return len(segments), ([], None, False)
 
     def _segment_piece(
-        self, segments: list[tuple[str, list[Any]]], at: int, page: PageRequest, applied: int
+        self, segments: list[events.Selection], at: int, page: PageRequest, applied: int
     ) -> Piece:
         """A piece of segment ``at`` past the cursor, and whether it or a
         later segment has more (a page holds one segment's events only)."""
         if at >= len(segments):
             return [], None, False
-        where, params = segments[at]
-        events, next_cursor, more = self._page(where, params, "position", page, applied)
+        found, next_cursor, more = self._page(segments[at], "position", page, applied)
         if not more:
-            probe = PageRequest(next_cursor if events else page.cursor, page.direction, 1)
-            more = any(self._page(w, p, "position", probe, applied)[0] for w, p in segments[at + 1 :])
-        return events, next_cursor, more
-
-    def _session_of(self, where: str, params: list[Any]) -> str | None:
-        """The session of the lane events ``where`` selects."""
-        rows = self._model.query(f"SELECT session_id FROM events WHERE {where} LIMIT 1", params)
-        return rows[0][0] if rows else None
-
-    def _any(self, where: str, params: list[Any]) -> bool:
-        return bool(self._model.query(f"SELECT 1 FROM events WHERE {where} LIMIT 1", params))
-
-    def _run_facts(self, where: str, params: list[Any], applied: int) -> list[tuple[Any, ...]]:
-        types = TERMINAL_EVENT_TYPES["run"] + ATTEMPT_TYPES + (CHECKPOINT_LINKED,)
-        return self._model.query(
-            f"SELECT position, event_type, subject_id, body FROM events WHERE {where} AND position <= ?"
-            f" AND event_type IN ({','.join('?' * len(types))}) ORDER BY position",
-            [*params, applied, *types],
-        )
+            probe = PageRequest(next_cursor if found else page.cursor, page.direction, 1)
+            more = any(self._page(segment, "position", probe, applied)[0] for segment in segments[at + 1 :])
+        return found, next_cursor, more

@@ -36,6 +36,7 @@ from laneledger.sdk.blobstore import BlobStore, tenant_uploads_bucket_name
 
 from ..api import decode_parameters
 from ..feed import Feed
+from ..projections import korg_index
 from ..queries import KorgBlobQuery, KorgJournalQuery
 from ..readmodel import ReadModel
 from ..streaming import client_stream
@@ -136,7 +137,7 @@ class KorgReads:
     ) -> _Page:
         """``send``: (cursor, triggered_by) — which of the chained lines are sent."""
         cursor, cause = send
-        rows = self._page(session_id, after, applied, JOURNAL_PAGE)
+        rows = korg_index.journal(self._model, self._tenant, session_id, after, applied, JOURNAL_PAGE)
         lines = []
         # A committed event is RFC 8785 canonical, so korg-ledger-v1 can hash it.
         for position, body, agent, triggered_by in rows:
@@ -145,22 +146,6 @@ class KorgReads:
             if position > cursor and (cause is None or triggered_by == cause):
                 lines.append(msgspec.json.encode(record) + b"\n")
         return _Page(lines, len(rows), rows[-1][0] if rows else after, prev)
-
-    def _page(
-        self, session_id: str | None, cursor: int, applied: int, limit: int
-    ) -> list[tuple[int, bytes, str, int | None]]:
-        """Every event of the Korg tenant (tool calls and natively recorded
-        events alike), with its Korg source_agent and triggered_by (``projections/korg_index.py``)."""
-        where, params = "e.tenant = ?", [self._tenant]
-        if session_id is not None:
-            where += " AND e.session_id = ?"
-            params.append(session_id)
-        return self._model.query(
-            "SELECT e.position, e.body, k.source_agent, k.triggered_by"
-            f" FROM events e JOIN korg_index k USING (position) WHERE {where}"
-            " AND e.position > ? AND e.position <= ? ORDER BY e.position LIMIT ?",
-            [*params, cursor, applied, limit],
-        )
 
     # -- GET /api/blob/{sha256} ---------------------------------------------------------
 

@@ -30,6 +30,7 @@ from ..budget import Hold, ReadBudget
 from ..feed import PAGE_RESERVE, EventFilter, Feed
 from ..limits import TAILS, Limiter
 from ..metrics import TailMetrics
+from ..projections import events
 from ..queries import TailQuery
 from ..readmodel import ReadModel
 from ..streaming import ClientStream, client_stream
@@ -238,17 +239,6 @@ class TerminalLookup:
         return await asyncio.get_running_loop().run_in_executor(self._readers, self._find, filt, cursor)
 
     def _find(self, filt: EventFilter, cursor: int) -> int | None:
-        where, params = [], []
-        for column in ("tenant", "session_id", "run_id"):
-            value = getattr(filt, column)
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        types = filt.terminal_types
-        rows = self._model.query(
-            f"SELECT position FROM events WHERE {' AND '.join(where)}"
-            f" AND event_type IN ({','.join('?' * len(types))}) AND position <= ?"
-            " ORDER BY position LIMIT 1",
-            [*params, *types, cursor],
-        )
-        return rows[0][0] if rows else None
+        selection = events.Selection(filt.tenant, filt.session_id, filt.run_id)
+        rows = events.rows_of_types(self._model, selection, filt.terminal_types, upto=cursor, limit=1)
+        return rows[0].position if rows else None

@@ -36,7 +36,7 @@ from aiohttp import web
 
 from laneledger.contract.errors import EntityNotFound
 from laneledger.contract.model import Attempt, Lane, StructurePage
-from laneledger.contract.vocabulary import REWOUND, TERMINAL_EVENT_TYPES
+from laneledger.contract.vocabulary import TERMINAL_EVENT_TYPES
 from laneledger.runtime.httpjson import json_response
 from laneledger.sdk.client import LedgerClient
 from laneledger.sdk.spine import spawned_by
@@ -45,11 +45,10 @@ from .. import rewinds
 from ..answers import timeline as answer
 from ..api import decode_parameters
 from ..feed import Feed
+from ..projections import events
 from ..queries import TimelineQuery
 from ..readmodel import ReadModel
 from ..routes import ReadModelRoutes
-
-ID_CHUNK = 500  # ids per IN (...) lookup
 
 OPENERS = {"turn.started": "turn", "attempt.requested": "attempt"}
 CLOSERS = {t: kind for kind in ("turn", "attempt") for t in TERMINAL_EVENT_TYPES[kind]}
@@ -105,15 +104,13 @@ class Timeline(ReadModelRoutes):
         cursor, limit, session_id = query.cursor or 0, query.limit, query.session_id
         applied = self._feed.applied
         scope = await self._owner(request, query.tenant, "session", session_id)
-        where, params = "session_id = ?", [session_id]
-        if scope.tenant is not None:
-            where, params = f"{where} AND tenant = ?", [*params, scope.tenant]
-        lanes, clock = await self._read(self._lanes, where, params, applied)
+        selection = events.Selection(scope.tenant, session_id)
+        lanes, clock = await self._read(self._lanes, selection, applied)
         if not lanes:  # none, or another tenant's: the same answer
             raise EntityNotFound("no such session", kind="session", id=session_id)
         view = await self._ledger.load_structure(session_id, tenant=scope.tenant)
         spans, more, last_read = await self._read(
-            self._spans, where, params, applied, cursor, limit, clock, view, session_id
+            self._spans, selection, applied, cursor, limit, clock, view, session_id
         )
         known = {lane.id: lane for lane in view.lanes}
         for lane_id, entry in lanes.items():
@@ -135,36 +132,44 @@ class Timeline(ReadModelRoutes):
 
     # -- reader threads ----------------------------------------------------------------------
 
-    def _lanes(self, where: str, params: list[Any], applied: int) -> tuple[dict[str, dict[str, Any]], _Clock]:
-        rows = self._model.query(
-            f"SELECT lane_id, count(*), min(position), max(position) FROM events WHERE {where}"
-            " AND event_type != ? AND event_type != '' AND position <= ?"
-            " GROUP BY lane_id ORDER BY min(position)",
-            [*params, REWOUND, applied],
-        )
-        if not rows:
+    def _lanes(self, selection: events.Selection, applied: int) -> tuple[dict[str, dict[str, Any]], _Clock]:
+        extents = events.lane_extents(self._model, selection, upto=applied)
+        if not extents:
             return {}, _Clock("")
-        ends = self._bodies({p for _, _, first, last in rows for p in (first, last)})
-        clock = _Clock(ends[rows[0][2]][1].occurred_at)
+        ends = {
+            p: (row.event_type, _body.decode(row.body))
+            for p, row in events.rows_at(
+                self._model, {p for e in extents for p in (e.first_position, e.last_position)}
+            ).items()
+        }
+        clock = _Clock(ends[extents[0].first_position][1].occurred_at)
         # The lane's first event: what it points at, and the spawn call it names.
         heads = {
-            first: (ends[first][1], spawned_by(ends[first][0], ends[first][1].payload))
-            for _, _, first, _ in rows
+            e.first_position: (
+                ends[e.first_position][1],
+                spawned_by(ends[e.first_position][0], ends[e.first_position][1].payload),
+            )
+            for e in extents
         }
-        linked = self._by_id(
-            where,
-            params,
-            {i for head, named in heads.values() for i in (head.causation_id, named) if i is not None},
-        )
+        # The sequencer keeps causes in the session: spawn links are among its events.
+        linked = {
+            event_id: (row.position, row.lane_id, _body.decode(row.body).occurred_at)
+            for event_id, row in events.rows_with_ids(
+                self._model,
+                selection,
+                {i for head, named in heads.values() for i in (head.causation_id, named) if i is not None},
+            ).items()
+        }
         lanes: dict[str, dict[str, Any]] = {}
-        for lane_id, count, first, last in rows:
-            head, spawner_id = heads[first]
+        for extent in extents:
+            lane_id, last = extent.lane_id, extent.last_position
+            head, spawner_id = heads[extent.first_position]
             cause = linked.get(head.causation_id) if head.causation_id else None
             spawner = linked.get(spawner_id) if spawner_id else None
             lanes[lane_id] = {
                 "lane_id": lane_id,
-                "events": count,
-                "first_position": first,
+                "events": extent.events,
+                "first_position": extent.first_position,
                 "last_position": last,
                 "first_at": head.occurred_at,
                 "last_at": ends[last][1].occurred_at,
@@ -177,8 +182,7 @@ class Timeline(ReadModelRoutes):
 
     def _spans(
         self,
-        where: str,
-        params: list[Any],
+        selection: events.Selection,
         applied: int,
         cursor: int,
         limit: int,
@@ -188,12 +192,8 @@ class Timeline(ReadModelRoutes):
     ) -> tuple[list[dict[str, Any]], bool, int | None]:
         """A page of spans, whether more follow, and the last opening event
         read (the next cursor)."""
-        openers = list(OPENERS)
-        rows = self._model.query(
-            f"SELECT position, lane_id, subject_id, event_type, body FROM events WHERE {where}"
-            f" AND event_type IN ({','.join('?' * len(openers))}) AND position > ? AND position <= ?"
-            " ORDER BY position LIMIT ?",
-            [*params, *openers, cursor, applied, limit + 1],
+        rows = events.rows_of_types(
+            self._model, selection, list(OPENERS), after=cursor, upto=applied, limit=limit + 1
         )
         more = len(rows) > limit
         rows = rows[:limit]
@@ -203,21 +203,22 @@ class Timeline(ReadModelRoutes):
         numbered = {(a.action_id, a.attempt_no): a.id for a in view.attempts}
         actions = {a.id: a for a in view.actions}
         turns = {t.id: t for t in view.turns}
-        ends = self._closers(where, params, applied, rows[0][0], {(OPENERS[r[3]], r[2]) for r in rows})
+        subjects = {(OPENERS[r.event_type], r.subject_id) for r in rows}
+        ends = self._closers(selection, applied, rows[0].position, subjects)
         gone = rewinds.invalidation(self._model, view.tenant, session_id, applied)
         spans: list[dict[str, Any]] = []
-        opened = self._opened_before(where, params, rows[0][0], {(OPENERS[r[3]], r[2]) for r in rows})
-        for position, lane_id, subject_id, event_type, raw in rows:
-            kind = OPENERS[event_type]
+        opened = self._opened_before(selection, rows[0].position, subjects)
+        for row in rows:
+            kind, subject_id, position = OPENERS[row.event_type], row.subject_id, row.position
             if (kind, subject_id) in opened:  # a second opening event of the same subject: not a new span
                 continue
             opened.add((kind, subject_id))
-            start = _body.decode(raw)
+            start = _body.decode(row.body)
             end = ends.get((kind, subject_id))
             span: dict[str, Any] = {
                 "kind": kind,
                 "id": subject_id,
-                "lane_id": lane_id,
+                "lane_id": row.lane_id,
                 "started_position": position,
                 "started_at": start.occurred_at,
                 "start_ms": clock.ms(start.occurred_at),
@@ -235,76 +236,40 @@ class Timeline(ReadModelRoutes):
             else:
                 span.update(_attempt(subject_id, start.payload, attempts, actions, numbered))
             spans.append(span)
-        return spans, more, rows[-1][0]
+        return spans, more, rows[-1].position
 
     def _opened_before(
-        self, where: str, params: list[Any], before: int, subjects: set[tuple[str, str]]
+        self, selection: events.Selection, before: int, subjects: set[tuple[str, str]]
     ) -> set[tuple[str, str]]:
         """The page's subjects that an earlier page opened already."""
-        openers = list(OPENERS)
-        ids = sorted({subject for _, subject in subjects})
-        found: set[tuple[str, str]] = set()
-        for start in range(0, len(ids), ID_CHUNK):
-            chunk = ids[start : start + ID_CHUNK]
-            for subject_id, event_type in self._model.query(
-                f"SELECT subject_id, event_type FROM events WHERE {where}"
-                f" AND event_type IN ({','.join('?' * len(openers))})"
-                f" AND subject_id IN ({','.join('?' * len(chunk))}) AND position < ?",
-                [*params, *openers, *chunk, before],
-            ):
-                found.add((OPENERS[event_type], subject_id))
-        return found & subjects
+        earlier = events.rows_of_types(
+            self._model,
+            selection,
+            list(OPENERS),
+            upto=before - 1,
+            subject_ids={subject for _, subject in subjects},
+        )
+        return {(OPENERS[r.event_type], r.subject_id) for r in earlier} & subjects
 
     def _closers(
-        self, where: str, params: list[Any], applied: int, after: int, subjects: set[tuple[str, str]]
+        self, selection: events.Selection, applied: int, after: int, subjects: set[tuple[str, str]]
     ) -> dict[tuple[str, str], tuple[int, str, str]]:
         """(kind, subject) -> (position, occurred_at, outcome) of its first
         terminal event, for the subjects opened on a page (which starts at
         ``after``: closers come later)."""
-        closers = list(CLOSERS)
-        ids = sorted({subject for _, subject in subjects})
         found: dict[tuple[str, str], tuple[int, str, str]] = {}
-        for start in range(0, len(ids), ID_CHUNK):
-            chunk = ids[start : start + ID_CHUNK]
-            for position, subject_id, event_type, raw in self._model.query(
-                f"SELECT position, subject_id, event_type, body FROM events WHERE {where}"
-                f" AND event_type IN ({','.join('?' * len(closers))})"
-                f" AND subject_id IN ({','.join('?' * len(chunk))}) AND position > ? AND position <= ?"
-                " ORDER BY position",
-                [*params, *closers, *chunk, after, applied],
-            ):
-                key = (CLOSERS[event_type], subject_id)
-                if key in subjects and key not in found:
-                    found[key] = (position, _body.decode(raw).occurred_at, event_type.rsplit(".", 1)[1])
-        return found
-
-    def _bodies(self, positions: set[int]) -> dict[int, tuple[str, _Body]]:
-        """Position -> (event type, body)."""
-        ordered = sorted(positions)
-        found: dict[int, tuple[str, _Body]] = {}
-        for start in range(0, len(ordered), ID_CHUNK):
-            chunk = ordered[start : start + ID_CHUNK]
-            for position, event_type, raw in self._model.query(
-                "SELECT position, event_type, body FROM events"
-                f" WHERE position IN ({','.join('?' * len(chunk))})",
-                chunk,
-            ):
-                found[position] = (event_type, _body.decode(raw))
-        return found
-
-    def _by_id(self, where: str, params: list[Any], event_ids: set[str]) -> dict[str, tuple[int, str, str]]:
-        """Event id -> (position, lane_id, occurred_at) of the session's events
-        (``where``: the sequencer keeps causes in the session), for spawn links."""
-        ids = sorted(event_ids)
-        found: dict[str, tuple[int, str, str]] = {}
-        for start in range(0, len(ids), ID_CHUNK):
-            chunk = ids[start : start + ID_CHUNK]
-            for event_id, position, lane_id, raw in self._model.query(
-                "SELECT event_id, position, lane_id, body FROM events"
-                f" WHERE {where} AND event_id IN ({','.join('?' * len(chunk))})",
-                [*params, *chunk],
-            ):
-                found[event_id] = (position, lane_id, _body.decode(raw).occurred_at)
+        for row in events.rows_of_types(
+            self._model,
+            selection,
+            list(CLOSERS),
+            after=after,
+            upto=applied,
+            subject_ids={subject for _, subject in subjects},
+        ):
+            key = (CLOSERS[row.event_type], row.subject_id)
+            if key in subjects and key not in found:
+                outcome = row.event_type.rsplit(".", 1)[1]
+                found[key] = (row.position, _body.decode(row.body).occurred_at, outcome)
         return found
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import sqlite3
 from collections.abc import Generator
 from concurrent.futures import Executor
 
@@ -46,7 +45,7 @@ from ..budget import ReadBudget
 from ..feed import Feed
 from ..limits import ReadLimits
 from ..pagestream import PieceStreamer
-from ..projections import tlog
+from ..projections import events, tlog
 from ..projections.events import Row, event_at
 from ..queries import (
     MAX_COSIGNED_BYTES,
@@ -207,7 +206,7 @@ class Transparency(ReadModelRoutes):
     def _event_bundle(self, row: Row, size: int | None) -> str:
         conn = self._model.connection()
         with failures_as(_READ_FAILED):
-            note = self._covering(conn, row.position, size, f"position {row.position}")
+            note = self._covering(row.position, size, f"position {row.position}")
             return make_bundle(conn, row.position, note, event=row.body).format()
 
     async def session_proof(self, request: web.Request) -> web.StreamResponse:
@@ -235,20 +234,17 @@ class Transparency(ReadModelRoutes):
                 await self._read(chunks.close)
 
     def _session_bundle(self, tenant: str, session_id: str, size: int | None) -> Generator[bytes, None, None]:
-        ((last,),) = self._model.query(
-            "SELECT max(position) FROM events WHERE session_id = ? AND tenant = ?", (session_id, tenant)
-        )
+        last = events.last_position(self._model, events.Selection(tenant, session_id))
         if last is None:
             raise EntityNotFound("no such session", kind="session", session_id=session_id)
-        conn = self._model.connection()
         with failures_as(_READ_FAILED):
-            note = self._covering(conn, last, size, f"the session's last event (position {last})")
+            note = self._covering(last, size, f"the session's last event (position {last})")
         return session_bundle_chunks(self._model.connection, tenant, session_id, note)
 
-    @staticmethod
-    def _covering(conn: sqlite3.Connection, position: int, size: int | None, what: str) -> str:
+    def _covering(self, position: int, size: int | None, what: str) -> str:
         """The served checkpoint of ``size`` (default: the latest), which must
         cover ``position``."""
+        conn = self._model.connection()
         latest = tlog.latest_size(conn)
         if size is None:
             if latest is None or latest < position:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Executor
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,16 +38,18 @@ from laneledger.contract.errors import (
     LedgerError,
     LedgerUnavailable,
 )
+from laneledger.contract.model import ErrorBody
 from laneledger.runtime.access import Scope, scope_of
 from laneledger.runtime.httpjson import json_response
 from laneledger.sdk.client import LedgerClient
 from laneledger.sqlite import failures_as
 
-from ..answers.verify import ErrorBody, VerifyReport, VerifyScope
+from ..answers.verify import VerifyReport, VerifyScope
 from ..api import decode_parameters
 from ..feed import Feed
 from ..limits import ReadLimits
-from ..projections.events import COLUMNS, Row
+from ..projections import events
+from ..projections.events import Row
 from ..queries import VerifyQuery
 from ..readmodel import ReadModel
 from ..routes import ReadModelRoutes
@@ -142,20 +145,19 @@ class Verifier(ReadModelRoutes):
         access = await self._access(request, query.tenant, lane_id, session_id)
         scope: VerifyScope
         if lane_id is not None:
-            scope, where, params, order = "lane", "lane_id = ?", [lane_id], "seq"
+            scope, order = "lane", "seq"
         elif session_id is not None:
-            scope, where, params, order = "session", "session_id = ?", [session_id], "position"
+            scope, order = "session", "position"
         else:
-            scope, where, params, order = "ledger", "1 = 1", [], "position"
-        if access.tenant is not None:
-            # A tenant verifies its own lanes: every chain whole, but its
-            # positions are not dense (other tenants' events sit between).
-            where, params = f"{where} AND tenant = ?", [*params, access.tenant]
-            if scope == "ledger":
-                scope = "tenant"
+            scope, order = "ledger", "position"
+        # A tenant verifies its own lanes: every chain whole, but its
+        # positions are not dense (other tenants' events sit between).
+        selection = events.Selection(access.tenant, session_id, lane_id=lane_id)
+        if access.tenant is not None and scope == "ledger":
+            scope = "tenant"
         walk = Walk(self._key, dense=scope == "ledger")
         with self._limits.reads.slot(scope_of(request)):
-            fault = await self._walk(request, walk, where, params, order, applied)
+            fault = await self._walk(request, walk, selection, order, applied)
         if scope == "ledger" and fault is None and walk.last_position != applied:
             fault = position_gap(walk.last_position + 1, None)
         if walk.events == 0 and fault is None:
@@ -202,7 +204,7 @@ class Verifier(ReadModelRoutes):
         return access if named is None else Scope(named, operator=access.operator)
 
     async def _walk(
-        self, request: web.Request, walk: Walk, where: str, params: list[Any], order: str, applied: int
+        self, request: web.Request, walk: Walk, selection: events.Selection, order: str, applied: int
     ) -> LedgerError | None:
         """The walk a page at a time on a reader thread (each page's rows are
         checked as they come off SQLite and dropped): a client that leaves
@@ -212,32 +214,26 @@ class Verifier(ReadModelRoutes):
         while True:
             if request.transport is None or request.transport.is_closing():
                 raise ConnectionResetError("the client left")
-            fault, after, done = await self._read(self._walk_page, walk, where, params, order, applied, after)
+            fault, after, done = await self._read(self._walk_page, walk, selection, order, applied, after)
             if fault is not None or done:
                 return fault
 
     def _walk_page(
-        self, walk: Walk, where: str, params: list[Any], order: str, applied: int, after: Any
+        self, walk: Walk, selection: events.Selection, order: str, applied: int, after: Any
     ) -> tuple[LedgerError | None, Any, bool]:
         """Checks up to WALK_PAGE rows after ``after`` (a key of ``order``):
         the first fault, the last key checked, and whether the walk is done."""
-        key_index = 0 if order == "position" else 6
         n = 0
-        with failures_as(_READ_FAILED):
-            rows = self._model.connection().execute(
-                f"SELECT {COLUMNS} FROM events WHERE {where} AND position <= ?"
-                f" AND {order} > ? ORDER BY {order} LIMIT ?",
-                [*params, applied, after, WALK_PAGE],
-            )
+        conn = self._model.connection()
+        page = events.walk(conn, selection, order, upto=applied, after=after, limit=WALK_PAGE)
+        with failures_as(_READ_FAILED), closing(page):
             try:
-                for values in rows:
+                for row in page:
                     if self.stopping.is_set():
                         raise LedgerUnavailable("the tail is stopping; verify again later")
-                    walk.check(Row(*values))
-                    after = values[key_index]
+                    walk.check(row)
+                    after = row.position if order == "position" else row.seq
                     n += 1
             except (ChainFault, IntegrityError) as fault:
                 return fault, after, True
-            finally:
-                rows.close()  # an unfinished statement would pin this thread's snapshot
         return None, after, n < WALK_PAGE

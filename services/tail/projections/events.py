@@ -2,6 +2,10 @@
 position, with the fields the tail filters and pages on copied out of the
 body into indexed columns. The other projections fold from its rows.
 
+Every read of the table is a query here, the views computed at read time
+(the timeline's, the causal tree's, a verify walk's) among them: a handler
+says which events it means with a ``Selection`` and never writes SQL.
+
 A read model from before ``causation_id`` was a column gets it once, filled
 from the bodies (``add_causation``).
 """
@@ -9,8 +13,8 @@ from the bodies (``add_causation``).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Generator, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import msgspec
@@ -178,12 +182,227 @@ def rows_after(db: sqlite3.Connection, position: int, limit: int) -> list[Row]:
 
 # -- reading (any reader thread) ------------------------------------------------------------
 
+ID_CHUNK = 500  # ids or positions per IN (...) lookup
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Which events a read covers: those whose columns equal the values
+    named (None: any), of a lane up to seq ``max_seq``, and outside the
+    position spans ``excluded`` (what a session's rewinds invalidated,
+    ``without``). The handlers say what they want; this module writes the SQL."""
+
+    tenant: str | None = None
+    session_id: str | None = None
+    run_id: str | None = None
+    lane_id: str | None = None
+    max_seq: int | None = None
+    excluded: tuple[tuple[int, int], ...] = ()
+
+    def without(self, spans: Iterable[Sequence[int]]) -> Selection:
+        """These events but those in the inclusive position spans ``spans``."""
+        return replace(self, excluded=(*self.excluded, *((first, last) for first, last in spans)))
+
+    def where(self, prefix: str = "") -> tuple[str, list[Any]]:
+        """The SQL condition and its parameters; ``prefix``: a table alias and dot."""
+        clauses, params = ["1 = 1"], list[Any]()
+        for column in ("tenant", "session_id", "run_id", "lane_id"):
+            value = getattr(self, column)
+            if value is not None:
+                clauses.append(f"{prefix}{column} = ?")
+                params.append(value)
+        if self.max_seq is not None:
+            clauses.append(f"{prefix}seq <= ?")
+            params.append(self.max_seq)
+        for first, last in self.excluded:
+            clauses.append(f"{prefix}position NOT BETWEEN ? AND ?")
+            params += [first, last]
+        return " AND ".join(clauses), params
+
 
 def event_at(reads: Reads, position: int) -> Row:
     rows = reads.query(f"SELECT {COLUMNS} FROM events WHERE position = ?", (position,))
     if not rows:
         raise EntityNotFound("no committed event at this position (yet)", kind="event", position=position)
     return Row(*rows[0])
+
+
+def rows_at(reads: Reads, positions: Iterable[int]) -> dict[int, Row]:
+    """The events at ``positions`` (those that are there), by position."""
+    found: dict[int, Row] = {}
+    for chunk in _chunks(sorted(set(positions))):
+        for values in reads.query(f"SELECT {COLUMNS} FROM events WHERE position IN ({_marks(chunk)})", chunk):
+            found[values[0]] = Row(*values)
+    return found
+
+
+def rows_with_ids(reads: Reads, selection: Selection, event_ids: Iterable[str]) -> dict[str, Row]:
+    """The selected events with these event ids, by id (ids are each
+    tenant's own: ``selection`` names the tenant, or a session)."""
+    where, params = selection.where()
+    found: dict[str, Row] = {}
+    for chunk in _chunks(sorted(set(event_ids))):
+        for values in reads.query(
+            f"SELECT {COLUMNS} FROM events WHERE {where} AND event_id IN ({_marks(chunk)})", [*params, *chunk]
+        ):
+            found[values[1]] = Row(*values)
+    return found
+
+
+def positions_of(reads: Reads, selection: Selection, event_ids: Iterable[str]) -> dict[str, int]:
+    """Event id -> position, of the selected events (as ``rows_with_ids``,
+    without reading bodies)."""
+    where, params = selection.where()
+    found: dict[str, int] = {}
+    for chunk in _chunks(sorted(set(event_ids))):
+        found.update(
+            reads.query(
+                f"SELECT event_id, position FROM events WHERE {where} AND event_id IN ({_marks(chunk)})",
+                [*params, *chunk],
+            )
+        )
+    return found
+
+
+def rows_of_types(
+    reads: Reads,
+    selection: Selection,
+    event_types: Sequence[str],
+    *,
+    upto: int,
+    after: int = 0,
+    subject_ids: Iterable[str] | None = None,
+    limit: int | None = None,
+) -> list[Row]:
+    """The selected events of ``event_types`` in positions ``(after, upto]``,
+    oldest first: of the subjects ``subject_ids`` when named (looked up in
+    chunks), else at most ``limit`` (the event-type index serves both)."""
+    where, params = selection.where()
+    sql = (
+        f"SELECT {COLUMNS} FROM events WHERE {where} AND event_type IN ({_marks(event_types)})"
+        " AND position > ? AND position <= ?"
+    )
+    params = [*params, *event_types, after, upto]
+    if subject_ids is None:
+        if limit is None:
+            return [Row(*v) for v in reads.query(f"{sql} ORDER BY position", params)]
+        return [Row(*v) for v in reads.query(f"{sql} ORDER BY position LIMIT ?", [*params, limit])]
+    assert limit is None, "a limit over chunks of subjects would not be the first rows"
+    rows = [
+        Row(*v)
+        for chunk in _chunks(sorted(set(subject_ids)))
+        for v in reads.query(f"{sql} AND subject_id IN ({_marks(chunk)})", [*params, *chunk])
+    ]
+    return sorted(rows, key=lambda r: r.position)
+
+
+@dataclass(frozen=True, slots=True)
+class LaneExtent:
+    """A lane's events in a selection: how many, the first and the last."""
+
+    lane_id: str
+    events: int
+    first_position: int
+    last_position: int
+
+
+def lane_extents(reads: Reads, selection: Selection, *, upto: int) -> list[LaneExtent]:
+    """The lanes of the selected events up to ``upto`` (rewinds and what is
+    not a committed event left out), in order of their first event."""
+    where, params = selection.where()
+    rows = reads.query(
+        f"SELECT lane_id, count(*), min(position), max(position) FROM events WHERE {where}"
+        " AND event_type != ? AND event_type != '' AND position <= ?"
+        " GROUP BY lane_id ORDER BY min(position)",
+        [*params, REWOUND, upto],
+    )
+    return [LaneExtent(*row) for row in rows]
+
+
+def page(
+    reads: Reads,
+    selection: Selection,
+    key: str,
+    *,
+    forward: bool,
+    cursor: int,
+    upto: int,
+    max_rows: int,
+    max_bytes: int,
+) -> tuple[list[tuple[int, bytes]], bool]:
+    """``(key, body)`` of the selected events up to position ``upto`` past
+    ``cursor`` by ``key`` (``seq`` or ``position``), oldest first going
+    forward, newest first going back: ``max_rows`` at most, and no more once
+    their bodies reach ``max_bytes`` (``Reads.scan``); and whether more follow."""
+    assert key in ("seq", "position"), key  # a column name, never a value, goes into the SQL
+    where, params = selection.where()
+    bound, order = (">", "ASC") if forward else ("<", "DESC")
+    return reads.scan(
+        f"SELECT {key}, body FROM events WHERE {where} AND event_type != ''"
+        f" AND position <= ? AND {key} {bound} ? ORDER BY {key} {order}",
+        [*params, upto, cursor],
+        max_rows=max_rows,
+        max_bytes=max_bytes,
+        body_column=1,
+    )
+
+
+def bodies_after(
+    reads: Reads, selection: Selection, *, after: int, upto: int, limit: int
+) -> list[tuple[int, bytes]]:
+    """``(position, body)`` of up to ``limit`` selected committed events in
+    ``(after, upto]``, oldest first."""
+    where, params = selection.where()
+    return reads.query(
+        f"SELECT position, body FROM events WHERE {where} AND event_type != ''"
+        " AND position <= ? AND position > ? ORDER BY position LIMIT ?",
+        [*params, upto, after, limit],
+    )
+
+
+def session_of(reads: Reads, selection: Selection) -> str | None:
+    """The session of (the first found of) the selected events."""
+    where, params = selection.where()
+    rows = reads.query(f"SELECT session_id FROM events WHERE {where} LIMIT 1", params)
+    return rows[0][0] if rows else None
+
+
+def last_position(reads: Reads, selection: Selection) -> int | None:
+    """The position of the newest selected event, None for none."""
+    where, params = selection.where()
+    ((last,),) = reads.query(f"SELECT max(position) FROM events WHERE {where}", params)
+    return None if last is None else int(last)
+
+
+def walk(
+    conn: sqlite3.Connection, selection: Selection, order: str, *, upto: int, after: Any, limit: int
+) -> Generator[Row, None, None]:
+    """Up to ``limit`` selected events up to position ``upto`` after ``after``
+    by ``order`` (``position``, or ``seq`` within a lane), straight off the
+    cursor so each can be checked and dropped; close the iterator when done
+    early, which closes the cursor (an unfinished statement would pin the
+    connection's snapshot)."""
+    assert order in ("seq", "position"), order
+    where, params = selection.where()
+    rows = conn.execute(
+        f"SELECT {COLUMNS} FROM events WHERE {where} AND position <= ?"
+        f" AND {order} > ? ORDER BY {order} LIMIT ?",
+        [*params, upto, after, limit],
+    )
+    try:
+        for values in rows:
+            yield Row(*values)
+    finally:
+        rows.close()
+
+
+def _marks(values: Sequence[Any]) -> str:
+    return ",".join("?" * len(values))
+
+
+def _chunks(values: list[Any]) -> Iterator[list[Any]]:
+    for start in range(0, len(values), ID_CHUNK):
+        yield values[start : start + ID_CHUNK]
 
 
 _REF = "position, event_id, event_type, lane_id, seq, session_id"
@@ -232,45 +451,27 @@ def rewinds_between(
     """``(tenant, session_id, payload)`` of the ``session.rewound`` events
     committed in ``(after, upto]``, of one tenant and session when named, in
     order (the event-type index serves it)."""
-    where, params = "event_type = ? AND position > ? AND position <= ?", [REWOUND, after, upto]
-    for column, value in (("tenant", tenant), ("session_id", session_id)):
-        if value is not None:
-            where += f" AND {column} = ?"
-            params.append(value)
-    rows = reads.query(f"SELECT tenant, session_id, body FROM events WHERE {where} ORDER BY position", params)
-    return [(tenant, sid, msgspec.json.decode(body).get("payload", {})) for tenant, sid, body in rows]
+    rows = rows_of_types(reads, Selection(tenant, session_id), (REWOUND,), upto=upto, after=after)
+    return [(r.tenant, r.session_id, msgspec.json.decode(r.body).get("payload", {})) for r in rows]
 
 
 def bodies_of_types(
-    reads: Reads, event_types: Sequence[str], *, upto: int, **scope: str | None
+    reads: Reads, selection: Selection, event_types: Sequence[str], *, upto: int
 ) -> Iterator[tuple[int, bytes]]:
-    """``(position, body)`` of the events of ``event_types`` up to position
-    ``upto``, oldest first, in pages; ``scope``: columns (tenant, session_id,
-    run_id) that must equal a value, where it is not None."""
-    where, params = _scoped(upto, scope)
-    marks = ",".join("?" * len(event_types))
+    """``(position, body)`` of the selected events of ``event_types`` up to
+    position ``upto``, oldest first, read in pages however many there are."""
+    where, params = selection.where()
     sql = (
-        f"SELECT position, body FROM events WHERE {where} AND event_type IN ({marks})"
-        " AND position > ? ORDER BY position LIMIT ?"
+        f"SELECT position, body FROM events WHERE {where} AND position <= ?"
+        f" AND event_type IN ({_marks(event_types)}) AND position > ? ORDER BY position LIMIT ?"
     )
-    for position, body in reads.iterate(sql, [*params, *event_types]):
+    for position, body in reads.iterate(sql, [*params, upto, *event_types]):
         yield int(position), bytes(body)
 
 
-def any_event(reads: Reads, *, upto: int, **scope: str | None) -> bool:
-    """Whether an event up to position ``upto`` is in ``scope`` (as above)."""
-    where, params = _scoped(upto, scope)
+def any_event(reads: Reads, selection: Selection, *, upto: int | None = None) -> bool:
+    """Whether a selected event is there (up to position ``upto``, if named)."""
+    where, params = selection.where()
+    if upto is not None:
+        where, params = f"{where} AND position <= ?", [*params, upto]
     return bool(reads.query(f"SELECT 1 FROM events WHERE {where} LIMIT 1", params))
-
-
-_SCOPE_COLUMNS = frozenset({"tenant", "session_id", "run_id"})
-
-
-def _scoped(upto: int, scope: dict[str, str | None]) -> tuple[str, list[Any]]:
-    where, params = "position <= ?", list[Any]([upto])
-    for column, value in sorted(scope.items()):
-        assert column in _SCOPE_COLUMNS, column  # a column name, never a value, goes into the SQL
-        if value is not None:
-            where += f" AND {column} = ?"
-            params.append(value)
-    return where, params

@@ -193,3 +193,22 @@ def _entries(reads: Reads, sql: str, params: list[Any], limit: int = 1) -> Page:
     (a page's memory is bounded however large events are), and whether more follow."""
     rows, more = reads.scan(sql, params, max_rows=limit, max_bytes=PAGE_BYTES, body_column=1)
     return [(int(p), bytes(b), str(a), None if t is None else int(t), int(r)) for p, b, a, t, r in rows], more
+
+
+def journal(
+    reads: Reads, tenant: str, session_id: str | None, after: int, upto: int, limit: int
+) -> list[tuple[int, bytes, str, int | None]]:
+    """``(position, body, source_agent, triggered_by)`` of up to ``limit``
+    events of ``tenant`` (of one session, when named) in ``(after, upto]``,
+    oldest first: the Korg journal's rows, tool calls and natively recorded
+    events alike."""
+    where, params = "e.tenant = ?", [tenant]
+    if session_id is not None:
+        where += " AND e.session_id = ?"
+        params.append(session_id)
+    return reads.query(
+        "SELECT e.position, e.body, k.source_agent, k.triggered_by"
+        f" FROM events e JOIN korg_index k USING (position) WHERE {where}"
+        " AND e.position > ? AND e.position <= ? ORDER BY e.position LIMIT ?",
+        [*params, after, upto, limit],
+    )

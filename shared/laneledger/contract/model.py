@@ -166,8 +166,12 @@ class AppendRequest(Frozen, frozen=True, kw_only=True):
     events: Annotated[list[ProposedEvent], Meta(min_length=1, max_length=MAX_EVENTS_PER_APPEND)]
 
 
-class ErrorBody(Frozen, frozen=True, kw_only=True):
-    code: str
+class ErrorBody(Frozen, frozen=True, kw_only=True, omit_defaults=False):
+    """A typed error (spec/errors.md), on NATS (a receipt's or a reply's
+    ``error``) and over HTTP alike. All four fields are always sent; a
+    reader takes a missing ``retryable`` as false and missing ``details`` as {}."""
+
+    code: Annotated[str, Meta(description="stable code, spec/errors.md")]
     message: str
     retryable: bool = False
     details: JsonObject = {}

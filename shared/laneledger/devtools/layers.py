@@ -25,6 +25,10 @@ read-model table), the read model composing them, what the handlers share,
 the handlers, and the app; a module there may import its own layer and
 those below, never above.
 
+The packages of ``WITHOUT_SQL`` hold no SQL: none of their modules imports
+a SQLite driver, calls ``execute``, or holds SQL text. The tail's handlers
+are one: a query is the projection's that owns the table it reads.
+
 Checked by the AST, not by importing (no third-party tool): it sees every
 import statement, runs in milliseconds, and names the file that broke the
 rule. ``python -m laneledger.devtools.layers`` prints each violation and
@@ -34,6 +38,7 @@ exits 1 when there is any.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -78,6 +83,12 @@ INNER_LAYERS: dict[str, tuple[frozenset[str], ...]] = {
         frozenset({"routetable", "service", "__main__"}),  # the app, its document, the process
     ),
 }
+
+# Packages whose modules hold no SQL (``sql_violations``).
+WITHOUT_SQL = ("laneledger.services.tail.handlers",)
+_SQL_DRIVERS = frozenset({"sqlite3", "aiosqlite"})
+_SQL_TEXT = re.compile(r"\b(SELECT|INSERT INTO|UPDATE|DELETE FROM|CREATE (TABLE|INDEX)|PRAGMA)\s")
+_SQL_CALLS = frozenset({"execute", "executemany", "executescript"})
 
 # Where each top-level package's sources are, relative to the repository.
 SOURCES = {"laneledger": Path("shared/laneledger"), "laneledger.services": Path("services")}
@@ -178,6 +189,33 @@ def inner_violations(
     return found
 
 
+def sql_in(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line, what)`` of each SQLite import, ``execute`` call and SQL text
+    (a string, or a piece of an f-string) in the module at ``path``, in order."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    for node in sorted(ast.walk(tree), key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0))):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            for name in names:
+                if name.split(".")[0] in _SQL_DRIVERS:
+                    yield node.lineno, f"imports {name}"
+        elif isinstance(node, ast.Attribute) and node.attr in _SQL_CALLS:
+            yield node.lineno, f"calls {node.attr}"
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _SQL_TEXT.search(node.value):
+            yield node.lineno, "holds SQL text"
+
+
+def sql_violations(found: Mapping[str, tuple[Path, bool]], packages: Sequence[str]) -> list[str]:
+    """Each SQLite import, ``execute`` call and SQL text in a module of ``packages``."""
+    return [
+        f"{name}:{line}: {what}, and {package} holds no SQL (its queries are the projections')"
+        for package in packages
+        for name, (path, _) in sorted(found.items())
+        if name == package or name.startswith(package + ".")
+        for line, what in sql_in(path)
+    ]
+
+
 def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
     """The import cycles (strongly connected modules, sorted)."""
     index: dict[str, int] = {}
@@ -213,7 +251,7 @@ def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
 
 def violations(root: Path, sources: Mapping[str, Path] = SOURCES) -> list[str]:
     """Everything wrong with the tree at ``root``: forbidden imports (between
-    packages, then inside a layered one), then cycles."""
+    packages, then inside a layered one), SQL where there must be none, then cycles."""
     found = modules({package: root / directory for package, directory in sources.items()})
     graph = {
         name: set(imports_of(name, path, is_package, found)) - {name}
@@ -222,6 +260,7 @@ def violations(root: Path, sources: Mapping[str, Path] = SOURCES) -> list[str]:
     return (
         layer_violations(graph, LAYERS)
         + inner_violations(graph, INNER_LAYERS)
+        + sql_violations(found, WITHOUT_SQL)
         + ["import cycle: " + " <-> ".join(cycle) for cycle in cycles(graph)]
     )
 

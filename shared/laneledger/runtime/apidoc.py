@@ -8,13 +8,15 @@ document's paths and schemas of them."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+import msgspec.inspect
 
 from laneledger.runtime.access import guarded
+from laneledger.runtime.httpjson import Error
 
 JSON_MEDIA = "application/json"
 SCHEMA_REF = "#/components/schemas/{name}"  # also msgspec's ref_template
@@ -26,28 +28,53 @@ def schema_ref(name: str) -> dict[str, str]:
 
 def error_schemas() -> dict[str, Any]:
     """The schemas every document's errors and probes use: ``Error`` (what
-    every error is over HTTP, ``{"error": ErrorBody}``: ``LedgerError.to_wire``
-    always carries all four fields) and ``Status`` (/healthz, /readyz)."""
+    every error is over HTTP, ``{"error": ErrorBody}``: generated from
+    ``httpjson.Error``) and ``Status`` (/healthz, /readyz)."""
+    _, schemas = msgspec.json.schema_components((Error,), ref_template=SCHEMA_REF)
+    require_what_is_sent(schemas, (Error,))
     return {
-        "ErrorBody": {
-            "type": "object",
-            "required": ["code", "message", "retryable", "details"],
-            "additionalProperties": False,
-            "properties": {
-                "code": {"type": "string", "description": "stable code, spec/errors.md"},
-                "message": {"type": "string"},
-                "retryable": {"type": "boolean"},
-                "details": {"type": "object"},
-            },
-        },
-        "Error": {
-            "type": "object",
-            "required": ["error"],
-            "additionalProperties": False,
-            "properties": {"error": schema_ref("ErrorBody")},
-        },
+        **schemas,
         "Status": {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}},
     }
+
+
+def require_what_is_sent(schemas: dict[str, Any], roots: Iterable[Any]) -> None:
+    """Mark as required, in ``schemas``, every field that is always sent: each
+    field of a Struct reachable from ``roots`` that does not omit defaults,
+    but those whose default is ``UNSET`` (left out when they do not apply).
+    msgspec requires only the fields without a default, as for reading."""
+    for info in _structs_in(msgspec.inspect.multi_type_info(tuple(roots))):
+        if info.cls.__struct_config__.omit_defaults:
+            continue
+        schema = schemas[info.cls.__name__]
+        schema.pop("required", None)
+        if sent := [f.encode_name for f in info.fields if not _unset_by_default(f)]:
+            schema["required"] = sent
+
+
+def _unset_by_default(field: msgspec.inspect.Field) -> bool:
+    """Whether ``field`` defaults to ``UNSET`` (which ``msgspec.inspect``
+    shows as an optional field with neither a default nor a factory)."""
+    nodefault = msgspec.NODEFAULT
+    return not field.required and field.default is nodefault and field.default_factory is nodefault
+
+
+def _structs_in(types: Iterable[Any]) -> Iterator[msgspec.inspect.StructType]:
+    """Every Struct type in ``types`` (``msgspec.inspect`` objects) and in
+    what they hold, each once."""
+    seen: set[type] = set()
+    stack = list(types)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, msgspec.inspect.StructType):
+            if node.cls in seen:
+                continue
+            seen.add(node.cls)
+            yield node
+        if isinstance(node, msgspec.Struct):  # an inspect node: what it holds
+            for name in node.__struct_fields__:
+                value = getattr(node, name)
+                stack.extend(value if isinstance(value, tuple) else [value])
 
 
 def json_body(schema_name: str, description: str) -> dict[str, Any]:
@@ -171,15 +198,16 @@ def answer_schemas(
     operations: Iterable[Operation], in_full: Iterable[type[msgspec.Struct]] = ()
 ) -> dict[str, Any]:
     """The component schemas of the operations' JSON answers (and of every
-    Struct they hold), then ``error_schemas``: a Struct named ``ErrorBody``
-    in an answer is the typed error's body, all four fields present.
-    ``in_full``: Structs whose defaults a service shows rather than leaves
-    out (``omit_defaults``), so every field is required."""
+    Struct they hold), then ``error_schemas``. A Struct that does not omit
+    defaults has every field required (``require_what_is_sent``);
+    ``in_full``: Structs that do omit them (on NATS) but that a service
+    shows in full over HTTP, so every field is required there too."""
     answers = {op.answer for op in operations if not isinstance(op.answer, dict)}
     answers.update(struct for op in operations for struct in op.refers_to)
     _, schemas = msgspec.json.schema_components(
         sorted(answers, key=lambda t: t.__name__), ref_template=SCHEMA_REF
     )
+    require_what_is_sent(schemas, answers)
     for struct in in_full:
         schema = schemas[struct.__name__]
         schema["required"] = list(schema["properties"])

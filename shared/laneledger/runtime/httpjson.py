@@ -22,10 +22,18 @@ from laneledger.contract.errors import (
     LedgerError,
     Unauthorized,
 )
+from laneledger.contract.model import ErrorBody
 
 log = logging.getLogger(__name__)
 
 CHALLENGE = 'Bearer realm="laneledger"'  # the WWW-Authenticate of a 401
+
+
+# The documents' Error schema is generated from it (apidoc.error_schemas).
+class Error(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What every error is over HTTP (spec/errors.md)."""
+
+    error: ErrorBody
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:
@@ -35,7 +43,7 @@ def json_response(body: Any, status: int = 200) -> web.Response:
 
 def error_response(err: LedgerError, status: int | None = None) -> web.Response:
     """The typed error body, with ``err``'s status unless ``status`` is given."""
-    response = json_response({"error": err.to_wire()}, status or err.http_status)
+    response = json_response(Error(error=ErrorBody(**err.to_wire())), status or err.http_status)
     if isinstance(err, Unauthorized):
         response.headers["WWW-Authenticate"] = CHALLENGE
     retry_after = err.details.get("retry_after_s")
