@@ -26,7 +26,7 @@ ACTIONS = 1100  # ~1.1 MB of action names (each at its 1024-character bound): ov
 BULKY = 400  # events of ~3.5 kB: 1000 of them are far over one reply, 400 are ~1.4 MB
 
 
-async def gather_some(commands: Iterable[Awaitable[T]], at_once: int = 100) -> list[T]:
+async def gather_some(commands: Iterable[Awaitable[T]], at_once: int = 25) -> list[T]:
     """The commands' answers in order, at most ``at_once`` in flight: this
     test is about a run too large for one reply, not a burst of 1100
     commands, whose last answers a loaded machine can keep past the
