@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import signal
+import sys
 from pathlib import Path
 
 import nats
@@ -25,7 +26,7 @@ from laneledger.contract.model import AppendCommitted
 from laneledger.contract.redaction import DEFAULT_REDACTOR
 from laneledger.contract.subjects import Subjects
 from laneledger.sdk.client import LedgerClient, make_event
-from laneledger.services.sequencer.lease import LeaseSettings, LeaseThread
+from laneledger.services.sequencer.lease import WEDGED_EXIT_STATUS, LeaseSettings, LeaseThread
 
 BUSY_S = 3.0  # three times the TTL of LEASE (1 s)
 
@@ -107,11 +108,20 @@ async def test_adversarial_appends_and_display_names_cost_no_failover(
 async def test_the_lease_thread_stops_renewing_once_the_loop_stalls_for_good(nats_server):
     """A loop that does not come round for ``stall_s`` (wedged, not busy)
     must not hold the lease for good: the thread stops renewing, says why,
-    and the lease expires for another to take."""
-    settings = LeaseSettings(ttl_s=1.0, renew_s=0.1, try_s=0.1, stall_s=0.6)
+    and the lease expires for another to take; ``wedged_s`` later, still
+    not come round, the process is declared wedged (``on_wedged``)."""
+    settings = LeaseSettings(ttl_s=1.0, renew_s=0.1, try_s=0.1, stall_s=0.6, wedged_s=0.6)
+    declared: list[str] = []
 
     def lease(holder: str) -> LeaseThread:
-        return LeaseThread(lambda: nats.connect(nats_server.url), "TEST_LEASE", holder, settings, 1)
+        return LeaseThread(
+            lambda: nats.connect(nats_server.url),
+            "TEST_LEASE",
+            holder,
+            settings,
+            1,
+            on_wedged=declared.append,
+        )
 
     wedged, other = lease("wedged"), lease("other")
     try:
@@ -128,6 +138,67 @@ async def test_the_lease_thread_stops_renewing_once_the_loop_stalls_for_good(nat
         )
         assert "has not come round" in lost
         assert await eventually(other.acquire, until=bool, what="the other taking the expired lease")
+        [why] = await eventually(lambda: list(declared), until=bool, what="the loop declared wedged")
+        assert "has not come round" in why
     finally:
         await wedged.release()
         await other.release()
+
+
+async def test_a_loop_that_comes_round_again_is_not_declared_wedged(nats_server):
+    """A paused process (SIGSTOP, a VM frozen) stalls every thread alike: its
+    loop comes round once it runs again, stands down, and lives on."""
+    settings = LeaseSettings(ttl_s=1.0, renew_s=0.1, try_s=0.1, stall_s=0.4, wedged_s=0.8)
+    declared: list[str] = []
+    paused = LeaseThread(
+        lambda: nats.connect(nats_server.url), "TEST_LEASE", "paused", settings, 1, on_wedged=declared.append
+    )
+    try:
+        await paused.open()
+        assert await paused.acquire()
+        await paused.keep()
+        await eventually(lambda: paused.lost, until=lambda why: why is not None, what="renewing stopped")
+        paused.beat()  # it runs again
+        await asyncio.sleep(settings.wedged_s + 0.5)
+        assert declared == []
+    finally:
+        await paused.release()
+
+
+WEDGE = """
+import asyncio, sys, time
+import nats
+from laneledger.services.sequencer.lease import WEDGED_EXIT_STATUS, LeaseSettings, LeaseThread
+
+async def main():
+    settings = LeaseSettings(ttl_s=1.0, renew_s=0.1, try_s=0.1, stall_s=0.3, wedged_s=0.3)
+    lease = LeaseThread(lambda: nats.connect(sys.argv[1]), "TEST_LEASE", "wedged", settings, 1)
+    await lease.open()
+    assert await lease.acquire()
+    await lease.keep()
+    print("holding", flush=True)
+    time.sleep(30)  # the event loop wedged, as in a deadlock
+
+asyncio.run(main())
+"""
+
+
+async def test_a_wedged_process_writes_its_stacks_and_exits(nats_server):
+    """The default ``on_wedged`` ends the process with status 70 after
+    writing every thread's stack to stderr: its supervisor restarts it, and
+    the stacks say where it was stuck (here: ``time.sleep`` on the loop)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        WEDGE,
+        nats_server.url,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 20)
+    assert process.returncode == WEDGED_EXIT_STATUS, (out, err)
+    assert out.decode() == "holding\n"
+    stacks = err.decode()
+    assert "the process is wedged" in stacks
+    assert 'File "<string>", line 13 in main' in stacks  # the loop's thread, in time.sleep
+    assert "_watch_for_wedge" in stacks  # the lease thread that declared it

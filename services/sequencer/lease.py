@@ -22,16 +22,22 @@ sequencer's event loop (redaction, canonical form of a large append) cannot
 hold a renewal back, so no producer can make the active one lose the lease.
 The thread stops renewing when the event loop has not come round for
 ``stall_s`` (wedged, not busy): the lease then expires and a standby takes
-over, as if the process were paused.
+over, as if the process were paused. A paused process's loop comes round as
+soon as it runs again, and then stands down; one that still has not come
+round ``wedged_s`` later never will (a deadlock): the thread writes every
+thread's stack to stderr and ends the process (``exit_wedged``, status 70),
+so its supervisor starts it again and the stacks say where it was stuck.
 """
 
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import json
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -58,6 +64,21 @@ class LeaseSettings:
     # The lease thread stops renewing once the event loop has not come round
     # for this long: a loop wedged for good must not hold the lease for good.
     stall_s: float = 30.0
+    # ... and ends the process once it has not come round for this long more.
+    wedged_s: float = 30.0
+
+
+WEDGED_EXIT_STATUS = 70  # EX_SOFTWARE
+
+
+def exit_wedged(why: str) -> None:
+    """End a process whose event loop is wedged: every thread's stack to
+    stderr first (where it was stuck), then exit at once (``os._exit``: the
+    loop that would run a clean exit is the one that is stuck)."""
+    log.critical("%s: the process is wedged; its threads' stacks follow, then it exits", why)
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    sys.stderr.flush()
+    os._exit(WEDGED_EXIT_STATUS)
 
 
 def lease_bucket_config(bucket: str, settings: LeaseSettings, replicas: int) -> KeyValueConfig:
@@ -166,8 +187,11 @@ class LeaseThread:
         holder: str,
         settings: LeaseSettings,
         replicas: int,
+        *,
+        on_wedged: Callable[[str], None] = exit_wedged,
     ) -> None:
         self._connect = connect
+        self._on_wedged = on_wedged
         self._bucket, self.holder, self.settings, self._replicas = bucket, holder, settings, replicas
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="sequencer-lease", daemon=True)
@@ -223,6 +247,7 @@ class LeaseThread:
             stalled = time.monotonic() - self._beat
             if stalled > settings.stall_s:
                 self.lost = f"the event loop has not come round for {stalled:.1f} s: not renewing"
+                await self._watch_for_wedge()
                 return
             try:
                 if not await self._lease.renew():
@@ -235,6 +260,18 @@ class LeaseThread:
                     continue
                 self.lost = f"lease not renewed for a whole TTL ({exc})"
                 return
+
+    async def _watch_for_wedge(self) -> None:
+        """Renewing stopped for a stalled loop: return once it comes round
+        (it then stands down); ``on_wedged`` if it has not ``wedged_s`` later."""
+        stalled_since = self._beat
+        settings = self.settings
+        while self._beat == stalled_since:
+            stalled = time.monotonic() - stalled_since
+            if stalled > settings.stall_s + settings.wedged_s:
+                self._on_wedged(f"the event loop has not come round for {stalled:.1f} s")
+                return
+            await asyncio.sleep(settings.renew_s)
 
     async def stop_renewing(self) -> None:
         await self._across(self._stop_renewing())

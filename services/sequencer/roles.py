@@ -8,7 +8,8 @@ another chain key (``ChainKeyDiffers``) ends instead. The active one's lease
 is renewed on the lease's own thread (lease.py, ``LeaseThread``), which a busy
 event loop cannot hold back; when renewing is refused (the lease expired, or
 another holds it), has not succeeded for a whole TTL (cut off from NATS), or
-stopped because this loop stalled for ``stall_s``, it stands down: it stops pulling and
+stopped because this loop stalled for ``stall_s``, it stands down (a loop
+still stalled ``wedged_s`` later ends the process: lease.py): it stops pulling and
 answering, finishes nothing new, and follows again. Whatever it was doing
 when it was deposed is refused by the log (store/txlog.py) and redelivered to
 its successor.
