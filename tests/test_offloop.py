@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import os
 import signal
 import subprocess
@@ -252,6 +253,30 @@ async def test_the_worker_runs_niced_and_a_dead_one_is_replaced_without_losing_t
         assert offloop.worker_pid not in (None, pid)
     finally:
         await offloop.close()
+
+
+async def test_a_heavy_request_whose_worker_fails_commits_prepared_on_the_loop(
+    nc, sequencer, client, actor, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The worker failing (dead, or no answer in its job timeout under load)
+    is the designed fallback, not an error: the request is prepared on the
+    loop and commits, and the sequencer says so at WARNING."""
+
+    async def failing(self: OffLoop, msg: object, tenant: object, lane: object) -> None:
+        raise WorkerFailed("the step 0 worker answered no job in 10 s")
+
+    monkeypatch.setattr(OffLoop, "run", failing)
+    lane = await client.create_lane("acme", "s1", "r1", "fallback", actor_id=actor.id)
+    async with Inbox(nc) as inbox:
+        await inbox.send(
+            client.subjects.append("acme", lane.id), _request(lane.id, 0, [{"text": JWT_CHAIN}], actor.id)
+        )
+        receipt = await inbox.next()
+    assert isinstance(receipt, AppendCommitted), receipt
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert any(
+        "prepared on the loop" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
+    )
 
 
 async def test_a_stuck_worker_is_ended_after_the_job_timeout_and_replaced() -> None:

@@ -59,7 +59,7 @@ from .intake import BatchBudget, Intake, Work
 from .lease import LeaseSettings, LeaseThread
 from .metrics import SequencerMetrics
 from .mirror import CommittedStreamMirror, StreamFault
-from .offloop import OffLoop, is_heavy
+from .offloop import OffLoop, WorkerFailed, is_heavy
 from .prepworker import Ref
 from .receipts import check_receipt_fits, receipt_messages
 from .roles import RoleKeeper
@@ -616,7 +616,13 @@ class Sequencer:
             subject = self._settings.subjects.parse_append(msg.subject)
         except InvalidRequest:
             return 0  # the batch refuses it
-        prepared = await self._offloop.run(msg, subject.tenant_token, subject.lane_token)
+        try:
+            prepared = await self._offloop.run(msg, subject.tenant_token, subject.lane_token)
+        except WorkerFailed as exc:
+            # The designed fallback, not a fault of the request: its batch
+            # prepares it on the loop (the worker is started again).
+            log.warning("a heavy request is prepared on the loop: %s", exc)
+            return 0
         tenant_token = subject.tenant_token
         if tenant_token is None or not isinstance(prepared.outcome, PreparedAppend):
             return 0
