@@ -17,6 +17,7 @@ from pathlib import Path
 
 import nats
 import pytest
+from nats.js.errors import KeyNotFoundError
 from polling import eventually
 from raw_appends import Inbox
 from test_standby import active_and_standby, role, sequencer, shows
@@ -26,7 +27,7 @@ from laneledger.contract.model import AppendCommitted
 from laneledger.contract.redaction import DEFAULT_REDACTOR
 from laneledger.contract.subjects import Subjects
 from laneledger.sdk.client import LedgerClient, make_event
-from laneledger.services.sequencer.lease import WEDGED_EXIT_STATUS, LeaseSettings, LeaseThread
+from laneledger.services.sequencer.lease import WEDGED_EXIT_STATUS, Lease, LeaseSettings, LeaseThread
 
 BUSY_S = 3.0  # three times the TTL of LEASE (1 s)
 
@@ -168,7 +169,7 @@ async def test_a_loop_that_comes_round_again_is_not_declared_wedged(nats_server)
 WEDGE = """
 import asyncio, sys, time
 import nats
-from laneledger.services.sequencer.lease import WEDGED_EXIT_STATUS, LeaseSettings, LeaseThread
+from laneledger.services.sequencer.lease import WEDGED_EXIT_STATUS, Lease, LeaseSettings, LeaseThread
 
 async def main():
     settings = LeaseSettings(ttl_s=1.0, renew_s=0.1, try_s=0.1, stall_s=0.3, wedged_s=0.3)
@@ -202,3 +203,25 @@ async def test_a_wedged_process_writes_its_stacks_and_exits(nats_server):
     assert "the process is wedged" in stacks
     assert 'File "<string>", line 13 in main' in stacks  # the loop's thread, in time.sleep
     assert "_watch_for_wedge" in stacks  # the lease thread that declared it
+
+
+async def test_a_lease_that_expires_while_it_is_being_created_is_a_miss_not_an_error(
+    nats_server, monkeypatch
+):
+    """nats-py's ``create``, refused because the key exists, reads the key
+    again and raises ``KeyNotFoundError`` when it expired in between (its
+    TTL): that is "not taken this time", as any other miss, never an error
+    (a make test run failed on it)."""
+    settings = LeaseSettings(ttl_s=1.0, renew_s=0.1, try_s=0.1)
+    nc = await nats.connect(nats_server.url)
+    try:
+        lease = Lease(nc.jetstream(), "TEST_LEASE", "standby", settings, 1)
+        await lease.open()
+
+        async def expired_in_between(key: str, value: bytes) -> int:
+            raise KeyNotFoundError
+
+        monkeypatch.setattr(lease.kv, "create", expired_in_between)
+        assert await lease.acquire() is False
+    finally:
+        await nc.close()

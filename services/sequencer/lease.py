@@ -127,6 +127,10 @@ class Lease:
             return True
         except KeyWrongLastSequenceError:
             pass
+        except KeyNotFoundError:
+            # nats-py's create, refused because the key was there, looks it up
+            # again; expired in between (TTL), the lookup raises this.
+            return False  # the next try may take it
         try:
             entry = await self.kv.get(LEASE_KEY)
         except KeyNotFoundError:
