@@ -869,8 +869,7 @@ class Bench:
             f"{args.seconds:g} s after {args.warmup:g} s warm-up"
         )
         db2 = await self.db_counts()
-        extra = [{"rate": rate / P, "phase": i / P} for i in range(P)]
-        lat = await self.run_phase("paced", "paced", args.seconds, extra=extra)
+        lat = await self.run_phase("paced", "paced", args.seconds, extra=self.paced(rate))
         r = lat.results
         lats = sorted(v for x in r for v in x["latencies_ms"])
         sched = sorted(v for x in r for v in x["latencies_sched_ms"])
@@ -885,9 +884,7 @@ class Bench:
             f"{ev_window / args.seconds:,.0f} events/s"
         )
         log(
-            f"  receipt latency submit->receipt: p50 {p50:.2f} ms, p90 {percentile(lats, 90):.2f}, "
-            f"p99 {p99:.2f}, p99.9 {percentile(lats, 99.9):.2f}, max "
-            f"{lats[-1] if lats else float('nan'):.2f} ms; "
+            f"  receipt latency submit->receipt: {spread(lats)}; "
             f"from the scheduled time: p50 {percentile(sched, 50):.2f}, p99 {percentile(sched, 99):.2f} ms; "
             f"worst pacer lag {max(x['max_pacer_lag_ms'] for x in r):.1f} ms"
         )
@@ -922,7 +919,7 @@ class Bench:
         bodies publish_async-ed to a stream like LEDGER_APPEND (``synced``:
         fsynced before each ack, as LEDGER_TXLOG and LEDGER_EVENTS are), each
         publish's latency to its JetStream ack."""
-        args, P, E = self.args, self.P, self.E
+        args, E = self.args, self.E
         kind = "fsynced before each ack, as LEDGER_TXLOG is" if synced else "the settings of LEDGER_APPEND"
         log(
             f"\n{self.step()} floor: the same open-loop load ({rate * E:,.0f} events/s) publish_async-ed to "
@@ -933,18 +930,15 @@ class Bench:
         if synced:
             cfg.persist_mode = None
         await self.js.add_stream(cfg)
-        extra = [{"rate": rate / P, "phase": i / P} for i in range(P)]
-        floor = await self.run_phase("floor", "raw-paced", args.seconds, monitor_ledger=False, extra=extra)
+        floor = await self.run_phase(
+            "floor", "raw-paced", args.seconds, monitor_ledger=False, extra=self.paced(rate)
+        )
         r = floor.results
         lats = sorted(v for x in r for v in x["latencies_ms"])
         offered = sum(x["offered_window"] for x in r)
         errors = merge(x["errors"] for x in r)
         p50, p99 = percentile(lats, 50), percentile(lats, 99)
-        log(
-            f"  publish->ack latency: p50 {p50:.2f} ms, p90 {percentile(lats, 90):.2f}, p99 {p99:.2f}, "
-            f"max {lats[-1] if lats else float('nan'):.2f} ms "
-            f"({len(lats)} of {offered} offered in the window)"
-        )
+        log(f"  publish->ack latency: {spread(lats)} ({len(lats)} of {offered} offered in the window)")
         self.report_cpu(floor)
         self.check(
             "floor: every publish acked, none refused",
@@ -954,6 +948,11 @@ class Bench:
         await self.js.delete_stream(RAW_STREAM)
         key = "floor_synced" if synced else "floor"
         return {f"{key}_p50_ms_at_20pct": round(p50, 3), f"{key}_p99_ms_at_20pct": round(p99, 3)}
+
+    def paced(self, rate: float) -> list[dict[str, float]]:
+        """Each producer's part of an open-loop ``rate`` (appends/s), their
+        sends staggered inside one inter-arrival."""
+        return [{"rate": rate / self.P, "phase": i / self.P} for i in range(self.P)]
 
     async def _phase_ceiling(self, raw_per_s: float, mode: str = "ledger") -> dict[str, Any]:
         """5. (and 6.) the same producers against a sequencer that does only its NATS traffic."""
@@ -989,6 +988,14 @@ class Bench:
             f"{prefix}ceiling_ratio": ratio(ceiling_per_s, raw_per_s),
             f"cpu_cores_{prefix}ceiling": {k: round(v, 2) for k, v in cpu_ceil.items()},
         }
+
+
+def spread(lats: list[float]) -> str:
+    """A sorted latency sample's percentiles, as the phases print them."""
+    return (
+        f"p50 {percentile(lats, 50):.2f} ms, p90 {percentile(lats, 90):.2f}, p99 {percentile(lats, 99):.2f}, "
+        f"p99.9 {percentile(lats, 99.9):.2f}, max {lats[-1] if lats else float('nan'):.2f} ms"
+    )
 
 
 def ratio(events_per_s: float, raw_per_s: float) -> float | None:
