@@ -52,7 +52,11 @@ def payload(i: int) -> dict:
 
 
 async def run(
-    requests: int, per_append: int, signed: bool = False, batch_size: int = SequencerSettings.batch_size
+    requests: int,
+    per_append: int,
+    signed: bool = False,
+    batch_size: int = SequencerSettings.batch_size,
+    seal: bool = True,
 ) -> dict:
     with (
         tempfile.TemporaryDirectory(prefix="laneledger-drain-") as tmp,
@@ -62,7 +66,7 @@ async def run(
         js, subjects = nc.jetstream(), Subjects()
         await ensure_stream(js, append_stream_config("LEDGER_APPEND", subjects, 1))
         await ensure_stream(js, events_stream_config("LEDGER_EVENTS", subjects, 1, atomic=True))
-        writer = LedgerWriter(open_ledger(Path(tmp) / "ledger.db"))
+        writer = LedgerWriter(open_ledger(Path(tmp) / "ledger.db"), seal=seal)
         key = generate_private_key() if signed else None
         actor = writer.ensure_actor(
             EnsureActor(
@@ -145,6 +149,7 @@ async def run(
         "writer_cpu_us_per_event": round(writer_cpu[0] / total * 1e6, 1),
         "seconds": round(wall, 2),
         "batch_size": batch_size,
+        "sealed": seal,
     }
 
 
@@ -158,6 +163,12 @@ def main() -> None:
     parser.add_argument(
         "--signed", action="store_true", help="sign every event (an actor registered with an ed25519 key)"
     )
+    parser.add_argument(
+        "--seal",
+        choices=("on", "off"),
+        default="on",
+        help="seal each event's content (the sequencer's --seal-content; spec/canonical.md §3)",
+    )
     args = parser.parse_args()
     try:
         import uvloop
@@ -165,7 +176,9 @@ def main() -> None:
         uvloop.install()
     except ImportError:
         pass
-    result = asyncio.run(run(args.requests, args.events_per_append, args.signed, args.batch_size))
+    result = asyncio.run(
+        run(args.requests, args.events_per_append, args.signed, args.batch_size, args.seal == "on")
+    )
     print(
         f"drained {result['requests']} appends x {result['events_per_append']} event(s) in "
         f"{result['seconds']} s: {result['events_per_s']:,} events/s; sequencer CPU "

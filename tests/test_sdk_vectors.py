@@ -55,6 +55,10 @@ def test_chain_vector():
     assert verify_chain(vector["plain"]) == vector["plain"][-1]["entry_hash"]
     key = vector["hmac_key"].encode()
     assert verify_chain(vector["hmac"], key=key) == vector["hmac"][-1]["entry_hash"]
+    # Sealed, then with its second event erased: the same chain, the same tip.
+    tip = vector["sealed"][-1]["entry_hash"]
+    assert verify_chain(vector["sealed"]) == verify_chain(vector["sealed_erased"]) == tip
+    assert [r["entry_hash"] for r in vector["sealed"]] == [r["entry_hash"] for r in vector["sealed_erased"]]
 
 
 def test_content_vectors():

@@ -23,6 +23,7 @@ from laneledger.audit.ledger import audit_ledger
 from laneledger.contract import errors
 from laneledger.contract.canonical import canonicalize
 from laneledger.contract.chain import append_digest, entry_hash
+from laneledger.contract.model import LEDGER_OWNED_FIELDS
 from laneledger.contract.signing import generate_private_key, sign_event
 from laneledger.contract.subjects import token
 from laneledger.sdk.blobstore import BlobStore, object_name
@@ -186,22 +187,7 @@ def append_forgery(
         )
     ]
     if with_receipt:
-        proposed = {
-            k: v
-            for k, v in record.items()
-            if k
-            not in (
-                "tenant",
-                "session_id",
-                "run_id",
-                "seq",
-                "position",
-                "append_id",
-                "committed_at",
-                "prev_hash",
-                "entry_hash",
-            )
-        }
+        proposed = {k: v for k, v in record.items() if k not in LEDGER_OWNED_FIELDS}
         digest = append_digest([proposed])
         receipt = {
             "outcome": "committed",

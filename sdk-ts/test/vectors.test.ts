@@ -68,6 +68,28 @@ test("chain vector: digest, entry hashes (plain and HMAC) and verification", () 
   assert.throws(() => verifyChain(vector.hmac), (e: unknown) => e instanceof ChainFault && e.details["seq"] === 1);
 });
 
+test("chain vector: sealed content, and an erased event that keeps its hash", () => {
+  const vector = load("laneledger", "chain.json");
+  const tip = vector.sealed[2].entry_hash;
+  for (const records of [vector.sealed, vector.sealed_erased]) {
+    records.forEach((record: Record<string, unknown>, i: number) => assert.equal(entryHash(record), vector.sealed[i].entry_hash));
+    assert.equal(verifyChain(records), tip);
+  }
+  const tampered = (change: (r: Record<string, unknown>) => void, from = vector.sealed_erased) => {
+    const copy = structuredClone(from);
+    change(copy[1]);
+    return copy;
+  };
+  for (const [records, field] of [
+    [tampered((r) => { (r.payload as Record<string, unknown>).i = 99; }, vector.sealed), "entry_hash"],
+    [tampered((r) => { r.payload = { i: 2 }; }), "payload"],
+    [tampered((r) => { delete r.erased; }), "erased"],
+    [tampered((r) => { r.content_digest = "0".repeat(64); }), "entry_hash"],
+  ] as const) {
+    assert.throws(() => verifyChain(records), (e: unknown) => e instanceof ChainFault && e.details["kind"] === "content_tampered" && e.details["seq"] === 2 && e.details["field"] === field);
+  }
+});
+
 test("content vectors: externalized payloads, blob bytes and refs", () => {
   for (const vector of load("laneledger", "content.json")) {
     const done = externalize(vector.payload);

@@ -63,6 +63,14 @@ SETTINGS = [
         "(spec/replication.md); off: the file alone (for comparison)",
     ),
     Setting(
+        "--seal-content",
+        "SEAL_CONTENT",
+        True,
+        on_off,
+        help="on: seal each new event's content under a salt of its own, so that it can be "
+        "erased (spec/canonical.md §3, spec/erasure.md); off: unsealed events (for comparison)",
+    ),
+    Setting(
         "--lease-ttl-s",
         "LEASE_TTL_S",
         2.0,
@@ -124,7 +132,7 @@ async def run(args: argparse.Namespace) -> None:
         else None
     )
     Path(args.db).parent.mkdir(parents=True, exist_ok=True)
-    writer = LedgerWriter(open_ledger(args.db), hmac_key=key)
+    writer = LedgerWriter(open_ledger(args.db), hmac_key=key, seal=args.seal_content)
     registry = CollectorRegistry()
     metrics = SequencerMetrics(registry)
     nc = await connect_nats(args.nats, name="laneledger-sequencer")

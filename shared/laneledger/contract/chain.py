@@ -12,6 +12,12 @@ Both hash with ``entry_hash`` here; ``LaneChains`` verifies laneledger's own
 chains (dense seqs per lane), while a Korg journal is walked by
 ``laneledger.compat.korg.verify_journal`` as Korg's verifiers walk it (links in
 file order, unique but not dense ``seq_id``s).
+
+A *sealed* laneledger event (spec/canonical.md §3, "Sealed content") has its
+content (``payload`` and ``extensions``) in the preimage only through
+``content_digest``, an HMAC keyed by the event's own random ``content_salt``:
+erasing the content and the salt (spec/erasure.md) leaves a chain that still
+verifies and a hash that confirms no guess of what was erased.
 """
 
 from __future__ import annotations
@@ -28,6 +34,15 @@ from laneledger.contract.canonical import canonicalize
 from laneledger.contract.errors import ChainFault
 
 GENESIS_HASH = "0" * 64
+
+# Sealed content (spec/canonical.md §3): what is erasable, the salt that keys
+# its digest, the digest that stands for it in the preimage, and the mark an
+# erasure leaves (outside the preimage: it is added after the hash).
+CONTENT_FIELDS = ("extensions", "payload")
+CONTENT_SALT = "content_salt"
+CONTENT_DIGEST = "content_digest"
+ERASED = "erased"
+_NOT_SEALED_PREIMAGE = frozenset({*CONTENT_FIELDS, CONTENT_SALT, ERASED})
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _MISSING = object()  # tells an absent field from an explicit null in messages
@@ -56,12 +71,88 @@ def append_digest(events: list[Any], *, admitted: bool = False) -> str:
     return hashlib.sha256(canonicalize(events, admitted=admitted)).hexdigest()
 
 
+def content_bytes(payload: Any, extensions: Any, *, admitted: bool = False) -> bytes:
+    """The canonical bytes of an event's content: ``{"extensions", "payload"}``."""
+    return canonicalize({"extensions": extensions, "payload": payload}, admitted=admitted)
+
+
+def content_digest(salt_hex: str, content: bytes) -> str:
+    """Lowercase hex HMAC-SHA256 of ``content`` (``content_bytes``) keyed by the
+    32 bytes of ``salt_hex``: without the salt, no guess of the content can be
+    checked against it."""
+    return hmac.digest(bytes.fromhex(salt_hex), content, "sha256").hex()
+
+
+def is_sealed(record: Mapping[str, Any]) -> bool:
+    """Whether ``record`` is a sealed event (its salt, or once erased its
+    digest, is there); an event committed before sealing has neither."""
+    return CONTENT_SALT in record or CONTENT_DIGEST in record
+
+
+def preimage_fields(record: Mapping[str, Any], profile: ChainProfile = LANELEDGER) -> dict[str, Any]:
+    """What ``entry_hash`` canonicalizes: ``record`` without the profile's
+    excluded fields; for a sealed laneledger event, also without its content,
+    salt and erasure mark, and with ``content_digest`` (recomputed from the
+    salt while the content is there, as stored once it is erased)."""
+    if profile is not LANELEDGER or not is_sealed(record):
+        return {k: v for k, v in record.items() if k not in profile.excluded}
+    fields = {k: v for k, v in record.items() if k not in profile.excluded and k not in _NOT_SEALED_PREIMAGE}
+    salt = record.get(CONTENT_SALT)
+    if isinstance(salt, str) and _HEX64.fullmatch(salt):
+        content = content_bytes(record.get("payload"), record.get("extensions"))
+        fields[CONTENT_DIGEST] = content_digest(salt, content)
+    return fields
+
+
+def sealed_form_problem(record: Mapping[str, Any]) -> tuple[str, str, Any] | None:
+    """Why a sealed ``record`` is in neither of its two forms, as (field,
+    expected, found), or None. Whole: a 64-hex ``content_salt``, no
+    ``content_digest``, no ``erased``. Erased: no salt, no ``signature``, empty
+    ``payload`` and ``extensions``, a 64-hex ``content_digest`` and an
+    ``erased`` mark. (The digest stands for the content in the preimage, so
+    content put back into an erased event would otherwise go unseen.)"""
+    if CONTENT_SALT in record:
+        salt = record[CONTENT_SALT]
+        if not isinstance(salt, str) or not _HEX64.fullmatch(salt):
+            return CONTENT_SALT, "64 lowercase hex", salt
+        for field in (CONTENT_DIGEST, ERASED):
+            if field in record:
+                return field, "absent beside content_salt", record[field]
+        return None
+    digest = record.get(CONTENT_DIGEST)
+    if not isinstance(digest, str) or not _HEX64.fullmatch(digest):
+        return CONTENT_DIGEST, "64 lowercase hex", digest
+    for field in CONTENT_FIELDS:
+        if record.get(field, _MISSING) != {}:
+            return field, "{} once erased", record.get(field, _MISSING)
+    if "signature" in record:
+        return "signature", "absent once erased", record["signature"]
+    if not isinstance(record.get(ERASED), Mapping):
+        return ERASED, "the erasure's mark", record.get(ERASED, _MISSING)
+    return None
+
+
+def erased_form(record: Mapping[str, Any], mark: Mapping[str, Any]) -> dict[str, Any]:
+    """The erased form of a whole sealed ``record`` (spec/erasure.md): its
+    content emptied, its salt and signature gone, its ``content_digest``
+    kept and ``mark`` (the erasure event's position and id) added. Its
+    ``entry_hash`` still verifies."""
+    salt = record.get(CONTENT_SALT)
+    if not isinstance(salt, str) or not _HEX64.fullmatch(salt):
+        raise ValueError("only a whole sealed event (one with its content_salt) can be erased")
+    digest = content_digest(salt, content_bytes(record.get("payload"), record.get("extensions")))
+    out = {k: v for k, v in record.items() if k not in (CONTENT_SALT, "signature")}
+    out.update(payload={}, extensions={}, content_digest=digest, erased=dict(mark))
+    return out
+
+
 def entry_hash(
     record: Mapping[str, Any], *, profile: ChainProfile = LANELEDGER, key: bytes | None = None
 ) -> str:
     """The entry hash of ``record`` under ``profile``; HMAC-SHA256 when ``key``
-    is given (an empty key still means HMAC)."""
-    preimage = profile.canonical({k: v for k, v in record.items() if k not in profile.excluded})
+    is given (an empty key still means HMAC). A sealed event's content enters
+    only through its ``content_digest`` (``preimage_fields``)."""
+    preimage = profile.canonical(preimage_fields(record, profile))
     if key is None:
         return hashlib.sha256(preimage).hexdigest()
     return hmac.new(key, preimage, hashlib.sha256).hexdigest()
@@ -102,8 +193,9 @@ class LaneChains:
        first); a deleted or reordered record is reported at the seq that
        appears in its place.
     3. ``broken_link``: ``prev_hash`` is not the lane's previous ``entry_hash``.
-    4. ``content_tampered``: the recomputed hash differs from ``entry_hash``
-       (also what a wrong or missing HMAC key looks like).
+    4. ``content_tampered``: a sealed event is in neither its whole nor its
+       erased form (``sealed_form_problem``), or the recomputed hash differs
+       from ``entry_hash`` (also what a wrong or missing HMAC key looks like).
 
     Links go before content because a rewritten ``prev_hash`` also changes the
     record's own hash; "the link is broken here" is the more useful report.
@@ -141,6 +233,10 @@ class LaneChains:
             raise _fault("broken_link", position, seq, order, prev_seq + 1, seq, lane)
         if record["prev_hash"] != prev:
             raise _fault("broken_link", position, seq, "prev_hash", prev, record["prev_hash"], lane)
+        if self._profile is LANELEDGER and is_sealed(record):
+            problem = sealed_form_problem(record)
+            if problem is not None:
+                raise _fault("content_tampered", position, seq, *problem, lane)
         recomputed = entry_hash(record, profile=self._profile, key=self._key)
         if recomputed != record["entry_hash"]:
             raise _fault(

@@ -121,10 +121,23 @@ class ProposedEvent(Frozen, frozen=True, kw_only=True):
     signature: Signature | UnsetType = UNSET
 
 
+class ErasureMark(Frozen, frozen=True, kw_only=True):
+    """What an erased event names: the erasure event that erased it
+    (spec/erasure.md)."""
+
+    position: Annotated[int, Meta(ge=1, le=MAX_WIRE_INT)]
+    event_id: Id
+
+
 class CommittedEvent(ProposedEvent, frozen=True, kw_only=True):
     """An event as stored and published on the committed stream: the proposed
     fields plus the ledger-owned ones, all inside the hash chain except
-    ``entry_hash`` itself."""
+    ``entry_hash`` itself.
+
+    A sealed event (spec/canonical.md §3) carries ``content_salt``; once
+    erased (spec/erasure.md) it carries instead ``content_digest`` and
+    ``erased``, with an empty ``payload`` and ``extensions`` and no
+    ``signature``. An event committed before sealing has none of the three."""
 
     tenant: Id
     session_id: Id
@@ -135,6 +148,9 @@ class CommittedEvent(ProposedEvent, frozen=True, kw_only=True):
     committed_at: Timestamp
     prev_hash: Hash
     entry_hash: Hash
+    content_salt: Hash | UnsetType = UNSET
+    content_digest: Hash | UnsetType = UNSET
+    erased: ErasureMark | UnsetType = UNSET
 
 
 LEDGER_OWNED_FIELDS = (
@@ -147,6 +163,9 @@ LEDGER_OWNED_FIELDS = (
     "committed_at",
     "prev_hash",
     "entry_hash",
+    "content_salt",
+    "content_digest",
+    "erased",
 )
 
 

@@ -26,6 +26,7 @@ batch's uncommitted rows.
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 from collections.abc import Callable
 from typing import TypeVar
@@ -97,10 +98,14 @@ class LedgerWriter:
         *,
         clock: Clock = system_clock,
         hmac_key: bytes | None = None,
+        seal: bool = True,
     ) -> None:
         self._db = conn
         self._clock = clock
         self._key = hmac_key
+        # Seal each new event's content under its own random salt
+        # (spec/canonical.md §3), so that it can be erased (spec/erasure.md).
+        self._seal = seal
         # The batch whose transaction is open, between stage_batch and
         # commit_staged: while set, every other use of the connection raises.
         self._staged: StagedBatch | None = None
@@ -313,6 +318,8 @@ class LedgerWriter:
             }
             # The event was walked for the digest; the fields added here are
             # str and ints far below 2^53, which the fast path writes exactly.
+            if self._seal:
+                record["content_salt"] = secrets.token_hex(32)
             head_hash, body = hashed_body(record, self._key, admitted=append.admitted)
             rows.append(
                 (

@@ -12,6 +12,7 @@ parses the same value itself (numbers and lone surrogates included).
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import random
 import sys
@@ -20,7 +21,7 @@ from typing import Any
 
 from laneledger.adapters.langgraph_records import ns_key, record_id, thread_key, writes_key
 from laneledger.contract.canonical import canonicalize
-from laneledger.contract.chain import GENESIS_HASH, append_digest, link
+from laneledger.contract.chain import GENESIS_HASH, append_digest, erased_form, link
 from laneledger.contract.contentref import externalize, refs_in
 from laneledger.contract.errors import LedgerError
 from laneledger.contract.redaction import Redactor, redact_event
@@ -120,12 +121,25 @@ def chain_vector() -> dict[str, Any]:
             records.append(record)
             prev = record["entry_hash"]
         chains[name] = records
+    # Sealed (spec/canonical.md §3): each event's content under a salt of its
+    # own (here made from its seq, so the vector is reproducible); then the
+    # second one erased (spec/erasure.md), with the same entry hashes.
+    prev, sealed = GENESIS_HASH, []
+    for record in chains["plain"]:
+        salt = hashlib.sha256(b"laneledger-vector-salt-%d" % record["seq"]).hexdigest()
+        base = {k: v for k, v in record.items() if k not in ("prev_hash", "entry_hash")}
+        sealed.append(link({**base, "content_salt": salt}, prev))
+        prev = sealed[-1]["entry_hash"]
+    mark = {"position": 99, "event_id": "018f0c2a-0000-7000-8000-000000000199"}
+    erased = [sealed[0], erased_form(sealed[1], mark), sealed[2]]
     return {
         "events": events,
         "digest": digest,
         "hmac_key": "laneledger-vector-key",
         "plain": chains["plain"],
         "hmac": chains["hmac"],
+        "sealed": sealed,
+        "sealed_erased": erased,
     }
 
 
