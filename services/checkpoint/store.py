@@ -41,6 +41,7 @@ from laneledger.sqlite import (
     fetch_all,
     open_database,
     record_applied_position,
+    shred_wal,
     transaction,
 )
 
@@ -725,7 +726,7 @@ class CheckpointStore:
                     (checkpoint_id, key, revision, digest, tenant, erased_at),
                 )
         with failures_as("checkpoint store write failed"):
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            shred_wal(self._db)
 
     def forget_artifacts(self, shas: list[str]) -> None:
         """Erased blobs are no longer verified: a blob stored again is hashed again."""

@@ -14,6 +14,7 @@ from laneledger.contract.model import (
     CreateLane,
     CreateTurn,
     EnsureActor,
+    Erase,
     GetLane,
     GetReceipt,
     LoadLane,
@@ -66,3 +67,6 @@ def decide_command(writer: LedgerWriter, cmd: Command, *, max_page_bytes: int) -
             )
         case GetReceipt():
             return r.get_receipt(cmd.append_id, cmd.tenant)
+        case Erase():
+            report, _ = writer.erase(cmd)
+            return report

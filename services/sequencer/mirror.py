@@ -55,6 +55,7 @@ from laneledger.store.atomicbatch import (
     publish_batch,
     supports_atomic,
 )
+from laneledger.store.erasure import same_event
 
 log = logging.getLogger("laneledger.sequencer.mirror")
 
@@ -304,7 +305,8 @@ class CommittedStreamMirror:
         for position in range(max(first, 1), last + 1):
             stored = await self._read_after(position - 1, 1)
             found = await self._js.get_msg(self._stream, position)
-            if not stored or stored[0][0] != position or bytes(stored[0][1]) != found.data:
+            data = found.data or b""
+            if not stored or stored[0][0] != position or not same_event(data, bytes(stored[0][1])):
                 raise StreamFault(
                     f"position {position} of the committed stream holds a message the ledger did "
                     "not write (a foreign publish on its subjects)",

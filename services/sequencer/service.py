@@ -37,6 +37,8 @@ from laneledger.contract.model import (
     AppendCommitted,
     AppendRejected,
     Command,
+    Erase,
+    ErasurePage,
     Receipt,
 )
 from laneledger.contract.redaction import DEFAULT_REDACTOR, Redactor, redact_command
@@ -49,7 +51,7 @@ from laneledger.sdk.blobstore import BlobBuckets
 from laneledger.store import LedgerWriter
 from laneledger.store.append import PreparedAppend, prepare_append, readable_ids
 from laneledger.store.atomicbatch import supports_atomic
-from laneledger.store.batch import BatchResult, rejection
+from laneledger.store.batch import BatchResult, CommittedRecord, rejection
 from laneledger.store.txlog import TxLogMoved
 from laneledger.store.txlogstream import JetStreamTxLog
 
@@ -898,10 +900,28 @@ class Sequencer:
             self._metrics.redactions.labels(rule).inc(n)
         if target.tenant is not None:
             await self._blob_check.tenant_seen(token(target.tenant))
+        if isinstance(cmd, Erase):
+            return await self._erase(cmd, target.tenant)
         return await self._in_writer(self._execute, cmd, target.tenant)
 
     def _execute(self, cmd: Command, tenant: str | None = None) -> Any:
         return self._writer.current(lambda: self._decide(cmd, tenant))
+
+    async def _erase(self, cmd: Erase, tenant: str | None) -> ErasurePage:
+        """One page of an erasure (spec/erasure.md). The erasure event, when
+        this page committed it, is on the committed stream before the answer
+        goes, as an append's events are before its receipt."""
+
+        def erase() -> tuple[ErasurePage, list[CommittedRecord]]:
+            scoped = cmd if tenant is None else scope_command(cmd, tenant, self._writer.reader)
+            assert isinstance(scoped, Erase)
+            return self._writer.erase(scoped)
+
+        report, committed = await self._in_writer(lambda: self._writer.current(erase))
+        if committed:
+            await self.mirror.submit(committed)
+            await self.mirror.durable_through(committed[-1].position)
+        return report
 
     def _decide(self, cmd: Command, tenant: str | None) -> Any:
         if tenant is not None:

@@ -133,6 +133,16 @@ def open_readonly(path: str | Path, *, what: str) -> sqlite3.Connection:
     return conn
 
 
+def shred_wal(conn: sqlite3.Connection) -> bool:
+    """After erasing rows (with ``PRAGMA secure_delete`` on, so the freed
+    cells and pages are zeroed in the database file): checkpoint the WAL
+    into the file and truncate it to nothing, so the erased bytes leave the
+    WAL file too. False when a reader's snapshot kept part of the WAL (the
+    frames are then overwritten as the WAL is reused)."""
+    busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    return bool(busy == 0)
+
+
 def remove_database(path: str | Path) -> None:
     """Delete a closed database file with its WAL and shared-memory files
     (a derived store that starts again from nothing)."""

@@ -11,8 +11,10 @@ from typing import Any
 
 import msgspec
 
+from laneledger.audit.erasures import is_erasure_event
 from laneledger.audit.faults import integrity_fault, show
 from laneledger.audit.identity import identity_findings
+from laneledger.contract.chain import ERASED
 from laneledger.contract.contentref import refs_in
 from laneledger.contract.errors import IntegrityError, LedgerError
 from laneledger.contract.model import Actor, decoder
@@ -84,7 +86,12 @@ class EventChecks:
             )
 
         signature = record.get("signature")
-        if actor.public_key is None:
+        if ERASED in record or is_erasure_event(record):
+            # An erased event's signature went with its content; an erasure
+            # event is the sequencer's, for its actor (spec/erasure.md).
+            if signature is not None:
+                raise fault("signature_unexpected", "an erased or erasure event carries a signature")
+        elif actor.public_key is None:
             if signature is not None:
                 raise fault(
                     "signature_unexpected",

@@ -66,12 +66,13 @@ from pathlib import Path
 
 import msgspec
 
+from laneledger.audit.erasures import ErasureChecks
 from laneledger.audit.eventchecks import BlobCheck, EventChecks, Finding
 from laneledger.audit.faults import decode_body, integrity_fault, position_gap, show
 from laneledger.audit.pages import PAGE, keyset_pages
 from laneledger.audit.receipts import AppendEvent, check_receipt, receipt_query
 from laneledger.audit.tree import TreeCheck, has_tree
-from laneledger.contract.chain import GENESIS_HASH, LaneChains
+from laneledger.contract.chain import ERASED, GENESIS_HASH, LaneChains
 from laneledger.contract.errors import IntegrityError
 from laneledger.contract.model import LEDGER_OWNED_FIELDS, AppendCommitted, decoder
 from laneledger.store import open_ledger
@@ -98,6 +99,10 @@ class LedgerAudit:
     # The Merkle tree recomputed from the events, equal to the stored one
     # (spec/tlog.md): its root, hex; None for a file older than the tree.
     tree_root: str | None = None
+    # Events whose content is erased, each matched to its erasure event
+    # (spec/erasure.md), and the erasure events.
+    erased_events: int = 0
+    erasures: int = 0
 
 
 @dataclass(slots=True)
@@ -149,6 +154,7 @@ def audit_ledger(
 def _audit(db: sqlite3.Connection, key: bytes | None, page: int, checks: EventChecks) -> LedgerAudit:
     tips: dict[tuple[str, str], _Tip] = {}  # by (tenant, lane id): ids are each tenant's own
     chains = LaneChains(key=key)
+    erasures = ErasureChecks()
     group: list[AppendEvent] = []  # the events of the current append
     # (tenant, append id) of the current append: append ids are each tenant's own.
     group_append: tuple[str, str] | None = None
@@ -219,6 +225,7 @@ def _audit(db: sqlite3.Connection, key: bytes | None, page: int, checks: EventCh
                     found=column,
                 )
         checks.check(record, position, row_lane, seq)
+        erasures.check(record, position, row_lane, seq)
         if tree is not None:
             tree.add(position, record["entry_hash"])
 
@@ -237,9 +244,11 @@ def _audit(db: sqlite3.Connection, key: bytes | None, page: int, checks: EventCh
                 record["entry_hash"],
                 record.get("committed_at"),
                 {k: v for k, v in record.items() if k not in LEDGER_OWNED_FIELDS},
+                ERASED in record,
             )
         )
     close_group()
+    erasures.finish()
     last_position = position
 
     # Every receipt was matched by exactly one append's events.
@@ -317,4 +326,6 @@ def _audit(db: sqlite3.Connection, key: bytes | None, page: int, checks: EventCh
         warnings=tuple(checks.warnings),
         warning_count=checks.warning_count,
         tree_root=tree_root,
+        erased_events=erasures.erased_events,
+        erasures=erasures.erasures,
     )

@@ -11,6 +11,7 @@ import msgspec
 
 from laneledger.audit.faults import integrity_fault, show
 from laneledger.contract.chain import append_digest
+from laneledger.contract.erasure import ERASED_DIGEST
 from laneledger.contract.errors import IntegrityError, LedgerError
 from laneledger.contract.model import AppendCommitted, decoder
 
@@ -24,6 +25,7 @@ class AppendEvent:
     entry_hash: str
     committed_at: Any
     proposed: dict[str, Any]
+    erased: bool = False  # its content erased (spec/erasure.md): the digest cannot be recomputed
 
 
 def receipt_query(db: sqlite3.Connection) -> str:
@@ -128,6 +130,11 @@ def check_receipt(
         raise mismatch("event counts", last, len(events), [len(values) for values in lists])
     if receipt.last_seq != last.seq:
         raise mismatch("last_seq", last, last.seq, receipt.last_seq)
+    if any(event.erased for event in events):
+        # The digest went with the content it was computed over.
+        if receipt.digest != ERASED_DIGEST:
+            raise mismatch("digest", first, ERASED_DIGEST, receipt.digest)
+        return
     try:
         digest = append_digest([event.proposed for event in events])
     except LedgerError as exc:

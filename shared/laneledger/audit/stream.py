@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from laneledger.contract.errors import IntegrityError, LedgerUnavailable
 from laneledger.store import open_ledger
+from laneledger.store.erasure import same_event
 
 STALL_S = 10.0  # a stream consumer answering but delivering nothing this long: stream_stalled
 _T = TypeVar("_T")
@@ -90,7 +91,7 @@ async def stream_difference(js: Any, db_path: str | Path, stream: str, position:
     data = await stream_message(js, stream, position)
     if data is None:
         return f"message {position} is missing from the stream"
-    if data != bytes(row[0]):
+    if not same_event(data, bytes(row[0])):
         return f"message {position} differs from the stored body"
     return None
 
@@ -244,7 +245,7 @@ async def check_stream(
                     )
                 for position, data in msgs:  # the follower hands out position compared + 1 on
                     row = row_at(position)
-                    if bytes(data) != bytes(row[1]):
+                    if not same_event(bytes(data), bytes(row[1])):
                         raise IntegrityError(
                             f"position {position}: data_mismatch: stream data differs from the stored body",
                             kind="data_mismatch",

@@ -244,6 +244,8 @@ def db_report(audit: LedgerAudit) -> dict[str, Any]:
         "warning_count": audit.warning_count,
         "warnings": [w.to_wire() for w in audit.warnings],
         "tree_root": audit.tree_root,
+        "erased_events": audit.erased_events,
+        "erasures": audit.erasures,
     }
 
 
@@ -262,6 +264,11 @@ def print_report(report: dict[str, Any]) -> None:
         checked.append(f"{report['signed_events']} signatures valid")
     if report.get("causal_links"):
         checked.append(f"{report['causal_links']} causation links earlier and in-session")
+    if report.get("erasures"):
+        checked.append(
+            f"{report['erased_events']} events erased by {report['erasures']} erasures, each erased event "
+            "named by its erasure and covered by its scope (its content gone, its hash kept)"
+        )
     if "stream" in report:
         checked.append(f"{report['blob_refs']} blob references stored and matching")
         checked.append(f"{report['stream']['name']} identical ({report['stream']['messages']} messages)")

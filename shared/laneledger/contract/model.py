@@ -452,6 +452,42 @@ class GetReceipt(Frozen, frozen=True, kw_only=True, tag="get_receipt", tag_field
     tenant: Id | None = None  # whose ids: see above
 
 
+class Erase(Frozen, frozen=True, kw_only=True, tag="erase", tag_field="op"):
+    """Erase the content of a session's sealed events, or of one run's
+    (spec/erasure.md). The first request commits the erasure event (its id
+    is ``erasure_id``) and every request erases the next ``limit`` events the
+    erasure covers after ``after_position``; the same request again changes
+    nothing more. ``dry_run``: count, erase nothing, commit nothing."""
+
+    erasure_id: Id
+    actor_id: Id  # who asks: an actor of the tenant
+    reason: Annotated[str, Meta(min_length=1, max_length=MAX_NAME_LENGTH)]
+    session_id: Id
+    run_id: Id | None = None
+    after_position: Annotated[int, Meta(ge=0, le=MAX_WIRE_INT)] = 0
+    limit: Annotated[int, Meta(ge=1, le=500)] = 200
+    dry_run: bool = False
+    tenant: Id | None = None  # whose ids: see above
+
+
+class ErasurePage(Frozen, frozen=True, kw_only=True, omit_defaults=False):
+    """What one ``erase`` request did. ``erasure``: the erasure event's mark
+    (None on a dry run of an erasure not yet committed). ``erased``: events
+    of this page erased now; ``already_erased`` and ``unsealed`` (committed
+    before sealing: they cannot be erased, spec/erasure.md) were left as
+    they were. ``next_after_position``: send the request again with it while
+    ``has_more``."""
+
+    erasure_id: Id
+    erasure: ErasureMark | None
+    erased: int
+    already_erased: int
+    unsealed: int
+    has_more: bool
+    next_after_position: int
+    dry_run: bool
+
+
 Command = (
     EnsureActor
     | CreateLane
@@ -464,6 +500,7 @@ Command = (
     | LoadSession
     | LoadStructure
     | GetReceipt
+    | Erase
 )
 
 

@@ -53,6 +53,8 @@ from laneledger.contract.model import (
     CreateLane,
     CreateTurn,
     EnsureActor,
+    Erase,
+    ErasurePage,
     EventsPage,
     ForkPoint,
     GetLane,
@@ -683,6 +685,76 @@ class LedgerClient:
         is (append ids are each tenant's own), needed only when several
         tenants used it and this client is not scoped to one."""
         return await self._command(GetReceipt(append_id=append_id, tenant=tenant), AppendCommitted)
+
+    # -------------------------------------------------------------- erasure
+
+    async def erase_page(
+        self,
+        session_id: str,
+        *,
+        actor_id: str,
+        reason: str,
+        erasure_id: str,
+        run_id: str | None = None,
+        after_position: int = 0,
+        limit: int = 200,
+        dry_run: bool = False,
+        tenant: str | None = None,
+    ) -> ErasurePage:
+        """One request of an erasure (spec/erasure.md): the first commits its
+        erasure event, each erases the next ``limit`` events it covers."""
+        return await self._command(
+            Erase(
+                erasure_id=erasure_id,
+                actor_id=actor_id,
+                reason=reason,
+                session_id=session_id,
+                run_id=run_id,
+                after_position=after_position,
+                limit=limit,
+                dry_run=dry_run,
+                tenant=tenant,
+            ),
+            ErasurePage,
+        )
+
+    async def erase(
+        self,
+        session_id: str,
+        *,
+        actor_id: str,
+        reason: str,
+        run_id: str | None = None,
+        erasure_id: str | None = None,
+        dry_run: bool = False,
+        tenant: str | None = None,
+    ) -> ErasurePage:
+        """Erase the content of a session's events, or of one run's
+        (spec/erasure.md), page by page until none is left; the last page's
+        report with the counts of all pages. Safe to call again with the
+        same ``erasure_id`` (after a timeout, say): what is erased stays so,
+        and the rest is erased. ``actor_id``: who asks, an actor of the
+        tenant; ``reason`` is kept in the erasure event, forever: no personal
+        data in it."""
+        erasure_id = erasure_id or new_id()
+        after, totals = 0, [0, 0, 0]
+        while True:
+            page = await self.erase_page(
+                session_id,
+                actor_id=actor_id,
+                reason=reason,
+                erasure_id=erasure_id,
+                run_id=run_id,
+                after_position=after,
+                dry_run=dry_run,
+                tenant=tenant,
+            )
+            for i, n in enumerate((page.erased, page.already_erased, page.unsealed)):
+                totals[i] += n
+            if not page.has_more:
+                erased, already, unsealed = totals
+                return msgspec.structs.replace(page, erased=erased, already_erased=already, unsealed=unsealed)
+            after = page.next_after_position
 
     # -------------------------------------------------------------- appends
 

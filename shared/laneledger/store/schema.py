@@ -194,6 +194,10 @@ def open_ledger(path: str | Path, *, readonly: bool = False) -> sqlite3.Connecti
         return open_readonly(path, what="ledger database")
     conn = open_database(path, durability=Durability.FULL, ddl=DDL, what="ledger database")
     try:
+        # Erasure (spec/erasure.md) rewrites event bodies: the old cells and
+        # freed pages are zeroed, not left in the file. Appends only insert,
+        # so this costs them nothing.
+        conn.execute("PRAGMA secure_delete = ON")
         check_schema_version(
             conn,
             SCHEMA_VERSION,

@@ -82,6 +82,16 @@ MOVE_LANE_HEAD = Statement(
     "move_lane_head", "UPDATE lanes SET last_seq = ?, head_hash = ? WHERE id = ? AND tenant = ?"
 )
 
+# Erasure (spec/erasure.md): an event's body replaced by its erased form, and
+# the receipt of its append without the digest of the content.
+ERASE_EVENT = Statement("erase_event", "UPDATE events SET body = ? WHERE position = ?")
+ERASE_RECEIPT = Statement(
+    "erase_receipt", "UPDATE receipts SET digest = ?, body = ? WHERE append_id = ? AND tenant = ?"
+)
+# After a transaction that ran one of these, the file's WAL is emptied
+# (``laneledger.sqlite.shred_wal``): the erased bytes must leave it too.
+ERASING = frozenset({ERASE_EVENT.name, ERASE_RECEIPT.name})
+
 STATEMENTS = {
     s.name: s
     for s in (
@@ -94,6 +104,8 @@ STATEMENTS = {
         INSERT_EVENT,
         INSERT_RECEIPT,
         MOVE_LANE_HEAD,
+        ERASE_EVENT,
+        ERASE_RECEIPT,
     )
 }
 

@@ -27,10 +27,12 @@ from laneledger.sqlite import (
     meta_value,
     record_applied_position,
     roll_back,
+    shred_wal,
     transaction,
 )
 from laneledger.store import txlogseed
 from laneledger.store.txlog import (
+    ERASING,
     TXLOG_KEY,
     TxLog,
     TxLogMoved,
@@ -68,6 +70,8 @@ class TxLogSync:
         # writer's records): read it before anything is read or written.
         self.behind = False
         self.applied_from_log = 0  # records applied by ``catch_up``, in all
+        # Whether the last erasure's WAL checkpoint emptied the WAL (``_shred_wal``).
+        self.wal_shredded = True
         self.log_restarted_after: int | None = None  # set when an empty log starts after this file
         # With a log that holds nothing of a non-empty file, seed it with the
         # file's rows (store/txlogseed.py) before anything else is appended;
@@ -133,6 +137,8 @@ class TxLogSync:
             with failures_as("ledger commit failed", roll_back=db, position=position):
                 commit(db)
         self.last_position = position
+        if any(statement.name in ERASING for statement, _ in writes):
+            self._shred_wal()
 
     def catch_up(self) -> int:
         """Apply the log's records after ``txlog_seq``, each in its own
@@ -189,6 +195,8 @@ class TxLogSync:
                 apply_record(db, record, seq=seq, last_position=self.last_position)
                 record_applied_position(db, TXLOG_KEY, seq)
             self._inline_usage.add_logged(record.writes)
+            if any(name in ERASING for name, _ in record.writes):
+                self._shred_wal()
             self.txlog_seq = seq
             self.last_position = record.position
             self.applied_from_log += 1
@@ -198,6 +206,11 @@ class TxLogSync:
         if applied:
             self._forget_lanes()
         return applied, taken
+
+    def _shred_wal(self) -> None:
+        """An erasure committed: its bytes leave the WAL too (spec/erasure.md)."""
+        with failures_as("ledger WAL checkpoint failed"):
+            self.wal_shredded = shred_wal(self._db)
 
     def _take_seed_record(self, record: TxRecord, seq: int) -> int:
         """A seed's record (store/txlogseed.py): applied to a file that was

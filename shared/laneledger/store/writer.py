@@ -35,6 +35,7 @@ import msgspec
 from msgspec import UNSET
 
 from laneledger.contract.clock import Clock, system_clock
+from laneledger.contract.erasure import ERASED_DIGEST
 from laneledger.contract.errors import (
     IdempotencyViolation,
     LaneConflict,
@@ -52,6 +53,8 @@ from laneledger.contract.model import (
     CreateLane,
     CreateTurn,
     EnsureActor,
+    Erase,
+    ErasurePage,
     Lane,
     Receipt,
     Turn,
@@ -68,6 +71,7 @@ from laneledger.store.append import PreparedAppend
 from laneledger.store.batch import BatchResult, BatchState, CommittedRecord, StagedBatch, rejection
 from laneledger.store.chainkey import chain_key_fingerprint
 from laneledger.store.entryhash import hashed_body
+from laneledger.store.erasure import ErasureCommands
 from laneledger.store.eventchecks import check_event
 from laneledger.store.lookups import LedgerLookups
 from laneledger.store.reader import LedgerReader
@@ -131,6 +135,15 @@ class LedgerWriter:
             clock=clock,
             reader=self.reader,
             lookups=self._lookups,
+            log=self._log,
+            before_use=self._before_use,
+        )
+        self._erasures = ErasureCommands(
+            clock=clock,
+            key=hmac_key,
+            seal=seal,
+            lookups=self._lookups,
+            structure=self._structure,
             log=self._log,
             before_use=self._before_use,
         )
@@ -262,7 +275,9 @@ class LedgerWriter:
             (lane.tenant, request.append_id)
         )
         if previous is not None:
-            if previous.digest == append.digest:
+            # An erased append's digest is gone with its content (spec/erasure.md):
+            # its id can no longer be checked against what is resent, only answered.
+            if previous.digest in (append.digest, ERASED_DIGEST):
                 return msgspec.structs.replace(previous, replayed=True), position
             raise IdempotencyViolation(
                 "append id already committed with other events",
@@ -494,3 +509,10 @@ class LedgerWriter:
 
     def create_attempt(self, cmd: CreateAttempt) -> Attempt:
         return self._structure.create_attempt(cmd)
+
+    # ------------------------------------------------------------- erasure
+
+    def erase(self, cmd: Erase) -> tuple[ErasurePage, list[CommittedRecord]]:
+        """One page of an erasure (store/erasure.py, spec/erasure.md), and
+        the erasure event when this request committed it."""
+        return self._erasures.erase(cmd)

@@ -1,0 +1,325 @@
+"""Erasure (spec/erasure.md): the content of a session's sealed events, or of
+one run's, replaced by its erased form, and the erasure itself a committed
+event.
+
+An erasure is paged: the first ``erase`` request of an ``erasure_id`` commits
+its event — in the tenant's ledger lane (session ``laneledger``, run
+``erasures``, lane ``main``), with the erasure's id as its event id — and
+each request then erases the next ``limit`` events the erasure covers (the
+scope's events committed before it) after ``after_position``. Each request is
+one transaction, so one transaction-log record: a standby and a restored file
+erase exactly what the writer did. Sending a request again erases nothing
+twice; the same ``erasure_id`` with another scope or reason is refused.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from laneledger.contract.canonical import canonicalize
+from laneledger.contract.chain import CONTENT_SALT, ERASED, append_digest, erased_form
+from laneledger.contract.clock import Clock
+from laneledger.contract.erasure import (
+    ERASED_DIGEST,
+    ERASURE_EVENT,
+    ERASURE_LANE,
+    ERASURE_RUN,
+    LEDGER_SESSION,
+)
+from laneledger.contract.errors import EntityNotFound, IdempotencyViolation, InvalidRequest, LedgerError
+from laneledger.contract.model import (
+    AppendCommitted,
+    CreateLane,
+    Erase,
+    ErasureMark,
+    ErasurePage,
+    encode,
+)
+from laneledger.contract.subjects import token
+from laneledger.store.batch import CommittedRecord
+from laneledger.store.entryhash import hashed_body
+from laneledger.store.lookups import LedgerLookups
+from laneledger.store.structure import StructureCommands
+from laneledger.store.txlog import (
+    ERASE_EVENT,
+    ERASE_RECEIPT,
+    INSERT_EVENT,
+    INSERT_RECEIPT,
+    MOVE_LANE_HEAD,
+    Writes,
+)
+from laneledger.store.txlogsync import TxLogSync
+from laneledger.tlog.leaves import entry_leaf
+
+_decode = msgspec.json.Decoder().decode
+# One request's bounds: the bodies it reads, and the erased bodies its
+# transaction-log record holds (with the receipts, well under a NATS message).
+READ_BUDGET = 16 * 1024 * 1024
+RECORD_BUDGET = 384 * 1024
+
+
+class ErasureCommands:
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        key: bytes | None,
+        seal: bool,
+        lookups: LedgerLookups,
+        structure: StructureCommands,
+        log: TxLogSync,
+        before_use: Callable[[], None],
+    ) -> None:
+        self._clock = clock
+        self._key = key
+        self._seal = seal
+        self._lookups = lookups
+        self._structure = structure
+        self._log = log
+        self._before_use = before_use
+
+    def erase(self, cmd: Erase) -> tuple[ErasurePage, list[CommittedRecord]]:
+        """One page of an erasure, and the erasure event when this request
+        committed it (for the committed stream)."""
+        self._before_use()
+        if cmd.session_id == LEDGER_SESSION:
+            raise InvalidRequest(
+                "the ledger's own session (its erasure events) cannot be erased",
+                path="$.session_id",
+                found=cmd.session_id,
+            )
+        tenant = self._tenant_of(cmd)
+        self._lookups.load_actors({cmd.actor_id})
+        if self._lookups.actor_tenants.get(cmd.actor_id) != tenant:
+            raise EntityNotFound("no such actor", kind="actor", id=cmd.actor_id)
+        mark = self._committed_erasure(cmd, tenant)
+        writes: Writes = []
+        committed: list[CommittedRecord] = []
+        leaves: list[bytes] = []
+        before = after = self._log.last_position
+        if mark is None and not cmd.dry_run:
+            record, receipt_row, head = self._erasure_event(cmd, tenant, after + 1)
+            after += 1
+            mark = ErasureMark(position=after, event_id=cmd.erasure_id)
+            writes += [
+                (INSERT_EVENT, [record.row]),
+                (INSERT_RECEIPT, [receipt_row]),
+                (MOVE_LANE_HEAD, [head]),
+            ]
+            committed.append(record.committed)
+            leaves.append(entry_leaf(record.entry_hash))
+        covered_before = mark.position if mark is not None else after + 1
+        page = self._page(cmd, tenant, covered_before)
+        bodies, receipts, report = self._erase_page(cmd, tenant, page, mark, covered_before)
+        if bodies:
+            writes += [(ERASE_EVENT, bodies), (ERASE_RECEIPT, receipts)]
+        if writes:
+            self._log.open_writes(writes, "ledger erasure failed", leaves=leaves, position=after)
+            self._log.commit_writes(writes, before, after)
+            if committed:
+                self._lookups.forget_lanes()  # the ledger lane's head moved
+        return msgspec.structs.replace(report, erasure=mark), committed
+
+    # ------------------------------------------------------------------ parts
+
+    def _tenant_of(self, cmd: Erase) -> str:
+        """The session's tenant: the one named, or else the only one."""
+        rows = self._lookups.rows(
+            "SELECT tenant FROM sessions WHERE id = ?" + (" AND tenant = ?" if cmd.tenant else ""),
+            (cmd.session_id, cmd.tenant) if cmd.tenant else (cmd.session_id,),
+        )
+        tenants: list[str] = sorted(t for (t,) in rows)
+        if not tenants:
+            raise EntityNotFound("no such session", kind="session", id=cmd.session_id)
+        if len(tenants) > 1:
+            raise InvalidRequest(
+                "several tenants have a session with this id: name the tenant",
+                path="$.tenant",
+                id=cmd.session_id,
+                tenants=tenants,
+            )
+        return tenants[0]
+
+    def _committed_erasure(self, cmd: Erase, tenant: str) -> ErasureMark | None:
+        """The erasure event of ``cmd.erasure_id``, when committed: it must
+        say what ``cmd`` says (``IdempotencyViolation`` otherwise)."""
+        rows = self._lookups.rows(
+            "SELECT position, body FROM events WHERE id = ? AND tenant = ?", (cmd.erasure_id, tenant)
+        )
+        if not rows:
+            return None
+        position, body = rows[0]
+        event = _decode(body)
+        if event.get("event_type") != ERASURE_EVENT or event.get("payload") != _erasure_payload(cmd):
+            raise IdempotencyViolation(
+                "erasure id already used for another erasure (or event)",
+                erasure_id=cmd.erasure_id,
+                position=position,
+            )
+        return ErasureMark(position=position, event_id=cmd.erasure_id)
+
+    def _erasure_event(
+        self, cmd: Erase, tenant: str, position: int
+    ) -> tuple[_Staged, tuple[Any, ...], tuple[Any, ...]]:
+        lane = self._structure.create_lane(
+            CreateLane(tenant=tenant, session_id=LEDGER_SESSION, run_id=ERASURE_RUN, name=ERASURE_LANE)
+        )
+        self._lookups.load_lanes({lane.id})
+        head = self._lookups.append_lane(lane.id, token(tenant))
+        now = self._clock()
+        proposed: dict[str, Any] = {
+            "schema_version": "1.0",
+            "id": cmd.erasure_id,
+            "lane_id": lane.id,
+            "subject_id": lane.id,
+            "event_type": ERASURE_EVENT,
+            "actor_id": cmd.actor_id,
+            "occurred_at": now,
+            "payload": _erasure_payload(cmd),
+            "extensions": {},
+        }
+        seq = head.last_seq + 1
+        record = {
+            **proposed,
+            "tenant": tenant,
+            "session_id": LEDGER_SESSION,
+            "run_id": ERASURE_RUN,
+            "seq": seq,
+            "position": position,
+            "append_id": cmd.erasure_id,
+            "committed_at": now,
+            "prev_hash": head.head_hash,
+        }
+        if self._seal:
+            record[CONTENT_SALT] = secrets.token_hex(32)
+        entry_hash, body = hashed_body(record, self._key)
+        receipt = AppendCommitted(
+            append_id=cmd.erasure_id,
+            lane_id=lane.id,
+            digest=append_digest([proposed]),
+            first_seq=seq,
+            last_seq=seq,
+            event_ids=[cmd.erasure_id],
+            positions=[position],
+            entry_hashes=[entry_hash],
+            committed_at=now,
+        )
+        staged = _Staged(
+            row=(
+                position,
+                cmd.erasure_id,
+                lane.id,
+                seq,
+                tenant,
+                LEDGER_SESSION,
+                ERASURE_RUN,
+                ERASURE_EVENT,
+                cmd.erasure_id,
+                body,
+            ),
+            committed=CommittedRecord(
+                position, cmd.erasure_id, ERASURE_EVENT, tenant, LEDGER_SESSION, ERASURE_RUN, lane.id, body
+            ),
+            entry_hash=entry_hash,
+        )
+        receipt_row = (tenant, cmd.erasure_id, lane.id, receipt.digest, encode(receipt))
+        return staged, receipt_row, (seq, entry_hash, lane.id, tenant)
+
+    def _page(self, cmd: Erase, tenant: str, before: int) -> list[tuple[int, str, int]]:
+        """The next ``limit`` events of the scope below ``before`` (and one
+        more, to tell whether more remain): (position, append id, body size),
+        without their bodies (an event may be near 1 MiB)."""
+        sql = (
+            "SELECT position, append_id, length(body) FROM events WHERE session_id = ? AND position > ?"
+            " AND position < ? AND tenant = ?"
+        )
+        params: tuple[Any, ...] = (cmd.session_id, cmd.after_position, before, tenant)
+        if cmd.run_id is not None:
+            sql += " AND run_id = ?"
+            params += (cmd.run_id,)
+        rows = self._lookups.rows(sql + " ORDER BY position LIMIT ?", (*params, cmd.limit + 1))
+        return [(p, a, n) for p, a, n in rows]
+
+    def _erase_page(
+        self,
+        cmd: Erase,
+        tenant: str,
+        page: list[tuple[int, str, int]],
+        mark: ErasureMark | None,
+        before: int,
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], ErasurePage]:
+        """The page's erased bodies and receipts; the page ends early once
+        it has read ``READ_BUDGET`` bytes of bodies or staged ``RECORD_BUDGET``
+        bytes of its transaction-log record (a request's work is bounded)."""
+        has_more = len(page) > cmd.limit
+        bodies: list[tuple[Any, ...]] = []
+        appends: set[str] = set()
+        erased = already = unsealed = read = staged = 0
+        last = cmd.after_position
+        for position, append_id, size in page[: cmd.limit]:
+            if bodies and (read + size > READ_BUDGET or staged > RECORD_BUDGET):
+                has_more = True
+                break
+            rows = self._lookups.rows("SELECT body FROM events WHERE position = ?", (position,))
+            event = _decode(rows[0][0])
+            read += size
+            last = position
+            if ERASED in event:
+                already += 1
+            elif CONTENT_SALT not in event:
+                unsealed += 1
+            else:
+                erased += 1
+                if mark is not None and not cmd.dry_run:
+                    gone = canonicalize(erased_form(event, msgspec.to_builtins(mark)))
+                    bodies.append((gone, position))
+                    staged += len(gone)
+                    appends.add(append_id)
+        receipts = []
+        for (owner, append_id), receipt in self._lookups.stored_receipts(appends).items():
+            if owner == tenant and receipt.digest != ERASED_DIGEST:
+                without = msgspec.structs.replace(receipt, digest=ERASED_DIGEST)
+                receipts.append((ERASED_DIGEST, encode(without), append_id, tenant))
+        report = ErasurePage(
+            erasure_id=cmd.erasure_id,
+            erasure=mark,
+            erased=erased,
+            already_erased=already,
+            unsealed=unsealed,
+            has_more=has_more,
+            next_after_position=last,
+            dry_run=cmd.dry_run,
+        )
+        return bodies, receipts, report
+
+
+class _Staged(msgspec.Struct, frozen=True):
+    row: tuple[Any, ...]
+    committed: CommittedRecord
+    entry_hash: str
+
+
+def _erasure_payload(cmd: Erase) -> dict[str, Any]:
+    """What the erasure event says: its scope and why (no content)."""
+    scope: dict[str, Any] = {"session_id": cmd.session_id}
+    if cmd.run_id is not None:
+        scope["run_id"] = cmd.run_id
+    return {"scope": scope, "reason": cmd.reason}
+
+
+def same_event(stream_data: bytes, stored: bytes) -> bool:
+    """Whether a committed-stream message holds the stored event: the same
+    bytes, or — the stream keeps what was published — the stored event is
+    the erased form of the message's (spec/erasure.md)."""
+    if stream_data == stored or b'"erased":' not in stored:
+        return stream_data == stored
+    try:
+        event, published = _decode(stored), _decode(stream_data)
+        mark = event.get(ERASED)
+        return isinstance(mark, dict) and canonicalize(erased_form(published, mark)) == stored
+    except (msgspec.DecodeError, ValueError, LedgerError):
+        return False
