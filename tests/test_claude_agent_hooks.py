@@ -519,3 +519,32 @@ async def test_a_request_that_commits_after_its_deny_is_closed_as_denied(
     sequencer_proc.stop()
     audit = audit_ledger(tmp_path / "ledger.db")
     assert audit.events == count and audit.warning_count == 0
+
+
+async def test_a_recorder_with_a_data_subject_names_it_on_every_event_and_erasure_finds_them(
+    client, sequencer
+):
+    """spec/erasure.md, "Data subjects": what the harness records for one
+    person is found and erased by that person's id."""
+    recorder = ClaudeAgentRecorder(client, tenant="acme", data_subject="customer-42")
+    hooks = recorder.hooks()
+    await call(hooks, pre("tu-1", tool_input={"command": "cat ~/customer.txt"}))
+    await call(
+        hooks,
+        PostToolUseHookInput(
+            **BASE,
+            hook_event_name="PostToolUse",
+            tool_name="Bash",
+            tool_input={"command": "ls"},
+            tool_response={"stdout": "ada@example.org"},
+            tool_use_id="tu-1",
+            duration_ms=1,
+        ),
+    )
+    view = await client.load_session("sess-1", tenant="acme")
+    assert view.events and {e.data_subject for e in view.events} == {"customer-42"}
+    actor = await client.ensure_actor("acme", "human:dpo", "human")
+    done = await client.erase(data_subject="customer-42", actor_id=actor.id, reason="Art. 17")
+    assert done.erased == len(view.events)
+    after = await client.load_session("sess-1", tenant="acme")
+    assert all(e.payload == {} for e in after.events)

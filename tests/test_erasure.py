@@ -23,7 +23,8 @@ from laneledger.contract.canonical import canonicalize
 from laneledger.contract.chain import erased_form, verify_chain
 from laneledger.contract.erasure import ERASED_DIGEST, ERASURE_EVENT, LEDGER_SESSION
 from laneledger.contract.model import Actor, Lane
-from laneledger.sdk.client import LedgerClient, make_event
+from laneledger.contract.signing import check_signature, generate_private_key, public_key_hex
+from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
 from laneledger.store import LedgerWriter, erasure, open_ledger
 from laneledger.store.txlog import MemoryTxLog
 
@@ -295,3 +296,71 @@ async def test_a_page_ends_early_at_its_byte_budgets_and_the_sdk_goes_on(tmp_pat
     assert (page.erased, page.has_more, page.next_after_position) == (1, True, 3)
     done = await client.erase("s1", actor_id=actor.id, reason="r", erasure_id="e1")
     assert (done.erased, done.already_erased, done.has_more) == (3, 3, False)
+
+
+# -- by data subject -----------------------------------------------------------------
+
+
+async def test_erasing_a_data_subject_erases_its_events_in_every_session_and_no_other(
+    ledger_under_test, client, actor
+):
+    one = await client.create_lane("acme", "s1", "r1", "main", actor_id=actor.id)
+    two = await client.create_lane("acme", "s2", "r1", "main", actor_id=actor.id)
+
+    def event(lane: Lane, subject: str | None) -> dict:
+        return make_event(
+            lane.id, "stream.text_delta", actor_id=actor.id, payload=planted(0), data_subject=subject
+        )
+
+    await client.append(one, 0, [event(one, "customer-42"), event(one, None), event(one, "customer-7")])
+    await client.append(two, 0, [event(two, "customer-42")])
+
+    done = await client.erase(data_subject="customer-42", actor_id=actor.id, reason="Art. 17")
+
+    assert done.erased == 2
+    events = [*(await client.load_lane(one.id)).events, *(await client.load_lane(two.id)).events]
+    erased = [e for e in events if e.erased is not msgspec.UNSET]
+    assert [(e.lane_id, e.seq) for e in erased] == [(one.id, 1), (two.id, 1)]
+    assert all(e.data_subject == "customer-42" and e.payload == {} for e in erased)
+    assert [e.payload["email"] for e in events if e.erased is msgspec.UNSET] == [EMAIL, EMAIL]
+    ledger = await client.load_session(LEDGER_SESSION, tenant="acme")
+    assert ledger.events[0].payload["scope"] == {"data_subject": "customer-42"}
+    assert audit_ledger(path_of(ledger_under_test.writer)).erased_events == 2
+
+    # A subject with no event (yet) of the tenant: the request is recorded, nothing erased.
+    none = await client.erase(data_subject="customer-0", actor_id=actor.id, reason="r", tenant="acme")
+    assert (none.erased, none.erasure is not None) == (0, True)
+    with pytest.raises(errors.EntityNotFound) as caught:  # whose it is cannot be told
+        await client.erase(data_subject="customer-0", actor_id=actor.id, reason="r")
+    assert caught.value.details["kind"] == "data_subject"
+
+
+@pytest.mark.parametrize(
+    ("scope", "path"),
+    [
+        ({}, "$.session_id"),
+        ({"session_id": "s1", "data_subject": "c"}, "$.session_id"),
+        ({"run_id": "r1", "data_subject": "c"}, "$.run_id"),
+    ],
+)
+async def test_an_erasure_names_one_scope(client, actor, scope, path):
+    with pytest.raises(errors.InvalidRequest) as caught:
+        await client.erase(**scope, actor_id=actor.id, reason="r", tenant="acme")
+    assert caught.value.details["path"] == path
+
+
+async def test_a_recorder_names_its_data_subject_on_every_event_even_signed(client):
+    key = generate_private_key()
+    signer = await client.ensure_actor(
+        "acme", "agent:tests/signer@1", "agent", public_key=public_key_hex(key)
+    )
+    recorder = await LaneRecorder.open(
+        client, "acme", "s1", "r1", "main", signers={signer.id: key}, data_subject="customer-42"
+    )
+    await recorder.append([recorder.event("stream.text_delta", actor_id=signer.id, payload={"t": 1})])
+    plain = make_event(recorder.lane.id, "stream.text_delta", actor_id=signer.id, payload={"t": 2})
+    await recorder.append([plain])
+    events = (await client.load_lane(recorder.lane.id)).events
+    assert [e.data_subject for e in events] == ["customer-42", "customer-42"]
+    assert all(check_signature(msgspec.to_builtins(e), key.public_key()) for e in events)
+    assert (await client.erase(data_subject="customer-42", actor_id=signer.id, reason="r")).erased == 2

@@ -120,10 +120,12 @@ class ClaudeAgentRecorder(DerivedRecorder):
         tenant: str,
         human: str = DEFAULT_HUMAN,
         timeout: float | None = None,
+        data_subject: str | None = None,
     ) -> None:
         """``timeout``: how long one append waits for its receipt before the
-        tool is denied (default: the client's)."""
-        super().__init__(client, tenant=tenant, timeout=timeout)
+        tool is denied (default: the client's). ``data_subject``: named on
+        every event recorded (spec/erasure.md)."""
+        super().__init__(client, tenant=tenant, timeout=timeout, data_subject=data_subject)
         self.human = human
 
     # -- the SDK's hooks ----------------------------------------------------------------

@@ -29,11 +29,21 @@ class DerivedRecorder:
 
     runtime: ClassVar[str]
 
-    def __init__(self, client: LedgerClient, *, tenant: str, timeout: float | None = None) -> None:
-        """``timeout``: how long one append waits for its receipt (default: the client's)."""
+    def __init__(
+        self,
+        client: LedgerClient,
+        *,
+        tenant: str,
+        timeout: float | None = None,
+        data_subject: str | None = None,
+    ) -> None:
+        """``timeout``: how long one append waits for its receipt (default:
+        the client's). ``data_subject``: whose personal data the recorded
+        events hold, named on each (spec/erasure.md)."""
         self.client = client
         self.tenant = tenant
         self.timeout = timeout
+        self.data_subject = data_subject
         self._actors: dict[str, str] = {}  # actor key -> id
 
     def _id(self, scope: str, *parts: str) -> str:
@@ -76,6 +86,7 @@ class DerivedRecorder:
             causation_id=cause,
             event_id=self._id(scope, "event", key),
             occurred_at=occurred_at,
+            data_subject=self.data_subject,
         )
 
     async def _append(

@@ -103,6 +103,7 @@ class OpenAIAgentsRecorder:
         pricing: Pricing | None = None,
         provider: str = "openai",
         timeout: float = 5.0,
+        data_subject: str | None = None,
         **connect_options: Any,
     ) -> None:
         """``strict_tools``: function tool requests are committed by
@@ -110,7 +111,8 @@ class OpenAIAgentsRecorder:
         ``Runner.run``). ``pricing(model, tokens)``: a model call's price in
         USD, recorded as ``cost.recorded``. ``timeout``: how long a tool
         waits for its request to commit before it is stopped (and each
-        append for its receipt). ``connect_options``: for ``LedgerClient.connect``."""
+        append for its receipt). ``data_subject``: named on every event
+        recorded (spec/erasure.md). ``connect_options``: for ``LedgerClient.connect``."""
         self.tenant = tenant
         self.strict_tools = strict_tools
         self.timeout = timeout
@@ -128,6 +130,7 @@ class OpenAIAgentsRecorder:
                 provider=provider,
                 sdk_version=sdk_version,
                 timeout=timeout,
+                data_subject=data_subject,
             )
             return self._mapper
 

@@ -181,8 +181,9 @@ class TraceMapper(DerivedRecorder):
         sdk_version: str = "unknown",
         human: str = DEFAULT_HUMAN,
         timeout: float | None = None,
+        data_subject: str | None = None,
     ) -> None:
-        super().__init__(client, tenant=tenant, timeout=timeout)
+        super().__init__(client, tenant=tenant, timeout=timeout, data_subject=data_subject)
         self.strict_tools = strict_tools
         self.pricing = pricing
         self.provider = provider

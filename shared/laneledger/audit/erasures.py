@@ -22,13 +22,21 @@ def is_erasure_event(record: Mapping[str, Any]) -> bool:
     return record.get("event_type") == ERASURE_EVENT and record.get("session_id") == LEDGER_SESSION
 
 
+def covers(scope: Mapping[str, Any], session: Any, run: Any, data_subject: Any) -> bool:
+    """Whether an erasure's scope (its payload's ``scope``) covers an event
+    of its tenant with these ids (spec/erasure.md)."""
+    if "data_subject" in scope:
+        return data_subject is not None and data_subject == scope["data_subject"]
+    return session == scope.get("session_id") and ("run_id" not in scope or run == scope["run_id"])
+
+
 class ErasureChecks:
     """Erased events wait for their erasure event (it comes later); memory:
     the erased events not yet matched."""
 
     def __init__(self) -> None:
-        # erasure position -> (position, lane, seq, tenant, session, run, event id named)
-        self._waiting: dict[int, list[tuple[int, str, int, Any, Any, Any, Any]]] = {}
+        # erasure position -> (position, lane, seq, tenant, session, run, data subject, event id named)
+        self._waiting: dict[int, list[tuple[int, str, int, Any, Any, Any, Any, Any]]] = {}
         self.erased_events = 0
         self.erasures = 0
 
@@ -55,6 +63,7 @@ class ErasureChecks:
                     record.get("tenant"),
                     record.get("session_id"),
                     record.get("run_id"),
+                    record.get("data_subject"),
                     mark.get("event_id"),
                 )
             )
@@ -71,14 +80,10 @@ class ErasureChecks:
         found = payload.get("scope") if isinstance(payload, Mapping) else None
         scope: dict[str, Any] = dict(found) if isinstance(found, Mapping) else {}
         for erased in waiting:
-            at, lane, erased_seq, tenant, session, run, named = erased
+            at, lane, erased_seq, tenant, session, run, subject, named = erased
             if named != record.get("id"):
                 raise _unknown(erased, f"position {position} is erasure {show(record.get('id'))}")
-            covered = (
-                tenant == record.get("tenant")
-                and session == scope.get("session_id")
-                and ("run_id" not in scope or run == scope.get("run_id"))
-            )
+            covered = tenant == record.get("tenant") and covers(scope, session, run, subject)
             if not covered:
                 raise integrity_fault(
                     "erasure_out_of_scope",
@@ -89,7 +94,7 @@ class ErasureChecks:
                     erased_seq,
                     field="erased",
                     expected=scope,
-                    found={"tenant": tenant, "session_id": session, "run_id": run},
+                    found={"tenant": tenant, "session_id": session, "run_id": run, "data_subject": subject},
                 )
 
     def finish(self) -> None:
@@ -98,7 +103,7 @@ class ErasureChecks:
             raise _unknown(self._waiting[erasure][0], f"the ledger ends before position {erasure}")
 
 
-def _unknown(erased: tuple[int, str, int, Any, Any, Any, Any], why: str) -> IntegrityError:
+def _unknown(erased: tuple[int, str, int, Any, Any, Any, Any, Any], why: str) -> IntegrityError:
     position, lane, seq, *_, named = erased
     return integrity_fault(
         "erasure_unknown",

@@ -116,6 +116,9 @@ class ProposedEvent(Frozen, frozen=True, kw_only=True):
     payload: JsonObject
     extensions: JsonObject
     causation_id: Id | UnsetType = UNSET
+    # Whose personal data the event holds, if anyone's: a pseudonymous id the
+    # producer chooses, by which an erasure finds the events (spec/erasure.md).
+    data_subject: Id | UnsetType = UNSET
     # Absent unless the actor signs (spec/object-model.md, "Signed producers");
     # never null, so an unsigned event renders as it did before signatures.
     signature: Signature | UnsetType = UNSET
@@ -453,8 +456,8 @@ class GetReceipt(Frozen, frozen=True, kw_only=True, tag="get_receipt", tag_field
 
 
 class Erase(Frozen, frozen=True, kw_only=True, tag="erase", tag_field="op"):
-    """Erase the content of a session's sealed events, or of one run's
-    (spec/erasure.md). The first request commits the erasure event (its id
+    """Erase the content of a session's sealed events, of one run's, or of
+    every event naming a data subject (spec/erasure.md). The first request commits the erasure event (its id
     is ``erasure_id``) and every request erases the next ``limit`` events the
     erasure covers after ``after_position``; the same request again changes
     nothing more. ``dry_run``: count, erase nothing, commit nothing."""
@@ -462,8 +465,10 @@ class Erase(Frozen, frozen=True, kw_only=True, tag="erase", tag_field="op"):
     erasure_id: Id
     actor_id: Id  # who asks: an actor of the tenant
     reason: Annotated[str, Meta(min_length=1, max_length=MAX_NAME_LENGTH)]
-    session_id: Id
+    # The scope: a session (or one run of it), or every event of a data subject.
+    session_id: Id | None = None
     run_id: Id | None = None
+    data_subject: Id | None = None
     after_position: Annotated[int, Meta(ge=0, le=MAX_WIRE_INT)] = 0
     limit: Annotated[int, Meta(ge=1, le=500)] = 200
     dry_run: bool = False

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import os
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
@@ -171,9 +172,11 @@ def make_event(
     occurred_at: str | None = None,
     event_id: str | None = None,
     private_key: Ed25519PrivateKey | None = None,
+    data_subject: str | None = None,
 ) -> PreparedEvent:
     """A proposed event as a plain JSON object, with a fresh UUIDv7 id;
-    signed (``signature``) when the actor's ``private_key`` is given.
+    signed (``signature``) when the actor's ``private_key`` is given;
+    ``data_subject``: whose personal data it holds (spec/erasure.md).
 
     Its content is redacted and its payload values over 1 KiB externalized
     (``spec/content.md``); the bytes of those blobs travel with the event
@@ -194,6 +197,8 @@ def make_event(
     }
     if causation_id is not None:
         event["causation_id"] = causation_id
+    if data_subject is not None:
+        event["data_subject"] = data_subject
     # Redact and externalize before signing: the signature covers what is sent.
     done = prepared(event)
     return PreparedEvent(sign_event(done, private_key), done.blobs) if private_key is not None else done
@@ -690,12 +695,13 @@ class LedgerClient:
 
     async def erase_page(
         self,
-        session_id: str,
+        session_id: str | None = None,
         *,
         actor_id: str,
         reason: str,
         erasure_id: str,
         run_id: str | None = None,
+        data_subject: str | None = None,
         after_position: int = 0,
         limit: int = 200,
         dry_run: bool = False,
@@ -710,6 +716,7 @@ class LedgerClient:
                 reason=reason,
                 session_id=session_id,
                 run_id=run_id,
+                data_subject=data_subject,
                 after_position=after_position,
                 limit=limit,
                 dry_run=dry_run,
@@ -720,17 +727,19 @@ class LedgerClient:
 
     async def erase(
         self,
-        session_id: str,
+        session_id: str | None = None,
         *,
         actor_id: str,
         reason: str,
         run_id: str | None = None,
+        data_subject: str | None = None,
         erasure_id: str | None = None,
         dry_run: bool = False,
         tenant: str | None = None,
     ) -> ErasurePage:
-        """Erase the content of a session's events, or of one run's
-        (spec/erasure.md), page by page until none is left; the last page's
+        """Erase the content of a session's events, of one run's, or of every
+        event naming ``data_subject`` (spec/erasure.md), page by page until
+        none is left; the last page's
         report with the counts of all pages. Safe to call again with the
         same ``erasure_id`` (after a timeout, say): what is erased stays so,
         and the rest is erased. ``actor_id``: who asks, an actor of the
@@ -745,6 +754,7 @@ class LedgerClient:
                 reason=reason,
                 erasure_id=erasure_id,
                 run_id=run_id,
+                data_subject=data_subject,
                 after_position=after,
                 dry_run=dry_run,
                 tenant=tenant,
@@ -993,10 +1003,18 @@ class LaneRecorder:
     """
 
     def __init__(
-        self, client: LedgerClient, lane: Lane, *, signers: Mapping[str, Ed25519PrivateKey] | None = None
+        self,
+        client: LedgerClient,
+        lane: Lane,
+        *,
+        signers: Mapping[str, Ed25519PrivateKey] | None = None,
+        data_subject: str | None = None,
     ) -> None:
         self.client = client
         self.lane = lane
+        # Named on every event appended that names none (spec/erasure.md): a
+        # harness serving one person per lane sets it once.
+        self.data_subject = data_subject
         # actor id -> private key: events of these actors are signed on append
         self.signers = dict(signers or {})
         self.head = lane.last_seq
@@ -1013,16 +1031,30 @@ class LaneRecorder:
         name: str,
         *,
         signers: Mapping[str, Ed25519PrivateKey] | None = None,
+        data_subject: str | None = None,
         **lane_fields: Any,
     ) -> LaneRecorder:
         """Create the lane (idempotent by session, run and name) and resume its head."""
         lane = await client.create_lane(tenant, session_id, run_id, name, **lane_fields)
-        return cls(client, await client.get_lane(lane.id, tenant=lane.tenant), signers=signers)
+        lane = await client.get_lane(lane.id, tenant=lane.tenant)
+        return cls(client, lane, signers=signers, data_subject=data_subject)
 
     def event(self, event_type: str, *, actor_id: str, **fields: Any) -> PreparedEvent:
-        """``make_event`` on this lane, signed when ``actor_id`` is one of the signers."""
+        """``make_event`` on this lane, signed when ``actor_id`` is one of the
+        signers, naming the recorder's data subject unless told another."""
         fields.setdefault("private_key", self.signers.get(actor_id))
+        fields.setdefault("data_subject", self.data_subject)
         return make_event(self.lane.id, event_type, actor_id=actor_id, **fields)
+
+    def _subject(self, event: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The recorder's data subject on an event that names none (before it
+        is signed: the signature covers it). A copy of its own kind, as
+        ``sign_event`` makes, so a ``PreparedEvent`` keeps its blobs."""
+        if self.data_subject is None or "data_subject" in event:
+            return event
+        marked = copy.copy(event)
+        marked["data_subject"] = self.data_subject  # type: ignore[index]
+        return marked
 
     def _signed(self, event: Mapping[str, Any]) -> Mapping[str, Any]:
         key = self.signers.get(event.get("actor_id"))  # type: ignore[arg-type]
@@ -1038,7 +1070,9 @@ class LaneRecorder:
         # Content first (redact, externalize), then sign what will be sent; an
         # event signed already is left to submit's check.
         events = [
-            event if "signature" in event else self._signed(prepared(event, self.client.redactor))
+            event
+            if "signature" in event
+            else self._signed(self._subject(prepared(event, self.client.redactor)))
             for event in events
         ]
         async with self._lock:

@@ -82,6 +82,7 @@ class BatchState:
         default_factory=dict
     )  # (tenant, lane) -> (seq, hash)
     event_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    subject_rows: list[tuple[str, str, int]] = field(default_factory=list)  # (tenant, data subject, position)
     receipt_rows: list[tuple[str, str, str, str, bytes]] = field(default_factory=list)
     committed: list[CommittedRecord] = field(default_factory=list)
     leaves: list[bytes] = field(default_factory=list)  # the Merkle leaf of each event row

@@ -86,12 +86,7 @@ class ErasureCommands:
         """One page of an erasure, and the erasure event when this request
         committed it (for the committed stream)."""
         self._before_use()
-        if cmd.session_id == LEDGER_SESSION:
-            raise InvalidRequest(
-                "the ledger's own session (its erasure events) cannot be erased",
-                path="$.session_id",
-                found=cmd.session_id,
-            )
+        _check_scope(cmd)
         tenant = self._tenant_of(cmd)
         self._lookups.load_actors({cmd.actor_id})
         if self._lookups.actor_tenants.get(cmd.actor_id) != tenant:
@@ -127,19 +122,27 @@ class ErasureCommands:
     # ------------------------------------------------------------------ parts
 
     def _tenant_of(self, cmd: Erase) -> str:
-        """The session's tenant: the one named, or else the only one."""
+        """The scope's tenant: the one named (on a tenant's subject, always),
+        or else the only one that has the session or the data subject."""
+        if cmd.session_id is not None:
+            what, found = "session", "SELECT tenant FROM sessions WHERE id = ?"
+        else:
+            if cmd.tenant is not None:  # a subject with no events yet is still erasable
+                return cmd.tenant
+            what, found = "data subject", "SELECT DISTINCT tenant FROM event_subjects WHERE data_subject = ?"
+        named = cmd.session_id if cmd.session_id is not None else cmd.data_subject
         rows = self._lookups.rows(
-            "SELECT tenant FROM sessions WHERE id = ?" + (" AND tenant = ?" if cmd.tenant else ""),
-            (cmd.session_id, cmd.tenant) if cmd.tenant else (cmd.session_id,),
+            found + (" AND tenant = ?" if cmd.tenant else ""),
+            (named, cmd.tenant) if cmd.tenant else (named,),
         )
         tenants: list[str] = sorted(t for (t,) in rows)
         if not tenants:
-            raise EntityNotFound("no such session", kind="session", id=cmd.session_id)
+            raise EntityNotFound(f"no such {what}", kind=what.replace(" ", "_"), id=named)
         if len(tenants) > 1:
             raise InvalidRequest(
-                "several tenants have a session with this id: name the tenant",
+                f"several tenants have a {what} with this id: name the tenant",
                 path="$.tenant",
-                id=cmd.session_id,
+                id=named,
                 tenants=tenants,
             )
         return tenants[0]
@@ -233,11 +236,22 @@ class ErasureCommands:
         """The next ``limit`` events of the scope below ``before`` (and one
         more, to tell whether more remain): (position, append id, body size),
         without their bodies (an event may be near 1 MiB)."""
+        sql: str
+        params: tuple[Any, ...]
+        if cmd.data_subject is not None:
+            sql = (
+                "SELECT s.position, e.append_id, length(e.body) FROM event_subjects s"
+                " JOIN events e ON e.position = s.position WHERE s.tenant = ? AND s.data_subject = ?"
+                " AND s.position > ? AND s.position < ?"
+            )
+            params = (tenant, cmd.data_subject, cmd.after_position, before)
+            rows = self._lookups.rows(sql + " ORDER BY s.position LIMIT ?", (*params, cmd.limit + 1))
+            return [(p, a, n) for p, a, n in rows]
         sql = (
             "SELECT position, append_id, length(body) FROM events WHERE session_id = ? AND position > ?"
             " AND position < ? AND tenant = ?"
         )
-        params: tuple[Any, ...] = (cmd.session_id, cmd.after_position, before, tenant)
+        params = (cmd.session_id, cmd.after_position, before, tenant)
         if cmd.run_id is not None:
             sql += " AND run_id = ?"
             params += (cmd.run_id,)
@@ -303,11 +317,33 @@ class _Staged(msgspec.Struct, frozen=True):
     entry_hash: str
 
 
+def _check_scope(cmd: Erase) -> None:
+    """One scope: a session (maybe one run of it), or a data subject; never
+    the ledger's own session."""
+    if (cmd.session_id is None) == (cmd.data_subject is None):
+        raise InvalidRequest(
+            "an erasure names a session_id (and maybe a run_id) or a data_subject, one of them",
+            path="$.session_id",
+            session_id=cmd.session_id,
+            data_subject=cmd.data_subject,
+        )
+    if cmd.run_id is not None and cmd.session_id is None:
+        raise InvalidRequest("a run_id is erased within its session_id", path="$.run_id")
+    if cmd.session_id == LEDGER_SESSION:
+        raise InvalidRequest(
+            "the ledger's own session (its erasure events) cannot be erased",
+            path="$.session_id",
+            found=cmd.session_id,
+        )
+
+
 def _erasure_payload(cmd: Erase) -> dict[str, Any]:
     """What the erasure event says: its scope and why (no content)."""
-    scope: dict[str, Any] = {"session_id": cmd.session_id}
-    if cmd.run_id is not None:
-        scope["run_id"] = cmd.run_id
+    scope: dict[str, Any] = {}
+    for name in ("session_id", "run_id", "data_subject"):
+        value = getattr(cmd, name)
+        if value is not None:
+            scope[name] = value
     return {"scope": scope, "reason": cmd.reason}
 
 

@@ -31,7 +31,9 @@ from laneledger.tlog import store as tree_store
 # tenant), so two tenants may use one id; a version-2 file is migrated in place.
 # 4: the Merkle tree of the transparency log (spec/tlog.md): table
 # tlog_hashes, built from a version-3 file's events in place.
-SCHEMA_VERSION = 4
+# 5: table event_subjects, the events naming a data subject (spec/erasure.md);
+# an older file has none, so the table (made by the DDL) is all it needs.
+SCHEMA_VERSION = 5
 
 # Keys put the id first: a lookup by id alone (a trusted caller naming no
 # tenant) and one by id and tenant are served by the same index. Only table
@@ -118,6 +120,14 @@ CREATE TABLE IF NOT EXISTS actors (
 CREATE INDEX IF NOT EXISTS events_by_session ON events (session_id, position);
 -- Keyed append id first: the writer looks a batch's append ids up with
 -- "append_id IN (...)" (then picks each one's tenant), which this index serves.
+-- The events that name a data subject (spec/erasure.md), to find them when
+-- the subject's content is erased.
+CREATE TABLE IF NOT EXISTS event_subjects (
+    tenant       TEXT NOT NULL,
+    data_subject TEXT NOT NULL,
+    position     INTEGER NOT NULL,
+    PRIMARY KEY (tenant, data_subject, position)
+);
 CREATE TABLE IF NOT EXISTS receipts (
     tenant    TEXT NOT NULL,
     append_id TEXT NOT NULL,
@@ -180,7 +190,12 @@ def _build_tree(conn: sqlite3.Connection) -> None:
     build_tree(conn, conn.execute("SELECT position, body FROM events ORDER BY position"))
 
 
-MIGRATIONS = {1: _scope_append_ids, 2: _scope_all_ids, 3: _build_tree}
+def _nothing_more(conn: sqlite3.Connection) -> None:
+    """Version 4 -> 5: event_subjects, empty for events of an older file
+    (they could not name a data subject); the DDL made it."""
+
+
+MIGRATIONS = {1: _scope_append_ids, 2: _scope_all_ids, 3: _build_tree, 4: _nothing_more}
 
 
 def open_ledger(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:

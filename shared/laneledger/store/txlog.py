@@ -74,6 +74,9 @@ INSERT_EVENT = Statement(
     "INSERT INTO events (position, id, lane_id, seq, tenant, session_id, run_id,"
     " event_type, append_id, body) VALUES (?,?,?,?,?,?,?,?,?,?)",
 )
+INSERT_EVENT_SUBJECT = Statement(
+    "insert_event_subject", "INSERT INTO event_subjects (tenant, data_subject, position) VALUES (?,?,?)"
+)
 INSERT_RECEIPT = Statement(
     "insert_receipt",
     "INSERT INTO receipts (tenant, append_id, lane_id, digest, body) VALUES (?,?,?,?,?)",
@@ -102,6 +105,7 @@ STATEMENTS = {
         INSERT_ACTION,
         INSERT_ATTEMPT,
         INSERT_EVENT,
+        INSERT_EVENT_SUBJECT,
         INSERT_RECEIPT,
         MOVE_LANE_HEAD,
         ERASE_EVENT,

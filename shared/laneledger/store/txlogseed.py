@@ -39,6 +39,7 @@ from laneledger.store.txlog import (
     INSERT_ACTOR,
     INSERT_ATTEMPT,
     INSERT_EVENT,
+    INSERT_EVENT_SUBJECT,
     INSERT_LANE,
     INSERT_RECEIPT,
     INSERT_SESSION,
@@ -75,6 +76,11 @@ SEED_PLAN: tuple[tuple[str, Statement, str], ...] = (
         INSERT_EVENT,
         "SELECT position, id, lane_id, seq, tenant, session_id, run_id, event_type, append_id, body"
         " FROM events ORDER BY position",
+    ),
+    (
+        "event_subjects",
+        INSERT_EVENT_SUBJECT,
+        "SELECT tenant, data_subject, position FROM event_subjects ORDER BY rowid",
     ),
     (
         "receipts",

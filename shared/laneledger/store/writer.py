@@ -81,6 +81,7 @@ from laneledger.store.signatures import check_actor_signature
 from laneledger.store.structure import StructureCommands
 from laneledger.store.txlog import (
     INSERT_EVENT,
+    INSERT_EVENT_SUBJECT,
     INSERT_RECEIPT,
     MOVE_LANE_HEAD,
     TxLog,
@@ -315,6 +316,7 @@ class LedgerWriter:
         positions: list[int] = []
         hashes: list[str] = []
         rows, records = [], []
+        subject_rows: list[tuple[str, str, int]] = []
         for raw, event in zip(append.sent, request.events, strict=True):
             if event.event_type == REWOUND:  # nothing is staged yet: refusing here is clean
                 check_rewind(event, lane, state, position + 1, self._lookups.stored_event)
@@ -362,6 +364,8 @@ class LedgerWriter:
                     body,
                 )
             )
+            if event.data_subject is not UNSET:
+                subject_rows.append((lane.tenant, event.data_subject, position))
             event_ids.append(event.id)
             positions.append(position)
             hashes.append(head_hash)
@@ -381,6 +385,7 @@ class LedgerWriter:
         self.inline_usage.check(self._db, lane.tenant, state.inline_bytes.get(lane.tenant, 0), adding)
         state.inline_bytes[lane.tenant] = state.inline_bytes.get(lane.tenant, 0) + adding
         state.event_rows.extend(rows)
+        state.subject_rows.extend(subject_rows)
         state.leaves.extend(map(entry_leaf, hashes))
         state.committed.extend(records)
         state.receipt_rows.append((lane.tenant, request.append_id, lane.id, append.digest, encode(receipt)))
@@ -393,6 +398,7 @@ class LedgerWriter:
     def _write(self, state: BatchState, position: int) -> Writes:
         writes: Writes = [
             (INSERT_EVENT, state.event_rows),
+            *([(INSERT_EVENT_SUBJECT, state.subject_rows)] if state.subject_rows else []),
             (INSERT_RECEIPT, list(state.receipt_rows)),
             (
                 MOVE_LANE_HEAD,
