@@ -37,6 +37,19 @@ class SequencerMetrics:
             ["op", "outcome"],
             registry=registry,
         )
+        self.erased_events = Counter(
+            "laneledger_sequencer_erased_events_total",
+            "Events whose content this sequencer erased (spec/erasure.md), by tenant and by what"
+            " asked: an erase request or the tenant's retention",
+            ["tenant", "trigger"],
+            registry=registry,
+        )
+        self.retention_would_erase = Gauge(
+            "laneledger_sequencer_retention_would_erase",
+            "Events a tenant's retention would erase now, for a tenant whose retention is a dry run",
+            ["tenant"],
+            registry=registry,
+        )
         self.batch_failures = Counter(
             "laneledger_sequencer_batch_failures_total",
             "Batches whose commit failed (nothing written, messages redelivered)",

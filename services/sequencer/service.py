@@ -37,6 +37,7 @@ from laneledger.contract.model import (
     AppendCommitted,
     AppendRejected,
     Command,
+    EnsureActor,
     Erase,
     ErasurePage,
     Receipt,
@@ -64,6 +65,7 @@ from .mirror import CommittedStreamMirror, StreamFault
 from .offloop import OffLoop, WorkerFailed, is_heavy
 from .prepworker import Ref
 from .receipts import check_receipt_fits, receipt_messages
+from .retention import RETENTION_ACTOR, Retention
 from .roles import RoleKeeper
 from .streams import ensure_stream, events_stream_config, tlog_stream_config, txlog_stream_config
 from .tenancy import scope_command
@@ -184,6 +186,8 @@ class SequencerSettings:
     # Sign the Merkle tree's heads and publish them on LEDGER_TLOG
     # (treeheads.py, spec/tlog.md); None: no signing key, no checkpoints.
     tree_heads: TreeHeadSettings | None = None
+    # How often the active sequencer runs a retention round (retention.py).
+    retention_interval_s: float = 3600.0
 
 
 class Sequencer:
@@ -278,6 +282,20 @@ class Sequencer:
                 metrics=metrics,
             )
             if settings.tree_heads is not None
+            else None
+        )
+        # Erases what a tenant keeps no longer (retention.py): only with a
+        # tenants file that sets content_retention_days for one.
+        declared = settings.tenants
+        self.retention = (
+            Retention(
+                declared,
+                erase=lambda cmd: self._erase(cmd, None),
+                actor_of=self._retention_actor,
+                metrics=metrics,
+                interval_s=settings.retention_interval_s,
+            )
+            if declared is not None and any(t.content_retention_days for t in declared.limits.values())
             else None
         )
 
@@ -416,6 +434,8 @@ class Sequencer:
         if self.tree_heads is not None:
             await ensure_stream(self._js, tlog_stream_config(s.subjects, s.replicas))
             self._active.append(asyncio.create_task(self.tree_heads.run(), name="sequencer-tree-heads"))
+        if self.retention is not None:
+            self._active.append(asyncio.create_task(self.retention.run(), name="sequencer-retention"))
         self.active = True
 
     async def stand_down(self, *, drain_timeout_s: float = 10.0) -> None:
@@ -921,7 +941,15 @@ class Sequencer:
         if committed:
             await self.mirror.submit(committed)
             await self.mirror.durable_through(committed[-1].position)
+        if report.erased and not report.dry_run and cmd.committed_before is None:
+            self._metrics.erased_events.labels(cmd.tenant or tenant or "", "request").inc(report.erased)
         return report
+
+    async def _retention_actor(self, tenant: str) -> str:
+        """The tenant's retention actor (retention.py), ensured."""
+        cmd = EnsureActor(tenant=tenant, key=RETENTION_ACTOR, kind="service")
+        actor = await self._in_writer(lambda: self._writer.current(lambda: self._writer.ensure_actor(cmd)))
+        return actor.id
 
     def _decide(self, cmd: Command, tenant: str | None) -> Any:
         if tenant is not None:

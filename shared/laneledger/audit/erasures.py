@@ -1,13 +1,16 @@
 """The audit's view of erasure (spec/erasure.md, spec/verify.md): every
 erased event names an erasure event that comes after it, is the ledger's own
 (``ext.laneledger.erased`` in the tenant's ledger lane) and covers it (same
-tenant, its session, and its run when the erasure names one). The erased
+tenant; its session, and its run when the erasure names one; or its data
+subject; or, for retention, a time it was committed before). The erased
 events' hashes are checked by the chain like any other (``LaneChains``,
 sealed content); this checks who erased them."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from laneledger.audit.faults import integrity_fault, show
@@ -22,12 +25,35 @@ def is_erasure_event(record: Mapping[str, Any]) -> bool:
     return record.get("event_type") == ERASURE_EVENT and record.get("session_id") == LEDGER_SESSION
 
 
-def covers(scope: Mapping[str, Any], session: Any, run: Any, data_subject: Any) -> bool:
+def covers(scope: Mapping[str, Any], event: Mapping[str, Any]) -> bool:
     """Whether an erasure's scope (its payload's ``scope``) covers an event
-    of its tenant with these ids (spec/erasure.md)."""
+    of its tenant (spec/erasure.md)."""
     if "data_subject" in scope:
-        return data_subject is not None and data_subject == scope["data_subject"]
-    return session == scope.get("session_id") and ("run_id" not in scope or run == scope["run_id"])
+        return event.get("data_subject") is not None and event.get("data_subject") == scope["data_subject"]
+    if "committed_before" in scope:
+        return event.get("session_id") != LEDGER_SESSION and _before(event.get("committed_at"), scope)
+    return event.get("session_id") == scope.get("session_id") and (
+        "run_id" not in scope or event.get("run_id") == scope["run_id"]
+    )
+
+
+def _before(committed_at: Any, scope: Mapping[str, Any]) -> bool:
+    try:
+        return datetime.fromisoformat(committed_at) < datetime.fromisoformat(scope["committed_before"])
+    except (TypeError, ValueError):
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class _Erased:
+    position: int
+    lane_id: str
+    seq: int
+    named: Any  # the erasure's event id, as the mark says
+    ids: dict[str, Any]  # what a scope is matched against
+
+
+_MATCHED = ("tenant", "session_id", "run_id", "data_subject", "committed_at")
 
 
 class ErasureChecks:
@@ -35,8 +61,7 @@ class ErasureChecks:
     the erased events not yet matched."""
 
     def __init__(self) -> None:
-        # erasure position -> (position, lane, seq, tenant, session, run, data subject, event id named)
-        self._waiting: dict[int, list[tuple[int, str, int, Any, Any, Any, Any, Any]]] = {}
+        self._waiting: dict[int, list[_Erased]] = {}  # by the erasure's position
         self.erased_events = 0
         self.erasures = 0
 
@@ -55,46 +80,34 @@ class ErasureChecks:
                     found=dict(mark),
                 )
             self.erased_events += 1
+            ids = {k: record.get(k) for k in _MATCHED}
             self._waiting.setdefault(at, []).append(
-                (
-                    position,
-                    lane_id,
-                    seq,
-                    record.get("tenant"),
-                    record.get("session_id"),
-                    record.get("run_id"),
-                    record.get("data_subject"),
-                    mark.get("event_id"),
-                )
+                _Erased(position, lane_id, seq, mark.get("event_id"), ids)
             )
         waiting = self._waiting.pop(position, None)
+        if is_erasure_event(record):
+            self.erasures += 1
         if waiting is None:
-            if is_erasure_event(record):
-                self.erasures += 1
             return
         if not is_erasure_event(record):
-            first = waiting[0]
-            raise _unknown(first, f"position {position} holds no erasure event")
-        self.erasures += 1
+            raise _unknown(waiting[0], f"position {position} holds no erasure event")
         payload = record.get("payload")
         found = payload.get("scope") if isinstance(payload, Mapping) else None
         scope: dict[str, Any] = dict(found) if isinstance(found, Mapping) else {}
         for erased in waiting:
-            at, lane, erased_seq, tenant, session, run, subject, named = erased
-            if named != record.get("id"):
+            if erased.named != record.get("id"):
                 raise _unknown(erased, f"position {position} is erasure {show(record.get('id'))}")
-            covered = tenant == record.get("tenant") and covers(scope, session, run, subject)
-            if not covered:
+            if erased.ids["tenant"] != record.get("tenant") or not covers(scope, erased.ids):
                 raise integrity_fault(
                     "erasure_out_of_scope",
-                    f"the event is erased by erasure {show(named)} at {position}, whose scope "
+                    f"the event is erased by erasure {show(erased.named)} at {position}, whose scope "
                     f"{show(scope)} of tenant {show(record.get('tenant'))} does not cover it",
-                    at,
-                    lane,
-                    erased_seq,
+                    erased.position,
+                    erased.lane_id,
+                    erased.seq,
                     field="erased",
                     expected=scope,
-                    found={"tenant": tenant, "session_id": session, "run_id": run, "data_subject": subject},
+                    found=erased.ids,
                 )
 
     def finish(self) -> None:
@@ -103,14 +116,13 @@ class ErasureChecks:
             raise _unknown(self._waiting[erasure][0], f"the ledger ends before position {erasure}")
 
 
-def _unknown(erased: tuple[int, str, int, Any, Any, Any, Any, Any], why: str) -> IntegrityError:
-    position, lane, seq, *_, named = erased
+def _unknown(erased: _Erased, why: str) -> IntegrityError:
     return integrity_fault(
         "erasure_unknown",
-        f"the event is erased by erasure {show(named)}, but {why}",
-        position,
-        lane,
-        seq,
+        f"the event is erased by erasure {show(erased.named)}, but {why}",
+        erased.position,
+        erased.lane_id,
+        erased.seq,
         field="erased",
-        found=named,
+        found=erased.named,
     )

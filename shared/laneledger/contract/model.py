@@ -456,8 +456,9 @@ class GetReceipt(Frozen, frozen=True, kw_only=True, tag="get_receipt", tag_field
 
 
 class Erase(Frozen, frozen=True, kw_only=True, tag="erase", tag_field="op"):
-    """Erase the content of a session's sealed events, of one run's, or of
-    every event naming a data subject (spec/erasure.md). The first request commits the erasure event (its id
+    """Erase the content of a session's sealed events, of one run's, of
+    every event naming a data subject, or of every event of the tenant
+    committed before a time (retention) (spec/erasure.md). The first request commits the erasure event (its id
     is ``erasure_id``) and every request erases the next ``limit`` events the
     erasure covers after ``after_position``; the same request again changes
     nothing more. ``dry_run``: count, erase nothing, commit nothing."""
@@ -465,10 +466,12 @@ class Erase(Frozen, frozen=True, kw_only=True, tag="erase", tag_field="op"):
     erasure_id: Id
     actor_id: Id  # who asks: an actor of the tenant
     reason: Annotated[str, Meta(min_length=1, max_length=MAX_NAME_LENGTH)]
-    # The scope: a session (or one run of it), or every event of a data subject.
+    # The scope: a session (or one run of it), every event of a data subject,
+    # or (retention) every event of the tenant committed before a time.
     session_id: Id | None = None
     run_id: Id | None = None
     data_subject: Id | None = None
+    committed_before: Timestamp | None = None
     after_position: Annotated[int, Meta(ge=0, le=MAX_WIRE_INT)] = 0
     limit: Annotated[int, Meta(ge=1, le=500)] = 200
     dry_run: bool = False

@@ -8,7 +8,8 @@ services read it (``--tenants-file`` /
 ``LANELEDGER_TENANTS_FILE``): the sequencer gives each tenant its own append
 stream, bounded by ``append_backlog``, takes from it at ``append_rate``, and
 bounds its blob buckets by ``blob_bytes`` and the bytes of its events kept in
-the ledger by ``inline_bytes``; the checkpoint service bounds its artifact
+the ledger by ``inline_bytes``, and erases content older than
+``content_retention_days``; the checkpoint service bounds its artifact
 bucket by ``artifact_bytes`` and its inline checkpoint state by
 ``checkpoint_state_bytes``. Normative text: spec/wire.md,
 "Tenants and limits".
@@ -72,6 +73,12 @@ class TenantLimits:
     # A LedgerClient holds one connection and three subscriptions.
     max_connections: int = 100
     max_subscriptions: int = 10_000
+    # Days an event's content is kept: the active sequencer erases the
+    # content of older events once a day (spec/erasure.md, "Retention");
+    # 0 keeps it for good.
+    content_retention_days: int = 0
+    # Retention only counts what it would erase (on /metrics and in the log).
+    retention_dry_run: bool = False
 
 
 _SIZES = ("blob_bytes", "artifact_bytes", "inline_bytes", "checkpoint_state_bytes", "append_backlog_bytes")
@@ -147,7 +154,15 @@ def _limits(table: Any, base: TenantLimits, where: str) -> TenantLimits:
         )
     changes: dict[str, Any] = {}
     for key, value in table.items():
-        if key in _SIZES:
+        if key == "content_retention_days":
+            if type(value) is not int or value < 0:
+                raise TenantsFileError(f"{where} {key}: a whole number of days, 0 to keep content for good")
+            changes[key] = value
+        elif key == "retention_dry_run":
+            if type(value) is not bool:
+                raise TenantsFileError(f"{where} {key}: true or false")
+            changes[key] = value
+        elif key in _SIZES:
             changes[key] = _size(value, f"{where} {key}")
         elif key in _COUNTS:
             changes[key] = _positive(value, f"{where} {key}", int)

@@ -702,6 +702,7 @@ class LedgerClient:
         erasure_id: str,
         run_id: str | None = None,
         data_subject: str | None = None,
+        committed_before: str | None = None,
         after_position: int = 0,
         limit: int = 200,
         dry_run: bool = False,
@@ -717,6 +718,7 @@ class LedgerClient:
                 session_id=session_id,
                 run_id=run_id,
                 data_subject=data_subject,
+                committed_before=committed_before,
                 after_position=after_position,
                 limit=limit,
                 dry_run=dry_run,
@@ -733,13 +735,15 @@ class LedgerClient:
         reason: str,
         run_id: str | None = None,
         data_subject: str | None = None,
+        committed_before: str | None = None,
         erasure_id: str | None = None,
         dry_run: bool = False,
         tenant: str | None = None,
     ) -> ErasurePage:
-        """Erase the content of a session's events, of one run's, or of every
-        event naming ``data_subject`` (spec/erasure.md), page by page until
-        none is left; the last page's
+        """Erase the content of a session's events, of one run's, of every
+        event naming ``data_subject``, or of every event of ``tenant``
+        committed before ``committed_before`` (spec/erasure.md), page by page
+        until none is left; the last page's
         report with the counts of all pages. Safe to call again with the
         same ``erasure_id`` (after a timeout, say): what is erased stays so,
         and the rest is erased. ``actor_id``: who asks, an actor of the
@@ -755,6 +759,7 @@ class LedgerClient:
                 erasure_id=erasure_id,
                 run_id=run_id,
                 data_subject=data_subject,
+                committed_before=committed_before,
                 after_position=after,
                 dry_run=dry_run,
                 tenant=tenant,

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import msgspec
 
 from laneledger.contract.canonical import canonicalize
 from laneledger.contract.chain import CONTENT_SALT, ERASED, append_digest, erased_form
-from laneledger.contract.clock import Clock
+from laneledger.contract.clock import Clock, format_timestamp
 from laneledger.contract.erasure import (
     ERASED_DIGEST,
     ERASURE_EVENT,
@@ -50,12 +51,15 @@ from laneledger.store.txlog import (
     INSERT_EVENT,
     INSERT_RECEIPT,
     MOVE_LANE_HEAD,
+    RETENTION_REACHED,
     Writes,
 )
 from laneledger.store.txlogsync import TxLogSync
 from laneledger.tlog.leaves import entry_leaf
 
 _decode = msgspec.json.Decoder().decode
+# Positions a retention page looks at (its tenant's events among everyone's).
+SCAN_WINDOW = 20_000
 # One request's bounds: the bodies it reads, and the erased bodies its
 # transaction-log record holds (with the receipts, well under a NATS message).
 READ_BUDGET = 16 * 1024 * 1024
@@ -108,10 +112,17 @@ class ErasureCommands:
             committed.append(record.committed)
             leaves.append(entry_leaf(record.entry_hash))
         covered_before = mark.position if mark is not None else after + 1
-        page = self._page(cmd, tenant, covered_before)
-        bodies, receipts, report = self._erase_page(cmd, tenant, page, mark, covered_before)
+        reached = 0
+        if cmd.committed_before is not None:
+            reached = self._retention_reached(tenant)
+            cmd = msgspec.structs.replace(cmd, after_position=max(cmd.after_position, reached))
+        page, scanned_to = self._page(cmd, tenant, covered_before)
+        bodies, receipts, report = self._erase_page(cmd, tenant, page, mark, scanned_to, covered_before)
         if bodies:
             writes += [(ERASE_EVENT, bodies), (ERASE_RECEIPT, receipts)]
+        retention = cmd.committed_before is not None and mark is not None and not cmd.dry_run
+        if retention and report.next_after_position > reached:
+            writes.append((RETENTION_REACHED, [(tenant, report.next_after_position)]))
         if writes:
             self._log.open_writes(writes, "ledger erasure failed", leaves=leaves, position=after)
             self._log.commit_writes(writes, before, after)
@@ -124,6 +135,10 @@ class ErasureCommands:
     def _tenant_of(self, cmd: Erase) -> str:
         """The scope's tenant: the one named (on a tenant's subject, always),
         or else the only one that has the session or the data subject."""
+        if cmd.committed_before is not None:
+            if cmd.tenant is None:
+                raise InvalidRequest("a retention erasure names its tenant", path="$.tenant")
+            return cmd.tenant
         if cmd.session_id is not None:
             what, found = "session", "SELECT tenant FROM sessions WHERE id = ?"
         else:
@@ -232,13 +247,24 @@ class ErasureCommands:
         receipt_row = (tenant, cmd.erasure_id, lane.id, receipt.digest, encode(receipt))
         return staged, receipt_row, (seq, entry_hash, lane.id, tenant)
 
-    def _page(self, cmd: Erase, tenant: str, before: int) -> list[tuple[int, str, int]]:
+    def _page(self, cmd: Erase, tenant: str, before: int) -> tuple[list[tuple[int, str, int]], int]:
         """The next ``limit`` events of the scope below ``before`` (and one
         more, to tell whether more remain): (position, append id, body size),
-        without their bodies (an event may be near 1 MiB)."""
+        without their bodies (an event may be near 1 MiB); and the last
+        position the query looked at. A retention scope looks at a window of
+        ``SCAN_WINDOW`` positions a page: its tenant's events are found among
+        every tenant's by position."""
         sql: str
         params: tuple[Any, ...]
-        if cmd.data_subject is not None:
+        end = before - 1
+        if cmd.committed_before is not None:
+            end = min(end, cmd.after_position + SCAN_WINDOW)
+            sql = (
+                "SELECT position, append_id, length(body) FROM events WHERE position > ? AND position <= ?"
+                " AND tenant = ? AND session_id != ?"
+            )
+            params = (cmd.after_position, end, tenant, LEDGER_SESSION)
+        elif cmd.data_subject is not None:
             sql = (
                 "SELECT s.position, e.append_id, length(e.body) FROM event_subjects s"
                 " JOIN events e ON e.position = s.position WHERE s.tenant = ? AND s.data_subject = ?"
@@ -246,17 +272,22 @@ class ErasureCommands:
             )
             params = (tenant, cmd.data_subject, cmd.after_position, before)
             rows = self._lookups.rows(sql + " ORDER BY s.position LIMIT ?", (*params, cmd.limit + 1))
-            return [(p, a, n) for p, a, n in rows]
-        sql = (
-            "SELECT position, append_id, length(body) FROM events WHERE session_id = ? AND position > ?"
-            " AND position < ? AND tenant = ?"
-        )
-        params = (cmd.session_id, cmd.after_position, before, tenant)
-        if cmd.run_id is not None:
-            sql += " AND run_id = ?"
-            params += (cmd.run_id,)
+            return [(p, a, n) for p, a, n in rows], end
+        else:
+            sql = (
+                "SELECT position, append_id, length(body) FROM events WHERE session_id = ? AND position > ?"
+                " AND position < ? AND tenant = ?"
+            )
+            params = (cmd.session_id, cmd.after_position, before, tenant)
+            if cmd.run_id is not None:
+                sql += " AND run_id = ?"
+                params += (cmd.run_id,)
         rows = self._lookups.rows(sql + " ORDER BY position LIMIT ?", (*params, cmd.limit + 1))
-        return [(p, a, n) for p, a, n in rows]
+        return [(p, a, n) for p, a, n in rows], end
+
+    def _retention_reached(self, tenant: str) -> int:
+        rows = self._lookups.rows("SELECT position FROM retention WHERE tenant = ?", (tenant,))
+        return int(rows[0][0]) if rows else 0
 
     def _erase_page(
         self,
@@ -264,11 +295,17 @@ class ErasureCommands:
         tenant: str,
         page: list[tuple[int, str, int]],
         mark: ErasureMark | None,
+        scanned_to: int,
         before: int,
     ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], ErasurePage]:
         """The page's erased bodies and receipts; the page ends early once
         it has read ``READ_BUDGET`` bytes of bodies or staged ``RECORD_BUDGET``
-        bytes of its transaction-log record (a request's work is bounded)."""
+        bytes of its transaction-log record (a request's work is bounded). A
+        retention erasure ends at its tenant's first event committed at or
+        after its time: the sequencer's clock moves forward, so the events
+        after it are no older."""
+        cutoff = _ledger_time(cmd.committed_before) if cmd.committed_before is not None else None
+        reached_cutoff = False
         has_more = len(page) > cmd.limit
         bodies: list[tuple[Any, ...]] = []
         appends: set[str] = set()
@@ -280,6 +317,9 @@ class ErasureCommands:
                 break
             rows = self._lookups.rows("SELECT body FROM events WHERE position = ?", (position,))
             event = _decode(rows[0][0])
+            if cutoff is not None and not event.get("committed_at", "") < cutoff:
+                reached_cutoff = True
+                break
             read += size
             last = position
             if ERASED in event:
@@ -293,6 +333,11 @@ class ErasureCommands:
                     bodies.append((gone, position))
                     staged += len(gone)
                     appends.add(append_id)
+        if cutoff is not None and not reached_cutoff and not has_more:
+            last = scanned_to  # the whole window looked at
+            has_more = scanned_to < before - 1
+        elif reached_cutoff:
+            has_more = False
         receipts = []
         for (owner, append_id), receipt in self._lookups.stored_receipts(appends).items():
             if owner == tenant and receipt.digest != ERASED_DIGEST:
@@ -318,14 +363,15 @@ class _Staged(msgspec.Struct, frozen=True):
 
 
 def _check_scope(cmd: Erase) -> None:
-    """One scope: a session (maybe one run of it), or a data subject; never
-    the ledger's own session."""
-    if (cmd.session_id is None) == (cmd.data_subject is None):
+    """One scope: a session (maybe one run of it), a data subject, or a time
+    (retention); never the ledger's own session."""
+    named = [n for n in ("session_id", "data_subject", "committed_before") if getattr(cmd, n) is not None]
+    if len(named) != 1:
         raise InvalidRequest(
-            "an erasure names a session_id (and maybe a run_id) or a data_subject, one of them",
+            "an erasure names one scope: a session_id (and maybe a run_id), a data_subject or a"
+            " committed_before",
             path="$.session_id",
-            session_id=cmd.session_id,
-            data_subject=cmd.data_subject,
+            named=named,
         )
     if cmd.run_id is not None and cmd.session_id is None:
         raise InvalidRequest("a run_id is erased within its session_id", path="$.run_id")
@@ -344,7 +390,15 @@ def _erasure_payload(cmd: Erase) -> dict[str, Any]:
         value = getattr(cmd, name)
         if value is not None:
             scope[name] = value
+    if cmd.committed_before is not None:
+        scope["committed_before"] = _ledger_time(cmd.committed_before)
     return {"scope": scope, "reason": cmd.reason}
+
+
+def _ledger_time(timestamp: str) -> str:
+    """A timestamp in the one form the ledger writes its clock in, which
+    sorts as text: so it compares with every ``committed_at``."""
+    return format_timestamp(datetime.fromisoformat(timestamp))
 
 
 def same_event(stream_data: bytes, stored: bytes) -> bool:

@@ -31,8 +31,9 @@ from laneledger.tlog import store as tree_store
 # tenant), so two tenants may use one id; a version-2 file is migrated in place.
 # 4: the Merkle tree of the transparency log (spec/tlog.md): table
 # tlog_hashes, built from a version-3 file's events in place.
-# 5: table event_subjects, the events naming a data subject (spec/erasure.md);
-# an older file has none, so the table (made by the DDL) is all it needs.
+# 5: tables event_subjects, the events naming a data subject, and
+# retention, how far each tenant's retention has erased (spec/erasure.md);
+# an older file has neither, so the tables (made by the DDL) are all it needs.
 SCHEMA_VERSION = 5
 
 # Keys put the id first: a lookup by id alone (a trusted caller naming no
@@ -128,6 +129,12 @@ CREATE TABLE IF NOT EXISTS event_subjects (
     position     INTEGER NOT NULL,
     PRIMARY KEY (tenant, data_subject, position)
 );
+-- How far each tenant's retention erasures have looked: every event of the
+-- tenant up to this position is erased, exempt or not yet old enough.
+CREATE TABLE IF NOT EXISTS retention (
+    tenant   TEXT PRIMARY KEY,
+    position INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS receipts (
     tenant    TEXT NOT NULL,
     append_id TEXT NOT NULL,
@@ -192,7 +199,8 @@ def _build_tree(conn: sqlite3.Connection) -> None:
 
 def _nothing_more(conn: sqlite3.Connection) -> None:
     """Version 4 -> 5: event_subjects, empty for events of an older file
-    (they could not name a data subject); the DDL made it."""
+    (they could not name a data subject), and retention, empty; the DDL made
+    them."""
 
 
 MIGRATIONS = {1: _scope_append_ids, 2: _scope_all_ids, 3: _build_tree, 4: _nothing_more}

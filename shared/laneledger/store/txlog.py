@@ -91,6 +91,9 @@ ERASE_EVENT = Statement("erase_event", "UPDATE events SET body = ? WHERE positio
 ERASE_RECEIPT = Statement(
     "erase_receipt", "UPDATE receipts SET digest = ?, body = ? WHERE append_id = ? AND tenant = ?"
 )
+RETENTION_REACHED = Statement(
+    "retention_reached", "INSERT OR REPLACE INTO retention (tenant, position) VALUES (?,?)"
+)
 # After a transaction that ran one of these, the file's WAL is emptied
 # (``laneledger.sqlite.shred_wal``): the erased bytes must leave it too.
 ERASING = frozenset({ERASE_EVENT.name, ERASE_RECEIPT.name})
@@ -110,6 +113,7 @@ STATEMENTS = {
         MOVE_LANE_HEAD,
         ERASE_EVENT,
         ERASE_RECEIPT,
+        RETENTION_REACHED,
     )
 }
 

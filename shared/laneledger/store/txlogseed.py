@@ -45,6 +45,7 @@ from laneledger.store.txlog import (
     INSERT_SESSION,
     INSERT_TURN,
     MOVE_LANE_HEAD,
+    RETENTION_REACHED,
     STATEMENTS,
     SeedMark,
     Statement,
@@ -81,6 +82,11 @@ SEED_PLAN: tuple[tuple[str, Statement, str], ...] = (
         "event_subjects",
         INSERT_EVENT_SUBJECT,
         "SELECT tenant, data_subject, position FROM event_subjects ORDER BY rowid",
+    ),
+    (
+        "retention",
+        RETENTION_REACHED,
+        "SELECT tenant, position FROM retention ORDER BY rowid",
     ),
     (
         "receipts",
