@@ -56,6 +56,9 @@ log of spec/replication.md) and phases 1 and 3 run again, 3 at the same
 offered rate: what committing through LEDGER_TXLOG costs, in the same run
 (``txlog_off_*`` keys). The sequencer then goes back to ``--txlog on``.
 
+``--unsealed-too``: likewise with ``--seal-content off`` (events not sealed,
+so not erasable: spec/erasure.md), ``unsealed_*`` keys: what sealing costs.
+
 ``--latency-at N`` runs phase 3 alone, at N events/s, for comparing two copies
 of the code at the same load without the other phases' minutes.
 
@@ -293,7 +296,9 @@ class Bench:
         self.readers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="bench-io")
         self.checks: list[tuple[str, bool, str]] = []
         self.null_sequencer = False  # set by start_sequencer: the ceiling phase's stand-in runs
-        self.txlog = True  # the sequencer's --txlog (--txlog-off-too turns it off at the end)
+        # The sequencer's settings beyond the defaults: --txlog-off-too and
+        # --unsealed-too set them for their phases at the end.
+        self.sequencer_flags: list[str] = []
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -320,8 +325,8 @@ class Bench:
             ready = "laneledger-sequencer ready"
         if self.args.batch_size:
             cmd += ["--batch-size", str(self.args.batch_size)]
-        if not null and not self.txlog:
-            cmd += ["--txlog", "off"]
+        if not null:
+            cmd += self.sequencer_flags
         if not null:
             cmd += ["--replicas", str(self.replicas)]
         env = dict(os.environ, LANELEDGER_LOG_LEVEL="WARNING")
@@ -649,8 +654,8 @@ class Bench:
         self.steps = 1 if args.latency_at is not None else 6 if args.no_bare else 8
         if args.cluster and args.latency_at is None:
             self.steps -= 2 if args.no_bare else 3  # no ceiling phases, one floor
-        if args.txlog_off_too and args.latency_at is None:
-            self.steps += 3
+        if args.latency_at is None:
+            self.steps += 3 * (args.txlog_off_too + args.unsealed_too)
         log(
             f"laneledger append benchmark: {P} producer processes, {args.lanes} lanes, {E} event(s) per "
             f"append, window {args.window} appends/producer, warm-up {args.warmup:g} s, phases "
@@ -690,8 +695,10 @@ class Bench:
             result |= await self._phase_floor(rate)
             if not args.cluster:  # on R3 the append streams are fsynced too: one floor
                 result |= await self._phase_floor(rate, synced=True)
-            if args.txlog_off_too:
-                result |= await self._phases_without_txlog(rate)
+            if args.txlog_off_too:  # the SQLite file alone, without the replicated log
+                result |= await self._phases_with(["--txlog", "off"], "txlog_off", rate)
+            if args.unsealed_too:  # events not sealed: what making them erasable costs
+                result |= await self._phases_with(["--seal-content", "off"], "unsealed", rate)
             if not args.no_bare:
                 result |= await self._phase_bare()
                 result["bare_ratio"] = ratio(result["bare_committed_per_s"], result["raw_publish_per_s"])
@@ -750,20 +757,21 @@ class Bench:
             "cpu_cores_max": out["cpu_cores"],
         }
 
-    async def _phases_without_txlog(self, rate: float) -> dict[str, Any]:
-        """Phases 1 and 3 again with ``--txlog off``, the latency one at the
-        same offered rate as with the log."""
-        log(f"\n{self.step()} restarting the sequencer with --txlog off (the file alone)")
+    async def _phases_with(self, flags: list[str], prefix: str, rate: float) -> dict[str, Any]:
+        """Phases 1 and 3 again with the sequencer run with ``flags``, the
+        latency one at the same offered rate; keys ``<prefix>_…``."""
+        shown = " ".join(flags)
+        log(f"\n{self.step()} restarting the sequencer with {shown}")
         self.stop_sequencer()
-        self.txlog = False
+        self.sequencer_flags = flags
         self.start_sequencer()
         out = await self._phase_max()
-        out |= await self._phase_latency(rate, "the same offered load, --txlog off")
-        # The phases after these (bare, ceiling) run as before, with the log.
+        out |= await self._phase_latency(rate, f"the same offered load, {shown}")
+        # The phases after these (bare, ceiling) run as before, with the defaults.
         self.stop_sequencer()
-        self.txlog = True
+        self.sequencer_flags = []
         self.start_sequencer()
-        return {f"txlog_off_{key}": value for key, value in out.items()}
+        return {f"{prefix}_{key}": value for key, value in out.items()}
 
     async def _phase_bare(self) -> dict[str, Any]:
         """4. max load from producers that cost what raw ones do (no SDK)."""
@@ -1061,6 +1069,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--txlog-off-too",
         action="store_true",
         help="then run phases 1 and 3 again with the sequencer's --txlog off, for comparison",
+    )
+    p.add_argument(
+        "--unsealed-too",
+        action="store_true",
+        help="then run phases 1 and 3 again with the sequencer's --seal-content off: what sealing "
+        "(spec/erasure.md) costs, in the same run",
     )
     p.add_argument("--dir", default=None, help="where to make the temporary store dir (default: system temp)")
     p.add_argument("--quick", action="store_true", help="smoke run: 3 s phases, 1 s warm-up")

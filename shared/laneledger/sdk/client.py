@@ -737,6 +737,7 @@ class LedgerClient:
         data_subject: str | None = None,
         committed_before: str | None = None,
         erasure_id: str | None = None,
+        limit: int = 200,
         dry_run: bool = False,
         tenant: str | None = None,
     ) -> ErasurePage:
@@ -761,6 +762,7 @@ class LedgerClient:
                 data_subject=data_subject,
                 committed_before=committed_before,
                 after_position=after,
+                limit=limit,
                 dry_run=dry_run,
                 tenant=tenant,
             )
