@@ -268,6 +268,12 @@ async def test_only_the_sequencer_writes_events_and_consumers_append_as_no_one_e
         assert refused(tail_writes, subject), (subject, tail_writes)
     ingest_url = url_for(tenant_server, "ingest", passwords)
     assert await attempts(ingest_url, publish=korg_writes, subscribe=["_INBOX_korg.abc"]) == []
+    # A rendered tenant's erasures over HTTP (spec/erasure.md): its erase
+    # command and who asks, on its subjects; the tail sends neither.
+    erasures = ["ledger.cmd.acme.erase", "ledger.cmd.acme.ensure_actor"]
+    assert await attempts(ingest_url, publish=erasures) == []
+    tail_erasures = await attempts(url_for(tenant_server, "tail", passwords), publish=erasures)
+    assert all(refused(tail_erasures, subject) for subject in erasures), tail_erasures
     elsewhere = [
         "ledger.append.acme.l1",
         "ledger.cmd.acme.create_lane",

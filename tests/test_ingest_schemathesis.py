@@ -6,7 +6,7 @@ Every operation of the document it serves at ``/api/v1/openapi.json`` is
 fuzzed by ``schemathesis_support`` (no 5xx, answers conform to the document,
 invalid requests refused with a 4xx), with the operator's bearer token and
 with the Korg tenant's; then every append it made is read back from the
-ledger intact.
+ledger intact, and an erasure over HTTP erases what the Korg tenant posted.
 """
 
 from __future__ import annotations
@@ -57,11 +57,27 @@ async def test_the_ingest_api_survives_schemathesis(client: LedgerClient, nats_s
             timeout=30,
         )
         assert first.status_code == 200, first.text
+        to_erase = await asyncio.to_thread(
+            requests.post,
+            f"{ingest.url}/api/agent/tool-call",
+            json=korg_call("human:dusk", "user_prompt", session_id="erase-me"),
+            headers=bearer(korg_token),
+            timeout=30,
+        )
+        assert to_erase.status_code == 200, to_erase.text
         schema = schemathesis.openapi.from_url(f"{ingest.url}/api/v1/openapi.json")
         never_ok = await fuzz_every_operation(schema, ingest.url, bearer(token), {})
-        # A generated body never hashes to the generated name a blob is put at.
-        assert [line for line in never_ok if "/api/blob/" not in line] == [], never_ok
+        # A generated body never hashes to the generated name a blob is put
+        # at, nor names a session that exists (the erasure below does).
+        assert [line for line in never_ok if not ("/api/blob/" in line or "/api/v1/erasures" in line)] == []
         await fuzz_every_operation(schema, ingest.url, bearer(korg_token), {})
+        erased = await asyncio.to_thread(
+            requests.post,
+            f"{ingest.url}/api/v1/erasures",
+            json={"session_id": "erase-me", "reason": "schemathesis", "actor_key": "human:dpo"},
+            headers=bearer(korg_token),
+            timeout=30,
+        )
     finally:
         ingest.stop()
     # What it appended went through the sequencer like any other append: the
@@ -69,3 +85,5 @@ async def test_the_ingest_api_survives_schemathesis(client: LedgerClient, nats_s
     session = await client.load_session("korg", tenant="korg")
     assert session.events[0].position == first.json()["seq_id"]
     assert all(e.event_type == "ext.korg.agent_tool_call" for e in session.events)
+    assert erased.status_code == 200 and erased.json()["erased"] == 1, erased.text
+    assert [e.payload for e in (await client.load_session("erase-me", tenant="korg")).events] == [{}]

@@ -243,6 +243,29 @@ async def test_korg_writes_go_through_the_ingest_service_as_deployed(
     assert d.permission_violations() == []
 
 
+async def test_a_tenant_erases_its_session_over_http_through_the_ingest_as_deployed(
+    rendered_deployment: RenderedDeployment,
+) -> None:
+    """The ingest service, as its own NATS user, sends acme's erasure (its
+    erase command, and the ensure_actor of who asks) on acme's subjects with
+    acme's token; globex's token finds no such session; nats-server refuses
+    no one anything."""
+    d = rendered_deployment
+    recorder = await d.lane("acme")
+    event = make_event(recorder.lane.id, "stream.text_delta", actor_id=recorder.lane.actor_id or "")
+    receipt = await recorder.append([{**event, "payload": {"text": "forget me"}}])
+    body = {"session_id": "s-1", "reason": "GDPR Art. 17", "actor_key": "human:dpo"}
+    status, answer = await d.send(d.ingest, "POST", "/api/v1/erasures", tenant="globex", json=body)
+    assert status == 404 and json.loads(answer)["error"]["code"] == "entity_not_found", answer
+    status, answer = await d.send(d.ingest, "POST", "/api/v1/erasures", tenant="acme", json=body)
+    assert status == 200, answer
+    page = json.loads(answer)
+    assert page["erased"] >= 1 and not page["has_more"], page
+    erased = {e.id: e for e in (await recorder.client.load_lane(recorder.lane.id)).events}
+    assert erased[receipt.event_ids[0]].payload == {}
+    assert d.permission_violations() == []
+
+
 # -- receipts only to the tenant's own inbox (issue 34, item 6) ----------------
 
 

@@ -2,7 +2,8 @@
 
 Serves the writes of clients without a NATS connection (Korg's
 ``POST /api/agent/tool-call`` and ``PUT /api/blob/{sha256}``, spec/korg-mapping.md)
-as the Korg tenant, through the sequencer; the tail serves the reads. Every
+as the Korg tenant, through the sequencer, and a tenant's erasures
+(``POST /api/v1/erasures``, spec/erasure.md); the tail serves the reads. Every
 option also reads an environment variable, so a container needs no
 arguments. Prints ``laneledger-ingest ready http=URL`` once it serves
 requests. On SIGTERM or SIGINT it stops taking requests and closes NATS.

@@ -41,12 +41,13 @@ from laneledger.compat.korg_append import (
 )
 from laneledger.contract.contentref import parse_sha256
 from laneledger.contract.errors import CausationViolation, InvalidRequest, LaneConflict, RequestTooLarge
-from laneledger.contract.model import MAX_REQUEST_BYTES, AppendCommitted
-from laneledger.runtime.access import ACCESS_TOKEN_PARAMETER, scope_of
+from laneledger.contract.model import AppendCommitted
+from laneledger.runtime.access import scope_of
 from laneledger.runtime.httpjson import json_response
 from laneledger.sdk.blobstore import MAX_BLOB_BYTES
 from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
 
+from .bodies import body_bytes, no_query
 from .committed import CommittedEvents
 
 MIRROR_GRACE_S = 1.0  # how long a seq_id may be receipted but not yet on the committed stream
@@ -84,11 +85,11 @@ class KorgWrites:
     # -- POST /api/agent/tool-call --------------------------------------------------------
 
     async def tool_call(self, request: web.Request) -> web.Response:
-        _no_query(request)
+        no_query(request)
         # Korg calls are appended in the configured tenant: only its token
         # (or the operator's) may write there.
         scope_of(request).narrow(self._settings.tenant)
-        call = read_tool_call(await _body_bytes(request))
+        call = read_tool_call(await body_bytes(request))
         session_id = call.session_id or self._settings.session_id
         causation_id = None
         if call.triggered_by is not None:
@@ -183,7 +184,7 @@ class KorgWrites:
         """Store a blob a Korg client externalized itself (Korg §7.3: it is
         in its ``.korg/blobs/<sha256[:2]>/<sha256>``) before it posts the
         reference: the bytes must hash to the name."""
-        _no_query(request)
+        no_query(request)
         scope_of(request).narrow(self._settings.tenant)
         sha256 = parse_sha256(request.match_info["sha256"])
         data = await _upload_bytes(request)
@@ -205,13 +206,6 @@ def missing_token_hint(path: str) -> str | None:
     return NO_TOKEN_HINT if path.startswith(("/api/agent/tool-call", "/api/blob/")) else None
 
 
-def _no_query(request: web.Request) -> None:
-    """These routes take no query parameter (the access token aside: the access middleware's)."""
-    for name in request.query:
-        if name != ACCESS_TOKEN_PARAMETER:
-            raise InvalidRequest(f"unknown query parameter {name!r}", parameter=name, allowed=[])
-
-
 async def _upload_bytes(request: web.Request) -> bytes:
     """The request body, at most ``MAX_BLOB_BYTES`` (read in chunks: the
     app's body limit is the append's 1 MiB)."""
@@ -227,10 +221,3 @@ async def _upload_bytes(request: web.Request) -> bytes:
         if len(data) > MAX_BLOB_BYTES:
             raise too_large()
     return bytes(data)
-
-
-async def _body_bytes(request: web.Request) -> bytes:
-    try:
-        return await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise RequestTooLarge("request body too large", limit_bytes=MAX_REQUEST_BYTES) from None

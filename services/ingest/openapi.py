@@ -2,7 +2,8 @@
 ``/api/v1/openapi.json``.
 
 The bodies are generated from the msgspec structs the service decodes and
-answers with (``laneledger.compat.korg_append``), so the document cannot
+answers with (``laneledger.compat.korg_append``, ``erasure.EraseRequest``,
+the sequencer's ``ErasurePage``), so the document cannot
 drift from the wire. ``tests/test_ingest_korg.py`` validates it, checks it
 names exactly the routes the service serves, and checks every answer of the
 tests against it.
@@ -16,6 +17,7 @@ import msgspec
 from aiohttp import web
 
 from laneledger.compat.korg_append import SERVER_DERIVED, BlobStored, ToolCall, ToolCallAppended
+from laneledger.contract.model import ErasurePage
 from laneledger.runtime.apidoc import (
     JSON_MEDIA,
     OPENAPI_PATH,
@@ -27,11 +29,16 @@ from laneledger.runtime.apidoc import (
     openapi_paths,
     ops_paths,
     parameter,
+    require_what_is_sent,
     schema_ref,
     secure_guarded,
 )
 
-_, SCHEMAS = msgspec.json.schema_components((ToolCall, ToolCallAppended, BlobStored), ref_template=SCHEMA_REF)
+from .erasure import ERASURES_PATH, MAX_PAGES, EraseRequest
+
+_ANSWERS = (ToolCallAppended, BlobStored, ErasurePage)
+_, SCHEMAS = msgspec.json.schema_components((ToolCall, EraseRequest, *_ANSWERS), ref_template=SCHEMA_REF)
+require_what_is_sent(SCHEMAS, _ANSWERS)
 SCHEMAS.update(error_schemas())
 SCHEMAS["ToolCall"]["description"] = (
     "Korg's AgentToolCall append shape (Korg §1, §1.2.1) and an optional session_id; any "
@@ -43,6 +50,16 @@ SCHEMAS["ToolCall"]["properties"]["source_agent"]["pattern"] = "^(agent|human|ko
 SCHEMAS["ToolCall"]["properties"].update(
     {name: {"description": "server-derived (Korg §1.2.7): ignored"} for name in sorted(SERVER_DERIVED)}
 )
+SCHEMAS["EraseRequest"]["description"] = (
+    "Erase the content of a session of the token's tenant, or of one run of it (spec/erasure.md, "
+    '"Over HTTP"). Who asks: actor_id (an actor of the tenant) or actor_key (registered if new). '
+    "tenant: required with the operator's token, else the token's own. Send it again with the "
+    "answer's erasure_id and after_position = next_after_position while has_more."
+)
+# Exactly one names who asks (the handler refuses both and neither too; null is neither).
+SCHEMAS["EraseRequest"]["oneOf"] = [
+    {"required": [name], "properties": {name: {"type": "string"}}} for name in ("actor_id", "actor_key")
+]
 _SHA256 = parameter(
     "sha256",
     "path",
@@ -81,6 +98,21 @@ PATHS: dict[str, Any] = {
             },
         }
     },
+    ERASURES_PATH: {
+        "post": {
+            "operationId": "erase",
+            "summary": "erase the content of a session (or a run) of the token's tenant; answers "
+            f"the counts of at most {MAX_PAGES} pages, has_more when the client must send it again",
+            "requestBody": {
+                "required": True,
+                "content": {JSON_MEDIA: {"schema": schema_ref("EraseRequest")}},
+            },
+            "responses": {
+                "200": json_body("ErasurePage", "erased (or counted, dry_run), up to next_after_position"),
+                **error_responses(400, 403, 404, 409, 413, 429, 503, 504),
+            },
+        }
+    },
 }
 # Every write takes a bearer token: 401 without one; 403 for another tenant's.
 secure_guarded(PATHS, "401", "403")
@@ -88,12 +120,14 @@ secure_guarded(PATHS, "401", "403")
 DOCUMENT: dict[str, Any] = document(
     title="laneledger ingest",
     description="HTTP writes for clients without a NATS connection: Korg's tool calls and "
-    "blob uploads, appended as the Korg tenant through the sequencer. The tail serves the "
+    "blob uploads, appended as the Korg tenant through the sequencer, and a tenant's erasures "
+    "(spec/erasure.md). The tail serves the "
     'reads of the same paths. Every error is {"error": ErrorBody} (spec/errors.md); see '
     "spec/korg-mapping.md.",
     paths=PATHS,
     schemas=SCHEMAS,
-    bearer_description="the Korg tenant's token or the operator's; spec/korg-mapping.md",
+    bearer_description="the Korg tenant's token or the operator's (an erasure: any tenant's); "
+    "spec/korg-mapping.md",
 )
 _BODY = msgspec.json.encode(DOCUMENT)
 

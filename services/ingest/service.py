@@ -1,7 +1,8 @@
 """The ingest service: the HTTP writes of clients without a NATS connection
 (Korg's ``POST /api/agent/tool-call`` and ``PUT /api/blob/{sha256}``),
-appended through the sequencer as the Korg tenant, next to /healthz,
-/readyz and /metrics. It reads nothing back but the committed event a
+appended through the sequencer as the Korg tenant, and a tenant's erasures
+(``POST /api/v1/erasures``, erasure.py), next to /healthz, /readyz and
+/metrics. It reads nothing back but the committed event a
 ``triggered_by`` names; the tail serves the reads.
 
 ``IngestService`` takes its NATS connection and settings from the caller
@@ -24,6 +25,7 @@ from laneledger.runtime.opsserver import counting_middleware, ops_routes, start_
 from laneledger.sdk.client import LedgerClient
 
 from .committed import CommittedEvents
+from .erasure import HttpErasures
 from .korg import KorgSettings, KorgWrites, missing_token_hint
 from .metrics import IngestMetrics
 from .openapi import openapi_route
@@ -52,6 +54,8 @@ class IngestService:
             nc.jetstream(), settings.subjects.events_stream, settings.ledger_timeout_s
         )
         self._korg = KorgWrites(settings.korg, self.korg_ledger, committed)
+        # Erasures are any token's tenant's: commands on that tenant's subjects.
+        self._erasures = HttpErasures(nc, settings.subjects, settings.ledger_timeout_s)
         self._runner: web.AppRunner | None = None
         self.app = self._make_app()
 
@@ -60,7 +64,7 @@ class IngestService:
         count = counting_middleware(self.metrics.requests)
         app = web.Application(middlewares=[count, errors_middleware, access])
         app.add_routes(ops_routes(self.registry, self.ready))
-        app.add_routes([openapi_route(), *self._korg.routes()])
+        app.add_routes([openapi_route(), *self._korg.routes(), *self._erasures.routes()])
         return app
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:

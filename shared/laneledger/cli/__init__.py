@@ -6,8 +6,8 @@ service), ``ledger`` (export, inspect), ``branching`` (rewind, fork),
 ``tail`` (follow live), ``imports`` (import claude-code), ``hooks`` (hook claude-code),
 ``run`` (up, demo), ``natsconf`` (nats-config), ``repair`` (repair-stream), ``restore``
 (restore), ``otel`` (otel export), ``tlog`` (keygen, note-key, sign), ``bundles`` (prove),
-``witness`` (witness), ``mcp`` (mcp). Every command is a function taking the parsed arguments
-and returning an exit status:
+``witness`` (witness), ``mcp`` (mcp), ``erasure`` (erase). Every command is a function
+taking the parsed arguments and returning an exit status:
 
     0  success
     1  the check ran and failed (``verify`` found a bad record)
@@ -42,6 +42,7 @@ COMMANDS: dict[str, str] = {
     "reconcile": "ledger",
     "rewind": "branching",
     "fork": "branching",
+    "erase": "erasure",
     "import": "imports",
     "hook": "hooks",
     "tail": "tail",

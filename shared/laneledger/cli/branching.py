@@ -9,7 +9,7 @@ import sys
 import msgspec
 
 from laneledger.cli.natsoption import add_nats_option
-from laneledger.compat.korg_append import ACTOR_KINDS  # as the ingest service registers Korg's agents
+from laneledger.compat.korg_append import actor_kind_of  # as the ingest service registers Korg's agents
 from laneledger.contract.model import Lane
 from laneledger.history.branching import Rewound, fork_lane, rewind_session
 from laneledger.sdk.client import LedgerClient
@@ -68,17 +68,13 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     sub.set_defaults(run=cmd_fork)
 
 
-def actor_kind(key: str) -> str:
-    return ACTOR_KINDS.get(key.split(":", 1)[0], "service") if ":" in key else "service"
-
-
 def cmd_rewind(args: argparse.Namespace) -> int:
     target: int | str = int(args.target) if args.target.isdigit() else args.target
 
     async def run() -> Rewound:
         async with await LedgerClient.connect(args.nats) as client:
             view = await client.load_session(args.session_id, tenant=args.tenant)
-            actor = await client.ensure_actor(view.tenant, args.actor, actor_kind(args.actor))
+            actor = await client.ensure_actor(view.tenant, args.actor, actor_kind_of(args.actor))
             return await rewind_session(
                 client,
                 args.session_id,
@@ -105,7 +101,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
     async def run() -> Lane:
         async with await LedgerClient.connect(args.nats) as client:
             origin = await client.get_lane(args.lane_id, tenant=args.tenant)
-            actor = await client.ensure_actor(origin.tenant, args.actor, actor_kind(args.actor))
+            actor = await client.ensure_actor(origin.tenant, args.actor, actor_kind_of(args.actor))
             return await fork_lane(
                 client, args.lane_id, args.seq, args.name, actor_id=actor.id, tenant=origin.tenant
             )

@@ -37,6 +37,14 @@ SERVER_DERIVED = frozenset(
 ACTOR_KINDS = {"agent": "agent", "human": "human", "korg": "service", "mcp": "tool", "import": "service"}
 
 
+def actor_kind_of(key: str) -> str:
+    """The actor kind a key's Korg §1.1 prefix names (``human:dusk`` is a
+    human); ``service`` for any other key. How a key named by a person (an
+    operator's ``--actor``, an erasure's ``actor_key``) becomes an actor."""
+    prefix, colon, _ = key.partition(":")
+    return ACTOR_KINDS.get(prefix, "service") if colon else "service"
+
+
 class PayloadRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     sha256: Hash
     size_bytes: WireCount

@@ -53,7 +53,9 @@ stays in ``LEDGER``, for a trusted harness that writes for several tenants.
 ``--korg-tenant`` renders the grants for the Korg tenant (``korg`` in the
 template): the ingest service's appends and commands, its receipts inbox
 (``_INBOX_korg``) and its blob buckets (the ingest uploads, the sequencer
-copies, the tail reads).
+copies, the tail reads). The ingest may also send each rendered tenant's
+``erase`` and ``ensure_actor`` commands: a tenant's erasures over HTTP, with
+its token (spec/erasure.md).
 """
 
 from __future__ import annotations
@@ -77,6 +79,8 @@ ARTIFACTS = "LEDGER_CHECKPOINT_ARTIFACTS"  # the shared bucket; a tenant's is AR
 BLOBS = "LEDGER_BLOBS"  # likewise for committed content-reference blobs
 UPLOADS = "LEDGER_UPLOADS"  # a tenant's uploads bucket is UPLOADS_<tenant>; there is no shared one
 _SEQUENCER_API = '"$JS.API.>"'
+# What the ingest service sends on any rendered tenant's subjects: its erasures.
+INGEST_TENANT_COMMANDS = ("erase", "ensure_actor")
 _JS_API = "$JS.API."
 _SYNC_ALWAYS = re.compile(r"(?m)^\s*(?:sync_interval|sync)\s*[:=]\s*\"?always\"?\s*(?:#.*)?$")
 
@@ -171,6 +175,7 @@ def render(
     if len(set(variables)) != len(variables):
         raise ValueError("two tenants map to the same password variable")
     text = _korg_tenant(template, korg_tenant, prefix)
+    text = _tenant_erasures(text, tenants, korg_tenant, prefix)
     inboxes = ", ".join([_INBOX_ALLOW] + [f'"{inbox_prefix(t)}.>"' for t in tenants])
     for user in (*RESPONDERS, TRUSTED_PRODUCER):
         if _INBOX_ALLOW not in _user_block(text, user).group(0):
@@ -238,6 +243,21 @@ def _korg_tenant(text: str, korg_tenant: str, prefix: str) -> str:
     if f'"{prefix}.append.{k}.>"' not in _user_block(text, "ingest").group(0):
         raise TemplateError("user 'ingest' does not append in the Korg tenant (ledger.append.korg.>)")
     return text
+
+
+def _tenant_erasures(text: str, tenants: Sequence[str], korg_tenant: str, prefix: str) -> str:
+    """The ingest service sends each tenant's erasures (``POST
+    /api/v1/erasures`` with the tenant's token, spec/erasure.md) on that
+    tenant's subjects: its ``erase`` command and the ``ensure_actor`` of who
+    asks. Nothing else of another tenant than Korg's."""
+    korg_commands = f'"{prefix}.cmd.{token(korg_tenant)}.*"'
+    if korg_commands not in _user_block(text, "ingest").group(0):
+        raise TemplateError(f"user 'ingest' does not command in the Korg tenant ({korg_commands})")
+    others = [t for t in tenants if t != korg_tenant]
+    grants = [f'"{prefix}.cmd.{token(t)}.{op}"' for t in others for op in INGEST_TENANT_COMMANDS]
+    if not grants:
+        return text
+    return _replace_in_user(text, "ingest", korg_commands, ", ".join([korg_commands, *grants]))
 
 
 def _grant_tenant_buckets(

@@ -1,0 +1,117 @@
+"""Erasure over HTTP: ``POST /api/v1/erasures`` (spec/erasure.md, "Over HTTP").
+
+A tenant's token erases the content of one of its own sessions (or of one
+run of it): the gateway sends the sequencer's ``erase`` command on that
+tenant's subjects (``<prefix>.cmd.<tenant>.erase``), so another tenant's
+session is 404 ``entity_not_found`` exactly as over NATS. The operator's
+token (or an open service) names the tenant in the body.
+
+Who asks is an actor of the tenant: ``actor_id`` names one that exists, or
+``actor_key`` (``human:dpo``) one the gateway registers if new, its kind by
+its prefix as ``laneledger rewind --actor`` does.
+
+One request sends pages until the erasure is done or its budget is spent
+(``MAX_PAGES`` pages, ``BUDGET_S`` seconds), so a huge session holds no
+request for minutes: an answer with ``has_more`` is continued by sending
+the same body again with its ``erasure_id`` and ``after_position`` set to
+the answer's ``next_after_position``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import msgspec
+from aiohttp import web
+from msgspec import Meta
+from nats.aio.client import Client as NATS
+
+from laneledger.compat.korg_append import actor_kind_of
+from laneledger.contract.errors import InvalidRequest
+from laneledger.contract.ids import new_id
+from laneledger.contract.model import MAX_NAME_LENGTH, MAX_WIRE_INT, ErasurePage, Id, decode
+from laneledger.contract.subjects import Subjects
+from laneledger.runtime.access import scope_of
+from laneledger.runtime.httpjson import json_response
+from laneledger.sdk.client import LedgerClient
+
+from .bodies import body_bytes, no_query
+
+ERASURES_PATH = "/api/v1/erasures"
+PAGE_LIMIT = 200  # events a page (the erase command's default)
+MAX_PAGES = 20  # pages a request: at most 4000 events
+BUDGET_S = 10.0  # no further page is sent once a request has taken this long
+
+
+class EraseRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """An erasure asked over HTTP: the ``erase`` command's fields
+    (spec/wire.md) but its page size, and who asks by ``actor_id`` or
+    ``actor_key`` (exactly one)."""
+
+    session_id: Id
+    reason: Annotated[str, Meta(min_length=1, max_length=MAX_NAME_LENGTH)]
+    run_id: Id | None = None
+    actor_id: Id | None = None
+    actor_key: Id | None = None
+    erasure_id: Id | None = None
+    after_position: Annotated[int, Meta(ge=0, le=MAX_WIRE_INT)] = 0
+    dry_run: bool = False
+    tenant: Id | None = None
+
+
+class HttpErasures:
+    def __init__(self, nc: NATS, subjects: Subjects, timeout_s: float) -> None:
+        self._nc = nc
+        self._subjects = subjects
+        self._timeout_s = timeout_s
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.post(ERASURES_PATH, self.erase, name="erasures")]
+
+    async def erase(self, request: web.Request) -> web.Response:
+        no_query(request)
+        asked = decode(await body_bytes(request), EraseRequest)
+        tenant = scope_of(request).narrow(asked.tenant)
+        if tenant is None:
+            raise InvalidRequest("this token sees every tenant: name the session's tenant", path="$.tenant")
+        if (asked.actor_id is None) == (asked.actor_key is None):
+            raise InvalidRequest("name who asks: exactly one of actor_id and actor_key", path="$.actor_id")
+        # Commands on the tenant's own subjects (<prefix>.cmd.<tenant>.<op>):
+        # the sequencer answers them for that tenant alone. The client holds
+        # nothing but for appends, so one is made per request.
+        ledger = LedgerClient(self._nc, subjects=self._subjects, timeout=self._timeout_s, tenant=tenant)
+        try:
+            actor_id = asked.actor_id
+            if asked.actor_key is not None:
+                actor = await ledger.ensure_actor(tenant, asked.actor_key, actor_kind_of(asked.actor_key))
+                actor_id = actor.id
+            assert actor_id is not None
+            return json_response(await self._pages(ledger, asked, actor_id))
+        finally:
+            await ledger.close()
+
+    async def _pages(self, ledger: LedgerClient, asked: EraseRequest, actor_id: str) -> ErasurePage:
+        """Pages from ``after_position`` until done or the budget is spent;
+        the last page with this request's counts."""
+        erasure_id = asked.erasure_id or new_id()
+        started = time.monotonic()
+        after, totals = asked.after_position, [0, 0, 0]
+        for _ in range(MAX_PAGES):
+            page = await ledger.erase_page(
+                asked.session_id,
+                actor_id=actor_id,
+                reason=asked.reason,
+                erasure_id=erasure_id,
+                run_id=asked.run_id,
+                after_position=after,
+                limit=PAGE_LIMIT,
+                dry_run=asked.dry_run,
+            )
+            for i, n in enumerate((page.erased, page.already_erased, page.unsealed)):
+                totals[i] += n
+            if not page.has_more or time.monotonic() - started >= BUDGET_S:
+                break
+            after = page.next_after_position
+        erased, already, unsealed = totals
+        return msgspec.structs.replace(page, erased=erased, already_erased=already, unsealed=unsealed)
