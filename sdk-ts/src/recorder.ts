@@ -2,7 +2,7 @@
 // make_event in laneledger.sdk.client.
 
 import type { AppendCommitted, AppendHandle, Lane, LedgerClient } from "./client.js";
-import { prepared, type Event } from "./content.js";
+import { blobsOf, carrying, prepared, type Event } from "./content.js";
 import { LedgerError } from "./errors.js";
 import { newId, now } from "./ids.js";
 import { Redactor } from "./redaction.js";
@@ -19,6 +19,8 @@ export interface EventFields {
   extensions?: Record<string, unknown>;
   occurredAt?: string;
   eventId?: string;
+  /** Whose personal data the event holds: a pseudonymous id an erasure finds it by (spec/erasure.md). */
+  dataSubject?: string;
   /** The actor's ed25519 key: the event is signed (after redaction and externalization). */
   privateKey?: KeyObject;
 }
@@ -39,6 +41,7 @@ export function makeEvent(laneId: string, eventType: string, fields: EventFields
     extensions: { ...(fields.extensions ?? {}) },
   };
   if (fields.causationId !== undefined) event["causation_id"] = fields.causationId;
+  if (fields.dataSubject !== undefined) event["data_subject"] = fields.dataSubject;
   // Redact and externalize before signing: the signature covers what is sent.
   const done = prepared(event, redactor);
   return fields.privateKey === undefined ? done : signEvent(done, fields.privateKey);
@@ -56,30 +59,46 @@ export class LaneRecorder {
 
   /** actor id -> private key: events of these actors are signed on append. */
   readonly signers: Map<string, KeyObject>;
+  /** Named on every event appended that names none (spec/erasure.md). */
+  readonly dataSubject: string | undefined;
 
   constructor(
     readonly client: LedgerClient,
     public lane: Lane,
-    opts: { signers?: Map<string, KeyObject> } = {},
+    opts: { signers?: Map<string, KeyObject>; dataSubject?: string } = {},
   ) {
     this.head = lane.last_seq;
     this.signers = new Map(opts.signers ?? []);
+    this.dataSubject = opts.dataSubject;
   }
 
   /** Create the lane (idempotent by session, run and name) and resume its head. */
   static async open(
     client: LedgerClient, tenant: string, sessionId: string, runId: string, name: string,
-    opts: { kind?: string; parentLaneId?: string; actorId?: string; signers?: Map<string, KeyObject> } = {},
+    opts: { kind?: string; parentLaneId?: string; actorId?: string; signers?: Map<string, KeyObject>; dataSubject?: string } = {},
   ): Promise<LaneRecorder> {
-    const { signers, ...fields } = opts;
+    const { signers, dataSubject, ...fields } = opts;
     const lane = await client.createLane(tenant, sessionId, runId, name, fields);
-    return new LaneRecorder(client, await client.getLane(lane.id, { tenant: lane.tenant }), { ...(signers ? { signers } : {}) });
+    const resumed = await client.getLane(lane.id, { tenant: lane.tenant });
+    return new LaneRecorder(client, resumed, { ...(signers ? { signers } : {}), ...(dataSubject !== undefined ? { dataSubject } : {}) });
   }
 
-  /** makeEvent on this lane, signed when `actorId` is one of the signers. */
+  /** makeEvent on this lane, signed when `actorId` is one of the signers,
+   * naming the recorder's data subject unless told another. */
   event(eventType: string, fields: EventFields): Event {
     const privateKey = fields.privateKey ?? this.signers.get(fields.actorId);
-    return makeEvent(this.lane.id, eventType, { ...fields, ...(privateKey ? { privateKey } : {}) }, this.client.redactor);
+    const dataSubject = fields.dataSubject ?? this.dataSubject;
+    return makeEvent(
+      this.lane.id, eventType,
+      { ...fields, ...(privateKey ? { privateKey } : {}), ...(dataSubject !== undefined ? { dataSubject } : {}) },
+      this.client.redactor,
+    );
+  }
+
+  /** The recorder's data subject on an event that names none, before it is signed. */
+  private subject(event: Event): Event {
+    if (this.dataSubject === undefined || "data_subject" in event) return event;
+    return carrying({ ...event, data_subject: this.dataSubject }, blobsOf(event)); // the blobs stay with it
   }
 
   private signed(event: Event): Event {
@@ -94,7 +113,7 @@ export class LaneRecorder {
   append(events: Event[], opts: { appendId?: string; wait?: "commit" | "accept"; retries?: number } = {}): Promise<AppendCommitted | AppendHandle> {
     // Content first (redact, externalize), then sign what will be sent; an
     // event signed already is left to submit's check.
-    const ready = events.map((event) => ("signature" in event ? event : this.signed(prepared(event, this.client.redactor))));
+    const ready = events.map((event) => ("signature" in event ? event : this.signed(this.subject(prepared(event, this.client.redactor)))));
     return this.serially(async () => {
       if (opts.wait === "accept") {
         const handle = await this.client.submit(this.lane, this.head, ready, { ...(opts.appendId ? { appendId: opts.appendId } : {}) });

@@ -92,6 +92,19 @@ test("a value over 1 KiB travels as a content reference, its blob stored first",
   await recorder.append([{ ...structuredClone(event), id: newId() }]);
 });
 
+test("a recorder names its data subject on every event, a big one with its blob and a signed one", { skip }, async () => {
+  const key = generatePrivateKey();
+  const signer = (await client.ensureActor("acme", "agent:ts-sdk/signer@1", "agent", { publicKey: key })).id;
+  const recorder = await LaneRecorder.open(client, "acme", SESSION, "r1", "subject", { actorId, dataSubject: "customer-42", signers: new Map([[signer, key]]) });
+  const big = recorder.event("note.acme.step", { actorId, payload: { content: "y".repeat(5000) } });
+  const plain = makeEvent(recorder.lane.id, "note.acme.step", { actorId: signer, payload: { n: 1 } }, client.redactor);
+  const other = recorder.event("note.acme.step", { actorId, dataSubject: "customer-7" });
+  await recorder.append([big, plain, other]);
+  const stored = (await client.loadLane(recorder.lane.id)).events;
+  assert.deepEqual(stored.map((e) => e["data_subject"]), ["customer-42", "customer-42", "customer-7"]);
+  assert.ok(typeof stored[1]?.["signature"] === "string");
+});
+
 test("typed errors: an unknown lane, a wrong tenant, a malformed URL, no server", { skip }, async () => {
   await assert.rejects(client.getLane(newId()), (err: unknown) => err instanceof EntityNotFound && err.details["kind"] === "lane");
   await assert.rejects(LedgerClient.connect("http://localhost:4222"), InvalidRequest);
