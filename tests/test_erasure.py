@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import msgspec
@@ -27,6 +28,7 @@ from laneledger.contract.signing import check_signature, generate_private_key, p
 from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
 from laneledger.store import LedgerWriter, erasure, open_ledger
 from laneledger.store.txlog import MemoryTxLog
+from laneledger.tlog import store as tree_store
 
 client = pytest.fixture(client_of_ledger_under_test, name="client")
 
@@ -61,6 +63,7 @@ async def test_erasing_a_session_erases_its_content_and_keeps_every_hash(ledger_
     lane, receipt = await fill(client, actor, "s1", "r1")
     other_run, _ = await fill(client, actor, "s1", "r2", 2)
     kept, _ = await fill(client, actor, "s2", "r1", 2)
+    tree_before = audit_ledger(path_of(ledger_under_test.writer)).tree_root
 
     done = await client.erase("s1", actor_id=actor.id, reason="GDPR Art. 17 request 2026-12-05")
 
@@ -85,6 +88,10 @@ async def test_erasing_a_session_erases_its_content_and_keeps_every_hash(ledger_
 
     audit = audit_ledger(path_of(ledger_under_test.writer))
     assert (audit.erased_events, audit.erasures) == (5, 1)
+    # The Merkle tree grew by the erasure event alone: every earlier leaf, so
+    # every checkpoint and proof made before, is as it was.
+    with closing(sqlite3.connect(path_of(ledger_under_test.writer))) as conn:
+        assert tree_store.root(conn, event.position - 1) == bytes.fromhex(tree_before)
 
 
 async def test_erasing_one_run_leaves_the_sessions_other_runs(client, actor):
