@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 from nats.aio.client import Client as NATS
 
+from laneledger.contract.erasure import ERASURE_EVENT, LEDGER_SESSION
 from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.model import Anchor
 from laneledger.contract.subjects import EVENTS_STREAM
@@ -75,6 +76,39 @@ def lane_event(position: int, body: bytes) -> LaneEvent | None:
     )
 
 
+# (tenant, the erasure's scope) of an erasure event on the committed stream.
+OnErasure = Callable[[str, dict[str, Any]], Awaitable[None]]
+
+
+class _Erasure(msgspec.Struct):
+    class _Payload(msgspec.Struct):
+        scope: dict[str, Any] = {}
+
+    tenant: str
+    session_id: str
+    event_type: str
+    payload: _Payload
+
+
+_erasure_decoder = msgspec.json.Decoder(_Erasure)
+
+
+def erasures_in(batch: list[tuple[int, bytes]]) -> list[tuple[str, dict[str, Any]]]:
+    """The erasure events of a batch of the committed stream (only the
+    sequencer writes there, and only it writes ``ext.laneledger.erased``)."""
+    found = []
+    for _, body in batch:
+        if ERASURE_EVENT.encode() not in body:  # the cheap test first: most events are not
+            continue
+        try:
+            event = _erasure_decoder.decode(body)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+        if event.event_type == ERASURE_EVENT and event.session_id == LEDGER_SESSION:
+            found.append((event.tenant, event.payload.scope))
+    return found
+
+
 class AnchorIndex:
     def __init__(
         self,
@@ -87,8 +121,10 @@ class AnchorIndex:
         stream: str = EVENTS_STREAM,
         batch_size: int = 500,
         identity: StreamIdentity | None = None,
+        on_erasure: OnErasure | None = None,
     ) -> None:
         self._store = store
+        self._on_erasure = on_erasure
         self._db = db
         self._metrics = metrics
         self._stream = stream
@@ -121,7 +157,12 @@ class AnchorIndex:
 
     async def apply_committed(self, batch: list[tuple[int, bytes]]) -> None:
         """Store what the index keeps of committed events ((position, body), in
-        order): what following LEDGER_EVENTS does with each batch."""
+        order): what following LEDGER_EVENTS does with each batch. An erasure
+        event is handed to ``on_erasure`` first: if that fails, the batch is
+        applied again, and the erasure with it (it is idempotent)."""
+        if self._on_erasure is not None:
+            for tenant, scope in erasures_in(batch):
+                await self._on_erasure(tenant, scope)
         events = [e for e in (lane_event(p, body) for p, body in batch) if e is not None]
         last = batch[-1][0]
         await self._db(self._store.apply_events, last, events)

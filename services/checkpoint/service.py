@@ -138,6 +138,7 @@ class CheckpointService:
             consumer_name=settings.consumer_name,
             batch_size=settings.batch_size,
             identity=settings.identity,
+            on_erasure=self._erase_for_ledger,
         )
         self.artifacts = ArtifactStore(
             nc.jetstream(),
@@ -298,10 +299,14 @@ class CheckpointService:
 
     # ------------------------------------------------------------- erasure
 
-    async def erase(self, cmd: EraseCheckpoints, scope: Scope = OPEN) -> ErasureReport:
+    async def erase(
+        self, cmd: EraseCheckpoints, scope: Scope = OPEN, *, also_bucket_of: str | None = None
+    ) -> ErasureReport:
         """Blobs first, then rows: a crash in between leaves rows whose blob
         is gone, which the same erase, sent again, finds and finishes (it is
-        idempotent); the other order could leave a blob nothing names."""
+        idempotent); the other order could leave a blob nothing names.
+        ``also_bucket_of``: a tenant whose own bucket may hold the orphaned
+        blobs too (with ``scope`` OPEN, no revision of any tenant names them)."""
         whose = _narrow(scope, cmd.tenant)  # None: the one namespace the selection is in
         erased, orphans, more = await self._db(
             functools.partial(
@@ -320,12 +325,32 @@ class CheckpointService:
         if cmd.dry_run:
             return ErasureReport(erased=erased, artifacts_erased=[], has_more=more)
         gone = [sha for sha in orphans if await self.artifacts.erase(sha, scope.tenant)]
+        if also_bucket_of is not None and scope.tenant is None:
+            gone += [sha for sha in orphans if await self.artifacts.erase(sha, also_bucket_of)]
         await self._db(self._store.forget_artifacts, orphans)
         if erased:
             namespace = erased[0].tenant or NO_TENANT  # the plan's one namespace
             await self._db(self._store.erase, [info.id for info in erased], self._clock(), namespace)
         log.info("erased %d checkpoint revisions and %d artifacts", len(erased), len(gone))
         return ErasureReport(erased=erased, artifacts_erased=gone, has_more=more)
+
+    async def _erase_for_ledger(self, tenant: str, scope: dict[str, Any]) -> None:
+        """An erasure of a session (a run) committed in the ledger
+        (spec/erasure.md, *Readers*): its revisions go too, in the tenant's
+        namespace and in the shared one (the trusted callers', where a
+        session id names the one tenant's session). A data subject's or a
+        retention's erasure names no session: checkpoints name no data
+        subject, and are erased by age with ``erase`` (LangGraph's prune)."""
+        session = scope.get("session_id")
+        if not isinstance(session, str):
+            return
+        run = scope.get("run_id") if isinstance(scope.get("run_id"), str) else None
+        # As the operator: a blob is erased when no revision of any tenant
+        # names it, from the shared bucket and from the tenant's own.
+        for namespace in (tenant, NO_TENANT):
+            while ids := await self._db(self._store.revisions_in_session, namespace, session, run, 1000):
+                cmd = EraseCheckpoints(checkpoint_ids=ids, tenant=namespace, limit=1000)
+                await self.erase(cmd, OPEN, also_bucket_of=tenant)
 
     # ------------------------------------------------------------- save
 

@@ -701,6 +701,16 @@ class CheckpointStore:
                 orphans.append(sha)
         return infos, orphans, more
 
+    def revisions_in_session(self, tenant: str, session_id: str, run_id: str | None, limit: int) -> list[str]:
+        """Ids of the revisions in ``tenant``'s namespace saved for this
+        session (this run of it): what an erasure of that scope in the
+        ledger erases here (spec/erasure.md, *Readers*)."""
+        sql = "SELECT id FROM checkpoints WHERE tenant = ? AND session_id = ?"
+        params: tuple[Any, ...] = (tenant, session_id)
+        if run_id is not None:
+            sql, params = sql + " AND run_id = ?", (*params, run_id)
+        return [row[0] for row in self._rows(sql + " ORDER BY key, revision LIMIT ?", (*params, limit))]
+
     def erase(self, checkpoint_ids: list[str], erased_at: str, tenant: str) -> None:
         """Delete these revisions of ``tenant``'s, keeping a tombstone without
         state for each. ``secure_delete`` zeroes the freed pages and the WAL
