@@ -1,0 +1,177 @@
+"""Erasure in the read model (spec/erasure.md, *Readers*): when the tail
+folds an erasure event, it erases what it holds of the erasure's scope as
+the ledger erased its file.
+
+The committed stream keeps the events whole, as published, and then the
+erasure event (which only the sequencer can commit: the ``laneledger``
+namespace is reserved). Folding one (``note``, in the apply transaction)
+records it in ``erasures_pending``; ``erase_page`` then rewrites the scope's
+events committed before it, a bounded page per transaction, into their
+erased form (``chain.erased_form``: the bytes the ledger file holds), and
+takes out of the indexes what they copied from those payloads (``korg_index``'s
+``source_agent``, ``session_index``'s costs and pauses). Where each erasure
+got to is kept with it, so a stop resumes.
+
+An unsealed event (no ``content_salt``) and one already erased are left as
+they are, as the ledger leaves them. A scope of a kind this tail does not
+know is left alone (logged), never a failure: the tail must keep following.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from laneledger.contract.canonical import canonicalize
+from laneledger.contract.chain import CONTENT_SALT, ERASED, erased_form
+from laneledger.contract.erasure import ERASURE_EVENT, ERASURE_RUN, LEDGER_SESSION
+
+from . import korg_index, session_index
+from .events import Row, Selection
+
+log = logging.getLogger("laneledger.tail")
+
+DDL = """
+CREATE TABLE IF NOT EXISTS erasures_pending (
+    position     INTEGER PRIMARY KEY,  -- the erasure event's
+    event_id     TEXT NOT NULL,
+    tenant       TEXT NOT NULL,
+    scope        BLOB NOT NULL,        -- its payload's scope, canonical JSON
+    done_through INTEGER NOT NULL DEFAULT 0  -- the last position of the scope erased
+);
+"""
+
+PAGE_ROWS = 200  # events one page looks at, at most
+PAGE_BYTES = 4 << 20  # and bodies read, at most (at least one event a page)
+
+
+class _Erasure(msgspec.Struct):
+    payload: dict[str, Any] = {}
+
+
+_erasure = msgspec.json.Decoder(_Erasure)
+_decode = msgspec.json.Decoder().decode
+
+
+def is_erasure(row: Row) -> bool:
+    """An erasure event: its type, in a tenant's ledger lane."""
+    return (
+        row.event_type == ERASURE_EVENT
+        and row.session_id == LEDGER_SESSION
+        and row.run_id == ERASURE_RUN
+        and bool(row.tenant)
+    )
+
+
+def scope_selection(tenant: str, scope: Any) -> Selection | None:
+    """The events an erasure's ``scope`` covers (before its position), as a
+    selection of the tenant's events; None for a scope this tail does not
+    know. Today a scope is a session, or one run of it; a new kind of scope
+    is one more case here."""
+    if not isinstance(scope, dict) or set(scope) - {"session_id", "run_id"}:
+        return None
+    session_id, run_id = scope.get("session_id"), scope.get("run_id")
+    if not isinstance(session_id, str) or not session_id or session_id == LEDGER_SESSION:
+        return None
+    if run_id is not None and not isinstance(run_id, str):
+        return None
+    return Selection(tenant=tenant, session_id=session_id, run_id=run_id)
+
+
+# -- writing (the apply thread) ----------------------------------------------------------
+
+
+def note(db: sqlite3.Connection, rows: list[Row]) -> bool:
+    """Record the erasure events among ``rows`` (in the caller's
+    transaction); whether there were any."""
+    found = []
+    for row in rows:
+        if is_erasure(row):
+            try:
+                scope = _erasure.decode(row.body).payload.get("scope")
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                scope = None
+            found.append((row.position, row.event_id, row.tenant, canonicalize(scope)))
+    db.executemany(
+        "INSERT OR IGNORE INTO erasures_pending (position, event_id, tenant, scope) VALUES (?,?,?,?)", found
+    )
+    return bool(found)
+
+
+def pending(db: sqlite3.Connection) -> int:
+    ((count,),) = db.execute("SELECT count(*) FROM erasures_pending").fetchall()
+    return int(count)
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """What one page did: the positions it erased (the feed forgets them),
+    whether an erasure finished (its WAL is to be shredded) and whether more
+    work is pending."""
+
+    erased: list[int]
+    finished: bool
+    more: bool
+
+
+def erase_page(db: sqlite3.Connection) -> Page:
+    """Erase the next page of the oldest pending erasure, in the caller's
+    transaction."""
+    found = db.execute(
+        "SELECT position, event_id, tenant, scope, done_through FROM erasures_pending"
+        " ORDER BY position LIMIT 1"
+    ).fetchone()
+    if found is None:
+        return Page([], False, False)
+    position, event_id, tenant, scope, done_through = found
+    selection = scope_selection(tenant, _decode(scope))
+    if selection is None:
+        log.warning(
+            "erasure %s at position %d: a scope this tail does not know, left alone", event_id, position
+        )
+        db.execute("DELETE FROM erasures_pending WHERE position = ?", (position,))
+        return Page([], False, pending(db) > 0)
+    where, params = selection.where()
+    rows = db.execute(
+        f"SELECT position, session_id, event_type, body FROM events WHERE {where}"
+        " AND position > ? AND position < ? ORDER BY position LIMIT ?",
+        [*params, done_through, position, PAGE_ROWS + 1],
+    ).fetchall()
+    mark = {"position": position, "event_id": event_id}
+    erased: list[int] = []
+    sessions: set[tuple[str, str]] = set()
+    read = 0
+    last = done_through
+    complete = len(rows) <= PAGE_ROWS
+    for at, session_id, event_type, body in rows[:PAGE_ROWS]:
+        if read >= PAGE_BYTES:  # never before the first event: a page always moves on
+            complete = False
+            break
+        read += len(body)
+        last = at
+        event = _decode(body)
+        if ERASED in event or CONTENT_SALT not in event:
+            continue  # as the ledger leaves it
+        try:
+            gone = canonicalize(erased_form(event, mark))
+        except ValueError:
+            continue  # no well-formed salt: not an event the ledger sealed, left as it is
+        db.execute("UPDATE events SET body = ? WHERE position = ?", (gone, at))
+        payload = event.get("payload")
+        if isinstance(payload, dict) and payload:
+            korg_index.forget_content(db, at, event_type, event.get("actor_id", ""))
+            if session_index.forget_content(db, (tenant, session_id), event_type, payload):
+                sessions.add((tenant, session_id))
+        erased.append(at)
+    for key in sessions:
+        session_index.summarise(db, key)
+    finished = complete
+    if finished:
+        db.execute("DELETE FROM erasures_pending WHERE position = ?", (position,))
+    else:
+        db.execute("UPDATE erasures_pending SET done_through = ? WHERE position = ?", (last, position))
+    return Page(erased, finished, not finished or pending(db) > 0)

@@ -1,0 +1,177 @@
+"""The tail applies an erasure (spec/erasure.md, *Readers*): once it folds
+the erasure event, every route answers the scope's events in their erased
+form, and no byte of their content is left in tail.db or its WAL; other
+sessions keep theirs. The route logic, in-process; the live stream and the
+real sequencer: test_tail_erasure_over_nats.py."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import msgspec
+import pytest
+import pytest_asyncio
+from polling import eventually
+from tail_fixtures import client_in_process, start_tail_in_process
+from tail_support import wait_applied
+from test_erasure import CODE, EMAIL, NOTE, fill, holding
+
+from laneledger.contract.canonical import canonicalize
+from laneledger.contract.erasure import LEDGER_SESSION
+from laneledger.history.causality import KORG_TOOL_CALL
+from laneledger.sdk.client import make_event
+from laneledger.services.tail.projections import erasure
+from laneledger.services.tail.projections.events import Selection
+from laneledger.services.tail.readmodel import ReadModel
+
+client = pytest.fixture(client_in_process, name="client")
+start_tail = pytest_asyncio.fixture(start_tail_in_process, name="start_tail")
+
+pytestmark = pytest.mark.timeout(90)
+
+PLANTED = [EMAIL, CODE, NOTE]
+
+
+async def erased_in_tail(tail, client, session_id: str, **asked):
+    """Erase ``session_id`` (one run of it with ``run_id``) and wait until
+    the tail has carried the erasure out; the last page's answer."""
+    done = await client.erase(session_id, reason="GDPR Art. 17", **asked)
+    await wait_applied(tail.service, done.erasure.position)
+    await eventually(
+        lambda: tail.service.erasures_pending,
+        until=lambda pending: pending == 0,
+        what="the tail to carry out the erasure",
+    )
+    return done
+
+
+def files(tail) -> list:
+    path = tail.service.model.path
+    return [path, path.with_name(path.name + "-wal")]
+
+
+async def test_every_route_answers_erased_events_erased_and_the_file_keeps_no_content(
+    client, actor, start_tail, monkeypatch
+):
+    monkeypatch.setattr(erasure, "PAGE_ROWS", 2)  # several pages
+    tail = await start_tail()
+    lane, receipt = await fill(client, actor, "s1", "r1", 5)
+    other_run, _ = await fill(client, actor, "s1", "r2", 2)
+    kept, kept_receipt = await fill(client, actor, "s2", "r1", 2)
+    await wait_applied(tail.service, kept_receipt.positions[-1])
+    assert holding(files(tail), PLANTED)  # planted where the scan looks
+    before = (await tail.api.get(f"/api/v1/events/{receipt.positions[0]}")).json()
+    assert before["payload"]["email"] == EMAIL
+
+    done = await erased_in_tail(tail, client, "s1", actor_id=actor.id)
+    mark = msgspec.to_builtins(done.erasure)
+
+    session = (await tail.api.get("/api/v1/sessions/s1")).json()
+    assert len(session["events"]) == 7
+    for event in session["events"]:
+        assert event["payload"] == event["extensions"] == {} and event["erased"] == mark
+        assert "content_salt" not in event and event["content_digest"]
+    # The same bytes as the ledger file's erased events, with every hash kept.
+    ledger = [msgspec.to_builtins(e) for e in (await client.load_lane(lane.id)).events]
+    lane_page = (await tail.api.get(f"/api/v1/lanes/{lane.id}/events")).json()
+    assert lane_page["events"] == ledger
+    assert [e["entry_hash"] for e in lane_page["events"]] == receipt.entry_hashes
+    one = (await tail.api.get(f"/api/v1/events/{receipt.positions[0]}")).json()
+    assert one["erased"] == mark and one["payload"] == {}
+    run = (await tail.api.get(f"/api/v1/sessions/s1/runs/{other_run.run_id}")).json()
+    assert all(e["erased"] == mark for e in run["events"])
+    verified = (await tail.api.get("/api/v1/verify", params={"session_id": "s1"})).json()
+    assert (verified["intact"], verified["events"], verified["fault"]) == (True, 7, None), verified
+    # The erasure itself is an event of the tenant's ledger lane, on the tail too.
+    [erasure_event] = (await tail.api.get(f"/api/v1/sessions/{LEDGER_SESSION}")).json()["events"]
+    assert erasure_event["payload"]["scope"] == {"session_id": "s1"}
+
+    # Another session keeps its content.
+    untouched = (await tail.api.get("/api/v1/sessions/s2")).json()["events"]
+    assert [e["payload"]["email"] for e in untouched] == [EMAIL, EMAIL]
+    assert all("erased" not in e for e in untouched)
+    assert kept.session_id == "s2"
+
+    # No byte of s1's content is left in the read model's file or its WAL
+    # (s2's, which holds the same values, is erased too for the scan).
+    await erased_in_tail(tail, client, "s2", actor_id=actor.id)
+    assert holding(files(tail), PLANTED) == []
+
+
+async def test_an_erasure_of_one_run_leaves_the_others_and_the_indexes_lose_what_they_copied(
+    client, actor, start_tail
+):
+    tail = await start_tail()
+    erased_run, _ = await fill(client, actor, "s1", "r1", 2)
+    kept_run, _ = await fill(client, actor, "s1", "r2", 2)
+    lane = await client.create_lane("acme", "s1", "r1", "costs", actor_id=actor.id)
+    cost = {"provider": "openai", "model": "gpt-x", "amount": "1.25", "currency": "USD"}
+    pause = {"pause_id": "pause-1", "trigger": NOTE}
+    korg = {"source_agent": EMAIL, "tool": "search", "args": {"q": NOTE}, "result": {}, "success": True}
+    await client.append(
+        lane,
+        0,
+        [
+            make_event(lane.id, "cost.recorded", actor_id=actor.id, payload=cost),
+            make_event(lane.id, "hitl.paused", actor_id=actor.id, payload=pause),
+            make_event(lane.id, KORG_TOOL_CALL, actor_id=actor.id, payload=korg),
+        ],
+    )
+    other = await client.create_lane("acme", "s1", "r2", "costs", actor_id=actor.id)
+    receipt = await client.append(
+        other, 0, [make_event(other.id, "cost.recorded", actor_id=actor.id, payload={**cost, "amount": "2"})]
+    )
+    await wait_applied(tail.service, receipt.positions[-1])
+    summary = (await tail.api.get("/api/v1/sessions", params={"q": "s1"})).json()["sessions"][0]
+    assert (summary["cost"], summary["pauses_pending"]) == ([{"currency": "USD", "amount": "3.25"}], 1)
+
+    await erased_in_tail(tail, client, "s1", run_id="r1", actor_id=actor.id)
+
+    summary = (await tail.api.get("/api/v1/sessions", params={"q": "s1"})).json()["sessions"][0]
+    [left] = summary["cost"]
+    assert (left["currency"], Decimal(left["amount"]), summary["pauses_pending"]) == ("USD", 2, 0)
+    agents = tail.service.model.query("SELECT DISTINCT source_agent FROM korg_index")
+    assert (EMAIL,) not in agents and (actor.id,) in agents
+    kept = (await tail.api.get(f"/api/v1/lanes/{kept_run.id}/events")).json()["events"]
+    assert all(e["payload"]["email"] == EMAIL for e in kept)
+    gone = (await tail.api.get(f"/api/v1/lanes/{erased_run.id}/events")).json()["events"]
+    assert all(e["payload"] == {} and "erased" in e for e in gone)
+
+
+def test_a_scope_the_tail_does_not_know_is_left_alone(tmp_path):
+    """Scope kinds come (data subjects, retention): one this tail does not
+    know yet is skipped, and the tail goes on."""
+    assert erasure.scope_selection("acme", {"session_id": "s1", "run_id": "r1"}) == Selection(
+        tenant="acme", session_id="s1", run_id="r1"
+    )
+    for unknown in (
+        {"data_subject": "x"},
+        {"session_id": "s1", "committed_before": "2026-01-01T00:00:00Z"},
+        None,
+        "s1",
+        {"session_id": 7},
+        {"session_id": LEDGER_SESSION},
+        {"session_id": "s1", "run_id": 3},
+    ):
+        assert erasure.scope_selection("acme", unknown) is None, unknown
+
+    model = ReadModel(tmp_path / "tail.db")
+    try:
+        routing = {"tenant": "acme", "lane_id": "l", "subject_id": "l", "seq": 1, "actor_id": "a"}
+        held = {**routing, "id": "e1", "session_id": "s1", "run_id": "r1", "event_type": "stream.text_delta"}
+        held |= {"payload": {"email": EMAIL}, "content_salt": "0" * 64}
+        unknown = {
+            **routing,
+            "id": "erasure-1",
+            "session_id": LEDGER_SESSION,
+            "run_id": "erasures",
+            "event_type": "ext.laneledger.erased",
+            "payload": {"scope": {"data_subject": "x"}, "reason": "r"},
+        }
+        model.apply([(1, canonicalize(held)), (2, canonicalize(unknown))])
+        assert model.erasures_pending == 1
+        page = model.erase_page()
+        assert (page.erased, page.more, model.erasures_pending) == ([], False, 0)
+        assert EMAIL.encode() in model.query("SELECT body FROM events WHERE position = 1")[0][0]
+    finally:
+        model.close()
