@@ -108,7 +108,7 @@ async def test_an_erasure_of_one_run_leaves_the_others_and_the_indexes_lose_what
     cost = {"provider": "openai", "model": "gpt-x", "amount": "1.25", "currency": "USD"}
     pause = {"pause_id": "pause-1", "trigger": NOTE}
     korg = {"source_agent": EMAIL, "tool": "search", "args": {"q": NOTE}, "result": {}, "success": True}
-    await client.append(
+    korg_call = await client.append(
         lane,
         0,
         [
@@ -125,11 +125,14 @@ async def test_an_erasure_of_one_run_leaves_the_others_and_the_indexes_lose_what
     summary = (await tail.api.get("/api/v1/sessions", params={"q": "s1"})).json()["sessions"][0]
     assert (summary["cost"], summary["pauses_pending"]) == ([{"currency": "USD", "amount": "3.25"}], 1)
 
-    await erased_in_tail(tail, client, "s1", run_id="r1", actor_id=actor.id)
+    done = await erased_in_tail(tail, client, "s1", run_id="r1", actor_id=actor.id)
 
     summary = (await tail.api.get("/api/v1/sessions", params={"q": "s1"})).json()["sessions"][0]
     [left] = summary["cost"]
     assert (left["currency"], Decimal(left["amount"]), summary["pauses_pending"]) == ("USD", 2, 0)
+    korg_record = (await tail.api.get(f"/api/korg/acme/event/{korg_call.positions[-1]}")).json()
+    assert korg_record["source_agent"] == actor.id and korg_record["args"] == {}
+    assert korg_record["metadata"]["erased"] == msgspec.to_builtins(done.erasure)
     agents = tail.service.model.query("SELECT DISTINCT source_agent FROM korg_index")
     assert (EMAIL,) not in agents and (actor.id,) in agents
     kept = (await tail.api.get(f"/api/v1/lanes/{kept_run.id}/events")).json()["events"]

@@ -26,9 +26,9 @@ from typing import Any
 
 import msgspec
 
+from laneledger.contract import erasurescope
 from laneledger.contract.canonical import canonicalize
 from laneledger.contract.chain import CONTENT_SALT, ERASED, erased_form
-from laneledger.contract.erasure import ERASURE_EVENT, ERASURE_RUN, LEDGER_SESSION
 
 from . import korg_index, session_index
 from .events import Row, Selection
@@ -58,28 +58,17 @@ _decode = msgspec.json.Decoder().decode
 
 
 def is_erasure(row: Row) -> bool:
-    """An erasure event: its type, in a tenant's ledger lane."""
-    return (
-        row.event_type == ERASURE_EVENT
-        and row.session_id == LEDGER_SESSION
-        and row.run_id == ERASURE_RUN
-        and bool(row.tenant)
-    )
+    """An erasure event of a tenant's ledger lane."""
+    return bool(row.tenant) and erasurescope.is_erasure(row.event_type, row.session_id, row.run_id)
 
 
 def scope_selection(tenant: str, scope: Any) -> Selection | None:
-    """The events an erasure's ``scope`` covers (before its position), as a
-    selection of the tenant's events; None for a scope this tail does not
-    know. Today a scope is a session, or one run of it; a new kind of scope
-    is one more case here."""
-    if not isinstance(scope, dict) or set(scope) - {"session_id", "run_id"}:
+    """The tenant's events an erasure's ``scope`` covers (before its
+    position), as a selection; None for a scope this tail does not know."""
+    found = erasurescope.scope_of(scope)
+    if found is None:
         return None
-    session_id, run_id = scope.get("session_id"), scope.get("run_id")
-    if not isinstance(session_id, str) or not session_id or session_id == LEDGER_SESSION:
-        return None
-    if run_id is not None and not isinstance(run_id, str):
-        return None
-    return Selection(tenant=tenant, session_id=session_id, run_id=run_id)
+    return Selection(tenant=tenant, session_id=found.session_id, run_id=found.run_id)
 
 
 # -- writing (the apply thread) ----------------------------------------------------------
