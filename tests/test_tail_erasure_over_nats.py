@@ -12,6 +12,7 @@ from tail_support import wait_applied
 from test_erasure import CODE, EMAIL, NOTE, fill, holding
 
 from laneledger.contract.erasure import ERASURE_EVENT, LEDGER_SESSION
+from laneledger.sqlite import remove_database
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -62,3 +63,26 @@ async def test_a_live_tail_receives_the_erasure_and_the_tail_erases_its_copy(cli
         what="the tail to carry out the second erasure",
     )
     assert holding(files, [EMAIL, CODE, NOTE]) == []
+
+
+async def test_a_tail_rebuilt_from_the_stream_erases_again(client, actor, start_tail):
+    """The stream still carries the events whole, then the erasure: a read
+    model built from nothing folds both, and erases again."""
+    tail = await start_tail()
+    _, receipt = await fill(client, actor, "s1", "r1", 3)
+    done = await client.erase("s1", actor_id=actor.id, reason="GDPR Art. 17")
+    await wait_applied(tail.service, done.erasure.position)
+    path = tail.service.model.path
+    await start_tail.stop(tail)
+    remove_database(path)
+
+    rebuilt = await start_tail()
+    await wait_applied(rebuilt.service, done.erasure.position)
+    await eventually(
+        lambda: rebuilt.service.erasures_pending == 0 and rebuilt.service.model.wal_shredded,
+        what="the rebuilt tail to carry out the erasure",
+    )
+    session = (await rebuilt.api.get("/api/v1/sessions/s1")).json()["events"]
+    assert [e["position"] for e in session] == receipt.positions
+    assert all(e["erased"] == msgspec.to_builtins(done.erasure) for e in session)
+    assert holding([path, path.with_name(path.name + "-wal")], [EMAIL, CODE, NOTE]) == []
