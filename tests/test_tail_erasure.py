@@ -181,8 +181,9 @@ def test_a_scope_the_tail_does_not_know_is_left_alone(tmp_path):
 
 
 def test_an_erasure_goes_page_by_page_and_a_stop_resumes_it(tmp_path, monkeypatch):
-    """Each page is its own transaction, and where the erasure got to is kept
-    with it: a read model closed in the middle goes on where it stopped."""
+    """Each page is its own transaction, bounded in events and in bytes, and
+    where the erasure got to is kept with it: a read model closed in the
+    middle goes on where it stopped."""
     monkeypatch.setattr(erasure, "PAGE_ROWS", 2)
     routing = {"tenant": "acme", "lane_id": "l", "subject_id": "l", "actor_id": "a", "run_id": "r1"}
     sealed = {"event_type": "stream.text_delta", "content_salt": "ab" * 32, "extensions": {}}
@@ -204,8 +205,13 @@ def test_an_erasure_goes_page_by_page_and_a_stop_resumes_it(tmp_path, monkeypatc
     model = ReadModel(tmp_path / "tail.db")
     try:
         assert model.erasures_pending == 1
-        pages = [model.erase_page() for _ in range(2)]
-        assert [(p.erased, p.finished, p.more) for p in pages] == [([3, 4], False, True), ([5], True, False)]
+        monkeypatch.setattr(erasure, "PAGE_BYTES", 1)  # and one body a page at most
+        pages = [model.erase_page() for _ in range(3)]
+        assert [(p.erased, p.finished, p.more) for p in pages] == [
+            ([3], False, True),
+            ([4], False, True),
+            ([5], True, False),
+        ]
         bodies = [msgspec.json.decode(b) for (b,) in model.query("SELECT body FROM events ORDER BY position")]
         assert all(b["erased"] == {"position": 6, "event_id": "erasure-1"} for b in bodies[:5])
         assert bodies[5]["payload"] == scope and model.erasures_pending == 0 and model.wal_shredded

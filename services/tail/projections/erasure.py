@@ -125,8 +125,10 @@ def erase_page(db: sqlite3.Connection) -> Page:
         db.execute("DELETE FROM erasures_pending WHERE position = ?", (position,))
         return Page([], False, pending(db) > 0)
     where, params = selection.where()
+    # Positions and sizes first, each body then read alone: a page holds
+    # one body at a time, however large the events are.
     rows = db.execute(
-        f"SELECT position, session_id, event_type, body FROM events WHERE {where}"
+        f"SELECT position, session_id, event_type, length(body) FROM events WHERE {where}"
         " AND position > ? AND position < ? ORDER BY position LIMIT ?",
         [*params, done_through, position, PAGE_ROWS + 1],
     ).fetchall()
@@ -136,12 +138,13 @@ def erase_page(db: sqlite3.Connection) -> Page:
     read = 0
     last = done_through
     complete = len(rows) <= PAGE_ROWS
-    for at, session_id, event_type, body in rows[:PAGE_ROWS]:
+    for at, session_id, event_type, size in rows[:PAGE_ROWS]:
         if read >= PAGE_BYTES:  # never before the first event: a page always moves on
             complete = False
             break
-        read += len(body)
+        read += size
         last = at
+        ((body,),) = db.execute("SELECT body FROM events WHERE position = ?", (at,)).fetchall()
         event = _decode(body)
         if ERASED in event or CONTENT_SALT not in event:
             continue  # as the ledger leaves it
@@ -158,9 +161,8 @@ def erase_page(db: sqlite3.Connection) -> Page:
         erased.append(at)
     for key in sessions:
         session_index.summarise(db, key)
-    finished = complete
-    if finished:
+    if complete:
         db.execute("DELETE FROM erasures_pending WHERE position = ?", (position,))
     else:
         db.execute("UPDATE erasures_pending SET done_through = ? WHERE position = ?", (last, position))
-    return Page(erased, finished, not finished or pending(db) > 0)
+    return Page(erased, complete, not complete or pending(db) > 0)
