@@ -130,6 +130,17 @@ async def test_an_erasure_of_one_run_leaves_the_others_and_the_indexes_lose_what
     summary = (await tail.api.get("/api/v1/sessions", params={"q": "s1"})).json()["sessions"][0]
     [left] = summary["cost"]
     assert (left["currency"], Decimal(left["amount"]), summary["pauses_pending"]) == ("USD", 2, 0)
+    # The reports that read payloads at read time: an erased cost adds nothing.
+    costs = (await tail.api.get("/api/v1/costs", params={"session_id": "s1"})).json()
+    assert [(t["currency"], Decimal(str(t["amount"])), t["events"]) for t in costs["totals"]] == [
+        ("USD", 2, 1)
+    ]
+    activity = (await tail.api.get("/api/v1/sessions/s1/activity")).json()
+    assert [(m["currency"], Decimal(m["amount"])) for m in activity["cost"]] == [("USD", 2)]
+    assert activity["pauses"] == []
+    for route in ("timeline", "causal-tree"):
+        answer = await tail.api.get(f"/api/v1/sessions/s1/{route}")
+        assert answer.status == 200 and NOTE.encode() not in answer.body, route
     korg_record = (await tail.api.get(f"/api/korg/acme/event/{korg_call.positions[-1]}")).json()
     assert korg_record["source_agent"] == actor.id and korg_record["args"] == {}
     assert korg_record["metadata"]["erased"] == msgspec.to_builtins(done.erasure)
