@@ -13,10 +13,12 @@ from test_erasure import CODE, EMAIL, NOTE, fill, holding
 from test_otel_mapping import committed
 
 from laneledger.cli import main
+from laneledger.cli.ledger import render
 from laneledger.contract.erasure import ERASURE_EVENT, ERASURE_RUN, LEDGER_SESSION
 from laneledger.contract.erasurescope import ErasureScope, scope_of
 from laneledger.contract.model import Lane
 from laneledger.otel.mapping import SpanMapper
+from laneledger.sdk.client import make_event
 from laneledger.store import LedgerWriter, open_ledger
 
 PLANTED = [EMAIL, CODE, NOTE]
@@ -26,8 +28,13 @@ async def test_the_exports_show_erased_events_erased_and_still_verify(tmp_path, 
     writer = LedgerWriter(open_ledger(tmp_path / "ledger.db"))
     client = InProcessLedgerClient(writer)
     actor = await client.ensure_actor("acme", "agent:t@1", "agent")
-    await fill(client, actor, "s1", "r1", 3)
+    lane, _ = await fill(client, actor, "s1", "r1", 3)
+    cost = {"provider": "p", "model": "m", "amount": "1.5", "currency": "USD"}
+    await client.append(lane, 3, [make_event(lane.id, "cost.recorded", actor_id=actor.id, payload=cost)])
+    assert "cost: 1.5" in render(await client.load_session("s1"))
     done = await client.erase("s1", actor_id=actor.id, reason="GDPR Art. 17")
+    # `laneledger inspect`: an erased cost adds nothing (its amount is gone).
+    assert "cost: 0" in render(await client.load_session("s1"))
     mark = msgspec.to_builtins(done.erasure)
     writer._db.close()
     db = str(tmp_path / "ledger.db")
@@ -41,10 +48,10 @@ async def test_the_exports_show_erased_events_erased_and_still_verify(tmp_path, 
     assert holding([jsonl, korg], PLANTED) == []
 
     exported = [json.loads(line) for line in jsonl.read_text().splitlines()]
-    assert [e["erased"] for e in exported if e["session_id"] == "s1"] == [mark] * 3
+    assert [e["erased"] for e in exported if e["session_id"] == "s1"] == [mark] * 4
     assert exported[-1]["event_type"] == ERASURE_EVENT
     journal = [json.loads(line) for line in korg.read_text().splitlines()]
-    assert [(r["metadata"]["erased"], r["args"], r["result"]) for r in journal] == [(mark, {}, {})] * 3
+    assert [(r["metadata"]["erased"], r["args"], r["result"]) for r in journal] == [(mark, {}, {})] * 4
 
     capsys.readouterr()
     assert main(["verify", str(jsonl)]) == 0
