@@ -15,9 +15,11 @@ from polling import eventually
 from tail_fixtures import client_in_process, start_tail_in_process
 from tail_support import wait_applied
 from test_erasure import CODE, EMAIL, NOTE, fill, holding
+from worked_example import TENANT, record_worked_example
 
 from laneledger.contract.canonical import canonicalize
 from laneledger.contract.erasure import LEDGER_SESSION
+from laneledger.history.branching import rewind_session
 from laneledger.history.causality import KORG_TOOL_CALL
 from laneledger.sdk.client import make_event
 from laneledger.services.tail.projections import erasure
@@ -228,3 +230,20 @@ def test_an_erasure_goes_page_by_page_and_a_stop_resumes_it(tmp_path, monkeypatc
         assert bodies[5]["payload"] == scope and model.erasures_pending == 0 and model.wal_shredded
     finally:
         model.close()
+
+
+async def test_an_erased_rewind_no_longer_says_what_it_invalidated(client, start_tail):
+    """Its payload named the invalidated events; erased, it names none, so
+    ``exclude_invalidated`` reads leave nothing out (spec/tail.md, Erasure)."""
+    tail = await start_tail()
+    ex = await record_worked_example(client)
+    rewinder = (await client.ensure_actor(TENANT, "human:dusk", "human")).id
+    await rewind_session(client, ex.session_id, ex.ids[5], actor_id=rewinder)  # invalidates 6, 7
+    gone = ex.positions[6]
+    answer = await tail.api.get(f"/api/v1/events/{gone}", params={"exclude_invalidated": "true"})
+    assert answer.status == 404 and answer.error["details"]["invalidated"] is True
+
+    await erased_in_tail(tail, client, ex.session_id, actor_id=rewinder, tenant=TENANT)
+
+    answer = await tail.api.get(f"/api/v1/events/{gone}", params={"exclude_invalidated": "true"})
+    assert answer.status == 200 and "erased" in answer.json()
