@@ -95,18 +95,28 @@ def test_the_otel_mapping_drops_what_it_holds_of_an_erased_event():
     assert unknown.attributes["gen_ai.tool.name"] == EMAIL
 
 
-def test_an_erasure_scope_is_a_session_or_one_run_of_it():
-    assert scope_of({"session_id": "s1"}) == ErasureScope("s1")
+def test_an_erasure_scope_is_a_session_a_run_a_data_subject_or_a_time():
     run = scope_of({"session_id": "s1", "run_id": "r1"})
-    assert run is not None and run.covers("s1", "r1") and not run.covers("s1", "r2")
-    assert not run.covers("s2", "r1")
+    assert run == ErasureScope(session_id="s1", run_id="r1")
+    assert run.covers(session_id="s1", run_id="r1") and not run.covers(session_id="s1", run_id="r2")
+    assert scope_of({"session_id": "s1"}).covers(session_id="s1", run_id="r2")
+    subject = scope_of({"data_subject": "cust-7"})
+    assert subject.covers(session_id="s9", run_id="r", data_subject="cust-7")
+    assert not subject.covers(session_id="s9", run_id="r", data_subject="cust-8")
+    old = scope_of({"committed_before": "2026-01-01T00:00:00.000000Z"})
+    assert old.covers(session_id="s1", run_id="r", committed_at="2025-12-31T23:59:59.999999Z")
+    assert not old.covers(session_id="s1", run_id="r", committed_at="2026-01-01T00:00:00.000000Z")
+    # The tenant's ledger lane (its erasures) is in no scope.
+    assert not old.covers(session_id=LEDGER_SESSION, run_id=ERASURE_RUN, committed_at="2025-01-01T00:00:00Z")
     for unknown in (
-        {"data_subject": "x"},
+        {"customer_segment": "x"},
         {"session_id": "s1", "committed_before": "2026-01-01T00:00:00Z"},
+        {"data_subject": "x", "run_id": "r1"},
         None,
         "s1",
         {"session_id": 7},
         {"session_id": LEDGER_SESSION},
         {"session_id": "s1", "run_id": 3},
+        {"data_subject": ""},
     ):
         assert scope_of(unknown) is None, unknown

@@ -6,6 +6,7 @@ real sequencer: test_tail_erasure_over_nats.py."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import msgspec
@@ -14,16 +15,16 @@ import pytest_asyncio
 from polling import eventually
 from tail_fixtures import client_in_process, start_tail_in_process
 from tail_support import wait_applied
-from test_erasure import CODE, EMAIL, NOTE, fill, holding
+from test_erasure import CODE, EMAIL, NOTE, fill, holding, planted
 from worked_example import TENANT, record_worked_example
 
 from laneledger.contract.canonical import canonicalize
+from laneledger.contract.clock import format_timestamp
 from laneledger.contract.erasure import LEDGER_SESSION
 from laneledger.history.branching import rewind_session
 from laneledger.history.causality import KORG_TOOL_CALL
 from laneledger.sdk.client import make_event
 from laneledger.services.tail.projections import erasure
-from laneledger.services.tail.projections.events import Selection
 from laneledger.services.tail.readmodel import ReadModel
 
 client = pytest.fixture(client_in_process, name="client")
@@ -155,22 +156,8 @@ async def test_an_erasure_of_one_run_leaves_the_others_and_the_indexes_lose_what
 
 
 def test_a_scope_the_tail_does_not_know_is_left_alone(tmp_path):
-    """Scope kinds come (data subjects, retention): one this tail does not
-    know yet is skipped, and the tail goes on."""
-    assert erasure.scope_selection("acme", {"session_id": "s1", "run_id": "r1"}) == Selection(
-        tenant="acme", session_id="s1", run_id="r1"
-    )
-    for unknown in (
-        {"data_subject": "x"},
-        {"session_id": "s1", "committed_before": "2026-01-01T00:00:00Z"},
-        None,
-        "s1",
-        {"session_id": 7},
-        {"session_id": LEDGER_SESSION},
-        {"session_id": "s1", "run_id": 3},
-    ):
-        assert erasure.scope_selection("acme", unknown) is None, unknown
-
+    """Scope kinds may come that this tail does not know yet: such an erasure
+    is skipped (erasurescope.scope_of), and the tail goes on."""
     model = ReadModel(tmp_path / "tail.db")
     try:
         routing = {"tenant": "acme", "lane_id": "l", "subject_id": "l", "seq": 1, "actor_id": "a"}
@@ -182,7 +169,7 @@ def test_a_scope_the_tail_does_not_know_is_left_alone(tmp_path):
             "session_id": LEDGER_SESSION,
             "run_id": "erasures",
             "event_type": "ext.laneledger.erased",
-            "payload": {"scope": {"data_subject": "x"}, "reason": "r"},
+            "payload": {"scope": {"customer_segment": "x"}, "reason": "r"},
         }
         model.apply([(1, canonicalize(held)), (2, canonicalize(unknown))])
         assert model.erasures_pending == 1
@@ -238,7 +225,8 @@ async def test_an_erased_rewind_no_longer_says_what_it_invalidated(client, start
     tail = await start_tail()
     ex = await record_worked_example(client)
     rewinder = (await client.ensure_actor(TENANT, "human:dusk", "human")).id
-    await rewind_session(client, ex.session_id, ex.ids[5], actor_id=rewinder)  # invalidates 6, 7
+    rewound = await rewind_session(client, ex.session_id, ex.ids[5], actor_id=rewinder)  # invalidates 6, 7
+    await wait_applied(tail.service, rewound.receipt.positions[0])
     gone = ex.positions[6]
     answer = await tail.api.get(f"/api/v1/events/{gone}", params={"exclude_invalidated": "true"})
     assert answer.status == 404 and answer.error["details"]["invalidated"] is True
@@ -247,3 +235,52 @@ async def test_an_erased_rewind_no_longer_says_what_it_invalidated(client, start
 
     answer = await tail.api.get(f"/api/v1/events/{gone}", params={"exclude_invalidated": "true"})
     assert answer.status == 200 and "erased" in answer.json()
+
+
+SESSIONS = ("s1", "s2", "s3")
+
+
+async def test_a_data_subjects_erasure_and_a_retention_erasure_reach_every_session(
+    client, actor, start_tail, monkeypatch
+):
+    """Scopes that are no session: the tail looks through windows of
+    positions and checks each event (a data subject's, older than a time)."""
+    monkeypatch.setattr(erasure, "WINDOW", 3)
+    monkeypatch.setattr(erasure, "PAGE_ROWS", 2)
+    tail = await start_tail()
+    lanes = {
+        s: await client.create_lane("acme", s, "r1", "main", actor_id=actor.id) for s in ("s1", "s2", "s3")
+    }
+
+    async def append(session: str, seq: int, who: str | None) -> list[int]:
+        lane = lanes[session]
+        events = [
+            make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload=planted(n), data_subject=who)
+            for n in range(2)
+        ]
+        return (await client.append(lane, seq, events)).positions
+
+    subjects = await append("s1", 0, "cust-7") + await append("s3", 0, "cust-7")
+    others = await append("s2", 0, None) + await append("s3", 2, "cust-8")
+    await wait_applied(tail.service, max(others))
+
+    await erased_in_tail(tail, client, None, data_subject="cust-7", tenant="acme", actor_id=actor.id)
+    bodies = {e["position"]: e for e in await _events(tail, SESSIONS)}
+    assert [p for p, e in sorted(bodies.items()) if "erased" in e] == sorted(subjects)
+    assert all(bodies[p]["payload"]["email"] == EMAIL for p in others)
+
+    before = format_timestamp(datetime.now(UTC))
+    later = await append("s2", 2, None)
+    await wait_applied(tail.service, later[-1])
+    await erased_in_tail(tail, client, None, committed_before=before, tenant="acme", actor_id=actor.id)
+    bodies = {e["position"]: e for e in await _events(tail, SESSIONS)}
+    assert all("erased" in bodies[p] for p in others) and all("erased" not in bodies[p] for p in later)
+    ledger_lane = (await tail.api.get(f"/api/v1/sessions/{LEDGER_SESSION}")).json()["events"]
+    assert [e["payload"]["scope"] for e in ledger_lane] == [
+        {"data_subject": "cust-7"},
+        {"committed_before": before},
+    ]
+
+
+async def _events(tail, sessions) -> list[dict]:
+    return [e for s in sessions for e in (await tail.api.get(f"/api/v1/sessions/{s}")).json()["events"]]

@@ -46,6 +46,7 @@ CREATE TABLE IF NOT EXISTS erasures_pending (
 """
 
 PAGE_ROWS = 200  # events one page looks at, at most
+WINDOW = 20_000  # positions one page of a scope that is no session looks through, at most
 PAGE_BYTES = 4 << 20  # and bodies read, at most (at least one event a page)
 
 
@@ -62,13 +63,27 @@ def is_erasure(row: Row) -> bool:
     return bool(row.tenant) and erasurescope.is_erasure(row.event_type, row.session_id, row.run_id)
 
 
-def scope_selection(tenant: str, scope: Any) -> Selection | None:
-    """The tenant's events an erasure's ``scope`` covers (before its
-    position), as a selection; None for a scope this tail does not know."""
-    found = erasurescope.scope_of(scope)
-    if found is None:
-        return None
-    return Selection(tenant=tenant, session_id=found.session_id, run_id=found.run_id)
+def _candidates(
+    db: sqlite3.Connection, tenant: str, scope: erasurescope.ErasureScope, after: int, before: int
+) -> tuple[list[tuple[int, int]], int]:
+    """The next (position, body size) that may be in ``scope`` after
+    ``after`` and before the erasure (``before``), at most ``PAGE_ROWS`` + 1
+    (to tell whether more follow); and the position the read went up to. A
+    session is read off its index; another scope (a data subject, a time)
+    by windows of ``WINDOW`` positions of every tenant's events, its events
+    then checked one by one (``ErasureScope.covers``)."""
+    if scope.session_id is not None:
+        where, params = Selection(tenant, scope.session_id, scope.run_id).where()
+        upto = before - 1
+    else:
+        where, params = "tenant = ?", [tenant]
+        upto = min(before - 1, after + WINDOW)
+    rows = db.execute(
+        f"SELECT position, length(body) FROM events WHERE {where}"
+        " AND position > ? AND position <= ? ORDER BY position LIMIT ?",
+        [*params, after, upto, PAGE_ROWS + 1],
+    ).fetchall()
+    return [(int(p), int(n)) for p, n in rows], upto
 
 
 # -- writing (the apply thread) ----------------------------------------------------------
@@ -116,36 +131,36 @@ def erase_page(db: sqlite3.Connection) -> Page:
     ).fetchone()
     if found is None:
         return Page([], False, False)
-    position, event_id, tenant, scope, done_through = found
-    selection = scope_selection(tenant, _decode(scope))
-    if selection is None:
+    position, event_id, tenant, scope_json, done_through = found
+    scope = erasurescope.scope_of(_decode(scope_json))
+    if scope is None:
         log.warning(
             "erasure %s at position %d: a scope this tail does not know, left alone", event_id, position
         )
         db.execute("DELETE FROM erasures_pending WHERE position = ?", (position,))
         return Page([], False, pending(db) > 0)
-    where, params = selection.where()
     # Positions and sizes first, each body then read alone: a page holds
     # one body at a time, however large the events are.
-    rows = db.execute(
-        f"SELECT position, session_id, event_type, length(body) FROM events WHERE {where}"
-        " AND position > ? AND position < ? ORDER BY position LIMIT ?",
-        [*params, done_through, position, PAGE_ROWS + 1],
-    ).fetchall()
+    rows, upto = _candidates(db, tenant, scope, done_through, position)
     mark = {"position": position, "event_id": event_id}
     erased: list[int] = []
     sessions: set[tuple[str, str]] = set()
     read = 0
-    last = done_through
-    complete = len(rows) <= PAGE_ROWS
-    for at, session_id, event_type, size in rows[:PAGE_ROWS]:
+    last = done_through  # the last position looked at
+    stopped = ended = False  # by the byte bound; at the end of a retention scope
+    for at, size in rows[:PAGE_ROWS]:
         if read >= PAGE_BYTES:  # never before the first event: a page always moves on
-            complete = False
+            stopped = True
             break
         read += size
         last = at
         ((body,),) = db.execute("SELECT body FROM events WHERE position = ?", (at,)).fetchall()
         event = _decode(body)
+        if not _covered(scope, event):
+            if scope.committed_before is not None and not _older(scope, event):
+                ended = True  # the clock moves forward: no later event is older
+                break
+            continue
         if ERASED in event or CONTENT_SALT not in event:
             continue  # as the ledger leaves it
         try:
@@ -153,6 +168,7 @@ def erase_page(db: sqlite3.Connection) -> Page:
         except ValueError:
             continue  # no well-formed salt: not an event the ledger sealed, left as it is
         db.execute("UPDATE events SET body = ? WHERE position = ?", (gone, at))
+        event_type, session_id = event.get("event_type", ""), event.get("session_id", "")
         payload = event.get("payload")
         if isinstance(payload, dict) and payload:
             korg_index.forget_content(db, at, event_type, event.get("actor_id", ""))
@@ -161,8 +177,26 @@ def erase_page(db: sqlite3.Connection) -> Page:
         erased.append(at)
     for key in sessions:
         session_index.summarise(db, key)
+    # A window whose candidates were all looked at is done up to its end.
+    reached = last if stopped or len(rows) > PAGE_ROWS else upto
+    complete = ended or reached >= position - 1
     if complete:
         db.execute("DELETE FROM erasures_pending WHERE position = ?", (position,))
     else:
-        db.execute("UPDATE erasures_pending SET done_through = ? WHERE position = ?", (last, position))
+        db.execute("UPDATE erasures_pending SET done_through = ? WHERE position = ?", (reached, position))
     return Page(erased, complete, not complete or pending(db) > 0)
+
+
+def _covered(scope: erasurescope.ErasureScope, event: dict[str, Any]) -> bool:
+    return scope.covers(
+        session_id=event.get("session_id", ""),
+        run_id=event.get("run_id", ""),
+        data_subject=event.get("data_subject"),
+        committed_at=event.get("committed_at"),
+    )
+
+
+def _older(scope: erasurescope.ErasureScope, event: dict[str, Any]) -> bool:
+    """Committed before a retention scope's time (whatever its session)."""
+    committed_at = event.get("committed_at")
+    return isinstance(committed_at, str) and committed_at < str(scope.committed_before)

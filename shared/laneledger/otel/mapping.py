@@ -116,7 +116,12 @@ class SpanMapper:
             if (
                 held.tenant == erasure.tenant
                 and held.position < erasure.position
-                and scope.covers(held.session_id, held.run_id)
+                and scope.covers(
+                    session_id=held.session_id,
+                    run_id=held.run_id,
+                    data_subject=held.data_subject or None,
+                    committed_at=held.committed_at,
+                )
             ):
                 # An open attempt keeps its operation (one of OPERATIONS' names,
                 # not content), so its span still ends as a chat or a tool call.
