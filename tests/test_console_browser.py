@@ -17,6 +17,7 @@ import nats
 import pytest
 from browser_support import screenshot
 from playwright.async_api import Page, expect
+from polling import eventually
 from sequencer_process import SequencerProcess
 from tail_support import fill, new_lane, wait_applied
 
@@ -679,6 +680,27 @@ async def test_an_event_opens_with_its_record_cause_effects_and_content(client, 
     await page.get_by_role("button", name="Open event").click()
     await expect(page.locator("#event-status")).to_contain_text("Cannot open event 99999")
     await expect(page.locator("#event-status")).to_contain_text("HTTP 404")
+
+
+async def test_an_erased_event_shows_as_erased(client, actor, start_tail, browser):
+    """Once the tail has carried out an erasure (spec/erasure.md, Readers),
+    the live tail and the event view say which erasure erased the content."""
+    tail = await start_tail()
+    lane = await new_lane(client, actor, "s-erased", "r1")
+    secret = make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload={"text": "a secret note"})
+    [at] = (await client.append(lane, 0, [secret])).positions
+    done = await client.erase("s-erased", actor_id=actor.id, reason="GDPR Art. 17")
+    await wait_applied(tail.service, done.erasure.position)
+    await eventually(lambda: tail.service.erasures_pending, until=lambda n: n == 0, what="the erasure")
+    page = await browser.page(tail.url + "/#/tail")
+    row = page.locator(f'#tail-rows tr[data-position="{at}"]')
+    await expect(row).to_contain_text(f"erased by erasure {done.erasure_id}")
+    await expect(row).not_to_contain_text("a secret note")
+    await row.get_by_role("link", name=str(at), exact=True).click()
+    await expect(page.locator("#event-chain")).to_contain_text(
+        f"Its content was erased by erasure {done.erasure_id} (position {done.erasure.position})."
+    )
+    await expect(page.get_by_label("The committed record, as JSON")).not_to_contain_text("a secret note")
 
 
 # -- accessibility ------------------------------------------------------------------------------

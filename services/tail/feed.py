@@ -175,6 +175,16 @@ class Feed:
         self._ring_low = max(self._ring_low, self.applied - self._capacity + 1)
         self._bump()
 
+    def forget(self, positions: Sequence[int]) -> None:
+        """These events were rewritten in the read model (erased): the ring
+        drops its copies, so every subscriber reads them from SQLite."""
+        if self._capacity:
+            for position in positions:
+                slot = position % self._capacity
+                entry = self._ring[slot]
+                if entry is not None and entry.position == position:
+                    self._ring[slot] = None
+
     def close(self) -> None:
         """Wake every subscriber so it can end (service shutdown)."""
         self.closed = True

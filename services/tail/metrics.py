@@ -63,3 +63,13 @@ class TailMetrics:
             "Bytes of event pages held for readers now, against --read-memory-mib (budget.py).",
             registry=registry,
         )
+        self.erasures_pending = Gauge(
+            "laneledger_tail_erasures_pending",
+            "Erasures folded from the stream and not yet carried out in the read model.",
+            registry=registry,
+        )
+        self.erased_events = Counter(
+            "laneledger_tail_erased_events_total",
+            "Events the read model rewrote to their erased form.",
+            registry=registry,
+        )

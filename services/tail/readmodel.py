@@ -6,6 +6,7 @@ of the projections (``projections/``, one module per table):
 * ``korg_index``: every event as Korg §8 sees it;
 * ``tlog``: the ledger's Merkle tree of those positions, and the checkpoints
   and cosignatures the tail serves;
+* ``erasure``: the erasures folded and not yet carried out (``erase_page``);
 
 and ``meta.applied_position``: the last position applied. All are written
 in the same transaction, so after any stop or crash the tail resumes exactly
@@ -43,12 +44,13 @@ from laneledger.sqlite import (
     open_readonly,
     put_meta,
     record_applied_position,
+    shred_wal,
     transaction,
 )
 from laneledger.tlog.checkpoint import TreeHead
 from laneledger.tlog.note import Signature
 
-from .projections import events, korg_index, session_index, tlog
+from .projections import erasure, events, korg_index, session_index, tlog
 from .projections.events import Row, row_of
 
 META_DDL = """
@@ -57,7 +59,7 @@ CREATE TABLE IF NOT EXISTS meta (
     value INTEGER NOT NULL
 );
 """
-DDL = META_DDL + events.DDL + session_index.DDL + korg_index.DDL + tlog.DDL
+DDL = META_DDL + events.DDL + session_index.DDL + korg_index.DDL + tlog.DDL + erasure.DDL
 
 _APPLIED = "applied_position"  # the meta key of the last position stored
 _WHAT = "the tail's read model"
@@ -72,6 +74,9 @@ class ReadModel:
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._db = open_database(self.path, durability=Durability.NORMAL, ddl=DDL, what=_WHAT)
+        # An erasure rewrites bodies: the old cells and freed pages are zeroed,
+        # not left in the file (spec/erasure.md, Readers).
+        self._db.execute("PRAGMA secure_delete = ON")
         # Authoritative: only the apply thread changes it, inside the transaction.
         self.applied = applied_position(self._db, _APPLIED, what=f"cannot open {_WHAT}")
         events.add_causation(self._db, f"cannot open {_WHAT}")
@@ -84,6 +89,9 @@ class ReadModel:
         )
         with failures_as(f"cannot open {_WHAT}"):
             self.checkpoint_size = tlog.latest_size(self._db)
+            # Erasures folded and not yet carried out (a stop resumes them).
+            self.erasures_pending = erasure.pending(self._db)
+        self.wal_shredded = True  # whether the last finished erasure's WAL truncate got through
 
     def _catch_up(
         self, folded_key: str, fold: Callable[[sqlite3.Connection, list[Row]], None], what: str
@@ -129,9 +137,24 @@ class ReadModel:
             session_index.fold(db, rows)
             korg_index.fold(db, rows)  # after the sessions index: it reads a session's first event
             tlog.extend(db, [(r.position, r.body) for r in rows])
+            noted = erasure.note(db, rows)
             record_applied_position(db, _APPLIED, rows[-1].position)
         self.applied = rows[-1].position
+        if noted:
+            self.erasures_pending = erasure.pending(self._db)
         return rows
+
+    def erase_page(self) -> erasure.Page:
+        """Carry out one bounded page of the oldest pending erasure, in its
+        own transaction; once an erasure is done (or a truncate was held up),
+        checkpoint and truncate the WAL so the erased bytes leave it too."""
+        with transaction(self._db, "read model erasure failed") as db:
+            done = erasure.erase_page(db)
+            self.erasures_pending = erasure.pending(db)
+        if done.finished or not self.wal_shredded:
+            with failures_as("read model WAL checkpoint failed"):
+                self.wal_shredded = shred_wal(self._db)
+        return done
 
     def take_checkpoint(self, sequence: int, checkpoint: TreeHead | None, note: str) -> bool:
         """Record that LEDGER_TLOG's message ``sequence`` was read, and keep

@@ -22,6 +22,7 @@ from aiohttp import web
 from nats.aio.client import Client as NATS
 from prometheus_client import CollectorRegistry
 
+from laneledger.contract.errors import InternalError
 from laneledger.contract.ids import new_id
 from laneledger.contract.subjects import EVENTS_STREAM, Subjects
 from laneledger.runtime.access import AccessPolicy, access_middleware
@@ -128,6 +129,10 @@ class TailService:
         self._tasks: list[asyncio.Task[None]] = []
         self._follow_task: asyncio.Task[None] | None = None
         self._applying: asyncio.Task[None] | None = None
+        self._erasing: asyncio.Task[None] | None = None
+        # Erasures not yet carried out, as the routes see them: set in the
+        # event loop once a page's positions have left the feed's ring.
+        self.erasures_pending = self.model.erasures_pending
         self._runner: web.AppRunner | None = None
         self.app = self._make_app()
 
@@ -196,6 +201,7 @@ class TailService:
             asyncio.create_task(self.checkpoints.run(), name="tail-checkpoints"),
         ]
         self._runner, bound = await start_http(self.app, host, port)
+        self._erase_when_due()  # erasures a stop left unfinished
         return bound
 
     async def wait(self) -> None:
@@ -215,6 +221,9 @@ class TailService:
         await cancel_tasks(self._tasks, timeout_s=10.0)
         if self._applying is not None:
             await asyncio.gather(self._applying, return_exceptions=True)
+        if self._erasing is not None:  # a page in the apply thread finishes; the rest resumes at start
+            self._erasing.cancel()
+            await asyncio.gather(self._erasing, return_exceptions=True)
         if self._runner is not None:
             await self._runner.cleanup()
         await self.ledger.close()
@@ -281,6 +290,39 @@ class TailService:
         self.metrics.applied_position.set(self.feed.applied)
         if self.stream_last is not None:
             self.metrics.lag.set(max(self.stream_last - self.feed.applied, 0))
+        self._erase_when_due()
+
+    # -- erasures (spec/erasure.md, Readers) -------------------------------------------------
+
+    def _erase_when_due(self) -> None:
+        """Carry out the erasures the read model has folded, unless that is
+        under way already."""
+        self._count_pending()
+        due = self.model.erasures_pending or not self.model.wal_shredded
+        if due and (self._erasing is None or self._erasing.done()):
+            self._erasing = asyncio.create_task(self._erase(), name="tail-erase")
+
+    def _count_pending(self) -> None:
+        self.erasures_pending = self.model.erasures_pending
+        self.metrics.erasures_pending.set(self.erasures_pending)
+
+    async def _erase(self) -> None:
+        """One bounded page at a time on the apply thread, so batches of the
+        stream are applied between pages and a large session never holds the
+        tail up for long; each page's positions leave the feed's ring."""
+        loop = asyncio.get_running_loop()
+        while self.model.erasures_pending or not self.model.wal_shredded:
+            try:
+                page = await loop.run_in_executor(self._apply_thread, self.model.erase_page)
+            except InternalError:  # SQLite failed: the erasure stays pending, tried again
+                log.exception("erasing in the read model failed; retrying")
+                await asyncio.sleep(1.0)
+                continue
+            self.feed.forget(page.erased)
+            self._count_pending()
+            self.metrics.erased_events.inc(len(page.erased))
+            if not page.more and not self.model.wal_shredded:
+                await asyncio.sleep(0.5)  # a reader's snapshot held the WAL: truncate again soon
 
     async def refresh_stream_last(self) -> int:
         """The committed stream's last sequence, asked now."""

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from msgspec import UNSET, Meta, UnsetType
 
-from laneledger.contract.model import Hash, Id
+from laneledger.contract.model import ErasureMark, Hash, Id
 
 from . import Answer, Count, Position
 
@@ -28,6 +28,10 @@ class KorgRecordMetadata(Answer, kw_only=True):
     position: Position
     root_seq: Position
     laneledger_entry_hash: Hash
+    erased: Annotated[
+        ErasureMark | UnsetType,
+        Meta(description="the erasure that erased the event's content (spec/erasure.md); absent when whole"),
+    ] = UNSET
 
 
 class KorgRecord(Answer, kw_only=True):

@@ -99,6 +99,12 @@ function shortJSON(value, max = 160) {
   return text.length > max ? text.slice(0, max - 1) + "…" : text;
 }
 
+// What a table shows of an event's payload: an erased event's content is
+// gone (spec/erasure.md), so say by which erasure rather than show "{}".
+function payloadText(ev) {
+  return ev.erased ? `erased by erasure ${ev.erased.event_id}` : shortJSON(ev.payload);
+}
+
 function formatMs(ms) {
   if (ms === null || ms === undefined) return "";
   if (ms < 1000) return ms + " ms";
@@ -373,7 +379,7 @@ function tailRow(ev) {
   const tr = el("tr", { "data-position": ev.position });
   const session = el("td", {}, sessionLink(ev.session_id));
   tr.append(el("td", { class: "num" }, eventLink(ev.position)), cell(ev.committed_at), cell(ev.event_type), session,
-    cell(ev.run_id), cell(`${ev.lane_id}:${ev.seq}`), cell(ev.actor_id), cell(shortJSON(ev.payload)));
+    cell(ev.run_id), cell(`${ev.lane_id}:${ev.seq}`), cell(ev.actor_id), cell(payloadText(ev)));
   return tr;
 }
 
@@ -682,7 +688,7 @@ function showEvents(list, hasOlder, hasNewer) {
   for (const ev of list) {
     const tr = el("tr", { "data-position": ev.position });
     tr.append(el("td", { class: "num" }, eventLink(ev.position)), cell(ev.occurred_at), cell(ev.event_type), cell(ev.run_id),
-      cell(`${laneName(session.data, ev.lane_id)}:${ev.seq}`), cell(ev.subject_id), cell(shortJSON(ev.payload)));
+      cell(`${laneName(session.data, ev.lane_id)}:${ev.seq}`), cell(ev.subject_id), cell(payloadText(ev)));
     body.append(tr);
   }
   $("events-page").textContent = list.length
@@ -888,7 +894,8 @@ async function openEvent(position) {
     if (shownEvent !== position) return;
     $("event-record").textContent = JSON.stringify(ev, null, 2);
     $("event-chain").textContent = `${ev.event_type} on lane ${ev.lane_id} seq ${ev.seq} of session ` +
-      `${ev.session_id}, run ${ev.run_id}; prev_hash ${ev.prev_hash}; entry_hash ${ev.entry_hash}.`;
+      `${ev.session_id}, run ${ev.run_id}; prev_hash ${ev.prev_hash}; entry_hash ${ev.entry_hash}.` +
+      (ev.erased ? ` Its content was erased by erasure ${ev.erased.event_id} (position ${ev.erased.position}).` : "");
     renderCausation(links);
     renderContent(ev);
     $("event-body").hidden = false;

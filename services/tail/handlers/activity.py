@@ -55,6 +55,7 @@ class Event(msgspec.Struct):
     event_type: str
     occurred_at: str
     payload: dict[str, Any] = {}
+    erased: dict[str, Any] | None = None  # its content erased (spec/erasure.md)
 
 
 _decode = msgspec.json.Decoder(Event)
@@ -168,6 +169,8 @@ class Activity(ReadModelRoutes):
 
     @staticmethod
     def _cost(e: Event, spans: dict[str, dict[str, OpenSpan]], totals: dict[str, Decimal]) -> None:
+        if e.erased is not None:
+            return  # its content, the amount with it, is erased: it adds nothing
         p = e.payload
         try:  # the sequencer checked the payload (vocabulary.json)
             amount, currency = Decimal(str(p["amount"])), str(p["currency"])

@@ -61,6 +61,19 @@ class CostEvent(msgspec.Struct):
 _decode = msgspec.json.Decoder(CostEvent)
 
 
+class _Mark(msgspec.Struct):
+    erased: dict[str, Any] | None = None
+
+
+_mark = msgspec.json.Decoder(_Mark)
+
+
+def _erased(body: bytes) -> bool:
+    """Whether the event's content is erased (spec/erasure.md): its amount
+    is gone with it, so it adds nothing."""
+    return b'"erased":' in body and _mark.decode(body).erased is not None
+
+
 class Tally:
     """A sum of costs in one currency, with the tokens and events behind it."""
 
@@ -137,6 +150,8 @@ class Costs:
         for position, body in events.bodies_of_types(
             self._model, selection, ("cost.recorded",), upto=applied
         ):
+            if _erased(body):
+                continue
             try:
                 event = _decode.decode(body)
                 amount = Decimal(event.payload.amount)

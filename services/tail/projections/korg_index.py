@@ -84,6 +84,17 @@ def fold(db: sqlite3.Connection, rows: Iterable[Row]) -> None:
         put_meta(db, FOLDED, last)
 
 
+def forget_content(db: sqlite3.Connection, position: int, event_type: str, actor_id: str) -> None:
+    """The event at ``position`` is erased (projections/erasure.py): its
+    ``source_agent``, a Korg call's from its payload, becomes what an empty
+    payload gives (its actor id)."""
+    if event_type == KORG_TOOL_CALL:
+        db.execute(
+            "UPDATE korg_index SET source_agent = ? WHERE position = ?",
+            (source_agent_of(event_type, {}, actor_id), position),
+        )
+
+
 def _position_of(db: sqlite3.Connection, event_id: str) -> int | None:
     found = db.execute("SELECT position FROM events WHERE event_id = ? LIMIT 1", (event_id,)).fetchone()
     return None if found is None else int(found[0])

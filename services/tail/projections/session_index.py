@@ -134,7 +134,7 @@ def fold(db: sqlite3.Connection, rows: Iterable[Row]) -> None:
                 member,
             )
     for key in spans:
-        _summarise(db, key)
+        summarise(db, key)
     if last:
         put_meta(db, FOLDED, last)
 
@@ -159,20 +159,50 @@ def _read_detail(body: bytes) -> _Detail:
         return _Detail()
 
 
-def _add_cost(db: sqlite3.Connection, key: tuple[str, str], payload: dict[str, Any]) -> None:
+def _add_cost(db: sqlite3.Connection, key: tuple[str, str], payload: dict[str, Any], sign: int = 1) -> None:
+    """Add a cost's amount to its session's total in its currency (``sign``
+    -1: take it out again, the cost erased; a total back at nothing is no row)."""
     try:
         amount, currency = Decimal(str(payload["amount"])), str(payload["currency"])
     except (KeyError, InvalidOperation):
         return  # the sequencer checks cost payloads; one that does not read adds nothing
+    amount = amount.copy_negate() if sign < 0 else amount
     found = db.execute(
         "SELECT amount FROM session_costs WHERE tenant = ? AND session_id = ? AND currency = ?",
         (*key, currency),
     ).fetchone()
+    if found is None and sign < 0:
+        return
     total = COST_SUM.add(Decimal(found[0]), amount) if found else amount
+    if sign < 0 and total.is_zero():
+        db.execute(
+            "DELETE FROM session_costs WHERE tenant = ? AND session_id = ? AND currency = ?", (*key, currency)
+        )
+        return
     db.execute("INSERT OR REPLACE INTO session_costs VALUES (?,?,?,?)", (*key, currency, str(total)))
 
 
-def _summarise(db: sqlite3.Connection, key: tuple[str, str]) -> None:
+def forget_content(
+    db: sqlite3.Connection, key: tuple[str, str], event_type: str, payload: dict[str, Any]
+) -> bool:
+    """An event of the session ``key`` is erased (projections/erasure.py):
+    take out what the index copied of its ``payload``, so the index is what
+    folding its erased form (payload ``{}``) gives: its cost, its pending
+    pause. Whether the session's summary is to be recomputed (``summarise``)."""
+    if event_type == "cost.recorded":
+        _add_cost(db, key, payload, sign=-1)
+        return False
+    if event_type == "hitl.paused" and isinstance(payload.get("pause_id"), str):
+        db.execute(
+            "DELETE FROM session_members WHERE tenant = ? AND session_id = ? AND kind = 'pending_pause'"
+            " AND member = ?",
+            (*key, payload["pause_id"]),
+        )
+        return True
+    return False
+
+
+def summarise(db: sqlite3.Connection, key: tuple[str, str]) -> None:
     """Recompute a session's counts and status from its members."""
     counts = dict(
         db.execute(

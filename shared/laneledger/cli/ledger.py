@@ -177,7 +177,9 @@ def render(view: SessionView | RunView) -> str:
     walk(None, 1)
     types = Counter(e.event_type for e in view.events)
     lines.append(f"{len(view.events)} events: " + ", ".join(f"{t} {n}" for t, n in types.most_common()))
-    cost = sum((cost_amount(e.payload) for e in view.events if e.event_type == "cost.recorded"), Decimal(0))
+    # An erased cost's amount is gone with its content (spec/erasure.md): it adds nothing.
+    costs = [e for e in view.events if e.event_type == "cost.recorded" and e.erased is msgspec.UNSET]
+    cost = sum((cost_amount(e.payload) for e in costs), Decimal(0))
     lines.append(f"cost: {cost}")
     terminal = {t for ts in TERMINAL_EVENT_TYPES.values() for t in ts}
     ends = [

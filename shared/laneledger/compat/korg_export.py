@@ -29,7 +29,7 @@ from typing import Any, BinaryIO
 import msgspec
 
 from laneledger.compat.korg import KORG_LEDGER_V1, check_value, korg_canonical
-from laneledger.contract.chain import GENESIS_HASH, link
+from laneledger.contract.chain import ERASED, GENESIS_HASH, link
 from laneledger.contract.contentref import REFS_FIELD, is_ref
 from laneledger.contract.errors import NotCanonicalizable
 from laneledger.contract.model import SessionView, decoder, encode
@@ -93,6 +93,8 @@ def korg_record(
             "laneledger_entry_hash": body["entry_hash"],
         },
     }
+    if ERASED in body:  # its content erased (spec/erasure.md): say by which erasure
+        record["metadata"]["erased"] = body[ERASED]
     if node.event_type == KORG_TOOL_CALL:  # a Korg call comes back as it was posted
         record.update(
             source_agent=payload.get("source_agent", source_agent),

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from laneledger.compat.korg_export import SCHEMA_VERSION, payload_refs_of
+from laneledger.contract.chain import ERASED
 from laneledger.contract.contentref import REFS_FIELD
 from laneledger.history.causality import INFERENCE, KORG_TOOL_CALL, PROMPT, TOOL, role_of
 
@@ -84,6 +85,8 @@ def record(body: Mapping[str, Any], source_agent: str, triggered_by: int | None,
             "position": body["position"],
             "root_seq": root,
             "laneledger_entry_hash": body["entry_hash"],
+            # Its content erased (spec/erasure.md): by which erasure.
+            **({"erased": body[ERASED]} if ERASED in body else {}),
         },
     }
 

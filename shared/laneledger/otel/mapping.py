@@ -22,7 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import quote
 
+import msgspec
+
 from laneledger.contract.contentref import hex_of, refs_in
+from laneledger.contract.erasurescope import is_erasure, scope_of
 from laneledger.contract.model import CommittedEvent, Lane
 from laneledger.contract.vocabulary import TERMINAL_EVENT_TYPES
 from laneledger.otel import ids
@@ -101,11 +104,44 @@ class SpanMapper:
         """Spans started and not yet ended (runs, sub-agent lanes, attempts)."""
         return len(self._runs) + sum(len(r.sub_lanes) for r in self._runs.values()) + len(self._attempts)
 
+    def _forget(self, erasure: CommittedEvent) -> None:
+        """An erasure (spec/erasure.md, Readers): the events held for open
+        spans that it erased lose their content, so no span ended afterwards
+        carries it. A scope of a kind not known here is left alone."""
+        scope = scope_of(erasure.payload.get("scope"))
+        if scope is None:
+            return
+
+        def erased(held: CommittedEvent) -> CommittedEvent:
+            if (
+                held.tenant == erasure.tenant
+                and held.position < erasure.position
+                and scope.covers(
+                    session_id=held.session_id,
+                    run_id=held.run_id,
+                    data_subject=held.data_subject or None,
+                    committed_at=held.committed_at,
+                )
+            ):
+                # An open attempt keeps its operation (one of OPERATIONS' names,
+                # not content), so its span still ends as a chat or a tool call.
+                kept = {"action_type": held.payload["action_type"]} if "action_type" in held.payload else {}
+                return msgspec.structs.replace(held, payload=kept, extensions={})
+            return held
+
+        self._attempts = {key: erased(request) for key, request in self._attempts.items()}
+        for run in self._runs.values():
+            run.first = erased(run.first)
+            run.sub_lanes = {lane: (erased(a), erased(b)) for lane, (a, b) in run.sub_lanes.items()}
+
     # -- the mapping ----------------------------------------------------------------------
 
     def feed(self, event: CommittedEvent) -> list[SpanRecord]:
         """The spans ``event`` ends (usually none or one; a run's end also
         ends its sub-agent lanes)."""
+        if is_erasure(event.event_type, event.session_id, event.run_id):
+            self._forget(event)
+            return []  # the ledger's own lane is no run of an agent
         tenant = event.tenant
         lane_key = (tenant, event.lane_id)
         if event.event_type == "lane.created" and lane_key not in self._lanes:
