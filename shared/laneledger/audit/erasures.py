@@ -10,38 +10,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from laneledger.audit.faults import integrity_fault, show
 from laneledger.contract.chain import ERASED
-from laneledger.contract.erasure import ERASURE_EVENT, LEDGER_SESSION
+from laneledger.contract.erasurescope import is_erasure, scope_of
 from laneledger.contract.errors import IntegrityError
 
 
 def is_erasure_event(record: Mapping[str, Any]) -> bool:
     """An erasure event: written by the sequencer, never by a producer (the
     ``laneledger`` namespace is refused on appends), unsigned."""
-    return record.get("event_type") == ERASURE_EVENT and record.get("session_id") == LEDGER_SESSION
+    return is_erasure(record.get("event_type", ""), record.get("session_id", ""), record.get("run_id", ""))
 
 
 def covers(scope: Mapping[str, Any], event: Mapping[str, Any]) -> bool:
     """Whether an erasure's scope (its payload's ``scope``) covers an event
-    of its tenant (spec/erasure.md)."""
-    if "data_subject" in scope:
-        return event.get("data_subject") is not None and event.get("data_subject") == scope["data_subject"]
-    if "committed_before" in scope:
-        return event.get("session_id") != LEDGER_SESSION and _before(event.get("committed_at"), scope)
-    return event.get("session_id") == scope.get("session_id") and (
-        "run_id" not in scope or event.get("run_id") == scope["run_id"]
+    of its tenant, as every reader matches it (``contract.erasurescope``);
+    a scope of no known kind covers nothing."""
+    known = scope_of(dict(scope))
+    return known is not None and known.covers(
+        session_id=event.get("session_id", ""),
+        run_id=event.get("run_id", ""),
+        data_subject=event.get("data_subject"),
+        committed_at=event.get("committed_at"),
     )
-
-
-def _before(committed_at: Any, scope: Mapping[str, Any]) -> bool:
-    try:
-        return datetime.fromisoformat(committed_at) < datetime.fromisoformat(scope["committed_before"])
-    except (TypeError, ValueError):
-        return False
 
 
 @dataclass(frozen=True, slots=True)
