@@ -29,6 +29,12 @@ from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
 from laneledger.store import LedgerWriter, erasure, open_ledger
 from laneledger.store.txlog import MemoryTxLog
 from laneledger.tlog import store as tree_store
+from laneledger.tlog.bundle import make_bundle, verify_bundle
+from laneledger.tlog.checkpoint import TreeHead, sign_checkpoint
+from laneledger.tlog.cosignature import Cosigner
+from laneledger.tlog.note import Signer
+from laneledger.tlog.sessionbundle import make_session_bundle, verify_session_bundle
+from laneledger.tlog.witness import Witness
 
 client = pytest.fixture(client_of_ledger_under_test, name="client")
 
@@ -371,3 +377,51 @@ async def test_a_recorder_names_its_data_subject_on_every_event_even_signed(clie
     assert [e.data_subject for e in events] == ["customer-42", "customer-42"]
     assert all(check_signature(msgspec.to_builtins(e), key.public_key()) for e in events)
     assert (await client.erase(data_subject="customer-42", actor_id=signer.id, reason="r")).erased == 2
+
+
+# -- the transparency log ------------------------------------------------------------
+
+
+async def test_checkpoints_proofs_bundles_and_witnesses_made_before_an_erasure_still_hold(tmp_path):
+    """spec/erasure.md, "What every proof still proves": the tree is over
+    entry hashes, which an erasure keeps."""
+    writer = LedgerWriter(open_ledger(tmp_path / "ledger.db"))
+    client = InProcessLedgerClient(writer)
+    actor = await client.ensure_actor("acme", "agent:t@1", "agent")
+    await fill(client, actor, "s1", "r1", 4)
+    await fill(client, actor, "s2", "r1", 2)
+    log = Signer.generate("ledger.example/acme")
+    witness = Witness(
+        Cosigner.generate("witness.example/w", clock=lambda: 1_700_000_000), log.verifier(), origin=log.name
+    )
+    conn = writer._db
+
+    def checkpoint() -> tuple[int, str]:
+        size = tree_store.tree_size(conn)
+        return size, sign_checkpoint(TreeHead(log.name, size, tree_store.root(conn, size)), log)
+
+    old_size, old = checkpoint()
+    old = witness.cosign(old)
+    session_before = make_session_bundle(conn, "acme", "s1", old).format()
+    event_before = make_bundle(
+        conn, 2, old, event=conn.execute("SELECT body FROM events WHERE position = 2").fetchone()[0]
+    )
+
+    await client.erase("s1", actor_id=actor.id, reason="r")
+
+    keys = dict(origin=log.name, witnesses=[witness.cosigner.verifier()], quorum=1)
+    assert verify_session_bundle(session_before, log.verifier(), **keys).events == 4
+    assert verify_bundle(event_before.format(), log.verifier(), **keys).event["payload"]["email"] == EMAIL
+    # The tree after the erasure extends the one before: the witness cosigns
+    # the new checkpoint on the consistency proof, and a bundle made now holds
+    # the erased events and verifies under it.
+    new_size, new = checkpoint()
+    new = witness.cosign(new, tree_store.consistency_proof(conn, old_size, new_size))
+    after = verify_session_bundle(
+        make_session_bundle(conn, "acme", "s1", new).format(), log.verifier(), **keys
+    )
+    assert after.events == 4
+    erased = make_bundle(
+        conn, 2, new, event=conn.execute("SELECT body FROM events WHERE position = 2").fetchone()[0]
+    )
+    assert verify_bundle(erased.format(), log.verifier(), **keys).event["payload"] == {}
