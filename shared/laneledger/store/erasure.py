@@ -1,6 +1,7 @@
-"""Erasure (spec/erasure.md): the content of a session's sealed events, or of
-one run's, replaced by its erased form, and the erasure itself a committed
-event.
+"""Erasure (spec/erasure.md): the content of the sealed events of a scope — a
+session (or one run of it), a data subject, or (retention) what a tenant
+committed before a time — replaced by its erased form, and the erasure
+itself a committed event.
 
 An erasure is paged: the first ``erase`` request of an ``erasure_id`` commits
 its event — in the tenant's ledger lane (session ``laneledger``, run
@@ -169,6 +170,10 @@ class ErasureCommands:
             "SELECT position, body FROM events WHERE id = ? AND tenant = ?", (cmd.erasure_id, tenant)
         )
         if not rows:
+            if (tenant, cmd.erasure_id) in self._lookups.stored_receipts({cmd.erasure_id}):
+                raise IdempotencyViolation(
+                    "erasure id already used as an append id", erasure_id=cmd.erasure_id
+                )
             return None
         position, body = rows[0]
         event = _decode(body)
