@@ -22,7 +22,7 @@ from laneledger.contract.erasure import ERASURE_EVENT, LEDGER_SESSION
 from laneledger.contract.model import Actor
 from laneledger.devtools.natsserver import NatsServer
 from laneledger.runtime.access import AccessPolicy
-from laneledger.sdk.client import LedgerClient
+from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.services.ingest import erasure
 from laneledger.services.ingest.service import IngestService, IngestSettings
 
@@ -115,10 +115,37 @@ async def test_another_tenants_session_is_not_found(ingest, client, actor: Actor
     assert sum(p == {} for p in await payloads(client, "s1")) == 2
 
 
+async def test_a_tenants_token_erases_a_data_subject_or_by_age(ingest, client, actor: Actor) -> None:
+    lane = await client.create_lane("acme", "s1", "r1", "main", actor_id=actor.id)
+    events = [
+        make_event(
+            lane.id, "stream.text_delta", actor_id=actor.id, payload={"email": EMAIL}, data_subject=subject
+        )
+        for subject in ("customer-42", None)
+    ]
+    await client.append(lane, 0, events)
+    by_subject = await erase(
+        ingest, TOKENS["acme"], data_subject="customer-42", reason="Art. 17", actor_key="human:dpo"
+    )
+    assert by_subject.status == 200 and by_subject.json()["erased"] == 1, by_subject.body
+    assert await payloads(client, "s1") == [{}, {"email": EMAIL}]
+    by_age = await erase(
+        ingest,
+        TOKENS["acme"],
+        committed_before="2999-01-01T00:00:00Z",
+        reason="retention",
+        actor_key="human:dpo",
+    )
+    assert by_age.status == 200 and by_age.json()["erased"] == 1, by_age.body
+    assert await payloads(client, "s1") == [{}, {}]
+
+
 @pytest.mark.parametrize(
     ("body", "path"),
     [
-        ({"reason": "r", "actor_key": "human:dpo"}, "$"),  # no session_id
+        ({"reason": "r", "actor_key": "human:dpo"}, "$.session_id"),  # no scope
+        ({"session_id": "s1", "data_subject": "c", "reason": "r", "actor_key": "human:dpo"}, "$.session_id"),
+        ({"committed_before": "yesterday", "reason": "r", "actor_key": "human:dpo"}, "$.committed_before"),
         ({"session_id": "s1", "actor_key": "human:dpo"}, "$"),  # no reason
         ({"session_id": "s1", "reason": "", "actor_key": "human:dpo"}, "$.reason"),
         ({"session_id": "s1", "reason": "r" * 1025, "actor_key": "human:dpo"}, "$.reason"),

@@ -1,7 +1,8 @@
 """Erasure over HTTP: ``POST /api/v1/erasures`` (spec/erasure.md, "Over HTTP").
 
 A tenant's token erases the content of one of its own sessions (or of one
-run of it): the gateway sends the sequencer's ``erase`` command on that
+run of it), of its events naming a data subject, or of what it committed
+before a time (the erase command's scopes, spec/erasure.md): the gateway sends the sequencer's ``erase`` command on that
 tenant's subjects (``<prefix>.cmd.<tenant>.erase``), so another tenant's
 session is 404 ``entity_not_found`` exactly as over NATS. The operator's
 token (or an open service) names the tenant in the body.
@@ -30,7 +31,7 @@ from nats.aio.client import Client as NATS
 from laneledger.compat.korg_append import actor_kind_of
 from laneledger.contract.errors import InvalidRequest
 from laneledger.contract.ids import new_id
-from laneledger.contract.model import MAX_NAME_LENGTH, MAX_WIRE_INT, ErasurePage, Id, decode
+from laneledger.contract.model import MAX_NAME_LENGTH, MAX_WIRE_INT, ErasurePage, Id, Timestamp, decode
 from laneledger.contract.subjects import Subjects
 from laneledger.runtime.access import scope_of
 from laneledger.runtime.httpjson import json_response
@@ -49,9 +50,12 @@ class EraseRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     (spec/wire.md) but its page size, and who asks by ``actor_id`` or
     ``actor_key`` (exactly one)."""
 
-    session_id: Id
     reason: Annotated[str, Meta(min_length=1, max_length=MAX_NAME_LENGTH)]
+    # One scope, as the erase command has it (its errors name the field).
+    session_id: Id | None = None
     run_id: Id | None = None
+    data_subject: Id | None = None
+    committed_before: Timestamp | None = None
     actor_id: Id | None = None
     actor_key: Id | None = None
     erasure_id: Id | None = None
@@ -74,7 +78,7 @@ class HttpErasures:
         asked = decode(await body_bytes(request), EraseRequest)
         tenant = scope_of(request).narrow(asked.tenant)
         if tenant is None:
-            raise InvalidRequest("this token sees every tenant: name the session's tenant", path="$.tenant")
+            raise InvalidRequest("this token sees every tenant: name the erasure's tenant", path="$.tenant")
         if (asked.actor_id is None) == (asked.actor_key is None):
             raise InvalidRequest("name who asks: exactly one of actor_id and actor_key", path="$.actor_id")
         # Commands on the tenant's own subjects (<prefix>.cmd.<tenant>.<op>):
@@ -104,6 +108,8 @@ class HttpErasures:
                 reason=asked.reason,
                 erasure_id=erasure_id,
                 run_id=asked.run_id,
+                data_subject=asked.data_subject,
+                committed_before=asked.committed_before,
                 after_position=after,
                 limit=PAGE_LIMIT,
                 dry_run=asked.dry_run,
