@@ -2,10 +2,11 @@
 
 A tenant's token erases the content of one of its own sessions (or of one
 run of it), of its events naming a data subject, or of what it committed
-before a time (the erase command's scopes, spec/erasure.md): the gateway sends the sequencer's ``erase`` command on that
-tenant's subjects (``<prefix>.cmd.<tenant>.erase``), so another tenant's
-session is 404 ``entity_not_found`` exactly as over NATS. The operator's
-token (or an open service) names the tenant in the body.
+before a time (the erase command's scopes, spec/erasure.md): the gateway
+sends the sequencer's ``erase`` command on that tenant's subjects
+(``<prefix>.cmd.<tenant>.erase``), so another tenant's session is 404
+``entity_not_found`` exactly as over NATS. The operator's token (or an open
+service) names the tenant in the body.
 
 Who asks is an actor of the tenant: ``actor_id`` names one that exists, or
 ``actor_key`` (``human:dpo``) one the gateway registers if new, its kind by
