@@ -35,6 +35,7 @@ import msgspec
 from msgspec import UNSET
 
 from laneledger.contract.clock import Clock, system_clock
+from laneledger.contract.contentref import blob_hexes
 from laneledger.contract.erasure import ERASED_DIGEST
 from laneledger.contract.errors import (
     IdempotencyViolation,
@@ -71,7 +72,7 @@ from laneledger.store.append import PreparedAppend
 from laneledger.store.batch import BatchResult, BatchState, CommittedRecord, StagedBatch, rejection
 from laneledger.store.chainkey import chain_key_fingerprint
 from laneledger.store.entryhash import hashed_body
-from laneledger.store.erasure import ErasureCommands
+from laneledger.store.erasure import ErasedBlobs, ErasureCommands
 from laneledger.store.eventchecks import check_event
 from laneledger.store.lookups import LedgerLookups
 from laneledger.store.reader import LedgerReader
@@ -81,6 +82,7 @@ from laneledger.store.signatures import check_actor_signature
 from laneledger.store.structure import StructureCommands
 from laneledger.store.txlog import (
     INSERT_EVENT,
+    INSERT_EVENT_REF,
     INSERT_EVENT_SUBJECT,
     INSERT_RECEIPT,
     MOVE_LANE_HEAD,
@@ -317,6 +319,7 @@ class LedgerWriter:
         hashes: list[str] = []
         rows, records = [], []
         subject_rows: list[tuple[str, str, int]] = []
+        ref_rows: list[tuple[str, str, int]] = []
         for raw, event in zip(append.sent, request.events, strict=True):
             if event.event_type == REWOUND:  # nothing is staged yet: refusing here is clean
                 check_rewind(event, lane, state, position + 1, self._lookups.stored_event)
@@ -366,6 +369,8 @@ class LedgerWriter:
             )
             if event.data_subject is not UNSET:
                 subject_rows.append((lane.tenant, event.data_subject, position))
+            if append.may_reference:  # False for nearly every request: nothing to look for
+                ref_rows += ((lane.tenant, sha, position) for sha in blob_hexes(raw.get("payload")))
             event_ids.append(event.id)
             positions.append(position)
             hashes.append(head_hash)
@@ -386,6 +391,7 @@ class LedgerWriter:
         state.inline_bytes[lane.tenant] = state.inline_bytes.get(lane.tenant, 0) + adding
         state.event_rows.extend(rows)
         state.subject_rows.extend(subject_rows)
+        state.ref_rows.extend(ref_rows)
         state.leaves.extend(map(entry_leaf, hashes))
         state.committed.extend(records)
         state.receipt_rows.append((lane.tenant, request.append_id, lane.id, append.digest, encode(receipt)))
@@ -399,6 +405,7 @@ class LedgerWriter:
         writes: Writes = [
             (INSERT_EVENT, state.event_rows),
             *([(INSERT_EVENT_SUBJECT, state.subject_rows)] if state.subject_rows else []),
+            *([(INSERT_EVENT_REF, state.ref_rows)] if state.ref_rows else []),
             (INSERT_RECEIPT, list(state.receipt_rows)),
             (
                 MOVE_LANE_HEAD,
@@ -518,7 +525,8 @@ class LedgerWriter:
 
     # ------------------------------------------------------------- erasure
 
-    def erase(self, cmd: Erase) -> tuple[ErasurePage, list[CommittedRecord]]:
-        """One page of an erasure (store/erasure.py, spec/erasure.md), and
-        the erasure event when this request committed it."""
+    def erase(self, cmd: Erase) -> tuple[ErasurePage, list[CommittedRecord], ErasedBlobs]:
+        """One page of an erasure (store/erasure.py, spec/erasure.md), the
+        erasure event when this request committed it, and the blobs its
+        events referenced (those left unreferenced, for the sequencer to delete)."""
         return self._erasures.erase(cmd)
