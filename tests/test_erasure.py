@@ -25,7 +25,7 @@ from laneledger.contract.canonical import canonicalize
 from laneledger.contract.chain import erased_form, verify_chain
 from laneledger.contract.erasure import ERASED_DIGEST, ERASURE_EVENT, LEDGER_SESSION
 from laneledger.contract.ids import new_id
-from laneledger.contract.model import Actor, AppendCommitted, Erase, Lane
+from laneledger.contract.model import Actor, AppendCommitted, AppendRejected, Erase, Lane
 from laneledger.contract.signing import check_signature, generate_private_key, public_key_hex
 from laneledger.contract.subjects import Subjects
 from laneledger.sdk.blobstore import BlobBuckets
@@ -497,6 +497,11 @@ async def test_an_erasure_deletes_the_blobs_only_its_events_referenced(
     ]
     db.close()
 
+    # The sequencer forgot it as present: naming it again, unstored, is refused.
+    again = await client.create_lane("acme", "s3", "r1", "main", actor_id=actor.id)
+    with pytest.raises(errors.BlobMissing):  # this client took it as stored, so sent no copy
+        await client.append(again, 0, [event(again, gone_text)])
+
     # Erasing s2 too leaves the last one unreferenced; a page sent again finds it gone.
     await client.erase("s2", actor_id=actor.id, reason="r", erasure_id="e2")
     assert (await client.erase("s2", actor_id=actor.id, reason="r", erasure_id="e2")).already_erased == 1
@@ -523,13 +528,15 @@ async def test_the_writer_indexes_the_blobs_events_reference_and_an_erasure_repo
         "payload_refs": [{"sha256": three, "size_bytes": 9, "label": "x", "media_type": "text/plain"}]
     }
 
-    def append(lane: Lane, payloads: list[dict]) -> None:
+    def request(lane: Lane, last_seq: int, payloads: list[dict]) -> bytes:
         # Straight to the writer: the SDK would look the made-up blobs up first.
-        request = {"lane_id": lane.id, "expected_last_seq": 0, "append_id": new_id()}
         events = [make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload=p) for p in payloads]
-        [receipt] = writer.apply_batch(
-            [prepare_append(msgspec.json.encode({**request, "events": events}))]
-        ).receipts
+        return msgspec.json.encode(
+            {"lane_id": lane.id, "expected_last_seq": last_seq, "append_id": new_id(), "events": events}
+        )
+
+    def append(lane: Lane, payloads: list[dict]) -> None:
+        [receipt] = writer.apply_batch([prepare_append(request(lane, 0, payloads))]).receipts
         assert isinstance(receipt, AppendCommitted)
 
     append(s1, [{"a": ref(one), "b": [ref(two), ref(one)]}, described])
@@ -554,3 +561,11 @@ async def test_the_writer_indexes_the_blobs_events_reference_and_an_erasure_repo
     assert writer._db.execute(indexed).fetchall() == [(two, 3)]
     _, _, again = writer.erase(cmd)  # a page sent again erases nothing, names no blob
     assert again == erasure.ErasedBlobs("acme", [], [])
+
+    # While the sequencer deletes them, an append naming one is refused.
+    writer.deleting_blobs(blobs)
+    [refused] = writer.apply_batch([prepare_append(request(s2, 2, [{"a": ref(one)}]))]).receipts
+    assert isinstance(refused, AppendRejected) and refused.error.details["reason"] == "blob_erased"
+    writer.blobs_deleted(blobs)
+    [committed] = writer.apply_batch([prepare_append(request(s2, 2, [{"a": ref(one)}]))]).receipts
+    assert isinstance(committed, AppendCommitted)

@@ -38,6 +38,7 @@ from laneledger.contract.clock import Clock, system_clock
 from laneledger.contract.contentref import blob_hexes
 from laneledger.contract.erasure import ERASED_DIGEST
 from laneledger.contract.errors import (
+    BlobMissing,
     IdempotencyViolation,
     LaneConflict,
     LedgerError,
@@ -127,6 +128,10 @@ class LedgerWriter:
         # Each tenant's stored event bytes against its ``inline_bytes`` limit
         # (unlimited until the sequencer sets ``inline_usage.limit``).
         self.inline_usage = InlineUsage()
+        # (tenant, sha256 hex) of blobs an erasure left unreferenced, while the
+        # sequencer deletes them: an append naming one now is refused, or it
+        # would commit a reference to a blob about to be gone.
+        self._blobs_deleted: set[tuple[str, str]] = set()
         # Commits, and the file kept in step with its transaction log.
         self._log = TxLogSync(
             conn,
@@ -370,7 +375,15 @@ class LedgerWriter:
             if event.data_subject is not UNSET:
                 subject_rows.append((lane.tenant, event.data_subject, position))
             if append.may_reference:  # False for nearly every request: nothing to look for
-                ref_rows += ((lane.tenant, sha, position) for sha in blob_hexes(raw.get("payload")))
+                for sha in blob_hexes(raw.get("payload")):
+                    if (lane.tenant, sha) in self._blobs_deleted:  # nothing is staged yet: refusing is clean
+                        raise BlobMissing(
+                            "the event references a blob an erasure is deleting: store it again, then resend",
+                            event_id=event.id,
+                            ref=f"sha256:{sha}",
+                            reason="blob_erased",
+                        )
+                    ref_rows.append((lane.tenant, sha, position))
             event_ids.append(event.id)
             positions.append(position)
             hashes.append(head_hash)
@@ -530,3 +543,14 @@ class LedgerWriter:
         erasure event when this request committed it, and the blobs its
         events referenced (those left unreferenced, for the sequencer to delete)."""
         return self._erasures.erase(cmd)
+
+    def deleting_blobs(self, blobs: ErasedBlobs) -> None:
+        """The sequencer deletes ``blobs.unreferenced`` now: until
+        ``blobs_deleted``, an append referencing one is refused
+        ``blob_missing`` (``reason: "blob_erased"``). Called right after the
+        erasure, in the same turn of the writer thread (no batch between)."""
+        self._blobs_deleted.update((blobs.tenant, sha) for sha in blobs.unreferenced)
+
+    def blobs_deleted(self, blobs: ErasedBlobs) -> None:
+        """The blobs are gone: the blob check finds them missing from now on."""
+        self._blobs_deleted.difference_update((blobs.tenant, sha) for sha in blobs.unreferenced)
