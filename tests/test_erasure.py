@@ -7,6 +7,7 @@ byte of the content is in the ledger file or its WAL."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import sqlite3
 from contextlib import closing
@@ -23,10 +24,14 @@ from laneledger.contract import errors
 from laneledger.contract.canonical import canonicalize
 from laneledger.contract.chain import erased_form, verify_chain
 from laneledger.contract.erasure import ERASED_DIGEST, ERASURE_EVENT, LEDGER_SESSION
-from laneledger.contract.model import Actor, Lane
+from laneledger.contract.ids import new_id
+from laneledger.contract.model import Actor, AppendCommitted, AppendRejected, Erase, Lane
 from laneledger.contract.signing import check_signature, generate_private_key, public_key_hex
+from laneledger.contract.subjects import Subjects
+from laneledger.sdk.blobstore import BlobBuckets
 from laneledger.sdk.client import LaneRecorder, LedgerClient, make_event
 from laneledger.store import LedgerWriter, erasure, open_ledger
+from laneledger.store.append import prepare_append
 from laneledger.store.txlog import MemoryTxLog
 from laneledger.tlog import store as tree_store
 from laneledger.tlog.bundle import make_bundle, verify_bundle
@@ -425,3 +430,142 @@ async def test_checkpoints_proofs_bundles_and_witnesses_made_before_an_erasure_s
         conn, 2, new, event=conn.execute("SELECT body FROM events WHERE position = 2").fetchone()[0]
     )
     assert verify_bundle(erased.format(), log.verifier(), **keys).event["payload"] == {}
+
+
+# -- blobs ---------------------------------------------------------------------------
+
+
+def _bucket_files(store_dir: Path) -> list[Path]:
+    """Every file of the nats-server's JetStream store but the committed
+    stream's and the transaction log's, which still hold the events as
+    committed (spec/erasure.md, *Not yet*)."""
+    skipped = {Subjects().events_stream, Subjects().txlog_stream}
+    return [
+        path
+        for path in store_dir.rglob("*")
+        if path.is_file() and not skipped & set(path.relative_to(store_dir).parts)
+    ]
+
+
+@OVER_NATS_ONLY
+async def test_an_erasure_deletes_the_blobs_only_its_events_referenced(
+    ledger_under_test, client, actor, nats_server
+):
+    """Values over 1 KiB are blobs (spec/content.md). Erased, a blob no event
+    that is not erased references is gone from the buckets' files: its bytes
+    and its name (the SHA-256 of the content). A blob shared with an event
+    that is not erased stays, readable."""
+    gone_email, kept_email = "erased.person@example.org", "kept.person@example.org"
+    gone_text, kept_text = f"mail {gone_email} " + "x" * 2000, f"mail {kept_email} " + "y" * 2000
+    gone_sha, kept_sha = (hashlib.sha256(t.encode()).hexdigest() for t in (gone_text, kept_text))
+    erased = await client.create_lane("acme", "s1", "r1", "main", actor_id=actor.id)
+    kept = await client.create_lane("acme", "s2", "r1", "main", actor_id=actor.id)
+
+    def event(lane: Lane, *texts: str) -> dict:
+        payload = {f"t{i}": text for i, text in enumerate(texts)}
+        return make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload=payload)
+
+    # Trusted producers store in the shared bucket, tenant producers in their own:
+    # both are the tenant's (objects named by its token), both are erased from.
+    await client.append(erased, 0, [event(erased, gone_text, kept_text), event(erased, gone_text)])
+    await client.append(kept, 0, [event(kept, kept_text)])
+    scoped = await LedgerClient.connect(nats_server.url, tenant="acme", timeout=5.0)
+    try:
+        own_text = f"mail {gone_email} own " + "z" * 2000
+        own_sha = hashlib.sha256(own_text.encode()).hexdigest()
+        await scoped.append(erased, 2, [event(erased, own_text)])
+    finally:
+        await scoped.close()
+    store_dir = nats_server.store_dir
+    assert {(n, v) for n, v in holding(_bucket_files(store_dir), [gone_email, gone_sha, own_sha])}  # planted
+    buckets = BlobBuckets(client.js)
+    assert (await buckets.get("acme", f"sha256:{own_sha}")).decode() == own_text
+
+    done = await client.erase("s1", actor_id=actor.id, reason="r")
+
+    assert done.erased == 3
+    assert holding(_bucket_files(store_dir), [gone_email, gone_sha, own_sha]) == []
+    for sha in (gone_sha, own_sha):
+        with pytest.raises(errors.EntityNotFound):
+            await buckets.get("acme", f"sha256:{sha}")
+    assert (await buckets.get("acme", f"sha256:{kept_sha}")).decode() == kept_text  # s2 still names it
+    assert holding(_bucket_files(store_dir), [kept_email, kept_sha])
+    # Nothing left in the ledger file names an erased event's blob.
+    db = sqlite3.connect(path_of(ledger_under_test.writer))
+    assert db.execute("SELECT tenant, sha256 FROM event_refs ORDER BY position").fetchall() == [
+        ("acme", kept_sha)
+    ]
+    db.close()
+
+    # The sequencer forgot it as present: naming it again, unstored, is refused.
+    again = await client.create_lane("acme", "s3", "r1", "main", actor_id=actor.id)
+    with pytest.raises(errors.BlobMissing):  # this client took it as stored, so sent no copy
+        await client.append(again, 0, [event(again, gone_text)])
+
+    # Erasing s2 too leaves the last one unreferenced; a page sent again finds it gone.
+    await client.erase("s2", actor_id=actor.id, reason="r", erasure_id="e2")
+    assert (await client.erase("s2", actor_id=actor.id, reason="r", erasure_id="e2")).already_erased == 1
+    assert holding(_bucket_files(store_dir), [kept_email, kept_sha]) == []
+
+
+async def test_the_writer_indexes_the_blobs_events_reference_and_an_erasure_reports_the_unreferenced(
+    tmp_path,
+):
+    """``event_refs``, filled at commit (and by the migration from version 4),
+    emptied of an erased event's rows: the writer tells which blobs no event
+    that is not erased references any more."""
+    writer = LedgerWriter(open_ledger(tmp_path / "ledger.db"))
+    client = InProcessLedgerClient(writer)
+    actor = await client.ensure_actor("acme", "agent:t@1", "agent")
+    one, two, three = ("1" * 64, "2" * 64, "3" * 64)
+
+    def ref(sha: str) -> dict:
+        return {"_ref": f"sha256:{sha}", "size_bytes": 2000}
+
+    s1 = await client.create_lane("acme", "s1", "r1", "main", actor_id=actor.id)
+    s2 = await client.create_lane("acme", "s2", "r1", "main", actor_id=actor.id)
+    described = {
+        "payload_refs": [{"sha256": three, "size_bytes": 9, "label": "x", "media_type": "text/plain"}]
+    }
+
+    def request(lane: Lane, last_seq: int, payloads: list[dict]) -> bytes:
+        # Straight to the writer: the SDK would look the made-up blobs up first.
+        events = [make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload=p) for p in payloads]
+        return msgspec.json.encode(
+            {"lane_id": lane.id, "expected_last_seq": last_seq, "append_id": new_id(), "events": events}
+        )
+
+    def append(lane: Lane, payloads: list[dict]) -> None:
+        [receipt] = writer.apply_batch([prepare_append(request(lane, 0, payloads))]).receipts
+        assert isinstance(receipt, AppendCommitted)
+
+    append(s1, [{"a": ref(one), "b": [ref(two), ref(one)]}, described])
+    append(s2, [{"a": ref(two)}, {"plain": EMAIL}])
+    indexed = "SELECT sha256, position FROM event_refs ORDER BY position, sha256"
+    rows = writer._db.execute(indexed).fetchall()
+    assert rows == [(one, 1), (two, 1), (three, 2), (two, 3)]
+
+    # A version-4 file gets the same rows from its events.
+    writer._db.execute("DELETE FROM event_refs")
+    writer._db.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    writer._db.commit()
+    writer._db.close()
+    writer = LedgerWriter(open_ledger(tmp_path / "ledger.db"))
+    assert writer._db.execute(indexed).fetchall() == rows
+
+    cmd = Erase(actor_id=actor.id, reason="r", erasure_id="e1", session_id="s1", tenant="acme")
+    assert writer.erase(msgspec.structs.replace(cmd, dry_run=True))[2] == erasure.ErasedBlobs("acme", [], [])
+    page, _, blobs = writer.erase(cmd)
+    assert page.erased == 2
+    assert blobs == erasure.ErasedBlobs("acme", [one, two, three], [one, three])  # s2 still names two
+    assert writer._db.execute(indexed).fetchall() == [(two, 3)]
+    _, _, again = writer.erase(cmd)  # a page sent again erases nothing, names no blob
+    assert again == erasure.ErasedBlobs("acme", [], [])
+
+    # While the sequencer deletes them, an append naming one is refused.
+    writer.deleting_blobs(blobs)
+    [refused] = writer.apply_batch([prepare_append(request(s2, 2, [{"a": ref(one)}]))]).receipts
+    assert isinstance(refused, AppendRejected) and refused.error.details["reason"] == "blob_erased"
+    writer.blobs_deleted(blobs)
+    [committed] = writer.apply_batch([prepare_append(request(s2, 2, [{"a": ref(one)}]))]).receipts
+    assert isinstance(committed, AppendCommitted)

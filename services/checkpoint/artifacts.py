@@ -42,7 +42,7 @@ from laneledger.sdk.checkpoints import (
     object_call,
     object_store_digest,
 )
-from laneledger.sdk.objectstores import bound_bucket, create_object_store, open_object_store
+from laneledger.sdk.objectstores import bound_bucket, create_object_store, erase_object, open_object_store
 
 from .store import CheckpointStore
 
@@ -221,34 +221,13 @@ class ArtifactStore:
         return data
 
     async def erase(self, sha256: str, tenant: str | None = None) -> bool:
-        """Erase a blob from ``tenant``'s bucket so that its bytes leave the
-        stream's files: each chunk is deleted with STREAM.MSG.DELETE, which
-        overwrites the stored message (a purge only marks it), then the
-        object is deleted (its metadata, which names only the digest, is
-        rolled up into a delete marker). False when there was none."""
-        obs = await self._existing(tenant)
-        if obs is None:
+        """Erase a blob from ``tenant``'s bucket so that its bytes and its
+        name leave the stream's files (``objectstores.erase_object``: every
+        chunk and metadata message overwritten). False when there was none."""
+        if await self._existing(tenant) is None:
             return False
-        name = artifact_name(sha256)
-        try:
-            info = await object_call("artifact info", sha256, obs.get_info(name), self._timeout_s)
-        except ArtifactMissing:
-            return False
-        if info.deleted or not isinstance(info.nuid, str):
-            return False
-        stream = f"OBJ_{self.name_for(tenant)}"
-        chunks = f"$O.{self.name_for(tenant)}.C.{info.nuid}"
-        seq = 1
-        while True:
-            try:
-                msg = await self._js.get_msg(stream, seq=seq, subject=chunks, next=True)
-            except NotFoundError:
-                break
-            assert msg.seq is not None  # a stored message has a sequence
-            await self._js.delete_msg(stream, msg.seq)
-            seq = msg.seq + 1
-        await object_call("erase artifact", sha256, obs.delete(name), self._timeout_s)
-        return True
+        erasing = erase_object(self._js, self.name_for(tenant), artifact_name(sha256))
+        return await object_call("erase artifact", sha256, erasing, self._timeout_s)
 
 
 def _refuse_secrets(data: bytes, ref: ArtifactRef, redactor: Redactor) -> None:

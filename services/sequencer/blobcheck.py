@@ -3,8 +3,8 @@
 Runs on the event loop before a batch goes to the writer thread (the lookups
 are NATS I/O), once per batch: the distinct references of all its appends are
 looked up concurrently, and references seen present are remembered (committed
-blobs are immutable and never deleted: only the sequencer writes their
-buckets), so a hot blob costs one lookup. A tenant's blobs are looked up in
+blobs are immutable, only the sequencer writes their buckets, and it forgets
+one it deletes after an erasure: ``erase``), so a hot blob costs one lookup. A tenant's blobs are looked up in
 its committed bucket, then in the shared one (``BlobBuckets``); one found in
 neither but in the tenant's uploads bucket is copied into the committed one,
 its bytes checked against the reference (``BlobBuckets.commit_upload``, at
@@ -261,6 +261,17 @@ class BlobCheck:
             self._remember(need)
         else:
             failures[need] = None
+
+    async def erase(self, tenant_token: str, hexes: list[str]) -> list[str]:
+        """Erase these blobs of the tenant, which an erasure left referenced
+        by no event that is not erased (spec/erasure.md, "Blobs"), from its
+        buckets; forgotten as present first, so an append naming one again
+        finds it missing. The refs that were there."""
+        refs = [f"sha256:{sha}" for sha in hexes]
+        gone = set(refs)
+        for need in [n for n in self._present if n[0] == tenant_token and n[1] in gone]:
+            del self._present[need]
+        return await self.store.erase(tenant_token, refs)
 
     def _remember(self, need: Need) -> None:
         self._present[need] = None

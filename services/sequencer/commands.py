@@ -68,5 +68,5 @@ def decide_command(writer: LedgerWriter, cmd: Command, *, max_page_bytes: int) -
         case GetReceipt():
             return r.get_receipt(cmd.append_id, cmd.tenant)
         case Erase():
-            report, _ = writer.erase(cmd)
+            report, _, _ = writer.erase(cmd)
             return report

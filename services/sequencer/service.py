@@ -53,6 +53,7 @@ from laneledger.store import LedgerWriter
 from laneledger.store.append import PreparedAppend, prepare_append, readable_ids
 from laneledger.store.atomicbatch import supports_atomic
 from laneledger.store.batch import BatchResult, CommittedRecord, rejection
+from laneledger.store.erasure import ErasedBlobs
 from laneledger.store.txlog import TxLogMoved
 from laneledger.store.txlogstream import JetStreamTxLog
 
@@ -932,15 +933,25 @@ class Sequencer:
         this page committed it, is on the committed stream before the answer
         goes, as an append's events are before its receipt."""
 
-        def erase() -> tuple[ErasurePage, list[CommittedRecord]]:
+        def erase() -> tuple[ErasurePage, list[CommittedRecord], ErasedBlobs]:
             scoped = cmd if tenant is None else scope_command(cmd, tenant, self._writer.reader)
             assert isinstance(scoped, Erase)
-            return self._writer.erase(scoped)
+            erased = self._writer.erase(scoped)
+            self._writer.deleting_blobs(erased[2])  # before any batch: none commits a reference to one
+            return erased
 
-        report, committed = await self._in_writer(lambda: self._writer.current(erase))
+        report, committed, blobs = await self._in_writer(lambda: self._writer.current(erase))
         if committed:
             await self.mirror.submit(committed)
             await self.mirror.durable_through(committed[-1].position)
+        if blobs.unreferenced:
+            # After the commit: a blob is gone only once no event that is not
+            # erased names it. A failure here fails the request (the content is
+            # erased from the ledger; the blob stays, spec/erasure.md "Blobs"),
+            # and appends naming the blob stay refused until a restart.
+            gone = await self._blob_check.erase(token(blobs.tenant), blobs.unreferenced)
+            await self._in_writer(self._writer.blobs_deleted, blobs)
+            log.info("erasure %s deleted %d blobs of tenant %s", cmd.erasure_id, len(gone), blobs.tenant)
         if report.erased and not report.dry_run and cmd.committed_before is None:
             self._metrics.erased_events.labels(cmd.tenant or tenant or "", "request").inc(report.erased)
         return report

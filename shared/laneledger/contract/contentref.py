@@ -202,6 +202,12 @@ def refs_in(payload: Any) -> list[tuple[str, int]]:
     return list(found)
 
 
+def blob_hexes(payload: Any) -> list[str]:
+    """The hex sha256 of every blob a committed payload references
+    (``refs_in``), each once: the blobs its erasure may leave unreferenced."""
+    return list(dict.fromkeys(hex_of(ref) for ref, _size in refs_in(payload)))
+
+
 def _may_reference(payload: Any) -> bool:
     # Nearly every payload holds no reference: skip the Python walk unless a
     # sentinel key or the descriptor list can be there. A "_ref" key is

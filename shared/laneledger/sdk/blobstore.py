@@ -38,7 +38,6 @@ import base64
 import hashlib
 import json
 import logging
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
@@ -54,7 +53,6 @@ from nats.js.errors import (
 )
 from nats.js.object_store import (
     OBJ_CHUNKS_PRE_TEMPLATE,
-    OBJ_META_PRE_TEMPLATE,
     OBJ_STREAM_TEMPLATE,
     ObjectStore,
 )
@@ -78,6 +76,9 @@ from laneledger.sdk.objectstores import (
     bound_bucket,
     create_object_store,
     erase_chunks,
+    erase_object,
+    meta_subject,
+    names_own_chunks,
     open_object_store,
     read_chunks,
     stream_of,
@@ -94,13 +95,6 @@ MAX_BLOB_BYTES = 64 << 20  # read into memory; larger is refused
 # may not purge), age out instead of piling up. A day covers any producer's
 # retries between upload and append.
 UPLOAD_MAX_AGE_S = 24 * 3600
-_NUID = re.compile(r"[A-Za-z0-9]{1,64}")  # an object's chunk subject token, as nats-py makes it
-
-
-def _names_own_chunks(info: ObjectInfo) -> bool:
-    """Whether an object's metadata names chunks of its own: not a link, and
-    a chunk subject token as nats-py makes it (no wildcard widening a read)."""
-    return not info.is_link() and isinstance(info.nuid, str) and _NUID.fullmatch(info.nuid) is not None
 
 
 def bucket_name(subjects: Subjects = Subjects()) -> str:
@@ -290,13 +284,7 @@ class BlobStore:
         in batched direct gets of their meta subjects (``directget.py``: one
         request per thousand); one lookup per ref, concurrently, where the
         bucket's stream allows no direct gets."""
-        meta = {
-            OBJ_META_PRE_TEMPLATE.format(
-                bucket=self.bucket,
-                obj=base64.urlsafe_b64encode(object_name(tenant_token, ref).encode()).decode(),
-            ): ref
-            for ref in refs
-        }
+        meta = {meta_subject(self.bucket, object_name(tenant_token, ref)): ref for ref in refs}
         stream = OBJ_STREAM_TEMPLATE.format(bucket=self.bucket)
         try:
             found = await last_messages(self._js._nc, stream, list(meta), timeout_s=self.timeout_s)
@@ -341,7 +329,7 @@ class BlobStore:
                 size_bytes=info.size,
                 limit_bytes=MAX_BLOB_BYTES,
             )
-        if not _names_own_chunks(info):
+        if not names_own_chunks(info):
             raise IntegrityError(
                 "the blob's object metadata names no chunks", kind="blob_mismatch", ref=f"sha256:{hex_sha}"
             )
@@ -396,7 +384,7 @@ class BlobStore:
             raise mismatch(f"its metadata gives another size than the reference's {size_bytes}")
         if info.digest != object_store_digest(hex_sha):
             raise mismatch("its metadata names another digest")
-        if not _names_own_chunks(info):
+        if not names_own_chunks(info):
             raise mismatch("its metadata names no chunks of its own")
         data = await self._call(
             "read upload", ref, read_chunks(self._js, self.bucket, info.nuid, size_bytes), size_bytes
@@ -415,17 +403,22 @@ class BlobStore:
         name = object_name(tenant_token, ref)
         info = await self._info(tenant_token, ref)
         stream = stream_of(self.bucket)
-        if erase and info is not None and _names_own_chunks(info):
+        if erase and info is not None and names_own_chunks(info):
             most = (info.size or 0) // MIN_CHUNK_BYTES + 1  # as many as a read takes
             await self._call("erase upload", ref, erase_chunks(self._js, self.bucket, info.nuid, most))
-        meta = OBJ_META_PRE_TEMPLATE.format(
-            bucket=self.bucket, obj=base64.urlsafe_b64encode(name.encode()).decode()
-        )
-        subjects = [meta]
-        if info is not None and _names_own_chunks(info):
+        subjects = [meta_subject(self.bucket, name)]
+        if info is not None and names_own_chunks(info):
             subjects.insert(0, OBJ_CHUNKS_PRE_TEMPLATE.format(bucket=self.bucket, obj=info.nuid))
         for subject in subjects:
             await self._call("discard upload", ref, self._js.purge_stream(stream, subject=subject))
+
+    async def erase(self, tenant_token: str, ref: str) -> bool:
+        """Erase the tenant's blob from this bucket, its bytes and its name
+        out of the stream's files (``objectstores.erase_object``): an
+        erasure left no event that is not erased referencing it
+        (spec/erasure.md, "Blobs"). False when it was not there."""
+        erasing = erase_object(self._js, self.bucket, object_name(tenant_token, ref))
+        return await self._call("erase blob", ref, erasing, MAX_BLOB_BYTES)  # as long as the largest may take
 
     async def refs(self, tenant: str) -> AsyncIterator[tuple[str, int]]:
         """Every ``(ref, size_bytes)`` stored for ``tenant``."""
@@ -620,6 +613,17 @@ class BlobBuckets:
         except LedgerError as exc:  # it ages out instead
             log.warning("could not discard the copied upload of %s: %s", ref, exc)
         return True
+
+    async def erase(self, tenant_token: str, refs: list[str]) -> list[str]:
+        """Erase these blobs of the tenant from each bucket that may hold
+        them (its own committed one and the shared one, where a trusted
+        writer's are, named by the tenant's token): the refs that were there."""
+        erased = []
+        for ref in refs:
+            found = [await store.erase(tenant_token, ref) for store in await self.stores(tenant_token)]
+            if any(found):
+                erased.append(ref)
+        return erased
 
     async def get(self, tenant: str, ref: str) -> bytes:
         """The blob's bytes from the first bucket holding it (``BlobStore.get``)."""

@@ -19,18 +19,22 @@ consumers, and none may.
 
 from __future__ import annotations
 
+import base64
+import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-from nats.js.api import ObjectStoreConfig, RawStreamMsg
+from nats.js.api import ObjectInfo, ObjectStoreConfig, RawStreamMsg
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
-from nats.js.object_store import OBJ_CHUNKS_PRE_TEMPLATE, ObjectStore
+from nats.js.object_store import OBJ_CHUNKS_PRE_TEMPLATE, OBJ_META_PRE_TEMPLATE, ObjectStore
 
 # Every chunk of an object but the last holds at least this much (nats-py
 # writes 128 KiB chunks): bounds the reads of one object to size / 16 KiB + 1,
 # however finely a hostile producer cut it.
 MIN_CHUNK_BYTES = 16 << 10
+_NUID = re.compile(r"[A-Za-z0-9]{1,64}")  # an object's chunk subject token, as nats-py makes it
 
 
 def stream_of(bucket: str) -> str:
@@ -126,3 +130,40 @@ async def erase_chunks(js: JetStreamContext, bucket: str, nuid: str, max_msgs: i
         if erased >= max_msgs:
             break
     return erased
+
+
+def names_own_chunks(info: ObjectInfo) -> bool:
+    """Whether an object's metadata names chunks of its own: not a link, and
+    a chunk subject token as nats-py makes it (no wildcard widening a read)."""
+    return not info.is_link() and isinstance(info.nuid, str) and _NUID.fullmatch(info.nuid) is not None
+
+
+def meta_subject(bucket: str, name: str) -> str:
+    """The subject of an object's metadata (nats-py's naming)."""
+    return OBJ_META_PRE_TEMPLATE.format(bucket=bucket, obj=base64.urlsafe_b64encode(name.encode()).decode())
+
+
+async def erase_object(js: JetStreamContext, bucket: str, name: str) -> bool:
+    """Erase an object so that neither its bytes nor its name stay in the
+    stream's files: each chunk message, then each message of its metadata
+    (which names it, and holds its digest), is deleted with
+    ``STREAM.MSG.DELETE``, which overwrites the stored message; a purge only
+    marks it removed, and nats-py's ``delete`` would write a delete marker
+    naming the object again. Whether a live object was there (False: none,
+    or one erased already, whose remains are erased all the same)."""
+    stream = stream_of(bucket)
+    metas = [msg async for msg in _chunk_msgs(js, stream, meta_subject(bucket, name))]
+    if not metas:
+        return False
+    try:
+        info: ObjectInfo | None = ObjectInfo.from_response(json.loads(metas[-1].data or b"{}"))
+    except (ValueError, TypeError, KeyError):  # unreadable metadata: there is no chunk to find
+        info = None
+    live = info is not None and not info.deleted
+    if info is not None and names_own_chunks(info):
+        # As many chunks as a read of it takes (the bound of ``read_chunks``).
+        await erase_chunks(js, bucket, info.nuid, (info.size or 0) // MIN_CHUNK_BYTES + 1)
+    for msg in metas:
+        assert msg.seq is not None  # _chunk_msgs yields numbered messages only
+        await js.delete_msg(stream, msg.seq)
+    return live

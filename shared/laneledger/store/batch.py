@@ -83,6 +83,7 @@ class BatchState:
     )  # (tenant, lane) -> (seq, hash)
     event_rows: list[tuple[Any, ...]] = field(default_factory=list)
     subject_rows: list[tuple[str, str, int]] = field(default_factory=list)  # (tenant, data subject, position)
+    ref_rows: list[tuple[str, str, int]] = field(default_factory=list)  # (tenant, blob sha256 hex, position)
     receipt_rows: list[tuple[str, str, str, str, bytes]] = field(default_factory=list)
     committed: list[CommittedRecord] = field(default_factory=list)
     leaves: list[bytes] = field(default_factory=list)  # the Merkle leaf of each event row

@@ -25,6 +25,7 @@ import msgspec
 from laneledger.contract.canonical import canonicalize
 from laneledger.contract.chain import CONTENT_SALT, ERASED, append_digest, erased_form
 from laneledger.contract.clock import Clock, format_timestamp
+from laneledger.contract.contentref import blob_hexes
 from laneledger.contract.erasure import (
     ERASED_DIGEST,
     ERASURE_EVENT,
@@ -48,6 +49,7 @@ from laneledger.store.lookups import LedgerLookups
 from laneledger.store.structure import StructureCommands
 from laneledger.store.txlog import (
     ERASE_EVENT,
+    ERASE_EVENT_REF,
     ERASE_RECEIPT,
     INSERT_EVENT,
     INSERT_RECEIPT,
@@ -87,9 +89,10 @@ class ErasureCommands:
         self._log = log
         self._before_use = before_use
 
-    def erase(self, cmd: Erase) -> tuple[ErasurePage, list[CommittedRecord]]:
-        """One page of an erasure, and the erasure event when this request
-        committed it (for the committed stream)."""
+    def erase(self, cmd: Erase) -> tuple[ErasurePage, list[CommittedRecord], ErasedBlobs]:
+        """One page of an erasure, the erasure event when this request
+        committed it (for the committed stream), and the blobs its events
+        referenced (for the sequencer to delete those left unreferenced)."""
         self._before_use()
         _check_scope(cmd)
         tenant = self._tenant_of(cmd)
@@ -118,9 +121,11 @@ class ErasureCommands:
             reached = self._retention_reached(tenant)
             cmd = msgspec.structs.replace(cmd, after_position=max(cmd.after_position, reached))
         page, scanned_to = self._page(cmd, tenant, covered_before)
-        bodies, receipts, report = self._erase_page(cmd, tenant, page, mark, scanned_to, covered_before)
+        bodies, receipts, refs, report = self._erase_page(cmd, tenant, page, mark, scanned_to, covered_before)
         if bodies:
             writes += [(ERASE_EVENT, bodies), (ERASE_RECEIPT, receipts)]
+        if refs:
+            writes.append((ERASE_EVENT_REF, refs))
         retention = cmd.committed_before is not None and mark is not None and not cmd.dry_run
         if retention and report.next_after_position > reached:
             writes.append((RETENTION_REACHED, [(tenant, report.next_after_position)]))
@@ -129,7 +134,18 @@ class ErasureCommands:
             self._log.commit_writes(writes, before, after)
             if committed:
                 self._lookups.forget_lanes()  # the ledger lane's head moved
-        return msgspec.structs.replace(report, erasure=mark), committed
+        erased = sorted({sha for _, sha, _ in refs})
+        blobs = ErasedBlobs(tenant, erased, [sha for sha in erased if not self._referenced(tenant, sha)])
+        return msgspec.structs.replace(report, erasure=mark), committed, blobs
+
+    def _referenced(self, tenant: str, sha256: str) -> bool:
+        """Whether an event of the tenant that is not erased references the
+        blob: an erased event's rows of ``event_refs`` went with its content."""
+        return bool(
+            self._lookups.rows(
+                "SELECT 1 FROM event_refs WHERE tenant = ? AND sha256 = ? LIMIT 1", (tenant, sha256)
+            )
+        )
 
     # ------------------------------------------------------------------ parts
 
@@ -302,8 +318,9 @@ class ErasureCommands:
         mark: ErasureMark | None,
         scanned_to: int,
         before: int,
-    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], ErasurePage]:
-        """The page's erased bodies and receipts; the page ends early once
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]], ErasurePage]:
+        """The page's erased bodies, receipts and ``event_refs`` rows (the
+        blobs its erased events referenced); the page ends early once
         it has read ``READ_BUDGET`` bytes of bodies or staged ``RECORD_BUDGET``
         bytes of its transaction-log record (a request's work is bounded). A
         retention erasure ends at its tenant's first event committed at or
@@ -313,6 +330,7 @@ class ErasureCommands:
         reached_cutoff = False
         has_more = len(page) > cmd.limit
         bodies: list[tuple[Any, ...]] = []
+        refs: list[tuple[Any, ...]] = []
         appends: set[str] = set()
         erased = already = unsealed = read = staged = 0
         last = cmd.after_position
@@ -336,7 +354,10 @@ class ErasureCommands:
                 if mark is not None and not cmd.dry_run:
                     gone = canonicalize(erased_form(event, msgspec.to_builtins(mark)))
                     bodies.append((gone, position))
-                    staged += len(gone)
+                    named = [(tenant, sha, position) for sha in blob_hexes(event.get("payload"))]
+                    refs += named
+                    # its rows of event_refs are in the record too (and bound the blobs to delete)
+                    staged += len(gone) + len(named) * (len(tenant) + 80)
                     appends.add(append_id)
         if cutoff is not None and not reached_cutoff and not has_more:
             last = scanned_to  # the whole window looked at
@@ -358,7 +379,17 @@ class ErasureCommands:
             next_after_position=last,
             dry_run=cmd.dry_run,
         )
-        return bodies, receipts, report
+        return bodies, receipts, refs, report
+
+
+class ErasedBlobs(msgspec.Struct, frozen=True):
+    """The blobs (sha256 hex) an erasure page's events referenced, of one
+    tenant, and those of them no event of it that is not erased references
+    any more: the sequencer deletes these from the tenant's buckets."""
+
+    tenant: str
+    erased: list[str]
+    unreferenced: list[str]
 
 
 class _Staged(msgspec.Struct, frozen=True):

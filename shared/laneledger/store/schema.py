@@ -9,6 +9,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import msgspec
+
+from laneledger.contract.contentref import blob_hexes
 from laneledger.contract.errors import InternalError
 from laneledger.contract.ids import new_id
 from laneledger.sqlite import (
@@ -24,6 +27,8 @@ from laneledger.sqlite import (
 from laneledger.store.tree import build_tree
 from laneledger.tlog import store as tree_store
 
+_decode = msgspec.json.Decoder().decode
+
 # 2: append ids are scoped per tenant (receipts keyed by tenant and append
 # id); a version-1 file is migrated in place.
 # 3: every id is scoped per tenant (spec/object-model.md, "Identity"):
@@ -31,9 +36,10 @@ from laneledger.tlog import store as tree_store
 # tenant), so two tenants may use one id; a version-2 file is migrated in place.
 # 4: the Merkle tree of the transparency log (spec/tlog.md): table
 # tlog_hashes, built from a version-3 file's events in place.
-# 5: tables event_subjects, the events naming a data subject, and
-# retention, how far each tenant's retention has erased (spec/erasure.md);
-# an older file has neither, so the tables (made by the DDL) are all it needs.
+# 5: tables event_subjects, the events naming a data subject, retention, how
+# far each tenant's retention has erased, and event_refs, the blobs each
+# event's payload references (spec/erasure.md); an older file has none of
+# them: the DDL makes them, and event_refs is filled from its events.
 SCHEMA_VERSION = 5
 
 # Keys put the id first: a lookup by id alone (a trusted caller naming no
@@ -129,6 +135,16 @@ CREATE TABLE IF NOT EXISTS event_subjects (
     position     INTEGER NOT NULL,
     PRIMARY KEY (tenant, data_subject, position)
 );
+-- The content blobs each event's payload references (contract/contentref.py
+-- refs_in; sha256 in hex), to tell when an erasure leaves a blob referenced
+-- by no event that is not erased (spec/erasure.md, "Blobs"). An erased
+-- event's rows are deleted by its erasure: the hash names its content.
+CREATE TABLE IF NOT EXISTS event_refs (
+    tenant   TEXT NOT NULL,
+    sha256   TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    PRIMARY KEY (tenant, sha256, position)
+);
 -- How far each tenant's retention erasures have looked: every event of the
 -- tenant up to this position is erased, exempt or not yet old enough.
 CREATE TABLE IF NOT EXISTS retention (
@@ -197,13 +213,26 @@ def _build_tree(conn: sqlite3.Connection) -> None:
     build_tree(conn, conn.execute("SELECT position, body FROM events ORDER BY position"))
 
 
-def _nothing_more(conn: sqlite3.Connection) -> None:
-    """Version 4 -> 5: event_subjects, empty for events of an older file
-    (they could not name a data subject), and retention, empty; the DDL made
-    them."""
+def _index_refs(conn: sqlite3.Connection) -> None:
+    """Version 4 -> 5: event_refs filled from the events already committed
+    (an erasure must see every blob an older event references, or it would
+    delete one still referenced); event_subjects empty (an older event
+    could not name a data subject), and retention empty. The DDL made them."""
+    rows = conn.execute(
+        "SELECT position, tenant, body FROM events"
+        " WHERE instr(body, '\"_ref\":') OR instr(body, '\"payload_refs\":') ORDER BY position"
+    )
+    conn.executemany(
+        "INSERT INTO event_refs (tenant, sha256, position) VALUES (?,?,?)",
+        (
+            (tenant, sha, position)
+            for position, tenant, body in rows.fetchall()
+            for sha in blob_hexes(_decode(body).get("payload"))
+        ),
+    )
 
 
-MIGRATIONS = {1: _scope_append_ids, 2: _scope_all_ids, 3: _build_tree, 4: _nothing_more}
+MIGRATIONS = {1: _scope_append_ids, 2: _scope_all_ids, 3: _build_tree, 4: _index_refs}
 
 
 def open_ledger(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:

@@ -77,6 +77,11 @@ INSERT_EVENT = Statement(
 INSERT_EVENT_SUBJECT = Statement(
     "insert_event_subject", "INSERT INTO event_subjects (tenant, data_subject, position) VALUES (?,?,?)"
 )
+# The blobs an event's payload references (sha256 in hex): what an erasure
+# may delete once no event that is not erased references one.
+INSERT_EVENT_REF = Statement(
+    "insert_event_ref", "INSERT INTO event_refs (tenant, sha256, position) VALUES (?,?,?)"
+)
 INSERT_RECEIPT = Statement(
     "insert_receipt",
     "INSERT INTO receipts (tenant, append_id, lane_id, digest, body) VALUES (?,?,?,?,?)",
@@ -91,12 +96,15 @@ ERASE_EVENT = Statement("erase_event", "UPDATE events SET body = ? WHERE positio
 ERASE_RECEIPT = Statement(
     "erase_receipt", "UPDATE receipts SET digest = ?, body = ? WHERE append_id = ? AND tenant = ?"
 )
+ERASE_EVENT_REF = Statement(
+    "erase_event_ref", "DELETE FROM event_refs WHERE tenant = ? AND sha256 = ? AND position = ?"
+)
 RETENTION_REACHED = Statement(
     "retention_reached", "INSERT OR REPLACE INTO retention (tenant, position) VALUES (?,?)"
 )
 # After a transaction that ran one of these, the file's WAL is emptied
 # (``laneledger.sqlite.shred_wal``): the erased bytes must leave it too.
-ERASING = frozenset({ERASE_EVENT.name, ERASE_RECEIPT.name})
+ERASING = frozenset({ERASE_EVENT.name, ERASE_RECEIPT.name, ERASE_EVENT_REF.name})
 
 STATEMENTS = {
     s.name: s
@@ -109,10 +117,12 @@ STATEMENTS = {
         INSERT_ATTEMPT,
         INSERT_EVENT,
         INSERT_EVENT_SUBJECT,
+        INSERT_EVENT_REF,
         INSERT_RECEIPT,
         MOVE_LANE_HEAD,
         ERASE_EVENT,
         ERASE_RECEIPT,
+        ERASE_EVENT_REF,
         RETENTION_REACHED,
     )
 }

@@ -39,6 +39,7 @@ from laneledger.store.txlog import (
     INSERT_ACTOR,
     INSERT_ATTEMPT,
     INSERT_EVENT,
+    INSERT_EVENT_REF,
     INSERT_EVENT_SUBJECT,
     INSERT_LANE,
     INSERT_RECEIPT,
@@ -82,6 +83,11 @@ SEED_PLAN: tuple[tuple[str, Statement, str], ...] = (
         "event_subjects",
         INSERT_EVENT_SUBJECT,
         "SELECT tenant, data_subject, position FROM event_subjects ORDER BY rowid",
+    ),
+    (
+        "event_refs",
+        INSERT_EVENT_REF,
+        "SELECT tenant, sha256, position FROM event_refs ORDER BY rowid",
     ),
     (
         "retention",

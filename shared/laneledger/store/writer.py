@@ -35,8 +35,10 @@ import msgspec
 from msgspec import UNSET
 
 from laneledger.contract.clock import Clock, system_clock
+from laneledger.contract.contentref import blob_hexes
 from laneledger.contract.erasure import ERASED_DIGEST
 from laneledger.contract.errors import (
+    BlobMissing,
     IdempotencyViolation,
     LaneConflict,
     LedgerError,
@@ -71,7 +73,7 @@ from laneledger.store.append import PreparedAppend
 from laneledger.store.batch import BatchResult, BatchState, CommittedRecord, StagedBatch, rejection
 from laneledger.store.chainkey import chain_key_fingerprint
 from laneledger.store.entryhash import hashed_body
-from laneledger.store.erasure import ErasureCommands
+from laneledger.store.erasure import ErasedBlobs, ErasureCommands
 from laneledger.store.eventchecks import check_event
 from laneledger.store.lookups import LedgerLookups
 from laneledger.store.reader import LedgerReader
@@ -81,6 +83,7 @@ from laneledger.store.signatures import check_actor_signature
 from laneledger.store.structure import StructureCommands
 from laneledger.store.txlog import (
     INSERT_EVENT,
+    INSERT_EVENT_REF,
     INSERT_EVENT_SUBJECT,
     INSERT_RECEIPT,
     MOVE_LANE_HEAD,
@@ -125,6 +128,10 @@ class LedgerWriter:
         # Each tenant's stored event bytes against its ``inline_bytes`` limit
         # (unlimited until the sequencer sets ``inline_usage.limit``).
         self.inline_usage = InlineUsage()
+        # (tenant, sha256 hex) of blobs an erasure left unreferenced, while the
+        # sequencer deletes them: an append naming one now is refused, or it
+        # would commit a reference to a blob about to be gone.
+        self._blobs_deleted: set[tuple[str, str]] = set()
         # Commits, and the file kept in step with its transaction log.
         self._log = TxLogSync(
             conn,
@@ -317,6 +324,7 @@ class LedgerWriter:
         hashes: list[str] = []
         rows, records = [], []
         subject_rows: list[tuple[str, str, int]] = []
+        ref_rows: list[tuple[str, str, int]] = []
         for raw, event in zip(append.sent, request.events, strict=True):
             if event.event_type == REWOUND:  # nothing is staged yet: refusing here is clean
                 check_rewind(event, lane, state, position + 1, self._lookups.stored_event)
@@ -366,6 +374,16 @@ class LedgerWriter:
             )
             if event.data_subject is not UNSET:
                 subject_rows.append((lane.tenant, event.data_subject, position))
+            if append.may_reference:  # False for nearly every request: nothing to look for
+                for sha in blob_hexes(raw.get("payload")):
+                    if (lane.tenant, sha) in self._blobs_deleted:  # nothing is staged yet: refusing is clean
+                        raise BlobMissing(
+                            "the event references a blob an erasure is deleting: store it again, then resend",
+                            event_id=event.id,
+                            ref=f"sha256:{sha}",
+                            reason="blob_erased",
+                        )
+                    ref_rows.append((lane.tenant, sha, position))
             event_ids.append(event.id)
             positions.append(position)
             hashes.append(head_hash)
@@ -386,6 +404,7 @@ class LedgerWriter:
         state.inline_bytes[lane.tenant] = state.inline_bytes.get(lane.tenant, 0) + adding
         state.event_rows.extend(rows)
         state.subject_rows.extend(subject_rows)
+        state.ref_rows.extend(ref_rows)
         state.leaves.extend(map(entry_leaf, hashes))
         state.committed.extend(records)
         state.receipt_rows.append((lane.tenant, request.append_id, lane.id, append.digest, encode(receipt)))
@@ -399,6 +418,7 @@ class LedgerWriter:
         writes: Writes = [
             (INSERT_EVENT, state.event_rows),
             *([(INSERT_EVENT_SUBJECT, state.subject_rows)] if state.subject_rows else []),
+            *([(INSERT_EVENT_REF, state.ref_rows)] if state.ref_rows else []),
             (INSERT_RECEIPT, list(state.receipt_rows)),
             (
                 MOVE_LANE_HEAD,
@@ -518,7 +538,19 @@ class LedgerWriter:
 
     # ------------------------------------------------------------- erasure
 
-    def erase(self, cmd: Erase) -> tuple[ErasurePage, list[CommittedRecord]]:
-        """One page of an erasure (store/erasure.py, spec/erasure.md), and
-        the erasure event when this request committed it."""
+    def erase(self, cmd: Erase) -> tuple[ErasurePage, list[CommittedRecord], ErasedBlobs]:
+        """One page of an erasure (store/erasure.py, spec/erasure.md), the
+        erasure event when this request committed it, and the blobs its
+        events referenced (those left unreferenced, for the sequencer to delete)."""
         return self._erasures.erase(cmd)
+
+    def deleting_blobs(self, blobs: ErasedBlobs) -> None:
+        """The sequencer deletes ``blobs.unreferenced`` now: until
+        ``blobs_deleted``, an append referencing one is refused
+        ``blob_missing`` (``reason: "blob_erased"``). Called right after the
+        erasure, in the same turn of the writer thread (no batch between)."""
+        self._blobs_deleted.update((blobs.tenant, sha) for sha in blobs.unreferenced)
+
+    def blobs_deleted(self, blobs: ErasedBlobs) -> None:
+        """The blobs are gone: the blob check finds them missing from now on."""
+        self._blobs_deleted.difference_update((blobs.tenant, sha) for sha in blobs.unreferenced)
