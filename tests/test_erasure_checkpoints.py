@@ -58,6 +58,8 @@ async def test_erasing_a_session_erases_its_checkpoint_state(
     assert (await checkpoints.get(kept.id, tenant="acme")).state == {"kept": 1}
     files = [tmp_path / "checkpoints.db", tmp_path / "checkpoints.db-wal"]
     assert holding(files, [EMAIL, CODE]) == []
+    # Nor is the state's digest (an unkeyed hash of it) kept in a tombstone.
+    assert holding(files, [c.digest for c in (*gone, big)]) == []
     # The spilled state's artifact, in an object store bucket's stream files.
     buckets = [f for d in (tmp_path / "nats").rglob("OBJ_*") for f in d.rglob("*") if f.is_file()]
     assert buckets and holding(buckets, [EMAIL * 4]) == []

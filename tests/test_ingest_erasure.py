@@ -146,6 +146,10 @@ async def test_a_tenants_token_erases_a_data_subject_or_by_age(ingest, client, a
         ({"reason": "r", "actor_key": "human:dpo"}, "$.session_id"),  # no scope
         ({"session_id": "s1", "data_subject": "c", "reason": "r", "actor_key": "human:dpo"}, "$.session_id"),
         ({"committed_before": "yesterday", "reason": "r", "actor_key": "human:dpo"}, "$.committed_before"),
+        (
+            {"committed_before": "2026-13-01T00:00:00Z", "reason": "r", "actor_key": "human:dpo"},
+            "$.committed_before",
+        ),
         ({"session_id": "s1", "actor_key": "human:dpo"}, "$"),  # no reason
         ({"session_id": "s1", "reason": "", "actor_key": "human:dpo"}, "$.reason"),
         ({"session_id": "s1", "reason": "r" * 1025, "actor_key": "human:dpo"}, "$.reason"),

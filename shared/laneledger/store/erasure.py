@@ -41,6 +41,7 @@ from laneledger.contract.model import (
     ErasureMark,
     ErasurePage,
     encode,
+    timestamp_problem,
 )
 from laneledger.contract.subjects import token
 from laneledger.store.batch import CommittedRecord
@@ -411,6 +412,13 @@ def _check_scope(cmd: Erase) -> None:
         )
     if cmd.run_id is not None and cmd.session_id is None:
         raise InvalidRequest("a run_id is erased within its session_id", path="$.run_id")
+    problem = None if cmd.committed_before is None else timestamp_problem(cmd.committed_before)
+    if problem is not None:
+        raise InvalidRequest(
+            f"committed_before is not a real instant: {problem}",
+            path="$.committed_before",
+            found=cmd.committed_before,
+        )
     if cmd.session_id == LEDGER_SESSION:
         raise InvalidRequest(
             "the ledger's own session (its erasure events) cannot be erased",
