@@ -52,7 +52,6 @@ from nats.js.errors import (
     ObjectNotFoundError,
 )
 from nats.js.object_store import (
-    OBJ_CHUNKS_PRE_TEMPLATE,
     OBJ_STREAM_TEMPLATE,
     ObjectStore,
 )
@@ -72,16 +71,13 @@ from laneledger.contract.secretscan import secret_rules
 from laneledger.contract.subjects import Subjects, token, token_bucket
 from laneledger.sdk.directget import NoDirectGet, last_messages
 from laneledger.sdk.objectstores import (
-    MIN_CHUNK_BYTES,
     bound_bucket,
     create_object_store,
-    erase_chunks,
     erase_object,
     meta_subject,
     names_own_chunks,
     open_object_store,
     read_chunks,
-    stream_of,
 )
 from laneledger.sdk.pubacks import limit_reached_by
 
@@ -393,24 +389,15 @@ class BlobStore:
             raise mismatch("its chunks do not hash to it")
         return data
 
-    async def discard_upload(self, tenant_token: str, ref: str, *, erase: bool = False) -> None:
-        """Remove an upload the sequencer has copied (its chunks and its
-        metadata), so it stops counting against the tenant's ``blob_bytes``.
-        Through the stream API (purges by subject): the sequencer may not
-        publish on an uploads bucket's ``$O.`` subjects. ``erase``: its
-        chunks are first overwritten, one message delete each (an upload
-        refused for a secret; a purge leaves the bytes in the stream's files)."""
+    async def discard_upload(self, tenant_token: str, ref: str) -> None:
+        """Erase an upload the sequencer has copied, or refused (so it stops
+        counting against the tenant's ``blob_bytes``): its chunks and its
+        metadata (which names it by the blob's SHA-256) overwritten, one
+        message delete each, through the stream API (the sequencer may not
+        publish on an uploads bucket's ``$O.`` subjects; a purge would leave
+        the bytes in the stream's files: ``objectstores.erase_object``)."""
         name = object_name(tenant_token, ref)
-        info = await self._info(tenant_token, ref)
-        stream = stream_of(self.bucket)
-        if erase and info is not None and names_own_chunks(info):
-            most = (info.size or 0) // MIN_CHUNK_BYTES + 1  # as many as a read takes
-            await self._call("erase upload", ref, erase_chunks(self._js, self.bucket, info.nuid, most))
-        subjects = [meta_subject(self.bucket, name)]
-        if info is not None and names_own_chunks(info):
-            subjects.insert(0, OBJ_CHUNKS_PRE_TEMPLATE.format(bucket=self.bucket, obj=info.nuid))
-        for subject in subjects:
-            await self._call("discard upload", ref, self._js.purge_stream(stream, subject=subject))
+        await self._call("erase upload", ref, erase_object(self._js, self.bucket, name), MAX_BLOB_BYTES)
 
     async def erase(self, tenant_token: str, ref: str) -> bool:
         """Erase the tenant's blob from this bucket, its bytes and its name
@@ -598,7 +585,7 @@ class BlobBuckets:
             # The whole blob at once (its size is bounded), off the event loop.
             rules = await asyncio.to_thread(secret_rules, data, redactor)
             if rules:
-                await uploads.discard_upload(tenant_token, ref, erase=True)
+                await uploads.discard_upload(tenant_token, ref)
                 raise InvalidRequest(
                     "the blob holds secret-shaped values; a blob is named by its hash and cannot be "
                     "redacted, so it is refused and its upload erased: redact the value, then store it",
@@ -609,6 +596,9 @@ class BlobBuckets:
         committed = await self.ensure(tenant_token)
         await committed._upload(tenant_token, ref, data)
         try:
+            # Erased, not purged: a purge leaves the bytes, and the name (the
+            # blob's SHA-256), in the stream's files, where an erasure of the
+            # committed copy would not reach them (spec/erasure.md, "Blobs").
             await uploads.discard_upload(tenant_token, ref)
         except LedgerError as exc:  # it ages out instead
             log.warning("could not discard the copied upload of %s: %s", ref, exc)
