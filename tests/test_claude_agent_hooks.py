@@ -47,6 +47,18 @@ def pre(tool_use_id: str, name: str = "Bash", session: str = "sess-1", **extra: 
     )
 
 
+def post(tool_use_id: str, response: Any, name: str = "Bash", **extra: Any) -> PostToolUseHookInput:
+    return PostToolUseHookInput(
+        **BASE,
+        hook_event_name="PostToolUse",
+        tool_name=name,
+        tool_input=extra.pop("tool_input", {}),
+        tool_response=response,
+        tool_use_id=tool_use_id,
+        **extra,
+    )
+
+
 async def call(hooks: dict[str, list[HookMatcher]], data: Any) -> Any:
     """Call every callback the SDK would for this hook event; the last output."""
     out: Any = None
@@ -80,18 +92,7 @@ async def test_tool_calls_subagents_and_stop_record_the_spine(client, sequencer,
     assert [e.payload["tool_use_id"] for e in requested] == ["tu-1"]
     assert requested[0].payload["input"]["command"] == "ls"
     assert requested[0].payload["input"]["blob"] != big  # externalized
-    await call(
-        hooks,
-        PostToolUseHookInput(
-            **BASE,
-            hook_event_name="PostToolUse",
-            tool_name="Bash",
-            tool_input={"command": "ls"},
-            tool_response={"stdout": "a\nb"},
-            tool_use_id="tu-1",
-            duration_ms=12,
-        ),
-    )
+    await call(hooks, post("tu-1", {"stdout": "a\nb"}, tool_input={"command": "ls"}, duration_ms=12))
     await call(hooks, pre("tu-2", name="Read"))
     await call(
         hooks,
@@ -113,19 +114,7 @@ async def test_tool_calls_subagents_and_stop_record_the_spine(client, sequencer,
         ),
     )
     await call(hooks, pre("tu-sub", name="Grep", agent_id="ag-1", agent_type="explorer"))
-    await call(
-        hooks,
-        PostToolUseHookInput(
-            **BASE,
-            hook_event_name="PostToolUse",
-            tool_name="Grep",
-            tool_input={},
-            tool_response="hit",
-            tool_use_id="tu-sub",
-            agent_id="ag-1",
-            agent_type="explorer",
-        ),
-    )
+    await call(hooks, post("tu-sub", "hit", name="Grep", agent_id="ag-1", agent_type="explorer"))
     await call(
         hooks,
         SubagentStopHookInput(
@@ -137,17 +126,7 @@ async def test_tool_calls_subagents_and_stop_record_the_spine(client, sequencer,
             agent_type="explorer",
         ),
     )
-    await call(
-        hooks,
-        PostToolUseHookInput(
-            **BASE,
-            hook_event_name="PostToolUse",
-            tool_name="Task",
-            tool_input={},
-            tool_response="done",
-            tool_use_id="tu-task",
-        ),
-    )
+    await call(hooks, post("tu-task", "done", name="Task"))
     await call(hooks, StopHookInput(**BASE, hook_event_name="Stop", stop_hook_active=False))
 
     view = await client.load_session("sess-1", tenant="acme")
@@ -530,16 +509,7 @@ async def test_a_recorder_with_a_data_subject_names_it_on_every_event_and_erasur
     hooks = recorder.hooks()
     await call(hooks, pre("tu-1", tool_input={"command": "cat ~/customer.txt"}))
     await call(
-        hooks,
-        PostToolUseHookInput(
-            **BASE,
-            hook_event_name="PostToolUse",
-            tool_name="Bash",
-            tool_input={"command": "ls"},
-            tool_response={"stdout": "ada@example.org"},
-            tool_use_id="tu-1",
-            duration_ms=1,
-        ),
+        hooks, post("tu-1", {"stdout": "ada@example.org"}, tool_input={"command": "ls"}, duration_ms=1)
     )
     view = await client.load_session("sess-1", tenant="acme")
     assert view.events and {e.data_subject for e in view.events} == {"customer-42"}
