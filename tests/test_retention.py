@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 from inprocess_ledger import InProcessLedgerClient
+from polling import eventually
 from prometheus_client import CollectorRegistry
 
 from laneledger.audit.ledger import audit_ledger
@@ -16,9 +17,10 @@ from laneledger.contract import errors
 from laneledger.contract.erasure import LEDGER_SESSION
 from laneledger.contract.model import Erase, ErasurePage
 from laneledger.runtime.tenants import TenantsFileError, parse_tenants
-from laneledger.sdk.client import make_event
+from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.retention import RETENTION_ACTOR, Retention
+from laneledger.services.sequencer.service import Sequencer, SequencerSettings
 from laneledger.store import LedgerWriter, erasure, open_ledger
 
 
@@ -165,3 +167,32 @@ def test_the_tenants_files_retention_keys_are_checked(table, message):
         parse_tenants(f"[tenants.acme]\n{table}\n")
     limits = parse_tenants("[tenants.acme]\ncontent_retention_days = 7\nretention_dry_run = true\n").limits
     assert (limits["acme"].content_retention_days, limits["acme"].retention_dry_run) == (7, True)
+
+
+@pytest.mark.nats
+async def test_the_active_sequencer_runs_retention_rounds(nats_server, nc, tmp_path):
+    """The deployed path: a sequencer whose tenants file sets
+    content_retention_days starts the rounds when it becomes active, over
+    NATS, with its own writer (whose clock committed acme's events long ago)."""
+    clock = Clock()  # 2026-01-10: more than 30 days before today
+    writer = LedgerWriter(open_ledger(tmp_path / "ledger.db"), clock=clock)
+    tenants = parse_tenants("[tenants.acme]\ncontent_retention_days = 30\n[tenants.globex]\n")
+    settings = SequencerSettings(tenants=tenants, retention_interval_s=0.2, pull_expires_s=0.5)
+    sequencer = Sequencer(nc, writer, SequencerMetrics(CollectorRegistry()), settings)
+    async with await LedgerClient.connect(nats_server.url, timeout=5.0, tenant_inboxes=True) as client:
+        await sequencer.start()
+        try:
+            await append(client, "acme", "old", 2, "old")
+            await append(client, "globex", "old", 1, "theirs")  # globex keeps everything
+
+            async def erased() -> bool:
+                return await texts(client, "acme", "old") == [None, None]
+
+            await eventually(erased, what="acme's old content erased by retention", timeout=10)
+            assert await texts(client, "globex", "old") == ["theirs"]
+            [event] = (await client.load_session(LEDGER_SESSION, tenant="acme")).events
+            assert event.id.startswith("retention-acme-") and event.payload["reason"].startswith("retention")
+            retention_actor = await client.ensure_actor("acme", RETENTION_ACTOR, "service")
+            assert event.actor_id == retention_actor.id
+        finally:
+            await sequencer.stop()
