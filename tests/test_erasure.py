@@ -10,6 +10,7 @@ import base64
 import hashlib
 import json
 import sqlite3
+import time
 from contextlib import closing
 from pathlib import Path
 
@@ -569,3 +570,27 @@ async def test_the_writer_indexes_the_blobs_events_reference_and_an_erasure_repo
     writer.blobs_deleted(blobs)
     [committed] = writer.apply_batch([prepare_append(request(s2, 2, [{"a": ref(one)}]))]).receipts
     assert isinstance(committed, AppendCommitted)
+
+
+async def test_a_reader_holding_an_old_snapshot_delays_the_wal_truncate_not_the_writer(tmp_path):
+    """``shred_wal`` does not wait for readers (the writer must not stall
+    behind a long read): the WAL keeps the erased bytes while one holds a
+    snapshot from before, and the next commit after it lets go empties it."""
+    writer = LedgerWriter(open_ledger(tmp_path / "ledger.db"))
+    client = InProcessLedgerClient(writer)
+    actor = await client.ensure_actor("acme", "agent:t@1", "agent")
+    await fill(client, actor, "s1", "r1")
+    reader = sqlite3.connect(tmp_path / "ledger.db")
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM events").fetchone()  # a snapshot from before the erasure
+    started = time.monotonic()
+    await client.erase("s1", actor_id=actor.id, reason="r")
+    assert time.monotonic() - started < 2.0  # not the 5 s busy timeout
+    wal = [tmp_path / "ledger.db-wal"]
+    assert holding(wal, [EMAIL])  # the reader's frames stay while it reads
+    reader.execute("COMMIT")
+    reader.close()
+    other = await client.create_lane("acme", "s2", "r1", "main", actor_id=actor.id)
+    await client.append(other, 0, [make_event(other.id, "stream.text_delta", actor_id=actor.id)])
+    # That commit tried again, and the WAL is empty: nothing erased is left.
+    assert holding([*wal, tmp_path / "ledger.db"], [EMAIL, CODE, NOTE]) == []

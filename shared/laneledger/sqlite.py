@@ -137,9 +137,15 @@ def shred_wal(conn: sqlite3.Connection) -> bool:
     """After erasing rows (with ``PRAGMA secure_delete`` on, so the freed
     cells and pages are zeroed in the database file): checkpoint the WAL
     into the file and truncate it to nothing, so the erased bytes leave the
-    WAL file too. False when a reader's snapshot kept part of the WAL (the
-    frames are then overwritten as the WAL is reused)."""
-    busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    WAL file too. It does not wait for readers (the busy timeout is set to 0
+    around it: a writer must not stall behind a long read): False when a
+    reader's snapshot kept part of the WAL, for the caller to try again."""
+    (timeout,) = conn.execute("PRAGMA busy_timeout").fetchone()
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {int(timeout)}")
     return bool(busy == 0)
 
 

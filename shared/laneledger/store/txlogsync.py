@@ -70,7 +70,8 @@ class TxLogSync:
         # writer's records): read it before anything is read or written.
         self.behind = False
         self.applied_from_log = 0  # records applied by ``catch_up``, in all
-        # Whether the last erasure's WAL checkpoint emptied the WAL (``_shred_wal``).
+        # Whether the last erasure's WAL checkpoint emptied the WAL (``_shred_wal``);
+        # while not, every commit tries again.
         self.wal_shredded = True
         self.log_restarted_after: int | None = None  # set when an empty log starts after this file
         # With a log that holds nothing of a non-empty file, seed it with the
@@ -137,7 +138,7 @@ class TxLogSync:
             with failures_as("ledger commit failed", roll_back=db, position=position):
                 commit(db)
         self.last_position = position
-        if any(statement.name in ERASING for statement, _ in writes):
+        if not self.wal_shredded or any(statement.name in ERASING for statement, _ in writes):
             self._shred_wal()
 
     def catch_up(self) -> int:
@@ -195,7 +196,7 @@ class TxLogSync:
                 apply_record(db, record, seq=seq, last_position=self.last_position)
                 record_applied_position(db, TXLOG_KEY, seq)
             self._inline_usage.add_logged(record.writes)
-            if any(name in ERASING for name, _ in record.writes):
+            if not self.wal_shredded or any(name in ERASING for name, _ in record.writes):
                 self._shred_wal()
             self.txlog_seq = seq
             self.last_position = record.position
@@ -208,7 +209,9 @@ class TxLogSync:
         return applied, taken
 
     def _shred_wal(self) -> None:
-        """An erasure committed: its bytes leave the WAL too (spec/erasure.md)."""
+        """An erasure committed: its bytes leave the WAL too (spec/erasure.md).
+        Without waiting for a reader (``shred_wal``): while one holds an older
+        snapshot, each later commit tries again, until the WAL is emptied."""
         with failures_as("ledger WAL checkpoint failed"):
             self.wal_shredded = shred_wal(self._db)
 
