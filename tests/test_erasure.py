@@ -563,13 +563,46 @@ async def test_the_writer_indexes_the_blobs_events_reference_and_an_erasure_repo
     _, _, again = writer.erase(cmd)  # a page sent again erases nothing, names no blob
     assert again == erasure.ErasedBlobs("acme", [], [])
 
-    # While the sequencer deletes them, an append naming one is refused.
-    writer.deleting_blobs(blobs)
+    # Listed with the erasure, until the sequencer has deleted them: an
+    # append naming one meanwhile is refused.
+    assert writer.blobs_to_erase() == [("acme", one), ("acme", three)]
     [refused] = writer.apply_batch([prepare_append(request(s2, 2, [{"a": ref(one)}]))]).receipts
     assert isinstance(refused, AppendRejected) and refused.error.details["reason"] == "blob_erased"
-    writer.blobs_deleted(blobs)
+    writer.blobs_deleted("acme", blobs.unreferenced)
+    assert writer.blobs_to_erase() == []
     [committed] = writer.apply_batch([prepare_append(request(s2, 2, [{"a": ref(one)}]))]).receipts
     assert isinstance(committed, AppendCommitted)
+
+
+@OVER_NATS_ONLY
+async def test_a_blob_deletion_that_failed_is_done_later_from_the_ledgers_list(
+    ledger_under_test, client, actor, sequencer, nats_server
+):
+    """The blobs an erasure leaves unreferenced are listed in the ledger with
+    the erasure itself, so a deletion that fails (or a crash before it) is
+    done later: the active sequencer tries the list again."""
+    text = "mail gone.person@example.org " + "x" * 2000
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    lane = await client.create_lane("acme", "s1", "r1", "main", actor_id=actor.id)
+    await client.append(
+        lane, 0, [make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload={"t": text})]
+    )
+    failing = sequencer._blob_check.erase
+
+    async def unavailable(tenant_token: str, hexes: list[str]) -> list[str]:
+        raise errors.LedgerUnavailable("the object store is away", reason="test")
+
+    sequencer._blob_check.erase = unavailable
+    with pytest.raises(errors.LedgerError):
+        await client.erase("s1", actor_id=actor.id, reason="r")
+    assert ledger_under_test.writer.blobs_to_erase() == [("acme", sha)]
+    assert (await client.load_lane(lane.id)).events[0].payload == {}  # the erasure itself committed
+    assert holding(_bucket_files(nats_server.store_dir), [sha])  # the blob is still there
+
+    sequencer._blob_check.erase = failing
+    await sequencer.delete_listed_blobs()
+    assert ledger_under_test.writer.blobs_to_erase() == []
+    assert holding(_bucket_files(nats_server.store_dir), [sha, "gone.person@example.org"]) == []
 
 
 async def test_a_reader_holding_an_old_snapshot_delays_the_wal_truncate_not_the_writer(tmp_path):

@@ -189,6 +189,9 @@ class SequencerSettings:
     tree_heads: TreeHeadSettings | None = None
     # How often the active sequencer runs a retention round (retention.py).
     retention_interval_s: float = 3600.0
+    # How often it tries again to delete the blobs erasures listed and a
+    # deletion left (spec/erasure.md, "Blobs").
+    listed_blobs_retry_s: float = 600.0
 
 
 class Sequencer:
@@ -437,6 +440,7 @@ class Sequencer:
             self._active.append(asyncio.create_task(self.tree_heads.run(), name="sequencer-tree-heads"))
         if self.retention is not None:
             self._active.append(asyncio.create_task(self.retention.run(), name="sequencer-retention"))
+        self._active.append(asyncio.create_task(self._delete_listed_blobs(), name="sequencer-listed-blobs"))
         self.active = True
 
     async def stand_down(self, *, drain_timeout_s: float = 10.0) -> None:
@@ -936,25 +940,48 @@ class Sequencer:
         def erase() -> tuple[ErasurePage, list[CommittedRecord], ErasedBlobs]:
             scoped = cmd if tenant is None else scope_command(cmd, tenant, self._writer.reader)
             assert isinstance(scoped, Erase)
-            erased = self._writer.erase(scoped)
-            self._writer.deleting_blobs(erased[2])  # before any batch: none commits a reference to one
-            return erased
+            return self._writer.erase(scoped)
 
         report, committed, blobs = await self._in_writer(lambda: self._writer.current(erase))
         if committed:
             await self.mirror.submit(committed)
             await self.mirror.durable_through(committed[-1].position)
         if blobs.unreferenced:
-            # After the commit: a blob is gone only once no event that is not
-            # erased names it. A failure here fails the request (the content is
-            # erased from the ledger; the blob stays, spec/erasure.md "Blobs"),
-            # and appends naming the blob stay refused until a restart.
-            gone = await self._blob_check.erase(token(blobs.tenant), blobs.unreferenced)
-            await self._in_writer(self._writer.blobs_deleted, blobs)
-            log.info("erasure %s deleted %d blobs of tenant %s", cmd.erasure_id, len(gone), blobs.tenant)
+            # After the commit, which listed them (blobs_to_erase): a blob is
+            # gone only once no event that is not erased names it. A failure
+            # fails the request; the list keeps them, and appends naming them
+            # refused, until a later erasure or activation deletes them.
+            await self._delete_blobs(blobs.tenant, blobs.unreferenced)
         if report.erased and not report.dry_run and cmd.committed_before is None:
             self._metrics.erased_events.labels(cmd.tenant or tenant or "", "request").inc(report.erased)
         return report
+
+    async def _delete_blobs(self, tenant: str, hexes: list[str]) -> None:
+        """Delete these blobs of the tenant from its buckets, then take them
+        off the ledger's list of blobs to erase (spec/erasure.md, "Blobs")."""
+        gone = await self._blob_check.erase(token(tenant), hexes)
+        await self._in_writer(self._writer.blobs_deleted, tenant, hexes)
+        log.info("deleted %d of %d erased blobs of tenant %s", len(gone), len(hexes), tenant)
+
+    async def _delete_listed_blobs(self) -> None:
+        """While active, at once and then every ``listed_blobs_retry_s``: the
+        blobs erasures listed that are not deleted yet (a crash, or a
+        deletion that failed, between an erasure's commit and its deletion)."""
+        while True:
+            await self.delete_listed_blobs()
+            await asyncio.sleep(self._settings.listed_blobs_retry_s)
+
+    async def delete_listed_blobs(self) -> None:
+        """Delete the blobs erasures listed (``LedgerWriter.blobs_to_erase``)."""
+        listed = await self._in_writer(lambda: self._writer.current(self._writer.blobs_to_erase))
+        by_tenant: dict[str, list[str]] = {}
+        for tenant, sha in listed:
+            by_tenant.setdefault(tenant, []).append(sha)
+        for tenant, hexes in sorted(by_tenant.items()):
+            try:
+                await self._delete_blobs(tenant, hexes)
+            except LedgerError as exc:  # tried again next time
+                log.warning("deleting %d erased blobs of tenant %s failed: %s", len(hexes), tenant, exc)
 
     async def _retention_actor(self, tenant: str) -> str:
         """The tenant's retention actor (retention.py), ensured."""

@@ -49,6 +49,7 @@ from laneledger.store.entryhash import hashed_body
 from laneledger.store.lookups import LedgerLookups
 from laneledger.store.structure import StructureCommands
 from laneledger.store.txlog import (
+    BLOB_TO_ERASE,
     ERASE_EVENT,
     ERASE_EVENT_REF,
     ERASE_RECEIPT,
@@ -125,8 +126,12 @@ class ErasureCommands:
         bodies, receipts, refs, report = self._erase_page(cmd, tenant, page, mark, scanned_to, covered_before)
         if bodies:
             writes += [(ERASE_EVENT, bodies), (ERASE_RECEIPT, receipts)]
+        erased = sorted({sha for _, sha, _ in refs})
+        unreferenced = [sha for sha in erased if not self._referenced(tenant, sha, refs)]
         if refs:
             writes.append((ERASE_EVENT_REF, refs))
+        if unreferenced:  # committed with the erasure: deleted from the buckets after it
+            writes.append((BLOB_TO_ERASE, [(tenant, sha) for sha in unreferenced]))
         retention = cmd.committed_before is not None and mark is not None and not cmd.dry_run
         if retention and report.next_after_position > reached:
             writes.append((RETENTION_REACHED, [(tenant, report.next_after_position)]))
@@ -135,18 +140,19 @@ class ErasureCommands:
             self._log.commit_writes(writes, before, after)
             if committed:
                 self._lookups.forget_lanes()  # the ledger lane's head moved
-        erased = sorted({sha for _, sha, _ in refs})
-        blobs = ErasedBlobs(tenant, erased, [sha for sha in erased if not self._referenced(tenant, sha)])
+        blobs = ErasedBlobs(tenant, erased, unreferenced)
         return msgspec.structs.replace(report, erasure=mark), committed, blobs
 
-    def _referenced(self, tenant: str, sha256: str) -> bool:
+    def _referenced(self, tenant: str, sha256: str, erasing: list[tuple[Any, ...]]) -> bool:
         """Whether an event of the tenant that is not erased references the
-        blob: an erased event's rows of ``event_refs`` went with its content."""
-        return bool(
-            self._lookups.rows(
-                "SELECT 1 FROM event_refs WHERE tenant = ? AND sha256 = ? LIMIT 1", (tenant, sha256)
-            )
+        blob, once this page's rows of ``event_refs`` (``erasing``) are gone:
+        an erased event's rows go with its content."""
+        gone = [position for t, sha, position in erasing if t == tenant and sha == sha256]
+        rows = self._lookups.rows(
+            "SELECT position FROM event_refs WHERE tenant = ? AND sha256 = ? LIMIT ?",
+            (tenant, sha256, len(gone) + 1),
         )
+        return any(position not in gone for (position,) in rows)
 
     # ------------------------------------------------------------------ parts
 

@@ -145,6 +145,14 @@ CREATE TABLE IF NOT EXISTS event_refs (
     position INTEGER NOT NULL,
     PRIMARY KEY (tenant, sha256, position)
 );
+-- Blobs an erasure left referenced by no event that is not erased, until the
+-- sequencer has deleted them from the buckets (spec/erasure.md, "Blobs"):
+-- committed with the erasure, so a crash or a failed deletion is retried.
+CREATE TABLE IF NOT EXISTS blobs_to_erase (
+    tenant TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    PRIMARY KEY (tenant, sha256)
+);
 -- How far each tenant's retention erasures have looked: every event of the
 -- tenant up to this position is erased, exempt or not yet old enough.
 CREATE TABLE IF NOT EXISTS retention (

@@ -344,6 +344,12 @@ class StructureCommands:
     def _insert(self, statement: Statement, params: tuple[Any, ...]) -> None:
         self._insert_many([(statement, [params])])
 
+    def write_rows(self, writes: Writes) -> None:
+        """Rows that are no event, in one transaction of their own (on the
+        log, as every write): a structure command's, or the ledger's own
+        bookkeeping (the blobs an erasure deleted)."""
+        self._insert_many(writes)
+
     def _insert_many(self, writes: Writes) -> None:
         """A structure command's rows, in one transaction of their own."""
         self._before_use()

@@ -99,12 +99,16 @@ ERASE_RECEIPT = Statement(
 ERASE_EVENT_REF = Statement(
     "erase_event_ref", "DELETE FROM event_refs WHERE tenant = ? AND sha256 = ? AND position = ?"
 )
+BLOB_TO_ERASE = Statement(
+    "blob_to_erase", "INSERT OR IGNORE INTO blobs_to_erase (tenant, sha256) VALUES (?,?)"
+)
+BLOB_ERASED = Statement("blob_erased", "DELETE FROM blobs_to_erase WHERE tenant = ? AND sha256 = ?")
 RETENTION_REACHED = Statement(
     "retention_reached", "INSERT OR REPLACE INTO retention (tenant, position) VALUES (?,?)"
 )
 # After a transaction that ran one of these, the file's WAL is emptied
 # (``laneledger.sqlite.shred_wal``): the erased bytes must leave it too.
-ERASING = frozenset({ERASE_EVENT.name, ERASE_RECEIPT.name, ERASE_EVENT_REF.name})
+ERASING = frozenset({ERASE_EVENT.name, ERASE_RECEIPT.name, ERASE_EVENT_REF.name, BLOB_ERASED.name})
 
 STATEMENTS = {
     s.name: s
@@ -123,6 +127,8 @@ STATEMENTS = {
         ERASE_EVENT,
         ERASE_RECEIPT,
         ERASE_EVENT_REF,
+        BLOB_TO_ERASE,
+        BLOB_ERASED,
         RETENTION_REACHED,
     )
 }

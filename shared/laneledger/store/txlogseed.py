@@ -34,6 +34,7 @@ import msgspec
 from laneledger.contract.errors import IntegrityError
 from laneledger.sqlite import failures_as, put_meta
 from laneledger.store.txlog import (
+    BLOB_TO_ERASE,
     ERASING,
     INSERT_ACTION,
     INSERT_ACTOR,
@@ -88,6 +89,11 @@ SEED_PLAN: tuple[tuple[str, Statement, str], ...] = (
         "event_refs",
         INSERT_EVENT_REF,
         "SELECT tenant, sha256, position FROM event_refs ORDER BY rowid",
+    ),
+    (
+        "blobs_to_erase",
+        BLOB_TO_ERASE,
+        "SELECT tenant, sha256 FROM blobs_to_erase ORDER BY rowid",
     ),
     (
         "retention",

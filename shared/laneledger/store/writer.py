@@ -82,6 +82,7 @@ from laneledger.store.schema import file_id as schema_file_id
 from laneledger.store.signatures import check_actor_signature
 from laneledger.store.structure import StructureCommands
 from laneledger.store.txlog import (
+    BLOB_ERASED,
     INSERT_EVENT,
     INSERT_EVENT_REF,
     INSERT_EVENT_SUBJECT,
@@ -128,10 +129,6 @@ class LedgerWriter:
         # Each tenant's stored event bytes against its ``inline_bytes`` limit
         # (unlimited until the sequencer sets ``inline_usage.limit``).
         self.inline_usage = InlineUsage()
-        # (tenant, sha256 hex) of blobs an erasure left unreferenced, while the
-        # sequencer deletes them: an append naming one now is refused, or it
-        # would commit a reference to a blob about to be gone.
-        self._blobs_deleted: set[tuple[str, str]] = set()
         # Commits, and the file kept in step with its transaction log.
         self._log = TxLogSync(
             conn,
@@ -376,7 +373,9 @@ class LedgerWriter:
                 subject_rows.append((lane.tenant, event.data_subject, position))
             if append.may_reference:  # False for nearly every request: nothing to look for
                 for sha in blob_hexes(raw.get("payload")):
-                    if (lane.tenant, sha) in self._blobs_deleted:  # nothing is staged yet: refusing is clean
+                    if self._lookups.rows(  # nothing is staged yet: refusing is clean
+                        "SELECT 1 FROM blobs_to_erase WHERE tenant = ? AND sha256 = ?", (lane.tenant, sha)
+                    ):
                         raise BlobMissing(
                             "the event references a blob an erasure is deleting: store it again, then resend",
                             event_id=event.id,
@@ -544,13 +543,14 @@ class LedgerWriter:
         events referenced (those left unreferenced, for the sequencer to delete)."""
         return self._erasures.erase(cmd)
 
-    def deleting_blobs(self, blobs: ErasedBlobs) -> None:
-        """The sequencer deletes ``blobs.unreferenced`` now: until
-        ``blobs_deleted``, an append referencing one is refused
-        ``blob_missing`` (``reason: "blob_erased"``). Called right after the
-        erasure, in the same turn of the writer thread (no batch between)."""
-        self._blobs_deleted.update((blobs.tenant, sha) for sha in blobs.unreferenced)
+    def blobs_to_erase(self) -> list[tuple[str, str]]:
+        """(tenant, sha256 hex) of the blobs erasures left unreferenced that
+        are not deleted yet (spec/erasure.md, "Blobs"): while one is listed,
+        an append naming it is refused ``blob_missing`` (``reason:
+        "blob_erased"``), or it would reference a blob about to be gone."""
+        return [(t, sha) for t, sha in self._lookups.rows("SELECT tenant, sha256 FROM blobs_to_erase", ())]
 
-    def blobs_deleted(self, blobs: ErasedBlobs) -> None:
-        """The blobs are gone: the blob check finds them missing from now on."""
-        self._blobs_deleted.difference_update((blobs.tenant, sha) for sha in blobs.unreferenced)
+    def blobs_deleted(self, tenant: str, hexes: list[str]) -> None:
+        """These blobs of the tenant are gone from its buckets: off the list."""
+        if hexes:
+            self._structure.write_rows([(BLOB_ERASED, [(tenant, sha) for sha in hexes])])
