@@ -6,6 +6,8 @@ checkpoint service."""
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 from test_erasure import CODE, EMAIL, holding
 
@@ -63,3 +65,25 @@ async def test_erasing_a_session_erases_its_checkpoint_state(
     # The spilled state's artifact, in an object store bucket's stream files.
     buckets = [f for d in (tmp_path / "nats").rglob("OBJ_*") for f in d.rglob("*") if f.is_file()]
     assert buckets and holding(buckets, [EMAIL * 4]) == []
+
+
+async def test_a_reader_of_the_checkpoint_file_delays_its_wal_truncate_until_the_next_write(
+    client, checkpoints: CheckpointClient, checkpoint_service, tmp_path
+):
+    actor = await client.ensure_actor("acme", "agent:t@1", "agent")
+    await client.create_lane("acme", "s1", "r1", "main", actor_id=actor.id)
+    await checkpoints.save(
+        "k", expected_revision=0, format="json", state={"m": EMAIL}, session_id="s1", tenant="acme"
+    )
+    reader = sqlite3.connect(tmp_path / "checkpoints.db")
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM checkpoints").fetchone()  # a snapshot from before the erase
+    done = await client.erase("s1", actor_id=actor.id, reason="r")
+    assert done.erasure is not None
+    assert await checkpoint_service.anchors.wait_applied(done.erasure.position, timeout=10)
+    wal = [tmp_path / "checkpoints.db-wal"]
+    assert holding(wal, [EMAIL])  # kept while the reader reads
+    reader.execute("COMMIT")
+    reader.close()
+    await checkpoints.save("k2", expected_revision=0, format="json", state={"n": 1}, tenant="acme")
+    assert holding([*wal, tmp_path / "checkpoints.db"], [EMAIL]) == []

@@ -23,8 +23,8 @@ SQLite's failures leave as ``InternalError`` (laneledger.sqlite).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -244,6 +244,8 @@ class CheckpointStore:
         self._db = conn
         # Inline state bytes of the kept revisions, by namespace (``state_used``).
         self._state_used: dict[str, int] = {}
+        # An erase left the WAL holding erased state: the next write tries again.
+        self._wal_pending = False
 
     @classmethod
     def open(cls, path: str | Path) -> CheckpointStore:
@@ -282,9 +284,16 @@ class CheckpointStore:
     def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         return fetch_all(self._db, sql, params, what="checkpoint store read failed")
 
-    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
-        """One write transaction; rolled back on any error."""
-        return transaction(self._db, "checkpoint store write failed")
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; rolled back on any error. After it, a WAL
+        an erase could not empty (a reader held an older snapshot) is tried
+        again (``shred_wal``)."""
+        with transaction(self._db, "checkpoint store write failed") as db:
+            yield db
+        if self._wal_pending:
+            with failures_as("checkpoint store write failed"):
+                self._wal_pending = not shred_wal(self._db)
 
     # -- the committed stream ------------------------------------------------------
 
@@ -738,7 +747,7 @@ class CheckpointStore:
                 )
             db.execute("UPDATE erased SET digest = '' WHERE digest != ''")
         with failures_as("checkpoint store write failed"):
-            shred_wal(self._db)
+            self._wal_pending = not shred_wal(self._db)
 
     def forget_artifacts(self, shas: list[str]) -> None:
         """Erased blobs are no longer verified: a blob stored again is hashed again."""
