@@ -47,6 +47,7 @@ from laneledger.contract.subjects import token
 from laneledger.store.batch import CommittedRecord
 from laneledger.store.entryhash import hashed_body
 from laneledger.store.lookups import LedgerLookups
+from laneledger.store.reader import LedgerReader
 from laneledger.store.structure import StructureCommands
 from laneledger.store.txlog import (
     BLOB_TO_ERASE,
@@ -78,12 +79,14 @@ class ErasureCommands:
         clock: Clock,
         key: bytes | None,
         seal: bool,
+        reader: LedgerReader,
         lookups: LedgerLookups,
         structure: StructureCommands,
         log: TxLogSync,
         before_use: Callable[[], None],
     ) -> None:
         self._clock = clock
+        self._reader = reader
         self._key = key
         self._seal = seal
         self._lookups = lookups
@@ -164,27 +167,11 @@ class ErasureCommands:
                 raise InvalidRequest("a retention erasure names its tenant", path="$.tenant")
             return cmd.tenant
         if cmd.session_id is not None:
-            what, found = "session", "SELECT tenant FROM sessions WHERE id = ?"
-        else:
-            if cmd.tenant is not None:  # a subject with no events yet is still erasable
-                return cmd.tenant
-            what, found = "data subject", "SELECT DISTINCT tenant FROM event_subjects WHERE data_subject = ?"
-        named = cmd.session_id if cmd.session_id is not None else cmd.data_subject
-        rows = self._lookups.rows(
-            found + (" AND tenant = ?" if cmd.tenant else ""),
-            (named, cmd.tenant) if cmd.tenant else (named,),
-        )
-        tenants: list[str] = sorted(t for (t,) in rows)
-        if not tenants:
-            raise EntityNotFound(f"no such {what}", kind=what.replace(" ", "_"), id=named)
-        if len(tenants) > 1:
-            raise InvalidRequest(
-                f"several tenants have a {what} with this id: name the tenant",
-                path="$.tenant",
-                id=named,
-                tenants=tenants,
-            )
-        return tenants[0]
+            return self._reader.session_tenant(cmd.session_id, cmd.tenant)
+        if cmd.tenant is not None:  # a subject with no events yet is still erasable
+            return cmd.tenant
+        assert cmd.data_subject is not None  # _check_scope: one scope
+        return self._reader.data_subject_tenant(cmd.data_subject)
 
     def _committed_erasure(self, cmd: Erase, tenant: str) -> ErasureMark | None:
         """The erasure event of ``cmd.erasure_id``, when committed: it must

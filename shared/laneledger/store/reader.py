@@ -107,6 +107,16 @@ class LedgerReader:
         found: str = _one_tenant(rows, "session", session_id)[0]
         return found
 
+    def data_subject_tenant(self, data_subject: str) -> str:
+        """The only tenant whose events name ``data_subject``
+        (``entity_not_found``; ``invalid_request`` naming ``$.tenant`` when
+        several tenants' do)."""
+        rows = self._rows(
+            "SELECT DISTINCT tenant FROM event_subjects WHERE data_subject = ?", (data_subject,)
+        )
+        found: str = _one_tenant(rows, "data_subject", data_subject)[0]
+        return found
+
     def get_receipt(self, append_id: str, tenant: str | None = None) -> AppendCommitted:
         """The receipt of ``tenant``'s append ``append_id``; without a tenant,
         the one of whichever tenant used the id (``invalid_request`` naming

@@ -147,6 +147,7 @@ class LedgerWriter:
             clock=clock,
             key=hmac_key,
             seal=seal,
+            reader=self.reader,
             lookups=self._lookups,
             structure=self._structure,
             log=self._log,
