@@ -21,7 +21,6 @@ the answer's ``next_after_position``.
 
 from __future__ import annotations
 
-import time
 from typing import Annotated
 
 import msgspec
@@ -31,8 +30,7 @@ from nats.aio.client import Client as NATS
 
 from laneledger.compat.korg_append import actor_kind_of
 from laneledger.contract.errors import InvalidRequest
-from laneledger.contract.ids import new_id
-from laneledger.contract.model import MAX_NAME_LENGTH, MAX_WIRE_INT, ErasurePage, Id, Timestamp, decode
+from laneledger.contract.model import MAX_NAME_LENGTH, MAX_WIRE_INT, Id, Timestamp, decode
 from laneledger.contract.subjects import Subjects
 from laneledger.runtime.access import scope_of
 from laneledger.runtime.httpjson import json_response
@@ -92,33 +90,20 @@ class HttpErasures:
                 actor = await ledger.ensure_actor(tenant, asked.actor_key, actor_kind_of(asked.actor_key))
                 actor_id = actor.id
             assert actor_id is not None
-            return json_response(await self._pages(ledger, asked, actor_id))
-        finally:
-            await ledger.close()
-
-    async def _pages(self, ledger: LedgerClient, asked: EraseRequest, actor_id: str) -> ErasurePage:
-        """Pages from ``after_position`` until done or the budget is spent;
-        the last page with this request's counts."""
-        erasure_id = asked.erasure_id or new_id()
-        started = time.monotonic()
-        after, totals = asked.after_position, [0, 0, 0]
-        for _ in range(MAX_PAGES):
-            page = await ledger.erase_page(
+            done = await ledger.erase(
                 asked.session_id,
                 actor_id=actor_id,
                 reason=asked.reason,
-                erasure_id=erasure_id,
                 run_id=asked.run_id,
                 data_subject=asked.data_subject,
                 committed_before=asked.committed_before,
-                after_position=after,
+                erasure_id=asked.erasure_id,
+                after_position=asked.after_position,
                 limit=PAGE_LIMIT,
                 dry_run=asked.dry_run,
+                max_pages=MAX_PAGES,
+                budget_s=BUDGET_S,
             )
-            for i, n in enumerate((page.erased, page.already_erased, page.unsealed)):
-                totals[i] += n
-            if not page.has_more or time.monotonic() - started >= BUDGET_S:
-                break
-            after = page.next_after_position
-        erased, already, unsealed = totals
-        return msgspec.structs.replace(page, erased=erased, already_erased=already, unsealed=unsealed)
+            return json_response(done)
+        finally:
+            await ledger.close()

@@ -14,6 +14,7 @@ import contextlib
 import copy
 import logging
 import os
+import time
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeVar
@@ -737,21 +738,27 @@ class LedgerClient:
         data_subject: str | None = None,
         committed_before: str | None = None,
         erasure_id: str | None = None,
+        after_position: int = 0,
         limit: int = 200,
         dry_run: bool = False,
         tenant: str | None = None,
+        max_pages: int | None = None,
+        budget_s: float | None = None,
     ) -> ErasurePage:
         """Erase the content of a session's events, of one run's, of every
         event naming ``data_subject``, or of every event of ``tenant``
         committed before ``committed_before`` (spec/erasure.md), page by page
-        until none is left; the last page's
-        report with the counts of all pages. Safe to call again with the
-        same ``erasure_id`` (after a timeout, say): what is erased stays so,
-        and the rest is erased. ``actor_id``: who asks, an actor of the
-        tenant; ``reason`` is kept in the erasure event, forever: no personal
-        data in it."""
+        from ``after_position`` until none is left; the last page's report
+        with the counts of all pages. Safe to call again with the same
+        ``erasure_id`` (after a timeout, say): what is erased stays so, and
+        the rest is erased. ``actor_id``: who asks, an actor of the tenant;
+        ``reason`` is kept in the erasure event, forever: no personal data in
+        it. ``max_pages``, ``budget_s``: stop after that many pages, or once
+        that long has passed, the report then saying ``has_more`` (continue
+        with its ``erasure_id`` and ``next_after_position``)."""
         erasure_id = erasure_id or new_id()
-        after, totals = 0, [0, 0, 0]
+        started = time.monotonic()
+        after, totals, pages = after_position, [0, 0, 0], 0
         while True:
             page = await self.erase_page(
                 session_id,
@@ -766,9 +773,13 @@ class LedgerClient:
                 dry_run=dry_run,
                 tenant=tenant,
             )
+            pages += 1
             for i, n in enumerate((page.erased, page.already_erased, page.unsealed)):
                 totals[i] += n
-            if not page.has_more:
+            spent = (max_pages is not None and pages >= max_pages) or (
+                budget_s is not None and time.monotonic() - started >= budget_s
+            )
+            if not page.has_more or spent:
                 erased, already, unsealed = totals
                 return msgspec.structs.replace(page, erased=erased, already_erased=already, unsealed=unsealed)
             after = page.next_after_position
