@@ -627,3 +627,13 @@ async def test_a_reader_holding_an_old_snapshot_delays_the_wal_truncate_not_the_
     await client.append(other, 0, [make_event(other.id, "stream.text_delta", actor_id=actor.id)])
     # That commit tried again, and the WAL is empty: nothing erased is left.
     assert holding([*wal, tmp_path / "ledger.db"], [EMAIL, CODE, NOTE]) == []
+
+
+@OVER_NATS_ONLY
+async def test_erased_events_are_counted_by_their_tenant_also_for_a_trusted_caller(
+    ledger_under_test, client, actor, sequencer
+):
+    await fill(client, actor, "s1", "r1")
+    await client.erase("s1", actor_id=actor.id, reason="r")  # a trusted client, naming no tenant
+    sample = sequencer._metrics.registry.get_sample_value
+    assert sample("laneledger_sequencer_erased_events_total", {"tenant": "acme", "trigger": "request"}) == 3

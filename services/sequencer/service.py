@@ -953,7 +953,7 @@ class Sequencer:
             # refused, until a later erasure or activation deletes them.
             await self._delete_blobs(blobs.tenant, blobs.unreferenced)
         if report.erased and not report.dry_run and cmd.committed_before is None:
-            self._metrics.erased_events.labels(cmd.tenant or tenant or "", "request").inc(report.erased)
+            self._metrics.erased_events.labels(blobs.tenant, "request").inc(report.erased)
         return report
 
     async def _delete_blobs(self, tenant: str, hexes: list[str]) -> None:
