@@ -113,6 +113,7 @@ def events_stream_config(
         subjects.events_wildcard,
         replicas,
         atomic,
+        erasable=True,
     )
 
 
@@ -124,6 +125,18 @@ def txlog_stream_config(subjects: Subjects, replicas: int, *, atomic: bool = Fal
         subjects.txlog,
         replicas,
         atomic,
+        erasable=True,
+    )
+
+
+def erased_stream_config(subjects: Subjects, replicas: int) -> StreamConfig:
+    return _permanent_stream(
+        subjects.erased_stream,
+        "laneledger erased copies (an erased event by position, a rewritten log record by sequence)",
+        subjects.erased_wildcard,
+        replicas,
+        # A record erased twice is rewritten twice: the older rewrite is deleted.
+        erasable=True,
     )
 
 
@@ -137,9 +150,13 @@ def tlog_stream_config(subjects: Subjects, replicas: int) -> StreamConfig:
 
 
 def _permanent_stream(
-    name: str, description: str, subject: str, replicas: int, atomic: bool = False
+    name: str, description: str, subject: str, replicas: int, atomic: bool = False, *, erasable: bool = False
 ) -> StreamConfig:
-    """A stream nothing may shorten: no limits, no deletes, no purges."""
+    """A stream nothing may shorten: no limits, no purges, and no deletes
+    unless ``erasable``: an erasure removes its copy of erased content
+    (spec/erasure.md, "The streams"), and only the sequencer's user may
+    (nats-config); a deleted message anyone else could have removed is
+    found by the chain, which its erased copy must continue."""
     return StreamConfig(
         name=name,
         description=description,
@@ -152,7 +169,7 @@ def _permanent_stream(
         max_age=0,
         discard=DiscardPolicy.NEW,
         duplicate_window=DUPLICATE_WINDOW_S,
-        deny_delete=True,
+        deny_delete=not erasable,
         deny_purge=True,
         allow_rollup_hdrs=False,
         allow_atomic=atomic or None,
@@ -184,6 +201,7 @@ async def ensure_stream(
         await js.add_stream(wanted)
         return
     _warn_on_persist_mode(info.config, wanted)
+    _accept_denied_deletes(info.config, wanted)
     differing = {
         name: {"found": getattr(info.config, name), "wanted": getattr(wanted, name)}
         for name in _CHECKED
@@ -221,6 +239,20 @@ def _warn_on_persist_mode(found: StreamConfig, wanted: StreamConfig) -> None:
             wanted_mode.value,
             wanted.name,
         )
+
+
+def _accept_denied_deletes(found: StreamConfig, wanted: StreamConfig) -> None:
+    """A stream made before erasure denies deletes, which JetStream cannot
+    lift (error 10052): it is used as it is, and an erasure cannot remove
+    its copies (spec/erasure.md, "Streams made before erasure")."""
+    if found.deny_delete and not wanted.deny_delete:
+        log.warning(
+            "stream %s denies message deletes (made before erasure, and JetStream cannot change it): "
+            "erasures leave their content in it until it is replaced (docs/erasure.md, "
+            '"Streams made before erasure")',
+            wanted.name,
+        )
+        wanted.deny_delete = True
 
 
 def _normal(value: object) -> object:

@@ -217,6 +217,25 @@ class Subjects:
     def txlog(self) -> str:
         return f"{self.prefix}.txlog"
 
+    # What erasure leaves of the copies it removed from LEDGER_EVENTS and
+    # LEDGER_TXLOG (spec/erasure.md, "The streams"): an erased event's erased
+    # form, by position, and a log record rewritten without the erased
+    # content, by the log sequence of its last part. Only the sequencer
+    # publishes here.
+    @property
+    def erased_stream(self) -> str:
+        return f"{_stream_stem(self.prefix)}_ERASED"
+
+    @property
+    def erased_wildcard(self) -> str:
+        return f"{self.prefix}.erased.>"
+
+    def erased_event(self, position: int) -> str:
+        return f"{self.prefix}.erased.event.{position}"
+
+    def erased_record(self, txlog_seq: int, part: int) -> str:
+        return f"{self.prefix}.erased.txlog.{txlog_seq}.{part}"
+
     # The transparency log's signed tree heads (spec/tlog.md): one subject,
     # which only the sequencer may publish on; message data is the signed
     # note, Nats-Msg-Id ``tree-<size>``.
