@@ -53,9 +53,10 @@ from laneledger.store import LedgerWriter
 from laneledger.store.append import PreparedAppend, prepare_append, readable_ids
 from laneledger.store.atomicbatch import supports_atomic
 from laneledger.store.batch import BatchResult, CommittedRecord, rejection
+from laneledger.store.chainkey import chain_key_stamp
 from laneledger.store.erasure import ErasedBlobs
 from laneledger.store.txlog import TxLogMoved
-from laneledger.store.txlogstream import JetStreamTxLog
+from laneledger.store.txlogstream import JetStreamTxLog, part_bytes
 
 from .blobcheck import BlobCheck
 from .commands import decide_command
@@ -68,7 +69,14 @@ from .prepworker import Ref
 from .receipts import check_receipt_fits, receipt_messages
 from .retention import RETENTION_ACTOR, Retention
 from .roles import RoleKeeper
-from .streams import ensure_stream, events_stream_config, tlog_stream_config, txlog_stream_config
+from .streamcopies import StreamCopyEraser
+from .streams import (
+    ensure_stream,
+    erased_stream_config,
+    events_stream_config,
+    tlog_stream_config,
+    txlog_stream_config,
+)
 from .tenancy import scope_command
 from .treeheads import TreeHeads, TreeHeadSettings
 from .writerthread import WriterThread
@@ -189,9 +197,9 @@ class SequencerSettings:
     tree_heads: TreeHeadSettings | None = None
     # How often the active sequencer runs a retention round (retention.py).
     retention_interval_s: float = 3600.0
-    # How often it tries again to delete the blobs erasures listed and a
-    # deletion left (spec/erasure.md, "Blobs").
-    listed_blobs_retry_s: float = 600.0
+    # How often it tries again to delete the blobs and stream copies erasures
+    # listed and a deletion left (spec/erasure.md, "Blobs", "The streams").
+    erasure_retry_s: float = 600.0
 
 
 class Sequencer:
@@ -288,6 +296,19 @@ class Sequencer:
             if settings.tree_heads is not None
             else None
         )
+        # Removes erased content's copies from the streams (streamcopies.py).
+        self.stream_copies = StreamCopyEraser(
+            self._js,
+            settings.subjects,
+            in_writer=self._in_writer,
+            copies=lambda limit: writer.current(lambda: writer.stream_copies_to_erase(limit)),
+            rewrite=writer.erased_log_record,
+            done=writer.stream_copies_erased,
+            blob_record_rewritten=writer.blob_record_rewritten,
+            published_through=self.mirror.durable_through,
+            stamp=chain_key_stamp(writer.chain_key),
+            part_bytes=part_bytes(nc.max_payload),
+        )
         # Erases what a tenant keeps no longer (retention.py): only with a
         # tenants file that sets content_retention_days for one.
         declared = settings.tenants
@@ -326,6 +347,7 @@ class Sequencer:
         await ensure_stream(
             self._js, events_stream_config(s.subjects.events_stream, s.subjects, s.replicas, atomic=atomic)
         )
+        await ensure_stream(self._js, erased_stream_config(s.subjects, s.replicas))
 
     def _on_stream_fault(self, fault: StreamFault | None) -> None:
         """The mirror found what the ledger did not write on the committed
@@ -440,7 +462,8 @@ class Sequencer:
             self._active.append(asyncio.create_task(self.tree_heads.run(), name="sequencer-tree-heads"))
         if self.retention is not None:
             self._active.append(asyncio.create_task(self.retention.run(), name="sequencer-retention"))
-        self._active.append(asyncio.create_task(self._delete_listed_blobs(), name="sequencer-listed-blobs"))
+        erasing = asyncio.create_task(self._erase_listed_while_active(), name="sequencer-erase-listed")
+        self._active.append(erasing)
         self.active = True
 
     async def stand_down(self, *, drain_timeout_s: float = 10.0) -> None:
@@ -952,6 +975,9 @@ class Sequencer:
             # fails the request; the list keeps them, and appends naming them
             # refused, until a later erasure or activation deletes them.
             await self._delete_blobs(blobs.tenant, blobs.unreferenced)
+        if report.erased and not report.dry_run:
+            # Likewise listed with the commit (stream_copies_to_erase).
+            await self.stream_copies.erase_listed()
         if report.erased and not report.dry_run and cmd.committed_before is None:
             self._metrics.erased_events.labels(blobs.tenant, "request").inc(report.erased)
         return report
@@ -963,13 +989,23 @@ class Sequencer:
         await self._in_writer(self._writer.blobs_deleted, tenant, hexes)
         log.info("deleted %d of %d erased blobs of tenant %s", len(gone), len(hexes), tenant)
 
-    async def _delete_listed_blobs(self) -> None:
-        """While active, at once and then every ``listed_blobs_retry_s``: the
-        blobs erasures listed that are not deleted yet (a crash, or a
-        deletion that failed, between an erasure's commit and its deletion)."""
+    async def _erase_listed_while_active(self) -> None:
+        """While active, at once and then every ``erasure_retry_s``: the
+        blobs and stream copies erasures listed that are not deleted yet (a
+        crash, or a deletion that failed, between an erasure's commit and
+        its deletions)."""
         while True:
-            await self.delete_listed_blobs()
-            await asyncio.sleep(self._settings.listed_blobs_retry_s)
+            await self.erase_listed()
+            await asyncio.sleep(self._settings.erasure_retry_s)
+
+    async def erase_listed(self) -> None:
+        """Delete the blobs erasures listed, then remove the stream copies
+        they listed (and the log's names of the deleted blobs)."""
+        await self.delete_listed_blobs()
+        try:
+            await self.stream_copies.erase_listed()
+        except (LedgerError, nats.errors.Error, TimeoutError) as exc:  # tried again next time
+            log.warning("removing erased events' stream copies failed: %s", exc)
 
     async def delete_listed_blobs(self) -> None:
         """Delete the blobs erasures listed (``LedgerWriter.blobs_to_erase``)."""

@@ -45,6 +45,11 @@ class ChainKeyDiffers(IntegrityError):
     never a key), ``txlog_seq`` (the message where it was found)."""
 
 
+def chain_key_stamp(fingerprint: str | None) -> dict[str, str]:
+    """The header a sequencer stamps on what it writes to the log (none without a key)."""
+    return {CHAIN_KEY_HEADER: fingerprint} if fingerprint is not None else {}
+
+
 def check_chain_key(mine: str, found: str | None, *, txlog_seq: int) -> None:
     """Refuse a log message stamped by another chain-hashing configuration."""
     if found is None or found == mine:

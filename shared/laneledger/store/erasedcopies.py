@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, NotFoundError
 
 from laneledger.contract.errors import IntegrityError
 from laneledger.contract.subjects import Subjects
@@ -39,6 +39,7 @@ from laneledger.contract.subjects import Subjects
 PART_HEADER = "Ledger-Txlog-Part"  # "<i>/<n>", as on the log itself
 FIRST_SEQ_HEADER = "Ledger-Txlog-First"
 VERSION_HEADER = "Ledger-Erasure-Version"
+SEQUENCE_NOT_FOUND = 10043  # a delete of a message that is not there
 # A rewrite read while the sequencer replaces it: read again this often.
 _READ_TRIES = 3
 
@@ -144,6 +145,10 @@ async def shred(js: JetStreamContext, stream: str, seq: int) -> bool:
         return bool(await js.delete_msg(stream, seq))
     except NotFoundError:
         return False
+    except APIError as exc:
+        if exc.err_code == SEQUENCE_NOT_FOUND:
+            return False
+        raise
 
 
 async def _last(js: JetStreamContext, stream: str, subject: str) -> tuple[dict[str, str], bytes, int] | None:

@@ -58,6 +58,7 @@ from laneledger.store.txlog import (
     INSERT_RECEIPT,
     MOVE_LANE_HEAD,
     RETENTION_REACHED,
+    STREAM_COPY_TO_ERASE,
     Writes,
 )
 from laneledger.store.txlogsync import TxLogSync
@@ -129,6 +130,8 @@ class ErasureCommands:
         bodies, receipts, refs, report = self._erase_page(cmd, tenant, page, mark, scanned_to, covered_before)
         if bodies:
             writes += [(ERASE_EVENT, bodies), (ERASE_RECEIPT, receipts)]
+            # Their copies on the streams go after the commit (the sequencer's).
+            writes.append((STREAM_COPY_TO_ERASE, [(position,) for _, position in bodies]))
         erased = sorted({sha for _, sha, _ in refs})
         unreferenced = [sha for sha in erased if not self._referenced(tenant, sha, refs)]
         if refs:

@@ -40,7 +40,13 @@ _decode = msgspec.json.Decoder().decode
 # far each tenant's retention has erased, and event_refs, the blobs each
 # event's payload references (spec/erasure.md); an older file has none of
 # them: the DDL makes them, and event_refs is filled from its events.
-SCHEMA_VERSION = 5
+# 6: tables txlog_records, which log record holds each event, and
+# txlog_blob_records, which records name erased blobs (both derived from
+# the log as it is written or applied), and stream_copies_to_erase, the
+# erased events whose stream copies are yet to be removed (spec/erasure.md,
+# "The streams"). An older file's records are not indexed: their copies
+# stay on the streams (made before erasure, those deny deletes anyway).
+SCHEMA_VERSION = 6
 
 # Keys put the id first: a lookup by id alone (a trusted caller naming no
 # tenant) and one by id and tenant are served by the same index. Only table
@@ -159,6 +165,24 @@ CREATE TABLE IF NOT EXISTS retention (
     tenant   TEXT PRIMARY KEY,
     position INTEGER NOT NULL
 );
+-- The log record holding each event as committed: the log sequence of the
+-- last part of the record whose events end at this position (store/txlog.py
+-- index_record). Derived from the log, never logged: not seeded either.
+CREATE TABLE IF NOT EXISTS txlog_records (
+    position  INTEGER PRIMARY KEY,
+    txlog_seq INTEGER NOT NULL
+);
+-- The log records whose rows name erased blobs by their SHA-256 (an
+-- erasure's refs and blob list, a blob deletion's): rewritten without them
+-- once the blobs are deleted (store/recordrewrite.py). Derived, not seeded.
+CREATE TABLE IF NOT EXISTS txlog_blob_records (
+    txlog_seq INTEGER PRIMARY KEY
+);
+-- Erased events whose copies on LEDGER_EVENTS and LEDGER_TXLOG the sequencer
+-- has yet to remove (store/erasedcopies.py): committed with the erasure.
+CREATE TABLE IF NOT EXISTS stream_copies_to_erase (
+    position INTEGER PRIMARY KEY
+);
 CREATE TABLE IF NOT EXISTS receipts (
     tenant    TEXT NOT NULL,
     append_id TEXT NOT NULL,
@@ -240,7 +264,11 @@ def _index_refs(conn: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS = {1: _scope_append_ids, 2: _scope_all_ids, 3: _build_tree, 4: _index_refs}
+def _no_rows(conn: sqlite3.Connection) -> None:
+    """Version 5 -> 6: the DDL made the new tables; nothing to fill."""
+
+
+MIGRATIONS = {1: _scope_append_ids, 2: _scope_all_ids, 3: _build_tree, 4: _index_refs, 5: _no_rows}
 
 
 def open_ledger(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:

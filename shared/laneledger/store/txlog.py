@@ -106,6 +106,13 @@ BLOB_ERASED = Statement("blob_erased", "DELETE FROM blobs_to_erase WHERE tenant 
 RETENTION_REACHED = Statement(
     "retention_reached", "INSERT OR REPLACE INTO retention (tenant, position) VALUES (?,?)"
 )
+# The positions whose copies on LEDGER_EVENTS and LEDGER_TXLOG an erasure
+# has yet to remove (store/erasedcopies.py): listed with the erasure, taken
+# off once the sequencer removed them, so a crash in between is retried.
+STREAM_COPY_TO_ERASE = Statement(
+    "stream_copy_to_erase", "INSERT OR IGNORE INTO stream_copies_to_erase (position) VALUES (?)"
+)
+STREAM_COPY_ERASED = Statement("stream_copy_erased", "DELETE FROM stream_copies_to_erase WHERE position = ?")
 # After a transaction that ran one of these, the file's WAL is emptied
 # (``laneledger.sqlite.shred_wal``): the erased bytes must leave it too.
 ERASING = frozenset({ERASE_EVENT.name, ERASE_RECEIPT.name, ERASE_EVENT_REF.name, BLOB_ERASED.name})
@@ -130,6 +137,8 @@ STATEMENTS = {
         BLOB_TO_ERASE,
         BLOB_ERASED,
         RETENTION_REACHED,
+        STREAM_COPY_TO_ERASE,
+        STREAM_COPY_ERASED,
     )
 }
 
@@ -193,6 +202,15 @@ def encode_seed_record(writes: Writes, *, position_before: int, position: int, s
     return _encoder.encode(TxRecord(SEED_RECORD_VERSION, position_before, position, _named(writes), seed))
 
 
+def encode_txrecord(record: TxRecord) -> bytes:
+    """A decoded record encoded again, as its writer encoded it."""
+    if record.seed is not None:
+        return _encoder.encode(record)
+    return _encoder.encode(
+        _PlainRecord(record.version, record.position_before, record.position, record.writes)
+    )
+
+
 def decode_record(data: bytes, *, seq: int) -> TxRecord:
     try:
         record = _decoder.decode(data)
@@ -216,6 +234,44 @@ def decode_record(data: bytes, *, seq: int) -> TxRecord:
             found=record.version,
         )
     return record
+
+
+def last_event_position(writes: Iterable[tuple[str, Sequence[Any]]]) -> int | None:
+    """The last position among a record's inserted events (None: it inserts
+    none). A record's events are consecutive positions, no other record's."""
+    positions = [row[0] for name, rows in writes if name == INSERT_EVENT.name for row in rows]
+    return max(positions) if positions else None
+
+
+# Statements whose rows name an erased blob by its SHA-256.
+NAMING_ERASED_BLOBS = frozenset({"erase_event_ref", "blob_to_erase", "blob_erased"})
+
+
+def index_record(conn: sqlite3.Connection, writes: Sequence[tuple[str, Sequence[Any]]], seq: int) -> None:
+    """Note (inside the caller's transaction) where the log record whose
+    last part is at ``seq`` is needed by an erasure (both tables derived from
+    the log, never logged themselves): ``txlog_records``, the last event
+    position it holds, where an erasure finds the log's copy of an event;
+    ``txlog_blob_records``, if its rows name erased blobs by their hash."""
+    names = [name for name, _ in writes]
+    position = last_event_position(writes) if INSERT_EVENT.name in names else None
+    if position is not None:
+        conn.execute(
+            "INSERT OR REPLACE INTO txlog_records (position, txlog_seq) VALUES (?,?)", (position, seq)
+        )
+    if NAMING_ERASED_BLOBS.intersection(names):
+        conn.execute("INSERT OR IGNORE INTO txlog_blob_records (txlog_seq) VALUES (?)", (seq,))
+
+
+def record_holding(conn: sqlite3.Connection, position: int) -> tuple[int, int] | None:
+    """(the last event position, the log sequence of the last part) of the
+    record holding the event at ``position``; None if no record indexed here
+    holds it (one applied before the index existed)."""
+    row = conn.execute(
+        "SELECT position, txlog_seq FROM txlog_records WHERE position >= ? ORDER BY position LIMIT 1",
+        (position,),
+    ).fetchone()
+    return None if row is None else (int(row[0]), int(row[1]))
 
 
 def run_writes(conn: sqlite3.Connection, writes: Writes, *, leaves: Sequence[bytes] | None = None) -> None:

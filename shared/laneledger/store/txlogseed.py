@@ -49,6 +49,8 @@ from laneledger.store.txlog import (
     MOVE_LANE_HEAD,
     RETENTION_REACHED,
     STATEMENTS,
+    STREAM_COPY_ERASED,
+    STREAM_COPY_TO_ERASE,
     SeedMark,
     Statement,
     Writes,
@@ -96,6 +98,11 @@ SEED_PLAN: tuple[tuple[str, Statement, str], ...] = (
         "SELECT tenant, sha256 FROM blobs_to_erase ORDER BY rowid",
     ),
     (
+        "stream_copies_to_erase",
+        STREAM_COPY_TO_ERASE,
+        "SELECT position FROM stream_copies_to_erase ORDER BY position",
+    ),
+    (
         "retention",
         RETENTION_REACHED,
         "SELECT tenant, position FROM retention ORDER BY rowid",
@@ -112,15 +119,17 @@ SEED_PLAN: tuple[tuple[str, Statement, str], ...] = (
     ),
 )
 # The tables a seed copies, and those it need not: ``meta`` is the file's
-# own (its id, its log position), ``tlog_hashes`` is derived from the events.
+# own (its id, its log position), ``tlog_hashes`` is derived from the events,
+# ``txlog_records`` and ``txlog_blob_records`` from the log (the seed's own
+# records index it anew).
 SEEDED_TABLES = frozenset(table for table, _, _ in SEED_PLAN if table != "lane_heads")
-NOT_SEEDED = frozenset({"meta", "tlog_hashes"})
+NOT_SEEDED = frozenset({"meta", "tlog_hashes", "txlog_records", "txlog_blob_records"})
 
 # Every statement a record may name must be in the plan: a statement added
 # without its table's rows here would leave those rows out of every seed.
 # The erasure's statements only rewrite rows of seeded tables, which a seed
-# copies as they are (erased).
-if {statement.name for _, statement, _ in SEED_PLAN} != set(STATEMENTS) - ERASING:
+# copies as they are (erased); a stream copy's removal only deletes a row.
+if {statement.name for _, statement, _ in SEED_PLAN} != set(STATEMENTS) - ERASING - {STREAM_COPY_ERASED.name}:
     raise RuntimeError("store/txlogseed.py: SEED_PLAN does not cover every statement of store/txlog.py")
 
 # meta.txlog_seed, while this file is inside a seed of the log

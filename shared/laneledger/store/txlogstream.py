@@ -59,11 +59,11 @@ from laneledger.store.atomicbatch import (
     publish_batch,
     supports_atomic,
 )
-from laneledger.store.chainkey import CHAIN_KEY_HEADER, check_chain_key
+from laneledger.store.chainkey import CHAIN_KEY_HEADER, chain_key_stamp, check_chain_key
+from laneledger.store.erasedcopies import PART_HEADER, RewrittenRecord, rewritten_record
 from laneledger.store.txlog import TxLogMoved, TxLogUnavailable
 
 T = TypeVar("T")
-PART_HEADER = "Ledger-Txlog-Part"  # "<i>/<n>", 1-based
 WRONG_LAST_SEQUENCE = 10071
 # Room left in a message for its headers (the part and the expected sequence).
 _HEADER_ROOM = 512
@@ -71,6 +71,15 @@ _HEADER_ROOM = 512
 # at most twice this many are held (each at most ``max_payload`` bytes).
 READ_WINDOW = 16
 Message = tuple[dict[str, str] | None, bytes]  # a stored part: its headers and data
+# What a log position holds: a part; a record an erasure rewrote, at its last
+# part's position; or None, a part an erasure deleted whose record's rewrite
+# is at a later position (store/erasedcopies.py).
+Fetched = Message | RewrittenRecord | None
+
+
+def part_bytes(max_payload: int) -> int:
+    """The bytes of a record in one part: a message, less room for its headers."""
+    return max(max_payload - _HEADER_ROOM, 1024)
 
 
 def split_record(record: bytes, part_bytes: int) -> list[bytes]:
@@ -108,14 +117,15 @@ class JetStreamTxLog:
         # Multi-part records as atomic batches: known at each look at the
         # stream (``last_seq``); off for good once the stream refuses one.
         self.atomic = False
+        self._subjects = subjects
         self._stream = subjects.txlog_stream
         self._subject = subjects.txlog
         self._loop = loop
         self._loop_thread = threading.get_ident()  # made on the loop's thread
-        self._part_bytes = max(max_payload - _HEADER_ROOM, 1024)
+        self._part_bytes = part_bytes(max_payload)
         self._timeout_s = timeout_s
         self._chain_key = chain_key
-        self._stamp = {CHAIN_KEY_HEADER: chain_key} if chain_key is not None else {}
+        self._stamp = chain_key_stamp(chain_key)
 
     # -- the writer's side (TxLog), on the writer thread
 
@@ -128,11 +138,11 @@ class JetStreamTxLog:
             return iter(()), last
         return self._records(self._messages(after, last)), last
 
-    def _messages(self, after: int, last: int) -> Iterator[tuple[int, Message]]:
+    def _messages(self, after: int, last: int) -> Iterator[tuple[int, Fetched]]:
         """Messages after..last in order, checked, a window at a time: the
         next window is fetched while the caller takes this one's."""
 
-        def fetch(first: int) -> Future[list[Message]] | None:
+        def fetch(first: int) -> Future[list[Fetched]] | None:
             seqs = range(first, min(first + READ_WINDOW, last + 1))
             return self._submit(self._get_window(seqs)) if seqs else None
 
@@ -248,12 +258,13 @@ class JetStreamTxLog:
         if self._chain_key is not None and last > 0:
             self._checked(last, await self._get(last))
 
-    def _checked(self, seq: int, message: Message) -> Message:
-        if self._chain_key is not None:
-            check_chain_key(self._chain_key, (message[0] or {}).get(CHAIN_KEY_HEADER), txlog_seq=seq)
-        return message
+    def _checked(self, seq: int, fetched: Fetched) -> Fetched:
+        if self._chain_key is not None and fetched is not None:
+            headers = fetched.headers if isinstance(fetched, RewrittenRecord) else fetched[0]
+            check_chain_key(self._chain_key, (headers or {}).get(CHAIN_KEY_HEADER), txlog_seq=seq)
+        return fetched
 
-    async def _get_window(self, seqs: range) -> list[Message]:
+    async def _get_window(self, seqs: range) -> list[Fetched]:
         """The messages at ``seqs``, fetched concurrently; the first failure
         ends the rest."""
         gets = [asyncio.ensure_future(self._get(seq)) for seq in seqs]
@@ -263,28 +274,72 @@ class JetStreamTxLog:
             for get in gets:
                 get.cancel()  # done ones ignore it
 
-    async def _get(self, seq: int) -> Message:
+    async def _get(self, seq: int) -> Fetched:
         try:
-            msg = await self._js.get_msg(self._stream, seq)
+            try:
+                msg = await self._js.get_msg(self._stream, seq)
+            except NotFoundError:  # deleted by an erasure: its record's rewrite, if it ends here
+                return await rewritten_record(self._js, self._subjects, seq)
         except (nats.errors.Error, TimeoutError) as exc:
             raise TxLogUnavailable(
                 "the transaction log cannot be read", stream=self._stream, error=type(exc).__name__
             ) from exc
         return msg.headers, msg.data or b""
 
-    @staticmethod
-    def _records(messages: Iterator[tuple[int, Message]]) -> Iterator[tuple[int, bytes]]:
+    def _records(self, messages: Iterator[tuple[int, Fetched]]) -> Iterator[tuple[int, bytes]]:
         """The complete records among ``messages`` (in order, by position),
-        as (the position of their last part, their bytes)."""
+        as (the position of their last part, their bytes). A record an
+        erasure rewrote is read from its rewrite, which names where the
+        record began: its parts are deleted from the last one back, so
+        before the rewrite come deleted parts, or the record's first parts
+        still there, or both; deleted parts that no rewrite covers are a
+        log someone else deleted from."""
         parts: list[bytes] = []
-        for seq, (headers, data) in messages:
+        start = deleted = 0  # where the record being read began; its first deleted part
+        for seq, fetched in messages:
+            if isinstance(fetched, RewrittenRecord):
+                if fetched.first_seq not in {start or seq, deleted or seq}:
+                    raise _uncovered(deleted or seq, seq, fetched.first_seq)
+                yield seq, fetched.data
+                parts, start, deleted = [], 0, 0
+                continue
+            if fetched is None:
+                deleted = deleted or seq
+                continue
+            headers, data = fetched
             i, n = part_of(headers, seq)
+            if deleted:
+                self._raise_deleted(deleted, seq, seq + n - i)
             if i == 1:
-                parts = []  # a record cut short before this one is skipped
+                parts, start = [], seq  # a record cut short before this one is skipped
             elif i != len(parts) + 1:
-                parts = []  # the rest of a record whose start was cut short
+                parts, start = [], 0  # the rest of a record whose start was cut short
                 continue
             parts.append(data)
             if i == n:
                 yield seq, b"".join(parts)
-                parts = []
+                parts, start = [], 0
+
+    def _raise_deleted(self, deleted: int, seq: int, record_last: int) -> None:
+        """Parts up to ``seq`` deleted, and the part at ``seq`` there: the
+        window was read while an erasure replaced that record (reading again
+        finds it rewritten: ``TxLogUnavailable``, which the reader retries),
+        or someone deleted parts no rewrite covers (``IntegrityError``)."""
+        rewrite = self._wait(rewritten_record(self._js, self._subjects, record_last))
+        if rewrite is not None and rewrite.first_seq <= deleted:
+            raise TxLogUnavailable(
+                "the transaction log changed while it was read (an erasure rewrote a record); read it again",
+                stream=self._stream,
+                txlog_seq=seq,
+            )
+        raise _uncovered(deleted, seq - 1, None)
+
+
+def _uncovered(first: int, last: int, rewrite_first: int | None) -> IntegrityError:
+    return IntegrityError(
+        "transaction log messages are deleted and no erasure's rewrite of their record replaces them",
+        kind="txlog_deleted",
+        first_deleted=first,
+        last_deleted=last,
+        rewrite_first=rewrite_first,
+    )

@@ -42,6 +42,7 @@ from laneledger.store.txlog import (
     apply_record,
     decode_record,
     encode_record,
+    index_record,
     run_writes,
 )
 from laneledger.store.txlogseed import SEED_KEY, SeedProgress
@@ -131,6 +132,7 @@ class TxLogSync:
             self.behind = True
             with failures_as("ledger commit failed", roll_back=db, position=position):
                 record_applied_position(db, TXLOG_KEY, seq)
+                index_record(db, [(st.name, rows) for st, rows in writes], seq)
                 commit(db)
             self.txlog_seq = seq
             self.behind = False
@@ -195,6 +197,7 @@ class TxLogSync:
             with transaction(db, "ledger commit failed", txlog_seq=seq):
                 apply_record(db, record, seq=seq, last_position=self.last_position)
                 record_applied_position(db, TXLOG_KEY, seq)
+                index_record(db, record.writes, seq)
             self._inline_usage.add_logged(record.writes)
             if not self.wal_shredded or any(name in ERASING for name, _ in record.writes):
                 self._shred_wal()
@@ -260,6 +263,7 @@ class TxLogSync:
             if applying:
                 apply_record(db, record, seq=seq, last_position=self.last_position)
             record_applied_position(db, TXLOG_KEY, seq)
+            index_record(db, record.writes, seq)
             txlogseed.record_progress(db, after)
         self.txlog_seq = seq
         self._seed = after
@@ -306,6 +310,7 @@ class TxLogSync:
             after = None if mark.end == mark.rows else SeedProgress(mark.digest, mark.end, mark.rows, False)
             with transaction(db, "ledger write failed", txlog_seq=seq):
                 record_applied_position(db, TXLOG_KEY, seq)
+                index_record(db, decode_record(data, seq=seq).writes, seq)
                 txlogseed.record_progress(db, after)
             self.txlog_seq = seq
             self._seed = after

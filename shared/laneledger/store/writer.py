@@ -29,7 +29,7 @@ from __future__ import annotations
 import secrets
 import sqlite3
 from collections.abc import Callable
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import msgspec
 from msgspec import UNSET
@@ -68,6 +68,7 @@ from laneledger.contract.vocabulary import (
 from laneledger.sqlite import (
     failures_as,
     roll_back,
+    transaction,
 )
 from laneledger.store.append import PreparedAppend
 from laneledger.store.batch import BatchResult, BatchState, CommittedRecord, StagedBatch, rejection
@@ -77,6 +78,7 @@ from laneledger.store.erasure import ErasedBlobs, ErasureCommands
 from laneledger.store.eventchecks import check_event
 from laneledger.store.lookups import LedgerLookups
 from laneledger.store.reader import LedgerReader
+from laneledger.store.recordrewrite import erased_record
 from laneledger.store.rewinds import check_rewind
 from laneledger.store.schema import file_id as schema_file_id
 from laneledger.store.signatures import check_actor_signature
@@ -88,9 +90,14 @@ from laneledger.store.txlog import (
     INSERT_EVENT_SUBJECT,
     INSERT_RECEIPT,
     MOVE_LANE_HEAD,
+    NAMING_ERASED_BLOBS,
+    STREAM_COPY_ERASED,
     TxLog,
     TxLogMoved,
     Writes,
+    decode_record,
+    encode_txrecord,
+    record_holding,
 )
 from laneledger.store.txlogsync import TxLogSync
 from laneledger.store.usage import InlineUsage
@@ -98,6 +105,21 @@ from laneledger.tlog import store as tree_store
 from laneledger.tlog.leaves import entry_leaf
 
 T = TypeVar("T")
+
+
+class StreamCopies(NamedTuple):
+    """Erased events whose copies on the streams are still to remove."""
+
+    bodies: dict[int, bytes]  # position -> erased body
+    # The log records to rewrite (by their last part's sequence, in log
+    # order): those holding these events, and those naming erased blobs.
+    records: list[int]
+    unindexed: list[int]  # positions no indexed record holds (applied before the index)
+
+
+class LogRewrite(NamedTuple):
+    data: bytes | None  # the record rewritten; None: as it is
+    names_blobs: bool  # whether, so, it still names an erased blob
 
 
 class LedgerWriter:
@@ -555,3 +577,44 @@ class LedgerWriter:
         """These blobs of the tenant are gone from its buckets: off the list."""
         if hexes:
             self._structure.write_rows([(BLOB_ERASED, [(tenant, sha) for sha in hexes])])
+
+    def stream_copies_to_erase(self, limit: int) -> StreamCopies:
+        """The first ``limit`` erased events whose copies on the streams are
+        still to remove (store/erasedcopies.py, spec/erasure.md "The
+        streams"): their erased bodies, and the log records holding them."""
+        rows = self._lookups.rows(
+            "SELECT e.position, e.body FROM stream_copies_to_erase c JOIN events e ON e.position = c.position"
+            " ORDER BY c.position LIMIT ?",
+            (limit,),
+        )
+        bodies = {int(position): bytes(body) for position, body in rows}
+        records = {int(seq) for (seq,) in self._lookups.rows("SELECT txlog_seq FROM txlog_blob_records", ())}
+        unindexed: list[int] = []
+        for position in bodies:
+            held = record_holding(self._db, position)
+            if held is None:
+                if self._log.txlog is not None:  # without a log there is no log copy
+                    unindexed.append(position)
+            else:
+                records.add(held[1])
+        return StreamCopies(bodies, sorted(records), unindexed)
+
+    def erased_log_record(self, data: bytes, seq: int) -> LogRewrite:
+        """The log record ``data`` (its last part at ``seq``) as this file now
+        holds its rows (store/recordrewrite.py)."""
+        record = decode_record(data, seq=seq)
+        rewritten = erased_record(self._db, record)
+        now = record if rewritten is None else rewritten
+        names_blobs = any(name in NAMING_ERASED_BLOBS for name, _ in now.writes)
+        return LogRewrite(None if rewritten is None else encode_txrecord(rewritten), names_blobs)
+
+    def blob_record_rewritten(self, seq: int) -> None:
+        """The log record at ``seq`` names no erased blob any more: off the
+        index (derived, so not a logged write)."""
+        with transaction(self._db, "ledger write failed", txlog_seq=seq) as db:
+            db.execute("DELETE FROM txlog_blob_records WHERE txlog_seq = ?", (seq,))
+
+    def stream_copies_erased(self, positions: list[int]) -> None:
+        """The stream copies of these erased events are removed: off the list."""
+        if positions:
+            self._structure.write_rows([(STREAM_COPY_ERASED, [(p,) for p in positions])])

@@ -1,0 +1,311 @@
+"""Erasure and the streams (spec/erasure.md, "The streams"): the log records
+an erasure rewrites, the index that finds them, and (over NATS) the copies on
+LEDGER_EVENTS and LEDGER_TXLOG removed from the JetStream store files while
+every reader — a standby, ``laneledger restore``, a follower, verify — reads
+the erased copies in their place."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+
+import msgspec
+import nats
+import pytest
+from failure_logs import show_log_on_failure
+from inprocess_ledger import InProcessLedgerClient
+from ledger_fixtures import start_sequencer
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+from test_erasure import EMAIL, encodings, holding, planted
+
+from laneledger.cli.restore import _restore
+from laneledger.contract.ids import new_id
+from laneledger.contract.model import Actor, AppendCommitted, Lane
+from laneledger.contract.subjects import Subjects
+from laneledger.devtools.natsserver import JETSTREAM_CONFIG, NatsServer
+from laneledger.sdk.client import LedgerClient, make_event
+from laneledger.services.sequencer.service import SequencerSettings
+from laneledger.services.sequencer.streams import events_stream_config, txlog_stream_config
+from laneledger.store import LedgerWriter, open_ledger
+from laneledger.store.append import prepare_append
+from laneledger.store.erasedcopies import rewritten_record
+from laneledger.store.recordrewrite import erased_record
+from laneledger.store.txlog import MemoryTxLog, decode_record, encode_txrecord, record_holding
+
+KEPT = "a note of another session, kept"
+BLOB = "ab" * 32  # a blob each erased batch references (its ref is content too)
+
+
+def rows_of(path: Path) -> dict[str, list[tuple]]:
+    """Every table's rows, in a stable order (the file's whole state)."""
+    with closing(sqlite3.connect(path)) as conn:
+        tables = [
+            t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        ]
+        return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in tables}
+
+
+def kept_event(lane: Lane, actor: Actor) -> dict:
+    return make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload={"t": KEPT})
+
+
+def holds(data: bytes, value: str) -> bool:
+    return any(form in data for form in encodings(value))
+
+
+async def erased_ledger(tmp_path: Path) -> tuple[LedgerWriter, MemoryTxLog]:
+    """Session s1's 30 events (in batches of 3, one with a blob ref) erased;
+    session s2's kept."""
+    log = MemoryTxLog()
+    writer = LedgerWriter(open_ledger(tmp_path / "ledger.db"))
+    writer.use_txlog(log)
+    client = InProcessLedgerClient(writer)
+    actor = await client.ensure_actor("acme", "agent:t@1", "agent")
+    lane = await client.create_lane("acme", "s1", "r1", "main", actor_id=actor.id)
+    other = await client.create_lane("acme", "s2", "r1", "main", actor_id=actor.id)
+    for n in range(10):
+        payloads = [planted(3 * n + i) for i in range(3)]
+        payloads[0]["doc"] = {"_ref": f"sha256:{BLOB}", "size_bytes": 2000}
+        events = [make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload=p) for p in payloads]
+        # Straight to the writer: the SDK would look the made-up blob up first.
+        request = {"lane_id": lane.id, "expected_last_seq": 3 * n, "append_id": new_id(), "events": events}
+        [receipt] = writer.apply_batch([prepare_append(msgspec.json.encode(request))]).receipts
+        assert isinstance(receipt, AppendCommitted)
+        await client.append(
+            other, n, [make_event(other.id, "stream.text_delta", actor_id=actor.id, payload={"t": KEPT})]
+        )
+    await client.erase("s1", actor_id=actor.id, reason="r")
+    writer.blobs_deleted("acme", [BLOB])  # as the sequencer does, from the buckets
+    return writer, log
+
+
+async def test_a_rewritten_record_holds_the_file_s_erased_rows_and_replays_to_the_same_file(tmp_path):
+    writer, log = await erased_ledger(tmp_path)
+    conn = writer._db
+    rewritten = MemoryTxLog()
+    changed = []
+    for seq, data in enumerate(log.records, start=1):
+        new = erased_record(conn, decode_record(data, seq=seq))
+        if new is None:
+            rewritten.records.append(data)
+            continue
+        changed.append(encode_txrecord(new))
+        rewritten.records.append(changed[-1])
+        assert new.position_before == decode_record(data, seq=seq).position_before
+    # Each batch of s1; the erasure's record and the blob deletion's, which
+    # named the blob; s2's and the structure's untouched.
+    assert len(changed) == 12
+    whole = b"".join(rewritten.records)
+    assert holds(b"".join(log.records), BLOB)
+    assert not holds(whole, EMAIL) and not holds(whole, "481516") and not holds(whole, BLOB)
+    assert holds(whole, KEPT)
+
+    rebuilt = LedgerWriter(open_ledger(tmp_path / "rebuilt.db"))
+    rebuilt.use_txlog(rewritten, seed=False)
+    assert rebuilt.catch_up() == len(log.records)
+    original, copy = rows_of(tmp_path / "ledger.db"), rows_of(tmp_path / "rebuilt.db")
+    # The records still to rewrite (which the sequencer's round empties) are
+    # the original log's: the rewritten one names no erased blob.
+    assert original.pop("txlog_blob_records") == [(25,), (26,)] and copy.pop("txlog_blob_records") == []
+    assert copy == original
+
+
+async def test_a_record_with_nothing_erased_is_not_rewritten(tmp_path):
+    writer, log = await erased_ledger(tmp_path)
+    kept = [
+        seq
+        for seq, data in enumerate(log.records, start=1)
+        if erased_record(writer._db, decode_record(data, seq=seq)) is None
+    ]
+    assert len(kept) == len(log.records) - 12
+
+
+async def test_the_file_knows_which_log_record_holds_each_event_also_when_rebuilt(tmp_path):
+    writer, log = await erased_ledger(tmp_path)
+    for position in range(1, writer.last_position + 1):
+        found = record_holding(writer._db, position)
+        assert found is not None
+        last, seq = found
+        record = decode_record(log.records[seq - 1], seq=seq)
+        assert record.position_before < position <= record.position == last
+    assert record_holding(writer._db, writer.last_position + 1) is None
+    rebuilt = LedgerWriter(open_ledger(tmp_path / "rebuilt.db"))
+    rebuilt.use_txlog(log, seed=False)
+    rebuilt.catch_up()
+    assert (
+        rows_of(tmp_path / "rebuilt.db")["txlog_records"] == rows_of(tmp_path / "ledger.db")["txlog_records"]
+    )
+
+
+async def test_an_erasure_lists_the_stream_copies_it_leaves_to_remove(tmp_path):
+    writer, _ = await erased_ledger(tmp_path)
+    listed = [
+        p for (p,) in writer._db.execute("SELECT position FROM stream_copies_to_erase ORDER BY position")
+    ]
+    erased = [
+        p
+        for (p,) in writer._db.execute(
+            "SELECT position FROM events WHERE session_id = 's1' ORDER BY position"
+        )
+    ]
+    assert listed == erased and len(listed) == 30
+
+
+# -- over NATS: the sequencer removes the copies ------------------------------------------
+
+
+@pytest.fixture
+def small_payload_server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[NatsServer]:
+    """A nats-server whose messages are at most 8 KiB: a request of a few KiB
+    makes a log record of several parts, as a large batch does at 1 MiB."""
+    conf = tmp_path / "small.conf"
+    conf.write_text("max_payload: 8KB\n" + JETSTREAM_CONFIG)
+    server = NatsServer(tmp_path / "nats", config=conf)
+    show_log_on_failure(request, server)
+    with server:
+        yield server
+
+
+def store_files(server: NatsServer) -> list[Path]:
+    return [path for path in server.store_dir.rglob("*") if path.is_file()]
+
+
+async def parts_of_records(js: JetStreamContext) -> list[str]:
+    """The part headers of every message on LEDGER_TXLOG still there."""
+    last = (await js.stream_info(Subjects().txlog_stream)).state.last_seq
+    found = []
+    for seq in range(1, last + 1):
+        try:
+            found.append((await js.get_msg(Subjects().txlog_stream, seq)).headers["Ledger-Txlog-Part"])
+        except NotFoundError:
+            pass
+    return found
+
+
+@pytest.mark.nats
+async def test_an_erasure_leaves_no_byte_of_its_content_in_the_jetstream_store_and_a_restore_is_identical(
+    small_payload_server, tmp_path
+):
+    server = small_payload_server
+    nc = await nats.connect(server.url)
+    sequencer = await start_sequencer(nc, tmp_path / "ledger.db", SequencerSettings(pull_expires_s=0.2))
+    client = await LedgerClient.connect(server.url, timeout=10.0)
+    try:
+        actor = await client.ensure_actor("acme", "agent:t@1", "agent")
+        lane = await client.create_lane("acme", "s1", "r1", "main", actor_id=actor.id)
+        other = await client.create_lane("acme", "s2", "r1", "main", actor_id=actor.id)
+        # One request whose record takes several parts, half of it naming a data subject.
+        events = [
+            make_event(
+                lane.id,
+                "stream.text_delta",
+                actor_id=actor.id,
+                payload=planted(i),
+                data_subject="ada" if i % 2 else None,
+            )
+            for i in range(12)
+        ]
+        await client.append(lane, 0, events)
+        await client.append(
+            lane, 12, [make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload=planted(99))]
+        )
+        await client.append(
+            other, 0, [make_event(other.id, "stream.text_delta", actor_id=actor.id, payload={"t": KEPT})]
+        )
+        parts = await parts_of_records(client.js)
+        assert any(not p.endswith("/1") for p in parts)  # a record of several parts
+        values = [EMAIL, "481516", "a customer note nobody may keep"]
+        assert holding(store_files(server), values)  # planted where the scan looks
+
+        # The data subject first: the multi-part record is rewritten once, then again.
+        await client.erase(data_subject="ada", actor_id=actor.id, reason="asked", tenant="acme")
+        await client.erase("s1", actor_id=actor.id, reason="r")
+
+        assert holding(store_files(server), values) == []
+        assert holding(store_files(server), [KEPT])
+        db = tmp_path / "ledger.db"
+        with closing(sqlite3.connect(db)) as conn:
+            erased = [p for (p,) in conn.execute("SELECT position FROM events WHERE session_id = 's1'")]
+            records = sorted({seq for (seq,) in conn.execute("SELECT txlog_seq FROM txlog_records")})
+            assert conn.execute("SELECT count(*) FROM stream_copies_to_erase").fetchone() == (0,)
+        assert len(erased) == 13
+        for position in erased:
+            with pytest.raises(NotFoundError):
+                await client.js.get_msg(Subjects().events_stream, position)
+            copy = await client.js.get_last_msg(Subjects().erased_stream, Subjects().erased_event(position))
+            assert b'"erased"' in copy.data
+        # Each rewritten record is on LEDGER_ERASED once: the multi-part
+        # record's first rewrite (the data subject's) went with the second.
+        rewrites = [await rewritten_record(client.js, Subjects(), seq) for seq in records]
+        copies = sum(len(r.copies) for r in rewrites if r is not None)
+        assert len([r for r in rewrites if r is not None]) == 2  # the two records that held s1's events
+        on_stream = await client.js.stream_info(
+            Subjects().erased_stream, subjects_filter="ledger.erased.txlog.>"
+        )
+        assert sum((on_stream.state.subjects or {}).values()) == copies == 3  # 2 parts and 1
+
+        # A file rebuilt from the log alone is the same file, row for row.
+        await _restore(argparse.Namespace(db=str(tmp_path / "restored.db"), nats=server.url, prefix="ledger"))
+        original, restored = rows_of(db), rows_of(tmp_path / "restored.db")
+        original.pop("meta"), restored.pop("meta")
+        assert restored == original
+    finally:
+        await client.close()
+        await sequencer.stop()
+        await nc.close()
+
+
+async def test_streams_made_before_erasure_keep_their_copies_until_replaced_as_the_docs_say(
+    nats_server, nc, tmp_path, caplog
+):
+    """Streams that deny deletes (an older sequencer's) are used as they are,
+    with a warning; an erasure leaves its events on them, listed. Replaced as
+    docs/erasure.md says (stop, delete both streams, start), nothing is left."""
+    js = nc.jetstream()
+    subjects = Subjects()
+    for config in (
+        events_stream_config(subjects.events_stream, subjects, 1),
+        txlog_stream_config(subjects, 1),
+    ):
+        config.deny_delete = True  # what an older sequencer made
+        await js.add_stream(config)
+    db = tmp_path / "ledger.db"
+    settings = SequencerSettings(pull_expires_s=0.2)
+    sequencer = await start_sequencer(nc, db, settings)
+    assert "denies message deletes" in caplog.text
+    client = await LedgerClient.connect(nats_server.url, timeout=10.0)
+    try:
+        actor = await client.ensure_actor("acme", "agent:t@1", "agent")
+        lane = await client.create_lane("acme", "s1", "r1", "main", actor_id=actor.id)
+        other = await client.create_lane("acme", "s2", "r1", "main", actor_id=actor.id)
+        events = [
+            make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload=planted(i)) for i in range(3)
+        ]
+        await client.append(lane, 0, events)
+        await client.append(other, 0, [kept_event(other, actor)])
+        values = [EMAIL, "481516"]
+        assert (await client.erase("s1", actor_id=actor.id, reason="r")).erased == 3
+        assert holding(store_files(nats_server), values)  # kept on the old streams
+        with closing(sqlite3.connect(db)) as conn:
+            assert conn.execute("SELECT count(*) FROM stream_copies_to_erase").fetchone() == (3,)
+
+        await sequencer.stop()
+        await js.delete_stream(subjects.txlog_stream)
+        await js.delete_stream(subjects.events_stream)
+        sequencer = await start_sequencer(nc, db, settings)
+        for _ in range(100):  # the activation's round
+            with closing(sqlite3.connect(db)) as conn:
+                if conn.execute("SELECT count(*) FROM stream_copies_to_erase").fetchone() == (0,):
+                    break
+            await asyncio.sleep(0.1)
+        assert holding(store_files(nats_server), values) == []
+        assert holding(store_files(nats_server), [KEPT])
+        assert len((await client.load_lane(other.id)).events) == 1
+    finally:
+        await client.close()
+        await sequencer.stop()
