@@ -20,6 +20,7 @@ from laneledger.contract.clock import system_clock
 from laneledger.contract.model import Checkpoint
 from laneledger.sdk.checkpoints import CheckpointClient, complete_run
 from laneledger.sdk.client import LaneRecorder, LedgerClient
+from laneledger.services.checkpoint import service as checkpoint_service_module
 from laneledger.services.checkpoint.service import CheckpointService
 
 pytestmark = pytest.mark.nats
@@ -166,14 +167,18 @@ async def test_erasing_a_data_subject_erases_the_checkpoints_naming_it_and_no_ot
 
 
 async def test_retention_erases_the_tenants_checkpoints_created_before_its_time(
-    client, checkpoints: CheckpointClient, checkpoint_service, tmp_path
+    client, checkpoints: CheckpointClient, checkpoint_service, tmp_path, monkeypatch
 ):
+    monkeypatch.setattr(checkpoint_service_module, "LEDGER_ERASURE_PAGE", 1)  # a page per revision
     actor = await client.ensure_actor("acme", "agent:t@1", "agent")
     lane = await LaneRecorder.open(client, "acme", "s1", "r1", "main", actor_id=actor.id)
     await lane.append([lane.event("stream.text_delta", actor_id=actor.id, payload={"text": "old"})])
     old = [
         await checkpoints.save("k", expected_revision=0, format="json", state={"m": EMAIL}, tenant="acme"),
         await checkpoints.save("k-old", expected_revision=0, format="json", state={"c": CODE}, tenant="acme"),
+        await checkpoints.save(
+            "z-old", expected_revision=0, format="json", state={"z": EMAIL}, tenant="acme"
+        ),
     ]
     theirs = await checkpoints.save("k", expected_revision=0, format="json", state={"t": 1}, tenant="globex")
     shared = await checkpoints.save("k-op", expected_revision=0, format="json", state={"o": 1})

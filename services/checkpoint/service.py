@@ -84,6 +84,7 @@ log = logging.getLogger("laneledger.checkpoint")
 T = TypeVar("T")
 P = ParamSpec("P")
 _REPLY_MARGIN = 4096  # bytes kept free in a reply for the envelope
+LEDGER_ERASURE_PAGE = 1000  # revisions per erase a ledger erasure sends (the command's bound)
 
 
 @dataclass(frozen=True)
@@ -366,19 +367,26 @@ class CheckpointService:
         for namespace in namespaces:
             if found.session_id is not None:
                 while ids := await self._db(
-                    self._store.revisions_in_session, namespace, found.session_id, found.run_id, 1000
+                    self._store.revisions_in_session,
+                    namespace,
+                    found.session_id,
+                    found.run_id,
+                    LEDGER_ERASURE_PAGE,
                 ):
-                    cmd = EraseCheckpoints(checkpoint_ids=ids, tenant=namespace, limit=1000)
+                    cmd = EraseCheckpoints(checkpoint_ids=ids, tenant=namespace, limit=LEDGER_ERASURE_PAGE)
                     await self.erase(cmd, OPEN, also_bucket_of=tenant)
                 continue
             cmd = EraseCheckpoints(
                 data_subject=found.data_subject,
                 created_before=found.committed_before,
                 tenant=namespace,
-                limit=1000,
+                limit=LEDGER_ERASURE_PAGE,
             )
-            while (await self.erase(cmd, OPEN, also_bucket_of=tenant)).has_more:
-                pass  # each page's revisions are gone: the same command erases the next
+            while (report := await self.erase(cmd, OPEN, also_bucket_of=tenant)).has_more:
+                # On after the last erased: the plan walks the namespace's
+                # revisions in (key, revision) order, so each is looked at once.
+                last = report.erased[-1]
+                cmd = msgspec.structs.replace(cmd, after_key=last.key, after_revision=last.revision)
 
     # ------------------------------------------------------------- save
 

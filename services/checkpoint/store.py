@@ -292,13 +292,6 @@ class CheckpointStore:
                 conn.execute("CREATE INDEX IF NOT EXISTS checkpoints_by_id ON checkpoints (id)")
                 conn.execute("CREATE INDEX IF NOT EXISTS erased_by_key ON erased (tenant, key)")
                 conn.execute("CREATE INDEX IF NOT EXISTS erased_by_id ON erased (id)")
-                # What a ledger erasure of a data subject, or by age, selects (version 5).
-                conn.execute(
-                    "CREATE INDEX IF NOT EXISTS checkpoints_by_subject ON checkpoints (tenant, data_subject)"
-                )
-                conn.execute(
-                    "CREATE INDEX IF NOT EXISTS checkpoints_by_created ON checkpoints (tenant, created_at)"
-                )
         except BaseException:
             conn.close()
             raise
