@@ -1,6 +1,6 @@
 """Checkpoints carry a tenant (spec/checkpoint.md, "Tenants"): derived from
 the anchor's lane or the session's lanes, or named; keys and ids are each
-tenant's own; a schema-1 or schema-3 database is migrated in place."""
+tenant's own; a schema-1, schema-3 or schema-4 database is migrated in place."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def test_a_schema_1_database_is_migrated_in_place(tmp_path):
         assert rows == [("", sha)]  # backfilled from the body; '' is no tenant's (schema 4)
         assert not store.artifact_of_tenant(sha, "acme")
         version = store._rows("SELECT value FROM meta WHERE key = 'schema_version'")[0][0]
-        assert int(version) == SCHEMA_VERSION == 4
+        assert int(version) == SCHEMA_VERSION == 5
     finally:
         store.close()
     again = CheckpointStore.open(path)  # opening a migrated database again changes nothing
@@ -208,7 +208,7 @@ def test_a_schema_3_database_keeps_every_checkpoint_and_tombstone(tmp_path):
         assert (saved.tenant, saved.revision, replayed) == ("globex", 1, False)
         assert sorted(store.namespaces("key", "k")) == ["acme", "globex"]
         version = store._rows("SELECT value FROM meta WHERE key = 'schema_version'")[0][0]
-        assert int(version) == SCHEMA_VERSION == 4
+        assert int(version) == SCHEMA_VERSION == 5
     finally:
         store.close()
     again = CheckpointStore.open(path)  # opening it again changes nothing
@@ -217,3 +217,68 @@ def test_a_schema_3_database_keeps_every_checkpoint_and_tombstone(tmp_path):
         assert len(again._rows("SELECT 1 FROM erased")) == 2
     finally:
         again.close()
+
+
+# Version 4's checkpoint table: no data_subject, no created_at column.
+V4_DDL = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE checkpoints (
+    id TEXT NOT NULL, key TEXT NOT NULL, revision INTEGER NOT NULL, content_digest TEXT NOT NULL,
+    session_id TEXT, run_id TEXT, terminal INTEGER NOT NULL, anchor_lane_id TEXT,
+    state_bytes INTEGER NOT NULL, body BLOB NOT NULL, tenant TEXT NOT NULL DEFAULT '',
+    artifact_sha256 TEXT, PRIMARY KEY (tenant, id), UNIQUE (tenant, key, revision));
+INSERT INTO meta VALUES ('schema_version', '4'), ('applied_position', '5');
+"""
+
+
+def test_a_schema_4_database_gains_what_an_erasure_by_subject_or_age_selects(tmp_path):
+    path = tmp_path / "checkpoints.db"
+    old = sqlite3.connect(path)
+    old.executescript(V4_DDL)
+    body = Checkpoint(
+        id="c1",
+        key="k",
+        revision=1,
+        format=FORMAT,
+        digest="cd" * 32,
+        tenant="acme",
+        state={},
+        created_at="2026-01-01T01:00:00+01:00",
+    )
+    old.execute(
+        "INSERT INTO checkpoints (id, key, revision, content_digest, terminal, state_bytes, body, tenant)"
+        " VALUES ('c1', 'k', 1, 'd', 0, 2, ?, 'acme')",
+        (encode(body),),
+    )
+    old.commit()
+    old.close()
+
+    store = CheckpointStore.open(path)
+    try:
+        assert store.applied_position() == 5
+        # created_at from the body, in the ledger's form (it compares as text).
+        rows = store._rows("SELECT data_subject, created_at FROM checkpoints")
+        assert rows == [(None, "2026-01-01T00:00:00.000000Z")]
+
+        def plan(**scope: str) -> list[str]:
+            return [info.id for info in store.erasure_plan([], [], "acme", **scope)[0]]
+
+        assert plan(created_before="2026-01-01T00:00:00.000000Z") == []  # before is strict
+        assert plan(created_before="2026-01-01T00:00:00.000001Z") == ["c1"]
+        proposal = ProposedCheckpoint(id="c2", key="k2", format=FORMAT, state={}, data_subject="cust-1")
+        store.save(
+            proposal,
+            content="x",
+            digest="ab" * 32,
+            state_bytes=2,
+            expected_revision=0,
+            created_at="2026-01-02T00:00:00.000000Z",
+            tenant="acme",
+        )
+        assert plan(data_subject="cust-1") == ["c2"]
+        assert store.get("c2", "acme").data_subject == "cust-1"
+        assert [info.id for info in store.erasure_plan([], [], "globex", data_subject="cust-1")[0]] == []
+        version = store._rows("SELECT value FROM meta WHERE key = 'schema_version'")[0][0]
+        assert int(version) == SCHEMA_VERSION == 5
+    finally:
+        store.close()

@@ -26,6 +26,7 @@ export interface Checkpoint {
   session_id?: string | null;
   run_id?: string | null;
   tenant?: string | null;
+  data_subject?: string | null; // whose personal data the state holds (spec/checkpoint.md, "Erasure")
   state?: unknown;
   artifact?: ArtifactRef | null;
   anchor?: Anchor | null;
@@ -132,7 +133,7 @@ export class CheckpointClient {
   async save(
     key: string,
     state: unknown,
-    opts: { expectedRevision: number; format: string; sessionId?: string; runId?: string; anchor?: Anchor; terminal?: boolean; checkpointId?: string; tenant?: string },
+    opts: { expectedRevision: number; format: string; sessionId?: string; runId?: string; anchor?: Anchor; terminal?: boolean; checkpointId?: string; tenant?: string; dataSubject?: string },
   ): Promise<Checkpoint> {
     // Redacted before it is measured, spilled or digested: no secret reaches
     // the service, an artifact or a disk (spec/content.md).
@@ -147,6 +148,7 @@ export class CheckpointClient {
         session_id: opts.sessionId,
         run_id: opts.runId,
         tenant: opts.tenant,
+        data_subject: opts.dataSubject,
         anchor: opts.anchor,
         terminal: opts.terminal || undefined, // left out at its default, as Python's encoder does
       },

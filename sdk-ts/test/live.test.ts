@@ -249,6 +249,9 @@ test("checkpoints: revisions with optimistic concurrency, state redacted, read b
   assert.deepEqual((await checkpoints.get(first.id)).state, first.state);
   assert.deepEqual((await checkpoints.revisions(key)).revisions.map((r) => r.revision), [1, 2]);
   assert.equal(await checkpoints.latest(`nothing-${newId()}`), undefined);
+  // Whose personal data the state holds: erased with that data subject (spec/checkpoint.md).
+  const named = await checkpoints.save(`named-${newId()}`, {}, { ...opts, expectedRevision: 0, dataSubject: "customer-42" });
+  assert.equal(named.data_subject, "customer-42");
   await assert.rejects(checkpoints.save("password=hunter2hunter2", {}, { ...opts, expectedRevision: 0 }), (err: unknown) => err instanceof InvalidRequest && err.details["path"] === "$.checkpoint.key");
 });
 

@@ -23,7 +23,8 @@ from typing import Any, ParamSpec, TypeVar
 import msgspec
 from nats.aio.client import Client as NATS
 
-from laneledger.contract.clock import Clock, system_clock
+from laneledger.contract.clock import Clock, ledger_time, system_clock
+from laneledger.contract.erasurescope import scope_of
 from laneledger.contract.errors import (
     AnchorMismatch,
     ArtifactMismatch,
@@ -59,6 +60,7 @@ from laneledger.contract.model import (
     RunInspection,
     SaveCheckpoint,
     encode,
+    timestamp_problem,
 )
 from laneledger.contract.redaction import DEFAULT_REDACTOR, Redactor, redact_checkpoint_state
 from laneledger.contract.subjects import RequestSubject, Subjects
@@ -82,6 +84,7 @@ log = logging.getLogger("laneledger.checkpoint")
 T = TypeVar("T")
 P = ParamSpec("P")
 _REPLY_MARGIN = 4096  # bytes kept free in a reply for the envelope
+LEDGER_ERASURE_PAGE = 1000  # revisions per erase a ledger erasure sends (the command's bound)
 
 
 @dataclass(frozen=True)
@@ -308,6 +311,16 @@ class CheckpointService:
         ``also_bucket_of``: a tenant whose own bucket may hold the orphaned
         blobs too (with ``scope`` OPEN, no revision of any tenant names them)."""
         whose = _narrow(scope, cmd.tenant)  # None: the one namespace the selection is in
+        before = None
+        if cmd.created_before is not None:
+            problem = timestamp_problem(cmd.created_before)
+            if problem is not None:
+                raise InvalidRequest(
+                    f"created_before is not a real instant: {problem}",
+                    path="$.created_before",
+                    found=cmd.created_before,
+                )
+            before = ledger_time(cmd.created_before)
         erased, orphans, more = await self._db(
             functools.partial(
                 self._store.erasure_plan,
@@ -317,6 +330,8 @@ class CheckpointService:
                 run_ids=cmd.run_ids,
                 key_prefix=cmd.key_prefix,
                 key_prefixes=cmd.key_prefixes,
+                data_subject=cmd.data_subject,
+                created_before=before,
                 limit=cmd.limit,
                 after=(cmd.after_key, cmd.after_revision) if cmd.after_key is not None else None,
                 bucket_tenant=scope.tenant,
@@ -335,22 +350,43 @@ class CheckpointService:
         return ErasureReport(erased=erased, artifacts_erased=gone, has_more=more)
 
     async def _erase_for_ledger(self, tenant: str, scope: dict[str, Any]) -> None:
-        """An erasure of a session (a run) committed in the ledger
-        (spec/erasure.md, *Readers*): its revisions go too, in the tenant's
-        namespace and in the shared one (the trusted callers', where a
-        session id names the one tenant's session). A data subject's or a
-        retention's erasure names no session: checkpoints name no data
-        subject, and are erased by age with ``erase`` (LangGraph's prune)."""
-        session = scope.get("session_id")
-        if not isinstance(session, str):
+        """An erasure committed in the ledger (spec/erasure.md, *Readers*)
+        erases the revisions of its scope too, as ``erase`` does: a session's
+        (a run's) and a data subject's in the tenant's namespace and in the
+        shared one (the trusted callers', where a save names no tenant and
+        derives none); a retention's, those created before its time, in the
+        tenant's alone (the shared namespace is no tenant's to age out). A
+        scope of a kind the service does not know is left alone."""
+        found = scope_of(scope)
+        if found is None or (found.committed_before and timestamp_problem(found.committed_before)):
+            log.warning("an erasure of tenant %s names a scope this service does not know: %s", tenant, scope)
             return
-        run = scope.get("run_id") if isinstance(scope.get("run_id"), str) else None
+        namespaces = (tenant,) if found.committed_before is not None else (tenant, NO_TENANT)
         # As the operator: a blob is erased when no revision of any tenant
         # names it, from the shared bucket and from the tenant's own.
-        for namespace in (tenant, NO_TENANT):
-            while ids := await self._db(self._store.revisions_in_session, namespace, session, run, 1000):
-                cmd = EraseCheckpoints(checkpoint_ids=ids, tenant=namespace, limit=1000)
-                await self.erase(cmd, OPEN, also_bucket_of=tenant)
+        for namespace in namespaces:
+            if found.session_id is not None:
+                while ids := await self._db(
+                    self._store.revisions_in_session,
+                    namespace,
+                    found.session_id,
+                    found.run_id,
+                    LEDGER_ERASURE_PAGE,
+                ):
+                    cmd = EraseCheckpoints(checkpoint_ids=ids, tenant=namespace, limit=LEDGER_ERASURE_PAGE)
+                    await self.erase(cmd, OPEN, also_bucket_of=tenant)
+                continue
+            cmd = EraseCheckpoints(
+                data_subject=found.data_subject,
+                created_before=found.committed_before,
+                tenant=namespace,
+                limit=LEDGER_ERASURE_PAGE,
+            )
+            while (report := await self.erase(cmd, OPEN, also_bucket_of=tenant)).has_more:
+                # On after the last erased: the plan walks the namespace's
+                # revisions in (key, revision) order, so each is looked at once.
+                last = report.erased[-1]
+                cmd = msgspec.structs.replace(cmd, after_key=last.key, after_revision=last.revision)
 
     # ------------------------------------------------------------- save
 

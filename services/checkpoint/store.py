@@ -30,6 +30,7 @@ from typing import Any
 
 import msgspec
 
+from laneledger.contract.clock import ledger_time
 from laneledger.contract.errors import EntityNotFound, IdempotencyViolation, InvalidRequest, QuotaExceeded
 from laneledger.contract.model import Checkpoint, CheckpointInfo, ProposedCheckpoint, decoder, encode
 from laneledger.sdk.checkpoints import RevisionConflict
@@ -50,7 +51,9 @@ from laneledger.sqlite import (
 # spec/object-model.md, "Identity"); it is read again from position 1.
 # 4: checkpoints and tombstones keyed by (tenant, id) and (tenant, key,
 # revision), tenant '' for none (migrated in place, nothing lost).
-SCHEMA_VERSION = 4
+# 5: checkpoints.data_subject and checkpoints.created_at, what a ledger
+# erasure of a data subject or by age selects (spec/checkpoint.md, "Erasure").
+SCHEMA_VERSION = 5
 
 NO_TENANT = ""  # the namespace of checkpoints of no tenant: the operator's alone
 TENANT_PATH = "$.tenant"  # where a read command names whose key or id it means
@@ -105,6 +108,8 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     body           BLOB NOT NULL,
     tenant          TEXT NOT NULL DEFAULT '',
     artifact_sha256 TEXT,
+    data_subject    TEXT,
+    created_at      TEXT,
     PRIMARY KEY (tenant, id),
     UNIQUE (tenant, key, revision)
 );
@@ -188,6 +193,22 @@ def _migrate_3_to_4(conn: sqlite3.Connection) -> None:
             conn.execute(statement)
 
 
+def _migrate_4_to_5(conn: sqlite3.Connection) -> None:
+    """The columns a ledger erasure of a data subject or by age selects by;
+    ``created_at`` filled from each body (no checkpoint before names a data
+    subject). A file migrated from version 3 has them already (version 4's
+    table is made from this ``DDL``)."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(checkpoints)")}
+    for column in ("data_subject", "created_at"):
+        if column not in columns:
+            conn.execute(f"ALTER TABLE checkpoints ADD COLUMN {column} TEXT")
+    rows = conn.execute("SELECT rowid, body FROM checkpoints WHERE created_at IS NULL").fetchall()
+    conn.executemany(
+        "UPDATE checkpoints SET created_at = ? WHERE rowid = ?",
+        [(ledger_time(decoder(Checkpoint).decode(body).created_at), rowid) for rowid, body in rows],
+    )
+
+
 def one_namespace(tenants: Sequence[str], path: str = TENANT_PATH, **ident: str) -> str:
     """Whose checkpoint key or id (``ident``) a caller that names no tenant
     means (the operator token, an open service, a trusted user): the only
@@ -258,7 +279,7 @@ class CheckpointStore:
                 SCHEMA_VERSION,
                 what=what,
                 path=path,
-                migrations={1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4},
+                migrations={1: _migrate_1_to_2, 2: _migrate_2_to_3, 3: _migrate_3_to_4, 4: _migrate_4_to_5},
                 on_create=lambda db: record_applied_position(db, _APPLIED, 0),
             )
             with failures_as(f"cannot open {what}", path=str(path)):
@@ -567,6 +588,7 @@ class CheckpointStore:
                 session_id=proposal.session_id,
                 run_id=proposal.run_id,
                 tenant=tenant,
+                data_subject=proposal.data_subject,
                 state=proposal.state,
                 artifact=proposal.artifact,
                 anchor=proposal.anchor,
@@ -575,8 +597,8 @@ class CheckpointStore:
             )
             db.execute(
                 "INSERT INTO checkpoints (id, key, revision, content_digest, session_id, run_id,"
-                " terminal, anchor_lane_id, state_bytes, body, tenant, artifact_sha256)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                " terminal, anchor_lane_id, state_bytes, body, tenant, artifact_sha256, data_subject,"
+                " created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     checkpoint.id,
                     checkpoint.key,
@@ -590,6 +612,8 @@ class CheckpointStore:
                     encode(checkpoint),
                     namespace,
                     checkpoint.artifact.sha256 if checkpoint.artifact else None,
+                    checkpoint.data_subject,
+                    ledger_time(checkpoint.created_at),  # compares as text with a created_before
                 ),
             )
         self._state_used[namespace] = used + state_bytes  # committed
@@ -648,20 +672,24 @@ class CheckpointStore:
         run_ids: Sequence[str] = (),
         key_prefix: str | None = None,
         key_prefixes: Sequence[str] = (),
+        data_subject: str | None = None,
+        created_before: str | None = None,
         limit: int = 500,
         after: tuple[str, int] | None = None,
         bucket_tenant: str | None = None,
     ) -> tuple[list[CheckpointInfo], list[str], bool]:
         """What erasing every revision of ``keys``, each of ``checkpoint_ids``,
-        every revision of ``run_ids`` (under ``key_prefix``) and of every key
-        under one of ``key_prefixes`` removes, in ``tenant``'s namespace
+        every revision of ``run_ids`` (under ``key_prefix``), of every key
+        under one of ``key_prefixes``, naming ``data_subject`` and created
+        before ``created_before`` (the ledger's form, ``ledger_time``)
+        removes, in ``tenant``'s namespace
         (None: the only one those select, ``one_namespace``): the first
         ``limit`` of those revisions by (key, revision) after ``after``, the
         artifacts that no other revision references, and whether more follow.
         ``bucket_tenant``: whose bucket the artifacts are in (None: the
         shared one, which any tenant's revision may use)."""
         run_ids, prefixes = list(run_ids), list(key_prefixes)
-        if not keys and not checkpoint_ids and not run_ids and not prefixes:
+        if not (keys or checkpoint_ids or run_ids or prefixes or data_subject or created_before):
             return [], [], False
         key_marks = ",".join("?" * len(keys)) or "NULL"
         id_marks = ",".join("?" * len(checkpoint_ids)) or "NULL"
@@ -671,7 +699,7 @@ class CheckpointStore:
             f"(key IN ({key_marks}) OR id IN ({id_marks})"
             f" OR (run_id IN ({run_marks}) AND substr(key, 1, ?) = ?)"
             + "".join(" OR substr(key, 1, ?) = ?" for _ in prefixes)
-            + ")"
+            + " OR data_subject = ? OR created_at < ?)"  # NULL, when not asked: selects nothing
         )
         selected_params = (
             *keys,
@@ -680,6 +708,8 @@ class CheckpointStore:
             len(prefix),
             prefix,
             *(part for p in prefixes for part in (len(p), p)),
+            data_subject,
+            created_before,
         )
         if tenant is None:
             found = [

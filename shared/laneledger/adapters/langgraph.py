@@ -85,6 +85,17 @@ def _conf(config: RunnableConfig | None, what: str) -> Mapping[str, Any]:
     return conf
 
 
+def _data_subject(conf: Mapping[str, Any]) -> str | None:
+    """``configurable.data_subject``: whose personal data the thread's records
+    hold (spec/langgraph.md, *Data subjects*), a pseudonymous id; or None."""
+    subject = conf.get("data_subject")
+    if subject is not None and (not isinstance(subject, str) or not subject):
+        raise InvalidRequest(
+            "configurable.data_subject is a non-empty string (an id)", path="$.configurable.data_subject"
+        )
+    return subject
+
+
 class LaneledgerSaver(BaseCheckpointSaver[int]):
     """LangGraph's checkpointer on laneledger, for ``tenant``.
 
@@ -220,7 +231,9 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
             "metadata": typed_json(self.serde.dumps_typed(meta)),
         }
         run_id = str(meta.get("run_id") or DEFAULT_RUN)
-        await self._store_checkpoint(state, run_id, source=meta.get("source"), step=meta.get("step"))
+        await self._store_checkpoint(
+            state, run_id, source=meta.get("source"), step=meta.get("step"), data_subject=_data_subject(conf)
+        )
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -230,7 +243,7 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
         }
 
     async def _store_checkpoint(
-        self, state: dict[str, Any], run_id: str, *, source: Any, step: Any
+        self, state: dict[str, Any], run_id: str, *, source: Any, step: Any, data_subject: str | None
     ) -> Checkpoint:
         thread_id, checkpoint_ns = state["thread_id"], state["checkpoint_ns"]
         record = record_id(thread_id, checkpoint_ns, state["checkpoint_id"])
@@ -254,7 +267,8 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
             checkpoint_ns=checkpoint_ns,
             event_type=CHECKPOINT_EVENT,
             event=event,
-            first=lambda: self.store.register_namespace(thread_id, checkpoint_ns),
+            data_subject=data_subject,
+            first=lambda: self.store.register_namespace(thread_id, checkpoint_ns, data_subject),
         )
 
     async def aput_writes(
@@ -271,6 +285,7 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
                 "put_writes needs configurable.checkpoint_id", path="$.configurable.checkpoint_id"
             )
         redactor = self.client.redactor
+        data_subject = _data_subject(conf)
         key = writes_key(thread_id, checkpoint_ns, checkpoint_id)
         run_id = await self._run_of(record_id(thread_id, checkpoint_ns, checkpoint_id), config)
         incoming = [
@@ -305,14 +320,21 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
                     "writes": sorted(merged.values(), key=lambda w: writes_sort_key(w[4], w[0], w[1])),
                 }
                 try:
-                    await self._store_writes(key, state, run_id, event, self.store.base_revision(key, latest))
+                    expected = self.store.base_revision(key, latest)
+                    await self._store_writes(key, state, run_id, event, expected, data_subject)
                 except RevisionConflict:
                     continue  # another process merged first: merge again on top
                 return
         raise RevisionConflict(f"{key}: lost the revision race", kind="checkpoint", key=key)
 
     async def _store_writes(
-        self, key: str, state: Mapping[str, Any], run_id: str, event: Mapping[str, Any], expected: int
+        self,
+        key: str,
+        state: Mapping[str, Any],
+        run_id: str,
+        event: Mapping[str, Any],
+        expected: int,
+        data_subject: str | None,
     ) -> Checkpoint:
         return await self.store.store(
             key,
@@ -325,6 +347,7 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
             event_type=WRITES_EVENT,
             event=event,
             expected_revision=expected,
+            data_subject=data_subject,
         )
 
     async def _run_of(self, record: str, config: RunnableConfig) -> str:
@@ -506,7 +529,9 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
                 continue  # erased meanwhile
             state = {**await self.store.state(stored), "thread_id": target}
             run_id = stored.run_id or DEFAULT_RUN
-            saved = await self._store_checkpoint(state, run_id, source="copy", step=None)
+            saved = await self._store_checkpoint(
+                state, run_id, source="copy", step=None, data_subject=stored.data_subject
+            )
             writes = await self.store.latest(writes_key_of(stored.key, stored.id))
             if writes is not None:
                 copied = {**await self.store.state(writes), "thread_id": target}
@@ -517,7 +542,8 @@ class LaneledgerSaver(BaseCheckpointSaver[int]):
                     "copied_from": source,
                     "channels": [w[2] for w in copied.get("writes", [])],
                 }
-                await self._store_writes(key, copied, run_id, event, self.store.base_revision(key, None))
+                expected = self.store.base_revision(key, None)
+                await self._store_writes(key, copied, run_id, event, expected, writes.data_subject)
 
     # ------------------------------------------------------------------ the sync API
 

@@ -106,9 +106,10 @@ class ThreadStore:
             return set()
         return set(field(await self.state(latest), "namespaces", list, "$.state"))
 
-    async def register_namespace(self, thread_id: str, checkpoint_ns: str) -> None:
+    async def register_namespace(self, thread_id: str, checkpoint_ns: str, data_subject: str | None) -> None:
         """The thread's record lists its namespaces, so a thread can be
-        listed, copied and erased whole without a key search."""
+        listed, copied and erased whole without a key search; it names the
+        data subject of the checkpoint that adds a namespace."""
         if checkpoint_ns in self._namespaces.get(thread_id, set()):
             return
         key = thread_key(thread_id)
@@ -129,6 +130,7 @@ class ThreadStore:
                             session_id=thread_id,
                             run_id=None,
                             anchor=None,
+                            data_subject=data_subject,
                         )
                     except RevisionConflict:
                         continue
@@ -151,10 +153,13 @@ class ThreadStore:
         event_type: str,
         event: Mapping[str, Any],
         expected_revision: int | None = None,
+        data_subject: str | None = None,
         first: Callable[[], Awaitable[None]] | None = None,
     ) -> Checkpoint:
         """The event (``event`` plus the record's id, key, digest and format),
-        then the record anchored to it, in the lane (thread, run, namespace).
+        then the record anchored to it, in the lane (thread, run, namespace);
+        both name ``data_subject``, so the ledger's erasure of that data
+        subject erases both (spec/langgraph.md, *Data subjects*).
         ``expected_revision`` None: the record is independent of the key's
         others (a LangGraph checkpoint names its parent), so a lost revision
         race is saved again on top; given: a lost race is the caller's
@@ -183,7 +188,13 @@ class ThreadStore:
                 "langgraph": dict(event),
             }
             anchor = await self.record(
-                thread_id, run_id, checkpoint_ns, event_type, payload, derived_id("lg-event", record)
+                thread_id,
+                run_id,
+                checkpoint_ns,
+                event_type,
+                payload,
+                derived_id("lg-event", record),
+                data_subject=data_subject,
             )
         attempts = 1 if expected_revision is not None else SAVE_ATTEMPTS
         expected = expected_revision
@@ -203,6 +214,7 @@ class ThreadStore:
                     session_id=thread_id,
                     run_id=run_id,
                     anchor=anchor,
+                    data_subject=data_subject,
                 )
             except RevisionConflict as err:
                 if expected_revision is not None:
@@ -234,6 +246,7 @@ class ThreadStore:
         session_id: str,
         run_id: str | None,
         anchor: Anchor | None,
+        data_subject: str | None,
     ) -> Checkpoint:
         try:
             saved = await self.checkpoints.save(
@@ -246,6 +259,7 @@ class ThreadStore:
                 run_id=run_id,
                 anchor=anchor,
                 tenant=self.tenant,
+                data_subject=data_subject,
             )
         except RevisionConflict as err:
             self._revisions[key] = int(err.details["actual_revision"])
@@ -273,6 +287,8 @@ class ThreadStore:
         event_type: str,
         payload: Mapping[str, Any],
         append_id: str,
+        *,
+        data_subject: str | None = None,
     ) -> Anchor:
         """One event in the lane, and the anchor naming it; another writer of
         the lane moving its head only means appending again on top.
@@ -282,7 +298,11 @@ class ThreadStore:
         assert self.actor_id is not None, "setup() registers the actor"
         recorder = await self._lane(thread_id, run_id, checkpoint_ns)
         event = recorder.event(
-            event_type, actor_id=self.actor_id, subject_id=recorder.lane.id, payload=dict(payload)
+            event_type,
+            actor_id=self.actor_id,
+            subject_id=recorder.lane.id,
+            payload=dict(payload),
+            data_subject=data_subject,
         )
         for _ in range(SAVE_ATTEMPTS):
             try:
@@ -343,7 +363,11 @@ class ThreadStore:
                 for i in infos
             ],
         }
-        await self.record(thread_id, DEFAULT_RUN, "", ERASED_EVENT, payload, new_id())
+        # It lists the records' digests: it names their data subject when
+        # they name one, so that subject's erasure erases this payload too.
+        subjects = {i.data_subject for i in infos if i.data_subject is not None}
+        subject = subjects.pop() if len(subjects) == 1 else None
+        await self.record(thread_id, DEFAULT_RUN, "", ERASED_EVENT, payload, new_id(), data_subject=subject)
         await self.checkpoints.erase(
             keys=keys, checkpoint_ids=checkpoint_ids, key_prefixes=key_prefixes or [], tenant=self.tenant
         )

@@ -15,3 +15,12 @@ def format_timestamp(moment: datetime) -> str:
 
 def system_clock() -> str:
     return format_timestamp(datetime.now(UTC))
+
+
+def ledger_time(timestamp: str) -> str:
+    """A valid RFC 3339 timestamp (``model.timestamp_problem`` is None) in the
+    ledger's own form, which compares as text with every ``created_at`` and
+    ``committed_at``; a leap second (``:60``) as the second before it."""
+    if timestamp[17:19] == "60":
+        timestamp = timestamp[:17] + "59" + timestamp[19:]
+    return format_timestamp(datetime.fromisoformat(timestamp))

@@ -325,6 +325,9 @@ class Checkpoint(Frozen, frozen=True, kw_only=True):
     session_id: Id | None = None
     run_id: Id | None = None
     tenant: Id | None = None
+    # Whose personal data the state holds (spec/checkpoint.md, "Erasure"):
+    # an erasure of that data subject in the ledger erases the revision.
+    data_subject: Id | None = None
     state: Any = None
     artifact: ArtifactRef | None = None
     anchor: Anchor | None = None
@@ -682,6 +685,9 @@ class ProposedCheckpoint(Frozen, frozen=True, kw_only=True):
     # anchor's lane or the session's lanes and refuses a different one
     # (spec/checkpoint.md, "Tenants").
     tenant: Id | None = None
+    # Whose personal data the state holds: a pseudonymous id, as an event's
+    # ``data_subject`` (spec/erasure.md); erased with that subject's events.
+    data_subject: Id | None = None
     state: Any = None  # inline state; leave it out when ``artifact`` is set
     artifact: ArtifactRef | None = None
     anchor: Anchor | None = None
@@ -699,6 +705,7 @@ class CheckpointInfo(Frozen, frozen=True, kw_only=True):
     session_id: Id | None = None
     run_id: Id | None = None
     tenant: Id | None = None
+    data_subject: Id | None = None
     artifact: ArtifactRef | None = None
     anchor: Anchor | None = None
     terminal: bool = False
@@ -776,7 +783,8 @@ class CheckpointServiceStatus(Frozen, frozen=True, kw_only=True, tag="info", tag
 
 class EraseCheckpoints(Frozen, frozen=True, kw_only=True, tag="erase", tag_field="op"):
     """Physically erase checkpoints: every revision of each of ``keys``, each
-    of ``checkpoint_ids``, of ``run_ids`` and under ``key_prefixes``
+    of ``checkpoint_ids``, of ``run_ids``, under ``key_prefixes``, naming
+    ``data_subject`` and created before ``created_before``
     (spec/checkpoint.md, "Erasure"). What is not there (or is another
     tenant's) is skipped, so a resend is harmless."""
 
@@ -790,6 +798,10 @@ class EraseCheckpoints(Frozen, frozen=True, kw_only=True, tag="erase", tag_field
     key_prefixes: Annotated[
         list[Annotated[str, Meta(min_length=1, max_length=MAX_ID_LENGTH)]], Meta(max_length=100)
     ] = []
+    # The scopes of a ledger erasure (spec/erasure.md): every revision naming
+    # this data subject; every revision created before this time (retention).
+    data_subject: Id | None = None
+    created_before: Timestamp | None = None
     # Answer what would be erased, erasing nothing.
     dry_run: bool = False
     # At most this many revisions per request (a reply must fit one NATS

@@ -337,13 +337,16 @@ class CheckpointClient:
         checkpoint_id: str | None = None,
         anchor_wait_s: float | None = None,
         tenant: str | None = None,
+        data_subject: str | None = None,
     ) -> Checkpoint:
         """Save a revision of ``key``: ``state`` (inline JSON; spilled to a JSON
         artifact when larger than the service's inline limit), or ``data``
         bytes (uploaded as an artifact of ``media_type``), or an ``artifact``
         already uploaded. ``expected_revision`` is the key's latest revision
         (0 for a new key). ``tenant``: needed only when neither an anchor nor
-        the session names one (spec/checkpoint.md, "Tenants")."""
+        the session names one (spec/checkpoint.md, "Tenants"). ``data_subject``:
+        whose personal data the state holds; the ledger's erasure of that data
+        subject erases the revision (spec/checkpoint.md, "Erasure")."""
         given = [state is not _NO_STATE, data is not None, artifact is not None]
         if sum(given) != 1:
             raise InvalidRequest("give exactly one of state, data or artifact", path="$.checkpoint")
@@ -371,6 +374,7 @@ class CheckpointClient:
             anchor=anchor,
             terminal=terminal,
             tenant=tenant,
+            data_subject=data_subject,
         )
         wait = anchor_wait_s
         if anchor is not None and wait is None:
@@ -413,13 +417,16 @@ class CheckpointClient:
         run_ids: Sequence[str] = (),
         key_prefix: str | None = None,
         key_prefixes: Sequence[str] = (),
+        data_subject: str | None = None,
+        created_before: str | None = None,
         dry_run: bool = False,
         tenant: str | None = None,
     ) -> ErasureReport:
         """Physically erase every revision of ``keys``, each of
         ``checkpoint_ids`` and every revision saved with one of ``run_ids``
-        (of keys under ``key_prefix``) and of every key under one of
-        ``key_prefixes`` (at most 100, sent with the first request), with
+        (of keys under ``key_prefix``), of every key under one of
+        ``key_prefixes`` (at most 100), naming ``data_subject`` and created
+        before ``created_before`` (those three sent with the first request), with
         the artifacts nothing else
         references (spec/checkpoint.md, "Erasure"); ``dry_run``: only say
         what that would erase. Sent in requests of at most 1000 of each, each
@@ -440,6 +447,8 @@ class CheckpointClient:
                         run_ids=batch[2],
                         key_prefix=key_prefix,
                         key_prefixes=list(key_prefixes),
+                        data_subject=data_subject,
+                        created_before=created_before,
                         dry_run=dry_run,
                         tenant=tenant,
                         after_key=after.key if dry_run and after else None,
@@ -452,7 +461,7 @@ class CheckpointClient:
                 if not report.has_more or not report.erased:
                     break
                 after = report.erased[-1]
-            key_prefixes = ()
+            key_prefixes, data_subject, created_before = (), None, None
             if not any(todo):
                 return ErasureReport(erased=erased, artifacts_erased=blobs)
 
@@ -672,6 +681,7 @@ async def complete_run(
         run_id=lane.run_id,
         terminal=True,
         checkpoint_id=checkpoint_id,
+        data_subject=recorder.data_subject,  # the run's: its state is erased with its events
     )
     receipt, linked_id, completed_id = await link_checkpoint(
         recorder,
