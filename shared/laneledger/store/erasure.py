@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 import msgspec
 
 from laneledger.contract.canonical import canonicalize
 from laneledger.contract.chain import CONTENT_SALT, ERASED, append_digest, erased_form
-from laneledger.contract.clock import Clock, format_timestamp
+from laneledger.contract.clock import Clock, ledger_time
 from laneledger.contract.contentref import blob_hexes
 from laneledger.contract.erasure import (
     ERASED_DIGEST,
@@ -323,7 +322,7 @@ class ErasureCommands:
         retention erasure ends at its tenant's first event committed at or
         after its time: the sequencer's clock moves forward, so the events
         after it are no older."""
-        cutoff = _ledger_time(cmd.committed_before) if cmd.committed_before is not None else None
+        cutoff = ledger_time(cmd.committed_before) if cmd.committed_before is not None else None
         reached_cutoff = False
         has_more = len(page) > cmd.limit
         bodies: list[tuple[Any, ...]] = []
@@ -431,14 +430,8 @@ def _erasure_payload(cmd: Erase) -> dict[str, Any]:
         if value is not None:
             scope[name] = value
     if cmd.committed_before is not None:
-        scope["committed_before"] = _ledger_time(cmd.committed_before)
+        scope["committed_before"] = ledger_time(cmd.committed_before)
     return {"scope": scope, "reason": cmd.reason}
-
-
-def _ledger_time(timestamp: str) -> str:
-    """A timestamp in the one form the ledger writes its clock in, which
-    sorts as text: so it compares with every ``committed_at``."""
-    return format_timestamp(datetime.fromisoformat(timestamp))
 
 
 def same_event(stream_data: bytes, stored: bytes) -> bool:
