@@ -254,6 +254,11 @@ async def test_a_tenant_erases_its_session_over_http_through_the_ingest_as_deplo
     recorder = await d.lane("acme")
     event = make_event(recorder.lane.id, "stream.text_delta", actor_id=recorder.lane.actor_id or "")
     receipt = await recorder.append([{**event, "payload": {"text": "forget me"}}])
+    def holding() -> list[str]:
+        files = [p for p in d.server.store_dir.rglob("*") if p.is_file()]
+        return [p.name for p in files if b"forget me" in p.read_bytes()]
+
+    assert holding()  # on the streams, where the scan looks
     body = {"session_id": "s-1", "reason": "GDPR Art. 17", "actor_key": "human:dpo"}
     status, answer = await d.send(d.ingest, "POST", "/api/v1/erasures", tenant="globex", json=body)
     assert status == 404 and json.loads(answer)["error"]["code"] == "entity_not_found", answer
@@ -263,6 +268,7 @@ async def test_a_tenant_erases_its_session_over_http_through_the_ingest_as_deplo
     assert page["erased"] >= 1 and not page["has_more"], page
     erased = {e.id: e for e in (await recorder.client.load_lane(recorder.lane.id)).events}
     assert erased[receipt.event_ids[0]].payload == {}
+    assert holding() == []  # the sequencer, as its deploy user, removed it from the streams too
     assert d.permission_violations() == []
 
 
