@@ -6,8 +6,20 @@ it that way, from the position after a given one, in batches, over an
 ephemeral pull consumer (no acks, no server-side state to lose or reset) fed
 by ``PullFeed``. It never hands out a message out of order: redeliveries (a
 sequence at or below the last one handed out) are dropped, and a message
-that does not come right after the last one is a **gap**. What a gap means
-is the caller's to say (``on_gap``):
+that does not come right after the last one leaves positions out.
+
+Those may be **erased**: an erasure deletes each event it erases from the
+stream, after publishing its erased form on LEDGER_ERASED (spec/erasure.md,
+"The streams"). So positions left out are first looked for there
+(``store.erasedcopies``, a bounded number at a time: a session's erasure
+leaves a hole of thousands) and handed out in order, as if the stream held
+them (``from_erased`` names them in the last batch). The ledger whose copies
+to read is the one the stream is made for (``ledger_of_stream``): callers
+name only the stream. A hole is seen when the message after it comes: an
+erasure's own event always follows what it erased.
+
+Only a position found in neither is a **gap**. What a gap means is the
+caller's to say (``on_gap``):
 
 - ``"reread"`` (the services: tail, metrics, checkpoint): a message went
   missing in transit (a reconnect), so the follower re-creates its consumer
@@ -42,11 +54,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Literal
 
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
@@ -55,6 +69,7 @@ from laneledger.contract.errors import IntegrityError
 from laneledger.contract.subjects import EVENTS_STREAM
 from laneledger.runtime.pullfeed import PullFeed
 from laneledger.sdk.retry import Backoff, Pauses, logged, retry
+from laneledger.store.erasedcopies import LOOKUPS_AT_ONCE, erased_events, ledger_of_stream
 
 log = logging.getLogger("laneledger.runtime.follow")
 
@@ -160,12 +175,16 @@ class StreamFollower:
         self._on_gap = on_gap
         self._identity = identity
         self._feed: PullFeed | None = None
+        # Taken from the feed, not yet handed out: what comes after a hole
+        # while the hole's erased copies are handed out, a batch at a time.
+        self._held: deque[Msg] = deque()
         self._gap: StreamGap | None = None  # found by the last read, acted on by the next
         self._regap_position = 0  # where the last re-read gap was
         self._regap_pauses = Pauses(REREAD_BACKOFF)  # how often in a row it came back
         self._quiet_since = 0.0
         self.position = 0  # the last sequence handed out
         self.stream_last = 0  # the stream's last sequence when last asked
+        self.from_erased: frozenset[int] = frozenset()  # the last batch's positions read on LEDGER_ERASED
 
     async def batches(self, after: int) -> AsyncGenerator[list[tuple[int, bytes]], None]:
         """Yield ``(position, body)`` batches, strictly in order from
@@ -208,31 +227,68 @@ class StreamFollower:
             log.warning("gap after position %d (%s); re-reading from there", self.position, gap)
             await self._open_until_done(self.position)
         assert self._feed is not None, "read() before open()"
+        self.from_erased = frozenset()
         limit = self._batch_size if max_msgs is None else max(1, min(max_msgs, self._batch_size))
-        msgs = await self._feed.next_batch(limit, self._idle_timeout_s)
         now = asyncio.get_running_loop().time()
-        if not msgs:
-            if now - self._quiet_since > self._stall_check_s:
-                # Quiet for a while: fine if caught up. If the stream is
-                # ahead, our consumer is gone (a nats-server restart drops
-                # it): make a new one from where we are.
-                self._quiet_since = now
-                if await self._stream_is_ahead_of(self.position):
-                    log.warning("stalled at position %d behind the stream; re-reading", self.position)
-                    await self._open_until_done(self.position)
-            return []
+        if not self._held:
+            msgs = await self._feed.next_batch(limit, self._idle_timeout_s)
+            now = asyncio.get_running_loop().time()
+            if not msgs:
+                if now - self._quiet_since > self._stall_check_s:
+                    # Quiet for a while: fine if caught up. If the stream is
+                    # ahead, our consumer is gone (a nats-server restart drops
+                    # it): make a new one from where we are.
+                    self._quiet_since = now
+                    if await self._stream_is_ahead_of(self.position):
+                        log.warning("stalled at position %d behind the stream; re-reading", self.position)
+                        await self._open_until_done(self.position)
+                return []
+            self._held.extend(msgs)
         self._quiet_since = now
+        return await self._hand_out(limit)
+
+    async def _hand_out(self, limit: int) -> list[tuple[int, bytes]]:
+        """Up to ``limit`` positions in order from the held messages, a hole
+        before one filled with its erased copies."""
         batch: list[tuple[int, bytes]] = []
-        for msg in msgs:
-            seq = msg.metadata.sequence.stream
+        erased: list[int] = []
+        while self._held and len(batch) < limit:
+            seq = self._held[0].metadata.sequence.stream
             if seq <= self.position:
-                continue  # already handed out (a redelivery after re-opening)
-            if seq != self.position + 1:
-                self._gap = StreamGap(self.position + 1, seq)
-                break  # what follows the gap is read again (reread) or never (fail)
-            batch.append((seq, msg.data))
-            self.position = seq
+                self._held.popleft()  # already handed out (a redelivery after re-opening)
+            elif seq == self.position + 1:
+                batch.append((seq, self._held.popleft().data))
+                self.position = seq
+            else:
+                copies = await self._erased_copies(
+                    self.position + 1, min(seq, self.position + 1 + limit - len(batch))
+                )
+                if not copies:
+                    self._gap = StreamGap(self.position + 1, seq)
+                    self._held.clear()  # what follows the gap is read again (reread) or never (fail)
+                    break
+                batch.extend(copies)
+                erased.extend(p for p, _ in copies)
+                self.position = copies[-1][0]
+        self.from_erased = frozenset(erased)
         return batch
+
+    async def _erased_copies(self, first: int, end: int) -> list[tuple[int, bytes]]:
+        """The erased copies of positions ``first``, ``first + 1``, … before
+        ``end``, as far as they go on without one missing (looked up a chunk
+        at a time: a message lost in transit costs one chunk's lookups)."""
+        ledger = await ledger_of_stream(self._js, self._stream)
+        copies: list[tuple[int, bytes]] = []
+        if ledger is None:
+            return copies
+        for start in range(first, end, LOOKUPS_AT_ONCE):
+            chunk = range(start, min(start + LOOKUPS_AT_ONCE, end))
+            found = await erased_events(self._js, ledger, chunk)
+            for position in chunk:
+                if position not in found:
+                    return copies
+                copies.append((position, found[position]))
+        return copies
 
     @property
     def unavailable(self) -> bool:
@@ -305,6 +361,7 @@ class StreamFollower:
 
     async def close(self) -> None:
         """Stop reading and remove the consumer (best effort: it expires anyway)."""
+        self._held.clear()
         if self._feed is not None:
             feed, self._feed = self._feed, None
             try:

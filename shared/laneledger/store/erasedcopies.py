@@ -42,6 +42,8 @@ VERSION_HEADER = "Ledger-Erasure-Version"
 SEQUENCE_NOT_FOUND = 10043  # a delete of a message that is not there
 # A rewrite read while the sequencer replaces it: read again this often.
 _READ_TRIES = 3
+# Erased events read at once: a session's erasure leaves holes of thousands.
+LOOKUPS_AT_ONCE = 64
 
 
 class RewrittenRecord(NamedTuple):
@@ -61,10 +63,27 @@ async def erased_event(js: JetStreamContext, subjects: Subjects, position: int) 
 async def erased_events(
     js: JetStreamContext, subjects: Subjects, positions: Iterable[int]
 ) -> dict[int, bytes]:
-    """``erased_event`` for several positions, fetched concurrently: those found."""
+    """``erased_event`` for several positions, fetched concurrently
+    (``LOOKUPS_AT_ONCE`` at a time): those found."""
     wanted = list(positions)
-    found = await asyncio.gather(*(erased_event(js, subjects, p) for p in wanted))
-    return {p: body for p, body in zip(wanted, found, strict=True) if body is not None}
+    copies: dict[int, bytes] = {}
+    for start in range(0, len(wanted), LOOKUPS_AT_ONCE):
+        chunk = wanted[start : start + LOOKUPS_AT_ONCE]
+        found = await asyncio.gather(*(erased_event(js, subjects, p) for p in chunk))
+        copies.update((p, body) for p, body in zip(chunk, found, strict=True) if body is not None)
+    return copies
+
+
+async def ledger_of_stream(js: JetStreamContext, events_stream: str) -> Subjects | None:
+    """The subjects of the ledger whose committed stream is ``events_stream``,
+    read from the one subject it is made with (``<prefix>.events.>``): where
+    a reader that knows only the stream's name finds its erased copies. None
+    if the stream is not made so (no ledger's: nothing erased is there)."""
+    info = await js.stream_info(events_stream)
+    found = info.config.subjects or []
+    if len(found) != 1 or not found[0].endswith(".events.>"):
+        return None
+    return Subjects(found[0].removesuffix(".events.>"))
 
 
 async def rewritten_record(js: JetStreamContext, subjects: Subjects, last_seq: int) -> RewrittenRecord | None:
