@@ -4,7 +4,10 @@
 :func:`check_stream` checks that LEDGER_EVENTS is an exact copy of the
 ledger: stream sequence == position and message data byte-identical to the
 stored body, for every event, and nothing more; on a live ledger it tells
-the stream's normal lag (it catches up within a wait) from a fault.
+the stream's normal lag (it catches up within a wait) from a fault. A
+position an erasure deleted from the stream is read from its erased copy on
+LEDGER_ERASED (spec/erasure.md, "The streams"), which must be the stored
+event itself.
 """
 
 from __future__ import annotations
@@ -70,12 +73,22 @@ async def stream_message(js: Any, stream: str, sequence: int) -> bytes | None:
     return None if msg is None else bytes(msg.data or b"")
 
 
+async def erased_copies(js: Any, stream: str, positions: range) -> dict[int, bytes]:
+    """The erased copies of ``positions`` of the committed stream ``stream``
+    (those found), on the LEDGER_ERASED beside it."""
+    from laneledger.store.erasedcopies import erased_events, ledger_of_stream  # NATS only with --nats
+
+    ledger = await ledger_of_stream(js, stream)
+    return {} if ledger is None else await erased_events(js, ledger, positions)
+
+
 async def stream_difference(js: Any, db_path: str | Path, stream: str, position: int) -> str | None:
     """How ``stream`` differs from the ledger at ``position``, by direct reads
     only (no consumer: nothing in flight that a slow client could lose), or
-    None when it does not: message ``position`` equals the stored body or,
-    past the ledger's end, the stream holds nothing from there on. The
-    second opinion ``laneledger repair-stream`` asks before it deletes."""
+    None when it does not: message ``position`` equals the stored body (or,
+    deleted by an erasure, its erased copy is the stored event) or, past the
+    ledger's end, the stream holds nothing from there on. The second
+    opinion ``laneledger repair-stream`` asks before it deletes."""
     db = open_ledger(db_path, readonly=True)
     try:
         row = db.execute("SELECT body FROM events WHERE position = ?", (position,)).fetchone()
@@ -90,7 +103,15 @@ async def stream_difference(js: Any, db_path: str | Path, stream: str, position:
         )
     data = await stream_message(js, stream, position)
     if data is None:
-        return f"message {position} is missing from the stream"
+        copy = (await erased_copies(js, stream, range(position, position + 1))).get(position)
+        if copy is None:
+            return f"message {position} is missing from the stream"
+        if copy != bytes(row[0]):
+            return (
+                f"message {position} was erased from the stream, and its erased copy differs "
+                "from the stored body"
+            )
+        return None
     if not same_event(data, bytes(row[0])):
         return f"message {position} differs from the stored body"
     return None
@@ -109,8 +130,10 @@ async def check_stream(
 ) -> StreamCheck:
     """Check that ``stream`` holds exactly the ledger's events: message ``k``
     has stream sequence ``k`` == position and data byte-identical to the
-    stored body, and no message lies beyond the ledger. Raises
-    ``IntegrityError`` naming the first differing position.
+    stored body, and no message lies beyond the ledger. A message an
+    erasure deleted counts as its erased copy on LEDGER_ERASED, which must
+    be byte-identical to the stored (erased) event (``erased_copy_differs``).
+    Raises ``IntegrityError`` naming the first differing position.
 
     Works on a live ledger. The stream's last sequence is read *before* the
     database snapshot: the sequencer publishes an event only after SQLite
@@ -124,12 +147,15 @@ async def check_stream(
     The stream is read in order by a ``StreamFollower`` on ``js``'s
     connection, in pulls bounded by ``read_bytes`` (default the follower's
     ``READ_BUDGET_BYTES``; the database rows are read one at a time, so
-    memory stays bounded), with gaps as findings (``on_gap="fail"``). A gap
-    is then read directly (``stream_message``): a sequence missing from the
-    stream is ``sequence_mismatch`` at its position, never re-read; one the
-    stream does hold was lost on the way to this reader (a slow consumer, a
-    reconnect) and is ``LedgerUnavailable`` (kind ``stream_read_lost``):
-    retry, nothing is known to be wrong.
+    memory stays bounded), with gaps as findings (``on_gap="fail"``); the
+    follower hands out an erased position's copy in its place. A gap (no
+    copy either) is then read directly (``stream_message``): a sequence
+    missing from the stream is ``sequence_mismatch`` at its position, never
+    re-read; one the stream does hold was lost on the way to this reader (a
+    slow consumer, a reconnect) and is ``LedgerUnavailable`` (kind
+    ``stream_read_lost``): retry, nothing is known to be wrong. Sequences
+    deleted from the stream's end (no message after them) are read on
+    LEDGER_ERASED directly: one with no copy there is ``count_mismatch``.
     A consumer nobody serves (503: a cluster consumer without a leader) is
     retried until ``timeout`` (``stream_timeout``); one that answers but
     delivers nothing for ``stall_s`` is ``stream_stalled``.
@@ -177,6 +203,7 @@ async def check_stream(
             db.execute("SELECT position, body FROM events ORDER BY position")
         )
         compared = 0  # the last position compared
+        copies = 0  # how many of positions 1..compared were erased copies (deleted from the stream)
 
         async def before_deadline(step: Awaitable[_T]) -> _T:
             try:
@@ -202,13 +229,24 @@ async def check_stream(
                 )
             return row
 
-        async def compare_through(last: int) -> None:
-            """Compare the stream's next messages up to position ``last``."""
-            nonlocal compared
+        def erased_copy_differs(position: int) -> IntegrityError:
+            return IntegrityError(
+                f"position {position}: erased_copy_differs: deleted from the stream by an erasure, "
+                "its erased copy on LEDGER_ERASED differs from the stored event",
+                kind="erased_copy_differs",
+                position=position,
+                stream=stream,
+            )
+
+        async def compare_through(last: int, available: int) -> None:
+            """Compare the stream's next messages up to position ``last``, while
+            the stream has any (``available`` of them, the erased positions
+            between them read from their copies)."""
+            nonlocal compared, copies
             quiet_since = time.monotonic()
-            while compared < last:
+            while compared < min(last, available + copies):
                 try:
-                    msgs = await before_deadline(follower.read(last - compared))
+                    msgs = await before_deadline(follower.read(min(last, available + copies) - compared))
                 except StreamGap as gap:
                     row_at(gap.position)  # a gap on both sides is the ledger's
                     if await before_deadline(stream_message(js, stream, gap.position)) is not None:
@@ -245,7 +283,11 @@ async def check_stream(
                     )
                 for position, data in msgs:  # the follower hands out position compared + 1 on
                     row = row_at(position)
-                    if not same_event(bytes(data), bytes(row[1])):
+                    if position in follower.from_erased:
+                        copies += 1
+                        if bytes(data) != bytes(row[1]):
+                            raise erased_copy_differs(position)
+                    elif not same_event(bytes(data), bytes(row[1])):
                         raise IntegrityError(
                             f"position {position}: data_mismatch: stream data differs from the stored body",
                             kind="data_mismatch",
@@ -253,22 +295,34 @@ async def check_stream(
                         )
                     compared = position
 
-        def check_counts(stream_last: int, available: int) -> None:
-            # Messages deleted from the stream's end: fewer than its sequences.
-            # (A gap in either within what was compared is named above.)
-            if available < min(stream_last, ledger_last):
-                at = available + 1
-                raise IntegrityError(
-                    f"position {at}: count_mismatch: the stream has {available} messages up "
-                    f"to sequence {stream_last}, the ledger {count} events up to position "
-                    f"{ledger_last}",
-                    kind="count_mismatch",
-                    position=at,
-                )
+        async def compare_deleted_end(stream_last: int, available: int) -> None:
+            """Positions after the stream's last message, up to its last
+            sequence: deleted from its end, so no message after them shows
+            the follower where they were. An erasure's have their copies;
+            any other is a message lost (count_mismatch). (A gap in either
+            within what was compared is named above.)"""
+            nonlocal compared, copies
+            end = min(stream_last, ledger_last)
+            while compared < end:
+                wanted = range(compared + 1, min(end, compared + batch) + 1)
+                found = await before_deadline(erased_copies(js, stream, wanted))
+                for position in wanted:
+                    row = row_at(position)
+                    if position not in found:
+                        raise IntegrityError(
+                            f"position {position}: count_mismatch: the stream has {available} "
+                            f"messages and {copies} erased copies up to sequence {stream_last}, "
+                            f"the ledger {count} events up to position {ledger_last}",
+                            kind="count_mismatch",
+                            position=position,
+                        )
+                    if found[position] != bytes(row[1]):
+                        raise erased_copy_differs(position)
+                    compared, copies = position, copies + 1
 
         await before_deadline(follower.open(after=0))
-        await compare_through(min(stream_last, available))
-        check_counts(stream_last, available)
+        await compare_through(stream_last, available)
+        await compare_deleted_end(stream_last, available)
         lag, caught_up_s = ledger_last - stream_last, 0.0
         if lag:
             started = time.monotonic()
@@ -289,8 +343,8 @@ async def check_stream(
                 state = await stream_state()
                 stream_last, available = state.last_seq, state.messages
             caught_up_s = time.monotonic() - started
-            await compare_through(min(ledger_last, available))
-            check_counts(ledger_last, available)
+            await compare_through(ledger_last, available)
+            await compare_deleted_end(stream_last, available)
         return StreamCheck(messages=compared, lag=lag, caught_up_s=caught_up_s)
     finally:
         await follower.close()

@@ -1,15 +1,19 @@
 """``repair-stream``: the committed stream holds a message the ledger did not
 write (spec/wire.md, "Foreign messages"); give it back the ledger's events.
 
-LEDGER_EVENTS refuses message deletes and purges, so a position taken by a
-foreign message cannot be freed in place. The repair keeps the database,
-the source of truth, and replaces the stream:
+LEDGER_EVENTS refuses purges, and only the sequencer deletes from it (an
+erasure's copies, spec/erasure.md), so a position taken by a foreign message
+cannot be freed in place. The repair keeps the database, the source of
+truth, and replaces the stream:
 
 1. the database must verify (``laneledger verify --db``): it is what the
    stream is rebuilt from;
 2. the stream must differ from it in content (``data_mismatch``,
    ``stream_ahead``, ``sequence_mismatch``, ``count_mismatch``); a stream
-   that equals the ledger, or merely trails it, is left alone. The
+   that equals the ledger, or merely trails it, is left alone, and so is
+   one with an erasure's holes: a deleted position whose erased copy on
+   LEDGER_ERASED is the stored event is no difference, and a copy that
+   differs (``erased_copy_differs``) is not mended by a new stream. The
    comparison reads through a consumer, where a message lost on its way
    could look like a gap; so what it names is read again directly, one
    message by its sequence (``stream_difference``), and unless that read
@@ -93,6 +97,11 @@ async def _repair(args: argparse.Namespace, events: int) -> int:
             checked = await check_stream(js, args.db, stream, wait_s=5.0)
         except IntegrityError as fault:
             kind = str(fault.details.get("kind"))
+            if kind == "erased_copy_differs":
+                return refused(
+                    f"repair-stream: {fault}; nothing deleted: the copy is on LEDGER_ERASED, "
+                    f"which a new {stream} would not change"
+                )
             if kind not in FOREIGN_KINDS:
                 return refused(
                     f"repair-stream: {stream} does not hold foreign messages ({fault}); "
