@@ -1,6 +1,8 @@
 """The committed event at a ledger position, read from the committed stream
 itself: its stream sequence is its position (spec/wire.md). The ingest keeps
-no read model; a Korg ``triggered_by`` is resolved here, one message get."""
+no read model; a Korg ``triggered_by`` is resolved here, one message get.
+An event an erasure deleted from the stream is read from its erased copy
+(spec/erasure.md): its envelope, all a cause is checked by, is kept."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from laneledger.contract.errors import LedgerTimeout
+from laneledger.contract.subjects import Subjects
+from laneledger.store.erasedcopies import erased_event
 
 POLL_S = 0.02  # between looks at a position the sequencer has receipted but not yet mirrored
 
@@ -30,9 +34,10 @@ _committed = msgspec.json.Decoder(Committed)
 
 
 class CommittedEvents:
-    def __init__(self, js: JetStreamContext, stream: str, timeout_s: float) -> None:
+    def __init__(self, js: JetStreamContext, subjects: Subjects, timeout_s: float) -> None:
         self._js = js
-        self._stream = stream
+        self._subjects = subjects
+        self._stream = subjects.events_stream
         self._timeout_s = timeout_s
 
     async def at(self, position: int, grace_s: float) -> Committed | None:
@@ -44,17 +49,25 @@ class CommittedEvents:
         while True:
             try:
                 async with asyncio.timeout(self._timeout_s):
-                    message = await self._js.get_msg(self._stream, seq=position)
-            except NotFoundError:
-                if time.monotonic() >= deadline:
-                    return None
-                await asyncio.sleep(POLL_S)
-                continue
+                    data = await self._body(position)
             except (TimeoutError, NatsTimeout):
                 raise LedgerTimeout(
                     "the committed stream did not answer in time", stream=self._stream, position=position
                 ) from None
+            if data is None:
+                if time.monotonic() >= deadline:
+                    return None
+                await asyncio.sleep(POLL_S)
+                continue
             try:
-                return _committed.decode(message.data or b"")
+                return _committed.decode(data)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 return None  # a foreign message (spec/wire.md): names no event
+
+    async def _body(self, position: int) -> bytes | None:
+        """Message ``position``, or its erased copy; None if neither is there."""
+        try:
+            message = await self._js.get_msg(self._stream, seq=position)
+        except NotFoundError:
+            return await erased_event(self._js, self._subjects, position)
+        return message.data or b""

@@ -50,9 +50,7 @@ class IngestService:
         self.korg_ledger = LedgerClient(
             nc, subjects=settings.subjects, timeout=settings.ledger_timeout_s, tenant=settings.korg.tenant
         )
-        committed = CommittedEvents(
-            nc.jetstream(), settings.subjects.events_stream, settings.ledger_timeout_s
-        )
+        committed = CommittedEvents(nc.jetstream(), settings.subjects, settings.ledger_timeout_s)
         self._korg = KorgWrites(settings.korg, self.korg_ledger, committed)
         # Erasures are any token's tenant's: commands on that tenant's subjects.
         self._erasures = HttpErasures(nc, settings.subjects, settings.ledger_timeout_s)

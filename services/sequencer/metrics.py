@@ -154,7 +154,8 @@ class SequencerMetrics:
         self.stream_faults = Counter(
             "laneledger_sequencer_stream_faults_total",
             "Times the committed stream was found holding what the ledger did not write, by kind "
-            "(foreign_message, stream_ahead); the sequencer then commits nothing until it is repaired",
+            "(foreign_message, message_deleted, stream_ahead); the sequencer then commits nothing "
+            "until it is repaired",
             ["kind"],
             registry=registry,
         )

@@ -55,6 +55,7 @@ from laneledger.store.atomicbatch import (
     publish_batch,
     supports_atomic,
 )
+from laneledger.store.erasedcopies import erased_event
 from laneledger.store.erasure import same_event
 
 log = logging.getLogger("laneledger.sequencer.mirror")
@@ -86,8 +87,10 @@ class StreamPublishError(Exception):
 
 class StreamFault(IntegrityError):
     """The committed stream holds what the ledger did not write: a foreign
-    message at ``details["position"]`` (``kind`` ``foreign_message``), or
-    more messages than the ledger has events (``stream_ahead``)."""
+    message at ``details["position"]`` (``kind`` ``foreign_message``), a
+    message deleted there whose erased copy is not the ledger's event
+    (``message_deleted``), or more messages than the ledger has events
+    (``stream_ahead``)."""
 
 
 Notify = Callable[[StreamFault | None], None]  # a fault found (None: the stream is whole again)
@@ -300,13 +303,27 @@ class CommittedStreamMirror:
         """Compare with the ledger the stream messages no ack proved ours:
         those after ``published``. At start-up (nothing proven yet) the last
         one: the stream only grows at its end, so whatever a foreign
-        publisher added while the sequencer was away ends it."""
+        publisher added while the sequencer was away ends it. A message an
+        erasure deleted is compared by its erased copy (spec/erasure.md)."""
         first = self.published + 1 if self.published else last
         for position in range(max(first, 1), last + 1):
             stored = await self._read_after(position - 1, 1)
-            found = await self._js.get_msg(self._stream, position)
+            body = bytes(stored[0][1]) if stored and stored[0][0] == position else None
+            try:
+                found = await self._js.get_msg(self._stream, position)
+            except NotFoundError:
+                copy = await erased_event(self._js, self._subjects, position)
+                if body is None or copy != body:
+                    raise StreamFault(
+                        f"position {position} of the committed stream was deleted, and "
+                        f"{self._subjects.erased_stream} holds no erased copy of the ledger's event there",
+                        kind="message_deleted",
+                        position=position,
+                        stream=self._stream,
+                    ) from None
+                continue
             data = found.data or b""
-            if not stored or stored[0][0] != position or not same_event(data, bytes(stored[0][1])):
+            if body is None or not same_event(data, body):
                 raise StreamFault(
                     f"position {position} of the committed stream holds a message the ledger did "
                     "not write (a foreign publish on its subjects)",
