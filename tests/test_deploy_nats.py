@@ -36,9 +36,11 @@ from laneledger.services.checkpoint.service import CheckpointService, Checkpoint
 from laneledger.services.checkpoint.store import CheckpointStore
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer, SequencerSettings
+from laneledger.services.sequencer.streams import erased_stream_config
 from laneledger.services.sequencer.treeheads import TreeHeadSettings
 from laneledger.services.tail.service import TailService, TailSettings
 from laneledger.store import LedgerWriter, open_ledger
+from laneledger.store.erasedcopies import erased_event, publish_erased_event
 from laneledger.tlog.note import Signer
 
 
@@ -161,6 +163,33 @@ async def test_wrong_password_is_refused(secured_server, passwords):
             connect_timeout=2,
             allow_reconnect=False,
         )
+
+
+@pytest.mark.nats
+async def test_readers_of_the_committed_stream_read_erased_copies_and_write_none(secured_server, passwords):
+    """Each reader of LEDGER_EVENTS reads an erased event's copy on
+    LEDGER_ERASED, as it reads the stream (spec/erasure.md); none writes,
+    deletes or purges one."""
+    subjects = Subjects()
+    seq_nc = await nats.connect(url_for(secured_server, "sequencer", passwords))
+    try:  # as the sequencer makes them
+        await seq_nc.jetstream().add_stream(erased_stream_config(subjects, 1))
+        await publish_erased_event(seq_nc.jetstream(), subjects, 1, b'{"erased": 1}', timeout_s=5)
+    finally:
+        await seq_nc.close()
+    writes = [
+        subjects.erased_event(1),
+        "$JS.API.STREAM.MSG.DELETE.LEDGER_ERASED",
+        "$JS.API.STREAM.PURGE.LEDGER_ERASED",
+    ]
+    for user in ("tail", "ingest", "metrics", "checkpoint", "otel"):
+        reader = await nats.connect(url_for(secured_server, user, passwords))
+        try:
+            assert await erased_event(reader.jetstream(timeout=2.0), subjects, 1) == b'{"erased": 1}', user
+        finally:
+            await reader.close()
+        violations = await attempts(url_for(secured_server, user, passwords), publish=writes)
+        assert all(refused(violations, subject) for subject in writes), (user, violations)
 
 
 @pytest.mark.nats
