@@ -18,6 +18,7 @@ import msgspec
 import pytest
 from inprocess_ledger import InProcessLedgerClient
 from ledger_fixtures import OVER_NATS_ONLY, client_of_ledger_under_test
+from polling import eventually
 
 from laneledger.audit.ledger import audit_ledger
 from laneledger.audit.stream import check_stream, stream_difference
@@ -435,6 +436,17 @@ async def test_checkpoints_proofs_bundles_and_witnesses_made_before_an_erasure_s
 # -- blobs ---------------------------------------------------------------------------
 
 
+async def stream_copies_removed(db: Path) -> None:
+    """Until the sequencer's background round has removed the erased events'
+    copies from the streams (spec/erasure.md, "The streams")."""
+
+    def listed() -> int:
+        with closing(sqlite3.connect(db)) as conn:
+            return int(conn.execute("SELECT count(*) FROM stream_copies_to_erase").fetchone()[0])
+
+    await eventually(listed, until=lambda n: n == 0, what="the erased events' stream copies removed")
+
+
 def _bucket_files(store_dir: Path) -> list[Path]:
     """Every file of the nats-server's JetStream store, the streams' included
     (test_erasure_streams.py has the streams' own cases)."""
@@ -478,6 +490,7 @@ async def test_an_erasure_deletes_the_blobs_only_its_events_referenced(
     done = await client.erase("s1", actor_id=actor.id, reason="r")
 
     assert done.erased == 3
+    await stream_copies_removed(path_of(ledger_under_test.writer))
     assert holding(_bucket_files(store_dir), [gone_email, gone_sha, own_sha]) == []
     for sha in (gone_sha, own_sha):
         with pytest.raises(errors.EntityNotFound):
@@ -499,6 +512,7 @@ async def test_an_erasure_deletes_the_blobs_only_its_events_referenced(
     # Erasing s2 too leaves the last one unreferenced; a page sent again finds it gone.
     await client.erase("s2", actor_id=actor.id, reason="r", erasure_id="e2")
     assert (await client.erase("s2", actor_id=actor.id, reason="r", erasure_id="e2")).already_erased == 1
+    await stream_copies_removed(path_of(ledger_under_test.writer))
     assert holding(_bucket_files(store_dir), [kept_email, kept_sha]) == []
 
 

@@ -7,7 +7,6 @@ the erased copies in their place."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sqlite3
 from collections.abc import Iterator
 from contextlib import closing
@@ -21,8 +20,9 @@ from inprocess_ledger import InProcessLedgerClient
 from ledger_fixtures import start_sequencer
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
-from test_erasure import EMAIL, encodings, holding, planted
+from test_erasure import EMAIL, encodings, holding, planted, stream_copies_removed
 
+from laneledger.audit.stream import check_stream
 from laneledger.cli.restore import _restore
 from laneledger.contract.ids import new_id
 from laneledger.contract.model import Actor, AppendCommitted, Lane
@@ -225,6 +225,7 @@ async def test_an_erasure_leaves_no_byte_of_its_content_in_the_jetstream_store_a
         # The data subject first: the multi-part record is rewritten once, then again.
         await client.erase(data_subject="ada", actor_id=actor.id, reason="asked", tenant="acme")
         await client.erase("s1", actor_id=actor.id, reason="r")
+        await stream_copies_removed(tmp_path / "ledger.db")  # by the sequencer's background round
 
         assert holding(store_files(server), values) == []
         assert holding(store_files(server), [KEPT])
@@ -248,6 +249,11 @@ async def test_an_erasure_leaves_no_byte_of_its_content_in_the_jetstream_store_a
             Subjects().erased_stream, subjects_filter="ledger.erased.txlog.>"
         )
         assert sum((on_stream.state.subjects or {}).values()) == copies == 3  # 2 parts and 1
+
+        # verify --nats reads every hole as its erased copy, equal to the file's event.
+        with closing(sqlite3.connect(db)) as conn:
+            (last,) = conn.execute("SELECT max(position) FROM events").fetchone()
+        assert (await check_stream(client.js, db, wait_s=10)).messages == last
 
         # A file rebuilt from the log alone is the same file, row for row.
         await _restore(argparse.Namespace(db=str(tmp_path / "restored.db"), nats=server.url, prefix="ledger"))
@@ -298,11 +304,7 @@ async def test_streams_made_before_erasure_keep_their_copies_until_replaced_as_t
         await js.delete_stream(subjects.txlog_stream)
         await js.delete_stream(subjects.events_stream)
         sequencer = await start_sequencer(nc, db, settings)
-        for _ in range(100):  # the activation's round
-            with closing(sqlite3.connect(db)) as conn:
-                if conn.execute("SELECT count(*) FROM stream_copies_to_erase").fetchone() == (0,):
-                    break
-            await asyncio.sleep(0.1)
+        await stream_copies_removed(db)  # the activation's round
         assert holding(store_files(nats_server), values) == []
         assert holding(store_files(nats_server), [KEPT])
         assert len((await client.load_lane(other.id)).events) == 1

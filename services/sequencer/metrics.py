@@ -44,6 +44,12 @@ class SequencerMetrics:
             ["tenant", "trigger"],
             registry=registry,
         )
+        self.stream_copies_pending = Gauge(
+            "laneledger_sequencer_stream_copies_pending",
+            "Erased events whose copies on LEDGER_EVENTS and LEDGER_TXLOG are still to remove"
+            " (spec/erasure.md, The streams)",
+            registry=registry,
+        )
         self.retention_would_erase = Gauge(
             "laneledger_sequencer_retention_would_erase",
             "Events a tenant's retention would erase now, for a tenant whose retention is a dry run",

@@ -976,8 +976,10 @@ class Sequencer:
             # refused, until a later erasure or activation deletes them.
             await self._delete_blobs(blobs.tenant, blobs.unreferenced)
         if report.erased and not report.dry_run:
-            # Likewise listed with the commit (stream_copies_to_erase).
-            await self.stream_copies.erase_listed()
+            # Listed with the commit too (stream_copies_to_erase), and removed
+            # by the background round: a delete from a large stream costs
+            # milliseconds, and commands are answered one at a time.
+            self.stream_copies.wake()
         if report.erased and not report.dry_run and cmd.committed_before is None:
             self._metrics.erased_events.labels(blobs.tenant, "request").inc(report.erased)
         return report
@@ -990,22 +992,29 @@ class Sequencer:
         log.info("deleted %d of %d erased blobs of tenant %s", len(gone), len(hexes), tenant)
 
     async def _erase_listed_while_active(self) -> None:
-        """While active, at once and then every ``erasure_retry_s``: the
-        blobs and stream copies erasures listed that are not deleted yet (a
-        crash, or a deletion that failed, between an erasure's commit and
-        its deletions)."""
+        """While active: at once, after each erasure, and every
+        ``erasure_retry_s``, the blobs and stream copies erasures listed that
+        are not deleted yet (an erasure's stream copies; or a crash, or a
+        deletion that failed, between an erasure's commit and its deletions)."""
         while True:
             await self.erase_listed()
-            await asyncio.sleep(self._settings.erasure_retry_s)
+            await self.stream_copies.woken(self._settings.erasure_retry_s)
 
     async def erase_listed(self) -> None:
         """Delete the blobs erasures listed, then remove the stream copies
         they listed (and the log's names of the deleted blobs)."""
         await self.delete_listed_blobs()
+        await self._count_stream_copies()
         try:
             await self.stream_copies.erase_listed()
         except (LedgerError, nats.errors.Error, TimeoutError) as exc:  # tried again next time
             log.warning("removing erased events' stream copies failed: %s", exc)
+        await self._count_stream_copies()
+
+    async def _count_stream_copies(self) -> None:
+        writer = self._writer
+        pending = await self._in_writer(lambda: writer.current(writer.stream_copies_pending))
+        self._metrics.stream_copies_pending.set(pending)
 
     async def delete_listed_blobs(self) -> None:
         """Delete the blobs erasures listed (``LedgerWriter.blobs_to_erase``)."""

@@ -2,7 +2,10 @@
 store/erasedcopies.py has the copies' format).
 
 An erasure lists its events in ``stream_copies_to_erase``, committed with it.
-For each listed event, after the commit, the active sequencer:
+For each listed event, after the commit, the active sequencer's background
+round (woken by the erasure; JetStream's secure delete costs milliseconds a
+message on a large stream, which an erasure's answer, and the commands
+queued behind it, should not wait for):
 
 1. rewrites each log record holding one: the record as the file now holds
    its rows, published on LEDGER_ERASED, then the record's parts deleted
@@ -79,7 +82,21 @@ class StreamCopyEraser:
         self._part_bytes = part_bytes
         self._timeout_s = timeout_s
         self._lock = asyncio.Lock()  # one round at a time
+        self._work = asyncio.Event()  # an erasure listed copies
         self._denied_warned = False
+
+    def wake(self) -> None:
+        """An erasure listed copies: the background round should start."""
+        self._work.set()
+
+    async def woken(self, timeout_s: float) -> None:
+        """Until ``wake`` or ``timeout_s`` (the round's retry)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._work.wait()
+        except TimeoutError:
+            pass
+        self._work.clear()
 
     async def erase_listed(self) -> int:
         """Remove the listed events' copies, round after round, until the list

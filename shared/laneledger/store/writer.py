@@ -599,6 +599,10 @@ class LedgerWriter:
                 records.add(held[1])
         return StreamCopies(bodies, sorted(records), unindexed)
 
+    def stream_copies_pending(self) -> int:
+        """How many erased events' stream copies are still to remove."""
+        return int(self._lookups.rows("SELECT count(*) FROM stream_copies_to_erase", ())[0][0])
+
     def erased_log_record(self, data: bytes, seq: int) -> LogRewrite:
         """The log record ``data`` (its last part at ``seq``) as this file now
         holds its rows (store/recordrewrite.py)."""
