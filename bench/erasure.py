@@ -2,9 +2,11 @@
 10,000), committed through the real sequencer (in this process, on a real
 nats-server, with its transaction log), is erased with ``LedgerClient.erase``
 — every page one transaction-log record and one SQLite transaction — and
-timed; meanwhile another lane's producer appends one event at a time, and
-its receipts' latency during the erasure is printed beside the same
-producer's with nothing erased. Prints the figures, then a JSON line.
+timed, and so is the time until the sequencer's background round has
+removed the erased events' copies from the streams (spec/erasure.md, "The
+streams"); meanwhile another lane's producer appends one event at a time,
+and its receipts' latency until then is printed beside the same producer's
+with nothing erased. Prints the figures, then a JSON line.
 
     .venv/bin/python bench/erasure.py [--events N] [--limit PAGE]
 """
@@ -85,6 +87,10 @@ async def run(events: int, limit: int) -> dict:
             started = time.perf_counter()
             done = await client.erase("erased", actor_id=actor.id, reason="bench", limit=limit)
             seconds = time.perf_counter() - started
+            # Then the background round removes the copies on the streams.
+            while await sequencer._in_writer(writer.stream_copies_pending):
+                await asyncio.sleep(0.05)
+            streams_seconds = time.perf_counter() - started
             stop.set()
             while_erasing = sorted(await during)
             before.sort()
@@ -97,6 +103,7 @@ async def run(events: int, limit: int) -> dict:
         "page_limit": limit,
         "erase_seconds": round(seconds, 2),
         "erased_per_s": round(events / seconds),
+        "streams_clean_seconds": round(streams_seconds, 2),
         "other_lane_p50_ms_quiet": round(percentile(before, 50), 1),
         "other_lane_p99_ms_quiet": round(percentile(before, 99), 1),
         "other_lane_p50_ms_erasing": round(percentile(while_erasing, 50), 1),
@@ -118,8 +125,9 @@ def main() -> None:
     quiet, erasing = result.pop("_shown")
     print(
         f"erased a {result['events']:,}-event session in {result['erase_seconds']} s "
-        f"({result['erased_per_s']:,} events/s, pages of {result['page_limit']}); another lane's "
-        f"appends meanwhile: {erasing}; with nothing erased: {quiet}"
+        f"({result['erased_per_s']:,} events/s, pages of {result['page_limit']}), and from the "
+        f"streams {result['streams_clean_seconds']} s after it began; another lane's appends "
+        f"meanwhile: {erasing}; with nothing erased: {quiet}"
     )
     print(json.dumps(result))
 
