@@ -33,7 +33,7 @@ from laneledger.services.sequencer.service import SequencerSettings
 from laneledger.services.sequencer.streams import events_stream_config, txlog_stream_config
 from laneledger.store import LedgerWriter, open_ledger
 from laneledger.store.append import prepare_append
-from laneledger.store.erasedcopies import rewritten_record
+from laneledger.store.erasedcopies import publish_rewrite, record_copies, rewritten_record
 from laneledger.store.recordrewrite import erased_record
 from laneledger.store.txlog import MemoryTxLog, decode_record, encode_txrecord, record_holding
 
@@ -297,6 +297,8 @@ async def test_streams_made_before_erasure_keep_their_copies_until_replaced_as_t
         values = [EMAIL, "481516"]
         assert (await client.erase("s1", actor_id=actor.id, reason="r")).erased == 3
         assert holding(store_files(nats_server), values)  # kept on the old streams
+        # ...and nothing published in vain on LEDGER_ERASED each round.
+        assert (await js.stream_info(subjects.erased_stream)).state.messages == 0
         with closing(sqlite3.connect(db)) as conn:
             assert conn.execute("SELECT count(*) FROM stream_copies_to_erase").fetchone() == (3,)
 
@@ -311,3 +313,38 @@ async def test_streams_made_before_erasure_keep_their_copies_until_replaced_as_t
     finally:
         await client.close()
         await sequencer.stop()
+
+
+async def test_a_rewrite_left_by_a_round_cut_short_is_deleted_with_the_original(
+    nats_server, sequencer, client, actor, tmp_path
+):
+    """A round that published a record's rewrite and stopped before deleting
+    the original (a crash) leaves that rewrite on LEDGER_ERASED, holding what
+    a later erasure erases: the next rewrite of the record deletes it too."""
+    lane = await client.create_lane("acme", "s1", "r1", "main", actor_id=actor.id)
+    await client.append(
+        lane, 0, [make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload=planted(0))]
+    )
+    db = tmp_path / "ledger.db"
+    with closing(sqlite3.connect(db)) as conn:
+        ((last_seq,),) = conn.execute("SELECT max(txlog_seq) FROM txlog_records").fetchall()
+    original = await client.js.get_msg(Subjects().txlog_stream, last_seq)
+    await publish_rewrite(  # what the cut-short round left: content still in it
+        client.js,
+        Subjects(),
+        first_seq=last_seq,
+        last_seq=last_seq,
+        parts=[original.data],
+        stamp={},
+        timeout_s=5,
+    )
+    stale = await record_copies(client.js, Subjects(), last_seq)
+    assert len(stale) == 1
+
+    await client.erase("s1", actor_id=actor.id, reason="r")
+    await stream_copies_removed(db)
+
+    current = await rewritten_record(client.js, Subjects(), last_seq)
+    assert current is not None and await record_copies(client.js, Subjects(), last_seq) == current.copies
+    assert stale[0] not in current.copies
+    assert holding(store_files(nats_server), [EMAIL, "481516"]) == []

@@ -34,6 +34,7 @@ from laneledger.contract.subjects import Subjects
 from laneledger.store.erasedcopies import (
     publish_erased_event,
     publish_rewrite,
+    record_copies,
     rewritten_record,
     shred,
 )
@@ -127,6 +128,7 @@ class StreamCopyEraser:
                 erased += len(positions)
 
     async def _erase(self, listed: StreamCopies) -> None:
+        await self._check_deletes_allowed()
         if listed.unindexed:
             log.warning(
                 "%d erased events are held by log records applied before the log was indexed "
@@ -151,7 +153,9 @@ class StreamCopyEraser:
         """Rewrite the log record whose last part is at ``last_seq`` as the
         file now holds it, and delete what it replaces."""
         txlog = self._subjects.txlog_stream
-        older: list[int] = []  # LEDGER_ERASED copies the new rewrite replaces
+        # What the new rewrite replaces on LEDGER_ERASED: every rewrite there,
+        # also one a round cut short published before deleting the original.
+        older = await record_copies(self._js, self._subjects, last_seq)
         try:
             msg = await self._js.get_msg(txlog, last_seq)
         except NotFoundError:
@@ -159,7 +163,7 @@ class StreamCopyEraser:
             if current is None:
                 log.error("log record at %d is deleted and has no rewrite: left as it is", last_seq)
                 return
-            first_seq, data, older = current.first_seq, current.data, current.copies
+            first_seq, data = current.first_seq, current.data
         else:
             i, n = part_of(msg.headers, last_seq)
             if i != n:
@@ -185,6 +189,17 @@ class StreamCopyEraser:
                 await self._delete(self._subjects.erased_stream, seq)
         if not rewrite.names_blobs:
             await self._in_writer(self._blob_record_rewritten, last_seq)
+
+    async def _check_deletes_allowed(self) -> None:
+        """Before anything is published: both streams must allow deletes, or
+        a rewrite would be published in vain every round."""
+        for stream in (self._subjects.txlog_stream, self._subjects.events_stream):
+            try:
+                info = await self._js.stream_info(stream)
+            except NotFoundError:
+                continue  # no log (--txlog off), or no stream yet: nothing of it to delete
+            if info.config.deny_delete:
+                raise DeletesDenied(f"stream {stream} refuses message deletes")
 
     async def _delete(self, stream: str, seq: int) -> None:
         try:

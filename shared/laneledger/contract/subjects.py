@@ -233,7 +233,8 @@ class Subjects:
     def erased_event(self, position: int) -> str:
         return f"{self.prefix}.erased.event.{position}"
 
-    def erased_record(self, txlog_seq: int, part: int) -> str:
+    def erased_record(self, txlog_seq: int, part: int | str) -> str:
+        """A rewrite's part ``part`` (``"*"``: every part, a filter)."""
         return f"{self.prefix}.erased.txlog.{txlog_seq}.{part}"
 
     # The transparency log's signed tree heads (spec/tlog.md): one subject,

@@ -114,6 +114,21 @@ async def rewritten_record(js: JetStreamContext, subjects: Subjects, last_seq: i
     )
 
 
+async def record_copies(js: JetStreamContext, subjects: Subjects, last_seq: int) -> list[int]:
+    """The LEDGER_ERASED sequences of every rewrite of the record at
+    ``last_seq`` there, current and older (one left by a round cut short)."""
+    found: list[int] = []
+    after = 0
+    parts = subjects.erased_record(last_seq, "*")
+    while True:
+        try:
+            msg = await js.get_msg(subjects.erased_stream, seq=after + 1, subject=parts, next=True)
+        except NotFoundError:
+            return found
+        after = int(msg.seq or 0)
+        found.append(after)
+
+
 async def publish_rewrite(
     js: JetStreamContext,
     subjects: Subjects,
