@@ -14,6 +14,7 @@ and logged, and no receipt goes there."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import logging
@@ -243,23 +244,41 @@ async def test_korg_writes_go_through_the_ingest_service_as_deployed(
     assert d.permission_violations() == []
 
 
-async def test_a_tenant_erases_its_session_over_http_through_the_ingest_as_deployed(
+async def test_a_tenant_erases_its_session_over_http_and_no_file_of_the_deployment_keeps_it(
     rendered_deployment: RenderedDeployment,
 ) -> None:
     """The ingest service, as its own NATS user, sends acme's erasure (its
     erase command, and the ensure_actor of who asks) on acme's subjects with
     acme's token; globex's token finds no such session; nats-server refuses
-    no one anything."""
+    no one anything. Then no file of the deployment — every service's data
+    directory (ledger files of both sequencers, tail, checkpoint, metrics)
+    and the JetStream store — holds what was planted (issue 39, item 2): in
+    an event's payload and extensions, in a blob, in checkpoint state."""
     d = rendered_deployment
+    email, code = "erase.me@example.org", "735102"
     recorder = await d.lane("acme")
     event = make_event(recorder.lane.id, "stream.text_delta", actor_id=recorder.lane.actor_id or "")
-    receipt = await recorder.append([{**event, "payload": {"text": "forget me"}}])
+    payload = {"text": "forget me", "email": email, "code": int(code), "doc": f"mail {email} " + "x" * 2000}
+    receipt = await recorder.append([{**event, "payload": payload, "extensions": {"contact": email}}])
+    await CheckpointClient(recorder.client).save(
+        "k-1", expected_revision=0, format="test/v1", state={"who": email}, session_id="s-1", run_id="r-1"
+    )
+    planted = [email, code, "forget me"]
 
-    def holding() -> list[str]:
-        files = [p for p in d.server.store_dir.rglob("*") if p.is_file()]
-        return [p.name for p in files if b"forget me" in p.read_bytes()]
+    def holding() -> list[tuple[str, str]]:
+        files = [p for p in d.dir.rglob("*") if p.is_file()]
+        found = []
+        for path in files:
+            data = path.read_bytes()
+            found += [
+                (str(path.relative_to(d.dir)), v) for v in planted for form in _encodings(v) if form in data
+            ]
+        return found
 
-    assert holding()  # on the streams, where the scan looks
+    # In the streams, the ledger files and the checkpoint service's, where the scan looks.
+    await eventually(
+        holding, until=lambda found: len({f.split("/")[0] for f, _ in found}) >= 4, what="planted"
+    )
     body = {"session_id": "s-1", "reason": "GDPR Art. 17", "actor_key": "human:dpo"}
     status, answer = await d.send(d.ingest, "POST", "/api/v1/erasures", tenant="globex", json=body)
     assert status == 404 and json.loads(answer)["error"]["code"] == "entity_not_found", answer
@@ -269,9 +288,15 @@ async def test_a_tenant_erases_its_session_over_http_through_the_ingest_as_deplo
     assert page["erased"] >= 1 and not page["has_more"], page
     erased = {e.id: e for e in (await recorder.client.load_lane(recorder.lane.id)).events}
     assert erased[receipt.event_ids[0]].payload == {}
-    # The sequencer, as its deploy user, removes it from the streams too (its background round).
-    await eventually(holding, until=lambda found: found == [], what="no file holding the erased text")
+    # The services fold the erasure event; the sequencer's background round cleans the streams.
+    await eventually(holding, until=lambda found: found == [], what="no file holding a planted value")
     assert d.permission_violations() == []
+
+
+def _encodings(value: str) -> list[bytes]:
+    """As test_erasure.encodings: raw, base64, JSON-escaped, MessagePack."""
+    raw = value.encode()
+    return [raw, base64.b64encode(raw), json.dumps(value).encode()[1:-1], msgspec.msgpack.encode(value)[1:]]
 
 
 # -- receipts only to the tenant's own inbox (issue 34, item 6) ----------------
