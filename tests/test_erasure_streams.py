@@ -84,22 +84,36 @@ async def erased_ledger(tmp_path: Path) -> tuple[LedgerWriter, MemoryTxLog]:
     return writer, log
 
 
-async def test_a_rewritten_record_holds_the_file_s_erased_rows_and_replays_to_the_same_file(tmp_path):
-    writer, log = await erased_ledger(tmp_path)
-    conn = writer._db
-    rewritten = MemoryTxLog()
-    changed = []
+def rewritten_log(writer: LedgerWriter, log: MemoryTxLog) -> tuple[MemoryTxLog, list[bytes]]:
+    """``log`` with each record rewritten as the writer's file now holds it
+    (as the sequencer's round does), and the records that changed."""
+    rewritten, changed = MemoryTxLog(), []
     for seq, data in enumerate(log.records, start=1):
-        new = erased_record(conn, decode_record(data, seq=seq))
+        new = erased_record(writer._db, decode_record(data, seq=seq))
         if new is None:
             rewritten.records.append(data)
             continue
+        assert new.position_before == decode_record(data, seq=seq).position_before
         changed.append(encode_txrecord(new))
         rewritten.records.append(changed[-1])
-        assert new.position_before == decode_record(data, seq=seq).position_before
-    # Each batch of s1; the erasure's record and the blob deletion's, which
-    # named the blob; s2's and the structure's untouched.
-    assert len(changed) == 12
+    return rewritten, changed
+
+
+def same_file(built: Path, original: Path) -> None:
+    """Row for row, but for ``txlog_blob_records``: the records still to
+    rewrite (which the sequencer's round empties) are the original log's,
+    and a rewritten record names no erased blob."""
+    built_rows, original_rows = rows_of(built), rows_of(original)
+    built_rows.pop("txlog_blob_records"), original_rows.pop("txlog_blob_records")
+    assert built_rows == original_rows
+
+
+async def test_a_rewritten_record_holds_the_file_s_erased_rows_and_replays_to_the_same_file(tmp_path):
+    writer, log = await erased_ledger(tmp_path)
+    rewritten, changed = rewritten_log(writer, log)
+    # Each batch of s1, and the erasure's record (which listed the blob by its
+    # hash); s2's, the structure's and the blob deletion's (by id) untouched.
+    assert len(changed) == 11
     whole = b"".join(rewritten.records)
     assert holds(b"".join(log.records), BLOB)
     assert not holds(whole, EMAIL) and not holds(whole, "481516") and not holds(whole, BLOB)
@@ -108,11 +122,26 @@ async def test_a_rewritten_record_holds_the_file_s_erased_rows_and_replays_to_th
     rebuilt = LedgerWriter(open_ledger(tmp_path / "rebuilt.db"))
     rebuilt.use_txlog(rewritten, seed=False)
     assert rebuilt.catch_up() == len(log.records)
-    original, copy = rows_of(tmp_path / "ledger.db"), rows_of(tmp_path / "rebuilt.db")
-    # The records still to rewrite (which the sequencer's round empties) are
-    # the original log's: the rewritten one names no erased blob.
-    assert original.pop("txlog_blob_records") == [(25,), (26,)] and copy.pop("txlog_blob_records") == []
-    assert copy == original
+    same_file(tmp_path / "rebuilt.db", tmp_path / "ledger.db")
+
+
+@pytest.mark.parametrize("applied_before", [3, 20, 24, 25, 26])
+async def test_a_reader_that_applied_the_originals_then_reads_the_rewrites_ends_with_the_same_file(
+    tmp_path, applied_before
+):
+    """A standby following the log applies some records as written, and the
+    rest as an erasure rewrote them (any split): its file is the writer's."""
+    writer, log = await erased_ledger(tmp_path)
+    rewritten, _ = rewritten_log(writer, log)
+    original = MemoryTxLog()
+    original.records = log.records[:applied_before]
+    standby = LedgerWriter(open_ledger(tmp_path / "standby.db"))
+    standby.use_txlog(original, seed=False)
+    standby.catch_up()
+    standby.use_txlog(rewritten, seed=False)
+    standby.catch_up()
+    assert standby.txlog_seq == len(log.records)
+    same_file(tmp_path / "standby.db", tmp_path / "ledger.db")
 
 
 async def test_a_record_with_nothing_erased_is_not_rewritten(tmp_path):
@@ -122,7 +151,7 @@ async def test_a_record_with_nothing_erased_is_not_rewritten(tmp_path):
         for seq, data in enumerate(log.records, start=1)
         if erased_record(writer._db, decode_record(data, seq=seq)) is None
     ]
-    assert len(kept) == len(log.records) - 12
+    assert len(kept) == len(log.records) - 11
 
 
 async def test_the_file_knows_which_log_record_holds_each_event_also_when_rebuilt(tmp_path):
@@ -348,3 +377,22 @@ async def test_a_rewrite_left_by_a_round_cut_short_is_deleted_with_the_original(
     assert current is not None and await record_copies(client.js, Subjects(), last_seq) == current.copies
     assert stale[0] not in current.copies
     assert holding(store_files(nats_server), [EMAIL, "481516"]) == []
+
+
+def test_a_version_5_file_s_listed_blobs_get_the_ids_they_are_taken_off_the_list_by(tmp_path):
+    path = tmp_path / "ledger.db"
+    open_ledger(path).close()
+    with closing(sqlite3.connect(path)) as conn:  # the table as schema 5 made it
+        conn.executescript(
+            "DROP TABLE blobs_to_erase;"
+            " CREATE TABLE blobs_to_erase"
+            " (tenant TEXT NOT NULL, sha256 TEXT NOT NULL, PRIMARY KEY (tenant, sha256));"
+            f" INSERT INTO blobs_to_erase VALUES ('acme', '{BLOB}');"
+            " UPDATE meta SET value = '5' WHERE key = 'schema_version';"
+        )
+    writer = LedgerWriter(open_ledger(path))
+    ((listed_id,),) = writer._db.execute("SELECT id FROM blobs_to_erase").fetchall()
+    assert len(listed_id) == 32
+    assert writer.blobs_to_erase() == [("acme", BLOB)]
+    writer.blobs_deleted("acme", [BLOB])
+    assert writer.blobs_to_erase() == []

@@ -263,7 +263,8 @@ async def test_a_tenant_erases_its_session_over_http_and_no_file_of_the_deployme
     await CheckpointClient(recorder.client).save(
         "k-1", expected_revision=0, format="test/v1", state={"who": email}, session_id="s-1", run_id="r-1"
     )
-    planted = [email, code, "forget me"]
+    # The blob's name too: its SHA-256 would confirm a guess of its bytes.
+    planted = [email, code, "forget me", hashlib.sha256(payload["doc"].encode()).hexdigest()]
 
     def holding() -> list[tuple[str, str]]:
         files = [p for p in d.dir.rglob("*") if p.is_file()]

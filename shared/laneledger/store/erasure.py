@@ -49,9 +49,9 @@ from laneledger.store.lookups import LedgerLookups
 from laneledger.store.reader import LedgerReader
 from laneledger.store.structure import StructureCommands
 from laneledger.store.txlog import (
-    BLOB_TO_ERASE,
+    BLOB_LISTED,
     ERASE_EVENT,
-    ERASE_EVENT_REF,
+    ERASE_EVENT_REFS,
     ERASE_RECEIPT,
     INSERT_EVENT,
     INSERT_RECEIPT,
@@ -134,9 +134,9 @@ class ErasureCommands:
         erased = sorted({sha for _, sha, _ in refs})
         unreferenced = [sha for sha in erased if not self._referenced(tenant, sha, refs)]
         if refs:
-            writes.append((ERASE_EVENT_REF, refs))
+            writes.append((ERASE_EVENT_REFS, sorted({(t, position) for t, _, position in refs})))
         if unreferenced:  # committed with the erasure: deleted from the buckets after it
-            writes.append((BLOB_TO_ERASE, [(tenant, sha) for sha in unreferenced]))
+            writes.append((BLOB_LISTED, [(secrets.token_hex(16), tenant, sha) for sha in unreferenced]))
         retention = cmd.committed_before is not None and mark is not None and not cmd.dry_run
         if retention and report.next_after_position > reached:
             writes.append((RETENTION_REACHED, [(tenant, report.next_after_position)]))

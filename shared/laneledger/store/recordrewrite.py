@@ -10,12 +10,14 @@ erased. Replaying the rewritten record, then the erasure's own record, gives
 the file the original and the erasure give: the erasure's updates find the
 values already there.
 
-The rows that name an erased blob by its SHA-256 (an unkeyed hash of its
-content) go too, once the blob is deleted: an erasure's deletions of refs
-(the rewritten records no longer insert them), and an erasure's or a blob
-deletion's rows of ``blobs_to_erase`` for blobs the file no longer lists
-(inserted, then deleted: replayed, neither). Rewritten in log order, every
-prefix of the rewrites replays to the same file.
+A blob an erasure listed for deletion is named by its SHA-256 (an unkeyed
+hash of its content) in the row that listed it: once the blob is deleted,
+that row goes too. Only insertions are ever taken out, never a deletion: a
+reader that applied the original insertion (a standby following the log)
+must still apply the deletion, and a reader that reads the rewrite inserts
+nothing for the deletion to find. So deletions name no hash (store/txlog.py,
+ERASE_EVENT_REFS and BLOB_UNLISTED), and any prefix of the log, original or
+rewritten record by record, replays to the same file.
 """
 
 from __future__ import annotations
@@ -27,9 +29,7 @@ from typing import Any
 import msgspec
 
 from laneledger.store.txlog import (
-    BLOB_ERASED,
-    BLOB_TO_ERASE,
-    ERASE_EVENT_REF,
+    BLOB_LISTED,
     INSERT_EVENT,
     INSERT_EVENT_REF,
     INSERT_RECEIPT,
@@ -56,27 +56,19 @@ def erased_record(conn: sqlite3.Connection, record: TxRecord) -> TxRecord | None
             rows = [_receipt_now(row, stored.get((row[0], row[1]))) for row in rows]
         elif name == INSERT_EVENT_REF.name:
             rows = [row for row in rows if row[2] not in erased]
-        elif name == ERASE_EVENT_REF.name:
-            rows = []  # the refs it deleted: an earlier record's rewrite no longer inserts them
-        elif name in (BLOB_TO_ERASE.name, BLOB_ERASED.name):
-            rows = [row for row in rows if (row[0], row[1]) in listed]  # those not deleted yet
+        elif name == BLOB_LISTED.name:
+            rows = [row for row in rows if row[0] in listed]  # those not deleted yet
         writes.append((name, [list(row) for row in rows]))
     if writes == [(name, [list(row) for row in rows]) for name, rows in record.writes]:
         return None
     return msgspec.structs.replace(record, writes=[(name, rows) for name, rows in writes if rows])
 
 
-def _listed_blobs(conn: sqlite3.Connection, record: TxRecord) -> set[tuple[str, str]]:
-    """The blobs the record names on the list of blobs to erase that the file
-    still lists (their deletion has not happened)."""
-    named = _rows(record, BLOB_TO_ERASE.name) + _rows(record, BLOB_ERASED.name)
-    return {
-        (tenant, sha)
-        for tenant, sha in named
-        if conn.execute(
-            "SELECT 1 FROM blobs_to_erase WHERE tenant = ? AND sha256 = ?", (tenant, sha)
-        ).fetchone()
-    }
+def _listed_blobs(conn: sqlite3.Connection, record: TxRecord) -> set[str]:
+    """The ids of the record's listed blobs the file still lists (not
+    deleted yet)."""
+    ids = [row[0] for row in _rows(record, BLOB_LISTED.name)]
+    return set(_lookup(conn, "SELECT id, 1 FROM blobs_to_erase WHERE id IN ({})", ids))
 
 
 def _rows(record: TxRecord, name: str) -> list[list[Any]]:

@@ -42,7 +42,8 @@ _decode = msgspec.json.Decoder().decode
 # them: the DDL makes them, and event_refs is filled from its events.
 # 6: tables txlog_records, which log record holds each event, and
 # txlog_blob_records, which records name erased blobs (both derived from
-# the log as it is written or applied), and stream_copies_to_erase, the
+# the log as it is written or applied); blobs_to_erase's column id; and
+# stream_copies_to_erase, the
 # erased events whose stream copies are yet to be removed (spec/erasure.md,
 # "The streams"). An older file's records are not indexed: their copies
 # stay on the streams (made before erasure, those deny deletes anyway).
@@ -157,8 +158,11 @@ CREATE TABLE IF NOT EXISTS event_refs (
 CREATE TABLE IF NOT EXISTS blobs_to_erase (
     tenant TEXT NOT NULL,
     sha256 TEXT NOT NULL,
+    id     TEXT,  -- what takes it off the list (schema 6; store/txlog.py BLOB_UNLISTED)
     PRIMARY KEY (tenant, sha256)
 );
+-- An erasure deletes an erased event's refs by its position (ERASE_EVENT_REFS).
+CREATE INDEX IF NOT EXISTS event_refs_by_position ON event_refs (position);
 -- How far each tenant's retention erasures have looked: every event of the
 -- tenant up to this position is erased, exempt or not yet old enough.
 CREATE TABLE IF NOT EXISTS retention (
@@ -264,11 +268,21 @@ def _index_refs(conn: sqlite3.Connection) -> None:
     )
 
 
-def _no_rows(conn: sqlite3.Connection) -> None:
-    """Version 5 -> 6: the DDL made the new tables; nothing to fill."""
+def _id_listed_blobs(conn: sqlite3.Connection) -> None:
+    """Version 5 -> 6: the DDL made the new tables; the blobs listed for
+    deletion get the id they are taken off the list by."""
+    if "id" not in {column for _, column, *_ in conn.execute("PRAGMA table_info(blobs_to_erase)")}:
+        conn.execute("ALTER TABLE blobs_to_erase ADD COLUMN id TEXT")
+    conn.execute("UPDATE blobs_to_erase SET id = lower(hex(randomblob(16))) WHERE id IS NULL")
 
 
-MIGRATIONS = {1: _scope_append_ids, 2: _scope_all_ids, 3: _build_tree, 4: _index_refs, 5: _no_rows}
+MIGRATIONS = {
+    1: _scope_append_ids,
+    2: _scope_all_ids,
+    3: _build_tree,
+    4: _index_refs,
+    5: _id_listed_blobs,
+}
 
 
 def open_ledger(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:

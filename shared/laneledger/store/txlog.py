@@ -96,6 +96,20 @@ ERASE_EVENT = Statement("erase_event", "UPDATE events SET body = ? WHERE positio
 ERASE_RECEIPT = Statement(
     "erase_receipt", "UPDATE receipts SET digest = ?, body = ? WHERE append_id = ? AND tenant = ?"
 )
+# An erased event's blob refs, deleted by its position: a deletion is never
+# rewritten out of the log (a reader may have applied what it deletes), so
+# it names no blob by its hash (store/recordrewrite.py).
+ERASE_EVENT_REFS = Statement("erase_event_refs", "DELETE FROM event_refs WHERE tenant = ? AND position = ?")
+# The blobs an erasure left unreferenced, listed under an id of their own
+# until deleted from the buckets; taken off the list by that id, for the
+# same reason. Once a blob is deleted, the rows that listed it (which name
+# it by its hash) are rewritten out of the log.
+BLOB_LISTED = Statement(
+    "blob_listed", "INSERT OR IGNORE INTO blobs_to_erase (id, tenant, sha256) VALUES (?,?,?)"
+)
+BLOB_UNLISTED = Statement("blob_unlisted", "DELETE FROM blobs_to_erase WHERE id = ?")
+# The same, as records written before erasure cleaned the streams name
+# them: replayed, never written now (their hashes stay in those records).
 ERASE_EVENT_REF = Statement(
     "erase_event_ref", "DELETE FROM event_refs WHERE tenant = ? AND sha256 = ? AND position = ?"
 )
@@ -103,6 +117,7 @@ BLOB_TO_ERASE = Statement(
     "blob_to_erase", "INSERT OR IGNORE INTO blobs_to_erase (tenant, sha256) VALUES (?,?)"
 )
 BLOB_ERASED = Statement("blob_erased", "DELETE FROM blobs_to_erase WHERE tenant = ? AND sha256 = ?")
+REPLAYED_ONLY = frozenset({ERASE_EVENT_REF.name, BLOB_TO_ERASE.name, BLOB_ERASED.name})
 RETENTION_REACHED = Statement(
     "retention_reached", "INSERT OR REPLACE INTO retention (tenant, position) VALUES (?,?)"
 )
@@ -115,7 +130,16 @@ STREAM_COPY_TO_ERASE = Statement(
 STREAM_COPY_ERASED = Statement("stream_copy_erased", "DELETE FROM stream_copies_to_erase WHERE position = ?")
 # After a transaction that ran one of these, the file's WAL is emptied
 # (``laneledger.sqlite.shred_wal``): the erased bytes must leave it too.
-ERASING = frozenset({ERASE_EVENT.name, ERASE_RECEIPT.name, ERASE_EVENT_REF.name, BLOB_ERASED.name})
+ERASING = frozenset(
+    {
+        ERASE_EVENT.name,
+        ERASE_RECEIPT.name,
+        ERASE_EVENT_REFS.name,
+        BLOB_UNLISTED.name,
+        ERASE_EVENT_REF.name,
+        BLOB_ERASED.name,
+    }
+)
 
 STATEMENTS = {
     s.name: s
@@ -133,6 +157,9 @@ STATEMENTS = {
         MOVE_LANE_HEAD,
         ERASE_EVENT,
         ERASE_RECEIPT,
+        ERASE_EVENT_REFS,
+        BLOB_LISTED,
+        BLOB_UNLISTED,
         ERASE_EVENT_REF,
         BLOB_TO_ERASE,
         BLOB_ERASED,
@@ -244,7 +271,7 @@ def last_event_position(writes: Iterable[tuple[str, Sequence[Any]]]) -> int | No
 
 
 # Statements whose rows name an erased blob by its SHA-256.
-NAMING_ERASED_BLOBS = frozenset({"erase_event_ref", "blob_to_erase", "blob_erased"})
+NAMING_ERASED_BLOBS = frozenset({BLOB_LISTED.name})
 
 
 def index_record(conn: sqlite3.Connection, writes: Sequence[tuple[str, Sequence[Any]]], seq: int) -> None:

@@ -34,7 +34,7 @@ import msgspec
 from laneledger.contract.errors import IntegrityError
 from laneledger.sqlite import failures_as, put_meta
 from laneledger.store.txlog import (
-    BLOB_TO_ERASE,
+    BLOB_LISTED,
     ERASING,
     INSERT_ACTION,
     INSERT_ACTOR,
@@ -47,6 +47,7 @@ from laneledger.store.txlog import (
     INSERT_SESSION,
     INSERT_TURN,
     MOVE_LANE_HEAD,
+    REPLAYED_ONLY,
     RETENTION_REACHED,
     STATEMENTS,
     STREAM_COPY_ERASED,
@@ -94,8 +95,8 @@ SEED_PLAN: tuple[tuple[str, Statement, str], ...] = (
     ),
     (
         "blobs_to_erase",
-        BLOB_TO_ERASE,
-        "SELECT tenant, sha256 FROM blobs_to_erase ORDER BY rowid",
+        BLOB_LISTED,
+        "SELECT id, tenant, sha256 FROM blobs_to_erase ORDER BY rowid",
     ),
     (
         "stream_copies_to_erase",
@@ -129,7 +130,9 @@ NOT_SEEDED = frozenset({"meta", "tlog_hashes", "txlog_records", "txlog_blob_reco
 # without its table's rows here would leave those rows out of every seed.
 # The erasure's statements only rewrite rows of seeded tables, which a seed
 # copies as they are (erased); a stream copy's removal only deletes a row.
-if {statement.name for _, statement, _ in SEED_PLAN} != set(STATEMENTS) - ERASING - {STREAM_COPY_ERASED.name}:
+if {statement.name for _, statement, _ in SEED_PLAN} != (
+    set(STATEMENTS) - ERASING - REPLAYED_ONLY - {STREAM_COPY_ERASED.name}
+):
     raise RuntimeError("store/txlogseed.py: SEED_PLAN does not cover every statement of store/txlog.py")
 
 # meta.txlog_seed, while this file is inside a seed of the log

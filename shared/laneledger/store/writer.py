@@ -84,7 +84,7 @@ from laneledger.store.schema import file_id as schema_file_id
 from laneledger.store.signatures import check_actor_signature
 from laneledger.store.structure import StructureCommands
 from laneledger.store.txlog import (
-    BLOB_ERASED,
+    BLOB_UNLISTED,
     INSERT_EVENT,
     INSERT_EVENT_REF,
     INSERT_EVENT_SUBJECT,
@@ -574,9 +574,17 @@ class LedgerWriter:
         return [(t, sha) for t, sha in self._lookups.rows("SELECT tenant, sha256 FROM blobs_to_erase", ())]
 
     def blobs_deleted(self, tenant: str, hexes: list[str]) -> None:
-        """These blobs of the tenant are gone from its buckets: off the list."""
-        if hexes:
-            self._structure.write_rows([(BLOB_ERASED, [(tenant, sha) for sha in hexes])])
+        """These blobs of the tenant are gone from its buckets: off the list
+        (by their ids: store/txlog.py, BLOB_UNLISTED)."""
+        ids = [
+            (listed,)
+            for sha in hexes
+            for (listed,) in self._lookups.rows(
+                "SELECT id FROM blobs_to_erase WHERE tenant = ? AND sha256 = ?", (tenant, sha)
+            )
+        ]
+        if ids:
+            self._structure.write_rows([(BLOB_UNLISTED, ids)])
 
     def stream_copies_to_erase(self, limit: int) -> StreamCopies:
         """The first ``limit`` erased events whose copies on the streams are
