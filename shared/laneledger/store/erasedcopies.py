@@ -16,7 +16,7 @@ first published on LEDGER_ERASED:
   ``Ledger-Erasure-Version`` and naming the original's first part
   (``Ledger-Txlog-First``): a log reader that meets deleted parts reads the
   record there (``rewritten_record``). A record erased again is rewritten
-  again, and the older rewrite deleted.
+  again, and every older rewrite of it deleted (``record_copies``).
 
 Only the sequencer publishes on LEDGER_ERASED and deletes from the three
 streams (nats-config grants no one else either): the copy always exists
