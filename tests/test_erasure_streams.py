@@ -58,6 +58,14 @@ def holds(data: bytes, value: str) -> bool:
     return any(form in data for form in encodings(value))
 
 
+async def two_sessions(client: LedgerClient) -> tuple[Actor, Lane, Lane]:
+    """acme's agent, a lane of session s1 (erased by the tests) and one of s2 (kept)."""
+    actor = await client.ensure_actor("acme", "agent:t@1", "agent")
+    lane = await client.create_lane("acme", "s1", "r1", "main", actor_id=actor.id)
+    other = await client.create_lane("acme", "s2", "r1", "main", actor_id=actor.id)
+    return actor, lane, other
+
+
 async def erased_ledger(tmp_path: Path) -> tuple[LedgerWriter, MemoryTxLog]:
     """Session s1's 30 events (in batches of 3, one with a blob ref) erased;
     session s2's kept."""
@@ -65,9 +73,7 @@ async def erased_ledger(tmp_path: Path) -> tuple[LedgerWriter, MemoryTxLog]:
     writer = LedgerWriter(open_ledger(tmp_path / "ledger.db"))
     writer.use_txlog(log)
     client = InProcessLedgerClient(writer)
-    actor = await client.ensure_actor("acme", "agent:t@1", "agent")
-    lane = await client.create_lane("acme", "s1", "r1", "main", actor_id=actor.id)
-    other = await client.create_lane("acme", "s2", "r1", "main", actor_id=actor.id)
+    actor, lane, other = await two_sessions(client)
     for n in range(10):
         payloads = [planted(3 * n + i) for i in range(3)]
         payloads[0]["doc"] = {"_ref": f"sha256:{BLOB}", "size_bytes": 2000}
@@ -225,9 +231,7 @@ async def test_an_erasure_leaves_no_byte_of_its_content_in_the_jetstream_store_a
     sequencer = await start_sequencer(nc, tmp_path / "ledger.db", SequencerSettings(pull_expires_s=0.2))
     client = await LedgerClient.connect(server.url, timeout=10.0)
     try:
-        actor = await client.ensure_actor("acme", "agent:t@1", "agent")
-        lane = await client.create_lane("acme", "s1", "r1", "main", actor_id=actor.id)
-        other = await client.create_lane("acme", "s2", "r1", "main", actor_id=actor.id)
+        actor, lane, other = await two_sessions(client)
         # One request whose record takes several parts, half of it naming a data subject.
         events = [
             make_event(
@@ -315,9 +319,7 @@ async def test_streams_made_before_erasure_keep_their_copies_until_replaced_as_t
     assert "denies message deletes" in caplog.text
     client = await LedgerClient.connect(nats_server.url, timeout=10.0)
     try:
-        actor = await client.ensure_actor("acme", "agent:t@1", "agent")
-        lane = await client.create_lane("acme", "s1", "r1", "main", actor_id=actor.id)
-        other = await client.create_lane("acme", "s2", "r1", "main", actor_id=actor.id)
+        actor, lane, other = await two_sessions(client)
         events = [
             make_event(lane.id, "stream.text_delta", actor_id=actor.id, payload=planted(i)) for i in range(3)
         ]
