@@ -24,6 +24,7 @@ from test_erasure import EMAIL, encodings, holding, planted, stream_copies_remov
 
 from laneledger.audit.stream import check_stream
 from laneledger.cli.restore import _restore
+from laneledger.contract.errors import IntegrityError
 from laneledger.contract.ids import new_id
 from laneledger.contract.model import Actor, AppendCommitted, Lane
 from laneledger.contract.subjects import Subjects
@@ -33,9 +34,10 @@ from laneledger.services.sequencer.service import SequencerSettings
 from laneledger.services.sequencer.streams import events_stream_config, txlog_stream_config
 from laneledger.store import LedgerWriter, open_ledger
 from laneledger.store.append import prepare_append
-from laneledger.store.erasedcopies import publish_rewrite, record_copies, rewritten_record
+from laneledger.store.erasedcopies import RewrittenRecord, publish_rewrite, record_copies, rewritten_record
 from laneledger.store.recordrewrite import erased_record
 from laneledger.store.txlog import MemoryTxLog, decode_record, encode_txrecord, record_holding
+from laneledger.store.txlogstream import JetStreamTxLog
 
 KEPT = "a note of another session, kept"
 BLOB = "ab" * 32  # a blob each erased batch references (its ref is content too)
@@ -398,3 +400,42 @@ def test_a_version_5_file_s_listed_blobs_get_the_ids_they_are_taken_off_the_list
     assert writer.blobs_to_erase() == [("acme", BLOB)]
     writer.blobs_deleted("acme", [BLOB])
     assert writer.blobs_to_erase() == []
+
+
+# -- reading a log with rewritten records (JetStreamTxLog._records), in-process ---------------
+
+
+def part(i: int, n: int, data: bytes) -> tuple[dict[str, str], bytes]:
+    return {"Ledger-Txlog-Part": f"{i}/{n}"}, data
+
+
+def records_of(fetched: list) -> list[tuple[int, bytes]]:
+    reader = object.__new__(JetStreamTxLog)  # _records reads nothing but what it is given here
+    return list(reader._records(iter(enumerate(fetched, start=1))))
+
+
+def rewrite(first_seq: int, data: bytes) -> RewrittenRecord:
+    return RewrittenRecord(first_seq, data, {}, [])
+
+
+def test_a_record_whose_parts_are_all_deleted_is_read_from_its_rewrite():
+    assert records_of([part(1, 1, b"a"), None, None, rewrite(2, b"B"), part(1, 1, b"d")]) == [
+        (1, b"a"),
+        (4, b"B"),
+        (5, b"d"),
+    ]
+
+
+def test_a_record_read_while_its_parts_were_being_deleted_last_first_is_read_from_its_rewrite():
+    # Its first part still there, its others deleted: the rewrite replaces all of it.
+    assert records_of([part(1, 3, b"x"), None, rewrite(1, b"X")]) == [(3, b"X")]
+
+
+def test_a_record_cut_short_before_a_rewritten_one_is_skipped_as_before():
+    assert records_of([part(1, 3, b"cut"), None, rewrite(2, b"R")]) == [(3, b"R")]
+
+
+def test_a_rewrite_that_does_not_begin_where_the_deleted_parts_do_is_refused():
+    with pytest.raises(IntegrityError) as refused:
+        records_of([part(1, 1, b"a"), None, None, rewrite(3, b"B")])
+    assert refused.value.details["kind"] == "txlog_deleted"
