@@ -284,3 +284,44 @@ async def test_a_data_subjects_erasure_and_a_retention_erasure_reach_every_sessi
 
 async def _events(tail, sessions) -> list[dict]:
     return [e for s in sessions for e in (await tail.api.get(f"/api/v1/sessions/{s}")).json()["events"]]
+
+
+def test_a_data_subjects_erasure_reads_its_events_off_an_index_an_older_read_model_builds(
+    tmp_path, monkeypatch
+):
+    """The tail finds a data subject's events by its index (``event_subjects``),
+    not by windows of every event of the tenant: with windows of 2 positions
+    the erasure still takes one page. A read model folded before the index
+    existed builds it when opened."""
+    monkeypatch.setattr(erasure, "WINDOW", 2)
+    routing = {"tenant": "acme", "lane_id": "l", "subject_id": "l", "actor_id": "a", "run_id": "r1"}
+    sealed = {"event_type": "stream.text_delta", "content_salt": "ab" * 32, "extensions": {}}
+    held = []
+    for n in range(1, 11):
+        event = {**routing, **sealed, "id": f"e{n}", "seq": n, "session_id": f"s{n}", "payload": {"n": EMAIL}}
+        if n in (2, 9):
+            event["data_subject"] = "cust-7"
+        held.append(canonicalize(event))
+    scope = {"scope": {"data_subject": "cust-7"}, "reason": "r"}
+    erasure_event = {**routing, "id": "erasure-1", "seq": 1, "session_id": LEDGER_SESSION, "payload": scope}
+    erasure_event |= {"run_id": "erasures", "event_type": "ext.laneledger.erased"}
+    model = ReadModel(tmp_path / "tail.db")
+    model.apply(list(enumerate(held, start=1)))
+    assert model.query("SELECT position FROM event_subjects ORDER BY position") == [(2,), (9,)]
+    model._db.execute("DELETE FROM event_subjects")  # as a read model from before the index
+    model._db.execute("DELETE FROM meta WHERE key = ?", (erasure.SUBJECTS_FOLDED,))
+    model._db.commit()
+    model.close()
+
+    model = ReadModel(tmp_path / "tail.db")
+    try:
+        assert model.query("SELECT position FROM event_subjects ORDER BY position") == [(2,), (9,)]
+        model.apply([(11, canonicalize(erasure_event))])
+        page = model.erase_page()
+        assert (page.erased, page.finished, page.more) == ([2, 9], True, False)
+        bodies = {p: msgspec.json.decode(b) for p, b in model.query("SELECT position, body FROM events")}
+        assert (
+            bodies[2]["payload"] == {} and bodies[9]["payload"] == {} and bodies[3]["payload"] == {"n": EMAIL}
+        )
+    finally:
+        model.close()

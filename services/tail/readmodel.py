@@ -82,6 +82,7 @@ class ReadModel:
         events.add_causation(self._db, f"cannot open {_WHAT}")
         self._catch_up(session_index.FOLDED, session_index.fold, "sessions index write failed")
         self._catch_up(korg_index.FOLDED, korg_index.fold, "korg index write failed")
+        self._catch_up(erasure.SUBJECTS_FOLDED, erasure.fold_subjects, "data subjects index write failed")
         tlog.build(self._db, self.applied)
         # The last LEDGER_TLOG sequence read, and the largest checkpoint kept.
         self.checkpoint_sequence = applied_position(
@@ -136,6 +137,7 @@ class ReadModel:
             events.fold(db, rows)
             session_index.fold(db, rows)
             korg_index.fold(db, rows)  # after the sessions index: it reads a session's first event
+            erasure.fold_subjects(db, rows)
             tlog.extend(db, [(r.position, r.body) for r in rows])
             noted = erasure.note(db, rows)
             record_applied_position(db, _APPLIED, rows[-1].position)

@@ -29,6 +29,7 @@ import msgspec
 from laneledger.contract import erasurescope
 from laneledger.contract.canonical import canonicalize
 from laneledger.contract.chain import CONTENT_SALT, ERASED, erased_form
+from laneledger.sqlite import put_meta
 
 from . import korg_index, session_index
 from .events import Row, Selection
@@ -36,6 +37,14 @@ from .events import Row, Selection
 log = logging.getLogger("laneledger.tail")
 
 DDL = """
+-- The events that name a data subject (their ``data_subject``), so that a
+-- data subject's erasure reads its events, not every event of the tenant.
+CREATE TABLE IF NOT EXISTS event_subjects (
+    tenant       TEXT NOT NULL,
+    data_subject TEXT NOT NULL,
+    position     INTEGER NOT NULL,
+    PRIMARY KEY (tenant, data_subject, position)
+);
 CREATE TABLE IF NOT EXISTS erasures_pending (
     position     INTEGER PRIMARY KEY,  -- the erasure event's
     event_id     TEXT NOT NULL,
@@ -46,15 +55,23 @@ CREATE TABLE IF NOT EXISTS erasures_pending (
 """
 
 PAGE_ROWS = 200  # events one page looks at, at most
-WINDOW = 20_000  # positions one page of a scope that is no session looks through, at most
+WINDOW = 20_000  # positions one page of a retention scope looks through, at most
 PAGE_BYTES = 4 << 20  # and bodies read, at most (at least one event a page)
+
+
+SUBJECTS_FOLDED = "event_subjects_position"  # meta key: the last position indexed
 
 
 class _Erasure(msgspec.Struct):
     payload: dict[str, Any] = {}
 
 
+class _Subject(msgspec.Struct):
+    data_subject: str | None = None
+
+
 _erasure = msgspec.json.Decoder(_Erasure)
+_subject = msgspec.json.Decoder(_Subject)
 _decode = msgspec.json.Decoder().decode
 
 
@@ -69,9 +86,17 @@ def _candidates(
     """The next (position, body size) that may be in ``scope`` after
     ``after`` and before the erasure (``before``), at most ``PAGE_ROWS`` + 1
     (to tell whether more follow); and the position the read went up to. A
-    session is read off its index; another scope (a data subject, a time)
-    by windows of ``WINDOW`` positions of every tenant's events, its events
+    session, and a data subject, are read off their index; a time by
+    windows of ``WINDOW`` positions of every tenant's events, its events
     then checked one by one (``ErasureScope.covers``)."""
+    if scope.data_subject is not None:
+        rows = db.execute(
+            "SELECT s.position, length(e.body) FROM event_subjects s JOIN events e ON e.position = s.position"
+            " WHERE s.tenant = ? AND s.data_subject = ? AND s.position > ? AND s.position < ?"
+            " ORDER BY s.position LIMIT ?",
+            (tenant, scope.data_subject, after, before, PAGE_ROWS + 1),
+        ).fetchall()
+        return [(int(p), int(n)) for p, n in rows], before - 1
     if scope.session_id is not None:
         where, params = Selection(tenant, scope.session_id, scope.run_id).where()
         upto = before - 1
@@ -104,6 +129,26 @@ def note(db: sqlite3.Connection, rows: list[Row]) -> bool:
         "INSERT OR IGNORE INTO erasures_pending (position, event_id, tenant, scope) VALUES (?,?,?,?)", found
     )
     return bool(found)
+
+
+def fold_subjects(db: sqlite3.Connection, rows: list[Row]) -> None:
+    """Index the events of ``rows`` (in position order) that name a data
+    subject, in the caller's transaction."""
+    named = []
+    for row in rows:
+        if not row.tenant:  # not a committed event (a foreign message)
+            continue
+        try:
+            subject = _subject.decode(row.body).data_subject
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            subject = None
+        if subject:
+            named.append((row.tenant, subject, row.position))
+    db.executemany(
+        "INSERT OR IGNORE INTO event_subjects (tenant, data_subject, position) VALUES (?,?,?)", named
+    )
+    if rows:
+        put_meta(db, SUBJECTS_FOLDED, rows[-1].position)
 
 
 def pending(db: sqlite3.Connection) -> int:
