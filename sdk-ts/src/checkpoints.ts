@@ -161,14 +161,21 @@ export class CheckpointClient {
   }
 
   /** Physically erase every revision of `keys`, each of `checkpointIds`,
-   * every revision saved with one of `runIds` (under `keyPrefix`) and of
-   * every key under one of `keyPrefixes`, with the artifacts nothing else
-   * references (spec/checkpoint.md, "Erasure"); `dryRun`: only say what
-   * would be erased (`listAtMost`: a dry run stops paging once it listed
-   * more than that many). Batches of 1000, answered page by page. */
-  async erase(opts: { keys?: string[]; checkpointIds?: string[]; runIds?: string[]; keyPrefix?: string; keyPrefixes?: string[]; dryRun?: boolean; listAtMost?: number; tenant?: string }): Promise<ErasureReport> {
+   * every revision saved with one of `runIds` (under `keyPrefix`), of
+   * every key under one of `keyPrefixes`, naming `dataSubject` and created
+   * before `createdBefore` (a timestamp; those three sent with the first
+   * request), with the artifacts nothing else references
+   * (spec/checkpoint.md, "Erasure"); `dryRun`: only say what would be
+   * erased (`listAtMost`: a dry run stops paging once it listed more than
+   * that many). Batches of 1000, answered page by page. */
+  async erase(opts: {
+    keys?: string[]; checkpointIds?: string[]; runIds?: string[]; keyPrefix?: string; keyPrefixes?: string[];
+    dataSubject?: string; createdBefore?: string; dryRun?: boolean; listAtMost?: number; tenant?: string;
+  }): Promise<ErasureReport> {
     let todo = [opts.keys ?? [], opts.checkpointIds ?? [], opts.runIds ?? []];
-    let prefixes = opts.keyPrefixes ?? [];
+    // The selectors that are not batched go with the first batch only: sent
+    // with the next batches too, a dry run would list their revisions again.
+    let once: Record<string, unknown> = { key_prefixes: opts.keyPrefixes ?? [], data_subject: opts.dataSubject, created_before: opts.createdBefore };
     const whole: ErasureReport = { erased: [], artifacts_erased: [] };
     for (;;) {
       const batch = todo.map((items) => items.slice(0, ERASE_BATCH));
@@ -176,7 +183,7 @@ export class CheckpointClient {
       let after: CheckpointInfo | undefined;
       for (;;) { // pages: erased rows are gone; a dry run goes on after its last
         const report = await this.ask<ErasureReport>("erase", {
-          keys: batch[0], checkpoint_ids: batch[1], run_ids: batch[2], key_prefix: opts.keyPrefix, key_prefixes: prefixes,
+          keys: batch[0], checkpoint_ids: batch[1], run_ids: batch[2], key_prefix: opts.keyPrefix, ...once,
           dry_run: opts.dryRun ?? false, tenant: opts.tenant,
           after_key: opts.dryRun && after ? after.key : undefined, after_revision: opts.dryRun && after ? after.revision : 0,
         });
@@ -187,7 +194,7 @@ export class CheckpointClient {
         if (opts.dryRun && opts.listAtMost !== undefined && whole.erased.length > opts.listAtMost) return { ...whole, has_more: true };
         after = erased[erased.length - 1];
       }
-      prefixes = [];
+      once = {};
       if (!todo.some((items) => items.length)) return whole;
     }
   }

@@ -3,7 +3,8 @@
 // artifact, uploaded first), anchored to the ledger event naming its id, key
 // and digest (never its values) in the lane of its thread, run and
 // namespace; pending writes likewise; deleteThread erases after an event
-// records what it erases. The same keys, records and events as the Python
+// records what it erases. `configurable.data_subject` names whose personal
+// data a thread holds on its records and their events. The same keys, records and events as the Python
 // saver (laneledger.adapters.langgraph).
 //
 //   import { LaneledgerSaver } from "@laneledger/sdk/langgraph";
@@ -44,6 +45,17 @@ function conf(config: RunnableConfig | undefined, what: string): Conf {
   }
   const id = config ? getCheckpointId(config) : undefined;
   return { thread_id: String(c["thread_id"]), checkpoint_ns: String(c["checkpoint_ns"] ?? ""), ...(id ? { checkpoint_id: String(id) } : {}) };
+}
+
+/** `configurable.data_subject`: whose personal data the thread's records
+ * hold (spec/langgraph.md, "Data subjects"), a pseudonymous id; or undefined. */
+function dataSubjectOf(config: RunnableConfig | undefined): string | undefined {
+  const subject = (config?.configurable as Record<string, unknown> | undefined)?.["data_subject"];
+  if (subject === undefined || subject === null) return undefined;
+  if (typeof subject !== "string" || subject === "") {
+    throw new InvalidRequest("configurable.data_subject is a non-empty string (an id)", { path: "$.configurable.data_subject" });
+  }
+  return subject;
 }
 
 function configOf(threadId: string, checkpointNs: string, checkpointId: string): RunnableConfig {
@@ -120,6 +132,7 @@ export class LaneledgerSaver extends BaseCheckpointSaver {
 
   override async put(config: RunnableConfig, checkpoint: LangGraphCheckpoint, metadata: CheckpointMetadata, _newVersions: ChannelVersions): Promise<RunnableConfig> {
     const { thread_id: threadId, checkpoint_ns: checkpointNs, checkpoint_id: parentId } = conf(config, "put");
+    const dataSubject = dataSubjectOf(config);
     const { channel_values: values, ...rest } = copyCheckpoint(checkpoint);
     const redactor = this.client.redactor;
     const dump = async (value: unknown) => typedJson(redactTyped(await this.serde.dumpsTyped(value), redactor));
@@ -135,17 +148,20 @@ export class LaneledgerSaver extends BaseCheckpointSaver {
       metadata: await dump(metadata),
     };
     const runId = String((metadata as Record<string, unknown>)["run_id"] ?? (config.metadata as Record<string, unknown> | undefined)?.["run_id"] ?? DEFAULT_RUN);
-    await this.storeCheckpoint(state, runId, { source: metadata.source ?? null, step: metadata.step ?? null });
+    await this.storeCheckpoint(state, runId, { source: metadata.source ?? null, step: metadata.step ?? null }, dataSubject);
     return configOf(threadId, checkpointNs, checkpoint.id);
   }
 
-  private storeCheckpoint(state: Record<string, unknown> & { thread_id: string; checkpoint_ns: string; checkpoint_id: string; parent_checkpoint_id: string | null }, runId: string, more: Record<string, unknown>): Promise<Checkpoint> {
+  private storeCheckpoint(
+    state: Record<string, unknown> & { thread_id: string; checkpoint_ns: string; checkpoint_id: string; parent_checkpoint_id: string | null },
+    runId: string, more: Record<string, unknown>, dataSubject: string | undefined,
+  ): Promise<Checkpoint> {
     const record = recordId(state.thread_id, state.checkpoint_ns, state.checkpoint_id);
     // Before any await: LangGraph may send this checkpoint's writes while it
     // is still being saved, and they go to the lane of its run.
     this.runs.set(record, runId);
     const event = { checkpoint_ns: state.checkpoint_ns, checkpoint_id: state.checkpoint_id, parent_checkpoint_id: state.parent_checkpoint_id, ...more };
-    return this.store(nsKey(state.thread_id, state.checkpoint_ns), state, { format: CHECKPOINT_FORMAT, record, runId, eventType: CHECKPOINT_EVENT, event });
+    return this.store(nsKey(state.thread_id, state.checkpoint_ns), state, { format: CHECKPOINT_FORMAT, record, runId, eventType: CHECKPOINT_EVENT, event, dataSubject });
   }
 
   /** Merged into the checkpoint's writes record: a regular write already
@@ -155,6 +171,7 @@ export class LaneledgerSaver extends BaseCheckpointSaver {
     const c = conf(config, "putWrites");
     if (!c.checkpoint_id) throw new InvalidRequest("putWrites needs configurable.checkpoint_id", { path: "$.configurable.checkpoint_id" });
     const { thread_id: threadId, checkpoint_ns: checkpointNs, checkpoint_id: checkpointId } = c as Required<Conf>;
+    const dataSubject = dataSubjectOf(config);
     const record = recordId(threadId, checkpointNs, checkpointId);
     const key = writesKeyOf(nsKey(threadId, checkpointNs), record);
     const runId = await this.runOf(record, config);
@@ -176,7 +193,7 @@ export class LaneledgerSaver extends BaseCheckpointSaver {
         const sorted = [...merged.values()].sort((a, b) => compareWritesSortKeys(writesSortKey(String(a[4]), String(a[0]), Number(a[1])), writesSortKey(String(b[4]), String(b[0]), Number(b[1]))));
         const state = { thread_id: threadId, checkpoint_ns: checkpointNs, checkpoint_id: checkpointId, writes: sorted };
         try {
-          await this.store(key, state, { format: WRITES_FORMAT, record: newId(), runId, eventType: WRITES_EVENT, event, expectedRevision: this.baseRevision(key, latest) });
+          await this.store(key, state, { format: WRITES_FORMAT, record: newId(), runId, eventType: WRITES_EVENT, event, dataSubject, expectedRevision: this.baseRevision(key, latest) });
           return;
         } catch (err) {
           if (!isRevisionConflict(err)) throw err; // else another process merged first: merge again on top
@@ -319,9 +336,13 @@ export class LaneledgerSaver extends BaseCheckpointSaver {
       key_prefixes: [key + "/"],
       checkpoints: infos.map((i) => ({ checkpoint_id: i.id, key: i.key, revision: i.revision, digest: i.digest, format: i.format })),
     };
+    // It lists the records' digests: it names their data subject when they
+    // name one, so that subject's erasure erases this payload too.
+    const subjects = new Set(infos.flatMap((i) => (i.data_subject ? [i.data_subject] : [])));
+    const dataSubject = subjects.size === 1 ? [...subjects][0] : undefined;
     // Record, then erase: a crash in between leaves an erasure recorded and
     // not done, which the same call finishes; never bytes gone unrecorded.
-    await this.record(String(threadId), DEFAULT_RUN, "", ERASED_EVENT, payload, newId());
+    await this.record(String(threadId), DEFAULT_RUN, "", ERASED_EVENT, payload, newId(), dataSubject);
     await this.checkpoints.erase({ keys: [key], keyPrefixes: [key + "/"], tenant: this.tenant });
     for (const info of infos) this.runs.delete(info.id);
   }
@@ -365,14 +386,16 @@ export class LaneledgerSaver extends BaseCheckpointSaver {
   }
 
   /** The event (with the record's id, key, digest and format), then the
-   * record anchored to it. Without `expectedRevision` the record is
-   * independent of the key's others (a checkpoint names its parent), so a
-   * lost revision race is saved again on top; with it, a lost race is the
-   * caller's (it merged what it read). */
+   * record anchored to it; both name `dataSubject`, so the ledger's erasure
+   * of that data subject erases both (spec/langgraph.md, "Data subjects").
+   * Without `expectedRevision` the record is independent of the key's
+   * others (a checkpoint names its parent), so a lost revision race is
+   * saved again on top; with it, a lost race is the caller's (it merged
+   * what it read). */
   private async store(
     key: string,
     state: Record<string, unknown> & { thread_id: string; checkpoint_ns: string },
-    opts: { format: string; record: string; runId: string; eventType: string; event: Record<string, unknown>; expectedRevision?: number },
+    opts: { format: string; record: string; runId: string; eventType: string; event: Record<string, unknown>; dataSubject: string | undefined; expectedRevision?: number },
   ): Promise<Checkpoint> {
     // Values were redacted before they became hex; what a rule finds now is
     // in the record's own encoding, and replacing it would corrupt it.
@@ -384,7 +407,7 @@ export class LaneledgerSaver extends BaseCheckpointSaver {
     let anchor: Anchor | undefined;
     if (this.recordEvents) {
       const payload = { checkpoint_id: opts.record, key, digest, format: opts.format, langgraph: opts.event };
-      anchor = await this.record(state.thread_id, opts.runId, state.checkpoint_ns, opts.eventType, payload, derivedId(["lg-event", opts.record]));
+      anchor = await this.record(state.thread_id, opts.runId, state.checkpoint_ns, opts.eventType, payload, derivedId(["lg-event", opts.record]), opts.dataSubject);
     }
     let expected = opts.expectedRevision ?? this.revisionsSeen.get(key) ?? this.baseRevision(key, await this.latestRecord(key));
     for (let attempt = 0; attempt < (opts.expectedRevision === undefined ? SAVE_ATTEMPTS : 1); attempt++) {
@@ -392,7 +415,7 @@ export class LaneledgerSaver extends BaseCheckpointSaver {
       try {
         saved = await this.checkpoints.save(key, state, {
           expectedRevision: expected, format: opts.format, checkpointId: opts.record, sessionId: state.thread_id, runId: opts.runId,
-          tenant: this.tenant, ...(anchor ? { anchor } : {}),
+          tenant: this.tenant, ...(anchor ? { anchor } : {}), dataSubject: opts.dataSubject,
         });
       } catch (err) {
         if (!isRevisionConflict(err)) throw err;
@@ -425,10 +448,10 @@ export class LaneledgerSaver extends BaseCheckpointSaver {
   /** One event in the lane, and the anchor naming it. `appendId` is derived
    * from what the event records, so recording it twice commits once (a
    * resend from another process gets the original's anchor). */
-  private async record(threadId: string, runId: string, checkpointNs: string, eventType: string, payload: Record<string, unknown>, appendId: string): Promise<Anchor> {
+  private async record(threadId: string, runId: string, checkpointNs: string, eventType: string, payload: Record<string, unknown>, appendId: string, dataSubject: string | undefined): Promise<Anchor> {
     if (this.actorId === undefined) throw new InvalidRequest("the saver is not set up: call setup() (or use LaneledgerSaver.connect)");
     const recorder = await this.lane(threadId, runId, checkpointNs);
-    const event = recorder.event(eventType, { actorId: this.actorId, subjectId: recorder.lane.id, payload });
+    const event = recorder.event(eventType, { actorId: this.actorId, subjectId: recorder.lane.id, payload, dataSubject });
     for (let attempt = 0; attempt < SAVE_ATTEMPTS; attempt++) {
       try {
         return anchorOf(await recorder.append([event], { appendId }));

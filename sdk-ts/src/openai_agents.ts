@@ -12,6 +12,9 @@
 // Every id (turn, action, attempt, event, append) is derived from the
 // tenant, the trace and the span, so a report recorded twice commits once.
 //
+// `dataSubject`: whose personal data the runs hold, named on every event
+// recorded (spec/erasure.md), so that subject's erasure erases them.
+//
 //   const recorder = await OpenAIAgentsRecorder.connect(url, { tenant: "acme" });
 //   setTraceProcessors([recorder.processor]);  // or addTraceProcessor
 //   await run(agent, "…");
@@ -57,16 +60,26 @@ export class OpenAIAgentsRecorder implements TracingProcessor {
   constructor(
     readonly client: LedgerClient,
     readonly tenant: string,
-    readonly opts: { provider?: string; agentVersion?: string; strictTools?: boolean; timeoutMs?: number } = {},
+    readonly opts: { provider?: string; agentVersion?: string; strictTools?: boolean; timeoutMs?: number; dataSubject?: string } = {},
   ) {
     const t = opts.timeoutMs;
     if (t !== undefined && !(Number.isFinite(t) && t > 0)) throw new InvalidRequest("timeoutMs must be a positive number of milliseconds", { timeoutMs: t });
+    // Refused here, not in every append: a recorder is best effort, and each report would be lost.
+    const subject: unknown = opts.dataSubject;
+    if (subject !== undefined && (typeof subject !== "string" || subject === "")) {
+      throw new InvalidRequest("dataSubject is a non-empty string (an id)", { path: "$.dataSubject" });
+    }
   }
 
-  static async connect(url: string | string[], opts: { tenant: string; scoped?: boolean; provider?: string; strictTools?: boolean; timeoutMs?: number; connect?: ConnectOptions }): Promise<OpenAIAgentsRecorder> {
+  static async connect(url: string | string[], opts: { tenant: string; scoped?: boolean; provider?: string; strictTools?: boolean; timeoutMs?: number; dataSubject?: string; connect?: ConnectOptions }): Promise<OpenAIAgentsRecorder> {
     const { tenant, scoped, connect, ...rest } = opts;
     const client = await LedgerClient.connect(url, { ...connect, ...(scoped ? { tenant } : {}) });
-    return new OpenAIAgentsRecorder(client, tenant, rest);
+    try {
+      return new OpenAIAgentsRecorder(client, tenant, rest);
+    } catch (err) {
+      await client.close(); // its options were refused
+      throw err;
+    }
   }
 
   get guarantees(): typeof OPENAI_AGENTS_GUARANTEES {
@@ -185,7 +198,7 @@ export class OpenAIAgentsRecorder implements TracingProcessor {
   private async traceStarted(t: { traceId: string; name: string; groupId: string | null; metadata: Record<string, unknown> }): Promise<void> {
     const starting = (async (): Promise<RunState> => {
       const actor = await this.client.ensureActor(this.tenant, `agent:openai-agents/main@${this.opts.agentVersion ?? "js"}`, "agent");
-      const lane = await LaneRecorder.open(this.client, this.tenant, t.groupId ?? t.traceId, t.traceId, "main", { actorId: actor.id });
+      const lane = await LaneRecorder.open(this.client, this.tenant, t.groupId ?? t.traceId, t.traceId, "main", { actorId: actor.id, dataSubject: this.opts.dataSubject });
       const turn = await this.client.createTurn(lane.lane.id, 1, { turnId: this.id(t.traceId, "turn"), tenant: this.tenant });
       const run: RunState = { lane, actorId: actor.id, turnId: turn.id, spine: new Spine() };
       const what = [t.traceId, "start"];

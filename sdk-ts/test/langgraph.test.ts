@@ -2,15 +2,16 @@
 // LangGraph.js's conformance suite asks (tests/test_sdk_ts.py runs both):
 // the ledger event each record is anchored to, a record over the inline
 // limit stored as an artifact, values redacted before serde, deleteThread
-// recorded then erased, bad configs refused with typed errors.
+// recorded then erased, bad configs refused with typed errors, a thread's
+// data subject named on its records and events, and erased with it.
 
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
 import { emptyCheckpoint, uuid6 } from "@langchain/langgraph-checkpoint";
-import { CheckpointClient, EntityNotFound, InvalidRequest, newId, type Checkpoint } from "../src/index.js";
+import { CheckpointClient, EntityNotFound, InvalidRequest, newId, type Checkpoint, type CheckpointInfo, type LedgerClient } from "../src/index.js";
 import { LaneledgerSaver } from "../src/langgraph.js";
-import { CHECKPOINT_EVENT, CHECKPOINT_FORMAT, ERASED_EVENT, nsKey, recordId, WRITES_EVENT } from "../src/langgraph_records.js";
+import { CHECKPOINT_EVENT, CHECKPOINT_FORMAT, ERASED_EVENT, nsKey, recordId, threadKey, WRITES_EVENT, WRITES_FORMAT } from "../src/langgraph_records.js";
 
 const URL = process.env["LANELEDGER_TS_NATS_URL"];
 const skip = URL === undefined ? "LANELEDGER_TS_NATS_URL is not set (tests/test_sdk_ts.py sets it)" : false;
@@ -86,6 +87,7 @@ test("bad configs are refused with typed errors before anything is written", { s
     saver.putWrites({ configurable: { thread_id: "t" } }, [["c", 1]], "task"),
     (err: unknown) => err instanceof InvalidRequest && err.details["path"] === "$.configurable.checkpoint_id",
   );
+  await assert.rejects(saver.put({ configurable: { thread_id: "t", data_subject: "" } }, checkpoint, meta, {}), (err: unknown) => err instanceof InvalidRequest && err.details["path"] === "$.configurable.data_subject");
   await assert.rejects(
     saver.put({ configurable: { thread_id: "t".repeat(300) } }, checkpoint, meta, {}),
     (err: unknown) => err instanceof InvalidRequest && err.details["key_length"] === 310 && err.details["limit"] === 256,
@@ -114,4 +116,84 @@ test("a list across threads or namespaces goes through a bounded number of recor
   const unbounded = [];
   for await (const t of saver.list({ configurable: { thread_id: thread } })) unbounded.push(t.checkpoint.id);
   assert.deepEqual(unbounded, [...ids].sort().reverse()); // newest checkpoint id first, across the namespaces
+});
+
+/** Every record of the thread, as the service lists them (a dry run of its erasure). */
+async function threadRecords(thread: string): Promise<CheckpointInfo[]> {
+  const key = threadKey(thread);
+  return (await checkpoints.erase({ keys: [key], keyPrefixes: [key + "/"], dryRun: true, tenant: TENANT })).erased;
+}
+
+/** The ledger's erasure of a data subject (spec/erasure.md), every page,
+ * through the sequencer's `erase` command: its erasure event's position. */
+async function eraseDataSubject(client: LedgerClient, dataSubject: string, actorId: string): Promise<number> {
+  const erasureId = newId();
+  for (let after = 0; ;) {
+    const page = await client.command<{ erasure: { position: number } | null; has_more: boolean; next_after_position: number }>("erase", {
+      erasure_id: erasureId, actor_id: actorId, reason: "Art. 17", data_subject: dataSubject, tenant: TENANT, after_position: after,
+    });
+    assert.ok(page.erasure, "the erasure is committed");
+    if (!page.has_more) return page.erasure.position;
+    after = page.next_after_position;
+  }
+}
+
+/** Until the checkpoint service, following the committed stream, has met
+ * the erasure: the record is erased. */
+async function erasedByTheService(record: string): Promise<void> {
+  for (const deadline = Date.now() + 10_000; ;) {
+    try {
+      await checkpoints.get(record, { tenant: TENANT });
+    } catch (err) {
+      if (err instanceof EntityNotFound && err.details["reason"] === "erased") return;
+      throw err;
+    }
+    assert.ok(Date.now() < deadline, "the checkpoint service did not erase the data subject's records within 10 s");
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+test("a thread's data subject names its records and their events; the ledger's erasure of it leaves the thread empty, another intact", { skip }, async () => {
+  const subject = `customer-${newId()}`;
+  const [mine, deleted, other] = [`lg-${newId()}`, `lg-${newId()}`, `lg-${newId()}`];
+  const values = { messages: ["marker-theirs-4be1c9"] };
+  // As LangGraph.js calls its checkpointer: the run's configurable, data_subject in it, on every put and putWrites.
+  const run = async (thread: string, dataSubject?: string) => {
+    const configurable = { thread_id: thread, checkpoint_ns: "", ...(dataSubject ? { data_subject: dataSubject } : {}) };
+    const first = await saver.put({ configurable }, { ...emptyCheckpoint(), id: uuid6(20), channel_values: values }, meta, {});
+    await saver.putWrites({ configurable: { ...configurable, checkpoint_id: first.configurable?.["checkpoint_id"] } }, [["messages", "a pending write"]], "task-1");
+    return saver.put({ configurable: { ...configurable, checkpoint_id: first.configurable?.["checkpoint_id"] } }, { ...emptyCheckpoint(), id: uuid6(21), channel_values: values }, meta, {});
+  };
+  const latest = await run(mine, subject);
+  await run(deleted, subject);
+  await run(other);
+
+  const records = await threadRecords(mine);
+  assert.deepEqual(new Set(records.map((r) => r.format)), new Set([CHECKPOINT_FORMAT, WRITES_FORMAT]));
+  assert.deepEqual(new Set(records.map((r) => r.data_subject)), new Set([subject]));
+  assert.ok((await threadRecords(other)).every((r) => !r.data_subject));
+  const events = (await saver.client.loadSession(mine, { tenant: TENANT })).events;
+  assert.deepEqual(events.map((e) => [e["event_type"], e["data_subject"]]), [[CHECKPOINT_EVENT, subject], [WRITES_EVENT, subject], [CHECKPOINT_EVENT, subject]]);
+  // A delete's erasure event lists digests of the subject's records: it names the subject too.
+  await saver.deleteThread(deleted);
+  const erasedEvent = (await saver.client.loadSession(deleted, { tenant: TENANT })).events.find((e) => e["event_type"] === ERASED_EVENT);
+  assert.equal(erasedEvent?.["data_subject"], subject);
+
+  await eraseDataSubject(saver.client, subject, saver.actorId as string);
+  await Promise.all(records.map((r) => erasedByTheService(r.id)));
+
+  assert.equal(await saver.getTuple({ configurable: { thread_id: mine, checkpoint_ns: "" } }), undefined);
+  assert.equal(await saver.getTuple(latest), undefined);
+  const listed = [];
+  for await (const t of saver.list({ configurable: { thread_id: mine } })) listed.push(t);
+  assert.deepEqual(listed, []);
+  assert.deepEqual(await threadRecords(mine), []);
+  // The thread's events and the delete's erasure event, in their erased form: no payload.
+  for (const thread of [mine, deleted]) {
+    const erased = (await saver.client.loadSession(thread, { tenant: TENANT })).events;
+    assert.ok(erased.length && erased.every((e) => JSON.stringify(e["payload"]) === "{}" && typeof e["content_digest"] === "string"), JSON.stringify(erased));
+  }
+  const kept = await saver.getTuple({ configurable: { thread_id: other, checkpoint_ns: "" } });
+  assert.deepEqual(kept?.checkpoint.channel_values, values);
+  assert.ok((await saver.client.loadSession(other, { tenant: TENANT })).events.every((e) => JSON.stringify(e["payload"]) !== "{}"));
 });

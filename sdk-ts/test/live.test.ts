@@ -276,6 +276,24 @@ test("checkpoints: state over the inline limit goes to the artifact bucket first
   );
 });
 
+test("checkpoints: erase selects the revisions naming a data subject, and those created before a time", { skip }, async () => {
+  const checkpoints = new CheckpointClient(client);
+  const subject = `customer-${newId()}`;
+  const opts = { format: "application/json", tenant: "acme", expectedRevision: 0 };
+  const named = await checkpoints.save(`erase-${newId()}`, { memo: "theirs" }, { ...opts, dataSubject: subject });
+  const other = await checkpoints.save(`erase-${newId()}`, { memo: "another's" }, opts);
+  const plan = await checkpoints.erase({ dataSubject: subject, dryRun: true, tenant: "acme" });
+  assert.deepEqual(plan.erased.map((c) => [c.id, c.data_subject]), [[named.id, subject]]);
+  // "Before" is strict: the revision created at that instant is not selected, an earlier one is.
+  const older = (await checkpoints.erase({ createdBefore: other.created_at, dryRun: true, tenant: "acme" })).erased.map((c) => c.id);
+  assert.ok(older.includes(named.id) && !older.includes(other.id));
+  await assert.rejects(checkpoints.erase({ createdBefore: "2026-02-30T00:00:00Z", tenant: "acme" }), (err: unknown) => err instanceof InvalidRequest && err.details["path"] === "$.created_before");
+  const done = await checkpoints.erase({ dataSubject: subject, tenant: "acme" });
+  assert.deepEqual(done.erased.map((c) => c.id), [named.id]);
+  await assert.rejects(checkpoints.get(named.id, { tenant: "acme" }), (err: unknown) => err instanceof EntityNotFound && err.details["reason"] === "erased");
+  assert.deepEqual((await checkpoints.get(other.id, { tenant: "acme" })).state, { memo: "another's" });
+});
+
 test("an append the Python SDK will retry", { skip }, async () => {
   const out = process.env["LANELEDGER_TS_OUT"];
   if (out === undefined) return;

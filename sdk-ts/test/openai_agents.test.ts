@@ -77,12 +77,33 @@ test("a Runner run becomes a run on lane main: prompt, inferences, the tool call
   assert.deepEqual((payload(9)["outcome"] as Record<string, unknown>)["result"], "5");
   assert.deepEqual([(payload(5)["outcome"] as Record<string, unknown>)["input_tokens"], (payload(5)["outcome"] as Record<string, unknown>)["output_tokens"]], [11, 7]);
   // Spines: the first inference off the prompt, the tool call off it, the second inference off the first.
+  assert.ok(events.every((e) => !("data_subject" in e))); // a recorder made without one names none
   const id = (i: number) => events[i]?.["id"];
   const cause = (i: number) => events[i]?.["causation_id"];
   assert.equal(cause(4), id(1));
   assert.equal(cause(8), id(5));
   assert.equal(cause(12), id(5));
   assert.equal(cause(15), id(13)); // the turn ends off the last inference
+});
+
+test("dataSubject: every event the recorder records names it, a failed tool's too", { skip }, async () => {
+  const subject = `customer-${Date.now()}`;
+  const named = await OpenAIAgentsRecorder.connect(URL as string, { tenant: "acme", dataSubject: subject });
+  const broken = tool({ name: "add", description: "adds", parameters: z.object({ a: z.number(), b: z.number() }), execute: async () => { throw new Error("adder is down"); } });
+  const group = `oa-subject-${Date.now()}`;
+  setTraceProcessors([named.processor]);
+  try {
+    await new Runner({ groupId: group }).run(new Agent({ name: "calc", instructions: "add", model: new FakeModel(), tools: [broken] }), "2 + 3?");
+    await named.forceFlush();
+    assert.equal(named.lost, 0);
+    const events = (await named.client.loadSession(group, { tenant: "acme" })).events;
+    assert.ok(events.some((e) => e["event_type"] === "attempt.failed"));
+    assert.equal(events.length, 17); // start (3), inference, the failed tool, inference (4 each), end (2)
+    assert.deepEqual(new Set(events.map((e) => e["data_subject"])), new Set([subject]));
+  } finally {
+    setTraceProcessors([recorder.processor]);
+    await named.close();
+  }
 });
 
 test("a failing tool is attempt.failed (tool_error) and action.failed; a recorder that cannot record stops nothing and counts it", { skip }, async () => {
