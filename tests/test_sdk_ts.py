@@ -73,7 +73,7 @@ async def test_the_typescript_sdk_against_a_real_ledger(
         NODE.path or "node",
         "--test",
         "--test-reporter=tap",
-        *compiled("vectors", "data_subjects", "live", "langgraph", "openai_agents"),
+        *compiled("vectors", "data_subjects", "erase", "live", "langgraph", "openai_agents"),
         env={"LANELEDGER_TS_NATS_URL": nats_server.url, "LANELEDGER_TS_OUT": str(handoff)},
     )
     assert code == 0, out

@@ -55,6 +55,44 @@ export interface EventsPage { session_id: string; tenant: string; run_id?: strin
 /** A session (or run) whole: its structure and every event, read page by page. */
 export interface SessionView extends Structure { run_ids: string[]; events: CommittedEvent[] }
 
+/** What an erased event names: the erasure event that erased it (spec/erasure.md). */
+export interface ErasureMark { position: number; event_id: string }
+/** What one `erase` request did (spec/erasure.md). `erasure`: the erasure
+ * event's mark (null on a dry run of an erasure not yet committed).
+ * `erased`: events erased now; `already_erased` and `unsealed` (committed
+ * before sealing: they cannot be erased) were left as they were. Ask again
+ * from `next_after_position` while `has_more`. */
+export interface ErasurePage {
+  erasure_id: string;
+  erasure: ErasureMark | null;
+  erased: number;
+  already_erased: number;
+  unsealed: number;
+  has_more: boolean;
+  next_after_position: number;
+  dry_run: boolean;
+}
+/** One request of an erasure: its scope (a session, or one run of it; a data
+ * subject; or, retention, every event of the tenant committed before a
+ * time), who asks (`actorId`, an actor of the tenant) and why (`reason`,
+ * kept forever: no personal data in it). */
+export interface ErasePageOptions {
+  sessionId?: string;
+  runId?: string;
+  dataSubject?: string;
+  committedBefore?: string;
+  actorId: string;
+  reason: string;
+  erasureId: string;
+  afterPosition?: number;
+  limit?: number;
+  dryRun?: boolean;
+  tenant?: string;
+}
+/** A whole erasure: a fresh `erasureId` unless given; `maxPages`, `budgetMs`:
+ * stop after that many pages, or once that long has passed. */
+export interface EraseOptions extends Omit<ErasePageOptions, "erasureId"> { erasureId?: string; maxPages?: number; budgetMs?: number }
+
 export interface AppendCommitted {
   outcome: "committed";
   append_id: string;
@@ -422,6 +460,43 @@ export class LedgerClient {
 
   getReceipt(appendId: string, opts: { tenant?: string } = {}): Promise<AppendCommitted> {
     return this.command("get_receipt", { append_id: appendId, tenant: this.tenant === undefined ? opts.tenant : undefined });
+  }
+
+  // -------------------------------------------------------------- erasure
+
+  /** One request of an erasure (spec/erasure.md): the first commits its
+   * erasure event, each erases the next `limit` events it covers. */
+  erasePage(opts: ErasePageOptions): Promise<ErasurePage> {
+    return this.command("erase", {
+      erasure_id: opts.erasureId, actor_id: opts.actorId, reason: opts.reason,
+      session_id: opts.sessionId, run_id: opts.runId, data_subject: opts.dataSubject, committed_before: opts.committedBefore,
+      after_position: opts.afterPosition ?? 0, limit: opts.limit ?? 200, dry_run: opts.dryRun ?? false, tenant: opts.tenant,
+    });
+  }
+
+  /** Erase the content of a session's events, of one run's, of every event
+   * naming `dataSubject`, or of every event of `tenant` committed before
+   * `committedBefore` (spec/erasure.md), page by page from `afterPosition`
+   * until none is left: the last page, with the counts of all pages. Safe
+   * to call again with the same `erasureId` (after a timeout, say): what is
+   * erased stays so, and the rest is erased. Stopped by `maxPages` or
+   * `budgetMs`, the page says `has_more`: continue with its `erasure_id`
+   * and `next_after_position`. */
+  async erase(opts: EraseOptions): Promise<ErasurePage> {
+    const { maxPages, budgetMs, ...request } = opts;
+    const erasureId = opts.erasureId || newId(); // as Python's `erasure_id or new_id()`
+    const started = performance.now();
+    const totals = { erased: 0, already_erased: 0, unsealed: 0 };
+    let after = opts.afterPosition ?? 0;
+    for (let pages = 1; ; pages++) {
+      const page = await this.erasePage({ ...request, erasureId, afterPosition: after });
+      totals.erased += page.erased;
+      totals.already_erased += page.already_erased;
+      totals.unsealed += page.unsealed;
+      const spent = (maxPages !== undefined && pages >= maxPages) || (budgetMs !== undefined && performance.now() - started >= budgetMs);
+      if (!page.has_more || spent) return { ...page, ...totals };
+      after = page.next_after_position;
+    }
   }
 
   // -------------------------------------------------------------- appends

@@ -10,7 +10,7 @@ import { after, before, test } from "node:test";
 
 import {
   appendDigest, EntityNotFound, Guard, IdempotencyViolation, InvalidRequest, LaneConflict, LaneRecorder, LedgerClient,
-  LedgerUnavailable, newId, TenantMismatch, GUARD_GUARANTEES, RequestTooLarge, CheckpointClient, EntityConflict, generatePrivateKey, makeEvent, SignatureRequired, signEvent,
+  LedgerUnavailable, newId, TenantMismatch, type ErasePageOptions, type ErasurePage, GUARD_GUARANTEES, RequestTooLarge, CheckpointClient, EntityConflict, generatePrivateKey, makeEvent, SignatureRequired, signEvent,
 } from "../src/index.js";
 
 const URL = process.env["LANELEDGER_TS_NATS_URL"];
@@ -292,6 +292,67 @@ test("checkpoints: erase selects the revisions naming a data subject, and those 
   assert.deepEqual(done.erased.map((c) => c.id), [named.id]);
   await assert.rejects(checkpoints.get(named.id, { tenant: "acme" }), (err: unknown) => err instanceof EntityNotFound && err.details["reason"] === "erased");
   assert.deepEqual((await checkpoints.get(other.id, { tenant: "acme" })).state, { memo: "another's" });
+});
+
+test("erase: a session page by page, the counts summed; the same erasure again erases nothing twice; another tenant's is not found", { skip }, async () => {
+  const session = `ts-erase-${newId()}`;
+  const recorder = await LaneRecorder.open(client, "acme", session, "r1", "main", { actorId });
+  await recorder.append(Array.from({ length: 5 }, (_, i) => recorder.event("note.acme.step", { actorId, payload: { i, memo: "marker-erase-5e1f" } })));
+  const kept = await LaneRecorder.open(client, "acme", `ts-kept-${newId()}`, "r1", "main", { actorId });
+  await kept.append([kept.event("note.acme.step", { actorId, payload: { memo: "kept" } })]);
+  // Every page the loop asks for, seen through a client whose erasePage records them.
+  const pages: ErasurePage[] = [];
+  const watched = Object.assign(Object.create(client) as LedgerClient, {
+    erasePage: async (opts: ErasePageOptions) => {
+      const page = await client.erasePage(opts);
+      pages.push(page);
+      return page;
+    },
+  });
+  const reason = "Art. 17 request";
+  const done = await watched.erase({ sessionId: session, actorId, reason, limit: 2, tenant: "acme" });
+  assert.deepEqual(pages.map((p) => [p.erasure_id, p.erased, p.has_more]), [[done.erasure_id, 2, true], [done.erasure_id, 2, true], [done.erasure_id, 1, false]]);
+  assert.deepEqual([done.erased, done.already_erased, done.unsealed, done.has_more, done.dry_run], [5, 0, 0, false, false]);
+  assert.ok(done.erasure !== null && pages.every((p) => p.erasure?.position === done.erasure?.position), "one erasure event, committed by the first page");
+  const events = (await client.loadSession(session)).events;
+  assert.equal(events.length, 5);
+  for (const event of events) {
+    assert.deepEqual([event["payload"], event["erased"]], [{}, done.erasure], JSON.stringify(event));
+    assert.equal(typeof event["content_digest"], "string");
+  }
+  assert.deepEqual((await client.loadSession(kept.lane.session_id)).events[0]?.["payload"], { memo: "kept" });
+
+  // The same erasure again (after a timeout, say): the same event, nothing erased twice.
+  const again = await client.erase({ sessionId: session, actorId, reason, erasureId: done.erasure_id, limit: 2, tenant: "acme" });
+  assert.deepEqual([again.erasure, again.erased, again.already_erased, again.has_more], [done.erasure, 0, 5, false]);
+  // Another tenant's producer: acme's session is not found, as every id of another tenant.
+  const globex = await LedgerClient.connect(URL as string, { tenant: "globex" });
+  try {
+    const globexActor = (await globex.ensureActor("globex", "agent:ts-sdk@1", "agent")).id;
+    await assert.rejects(
+      globex.erase({ sessionId: session, actorId: globexActor, reason }),
+      (err: unknown) => err instanceof EntityNotFound && err.details["kind"] === "session",
+    );
+  } finally {
+    await globex.close();
+  }
+});
+
+test("erase: every event naming a data subject, in every session, another subject's kept", { skip }, async () => {
+  const subject = `customer-${newId()}`;
+  const sessions = [`ts-subject-${newId()}`, `ts-subject-${newId()}`];
+  for (const session of sessions) {
+    const recorder = await LaneRecorder.open(client, "acme", session, "r1", "main", { actorId, dataSubject: subject });
+    await recorder.append([recorder.event("note.acme.step", { actorId, payload: { memo: "theirs" } }), recorder.event("note.acme.step", { actorId, dataSubject: "customer-7", payload: { memo: "another's" } })]);
+  }
+  const plan = await client.erase({ dataSubject: subject, actorId, reason: "Art. 17 request", dryRun: true, tenant: "acme" });
+  assert.deepEqual([plan.erasure, plan.erased, plan.dry_run], [null, 2, true]);
+  const done = await client.erase({ dataSubject: subject, actorId, reason: "Art. 17 request", tenant: "acme" });
+  assert.deepEqual([done.erased, done.has_more], [2, false]);
+  for (const session of sessions) {
+    const events = (await client.loadSession(session)).events;
+    assert.deepEqual(events.map((e) => [e["data_subject"], e["payload"], e["erased"] ?? null]), [[subject, {}, done.erasure], ["customer-7", { memo: "another's" }, null]]);
+  }
 });
 
 test("an append the Python SDK will retry", { skip }, async () => {
