@@ -190,9 +190,11 @@ def encodings(value: str) -> list[bytes]:
 def holding(paths: list[Path], values: list[str]) -> list[tuple[str, str]]:
     found = []
     for path in paths:
-        if path.exists():
+        try:
             data = path.read_bytes()
-            found += [(path.name, v) for v in values for form in encodings(v) if form in data]
+        except FileNotFoundError:  # not made, or gone since listed (nats-server's *.blk.tmp)
+            continue
+        found += [(path.name, v) for v in values for form in encodings(v) if form in data]
     return found
 
 

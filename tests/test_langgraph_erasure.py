@@ -44,7 +44,10 @@ def files_holding(root: Path, marker: bytes) -> list[str]:
     forms = encodings(marker)
     hits = []
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        data = path.read_bytes()
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:  # gone since listed (nats-server's *.blk.tmp while it compacts)
+            continue
         if any(form in data for form in forms):
             hits.append(str(path.relative_to(root)))
     return hits

@@ -53,7 +53,10 @@ def files_holding(root: Path, needles: list[bytes]) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for path in root.rglob("*"):
         if path.is_file():
-            data = path.read_bytes()
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:  # gone since listed (nats-server's *.blk.tmp while it compacts)
+                continue
             for needle in needles:
                 if needle in data:
                     found.setdefault(needle.decode(errors="replace"), []).append(str(path.relative_to(root)))
