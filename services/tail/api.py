@@ -56,12 +56,19 @@ def decode_parameters(request: web.Request, params: type[P]) -> P:
         if raw is not None:
             parse_int(raw, name)  # its syntax; its bounds are the Struct's
     try:
-        return msgspec.convert(values, params, strict=False)
+        decoded = msgspec.convert(values, params, strict=False)
     except msgspec.ValidationError as exc:
         message = str(exc).split(" - at `")[0]
         missing = re.fullmatch(r"Object missing required field `(\w+)`", message)
         name = missing[1] if missing else error_path(exc).removeprefix("$.")
         raise InvalidRequest(f"{name}: {message}", parameter=name) from exc
+    # msgspec's lax mode reads the text ``null`` as None for a field that may
+    # be None and is no string (an enum, a number): ``?status=null`` would
+    # mean no filter, where it is a value that is none of the enum's.
+    for name in values:
+        if getattr(decoded, name) is None:
+            raise InvalidRequest(f"{name}: {values[name]!r} is not a valid value", parameter=name)
+    return decoded
 
 
 def within(value: int, name: str, *, high: int) -> int:
