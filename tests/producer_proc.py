@@ -8,7 +8,7 @@ test module: pytest does not collect it).
         [--hot H1,H2,...] [--hot-share 0.5] [--concurrency 4] \\
         [--receipt-timeout 2] [--duration SECONDS] [--time-limit SECONDS] \\
         [--stop-file PATH] [--name NAME] [--cost-share 0.2] \\
-        [--die-after-accepts K] [--resume]
+        [--rate R] [--die-after-accepts K] [--resume]
 
 Each request picks a lane (one of ``--hot``, shared with other producers, with
 probability ``--hot-share``; otherwise any of ``--lanes``), proposes 1–5
@@ -40,6 +40,11 @@ noted that append id in ``FILE.intents`` as ``{"killed_after_accept": id}``.
 ``--resume`` (same ``--out``) first resends every intent with no outcome line
 in FILE — same append id, same events — and records its outcome, then goes on
 as usual.
+
+``--rate R`` starts at most R requests a second (0, the default: as fast as
+the ``--concurrency`` slots free up). The fault suite's short form paces its
+producers so its load is the same amount of work however busy the machine
+is; the long form runs them flat out.
 
 Bounded: no new request starts after ``--requests`` requests, ``--duration``
 seconds or once ``--stop-file`` exists; requests still waiting give up at
@@ -92,6 +97,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--time-limit", type=float, default=90.0, help="give up waiting after this")
     p.add_argument("--stop-file", default=None)
     p.add_argument("--cost-share", type=float, default=0.0)
+    p.add_argument("--rate", type=float, default=0.0, help="requests started per second (0: unpaced)")
     p.add_argument("--die-after-accepts", type=int, default=0)
     p.add_argument("--resume", action="store_true")
     return p.parse_args(argv)
@@ -118,6 +124,7 @@ class Producer:
         self.counter = itertools.count()
         self.outcomes: dict[str, int] = {}
         self.sends = 0
+        self.next_start = self.started  # --rate's schedule, shared by the slots
 
     # -- bounds ------------------------------------------------------------------
 
@@ -202,10 +209,21 @@ class Producer:
         for _ in range(self.args.requests):
             if not self.may_start():
                 return
+            await self.pace()
             index = next(self.counter)
             if index >= self.args.requests:
                 return
             await self.request(index, self.pick())
+
+    async def pace(self) -> None:
+        """Wait for this request's turn under ``--rate`` (no wait unpaced)."""
+        if self.args.rate <= 0:
+            return
+        now = time.monotonic()
+        start = max(now, self.next_start)
+        self.next_start = start + 1.0 / self.args.rate
+        if start > now:
+            await asyncio.sleep(start - now)
 
     async def request(self, index: int, lane: Lane, intent: dict | None = None) -> None:
         if intent is None:
