@@ -90,6 +90,7 @@ async def big_run(client, actor) -> tuple[LaneRecorder, list, list]:
     return main, attempts, [side_attempt]
 
 
+@pytest.mark.slow
 async def test_a_run_larger_than_one_reply_is_planned_and_inspected(
     client, actor, checkpoints: CheckpointClient
 ):

@@ -29,6 +29,7 @@ FLOOD = 80  # requests of about 1 MiB: 80 MiB, above nats-server's 64 MiB max_pe
 GLOBEX_APPENDS = 40
 
 
+@pytest.mark.slow
 async def test_a_flood_of_1_mib_requests_never_drops_the_sequencer(
     nats_server, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

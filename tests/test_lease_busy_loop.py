@@ -32,6 +32,7 @@ from laneledger.services.sequencer.lease import WEDGED_EXIT_STATUS, Lease, Lease
 BUSY_S = 3.0  # three times the TTL of LEASE (1 s)
 
 
+@pytest.mark.slow
 async def test_an_active_sequencer_with_a_busy_event_loop_keeps_its_lease(
     nats_server, js, tmp_path: Path, request: pytest.FixtureRequest
 ):

@@ -58,6 +58,7 @@ async def post(tail, body: dict) -> int:
     return int(answer.json()["seq_id"])
 
 
+@pytest.mark.slow
 async def test_the_inspector_reads_korg_resources_over_stdio_and_http(client, start_tail):
     tail = await start_tail()
     root = await post(tail, call("human:dusk", "user_prompt"))

@@ -89,6 +89,7 @@ async def wait_for_jetstream(urls: list[str], timeout: float = 30.0) -> None:
         await nc.close()
 
 
+@pytest.mark.slow
 async def test_a_service_starting_while_the_first_node_is_down_connects(cluster, tmp_path, request):
     cluster.stop_node(0)
     await wait_for_jetstream(cluster.urls[1:])

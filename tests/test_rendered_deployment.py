@@ -133,6 +133,7 @@ def blob_refs(db: Path, tenant: str) -> list[str]:
     return [m for (body,) in rows for m in re.findall(r'"_ref":"sha256:([0-9a-f]{64})"', str(body))]
 
 
+@pytest.mark.slow
 async def test_the_rendered_deployment_commits_each_append_once_before_and_after_a_failover(
     rendered_deployment: RenderedDeployment,
 ) -> None:
@@ -244,6 +245,7 @@ async def test_korg_writes_go_through_the_ingest_service_as_deployed(
     assert d.permission_violations() == []
 
 
+@pytest.mark.slow
 async def test_a_tenant_erases_its_session_over_http_and_no_file_of_the_deployment_keeps_it(
     rendered_deployment: RenderedDeployment,
 ) -> None:

@@ -65,6 +65,7 @@ async def run(*command: str, env: dict[str, str] | None = None) -> tuple[int, st
     return proc.returncode or 0, out.decode(errors="replace")
 
 
+@pytest.mark.slow
 async def test_the_typescript_sdk_against_a_real_ledger(
     nats_server: NatsServer, sequencer: Sequencer, checkpoint_service: CheckpointService, tmp_path: Path
 ) -> None:
@@ -102,6 +103,7 @@ async def test_the_typescript_sdk_against_a_real_ledger(
 NOT_RUN = "should only store channel_values that have changed (based on newVersions)"
 
 
+@pytest.mark.slow
 async def test_the_langgraph_saver_passes_langgraphs_conformance_suite(
     nats_server: NatsServer, sequencer: Sequencer, checkpoint_service: CheckpointService, tmp_path: Path
 ) -> None:
@@ -202,6 +204,7 @@ async def verify(db: Path) -> None:
     assert code == 0, out
 
 
+@pytest.mark.slow
 async def test_a_tenants_typescript_client_on_the_rendered_deployment(
     rendered_deployment: RenderedDeployment,
 ) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from polling import eventually
 from producer_proc import create_lanes
 from prometheus_client import CollectorRegistry
@@ -27,6 +28,7 @@ N_LANES = 100
 # -- stopping cleanly under load ------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_sigterm_while_the_mirror_publishes_stops_promptly_and_flushes(
     nats_server, sequencer_proc, js, tmp_path: Path
 ):
@@ -75,6 +77,7 @@ async def test_sigterm_while_the_mirror_publishes_stops_promptly_and_flushes(
     assert await compare_with_stream(js, db) == total
 
 
+@pytest.mark.slow
 async def test_stop_ends_even_when_the_mirror_swallows_its_cancel(
     nats_server, nc, tmp_path: Path, monkeypatch
 ):
@@ -110,7 +113,9 @@ async def test_stop_ends_even_when_the_mirror_swallows_its_cancel(
         # Bounded: on a hang, wait_for cancels stop(), whose gather then cancels
         # the mirror a second time (now idle on its queue), which ends it.
         try:
-            await asyncio.wait_for(service.stop(), 15)
+            # The batch waits on the hung mirror: the drain gives up after 1 s
+            # (not the default 10), then the mirror is cancelled.
+            await asyncio.wait_for(service.stop(drain_timeout_s=1.0), 15)
             stopped = True
         except TimeoutError:
             pass

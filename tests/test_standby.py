@@ -221,6 +221,7 @@ async def test_the_standby_follows_and_takes_over_from_a_killed_active_sequencer
     producer.check_held_by(first.db_path, second.db_path)
 
 
+@pytest.mark.slow
 async def test_a_paused_active_sequencer_is_deposed_and_stands_down_when_it_wakes(
     nats_server, js, tmp_path: Path, request: pytest.FixtureRequest
 ):

@@ -293,6 +293,7 @@ async def test_a_tenant_blob_buckets_hold_no_more_than_its_blob_bytes(
         await sequencer.stop()
 
 
+@pytest.mark.slow
 async def test_a_tenants_blob_copy_delays_its_own_requests_not_another_tenants(
     nats_server, nc, js, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -133,6 +133,7 @@ def key_file(tmp: Path, cosigner: Cosigner) -> Path:
     return path
 
 
+@pytest.mark.slow
 async def test_a_witness_cosigns_a_growing_ledger_and_refuses_a_rewritten_or_truncated_one(tmp_path):
     signer = Signer.generate(ORIGIN)
     alice, bob = Cosigner.generate("witness.example/alice"), Cosigner.generate("witness.example/bob")

@@ -194,6 +194,7 @@ async def test_two_writers_on_one_log_are_serialized_by_it(nats_server, nc, js, 
     assert (await js.stream_info("LEDGER_TXLOG")).state.last_seq == 3
 
 
+@pytest.mark.slow
 async def test_two_sequencers_on_one_log_commit_every_request_once(nats_server, nc, js, tmp_path: Path):
     """Both pull from the same append queue and write their own files; the
     log orders their transactions. Every append gets one receipt, every lane

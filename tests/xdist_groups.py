@@ -15,6 +15,12 @@ worker, so they never overlap each other:
 * ``wheel``, ``go``: one build of the wheel, one of the Go checker
   (module-scoped fixtures), not one per worker.
 
+The scheduler hands out the groups first (largest first), then single
+tests in collection order, one or two at a time to whichever worker is free.
+So that no long test is left to run alone at the end while the other
+workers idle, the collection puts the tests marked ``slow`` (more than about
+5 s) before the others when the suite runs this way.
+
 The groups are named here by nodeid prefix, not by ``xdist_group`` marks:
 with pytest 9.2 xdist's loadgroup ignores those marks (it renames nodeids in
 a way pytest no longer reads: pytest-xdist issue #1386), so the controller
@@ -63,7 +69,9 @@ def _group_by_markers(item: pytest.Item) -> str | None:
 
 
 @pytest.hookimpl(trylast=True)  # after conftest.py added the fault marker
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getvalue("dist") == "loadgroup":  # the same order on every worker: a stable sort
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     for item in items:
         wanted = _group_by_markers(item)
         if wanted is not None and group_of(item.nodeid) != wanted:
