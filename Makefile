@@ -31,9 +31,10 @@ run: $(STAMP)
 test-programs:
 	@$(PYTHON) tests/external_programs.py
 
-# In parallel: the tests mostly wait (on nats-servers, processes, timeouts),
-# so more workers than the 2 cores measured here pay off (docs/testing.md).
-# Tests that must not overlap are grouped in tests/conftest.py.
+# In parallel, four workers on the 2 cores measured here: while one test
+# waits (on a server, a process, a timeout), another uses its core
+# (docs/testing.md). Tests that must not overlap are grouped, and the slow
+# ones start first, in tests/xdist_groups.py.
 TEST_WORKERS ?= 4
 # The tests' files (nats-server stores, SQLite files, logs) go to tmpfs where
 # it has 8 GiB free: every JetStream write is fsynced (sync_interval: always),

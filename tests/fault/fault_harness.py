@@ -42,10 +42,6 @@ LONG = os.environ.get("LANELEDGER_FAULT_LONG") == "1"
 N_PRODUCERS = 4
 N_LANES = 60
 N_HOT = 8  # lanes every producer writes to: contention, hence lane_conflict outcomes
-# Requests a second each producer starts. The short form paces them: flat out,
-# they took a core of the machine for as long as a scenario lasted, and a
-# scenario lasts longer the busier the machine, so the suite's own load fed
-# on itself. The long form (``make fault``) runs them unpaced.
 
 
 def scaled(short: Any, long: Any) -> Any:
@@ -53,6 +49,10 @@ def scaled(short: Any, long: Any) -> Any:
     return long if LONG else short
 
 
+# Requests a second each producer starts. The short form paces them: flat out,
+# they took a core of the machine for as long as a scenario lasted, and a
+# scenario lasts longer the busier the machine, so the suite's own load fed
+# on itself. The long form (``make fault``) runs them unpaced.
 PRODUCER_RATE = scaled(15.0, 0.0)
 
 
@@ -166,8 +166,9 @@ class FaultRig:
     ) -> list[ProducerProcess]:
         """Create ``lanes`` lanes and start ``producers`` producer processes that
         append to them until :meth:`finish` (1–5 events per append, a fifth of
-        them cost events, 4 requests in flight each, ``PRODUCER_RATE`` a second); ``urls``: the NATS
-        servers the producers connect to, in turn (default: the services')."""
+        them cost events, 4 requests in flight each, ``PRODUCER_RATE`` started
+        a second); ``urls``: the NATS servers the producers connect to, in
+        turn (default: the services')."""
         self.actor_id, created = await create_lanes(self.nats_url, lanes)
         options = {
             "concurrency": 4,
