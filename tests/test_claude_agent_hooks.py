@@ -460,13 +460,13 @@ async def test_a_request_that_commits_after_its_deny_is_closed_as_denied(
             return await append(*args, **kwargs)
 
         client.append = append_frozen  # type: ignore[method-assign]
+        denied = "frozen"  # the tool call's id
         try:
-            out = await recorder.handle(pre("frozen", session="sess-frozen"))
+            out = await recorder.handle(pre(denied, session="sess-frozen"))
         finally:
             os.kill(pid, signal.SIGCONT)
             client.append = append  # type: ignore[method-assign]
         assert out["hookSpecificOutput"]["permissionDecision"] == "deny"
-        denied = ["frozen"]
         requested: dict[str, Any] = {}
         for _ in range(100):
             events = events_of(await client.load_session("sess-frozen", tenant="acme"))
@@ -475,13 +475,13 @@ async def test_a_request_that_commits_after_its_deny_is_closed_as_denied(
             if failed:
                 break
             await asyncio.sleep(0.1)
-        req = requested[denied[0]]
+        req = requested[denied]
         assert [(f.subject_id, f.causation_id, f.payload["error"]["code"]) for f in failed] == [
             (req.subject_id, req.id, DENIED)
         ]
         # Resent after the fact, the denied call's hook records nothing more.
         count = len(events)
-        await recorder.handle(pre(denied[0], session="sess-frozen"))
+        await recorder.handle(pre(denied, session="sess-frozen"))
         assert len((await client.load_session("sess-frozen", tenant="acme")).events) == count
     sequencer_proc.stop()
     audit = audit_ledger(tmp_path / "ledger.db")
