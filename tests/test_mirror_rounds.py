@@ -2,7 +2,8 @@
 for the server in one round, with one ack wait: small batches arriving faster
 than an ack round trip must not queue up behind each other (the tail would
 see every commit late). On a stream that allows them, a round goes out as
-atomic batches (ADR-50), one ack each; one by one where it does not."""
+atomic batches (ADR-50), one ack each, once it holds ``ATOMIC_FROM`` events;
+one by one where it does not, and when it is smaller."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from polling import eventually
 
 from laneledger.contract.subjects import Subjects
 from laneledger.services.sequencer import mirror as mirror_module
-from laneledger.services.sequencer.mirror import CommittedStreamMirror
+from laneledger.services.sequencer.mirror import ATOMIC_FROM, CommittedStreamMirror
 from laneledger.services.sequencer.streams import ensure_stream, events_stream_config
 from laneledger.store import CommittedRecord
 from laneledger.store.atomicbatch import BATCH_ID, BATCH_SEQUENCE, MAX_MESSAGES
@@ -132,6 +133,22 @@ async def test_a_round_goes_out_as_atomic_batches_of_at_most_a_thousand_events(n
     assert await stored(js, subjects) == [(r.position, r.body) for r in records]
 
 
+async def test_a_round_smaller_than_atomic_from_goes_one_by_one(nc, js, monkeypatch):
+    """A lone request's receipt waits for its round: below ``ATOMIC_FROM``
+    events one by one is the faster way (one fsync per event against an
+    atomic commit's fixed cost), from it on an atomic batch."""
+    subjects = Subjects()
+    mirror = await empty_mirror(nc, js, subjects, atomic=True)
+    sent = spy_on_batches(monkeypatch)
+    small = [record(p) for p in range(1, ATOMIC_FROM)]
+    await mirror._publish_new(small)
+    assert sent == [] and mirror.atomic and mirror.published == ATOMIC_FROM - 1
+    large = [record(p) for p in range(ATOMIC_FROM, 2 * ATOMIC_FROM)]
+    await mirror._publish_new(large)
+    assert sent == [(ATOMIC_FROM - 1, ATOMIC_FROM)]
+    assert await stored(js, subjects) == [(r.position, r.body) for r in small + large]
+
+
 async def test_a_stream_that_stops_allowing_atomic_batches_gets_them_one_by_one(nc, js, monkeypatch):
     subjects = Subjects()
     mirror = await empty_mirror(nc, js, subjects, atomic=True)
@@ -139,11 +156,13 @@ async def test_a_stream_that_stops_allowing_atomic_batches_gets_them_one_by_one(
     config.allow_atomic = False
     await js.update_stream(config)
     sent = spy_on_batches(monkeypatch)
-    await mirror._publish_new([record(1), record(2)])
-    assert sent == [(0, 2)] and not mirror.atomic  # refused once, then the old path
-    await mirror._publish_new([record(3)])
-    assert sent == [(0, 2)]
-    assert await stored(js, subjects) == [(p, record(p).body) for p in (1, 2, 3)]
+    first = [record(p) for p in range(1, ATOMIC_FROM + 1)]
+    await mirror._publish_new(first)
+    assert sent == [(0, ATOMIC_FROM)] and not mirror.atomic  # refused once, then the old path
+    later = [record(p) for p in range(ATOMIC_FROM + 1, 2 * ATOMIC_FROM + 1)]
+    await mirror._publish_new(later)
+    assert sent == [(0, ATOMIC_FROM)]
+    assert await stored(js, subjects) == [(r.position, r.body) for r in first + later]
 
 
 async def test_a_mirror_that_died_between_its_batch_and_the_commit_left_nothing(nc, js):
