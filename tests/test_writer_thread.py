@@ -20,14 +20,15 @@ from prometheus_client import CollectorRegistry
 
 from laneledger.audit.ledger import audit_ledger
 from laneledger.contract.errors import InternalError
-from laneledger.contract.model import AppendCommitted, CreateLane, EnsureActor, encode
+from laneledger.contract.model import AppendCommitted, AppendRejected, CreateLane, EnsureActor, encode
 from laneledger.contract.subjects import REPLY_HEADER, Subjects
 from laneledger.sdk.client import LedgerClient, make_event
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer, SequencerSettings
-from laneledger.services.sequencer.writerthread import WriterThread
+from laneledger.services.sequencer.writerthread import LOOP_COMMIT_BYTES, WriterThread
 from laneledger.store import LedgerWriter, open_ledger
 from laneledger.store.append import PreparedAppend, prepare_append
+from laneledger.store.txlog import MemoryTxLog, TxLogMoved
 
 INLINE_MAX = 2
 
@@ -420,3 +421,133 @@ async def test_commands_and_reads_interleaved_with_appends_never_share_the_conne
     assert overlaps == []
     assert heads == [25] * len(lanes)
     assert audit_ledger(db).events == 25 * len(lanes)
+
+
+class GatedLog(MemoryTxLog):
+    """A log whose append is awaited on the loop (an ``AsyncTxLog``, as
+    JetStream's is) and answers only once ``ack`` is set; ``refuse``: it
+    answers that the log moved on, storing nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ack = asyncio.Event()
+        self.refuse = False
+        self.appending = asyncio.Event()  # set while an append waits for ``ack``
+
+    async def append_async(self, record: bytes, *, after: int) -> int:
+        self.appending.set()
+        try:
+            await self.ack.wait()
+        finally:
+            self.appending.clear()
+        if self.refuse:
+            raise TxLogMoved("the log moved on", expected_last_sequence=after)
+        return self.append(record, after=after)
+
+
+@pytest.fixture
+def logged(ledger):
+    """``ledger`` committing through a ``GatedLog``, with the writer thread
+    in front of it as the sequencer has it with a log (``through_log``)."""
+    ledger, _ = ledger
+    log = GatedLog()
+    ledger.writer.use_txlog(log)
+    ledger.writer.catch_up()  # seeds the log with the actor and the lane
+    ledger.thread.shutdown()  # replaced: shut down by the fixture it came from
+    ledger.thread = WriterThread(ledger.writer, inline_commit_max=INLINE_MAX, through_log=True)
+    return ledger, log
+
+
+async def test_with_a_log_a_small_batch_awaits_its_append_on_the_loop_and_calls_queue_behind_it(logged):
+    ledger, log = logged
+    assert ledger.writer.commits_on_loop
+    committing = await ledger.thread.commit(ledger.appends(INLINE_MAX))
+    await asyncio.wait_for(log.appending.wait(), 2)  # on the loop, no thread waiting for it
+    assert not ledger.thread.idle and not committing.done()
+    # A read handed over meanwhile waits: the batch's transaction holds the connection.
+    read = ledger.thread.call(ledger.stored_seqs)
+    await asyncio.sleep(0.05)
+    assert not read.done()
+    log.ack.set()
+    result = await asyncio.wait_for(committing, 2)
+    assert [r.positions for r in result.receipts] == [[1], [2]]
+    assert await asyncio.wait_for(read, 2) == [1, 2]  # after the commit, and seeing it
+    await asyncio.wait_for(ledger.thread.until_idle(), 2)
+    assert ledger.writer.txlog_seq == len(log.records)
+
+
+@pytest.mark.parametrize(
+    ("requests", "events", "request_bytes"),
+    [(INLINE_MAX + 1, 1, 0), (1, INLINE_MAX + 1, 0), (1, 1, LOOP_COMMIT_BYTES + 1)],
+    ids=["requests", "events", "bytes"],
+)
+async def test_with_a_log_a_heavy_batch_is_applied_whole_on_the_thread(
+    logged, requests, events, request_bytes
+):
+    """Too many requests, events (one request may hold a thousand) or bytes
+    to write on the loop: the thread writes it, and waits for the log."""
+    ledger, log = logged
+    log.ack.set()
+    on_thread: list[bool] = []
+    apply_batch = ledger.writer.apply_batch
+
+    def recorded(batch):
+        on_thread.append(threading.current_thread() is not threading.main_thread())
+        return apply_batch(batch)
+
+    ledger.writer.apply_batch = recorded  # type: ignore[method-assign]
+    batch = ledger.appends(requests, events)
+    result = await asyncio.wait_for(await ledger.thread.commit(batch, request_bytes=request_bytes), 5)
+    assert on_thread == [True] and len(result.committed) == requests * events
+
+
+async def test_a_refused_append_on_the_loop_writes_nothing_and_the_file_reads_the_log_next(logged):
+    ledger, log = logged
+    log.refuse = True
+    log.ack.set()
+    batch = ledger.appends(1)
+    with pytest.raises(TxLogMoved):
+        await asyncio.wait_for(await ledger.thread.commit(batch), 2)
+    assert ledger.stored_seqs() == [] and ledger.writer.last_position == 0
+    # Behind now (the record may have landed): the next batch reads the log on the thread first.
+    assert not ledger.writer.commits_on_loop
+    log.refuse = False
+    result = await asyncio.wait_for(await ledger.thread.commit(batch), 5)
+    assert [r.positions for r in result.receipts] == [[1]]
+    assert ledger.writer.commits_on_loop
+
+
+async def test_a_commit_on_the_loop_is_not_cancelled_with_its_awaiter(logged):
+    """Like a batch on the thread, it ends on its own: a cancel mid-append
+    would leave the file behind a record that may have landed."""
+    ledger, log = logged
+    committing = await ledger.thread.commit(ledger.appends(1))
+    await asyncio.wait_for(log.appending.wait(), 2)
+    waiter = asyncio.ensure_future(committing)
+    await asyncio.sleep(0)
+    waiter.cancel()
+    await asyncio.gather(waiter, return_exceptions=True)
+    log.ack.set()
+    await asyncio.wait_for(ledger.thread.until_idle(), 2)
+    assert ledger.stored_seqs() == [1] and ledger.writer.txlog_seq == len(log.records)
+
+
+async def test_a_refusal_decided_on_the_loop_is_decided_again_where_the_log_is_read(logged):
+    """A batch that wrote nothing but refused a request may have been
+    decided on a file behind the log: it goes to the thread, whose writer
+    reads the log before it refuses (``LedgerWriter.apply_batch``)."""
+    ledger, log = logged
+    log.ack.set()
+    ledger.seq = 5  # expects a head the lane does not have
+    decided_on: list[bool] = []
+    apply_batch = ledger.writer.apply_batch
+
+    def recorded(batch):
+        decided_on.append(threading.current_thread() is not threading.main_thread())
+        return apply_batch(batch)
+
+    ledger.writer.apply_batch = recorded  # type: ignore[method-assign]
+    result = await asyncio.wait_for(await ledger.thread.commit(ledger.appends(1)), 5)
+    assert decided_on == [True]
+    [receipt] = result.receipts
+    assert isinstance(receipt, AppendRejected) and receipt.error.code == "lane_conflict"

@@ -15,20 +15,22 @@ from laneledger.services.sequencer.__main__ import main
 from laneledger.store.txlogstream import JetStreamTxLog
 
 DIE_AFTER = int(os.environ["LANELEDGER_TEST_DIE_AFTER_TXLOG_APPEND"])
-_real_append = JetStreamTxLog.append
+# Every append ends here, on the event loop: a batch committed on the loop
+# awaits it, one on the writer thread waits for it (JetStreamTxLog.append).
+_real_append = JetStreamTxLog.append_async
 _appends = 0
 
 
-def _append_then_die(self: JetStreamTxLog, record: bytes, *, after: int) -> int:
+async def _append_then_die(self: JetStreamTxLog, record: bytes, *, after: int) -> int:
     global _appends
-    seq = _real_append(self, record, after=after)
+    seq = await _real_append(self, record, after=after)
     _appends += 1
     if _appends >= DIE_AFTER:
         os._exit(137)
     return seq
 
 
-JetStreamTxLog.append = _append_then_die  # type: ignore[method-assign]
+JetStreamTxLog.append_async = _append_then_die  # type: ignore[method-assign]
 
 if __name__ == "__main__":
     sys.exit(main())

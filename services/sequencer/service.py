@@ -163,9 +163,10 @@ class SequencerSettings:
     # floods wait a third as long as with two, for the same throughput).
     unanswered_batches: int = 1
     # A batch of at most this many requests commits on the event loop, once
-    # the writer thread is idle (writerthread.py: cheaper than the hand-off);
-    # a larger one is written on the loop too and only its COMMIT (the
-    # fsync) runs on the thread, while the loop prepares the next batch.
+    # the writer thread is idle (writerthread.py: cheaper than the hand-off),
+    # with the log its append awaited there; a larger one is written on the
+    # loop too and only its COMMIT (the fsync) runs on the thread, while the
+    # loop prepares the next batch (with the log: applied on the thread).
     inline_commit_max: int = 32
     idle_wait_s: float = 0.5  # how long one wait for new requests lasts
     # How long one pull request for append requests lasts: a stop waits for
@@ -230,7 +231,7 @@ class Sequencer:
             writer.inline_usage.limit = lambda tenant: tenants.limits_of(tenant).inline_bytes
         # Every use of the writer goes through it: batches, commands, reads.
         self._writer_thread = WriterThread(
-            writer, inline_commit_max=settings.inline_commit_max, on_thread_only=settings.txlog
+            writer, inline_commit_max=settings.inline_commit_max, through_log=settings.txlog
         )
         self._halt = asyncio.Event()  # set: the pull loop stops (stop(), or standing down)
         self._tasks: list[asyncio.Task[None]] = []  # what ``wait`` watches
@@ -689,7 +690,7 @@ class Sequencer:
         # Waits for the writer thread (commits are in order anyway; what arrives
         # meanwhile makes the next batch larger), then commits on the loop or
         # hands the COMMIT to the thread (writerthread.py).
-        committing = await self._writer_thread.commit(prepared)
+        committing = await self._writer_thread.commit(prepared, request_bytes=work.bytes)
         batch = _Batch(msgs, outcomes, committing, started, inboxes, work, scrub)
         self._unanswered.add(work)
         await in_flight.put(batch)

@@ -22,10 +22,20 @@ nothing can run in between, and whatever is handed over later queues behind
 its commit. The writer enforces the rest: while a staged batch is open, any
 other use of it raises, and only its own ``commit_staged`` (run here) ends it.
 
-With a transaction log (``on_thread_only``) every batch is applied on the
-thread, whole: the writer then waits for the log's acknowledgement, and may
-read the log before it writes (store/txlog.py), and both are waits on the
-event loop, which would deadlock there.
+With a transaction log (``through_log``) the writer waits for the log's
+acknowledgement before its ``COMMIT``, and may read the log before it writes
+(store/txlog.py); the log runs on the event loop. A light batch (at most
+``inline_commit_max`` requests and as many events, at most
+``LOOP_COMMIT_BYTES`` of requests), when the file need not read the log first
+(``LedgerWriter.commits_on_loop``), is written on the loop and the log's
+append awaited there (``commit_staged_on_loop``): handing it to the thread,
+which handed the append back to the loop and waited, cost three hops
+between the threads per batch (spec/replication.md, "Fencing by the log",
+has the figures). Until that batch has committed, anything handed over (a
+command, a read) waits its turn behind it, as it would on the thread. Every
+other batch is applied on the thread, whole: a large one's writing would
+hold the loop, and a read of the log, waited for on the loop, would
+deadlock there.
 """
 
 from __future__ import annotations
@@ -35,22 +45,29 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from laneledger.contract.model import AppendRejected
 from laneledger.store.append import PreparedAppend
 from laneledger.store.batch import BatchResult
 from laneledger.store.writer import LedgerWriter
 
 T = TypeVar("T")
+# With a log, the most request bytes a batch written on the loop may hold:
+# hashing and storing them stays well under a millisecond of the loop's time.
+LOOP_COMMIT_BYTES = 64 * 1024
 
 
 class WriterThread:
-    def __init__(self, writer: LedgerWriter, *, inline_commit_max: int, on_thread_only: bool = False) -> None:
+    def __init__(self, writer: LedgerWriter, *, inline_commit_max: int, through_log: bool = False) -> None:
         self._writer = writer
         self._inline_commit_max = inline_commit_max
-        self._on_thread_only = on_thread_only
+        self._through_log = through_log
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger-writer")
         # Calls handed to the thread that have not returned (or been cancelled
-        # before starting). Changed on the event loop only.
+        # before starting), and the batch committing on the loop with the
+        # calls queued behind it. Changed on the event loop only.
         self._in_hand = 0
+        # The batch whose log append is awaited on the loop, while it is.
+        self._on_loop: asyncio.Future[BatchResult] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
         self._shut = False
@@ -64,15 +81,20 @@ class WriterThread:
         while not self.idle:
             await self._idle.wait()
 
-    async def commit(self, batch: list[PreparedAppend]) -> asyncio.Future[BatchResult]:
+    async def commit(
+        self, batch: list[PreparedAppend], *, request_bytes: int = 0
+    ) -> asyncio.Future[BatchResult]:
         """Apply ``batch`` and commit it in one transaction, after everything
         handed over before it. Returns once the batch is the writer's: the
         future is its outcome (``InternalError``: nothing of it was written),
-        done already when it committed on the loop."""
+        done already when it committed on the loop. ``request_bytes``: the
+        size of its requests, which bounds what is written on the loop."""
         await self.until_idle()
         self._refuse_if_shut()
         writer = self._writer
-        if self._on_thread_only:
+        if self._through_log:
+            if self._light(batch, request_bytes) and writer.commits_on_loop:
+                return self._commit_on_loop(batch)
             return self._hand_over(writer.apply_batch, batch)
         outcome: asyncio.Future[BatchResult] = asyncio.get_running_loop().create_future()
         try:
@@ -89,17 +111,85 @@ class WriterThread:
             writer.roll_back_staged(staged)  # the thread refused it: leave nothing open
             raise
 
+    def _light(self, batch: list[PreparedAppend], request_bytes: int) -> bool:
+        """Whether writing ``batch`` costs the loop little: few requests, few
+        events (one request may hold a thousand) and few bytes."""
+        limit = self._inline_commit_max
+        return (
+            len(batch) <= limit
+            and request_bytes <= LOOP_COMMIT_BYTES
+            and sum(len(append.request.events) for append in batch) <= limit
+        )
+
+    def _commit_on_loop(self, batch: list[PreparedAppend]) -> asyncio.Future[BatchResult]:
+        """Stage ``batch`` here and await its log append here; its outcome
+        as ``commit``'s. A batch that wrote nothing is decided at once,
+        unless it refused a request: that is decided again on the thread,
+        where the file can first read what the log holds beyond it
+        (``LedgerWriter.apply_batch``)."""
+        writer = self._writer
+        loop = asyncio.get_running_loop()
+        outcome: asyncio.Future[BatchResult] = loop.create_future()
+        try:
+            staged = writer.stage_batch(batch)
+            if not staged.writes:
+                result = writer.commit_staged(staged)  # nothing to log: ends it
+                if any(isinstance(r, AppendRejected) for r in result.receipts):
+                    return self._hand_over(writer.apply_batch, batch)
+                outcome.set_result(result)
+                return outcome
+        except Exception as exc:  # noqa: BLE001 - delivered to whoever awaits the outcome
+            outcome.set_exception(exc)
+            return outcome
+        self._take()
+        committing = loop.create_task(writer.commit_staged_on_loop(staged), name="ledger-commit-on-loop")
+        self._on_loop = committing
+
+        def ended(_: asyncio.Future[BatchResult]) -> None:
+            self._on_loop = None
+            self._returned()
+
+        committing.add_done_callback(ended)
+        # Not cancelled with whoever awaits it: like a batch on the thread,
+        # it ends on its own (a cancel mid-append would leave the file behind).
+        return asyncio.shield(committing)
+
     def call(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """``fn(*args)`` on the thread, after everything handed over before
         it: a command or a read that uses the writer or its reader."""
         self._refuse_if_shut()
-        return self._hand_over(fn, *args)
+        if self._on_loop is None:
+            return self._hand_over(fn, *args)
+        # Behind the batch committing on the loop: its transaction holds the
+        # connection. Counted in hand from now, so no batch overtakes it.
+        self._take()
+        return asyncio.ensure_future(self._call_after(self._on_loop, fn, *args))
+
+    async def _call_after(self, first: asyncio.Future[BatchResult], fn: Callable[..., T], *args: Any) -> T:
+        try:
+            await asyncio.wait({first})  # its outcome is its own awaiter's
+            handed = self._submit(fn, *args)
+        except BaseException:
+            self._returned()  # cancelled before it was handed over
+            raise
+        return await handed
 
     def _hand_over(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
-        loop = asyncio.get_running_loop()
-        handed = self._pool.submit(fn, *args)
+        self._take()
+        return self._submit(fn, *args)
+
+    def _take(self) -> None:
         self._in_hand += 1
         self._idle.clear()
+
+    def _submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """``fn(*args)`` on the thread, already counted in hand."""
+        loop = asyncio.get_running_loop()
+        try:
+            handed = self._pool.submit(fn, *args)
+        except BaseException:
+            self._returned()
+            raise
         # Counted down when fn has returned, not when an awaiting task gives up
         # (a cancelled asyncio wrapper says done while fn still runs).
         handed.add_done_callback(lambda _: loop.call_soon_threadsafe(self._returned))

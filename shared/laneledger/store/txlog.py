@@ -26,7 +26,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
@@ -382,4 +382,15 @@ class TxLog(Protocol):
         its end is left out; the writer's next append goes after it). The
         last position may be below ``after`` (a log lost or reset): none then.
         Raises ``TxLogUnavailable`` if the log cannot be read."""
+        ...
+
+
+@runtime_checkable
+class AsyncTxLog(TxLog, Protocol):
+    """A log whose append can also be awaited on the event loop it runs on
+    (``JetStreamTxLog``): the sequencer commits a small batch there, without
+    a thread waiting for that loop (services/sequencer/writerthread.py)."""
+
+    async def append_async(self, record: bytes, *, after: int) -> int:
+        """``append``, awaited on the log's own event loop."""
         ...

@@ -34,6 +34,7 @@ from laneledger.store import txlogseed
 from laneledger.store.txlog import (
     ERASING,
     TXLOG_KEY,
+    AsyncTxLog,
     TxLog,
     TxLogMoved,
     TxLogUnavailable,
@@ -65,6 +66,8 @@ class TxLogSync:
         # The replicated log every transaction is stored on before its COMMIT
         # (store/txlog.py, ``use``); None: the file alone.
         self.txlog: TxLog | None = None
+        # The same log where its append can be awaited on the event loop.
+        self._async_log: AsyncTxLog | None = None
         self.txlog_seq = applied_position(conn, TXLOG_KEY, what="ledger read failed")
         # The log may hold what the file lacks (at start: a crash after the
         # log's ack; later: an append whose outcome was unknown, or another
@@ -88,6 +91,7 @@ class TxLogSync:
     def use(self, txlog: TxLog, *, seed: bool) -> None:
         """Store every transaction on ``txlog`` from now on (``LedgerWriter.use_txlog``)."""
         self.txlog = txlog
+        self._async_log = txlog if isinstance(txlog, AsyncTxLog) else None
         self._seed_allowed = seed
         self.behind = True
         # The log, replicated, is what makes a commit durable now: the file
@@ -117,28 +121,60 @@ class TxLogSync:
     def commit_writes(self, writes: Writes, position_before: int, position: int) -> None:
         """End the open transaction that ran ``writes``: with a log, store
         them on it first, and commit only once it holds them."""
+        if self.txlog is None:
+            with failures_as("ledger commit failed", roll_back=self._db, position=position):
+                commit(self._db)
+            self._committed(writes, position)
+            return
+        record = encode_record(writes, position_before=position_before, position=position)
+        try:
+            seq = self.txlog.append(record, after=self.txlog_seq)
+        except (TxLogMoved, TxLogUnavailable):
+            self._abandon(position)
+            raise
+        self._commit_logged(writes, seq, position)
+
+    @property
+    def logs_on_loop(self) -> bool:
+        """Whether ``commit_writes_async`` may end the next transaction: a
+        log whose append can be awaited on the event loop, and a file that
+        need not read the log first (that read waits on a thread)."""
+        return self._async_log is not None and not self.behind and self._seed is None
+
+    async def commit_writes_async(self, writes: Writes, position_before: int, position: int) -> None:
+        """``commit_writes`` through a log, the append awaited on the event
+        loop that owns it rather than on a thread waiting for that loop.
+        Whatever stops the append (a refusal, a timeout, a cancel) rolls the
+        transaction back and makes the file read the log before its next use:
+        the record may have landed."""
+        assert self._async_log is not None
+        record = encode_record(writes, position_before=position_before, position=position)
+        try:
+            seq = await self._async_log.append_async(record, after=self.txlog_seq)
+        except BaseException:
+            self._abandon(position)
+            raise
+        self._commit_logged(writes, seq, position)
+
+    def _abandon(self, position: int) -> None:
+        self.behind = True
+        with failures_as("ledger rollback failed", position=position):
+            roll_back(self._db)
+
+    def _commit_logged(self, writes: Writes, seq: int, position: int) -> None:
+        # From here the log holds the transaction: if the file fails to
+        # take it, it is behind the log and reads it back before going on.
         db = self._db
-        if self.txlog is not None:
-            record = encode_record(writes, position_before=position_before, position=position)
-            try:
-                seq = self.txlog.append(record, after=self.txlog_seq)
-            except (TxLogMoved, TxLogUnavailable):
-                self.behind = True
-                with failures_as("ledger rollback failed", position=position):
-                    roll_back(db)
-                raise
-            # From here the log holds the transaction: if the file fails to
-            # take it, it is behind the log and reads it back before going on.
-            self.behind = True
-            with failures_as("ledger commit failed", roll_back=db, position=position):
-                record_applied_position(db, TXLOG_KEY, seq)
-                index_record(db, [(st.name, rows) for st, rows in writes], seq)
-                commit(db)
-            self.txlog_seq = seq
-            self.behind = False
-        else:
-            with failures_as("ledger commit failed", roll_back=db, position=position):
-                commit(db)
+        self.behind = True
+        with failures_as("ledger commit failed", roll_back=db, position=position):
+            record_applied_position(db, TXLOG_KEY, seq)
+            index_record(db, [(st.name, rows) for st, rows in writes], seq)
+            commit(db)
+        self.txlog_seq = seq
+        self.behind = False
+        self._committed(writes, position)
+
+    def _committed(self, writes: Writes, position: int) -> None:
         self.last_position = position
         if not self.wal_shredded or any(statement.name in ERASING for statement, _ in writes):
             self._shred_wal()

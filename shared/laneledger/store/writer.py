@@ -253,15 +253,36 @@ class LedgerWriter:
         Raises ``InternalError`` when SQLite fails; then nothing of the batch
         is written. Either way the connection is free again."""
         self._check_staged(staged)
-        state = staged.state
         try:
             if staged.writes:
                 self._log.commit_writes(staged.writes, staged.position_before, staged.position)
         finally:
             self._staged = None
-        self._lookups.move_heads(state.heads)
-        self.inline_usage.add(state.inline_bytes)
-        return BatchResult(staged.receipts, state.committed)
+        return self._staged_result(staged)
+
+    @property
+    def commits_on_loop(self) -> bool:
+        """Whether the next staged batch may end in ``commit_staged_on_loop``:
+        the log's append can be awaited on the event loop, and nothing need
+        be read from the log before the batch is staged."""
+        return self._log.logs_on_loop
+
+    async def commit_staged_on_loop(self, staged: StagedBatch) -> BatchResult:
+        """``commit_staged`` with the log's append awaited on the event loop
+        that runs the log (``commits_on_loop``): no thread waits for that
+        loop. Until it returns the batch holds the connection, as staged."""
+        self._check_staged(staged)
+        try:
+            if staged.writes:
+                await self._log.commit_writes_async(staged.writes, staged.position_before, staged.position)
+        finally:
+            self._staged = None
+        return self._staged_result(staged)
+
+    def _staged_result(self, staged: StagedBatch) -> BatchResult:
+        self._lookups.move_heads(staged.state.heads)
+        self.inline_usage.add(staged.state.inline_bytes)
+        return BatchResult(staged.receipts, staged.state.committed)
 
     def roll_back_staged(self, staged: StagedBatch) -> None:
         """Undo what ``stage_batch`` wrote, when it cannot go on to its
