@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
+import nats
 from polling import eventually
 
 from laneledger.contract.subjects import Subjects
@@ -147,6 +148,29 @@ async def test_a_round_smaller_than_atomic_from_goes_one_by_one(nc, js, monkeypa
     await mirror._publish_new(large)
     assert sent == [(ATOMIC_FROM - 1, ATOMIC_FROM)]
     assert await stored(js, subjects) == [(r.position, r.body) for r in small + large]
+
+
+async def test_on_a_replicated_stream_every_round_is_an_atomic_batch(cluster, monkeypatch):
+    """On R3 a message one by one is a consensus round of its own: a small
+    round goes as one batch, as large ones do."""
+    subjects = Subjects()
+    client = await nats.connect(cluster.urls)
+    try:
+        js = client.jetstream()
+        await ensure_stream(js, events_stream_config(subjects.events_stream, subjects, 3, atomic=True))
+        mirror = CommittedStreamMirror(
+            client,
+            subjects,
+            subjects.events_stream,
+            read_after=lambda pos, n: asyncio.sleep(0, []),
+            ledger_last_position=lambda: 0,
+        )
+        await mirror.catch_up()
+        sent = spy_on_batches(monkeypatch)
+        await mirror._publish_new([record(1), record(2)])
+        assert sent == [(0, 2)] and mirror.published == 2
+    finally:
+        await client.close()
 
 
 async def test_a_stream_that_stops_allowing_atomic_batches_gets_them_one_by_one(nc, js, monkeypatch):

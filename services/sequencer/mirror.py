@@ -7,9 +7,9 @@ at start-up, after a crash between commit and publish, after a failed
 publish — the mirror reads the stream's last sequence and republishes what
 the ledger has beyond it.
 
-A round of ``ATOMIC_FROM`` events or more is published as atomic batches
-(``laneledger.store.atomicbatch``, ADR-50) when the server and the stream
-allow them: up to 1,000 events stored as a unit with one ack (and one
+A round of ``ATOMIC_FROM`` events or more (on a replicated stream, any
+round) is published as atomic batches (``laneledger.store.atomicbatch``,
+ADR-50) when the server and the stream allow them: up to 1,000 events stored as a unit with one ack (and one
 fsync), fenced by ``Nats-Expected-Last-Sequence`` on the first. A smaller
 round, and every round where batches are not allowed, goes one by one:
 each message carries that header, publishes are pipelined and only the
@@ -73,7 +73,8 @@ _LANE_SUBJECTS = 10_000
 # whatever its size (up to 64 events), and a round one by one in 0.4 ms
 # plus 0.27 ms per event (an fsync each): equal at about 11 events. A lone
 # request's receipt waits for its round, so small rounds go one by one (on
-# R3 one by one is as fast as a batch at every size up to 64 events).
+# R3 each message one by one is a consensus round of its own, and the
+# receipts of a loaded cluster came later: there every round is a batch).
 # spec/replication.md, "Atomic batches".
 ATOMIC_FROM = 10
 
@@ -142,6 +143,7 @@ class CommittedStreamMirror:
         # Atomic batches: set from the server's version and the stream's
         # allow_atomic at each catch-up; off for good once the stream refuses one.
         self.atomic = False
+        self._atomic_from = ATOMIC_FROM  # the smallest atomic round, set with ``atomic``
         # Each lane's subject on the stream, by (tenant, session, run, lane):
         # four tokens to check or hash per event otherwise. Bounded: emptied
         # when it holds _LANE_SUBJECTS lanes.
@@ -286,6 +288,8 @@ class CommittedStreamMirror:
             info = await self._js.stream_info(self._stream)
         last = info.state.last_seq
         self.atomic = bool(info.config.allow_atomic) and supports_atomic(self._nc)
+        # Replicated, every message one by one is a consensus round of its own.
+        self._atomic_from = ATOMIC_FROM if (info.config.num_replicas or 1) == 1 else 1
         ledger_last = self._ledger_last()
         if last > ledger_last:
             raise StreamFault(
@@ -391,7 +395,7 @@ class CommittedStreamMirror:
         batches when allowed and the round has ``ATOMIC_FROM`` events or
         more, else one by one."""
         done = 0
-        if self.atomic and len(items) >= ATOMIC_FROM:
+        if self.atomic and len(items) >= self._atomic_from:
             for chunk in batches([len(body) for _, _, body in items]):
                 first, last = items[chunk.start][0], items[chunk.stop - 1][0]
                 try:
