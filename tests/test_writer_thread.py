@@ -551,3 +551,23 @@ async def test_a_refusal_decided_on_the_loop_is_decided_again_where_the_log_is_r
     assert decided_on == [True]
     [receipt] = result.receipts
     assert isinstance(receipt, AppendRejected) and receipt.error.code == "lane_conflict"
+
+
+async def test_calls_queued_behind_a_commit_on_the_loop_keep_their_order(logged):
+    """A call made as the commit ends, before those queued behind it were
+    handed to the thread, still runs after them."""
+    ledger, log = logged
+    ran: list[str] = []
+    committing = await ledger.thread.commit(ledger.appends(1))
+    await asyncio.wait_for(log.appending.wait(), 2)
+    first = ledger.thread.call(ran.append, "first")
+    second = ledger.thread.call(ran.append, "second")
+    # Made the moment the commit's outcome is known: before the two queued
+    # calls have had a turn of the loop to go to the thread.
+    third: list[asyncio.Future[None]] = []
+    committing.add_done_callback(lambda _: third.append(ledger.thread.call(ran.append, "third")))
+    log.ack.set()
+    await asyncio.wait_for(committing, 2)
+    await asyncio.wait_for(asyncio.gather(first, second, *third), 2)
+    assert ran == ["first", "second", "third"]
+    await asyncio.wait_for(ledger.thread.until_idle(), 2)

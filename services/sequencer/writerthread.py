@@ -66,8 +66,10 @@ class WriterThread:
         # before starting), and the batch committing on the loop with the
         # calls queued behind it. Changed on the event loop only.
         self._in_hand = 0
-        # The batch whose log append is awaited on the loop, while it is.
+        # The batch whose log append is awaited on the loop, while it is, and
+        # the last call queued behind it (done once handed to the thread).
         self._on_loop: asyncio.Future[BatchResult] | None = None
+        self._last_queued: asyncio.Future[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
         self._shut = False
@@ -158,20 +160,29 @@ class WriterThread:
         """``fn(*args)`` on the thread, after everything handed over before
         it: a command or a read that uses the writer or its reader."""
         self._refuse_if_shut()
-        if self._on_loop is None:
+        queued = self._last_queued
+        gate = queued if queued is not None and not queued.done() else self._on_loop
+        if gate is None:
             return self._hand_over(fn, *args)
-        # Behind the batch committing on the loop: its transaction holds the
-        # connection. Counted in hand from now, so no batch overtakes it.
+        # Behind the batch committing on the loop (its transaction holds the
+        # connection) and the calls queued behind it, in order. Counted in
+        # hand from now, so no batch overtakes it.
         self._take()
-        return asyncio.ensure_future(self._call_after(self._on_loop, fn, *args))
+        handed_over = self._last_queued = asyncio.get_running_loop().create_future()
+        return asyncio.ensure_future(self._call_after(gate, handed_over, fn, *args))
 
-    async def _call_after(self, first: asyncio.Future[BatchResult], fn: Callable[..., T], *args: Any) -> T:
+    async def _call_after(
+        self, gate: asyncio.Future[Any], handed_over: asyncio.Future[None], fn: Callable[..., T], *args: Any
+    ) -> T:
         try:
-            await asyncio.wait({first})  # its outcome is its own awaiter's
+            try:
+                await asyncio.wait({gate})  # its outcome is its own awaiter's
+            except BaseException:
+                self._returned()  # cancelled before it was handed over
+                raise
             handed = self._submit(fn, *args)
-        except BaseException:
-            self._returned()  # cancelled before it was handed over
-            raise
+        finally:
+            handed_over.set_result(None)  # the next queued call may go
         return await handed
 
     def _hand_over(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
