@@ -33,9 +33,11 @@ def record(position: int) -> CommittedRecord:
     )
 
 
-async def empty_mirror(nc, js, subjects: Subjects, atomic: bool = False) -> CommittedStreamMirror:
+async def empty_mirror(
+    nc, js, subjects: Subjects, atomic: bool = False, replicas: int = 1
+) -> CommittedStreamMirror:
     """A mirror of an empty ledger onto a new committed stream."""
-    await ensure_stream(js, events_stream_config(subjects.events_stream, subjects, 1, atomic=atomic))
+    await ensure_stream(js, events_stream_config(subjects.events_stream, subjects, replicas, atomic=atomic))
     mirror = CommittedStreamMirror(
         nc,
         subjects,
@@ -156,16 +158,7 @@ async def test_on_a_replicated_stream_every_round_is_an_atomic_batch(cluster, mo
     subjects = Subjects()
     client = await nats.connect(cluster.urls)
     try:
-        js = client.jetstream()
-        await ensure_stream(js, events_stream_config(subjects.events_stream, subjects, 3, atomic=True))
-        mirror = CommittedStreamMirror(
-            client,
-            subjects,
-            subjects.events_stream,
-            read_after=lambda pos, n: asyncio.sleep(0, []),
-            ledger_last_position=lambda: 0,
-        )
-        await mirror.catch_up()
+        mirror = await empty_mirror(client, client.jetstream(), subjects, atomic=True, replicas=3)
         sent = spy_on_batches(monkeypatch)
         await mirror._publish_new([record(1), record(2)])
         assert sent == [(0, 2)] and mirror.published == 2

@@ -445,6 +445,20 @@ class GatedLog(MemoryTxLog):
         return self.append(record, after=after)
 
 
+def applied_where(ledger: Ledger) -> list[bool]:
+    """Per ``apply_batch`` of the ledger's writer from now on: whether it
+    ran on a thread other than the loop's."""
+    on_thread: list[bool] = []
+    apply_batch = ledger.writer.apply_batch
+
+    def recorded(batch):
+        on_thread.append(threading.current_thread() is not threading.main_thread())
+        return apply_batch(batch)
+
+    ledger.writer.apply_batch = recorded  # type: ignore[method-assign]
+    return on_thread
+
+
 @pytest.fixture
 def logged(ledger):
     """``ledger`` committing through a ``GatedLog``, with the writer thread
@@ -488,14 +502,7 @@ async def test_with_a_log_a_heavy_batch_is_applied_whole_on_the_thread(
     to write on the loop: the thread writes it, and waits for the log."""
     ledger, log = logged
     log.ack.set()
-    on_thread: list[bool] = []
-    apply_batch = ledger.writer.apply_batch
-
-    def recorded(batch):
-        on_thread.append(threading.current_thread() is not threading.main_thread())
-        return apply_batch(batch)
-
-    ledger.writer.apply_batch = recorded  # type: ignore[method-assign]
+    on_thread = applied_where(ledger)
     batch = ledger.appends(requests, events)
     result = await asyncio.wait_for(await ledger.thread.commit(batch, request_bytes=request_bytes), 5)
     assert on_thread == [True] and len(result.committed) == requests * events
@@ -539,14 +546,7 @@ async def test_a_refusal_decided_on_the_loop_is_decided_again_where_the_log_is_r
     ledger, log = logged
     log.ack.set()
     ledger.seq = 5  # expects a head the lane does not have
-    decided_on: list[bool] = []
-    apply_batch = ledger.writer.apply_batch
-
-    def recorded(batch):
-        decided_on.append(threading.current_thread() is not threading.main_thread())
-        return apply_batch(batch)
-
-    ledger.writer.apply_batch = recorded  # type: ignore[method-assign]
+    decided_on = applied_where(ledger)
     result = await asyncio.wait_for(await ledger.thread.commit(ledger.appends(1)), 5)
     assert decided_on == [True]
     [receipt] = result.receipts
