@@ -9,12 +9,13 @@ the ledger has beyond it.
 
 A round of ``ATOMIC_FROM`` events or more (on a replicated stream, any
 round) is published as atomic batches (``laneledger.store.atomicbatch``,
-ADR-50) when the server and the stream allow them: up to 1,000 events stored as a unit with one ack (and one
-fsync), fenced by ``Nats-Expected-Last-Sequence`` on the first. A smaller
-round, and every round where batches are not allowed, goes one by one:
-each message carries that header, publishes are pipelined and only the
-last asks for an ack (``_publish_one_by_one``). Rounds are published one
-after another by a single task, in position order.
+ADR-50) when the server and the stream allow them: up to 1,000 events
+stored as a unit with one ack (and one fsync), fenced by
+``Nats-Expected-Last-Sequence`` on the first. A smaller round, and every
+round where batches are not allowed, goes one by one: each message carries
+that header, publishes are pipelined and only the last asks for an ack
+(``_publish_one_by_one``). Rounds are published one after another by a
+single task, in position order.
 
 A message on the stream that the ledger did not write (published by a user
 that should not have been able to, spec/wire.md "Foreign messages") takes a
@@ -392,8 +393,9 @@ class CommittedStreamMirror:
 
     async def _publish(self, items: list[tuple[int, str, bytes]]) -> None:
         """Publish (position, subject, body) in position order: as atomic
-        batches when allowed and the round has ``ATOMIC_FROM`` events or
-        more, else one by one."""
+        batches when allowed and the round is large enough for one
+        (``ATOMIC_FROM`` on an R1 stream, any round on a replicated one),
+        else one by one."""
         done = 0
         if self.atomic and len(items) >= self._atomic_from:
             for chunk in batches([len(body) for _, _, body in items]):

@@ -164,9 +164,10 @@ class SequencerSettings:
     unanswered_batches: int = 1
     # A batch of at most this many requests commits on the event loop, once
     # the writer thread is idle (writerthread.py: cheaper than the hand-off),
-    # with the log its append awaited there; a larger one is written on the
-    # loop too and only its COMMIT (the fsync) runs on the thread, while the
-    # loop prepares the next batch (with the log: applied on the thread).
+    # with the log its append awaited there (and at most this many events
+    # and LOOP_COMMIT_BYTES); a larger one is written on the loop too and
+    # only its COMMIT (the fsync) runs on the thread, while the loop prepares
+    # the next batch (with the log: applied on the thread, whole).
     inline_commit_max: int = 32
     idle_wait_s: float = 0.5  # how long one wait for new requests lasts
     # How long one pull request for append requests lasts: a stop waits for

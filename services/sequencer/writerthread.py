@@ -29,7 +29,7 @@ acknowledgement before its ``COMMIT``, and may read the log before it writes
 ``LOOP_COMMIT_BYTES`` of requests), when the file need not read the log first
 (``LedgerWriter.commits_on_loop``), is written on the loop and the log's
 append awaited there (``commit_staged_on_loop``): handing it to the thread,
-which handed the append back to the loop and waited, cost three hops
+which handed the append back to the loop and waited, cost four hand-offs
 between the threads per batch (spec/replication.md, "Fencing by the log",
 has the figures). Until that batch has committed, anything handed over (a
 command, a read) waits its turn behind it, as it would on the thread. Every
