@@ -66,10 +66,10 @@ class WriterThread:
         # before starting), and the batch committing on the loop with the
         # calls queued behind it. Changed on the event loop only.
         self._in_hand = 0
-        # The batch whose log append is awaited on the loop, while it is, and
-        # the last call queued behind it (done once handed to the thread).
-        self._on_loop: asyncio.Future[BatchResult] | None = None
-        self._last_queued: asyncio.Future[None] | None = None
+        # What a new call waits for while it is not done: the batch committing
+        # on the loop, or the last call queued behind it (done once that call
+        # is on the thread).
+        self._queue_end: asyncio.Future[Any] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
         self._shut = False
@@ -145,13 +145,8 @@ class WriterThread:
             return outcome
         self._take()
         committing = loop.create_task(writer.commit_staged_on_loop(staged), name="ledger-commit-on-loop")
-        self._on_loop = committing
-
-        def ended(_: asyncio.Future[BatchResult]) -> None:
-            self._on_loop = None
-            self._returned()
-
-        committing.add_done_callback(ended)
+        self._queue_end = committing
+        committing.add_done_callback(lambda _: self._returned())
         # Not cancelled with whoever awaits it: like a batch on the thread,
         # it ends on its own (a cancel mid-append would leave the file behind).
         return asyncio.shield(committing)
@@ -160,15 +155,14 @@ class WriterThread:
         """``fn(*args)`` on the thread, after everything handed over before
         it: a command or a read that uses the writer or its reader."""
         self._refuse_if_shut()
-        queued = self._last_queued
-        gate = queued if queued is not None and not queued.done() else self._on_loop
-        if gate is None:
+        gate = self._queue_end
+        if gate is None or gate.done():
             return self._hand_over(fn, *args)
         # Behind the batch committing on the loop (its transaction holds the
         # connection) and the calls queued behind it, in order. Counted in
         # hand from now, so no batch overtakes it.
         self._take()
-        handed_over = self._last_queued = asyncio.get_running_loop().create_future()
+        handed_over = self._queue_end = asyncio.get_running_loop().create_future()
         return asyncio.ensure_future(self._call_after(gate, handed_over, fn, *args))
 
     async def _call_after(
