@@ -15,7 +15,16 @@ from polling import eventually
 
 from laneledger.contract.subjects import Subjects, token
 from laneledger.runtime.tenants import Tenants, parse_tenants
-from laneledger.services.sequencer.intake import TOKEN_BYTES, BatchBudget, Gate, Intake, TokenBucket, Work
+from laneledger.services.sequencer.intake import (
+    THROTTLED_SLICE_S,
+    TOKEN_BYTES,
+    BatchBudget,
+    Gate,
+    Intake,
+    TokenBucket,
+    Work,
+    _Source,
+)
 from laneledger.services.sequencer.streams import SEQUENCER_CONSUMER
 
 SUBJECTS = Subjects()
@@ -59,6 +68,67 @@ def test_the_bucket_takes_a_request_once_it_holds_its_cost() -> None:
     assert not bucket.ready(50)
     now[0] += 0.02
     assert bucket.ready(50) and not bucket.ready(100)
+
+
+def test_a_bucket_found_dry_is_taken_from_again_only_once_it_holds_a_slice() -> None:
+    # (A rate of 2048/s and clock steps of 1/1024 s keep the tokens exact.)
+    now = [0.0]
+    bucket = TokenBucket(rate=2048.0, burst=100, clock=lambda: now[0])
+    slice_tokens = int(2048 * THROTTLED_SLICE_S)
+    assert slice_tokens == 20
+    bucket.take(100)
+    assert not bucket.ready(1) and bucket.throttled
+    now[0] += 1 / 1024  # two tokens: enough for a request, not for a slice
+    assert not bucket.ready(1)
+    assert bucket.wait_s(1) == pytest.approx((slice_tokens - 2) / 2048)
+    now[0] += 9 / 1024
+    assert bucket.ready(1) and not bucket.throttled
+    for _ in range(slice_tokens):  # the slice is taken a request at a time ...
+        assert bucket.ready(1)
+        bucket.take(1)
+    assert not bucket.ready(1)  # ... until it runs dry again
+    # A request dearer than the slice waits for its own cost, a full bucket at most.
+    assert bucket.wait_s(50) == pytest.approx(50 / 2048)
+    assert bucket.wait_s(1000) == pytest.approx(100 / 2048)
+
+
+def test_a_tenant_within_its_rate_never_waits_for_a_slice() -> None:
+    now = [0.0]
+    bucket = TokenBucket(rate=2000.0, burst=2000, clock=lambda: now[0])
+    for _ in range(10_000):  # 1000 requests a second, one every millisecond
+        assert bucket.ready(1)
+        bucket.take(1)
+        now[0] += 0.001
+    assert not bucket.throttled
+
+
+class _Queued:
+    """A PullFeed's part the batching reads: requests already delivered."""
+
+    def __init__(self, msgs: list[Msg]) -> None:
+        self.msgs = msgs
+
+    def take(self, max_msgs: int) -> list[Msg]:
+        taken, self.msgs = self.msgs[:max_msgs], self.msgs[max_msgs:]
+        return taken
+
+
+def test_a_tenant_over_its_rate_is_batched_a_slice_at_a_time_while_others_go_at_once() -> None:
+    now = [0.0]
+    acme = [Msg(None, subject="ledger.append.acme.l1", data=_request()) for _ in range(500)]  # type: ignore[arg-type]
+    globex = [Msg(None, subject="ledger.append.globex.l1", data=_request())]  # type: ignore[arg-type]
+    intake = Intake(None, None, SUBJECTS, replicas=1, budget=BUDGET)  # type: ignore[arg-type]
+    intake._sources = [
+        _Source("acme", _Queued(acme), TokenBucket(2048.0, 40, clock=lambda: now[0])),  # type: ignore[arg-type]
+        _Source("globex", _Queued([]), TokenBucket(2048.0, 2048, clock=lambda: now[0])),  # type: ignore[arg-type]
+    ]
+    assert [_tenant(m) for m in intake._share()] == ["acme"] * 40  # its burst
+    now[0] += 1 / 1024
+    assert intake._share() == []  # two tokens: acme waits for its slice ...
+    intake._sources[1].feed.msgs = globex  # type: ignore[attr-defined]
+    assert intake._share() == globex  # ... globex, within its rate, does not
+    now[0] += 9 / 1024
+    assert [_tenant(m) for m in intake._share()] == ["acme"] * 20  # 10 ms of acme's rate at once
 
 
 # ------------------------------------------------- against a real server

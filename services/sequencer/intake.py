@@ -89,6 +89,9 @@ TOKEN_BYTES = 1024
 # holds for the sequencer from one tenant (PullFeed). Never below a request's
 # largest size (the server's max_payload), or that request could not be pulled.
 PULL_BYTES = 2 << 20
+# A tenant over its rate is taken from in slices of this much of its rate
+# (``TokenBucket``), not a request at a time.
+THROTTLED_SLICE_S = 0.01
 
 
 class _Shape(msgspec.Struct):
@@ -161,11 +164,29 @@ class _Left:
 class TokenBucket:
     """``rate`` tokens a second, at most ``burst`` at once. A request costing
     ``n`` tokens may be taken once the bucket holds them (a full bucket, for
-    one costing more than the burst: it then goes into debt by the rest)."""
+    one costing more than the burst: it then goes into debt by the rest).
 
-    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+    A bucket found dry (a request it could not pay for) is *throttled*: it
+    is taken from again only once it holds a slice of tokens (``slice_s`` of
+    its rate; at least the request's cost, at most the burst), not each time
+    one token trickles in. A tenant over its rate so sends its backlog in
+    batches of a slice's worth, not one request per batch: each batch costs
+    the sequencer a log write, a commit and a stream round whatever it
+    holds, and a batch per token would spend the event loop every other
+    tenant's receipts wait for (bench/fairness.py). Its requests wait at
+    most ``slice_s`` more; a tenant within its rate never finds it dry."""
+
+    def __init__(
+        self,
+        rate: float,
+        burst: int,
+        clock: Callable[[], float] = time.monotonic,
+        slice_s: float = THROTTLED_SLICE_S,
+    ) -> None:
         self.rate, self.burst, self._clock = rate, burst, clock
         self._tokens, self._at = float(burst), clock()
+        self._slice = max(1, int(rate * slice_s))
+        self.throttled = False
 
     def available(self) -> int:
         now = self._clock()
@@ -176,14 +197,18 @@ class TokenBucket:
     def take(self, n: int) -> None:
         self._tokens -= n
 
+    def _needed(self, n: int) -> int:
+        return min(max(n, self._slice) if self.throttled else n, self.burst)
+
     def ready(self, n: int = 1) -> bool:
         """Whether a request costing ``n`` may be taken now."""
         self.available()
-        return self._tokens >= min(n, self.burst)
+        self.throttled = self._tokens < self._needed(n)
+        return not self.throttled
 
     def wait_s(self, n: int = 1) -> float:
         """How long until a request costing ``n`` may be taken."""
-        return max(0.0, (min(n, self.burst) - self._tokens) / self.rate)
+        return max(0.0, (self._needed(n) - self._tokens) / self.rate)
 
 
 # What a request must wait for before it may go into a batch (None: nothing);
