@@ -30,10 +30,9 @@ from laneledger.services.sequencer.mirror import CommittedStreamMirror, StreamFa
 from laneledger.services.sequencer.service import SequencerSettings
 from laneledger.services.sequencer.streams import ensure_stream, events_stream_config
 
-# One request a batch: one answer waiting for the stream and 8 queued behind it,
-# one being finished, two in flight, and the pull loop holding the next
-# (service.py: _ANSWERING, _PIPELINE).
-BLOCKED_AFTER = 1 + 8 + 1 + 2 + 1
+# One request a batch: the pull loop takes no more once this many batches
+# are committed and waiting for the stream (group commit, spec/replication.md).
+BLOCKED_AFTER = SequencerSettings().max_unanswered_batches
 DRAIN_S = 0.5
 
 
@@ -83,16 +82,17 @@ async def test_standing_down_ends_while_committed_batches_wait_for_a_stream_that
             assert seq.active_tasks() == []
 
             # Nothing was lost: active again on a stream that takes messages,
-            # the mirror publishes every committed event, in order.
+            # the mirror publishes every committed event, in order, and the
+            # requests not taken yet are committed after them.
             config.max_msgs = -1
             await js.update_stream(config)
             await seq.activate()
             await eventually(
-                lambda: seq.mirror.published,
-                until=lambda p: p == before + BLOCKED_AFTER,
-                what="every committed event on the stream",
+                lambda: (seq.mirror.published, seq._writer.last_position),
+                until=lambda p: p == (before + len(lanes),) * 2,
+                what="every request committed and every committed event on the stream",
             )
-            assert await compare_with_stream(js, tmp_path / "ledger.db") == before + BLOCKED_AFTER
+            assert await compare_with_stream(js, tmp_path / "ledger.db") == before + len(lanes)
     finally:
         for task in appending:
             task.cancel()

@@ -1,0 +1,61 @@
+"""Group commit (spec/replication.md, "Group commit"): the sequencer takes no
+new batch while two are unanswered (committed or committing, and waiting
+for the committed stream), so what arrives meanwhile is one batch, not a
+batch per request."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from polling import eventually
+
+from laneledger.contract.model import AppendCommitted
+from laneledger.sdk.client import LedgerClient, make_event
+from laneledger.services.sequencer.service import Sequencer, SequencerSettings
+
+pytestmark = pytest.mark.nats
+
+
+async def test_while_two_batches_wait_for_the_committed_stream_what_arrives_is_one_batch(
+    nats_server, sequencer: Sequencer
+) -> None:
+    assert SequencerSettings().max_unanswered_batches == 2
+    mirror = sequencer.mirror
+    stream_open = asyncio.Event()
+    batches: list[int] = []  # events of each batch the sequencer committed, in order
+    submit, publish = mirror.submit, mirror._publish
+
+    async def counted(records):  # called once per committed batch
+        batches.append(len(records))
+        await submit(records)
+
+    async def held(items):  # the committed stream takes nothing until opened
+        await stream_open.wait()
+        await publish(items)
+
+    mirror.submit, mirror._publish = counted, held  # type: ignore[method-assign]
+    async with await LedgerClient.connect(nats_server.url, timeout=30.0) as client:
+        agent = await client.ensure_actor("acme", "agent:acme", "agent")
+        lanes = [
+            await client.create_lane("acme", "s", "r", f"lane-{i}", actor_id=agent.id) for i in range(10)
+        ]
+
+        def append(i: int):
+            event = make_event(lanes[i].id, "stream.text_delta", actor_id=agent.id, payload={"i": i})
+            return client.submit(lanes[i], 0, [event])
+
+        handles = [await append(0)]
+        await eventually(lambda: len(batches), until=lambda n: n == 1, what="the first batch committed")
+        handles.append(await append(1))
+        await eventually(lambda: len(batches), until=lambda n: n == 2, what="the second batch committed")
+        # Two batches unanswered: each later request arrives on its own, well
+        # apart; taken as they come, each would be a batch of one.
+        for i in range(2, 10):
+            handles.append(await append(i))
+            await asyncio.sleep(0.05)
+        assert batches == [1, 1]
+        stream_open.set()
+        receipts = [await handle.receipt() for handle in handles]
+    assert all(isinstance(r, AppendCommitted) for r in receipts), receipts
+    assert batches == [1, 1, 8]
