@@ -170,7 +170,7 @@ class SequencerSettings:
     # little they hold (group commit): what arrives while this many are
     # committing or waiting for the committed stream joins one larger batch,
     # instead of making batches of a few requests each as fast as the log
-    # acknowledges them. Each batch costs the event loop about a millisecond
+    # acknowledges them. Each batch costs the event loop over a millisecond
     # whatever it holds (a log write, a COMMIT, a stream round, receipts); at
     # 1,400 requests/s batches of 3-4 kept the loop busy enough to double
     # the receipts' latency (spec/replication.md, "Group commit").
