@@ -47,6 +47,21 @@ met by four of the seven, not by the events flood and the fairness scenario.
 No lease lost, no failover in any run. A fourth run, with the display-name
 and checkpoint-state bombs sent by a client that redacts nothing
 (``PassThrough``): redaction bomb 113.2 / 113.2, the others as above.
+
+2026-12-06, after throttled slices and group commit (spec/wire.md,
+spec/replication.md), the same command alone, on a machine slower than the
+day before (bench/fairness.py's shared-stream run: 6,031 against 8,150
+events/s): redaction bomb 28.4 / 37.7, byte flood 33.8 / 39.3, events flood
+102.0 / 126.2, made-up refs 14.7 / 26.7, expensive reads 18.8 / 18.8, quota
+bypass 13.0 / 13.0, the fairness scenario 243.5 / 243.5 (its paced
+producer p99 299.8); the tail's RSS +45.5 MiB. Five of the seven meet the
+target. In the fairness scenario the victim's series is 4-8 ms until acme's
+producer starts, then a few receipts of 135-193 ms while the deployment
+works through acme's burst (2,000 requests at once, then every service
+consuming them on 2 cores), then 10-45 ms while the flood goes on at
+acme's rate; running the tail, checkpoint, metrics and ingest services at
+nice 15 changed nothing, so it is not they that take the CPU from the
+victim's path.
 """
 
 from __future__ import annotations
