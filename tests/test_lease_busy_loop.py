@@ -226,3 +226,32 @@ async def test_a_lease_that_expires_while_it_is_being_created_is_a_miss_not_an_e
         assert await lease.acquire() is False
     finally:
         await nc.close()
+
+
+async def test_release_ends_though_a_renewal_swallows_its_cancel(nats_server):
+    """nats-py's requests use ``asyncio.wait_for``, which in Python 3.11
+    swallows a cancel that arrives as the reply does: the renewal returns as
+    if not cancelled and the renew loop goes on. Giving the lease up must end
+    all the same (a clean stop of the sequencer hung here for good, in a CI
+    run). Here every renewal swallows its cancel, the worst case."""
+    settings = LeaseSettings(ttl_s=1.0, renew_s=0.05, try_s=0.1)
+    holder = LeaseThread(lambda: nats.connect(nats_server.url), "TEST_LEASE", "holder", settings, 1)
+    renewals: list[bool] = []  # True: its cancel was swallowed
+
+    async def renew_swallowing_cancel() -> bool:
+        try:
+            await asyncio.sleep(1.0)
+            renewals.append(False)
+        except asyncio.CancelledError:
+            renewals.append(True)  # as wait_for does when the reply came with it
+        return True
+
+    await holder.open()
+    assert await holder.acquire()
+    assert holder._lease is not None
+    holder._lease.renew = renew_swallowing_cancel  # type: ignore[method-assign]
+    await holder.keep()
+    await asyncio.sleep(0.3)  # renewing: inside a renewal from 0.05 s on
+    async with asyncio.timeout(settings.ttl_s + 2):
+        await holder.release()
+    assert renewals and renewals[0] is True  # the first cancel was swallowed, and it ended anyway

@@ -51,7 +51,10 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
+from laneledger.runtime.servicemain import cancel_tasks
+
 LEASE_KEY = "sequencer"
+RELEASE_TIMEOUT_S = 5.0  # giving the lease up on a clean stop takes at most this
 log = logging.getLogger("laneledger.sequencer.lease")
 T = TypeVar("T")
 
@@ -281,9 +284,12 @@ class LeaseThread:
         await self._across(self._stop_renewing())
 
     async def _stop_renewing(self) -> None:
+        # Cancelled once, a renewal whose reply lands with the cancel swallows
+        # it (3.11's ``wait_for``, in nats-py's requests) and the loop renews
+        # on: ``cancel_tasks`` asks again until it ends (a clean stop of the
+        # sequencer hung here, waiting for it).
         if self._renewing is not None:
-            self._renewing.cancel()
-            await asyncio.gather(self._renewing, return_exceptions=True)
+            await cancel_tasks([self._renewing], timeout_s=self.settings.ttl_s)
             self._renewing = None
 
     async def release(self) -> None:
@@ -292,7 +298,11 @@ class LeaseThread:
         if not self._thread.is_alive():
             return
         try:
-            await self._across(self._release())
+            # Best effort, bounded: unreleased, the lease expires in a TTL.
+            async with asyncio.timeout(RELEASE_TIMEOUT_S):
+                await self._across(self._release())
+        except TimeoutError:
+            log.warning("the lease was not given up within %.0f s; it expires instead", RELEASE_TIMEOUT_S)
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             await asyncio.to_thread(self._thread.join)
