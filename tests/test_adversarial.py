@@ -58,11 +58,12 @@ log's append, 6-34 ms, inside it), 14-22 ms to the committed stream.
 Running the tail, checkpoint, metrics and ingest services (and, once the
 victim had its own process, acme's client too) at nice 15 during the events
 flood changed nothing (p99 97-128 ms in four runs), so it is that path, not
-other processes taking the CPU. In the fairness
-scenario the victim's series is 4-8 ms until acme's producer starts, then a
-few receipts of 135-193 ms while the deployment works through acme's burst
-(2,000 requests at once), then 10-45 ms while the flood goes on at acme's
-rate; renicing the other services changed nothing there either.
+other processes taking the CPU. In the fairness scenario (looked at earlier
+that day, the victim still in the test's process) the victim's series is
+4-8 ms until acme's producer starts, then a few receipts of 135-193 ms while
+the deployment works through acme's burst (2,000 requests at once), then
+10-45 ms while the flood goes on at acme's rate; renicing the other
+services changed nothing there either.
 """
 
 from __future__ import annotations
