@@ -11,7 +11,11 @@ stream holding the batch) and ``answer`` (acks and receipts). The stages are
 timed by wrapping the sequencer's own methods, so this is a diagnostic that
 follows their names. Then a JSON line with the latencies' p50 and max.
 
-    .venv/bin/python bench/heavy_request.py [--requests N] [--events E]
+    .venv/bin/python bench/heavy_request.py [--requests N] [--events E] [--checkpoint-in-commits]
+
+``--checkpoint-in-commits``: the WAL checkpointed inside the writer's
+COMMITs, as SQLite does by default, instead of from a thread of its own
+(``SequencerSettings.checkpoint_aside``), for comparison.
 
 This is the path every smaller request of another tenant waits behind when
 it arrives while a heavy one commits (tests/test_adversarial.py, the events
@@ -76,14 +80,19 @@ timed(Sequencer, "_send_receipts", "answer")
 STAGES = ("prepare", "write", "txlog", "stream", "answer")
 
 
-async def run(requests: int, events: int) -> list[float]:
+async def run(requests: int, events: int, checkpoint_aside: bool = True) -> list[float]:
     with (
         tempfile.TemporaryDirectory(prefix="laneledger-heavy-") as tmp,
         NatsServer(Path(tmp) / "nats") as server,
     ):
         nc = await nats.connect(server.url)
         writer = LedgerWriter(open_ledger(Path(tmp) / "ledger.db"))
-        sequencer = Sequencer(nc, writer, SequencerMetrics(CollectorRegistry()), SequencerSettings())
+        sequencer = Sequencer(
+            nc,
+            writer,
+            SequencerMetrics(CollectorRegistry()),
+            SequencerSettings(checkpoint_aside=checkpoint_aside),
+        )
         await sequencer.start()
         producer_nc = await nats.connect(server.url)
         client = LedgerClient(producer_nc)
@@ -123,15 +132,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=10)
     parser.add_argument("--events", type=int, default=1000)
+    parser.add_argument(
+        "--checkpoint-in-commits",
+        action="store_true",
+        help="the WAL checkpointed inside the writer's COMMITs (SQLite's default)",
+    )
     args = parser.parse_args()
     import uvloop
 
     uvloop.install()
-    latencies = asyncio.run(run(args.requests, args.events))
+    latencies = asyncio.run(run(args.requests, args.events, not args.checkpoint_in_commits))
     print(
         json.dumps(
             {
                 "events_per_request": args.events,
+                "wal_checkpoint": "in commits" if args.checkpoint_in_commits else "aside",
                 "requests": len(latencies),
                 "receipt_p50_ms": round(statistics.median(latencies), 1),
                 "receipt_max_ms": round(max(latencies), 1),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -21,10 +22,12 @@ from laneledger.services.tail.readmodel import ReadModel
 from laneledger.sqlite import (
     BUSY_TIMEOUT_MS,
     Durability,
+    WalCheckpointer,
     applied_position,
     check_schema_version,
     open_database,
     record_applied_position,
+    shred_wal,
     transaction,
 )
 from laneledger.store import open_ledger
@@ -339,3 +342,71 @@ def test_the_metrics_store_waits_for_a_lock_instead_of_failing(tmp_path):
     finally:
         other.close()
         store.close()
+
+
+# -- WAL checkpoints -----------------------------------------------------------------------
+
+
+def write_pages(db: sqlite3.Connection, pages: int, *, per_commit: int = 100) -> None:
+    """About ``pages`` pages of new rows, ``per_commit`` rows a transaction."""
+    first = db.execute("SELECT coalesce(max(n), 0) FROM rows").fetchone()[0] + 1
+    for start in range(first, first + pages, per_commit):
+        with transaction(db, "x write failed") as tx:
+            tx.executemany(
+                "INSERT INTO rows VALUES (?, ?)", [(n, "x" * 4000) for n in range(start, start + per_commit)]
+            )
+
+
+def test_the_wal_is_checkpointed_aside_and_not_in_the_writers_commits(tmp_path, db):
+    """With a ``WalCheckpointer`` the writer's commits no longer copy the WAL
+    into the file every 1000 pages (SQLite's default, inside the COMMIT):
+    its own auto-checkpoint waits for ``WRITER_FALLBACK_PAGES``, and the
+    checkpointer's thread copies the WAL in instead."""
+    file = tmp_path / "x.db"
+    idle = WalCheckpointer(db, every_s=3600)  # started, never coming round in this test
+    assert db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == WalCheckpointer.WRITER_FALLBACK_PAGES
+    before = file.stat().st_size
+    write_pages(db, 1500)
+    assert file.stat().st_size == before  # 1500 pages in the WAL, none copied by the commits
+    assert Path(f"{file}-wal").stat().st_size > 1500 * 4096
+    idle.close()  # at once: its wait ends with the stop
+
+    aside = WalCheckpointer(db, every_s=0.02)
+    try:
+        deadline = time.monotonic() + 10
+        while aside.rounds == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert aside.rounds > 0
+        assert file.stat().st_size > before + 1500 * 4096  # copied in by the thread
+        assert stored(file, "SELECT count(*) FROM rows") == [(1500,)]
+    finally:
+        aside.close()
+
+
+def test_without_a_checkpointer_the_writer_checkpoints_in_its_commits(tmp_path, db):
+    """The contrast the test above relies on: SQLite's default copies the
+    WAL into the file inside a commit once it holds 1000 pages."""
+    file = tmp_path / "x.db"
+    before = file.stat().st_size
+    write_pages(db, 1500)
+    assert file.stat().st_size > before + 900 * 4096
+
+
+def test_no_round_runs_while_paused_so_the_writers_shred_never_finds_the_wal_busy(tmp_path, db):
+    """An erasure's ``shred_wal`` runs on the writer's connection inside
+    ``paused``: the round in hand ends first and no other starts, so the
+    WAL is emptied at once (spec/erasure.md), every time, however often the
+    checkpointer comes round."""
+    aside = WalCheckpointer(db, every_s=0.001)
+    try:
+        for _ in range(30):
+            write_pages(db, 20, per_commit=20)
+            with aside.paused():
+                rounds = aside.rounds
+                assert shred_wal(db)
+                time.sleep(0.01)  # ten of its periods
+                assert aside.rounds == rounds
+            assert Path(f"{tmp_path / 'x.db'}-wal").stat().st_size == 0
+    finally:
+        aside.close()
+    assert aside.rounds > 0

@@ -49,6 +49,7 @@ from laneledger.runtime.servicemain import cancel_tasks, first_task_end
 from laneledger.runtime.tenants import Tenants
 from laneledger.runtime.throttledlog import ThrottledWarning
 from laneledger.sdk.blobstore import BlobBuckets
+from laneledger.sqlite import WalCheckpointer
 from laneledger.store import LedgerWriter
 from laneledger.store.append import PreparedAppend, prepare_append, readable_ids
 from laneledger.store.atomicbatch import supports_atomic
@@ -182,6 +183,10 @@ class SequencerSettings:
     # only its COMMIT (the fsync) runs on the thread, while the loop prepares
     # the next batch (with the log: applied on the thread, whole).
     inline_commit_max: int = 32
+    # Checkpoint the ledger file's WAL from a thread of its own
+    # (laneledger.sqlite.WalCheckpointer), not inside the writer's COMMITs,
+    # which every request behind them waits for.
+    checkpoint_aside: bool = True
     idle_wait_s: float = 0.5  # how long one wait for new requests lasts
     # How long one pull request for append requests lasts: a stop waits for
     # the open one to end (so nothing is delivered after it), at most this.
@@ -258,6 +263,7 @@ class Sequencer:
         self._roles: RoleKeeper | None = None
         self._blob_check: BlobCheck  # opened by start(), before any append is pulled
         self._offloop = OffLoop(settings.redactor, settings.max_request_bytes)
+        self._checkpointer: WalCheckpointer | None = None  # started by start()
         self._unanswered = _Unanswered()  # each pull loop's own (_pull_loop)
         self._commands = RequestServer[Command](
             nc,
@@ -391,6 +397,8 @@ class Sequencer:
 
     async def start(self) -> None:
         s = self._settings
+        if s.checkpoint_aside:
+            self._checkpointer = await self._in_writer(self._writer.checkpoint_aside)
         await self._ensure_events_stream()
         tenants = s.tenants
         blobs = BlobBuckets(
@@ -596,6 +604,8 @@ class Sequencer:
         if self._roles is not None:
             await self._roles.release()
         await self._writer_thread.close()
+        if self._checkpointer is not None:
+            await asyncio.to_thread(self._checkpointer.close)
         await self._offloop.close()
 
     async def _backlog_loop(self, intake: Intake) -> None:

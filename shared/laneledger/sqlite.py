@@ -31,7 +31,9 @@ user moves between the event loop and a worker thread.
 from __future__ import annotations
 
 import enum
+import logging
 import sqlite3
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,6 +41,8 @@ from types import TracebackType
 from typing import Any
 
 from laneledger.contract.errors import InternalError
+
+_log = logging.getLogger("laneledger.sqlite")
 
 # How long a statement waits for another connection's lock before it fails
 # with "database is locked" (every store has one writer; readers never lock
@@ -147,6 +151,63 @@ def shred_wal(conn: sqlite3.Connection) -> bool:
     finally:
         conn.execute(f"PRAGMA busy_timeout = {int(timeout)}")
     return bool(busy == 0)
+
+
+class WalCheckpointer:
+    """Checkpoints a WAL database file from a thread and connection of its
+    own, so that the connection that writes it need not.
+
+    SQLite's auto-checkpoint runs on the committing connection, inside its
+    ``COMMIT``: every ``wal_autocheckpoint`` pages (1000) a commit also copies
+    the WAL into the file and fsyncs both, several milliseconds for the
+    sequencer's heavier batches (bench/heavy_request.py), which every request
+    behind that batch waits for. Here a ``PASSIVE`` checkpoint runs every
+    ``every_s`` instead (it does nothing, not even an fsync, when the WAL holds
+    nothing new, and never blocks the writer), and the writer's own
+    auto-checkpoint is raised to ``WRITER_FALLBACK_PAGES``: it still bounds the
+    WAL should this one fall behind (or be stopped). The writer's
+    ``shred_wal`` runs inside ``paused``: a round in hand would make it
+    find the WAL busy."""
+
+    WRITER_FALLBACK_PAGES = 10_000
+
+    def __init__(self, writer: sqlite3.Connection, *, every_s: float = 0.1) -> None:
+        (_, _, path) = writer.execute("PRAGMA database_list").fetchone()
+        self._every_s = every_s
+        with failures_as("cannot open the WAL checkpointer's connection", path=path):
+            self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self._conn.execute("PRAGMA busy_timeout = 0")  # never waits: the next round tries again
+            writer.execute(f"PRAGMA wal_autocheckpoint = {self.WRITER_FALLBACK_PAGES}")
+        self._stop = threading.Event()
+        self._round = threading.Lock()  # held while a round runs (``paused``)
+        self.rounds = 0  # checkpoints run (tests wait on it)
+        self._thread = threading.Thread(target=self._run, name="sqlite-wal-checkpoint", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every_s):
+            with self._round:
+                try:
+                    self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                except sqlite3.Error as exc:  # a busy file, a full disk: the next round, or the fallback
+                    _log.debug("WAL checkpoint round failed: %s", exc)
+                    continue
+                self.rounds += 1
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """No round runs inside (the one in hand ends first, a few ms at
+        most): for the writer's own checkpoint that must not find this one
+        busy, ``shred_wal`` after an erasure (spec/erasure.md: at once)."""
+        with self._round:
+            yield
+
+    def close(self) -> None:
+        """Stop (after the round in hand) and close its connection; the
+        writer's raised auto-checkpoint stays until it is closed too."""
+        self._stop.set()
+        self._thread.join()
+        self._conn.close()
 
 
 def remove_database(path: str | Path) -> None:

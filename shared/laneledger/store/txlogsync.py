@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from laneledger.contract.errors import IntegrityError
 from laneledger.sqlite import (
     Durability,
+    WalCheckpointer,
     applied_position,
     begin,
     commit,
@@ -77,6 +79,9 @@ class TxLogSync:
         # Whether the last erasure's WAL checkpoint emptied the WAL (``_shred_wal``);
         # while not, every commit tries again.
         self.wal_shredded = True
+        # The file's WAL checkpointed from a thread of its own
+        # (``LedgerWriter.checkpoint_aside``); None: inside the commits.
+        self.checkpointer: WalCheckpointer | None = None
         self.log_restarted_after: int | None = None  # set when an empty log starts after this file
         # With a log that holds nothing of a non-empty file, seed it with the
         # file's rows (store/txlogseed.py) before anything else is appended;
@@ -251,8 +256,11 @@ class TxLogSync:
         """An erasure committed: its bytes leave the WAL too (spec/erasure.md).
         Without waiting for a reader (``shred_wal``): while one holds an older
         snapshot, each later commit tries again, until the WAL is emptied."""
-        with failures_as("ledger WAL checkpoint failed"):
+        with failures_as("ledger WAL checkpoint failed"), self._checkpoints_paused():
             self.wal_shredded = shred_wal(self._db)
+
+    def _checkpoints_paused(self) -> AbstractContextManager[None]:
+        return self.checkpointer.paused() if self.checkpointer is not None else nullcontext()
 
     def _take_seed_record(self, record: TxRecord, seq: int) -> int:
         """A seed's record (store/txlogseed.py): applied to a file that was

@@ -66,6 +66,7 @@ from laneledger.contract.vocabulary import (
     REWOUND,
 )
 from laneledger.sqlite import (
+    WalCheckpointer,
     failures_as,
     roll_back,
     transaction,
@@ -175,6 +176,14 @@ class LedgerWriter:
             log=self._log,
             before_use=self._before_use,
         )
+
+    def checkpoint_aside(self) -> WalCheckpointer:
+        """Checkpoint this file's WAL from a thread of its own from now on,
+        not inside this writer's commits (``WalCheckpointer``); the caller
+        closes it, before this writer's connection."""
+        self._refuse_if_staged()
+        self._log.checkpointer = WalCheckpointer(self._db)
+        return self._log.checkpointer
 
     # ------------------------------------------------------------------ appends
 
