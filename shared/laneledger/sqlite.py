@@ -162,8 +162,8 @@ class WalCheckpointer:
     the WAL into the file and fsyncs both, several milliseconds for the
     sequencer's heavier batches (bench/heavy_request.py), which every request
     behind that batch waits for. Here a ``PASSIVE`` checkpoint runs every
-    ``every_s`` instead (it does nothing, not even an fsync, when the WAL holds
-    nothing new, and never blocks the writer), and the writer's own
+    ``every_s`` instead (little work when the WAL holds nothing new; it never
+    blocks the writer), and the writer's own
     auto-checkpoint is raised to ``WRITER_FALLBACK_PAGES``: it still bounds the
     WAL should this one fall behind (or be stopped). The writer's
     ``shred_wal`` runs inside ``paused``: a round in hand would make it
