@@ -46,7 +46,9 @@ Measured with ``.venv/bin/python -m pytest -s tests/test_adversarial.py
       its paced producer 301.0 / 321.4  284.6 / 298.2
 
 No lease lost, no failover; the tail's RSS grew 45.1 and 55.2 MiB (the
-bound is 176 MiB). Five of the seven meet the target.
+bound is 176 MiB). Five of the seven meet the target. (Before the WAL
+checkpointer of the same day; the events flood alternated against it:
+docs/performance.md.)
 
 The events flood: acme's rate (2,000 tokens/s, a 1000-event request costing
 1,000) lets one heavy request through about every half second, and globex's
