@@ -174,8 +174,9 @@ class WalCheckpointer:
     def __init__(self, writer: sqlite3.Connection, *, every_s: float = 0.1) -> None:
         (_, _, path) = writer.execute("PRAGMA database_list").fetchone()
         self._every_s = every_s
-        with failures_as("cannot open the WAL checkpointer's connection", path=path):
-            self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        what = "the WAL checkpointer's connection"
+        self._conn = open_database(path, durability=Durability.NORMAL, ddl="", what=what)
+        with failures_as(f"cannot set up {what}", path=path):
             self._conn.execute("PRAGMA busy_timeout = 0")  # never waits: the next round tries again
             writer.execute(f"PRAGMA wal_autocheckpoint = {self.WRITER_FALLBACK_PAGES}")
         self._stop = threading.Event()
