@@ -2,12 +2,13 @@
 
 Standing down ends within its drain time even when the committed stream
 never takes what was committed (spec/replication.md, "The lease"): a deposed
-sequencer's successor has written the stream past it, so its receipts, which
-wait for the stream (append step 7), would wait forever. Here the stream,
-real, refuses every message (``max_msgs`` reached, ``discard: new``), so the
-committed batches pile up waiting for it until the pull loop itself waits to
-hand one on; standing down must still end, and the stand-down's cancel must
-reach the batches' finisher, not leave it waiting for the stream.
+sequencer's successor has written the stream past it, so its committed
+batches, outstanding until the stream holds them (group commit), would wait
+forever. Here the stream, real, refuses every message (``max_msgs``
+reached, ``discard: new``), so the committed batches pile up waiting for it
+until the pull loop itself waits to hand one on; standing down must still
+end, and the stand-down's cancel must reach the batches' finisher, not leave
+it waiting for the stream.
 
 And its mirror, finding the stream past its ledger (the successor's
 messages), reports no fault: that is expected of a deposed sequencer, and an
@@ -32,7 +33,7 @@ from laneledger.services.sequencer.streams import ensure_stream, events_stream_c
 
 # One request a batch: the pull loop takes no more once this many batches
 # are committed and waiting for the stream (group commit, spec/replication.md).
-BLOCKED_AFTER = SequencerSettings().max_unanswered_batches
+BLOCKED_AFTER = SequencerSettings().max_outstanding_batches
 DRAIN_S = 0.5
 
 

@@ -151,10 +151,22 @@ class CommittedStreamMirror:
         self._lane_subjects: dict[tuple[str, str, str, str], str] = {}
 
     async def submit(self, records: list[CommittedRecord]) -> None:
-        """Queue one committed batch; waits when the mirror is far behind."""
+        """Queue one committed batch; waits when the mirror is far behind.
+        A batch that committed nothing may still have found the ledger
+        grown (``_queue_unsubmitted``)."""
         if records:
             self._submitted = max(self._submitted, records[-1].position)
             await self._queue.put(records)
+        else:
+            self._queue_unsubmitted()
+
+    def _queue_unsubmitted(self) -> None:
+        """The ledger holds events nobody handed over when the writer read
+        them back from its transaction log: an empty round makes ``run``
+        compare the stream with the ledger and publish them."""
+        if self._ledger_last() > self._submitted and self._queue.empty():
+            self._submitted = self._ledger_last()
+            self._queue.put_nowait([])
 
     @property
     def backlog(self) -> int:
@@ -166,12 +178,7 @@ class CommittedStreamMirror:
         batch wait for this (spec/object-model.md, append step 7)."""
         if self.published >= position:
             return
-        if self._ledger_last() > self._submitted and self._queue.empty():
-            # The ledger holds events nobody handed over: the writer read
-            # them back from its transaction log. An empty round makes
-            # ``run`` compare the stream with the ledger and publish them.
-            self._submitted = self._ledger_last()
-            self._queue.put_nowait([])
+        self._queue_unsubmitted()
         async with self._advanced:
             await self._advanced.wait_for(lambda: self.published >= position)
 

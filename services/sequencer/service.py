@@ -3,8 +3,9 @@
 Pulls append requests from its append streams in batches (``intake.py``:
 LEDGER_APPEND, or one stream per tenant read fairly), applies them with the
 ``LedgerWriter`` in one dedicated thread (one SQLite transaction per batch),
-acks the inbound messages only after the commit, sends each producer its
-receipt, and hands the committed events to the mirror that publishes them on
+acks the inbound messages only after the commit (the transaction log's
+acknowledgement: spec/replication.md), sends each producer its receipt, and
+hands the committed events to the mirror that publishes them on
 LEDGER_EVENTS. Heavy requests are prepared in a worker process first
 (``offloop.py``), so none holds the event loop long. Structure commands and
 reads (``<prefix>.cmd.<op>``, or ``<prefix>.cmd.<tenant>.<op>`` scoped to a
@@ -88,7 +89,7 @@ T = TypeVar("T")
 COMMAND_OPS = ops_of(Command)
 _PIPELINE = 2  # batches committing or waiting to be finished
 _ERASING = 64  # append requests erased at once (JetStream API requests in flight)
-_ANSWERING = 8  # committed batches waiting for the committed stream before their answers
+_ANSWERING = 8  # committed batches waiting for their answers (without the log: for the committed stream)
 
 
 @dataclass
@@ -100,7 +101,7 @@ class _Batch:
     # Where each request's receipt goes: its Ledger-Reply-To when that lies in
     # the requester's inbox, else None (checked once, in _prepare_batch).
     inboxes: list[str | None]
-    # Its events and bytes, held against SequencerSettings.unanswered_batches.
+    # Its events and bytes, held against SequencerSettings.outstanding_batches.
     work: Work
     # Requests that held secrets: securely erased from their append stream once
     # committed, as refused ones are (an ack alone leaves their bytes in the
@@ -108,10 +109,11 @@ class _Batch:
     scrub: list[Msg] = field(default_factory=list)
 
 
-class _Unanswered:
-    """The requests taken and not yet answered: their work (events, bytes)
-    and their batches, which the pull loop keeps under bounds
-    (``unanswered_batches``, ``max_unanswered_batches``)."""
+class _Outstanding:
+    """The requests taken whose batch is not yet both answered and on the
+    committed stream: their work (events, bytes) and their batches, which
+    the pull loop keeps under bounds (``outstanding_batches``,
+    ``max_outstanding_batches``)."""
 
     def __init__(self) -> None:
         self.events = self.bytes = self.batches = 0
@@ -129,7 +131,7 @@ class _Unanswered:
         self._changed.set()
 
     async def below(self, limit: Work, batches: int, timeout: float) -> bool:
-        """Wait (up to ``timeout``) until less than ``limit`` is unanswered,
+        """Wait (up to ``timeout``) until less than ``limit`` is outstanding,
         in both, in fewer than ``batches`` batches."""
         try:
             async with asyncio.timeout(timeout):
@@ -144,11 +146,13 @@ class _Unanswered:
 @dataclass
 class _Answer:
     """A committed batch's acks and receipts, sent once the committed stream
-    holds every position up to ``through`` (the last any receipt reports)."""
+    holds every position up to ``through`` (the last any receipt reports;
+    0 when the transaction log, which took the batch, is the promise)."""
 
     batch: _Batch
     receipts: list[Receipt]
     through: int
+    committed_through: int  # the last position the batch committed (0: none)
 
 
 @dataclass(frozen=True)
@@ -161,21 +165,23 @@ class SequencerSettings:
     # and so another tenant's wait, long); one request is always taken.
     batch_events: int = 1000
     batch_bytes: int = 1 << 20
-    # Batches' worth of events and bytes (batch_events, batch_bytes) taken but
-    # not yet answered (committing, or waiting for the committed stream) at
-    # which no more are taken: what a request taken now waits behind is
-    # bounded in work, not only in batches (one: bench/fairness.py's heavy
-    # floods wait a third as long as with two, for the same throughput).
-    unanswered_batches: int = 1
-    # Batches taken but not yet answered at which no more are taken, however
-    # little they hold (group commit): what arrives while this many are
-    # committing or waiting for the committed stream joins one larger batch,
-    # instead of making batches of a few requests each as fast as the log
+    # Batches' worth of events and bytes (batch_events, batch_bytes)
+    # outstanding (taken, and not yet both answered and on the committed
+    # stream) at which no more are taken: what a request taken now waits
+    # behind is bounded in work, not only in batches (one:
+    # bench/fairness.py's heavy floods wait a third as long as with two, for
+    # the same throughput).
+    outstanding_batches: int = 1
+    # Batches outstanding at which no more are taken, however little they
+    # hold (group commit): what arrives while this many are committing or
+    # on their way to the committed stream joins one larger batch, instead
+    # of making batches of a few requests each as fast as the log
     # acknowledges them. Each batch costs the event loop over a millisecond
     # whatever it holds (a log write, a COMMIT, a stream round, receipts); at
     # 1,400 requests/s batches of 3-4 kept the loop busy enough to double
-    # the receipts' latency (spec/replication.md, "Group commit").
-    max_unanswered_batches: int = 2
+    # the receipts' latency (spec/replication.md, "Group commit"). It also
+    # bounds how far the committed stream trails the receipts.
+    max_outstanding_batches: int = 2
     # A batch of at most this many requests commits on the event loop, once
     # the writer thread is idle (writerthread.py: cheaper than the hand-off),
     # with the log its append awaited there (and at most this many events
@@ -264,7 +270,7 @@ class Sequencer:
         self._blob_check: BlobCheck  # opened by start(), before any append is pulled
         self._offloop = OffLoop(settings.redactor, settings.max_request_bytes)
         self._checkpointer: WalCheckpointer | None = None  # started by start()
-        self._unanswered = _Unanswered()  # each pull loop's own (_pull_loop)
+        self._outstanding = _Outstanding()  # each pull loop's own (_pull_loop)
         self._commands = RequestServer[Command](
             nc,
             base=settings.subjects.command_base,
@@ -632,8 +638,8 @@ class Sequencer:
         """
         s = self._settings
         in_flight: asyncio.Queue[_Batch | None] = asyncio.Queue(maxsize=_PIPELINE)
-        self._unanswered = _Unanswered()
-        unanswered = Work(s.unanswered_batches * s.batch_events, s.unanswered_batches * s.batch_bytes)
+        self._outstanding = _Outstanding()
+        outstanding = Work(s.outstanding_batches * s.batch_events, s.outstanding_batches * s.batch_bytes)
         finisher = asyncio.create_task(self._finish_loop(in_flight), name="sequencer-finish")
         held: list[Msg] = []  # fetched as the stream was found foreign: committed once it is whole
         try:
@@ -647,7 +653,7 @@ class Sequencer:
                     except TimeoutError:
                         pass
                     continue
-                if not await self._unanswered.below(unanswered, s.max_unanswered_batches, s.idle_wait_s):
+                if not await self._outstanding.below(outstanding, s.max_outstanding_batches, s.idle_wait_s):
                     continue
                 msgs, held = held or await intake.next_batch(s.idle_wait_s), []
                 if msgs and not self._stream_whole.is_set():
@@ -716,13 +722,13 @@ class Sequencer:
         # hands the COMMIT to the thread (writerthread.py).
         committing = await self._writer_thread.commit(prepared, request_bytes=work.bytes)
         batch = _Batch(msgs, outcomes, committing, started, inboxes, work, scrub)
-        self._unanswered.add(work)
+        self._outstanding.add(work)
         await in_flight.put(batch)
 
     async def _finish_loop(self, in_flight: asyncio.Queue[_Batch | None]) -> None:
         """Finish batches in commit order; answer them, in the same order, as
-        the committed stream takes them (``_answer_loop``), so committing the
-        next batches overlaps the wait for the stream."""
+        soon as each may be (``_answer_loop``), so committing the next batches
+        overlaps that wait."""
         answers: asyncio.Queue[_Answer | None] = asyncio.Queue(maxsize=_ANSWERING)
         answerer = asyncio.create_task(self._answer_loop(answers), name="sequencer-answer")
         try:
@@ -731,7 +737,7 @@ class Sequencer:
                 if answer is not None:
                     await answers.put(answer)
                 else:  # handed back
-                    self._unanswered.done(batch.work)
+                    self._outstanding.done(batch.work)
             await answers.put(None)
             await answerer
         except BaseException:
@@ -739,20 +745,40 @@ class Sequencer:
             raise
 
     async def _answer_loop(self, answers: asyncio.Queue[_Answer | None]) -> None:
-        """Append step 7: ack a batch's requests and send its receipts only
-        once its events (and every earlier one: a replay's too) are stored on
-        the committed stream, whose replicas make them survive a machine. A
+        """Append step 7: ack a batch's requests and send its receipts, in
+        commit order, once what they report survives a machine: with the
+        transaction log, at once (the log's replicas took the batch before
+        it committed); with ``txlog`` off, once its events (and every
+        earlier one: a replay's too) are stored on the committed stream. A
         crash before that leaves the requests unacked: redelivered, they are
         answered from the ledger, and the mirror publishes what the stream
         lacks when the sequencer starts again."""
-        while (answer := await answers.get()) is not None:
-            await self.mirror.durable_through(answer.through)
-            batch = answer.batch
-            publish = self._nc.publish
-            for msg in batch.msgs:  # plain publishes: no task, no future per message
-                await publish(msg.reply, b"+ACK")
-            await self._send_receipts(batch.msgs, answer.receipts, batch.inboxes)
-            self._unanswered.done(batch.work)
+        on_stream: asyncio.Queue[_Answer | None] = asyncio.Queue()
+        releaser = asyncio.create_task(self._release_loop(on_stream), name="sequencer-release")
+        try:
+            while (answer := await answers.get()) is not None:
+                await self.mirror.durable_through(answer.through)
+                batch = answer.batch
+                publish = self._nc.publish
+                for msg in batch.msgs:  # plain publishes: no task, no future per message
+                    await publish(msg.reply, b"+ACK")
+                await self._send_receipts(batch.msgs, answer.receipts, batch.inboxes)
+                on_stream.put_nowait(answer)
+            on_stream.put_nowait(None)
+            await releaser
+        except BaseException:
+            releaser.cancel()
+            raise
+
+    async def _release_loop(self, on_stream: asyncio.Queue[_Answer | None]) -> None:
+        """A batch answered stays outstanding (held against the pull loop's
+        bounds) until the committed stream holds its events: what arrives
+        meanwhile joins one larger batch (group commit), and the stream
+        trails the receipts by at most that much. The receipts do not wait
+        for this (with the log)."""
+        while (answer := await on_stream.get()) is not None:
+            await self.mirror.durable_through(answer.committed_through)
+            self._outstanding.done(answer.batch.work)
 
     def _prepare_batch(
         self, msgs: list[Msg]
@@ -852,12 +878,17 @@ class Sequencer:
         self._metrics.last_position.set(self._writer.last_position)
         self._count_log_use()
         await self.mirror.submit(result.committed)
-        # What the receipts report, replays included (an event committed
-        # before a restart may still be on its way to the stream).
-        through = max(
-            (r.positions[-1] for r in receipts if isinstance(r, AppendCommitted) and r.positions), default=0
-        )
-        return _Answer(batch, receipts, through)
+        # Without the log, the committed stream is the replicated copy the
+        # receipts wait for: through what they report, replays included (an
+        # event committed before a restart may still be on its way to it).
+        # With the log, its acknowledgement was the promise: what the file
+        # holds, the log held first (a replay's events too).
+        committed_through = result.committed[-1].position if result.committed else 0
+        through = 0
+        if not self._settings.txlog:
+            reported = (r.positions[-1] for r in receipts if isinstance(r, AppendCommitted) and r.positions)
+            through = max(reported, default=0)
+        return _Answer(batch, receipts, through, committed_through)
 
     async def _scrub(self, msgs: list[Msg]) -> None:
         """Erase decided requests from their append stream (those that held
