@@ -63,3 +63,44 @@ async def test_while_two_batches_wait_for_the_committed_stream_what_arrives_is_o
         receipts = [await handle.receipt() for handle in handles]
     assert all(isinstance(r, AppendCommitted) for r in receipts), receipts
     assert batches == [1, 1, 8]
+
+
+async def test_a_batch_answered_frees_its_work_though_the_stream_has_not_taken_it(
+    nats_server, sequencer: Sequencer
+) -> None:
+    """A batch's worth of events unanswered stops the pull loop
+    (``unanswered_batches``); answered, it no longer does, though it is
+    still outstanding until the committed stream has it: a request arriving
+    behind a 1000-event batch waits for that batch's commit, not for its
+    round on the stream too."""
+    settings = SequencerSettings()
+    assert (settings.unanswered_batches, settings.batch_events) == (1, 1000)
+    mirror = sequencer.mirror
+    stream_open = asyncio.Event()
+    batches: list[int] = []
+    submit, publish = mirror.submit, mirror._publish
+
+    async def counted(records):
+        batches.append(len(records))
+        await submit(records)
+
+    async def held(items):
+        await stream_open.wait()
+        await publish(items)
+
+    mirror.submit, mirror._publish = counted, held  # type: ignore[method-assign]
+    async with await LedgerClient.connect(nats_server.url, timeout=30.0) as client:
+        agent = await client.ensure_actor("acme", "agent:acme", "agent")
+        heavy = await client.create_lane("acme", "s", "r", "heavy", actor_id=agent.id)
+        light = await client.create_lane("acme", "s", "r", "light", actor_id=agent.id)
+        events = [make_event(heavy.id, "stream.text_delta", actor_id=agent.id) for _ in range(1000)]
+        first = await (await client.submit(heavy, 0, events)).receipt(timeout=30)
+        assert isinstance(first, AppendCommitted) and batches == [1000]
+        event = make_event(light.id, "stream.text_delta", actor_id=agent.id)
+        second = await (await client.submit(light, 0, [event])).receipt(timeout=10)
+        assert isinstance(second, AppendCommitted) and batches == [1000, 1]
+        assert mirror.published < second.positions[0]  # neither is on the stream yet
+        stream_open.set()
+        await eventually(
+            lambda: mirror.published, until=lambda p: p == second.positions[0], what="both published"
+        )

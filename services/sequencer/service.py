@@ -101,7 +101,7 @@ class _Batch:
     # Where each request's receipt goes: its Ledger-Reply-To when that lies in
     # the requester's inbox, else None (checked once, in _prepare_batch).
     inboxes: list[str | None]
-    # Its events and bytes, held against SequencerSettings.outstanding_batches.
+    # Its events and bytes, held against SequencerSettings.unanswered_batches.
     work: Work
     # Requests that held secrets: securely erased from their append stream once
     # committed, as refused ones are (an ack alone leaves their bytes in the
@@ -109,11 +109,11 @@ class _Batch:
     scrub: list[Msg] = field(default_factory=list)
 
 
-class _Outstanding:
-    """The requests taken whose batch is not yet both answered and on the
-    committed stream: their work (events, bytes) and their batches, which
-    the pull loop keeps under bounds (``outstanding_batches``,
-    ``max_outstanding_batches``)."""
+class _Taken:
+    """What the pull loop took and keeps under bounds: the work (events,
+    bytes) of the requests not yet answered (``unanswered_batches``), and
+    the batches not yet both answered and on the committed stream
+    (``max_outstanding_batches``)."""
 
     def __init__(self) -> None:
         self.events = self.bytes = self.batches = 0
@@ -124,15 +124,23 @@ class _Outstanding:
         self.bytes += work.bytes
         self.batches += 1
 
-    def done(self, work: Work) -> None:
+    def answered(self, work: Work) -> None:
         self.events -= work.events
         self.bytes -= work.bytes
+        self._changed.set()
+
+    def on_stream(self) -> None:
         self.batches -= 1
         self._changed.set()
 
+    def done(self, work: Work) -> None:
+        """A batch handed back: neither answered nor to be published."""
+        self.answered(work)
+        self.on_stream()
+
     async def below(self, limit: Work, batches: int, timeout: float) -> bool:
-        """Wait (up to ``timeout``) until less than ``limit`` is outstanding,
-        in both, in fewer than ``batches`` batches."""
+        """Wait (up to ``timeout``) until less than ``limit`` is unanswered,
+        in both, and fewer than ``batches`` batches are outstanding."""
         try:
             async with asyncio.timeout(timeout):
                 while self.events >= limit.events or self.bytes >= limit.bytes or self.batches >= batches:
@@ -165,14 +173,14 @@ class SequencerSettings:
     # and so another tenant's wait, long); one request is always taken.
     batch_events: int = 1000
     batch_bytes: int = 1 << 20
-    # Batches' worth of events and bytes (batch_events, batch_bytes)
-    # outstanding (taken, and not yet both answered and on the committed
-    # stream) at which no more are taken: what a request taken now waits
-    # behind is bounded in work, not only in batches (one:
-    # bench/fairness.py's heavy floods wait a third as long as with two, for
-    # the same throughput).
-    outstanding_batches: int = 1
-    # Batches outstanding at which no more are taken, however little they
+    # Batches' worth of events and bytes (batch_events, batch_bytes) taken
+    # and not yet answered at which no more are taken: what a request taken
+    # now waits behind (the commits ahead of it) is bounded in work, not only
+    # in batches (one: bench/fairness.py's heavy floods wait a third as long
+    # as with two, for the same throughput).
+    unanswered_batches: int = 1
+    # Batches outstanding (taken, and not yet both answered and on the
+    # committed stream) at which no more are taken, however little they
     # hold (group commit): what arrives while this many are committing or
     # on their way to the committed stream joins one larger batch, instead
     # of making batches of a few requests each as fast as the log
@@ -270,7 +278,7 @@ class Sequencer:
         self._blob_check: BlobCheck  # opened by start(), before any append is pulled
         self._offloop = OffLoop(settings.redactor, settings.max_request_bytes)
         self._checkpointer: WalCheckpointer | None = None  # started by start()
-        self._outstanding = _Outstanding()  # each pull loop's own (_pull_loop)
+        self._taken = _Taken()  # each pull loop's own (_pull_loop)
         self._commands = RequestServer[Command](
             nc,
             base=settings.subjects.command_base,
@@ -638,8 +646,8 @@ class Sequencer:
         """
         s = self._settings
         in_flight: asyncio.Queue[_Batch | None] = asyncio.Queue(maxsize=_PIPELINE)
-        self._outstanding = _Outstanding()
-        outstanding = Work(s.outstanding_batches * s.batch_events, s.outstanding_batches * s.batch_bytes)
+        self._taken = _Taken()
+        unanswered = Work(s.unanswered_batches * s.batch_events, s.unanswered_batches * s.batch_bytes)
         finisher = asyncio.create_task(self._finish_loop(in_flight), name="sequencer-finish")
         held: list[Msg] = []  # fetched as the stream was found foreign: committed once it is whole
         try:
@@ -653,7 +661,7 @@ class Sequencer:
                     except TimeoutError:
                         pass
                     continue
-                if not await self._outstanding.below(outstanding, s.max_outstanding_batches, s.idle_wait_s):
+                if not await self._taken.below(unanswered, s.max_outstanding_batches, s.idle_wait_s):
                     continue
                 msgs, held = held or await intake.next_batch(s.idle_wait_s), []
                 if msgs and not self._stream_whole.is_set():
@@ -722,7 +730,7 @@ class Sequencer:
         # hands the COMMIT to the thread (writerthread.py).
         committing = await self._writer_thread.commit(prepared, request_bytes=work.bytes)
         batch = _Batch(msgs, outcomes, committing, started, inboxes, work, scrub)
-        self._outstanding.add(work)
+        self._taken.add(work)
         await in_flight.put(batch)
 
     async def _finish_loop(self, in_flight: asyncio.Queue[_Batch | None]) -> None:
@@ -737,7 +745,7 @@ class Sequencer:
                 if answer is not None:
                     await answers.put(answer)
                 else:  # handed back
-                    self._outstanding.done(batch.work)
+                    self._taken.done(batch.work)
             await answers.put(None)
             await answerer
         except BaseException:
@@ -763,6 +771,7 @@ class Sequencer:
                 for msg in batch.msgs:  # plain publishes: no task, no future per message
                     await publish(msg.reply, b"+ACK")
                 await self._send_receipts(batch.msgs, answer.receipts, batch.inboxes)
+                self._taken.answered(batch.work)
                 on_stream.put_nowait(answer)
             on_stream.put_nowait(None)
             await releaser
@@ -771,14 +780,14 @@ class Sequencer:
             raise
 
     async def _release_loop(self, on_stream: asyncio.Queue[_Answer | None]) -> None:
-        """A batch answered stays outstanding (held against the pull loop's
-        bounds) until the committed stream holds its events: what arrives
-        meanwhile joins one larger batch (group commit), and the stream
-        trails the receipts by at most that much. The receipts do not wait
-        for this (with the log)."""
+        """A batch answered stays outstanding (``max_outstanding_batches``)
+        until the committed stream holds its events: what arrives meanwhile
+        joins one larger batch (group commit), and the stream trails the
+        receipts by at most that many batches. The receipts do not wait for
+        this (with the log)."""
         while (answer := await on_stream.get()) is not None:
             await self.mirror.durable_through(answer.committed_through)
-            self._outstanding.done(answer.batch.work)
+            self._taken.on_stream()
 
     def _prepare_batch(
         self, msgs: list[Msg]
