@@ -33,22 +33,24 @@ not move when it left (108.8 before, 102.7 after, one run each).
 
 Measured with ``.venv/bin/python -m pytest -s tests/test_adversarial.py
 -p no:cacheprovider``, alone, 2026-12-06, two runs; globex p99 / max in ms
-(p50 5-7 ms throughout; with fewer than 100 appends its p99 is its max):
+(p50 4-11 ms throughout; with fewer than 100 appends its p99 is its max).
+"Before": the same day, before receipts stopped waiting for the committed
+stream (spec/replication.md, "The commit order") and a batch's work
+stopped holding the pull loop once answered ("Group commit").
 
-    attack              run 1          run 2
-    redaction bomb       37.1 /  40.6   40.4 /  55.5
-    byte flood           37.4 /  39.1   36.9 /  43.4
-    events flood        107.6 / 108.7  122.7 / 137.3
-    made-up refs         19.0 /  29.9   15.3 /  19.8
-    expensive reads      25.9 /  25.9   20.7 /  20.7
-    quota bypass         11.6 /  11.6   11.3 /  11.3
-    fairness scenario   293.8 / 293.8  288.6 / 288.6
-      its paced producer 301.0 / 321.4  284.6 / 298.2
+    attack              run 1          run 2          before (two runs)
+    redaction bomb       23.2 /  30.1   27.0 /  29.3   37.1, 40.4
+    byte flood           20.7 /  37.5   17.9 /  22.6   37.4, 36.9
+    events flood         56.7 /  77.5   44.1 /  68.5  107.6, 122.7
+    made-up refs         11.5 /  15.5   13.1 /  16.7   19.0, 15.3
+    expensive reads      13.5 /  13.5   15.4 /  15.4   25.9, 20.7
+    quota bypass          8.7 /   8.7    7.5 /   7.5   11.6, 11.3
+    fairness scenario   254.8 / 290.9  140.8 / 213.7  293.8, 288.6
+      its paced producer 229.6 / 243.4  215.7 / 234.5  301.0, 284.6
 
-No lease lost, no failover; the tail's RSS grew 45.1 and 55.2 MiB (the
-bound is 176 MiB). Five of the seven meet the target. (Before the WAL
-checkpointer of the same day; the events flood alternated against it:
-docs/performance.md.)
+No lease lost, no failover; the tail's RSS grew 59.1 and 50.0 MiB (the
+bound is 176 MiB). Five of the seven meet the target, and the events flood
+in one run of two.
 
 The events flood: acme's rate (2,000 tokens/s, a 1000-event request costing
 1,000) lets one heavy request through about every half second, and globex's
@@ -65,7 +67,18 @@ that day, the victim still in the test's process) the victim's series is
 4-8 ms until acme's producer starts, then a few receipts of 135-193 ms while
 the deployment works through acme's burst (2,000 requests at once), then
 10-45 ms while the flood goes on at acme's rate; renicing the other
-services changed nothing there either.
+services changed nothing there either. Since the afternoon of 2026-12-06 a
+request behind a heavy one waits for its commit only, not for its 14-22 ms
+to the committed stream, nor for its own.
+
+The fairness scenario's burst is bounded by the batch size: with the
+sequencer's ``LANELEDGER_BATCH_SIZE`` 500 (the default), 200 and 100, two
+runs each of this scenario alone (``-k fairness``), globex p99 244 and 188,
+134 and 136, 90 and 92 ms; the sequencer alone drains 7,662 and 7,724, 7,020
+and 6,954, 5,699 and 6,057 events/s (``bench/drain.py --requests 20000
+--batch-size N``). Even 100 misses 50 ms, the rest being the other
+services' share of two cores while they take in acme's 1000 requests, so
+the default stays.
 """
 
 from __future__ import annotations
