@@ -12,15 +12,23 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import msgspec
 import pytest
+from failure_logs import show_log_on_failure
 from ledger_fixtures import start_sequencer
+from polling import eventually
+from sequencer_process import SequencerProcess
+from service_process import REPO, ServiceProcess
 
+from laneledger.audit.stream import compare_with_stream
 from laneledger.sdk.client import AppendHandle, LedgerClient, make_event
 from laneledger.services.sequencer.mirror import CommittedStreamMirror
 from laneledger.services.sequencer.service import SequencerSettings
 from laneledger.store.txlog import decode_record
 
 pytestmark = pytest.mark.nats
+
+LOOPBACK_HTTP = ("--http-host", "127.0.0.1", "--http-port", "0")
 
 
 @asynccontextmanager
@@ -93,3 +101,44 @@ async def test_without_the_log_a_receipt_waits_for_its_event_on_the_committed_st
         assert receipt.positions == [1]
         stored = await js.get_msg("LEDGER_EVENTS", 1)
         assert stored.headers and stored.data
+
+
+async def test_a_receipt_outlives_a_sequencer_that_died_before_publishing_its_events(
+    nats_server, js, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The active sequencer dies (as SIGKILL would) after sending a receipt
+    and before its mirror published a single event: the log alone holds
+    them. A successor on a new disk, rebuilt from the log, publishes them on
+    the committed stream at the receipt's positions."""
+    crashing = ServiceProcess(
+        "mirror_crash_sequencer",
+        ["--nats", nats_server.url, "--db", str(tmp_path / "crashing.db"), *LOOPBACK_HTTP],
+        tmp_path,
+        env={"PYTHONPATH": str(REPO / "tests")},
+    )
+    show_log_on_failure(request, crashing)
+    crashing.start()
+    async with await LedgerClient.connect(nats_server.url, timeout=5.0) as client:
+        actor = await client.ensure_actor("acme", "agent:crash", "agent")
+        lane = await client.create_lane("acme", "s1", "r1", "main", actor_id=actor.id)
+        events = [make_event(lane.id, "stream.text_delta", actor_id=actor.id) for _ in range(3)]
+        receipt = await client.append(lane, 0, events, retries=0, timeout=10.0)
+        assert receipt.positions == [1, 2, 3]
+        await eventually(lambda: crashing.running, until=lambda running: not running, what="the crash")
+        assert (await js.stream_info("LEDGER_EVENTS")).state.last_seq == 0
+
+    successor_db = tmp_path / "successor.db"
+    successor = SequencerProcess(nats_server.url, successor_db, log_dir=tmp_path / "successor")
+    show_log_on_failure(request, successor)
+    successor.start()
+    try:
+        await eventually(
+            lambda: js.stream_info("LEDGER_EVENTS"),
+            until=lambda info: info.state.last_seq == 3,
+            what="the receipt's events on the committed stream",
+        )
+    finally:
+        successor.stop()
+    assert await compare_with_stream(js, successor_db) == 3
+    stored = [msgspec.json.decode((await js.get_msg("LEDGER_EVENTS", p)).data) for p in receipt.positions]
+    assert [e["id"] for e in stored] == [e["id"] for e in events]
