@@ -68,7 +68,7 @@ from laneledger.tlog.note import Signer
 TENANTS_FILE = """\
 [defaults]
 append_rate = 2000
-append_burst = 2000
+append_burst = 250
 append_backlog = 20000
 
 [tenants.acme]

@@ -62,8 +62,11 @@ class TenantLimits:
     # request costs max(1, its events, its bytes / 1024): sequencer/intake.py);
     # faster requests wait there, up to the backlog.
     append_rate: float = 2000.0
-    # Tokens taken at once after an idle spell (the token bucket's depth).
-    append_burst: int = 2000
+    # Tokens taken at once after an idle spell (the token bucket's depth):
+    # 125 ms of the default rate, a quarter of a batch's 1000 events, so one
+    # tenant's burst cannot fill the batches every other tenant's requests
+    # wait behind (spec/wire.md, "Tenants and limits").
+    append_burst: int = 250
     # Requests, and their bytes, that may wait in the tenant's append stream:
     # JetStream refuses a publish beyond either (the SDK's ``QuotaExceeded``).
     append_backlog: int = 20_000
