@@ -21,7 +21,9 @@ Latency. The issue's target is **p99 ≤ 50 ms during every flood**. Run
 alone, it was met by all seven in the last two runs below, with little
 margin (the fairness scenario at 49.6 ms once, the events flood at 44-57
 ms earlier the same day on a slower hour of this machine); what is
-asserted is a regression guard, ``P99_GUARD_S`` (5 s). Inside the parallel
+asserted in ``make test`` is a regression guard, ``P99_GUARD_S`` (5 s);
+``make adversarial`` runs this module alone and asserts the 50 ms
+(``LANELEDGER_ADVERSARIAL_P99_S=0.05``). Inside the parallel
 ``make test`` (other workers busy on both cores) p99 reached 1,169 ms
 (events flood) and 1,008 ms (made-up refs), so 1 s was too tight there. 5 s
 still fails on what the issue found before the fixes (globex stalled 4.2 s
@@ -90,6 +92,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
@@ -133,10 +136,11 @@ MiB = 1024 * 1024
 ATTACK_S = 4.0  # each attack's time bound
 VICTIM_EVERY_S = 0.02  # globex appends one event this often
 VICTIM_PROC = Path(__file__).with_name("victim_proc.py")
-# A regression guard that holds on a loaded 2-core machine; the issue's
-# target, 50 ms, is not met here (see the module text).
-P99_GUARD_S = 5.0
 ISSUE_TARGET_P99_S = 0.05
+# A regression guard that holds on a loaded 2-core machine (inside the
+# parallel ``make test``); ``make adversarial`` runs this module alone and
+# asserts the issue's target instead (see the module text).
+P99_GUARD_S = float(os.environ.get("LANELEDGER_ADVERSARIAL_P99_S", "5.0"))
 # spec/tail.md, "Limits and memory": per token scope, at most
 # --max-tails-per-token (32) × ~3 MiB + --max-reads-per-token (4) × ~20 MiB
 # beyond the tail's baseline, whatever is asked.
