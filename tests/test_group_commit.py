@@ -18,24 +18,31 @@ from laneledger.services.sequencer.service import Sequencer, SequencerSettings
 pytestmark = pytest.mark.nats
 
 
-async def test_while_two_batches_wait_for_the_committed_stream_what_arrives_is_one_batch(
-    nats_server, sequencer: Sequencer
-) -> None:
-    assert SequencerSettings().max_outstanding_batches == 2
+def _hold_the_stream(sequencer: Sequencer) -> tuple[list[int], asyncio.Event]:
+    """The events of each batch the sequencer commits, in order, and the
+    event that opens the committed stream, which takes nothing until then."""
     mirror = sequencer.mirror
     stream_open = asyncio.Event()
-    batches: list[int] = []  # events of each batch the sequencer committed, in order
+    batches: list[int] = []
     submit, publish = mirror.submit, mirror._publish
 
     async def counted(records):  # called once per committed batch
         batches.append(len(records))
         await submit(records)
 
-    async def held(items):  # the committed stream takes nothing until opened
+    async def held(items):
         await stream_open.wait()
         await publish(items)
 
     mirror.submit, mirror._publish = counted, held  # type: ignore[method-assign]
+    return batches, stream_open
+
+
+async def test_while_two_batches_wait_for_the_committed_stream_what_arrives_is_one_batch(
+    nats_server, sequencer: Sequencer
+) -> None:
+    assert SequencerSettings().max_outstanding_batches == 2
+    batches, stream_open = _hold_the_stream(sequencer)
     async with await LedgerClient.connect(nats_server.url, timeout=30.0) as client:
         agent = await client.ensure_actor("acme", "agent:acme", "agent")
         lanes = [
@@ -76,19 +83,7 @@ async def test_a_batch_answered_frees_its_work_though_the_stream_has_not_taken_i
     settings = SequencerSettings()
     assert (settings.unanswered_batches, settings.batch_events) == (1, 1000)
     mirror = sequencer.mirror
-    stream_open = asyncio.Event()
-    batches: list[int] = []
-    submit, publish = mirror.submit, mirror._publish
-
-    async def counted(records):
-        batches.append(len(records))
-        await submit(records)
-
-    async def held(items):
-        await stream_open.wait()
-        await publish(items)
-
-    mirror.submit, mirror._publish = counted, held  # type: ignore[method-assign]
+    batches, stream_open = _hold_the_stream(sequencer)
     async with await LedgerClient.connect(nats_server.url, timeout=30.0) as client:
         agent = await client.ensure_actor("acme", "agent:acme", "agent")
         heavy = await client.create_lane("acme", "s", "r", "heavy", actor_id=agent.id)

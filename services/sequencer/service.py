@@ -761,7 +761,7 @@ class Sequencer:
         crash before that leaves the requests unacked: redelivered, they are
         answered from the ledger, and the mirror publishes what the stream
         lacks when the sequencer starts again."""
-        on_stream: asyncio.Queue[_Answer] = asyncio.Queue()
+        on_stream: asyncio.Queue[int] = asyncio.Queue()  # each answered batch's last position
         releaser = asyncio.create_task(self._release_loop(on_stream), name="sequencer-release")
         try:
             while (answer := await answers.get()) is not None:
@@ -772,22 +772,21 @@ class Sequencer:
                     await publish(msg.reply, b"+ACK")
                 await self._send_receipts(batch.msgs, answer.receipts, batch.inboxes)
                 self._taken.answered(batch.work)
-                on_stream.put_nowait(answer)
+                on_stream.put_nowait(answer.committed_through)
         finally:
             # Answering is over (every batch answered, or cancelled) and
             # nothing more is taken: no need to wait for the stream (the
             # mirror goes on publishing).
             releaser.cancel()
 
-    async def _release_loop(self, on_stream: asyncio.Queue[_Answer]) -> None:
+    async def _release_loop(self, on_stream: asyncio.Queue[int]) -> None:
         """A batch answered stays outstanding (``max_outstanding_batches``)
         until the committed stream holds its events: what arrives meanwhile
         joins one larger batch (group commit), and the stream trails the
         receipts by at most that many batches. The receipts do not wait for
         this (with the log)."""
         while True:
-            answer = await on_stream.get()
-            await self.mirror.durable_through(answer.committed_through)
+            await self.mirror.durable_through(await on_stream.get())
             self._taken.on_stream()
 
     def _prepare_batch(
