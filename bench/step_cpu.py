@@ -6,14 +6,15 @@ runs only what the library does for each append request — ``prepare_append``
 (decoding, redaction, references, the digest) and ``LedgerWriter.apply_batch``
 (checks, hashing, SQLite, the Merkle tree, the transaction log record, to a
 list instead of LEDGER_TXLOG: ``MemoryTxLog``) — over the same deterministic requests every
-time (fixed ids and clock), so two versions of the code can be compared in
+time (fixed ids, clock and content salts), so two versions of the code can be compared in
 one sitting: it prints their CPU per event and a digest of every byte they
 produce (each event body, receipt and log record, and the tree's root),
 which must not change when only speed does.
 
     .venv/bin/python bench/step_cpu.py [--requests N] [--batch B] [--events-per-append E]
 
-For an A/B against another checkout (one that has ``txlog.MemoryTxLog``),
+For an A/B against another checkout (one that has ``txlog.MemoryTxLog`` and
+``LedgerWriter``'s ``random_bytes``),
 run it with that checkout's ``shared`` directory first on PYTHONPATH (with
 its ``services`` linked in as ``laneledger/services``), alternating with
 this one; for a figure that load
@@ -28,6 +29,7 @@ import gc
 import hashlib
 import itertools
 import json
+import random
 import tempfile
 import time
 from pathlib import Path
@@ -51,7 +53,11 @@ def run(requests: int, batch: int, per_append: int) -> dict:
     structure_module.new_id = lambda: f"01900000-0000-7000-8000-{next(minted):012d}"  # fixed ids
     with tempfile.TemporaryDirectory(prefix="laneledger-step-cpu-") as tmp:
         log = MemoryTxLog()
-        writer = LedgerWriter(open_ledger(Path(tmp) / "ledger.db"), clock=lambda: CLOCK)
+        writer = LedgerWriter(
+            open_ledger(Path(tmp) / "ledger.db"),
+            clock=lambda: CLOCK,
+            random_bytes=random.Random(0).randbytes,  # fixed content salts
+        )
         writer.use_txlog(log)
         actor = writer.ensure_actor(EnsureActor(tenant="acme", key="agent:bench@1", kind="agent"))
         lanes = [

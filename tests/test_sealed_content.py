@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 
 import msgspec
 import pytest
@@ -26,6 +27,7 @@ from laneledger.contract.chain import (
 from laneledger.contract.model import CommittedEvent, CreateLane, EnsureActor, decoder
 from laneledger.store import LedgerWriter, open_ledger
 from laneledger.store.entryhash import hashed_body
+from laneledger.store.salts import SaltSource
 
 MARK = {"position": 9, "event_id": "018f0c2a-0000-7000-8000-000000000199"}
 
@@ -169,6 +171,20 @@ def test_the_writer_seals_every_event_under_a_salt_of_its_own(tmp_path):
     salts = [r["content_salt"] for r in records]
     assert len(set(salts)) == 3 and all(len(bytes.fromhex(s)) == 32 for s in salts)
     assert verify_chain(records) == records[-1]["entry_hash"]
+
+
+def test_salts_are_drawn_in_bulk_and_never_repeat_across_draws():
+    draws: list[int] = []
+
+    def counted(n: int) -> bytes:
+        draws.append(n)
+        return os.urandom(n)
+
+    source = SaltSource(counted)
+    salts = [source.next() for _ in range(600)]  # beyond two draws
+    assert len(set(salts)) == 600
+    assert all(len(s) == 64 and bytes.fromhex(s).hex() == s for s in salts)
+    assert draws == [32 * 256] * 3  # one OS call per 256 salts, not one per event
 
 
 def test_a_writer_told_not_to_seal_commits_unsealed_events(tmp_path):

@@ -26,7 +26,7 @@ batch's uncommitted rows.
 
 from __future__ import annotations
 
-import secrets
+import os
 import sqlite3
 from collections.abc import Callable
 from typing import NamedTuple, TypeVar
@@ -81,6 +81,7 @@ from laneledger.store.lookups import LedgerLookups
 from laneledger.store.reader import LedgerReader
 from laneledger.store.recordrewrite import erased_record
 from laneledger.store.rewinds import check_rewind
+from laneledger.store.salts import SaltSource
 from laneledger.store.schema import file_id as schema_file_id
 from laneledger.store.signatures import check_actor_signature
 from laneledger.store.structure import StructureCommands
@@ -131,13 +132,16 @@ class LedgerWriter:
         clock: Clock = system_clock,
         hmac_key: bytes | None = None,
         seal: bool = True,
+        random_bytes: Callable[[int], bytes] = os.urandom,
     ) -> None:
         self._db = conn
         self._clock = clock
         self._key = hmac_key
         # Seal each new event's content under its own random salt
         # (spec/canonical.md §3), so that it can be erased (spec/erasure.md).
+        # ``random_bytes``: seeded only where output must repeat (a benchmark).
         self._seal = seal
+        self._salts = SaltSource(random_bytes)
         # The batch whose transaction is open, between stage_batch and
         # commit_staged: while set, every other use of the connection raises.
         self._staged: StagedBatch | None = None
@@ -394,7 +398,7 @@ class LedgerWriter:
             # The event was walked for the digest; the fields added here are
             # str and ints far below 2^53, which the fast path writes exactly.
             if self._seal:
-                record["content_salt"] = secrets.token_hex(32)
+                record["content_salt"] = self._salts.next()
             head_hash, body = hashed_body(record, self._key, admitted=append.admitted)
             rows.append(
                 (
