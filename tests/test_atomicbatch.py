@@ -4,6 +4,8 @@ or not at all; the first message's expected sequence fences it."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from nats.js.api import StreamConfig
 
@@ -15,6 +17,7 @@ from laneledger.store.atomicbatch import (
     MAX_BYTES,
     MAX_MESSAGES,
     WRONG_LAST_SEQUENCE,
+    YIELD_EVERY,
     batches,
     publish_batch,
     supports_atomic,
@@ -61,6 +64,32 @@ async def test_a_batch_is_stored_whole_at_consecutive_sequences_with_one_ack(nc,
         await publish_batch(nc, [("a.many", b"m")] * (MAX_MESSAGES + 1))
     with pytest.raises(ValueError, match="1 to 1000"):
         await publish_batch(nc, [])
+
+
+async def test_a_large_batch_gives_the_event_loop_back_while_it_publishes(nc, js, monkeypatch):
+    await stream(js, "A", atomic=True)
+    sent = 0
+    publish = nc.publish
+
+    async def counted(*args, **kwargs):
+        nonlocal sent
+        sent += 1
+        return await publish(*args, **kwargs)
+
+    monkeypatch.setattr(nc, "publish", counted)
+    seen: list[int] = []  # publishes made each time another task got the loop
+
+    async def other_task() -> None:
+        while sent < MAX_MESSAGES - 1:
+            seen.append(sent)
+            await asyncio.sleep(0)
+
+    watching = asyncio.create_task(other_task())
+    ack = await publish_batch(nc, [("a.many", b"m")] * MAX_MESSAGES, expected_last_sequence=0)
+    await watching
+    assert ack.count == MAX_MESSAGES
+    steps = [b - a for a, b in zip(seen, [*seen[1:], sent], strict=True)]
+    assert max(steps) <= YIELD_EVERY, steps
 
 
 async def test_a_refused_batch_stores_nothing(nc, js):

@@ -22,6 +22,7 @@ after 10 s without traffic: nothing of it is stored.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 import msgspec
@@ -38,6 +39,11 @@ MAX_MESSAGES = 1000
 # Our own bound on the bytes of one batch: the server holds them in memory
 # until the commit.
 MAX_BYTES = 8 * 1024 * 1024
+# A batch's publishes give the event loop back this often: a thousand of
+# them in one go held the sequencer's loop for about 4 ms, and a small
+# request of another tenant waited behind it (tests/test_adversarial.py,
+# the events flood: globex p99 27.5 -> 23.7 ms, mean of six runs each).
+YIELD_EVERY = 64
 MIN_SERVER = (2, 12, 0)
 ATOMIC_DISABLED = 10174  # the stream does not allow atomic publish
 WRONG_LAST_SEQUENCE = 10071
@@ -113,6 +119,8 @@ async def publish_batch(
             message_headers[EXPECTED_LAST_SEQUENCE] = str(expected_last_sequence)
         if i < last:
             await nc.publish(subject, body, headers=message_headers)
+            if i % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
             continue
         message_headers[BATCH_COMMIT] = "1"
         try:
