@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 from nats.js.api import StreamConfig
+from polling import eventually
 
 from laneledger.store.atomicbatch import (
     ATOMIC_DISABLED,
@@ -90,6 +91,37 @@ async def test_a_large_batch_gives_the_event_loop_back_while_it_publishes(nc, js
     assert ack.count == MAX_MESSAGES
     steps = [b - a for a, b in zip(seen, [*seen[1:], sent], strict=True)]
     assert max(steps) <= YIELD_EVERY, steps
+
+
+async def test_a_batch_cancelled_while_it_publishes_is_still_sent_whole(nc, js, monkeypatch):
+    await stream(js, "A", atomic=True)
+    sent = 0
+    publish = nc.publish
+    given_back = asyncio.Event()  # the batch has given the loop back once
+
+    async def counted(*args, **kwargs):
+        nonlocal sent
+        sent += 1
+        if sent == YIELD_EVERY:
+            given_back.set()
+        return await publish(*args, **kwargs)
+
+    monkeypatch.setattr(nc, "publish", counted)
+    publishing = asyncio.create_task(
+        publish_batch(nc, [("a.many", b"m")] * MAX_MESSAGES, expected_last_sequence=0)
+    )
+    await given_back.wait()
+    assert sent < MAX_MESSAGES
+    publishing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await publishing
+    assert sent == MAX_MESSAGES  # the commit went out, with no wait for its answer
+    await eventually(  # stored as one batch: all or nothing
+        lambda: js.stream_info("A"),
+        until=lambda info: info.state.messages > 0,
+        what="the cancelled batch to be stored",
+    )
+    assert (await js.stream_info("A")).state.messages == MAX_MESSAGES
 
 
 async def test_a_refused_batch_stores_nothing(nc, js):

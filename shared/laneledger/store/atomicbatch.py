@@ -107,11 +107,18 @@ async def publish_batch(
     """Publish ``messages`` ((subject, body), 1..``MAX_MESSAGES`` of them) as
     one atomic batch and return the commit's ack, refusals included (its
     ``error``). ``per_message_headers[i]`` go on message i. Raises ``BatchUnanswered``
-    when the commit is not answered within ``timeout``."""
+    when the commit is not answered within ``timeout``; cancelled, it raises
+    once the whole batch is sent, commit included, or while it waits for the
+    answer."""
     if not 1 <= len(messages) <= MAX_MESSAGES:
         raise ValueError(f"an atomic batch holds 1 to {MAX_MESSAGES} messages, not {len(messages)}")
     batch_id = _ids.next().decode()
     last = len(messages)
+    # A cancel that comes while the messages go out is held until the commit
+    # is sent, as when the loop was not given back: a batch is never left
+    # half sent (a stopping sequencer's last mirror round still reaches the
+    # stream; tests/test_sequencer_crash.py).
+    cancelled = False
     for i, (subject, body) in enumerate(messages, 1):
         own = per_message_headers[i - 1] if per_message_headers is not None else {}
         message_headers = {**own, BATCH_ID: batch_id, BATCH_SEQUENCE: str(i)}
@@ -119,10 +126,16 @@ async def publish_batch(
             message_headers[EXPECTED_LAST_SEQUENCE] = str(expected_last_sequence)
         if i < last:
             await nc.publish(subject, body, headers=message_headers)
-            if i % YIELD_EVERY == 0:
-                await asyncio.sleep(0)
+            if i % YIELD_EVERY == 0 and not cancelled:
+                try:
+                    await asyncio.sleep(0)
+                except asyncio.CancelledError:
+                    cancelled = True
             continue
         message_headers[BATCH_COMMIT] = "1"
+        if cancelled:
+            await nc.publish(subject, body, headers=message_headers)
+            raise asyncio.CancelledError
         try:
             reply = await nc.request(subject, body, timeout=timeout, headers=message_headers)
         except nats.errors.TimeoutError:
