@@ -182,6 +182,17 @@ class CommittedStreamMirror:
         async with self._advanced:
             await self._advanced.wait_for(lambda: self.published >= position)
 
+    async def flushed(self, position: int, *, look_s: float = 0.05) -> None:
+        """``durable_through``, or until the mirror has a fault: then it
+        publishes nothing until the stream is whole again, which a stop does
+        not wait for (it looks every ``look_s``)."""
+        while self.published < position and self.fault is None:
+            try:
+                async with asyncio.timeout(look_s):
+                    await self.durable_through(position)
+            except TimeoutError:
+                pass
+
     async def _set_published(self, position: int) -> None:
         self.published = position
         async with self._advanced:
