@@ -207,3 +207,24 @@ async def test_an_existing_committed_stream_is_upgraded_to_allow_atomic_batches(
     assert (await js.stream_info(subjects.events_stream)).config.allow_atomic
     await ensure_stream(js, events_stream_config(subjects.events_stream, subjects, 1))  # never turned off
     assert (await js.stream_info(subjects.events_stream)).config.allow_atomic
+
+
+async def test_flushed_waits_for_every_queued_round_but_not_for_a_faulted_stream(nc, js):
+    """What a stopping sequencer waits for (``Sequencer.stop``): rounds of
+    several atomic batches all stored, but nothing once a foreign message
+    stops the mirror (it would publish again only when the stream is whole)."""
+    subjects = Subjects()
+    mirror = await empty_mirror(nc, js, subjects, atomic=True)
+    for first in range(1, 2001, 500):  # 2,000 events queued: a round of two batches
+        await mirror.submit([record(p) for p in range(first, first + 500)])
+    running = asyncio.create_task(mirror.run())
+    try:
+        await asyncio.wait_for(mirror.flushed(2000), 10)
+        assert mirror.published == 2000 and mirror.fault is None
+        await js.publish(subjects.events("acme", "s", "r", "lane"), b"foreign")  # at sequence 2001
+        await mirror.submit([record(2001)])
+        await asyncio.wait_for(mirror.flushed(2001), 5)
+        assert mirror.published == 2000 and mirror.fault is not None
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
