@@ -1,9 +1,10 @@
 """Content salts for sealed events (spec/erasure.md): 32 random bytes each,
 as 64 lowercase hex digits.
 
-Drawn from the OS a few hundred at a time. One ``getrandom`` per event cost
-little CPU but released the GIL once per event on the writer's thread, which
-then waited for the event loop to hand it back (``bench/drain.py``)."""
+Drawn from the OS a few hundred at a time: one ``getrandom`` per event
+released the GIL once per event on the writer's thread, where py-spy found
+4 % of ``bench/drain.py``'s samples (its rate did not move beyond its noise:
+docs/performance.md)."""
 
 from __future__ import annotations
 

@@ -245,8 +245,8 @@ class LedgerWriter:
         self._lookups.load_lanes({a.request.lane_id for a in batch})
         self._lookups.load_actors({e.actor_id for a in batch for e in a.request.events})
         # An event about its own lane (the SDK's default subject) needs no
-        # lookup (check_event): the three were a fifth of the writer's CPU
-        # for a batch of two such requests (bench/step_cpu.py --batch 2).
+        # lookup (check_event); the three queries cost a batch of two such
+        # requests ~10 µs (bench/step_cpu.py --batch 2: 94 -> 89 µs/event).
         subjects = self._lookups.subject_lanes(
             {e.subject_id for a in batch for e in a.request.events if e.subject_id != e.lane_id}
         )
