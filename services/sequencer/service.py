@@ -527,13 +527,13 @@ class Sequencer:
             await cancel_tasks(running, timeout_s=drain_timeout_s)
         try:
             async with asyncio.timeout(drain_timeout_s):
-                if self._stopped:
+                if self._stopped and self._nc.is_connected:
                     # A stop flushes the mirror: receipts did not wait for
                     # the stream, so it may be rounds behind, and a cancel
                     # between a round's atomic batches would leave the rest
                     # to the next start (test_sequencer_crash.py).
                     await self.mirror.flushed(self._writer.last_position)
-                else:  # deposed: the stream is the successor's to write
+                else:  # deposed (the stream is the successor's), or NATS away
                     await self.mirror.taken_up()
         except TimeoutError:
             pass  # stopping anyway: the next start's catch-up publishes the rest
