@@ -47,6 +47,7 @@ from laneledger.store.batch import CommittedRecord
 from laneledger.store.entryhash import hashed_body
 from laneledger.store.lookups import LedgerLookups
 from laneledger.store.reader import LedgerReader
+from laneledger.store.salts import SaltSource
 from laneledger.store.structure import StructureCommands
 from laneledger.store.txlog import (
     BLOB_LISTED,
@@ -79,6 +80,7 @@ class ErasureCommands:
         clock: Clock,
         key: bytes | None,
         seal: bool,
+        salts: SaltSource,
         reader: LedgerReader,
         lookups: LedgerLookups,
         structure: StructureCommands,
@@ -89,6 +91,7 @@ class ErasureCommands:
         self._reader = reader
         self._key = key
         self._seal = seal
+        self._salts = salts  # the writer's: one source of content salts
         self._lookups = lookups
         self._structure = structure
         self._log = log
@@ -230,7 +233,7 @@ class ErasureCommands:
             "prev_hash": head.head_hash,
         }
         if self._seal:
-            record[CONTENT_SALT] = secrets.token_hex(32)
+            record[CONTENT_SALT] = self._salts.next()
         entry_hash, body = hashed_body(record, self._key)
         receipt = AppendCommitted(
             append_id=cmd.erasure_id,

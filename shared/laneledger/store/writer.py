@@ -174,6 +174,7 @@ class LedgerWriter:
             clock=clock,
             key=hmac_key,
             seal=seal,
+            salts=self._salts,
             reader=self.reader,
             lookups=self._lookups,
             structure=self._structure,
