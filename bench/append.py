@@ -27,10 +27,9 @@ SQLite file, and P producer processes (``bench/producer.py``). Phases:
    the window gives p50 and p99.
 3b. **floor** - the same open-loop load, the raw phase's bodies
    ``js.publish_async``-ed to a stream like ``LEDGER_APPEND``, and again to
-   one fsynced before each ack (as ``LEDGER_TXLOG`` and ``LEDGER_EVENTS``
-   are; on R3 the two are the same stream, run once): each publish's latency
-   to its JetStream ack, the floor under a receipt (``floor_*``,
-   ``floor_synced_*``).
+   one fsynced before each ack (as ``LEDGER_TXLOG`` is; on R3 the two are
+   the same stream, run once): each publish's latency to its JetStream ack,
+   the floor under a receipt (``floor_*``, ``floor_synced_*``).
 4. **bare max load** - phase 1 again, but the producers publish the raw
    phase's way (pre-built bodies, ``js.publish_async``, no SDK) to the
    ledger's subjects and count receipts on one subscription: what the ledger
@@ -925,7 +924,7 @@ class Bench:
     async def _phase_floor(self, rate: float, *, synced: bool = False) -> dict[str, Any]:
         """3b. the floor under phase 3: the same open-loop load of the same
         bodies publish_async-ed to a stream like LEDGER_APPEND (``synced``:
-        fsynced before each ack, as LEDGER_TXLOG and LEDGER_EVENTS are), each
+        fsynced before each ack, as LEDGER_TXLOG is), each
         publish's latency to its JetStream ack."""
         args, E = self.args, self.E
         kind = "fsynced before each ack, as LEDGER_TXLOG is" if synced else "the settings of LEDGER_APPEND"

@@ -34,7 +34,7 @@ from laneledger.runtime.servicemain import tune_gc_after_start
 from laneledger.sdk.client import make_event
 from laneledger.services.sequencer.metrics import SequencerMetrics
 from laneledger.services.sequencer.service import Sequencer, SequencerSettings
-from laneledger.services.sequencer.streams import append_stream_config, ensure_stream, events_stream_config
+from laneledger.services.sequencer.streams import append_stream_config, ensure_stream
 from laneledger.store import LedgerWriter, open_ledger
 
 LANES = 64
@@ -65,7 +65,6 @@ async def run(
         nc = await nats.connect(server.url)
         js, subjects = nc.jetstream(), Subjects()
         await ensure_stream(js, append_stream_config("LEDGER_APPEND", subjects, 1))
-        await ensure_stream(js, events_stream_config("LEDGER_EVENTS", subjects, 1, atomic=True))
         writer = LedgerWriter(open_ledger(Path(tmp) / "ledger.db"), seal=seal)
         key = generate_private_key() if signed else None
         actor = writer.ensure_actor(

@@ -103,18 +103,29 @@ def _append_stream(
 
 
 def events_stream_config(
-    name: str, subjects: Subjects, replicas: int, *, atomic: bool = False
+    name: str, subjects: Subjects, replicas: int, *, atomic: bool = False, behind_log: bool = False
 ) -> StreamConfig:
     """``atomic``: allow atomic batch publish (the mirror's; a server 2.12+,
-    ``laneledger.store.atomicbatch.supports_atomic``)."""
-    return _permanent_stream(
+    ``laneledger.store.atomicbatch.supports_atomic``).
+
+    ``behind_log``: the transaction log is on, so no receipt reports this
+    stream (the log does) and it is rebuilt from the ledger whenever it lacks
+    messages. On one server it then runs ADR-56's R1 ``async`` persist mode,
+    no fsync per write (spec/replication.md, "Durability"); JetStream refuses
+    that mode together with atomic publish, so the mirror publishes one by
+    one there. On R3 (where JetStream refuses the async mode) nothing changes."""
+    asynchronous = behind_log and replicas == 1
+    config = _permanent_stream(
         name,
         "laneledger committed events (stream sequence == ledger position)",
         subjects.events_wildcard,
         replicas,
-        atomic,
+        atomic and not asynchronous,
         erasable=True,
     )
+    if asynchronous:
+        config.persist_mode = PersistMode.ASYNC
+    return config
 
 
 def txlog_stream_config(subjects: Subjects, replicas: int, *, atomic: bool = False) -> StreamConfig:
@@ -200,7 +211,7 @@ async def ensure_stream(
     except NotFoundError:
         await js.add_stream(wanted)
         return
-    _warn_on_persist_mode(info.config, wanted)
+    _check_persist_mode(info.config, wanted)
     _accept_denied_deletes(info.config, wanted)
     differing = {
         name: {"found": getattr(info.config, name), "wanted": getattr(wanted, name)}
@@ -224,21 +235,40 @@ async def ensure_stream(
         )
 
 
-def _warn_on_persist_mode(found: StreamConfig, wanted: StreamConfig) -> None:
-    """JetStream cannot change a stream's persist mode, so an append stream
-    made by an older sequencer keeps fsyncing each request: correct, slower."""
+def _check_persist_mode(found: StreamConfig, wanted: StreamConfig) -> None:
+    """JetStream cannot change a stream's persist mode in place. A stream
+    that fsyncs each write where it need not is used (correct, slower) and
+    named in a warning; one in the ``async`` mode where each acknowledged
+    write must be on disk (``--txlog off`` on a committed stream made with
+    the log) is refused: its acknowledgements would promise what it has not
+    done."""
     found_mode = PersistMode(found.persist_mode or PersistMode.DEFAULT)
     wanted_mode = PersistMode(wanted.persist_mode or PersistMode.DEFAULT)
-    if found_mode != wanted_mode:
-        log.warning(
-            "stream %s has persist mode %s, not %s (JetStream cannot change it in place); it works, "
-            "more slowly. To move it: stop the producers, let the sequencer drain it, stop the sequencer, "
-            "delete the stream (nats stream rm %s) and start the sequencer, which makes it anew",
-            wanted.name,
-            found_mode.value,
-            wanted_mode.value,
-            wanted.name,
+    if found_mode == wanted_mode:
+        return
+    remake = (
+        f"stop the sequencer, delete the stream (nats stream rm {wanted.name}) and start the sequencer, "
+        "which makes it anew from the ledger file"
+        if wanted.retention == RetentionPolicy.LIMITS
+        else "stop the producers, let the sequencer drain it, stop the sequencer, delete the stream "
+        f"(nats stream rm {wanted.name}) and start the sequencer, which makes it anew"
+    )
+    if found_mode == PersistMode.ASYNC:
+        raise InternalError(
+            f"stream {wanted.name} acknowledges writes before they are on disk (persist mode async, made "
+            f"with the transaction log on), and here every write it acknowledges must be (JetStream cannot "
+            f"change it in place). To move it: {remake}",
+            stream=wanted.name,
+            persist_mode=found_mode.value,
         )
+    log.warning(
+        "stream %s has persist mode %s, not %s (JetStream cannot change it in place); it works, "
+        "more slowly. To move it: %s",
+        wanted.name,
+        found_mode.value,
+        wanted_mode.value,
+        remake,
+    )
 
 
 def _accept_denied_deletes(found: StreamConfig, wanted: StreamConfig) -> None:
