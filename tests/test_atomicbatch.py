@@ -5,6 +5,7 @@ or not at all; the first message's expected sequence fences it."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 from nats.js.api import StreamConfig
@@ -89,7 +90,7 @@ async def test_a_large_batch_gives_the_event_loop_back_while_it_publishes(nc, js
     ack = await publish_batch(nc, [("a.many", b"m")] * MAX_MESSAGES, expected_last_sequence=0)
     await watching
     assert ack.count == MAX_MESSAGES
-    steps = [b - a for a, b in zip(seen, [*seen[1:], sent], strict=True)]
+    steps = [b - a for a, b in itertools.pairwise([0, *seen, sent])]
     assert max(steps) <= YIELD_EVERY, steps
 
 

@@ -8,6 +8,7 @@ one by one where it does not, and when it is smaller."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import nats
 from polling import eventually
@@ -17,7 +18,7 @@ from laneledger.services.sequencer import mirror as mirror_module
 from laneledger.services.sequencer.mirror import ATOMIC_FROM, CommittedStreamMirror
 from laneledger.services.sequencer.streams import ensure_stream, events_stream_config
 from laneledger.store import CommittedRecord
-from laneledger.store.atomicbatch import BATCH_ID, BATCH_SEQUENCE, MAX_MESSAGES
+from laneledger.store.atomicbatch import BATCH_ID, BATCH_SEQUENCE, MAX_MESSAGES, YIELD_EVERY
 
 
 def record(position: int) -> CommittedRecord:
@@ -34,10 +35,13 @@ def record(position: int) -> CommittedRecord:
 
 
 async def empty_mirror(
-    nc, js, subjects: Subjects, atomic: bool = False, replicas: int = 1
+    nc, js, subjects: Subjects, atomic: bool = False, replicas: int = 1, behind_log: bool = False
 ) -> CommittedStreamMirror:
     """A mirror of an empty ledger onto a new committed stream."""
-    await ensure_stream(js, events_stream_config(subjects.events_stream, subjects, replicas, atomic=atomic))
+    config = events_stream_config(
+        subjects.events_stream, subjects, replicas, atomic=atomic, behind_log=behind_log
+    )
+    await ensure_stream(js, config)
     mirror = CommittedStreamMirror(
         nc,
         subjects,
@@ -150,6 +154,39 @@ async def test_a_round_smaller_than_atomic_from_goes_one_by_one(nc, js, monkeypa
     await mirror._publish_new(large)
     assert sent == [(ATOMIC_FROM - 1, ATOMIC_FROM)]
     assert await stored(js, subjects) == [(r.position, r.body) for r in small + large]
+
+
+async def test_a_large_round_one_by_one_gives_the_event_loop_back(nc, js, monkeypatch):
+    """The committed stream behind the log (one server, ``async``) takes no
+    atomic batches: a 1000-event round goes one by one, and another task
+    still gets the loop every ``YIELD_EVERY`` publishes."""
+    subjects = Subjects()
+    mirror = await empty_mirror(nc, js, subjects, atomic=True, behind_log=True)
+    assert not mirror.atomic  # JetStream refuses atomic publish on an async stream
+    sent = 0
+    publish = nc.publish
+
+    async def counted(*args, **kwargs):
+        nonlocal sent
+        sent += 1
+        return await publish(*args, **kwargs)
+
+    monkeypatch.setattr(nc, "publish", counted)
+    seen: list[int] = []  # publishes made each time another task got the loop
+
+    async def other_task() -> None:
+        while sent < MAX_MESSAGES - 1:
+            seen.append(sent)
+            await asyncio.sleep(0)
+
+    watching = asyncio.create_task(other_task())
+    records = [record(p) for p in range(1, MAX_MESSAGES + 1)]
+    await mirror._publish_new(records)
+    await watching
+    steps = [b - a for a, b in itertools.pairwise([0, *seen, sent])]
+    assert max(steps) <= YIELD_EVERY, steps
+    assert mirror.published == MAX_MESSAGES
+    assert await stored(js, subjects) == [(r.position, r.body) for r in records]
 
 
 async def test_on_a_replicated_stream_every_round_is_an_atomic_batch(cluster, monkeypatch):

@@ -59,6 +59,7 @@ from laneledger.sdk.pubacks import AckInbox, PubAck
 from laneledger.store import CommittedRecord
 from laneledger.store.atomicbatch import (
     ATOMIC_DISABLED,
+    YIELD_EVERY,
     BatchAck,
     BatchUnanswered,
     batches,
@@ -481,7 +482,8 @@ class CommittedStreamMirror:
             await self._publish_one_by_one(items[done:])
 
     async def _publish_one_by_one(self, items: list[tuple[int, str, bytes]]) -> None:
-        """Publish in position order, with an ack asked for the last one only.
+        """Publish in position order, with an ack asked for the last one only,
+        giving the event loop back every ``YIELD_EVERY`` publishes.
 
         Every message carries ``Nats-Expected-Last-Sequence``, so JetStream
         stores message p only if the stream ends at p - 1. Published in order
@@ -490,8 +492,13 @@ class CommittedStreamMirror:
         batch proves the whole batch, and a failure anywhere shows up there.
         """
         first, last = items[0][0], items[-1][0]
-        for position, subject, body in items[:-1]:
+        for i, (position, subject, body) in enumerate(items[:-1], 1):
             await self._nc.publish(subject, body, headers=event_headers(position))
+            if i % YIELD_EVERY == 0:
+                # As an atomic batch does: a 1000-event round must not hold the
+                # loop for milliseconds. A cancel here leaves a prefix stored,
+                # each message at its position: the next catch-up goes on from it.
+                await asyncio.sleep(0)
         _, subject, body = items[-1]
         waiting = await self._acks.publish(subject, body, event_headers(last))
         try:
