@@ -15,10 +15,10 @@ from polling import eventually
 
 from laneledger.contract.subjects import Subjects
 from laneledger.services.sequencer import mirror as mirror_module
-from laneledger.services.sequencer.mirror import ATOMIC_FROM, CommittedStreamMirror
+from laneledger.services.sequencer.mirror import ACK_EVERY, ATOMIC_FROM, CommittedStreamMirror
 from laneledger.services.sequencer.streams import ensure_stream, events_stream_config
 from laneledger.store import CommittedRecord
-from laneledger.store.atomicbatch import BATCH_ID, BATCH_SEQUENCE, MAX_MESSAGES, YIELD_EVERY
+from laneledger.store.atomicbatch import BATCH_ID, BATCH_SEQUENCE, MAX_MESSAGES
 
 
 def record(position: int) -> CommittedRecord:
@@ -156,10 +156,11 @@ async def test_a_round_smaller_than_atomic_from_goes_one_by_one(nc, js, monkeypa
     assert await stored(js, subjects) == [(r.position, r.body) for r in small + large]
 
 
-async def test_a_large_round_one_by_one_gives_the_event_loop_back(nc, js, monkeypatch):
+async def test_a_large_round_one_by_one_waits_for_an_ack_every_ack_every_events(nc, js, monkeypatch):
     """The committed stream behind the log (one server, ``async``) takes no
-    atomic batches: a 1000-event round goes one by one, and another task
-    still gets the loop every ``YIELD_EVERY`` publishes."""
+    atomic batches: a 1000-event round goes one by one, ``ACK_EVERY`` events
+    at a time, each group acknowledged before the next is sent; meanwhile
+    another task gets the loop."""
     subjects = Subjects()
     mirror = await empty_mirror(nc, js, subjects, atomic=True, behind_log=True)
     assert not mirror.atomic  # JetStream refuses atomic publish on an async stream
@@ -172,6 +173,16 @@ async def test_a_large_round_one_by_one_gives_the_event_loop_back(nc, js, monkey
         return await publish(*args, **kwargs)
 
     monkeypatch.setattr(nc, "publish", counted)
+    asked: list[int] = []  # the position each ack was asked for
+    acked_then: list[int] = []  # and what the stream had acknowledged when it was
+    ask = mirror._acks.publish
+
+    async def asking(subject, body, headers):
+        asked.append(int(headers["Nats-Expected-Last-Sequence"]) + 1)
+        acked_then.append(mirror.published)
+        return await ask(subject, body, headers)
+
+    mirror._acks.publish = asking  # type: ignore[method-assign]
     seen: list[int] = []  # publishes made each time another task got the loop
 
     async def other_task() -> None:
@@ -183,8 +194,11 @@ async def test_a_large_round_one_by_one_gives_the_event_loop_back(nc, js, monkey
     records = [record(p) for p in range(1, MAX_MESSAGES + 1)]
     await mirror._publish_new(records)
     await watching
+    assert len(asked) > 1  # a round of a thousand is never sent in one go
+    assert asked == [*range(ACK_EVERY, MAX_MESSAGES, ACK_EVERY), MAX_MESSAGES]
+    assert acked_then == [0, *asked[:-1]]  # each group sent once the one before was acknowledged
     steps = [b - a for a, b in itertools.pairwise([0, *seen, sent])]
-    assert max(steps) <= YIELD_EVERY, steps
+    assert max(steps) <= ACK_EVERY, steps
     assert mirror.published == MAX_MESSAGES
     assert await stored(js, subjects) == [(r.position, r.body) for r in records]
 
