@@ -27,9 +27,10 @@ SQLite file, and P producer processes (``bench/producer.py``). Phases:
    the window gives p50 and p99.
 3b. **floor** - the same open-loop load, the raw phase's bodies
    ``js.publish_async``-ed to a stream like ``LEDGER_APPEND``, and again to
-   one fsynced before each ack (as ``LEDGER_TXLOG`` is; on R3 the two are
-   the same stream, run once): each publish's latency to its JetStream ack,
-   the floor under a receipt (``floor_*``, ``floor_synced_*``).
+   one fsynced before each ack (as ``LEDGER_TXLOG`` and ``LEDGER_EVENTS``
+   are; on R3 the two are the same stream, run once): each publish's latency
+   to its JetStream ack, the floor under a receipt (``floor_*``,
+   ``floor_synced_*``).
 4. **bare max load** - phase 1 again, but the producers publish the raw
    phase's way (pre-built bodies, ``js.publish_async``, no SDK) to the
    ledger's subjects and count receipts on one subscription: what the ledger
@@ -54,9 +55,6 @@ server).
 log of spec/replication.md) and phases 1 and 3 run again, 3 at the same
 offered rate: what committing through LEDGER_TXLOG costs, in the same run
 (``txlog_off_*`` keys). The sequencer then goes back to ``--txlog on``.
-Each switch deletes LEDGER_EVENTS first, which the sequencer republishes
-from its file before it is ready: with the log the stream is not fsynced
-per write, without it it is, and JetStream cannot change that in place.
 
 ``--unsealed-too``: likewise with ``--seal-content off`` (events not sealed,
 so not erasable: spec/erasure.md), ``unsealed_*`` keys: what sealing costs.
@@ -766,25 +764,14 @@ class Bench:
         log(f"\n{self.step()} restarting the sequencer with {shown}")
         self.stop_sequencer()
         self.sequencer_flags = flags
-        await self._remake_events_stream_for(flags)
         self.start_sequencer()
         out = await self._phase_max()
         out |= await self._phase_latency(rate, f"the same offered load, {shown}")
         # The phases after these (bare, ceiling) run as before, with the defaults.
         self.stop_sequencer()
         self.sequencer_flags = []
-        await self._remake_events_stream_for(flags)
         self.start_sequencer()
         return {f"{prefix}_{key}": value for key, value in out.items()}
-
-    async def _remake_events_stream_for(self, flags: list[str]) -> None:
-        """Turning the transaction log off or on changes how LEDGER_EVENTS is
-        persisted (spec/replication.md, "Durability"), which JetStream cannot
-        do in place: the stream is deleted, as the sequencer's refusal tells
-        ops to, and the sequencer republishes it from the ledger file before
-        it says it is ready (so outside any measured window)."""
-        if "--txlog" in flags:
-            await self.js.delete_stream("LEDGER_EVENTS")
 
     async def _phase_bare(self) -> dict[str, Any]:
         """4. max load from producers that cost what raw ones do (no SDK)."""
@@ -938,7 +925,7 @@ class Bench:
     async def _phase_floor(self, rate: float, *, synced: bool = False) -> dict[str, Any]:
         """3b. the floor under phase 3: the same open-loop load of the same
         bodies publish_async-ed to a stream like LEDGER_APPEND (``synced``:
-        fsynced before each ack, as LEDGER_TXLOG is), each
+        fsynced before each ack, as LEDGER_TXLOG and LEDGER_EVENTS are), each
         publish's latency to its JetStream ack."""
         args, E = self.args, self.E
         kind = "fsynced before each ack, as LEDGER_TXLOG is" if synced else "the settings of LEDGER_APPEND"

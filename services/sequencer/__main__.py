@@ -60,8 +60,7 @@ SETTINGS = [
         True,
         on_off,
         help="on: store every transaction on LEDGER_TXLOG before the file commits it "
-        "(spec/replication.md); off: the file alone (for comparison; LEDGER_EVENTS is then "
-        "fsynced per write, so one made with the log is refused until remade)",
+        "(spec/replication.md); off: the file alone (for comparison)",
     ),
     Setting(
         "--seal-content",

@@ -18,14 +18,6 @@ last) asks for an ack, awaited before the next group goes
 (``_publish_one_by_one``). Rounds are published one after another by a
 single task, in position order.
 
-With the transaction log on, on one server, the stream runs JetStream's
-``async`` persist mode, which refuses atomic batches: every round goes one
-by one, without an fsync each. A nats-server that dies before flushing
-such a stream comes back without its last acknowledged messages; the
-mirror republishes them from the ledger, the same bytes at the same
-positions, when its next publish is refused or, on a quiet ledger, when it
-looks at the stream's length every ``recheck_s`` without a round.
-
 A message on the stream that the ledger did not write (published by a user
 that should not have been able to, spec/wire.md "Foreign messages") takes a
 position that belongs to a committed event. The mirror never skips past
@@ -87,11 +79,10 @@ _LANE_SUBJECTS = 10_000
 # receipts of a loaded cluster came later: there every round is a batch).
 # spec/replication.md, "Atomic batches".
 ATOMIC_FROM = 10
-# One by one, a round waits for the server's ack every this many events
-# (``_publish_one_by_one``). Measured with the adversarial events flood on
-# the committed stream behind the log (``pytest -s tests/test_adversarial.py
-# -k 1000_event``): globex's p99 went from 29.8-51.0 ms (one ack per round)
-# to 25.9-29.8 ms, against 26.4-33.3 ms with atomic batches.
+# A round one by one waits for the server's ack every this many events
+# (``_publish_one_by_one``): flow control, so that another tenant's log
+# write never queues behind a whole 1000-event round in nats-server
+# (spec/replication.md, "Atomic batches", has the measurement).
 ACK_EVERY = 32
 
 
@@ -234,14 +225,15 @@ class CommittedStreamMirror:
             # Whatever else is queued goes in the same round: one ack wait per
             # round, not per batch, or small batches arriving faster than the
             # server answers would queue up behind each other.
-            batches = await self._next_round()
+            batches = [await self._queue.get()]
+            while not self._queue.empty():
+                batches.append(self._queue.get_nowait())
+            for _ in batches:  # taken: what ``taken_up`` waits for
+                self._queue.task_done()
             records = [record for batch in batches for record in batch]
             while True:
                 try:
-                    if batches:
-                        await self._publish_new(records)
-                    else:
-                        await self._refill_if_shortened()
+                    await self._publish_new(records)
                     break
                 except asyncio.CancelledError:
                     raise
@@ -259,43 +251,6 @@ class CommittedStreamMirror:
                     except StreamFault as fault:
                         self._report(fault)
                         await self._until_whole_again()
-
-    async def _next_round(self) -> list[list[CommittedRecord]]:
-        """Every queued batch, once there is one; none after ``recheck_s``
-        without any (``run`` then looks at the stream's length)."""
-        try:
-            async with asyncio.timeout(self._recheck_s):
-                batches = [await self._queue.get()]
-        except TimeoutError:
-            return []
-        while not self._queue.empty():
-            batches.append(self._queue.get_nowait())
-        for _ in batches:  # taken: what ``taken_up`` waits for
-            self._queue.task_done()
-        return batches
-
-    async def _refill_if_shortened(self) -> None:
-        """A nats-server that stopped before flushing a stream in the
-        ``async`` persist mode (spec/replication.md, "Durability") comes back
-        without the messages it last acknowledged. A round would find that
-        out (its first publish refused, error 10071); a quiet ledger looks
-        here, so readers do not wait at the hole until the next commit."""
-        try:
-            info = await self._js.stream_info(self._stream)
-        except NotFoundError:
-            await self.catch_up()  # deleted: made anew and refilled
-            return
-        except Exception as exc:  # noqa: BLE001 - NATS away: look again later
-            log.debug("committed stream not looked at (%s)", exc)
-            return
-        if info.state.last_seq < self.published:
-            log.warning(
-                "the committed stream ends at %d, before the %d it acknowledged (lost in a "
-                "nats-server crash); republishing from the ledger",
-                info.state.last_seq,
-                self.published,
-            )
-            await self.catch_up()
 
     def _report(self, fault: StreamFault | None) -> None:
         self.fault = fault

@@ -207,9 +207,7 @@ class SequencerSettings:
     pull_expires_s: float = 1.0
     max_request_bytes: int = 1024 * 1024
     backlog_refresh_s: float = 1.0  # how often the inbound backlog gauge is refreshed
-    # How often the committed stream is looked at again: one found foreign,
-    # and, while nothing is committed, its length (it may have lost its end).
-    stream_recheck_s: float = 2.0
+    stream_recheck_s: float = 2.0  # how often a committed stream found foreign is looked at again
     # Secrets replaced before hashing (spec/content.md); the defaults plus
     # LANELEDGER_REDACT_* extras in the service.
     redactor: Redactor = DEFAULT_REDACTOR
@@ -382,10 +380,7 @@ class Sequencer:
         s = self._settings
         atomic = supports_atomic(self._nc)
         await ensure_stream(
-            self._js,
-            events_stream_config(
-                s.subjects.events_stream, s.subjects, s.replicas, atomic=atomic, behind_log=s.txlog
-            ),
+            self._js, events_stream_config(s.subjects.events_stream, s.subjects, s.replicas, atomic=atomic)
         )
         await ensure_stream(self._js, erased_stream_config(s.subjects, s.replicas))
 

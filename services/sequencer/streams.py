@@ -103,29 +103,18 @@ def _append_stream(
 
 
 def events_stream_config(
-    name: str, subjects: Subjects, replicas: int, *, atomic: bool = False, behind_log: bool = False
+    name: str, subjects: Subjects, replicas: int, *, atomic: bool = False
 ) -> StreamConfig:
     """``atomic``: allow atomic batch publish (the mirror's; a server 2.12+,
-    ``laneledger.store.atomicbatch.supports_atomic``).
-
-    ``behind_log``: the transaction log is on, so no receipt reports this
-    stream (the log does) and it is rebuilt from the ledger whenever it lacks
-    messages. On one server it then runs ADR-56's R1 ``async`` persist mode,
-    no fsync per write (spec/replication.md, "Durability"); JetStream refuses
-    that mode together with atomic publish, so the mirror publishes one by
-    one there. On R3 (where JetStream refuses the async mode) nothing changes."""
-    asynchronous = behind_log and replicas == 1
-    config = _permanent_stream(
+    ``laneledger.store.atomicbatch.supports_atomic``)."""
+    return _permanent_stream(
         name,
         "laneledger committed events (stream sequence == ledger position)",
         subjects.events_wildcard,
         replicas,
-        atomic and not asynchronous,
+        atomic,
         erasable=True,
     )
-    if asynchronous:
-        config.persist_mode = PersistMode.ASYNC
-    return config
 
 
 def txlog_stream_config(subjects: Subjects, replicas: int, *, atomic: bool = False) -> StreamConfig:
@@ -237,27 +226,28 @@ async def ensure_stream(
 
 def _check_persist_mode(found: StreamConfig, wanted: StreamConfig) -> None:
     """JetStream cannot change a stream's persist mode in place. A stream
-    that fsyncs each write where it need not is used (correct, slower) and
-    named in a warning; one in the ``async`` mode where each acknowledged
-    write must be on disk (``--txlog off`` on a committed stream made with
-    the log) is refused: its acknowledgements would promise what it has not
-    done."""
+    that fsyncs each write where it need not (an append stream an older
+    sequencer made) is used, correct and slower, and named in a warning. One
+    in the ``async`` mode where every acknowledged write must be on disk
+    (the transaction log, the committed stream: made by hand, or by a build
+    that tried it) is refused: its acknowledgements would promise what it
+    has not done (spec/replication.md, "Durability")."""
     found_mode = PersistMode(found.persist_mode or PersistMode.DEFAULT)
     wanted_mode = PersistMode(wanted.persist_mode or PersistMode.DEFAULT)
     if found_mode == wanted_mode:
         return
     remake = (
-        f"stop the sequencer, delete the stream (nats stream rm {wanted.name}) and start the sequencer, "
-        "which makes it anew from the ledger file"
-        if wanted.retention == RetentionPolicy.LIMITS
-        else "stop the producers, let the sequencer drain it, stop the sequencer, delete the stream "
+        "stop the producers, let the sequencer drain it, stop the sequencer, delete the stream "
         f"(nats stream rm {wanted.name}) and start the sequencer, which makes it anew"
+        if wanted.retention == RetentionPolicy.WORK_QUEUE
+        else f"stop the sequencer, delete the stream (nats stream rm {wanted.name}) and start the "
+        "sequencer, which makes it anew from the ledger file"
     )
     if found_mode == PersistMode.ASYNC:
         raise InternalError(
-            f"stream {wanted.name} acknowledges writes before they are on disk (persist mode async, made "
-            f"with the transaction log on), and here every write it acknowledges must be (JetStream cannot "
-            f"change it in place). To move it: {remake}",
+            f"stream {wanted.name} acknowledges writes before they are on disk (persist mode async), "
+            "and every write it acknowledges must be (JetStream cannot change it in place). "
+            f"To move it: {remake}",
             stream=wanted.name,
             persist_mode=found_mode.value,
         )
