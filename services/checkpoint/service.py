@@ -424,6 +424,8 @@ class CheckpointService:
         # index has read (an anchor not read yet is waited for below).
         named = scope.tenant or proposal.tenant
         derived = named or await self._db(self._store.tenant_of, proposal)
+        if derived is None and proposal.anchor is None and proposal.session_id is not None:
+            derived = await self._session_tenant(proposal.session_id)
         if derived is not None or proposal.anchor is None:
             # Known now (or never to be: then the key's): replays and
             # conflicts before any wait, in that tenant's namespace alone.
@@ -459,6 +461,24 @@ class CheckpointService:
             tenant=tenant,
             state_limit=self._state_limit,
         )
+
+    async def _session_tenant(self, session_id: str) -> str | None:
+        """The tenant of a session the index has not read yet, asked of the
+        ledger: the committed stream trails the receipts, so a save right
+        after a session's first append would otherwise land in the key's
+        namespace. None when no tenant has the session; several:
+        ``invalid_request`` naming ``$.checkpoint.tenant``, as the index's."""
+        try:
+            page = await self.ledger.load_structure_page(session_id, limit=1)
+        except EntityNotFound:
+            return None
+        except InvalidRequest as exc:
+            raise InvalidRequest(
+                "several tenants have the checkpoint's lane or session: name the tenant",
+                path="$.checkpoint.tenant",
+                tenants=exc.details.get("tenants", []),
+            ) from None
+        return page.tenant
 
     def _state_limit(self, namespace: str) -> int | None:
         """A tenant's ``checkpoint_state_bytes``, by the namespace a save
