@@ -5,9 +5,9 @@ or not at all; the first message's expected sequence fences it."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 
 import pytest
+from loop_turns import publishes_between_turns
 from nats.js.api import StreamConfig
 from polling import eventually
 
@@ -70,27 +70,13 @@ async def test_a_batch_is_stored_whole_at_consecutive_sequences_with_one_ack(nc,
 
 async def test_a_large_batch_gives_the_event_loop_back_while_it_publishes(nc, js, monkeypatch):
     await stream(js, "A", atomic=True)
-    sent = 0
-    publish = nc.publish
-
-    async def counted(*args, **kwargs):
-        nonlocal sent
-        sent += 1
-        return await publish(*args, **kwargs)
-
-    monkeypatch.setattr(nc, "publish", counted)
-    seen: list[int] = []  # publishes made each time another task got the loop
-
-    async def other_task() -> None:
-        while sent < MAX_MESSAGES - 1:
-            seen.append(sent)
-            await asyncio.sleep(0)
-
-    watching = asyncio.create_task(other_task())
-    ack = await publish_batch(nc, [("a.many", b"m")] * MAX_MESSAGES, expected_last_sequence=0)
-    await watching
+    ack, steps = await publishes_between_turns(
+        nc,
+        monkeypatch,
+        publish_batch(nc, [("a.many", b"m")] * MAX_MESSAGES, expected_last_sequence=0),
+        publishes=MAX_MESSAGES,
+    )
     assert ack.count == MAX_MESSAGES
-    steps = [b - a for a, b in itertools.pairwise([0, *seen, sent])]
     assert max(steps) <= YIELD_EVERY, steps
 
 

@@ -8,9 +8,9 @@ one by one where it does not, and when it is smaller."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 
 import nats
+from loop_turns import publishes_between_turns
 from polling import eventually
 
 from laneledger.contract.subjects import Subjects
@@ -161,15 +161,6 @@ async def test_a_large_round_one_by_one_waits_for_an_ack_every_ack_every_events(
     subjects = Subjects()
     mirror = await empty_mirror(nc, js, subjects, atomic=False)
     assert not mirror.atomic
-    sent = 0
-    publish = nc.publish
-
-    async def counted(*args, **kwargs):
-        nonlocal sent
-        sent += 1
-        return await publish(*args, **kwargs)
-
-    monkeypatch.setattr(nc, "publish", counted)
     asked: list[int] = []  # the position each ack was asked for
     acked_then: list[int] = []  # and what the stream had acknowledged when it was
     ask = mirror._acks.publish
@@ -180,21 +171,13 @@ async def test_a_large_round_one_by_one_waits_for_an_ack_every_ack_every_events(
         return await ask(subject, body, headers)
 
     mirror._acks.publish = asking  # type: ignore[method-assign]
-    seen: list[int] = []  # publishes made each time another task got the loop
-
-    async def other_task() -> None:
-        while sent < MAX_MESSAGES - 1:
-            seen.append(sent)
-            await asyncio.sleep(0)
-
-    watching = asyncio.create_task(other_task())
     records = [record(p) for p in range(1, MAX_MESSAGES + 1)]
-    await mirror._publish_new(records)
-    await watching
+    _, steps = await publishes_between_turns(
+        nc, monkeypatch, mirror._publish_new(records), publishes=MAX_MESSAGES
+    )
     assert len(asked) > 1  # a round of a thousand is never sent in one go
     assert asked == [*range(ACK_EVERY, MAX_MESSAGES, ACK_EVERY), MAX_MESSAGES]
     assert acked_then == [0, *asked[:-1]]  # each group sent once the one before was acknowledged
-    steps = [b - a for a, b in itertools.pairwise([0, *seen, sent])]
     assert max(steps) <= ACK_EVERY, steps
     assert mirror.published == MAX_MESSAGES
     assert await stored(js, subjects) == [(r.position, r.body) for r in records]
