@@ -77,7 +77,7 @@ from .artifacts import ArtifactStore
 from .metrics import CheckpointMetrics
 from .recovery import lane_events_page, link_problem, linked_events, unresolved_attempts
 from .runread import read_run
-from .store import NO_TENANT, TENANT_PATH, CheckpointStore, one_namespace
+from .store import NO_TENANT, TENANT_PATH, CheckpointStore, one_namespace, several_tenants
 
 log = logging.getLogger("laneledger.checkpoint")
 
@@ -473,11 +473,9 @@ class CheckpointService:
         except EntityNotFound:
             return None
         except InvalidRequest as exc:
-            raise InvalidRequest(
-                "several tenants have the checkpoint's lane or session: name the tenant",
-                path="$.checkpoint.tenant",
-                tenants=exc.details.get("tenants", []),
-            ) from None
+            if "tenants" not in exc.details:  # not the ambiguity: the ledger's own answer
+                raise
+            raise several_tenants(exc.details["tenants"]) from None
         return page.tenant
 
     def _state_limit(self, namespace: str) -> int | None:

@@ -228,6 +228,15 @@ def one_namespace(tenants: Sequence[str], path: str = TENANT_PATH, **ident: str)
     return tenants[0] if tenants else NO_TENANT
 
 
+def several_tenants(tenants: list[str]) -> InvalidRequest:
+    """A save naming no tenant, whose lane or session several tenants have."""
+    return InvalidRequest(
+        "several tenants have the checkpoint's lane or session: name the tenant",
+        path="$.checkpoint.tenant",
+        tenants=sorted(tenants),
+    )
+
+
 def tenant_of_namespace(namespace: str) -> str | None:
     return namespace if namespace != NO_TENANT else None
 
@@ -390,11 +399,7 @@ class CheckpointStore:
             return None
         tenants = [t for (t,) in self._rows(f"SELECT DISTINCT tenant FROM lanes WHERE {where}", (value,))]
         if len(tenants) > 1:
-            raise InvalidRequest(
-                "several tenants have the checkpoint's lane or session: name the tenant",
-                path="$.checkpoint.tenant",
-                tenants=sorted(tenants),
-            )
+            raise several_tenants(tenants)
         return tenants[0] if tenants else None
 
     def namespaces(self, what: str, value: str) -> list[str]:

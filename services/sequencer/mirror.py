@@ -457,9 +457,9 @@ class CommittedStreamMirror:
         event loop back. A cancel during it leaves a prefix of the round
         stored, each event at its position: the next catch-up goes on.
         """
-        first = items[0][0]
         for start in range(0, len(items), ACK_EVERY):
             group = items[start : start + ACK_EVERY]
+            first = group[0][0]  # what a refusal names: the groups before it are stored
             for position, subject, body in group[:-1]:
                 await self._nc.publish(subject, body, headers=event_headers(position))
             last, subject, body = group[-1]
