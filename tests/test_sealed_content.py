@@ -68,6 +68,27 @@ def fault_of(records: list[dict]) -> dict:
     return caught.value.details
 
 
+@pytest.mark.parametrize(
+    ("key", "data", "mac"),
+    [
+        # RFC 4231, test cases 2 and 6 (HMAC-SHA-256): a short key, and one
+        # longer than SHA-256's block, which HMAC first hashes.
+        (
+            b"Jefe",
+            b"what do ya want for nothing?",
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843",
+        ),
+        (
+            b"\xaa" * 131,
+            b"Test Using Larger Than Block-Size Key - Hash Key First",
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54",
+        ),
+    ],
+)
+def test_the_content_digest_is_hmac_sha256_keyed_by_the_salt(key, data, mac):
+    assert content_digest(key.hex(), data) == mac
+
+
 def test_the_content_enters_the_hash_only_through_its_salted_digest():
     chain = sealed_chain()
     one = chain[0]
