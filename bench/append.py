@@ -45,6 +45,11 @@ SQLite file, and P producer processes (``bench/producer.py``). Phases:
    sequencer could commit here with producers as cheap as the baseline's
    (``bare_ceiling_*``). ``--no-bare`` skips phases 4 and 6.
 
+``--unmirrored-ceiling-too``: phases 5 and 6 again with the stand-in's
+``--no-mirror`` (nothing published to LEDGER_EVENTS: the ceiling of a design
+in which the place of commit is also the committed stream), keys
+``unmirrored_ceiling_*`` and ``unmirrored_bare_ceiling_*``.
+
 ``--cluster`` runs everything on a three-node nats-server cluster on
 loopback with R3 streams (the sequencer's ``--replicas 3``; the raw stream
 R3 too); the ceiling phases are skipped there (the stand-in connects to one
@@ -296,19 +301,23 @@ class Bench:
         self.readers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="bench-io")
         self.checks: list[tuple[str, bool, str]] = []
         self.null_sequencer = False  # set by start_sequencer: the ceiling phase's stand-in runs
+        self.null_mirrored = True  # and whether it publishes to LEDGER_EVENTS
         # The sequencer's settings beyond the defaults: --txlog-off-too and
         # --unsealed-too set them for their phases at the end.
         self.sequencer_flags: list[str] = []
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def start_sequencer(self, null: bool = False) -> None:
+    def start_sequencer(self, null: bool = False, mirrored: bool = True) -> None:
         """The real sequencer, or (``null``) the stand-in of the ceiling phase
-        (bench/null_sequencer.py), which takes the real one's place."""
+        (bench/null_sequencer.py), which takes the real one's place
+        (``mirrored=False``: with ``--no-mirror``)."""
         out, err = self.dir / "sequencer.out", self.dir / "sequencer.err"
         self.null_sequencer = null
+        self.null_mirrored = mirrored
         if null:
             cmd = [sys.executable, str(BENCH_DIR / "null_sequencer.py"), "--nats", self.nats.url]
+            cmd += [] if mirrored else ["--no-mirror"]
             ready = "null-sequencer ready"
         else:
             cmd = [
@@ -656,6 +665,8 @@ class Bench:
             self.steps -= 2 if args.no_bare else 3  # no ceiling phases, one floor
         if args.latency_at is None:
             self.steps += 3 * (args.txlog_off_too + args.unsealed_too)
+            if args.unmirrored_ceiling_too and not args.cluster:
+                self.steps += 1 if args.no_bare else 2
         log(
             f"laneledger append benchmark: {P} producer processes, {args.lanes} lanes, {E} event(s) per "
             f"append, window {args.window} appends/producer, warm-up {args.warmup:g} s, phases "
@@ -706,6 +717,10 @@ class Bench:
                 result |= await self._phase_ceiling(result["raw_publish_per_s"])
             if not args.no_bare and not args.cluster:
                 result |= await self._phase_ceiling(result["raw_publish_per_s"], "bare")
+            if args.unmirrored_ceiling_too and not args.cluster:
+                result |= await self._phase_ceiling(result["raw_publish_per_s"], mirrored=False)
+                if not args.no_bare:
+                    result |= await self._phase_ceiling(result["raw_publish_per_s"], "bare", mirrored=False)
         else:
             result = await self._phase_latency(args.latency_at / E, "fixed load")
         ok = all(c[1] for c in self.checks)
@@ -962,18 +977,22 @@ class Bench:
         sends staggered inside one inter-arrival."""
         return [{"rate": rate / self.P, "phase": i / self.P} for i in range(self.P)]
 
-    async def _phase_ceiling(self, raw_per_s: float, mode: str = "ledger") -> dict[str, Any]:
-        """5. (and 6.) the same producers against a sequencer that does only its NATS traffic."""
+    async def _phase_ceiling(
+        self, raw_per_s: float, mode: str = "ledger", mirrored: bool = True
+    ) -> dict[str, Any]:
+        """5. (and 6.) the same producers against a sequencer that does only its NATS traffic
+        (``mirrored=False``: none to LEDGER_EVENTS)."""
         args, P = self.args, self.P
         who = "SDK" if mode == "ledger" else "bare"
+        traffic = "publish each event" if mirrored else "no event published to LEDGER_EVENTS"
         log(
             f"\n{self.step()} ceiling, {who} producers: their max load against bench/null_sequencer.py in "
-            "the sequencer's place (its NATS traffic only: pull, ack, publish each event, receipts; no "
+            f"the sequencer's place (its NATS traffic only: pull, ack, {traffic}, receipts; no "
             "ledger work)"
         )
-        if not self.null_sequencer:
+        if not self.null_sequencer or self.null_mirrored != mirrored:
             await asyncio.to_thread(self.stop_sequencer)
-            await asyncio.to_thread(self.start_sequencer, True)
+            await asyncio.to_thread(self.start_sequencer, True, mirrored)
         ceil = await self.run_phase(
             f"ceiling-{mode}", mode, args.seconds, monitor_ledger=False, extra=[{"heads_known": True}] * P
         )
@@ -990,7 +1009,7 @@ class Bench:
             f"timeouts {sum(x['receipt_timeouts'] for x in r)}, "
             f"rejected {sum(x['appends_rejected'] for x in r)}",
         )
-        prefix = "" if mode == "ledger" else "bare_"
+        prefix = ("" if mirrored else "unmirrored_") + ("" if mode == "ledger" else "bare_")
         return {
             f"{prefix}ceiling_per_s": round(ceiling_per_s, 1),
             f"{prefix}ceiling_ratio": ratio(ceiling_per_s, raw_per_s),
@@ -1064,6 +1083,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="a three-node loopback cluster with R3 streams in the place of one nats-server "
         "(without the ceiling phases)",
+    )
+    p.add_argument(
+        "--unmirrored-ceiling-too",
+        action="store_true",
+        help="then the ceiling phases again with a stand-in that publishes nothing to LEDGER_EVENTS",
     )
     p.add_argument(
         "--txlog-off-too",

@@ -14,7 +14,11 @@ What the producers reach against it is the most this architecture's Python
 processes (SDK producers, a Python consumer, nats-server) can commit on this
 machine, whatever the ledger itself costs.
 
-    python bench/null_sequencer.py --nats URL
+``--no-mirror``: nothing is published to LEDGER_EVENTS, the rest as above:
+the ceiling of a design in which one stream is both the place of commit and
+the committed stream (issue 36), so that no event is published twice.
+
+    python bench/null_sequencer.py --nats URL [--no-mirror]
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ class _Request(msgspec.Struct):
 _decode = msgspec.json.Decoder(_Request).decode
 
 
-async def run(url: str, batch_size: int) -> None:
+async def run(url: str, batch_size: int, mirrored: bool = True) -> None:
     nc = await nats.connect(url)
     subjects = Subjects()
     js = nc.jetstream()
@@ -77,7 +81,8 @@ async def run(url: str, batch_size: int) -> None:
         nc, subjects, subjects.events_stream, read_after=stream_after, ledger_last_position=lambda: position
     )
     await mirror.catch_up()
-    mirror_task = asyncio.create_task(mirror.run())
+    # Without the mirror, a task that never ends stands in for it.
+    mirror_task = asyncio.create_task(mirror.run() if mirrored else asyncio.Event().wait())
     await ensure_consumer(js, subjects.append_stream, sequencer_consumer_config())
     feed = PullFeed(nc, subjects.append_stream, SEQUENCER_CONSUMER, credits=2 * batch_size)
     await feed.start()
@@ -95,9 +100,10 @@ async def run(url: str, batch_size: int) -> None:
             ids = [e.id for e in request.events]
             for event_id in ids:
                 position += 1
-                records.append(
-                    CommittedRecord(position, event_id, "x", "bench", "s", "r", request.lane_id, msg.data)
-                )
+                if mirrored:
+                    records.append(
+                        CommittedRecord(position, event_id, "x", "bench", "s", "r", request.lane_id, msg.data)
+                    )
             seq = request.expected_last_seq
             receipt = AppendCommitted(
                 append_id=request.append_id,
@@ -117,7 +123,8 @@ async def run(url: str, batch_size: int) -> None:
             await nc.publish(msg.reply, b"+ACK")
         for reply_to, receipts in by_inbox.items():
             await nc.publish(reply_to, encode(receipts))
-        await mirror.submit(records)
+        if mirrored:
+            await mirror.submit(records)
     mirror_task.result()  # a mirror failure ends the run, loudly
 
 
@@ -125,6 +132,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nats", required=True)
     p.add_argument("--batch-size", type=int, default=500)
+    p.add_argument("--no-mirror", action="store_true", help="publish nothing to LEDGER_EVENTS")
     args = p.parse_args()
     try:
         import uvloop
@@ -132,7 +140,7 @@ def main() -> None:
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(run(args.nats, args.batch_size))
+    asyncio.run(run(args.nats, args.batch_size, mirrored=not args.no_mirror))
 
 
 if __name__ == "__main__":
