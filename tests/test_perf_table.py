@@ -33,10 +33,21 @@ def test_the_table_is_what_render_writes(report: ModuleType) -> None:
     report.check(page)  # the same, as `bench/report.py --check` (make lint) runs it
 
 
+def change_a_figure(page: str) -> str:
+    """The table's first events/s figure with its first digit changed (the
+    figure itself changes whenever the bench is rerun)."""
+    return re.sub(
+        r"(\| )(\d)([\d,]* events/s)",
+        lambda m: f"{m[1]}{(int(m[2]) + 1) % 10}{m[3]}",
+        page,
+        count=1,
+    )
+
+
 @pytest.mark.parametrize(
     "edit",
     [
-        pytest.param(lambda page: page.replace("15,571 events/s", "15,871 events/s", 1), id="figure changed"),
+        pytest.param(change_a_figure, id="figure changed"),
         pytest.param(
             lambda page: page.replace(
                 "|---|---|---|\n",
